@@ -1,0 +1,27 @@
+/*
+ * st_log.h — leveled logging to stderr.
+ *
+ * Lines look like "2026-11-29T09:30:00.123Z expertd[1234] error: message".
+ * The threshold comes from the environment variable STRATA_LOG
+ * (error|warn|info|debug; default info), read once per process; the program
+ * name is set with st_log_set_name() at the top of main().  These two are the
+ * only process-wide settings in the code base and never change after start-up.
+ */
+#ifndef ST_LOG_H
+#define ST_LOG_H
+
+enum st_log_level { ST_LOG_ERROR = 0, ST_LOG_WARN, ST_LOG_INFO, ST_LOG_DEBUG };
+
+/* Sets the name printed in front of every line (copied; at most 31 chars). */
+void st_log_set_name(const char *name);
+
+/* Prints one line at `level` if it passes the threshold.  printf format. */
+void st_log(enum st_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+#define st_err(...) st_log(ST_LOG_ERROR, __VA_ARGS__)
+#define st_warn(...) st_log(ST_LOG_WARN, __VA_ARGS__)
+#define st_info(...) st_log(ST_LOG_INFO, __VA_ARGS__)
+#define st_debug(...) st_log(ST_LOG_DEBUG, __VA_ARGS__)
+
+#endif

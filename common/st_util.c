@@ -1,0 +1,278 @@
+/* st_util.c — see st_util.h. */
+#include "st_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+#include <xxhash.h>
+
+uint64_t st_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void st_sleep_ns(uint64_t ns)
+{
+	struct timespec ts = { (time_t)(ns / 1000000000ull),
+			       (long)(ns % 1000000000ull) };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+int st_parse_size(const char *text, uint64_t *ret_bytes)
+{
+	char *end;
+	double v;
+	double mult = 1;
+
+	if (!text || !*text)
+		return -EINVAL;
+	errno = 0;
+	v = strtod(text, &end);
+	if (errno || end == text || v < 0)
+		return -EINVAL;
+	while (*end == ' ')
+		end++;
+	if (*end) {
+		static const struct {
+			const char *suffix;
+			double mult;
+		} units[] = {
+			{ "b", 1 },
+			{ "k", 1024.0 }, { "kib", 1024.0 }, { "kb", 1e3 },
+			{ "m", 1048576.0 }, { "mib", 1048576.0 }, { "mb", 1e6 },
+			{ "g", 1073741824.0 }, { "gib", 1073741824.0 }, { "gb", 1e9 },
+			{ "t", 1099511627776.0 }, { "tib", 1099511627776.0 },
+			{ "tb", 1e12 },
+		};
+		size_t i;
+
+		for (i = 0; i < ST_ARRAY_SIZE(units); i++)
+			if (!strcasecmp(end, units[i].suffix))
+				break;
+		if (i == ST_ARRAY_SIZE(units))
+			return -EINVAL;
+		mult = units[i].mult;
+		/* "kB" (decimal) vs "k"/"KiB" (binary): strcasecmp folds
+		 * case, so "KB" means 1000 as well. */
+	}
+	v *= mult;
+	if (v > 1.8e19)
+		return -EINVAL;
+	*ret_bytes = (uint64_t)(v + 0.5);
+	return 0;
+}
+
+int st_parse_budget(const char *text, uint64_t *ret_bytes, double *ret_percent)
+{
+	size_t n;
+
+	*ret_bytes = 0;
+	*ret_percent = 0;
+	if (!text)
+		return -EINVAL;
+	n = strlen(text);
+	if (n > 1 && text[n - 1] == '%') {
+		char *end;
+		double p = strtod(text, &end);
+
+		if (end != text + n - 1 || !(p > 0) || p > 100)
+			return -EINVAL;
+		*ret_percent = p;
+		return 0;
+	}
+	if (st_parse_size(text, ret_bytes) < 0 || *ret_bytes == 0)
+		return -EINVAL;
+	return 0;
+}
+
+char *st_format_bytes(uint64_t bytes, char *buf, size_t len)
+{
+	static const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	double v = (double)bytes;
+	int i = 0;
+
+	while (v >= 1024 && i < 4) {
+		v /= 1024;
+		i++;
+	}
+	if (i == 0)
+		snprintf(buf, len, "%llu B", (unsigned long long)bytes);
+	else
+		snprintf(buf, len, "%.2f %s", v, u[i]);
+	return buf;
+}
+
+int st_read_file(const char *path, char **ret_buf, size_t *ret_len)
+{
+	struct stat st;
+	char *buf;
+	size_t got = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0) {
+		int e = -errno;
+		close(fd);
+		return e;
+	}
+	buf = malloc((size_t)st.st_size + 1);
+	if (!buf) {
+		close(fd);
+		return -ENOMEM;
+	}
+	while (got < (size_t)st.st_size) {
+		ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0) {
+			int e = r < 0 ? -errno : -EIO;
+			free(buf);
+			close(fd);
+			return e;
+		}
+		got += (size_t)r;
+	}
+	close(fd);
+	buf[got] = 0;
+	*ret_buf = buf;
+	if (ret_len)
+		*ret_len = got;
+	return 0;
+}
+
+int st_write_file(const char *path, const void *buf, size_t len)
+{
+	const char *p = buf;
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+
+	if (fd < 0)
+		return -errno;
+	while (len) {
+		ssize_t w = write(fd, p, len);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0) {
+			int e = -errno;
+			close(fd);
+			return e;
+		}
+		p += w;
+		len -= (size_t)w;
+	}
+	if (close(fd) < 0)
+		return -errno;
+	return 0;
+}
+
+int st_mkdir_p(const char *path, unsigned mode)
+{
+	char tmp[4096];
+	size_t n = strlen(path);
+
+	if (n == 0 || n >= sizeof(tmp))
+		return -ENAMETOOLONG;
+	memcpy(tmp, path, n + 1);
+	for (char *p = tmp + 1; *p; p++) {
+		if (*p != '/')
+			continue;
+		*p = 0;
+		if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+			return -errno;
+		*p = '/';
+	}
+	if (mkdir(tmp, mode) < 0 && errno != EEXIST)
+		return -errno;
+	return 0;
+}
+
+static int rm_one(const char *path, const struct stat *sb, int flag,
+		  struct FTW *ftw)
+{
+	(void)sb;
+	(void)flag;
+	(void)ftw;
+	return remove(path) < 0 ? -errno : 0;
+}
+
+int st_rm_rf(const char *path)
+{
+	int r;
+
+	if (!st_path_exists(path))
+		return 0;
+	r = nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
+	return r < 0 ? -errno : r;
+}
+
+int st_path_exists(const char *path)
+{
+	struct stat st;
+
+	return lstat(path, &st) == 0;
+}
+
+uint64_t st_xxh3(const void *buf, size_t len)
+{
+	return (uint64_t)XXH3_64bits(buf, len);
+}
+
+static uint64_t proc_status_kib(int pid, const char *key)
+{
+	char path[64], line[256];
+	uint64_t kib = 0;
+	size_t klen = strlen(key);
+	FILE *f;
+
+	if (pid)
+		snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	else
+		snprintf(path, sizeof(path), "/proc/self/status");
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, key, klen)) {
+			kib = strtoull(line + klen, NULL, 10);
+			break;
+		}
+	fclose(f);
+	return kib * 1024;
+}
+
+uint64_t st_peak_rss_bytes(void)
+{
+	return proc_status_kib(0, "VmHWM:");
+}
+
+uint64_t st_pid_peak_rss_bytes(int pid)
+{
+	return proc_status_kib(pid, "VmHWM:");
+}
+
+uint64_t st_pid_rss_bytes(int pid)
+{
+	return proc_status_kib(pid, "VmRSS:");
+}
+
+int st_pid_alive(int pid)
+{
+	if (pid <= 0)
+		return 0;
+	return kill(pid, 0) == 0 || errno == EPERM;
+}
