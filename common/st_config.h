@@ -1,0 +1,104 @@
+/*
+ * st_config.h — the model configuration strata needs, read from a Hugging
+ * Face config.json (families and key spellings: MODEL_FAMILIES.md sections
+ * 0.3, 2.1, 4.1).  Supported in this slice: MixtralForCausalLM (mixtral) and
+ * Qwen3MoeForCausalLM (qwen3_moe).
+ */
+#ifndef ST_CONFIG_H
+#define ST_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "st_error.h"
+
+enum st_arch { ST_ARCH_MIXTRAL = 1, ST_ARCH_QWEN3_MOE = 2 };
+
+#define ST_MAX_EOS 8
+
+struct st_model_config {
+	enum st_arch arch;
+	char model_type[32];     /* "mixtral", "qwen3_moe" */
+	int hidden_size;         /* H */
+	int n_layers;
+	int n_heads;             /* query heads */
+	int n_kv_heads;
+	int head_dim;            /* "head_dim" key, else H / n_heads */
+	int vocab_size;          /* embedding rows (>= tokenizer vocabulary) */
+	int n_experts;           /* num_local_experts / num_experts / n_routed_experts */
+	int top_k;               /* num_experts_per_tok */
+	int expert_inter;        /* per-expert FFN width: mixtral intermediate_size,
+				  * qwen3_moe moe_intermediate_size */
+	int norm_topk_prob;      /* renormalise top-k weights (mixtral: always 1;
+				  * qwen3_moe: key, default per family: false in
+				  * HF Qwen3MoeConfig) */
+	int qk_norm;             /* per-head RMSNorm of q and k (qwen3_moe) */
+	int tie_word_embeddings; /* lm_head = embed_tokens */
+	float rms_norm_eps;
+	double rope_theta;
+	int max_position_embeddings;
+	int bos_token_id;        /* -1 if none */
+	int n_eos;
+	int eos_token_ids[ST_MAX_EOS]; /* from config.json and generation_config.json */
+};
+
+/*
+ * Parses config.json text.  `source` names the file in messages.
+ * Validates: known architecture (else -ST_E_UNSUPPORTED naming it), positive
+ * sizes, n_heads % n_kv_heads == 0, top_k <= n_experts, every MoE layer
+ * (qwen3_moe: decoder_sparse_step 1 and mlp_only_layers empty, else
+ * -ST_E_UNSUPPORTED), no sliding window, no rope scaling.
+ * Returns 0 or a negative code with diag.
+ */
+int st_config_parse(const char *json_text, const char *source,
+		    struct st_model_config *ret, struct st_diag *diag);
+
+/* Reads DIR/config.json (and DIR/generation_config.json for extra EOS ids if
+ * present) and parses it.  0 or negative code with diag. */
+int st_config_load(const char *dir, struct st_model_config *ret,
+		   struct st_diag *diag);
+
+/* Which matrix of a SwiGLU expert: y = down(silu(gate x) * up x). */
+enum st_expert_mat { ST_EXPERT_GATE = 0, ST_EXPERT_UP = 1, ST_EXPERT_DOWN = 2 };
+
+/*
+ * Checkpoint tensor name of one expert matrix, per family:
+ *  mixtral   model.layers.L.block_sparse_moe.experts.E.{w1,w3,w2}.weight
+ *  qwen3_moe model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight
+ * Writes into buf (len bytes).  Returns 0 or -ENAMETOOLONG.
+ */
+int st_expert_tensor_name(const struct st_model_config *cfg, int layer,
+			  int expert, enum st_expert_mat m, char *buf,
+			  size_t len);
+
+/*
+ * Name of a dense tensor by role, per family.  `layer` is ignored for
+ * global roles.  Returns 0, -ENAMETOOLONG, or -ST_E_NOTFOUND when the family
+ * has no such tensor (q_norm on mixtral; lm_head when tied returns the
+ * embedding's name).
+ */
+enum st_dense_role {
+	ST_T_EMBED = 0, ST_T_FINAL_NORM, ST_T_LM_HEAD,
+	ST_T_ATTN_NORM, ST_T_Q, ST_T_K, ST_T_V, ST_T_O, ST_T_Q_NORM, ST_T_K_NORM,
+	ST_T_FFN_NORM, ST_T_ROUTER,
+	ST_T_ROLE_COUNT
+};
+int st_dense_tensor_name(const struct st_model_config *cfg,
+			 enum st_dense_role role, int layer, char *buf,
+			 size_t len);
+
+/*
+ * Expected shape [rows, cols] (or [n] with cols = 0 for vectors) of a dense
+ * role or expert matrix, from the config; used to validate checkpoints.
+ */
+void st_dense_tensor_shape(const struct st_model_config *cfg,
+			   enum st_dense_role role, int64_t *ret_rows,
+			   int64_t *ret_cols);
+void st_expert_tensor_shape(const struct st_model_config *cfg,
+			    enum st_expert_mat m, int64_t *ret_rows,
+			    int64_t *ret_cols);
+
+/* Name of an architecture ("MixtralForCausalLM", ...). */
+const char *st_arch_name(enum st_arch a);
+
+#endif
