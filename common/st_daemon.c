@@ -1,0 +1,121 @@
+/* st_daemon.c — see st_daemon.h. */
+#include "st_daemon.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "st_util.h"
+
+int st_run_dir_default(const char *instance, char *buf, size_t len)
+{
+	const char *e = getenv("STRATA_RUN_DIR");
+	int n;
+
+	if (e && *e)
+		n = snprintf(buf, len, "%s", e);
+	else if (geteuid() == 0)
+		n = snprintf(buf, len, "/run/strata/%s", instance);
+	else if ((e = getenv("XDG_RUNTIME_DIR")) && *e)
+		n = snprintf(buf, len, "%s/strata/%s", e, instance);
+	else
+		n = snprintf(buf, len, "/tmp/strata-%u/%s",
+			     (unsigned)getuid(), instance);
+	return n >= (int)len ? -ENAMETOOLONG : 0;
+}
+
+int st_run_dir_prepare(const char *run_dir, struct st_diag *diag)
+{
+	struct stat st;
+	int r = st_mkdir_p(run_dir, 0700);
+
+	if (r < 0)
+		return st_diag_set(diag, r, "cannot create run directory %s: %s",
+				   run_dir, st_strerror(r));
+	if (stat(run_dir, &st) < 0)
+		return st_diag_set(diag, -errno, "run directory %s: %s",
+				   run_dir, strerror(errno));
+	if (!S_ISDIR(st.st_mode) || st.st_uid != geteuid())
+		return st_diag_set(diag, -EPERM,
+				   "run directory %s is not a directory owned "
+				   "by us", run_dir);
+	if (st.st_mode & 077) {
+		if (chmod(run_dir, 0700) < 0)
+			return st_diag_set(diag, -errno,
+					   "run directory %s: cannot make it "
+					   "0700", run_dir);
+	}
+	return 0;
+}
+
+int st_run_path(const char *run_dir, const char *daemon, const char *suffix,
+		char *buf, size_t len)
+{
+	return snprintf(buf, len, "%s/%s.%s", run_dir, daemon, suffix) >=
+			       (int)len ?
+		       -ENAMETOOLONG :
+		       0;
+}
+
+int st_pidfile_write(const char *run_dir, const char *daemon)
+{
+	char path[4096], txt[32];
+	int n;
+
+	if (st_run_path(run_dir, daemon, "pid", path, sizeof(path)) < 0)
+		return -ENAMETOOLONG;
+	n = snprintf(txt, sizeof(txt), "%d\n", (int)getpid());
+	return st_write_file(path, txt, (size_t)n);
+}
+
+int st_pidfile_read(const char *run_dir, const char *daemon)
+{
+	char path[4096], *txt;
+	int pid;
+
+	if (st_run_path(run_dir, daemon, "pid", path, sizeof(path)) < 0)
+		return 0;
+	if (st_read_file(path, &txt, NULL) < 0)
+		return 0;
+	pid = atoi(txt);
+	free(txt);
+	return pid > 0 ? pid : 0;
+}
+
+void st_pidfile_remove(const char *run_dir, const char *daemon)
+{
+	char path[4096];
+
+	if (st_run_path(run_dir, daemon, "pid", path, sizeof(path)) == 0)
+		unlink(path);
+}
+
+int st_stop_signals_open(void)
+{
+	sigset_t set;
+	int fd;
+
+	signal(SIGPIPE, SIG_IGN);
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	errno = pthread_sigmask(SIG_BLOCK, &set, NULL);
+	if (errno)
+		return -errno;
+	fd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	return fd < 0 ? -errno : fd;
+}
+
+int st_stop_signals_pending(int fd)
+{
+	struct signalfd_siginfo si;
+
+	return read(fd, &si, sizeof(si)) == (ssize_t)sizeof(si);
+}

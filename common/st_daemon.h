@@ -1,0 +1,52 @@
+/*
+ * st_daemon.h — what every strata daemon and client shares about an
+ * instance: its run directory, socket paths, pid files, and clean stop on
+ * SIGTERM/SIGINT (through a signalfd, so no handler touches global state).
+ *
+ * Instance layout (DESIGN.md section 4):
+ *   <run_dir>/                 0700
+ *   <run_dir>/<daemon>.ctl     REP socket (ipc)
+ *   <run_dir>/<daemon>.evt     PUB socket (ipc)
+ *   <run_dir>/<daemon>.pid     pid file, removed on clean exit
+ * Default run_dir: $STRATA_RUN_DIR, else /run/strata/<instance> when
+ * writable (root), else $XDG_RUNTIME_DIR/strata/<instance>, else
+ * /tmp/strata-<uid>/<instance>.
+ */
+#ifndef ST_DAEMON_H
+#define ST_DAEMON_H
+
+#include <stddef.h>
+
+#include "st_error.h"
+
+/* Default instance name when none is given. */
+#define ST_DEFAULT_INSTANCE "default"
+
+/* Writes the default run directory of `instance` into buf. 0 or negative. */
+int st_run_dir_default(const char *instance, char *buf, size_t len);
+
+/* Creates run_dir (and parents) with mode 0700 and checks it is a directory
+ * owned by us with no group/other access.  0 or negative with diag. */
+int st_run_dir_prepare(const char *run_dir, struct st_diag *diag);
+
+/* "<run_dir>/<daemon>.<suffix>" into buf.  0 or -ENAMETOOLONG. */
+int st_run_path(const char *run_dir, const char *daemon, const char *suffix,
+		char *buf, size_t len);
+
+/* Writes our pid into <run_dir>/<daemon>.pid.  0 or -errno. */
+int st_pidfile_write(const char *run_dir, const char *daemon);
+/* Reads the pid of a daemon from its pid file; 0 if absent/unreadable. */
+int st_pidfile_read(const char *run_dir, const char *daemon);
+/* Removes the pid file. */
+void st_pidfile_remove(const char *run_dir, const char *daemon);
+
+/*
+ * Blocks SIGTERM, SIGINT and SIGHUP and returns a non-blocking signalfd for
+ * them (>= 0), or -errno.  Also ignores SIGPIPE.  Call before starting
+ * threads so they inherit the mask.
+ */
+int st_stop_signals_open(void);
+/* Non-zero if a stop signal is pending on fd (reads it). */
+int st_stop_signals_pending(int fd);
+
+#endif

@@ -1,0 +1,102 @@
+/*
+ * st_shm.h — POSIX shared-memory segments with a validated header
+ * (DESIGN.md section 3).
+ *
+ * Name: "/strata.<instance>.<pool>".  Mode 0600.  The segment starts with
+ * struct st_shm_header (fixed offsets, 256 bytes); the owner writes every
+ * field, then the checksum, and the magic LAST (with a release store), so an
+ * attacher that sees the magic sees a complete header.  Attachers check
+ * magic, layout version, kind and size before anything else.
+ *
+ * Ownership: the creating daemon owns the segment (st_shm_create /
+ * st_shm_adopt) and unlinks it on clean shutdown (st_shm_destroy).  A
+ * segment left by a killed owner is adopted by the next owner (PITFALLS P17):
+ * st_shm_open_owner() tells which case applies.
+ */
+#ifndef ST_SHM_H
+#define ST_SHM_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "st_error.h"
+
+#define ST_SHM_MAGIC 0x314d48534154535fULL /* "_STASHM1" */
+#define ST_SHM_HEADER_BYTES 256
+#define ST_SHM_ALIGN (2u * 1024 * 1024) /* regions aligned to 2 MiB */
+
+struct st_shm_header {
+	_Atomic uint64_t magic;      /* written last by the creator */
+	uint32_t layout_version;     /* of the pool-specific layout after it */
+	uint32_t header_bytes;       /* ST_SHM_HEADER_BYTES */
+	char kind[16];               /* "experts", "kv" */
+	char instance[64];
+	_Atomic int32_t owner_pid;
+	uint32_t reserved0;
+	_Atomic uint64_t epoch;      /* bumped on every (re)creation / adoption */
+	uint64_t total_bytes;        /* size of the whole segment */
+	uint64_t layout_hash;        /* pool-specific: hash of its geometry */
+	uint64_t checksum;           /* XXH3 of bytes [8, offsetof(checksum))
+				      * with owner_pid and epoch taken as 0 */
+	uint8_t pad[ST_SHM_HEADER_BYTES - 136];
+};
+
+_Static_assert(sizeof(struct st_shm_header) == ST_SHM_HEADER_BYTES,
+	       "shm header must be 256 bytes");
+
+struct st_shm {
+	char name[128];              /* "/strata.<instance>.<pool>" */
+	void *base;                  /* mapping (borrowed by users) */
+	size_t size;
+	int owner;                   /* 1 if this process created/adopted it */
+};
+
+/* Builds the segment name into buf.  0 or -ENAMETOOLONG / -EINVAL (instance
+ * must be [A-Za-z0-9_-]{1,48}). */
+int st_shm_name(const char *instance, const char *pool, char *buf, size_t len);
+
+/*
+ * Creates a new segment of `size` bytes (rounded up to ST_SHM_ALIGN) with
+ * O_EXCL, maps it read-write, zero-filled, and writes the header (kind,
+ * instance, layout_version, layout_hash, owner_pid = getpid(), epoch = 1)
+ * with the magic last.  -EEXIST if the name exists.
+ */
+int st_shm_create(struct st_shm *shm, const char *instance, const char *kind,
+		  uint32_t layout_version, uint64_t layout_hash, size_t size);
+
+/*
+ * Attaches to an existing segment read-write and validates its header:
+ * -ENOENT, -ST_E_BADMAGIC (not a strata segment or not finished), -ST_E_VERSION
+ * (layout_version differs), -ST_E_FORMAT (kind, size or checksum wrong,
+ * message in diag).  layout_hash 0 skips that check.
+ */
+int st_shm_attach(struct st_shm *shm, const char *instance, const char *kind,
+		  uint32_t layout_version, uint64_t layout_hash,
+		  struct st_diag *diag);
+
+/*
+ * For an owner starting up: attaches to a segment left by a dead owner and
+ * takes it over (owner_pid = getpid(), epoch + 1) when its header validates
+ * with the same layout; returns 1 when adopted, 0 when a fresh segment was
+ * created (none existed, or the old one was invalid/different and was
+ * removed), -EBUSY when the recorded owner is still alive (never removed),
+ * or another negative code.
+ */
+int st_shm_open_owner(struct st_shm *shm, const char *instance,
+		      const char *kind, uint32_t layout_version,
+		      uint64_t layout_hash, size_t size, struct st_diag *diag);
+
+/* Unmaps (does not unlink).  Safe on a zeroed struct. */
+void st_shm_detach(struct st_shm *shm);
+
+/* Unmaps and unlinks (owner's clean shutdown). */
+void st_shm_destroy(struct st_shm *shm);
+
+/* Header at the start of the mapping. */
+static inline struct st_shm_header *st_shm_hdr(const struct st_shm *shm)
+{
+	return (struct st_shm_header *)shm->base;
+}
+
+#endif
