@@ -1,0 +1,86 @@
+/*
+ * es_client.h — the client side of expertd, linked into computed (and
+ * tests).  It registers with expertd over nanomsg, attaches the host expert
+ * pool segment (/strata.<instance>.experts) and gives the caller read-only
+ * pointers to expert records that stay valid while pinned.
+ *
+ * Fast path (no message): look the (layer, expert) key up in the pool's
+ * index, pin the slot with atomics, re-check key, state READY and the
+ * slot's version; a hit.  Slow path: one ES_MSG_ACQUIRE for all missing
+ * experts of the call, then wait for their slots to turn READY (expertd
+ * pins them for this client before loading, so they cannot be evicted).
+ * expertd never evicts a pinned or loading slot (PITFALLS P12).
+ */
+#ifndef ES_CLIENT_H
+#define ES_CLIENT_H
+
+#include <stdint.h>
+
+#include "st_error.h"
+
+struct es_client;
+
+/* Pool and traffic counters (from the pool header and expertd). */
+struct es_stats {
+	uint64_t n_slots;          /* records the host budget holds */
+	uint64_t slots_used;       /* slots not EMPTY */
+	uint64_t record_bytes;
+	uint64_t pool_bytes;       /* whole segment size */
+	uint64_t budget_bytes;     /* --host-budget as resolved */
+	uint64_t hits;             /* acquires served from a READY slot */
+	uint64_t misses;           /* acquires that needed a load */
+	uint64_t evictions;
+	uint64_t loads;            /* records read from the store */
+	uint64_t load_bytes;
+	uint64_t load_ns;          /* time spent reading + verifying */
+	uint64_t checksum_failures;
+	uint64_t epoch;
+	int32_t pid;               /* expertd's pid */
+	uint32_t n_clients;
+};
+
+/*
+ * Connects to expertd of the instance whose run directory is run_dir,
+ * registers as `name` (HELLO), attaches the pool.  timeout_ms bounds every
+ * request.  *ret owned by the caller (es_client_close).
+ * Errors: -ST_E_PEERGONE (no expertd answering), -ST_E_VERSION, shm errors.
+ */
+int es_client_open(const char *run_dir, const char *instance, const char *name,
+		   int timeout_ms, struct es_client **ret, struct st_diag *diag);
+
+/* Releases every pin, says BYE, detaches.  NULL is fine. */
+void es_client_close(struct es_client *c);
+
+/* Geometry of the pool's store. */
+int es_client_n_layers(const struct es_client *c);
+int es_client_n_experts(const struct es_client *c);
+uint64_t es_client_record_bytes(const struct es_client *c);
+/* XXH3 of the store's manifest.json: identifies the model the pool holds. */
+uint64_t es_client_store_id(const struct es_client *c);
+/* Number of slots (records the budget holds). */
+int es_client_n_slots(const struct es_client *c);
+
+/*
+ * Pins experts[0..n) of `layer` (distinct ids, n <= es_client_n_slots)
+ * and returns a pointer to each record (record_bytes bytes, layout in
+ * st_store.h) in ret_records[i].  Blocks until all are READY.  The pointers
+ * stay valid until es_client_release of the same experts.
+ * Errors: -ST_E_BUSY (not enough unpinned slots right now; nothing stays
+ * pinned), -ST_E_CHECKSUM (the record on disk is corrupt), -ST_E_PEERGONE,
+ * -ST_E_TIMEOUT; diag says which expert.
+ */
+int es_client_acquire(struct es_client *c, int layer, int n,
+		      const int *experts, const uint8_t **ret_records,
+		      struct st_diag *diag);
+
+/* Unpins experts acquired with es_client_acquire. */
+void es_client_release(struct es_client *c, int layer, int n,
+		       const int *experts);
+
+/* Reads counters.  0 or a negative code. */
+int es_client_stats(struct es_client *c, struct es_stats *ret);
+
+/* Asks expertd to exit cleanly.  0 or a negative code. */
+int es_client_shutdown(struct es_client *c);
+
+#endif
