@@ -1,0 +1,34 @@
+/*
+ * test_util.h — helpers shared by strata's tests.
+ *
+ * Fixtures: st_test_shared_dir() returns ../shared (from STRATA_SHARED_DIR,
+ * set by meson).  When it is absent the test exits 77 (skip) with a message,
+ * except under CI (CI=true), where a missing fixture is a failure (exit 1).
+ */
+#ifndef ST_TEST_UTIL_H
+#define ST_TEST_UTIL_H
+
+#include <stddef.h>
+
+/* Exit code meson reads as "skipped". */
+#define ST_TEST_SKIP 77
+
+/* Path of ../shared, or exits 77 (1 under CI) naming what is missing. */
+const char *st_test_shared_dir(void);
+
+/* Path of a fixture model directory ../shared/fixtures/models/<name> into
+ * buf; exits like st_test_shared_dir when it is missing. */
+const char *st_test_fixture_model(const char *name, char *buf, size_t len);
+
+/* The project source and build roots (from the environment meson sets). */
+const char *st_test_source_dir(void);
+const char *st_test_build_dir(void);
+
+/* A fresh private temporary directory (mkdtemp under $TMPDIR or /tmp) into
+ * buf; aborts the test on failure. */
+const char *st_test_tmpdir(char *buf, size_t len);
+
+/* A unique instance name for daemons started by a test ("t<pid>_<tag>"). */
+const char *st_test_instance(const char *tag, char *buf, size_t len);
+
+#endif
