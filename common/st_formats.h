@@ -37,7 +37,8 @@ enum st_dtype {
 	ST_DTYPE_COUNT
 };
 
-/* Traits of a dtype (table checked at compile time in st_formats.c). */
+/* Traits of a dtype (table checked at compile time in st_formats.c).
+ * MXFP4: 32 elements per 17-byte block (16 code bytes + 1 E8M0 scale). */
 struct st_dtype_traits {
 	const char *name;        /* safetensors spelling: "F32", "BF16", ... */
 	uint32_t block_elems;    /* elements per block (1 for scalar types) */
@@ -47,8 +48,10 @@ struct st_dtype_traits {
 /* Traits of `dt`, or NULL if out of range. */
 const struct st_dtype_traits *st_dtype_traits(enum st_dtype dt);
 
-/* Parses a safetensors dtype string ("F32", "F16", "BF16", "F8_E4M3", "U8",
- * "I8", "I32", "I64").  Returns 0 and *ret, or -ST_E_UNSUPPORTED. */
+/* Parses a dtype name: the safetensors spellings "F32", "F16", "BF16",
+ * "F8_E4M3", "U8", "I8", "I32", "I64", and strata's own "MXFP4" (never valid
+ * in a safetensors file; st_safetensors_parse refuses it).
+ * Returns 0 and *ret, or -ST_E_UNSUPPORTED. */
 int st_dtype_from_name(const char *name, enum st_dtype *ret);
 
 /* Bytes occupied by n_elems elements of dt (n_elems must be a whole number
@@ -67,8 +70,10 @@ uint16_t st_f32_to_f16(float f);
 /* Value of a 4-bit E2M1 code (bit 3 sign, bits 2..1 exponent, bit 0
  * mantissa): 0, 0.5, 1, 1.5, 2, 3, 4, 6 and negatives (code 8 is -0). */
 float st_e2m1_to_f32(uint8_t code);
-/* Nearest E2M1 code to x, ties to the even code (0.25->0, 0.75->1,
- * 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4), saturating at +-6; NaN -> 0. */
+/* Nearest E2M1 code to x, ties to the even code (by value: 0.25->0,
+ * 0.75->1, 1.25->1, 1.75->2, 2.5->2, 3.5->4, 5->4), saturating at +-6
+ * (inf included); NaN -> 0.  The sign is kept, so a negative x that rounds
+ * to zero gives code 8 (-0). */
 uint8_t st_f32_to_e2m1(float x);
 
 /* --- E8M0 (MX block scale) --- */
@@ -86,29 +91,40 @@ enum st_fp4_layout { ST_FP4_LAYOUT_OCP = 0, ST_FP4_LAYOUT_GGUF = 1 };
 
 /*
  * Quantizes one row of n elements (n a multiple of 32) to MXFP4 in OCP
- * layout: codes (n/2 bytes) and scales (n/32 E8M0 bytes).  Each element is
- * x / scale rounded by st_f32_to_e2m1.  Returns 0 or -EINVAL if n % 32.
+ * layout: codes (n/2 bytes) and scales (n/32 E8M0 bytes).  Per block of 32:
+ * scale = st_mxfp4_scale_for_amax(max |x|), each element x / scale (computed
+ * exactly as a power-of-two scaling, also for the subnormal scale 2^-127)
+ * rounded by st_f32_to_e2m1 (ties to even, saturating at +-6).  A block
+ * holding a NaN gets scale byte 255 and zero codes.
+ * Returns 0 or -EINVAL if n % 32.
  */
 int st_mxfp4_quantize_row(const float *x, size_t n, uint8_t *ret_codes,
 			  uint8_t *ret_scales);
 
 /*
  * Dequantizes n elements (multiple of 32) of MXFP4 in the given layout into
- * out[n] (float32; exact: every product code*scale is representable).
- * Returns 0 or -EINVAL.
+ * out[n] (float32).  codes holds n/2 bytes, scales n/32 E8M0 bytes.  Exact:
+ * every product code*scale is a binary32 value (down to 0.5 * 2^-127),
+ * except that codes +-4/+-6 with scale bytes 253/254 overflow to +-inf (the
+ * quantizer never writes those bytes for finite input: at most 252).  A
+ * scale byte 255 (NaN) makes the whole block NaN (OCP MX v1.0).
+ * Returns 0 or -EINVAL (n % 32, unknown layout).
  */
 int st_mxfp4_dequantize_row(const uint8_t *codes, const uint8_t *scales,
 			    size_t n, enum st_fp4_layout layout, float *out);
 
 /* --- FP8 E4M3 (OFP8) --- */
+/* E4M3 value: bias 7, subnormals m/8 * 2^-6, 0x7F/0xFF NaN. */
 float st_e4m3_to_f32(uint8_t b);
-/* Round to nearest even, saturating to +-448 (0x7E / 0xFE); never returns a
- * NaN code (0x7F/0xFF) for a finite input (PITFALLS P9); NaN -> 0x7F. */
+/* Round to nearest even, saturating to +-448 (0x7E / 0xFE; inf included);
+ * never returns a NaN code (0x7F/0xFF) for a finite input (PITFALLS P9);
+ * NaN -> 0x7F. */
 uint8_t st_f32_to_e4m3_sat(float x);
 
 /*
- * Converts n elements of a scalar dtype (F32, F16, BF16, F8_E4M3) at src to
- * float32.  Returns 0 or -ST_E_UNSUPPORTED for other dtypes.
+ * Converts n elements of a scalar dtype (F32, F16, BF16, F8_E4M3) at src
+ * (little-endian, any alignment) to float32 out[n].  Returns 0 or
+ * -ST_E_UNSUPPORTED for other dtypes.
  */
 int st_convert_to_f32(enum st_dtype dt, const void *src, size_t n, float *out);
 

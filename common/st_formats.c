@@ -1,0 +1,392 @@
+/*
+ * st_formats.c — number formats: dtype traits, F16/BF16, E2M1, E8M0, MXFP4,
+ * FP8 E4M3 (see st_formats.h for the sources of every format).
+ *
+ * Every conversion here works on the IEEE bit patterns with integer
+ * arithmetic, so results do not depend on the FPU rounding mode, on FMA
+ * contraction or on libm; rounding is always to nearest, ties to even.
+ */
+#include "st_formats.h"
+
+#include <errno.h>
+#include <math.h>
+#include <string.h>
+
+#include "st_error.h"
+#include "st_util.h"
+
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "strata reads little-endian tensor data in place: little-endian hosts only"
+#endif
+
+_Static_assert(sizeof(float) == 4, "float must be IEEE binary32");
+_Static_assert(sizeof(uint32_t) == sizeof(float), "float/uint32 punning");
+
+/* MXFP4 block: 32 E2M1 codes packed two per byte, plus one E8M0 scale. */
+#define MXFP4_CODE_BYTES (ST_MXFP4_BLOCK / 2)
+#define MXFP4_BLOCK_BYTES (MXFP4_CODE_BYTES + 1)
+_Static_assert(ST_MXFP4_BLOCK % 2 == 0, "two E2M1 codes per byte");
+_Static_assert(MXFP4_BLOCK_BYTES == 17, "OCP MX: 32 x 4 bits + 8-bit scale");
+
+static const struct st_dtype_traits dtype_traits[] = {
+	[ST_DTYPE_F32]     = { "F32",     1, 4 },
+	[ST_DTYPE_F16]     = { "F16",     1, 2 },
+	[ST_DTYPE_BF16]    = { "BF16",    1, 2 },
+	[ST_DTYPE_F8_E4M3] = { "F8_E4M3", 1, 1 },
+	[ST_DTYPE_U8]      = { "U8",      1, 1 },
+	[ST_DTYPE_I8]      = { "I8",      1, 1 },
+	[ST_DTYPE_I32]     = { "I32",     1, 4 },
+	[ST_DTYPE_I64]     = { "I64",     1, 8 },
+	[ST_DTYPE_MXFP4]   = { "MXFP4",   ST_MXFP4_BLOCK, MXFP4_BLOCK_BYTES },
+};
+_Static_assert(ST_ARRAY_SIZE(dtype_traits) == ST_DTYPE_COUNT,
+	       "one traits row per dtype");
+_Static_assert(ST_DTYPE_F32 == 0, "traits table is indexed from 0");
+
+static uint32_t f32_bits(float f)
+{
+	uint32_t u;
+
+	memcpy(&u, &f, sizeof(u));
+	return u;
+}
+
+static float bits_f32(uint32_t u)
+{
+	float f;
+
+	memcpy(&f, &u, sizeof(f));
+	return f;
+}
+
+const struct st_dtype_traits *st_dtype_traits(enum st_dtype dt)
+{
+	if ((unsigned)dt >= ST_DTYPE_COUNT)
+		return NULL;
+	return &dtype_traits[dt];
+}
+
+int st_dtype_from_name(const char *name, enum st_dtype *ret)
+{
+	if (!name)
+		return -ST_E_UNSUPPORTED;
+	for (int i = 0; i < ST_DTYPE_COUNT; i++) {
+		if (strcmp(dtype_traits[i].name, name) == 0) {
+			if (ret)
+				*ret = (enum st_dtype)i;
+			return 0;
+		}
+	}
+	return -ST_E_UNSUPPORTED;
+}
+
+uint64_t st_dtype_bytes(enum st_dtype dt, uint64_t n_elems)
+{
+	const struct st_dtype_traits *t = st_dtype_traits(dt);
+	uint64_t n_blocks;
+
+	if (!t || n_elems % t->block_elems)
+		return 0;
+	n_blocks = n_elems / t->block_elems;
+	if (n_blocks > UINT64_MAX / t->block_bytes)
+		return 0;
+	return n_blocks * t->block_bytes;
+}
+
+/* --- BF16 / F16 --- */
+
+float st_bf16_to_f32(uint16_t h)
+{
+	return bits_f32((uint32_t)h << 16);
+}
+
+uint16_t st_f32_to_bf16(float f)
+{
+	uint32_t u = f32_bits(f);
+
+	if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep sign, force quiet */
+		return (uint16_t)((u >> 16) | 0x0040u);
+	/* RNE on the 16 dropped bits; a carry into the exponent is correct
+	 * (up to infinity for values above the largest BF16). */
+	u += 0x7fffu + ((u >> 16) & 1u);
+	return (uint16_t)(u >> 16);
+}
+
+float st_f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+	uint32_t exp = (h >> 10) & 0x1fu;
+	uint32_t mant = h & 0x3ffu;
+
+	if (exp == 0x1f) /* inf / NaN (payload kept) */
+		return bits_f32(sign | 0x7f800000u | (mant << 13));
+	if (exp == 0) {
+		if (mant == 0)
+			return bits_f32(sign);
+		/* subnormal: mant * 2^-24, exact in binary32 */
+		float v = (float)mant * 0x1p-24f;
+		return sign ? -v : v;
+	}
+	return bits_f32(sign | ((exp + 112u) << 23) | (mant << 13));
+}
+
+/* Rounds m >> shift to nearest, ties to even (shift in 1..31). */
+static uint32_t shift_rne(uint32_t m, unsigned shift)
+{
+	uint32_t q = m >> shift;
+	uint32_t rem = m & ((1u << shift) - 1u);
+	uint32_t half = 1u << (shift - 1);
+
+	if (rem > half || (rem == half && (q & 1u)))
+		q++;
+	return q;
+}
+
+uint16_t st_f32_to_f16(float f)
+{
+	uint32_t u = f32_bits(f);
+	uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+	uint32_t a = u & 0x7fffffffu;
+
+	if (a > 0x7f800000u) /* NaN: quiet, keep top payload bits */
+		return sign | 0x7e00u | (uint16_t)((a >> 13) & 0x1ffu);
+	/* 65520 = halfway between 65504 (max, odd mantissa) and 2^16: RNE
+	 * goes up, to infinity. */
+	if (a >= 0x477ff000u)
+		return sign | 0x7c00u;
+	if (a < 0x38800000u) { /* below 2^-14: F16 subnormal or zero */
+		uint32_t e = a >> 23;
+		uint32_t m = (a & 0x7fffffu) | 0x800000u;
+		/* value = m * 2^(e-150); in units of 2^-24: m >> (126 - e) */
+		if (e < 102) /* < 2^-25: rounds to 0 (2^-25 is a tie to 0) */
+			return sign;
+		return sign | (uint16_t)shift_rne(m, 126 - e);
+	}
+	/* normal: rebias exponent 127 -> 15 and round 23 -> 10 bits */
+	return sign | (uint16_t)shift_rne(a - 0x38000000u, 13);
+}
+
+/* --- E2M1 --- */
+
+static const float e2m1_values[8] = { 0.0f, 0.5f, 1.0f, 1.5f,
+				      2.0f, 3.0f, 4.0f, 6.0f };
+
+float st_e2m1_to_f32(uint8_t code)
+{
+	float v = e2m1_values[code & 7u];
+
+	return (code & 8u) ? -v : v;
+}
+
+uint8_t st_f32_to_e2m1(float x)
+{
+	uint8_t sign;
+	float a;
+	uint8_t c;
+
+	if (isnan(x))
+		return 0;
+	sign = signbit(x) ? 8u : 0u;
+	a = fabsf(x);
+	/* Midpoints between neighbours; at a midpoint the even code wins
+	 * (codes 0, 2, 4, 6 have mantissa bit 0), so <= where the lower
+	 * neighbour is even and < where it is odd. */
+	if (a <= 0.25f)
+		c = 0;
+	else if (a < 0.75f)
+		c = 1;
+	else if (a <= 1.25f)
+		c = 2;
+	else if (a < 1.75f)
+		c = 3;
+	else if (a <= 2.5f)
+		c = 4;
+	else if (a < 3.5f)
+		c = 5;
+	else if (a <= 5.0f)
+		c = 6;
+	else
+		c = 7; /* saturate, inf included */
+	return sign | c;
+}
+
+/* --- E8M0 --- */
+
+float st_e8m0_to_f32(uint8_t b)
+{
+	if (b == 255)
+		return NAN;
+	if (b == 0)
+		return bits_f32(0x00400000u); /* 2^-127: binary32 subnormal */
+	return bits_f32((uint32_t)b << 23);
+}
+
+/* floor(log2(a)) of a finite a > 0, exactly from the bits. */
+static int f32_floor_log2(float a)
+{
+	uint32_t u = f32_bits(a) & 0x7fffffffu;
+	uint32_t e = u >> 23;
+
+	if (e != 0)
+		return (int)e - 127;
+	/* subnormal: m * 2^-149 */
+	return (31 - __builtin_clz(u)) - 149;
+}
+
+uint8_t st_mxfp4_scale_for_amax(float amax)
+{
+	int b;
+
+	if (isnan(amax))
+		return 255;
+	amax = fabsf(amax);
+	if (amax == 0.0f)
+		return 0;
+	if (isinf(amax))
+		return 254;
+	b = f32_floor_log2(amax) - 2 + 127;
+	if (b < 0)
+		b = 0;
+	if (b > 254)
+		b = 254;
+	return (uint8_t)b;
+}
+
+/* --- MXFP4 --- */
+
+int st_mxfp4_quantize_row(const float *x, size_t n, uint8_t *ret_codes,
+			  uint8_t *ret_scales)
+{
+	if (n % ST_MXFP4_BLOCK)
+		return -EINVAL;
+	for (size_t blk = 0; blk < n / ST_MXFP4_BLOCK; blk++) {
+		const float *xb = x + blk * ST_MXFP4_BLOCK;
+		uint8_t *cb = ret_codes + blk * MXFP4_CODE_BYTES;
+		float amax = 0.0f;
+		int has_nan = 0;
+		uint8_t s;
+
+		for (int i = 0; i < ST_MXFP4_BLOCK; i++) {
+			if (isnan(xb[i]))
+				has_nan = 1;
+			else if (fabsf(xb[i]) > amax)
+				amax = fabsf(xb[i]);
+		}
+		s = has_nan ? 255 : st_mxfp4_scale_for_amax(amax);
+		ret_scales[blk] = s;
+		if (s == 255) { /* NaN scale: the whole block reads as NaN */
+			memset(cb, 0, MXFP4_CODE_BYTES);
+			continue;
+		}
+		/* x / 2^(s-127) == x * 2^(127-s) exactly: a power-of-two
+		 * scaling by ldexpf, never a division by a subnormal scale.
+		 * Results are >= 2^-149 * 2^(127-s) or they underflow only
+		 * when far below 0.25, where E2M1 gives 0 anyway. */
+		for (int j = 0; j < MXFP4_CODE_BYTES; j++) {
+			uint8_t lo = st_f32_to_e2m1(ldexpf(xb[2 * j], 127 - s));
+			uint8_t hi = st_f32_to_e2m1(ldexpf(xb[2 * j + 1],
+							   127 - s));
+			cb[j] = (uint8_t)(lo | (hi << 4));
+		}
+	}
+	return 0;
+}
+
+int st_mxfp4_dequantize_row(const uint8_t *codes, const uint8_t *scales,
+			    size_t n, enum st_fp4_layout layout, float *out)
+{
+	if (n % ST_MXFP4_BLOCK)
+		return -EINVAL;
+	if (layout != ST_FP4_LAYOUT_OCP && layout != ST_FP4_LAYOUT_GGUF)
+		return -EINVAL;
+	for (size_t blk = 0; blk < n / ST_MXFP4_BLOCK; blk++) {
+		const uint8_t *cb = codes + blk * MXFP4_CODE_BYTES;
+		float *ob = out + blk * ST_MXFP4_BLOCK;
+		float s = st_e8m0_to_f32(scales[blk]);
+
+		for (int j = 0; j < MXFP4_CODE_BYTES; j++) {
+			float lo = st_e2m1_to_f32(cb[j] & 0x0f) * s;
+			float hi = st_e2m1_to_f32(cb[j] >> 4) * s;
+
+			if (layout == ST_FP4_LAYOUT_OCP) {
+				ob[2 * j] = lo;
+				ob[2 * j + 1] = hi;
+			} else {
+				ob[j] = lo;
+				ob[j + MXFP4_CODE_BYTES] = hi;
+			}
+		}
+	}
+	return 0;
+}
+
+/* --- FP8 E4M3 (OFP8) --- */
+
+float st_e4m3_to_f32(uint8_t b)
+{
+	uint32_t e = (b >> 3) & 0xfu;
+	uint32_t m = b & 7u;
+	float v;
+
+	if (e == 15 && m == 7)
+		return (b & 0x80u) ? -NAN : NAN;
+	if (e == 0)
+		v = (float)m * 0x1p-9f; /* m/8 * 2^-6 */
+	else
+		v = bits_f32(((e + 120u) << 23) | (m << 20));
+	return (b & 0x80u) ? -v : v;
+}
+
+uint8_t st_f32_to_e4m3_sat(float x)
+{
+	uint32_t u = f32_bits(x);
+	uint8_t sign = (uint8_t)((u >> 24) & 0x80u);
+	uint32_t a = u & 0x7fffffffu;
+	uint32_t code;
+
+	if (a > 0x7f800000u)
+		return 0x7f;
+	if (a >= 0x43e00000u) /* >= 448 (inf too): saturate */
+		return sign | 0x7e;
+	if (a < 0x3c800000u) { /* below 2^-6: subnormal, units of 2^-9 */
+		uint32_t e = a >> 23;
+		uint32_t m = (a & 0x7fffffu) | 0x800000u;
+
+		/* value = m * 2^(e-150); in units of 2^-9: m >> (141 - e) */
+		if (e < 116) /* < 2^-11 = a quarter unit: rounds to 0 */
+			return sign;
+		return sign | (uint8_t)shift_rne(m, 141 - e);
+	}
+	/* normal: rebias 127 -> 7, keep 3 mantissa bits */
+	code = shift_rne(a - (120u << 23), 20);
+	if (code > 0x7e) /* cannot happen below 448; kept as a guard */
+		code = 0x7e;
+	return sign | (uint8_t)code;
+}
+
+int st_convert_to_f32(enum st_dtype dt, const void *src, size_t n, float *out)
+{
+	const uint8_t *p = src;
+
+	switch (dt) {
+	case ST_DTYPE_F32:
+		memcpy(out, src, n * sizeof(float));
+		return 0;
+	case ST_DTYPE_F16:
+		for (size_t i = 0; i < n; i++)
+			out[i] = st_f16_to_f32((uint16_t)(p[2 * i] |
+							 (p[2 * i + 1] << 8)));
+		return 0;
+	case ST_DTYPE_BF16:
+		for (size_t i = 0; i < n; i++)
+			out[i] = st_bf16_to_f32((uint16_t)(p[2 * i] |
+							  (p[2 * i + 1] << 8)));
+		return 0;
+	case ST_DTYPE_F8_E4M3:
+		for (size_t i = 0; i < n; i++)
+			out[i] = st_e4m3_to_f32(p[i]);
+		return 0;
+	default:
+		return -ST_E_UNSUPPORTED;
+	}
+}
