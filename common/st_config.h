@@ -37,24 +37,44 @@ struct st_model_config {
 	float rms_norm_eps;
 	double rope_theta;
 	int max_position_embeddings;
-	int bos_token_id;        /* -1 if none */
+	int bos_token_id;        /* config value (family default: mixtral 1,
+				  * qwen3_moe none); -1 if none.  Whether a
+				  * BOS is prepended is the tokenizer's
+				  * business, not this field's. */
 	int n_eos;
 	int eos_token_ids[ST_MAX_EOS]; /* from config.json and generation_config.json */
 };
 
 /*
- * Parses config.json text.  `source` names the file in messages.
- * Validates: known architecture (else -ST_E_UNSUPPORTED naming it), positive
- * sizes, n_heads % n_kv_heads == 0, top_k <= n_experts, every MoE layer
- * (qwen3_moe: decoder_sparse_step 1 and mlp_only_layers empty, else
- * -ST_E_UNSUPPORTED), no sliding window, no rope scaling.
- * Returns 0 or a negative code with diag.
+ * Parses config.json text (NUL-terminated).  `source` names the file in
+ * messages.  The family comes from architectures[0] (else model_type); both
+ * must agree when present.
+ * Required keys (-ST_E_CONFIG naming the key when missing): hidden_size,
+ * num_hidden_layers, num_attention_heads, num_key_value_heads, vocab_size,
+ * num_experts_per_tok, the expert count (any alias of MODEL_FAMILIES.md
+ * 0.3; several must agree), the expert width (mixtral intermediate_size,
+ * qwen3_moe moe_intermediate_size).  Other keys take the family's HF
+ * default when missing: rms_norm_eps (1e-5 / 1e-6), rope_theta (1e6 /
+ * 1e4), max_position_embeddings, norm_topk_prob (qwen3_moe false),
+ * tie_word_embeddings (false), bos/eos (mixtral 1/2, qwen3_moe none).
+ * Validates: known architecture (else -ST_E_UNSUPPORTED naming it and the
+ * supported ones), sizes in [1, 2^30], even head_dim, n_heads % n_kv_heads
+ * == 0, top_k <= n_experts, token ids inside the vocabulary, at most
+ * ST_MAX_EOS distinct EOS ids (-ST_E_LIMIT), hidden_act silu, no attention
+ * bias, every layer MoE (qwen3_moe: decoder_sparse_step 1 and
+ * mlp_only_layers empty), no sliding window shorter than the context, no
+ * RoPE scaling (rope_scaling / rope_parameters of a type other than
+ * "default": -ST_E_UNSUPPORTED; rope_parameters.rope_theta is read).
+ * Returns 0, -ST_E_FORMAT (not JSON), -ST_E_CONFIG, -ST_E_UNSUPPORTED or
+ * -ST_E_LIMIT, with diag.
  */
 int st_config_parse(const char *json_text, const char *source,
 		    struct st_model_config *ret, struct st_diag *diag);
 
-/* Reads DIR/config.json (and DIR/generation_config.json for extra EOS ids if
- * present) and parses it.  0 or negative code with diag. */
+/* Reads DIR/config.json (and DIR/generation_config.json if present, whose
+ * eos_token_id, int or list, is merged after config.json's without
+ * duplicates) and parses it.  0 or negative code with diag (-errno of the
+ * read of config.json, or st_config_parse's codes for either file). */
 int st_config_load(const char *dir, struct st_model_config *ret,
 		   struct st_diag *diag);
 
@@ -65,17 +85,23 @@ enum st_expert_mat { ST_EXPERT_GATE = 0, ST_EXPERT_UP = 1, ST_EXPERT_DOWN = 2 };
  * Checkpoint tensor name of one expert matrix, per family:
  *  mixtral   model.layers.L.block_sparse_moe.experts.E.{w1,w3,w2}.weight
  *  qwen3_moe model.layers.L.mlp.experts.E.{gate,up,down}_proj.weight
- * Writes into buf (len bytes).  Returns 0 or -ENAMETOOLONG.
+ * Writes into buf (len bytes).  Returns 0, -ENAMETOOLONG, or -EINVAL for a
+ * layer / expert / matrix out of range.
  */
 int st_expert_tensor_name(const struct st_model_config *cfg, int layer,
 			  int expert, enum st_expert_mat m, char *buf,
 			  size_t len);
 
 /*
- * Name of a dense tensor by role, per family.  `layer` is ignored for
- * global roles.  Returns 0, -ENAMETOOLONG, or -ST_E_NOTFOUND when the family
- * has no such tensor (q_norm on mixtral; lm_head when tied returns the
- * embedding's name).
+ * Name of a dense tensor by role, per family (MODEL_FAMILIES.md 2.2, 4.2):
+ * model.embed_tokens.weight, model.norm.weight, lm_head.weight (when tied:
+ * model.embed_tokens.weight), and under model.layers.L.: input_layernorm,
+ * self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm (qwen3_moe),
+ * post_attention_layernorm, router block_sparse_moe.gate (mixtral) or
+ * mlp.gate (qwen3_moe), each + ".weight".  `layer` is ignored for global
+ * roles.  Returns 0, -ENAMETOOLONG, -EINVAL (layer or role out of range),
+ * or -ST_E_NOTFOUND when the family has no such tensor (q_norm/k_norm on
+ * mixtral).
  */
 enum st_dense_role {
 	ST_T_EMBED = 0, ST_T_FINAL_NORM, ST_T_LM_HEAD,
@@ -90,6 +116,10 @@ int st_dense_tensor_name(const struct st_model_config *cfg,
 /*
  * Expected shape [rows, cols] (or [n] with cols = 0 for vectors) of a dense
  * role or expert matrix, from the config; used to validate checkpoints.
+ * Roles the family lacks (q_norm on mixtral) give [0, 0].
+ * Q [n_heads*head_dim, H], K/V [n_kv_heads*head_dim, H], O [H,
+ * n_heads*head_dim], norms [H], q/k norms [head_dim], router [E, H],
+ * embed/lm_head [V, H]; expert gate/up [I, H], down [H, I].
  */
 void st_dense_tensor_shape(const struct st_model_config *cfg,
 			   enum st_dense_role role, int64_t *ret_rows,
