@@ -1,0 +1,68 @@
+/*
+ * cw_backend.h — the compute backend interface of computed: a table of
+ * functions (ggml-style) so a CUDA backend can slot in beside the CPU one.
+ *
+ * Every op works on float32 activations.  Weights are described by a
+ * struct cw_wview: a matrix [rows, cols] row-major ([out, in] as in the
+ * checkpoint), in F32, BF16 or MXFP4 (codes + E8M0 scales, OCP layout,
+ * 32-element blocks along cols).  Reference mode (DESIGN.md section 6a):
+ * each output element is one sequential dot product in input order, so the
+ * result does not depend on batch composition, chunking or thread count.
+ */
+#ifndef CW_BACKEND_H
+#define CW_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "st_formats.h"
+
+/* A read-only view of a weight matrix (borrowed memory). */
+struct cw_wview {
+	enum st_dtype dtype;   /* ST_DTYPE_F32, ST_DTYPE_BF16, ST_DTYPE_MXFP4 */
+	const void *data;      /* elements, or MXFP4 codes */
+	const uint8_t *scales; /* MXFP4 E8M0 scales (rows * cols / 32), else NULL */
+	int64_t rows, cols;
+};
+
+enum cw_op {
+	CW_OP_MATVEC = 0,  /* y[rows] = W x[cols] */
+	CW_OP_RMSNORM,
+	CW_OP_ROPE,
+	CW_OP_ATTENTION,
+	CW_OP_COUNT
+};
+
+struct cw_backend_ops {
+	const char *name;
+	/* 1 if the backend implements op for weights of dtype (or any dtype
+	 * when the op takes no weights). */
+	int (*supports)(enum cw_op op, enum st_dtype dtype);
+	/*
+	 * y[r] = sum_c W[r][c] * x[c] for r in [row_begin, row_end).
+	 * x has W->cols floats, y has W->rows floats (only the range written).
+	 */
+	void (*matvec)(const struct cw_wview *w, const float *x, float *y,
+		       int64_t row_begin, int64_t row_end);
+	/*
+	 * y = w * x / sqrt(mean(x^2) + eps) over n elements (eps inside the
+	 * square root; MODEL_FAMILIES.md 0.4).  weight is F32 or BF16 (wdtype).
+	 * x and y may alias.
+	 */
+	void (*rmsnorm)(const float *x, const void *weight, enum st_dtype wdtype,
+			int n, float eps, float *y);
+	/*
+	 * Half-split (rotate_half / NeoX) RoPE in place on n_heads heads of
+	 * head_dim floats at position pos, theta base (MODEL_FAMILIES.md 0.5):
+	 * pairs (i, i + d/2) rotated by pos * theta^(-2i/d).
+	 */
+	void (*rope)(float *x, int n_heads, int head_dim, int pos, double theta);
+};
+
+/* The portable C backend (reference mode). */
+const struct cw_backend_ops *cw_backend_cpu(void);
+
+/* SiLU(g) * u elementwise into out (n floats): silu(z) = z / (1 + e^-z). */
+void cw_swiglu(const float *gate, const float *up, int n, float *out);
+
+#endif

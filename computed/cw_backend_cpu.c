@@ -1,0 +1,178 @@
+/*
+ * cw_backend_cpu.c — the portable C backend: the reference every other
+ * kernel is tested against.  Plain loops, float32 accumulation in input
+ * order (a fixed reduction order, DESIGN.md 6a).
+ */
+#include "cw_backend.h"
+
+#include <math.h>
+#include <string.h>
+
+static inline float bf16_to_f32(uint16_t h)
+{
+	uint32_t u = (uint32_t)h << 16;
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static void matvec_f32(const struct cw_wview *w, const float *x, float *y,
+		       int64_t r0, int64_t r1)
+{
+	const float *W = w->data;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const float *row = W + r * w->cols;
+		float acc = 0.0f;
+
+		for (int64_t c = 0; c < w->cols; c++)
+			acc += row[c] * x[c];
+		y[r] = acc;
+	}
+}
+
+static void matvec_bf16(const struct cw_wview *w, const float *x, float *y,
+			int64_t r0, int64_t r1)
+{
+	const uint16_t *W = w->data;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const uint16_t *row = W + r * w->cols;
+		float acc = 0.0f;
+
+		for (int64_t c = 0; c < w->cols; c++)
+			acc += bf16_to_f32(row[c]) * x[c];
+		y[r] = acc;
+	}
+}
+
+/* E2M1 code -> value (OCP MX v1.0 table). */
+static const float k_e2m1[16] = { 0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
+				  4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
+				  -2.0f, -3.0f, -4.0f, -6.0f };
+
+static inline float e8m0_to_f32(uint8_t b)
+{
+	/* 2^(b-127); b == 0 is the subnormal 2^-127; 255 is NaN. */
+	uint32_t u;
+	float f;
+
+	if (b == 255)
+		return NAN;
+	u = b ? (uint32_t)b << 23 : 0x00400000u;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+static void matvec_mxfp4(const struct cw_wview *w, const float *x, float *y,
+			 int64_t r0, int64_t r1)
+{
+	const uint8_t *codes = w->data;
+	const int64_t nb = w->cols / 32;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const uint8_t *rc = codes + r * (w->cols / 2);
+		const uint8_t *rs = w->scales + r * nb;
+		float acc = 0.0f;
+
+		for (int64_t b = 0; b < nb; b++) {
+			const float s = e8m0_to_f32(rs[b]);
+			const uint8_t *bc = rc + b * 16;
+			const float *bx = x + b * 32;
+
+			/* Dequantized weight = code value * scale (exact in
+			 * float32), then multiplied by x: the same products
+			 * as a dense F32 matvec on the dequantized matrix. */
+			for (int j = 0; j < 16; j++) {
+				acc += (k_e2m1[bc[j] & 15] * s) * bx[2 * j];
+				acc += (k_e2m1[bc[j] >> 4] * s) * bx[2 * j + 1];
+			}
+		}
+		y[r] = acc;
+	}
+}
+
+static void cpu_matvec(const struct cw_wview *w, const float *x, float *y,
+		       int64_t r0, int64_t r1)
+{
+	switch (w->dtype) {
+	case ST_DTYPE_F32: matvec_f32(w, x, y, r0, r1); break;
+	case ST_DTYPE_BF16: matvec_bf16(w, x, y, r0, r1); break;
+	case ST_DTYPE_MXFP4: matvec_mxfp4(w, x, y, r0, r1); break;
+	default:
+		for (int64_t r = r0; r < r1; r++)
+			y[r] = NAN;
+		break;
+	}
+}
+
+static void cpu_rmsnorm(const float *x, const void *weight,
+			enum st_dtype wdtype, int n, float eps, float *y)
+{
+	double ss = 0.0;
+	float inv;
+
+	for (int i = 0; i < n; i++)
+		ss += (double)x[i] * x[i];
+	inv = (float)(1.0 / sqrt(ss / n + (double)eps));
+	for (int i = 0; i < n; i++) {
+		float wv = wdtype == ST_DTYPE_BF16 ?
+				   bf16_to_f32(((const uint16_t *)weight)[i]) :
+				   ((const float *)weight)[i];
+
+		y[i] = wv * (x[i] * inv);
+	}
+}
+
+static void cpu_rope(float *x, int n_heads, int head_dim, int pos,
+		     double theta)
+{
+	const int half = head_dim / 2;
+
+	for (int i = 0; i < half; i++) {
+		/* inv_freq in float32 as HF computes it, angle in double then
+		 * rounded: keeps cos/sin within float32 rounding of HF's. */
+		double inv_freq = pow(theta, -2.0 * i / head_dim);
+		double ang = (double)pos * inv_freq;
+		float c = (float)cos(ang), s = (float)sin(ang);
+
+		for (int h = 0; h < n_heads; h++) {
+			float *v = x + (size_t)h * head_dim;
+			float a = v[i], b = v[i + half];
+
+			v[i] = a * c - b * s;
+			v[i + half] = b * c + a * s;
+		}
+	}
+}
+
+static int cpu_supports(enum cw_op op, enum st_dtype dt)
+{
+	if (op == CW_OP_MATVEC)
+		return dt == ST_DTYPE_F32 || dt == ST_DTYPE_BF16 ||
+		       dt == ST_DTYPE_MXFP4;
+	return op < CW_OP_COUNT;
+}
+
+static const struct cw_backend_ops k_cpu_ops = {
+	.name = "cpu",
+	.supports = cpu_supports,
+	.matvec = cpu_matvec,
+	.rmsnorm = cpu_rmsnorm,
+	.rope = cpu_rope,
+};
+
+const struct cw_backend_ops *cw_backend_cpu(void)
+{
+	return &k_cpu_ops;
+}
+
+void cw_swiglu(const float *gate, const float *up, int n, float *out)
+{
+	for (int i = 0; i < n; i++) {
+		float g = gate[i];
+
+		out[i] = (g / (1.0f + expf(-g))) * up[i];
+	}
+}

@@ -1,0 +1,290 @@
+/* cw_gen.c — see cw_gen.h. */
+#include "cw_gen.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "st_util.h"
+
+struct cw_gen {
+	struct cw_model *model;          /* borrowed */
+	const struct st_tokenizer *tok;  /* borrowed */
+	struct kv_client *kv;            /* borrowed */
+	uint32_t seq;
+	int have_seq;
+	int32_t *ids;                    /* prompt then generated, owned */
+	int n_prompt, n_gen, cap_ids, max_tokens;
+	struct cw_gen_params p;
+	char *stop[CW_GEN_MAX_STOP];     /* owned copies */
+	struct cw_sampler sampler;
+	struct st_detok detok;
+	char *held;                      /* text held back for stop strings */
+	size_t held_len, held_cap;
+	float *logits;                   /* vocab_size, owned */
+	enum cw_finish finish;
+	uint64_t prefill_ns, decode_ns;
+};
+
+int cw_gen_n_prompt(const struct cw_gen *g) { return g->n_prompt; }
+int cw_gen_n_generated(const struct cw_gen *g) { return g->n_gen; }
+const int32_t *cw_gen_prompt_ids(const struct cw_gen *g) { return g->ids; }
+uint64_t cw_gen_prefill_ns(const struct cw_gen *g) { return g->prefill_ns; }
+uint64_t cw_gen_decode_ns(const struct cw_gen *g) { return g->decode_ns; }
+
+void cw_gen_free(struct cw_gen *g)
+{
+	if (!g)
+		return;
+	if (g->have_seq)
+		kv_client_seq_free(g->kv, g->seq);
+	for (int i = 0; i < CW_GEN_MAX_STOP; i++)
+		free(g->stop[i]);
+	cw_sampler_fini(&g->sampler);
+	free(g->ids);
+	free(g->held);
+	free(g->logits);
+	free(g);
+}
+
+int cw_gen_start(struct cw_model *model, const struct st_tokenizer *tok,
+		 struct kv_client *kv, const char *prompt, size_t prompt_len,
+		 const struct cw_gen_params *p, struct cw_gen **ret,
+		 struct st_diag *diag)
+{
+	const struct st_model_config *c = cw_model_config(model);
+	struct cw_gen *g = calloc(1, sizeof(*g));
+	int32_t *ids = NULL;
+	size_t n_ids = 0;
+	int r;
+
+	if (!g)
+		return -ENOMEM;
+	g->model = model;
+	g->tok = tok;
+	g->kv = kv;
+	g->p = *p;
+	if (p->n_stop < 0 || p->n_stop > CW_GEN_MAX_STOP) {
+		free(g);
+		return st_diag_set(diag, -EINVAL, "at most %d stop strings",
+				   CW_GEN_MAX_STOP);
+	}
+	for (int i = 0; i < p->n_stop; i++) {
+		if (!p->stop[i] || !*p->stop[i]) {
+			cw_gen_free(g);
+			return st_diag_set(diag, -EINVAL, "empty stop string");
+		}
+		g->stop[i] = strdup(p->stop[i]);
+		if (!g->stop[i]) {
+			cw_gen_free(g);
+			return -ENOMEM;
+		}
+		g->p.stop[i] = g->stop[i];
+	}
+	r = cw_sampler_init(&g->sampler, &p->sampler);
+	if (r < 0) {
+		cw_gen_free(g);
+		return st_diag_set(diag, r, "invalid sampling parameters");
+	}
+	r = st_tokenizer_encode(tok, prompt, prompt_len, p->add_special,
+				p->parse_special, &ids, &n_ids);
+	if (r < 0) {
+		cw_gen_free(g);
+		return st_diag_set(diag, r, "cannot encode the prompt: %s",
+				   st_strerror(r));
+	}
+	if (n_ids == 0) {
+		free(ids);
+		cw_gen_free(g);
+		return st_diag_set(diag, -EINVAL,
+				   "the prompt encodes to no tokens; give some "
+				   "text");
+	}
+	if (n_ids >= (size_t)c->max_position_embeddings) {
+		free(ids);
+		cw_gen_free(g);
+		return st_diag_set(diag, -ST_E_LIMIT,
+				   "prompt of %zu tokens does not fit the "
+				   "model's context of %d tokens", n_ids,
+				   c->max_position_embeddings);
+	}
+	g->max_tokens = p->max_tokens;
+	if (g->max_tokens < 0)
+		g->max_tokens = 0;
+	if ((size_t)g->max_tokens > (size_t)c->max_position_embeddings - n_ids)
+		g->max_tokens = c->max_position_embeddings - (int)n_ids;
+	g->cap_ids = (int)n_ids + g->max_tokens + 1;
+	g->ids = malloc(sizeof(int32_t) * (size_t)g->cap_ids);
+	g->logits = malloc(sizeof(float) * (size_t)c->vocab_size);
+	if (!g->ids || !g->logits) {
+		free(ids);
+		cw_gen_free(g);
+		return -ENOMEM;
+	}
+	memcpy(g->ids, ids, sizeof(int32_t) * n_ids);
+	free(ids);
+	g->n_prompt = (int)n_ids;
+	r = kv_client_seq_create(kv, &g->seq, diag);
+	if (r < 0) {
+		cw_gen_free(g);
+		return r;
+	}
+	g->have_seq = 1;
+	st_detok_init(&g->detok, tok, 1);
+	*ret = g;
+	return 0;
+}
+
+static int is_eos(const struct cw_gen *g, int32_t id)
+{
+	const struct st_model_config *c = cw_model_config(g->model);
+
+	for (int i = 0; i < c->n_eos; i++)
+		if (c->eos_token_ids[i] == id)
+			return 1;
+	return id == st_tokenizer_eos_id(g->tok);
+}
+
+static int held_append(struct cw_gen *g, const char *s, size_t n)
+{
+	if (g->held_len + n + 1 > g->held_cap) {
+		size_t cap = (g->held_len + n + 1) * 2;
+		char *h = realloc(g->held, cap);
+
+		if (!h)
+			return -ENOMEM;
+		g->held = h;
+		g->held_cap = cap;
+	}
+	memcpy(g->held + g->held_len, s, n);
+	g->held_len += n;
+	g->held[g->held_len] = 0;
+	return 0;
+}
+
+/* Moves the part of the held text that can no longer start a stop string
+ * into out; detects a complete stop string. */
+static size_t release_text(struct cw_gen *g, char *out, size_t cap, int final)
+{
+	size_t emit = g->held_len, n;
+
+	for (int i = 0; i < g->p.n_stop; i++) {
+		const char *hit = strstr(g->held, g->stop[i]);
+
+		if (hit && (size_t)(hit - g->held) <= emit) {
+			emit = (size_t)(hit - g->held);
+			g->finish = CW_FINISH_STOP;
+		}
+	}
+	if (g->finish != CW_FINISH_STOP && !final) {
+		/* hold back the longest suffix that is a prefix of a stop */
+		for (int i = 0; i < g->p.n_stop; i++) {
+			size_t sl = strlen(g->stop[i]);
+
+			for (size_t k = ST_MIN(sl - 1, g->held_len); k > 0; k--) {
+				if (!memcmp(g->held + g->held_len - k,
+					    g->stop[i], k)) {
+					if (g->held_len - k < emit)
+						emit = g->held_len - k;
+					break;
+				}
+			}
+		}
+	}
+	n = ST_MIN(emit, cap - 1);
+	memcpy(out, g->held, n);
+	out[n] = 0;
+	if (g->finish == CW_FINISH_STOP) {
+		g->held_len = 0;
+	} else {
+		memmove(g->held, g->held + n, g->held_len - n);
+		g->held_len -= n;
+	}
+	if (g->held)
+		g->held[g->held_len] = 0;
+	return n;
+}
+
+int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
+		enum cw_finish *ret_finish, struct st_diag *diag)
+{
+	const struct st_model_config *c = cw_model_config(g->model);
+	uint64_t t0 = st_now_ns();
+	char piece[512];
+	int32_t tok;
+	int r, n;
+
+	*ret_token = -1;
+	out[0] = 0;
+	if (g->finish != CW_FINISH_NONE) {
+		*ret_finish = g->finish;
+		return 0;
+	}
+	if (g->max_tokens == 0) {
+		g->finish = CW_FINISH_LENGTH;
+		*ret_finish = g->finish;
+		return 0;
+	}
+	if (g->n_gen == 0) {
+		for (int p0 = 0; p0 < g->n_prompt; p0 += CW_PREFILL_CHUNK) {
+			int cn = ST_MIN(CW_PREFILL_CHUNK, g->n_prompt - p0);
+
+			r = cw_model_eval(g->model, g->seq, (uint32_t)p0,
+					  g->ids + p0, cn, NULL,
+					  p0 + cn == g->n_prompt ? g->logits :
+								   NULL,
+					  diag);
+			if (r < 0)
+				goto fail;
+		}
+	} else {
+		int pos = g->n_prompt + g->n_gen - 1;
+
+		r = cw_model_eval(g->model, g->seq, (uint32_t)pos,
+				  g->ids + pos, 1, NULL, g->logits, diag);
+		if (r < 0)
+			goto fail;
+	}
+	r = cw_sampler_sample(&g->sampler, g->logits, c->vocab_size);
+	if (r < 0)
+		goto fail;
+	tok = r;
+	g->ids[g->n_prompt + g->n_gen] = tok;
+	g->n_gen++;
+	*ret_token = tok;
+	if (!g->p.ignore_eos && is_eos(g, tok)) {
+		g->finish = CW_FINISH_EOS;
+		n = st_detok_flush(&g->detok, piece, sizeof(piece));
+	} else {
+		n = st_detok_push(&g->detok, tok, piece, sizeof(piece));
+		if (n >= 0 && g->n_gen >= g->max_tokens) {
+			int m = st_detok_flush(&g->detok, piece + n,
+					       sizeof(piece) - (size_t)n);
+			if (m > 0)
+				n += m;
+			g->finish = CW_FINISH_LENGTH;
+		}
+	}
+	if (n < 0) {
+		r = n;
+		goto fail;
+	}
+	r = held_append(g, piece, (size_t)n);
+	if (r < 0)
+		goto fail;
+	{
+		enum cw_finish before = g->finish;
+		size_t len = release_text(g, out, cap, before != CW_FINISH_NONE);
+
+		if (g->n_gen == 1)
+			g->prefill_ns += st_now_ns() - t0;
+		else
+			g->decode_ns += st_now_ns() - t0;
+		*ret_finish = g->finish;
+		return (int)len;
+	}
+fail:
+	g->finish = CW_FINISH_ERROR;
+	*ret_finish = g->finish;
+	return r;
+}

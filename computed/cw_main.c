@@ -1,0 +1,528 @@
+/*
+ * cw_main.c — the computed daemon: owns the dense weights, the compute
+ * backend and the request API of this slice (nanomsg REP socket
+ * <run_dir>/computed.ctl; the HTTP API comes later).  Reads top to bottom:
+ * parse options, connect to expertd and kvd, open the model, serve, tear
+ * down.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cw_gen.h"
+#include "cw_model.h"
+#include "cw_proto.h"
+#include "es_client.h"
+#include "kv_client.h"
+#include "st_daemon.h"
+#include "st_log.h"
+#include "st_msg.h"
+#include "st_store.h"
+#include "st_tokenizer.h"
+#include "st_util.h"
+
+#define CW_MAX_GENS 64
+#define CW_GEN_IDLE_NS (300ull * 1000000000ull) /* reclaim abandoned ones */
+
+struct cw_gen_slot {
+	struct cw_gen *gen;       /* owned; NULL when free */
+	uint32_t id;
+	uint64_t last_use_ns;
+};
+
+struct cw_daemon {
+	char instance[64];
+	char run_dir[4096];
+	char store_dir[4096];
+	struct cw_model_opts mopts;
+	int timeout_ms;
+	int connect_timeout_ms;
+	struct es_client *es;
+	struct kv_client *kv;
+	struct cw_model *model;
+	struct st_tokenizer *tok;
+	struct st_sock rep, pub;
+	int sigfd;
+	int stop;
+	struct cw_gen_slot gens[CW_MAX_GENS];
+	uint32_t next_gen_id;
+	uint64_t n_generations, prompt_tokens, generated_tokens;
+	uint64_t prefill_ns, decode_ns;
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"Usage: computed --store DIR [options]\n"
+"\n"
+"The compute worker of a strata instance: dense weights, CPU kernels,\n"
+"generation.  Needs expertd and kvd of the same instance running.\n"
+"\n"
+"Options:\n"
+"  --store DIR            strata store (made by 'strata convert')\n"
+"  --instance NAME        instance name (default: %s)\n"
+"  --run-dir DIR          run directory (default: per instance, see docs)\n"
+"  --kv-dtype TYPE        KV rows: f32 (reference mode, default), f16, bf16\n"
+"  --page-rows N          KV rows per page (default 16)\n"
+"  --connect-timeout SEC  wait this long for expertd/kvd (default 30)\n"
+"  -h, --help             this text\n"
+"\n"
+"Stops cleanly on SIGTERM/SIGINT or a SHUTDOWN request.\n",
+		ST_DEFAULT_INSTANCE);
+}
+
+static int parse_args(struct cw_daemon *d, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "store", required_argument, NULL, 's' },
+		{ "instance", required_argument, NULL, 'i' },
+		{ "run-dir", required_argument, NULL, 'r' },
+		{ "kv-dtype", required_argument, NULL, 'k' },
+		{ "page-rows", required_argument, NULL, 'p' },
+		{ "connect-timeout", required_argument, NULL, 'c' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	int c;
+
+	snprintf(d->instance, sizeof(d->instance), "%s", ST_DEFAULT_INSTANCE);
+	d->mopts.kv_dtype = ST_DTYPE_F32;
+	d->mopts.page_rows = 16;
+	d->mopts.n_threads = 1;
+	d->timeout_ms = 10000;
+	d->connect_timeout_ms = 30000;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 's': snprintf(d->store_dir, sizeof(d->store_dir), "%s", optarg); break;
+		case 'i': snprintf(d->instance, sizeof(d->instance), "%s", optarg); break;
+		case 'r': snprintf(d->run_dir, sizeof(d->run_dir), "%s", optarg); break;
+		case 'k':
+			if (!strcmp(optarg, "f32"))
+				d->mopts.kv_dtype = ST_DTYPE_F32;
+			else if (!strcmp(optarg, "f16"))
+				d->mopts.kv_dtype = ST_DTYPE_F16;
+			else if (!strcmp(optarg, "bf16"))
+				d->mopts.kv_dtype = ST_DTYPE_BF16;
+			else {
+				st_err("--kv-dtype must be f32, f16 or bf16, "
+				       "not '%s'", optarg);
+				return -EINVAL;
+			}
+			break;
+		case 'p': {
+			long v = strtol(optarg, NULL, 10);
+
+			if (v < 1 || v > 4096) {
+				st_err("--page-rows must be 1..4096");
+				return -EINVAL;
+			}
+			d->mopts.page_rows = (uint32_t)v;
+			break;
+		}
+		case 'c': {
+			long v = strtol(optarg, NULL, 10);
+
+			if (v < 1 || v > 3600) {
+				st_err("--connect-timeout must be 1..3600 s");
+				return -EINVAL;
+			}
+			d->connect_timeout_ms = (int)v * 1000;
+			break;
+		}
+		case 'h': usage(stdout); exit(0);
+		default: usage(stderr); return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		st_err("unexpected argument '%s' (see --help)", argv[optind]);
+		return -EINVAL;
+	}
+	if (!d->store_dir[0]) {
+		st_err("--store DIR is required (see --help)");
+		return -EINVAL;
+	}
+	if (!d->run_dir[0] &&
+	    st_run_dir_default(d->instance, d->run_dir, sizeof(d->run_dir)) < 0)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+/* Connects to expertd and kvd, waiting for them to come up. */
+static int connect_tiers(struct cw_daemon *d)
+{
+	uint64_t deadline = st_now_ns() + (uint64_t)d->connect_timeout_ms * 1000000ull;
+	struct st_diag diag = { "" };
+	int r;
+
+	for (;;) {
+		if (!d->es)
+			r = es_client_open(d->run_dir, d->instance, "computed",
+					   d->timeout_ms, &d->es, &diag);
+		else
+			r = 0;
+		if (r == 0 && !d->kv)
+			r = kv_client_open(d->run_dir, d->instance, "computed",
+					   d->timeout_ms, &d->kv, &diag);
+		if (r == 0)
+			return 0;
+		if (st_now_ns() > deadline || st_stop_signals_pending(d->sigfd)) {
+			st_err("cannot reach %s of instance '%s' in %s: %s (%s); "
+			       "start it first (strata up)",
+			       d->es ? "kvd" : "expertd", d->instance,
+			       d->run_dir, diag.msg, st_strerror(r));
+			return r;
+		}
+		st_sleep_ns(100000000ull);
+	}
+}
+
+static struct cw_gen_slot *find_gen(struct cw_daemon *d, uint32_t id)
+{
+	for (int i = 0; i < CW_MAX_GENS; i++)
+		if (d->gens[i].gen && d->gens[i].id == id)
+			return &d->gens[i];
+	return NULL;
+}
+
+static void end_gen(struct cw_daemon *d, struct cw_gen_slot *s)
+{
+	d->prefill_ns += cw_gen_prefill_ns(s->gen);
+	d->decode_ns += cw_gen_decode_ns(s->gen);
+	cw_gen_free(s->gen);
+	s->gen = NULL;
+}
+
+static int reply_error(struct cw_daemon *d, const struct st_msg_header *h,
+		       int err, const char *msg)
+{
+	struct st_wbuf w;
+	int r;
+
+	st_wbuf_init(&w);
+	st_wbuf_str(&w, msg);
+	r = st_rpc_reply(&d->rep, h, err, w.data, w.len);
+	st_wbuf_fini(&w);
+	return r;
+}
+
+static int handle_gen_start(struct cw_daemon *d, const struct st_msg_header *h,
+			    const uint8_t *p)
+{
+	struct cw_gen_start_msg m;
+	struct cw_gen_params gp = { 0 };
+	struct st_diag diag = { "" };
+	struct cw_gen_slot *slot = NULL;
+	struct st_wbuf w;
+	int r;
+
+	r = cw_gen_start_msg_decode(p, h->payload_len, &m);
+	if (r < 0)
+		return reply_error(d, h, r, "malformed GEN_START message");
+	for (int i = 0; i < CW_MAX_GENS; i++)
+		if (!d->gens[i].gen) {
+			slot = &d->gens[i];
+			break;
+		}
+	if (!slot) {
+		cw_gen_start_msg_free(&m);
+		return reply_error(d, h, -ST_E_BUSY,
+				   "too many generations in flight");
+	}
+	gp.max_tokens = (int)m.max_tokens;
+	gp.sampler.temperature = m.temperature;
+	gp.sampler.top_k = m.top_k;
+	gp.sampler.top_p = m.top_p;
+	gp.sampler.seed = m.seed;
+	gp.n_stop = (int)m.n_stop;
+	for (uint32_t i = 0; i < m.n_stop; i++)
+		gp.stop[i] = m.stop[i];
+	gp.add_special = !!(m.flags & CW_GEN_F_ADD_SPECIAL);
+	gp.parse_special = !!(m.flags & CW_GEN_F_PARSE_SPECIAL);
+	gp.ignore_eos = !!(m.flags & CW_GEN_F_IGNORE_EOS);
+	r = cw_gen_start(d->model, d->tok, d->kv, m.prompt, strlen(m.prompt),
+			 &gp, &slot->gen, &diag);
+	cw_gen_start_msg_free(&m);
+	if (r < 0)
+		return reply_error(d, h, r, diag.msg);
+	slot->id = ++d->next_gen_id;
+	slot->last_use_ns = st_now_ns();
+	d->n_generations++;
+	d->prompt_tokens += (uint64_t)cw_gen_n_prompt(slot->gen);
+	st_wbuf_init(&w);
+	st_wbuf_u32(&w, slot->id);
+	st_wbuf_u32(&w, (uint32_t)cw_gen_n_prompt(slot->gen));
+	r = st_rpc_reply(&d->rep, h, 0, w.data, w.len);
+	st_wbuf_fini(&w);
+	return r;
+}
+
+static int handle_gen_next(struct cw_daemon *d, const struct st_msg_header *h,
+			   const uint8_t *p)
+{
+	struct st_diag diag = { "" };
+	struct cw_gen_slot *s;
+	struct st_rbuf rb;
+	struct st_wbuf w;
+	enum cw_finish fin;
+	char text[2048];
+	uint32_t id;
+	int32_t tok;
+	uint64_t t0;
+	int r, n;
+
+	st_rbuf_init(&rb, p, h->payload_len);
+	if (st_rbuf_u32(&rb, &id) < 0 || st_rbuf_left(&rb))
+		return reply_error(d, h, -ST_E_PROTO, "malformed GEN_NEXT");
+	s = find_gen(d, id);
+	if (!s)
+		return reply_error(d, h, -ST_E_NOTFOUND,
+				   "no such generation (finished, ended or "
+				   "reclaimed)");
+	t0 = st_now_ns();
+	n = cw_gen_step(s->gen, text, sizeof(text), &tok, &fin, &diag);
+	s->last_use_ns = st_now_ns();
+	if (n < 0) {
+		st_err("generation %u failed: %s", id, diag.msg);
+		return reply_error(d, h, n, diag.msg);
+	}
+	if (tok >= 0)
+		d->generated_tokens++;
+	st_wbuf_init(&w);
+	st_wbuf_i32(&w, tok);
+	st_wbuf_u32(&w, (uint32_t)fin);
+	st_wbuf_u32(&w, (uint32_t)cw_gen_n_generated(s->gen));
+	st_wbuf_u64(&w, st_now_ns() - t0);
+	st_wbuf_str(&w, text);
+	r = st_rpc_reply(&d->rep, h, 0, w.data, w.len);
+	st_wbuf_fini(&w);
+	return r;
+}
+
+static int handle_gen_end(struct cw_daemon *d, const struct st_msg_header *h,
+			  const uint8_t *p)
+{
+	struct cw_gen_slot *s;
+	struct st_rbuf rb;
+	uint32_t id;
+
+	st_rbuf_init(&rb, p, h->payload_len);
+	if (st_rbuf_u32(&rb, &id) < 0 || st_rbuf_left(&rb))
+		return reply_error(d, h, -ST_E_PROTO, "malformed GEN_END");
+	s = find_gen(d, id);
+	if (s)
+		end_gen(d, s);
+	/* idempotent: ending an unknown id is not an error */
+	return st_rpc_reply(&d->rep, h, 0, NULL, 0);
+}
+
+static int handle_stats(struct cw_daemon *d, const struct st_msg_header *h)
+{
+	struct cw_stats_wire s = { 0 };
+	struct cw_read_stats rs;
+	struct es_stats es;
+	struct kv_stats kv;
+	struct st_wbuf w;
+	int r;
+
+	cw_model_read_stats(d->model, &rs);
+	s.pid = (int32_t)getpid();
+	s.peak_rss_bytes = st_peak_rss_bytes();
+	s.n_generations = d->n_generations;
+	s.prompt_tokens = d->prompt_tokens;
+	s.generated_tokens = d->generated_tokens;
+	s.prefill_ns = d->prefill_ns;
+	s.decode_ns = d->decode_ns;
+	for (int i = 0; i < CW_MAX_GENS; i++)
+		if (d->gens[i].gen) {
+			s.prefill_ns += cw_gen_prefill_ns(d->gens[i].gen);
+			s.decode_ns += cw_gen_decode_ns(d->gens[i].gen);
+		}
+	s.expert_bytes = rs.expert_bytes;
+	s.dense_bytes = rs.dense_bytes;
+	s.lm_head_bytes = rs.lm_head_bytes;
+	s.expert_stall_ns = rs.expert_stall_ns;
+	if (es_client_stats(d->es, &es) == 0) {
+		s.es_pid = es.pid;
+		s.es_hits = es.hits;
+		s.es_misses = es.misses;
+		s.es_evictions = es.evictions;
+		s.es_loads = es.loads;
+		s.es_load_bytes = es.load_bytes;
+		s.es_n_slots = es.n_slots;
+		s.es_slots_used = es.slots_used;
+		s.es_pool_bytes = es.pool_bytes;
+		s.es_budget_bytes = es.budget_bytes;
+	}
+	if (kv_client_stats(d->kv, &kv) == 0) {
+		s.kv_pid = kv.pid;
+		s.kv_pages_used = kv.pages_used;
+		s.kv_pages_peak = kv.pages_peak;
+		s.kv_n_pages = kv.n_pages;
+		s.kv_page_bytes = kv.page_bytes;
+		s.kv_pool_bytes = kv.pool_bytes;
+	}
+	st_wbuf_init(&w);
+	cw_stats_wire_encode(&w, &s);
+	r = st_rpc_reply(&d->rep, h, 0, w.data, w.len);
+	st_wbuf_fini(&w);
+	return r;
+}
+
+static void handle_message(struct cw_daemon *d, const uint8_t *buf, size_t len)
+{
+	struct st_msg_header h;
+	const uint8_t *p = buf + ST_PROTO_HEADER_BYTES;
+	struct st_wbuf w;
+	int r = st_proto_decode_header(buf, len, &h);
+
+	if (r < 0) {
+		/* answer even a malformed message, so the REQ side is not
+		 * left waiting; echo what we could read */
+		struct st_msg_header fake = { 0 };
+
+		if (len >= 16)
+			memcpy(&fake.type, buf + 6, 2), memcpy(&fake.request_id, buf + 8, 8);
+		st_warn("malformed message (%zu bytes): %s", len, st_strerror(r));
+		reply_error(d, &fake, r, "malformed message header");
+		return;
+	}
+	switch (h.type) {
+	case ST_MSG_PING:
+		st_wbuf_init(&w);
+		st_wbuf_u32(&w, (uint32_t)getpid());
+		st_wbuf_u64(&w, 1);
+		st_wbuf_u32(&w, 1);
+		st_rpc_reply(&d->rep, &h, 0, w.data, w.len);
+		st_wbuf_fini(&w);
+		break;
+	case ST_MSG_STATS:
+		handle_stats(d, &h);
+		break;
+	case ST_MSG_SHUTDOWN:
+		st_rpc_reply(&d->rep, &h, 0, NULL, 0);
+		d->stop = 1;
+		break;
+	case CW_MSG_GEN_START:
+		handle_gen_start(d, &h, p);
+		break;
+	case CW_MSG_GEN_NEXT:
+		handle_gen_next(d, &h, p);
+		break;
+	case CW_MSG_GEN_END:
+		handle_gen_end(d, &h, p);
+		break;
+	default:
+		reply_error(d, &h, -ST_E_PROTO, "unknown message type");
+		break;
+	}
+}
+
+static void reap_idle(struct cw_daemon *d)
+{
+	uint64_t now = st_now_ns();
+
+	for (int i = 0; i < CW_MAX_GENS; i++)
+		if (d->gens[i].gen &&
+		    now - d->gens[i].last_use_ns > CW_GEN_IDLE_NS) {
+			st_warn("generation %u idle for too long; freeing it",
+				d->gens[i].id);
+			end_gen(d, &d->gens[i]);
+		}
+}
+
+static int serve(struct cw_daemon *d)
+{
+	while (!d->stop) {
+		void *buf;
+		size_t len;
+		int r;
+
+		if (st_stop_signals_pending(d->sigfd))
+			break;
+		r = st_sock_recv(&d->rep, &buf, &len);
+		if (r == -ST_E_TIMEOUT || r == -EINTR) {
+			reap_idle(d);
+			continue;
+		}
+		if (r < 0) {
+			st_err("receive failed: %s", st_strerror(r));
+			return r;
+		}
+		handle_message(d, buf, len);
+		free(buf);
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct cw_daemon *d = calloc(1, sizeof(*d));
+	struct st_diag diag = { "" };
+	char path[4200];
+	int r;
+
+	st_log_set_name("computed");
+	if (!d)
+		return 1;
+	r = parse_args(d, argc, argv);
+	if (r < 0)
+		return 2;
+	d->sigfd = st_stop_signals_open();
+	if (d->sigfd < 0) {
+		st_err("signalfd: %s", st_strerror(d->sigfd));
+		return 1;
+	}
+	r = st_run_dir_prepare(d->run_dir, &diag);
+	if (r < 0) {
+		st_err("%s", diag.msg);
+		return 1;
+	}
+	r = connect_tiers(d);
+	if (r < 0)
+		goto out;
+	r = cw_model_open(d->store_dir, d->es, d->kv, &d->mopts, &d->model,
+			  &diag);
+	if (r < 0) {
+		st_err("cannot open the model: %s", diag.msg);
+		goto out;
+	}
+	r = st_tokenizer_load(d->store_dir, &d->tok, &diag);
+	if (r < 0) {
+		st_err("cannot load the tokenizer of %s: %s", d->store_dir,
+		       diag.msg);
+		goto out;
+	}
+	st_run_path(d->run_dir, "computed", "ctl", path, sizeof(path));
+	unlink(path); /* a stale socket file of a killed computed */
+	r = st_sock_open(&d->rep, ST_SOCK_REP, path, 5000, 100);
+	if (r < 0) {
+		st_err("cannot bind %s: %s", path, st_strerror(r));
+		goto out;
+	}
+	st_pidfile_write(d->run_dir, "computed");
+	st_info("ready: store %s, instance %s, KV %s, run dir %s",
+		d->store_dir, d->instance,
+		d->mopts.kv_dtype == ST_DTYPE_F32 ? "f32 (reference mode)" :
+		d->mopts.kv_dtype == ST_DTYPE_F16 ? "f16" : "bf16",
+		d->run_dir);
+	r = serve(d);
+	st_info("stopping");
+out:
+	for (int i = 0; i < CW_MAX_GENS; i++)
+		if (d->gens[i].gen)
+			end_gen(d, &d->gens[i]);
+	st_sock_close(&d->rep);
+	st_run_path(d->run_dir, "computed", "ctl", path, sizeof(path));
+	if (d->rep.url[0])
+		unlink(path);
+	st_pidfile_remove(d->run_dir, "computed");
+	st_tokenizer_free(d->tok);
+	cw_model_close(d->model);
+	kv_client_close(d->kv);
+	es_client_close(d->es);
+	free(d);
+	return r < 0 ? 1 : 0;
+}

@@ -1,0 +1,86 @@
+/*
+ * cw_model.h — the MoE decoder forward pass of computed (Mixtral and
+ * Qwen3-MoE families; MODEL_FAMILIES.md sections 0, 2, 4).
+ *
+ * Dense weights (embeddings, attention, norms, routers, LM head) are mapped
+ * from the store's dense.bin: computed owns them.  Expert weights are read
+ * only from expertd's host pool (es_client), never from the store files, so
+ * the host budget is real.  K and V rows live in kvd's page pool (kv_client):
+ * one stream per layer whose row holds K then V for every KV head.
+ *
+ * Reference mode (DESIGN.md 6a): float32 activations, weights dequantized
+ * exactly, each output element one sequential reduction, so logits do not
+ * depend on batching, chunking or which tier an expert came from.
+ */
+#ifndef CW_MODEL_H
+#define CW_MODEL_H
+
+#include <stdint.h>
+
+#include "cw_backend.h"
+#include "es_client.h"
+#include "kv_client.h"
+#include "st_config.h"
+#include "st_error.h"
+#include "st_store.h"
+
+/* Optional observer of routing decisions (tests, trace recording):
+ * experts[k] by descending weight, weights[k] as applied. */
+typedef void (*cw_route_fn)(void *arg, int layer, uint32_t pos,
+			    const int *experts, const float *weights, int k);
+
+/* Bytes of weights read, by kind (for the benchmark and the summary). */
+struct cw_read_stats {
+	uint64_t expert_bytes;
+	uint64_t dense_bytes;   /* attention, norms, routers, embeddings rows */
+	uint64_t lm_head_bytes;
+	uint64_t tokens;        /* token positions computed */
+	uint64_t expert_stall_ns; /* time waiting in es_client_acquire */
+};
+
+struct cw_model;
+
+struct cw_model_opts {
+	enum st_dtype kv_dtype;   /* ST_DTYPE_F32 (reference), F16, BF16 */
+	uint32_t page_rows;       /* KV rows per page (default 16) */
+	int n_threads;            /* matvec threads (1 = reference single) */
+};
+
+/*
+ * Opens the store at store_dir, maps dense.bin, and binds to the given
+ * expertd and kvd clients (borrowed: they must outlive the model).  Checks
+ * that expertd serves this store (store id) and declares the KV streams to
+ * kvd.  *ret owned by the caller (cw_model_close).
+ * Errors: -ST_E_FORMAT / -ST_E_CONFIG with diag, -ST_E_BUDGET from kvd.
+ */
+int cw_model_open(const char *store_dir, struct es_client *es,
+		  struct kv_client *kv, const struct cw_model_opts *opts,
+		  struct cw_model **ret, struct st_diag *diag);
+void cw_model_close(struct cw_model *m);
+
+const struct st_model_config *cw_model_config(const struct cw_model *m);
+const struct st_store *cw_model_store(const struct cw_model *m);
+
+/* Sets (or clears with NULL) the routing observer. */
+void cw_model_set_route_fn(struct cw_model *m, cw_route_fn fn, void *arg);
+
+/*
+ * Runs n tokens ids[0..n) of KV sequence `seq` at positions pos0 .. pos0+n-1
+ * (rows 0 .. pos0-1 must already be in the sequence's pages).  Reserves the
+ * KV rows with one batched kvd request, writes K/V, and produces logits:
+ *  - ret_logits_all (n * vocab_size floats) for every position, when non-NULL;
+ *  - else ret_logits_last (vocab_size floats) for the last one, when non-NULL.
+ * Errors: -ST_E_BUDGET (KV or expert budget), -ST_E_LIMIT (past the model's
+ * context), -ST_E_PEERGONE, -ST_E_CHECKSUM, with diag.
+ */
+int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
+		  const int32_t *ids, int n, float *ret_logits_all,
+		  float *ret_logits_last, struct st_diag *diag);
+
+/* Accumulated read statistics (since open). */
+void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret);
+
+/* Bytes of one expert's three matrices as read by a matvec (codes+scales). */
+uint64_t cw_model_expert_bytes(const struct cw_model *m);
+
+#endif

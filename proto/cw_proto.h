@@ -1,0 +1,80 @@
+/*
+ * cw_proto.h — computed's request messages (payloads after the st_proto.h
+ * header).  All fields fixed-width little-endian; strings are u32 length +
+ * bytes (no NUL on the wire).
+ *
+ * CW_MSG_GEN_START  request: u32 max_tokens, f32 temperature, i32 top_k,
+ *                   f32 top_p, u64 seed, u32 flags (CW_GEN_F_*), u32 n_stop,
+ *                   n_stop x str stop (each <= CW_PROTO_MAX_STOP bytes),
+ *                   str prompt (<= CW_PROTO_MAX_PROMPT bytes)
+ *                   reply:   u32 gen_id, u32 n_prompt_tokens
+ * CW_MSG_GEN_NEXT   request: u32 gen_id
+ *                   reply:   i32 token (-1: none), u32 finish (enum cw_finish),
+ *                            u32 n_generated, u64 step_ns, str text
+ * CW_MSG_GEN_END    request: u32 gen_id  -> reply: (empty); frees it
+ * ST_MSG_STATS      reply:   struct cw_stats_wire (below, field by field)
+ * Error replies carry status < 0 and a str message as payload.
+ */
+#ifndef CW_PROTO_H
+#define CW_PROTO_H
+
+#include <stdint.h>
+
+#include "st_proto.h"
+
+enum cw_msg_type {
+	CW_MSG_GEN_START = ST_MSG_CW_FIRST + 1,
+	CW_MSG_GEN_NEXT = ST_MSG_CW_FIRST + 2,
+	CW_MSG_GEN_END = ST_MSG_CW_FIRST + 3,
+};
+
+#define CW_PROTO_MAX_PROMPT (512 * 1024)
+#define CW_PROTO_MAX_STOP 256
+#define CW_PROTO_MAX_NSTOP 4
+
+#define CW_GEN_F_ADD_SPECIAL 1u   /* add BOS as tokenizer_config says */
+#define CW_GEN_F_PARSE_SPECIAL 2u /* recognise special tokens in the prompt */
+#define CW_GEN_F_IGNORE_EOS 4u
+
+struct cw_gen_start_msg {
+	uint32_t max_tokens;
+	float temperature;
+	int32_t top_k;
+	float top_p;
+	uint64_t seed;
+	uint32_t flags;
+	uint32_t n_stop;
+	char *stop[CW_PROTO_MAX_NSTOP]; /* owned after decode */
+	char *prompt;                   /* owned after decode */
+};
+
+/* Counters computed reports (STATS). */
+struct cw_stats_wire {
+	int32_t pid;
+	int32_t es_pid, kv_pid;
+	uint64_t peak_rss_bytes;
+	uint64_t n_generations;
+	uint64_t prompt_tokens, generated_tokens;
+	uint64_t prefill_ns, decode_ns;
+	uint64_t expert_bytes, dense_bytes, lm_head_bytes, expert_stall_ns;
+	/* from expertd */
+	uint64_t es_hits, es_misses, es_evictions, es_loads, es_load_bytes;
+	uint64_t es_n_slots, es_slots_used, es_pool_bytes, es_budget_bytes;
+	/* from kvd */
+	uint64_t kv_pages_used, kv_pages_peak, kv_n_pages, kv_page_bytes;
+	uint64_t kv_pool_bytes;
+};
+
+void cw_gen_start_msg_free(struct cw_gen_start_msg *m);
+/* Encodes into w (appending).  Errors are sticky in w->err. */
+void cw_gen_start_msg_encode(struct st_wbuf *w, const struct cw_gen_start_msg *m);
+/* Decodes and validates every field; 0 or -ST_E_PROTO (+ -ENOMEM).  On error
+ * nothing stays allocated. */
+int cw_gen_start_msg_decode(const uint8_t *p, size_t len,
+			    struct cw_gen_start_msg *ret);
+
+void cw_stats_wire_encode(struct st_wbuf *w, const struct cw_stats_wire *s);
+int cw_stats_wire_decode(const uint8_t *p, size_t len,
+			 struct cw_stats_wire *ret);
+
+#endif
