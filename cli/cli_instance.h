@@ -1,0 +1,53 @@
+/*
+ * cli_instance.h — starting, finding and stopping the three daemons of an
+ * instance from the strata CLI (the launcher part of `strata run`, `up`,
+ * `down`, `status`).
+ */
+#ifndef CLI_INSTANCE_H
+#define CLI_INSTANCE_H
+
+#include <stdint.h>
+
+#include "st_error.h"
+
+struct cli_instance {
+	char name[64];
+	char run_dir[4096];
+	char store_dir[4096];
+	char host_budget[64];    /* expertd --host-budget, "" = its default */
+	char kv_budget[64];      /* kvd --budget, "" = its default */
+	char kv_dtype[16];       /* computed --kv-dtype */
+	int pid_expertd, pid_kvd, pid_computed;
+	int started_by_us;       /* 1 when this process spawned them */
+};
+
+/* Paths of the daemon executables: next to the strata binary, in the build
+ * tree layout (../expertd/expertd), or on $PATH.  Returns 0 or -ENOENT with
+ * diag naming the daemon. */
+int cli_find_daemon(const char *name, char *buf, size_t len,
+		    struct st_diag *diag);
+
+/*
+ * Starts expertd, kvd, then computed for inst (logs in <run_dir>/<d>.log),
+ * each waited for until it answers PING (timeout_s seconds each).  On
+ * failure stops what was started and puts the daemon's last log lines in
+ * diag.
+ */
+int cli_instance_up(struct cli_instance *inst, int timeout_s,
+		    struct st_diag *diag);
+
+/*
+ * Stops the daemons of inst: SHUTDOWN request, then SIGTERM, then SIGKILL
+ * after a grace period; removes leftover sockets, pid files and the
+ * instance's shm segments whose owners are dead.  Returns 0 or the number
+ * of daemons that had to be killed (> 0) or a negative code.
+ */
+int cli_instance_down(struct cli_instance *inst);
+
+/* 1 if computed of the instance answers PING (ready), else 0. */
+int cli_instance_running(const struct cli_instance *inst);
+
+/* Fills the pids from the pid files.  */
+void cli_instance_read_pids(struct cli_instance *inst);
+
+#endif

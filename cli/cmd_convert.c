@@ -1,0 +1,248 @@
+/* cmd_convert.c — `strata convert` and `strata verify`, and the shared
+ * conversion helper used by `strata run`. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_cmds.h"
+#include "es_convert.h"
+#include "st_build_config.h"
+#include "st_store.h"
+#include "st_util.h"
+
+struct progress_bar {
+	const char *what;
+	int tty;
+	int last_pct;
+	uint64_t t0;
+};
+
+static void progress(uint64_t done, uint64_t total, void *arg)
+{
+	struct progress_bar *pb = arg;
+	int pct = total ? (int)(done * 100 / total) : 100;
+	char a[32], b[32];
+
+	if (pct == pb->last_pct)
+		return;
+	pb->last_pct = pct;
+	if (pb->tty) {
+		int fill = pct / 4;
+
+		fprintf(stderr, "\r%s [%.*s%*s] %3d%% %s / %s", pb->what, fill,
+			"#########################", 25 - fill, "", pct,
+			st_format_bytes(done, a, sizeof(a)),
+			st_format_bytes(total, b, sizeof(b)));
+		if (done >= total)
+			fputc('\n', stderr);
+	} else if (pct % 25 == 0) {
+		fprintf(stderr, "%s: %d%%\n", pb->what, pct);
+	}
+}
+
+int cli_default_store_dir(const char *model_dir, const char *experts,
+			  char *buf, size_t len)
+{
+	char absdir[PATH_MAX], base[256], cache[4096];
+	const char *e;
+	uint64_t h;
+	char *cfg = NULL;
+	size_t cfg_len = 0;
+	char cfgp[PATH_MAX + 16];
+
+	if (!realpath(model_dir, absdir))
+		return -errno;
+	snprintf(cfgp, sizeof(cfgp), "%s/config.json", absdir);
+	st_read_file(cfgp, &cfg, &cfg_len);
+	/* the store name depends on where the model is and what its config
+	 * says, so two different models never share a store */
+	h = st_xxh3(absdir, strlen(absdir)) ^ (cfg ? st_xxh3(cfg, cfg_len) : 0);
+	free(cfg);
+	snprintf(base, sizeof(base), "%s", strrchr(absdir, '/') ?
+		 strrchr(absdir, '/') + 1 : absdir);
+	if ((e = getenv("STRATA_CACHE_DIR")) && *e)
+		snprintf(cache, sizeof(cache), "%s", e);
+	else if ((e = getenv("XDG_CACHE_HOME")) && *e)
+		snprintf(cache, sizeof(cache), "%s/strata", e);
+	else if ((e = getenv("HOME")) && *e)
+		snprintf(cache, sizeof(cache), "%s/.cache/strata", e);
+	else
+		snprintf(cache, sizeof(cache), "/tmp/strata-cache-%u",
+			 (unsigned)getuid());
+	if (snprintf(buf, len, "%s/%s-%08x-%s.strata", cache, base,
+		     (unsigned)(h & 0xffffffffu), experts) >= (int)len)
+		return -ENAMETOOLONG;
+	return st_mkdir_p(cache, 0755);
+}
+
+int cli_default_model_dir(char *buf, size_t len)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n > 0) {
+		char *slash;
+
+		exe[n] = 0;
+		slash = strrchr(exe, '/');
+		if (slash)
+			*slash = 0;
+		/* build tree: build/cli/strata -> ../../models/kjv-moe */
+		snprintf(buf, len, "%s/../../models/kjv-moe", exe);
+		if (st_path_exists(buf))
+			return 0;
+		/* installed: bin/strata -> ../share/strata/models/kjv-moe */
+		snprintf(buf, len, "%s/../share/strata/models/kjv-moe", exe);
+		if (st_path_exists(buf))
+			return 0;
+	}
+	snprintf(buf, len, "%s/models/kjv-moe", ST_SOURCE_ROOT);
+	return st_path_exists(buf) ? 0 : -ENOENT;
+}
+
+static int parse_experts(const char *s, enum st_dtype *ret)
+{
+	if (!strcmp(s, "mxfp4"))
+		*ret = ST_DTYPE_MXFP4;
+	else if (!strcmp(s, "bf16"))
+		*ret = ST_DTYPE_BF16;
+	else if (!strcmp(s, "f32"))
+		*ret = ST_DTYPE_F32;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+int cli_convert(const char *model_dir, const char *store_dir,
+		const char *experts, int dense_f32, int force)
+{
+	struct es_convert_opts o;
+	struct progress_bar pb = { "converting", isatty(2), -1, st_now_ns() };
+	struct st_diag diag = { "" };
+	int r;
+
+	es_convert_opts_init(&o);
+	if (parse_experts(experts, &o.expert_dtype) < 0) {
+		fprintf(stderr, "strata: --experts must be mxfp4, bf16 or f32, "
+			"not '%s'\n", experts);
+		return 2;
+	}
+	o.dense_f32 = dense_f32;
+	o.force = force;
+	o.progress = progress;
+	o.progress_arg = &pb;
+	fprintf(stderr, "strata: converting %s -> %s (experts %s)\n",
+		model_dir, store_dir, experts);
+	r = es_convert(model_dir, store_dir, &o, &diag);
+	if (r < 0) {
+		fprintf(stderr, "strata: convert failed: %s\n", diag.msg[0] ?
+			diag.msg : st_strerror(r));
+		return 1;
+	}
+	fprintf(stderr, "strata: store written in %.1f s\n",
+		(double)(st_now_ns() - pb.t0) / 1e9);
+	return 0;
+}
+
+static void convert_usage(FILE *f)
+{
+	fprintf(f,
+"Usage: strata convert --model DIR [--out DIR] [options]\n"
+"\n"
+"Turns a Hugging Face checkpoint (config.json + model.safetensors, or shards\n"
+"with model.safetensors.index.json; F32/F16/BF16) into a strata store: a\n"
+"manifest, dense.bin, and one 4 KiB-aligned record per (layer, expert).\n"
+"Writes to a temporary directory and renames it at the end.\n"
+"\n"
+"Options:\n"
+"  --model DIR       checkpoint directory (required)\n"
+"  --out DIR         store directory (default: in the cache, see below)\n"
+"  --experts FMT     mxfp4 (default; OCP MX: E2M1, 32-element blocks, E8M0\n"
+"                    scale), bf16 or f32 (unquantized)\n"
+"  --dense-f32       keep dense weights in F32 (default: BF16 when the\n"
+"                    checkpoint's are BF16)\n"
+"  --force           replace an existing store at --out\n"
+"  -h, --help        this text\n"
+"\n"
+"Default --out: $STRATA_CACHE_DIR, $XDG_CACHE_HOME/strata or ~/.cache/strata,\n"
+"named after the model and the expert format.\n");
+}
+
+int cli_cmd_convert(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "model", required_argument, NULL, 'm' },
+		{ "out", required_argument, NULL, 'o' },
+		{ "experts", required_argument, NULL, 'e' },
+		{ "dense-f32", no_argument, NULL, 'd' },
+		{ "force", no_argument, NULL, 'f' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	const char *model = NULL, *out = NULL, *experts = "mxfp4";
+	char outbuf[4096];
+	int dense_f32 = 0, force = 0, c;
+
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm': model = optarg; break;
+		case 'o': out = optarg; break;
+		case 'e': experts = optarg; break;
+		case 'd': dense_f32 = 1; break;
+		case 'f': force = 1; break;
+		case 'h': convert_usage(stdout); return 0;
+		default: convert_usage(stderr); return 2;
+		}
+	}
+	if (!model || optind < argc) {
+		fprintf(stderr, "strata convert: --model DIR is required and "
+			"nothing else may follow (see --help)\n");
+		return 2;
+	}
+	if (!out) {
+		int r = cli_default_store_dir(model, experts, outbuf,
+					      sizeof(outbuf));
+
+		if (r < 0) {
+			fprintf(stderr, "strata convert: %s: %s\n", model,
+				st_strerror(r));
+			return 1;
+		}
+		out = outbuf;
+	}
+	if (cli_convert(model, out, experts, dense_f32, force))
+		return 1;
+	printf("%s\n", out);
+	return 0;
+}
+
+int cli_cmd_verify(int argc, char **argv)
+{
+	struct progress_bar pb = { "verifying", isatty(2), -1, st_now_ns() };
+	struct st_diag diag = { "" };
+	int n_bad = 0, r;
+
+	if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+		fprintf(argc == 2 ? stdout : stderr,
+			"Usage: strata verify STORE_DIR\n\n"
+			"Re-checks every checksum (XXH3) of a store's dense "
+			"tensors and expert\nrecords, and every file size. "
+			"Exit status 0 when all are good.\n");
+		return argc == 2 ? 0 : 2;
+	}
+	r = st_store_verify(argv[1], progress, &pb, &n_bad, &diag);
+	if (r < 0) {
+		fprintf(stderr, "strata verify: %s: %d problem(s); first: %s\n",
+			argv[1], n_bad ? n_bad : 1,
+			diag.msg[0] ? diag.msg : st_strerror(r));
+		fprintf(stderr, "strata verify: re-run strata convert "
+			"--force to rebuild the store\n");
+		return 1;
+	}
+	printf("%s: all checksums good\n", argv[1]);
+	return 0;
+}

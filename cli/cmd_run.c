@@ -1,0 +1,553 @@
+/*
+ * cmd_run.c — `strata run`: the main job end to end.  Converts the model
+ * when it has no store yet, starts expertd, kvd and computed on a private
+ * instance (or uses a running one), streams the generated text to stdout,
+ * prints the metrics summary (TTFT, TPOT, tokens/s, peak RSS per daemon,
+ * expert pool hits/misses/evictions, KV pages) and stops what it started.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_cmds.h"
+#include "cli_instance.h"
+#include "cw_client.h"
+#include "cw_gen.h"
+#include "st_daemon.h"
+#include "st_util.h"
+
+struct run_opts {
+	const char *model, *store, *prompt, *prompt_file, *experts;
+	const char *instance, *run_dir;
+	const char *host_budget, *kv_budget, *kv_dtype;
+	int max_tokens;
+	float temperature, top_p;
+	int top_k;
+	uint64_t seed;
+	int n_stop;
+	const char *stop[CW_PROTO_MAX_NSTOP];
+	int raw, ignore_eos, keep, json, quiet;
+	int timeout_s;
+};
+
+static void run_usage(FILE *f)
+{
+	fprintf(f,
+"Usage: strata run [--model DIR | --store DIR] [--prompt TEXT] [options]\n"
+"\n"
+"Runs the main job: converts the model to a store if it has none, starts\n"
+"expertd, kvd and computed on a private instance (or uses the running\n"
+"instance named with --instance), streams the generated text to stdout,\n"
+"prints a metrics summary to stderr and stops the daemons it started.\n"
+"\n"
+"Model:\n"
+"  --model DIR          Hugging Face checkpoint (default: the embedded\n"
+"                       models/kjv-moe)\n"
+"  --store DIR          use (or create) this store instead of the cached one\n"
+"  --experts FMT        expert format when converting: mxfp4 (default), bf16,\n"
+"                       f32\n"
+"Generation:\n"
+"  --prompt TEXT        prompt (default: 'In the beginning')\n"
+"  --prompt-file FILE   read the prompt from a file ('-' = stdin)\n"
+"  --max-tokens N       new tokens at most (default 64)\n"
+"  --temperature T      0 = greedy (default 0)\n"
+"  --top-k K            sample from the K most likely tokens (0 = off)\n"
+"  --top-p P            nucleus sampling (1 = off)\n"
+"  --seed N             random seed for sampling (default 0)\n"
+"  --stop TEXT          stop string (repeatable, up to %d)\n"
+"  --ignore-eos         do not stop at the model's EOS ids\n"
+"  --raw                no BOS, and special tokens in the prompt are text\n"
+"Budgets and modes:\n"
+"  --host-budget B      expertd host pool: bytes (8GiB) or percent of all\n"
+"                       experts (25%%); default: all experts\n"
+"  --kv-budget B        kvd page pool in bytes (default: kvd's)\n"
+"  --kv-dtype T         f32 (reference mode, default), f16, bf16\n"
+"Instance:\n"
+"  --instance NAME      use this running instance, or start it under this\n"
+"                       name (default: a private one, run-<pid>)\n"
+"  --run-dir DIR        run directory of the instance\n"
+"  --keep               leave the daemons running afterwards\n"
+"  --timeout SEC        start-up and per-step time limit (default 120)\n"
+"Output:\n"
+"  --json               print the summary as JSON on stdout after the text\n"
+"  --quiet              no summary\n"
+"  -h, --help           this text\n",
+		CW_PROTO_MAX_NSTOP);
+}
+
+static int parse(struct run_opts *o, int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "model", required_argument, NULL, 'm' },
+		{ "store", required_argument, NULL, 's' },
+		{ "experts", required_argument, NULL, 'e' },
+		{ "prompt", required_argument, NULL, 'p' },
+		{ "prompt-file", required_argument, NULL, 'P' },
+		{ "max-tokens", required_argument, NULL, 'n' },
+		{ "temperature", required_argument, NULL, 't' },
+		{ "top-k", required_argument, NULL, 'k' },
+		{ "top-p", required_argument, NULL, 'q' },
+		{ "seed", required_argument, NULL, 'S' },
+		{ "stop", required_argument, NULL, 'x' },
+		{ "ignore-eos", no_argument, NULL, 'E' },
+		{ "raw", no_argument, NULL, 'R' },
+		{ "host-budget", required_argument, NULL, 'b' },
+		{ "kv-budget", required_argument, NULL, 'B' },
+		{ "kv-dtype", required_argument, NULL, 'K' },
+		{ "instance", required_argument, NULL, 'i' },
+		{ "run-dir", required_argument, NULL, 'r' },
+		{ "keep", no_argument, NULL, 'z' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "quiet", no_argument, NULL, 'Q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	char *end;
+	int c;
+
+	memset(o, 0, sizeof(*o));
+	o->experts = "mxfp4";
+	o->prompt = "In the beginning";
+	o->max_tokens = 64;
+	o->top_p = 1.0f;
+	o->timeout_s = 120;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm': o->model = optarg; break;
+		case 's': o->store = optarg; break;
+		case 'e': o->experts = optarg; break;
+		case 'p': o->prompt = optarg; break;
+		case 'P': o->prompt_file = optarg; break;
+		case 'n':
+			o->max_tokens = (int)strtol(optarg, &end, 10);
+			if (*end || o->max_tokens < 0) {
+				fprintf(stderr, "strata run: --max-tokens wants "
+					"a number >= 0\n");
+				return 2;
+			}
+			break;
+		case 't':
+			o->temperature = strtof(optarg, &end);
+			if (*end || !(o->temperature >= 0) || o->temperature > 100) {
+				fprintf(stderr, "strata run: --temperature "
+					"wants 0..100\n");
+				return 2;
+			}
+			break;
+		case 'k':
+			o->top_k = (int)strtol(optarg, &end, 10);
+			if (*end || o->top_k < 0) {
+				fprintf(stderr, "strata run: --top-k wants a "
+					"number >= 0\n");
+				return 2;
+			}
+			break;
+		case 'q':
+			o->top_p = strtof(optarg, &end);
+			if (*end || !(o->top_p > 0) || o->top_p > 1) {
+				fprintf(stderr, "strata run: --top-p wants "
+					"(0, 1]\n");
+				return 2;
+			}
+			break;
+		case 'S': o->seed = strtoull(optarg, NULL, 10); break;
+		case 'x':
+			if (o->n_stop == CW_PROTO_MAX_NSTOP || !*optarg) {
+				fprintf(stderr, "strata run: at most %d "
+					"non-empty --stop strings\n",
+					CW_PROTO_MAX_NSTOP);
+				return 2;
+			}
+			o->stop[o->n_stop++] = optarg;
+			break;
+		case 'E': o->ignore_eos = 1; break;
+		case 'R': o->raw = 1; break;
+		case 'b': o->host_budget = optarg; break;
+		case 'B': o->kv_budget = optarg; break;
+		case 'K': o->kv_dtype = optarg; break;
+		case 'i': o->instance = optarg; break;
+		case 'r': o->run_dir = optarg; break;
+		case 'z': o->keep = 1; break;
+		case 'T': o->timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 120; break;
+		case 'j': o->json = 1; break;
+		case 'Q': o->quiet = 1; break;
+		case 'h': run_usage(stdout); exit(0);
+		default: run_usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "strata run: unexpected argument '%s' (see "
+			"--help)\n", argv[optind]);
+		return 2;
+	}
+	return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+static const char *finish_name(uint32_t f)
+{
+	switch (f) {
+	case CW_FINISH_EOS: return "eos";
+	case CW_FINISH_LENGTH: return "max tokens";
+	case CW_FINISH_STOP: return "stop string";
+	case CW_FINISH_ERROR: return "error";
+	default: return "none";
+	}
+}
+
+struct run_result {
+	uint32_t n_prompt, n_gen, finish;
+	uint64_t ttft_ns, decode_ns, tpot_median_ns;
+	int32_t *ids;
+	char *text;
+	size_t text_len;
+};
+
+static int generate(struct cw_client *cw, const struct run_opts *o,
+		    const char *prompt, int sigfd, struct run_result *res)
+{
+	struct cw_gen_start_msg m = { 0 };
+	struct st_diag diag = { "" };
+	uint64_t *steps = NULL, t0;
+	uint32_t gen_id;
+	int r;
+
+	m.max_tokens = (uint32_t)o->max_tokens;
+	m.temperature = o->temperature;
+	m.top_k = o->top_k;
+	m.top_p = o->top_p;
+	m.seed = o->seed;
+	m.flags = o->raw ? 0 : (CW_GEN_F_ADD_SPECIAL | CW_GEN_F_PARSE_SPECIAL);
+	if (o->ignore_eos)
+		m.flags |= CW_GEN_F_IGNORE_EOS;
+	m.n_stop = (uint32_t)o->n_stop;
+	for (int i = 0; i < o->n_stop; i++)
+		m.stop[i] = (char *)o->stop[i];
+	m.prompt = (char *)prompt;
+	t0 = st_now_ns();
+	r = cw_client_gen_start(cw, &m, &gen_id, &res->n_prompt, &diag);
+	if (r < 0) {
+		fprintf(stderr, "strata run: %s\n", diag.msg);
+		return r;
+	}
+	steps = calloc((size_t)o->max_tokens + 1, sizeof(uint64_t));
+	res->ids = calloc((size_t)o->max_tokens + 1, sizeof(int32_t));
+	if (!steps || !res->ids) {
+		free(steps);
+		return -ENOMEM;
+	}
+	for (;;) {
+		uint64_t ts = st_now_ns();
+		int32_t tok;
+
+		if (sigfd >= 0 && st_stop_signals_pending(sigfd)) {
+			fprintf(stderr, "\nstrata run: interrupted\n");
+			res->finish = CW_FINISH_ERROR;
+			r = -EINTR;
+			break;
+		}
+		{
+		uint32_t fin;
+		char *text;
+		size_t tl;
+
+		r = cw_client_gen_next(cw, gen_id, &tok, &fin, &text, &diag);
+		if (r < 0) {
+			fprintf(stderr, "\nstrata run: generation failed: %s\n",
+				diag.msg);
+			break;
+		}
+		if (tok >= 0) {
+			if (res->n_gen == 0)
+				res->ttft_ns = st_now_ns() - t0;
+			else
+				steps[res->n_gen - 1] = st_now_ns() - ts;
+			res->ids[res->n_gen++] = tok;
+		}
+		tl = strlen(text);
+		if (tl) {
+			char *nt = realloc(res->text, res->text_len + tl + 1);
+
+			if (nt) {
+				memcpy(nt + res->text_len, text, tl + 1);
+				res->text = nt;
+				res->text_len += tl;
+			}
+			fwrite(text, 1, tl, stdout);
+			fflush(stdout);
+		}
+		free(text);
+		if (fin != CW_FINISH_NONE || tok < 0) {
+			res->finish = fin;
+			break;
+		}
+		}
+	}
+	cw_client_gen_end(cw, gen_id);
+	if (res->n_gen > 1) {
+		for (uint32_t i = 0; i + 1 < res->n_gen; i++)
+			res->decode_ns += steps[i];
+		qsort(steps, res->n_gen - 1, sizeof(uint64_t), cmp_u64);
+		res->tpot_median_ns = steps[(res->n_gen - 1) / 2];
+	}
+	free(steps);
+	return r;
+}
+
+static void print_summary(const struct run_opts *o,
+			  const struct cli_instance *inst,
+			  const struct run_result *res,
+			  const struct cw_stats_wire *s, int have_stats)
+{
+	uint64_t rss_es = st_pid_peak_rss_bytes(s->es_pid ? s->es_pid : inst->pid_expertd);
+	uint64_t rss_kv = st_pid_peak_rss_bytes(s->kv_pid ? s->kv_pid : inst->pid_kvd);
+	uint64_t rss_cw = st_pid_peak_rss_bytes(s->pid ? s->pid : inst->pid_computed);
+	double ttft_ms = (double)res->ttft_ns / 1e6;
+	double tpot_ms = res->n_gen > 1 ?
+				 (double)res->decode_ns / 1e6 / (res->n_gen - 1) : 0;
+	double tps = res->decode_ns ?
+			     (double)(res->n_gen - 1) / ((double)res->decode_ns / 1e9) : 0;
+	double hit = s->es_hits + s->es_misses ?
+			     (double)s->es_hits / (double)(s->es_hits + s->es_misses) : 0;
+	char a[32], b[32], c[32], d[32], e[32];
+
+	if (o->json) {
+		json_t *j = json_pack(
+			"{s:i, s:i, s:s, s:f, s:f, s:f, s:f, s:{s:I, s:I, s:I},"
+			" s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I},"
+			" s:{s:I, s:I, s:I, s:I}, s:I, s:I, s:I}",
+			"prompt_tokens", (int)res->n_prompt,
+			"generated_tokens", (int)res->n_gen,
+			"finish", finish_name(res->finish),
+			"ttft_ms", ttft_ms, "tpot_ms", tpot_ms,
+			"tpot_median_ms", (double)res->tpot_median_ns / 1e6,
+			"decode_tokens_per_s", tps,
+			"peak_rss_bytes", "expertd", (json_int_t)rss_es, "kvd",
+			(json_int_t)rss_kv, "computed", (json_int_t)rss_cw,
+			"expert_pool", "hits", (json_int_t)s->es_hits, "misses",
+			(json_int_t)s->es_misses, "evictions",
+			(json_int_t)s->es_evictions, "loads",
+			(json_int_t)s->es_loads, "slots", (json_int_t)s->es_n_slots,
+			"pool_bytes", (json_int_t)s->es_pool_bytes,
+			"budget_bytes", (json_int_t)s->es_budget_bytes,
+			"kv", "pages_used", (json_int_t)s->kv_pages_used,
+			"pages_peak", (json_int_t)s->kv_pages_peak, "pages",
+			(json_int_t)s->kv_n_pages, "page_bytes",
+			(json_int_t)s->kv_page_bytes,
+			"expert_bytes_read", (json_int_t)s->expert_bytes,
+			"dense_bytes_read", (json_int_t)s->dense_bytes,
+			"lm_head_bytes_read", (json_int_t)s->lm_head_bytes);
+		json_t *ids = json_array();
+
+		for (uint32_t i = 0; i < res->n_gen; i++)
+			json_array_append_new(ids, json_integer(res->ids[i]));
+		json_object_set_new(j, "ids", ids);
+		json_object_set_new(j, "text", json_stringn(res->text ? res->text : "",
+							    res->text_len));
+		json_object_set_new(j, "instance", json_string(inst->name));
+		printf("\n");
+		json_dumpf(j, stdout, JSON_COMPACT);
+		printf("\n");
+		json_decref(j);
+	}
+	if (o->quiet)
+		return;
+	fprintf(stderr, "\n\n--- strata run summary ---\n");
+	fprintf(stderr, "prompt tokens      %u\n", res->n_prompt);
+	fprintf(stderr, "generated tokens   %u (stopped: %s)\n", res->n_gen,
+		finish_name(res->finish));
+	fprintf(stderr, "TTFT               %.1f ms (prompt of %u tokens)\n",
+		ttft_ms, res->n_prompt);
+	fprintf(stderr, "TPOT               %.2f ms mean, %.2f ms median\n",
+		tpot_ms, (double)res->tpot_median_ns / 1e6);
+	fprintf(stderr, "decode tokens/s    %.1f\n", tps);
+	fprintf(stderr, "peak RSS           expertd %s, kvd %s, computed %s\n",
+		st_format_bytes(rss_es, a, sizeof(a)),
+		st_format_bytes(rss_kv, b, sizeof(b)),
+		st_format_bytes(rss_cw, c, sizeof(c)));
+	if (!have_stats)
+		return;
+	fprintf(stderr, "expert pool        hits %llu, misses %llu (hit rate "
+		"%.1f%%), evictions %llu; %llu slots, pool %s (budget %s)\n",
+		(unsigned long long)s->es_hits, (unsigned long long)s->es_misses,
+		100 * hit, (unsigned long long)s->es_evictions,
+		(unsigned long long)s->es_n_slots,
+		st_format_bytes(s->es_pool_bytes, d, sizeof(d)),
+		st_format_bytes(s->es_budget_bytes, e, sizeof(e)));
+	fprintf(stderr, "KV pages           %llu used now, %llu peak, of %llu "
+		"(%s each)\n", (unsigned long long)s->kv_pages_used,
+		(unsigned long long)s->kv_pages_peak,
+		(unsigned long long)s->kv_n_pages,
+		st_format_bytes(s->kv_page_bytes, a, sizeof(a)));
+	if (s->prompt_tokens + s->generated_tokens)
+		fprintf(stderr, "weights read       experts %s, dense %s, LM "
+			"head %s (whole run)\n",
+			st_format_bytes(s->expert_bytes, a, sizeof(a)),
+			st_format_bytes(s->dense_bytes, b, sizeof(b)),
+			st_format_bytes(s->lm_head_bytes, c, sizeof(c)));
+}
+
+static char *read_prompt(const char *path)
+{
+	char *txt = NULL;
+	size_t n = 0, cap = 0;
+
+	if (strcmp(path, "-")) {
+		if (st_read_file(path, &txt, NULL) < 0)
+			return NULL;
+		return txt;
+	}
+	for (;;) {
+		size_t got;
+
+		if (n + 4096 + 1 > cap) {
+			char *t = realloc(txt, cap = (n + 4096 + 1) * 2);
+
+			if (!t) {
+				free(txt);
+				return NULL;
+			}
+			txt = t;
+		}
+		got = fread(txt + n, 1, 4096, stdin);
+		n += got;
+		if (got < 4096)
+			break;
+	}
+	txt[n] = 0;
+	return txt;
+}
+
+int cli_cmd_run(int argc, char **argv)
+{
+	struct run_opts o;
+	struct cli_instance inst;
+	struct cw_client *cw = NULL;
+	struct cw_stats_wire stats = { 0 };
+	struct run_result res = { 0 };
+	struct st_diag diag = { "" };
+	char model_dir[4096], *prompt_buf = NULL;
+	const char *prompt;
+	int r, rc = 1, have_stats = 0, sigfd = -1;
+
+	r = parse(&o, argc, argv);
+	if (r)
+		return r;
+	memset(&inst, 0, sizeof(inst));
+	if (o.prompt_file) {
+		prompt_buf = read_prompt(o.prompt_file);
+		if (!prompt_buf) {
+			fprintf(stderr, "strata run: cannot read the prompt "
+				"from %s\n", o.prompt_file);
+			return 1;
+		}
+		prompt = prompt_buf;
+	} else {
+		prompt = o.prompt;
+	}
+
+	/* the model and its store */
+	if (o.model)
+		snprintf(model_dir, sizeof(model_dir), "%s", o.model);
+	else if (!o.store && cli_default_model_dir(model_dir, sizeof(model_dir)) < 0) {
+		fprintf(stderr, "strata run: no --model given and the embedded "
+			"models/kjv-moe is not found\n");
+		goto out;
+	}
+	if (o.store)
+		snprintf(inst.store_dir, sizeof(inst.store_dir), "%s", o.store);
+	else if ((r = cli_default_store_dir(model_dir, o.experts, inst.store_dir,
+					    sizeof(inst.store_dir))) < 0) {
+		fprintf(stderr, "strata run: model %s: %s\n", model_dir,
+			st_strerror(r));
+		goto out;
+	}
+	if (!st_path_exists(inst.store_dir)) {
+		if (!o.model && o.store) {
+			fprintf(stderr, "strata run: store %s does not exist; "
+				"give --model to convert one\n", o.store);
+			goto out;
+		}
+		if (cli_convert(model_dir, inst.store_dir, o.experts, 0, 0))
+			goto out;
+	}
+
+	/* the instance: a running one, or a private one we start */
+	if (o.instance)
+		snprintf(inst.name, sizeof(inst.name), "%s", o.instance);
+	else
+		snprintf(inst.name, sizeof(inst.name), "run-%d", (int)getpid());
+	if (o.run_dir)
+		snprintf(inst.run_dir, sizeof(inst.run_dir), "%s", o.run_dir);
+	else
+		st_run_dir_default(inst.name, inst.run_dir, sizeof(inst.run_dir));
+	snprintf(inst.host_budget, sizeof(inst.host_budget), "%s",
+		 o.host_budget ? o.host_budget : "");
+	snprintf(inst.kv_budget, sizeof(inst.kv_budget), "%s",
+		 o.kv_budget ? o.kv_budget : "");
+	snprintf(inst.kv_dtype, sizeof(inst.kv_dtype), "%s",
+		 o.kv_dtype ? o.kv_dtype : "");
+	/* ^C and SIGTERM must not skip stopping the daemons: they arrive on
+	 * a signalfd checked between steps; the daemons run in their own
+	 * process groups */
+	sigfd = st_stop_signals_open();
+	if (o.instance && cli_instance_running(&inst)) {
+		cli_instance_read_pids(&inst);
+		fprintf(stderr, "strata run: using running instance '%s'\n",
+			inst.name);
+	} else {
+		fprintf(stderr, "strata run: starting expertd, kvd, computed "
+			"(instance %s, run dir %s)\n", inst.name, inst.run_dir);
+		r = cli_instance_up(&inst, o.timeout_s, &diag);
+		if (r < 0) {
+			fprintf(stderr, "strata run: %s\n", diag.msg);
+			goto out;
+		}
+	}
+	r = cw_client_open(inst.run_dir, o.timeout_s * 1000, &cw, &diag);
+	if (r < 0) {
+		fprintf(stderr, "strata run: %s\n", diag.msg);
+		goto stop;
+	}
+	fprintf(stderr, "strata run: prompt: %s\n---\n", prompt);
+	fflush(stderr);
+	r = generate(cw, &o, prompt, sigfd, &res);
+	if (cw_client_stats(cw, &stats) == 0)
+		have_stats = 1;
+	if (r == 0) {
+		print_summary(&o, &inst, &res, &stats, have_stats);
+		rc = 0;
+	}
+stop:
+	cw_client_close(cw);
+	if (inst.started_by_us && !o.keep) {
+		r = cli_instance_down(&inst);
+		if (r > 0)
+			fprintf(stderr, "strata run: %d daemon(s) had to be "
+				"killed\n", r);
+	} else if (inst.started_by_us) {
+		fprintf(stderr, "strata run: daemons left running (instance "
+			"%s); stop them with: strata down --instance %s "
+			"--run-dir %s\n", inst.name, inst.name, inst.run_dir);
+	}
+out:
+	if (sigfd >= 0)
+		close(sigfd);
+	free(prompt_buf);
+	free(res.ids);
+	free(res.text);
+	return rc;
+}

@@ -1,0 +1,50 @@
+/*
+ * cw_client.h — the client side of computed's request socket, used by the
+ * strata CLI and the tests.
+ */
+#ifndef CW_CLIENT_H
+#define CW_CLIENT_H
+
+#include <stdint.h>
+
+#include "cw_proto.h"
+#include "st_error.h"
+
+struct cw_client;
+
+/* Connects to <run_dir>/computed.ctl.  timeout_ms bounds each reply (a
+ * prefill of a long prompt on a large model can take a while: pass a
+ * generous value).  *ret owned by the caller. */
+int cw_client_open(const char *run_dir, int timeout_ms, struct cw_client **ret,
+		   struct st_diag *diag);
+void cw_client_close(struct cw_client *c);
+
+/* PING: 0 when computed answers (it answers only once ready). */
+int cw_client_ping(struct cw_client *c, int32_t *ret_pid);
+
+/* Starts a generation; the message is encoded from m (strings borrowed).
+ * *ret_gen_id and *ret_n_prompt on success; errors carry computed's message
+ * in diag. */
+int cw_client_gen_start(struct cw_client *c, const struct cw_gen_start_msg *m,
+			uint32_t *ret_gen_id, uint32_t *ret_n_prompt,
+			struct st_diag *diag);
+
+/* One step: *ret_token (-1 none), *ret_finish (enum cw_finish), text
+ * (malloc'd, caller frees) in *ret_text. */
+int cw_client_gen_next(struct cw_client *c, uint32_t gen_id, int32_t *ret_token,
+		       uint32_t *ret_finish, char **ret_text,
+		       struct st_diag *diag);
+
+int cw_client_gen_end(struct cw_client *c, uint32_t gen_id);
+
+int cw_client_stats(struct cw_client *c, struct cw_stats_wire *ret);
+
+int cw_client_shutdown(struct cw_client *c);
+
+/* Generic: sends a request of `type` with an empty payload to the REP
+ * socket at path and returns the reply status (PING/SHUTDOWN of any
+ * daemon); *ret_pid set from a PING reply when non-NULL. */
+int st_daemon_ping(const char *ctl_path, int timeout_ms, int32_t *ret_pid);
+int st_daemon_shutdown(const char *ctl_path, int timeout_ms);
+
+#endif
