@@ -4,6 +4,8 @@
 #ifndef CLI_CMDS_H
 #define CLI_CMDS_H
 
+#include <stddef.h>
+
 int cli_cmd_run(int argc, char **argv);
 int cli_cmd_convert(int argc, char **argv);
 int cli_cmd_verify(int argc, char **argv);

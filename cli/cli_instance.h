@@ -6,6 +6,7 @@
 #ifndef CLI_INSTANCE_H
 #define CLI_INSTANCE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "st_error.h"

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "st_msg.h"
 #include "st_util.h"
 
 int st_run_dir_default(const char *instance, char *buf, size_t len)
@@ -118,4 +119,34 @@ int st_stop_signals_pending(int fd)
 	struct signalfd_siginfo si;
 
 	return read(fd, &si, sizeof(si)) == (ssize_t)sizeof(si);
+}
+
+static int simple_call(const char *ctl_path, int timeout_ms, uint16_t type,
+		       int32_t *ret_pid)
+{
+	struct st_sock s;
+	void *buf;
+	const uint8_t *p;
+	size_t n;
+	int r = st_sock_open(&s, ST_SOCK_REQ, ctl_path, timeout_ms, timeout_ms);
+
+	if (r < 0)
+		return r;
+	r = st_rpc_call(&s, type, ((uint64_t)getpid() << 32) | 7, 0, NULL, 0,
+			&buf, &p, &n);
+	if (r == 0 && ret_pid && n >= 4)
+		memcpy(ret_pid, p, 4);
+	free(buf);
+	st_sock_close(&s);
+	return r;
+}
+
+int st_daemon_ping(const char *ctl_path, int timeout_ms, int32_t *ret_pid)
+{
+	return simple_call(ctl_path, timeout_ms, ST_MSG_PING, ret_pid);
+}
+
+int st_daemon_shutdown(const char *ctl_path, int timeout_ms)
+{
+	return simple_call(ctl_path, timeout_ms, ST_MSG_SHUTDOWN, NULL);
 }

@@ -16,6 +16,7 @@
 #define ST_DAEMON_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #include "st_error.h"
 
@@ -48,5 +49,14 @@ void st_pidfile_remove(const char *run_dir, const char *daemon);
 int st_stop_signals_open(void);
 /* Non-zero if a stop signal is pending on fd (reads it). */
 int st_stop_signals_pending(int fd);
+
+/*
+ * Sends PING (or SHUTDOWN) with an empty payload to the REP socket at
+ * ctl_path (a daemon's <run_dir>/<daemon>.ctl) and returns the reply status
+ * (0 = the daemon answered and is ready), or -ST_E_TIMEOUT / -ST_E_NOMSG.
+ * *ret_pid is set from a PING reply when non-NULL.
+ */
+int st_daemon_ping(const char *ctl_path, int timeout_ms, int32_t *ret_pid);
+int st_daemon_shutdown(const char *ctl_path, int timeout_ms);
 
 #endif

@@ -41,10 +41,4 @@ int cw_client_stats(struct cw_client *c, struct cw_stats_wire *ret);
 
 int cw_client_shutdown(struct cw_client *c);
 
-/* Generic: sends a request of `type` with an empty payload to the REP
- * socket at path and returns the reply status (PING/SHUTDOWN of any
- * daemon); *ret_pid set from a PING reply when non-NULL. */
-int st_daemon_ping(const char *ctl_path, int timeout_ms, int32_t *ret_pid);
-int st_daemon_shutdown(const char *ctl_path, int timeout_ms);
-
 #endif
