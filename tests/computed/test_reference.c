@@ -1,0 +1,436 @@
+/*
+ * test_reference.c — computed's forward pass against the fixtures'
+ * reference outputs, through real expertd and kvd daemons (experts come
+ * from expertd's host pool, K/V rows live in kvd pages).
+ *
+ * Usage: test_reference FIXTURE VARIANT [HOST_BUDGET]
+ *   FIXTURE  tiny-qwen3moe | tiny-mixtral | kjv-moe
+ *   VARIANT  f32    experts kept BF16 (exact), reference mode; checks the
+ *                   `f32` tolerance (tiny fixtures: top-10 logits and LSE
+ *                   within tolerances.f32.logit_abs, argmax, routed expert
+ *                   sets per layer, 32 greedy ids; kjv-moe: README float32
+ *                   tolerance 1e-3, 48 greedy ids, valid-small perplexity
+ *                   25.5894 within 1e-4 relative)
+ *            mxfp4  experts MXFP4 (OCP); tiny fixtures: `mxfp4_ocp`
+ *                   tolerance against top10_mxfp4_ocp / lse_mxfp4_ocp /
+ *                   greedy_mxfp4_ocp; kjv-moe: valid-small perplexity equals
+ *                   the README's MXFP4 figure 25.9751 within 1e-4 relative.
+ *   HOST_BUDGET  optional expertd --host-budget (e.g. 25%): results must not
+ *                change with the budget.
+ * Greedy continuations are decoded one token at a time through the KV
+ * cache (the references recomputed the whole sequence; equal in exact
+ * arithmetic).
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_model.h"
+#include "cw_sampler.h"
+#include "es_client.h"
+#include "es_convert.h"
+#include "kv_client.h"
+#include "st_tokenizer.h"
+#include "st_util.h"
+#include "test_daemons.h"
+#include "test_util.h"
+
+struct route_rec {
+	int n_layers, k, cap_pos;
+	int *experts; /* [pos][layer][k] */
+};
+
+static void on_route(void *arg, int layer, uint32_t pos, const int *experts,
+		     const float *weights, int k)
+{
+	struct route_rec *rr = arg;
+
+	(void)weights;
+	if ((int)pos >= rr->cap_pos)
+		return;
+	memcpy(rr->experts + ((size_t)pos * rr->n_layers + layer) * rr->k,
+	       experts, sizeof(int) * (size_t)k);
+}
+
+static int n_fail;
+
+#define CHECK(cond, ...)                                                      \
+	do {                                                                   \
+		if (!(cond)) {                                                 \
+			if (n_fail < 30) {                                     \
+				fprintf(stderr, "FAIL: " __VA_ARGS__);         \
+				fputc('\n', stderr);                           \
+			}                                                      \
+			n_fail++;                                              \
+		}                                                              \
+	} while (0)
+
+static double lse_of(const float *l, int n)
+{
+	double mx = -INFINITY, s = 0;
+
+	for (int i = 0; i < n; i++)
+		if (l[i] > mx)
+			mx = l[i];
+	for (int i = 0; i < n; i++)
+		s += exp((double)l[i] - mx);
+	return mx + log(s);
+}
+
+/* Checks one position's logits against [[id, logit] x 10] and lse. */
+static void check_position(const char *what, int pi, int pos, const float *lg,
+			   int vocab, json_t *top10, double ref_lse, double tol)
+{
+	double lse = lse_of(lg, vocab);
+	int am = cw_argmax(lg, vocab);
+	int ref0 = (int)json_integer_value(json_array_get(json_array_get(top10, 0), 0));
+	double l0 = json_number_value(json_array_get(json_array_get(top10, 0), 1));
+	int ref1 = (int)json_integer_value(json_array_get(json_array_get(top10, 1), 0));
+	double l1 = json_number_value(json_array_get(json_array_get(top10, 1), 1));
+
+	for (size_t i = 0; i < json_array_size(top10); i++) {
+		json_t *e = json_array_get(top10, i);
+		int id = (int)json_integer_value(json_array_get(e, 0));
+		double ref = json_number_value(json_array_get(e, 1));
+
+		CHECK(fabs(lg[id] - ref) <= tol,
+		      "%s prompt %d pos %d: logit[%d] %.6f vs reference %.6f "
+		      "(tolerance %g)", what, pi, pos, id, lg[id], ref, tol);
+	}
+	CHECK(fabs(lse - ref_lse) <= tol,
+	      "%s prompt %d pos %d: LSE %.6f vs reference %.6f", what, pi, pos,
+	      lse, ref_lse);
+	CHECK(am == ref0 || (l0 - l1 < 2 * tol && am == ref1),
+	      "%s prompt %d pos %d: argmax %d vs reference %d", what, pi, pos,
+	      am, ref0);
+}
+
+struct ctx {
+	const char *fixture, *variant;
+	char model_dir[4096], store_dir[4200], tmp[4096];
+	struct st_test_inst inst;
+	struct es_client *es;
+	struct kv_client *kv;
+	struct cw_model *model;
+	int vocab;
+};
+
+static int setup(struct ctx *c, const char *host_budget)
+{
+	struct es_convert_opts o;
+	struct st_diag diag = { "" };
+	struct cw_model_opts mo = { ST_DTYPE_F32, 16, 1 };
+	const char *es_args[6] = { "--store", c->store_dir, NULL, NULL, NULL };
+	const char *kv_args[4] = { "--budget", "256MiB", NULL };
+	int r;
+
+	if (!strcmp(c->fixture, "kjv-moe"))
+		snprintf(c->model_dir, sizeof(c->model_dir), "%s/models/kjv-moe",
+			 st_test_source_dir());
+	else
+		st_test_fixture_model(c->fixture, c->model_dir,
+				      sizeof(c->model_dir));
+	st_test_tmpdir(c->tmp, sizeof(c->tmp));
+	snprintf(c->store_dir, sizeof(c->store_dir), "%s/store", c->tmp);
+	es_convert_opts_init(&o);
+	o.expert_dtype = !strcmp(c->variant, "mxfp4") ? ST_DTYPE_MXFP4 :
+							 ST_DTYPE_BF16;
+	r = es_convert(c->model_dir, c->store_dir, &o, &diag);
+	if (r < 0) {
+		fprintf(stderr, "convert failed: %s\n", diag.msg);
+		return r;
+	}
+	if (host_budget) {
+		es_args[2] = "--host-budget";
+		es_args[3] = host_budget;
+	}
+	st_test_inst_init(&c->inst, "ref");
+	if (st_test_daemon_start(&c->inst, "expertd", es_args, 30) < 0 ||
+	    st_test_daemon_start(&c->inst, "kvd", kv_args, 30) < 0)
+		return -1;
+	r = es_client_open(c->inst.run_dir, c->inst.name, "test", 10000, &c->es,
+			   &diag);
+	if (!r)
+		r = kv_client_open(c->inst.run_dir, c->inst.name, "test", 10000,
+				   &c->kv, &diag);
+	if (!r)
+		r = cw_model_open(c->store_dir, c->es, c->kv, &mo, &c->model,
+				  &diag);
+	if (r < 0) {
+		fprintf(stderr, "setup failed: %s (%s)\n", diag.msg,
+			st_strerror(r));
+		return r;
+	}
+	c->vocab = cw_model_config(c->model)->vocab_size;
+	return 0;
+}
+
+static void teardown(struct ctx *c)
+{
+	cw_model_close(c->model);
+	kv_client_close(c->kv);
+	es_client_close(c->es);
+	st_test_inst_stop(&c->inst);
+	CHECK(st_test_count_segments(c->inst.name) == 0,
+	      "shm segments left behind for instance %s", c->inst.name);
+	st_rm_rf(c->tmp);
+	st_rm_rf(c->inst.run_dir);
+}
+
+/* Runs ids through a fresh sequence, all logits, then n_greedy greedy
+ * steps; returns the logits (n * vocab, caller frees) and the greedy ids. */
+static float *run_prompt(struct ctx *c, const int32_t *ids, int n,
+			 int n_greedy, int32_t *ret_greedy)
+{
+	struct st_diag diag = { "" };
+	float *all = malloc(sizeof(float) * (size_t)n * c->vocab);
+	float *last = malloc(sizeof(float) * (size_t)c->vocab);
+	uint32_t seq;
+	int r;
+
+	if (!all || !last || kv_client_seq_create(c->kv, &seq, &diag) < 0) {
+		fprintf(stderr, "seq create: %s\n", diag.msg);
+		exit(1);
+	}
+	r = cw_model_eval(c->model, seq, 0, ids, n, all, NULL, &diag);
+	if (r < 0) {
+		fprintf(stderr, "eval failed: %s\n", diag.msg);
+		exit(1);
+	}
+	memcpy(last, all + (size_t)(n - 1) * c->vocab, sizeof(float) * c->vocab);
+	for (int g = 0; g < n_greedy; g++) {
+		int32_t t = cw_argmax(last, c->vocab);
+
+		ret_greedy[g] = t;
+		if (g + 1 == n_greedy)
+			break;
+		r = cw_model_eval(c->model, seq, (uint32_t)(n + g), &t, 1, NULL,
+				  last, &diag);
+		if (r < 0) {
+			fprintf(stderr, "decode failed: %s\n", diag.msg);
+			exit(1);
+		}
+	}
+	kv_client_seq_free(c->kv, seq);
+	free(last);
+	return all;
+}
+
+static void test_tiny(struct ctx *c, json_t *ref)
+{
+	const int mx = !strcmp(c->variant, "mxfp4");
+	const struct st_model_config *cfg = cw_model_config(c->model);
+	json_t *tol = json_object_get(json_object_get(ref, "tolerances"),
+				      mx ? "mxfp4_ocp" : "f32");
+	double t = json_number_value(json_object_get(tol, "logit_abs"));
+	json_t *prompts = json_object_get(ref, "prompts");
+	struct route_rec rr = { cfg->n_layers, cfg->top_k, 4096, NULL };
+
+	rr.experts = calloc((size_t)rr.cap_pos * rr.n_layers * rr.k, sizeof(int));
+	cw_model_set_route_fn(c->model, on_route, &rr);
+	CHECK(t > 0 && t < 0.01, "tolerance missing in reference.json");
+	for (size_t pi = 0; pi < json_array_size(prompts); pi++) {
+		json_t *p = json_array_get(prompts, pi);
+		json_t *jids = json_object_get(p, "ids");
+		json_t *greedy = json_object_get(p, mx ? "greedy_mxfp4_ocp" :
+							 "greedy_f32");
+		int n = (int)json_array_size(jids), ng = (int)json_array_size(greedy);
+		int32_t *ids = malloc(sizeof(int32_t) * n), gout[64];
+		float *all;
+
+		for (int i = 0; i < n; i++)
+			ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
+		all = run_prompt(c, ids, n, ng, gout);
+		for (int pos = 0; pos < n; pos++) {
+			json_t *top10, *lse;
+
+			if (mx) {
+				top10 = json_array_get(json_object_get(p, "top10_mxfp4_ocp"), pos);
+				lse = json_array_get(json_object_get(p, "lse_mxfp4_ocp"), pos);
+			} else {
+				json_t *pp = json_array_get(json_object_get(p, "positions"), pos);
+
+				top10 = json_object_get(pp, "top10");
+				lse = json_object_get(pp, "lse");
+				/* routed expert sets per layer (f32 only) */
+				json_t *ex = json_object_get(pp, "experts");
+
+				for (int l = 0; l < cfg->n_layers; l++) {
+					json_t *want = json_array_get(ex, l);
+
+					for (int k = 0; k < cfg->top_k; k++) {
+						int e = (int)json_integer_value(json_array_get(want, k));
+						int found = 0;
+
+						for (int k2 = 0; k2 < cfg->top_k; k2++)
+							found |= rr.experts[((size_t)pos * rr.n_layers + l) * rr.k + k2] == e;
+						CHECK(found, "prompt %zu pos %d layer %d: "
+						      "expert %d not routed", pi, pos, l, e);
+					}
+				}
+			}
+			check_position(c->variant, (int)pi, pos,
+				       all + (size_t)pos * c->vocab, c->vocab,
+				       top10, json_number_value(lse), t);
+		}
+		for (int g = 0; g < ng; g++)
+			CHECK(gout[g] == (int32_t)json_integer_value(json_array_get(greedy, g)),
+			      "prompt %zu greedy step %d: %d vs reference %lld",
+			      pi, g, gout[g],
+			      (long long)json_integer_value(json_array_get(greedy, g)));
+		printf("prompt %zu: %d positions, %d greedy tokens checked\n",
+		       pi, n, ng);
+		free(all);
+		free(ids);
+	}
+	cw_model_set_route_fn(c->model, NULL, NULL);
+	free(rr.experts);
+}
+
+/* kjv-moe perplexity of valid-small.txt with the README's windowing rule. */
+static double kjv_ppl(struct ctx *c, int *ret_scored)
+{
+	char path[4200], *text;
+	struct st_tokenizer *tok;
+	struct st_diag diag = { "" };
+	int32_t *ids;
+	size_t n, len;
+	double nll = 0;
+	int scored = 0;
+	float *all = malloc(sizeof(float) * 256 * (size_t)c->vocab);
+
+	snprintf(path, sizeof(path), "%s/valid-small.txt", c->model_dir);
+	if (st_read_file(path, &text, &len) < 0 ||
+	    st_tokenizer_load(c->store_dir, &tok, &diag) < 0 ||
+	    st_tokenizer_encode(tok, text, len, 0, 0, &ids, &n) < 0) {
+		fprintf(stderr, "cannot tokenize %s: %s\n", path, diag.msg);
+		exit(1);
+	}
+	CHECK(n == 2932, "valid-small.txt: %zu tokens, README says 2932", n);
+	for (size_t w0 = 0; w0 < n; w0 += 256) {
+		int wn = (int)ST_MIN((size_t)256, n - w0);
+		uint32_t seq;
+
+		if (wn < 2)
+			break;
+		kv_client_seq_create(c->kv, &seq, &diag);
+		if (cw_model_eval(c->model, seq, 0, ids + w0, wn, all, NULL,
+				  &diag) < 0) {
+			fprintf(stderr, "eval: %s\n", diag.msg);
+			exit(1);
+		}
+		kv_client_seq_free(c->kv, seq);
+		for (int i = 1; i < wn; i++) {
+			const float *lg = all + (size_t)(i - 1) * c->vocab;
+
+			nll += lse_of(lg, c->vocab) - lg[ids[w0 + i]];
+			scored++;
+		}
+	}
+	st_tokenizer_free(tok);
+	free(text);
+	free(ids);
+	free(all);
+	*ret_scored = scored;
+	return exp(nll / scored);
+}
+
+static void test_kjv(struct ctx *c, json_t *ref)
+{
+	const int mx = !strcmp(c->variant, "mxfp4");
+	json_t *prompts = json_object_get(ref, "prompts");
+	json_t *ppl_ref = json_object_get(json_object_get(json_object_get(ref,
+				"perplexity"), "valid-small.txt"), mx ? "mxfp4" : "bf16");
+	double want = json_number_value(json_object_get(ppl_ref, "ppl"));
+	int scored;
+	double ppl;
+
+	if (!mx) {
+		/* README: float32 compute within 1e-3 of every logit and LSE,
+		 * identical greedy continuations */
+		for (size_t pi = 0; pi < json_array_size(prompts); pi++) {
+			json_t *p = json_array_get(prompts, pi);
+			json_t *jids = json_object_get(p, "ids");
+			json_t *greedy = json_object_get(p, "greedy_ids");
+			int n = (int)json_array_size(jids);
+			int ng = (int)json_array_size(greedy);
+			int32_t *ids = malloc(sizeof(int32_t) * n), gout[64];
+			float *all;
+
+			for (int i = 0; i < n; i++)
+				ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
+			all = run_prompt(c, ids, n, ng, gout);
+			for (int pos = 0; pos < n; pos++)
+				check_position("kjv f32", (int)pi, pos,
+					       all + (size_t)pos * c->vocab,
+					       c->vocab,
+					       json_array_get(json_object_get(p, "top10"), pos),
+					       json_number_value(json_array_get(json_object_get(p, "lse"), pos)),
+					       1e-3);
+			for (int g = 0; g < ng; g++)
+				CHECK(gout[g] == (int32_t)json_integer_value(json_array_get(greedy, g)),
+				      "kjv prompt %zu greedy step %d differs", pi, g);
+			printf("prompt %zu: %d positions, %d greedy tokens checked\n",
+			       pi, n, ng);
+			free(all);
+			free(ids);
+		}
+	}
+	ppl = kjv_ppl(c, &scored);
+	printf("valid-small.txt perplexity %.4f over %d scored tokens "
+	       "(README: %.4f)\n", ppl, scored, want);
+	CHECK(scored == 2920, "scored %d tokens, README says 2920", scored);
+	CHECK(fabs(ppl - want) / want <= 1e-4,
+	      "perplexity %.5f vs README %.4f (relative %.2e > 1e-4)", ppl,
+	      want, fabs(ppl - want) / want);
+}
+
+int main(int argc, char **argv)
+{
+	struct ctx c = { 0 };
+	json_t *ref;
+	json_error_t jerr;
+	char path[4200];
+
+	if (argc < 3) {
+		fprintf(stderr, "usage: %s FIXTURE f32|mxfp4 [HOST_BUDGET]\n",
+			argv[0]);
+		return 2;
+	}
+	c.fixture = argv[1];
+	c.variant = argv[2];
+	if (setup(&c, argc > 3 ? argv[3] : NULL) < 0) {
+		st_test_inst_stop(&c.inst);
+		return 1;
+	}
+	snprintf(path, sizeof(path), "%s/reference.json", c.model_dir);
+	ref = json_load_file(path, 0, &jerr);
+	if (!ref) {
+		fprintf(stderr, "%s: %s\n", path, jerr.text);
+		teardown(&c);
+		return 1;
+	}
+	if (!strcmp(c.fixture, "kjv-moe"))
+		test_kjv(&c, ref);
+	else
+		test_tiny(&c, ref);
+	if (argc > 3) {
+		struct es_stats s;
+
+		if (es_client_stats(c.es, &s) == 0) {
+			printf("host budget %s: %llu slots, %llu evictions\n",
+			       argv[3], (unsigned long long)s.n_slots,
+			       (unsigned long long)s.evictions);
+			CHECK(s.evictions > 0, "a reduced budget gave no evictions");
+		}
+	}
+	json_decref(ref);
+	teardown(&c);
+	if (n_fail)
+		fprintf(stderr, "%d check(s) failed\n", n_fail);
+	else
+		printf("all checks passed\n");
+	return n_fail ? 1 : 0;
+}
