@@ -1,0 +1,22 @@
+#!/bin/sh
+# Installs what strata needs to build and test on Debian 12 (run as root, or
+# with sudo available).  Skips apt-get when everything is already installed.
+set -eu
+
+PKGS="build-essential meson ninja-build pkg-config \
+libnanomsg-dev libhwloc-dev libnuma-dev libjansson-dev libxxhash-dev \
+libpcre2-dev libcmocka-dev libutf8proc-dev python3 python3-numpy"
+
+missing=""
+for p in $PKGS; do
+	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
+done
+if [ -z "$missing" ]; then
+	echo "setup: all packages present"
+	exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+echo "setup: installing$missing"
+$SUDO apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
