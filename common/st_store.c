@@ -1,0 +1,1120 @@
+/*
+ * st_store.c — reading and checking a strata store (format: st_store.h).
+ *
+ * st_store_open trusts nothing in manifest.json: every number is range
+ * checked, the embedded config is parsed again and the expert geometry and
+ * record layout are recomputed from it (st_store_layout, shared with the
+ * writer in expertd/es_convert.c) and compared, and every listed file must
+ * exist with the size the manifest gives.  Checksums are checked when data
+ * is read (st_store_read_record) or all at once (st_store_verify).
+ */
+#include "st_store.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jansson.h>
+#include <xxhash.h>
+
+#include "st_util.h"
+
+/* Bounds on manifest numbers: far above any real model, low enough that
+ * no product of two of them overflows 64 bits. */
+#define MAX_LAYERS 4096
+#define MAX_EXPERTS 65536
+#define MAX_DIM (INT64_C(1) << 40)
+#define MAX_BYTES (UINT64_C(1) << 50)
+#define MAX_TENSORS (1 << 20)
+#define MAX_FILES 64
+
+/* Streaming buffer for checksums of large tensors and files. */
+#define HASH_CHUNK_BYTES (4u << 20)
+
+/* --- layout, names ------------------------------------------------------ */
+
+const char *st_store_format_name(enum st_dtype dt)
+{
+	switch (dt) {
+	case ST_DTYPE_MXFP4: return "mxfp4";
+	case ST_DTYPE_BF16: return "bf16";
+	case ST_DTYPE_F32: return "f32";
+	default: return NULL;
+	}
+}
+
+static int format_from_name(const char *name, enum st_dtype *ret)
+{
+	static const enum st_dtype all[] = { ST_DTYPE_MXFP4, ST_DTYPE_BF16,
+					     ST_DTYPE_F32 };
+
+	for (size_t i = 0; i < ST_ARRAY_SIZE(all); i++)
+		if (!strcmp(name, st_store_format_name(all[i]))) {
+			*ret = all[i];
+			return 0;
+		}
+	return -ST_E_UNSUPPORTED;
+}
+
+int st_store_expert_file_name(int layer, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "experts-%03d.bin", layer);
+
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int st_store_layout(const struct st_model_config *cfg, enum st_dtype dt,
+		    struct st_store_matrix ret_mat[3],
+		    uint64_t *ret_record_bytes, struct st_diag *diag)
+{
+	static const char *mat_names[3] = { "gate", "up", "down" };
+	uint64_t cur = 0;
+
+	if (!st_store_format_name(dt))
+		return st_diag_set(diag, -EINVAL,
+				   "expert format %d is not mxfp4, bf16 or f32",
+				   (int)dt);
+	for (int m = 0; m < 3; m++) {
+		struct st_store_matrix *x = &ret_mat[m];
+		int64_t rows, cols;
+		uint64_t n;
+
+		st_expert_tensor_shape(cfg, (enum st_expert_mat)m, &rows, &cols);
+		if (rows <= 0 || cols <= 0 || rows > INT32_MAX || cols > INT32_MAX)
+			return st_diag_set(diag, -ST_E_LIMIT,
+					   "expert %s matrix [%" PRId64 ", %" PRId64
+					   "] out of range", mat_names[m], rows,
+					   cols);
+		n = (uint64_t)rows * (uint64_t)cols;
+		memset(x, 0, sizeof(*x));
+		x->rows = rows;
+		x->cols = cols;
+		x->data_offset = ST_ALIGN_UP(cur, ST_STORE_SECTION_ALIGN);
+		switch (dt) {
+		case ST_DTYPE_MXFP4:
+			if (cols % ST_MXFP4_BLOCK)
+				return st_diag_set(diag, -ST_E_UNSUPPORTED,
+						   "expert %s matrix has %" PRId64
+						   " columns, not a multiple of the "
+						   "MXFP4 block (%d); convert with "
+						   "bf16 or f32 experts", mat_names[m],
+						   cols, ST_MXFP4_BLOCK);
+			x->data_bytes = n / 2;
+			x->scale_offset = ST_ALIGN_UP(x->data_offset + x->data_bytes,
+						      ST_STORE_SECTION_ALIGN);
+			x->scale_bytes = n / ST_MXFP4_BLOCK;
+			cur = x->scale_offset + x->scale_bytes;
+			break;
+		case ST_DTYPE_BF16:
+			x->data_bytes = n * 2;
+			cur = x->data_offset + x->data_bytes;
+			break;
+		default:
+			x->data_bytes = n * 4;
+			cur = x->data_offset + x->data_bytes;
+			break;
+		}
+	}
+	*ret_record_bytes = ST_ALIGN_UP(cur, ST_STORE_RECORD_ALIGN);
+	return 0;
+}
+
+/* --- manifest parsing helpers ------------------------------------------ */
+
+/* Where we are, for messages: "store DIR: manifest.json: WHAT: problem". */
+struct mctx {
+	const char *dir;
+	struct st_diag *diag;
+};
+
+static int bad(const struct mctx *c, int err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+static int bad(const struct mctx *c, int err, const char *fmt, ...)
+{
+	char what[768];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(what, sizeof(what), fmt, ap);
+	va_end(ap);
+	return st_diag_set(c->diag, err, "store %s: %s: %s", c->dir,
+			   ST_STORE_MANIFEST, what);
+}
+
+static int get_int(const struct mctx *c, json_t *obj, const char *where,
+		   const char *key, int64_t min, int64_t max, int64_t *ret)
+{
+	json_t *v = json_object_get(obj, key);
+	json_int_t x = 0;
+
+	if (!v || !json_is_integer(v))
+		return bad(c, -ST_E_FORMAT, "%s.%s: missing or not an integer",
+			   where, key);
+	x = json_integer_value(v);
+	if (x < min || x > max)
+		return bad(c, -ST_E_FORMAT,
+			   "%s.%s: %lld out of range [%" PRId64 ", %" PRId64 "]",
+			   where, key, (long long)x, min, max);
+	*ret = x;
+	return 0;
+}
+
+static int get_u64(const struct mctx *c, json_t *obj, const char *where,
+		   const char *key, uint64_t max, uint64_t *ret)
+{
+	int64_t x = 0;
+	int r = get_int(c, obj, where, key, 0, (int64_t)max, &x);
+
+	if (r == 0)
+		*ret = (uint64_t)x;
+	return r;
+}
+
+static int get_str(const struct mctx *c, json_t *obj, const char *where,
+		   const char *key, const char **ret)
+{
+	json_t *v = json_object_get(obj, key);
+
+	if (!v || !json_is_string(v))
+		return bad(c, -ST_E_FORMAT, "%s.%s: missing or not a string",
+			   where, key);
+	*ret = json_string_value(v);
+	return 0;
+}
+
+static int parse_hex64(const char *s, uint64_t *ret)
+{
+	uint64_t x = 0;
+
+	if (strlen(s) != 16)
+		return -1;
+	for (int i = 0; i < 16; i++) {
+		int d;
+
+		if (s[i] >= '0' && s[i] <= '9')
+			d = s[i] - '0';
+		else if (s[i] >= 'a' && s[i] <= 'f')
+			d = s[i] - 'a' + 10;
+		else
+			return -1;
+		x = x << 4 | (uint64_t)d;
+	}
+	*ret = x;
+	return 0;
+}
+
+static int hex_value(const struct mctx *c, json_t *v, const char *where,
+		     uint64_t *ret)
+{
+	if (!v || !json_is_string(v) || parse_hex64(json_string_value(v), ret))
+		return bad(c, -ST_E_FORMAT,
+			   "%s: not a checksum (16 lower-case hex digits)",
+			   where);
+	return 0;
+}
+
+static int get_hex(const struct mctx *c, json_t *obj, const char *where,
+		   const char *key, uint64_t *ret)
+{
+	char w[256];
+
+	snprintf(w, sizeof(w), "%s.%s", where, key);
+	return hex_value(c, json_object_get(obj, key), w, ret);
+}
+
+/* A plain base name inside the store directory: no path separators, not
+ * hidden, not "." or "..", printable. */
+static int safe_base_name(const char *s)
+{
+	size_t n = strlen(s);
+
+	if (n == 0 || n > 255 || s[0] == '.')
+		return 0;
+	for (size_t i = 0; i < n; i++)
+		if (s[i] == '/' || (unsigned char)s[i] < 0x20)
+			return 0;
+	return 1;
+}
+
+/* Checks that store file `name` exists and is exactly `bytes` long. */
+static int check_file_size(const struct mctx *c, const char *name,
+			   uint64_t bytes)
+{
+	char path[4096];
+	struct stat st;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", c->dir, name) >=
+	    sizeof(path))
+		return st_diag_set(c->diag, -ENAMETOOLONG, "store %s: path of %s "
+				   "too long", c->dir, name);
+	if (stat(path, &st) < 0) {
+		int e = -errno;
+
+		return st_diag_set(c->diag, e, "store %s: %s (listed in %s): %s; "
+				   "the store is incomplete, re-run strata convert",
+				   c->dir, name, ST_STORE_MANIFEST, strerror(-e));
+	}
+	if (!S_ISREG(st.st_mode))
+		return st_diag_set(c->diag, -ST_E_FORMAT, "store %s: %s is not a "
+				   "regular file", c->dir, name);
+	if ((uint64_t)st.st_size != bytes)
+		return st_diag_set(c->diag, -ST_E_FORMAT,
+				   "store %s: %s is %" PRIu64 " bytes, %s says %"
+				   PRIu64 " (truncated or damaged); re-run strata "
+				   "convert", c->dir, name, (uint64_t)st.st_size,
+				   ST_STORE_MANIFEST, bytes);
+	return 0;
+}
+
+/* --- sections of the manifest ------------------------------------------ */
+
+static int parse_config(const struct mctx *c, json_t *root, struct st_store *s)
+{
+	struct st_diag d = { { 0 } };
+	const char *text = NULL;
+	int r;
+
+	r = get_str(c, root, "manifest", "config", &text);
+	if (r)
+		return r;
+	s->config_json = strdup(text);
+	if (!s->config_json)
+		return -ENOMEM;
+	r = st_config_parse(text, "manifest.json config", &s->cfg, &d);
+	if (r)
+		return bad(c, r, "embedded config: %s", d.msg);
+	return 0;
+}
+
+static int parse_files(const struct mctx *c, json_t *root, struct st_store *s)
+{
+	static const char *required[] = { "config.json", "tokenizer.json",
+					  "tokenizer_config.json" };
+	json_t *arr = json_object_get(root, "files");
+	size_t n;
+	int r;
+
+	if (!arr || !json_is_array(arr))
+		return bad(c, -ST_E_FORMAT, "files: missing or not an array");
+	n = json_array_size(arr);
+	if (n > MAX_FILES)
+		return bad(c, -ST_E_FORMAT, "files: %zu entries (at most %d)", n,
+			   MAX_FILES);
+	s->files = calloc(n ? n : 1, sizeof(*s->files));
+	if (!s->files)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		struct st_store_file *f = &s->files[i];
+		json_t *o = json_array_get(arr, i);
+		char where[64];
+		const char *name = NULL;
+
+		snprintf(where, sizeof(where), "files[%zu]", i);
+		if (!json_is_object(o))
+			return bad(c, -ST_E_FORMAT, "%s: not an object", where);
+		if ((r = get_str(c, o, where, "name", &name)))
+			return r;
+		if (!safe_base_name(name) || !strcmp(name, ST_STORE_MANIFEST) ||
+		    !strcmp(name, ST_STORE_DENSE_FILE) ||
+		    !strncmp(name, "experts-", 8))
+			return bad(c, -ST_E_FORMAT, "%s.name: \"%s\" is not an "
+				   "allowed file name", where, name);
+		for (size_t j = 0; j < i; j++)
+			if (!strcmp(s->files[j].name, name))
+				return bad(c, -ST_E_FORMAT, "%s.name: \"%s\" listed "
+					   "twice", where, name);
+		f->name = strdup(name);
+		if (!f->name)
+			return -ENOMEM;
+		s->n_files = (int)i + 1;
+		if ((r = get_u64(c, o, where, "bytes", MAX_BYTES, &f->n_bytes)) ||
+		    (r = get_hex(c, o, where, "xxh3", &f->xxh3)) ||
+		    (r = check_file_size(c, name, f->n_bytes)))
+			return r;
+	}
+	for (size_t k = 0; k < ST_ARRAY_SIZE(required); k++) {
+		int found = 0;
+
+		for (int i = 0; i < s->n_files; i++)
+			found |= !strcmp(s->files[i].name, required[k]);
+		if (!found)
+			return bad(c, -ST_E_FORMAT, "files: %s is not listed",
+				   required[k]);
+	}
+	return 0;
+}
+
+/* config.json in the store must be the embedded text; generation_config.json
+ * (if copied) contributes EOS ids, read through st_config_load. */
+static int check_config_copy(const struct mctx *c, struct st_store *s)
+{
+	char path[4096];
+	char *text = NULL;
+	size_t len = 0;
+	int r, has_gen = 0;
+
+	snprintf(path, sizeof(path), "%s/config.json", c->dir);
+	r = st_read_file(path, &text, &len);
+	if (r)
+		return st_diag_set(c->diag, r, "store %s: config.json: %s", c->dir,
+				   st_strerror(r));
+	r = len != strlen(s->config_json) || memcmp(text, s->config_json, len);
+	free(text);
+	if (r)
+		return bad(c, -ST_E_FORMAT, "config: differs from the store's "
+			   "config.json; re-run strata convert");
+	for (int i = 0; i < s->n_files; i++)
+		has_gen |= !strcmp(s->files[i].name, "generation_config.json");
+	if (has_gen) {
+		struct st_model_config full;
+		struct st_diag d = { { 0 } };
+
+		r = st_config_load(c->dir, &full, &d);
+		if (r)
+			return st_diag_set(c->diag, r, "store %s: %s", c->dir,
+					   d.msg);
+		if (full.arch != s->cfg.arch ||
+		    full.n_layers != s->cfg.n_layers ||
+		    full.n_experts != s->cfg.n_experts ||
+		    full.hidden_size != s->cfg.hidden_size)
+			return bad(c, -ST_E_FORMAT, "config: reads differently "
+				   "from the store's config.json");
+		s->cfg.n_eos = full.n_eos;
+		memcpy(s->cfg.eos_token_ids, full.eos_token_ids,
+		       sizeof(full.eos_token_ids));
+	}
+	return 0;
+}
+
+static int parse_tensor(const struct mctx *c, json_t *o, const char *where,
+			uint64_t dense_bytes, struct st_store_tensor *t)
+{
+	const struct st_dtype_traits *tr;
+	const char *name = NULL, *dtype = NULL, *src = NULL;
+	json_t *shape;
+	uint64_t elems = 1;
+	int r;
+
+	if (!json_is_object(o))
+		return bad(c, -ST_E_FORMAT, "%s: not an object", where);
+	if ((r = get_str(c, o, where, "name", &name)))
+		return r;
+	if (!*name || strlen(name) > 512)
+		return bad(c, -ST_E_FORMAT, "%s.name: empty or too long", where);
+	t->name = strdup(name);
+	if (!t->name)
+		return -ENOMEM;
+	if ((r = get_str(c, o, where, "dtype", &dtype)))
+		return r;
+	if (st_dtype_from_name(dtype, &t->dtype) ||
+	    (t->dtype != ST_DTYPE_F32 && t->dtype != ST_DTYPE_BF16))
+		return bad(c, -ST_E_FORMAT, "tensor %s: dtype \"%s\" (a store "
+			   "holds F32 or BF16 dense tensors)", name, dtype);
+	if ((r = get_str(c, o, where, "source_dtype", &src)))
+		return r;
+	shape = json_object_get(o, "shape");
+	if (!shape || !json_is_array(shape) || json_array_size(shape) > 4)
+		return bad(c, -ST_E_FORMAT, "tensor %s: shape missing or more "
+			   "than 4 dimensions", name);
+	t->n_dims = (int)json_array_size(shape);
+	for (int d = 0; d < t->n_dims; d++) {
+		json_t *v = json_array_get(shape, (size_t)d);
+
+		if (!json_is_integer(v) || json_integer_value(v) < 1 ||
+		    json_integer_value(v) > MAX_DIM)
+			return bad(c, -ST_E_FORMAT, "tensor %s: shape[%d] not an "
+				   "integer in [1, 2^40]", name, d);
+		t->shape[d] = json_integer_value(v);
+		if (elems > MAX_BYTES / (uint64_t)t->shape[d])
+			return bad(c, -ST_E_FORMAT, "tensor %s: too many "
+				   "elements", name);
+		elems *= (uint64_t)t->shape[d];
+	}
+	if ((r = get_u64(c, o, where, "offset", MAX_BYTES, &t->offset)) ||
+	    (r = get_u64(c, o, where, "bytes", MAX_BYTES, &t->n_bytes)) ||
+	    (r = get_hex(c, o, where, "xxh3", &t->xxh3)))
+		return r;
+	tr = st_dtype_traits(t->dtype);
+	if (t->n_bytes != elems * tr->block_bytes)
+		return bad(c, -ST_E_FORMAT, "tensor %s: %" PRIu64 " bytes, but "
+			   "its shape and dtype make %" PRIu64, name, t->n_bytes,
+			   elems * tr->block_bytes);
+	if (t->offset % ST_STORE_DENSE_ALIGN)
+		return bad(c, -ST_E_FORMAT, "tensor %s: offset %" PRIu64 " not "
+			   "%d-aligned", name, t->offset, ST_STORE_DENSE_ALIGN);
+	if (t->offset + t->n_bytes > dense_bytes)
+		return bad(c, -ST_E_FORMAT, "tensor %s: [%" PRIu64 ", %" PRIu64
+			   ") outside %s (%" PRIu64 " bytes)", name, t->offset,
+			   t->offset + t->n_bytes, ST_STORE_DENSE_FILE,
+			   dense_bytes);
+	return 0;
+}
+
+static int cmp_tensor_offset(const void *a, const void *b)
+{
+	const struct st_store_tensor *x = a, *y = b;
+
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+static int cmp_tensor_name(const void *a, const void *b)
+{
+	const struct st_store_tensor *x = a, *y = b;
+
+	return strcmp(x->name, y->name);
+}
+
+/* Every dense role the config names must be present with its shape. */
+static int check_dense_roles(const struct mctx *c, const struct st_store *s)
+{
+	for (int role = 0; role < ST_T_ROLE_COUNT; role++) {
+		int global = role == ST_T_EMBED || role == ST_T_FINAL_NORM ||
+			     role == ST_T_LM_HEAD;
+		int n = global ? 1 : s->cfg.n_layers;
+
+		for (int l = 0; l < n; l++) {
+			const struct st_store_tensor *t;
+			int64_t rows, cols;
+			char name[256];
+			int r = st_dense_tensor_name(&s->cfg,
+						     (enum st_dense_role)role, l,
+						     name, sizeof(name));
+
+			if (r == -ST_E_NOTFOUND)
+				break;
+			if (r)
+				return bad(c, r, "dense role %d: no tensor name",
+					   role);
+			t = st_store_find_dense(s, name);
+			if (!t)
+				return bad(c, -ST_E_FORMAT, "dense tensor %s (needed "
+					   "by the config) is missing", name);
+			st_dense_tensor_shape(&s->cfg, (enum st_dense_role)role,
+					      &rows, &cols);
+			if (cols == 0 ? (t->n_dims != 1 || t->shape[0] != rows)
+				      : (t->n_dims != 2 || t->shape[0] != rows ||
+					 t->shape[1] != cols))
+				return bad(c, -ST_E_FORMAT, "dense tensor %s: shape "
+					   "does not match the config ([%" PRId64
+					   ", %" PRId64 "])", name, rows, cols);
+		}
+	}
+	return 0;
+}
+
+static int parse_dense(const struct mctx *c, json_t *root, struct st_store *s)
+{
+	json_t *dense = json_object_get(root, "dense"), *arr;
+	const char *file = NULL;
+	int64_t align = 0;
+	size_t n;
+	int r;
+
+	if (!dense || !json_is_object(dense))
+		return bad(c, -ST_E_FORMAT, "dense: missing or not an object");
+	if ((r = get_str(c, dense, "dense", "file", &file)))
+		return r;
+	if (strcmp(file, ST_STORE_DENSE_FILE))
+		return bad(c, -ST_E_FORMAT, "dense.file: \"%s\", expected \"%s\"",
+			   file, ST_STORE_DENSE_FILE);
+	s->dense_file = strdup(file);
+	if (!s->dense_file)
+		return -ENOMEM;
+	if ((r = get_u64(c, dense, "dense", "bytes", MAX_BYTES,
+			 &s->dense_bytes)) ||
+	    (r = get_int(c, dense, "dense", "align", ST_STORE_DENSE_ALIGN,
+			 ST_STORE_DENSE_ALIGN, &align)))
+		return r;
+	arr = json_object_get(dense, "tensors");
+	if (!arr || !json_is_array(arr))
+		return bad(c, -ST_E_FORMAT, "dense.tensors: missing or not an "
+			   "array");
+	n = json_array_size(arr);
+	if (n > MAX_TENSORS)
+		return bad(c, -ST_E_FORMAT, "dense.tensors: %zu entries", n);
+	s->dense = calloc(n ? n : 1, sizeof(*s->dense));
+	if (!s->dense)
+		return -ENOMEM;
+	for (size_t i = 0; i < n; i++) {
+		char where[64];
+
+		snprintf(where, sizeof(where), "dense.tensors[%zu]", i);
+		s->n_dense = (int)i + 1;
+		r = parse_tensor(c, json_array_get(arr, i), where,
+				 s->dense_bytes, &s->dense[i]);
+		if (r)
+			return r;
+	}
+	qsort(s->dense, n, sizeof(*s->dense), cmp_tensor_offset);
+	for (size_t i = 1; i < n; i++)
+		if (s->dense[i].offset <
+		    s->dense[i - 1].offset + s->dense[i - 1].n_bytes)
+			return bad(c, -ST_E_FORMAT, "tensors %s and %s overlap in "
+				   "%s", s->dense[i - 1].name, s->dense[i].name,
+				   ST_STORE_DENSE_FILE);
+	qsort(s->dense, n, sizeof(*s->dense), cmp_tensor_name);
+	for (size_t i = 1; i < n; i++)
+		if (!strcmp(s->dense[i].name, s->dense[i - 1].name))
+			return bad(c, -ST_E_FORMAT, "tensor %s listed twice",
+				   s->dense[i].name);
+	if ((r = check_dense_roles(c, s)))
+		return r;
+	return check_file_size(c, s->dense_file, s->dense_bytes);
+}
+
+/* One entry of experts.matrices must equal the layout computed from the
+ * config. */
+static int check_matrix(const struct mctx *c, json_t *o, int m,
+			const struct st_store *s)
+{
+	static const char *names[3] = { "gate", "up", "down" };
+	const struct st_store_matrix *x = &s->mat[m];
+	const char *name = NULL, *fmt = NULL, *str = NULL;
+	char where[64];
+	int64_t v = 0;
+	uint64_t u = 0;
+	int r;
+
+	snprintf(where, sizeof(where), "experts.matrices[%d]", m);
+	if (!json_is_object(o))
+		return bad(c, -ST_E_FORMAT, "%s: not an object", where);
+	if ((r = get_str(c, o, where, "name", &name)) ||
+	    (r = get_str(c, o, where, "format", &fmt)))
+		return r;
+	if (strcmp(name, names[m]))
+		return bad(c, -ST_E_FORMAT, "%s.name: \"%s\", expected \"%s\"",
+			   where, name, names[m]);
+	if (strcmp(fmt, st_store_format_name(s->expert_dtype)))
+		return bad(c, -ST_E_FORMAT, "%s.format: \"%s\" differs from "
+			   "experts.format", where, fmt);
+#define EXPECT(key, want)                                                  \
+	do {                                                                   \
+		if ((r = get_u64(c, o, where, key, MAX_BYTES, &u)))                \
+			return r;                                                      \
+		if (u != (uint64_t)(want))                                         \
+			return bad(c, -ST_E_FORMAT, "%s." key ": %" PRIu64            \
+				   " but the config and format give %" PRIu64,         \
+				   where, u, (uint64_t)(want));                        \
+	} while (0)
+	EXPECT("rows", x->rows);
+	EXPECT("cols", x->cols);
+	EXPECT("data_offset", x->data_offset);
+	EXPECT("data_bytes", x->data_bytes);
+	if (s->expert_dtype == ST_DTYPE_MXFP4) {
+		EXPECT("scale_offset", x->scale_offset);
+		EXPECT("scale_bytes", x->scale_bytes);
+		if ((r = get_int(c, o, where, "block", ST_MXFP4_BLOCK,
+				 ST_MXFP4_BLOCK, &v)))
+			return r;
+		if ((r = get_str(c, o, where, "scale", &str)))
+			return r;
+		if (strcmp(str, "e8m0"))
+			return bad(c, -ST_E_FORMAT, "%s.scale: \"%s\" (mxfp4 "
+				   "scales are e8m0)", where, str);
+		if ((r = get_str(c, o, where, "layout", &str)))
+			return r;
+		if (strcmp(str, "ocp"))
+			return bad(c, -ST_E_FORMAT, "%s.layout: \"%s\" (this "
+				   "version writes and reads \"ocp\")", where, str);
+		if ((r = get_str(c, o, where, "rounding", &str)))
+			return r;
+	}
+#undef EXPECT
+	return 0;
+}
+
+static int parse_expert_file(const struct mctx *c, json_t *o, int layer,
+			     struct st_store *s)
+{
+	char where[64], want[64];
+	const char *name = NULL;
+	json_t *sums;
+	int64_t v = 0;
+	uint64_t bytes = 0;
+	int r;
+
+	snprintf(where, sizeof(where), "experts.files[%d]", layer);
+	if (!json_is_object(o))
+		return bad(c, -ST_E_FORMAT, "%s: not an object", where);
+	if ((r = get_int(c, o, where, "layer", layer, layer, &v)) ||
+	    (r = get_str(c, o, where, "name", &name)) ||
+	    (r = get_u64(c, o, where, "bytes", MAX_BYTES, &bytes)))
+		return r;
+	st_store_expert_file_name(layer, want, sizeof(want));
+	if (strcmp(name, want))
+		return bad(c, -ST_E_FORMAT, "%s.name: \"%s\", expected \"%s\"",
+			   where, name, want);
+	s->expert_files[layer] = strdup(name);
+	if (!s->expert_files[layer])
+		return -ENOMEM;
+	if (bytes != (uint64_t)s->n_experts * s->record_bytes)
+		return bad(c, -ST_E_FORMAT, "%s.bytes: %" PRIu64 ", but %d "
+			   "records of %" PRIu64 " bytes make %" PRIu64, where,
+			   bytes, s->n_experts, s->record_bytes,
+			   (uint64_t)s->n_experts * s->record_bytes);
+	sums = json_object_get(o, "xxh3");
+	if (!sums || !json_is_array(sums) ||
+	    json_array_size(sums) != (size_t)s->n_experts)
+		return bad(c, -ST_E_FORMAT, "%s.xxh3: not an array of %d "
+			   "checksums", where, s->n_experts);
+	for (int e = 0; e < s->n_experts; e++) {
+		char w[96];
+
+		snprintf(w, sizeof(w), "%s.xxh3[%d]", where, e);
+		r = hex_value(c, json_array_get(sums, (size_t)e), w,
+			      &s->expert_xxh3[(size_t)layer * s->n_experts + e]);
+		if (r)
+			return r;
+	}
+	return check_file_size(c, name, bytes);
+}
+
+static int parse_experts(const struct mctx *c, json_t *root,
+			 struct st_store *s)
+{
+	json_t *ex = json_object_get(root, "experts"), *mats, *files;
+	struct st_diag d = { { 0 } };
+	const char *fmt = NULL;
+	int64_t v = 0;
+	uint64_t rb = 0;
+	int r;
+
+	if (!ex || !json_is_object(ex))
+		return bad(c, -ST_E_FORMAT, "experts: missing or not an object");
+	if ((r = get_str(c, ex, "experts", "format", &fmt)))
+		return r;
+	if (format_from_name(fmt, &s->expert_dtype))
+		return bad(c, -ST_E_FORMAT, "experts.format: \"%s\" (known: "
+			   "mxfp4, bf16, f32)", fmt);
+	s->fp4_layout = ST_FP4_LAYOUT_OCP;
+	if ((r = get_int(c, ex, "experts", "n_layers", 1, MAX_LAYERS, &v)))
+		return r;
+	if (v != s->cfg.n_layers)
+		return bad(c, -ST_E_FORMAT, "experts.n_layers: %lld, the config "
+			   "has %d layers", (long long)v, s->cfg.n_layers);
+	s->n_layers = (int)v;
+	if ((r = get_int(c, ex, "experts", "n_experts", 1, MAX_EXPERTS, &v)))
+		return r;
+	if (v != s->cfg.n_experts)
+		return bad(c, -ST_E_FORMAT, "experts.n_experts: %lld, the config "
+			   "has %d experts", (long long)v, s->cfg.n_experts);
+	s->n_experts = (int)v;
+	if ((r = get_int(c, ex, "experts", "record_align", ST_STORE_RECORD_ALIGN,
+			 ST_STORE_RECORD_ALIGN, &v)) ||
+	    (r = get_int(c, ex, "experts", "section_align",
+			 ST_STORE_SECTION_ALIGN, ST_STORE_SECTION_ALIGN, &v)) ||
+	    (r = get_u64(c, ex, "experts", "record_bytes", MAX_BYTES,
+			 &s->record_bytes)))
+		return r;
+	r = st_store_layout(&s->cfg, s->expert_dtype, s->mat, &rb, &d);
+	if (r)
+		return bad(c, r, "experts: %s", d.msg);
+	if (rb != s->record_bytes)
+		return bad(c, -ST_E_FORMAT, "experts.record_bytes: %" PRIu64
+			   ", but the config and format give %" PRIu64,
+			   s->record_bytes, rb);
+	mats = json_object_get(ex, "matrices");
+	if (!mats || !json_is_array(mats) || json_array_size(mats) != 3)
+		return bad(c, -ST_E_FORMAT, "experts.matrices: not an array of 3 "
+			   "(gate, up, down)");
+	for (int m = 0; m < 3; m++)
+		if ((r = check_matrix(c, json_array_get(mats, (size_t)m), m, s)))
+			return r;
+	files = json_object_get(ex, "files");
+	if (!files || !json_is_array(files) ||
+	    json_array_size(files) != (size_t)s->n_layers)
+		return bad(c, -ST_E_FORMAT, "experts.files: not an array of %d "
+			   "(one per layer)", s->n_layers);
+	s->expert_files = calloc((size_t)s->n_layers, sizeof(char *));
+	s->expert_xxh3 = calloc((size_t)s->n_layers * (size_t)s->n_experts,
+				sizeof(uint64_t));
+	if (!s->expert_files || !s->expert_xxh3)
+		return -ENOMEM;
+	for (int l = 0; l < s->n_layers; l++)
+		if ((r = parse_expert_file(c, json_array_get(files, (size_t)l), l,
+					   s)))
+			return r;
+	return 0;
+}
+
+/* --- open / close -------------------------------------------------------- */
+
+void st_store_close(struct st_store *s)
+{
+	if (!s)
+		return;
+	free(s->dir);
+	free(s->config_json);
+	if (s->expert_files)
+		for (int l = 0; l < s->n_layers; l++)
+			free(s->expert_files[l]);
+	free(s->expert_files);
+	free(s->expert_xxh3);
+	free(s->dense_file);
+	for (int i = 0; i < s->n_dense; i++)
+		free(s->dense[i].name);
+	free(s->dense);
+	for (int i = 0; i < s->n_files; i++)
+		free(s->files[i].name);
+	free(s->files);
+	free(s);
+}
+
+static int open_parsed(const struct mctx *c, json_t *root, struct st_store *s)
+{
+	const char *fmt;
+	int64_t version;
+	json_t *v;
+	int r;
+
+	if (!json_is_object(root))
+		return bad(c, -ST_E_FORMAT, "not a JSON object");
+	v = json_object_get(root, "format");
+	if (!v || !json_is_string(v) ||
+	    strcmp((fmt = json_string_value(v)), ST_STORE_FORMAT))
+		return bad(c, -ST_E_FORMAT, "format is not \"%s\" (not a strata "
+			   "store)", ST_STORE_FORMAT);
+	v = json_object_get(root, "version");
+	if (!v || !json_is_integer(v))
+		return bad(c, -ST_E_FORMAT, "version: missing or not an integer");
+	version = json_integer_value(v);
+	if (version != ST_STORE_VERSION)
+		return bad(c, -ST_E_VERSION, "store version %lld, this strata "
+			   "reads version %d; re-run strata convert",
+			   (long long)version, ST_STORE_VERSION);
+	if ((r = parse_config(c, root, s)) || (r = parse_files(c, root, s)) ||
+	    (r = check_config_copy(c, s)) || (r = parse_dense(c, root, s)) ||
+	    (r = parse_experts(c, root, s)))
+		return r;
+	return 0;
+}
+
+int st_store_open(const char *dir, struct st_store **ret, struct st_diag *diag)
+{
+	struct mctx c = { dir, diag };
+	struct st_store *s;
+	json_error_t jerr;
+	char path[4096];
+	char *text = NULL;
+	size_t len;
+	json_t *root;
+	int r;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir,
+			     ST_STORE_MANIFEST) >= sizeof(path))
+		return st_diag_set(diag, -ENAMETOOLONG, "store path too long");
+	r = st_read_file(path, &text, &len);
+	if (r == -ENOENT)
+		return st_diag_set(diag, r, "store %s: no %s (not a strata store; "
+				   "create one with strata convert)", dir,
+				   ST_STORE_MANIFEST);
+	if (r)
+		return st_diag_set(diag, r, "store %s: %s: %s", dir,
+				   ST_STORE_MANIFEST, st_strerror(r));
+	root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &jerr);
+	free(text);
+	if (!root)
+		return bad(&c, -ST_E_FORMAT, "line %d column %d: %s", jerr.line,
+			   jerr.column, jerr.text);
+	s = calloc(1, sizeof(*s));
+	if (!s || !(s->dir = strdup(dir))) {
+		free(s);
+		json_decref(root);
+		return st_diag_set(diag, -ENOMEM, "store %s: out of memory", dir);
+	}
+	r = open_parsed(&c, root, s);
+	json_decref(root);
+	if (r) {
+		if (r == -ENOMEM)
+			st_diag_set(diag, r, "store %s: out of memory", dir);
+		st_store_close(s);
+		return r;
+	}
+	*ret = s;
+	return 0;
+}
+
+const struct st_store_tensor *st_store_find_dense(const struct st_store *s,
+						  const char *name)
+{
+	struct st_store_tensor key = { .name = (char *)name };
+
+	if (!s || !name || s->n_dense == 0)
+		return NULL;
+	return bsearch(&key, s->dense, (size_t)s->n_dense, sizeof(*s->dense),
+		       cmp_tensor_name);
+}
+
+int st_store_path(const struct st_store *s, const char *base, char *buf,
+		  size_t len)
+{
+	int n = snprintf(buf, len, "%s/%s", s->dir, base);
+
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+/* --- reading and verifying ---------------------------------------------- */
+
+/* pread of exactly len bytes; -EIO when the file ends first. */
+static int pread_full(int fd, void *buf, size_t len, uint64_t off)
+{
+	uint8_t *p = buf;
+
+	while (len) {
+		ssize_t n = pread(fd, p, len, (off_t)off);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -errno;
+		if (n == 0)
+			return -EIO;
+		p += n;
+		len -= (size_t)n;
+		off += (uint64_t)n;
+	}
+	return 0;
+}
+
+int st_store_read_record(const struct st_store *s, int fd, int layer,
+			 int expert, void *buf, struct st_diag *diag)
+{
+	uint64_t want, got;
+	const char *file;
+	int r;
+
+	if (layer < 0 || layer >= s->n_layers || expert < 0 ||
+	    expert >= s->n_experts)
+		return st_diag_set(diag, -EINVAL, "store %s: expert (%d, %d) out "
+				   "of range (%d layers, %d experts)", s->dir,
+				   layer, expert, s->n_layers, s->n_experts);
+	file = s->expert_files[layer];
+	r = pread_full(fd, buf, s->record_bytes,
+		       (uint64_t)expert * s->record_bytes);
+	if (r)
+		return st_diag_set(diag, r, "expert file %s/%s: record %d (layer "
+				   "%d, expert %d): read failed: %s%s", s->dir,
+				   file, expert, layer, expert, st_strerror(r),
+				   r == -EIO ? " (file shorter than the manifest "
+				   "says?)" : "");
+	want = s->expert_xxh3[(size_t)layer * s->n_experts + expert];
+	got = st_xxh3(buf, s->record_bytes);
+	if (got != want)
+		return st_diag_set(diag, -ST_E_CHECKSUM,
+				   "expert file %s/%s: record %d (layer %d, expert "
+				   "%d) checksum mismatch (xxh3 %016" PRIx64
+				   ", manifest %016" PRIx64 "); the store is "
+				   "damaged: re-run strata convert", s->dir, file,
+				   expert, layer, expert, got, want);
+	return 0;
+}
+
+struct verify_state {
+	void (*progress)(uint64_t done, uint64_t total, void *arg);
+	void *arg;
+	uint64_t done, total;
+	int n_bad, first_err;
+	struct st_diag *diag;
+	uint8_t *chunk;      /* HASH_CHUNK_BYTES */
+	XXH3_state_t *xs;
+};
+
+static void verify_note(struct verify_state *v, int err,
+			const struct st_diag *d)
+{
+	if (!err)
+		return;
+	v->n_bad++;
+	if (!v->first_err) {
+		v->first_err = err;
+		if (v->diag)
+			*v->diag = *d;
+	}
+}
+
+static void verify_tick(struct verify_state *v, uint64_t bytes)
+{
+	v->done += bytes;
+	if (v->progress)
+		v->progress(v->done, v->total, v->arg);
+}
+
+/* XXH3-64 of bytes [off, off + len) of fd, streamed. */
+static int hash_range(struct verify_state *v, int fd, uint64_t off,
+		      uint64_t len, uint64_t *ret)
+{
+	XXH3_64bits_reset(v->xs);
+	while (len) {
+		size_t n = len < HASH_CHUNK_BYTES ? (size_t)len : HASH_CHUNK_BYTES;
+		int r = pread_full(fd, v->chunk, n, off);
+
+		if (r)
+			return r;
+		XXH3_64bits_update(v->xs, v->chunk, n);
+		off += n;
+		len -= n;
+	}
+	*ret = XXH3_64bits_digest(v->xs);
+	return 0;
+}
+
+static int open_store_file(const struct st_store *s, const char *name,
+			   struct st_diag *d)
+{
+	char path[4096];
+	int fd;
+
+	if (st_store_path(s, name, path, sizeof(path)))
+		return st_diag_set(d, -ENAMETOOLONG, "store %s: path too long",
+				   s->dir);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return st_diag_set(d, -errno, "store %s: %s: %s", s->dir, name,
+				   strerror(errno));
+	return fd;
+}
+
+static void verify_dense(const struct st_store *s, struct verify_state *v)
+{
+	struct st_diag d = { { 0 } };
+	int fd = open_store_file(s, s->dense_file, &d);
+
+	if (fd < 0) {
+		verify_note(v, fd, &d);
+		for (int i = 0; i < s->n_dense; i++)
+			verify_tick(v, s->dense[i].n_bytes);
+		return;
+	}
+	for (int i = 0; i < s->n_dense; i++) {
+		const struct st_store_tensor *t = &s->dense[i];
+		uint64_t h;
+		int r = hash_range(v, fd, t->offset, t->n_bytes, &h);
+
+		if (r)
+			verify_note(v, st_diag_set(&d, r, "store %s: %s: tensor %s:"
+						   " read failed: %s", s->dir,
+						   s->dense_file, t->name,
+						   st_strerror(r)), &d);
+		else if (h != t->xxh3)
+			verify_note(v, st_diag_set(&d, -ST_E_CHECKSUM,
+						   "store %s: %s: tensor %s (offset "
+						   "%" PRIu64 ", %" PRIu64 " bytes) "
+						   "checksum mismatch; the store is "
+						   "damaged: re-run strata convert",
+						   s->dir, s->dense_file, t->name,
+						   t->offset, t->n_bytes), &d);
+		verify_tick(v, t->n_bytes);
+	}
+	close(fd);
+}
+
+static void verify_experts(const struct st_store *s, struct verify_state *v)
+{
+	struct st_diag d = { { 0 } };
+	void *rec = NULL;
+
+	if (posix_memalign(&rec, ST_STORE_RECORD_ALIGN, s->record_bytes)) {
+		verify_note(v, st_diag_set(&d, -ENOMEM, "store %s: out of memory",
+					   s->dir), &d);
+		return;
+	}
+	for (int l = 0; l < s->n_layers; l++) {
+		int fd = open_store_file(s, s->expert_files[l], &d);
+
+		if (fd < 0) {
+			verify_note(v, fd, &d);
+			verify_tick(v, (uint64_t)s->n_experts * s->record_bytes);
+			continue;
+		}
+		for (int e = 0; e < s->n_experts; e++) {
+			verify_note(v, st_store_read_record(s, fd, l, e, rec, &d),
+				    &d);
+			verify_tick(v, s->record_bytes);
+		}
+		close(fd);
+	}
+	free(rec);
+}
+
+static void verify_files(const struct st_store *s, struct verify_state *v)
+{
+	struct st_diag d = { { 0 } };
+
+	for (int i = 0; i < s->n_files; i++) {
+		const struct st_store_file *f = &s->files[i];
+		int fd = open_store_file(s, f->name, &d);
+		uint64_t h;
+		int r;
+
+		if (fd < 0) {
+			verify_note(v, fd, &d);
+		} else {
+			r = hash_range(v, fd, 0, f->n_bytes, &h);
+			close(fd);
+			if (r)
+				verify_note(v, st_diag_set(&d, r, "store %s: %s: "
+							   "read failed: %s", s->dir,
+							   f->name, st_strerror(r)),
+					    &d);
+			else if (h != f->xxh3)
+				verify_note(v, st_diag_set(&d, -ST_E_CHECKSUM,
+							   "store %s: %s: checksum "
+							   "mismatch; re-run strata "
+							   "convert", s->dir,
+							   f->name), &d);
+		}
+		verify_tick(v, f->n_bytes);
+	}
+}
+
+int st_store_verify(const char *dir,
+		    void (*progress)(uint64_t done, uint64_t total, void *arg),
+		    void *arg, int *ret_n_bad, struct st_diag *diag)
+{
+	struct verify_state v = { .progress = progress, .arg = arg,
+				  .diag = diag };
+	struct st_store *s = NULL;
+	int r;
+
+	if (ret_n_bad)
+		*ret_n_bad = 0;
+	r = st_store_open(dir, &s, diag);
+	if (r) {
+		if (ret_n_bad)
+			*ret_n_bad = 1;
+		return r;
+	}
+	for (int i = 0; i < s->n_dense; i++)
+		v.total += s->dense[i].n_bytes;
+	v.total += (uint64_t)s->n_layers * s->n_experts * s->record_bytes;
+	for (int i = 0; i < s->n_files; i++)
+		v.total += s->files[i].n_bytes;
+	v.chunk = malloc(HASH_CHUNK_BYTES);
+	v.xs = XXH3_createState();
+	if (!v.chunk || !v.xs) {
+		free(v.chunk);
+		XXH3_freeState(v.xs);
+		st_store_close(s);
+		if (ret_n_bad)
+			*ret_n_bad = 1;
+		return st_diag_set(diag, -ENOMEM, "store %s: out of memory", dir);
+	}
+	if (progress)
+		progress(0, v.total, arg);
+	verify_dense(s, &v);
+	verify_experts(s, &v);
+	verify_files(s, &v);
+	free(v.chunk);
+	XXH3_freeState(v.xs);
+	st_store_close(s);
+	if (ret_n_bad)
+		*ret_n_bad = v.n_bad;
+	return v.first_err;
+}

@@ -1,0 +1,82 @@
+/*
+ * store_testlib.h — helpers of the store tests, independent of the code
+ * under test: a minimal safetensors reader and writer (to read reference
+ * bytes and to build broken checkpoints), a reference MXFP4 quantizer
+ * written from the OCP MX v1.0 spec, and directory snapshots.
+ */
+#ifndef STORE_TESTLIB_H
+#define STORE_TESTLIB_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct tst_tensor {
+	char name[256];
+	char dtype[16];
+	int n_dims;
+	int64_t shape[8];
+	uint64_t begin, end;  /* offsets relative to the data section */
+};
+
+struct tst_sft {
+	uint8_t *buf;          /* the whole file */
+	size_t len;
+	uint64_t data_start;   /* 8 + header length */
+	int n;
+	struct tst_tensor *t;
+	char *metadata_json;   /* "__metadata__" object as JSON, or NULL */
+};
+
+/* Reads and parses a safetensors file; aborts the test on any problem. */
+void tst_sft_load(const char *path, struct tst_sft *ret);
+void tst_sft_free(struct tst_sft *s);
+const struct tst_tensor *tst_sft_find(const struct tst_sft *s,
+				      const char *name);
+const uint8_t *tst_sft_data(const struct tst_sft *s,
+			    const struct tst_tensor *t);
+
+/*
+ * Writes a safetensors file holding the tensors of `s` except `skip`
+ * (name or NULL); if `reshape` is non-NULL, that tensor gets the shape
+ * new_shape[0..1] (same byte count).  Returns 0 or -1.
+ */
+int tst_sft_write(const char *path, const struct tst_sft *s, const char *skip,
+		  const char *reshape, const int64_t new_shape[2]);
+
+/* Makes dir a checkpoint: symlinks to src's config.json, tokenizer files
+ * and generation_config.json (those present); the caller writes the
+ * safetensors.  Skips `omit` (base name or NULL). */
+void tst_model_links(const char *src, const char *dir, const char *omit);
+
+/* Reference MXFP4 quantization of one 32-element block (OCP MX v1.0,
+ * section 6.3): scale byte and 16 code bytes in OCP nibble order. */
+void tst_ref_mxfp4_block(const float x[32], uint8_t *ret_scale,
+			 uint8_t codes[16], int *ret_n_ties);
+
+/* BF16 bits -> float (the upper half of binary32). */
+float tst_bf16(uint16_t h);
+
+/* Snapshot of a directory: sorted file names with sizes and XXH3. */
+struct tst_snap {
+	int n;
+	char names[64][256];
+	uint64_t sizes[64], hashes[64];
+};
+void tst_snapshot(const char *dir, struct tst_snap *ret);
+int tst_snap_equal(const struct tst_snap *a, const struct tst_snap *b);
+
+/* Byte-compares every file of two directories (same names).  Returns the
+ * number of differing / missing files, printing each. */
+int tst_dirs_differ(const char *a, const char *b);
+
+/* Reads a whole file (aborts on failure); *ret_len its size. */
+uint8_t *tst_read(const char *path, size_t *ret_len);
+void tst_write(const char *path, const void *buf, size_t len);
+
+/* Flips bit 0 of the byte at `off` of a file. */
+void tst_flip_byte(const char *path, uint64_t off);
+
+/* Number of entries of `dir` whose name starts with `prefix`. */
+int tst_count_prefix(const char *dir, const char *prefix);
+
+#endif

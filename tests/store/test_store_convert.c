@@ -1,0 +1,478 @@
+/*
+ * test_store_convert.c — `strata convert` output checked against the
+ * checkpoint with independent code: geometry and record sizes computed
+ * here from config.json, every record checksum, MXFP4 codes and scales
+ * against a reference quantizer written from the OCP MX spec
+ * (store_testlib.c), BF16 records and dense tensors byte-equal to the
+ * checkpoint, F32 equal to the exact widening, deterministic output, and
+ * the progress callback.
+ */
+#include <fcntl.h>
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+#include <xxhash.h>
+
+#include "es_convert.h"
+#include "st_store.h"
+#include "st_util.h"
+#include "store_testlib.h"
+#include "test_util.h"
+
+static char g_mixtral[4096], g_qwen[4096];
+
+/* What the test reads from config.json itself. */
+struct geom {
+	int qwen;       /* 0: mixtral naming, 1: qwen3_moe naming */
+	int n_layers, n_experts, hidden, inter;
+};
+
+static void read_geom(const char *model, struct geom *g)
+{
+	char path[4096];
+	json_t *root, *v;
+
+	snprintf(path, sizeof(path), "%s/config.json", model);
+	root = json_load_file(path, 0, NULL);
+	assert_non_null(root);
+	g->qwen = !strcmp(json_string_value(json_object_get(root, "model_type")),
+			  "qwen3_moe");
+	g->n_layers = (int)json_integer_value(json_object_get(root,
+						"num_hidden_layers"));
+	g->hidden = (int)json_integer_value(json_object_get(root, "hidden_size"));
+	v = json_object_get(root, g->qwen ? "num_experts" : "num_local_experts");
+	g->n_experts = (int)json_integer_value(v);
+	v = json_object_get(root, g->qwen ? "moe_intermediate_size" :
+					    "intermediate_size");
+	g->inter = (int)json_integer_value(v);
+	json_decref(root);
+	assert_true(g->n_layers > 0 && g->n_experts > 0 && g->hidden > 0 &&
+		    g->inter > 0);
+}
+
+static void expert_name(const struct geom *g, int l, int e, int m, char *buf,
+			size_t len)
+{
+	static const char *mix[3] = { "w1", "w3", "w2" };
+	static const char *qw[3] = { "gate_proj", "up_proj", "down_proj" };
+
+	if (g->qwen)
+		snprintf(buf, len, "model.layers.%d.mlp.experts.%d.%s.weight", l,
+			 e, qw[m]);
+	else
+		snprintf(buf, len, "model.layers.%d.block_sparse_moe.experts.%d."
+			 "%s.weight", l, e, mix[m]);
+}
+
+/* Independent layout: gate/up [I, H], down [H, I]; sections 64-aligned,
+ * record 4096-aligned (st_store.h). */
+struct lay {
+	int64_t rows[3], cols[3];
+	uint64_t data_off[3], data_bytes[3], scale_off[3], scale_bytes[3];
+	uint64_t record_bytes, used;
+};
+
+static void layout(const struct geom *g, enum st_dtype dt, struct lay *y)
+{
+	uint64_t cur = 0;
+
+	memset(y, 0, sizeof(*y));
+	for (int m = 0; m < 3; m++) {
+		uint64_t n;
+
+		y->rows[m] = m == 2 ? g->hidden : g->inter;
+		y->cols[m] = m == 2 ? g->inter : g->hidden;
+		n = (uint64_t)y->rows[m] * (uint64_t)y->cols[m];
+		y->data_off[m] = (cur + 63) / 64 * 64;
+		y->data_bytes[m] = dt == ST_DTYPE_MXFP4 ? n / 2 :
+				   dt == ST_DTYPE_BF16 ? n * 2 : n * 4;
+		cur = y->data_off[m] + y->data_bytes[m];
+		if (dt == ST_DTYPE_MXFP4) {
+			y->scale_off[m] = (cur + 63) / 64 * 64;
+			y->scale_bytes[m] = n / 32;
+			cur = y->scale_off[m] + y->scale_bytes[m];
+		}
+	}
+	y->used = cur;
+	y->record_bytes = (cur + 4095) / 4096 * 4096;
+}
+
+struct prog {
+	int n_calls, monotonic, first_zero;
+	uint64_t last_done, total;
+};
+
+static void on_progress(uint64_t done, uint64_t total, void *arg)
+{
+	struct prog *p = arg;
+
+	if (p->n_calls == 0) {
+		p->first_zero = done == 0;
+		p->total = total;
+		p->monotonic = 1;
+	}
+	if (done < p->last_done || total != p->total || done > total)
+		p->monotonic = 0;
+	p->last_done = done;
+	p->n_calls++;
+}
+
+static uint64_t file_size_or0(const char *dir, const char *name)
+{
+	char path[4096];
+	size_t len;
+	uint8_t *b;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, name);
+	if (access(path, R_OK))
+		return 0;
+	b = tst_read(path, &len);
+	free(b);
+	return len;
+}
+
+/* Compares one record with the checkpoint; returns the number of MXFP4
+ * ties met (to show the rounding rule was exercised). */
+static int check_record(const struct geom *g, const struct lay *y,
+			enum st_dtype dt, const struct tst_sft *ck, int l, int e,
+			const uint8_t *rec)
+{
+	int n_ties = 0;
+
+	for (int m = 0; m < 3; m++) {
+		const struct tst_tensor *t;
+		const uint8_t *src;
+		char name[256];
+		int64_t rows = y->rows[m], cols = y->cols[m];
+
+		expert_name(g, l, e, m, name, sizeof(name));
+		t = tst_sft_find(ck, name);
+		assert_non_null(t);
+		assert_string_equal(t->dtype, "BF16");
+		assert_int_equal(t->end - t->begin, (uint64_t)(rows * cols * 2));
+		src = tst_sft_data(ck, t);
+		if (dt == ST_DTYPE_BF16) {
+			assert_memory_equal(rec + y->data_off[m], src,
+					    y->data_bytes[m]);
+			continue;
+		}
+		for (int64_t r = 0; r < rows; r++)
+			for (int64_t b = 0; b < cols / 32; b++) {
+				float x[32];
+				uint8_t scale, codes[16];
+
+				for (int i = 0; i < 32; i++) {
+					uint16_t h;
+
+					memcpy(&h, src + ((r * cols) + b * 32 + i) * 2,
+					       2);
+					x[i] = tst_bf16(h);
+				}
+				if (dt == ST_DTYPE_F32) {
+					assert_memory_equal(rec + y->data_off[m] +
+								    ((r * cols) + b * 32) * 4,
+							    x, sizeof(x));
+					continue;
+				}
+				tst_ref_mxfp4_block(x, &scale, codes, &n_ties);
+				if (memcmp(rec + y->data_off[m] +
+						   ((r * cols) + b * 32) / 2,
+					   codes, 16) ||
+				    rec[y->scale_off[m] + r * (cols / 32) + b] !=
+					    scale)
+					fail_msg("%s row %" PRId64 " block %" PRId64
+						 ": codes/scale differ from the "
+						 "OCP reference", name, r, b);
+			}
+	}
+	for (uint64_t i = y->used; i < y->record_bytes; i++)
+		if (rec[i])
+			fail_msg("record (%d, %d): padding byte %" PRIu64
+				 " not zero", l, e, i);
+	return n_ties;
+}
+
+static void check_dense(const struct st_store *s, const struct tst_sft *ck,
+			int dense_f32)
+{
+	char path[4096];
+	int n_nonexpert = 0;
+	size_t len;
+	uint8_t *dense;
+
+	snprintf(path, sizeof(path), "%s/dense.bin", s->dir);
+	dense = tst_read(path, &len);
+	assert_int_equal(len, s->dense_bytes);
+	assert_int_equal(len % 4096, 0);
+	for (int i = 0; i < ck->n; i++) {
+		const struct tst_tensor *t = &ck->t[i];
+		const struct st_store_tensor *d;
+		uint64_t n = (t->end - t->begin) / 2;
+		const uint8_t *src = tst_sft_data(ck, t);
+
+		if (strstr(t->name, ".experts."))
+			continue;
+		n_nonexpert++;
+		d = st_store_find_dense(s, t->name);
+		if (!d)
+			fail_msg("dense tensor %s missing from the store", t->name);
+		assert_int_equal(d->n_dims, t->n_dims);
+		for (int k = 0; k < t->n_dims; k++)
+			assert_int_equal(d->shape[k], t->shape[k]);
+		assert_int_equal(d->offset % 4096, 0);
+		assert_true(d->offset + d->n_bytes <= len);
+		assert_int_equal(d->xxh3, XXH3_64bits(dense + d->offset,
+						      d->n_bytes));
+		if (!dense_f32) {
+			assert_int_equal(d->dtype, ST_DTYPE_BF16);
+			assert_int_equal(d->n_bytes, n * 2);
+			assert_memory_equal(dense + d->offset, src, n * 2);
+		} else {
+			assert_int_equal(d->dtype, ST_DTYPE_F32);
+			assert_int_equal(d->n_bytes, n * 4);
+			for (uint64_t k = 0; k < n; k++) {
+				uint16_t h;
+				float f;
+
+				memcpy(&h, src + 2 * k, 2);
+				memcpy(&f, dense + d->offset + 4 * k, 4);
+				if (f != tst_bf16(h) && !(f != f))
+					fail_msg("%s[%" PRIu64 "]: %g, BF16 %g",
+						 t->name, k, f, tst_bf16(h));
+			}
+		}
+	}
+	assert_int_equal(s->n_dense, n_nonexpert);
+	free(dense);
+}
+
+static void check_copies(const char *model, const char *store)
+{
+	static const char *names[] = { "config.json", "generation_config.json",
+				       "tokenizer.json", "tokenizer_config.json" };
+
+	for (size_t i = 0; i < 4; i++) {
+		char a[4400], b[4400];
+		uint8_t *x, *y;
+		size_t lx, ly;
+
+		snprintf(a, sizeof(a), "%s/%s", model, names[i]);
+		snprintf(b, sizeof(b), "%s/%s", store, names[i]);
+		if (access(a, R_OK)) {
+			assert_int_not_equal(access(b, F_OK), 0);
+			continue;
+		}
+		x = tst_read(a, &lx);
+		y = tst_read(b, &ly);
+		assert_int_equal(lx, ly);
+		assert_memory_equal(x, y, lx);
+		free(x);
+		free(y);
+	}
+}
+
+/* Converts `model` with the given options and checks everything. */
+static void convert_and_check(const char *model, enum st_dtype dt,
+			      int dense_f32)
+{
+	struct es_convert_opts o;
+	struct st_diag d = { { 0 } };
+	struct st_store *s = NULL;
+	struct prog p = { 0 };
+	struct tst_sft ck;
+	struct geom g;
+	struct lay y;
+	char tmp[4096], out[4200], path[4400];
+	uint8_t *rec;
+	uint64_t want_total = 0;
+	int r, n_ties = 0;
+
+	read_geom(model, &g);
+	layout(&g, dt, &y);
+	snprintf(path, sizeof(path), "%s/model.safetensors", model);
+	tst_sft_load(path, &ck);
+	st_test_tmpdir(tmp, sizeof(tmp));
+	snprintf(out, sizeof(out), "%s/store", tmp);
+
+	es_convert_opts_init(&o);
+	o.expert_dtype = dt;
+	o.dense_f32 = dense_f32;
+	o.progress = on_progress;
+	o.progress_arg = &p;
+	r = es_convert(model, out, &o, &d);
+	if (r)
+		fail_msg("es_convert: %s (%s)", d.msg, st_strerror(r));
+	assert_int_equal(tst_count_prefix(tmp, "store.tmp-"), 0);
+
+	/* progress: (0, total) first, monotonic, (total, total) last, total =
+	 * every checkpoint tensor byte plus the copied files */
+	for (int i = 0; i < ck.n; i++)
+		want_total += ck.t[i].end - ck.t[i].begin;
+	want_total += file_size_or0(model, "config.json") +
+		      file_size_or0(model, "generation_config.json") +
+		      file_size_or0(model, "tokenizer.json") +
+		      file_size_or0(model, "tokenizer_config.json");
+	assert_true(p.n_calls > g.n_layers * g.n_experts);
+	assert_true(p.first_zero);
+	assert_true(p.monotonic);
+	assert_int_equal(p.total, want_total);
+	assert_int_equal(p.last_done, want_total);
+
+	r = st_store_open(out, &s, &d);
+	if (r)
+		fail_msg("st_store_open: %s", d.msg);
+	assert_int_equal(s->n_layers, g.n_layers);
+	assert_int_equal(s->n_experts, g.n_experts);
+	assert_int_equal(s->cfg.n_layers, g.n_layers);
+	assert_int_equal(s->expert_dtype, dt);
+	assert_int_equal(s->record_bytes, y.record_bytes);
+	assert_int_equal(s->record_bytes % 4096, 0);
+	for (int m = 0; m < 3; m++) {
+		assert_int_equal(s->mat[m].rows, y.rows[m]);
+		assert_int_equal(s->mat[m].cols, y.cols[m]);
+		assert_int_equal(s->mat[m].data_offset, y.data_off[m]);
+		assert_int_equal(s->mat[m].data_bytes, y.data_bytes[m]);
+		assert_int_equal(s->mat[m].scale_offset, y.scale_off[m]);
+		assert_int_equal(s->mat[m].scale_bytes, y.scale_bytes[m]);
+	}
+
+	rec = aligned_alloc(4096, y.record_bytes);
+	assert_non_null(rec);
+	for (int l = 0; l < g.n_layers; l++) {
+		char name[64];
+		size_t len;
+		uint8_t *file;
+		int fd;
+
+		snprintf(name, sizeof(name), "experts-%03d.bin", l);
+		assert_string_equal(s->expert_files[l], name);
+		snprintf(path, sizeof(path), "%s/%s", out, name);
+		file = tst_read(path, &len);
+		assert_int_equal(len, (uint64_t)g.n_experts * y.record_bytes);
+		fd = open(path, O_RDONLY);
+		assert_true(fd >= 0);
+		for (int e = 0; e < g.n_experts; e++) {
+			const uint8_t *x = file + (uint64_t)e * y.record_bytes;
+
+			assert_int_equal(XXH3_64bits(x, y.record_bytes),
+					 s->expert_xxh3[l * g.n_experts + e]);
+			r = st_store_read_record(s, fd, l, e, rec, &d);
+			if (r)
+				fail_msg("read_record(%d, %d): %s", l, e, d.msg);
+			assert_memory_equal(rec, x, y.record_bytes);
+			n_ties += check_record(&g, &y, dt, &ck, l, e, rec);
+		}
+		close(fd);
+		free(file);
+	}
+	if (dt == ST_DTYPE_MXFP4) /* BF16 weights land on E2M1 midpoints */
+		assert_true(n_ties > 0);
+	free(rec);
+
+	check_dense(s, &ck, dense_f32);
+	check_copies(model, out);
+	assert_int_equal(st_store_verify(out, NULL, NULL, &r, &d), 0);
+	assert_int_equal(r, 0);
+	st_store_close(s);
+	tst_sft_free(&ck);
+	st_rm_rf(tmp);
+}
+
+static void mixtral_mxfp4(void **state) { convert_and_check(g_mixtral, ST_DTYPE_MXFP4, 0); }
+static void qwen_mxfp4(void **state) { convert_and_check(g_qwen, ST_DTYPE_MXFP4, 0); }
+static void mixtral_bf16(void **state) { convert_and_check(g_mixtral, ST_DTYPE_BF16, 0); }
+static void qwen_bf16(void **state) { convert_and_check(g_qwen, ST_DTYPE_BF16, 0); }
+static void mixtral_f32_dense_f32(void **state) { convert_and_check(g_mixtral, ST_DTYPE_F32, 1); }
+
+/* Same checkpoint, same options: byte-identical stores. */
+static void deterministic_one(const char *model, enum st_dtype dt)
+{
+	struct es_convert_opts o;
+	struct st_diag d = { { 0 } };
+	char tmp[4096], a[4200], b[4200];
+
+	st_test_tmpdir(tmp, sizeof(tmp));
+	snprintf(a, sizeof(a), "%s/a", tmp);
+	snprintf(b, sizeof(b), "%s/second-store", tmp);
+	es_convert_opts_init(&o);
+	o.expert_dtype = dt;
+	assert_int_equal(es_convert(model, a, &o, &d), 0);
+	assert_int_equal(es_convert(model, b, &o, &d), 0);
+	assert_int_equal(tst_dirs_differ(a, b), 0);
+	assert_true(tst_count_prefix(a, "experts-") > 0);
+	st_rm_rf(tmp);
+}
+
+static void deterministic(void **state)
+{
+	deterministic_one(g_mixtral, ST_DTYPE_MXFP4);
+	deterministic_one(g_qwen, ST_DTYPE_BF16);
+}
+
+/* The manifest carries the per-matrix format description. */
+static void manifest_describes_format(void **state)
+{
+	struct st_diag d = { { 0 } };
+	char tmp[4096], out[4200], path[4400];
+	json_t *root, *mats, *m0;
+
+	st_test_tmpdir(tmp, sizeof(tmp));
+	snprintf(out, sizeof(out), "%s/s", tmp);
+	assert_int_equal(es_convert(g_qwen, out, NULL, &d), 0); /* defaults */
+	snprintf(path, sizeof(path), "%s/manifest.json", out);
+	root = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
+	assert_non_null(root);
+	assert_string_equal(json_string_value(json_object_get(root, "format")),
+			    "strata-store");
+	assert_int_equal(json_integer_value(json_object_get(root, "version")), 1);
+	mats = json_object_get(json_object_get(root, "experts"), "matrices");
+	assert_int_equal(json_array_size(mats), 3);
+	m0 = json_array_get(mats, 2);
+	assert_string_equal(json_string_value(json_object_get(m0, "name")),
+			    "down");
+	assert_string_equal(json_string_value(json_object_get(m0, "format")),
+			    "mxfp4");
+	assert_int_equal(json_integer_value(json_object_get(m0, "block")), 32);
+	assert_string_equal(json_string_value(json_object_get(m0, "scale")),
+			    "e8m0");
+	assert_string_equal(json_string_value(json_object_get(m0, "layout")),
+			    "ocp");
+	assert_string_equal(json_string_value(json_object_get(m0, "rounding")),
+			    "nearest-even, saturate \u00b16");
+	/* no absolute paths: the model directory appears nowhere */
+	{
+		size_t len;
+		uint8_t *text = tst_read(path, &len);
+
+		assert_null(strstr((char *)text, g_qwen));
+		assert_null(strstr((char *)text, tmp));
+		free(text);
+	}
+	json_decref(root);
+	st_rm_rf(tmp);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(mixtral_mxfp4),
+		cmocka_unit_test(qwen_mxfp4),
+		cmocka_unit_test(mixtral_bf16),
+		cmocka_unit_test(qwen_bf16),
+		cmocka_unit_test(mixtral_f32_dense_f32),
+		cmocka_unit_test(deterministic),
+		cmocka_unit_test(manifest_describes_format),
+	};
+
+	st_test_fixture_model("tiny-mixtral", g_mixtral, sizeof(g_mixtral));
+	st_test_fixture_model("tiny-qwen3moe", g_qwen, sizeof(g_qwen));
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
