@@ -135,11 +135,13 @@ int tst_sft_write(const char *path, const struct tst_sft *s, const char *skip,
 				    json_loads(s->metadata_json, 0, NULL));
 	for (int i = 0; i < s->n; i++) {
 		const struct tst_tensor *t = &s->t[i];
-		json_t *o = json_object(), *shape = json_array(),
-		       *offs = json_array();
+		json_t *o, *shape, *offs;
 
 		if (skip && !strcmp(t->name, skip))
 			continue;
+		o = json_object();
+		shape = json_array();
+		offs = json_array();
 		if (reshape && !strcmp(t->name, reshape)) {
 			json_array_append_new(shape, json_integer(new_shape[0]));
 			json_array_append_new(shape, json_integer(new_shape[1]));

@@ -444,6 +444,58 @@ static void malformed_manifests(void **state)
 	geometry_mismatch("hidden_size", "64", "32", "model.embed_tokens.weight");
 }
 
+/* Random byte edits of the manifest (fixed seed): st_store_open returns
+ * an error or a store that is consistent, and never crashes (this test
+ * is most useful under ASan). */
+static void manifest_mutations(void **state)
+{
+	struct st_diag d = { { 0 } };
+	char dir[4300], path[4400];
+	uint64_t x = 0x9e3779b97f4a7c15u;
+	size_t len;
+	uint8_t *orig, *buf;
+	int n_ok = 0, n_err = 0;
+
+	fresh_copy(dir, sizeof(dir), "mutate");
+	snprintf(path, sizeof(path), "%s/manifest.json", dir);
+	orig = tst_read(path, &len);
+	buf = malloc(len);
+	for (int i = 0; i < 300; i++) {
+		struct st_store *s = NULL;
+		int r, n_edits = 1 + i % 3;
+
+		d.msg[0] = 0;
+		memcpy(buf, orig, len);
+		for (int k = 0; k < n_edits; k++) {
+			x ^= x << 13;
+			x ^= x >> 7;
+			x ^= x << 17;
+			buf[(x >> 8) % len] = (uint8_t)"0123456789-\"{}[],:x9\n"[x % 21];
+		}
+		tst_write(path, buf, len);
+		r = st_store_open(dir, &s, &d);
+		if (r == 0) {
+			assert_non_null(s);
+			assert_int_equal(s->n_layers, s->cfg.n_layers);
+			assert_int_equal(s->n_experts, s->cfg.n_experts);
+			assert_int_equal(s->record_bytes % 4096, 0);
+			st_store_close(s);
+			n_ok++;
+		} else {
+			assert_true(r < 0);
+			assert_null(s);
+			assert_true(d.msg[0] != 0);
+			n_err++;
+		}
+	}
+	/* most edits break something; some only touch a checksum digit or
+	 * a string and open fine */
+	assert_true(n_err > 100);
+	free(buf);
+	free(orig);
+	st_rm_rf(dir);
+}
+
 /* --- converting over / into things --------------------------------------- */
 
 static void existing_store_untouched(void **state)
@@ -712,6 +764,7 @@ int main(void)
 		cmocka_unit_test(verify_clean_progress),
 		cmocka_unit_test(truncated_and_missing_files),
 		cmocka_unit_test(malformed_manifests),
+		cmocka_unit_test(manifest_mutations),
 		cmocka_unit_test(existing_store_untouched),
 		cmocka_unit_test(read_only_parent),
 		cmocka_unit_test(killed_convert),
