@@ -122,8 +122,9 @@ const uint8_t *tst_sft_data(const struct tst_sft *s,
 	return s->buf + s->data_start + t->begin;
 }
 
-int tst_sft_write(const char *path, const struct tst_sft *s, const char *skip,
-		  const char *reshape, const int64_t new_shape[2])
+static int sft_write(const char *path, const struct tst_sft *s,
+		     int (*keep)(const char *name, void *arg), void *arg,
+		     const char *reshape, const int64_t new_shape[2])
 {
 	json_t *root = json_object();
 	uint64_t off = 0, hlen;
@@ -137,7 +138,7 @@ int tst_sft_write(const char *path, const struct tst_sft *s, const char *skip,
 		const struct tst_tensor *t = &s->t[i];
 		json_t *o, *shape, *offs;
 
-		if (skip && !strcmp(t->name, skip))
+		if (!keep(t->name, arg))
 			continue;
 		o = json_object();
 		shape = json_array();
@@ -174,11 +175,29 @@ int tst_sft_write(const char *path, const struct tst_sft *s, const char *skip,
 	for (int i = 0; i < s->n; i++) {
 		const struct tst_tensor *t = &s->t[i];
 
-		if (skip && !strcmp(t->name, skip))
+		if (!keep(t->name, arg))
 			continue;
 		fwrite(tst_sft_data(s, t), 1, t->end - t->begin, f);
 	}
 	return fclose(f) ? -1 : 0;
+}
+
+static int keep_all_but(const char *name, void *arg)
+{
+	return !arg || strcmp(name, arg);
+}
+
+int tst_sft_write(const char *path, const struct tst_sft *s, const char *skip,
+		  const char *reshape, const int64_t new_shape[2])
+{
+	return sft_write(path, s, keep_all_but, (void *)skip, reshape,
+			 new_shape);
+}
+
+int tst_sft_write_subset(const char *path, const struct tst_sft *s,
+			 int (*keep)(const char *name, void *arg), void *arg)
+{
+	return sft_write(path, s, keep, arg, NULL, NULL);
 }
 
 void tst_model_links(const char *src, const char *dir, const char *omit)

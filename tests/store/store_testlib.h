@@ -43,6 +43,10 @@ const uint8_t *tst_sft_data(const struct tst_sft *s,
 int tst_sft_write(const char *path, const struct tst_sft *s, const char *skip,
 		  const char *reshape, const int64_t new_shape[2]);
 
+/* Writes the tensors for which keep(name, arg) is true.  0 or -1. */
+int tst_sft_write_subset(const char *path, const struct tst_sft *s,
+			 int (*keep)(const char *name, void *arg), void *arg);
+
 /* Makes dir a checkpoint: symlinks to src's config.json, tokenizer files
  * and generation_config.json (those present); the caller writes the
  * safetensors.  Skips `omit` (base name or NULL). */

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -460,6 +461,72 @@ static void manifest_describes_format(void **state)
 	st_rm_rf(tmp);
 }
 
+/* Shard 1: layers 0 and 1; shard 2: the rest. */
+static int in_shard(const char *name, void *arg)
+{
+	int first = !strncmp(name, "model.layers.0.", 15) ||
+		    !strncmp(name, "model.layers.1.", 15);
+
+	return *(int *)arg == 1 ? first : !first;
+}
+
+/* A sharded checkpoint (index + 2 shards) converts to the same data as
+ * the single file; the manifest lists both shards. */
+static void sharded_checkpoint(void **state)
+{
+	struct st_diag d = { { 0 } };
+	struct tst_sft ck;
+	struct tst_snap sa, sb;
+	char tmp[4096], model[4200], a[4200], b[4200], path[4400];
+	json_t *index = json_object(), *map = json_object(), *root, *src;
+	int one = 1, two = 2;
+
+	st_test_tmpdir(tmp, sizeof(tmp));
+	snprintf(model, sizeof(model), "%s/model", tmp);
+	assert_int_equal(mkdir(model, 0755), 0);
+	tst_model_links(g_qwen, model, NULL);
+	snprintf(path, sizeof(path), "%s/model.safetensors", g_qwen);
+	tst_sft_load(path, &ck);
+	snprintf(path, sizeof(path), "%s/model-00001-of-00002.safetensors", model);
+	assert_int_equal(tst_sft_write_subset(path, &ck, in_shard, &one), 0);
+	snprintf(path, sizeof(path), "%s/model-00002-of-00002.safetensors", model);
+	assert_int_equal(tst_sft_write_subset(path, &ck, in_shard, &two), 0);
+	for (int i = 0; i < ck.n; i++)
+		json_object_set_new(map, ck.t[i].name,
+				    json_string(in_shard(ck.t[i].name, &one) ?
+						"model-00001-of-00002.safetensors" :
+						"model-00002-of-00002.safetensors"));
+	json_object_set_new(index, "metadata", json_object());
+	json_object_set_new(index, "weight_map", map);
+	snprintf(path, sizeof(path), "%s/model.safetensors.index.json", model);
+	assert_int_equal(json_dump_file(index, path, JSON_INDENT(2)), 0);
+	json_decref(index);
+	tst_sft_free(&ck);
+
+	snprintf(a, sizeof(a), "%s/from-single", tmp);
+	snprintf(b, sizeof(b), "%s/from-shards", tmp);
+	assert_int_equal(es_convert(g_qwen, a, NULL, &d), 0);
+	if (es_convert(model, b, NULL, &d))
+		fail_msg("sharded: %s", d.msg);
+	tst_snapshot(a, &sa);
+	tst_snapshot(b, &sb);
+	assert_int_equal(sa.n, sb.n);
+	for (int i = 0; i < sa.n; i++) {
+		assert_string_equal(sa.names[i], sb.names[i]);
+		if (strcmp(sa.names[i], "manifest.json"))
+			assert_int_equal(sa.hashes[i], sb.hashes[i]);
+	}
+	snprintf(path, sizeof(path), "%s/manifest.json", b);
+	root = json_load_file(path, 0, NULL);
+	src = json_object_get(json_object_get(root, "source"), "files");
+	assert_int_equal(json_array_size(src), 2);
+	assert_string_equal(json_string_value(json_object_get(
+				    json_array_get(src, 1), "name")),
+			    "model-00002-of-00002.safetensors");
+	json_decref(root);
+	st_rm_rf(tmp);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -470,6 +537,7 @@ int main(void)
 		cmocka_unit_test(mixtral_f32_dense_f32),
 		cmocka_unit_test(deterministic),
 		cmocka_unit_test(manifest_describes_format),
+		cmocka_unit_test(sharded_checkpoint),
 	};
 
 	st_test_fixture_model("tiny-mixtral", g_mixtral, sizeof(g_mixtral));
