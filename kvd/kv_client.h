@@ -7,15 +7,20 @@
  * its byte budget.  A sequence has a page table per stream; the client asks
  * for capacity (rows) in batches, then reads and writes rows straight in the
  * pool segment (/strata.<instance>.kv) through kv_client_row().
+ *
+ * Every call but kv_client_row is one request to kvd (serialised by a lock,
+ * so a client may be shared by threads); kv_client_row reads the page table
+ * in shared memory and sends nothing.  If kvd is restarted (even after
+ * kill -9) it adopts the pool, and the client goes on: it registers again
+ * under its old id when kvd no longer knows it.
  */
 #ifndef KV_CLIENT_H
 #define KV_CLIENT_H
 
 #include <stdint.h>
 
+#include "kv_pool.h"
 #include "st_error.h"
-
-#define KV_MAX_STREAMS 256
 
 struct kv_client;
 
@@ -30,12 +35,17 @@ struct kv_stats {
 	uint64_t pages_peak;     /* high-water mark of pages_used */
 	uint64_t n_seqs;         /* live sequences */
 	uint64_t pages_shared;   /* pages with refcount > 1 */
-	uint64_t epoch;
-	int32_t pid;
+	uint64_t epoch;          /* of the pool segment; 0 before DECLARE */
+	int32_t pid;             /* kvd's pid */
+	uint32_t n_clients;      /* registered clients */
+	uint32_t max_seqs;
+	uint32_t max_rows_per_seq;
 };
 
-/* Connects to kvd of the instance (run_dir), registers as `name`.  *ret owned
- * by the caller.  Errors: -ST_E_PEERGONE, -ST_E_VERSION. */
+/* Connects to kvd of the instance (run_dir), registers as `name` (at most
+ * 32 printable characters).  timeout_ms bounds every request.  *ret owned
+ * by the caller (kv_client_close).  Errors: -ST_E_PEERGONE (no kvd
+ * answering), -ST_E_VERSION, -EINVAL. */
 int kv_client_open(const char *run_dir, const char *instance, const char *name,
 		   int timeout_ms, struct kv_client **ret, struct st_diag *diag);
 
@@ -43,26 +53,38 @@ int kv_client_open(const char *run_dir, const char *instance, const char *name,
 void kv_client_close(struct kv_client *c);
 
 /*
- * Declares the streams: n_streams row sizes in bytes and rows per page.
- * The first declaration creates the page pool; a later identical one
- * attaches to it; a different one gets -ST_E_CONFIG (another model is using
- * this kvd).  Errors also: -ST_E_BUDGET when the budget holds fewer pages
- * than one page per stream (message names the minimum budget).
+ * Declares the streams: n_streams row sizes in bytes and rows per page
+ * (one row per token, all rows kept).  The first declaration creates the
+ * page pool; a later identical one attaches to it; a different one gets
+ * -ST_E_CONFIG (another model is using this kvd).  Errors also: -ST_E_BUDGET
+ * when the budget holds fewer pages than one page per stream (message names
+ * the minimum budget); attaching: -ST_E_BADMAGIC, -ST_E_VERSION,
+ * -ST_E_FORMAT with a message naming the segment.
  */
 int kv_client_declare(struct kv_client *c, int n_streams,
 		      const uint32_t *row_bytes, uint32_t page_rows,
 		      struct st_diag *diag);
 
-/* Creates an empty sequence; *ret_seq is its id. */
+/* The same with full stream declarations (kv_pool.h): rows per token and
+ * retention travel to kvd, which refuses what this slice does not support
+ * (tokens_per_row != 1, window_rows != 0, flags != 0) with
+ * -ST_E_UNSUPPORTED. */
+int kv_client_declare_streams(struct kv_client *c, int n_streams,
+			      const struct kv_stream_decl *streams,
+			      uint32_t page_rows, struct st_diag *diag);
+
+/* Creates an empty sequence; *ret_seq is its id (never 0).
+ * -ST_E_LIMIT when kvd's --max-seqs sequences are live. */
 int kv_client_seq_create(struct kv_client *c, uint32_t *ret_seq,
 			 struct st_diag *diag);
 
 /*
  * Batched: makes sequence seqs[i] hold at least n_rows[i] rows in every
- * stream (allocating pages as needed), all in one request.
+ * stream (allocating pages as needed), all in one request (n at most
+ * KV_PROTO_MAX_RESERVE, 16384).
  * Errors: -ST_E_BUDGET (pool exhausted: nothing of this request stays
  * allocated; diag names the budget to raise), -ST_E_LIMIT (more rows than a
- * sequence may hold), -ST_E_NOTFOUND.
+ * sequence may hold), -ST_E_NOTFOUND, -EPERM (another client's sequence).
  */
 int kv_client_seq_reserve(struct kv_client *c, int n, const uint32_t *seqs,
 			  const uint32_t *n_rows, struct st_diag *diag);
@@ -70,23 +92,45 @@ int kv_client_seq_reserve(struct kv_client *c, int n, const uint32_t *seqs,
 /*
  * Forks `src` whose first n_rows rows are written: the child shares the
  * full pages (copy-on-write: reference counts) and gets a copy of the
- * partial last page.  *ret_dst is the child.
+ * partial last page.  *ret_dst is the child, holding n_rows rows (reserve
+ * more before writing past its last page).  Errors: -ST_E_NOTFOUND,
+ * -ST_E_LIMIT (n_rows more than src holds), -ST_E_BUDGET.
  */
 int kv_client_seq_fork(struct kv_client *c, uint32_t src, uint32_t n_rows,
 		       uint32_t *ret_dst, struct st_diag *diag);
 
-/* Frees a sequence and drops its page references. */
+/* Frees a sequence and drops its page references.  -ST_E_NOTFOUND,
+ * -EPERM. */
 int kv_client_seq_free(struct kv_client *c, uint32_t seq);
 
 /*
  * Pointer to row `row` of `stream` of `seq` in the pool (row_bytes bytes),
- * or NULL when that row has no page.  Valid until the sequence is freed.
- * Writing is allowed only into pages this sequence does not share.
+ * or NULL when that row has no page (or seq is not a live sequence).  Valid
+ * until the sequence is freed.  Writing is allowed only into pages this
+ * sequence does not share: rows at or past the n_rows a fork was made at.
+ * No message; safe from any thread.
  */
 uint8_t *kv_client_row(struct kv_client *c, uint32_t seq, int stream,
 		       uint32_t row);
 
+/* Rows reserved for seq (read from the pool), or a negative code. */
+int64_t kv_client_seq_rows(struct kv_client *c, uint32_t seq);
+
+/* Geometry after a declaration: rows per page, and row bytes of a stream
+ * (0 when not declared / out of range). */
+uint32_t kv_client_page_rows(const struct kv_client *c);
+uint32_t kv_client_row_bytes(const struct kv_client *c, int stream);
+
+/* The client id kvd gave this client. */
+uint32_t kv_client_id(const struct kv_client *c);
+
+/* PING: kvd's pid and pool epoch.  0 or a negative code. */
+int kv_client_ping(struct kv_client *c, int32_t *ret_pid,
+		   uint64_t *ret_epoch);
+
 int kv_client_stats(struct kv_client *c, struct kv_stats *ret);
+
+/* Asks kvd to exit cleanly (it removes the pool). */
 int kv_client_shutdown(struct kv_client *c);
 
 #endif

@@ -1,0 +1,549 @@
+/*
+ * kv_client.c — the client side of kvd (see kv_client.h): a REQ socket to
+ * kvd.ctl for the slow path, and the pool segment mapped after DECLARE for
+ * kv_client_row.  Everything read from the segment is bounds-checked against
+ * a layout this client validated when it attached.
+ */
+#include "kv_client.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kv_proto.h"
+#include "st_daemon.h"
+#include "st_msg.h"
+#include "st_shm.h"
+#include "st_util.h"
+
+struct kv_client {
+	pthread_mutex_t lock;          /* one request at a time */
+	struct st_sock req;
+	char ctl_path[4200];
+	char instance[64];
+	char name[KV_PROTO_NAME_BYTES + 1];
+	int timeout_ms;
+	uint32_t id;
+	uint64_t next_request_id;
+
+	/* the declaration (kept to attach again after a new pool) */
+	int declared;
+	struct kv_msg_declare decl;
+
+	/* the pool, once attached */
+	int attached;
+	struct st_shm shm;
+	uint64_t layout_hash;
+	struct kv_layout lay;
+	struct kv_stream_decl streams[KV_MAX_STREAMS];
+	const struct kv_seq_entry *seqs;
+	const uint32_t *table;
+	uint8_t *data;
+};
+
+static void detach(struct kv_client *c)
+{
+	if (c->attached)
+		st_shm_detach(&c->shm);
+	c->attached = 0;
+	c->seqs = NULL;
+	c->table = NULL;
+	c->data = NULL;
+}
+
+/* Maps the pool and checks it against the declaration kvd accepted. */
+static int attach(struct kv_client *c, uint64_t layout_hash,
+		  struct st_diag *diag)
+{
+	struct st_shm shm;
+	struct kv_layout lay;
+	int r;
+
+	r = st_shm_attach(&shm, c->instance, KV_POOL_KIND,
+			  KV_POOL_LAYOUT_VERSION, layout_hash, diag);
+	if (r == -ENOENT)
+		return st_diag_set(diag, -ST_E_PEERGONE,
+				   "kv pool of instance %s does not exist "
+				   "(kvd stopped?)", c->instance);
+	if (r < 0)
+		return r;
+	r = kv_layout_read(shm.base, shm.size, layout_hash, &lay, c->streams,
+			   diag);
+	if (r == 0 &&
+	    !kv_decl_equal(lay.n_streams, c->streams, lay.page_rows,
+			   c->decl.n_streams, c->decl.streams,
+			   c->decl.page_rows))
+		r = st_diag_set(diag, -ST_E_CONFIG,
+				"kv pool %s holds another declaration than the "
+				"one kvd accepted", shm.name);
+	if (r < 0) {
+		st_shm_detach(&shm);
+		return r;
+	}
+	detach(c);
+	c->shm = shm;
+	c->lay = lay;
+	c->layout_hash = layout_hash;
+	c->seqs = (const struct kv_seq_entry *)((uint8_t *)shm.base +
+						lay.seqs_off);
+	c->table = (const uint32_t *)((uint8_t *)shm.base + lay.table_off);
+	c->data = (uint8_t *)shm.base + lay.data_off;
+	c->attached = 1;
+	return 0;
+}
+
+static int rpc_raw(struct kv_client *c, uint16_t type, uint64_t rid,
+		   const struct st_wbuf *w, void **ret_buf,
+		   const uint8_t **ret_p, size_t *ret_len, struct st_diag *diag)
+{
+	int r;
+
+	if (w && w->err)
+		return w->err;
+	r = st_rpc_call(&c->req, type, rid, c->id, w ? w->data : NULL,
+			w ? w->len : 0, ret_buf, ret_p, ret_len);
+	if (!*ret_buf)
+		return st_diag_set(diag, r == -ST_E_PROTO ? r : -ST_E_PEERGONE,
+				   "kvd at %s %s (%s)", c->ctl_path,
+				   r == -ST_E_PROTO ? "sent a malformed reply"
+						    : "did not answer",
+				   st_strerror(r));
+	if (r < 0) {
+		if (kv_proto_decode_text(*ret_p, *ret_len, diag) < 0)
+			st_diag_set(diag, r, "kvd: %s", st_strerror(r));
+		free(*ret_buf);
+		*ret_buf = NULL;
+	}
+	return r;
+}
+
+/* HELLO (again, under our old id when we have one). */
+static int hello(struct kv_client *c, struct st_diag *diag)
+{
+	struct kv_msg_hello m;
+	struct kv_msg_hello_reply out;
+	struct st_wbuf w;
+	const uint8_t *p;
+	void *buf;
+	size_t len;
+	int r;
+
+	memset(&m, 0, sizeof(m));
+	m.pid = (uint32_t)getpid();
+	m.proto_version = ST_PROTO_VERSION;
+	memcpy(m.name, c->name, sizeof(m.name));
+	m.resume_client_id = c->id;
+	st_wbuf_init(&w);
+	kv_proto_encode_hello(&w, &m);
+	c->id = 0;
+	r = rpc_raw(c, ST_MSG_HELLO, ++c->next_request_id, &w, &buf, &p, &len,
+		    diag);
+	st_wbuf_fini(&w);
+	if (r < 0) {
+		c->id = m.resume_client_id;
+		return r;
+	}
+	r = kv_proto_decode_hello_reply(p, len, &out);
+	free(buf);
+	if (r < 0) {
+		c->id = m.resume_client_id;
+		return st_diag_set(diag, r, "kvd: malformed HELLO reply");
+	}
+	c->id = out.client_id;
+	/* A pool of another epoch than the one mapped is a new segment (the
+	 * old one was removed): our mapping is stale. */
+	if (c->attached &&
+	    atomic_load(&st_shm_hdr(&c->shm)->epoch) != out.epoch)
+		detach(c);
+	return 0;
+}
+
+static int declare_locked(struct kv_client *c, struct st_diag *diag);
+
+/*
+ * One request: on success *ret_buf (caller frees) holds the reply payload
+ * at *ret_p.  When kvd does not know us (it was restarted), registers again
+ * and re-sends the same request (same request id, so kvd can recognise a
+ * request it already carried out).
+ */
+static int rpc(struct kv_client *c, uint16_t type, const struct st_wbuf *w,
+	       void **ret_buf, const uint8_t **ret_p, size_t *ret_len,
+	       struct st_diag *diag)
+{
+	uint64_t rid = ++c->next_request_id;
+	const uint8_t *p = NULL;
+	size_t len = 0;
+	void *buf = NULL;
+	int r;
+
+	if (!ret_p)
+		ret_p = &p;
+	if (!ret_len)
+		ret_len = &len;
+	r = rpc_raw(c, type, rid, w, &buf, ret_p, ret_len, diag);
+	if (r == -ST_E_STALE) {
+		r = hello(c, diag);
+		if (r == 0 && !c->attached && c->declared &&
+		    type != KV_MSG_DECLARE)
+			r = declare_locked(c, diag);
+		if (r == 0)
+			r = rpc_raw(c, type, rid, w, &buf, ret_p, ret_len,
+				    diag);
+	}
+	if (ret_buf)
+		*ret_buf = buf;
+	else
+		free(buf);
+	return r;
+}
+
+int kv_client_open(const char *run_dir, const char *instance, const char *name,
+		   int timeout_ms, struct kv_client **ret, struct st_diag *diag)
+{
+	struct kv_client *c;
+	char shm_name[128];
+	int r;
+
+	*ret = NULL;
+	if (!run_dir || !instance || !name ||
+	    st_shm_name(instance, KV_POOL_KIND, shm_name, sizeof(shm_name)) < 0)
+		return st_diag_set(diag, -EINVAL, "kv client: bad instance "
+				   "name '%s'", instance ? instance : "(null)");
+	if (strlen(name) > KV_PROTO_NAME_BYTES)
+		return st_diag_set(diag, -EINVAL, "kv client: name '%s' longer "
+				   "than %d", name, KV_PROTO_NAME_BYTES);
+	for (const char *q = name; *q; q++)
+		if (*q < 0x20 || *q > 0x7e)
+			return st_diag_set(diag, -EINVAL, "kv client: name "
+					   "must be printable ASCII");
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	pthread_mutex_init(&c->lock, NULL);
+	c->req.fd = -1;
+	c->timeout_ms = timeout_ms;
+	snprintf(c->instance, sizeof(c->instance), "%s", instance);
+	snprintf(c->name, sizeof(c->name), "%s", name);
+	if (st_run_path(run_dir, "kvd", "ctl", c->ctl_path,
+			sizeof(c->ctl_path)) < 0) {
+		r = st_diag_set(diag, -ENAMETOOLONG, "run directory path too "
+				"long");
+		goto fail;
+	}
+	r = st_sock_open(&c->req, ST_SOCK_REQ, c->ctl_path, timeout_ms,
+			 timeout_ms);
+	if (r < 0) {
+		st_diag_set(diag, r, "cannot connect to %s: %s", c->ctl_path,
+			    st_strerror(r));
+		goto fail;
+	}
+	r = hello(c, diag);
+	if (r < 0)
+		goto fail;
+	*ret = c;
+	return 0;
+fail:
+	st_sock_close(&c->req);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+	return r;
+}
+
+void kv_client_close(struct kv_client *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->lock);
+	if (c->id && c->req.fd >= 0) {
+		void *buf = NULL;
+		const uint8_t *p;
+		size_t len;
+
+		/* BYE releases our sequences; a kvd that is gone already
+		 * releases them when it sees our pid exit. */
+		rpc_raw(c, ST_MSG_BYE, ++c->next_request_id, NULL, &buf, &p,
+			&len, NULL);
+		free(buf);
+	}
+	st_sock_close(&c->req);
+	detach(c);
+	pthread_mutex_unlock(&c->lock);
+	pthread_mutex_destroy(&c->lock);
+	free(c);
+}
+
+static int declare_locked(struct kv_client *c, struct st_diag *diag)
+{
+	struct kv_msg_declare_reply out;
+	struct st_wbuf w;
+	const uint8_t *p;
+	void *buf;
+	size_t len;
+	int r;
+
+	st_wbuf_init(&w);
+	kv_proto_encode_declare(&w, &c->decl);
+	r = rpc(c, KV_MSG_DECLARE, &w, &buf, &p, &len, diag);
+	st_wbuf_fini(&w);
+	if (r < 0)
+		return r;
+	r = kv_proto_decode_declare_reply(p, len, &out);
+	free(buf);
+	if (r < 0)
+		return st_diag_set(diag, r, "kvd: malformed DECLARE reply");
+	if (c->attached && c->layout_hash == out.layout_hash &&
+	    atomic_load(&st_shm_hdr(&c->shm)->epoch) == out.epoch)
+		return 0;
+	return attach(c, out.layout_hash, diag);
+}
+
+int kv_client_declare_streams(struct kv_client *c, int n_streams,
+			      const struct kv_stream_decl *streams,
+			      uint32_t page_rows, struct st_diag *diag)
+{
+	int r;
+
+	if (n_streams <= 0 || n_streams > KV_MAX_STREAMS || !streams)
+		return st_diag_set(diag, -EINVAL, "kv declare: %d streams, "
+				   "must be 1..%d", n_streams, KV_MAX_STREAMS);
+	pthread_mutex_lock(&c->lock);
+	memset(&c->decl, 0, sizeof(c->decl));
+	c->decl.n_streams = (uint32_t)n_streams;
+	c->decl.page_rows = page_rows;
+	memcpy(c->decl.streams, streams, sizeof(*streams) * (size_t)n_streams);
+	r = declare_locked(c, diag);
+	c->declared = r == 0;
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}
+
+int kv_client_declare(struct kv_client *c, int n_streams,
+		      const uint32_t *row_bytes, uint32_t page_rows,
+		      struct st_diag *diag)
+{
+	struct kv_stream_decl s[KV_MAX_STREAMS];
+
+	if (n_streams <= 0 || n_streams > KV_MAX_STREAMS || !row_bytes)
+		return st_diag_set(diag, -EINVAL, "kv declare: %d streams, "
+				   "must be 1..%d", n_streams, KV_MAX_STREAMS);
+	memset(s, 0, sizeof(s));
+	for (int i = 0; i < n_streams; i++) {
+		s[i].row_bytes = row_bytes[i];
+		s[i].tokens_per_row = 1;
+	}
+	return kv_client_declare_streams(c, n_streams, s, page_rows, diag);
+}
+
+/* A request whose reply is one sequence handle. */
+static int seq_request(struct kv_client *c, uint16_t type,
+		       const struct st_wbuf *w, uint32_t *ret_seq,
+		       struct st_diag *diag)
+{
+	const uint8_t *p;
+	void *buf;
+	size_t len;
+	int r;
+
+	pthread_mutex_lock(&c->lock);
+	r = rpc(c, type, w, &buf, &p, &len, diag);
+	pthread_mutex_unlock(&c->lock);
+	if (r < 0)
+		return r;
+	r = kv_proto_decode_seq(p, len, ret_seq, diag);
+	free(buf);
+	return r;
+}
+
+int kv_client_seq_create(struct kv_client *c, uint32_t *ret_seq,
+			 struct st_diag *diag)
+{
+	return seq_request(c, KV_MSG_SEQ_CREATE, NULL, ret_seq, diag);
+}
+
+int kv_client_seq_reserve(struct kv_client *c, int n, const uint32_t *seqs,
+			  const uint32_t *n_rows, struct st_diag *diag)
+{
+	struct st_wbuf w;
+	int r;
+
+	if (n <= 0 || n > KV_PROTO_MAX_RESERVE)
+		return st_diag_set(diag, n <= 0 ? -EINVAL : -ST_E_LIMIT,
+				   "kv reserve: %d entries, must be 1..%d", n,
+				   KV_PROTO_MAX_RESERVE);
+	st_wbuf_init(&w);
+	st_wbuf_u32(&w, (uint32_t)n);
+	for (int i = 0; i < n; i++) {
+		st_wbuf_u32(&w, seqs[i]);
+		st_wbuf_u32(&w, n_rows[i]);
+	}
+	pthread_mutex_lock(&c->lock);
+	r = rpc(c, KV_MSG_SEQ_RESERVE, &w, NULL, NULL, NULL, diag);
+	pthread_mutex_unlock(&c->lock);
+	st_wbuf_fini(&w);
+	return r;
+}
+
+int kv_client_seq_fork(struct kv_client *c, uint32_t src, uint32_t n_rows,
+		       uint32_t *ret_dst, struct st_diag *diag)
+{
+	struct kv_msg_fork m = { src, n_rows };
+	struct st_wbuf w;
+	int r;
+
+	st_wbuf_init(&w);
+	kv_proto_encode_fork(&w, &m);
+	r = seq_request(c, KV_MSG_SEQ_FORK, &w, ret_dst, diag);
+	st_wbuf_fini(&w);
+	return r;
+}
+
+int kv_client_seq_free(struct kv_client *c, uint32_t seq)
+{
+	struct st_wbuf w;
+	int r;
+
+	st_wbuf_init(&w);
+	kv_proto_encode_seq(&w, seq);
+	pthread_mutex_lock(&c->lock);
+	r = rpc(c, KV_MSG_SEQ_FREE, &w, NULL, NULL, NULL, NULL);
+	pthread_mutex_unlock(&c->lock);
+	st_wbuf_fini(&w);
+	return r;
+}
+
+/* Index of a live handle in the mapped pool, or -1. */
+static int64_t seq_index(const struct kv_client *c, uint32_t seq)
+{
+	uint32_t idx = kv_seq_index(seq), gen = kv_seq_gen(seq);
+	const struct kv_seq_entry *e;
+
+	if (!c->attached || idx >= c->lay.max_seqs || gen == 0)
+		return -1;
+	e = &c->seqs[idx];
+	if (atomic_load_explicit(&e->state, memory_order_acquire) !=
+		    KV_SEQ_LIVE ||
+	    atomic_load_explicit(&e->generation, memory_order_relaxed) != gen)
+		return -1;
+	return idx;
+}
+
+uint8_t *kv_client_row(struct kv_client *c, uint32_t seq, int stream,
+		       uint32_t row)
+{
+	const struct kv_layout *l = &c->lay;
+	int64_t idx = seq_index(c, seq);
+	uint32_t pi, page;
+
+	if (idx < 0 || stream < 0 || (uint32_t)stream >= l->n_streams)
+		return NULL;
+	pi = row / l->page_rows;
+	if (pi >= l->max_pages_per_seq)
+		return NULL;
+	page = __atomic_load_n(&c->table[kv_table_index(l, (uint32_t)idx,
+							(uint32_t)stream, pi)],
+			       __ATOMIC_ACQUIRE);
+	if (page >= l->n_pages)
+		return NULL;
+	return c->data + (uint64_t)page * l->page_bytes +
+	       (uint64_t)(row % l->page_rows) * c->streams[stream].row_bytes;
+}
+
+int64_t kv_client_seq_rows(struct kv_client *c, uint32_t seq)
+{
+	int64_t idx = seq_index(c, seq);
+
+	if (idx < 0)
+		return c->attached ? -ST_E_NOTFOUND : -ST_E_PROTO;
+	return atomic_load(&c->seqs[idx].n_rows);
+}
+
+uint32_t kv_client_page_rows(const struct kv_client *c)
+{
+	return c->attached ? c->lay.page_rows : 0;
+}
+
+uint32_t kv_client_row_bytes(const struct kv_client *c, int stream)
+{
+	if (!c->attached || stream < 0 || (uint32_t)stream >= c->lay.n_streams)
+		return 0;
+	return c->streams[stream].row_bytes;
+}
+
+uint32_t kv_client_id(const struct kv_client *c)
+{
+	return c->id;
+}
+
+int kv_client_ping(struct kv_client *c, int32_t *ret_pid,
+		   uint64_t *ret_epoch)
+{
+	struct kv_msg_ping_reply out;
+	const uint8_t *p;
+	void *buf;
+	size_t len;
+	int r;
+
+	pthread_mutex_lock(&c->lock);
+	r = rpc(c, ST_MSG_PING, NULL, &buf, &p, &len, NULL);
+	pthread_mutex_unlock(&c->lock);
+	if (r < 0)
+		return r;
+	r = kv_proto_decode_ping_reply(p, len, &out);
+	free(buf);
+	if (r < 0)
+		return r;
+	if (ret_pid)
+		*ret_pid = (int32_t)out.pid;
+	if (ret_epoch)
+		*ret_epoch = out.epoch;
+	return 0;
+}
+
+int kv_client_stats(struct kv_client *c, struct kv_stats *ret)
+{
+	struct kv_msg_stats m;
+	const uint8_t *p;
+	void *buf;
+	size_t len;
+	int r;
+
+	pthread_mutex_lock(&c->lock);
+	r = rpc(c, ST_MSG_STATS, NULL, &buf, &p, &len, NULL);
+	pthread_mutex_unlock(&c->lock);
+	if (r < 0)
+		return r;
+	r = kv_proto_decode_stats(p, len, &m);
+	free(buf);
+	if (r < 0)
+		return r;
+	memset(ret, 0, sizeof(*ret));
+	ret->budget_bytes = m.budget_bytes;
+	ret->pool_bytes = m.pool_bytes;
+	ret->page_bytes = m.page_bytes;
+	ret->page_rows = m.page_rows;
+	ret->n_streams = m.n_streams;
+	ret->n_pages = m.n_pages;
+	ret->pages_used = m.pages_used;
+	ret->pages_peak = m.pages_peak;
+	ret->n_seqs = m.n_seqs;
+	ret->pages_shared = m.pages_shared;
+	ret->epoch = m.epoch;
+	ret->pid = m.pid;
+	ret->n_clients = m.n_clients;
+	ret->max_seqs = m.max_seqs;
+	ret->max_rows_per_seq = m.max_rows_per_seq;
+	return 0;
+}
+
+int kv_client_shutdown(struct kv_client *c)
+{
+	int r;
+
+	pthread_mutex_lock(&c->lock);
+	r = rpc(c, ST_MSG_SHUTDOWN, NULL, NULL, NULL, NULL, NULL);
+	pthread_mutex_unlock(&c->lock);
+	return r;
+}

@@ -1,0 +1,254 @@
+/*
+ * kv_main.c — kvd, the KV page daemon: parse options, prepare the run
+ * directory, start the server (adopting the pool of a killed kvd), serve
+ * until SIGTERM/SIGINT or a SHUTDOWN request, then remove the segment, the
+ * sockets and the pid file.
+ */
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kv_daemon.h"
+#include "st_build_config.h"
+#include "st_daemon.h"
+#include "st_log.h"
+#include "st_util.h"
+
+enum opt_type { OPT_STR, OPT_BUDGET, OPT_U32 };
+
+/* One row per option: name, type, where it goes, bounds, default, help. */
+struct opt {
+	const char *name;
+	enum opt_type type;
+	size_t off;       /* in struct kv_config */
+	size_t size;      /* of a string field */
+	uint64_t min, max;
+	const char *def;  /* NULL: computed (run directory) */
+	const char *help;
+};
+
+static const struct opt opts[] = {
+	{ "instance", OPT_STR, offsetof(struct kv_config, instance),
+	  sizeof(((struct kv_config *)0)->instance), 0, 0, ST_DEFAULT_INSTANCE,
+	  "instance name, [A-Za-z0-9_-]{1,48}; the pool is /strata.NAME.kv" },
+	{ "run-dir", OPT_STR, offsetof(struct kv_config, run_dir),
+	  sizeof(((struct kv_config *)0)->run_dir), 0, 0, NULL,
+	  "run directory (0700) for kvd.ctl, kvd.evt and kvd.pid; default "
+	  "$STRATA_RUN_DIR, /run/strata/NAME, $XDG_RUNTIME_DIR/strata/NAME or "
+	  "/tmp/strata-UID/NAME" },
+	{ "budget", OPT_BUDGET, offsetof(struct kv_config, budget_bytes), 0, 1,
+	  UINT64_MAX, "1GiB",
+	  "bytes of KV page data (e.g. 8GiB, or 25% of physical memory); "
+	  "pages = budget / (page_rows x largest row_bytes); page tables and "
+	  "metadata come on top" },
+	{ "max-seqs", OPT_U32, offsetof(struct kv_config, max_seqs), 0, 1,
+	  KV_MAX_SEQS, "64", "sequences that may be live at once" },
+	{ "max-rows-per-seq", OPT_U32,
+	  offsetof(struct kv_config, max_rows_per_seq), 0, 1,
+	  KV_MAX_ROWS_PER_SEQ, "32768",
+	  "rows (tokens) a sequence may hold in each stream" },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: kvd [options]\n"
+		   "The strata KV page daemon (version %s): owns the KV page "
+		   "pool of an instance.\n\n", ST_VERSION);
+	for (size_t i = 0; i < ST_ARRAY_SIZE(opts); i++)
+		fprintf(f, "  --%-18s %s%s%s%s\n", opts[i].name, opts[i].help,
+			opts[i].def ? " (default " : "",
+			opts[i].def ? opts[i].def : "",
+			opts[i].def ? ")" : "");
+	fprintf(f, "  --%-18s %s\n", "help", "this text");
+}
+
+static int set_opt(struct kv_config *cfg, const struct opt *o,
+		   const char *val)
+{
+	char *field = (char *)cfg + o->off;
+	uint64_t bytes = 0, v;
+	double pct = 0;
+	char *end;
+
+	switch (o->type) {
+	case OPT_STR:
+		if (!*val || strlen(val) >= o->size)
+			return -EINVAL;
+		memcpy(field, val, strlen(val) + 1);
+		return 0;
+	case OPT_BUDGET:
+		if (st_parse_budget(val, &bytes, &pct) < 0)
+			return -EINVAL;
+		if (pct > 0) {
+			long pages = sysconf(_SC_PHYS_PAGES);
+			long psz = sysconf(_SC_PAGESIZE);
+
+			if (pages <= 0 || psz <= 0 || pct > 100)
+				return -EINVAL;
+			bytes = (uint64_t)((double)pages * (double)psz * pct /
+					   100.0);
+		}
+		if (bytes < o->min)
+			return -EINVAL;
+		memcpy(field, &bytes, sizeof(bytes));
+		return 0;
+	case OPT_U32:
+		errno = 0;
+		v = strtoull(val, &end, 10);
+		if (errno || end == val || *end || val[0] == '-' ||
+		    v < o->min || v > o->max)
+			return -EINVAL;
+		{
+			uint32_t u = (uint32_t)v;
+
+			memcpy(field, &u, sizeof(u));
+		}
+		return 0;
+	}
+	return -EINVAL;
+}
+
+/* 0 to run, 1 when --help was printed, -EINVAL after a message. */
+static int parse_args(int argc, char **argv, struct kv_config *cfg)
+{
+	char name[128];
+
+	memset(cfg, 0, sizeof(*cfg));
+	for (size_t i = 0; i < ST_ARRAY_SIZE(opts); i++)
+		if (opts[i].def && set_opt(cfg, &opts[i], opts[i].def) < 0)
+			return -EINVAL; /* our own defaults: cannot happen */
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *val, *eq;
+		const struct opt *o = NULL;
+		size_t n;
+
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+			usage(stdout);
+			return 1;
+		}
+		if (strncmp(a, "--", 2)) {
+			fprintf(stderr, "kvd: unexpected argument '%s'\n", a);
+			return -EINVAL;
+		}
+		a += 2;
+		eq = strchr(a, '=');
+		n = eq ? (size_t)(eq - a) : strlen(a);
+		for (size_t k = 0; k < ST_ARRAY_SIZE(opts); k++)
+			if (strlen(opts[k].name) == n &&
+			    !strncmp(opts[k].name, a, n))
+				o = &opts[k];
+		if (!o) {
+			fprintf(stderr, "kvd: unknown option '--%.*s' (see "
+				"--help)\n", (int)n, a);
+			return -EINVAL;
+		}
+		if (eq) {
+			val = eq + 1;
+		} else if (i + 1 < argc) {
+			val = argv[++i];
+		} else {
+			fprintf(stderr, "kvd: --%s needs a value\n", o->name);
+			return -EINVAL;
+		}
+		if (set_opt(cfg, o, val) < 0) {
+			fprintf(stderr, "kvd: --%s: invalid value '%s'", o->name,
+				val);
+			if (o->type == OPT_U32)
+				fprintf(stderr, " (%llu..%llu)",
+					(unsigned long long)o->min,
+					(unsigned long long)o->max);
+			fprintf(stderr, "\n");
+			return -EINVAL;
+		}
+	}
+	if (st_shm_name(cfg->instance, KV_POOL_KIND, name, sizeof(name)) < 0) {
+		fprintf(stderr, "kvd: --instance '%s': use 1..48 characters "
+			"of [A-Za-z0-9_-]\n", cfg->instance);
+		return -EINVAL;
+	}
+	if (!cfg->run_dir[0] &&
+	    st_run_dir_default(cfg->instance, cfg->run_dir,
+			       sizeof(cfg->run_dir)) < 0) {
+		fprintf(stderr, "kvd: run directory path too long\n");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* True when pid is a running kvd (its pid file is not stale). */
+static int is_live_kvd(int pid)
+{
+	char path[64], *comm = NULL;
+	int r = 0;
+
+	if (pid <= 0 || pid == getpid() || !st_pid_alive(pid))
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+	if (st_read_file(path, &comm, NULL) == 0) {
+		r = !strncmp(comm, "kvd\n", 4) || !strcmp(comm, "kvd");
+		free(comm);
+	}
+	return r;
+}
+
+int main(int argc, char **argv)
+{
+	struct kv_config cfg;
+	struct kv_server *srv;
+	struct st_diag diag = { { 0 } };
+	int r, sigfd, pid;
+
+	st_log_set_name("kvd");
+	r = parse_args(argc, argv, &cfg);
+	if (r != 0)
+		return r > 0 ? 0 : 2;
+	r = st_run_dir_prepare(cfg.run_dir, &diag);
+	if (r < 0) {
+		st_err("%s", diag.msg);
+		return 1;
+	}
+	pid = st_pidfile_read(cfg.run_dir, "kvd");
+	if (is_live_kvd(pid)) {
+		st_err("kvd of instance %s is already running (pid %d, run "
+		       "directory %s)", cfg.instance, pid, cfg.run_dir);
+		return 1;
+	}
+	sigfd = st_stop_signals_open();
+	if (sigfd < 0) {
+		st_err("signalfd: %s", st_strerror(sigfd));
+		return 1;
+	}
+	srv = calloc(1, sizeof(*srv));
+	if (!srv) {
+		st_err("out of memory");
+		return 1;
+	}
+	r = kv_server_start(srv, &cfg, &diag);
+	if (r < 0) {
+		st_err("cannot start: %s", diag.msg[0] ? diag.msg :
+			st_strerror(r));
+		free(srv);
+		close(sigfd);
+		return 1;
+	}
+	r = st_pidfile_write(cfg.run_dir, "kvd");
+	if (r < 0)
+		st_warn("pid file in %s: %s", cfg.run_dir, st_strerror(r));
+	st_info("serving instance %s in %s (budget %llu bytes, %u sequences "
+		"of up to %u rows)", cfg.instance, cfg.run_dir,
+		(unsigned long long)cfg.budget_bytes, cfg.max_seqs,
+		cfg.max_rows_per_seq);
+	while (!kv_server_poll(srv))
+		if (st_stop_signals_pending(sigfd)) {
+			st_info("stop signal: shutting down");
+			break;
+		}
+	kv_server_stop(srv);
+	st_pidfile_remove(cfg.run_dir, "kvd");
+	free(srv);
+	close(sigfd);
+	return 0;
+}

@@ -1,0 +1,688 @@
+/*
+ * kv_pool.c — kvd's page pool: page allocation with reference counts,
+ * per-sequence page tables, batched all-or-nothing reservation, fork with
+ * shared full pages, and adoption of a pool left by a killed kvd.
+ * See kv_daemon.h for the contracts and kv_pool.h for the layout.
+ *
+ * Invariants (checked and restored by kv_pool_adopt):
+ *  - a LIVE sequence with n_rows rows has exactly kv_pages_for_rows(n_rows,
+ *    page_rows) pages in every stream, at table positions [0, that), and
+ *    KV_PAGE_NONE after them; a FREE sequence has no page at all;
+ *  - a page's refcount is the number of table entries naming it; a page is
+ *    on the free list exactly when its refcount is 0.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_daemon.h"
+#include "st_util.h"
+
+static inline uint32_t *table_at(const struct kv_pool *p, uint32_t idx,
+				 uint32_t stream, uint32_t page_index)
+{
+	return &p->table[kv_table_index(&p->lay, idx, stream, page_index)];
+}
+
+static inline uint32_t table_load(const struct kv_pool *p, uint32_t idx,
+				  uint32_t stream, uint32_t page_index)
+{
+	return __atomic_load_n(table_at(p, idx, stream, page_index),
+			       __ATOMIC_ACQUIRE);
+}
+
+static inline void table_store(struct kv_pool *p, uint32_t idx,
+			       uint32_t stream, uint32_t page_index,
+			       uint32_t page)
+{
+	__atomic_store_n(table_at(p, idx, stream, page_index), page,
+			 __ATOMIC_RELEASE);
+}
+
+/* Points p at the regions of the segment and allocates the private lists. */
+static int pool_bind(struct kv_pool *p, void *base, size_t size,
+		     const struct kv_layout *lay,
+		     const struct kv_stream_decl *streams)
+{
+	memset(p, 0, sizeof(*p));
+	if (size < lay->total_bytes || lay->n_streams > KV_MAX_STREAMS)
+		return -EINVAL;
+	p->base = base;
+	p->size = size;
+	p->lay = *lay;
+	memcpy(p->streams, streams, lay->n_streams * sizeof(*streams));
+	p->info = (struct kv_pool_info *)(p->base + KV_POOL_INFO_OFF);
+	p->pages = (struct kv_page_meta *)(p->base + lay->pages_off);
+	p->seqs = (struct kv_seq_entry *)(p->base + lay->seqs_off);
+	p->table = (uint32_t *)(p->base + lay->table_off);
+	p->data = p->base + lay->data_off;
+	p->free_pages = malloc(sizeof(uint32_t) * (lay->n_pages ? lay->n_pages : 1));
+	p->free_seqs = malloc(sizeof(uint32_t) * lay->max_seqs);
+	p->mark = calloc(lay->max_seqs, sizeof(uint32_t) * 2);
+	if (!p->free_pages || !p->free_seqs || !p->mark) {
+		kv_pool_fini(p);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&p->lock, NULL);
+	return 0;
+}
+
+void kv_pool_fini(struct kv_pool *p)
+{
+	if (!p)
+		return;
+	free(p->free_pages);
+	free(p->free_seqs);
+	free(p->mark);
+	if (p->base)
+		pthread_mutex_destroy(&p->lock);
+	memset(p, 0, sizeof(*p));
+}
+
+static void peak_update(struct kv_pool *p, uint64_t used)
+{
+	uint64_t peak = atomic_load(&p->info->counters.pages_peak);
+
+	while (used > peak &&
+	       !atomic_compare_exchange_weak(&p->info->counters.pages_peak,
+					     &peak, used))
+		;
+}
+
+int kv_pool_format(struct kv_pool *p, void *base, size_t size,
+		   const struct kv_layout *lay,
+		   const struct kv_stream_decl *streams)
+{
+	int r = pool_bind(p, base, size, lay, streams);
+
+	if (r < 0)
+		return r;
+	memset(p->info, 0, sizeof(*p->info));
+	memcpy(&p->info->layout, lay, sizeof(*lay));
+	memcpy(p->base + lay->streams_off, streams,
+	       lay->n_streams * sizeof(*streams));
+	memset(p->pages, 0, lay->n_pages * sizeof(*p->pages));
+	memset(p->seqs, 0, (size_t)lay->max_seqs * sizeof(*p->seqs));
+	memset(p->table, 0xff, (size_t)lay->max_seqs * lay->n_streams *
+				       lay->max_pages_per_seq * sizeof(uint32_t));
+	/* Stacks: the lowest id on top, so pages are handed out in order. */
+	for (uint64_t i = 0; i < lay->n_pages; i++)
+		p->free_pages[i] = (uint32_t)(lay->n_pages - 1 - i);
+	p->n_free = lay->n_pages;
+	for (uint32_t i = 0; i < lay->max_seqs; i++)
+		p->free_seqs[i] = lay->max_seqs - 1 - i;
+	p->n_free_seqs = lay->max_seqs;
+	return 0;
+}
+
+/* ---- pages ------------------------------------------------------------- */
+
+int kv_page_alloc(struct kv_pool *p, uint32_t stream, uint32_t *ret_page)
+{
+	struct kv_page_meta *m;
+	uint32_t id;
+	uint64_t used;
+
+	if (stream >= p->lay.n_streams)
+		return -EINVAL;
+	pthread_mutex_lock(&p->lock);
+	if (p->n_free == 0) {
+		pthread_mutex_unlock(&p->lock);
+		return -ST_E_BUDGET;
+	}
+	id = p->free_pages[--p->n_free];
+	pthread_mutex_unlock(&p->lock);
+	m = &p->pages[id];
+	m->stream = stream;
+	m->key = 0;
+	m->spill_off = 0;
+	atomic_fetch_add(&m->generation, 1);
+	atomic_store(&m->state, KV_PAGE_USED);
+	/* A free page has no reference and kv_page_ref never revives one, so
+	 * nobody else can hold it: a plain store is enough. */
+	atomic_store_explicit(&m->refcount, 1, memory_order_release);
+	used = atomic_fetch_add(&p->info->counters.pages_used, 1) + 1;
+	peak_update(p, used);
+	*ret_page = id;
+	return 0;
+}
+
+int kv_page_ref(struct kv_pool *p, uint32_t page)
+{
+	struct kv_page_meta *m;
+	uint32_t c;
+
+	if (page >= p->lay.n_pages)
+		return -EINVAL;
+	m = &p->pages[page];
+	c = atomic_load(&m->refcount);
+	do {
+		if (c == 0)
+			return -ST_E_STALE;
+		if (c == UINT32_MAX)
+			return -ST_E_LIMIT;
+	} while (!atomic_compare_exchange_weak(&m->refcount, &c, c + 1));
+	if (c == 1)
+		atomic_fetch_add(&p->info->counters.pages_shared, 1);
+	return (int)(c + 1 > INT32_MAX ? INT32_MAX : c + 1);
+}
+
+int kv_page_unref(struct kv_pool *p, uint32_t page)
+{
+	struct kv_page_meta *m;
+	uint32_t c;
+
+	if (page >= p->lay.n_pages)
+		return -EINVAL;
+	m = &p->pages[page];
+	c = atomic_load(&m->refcount);
+	do {
+		if (c == 0)
+			return -ST_E_STALE;
+	} while (!atomic_compare_exchange_weak(&m->refcount, &c, c - 1));
+	if (c == 2)
+		atomic_fetch_sub(&p->info->counters.pages_shared, 1);
+	if (c == 1) {
+		atomic_store(&m->state, KV_PAGE_FREE);
+		m->key = 0;
+		atomic_fetch_sub(&p->info->counters.pages_used, 1);
+		pthread_mutex_lock(&p->lock);
+		p->free_pages[p->n_free++] = page;
+		pthread_mutex_unlock(&p->lock);
+	}
+	return (int)(c - 1 > INT32_MAX ? INT32_MAX : c - 1);
+}
+
+uint64_t kv_pool_free_pages(struct kv_pool *p)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&p->lock);
+	n = p->n_free;
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}
+
+uint8_t *kv_page_data(const struct kv_pool *p, uint32_t page)
+{
+	return p->data + (uint64_t)page * p->lay.page_bytes;
+}
+
+/* ---- sequences --------------------------------------------------------- */
+
+int kv_seq_lookup(const struct kv_pool *p, uint32_t seq)
+{
+	uint32_t idx = kv_seq_index(seq), gen = kv_seq_gen(seq);
+	const struct kv_seq_entry *e;
+
+	if (idx >= p->lay.max_seqs || gen == 0)
+		return -ST_E_NOTFOUND;
+	e = &p->seqs[idx];
+	if (atomic_load(&e->state) != KV_SEQ_LIVE ||
+	    atomic_load(&e->generation) != gen)
+		return -ST_E_NOTFOUND;
+	return (int)idx;
+}
+
+uint32_t kv_seq_page(const struct kv_pool *p, uint32_t idx, uint32_t stream,
+		     uint32_t page_index)
+{
+	if (idx >= p->lay.max_seqs || stream >= p->lay.n_streams ||
+	    page_index >= p->lay.max_pages_per_seq)
+		return KV_PAGE_NONE;
+	return table_load(p, idx, stream, page_index);
+}
+
+static uint32_t seq_handle(const struct kv_pool *p, uint32_t idx)
+{
+	return kv_seq_handle(idx, atomic_load(&p->seqs[idx].generation));
+}
+
+/* A LIVE sequence of `client` made by `request_id`, or -1. */
+static int seq_find_request(const struct kv_pool *p, uint32_t client,
+			    uint64_t request_id)
+{
+	if (!request_id)
+		return -1;
+	for (uint32_t i = 0; i < p->lay.max_seqs; i++) {
+		const struct kv_seq_entry *e = &p->seqs[i];
+
+		if (atomic_load(&e->state) == KV_SEQ_LIVE &&
+		    e->owner_client == client && e->request_id == request_id)
+			return (int)i;
+	}
+	return -1;
+}
+
+/* Takes a free index and starts it as `state` (generation bumped). */
+static int seq_take(struct kv_pool *p, uint32_t client, int32_t pid,
+		    uint64_t request_id, uint32_t parent, uint32_t state,
+		    struct st_diag *diag)
+{
+	struct kv_seq_entry *e;
+	uint32_t idx, gen;
+
+	if (p->n_free_seqs == 0)
+		return st_diag_set(diag, -ST_E_LIMIT,
+				   "all %u sequences are in use; raise "
+				   "--max-seqs or free some", p->lay.max_seqs);
+	idx = p->free_seqs[--p->n_free_seqs];
+	e = &p->seqs[idx];
+	gen = atomic_load(&e->generation) % KV_SEQ_GEN_MAX + 1;
+	e->owner_client = client;
+	e->owner_pid = pid;
+	e->parent = parent;
+	e->request_id = request_id;
+	atomic_store(&e->n_rows, 0);
+	atomic_store(&e->generation, gen);
+	atomic_store_explicit(&e->state, state, memory_order_release);
+	return (int)idx;
+}
+
+/* Drops every page of sequence idx (a prefix of each stream's table) and
+ * returns the index to the free list. */
+static void seq_release(struct kv_pool *p, uint32_t idx)
+{
+	struct kv_seq_entry *e = &p->seqs[idx];
+	uint32_t was = atomic_exchange(&e->state, KV_SEQ_FREE);
+
+	for (uint32_t s = 0; s < p->lay.n_streams; s++)
+		for (uint32_t pi = 0; pi < p->lay.max_pages_per_seq; pi++) {
+			uint32_t page = table_load(p, idx, s, pi);
+
+			if (page == KV_PAGE_NONE)
+				break;
+			table_store(p, idx, s, pi, KV_PAGE_NONE);
+			kv_page_unref(p, page);
+		}
+	atomic_store(&e->n_rows, 0);
+	e->request_id = 0;
+	if (was == KV_SEQ_LIVE)
+		atomic_fetch_sub(&p->info->counters.n_seqs, 1);
+	p->free_seqs[p->n_free_seqs++] = idx;
+}
+
+int kv_seq_create(struct kv_pool *p, uint32_t client, int32_t pid,
+		  uint64_t request_id, int dedupe, uint32_t *ret_seq,
+		  struct st_diag *diag)
+{
+	int idx = dedupe ? seq_find_request(p, client, request_id) : -1;
+
+	if (idx < 0) {
+		idx = seq_take(p, client, pid, request_id, 0, KV_SEQ_LIVE,
+			       diag);
+		if (idx < 0)
+			return idx;
+		atomic_fetch_add(&p->info->counters.n_seqs, 1);
+	}
+	*ret_seq = seq_handle(p, (uint32_t)idx);
+	return 0;
+}
+
+static int budget_error(const struct kv_pool *p, uint64_t need, uint64_t avail,
+			const char *what, struct st_diag *diag)
+{
+	char b1[32], b2[32];
+	uint64_t more = (need - avail) * p->lay.page_bytes;
+	uint64_t want = p->lay.budget_bytes + more;
+
+	return st_diag_set(diag, -ST_E_BUDGET,
+			   "KV pool exhausted: %s needs %llu more pages of "
+			   "%llu bytes, %llu are free; the KV budget of %s "
+			   "holds %llu pages: raise --budget to at least "
+			   "%llu bytes (%s) or free sequences", what,
+			   (unsigned long long)need,
+			   (unsigned long long)p->lay.page_bytes,
+			   (unsigned long long)avail,
+			   st_format_bytes(p->lay.budget_bytes, b1, sizeof(b1)),
+			   (unsigned long long)p->lay.n_pages,
+			   (unsigned long long)want,
+			   st_format_bytes(want, b2, sizeof(b2)));
+}
+
+/* Gives back the pages of sequence idx at positions [from, to) of every
+ * stream (the undo of a partial reservation). */
+static void seq_drop_pages(struct kv_pool *p, uint32_t idx, uint32_t from,
+			   uint32_t to)
+{
+	for (uint32_t s = 0; s < p->lay.n_streams; s++)
+		for (uint32_t pi = from; pi < to; pi++) {
+			uint32_t page = table_load(p, idx, s, pi);
+
+			if (page == KV_PAGE_NONE)
+				continue;
+			table_store(p, idx, s, pi, KV_PAGE_NONE);
+			kv_page_unref(p, page);
+		}
+}
+
+int kv_seq_reserve(struct kv_pool *p, uint32_t client, uint32_t n,
+		   const struct kv_reserve_entry *e, struct st_diag *diag)
+{
+	const uint32_t B = p->lay.page_rows;
+	uint32_t *uniq, *target, n_uniq = 0, done = 0;
+	uint64_t need = 0, avail;
+	int r = 0;
+
+	if (n == 0)
+		return 0;
+	uniq = malloc(sizeof(uint32_t) * n * 2);
+	if (!uniq)
+		return -ENOMEM;
+	target = uniq + n;
+	if (++p->mark_stamp == 0) {
+		memset(p->mark, 0, sizeof(uint32_t) * 2 * p->lay.max_seqs);
+		p->mark_stamp = 1;
+	}
+	/* Pass 1: validate everything, merge duplicates, count pages. */
+	for (uint32_t i = 0; i < n; i++) {
+		int idx = kv_seq_lookup(p, e[i].seq);
+		uint32_t *mk;
+
+		if (idx < 0) {
+			r = st_diag_set(diag, -ST_E_NOTFOUND,
+					"reserve entry %u: sequence 0x%x is "
+					"unknown or was freed", i, e[i].seq);
+			goto out;
+		}
+		if (p->seqs[idx].owner_client != client) {
+			r = st_diag_set(diag, -EPERM,
+					"reserve entry %u: sequence 0x%x "
+					"belongs to another client", i,
+					e[i].seq);
+			goto out;
+		}
+		if (e[i].n_rows > p->lay.max_rows_per_seq) {
+			r = st_diag_set(diag, -ST_E_LIMIT,
+					"reserve entry %u: %u rows, over the "
+					"limit of %u rows per sequence "
+					"(--max-rows-per-seq)", i, e[i].n_rows,
+					p->lay.max_rows_per_seq);
+			goto out;
+		}
+		mk = &p->mark[2 * (uint32_t)idx];
+		if (mk[0] == p->mark_stamp) {
+			target[mk[1]] = ST_MAX(target[mk[1]], e[i].n_rows);
+		} else {
+			mk[0] = p->mark_stamp;
+			mk[1] = n_uniq;
+			uniq[n_uniq] = (uint32_t)idx;
+			target[n_uniq++] = ST_MAX(
+				e[i].n_rows,
+				atomic_load(&p->seqs[idx].n_rows));
+		}
+	}
+	for (uint32_t u = 0; u < n_uniq; u++) {
+		uint32_t have = kv_pages_for_rows(
+			atomic_load(&p->seqs[uniq[u]].n_rows), B);
+		uint32_t want = kv_pages_for_rows(target[u], B);
+
+		if (want > p->lay.max_pages_per_seq) {
+			char what[96];
+
+			snprintf(what, sizeof(what),
+				 "a sequence of %u rows (%u pages per stream)",
+				 target[u], want);
+			r = budget_error(p, (uint64_t)want * p->lay.n_streams,
+					 (uint64_t)p->lay.max_pages_per_seq *
+						 p->lay.n_streams,
+					 what, diag);
+			goto out;
+		}
+		need += (uint64_t)(want - have) * p->lay.n_streams;
+	}
+	avail = kv_pool_free_pages(p);
+	if (need > avail) {
+		r = budget_error(p, need, avail, "this reservation", diag);
+		goto out;
+	}
+	/* Pass 2: allocate; undo everything on a failure (another thread
+	 * may have taken pages since the count above). */
+	for (done = 0; done < n_uniq; done++) {
+		uint32_t idx = uniq[done];
+		uint32_t have = kv_pages_for_rows(
+			atomic_load(&p->seqs[idx].n_rows), B);
+		uint32_t want = kv_pages_for_rows(target[done], B);
+
+		for (uint32_t s = 0; s < p->lay.n_streams; s++)
+			for (uint32_t pi = have; pi < want; pi++) {
+				uint32_t page;
+
+				r = kv_page_alloc(p, s, &page);
+				if (r < 0) {
+					r = budget_error(p, need,
+							 kv_pool_free_pages(p),
+							 "this reservation",
+							 diag);
+					goto undo;
+				}
+				table_store(p, idx, s, pi, page);
+			}
+	}
+	for (uint32_t u = 0; u < n_uniq; u++)
+		atomic_store_explicit(&p->seqs[uniq[u]].n_rows, target[u],
+				      memory_order_release);
+	r = 0;
+	goto out;
+undo:
+	for (uint32_t u = 0; u <= done && u < n_uniq; u++) {
+		uint32_t idx = uniq[u];
+
+		seq_drop_pages(p, idx,
+			       kv_pages_for_rows(
+				       atomic_load(&p->seqs[idx].n_rows), B),
+			       p->lay.max_pages_per_seq);
+	}
+out:
+	free(uniq);
+	return r;
+}
+
+int kv_seq_fork(struct kv_pool *p, uint32_t client, int32_t pid,
+		uint64_t request_id, int dedupe, uint32_t src, uint32_t n_rows,
+		uint32_t *ret_seq, struct st_diag *diag)
+{
+	const uint32_t B = p->lay.page_rows;
+	uint32_t full = n_rows / B, part = kv_last_page_rows(n_rows, B);
+	int sidx = kv_seq_lookup(p, src), didx;
+	uint32_t src_rows;
+
+	if (sidx < 0)
+		return st_diag_set(diag, -ST_E_NOTFOUND,
+				   "fork: sequence 0x%x is unknown or was "
+				   "freed", src);
+	didx = dedupe ? seq_find_request(p, client, request_id) : -1;
+	if (didx >= 0) {
+		*ret_seq = seq_handle(p, (uint32_t)didx);
+		return 0;
+	}
+	src_rows = atomic_load(&p->seqs[sidx].n_rows);
+	if (n_rows > src_rows)
+		return st_diag_set(diag, -ST_E_LIMIT,
+				   "fork of sequence 0x%x at %u rows: it holds "
+				   "only %u", src, n_rows, src_rows);
+	if (part == B)
+		part = 0; /* the last page is full: shared, not copied */
+	if (part && kv_pool_free_pages(p) < p->lay.n_streams)
+		return budget_error(p, p->lay.n_streams, kv_pool_free_pages(p),
+				    "copying the partial last page of a fork",
+				    diag);
+	didx = seq_take(p, client, pid, request_id, src, KV_SEQ_BUILDING, diag);
+	if (didx < 0)
+		return didx;
+	for (uint32_t s = 0; s < p->lay.n_streams; s++) {
+		for (uint32_t pi = 0; pi < full; pi++) {
+			uint32_t page = table_load(p, (uint32_t)sidx, s, pi);
+
+			/* src holds a reference, so this cannot fail */
+			if (kv_page_ref(p, page) < 0)
+				goto fail;
+			table_store(p, (uint32_t)didx, s, pi, page);
+		}
+		if (part) {
+			uint32_t from = table_load(p, (uint32_t)sidx, s, full);
+			uint32_t page;
+
+			if (from >= p->lay.n_pages ||
+			    kv_page_alloc(p, s, &page) < 0)
+				goto fail;
+			memcpy(kv_page_data(p, page), kv_page_data(p, from),
+			       (size_t)part * p->streams[s].row_bytes);
+			table_store(p, (uint32_t)didx, s, full, page);
+		}
+	}
+	atomic_store(&p->seqs[didx].n_rows, n_rows);
+	atomic_store_explicit(&p->seqs[didx].state, KV_SEQ_LIVE,
+			      memory_order_release);
+	atomic_fetch_add(&p->info->counters.n_seqs, 1);
+	*ret_seq = seq_handle(p, (uint32_t)didx);
+	return 0;
+fail:
+	seq_release(p, (uint32_t)didx);
+	return budget_error(p, p->lay.n_streams, kv_pool_free_pages(p),
+			    "copying the partial last page of a fork", diag);
+}
+
+int kv_seq_free(struct kv_pool *p, uint32_t client, uint32_t seq,
+		struct st_diag *diag)
+{
+	int idx = kv_seq_lookup(p, seq);
+
+	if (idx < 0)
+		return st_diag_set(diag, -ST_E_NOTFOUND,
+				   "free: sequence 0x%x is unknown or was "
+				   "already freed", seq);
+	if (p->seqs[idx].owner_client != client)
+		return st_diag_set(diag, -EPERM,
+				   "free: sequence 0x%x belongs to another "
+				   "client", seq);
+	seq_release(p, (uint32_t)idx);
+	return 0;
+}
+
+int kv_seq_free_client(struct kv_pool *p, uint32_t client)
+{
+	int n = 0;
+
+	for (uint32_t i = 0; i < p->lay.max_seqs; i++) {
+		struct kv_seq_entry *e = &p->seqs[i];
+
+		if (atomic_load(&e->state) != KV_SEQ_FREE &&
+		    e->owner_client == client) {
+			seq_release(p, i);
+			n++;
+		}
+	}
+	return n;
+}
+
+/* ---- adoption ---------------------------------------------------------- */
+
+/* Clears every table entry of sequence idx from position `from` on;
+ * returns how many were set. */
+static uint64_t seq_clear_from(struct kv_pool *p, uint32_t idx, uint32_t from)
+{
+	uint64_t n = 0;
+
+	for (uint32_t s = 0; s < p->lay.n_streams; s++)
+		for (uint32_t pi = from; pi < p->lay.max_pages_per_seq; pi++)
+			if (table_load(p, idx, s, pi) != KV_PAGE_NONE) {
+				table_store(p, idx, s, pi, KV_PAGE_NONE);
+				n++;
+			}
+	return n;
+}
+
+int kv_pool_adopt(struct kv_pool *p, void *base, size_t size,
+		  const struct kv_layout *lay,
+		  const struct kv_stream_decl *streams,
+		  struct kv_adopt_report *rep)
+{
+	const uint32_t B = lay->page_rows;
+	uint32_t *counts;
+	uint64_t used = 0, shared = 0, fixed = 0, n_live = 0;
+	int r = pool_bind(p, base, size, lay, streams);
+
+	memset(rep, 0, sizeof(*rep));
+	if (r < 0)
+		return r;
+	counts = calloc(lay->n_pages ? lay->n_pages : 1, sizeof(uint32_t));
+	if (!counts) {
+		kv_pool_fini(p);
+		return -ENOMEM;
+	}
+	for (uint32_t idx = 0; idx < lay->max_seqs; idx++) {
+		struct kv_seq_entry *e = &p->seqs[idx];
+		uint32_t st = atomic_load(&e->state);
+		uint32_t gen = atomic_load(&e->generation);
+		uint32_t rows = atomic_load(&e->n_rows), want, ok;
+
+		if (st == KV_SEQ_FREE) {
+			rep->entries_dropped += seq_clear_from(p, idx, 0);
+			continue;
+		}
+		if (st != KV_SEQ_LIVE || gen == 0 || gen > KV_SEQ_GEN_MAX ||
+		    e->owner_client == 0 || rows > lay->max_rows_per_seq) {
+			/* half-built (fork/create cut by the kill) or junk */
+			rep->entries_dropped += seq_clear_from(p, idx, 0);
+			atomic_store(&e->state, KV_SEQ_FREE);
+			atomic_store(&e->n_rows, 0);
+			if (gen > KV_SEQ_GEN_MAX)
+				atomic_store(&e->generation, 0);
+			rep->seqs_dropped++;
+			continue;
+		}
+		want = ST_MIN(kv_pages_for_rows(rows, B),
+			      lay->max_pages_per_seq);
+		ok = want;
+		for (uint32_t s = 0; s < lay->n_streams; s++)
+			for (uint32_t pi = 0; pi < ok; pi++) {
+				uint32_t page = table_load(p, idx, s, pi);
+
+				if (page >= lay->n_pages ||
+				    p->pages[page].stream != s) {
+					ok = pi;
+					break;
+				}
+			}
+		if (ok < want || kv_pages_for_rows(rows, B) > want) {
+			rows = ST_MIN(rows, ok * B);
+			atomic_store(&e->n_rows, rows);
+			rep->seqs_truncated++;
+		}
+		for (uint32_t s = 0; s < lay->n_streams; s++)
+			for (uint32_t pi = 0; pi < ok; pi++)
+				counts[table_load(p, idx, s, pi)]++;
+		rep->entries_dropped += seq_clear_from(p, idx, ok);
+		rep->seqs_kept++;
+		n_live++;
+	}
+	p->n_free = 0;
+	for (uint64_t i = lay->n_pages; i-- > 0;) {
+		struct kv_page_meta *m = &p->pages[i];
+		uint32_t c = counts[i];
+
+		if (atomic_load(&m->refcount) != c)
+			fixed++;
+		atomic_store(&m->refcount, c);
+		atomic_store(&m->state, c ? KV_PAGE_USED : KV_PAGE_FREE);
+		if (c == 0) {
+			m->key = 0;
+			p->free_pages[p->n_free++] = (uint32_t)i;
+		}
+		used += c > 0;
+		shared += c > 1;
+	}
+	free(counts);
+	p->n_free_seqs = 0;
+	for (uint32_t i = lay->max_seqs; i-- > 0;)
+		if (atomic_load(&p->seqs[i].state) == KV_SEQ_FREE)
+			p->free_seqs[p->n_free_seqs++] = i;
+	atomic_store(&p->info->counters.pages_used, used);
+	atomic_store(&p->info->counters.pages_shared, shared);
+	atomic_store(&p->info->counters.n_seqs, n_live);
+	peak_update(p, used);
+	rep->refcounts_fixed = fixed;
+	return 0;
+}

@@ -1,0 +1,680 @@
+/*
+ * kv_server.c — kvd's request server: the pool segment's life (creation on
+ * the first DECLARE, adoption after a killed kvd, removal on a clean stop),
+ * the REP/PUB sockets, decoding and validating every request, and releasing
+ * the sequences of clients that died (DESIGN.md sections 3, 4 and 6).
+ *
+ * A handler never blocks and never trusts a field: a malformed request gets
+ * an error reply (status + text) and the loop goes on.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "kv_daemon.h"
+#include "st_daemon.h"
+#include "st_log.h"
+#include "st_util.h"
+
+#define KV_REAP_INTERVAL_NS (100ull * 1000 * 1000)
+#define KV_RECV_TIMEOUT_MS 100
+#define KV_SEND_TIMEOUT_MS 1000
+
+/* ---- events ------------------------------------------------------------ */
+
+static void publish(struct kv_server *s, uint16_t type, const void *payload,
+		    size_t len)
+{
+	struct st_wbuf w;
+
+	if (s->pub.fd < 0)
+		return;
+	st_wbuf_init(&w);
+	if (st_proto_encode(&w, type, 0, 0, 0, payload, len) == 0)
+		st_sock_send(&s->pub, w.data, w.len); /* PUB never blocks */
+	st_wbuf_fini(&w);
+}
+
+static uint64_t pool_epoch(const struct kv_server *s)
+{
+	return s->have_pool ? atomic_load(&st_shm_hdr(&s->shm)->epoch) : 0;
+}
+
+static void publish_epoch(struct kv_server *s)
+{
+	struct st_wbuf w;
+
+	st_wbuf_init(&w);
+	st_wbuf_u64(&w, pool_epoch(s));
+	if (!w.err)
+		publish(s, KV_EVT_EPOCH, w.data, w.len);
+	st_wbuf_fini(&w);
+}
+
+/* ---- the pool segment -------------------------------------------------- */
+
+/* Registers, as clients, the owners of the sequences of an adopted pool, so
+ * that their requests go on being served and their deaths noticed. */
+static void clients_from_pool(struct kv_server *s)
+{
+	struct kv_pool *p = &s->pool;
+
+	kv_clients_bump_next(&s->clients,
+			     atomic_load(&p->info->counters.next_client_id));
+	for (uint32_t i = 0; i < p->lay.max_seqs; i++) {
+		const struct kv_seq_entry *e = &p->seqs[i];
+		struct kv_client_entry *c;
+		uint32_t id;
+
+		if (atomic_load(&e->state) != KV_SEQ_LIVE ||
+		    kv_clients_find(&s->clients, e->owner_client))
+			continue;
+		if (kv_clients_add(&s->clients, e->owner_pid, "(adopted)",
+				   e->owner_client, &id) < 0)
+			continue; /* reaped as ownerless below */
+		c = kv_clients_find(&s->clients, id);
+		if (c)
+			c->adopted = 1;
+	}
+	/* Sequences whose owner could not be registered are released. */
+	for (uint32_t i = 0; i < p->lay.max_seqs; i++) {
+		const struct kv_seq_entry *e = &p->seqs[i];
+
+		if (atomic_load(&e->state) == KV_SEQ_LIVE &&
+		    !kv_clients_find(&s->clients, e->owner_client))
+			kv_seq_free_client(p, e->owner_client);
+	}
+	atomic_store(&p->info->counters.next_client_id, s->clients.next_id);
+}
+
+/*
+ * Makes s->shm (just created or adopted by st_shm_open_owner: `adopted`)
+ * the pool: formats a new one, or validates and adopts an old one.
+ */
+static int pool_take(struct kv_server *s, int adopted,
+		     const struct kv_layout *lay,
+		     const struct kv_stream_decl *streams, uint64_t hash,
+		     struct st_diag *diag)
+{
+	struct kv_adopt_report rep;
+	struct kv_stream_decl rs[KV_MAX_STREAMS];
+	struct kv_layout rl;
+	int r;
+
+	if (!adopted) {
+		r = kv_pool_format(&s->pool, s->shm.base, s->shm.size, lay,
+				   streams);
+		if (r < 0) {
+			st_shm_destroy(&s->shm);
+			return st_diag_set(diag, r, "kv pool: %s",
+					   st_strerror(r));
+		}
+		atomic_store(&s->pool.info->counters.next_client_id,
+			     s->clients.next_id);
+	} else {
+		/* Re-validate what we now own: it may have changed since
+		 * the first look. */
+		r = kv_layout_read(s->shm.base, s->shm.size, hash, &rl, rs,
+				   diag);
+		if (r < 0) {
+			st_shm_destroy(&s->shm);
+			return r;
+		}
+		r = kv_pool_adopt(&s->pool, s->shm.base, s->shm.size, &rl, rs,
+				  &rep);
+		if (r < 0) {
+			st_shm_detach(&s->shm); /* keep it for the next kvd */
+			return st_diag_set(diag, r, "kv pool: %s",
+					   st_strerror(r));
+		}
+		st_info("adopted kv pool %s (epoch %llu): %u sequences kept, "
+			"%u dropped, %u cut back, %llu stale table entries and "
+			"%llu reference counts repaired",
+			s->shm.name,
+			(unsigned long long)atomic_load(
+				&st_shm_hdr(&s->shm)->epoch),
+			rep.seqs_kept, rep.seqs_dropped, rep.seqs_truncated,
+			(unsigned long long)rep.entries_dropped,
+			(unsigned long long)rep.refcounts_fixed);
+		if (rl.budget_bytes != s->cfg.budget_bytes ||
+		    rl.max_seqs != s->cfg.max_seqs ||
+		    rl.max_rows_per_seq != s->cfg.max_rows_per_seq)
+			st_warn("kv pool %s keeps the geometry it was made with "
+				"(budget %llu bytes, %u sequences, %u rows "
+				"each); the options given take effect once the "
+				"pool is released (kvd stopped cleanly)",
+				s->shm.name,
+				(unsigned long long)rl.budget_bytes,
+				rl.max_seqs, rl.max_rows_per_seq);
+	}
+	s->have_pool = 1;
+	s->layout_hash = hash;
+	if (adopted)
+		clients_from_pool(s);
+	return 0;
+}
+
+/* At start-up: a pool segment left by a killed kvd is adopted; an invalid
+ * or incompatible one is removed (unless its owner lives: -EBUSY). */
+static int pool_adopt_existing(struct kv_server *s, struct st_diag *diag)
+{
+	struct kv_stream_decl streams[KV_MAX_STREAMS];
+	struct kv_layout lay;
+	struct st_shm tmp;
+	struct st_diag d;
+	uint64_t hash;
+	int32_t owner;
+	int r;
+
+	r = st_shm_attach(&tmp, s->cfg.instance, KV_POOL_KIND,
+			  KV_POOL_LAYOUT_VERSION, 0, &d);
+	if (r == -ENOENT)
+		return 0;
+	if (r < 0) {
+		/* Not usable.  Remove it unless a live process owns it. */
+		struct st_shm_header h;
+		char name[128];
+		int fd;
+
+		if (st_shm_name(s->cfg.instance, KV_POOL_KIND, name,
+				sizeof(name)) < 0)
+			return st_diag_set(diag, -EINVAL, "bad instance name");
+		fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+		if (fd >= 0) {
+			ssize_t got = pread(fd, &h, sizeof(h), 0);
+
+			close(fd);
+			owner = atomic_load(&h.owner_pid);
+			if (got == (ssize_t)sizeof(h) &&
+			    atomic_load(&h.magic) == ST_SHM_MAGIC &&
+			    owner != getpid() && st_pid_alive(owner))
+				return st_diag_set(diag, -EBUSY,
+						   "%s (%s) is owned by live "
+						   "process %d; stop it first",
+						   name, d.msg, owner);
+		}
+		st_warn("discarding unusable kv segment %s: %s", name, d.msg);
+		shm_unlink(name);
+		return 0;
+	}
+	owner = atomic_load(&st_shm_hdr(&tmp)->owner_pid);
+	if (owner != getpid() && st_pid_alive(owner)) {
+		st_shm_detach(&tmp);
+		return st_diag_set(diag, -EBUSY,
+				   "kv pool %s is owned by live process %d "
+				   "(another kvd of instance %s?)", tmp.name,
+				   owner, s->cfg.instance);
+	}
+	hash = st_shm_hdr(&tmp)->layout_hash;
+	r = kv_layout_read(tmp.base, tmp.size, hash, &lay, streams, &d);
+	if (r < 0) {
+		st_warn("discarding kv pool %s: %s", tmp.name, d.msg);
+		st_shm_detach(&tmp);
+		shm_unlink(tmp.name);
+		return 0;
+	}
+	st_shm_detach(&tmp);
+	r = st_shm_open_owner(&s->shm, s->cfg.instance, KV_POOL_KIND,
+			      KV_POOL_LAYOUT_VERSION, hash, lay.total_bytes,
+			      diag);
+	if (r < 0)
+		return r;
+	return pool_take(s, r == 1, &lay, streams, hash, diag);
+}
+
+/* The first DECLARE: computes the layout and creates the pool. */
+static int pool_create(struct kv_server *s, const struct kv_msg_declare *m,
+		       struct st_diag *diag)
+{
+	struct kv_layout lay;
+	uint64_t hash;
+	char b1[32], b2[32];
+	int r;
+
+	r = kv_layout_compute(m->streams, m->n_streams, m->page_rows,
+			      s->cfg.budget_bytes, s->cfg.max_seqs,
+			      s->cfg.max_rows_per_seq, &lay, diag);
+	if (r < 0)
+		return r;
+	hash = kv_layout_hash(&lay, m->streams);
+	r = st_shm_open_owner(&s->shm, s->cfg.instance, KV_POOL_KIND,
+			      KV_POOL_LAYOUT_VERSION, hash, lay.total_bytes,
+			      diag);
+	if (r < 0)
+		return r;
+	r = pool_take(s, r == 1, &lay, m->streams, hash, diag);
+	if (r < 0)
+		return r;
+	st_info("kv pool %s: %u streams, %u rows per page, %llu pages of %llu "
+		"bytes (budget %s), segment %s", s->shm.name, lay.n_streams,
+		lay.page_rows, (unsigned long long)lay.n_pages,
+		(unsigned long long)lay.page_bytes,
+		st_format_bytes(lay.budget_bytes, b1, sizeof(b1)),
+		st_format_bytes(lay.total_bytes, b2, sizeof(b2)));
+	publish_epoch(s);
+	return 0;
+}
+
+/* ---- requests ---------------------------------------------------------- */
+
+/* What a handler gives back: status, and payload in w (or text in diag). */
+struct kv_reply {
+	int status;
+	struct st_wbuf w;
+	struct st_diag diag;
+};
+
+static int need_pool(struct kv_server *s, struct kv_reply *rp)
+{
+	if (s->have_pool)
+		return 1;
+	rp->status = st_diag_set(&rp->diag, -ST_E_PROTO,
+				 "no KV streams declared yet: send DECLARE "
+				 "first");
+	return 0;
+}
+
+static void handle_hello(struct kv_server *s, const uint8_t *p, size_t len,
+			 struct kv_reply *rp)
+{
+	struct kv_msg_hello m;
+	struct kv_msg_hello_reply out;
+	int r = kv_proto_decode_hello(p, len, &m, &rp->diag);
+
+	if (r < 0) {
+		rp->status = r;
+		return;
+	}
+	r = kv_clients_add(&s->clients, (int32_t)m.pid, m.name,
+			   m.resume_client_id, &out.client_id);
+	if (r < 0) {
+		rp->status = st_diag_set(&rp->diag, r,
+					 "cannot register client %s: %s (at "
+					 "most %d clients)", m.name,
+					 st_strerror(r), KV_MAX_CLIENTS);
+		return;
+	}
+	if (s->have_pool)
+		atomic_store(&s->pool.info->counters.next_client_id,
+			     s->clients.next_id);
+	st_debug("client %u registered: %s, pid %u", out.client_id, m.name,
+		 m.pid);
+	out.epoch = pool_epoch(s);
+	kv_proto_encode_hello_reply(&rp->w, &out);
+}
+
+static void handle_stats(struct kv_server *s, struct kv_reply *rp)
+{
+	struct kv_msg_stats m;
+
+	memset(&m, 0, sizeof(m));
+	m.budget_bytes = s->cfg.budget_bytes;
+	m.max_seqs = s->cfg.max_seqs;
+	m.max_rows_per_seq = s->cfg.max_rows_per_seq;
+	if (s->have_pool) {
+		const struct kv_layout *l = &s->pool.lay;
+		const struct kv_pool_counters *c = &s->pool.info->counters;
+
+		m.budget_bytes = l->budget_bytes;
+		m.pool_bytes = s->shm.size;
+		m.page_bytes = l->page_bytes;
+		m.page_rows = l->page_rows;
+		m.n_streams = l->n_streams;
+		m.n_pages = l->n_pages;
+		m.pages_used = atomic_load(&c->pages_used);
+		m.pages_peak = atomic_load(&c->pages_peak);
+		m.n_seqs = atomic_load(&c->n_seqs);
+		m.pages_shared = atomic_load(&c->pages_shared);
+		m.max_seqs = l->max_seqs;
+		m.max_rows_per_seq = l->max_rows_per_seq;
+	}
+	m.epoch = pool_epoch(s);
+	m.pid = (int32_t)getpid();
+	m.n_clients = s->clients.n;
+	kv_proto_encode_stats(&rp->w, &m);
+}
+
+static void handle_declare(struct kv_server *s, const uint8_t *p, size_t len,
+			   struct kv_reply *rp)
+{
+	struct kv_msg_declare *m = malloc(sizeof(*m));
+	struct kv_msg_declare_reply out;
+	int r;
+
+	if (!m) {
+		rp->status = -ENOMEM;
+		return;
+	}
+	r = kv_proto_decode_declare(p, len, m, &rp->diag);
+	if (r == 0 && !s->have_pool)
+		r = pool_create(s, m, &rp->diag);
+	else if (r == 0 &&
+		 !kv_decl_equal(m->n_streams, m->streams, m->page_rows,
+				s->pool.lay.n_streams, s->pool.streams,
+				s->pool.lay.page_rows))
+		r = st_diag_set(&rp->diag, -ST_E_CONFIG,
+				"kvd of instance %s already holds a pool for "
+				"another declaration (%u streams, %u rows per "
+				"page; this one: %u streams, %u rows per "
+				"page); stop kvd or use another instance",
+				s->cfg.instance, s->pool.lay.n_streams,
+				s->pool.lay.page_rows, m->n_streams,
+				m->page_rows);
+	free(m);
+	if (r < 0) {
+		rp->status = r;
+		return;
+	}
+	out.layout_hash = s->layout_hash;
+	out.epoch = pool_epoch(s);
+	out.pool_bytes = s->shm.size;
+	kv_proto_encode_declare_reply(&rp->w, &out);
+}
+
+static void handle_seq(struct kv_server *s, const struct st_msg_header *h,
+		       struct kv_client_entry *c, const uint8_t *p, size_t len,
+		       struct kv_reply *rp)
+{
+	struct kv_reserve_entry *e = NULL;
+	struct kv_msg_fork f;
+	uint32_t n, seq;
+	int r;
+
+	if (!need_pool(s, rp))
+		return;
+	switch (h->type) {
+	case KV_MSG_SEQ_CREATE:
+		r = kv_proto_decode_empty(p, len, &rp->diag);
+		if (r == 0)
+			r = kv_seq_create(&s->pool, c->id, c->pid,
+					  h->request_id, c->adopted, &seq,
+					  &rp->diag);
+		if (r == 0)
+			kv_proto_encode_seq(&rp->w, seq);
+		break;
+	case KV_MSG_SEQ_RESERVE:
+		r = kv_proto_decode_reserve(p, len, &n, &e, &rp->diag);
+		if (r == 0)
+			r = kv_seq_reserve(&s->pool, c->id, n, e, &rp->diag);
+		free(e);
+		break;
+	case KV_MSG_SEQ_FORK:
+		r = kv_proto_decode_fork(p, len, &f, &rp->diag);
+		if (r == 0)
+			r = kv_seq_fork(&s->pool, c->id, c->pid, h->request_id,
+					c->adopted, f.src, f.n_rows, &seq,
+					&rp->diag);
+		if (r == 0)
+			kv_proto_encode_seq(&rp->w, seq);
+		break;
+	case KV_MSG_SEQ_FREE:
+		r = kv_proto_decode_seq(p, len, &seq, &rp->diag);
+		if (r == 0)
+			r = kv_seq_free(&s->pool, c->id, seq, &rp->diag);
+		break;
+	default:
+		r = -ST_E_PROTO;
+		break;
+	}
+	rp->status = r;
+}
+
+/* Sends the reply (an error carries its text) and caches it for client c. */
+static void send_reply(struct kv_server *s, const struct st_msg_header *h,
+		       struct kv_client_entry *c, struct kv_reply *rp)
+{
+	struct st_wbuf msg, text;
+	const struct st_wbuf *body = &rp->w;
+	int r;
+
+	st_wbuf_init(&msg);
+	st_wbuf_init(&text);
+	if (rp->status < 0 || rp->w.err) {
+		if (rp->status >= 0)
+			rp->status = rp->w.err;
+		kv_proto_encode_text(&text, rp->diag.msg[0] ?
+						    rp->diag.msg :
+						    st_strerror(rp->status));
+		body = &text;
+	}
+	r = st_proto_encode(&msg, (uint16_t)(h->type | ST_MSG_REPLY),
+			    h->request_id, h->client_id, rp->status,
+			    body->data, body->len);
+	if (r == 0)
+		r = st_sock_send(&s->rep, msg.data, msg.len);
+	if (r < 0)
+		st_warn("reply to %s (client %u): %s",
+			st_proto_type_name(h->type), h->client_id,
+			st_strerror(r));
+	else if (c)
+		kv_clients_cache_reply(c, h->request_id, h->type, msg.data,
+				       msg.len);
+	st_wbuf_fini(&msg);
+	st_wbuf_fini(&text);
+}
+
+/* Handles one received message and replies; never fails. */
+static void handle(struct kv_server *s, const uint8_t *buf, size_t len)
+{
+	struct st_msg_header h;
+	struct kv_client_entry *c = NULL;
+	struct kv_reply rp;
+	const uint8_t *p = buf + ST_PROTO_HEADER_BYTES;
+	size_t plen;
+	int r;
+
+	memset(&rp, 0, sizeof(rp));
+	st_wbuf_init(&rp.w);
+	r = st_proto_decode_header(buf, len, &h);
+	if (r < 0) {
+		kv_proto_salvage_header(buf, len, &h);
+		rp.status = st_diag_set(&rp.diag, r,
+					"malformed message header (%zu bytes): "
+					"%s", len, st_strerror(r));
+		if (r == -ST_E_VERSION)
+			st_diag_set(&rp.diag, r,
+				    "protocol version %u, kvd speaks %u",
+				    h.version, ST_PROTO_VERSION);
+		goto reply;
+	}
+	plen = h.payload_len;
+	if (h.type & ST_MSG_REPLY) {
+		h.type &= (uint16_t)~ST_MSG_REPLY;
+		rp.status = st_diag_set(&rp.diag, -ST_E_PROTO,
+					"a reply was sent as a request");
+		goto reply;
+	}
+	if (h.status != 0) {
+		rp.status = st_diag_set(&rp.diag, -ST_E_PROTO,
+					"a request must have status 0");
+		goto reply;
+	}
+	switch (h.type) {
+	case ST_MSG_HELLO:
+		handle_hello(s, p, plen, &rp);
+		goto reply;
+	case ST_MSG_PING: {
+		struct kv_msg_ping_reply out = { (uint32_t)getpid(),
+						 pool_epoch(s), 1 };
+
+		rp.status = kv_proto_decode_empty(p, plen, &rp.diag);
+		if (rp.status == 0)
+			kv_proto_encode_ping_reply(&rp.w, &out);
+		goto reply;
+	}
+	case ST_MSG_STATS:
+		rp.status = kv_proto_decode_empty(p, plen, &rp.diag);
+		if (rp.status == 0)
+			handle_stats(s, &rp);
+		goto reply;
+	case ST_MSG_SHUTDOWN:
+		rp.status = kv_proto_decode_empty(p, plen, &rp.diag);
+		if (rp.status == 0) {
+			st_info("SHUTDOWN requested (client %u)", h.client_id);
+			s->stop = 1;
+		}
+		goto reply;
+	default:
+		break;
+	}
+	c = kv_clients_find(&s->clients, h.client_id);
+	if (!c) {
+		rp.status = st_diag_set(&rp.diag, -ST_E_STALE,
+					"unknown client id %u: say HELLO first "
+					"(kvd restarted?)", h.client_id);
+		goto reply;
+	}
+	if (c->last_reply && c->last_request_id == h.request_id &&
+	    c->last_type == h.type) {
+		/* a re-sent request: the same answer, not a second effect */
+		if (st_sock_send(&s->rep, c->last_reply, c->last_reply_len) < 0)
+			st_warn("re-sending a reply to client %u failed",
+				c->id);
+		st_wbuf_fini(&rp.w);
+		return;
+	}
+	switch (h.type) {
+	case ST_MSG_BYE:
+		rp.status = kv_proto_decode_empty(p, plen, &rp.diag);
+		if (rp.status == 0) {
+			int n = s->have_pool ?
+					kv_seq_free_client(&s->pool, c->id) : 0;
+
+			st_debug("client %u (%s) said BYE; %d sequences "
+				 "released", c->id, c->name, n);
+			kv_clients_remove(&s->clients, c->id);
+			c = NULL;
+		}
+		break;
+	case KV_MSG_DECLARE:
+		handle_declare(s, p, plen, &rp);
+		break;
+	case KV_MSG_SEQ_CREATE:
+	case KV_MSG_SEQ_RESERVE:
+	case KV_MSG_SEQ_FORK:
+	case KV_MSG_SEQ_FREE:
+		handle_seq(s, &h, c, p, plen, &rp);
+		break;
+	default:
+		rp.status = st_diag_set(&rp.diag, -ST_E_PROTO,
+					"unknown message type 0x%04x",
+					h.type);
+		break;
+	}
+reply:
+	send_reply(s, &h, c, &rp);
+	st_wbuf_fini(&rp.w);
+}
+
+/* Releases the sequences of clients whose process exited. */
+static void reap_clients(struct kv_server *s)
+{
+	for (uint32_t i = s->clients.n; i-- > 0;) {
+		struct kv_client_entry *c = &s->clients.v[i];
+		int n = 0;
+
+		if (!kv_clients_dead(c))
+			continue;
+		if (s->have_pool)
+			n = kv_seq_free_client(&s->pool, c->id);
+		st_info("client %u (%s, pid %d) is gone: %d sequences "
+			"released", c->id, c->name, c->pid, n);
+		kv_clients_remove(&s->clients, c->id);
+	}
+}
+
+/* ---- life -------------------------------------------------------------- */
+
+int kv_server_start(struct kv_server *s, const struct kv_config *cfg,
+		    struct st_diag *diag)
+{
+	int r;
+
+	memset(s, 0, sizeof(*s));
+	s->cfg = *cfg;
+	s->rep.fd = -1;
+	s->pub.fd = -1;
+	kv_clients_init(&s->clients);
+	if (st_run_path(cfg->run_dir, "kvd", "ctl", s->ctl_path,
+			sizeof(s->ctl_path)) < 0 ||
+	    st_run_path(cfg->run_dir, "kvd", "evt", s->evt_path,
+			sizeof(s->evt_path)) < 0)
+		return st_diag_set(diag, -ENAMETOOLONG, "run directory path "
+				   "too long: %s", cfg->run_dir);
+	r = pool_adopt_existing(s, diag);
+	if (r < 0)
+		goto fail;
+	r = st_sock_open(&s->rep, ST_SOCK_REP, s->ctl_path, KV_SEND_TIMEOUT_MS,
+			 KV_RECV_TIMEOUT_MS);
+	if (r < 0) {
+		st_diag_set(diag, r, "cannot bind %s: %s%s", s->ctl_path,
+			    st_strerror(r),
+			    r == -EADDRINUSE ? " (another kvd is serving "
+					       "this run directory)" : "");
+		goto fail;
+	}
+	r = st_sock_open(&s->pub, ST_SOCK_PUB, s->evt_path, KV_SEND_TIMEOUT_MS,
+			 -1);
+	if (r < 0) {
+		st_diag_set(diag, r, "cannot bind %s: %s", s->evt_path,
+			    st_strerror(r));
+		st_sock_close(&s->rep);
+		unlink(s->ctl_path);
+		goto fail;
+	}
+	if (s->have_pool)
+		publish_epoch(s);
+	s->last_reap_ns = st_now_ns();
+	return 0;
+fail:
+	/* An adopted pool stays for the next kvd: detach, never remove. */
+	if (s->have_pool) {
+		kv_pool_fini(&s->pool);
+		st_shm_detach(&s->shm);
+		s->have_pool = 0;
+	}
+	kv_clients_fini(&s->clients);
+	return r;
+}
+
+int kv_server_poll(struct kv_server *s)
+{
+	void *buf = NULL;
+	size_t len = 0;
+	uint64_t now;
+	int r;
+
+	r = st_sock_recv(&s->rep, &buf, &len);
+	if (r == 0) {
+		handle(s, buf, len);
+		free(buf);
+	} else if (r != -ST_E_TIMEOUT && r != -EINTR) {
+		st_warn("receive on %s: %s", s->ctl_path, st_strerror(r));
+		st_sleep_ns(10ull * 1000 * 1000);
+	}
+	now = st_now_ns();
+	if (now - s->last_reap_ns >= KV_REAP_INTERVAL_NS) {
+		reap_clients(s);
+		s->last_reap_ns = now;
+	}
+	return s->stop;
+}
+
+void kv_server_stop(struct kv_server *s)
+{
+	publish(s, KV_EVT_SHUTDOWN, NULL, 0);
+	st_sock_close(&s->rep);
+	st_sock_close(&s->pub);
+	unlink(s->ctl_path);
+	unlink(s->evt_path);
+	if (s->have_pool) {
+		kv_pool_fini(&s->pool);
+		st_shm_destroy(&s->shm);
+		s->have_pool = 0;
+	}
+	kv_clients_fini(&s->clients);
+}

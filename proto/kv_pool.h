@@ -1,0 +1,203 @@
+/*
+ * kv_pool.h — the layout of kvd's page pool segment /strata.<instance>.kv
+ * (DESIGN.md sections 3 and 3a).  Shared by kvd (the only writer) and every
+ * client (readers of page tables and writers of row bytes).
+ *
+ * The segment, offsets from its start (no pointers anywhere in it):
+ *
+ *   0                  struct st_shm_header (256 B, st_shm.h)
+ *   256                struct kv_pool_info: the geometry (struct kv_layout,
+ *                      hashed into the header's layout_hash) and counters
+ *   streams_off = 512  struct kv_stream_decl[n_streams]: the declaration
+ *   pages_off          struct kv_page_meta[n_pages]
+ *   seqs_off           struct kv_seq_entry[max_seqs]
+ *   table_off          uint32_t[max_seqs][n_streams][max_pages_per_seq]:
+ *                      page ids, KV_PAGE_NONE where a sequence has no page
+ *   data_off           n_pages pages of page_bytes (2 MiB aligned)
+ *
+ * Page size: every page is `page_bytes` = page_rows * (largest row_bytes of
+ * the declaration), rounded up to 64 bytes, whatever stream it belongs to.
+ * One page size keeps a single free list and lets any page serve any stream;
+ * a stream with smaller rows leaves the tail of its pages unused.  Per-stream
+ * page sizes (with one free list each) come with FP8/FP4 streams, when the
+ * waste becomes worth a second allocator.  The byte budget counts page data
+ * only: n_pages = budget_bytes / page_bytes (metadata and page tables come on
+ * top and are reported in pool_bytes).
+ *
+ * Row r of stream s of a sequence lives in page table[seq][s][r / page_rows]
+ * at byte (r % page_rows) * row_bytes[s] of that page (PITFALLS P11: n rows
+ * use ceil(n / page_rows) pages and the last holds ((n - 1) % page_rows) + 1
+ * rows; 0 rows use no page).
+ *
+ * Sequence handles are (index, generation): handle = generation << 20 |
+ * index, generation 1..4095 bumped each time an index is reused, so a stale
+ * handle is detected and 0 is never a valid handle.
+ *
+ * Concurrency: kvd is the only writer of metadata and tables; clients read
+ * them with atomic loads (kv_client_row) and write row bytes into pages of
+ * their own sequences that they do not share.
+ */
+#ifndef KV_POOL_H
+#define KV_POOL_H
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "st_shm.h"
+
+#define KV_POOL_KIND "kv"
+#define KV_POOL_LAYOUT_VERSION 1
+
+#ifndef KV_MAX_STREAMS
+#define KV_MAX_STREAMS 256
+#endif
+#define KV_MAX_PAGE_ROWS 65536u
+#define KV_MAX_ROW_BYTES (1u << 20)          /* 1 MiB per row */
+#define KV_MAX_PAGE_BYTES (64ull << 20)      /* 64 MiB per page */
+#define KV_MAX_PAGES 0xfffffff0u             /* below KV_PAGE_NONE */
+#define KV_PAGE_ALIGN 64u                    /* page and table alignment */
+#define KV_PAGE_NONE UINT32_MAX
+
+#define KV_SEQ_INDEX_BITS 20
+#define KV_SEQ_INDEX_MASK ((1u << KV_SEQ_INDEX_BITS) - 1)
+#define KV_SEQ_GEN_MAX 4095u
+#define KV_MAX_SEQS KV_SEQ_INDEX_MASK        /* 1048575 */
+#define KV_MAX_ROWS_PER_SEQ (1u << 30)
+
+#define KV_POOL_INFO_OFF ST_SHM_HEADER_BYTES
+#define KV_POOL_STREAMS_OFF (ST_SHM_HEADER_BYTES + 256)
+
+/* Stream flags (kv_stream_decl.flags). */
+#define KV_STREAM_STATE 0x1u /* one row per sequence, overwritten (later) */
+
+/*
+ * One KV stream of the model (DESIGN.md 3a).  16 bytes, identical on the wire
+ * (little-endian) and in the segment.  This slice supports tokens_per_row 1,
+ * window_rows 0 and flags 0; other values are refused with -ST_E_UNSUPPORTED
+ * but have their place here so later slices change no layout.
+ */
+struct kv_stream_decl {
+	uint32_t row_bytes;      /* bytes of one row, 1..KV_MAX_ROW_BYTES */
+	uint32_t tokens_per_row; /* 1: a row per token; 4, 128: pooled rows */
+	uint32_t window_rows;    /* 0: keep all rows; W: only the last W */
+	uint32_t flags;          /* KV_STREAM_* */
+};
+
+/* Geometry of a pool.  Everything here is derived by kv_layout_compute()
+ * from the declaration and kvd's options, so an attacher recomputes it and
+ * compares.  No padding: the bytes are hashed. */
+struct kv_layout {
+	uint32_t n_streams;
+	uint32_t page_rows;
+	uint32_t max_seqs;
+	uint32_t max_pages_per_seq;  /* table width per (seq, stream) */
+	uint32_t max_rows_per_seq;   /* as configured (<= pages * page_rows) */
+	uint32_t max_row_bytes;
+	uint64_t page_bytes;
+	uint64_t n_pages;
+	uint64_t budget_bytes;
+	uint64_t streams_off;
+	uint64_t pages_off;
+	uint64_t seqs_off;
+	uint64_t table_off;
+	uint64_t data_off;
+	uint64_t total_bytes;        /* segment size, a multiple of 2 MiB */
+};
+
+_Static_assert(sizeof(struct kv_layout) == 96, "kv_layout has no padding");
+
+/* Counters kept by kvd in the segment (rebuilt on adoption). */
+struct kv_pool_counters {
+	_Atomic uint64_t pages_used;     /* pages with refcount > 0 */
+	_Atomic uint64_t pages_peak;
+	_Atomic uint64_t pages_shared;   /* pages with refcount > 1 */
+	_Atomic uint64_t n_seqs;         /* LIVE sequences */
+	_Atomic uint32_t next_client_id; /* survives a kvd restart */
+	uint32_t reserved0;
+};
+
+struct kv_pool_info {
+	struct kv_layout layout;
+	struct kv_pool_counters counters;
+	uint8_t pad[256 - sizeof(struct kv_layout) -
+		    sizeof(struct kv_pool_counters)];
+};
+
+_Static_assert(sizeof(struct kv_pool_info) == 256, "kv_pool_info is 256 B");
+
+enum kv_page_state {
+	KV_PAGE_FREE = 0,
+	KV_PAGE_USED = 1,    /* referenced by refcount sequences */
+	/* later: KV_PAGE_CACHED (prefix cache, no sequence), KV_PAGE_SPILLED */
+};
+
+/* Per-page metadata, 32 bytes. */
+struct kv_page_meta {
+	_Atomic uint32_t refcount;   /* page-table entries naming this page */
+	uint32_t stream;             /* stream the page belongs to */
+	_Atomic uint32_t generation; /* bumped at every allocation */
+	_Atomic uint32_t state;      /* enum kv_page_state */
+	uint64_t key;                /* prefix-cache content hash, 0 = none */
+	uint64_t spill_off;          /* spill-file offset + 1, 0 = none (later) */
+};
+
+_Static_assert(sizeof(struct kv_page_meta) == 32, "kv_page_meta is 32 B");
+
+enum kv_seq_state {
+	KV_SEQ_FREE = 0,
+	KV_SEQ_LIVE = 1,
+	KV_SEQ_BUILDING = 2, /* being created/forked; discarded on adoption */
+};
+
+/* Per-sequence entry, 64 bytes. */
+struct kv_seq_entry {
+	_Atomic uint32_t state;      /* enum kv_seq_state */
+	_Atomic uint32_t generation; /* 1..KV_SEQ_GEN_MAX */
+	uint32_t owner_client;       /* client id that created it */
+	int32_t owner_pid;           /* pid of that client */
+	_Atomic uint32_t n_rows;     /* rows reserved in every stream */
+	uint32_t parent;             /* handle forked from, 0 = none */
+	uint64_t request_id;         /* request that made it (idempotence) */
+	uint8_t pad[32];
+};
+
+_Static_assert(sizeof(struct kv_seq_entry) == 64, "kv_seq_entry is 64 B");
+
+/* Pages used by n_rows rows: ceil(n_rows / page_rows); 0 rows -> 0 pages. */
+static inline uint32_t kv_pages_for_rows(uint32_t n_rows, uint32_t page_rows)
+{
+	return (uint32_t)(((uint64_t)n_rows + page_rows - 1) / page_rows);
+}
+
+/* Rows held by the last page of n_rows rows: ((n - 1) % page_rows) + 1, so
+ * a full last page holds page_rows (not 0); 0 when n_rows is 0 (P11). */
+static inline uint32_t kv_last_page_rows(uint32_t n_rows, uint32_t page_rows)
+{
+	return n_rows ? ((n_rows - 1) % page_rows) + 1 : 0;
+}
+
+static inline uint32_t kv_seq_handle(uint32_t index, uint32_t generation)
+{
+	return (generation << KV_SEQ_INDEX_BITS) | index;
+}
+
+static inline uint32_t kv_seq_index(uint32_t handle)
+{
+	return handle & KV_SEQ_INDEX_MASK;
+}
+
+static inline uint32_t kv_seq_gen(uint32_t handle)
+{
+	return handle >> KV_SEQ_INDEX_BITS;
+}
+
+/* Index of the page-table entry of (seq index, stream, page index). */
+static inline uint64_t kv_table_index(const struct kv_layout *l, uint32_t seq,
+				      uint32_t stream, uint32_t page)
+{
+	return ((uint64_t)seq * l->n_streams + stream) * l->max_pages_per_seq +
+	       page;
+}
+
+#endif

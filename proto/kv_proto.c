@@ -1,0 +1,585 @@
+/* kv_proto.c — kvd messages and pool layout, see kv_proto.h. */
+#include "kv_proto.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "st_util.h"
+
+/* ---- messages ---------------------------------------------------------- */
+
+/* Every decoder ends with this: the payload must be consumed exactly. */
+static int rbuf_end(const struct st_rbuf *r, const char *what,
+		    struct st_diag *diag)
+{
+	if (st_rbuf_left(r))
+		return st_diag_set(diag, -ST_E_PROTO,
+				   "%s: %zu bytes after the last field", what,
+				   st_rbuf_left(r));
+	return 0;
+}
+
+static int short_payload(const char *what, size_t len, struct st_diag *diag)
+{
+	return st_diag_set(diag, -ST_E_PROTO, "%s: payload of %zu bytes is "
+			   "too short", what, len);
+}
+
+void kv_proto_encode_hello(struct st_wbuf *w, const struct kv_msg_hello *m)
+{
+	char name[KV_PROTO_NAME_BYTES];
+
+	memset(name, 0, sizeof(name));
+	memcpy(name, m->name, strnlen(m->name, sizeof(name)));
+	st_wbuf_u32(w, m->pid);
+	st_wbuf_u32(w, m->proto_version);
+	st_wbuf_bytes(w, name, sizeof(name));
+	if (m->resume_client_id)
+		st_wbuf_u32(w, m->resume_client_id);
+}
+
+int kv_proto_decode_hello(const uint8_t *p, size_t len,
+			  struct kv_msg_hello *ret, struct st_diag *diag)
+{
+	struct st_rbuf r;
+	int ended = 0;
+
+	memset(ret, 0, sizeof(*ret));
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u32(&r, &ret->pid) || st_rbuf_u32(&r, &ret->proto_version) ||
+	    st_rbuf_bytes(&r, ret->name, KV_PROTO_NAME_BYTES))
+		return short_payload("HELLO", len, diag);
+	if (st_rbuf_left(&r) == 4)
+		st_rbuf_u32(&r, &ret->resume_client_id);
+	if (rbuf_end(&r, "HELLO", diag) < 0)
+		return -ST_E_PROTO;
+	if (ret->proto_version != ST_PROTO_VERSION)
+		return st_diag_set(diag, -ST_E_VERSION,
+				   "HELLO: client speaks protocol version %u, "
+				   "kvd speaks %u", ret->proto_version,
+				   ST_PROTO_VERSION);
+	if (ret->pid == 0 || ret->pid > INT32_MAX)
+		return st_diag_set(diag, -ST_E_PROTO, "HELLO: pid %u invalid",
+				   ret->pid);
+	/* name: printable ASCII, then only NULs */
+	for (int i = 0; i < KV_PROTO_NAME_BYTES; i++) {
+		unsigned char c = (unsigned char)ret->name[i];
+
+		if (c == 0)
+			ended = 1;
+		else if (ended || c < 0x20 || c > 0x7e)
+			return st_diag_set(diag, -ST_E_PROTO,
+					   "HELLO: client name byte %d (0x%02x) "
+					   "is not printable ASCII", i, c);
+	}
+	ret->name[KV_PROTO_NAME_BYTES] = 0;
+	return 0;
+}
+
+void kv_proto_encode_hello_reply(struct st_wbuf *w,
+				 const struct kv_msg_hello_reply *m)
+{
+	st_wbuf_u32(w, m->client_id);
+	st_wbuf_u64(w, m->epoch);
+}
+
+int kv_proto_decode_hello_reply(const uint8_t *p, size_t len,
+				struct kv_msg_hello_reply *ret)
+{
+	struct st_rbuf r;
+
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u32(&r, &ret->client_id) || st_rbuf_u64(&r, &ret->epoch) ||
+	    st_rbuf_left(&r) || ret->client_id == 0)
+		return -ST_E_PROTO;
+	return 0;
+}
+
+void kv_proto_encode_ping_reply(struct st_wbuf *w,
+				const struct kv_msg_ping_reply *m)
+{
+	st_wbuf_u32(w, m->pid);
+	st_wbuf_u64(w, m->epoch);
+	st_wbuf_u32(w, m->ready);
+}
+
+int kv_proto_decode_ping_reply(const uint8_t *p, size_t len,
+			       struct kv_msg_ping_reply *ret)
+{
+	struct st_rbuf r;
+
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u32(&r, &ret->pid) || st_rbuf_u64(&r, &ret->epoch) ||
+	    st_rbuf_u32(&r, &ret->ready) || st_rbuf_left(&r))
+		return -ST_E_PROTO;
+	return 0;
+}
+
+void kv_proto_encode_declare(struct st_wbuf *w, const struct kv_msg_declare *m)
+{
+	uint32_t n = ST_MIN(m->n_streams, (uint32_t)KV_MAX_STREAMS);
+
+	st_wbuf_u32(w, m->n_streams);
+	st_wbuf_u32(w, m->page_rows);
+	for (uint32_t i = 0; i < n; i++) {
+		st_wbuf_u32(w, m->streams[i].row_bytes);
+		st_wbuf_u32(w, m->streams[i].tokens_per_row);
+		st_wbuf_u32(w, m->streams[i].window_rows);
+		st_wbuf_u32(w, m->streams[i].flags);
+	}
+}
+
+int kv_proto_decode_declare(const uint8_t *p, size_t len,
+			    struct kv_msg_declare *ret, struct st_diag *diag)
+{
+	struct st_rbuf r;
+
+	memset(ret, 0, sizeof(*ret));
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u32(&r, &ret->n_streams) || st_rbuf_u32(&r, &ret->page_rows))
+		return short_payload("DECLARE", len, diag);
+	if (ret->n_streams == 0 || ret->n_streams > KV_MAX_STREAMS)
+		return st_diag_set(diag, -ST_E_PROTO,
+				   "DECLARE: %u streams, must be 1..%d",
+				   ret->n_streams, KV_MAX_STREAMS);
+	if (ret->page_rows == 0 || ret->page_rows > KV_MAX_PAGE_ROWS)
+		return st_diag_set(diag, -ST_E_PROTO,
+				   "DECLARE: page_rows %u, must be 1..%u",
+				   ret->page_rows, KV_MAX_PAGE_ROWS);
+	if (st_rbuf_left(&r) != (size_t)ret->n_streams * 16)
+		return st_diag_set(diag, -ST_E_PROTO,
+				   "DECLARE: %u streams need %u payload bytes, "
+				   "got %zu", ret->n_streams,
+				   8 + ret->n_streams * 16, len);
+	for (uint32_t i = 0; i < ret->n_streams; i++) {
+		struct kv_stream_decl *s = &ret->streams[i];
+
+		st_rbuf_u32(&r, &s->row_bytes);
+		st_rbuf_u32(&r, &s->tokens_per_row);
+		st_rbuf_u32(&r, &s->window_rows);
+		st_rbuf_u32(&r, &s->flags);
+		if (s->row_bytes == 0 || s->row_bytes > KV_MAX_ROW_BYTES)
+			return st_diag_set(diag, -ST_E_PROTO,
+					   "DECLARE: stream %u: row_bytes %u, "
+					   "must be 1..%u", i, s->row_bytes,
+					   KV_MAX_ROW_BYTES);
+	}
+	return rbuf_end(&r, "DECLARE", diag);
+}
+
+void kv_proto_encode_declare_reply(struct st_wbuf *w,
+				   const struct kv_msg_declare_reply *m)
+{
+	st_wbuf_u64(w, m->layout_hash);
+	st_wbuf_u64(w, m->epoch);
+	st_wbuf_u64(w, m->pool_bytes);
+}
+
+int kv_proto_decode_declare_reply(const uint8_t *p, size_t len,
+				  struct kv_msg_declare_reply *ret)
+{
+	struct st_rbuf r;
+
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u64(&r, &ret->layout_hash) || st_rbuf_u64(&r, &ret->epoch) ||
+	    st_rbuf_u64(&r, &ret->pool_bytes) || st_rbuf_left(&r))
+		return -ST_E_PROTO;
+	return 0;
+}
+
+void kv_proto_encode_reserve(struct st_wbuf *w, uint32_t n,
+			     const struct kv_reserve_entry *e)
+{
+	st_wbuf_u32(w, n);
+	for (uint32_t i = 0; i < n; i++) {
+		st_wbuf_u32(w, e[i].seq);
+		st_wbuf_u32(w, e[i].n_rows);
+	}
+}
+
+int kv_proto_decode_reserve(const uint8_t *p, size_t len, uint32_t *ret_n,
+			    struct kv_reserve_entry **ret_entries,
+			    struct st_diag *diag)
+{
+	struct kv_reserve_entry *e;
+	struct st_rbuf r;
+	uint32_t n;
+
+	*ret_n = 0;
+	*ret_entries = NULL;
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u32(&r, &n))
+		return short_payload("SEQ_RESERVE", len, diag);
+	if (n == 0)
+		return st_diag_set(diag, -ST_E_PROTO,
+				   "SEQ_RESERVE: no entries");
+	if (n > KV_PROTO_MAX_RESERVE)
+		return st_diag_set(diag, -ST_E_LIMIT,
+				   "SEQ_RESERVE: %u entries, at most %d per "
+				   "request", n, KV_PROTO_MAX_RESERVE);
+	if (st_rbuf_left(&r) != (size_t)n * 8)
+		return st_diag_set(diag, -ST_E_PROTO,
+				   "SEQ_RESERVE: %u entries need %zu payload "
+				   "bytes, got %zu", n, 4 + (size_t)n * 8, len);
+	e = malloc(sizeof(*e) * n);
+	if (!e)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n; i++) {
+		st_rbuf_u32(&r, &e[i].seq);
+		st_rbuf_u32(&r, &e[i].n_rows);
+		if (e[i].seq == 0) {
+			free(e);
+			return st_diag_set(diag, -ST_E_PROTO,
+					   "SEQ_RESERVE: entry %u: sequence 0 "
+					   "is never valid", i);
+		}
+	}
+	*ret_n = n;
+	*ret_entries = e;
+	return 0;
+}
+
+void kv_proto_encode_fork(struct st_wbuf *w, const struct kv_msg_fork *m)
+{
+	st_wbuf_u32(w, m->src);
+	st_wbuf_u32(w, m->n_rows);
+}
+
+int kv_proto_decode_fork(const uint8_t *p, size_t len, struct kv_msg_fork *ret,
+			 struct st_diag *diag)
+{
+	struct st_rbuf r;
+
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u32(&r, &ret->src) || st_rbuf_u32(&r, &ret->n_rows))
+		return short_payload("SEQ_FORK", len, diag);
+	if (rbuf_end(&r, "SEQ_FORK", diag) < 0)
+		return -ST_E_PROTO;
+	if (ret->src == 0)
+		return st_diag_set(diag, -ST_E_PROTO,
+				   "SEQ_FORK: sequence 0 is never valid");
+	return 0;
+}
+
+void kv_proto_encode_seq(struct st_wbuf *w, uint32_t seq)
+{
+	st_wbuf_u32(w, seq);
+}
+
+int kv_proto_decode_seq(const uint8_t *p, size_t len, uint32_t *ret_seq,
+			struct st_diag *diag)
+{
+	struct st_rbuf r;
+
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u32(&r, ret_seq))
+		return short_payload("sequence", len, diag);
+	if (rbuf_end(&r, "sequence", diag) < 0)
+		return -ST_E_PROTO;
+	if (*ret_seq == 0)
+		return st_diag_set(diag, -ST_E_PROTO,
+				   "sequence 0 is never valid");
+	return 0;
+}
+
+void kv_proto_encode_stats(struct st_wbuf *w, const struct kv_msg_stats *m)
+{
+	st_wbuf_u64(w, m->budget_bytes);
+	st_wbuf_u64(w, m->pool_bytes);
+	st_wbuf_u64(w, m->page_bytes);
+	st_wbuf_u32(w, m->page_rows);
+	st_wbuf_u32(w, m->n_streams);
+	st_wbuf_u64(w, m->n_pages);
+	st_wbuf_u64(w, m->pages_used);
+	st_wbuf_u64(w, m->pages_peak);
+	st_wbuf_u64(w, m->n_seqs);
+	st_wbuf_u64(w, m->pages_shared);
+	st_wbuf_u64(w, m->epoch);
+	st_wbuf_i32(w, m->pid);
+	st_wbuf_u32(w, m->n_clients);
+	st_wbuf_u32(w, m->max_seqs);
+	st_wbuf_u32(w, m->max_rows_per_seq);
+}
+
+int kv_proto_decode_stats(const uint8_t *p, size_t len,
+			  struct kv_msg_stats *m)
+{
+	struct st_rbuf r;
+	int e = 0;
+
+	st_rbuf_init(&r, p, len);
+	e |= st_rbuf_u64(&r, &m->budget_bytes);
+	e |= st_rbuf_u64(&r, &m->pool_bytes);
+	e |= st_rbuf_u64(&r, &m->page_bytes);
+	e |= st_rbuf_u32(&r, &m->page_rows);
+	e |= st_rbuf_u32(&r, &m->n_streams);
+	e |= st_rbuf_u64(&r, &m->n_pages);
+	e |= st_rbuf_u64(&r, &m->pages_used);
+	e |= st_rbuf_u64(&r, &m->pages_peak);
+	e |= st_rbuf_u64(&r, &m->n_seqs);
+	e |= st_rbuf_u64(&r, &m->pages_shared);
+	e |= st_rbuf_u64(&r, &m->epoch);
+	e |= st_rbuf_i32(&r, &m->pid);
+	e |= st_rbuf_u32(&r, &m->n_clients);
+	e |= st_rbuf_u32(&r, &m->max_seqs);
+	e |= st_rbuf_u32(&r, &m->max_rows_per_seq);
+	if (e || st_rbuf_left(&r))
+		return -ST_E_PROTO;
+	return 0;
+}
+
+int kv_proto_decode_empty(const uint8_t *p, size_t len, struct st_diag *diag)
+{
+	(void)p;
+	if (len)
+		return st_diag_set(diag, -ST_E_PROTO,
+				   "payload of %zu bytes where none is "
+				   "expected", len);
+	return 0;
+}
+
+void kv_proto_encode_text(struct st_wbuf *w, const char *text)
+{
+	size_t n = text ? strnlen(text, KV_PROTO_MAX_TEXT) : 0;
+
+	st_wbuf_u32(w, (uint32_t)n);
+	st_wbuf_bytes(w, text, n);
+}
+
+int kv_proto_decode_text(const uint8_t *p, size_t len, struct st_diag *diag)
+{
+	struct st_rbuf r;
+	uint32_t n;
+
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u32(&r, &n) || n > KV_PROTO_MAX_TEXT ||
+	    st_rbuf_left(&r) != n)
+		return -ST_E_PROTO;
+	if (diag) {
+		size_t m = ST_MIN((size_t)n, sizeof(diag->msg) - 1);
+
+		for (size_t i = 0; i < m; i++) {
+			unsigned char c = p[4 + i];
+
+			diag->msg[i] = (c < 0x20 || c == 0x7f) ? '?' : (char)c;
+		}
+		diag->msg[m] = 0;
+	}
+	return 0;
+}
+
+void kv_proto_salvage_header(const void *buf, size_t len,
+			     struct st_msg_header *h)
+{
+	struct st_rbuf r;
+
+	memset(h, 0, sizeof(*h));
+	if (!buf)
+		return;
+	st_rbuf_init(&r, buf, len);
+	st_rbuf_u32(&r, &h->magic);
+	st_rbuf_u16(&r, &h->version);
+	st_rbuf_u16(&r, &h->type);
+	st_rbuf_u64(&r, &h->request_id);
+	st_rbuf_u32(&r, &h->client_id);
+	/* A reply to a reply would confuse the peer: strip the bit. */
+	h->type &= (uint16_t)~ST_MSG_REPLY;
+}
+
+/* ---- layout ------------------------------------------------------------ */
+
+static int add_region(uint64_t *off, uint64_t count, uint64_t size,
+		      uint64_t align, uint64_t *ret_start)
+{
+	uint64_t bytes;
+
+	if (__builtin_mul_overflow(count, size, &bytes))
+		return -ST_E_LIMIT;
+	*ret_start = ST_ALIGN_UP(*off, align);
+	if (__builtin_add_overflow(*ret_start, bytes, off))
+		return -ST_E_LIMIT;
+	return 0;
+}
+
+int kv_layout_compute(const struct kv_stream_decl *streams, uint32_t n_streams,
+		      uint32_t page_rows, uint64_t budget_bytes,
+		      uint32_t max_seqs, uint32_t max_rows_per_seq,
+		      struct kv_layout *l, struct st_diag *diag)
+{
+	uint64_t off, max_row = 0, page_bytes, n_pages, table_entries;
+	char b1[32], b2[32];
+
+	memset(l, 0, sizeof(*l));
+	if (n_streams == 0 || n_streams > KV_MAX_STREAMS)
+		return st_diag_set(diag, -ST_E_CONFIG,
+				   "%u KV streams declared, must be 1..%d",
+				   n_streams, KV_MAX_STREAMS);
+	if (page_rows == 0 || page_rows > KV_MAX_PAGE_ROWS)
+		return st_diag_set(diag, -ST_E_CONFIG,
+				   "page_rows %u, must be 1..%u", page_rows,
+				   KV_MAX_PAGE_ROWS);
+	for (uint32_t i = 0; i < n_streams; i++) {
+		const struct kv_stream_decl *s = &streams[i];
+
+		if (s->row_bytes == 0 || s->row_bytes > KV_MAX_ROW_BYTES)
+			return st_diag_set(diag, -ST_E_CONFIG,
+					   "KV stream %u: row_bytes %u, must "
+					   "be 1..%u", i, s->row_bytes,
+					   KV_MAX_ROW_BYTES);
+		if (s->tokens_per_row != 1)
+			return st_diag_set(diag, -ST_E_UNSUPPORTED,
+					   "KV stream %u: %u tokens per row "
+					   "(pooled rows) is not supported yet; "
+					   "only 1", i, s->tokens_per_row);
+		if (s->window_rows != 0)
+			return st_diag_set(diag, -ST_E_UNSUPPORTED,
+					   "KV stream %u: a sliding window of "
+					   "%u rows is not supported yet; only "
+					   "0 (keep all rows)", i,
+					   s->window_rows);
+		if (s->flags != 0)
+			return st_diag_set(diag, -ST_E_UNSUPPORTED,
+					   "KV stream %u: flags 0x%x (state "
+					   "streams) are not supported yet", i,
+					   s->flags);
+		max_row = ST_MAX(max_row, (uint64_t)s->row_bytes);
+	}
+	if (max_seqs == 0 || max_seqs > KV_MAX_SEQS)
+		return st_diag_set(diag, -ST_E_CONFIG,
+				   "max_seqs %u, must be 1..%u", max_seqs,
+				   KV_MAX_SEQS);
+	if (max_rows_per_seq == 0 || max_rows_per_seq > KV_MAX_ROWS_PER_SEQ)
+		return st_diag_set(diag, -ST_E_CONFIG,
+				   "max_rows_per_seq %u, must be 1..%u",
+				   max_rows_per_seq, KV_MAX_ROWS_PER_SEQ);
+	page_bytes = ST_ALIGN_UP(max_row * page_rows, (uint64_t)KV_PAGE_ALIGN);
+	if (page_bytes > KV_MAX_PAGE_BYTES)
+		return st_diag_set(diag, -ST_E_CONFIG,
+				   "a page of %u rows of %llu bytes is %llu "
+				   "bytes, over the limit of %llu; use fewer "
+				   "rows per page", page_rows,
+				   (unsigned long long)max_row,
+				   (unsigned long long)page_bytes,
+				   (unsigned long long)KV_MAX_PAGE_BYTES);
+	n_pages = ST_MIN(budget_bytes / page_bytes, (uint64_t)KV_MAX_PAGES);
+	if (n_pages < n_streams)
+		return st_diag_set(diag, -ST_E_BUDGET,
+				   "KV budget %s holds %llu pages of %llu "
+				   "bytes; %u streams need at least one page "
+				   "each: raise the budget (--budget) to at "
+				   "least %llu bytes (%s)",
+				   st_format_bytes(budget_bytes, b1, sizeof(b1)),
+				   (unsigned long long)n_pages,
+				   (unsigned long long)page_bytes, n_streams,
+				   (unsigned long long)(page_bytes * n_streams),
+				   st_format_bytes(page_bytes * n_streams, b2,
+						   sizeof(b2)));
+	l->n_streams = n_streams;
+	l->page_rows = page_rows;
+	l->max_seqs = max_seqs;
+	l->max_rows_per_seq = max_rows_per_seq;
+	l->max_pages_per_seq = (uint32_t)ST_MIN(
+		(uint64_t)kv_pages_for_rows(max_rows_per_seq, page_rows),
+		n_pages / n_streams);
+	l->max_row_bytes = (uint32_t)max_row;
+	l->page_bytes = page_bytes;
+	l->n_pages = n_pages;
+	l->budget_bytes = budget_bytes;
+	l->streams_off = KV_POOL_STREAMS_OFF;
+	off = KV_POOL_STREAMS_OFF + (uint64_t)n_streams *
+					    sizeof(struct kv_stream_decl);
+	table_entries = (uint64_t)max_seqs * n_streams;
+	if (add_region(&off, n_pages, sizeof(struct kv_page_meta),
+		       KV_PAGE_ALIGN, &l->pages_off) ||
+	    add_region(&off, max_seqs, sizeof(struct kv_seq_entry),
+		       KV_PAGE_ALIGN, &l->seqs_off) ||
+	    __builtin_mul_overflow(table_entries, l->max_pages_per_seq,
+				   &table_entries) ||
+	    add_region(&off, table_entries, sizeof(uint32_t), KV_PAGE_ALIGN,
+		       &l->table_off) ||
+	    add_region(&off, n_pages, page_bytes, ST_SHM_ALIGN, &l->data_off) ||
+	    off > (1ull << 46))
+		return st_diag_set(diag, -ST_E_LIMIT,
+				   "KV pool metadata too large (%llu "
+				   "sequences x %u streams x %u pages); lower "
+				   "--max-seqs or --max-rows-per-seq",
+				   (unsigned long long)max_seqs, n_streams,
+				   l->max_pages_per_seq);
+	l->total_bytes = ST_ALIGN_UP(off, (uint64_t)ST_SHM_ALIGN);
+	return 0;
+}
+
+uint64_t kv_layout_hash(const struct kv_layout *l,
+			const struct kv_stream_decl *streams)
+{
+	uint8_t buf[sizeof(*l) + KV_MAX_STREAMS * sizeof(*streams)];
+	uint32_t n = ST_MIN(l->n_streams, (uint32_t)KV_MAX_STREAMS);
+	uint64_t h;
+
+	memcpy(buf, l, sizeof(*l));
+	memcpy(buf + sizeof(*l), streams, n * sizeof(*streams));
+	h = st_xxh3(buf, sizeof(*l) + n * sizeof(*streams));
+	return h ? h : 1; /* 0 means "skip the check" to st_shm_attach */
+}
+
+int kv_layout_read(const void *base, size_t size, uint64_t layout_hash,
+		   struct kv_layout *ret, struct kv_stream_decl *streams,
+		   struct st_diag *diag)
+{
+	const struct kv_pool_info *info;
+	struct kv_layout l, c;
+	struct st_diag sub;
+	int r;
+
+	if (size < KV_POOL_STREAMS_OFF)
+		return st_diag_set(diag, -ST_E_FORMAT,
+				   "kv pool: segment of %zu bytes has no pool "
+				   "header", size);
+	info = (const struct kv_pool_info *)((const uint8_t *)base +
+					     KV_POOL_INFO_OFF);
+	memcpy(&l, &info->layout, sizeof(l));
+	if (l.n_streams == 0 || l.n_streams > KV_MAX_STREAMS ||
+	    size < KV_POOL_STREAMS_OFF + l.n_streams * sizeof(*streams))
+		return st_diag_set(diag, -ST_E_FORMAT,
+				   "kv pool: %u streams recorded (segment of "
+				   "%zu bytes)", l.n_streams, size);
+	memcpy(streams, (const uint8_t *)base + KV_POOL_STREAMS_OFF,
+	       l.n_streams * sizeof(*streams));
+	r = kv_layout_compute(streams, l.n_streams, l.page_rows, l.budget_bytes,
+			      l.max_seqs, l.max_rows_per_seq, &c, &sub);
+	if (r < 0)
+		return st_diag_set(diag, -ST_E_FORMAT,
+				   "kv pool: recorded declaration is invalid: "
+				   "%s", sub.msg);
+	if (memcmp(&c, &l, sizeof(l)))
+		return st_diag_set(diag, -ST_E_FORMAT,
+				   "kv pool: recorded layout does not match "
+				   "its declaration");
+	if (l.total_bytes > size)
+		return st_diag_set(diag, -ST_E_FORMAT,
+				   "kv pool: layout needs %llu bytes, segment "
+				   "has %zu", (unsigned long long)l.total_bytes,
+				   size);
+	if (layout_hash && kv_layout_hash(&l, streams) != layout_hash)
+		return st_diag_set(diag, -ST_E_FORMAT,
+				   "kv pool: layout hash differs from the "
+				   "segment header's");
+	*ret = l;
+	return 0;
+}
+
+int kv_decl_equal(uint32_t n_a, const struct kv_stream_decl *a,
+		  uint32_t page_rows_a, uint32_t n_b,
+		  const struct kv_stream_decl *b, uint32_t page_rows_b)
+{
+	if (n_a != n_b || page_rows_a != page_rows_b)
+		return 0;
+	for (uint32_t i = 0; i < n_a; i++)
+		if (a[i].row_bytes != b[i].row_bytes ||
+		    a[i].tokens_per_row != b[i].tokens_per_row ||
+		    a[i].window_rows != b[i].window_rows ||
+		    a[i].flags != b[i].flags)
+			return 0;
+	return 1;
+}

@@ -1,0 +1,222 @@
+/*
+ * kv_proto.h — kvd's messages (type range 0x02xx, DESIGN.md section 4) and
+ * the computation and validation of the page pool layout (kv_pool.h), both
+ * shared by kvd and its clients.
+ *
+ * Payloads (after the 32-byte st_proto header), little-endian, no padding:
+ *
+ *   ST_MSG_HELLO       u32 pid, u32 proto_version, char name[32]
+ *                      [, u32 resume_client_id]  (kvd: optional; a client
+ *                      re-registering after a kvd restart asks for its id)
+ *              reply   u32 client_id, u64 epoch (0 while there is no pool)
+ *   ST_MSG_BYE         -                          reply -
+ *   ST_MSG_PING        -                reply u32 pid, u64 epoch, u32 ready
+ *   ST_MSG_STATS       -                reply struct kv_msg_stats (below)
+ *   ST_MSG_SHUTDOWN    -                reply -   (kvd then exits cleanly)
+ *   KV_MSG_DECLARE     u32 n_streams, u32 page_rows,
+ *                      n_streams x {u32 row_bytes, u32 tokens_per_row,
+ *                                   u32 window_rows, u32 flags}
+ *              reply   u64 layout_hash, u64 epoch, u64 pool_bytes
+ *   KV_MSG_SEQ_CREATE  -                reply u32 seq
+ *   KV_MSG_SEQ_RESERVE u32 n, n x {u32 seq, u32 n_rows}    reply -
+ *   KV_MSG_SEQ_FORK    u32 src, u32 n_rows      reply u32 seq
+ *   KV_MSG_SEQ_FREE    u32 seq                  reply -
+ *
+ * A reply whose status is negative may carry a text instead: u32 length +
+ * bytes (at most KV_PROTO_MAX_TEXT), saying what was wrong (kv_proto_text).
+ *
+ * Events on kvd.evt (PUB), same framing, request_id 0:
+ *   KV_EVT_EPOCH       u64 epoch (pool created or adopted)
+ *   KV_EVT_SHUTDOWN    - (kvd is stopping)
+ */
+#ifndef KV_PROTO_H
+#define KV_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kv_pool.h"
+#include "st_error.h"
+#include "st_proto.h"
+
+enum kv_msg_type {
+	KV_MSG_DECLARE = ST_MSG_KV_FIRST + 1,
+	KV_MSG_SEQ_CREATE,
+	KV_MSG_SEQ_RESERVE,
+	KV_MSG_SEQ_FORK,
+	KV_MSG_SEQ_FREE,
+
+	KV_EVT_EPOCH = ST_MSG_KV_FIRST + 0x40,
+	KV_EVT_SHUTDOWN,
+};
+
+#define KV_PROTO_NAME_BYTES 32
+#define KV_PROTO_MAX_TEXT 512
+/* Entries per SEQ_RESERVE request (8 bytes each: 128 KiB). */
+#define KV_PROTO_MAX_RESERVE 16384
+
+struct kv_msg_hello {
+	uint32_t pid;
+	uint32_t proto_version;
+	char name[KV_PROTO_NAME_BYTES + 1];  /* NUL-terminated after decode */
+	uint32_t resume_client_id;           /* 0 = none */
+};
+
+struct kv_msg_hello_reply {
+	uint32_t client_id;
+	uint64_t epoch;
+};
+
+struct kv_msg_ping_reply {
+	uint32_t pid;
+	uint64_t epoch;
+	uint32_t ready;
+};
+
+struct kv_msg_declare {
+	uint32_t n_streams;
+	uint32_t page_rows;
+	struct kv_stream_decl streams[KV_MAX_STREAMS];
+};
+
+struct kv_msg_declare_reply {
+	uint64_t layout_hash;
+	uint64_t epoch;
+	uint64_t pool_bytes;
+};
+
+struct kv_reserve_entry {
+	uint32_t seq;
+	uint32_t n_rows;
+};
+
+struct kv_msg_fork {
+	uint32_t src;
+	uint32_t n_rows;
+};
+
+/* STATS reply: fixed fields in this order. */
+struct kv_msg_stats {
+	uint64_t budget_bytes;
+	uint64_t pool_bytes;
+	uint64_t page_bytes;
+	uint32_t page_rows;
+	uint32_t n_streams;
+	uint64_t n_pages;
+	uint64_t pages_used;
+	uint64_t pages_peak;
+	uint64_t n_seqs;
+	uint64_t pages_shared;
+	uint64_t epoch;
+	int32_t pid;
+	uint32_t n_clients;
+	uint32_t max_seqs;
+	uint32_t max_rows_per_seq;
+};
+
+/* Encoders append a payload to w (not reset; sticky w->err).  Decoders read
+ * a whole payload, validate the length exactly and every field whose range
+ * does not depend on kvd's state, and return 0 or -ST_E_PROTO (malformed),
+ * -ST_E_LIMIT (a count over its maximum), with a message in diag. */
+void kv_proto_encode_hello(struct st_wbuf *w, const struct kv_msg_hello *m);
+int kv_proto_decode_hello(const uint8_t *p, size_t len,
+			  struct kv_msg_hello *ret, struct st_diag *diag);
+void kv_proto_encode_hello_reply(struct st_wbuf *w,
+				 const struct kv_msg_hello_reply *m);
+int kv_proto_decode_hello_reply(const uint8_t *p, size_t len,
+				struct kv_msg_hello_reply *ret);
+void kv_proto_encode_ping_reply(struct st_wbuf *w,
+				const struct kv_msg_ping_reply *m);
+int kv_proto_decode_ping_reply(const uint8_t *p, size_t len,
+			       struct kv_msg_ping_reply *ret);
+
+/* DECLARE: n_streams 1..KV_MAX_STREAMS, page_rows 1..KV_MAX_PAGE_ROWS and
+ * row_bytes 1..KV_MAX_ROW_BYTES are checked here (-ST_E_PROTO); whether the
+ * other stream fields are supported is kv_layout_compute's business. */
+void kv_proto_encode_declare(struct st_wbuf *w, const struct kv_msg_declare *m);
+int kv_proto_decode_declare(const uint8_t *p, size_t len,
+			    struct kv_msg_declare *ret, struct st_diag *diag);
+void kv_proto_encode_declare_reply(struct st_wbuf *w,
+				   const struct kv_msg_declare_reply *m);
+int kv_proto_decode_declare_reply(const uint8_t *p, size_t len,
+				  struct kv_msg_declare_reply *ret);
+
+/* SEQ_RESERVE: n 1..KV_PROTO_MAX_RESERVE entries, each seq non-zero.
+ * The decoder fills a malloc'd array (*ret_entries, owned by the caller
+ * on success) and *ret_n. */
+void kv_proto_encode_reserve(struct st_wbuf *w, uint32_t n,
+			     const struct kv_reserve_entry *e);
+int kv_proto_decode_reserve(const uint8_t *p, size_t len, uint32_t *ret_n,
+			    struct kv_reserve_entry **ret_entries,
+			    struct st_diag *diag);
+
+void kv_proto_encode_fork(struct st_wbuf *w, const struct kv_msg_fork *m);
+int kv_proto_decode_fork(const uint8_t *p, size_t len, struct kv_msg_fork *ret,
+			 struct st_diag *diag);
+
+/* One u32 sequence handle (SEQ_CREATE and SEQ_FORK replies, SEQ_FREE). */
+void kv_proto_encode_seq(struct st_wbuf *w, uint32_t seq);
+int kv_proto_decode_seq(const uint8_t *p, size_t len, uint32_t *ret_seq,
+			struct st_diag *diag);
+
+void kv_proto_encode_stats(struct st_wbuf *w, const struct kv_msg_stats *m);
+int kv_proto_decode_stats(const uint8_t *p, size_t len,
+			  struct kv_msg_stats *ret);
+
+/* Checks that a payload is empty (-ST_E_PROTO otherwise). */
+int kv_proto_decode_empty(const uint8_t *p, size_t len, struct st_diag *diag);
+
+/* Error text: u32 length + bytes, cut to KV_PROTO_MAX_TEXT. */
+void kv_proto_encode_text(struct st_wbuf *w, const char *text);
+/* Copies an error reply's text into diag (NUL-terminated, control
+ * characters replaced); 0 if the payload was a valid text, else -ST_E_PROTO
+ * and diag untouched. */
+int kv_proto_decode_text(const uint8_t *p, size_t len, struct st_diag *diag);
+
+/*
+ * Reads as much of a message header as `len` bytes hold, without
+ * validating: type and request_id when present (0 otherwise).  Used to
+ * address an error reply to a message whose header is malformed.
+ */
+void kv_proto_salvage_header(const void *buf, size_t len,
+			     struct st_msg_header *ret);
+
+/*
+ * Computes the layout of a pool for a declaration and kvd's options
+ * (layout in kv_pool.h).  max_pages_per_seq = min(ceil(max_rows_per_seq /
+ * page_rows), n_pages / n_streams): a sequence cannot hold more pages than
+ * the budget gives one stream.  Errors: -ST_E_CONFIG (n_streams, page_rows or
+ * row_bytes out of range, max_seqs 0 or over KV_MAX_SEQS, max_rows_per_seq
+ * 0 or over KV_MAX_ROWS_PER_SEQ), -ST_E_UNSUPPORTED (tokens_per_row != 1,
+ * window_rows != 0 or flags != 0: later slices), -ST_E_BUDGET (the budget
+ * holds fewer pages than n_streams; the message names the minimum budget),
+ * -ST_E_LIMIT (sizes overflow).
+ */
+int kv_layout_compute(const struct kv_stream_decl *streams, uint32_t n_streams,
+		      uint32_t page_rows, uint64_t budget_bytes,
+		      uint32_t max_seqs, uint32_t max_rows_per_seq,
+		      struct kv_layout *ret, struct st_diag *diag);
+
+/* XXH3 of the layout followed by the stream declarations: the layout_hash
+ * of the segment header. */
+uint64_t kv_layout_hash(const struct kv_layout *l,
+			const struct kv_stream_decl *streams);
+
+/*
+ * Validates the pool part of a mapped segment of `size` bytes: reads the
+ * layout and the declaration, recomputes the layout from them and requires
+ * every field to match, the total to fit in `size` and the hash to equal
+ * `layout_hash` (0 = skip).  On success copies the layout to *ret and the
+ * declaration to ret_streams[KV_MAX_STREAMS].  -ST_E_FORMAT with a message
+ * naming the field otherwise.
+ */
+int kv_layout_read(const void *base, size_t size, uint64_t layout_hash,
+		   struct kv_layout *ret, struct kv_stream_decl *ret_streams,
+		   struct st_diag *diag);
+
+/* True when two declarations are the same (streams and page_rows). */
+int kv_decl_equal(uint32_t n_a, const struct kv_stream_decl *a,
+		  uint32_t page_rows_a, uint32_t n_b,
+		  const struct kv_stream_decl *b, uint32_t page_rows_b);
+
+#endif

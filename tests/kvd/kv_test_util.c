@@ -1,0 +1,169 @@
+/* kv_test_util.c — see kv_test_util.h. */
+#include "kv_test_util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kv_proto.h"
+#include "st_msg.h"
+#include "st_util.h"
+#include "test_util.h"
+
+void kvd_inst_init(struct kvd_inst *k, const char *tag)
+{
+	memset(k, 0, sizeof(*k));
+	st_test_instance(tag, k->name, sizeof(k->name));
+	st_test_tmpdir(k->run_dir, sizeof(k->run_dir));
+	snprintf(k->budget, sizeof(k->budget), "4MiB");
+	snprintf(k->max_seqs, sizeof(k->max_seqs), "16");
+	snprintf(k->max_rows, sizeof(k->max_rows), "1024");
+}
+
+static pid_t spawn(const struct kvd_inst *k, const char *run_dir)
+{
+	char path[4096];
+	pid_t pid;
+
+	snprintf(path, sizeof(path), "%s/kvd/kvd", st_test_build_dir());
+	pid = fork();
+	if (pid == 0) {
+		execl(path, "kvd", "--instance", k->name, "--run-dir", run_dir,
+		      "--budget", k->budget, "--max-seqs", k->max_seqs,
+		      "--max-rows-per-seq", k->max_rows, (char *)NULL);
+		fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
+		_exit(127);
+	}
+	return pid;
+}
+
+int kvd_ping(const char *run_dir, int timeout_ms, int32_t *ret_pid,
+	     uint64_t *ret_epoch)
+{
+	struct kv_msg_ping_reply out;
+	struct st_sock s;
+	char path[4200];
+	const uint8_t *p;
+	void *buf;
+	size_t len;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/kvd.ctl", run_dir);
+	r = st_sock_open(&s, ST_SOCK_REQ, path, timeout_ms, timeout_ms);
+	if (r < 0)
+		return r;
+	r = st_rpc_call(&s, ST_MSG_PING, 1, 0, NULL, 0, &buf, &p, &len);
+	if (r == 0)
+		r = kv_proto_decode_ping_reply(p, len, &out);
+	free(buf);
+	st_sock_close(&s);
+	if (r == 0) {
+		if (ret_pid)
+			*ret_pid = (int32_t)out.pid;
+		if (ret_epoch)
+			*ret_epoch = out.epoch;
+	}
+	return r;
+}
+
+int kvd_start(struct kvd_inst *k, int *ret_status)
+{
+	uint64_t t0 = st_now_ns();
+	int status;
+
+	k->pid = spawn(k, k->run_dir);
+	if (k->pid < 0) {
+		k->pid = 0;
+		return -1;
+	}
+	while (st_now_ns() - t0 < 5000000000ull) {
+		int32_t pid = 0;
+
+		if (waitpid(k->pid, &status, WNOHANG) == k->pid) {
+			k->pid = 0;
+			if (ret_status)
+				*ret_status = status;
+			return -1;
+		}
+		if (kvd_ping(k->run_dir, 200, &pid, NULL) == 0 &&
+		    pid == k->pid)
+			return 0;
+		st_sleep_ns(10 * 1000 * 1000);
+	}
+	kvd_kill(k, SIGKILL);
+	return -1;
+}
+
+int kvd_run_expect_exit(const struct kvd_inst *k, const char *run_dir,
+			int timeout_ms)
+{
+	uint64_t t0 = st_now_ns();
+	pid_t pid = spawn(k, run_dir);
+	int status;
+
+	if (pid < 0)
+		return -1;
+	while (st_now_ns() - t0 < (uint64_t)timeout_ms * 1000000ull) {
+		if (waitpid(pid, &status, WNOHANG) == pid)
+			return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+		st_sleep_ns(5 * 1000 * 1000);
+	}
+	kill(pid, SIGKILL);
+	waitpid(pid, &status, 0);
+	return -1;
+}
+
+int kvd_kill(struct kvd_inst *k, int sig)
+{
+	int status = 0;
+
+	if (k->pid <= 0)
+		return -1;
+	kill(k->pid, sig);
+	waitpid(k->pid, &status, 0);
+	k->pid = 0;
+	return status;
+}
+
+const char *kvd_segment_path(const char *name, char *buf, size_t len)
+{
+	snprintf(buf, len, "/dev/shm/strata.%s.kv", name);
+	return buf;
+}
+
+void kvd_cleanup(struct kvd_inst *k)
+{
+	char shm[128];
+
+	if (k->pid > 0)
+		kvd_kill(k, SIGKILL);
+	if (k->name[0]) {
+		snprintf(shm, sizeof(shm), "/strata.%s.kv", k->name);
+		shm_unlink(shm);
+	}
+	if (k->run_dir[0])
+		st_rm_rf(k->run_dir);
+}
+
+int kvd_count_segments(const char *name)
+{
+	char prefix[128];
+	struct dirent *d;
+	DIR *dir = opendir("/dev/shm");
+	int n = 0;
+
+	if (!dir)
+		return -1;
+	snprintf(prefix, sizeof(prefix), "strata.%s.", name);
+	while ((d = readdir(dir)))
+		if (!strncmp(d->d_name, prefix, strlen(prefix)))
+			n++;
+	closedir(dir);
+	return n;
+}

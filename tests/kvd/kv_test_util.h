@@ -1,0 +1,51 @@
+/*
+ * kv_test_util.h — helpers for kvd's daemon tests: start the real kvd binary
+ * (STRATA_BUILD_DIR/kvd/kvd) on a private instance and temporary run
+ * directory, wait until it answers, kill or stop it, and remove everything
+ * it may have left (segment, sockets, run directory).
+ */
+#ifndef KV_TEST_UTIL_H
+#define KV_TEST_UTIL_H
+
+#include <stdint.h>
+#include <sys/types.h>
+
+struct kvd_inst {
+	char name[64];        /* instance */
+	char run_dir[4096];
+	pid_t pid;            /* 0 when not running */
+	char budget[32];
+	char max_seqs[16];
+	char max_rows[16];
+};
+
+/* Fills k with a fresh instance name (tag) and run directory; no daemon. */
+void kvd_inst_init(struct kvd_inst *k, const char *tag);
+
+/* Starts kvd with k's options and waits (up to 5 s) until it answers a
+ * PING.  Returns 0, or -1 if it exited or never answered (then
+ * k->pid is 0 and *ret_status, when not NULL, holds its wait status). */
+int kvd_start(struct kvd_inst *k, int *ret_status);
+
+/* Runs kvd with k's options and waits for it to exit (up to timeout_ms);
+ * returns its exit code, or -1 if it did not exit (then it is killed). */
+int kvd_run_expect_exit(const struct kvd_inst *k, const char *run_dir,
+			int timeout_ms);
+
+/* Sends sig and reaps the daemon; returns its wait status. */
+int kvd_kill(struct kvd_inst *k, int sig);
+
+/* PING over a fresh socket: 0 and kvd's pid / pool epoch, or negative. */
+int kvd_ping(const char *run_dir, int timeout_ms, int32_t *ret_pid,
+	     uint64_t *ret_epoch);
+
+/* Kills the daemon if running, removes the kv segment and run directory. */
+void kvd_cleanup(struct kvd_inst *k);
+
+/* Number of /dev/shm entries of the instance ("strata.<name>.*"). */
+int kvd_count_segments(const char *name);
+
+/* Path of the kv segment in /dev/shm into buf. */
+const char *kvd_segment_path(const char *name, char *buf, size_t len);
+
+#endif

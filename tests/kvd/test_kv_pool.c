@@ -1,0 +1,722 @@
+/*
+ * test_kv_pool.c — kvd's page pool logic in one process (suite unit):
+ * page bookkeeping (PITFALLS P11), reference counts under threads,
+ * all-or-nothing batched reservation, fork with shared full pages, adoption
+ * of a pool left by a killed kvd, and the layout rules.  The pool lives in
+ * plain memory here; kvd puts the same bytes in a shared segment.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_daemon.h"
+#include "st_util.h"
+
+struct tpool {
+	struct kv_pool p;
+	struct kv_layout lay;
+	struct kv_stream_decl streams[KV_MAX_STREAMS];
+	void *mem;
+};
+
+/* A pool of n_streams streams of the given row sizes holding n_pages pages
+ * (the budget is n_pages whole pages). */
+static struct tpool *tpool_new(uint32_t n_streams, const uint32_t *row_bytes,
+			       uint32_t page_rows, uint64_t n_pages,
+			       uint32_t max_seqs, uint32_t max_rows)
+{
+	struct tpool *t = calloc(1, sizeof(*t));
+	struct st_diag d;
+	uint32_t max_row = 0;
+
+	assert_non_null(t);
+	for (uint32_t i = 0; i < n_streams; i++) {
+		t->streams[i].row_bytes = row_bytes[i];
+		t->streams[i].tokens_per_row = 1;
+		max_row = ST_MAX(max_row, row_bytes[i]);
+	}
+	assert_int_equal(kv_layout_compute(t->streams, n_streams, page_rows,
+					   n_pages * ST_ALIGN_UP(max_row *
+								 page_rows,
+								 64u),
+					   max_seqs, max_rows, &t->lay, &d),
+			 0);
+	assert_int_equal(t->lay.n_pages, n_pages);
+	t->mem = aligned_alloc(ST_SHM_ALIGN, t->lay.total_bytes);
+	assert_non_null(t->mem);
+	assert_int_equal(kv_pool_format(&t->p, t->mem, t->lay.total_bytes,
+					&t->lay, t->streams),
+			 0);
+	return t;
+}
+
+static void tpool_free(struct tpool *t)
+{
+	kv_pool_fini(&t->p);
+	free(t->mem);
+	free(t);
+}
+
+static uint64_t used(struct tpool *t)
+{
+	return atomic_load(&t->p.info->counters.pages_used);
+}
+
+static uint64_t shared(struct tpool *t)
+{
+	return atomic_load(&t->p.info->counters.pages_shared);
+}
+
+static uint32_t refcount(struct tpool *t, uint32_t page)
+{
+	return atomic_load(&t->p.pages[page].refcount);
+}
+
+/* Pages of stream s of seq that are not KV_PAGE_NONE (from the table). */
+static uint32_t seq_pages(struct tpool *t, uint32_t seq, uint32_t s)
+{
+	int idx = kv_seq_lookup(&t->p, seq);
+	uint32_t n = 0;
+
+	assert_true(idx >= 0);
+	for (uint32_t pi = 0; pi < t->lay.max_pages_per_seq; pi++)
+		n += kv_seq_page(&t->p, (uint32_t)idx, s, pi) != KV_PAGE_NONE;
+	return n;
+}
+
+static int reserve1(struct tpool *t, uint32_t client, uint32_t seq,
+		    uint32_t rows, struct st_diag *d)
+{
+	struct kv_reserve_entry e = { seq, rows };
+
+	return kv_seq_reserve(&t->p, client, 1, &e, d);
+}
+
+/* ---- P11: pages per row count ------------------------------------------ */
+
+static void test_page_arithmetic(void **state)
+{
+	(void)state;
+	/* independent count: the distinct values of r / B for r < n, and
+	 * the rows of the last one */
+	for (uint32_t B = 1; B <= 9; B++)
+		for (uint32_t n = 0; n <= 40; n++) {
+			uint32_t pages = 0, last = 0, prev = UINT32_MAX;
+
+			for (uint32_t r = 0; r < n; r++) {
+				if (r / B != prev) {
+					pages++;
+					last = 0;
+					prev = r / B;
+				}
+				last++;
+			}
+			assert_int_equal(kv_pages_for_rows(n, B), pages);
+			assert_int_equal(kv_last_page_rows(n, B), last);
+		}
+	/* the pitfall's own numbers */
+	assert_int_equal(kv_pages_for_rows(8, 4), 2);
+	assert_int_equal(kv_last_page_rows(8, 4), 4);
+	assert_int_equal(kv_pages_for_rows(9, 4), 3);
+	assert_int_equal(kv_last_page_rows(9, 4), 1);
+	assert_int_equal(kv_pages_for_rows(0, 4), 0);
+	assert_int_equal(kv_last_page_rows(0, 4), 0);
+	assert_int_equal(kv_pages_for_rows(UINT32_MAX, 1), UINT32_MAX);
+}
+
+static void test_p11_bookkeeping(void **state)
+{
+	const uint32_t rb[2] = { 16, 8 };
+	struct tpool *t = tpool_new(2, rb, 4, 32, 8, 64);
+	uint32_t a, b, c, pa[2][2];
+	struct st_diag d;
+	int idx;
+
+	(void)state;
+	assert_int_equal(kv_seq_create(&t->p, 1, 100, 0, 0, &a, &d), 0);
+	assert_int_equal(kv_seq_create(&t->p, 1, 100, 0, 0, &b, &d), 0);
+	assert_int_equal(kv_seq_create(&t->p, 1, 100, 0, 0, &c, &d), 0);
+	assert_int_not_equal(a, 0);
+	assert_int_equal(atomic_load(&t->p.info->counters.n_seqs), 3);
+
+	assert_int_equal(reserve1(t, 1, a, 8, &d), 0);
+	assert_int_equal(reserve1(t, 1, b, 9, &d), 0);
+	assert_int_equal(reserve1(t, 1, c, 0, &d), 0);
+	for (uint32_t s = 0; s < 2; s++) {
+		assert_int_equal(seq_pages(t, a, s), 2);
+		assert_int_equal(seq_pages(t, b, s), 3);
+		assert_int_equal(seq_pages(t, c, s), 0);
+	}
+	assert_int_equal(used(t), 2 * 2 + 3 * 2);
+	assert_int_equal(kv_pool_free_pages(&t->p), 32 - 10);
+
+	/* reserving what is already there takes nothing */
+	assert_int_equal(reserve1(t, 1, a, 5, &d), 0);
+	assert_int_equal(reserve1(t, 1, a, 8, &d), 0);
+	assert_int_equal(used(t), 10);
+	assert_int_equal(atomic_load(&t->p.seqs[kv_seq_index(a)].n_rows), 8);
+
+	/* alloc then free: refcount back to 0, pages back on the free list */
+	idx = kv_seq_lookup(&t->p, a);
+	for (uint32_t s = 0; s < 2; s++)
+		for (uint32_t pi = 0; pi < 2; pi++) {
+			pa[s][pi] = kv_seq_page(&t->p, (uint32_t)idx, s, pi);
+			assert_int_equal(refcount(t, pa[s][pi]), 1);
+			assert_int_equal(t->p.pages[pa[s][pi]].stream, s);
+		}
+	assert_int_equal(kv_seq_free(&t->p, 1, a, &d), 0);
+	assert_int_equal(kv_seq_lookup(&t->p, a), -ST_E_NOTFOUND);
+	assert_int_equal(kv_seq_free(&t->p, 1, a, &d), -ST_E_NOTFOUND);
+	assert_int_equal(used(t), 6);
+	assert_int_equal(kv_pool_free_pages(&t->p), 32 - 6);
+	for (uint32_t s = 0; s < 2; s++)
+		for (uint32_t pi = 0; pi < 2; pi++) {
+			uint32_t pg = pa[s][pi];
+			int on_list = 0;
+
+			assert_int_equal(refcount(t, pg), 0);
+			assert_int_equal(atomic_load(&t->p.pages[pg].state),
+					 KV_PAGE_FREE);
+			for (uint64_t i = 0; i < t->p.n_free; i++)
+				on_list += t->p.free_pages[i] == pg;
+			assert_int_equal(on_list, 1);
+			/* a second release never takes it to -1 */
+			assert_int_equal(kv_page_unref(&t->p, pg),
+					 -ST_E_STALE);
+			assert_int_equal(refcount(t, pg), 0);
+			assert_int_equal(kv_page_ref(&t->p, pg), -ST_E_STALE);
+		}
+	assert_int_equal(kv_pool_free_pages(&t->p), 32 - 6);
+	assert_int_equal(kv_page_unref(&t->p, 32), -EINVAL);
+
+	/* handles: stale after free, another client's -> EPERM */
+	assert_int_equal(kv_seq_create(&t->p, 1, 100, 0, 0, &a, &d), 0);
+	assert_int_equal(reserve1(t, 2, a, 4, &d), -EPERM);
+	assert_int_equal(kv_seq_free(&t->p, 2, a, &d), -EPERM);
+	assert_int_equal(reserve1(t, 1, a, 65, &d), -ST_E_LIMIT);
+	assert_int_equal(kv_seq_free_client(&t->p, 1), 3);
+	assert_int_equal(used(t), 0);
+	assert_int_equal(kv_pool_free_pages(&t->p), 32);
+	assert_int_equal(atomic_load(&t->p.info->counters.n_seqs), 0);
+	assert_int_equal(atomic_load(&t->p.info->counters.pages_peak), 10);
+	tpool_free(t);
+}
+
+/* A handle's generation changes on reuse, never to 0. */
+static void test_seq_generations(void **state)
+{
+	const uint32_t rb[1] = { 64 };
+	struct tpool *t = tpool_new(1, rb, 4, 4, 1, 16);
+	uint32_t prev = 0, s;
+	struct st_diag d;
+
+	(void)state;
+	for (int i = 0; i < 5000; i++) {
+		assert_int_equal(kv_seq_create(&t->p, 1, 1, 0, 0, &s, &d), 0);
+		assert_int_not_equal(s, 0);
+		assert_int_not_equal(kv_seq_gen(s), 0);
+		assert_int_not_equal(s, prev);
+		if (prev)
+			assert_int_equal(kv_seq_lookup(&t->p, prev),
+					 -ST_E_NOTFOUND);
+		prev = s;
+		assert_int_equal(kv_seq_free(&t->p, 1, s, &d), 0);
+	}
+	/* max_seqs 1: a second live sequence is refused */
+	assert_int_equal(kv_seq_create(&t->p, 1, 1, 0, 0, &s, &d), 0);
+	assert_int_equal(kv_seq_create(&t->p, 1, 1, 0, 0, &prev, &d),
+			 -ST_E_LIMIT);
+	assert_non_null(strstr(d.msg, "--max-seqs"));
+	/* the same request id with dedupe gives the same sequence */
+	assert_int_equal(kv_seq_free(&t->p, 1, s, &d), 0);
+	assert_int_equal(kv_seq_create(&t->p, 1, 1, 77, 0, &s, &d), 0);
+	assert_int_equal(kv_seq_create(&t->p, 1, 1, 77, 1, &prev, &d), 0);
+	assert_int_equal(prev, s);
+	tpool_free(t);
+}
+
+/* ---- reference counts under threads ------------------------------------ */
+
+struct ref_arg {
+	struct tpool *t;
+	const uint32_t *pages;
+	uint32_t n_pages;
+	uint32_t seed;
+	int iters;
+	int errors;
+	int freed_to_zero; /* unref calls that returned 0 */
+	int stale;         /* unref calls refused at 0 */
+};
+
+static uint32_t lcg(uint32_t *s)
+{
+	*s = *s * 1664525u + 1013904223u;
+	return *s >> 8;
+}
+
+/* ref + unref pairs on pages the main thread holds one reference to. */
+static void *ref_worker(void *v)
+{
+	struct ref_arg *a = v;
+
+	for (int i = 0; i < a->iters; i++) {
+		uint32_t pg = a->pages[lcg(&a->seed) % a->n_pages];
+
+		if (kv_page_ref(&a->t->p, pg) < 2)
+			a->errors++;
+		if (kv_page_unref(&a->t->p, pg) < 1)
+			a->errors++;
+	}
+	return NULL;
+}
+
+/* alloc, ref, unref, unref: each page of each round ends free. */
+static void *churn_worker(void *v)
+{
+	struct ref_arg *a = v;
+
+	for (int i = 0; i < a->iters; i++) {
+		uint32_t pg;
+		int r = kv_page_alloc(&a->t->p, 0, &pg);
+
+		if (r == -ST_E_BUDGET)
+			continue;
+		if (r < 0 || kv_page_ref(&a->t->p, pg) != 2 ||
+		    kv_page_unref(&a->t->p, pg) != 1 ||
+		    kv_page_unref(&a->t->p, pg) != 0)
+			a->errors++;
+	}
+	return NULL;
+}
+
+/* everyone drops "the last" reference of the same page at once */
+static void *race_unref_worker(void *v)
+{
+	struct ref_arg *a = v;
+	int r = kv_page_unref(&a->t->p, a->pages[0]);
+
+	if (r == 0)
+		a->freed_to_zero++;
+	else if (r == -ST_E_STALE)
+		a->stale++;
+	else
+		a->errors++;
+	return NULL;
+}
+
+static void test_refcount_threads(void **state)
+{
+	enum { T = 8 };
+	const uint32_t rb[1] = { 64 };
+	struct tpool *t = tpool_new(1, rb, 4, 64, 4, 64);
+	struct ref_arg args[T];
+	pthread_t th[T];
+	uint32_t held[16];
+
+	(void)state;
+	for (int i = 0; i < 16; i++)
+		assert_int_equal(kv_page_alloc(&t->p, 0, &held[i]), 0);
+	/* 1: concurrent ref/unref pairs on 16 held pages */
+	for (int i = 0; i < T; i++) {
+		args[i] = (struct ref_arg){ .t = t, .pages = held,
+					    .n_pages = 16, .seed = 7u + i,
+					    .iters = 50000 };
+		pthread_create(&th[i], NULL, ref_worker, &args[i]);
+	}
+	for (int i = 0; i < T; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(args[i].errors, 0);
+	}
+	for (int i = 0; i < 16; i++)
+		assert_int_equal(refcount(t, held[i]), 1);
+	assert_int_equal(shared(t), 0);
+	assert_int_equal(used(t), 16);
+
+	/* 2: allocation churn on the other 48 pages */
+	for (int i = 0; i < T; i++) {
+		args[i] = (struct ref_arg){ .t = t, .iters = 20000 };
+		pthread_create(&th[i], NULL, churn_worker, &args[i]);
+	}
+	for (int i = 0; i < T; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(args[i].errors, 0);
+	}
+	assert_int_equal(used(t), 16);
+	assert_int_equal(kv_pool_free_pages(&t->p), 48);
+	assert_int_equal(shared(t), 0);
+
+	/* 3: T threads drop the single reference of one page: exactly one
+	 * takes it to 0, the others are refused; it never goes to -1 */
+	for (int round = 0; round < 16; round++) {
+		uint32_t pg = held[round];
+
+		for (int i = 0; i < T; i++) {
+			args[i] = (struct ref_arg){ .t = t, .pages = &held[round] };
+			pthread_create(&th[i], NULL, race_unref_worker,
+				       &args[i]);
+		}
+		int zero = 0, stale = 0;
+
+		for (int i = 0; i < T; i++) {
+			pthread_join(th[i], NULL);
+			assert_int_equal(args[i].errors, 0);
+			zero += args[i].freed_to_zero;
+			stale += args[i].stale;
+		}
+		assert_int_equal(zero, 1);
+		assert_int_equal(stale, T - 1);
+		assert_int_equal(refcount(t, pg), 0);
+	}
+	assert_int_equal(used(t), 0);
+	assert_int_equal(kv_pool_free_pages(&t->p), 64);
+	/* no page appears twice on the free list */
+	for (uint64_t i = 0; i < t->p.n_free; i++)
+		for (uint64_t j = i + 1; j < t->p.n_free; j++)
+			assert_int_not_equal(t->p.free_pages[i],
+					     t->p.free_pages[j]);
+	tpool_free(t);
+}
+
+/* ---- reservation: all or nothing --------------------------------------- */
+
+static void test_reserve_all_or_nothing(void **state)
+{
+	const uint32_t rb[2] = { 32, 32 };
+	struct tpool *t = tpool_new(2, rb, 4, 10, 8, 64);
+	struct kv_reserve_entry e[3];
+	uint32_t s1, s2, s3;
+	struct st_diag d;
+
+	(void)state;
+	kv_seq_create(&t->p, 1, 1, 0, 0, &s1, &d);
+	kv_seq_create(&t->p, 1, 1, 0, 0, &s2, &d);
+	kv_seq_create(&t->p, 1, 1, 0, 0, &s3, &d);
+	assert_int_equal(reserve1(t, 1, s1, 8, &d), 0); /* 4 pages */
+	assert_int_equal(kv_pool_free_pages(&t->p), 6);
+	/* 8 pages asked, 6 free: nothing of the batch stays */
+	e[0] = (struct kv_reserve_entry){ s2, 8 };
+	e[1] = (struct kv_reserve_entry){ s3, 5 };
+	memset(d.msg, 0, sizeof(d.msg));
+	assert_int_equal(kv_seq_reserve(&t->p, 1, 2, e, &d), -ST_E_BUDGET);
+	assert_non_null(strstr(d.msg, "--budget"));
+	assert_non_null(strstr(d.msg, "8 more pages"));
+	assert_int_equal(kv_pool_free_pages(&t->p), 6);
+	assert_int_equal(seq_pages(t, s2, 0), 0);
+	assert_int_equal(seq_pages(t, s3, 1), 0);
+	assert_int_equal(atomic_load(&t->p.seqs[kv_seq_index(s2)].n_rows), 0);
+	assert_int_equal(seq_pages(t, s1, 0), 2);
+	/* a bad entry after a good one: nothing changes either */
+	e[0] = (struct kv_reserve_entry){ s2, 4 };
+	e[1] = (struct kv_reserve_entry){ s3 ^ (1u << 25), 4 };
+	assert_int_equal(kv_seq_reserve(&t->p, 1, 2, e, &d), -ST_E_NOTFOUND);
+	assert_int_equal(kv_pool_free_pages(&t->p), 6);
+	assert_int_equal(seq_pages(t, s2, 0), 0);
+	/* duplicates take the largest: 3 pages per stream */
+	e[0] = (struct kv_reserve_entry){ s2, 4 };
+	e[1] = (struct kv_reserve_entry){ s2, 12 };
+	e[2] = (struct kv_reserve_entry){ s2, 7 };
+	assert_int_equal(kv_seq_reserve(&t->p, 1, 3, e, &d), 0);
+	assert_int_equal(seq_pages(t, s2, 1), 3);
+	assert_int_equal(atomic_load(&t->p.seqs[kv_seq_index(s2)].n_rows), 12);
+	assert_int_equal(kv_pool_free_pages(&t->p), 0);
+	/* freeing makes room again */
+	assert_int_equal(reserve1(t, 1, s3, 1, &d), -ST_E_BUDGET);
+	assert_int_equal(kv_seq_free(&t->p, 1, s1, &d), 0);
+	assert_int_equal(reserve1(t, 1, s3, 8, &d), 0);
+	assert_int_equal(kv_pool_free_pages(&t->p), 0);
+	tpool_free(t);
+}
+
+/* ---- fork -------------------------------------------------------------- */
+
+static uint8_t pattern(uint32_t seq_tag, uint32_t s, uint32_t row, uint32_t i)
+{
+	return (uint8_t)(seq_tag * 131 + s * 17 + row * 7 + i);
+}
+
+static uint8_t *row_ptr(struct tpool *t, uint32_t seq, uint32_t s,
+			uint32_t row)
+{
+	int idx = kv_seq_lookup(&t->p, seq);
+	uint32_t pg = kv_seq_page(&t->p, (uint32_t)idx, s,
+				  row / t->lay.page_rows);
+
+	assert_int_not_equal(pg, KV_PAGE_NONE);
+	return kv_page_data(&t->p, pg) +
+	       (row % t->lay.page_rows) * t->streams[s].row_bytes;
+}
+
+static void test_fork(void **state)
+{
+	const uint32_t rb[2] = { 24, 40 };
+	struct tpool *t = tpool_new(2, rb, 4, 40, 8, 64);
+	uint32_t par, ch, ch8, ch0;
+	struct st_diag d;
+	int pi_, ci;
+
+	(void)state;
+	kv_seq_create(&t->p, 1, 1, 0, 0, &par, &d);
+	assert_int_equal(reserve1(t, 1, par, 12, &d), 0);
+	for (uint32_t s = 0; s < 2; s++)
+		for (uint32_t r = 0; r < 12; r++)
+			for (uint32_t i = 0; i < rb[s]; i++)
+				row_ptr(t, par, s, r)[i] = pattern(1, s, r, i);
+	/* fork at 9 rows: pages 0, 1 shared, page 2 copied (row 8 only) */
+	assert_int_equal(kv_seq_fork(&t->p, 2, 2, 0, 0, par, 9, &ch, &d), 0);
+	assert_int_equal(atomic_load(&t->p.seqs[kv_seq_index(ch)].n_rows), 9);
+	assert_int_equal(t->p.seqs[kv_seq_index(ch)].owner_client, 2);
+	pi_ = kv_seq_lookup(&t->p, par);
+	ci = kv_seq_lookup(&t->p, ch);
+	for (uint32_t s = 0; s < 2; s++) {
+		for (uint32_t pi = 0; pi < 2; pi++) {
+			uint32_t pg = kv_seq_page(&t->p, (uint32_t)ci, s, pi);
+
+			assert_int_equal(pg, kv_seq_page(&t->p, (uint32_t)pi_,
+							 s, pi));
+			assert_int_equal(refcount(t, pg), 2);
+		}
+		assert_int_not_equal(kv_seq_page(&t->p, (uint32_t)ci, s, 2),
+				     kv_seq_page(&t->p, (uint32_t)pi_, s, 2));
+		assert_int_equal(kv_seq_page(&t->p, (uint32_t)ci, s, 3),
+				 KV_PAGE_NONE);
+		assert_memory_equal(row_ptr(t, ch, s, 8), row_ptr(t, par, s, 8),
+				    rb[s]);
+		/* rows 9..11 of the copy were not copied (zero here) */
+		assert_int_equal(row_ptr(t, ch, s, 9)[0], 0);
+	}
+	assert_int_equal(shared(t), 4);
+	assert_int_equal(used(t), 6 + 2);
+	/* the child writes its row 9: the parent's row 9 is unchanged */
+	memset(row_ptr(t, ch, 0, 9), 0xee, rb[0]);
+	assert_int_equal(row_ptr(t, par, 0, 9)[0], pattern(1, 0, 9, 0));
+	/* fork at a page boundary copies nothing; at 0 is empty */
+	assert_int_equal(kv_seq_fork(&t->p, 1, 1, 0, 0, par, 8, &ch8, &d), 0);
+	assert_int_equal(used(t), 8);
+	assert_int_equal(refcount(t, kv_seq_page(&t->p, (uint32_t)pi_, 1, 1)),
+			 3);
+	assert_int_equal(kv_seq_fork(&t->p, 1, 1, 0, 0, par, 0, &ch0, &d), 0);
+	assert_int_equal(seq_pages(t, ch0, 0), 0);
+	assert_int_equal(kv_seq_fork(&t->p, 1, 1, 0, 0, par, 13, &ch0, &d),
+			 -ST_E_LIMIT);
+	assert_int_equal(kv_seq_fork(&t->p, 1, 1, 0, 0, 0x100007, 1, &ch0, &d),
+			 -ST_E_NOTFOUND);
+	/* the parent goes: the child keeps its rows */
+	assert_int_equal(kv_seq_free(&t->p, 1, par, &d), 0);
+	for (uint32_t s = 0; s < 2; s++)
+		for (uint32_t r = 0; r < 9; r++)
+			for (uint32_t i = 0; i < rb[s]; i++)
+				assert_int_equal(row_ptr(t, ch, s, r)[i],
+						 pattern(1, s, r, i));
+	assert_int_equal(kv_seq_free(&t->p, 1, ch8, &d), 0);
+	assert_int_equal(kv_seq_free(&t->p, 2, ch, &d), 0);
+	assert_int_equal(used(t), 0);
+	assert_int_equal(shared(t), 0);
+	assert_int_equal(kv_pool_free_pages(&t->p), 40);
+	tpool_free(t);
+}
+
+/* ---- adoption ---------------------------------------------------------- */
+
+static void test_adopt(void **state)
+{
+	const uint32_t rb[2] = { 16, 16 };
+	struct tpool *t = tpool_new(2, rb, 4, 40, 8, 64);
+	struct kv_adopt_report rep;
+	struct kv_pool q;
+	uint32_t a, b, c, f, stray;
+	struct st_diag d;
+	void *copy;
+	int ia, ic, iff;
+
+	(void)state;
+	kv_seq_create(&t->p, 1, 11, 0, 0, &a, &d);
+	kv_seq_create(&t->p, 2, 22, 0, 0, &b, &d);
+	kv_seq_create(&t->p, 1, 11, 0, 0, &c, &d);
+	reserve1(t, 1, a, 10, &d);
+	reserve1(t, 2, b, 4, &d);
+	reserve1(t, 1, c, 8, &d);
+	for (uint32_t r = 0; r < 10; r++)
+		memset(row_ptr(t, a, 1, r), (int)r + 1, 16);
+	kv_seq_fork(&t->p, 2, 22, 0, 0, a, 6, &f, &d);
+	/* what a kill -9 leaves: the memory (the private lists are gone) */
+	copy = aligned_alloc(ST_SHM_ALIGN, t->lay.total_bytes);
+	memcpy(copy, t->mem, t->lay.total_bytes);
+	{
+		struct kv_pool_info *info =
+			(void *)((uint8_t *)copy + KV_POOL_INFO_OFF);
+		struct kv_seq_entry *seqs =
+			(void *)((uint8_t *)copy + t->lay.seqs_off);
+		struct kv_page_meta *pages =
+			(void *)((uint8_t *)copy + t->lay.pages_off);
+		uint32_t *table = (void *)((uint8_t *)copy + t->lay.table_off);
+
+		/* c was being forked when kvd died */
+		atomic_store(&seqs[kv_seq_index(c)].state, KV_SEQ_BUILDING);
+		/* a reservation was cut after writing one table entry of b */
+		stray = table[kv_table_index(&t->lay, 0, 0, 0)];
+		table[kv_table_index(&t->lay, kv_seq_index(b), 0, 1)] = stray;
+		/* a wrong count and a wrong counter */
+		atomic_store(&pages[stray].refcount, 7);
+		atomic_store(&info->counters.pages_used, 999);
+	}
+	assert_int_equal(kv_pool_adopt(&q, copy, t->lay.total_bytes, &t->lay,
+				       t->streams, &rep),
+			 0);
+	assert_int_equal(rep.seqs_kept, 3);
+	assert_int_equal(rep.seqs_dropped, 1);
+	assert_int_equal(rep.seqs_truncated, 0);
+	assert_int_equal(rep.entries_dropped, 1 + 2 * 2);
+	assert_true(rep.refcounts_fixed >= 1);
+	/* a: 3 pages x 2, b: 1 x 2, f: 2 x 2 of which 1 x 2 shared with a */
+	assert_int_equal(atomic_load(&q.info->counters.pages_used), 6 + 2 + 2);
+	assert_int_equal(atomic_load(&q.info->counters.pages_shared), 2);
+	assert_int_equal(atomic_load(&q.info->counters.n_seqs), 3);
+	assert_int_equal(kv_pool_free_pages(&q), 40 - 10);
+	assert_int_equal(kv_seq_lookup(&q, c), -ST_E_NOTFOUND);
+	ia = kv_seq_lookup(&q, a);
+	iff = kv_seq_lookup(&q, f);
+	ic = kv_seq_lookup(&q, b);
+	assert_true(ia >= 0 && iff >= 0 && ic >= 0);
+	assert_int_equal(kv_seq_page(&q, (uint32_t)ic, 0, 1), KV_PAGE_NONE);
+	for (uint32_t pg = 0; pg < 40; pg++) {
+		uint32_t n = 0;
+
+		for (uint32_t i = 0; i < 8; i++)
+			for (uint32_t s = 0; s < 2; s++)
+				for (uint32_t pi = 0; pi < q.lay.max_pages_per_seq; pi++)
+					n += kv_seq_page(&q, i, s, pi) == pg;
+		assert_int_equal(atomic_load(&q.pages[pg].refcount), n);
+	}
+	/* the data is still there, and the pool works on */
+	for (uint32_t r = 0; r < 10; r++) {
+		uint32_t pg = kv_seq_page(&q, (uint32_t)ia, 1, r / 4);
+
+		assert_int_equal(kv_page_data(&q, pg)[(r % 4) * 16], r + 1);
+	}
+	assert_int_equal(kv_seq_free(&q, 1, a, &d), 0);
+	assert_int_equal(kv_seq_free_client(&q, 2), 2);
+	assert_int_equal(kv_pool_free_pages(&q), 40);
+	assert_int_equal(atomic_load(&q.info->counters.pages_used), 0);
+	kv_pool_fini(&q);
+	free(copy);
+	tpool_free(t);
+}
+
+/* ---- layout ------------------------------------------------------------ */
+
+static void test_layout(void **state)
+{
+	struct kv_stream_decl s[3] = { { 64, 1, 0, 0 }, { 100, 1, 0, 0 },
+				       { 8, 1, 0, 0 } };
+	struct kv_stream_decl rs[KV_MAX_STREAMS];
+	struct kv_layout l, r;
+	struct st_diag d;
+	void *mem;
+
+	(void)state;
+	/* page_bytes = 16 rows x 100 bytes = 1600 (a multiple of 64) */
+	assert_int_equal(kv_layout_compute(s, 3, 16, 1600 * 10 + 5, 4, 100, &l,
+					   &d),
+			 0);
+	assert_int_equal(l.page_bytes, 1600);
+	assert_int_equal(l.n_pages, 10);
+	assert_int_equal(l.max_pages_per_seq, 3); /* min(7, 10 / 3) */
+	assert_int_equal(l.data_off % ST_SHM_ALIGN, 0);
+	assert_int_equal(l.total_bytes % ST_SHM_ALIGN, 0);
+	assert_true(l.table_off >= l.seqs_off + 4 * 64);
+	assert_true(l.data_off >= l.table_off + 4 * 3 * 3 * 4);
+	/* rounded up to 64 bytes: 3 rows x 100 = 300 -> 320 */
+	assert_int_equal(kv_layout_compute(s, 3, 3, 1 << 20, 4, 100, &r, &d), 0);
+	assert_int_equal(r.page_bytes, 320);
+	/* budget for 2 pages, 3 streams: names the minimum (4800 bytes) */
+	assert_int_equal(kv_layout_compute(s, 3, 16, 3200, 4, 100, &r, &d),
+			 -ST_E_BUDGET);
+	assert_non_null(strstr(d.msg, "4800 bytes"));
+	assert_non_null(strstr(d.msg, "--budget"));
+	s[1].tokens_per_row = 4;
+	assert_int_equal(kv_layout_compute(s, 3, 16, 1 << 20, 4, 100, &r, &d),
+			 -ST_E_UNSUPPORTED);
+	s[1].tokens_per_row = 1;
+	s[2].window_rows = 128;
+	assert_int_equal(kv_layout_compute(s, 3, 16, 1 << 20, 4, 100, &r, &d),
+			 -ST_E_UNSUPPORTED);
+	s[2].window_rows = 0;
+	s[0].flags = KV_STREAM_STATE;
+	assert_int_equal(kv_layout_compute(s, 3, 16, 1 << 20, 4, 100, &r, &d),
+			 -ST_E_UNSUPPORTED);
+	s[0].flags = 0;
+	s[0].row_bytes = 0;
+	assert_int_equal(kv_layout_compute(s, 3, 16, 1 << 20, 4, 100, &r, &d),
+			 -ST_E_CONFIG);
+	s[0].row_bytes = 64;
+	assert_int_equal(kv_layout_compute(s, 3, 0, 1 << 20, 4, 100, &r, &d),
+			 -ST_E_CONFIG);
+	assert_int_equal(kv_layout_compute(s, 0, 16, 1 << 20, 4, 100, &r, &d),
+			 -ST_E_CONFIG);
+	assert_int_equal(kv_layout_compute(s, 3, 16, 1 << 20, 0, 100, &r, &d),
+			 -ST_E_CONFIG);
+	assert_int_equal(kv_layout_compute(s, 3, 16, 1 << 20, 4, 0, &r, &d),
+			 -ST_E_CONFIG);
+	assert_int_equal(kv_layout_compute(s, 3, 65537, 1ull << 40, 4, 100, &r,
+					   &d),
+			 -ST_E_CONFIG);
+	/* a page over 64 MiB: 65 rows of 1 MiB */
+	s[2].row_bytes = 1u << 20;
+	assert_int_equal(kv_layout_compute(s, 3, 65, 1ull << 40, 4, 100, &r,
+					   &d),
+			 -ST_E_CONFIG);
+	assert_non_null(strstr(d.msg, "fewer rows per page"));
+	s[2].row_bytes = 8;
+	/* a pool's recorded layout reads back; a changed one does not */
+	{
+		struct kv_pool p;
+
+		mem = aligned_alloc(ST_SHM_ALIGN, l.total_bytes);
+		assert_int_equal(kv_pool_format(&p, mem, l.total_bytes, &l, s),
+				 0);
+		kv_pool_fini(&p);
+	}
+	assert_int_equal(kv_layout_read(mem, l.total_bytes,
+					kv_layout_hash(&l, s), &r, rs, &d),
+			 0);
+	assert_memory_equal(&r, &l, sizeof(l));
+	assert_int_equal(rs[1].row_bytes, 100);
+	assert_int_equal(kv_layout_read(mem, l.total_bytes, 12345, &r, rs, &d),
+			 -ST_E_FORMAT);
+	assert_int_equal(kv_layout_read(mem, l.total_bytes - ST_SHM_ALIGN, 0,
+					&r, rs, &d),
+			 -ST_E_FORMAT);
+	((struct kv_pool_info *)((uint8_t *)mem + KV_POOL_INFO_OFF))
+		->layout.n_pages++;
+	assert_int_equal(kv_layout_read(mem, l.total_bytes, 0, &r, rs, &d),
+			 -ST_E_FORMAT);
+	assert_non_null(strstr(d.msg, "does not match"));
+	((struct kv_pool_info *)((uint8_t *)mem + KV_POOL_INFO_OFF))
+		->layout.n_streams = 300;
+	assert_int_equal(kv_layout_read(mem, l.total_bytes, 0, &r, rs, &d),
+			 -ST_E_FORMAT);
+	free(mem);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_page_arithmetic),
+		cmocka_unit_test(test_p11_bookkeeping),
+		cmocka_unit_test(test_seq_generations),
+		cmocka_unit_test(test_refcount_threads),
+		cmocka_unit_test(test_reserve_all_or_nothing),
+		cmocka_unit_test(test_fork),
+		cmocka_unit_test(test_adopt),
+		cmocka_unit_test(test_layout),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
