@@ -189,6 +189,10 @@ int cli_instance_up(struct cli_instance *inst, int timeout_s,
 		r = wait_ready(inst, "kvd", inst->pid_kvd, timeout_s, diag);
 	if (r < 0)
 		goto fail;
+	if (inst->tiers_only) {
+		inst->started_by_us = 1;
+		return 0;
+	}
 	a = 0;
 	argv[a++] = "computed";
 	argv[a++] = "--store";

@@ -20,6 +20,8 @@ struct cli_instance {
 	char kv_dtype[16];       /* computed --kv-dtype */
 	int pid_expertd, pid_kvd, pid_computed;
 	int started_by_us;       /* 1 when this process spawned them */
+	int tiers_only;          /* up: start expertd and kvd only (benchmarks
+				  * and tests run the model in-process) */
 };
 
 /* Paths of the daemon executables: next to the strata binary, in the build
