@@ -423,13 +423,15 @@ int st_tokenizer_is_special(const struct st_tokenizer *t, int32_t id)
 
 /* ---- added tokens ------------------------------------------------------ */
 
+/* Unicode \w (UTS #18, Rust regex's \w, which HF's single_word uses):
+ * letters, marks, decimal and letter numbers, connector punctuation. */
 static int is_word_char(uint32_t cp)
 {
 	utf8proc_category_t c = utf8proc_category((utf8proc_int32_t)cp);
 
-	return cp == '_' || (c >= UTF8PROC_CATEGORY_LU &&
-			     c <= UTF8PROC_CATEGORY_LO) ||
-	       (c >= UTF8PROC_CATEGORY_ND && c <= UTF8PROC_CATEGORY_NO);
+	return (c >= UTF8PROC_CATEGORY_LU && c <= UTF8PROC_CATEGORY_ME) ||
+	       c == UTF8PROC_CATEGORY_ND || c == UTF8PROC_CATEGORY_NL ||
+	       c == UTF8PROC_CATEGORY_PC;
 }
 
 /* Start of the character that ends at s[end] (exclusive), > from. */

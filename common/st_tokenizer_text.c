@@ -537,7 +537,7 @@ static int norm_utf8proc(const char *s, size_t len, utf8proc_option_t opt,
 	return r;
 }
 
-/* Calls per code point: keep (1) or drop (0), or replace by another. */
+/* Lowercase and StripAccents, one code point at a time. */
 static int norm_per_char(const struct stk_norm *n, const char *s, size_t len,
 			 struct stk_buf *out)
 {
@@ -550,6 +550,8 @@ static int norm_per_char(const struct stk_norm *n, const char *s, size_t len,
 		char enc[4];
 
 		if (n->kind == STK_NORM_LOWERCASE) {
+			/* simple (1:1) case mapping; Rust's to_lowercase
+			 * differs only for a few characters such as U+0130 */
 			cp = (uint32_t)utf8proc_tolower((utf8proc_int32_t)cp);
 			if ((r = stk_buf_put(out, enc, stk_utf8_put(cp, enc))))
 				return r;

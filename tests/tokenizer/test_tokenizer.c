@@ -559,13 +559,15 @@ static void write_tok(const char *dir, const char *json)
 }
 
 /* A SentencePiece-style BPE with a Metaspace pre-tokenizer and decoder,
- * unk fusing and an lstrip/rstrip added token.  MERGES is the merge list
+ * unk fusing, an lstrip/rstrip added token and a single_word one.  MERGES is the merge list
  * in either of its two forms. */
 #define SYNTH(MERGES) \
 	"{\"version\": \"1.0\", \"added_tokens\": [" \
 	"{\"id\": 0, \"content\": \"<unk>\", \"special\": true}," \
 	"{\"id\": 7, \"content\": \"<X>\", \"special\": true," \
-	" \"lstrip\": true, \"rstrip\": true, \"normalized\": false}]," \
+	" \"lstrip\": true, \"rstrip\": true, \"normalized\": false}," \
+	"{\"id\": 8, \"content\": \"zz\", \"special\": false," \
+	" \"single_word\": true, \"normalized\": false}]," \
 	"\"normalizer\": null," \
 	"\"pre_tokenizer\": {\"type\": \"Metaspace\", \"replacement\": \"▁\"," \
 	" \"prepend_scheme\": \"always\", \"split\": true}," \
@@ -586,7 +588,7 @@ static void check_synth(const char *dir)
 	size_t n;
 
 	assert_int_equal(st_tokenizer_load(dir, &t, &dg), 0);
-	assert_int_equal(st_tokenizer_n_vocab(t), 8);
+	assert_int_equal(st_tokenizer_n_vocab(t), 9);
 	assert_int_equal(st_tokenizer_bos_id(t), -1);
 	/* "▁ab": (▁,a) rank 0 merges before (a,b) rank 1, then (▁a,b) */
 	encode(t, "ab ab", 1, 1, &ids, &n);
@@ -600,6 +602,13 @@ static void check_synth(const char *dir)
 	/* <X> takes the spaces around it (lstrip, rstrip) */
 	encode(t, "a  <X>  b", 1, 1, &ids, &n);
 	expect_ids("synth lstrip", ids, n, (int32_t[]){ 4, 7, 1, 3 }, 4);
+	free(ids);
+	/* single_word: "zz" only between non-word characters */
+	encode(t, "a zz", 1, 0, &ids, &n);
+	expect_ids("synth single_word", ids, n, (int32_t[]){ 4, 1, 8 }, 3);
+	free(ids);
+	encode(t, "azz", 1, 0, &ids, &n);
+	expect_ids("synth not single_word", ids, n, (int32_t[]){ 4, 0 }, 2);
 	free(ids);
 	st_tokenizer_free(t);
 }
