@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <libgen.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,9 +28,13 @@ int cli_find_daemon(const char *name, char *buf, size_t len,
 	const char *path;
 
 	if (n > 0) {
+		char *slash;
+
 		exe[n] = 0;
 		snprintf(dir, sizeof(dir), "%s", exe);
-		snprintf(dir, sizeof(dir), "%s", dirname(dir));
+		slash = strrchr(dir, '/');
+		if (slash)
+			*slash = 0;
 		snprintf(buf, len, "%s/%s", dir, name);
 		if (access(buf, X_OK) == 0)
 			return 0;

@@ -538,6 +538,13 @@ stop:
 		if (r > 0)
 			fprintf(stderr, "strata run: %d daemon(s) had to be "
 				"killed\n", r);
+		/* a private instance's run dir goes too, unless its logs
+		 * explain a failure */
+		if (rc == 0 && !o.instance && !o.run_dir)
+			st_rm_rf(inst.run_dir);
+		else if (rc != 0)
+			fprintf(stderr, "strata run: daemon logs are in %s\n",
+				inst.run_dir);
 	} else if (inst.started_by_us) {
 		fprintf(stderr, "strata run: daemons left running (instance "
 			"%s); stop them with: strata down --instance %s "
