@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_stopbuf.h"
 #include "st_util.h"
 
 struct cw_gen {
@@ -16,11 +17,9 @@ struct cw_gen {
 	int32_t *ids;                    /* prompt then generated, owned */
 	int n_prompt, n_gen, cap_ids, max_tokens;
 	struct cw_gen_params p;
-	char *stop[CW_GEN_MAX_STOP];     /* owned copies */
+	struct cw_stopbuf stops;         /* stop strings over the text */
 	struct cw_sampler sampler;
 	struct st_detok detok;
-	char *held;                      /* text held back for stop strings */
-	size_t held_len, held_cap;
 	float *logits;                   /* vocab_size, owned */
 	enum cw_finish finish;
 	uint64_t prefill_ns, decode_ns;
@@ -38,11 +37,9 @@ void cw_gen_free(struct cw_gen *g)
 		return;
 	if (g->have_seq)
 		kv_client_seq_free(g->kv, g->seq);
-	for (int i = 0; i < CW_GEN_MAX_STOP; i++)
-		free(g->stop[i]);
+	cw_stopbuf_fini(&g->stops);
 	cw_sampler_fini(&g->sampler);
 	free(g->ids);
-	free(g->held);
 	free(g->logits);
 	free(g);
 }
@@ -64,23 +61,14 @@ int cw_gen_start(struct cw_model *model, const struct st_tokenizer *tok,
 	g->tok = tok;
 	g->kv = kv;
 	g->p = *p;
-	if (p->n_stop < 0 || p->n_stop > CW_GEN_MAX_STOP) {
+	r = cw_stopbuf_init(&g->stops, p->n_stop, p->stop);
+	if (r < 0) {
 		free(g);
-		return st_diag_set(diag, -EINVAL, "at most %d stop strings",
-				   CW_GEN_MAX_STOP);
+		return st_diag_set(diag, r, "stop strings: at most %d, none "
+				   "empty", CW_GEN_MAX_STOP);
 	}
-	for (int i = 0; i < p->n_stop; i++) {
-		if (!p->stop[i] || !*p->stop[i]) {
-			cw_gen_free(g);
-			return st_diag_set(diag, -EINVAL, "empty stop string");
-		}
-		g->stop[i] = strdup(p->stop[i]);
-		if (!g->stop[i]) {
-			cw_gen_free(g);
-			return -ENOMEM;
-		}
-		g->p.stop[i] = g->stop[i];
-	}
+	for (int i = 0; i < p->n_stop; i++)
+		g->p.stop[i] = NULL; /* copies live in g->stops */
 	r = cw_sampler_init(&g->sampler, &p->sampler);
 	if (r < 0) {
 		cw_gen_free(g);
@@ -143,66 +131,6 @@ static int is_eos(const struct cw_gen *g, int32_t id)
 		if (c->eos_token_ids[i] == id)
 			return 1;
 	return id == st_tokenizer_eos_id(g->tok);
-}
-
-static int held_append(struct cw_gen *g, const char *s, size_t n)
-{
-	if (g->held_len + n + 1 > g->held_cap) {
-		size_t cap = (g->held_len + n + 1) * 2;
-		char *h = realloc(g->held, cap);
-
-		if (!h)
-			return -ENOMEM;
-		g->held = h;
-		g->held_cap = cap;
-	}
-	memcpy(g->held + g->held_len, s, n);
-	g->held_len += n;
-	g->held[g->held_len] = 0;
-	return 0;
-}
-
-/* Moves the part of the held text that can no longer start a stop string
- * into out; detects a complete stop string. */
-static size_t release_text(struct cw_gen *g, char *out, size_t cap, int final)
-{
-	size_t emit = g->held_len, n;
-
-	for (int i = 0; i < g->p.n_stop; i++) {
-		const char *hit = strstr(g->held, g->stop[i]);
-
-		if (hit && (size_t)(hit - g->held) <= emit) {
-			emit = (size_t)(hit - g->held);
-			g->finish = CW_FINISH_STOP;
-		}
-	}
-	if (g->finish != CW_FINISH_STOP && !final) {
-		/* hold back the longest suffix that is a prefix of a stop */
-		for (int i = 0; i < g->p.n_stop; i++) {
-			size_t sl = strlen(g->stop[i]);
-
-			for (size_t k = ST_MIN(sl - 1, g->held_len); k > 0; k--) {
-				if (!memcmp(g->held + g->held_len - k,
-					    g->stop[i], k)) {
-					if (g->held_len - k < emit)
-						emit = g->held_len - k;
-					break;
-				}
-			}
-		}
-	}
-	n = ST_MIN(emit, cap - 1);
-	memcpy(out, g->held, n);
-	out[n] = 0;
-	if (g->finish == CW_FINISH_STOP) {
-		g->held_len = 0;
-	} else {
-		memmove(g->held, g->held + n, g->held_len - n);
-		g->held_len -= n;
-	}
-	if (g->held)
-		g->held[g->held_len] = 0;
-	return n;
 }
 
 int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
@@ -269,19 +197,22 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 		r = n;
 		goto fail;
 	}
-	r = held_append(g, piece, (size_t)n);
-	if (r < 0)
-		goto fail;
 	{
-		enum cw_finish before = g->finish;
-		size_t len = release_text(g, out, cap, before != CW_FINISH_NONE);
+		int len = cw_stopbuf_push(&g->stops, piece, (size_t)n,
+					  g->finish != CW_FINISH_NONE, out, cap);
 
+		if (len < 0) {
+			r = len;
+			goto fail;
+		}
+		if (g->stops.stopped)
+			g->finish = CW_FINISH_STOP;
 		if (g->n_gen == 1)
 			g->prefill_ns += st_now_ns() - t0;
 		else
 			g->decode_ns += st_now_ns() - t0;
 		*ret_finish = g->finish;
-		return (int)len;
+		return len;
 	}
 fail:
 	g->finish = CW_FINISH_ERROR;

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cw_router.h"
 #include "st_formats.h"
 #include "st_util.h"
 
@@ -209,6 +210,14 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 		return r;
 	}
 	m->cfg = m->store->cfg;
+	if (m->cfg.n_experts > CW_MAX_EXPERTS || m->cfg.top_k > m->cfg.n_experts) {
+		r = st_diag_set(diag, -ST_E_UNSUPPORTED,
+				"%d experts: computed supports at most %d",
+				m->cfg.n_experts, CW_MAX_EXPERTS);
+		st_store_close(m->store);
+		free(m);
+		return r;
+	}
 	r = map_dense(m, diag);
 	if (!r)
 		r = bind_all(m, diag);
@@ -443,42 +452,6 @@ static int attend(struct cw_model *m, uint32_t seq, int layer, uint32_t pos,
 	return 0;
 }
 
-/* Router: softmax over all logits (float32), top-k by descending weight with
- * ties to the lower id, renormalised when norm_topk_prob (MODEL_FAMILIES.md
- * 0.9; PITFALLS P4). */
-static void route(const struct st_model_config *c, const float *logits,
-		  int *ret_experts, float *ret_weights)
-{
-	const int E = c->n_experts, K = c->top_k;
-	float mx = -INFINITY, p[1024];
-	double sum = 0.0, wsum = 0.0;
-	int used[1024] = { 0 };
-
-	for (int e = 0; e < E; e++)
-		if (logits[e] > mx)
-			mx = logits[e];
-	for (int e = 0; e < E; e++) {
-		p[e] = expf(logits[e] - mx);
-		sum += p[e];
-	}
-	for (int e = 0; e < E; e++)
-		p[e] = (float)(p[e] / sum);
-	for (int k = 0; k < K; k++) {
-		int best = -1;
-
-		for (int e = 0; e < E; e++)
-			if (!used[e] && (best < 0 || p[e] > p[best]))
-				best = e;
-		used[best] = 1;
-		ret_experts[k] = best;
-		ret_weights[k] = p[best];
-		wsum += p[best];
-	}
-	if (c->norm_topk_prob)
-		for (int k = 0; k < K; k++)
-			ret_weights[k] = (float)(ret_weights[k] / wsum);
-}
-
 static void expert_views(const struct cw_model *m, const uint8_t *rec,
 			 struct cw_wview ret[3])
 {
@@ -500,9 +473,9 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 {
 	const struct st_model_config *c = &m->cfg;
 	const int E = c->n_experts, K = c->top_k, H = c->hidden_size;
-	int needed[1024], n_needed = 0, group_max;
-	const uint8_t *recs[1024];
-	char used[1024] = { 0 };
+	int needed[CW_MAX_EXPERTS], n_needed = 0, group_max;
+	const uint8_t *recs[CW_MAX_EXPERTS];
+	char used[CW_MAX_EXPERTS] = { 0 };
 	int r = 0;
 
 	for (int i = 0; i < n * K; i++)
@@ -653,8 +626,10 @@ int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
 			m->be->rmsnorm(m->x + (size_t)t * H, L->ffn_norm,
 				       L->ffn_norm_dt, H, c->rms_norm_eps, xn);
 			matvec(m, &L->router, xn, m->rlogits);
-			route(c, m->rlogits, m->rexperts + (size_t)t * K,
-			      m->rweights + (size_t)t * K);
+			cw_route_topk(m->rlogits, c->n_experts, K,
+				      c->norm_topk_prob,
+				      m->rexperts + (size_t)t * K,
+				      m->rweights + (size_t)t * K);
 			if (m->route_fn)
 				m->route_fn(m->route_arg, l, pos0 + (uint32_t)t,
 					    m->rexperts + (size_t)t * K,
