@@ -10,6 +10,14 @@
  * experts of the call, then wait for their slots to turn READY (expertd
  * pins them for this client before loading, so they cannot be evicted).
  * expertd never evicts a pinned or loading slot (PITFALLS P12).
+ *
+ * Threads: a handle may be used from several threads at once (requests on
+ * its socket are serialized; waiting for loads is not).  Pins are counted
+ * per handle: acquiring an expert twice needs two releases.
+ * Restarts: if expertd is killed and restarted on the same instance and
+ * store, it adopts the pool and this handle keeps working (its pins and
+ * client id survive); while no expertd runs, calls that need it return
+ * -ST_E_PEERGONE.
  */
 #ifndef ES_CLIENT_H
 #define ES_CLIENT_H
@@ -59,14 +67,22 @@ uint64_t es_client_record_bytes(const struct es_client *c);
 uint64_t es_client_store_id(const struct es_client *c);
 /* Number of slots (records the budget holds). */
 int es_client_n_slots(const struct es_client *c);
+/* The model's top-k (experts per token of one layer). */
+int es_client_top_k(const struct es_client *c);
+/* This handle's client id (index in the pool's client table in the low 8
+ * bits, generation above). */
+uint32_t es_client_id(const struct es_client *c);
 
 /*
  * Pins experts[0..n) of `layer` (distinct ids, n <= es_client_n_slots)
  * and returns a pointer to each record (record_bytes bytes, layout in
- * st_store.h) in ret_records[i].  Blocks until all are READY.  The pointers
- * stay valid until es_client_release of the same experts.
- * Errors: -ST_E_BUSY (not enough unpinned slots right now; nothing stays
- * pinned), -ST_E_CHECKSUM (the record on disk is corrupt), -ST_E_PEERGONE,
+ * st_store.h) in ret_records[i].  Blocks until all are READY, at most the
+ * handle's timeout_ms.  The pointers stay valid until es_client_release of
+ * the same experts.  On any error nothing of this call stays pinned.
+ * Errors: -EINVAL (layer/expert out of range, repeated id, n out of
+ * [1, n_slots]), -ST_E_BUSY (not enough unpinned slots right now: retry
+ * after releasing), -ST_E_CHECKSUM (the record on disk is corrupt; every
+ * later acquire of it fails at once until expertd restarts), -ST_E_PEERGONE,
  * -ST_E_TIMEOUT; diag says which expert.
  */
 int es_client_acquire(struct es_client *c, int layer, int n,

@@ -1,0 +1,718 @@
+/*
+ * es_client.c — client side of expertd (es_client.h): HELLO over the REQ
+ * socket, the pool segment attached read-write (clients write only their
+ * own pins, the last use of a slot they hit and the hit counter), fast-path
+ * pins with atomics and one ACQUIRE message per call for the misses.
+ *
+ * Every pin this handle holds is recorded in a per-slot ledger (key,
+ * generation, count) so that release and close give back exactly what was
+ * taken.  The pin protocol and why it is race-free: proto/es_pool.h.
+ *
+ * Threads: calls on one handle may come from several threads; requests on
+ * the socket are serialized (rpc_mu), the ledger has its own lock (mu), and
+ * waiting for loads holds neither.
+ */
+#include "es_client.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "es_pool.h"
+#include "es_proto.h"
+#include "st_daemon.h"
+#include "st_msg.h"
+#include "st_shm.h"
+#include "st_util.h"
+
+/* What this handle holds in one slot. */
+struct es_ledger_ent {
+	uint64_t key;
+	uint32_t gen;
+	uint32_t count;
+};
+
+struct es_client {
+	char ctl_path[1100];
+	char instance[64];
+	int timeout_ms;
+	pthread_mutex_t rpc_mu;     /* socket and request ids */
+	struct st_sock sock;
+	uint64_t next_request_id;
+	uint32_t client_id;
+	int cidx;                   /* client table index = pins[] index */
+	struct st_shm shm;
+	struct es_pool_view v;
+	uint64_t store_id;
+	uint64_t epoch;             /* at open */
+	uint32_t top_k;
+	pthread_mutex_t mu;         /* ledger */
+	struct es_ledger_ent *ledger; /* [n_slots] */
+};
+
+/* A pending or held pin of one acquire call. */
+struct acq_item {
+	int expert;
+	uint64_t key;
+	int32_t slot;    /* -1: not pinned yet */
+	uint32_t gen;
+	int ready;
+};
+
+/* The expertd process is alive (and not a zombie). */
+static int peer_alive(int32_t pid)
+{
+	char path[64], *txt = NULL, *rp;
+	int alive;
+
+	if (pid <= 0 || !st_pid_alive(pid))
+		return 0;
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	if (st_read_file(path, &txt, NULL) < 0)
+		return 1;
+	rp = strrchr(txt, ')');
+	alive = !(rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'));
+	free(txt);
+	return alive;
+}
+
+/* expertd's pid as the segment header says (the segment is attached). */
+static int32_t owner_pid(const struct es_client *c)
+{
+	return atomic_load(&st_shm_hdr(&c->shm)->owner_pid);
+}
+
+/* (Re)opens the REQ socket.  Receives wait in slices of at most 50 ms so
+ * a dead expertd is noticed quickly (rpc_locked checks its pid between
+ * slices). */
+static int sock_reopen(struct es_client *c)
+{
+	st_sock_close(&c->sock);
+	return st_sock_open(&c->sock, ST_SOCK_REQ, c->ctl_path, c->timeout_ms,
+			    ST_MIN(c->timeout_ms, 50));
+}
+
+/*
+ * One request/reply on the REQ socket; the caller holds rpc_mu.  A dead or
+ * silent expertd gives -ST_E_PEERGONE / -ST_E_TIMEOUT, and then the socket
+ * is re-opened: nanomsg would otherwise re-send the abandoned request when
+ * it reconnects (to a restarted expertd), which would act on it after we
+ * gave up.  An error reply gives its status with the message in diag.  On
+ * success *ret_buf (owned by the caller) holds the reply and *ret_p /
+ * *ret_len its payload.
+ */
+static int rpc_locked(struct es_client *c, uint16_t type,
+		      const struct st_wbuf *pl, void **ret_buf,
+		      const uint8_t **ret_p, size_t *ret_len,
+		      struct st_diag *diag)
+{
+	uint64_t id = c->next_request_id++;
+	uint64_t deadline = st_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
+	struct st_msg_header h;
+	struct st_wbuf w;
+	void *buf = NULL;
+	size_t len = 0;
+	int r;
+
+	if (ret_buf)
+		*ret_buf = NULL;
+	if (c->shm.base && !peer_alive(owner_pid(c))) {
+		r = -ST_E_PEERGONE;
+		goto transport;
+	}
+	if (c->sock.fd < 0 && sock_reopen(c) < 0) {
+		r = -ST_E_PEERGONE;
+		goto transport;
+	}
+	st_wbuf_init(&w);
+	r = st_proto_encode(&w, type, id, c->client_id, 0,
+			    pl ? pl->data : NULL, pl ? pl->len : 0);
+	if (r == 0)
+		r = st_sock_send(&c->sock, w.data, w.len);
+	st_wbuf_fini(&w);
+	if (r < 0)
+		goto transport;
+	for (;;) {
+		r = st_sock_recv(&c->sock, &buf, &len);
+		if (r == 0) {
+			if (st_proto_decode_header(buf, len, &h) == 0 &&
+			    h.type == (type | ST_MSG_REPLY) &&
+			    h.request_id == id)
+				break;
+			free(buf); /* a stale or foreign reply */
+			buf = NULL;
+			continue;
+		}
+		if (r == -EINTR)
+			continue;
+		if (r != -ST_E_TIMEOUT)
+			goto transport;
+		if (c->shm.base && !peer_alive(owner_pid(c))) {
+			r = -ST_E_PEERGONE;
+			goto transport;
+		}
+		if (st_now_ns() > deadline)
+			goto transport;
+	}
+	if (h.status < 0) {
+		char msg[ES_ERROR_MAX_BYTES + 1];
+
+		es_error_decode((const uint8_t *)buf + ST_PROTO_HEADER_BYTES,
+				h.payload_len, msg, sizeof(msg));
+		free(buf);
+		return st_diag_set(diag, h.status, "expertd refused %s: %s",
+				   es_proto_type_name(type),
+				   msg[0] ? msg : st_strerror(h.status));
+	}
+	if (ret_buf) {
+		*ret_buf = buf;
+		*ret_p = (const uint8_t *)buf + ST_PROTO_HEADER_BYTES;
+		*ret_len = h.payload_len;
+	} else {
+		free(buf);
+	}
+	return 0;
+
+transport:
+	sock_reopen(c); /* drop the abandoned request (see above) */
+	if (r == -ST_E_TIMEOUT && !c->shm.base)
+		r = -ST_E_PEERGONE; /* nobody answered HELLO */
+	if (r == -ST_E_PEERGONE || r == -ST_E_TIMEOUT)
+		return st_diag_set(diag, r, "expertd at %s %s %s%s",
+				   c->ctl_path,
+				   r == -ST_E_TIMEOUT && c->shm.base ?
+				   "did not answer in time:" : "is gone:",
+				   es_proto_type_name(type),
+				   r == -ST_E_PEERGONE ?
+				   " (not running? start it with expertd "
+				   "--store DIR)" : "");
+	return st_diag_set(diag, r, "%s to expertd at %s failed: %s",
+			   es_proto_type_name(type), c->ctl_path,
+			   st_strerror(r));
+}
+
+static int rpc(struct es_client *c, uint16_t type, const struct st_wbuf *pl,
+	       void **ret_buf, const uint8_t **ret_p, size_t *ret_len,
+	       struct st_diag *diag)
+{
+	int r;
+
+	pthread_mutex_lock(&c->rpc_mu);
+	r = rpc_locked(c, type, pl, ret_buf, ret_p, ret_len, diag);
+	pthread_mutex_unlock(&c->rpc_mu);
+	return r;
+}
+
+/* ---- ledger (under c->mu) ---- */
+
+static void ledger_add(struct es_client *c, int32_t s, uint64_t key,
+		       uint32_t gen)
+{
+	struct es_ledger_ent *e = &c->ledger[s];
+
+	if (e->count && (e->key != key || e->gen != gen)) {
+		/* Our pins on s would have kept it from being reassigned, so
+		 * the old entry no longer matches the segment (a restarted
+		 * expertd cleared it); start over from what is there. */
+		e->count = 0;
+	}
+	e->key = key;
+	e->gen = gen;
+	e->count++;
+}
+
+/* Gives back one pin of slot s (held by this handle). */
+static void ledger_drop(struct es_client *c, int32_t s)
+{
+	struct es_ledger_ent *e = &c->ledger[s];
+	_Atomic uint32_t *pin = &c->v.slots[s].pins[c->cidx];
+	uint32_t cur = atomic_load(pin);
+
+	if (!e->count)
+		return;
+	e->count--;
+	while (cur > 0 && !atomic_compare_exchange_weak(pin, &cur, cur - 1))
+		;
+}
+
+/* Forgets our pins on slot s of generation gen without touching the
+ * segment: a restarted expertd discarded that slot and cleared its pins. */
+static void ledger_forget(struct es_client *c, int32_t s, uint32_t gen)
+{
+	if (c->ledger[s].gen == gen)
+		c->ledger[s].count = 0;
+}
+
+/* Slot where this handle holds `key`, or -1. */
+static int32_t ledger_find(struct es_client *c, uint32_t layer,
+			   uint32_t expert)
+{
+	uint64_t key = es_key(layer, expert);
+	int32_t s = atomic_load(&c->v.slot_of[es_pool_index(&c->v, layer,
+							    expert)]);
+
+	if (s >= 0 && (uint32_t)s < c->v.n_slots && c->ledger[s].count &&
+	    c->ledger[s].key == key)
+		return s;
+	for (uint32_t i = 0; i < c->v.n_slots; i++)
+		if (c->ledger[i].count && c->ledger[i].key == key)
+			return (int32_t)i;
+	return -1;
+}
+
+static void drop_items(struct es_client *c, struct acq_item *it, int n)
+{
+	pthread_mutex_lock(&c->mu);
+	for (int i = 0; i < n; i++)
+		if (it[i].slot >= 0) {
+			ledger_drop(c, it[i].slot);
+			it[i].slot = -1;
+		}
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- open / close ---- */
+
+int es_client_open(const char *run_dir, const char *instance, const char *name,
+		   int timeout_ms, struct es_client **ret, struct st_diag *diag)
+{
+	struct es_client *c;
+	struct es_hello_rep rep;
+	struct st_wbuf w;
+	void *buf = NULL;
+	const uint8_t *p;
+	size_t len;
+	char shm_name[128];
+	int r;
+
+	*ret = NULL;
+	if (!run_dir || !instance || timeout_ms <= 0)
+		return st_diag_set(diag, -EINVAL, "es_client_open: run_dir, "
+				   "instance and a positive timeout needed");
+	if (st_shm_name(instance, ES_POOL_KIND, shm_name, sizeof(shm_name)) < 0)
+		return st_diag_set(diag, -EINVAL, "bad instance name '%s'",
+				   instance);
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return -ENOMEM;
+	c->sock.fd = -1;
+	c->timeout_ms = timeout_ms;
+	c->next_request_id = 1;
+	snprintf(c->instance, sizeof(c->instance), "%s", instance);
+	pthread_mutex_init(&c->rpc_mu, NULL);
+	pthread_mutex_init(&c->mu, NULL);
+	if (st_run_path(run_dir, "expertd", "ctl", c->ctl_path,
+			sizeof(c->ctl_path)) < 0) {
+		r = st_diag_set(diag, -ENAMETOOLONG, "run dir too long: %s",
+				run_dir);
+		goto fail;
+	}
+	if (!st_path_exists(c->ctl_path)) {
+		r = st_diag_set(diag, -ST_E_PEERGONE,
+				"no expertd socket at %s: start expertd "
+				"(expertd --store DIR --instance %s --run-dir "
+				"%s) first", c->ctl_path, instance, run_dir);
+		goto fail;
+	}
+	r = sock_reopen(c);
+	if (r < 0) {
+		r = st_diag_set(diag, r, "cannot connect to %s: %s",
+				c->ctl_path, st_strerror(r));
+		goto fail;
+	}
+	st_wbuf_init(&w);
+	es_hello_req_encode(&w, (uint32_t)getpid(), ES_PROTO_VERSION,
+			    name ? name : "");
+	r = w.err ? w.err : rpc(c, ST_MSG_HELLO, &w, &buf, &p, &len, diag);
+	st_wbuf_fini(&w);
+	if (r < 0)
+		goto fail;
+	r = es_hello_rep_decode(p, len, &rep, diag);
+	free(buf);
+	if (r < 0)
+		goto fail;
+	c->client_id = rep.client_id;
+	c->cidx = (int)es_client_id_index(rep.client_id);
+	c->store_id = rep.store_id;
+	c->top_k = rep.top_k;
+	if (rep.pool_layout != ES_POOL_LAYOUT_VERSION) {
+		r = st_diag_set(diag, -ST_E_VERSION,
+				"expertd's pool layout is version %u, this "
+				"client uses %d; use matching builds",
+				rep.pool_layout, ES_POOL_LAYOUT_VERSION);
+		goto fail_bye;
+	}
+	r = st_shm_attach(&c->shm, instance, ES_POOL_KIND,
+			  ES_POOL_LAYOUT_VERSION, rep.layout_hash, diag);
+	if (r == -ENOENT)
+		r = st_diag_set(diag, -ST_E_PEERGONE, "expertd answered but "
+				"shm %s does not exist (instance '%s' vs the "
+				"daemon's --instance?)", shm_name, instance);
+	if (r < 0)
+		goto fail_bye;
+	r = es_pool_view_init(c->shm.base, c->shm.size, rep.store_id, &c->v,
+			      diag);
+	if (r == 0 && (c->v.n_layers != rep.n_layers ||
+		       c->v.n_experts != rep.n_experts ||
+		       c->v.n_slots != rep.n_slots ||
+		       c->v.record_bytes != rep.record_bytes))
+		r = st_diag_set(diag, -ST_E_FORMAT, "shm %s: geometry differs "
+				"from expertd's HELLO", shm_name);
+	if (r < 0)
+		goto fail_bye;
+	c->epoch = atomic_load(&c->v.shm->epoch);
+	c->ledger = calloc(c->v.n_slots, sizeof(*c->ledger));
+	if (!c->ledger) {
+		r = -ENOMEM;
+		goto fail_bye;
+	}
+	*ret = c;
+	return 0;
+
+fail_bye:
+	(void)rpc(c, ST_MSG_BYE, NULL, NULL, NULL, NULL, NULL);
+fail:
+	st_shm_detach(&c->shm);
+	st_sock_close(&c->sock);
+	pthread_mutex_destroy(&c->rpc_mu);
+	pthread_mutex_destroy(&c->mu);
+	free(c);
+	return r;
+}
+
+void es_client_close(struct es_client *c)
+{
+	if (!c)
+		return;
+	if (c->ledger) {
+		pthread_mutex_lock(&c->mu);
+		for (uint32_t s = 0; s < c->v.n_slots; s++)
+			while (c->ledger[s].count)
+				ledger_drop(c, (int32_t)s);
+		pthread_mutex_unlock(&c->mu);
+	}
+	if (c->shm.base && peer_alive(owner_pid(c))) {
+		/* BYE should not make a closing process wait long. */
+		pthread_mutex_lock(&c->rpc_mu);
+		c->timeout_ms = ST_MIN(c->timeout_ms, 1000);
+		(void)rpc_locked(c, ST_MSG_BYE, NULL, NULL, NULL, NULL, NULL);
+		pthread_mutex_unlock(&c->rpc_mu);
+	}
+	st_shm_detach(&c->shm);
+	st_sock_close(&c->sock);
+	pthread_mutex_destroy(&c->rpc_mu);
+	pthread_mutex_destroy(&c->mu);
+	free(c->ledger);
+	free(c);
+}
+
+int es_client_n_layers(const struct es_client *c) { return (int)c->v.n_layers; }
+int es_client_n_experts(const struct es_client *c) { return (int)c->v.n_experts; }
+uint64_t es_client_record_bytes(const struct es_client *c) { return c->v.record_bytes; }
+uint64_t es_client_store_id(const struct es_client *c) { return c->store_id; }
+int es_client_n_slots(const struct es_client *c) { return (int)c->v.n_slots; }
+int es_client_top_k(const struct es_client *c) { return (int)c->top_k; }
+uint32_t es_client_id(const struct es_client *c) { return c->client_id; }
+
+/* ---- acquire / release ---- */
+
+/*
+ * After an ACQUIRE whose reply never came (expertd died or timed out): pins
+ * expertd may have taken for us on these experts are not in the ledger;
+ * bring our pin count of each such slot back to what the ledger holds.
+ * Called with rpc_mu held (no other ACQUIRE in flight) and takes mu (no
+ * fast-path pin in progress).  If a slow but live expertd still handles
+ * the abandoned request after this, its pins leak until close (the socket
+ * was re-opened, so at least nanomsg does not re-send it).
+ */
+static void reconcile(struct es_client *c, int layer, const int *ids, int m)
+{
+	pthread_mutex_lock(&c->mu);
+	for (int j = 0; j < m; j++) {
+		uint64_t key = es_key((uint32_t)layer, (uint32_t)ids[j]);
+		int32_t s = atomic_load(&c->v.slot_of[es_pool_index(
+			&c->v, (uint32_t)layer, (uint32_t)ids[j])]);
+		struct es_ledger_ent *e;
+		_Atomic uint32_t *pin;
+		uint32_t held, cur;
+
+		if (s < 0 || (uint32_t)s >= c->v.n_slots)
+			continue;
+		e = &c->ledger[s];
+		held = e->count && e->key == key &&
+				       e->gen == atomic_load(&c->v.slots[s].gen) ?
+			       e->count : 0;
+		pin = &c->v.slots[s].pins[c->cidx];
+		cur = atomic_load(pin);
+		while (cur > held &&
+		       !atomic_compare_exchange_weak(pin, &cur, held))
+			;
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+/* Sends one ACQUIRE for the items without a pin and records the pins
+ * expertd took for us.  On error nothing of this request stays pinned. */
+static int acquire_misses(struct es_client *c, int layer, struct acq_item *it,
+			  int n, struct st_diag *diag)
+{
+	struct es_acquire_ent *ents;
+	struct st_wbuf w;
+	int ids[n > 0 ? n : 1], idx[n > 0 ? n : 1], m = 0;
+	void *buf = NULL;
+	const uint8_t *p;
+	size_t len;
+	int r;
+
+	for (int i = 0; i < n; i++)
+		if (it[i].slot < 0) {
+			idx[m] = i;
+			ids[m++] = it[i].expert;
+		}
+	if (!m)
+		return 0;
+	st_wbuf_init(&w);
+	es_acquire_req_encode(&w, (uint32_t)getpid(), (uint32_t)layer,
+			      (uint32_t)m, ids);
+	/* rpc_mu stays held until the pins expertd took are in the ledger,
+	 * so reconcile() below never mistakes another thread's fresh pins
+	 * for leftovers. */
+	pthread_mutex_lock(&c->rpc_mu);
+	r = w.err ? w.err :
+		    rpc_locked(c, ES_MSG_ACQUIRE, &w, &buf, &p, &len, diag);
+	st_wbuf_fini(&w);
+	if (r == -ST_E_PEERGONE || r == -ST_E_TIMEOUT)
+		reconcile(c, layer, ids, m);
+	if (r < 0) {
+		pthread_mutex_unlock(&c->rpc_mu);
+		return r;
+	}
+	ents = calloc((size_t)m, sizeof(*ents));
+	if (!ents) {
+		free(buf);
+		pthread_mutex_unlock(&c->rpc_mu);
+		return -ENOMEM;
+	}
+	r = es_acquire_rep_decode(p, len, (uint32_t)m, c->v.n_slots, ents,
+				  diag);
+	free(buf);
+	pthread_mutex_lock(&c->mu);
+	for (int j = 0; j < m && r == 0; j++) {
+		struct acq_item *x = &it[idx[j]];
+
+		x->slot = (int32_t)ents[j].slot;
+		x->gen = ents[j].gen;
+		x->ready = 0; /* re-checked in the wait loop */
+		ledger_add(c, x->slot, x->key, x->gen);
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (r < 0)
+		reconcile(c, layer, ids, m); /* a garbled reply */
+	pthread_mutex_unlock(&c->rpc_mu);
+	free(ents);
+	return r;
+}
+
+int es_client_acquire(struct es_client *c, int layer, int n,
+		      const int *experts, const uint8_t **ret_records,
+		      struct st_diag *diag)
+{
+	struct acq_item *it;
+	uint64_t t0 = st_now_ns(), deadline, next_alive_check;
+	uint64_t sleep_ns = 0;
+	int r = 0, n_ready = 0, misses = 0;
+
+	if (!c || !experts || !ret_records || layer < 0 ||
+	    (uint32_t)layer >= c->v.n_layers || n <= 0 ||
+	    (uint32_t)n > c->v.n_slots)
+		return st_diag_set(diag, -EINVAL,
+				   "es_client_acquire: layer %d (of %u), n %d "
+				   "(1..%u slots)", layer, c ? c->v.n_layers : 0,
+				   n, c ? c->v.n_slots : 0);
+	for (int i = 0; i < n; i++) {
+		if (experts[i] < 0 || (uint32_t)experts[i] >= c->v.n_experts)
+			return st_diag_set(diag, -EINVAL, "es_client_acquire: "
+					   "expert %d out of range (%u experts)",
+					   experts[i], c->v.n_experts);
+		for (int j = 0; j < i; j++)
+			if (experts[j] == experts[i])
+				return st_diag_set(diag, -EINVAL,
+						   "es_client_acquire: expert "
+						   "%d listed twice", experts[i]);
+	}
+	it = calloc((size_t)n, sizeof(*it));
+	if (!it)
+		return -ENOMEM;
+	deadline = t0 + (uint64_t)c->timeout_ms * 1000000ull;
+	next_alive_check = t0;
+
+	/* Fast path: pin what is READY with atomics alone. */
+	pthread_mutex_lock(&c->mu);
+	for (int i = 0; i < n; i++) {
+		it[i].expert = experts[i];
+		it[i].key = es_key((uint32_t)layer, (uint32_t)experts[i]);
+		it[i].slot = es_pool_try_pin(&c->v, c->cidx, (uint32_t)layer,
+					     (uint32_t)experts[i], &it[i].gen);
+		if (it[i].slot >= 0) {
+			ledger_add(c, it[i].slot, it[i].key, it[i].gen);
+			it[i].ready = 1;
+			n_ready++;
+			atomic_store_explicit(
+				&c->v.slots[it[i].slot].last_use_ns, t0,
+				memory_order_relaxed);
+		} else {
+			misses++;
+		}
+	}
+	pthread_mutex_unlock(&c->mu);
+	if (n_ready)
+		atomic_fetch_add(&c->v.hdr->c.hits, (uint64_t)n_ready);
+
+	/* Slow path: one message for every miss, then wait for READY. */
+	while (n_ready < n) {
+		int need_rpc = 0;
+
+		for (int i = 0; i < n; i++)
+			need_rpc |= it[i].slot < 0;
+		if (need_rpc) {
+			r = acquire_misses(c, layer, it, n, diag);
+			if (r < 0)
+				break;
+		}
+		for (int i = 0; i < n; i++) {
+			struct es_slot *sl;
+			uint64_t key;
+			uint32_t st, gen;
+
+			if (it[i].ready || it[i].slot < 0)
+				continue;
+			sl = &c->v.slots[it[i].slot];
+			es_slot_snapshot(sl, &key, &st, &gen);
+			if (key != it[i].key || gen != it[i].gen) {
+				/* A restarted expertd discarded the half-done
+				 * load and cleared its pins: forget ours and
+				 * ask again. */
+				pthread_mutex_lock(&c->mu);
+				ledger_forget(c, it[i].slot, it[i].gen);
+				pthread_mutex_unlock(&c->mu);
+				it[i].slot = -1;
+			} else if (st == ES_SLOT_READY) {
+				it[i].ready = 1;
+				n_ready++;
+			} else if (st == ES_SLOT_FAILED) {
+				int e = atomic_load(&sl->error);
+
+				r = st_diag_set(diag, e < 0 ? e : -EIO,
+						"layer %d expert %d: expertd "
+						"could not load its record: %s "
+						"(expertd's log names the file; "
+						"re-run strata convert)",
+						layer, it[i].expert,
+						st_strerror(e < 0 ? e : -EIO));
+				break;
+			}
+		}
+		if (r < 0 || n_ready == n)
+			break;
+		if (st_now_ns() > deadline) {
+			r = st_diag_set(diag, -ST_E_TIMEOUT, "layer %d: experts "
+					"not loaded within %d ms", layer,
+					c->timeout_ms);
+			break;
+		}
+		if (st_now_ns() >= next_alive_check) {
+			if (!peer_alive(owner_pid(c))) {
+				r = st_diag_set(diag, -ST_E_PEERGONE,
+						"expertd (pid %d) died while "
+						"layer %d experts were loading",
+						(int)owner_pid(c), layer);
+				break;
+			}
+			next_alive_check = st_now_ns() + 5000000ull;
+		}
+		/* Loads take tens of microseconds to milliseconds: yield
+		 * first, then sleep with a growing interval (max 500 us). */
+		if (sleep_ns == 0) {
+			sched_yield();
+			sleep_ns = 10000;
+		} else {
+			st_sleep_ns(sleep_ns);
+			sleep_ns = ST_MIN(sleep_ns * 2, 500000ull);
+		}
+	}
+	if (r < 0) {
+		drop_items(c, it, n);
+		free(it);
+		return r;
+	}
+	/* READY was read with seq_cst in the snapshot: the record bytes the
+	 * loader wrote before publishing are visible. */
+	for (int i = 0; i < n; i++)
+		ret_records[i] = es_pool_record(&c->v, (uint32_t)it[i].slot);
+	(void)misses;
+	free(it);
+	return 0;
+}
+
+void es_client_release(struct es_client *c, int layer, int n,
+		       const int *experts)
+{
+	if (!c || !experts || layer < 0 || (uint32_t)layer >= c->v.n_layers)
+		return;
+	pthread_mutex_lock(&c->mu);
+	for (int i = 0; i < n; i++) {
+		int32_t s;
+
+		if (experts[i] < 0 || (uint32_t)experts[i] >= c->v.n_experts)
+			continue;
+		s = ledger_find(c, (uint32_t)layer, (uint32_t)experts[i]);
+		if (s >= 0)
+			ledger_drop(c, s);
+	}
+	pthread_mutex_unlock(&c->mu);
+}
+
+int es_client_stats(struct es_client *c, struct es_stats *ret)
+{
+	struct es_stats_rep s;
+	void *buf = NULL;
+	const uint8_t *p;
+	size_t len;
+	int r;
+
+	memset(ret, 0, sizeof(*ret));
+	r = rpc(c, ST_MSG_STATS, NULL, &buf, &p, &len, NULL);
+	if (r < 0)
+		return r;
+	r = es_stats_rep_decode(p, len, &s, NULL);
+	free(buf);
+	if (r < 0)
+		return r;
+	ret->n_slots = s.n_slots;
+	ret->slots_used = s.slots_used;
+	ret->record_bytes = s.record_bytes;
+	ret->pool_bytes = s.pool_bytes;
+	ret->budget_bytes = s.budget_bytes;
+	ret->hits = s.hits;
+	ret->misses = s.misses;
+	ret->evictions = s.evictions;
+	ret->loads = s.loads;
+	ret->load_bytes = s.load_bytes;
+	ret->load_ns = s.load_ns;
+	ret->checksum_failures = s.checksum_failures;
+	ret->epoch = s.epoch;
+	ret->pid = s.pid;
+	ret->n_clients = s.n_clients;
+	return 0;
+}
+
+int es_client_shutdown(struct es_client *c)
+{
+	return rpc(c, ST_MSG_SHUTDOWN, NULL, NULL, NULL, NULL, NULL);
+}

@@ -1,0 +1,230 @@
+/*
+ * es_loader.c — loader threads of expertd: read a store record straight
+ * into its LOADING slot (st_store_read_record verifies the XXH3 checksum),
+ * then publish READY, or FAILED with the error.  The server thread only
+ * queues work here, so a handler never blocks on I/O (DESIGN.md section 4).
+ *
+ * The queue holds at most one entry per slot (a slot is queued when it
+ * turns LOADING and leaves LOADING only here), so a ring of n_slots entries
+ * never overflows.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "es_daemon.h"
+#include "st_log.h"
+#include "st_util.h"
+
+struct es_load {
+	uint32_t slot;
+	uint64_t key;
+};
+
+struct es_loader {
+	struct es_pool *pool;            /* borrowed */
+	const struct st_store *store;    /* borrowed */
+	int *fds;                        /* [n_layers] expert files */
+	int delay_ms;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct es_load *ring;            /* [cap] */
+	uint32_t cap, head, n;
+	int stopping;
+	int n_threads;
+	pthread_t *threads;
+	/* failed records: err per key, message per key (lazily allocated),
+	 * guarded by mu.  Kept for the daemon's life: a corrupt record is
+	 * reported to every client at once and logged once. */
+	int *fail_err;
+	char **fail_msg;
+};
+
+static void load_one(struct es_loader *l, const struct es_load *job)
+{
+	struct es_pool *p = l->pool;
+	uint32_t layer = es_key_layer(job->key);
+	uint32_t expert = es_key_expert(job->key);
+	size_t ix = es_pool_index(&p->v, layer, expert);
+	struct st_diag diag = { "" };
+	uint64_t t0 = st_now_ns();
+	int r;
+
+	if (l->delay_ms > 0)
+		st_sleep_ns((uint64_t)l->delay_ms * 1000000ull);
+	r = st_store_read_record(l->store, l->fds[layer], (int)layer,
+				 (int)expert, es_pool_record(&p->v, job->slot),
+				 &diag);
+	atomic_fetch_add(&p->v.hdr->c.loads, 1);
+	atomic_fetch_add(&p->v.hdr->c.load_ns, st_now_ns() - t0);
+	if (r == 0) {
+		atomic_fetch_add(&p->v.hdr->c.load_bytes, p->v.record_bytes);
+	} else {
+		if (r == -ST_E_CHECKSUM)
+			atomic_fetch_add(&p->v.hdr->c.checksum_failures, 1);
+		pthread_mutex_lock(&l->mu);
+		if (!l->fail_err[ix]) {
+			l->fail_err[ix] = r;
+			l->fail_msg[ix] = strdup(diag.msg);
+			/* Logged once per record; later requests get the
+			 * message in their error reply. */
+			st_err("layer %u expert %u: %s", layer, expert,
+			       diag.msg);
+		}
+		pthread_mutex_unlock(&l->mu);
+	}
+	es_pool_slot_publish(p, job->slot, r);
+}
+
+static void *loader_main(void *arg)
+{
+	struct es_loader *l = arg;
+
+	for (;;) {
+		struct es_load job;
+
+		pthread_mutex_lock(&l->mu);
+		while (!l->n && !l->stopping)
+			pthread_cond_wait(&l->cv, &l->mu);
+		if (l->stopping) {
+			pthread_mutex_unlock(&l->mu);
+			return NULL;
+		}
+		job = l->ring[l->head];
+		l->head = (l->head + 1) % l->cap;
+		l->n--;
+		pthread_mutex_unlock(&l->mu);
+		load_one(l, &job);
+	}
+}
+
+static void loader_free(struct es_loader *l)
+{
+	uint64_t n_keys;
+
+	if (!l)
+		return;
+	n_keys = (uint64_t)l->store->n_layers * l->store->n_experts;
+	if (l->fds)
+		for (int i = 0; i < l->store->n_layers; i++)
+			if (l->fds[i] >= 0)
+				close(l->fds[i]);
+	if (l->fail_msg)
+		for (uint64_t i = 0; i < n_keys; i++)
+			free(l->fail_msg[i]);
+	free(l->fail_msg);
+	free(l->fail_err);
+	free(l->fds);
+	free(l->ring);
+	free(l->threads);
+	pthread_mutex_destroy(&l->mu);
+	pthread_cond_destroy(&l->cv);
+	free(l);
+}
+
+int es_loader_start(struct es_loader **ret, struct es_pool *p,
+		    const struct st_store *store, int n_threads, int delay_ms,
+		    struct st_diag *diag)
+{
+	uint64_t n_keys = (uint64_t)store->n_layers * store->n_experts;
+	struct es_loader *l = calloc(1, sizeof(*l));
+	int r = 0;
+
+	*ret = NULL;
+	if (!l)
+		return -ENOMEM;
+	l->pool = p;
+	l->store = store;
+	l->delay_ms = delay_ms;
+	l->cap = p->v.n_slots;
+	pthread_mutex_init(&l->mu, NULL);
+	pthread_cond_init(&l->cv, NULL);
+	l->fds = malloc(sizeof(int) * (size_t)store->n_layers);
+	l->ring = calloc(l->cap, sizeof(*l->ring));
+	l->threads = calloc((size_t)n_threads, sizeof(pthread_t));
+	l->fail_err = calloc(n_keys, sizeof(int));
+	l->fail_msg = calloc(n_keys, sizeof(char *));
+	if (!l->fds || !l->ring || !l->threads || !l->fail_err ||
+	    !l->fail_msg) {
+		free(l->fds);
+		l->fds = NULL;
+		loader_free(l);
+		return -ENOMEM;
+	}
+	for (int i = 0; i < store->n_layers; i++)
+		l->fds[i] = -1;
+	for (int i = 0; i < store->n_layers && !r; i++) {
+		char path[4096];
+
+		r = st_store_path(store, store->expert_files[i], path,
+				  sizeof(path));
+		if (r == 0) {
+			l->fds[i] = open(path, O_RDONLY | O_CLOEXEC);
+			if (l->fds[i] < 0)
+				r = st_diag_set(diag, -errno,
+						"cannot open expert file %s: "
+						"%s", path, strerror(errno));
+		}
+	}
+	for (int i = 0; i < n_threads && !r; i++) {
+		r = -pthread_create(&l->threads[i], NULL, loader_main, l);
+		if (r == 0)
+			l->n_threads++;
+		else
+			st_diag_set(diag, r, "cannot start loader thread: %s",
+				    st_strerror(r));
+	}
+	if (r < 0) {
+		es_loader_stop(l);
+		return r;
+	}
+	*ret = l;
+	return 0;
+}
+
+int es_loader_queue(struct es_loader *l, uint32_t s, uint64_t key)
+{
+	pthread_mutex_lock(&l->mu);
+	if (l->n == l->cap) {
+		pthread_mutex_unlock(&l->mu);
+		return -ST_E_BUSY; /* cannot happen: one entry per slot */
+	}
+	l->ring[(l->head + l->n) % l->cap] = (struct es_load){ s, key };
+	l->n++;
+	pthread_cond_signal(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+	return 0;
+}
+
+int es_loader_failure(struct es_loader *l, uint64_t key, char *buf,
+		      size_t len)
+{
+	size_t ix = es_pool_index(&l->pool->v, es_key_layer(key),
+				  es_key_expert(key));
+	int r;
+
+	pthread_mutex_lock(&l->mu);
+	r = l->fail_err[ix];
+	if (r && buf && len)
+		snprintf(buf, len, "%s", l->fail_msg[ix] ? l->fail_msg[ix] :
+			 st_strerror(r));
+	pthread_mutex_unlock(&l->mu);
+	return r;
+}
+
+void es_loader_stop(struct es_loader *l)
+{
+	if (!l)
+		return;
+	pthread_mutex_lock(&l->mu);
+	l->stopping = 1;
+	pthread_cond_broadcast(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+	for (int i = 0; i < l->n_threads; i++)
+		pthread_join(l->threads[i], NULL);
+	loader_free(l);
+}

@@ -1,0 +1,358 @@
+/*
+ * es_main.c — expertd, the expert store daemon (DESIGN.md section 2).
+ *
+ * main() reads top to bottom: parse the command line, open the store, size
+ * the host pool from the budget, create or adopt the pool segment, start
+ * the loaders, bind the sockets, serve until SIGTERM/SIGINT or SHUTDOWN,
+ * tear everything down (segment, sockets and pid file removed).
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "es_daemon.h"
+#include "st_build_config.h"
+#include "st_daemon.h"
+#include "st_log.h"
+#include "st_util.h"
+
+/* One row per option (table-driven, like Redis' config table). */
+struct es_optdef {
+	const char *name;
+	int short_name;
+	const char *arg;      /* NULL: a flag */
+	const char *help;
+};
+
+enum {
+	OPT_TEST_LOAD_DELAY = 1000,
+	OPT_NO_VERIFY_ADOPTED,
+	OPT_VERSION,
+};
+
+static const struct es_optdef es_optdefs[] = {
+	{ "store", 's', "DIR",
+	  "store written by `strata convert` (required)" },
+	{ "instance", 'i', "NAME",
+	  "instance name, [A-Za-z0-9_-]{1,48}; the pool is\n"
+	  "/dev/shm/strata.NAME.experts (default: " ST_DEFAULT_INSTANCE ")" },
+	{ "run-dir", 'r', "DIR",
+	  "where expertd.ctl/.evt/.pid live (default:\n"
+	  "$STRATA_RUN_DIR, /run/strata/NAME as root,\n"
+	  "$XDG_RUNTIME_DIR/strata/NAME, else\n"
+	  "/tmp/strata-UID/NAME)" },
+	{ "host-budget", 'b', "BYTES|N%",
+	  "host memory for experts: a size (64GiB,\n"
+	  "512MiB, 1048576) or a share of all experts\n"
+	  "(25%); must hold one layer's top-k experts\n"
+	  "(default: 100%)" },
+	{ "loader-threads", 't', "N",
+	  "threads reading the store (default: 2, max 64)" },
+	{ "no-verify-adopted", OPT_NO_VERIFY_ADOPTED, NULL,
+	  "after a crash, keep the pool's experts without\n"
+	  "re-hashing them (faster restart)" },
+	{ "test-load-delay-ms", OPT_TEST_LOAD_DELAY, "MS",
+	  "testing only: sleep MS before each record read" },
+	{ "version", OPT_VERSION, NULL, "print the version and exit" },
+	{ "help", 'h', NULL, "print this help and exit" },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: expertd --store DIR [--instance NAME] [options]\n"
+		"\n"
+		"expertd keeps the experts of a strata store in a host-memory "
+		"pool shared with\ncomputed (POSIX shm), loads them from the "
+		"store on demand (checksums verified)\nand evicts the least "
+		"recently used unpinned ones when the budget is full.\n"
+		"\noptions:\n");
+	for (size_t i = 0; i < ST_ARRAY_SIZE(es_optdefs); i++) {
+		const struct es_optdef *o = &es_optdefs[i];
+		char left[64];
+		const char *h = o->help;
+
+		if (o->short_name < 128)
+			snprintf(left, sizeof(left), "-%c, --%s%s%s",
+				 o->short_name, o->name, o->arg ? " " : "",
+				 o->arg ? o->arg : "");
+		else
+			snprintf(left, sizeof(left), "    --%s%s%s", o->name,
+				 o->arg ? " " : "", o->arg ? o->arg : "");
+		fprintf(f, "  %-29s ", left);
+		while (*h) {
+			const char *nl = strchr(h, '\n');
+			int n = nl ? (int)(nl - h) : (int)strlen(h);
+
+			fprintf(f, "%.*s\n", n, h);
+			h += n;
+			if (*h == '\n') {
+				h++;
+				fprintf(f, "  %-29s ", "");
+			}
+		}
+	}
+	fprintf(f,
+		"\nexamples:\n"
+		"  expertd --store /srv/models/mixtral.strata --instance gpu0 "
+		"--host-budget 64GiB\n"
+		"  expertd -s ./store -i test -b 25%% -t 4\n"
+		"\nexpertd exits 0 on SIGTERM/SIGINT or a SHUTDOWN request, "
+		"after removing its\nsegment, sockets and pid file; after "
+		"SIGKILL the next expertd of the same\ninstance and store "
+		"adopts the segment and keeps its experts.\n");
+}
+
+static int parse_int(const char *opt, const char *text, int lo, int hi,
+		     int *ret)
+{
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(text, &end, 10);
+	if (errno || end == text || *end || v < lo || v > hi) {
+		fprintf(stderr, "expertd: --%s '%s' must be an integer in "
+			"[%d, %d]\n", opt, text, lo, hi);
+		return -EINVAL;
+	}
+	*ret = (int)v;
+	return 0;
+}
+
+/* Parses argv into *o.  Returns 0, 1 (help/version printed: exit 0) or
+ * -EINVAL (message printed). */
+static int parse_args(int argc, char **argv, struct es_opts *o)
+{
+	struct option lopts[ST_ARRAY_SIZE(es_optdefs) + 1];
+	char shorts[64];
+	size_t ns = 0;
+	const char *run_dir = NULL;
+	int ch;
+
+	memset(o, 0, sizeof(*o));
+	o->instance = ST_DEFAULT_INSTANCE;
+	o->loader_threads = ES_DEFAULT_LOADER_THREADS;
+	for (size_t i = 0; i < ST_ARRAY_SIZE(es_optdefs); i++) {
+		const struct es_optdef *d = &es_optdefs[i];
+
+		lopts[i] = (struct option){ d->name,
+					    d->arg ? required_argument :
+						     no_argument,
+					    NULL, d->short_name };
+		if (d->short_name < 128) {
+			shorts[ns++] = (char)d->short_name;
+			if (d->arg)
+				shorts[ns++] = ':';
+		}
+	}
+	lopts[ST_ARRAY_SIZE(es_optdefs)] = (struct option){ 0 };
+	shorts[ns] = 0;
+	opterr = 0;
+	while ((ch = getopt_long(argc, argv, shorts, lopts, NULL)) != -1) {
+		switch (ch) {
+		case 's': o->store_dir = optarg; break;
+		case 'i': o->instance = optarg; break;
+		case 'r': run_dir = optarg; break;
+		case 'b': o->budget_text = optarg; break;
+		case 't':
+			if (parse_int("loader-threads", optarg, 1,
+				      ES_MAX_LOADER_THREADS,
+				      &o->loader_threads) < 0)
+				return -EINVAL;
+			break;
+		case OPT_TEST_LOAD_DELAY:
+			if (parse_int("test-load-delay-ms", optarg, 0, 60000,
+				      &o->test_load_delay_ms) < 0)
+				return -EINVAL;
+			break;
+		case OPT_NO_VERIFY_ADOPTED: o->no_verify_adopted = 1; break;
+		case OPT_VERSION: printf("expertd %s\n", ST_VERSION); return 1;
+		case 'h': usage(stdout); return 1;
+		default:
+			if (optopt)
+				fprintf(stderr, "expertd: option -%c: unknown "
+					"or missing its argument\n", optopt);
+			else
+				fprintf(stderr, "expertd: unknown option or "
+					"missing argument: %s\n",
+					argv[optind - 1]);
+			fprintf(stderr, "run 'expertd --help' for the "
+				"options\n");
+			return -EINVAL;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "expertd: unexpected argument '%s'; run "
+			"'expertd --help'\n", argv[optind]);
+		return -EINVAL;
+	}
+	if (!o->store_dir) {
+		fprintf(stderr, "expertd: --store DIR is required (a store "
+			"written by `strata convert`); run 'expertd --help'\n");
+		return -EINVAL;
+	}
+	{
+		char name[128];
+
+		if (st_shm_name(o->instance, ES_POOL_KIND, name,
+				sizeof(name)) < 0) {
+			fprintf(stderr, "expertd: --instance '%s' must be 1 "
+				"to 48 characters of [A-Za-z0-9_-]\n",
+				o->instance);
+			return -EINVAL;
+		}
+	}
+	if (run_dir) {
+		if (snprintf(o->run_dir, sizeof(o->run_dir), "%s", run_dir) >=
+		    (int)sizeof(o->run_dir)) {
+			fprintf(stderr, "expertd: --run-dir too long\n");
+			return -EINVAL;
+		}
+	} else if (st_run_dir_default(o->instance, o->run_dir,
+				      sizeof(o->run_dir)) < 0) {
+		fprintf(stderr, "expertd: default run directory too long; "
+			"give --run-dir\n");
+		return -EINVAL;
+	}
+	return 0;
+}
+
+/* XXH3-64 of the store's manifest.json: the id of the model a pool holds. */
+static int store_id_of(const struct st_store *s, uint64_t *ret,
+		       struct st_diag *diag)
+{
+	char path[4096], *txt;
+	size_t len;
+	int r = st_store_path(s, "manifest.json", path, sizeof(path));
+
+	if (r == 0)
+		r = st_read_file(path, &txt, &len);
+	if (r < 0)
+		return st_diag_set(diag, r, "cannot read %s/manifest.json: %s",
+				   s->dir, st_strerror(r));
+	*ret = st_xxh3(txt, len);
+	free(txt);
+	return 0;
+}
+
+/* Tears down what start-up built, in reverse order.  destroy_pool: unlink
+ * the segment (clean exit, or a fresh segment nobody used). */
+static void daemon_fini(struct es_daemon *d, int destroy_pool)
+{
+	es_loader_stop(d->loader);
+	d->loader = NULL;
+	if (d->pool.shm.base)
+		es_pool_close(&d->pool, destroy_pool);
+	es_server_close(d);
+	st_store_close(d->store);
+	d->store = NULL;
+	if (d->sig_fd >= 0)
+		close(d->sig_fd);
+}
+
+int main(int argc, char **argv)
+{
+	struct es_daemon d;
+	struct es_pool_geom geom;
+	struct st_diag diag = { "" };
+	char b1[32], b2[32];
+	int r, other;
+
+	memset(&d, 0, sizeof(d));
+	d.rep.fd = d.pub.fd = d.sig_fd = -1;
+	st_log_set_name(ES_DAEMON_NAME);
+	r = parse_args(argc, argv, &d.opt);
+	if (r)
+		return r > 0 ? 0 : 2;
+
+	/* Stop signals go to a signalfd; block them before any thread. */
+	d.sig_fd = st_stop_signals_open();
+	if (d.sig_fd < 0) {
+		st_err("cannot set up signal handling: %s",
+		       st_strerror(d.sig_fd));
+		return 1;
+	}
+
+	r = st_store_open(d.opt.store_dir, &d.store, &diag);
+	if (r < 0) {
+		st_err("cannot open the store: %s", diag.msg);
+		daemon_fini(&d, 0);
+		return 1;
+	}
+	r = store_id_of(d.store, &d.store_id, &diag);
+	if (r == 0)
+		r = es_pool_geom_from_budget(d.store, d.store_id,
+					     d.opt.budget_text, &geom, &diag);
+	if (r < 0) {
+		st_err("%s", diag.msg);
+		daemon_fini(&d, 0);
+		return 1;
+	}
+
+	r = st_run_dir_prepare(d.opt.run_dir, &diag);
+	if (r < 0) {
+		st_err("%s", diag.msg);
+		daemon_fini(&d, 0);
+		return 1;
+	}
+	other = st_pidfile_read(d.opt.run_dir, ES_DAEMON_NAME);
+	if (other > 0 && other != getpid() && st_pid_alive(other)) {
+		st_err("expertd (pid %d) is already serving run directory %s; "
+		       "stop it first (kill %d, or strata down) or use another "
+		       "--run-dir", other, d.opt.run_dir, other);
+		daemon_fini(&d, 0);
+		return 1;
+	}
+
+	r = es_pool_open(&d.pool, d.opt.instance, &geom, d.store,
+			 d.opt.no_verify_adopted, &diag);
+	if (r < 0) {
+		if (r == -EBUSY)
+			st_err("%s: another expertd is serving instance '%s'; "
+			       "stop it first (strata down) or use another "
+			       "--instance", diag.msg, d.opt.instance);
+		else
+			st_err("cannot set up the expert pool: %s", diag.msg);
+		daemon_fini(&d, 0);
+		return 1;
+	}
+
+	r = es_loader_start(&d.loader, &d.pool, d.store, d.opt.loader_threads,
+			    d.opt.test_load_delay_ms, &diag);
+	if (r == 0)
+		r = es_server_bind(&d, &diag);
+	if (r == 0)
+		r = st_pidfile_write(d.opt.run_dir, ES_DAEMON_NAME);
+	if (r < 0) {
+		st_err("cannot start: %s (%s)", diag.msg, st_strerror(r));
+		/* An adopted pool keeps its experts for the next try. */
+		daemon_fini(&d, !d.pool.adopted);
+		return 1;
+	}
+
+	if (d.pool.adopted)
+		es_server_publish(&d, ES_EVT_EPOCH);
+	es_server_publish(&d, ES_EVT_READY);
+	st_info("serving store %s (%u layers x %u experts, top-k %u) on %s: "
+		"%u slots of %s = %s%s, epoch %" PRIu64,
+		d.store->dir, geom.n_layers, geom.n_experts, geom.top_k,
+		d.ctl_path, geom.n_slots,
+		st_format_bytes(geom.record_bytes, b1, sizeof(b1)),
+		st_format_bytes(d.pool.layout.data_bytes, b2, sizeof(b2)),
+		d.pool.adopted ? " (adopted after a crash)" : "",
+		atomic_load(&d.pool.v.shm->epoch));
+
+	es_server_run(&d);
+
+	st_info("shutting down");
+	es_server_publish(&d, ES_EVT_SHUTDOWN);
+	st_sleep_ns(20000000); /* let the event leave before closing */
+	st_pidfile_remove(d.opt.run_dir, ES_DAEMON_NAME);
+	daemon_fini(&d, 1);
+	return 0;
+}

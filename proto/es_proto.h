@@ -1,0 +1,189 @@
+/*
+ * es_proto.h — expertd's messages (type range 0x01xx, st_proto.h) and the
+ * helpers that encode and validate their payloads.  Every decoder checks
+ * the exact payload length and every field range before anything is used;
+ * a failing decoder returns -ST_E_PROTO (or -ST_E_VERSION) with a message in
+ * diag that the daemon sends back in its error reply.
+ *
+ * Payloads (little-endian, fixed width; the common ones extend st_proto.h):
+ *
+ *   ST_MSG_HELLO    req: u32 pid, u32 es_proto_version, char name[32]
+ *                        (NUL-padded; printable ASCII)
+ *                   rep: u32 client_id, u64 epoch, u32 pid, u32 pool_layout,
+ *                        u64 store_id, u64 layout_hash, u32 n_layers,
+ *                        u32 n_experts, u32 n_slots, u32 top_k,
+ *                        u64 record_bytes
+ *   ST_MSG_BYE      req: -            rep: -
+ *   ST_MSG_PING     req: -            rep: u32 pid, u64 epoch, u32 ready
+ *   ST_MSG_STATS    req: -            rep: struct es_stats fields (below)
+ *   ST_MSG_SHUTDOWN req: -            rep: -  (then expertd exits cleanly)
+ *   ES_MSG_ACQUIRE  req: u32 pid, u32 layer, u32 n, u32 expert[n]
+ *                        (1 <= n <= n_slots, ids distinct and < n_experts)
+ *                   rep: u32 n, then n x { i32 status, u32 slot, u32 gen }
+ *                        status ES_ACQ_READY (pinned, READY) or
+ *                        ES_ACQ_PENDING (pinned, loading: wait for READY)
+ *   ES_MSG_RELEASE  req: same as ACQUIRE;  rep: -  (drops one pin each)
+ *
+ * Any reply with status < 0 carries an error message instead: a u32 length
+ * and that many bytes of text (es_error_encode / es_error_decode).
+ *
+ * Client ids: (generation << 8) | table index; generation >= 1, so 0 is
+ * never a valid id.  An id is valid while the table entry keeps that
+ * generation.
+ *
+ * Events on the PUB socket: a st_proto header with type ES_EVT_* and payload
+ * u32 pid, u64 epoch.
+ */
+#ifndef ES_PROTO_H
+#define ES_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "es_pool.h"
+#include "st_error.h"
+#include "st_proto.h"
+
+/* Version of expertd's message set, exchanged in HELLO. */
+#define ES_PROTO_VERSION 1
+
+enum es_msg_type {
+	ES_MSG_ACQUIRE = ST_MSG_ES_FIRST + 1, /* 0x0101 */
+	ES_MSG_RELEASE = ST_MSG_ES_FIRST + 2, /* 0x0102 */
+	/* events (PUB) */
+	ES_EVT_READY = ST_MSG_ES_FIRST + 0x40,    /* serving */
+	ES_EVT_EPOCH = ST_MSG_ES_FIRST + 0x41,    /* segment adopted, epoch bumped */
+	ES_EVT_SHUTDOWN = ST_MSG_ES_FIRST + 0x42, /* exiting cleanly */
+};
+
+/* Per-expert status in an ACQUIRE reply. */
+enum es_acq_status { ES_ACQ_READY = 0, ES_ACQ_PENDING = 1 };
+
+#define ES_HELLO_REQ_BYTES (4 + 4 + ES_CLIENT_NAME_BYTES)
+#define ES_HELLO_REP_BYTES (4 + 8 + 4 + 4 + 8 + 8 + 4 * 4 + 8)
+#define ES_PING_REP_BYTES (4 + 8 + 4)
+#define ES_STATS_REP_BYTES (12 * 8 + 8 + 4 + 4)
+#define ES_ERROR_MAX_BYTES 1000
+
+/* Largest n in one ACQUIRE/RELEASE that fits a message (the daemon also
+ * bounds it by n_slots). */
+#define ES_ACQUIRE_MAX_N ((ST_MSG_MAX_BYTES - ST_PROTO_HEADER_BYTES - 12) / 4)
+
+struct es_hello_req {
+	uint32_t pid;
+	uint32_t version;
+	char name[ES_CLIENT_NAME_BYTES + 1];
+};
+
+struct es_hello_rep {
+	uint32_t client_id;
+	uint64_t epoch;
+	uint32_t pid;
+	uint32_t pool_layout;
+	uint64_t store_id;
+	uint64_t layout_hash;
+	uint32_t n_layers, n_experts, n_slots, top_k;
+	uint64_t record_bytes;
+};
+
+struct es_ping_rep {
+	uint32_t pid;
+	uint64_t epoch;
+	uint32_t ready;
+};
+
+/* Mirrors struct es_stats of es_client.h field for field. */
+struct es_stats_rep {
+	uint64_t n_slots, slots_used, record_bytes, pool_bytes, budget_bytes;
+	uint64_t hits, misses, evictions, loads, load_bytes, load_ns;
+	uint64_t checksum_failures;
+	uint64_t epoch;
+	int32_t pid;
+	uint32_t n_clients;
+};
+
+/* ACQUIRE / RELEASE request.  `experts` points into the decoded payload
+ * (borrowed) on decode; into the caller's array on encode. */
+struct es_acquire_req {
+	uint32_t pid;
+	uint32_t layer;
+	uint32_t n;
+	const uint8_t *experts_le; /* decode: n little-endian u32 (borrowed) */
+};
+
+struct es_acquire_ent {
+	int32_t status;
+	uint32_t slot;
+	uint32_t gen;
+};
+
+/* Limits a receiver checks ACQUIRE/RELEASE against (the pool's geometry). */
+struct es_acquire_limits {
+	uint32_t n_layers, n_experts, n_slots;
+};
+
+/* --- encoders: append the payload to w (errors sticky in w->err) --- */
+void es_hello_req_encode(struct st_wbuf *w, uint32_t pid, uint32_t version,
+			 const char *name);
+void es_hello_rep_encode(struct st_wbuf *w, const struct es_hello_rep *r);
+void es_ping_rep_encode(struct st_wbuf *w, const struct es_ping_rep *r);
+void es_stats_rep_encode(struct st_wbuf *w, const struct es_stats_rep *r);
+void es_acquire_req_encode(struct st_wbuf *w, uint32_t pid, uint32_t layer,
+			   uint32_t n, const int *experts);
+void es_acquire_rep_encode(struct st_wbuf *w, uint32_t n,
+			   const struct es_acquire_ent *ents);
+void es_error_encode(struct st_wbuf *w, const char *msg);
+void es_event_encode(struct st_wbuf *w, uint32_t pid, uint64_t epoch);
+
+/* --- decoders: 0, or -ST_E_PROTO / -ST_E_VERSION with diag --- */
+
+/* Checks length, the name (printable ASCII, NUL-padded), version equal to
+ * ES_PROTO_VERSION (else -ST_E_VERSION) and pid > 0. */
+int es_hello_req_decode(const uint8_t *p, size_t len, struct es_hello_req *ret,
+			struct st_diag *diag);
+int es_hello_rep_decode(const uint8_t *p, size_t len, struct es_hello_rep *ret,
+			struct st_diag *diag);
+int es_ping_rep_decode(const uint8_t *p, size_t len, struct es_ping_rep *ret,
+		       struct st_diag *diag);
+int es_stats_rep_decode(const uint8_t *p, size_t len, struct es_stats_rep *ret,
+			struct st_diag *diag);
+
+/*
+ * Decodes an ACQUIRE/RELEASE request and validates it against lim: exact
+ * length 12 + 4n, 1 <= n <= n_slots, layer < n_layers, every expert <
+ * n_experts, ids distinct, pid > 0.  Expert ids are read with
+ * es_acquire_req_expert().
+ */
+int es_acquire_req_decode(const uint8_t *p, size_t len,
+			  const struct es_acquire_limits *lim,
+			  struct es_acquire_req *ret, struct st_diag *diag);
+
+/* Expert id i of a decoded request (i < n). */
+uint32_t es_acquire_req_expert(const struct es_acquire_req *r, uint32_t i);
+
+/* Decodes an ACQUIRE reply of exactly `n` entries into ents[n]; checks
+ * statuses are ES_ACQ_READY/PENDING and slots < n_slots. */
+int es_acquire_rep_decode(const uint8_t *p, size_t len, uint32_t n,
+			  uint32_t n_slots, struct es_acquire_ent *ents,
+			  struct st_diag *diag);
+
+/* Copies the error message of an error reply into buf (len bytes, always
+ * NUL-terminated; "" when the payload has none).  Returns 0 or -ST_E_PROTO. */
+int es_error_decode(const uint8_t *p, size_t len, char *buf, size_t buf_len);
+
+int es_event_decode(const uint8_t *p, size_t len, uint32_t *ret_pid,
+		    uint64_t *ret_epoch);
+
+/* Client id of table index idx with generation gen (gen >= 1, < 2^24). */
+static inline uint32_t es_client_id_make(uint32_t idx, uint32_t gen)
+{
+	return ((gen & 0xffffffu) << 8) | (idx & 0xffu);
+}
+
+static inline uint32_t es_client_id_index(uint32_t id) { return id & 0xffu; }
+static inline uint32_t es_client_id_gen(uint32_t id) { return id >> 8; }
+
+/* Readable name of an expertd message or event type (never NULL). */
+const char *es_proto_type_name(uint16_t type);
+
+#endif
