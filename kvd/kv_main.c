@@ -181,17 +181,20 @@ static int parse_args(int argc, char **argv, struct kv_config *cfg)
 /* True when pid is a running kvd (its pid file is not stale). */
 static int is_live_kvd(int pid)
 {
-	char path[64], *comm = NULL;
-	int r = 0;
+	char path[64], comm[32] = "";
+	FILE *f;
 
 	if (pid <= 0 || pid == getpid() || !st_pid_alive(pid))
 		return 0;
+	/* /proc files report size 0: read with stdio, not st_read_file */
 	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
-	if (st_read_file(path, &comm, NULL) == 0) {
-		r = !strncmp(comm, "kvd\n", 4) || !strcmp(comm, "kvd");
-		free(comm);
-	}
-	return r;
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	if (!fgets(comm, sizeof(comm), f))
+		comm[0] = 0;
+	fclose(f);
+	return !strcmp(comm, "kvd\n") || !strcmp(comm, "kvd");
 }
 
 int main(int argc, char **argv)

@@ -51,6 +51,7 @@ static struct tpool *tpool_new(uint32_t n_streams, const uint32_t *row_bytes,
 	assert_int_equal(t->lay.n_pages, n_pages);
 	t->mem = aligned_alloc(ST_SHM_ALIGN, t->lay.total_bytes);
 	assert_non_null(t->mem);
+	memset(t->mem, 0, t->lay.total_bytes); /* as a new shm segment */
 	assert_int_equal(kv_pool_format(&t->p, t->mem, t->lay.total_bytes,
 					&t->lay, t->streams),
 			 0);
@@ -488,7 +489,8 @@ static void test_fork(void **state)
 				 KV_PAGE_NONE);
 		assert_memory_equal(row_ptr(t, ch, s, 8), row_ptr(t, par, s, 8),
 				    rb[s]);
-		/* rows 9..11 of the copy were not copied (zero here) */
+		/* rows 9..11 of the copy were not copied (the page is
+		 * fresh: zero) */
 		assert_int_equal(row_ptr(t, ch, s, 9)[0], 0);
 	}
 	assert_int_equal(shared(t), 4);
