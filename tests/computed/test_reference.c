@@ -15,6 +15,8 @@
  *                   tolerance against top10_mxfp4_ocp / lse_mxfp4_ocp /
  *                   greedy_mxfp4_ocp; kjv-moe: valid-small perplexity equals
  *                   the README's MXFP4 figure 25.9751 within 1e-4 relative.
+ *            f32-sharded  as f32, on a copy of the checkpoint that this test
+ *                   splits into 3 shards plus model.safetensors.index.json
  *   HOST_BUDGET  optional expertd --host-budget (e.g. 25%): results must not
  *                change with the budget.
  * Greedy continuations are decoded one token at a time through the KV
@@ -34,6 +36,7 @@
 #include "kv_client.h"
 #include "st_tokenizer.h"
 #include "st_util.h"
+#include "store_testlib.h"
 #include "test_daemons.h"
 #include "test_util.h"
 
@@ -109,13 +112,54 @@ static void check_position(const char *what, int pi, int pos, const float *lg,
 
 struct ctx {
 	const char *fixture, *variant;
-	char model_dir[4096], store_dir[4200], tmp[4096];
+	char model_dir[4400], store_dir[4200], tmp[4096];
 	struct st_test_inst inst;
 	struct es_client *es;
 	struct kv_client *kv;
 	struct cw_model *model;
 	int vocab;
 };
+
+/* Shard k of 3 by layer number (global tensors in shard 0). */
+static int in_shard(const char *name, void *arg)
+{
+	int k = *(int *)arg, layer = -1;
+
+	if (sscanf(name, "model.layers.%d.", &layer) != 1)
+		return k == 0;
+	return layer % 3 == k;
+}
+
+/* Writes a sharded copy of src into dst (3 shards + index); returns 0. */
+static int make_sharded(const char *src, const char *dst)
+{
+	char path[8400], name[64];
+	struct tst_sft ck;
+	json_t *idx = json_object(), *map = json_object();
+
+	st_mkdir_p(dst, 0755);
+	tst_model_links(src, dst, "model.safetensors");
+	snprintf(path, sizeof(path), "%s/model.safetensors", src);
+	tst_sft_load(path, &ck);
+	for (int k = 0; k < 3; k++) {
+		snprintf(name, sizeof(name), "model-%05d-of-00003.safetensors",
+			 k + 1);
+		snprintf(path, sizeof(path), "%s/%s", dst, name);
+		if (tst_sft_write_subset(path, &ck, in_shard, &k) < 0)
+			return -1;
+		for (int i = 0; i < ck.n; i++)
+			if (in_shard(ck.t[i].name, &k))
+				json_object_set_new(map, ck.t[i].name,
+						    json_string(name));
+	}
+	json_object_set_new(idx, "metadata", json_object());
+	json_object_set_new(idx, "weight_map", map);
+	snprintf(path, sizeof(path), "%s/model.safetensors.index.json", dst);
+	json_dump_file(idx, path, JSON_INDENT(1));
+	json_decref(idx);
+	tst_sft_free(&ck);
+	return 0;
+}
 
 static int setup(struct ctx *c, const char *host_budget)
 {
@@ -134,6 +178,18 @@ static int setup(struct ctx *c, const char *host_budget)
 				      sizeof(c->model_dir));
 	st_test_tmpdir(c->tmp, sizeof(c->tmp));
 	snprintf(c->store_dir, sizeof(c->store_dir), "%s/store", c->tmp);
+	if (!strcmp(c->variant, "f32-sharded")) {
+		char sharded[4200];
+
+		snprintf(sharded, sizeof(sharded), "%s/sharded", c->tmp);
+		if (make_sharded(c->model_dir, sharded) < 0) {
+			fprintf(stderr, "cannot write the sharded copy\n");
+			return -1;
+		}
+		snprintf(c->model_dir, sizeof(c->model_dir), "%s", sharded);
+		c->variant = "f32";
+		printf("checkpoint split into 3 shards + index in %s\n", sharded);
+	}
 	es_convert_opts_init(&o);
 	o.expert_dtype = !strcmp(c->variant, "mxfp4") ? ST_DTYPE_MXFP4 :
 							 ST_DTYPE_BF16;
@@ -292,7 +348,7 @@ static void test_tiny(struct ctx *c, json_t *ref)
 /* kjv-moe perplexity of valid-small.txt with the README's windowing rule. */
 static double kjv_ppl(struct ctx *c, int *ret_scored)
 {
-	char path[4200], *text;
+	char path[4600], *text;
 	struct st_tokenizer *tok;
 	struct st_diag diag = { "" };
 	int32_t *ids;
@@ -405,7 +461,12 @@ int main(int argc, char **argv)
 		st_test_inst_stop(&c.inst);
 		return 1;
 	}
-	snprintf(path, sizeof(path), "%s/reference.json", c.model_dir);
+	if (!strcmp(c.fixture, "kjv-moe"))
+		snprintf(path, sizeof(path), "%s/models/kjv-moe/reference.json",
+			 st_test_source_dir());
+	else
+		snprintf(path, sizeof(path), "%s/fixtures/models/%s/reference.json",
+			 st_test_shared_dir(), c.fixture);
 	ref = json_load_file(path, 0, &jerr);
 	if (!ref) {
 		fprintf(stderr, "%s: %s\n", path, jerr.text);
