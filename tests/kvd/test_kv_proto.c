@@ -1,0 +1,324 @@
+/*
+ * test_kv_proto.c — kvd's wire messages (suite unit): every message
+ * survives an encode/decode round trip with its values; every shorter or
+ * longer payload, and every field out of range, is refused with the right
+ * code instead of being read past its end.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_proto.h"
+
+/* Every prefix of a valid payload is refused (and never read past). */
+static void check_prefixes(const struct st_wbuf *w,
+			   int (*dec)(const uint8_t *, size_t, void *),
+			   void *out)
+{
+	for (size_t n = 0; n < w->len; n++) {
+		uint8_t *copy = malloc(n ? n : 1); /* exact size: ASan-able */
+
+		memcpy(copy, w->data, n);
+		assert_true(dec(copy, n, out) < 0);
+		free(copy);
+	}
+}
+
+static int dec_hello(const uint8_t *p, size_t n, void *o)
+{
+	return kv_proto_decode_hello(p, n, o, NULL);
+}
+
+static int dec_declare(const uint8_t *p, size_t n, void *o)
+{
+	return kv_proto_decode_declare(p, n, o, NULL);
+}
+
+static int dec_fork(const uint8_t *p, size_t n, void *o)
+{
+	return kv_proto_decode_fork(p, n, o, NULL);
+}
+
+static int dec_stats(const uint8_t *p, size_t n, void *o)
+{
+	return kv_proto_decode_stats(p, n, o);
+}
+
+static int dec_reserve(const uint8_t *p, size_t n, void *o)
+{
+	struct kv_reserve_entry *e = NULL;
+	int r = kv_proto_decode_reserve(p, n, o, &e, NULL);
+
+	free(e);
+	return r;
+}
+
+static void test_hello(void **state)
+{
+	struct kv_msg_hello m = { .pid = 4242, .proto_version = ST_PROTO_VERSION,
+				  .name = "computed-0" }, o;
+	struct kv_msg_hello_reply rr = { 77, 5 }, ro;
+	struct kv_msg_ping_reply pr = { 9, 3, 1 }, po;
+	struct st_wbuf w;
+	struct st_diag d;
+
+	(void)state;
+	st_wbuf_init(&w);
+	kv_proto_encode_hello(&w, &m);
+	assert_int_equal(w.len, 40);
+	assert_int_equal(kv_proto_decode_hello(w.data, w.len, &o, &d), 0);
+	assert_int_equal(o.pid, 4242);
+	assert_string_equal(o.name, "computed-0");
+	assert_int_equal(o.resume_client_id, 0);
+	check_prefixes(&w, dec_hello, &o);
+	st_wbuf_fini(&w);
+	/* with a resume id; a full 32-character name */
+	m.resume_client_id = 31;
+	memset(m.name, 'n', 32);
+	m.name[32] = 0;
+	st_wbuf_init(&w);
+	kv_proto_encode_hello(&w, &m);
+	assert_int_equal(w.len, 44);
+	assert_int_equal(kv_proto_decode_hello(w.data, w.len, &o, &d), 0);
+	assert_int_equal(o.resume_client_id, 31);
+	assert_int_equal(strlen(o.name), 32);
+	/* two extra bytes, a bad byte after the NUL, a control character */
+	st_wbuf_u16(&w, 0);
+	assert_int_equal(kv_proto_decode_hello(w.data, w.len, &o, &d),
+			 -ST_E_PROTO);
+	w.len -= 2;
+	w.data[8 + 5] = 0;
+	w.data[8 + 6] = 'x';
+	assert_int_equal(kv_proto_decode_hello(w.data, w.len, &o, &d),
+			 -ST_E_PROTO);
+	assert_non_null(strstr(d.msg, "byte 6"));
+	memset(w.data + 8 + 5, 0, 32 - 5);
+	assert_int_equal(kv_proto_decode_hello(w.data, w.len, &o, &d), 0);
+	assert_string_equal(o.name, "nnnnn");
+	w.data[8] = 0x07;
+	assert_int_equal(kv_proto_decode_hello(w.data, w.len, &o, &d),
+			 -ST_E_PROTO);
+	w.data[8] = 'n';
+	w.data[4] = 2; /* protocol version */
+	assert_int_equal(kv_proto_decode_hello(w.data, w.len, &o, &d),
+			 -ST_E_VERSION);
+	w.data[4] = 1;
+	memset(w.data, 0, 4); /* pid 0 */
+	assert_int_equal(kv_proto_decode_hello(w.data, w.len, &o, &d),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+
+	st_wbuf_init(&w);
+	kv_proto_encode_hello_reply(&w, &rr);
+	assert_int_equal(kv_proto_decode_hello_reply(w.data, w.len, &ro), 0);
+	assert_int_equal(ro.client_id, 77);
+	assert_int_equal(ro.epoch, 5);
+	assert_int_equal(kv_proto_decode_hello_reply(w.data, w.len - 1, &ro),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+	st_wbuf_init(&w);
+	kv_proto_encode_ping_reply(&w, &pr);
+	assert_int_equal(kv_proto_decode_ping_reply(w.data, w.len, &po), 0);
+	assert_int_equal(po.pid, 9);
+	assert_int_equal(po.epoch, 3);
+	assert_int_equal(po.ready, 1);
+	st_wbuf_u8(&w, 0);
+	assert_int_equal(kv_proto_decode_ping_reply(w.data, w.len, &po),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+}
+
+static void test_declare(void **state)
+{
+	struct kv_msg_declare *m = calloc(1, sizeof(*m)), *o = malloc(sizeof(*o));
+	struct kv_msg_declare_reply r = { 0x1122334455667788ull, 4, 1 << 22 },
+				    ro;
+	struct st_wbuf w;
+	struct st_diag d;
+
+	(void)state;
+	m->n_streams = 3;
+	m->page_rows = 16;
+	m->streams[0] = (struct kv_stream_decl){ 576, 1, 0, 0 };
+	m->streams[1] = (struct kv_stream_decl){ 128, 4, 128, 0 };
+	m->streams[2] = (struct kv_stream_decl){ 1, 1, 0, 1 };
+	st_wbuf_init(&w);
+	kv_proto_encode_declare(&w, m);
+	assert_int_equal(w.len, 8 + 3 * 16);
+	/* the wire decoder passes supported-or-not fields through */
+	assert_int_equal(kv_proto_decode_declare(w.data, w.len, o, &d), 0);
+	assert_int_equal(o->n_streams, 3);
+	assert_int_equal(o->page_rows, 16);
+	assert_memory_equal(o->streams, m->streams, 3 * 16);
+	check_prefixes(&w, dec_declare, o);
+	st_wbuf_u32(&w, 0);
+	assert_int_equal(kv_proto_decode_declare(w.data, w.len, o, &d),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+	/* field ranges */
+	m->streams[2].row_bytes = 0;
+	st_wbuf_init(&w);
+	kv_proto_encode_declare(&w, m);
+	assert_int_equal(kv_proto_decode_declare(w.data, w.len, o, &d),
+			 -ST_E_PROTO);
+	assert_non_null(strstr(d.msg, "stream 2"));
+	st_wbuf_fini(&w);
+	m->streams[2].row_bytes = KV_MAX_ROW_BYTES + 1;
+	st_wbuf_init(&w);
+	kv_proto_encode_declare(&w, m);
+	assert_int_equal(kv_proto_decode_declare(w.data, w.len, o, &d),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+	m->streams[2].row_bytes = 8;
+	m->page_rows = 0;
+	st_wbuf_init(&w);
+	kv_proto_encode_declare(&w, m);
+	assert_int_equal(kv_proto_decode_declare(w.data, w.len, o, &d),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+	m->page_rows = 16;
+	m->n_streams = KV_MAX_STREAMS + 1; /* encoder writes 256 streams */
+	st_wbuf_init(&w);
+	kv_proto_encode_declare(&w, m);
+	assert_int_equal(kv_proto_decode_declare(w.data, w.len, o, &d),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+
+	st_wbuf_init(&w);
+	kv_proto_encode_declare_reply(&w, &r);
+	assert_int_equal(kv_proto_decode_declare_reply(w.data, w.len, &ro), 0);
+	assert_int_equal(ro.layout_hash, r.layout_hash);
+	assert_int_equal(ro.epoch, 4);
+	assert_int_equal(ro.pool_bytes, 1 << 22);
+	assert_int_equal(kv_proto_decode_declare_reply(w.data, 23, &ro),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+	free(m);
+	free(o);
+}
+
+static void test_seq_messages(void **state)
+{
+	struct kv_reserve_entry e[3] = { { 0x100001, 9 }, { 0x200002, 0 },
+					 { 0x100001, 4096 } },
+				*out = NULL;
+	struct kv_msg_fork f = { 0x300005, 17 }, fo;
+	struct st_wbuf w;
+	struct st_diag d;
+	uint32_t n, seq;
+
+	(void)state;
+	st_wbuf_init(&w);
+	kv_proto_encode_reserve(&w, 3, e);
+	assert_int_equal(w.len, 4 + 3 * 8);
+	assert_int_equal(kv_proto_decode_reserve(w.data, w.len, &n, &out, &d), 0);
+	assert_int_equal(n, 3);
+	assert_memory_equal(out, e, sizeof(e));
+	free(out);
+	check_prefixes(&w, dec_reserve, &n);
+	st_wbuf_u32(&w, 1);
+	assert_int_equal(kv_proto_decode_reserve(w.data, w.len, &n, &out, &d),
+			 -ST_E_PROTO);
+	assert_null(out);
+	st_wbuf_fini(&w);
+	e[1].seq = 0;
+	st_wbuf_init(&w);
+	kv_proto_encode_reserve(&w, 3, e);
+	assert_int_equal(kv_proto_decode_reserve(w.data, w.len, &n, &out, &d),
+			 -ST_E_PROTO);
+	assert_non_null(strstr(d.msg, "entry 1"));
+	st_wbuf_fini(&w);
+	st_wbuf_init(&w);
+	st_wbuf_u32(&w, KV_PROTO_MAX_RESERVE + 1);
+	assert_int_equal(kv_proto_decode_reserve(w.data, w.len, &n, &out, &d),
+			 -ST_E_LIMIT);
+	st_wbuf_fini(&w);
+
+	st_wbuf_init(&w);
+	kv_proto_encode_fork(&w, &f);
+	assert_int_equal(kv_proto_decode_fork(w.data, w.len, &fo, &d), 0);
+	assert_int_equal(fo.src, 0x300005);
+	assert_int_equal(fo.n_rows, 17);
+	check_prefixes(&w, dec_fork, &fo);
+	st_wbuf_fini(&w);
+
+	st_wbuf_init(&w);
+	kv_proto_encode_seq(&w, 0xabc00001);
+	assert_int_equal(kv_proto_decode_seq(w.data, w.len, &seq, &d), 0);
+	assert_int_equal(seq, 0xabc00001);
+	assert_int_equal(kv_proto_decode_seq(w.data, 3, &seq, &d), -ST_E_PROTO);
+	st_wbuf_u8(&w, 1);
+	assert_int_equal(kv_proto_decode_seq(w.data, w.len, &seq, &d),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+	assert_int_equal(kv_proto_decode_empty(NULL, 0, &d), 0);
+	assert_int_equal(kv_proto_decode_empty((const uint8_t *)"x", 1, &d),
+			 -ST_E_PROTO);
+}
+
+static void test_stats_and_text(void **state)
+{
+	struct kv_msg_stats s = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, -12, 13,
+				  14, 15 },
+			    o;
+	struct st_wbuf w;
+	struct st_diag d;
+	char long_text[2000];
+	struct st_msg_header h;
+	uint8_t hdr[20];
+
+	(void)state;
+	st_wbuf_init(&w);
+	kv_proto_encode_stats(&w, &s);
+	assert_int_equal(kv_proto_decode_stats(w.data, w.len, &o), 0);
+	assert_memory_equal(&o, &s, sizeof(s));
+	check_prefixes(&w, dec_stats, &o);
+	st_wbuf_fini(&w);
+
+	st_wbuf_init(&w);
+	kv_proto_encode_text(&w, "pool\texhausted");
+	assert_int_equal(kv_proto_decode_text(w.data, w.len, &d), 0);
+	assert_string_equal(d.msg, "pool?exhausted");
+	assert_int_equal(kv_proto_decode_text(w.data, w.len - 1, &d),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+	memset(long_text, 'x', sizeof(long_text) - 1);
+	long_text[sizeof(long_text) - 1] = 0;
+	st_wbuf_init(&w);
+	kv_proto_encode_text(&w, long_text);
+	assert_int_equal(w.len, 4 + KV_PROTO_MAX_TEXT);
+	assert_int_equal(kv_proto_decode_text(w.data, w.len, &d), 0);
+	assert_int_equal(strlen(d.msg), KV_PROTO_MAX_TEXT);
+	st_wbuf_fini(&w);
+
+	/* a header cut after the request id still names type and id */
+	st_wbuf_init(&w);
+	st_proto_encode(&w, KV_MSG_SEQ_FORK | ST_MSG_REPLY, 0x0102030405060708ull,
+			9, 0, NULL, 0);
+	memcpy(hdr, w.data, sizeof(hdr));
+	st_wbuf_fini(&w);
+	kv_proto_salvage_header(hdr, 16, &h);
+	assert_int_equal(h.type, KV_MSG_SEQ_FORK); /* reply bit stripped */
+	assert_int_equal(h.request_id, 0x0102030405060708ull);
+	assert_int_equal(h.client_id, 0);
+	kv_proto_salvage_header(hdr, 3, &h);
+	assert_int_equal(h.magic, 0);
+	assert_int_equal(h.type, 0);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_hello),
+		cmocka_unit_test(test_declare),
+		cmocka_unit_test(test_seq_messages),
+		cmocka_unit_test(test_stats_and_text),
+	};
+
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
