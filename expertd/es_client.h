@@ -17,7 +17,9 @@
  * Restarts: if expertd is killed and restarted on the same instance and
  * store, it adopts the pool and this handle keeps working (its pins and
  * client id survive); while no expertd runs, calls that need it return
- * -ST_E_PEERGONE.
+ * -ST_E_PEERGONE (experts already READY still hit on the fast path).  If
+ * expertd comes back with another store or budget (a new segment), close
+ * the handle and open a new one.
  */
 #ifndef ES_CLIENT_H
 #define ES_CLIENT_H

@@ -12,6 +12,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include "es_daemon.h"
@@ -240,6 +242,38 @@ static int store_id_of(const struct st_store *s, uint64_t *ret,
 	return 0;
 }
 
+/*
+ * A POSIX shm segment lives in tmpfs (/dev/shm): ftruncate succeeds beyond
+ * its free space, and the first write to a page that does not fit kills
+ * the process with SIGBUS.  So refuse a pool that cannot fit up front.
+ * The pages of a segment left by a crashed expertd count as available.
+ */
+static int check_shm_space(const char *instance, uint64_t need,
+			   struct st_diag *diag)
+{
+	char name[128], path[160], b1[32], b2[32];
+	struct statvfs vfs;
+	struct stat st;
+	uint64_t avail;
+
+	if (statvfs("/dev/shm", &vfs) < 0)
+		return 0; /* not Linux-like; nothing to check */
+	avail = (uint64_t)vfs.f_bavail * vfs.f_frsize;
+	if (st_shm_name(instance, ES_POOL_KIND, name, sizeof(name)) == 0) {
+		snprintf(path, sizeof(path), "/dev/shm%s", name);
+		if (stat(path, &st) == 0)
+			avail += (uint64_t)st.st_blocks * 512;
+	}
+	if (avail >= need)
+		return 0;
+	return st_diag_set(diag, -ST_E_BUDGET,
+			   "the expert pool needs %s of /dev/shm but only %s "
+			   "is free; lower --host-budget or enlarge /dev/shm "
+			   "(mount -o remount,size=...)",
+			   st_format_bytes(need, b1, sizeof(b1)),
+			   st_format_bytes(avail, b2, sizeof(b2)));
+}
+
 /* Tears down what start-up built, in reverse order.  destroy_pool: unlink
  * the segment (clean exit, or a fresh segment nobody used). */
 static void daemon_fini(struct es_daemon *d, int destroy_pool)
@@ -309,6 +343,20 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
+	{
+		struct es_pool_layout lay;
+
+		r = es_pool_layout_compute(&geom, &lay);
+		if (r == 0)
+			r = check_shm_space(d.opt.instance, lay.total_bytes,
+					    &diag);
+		if (r < 0) {
+			st_err("%s", diag.msg[0] ? diag.msg :
+			       "expert pool geometry impossible");
+			daemon_fini(&d, 0);
+			return 1;
+		}
+	}
 	r = es_pool_open(&d.pool, d.opt.instance, &geom, d.store,
 			 d.opt.no_verify_adopted, &diag);
 	if (r < 0) {

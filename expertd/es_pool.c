@@ -39,7 +39,8 @@ int es_pool_geom_from_budget(const struct st_store *s, uint64_t store_id,
 		return st_diag_set(diag, -EINVAL,
 				   "--host-budget '%s' is neither a byte size "
 				   "(e.g. 8GiB, 512MiB, 1048576) nor a "
-				   "percentage of all experts in (0, 100]%%",
+				   "share of all experts from 0%% to 100%% "
+				   "(e.g. 25%%)",
 				   budget_text);
 	if (pct > 0.0)
 		n_slots = (uint64_t)((double)n_keys * pct / 100.0 + 1e-9);
@@ -51,7 +52,7 @@ int es_pool_geom_from_budget(const struct st_store *s, uint64_t store_id,
 			diag, -ST_E_BUDGET,
 			"--host-budget must hold at least %d experts = %" PRIu64
 			" bytes (%s; one layer's top-k of %" PRIu64
-			"-byte records); '%s' holds %" PRIu64 " experts",
+			"-byte records); '%s' holds only %" PRIu64,
 			s->cfg.top_k, min_bytes,
 			st_format_bytes(min_bytes, b1, sizeof(b1)),
 			s->record_bytes, budget_text, n_slots);

@@ -749,7 +749,42 @@ static void test_malformed(void **state)
 	assert_int_equal(acquire_raw(&s, req++, id, pid, 0, 1, ids, 1, msg,
 				     sizeof(msg)), -ST_E_NOTFOUND);
 	ping_ok(&s, req++);
+	/* The client table is bounded: HELLO beyond ES_MAX_CLIENTS is refused
+	 * with a message (and registered clients are not disturbed). */
+	{
+		int n_ok = 0, r;
+
+		for (int i = 0; i < ES_MAX_CLIENTS + 1; i++) {
+			st_wbuf_init(&w);
+			es_hello_req_encode(&w, pid, ES_PROTO_VERSION, "many");
+			r = call_typed(&s, ST_MSG_HELLO, req++, 0, &w, msg,
+				       sizeof(msg));
+			st_wbuf_fini(&w);
+			if (r == 0)
+				n_ok++;
+			else
+				break;
+		}
+		assert_int_equal(n_ok, ES_MAX_CLIENTS);
+		assert_int_equal(call_typed(&s, ST_MSG_HELLO, req - 1, 0, NULL,
+					    msg, sizeof(msg)), -ST_E_PROTO);
+	}
+	{
+		int r;
+
+		st_wbuf_init(&w);
+		es_hello_req_encode(&w, pid, ES_PROTO_VERSION, "one-more");
+		r = call_typed(&s, ST_MSG_HELLO, req++, 0, &w, msg, sizeof(msg));
+		st_wbuf_fini(&w);
+		assert_int_equal(r, -ST_E_LIMIT);
+		assert_non_null(strstr(msg, "at most 32 clients"));
+	}
+	ping_ok(&s, req++);
 	st_sock_close(&s);
+	/* Those 32 registrations belong to this (live) process; restart
+	 * expertd so the library test below gets a table entry. */
+	assert_int_equal(es_h_stop(&H), 0);
+	assert_int_equal(es_h_start(&H, "--host-budget", "25%", NULL), 0);
 
 	/* And the client library still works. */
 	{
