@@ -450,13 +450,8 @@ int kv_seq_reserve(struct kv_pool *p, uint32_t client, uint32_t n,
 				uint32_t page;
 
 				r = kv_page_alloc(p, s, &page);
-				if (r < 0) {
-					r = budget_error(p, need,
-							 kv_pool_free_pages(p),
-							 "this reservation",
-							 diag);
+				if (r < 0)
 					goto undo;
-				}
 				table_store(p, idx, s, pi, page);
 			}
 	}
@@ -474,6 +469,9 @@ undo:
 				       atomic_load(&p->seqs[idx].n_rows), B),
 			       p->lay.max_pages_per_seq);
 	}
+	if (r == -ST_E_BUDGET)
+		r = budget_error(p, need, kv_pool_free_pages(p),
+				 "this reservation", diag);
 out:
 	free(uniq);
 	return r;
