@@ -120,6 +120,17 @@ static int rpc_raw(struct kv_client *c, uint16_t type, uint64_t rid,
 	return r;
 }
 
+static int declare_locked(struct kv_client *c, struct st_diag *diag);
+
+/* kvd reports the epoch of its pool: when it is not the one of the segment
+ * we map, that segment was removed (kvd stopped cleanly and a new one made a
+ * new pool): drop the mapping; the next sequence request maps the new one. */
+static void check_epoch(struct kv_client *c, uint64_t epoch)
+{
+	if (c->attached && atomic_load(&st_shm_hdr(&c->shm)->epoch) != epoch)
+		detach(c);
+}
+
 /* HELLO (again, under our old id when we have one). */
 static int hello(struct kv_client *c, struct st_diag *diag)
 {
@@ -153,15 +164,10 @@ static int hello(struct kv_client *c, struct st_diag *diag)
 		return st_diag_set(diag, r, "kvd: malformed HELLO reply");
 	}
 	c->id = out.client_id;
-	/* A pool of another epoch than the one mapped is a new segment (the
-	 * old one was removed): our mapping is stale. */
-	if (c->attached &&
-	    atomic_load(&st_shm_hdr(&c->shm)->epoch) != out.epoch)
-		detach(c);
+	check_epoch(c, out.epoch);
 	return 0;
 }
 
-static int declare_locked(struct kv_client *c, struct st_diag *diag);
 
 /*
  * One request: on success *ret_buf (caller frees) holds the reply payload
@@ -183,6 +189,14 @@ static int rpc(struct kv_client *c, uint16_t type, const struct st_wbuf *w,
 		ret_p = &p;
 	if (!ret_len)
 		ret_len = &len;
+	if (!c->attached && c->declared && (type & 0xff00) == ST_MSG_KV_FIRST &&
+	    type != KV_MSG_DECLARE) {
+		/* the pool we mapped is gone (see check_epoch): map the
+		 * current one before touching sequences */
+		r = declare_locked(c, diag);
+		if (r < 0)
+			return r;
+	}
 	r = rpc_raw(c, type, rid, w, &buf, ret_p, ret_len, diag);
 	if (r == -ST_E_STALE) {
 		r = hello(c, diag);
@@ -495,6 +509,9 @@ int kv_client_ping(struct kv_client *c, int32_t *ret_pid,
 	free(buf);
 	if (r < 0)
 		return r;
+	pthread_mutex_lock(&c->lock);
+	check_epoch(c, out.epoch);
+	pthread_mutex_unlock(&c->lock);
 	if (ret_pid)
 		*ret_pid = (int32_t)out.pid;
 	if (ret_epoch)
@@ -519,6 +536,9 @@ int kv_client_stats(struct kv_client *c, struct kv_stats *ret)
 	free(buf);
 	if (r < 0)
 		return r;
+	pthread_mutex_lock(&c->lock);
+	check_epoch(c, m.epoch);
+	pthread_mutex_unlock(&c->lock);
 	memset(ret, 0, sizeof(*ret));
 	ret->budget_bytes = m.budget_bytes;
 	ret->pool_bytes = m.pool_bytes;

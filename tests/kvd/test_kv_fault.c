@@ -352,6 +352,18 @@ static void test_restart(void **state)
 	assert_int_equal(st.epoch, 1);
 	assert_int_equal(st.n_seqs, 0);
 	kv_client_close(fresh);
+	/* the old client notices the new pool (another epoch), maps it and
+	 * goes on; its old sequences are gone with the old pool */
+	assert_int_equal(kv_client_stats(c, &st), 0);
+	assert_int_equal(st.epoch, 1);
+	assert_null(kv_client_row(c, seq, 0, 0));
+	assert_int_equal(kv_client_seq_create(c, &seq, &d), 0);
+	assert_int_equal(kv_client_seq_reserve(c, 1, &seq, &n9, &d), 0);
+	write_rows(c, seq, 0, 9, 3);
+	fresh = open_client(k, "fresh", TIMEOUT_MS);
+	assert_int_equal(kv_client_declare(fresh, 2, rb2, 4, &d), 0);
+	check_rows(fresh, seq, 9, 3);
+	kv_client_close(fresh);
 	kv_client_close(c);
 	kv_client_close(idle);
 }

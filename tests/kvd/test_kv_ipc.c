@@ -747,16 +747,36 @@ static void test_shutdown(void **state)
 	const uint32_t rb[1] = { 64 };
 	struct kv_client *c;
 	struct st_diag d;
+	struct st_sock sub;
+	struct st_msg_header h;
 	char path[4200];
+	void *ev;
+	size_t len;
 	int status;
 
 	start(k);
+	/* events: the pool's epoch, then the shutdown */
+	snprintf(path, sizeof(path), "%s/kvd.evt", k->run_dir);
+	assert_int_equal(st_sock_open(&sub, ST_SOCK_SUB, path, 1000, 2000), 0);
+	assert_int_equal(st_sock_subscribe_all(&sub), 0);
+	st_sleep_ns(200 * 1000 * 1000); /* let the subscription arrive */
 	assert_int_equal(kv_client_open(k->run_dir, k->name, "admin", 300, &c,
 					&d),
 			 0);
 	assert_int_equal(kv_client_declare(c, 1, rb, 4, &d), 0);
 	assert_int_equal(kvd_count_segments(k->name), 1);
+	assert_int_equal(st_sock_recv(&sub, &ev, &len), 0);
+	assert_int_equal(st_proto_decode_header(ev, len, &h), 0);
+	assert_int_equal(h.type, KV_EVT_EPOCH);
+	assert_int_equal(h.payload_len, 8);
+	assert_int_equal(((uint8_t *)ev)[ST_PROTO_HEADER_BYTES], 1);
+	free(ev);
 	assert_int_equal(kv_client_shutdown(c), 0);
+	assert_int_equal(st_sock_recv(&sub, &ev, &len), 0);
+	assert_int_equal(st_proto_decode_header(ev, len, &h), 0);
+	assert_int_equal(h.type, KV_EVT_SHUTDOWN);
+	free(ev);
+	st_sock_close(&sub);
 	assert_int_equal(waitpid(k->pid, &status, 0), k->pid);
 	k->pid = 0;
 	assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
