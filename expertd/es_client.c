@@ -519,6 +519,33 @@ static int acquire_misses(struct es_client *c, int layer, struct acq_item *it,
 	return r;
 }
 
+/*
+ * A load failed while we waited: expertd keeps the failure with its full
+ * message (file and record), and refuses a new ACQUIRE of that expert at
+ * once with it, without pinning or reading anything.  Ask, to hand the
+ * caller that message; keep ours if the answer is anything else.
+ */
+static void failure_detail(struct es_client *c, int layer, int expert,
+			   int err, struct st_diag *diag)
+{
+	struct st_diag d2 = { "" };
+	struct st_wbuf w;
+	int r;
+
+	st_wbuf_init(&w);
+	es_acquire_req_encode(&w, (uint32_t)getpid(), (uint32_t)layer, 1,
+			      &expert);
+	pthread_mutex_lock(&c->rpc_mu);
+	r = w.err ? w.err : rpc_locked(c, ES_MSG_ACQUIRE, &w, NULL, NULL, NULL,
+				       &d2);
+	if (r == 0) /* loads fine now (cannot happen today): give it back */
+		reconcile(c, layer, &expert, 1);
+	pthread_mutex_unlock(&c->rpc_mu);
+	st_wbuf_fini(&w);
+	if (r == err && diag)
+		snprintf(diag->msg, sizeof(diag->msg), "%s", d2.msg);
+}
+
 int es_client_acquire(struct es_client *c, int layer, int n,
 		      const int *experts, const uint8_t **ret_records,
 		      struct st_diag *diag)
@@ -526,7 +553,7 @@ int es_client_acquire(struct es_client *c, int layer, int n,
 	struct acq_item *it;
 	uint64_t t0 = st_now_ns(), deadline, next_alive_check;
 	uint64_t sleep_ns = 0;
-	int r = 0, n_ready = 0, misses = 0;
+	int r = 0, n_ready = 0, failed_expert = -1;
 
 	if (!c || !experts || !ret_records || layer < 0 ||
 	    (uint32_t)layer >= c->v.n_layers || n <= 0 ||
@@ -566,8 +593,6 @@ int es_client_acquire(struct es_client *c, int layer, int n,
 			atomic_store_explicit(
 				&c->v.slots[it[i].slot].last_use_ns, t0,
 				memory_order_relaxed);
-		} else {
-			misses++;
 		}
 	}
 	pthread_mutex_unlock(&c->mu);
@@ -615,6 +640,7 @@ int es_client_acquire(struct es_client *c, int layer, int n,
 						"re-run strata convert)",
 						layer, it[i].expert,
 						st_strerror(e < 0 ? e : -EIO));
+				failed_expert = it[i].expert;
 				break;
 			}
 		}
@@ -649,13 +675,14 @@ int es_client_acquire(struct es_client *c, int layer, int n,
 	if (r < 0) {
 		drop_items(c, it, n);
 		free(it);
+		if (failed_expert >= 0)
+			failure_detail(c, layer, failed_expert, r, diag);
 		return r;
 	}
 	/* READY was read with seq_cst in the snapshot: the record bytes the
 	 * loader wrote before publishing are visible. */
 	for (int i = 0; i < n; i++)
 		ret_records[i] = es_pool_record(&c->v, (uint32_t)it[i].slot);
-	(void)misses;
 	free(it);
 	return 0;
 }

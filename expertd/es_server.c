@@ -28,9 +28,11 @@ static void reply_error(struct es_daemon *d, const struct st_msg_header *h,
 	struct st_wbuf w;
 	int r;
 
-	st_info("%s request %" PRIu64 " from client %u refused: %s (%s)",
-		es_proto_type_name(h->type), h->request_id, h->client_id, msg,
-		st_strerror(status));
+	/* BUSY is ordinary back-pressure (clients retry): debug only. */
+	st_log(status == -ST_E_BUSY ? ST_LOG_DEBUG : ST_LOG_INFO,
+	       "%s request %" PRIu64 " from client %u refused: %s (%s)",
+	       es_proto_type_name(h->type), h->request_id, h->client_id, msg,
+	       st_strerror(status));
 	st_wbuf_init(&w);
 	es_error_encode(&w, msg);
 	r = w.err ? w.err : st_rpc_reply(&d->rep, h, status, w.data, w.len);

@@ -549,6 +549,8 @@ static void test_checksum_failure(void **state)
 	assert_int_equal(es_client_acquire(c, 1, 2, ids, rec, &diag),
 			 -ST_E_CHECKSUM);
 	assert_non_null(strstr(diag.msg, "expert 3"));
+	assert_non_null(strstr(diag.msg, "experts-001.bin"));
+	assert_non_null(strstr(diag.msg, "strata convert"));
 	assert_int_equal(es_client_stats(c, &s), 0);
 	assert_true(s.checksum_failures == 1);
 	/* still serving */

@@ -728,6 +728,29 @@ static void test_malformed(void **state)
 						       1u << 20, &ent, NULL),
 				 0);
 		free(rep);
+		/* the same request again (a re-send): the same answer, and
+		 * the expert is pinned once, not twice */
+		{
+			struct es_acquire_ent ent2;
+			struct st_shm shm;
+			struct es_pool_view v;
+
+			assert_int_equal(st_sock_send(&s, buf, n), 0);
+			assert_int_equal(st_sock_recv(&s, &rep, &rl), 0);
+			assert_int_equal(st_proto_decode_header(rep, rl, &h), 0);
+			assert_int_equal(h.status, 0);
+			assert_int_equal(es_acquire_rep_decode(
+						 (uint8_t *)rep + 32,
+						 h.payload_len, 1, 1u << 20,
+						 &ent2, NULL), 0);
+			free(rep);
+			assert_int_equal(ent2.slot, ent.slot);
+			assert_int_equal(ent2.gen, ent.gen);
+			assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+			assert_int_equal(es_slot_pin_sum(&v.slots[ent.slot]),
+					 1);
+			st_shm_detach(&shm);
+		}
 		req++;
 		assert_int_equal(call_typed(&s, ES_MSG_RELEASE, req++, id, &w,
 					    NULL, 0), 0);
