@@ -12,7 +12,12 @@
  * so a client may be shared by threads); kv_client_row reads the page table
  * in shared memory and sends nothing.  If kvd is restarted (even after
  * kill -9) it adopts the pool, and the client goes on: it registers again
- * under its old id when kvd no longer knows it.
+ * under its old id when kvd no longer knows it.  If the pool itself is gone
+ * (kvd stopped cleanly, then started again), the client drops its mapping
+ * when a reply shows another pool epoch and maps the new pool at its next
+ * sequence request; its old sequences are gone and row pointers taken
+ * before must not be used (the caller of such a request must not run
+ * kv_client_row in another thread at the same time).
  */
 #ifndef KV_CLIENT_H
 #define KV_CLIENT_H

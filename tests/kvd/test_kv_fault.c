@@ -195,6 +195,15 @@ static void test_killed_client(void **state)
 			waitpid(holder, NULL, 0);
 	}
 	assert_int_equal(kv_client_seq_rows(c, mine), 5);
+	/* the client dies while kvd is down: the restarted kvd, which only
+	 * knows it from the pool's sequence entries, releases its pages */
+	holder = spawn_holder(k);
+	kvd_kill(k, SIGKILL);
+	kill(holder, SIGKILL);
+	waitpid(holder, NULL, 0);
+	assert_int_equal(kvd_start(k, NULL), 0);
+	assert_int_equal(wait_for(c, 1, 2, 1), 0);
+	assert_int_equal(kv_client_seq_rows(c, mine), 5);
 	kv_client_close(c);
 }
 
