@@ -177,7 +177,15 @@ static void test_hello(void **state)
 	es_hello_rep_encode(&w, &r);
 	assert_int_equal(w.len, ES_HELLO_REP_BYTES);
 	assert_int_equal(es_hello_rep_decode(w.data, w.len, &r2, &diag), 0);
-	assert_memory_equal(&r, &r2, sizeof(r));
+	assert_int_equal(r2.client_id, r.client_id);
+	assert_true(r2.epoch == 5 && r2.store_id == 0xabc &&
+		    r2.layout_hash == 0xdef && r2.record_bytes == 40960);
+	assert_int_equal(r2.pid, 4242);
+	assert_int_equal(r2.pool_layout, 1);
+	assert_int_equal(r2.n_layers, 6);
+	assert_int_equal(r2.n_experts, 16);
+	assert_int_equal(r2.n_slots, 24);
+	assert_int_equal(r2.top_k, 2);
 	assert_int_equal(es_client_id_index(r2.client_id), 3);
 	assert_int_equal(es_client_id_gen(r2.client_id), 7);
 	st_wbuf_fini(&w);
