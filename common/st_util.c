@@ -117,34 +117,48 @@ char *st_format_bytes(uint64_t bytes, char *buf, size_t len)
 
 int st_read_file(const char *path, char **ret_buf, size_t *ret_len)
 {
+	size_t cap = 4096, got = 0;
 	struct stat st;
 	char *buf;
-	size_t got = 0;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st) < 0) {
-		int e = -errno;
-		close(fd);
-		return e;
-	}
-	buf = malloc((size_t)st.st_size + 1);
+	/* /proc files report size 0: read until EOF, sized from st_size
+	 * when there is one */
+	if (fstat(fd, &st) == 0 && st.st_size > 0)
+		cap = (size_t)st.st_size + 1;
+	buf = malloc(cap);
 	if (!buf) {
 		close(fd);
 		return -ENOMEM;
 	}
-	while (got < (size_t)st.st_size) {
-		ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+	for (;;) {
+		ssize_t r;
 
+		if (got + 1 >= cap) {
+			char *nb = realloc(buf, cap * 2);
+
+			if (!nb) {
+				free(buf);
+				close(fd);
+				return -ENOMEM;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		r = read(fd, buf + got, cap - 1 - got);
 		if (r < 0 && errno == EINTR)
 			continue;
-		if (r <= 0) {
-			int e = r < 0 ? -errno : -EIO;
+		if (r < 0) {
+			int e = -errno;
+
 			free(buf);
 			close(fd);
 			return e;
 		}
+		if (r == 0)
+			break;
 		got += (size_t)r;
 	}
 	close(fd);
@@ -272,7 +286,26 @@ uint64_t st_pid_rss_bytes(int pid)
 
 int st_pid_alive(int pid)
 {
+	char path[64], stat_line[512];
+	FILE *f;
+	int alive;
+
 	if (pid <= 0)
 		return 0;
-	return kill(pid, 0) == 0 || errno == EPERM;
+	alive = kill(pid, 0) == 0 || errno == EPERM;
+	if (!alive)
+		return 0;
+	/* a zombie (killed, not yet reaped) owns nothing any more */
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	f = fopen(path, "re");
+	if (f) {
+		if (fgets(stat_line, sizeof(stat_line), f)) {
+			char *rp = strrchr(stat_line, ')');
+
+			if (rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'))
+				alive = 0;
+		}
+		fclose(f);
+	}
+	return alive;
 }

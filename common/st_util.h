@@ -68,7 +68,8 @@ uint64_t st_pid_peak_rss_bytes(int pid);
 /* Current resident set of a process by pid (VmRSS), or 0. pid 0 = self. */
 uint64_t st_pid_rss_bytes(int pid);
 
-/* True if process `pid` is alive (kill(pid, 0) succeeds or fails with EPERM). */
+/* True if process `pid` is alive: kill(pid, 0) succeeds (or fails with
+ * EPERM) and it is not a zombie. */
 int st_pid_alive(int pid);
 
 #endif
