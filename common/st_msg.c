@@ -15,7 +15,10 @@
 int st_sock_open(struct st_sock *s, enum st_sock_kind kind, const char *path,
 		 int send_timeout_ms, int recv_timeout_ms)
 {
-	int proto, fd, maxsz = ST_MSG_MAX_BYTES, r;
+	/* the receive limit leaves room for the REQ/REP protocol header that
+	 * nanomsg puts in front of our bytes, so every message st_sock_send
+	 * accepts (<= ST_MSG_MAX_BYTES) is received (PITFALLS P16) */
+	int proto, fd, maxsz = ST_MSG_MAX_BYTES + ST_MSG_PROTO_HEADROOM, r;
 
 	s->fd = -1;
 	s->kind = kind;

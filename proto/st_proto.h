@@ -35,6 +35,9 @@
 /* Receive limit set explicitly on every socket (PITFALLS P16); senders refuse
  * larger messages with -ST_E_LIMIT instead of letting the peer drop them. */
 #define ST_MSG_MAX_BYTES (1024 * 1024)
+/* Bytes the socket protocol (REQ/REP request ids, backtrace) adds in front
+ * of a message; the receive limit is ST_MSG_MAX_BYTES plus this. */
+#define ST_MSG_PROTO_HEADROOM 256
 
 #define ST_MSG_REPLY 0x8000u
 

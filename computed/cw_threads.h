@@ -1,0 +1,28 @@
+/*
+ * cw_threads.h — a persistent pool of worker threads for computed's kernels
+ * (no per-op thread creation).  A job is split into n_tasks tasks; task t
+ * is run by exactly one thread.  Splitting a matvec by output rows keeps
+ * every output element's reduction order, so results do not depend on the
+ * thread count (DESIGN.md 6a).
+ */
+#ifndef CW_THREADS_H
+#define CW_THREADS_H
+
+struct cw_threads;
+
+/* fn(arg, task, n_tasks) is called once per task. */
+typedef void (*cw_task_fn)(void *arg, int task, int n_tasks);
+
+/* Starts n_threads - 1 workers (the caller is the n-th).  n_threads >= 1.
+ * *ret owned by the caller.  0, -EINVAL, -ENOMEM or -errno. */
+int cw_threads_create(int n_threads, struct cw_threads **ret);
+/* Stops and joins the workers.  NULL is fine. */
+void cw_threads_destroy(struct cw_threads *p);
+int cw_threads_count(const struct cw_threads *p);
+
+/* Runs tasks 0 .. n_tasks-1 across the pool and returns when all are done.
+ * Not reentrant: one job at a time (computed's compute loop). */
+void cw_threads_run(struct cw_threads *p, cw_task_fn fn, void *arg,
+		    int n_tasks);
+
+#endif
