@@ -40,6 +40,7 @@ static void usage(FILE *f)
 "Usage: strata-bench-decode --model DIR [--store DIR] [--tokens N]\n"
 "                           [--prompt-tokens N] [--runs N] [--host-budget B]\n"
 "                           [--experts mxfp4|bf16] [--membw-bytes B]\n"
+"                           [--threads N]\n"
 "\n"
 "Decode benchmark (reference-mode CPU backend, 1 thread).  Make the large\n"
 "model with: scripts/gen-moe-model.py --out bench-models/qwen3moe-large\n");
@@ -56,6 +57,7 @@ int main(int argc, char **argv)
 		{ "host-budget", required_argument, NULL, 'b' },
 		{ "experts", required_argument, NULL, 'e' },
 		{ "membw-bytes", required_argument, NULL, 'w' },
+		{ "threads", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -84,6 +86,7 @@ int main(int argc, char **argv)
 		case 'b': snprintf(inst.host_budget, sizeof(inst.host_budget), "%s", optarg); break;
 		case 'e': experts = optarg; break;
 		case 'w': st_parse_size(optarg, &membw_bytes); break;
+		case 't': mo.n_threads = atoi(optarg) > 0 ? atoi(optarg) : 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -165,7 +168,7 @@ int main(int argc, char **argv)
 		qsort(tps, (size_t)runs, sizeof(double), cmp_d);
 		med = tps[runs / 2];
 		printf("\ndecode: %.2f tokens/s (median of %d runs of %d tokens, "
-		       "1 thread, reference mode)\n", med, runs, n_tokens);
+		       "%d thread(s), reference mode)\n", med, runs, n_tokens, mo.n_threads);
 		printf("bytes read per token: %.1f MB total = experts %.1f MB "
 		       "(%.0f%%) + dense %.1f MB (%.0f%%) + LM head %.1f MB (%.0f%%)\n",
 		       tot / 1e6, exp_b / 1e6, 100 * exp_b / tot, den_b / 1e6,

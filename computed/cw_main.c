@@ -68,6 +68,8 @@ static void usage(FILE *f)
 "  --kv-dtype TYPE        KV rows: f32 (reference mode, default), f16, bf16\n"
 "  --page-rows N          KV rows per page (default 16)\n"
 "  --connect-timeout SEC  wait this long for expertd/kvd (default 30)\n"
+"  --threads N            compute threads (default: online CPUs); results\n"
+"                         do not depend on it\n"
 "  -h, --help             this text\n"
 "\n"
 "Stops cleanly on SIGTERM/SIGINT or a SHUTDOWN request.\n",
@@ -83,6 +85,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "kv-dtype", required_argument, NULL, 'k' },
 		{ "page-rows", required_argument, NULL, 'p' },
 		{ "connect-timeout", required_argument, NULL, 'c' },
+		{ "threads", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -91,7 +94,9 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 	snprintf(d->instance, sizeof(d->instance), "%s", ST_DEFAULT_INSTANCE);
 	d->mopts.kv_dtype = ST_DTYPE_F32;
 	d->mopts.page_rows = 16;
-	d->mopts.n_threads = 1;
+	d->mopts.n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	if (d->mopts.n_threads < 1)
+		d->mopts.n_threads = 1;
 	d->timeout_ms = 10000;
 	d->connect_timeout_ms = 30000;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -130,6 +135,16 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 				return -EINVAL;
 			}
 			d->connect_timeout_ms = (int)v * 1000;
+			break;
+		}
+		case 't': {
+			long v = strtol(optarg, NULL, 10);
+
+			if (v < 1 || v > 256) {
+				st_err("--threads must be 1..256");
+				return -EINVAL;
+			}
+			d->mopts.n_threads = (int)v;
 			break;
 		}
 		case 'h': usage(stdout); exit(0);

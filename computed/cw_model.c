@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cw_router.h"
+#include "cw_threads.h"
 #include "st_formats.h"
 #include "st_util.h"
 
@@ -45,6 +46,7 @@ struct cw_model {
 	cw_route_fn route_fn;
 	void *route_arg;
 	struct cw_read_stats rs;
+	struct cw_threads *pool;           /* owned; NULL = single thread */
 	/* scratch, grown on demand for n tokens */
 	int cap_tokens;
 	float *x, *xn, *q, *kbuf, *vbuf, *att, *scores, *tmp;
@@ -210,15 +212,16 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 		return r;
 	}
 	m->cfg = m->store->cfg;
-	if (m->cfg.n_experts > CW_MAX_EXPERTS || m->cfg.top_k > m->cfg.n_experts) {
+	if (m->cfg.n_experts > CW_MAX_EXPERTS || m->cfg.top_k > m->cfg.n_experts)
 		r = st_diag_set(diag, -ST_E_UNSUPPORTED,
 				"%d experts: computed supports at most %d",
 				m->cfg.n_experts, CW_MAX_EXPERTS);
-		st_store_close(m->store);
-		free(m);
-		return r;
-	}
-	r = map_dense(m, diag);
+	else if (m->opts.n_threads > 1 &&
+		 (r = cw_threads_create(m->opts.n_threads, &m->pool)) < 0)
+		st_diag_set(diag, r, "cannot start %d threads",
+			    m->opts.n_threads);
+	if (!r)
+		r = map_dense(m, diag);
 	if (!r)
 		r = bind_all(m, diag);
 	if (!r && es) {
@@ -275,6 +278,7 @@ void cw_model_close(struct cw_model *m)
 	if (!m)
 		return;
 	free_scratch(m);
+	cw_threads_destroy(m->pool);
 	free(m->layers);
 	if (m->dense_map)
 		munmap(m->dense_map, m->dense_len);
@@ -367,10 +371,34 @@ static void embed_row(const struct cw_wview *w, int64_t row, float *out)
 				  (size_t)w->cols, out);
 }
 
+struct matvec_job {
+	const struct cw_backend_ops *be;
+	const struct cw_wview *w;
+	const float *x;
+	float *y;
+};
+
+static void matvec_task(void *arg, int task, int n_tasks)
+{
+	const struct matvec_job *j = arg;
+	int64_t r0 = j->w->rows * task / n_tasks;
+	int64_t r1 = j->w->rows * (task + 1) / n_tasks;
+
+	j->be->matvec(j->w, j->x, j->y, r0, r1);
+}
+
+/* y = W x, split by output rows over the thread pool when the matrix is
+ * large enough to pay for it (each row is still one fixed reduction). */
 static void matvec(struct cw_model *m, const struct cw_wview *w,
 		   const float *x, float *y)
 {
-	m->be->matvec(w, x, y, 0, w->rows);
+	struct matvec_job j = { m->be, w, x, y };
+	int n = cw_threads_count(m->pool);
+
+	if (n > 1 && w->rows >= 64 && w->rows * w->cols >= (1 << 16))
+		cw_threads_run(m->pool, matvec_task, &j, n * 4);
+	else
+		m->be->matvec(w, x, y, 0, w->rows);
 }
 
 static void kv_store(struct cw_model *m, uint8_t *dst, const float *src,

@@ -18,7 +18,9 @@
  *            f32-sharded  as f32, on a copy of the checkpoint that this test
  *                   splits into 3 shards plus model.safetensors.index.json
  *   HOST_BUDGET  optional expertd --host-budget (e.g. 25%): results must not
- *                change with the budget.
+ *                change with the budget.  Or "threads": the logits of every
+ *                prompt computed with a 2-thread pool are bit-identical to
+ *                the 1-thread ones (DESIGN.md 6a).
  * Greedy continuations are decoded one token at a time through the KV
  * cache (the references recomputed the whole sequence; equal in exact
  * arithmetic).
@@ -457,7 +459,7 @@ int main(int argc, char **argv)
 	}
 	c.fixture = argv[1];
 	c.variant = argv[2];
-	if (setup(&c, argc > 3 ? argv[3] : NULL) < 0) {
+	if (setup(&c, argc > 3 && strcmp(argv[3], "threads") ? argv[3] : NULL) < 0) {
 		st_test_inst_stop(&c.inst);
 		return 1;
 	}
@@ -477,7 +479,39 @@ int main(int argc, char **argv)
 		test_kjv(&c, ref);
 	else
 		test_tiny(&c, ref);
-	if (argc > 3) {
+	if (argc > 3 && !strcmp(argv[3], "threads")) {
+		struct cw_model_opts mo2 = { ST_DTYPE_F32, 16, 2 };
+		struct cw_model *m1 = c.model, *m2 = NULL;
+		struct st_diag diag = { "" };
+		json_t *prompts = json_object_get(ref, "prompts");
+
+		if (cw_model_open(c.store_dir, c.es, c.kv, &mo2, &m2, &diag) < 0) {
+			fprintf(stderr, "2-thread model: %s\n", diag.msg);
+			n_fail++;
+		}
+		for (size_t pi = 0; m2 && pi < json_array_size(prompts); pi++) {
+			json_t *jids = json_object_get(json_array_get(prompts, pi), "ids");
+			int n = (int)json_array_size(jids);
+			int32_t *ids = malloc(sizeof(int32_t) * n), g1[4], g2[4];
+			float *a, *b;
+
+			for (int i = 0; i < n; i++)
+				ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
+			c.model = m1;
+			a = run_prompt(&c, ids, n, 4, g1);
+			c.model = m2;
+			b = run_prompt(&c, ids, n, 4, g2);
+			CHECK(!memcmp(a, b, sizeof(float) * (size_t)n * c.vocab) &&
+			      !memcmp(g1, g2, sizeof(g1)),
+			      "prompt %zu: 2-thread logits differ from 1-thread", pi);
+			free(a);
+			free(b);
+			free(ids);
+		}
+		printf("2-thread logits compared bit for bit with 1-thread\n");
+		c.model = m1;
+		cw_model_close(m2);
+	} else if (argc > 3) {
 		struct es_stats s;
 
 		if (es_client_stats(c.es, &s) == 0) {
