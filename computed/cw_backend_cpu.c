@@ -49,12 +49,26 @@ static inline v8f load8_bf16(const uint16_t *p)
 	return f;
 }
 
+/*
+ * The kernels are compiled twice (GCC target_clones, dispatched once at load
+ * time through an ifunc): for AVX2 and for the baseline.  The file is built
+ * with -ffp-contract=off, so neither clone fuses a multiply and an add: both
+ * compute exactly the same float32 operations in the same order, and the
+ * results are bit-identical on every machine.  Real SIMD kernels with their
+ * own dispatch come with the fast mode.
+ */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define CW_KERNEL __attribute__((target_clones("avx2", "default")))
+#else
+#define CW_KERNEL
+#endif
+
 static inline float hsum8(v8f a)
 {
 	return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
-static void matvec_f32(const struct cw_wview *w, const float *x, float *y,
+CW_KERNEL static void matvec_f32(const struct cw_wview *w, const float *x, float *y,
 		       int64_t r0, int64_t r1)
 {
 	const float *W = w->data;
@@ -74,7 +88,7 @@ static void matvec_f32(const struct cw_wview *w, const float *x, float *y,
 	}
 }
 
-static void matvec_bf16(const struct cw_wview *w, const float *x, float *y,
+CW_KERNEL static void matvec_bf16(const struct cw_wview *w, const float *x, float *y,
 			int64_t r0, int64_t r1)
 {
 	const uint16_t *W = w->data;
@@ -94,10 +108,267 @@ static void matvec_bf16(const struct cw_wview *w, const float *x, float *y,
 	}
 }
 
-/* E2M1 code -> value (OCP MX v1.0 table). */
-static const float k_e2m1[16] = { 0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
-				  4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
-				  -2.0f, -3.0f, -4.0f, -6.0f };
+
+/* Both E2M1 values of a byte (low nibble = even element, OCP layout):
+ * k_e2m1_pair[b] = { e2m1(b & 15), e2m1(b >> 4) }. */
+static const float k_e2m1_pair[256][2] = {
+	{ 0.0f, 0.0f },
+	{ 0.5f, 0.0f },
+	{ 1.0f, 0.0f },
+	{ 1.5f, 0.0f },
+	{ 2.0f, 0.0f },
+	{ 3.0f, 0.0f },
+	{ 4.0f, 0.0f },
+	{ 6.0f, 0.0f },
+	{ -0.0f, 0.0f },
+	{ -0.5f, 0.0f },
+	{ -1.0f, 0.0f },
+	{ -1.5f, 0.0f },
+	{ -2.0f, 0.0f },
+	{ -3.0f, 0.0f },
+	{ -4.0f, 0.0f },
+	{ -6.0f, 0.0f },
+	{ 0.0f, 0.5f },
+	{ 0.5f, 0.5f },
+	{ 1.0f, 0.5f },
+	{ 1.5f, 0.5f },
+	{ 2.0f, 0.5f },
+	{ 3.0f, 0.5f },
+	{ 4.0f, 0.5f },
+	{ 6.0f, 0.5f },
+	{ -0.0f, 0.5f },
+	{ -0.5f, 0.5f },
+	{ -1.0f, 0.5f },
+	{ -1.5f, 0.5f },
+	{ -2.0f, 0.5f },
+	{ -3.0f, 0.5f },
+	{ -4.0f, 0.5f },
+	{ -6.0f, 0.5f },
+	{ 0.0f, 1.0f },
+	{ 0.5f, 1.0f },
+	{ 1.0f, 1.0f },
+	{ 1.5f, 1.0f },
+	{ 2.0f, 1.0f },
+	{ 3.0f, 1.0f },
+	{ 4.0f, 1.0f },
+	{ 6.0f, 1.0f },
+	{ -0.0f, 1.0f },
+	{ -0.5f, 1.0f },
+	{ -1.0f, 1.0f },
+	{ -1.5f, 1.0f },
+	{ -2.0f, 1.0f },
+	{ -3.0f, 1.0f },
+	{ -4.0f, 1.0f },
+	{ -6.0f, 1.0f },
+	{ 0.0f, 1.5f },
+	{ 0.5f, 1.5f },
+	{ 1.0f, 1.5f },
+	{ 1.5f, 1.5f },
+	{ 2.0f, 1.5f },
+	{ 3.0f, 1.5f },
+	{ 4.0f, 1.5f },
+	{ 6.0f, 1.5f },
+	{ -0.0f, 1.5f },
+	{ -0.5f, 1.5f },
+	{ -1.0f, 1.5f },
+	{ -1.5f, 1.5f },
+	{ -2.0f, 1.5f },
+	{ -3.0f, 1.5f },
+	{ -4.0f, 1.5f },
+	{ -6.0f, 1.5f },
+	{ 0.0f, 2.0f },
+	{ 0.5f, 2.0f },
+	{ 1.0f, 2.0f },
+	{ 1.5f, 2.0f },
+	{ 2.0f, 2.0f },
+	{ 3.0f, 2.0f },
+	{ 4.0f, 2.0f },
+	{ 6.0f, 2.0f },
+	{ -0.0f, 2.0f },
+	{ -0.5f, 2.0f },
+	{ -1.0f, 2.0f },
+	{ -1.5f, 2.0f },
+	{ -2.0f, 2.0f },
+	{ -3.0f, 2.0f },
+	{ -4.0f, 2.0f },
+	{ -6.0f, 2.0f },
+	{ 0.0f, 3.0f },
+	{ 0.5f, 3.0f },
+	{ 1.0f, 3.0f },
+	{ 1.5f, 3.0f },
+	{ 2.0f, 3.0f },
+	{ 3.0f, 3.0f },
+	{ 4.0f, 3.0f },
+	{ 6.0f, 3.0f },
+	{ -0.0f, 3.0f },
+	{ -0.5f, 3.0f },
+	{ -1.0f, 3.0f },
+	{ -1.5f, 3.0f },
+	{ -2.0f, 3.0f },
+	{ -3.0f, 3.0f },
+	{ -4.0f, 3.0f },
+	{ -6.0f, 3.0f },
+	{ 0.0f, 4.0f },
+	{ 0.5f, 4.0f },
+	{ 1.0f, 4.0f },
+	{ 1.5f, 4.0f },
+	{ 2.0f, 4.0f },
+	{ 3.0f, 4.0f },
+	{ 4.0f, 4.0f },
+	{ 6.0f, 4.0f },
+	{ -0.0f, 4.0f },
+	{ -0.5f, 4.0f },
+	{ -1.0f, 4.0f },
+	{ -1.5f, 4.0f },
+	{ -2.0f, 4.0f },
+	{ -3.0f, 4.0f },
+	{ -4.0f, 4.0f },
+	{ -6.0f, 4.0f },
+	{ 0.0f, 6.0f },
+	{ 0.5f, 6.0f },
+	{ 1.0f, 6.0f },
+	{ 1.5f, 6.0f },
+	{ 2.0f, 6.0f },
+	{ 3.0f, 6.0f },
+	{ 4.0f, 6.0f },
+	{ 6.0f, 6.0f },
+	{ -0.0f, 6.0f },
+	{ -0.5f, 6.0f },
+	{ -1.0f, 6.0f },
+	{ -1.5f, 6.0f },
+	{ -2.0f, 6.0f },
+	{ -3.0f, 6.0f },
+	{ -4.0f, 6.0f },
+	{ -6.0f, 6.0f },
+	{ 0.0f, -0.0f },
+	{ 0.5f, -0.0f },
+	{ 1.0f, -0.0f },
+	{ 1.5f, -0.0f },
+	{ 2.0f, -0.0f },
+	{ 3.0f, -0.0f },
+	{ 4.0f, -0.0f },
+	{ 6.0f, -0.0f },
+	{ -0.0f, -0.0f },
+	{ -0.5f, -0.0f },
+	{ -1.0f, -0.0f },
+	{ -1.5f, -0.0f },
+	{ -2.0f, -0.0f },
+	{ -3.0f, -0.0f },
+	{ -4.0f, -0.0f },
+	{ -6.0f, -0.0f },
+	{ 0.0f, -0.5f },
+	{ 0.5f, -0.5f },
+	{ 1.0f, -0.5f },
+	{ 1.5f, -0.5f },
+	{ 2.0f, -0.5f },
+	{ 3.0f, -0.5f },
+	{ 4.0f, -0.5f },
+	{ 6.0f, -0.5f },
+	{ -0.0f, -0.5f },
+	{ -0.5f, -0.5f },
+	{ -1.0f, -0.5f },
+	{ -1.5f, -0.5f },
+	{ -2.0f, -0.5f },
+	{ -3.0f, -0.5f },
+	{ -4.0f, -0.5f },
+	{ -6.0f, -0.5f },
+	{ 0.0f, -1.0f },
+	{ 0.5f, -1.0f },
+	{ 1.0f, -1.0f },
+	{ 1.5f, -1.0f },
+	{ 2.0f, -1.0f },
+	{ 3.0f, -1.0f },
+	{ 4.0f, -1.0f },
+	{ 6.0f, -1.0f },
+	{ -0.0f, -1.0f },
+	{ -0.5f, -1.0f },
+	{ -1.0f, -1.0f },
+	{ -1.5f, -1.0f },
+	{ -2.0f, -1.0f },
+	{ -3.0f, -1.0f },
+	{ -4.0f, -1.0f },
+	{ -6.0f, -1.0f },
+	{ 0.0f, -1.5f },
+	{ 0.5f, -1.5f },
+	{ 1.0f, -1.5f },
+	{ 1.5f, -1.5f },
+	{ 2.0f, -1.5f },
+	{ 3.0f, -1.5f },
+	{ 4.0f, -1.5f },
+	{ 6.0f, -1.5f },
+	{ -0.0f, -1.5f },
+	{ -0.5f, -1.5f },
+	{ -1.0f, -1.5f },
+	{ -1.5f, -1.5f },
+	{ -2.0f, -1.5f },
+	{ -3.0f, -1.5f },
+	{ -4.0f, -1.5f },
+	{ -6.0f, -1.5f },
+	{ 0.0f, -2.0f },
+	{ 0.5f, -2.0f },
+	{ 1.0f, -2.0f },
+	{ 1.5f, -2.0f },
+	{ 2.0f, -2.0f },
+	{ 3.0f, -2.0f },
+	{ 4.0f, -2.0f },
+	{ 6.0f, -2.0f },
+	{ -0.0f, -2.0f },
+	{ -0.5f, -2.0f },
+	{ -1.0f, -2.0f },
+	{ -1.5f, -2.0f },
+	{ -2.0f, -2.0f },
+	{ -3.0f, -2.0f },
+	{ -4.0f, -2.0f },
+	{ -6.0f, -2.0f },
+	{ 0.0f, -3.0f },
+	{ 0.5f, -3.0f },
+	{ 1.0f, -3.0f },
+	{ 1.5f, -3.0f },
+	{ 2.0f, -3.0f },
+	{ 3.0f, -3.0f },
+	{ 4.0f, -3.0f },
+	{ 6.0f, -3.0f },
+	{ -0.0f, -3.0f },
+	{ -0.5f, -3.0f },
+	{ -1.0f, -3.0f },
+	{ -1.5f, -3.0f },
+	{ -2.0f, -3.0f },
+	{ -3.0f, -3.0f },
+	{ -4.0f, -3.0f },
+	{ -6.0f, -3.0f },
+	{ 0.0f, -4.0f },
+	{ 0.5f, -4.0f },
+	{ 1.0f, -4.0f },
+	{ 1.5f, -4.0f },
+	{ 2.0f, -4.0f },
+	{ 3.0f, -4.0f },
+	{ 4.0f, -4.0f },
+	{ 6.0f, -4.0f },
+	{ -0.0f, -4.0f },
+	{ -0.5f, -4.0f },
+	{ -1.0f, -4.0f },
+	{ -1.5f, -4.0f },
+	{ -2.0f, -4.0f },
+	{ -3.0f, -4.0f },
+	{ -4.0f, -4.0f },
+	{ -6.0f, -4.0f },
+	{ 0.0f, -6.0f },
+	{ 0.5f, -6.0f },
+	{ 1.0f, -6.0f },
+	{ 1.5f, -6.0f },
+	{ 2.0f, -6.0f },
+	{ 3.0f, -6.0f },
+	{ 4.0f, -6.0f },
+	{ 6.0f, -6.0f },
+	{ -0.0f, -6.0f },
+	{ -0.5f, -6.0f },
+	{ -1.0f, -6.0f },
+	{ -1.5f, -6.0f },
+	{ -2.0f, -6.0f },
+	{ -3.0f, -6.0f },
+	{ -4.0f, -6.0f },
+	{ -6.0f, -6.0f },
+};
 
 static inline float e8m0_to_f32(uint8_t b)
 {
@@ -115,7 +386,7 @@ static inline float e8m0_to_f32(uint8_t b)
 /* MXFP4 (OCP layout): each 32-element block is dequantized exactly
  * (code value * E8M0 scale is representable in float32) into 4 vectors and
  * multiplied into the same 8 lanes as a dense matvec would. */
-static void matvec_mxfp4(const struct cw_wview *w, const float *x, float *y,
+CW_KERNEL static void matvec_mxfp4(const struct cw_wview *w, const float *x, float *y,
 			 int64_t r0, int64_t r1)
 {
 	const uint8_t *codes = w->data;
@@ -128,18 +399,19 @@ static void matvec_mxfp4(const struct cw_wview *w, const float *x, float *y,
 
 		for (int64_t b = 0; b < nb; b++) {
 			const float s = e8m0_to_f32(rs[b]);
+			const v8f sv = { s, s, s, s, s, s, s, s };
 			const uint8_t *bc = rc + b * 16;
 			const float *bx = x + b * 32;
 			float dq[32];
 
-			for (int j = 0; j < 16; j++) {
-				dq[2 * j] = k_e2m1[bc[j] & 15] * s;
-				dq[2 * j + 1] = k_e2m1[bc[j] >> 4] * s;
-			}
-			acc += load8(dq) * load8(bx);
-			acc += load8(dq + 8) * load8(bx + 8);
-			acc += load8(dq + 16) * load8(bx + 16);
-			acc += load8(dq + 24) * load8(bx + 24);
+			for (int j = 0; j < 16; j++)
+				memcpy(dq + 2 * j, k_e2m1_pair[bc[j]], 8);
+			/* (code * scale) is exact; then times x, as a dense
+			 * matvec of the dequantized weights would */
+			acc += (load8(dq) * sv) * load8(bx);
+			acc += (load8(dq + 8) * sv) * load8(bx + 8);
+			acc += (load8(dq + 16) * sv) * load8(bx + 16);
+			acc += (load8(dq + 24) * sv) * load8(bx + 24);
 		}
 		y[r] = hsum8(acc);
 	}
