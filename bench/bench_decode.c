@@ -173,6 +173,9 @@ int main(int argc, char **argv)
 		       "(%.0f%%) + dense %.1f MB (%.0f%%) + LM head %.1f MB (%.0f%%)\n",
 		       tot / 1e6, exp_b / 1e6, 100 * exp_b / tot, den_b / 1e6,
 		       100 * den_b / tot, lm_b / 1e6, 100 * lm_b / tot);
+		printf("achieved bytes/s: experts %.2f GB/s, dense %.2f GB/s, "
+		       "LM head %.2f GB/s\n", exp_b * med / 1e9,
+		       den_b * med / 1e9, lm_b * med / 1e9);
 		printf("achieved: %.2f GB/s = %.0f%% of 1-thread read bandwidth "
 		       "(%.1f GB/s), %.0f%% of 2-thread (%.1f GB/s)\n",
 		       tot * med / 1e9, 100 * tot * med / 1e9 / bw1, bw1,
