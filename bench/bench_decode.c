@@ -99,7 +99,7 @@ int main(int argc, char **argv)
 		cli_default_store_dir(model, experts, inst.store_dir,
 				      sizeof(inst.store_dir));
 	if (!st_path_exists(inst.store_dir) &&
-	    cli_convert(model, inst.store_dir, experts, 0, 0))
+	    cli_convert(model, inst.store_dir, experts, 0, 0, -1))
 		return 1;
 
 	printf("memory read bandwidth (st_membw, %llu MiB, best of 5):\n",
@@ -193,5 +193,6 @@ out:
 	kv_client_close(kv);
 	es_client_close(es);
 	cli_instance_down(&inst);
+	st_rm_rf(inst.run_dir);
 	return r < 0 ? 1 : 0;
 }

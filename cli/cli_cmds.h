@@ -19,9 +19,20 @@ int cli_cmd_status(int argc, char **argv);
 int cli_default_store_dir(const char *model_dir, const char *experts,
 			  char *buf, size_t len);
 /* Converts model_dir into store_dir with a progress bar on a terminal.
- * experts: "mxfp4", "bf16" or "f32".  0 or 1 (error printed). */
+ * experts: "mxfp4", "bf16" or "f32".  A stop signal pending on sigfd (>= 0)
+ * cancels the conversion cleanly.  0, 1 (error printed) or 130
+ * (interrupted). */
 int cli_convert(const char *model_dir, const char *store_dir,
-		const char *experts, int dense_f32, int force);
+		const char *experts, int dense_f32, int force, int sigfd);
+/* 1 if the checkpoint files recorded in store_dir's manifest differ in
+ * size from those in model_dir now (or one is missing), else 0. */
+int cli_store_stale(const char *store_dir, const char *model_dir);
+/* Checks options shared by several commands before anything starts:
+ * instance name, budgets, KV dtype, expert format (any may be NULL).
+ * Prints what is wrong, prefixed by `who`, and returns 1; else 0. */
+int cli_check_common(const char *instance, const char *host_budget,
+		     const char *kv_budget, const char *kv_dtype,
+		     const char *experts, const char *who);
 /* Default embedded model directory (models/kjv-moe of the source tree or of
  * the installed data dir) into buf; 0 or -ENOENT. */
 int cli_default_model_dir(char *buf, size_t len);

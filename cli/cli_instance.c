@@ -230,6 +230,20 @@ void cli_instance_read_pids(struct cli_instance *inst)
 	inst->pid_computed = st_pidfile_read(inst->run_dir, "computed");
 }
 
+int cli_instance_state(const struct cli_instance *inst)
+{
+	int up = 0;
+
+	for (int i = 0; i < 3; i++) {
+		char ctl[4200];
+
+		st_run_path(inst->run_dir, k_daemons[i], "ctl", ctl, sizeof(ctl));
+		if (st_path_exists(ctl) && st_daemon_ping(ctl, 1000, NULL) == 0)
+			up++;
+	}
+	return up;
+}
+
 int cli_instance_running(const struct cli_instance *inst)
 {
 	char ctl[4200];

@@ -47,6 +47,9 @@ int cli_instance_up(struct cli_instance *inst, int timeout_s,
  */
 int cli_instance_down(struct cli_instance *inst);
 
+/* How many of the instance's three daemons answer PING (0..3). */
+int cli_instance_state(const struct cli_instance *inst);
+
 /* 1 if computed of the instance answers PING (ready), else 0. */
 int cli_instance_running(const struct cli_instance *inst);
 

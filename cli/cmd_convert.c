@@ -1,6 +1,8 @@
 /* cmd_convert.c — `strata convert` and `strata verify`, and the shared
  * conversion helper used by `strata run`. */
 #include <errno.h>
+#include <jansson.h>
+#include <sys/stat.h>
 #include <getopt.h>
 #include <limits.h>
 #include <stdio.h>
@@ -11,6 +13,8 @@
 #include "cli_cmds.h"
 #include "es_convert.h"
 #include "st_build_config.h"
+#include "st_daemon.h"
+#include "st_shm.h"
 #include "st_store.h"
 #include "st_util.h"
 
@@ -19,6 +23,8 @@ struct progress_bar {
 	int tty;
 	int last_pct;
 	uint64_t t0;
+	int sigfd;            /* stop signals, or -1 */
+	volatile int cancel;  /* set on a stop signal */
 };
 
 static void progress(uint64_t done, uint64_t total, void *arg)
@@ -26,6 +32,9 @@ static void progress(uint64_t done, uint64_t total, void *arg)
 	struct progress_bar *pb = arg;
 	int pct = total ? (int)(done * 100 / total) : 100;
 	char a[32], b[32];
+
+	if (pb->sigfd >= 0 && !pb->cancel && st_stop_signals_pending(pb->sigfd))
+		pb->cancel = 1;
 
 	if (pct == pb->last_pct)
 		return;
@@ -118,10 +127,11 @@ static int parse_experts(const char *s, enum st_dtype *ret)
 }
 
 int cli_convert(const char *model_dir, const char *store_dir,
-		const char *experts, int dense_f32, int force)
+		const char *experts, int dense_f32, int force, int sigfd)
 {
 	struct es_convert_opts o;
-	struct progress_bar pb = { "converting", isatty(2), -1, st_now_ns() };
+	struct progress_bar pb = { "converting", isatty(2), -1, st_now_ns(),
+				   sigfd, 0 };
 	struct st_diag diag = { "" };
 	int r;
 
@@ -135,9 +145,15 @@ int cli_convert(const char *model_dir, const char *store_dir,
 	o.force = force;
 	o.progress = progress;
 	o.progress_arg = &pb;
+	o.cancel = &pb.cancel;
 	fprintf(stderr, "strata: converting %s -> %s (experts %s)\n",
 		model_dir, store_dir, experts);
 	r = es_convert(model_dir, store_dir, &o, &diag);
+	if (r == -ECANCELED) {
+		fprintf(stderr, "\nstrata: convert interrupted; %s was not "
+			"written\n", store_dir);
+		return 130;
+	}
 	if (r < 0) {
 		fprintf(stderr, "strata: convert failed: %s\n", diag.msg[0] ?
 			diag.msg : st_strerror(r));
@@ -214,15 +230,94 @@ int cli_cmd_convert(int argc, char **argv)
 		}
 		out = outbuf;
 	}
-	if (cli_convert(model, out, experts, dense_f32, force))
-		return 1;
+	{
+		int sigfd = st_stop_signals_open();
+		int rc;
+
+		if (cli_check_common(NULL, NULL, NULL, NULL, experts,
+				     "strata convert"))
+			return 2;
+		rc = cli_convert(model, out, experts, dense_f32, force, sigfd);
+		if (sigfd >= 0)
+			close(sigfd);
+		if (rc)
+			return rc;
+	}
 	printf("%s\n", out);
+	return 0;
+}
+
+int cli_store_stale(const char *store_dir, const char *model_dir)
+{
+	char path[8300];
+	json_t *m, *files;
+	size_t i;
+	int stale = 0;
+
+	snprintf(path, sizeof(path), "%s/manifest.json", store_dir);
+	m = json_load_file(path, 0, NULL);
+	if (!m)
+		return 1; /* not a readable store: make it again */
+	files = json_object_get(json_object_get(m, "source"), "files");
+	for (i = 0; i < json_array_size(files); i++) {
+		json_t *f = json_array_get(files, i);
+		const char *name = json_string_value(json_object_get(f, "name"));
+		json_int_t bytes = json_integer_value(json_object_get(f, "bytes"));
+		struct stat st;
+
+		if (!name)
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", model_dir, name);
+		if (stat(path, &st) < 0 || (json_int_t)st.st_size != bytes)
+			stale = 1;
+	}
+	json_decref(m);
+	return stale;
+}
+
+int cli_check_common(const char *instance, const char *host_budget,
+		     const char *kv_budget, const char *kv_dtype,
+		     const char *experts, const char *who)
+{
+	char name[256];
+	uint64_t bytes;
+	double pct;
+
+	if (instance && st_shm_name(instance, "x", name, sizeof(name)) < 0) {
+		fprintf(stderr, "%s: --instance '%s': use 1 to 48 letters, "
+			"digits, '_' or '-'\n", who, instance);
+		return 1;
+	}
+	if (host_budget && st_parse_budget(host_budget, &bytes, &pct) < 0) {
+		fprintf(stderr, "%s: --host-budget '%s': give bytes (512MiB, "
+			"8GiB) or a share of all experts (25%%)\n", who,
+			host_budget);
+		return 1;
+	}
+	if (kv_budget && (st_parse_size(kv_budget, &bytes) < 0 || !bytes)) {
+		fprintf(stderr, "%s: --kv-budget '%s': give a size in bytes "
+			"(e.g. 256MiB)\n", who, kv_budget);
+		return 1;
+	}
+	if (kv_dtype && strcmp(kv_dtype, "f32") && strcmp(kv_dtype, "f16") &&
+	    strcmp(kv_dtype, "bf16")) {
+		fprintf(stderr, "%s: --kv-dtype '%s': use f32 (reference "
+			"mode), f16 or bf16\n", who, kv_dtype);
+		return 1;
+	}
+	if (experts && strcmp(experts, "mxfp4") && strcmp(experts, "bf16") &&
+	    strcmp(experts, "f32")) {
+		fprintf(stderr, "%s: --experts '%s': use mxfp4, bf16 or f32\n",
+			who, experts);
+		return 1;
+	}
 	return 0;
 }
 
 int cli_cmd_verify(int argc, char **argv)
 {
-	struct progress_bar pb = { "verifying", isatty(2), -1, st_now_ns() };
+	struct progress_bar pb = { "verifying", isatty(2), -1, st_now_ns(),
+				   -1, 0 };
 	struct st_diag diag = { "" };
 	int n_bad = 0, r;
 
@@ -234,13 +329,15 @@ int cli_cmd_verify(int argc, char **argv)
 			"Exit status 0 when all are good.\n");
 		return argc == 2 ? 0 : 2;
 	}
+	if (!st_path_exists(argv[1])) {
+		fprintf(stderr, "strata verify: %s does not exist\n", argv[1]);
+		return 1;
+	}
 	r = st_store_verify(argv[1], progress, &pb, &n_bad, &diag);
 	if (r < 0) {
-		fprintf(stderr, "strata verify: %s: %d problem(s); first: %s\n",
-			argv[1], n_bad ? n_bad : 1,
+		fprintf(stderr, "strata verify: %s: %d problem(s); the first: "
+			"%s\n", argv[1], n_bad ? n_bad : 1,
 			diag.msg[0] ? diag.msg : st_strerror(r));
-		fprintf(stderr, "strata verify: re-run strata convert "
-			"--force to rebuild the store\n");
 		return 1;
 	}
 	printf("%s: all checksums good\n", argv[1]);

@@ -1,6 +1,7 @@
 /* cmd_instance.c — `strata up`, `strata down`, `strata status`: the
  * launcher for a named instance. */
 #include <getopt.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,12 @@ static int parse(int argc, char **argv, const char *cmd,
 		inst_usage(stderr, cmd);
 		return 2;
 	}
+	if (cli_check_common(inst->name, is_up && inst->host_budget[0] ?
+			     inst->host_budget : NULL,
+			     is_up && inst->kv_budget[0] ? inst->kv_budget : NULL,
+			     is_up && inst->kv_dtype[0] ? inst->kv_dtype : NULL,
+			     is_up ? *experts : NULL, "strata"))
+		return 2;
 	if (!inst->run_dir[0])
 		st_run_dir_default(inst->name, inst->run_dir,
 				   sizeof(inst->run_dir));
@@ -113,12 +120,24 @@ int cli_cmd_up(int argc, char **argv)
 				inst.store_dir);
 			return 1;
 		}
-		if (cli_convert(model, inst.store_dir, experts, 0, 0))
-			return 1;
+		int sigfd = st_stop_signals_open();
+
+		r = cli_convert(model, inst.store_dir, experts, 0, 0, sigfd);
+		if (sigfd >= 0)
+			close(sigfd);
+		if (r)
+			return r;
 	}
-	if (cli_instance_running(&inst)) {
+	r = cli_instance_state(&inst);
+	if (r == 3) {
 		fprintf(stderr, "strata up: instance '%s' is already running\n",
 			inst.name);
+		return 1;
+	}
+	if (r > 0) {
+		fprintf(stderr, "strata up: instance '%s' is partly running (%d "
+			"of 3 daemons answer); run 'strata down --instance %s' "
+			"first\n", inst.name, r, inst.name);
 		return 1;
 	}
 	r = cli_instance_up(&inst, timeout_s, &diag);
@@ -142,13 +161,18 @@ int cli_cmd_down(int argc, char **argv)
 	if (r)
 		return r;
 	cli_instance_read_pids(&inst);
+	if (!st_path_exists(inst.run_dir)) {
+		printf("instance %s is not running (no run directory %s)\n",
+		       inst.name, inst.run_dir);
+		return 0;
+	}
 	r = cli_instance_down(&inst);
 	if (r < 0) {
 		fprintf(stderr, "strata down: %s\n", st_strerror(r));
 		return 1;
 	}
-	printf("instance %s down%s\n", inst.name,
-	       r > 0 ? " (some daemons had to be killed)" : "");
+	printf("instance %s down%s; logs kept in %s\n", inst.name,
+	       r > 0 ? " (some daemons had to be killed)" : "", inst.run_dir);
 	return 0;
 }
 

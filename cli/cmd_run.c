@@ -187,7 +187,8 @@ static int parse(struct run_opts *o, int argc, char **argv)
 			"--help)\n", argv[optind]);
 		return 2;
 	}
-	return 0;
+	return cli_check_common(o->instance, o->host_budget, o->kv_budget,
+				o->kv_dtype, o->experts, "strata run") ? 2 : 0;
 }
 
 static int cmp_u64(const void *a, const void *b)
@@ -203,21 +204,46 @@ static const char *finish_name(uint32_t f)
 	case CW_FINISH_EOS: return "eos";
 	case CW_FINISH_LENGTH: return "max tokens";
 	case CW_FINISH_STOP: return "stop string";
+	case CW_FINISH_CONTEXT: return "context full";
 	case CW_FINISH_ERROR: return "error";
 	default: return "none";
 	}
 }
 
 struct run_result {
-	uint32_t n_prompt, n_gen, finish;
+	uint32_t n_prompt, n_gen, finish, max_tokens;
 	uint64_t ttft_ns, decode_ns, tpot_median_ns;
 	int32_t *ids;
 	char *text;
 	size_t text_len;
+	int interrupted, computed_died;
 };
 
+/* What the CLI watches while it waits for computed: a stop signal, or the
+ * death of computed's process. */
+struct run_watch {
+	int sigfd;
+	int computed_pid;
+	struct run_result *res;
+};
+
+static int run_watch_fn(void *arg)
+{
+	struct run_watch *w = arg;
+
+	if (w->sigfd >= 0 && st_stop_signals_pending(w->sigfd)) {
+		w->res->interrupted = 1;
+		return -EINTR;
+	}
+	if (w->computed_pid > 0 && !st_pid_alive(w->computed_pid)) {
+		w->res->computed_died = 1;
+		return -ST_E_PEERGONE;
+	}
+	return 0;
+}
+
 static int generate(struct cw_client *cw, const struct run_opts *o,
-		    const char *prompt, int sigfd, struct run_result *res)
+		    const char *prompt, struct run_result *res)
 {
 	struct cw_gen_start_msg m = { 0 };
 	struct st_diag diag = { "" };
@@ -238,13 +264,19 @@ static int generate(struct cw_client *cw, const struct run_opts *o,
 		m.stop[i] = (char *)o->stop[i];
 	m.prompt = (char *)prompt;
 	t0 = st_now_ns();
-	r = cw_client_gen_start(cw, &m, &gen_id, &res->n_prompt, &diag);
+	r = cw_client_gen_start(cw, &m, &gen_id, &res->n_prompt,
+				&res->max_tokens, &diag);
 	if (r < 0) {
 		fprintf(stderr, "strata run: %s\n", diag.msg);
 		return r;
 	}
-	steps = calloc((size_t)o->max_tokens + 1, sizeof(uint64_t));
-	res->ids = calloc((size_t)o->max_tokens + 1, sizeof(int32_t));
+	if ((int)res->max_tokens < o->max_tokens)
+		fprintf(stderr, "strata run: warning: the model's context leaves "
+			"room for %u new tokens after the %u-token prompt "
+			"(--max-tokens %d)\n", res->max_tokens, res->n_prompt,
+			o->max_tokens);
+	steps = calloc((size_t)res->max_tokens + 1, sizeof(uint64_t));
+	res->ids = calloc((size_t)res->max_tokens + 1, sizeof(int32_t));
 	if (!steps || !res->ids) {
 		free(steps);
 		return -ENOMEM;
@@ -252,25 +284,14 @@ static int generate(struct cw_client *cw, const struct run_opts *o,
 	for (;;) {
 		uint64_t ts = st_now_ns();
 		int32_t tok;
-
-		if (sigfd >= 0 && st_stop_signals_pending(sigfd)) {
-			fprintf(stderr, "\nstrata run: interrupted\n");
-			res->finish = CW_FINISH_ERROR;
-			r = -EINTR;
-			break;
-		}
-		{
 		uint32_t fin;
 		char *text;
 		size_t tl;
 
 		r = cw_client_gen_next(cw, gen_id, &tok, &fin, &text, &diag);
-		if (r < 0) {
-			fprintf(stderr, "\nstrata run: generation failed: %s\n",
-				diag.msg);
+		if (r < 0)
 			break;
-		}
-		if (tok >= 0) {
+		if (tok >= 0 && res->n_gen <= res->max_tokens) {
 			if (res->n_gen == 0)
 				res->ttft_ns = st_now_ns() - t0;
 			else
@@ -294,9 +315,18 @@ static int generate(struct cw_client *cw, const struct run_opts *o,
 			res->finish = fin;
 			break;
 		}
-		}
 	}
-	cw_client_gen_end(cw, gen_id);
+	fputc('\n', stdout);
+	fflush(stdout);
+	if (r < 0) {
+		if (res->interrupted)
+			fprintf(stderr, "strata run: interrupted\n");
+		else if (!res->computed_died)
+			fprintf(stderr, "strata run: generation failed: %s\n",
+				diag.msg);
+	}
+	if (!res->computed_died)
+		cw_client_gen_end(cw, gen_id);
 	if (res->n_gen > 1) {
 		for (uint32_t i = 0; i + 1 < res->n_gen; i++)
 			res->decode_ns += steps[i];
@@ -307,23 +337,39 @@ static int generate(struct cw_client *cw, const struct run_opts *o,
 	return r;
 }
 
+/* Rounds to 3 decimals for the JSON summary. */
+static double r3(double v)
+{
+	return round(v * 1000.0) / 1000.0;
+}
+
 static void print_summary(const struct run_opts *o,
 			  const struct cli_instance *inst,
 			  const struct run_result *res,
-			  const struct cw_stats_wire *s, int have_stats)
+			  const struct cw_stats_wire *s0,
+			  const struct cw_stats_wire *s1, int have_stats)
 {
-	uint64_t rss_es = st_pid_peak_rss_bytes(s->es_pid ? s->es_pid : inst->pid_expertd);
-	uint64_t rss_kv = st_pid_peak_rss_bytes(s->kv_pid ? s->kv_pid : inst->pid_kvd);
-	uint64_t rss_cw = st_pid_peak_rss_bytes(s->pid ? s->pid : inst->pid_computed);
+	struct cw_stats_wire d = *s1; /* this run's share of the counters */
+	uint64_t rss_es = st_pid_peak_rss_bytes(s1->es_pid ? s1->es_pid : inst->pid_expertd);
+	uint64_t rss_kv = st_pid_peak_rss_bytes(s1->kv_pid ? s1->kv_pid : inst->pid_kvd);
+	uint64_t rss_cw = st_pid_peak_rss_bytes(s1->pid ? s1->pid : inst->pid_computed);
 	double ttft_ms = (double)res->ttft_ns / 1e6;
 	double tpot_ms = res->n_gen > 1 ?
 				 (double)res->decode_ns / 1e6 / (res->n_gen - 1) : 0;
 	double tps = res->decode_ns ?
 			     (double)(res->n_gen - 1) / ((double)res->decode_ns / 1e9) : 0;
-	double hit = s->es_hits + s->es_misses ?
-			     (double)s->es_hits / (double)(s->es_hits + s->es_misses) : 0;
-	char a[32], b[32], c[32], d[32], e[32];
+	double hit;
+	char a[32], b[32], c[32];
 
+	d.es_hits -= s0->es_hits;
+	d.es_misses -= s0->es_misses;
+	d.es_evictions -= s0->es_evictions;
+	d.es_loads -= s0->es_loads;
+	d.expert_bytes -= s0->expert_bytes;
+	d.dense_bytes -= s0->dense_bytes;
+	d.lm_head_bytes -= s0->lm_head_bytes;
+	hit = d.es_hits + d.es_misses ?
+		      (double)d.es_hits / (double)(d.es_hits + d.es_misses) : 0;
 	if (o->json) {
 		json_t *j = json_pack(
 			"{s:i, s:i, s:s, s:f, s:f, s:f, s:f, s:{s:I, s:I, s:I},"
@@ -332,24 +378,24 @@ static void print_summary(const struct run_opts *o,
 			"prompt_tokens", (int)res->n_prompt,
 			"generated_tokens", (int)res->n_gen,
 			"finish", finish_name(res->finish),
-			"ttft_ms", ttft_ms, "tpot_ms", tpot_ms,
-			"tpot_median_ms", (double)res->tpot_median_ns / 1e6,
-			"decode_tokens_per_s", tps,
+			"ttft_ms", r3(ttft_ms), "tpot_ms", r3(tpot_ms),
+			"tpot_median_ms", r3((double)res->tpot_median_ns / 1e6),
+			"decode_tokens_per_s", r3(tps),
 			"peak_rss_bytes", "expertd", (json_int_t)rss_es, "kvd",
 			(json_int_t)rss_kv, "computed", (json_int_t)rss_cw,
-			"expert_pool", "hits", (json_int_t)s->es_hits, "misses",
-			(json_int_t)s->es_misses, "evictions",
-			(json_int_t)s->es_evictions, "loads",
-			(json_int_t)s->es_loads, "slots", (json_int_t)s->es_n_slots,
-			"pool_bytes", (json_int_t)s->es_pool_bytes,
-			"budget_bytes", (json_int_t)s->es_budget_bytes,
-			"kv", "pages_used", (json_int_t)s->kv_pages_used,
-			"pages_peak", (json_int_t)s->kv_pages_peak, "pages",
-			(json_int_t)s->kv_n_pages, "page_bytes",
-			(json_int_t)s->kv_page_bytes,
-			"expert_bytes_read", (json_int_t)s->expert_bytes,
-			"dense_bytes_read", (json_int_t)s->dense_bytes,
-			"lm_head_bytes_read", (json_int_t)s->lm_head_bytes);
+			"expert_pool", "hits", (json_int_t)d.es_hits, "misses",
+			(json_int_t)d.es_misses, "evictions",
+			(json_int_t)d.es_evictions, "loads",
+			(json_int_t)d.es_loads, "slots", (json_int_t)d.es_n_slots,
+			"pool_bytes", (json_int_t)d.es_pool_bytes,
+			"budget_bytes", (json_int_t)d.es_budget_bytes,
+			"kv", "pages_used", (json_int_t)d.kv_pages_used,
+			"pages_peak", (json_int_t)d.kv_pages_peak, "pages",
+			(json_int_t)d.kv_n_pages, "page_bytes",
+			(json_int_t)d.kv_page_bytes,
+			"expert_bytes_read", (json_int_t)d.expert_bytes,
+			"dense_bytes_read", (json_int_t)d.dense_bytes,
+			"lm_head_bytes_read", (json_int_t)d.lm_head_bytes);
 		json_t *ids = json_array();
 
 		for (uint32_t i = 0; i < res->n_gen; i++)
@@ -358,14 +404,13 @@ static void print_summary(const struct run_opts *o,
 		json_object_set_new(j, "text", json_stringn(res->text ? res->text : "",
 							    res->text_len));
 		json_object_set_new(j, "instance", json_string(inst->name));
-		printf("\n");
-		json_dumpf(j, stdout, JSON_COMPACT);
+		json_dumpf(j, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10));
 		printf("\n");
 		json_decref(j);
 	}
 	if (o->quiet)
 		return;
-	fprintf(stderr, "\n\n--- strata run summary ---\n");
+	fprintf(stderr, "\n--- strata run summary ---\n");
 	fprintf(stderr, "prompt tokens      %u\n", res->n_prompt);
 	fprintf(stderr, "generated tokens   %u (stopped: %s)\n", res->n_gen,
 		finish_name(res->finish));
@@ -381,23 +426,23 @@ static void print_summary(const struct run_opts *o,
 	if (!have_stats)
 		return;
 	fprintf(stderr, "expert pool        hits %llu, misses %llu (hit rate "
-		"%.1f%%), evictions %llu; %llu slots, pool %s (budget %s)\n",
-		(unsigned long long)s->es_hits, (unsigned long long)s->es_misses,
-		100 * hit, (unsigned long long)s->es_evictions,
-		(unsigned long long)s->es_n_slots,
-		st_format_bytes(s->es_pool_bytes, d, sizeof(d)),
-		st_format_bytes(s->es_budget_bytes, e, sizeof(e)));
-	fprintf(stderr, "KV pages           %llu used now, %llu peak, of %llu "
-		"(%s each)\n", (unsigned long long)s->kv_pages_used,
-		(unsigned long long)s->kv_pages_peak,
-		(unsigned long long)s->kv_n_pages,
-		st_format_bytes(s->kv_page_bytes, a, sizeof(a)));
-	if (s->prompt_tokens + s->generated_tokens)
-		fprintf(stderr, "weights read       experts %s, dense %s, LM "
-			"head %s (whole run)\n",
-			st_format_bytes(s->expert_bytes, a, sizeof(a)),
-			st_format_bytes(s->dense_bytes, b, sizeof(b)),
-			st_format_bytes(s->lm_head_bytes, c, sizeof(c)));
+		"%.1f%%), evictions %llu\n",
+		(unsigned long long)d.es_hits, (unsigned long long)d.es_misses,
+		100 * hit, (unsigned long long)d.es_evictions);
+	fprintf(stderr, "                   %llu slots for a budget of %s "
+		"(shm segment with tables: %s)\n",
+		(unsigned long long)d.es_n_slots,
+		st_format_bytes(d.es_budget_bytes, a, sizeof(a)),
+		st_format_bytes(d.es_pool_bytes, b, sizeof(b)));
+	fprintf(stderr, "KV pages           %llu peak of %llu (%s each), %llu "
+		"in use now\n", (unsigned long long)d.kv_pages_peak,
+		(unsigned long long)d.kv_n_pages,
+		st_format_bytes(d.kv_page_bytes, a, sizeof(a)),
+		(unsigned long long)d.kv_pages_used);
+	fprintf(stderr, "weights read       experts %s, dense %s, LM head %s\n",
+		st_format_bytes(d.expert_bytes, a, sizeof(a)),
+		st_format_bytes(d.dense_bytes, b, sizeof(b)),
+		st_format_bytes(d.lm_head_bytes, c, sizeof(c)));
 }
 
 static char *read_prompt(const char *path)
@@ -406,8 +451,13 @@ static char *read_prompt(const char *path)
 	size_t n = 0, cap = 0;
 
 	if (strcmp(path, "-")) {
-		if (st_read_file(path, &txt, NULL) < 0)
+		int r = st_read_file(path, &txt, NULL);
+
+		if (r < 0) {
+			fprintf(stderr, "strata run: cannot read the prompt from "
+				"%s: %s\n", path, st_strerror(r));
 			return NULL;
+		}
 		return txt;
 	}
 	for (;;) {
@@ -436,12 +486,13 @@ int cli_cmd_run(int argc, char **argv)
 	struct run_opts o;
 	struct cli_instance inst;
 	struct cw_client *cw = NULL;
-	struct cw_stats_wire stats = { 0 };
+	struct cw_stats_wire s0 = { 0 }, s1 = { 0 };
 	struct run_result res = { 0 };
+	struct run_watch watch;
 	struct st_diag diag = { "" };
 	char model_dir[4096], *prompt_buf = NULL;
 	const char *prompt;
-	int r, rc = 1, have_stats = 0, sigfd = -1;
+	int r, rc = 1, have_stats = 0, sigfd = -1, running = 0;
 
 	r = parse(&o, argc, argv);
 	if (r)
@@ -449,41 +500,16 @@ int cli_cmd_run(int argc, char **argv)
 	memset(&inst, 0, sizeof(inst));
 	if (o.prompt_file) {
 		prompt_buf = read_prompt(o.prompt_file);
-		if (!prompt_buf) {
-			fprintf(stderr, "strata run: cannot read the prompt "
-				"from %s\n", o.prompt_file);
+		if (!prompt_buf)
 			return 1;
-		}
 		prompt = prompt_buf;
 	} else {
 		prompt = o.prompt;
 	}
-
-	/* the model and its store */
-	if (o.model)
-		snprintf(model_dir, sizeof(model_dir), "%s", o.model);
-	else if (!o.store && cli_default_model_dir(model_dir, sizeof(model_dir)) < 0) {
-		fprintf(stderr, "strata run: no --model given and the embedded "
-			"models/kjv-moe is not found\n");
-		goto out;
-	}
-	if (o.store)
-		snprintf(inst.store_dir, sizeof(inst.store_dir), "%s", o.store);
-	else if ((r = cli_default_store_dir(model_dir, o.experts, inst.store_dir,
-					    sizeof(inst.store_dir))) < 0) {
-		fprintf(stderr, "strata run: model %s: %s\n", model_dir,
-			st_strerror(r));
-		goto out;
-	}
-	if (!st_path_exists(inst.store_dir)) {
-		if (!o.model && o.store) {
-			fprintf(stderr, "strata run: store %s does not exist; "
-				"give --model to convert one\n", o.store);
-			goto out;
-		}
-		if (cli_convert(model_dir, inst.store_dir, o.experts, 0, 0))
-			goto out;
-	}
+	/* ^C and SIGTERM arrive on a signalfd checked while converting and
+	 * between and during steps, so the daemons we started are always
+	 * stopped; they run in their own process groups */
+	sigfd = st_stop_signals_open();
 
 	/* the instance: a running one, or a private one we start */
 	if (o.instance)
@@ -494,27 +520,78 @@ int cli_cmd_run(int argc, char **argv)
 		snprintf(inst.run_dir, sizeof(inst.run_dir), "%s", o.run_dir);
 	else
 		st_run_dir_default(inst.name, inst.run_dir, sizeof(inst.run_dir));
-	snprintf(inst.host_budget, sizeof(inst.host_budget), "%s",
-		 o.host_budget ? o.host_budget : "");
-	snprintf(inst.kv_budget, sizeof(inst.kv_budget), "%s",
-		 o.kv_budget ? o.kv_budget : "");
-	snprintf(inst.kv_dtype, sizeof(inst.kv_dtype), "%s",
-		 o.kv_dtype ? o.kv_dtype : "");
-	/* ^C and SIGTERM must not skip stopping the daemons: they arrive on
-	 * a signalfd checked between steps; the daemons run in their own
-	 * process groups */
-	sigfd = st_stop_signals_open();
-	if (o.instance && cli_instance_running(&inst)) {
+	if (o.instance) {
+		running = cli_instance_state(&inst);
+		if (running > 0 && running < 3) {
+			fprintf(stderr, "strata run: instance '%s' is only partly "
+				"running (%d of 3 daemons answer); stop it with "
+				"'strata down --instance %s' and start it again\n",
+				inst.name, running, inst.name);
+			goto out;
+		}
+		running = running == 3;
+	}
+	if (running) {
 		cli_instance_read_pids(&inst);
+		if (o.model || o.store || o.host_budget || o.kv_budget ||
+		    o.kv_dtype || strcmp(o.experts, "mxfp4"))
+			fprintf(stderr, "strata run: instance '%s' is running "
+				"with its own model and settings; --model, "
+				"--store, --experts and the budget options are "
+				"ignored\n", inst.name);
 		fprintf(stderr, "strata run: using running instance '%s'\n",
 			inst.name);
 	} else {
+		/* the model and its store */
+		if (o.model)
+			snprintf(model_dir, sizeof(model_dir), "%s", o.model);
+		else if (!o.store &&
+			 cli_default_model_dir(model_dir, sizeof(model_dir)) < 0) {
+			fprintf(stderr, "strata run: no --model given and the "
+				"embedded models/kjv-moe is not found\n");
+			goto out;
+		}
+		if (o.store)
+			snprintf(inst.store_dir, sizeof(inst.store_dir), "%s",
+				 o.store);
+		else if ((r = cli_default_store_dir(model_dir, o.experts,
+						    inst.store_dir,
+						    sizeof(inst.store_dir))) < 0) {
+			fprintf(stderr, "strata run: model %s: %s\n", model_dir,
+				st_strerror(r));
+			goto out;
+		}
+		if (st_path_exists(inst.store_dir) && o.model &&
+		    cli_store_stale(inst.store_dir, model_dir)) {
+			fprintf(stderr, "strata run: the checkpoint in %s changed "
+				"since %s was made; converting again\n",
+				model_dir, inst.store_dir);
+			if (cli_convert(model_dir, inst.store_dir, o.experts, 0,
+					1, sigfd))
+				goto out;
+		} else if (!st_path_exists(inst.store_dir)) {
+			if (!o.model && o.store) {
+				fprintf(stderr, "strata run: store %s does not "
+					"exist; give --model to convert one\n",
+					o.store);
+				goto out;
+			}
+			if (cli_convert(model_dir, inst.store_dir, o.experts, 0,
+					0, sigfd))
+				goto out;
+		}
+		snprintf(inst.host_budget, sizeof(inst.host_budget), "%s",
+			 o.host_budget ? o.host_budget : "");
+		snprintf(inst.kv_budget, sizeof(inst.kv_budget), "%s",
+			 o.kv_budget ? o.kv_budget : "");
+		snprintf(inst.kv_dtype, sizeof(inst.kv_dtype), "%s",
+			 o.kv_dtype ? o.kv_dtype : "");
 		fprintf(stderr, "strata run: starting expertd, kvd, computed "
 			"(instance %s, run dir %s)\n", inst.name, inst.run_dir);
 		r = cli_instance_up(&inst, o.timeout_s, &diag);
 		if (r < 0) {
 			fprintf(stderr, "strata run: %s\n", diag.msg);
-			goto out;
+			goto stop;
 		}
 	}
 	r = cw_client_open(inst.run_dir, o.timeout_s * 1000, &cw, &diag);
@@ -522,14 +599,27 @@ int cli_cmd_run(int argc, char **argv)
 		fprintf(stderr, "strata run: %s\n", diag.msg);
 		goto stop;
 	}
-	fprintf(stderr, "strata run: prompt: %s\n---\n", prompt);
-	fflush(stderr);
-	r = generate(cw, &o, prompt, sigfd, &res);
-	if (cw_client_stats(cw, &stats) == 0)
+	watch.sigfd = sigfd;
+	watch.computed_pid = inst.pid_computed;
+	watch.res = &res;
+	cw_client_set_watch(cw, run_watch_fn, &watch);
+	if (cw_client_stats(cw, &s0) == 0)
 		have_stats = 1;
+	if (!o.quiet)
+		fprintf(stderr, "strata run: prompt: %s\n---\n", prompt);
+	fflush(stderr);
+	r = generate(cw, &o, prompt, &res);
+	if (res.computed_died)
+		fprintf(stderr, "strata run: computed (pid %d) died; its log is "
+			"%s/computed.log\n", inst.pid_computed, inst.run_dir);
+	if (!res.computed_died && !res.interrupted &&
+	    cw_client_stats(cw, &s1) < 0)
+		have_stats = 0;
 	if (r == 0) {
-		print_summary(&o, &inst, &res, &stats, have_stats);
+		print_summary(&o, &inst, &res, &s0, &s1, have_stats);
 		rc = 0;
+	} else if (res.interrupted) {
+		rc = 130;
 	}
 stop:
 	cw_client_close(cw);
@@ -551,8 +641,11 @@ stop:
 			"--run-dir %s\n", inst.name, inst.name, inst.run_dir);
 	}
 out:
-	if (sigfd >= 0)
+	if (sigfd >= 0) {
+		if (rc != 0 && st_stop_signals_pending(sigfd))
+			rc = 130;
 		close(sigfd);
+	}
 	free(prompt_buf);
 	free(res.ids);
 	free(res.text);

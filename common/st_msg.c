@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "st_error.h"
+#include "st_util.h"
 
 int st_sock_open(struct st_sock *s, enum st_sock_kind kind, const char *path,
 		 int send_timeout_ms, int recv_timeout_ms)
@@ -71,6 +72,11 @@ int st_sock_open(struct st_sock *s, enum st_sock_kind kind, const char *path,
 void st_sock_close(struct st_sock *s)
 {
 	if (s && s->fd >= 0) {
+		/* nanomsg drops messages still queued when a socket closes
+		 * (NN_LINGER is not implemented): a PUB socket waits a moment
+		 * so subscribers get its last event (shutting down). */
+		if (s->kind == ST_SOCK_PUB)
+			st_sleep_ns(100 * 1000000ull);
 		nn_close(s->fd);
 		s->fd = -1;
 	}
@@ -137,8 +143,20 @@ int st_rpc_call(struct st_sock *s, uint16_t type, uint64_t request_id,
 		void **ret_buf, const uint8_t **ret_payload,
 		size_t *ret_payload_len)
 {
+	return st_rpc_call_watch(s, type, request_id, client_id, payload,
+				 payload_len, -1, NULL, NULL, ret_buf,
+				 ret_payload, ret_payload_len);
+}
+
+int st_rpc_call_watch(struct st_sock *s, uint16_t type, uint64_t request_id,
+		      uint32_t client_id, const void *payload,
+		      size_t payload_len, int timeout_ms,
+		      int (*keep_waiting)(void *arg), void *arg, void **ret_buf,
+		      const uint8_t **ret_payload, size_t *ret_payload_len)
+{
 	struct st_wbuf w;
 	struct st_msg_header h;
+	uint64_t deadline = 0;
 	void *buf;
 	size_t len;
 	int r;
@@ -154,22 +172,36 @@ int st_rpc_call(struct st_sock *s, uint16_t type, uint64_t request_id,
 	st_wbuf_fini(&w);
 	if (r < 0)
 		return r;
+	if (keep_waiting) {
+		deadline = st_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+		st_sock_set_recv_timeout(s, ST_RPC_POLL_MS);
+	}
 	for (;;) {
 		r = st_sock_recv(s, &buf, &len);
 		if (r == -EINTR)
 			continue;
+		if (r == -ST_E_TIMEOUT && keep_waiting) {
+			r = keep_waiting(arg);
+			if (r < 0)
+				break;
+			if (st_now_ns() < deadline)
+				continue;
+			r = -ST_E_TIMEOUT;
+		}
 		if (r < 0)
-			return r;
+			break;
 		r = st_proto_decode_header(buf, len, &h);
 		if (r == 0 && (h.type != (type | ST_MSG_REPLY) ||
 			       h.request_id != request_id))
 			r = -ST_E_PROTO;
-		if (r < 0) {
+		if (r < 0)
 			free(buf);
-			return r;
-		}
 		break;
 	}
+	if (keep_waiting)
+		st_sock_set_recv_timeout(s, timeout_ms);
+	if (r < 0)
+		return r;
 	*ret_buf = buf;
 	*ret_payload = (const uint8_t *)buf + ST_PROTO_HEADER_BYTES;
 	*ret_payload_len = h.payload_len;

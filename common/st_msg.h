@@ -68,6 +68,23 @@ int st_rpc_call(struct st_sock *s, uint16_t type, uint64_t request_id,
 		void **ret_buf, const uint8_t **ret_payload,
 		size_t *ret_payload_len);
 
+/* Slice of a watched wait (st_rpc_call_watch), ms. */
+#define ST_RPC_POLL_MS 200
+
+/*
+ * st_rpc_call that waits for the reply at most timeout_ms, in slices of
+ * ST_RPC_POLL_MS, calling keep_waiting(arg) after each empty slice: a
+ * negative return stops the wait with that code (e.g. the peer's pid died:
+ * -ST_E_PEERGONE; a stop signal: -EINTR).  The socket's receive time-out is
+ * set to timeout_ms afterwards.  A request abandoned this way is cancelled
+ * by the next request on the same REQ socket.
+ */
+int st_rpc_call_watch(struct st_sock *s, uint16_t type, uint64_t request_id,
+		      uint32_t client_id, const void *payload,
+		      size_t payload_len, int timeout_ms,
+		      int (*keep_waiting)(void *arg), void *arg, void **ret_buf,
+		      const uint8_t **ret_payload, size_t *ret_payload_len);
+
 /*
  * Sends a reply on a REP socket for a request with header `req`: status and
  * payload.  Returns 0 or a negative error from st_sock_send.

@@ -12,6 +12,9 @@
 struct cw_client {
 	struct st_sock sock;
 	uint64_t next_req;
+	int timeout_ms;
+	int (*watch)(void *arg);
+	void *watch_arg;
 };
 
 int cw_client_open(const char *run_dir, int timeout_ms, struct cw_client **ret,
@@ -31,6 +34,7 @@ int cw_client_open(const char *run_dir, int timeout_ms, struct cw_client **ret,
 				   st_strerror(r));
 	}
 	c->next_req = ((uint64_t)getpid() << 32) | 1;
+	c->timeout_ms = timeout_ms;
 	*ret = c;
 	return 0;
 }
@@ -43,20 +47,45 @@ void cw_client_close(struct cw_client *c)
 	free(c);
 }
 
-/* Copies the message of an error reply into diag. */
-static int err_msg(int status, const uint8_t *p, size_t n, struct st_diag *diag)
+void cw_client_set_watch(struct cw_client *c, int (*watch)(void *arg),
+			 void *arg)
 {
-	struct st_rbuf r;
-	char *msg = NULL;
+	c->watch = watch;
+	c->watch_arg = arg;
+}
 
-	st_rbuf_init(&r, p, n);
-	if (st_rbuf_str(&r, 4096, &msg) == 0) {
-		st_diag_set(diag, status, "%s", msg);
-		free(msg);
-	} else {
-		st_diag_set(diag, status, "%s", st_strerror(status));
+/*
+ * One round trip.  On a reply with status < 0 its message goes to diag; on
+ * a transport failure diag says what failed.  *ret_buf owned by the caller
+ * (NULL on transport failure).
+ */
+static int call(struct cw_client *c, uint16_t type, const struct st_wbuf *w,
+		void **ret_buf, const uint8_t **ret_p, size_t *ret_n,
+		struct st_diag *diag)
+{
+	int r;
+
+	if (w && w->err)
+		return -ENOMEM;
+	r = st_rpc_call_watch(&c->sock, type, c->next_req++, 0,
+			      w ? w->data : NULL, w ? w->len : 0,
+			      c->timeout_ms, c->watch, c->watch_arg, ret_buf,
+			      ret_p, ret_n);
+	if (r < 0 && *ret_buf) {
+		struct st_rbuf rb;
+		char *msg = NULL;
+
+		st_rbuf_init(&rb, *ret_p, *ret_n);
+		if (st_rbuf_str(&rb, 4096, &msg) == 0) {
+			st_diag_set(diag, r, "%s", msg);
+			free(msg);
+		} else {
+			st_diag_set(diag, r, "%s", st_strerror(r));
+		}
+	} else if (r < 0) {
+		st_diag_set(diag, r, "computed: %s", st_strerror(r));
 	}
-	return status;
+	return r;
 }
 
 int cw_client_ping(struct cw_client *c, int32_t *ret_pid)
@@ -64,8 +93,7 @@ int cw_client_ping(struct cw_client *c, int32_t *ret_pid)
 	void *buf;
 	const uint8_t *p;
 	size_t n;
-	int r = st_rpc_call(&c->sock, ST_MSG_PING, c->next_req++, 0, NULL, 0,
-			    &buf, &p, &n);
+	int r = call(c, ST_MSG_PING, NULL, &buf, &p, &n, NULL);
 
 	if (r == 0 && ret_pid && n >= 4)
 		memcpy(ret_pid, p, 4);
@@ -75,7 +103,7 @@ int cw_client_ping(struct cw_client *c, int32_t *ret_pid)
 
 int cw_client_gen_start(struct cw_client *c, const struct cw_gen_start_msg *m,
 			uint32_t *ret_gen_id, uint32_t *ret_n_prompt,
-			struct st_diag *diag)
+			uint32_t *ret_max_tokens, struct st_diag *diag)
 {
 	struct st_wbuf w;
 	struct st_rbuf rb;
@@ -86,24 +114,20 @@ int cw_client_gen_start(struct cw_client *c, const struct cw_gen_start_msg *m,
 
 	st_wbuf_init(&w);
 	cw_gen_start_msg_encode(&w, m);
-	if (w.err) {
-		st_wbuf_fini(&w);
-		return -ENOMEM;
-	}
-	r = st_rpc_call(&c->sock, CW_MSG_GEN_START, c->next_req++, 0, w.data,
-			w.len, &buf, &p, &n);
+	r = call(c, CW_MSG_GEN_START, &w, &buf, &p, &n, diag);
 	st_wbuf_fini(&w);
-	if (r < 0) {
-		if (buf)
-			err_msg(r, p, n, diag);
-		else
-			st_diag_set(diag, r, "computed: %s", st_strerror(r));
-		free(buf);
-		return r;
+	if (r == 0) {
+		uint32_t mt;
+
+		st_rbuf_init(&rb, p, n);
+		if (st_rbuf_u32(&rb, ret_gen_id) < 0 ||
+		    st_rbuf_u32(&rb, ret_n_prompt) < 0 ||
+		    st_rbuf_u32(&rb, &mt) < 0)
+			r = st_diag_set(diag, -ST_E_PROTO,
+					"malformed GEN_START reply");
+		else if (ret_max_tokens)
+			*ret_max_tokens = mt;
 	}
-	st_rbuf_init(&rb, p, n);
-	if (st_rbuf_u32(&rb, ret_gen_id) < 0 || st_rbuf_u32(&rb, ret_n_prompt) < 0)
-		r = st_diag_set(diag, -ST_E_PROTO, "malformed GEN_START reply");
 	free(buf);
 	return r;
 }
@@ -124,22 +148,17 @@ int cw_client_gen_next(struct cw_client *c, uint32_t gen_id, int32_t *ret_token,
 	*ret_text = NULL;
 	st_wbuf_init(&w);
 	st_wbuf_u32(&w, gen_id);
-	r = st_rpc_call(&c->sock, CW_MSG_GEN_NEXT, c->next_req++, 0, w.data,
-			w.len, &buf, &p, &n);
+	r = call(c, CW_MSG_GEN_NEXT, &w, &buf, &p, &n, diag);
 	st_wbuf_fini(&w);
-	if (r < 0) {
-		if (buf)
-			err_msg(r, p, n, diag);
-		else
-			st_diag_set(diag, r, "computed: %s", st_strerror(r));
-		free(buf);
-		return r;
+	if (r == 0) {
+		st_rbuf_init(&rb, p, n);
+		if (st_rbuf_i32(&rb, ret_token) < 0 ||
+		    st_rbuf_u32(&rb, ret_finish) < 0 ||
+		    st_rbuf_u32(&rb, &n_gen) < 0 || st_rbuf_u64(&rb, &ns) < 0 ||
+		    st_rbuf_str(&rb, 1 << 20, ret_text) < 0)
+			r = st_diag_set(diag, -ST_E_PROTO,
+					"malformed GEN_NEXT reply");
 	}
-	st_rbuf_init(&rb, p, n);
-	if (st_rbuf_i32(&rb, ret_token) < 0 || st_rbuf_u32(&rb, ret_finish) < 0 ||
-	    st_rbuf_u32(&rb, &n_gen) < 0 || st_rbuf_u64(&rb, &ns) < 0 ||
-	    st_rbuf_str(&rb, 1 << 20, ret_text) < 0)
-		r = st_diag_set(diag, -ST_E_PROTO, "malformed GEN_NEXT reply");
 	free(buf);
 	return r;
 }
@@ -154,8 +173,7 @@ int cw_client_gen_end(struct cw_client *c, uint32_t gen_id)
 
 	st_wbuf_init(&w);
 	st_wbuf_u32(&w, gen_id);
-	r = st_rpc_call(&c->sock, CW_MSG_GEN_END, c->next_req++, 0, w.data,
-			w.len, &buf, &p, &n);
+	r = call(c, CW_MSG_GEN_END, &w, &buf, &p, &n, NULL);
 	st_wbuf_fini(&w);
 	free(buf);
 	return r;
@@ -166,8 +184,7 @@ int cw_client_stats(struct cw_client *c, struct cw_stats_wire *ret)
 	void *buf;
 	const uint8_t *p;
 	size_t n;
-	int r = st_rpc_call(&c->sock, ST_MSG_STATS, c->next_req++, 0, NULL, 0,
-			    &buf, &p, &n);
+	int r = call(c, ST_MSG_STATS, NULL, &buf, &p, &n, NULL);
 
 	if (r == 0)
 		r = cw_stats_wire_decode(p, n, ret);
@@ -180,10 +197,8 @@ int cw_client_shutdown(struct cw_client *c)
 	void *buf;
 	const uint8_t *p;
 	size_t n;
-	int r = st_rpc_call(&c->sock, ST_MSG_SHUTDOWN, c->next_req++, 0, NULL,
-			    0, &buf, &p, &n);
+	int r = call(c, ST_MSG_SHUTDOWN, NULL, &buf, &p, &n, NULL);
 
 	free(buf);
 	return r;
 }
-

@@ -19,15 +19,25 @@ int cw_client_open(const char *run_dir, int timeout_ms, struct cw_client **ret,
 		   struct st_diag *diag);
 void cw_client_close(struct cw_client *c);
 
+/*
+ * Sets a function called every ST_RPC_POLL_MS while a reply is awaited;
+ * when it returns a negative code the call ends with that code (the CLI
+ * uses it to notice a dead computed or a Ctrl-C at once instead of waiting
+ * out the time-out).  NULL removes it.
+ */
+void cw_client_set_watch(struct cw_client *c, int (*watch)(void *arg),
+			 void *arg);
+
 /* PING: 0 when computed answers (it answers only once ready). */
 int cw_client_ping(struct cw_client *c, int32_t *ret_pid);
 
 /* Starts a generation; the message is encoded from m (strings borrowed).
- * *ret_gen_id and *ret_n_prompt on success; errors carry computed's message
- * in diag. */
+ * *ret_gen_id, *ret_n_prompt and (when non-NULL) *ret_max_tokens — the new
+ * tokens the model's context leaves room for, at most m->max_tokens — on
+ * success; errors carry computed's message in diag. */
 int cw_client_gen_start(struct cw_client *c, const struct cw_gen_start_msg *m,
 			uint32_t *ret_gen_id, uint32_t *ret_n_prompt,
-			struct st_diag *diag);
+			uint32_t *ret_max_tokens, struct st_diag *diag);
 
 /* One step: *ret_token (-1 none), *ret_finish (enum cw_finish), text
  * (malloc'd, caller frees) in *ret_text. */

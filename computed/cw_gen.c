@@ -16,6 +16,7 @@ struct cw_gen {
 	int have_seq;
 	int32_t *ids;                    /* prompt then generated, owned */
 	int n_prompt, n_gen, cap_ids, max_tokens;
+	int context_cut;                 /* max_tokens was cut to the context */
 	struct cw_gen_params p;
 	struct cw_stopbuf stops;         /* stop strings over the text */
 	struct cw_sampler sampler;
@@ -27,6 +28,7 @@ struct cw_gen {
 
 int cw_gen_n_prompt(const struct cw_gen *g) { return g->n_prompt; }
 int cw_gen_n_generated(const struct cw_gen *g) { return g->n_gen; }
+int cw_gen_max_tokens(const struct cw_gen *g) { return g->max_tokens; }
 const int32_t *cw_gen_prompt_ids(const struct cw_gen *g) { return g->ids; }
 uint64_t cw_gen_prefill_ns(const struct cw_gen *g) { return g->prefill_ns; }
 uint64_t cw_gen_decode_ns(const struct cw_gen *g) { return g->decode_ns; }
@@ -99,8 +101,10 @@ int cw_gen_start(struct cw_model *model, const struct st_tokenizer *tok,
 	g->max_tokens = p->max_tokens;
 	if (g->max_tokens < 0)
 		g->max_tokens = 0;
-	if ((size_t)g->max_tokens > (size_t)c->max_position_embeddings - n_ids)
+	if ((size_t)g->max_tokens > (size_t)c->max_position_embeddings - n_ids) {
 		g->max_tokens = c->max_position_embeddings - (int)n_ids;
+		g->context_cut = 1;
+	}
 	g->cap_ids = (int)n_ids + g->max_tokens + 1;
 	g->ids = malloc(sizeof(int32_t) * (size_t)g->cap_ids);
 	g->logits = malloc(sizeof(float) * (size_t)c->vocab_size);
@@ -190,7 +194,8 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 					       sizeof(piece) - (size_t)n);
 			if (m > 0)
 				n += m;
-			g->finish = CW_FINISH_LENGTH;
+			g->finish = g->context_cut ? CW_FINISH_CONTEXT :
+						     CW_FINISH_LENGTH;
 		}
 	}
 	if (n < 0) {

@@ -26,6 +26,7 @@ enum cw_finish {
 	CW_FINISH_LENGTH = 2,
 	CW_FINISH_STOP = 3,
 	CW_FINISH_ERROR = 4,
+	CW_FINISH_CONTEXT = 5, /* the model's context is full */
 };
 
 struct cw_gen_params {
@@ -67,6 +68,8 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 void cw_gen_free(struct cw_gen *g);
 
 int cw_gen_n_prompt(const struct cw_gen *g);
+/* New tokens this generation may produce: max_tokens, cut to the context. */
+int cw_gen_max_tokens(const struct cw_gen *g);
 int cw_gen_n_generated(const struct cw_gen *g);
 /* The prompt's token ids (borrowed). */
 const int32_t *cw_gen_prompt_ids(const struct cw_gen *g);

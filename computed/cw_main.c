@@ -269,6 +269,7 @@ static int handle_gen_start(struct cw_daemon *d, const struct st_msg_header *h,
 	st_wbuf_init(&w);
 	st_wbuf_u32(&w, slot->id);
 	st_wbuf_u32(&w, (uint32_t)cw_gen_n_prompt(slot->gen));
+	st_wbuf_u32(&w, (uint32_t)cw_gen_max_tokens(slot->gen));
 	r = st_rpc_reply(&d->rep, h, 0, w.data, w.len);
 	st_wbuf_fini(&w);
 	return r;

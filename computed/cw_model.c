@@ -131,6 +131,27 @@ static int map_dense(struct cw_model *m, struct st_diag *diag)
 	return 0;
 }
 
+/* Every dense tensor's XXH3 against the manifest: a flipped bit in
+ * dense.bin is refused at start instead of computing nonsense. */
+static int verify_dense(struct cw_model *m, struct st_diag *diag)
+{
+	for (int i = 0; i < m->store->n_dense; i++) {
+		const struct st_store_tensor *t = &m->store->dense[i];
+
+		if (t->offset + t->n_bytes > m->dense_len)
+			return st_diag_set(diag, -ST_E_FORMAT,
+					   "store %s: tensor %s lies outside "
+					   "dense.bin", m->store->dir, t->name);
+		if (st_xxh3(m->dense_map + t->offset, t->n_bytes) != t->xxh3)
+			return st_diag_set(diag, -ST_E_CHECKSUM,
+					   "store %s: dense.bin tensor %s: "
+					   "checksum mismatch; re-run strata "
+					   "convert --force", m->store->dir,
+					   t->name);
+	}
+	return 0;
+}
+
 static int bind_all(struct cw_model *m, struct st_diag *diag)
 {
 	const struct st_model_config *c = &m->cfg;
@@ -222,6 +243,8 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 			    m->opts.n_threads);
 	if (!r)
 		r = map_dense(m, diag);
+	if (!r)
+		r = verify_dense(m, diag);
 	if (!r)
 		r = bind_all(m, diag);
 	if (!r && es) {

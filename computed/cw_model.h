@@ -50,8 +50,10 @@ struct cw_model_opts {
  * Opens the store at store_dir, maps dense.bin, and binds to the given
  * expertd and kvd clients (borrowed: they must outlive the model).  Checks
  * that expertd serves this store (store id) and declares the KV streams to
- * kvd.  *ret owned by the caller (cw_model_close).
- * Errors: -ST_E_FORMAT / -ST_E_CONFIG with diag, -ST_E_BUDGET from kvd.
+ * kvd.  Every dense tensor's checksum is verified.  *ret owned by the caller
+ * (cw_model_close).
+ * Errors: -ST_E_FORMAT / -ST_E_CONFIG / -ST_E_CHECKSUM with diag,
+ * -ST_E_BUDGET from kvd.
  */
 int cw_model_open(const char *store_dir, struct es_client *es,
 		  struct kv_client *kv, const struct cw_model_opts *opts,

@@ -86,11 +86,17 @@ void es_convert_opts_init(struct es_convert_opts *opts)
 	*opts = def;
 }
 
-static void progress(struct conv *c, uint64_t bytes)
+/* Reports progress; returns -ECANCELED when the caller asked to stop
+ * (opts.cancel), so the writer unwinds and removes its temporary dir. */
+static int progress(struct conv *c, uint64_t bytes)
 {
 	c->done += bytes;
 	if (c->o.progress)
 		c->o.progress(c->done, c->total, c->o.progress_arg);
+	if (c->o.cancel && *c->o.cancel)
+		return st_diag_set(c->diag, -ECANCELED, "convert interrupted; "
+				   "nothing was written to the output");
+	return 0;
 }
 
 /* "[a, b, c]" */
@@ -553,7 +559,8 @@ static int write_dense(struct conv *c)
 		    (r = jset(o, "source_dtype",
 			      json_string(st_dtype_traits(t->dtype)->name))))
 			goto out;
-		progress(c, t->n_bytes);
+		if ((r = progress(c, t->n_bytes)))
+			goto out;
 	}
 	cur = ST_ALIGN_UP(cur, ST_STORE_DENSE_ALIGN);
 	if (ftruncate(fd, (off_t)cur) < 0) {
@@ -674,7 +681,8 @@ static int write_expert_layer(struct conv *c, int l, uint8_t *rec, float *row,
 			r = write_error(c, r, name);
 			goto fail;
 		}
-		progress(c, src_bytes);
+		if ((r = progress(c, src_bytes)))
+			goto fail;
 	}
 	r = finish_out_file(c, fd, name);
 	fd = -1;
@@ -848,7 +856,8 @@ static int copy_files(struct conv *c, json_t *arr)
 		if (r)
 			return r == -ENOMEM ? st_diag_set(c->diag, r, "out of "
 							  "memory") : r;
-		progress(c, len);
+		if ((r = progress(c, len)))
+			return r;
 	}
 	return 0;
 }

@@ -45,11 +45,15 @@ struct es_convert_opts {
 	int force;
 	es_convert_progress_fn progress; /* may be NULL */
 	void *progress_arg;
+	/* When non-NULL and *cancel becomes non-zero (e.g. set from the
+	 * progress callback on Ctrl-C), the conversion stops at the next
+	 * record with -ECANCELED and removes its temporary directory. */
+	const volatile int *cancel;
 };
 
 #define ES_CONVERT_OPTS_DEFAULT                                                \
 	{ .expert_dtype = ST_DTYPE_MXFP4, .dense_f32 = 0, .force = 0,          \
-	  .progress = NULL, .progress_arg = NULL }
+	  .progress = NULL, .progress_arg = NULL, .cancel = NULL }
 
 /* Fills *opts with the defaults (MXFP4 experts, automatic dense dtype, no
  * force, no progress). */

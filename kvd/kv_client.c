@@ -95,6 +95,18 @@ static int attach(struct kv_client *c, uint64_t layout_hash,
 	return 0;
 }
 
+/* While a reply is awaited: give up at once when the kvd that owns the
+ * mapped pool has died, instead of waiting out the whole time-out. */
+static int kvd_alive(void *arg)
+{
+	struct kv_client *c = arg;
+
+	if (c->attached &&
+	    !st_pid_alive(atomic_load(&st_shm_hdr(&c->shm)->owner_pid)))
+		return -ST_E_PEERGONE;
+	return 0;
+}
+
 static int rpc_raw(struct kv_client *c, uint16_t type, uint64_t rid,
 		   const struct st_wbuf *w, void **ret_buf,
 		   const uint8_t **ret_p, size_t *ret_len, struct st_diag *diag)
@@ -103,13 +115,15 @@ static int rpc_raw(struct kv_client *c, uint16_t type, uint64_t rid,
 
 	if (w && w->err)
 		return w->err;
-	r = st_rpc_call(&c->req, type, rid, c->id, w ? w->data : NULL,
-			w ? w->len : 0, ret_buf, ret_p, ret_len);
+	r = st_rpc_call_watch(&c->req, type, rid, c->id, w ? w->data : NULL,
+			      w ? w->len : 0, c->timeout_ms, kvd_alive, c,
+			      ret_buf, ret_p, ret_len);
 	if (!*ret_buf)
 		return st_diag_set(diag, r == -ST_E_PROTO ? r : -ST_E_PEERGONE,
 				   "kvd at %s %s (%s)", c->ctl_path,
-				   r == -ST_E_PROTO ? "sent a malformed reply"
-						    : "did not answer",
+				   r == -ST_E_PROTO ? "sent a malformed reply" :
+				   r == -ST_E_PEERGONE ? "died" :
+							 "did not answer",
 				   st_strerror(r));
 	if (r < 0) {
 		if (kv_proto_decode_text(*ret_p, *ret_len, diag) < 0)

@@ -7,7 +7,8 @@
  *                   f32 top_p, u64 seed, u32 flags (CW_GEN_F_*), u32 n_stop,
  *                   n_stop x str stop (each <= CW_PROTO_MAX_STOP bytes),
  *                   str prompt (<= CW_PROTO_MAX_PROMPT bytes)
- *                   reply:   u32 gen_id, u32 n_prompt_tokens
+ *                   reply:   u32 gen_id, u32 n_prompt_tokens, u32 max_tokens
+ *                            (cut to what the model's context leaves)
  * CW_MSG_GEN_NEXT   request: u32 gen_id
  *                   reply:   i32 token (-1: none), u32 finish (enum cw_finish),
  *                            u32 n_generated, u64 step_ns, str text

@@ -210,7 +210,7 @@ int main(void)
 		m.prompt = (char *)json_string_value(json_object_get(p0, "text"));
 		r = cw_client_open(t.run_dir, 30000, &c, &diag);
 		CHECK(r == 0, "client open: %s", diag.msg);
-		r = cw_client_gen_start(c, &m, &id, &n_prompt, &diag);
+		r = cw_client_gen_start(c, &m, &id, &n_prompt, NULL, &diag);
 		CHECK(r == 0, "valid GEN_START after garbage: %s", diag.msg);
 		CHECK(n_prompt == json_array_size(json_object_get(p0, "ids")),
 		      "prompt tokens %u", n_prompt);
