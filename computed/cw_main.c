@@ -17,6 +17,7 @@
 #include "cw_proto.h"
 #include "es_client.h"
 #include "kv_client.h"
+#include "st_build_config.h"
 #include "st_daemon.h"
 #include "st_log.h"
 #include "st_msg.h"
@@ -70,6 +71,7 @@ static void usage(FILE *f)
 "  --connect-timeout SEC  wait this long for expertd/kvd (default 30)\n"
 "  --threads N            compute threads (default: online CPUs); results\n"
 "                         do not depend on it\n"
+"  --version              print the version and exit\n"
 "  -h, --help             this text\n"
 "\n"
 "Stops cleanly on SIGTERM/SIGINT or a SHUTDOWN request.\n",
@@ -87,6 +89,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "connect-timeout", required_argument, NULL, 'c' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
 	};
 	int c;
@@ -148,7 +151,10 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 			break;
 		}
 		case 'h': usage(stdout); exit(0);
-		default: usage(stderr); return -EINVAL;
+		case 'V': printf("computed %s\n", ST_VERSION); exit(0);
+		default:
+			fprintf(stderr, "see computed --help\n");
+			return -EINVAL;
 		}
 	}
 	if (optind < argc) {

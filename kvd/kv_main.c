@@ -62,7 +62,8 @@ static void usage(FILE *f)
 			opts[i].def ? " (default " : "",
 			opts[i].def ? opts[i].def : "",
 			opts[i].def ? ")" : "");
-	fprintf(f, "  --%-18s %s\n", "help", "this text");
+	fprintf(f, "  --%-18s %s\n", "version", "print the version and exit");
+	fprintf(f, "  -h, --%-14s %s\n", "help", "this text");
 }
 
 static int set_opt(struct kv_config *cfg, const struct opt *o,
@@ -125,6 +126,10 @@ static int parse_args(int argc, char **argv, struct kv_config *cfg)
 		const struct opt *o = NULL;
 		size_t n;
 
+		if (!strcmp(a, "--version")) {
+			printf("kvd %s\n", ST_VERSION);
+			return 1;
+		}
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			usage(stdout);
 			return 1;

@@ -330,7 +330,8 @@ static int budget_error(const struct kv_pool *p, uint64_t need, uint64_t avail,
 	return st_diag_set(diag, -ST_E_BUDGET,
 			   "KV pool exhausted: %s needs %llu more pages of "
 			   "%llu bytes, %llu are free; the KV budget of %s "
-			   "holds %llu pages: raise --budget to at least "
+			   "holds %llu pages: raise kvd --budget (strata: "
+			   "--kv-budget) to at least "
 			   "%llu bytes (%s) or free sequences", what,
 			   (unsigned long long)need,
 			   (unsigned long long)p->lay.page_bytes,
@@ -421,8 +422,11 @@ int kv_seq_reserve(struct kv_pool *p, uint32_t client, uint32_t n,
 		if (want > p->lay.max_pages_per_seq) {
 			char what[96];
 
+			/* one sequence may use at most its share of the
+			 * pool: its pages per stream are capped */
 			snprintf(what, sizeof(what),
-				 "a sequence of %u rows (%u pages per stream)",
+				 "a sequence of %u rows (%u pages per stream, "
+				 "more than one sequence may hold)",
 				 target[u], want);
 			r = budget_error(p, (uint64_t)want * p->lay.n_streams,
 					 (uint64_t)p->lay.max_pages_per_seq *

@@ -467,7 +467,7 @@ int kv_layout_compute(const struct kv_stream_decl *streams, uint32_t n_streams,
 		return st_diag_set(diag, -ST_E_BUDGET,
 				   "KV budget %s holds %llu pages of %llu "
 				   "bytes; %u streams need at least one page "
-				   "each: raise the budget (--budget) to at "
+				   "each: raise kvd --budget (strata: --kv-budget) to at "
 				   "least %llu bytes (%s)",
 				   st_format_bytes(budget_bytes, b1, sizeof(b1)),
 				   (unsigned long long)n_pages,
