@@ -7,6 +7,6 @@
 set -eu
 cd "$(dirname "$0")/.."
 ./scripts/setup-debian.sh >&2
-./scripts/build.sh >/dev/null || { echo "build failed: run ./scripts/build.sh to see why" >&2; exit 1; }
+./scripts/build.sh >&2
 exec ./build/cli/strata run --model models/kjv-moe \
 	--prompt "And it came to pass, when the king heard" --max-tokens 48 "$@"
