@@ -59,8 +59,11 @@ struct cw_backend_ops {
 	void (*rope)(float *x, int n_heads, int head_dim, int pos, double theta);
 };
 
-/* The portable C backend (reference mode). */
+/* The CPU backend (reference mode): plain C, with an AVX2 MXFP4 kernel
+ * chosen at run time where the CPU has AVX2; bit-identical either way. */
 const struct cw_backend_ops *cw_backend_cpu(void);
+/* The same backend forced onto the portable kernels (for tests). */
+const struct cw_backend_ops *cw_backend_cpu_generic(void);
 
 /* SiLU(g) * u elementwise into out (n floats): silu(z) = z / (1 + e^-z). */
 void cw_swiglu(const float *gate, const float *up, int n, float *out);

@@ -109,6 +109,26 @@ CW_KERNEL static void matvec_bf16(const struct cw_wview *w, const float *x, floa
 }
 
 
+static inline float e8m0_to_f32(uint8_t b)
+{
+	/* 2^(b-127); b == 0 is the subnormal 2^-127; 255 is NaN. */
+	uint32_t u;
+	float f;
+
+	if (b == 255)
+		return NAN;
+	u = b ? (uint32_t)b << 23 : 0x00400000u;
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/*
+ * MXFP4 (OCP layout).  Each 32-element block is dequantized exactly and
+ * multiplied into the same 8 lanes as a dense matvec of the dequantized
+ * weights would be.  Twice an E2M1 value is a small integer (-12..12), so
+ * w = (2 * e2m1) * (scale / 2) is the same float as e2m1 * scale (scale is a
+ * power of two): both versions below compute identical bits.
+ */
 /* Both E2M1 values of a byte (low nibble = even element, OCP layout):
  * k_e2m1_pair[b] = { e2m1(b & 15), e2m1(b >> 4) }. */
 static const float k_e2m1_pair[256][2] = {
@@ -370,24 +390,8 @@ static const float k_e2m1_pair[256][2] = {
 	{ -6.0f, -6.0f },
 };
 
-static inline float e8m0_to_f32(uint8_t b)
-{
-	/* 2^(b-127); b == 0 is the subnormal 2^-127; 255 is NaN. */
-	uint32_t u;
-	float f;
-
-	if (b == 255)
-		return NAN;
-	u = b ? (uint32_t)b << 23 : 0x00400000u;
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-/* MXFP4 (OCP layout): each 32-element block is dequantized exactly
- * (code value * E8M0 scale is representable in float32) into 4 vectors and
- * multiplied into the same 8 lanes as a dense matvec would. */
-CW_KERNEL static void matvec_mxfp4(const struct cw_wview *w, const float *x, float *y,
-			 int64_t r0, int64_t r1)
+static void matvec_mxfp4_generic(const struct cw_wview *w, const float *x,
+				 float *y, int64_t r0, int64_t r1)
 {
 	const uint8_t *codes = w->data;
 	const int64_t nb = w->cols / 32;
@@ -406,8 +410,6 @@ CW_KERNEL static void matvec_mxfp4(const struct cw_wview *w, const float *x, flo
 
 			for (int j = 0; j < 16; j++)
 				memcpy(dq + 2 * j, k_e2m1_pair[bc[j]], 8);
-			/* (code * scale) is exact; then times x, as a dense
-			 * matvec of the dequantized weights would */
 			acc += (load8(dq) * sv) * load8(bx);
 			acc += (load8(dq + 8) * sv) * load8(bx + 8);
 			acc += (load8(dq + 16) * sv) * load8(bx + 16);
@@ -415,6 +417,72 @@ CW_KERNEL static void matvec_mxfp4(const struct cw_wview *w, const float *x, flo
 		}
 		y[r] = hsum8(acc);
 	}
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define CW_HAVE_AVX2_MXFP4 1
+
+/* AVX2: the 16 code bytes of a block are looked up with pshufb in a table
+ * of 2 * e2m1, interleaved into element order (low nibble = even element)
+ * and widened to float.  Multiply and add stay separate (no FMA), as in
+ * the generic version, so the bits are the same. */
+__attribute__((target("avx2"))) static void
+matvec_mxfp4_avx2(const struct cw_wview *w, const float *x, float *y,
+		  int64_t r0, int64_t r1)
+{
+	const __m128i lut = _mm_setr_epi8(0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2,
+					  -3, -4, -6, -8, -12);
+	const __m128i m15 = _mm_set1_epi8(15);
+	const uint8_t *codes = w->data;
+	const int64_t nb = w->cols / 32;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const uint8_t *rc = codes + r * (w->cols / 2);
+		const uint8_t *rs = w->scales + r * nb;
+		__m256 acc = _mm256_setzero_ps();
+		float l[8];
+
+		for (int64_t b = 0; b < nb; b++) {
+			const __m256 sv = _mm256_set1_ps(0.5f * e8m0_to_f32(rs[b]));
+			const float *bx = x + b * 32;
+			__m128i c = _mm_loadu_si128((const __m128i *)(rc + b * 16));
+			__m128i lo = _mm_shuffle_epi8(lut, _mm_and_si128(c, m15));
+			__m128i hi = _mm_shuffle_epi8(
+				lut, _mm_and_si128(_mm_srli_epi16(c, 4), m15));
+			__m128i e0 = _mm_unpacklo_epi8(lo, hi);
+			__m128i e1 = _mm_unpackhi_epi8(lo, hi);
+			__m256 w0 = _mm256_mul_ps(
+				_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(e0)), sv);
+			__m256 w1 = _mm256_mul_ps(_mm256_cvtepi32_ps(
+				_mm256_cvtepi8_epi32(_mm_srli_si128(e0, 8))), sv);
+			__m256 w2 = _mm256_mul_ps(
+				_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(e1)), sv);
+			__m256 w3 = _mm256_mul_ps(_mm256_cvtepi32_ps(
+				_mm256_cvtepi8_epi32(_mm_srli_si128(e1, 8))), sv);
+
+			acc = _mm256_add_ps(acc, _mm256_mul_ps(w0, _mm256_loadu_ps(bx)));
+			acc = _mm256_add_ps(acc, _mm256_mul_ps(w1, _mm256_loadu_ps(bx + 8)));
+			acc = _mm256_add_ps(acc, _mm256_mul_ps(w2, _mm256_loadu_ps(bx + 16)));
+			acc = _mm256_add_ps(acc, _mm256_mul_ps(w3, _mm256_loadu_ps(bx + 24)));
+		}
+		_mm256_storeu_ps(l, acc);
+		y[r] = ((l[0] + l[4]) + (l[2] + l[6])) +
+		       ((l[1] + l[5]) + (l[3] + l[7]));
+	}
+}
+#endif
+
+static void matvec_mxfp4(const struct cw_wview *w, const float *x, float *y,
+			 int64_t r0, int64_t r1)
+{
+#ifdef CW_HAVE_AVX2_MXFP4
+	if (__builtin_cpu_supports("avx2")) {
+		matvec_mxfp4_avx2(w, x, y, r0, r1);
+		return;
+	}
+#endif
+	matvec_mxfp4_generic(w, x, y, r0, r1);
 }
 
 static void cpu_matvec(const struct cw_wview *w, const float *x, float *y,
@@ -429,6 +497,16 @@ static void cpu_matvec(const struct cw_wview *w, const float *x, float *y,
 			y[r] = NAN;
 		break;
 	}
+}
+
+/* The same with the portable MXFP4 kernel (tests compare the two). */
+static void cpu_matvec_generic(const struct cw_wview *w, const float *x,
+			       float *y, int64_t r0, int64_t r1)
+{
+	if (w->dtype == ST_DTYPE_MXFP4)
+		matvec_mxfp4_generic(w, x, y, r0, r1);
+	else
+		cpu_matvec(w, x, y, r0, r1);
 }
 
 static void cpu_rmsnorm(const float *x, const void *weight,
@@ -487,9 +565,22 @@ static const struct cw_backend_ops k_cpu_ops = {
 	.rope = cpu_rope,
 };
 
+static const struct cw_backend_ops k_cpu_generic_ops = {
+	.name = "cpu-generic",
+	.supports = cpu_supports,
+	.matvec = cpu_matvec_generic,
+	.rmsnorm = cpu_rmsnorm,
+	.rope = cpu_rope,
+};
+
 const struct cw_backend_ops *cw_backend_cpu(void)
 {
 	return &k_cpu_ops;
+}
+
+const struct cw_backend_ops *cw_backend_cpu_generic(void)
+{
+	return &k_cpu_generic_ops;
 }
 
 void cw_swiglu(const float *gate, const float *up, int n, float *out)

@@ -268,6 +268,91 @@ static void test_matvec_bf16_and_norms(void **state)
 	assert_true(fabs(nx[0] - 1e-4 / sqrt(1e-8 + 1e-5)) < 1e-6);
 }
 
+/*
+ * The documented reduction order, written out in scalar code: 8 lanes
+ * (element c goes to lane c % 8), lanes added as
+ * ((l0 + l4) + (l2 + l6)) + ((l1 + l5) + (l3 + l7)), then the tail in order.
+ * Whatever kernel clone the CPU dispatches to must give exactly these bits.
+ */
+static float lane_dot(const float *w, const float *x, int n)
+{
+	float l[8] = { 0 }, s;
+	int n8 = n & ~7;
+
+	for (int c = 0; c < n8; c++)
+		l[c % 8] += w[c] * x[c];
+	s = ((l[0] + l[4]) + (l[2] + l[6])) + ((l[1] + l[5]) + (l[3] + l[7]));
+	for (int c = n8; c < n; c++)
+		s += w[c] * x[c];
+	return s;
+}
+
+static void test_matvec_exact_order(void **state)
+{
+	enum { R = 5, C = 160 };
+	const struct cw_backend_ops *be = cw_backend_cpu();
+	static float wf[R * C], deq[R * C], x[C], y[R];
+	static uint16_t wb[R * C];
+	uint8_t codes[R * C / 2], scales[R * C / 32];
+	uint32_t seed = 99;
+
+	(void)state;
+	for (int i = 0; i < R * C; i++) {
+		seed = seed * 1664525u + 1013904223u;
+		wf[i] = ((float)(seed >> 8) / 16777216.0f - 0.5f) * 3.0f;
+		wb[i] = st_f32_to_bf16(wf[i]);
+	}
+	for (int i = 0; i < C; i++)
+		x[i] = cosf((float)i * 0.37f) * 1.7f;
+	{
+		struct cw_wview v = { ST_DTYPE_F32, wf, NULL, R, C - 3 };
+		float xx[C];
+
+		/* C - 3 columns: a tail after the 8-lane part; rows of
+		 * C - 3 elements taken contiguously */
+		memcpy(xx, x, sizeof(xx));
+		be->matvec(&v, xx, y, 0, R);
+		for (int r = 0; r < R; r++) {
+			float ref = lane_dot(wf + r * (C - 3), xx, C - 3);
+
+			assert_memory_equal(&y[r], &ref, sizeof(float));
+		}
+	}
+	{
+		struct cw_wview v = { ST_DTYPE_BF16, wb, NULL, R, C };
+
+		be->matvec(&v, x, y, 0, R);
+		for (int r = 0; r < R; r++) {
+			float row[C], ref;
+
+			st_convert_to_f32(ST_DTYPE_BF16, wb + r * C, C, row);
+			ref = lane_dot(row, x, C);
+			assert_memory_equal(&y[r], &ref, sizeof(float));
+		}
+	}
+	{
+		struct cw_wview v = { ST_DTYPE_MXFP4, codes, scales, R, C };
+		float yg[R];
+
+		for (int r = 0; r < R; r++) {
+			st_mxfp4_quantize_row(wf + r * C, C, codes + r * C / 2,
+					      scales + r * C / 32);
+			st_mxfp4_dequantize_row(codes + r * C / 2,
+						scales + r * C / 32, C,
+						ST_FP4_LAYOUT_OCP, deq + r * C);
+		}
+		be->matvec(&v, x, y, 0, R);
+		/* the portable kernel too (the dispatched one may be AVX2) */
+		cw_backend_cpu_generic()->matvec(&v, x, yg, 0, R);
+		for (int r = 0; r < R; r++) {
+			float ref = lane_dot(deq + r * C, x, C);
+
+			assert_memory_equal(&y[r], &ref, sizeof(float));
+			assert_memory_equal(&yg[r], &ref, sizeof(float));
+		}
+	}
+}
+
 /* RoPE half-split: pair (i, i + d/2) rotated by pos * theta^(-2i/d). */
 static void test_rope(void **state)
 {
@@ -303,6 +388,7 @@ int main(void)
 		cmocka_unit_test(test_matvec_mxfp4),
 		cmocka_unit_test(test_matvec_bf16_and_norms),
 		cmocka_unit_test(test_rope),
+		cmocka_unit_test(test_matvec_exact_order),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
