@@ -52,7 +52,7 @@ int st_shm_create(struct st_shm *shm, const char *instance, const char *kind,
 	r = st_shm_name(instance, kind, shm->name, sizeof(shm->name));
 	if (r < 0)
 		return r;
-	size = ST_ALIGN_UP(size, ST_SHM_ALIGN);
+	size = (size_t)st_shm_round(size);
 	fd = shm_open(shm->name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
@@ -172,7 +172,7 @@ int st_shm_open_owner(struct st_shm *shm, const char *instance,
 					   "shm %s is owned by live process %d",
 					   shm->name, pid);
 		}
-		if (shm->size != ST_ALIGN_UP(size, ST_SHM_ALIGN)) {
+		if (shm->size != (size_t)st_shm_round(size)) {
 			st_shm_detach(shm);
 			shm_unlink(shm->name);
 		} else {

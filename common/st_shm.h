@@ -24,7 +24,27 @@
 
 #define ST_SHM_MAGIC 0x314d48534154535fULL /* "_STASHM1" */
 #define ST_SHM_HEADER_BYTES 256
-#define ST_SHM_ALIGN (2u * 1024 * 1024) /* regions aligned to 2 MiB */
+#define ST_SHM_ALIGN (2u * 1024 * 1024) /* large regions aligned to 2 MiB */
+#define ST_SHM_PAGE 4096u
+/* Regions of at least this many bytes are 2 MiB aligned (huge pages pay
+ * off); smaller ones only page aligned, so a small pool is not dominated
+ * by padding and stays within its budget. */
+#define ST_SHM_HUGE_MIN (64ull * 1024 * 1024)
+
+/* Alignment for a data region of `bytes`: ST_SHM_ALIGN or ST_SHM_PAGE. */
+static inline uint64_t st_shm_region_align(uint64_t bytes)
+{
+	return bytes >= ST_SHM_HUGE_MIN ? ST_SHM_ALIGN : ST_SHM_PAGE;
+}
+
+/* The size a segment of `size` bytes really gets (what st_shm_create
+ * makes): rounded up to st_shm_region_align(size). */
+static inline uint64_t st_shm_round(uint64_t size)
+{
+	uint64_t a = st_shm_region_align(size);
+
+	return (size + a - 1) / a * a;
+}
 
 struct st_shm_header {
 	_Atomic uint64_t magic;      /* written last by the creator */
@@ -57,7 +77,7 @@ struct st_shm {
 int st_shm_name(const char *instance, const char *pool, char *buf, size_t len);
 
 /*
- * Creates a new segment of `size` bytes (rounded up to ST_SHM_ALIGN) with
+ * Creates a new segment of `size` bytes (rounded up by st_shm_round) with
  * O_EXCL, maps it read-write, zero-filled, and writes the header (kind,
  * instance, layout_version, layout_hash, owner_pid = getpid(), epoch = 1)
  * with the magic last.  -EEXIST if the name exists.

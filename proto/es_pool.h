@@ -12,6 +12,7 @@
  *   slots_offset           struct es_slot[n_slots]
  *   data_offset            n_slots records of record_bytes; slot i's record at
  *                          data_offset + i * record_bytes; 2 MiB aligned
+ *                          when at least 64 MiB, else 4 KiB (st_shm.h)
  *
  * The segment is sized exactly from the geometry (es_pool_layout_compute),
  * so its size is n_slots * record_bytes plus the tables rounded to 2 MiB.
@@ -160,7 +161,7 @@ struct es_pool_layout {
 	uint64_t slots_offset;
 	uint64_t data_offset;
 	uint64_t data_bytes;
-	uint64_t total_bytes;  /* rounded up to ST_SHM_ALIGN like st_shm_create */
+	uint64_t total_bytes;  /* rounded up by st_shm_round like st_shm_create */
 	uint64_t layout_hash;  /* for st_shm_header.layout_hash */
 };
 

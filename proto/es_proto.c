@@ -57,13 +57,14 @@ int es_pool_layout_compute(const struct es_pool_geom *g,
 	ret->slots_offset = ret->index_offset + idx_bytes;
 	slot_bytes = (uint64_t)g->n_slots * sizeof(struct es_slot);
 	end = ret->slots_offset + slot_bytes;
-	ret->data_offset = ST_ALIGN_UP(end, ST_SHM_ALIGN);
-	if (mul_ok(g->n_slots, g->record_bytes, &data_bytes) < 0 ||
-	    add_ok(ret->data_offset, data_bytes, &total) < 0 ||
+	if (mul_ok(g->n_slots, g->record_bytes, &data_bytes) < 0)
+		return -EINVAL;
+	ret->data_offset = ST_ALIGN_UP(end, st_shm_region_align(data_bytes));
+	if (add_ok(ret->data_offset, data_bytes, &total) < 0 ||
 	    total > UINT64_MAX - ST_SHM_ALIGN)
 		return -EINVAL;
 	ret->data_bytes = data_bytes;
-	ret->total_bytes = ST_ALIGN_UP(total, ST_SHM_ALIGN);
+	ret->total_bytes = st_shm_round(total);
 	memset(&id, 0, sizeof(id));
 	id.version = ES_POOL_LAYOUT_VERSION;
 	id.n_layers = g->n_layers;

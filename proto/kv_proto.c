@@ -498,7 +498,8 @@ int kv_layout_compute(const struct kv_stream_decl *streams, uint32_t n_streams,
 				   &table_entries) ||
 	    add_region(&off, table_entries, sizeof(uint32_t), KV_PAGE_ALIGN,
 		       &l->table_off) ||
-	    add_region(&off, n_pages, page_bytes, ST_SHM_ALIGN, &l->data_off) ||
+	    add_region(&off, n_pages, page_bytes,
+		       st_shm_region_align(n_pages * page_bytes), &l->data_off) ||
 	    off > (1ull << 46))
 		return st_diag_set(diag, -ST_E_LIMIT,
 				   "KV pool metadata too large (%llu "
@@ -506,7 +507,7 @@ int kv_layout_compute(const struct kv_stream_decl *streams, uint32_t n_streams,
 				   "--max-seqs or --max-rows-per-seq",
 				   (unsigned long long)max_seqs, n_streams,
 				   l->max_pages_per_seq);
-	l->total_bytes = ST_ALIGN_UP(off, (uint64_t)ST_SHM_ALIGN);
+	l->total_bytes = st_shm_round(off);
 	return 0;
 }
 

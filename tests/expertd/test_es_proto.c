@@ -34,14 +34,26 @@ static void test_layout(void **state)
 
 	assert_int_equal(es_pool_layout_compute(&g, &l), 0);
 	/* 256 shm header + 768 pool header; 32 x 64-byte client entries;
-	 * 96 x 4-byte index entries (384, 64-aligned); 24 x 192-byte slots;
-	 * data at the next 2 MiB; total rounded to 2 MiB. */
+	 * 96 x 4-byte index entries (384, 64-aligned); 24 x 192-byte slots
+	 * end at 3456 + 4608 = 8064; the data (960 KiB, under 64 MiB) starts
+	 * at the next 4 KiB page, and the total is page-rounded. */
 	assert_int_equal(l.clients_offset, 1024);
 	assert_int_equal(l.index_offset, 1024 + 32 * 64);
 	assert_int_equal(l.slots_offset, 3072 + 384);
-	assert_int_equal(l.data_offset, 2u << 20);
+	assert_int_equal(l.data_offset, 8192);
 	assert_int_equal(l.data_bytes, 24 * 40960);
-	assert_int_equal(l.total_bytes, 4u << 20);
+	assert_int_equal(l.total_bytes, 8192 + 24 * 40960);
+	/* a pool of 64 MiB or more gets 2 MiB alignment (huge pages) */
+	{
+		struct es_pool_geom big = KJV;
+		struct es_pool_layout lb;
+
+		big.n_slots = 96;
+		big.record_bytes = 1u << 20; /* 96 MiB of data */
+		assert_int_equal(es_pool_layout_compute(&big, &lb), 0);
+		assert_int_equal(lb.data_offset, 2u << 20);
+		assert_int_equal(lb.total_bytes, (2u << 20) + 96ull * (1u << 20));
+	}
 	assert_true(l.layout_hash != 0);
 	/* the hash covers the geometry and the store */
 	g.store_id++;

@@ -49,7 +49,7 @@ static struct tpool *tpool_new(uint32_t n_streams, const uint32_t *row_bytes,
 					   max_seqs, max_rows, &t->lay, &d),
 			 0);
 	assert_int_equal(t->lay.n_pages, n_pages);
-	t->mem = aligned_alloc(ST_SHM_ALIGN, t->lay.total_bytes);
+	t->mem = aligned_alloc(ST_SHM_PAGE, t->lay.total_bytes);
 	assert_non_null(t->mem);
 	memset(t->mem, 0, t->lay.total_bytes); /* as a new shm segment */
 	assert_int_equal(kv_pool_format(&t->p, t->mem, t->lay.total_bytes,
@@ -548,7 +548,7 @@ static void test_adopt(void **state)
 		memset(row_ptr(t, a, 1, r), (int)r + 1, 16);
 	kv_seq_fork(&t->p, 2, 22, 0, 0, a, 6, &f, &d);
 	/* what a kill -9 leaves: the memory (the private lists are gone) */
-	copy = aligned_alloc(ST_SHM_ALIGN, t->lay.total_bytes);
+	copy = aligned_alloc(ST_SHM_PAGE, t->lay.total_bytes);
 	memcpy(copy, t->mem, t->lay.total_bytes);
 	{
 		struct kv_pool_info *info =
@@ -630,8 +630,10 @@ static void test_layout(void **state)
 	assert_int_equal(l.page_bytes, 1600);
 	assert_int_equal(l.n_pages, 10);
 	assert_int_equal(l.max_pages_per_seq, 3); /* min(7, 10 / 3) */
-	assert_int_equal(l.data_off % ST_SHM_ALIGN, 0);
-	assert_int_equal(l.total_bytes % ST_SHM_ALIGN, 0);
+	/* 16000 bytes of pages: page-aligned (2 MiB only from 64 MiB on) */
+	assert_int_equal(l.data_off % ST_SHM_PAGE, 0);
+	assert_int_equal(l.total_bytes % ST_SHM_PAGE, 0);
+	assert_int_equal(l.total_bytes, l.data_off + ST_ALIGN_UP(16000, ST_SHM_PAGE));
 	assert_true(l.table_off >= l.seqs_off + 4 * 64);
 	assert_true(l.data_off >= l.table_off + 4 * 3 * 3 * 4);
 	/* rounded up to 64 bytes: 3 rows x 100 = 300 -> 320 */
@@ -680,7 +682,7 @@ static void test_layout(void **state)
 	{
 		struct kv_pool p;
 
-		mem = aligned_alloc(ST_SHM_ALIGN, l.total_bytes);
+		mem = aligned_alloc(ST_SHM_PAGE, l.total_bytes);
 		assert_int_equal(kv_pool_format(&p, mem, l.total_bytes, &l, s),
 				 0);
 		kv_pool_fini(&p);
@@ -692,7 +694,7 @@ static void test_layout(void **state)
 	assert_int_equal(rs[1].row_bytes, 100);
 	assert_int_equal(kv_layout_read(mem, l.total_bytes, 12345, &r, rs, &d),
 			 -ST_E_FORMAT);
-	assert_int_equal(kv_layout_read(mem, l.total_bytes - ST_SHM_ALIGN, 0,
+	assert_int_equal(kv_layout_read(mem, l.total_bytes - ST_SHM_PAGE, 0,
 					&r, rs, &d),
 			 -ST_E_FORMAT);
 	((struct kv_pool_info *)((uint8_t *)mem + KV_POOL_INFO_OFF))
