@@ -300,9 +300,9 @@ int cli_check_common(const char *instance, const char *host_budget,
 		return 1;
 	}
 	if (kv_dtype && strcmp(kv_dtype, "f32") && strcmp(kv_dtype, "f16") &&
-	    strcmp(kv_dtype, "bf16")) {
+	    strcmp(kv_dtype, "bf16") && strcmp(kv_dtype, "fp8")) {
 		fprintf(stderr, "%s: --kv-dtype '%s': use f32 (reference "
-			"mode), f16 or bf16\n", who, kv_dtype);
+			"mode), f16, bf16 or fp8\n", who, kv_dtype);
 		return 1;
 	}
 	if (experts && strcmp(experts, "mxfp4") && strcmp(experts, "bf16") &&

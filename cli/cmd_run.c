@@ -67,7 +67,7 @@ static void run_usage(FILE *f)
 "  --host-budget B      expertd host pool: bytes (8GiB) or percent of all\n"
 "                       experts (25%%); default: all experts\n"
 "  --kv-budget B        kvd page pool in bytes (default: kvd's)\n"
-"  --kv-dtype T         f32 (reference mode, default), f16, bf16\n"
+"  --kv-dtype T         f32 (reference mode, default), f16, bf16, fp8\n"
 "Instance:\n"
 "  --instance NAME      use this running instance, or start it under this\n"
 "                       name (default: a private one, run-<pid>)\n"
@@ -439,6 +439,22 @@ static void print_summary(const struct run_opts *o,
 		(unsigned long long)d.kv_n_pages,
 		st_format_bytes(d.kv_page_bytes, a, sizeof(a)),
 		(unsigned long long)d.kv_pages_used);
+	if (d.kv_bytes_per_token) {
+		uint64_t toks = res->n_prompt + res->n_gen;
+
+		fprintf(stderr, "KV bytes/token     %llu in pages at the peak "
+			"(%llu pages for %llu tokens), %llu in rows (K and V "
+			"of all layers%s); formula 2 x layers x kv_heads x "
+			"head_dim x bytes = %llu\n",
+			toks ? (unsigned long long)(d.kv_pages_peak *
+						   d.kv_page_bytes / toks) : 0ull,
+			(unsigned long long)d.kv_pages_peak,
+			(unsigned long long)toks,
+			(unsigned long long)d.kv_bytes_per_token,
+			d.kv_bytes_per_token != d.kv_formula_bytes_per_token ?
+				", FP8 scales included" : "",
+			(unsigned long long)d.kv_formula_bytes_per_token);
+	}
 	fprintf(stderr, "weights read       experts %s, dense %s, LM head %s\n",
 		st_format_bytes(d.expert_bytes, a, sizeof(a)),
 		st_format_bytes(d.dense_bytes, b, sizeof(b)),

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "cw_gen.h"
+#include "cw_kvrow.h"
 #include "cw_model.h"
 #include "cw_proto.h"
 #include "es_client.h"
@@ -66,7 +67,8 @@ static void usage(FILE *f)
 "  --store DIR            strata store (made by 'strata convert')\n"
 "  --instance NAME        instance name (default: %s)\n"
 "  --run-dir DIR          run directory (default: per instance, see docs)\n"
-"  --kv-dtype TYPE        KV rows: f32 (reference mode, default), f16, bf16\n"
+"  --kv-dtype TYPE        KV rows: f32 (reference mode, default), f16, bf16,\n"
+"                         fp8 (E4M3, one scale per row and KV head)\n"
 "  --page-rows N          KV rows per page (default 16)\n"
 "  --connect-timeout SEC  wait this long for expertd/kvd (default 30)\n"
 "  --threads N            compute threads (default: online CPUs); results\n"
@@ -108,15 +110,9 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		case 'i': snprintf(d->instance, sizeof(d->instance), "%s", optarg); break;
 		case 'r': snprintf(d->run_dir, sizeof(d->run_dir), "%s", optarg); break;
 		case 'k':
-			if (!strcmp(optarg, "f32"))
-				d->mopts.kv_dtype = ST_DTYPE_F32;
-			else if (!strcmp(optarg, "f16"))
-				d->mopts.kv_dtype = ST_DTYPE_F16;
-			else if (!strcmp(optarg, "bf16"))
-				d->mopts.kv_dtype = ST_DTYPE_BF16;
-			else {
-				st_err("--kv-dtype must be f32, f16 or bf16, "
-				       "not '%s'", optarg);
+			if (cw_kvrow_parse_dtype(optarg, &d->mopts.kv_dtype) < 0) {
+				st_err("--kv-dtype must be f32, f16, bf16 or "
+				       "fp8, not '%s'", optarg);
 				return -EINVAL;
 			}
 			break;
@@ -366,6 +362,8 @@ static int handle_stats(struct cw_daemon *d, const struct st_msg_header *h)
 	s.dense_bytes = rs.dense_bytes;
 	s.lm_head_bytes = rs.lm_head_bytes;
 	s.expert_stall_ns = rs.expert_stall_ns;
+	cw_model_kv_bytes_per_token(d->model, &s.kv_bytes_per_token,
+				    &s.kv_formula_bytes_per_token);
 	if (es_client_stats(d->es, &es) == 0) {
 		s.es_pid = es.pid;
 		s.es_hits = es.hits;
@@ -528,7 +526,7 @@ int main(int argc, char **argv)
 	st_info("ready: store %s, instance %s, KV %s, run dir %s",
 		d->store_dir, d->instance,
 		d->mopts.kv_dtype == ST_DTYPE_F32 ? "f32 (reference mode)" :
-		d->mopts.kv_dtype == ST_DTYPE_F16 ? "f16" : "bf16",
+		cw_kvrow_dtype_name(d->mopts.kv_dtype),
 		d->run_dir);
 	r = serve(d);
 	st_info("stopping");

@@ -17,6 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cw_kvrow.h"
 #include "cw_router.h"
 #include "cw_threads.h"
 #include "st_formats.h"
@@ -42,7 +43,7 @@ struct cw_model {
 	enum st_dtype final_norm_dt;
 	struct cw_layer_w *layers;         /* owned [n_layers] */
 	uint32_t kv_row_bytes;
-	size_t kv_elt;
+	struct cw_kvrow_fmt kvf;           /* K/V row layout (cw_kvrow.h) */
 	cw_route_fn route_fn;
 	void *route_arg;
 	struct cw_read_stats rs;
@@ -222,10 +223,11 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 	if (!m->opts.page_rows)
 		m->opts.page_rows = 16;
 	if (m->opts.kv_dtype != ST_DTYPE_F32 && m->opts.kv_dtype != ST_DTYPE_F16 &&
-	    m->opts.kv_dtype != ST_DTYPE_BF16) {
+	    m->opts.kv_dtype != ST_DTYPE_BF16 &&
+	    m->opts.kv_dtype != ST_DTYPE_F8_E4M3) {
 		free(m);
 		return st_diag_set(diag, -ST_E_UNSUPPORTED,
-				   "KV dtype must be f32, f16 or bf16");
+				   "KV dtype must be f32, f16, bf16 or fp8");
 	}
 	r = st_store_open(store_dir, &m->store, diag);
 	if (r < 0) {
@@ -260,9 +262,10 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 					"fewer than one layer's top-k (%d)",
 					es_client_n_slots(es), m->cfg.top_k);
 	}
-	m->kv_elt = m->opts.kv_dtype == ST_DTYPE_F32 ? 4 : 2;
-	m->kv_row_bytes = (uint32_t)(2 * (size_t)m->cfg.n_kv_heads *
-				     m->cfg.head_dim * m->kv_elt);
+	if (!r && cw_kvrow_init(&m->kvf, m->opts.kv_dtype, m->cfg.n_kv_heads,
+				m->cfg.head_dim) < 0)
+		r = st_diag_set(diag, -ST_E_CONFIG, "bad KV row geometry");
+	m->kv_row_bytes = (uint32_t)cw_kvrow_bytes(&m->kvf);
 	if (!r && kv) {
 		rows = malloc(sizeof(uint32_t) * (size_t)m->cfg.n_layers);
 		if (!rows) {
@@ -328,6 +331,18 @@ void cw_model_set_route_fn(struct cw_model *m, cw_route_fn fn, void *arg)
 void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret)
 {
 	*ret = m->rs;
+}
+
+void cw_model_kv_bytes_per_token(const struct cw_model *m, uint64_t *ret_layout,
+				 uint64_t *ret_formula)
+{
+	const uint64_t elt = m->opts.kv_dtype == ST_DTYPE_F32 ? 4 :
+			     m->opts.kv_dtype == ST_DTYPE_F8_E4M3 ? 1 : 2;
+
+	*ret_layout = (uint64_t)m->kv_row_bytes * (uint64_t)m->cfg.n_layers;
+	*ret_formula = 2ull * (uint64_t)m->cfg.n_layers *
+		       (uint64_t)m->cfg.n_kv_heads * (uint64_t)m->cfg.head_dim *
+		       elt;
 }
 
 uint64_t cw_model_expert_bytes(const struct cw_model *m)
@@ -424,43 +439,15 @@ static void matvec(struct cw_model *m, const struct cw_wview *w,
 		m->be->matvec(w, x, y, 0, w->rows);
 }
 
-static void kv_store(struct cw_model *m, uint8_t *dst, const float *src,
-		     size_t n)
-{
-	if (m->opts.kv_dtype == ST_DTYPE_F32) {
-		memcpy(dst, src, n * 4);
-	} else if (m->opts.kv_dtype == ST_DTYPE_F16) {
-		uint16_t *d = (uint16_t *)dst;
-
-		for (size_t i = 0; i < n; i++)
-			d[i] = st_f32_to_f16(src[i]);
-	} else {
-		uint16_t *d = (uint16_t *)dst;
-
-		for (size_t i = 0; i < n; i++)
-			d[i] = st_f32_to_bf16(src[i]);
-	}
-}
-
-static inline float kv_load1(const struct cw_model *m, const uint8_t *base,
-			     size_t i)
-{
-	if (m->opts.kv_dtype == ST_DTYPE_F32)
-		return ((const float *)base)[i];
-	if (m->opts.kv_dtype == ST_DTYPE_F16)
-		return st_f16_to_f32(((const uint16_t *)base)[i]);
-	return st_bf16_to_f32(((const uint16_t *)base)[i]);
-}
-
 /* Attention of one query position over rows 0..pos of the layer's stream. */
 static int attend(struct cw_model *m, uint32_t seq, int layer, uint32_t pos,
 		  const float *q, float *out, struct st_diag *diag)
 {
 	const struct st_model_config *c = &m->cfg;
-	const int hd = c->head_dim, nkv = c->n_kv_heads;
+	const int hd = c->head_dim;
 	const int group = c->n_heads / c->n_kv_heads;
 	const float scale = 1.0f / sqrtf((float)hd);
-	float *sc = m->scores;
+	float *sc = m->scores, *kv = m->tmp; /* one head's K or V row */
 
 	for (int h = 0; h < c->n_heads; h++) {
 		const int kvh = h / group; /* GQA: MODEL_FAMILIES.md 0.7 */
@@ -471,16 +458,15 @@ static int attend(struct cw_model *m, uint32_t seq, int layer, uint32_t pos,
 
 		for (uint32_t j = 0; j <= pos; j++) {
 			const uint8_t *row = kv_client_row(m->kv, seq, layer, j);
-			const uint8_t *kr;
 			float d = 0.0f;
 
 			if (!row)
 				return st_diag_set(diag, -ST_E_NOTFOUND,
 						   "KV row %u of layer %d has no "
 						   "page", j, layer);
-			kr = row + (size_t)kvh * hd * m->kv_elt;
+			cw_kvrow_read_head(&m->kvf, row, 0, kvh, kv);
 			for (int i = 0; i < hd; i++)
-				d += qh[i] * kv_load1(m, kr, (size_t)i);
+				d += qh[i] * kv[i];
 			sc[j] = d * scale;
 			if (sc[j] > mx)
 				mx = sc[j];
@@ -493,11 +479,11 @@ static int attend(struct cw_model *m, uint32_t seq, int layer, uint32_t pos,
 			oh[i] = 0.0f;
 		for (uint32_t j = 0; j <= pos; j++) {
 			const uint8_t *row = kv_client_row(m->kv, seq, layer, j);
-			const uint8_t *vr = row + ((size_t)nkv + kvh) * hd * m->kv_elt;
 			const float p = (float)(sc[j] / sum);
 
+			cw_kvrow_read_head(&m->kvf, row, 1, kvh, kv);
 			for (int i = 0; i < hd; i++)
-				oh[i] += p * kv_load1(m, vr, (size_t)i);
+				oh[i] += p * kv[i];
 		}
 	}
 	return 0;
@@ -651,8 +637,7 @@ int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
 				return st_diag_set(diag, -ST_E_NOTFOUND,
 						   "KV row %u of layer %d has "
 						   "no page", pos0 + t, l);
-			kv_store(m, row, k, kvd);
-			kv_store(m, row + kvd * m->kv_elt, v, kvd);
+			cw_kvrow_write(&m->kvf, row, k, v);
 		}
 		for (int t = 0; t < n; t++) {
 			float *att = m->att + (size_t)t * qd;

@@ -82,6 +82,12 @@ int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
 /* Accumulated read statistics (since open). */
 void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret);
 
+/* KV bytes per token: *ret_layout as the rows are laid out (K and V of
+ * every layer, FP8 scales included) and *ret_formula by the textbook formula
+ * 2 x layers x kv_heads x head_dim x bytes per element. */
+void cw_model_kv_bytes_per_token(const struct cw_model *m, uint64_t *ret_layout,
+				 uint64_t *ret_formula);
+
 /* Bytes of one expert's three matrices as read by a matvec (codes+scales). */
 uint64_t cw_model_expert_bytes(const struct cw_model *m);
 

@@ -74,7 +74,7 @@ int cw_gen_start_msg_decode(const uint8_t *p, size_t len,
 	X(es_misses) X(es_evictions) X(es_loads) X(es_load_bytes)              \
 	X(es_n_slots) X(es_slots_used) X(es_pool_bytes) X(es_budget_bytes)     \
 	X(kv_pages_used) X(kv_pages_peak) X(kv_n_pages) X(kv_page_bytes)       \
-	X(kv_pool_bytes)
+	X(kv_pool_bytes) X(kv_bytes_per_token) X(kv_formula_bytes_per_token)
 
 void cw_stats_wire_encode(struct st_wbuf *w, const struct cw_stats_wire *s)
 {

@@ -64,6 +64,9 @@ struct cw_stats_wire {
 	/* from kvd */
 	uint64_t kv_pages_used, kv_pages_peak, kv_n_pages, kv_page_bytes;
 	uint64_t kv_pool_bytes;
+	/* KV bytes per token: as laid out (rows incl. FP8 scales, all layers)
+	 * and by the formula 2 x layers x kv_heads x head_dim x bytes/elt */
+	uint64_t kv_bytes_per_token, kv_formula_bytes_per_token;
 };
 
 void cw_gen_start_msg_free(struct cw_gen_start_msg *m);

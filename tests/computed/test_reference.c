@@ -20,7 +20,12 @@
  *   HOST_BUDGET  optional expertd --host-budget (e.g. 25%): results must not
  *                change with the budget.  Or "threads": the logits of every
  *                prompt computed with a 2-thread pool are bit-identical to
- *                the 1-thread ones (DESIGN.md 6a).
+ *                the 1-thread ones (DESIGN.md 6a).  Or "kv=f16|bf16|fp8": the
+ *                KV rows in that dtype (not reference mode): kjv-moe's
+ *                valid-small perplexity must stay within 0.5 % of the
+ *                F32-KV figure (issue 4's FP8 target); for the random tiny
+ *                fixtures the first greedy step that differs from the
+ *                reference is printed (no tolerance applies there).
  * Greedy continuations are decoded one token at a time through the KV
  * cache (the references recomputed the whole sequence; equal in exact
  * arithmetic).
@@ -31,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_kvrow.h"
 #include "cw_model.h"
 #include "cw_sampler.h"
 #include "es_client.h"
@@ -114,6 +120,7 @@ static void check_position(const char *what, int pi, int pos, const float *lg,
 
 struct ctx {
 	const char *fixture, *variant;
+	enum st_dtype kv_dtype;
 	char model_dir[4400], store_dir[4200], tmp[4096];
 	struct st_test_inst inst;
 	struct es_client *es;
@@ -167,7 +174,7 @@ static int setup(struct ctx *c, const char *host_budget)
 {
 	struct es_convert_opts o;
 	struct st_diag diag = { "" };
-	struct cw_model_opts mo = { ST_DTYPE_F32, 16, 1 };
+	struct cw_model_opts mo = { c->kv_dtype, 16, 1 };
 	const char *es_args[6] = { "--store", c->store_dir, NULL, NULL, NULL };
 	const char *kv_args[4] = { "--budget", "256MiB", NULL };
 	int r;
@@ -301,6 +308,22 @@ static void test_tiny(struct ctx *c, json_t *ref)
 		for (int i = 0; i < n; i++)
 			ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
 		all = run_prompt(c, ids, n, ng, gout);
+		if (c->kv_dtype != ST_DTYPE_F32) {
+			int first = ng;
+
+			for (int g = 0; g < ng; g++)
+				if (gout[g] != (int32_t)json_integer_value(json_array_get(greedy, g))) {
+					first = g;
+					break;
+				}
+			printf("prompt %zu: %s KV greedy output first differs from "
+			       "the reference at step %d of %d%s\n", pi,
+			       cw_kvrow_dtype_name(c->kv_dtype), first, ng,
+			       first == ng ? " (never)" : "");
+			free(all);
+			free(ids);
+			continue;
+		}
 		for (int pos = 0; pos < n; pos++) {
 			json_t *top10, *lse;
 
@@ -405,7 +428,7 @@ static void test_kjv(struct ctx *c, json_t *ref)
 	int scored;
 	double ppl;
 
-	if (!mx) {
+	if (!mx && c->kv_dtype == ST_DTYPE_F32) {
 		/* README: float32 compute within 1e-3 of every logit and LSE,
 		 * identical greedy continuations */
 		for (size_t pi = 0; pi < json_array_size(prompts); pi++) {
@@ -440,9 +463,20 @@ static void test_kjv(struct ctx *c, json_t *ref)
 	printf("valid-small.txt perplexity %.4f over %d scored tokens "
 	       "(README: %.4f)\n", ppl, scored, want);
 	CHECK(scored == 2920, "scored %d tokens, README says 2920", scored);
-	CHECK(fabs(ppl - want) / want <= 1e-4,
-	      "perplexity %.5f vs README %.4f (relative %.2e > 1e-4)", ppl,
-	      want, fabs(ppl - want) / want);
+	if (c->kv_dtype == ST_DTYPE_F32) {
+		CHECK(fabs(ppl - want) / want <= 1e-4,
+		      "perplexity %.5f vs README %.4f (relative %.2e > 1e-4)",
+		      ppl, want, fabs(ppl - want) / want);
+	} else {
+		/* issue 4: FP8 KV within 0.5 % of the F32-KV perplexity */
+		printf("%s KV: perplexity %+.3f %% vs F32 KV\n",
+		       cw_kvrow_dtype_name(c->kv_dtype),
+		       100 * (ppl - want) / want);
+		CHECK(fabs(ppl - want) / want <= 5e-3,
+		      "%s KV perplexity %.4f is %.2f %% from F32 KV's %.4f",
+		      cw_kvrow_dtype_name(c->kv_dtype), ppl,
+		      100 * (ppl - want) / want, want);
+	}
 }
 
 int main(int argc, char **argv)
@@ -459,7 +493,15 @@ int main(int argc, char **argv)
 	}
 	c.fixture = argv[1];
 	c.variant = argv[2];
-	if (setup(&c, argc > 3 && strcmp(argv[3], "threads") ? argv[3] : NULL) < 0) {
+	c.kv_dtype = ST_DTYPE_F32;
+	if (argc > 3 && !strncmp(argv[3], "kv=", 3)) {
+		if (cw_kvrow_parse_dtype(argv[3] + 3, &c.kv_dtype) < 0) {
+			fprintf(stderr, "bad %s\n", argv[3]);
+			return 2;
+		}
+	}
+	if (setup(&c, argc > 3 && strcmp(argv[3], "threads") &&
+			      strncmp(argv[3], "kv=", 3) ? argv[3] : NULL) < 0) {
 		st_test_inst_stop(&c.inst);
 		return 1;
 	}
@@ -511,7 +553,7 @@ int main(int argc, char **argv)
 		printf("2-thread logits compared bit for bit with 1-thread\n");
 		c.model = m1;
 		cw_model_close(m2);
-	} else if (argc > 3) {
+	} else if (argc > 3 && strncmp(argv[3], "kv=", 3)) {
 		struct es_stats s;
 
 		if (es_client_stats(c.es, &s) == 0) {
