@@ -17,6 +17,7 @@
 
 #include "cli_cmds.h"
 #include "cli_instance.h"
+#include "cli_session.h"
 #include "cw_client.h"
 #include "cw_gen.h"
 #include "st_daemon.h"
@@ -506,9 +507,9 @@ int cli_cmd_run(int argc, char **argv)
 	struct run_result res = { 0 };
 	struct run_watch watch;
 	struct st_diag diag = { "" };
-	char model_dir[4096], *prompt_buf = NULL;
+	char *prompt_buf = NULL;
 	const char *prompt;
-	int r, rc = 1, have_stats = 0, sigfd = -1, running = 0;
+	int r, rc = 1, have_stats = 0, sigfd = -1;
 
 	r = parse(&o, argc, argv);
 	if (r)
@@ -527,86 +528,18 @@ int cli_cmd_run(int argc, char **argv)
 	 * stopped; they run in their own process groups */
 	sigfd = st_stop_signals_open();
 
-	/* the instance: a running one, or a private one we start */
-	if (o.instance)
-		snprintf(inst.name, sizeof(inst.name), "%s", o.instance);
-	else
-		snprintf(inst.name, sizeof(inst.name), "run-%d", (int)getpid());
-	if (o.run_dir)
-		snprintf(inst.run_dir, sizeof(inst.run_dir), "%s", o.run_dir);
-	else
-		st_run_dir_default(inst.name, inst.run_dir, sizeof(inst.run_dir));
-	if (o.instance) {
-		running = cli_instance_state(&inst);
-		if (running > 0 && running < 3) {
-			fprintf(stderr, "strata run: instance '%s' is only partly "
-				"running (%d of 3 daemons answer); stop it with "
-				"'strata down --instance %s' and start it again\n",
-				inst.name, running, inst.name);
-			goto out;
-		}
-		running = running == 3;
-	}
-	if (running) {
-		cli_instance_read_pids(&inst);
-		if (o.model || o.store || o.host_budget || o.kv_budget ||
-		    o.kv_dtype || strcmp(o.experts, "mxfp4"))
-			fprintf(stderr, "strata run: instance '%s' is running "
-				"with its own model and settings; --model, "
-				"--store, --experts and the budget options are "
-				"ignored\n", inst.name);
-		fprintf(stderr, "strata run: using running instance '%s'\n",
-			inst.name);
-	} else {
-		/* the model and its store */
-		if (o.model)
-			snprintf(model_dir, sizeof(model_dir), "%s", o.model);
-		else if (!o.store &&
-			 cli_default_model_dir(model_dir, sizeof(model_dir)) < 0) {
-			fprintf(stderr, "strata run: no --model given and the "
-				"embedded models/kjv-moe is not found\n");
-			goto out;
-		}
-		if (o.store)
-			snprintf(inst.store_dir, sizeof(inst.store_dir), "%s",
-				 o.store);
-		else if ((r = cli_default_store_dir(model_dir, o.experts,
-						    inst.store_dir,
-						    sizeof(inst.store_dir))) < 0) {
-			fprintf(stderr, "strata run: model %s: %s\n", model_dir,
-				st_strerror(r));
-			goto out;
-		}
-		if (st_path_exists(inst.store_dir) && o.model &&
-		    cli_store_stale(inst.store_dir, model_dir)) {
-			fprintf(stderr, "strata run: the checkpoint in %s changed "
-				"since %s was made; converting again\n",
-				model_dir, inst.store_dir);
-			if (cli_convert(model_dir, inst.store_dir, o.experts, 0,
-					1, sigfd))
-				goto out;
-		} else if (!st_path_exists(inst.store_dir)) {
-			if (!o.model && o.store) {
-				fprintf(stderr, "strata run: store %s does not "
-					"exist; give --model to convert one\n",
-					o.store);
-				goto out;
-			}
-			if (cli_convert(model_dir, inst.store_dir, o.experts, 0,
-					0, sigfd))
-				goto out;
-		}
-		snprintf(inst.host_budget, sizeof(inst.host_budget), "%s",
-			 o.host_budget ? o.host_budget : "");
-		snprintf(inst.kv_budget, sizeof(inst.kv_budget), "%s",
-			 o.kv_budget ? o.kv_budget : "");
-		snprintf(inst.kv_dtype, sizeof(inst.kv_dtype), "%s",
-			 o.kv_dtype ? o.kv_dtype : "");
-		fprintf(stderr, "strata run: starting expertd, kvd, computed "
-			"(instance %s, run dir %s)\n", inst.name, inst.run_dir);
-		r = cli_instance_up(&inst, o.timeout_s, &diag);
-		if (r < 0) {
-			fprintf(stderr, "strata run: %s\n", diag.msg);
+	{
+		struct cli_session_opts so = {
+			.model = o.model, .store = o.store, .experts = o.experts,
+			.instance = o.instance, .run_dir = o.run_dir,
+			.host_budget = o.host_budget, .kv_budget = o.kv_budget,
+			.kv_dtype = o.kv_dtype, .timeout_s = o.timeout_s,
+			.who = "strata run",
+		};
+
+		r = cli_session_start(&so, sigfd, &inst);
+		if (r) {
+			rc = r;
 			goto stop;
 		}
 	}
@@ -639,24 +572,8 @@ int cli_cmd_run(int argc, char **argv)
 	}
 stop:
 	cw_client_close(cw);
-	if (inst.started_by_us && !o.keep) {
-		r = cli_instance_down(&inst);
-		if (r > 0)
-			fprintf(stderr, "strata run: %d daemon(s) had to be "
-				"killed\n", r);
-		/* a private instance's run dir goes too, unless its logs
-		 * explain a failure */
-		if (rc == 0 && !o.instance && !o.run_dir)
-			st_rm_rf(inst.run_dir);
-		else if (rc != 0)
-			fprintf(stderr, "strata run: daemon logs are in %s\n",
-				inst.run_dir);
-	} else if (inst.started_by_us) {
-		fprintf(stderr, "strata run: daemons left running (instance "
-			"%s); stop them with: strata down --instance %s "
-			"--run-dir %s\n", inst.name, inst.name, inst.run_dir);
-	}
-out:
+	cli_session_stop(&inst, rc, o.keep, o.instance || o.run_dir,
+			 "strata run");
 	if (sigfd >= 0) {
 		if (rc != 0 && st_stop_signals_pending(sigfd))
 			rc = 130;

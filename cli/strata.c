@@ -26,6 +26,7 @@ static void usage(FILE *f)
 "  up        start expertd, kvd and computed for an instance\n"
 "  down      stop an instance and remove its segments and sockets\n"
 "  status    show whether an instance runs, with its counters\n"
+"  perplexity  perplexity of a text file (and KL divergence against a base)\n"
 "\n"
 "Example:\n"
 "  strata run --model models/kjv-moe --prompt 'In the beginning' --max-tokens 48\n",
@@ -41,6 +42,7 @@ int main(int argc, char **argv)
 		{ "run", cli_cmd_run },       { "convert", cli_cmd_convert },
 		{ "verify", cli_cmd_verify }, { "up", cli_cmd_up },
 		{ "down", cli_cmd_down },     { "status", cli_cmd_status },
+		{ "perplexity", cli_cmd_perplexity },
 	};
 
 	st_log_set_name("strata");

@@ -179,6 +179,40 @@ int cw_client_gen_end(struct cw_client *c, uint32_t gen_id)
 	return r;
 }
 
+int cw_client_score(struct cw_client *c, const int32_t *ids, uint32_t n,
+		    const char *dump_name, double *ret_nll,
+		    uint32_t *ret_argmax, struct st_diag *diag)
+{
+	struct st_wbuf w;
+	struct st_rbuf rb;
+	void *buf;
+	const uint8_t *p;
+	size_t len;
+	uint32_t ns;
+	int r;
+
+	st_wbuf_init(&w);
+	st_wbuf_u32(&w, dump_name ? CW_SCORE_F_DUMP : 0);
+	st_wbuf_str(&w, dump_name ? dump_name : "");
+	st_wbuf_u32(&w, n);
+	for (uint32_t i = 0; i < n; i++)
+		st_wbuf_i32(&w, ids[i]);
+	r = call(c, CW_MSG_SCORE, &w, &buf, &p, &len, diag);
+	st_wbuf_fini(&w);
+	if (r == 0) {
+		st_rbuf_init(&rb, p, len);
+		if (st_rbuf_f64(&rb, ret_nll) < 0 || st_rbuf_u32(&rb, &ns) < 0 ||
+		    ns != n - 1)
+			r = st_diag_set(diag, -ST_E_PROTO, "malformed SCORE reply");
+		for (uint32_t i = 0; r == 0 && i < ns; i++)
+			if (st_rbuf_u32(&rb, &ret_argmax[i]) < 0)
+				r = st_diag_set(diag, -ST_E_PROTO,
+						"malformed SCORE reply");
+	}
+	free(buf);
+	return r;
+}
+
 int cw_client_stats(struct cw_client *c, struct cw_stats_wire *ret)
 {
 	void *buf;

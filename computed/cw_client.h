@@ -47,6 +47,16 @@ int cw_client_gen_next(struct cw_client *c, uint32_t gen_id, int32_t *ret_token,
 
 int cw_client_gen_end(struct cw_client *c, uint32_t gen_id);
 
+/*
+ * Scores ids[0..n) from position 0 (CW_MSG_SCORE): *ret_nll the summed
+ * natural-log NLL of ids[1..n), ret_argmax[n-1] (caller's array) the argmax
+ * at each scored position.  dump_name non-NULL: computed also writes the
+ * (n-1) x vocab float32 log-softmax rows to <run_dir>/<dump_name>.
+ */
+int cw_client_score(struct cw_client *c, const int32_t *ids, uint32_t n,
+		    const char *dump_name, double *ret_nll,
+		    uint32_t *ret_argmax, struct st_diag *diag);
+
 int cw_client_stats(struct cw_client *c, struct cw_stats_wire *ret);
 
 int cw_client_shutdown(struct cw_client *c);

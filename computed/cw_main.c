@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "cw_kvrow.h"
 #include "cw_model.h"
 #include "cw_proto.h"
+#include "cw_sampler.h"
 #include "es_client.h"
 #include "kv_client.h"
 #include "st_build_config.h"
@@ -336,6 +338,114 @@ static int handle_gen_end(struct cw_daemon *d, const struct st_msg_header *h,
 	return st_rpc_reply(&d->rep, h, 0, NULL, 0);
 }
 
+/* Log-softmax of one row of logits (lse accumulated in double). */
+static double row_lse(const float *lg, int n)
+{
+	double mx = -INFINITY, sum = 0.0;
+
+	for (int i = 0; i < n; i++)
+		if (lg[i] > mx)
+			mx = lg[i];
+	for (int i = 0; i < n; i++)
+		sum += exp((double)lg[i] - mx);
+	return mx + log(sum);
+}
+
+/* Writes the log-softmax rows to <run_dir>/<name>.  0 or -errno. */
+static int dump_logprobs(const struct cw_daemon *d, const char *name,
+			 float *rows, int n_rows, int vocab)
+{
+	char path[4400];
+	FILE *f;
+	int r = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", d->run_dir, name);
+	f = fopen(path, "we");
+	if (!f)
+		return -errno;
+	for (int i = 0; i < n_rows && !r; i++) {
+		float *row = rows + (size_t)i * vocab;
+		float l = (float)row_lse(row, vocab);
+
+		for (int v = 0; v < vocab; v++)
+			row[v] -= l;
+		if (fwrite(row, sizeof(float), (size_t)vocab, f) != (size_t)vocab)
+			r = -EIO;
+	}
+	if (fclose(f) != 0 && !r)
+		r = -errno;
+	return r;
+}
+
+static int handle_score(struct cw_daemon *d, const struct st_msg_header *h,
+			const uint8_t *p)
+{
+	const int vocab = cw_model_config(d->model)->vocab_size;
+	struct st_diag diag = { "" };
+	struct st_rbuf rb;
+	struct st_wbuf w;
+	uint32_t flags, n, seq;
+	char *name = NULL;
+	int32_t *ids = NULL;
+	float *all = NULL;
+	double nll = 0.0;
+	int r;
+
+	st_rbuf_init(&rb, p, h->payload_len);
+	if (st_rbuf_u32(&rb, &flags) < 0 || (flags & ~CW_SCORE_F_DUMP) ||
+	    st_rbuf_str(&rb, 255, &name) < 0 || st_rbuf_u32(&rb, &n) < 0 ||
+	    n < 2 || n > CW_PROTO_MAX_SCORE || st_rbuf_left(&rb) != 4ull * n ||
+	    strchr(name, '/') || (flags & CW_SCORE_F_DUMP && (!name[0] ||
+							   name[0] == '.'))) {
+		free(name);
+		return reply_error(d, h, -ST_E_PROTO, "malformed SCORE message");
+	}
+	ids = malloc(sizeof(int32_t) * n);
+	all = malloc(sizeof(float) * (size_t)n * (size_t)vocab);
+	if (!ids || !all) {
+		r = reply_error(d, h, -ENOMEM, "out of memory for the window");
+		goto out;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		st_rbuf_i32(&rb, &ids[i]);
+	r = kv_client_seq_create(d->kv, &seq, &diag);
+	if (r == 0) {
+		r = cw_model_eval(d->model, seq, 0, ids, (int)n, all, NULL,
+				  &diag);
+		kv_client_seq_free(d->kv, seq);
+	}
+	if (r < 0) {
+		r = reply_error(d, h, r, diag.msg);
+		goto out;
+	}
+	st_wbuf_init(&w);
+	for (uint32_t i = 1; i < n; i++) {
+		const float *lg = all + (size_t)(i - 1) * vocab;
+
+		nll += row_lse(lg, vocab) - lg[ids[i]];
+	}
+	st_wbuf_f64(&w, nll);
+	st_wbuf_u32(&w, n - 1);
+	for (uint32_t i = 1; i < n; i++)
+		st_wbuf_u32(&w, (uint32_t)cw_argmax(all + (size_t)(i - 1) * vocab,
+						    vocab));
+	if (flags & CW_SCORE_F_DUMP) {
+		r = dump_logprobs(d, name, all, (int)n - 1, vocab);
+		if (r < 0) {
+			st_wbuf_fini(&w);
+			r = reply_error(d, h, r, "cannot write the log-probs");
+			goto out;
+		}
+	}
+	r = st_rpc_reply(&d->rep, h, 0, w.data, w.len);
+	st_wbuf_fini(&w);
+out:
+	free(name);
+	free(ids);
+	free(all);
+	return r;
+}
+
 static int handle_stats(struct cw_daemon *d, const struct st_msg_header *h)
 {
 	struct cw_stats_wire s = { 0 };
@@ -433,6 +543,9 @@ static void handle_message(struct cw_daemon *d, const uint8_t *buf, size_t len)
 		break;
 	case CW_MSG_GEN_END:
 		handle_gen_end(d, &h, p);
+		break;
+	case CW_MSG_SCORE:
+		handle_score(d, &h, p);
 		break;
 	default:
 		reply_error(d, &h, -ST_E_PROTO, "unknown message type");

@@ -13,6 +13,16 @@
  *                   reply:   i32 token (-1: none), u32 finish (enum cw_finish),
  *                            u32 n_generated, u64 step_ns, str text
  * CW_MSG_GEN_END    request: u32 gen_id  -> reply: (empty); frees it
+ * CW_MSG_SCORE      request: u32 flags (CW_SCORE_F_*), str dump_name (a plain
+ *                   file name in the run directory, or empty), u32 n,
+ *                   n x i32 token ids (2 <= n <= CW_PROTO_MAX_SCORE)
+ *                   reply:   f64 nll_sum (natural log, positions 1..n-1),
+ *                            u32 n_scored (n - 1), n_scored x u32 argmax id
+ *                   Runs the ids from position 0 in a fresh sequence.  With
+ *                   CW_SCORE_F_DUMP the log-softmax of each scored position
+ *                   (n_scored x vocab float32, row i predicts id i+1) is
+ *                   written to <run_dir>/<dump_name> (bulk data never
+ *                   travels in messages).
  * ST_MSG_STATS      reply:   struct cw_stats_wire (below, field by field)
  * Error replies carry status < 0 and a str message as payload.
  */
@@ -27,7 +37,11 @@ enum cw_msg_type {
 	CW_MSG_GEN_START = ST_MSG_CW_FIRST + 1,
 	CW_MSG_GEN_NEXT = ST_MSG_CW_FIRST + 2,
 	CW_MSG_GEN_END = ST_MSG_CW_FIRST + 3,
+	CW_MSG_SCORE = ST_MSG_CW_FIRST + 4,
 };
+
+#define CW_PROTO_MAX_SCORE 8192
+#define CW_SCORE_F_DUMP 1u
 
 #define CW_PROTO_MAX_PROMPT (512 * 1024)
 #define CW_PROTO_MAX_STOP 256
