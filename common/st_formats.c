@@ -9,7 +9,9 @@
 #include "st_formats.h"
 
 #include <errno.h>
+#include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "st_error.h"
@@ -27,6 +29,10 @@ _Static_assert(sizeof(uint32_t) == sizeof(float), "float/uint32 punning");
 #define MXFP4_BLOCK_BYTES (MXFP4_CODE_BYTES + 1)
 _Static_assert(ST_MXFP4_BLOCK % 2 == 0, "two E2M1 codes per byte");
 _Static_assert(MXFP4_BLOCK_BYTES == 17, "OCP MX: 32 x 4 bits + 8-bit scale");
+/* NVFP4 block: 16 E2M1 codes plus one E4M3 scale. */
+#define NVFP4_CODE_BYTES (ST_NVFP4_BLOCK / 2)
+#define NVFP4_BLOCK_BYTES (NVFP4_CODE_BYTES + 1)
+_Static_assert(NVFP4_BLOCK_BYTES == 9, "NVFP4: 16 x 4 bits + 8-bit scale");
 
 static const struct st_dtype_traits dtype_traits[] = {
 	[ST_DTYPE_F32]     = { "F32",     1, 4 },
@@ -38,6 +44,8 @@ static const struct st_dtype_traits dtype_traits[] = {
 	[ST_DTYPE_I32]     = { "I32",     1, 4 },
 	[ST_DTYPE_I64]     = { "I64",     1, 8 },
 	[ST_DTYPE_MXFP4]   = { "MXFP4",   ST_MXFP4_BLOCK, MXFP4_BLOCK_BYTES },
+	[ST_DTYPE_NVFP4]   = { "NVFP4",   ST_NVFP4_BLOCK, NVFP4_BLOCK_BYTES },
+	[ST_DTYPE_E2M1_F16] = { "E2M1_F16", 0, 0 }, /* group is a parameter */
 };
 _Static_assert(ST_ARRAY_SIZE(dtype_traits) == ST_DTYPE_COUNT,
 	       "one traits row per dtype");
@@ -85,7 +93,7 @@ uint64_t st_dtype_bytes(enum st_dtype dt, uint64_t n_elems)
 	const struct st_dtype_traits *t = st_dtype_traits(dt);
 	uint64_t n_blocks;
 
-	if (!t || n_elems % t->block_elems)
+	if (!t || !t->block_elems || n_elems % t->block_elems)
 		return 0;
 	n_blocks = n_elems / t->block_elems;
 	if (n_blocks > UINT64_MAX / t->block_bytes)
@@ -389,4 +397,374 @@ int st_convert_to_f32(enum st_dtype dt, const void *src, size_t n, float *out)
 	default:
 		return -ST_E_UNSUPPORTED;
 	}
+}
+
+/* --- NVFP4 --- */
+
+float st_nvfp4_global_scale(float amax_tensor)
+{
+	if (!(amax_tensor > 0.0f) || isinf(amax_tensor))
+		return 1.0f;
+	/* 6 * 448 = 2688 is exact; one float32 division */
+	return amax_tensor / 2688.0f;
+}
+
+/* Largest magnitude of n floats; sets *ret_nan when one is NaN. */
+static float block_amax(const float *x, size_t n, int *ret_nan)
+{
+	float amax = 0.0f;
+
+	*ret_nan = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (isnan(x[i]))
+			*ret_nan = 1;
+		else if (fabsf(x[i]) > amax)
+			amax = fabsf(x[i]);
+	}
+	return amax;
+}
+
+int st_nvfp4_quantize_row(const float *x, size_t n, float global,
+			  uint8_t *ret_codes, uint8_t *ret_scales)
+{
+	if (n % ST_NVFP4_BLOCK || !(global > 0.0f) || isinf(global))
+		return -EINVAL;
+	for (size_t blk = 0; blk < n / ST_NVFP4_BLOCK; blk++) {
+		const float *xb = x + blk * ST_NVFP4_BLOCK;
+		uint8_t *cb = ret_codes + blk * NVFP4_CODE_BYTES;
+		int has_nan;
+		float amax = block_amax(xb, ST_NVFP4_BLOCK, &has_nan);
+		uint8_t s;
+		float d;
+
+		if (has_nan) {
+			ret_scales[blk] = 0x7f;
+			memset(cb, 0, NVFP4_CODE_BYTES);
+			continue;
+		}
+		s = st_f32_to_e4m3_sat((amax / 6.0f) / global);
+		ret_scales[blk] = s;
+		d = st_e4m3_to_f32(s) * global;
+		if (d == 0.0f) { /* scale 0 (or underflow): the block reads 0 */
+			memset(cb, 0, NVFP4_CODE_BYTES);
+			continue;
+		}
+		for (int j = 0; j < NVFP4_CODE_BYTES; j++) {
+			uint8_t lo = st_f32_to_e2m1(xb[2 * j] / d);
+			uint8_t hi = st_f32_to_e2m1(xb[2 * j + 1] / d);
+
+			cb[j] = (uint8_t)(lo | (hi << 4));
+		}
+	}
+	return 0;
+}
+
+int st_nvfp4_dequantize_row(const uint8_t *codes, const uint8_t *scales,
+			    size_t n, float global, float *out)
+{
+	if (n % ST_NVFP4_BLOCK)
+		return -EINVAL;
+	for (size_t blk = 0; blk < n / ST_NVFP4_BLOCK; blk++) {
+		const uint8_t *cb = codes + blk * NVFP4_CODE_BYTES;
+		float *ob = out + blk * ST_NVFP4_BLOCK;
+		float s = st_e4m3_to_f32(scales[blk]);
+
+		for (int j = 0; j < NVFP4_CODE_BYTES; j++) {
+			ob[2 * j] = (st_e2m1_to_f32(cb[j] & 0x0f) * s) * global;
+			ob[2 * j + 1] = (st_e2m1_to_f32(cb[j] >> 4) * s) * global;
+		}
+	}
+	return 0;
+}
+
+int st_nvfp4_dequantize_row_inv(const uint8_t *codes, const uint8_t *scales,
+				size_t n, float global_inv, float *out)
+{
+	if (n % ST_NVFP4_BLOCK || global_inv == 0.0f || !isfinite(global_inv))
+		return -EINVAL;
+	for (size_t blk = 0; blk < n / ST_NVFP4_BLOCK; blk++) {
+		const uint8_t *cb = codes + blk * NVFP4_CODE_BYTES;
+		float *ob = out + blk * ST_NVFP4_BLOCK;
+		float s = st_e4m3_to_f32(scales[blk]);
+
+		for (int j = 0; j < NVFP4_CODE_BYTES; j++) {
+			ob[2 * j] = (st_e2m1_to_f32(cb[j] & 0x0f) * s) /
+				    global_inv;
+			ob[2 * j + 1] = (st_e2m1_to_f32(cb[j] >> 4) * s) /
+					global_inv;
+		}
+	}
+	return 0;
+}
+
+/* --- E2M1 with FP16 group scales --- */
+
+int st_e2m1f16_quantize_row(const float *x, size_t n, size_t group,
+			    uint8_t *ret_codes, uint16_t *ret_scales)
+{
+	if (n % 2 || group == 0)
+		return -EINVAL;
+	memset(ret_codes, 0, n / 2);
+	for (size_t g0 = 0, gi = 0; g0 < n; g0 += group, gi++) {
+		size_t gn = ST_MIN(group, n - g0);
+		int has_nan;
+		float amax = block_amax(x + g0, gn, &has_nan), s;
+		uint16_t h;
+
+		if (has_nan) {
+			ret_scales[gi] = 0x7e00;
+			continue;
+		}
+		h = st_f32_to_f16(amax / 6.0f);
+		if ((h & 0x7fffu) > 0x7bffu) /* overflow: largest finite */
+			h = 0x7bff;
+		ret_scales[gi] = h;
+		s = st_f16_to_f32(h);
+		if (s == 0.0f)
+			continue; /* zero group: zero codes */
+		for (size_t i = g0; i < g0 + gn; i++)
+			ret_codes[i / 2] |= (uint8_t)(st_f32_to_e2m1(x[i] / s)
+						      << (4 * (i & 1)));
+	}
+	return 0;
+}
+
+int st_e2m1f16_dequantize_row(const uint8_t *codes, const uint16_t *scales,
+			      size_t n, size_t group, float *out)
+{
+	if (n % 2 || group == 0)
+		return -EINVAL;
+	for (size_t g0 = 0, gi = 0; g0 < n; g0 += group, gi++) {
+		size_t gn = ST_MIN(group, n - g0);
+		float s = st_f16_to_f32(scales[gi]);
+
+		for (size_t i = g0; i < g0 + gn; i++)
+			out[i] = st_e2m1_to_f32((uint8_t)(codes[i / 2] >>
+							  (4 * (i & 1)))) * s;
+	}
+	return 0;
+}
+
+/* --- FP8 E4M3 with FP32 block scales --- */
+
+int st_fp8_quantize_row(const float *x, size_t n, size_t block,
+			uint8_t *ret_codes, float *ret_scales)
+{
+	if (block == 0)
+		return -EINVAL;
+	for (size_t b0 = 0, bi = 0; b0 < n; b0 += block, bi++) {
+		size_t bn = ST_MIN(block, n - b0);
+		int has_nan;
+		float amax = block_amax(x + b0, bn, &has_nan), s;
+
+		memset(ret_codes + b0, 0, bn);
+		if (has_nan) {
+			ret_scales[bi] = NAN;
+			continue;
+		}
+		if (isinf(amax))
+			amax = FLT_MAX;
+		s = amax / 448.0f;
+		ret_scales[bi] = s;
+		if (s == 0.0f)
+			continue;
+		for (size_t i = b0; i < b0 + bn; i++)
+			ret_codes[i] = st_f32_to_e4m3_sat(x[i] / s);
+	}
+	return 0;
+}
+
+int st_fp8_dequantize_row(const uint8_t *codes, const float *scales, size_t n,
+			  size_t block, float *out)
+{
+	if (block == 0)
+		return -EINVAL;
+	for (size_t b0 = 0, bi = 0; b0 < n; b0 += block, bi++) {
+		size_t bn = ST_MIN(block, n - b0);
+
+		for (size_t i = b0; i < b0 + bn; i++)
+			out[i] = st_e4m3_to_f32(codes[i]) * scales[bi];
+	}
+	return 0;
+}
+
+/* --- expert weight formats ----------------------------------------------- */
+
+enum st_scale_type st_wformat_scale_type(enum st_dtype dt)
+{
+	switch (dt) {
+	case ST_DTYPE_MXFP4: return ST_SCALE_E8M0;
+	case ST_DTYPE_NVFP4: return ST_SCALE_E4M3;
+	case ST_DTYPE_E2M1_F16: return ST_SCALE_F16;
+	case ST_DTYPE_F8_E4M3: return ST_SCALE_F32;
+	default: return ST_SCALE_NONE;
+	}
+}
+
+const char *st_scale_type_name(enum st_scale_type t)
+{
+	switch (t) {
+	case ST_SCALE_E8M0: return "e8m0";
+	case ST_SCALE_E4M3: return "e4m3";
+	case ST_SCALE_F16: return "f16";
+	case ST_SCALE_F32: return "f32";
+	default: return NULL;
+	}
+}
+
+const char *st_wformat_base_name(enum st_dtype dt)
+{
+	switch (dt) {
+	case ST_DTYPE_F32: return "f32";
+	case ST_DTYPE_BF16: return "bf16";
+	case ST_DTYPE_MXFP4: return "mxfp4";
+	case ST_DTYPE_NVFP4: return "nvfp4";
+	case ST_DTYPE_E2M1_F16: return "e2m1";
+	case ST_DTYPE_F8_E4M3: return "fp8";
+	default: return NULL;
+	}
+}
+
+int st_wformat_check(const struct st_wformat *f)
+{
+	if (!f)
+		return -EINVAL;
+	switch (f->dtype) {
+	case ST_DTYPE_F32:
+	case ST_DTYPE_BF16:
+		return f->group == 0 ? 0 : -EINVAL;
+	case ST_DTYPE_MXFP4:
+		return f->group == ST_MXFP4_BLOCK ? 0 : -EINVAL;
+	case ST_DTYPE_NVFP4:
+		return f->group == ST_NVFP4_BLOCK ? 0 : -EINVAL;
+	case ST_DTYPE_E2M1_F16:
+		return f->group >= 2 && f->group <= ST_WFORMAT_MAX_GROUP &&
+			       f->group % 2 == 0 ? 0 : -EINVAL;
+	case ST_DTYPE_F8_E4M3:
+		return f->group >= 1 && f->group <= ST_WFORMAT_MAX_GROUP ? 0 :
+									 -EINVAL;
+	default:
+		return -EINVAL;
+	}
+}
+
+/* Parses the decimal number after `prefix` in s ("e2m1-g" "32"): the
+ * whole rest must be digits, no sign, no leading zero, <= 65536. */
+static int parse_suffix_num(const char *s, const char *prefix, uint32_t *ret)
+{
+	size_t pl = strlen(prefix);
+	uint32_t v = 0;
+
+	if (strncmp(s, prefix, pl))
+		return -1;
+	s += pl;
+	if (*s < '1' || *s > '9')
+		return -1;
+	for (; *s; s++) {
+		if (*s < '0' || *s > '9')
+			return -1;
+		v = v * 10 + (uint32_t)(*s - '0');
+		if (v > ST_WFORMAT_MAX_GROUP)
+			return -1;
+	}
+	*ret = v;
+	return 0;
+}
+
+int st_wformat_parse(const char *s, struct st_wformat *ret)
+{
+	struct st_wformat f = { ST_DTYPE_F32, 0 };
+
+	if (!s)
+		return -EINVAL;
+	if (!strcmp(s, "f32"))
+		f.dtype = ST_DTYPE_F32;
+	else if (!strcmp(s, "bf16"))
+		f.dtype = ST_DTYPE_BF16;
+	else if (!strcmp(s, "mxfp4"))
+		f = (struct st_wformat){ ST_DTYPE_MXFP4, ST_MXFP4_BLOCK };
+	else if (!strcmp(s, "nvfp4"))
+		f = (struct st_wformat){ ST_DTYPE_NVFP4, ST_NVFP4_BLOCK };
+	else if (!strcmp(s, "fp8"))
+		f = (struct st_wformat){ ST_DTYPE_F8_E4M3, ST_FP8_DEFAULT_BLOCK };
+	else if (!parse_suffix_num(s, "fp8-b", &f.group))
+		f.dtype = ST_DTYPE_F8_E4M3;
+	else if (!parse_suffix_num(s, "e2m1-g", &f.group))
+		f.dtype = ST_DTYPE_E2M1_F16;
+	else
+		return -EINVAL;
+	if (st_wformat_check(&f))
+		return -EINVAL;
+	*ret = f;
+	return 0;
+}
+
+int st_wformat_name(const struct st_wformat *f, char *buf, size_t len)
+{
+	int n;
+
+	if (st_wformat_check(f))
+		return -EINVAL;
+	if (f->dtype == ST_DTYPE_E2M1_F16)
+		n = snprintf(buf, len, "e2m1-g%u", f->group);
+	else if (f->dtype == ST_DTYPE_F8_E4M3 &&
+		 f->group != ST_FP8_DEFAULT_BLOCK)
+		n = snprintf(buf, len, "fp8-b%u", f->group);
+	else
+		n = snprintf(buf, len, "%s", st_wformat_base_name(f->dtype));
+	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int st_wformat_matrix_bytes(const struct st_wformat *f, int64_t rows,
+			    int64_t cols, uint64_t *ret_data_bytes,
+			    uint64_t *ret_scale_bytes,
+			    uint64_t *ret_tensor_scale_bytes)
+{
+	const uint64_t limit = UINT64_C(1) << 62;
+	uint64_t n, data, n_scales = 0, scale_bytes = 0, tensor = 0;
+
+	if (st_wformat_check(f) || rows < 1 || cols < 1)
+		return -EINVAL;
+	/* rows, cols < 2^31 each keeps every product below 2^62 + a bit */
+	if (rows > INT32_MAX || cols > INT32_MAX)
+		return -ST_E_LIMIT;
+	n = (uint64_t)rows * (uint64_t)cols;
+	if (f->group)
+		n_scales = (uint64_t)rows *
+			   (((uint64_t)cols + f->group - 1) / f->group);
+	switch (f->dtype) {
+	case ST_DTYPE_F32:
+		data = n * 4;
+		break;
+	case ST_DTYPE_BF16:
+		data = n * 2;
+		break;
+	case ST_DTYPE_MXFP4:
+	case ST_DTYPE_NVFP4:
+		if (cols % f->group)
+			return -ST_E_UNSUPPORTED;
+		data = n / 2;
+		scale_bytes = n_scales;
+		tensor = f->dtype == ST_DTYPE_NVFP4 ? 4 : 0;
+		break;
+	case ST_DTYPE_E2M1_F16:
+		if (cols % 2)
+			return -ST_E_UNSUPPORTED;
+		data = n / 2;
+		scale_bytes = n_scales * 2;
+		break;
+	default: /* ST_DTYPE_F8_E4M3 */
+		data = n;
+		scale_bytes = n_scales * 4;
+		break;
+	}
+	if (data > limit || scale_bytes > limit)
+		return -ST_E_LIMIT;
+	if (ret_data_bytes)
+		*ret_data_bytes = data;
+	if (ret_scale_bytes)
+		*ret_scale_bytes = scale_bytes;
+	if (ret_tensor_scale_bytes)
+		*ret_tensor_scale_bytes = tensor;
+	return 0;
 }

@@ -39,28 +39,7 @@
 
 /* --- layout, names ------------------------------------------------------ */
 
-const char *st_store_format_name(enum st_dtype dt)
-{
-	switch (dt) {
-	case ST_DTYPE_MXFP4: return "mxfp4";
-	case ST_DTYPE_BF16: return "bf16";
-	case ST_DTYPE_F32: return "f32";
-	default: return NULL;
-	}
-}
-
-static int format_from_name(const char *name, enum st_dtype *ret)
-{
-	static const enum st_dtype all[] = { ST_DTYPE_MXFP4, ST_DTYPE_BF16,
-					     ST_DTYPE_F32 };
-
-	for (size_t i = 0; i < ST_ARRAY_SIZE(all); i++)
-		if (!strcmp(name, st_store_format_name(all[i]))) {
-			*ret = all[i];
-			return 0;
-		}
-	return -ST_E_UNSUPPORTED;
-}
+static const char *const mat_names[3] = { "gate", "up", "down" };
 
 int st_store_expert_file_name(int layer, char *buf, size_t len)
 {
@@ -69,56 +48,53 @@ int st_store_expert_file_name(int layer, char *buf, size_t len)
 	return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
 }
 
-int st_store_layout(const struct st_model_config *cfg, enum st_dtype dt,
+int st_store_layout(const struct st_model_config *cfg,
+		    const struct st_wformat fmt[3],
 		    struct st_store_matrix ret_mat[3],
 		    uint64_t *ret_record_bytes, struct st_diag *diag)
 {
-	static const char *mat_names[3] = { "gate", "up", "down" };
 	uint64_t cur = 0;
 
-	if (!st_store_format_name(dt))
-		return st_diag_set(diag, -EINVAL,
-				   "expert format %d is not mxfp4, bf16 or f32",
-				   (int)dt);
 	for (int m = 0; m < 3; m++) {
 		struct st_store_matrix *x = &ret_mat[m];
+		char name[ST_WFORMAT_NAME_MAX];
 		int64_t rows, cols;
-		uint64_t n;
+		int r;
 
+		memset(x, 0, sizeof(*x));
+		if (st_wformat_name(&fmt[m], name, sizeof(name)))
+			return st_diag_set(diag, -EINVAL, "expert %s matrix: "
+					   "invalid format (dtype %d, group %u)",
+					   mat_names[m], (int)fmt[m].dtype,
+					   fmt[m].group);
 		st_expert_tensor_shape(cfg, (enum st_expert_mat)m, &rows, &cols);
-		if (rows <= 0 || cols <= 0 || rows > INT32_MAX || cols > INT32_MAX)
-			return st_diag_set(diag, -ST_E_LIMIT,
+		x->rows = rows;
+		x->cols = cols;
+		x->fmt = fmt[m];
+		r = st_wformat_matrix_bytes(&fmt[m], rows, cols, &x->data_bytes,
+					    &x->scale_bytes, &x->tscale_bytes);
+		if (r == -ST_E_UNSUPPORTED)
+			return st_diag_set(diag, r, "expert %s matrix has %" PRId64
+					   " columns, which %s cannot hold (%s); "
+					   "convert with another format",
+					   mat_names[m], cols, name,
+					   fmt[m].dtype == ST_DTYPE_E2M1_F16 ?
+					   "an even width is needed" :
+					   "a whole number of blocks is needed");
+		if (r)
+			return st_diag_set(diag, r == -EINVAL ? -ST_E_LIMIT : r,
 					   "expert %s matrix [%" PRId64 ", %" PRId64
 					   "] out of range", mat_names[m], rows,
 					   cols);
-		n = (uint64_t)rows * (uint64_t)cols;
-		memset(x, 0, sizeof(*x));
-		x->rows = rows;
-		x->cols = cols;
 		x->data_offset = ST_ALIGN_UP(cur, ST_STORE_SECTION_ALIGN);
-		switch (dt) {
-		case ST_DTYPE_MXFP4:
-			if (cols % ST_MXFP4_BLOCK)
-				return st_diag_set(diag, -ST_E_UNSUPPORTED,
-						   "expert %s matrix has %" PRId64
-						   " columns, not a multiple of the "
-						   "MXFP4 block (%d); convert with "
-						   "bf16 or f32 experts", mat_names[m],
-						   cols, ST_MXFP4_BLOCK);
-			x->data_bytes = n / 2;
-			x->scale_offset = ST_ALIGN_UP(x->data_offset + x->data_bytes,
-						      ST_STORE_SECTION_ALIGN);
-			x->scale_bytes = n / ST_MXFP4_BLOCK;
+		cur = x->data_offset + x->data_bytes;
+		if (x->scale_bytes) {
+			x->scale_offset = ST_ALIGN_UP(cur, ST_STORE_SECTION_ALIGN);
 			cur = x->scale_offset + x->scale_bytes;
-			break;
-		case ST_DTYPE_BF16:
-			x->data_bytes = n * 2;
-			cur = x->data_offset + x->data_bytes;
-			break;
-		default:
-			x->data_bytes = n * 4;
-			cur = x->data_offset + x->data_bytes;
-			break;
+		}
+		if (x->tscale_bytes) {
+			x->tscale_offset = ST_ALIGN_UP(cur, ST_STORE_SECTION_ALIGN);
+			cur = x->tscale_offset + x->tscale_bytes;
 		}
 	}
 	*ret_record_bytes = ST_ALIGN_UP(cur, ST_STORE_RECORD_ALIGN);
@@ -569,31 +545,73 @@ static int parse_dense(const struct mctx *c, json_t *root, struct st_store *s)
 	return check_file_size(c, s->dense_file, s->dense_bytes);
 }
 
-/* One entry of experts.matrices must equal the layout computed from the
- * config. */
-static int check_matrix(const struct mctx *c, json_t *o, int m,
-			const struct st_store *s)
+/* The format of matrix entry o (experts.layers[layer].matrices[m]): name,
+ * spelling, block, scale type and layout must agree with each other. */
+static int parse_matrix_format(const struct mctx *c, json_t *o,
+			       const char *where, int m,
+			       struct st_wformat *ret)
 {
-	static const char *names[3] = { "gate", "up", "down" };
-	const struct st_store_matrix *x = &s->mat[m];
 	const char *name = NULL, *fmt = NULL, *str = NULL;
-	char where[64];
+	const char *want_scale;
 	int64_t v = 0;
-	uint64_t u = 0;
 	int r;
 
-	snprintf(where, sizeof(where), "experts.matrices[%d]", m);
 	if (!json_is_object(o))
 		return bad(c, -ST_E_FORMAT, "%s: not an object", where);
 	if ((r = get_str(c, o, where, "name", &name)) ||
 	    (r = get_str(c, o, where, "format", &fmt)))
 		return r;
-	if (strcmp(name, names[m]))
+	if (strcmp(name, mat_names[m]))
 		return bad(c, -ST_E_FORMAT, "%s.name: \"%s\", expected \"%s\"",
-			   where, name, names[m]);
-	if (strcmp(fmt, st_store_format_name(s->expert_dtype)))
-		return bad(c, -ST_E_FORMAT, "%s.format: \"%s\" differs from "
-			   "experts.format", where, fmt);
+			   where, name, mat_names[m]);
+	if (st_wformat_parse(fmt, ret))
+		return bad(c, -ST_E_FORMAT, "%s.format: \"%s\" (known: f32, "
+			   "bf16, mxfp4, nvfp4, e2m1-g<N>, fp8, fp8-b<N>)", where,
+			   fmt);
+	if ((r = get_str(c, o, where, "layout", &str)))
+		return r;
+	if (strcmp(str, ret->dtype == ST_DTYPE_MXFP4 ||
+			     ret->dtype == ST_DTYPE_NVFP4 ||
+			     ret->dtype == ST_DTYPE_E2M1_F16 ? "ocp" : "row-major"))
+		return bad(c, -ST_E_FORMAT, "%s.layout: \"%s\" (this version "
+			   "writes and reads \"ocp\" for 4-bit codes, "
+			   "\"row-major\" otherwise)", where, str);
+	want_scale = st_scale_type_name(st_wformat_scale_type(ret->dtype));
+	if (!want_scale)
+		return 0;
+	if ((r = get_int(c, o, where, "block", ret->group, ret->group, &v)) ||
+	    (r = get_str(c, o, where, "scale", &str)))
+		return r;
+	if (strcmp(str, want_scale))
+		return bad(c, -ST_E_FORMAT, "%s.scale: \"%s\" (%s scales are "
+			   "%s)", where, str, fmt, want_scale);
+	if ((r = get_str(c, o, where, "rounding", &str)))
+		return r;
+	if (ret->dtype == ST_DTYPE_NVFP4) {
+		if ((r = get_str(c, o, where, "tensor_scale", &str)))
+			return r;
+		if (strcmp(str, "f32"))
+			return bad(c, -ST_E_FORMAT, "%s.tensor_scale: \"%s\" "
+				   "(nvfp4 tensor scales are f32)", where, str);
+		if ((r = get_str(c, o, where, "tensor_scale_use", &str)))
+			return r;
+		if (strcmp(str, "multiply"))
+			return bad(c, -ST_E_FORMAT, "%s.tensor_scale_use: \"%s\" "
+				   "(this version stores the multiplying form)",
+				   where, str);
+	}
+	return 0;
+}
+
+/* Offsets and sizes of matrix entry o must equal the layout computed from
+ * the config and the formats. */
+static int check_matrix_layout(const struct mctx *c, json_t *o,
+			       const char *where,
+			       const struct st_store_matrix *x)
+{
+	uint64_t u = 0;
+	int r;
+
 #define EXPECT(key, want)                                                  \
 	do {                                                                   \
 		if ((r = get_u64(c, o, where, key, MAX_BYTES, &u)))                \
@@ -607,58 +625,85 @@ static int check_matrix(const struct mctx *c, json_t *o, int m,
 	EXPECT("cols", x->cols);
 	EXPECT("data_offset", x->data_offset);
 	EXPECT("data_bytes", x->data_bytes);
-	if (s->expert_dtype == ST_DTYPE_MXFP4) {
+	if (x->scale_bytes) {
 		EXPECT("scale_offset", x->scale_offset);
 		EXPECT("scale_bytes", x->scale_bytes);
-		if ((r = get_int(c, o, where, "block", ST_MXFP4_BLOCK,
-				 ST_MXFP4_BLOCK, &v)))
-			return r;
-		if ((r = get_str(c, o, where, "scale", &str)))
-			return r;
-		if (strcmp(str, "e8m0"))
-			return bad(c, -ST_E_FORMAT, "%s.scale: \"%s\" (mxfp4 "
-				   "scales are e8m0)", where, str);
-		if ((r = get_str(c, o, where, "layout", &str)))
-			return r;
-		if (strcmp(str, "ocp"))
-			return bad(c, -ST_E_FORMAT, "%s.layout: \"%s\" (this "
-				   "version writes and reads \"ocp\")", where, str);
-		if ((r = get_str(c, o, where, "rounding", &str)))
-			return r;
+	}
+	if (x->tscale_bytes) {
+		EXPECT("tensor_scale_offset", x->tscale_offset);
+		EXPECT("tensor_scale_bytes", x->tscale_bytes);
 	}
 #undef EXPECT
 	return 0;
 }
 
-static int parse_expert_file(const struct mctx *c, json_t *o, int layer,
-			     struct st_store *s)
+/* experts.layers[layer]: formats, layout, file name, size, checksums. */
+static int parse_layer(const struct mctx *c, json_t *o, int layer,
+		       struct st_store *s)
 {
+	struct st_store_layer *ly = &s->layers[layer];
+	struct st_wformat fmt[3];
+	struct st_diag d = { { 0 } };
 	char where[64], want[64];
 	const char *name = NULL;
-	json_t *sums;
+	json_t *mats, *sums;
 	int64_t v = 0;
-	uint64_t bytes = 0;
+	uint64_t bytes = 0, rb = 0;
 	int r;
 
-	snprintf(where, sizeof(where), "experts.files[%d]", layer);
+	snprintf(where, sizeof(where), "experts.layers[%d]", layer);
 	if (!json_is_object(o))
 		return bad(c, -ST_E_FORMAT, "%s: not an object", where);
 	if ((r = get_int(c, o, where, "layer", layer, layer, &v)) ||
-	    (r = get_str(c, o, where, "name", &name)) ||
+	    (r = get_u64(c, o, where, "record_bytes", MAX_BYTES,
+			 &ly->record_bytes)))
+		return r;
+	mats = json_object_get(o, "matrices");
+	if (!mats || !json_is_array(mats) || json_array_size(mats) != 3)
+		return bad(c, -ST_E_FORMAT, "%s.matrices: not an array of 3 "
+			   "(gate, up, down)", where);
+	for (int m = 0; m < 3; m++) {
+		char w[96];
+
+		snprintf(w, sizeof(w), "%s.matrices[%d]", where, m);
+		if ((r = parse_matrix_format(c, json_array_get(mats, (size_t)m),
+					     w, m, &fmt[m])))
+			return r;
+	}
+	r = st_store_layout(&s->cfg, fmt, ly->mat, &rb, &d);
+	if (r)
+		return bad(c, r, "%s: %s", where, d.msg);
+	if (rb != ly->record_bytes)
+		return bad(c, -ST_E_FORMAT, "%s.record_bytes: %" PRIu64 ", but "
+			   "the config and formats give %" PRIu64, where,
+			   ly->record_bytes, rb);
+	if (ly->record_bytes > s->record_bytes)
+		return bad(c, -ST_E_FORMAT, "%s.record_bytes: %" PRIu64 " is "
+			   "larger than experts.record_bytes (%" PRIu64 ")",
+			   where, ly->record_bytes, s->record_bytes);
+	for (int m = 0; m < 3; m++) {
+		char w[96];
+
+		snprintf(w, sizeof(w), "%s.matrices[%d]", where, m);
+		if ((r = check_matrix_layout(c, json_array_get(mats, (size_t)m),
+					     w, &ly->mat[m])))
+			return r;
+	}
+	if ((r = get_str(c, o, where, "file", &name)) ||
 	    (r = get_u64(c, o, where, "bytes", MAX_BYTES, &bytes)))
 		return r;
 	st_store_expert_file_name(layer, want, sizeof(want));
 	if (strcmp(name, want))
-		return bad(c, -ST_E_FORMAT, "%s.name: \"%s\", expected \"%s\"",
+		return bad(c, -ST_E_FORMAT, "%s.file: \"%s\", expected \"%s\"",
 			   where, name, want);
 	s->expert_files[layer] = strdup(name);
 	if (!s->expert_files[layer])
 		return -ENOMEM;
-	if (bytes != (uint64_t)s->n_experts * s->record_bytes)
+	if (bytes != (uint64_t)s->n_experts * ly->record_bytes)
 		return bad(c, -ST_E_FORMAT, "%s.bytes: %" PRIu64 ", but %d "
 			   "records of %" PRIu64 " bytes make %" PRIu64, where,
-			   bytes, s->n_experts, s->record_bytes,
-			   (uint64_t)s->n_experts * s->record_bytes);
+			   bytes, s->n_experts, ly->record_bytes,
+			   (uint64_t)s->n_experts * ly->record_bytes);
 	sums = json_object_get(o, "xxh3");
 	if (!sums || !json_is_array(sums) ||
 	    json_array_size(sums) != (size_t)s->n_experts)
@@ -676,24 +721,40 @@ static int parse_expert_file(const struct mctx *c, json_t *o, int layer,
 	return check_file_size(c, name, bytes);
 }
 
+static int parse_policy(const struct mctx *c, json_t *ex, struct st_store *s)
+{
+	json_t *p = json_object_get(ex, "policy");
+	const char *def = NULL, *keep = NULL;
+	struct st_wformat f;
+	int r;
+
+	if (!p || !json_is_object(p))
+		return bad(c, -ST_E_FORMAT, "experts.policy: missing or not an "
+			   "object");
+	if ((r = get_str(c, p, "experts.policy", "default", &def)) ||
+	    (r = get_str(c, p, "experts.policy", "keep", &keep)))
+		return r;
+	if (st_wformat_parse(def, &f))
+		return bad(c, -ST_E_FORMAT, "experts.policy.default: \"%s\" is "
+			   "not a format", def);
+	if (strlen(keep) > 4096)
+		return bad(c, -ST_E_FORMAT, "experts.policy.keep: longer than "
+			   "4096 characters");
+	s->policy_default = strdup(def);
+	s->policy_keep = strdup(keep);
+	return s->policy_default && s->policy_keep ? 0 : -ENOMEM;
+}
+
 static int parse_experts(const struct mctx *c, json_t *root,
 			 struct st_store *s)
 {
-	json_t *ex = json_object_get(root, "experts"), *mats, *files;
-	struct st_diag d = { { 0 } };
-	const char *fmt = NULL;
+	json_t *ex = json_object_get(root, "experts"), *layers;
+	uint64_t max_rb = 0;
 	int64_t v = 0;
-	uint64_t rb = 0;
 	int r;
 
 	if (!ex || !json_is_object(ex))
 		return bad(c, -ST_E_FORMAT, "experts: missing or not an object");
-	if ((r = get_str(c, ex, "experts", "format", &fmt)))
-		return r;
-	if (format_from_name(fmt, &s->expert_dtype))
-		return bad(c, -ST_E_FORMAT, "experts.format: \"%s\" (known: "
-			   "mxfp4, bf16, f32)", fmt);
-	s->fp4_layout = ST_FP4_LAYOUT_OCP;
 	if ((r = get_int(c, ex, "experts", "n_layers", 1, MAX_LAYERS, &v)))
 		return r;
 	if (v != s->cfg.n_layers)
@@ -711,36 +772,29 @@ static int parse_experts(const struct mctx *c, json_t *root,
 	    (r = get_int(c, ex, "experts", "section_align",
 			 ST_STORE_SECTION_ALIGN, ST_STORE_SECTION_ALIGN, &v)) ||
 	    (r = get_u64(c, ex, "experts", "record_bytes", MAX_BYTES,
-			 &s->record_bytes)))
+			 &s->record_bytes)) ||
+	    (r = parse_policy(c, ex, s)))
 		return r;
-	r = st_store_layout(&s->cfg, s->expert_dtype, s->mat, &rb, &d);
-	if (r)
-		return bad(c, r, "experts: %s", d.msg);
-	if (rb != s->record_bytes)
-		return bad(c, -ST_E_FORMAT, "experts.record_bytes: %" PRIu64
-			   ", but the config and format give %" PRIu64,
-			   s->record_bytes, rb);
-	mats = json_object_get(ex, "matrices");
-	if (!mats || !json_is_array(mats) || json_array_size(mats) != 3)
-		return bad(c, -ST_E_FORMAT, "experts.matrices: not an array of 3 "
-			   "(gate, up, down)");
-	for (int m = 0; m < 3; m++)
-		if ((r = check_matrix(c, json_array_get(mats, (size_t)m), m, s)))
-			return r;
-	files = json_object_get(ex, "files");
-	if (!files || !json_is_array(files) ||
-	    json_array_size(files) != (size_t)s->n_layers)
-		return bad(c, -ST_E_FORMAT, "experts.files: not an array of %d "
+	layers = json_object_get(ex, "layers");
+	if (!layers || !json_is_array(layers) ||
+	    json_array_size(layers) != (size_t)s->n_layers)
+		return bad(c, -ST_E_FORMAT, "experts.layers: not an array of %d "
 			   "(one per layer)", s->n_layers);
+	s->layers = calloc((size_t)s->n_layers, sizeof(*s->layers));
 	s->expert_files = calloc((size_t)s->n_layers, sizeof(char *));
 	s->expert_xxh3 = calloc((size_t)s->n_layers * (size_t)s->n_experts,
 				sizeof(uint64_t));
-	if (!s->expert_files || !s->expert_xxh3)
+	if (!s->layers || !s->expert_files || !s->expert_xxh3)
 		return -ENOMEM;
-	for (int l = 0; l < s->n_layers; l++)
-		if ((r = parse_expert_file(c, json_array_get(files, (size_t)l), l,
-					   s)))
+	for (int l = 0; l < s->n_layers; l++) {
+		if ((r = parse_layer(c, json_array_get(layers, (size_t)l), l, s)))
 			return r;
+		max_rb = ST_MAX(max_rb, s->layers[l].record_bytes);
+	}
+	if (max_rb != s->record_bytes)
+		return bad(c, -ST_E_FORMAT, "experts.record_bytes: %" PRIu64
+			   ", but the largest layer record is %" PRIu64,
+			   s->record_bytes, max_rb);
 	return 0;
 }
 
@@ -757,6 +811,9 @@ void st_store_close(struct st_store *s)
 			free(s->expert_files[l]);
 	free(s->expert_files);
 	free(s->expert_xxh3);
+	free(s->layers);
+	free(s->policy_default);
+	free(s->policy_keep);
 	free(s->dense_file);
 	for (int i = 0; i < s->n_dense; i++)
 		free(s->dense[i].name);
@@ -886,7 +943,7 @@ static int pread_full(int fd, void *buf, size_t len, uint64_t off)
 int st_store_read_record(const struct st_store *s, int fd, int layer,
 			 int expert, void *buf, struct st_diag *diag)
 {
-	uint64_t want, got;
+	uint64_t want, got, rb;
 	const char *file;
 	int r;
 
@@ -896,8 +953,8 @@ int st_store_read_record(const struct st_store *s, int fd, int layer,
 				   "of range (%d layers, %d experts)", s->dir,
 				   layer, expert, s->n_layers, s->n_experts);
 	file = s->expert_files[layer];
-	r = pread_full(fd, buf, s->record_bytes,
-		       (uint64_t)expert * s->record_bytes);
+	rb = s->layers[layer].record_bytes;
+	r = pread_full(fd, buf, rb, (uint64_t)expert * rb);
 	if (r)
 		return st_diag_set(diag, r, "expert file %s/%s: record %d (layer "
 				   "%d, expert %d): read failed: %s%s", s->dir,
@@ -905,7 +962,9 @@ int st_store_read_record(const struct st_store *s, int fd, int layer,
 				   r == -EIO ? " (file shorter than the manifest "
 				   "says?)" : "");
 	want = s->expert_xxh3[(size_t)layer * s->n_experts + expert];
-	got = st_xxh3(buf, s->record_bytes);
+	got = st_xxh3(buf, rb);
+	if (rb < s->record_bytes)
+		memset((uint8_t *)buf + rb, 0, s->record_bytes - rb);
 	if (got != want)
 		return st_diag_set(diag, -ST_E_CHECKSUM,
 				   "expert file %s/%s: record %d (layer %d, expert "
@@ -1026,17 +1085,18 @@ static void verify_experts(const struct st_store *s, struct verify_state *v)
 		return;
 	}
 	for (int l = 0; l < s->n_layers; l++) {
+		const uint64_t rb = s->layers[l].record_bytes;
 		int fd = open_store_file(s, s->expert_files[l], &d);
 
 		if (fd < 0) {
 			verify_note(v, fd, &d);
-			verify_tick(v, (uint64_t)s->n_experts * s->record_bytes);
+			verify_tick(v, (uint64_t)s->n_experts * rb);
 			continue;
 		}
 		for (int e = 0; e < s->n_experts; e++) {
 			verify_note(v, st_store_read_record(s, fd, l, e, rec, &d),
 				    &d);
-			verify_tick(v, s->record_bytes);
+			verify_tick(v, rb);
 		}
 		close(fd);
 	}
@@ -1093,7 +1153,8 @@ int st_store_verify(const char *dir,
 	}
 	for (int i = 0; i < s->n_dense; i++)
 		v.total += s->dense[i].n_bytes;
-	v.total += (uint64_t)s->n_layers * s->n_experts * s->record_bytes;
+	for (int l = 0; l < s->n_layers; l++)
+		v.total += (uint64_t)s->n_experts * s->layers[l].record_bytes;
 	for (int i = 0; i < s->n_files; i++)
 		v.total += s->files[i].n_bytes;
 	v.chunk = malloc(HASH_CHUNK_BYTES);

@@ -3,49 +3,71 @@
  * computed read (DESIGN.md section 7).
  *
  * A store is a directory:
- *   manifest.json   format "strata-store", version 1 (schema below); written
+ *   manifest.json   format "strata-store", version 2 (schema below); written
  *                   last, so a directory without one is no store
  *   dense.bin       every non-expert tensor, each 4096-aligned, in F32 or BF16
  *   experts-LLL.bin one file per MoE layer (LLL: layer, 3 digits or more);
- *                   expert e's record is at byte e * record_bytes;
- *                   record_bytes is a multiple of 4096
+ *                   expert e's record is at byte e * record_bytes of that
+ *                   layer; record_bytes is a multiple of 4096 and the same
+ *                   for every record of one file, but layers may differ
+ *                   (mixed precision: e.g. the first and last layers in
+ *                   FP8, the others in NVFP4)
  *   tokenizer.json, tokenizer_config.json, generation_config.json (copies;
  *                   the last only if the checkpoint has one), config.json
  *
  * An expert record holds gate, up, down (st_expert_mat order), each matrix
- * [rows, cols] row-major as in the checkpoint ([out, in]):
- *   MXFP4: codes (rows*cols/2 bytes, OCP nibble layout, 32-element blocks
- *          along cols, i.e. along each row) then scales (rows*cols/32 E8M0
- *          bytes, row-major by (row, block)), each section starting at a
- *          64-byte aligned offset in the record (st_store_layout);
- *          quantized by st_mxfp4_quantize_row (OCP MX v1.0: scale
- *          2^(floor(log2 amax) - 2), nearest-even E2M1, saturating at +-6);
- *   BF16 / F32: the elements (BF16 copied bit-exactly from a BF16
- *          checkpoint).
+ * [rows, cols] row-major as in the checkpoint ([out, in]), each in its own
+ * format (struct st_wformat; st_formats.h has the codecs and their
+ * sources).  Every section starts at a 64-byte aligned offset in the
+ * record, in the order gate data, gate scales, gate tensor scale, up data,
+ * ... (st_store_layout):
+ *   data    codes or elements, row-major: E2M1 codes two per byte in OCP
+ *           nibble order (low nibble = even element), E4M3 bytes, BF16 or
+ *           F32 elements (BF16 copied bit-exactly from a BF16 checkpoint);
+ *   scales  row-major by (row, group), groups of `block` elements along
+ *           each row (the last group of a row shorter when block does not
+ *           divide cols): E8M0 bytes (MXFP4), E4M3 bytes (NVFP4), binary16
+ *           (E2M1 FP16-scaled), float32 (FP8);
+ *   tensor scale  NVFP4 only: one float32 per matrix, the multiplying
+ *           form (value = e2m1 * e4m3(block) * tensor_scale; PITFALLS P8).
  * The rest of the record up to record_bytes is zero.  The checksum of a
- * record covers all record_bytes bytes.  Padding in dense.bin is zero too.
- * Converting the same checkpoint with the same options twice gives
+ * record covers all its record_bytes bytes.  Padding in dense.bin is zero
+ * too.  Converting the same checkpoint with the same options twice gives
  * byte-identical stores (no time stamps, no absolute paths).
  *
- * manifest.json, version 1 (keys in this order; numbers are integers,
+ * manifest.json, version 2 (keys in this order; numbers are integers,
  * checksums XXH3-64 as 16 lower-case hex digits):
- *   "format": "strata-store", "version": 1, "writer": "strata <version>",
+ *   "format": "strata-store", "version": 2, "writer": "strata <version>",
  *   "config": the text of config.json, verbatim (a JSON string),
  *   "source": {"files": [{"name", "bytes"}]}           checkpoint files
  *   "files": [{"name", "bytes", "xxh3"}]                copied small files
  *   "dense": {"file": "dense.bin", "bytes", "align": 4096,
  *             "tensors": [{"name", "dtype": "F32"|"BF16", "shape": [..],
  *                          "offset", "bytes", "xxh3", "source_dtype"}]}
- *   "experts": {"format": "mxfp4"|"bf16"|"f32", "n_layers", "n_experts",
- *               "record_bytes", "record_align": 4096, "section_align": 64,
- *               "matrices": [{"name": "gate"|"up"|"down", "rows", "cols",
- *                             "format", "data_offset", "data_bytes",
- *                             mxfp4 only: "block": 32, "scale": "e8m0",
- *                             "layout": "ocp", "rounding": "nearest-even,
- *                             saturate ±6", "scale_offset", "scale_bytes"}],
- *               "files": [{"layer", "name", "bytes", "xxh3": [n_experts]}]}
- * Later formats (NVFP4, E2M1 with FP16 group scales) add their own
- * "format" / "block" / "scale" values per matrix.
+ *   "experts": {"n_layers", "n_experts",
+ *               "record_bytes"   the largest record of any layer (the
+ *                                slot size of expertd's pool),
+ *               "record_align": 4096, "section_align": 64,
+ *               "policy": {"default": "<format>", "keep": "<rules>"}
+ *                                what the convert was asked for (keep
+ *                                rules as es_convert_parse_keep reads
+ *                                them, "" for none); informational, the
+ *                                layers below are authoritative,
+ *               "layers": [{"layer", "record_bytes",
+ *                 "matrices": [{"name": "gate"|"up"|"down", "rows", "cols",
+ *                   "format": "<format>" (st_wformat_parse spelling),
+ *                   "layout": "ocp" (4-bit codes) | "row-major",
+ *                   quantized formats: "block" (elements per scale),
+ *                     "scale": "e8m0"|"e4m3"|"f16"|"f32", "rounding",
+ *                   "data_offset", "data_bytes",
+ *                   quantized formats: "scale_offset", "scale_bytes",
+ *                   nvfp4: "tensor_scale": "f32", "tensor_scale_use":
+ *                     "multiply", "tensor_scale_offset",
+ *                     "tensor_scale_bytes": 4}],
+ *                 "file": "experts-LLL.bin", "bytes",
+ *                 "xxh3": [n_experts]}]}
+ * Version 1 stores (one format for all layers) are refused with "re-run
+ * strata convert".
  */
 #ifndef ST_STORE_H
 #define ST_STORE_H
@@ -58,18 +80,27 @@
 #include "st_formats.h"
 
 #define ST_STORE_FORMAT "strata-store"
-#define ST_STORE_VERSION 1
+#define ST_STORE_VERSION 2
 #define ST_STORE_RECORD_ALIGN 4096
 #define ST_STORE_DENSE_ALIGN 4096
 #define ST_STORE_SECTION_ALIGN 64
 #define ST_STORE_MANIFEST "manifest.json"
 #define ST_STORE_DENSE_FILE "dense.bin"
 
-/* Where one matrix of an expert record lives (offsets within the record). */
+/* Where one matrix of an expert record lives (offsets within the record)
+ * and in which format. */
 struct st_store_matrix {
 	int64_t rows, cols;
+	struct st_wformat fmt;
 	uint64_t data_offset, data_bytes;
-	uint64_t scale_offset, scale_bytes; /* 0 for BF16/F32 */
+	uint64_t scale_offset, scale_bytes;     /* 0 for BF16/F32 */
+	uint64_t tscale_offset, tscale_bytes;   /* NVFP4: 4 (FP32), else 0 */
+};
+
+/* The record layout of one layer's expert file. */
+struct st_store_layer {
+	uint64_t record_bytes;         /* multiple of 4096 */
+	struct st_store_matrix mat[3]; /* by enum st_expert_mat */
 };
 
 struct st_store_tensor {
@@ -93,12 +124,12 @@ struct st_store {
 	char *dir;                     /* owned */
 	char *config_json;             /* owned, verbatim config.json */
 	struct st_model_config cfg;
-	/* experts */
-	enum st_dtype expert_dtype;    /* ST_DTYPE_MXFP4, BF16 or F32 */
-	enum st_fp4_layout fp4_layout; /* ST_FP4_LAYOUT_OCP */
+	/* experts (4-bit codes always in ST_FP4_LAYOUT_OCP) */
 	int n_layers, n_experts;
-	uint64_t record_bytes;
-	struct st_store_matrix mat[3]; /* by enum st_expert_mat */
+	uint64_t record_bytes;         /* largest layer record: slot size */
+	struct st_store_layer *layers; /* owned, [n_layers] */
+	char *policy_default;          /* owned, manifest experts.policy */
+	char *policy_keep;             /* owned, "" when nothing was kept */
 	char **expert_files;           /* owned, n_layers base names */
 	uint64_t *expert_xxh3;         /* owned, [n_layers * n_experts] */
 	/* dense */
@@ -112,25 +143,25 @@ struct st_store {
 };
 
 /*
- * The record layout of one expert in format `dt` (ST_DTYPE_MXFP4, BF16 or
- * F32) for the model `cfg`: ret_mat[3] by enum st_expert_mat, shapes from
- * st_expert_tensor_shape; sections packed in order gate codes, gate scales,
- * up codes, ..., each at the next 64-byte boundary; *ret_record_bytes the
- * total rounded up to 4096.  Used by the writer and checked by the reader.
- * Returns 0, -EINVAL (dtype), -ST_E_UNSUPPORTED (MXFP4 with cols not a
- * multiple of 32) or -ST_E_LIMIT (sizes overflow), with diag.
+ * The record layout of one expert for the model `cfg` with matrix m in
+ * format fmt[m] (by enum st_expert_mat; pass the same format three times
+ * for a uniform layer): ret_mat[3], shapes from st_expert_tensor_shape;
+ * sections in order gate data, gate scales, gate tensor scale, up data,
+ * ..., each at the next 64-byte boundary (empty ones take no space);
+ * *ret_record_bytes the total rounded up to 4096.  Used by the writer and
+ * checked by the reader.
+ * Returns 0, -EINVAL (invalid format), -ST_E_UNSUPPORTED (cols not a
+ * multiple of the MXFP4 / NVFP4 block, or odd for E2M1) or -ST_E_LIMIT
+ * (sizes overflow), with diag naming the matrix.
  */
-int st_store_layout(const struct st_model_config *cfg, enum st_dtype dt,
+int st_store_layout(const struct st_model_config *cfg,
+		    const struct st_wformat fmt[3],
 		    struct st_store_matrix ret_mat[3],
 		    uint64_t *ret_record_bytes, struct st_diag *diag);
 
 /* Base name of layer `layer`'s expert file ("experts-007.bin").  0 or
  * -ENAMETOOLONG. */
 int st_store_expert_file_name(int layer, char *buf, size_t len);
-
-/* Manifest spelling of an expert format: "mxfp4", "bf16", "f32"; NULL for
- * other dtypes. */
-const char *st_store_format_name(enum st_dtype dt);
 
 /*
  * Opens a store: reads and validates manifest.json (format, version, every
@@ -158,8 +189,11 @@ int st_store_path(const struct st_store *s, const char *base, char *buf,
 
 /*
  * Reads expert (layer, expert)'s record from an open expert file descriptor
- * `fd` (of experts-LLL.bin for that layer) into buf (record_bytes bytes) and
- * verifies its checksum.  Returns 0, -EINVAL (layer/expert out of range),
+ * `fd` (of experts-LLL.bin for that layer) into buf, which holds
+ * s->record_bytes bytes (the largest record): the layer's record
+ * (s->layers[layer].record_bytes bytes) then zeros up to s->record_bytes,
+ * so a slot's contents never depend on what it held before.  Verifies the
+ * record's checksum.  Returns 0, -EINVAL (layer/expert out of range),
  * -EIO (file shorter than the record) / -errno, or -ST_E_CHECKSUM with diag
  * naming file and record and saying to re-run strata convert.
  */

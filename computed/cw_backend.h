@@ -4,8 +4,12 @@
  *
  * Every op works on float32 activations.  Weights are described by a
  * struct cw_wview: a matrix [rows, cols] row-major ([out, in] as in the
- * checkpoint), in F32, BF16 or MXFP4 (codes + E8M0 scales, OCP layout,
- * 32-element blocks along cols).  Reference mode (DESIGN.md section 6a):
+ * checkpoint), in F32, BF16, or one of the expert formats of st_formats.h
+ * with scales per group of elements along each row: MXFP4 (E8M0 per 32),
+ * NVFP4 (E4M3 per 16 and an FP32 tensor scale), E2M1_F16 (FP16 per
+ * `group`), F8_E4M3 (FP32 per `group`); 4-bit codes in OCP nibble order.
+ * Quantized weights are dequantized on the fly to exactly the floats
+ * st_formats' *_dequantize_row gives.  Reference mode (DESIGN.md section 6a):
  * each output element is one sequential dot product in input order, so the
  * result does not depend on batch composition, chunking or thread count.
  */
@@ -17,12 +21,22 @@
 
 #include "st_formats.h"
 
-/* A read-only view of a weight matrix (borrowed memory). */
+/* A read-only view of a weight matrix (borrowed memory).  The fields after
+ * cols matter only for the formats that use them (a view initialised with
+ * the first five fields is a valid F32, BF16 or MXFP4 view). */
 struct cw_wview {
-	enum st_dtype dtype;   /* ST_DTYPE_F32, ST_DTYPE_BF16, ST_DTYPE_MXFP4 */
-	const void *data;      /* elements, or MXFP4 codes */
-	const uint8_t *scales; /* MXFP4 E8M0 scales (rows * cols / 32), else NULL */
+	enum st_dtype dtype;   /* F32, BF16, MXFP4, NVFP4, E2M1_F16, F8_E4M3 */
+	const void *data;      /* elements, or codes (E2M1 two per byte, E4M3) */
+	const uint8_t *scales; /* scales, row-major by (row, group): rows *
+				* ceil(cols / group) of them (E8M0 / E4M3
+				* bytes, binary16, float32 by dtype; 2- and
+				* 4-byte ones aligned), NULL for F32/BF16 */
 	int64_t rows, cols;
+	uint32_t group;        /* elements per scale along a row: E2M1_F16
+				* (even) and F8_E4M3 (>= 1); MXFP4 and NVFP4
+				* have their fixed 32 and 16 */
+	enum st_scale_type scale_type; /* informative: st_wformat_scale_type */
+	float global_scale;    /* NVFP4 per-tensor scale, multiplying form */
 };
 
 enum cw_op {

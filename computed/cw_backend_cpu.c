@@ -8,6 +8,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "st_util.h"
+
 static inline float bf16_to_f32(uint16_t h)
 {
 	uint32_t u = (uint32_t)h << 16;
@@ -485,6 +487,147 @@ static void matvec_mxfp4(const struct cw_wview *w, const float *x, float *y,
 	matvec_mxfp4_generic(w, x, y, r0, r1);
 }
 
+/*
+ * NVFP4, E2M1 with FP16 group scales, FP8 E4M3 with FP32 block scales: each
+ * row is dequantized in chunks of DQ_CHUNK elements into a float buffer
+ * (exactly the values st_formats' *_dequantize_row gives) and multiplied
+ * into the same 8 lanes as matvec_f32, then the tail (cols % 8 elements)
+ * in order.  So the result equals matvec_f32 on the dequantized matrix,
+ * bit for bit.
+ */
+#define DQ_CHUNK 256 /* a multiple of 8 (lanes) and of 2 (code pairs) */
+
+/* E4M3 (OFP8) value of every byte: bias 7, subnormals m/8 * 2^-6,
+ * 0x7F / 0xFF NaN. */
+static const float k_e4m3[256] = {
+	/* 0x00 */ 0.0f, 0x1p-9f, 0x1p-8f, 0x1.8p-8f, 0x1p-7f, 0x1.4p-7f, 0x1.8p-7f, 0x1.cp-7f,
+	/* 0x08 */ 0x1p-6f, 0x1.2p-6f, 0x1.4p-6f, 0x1.6p-6f, 0x1.8p-6f, 0x1.ap-6f, 0x1.cp-6f, 0x1.ep-6f,
+	/* 0x10 */ 0x1p-5f, 0x1.2p-5f, 0x1.4p-5f, 0x1.6p-5f, 0x1.8p-5f, 0x1.ap-5f, 0x1.cp-5f, 0x1.ep-5f,
+	/* 0x18 */ 0x1p-4f, 0x1.2p-4f, 0x1.4p-4f, 0x1.6p-4f, 0x1.8p-4f, 0x1.ap-4f, 0x1.cp-4f, 0x1.ep-4f,
+	/* 0x20 */ 0x1p-3f, 0x1.2p-3f, 0x1.4p-3f, 0x1.6p-3f, 0x1.8p-3f, 0x1.ap-3f, 0x1.cp-3f, 0x1.ep-3f,
+	/* 0x28 */ 0x1p-2f, 0x1.2p-2f, 0x1.4p-2f, 0x1.6p-2f, 0x1.8p-2f, 0x1.ap-2f, 0x1.cp-2f, 0x1.ep-2f,
+	/* 0x30 */ 0x1p-1f, 0x1.2p-1f, 0x1.4p-1f, 0x1.6p-1f, 0x1.8p-1f, 0x1.ap-1f, 0x1.cp-1f, 0x1.ep-1f,
+	/* 0x38 */ 0x1p0f, 0x1.2p0f, 0x1.4p0f, 0x1.6p0f, 0x1.8p0f, 0x1.ap0f, 0x1.cp0f, 0x1.ep0f,
+	/* 0x40 */ 0x1p1f, 0x1.2p1f, 0x1.4p1f, 0x1.6p1f, 0x1.8p1f, 0x1.ap1f, 0x1.cp1f, 0x1.ep1f,
+	/* 0x48 */ 0x1p2f, 0x1.2p2f, 0x1.4p2f, 0x1.6p2f, 0x1.8p2f, 0x1.ap2f, 0x1.cp2f, 0x1.ep2f,
+	/* 0x50 */ 0x1p3f, 0x1.2p3f, 0x1.4p3f, 0x1.6p3f, 0x1.8p3f, 0x1.ap3f, 0x1.cp3f, 0x1.ep3f,
+	/* 0x58 */ 0x1p4f, 0x1.2p4f, 0x1.4p4f, 0x1.6p4f, 0x1.8p4f, 0x1.ap4f, 0x1.cp4f, 0x1.ep4f,
+	/* 0x60 */ 0x1p5f, 0x1.2p5f, 0x1.4p5f, 0x1.6p5f, 0x1.8p5f, 0x1.ap5f, 0x1.cp5f, 0x1.ep5f,
+	/* 0x68 */ 0x1p6f, 0x1.2p6f, 0x1.4p6f, 0x1.6p6f, 0x1.8p6f, 0x1.ap6f, 0x1.cp6f, 0x1.ep6f,
+	/* 0x70 */ 0x1p7f, 0x1.2p7f, 0x1.4p7f, 0x1.6p7f, 0x1.8p7f, 0x1.ap7f, 0x1.cp7f, 0x1.ep7f,
+	/* 0x78 */ 0x1p8f, 0x1.2p8f, 0x1.4p8f, 0x1.6p8f, 0x1.8p8f, 0x1.ap8f, 0x1.cp8f, NAN,
+	/* 0x80 */ -0.0f, -0x1p-9f, -0x1p-8f, -0x1.8p-8f, -0x1p-7f, -0x1.4p-7f, -0x1.8p-7f, -0x1.cp-7f,
+	/* 0x88 */ -0x1p-6f, -0x1.2p-6f, -0x1.4p-6f, -0x1.6p-6f, -0x1.8p-6f, -0x1.ap-6f, -0x1.cp-6f, -0x1.ep-6f,
+	/* 0x90 */ -0x1p-5f, -0x1.2p-5f, -0x1.4p-5f, -0x1.6p-5f, -0x1.8p-5f, -0x1.ap-5f, -0x1.cp-5f, -0x1.ep-5f,
+	/* 0x98 */ -0x1p-4f, -0x1.2p-4f, -0x1.4p-4f, -0x1.6p-4f, -0x1.8p-4f, -0x1.ap-4f, -0x1.cp-4f, -0x1.ep-4f,
+	/* 0xa0 */ -0x1p-3f, -0x1.2p-3f, -0x1.4p-3f, -0x1.6p-3f, -0x1.8p-3f, -0x1.ap-3f, -0x1.cp-3f, -0x1.ep-3f,
+	/* 0xa8 */ -0x1p-2f, -0x1.2p-2f, -0x1.4p-2f, -0x1.6p-2f, -0x1.8p-2f, -0x1.ap-2f, -0x1.cp-2f, -0x1.ep-2f,
+	/* 0xb0 */ -0x1p-1f, -0x1.2p-1f, -0x1.4p-1f, -0x1.6p-1f, -0x1.8p-1f, -0x1.ap-1f, -0x1.cp-1f, -0x1.ep-1f,
+	/* 0xb8 */ -0x1p0f, -0x1.2p0f, -0x1.4p0f, -0x1.6p0f, -0x1.8p0f, -0x1.ap0f, -0x1.cp0f, -0x1.ep0f,
+	/* 0xc0 */ -0x1p1f, -0x1.2p1f, -0x1.4p1f, -0x1.6p1f, -0x1.8p1f, -0x1.ap1f, -0x1.cp1f, -0x1.ep1f,
+	/* 0xc8 */ -0x1p2f, -0x1.2p2f, -0x1.4p2f, -0x1.6p2f, -0x1.8p2f, -0x1.ap2f, -0x1.cp2f, -0x1.ep2f,
+	/* 0xd0 */ -0x1p3f, -0x1.2p3f, -0x1.4p3f, -0x1.6p3f, -0x1.8p3f, -0x1.ap3f, -0x1.cp3f, -0x1.ep3f,
+	/* 0xd8 */ -0x1p4f, -0x1.2p4f, -0x1.4p4f, -0x1.6p4f, -0x1.8p4f, -0x1.ap4f, -0x1.cp4f, -0x1.ep4f,
+	/* 0xe0 */ -0x1p5f, -0x1.2p5f, -0x1.4p5f, -0x1.6p5f, -0x1.8p5f, -0x1.ap5f, -0x1.cp5f, -0x1.ep5f,
+	/* 0xe8 */ -0x1p6f, -0x1.2p6f, -0x1.4p6f, -0x1.6p6f, -0x1.8p6f, -0x1.ap6f, -0x1.cp6f, -0x1.ep6f,
+	/* 0xf0 */ -0x1p7f, -0x1.2p7f, -0x1.4p7f, -0x1.6p7f, -0x1.8p7f, -0x1.ap7f, -0x1.cp7f, -0x1.ep7f,
+	/* 0xf8 */ -0x1p8f, -0x1.2p8f, -0x1.4p8f, -0x1.6p8f, -0x1.8p8f, -0x1.ap8f, -0x1.cp8f, -NAN,
+};
+
+/* Dequantizes elements [c0, c0 + n) of row r of w into out.  c0 is a
+ * multiple of 8. */
+typedef void (*dq_fn)(const struct cw_wview *w, int64_t r, int64_t c0,
+		      int64_t n, float *out);
+
+/* NVFP4: (e2m1 * e4m3(block scale)) * global, blocks of 16 (cols % 16 ==
+ * 0, so pairs (c, c + 1) with c even share a block). */
+static void dq_nvfp4(const struct cw_wview *w, int64_t r, int64_t c0,
+		     int64_t n, float *out)
+{
+	const uint8_t *codes = (const uint8_t *)w->data + r * (w->cols / 2);
+	const uint8_t *sc = w->scales + r * (w->cols / 16);
+	const float g = w->global_scale;
+
+	for (int64_t i = 0; i < n; i += 2) {
+		const int64_t c = c0 + i;
+		const float s = k_e4m3[sc[c / 16]];
+		const float *v = k_e2m1_pair[codes[c / 2]];
+
+		out[i] = (v[0] * s) * g;
+		out[i + 1] = (v[1] * s) * g;
+	}
+}
+
+/* E2M1 with an FP16 scale per group (even group size, even cols): e2m1 *
+ * f16(scale), exact. */
+static void dq_e2m1f16(const struct cw_wview *w, int64_t r, int64_t c0,
+		       int64_t n, float *out)
+{
+	const int64_t g = w->group, ng = (w->cols + g - 1) / g;
+	const uint8_t *codes = (const uint8_t *)w->data + r * (w->cols / 2);
+	const uint16_t *sc = (const uint16_t *)(const void *)w->scales + r * ng;
+	int64_t c = c0;
+
+	while (c < c0 + n) {
+		const int64_t end = ST_MIN((c / g + 1) * g, c0 + n);
+		const float s = st_f16_to_f32(sc[c / g]);
+
+		for (; c < end; c += 2) {
+			const float *v = k_e2m1_pair[codes[c / 2]];
+
+			out[c - c0] = v[0] * s;
+			out[c - c0 + 1] = v[1] * s;
+		}
+	}
+}
+
+/* FP8 E4M3 with an FP32 scale per block of `group` (a view without scales
+ * reads plain E4M3). */
+static void dq_fp8(const struct cw_wview *w, int64_t r, int64_t c0,
+		   int64_t n, float *out)
+{
+	const int64_t g = w->group ? w->group : w->cols;
+	const int64_t nb = (w->cols + g - 1) / g;
+	const uint8_t *codes = (const uint8_t *)w->data + r * w->cols;
+	const float *sc = (const float *)(const void *)w->scales;
+	int64_t c = c0;
+
+	while (c < c0 + n) {
+		const int64_t end = ST_MIN((c / g + 1) * g, c0 + n);
+		const float s = sc ? sc[r * nb + c / g] : 1.0f;
+
+		for (; c < end; c++)
+			out[c - c0] = k_e4m3[codes[c]] * s;
+	}
+}
+
+CW_KERNEL static void matvec_dq(const struct cw_wview *w, const float *x,
+				float *y, int64_t r0, int64_t r1, dq_fn dq)
+{
+	const int64_t C = w->cols, C8 = C & ~(int64_t)7;
+	float buf[DQ_CHUNK];
+
+	for (int64_t r = r0; r < r1; r++) {
+		v8f acc = { 0 };
+		float s;
+
+		for (int64_t c0 = 0; c0 < C8; c0 += DQ_CHUNK) {
+			const int64_t n = ST_MIN((int64_t)DQ_CHUNK, C8 - c0);
+
+			dq(w, r, c0, n, buf);
+			for (int64_t i = 0; i < n; i += 8)
+				acc += load8(buf + i) * load8(x + c0 + i);
+		}
+		s = hsum8(acc);
+		if (C8 < C) {
+			dq(w, r, C8, C - C8, buf);
+			for (int64_t c = C8; c < C; c++)
+				s += buf[c - C8] * x[c];
+		}
+		y[r] = s;
+	}
+}
+
 static void cpu_matvec(const struct cw_wview *w, const float *x, float *y,
 		       int64_t r0, int64_t r1)
 {
@@ -492,6 +635,9 @@ static void cpu_matvec(const struct cw_wview *w, const float *x, float *y,
 	case ST_DTYPE_F32: matvec_f32(w, x, y, r0, r1); break;
 	case ST_DTYPE_BF16: matvec_bf16(w, x, y, r0, r1); break;
 	case ST_DTYPE_MXFP4: matvec_mxfp4(w, x, y, r0, r1); break;
+	case ST_DTYPE_NVFP4: matvec_dq(w, x, y, r0, r1, dq_nvfp4); break;
+	case ST_DTYPE_E2M1_F16: matvec_dq(w, x, y, r0, r1, dq_e2m1f16); break;
+	case ST_DTYPE_F8_E4M3: matvec_dq(w, x, y, r0, r1, dq_fp8); break;
 	default:
 		for (int64_t r = r0; r < r1; r++)
 			y[r] = NAN;
@@ -553,7 +699,8 @@ static int cpu_supports(enum cw_op op, enum st_dtype dt)
 {
 	if (op == CW_OP_MATVEC)
 		return dt == ST_DTYPE_F32 || dt == ST_DTYPE_BF16 ||
-		       dt == ST_DTYPE_MXFP4;
+		       dt == ST_DTYPE_MXFP4 || dt == ST_DTYPE_NVFP4 ||
+		       dt == ST_DTYPE_E2M1_F16 || dt == ST_DTYPE_F8_E4M3;
 	return op < CW_OP_COUNT;
 }
 

@@ -43,6 +43,7 @@ struct cw_model {
 	enum st_dtype final_norm_dt;
 	struct cw_layer_w *layers;         /* owned [n_layers] */
 	uint32_t kv_row_bytes;
+	uint64_t kv_model_id;              /* prefix-cache key part */
 	struct cw_kvrow_fmt kvf;           /* K/V row layout (cw_kvrow.h) */
 	cw_route_fn route_fn;
 	void *route_arg;
@@ -55,12 +56,22 @@ struct cw_model {
 	int *rexperts;
 };
 
+/* Bytes a matvec reads from a weight view: elements or codes, scales and
+ * the NVFP4 tensor scale (st_wformat_matrix_bytes). */
 static uint64_t view_bytes(const struct cw_wview *w)
 {
+	struct st_wformat f = { w->dtype, w->group };
+	uint64_t d = 0, sc = 0, ts = 0;
+
 	if (w->dtype == ST_DTYPE_MXFP4)
-		return (uint64_t)(w->rows * w->cols / 2 + w->rows * w->cols / 32);
-	return (uint64_t)(w->rows * w->cols) *
-	       (w->dtype == ST_DTYPE_F32 ? 4u : 2u);
+		f.group = ST_MXFP4_BLOCK;
+	else if (w->dtype == ST_DTYPE_NVFP4)
+		f.group = ST_NVFP4_BLOCK;
+	else if (w->dtype == ST_DTYPE_F32 || w->dtype == ST_DTYPE_BF16)
+		f.group = 0;
+	if (st_wformat_matrix_bytes(&f, w->rows, w->cols, &d, &sc, &ts))
+		return 0;
+	return d + sc + ts;
 }
 
 static int bind_dense(struct cw_model *m, enum st_dense_role role, int layer,
@@ -211,7 +222,6 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 		  struct cw_model **ret, struct st_diag *diag)
 {
 	struct cw_model *m = calloc(1, sizeof(*m));
-	uint32_t *rows;
 	int r;
 
 	if (!m)
@@ -267,15 +277,32 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 		r = st_diag_set(diag, -ST_E_CONFIG, "bad KV row geometry");
 	m->kv_row_bytes = (uint32_t)cw_kvrow_bytes(&m->kvf);
 	if (!r && kv) {
-		rows = malloc(sizeof(uint32_t) * (size_t)m->cfg.n_layers);
-		if (!rows) {
+		struct kv_stream_decl *decl =
+			calloc((size_t)m->cfg.n_layers, sizeof(*decl));
+		struct {
+			uint64_t store;
+			uint32_t kv_dtype, page_rows;
+		} id = { 0 };
+
+		/* the prefix-cache model id: the same pages are reusable
+		 * only for the same weights, row format and page size */
+		id.store = st_xxh3(m->store->config_json,
+				   strlen(m->store->config_json)) ^
+			   (es ? es_client_store_id(es) : 0);
+		id.kv_dtype = (uint32_t)m->opts.kv_dtype;
+		id.page_rows = m->opts.page_rows;
+		m->kv_model_id = st_xxh3(&id, sizeof(id)) | 1;
+		if (!decl) {
 			r = -ENOMEM;
 		} else {
-			for (int l = 0; l < m->cfg.n_layers; l++)
-				rows[l] = m->kv_row_bytes;
-			r = kv_client_declare(kv, m->cfg.n_layers, rows,
-					      m->opts.page_rows, diag);
-			free(rows);
+			for (int l = 0; l < m->cfg.n_layers; l++) {
+				decl[l].row_bytes = m->kv_row_bytes;
+				decl[l].tokens_per_row = 1;
+			}
+			r = kv_client_declare_model(kv, m->cfg.n_layers, decl,
+						    m->opts.page_rows,
+						    m->kv_model_id, diag);
+			free(decl);
 		}
 	}
 	if (r < 0) {
@@ -345,16 +372,27 @@ void cw_model_kv_bytes_per_token(const struct cw_model *m, uint64_t *ret_layout,
 		       elt;
 }
 
+uint64_t cw_model_expert_bytes_layer(const struct cw_model *m, int layer)
+{
+	uint64_t b = 0;
+
+	if (layer < 0 || layer >= m->store->n_layers)
+		return 0;
+	for (int i = 0; i < 3; i++) {
+		const struct st_store_matrix *mm = &m->store->layers[layer].mat[i];
+
+		b += mm->data_bytes + mm->scale_bytes + mm->tscale_bytes;
+	}
+	return b;
+}
+
 uint64_t cw_model_expert_bytes(const struct cw_model *m)
 {
 	uint64_t b = 0;
 
-	for (int i = 0; i < 3; i++) {
-		const struct st_store_matrix *mm = &m->store->mat[i];
-
-		b += mm->data_bytes + mm->scale_bytes;
-	}
-	return b;
+	for (int l = 0; l < m->store->n_layers; l++)
+		b += cw_model_expert_bytes_layer(m, l);
+	return m->store->n_layers ? b / (uint64_t)m->store->n_layers : 0;
 }
 
 static int grow_scratch(struct cw_model *m, int n)
@@ -489,17 +527,28 @@ static int attend(struct cw_model *m, uint32_t seq, int layer, uint32_t pos,
 	return 0;
 }
 
-static void expert_views(const struct cw_model *m, const uint8_t *rec,
-			 struct cw_wview ret[3])
+/* Views of the three matrices of an expert record of layer `layer`, in
+ * that layer's formats (st_store_layer; layers may differ).  The NVFP4
+ * tensor scale is read from the record (float32, multiplying form). */
+static void expert_views(const struct cw_model *m, int layer,
+			 const uint8_t *rec, struct cw_wview ret[3])
 {
 	for (int i = 0; i < 3; i++) {
-		const struct st_store_matrix *mm = &m->store->mat[i];
+		const struct st_store_matrix *mm =
+			&m->store->layers[layer].mat[i];
 
-		ret[i].dtype = m->store->expert_dtype;
+		memset(&ret[i], 0, sizeof(ret[i]));
+		ret[i].dtype = mm->fmt.dtype;
 		ret[i].data = rec + mm->data_offset;
 		ret[i].scales = mm->scale_bytes ? rec + mm->scale_offset : NULL;
 		ret[i].rows = mm->rows;
 		ret[i].cols = mm->cols;
+		ret[i].group = mm->fmt.group;
+		ret[i].scale_type = st_wformat_scale_type(mm->fmt.dtype);
+		ret[i].global_scale = 1.0f;
+		if (mm->tscale_bytes)
+			memcpy(&ret[i].global_scale, rec + mm->tscale_offset,
+			       sizeof(float));
 	}
 }
 
@@ -542,7 +591,7 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 			const int e = needed[g0 + gi];
 			struct cw_wview w[3];
 
-			expert_views(m, recs[gi], w);
+			expert_views(m, layer, recs[gi], w);
 			for (int i = 0; i < n * K; i++) {
 				const int t = i / K;
 				const float *xin = m->xn + (size_t)t * H;
@@ -632,11 +681,14 @@ int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
 				    c->rope_theta);
 			m->be->rope(k, c->n_kv_heads, hd, (int)(pos0 + t),
 				    c->rope_theta);
-			row = kv_client_row(m->kv, seq, l, pos0 + (uint32_t)t);
+			row = kv_client_row_writable(m->kv, seq, l,
+						     pos0 + (uint32_t)t);
 			if (!row)
 				return st_diag_set(diag, -ST_E_NOTFOUND,
 						   "KV row %u of layer %d has "
-						   "no page", pos0 + t, l);
+						   "no writable page (spilled, "
+						   "shared or missing)", pos0 + t,
+						   l);
 			cw_kvrow_write(&m->kvf, row, k, v);
 		}
 		for (int t = 0; t < n; t++) {

@@ -88,7 +88,12 @@ void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret);
 void cw_model_kv_bytes_per_token(const struct cw_model *m, uint64_t *ret_layout,
 				 uint64_t *ret_formula);
 
-/* Bytes of one expert's three matrices as read by a matvec (codes+scales). */
+/* Bytes of one expert's three matrices as read by a matvec (codes, scales
+ * and tensor scales) in layer `layer` (0 if out of range); layers may
+ * differ in format. */
+uint64_t cw_model_expert_bytes_layer(const struct cw_model *m, int layer);
+
+/* The same averaged over the layers (rounded down). */
 uint64_t cw_model_expert_bytes(const struct cw_model *m);
 
 #endif

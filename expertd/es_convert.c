@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,8 +71,9 @@ struct conv {
 	const struct st_tensor_info **experts; /* [(l * E + e) * 3 + m] */
 	uint8_t *is_expert;                    /* per checkpoint tensor */
 	enum st_dtype dense_dtype;
-	struct st_store_matrix mat[3];
-	uint64_t record_bytes;
+	struct st_wformat def_fmt;          /* opts' default format */
+	struct st_store_layer *layers;      /* [n_layers] record layouts */
+	uint64_t record_bytes;              /* the largest layer record */
 	int have_copied[ST_ARRAY_SIZE(copied_files)];
 
 	uint64_t done, total;     /* progress, bytes read */
@@ -84,6 +86,230 @@ void es_convert_opts_init(struct es_convert_opts *opts)
 	static const struct es_convert_opts def = ES_CONVERT_OPTS_DEFAULT;
 
 	*opts = def;
+}
+
+/* --- formats per layer --------------------------------------------------- */
+
+#define FORMAT_SPELLINGS "mxfp4, nvfp4, e2m1-g32, e2m1-g128 (e2m1-g<N>, N " \
+	"even), fp8 (block 128; fp8-b<N>), bf16, f32"
+
+/* The default format of opts, its group filled in when 0. */
+static int default_format(const struct es_convert_opts *o,
+			  struct st_wformat *ret)
+{
+	struct st_wformat f = { o->expert_dtype, o->expert_group };
+
+	if (f.group == 0) {
+		switch (f.dtype) {
+		case ST_DTYPE_MXFP4: f.group = ST_MXFP4_BLOCK; break;
+		case ST_DTYPE_NVFP4: f.group = ST_NVFP4_BLOCK; break;
+		case ST_DTYPE_E2M1_F16: f.group = 32; break;
+		case ST_DTYPE_F8_E4M3: f.group = ST_FP8_DEFAULT_BLOCK; break;
+		default: break;
+		}
+	}
+	if (st_wformat_check(&f))
+		return -EINVAL;
+	*ret = f;
+	return 0;
+}
+
+int es_convert_parse_experts(const char *name, struct es_convert_opts *opts,
+			     struct st_diag *diag)
+{
+	struct st_wformat f;
+
+	if (st_wformat_parse(name, &f))
+		return st_diag_set(diag, -EINVAL, "expert format \"%s\": use "
+				   FORMAT_SPELLINGS, name ? name : "");
+	opts->expert_dtype = f.dtype;
+	opts->expert_group = f.group;
+	return 0;
+}
+
+/* Parses a layer number at *p (decimal, no sign, at most 7 digits),
+ * advancing *p; -1 when there is none. */
+static int parse_layer_num(const char **p)
+{
+	const char *s = *p;
+	int v = 0, n = 0;
+
+	while (*s >= '0' && *s <= '9' && n < 8) {
+		v = v * 10 + (*s++ - '0');
+		n++;
+	}
+	if (n == 0 || n > 7)
+		return -1;
+	*p = s;
+	return v;
+}
+
+/* One GROUP of a keep spec: [s, end) = "ITEM,ITEM=FORMAT".  Appends to
+ * rules[*n] (cap ES_CONVERT_MAX_KEEP). */
+static int parse_keep_group(const char *s, const char *end,
+			    struct es_keep_rule *rules, int *n,
+			    struct st_diag *diag)
+{
+	const char *eq = memchr(s, '=', (size_t)(end - s));
+	char fmt[ST_WFORMAT_NAME_MAX + 8];
+	struct st_wformat f;
+	const char *p = s;
+	int first = *n;
+
+	if (!eq || eq == s)
+		return st_diag_set(diag, -EINVAL, "--keep \"%.*s\": expected "
+				   "LAYERS=FORMAT (e.g. first,last=fp8)",
+				   (int)(end - s), s);
+	if ((size_t)(end - eq - 1) >= sizeof(fmt))
+		return st_diag_set(diag, -EINVAL, "--keep \"%.*s\": unknown "
+				   "format; use " FORMAT_SPELLINGS,
+				   (int)(end - s), s);
+	memcpy(fmt, eq + 1, (size_t)(end - eq - 1));
+	fmt[end - eq - 1] = 0;
+	if (st_wformat_parse(fmt, &f))
+		return st_diag_set(diag, -EINVAL, "--keep \"%.*s\": unknown "
+				   "format \"%s\"; use " FORMAT_SPELLINGS,
+				   (int)(end - s), s, fmt);
+	while (p < eq) {
+		const char *item = p;
+		struct es_keep_rule r = { 0, 0, f };
+		int ok = 1, v;
+
+		if (!strncmp(p, "first", 5)) {
+			r.lo = r.hi = ES_KEEP_FIRST;
+			p += 5;
+		} else if (!strncmp(p, "last", 4)) {
+			r.lo = r.hi = ES_KEEP_LAST;
+			p += 4;
+		} else if ((v = parse_layer_num(&p)) < 0) {
+			ok = 0;
+		} else {
+			r.lo = r.hi = v;
+			if (*p == '-') {
+				p++;
+				v = parse_layer_num(&p);
+				if (v < r.lo)
+					ok = 0;
+				r.hi = v;
+			}
+		}
+		if (!ok || (p != eq && *p != ',') || (*p == ',' && p + 1 == eq))
+			return st_diag_set(diag, -EINVAL, "--keep \"%.*s\": bad "
+					   "layer \"%.*s\" (use first, last, a "
+					   "layer number N or a range N-M)",
+					   (int)(end - s), s,
+					   (int)(strcspn(item, ",=")), item);
+		if (*n >= ES_CONVERT_MAX_KEEP)
+			return st_diag_set(diag, -ST_E_LIMIT, "--keep: more than "
+					   "%d rules", ES_CONVERT_MAX_KEEP);
+		rules[(*n)++] = r;
+		if (*p == ',')
+			p++;
+	}
+	return *n - first;
+}
+
+int es_convert_parse_keep(const char *spec, struct es_convert_opts *opts,
+			  struct st_diag *diag)
+{
+	struct es_keep_rule rules[ES_CONVERT_MAX_KEEP];
+	const char *s = spec;
+	int n, r;
+
+	if (!spec || !*spec)
+		return st_diag_set(diag, -EINVAL, "--keep: empty (expected "
+				   "LAYERS=FORMAT, e.g. first,last=fp8)");
+	if (opts->n_keep < 0 || opts->n_keep > ES_CONVERT_MAX_KEEP)
+		return st_diag_set(diag, -EINVAL, "--keep: bad rule count");
+	n = opts->n_keep;
+	memcpy(rules, opts->keep, sizeof(rules[0]) * (size_t)n);
+	for (;;) {
+		const char *end = strchr(s, ';');
+
+		if (!end)
+			end = s + strlen(s);
+		r = parse_keep_group(s, end, rules, &n, diag);
+		if (r < 0)
+			return r;
+		if (!*end)
+			break;
+		s = end + 1;
+	}
+	r = n - opts->n_keep;
+	memcpy(opts->keep, rules, sizeof(rules[0]) * (size_t)n);
+	opts->n_keep = n;
+	return r;
+}
+
+static int keep_item_str(const struct es_keep_rule *r, char *buf, size_t len)
+{
+	if (r->lo == ES_KEEP_FIRST && r->hi == ES_KEEP_FIRST)
+		return snprintf(buf, len, "first");
+	if (r->lo == ES_KEEP_LAST && r->hi == ES_KEEP_LAST)
+		return snprintf(buf, len, "last");
+	if (r->lo < 0 || r->hi < r->lo)
+		return -1;
+	if (r->lo == r->hi)
+		return snprintf(buf, len, "%d", r->lo);
+	return snprintf(buf, len, "%d-%d", r->lo, r->hi);
+}
+
+int es_convert_keep_str(const struct es_convert_opts *opts, char *buf,
+			size_t len)
+{
+	size_t at = 0;
+
+	if (!len)
+		return -ENAMETOOLONG;
+	buf[0] = 0;
+	if (opts->n_keep < 0 || opts->n_keep > ES_CONVERT_MAX_KEEP)
+		return -EINVAL;
+	for (int i = 0; i < opts->n_keep; i++) {
+		const struct es_keep_rule *r = &opts->keep[i];
+		const struct es_keep_rule *next = i + 1 < opts->n_keep ?
+						  &opts->keep[i + 1] : NULL;
+		char item[32], fmt[ST_WFORMAT_NAME_MAX];
+		int k;
+
+		if (keep_item_str(r, item, sizeof(item)) < 0 ||
+		    st_wformat_name(&r->fmt, fmt, sizeof(fmt)))
+			return -EINVAL;
+		if (next && next->fmt.dtype == r->fmt.dtype &&
+		    next->fmt.group == r->fmt.group)
+			k = snprintf(buf + at, len - at, "%s,", item);
+		else
+			k = snprintf(buf + at, len - at, "%s=%s%s", item, fmt,
+				     next ? ";" : "");
+		if (k < 0 || (size_t)k >= len - at)
+			return -ENAMETOOLONG;
+		at += (size_t)k;
+	}
+	return 0;
+}
+
+int es_convert_layer_format(const struct es_convert_opts *opts, int n_layers,
+			    int layer, struct st_wformat *ret)
+{
+	struct st_wformat f;
+
+	if (default_format(opts, &f) || layer < 0 || layer >= n_layers ||
+	    opts->n_keep < 0 || opts->n_keep > ES_CONVERT_MAX_KEEP)
+		return -EINVAL;
+	for (int i = 0; i < opts->n_keep; i++) {
+		const struct es_keep_rule *r = &opts->keep[i];
+		int lo = r->lo == ES_KEEP_FIRST ? 0 :
+			 r->lo == ES_KEEP_LAST ? n_layers - 1 : r->lo;
+		int hi = r->hi == ES_KEEP_FIRST ? 0 :
+			 r->hi == ES_KEEP_LAST ? n_layers - 1 : r->hi;
+
+		if (st_wformat_check(&r->fmt) || lo < 0 || hi < lo ||
+		    hi >= n_layers)
+			return -EINVAL;
+		if (layer >= lo && layer <= hi)
+			f = r->fmt;
+	}
+	*ret = f;
+	return 0;
 }
 
 /* Reports progress; returns -ECANCELED when the caller asked to stop
@@ -168,8 +394,8 @@ static int check_experts(struct conv *c)
 							   "expert %d, %s matrix)",
 							   c->model_dir, name, l, e,
 							   mat_names[m]);
-				if ((r = check_shape(c, t, c->mat[m].rows,
-						     c->mat[m].cols)))
+				if ((r = check_shape(c, t, c->layers[0].mat[m].rows,
+						     c->layers[0].mat[m].cols)))
 					return r;
 				if (!float_dtype(t->dtype))
 					return st_diag_set(c->diag,
@@ -594,89 +820,218 @@ out:
 
 /* --- phase 2: expert files ----------------------------------------------- */
 
-/* Fills matrix m of a record from checkpoint tensor t. */
-static int fill_matrix(struct conv *c, const struct st_tensor_info *t, int m,
-		       uint8_t *rec, float *row)
+/* Largest finite |x| of checkpoint tensor t (rows x cols), for the NVFP4
+ * per-tensor scale. */
+static int tensor_amax(const struct st_tensor_info *t, const uint8_t *src,
+		       int64_t rows, size_t cols, float *row, float *ret)
 {
-	const struct st_store_matrix *x = &c->mat[m];
+	size_t es = st_dtype_traits(t->dtype)->block_bytes;
+	float amax = 0.0f;
+
+	for (int64_t i = 0; i < rows; i++) {
+		int r = st_convert_to_f32(t->dtype, src + (size_t)i * cols * es,
+					  cols, row);
+
+		if (r)
+			return r;
+		for (size_t j = 0; j < cols; j++)
+			if (isfinite(row[j]) && fabsf(row[j]) > amax)
+				amax = fabsf(row[j]);
+	}
+	*ret = amax;
+	return 0;
+}
+
+/* Quantizes / converts row i of a matrix (row[] in float32) into its
+ * place in the record. */
+static int fill_row(const struct st_store_matrix *x, const float *row,
+		    int64_t i, float global, uint8_t *rec)
+{
+	const size_t cols = (size_t)x->cols;
+	const size_t n_groups = x->fmt.group ?
+				(cols + x->fmt.group - 1) / x->fmt.group : 0;
+	uint8_t *data = rec + x->data_offset, *sc = rec + x->scale_offset;
+
+	switch (x->fmt.dtype) {
+	case ST_DTYPE_MXFP4:
+		return st_mxfp4_quantize_row(row, cols,
+					     data + (size_t)i * cols / 2,
+					     sc + (size_t)i * n_groups);
+	case ST_DTYPE_NVFP4:
+		return st_nvfp4_quantize_row(row, cols, global,
+					     data + (size_t)i * cols / 2,
+					     sc + (size_t)i * n_groups);
+	case ST_DTYPE_E2M1_F16:
+		return st_e2m1f16_quantize_row(
+			row, cols, x->fmt.group, data + (size_t)i * cols / 2,
+			(uint16_t *)(void *)(sc + (size_t)i * n_groups * 2));
+	case ST_DTYPE_F8_E4M3:
+		return st_fp8_quantize_row(
+			row, cols, x->fmt.group, data + (size_t)i * cols,
+			(float *)(void *)(sc + (size_t)i * n_groups * 4));
+	case ST_DTYPE_BF16:
+		for (size_t j = 0; j < cols; j++) {
+			uint16_t h = st_f32_to_bf16(row[j]);
+
+			memcpy(data + ((size_t)i * cols + j) * 2, &h, 2);
+		}
+		return 0;
+	case ST_DTYPE_F32:
+		memcpy(data + (size_t)i * cols * 4, row, cols * 4);
+		return 0;
+	default:
+		return -EINVAL;
+	}
+}
+
+/* Fills matrix x of a record from checkpoint tensor t.  Sections are
+ * 64-byte aligned in a 4096-aligned record, so the scale arrays are
+ * aligned for their element type. */
+static int fill_matrix(struct conv *c, const struct st_tensor_info *t,
+		       const struct st_store_matrix *x, uint8_t *rec,
+		       float *row)
+{
 	const uint8_t *src = st_checkpoint_data(c->ck, t);
 	size_t es = st_dtype_traits(t->dtype)->block_bytes;
 	size_t cols = (size_t)x->cols;
-	int r;
+	float global = 1.0f;
+	int r = 0;
 
-	if (c->o.expert_dtype == ST_DTYPE_BF16 && t->dtype == ST_DTYPE_BF16) {
+	if (x->fmt.dtype == ST_DTYPE_BF16 && t->dtype == ST_DTYPE_BF16) {
 		memcpy(rec + x->data_offset, src, x->data_bytes);
 		return 0;
 	}
-	for (int64_t i = 0; i < x->rows; i++) {
-		const uint8_t *s = src + (size_t)i * cols * es;
+	if (x->fmt.dtype == ST_DTYPE_NVFP4) {
+		float amax = 0.0f;
 
-		switch (c->o.expert_dtype) {
-		case ST_DTYPE_MXFP4:
-			r = st_convert_to_f32(t->dtype, s, cols, row);
-			if (!r)
-				r = st_mxfp4_quantize_row(
-					row, cols,
-					rec + x->data_offset + (size_t)i * cols / 2,
-					rec + x->scale_offset +
-						(size_t)i * cols / ST_MXFP4_BLOCK);
-			break;
-		case ST_DTYPE_BF16:
-			r = st_convert_to_f32(t->dtype, s, cols, row);
-			for (size_t j = 0; !r && j < cols; j++) {
-				uint16_t h = st_f32_to_bf16(row[j]);
-
-				memcpy(rec + x->data_offset + ((size_t)i * cols + j) * 2,
-				       &h, 2);
-			}
-			break;
-		default:
-			r = st_convert_to_f32(t->dtype, s, cols,
-					      (float *)(rec + x->data_offset) +
-						      (size_t)i * cols);
-			break;
-		}
+		r = tensor_amax(t, src, x->rows, cols, row, &amax);
+		global = st_nvfp4_global_scale(amax);
+		memcpy(rec + x->tscale_offset, &global, 4);
+	}
+	for (int64_t i = 0; !r && i < x->rows; i++) {
+		r = st_convert_to_f32(t->dtype, src + (size_t)i * cols * es, cols,
+				      row);
+		if (!r)
+			r = fill_row(x, row, i, global, rec);
 		if (r)
 			return st_diag_set(c->diag, r, "tensor %s: row %" PRId64
 					   ": conversion failed: %s", t->name, i,
 					   st_strerror(r));
 	}
+	if (r)
+		return st_diag_set(c->diag, r, "tensor %s: conversion failed: %s",
+				   t->name, st_strerror(r));
 	return 0;
 }
 
-static int write_expert_layer(struct conv *c, int l, uint8_t *rec, float *row,
-			      json_t *files)
+/* How each format rounds and picks its scales (manifest "rounding"). */
+static const char *rounding_text(enum st_dtype dt)
 {
+	switch (dt) {
+	case ST_DTYPE_MXFP4:
+		return "nearest-even, saturate \u00b16; scale "
+		       "2^(floor(log2 amax) - 2)";
+	case ST_DTYPE_NVFP4:
+		return "nearest-even, saturate \u00b16; block scale "
+		       "e4m3(amax / 6 / tensor_scale), tensor scale "
+		       "amax_tensor / 2688";
+	case ST_DTYPE_E2M1_F16:
+		return "nearest-even, saturate \u00b16; scale f16(amax / 6)";
+	case ST_DTYPE_F8_E4M3:
+		return "nearest-even, saturate \u00b1448; scale amax / 448";
+	default:
+		return NULL;
+	}
+}
+
+/* The manifest entry of one matrix. */
+static int matrix_json(const struct st_store_matrix *x, int m, json_t *o)
+{
+	enum st_dtype dt = x->fmt.dtype;
+	const char *scale = st_scale_type_name(st_wformat_scale_type(dt));
+	int fp4 = dt == ST_DTYPE_MXFP4 || dt == ST_DTYPE_NVFP4 ||
+		  dt == ST_DTYPE_E2M1_F16;
+	char name[ST_WFORMAT_NAME_MAX];
+	int r;
+
+	if (st_wformat_name(&x->fmt, name, sizeof(name)))
+		return -EINVAL;
+	if ((r = jset(o, "name", json_string(mat_names[m]))) ||
+	    (r = jset_int(o, "rows", (uint64_t)x->rows)) ||
+	    (r = jset_int(o, "cols", (uint64_t)x->cols)) ||
+	    (r = jset(o, "format", json_string(name))) ||
+	    (r = jset(o, "layout", json_string(fp4 ? "ocp" : "row-major"))))
+		return r;
+	if (scale &&
+	    ((r = jset_int(o, "block", x->fmt.group)) ||
+	     (r = jset(o, "scale", json_string(scale))) ||
+	     (r = jset(o, "rounding", json_string(rounding_text(dt))))))
+		return r;
+	if ((r = jset_int(o, "data_offset", x->data_offset)) ||
+	    (r = jset_int(o, "data_bytes", x->data_bytes)))
+		return r;
+	if (x->scale_bytes &&
+	    ((r = jset_int(o, "scale_offset", x->scale_offset)) ||
+	     (r = jset_int(o, "scale_bytes", x->scale_bytes))))
+		return r;
+	if (x->tscale_bytes &&
+	    ((r = jset(o, "tensor_scale", json_string("f32"))) ||
+	     (r = jset(o, "tensor_scale_use", json_string("multiply"))) ||
+	     (r = jset_int(o, "tensor_scale_offset", x->tscale_offset)) ||
+	     (r = jset_int(o, "tensor_scale_bytes", x->tscale_bytes))))
+		return r;
+	return 0;
+}
+
+/* Writes experts-LLL.bin of layer l and appends its manifest entry. */
+static int write_expert_layer(struct conv *c, int l, uint8_t *rec, float *row,
+			      json_t *layers)
+{
+	const struct st_store_layer *ly = &c->layers[l];
 	int E = c->cfg.n_experts, fd = -1, r;
-	json_t *o = json_object(), *sums = json_array();
+	json_t *o = json_object(), *mats = json_array(), *sums = json_array();
 	char name[64];
 
 	st_store_expert_file_name(l, name, sizeof(name));
-	if (!o || !sums) {
+	if (!o || !mats || !sums) {
 		r = -ENOMEM;
 		goto fail;
 	}
+	if ((r = jset_int(o, "layer", (uint64_t)l)) ||
+	    (r = jset_int(o, "record_bytes", ly->record_bytes)))
+		goto fail;
+	for (int m = 0; m < 3; m++) {
+		json_t *mo = json_object();
+
+		if ((r = jappend(mats, mo)) ||
+		    (r = matrix_json(&ly->mat[m], m, mo)))
+			goto fail;
+	}
+	r = jset(o, "matrices", mats);
+	mats = NULL;
+	if (r)
+		goto fail;
 	if ((r = create_out_file(c, name, &fd)))
 		goto fail;
 	for (int e = 0; e < E; e++) {
 		uint64_t src_bytes = 0;
 		char h[17];
 
-		memset(rec, 0, c->record_bytes);
+		memset(rec, 0, ly->record_bytes);
 		for (int m = 0; m < 3; m++) {
 			const struct st_tensor_info *t =
 				c->experts[((size_t)l * E + e) * 3 + m];
 
-			if ((r = fill_matrix(c, t, m, rec, row)))
+			if ((r = fill_matrix(c, t, &ly->mat[m], rec, row)))
 				goto fail;
 			src_bytes += t->n_bytes;
 		}
-		r = jappend(sums, json_string(hex64(st_xxh3(rec, c->record_bytes),
+		r = jappend(sums, json_string(hex64(st_xxh3(rec, ly->record_bytes),
 						    h)));
 		if (r)
 			goto fail;
-		r = pwrite_full(fd, rec, c->record_bytes,
-				(uint64_t)e * c->record_bytes);
+		r = pwrite_full(fd, rec, ly->record_bytes,
+				(uint64_t)e * ly->record_bytes);
 		if (r) {
 			r = write_error(c, r, name);
 			goto fail;
@@ -688,37 +1043,37 @@ static int write_expert_layer(struct conv *c, int l, uint8_t *rec, float *row,
 	fd = -1;
 	if (r)
 		goto fail;
-	if ((r = jset_int(o, "layer", (uint64_t)l)) ||
-	    (r = jset(o, "name", json_string(name))) ||
-	    (r = jset_int(o, "bytes", (uint64_t)E * c->record_bytes)))
+	if ((r = jset(o, "file", json_string(name))) ||
+	    (r = jset_int(o, "bytes", (uint64_t)E * ly->record_bytes)))
 		goto fail;
 	r = jset(o, "xxh3", sums);
 	sums = NULL;
 	if (r)
 		goto fail;
-	r = jappend(files, o);
+	r = jappend(layers, o);
 	o = NULL;
 fail:
 	if (fd >= 0)
 		close(fd);
 	json_decref(o);
+	json_decref(mats);
 	json_decref(sums);
 	return r;
 }
 
-static int experts_json(struct conv *c, json_t **ret_ex, json_t **ret_files)
+/* experts: {n_layers, n_experts, record_bytes, record_align,
+ * section_align, policy, layers: []}; *ret_layers borrowed from it. */
+static int experts_json(struct conv *c, json_t **ret_ex, json_t **ret_layers)
 {
-	const char *fmt = st_store_format_name(c->o.expert_dtype);
-	json_t *ex = json_object(), *mats = json_array(), *files = json_array();
-	int r;
+	json_t *ex = json_object(), *pol = json_object(), *layers = json_array();
+	char def[ST_WFORMAT_NAME_MAX], keep[4096];
+	int r = 0;
 
-	if (!ex || !mats || !files) {
-		json_decref(ex);
-		json_decref(mats);
-		json_decref(files);
-		return -ENOMEM;
-	}
-	r = jset(ex, "format", json_string(fmt));
+	if (!ex || !pol || !layers)
+		r = -ENOMEM;
+	if (!r && (st_wformat_name(&c->def_fmt, def, sizeof(def)) ||
+		   es_convert_keep_str(&c->o, keep, sizeof(keep))))
+		r = -EINVAL;
 	if (!r)
 		r = jset_int(ex, "n_layers", (uint64_t)c->cfg.n_layers);
 	if (!r)
@@ -729,59 +1084,37 @@ static int experts_json(struct conv *c, json_t **ret_ex, json_t **ret_files)
 		r = jset_int(ex, "record_align", ST_STORE_RECORD_ALIGN);
 	if (!r)
 		r = jset_int(ex, "section_align", ST_STORE_SECTION_ALIGN);
-	for (int m = 0; m < 3 && !r; m++) {
-		const struct st_store_matrix *x = &c->mat[m];
-		json_t *o = json_object();
-
-		if ((r = jappend(mats, o)))
-			break;
-		if ((r = jset(o, "name", json_string(mat_names[m]))) ||
-		    (r = jset_int(o, "rows", (uint64_t)x->rows)) ||
-		    (r = jset_int(o, "cols", (uint64_t)x->cols)) ||
-		    (r = jset(o, "format", json_string(fmt))))
-			break;
-		if (c->o.expert_dtype == ST_DTYPE_MXFP4 &&
-		    ((r = jset_int(o, "block", ST_MXFP4_BLOCK)) ||
-		     (r = jset(o, "scale", json_string("e8m0"))) ||
-		     (r = jset(o, "layout", json_string("ocp"))) ||
-		     (r = jset(o, "rounding",
-			       json_string("nearest-even, saturate \u00b16")))))
-			break;
-		if ((r = jset_int(o, "data_offset", x->data_offset)) ||
-		    (r = jset_int(o, "data_bytes", x->data_bytes)))
-			break;
-		if (c->o.expert_dtype == ST_DTYPE_MXFP4 &&
-		    ((r = jset_int(o, "scale_offset", x->scale_offset)) ||
-		     (r = jset_int(o, "scale_bytes", x->scale_bytes))))
-			break;
-	}
+	if (!r && !(r = jset(pol, "default", json_string(def))))
+		r = jset(pol, "keep", json_string(keep));
 	if (!r) {
-		r = json_object_set(ex, "matrices", mats) ? -ENOMEM : 0;
-		if (!r)
-			r = json_object_set(ex, "files", files) ? -ENOMEM : 0;
+		r = jset(ex, "policy", pol);
+		pol = NULL;
 	}
-	json_decref(mats);
+	if (!r)
+		r = json_object_set(ex, "layers", layers) ? -ENOMEM : 0;
+	json_decref(pol);
 	if (r) {
-		json_decref(files);
+		json_decref(layers);
 		json_decref(ex);
 		return r;
 	}
 	*ret_ex = ex;
-	*ret_files = files; /* borrowed from ex after this point */
-	json_decref(files);
+	*ret_layers = layers; /* borrowed from ex after this point */
+	json_decref(layers);
 	return 0;
 }
 
 static int write_experts(struct conv *c)
 {
-	json_t *ex = NULL, *files = NULL;
+	json_t *ex = NULL, *layers = NULL;
 	uint8_t *rec = NULL;
 	float *row = NULL;
-	int64_t max_cols = ST_MAX(ST_MAX(c->mat[0].cols, c->mat[1].cols),
-				  c->mat[2].cols);
+	int64_t max_cols = 0;
 	int r;
 
-	r = experts_json(c, &ex, &files);
+	for (int m = 0; m < 3; m++)
+		max_cols = ST_MAX(max_cols, c->layers[0].mat[m].cols);
+	r = experts_json(c, &ex, &layers);
 	if (r)
 		goto out;
 	row = malloc((size_t)max_cols * sizeof(float));
@@ -792,7 +1125,7 @@ static int write_experts(struct conv *c)
 		goto out;
 	}
 	for (int l = 0; l < c->cfg.n_layers && !r; l++)
-		r = write_expert_layer(c, l, rec, row, files);
+		r = write_expert_layer(c, l, rec, row, layers);
 	if (!r) {
 		r = jset(c->manifest, "experts", ex);
 		ex = NULL;
@@ -979,23 +1312,57 @@ static int publish(struct conv *c, int exists)
 
 /* --- entry --------------------------------------------------------------- */
 
+/* Resolves every layer's format and record layout. */
+static int plan_layers(struct conv *c)
+{
+	const int L = c->cfg.n_layers;
+	char keep[4096];
+	int r;
+
+	if (es_convert_keep_str(&c->o, keep, sizeof(keep)))
+		return st_diag_set(c->diag, -EINVAL, "keep rules: invalid or "
+				   "too long");
+	c->layers = calloc((size_t)L, sizeof(*c->layers));
+	if (!c->layers)
+		return st_diag_set(c->diag, -ENOMEM, "out of memory");
+	for (int l = 0; l < L; l++) {
+		struct st_wformat f, fm[3];
+		char name[ST_WFORMAT_NAME_MAX];
+		struct st_diag d = { { 0 } };
+
+		if (es_convert_layer_format(&c->o, L, l, &f))
+			return st_diag_set(c->diag, -EINVAL, "--keep %s: a rule "
+					   "names a layer the model does not have "
+					   "(%d layers: 0-%d)", keep, L, L - 1);
+		fm[0] = fm[1] = fm[2] = f;
+		r = st_store_layout(&c->cfg, fm, c->layers[l].mat,
+				    &c->layers[l].record_bytes, &d);
+		if (r) {
+			st_wformat_name(&f, name, sizeof(name));
+			return st_diag_set(c->diag, r, "layer %d (%s): %s", l,
+					   name, d.msg);
+		}
+		c->record_bytes = ST_MAX(c->record_bytes,
+					 c->layers[l].record_bytes);
+	}
+	return 0;
+}
+
 static int check_all(struct conv *c)
 {
 	char path[4200];
 	int r;
 
-	if (c->o.expert_dtype != ST_DTYPE_MXFP4 &&
-	    c->o.expert_dtype != ST_DTYPE_BF16 &&
-	    c->o.expert_dtype != ST_DTYPE_F32)
-		return st_diag_set(c->diag, -EINVAL, "expert format %d: must be "
-				   "mxfp4, bf16 or f32", (int)c->o.expert_dtype);
+	if (default_format(&c->o, &c->def_fmt))
+		return st_diag_set(c->diag, -EINVAL, "expert format (dtype %d, "
+				   "group %u) is not one of " FORMAT_SPELLINGS,
+				   (int)c->o.expert_dtype, c->o.expert_group);
 	if ((r = st_config_load(c->model_dir, &c->cfg, c->diag)))
 		return r;
 	snprintf(path, sizeof(path), "%s/config.json", c->model_dir);
 	if ((r = st_read_file(path, &c->config_text, &c->config_len)))
 		return st_diag_set(c->diag, r, "%s: %s", path, strerror(-r));
-	if ((r = st_store_layout(&c->cfg, c->o.expert_dtype, c->mat,
-				 &c->record_bytes, c->diag)))
+	if ((r = plan_layers(c)))
 		return r;
 	if ((r = st_checkpoint_open(c->model_dir, &c->ck, c->diag)))
 		return r;
@@ -1060,6 +1427,7 @@ int es_convert(const char *model_dir, const char *out_dir,
 	json_decref(c.manifest);
 	XXH3_freeState(c.xs);
 	free(c.experts);
+	free(c.layers);
 	free(c.is_expert);
 	free(c.config_text);
 	st_checkpoint_close(c.ck);

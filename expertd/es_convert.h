@@ -15,6 +15,7 @@
 #ifndef ES_CONVERT_H
 #define ES_CONVERT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "st_error.h"
@@ -31,12 +32,33 @@
 typedef void (*es_convert_progress_fn)(uint64_t done_bytes,
 				       uint64_t total_bytes, void *arg);
 
+/* A per-layer override of the expert format ("--keep first,last=fp8"):
+ * layers lo..hi (inclusive) get fmt.  lo and hi are layer numbers, or both
+ * ES_KEEP_FIRST (layer 0) or both ES_KEEP_LAST (the model's last layer). */
+#define ES_KEEP_FIRST (-1)
+#define ES_KEEP_LAST (-2)
+#define ES_CONVERT_MAX_KEEP 64
+
+struct es_keep_rule {
+	int lo, hi;
+	struct st_wformat fmt;
+};
+
 struct es_convert_opts {
-	/* Expert record format: ST_DTYPE_MXFP4 (default), ST_DTYPE_BF16 or
-	 * ST_DTYPE_F32.  Note ST_DTYPE_F32 is 0: start from
-	 * es_convert_opts_init() (or ES_CONVERT_OPTS_DEFAULT), not from a
-	 * zeroed struct, to get the default. */
+	/* Expert format of every layer no keep rule names: its dtype
+	 * (ST_DTYPE_MXFP4 (default), ST_DTYPE_NVFP4, ST_DTYPE_E2M1_F16,
+	 * ST_DTYPE_F8_E4M3 (FP8 with FP32 block scales), ST_DTYPE_BF16,
+	 * ST_DTYPE_F32) and its group / block size along a row (0: the
+	 * format's own or default one: MXFP4 32, NVFP4 16, E2M1 32, FP8 128).
+	 * Note ST_DTYPE_F32 is 0: start from es_convert_opts_init() (or
+	 * ES_CONVERT_OPTS_DEFAULT), not from a zeroed struct, to get the
+	 * default.  es_convert_parse_experts() sets both from a spelling. */
 	enum st_dtype expert_dtype;
+	uint32_t expert_group;
+	/* Per-layer overrides, applied in order (a later rule wins);
+	 * es_convert_parse_keep() appends them from a spec. */
+	int n_keep;
+	struct es_keep_rule keep[ES_CONVERT_MAX_KEEP];
 	/* 0: dense tensors in BF16 if every dense tensor of the checkpoint is
 	 * BF16, else F32.  1: always F32. */
 	int dense_f32;
@@ -52,12 +74,59 @@ struct es_convert_opts {
 };
 
 #define ES_CONVERT_OPTS_DEFAULT                                                \
-	{ .expert_dtype = ST_DTYPE_MXFP4, .dense_f32 = 0, .force = 0,          \
-	  .progress = NULL, .progress_arg = NULL, .cancel = NULL }
+	{ .expert_dtype = ST_DTYPE_MXFP4, .expert_group = 0, .n_keep = 0,      \
+	  .dense_f32 = 0, .force = 0, .progress = NULL, .progress_arg = NULL,  \
+	  .cancel = NULL }
 
-/* Fills *opts with the defaults (MXFP4 experts, automatic dense dtype, no
- * force, no progress). */
+/* Fills *opts with the defaults (MXFP4 experts in every layer, automatic
+ * dense dtype, no force, no progress). */
 void es_convert_opts_init(struct es_convert_opts *opts);
+
+/*
+ * Sets the default expert format from its spelling (`strata convert
+ * --experts NAME`): "mxfp4", "nvfp4", "e2m1-g32", "e2m1-g128" (any even
+ * group "e2m1-g<N>"), "fp8" (block 128) or "fp8-b<N>", "bf16", "f32"
+ * (st_wformat_parse).  Returns 0, or -EINVAL with diag listing the
+ * spellings.
+ */
+int es_convert_parse_experts(const char *name, struct es_convert_opts *opts,
+			     struct st_diag *diag);
+
+/*
+ * Appends the per-layer overrides of a keep spec (`strata convert --keep
+ * SPEC`; may be called once per --keep, later rules win):
+ *   SPEC   := GROUP [';' GROUP]...
+ *   GROUP  := LAYERS '=' FORMAT
+ *   LAYERS := ITEM [',' ITEM]...    ITEM := "first" | "last" | N | N-M
+ * with layer numbers N <= M in decimal and FORMAT any spelling
+ * es_convert_parse_experts takes (usually fp8, bf16 or f32: layers kept at
+ * higher precision).  Example: "first,last=fp8", "0,5=bf16;3=fp8-b64".
+ * Layer numbers are checked against the model by es_convert (-EINVAL
+ * there).  Returns the number of rules appended, or -EINVAL (syntax, with
+ * diag naming the offending part; nothing is appended) or -ST_E_LIMIT
+ * (more than ES_CONVERT_MAX_KEEP rules in all).
+ */
+int es_convert_parse_keep(const char *spec, struct es_convert_opts *opts,
+			  struct st_diag *diag);
+
+/*
+ * Writes the keep rules of opts in canonical form (what the manifest
+ * records as experts.policy.keep, readable by es_convert_parse_keep):
+ * consecutive rules with the same format share one "=FORMAT", e.g.
+ * "first,last=fp8;3=bf16"; "" when there are none.  Returns 0,
+ * -ENAMETOOLONG (buf too small) or -EINVAL (an invalid rule).
+ */
+int es_convert_keep_str(const struct es_convert_opts *opts, char *buf,
+			size_t len);
+
+/*
+ * The expert format of layer `layer` of a model with n_layers layers under
+ * opts: the default, replaced by every keep rule that names the layer, in
+ * order.  Returns 0, or -EINVAL (invalid default format or rule, a rule
+ * naming a layer >= n_layers, layer out of range).
+ */
+int es_convert_layer_format(const struct es_convert_opts *opts, int n_layers,
+			    int layer, struct st_wformat *ret);
 
 /*
  * Converts the checkpoint in model_dir into a store at out_dir.
@@ -71,10 +140,12 @@ void es_convert_opts_init(struct es_convert_opts *opts);
  *   -ST_E_FORMAT    a tensor's shape differs from what config.json implies
  *                   (shape found vs expected), or an expert-like tensor the
  *                   config does not account for,
- *   -ST_E_UNSUPPORTED a tensor dtype other than F32/F16/BF16, MXFP4 with
- *                   a width not a multiple of 32,
+ *   -ST_E_UNSUPPORTED a tensor dtype other than F32/F16/BF16, a format
+ *                   the matrix widths do not fit (MXFP4 / NVFP4: a
+ *                   multiple of 32 / 16; E2M1: even),
  *   -EEXIST         out_dir exists and force is 0 (or it is not a store),
- *   -EINVAL         bad options,
+ *   -EINVAL         bad options (an invalid format, a keep rule naming a
+ *                   layer the model does not have),
  *   -errno          creating, writing, syncing or renaming files (EACCES,
  *                   ENOSPC, EROFS, ...), naming the path.
  * On failure out_dir is as it was before the call and the temporary

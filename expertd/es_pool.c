@@ -263,8 +263,11 @@ static uint32_t pool_recover(struct es_pool *p, const struct st_store *store,
 			atomic_fetch_add(&sl->version, 1); /* killed mid-write */
 		if (ok && atomic_load(&v->slot_of[ix]) >= 0)
 			ok = 0; /* two slots claim one key */
+		/* a record's checksum covers its layer's record size (layers
+		 * may be smaller than the slot: st_store.h) */
 		if (ok && !no_verify &&
-		    st_xxh3(es_pool_record(v, s), v->record_bytes) !=
+		    st_xxh3(es_pool_record(v, s),
+			    store->layers[layer].record_bytes) !=
 			    store->expert_xxh3[ix])
 			ok = 0;
 		if (ok) {

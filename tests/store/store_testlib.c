@@ -280,6 +280,108 @@ void tst_ref_mxfp4_block(const float x[32], uint8_t *ret_scale,
 		*ret_n_ties += n_ties;
 }
 
+uint8_t tst_ref_e2m1(double v)
+{
+	int ties = 0;
+
+	return isnan(v) ? 0 : ref_e2m1(v, &ties);
+}
+
+double tst_e2m1_value(uint8_t code)
+{
+	return (code & 8 ? -1.0 : 1.0) * e2m1_mag[code & 7];
+}
+
+/* OFP8 E4M3 (bias 7): exponent field e, mantissa m; e = 0 subnormal
+ * m/8 * 2^-6; S.1111.111 NaN. */
+double tst_e4m3_value(uint8_t b)
+{
+	int e = (b >> 3) & 15, m = b & 7;
+	double v;
+
+	if (e == 15 && m == 7)
+		return NAN;
+	v = e == 0 ? m / 8.0 * ldexp(1.0, -6) : (1.0 + m / 8.0) * ldexp(1.0, e - 7);
+	return b & 0x80 ? -v : v;
+}
+
+uint8_t tst_ref_e4m3(double v)
+{
+	uint8_t sign = signbit(v) ? 0x80 : 0;
+	double a = fabs(v), best_d = INFINITY;
+	int best = 0;
+
+	if (isnan(v))
+		return 0x7f;
+	if (a >= 448.0)
+		return sign | 0x7e;
+	/* brute force over the 127 non-negative finite codes 0x00..0x7e;
+	 * on a tie the code with mantissa bit 0 (even) wins */
+	for (int i = 0; i <= 0x7e; i++) {
+		double d = fabs(a - tst_e4m3_value((uint8_t)i));
+
+		if (d < best_d || (d == best_d && (i & 1) == 0)) {
+			best_d = d;
+			best = i;
+		}
+	}
+	return sign | (uint8_t)best;
+}
+
+void tst_ref_nvfp4_block(const float x[16], float global, uint8_t *ret_scale,
+			 uint8_t codes[8])
+{
+	float amax = 0.0f, q, d;
+	uint8_t s;
+
+	for (int i = 0; i < 16; i++)
+		amax = fmaxf(amax, fabsf(x[i]));
+	/* the float32 operations the format defines: (amax / 6) / global */
+	q = amax / 6.0f;
+	q = q / global;
+	s = tst_ref_e4m3(q);
+	*ret_scale = s;
+	d = (float)tst_e4m3_value(s) * global;
+	for (int j = 0; j < 8; j++) {
+		uint8_t lo = d == 0.0f ? 0 : tst_ref_e2m1(x[2 * j] / d);
+		uint8_t hi = d == 0.0f ? 0 : tst_ref_e2m1(x[2 * j + 1] / d);
+
+		codes[j] = (uint8_t)(lo | hi << 4);
+	}
+}
+
+void tst_ref_e2m1f16_group(const float *x, int n, uint16_t *ret_scale,
+			   uint8_t *codes)
+{
+	float amax = 0.0f, s;
+	_Float16 h;
+	uint16_t bits;
+
+	for (int i = 0; i < n; i++)
+		amax = fmaxf(amax, fabsf(x[i]));
+	/* binary16 by the compiler's own conversion (nearest-even) */
+	h = (_Float16)(amax / 6.0f);
+	if ((float)h > 65504.0f)
+		h = (_Float16)65504.0f;
+	memcpy(&bits, &h, 2);
+	*ret_scale = bits;
+	s = (float)h;
+	for (int i = 0; i < n; i++)
+		codes[i] = s == 0.0f ? 0 : tst_ref_e2m1(x[i] / s);
+}
+
+void tst_ref_fp8_block(const float *x, int n, float *ret_scale, uint8_t *codes)
+{
+	float amax = 0.0f, s;
+
+	for (int i = 0; i < n; i++)
+		amax = fmaxf(amax, fabsf(x[i]));
+	s = amax / 448.0f;
+	*ret_scale = s;
+	for (int i = 0; i < n; i++)
+		codes[i] = s == 0.0f ? 0 : tst_ref_e4m3(x[i] / s);
+}
+
 float tst_bf16(uint16_t h)
 {
 	uint32_t u = (uint32_t)h << 16;

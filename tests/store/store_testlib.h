@@ -57,6 +57,37 @@ void tst_model_links(const char *src, const char *dir, const char *omit);
 void tst_ref_mxfp4_block(const float x[32], uint8_t *ret_scale,
 			 uint8_t codes[16], int *ret_n_ties);
 
+/* E2M1 (OCP MX v1.0): nearest code to v, ties to the even code, clamped
+ * at +-6, sign kept (-0.1 gives code 8); NaN gives 0.  And a code's value. */
+uint8_t tst_ref_e2m1(double v);
+double tst_e2m1_value(uint8_t code);
+
+/* E4M3 (OFP8 v1.0): a byte's value (NaN for 0x7F/0xFF), and the nearest
+ * code to v by brute force, ties to the even code, saturating at +-448
+ * (PITFALLS P9); NaN gives 0x7F. */
+double tst_e4m3_value(uint8_t b);
+uint8_t tst_ref_e4m3(double v);
+
+/*
+ * Reference quantizers of the expert formats, written from their
+ * definitions (st_formats.h documents the same float32 operations) with
+ * the brute-force roundings above:
+ *  - NVFP4 block of 16 with tensor scale `global`: scale byte
+ *    e4m3((amax / 6) / global), codes e2m1(x / (e4m3(scale) * global))
+ *    in OCP nibble order (0 when that product is 0);
+ *  - E2M1 with FP16 group scale: fp16(amax / 6) (the compiler's
+ *    _Float16 conversion, clamped to 65504), one code per element
+ *    (unpacked) e2m1(x / scale), 0 when the scale is 0;
+ *  - FP8 with FP32 block scale: amax / 448, codes e4m3(x / scale), 0 when
+ *    the scale is 0.
+ */
+void tst_ref_nvfp4_block(const float x[16], float global, uint8_t *ret_scale,
+			 uint8_t codes[8]);
+void tst_ref_e2m1f16_group(const float *x, int n, uint16_t *ret_scale,
+			   uint8_t *codes);
+void tst_ref_fp8_block(const float *x, int n, float *ret_scale,
+		       uint8_t *codes);
+
 /* BF16 bits -> float (the upper half of binary32). */
 float tst_bf16(uint16_t h);
 

@@ -9,6 +9,7 @@
  */
 #include <fcntl.h>
 #include <inttypes.h>
+#include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -74,18 +75,40 @@ static void expert_name(const struct geom *g, int l, int e, int m, char *buf,
 }
 
 /* Independent layout: gate/up [I, H], down [H, I]; sections 64-aligned,
- * record 4096-aligned (st_store.h). */
+ * record 4096-aligned (st_store.h).  Formats are named by their spelling
+ * here ("mxfp4", "e2m1-g128", ...) and sized from their definitions. */
 struct lay {
+	char fmt[32];
+	int group;        /* elements per scale (0: none) */
 	int64_t rows[3], cols[3];
 	uint64_t data_off[3], data_bytes[3], scale_off[3], scale_bytes[3];
+	uint64_t tscale_off[3];
 	uint64_t record_bytes, used;
 };
 
-static void layout(const struct geom *g, enum st_dtype dt, struct lay *y)
+static void layout(const struct geom *g, const char *fmt, struct lay *y)
 {
 	uint64_t cur = 0;
+	int fp4 = 0, scale_size = 0, tscale = 0, elem2 = 0, elem4 = 0;
 
 	memset(y, 0, sizeof(*y));
+	snprintf(y->fmt, sizeof(y->fmt), "%s", fmt);
+	if (!strcmp(fmt, "mxfp4")) {
+		fp4 = 1; y->group = 32; scale_size = 1;
+	} else if (!strcmp(fmt, "nvfp4")) {
+		fp4 = 1; y->group = 16; scale_size = 1; tscale = 1;
+	} else if (!strncmp(fmt, "e2m1-g", 6)) {
+		fp4 = 1; y->group = atoi(fmt + 6); scale_size = 2;
+	} else if (!strcmp(fmt, "fp8")) {
+		y->group = 128; scale_size = 4;
+	} else if (!strncmp(fmt, "fp8-b", 5)) {
+		y->group = atoi(fmt + 5); scale_size = 4;
+	} else if (!strcmp(fmt, "bf16")) {
+		elem2 = 1;
+	} else {
+		assert_string_equal(fmt, "f32");
+		elem4 = 1;
+	}
 	for (int m = 0; m < 3; m++) {
 		uint64_t n;
 
@@ -93,13 +116,20 @@ static void layout(const struct geom *g, enum st_dtype dt, struct lay *y)
 		y->cols[m] = m == 2 ? g->inter : g->hidden;
 		n = (uint64_t)y->rows[m] * (uint64_t)y->cols[m];
 		y->data_off[m] = (cur + 63) / 64 * 64;
-		y->data_bytes[m] = dt == ST_DTYPE_MXFP4 ? n / 2 :
-				   dt == ST_DTYPE_BF16 ? n * 2 : n * 4;
+		y->data_bytes[m] = fp4 ? n / 2 : elem2 ? n * 2 : elem4 ? n * 4 : n;
 		cur = y->data_off[m] + y->data_bytes[m];
-		if (dt == ST_DTYPE_MXFP4) {
+		if (y->group) {
+			uint64_t per_row = ((uint64_t)y->cols[m] + y->group - 1) /
+					   y->group;
+
 			y->scale_off[m] = (cur + 63) / 64 * 64;
-			y->scale_bytes[m] = n / 32;
+			y->scale_bytes[m] = (uint64_t)y->rows[m] * per_row *
+					    (uint64_t)scale_size;
 			cur = y->scale_off[m] + y->scale_bytes[m];
+		}
+		if (tscale) {
+			y->tscale_off[m] = (cur + 63) / 64 * 64;
+			cur = y->tscale_off[m] + 4;
 		}
 	}
 	y->used = cur;
@@ -140,10 +170,22 @@ static uint64_t file_size_or0(const char *dir, const char *name)
 	return len;
 }
 
-/* Compares one record with the checkpoint; returns the number of MXFP4
- * ties met (to show the rounding rule was exercised). */
+/* Row r of a BF16 checkpoint matrix widened to float. */
+static void src_row(const uint8_t *src, int64_t cols, int64_t r, float *x)
+{
+	for (int64_t i = 0; i < cols; i++) {
+		uint16_t h;
+
+		memcpy(&h, src + (r * cols + i) * 2, 2);
+		x[i] = tst_bf16(h);
+	}
+}
+
+/* Compares one record with the checkpoint through the reference
+ * quantizers of store_testlib.c; returns the number of MXFP4 ties met (to
+ * show the rounding rule was exercised). */
 static int check_record(const struct geom *g, const struct lay *y,
-			enum st_dtype dt, const struct tst_sft *ck, int l, int e,
+			const struct tst_sft *ck, int l, int e,
 			const uint8_t *rec)
 {
 	int n_ties = 0;
@@ -151,48 +193,86 @@ static int check_record(const struct geom *g, const struct lay *y,
 	for (int m = 0; m < 3; m++) {
 		const struct tst_tensor *t;
 		const uint8_t *src;
+		const uint8_t *data = rec + y->data_off[m], *sc = rec + y->scale_off[m];
 		char name[256];
 		int64_t rows = y->rows[m], cols = y->cols[m];
+		int64_t ng = y->group ? (cols + y->group - 1) / y->group : 0;
+		float x[512], global = 1.0f;
 
 		expert_name(g, l, e, m, name, sizeof(name));
 		t = tst_sft_find(ck, name);
 		assert_non_null(t);
 		assert_string_equal(t->dtype, "BF16");
 		assert_int_equal(t->end - t->begin, (uint64_t)(rows * cols * 2));
+		assert_true(cols <= 512);
 		src = tst_sft_data(ck, t);
-		if (dt == ST_DTYPE_BF16) {
-			assert_memory_equal(rec + y->data_off[m], src,
-					    y->data_bytes[m]);
+		if (!strcmp(y->fmt, "bf16")) {
+			assert_memory_equal(data, src, y->data_bytes[m]);
 			continue;
 		}
-		for (int64_t r = 0; r < rows; r++)
-			for (int64_t b = 0; b < cols / 32; b++) {
-				float x[32];
-				uint8_t scale, codes[16];
+		if (!strcmp(y->fmt, "nvfp4")) {
+			/* tensor scale: largest |w| of the matrix / (6 * 448) */
+			float amax = 0.0f, want;
 
-				for (int i = 0; i < 32; i++) {
-					uint16_t h;
-
-					memcpy(&h, src + ((r * cols) + b * 32 + i) * 2,
-					       2);
-					x[i] = tst_bf16(h);
-				}
-				if (dt == ST_DTYPE_F32) {
-					assert_memory_equal(rec + y->data_off[m] +
-								    ((r * cols) + b * 32) * 4,
-							    x, sizeof(x));
-					continue;
-				}
-				tst_ref_mxfp4_block(x, &scale, codes, &n_ties);
-				if (memcmp(rec + y->data_off[m] +
-						   ((r * cols) + b * 32) / 2,
-					   codes, 16) ||
-				    rec[y->scale_off[m] + r * (cols / 32) + b] !=
-					    scale)
-					fail_msg("%s row %" PRId64 " block %" PRId64
-						 ": codes/scale differ from the "
-						 "OCP reference", name, r, b);
+			for (int64_t r = 0; r < rows; r++) {
+				src_row(src, cols, r, x);
+				for (int64_t i = 0; i < cols; i++)
+					amax = fmaxf(amax, fabsf(x[i]));
 			}
+			want = amax / 2688.0f;
+			memcpy(&global, rec + y->tscale_off[m], 4);
+			if (global != want)
+				fail_msg("%s: tensor scale %g, want %g", name,
+					 global, want);
+		}
+		for (int64_t r = 0; r < rows; r++) {
+			src_row(src, cols, r, x);
+			if (!strcmp(y->fmt, "f32")) {
+				assert_memory_equal(data + r * cols * 4, x,
+						    (size_t)cols * 4);
+				continue;
+			}
+			for (int64_t b = 0; b < ng; b++) {
+				int64_t c0 = b * y->group;
+				int bn = (int)ST_MIN((int64_t)y->group, cols - c0);
+				uint8_t codes[512], want_c[512], s8 = 0;
+				int ok = 1;
+
+				if (!strcmp(y->fmt, "mxfp4")) {
+					tst_ref_mxfp4_block(x + c0, &s8, codes, &n_ties);
+					ok = !memcmp(data + (r * cols + c0) / 2, codes, 16) &&
+					     sc[r * ng + b] == s8;
+				} else if (!strcmp(y->fmt, "nvfp4")) {
+					tst_ref_nvfp4_block(x + c0, global, &s8, codes);
+					ok = !memcmp(data + (r * cols + c0) / 2, codes, 8) &&
+					     sc[r * ng + b] == s8;
+				} else if (y->fmt[0] == 'e') {
+					uint16_t s16, got16;
+
+					tst_ref_e2m1f16_group(x + c0, bn, &s16, want_c);
+					memcpy(&got16, sc + (r * ng + b) * 2, 2);
+					ok = got16 == s16;
+					for (int i = 0; i < bn; i++) {
+						int64_t c = r * cols + c0 + i;
+
+						ok &= ((data[c / 2] >> (4 * (c & 1))) & 15) ==
+						      want_c[i];
+					}
+				} else { /* fp8 */
+					float s32, got32;
+
+					tst_ref_fp8_block(x + c0, bn, &s32, want_c);
+					memcpy(&got32, sc + (r * ng + b) * 4, 4);
+					ok = !memcmp(&got32, &s32, 4) &&
+					     !memcmp(data + r * cols + c0, want_c,
+						     (size_t)bn);
+				}
+				if (!ok)
+					fail_msg("%s (%s) row %" PRId64 " group %"
+						 PRId64 ": codes/scale differ from "
+						 "the reference", name, y->fmt, r, b);
+			}
+		}
 	}
 	for (uint64_t i = y->used; i < y->record_bytes; i++)
 		if (rec[i])
@@ -280,9 +360,12 @@ static void check_copies(const char *model, const char *store)
 	}
 }
 
-/* Converts `model` with the given options and checks everything. */
-static void convert_and_check(const char *model, enum st_dtype dt,
-			      int dense_f32)
+/* Converts `model` with default format `fmt` and keep spec `keep` (NULL
+ * for none); want[l] is the format layer l must have (the test's own
+ * reading of the spec; NULL: fmt everywhere).  Checks everything. */
+static void convert_and_check_keep(const char *model, const char *fmt,
+				   const char *keep, const char *const *want,
+				   int dense_f32)
 {
 	struct es_convert_opts o;
 	struct st_diag d = { { 0 } };
@@ -290,21 +373,28 @@ static void convert_and_check(const char *model, enum st_dtype dt,
 	struct prog p = { 0 };
 	struct tst_sft ck;
 	struct geom g;
-	struct lay y;
+	struct lay y[16];
 	char tmp[4096], out[4200], path[4400];
 	uint8_t *rec;
-	uint64_t want_total = 0;
-	int r, n_ties = 0;
+	uint64_t want_total = 0, max_rec = 0;
+	int r, n_ties = 0, n_mx = 0;
 
 	read_geom(model, &g);
-	layout(&g, dt, &y);
+	assert_true(g.n_layers <= 16);
+	for (int l = 0; l < g.n_layers; l++) {
+		layout(&g, want ? want[l] : fmt, &y[l]);
+		max_rec = ST_MAX(max_rec, y[l].record_bytes);
+		n_mx += !strcmp(y[l].fmt, "mxfp4");
+	}
 	snprintf(path, sizeof(path), "%s/model.safetensors", model);
 	tst_sft_load(path, &ck);
 	st_test_tmpdir(tmp, sizeof(tmp));
 	snprintf(out, sizeof(out), "%s/store", tmp);
 
 	es_convert_opts_init(&o);
-	o.expert_dtype = dt;
+	assert_int_equal(es_convert_parse_experts(fmt, &o, &d), 0);
+	if (keep)
+		assert_true(es_convert_parse_keep(keep, &o, &d) > 0);
 	o.dense_f32 = dense_f32;
 	o.progress = on_progress;
 	o.progress_arg = &p;
@@ -333,21 +423,35 @@ static void convert_and_check(const char *model, enum st_dtype dt,
 	assert_int_equal(s->n_layers, g.n_layers);
 	assert_int_equal(s->n_experts, g.n_experts);
 	assert_int_equal(s->cfg.n_layers, g.n_layers);
-	assert_int_equal(s->expert_dtype, dt);
-	assert_int_equal(s->record_bytes, y.record_bytes);
-	assert_int_equal(s->record_bytes % 4096, 0);
-	for (int m = 0; m < 3; m++) {
-		assert_int_equal(s->mat[m].rows, y.rows[m]);
-		assert_int_equal(s->mat[m].cols, y.cols[m]);
-		assert_int_equal(s->mat[m].data_offset, y.data_off[m]);
-		assert_int_equal(s->mat[m].data_bytes, y.data_bytes[m]);
-		assert_int_equal(s->mat[m].scale_offset, y.scale_off[m]);
-		assert_int_equal(s->mat[m].scale_bytes, y.scale_bytes[m]);
+	assert_int_equal(s->record_bytes, max_rec);
+	assert_string_equal(s->policy_default, fmt);
+	for (int l = 0; l < g.n_layers; l++) {
+		const struct st_store_layer *ly = &s->layers[l];
+
+		assert_int_equal(ly->record_bytes, y[l].record_bytes);
+		assert_int_equal(ly->record_bytes % 4096, 0);
+		for (int m = 0; m < 3; m++) {
+			char name[ST_WFORMAT_NAME_MAX];
+
+			assert_int_equal(st_wformat_name(&ly->mat[m].fmt, name,
+							 sizeof(name)), 0);
+			assert_string_equal(name, y[l].fmt);
+			assert_int_equal(ly->mat[m].fmt.group, y[l].group);
+			assert_int_equal(ly->mat[m].rows, y[l].rows[m]);
+			assert_int_equal(ly->mat[m].cols, y[l].cols[m]);
+			assert_int_equal(ly->mat[m].data_offset, y[l].data_off[m]);
+			assert_int_equal(ly->mat[m].data_bytes, y[l].data_bytes[m]);
+			assert_int_equal(ly->mat[m].scale_offset, y[l].scale_off[m]);
+			assert_int_equal(ly->mat[m].scale_bytes, y[l].scale_bytes[m]);
+			assert_int_equal(ly->mat[m].tscale_offset,
+					 y[l].tscale_off[m]);
+		}
 	}
 
-	rec = aligned_alloc(4096, y.record_bytes);
+	rec = aligned_alloc(4096, max_rec);
 	assert_non_null(rec);
 	for (int l = 0; l < g.n_layers; l++) {
+		const uint64_t rb = y[l].record_bytes;
 		char name[64];
 		size_t len;
 		uint8_t *file;
@@ -357,24 +461,31 @@ static void convert_and_check(const char *model, enum st_dtype dt,
 		assert_string_equal(s->expert_files[l], name);
 		snprintf(path, sizeof(path), "%s/%s", out, name);
 		file = tst_read(path, &len);
-		assert_int_equal(len, (uint64_t)g.n_experts * y.record_bytes);
+		assert_int_equal(len, (uint64_t)g.n_experts * rb);
 		fd = open(path, O_RDONLY);
 		assert_true(fd >= 0);
 		for (int e = 0; e < g.n_experts; e++) {
-			const uint8_t *x = file + (uint64_t)e * y.record_bytes;
+			const uint8_t *x = file + (uint64_t)e * rb;
 
-			assert_int_equal(XXH3_64bits(x, y.record_bytes),
+			assert_int_equal(XXH3_64bits(x, rb),
 					 s->expert_xxh3[l * g.n_experts + e]);
+			memset(rec, 0xa5, max_rec);
 			r = st_store_read_record(s, fd, l, e, rec, &d);
 			if (r)
 				fail_msg("read_record(%d, %d): %s", l, e, d.msg);
-			assert_memory_equal(rec, x, y.record_bytes);
-			n_ties += check_record(&g, &y, dt, &ck, l, e, rec);
+			assert_memory_equal(rec, x, rb);
+			/* a smaller layer's record is zero-padded to the slot */
+			for (uint64_t i = rb; i < max_rec; i++)
+				if (rec[i])
+					fail_msg("read_record(%d, %d): byte %" PRIu64
+						 " past the record not zeroed", l, e,
+						 i);
+			n_ties += check_record(&g, &y[l], &ck, l, e, rec);
 		}
 		close(fd);
 		free(file);
 	}
-	if (dt == ST_DTYPE_MXFP4) /* BF16 weights land on E2M1 midpoints */
+	if (n_mx) /* BF16 weights land on E2M1 midpoints */
 		assert_true(n_ties > 0);
 	free(rec);
 
@@ -387,14 +498,53 @@ static void convert_and_check(const char *model, enum st_dtype dt,
 	st_rm_rf(tmp);
 }
 
-static void mixtral_mxfp4(void **state) { convert_and_check(g_mixtral, ST_DTYPE_MXFP4, 0); }
-static void qwen_mxfp4(void **state) { convert_and_check(g_qwen, ST_DTYPE_MXFP4, 0); }
-static void mixtral_bf16(void **state) { convert_and_check(g_mixtral, ST_DTYPE_BF16, 0); }
-static void qwen_bf16(void **state) { convert_and_check(g_qwen, ST_DTYPE_BF16, 0); }
-static void mixtral_f32_dense_f32(void **state) { convert_and_check(g_mixtral, ST_DTYPE_F32, 1); }
+static void convert_and_check(const char *model, const char *fmt,
+			      int dense_f32)
+{
+	convert_and_check_keep(model, fmt, NULL, NULL, dense_f32);
+}
+
+static void mixtral_mxfp4(void **state) { convert_and_check(g_mixtral, "mxfp4", 0); }
+static void qwen_mxfp4(void **state) { convert_and_check(g_qwen, "mxfp4", 0); }
+static void mixtral_bf16(void **state) { convert_and_check(g_mixtral, "bf16", 0); }
+static void qwen_bf16(void **state) { convert_and_check(g_qwen, "bf16", 0); }
+static void mixtral_f32_dense_f32(void **state) { convert_and_check(g_mixtral, "f32", 1); }
+static void mixtral_nvfp4(void **state) { convert_and_check(g_mixtral, "nvfp4", 0); }
+static void qwen_nvfp4(void **state) { convert_and_check(g_qwen, "nvfp4", 0); }
+/* qwen's 96-wide down rows: one short group of 96 with g128, 3 of 32 */
+static void qwen_e2m1(void **state)
+{
+	convert_and_check(g_qwen, "e2m1-g32", 0);
+	convert_and_check(g_qwen, "e2m1-g128", 0);
+}
+static void mixtral_e2m1_fp8(void **state)
+{
+	convert_and_check(g_mixtral, "e2m1-g128", 0);
+	convert_and_check(g_mixtral, "fp8", 0);
+}
+static void qwen_fp8(void **state)
+{
+	convert_and_check(g_qwen, "fp8", 0);     /* block 128 > rows of 96 */
+	convert_and_check(g_qwen, "fp8-b24", 0); /* 32 = 24 + 8 */
+}
+
+/* Mixed precision: layers differ in format and record size. */
+static void mixed_layers(void **state)
+{
+	static const char *const want_mx[4] = { "fp8", "nvfp4", "bf16", "fp8" };
+	static const char *const want_qw[4] = { "bf16", "e2m1-g32", "e2m1-g32",
+						"f32" };
+
+	convert_and_check_keep(g_mixtral, "nvfp4", "first,last=fp8;2=bf16",
+			       want_mx, 0);
+	/* later rules win: 0-3 all bf16, then 1-2 back to e2m1, 3 to f32 */
+	convert_and_check_keep(g_qwen, "mxfp4", "0-3=bf16;1-2=e2m1-g32;last=f32",
+			       want_qw, 0);
+}
 
 /* Same checkpoint, same options: byte-identical stores. */
-static void deterministic_one(const char *model, enum st_dtype dt)
+static void deterministic_one(const char *model, const char *fmt,
+			      const char *keep)
 {
 	struct es_convert_opts o;
 	struct st_diag d = { { 0 } };
@@ -404,7 +554,9 @@ static void deterministic_one(const char *model, enum st_dtype dt)
 	snprintf(a, sizeof(a), "%s/a", tmp);
 	snprintf(b, sizeof(b), "%s/second-store", tmp);
 	es_convert_opts_init(&o);
-	o.expert_dtype = dt;
+	assert_int_equal(es_convert_parse_experts(fmt, &o, &d), 0);
+	if (keep)
+		assert_true(es_convert_parse_keep(keep, &o, &d) > 0);
 	assert_int_equal(es_convert(model, a, &o, &d), 0);
 	assert_int_equal(es_convert(model, b, &o, &d), 0);
 	assert_int_equal(tst_dirs_differ(a, b), 0);
@@ -414,16 +566,40 @@ static void deterministic_one(const char *model, enum st_dtype dt)
 
 static void deterministic(void **state)
 {
-	deterministic_one(g_mixtral, ST_DTYPE_MXFP4);
-	deterministic_one(g_qwen, ST_DTYPE_BF16);
+	deterministic_one(g_mixtral, "mxfp4", NULL);
+	deterministic_one(g_qwen, "bf16", NULL);
+	deterministic_one(g_mixtral, "nvfp4", "first,last=fp8");
+	deterministic_one(g_qwen, "e2m1-g128", "1=bf16;2=fp8-b16");
 }
 
-/* The manifest carries the per-matrix format description. */
+static const char *jstr(json_t *o, const char *key)
+{
+	const char *v = json_string_value(json_object_get(o, key));
+
+	if (!v)
+		fail_msg("manifest: \"%s\" missing or not a string", key);
+	return v;
+}
+
+static json_t *layer_mat(json_t *root, int l, int m)
+{
+	json_t *ly = json_array_get(json_object_get(json_object_get(root,
+				"experts"), "layers"), (size_t)l);
+
+	assert_non_null(ly);
+	assert_int_equal(json_integer_value(json_object_get(ly, "layer")), l);
+	assert_int_equal(json_array_size(json_object_get(ly, "matrices")), 3);
+	return json_array_get(json_object_get(ly, "matrices"), (size_t)m);
+}
+
+/* The manifest carries the per-layer, per-matrix format description and
+ * the policy asked for. */
 static void manifest_describes_format(void **state)
 {
+	struct es_convert_opts o;
 	struct st_diag d = { { 0 } };
-	char tmp[4096], out[4200], path[4400];
-	json_t *root, *mats, *m0;
+	char tmp[4096], out[4200], out2[4200], path[4400];
+	json_t *root, *m0, *ex;
 
 	st_test_tmpdir(tmp, sizeof(tmp));
 	snprintf(out, sizeof(out), "%s/s", tmp);
@@ -431,23 +607,20 @@ static void manifest_describes_format(void **state)
 	snprintf(path, sizeof(path), "%s/manifest.json", out);
 	root = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
 	assert_non_null(root);
-	assert_string_equal(json_string_value(json_object_get(root, "format")),
-			    "strata-store");
-	assert_int_equal(json_integer_value(json_object_get(root, "version")), 1);
-	mats = json_object_get(json_object_get(root, "experts"), "matrices");
-	assert_int_equal(json_array_size(mats), 3);
-	m0 = json_array_get(mats, 2);
-	assert_string_equal(json_string_value(json_object_get(m0, "name")),
-			    "down");
-	assert_string_equal(json_string_value(json_object_get(m0, "format")),
+	assert_string_equal(jstr(root, "format"), "strata-store");
+	assert_int_equal(json_integer_value(json_object_get(root, "version")), 2);
+	ex = json_object_get(root, "experts");
+	assert_string_equal(jstr(json_object_get(ex, "policy"), "default"),
 			    "mxfp4");
+	assert_string_equal(jstr(json_object_get(ex, "policy"), "keep"), "");
+	m0 = layer_mat(root, 3, 2);
+	assert_string_equal(jstr(m0, "name"), "down");
+	assert_string_equal(jstr(m0, "format"), "mxfp4");
 	assert_int_equal(json_integer_value(json_object_get(m0, "block")), 32);
-	assert_string_equal(json_string_value(json_object_get(m0, "scale")),
-			    "e8m0");
-	assert_string_equal(json_string_value(json_object_get(m0, "layout")),
-			    "ocp");
-	assert_string_equal(json_string_value(json_object_get(m0, "rounding")),
-			    "nearest-even, saturate \u00b16");
+	assert_string_equal(jstr(m0, "scale"), "e8m0");
+	assert_string_equal(jstr(m0, "layout"), "ocp");
+	assert_string_equal(jstr(m0, "rounding"), "nearest-even, saturate "
+			    "\u00b16; scale 2^(floor(log2 amax) - 2)");
 	/* no absolute paths: the model directory appears nowhere */
 	{
 		size_t len;
@@ -457,6 +630,47 @@ static void manifest_describes_format(void **state)
 		assert_null(strstr((char *)text, tmp));
 		free(text);
 	}
+	json_decref(root);
+
+	/* mixed: nvfp4 with first and last at fp8, layer 2 at e2m1-g128 */
+	snprintf(out2, sizeof(out2), "%s/mixed", tmp);
+	es_convert_opts_init(&o);
+	assert_int_equal(es_convert_parse_experts("nvfp4", &o, &d), 0);
+	assert_int_equal(es_convert_parse_keep("last,first=fp8", &o, &d), 2);
+	assert_int_equal(es_convert_parse_keep("2=e2m1-g128", &o, &d), 1);
+	assert_int_equal(es_convert(g_qwen, out2, &o, &d), 0);
+	snprintf(path, sizeof(path), "%s/manifest.json", out2);
+	root = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
+	assert_non_null(root);
+	ex = json_object_get(root, "experts");
+	assert_string_equal(jstr(json_object_get(ex, "policy"), "default"),
+			    "nvfp4");
+	assert_string_equal(jstr(json_object_get(ex, "policy"), "keep"),
+			    "last,first=fp8;2=e2m1-g128");
+	m0 = layer_mat(root, 0, 0);
+	assert_string_equal(jstr(m0, "format"), "fp8");
+	assert_int_equal(json_integer_value(json_object_get(m0, "block")), 128);
+	assert_string_equal(jstr(m0, "scale"), "f32");
+	assert_string_equal(jstr(m0, "layout"), "row-major");
+	m0 = layer_mat(root, 1, 1);
+	assert_string_equal(jstr(m0, "name"), "up");
+	assert_string_equal(jstr(m0, "format"), "nvfp4");
+	assert_int_equal(json_integer_value(json_object_get(m0, "block")), 16);
+	assert_string_equal(jstr(m0, "scale"), "e4m3");
+	assert_string_equal(jstr(m0, "tensor_scale"), "f32");
+	assert_string_equal(jstr(m0, "tensor_scale_use"), "multiply");
+	assert_int_equal(json_integer_value(json_object_get(m0,
+						"tensor_scale_bytes")), 4);
+	m0 = layer_mat(root, 2, 2);
+	assert_string_equal(jstr(m0, "format"), "e2m1-g128");
+	assert_int_equal(json_integer_value(json_object_get(m0, "block")), 128);
+	assert_string_equal(jstr(m0, "scale"), "f16");
+	assert_string_equal(jstr(m0, "layout"), "ocp");
+	m0 = layer_mat(root, 3, 0);
+	assert_string_equal(jstr(m0, "format"), "fp8");
+	assert_int_equal(json_integer_value(json_object_get(ex, "record_bytes")),
+			 json_integer_value(json_object_get(json_array_get(
+				 json_object_get(ex, "layers"), 0), "record_bytes")));
 	json_decref(root);
 	st_rm_rf(tmp);
 }
@@ -535,6 +749,12 @@ int main(void)
 		cmocka_unit_test(mixtral_bf16),
 		cmocka_unit_test(qwen_bf16),
 		cmocka_unit_test(mixtral_f32_dense_f32),
+		cmocka_unit_test(mixtral_nvfp4),
+		cmocka_unit_test(qwen_nvfp4),
+		cmocka_unit_test(qwen_e2m1),
+		cmocka_unit_test(mixtral_e2m1_fp8),
+		cmocka_unit_test(qwen_fp8),
+		cmocka_unit_test(mixed_layers),
 		cmocka_unit_test(deterministic),
 		cmocka_unit_test(manifest_describes_format),
 		cmocka_unit_test(sharded_checkpoint),

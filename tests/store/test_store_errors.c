@@ -121,7 +121,7 @@ static void flipped_record_byte(void **state)
 	fresh_copy(dir, sizeof(dir), "flip");
 	must(st_store_open(dir, &s, &d), &d, "open");
 	snprintf(path, sizeof(path), "%s/experts-001.bin", dir);
-	tst_flip_byte(path, 3 * s->record_bytes + 100);
+	tst_flip_byte(path, 3 * s->layers[1].record_bytes + 100);
 
 	rec = aligned_alloc(4096, s->record_bytes);
 	fd = open(path, O_RDONLY);
@@ -279,7 +279,8 @@ static json_t *tensor0(json_t *root)
 					      "tensors"), 0);
 }
 
-static void e_version(json_t *r) { json_object_set_new(r, "version", json_integer(2)); }
+static void e_version(json_t *r) { json_object_set_new(r, "version", json_integer(1)); }
+static void e_version3(json_t *r) { json_object_set_new(r, "version", json_integer(3)); }
 static void e_format(json_t *r) { json_object_set_new(r, "format", json_string("gguf")); }
 static void e_record(json_t *r)
 {
@@ -310,7 +311,7 @@ static void e_tensor_outside(json_t *r)
 static void e_checksum(json_t *r)
 {
 	json_t *sums = json_object_get(json_array_get(json_object_get(experts(r),
-								      "files"), 1),
+								      "layers"), 1),
 				       "xxh3");
 
 	json_array_set_new(sums, 0, json_string("not-hex"));
@@ -318,7 +319,7 @@ static void e_checksum(json_t *r)
 static void e_too_few_sums(json_t *r)
 {
 	json_t *sums = json_object_get(json_array_get(json_object_get(experts(r),
-								      "files"), 0),
+								      "layers"), 0),
 				       "xxh3");
 
 	json_array_remove(sums, 0);
@@ -331,9 +332,9 @@ static void e_path(json_t *r)
 }
 static void e_expert_name(json_t *r)
 {
-	json_t *f = json_array_get(json_object_get(experts(r), "files"), 0);
+	json_t *f = json_array_get(json_object_get(experts(r), "layers"), 0);
 
-	json_object_set_new(f, "name", json_string("experts-001.bin"));
+	json_object_set_new(f, "file", json_string("experts-001.bin"));
 }
 static void e_config(json_t *r)
 {
@@ -350,11 +351,45 @@ static void e_config_bad(json_t *r)
 	json_object_set_new(r, "config", json_string("{\"architectures\": "
 						     "[\"LlamaForCausalLM\"]}"));
 }
+static json_t *mat(json_t *r, int l, int m)
+{
+	return json_array_get(json_object_get(json_array_get(json_object_get(
+			experts(r), "layers"), (size_t)l), "matrices"), (size_t)m);
+}
 static void e_mat_layout(json_t *r)
 {
-	json_t *m = json_array_get(json_object_get(experts(r), "matrices"), 1);
+	json_object_set_new(mat(r, 0, 1), "layout", json_string("gguf"));
+}
+/* another format whose sizes differ from the records on disk */
+static void e_mat_format(json_t *r)
+{
+	json_object_set_new(mat(r, 1, 0), "format", json_string("e2m1-g32"));
+	json_object_set_new(mat(r, 1, 0), "scale", json_string("f16"));
+}
+static void e_mat_unknown(json_t *r)
+{
+	json_object_set_new(mat(r, 2, 2), "format", json_string("fp5"));
+}
+static void e_mat_block(json_t *r)
+{
+	json_object_set_new(mat(r, 0, 2), "block", json_integer(64));
+}
+static void e_mat_scale(json_t *r)
+{
+	json_object_set_new(mat(r, 3, 1), "scale", json_string("f16"));
+}
+static void e_layer_record(json_t *r)
+{
+	json_t *ly = json_array_get(json_object_get(experts(r), "layers"), 2);
 
-	json_object_set_new(m, "layout", json_string("gguf"));
+	json_object_set_new(ly, "record_bytes", json_integer(json_integer_value(
+				json_object_get(ly, "record_bytes")) + 4096));
+}
+static void e_no_policy(json_t *r) { json_object_del(experts(r), "policy"); }
+static void e_policy_format(json_t *r)
+{
+	json_object_set_new(json_object_get(experts(r), "policy"), "default",
+			    json_string("int4"));
 }
 static void e_dup_tensor(json_t *r)
 {
@@ -416,7 +451,9 @@ static void malformed_manifests(void **state)
 	manifest_case("badjson", NULL, "{\"format\": \"strata-store\", \"ver",
 		      -ST_E_FORMAT, "line");
 	manifest_case("notobject", NULL, "[1, 2]", -ST_E_FORMAT, "object");
-	manifest_case("version", e_version, NULL, -ST_E_VERSION, "version 2");
+	manifest_case("version", e_version, NULL, -ST_E_VERSION,
+		      "re-run strata convert");
+	manifest_case("version3", e_version3, NULL, -ST_E_VERSION, "version 3");
 	manifest_case("format", e_format, NULL, -ST_E_FORMAT, "strata-store");
 	manifest_case("record", e_record, NULL, -ST_E_FORMAT, "record_bytes");
 	manifest_case("nexperts", e_n_experts, NULL, -ST_E_FORMAT, "n_experts");
@@ -435,6 +472,17 @@ static void malformed_manifests(void **state)
 	manifest_case("configbad", e_config_bad, NULL, -ST_E_UNSUPPORTED,
 		      "LlamaForCausalLM");
 	manifest_case("layout", e_mat_layout, NULL, -ST_E_FORMAT, "layout");
+	manifest_case("matformat", e_mat_format, NULL, -ST_E_FORMAT,
+		      "experts.layers[1].matrices[0].scale_bytes");
+	manifest_case("matunknown", e_mat_unknown, NULL, -ST_E_FORMAT, "fp5");
+	manifest_case("matblock", e_mat_block, NULL, -ST_E_FORMAT,
+		      "layers[0].matrices[2].block");
+	manifest_case("matscale", e_mat_scale, NULL, -ST_E_FORMAT,
+		      "layers[3].matrices[1].scale");
+	manifest_case("layerrecord", e_layer_record, NULL, -ST_E_FORMAT,
+		      "layers[2].record_bytes");
+	manifest_case("nopolicy", e_no_policy, NULL, -ST_E_FORMAT, "policy");
+	manifest_case("policyfmt", e_policy_format, NULL, -ST_E_FORMAT, "int4");
 	manifest_case("duptensor", e_dup_tensor, NULL, -ST_E_FORMAT, "overlap");
 	manifest_case("droptensor", e_drop_tensor, NULL, -ST_E_FORMAT,
 		      "model.norm.weight");
@@ -520,7 +568,8 @@ static void existing_store_untouched(void **state)
 	o.force = 1;
 	must(es_convert(g_mixtral, dir, &o, &d), &d, "convert --force");
 	must(st_store_open(dir, &s, &d), &d, "open");
-	assert_int_equal(s->expert_dtype, ST_DTYPE_BF16);
+	for (int l = 0; l < s->n_layers; l++)
+		assert_int_equal(s->layers[l].mat[0].fmt.dtype, ST_DTYPE_BF16);
 	st_store_close(s);
 	assert_int_equal(tst_count_prefix(g_tmp, "existing.tmp-"), 0);
 	assert_int_equal(tst_count_prefix(g_tmp, "existing.old-"), 0);
