@@ -32,6 +32,7 @@ struct kv_client {
 	/* the declaration (kept to attach again after a new pool) */
 	int declared;
 	struct kv_msg_declare decl;
+	uint64_t model_id;             /* prefix-cache model, 0 = none */
 
 	/* the pool, once attached */
 	int attached;
@@ -40,6 +41,7 @@ struct kv_client {
 	struct kv_layout lay;
 	struct kv_stream_decl streams[KV_MAX_STREAMS];
 	const struct kv_seq_entry *seqs;
+	const struct kv_page_meta *pages;
 	const uint32_t *table;
 	uint8_t *data;
 };
@@ -50,6 +52,7 @@ static void detach(struct kv_client *c)
 		st_shm_detach(&c->shm);
 	c->attached = 0;
 	c->seqs = NULL;
+	c->pages = NULL;
 	c->table = NULL;
 	c->data = NULL;
 }
@@ -89,6 +92,8 @@ static int attach(struct kv_client *c, uint64_t layout_hash,
 	c->layout_hash = layout_hash;
 	c->seqs = (const struct kv_seq_entry *)((uint8_t *)shm.base +
 						lay.seqs_off);
+	c->pages = (const struct kv_page_meta *)((uint8_t *)shm.base +
+						 lay.pages_off);
 	c->table = (const uint32_t *)((uint8_t *)shm.base + lay.table_off);
 	c->data = (uint8_t *)shm.base + lay.data_off;
 	c->attached = 1;
@@ -348,6 +353,25 @@ int kv_client_declare_streams(struct kv_client *c, int n_streams,
 	return r;
 }
 
+int kv_client_declare_model(struct kv_client *c, int n_streams,
+			    const struct kv_stream_decl *streams,
+			    uint32_t page_rows, uint64_t model_id,
+			    struct st_diag *diag)
+{
+	int r;
+
+	if (model_id == 0)
+		return st_diag_set(diag, -EINVAL, "kv declare: model id 0 is "
+				   "not a model");
+	r = kv_client_declare_streams(c, n_streams, streams, page_rows, diag);
+	if (r == 0) {
+		pthread_mutex_lock(&c->lock);
+		c->model_id = model_id;
+		pthread_mutex_unlock(&c->lock);
+	}
+	return r;
+}
+
 int kv_client_declare(struct kv_client *c, int n_streams,
 		      const uint32_t *row_bytes, uint32_t page_rows,
 		      struct st_diag *diag)
@@ -442,6 +466,146 @@ int kv_client_seq_free(struct kv_client *c, uint32_t seq)
 	return r;
 }
 
+static int need_model(const struct kv_client *c, const char *what,
+		      struct st_diag *diag)
+{
+	if (c->model_id)
+		return 0;
+	return st_diag_set(diag, -EINVAL, "%s: no model id declared (use "
+			   "kv_client_declare_model)", what);
+}
+
+int kv_client_seq_create_prefix(struct kv_client *c, const int32_t *ids,
+				uint32_t n_ids, uint32_t *ret_seq,
+				uint32_t *ret_n_cached, struct st_diag *diag)
+{
+	struct kv_msg_prefix m = { 0, c->model_id,
+				   ST_MIN(n_ids, (uint32_t)KV_PROTO_MAX_IDS),
+				   (int32_t *)ids };
+	struct kv_msg_prefix_reply out;
+	struct st_wbuf w;
+	const uint8_t *p;
+	void *buf;
+	size_t len;
+	int r = need_model(c, "kv create_prefix", diag);
+
+	if (r < 0)
+		return r;
+	if (n_ids == 0 || !ids)
+		return st_diag_set(diag, -EINVAL, "kv create_prefix: no token "
+				   "ids");
+	st_wbuf_init(&w);
+	kv_proto_encode_prefix(&w, 0, &m);
+	pthread_mutex_lock(&c->lock);
+	r = rpc(c, KV_MSG_SEQ_CREATE_PREFIX, &w, &buf, &p, &len, diag);
+	pthread_mutex_unlock(&c->lock);
+	st_wbuf_fini(&w);
+	if (r < 0)
+		return r;
+	r = kv_proto_decode_prefix_reply(p, len, &out);
+	free(buf);
+	if (r < 0)
+		return st_diag_set(diag, r, "kvd: malformed CREATE_PREFIX "
+				   "reply");
+	*ret_seq = out.seq;
+	*ret_n_cached = out.n_cached;
+	return 0;
+}
+
+int kv_client_seq_publish(struct kv_client *c, uint32_t seq,
+			  const int32_t *ids, uint32_t n_ids,
+			  struct st_diag *diag)
+{
+	struct kv_msg_prefix m = { seq, c->model_id,
+				   ST_MIN(n_ids, (uint32_t)KV_PROTO_MAX_IDS),
+				   (int32_t *)ids };
+	struct st_wbuf w;
+	const uint8_t *p;
+	uint32_t n = 0;
+	void *buf;
+	size_t len;
+	int r = need_model(c, "kv publish", diag);
+
+	if (r < 0)
+		return r;
+	if (n_ids == 0 || !ids)
+		return 0;
+	st_wbuf_init(&w);
+	kv_proto_encode_prefix(&w, 1, &m);
+	pthread_mutex_lock(&c->lock);
+	r = rpc(c, KV_MSG_SEQ_PUBLISH, &w, &buf, &p, &len, diag);
+	pthread_mutex_unlock(&c->lock);
+	st_wbuf_fini(&w);
+	if (r < 0)
+		return r;
+	r = kv_proto_decode_u32(p, len, &n);
+	free(buf);
+	if (r < 0 || n > INT32_MAX)
+		return st_diag_set(diag, -ST_E_PROTO, "kvd: malformed PUBLISH "
+				   "reply");
+	return (int)n;
+}
+
+static int residency(struct kv_client *c, uint32_t op, int n,
+		     const uint32_t *seqs, int32_t *ret_status,
+		     struct st_diag *diag)
+{
+	struct kv_msg_residency m = { op, (uint32_t)n, (uint32_t *)seqs };
+	int32_t *status;
+	struct st_wbuf w;
+	const uint8_t *p;
+	void *buf;
+	size_t len;
+	int r;
+
+	if (n <= 0 || n > KV_PROTO_MAX_RESERVE || !seqs)
+		return st_diag_set(diag, n <= 0 ? -EINVAL : -ST_E_LIMIT,
+				   "kv restore/pin: %d sequences, must be "
+				   "1..%d", n, KV_PROTO_MAX_RESERVE);
+	status = ret_status ? ret_status : malloc(sizeof(int32_t) * (size_t)n);
+	if (!status)
+		return -ENOMEM;
+	st_wbuf_init(&w);
+	kv_proto_encode_residency(&w, &m);
+	pthread_mutex_lock(&c->lock);
+	r = rpc(c, KV_MSG_SEQ_RESIDENCY, &w, &buf, &p, &len, diag);
+	pthread_mutex_unlock(&c->lock);
+	st_wbuf_fini(&w);
+	if (r == 0) {
+		r = kv_proto_decode_status_list(p, len, (uint32_t)n, status,
+						diag);
+		free(buf);
+		if (r < 0) {
+			r = st_diag_set(diag, -ST_E_PROTO, "kvd: malformed "
+					"SEQ_RESIDENCY reply");
+		} else {
+			for (int i = 0; i < n && r == 0; i++)
+				r = status[i];
+		}
+	}
+	if (status != ret_status)
+		free(status);
+	return r;
+}
+
+int kv_client_seq_restore(struct kv_client *c, int n, const uint32_t *seqs,
+			  int32_t *ret_status, struct st_diag *diag)
+{
+	return residency(c, KV_RESIDENCY_RESTORE, n, seqs, ret_status, diag);
+}
+
+int kv_client_seq_pin(struct kv_client *c, int n, const uint32_t *seqs,
+		      int32_t *ret_status, struct st_diag *diag)
+{
+	return residency(c, KV_RESIDENCY_PIN, n, seqs, ret_status, diag);
+}
+
+int kv_client_seq_unpin(struct kv_client *c, int n, const uint32_t *seqs,
+			struct st_diag *diag)
+{
+	return residency(c, KV_RESIDENCY_UNPIN, n, seqs, NULL, diag);
+}
+
 /* Index of a live handle in the mapped pool, or -1. */
 static int64_t seq_index(const struct kv_client *c, uint32_t seq)
 {
@@ -477,6 +641,22 @@ uint8_t *kv_client_row(struct kv_client *c, uint32_t seq, int stream,
 		return NULL;
 	return c->data + (uint64_t)page * l->page_bytes +
 	       (uint64_t)(row % l->page_rows) * c->streams[stream].row_bytes;
+}
+
+uint8_t *kv_client_row_writable(struct kv_client *c, uint32_t seq, int stream,
+				uint32_t row)
+{
+	const struct kv_layout *l = &c->lay;
+	uint8_t *ptr = kv_client_row(c, seq, stream, row);
+	uint64_t page;
+
+	if (!ptr)
+		return NULL;
+	page = (uint64_t)(ptr - c->data) / l->page_bytes;
+	if (atomic_load(&c->pages[page].refcount) != 1 ||
+	    atomic_load(&c->pages[page].key) != 0)
+		return NULL;
+	return ptr;
 }
 
 int64_t kv_client_seq_rows(struct kv_client *c, uint32_t seq)
@@ -569,6 +749,26 @@ int kv_client_stats(struct kv_client *c, struct kv_stats *ret)
 	ret->n_clients = m.n_clients;
 	ret->max_seqs = m.max_seqs;
 	ret->max_rows_per_seq = m.max_rows_per_seq;
+	ret->pages_cached = m.pages_cached;
+	ret->cache_groups = m.cache_groups;
+	ret->prefix_lookups = m.prefix_lookups;
+	ret->prefix_pages_hit = m.prefix_pages_hit;
+	ret->prefix_rows_reused = m.prefix_rows_reused;
+	ret->prefix_published = m.prefix_published;
+	ret->cache_evictions = m.cache_evictions;
+	ret->spill_budget_bytes = m.spill_budget_bytes;
+	ret->slot_bytes = m.slot_bytes;
+	ret->n_slots = m.n_slots;
+	ret->pages_spilled = m.pages_spilled;
+	ret->spill_pages_total = m.spill_pages_total;
+	ret->spill_bytes_total = m.spill_bytes_total;
+	ret->spill_ns_total = m.spill_ns_total;
+	ret->restore_pages_total = m.restore_pages_total;
+	ret->restore_bytes_total = m.restore_bytes_total;
+	ret->restore_ns_total = m.restore_ns_total;
+	ret->restore_failures = m.restore_failures;
+	ret->spill_direct = m.spill_direct;
+	ret->n_pinned = m.n_pinned;
 	return 0;
 }
 

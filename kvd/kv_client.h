@@ -18,6 +18,20 @@
  * sequence request; its old sequences are gone and row pointers taken
  * before must not be used (the caller of such a request must not run
  * kv_client_row in another thread at the same time).
+ *
+ * Prefix cache: a client that declared a model id (kv_client_declare_model)
+ * creates sequences with kv_client_seq_create_prefix, which maps the full
+ * pages another sequence of the same model computed from the same leading
+ * token ids, and publishes its own full pages with kv_client_seq_publish
+ * once their rows are written.  Mapped and published pages are read-only.
+ *
+ * Spill: when kvd runs with --spill-budget, pages of sequences that are not
+ * pinned may be written to the spill file by any kvd request (of any
+ * client) that needs room; their rows read NULL until the sequence is
+ * restored.  A client pins the sequences it is computing
+ * (kv_client_seq_pin, which also restores them) and unpins them when they
+ * go idle; row pointers of an unpinned sequence must not be kept across
+ * kvd requests.
  */
 #ifndef KV_CLIENT_H
 #define KV_CLIENT_H
@@ -45,6 +59,29 @@ struct kv_stats {
 	uint32_t n_clients;      /* registered clients */
 	uint32_t max_seqs;
 	uint32_t max_rows_per_seq;
+	/* prefix cache (counters since kvd started) */
+	uint64_t pages_cached;       /* pages of unused cached groups, on host */
+	uint64_t cache_groups;       /* published groups (on host + spilled) */
+	uint64_t prefix_lookups;     /* kv_client_seq_create_prefix calls */
+	uint64_t prefix_pages_hit;   /* page groups mapped from the cache */
+	uint64_t prefix_rows_reused; /* rows those groups held */
+	uint64_t prefix_published;   /* groups published */
+	uint64_t cache_evictions;    /* groups dropped to make room */
+	/* spill (totals since kvd started; pages on host = pages_used +
+	 * pages_cached, page_bytes each) */
+	uint64_t spill_budget_bytes;
+	uint64_t slot_bytes;         /* bytes of one spilled page in the file */
+	uint64_t n_slots;
+	uint64_t pages_spilled;      /* in the spill file now */
+	uint64_t spill_pages_total;
+	uint64_t spill_bytes_total;
+	uint64_t spill_ns_total;     /* time writing (and checksumming) */
+	uint64_t restore_pages_total;
+	uint64_t restore_bytes_total;
+	uint64_t restore_ns_total;   /* time reading and verifying */
+	uint64_t restore_failures;   /* pages that failed their checks */
+	uint32_t spill_direct;       /* 1: the spill file uses O_DIRECT */
+	uint32_t n_pinned;           /* sequences pinned as running */
 };
 
 /* Connects to kvd of the instance (run_dir), registers as `name` (at most
@@ -78,6 +115,18 @@ int kv_client_declare_streams(struct kv_client *c, int n_streams,
 			      const struct kv_stream_decl *streams,
 			      uint32_t page_rows, struct st_diag *diag);
 
+/*
+ * kv_client_declare_streams plus the model whose rows the pages hold:
+ * model_id (non-zero; computed passes its store id) is part of every
+ * prefix-cache key, so two models never share pages.  Kept by the client
+ * and sent with each prefix request.  Errors as kv_client_declare_streams;
+ * -EINVAL for model_id 0.
+ */
+int kv_client_declare_model(struct kv_client *c, int n_streams,
+			    const struct kv_stream_decl *streams,
+			    uint32_t page_rows, uint64_t model_id,
+			    struct st_diag *diag);
+
 /* Creates an empty sequence; *ret_seq is its id (never 0).
  * -ST_E_LIMIT when kvd's --max-seqs sequences are live. */
 int kv_client_seq_create(struct kv_client *c, uint32_t *ret_seq,
@@ -109,14 +158,71 @@ int kv_client_seq_fork(struct kv_client *c, uint32_t src, uint32_t n_rows,
 int kv_client_seq_free(struct kv_client *c, uint32_t seq);
 
 /*
+ * Creates a sequence for a prompt of n_ids token ids (n_ids >= 1; ids past
+ * KV_PROTO_MAX_IDS are not sent): its first pages are the longest chain of
+ * cached full-page groups of this model whose keys match the prompt,
+ * mapped read-only.  *ret_n_cached is the number of rows already there: a
+ * multiple of page_rows, at most n_ids - 1 (the last token is always
+ * computed again, PITFALLS P10), and the sequence holds exactly that many
+ * rows: reserve more and write rows from *ret_n_cached on.
+ * With page_rows B: n_ids B-1 and B give at most 0, B+1 and 2B at most B,
+ * 2B+1 at most 2B.  Errors: -EINVAL (no model id declared, n_ids 0),
+ * -ST_E_LIMIT (max_seqs live), -ST_E_PEERGONE.
+ */
+int kv_client_seq_create_prefix(struct kv_client *c, const int32_t *ids,
+				uint32_t n_ids, uint32_t *ret_seq,
+				uint32_t *ret_n_cached, struct st_diag *diag);
+
+/*
+ * After rows [0, n_ids) of seq were written from these token ids: every
+ * full page group (n_ids / page_rows of them) not yet cached becomes
+ * findable by kv_client_seq_create_prefix of any client of the same model.
+ * The sequence keeps using them; they are read-only from now on (writes go
+ * past them: kvd copies a shared partial page before a reservation that
+ * would write into it).  Returns the groups newly published (>= 0).
+ * Errors: -EINVAL (no model id), -ST_E_NOTFOUND, -EPERM, -ST_E_LIMIT
+ * (n_ids more than the sequence holds), -ST_E_CHECKSUM (failed sequence).
+ */
+int kv_client_seq_publish(struct kv_client *c, uint32_t seq,
+			  const int32_t *ids, uint32_t n_ids,
+			  struct st_diag *diag);
+
+/*
+ * Batched (n at most KV_PROTO_MAX_RESERVE): brings every spilled page of
+ * seqs[i] back into the pool, each checked (length, owner, XXH3) before it
+ * is used.  kv_client_seq_pin does the same and marks the sequences
+ * running: kvd never spills their pages until kv_client_seq_unpin.
+ * ret_status (n entries, may be NULL) gets 0 or the code of each sequence:
+ * -ST_E_CHECKSUM (a page of it was corrupt or lost: the sequence failed,
+ * only kv_client_seq_free works on it; other sequences are untouched),
+ * -ST_E_BUDGET (no room even after spilling others: nothing restored; the
+ * message names --budget and --spill-budget), -ST_E_NOTFOUND, -EPERM.
+ * Returns 0 when every sequence succeeded, else the first failure's code
+ * with its message in diag.
+ */
+int kv_client_seq_restore(struct kv_client *c, int n, const uint32_t *seqs,
+			  int32_t *ret_status, struct st_diag *diag);
+int kv_client_seq_pin(struct kv_client *c, int n, const uint32_t *seqs,
+		      int32_t *ret_status, struct st_diag *diag);
+int kv_client_seq_unpin(struct kv_client *c, int n, const uint32_t *seqs,
+			struct st_diag *diag);
+
+/*
  * Pointer to row `row` of `stream` of `seq` in the pool (row_bytes bytes),
- * or NULL when that row has no page (or seq is not a live sequence).  Valid
- * until the sequence is freed.  Writing is allowed only into pages this
- * sequence does not share: rows at or past the n_rows a fork was made at.
- * No message; safe from any thread.
+ * or NULL when that row has no page, its page is spilled (restore first)
+ * or seq is not a live sequence.  Valid until the sequence is freed, or,
+ * for an unpinned sequence while kvd spills, until the next kvd request.
+ * Writing is allowed only into pages this sequence does not share: rows at
+ * or past the n_rows a fork or a prefix mapping was made at, and not in a
+ * published page.  No message; safe from any thread.
  */
 uint8_t *kv_client_row(struct kv_client *c, uint32_t seq, int stream,
 		       uint32_t row);
+
+/* kv_client_row for writing: NULL also when the row's page is shared
+ * (refcount > 1) or published in the prefix cache. */
+uint8_t *kv_client_row_writable(struct kv_client *c, uint32_t seq, int stream,
+				uint32_t row);
 
 /* Rows reserved for seq (read from the pool), or a negative code. */
 int64_t kv_client_seq_rows(struct kv_client *c, uint32_t seq);

@@ -22,6 +22,71 @@
 
 /* ---- the page pool (kv_pool.c) ----------------------------------------- */
 
+/* Where a cached group is (kv_cache.c). */
+enum kv_cg_where {
+	KV_CG_FREE = 0,      /* group id unused */
+	KV_CG_USED = 1,      /* resident, some page referenced by a sequence */
+	KV_CG_IDLE = 2,      /* resident, unreferenced: on the resident LRU */
+	KV_CG_SPILLED = 3,   /* in spill slots: on the spilled LRU */
+	KV_CG_BUSY = 4,      /* being spilled or restored: not findable */
+};
+
+/*
+ * The prefix-cache index, kvd's private memory (kv_cache.c): key -> group
+ * of n_streams entries (page ids, or KV_PAGE_SPILLED | slot), two LRU lists
+ * (idle resident groups, spilled groups; head = least recently used).
+ * Guarded by kv_pool.lock, like the free page list.
+ */
+struct kv_cache {
+	uint32_t n_max;          /* group ids */
+	uint64_t *key;           /* [n_max] */
+	uint32_t *ent;           /* [n_max * n_streams] */
+	uint32_t *prev, *next;   /* LRU links */
+	uint32_t *hnext;         /* hash chains */
+	uint32_t *n_idle;        /* resident pages with refcount 0 */
+	uint8_t *where;          /* enum kv_cg_where */
+	uint32_t *buckets;
+	uint32_t bucket_mask;
+	uint32_t *free_ids;
+	uint32_t n_free_ids;
+	uint32_t *page_group;    /* [n_pages]: group of a keyed page */
+	uint32_t lru_head[2], lru_tail[2]; /* [0] idle resident, [1] spilled */
+	uint64_t n_groups;       /* in the index */
+	uint64_t idle_pages;     /* pages of KV_CG_IDLE groups */
+	uint64_t spilled_groups;
+};
+
+/* The spill file (kv_spill.c): kvd's private state; slot records are in
+ * the segment. */
+struct kv_spill {
+	int fd;                  /* -1: spilling off */
+	int direct;              /* O_DIRECT in use */
+	char path[4200];
+	struct kv_spill_slot *slots;
+	uint32_t *free_slots;    /* stack, lowest slot on top */
+	uint64_t n_free_slots;
+	uint8_t *bounce;         /* KV_SPILL_IO_BYTES, 4 KiB aligned */
+};
+
+/* Largest single read or write of the spill file. */
+#define KV_SPILL_IO_BYTES (8u << 20)
+
+/* Counters since kvd started (not kept across a restart). */
+struct kv_pool_stats {
+	_Atomic uint64_t prefix_lookups;
+	_Atomic uint64_t prefix_pages_hit;   /* groups */
+	_Atomic uint64_t prefix_rows_reused;
+	_Atomic uint64_t prefix_published;   /* groups */
+	_Atomic uint64_t cache_evictions;    /* groups dropped */
+	uint64_t spill_pages_total;
+	uint64_t spill_bytes_total;
+	uint64_t spill_ns_total;
+	uint64_t restore_pages_total;
+	uint64_t restore_bytes_total;
+	uint64_t restore_ns_total;
+	uint64_t restore_failures;
+};
+
 struct kv_pool {
 	uint8_t *base;                   /* mapping (borrowed) */
 	size_t size;
@@ -33,13 +98,17 @@ struct kv_pool {
 	uint32_t *table;
 	uint8_t *data;
 
-	pthread_mutex_t lock;            /* guards the free page list */
+	pthread_mutex_t lock;            /* free page list and cache index */
 	uint32_t *free_pages;            /* stack of free page ids */
 	uint64_t n_free;
 	uint32_t *free_seqs;             /* stack of free sequence indices */
 	uint32_t n_free_seqs;
 	uint32_t *mark;                  /* per-seq scratch for batches */
 	uint32_t mark_stamp;
+
+	struct kv_cache cache;
+	struct kv_spill spill;
+	struct kv_pool_stats stats;
 };
 
 /* What kv_pool_adopt found and repaired. */
@@ -47,15 +116,20 @@ struct kv_adopt_report {
 	uint32_t seqs_kept;
 	uint32_t seqs_dropped;   /* half-built or invalid entries */
 	uint32_t seqs_truncated; /* missing pages: rows cut back */
+	uint32_t seqs_failed;    /* a spilled page's record was inconsistent */
 	uint64_t entries_dropped;/* table entries past a sequence's rows */
 	uint64_t refcounts_fixed;/* pages whose count disagreed with tables */
+	uint64_t cache_groups;   /* prefix-cache groups rebuilt */
+	uint64_t slots_kept;     /* spill slots still named by a table/group */
+	uint64_t slots_freed;    /* spill slots no table or group names */
 };
 
 /*
  * Initialises a new pool in `base` (size bytes, zero-filled or not):
  * writes the layout, the declaration, empty metadata and tables (every
  * entry KV_PAGE_NONE), and builds the free lists.  Private memory of p is
- * owned by p (kv_pool_fini).  0, -ENOMEM, -EINVAL (size too small).
+ * owned by p (kv_pool_fini).  No spill file yet (kv_spill_open).
+ * 0, -ENOMEM, -EINVAL (size too small).
  */
 int kv_pool_format(struct kv_pool *p, void *base, size_t size,
 		   const struct kv_layout *lay,
@@ -67,31 +141,40 @@ int kv_pool_format(struct kv_pool *p, void *base, size_t size,
  * page table are consistent, drops half-built ones (KV_SEQ_BUILDING) and
  * invalid ones, cuts back sequences whose table misses pages, drops table
  * entries past a sequence's rows, recomputes every page's reference count
- * from the tables (they are the truth) and rebuilds the free lists and
- * counters.  0 or -ENOMEM.
+ * from the tables (they are the truth), rebuilds the prefix-cache index from
+ * the page keys and the spill slot records, marks KV_SEQ_F_FAILED (entry
+ * KV_PAGE_LOST) a sequence whose spilled entry names a slot whose record
+ * does not match it, frees slots nothing names, and rebuilds the free lists
+ * and counters.  0 or -ENOMEM.
  */
 int kv_pool_adopt(struct kv_pool *p, void *base, size_t size,
 		  const struct kv_layout *lay,
 		  const struct kv_stream_decl *streams,
 		  struct kv_adopt_report *ret);
 
-/* Frees p's private memory (not the mapping).  Safe on a zeroed struct. */
+/* Closes the spill file (kv_spill_close, keeping it) and frees p's private
+ * memory (not the mapping).  Safe on a zeroed struct. */
 void kv_pool_fini(struct kv_pool *p);
 
 /*
- * Pages.  kv_page_alloc takes a free page for `stream`: refcount 1, state
+ * Pages.  kv_page_alloc takes a free page for `stream` (evicting the least
+ * recently used idle cached group when none is free): refcount 1, state
  * USED, generation bumped, key cleared; -ST_E_BUDGET when none is free.
  * kv_page_ref adds a reference to a used page and returns the new count;
- * -ST_E_STALE if the page is free (never resurrects one).  kv_page_unref
- * drops one and returns the new count, putting the page back on the free
- * list at 0; -ST_E_STALE when it is already 0 (the count never goes to
- * -1).  Both -EINVAL for an id out of range.  Thread-safe.
+ * -ST_E_STALE if the page has no reference (never resurrects one: only a
+ * cache lookup revives a cached page).  kv_page_unref drops one and returns
+ * the new count; at 0 the page goes back on the free list, or, when it
+ * belongs to a cached group, stays as KV_PAGE_CACHED; -ST_E_STALE when it
+ * is already 0 (the count never goes to -1).  Both -EINVAL for an id out of
+ * range.  Thread-safe.
  */
 int kv_page_alloc(struct kv_pool *p, uint32_t stream, uint32_t *ret_page);
 int kv_page_ref(struct kv_pool *p, uint32_t page);
 int kv_page_unref(struct kv_pool *p, uint32_t page);
-/* Free pages now. */
+/* Free pages now (not counting idle cached pages). */
 uint64_t kv_pool_free_pages(struct kv_pool *p);
+/* Pages an allocation can get without spilling: free + idle cached. */
+uint64_t kv_pool_avail_pages(struct kv_pool *p);
 /* First byte of a page (no check; page < n_pages). */
 uint8_t *kv_page_data(const struct kv_pool *p, uint32_t page);
 
@@ -107,20 +190,27 @@ uint8_t *kv_page_data(const struct kv_pool *p, uint32_t page);
  * kv_seq_create: an empty sequence.  -ST_E_LIMIT when max_seqs are live.
  *
  * kv_seq_reserve: makes each seqs[i] hold at least n_rows[i] rows in every
- * stream; all or nothing (on any error no page of this call stays
- * allocated and no sequence changes).  -ST_E_NOTFOUND (stale or unknown
- * handle), -EPERM (another client's sequence), -ST_E_LIMIT (over
- * max_rows_per_seq), -ST_E_BUDGET (not enough free pages: diag names the
- * budget and how far to raise it).  Duplicated sequences in a batch take
- * the largest n_rows.
+ * stream, resident: spilled pages of these sequences are restored first,
+ * and a partial last page that is shared or published (the sequence would
+ * write into it) is copied first (copy-on-write).  Room is made by evicting
+ * idle cached groups and spilling pages of idle sequences (not pinned, not
+ * in this batch).  All or nothing for the allocation (on any error no page
+ * of this call stays allocated and no sequence changes size).
+ * -ST_E_NOTFOUND (stale or unknown handle), -EPERM (another client's
+ * sequence), -ST_E_LIMIT (over max_rows_per_seq), -ST_E_BUDGET (not enough
+ * pages even after spilling: diag names --budget / --spill-budget and how
+ * far to raise it), -ST_E_CHECKSUM (a sequence failed: one of its spilled
+ * pages was lost; diag names it).  Duplicated sequences in a batch take the
+ * largest n_rows.
  *
  * kv_seq_fork: a new sequence with the first n_rows rows of src (any
- * client's): full pages shared (refcount + 1), the partial last page copied
- * (its first kv_last_page_rows rows).  -ST_E_NOTFOUND, -ST_E_LIMIT (n_rows
- * more than src holds, or max_seqs live), -ST_E_BUDGET (no free page for the
- * copies).
+ * client's; restored first when spilled): full pages shared (refcount + 1),
+ * the partial last page copied (its first kv_last_page_rows rows).
+ * -ST_E_NOTFOUND, -ST_E_LIMIT (n_rows more than src holds, or max_seqs
+ * live), -ST_E_BUDGET (no free page for the copies), -ST_E_CHECKSUM.
  *
- * kv_seq_free: drops a sequence's references.  -ST_E_NOTFOUND, -EPERM.
+ * kv_seq_free: drops a sequence's references and spill slots.
+ * -ST_E_NOTFOUND, -EPERM.
  * kv_seq_free_client: frees every sequence of a client; returns how many.
  */
 int kv_seq_create(struct kv_pool *p, uint32_t client, int32_t pid,
@@ -137,9 +227,181 @@ int kv_seq_free_client(struct kv_pool *p, uint32_t client);
 
 /* Index of a valid LIVE handle, or -ST_E_NOTFOUND. */
 int kv_seq_lookup(const struct kv_pool *p, uint32_t seq);
-/* Page id of (seq index, stream, page index), KV_PAGE_NONE if none. */
+/* Table entry of (seq index, stream, page index): a page id, KV_PAGE_NONE,
+ * KV_PAGE_LOST or KV_PAGE_SPILLED | slot. */
 uint32_t kv_seq_page(const struct kv_pool *p, uint32_t idx, uint32_t stream,
 		     uint32_t page_index);
+
+/* Internal to kv_pool.c / kv_cache.c / kv_spill.c. */
+uint32_t kv_table_get(const struct kv_pool *p, uint32_t idx, uint32_t stream,
+		      uint32_t page_index);
+void kv_table_set(struct kv_pool *p, uint32_t idx, uint32_t stream,
+		  uint32_t page_index, uint32_t entry);
+int kv_seq_take(struct kv_pool *p, uint32_t client, int32_t pid,
+		uint64_t request_id, uint32_t parent, uint32_t state,
+		struct st_diag *diag);
+void kv_seq_release(struct kv_pool *p, uint32_t idx);
+int kv_seq_find_request(const struct kv_pool *p, uint32_t client,
+			uint64_t request_id);
+void kv_seq_touch(struct kv_pool *p, uint32_t idx);
+/* A new mark stamp: p->mark[2 * idx] == stamp marks idx as in the batch. */
+uint32_t kv_mark_begin(struct kv_pool *p);
+int kv_budget_error(const struct kv_pool *p, uint64_t need, uint64_t avail,
+		    const char *what, struct st_diag *diag);
+
+/* ---- prefix cache (kv_cache.c) ----------------------------------------- */
+
+/* Private index for p's geometry (called by format / adopt). 0, -ENOMEM. */
+int kv_cache_init(struct kv_pool *p);
+void kv_cache_fini(struct kv_pool *p);
+
+/*
+ * A cached group's pages, referenced: when `key` names a resident group,
+ * adds one reference to each of its pages (reviving idle ones), copies the
+ * page ids to ret_pages[n_streams] and returns 1.  0 when the key is not
+ * cached, 2 when it is cached but spilled (nothing referenced: see
+ * kv_cache_restore_group).  Thread-safe.
+ */
+int kv_cache_acquire(struct kv_pool *p, uint64_t key, uint32_t *ret_pages);
+
+/*
+ * Publishes a group: pages[n_streams] (referenced, full, one per stream)
+ * become findable under `key`.  1 when published, 0 when the key is
+ * already cached (nothing changes: the other group stays), -EEXIST when a
+ * page already belongs to a group under another key.  Thread-safe.
+ */
+int kv_cache_publish(struct kv_pool *p, uint64_t key, const uint32_t *pages);
+
+/* Drops the least recently used idle resident group (its pages go back on
+ * the free list, their keys cleared: the key finds nothing any more).
+ * 1 when one was dropped, 0 when there is none.  Thread-safe. */
+int kv_cache_evict_lru(struct kv_pool *p);
+
+/* Removes the group of `page` (if any) from the index: its pages keep their
+ * references but lose the key; idle ones are freed.  Thread-safe. */
+void kv_cache_forget_page(struct kv_pool *p, uint32_t page);
+
+/* Internal (kv_pool.c, kv_spill.c): the locked eviction used by
+ * kv_page_alloc; dropping the least recently used spilled group (returns
+ * the slots it freed, 0 when there is none); taking the least recently
+ * used idle group for a spill (KV_CG_BUSY, its pages in ret_pages;
+ * UINT32_MAX when none); after its bytes reached slots[] (records written):
+ * kv_cache_spilled frees its pages; kv_cache_unbusy puts a BUSY group back
+ * where it was; kv_cache_restored makes a BUSY spilled group resident in
+ * pages[] (each referenced once, by the caller); kv_cache_drop_busy drops
+ * a BUSY group. */
+int kv_cache_evict_lru_locked(struct kv_pool *p);
+int kv_cache_drop_spilled_lru(struct kv_pool *p);
+uint32_t kv_cache_take_idle_lru(struct kv_pool *p, uint32_t *ret_pages);
+void kv_cache_spilled(struct kv_pool *p, uint32_t g, const uint32_t *slots);
+void kv_cache_unbusy(struct kv_pool *p, uint32_t g);
+void kv_cache_restored(struct kv_pool *p, uint32_t g, const uint32_t *pages);
+void kv_cache_drop_busy(struct kv_pool *p, uint32_t g);
+
+/* Called by kv_page_unref with p->lock held when a page of group g
+ * reached refcount 0. */
+void kv_cache_page_idle_locked(struct kv_pool *p, uint32_t page, uint32_t g);
+
+/* Group of a key (p->lock held), or UINT32_MAX. */
+uint32_t kv_cache_find_locked(const struct kv_pool *p, uint64_t key);
+
+/* Adoption: rebuilds the index from page keys (pages whose refcount the
+ * caller already set) and unclaimed slot records (claimed[slot] != 0 for
+ * slots a sequence names); marks the slots groups use in claimed[] and sets
+ * idle grouped pages to KV_PAGE_CACHED.  Returns the groups rebuilt. */
+uint64_t kv_cache_rebuild(struct kv_pool *p, uint8_t *claimed);
+
+/*
+ * A new sequence for a prompt of n_ids token ids of model `model_id`: maps
+ * the longest chain of cached groups whose keys (kv_prefix_keys) match the
+ * prompt's full pages, at most (n_ids - 1) / page_rows of them so that at
+ * least the last token is computed again (PITFALLS P10); spilled groups on
+ * the chain are restored (verified).  *ret_n_cached = rows mapped (a
+ * multiple of page_rows, the new sequence's n_rows).  Errors as
+ * kv_seq_create; -EINVAL when model_id is 0.  A restore that fails ends the
+ * chain there (a miss, not an error).
+ */
+int kv_seq_create_prefix(struct kv_pool *p, uint32_t client, int32_t pid,
+			 uint64_t request_id, int dedupe, uint64_t model_id,
+			 const int32_t *ids, uint32_t n_ids, uint32_t *ret_seq,
+			 uint32_t *ret_n_cached, struct st_diag *diag);
+
+/*
+ * After the client wrote rows [0, n_ids) of seq from these ids: each full
+ * page group [0, n_ids / page_rows) not yet cached is published under its
+ * key and becomes read-only.  Stops at the first group that is not
+ * resident.  Returns the groups newly published (0 or more).
+ * -ST_E_NOTFOUND, -EPERM, -EINVAL (model_id 0), -ST_E_LIMIT (n_ids more
+ * than the sequence holds), -ST_E_CHECKSUM (failed sequence).
+ */
+int kv_seq_publish(struct kv_pool *p, uint32_t client, uint32_t seq,
+		   uint64_t model_id, const int32_t *ids, uint32_t n_ids,
+		   struct st_diag *diag);
+
+/* ---- spill (kv_spill.c) ------------------------------------------------- */
+
+/*
+ * Opens the spill file of a pool with n_slots > 0 (no-op otherwise).  A
+ * new pool (adopted 0) creates or truncates `path` and reserves
+ * n_slots * slot_bytes; an adopted pool opens the existing file (creating
+ * an empty one if it is gone: the pages it held then fail their checks).
+ * O_DIRECT when the filesystem allows it.  Builds the free slot list from
+ * the slot records.  0, or a negative code with diag naming the file.
+ */
+int kv_spill_open(struct kv_pool *p, const char *path, int adopted,
+		  struct st_diag *diag);
+/* Closes the file; removes it when `remove_file`. */
+void kv_spill_close(struct kv_pool *p, int remove_file);
+
+/* Slots in use / free now. */
+uint64_t kv_spill_used_slots(const struct kv_pool *p);
+
+/*
+ * Makes `need` pages free: evicts idle cached groups (spilling them when
+ * they alone cover the need and slots are free), then spills pages of idle
+ * sequences, least recently used first, never of pinned or failed ones or
+ * of sequences marked in the current batch (p->mark stamp `stamp`, 0 =
+ * none).  0, -ST_E_BUDGET (with diag naming --budget and --spill-budget) or
+ * an I/O error of the spill file.
+ */
+int kv_pool_make_room(struct kv_pool *p, uint64_t need, uint32_t stamp,
+		      const char *what, struct st_diag *diag);
+
+/* Brings back every spilled page of sequence idx (room made as above,
+ * batch marked with `stamp`), verifying each against its slot record.  A
+ * page that fails marks the sequence KV_SEQ_F_FAILED (entry KV_PAGE_LOST)
+ * and returns -ST_E_CHECKSUM naming the sequence, page and stream; the
+ * other pages of the sequence stay restored.  0 when nothing was spilled.
+ * -ST_E_BUDGET when no room can be made. */
+int kv_seq_restore_idx(struct kv_pool *p, uint32_t idx, uint32_t stamp,
+		       struct st_diag *diag);
+
+/*
+ * SEQ_RESIDENCY for n sequences of `client`: KV_RESIDENCY_RESTORE brings
+ * their pages back, PIN does the same and marks them running (never
+ * spilled), UNPIN clears the mark.  ret_status[i] is 0 or the code of
+ * sequence i (-ST_E_NOTFOUND, -EPERM, -ST_E_CHECKSUM, -ST_E_BUDGET).
+ * Returns 0 when all succeeded, else the first failure's code (its message
+ * in diag).  Room for all restores is made first (all or nothing on
+ * -ST_E_BUDGET).
+ */
+int kv_seq_residency(struct kv_pool *p, uint32_t client, uint32_t op,
+		     uint32_t n, const uint32_t *seqs, int32_t *ret_status,
+		     struct st_diag *diag);
+
+/* Frees a slot named by a table entry or group (single writer). */
+void kv_spill_slot_free(struct kv_pool *p, uint32_t slot);
+
+/*
+ * Restores one spilled cached group g (p->lock not held, group state
+ * KV_CG_BUSY, taken off the spilled list by the caller) into fresh pages,
+ * verifying every slot (key, stream, length, checksum); on success the
+ * group is resident with every page referenced once (the caller's) and the
+ * page ids are in ret_pages; on failure the group is dropped and a negative
+ * code returned.
+ */
+int kv_cache_restore_group(struct kv_pool *p, uint32_t g, uint32_t stamp,
+			   uint32_t *ret_pages, struct st_diag *diag);
 
 /* ---- clients (kv_clients.c) -------------------------------------------- */
 
@@ -196,6 +458,8 @@ struct kv_config {
 	uint64_t budget_bytes;
 	uint32_t max_seqs;
 	uint32_t max_rows_per_seq;
+	uint64_t spill_budget_bytes;     /* 0: no spilling */
+	char spill_file[4096];           /* "" = <run_dir>/kvd.spill */
 };
 
 struct kv_server {

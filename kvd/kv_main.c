@@ -17,7 +17,7 @@
 #include "st_log.h"
 #include "st_util.h"
 
-enum opt_type { OPT_STR, OPT_BUDGET, OPT_U32 };
+enum opt_type { OPT_STR, OPT_BUDGET, OPT_SIZE, OPT_U32 };
 
 /* One row per option: name, type, where it goes, bounds, default, help. */
 struct opt {
@@ -50,6 +50,16 @@ static const struct opt opts[] = {
 	  offsetof(struct kv_config, max_rows_per_seq), 0, 1,
 	  KV_MAX_ROWS_PER_SEQ, "32768",
 	  "rows (tokens) a sequence may hold in each stream" },
+	{ "spill-budget", OPT_SIZE,
+	  offsetof(struct kv_config, spill_budget_bytes), 0, 0, UINT64_MAX,
+	  "0",
+	  "bytes of the spill file on disk that takes pages of idle "
+	  "sequences and unused cached prefixes when the pool is full "
+	  "(e.g. 16GiB); 0 = no spilling" },
+	{ "spill-file", OPT_STR, offsetof(struct kv_config, spill_file),
+	  sizeof(((struct kv_config *)0)->spill_file), 0, 0, NULL,
+	  "the spill file (put it on NVMe; removed when kvd stops cleanly, "
+	  "kept for a restarted kvd); default RUN_DIR/kvd.spill" },
 };
 
 static void usage(FILE *f)
@@ -93,6 +103,11 @@ static int set_opt(struct kv_config *cfg, const struct opt *o,
 					   100.0);
 		}
 		if (bytes < o->min)
+			return -EINVAL;
+		memcpy(field, &bytes, sizeof(bytes));
+		return 0;
+	case OPT_SIZE:
+		if (st_parse_size(val, &bytes) < 0 || bytes < o->min)
 			return -EINVAL;
 		memcpy(field, &bytes, sizeof(bytes));
 		return 0;
@@ -245,9 +260,10 @@ int main(int argc, char **argv)
 	r = st_pidfile_write(cfg.run_dir, "kvd");
 	if (r < 0)
 		st_warn("pid file in %s: %s", cfg.run_dir, st_strerror(r));
-	st_info("serving instance %s in %s (budget %llu bytes, %u sequences "
-		"of up to %u rows)", cfg.instance, cfg.run_dir,
-		(unsigned long long)cfg.budget_bytes, cfg.max_seqs,
+	st_info("serving instance %s in %s (budget %llu bytes, spill budget "
+		"%llu bytes, %u sequences of up to %u rows)", cfg.instance,
+		cfg.run_dir, (unsigned long long)cfg.budget_bytes,
+		(unsigned long long)cfg.spill_budget_bytes, cfg.max_seqs,
 		cfg.max_rows_per_seq);
 	while (!kv_server_poll(srv))
 		if (st_stop_signals_pending(sigfd)) {

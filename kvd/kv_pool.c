@@ -1,15 +1,27 @@
 /*
  * kv_pool.c — kvd's page pool: page allocation with reference counts,
- * per-sequence page tables, batched all-or-nothing reservation, fork with
- * shared full pages, and adoption of a pool left by a killed kvd.
- * See kv_daemon.h for the contracts and kv_pool.h for the layout.
+ * per-sequence page tables, batched all-or-nothing reservation (with
+ * copy-on-write of a shared partial last page), fork with shared full
+ * pages, and adoption of a pool left by a killed kvd.  The prefix cache is
+ * in kv_cache.c, spilling in kv_spill.c.  See kv_daemon.h for the contracts
+ * and kv_pool.h for the layout.
  *
  * Invariants (checked and restored by kv_pool_adopt):
  *  - a LIVE sequence with n_rows rows has exactly kv_pages_for_rows(n_rows,
- *    page_rows) pages in every stream, at table positions [0, that), and
- *    KV_PAGE_NONE after them; a FREE sequence has no page at all;
- *  - a page's refcount is the number of table entries naming it; a page is
- *    on the free list exactly when its refcount is 0.
+ *    page_rows) entries in every stream, at table positions [0, that), each
+ *    a page, a spilled slot or KV_PAGE_LOST (then the sequence is FAILED),
+ *    and KV_PAGE_NONE after them; a FREE sequence has no entry at all;
+ *  - a page's refcount is the number of table entries naming it; a page
+ *    with refcount 0 is on the free list, or KV_PAGE_CACHED in an idle
+ *    cached group; n_spilled of a sequence counts its spilled entries;
+ *  - a USED spill slot is named by exactly one table entry or one spilled
+ *    cached group.
+ *
+ * Reference counts, thread-safe: 1 -> 0 and n -> n +/- 1 (n >= 1) are
+ * lock-free compare-and-swaps; 0 -> 1 (allocation, a cache hit reviving a
+ * page) and the state change after reaching 0 happen under p->lock, where
+ * "refcount 0 and state USED" means "pending", so the transition runs
+ * exactly once whoever takes the lock first.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -18,6 +30,22 @@
 
 #include "kv_daemon.h"
 #include "st_util.h"
+
+uint32_t kv_table_get(const struct kv_pool *p, uint32_t idx, uint32_t stream,
+		      uint32_t page_index)
+{
+	return __atomic_load_n(&p->table[kv_table_index(&p->lay, idx, stream,
+							page_index)],
+			       __ATOMIC_ACQUIRE);
+}
+
+void kv_table_set(struct kv_pool *p, uint32_t idx, uint32_t stream,
+		  uint32_t page_index, uint32_t entry)
+{
+	__atomic_store_n(&p->table[kv_table_index(&p->lay, idx, stream,
+						  page_index)],
+			 entry, __ATOMIC_RELEASE);
+}
 
 static inline uint32_t *table_at(const struct kv_pool *p, uint32_t idx,
 				 uint32_t stream, uint32_t page_index)
@@ -57,14 +85,17 @@ static int pool_bind(struct kv_pool *p, void *base, size_t size,
 	p->seqs = (struct kv_seq_entry *)(p->base + lay->seqs_off);
 	p->table = (uint32_t *)(p->base + lay->table_off);
 	p->data = p->base + lay->data_off;
+	p->spill.fd = -1;
+	p->spill.slots = (struct kv_spill_slot *)(p->base + lay->slots_off);
 	p->free_pages = malloc(sizeof(uint32_t) * (lay->n_pages ? lay->n_pages : 1));
 	p->free_seqs = malloc(sizeof(uint32_t) * lay->max_seqs);
 	p->mark = calloc(lay->max_seqs, sizeof(uint32_t) * 2);
-	if (!p->free_pages || !p->free_seqs || !p->mark) {
+	pthread_mutex_init(&p->lock, NULL);
+	if (!p->free_pages || !p->free_seqs || !p->mark ||
+	    kv_cache_init(p) < 0) {
 		kv_pool_fini(p);
 		return -ENOMEM;
 	}
-	pthread_mutex_init(&p->lock, NULL);
 	return 0;
 }
 
@@ -72,12 +103,15 @@ void kv_pool_fini(struct kv_pool *p)
 {
 	if (!p)
 		return;
+	kv_spill_close(p, 0);
+	kv_cache_fini(p);
 	free(p->free_pages);
 	free(p->free_seqs);
 	free(p->mark);
 	if (p->base)
 		pthread_mutex_destroy(&p->lock);
 	memset(p, 0, sizeof(*p));
+	p->spill.fd = -1;
 }
 
 static void peak_update(struct kv_pool *p, uint64_t used)
@@ -106,6 +140,7 @@ int kv_pool_format(struct kv_pool *p, void *base, size_t size,
 	memset(p->seqs, 0, (size_t)lay->max_seqs * sizeof(*p->seqs));
 	memset(p->table, 0xff, (size_t)lay->max_seqs * lay->n_streams *
 				       lay->max_pages_per_seq * sizeof(uint32_t));
+	memset(p->spill.slots, 0, lay->n_slots * sizeof(struct kv_spill_slot));
 	/* Stacks: the lowest id on top, so pages are handed out in order. */
 	for (uint64_t i = 0; i < lay->n_pages; i++)
 		p->free_pages[i] = (uint32_t)(lay->n_pages - 1 - i);
@@ -127,21 +162,22 @@ int kv_page_alloc(struct kv_pool *p, uint32_t stream, uint32_t *ret_page)
 	if (stream >= p->lay.n_streams)
 		return -EINVAL;
 	pthread_mutex_lock(&p->lock);
+	if (p->n_free == 0)
+		kv_cache_evict_lru_locked(p);
 	if (p->n_free == 0) {
 		pthread_mutex_unlock(&p->lock);
 		return -ST_E_BUDGET;
 	}
 	id = p->free_pages[--p->n_free];
-	pthread_mutex_unlock(&p->lock);
 	m = &p->pages[id];
 	m->stream = stream;
-	m->key = 0;
-	m->spill_off = 0;
+	atomic_store(&m->key, 0);
 	atomic_fetch_add(&m->generation, 1);
 	atomic_store(&m->state, KV_PAGE_USED);
-	/* A free page has no reference and kv_page_ref never revives one, so
-	 * nobody else can hold it: a plain store is enough. */
+	/* 0 -> 1 under the lock: a late "pending" check of an old
+	 * reference holder (see the top of this file) sees 1 and leaves it */
 	atomic_store_explicit(&m->refcount, 1, memory_order_release);
+	pthread_mutex_unlock(&p->lock);
 	used = atomic_fetch_add(&p->info->counters.pages_used, 1) + 1;
 	peak_update(p, used);
 	*ret_page = id;
@@ -168,6 +204,26 @@ int kv_page_ref(struct kv_pool *p, uint32_t page)
 	return (int)(c + 1 > INT32_MAX ? INT32_MAX : c + 1);
 }
 
+/* The page reached refcount 0 (p->lock held): free it, or keep it as an
+ * idle page of its cached group.  Runs once per "pending" state. */
+static void page_zero_locked(struct kv_pool *p, uint32_t page)
+{
+	struct kv_page_meta *m = &p->pages[page];
+	uint32_t g = p->cache.page_group[page];
+
+	if (atomic_load(&m->refcount) != 0 ||
+	    atomic_load(&m->state) != KV_PAGE_USED)
+		return; /* revived, or another holder did it already */
+	if (g != UINT32_MAX) {
+		atomic_store(&m->state, KV_PAGE_CACHED);
+		kv_cache_page_idle_locked(p, page, g);
+		return;
+	}
+	atomic_store(&m->state, KV_PAGE_FREE);
+	atomic_store(&m->key, 0);
+	p->free_pages[p->n_free++] = page;
+}
+
 int kv_page_unref(struct kv_pool *p, uint32_t page)
 {
 	struct kv_page_meta *m;
@@ -184,11 +240,9 @@ int kv_page_unref(struct kv_pool *p, uint32_t page)
 	if (c == 2)
 		atomic_fetch_sub(&p->info->counters.pages_shared, 1);
 	if (c == 1) {
-		atomic_store(&m->state, KV_PAGE_FREE);
-		m->key = 0;
 		atomic_fetch_sub(&p->info->counters.pages_used, 1);
 		pthread_mutex_lock(&p->lock);
-		p->free_pages[p->n_free++] = page;
+		page_zero_locked(p, page);
 		pthread_mutex_unlock(&p->lock);
 	}
 	return (int)(c - 1 > INT32_MAX ? INT32_MAX : c - 1);
@@ -200,6 +254,16 @@ uint64_t kv_pool_free_pages(struct kv_pool *p)
 
 	pthread_mutex_lock(&p->lock);
 	n = p->n_free;
+	pthread_mutex_unlock(&p->lock);
+	return n;
+}
+
+uint64_t kv_pool_avail_pages(struct kv_pool *p)
+{
+	uint64_t n;
+
+	pthread_mutex_lock(&p->lock);
+	n = p->n_free + p->cache.idle_pages;
 	pthread_mutex_unlock(&p->lock);
 	return n;
 }
@@ -239,9 +303,22 @@ static uint32_t seq_handle(const struct kv_pool *p, uint32_t idx)
 	return kv_seq_handle(idx, atomic_load(&p->seqs[idx].generation));
 }
 
-/* A LIVE sequence of `client` made by `request_id`, or -1. */
-static int seq_find_request(const struct kv_pool *p, uint32_t client,
-			    uint64_t request_id)
+void kv_seq_touch(struct kv_pool *p, uint32_t idx)
+{
+	atomic_store(&p->seqs[idx].last_use_ns, st_now_ns());
+}
+
+uint32_t kv_mark_begin(struct kv_pool *p)
+{
+	if (++p->mark_stamp == 0) {
+		memset(p->mark, 0, sizeof(uint32_t) * 2 * p->lay.max_seqs);
+		p->mark_stamp = 1;
+	}
+	return p->mark_stamp;
+}
+
+int kv_seq_find_request(const struct kv_pool *p, uint32_t client,
+			uint64_t request_id)
 {
 	if (!request_id)
 		return -1;
@@ -255,10 +332,9 @@ static int seq_find_request(const struct kv_pool *p, uint32_t client,
 	return -1;
 }
 
-/* Takes a free index and starts it as `state` (generation bumped). */
-static int seq_take(struct kv_pool *p, uint32_t client, int32_t pid,
-		    uint64_t request_id, uint32_t parent, uint32_t state,
-		    struct st_diag *diag)
+int kv_seq_take(struct kv_pool *p, uint32_t client, int32_t pid,
+		uint64_t request_id, uint32_t parent, uint32_t state,
+		struct st_diag *diag)
 {
 	struct kv_seq_entry *e;
 	uint32_t idx, gen;
@@ -274,29 +350,35 @@ static int seq_take(struct kv_pool *p, uint32_t client, int32_t pid,
 	e->owner_pid = pid;
 	e->parent = parent;
 	e->request_id = request_id;
+	e->n_spilled = 0;
+	atomic_store(&e->flags, 0);
+	atomic_store(&e->last_use_ns, st_now_ns());
 	atomic_store(&e->n_rows, 0);
 	atomic_store(&e->generation, gen);
 	atomic_store_explicit(&e->state, state, memory_order_release);
 	return (int)idx;
 }
 
-/* Drops every page of sequence idx (a prefix of each stream's table) and
- * returns the index to the free list. */
-static void seq_release(struct kv_pool *p, uint32_t idx)
+void kv_seq_release(struct kv_pool *p, uint32_t idx)
 {
 	struct kv_seq_entry *e = &p->seqs[idx];
 	uint32_t was = atomic_exchange(&e->state, KV_SEQ_FREE);
 
 	for (uint32_t s = 0; s < p->lay.n_streams; s++)
 		for (uint32_t pi = 0; pi < p->lay.max_pages_per_seq; pi++) {
-			uint32_t page = table_load(p, idx, s, pi);
+			uint32_t ent = table_load(p, idx, s, pi);
 
-			if (page == KV_PAGE_NONE)
+			if (ent == KV_PAGE_NONE)
 				break;
 			table_store(p, idx, s, pi, KV_PAGE_NONE);
-			kv_page_unref(p, page);
+			if (kv_entry_is_spilled(ent))
+				kv_spill_slot_free(p, kv_entry_slot(ent));
+			else if (ent < p->lay.n_pages)
+				kv_page_unref(p, ent);
 		}
 	atomic_store(&e->n_rows, 0);
+	atomic_store(&e->flags, 0);
+	e->n_spilled = 0;
 	e->request_id = 0;
 	if (was == KV_SEQ_LIVE)
 		atomic_fetch_sub(&p->info->counters.n_seqs, 1);
@@ -307,11 +389,11 @@ int kv_seq_create(struct kv_pool *p, uint32_t client, int32_t pid,
 		  uint64_t request_id, int dedupe, uint32_t *ret_seq,
 		  struct st_diag *diag)
 {
-	int idx = dedupe ? seq_find_request(p, client, request_id) : -1;
+	int idx = dedupe ? kv_seq_find_request(p, client, request_id) : -1;
 
 	if (idx < 0) {
-		idx = seq_take(p, client, pid, request_id, 0, KV_SEQ_LIVE,
-			       diag);
+		idx = kv_seq_take(p, client, pid, request_id, 0, KV_SEQ_LIVE,
+				  diag);
 		if (idx < 0)
 			return idx;
 		atomic_fetch_add(&p->info->counters.n_seqs, 1);
@@ -320,22 +402,43 @@ int kv_seq_create(struct kv_pool *p, uint32_t client, int32_t pid,
 	return 0;
 }
 
-static int budget_error(const struct kv_pool *p, uint64_t need, uint64_t avail,
-			const char *what, struct st_diag *diag)
+int kv_budget_error(const struct kv_pool *p, uint64_t need, uint64_t avail,
+		    const char *what, struct st_diag *diag)
 {
-	char b1[32], b2[32];
-	uint64_t more = (need - avail) * p->lay.page_bytes;
+	char b1[32], b2[32], b3[32], spill[320] = "";
+	uint64_t more = (need > avail ? need - avail : 0) * p->lay.page_bytes;
 	uint64_t want = p->lay.budget_bytes + more;
 
+	if (p->lay.n_slots) {
+		uint64_t pinned = 0;
+
+		for (uint32_t i = 0; i < p->lay.max_seqs; i++)
+			if (atomic_load(&p->seqs[i].state) == KV_SEQ_LIVE &&
+			    (atomic_load(&p->seqs[i].flags) & KV_SEQ_F_PINNED))
+				pinned++;
+		snprintf(spill, sizeof(spill),
+			 " (%llu sequences are pinned as running and never "
+			 "spilled; the spill file has %llu of %llu slots "
+			 "free: kvd --spill-budget %s)",
+			 (unsigned long long)pinned,
+			 (unsigned long long)p->spill.n_free_slots,
+			 (unsigned long long)p->lay.n_slots,
+			 st_format_bytes(p->lay.spill_budget_bytes, b3,
+					 sizeof(b3)));
+	} else {
+		snprintf(spill, sizeof(spill),
+			 " (spilling is off: kvd --spill-budget 0)");
+	}
 	return st_diag_set(diag, -ST_E_BUDGET,
 			   "KV pool exhausted: %s needs %llu more pages of "
-			   "%llu bytes, %llu are free; the KV budget of %s "
-			   "holds %llu pages: raise kvd --budget (strata: "
-			   "--kv-budget) to at least "
-			   "%llu bytes (%s) or free sequences", what,
+			   "%llu bytes, %llu are free or can be made free%s; "
+			   "the KV budget of %s holds %llu pages: raise kvd "
+			   "--budget (strata: --kv-budget) to at least %llu "
+			   "bytes (%s), raise kvd --spill-budget, or free or "
+			   "unpin sequences", what,
 			   (unsigned long long)need,
 			   (unsigned long long)p->lay.page_bytes,
-			   (unsigned long long)avail,
+			   (unsigned long long)avail, spill,
 			   st_format_bytes(p->lay.budget_bytes, b1, sizeof(b1)),
 			   (unsigned long long)p->lay.n_pages,
 			   (unsigned long long)want,
@@ -343,7 +446,7 @@ static int budget_error(const struct kv_pool *p, uint64_t need, uint64_t avail,
 }
 
 /* Gives back the pages of sequence idx at positions [from, to) of every
- * stream (the undo of a partial reservation). */
+ * stream (the undo of a partial reservation: only fresh pages there). */
 static void seq_drop_pages(struct kv_pool *p, uint32_t idx, uint32_t from,
 			   uint32_t to)
 {
@@ -354,16 +457,77 @@ static void seq_drop_pages(struct kv_pool *p, uint32_t idx, uint32_t from,
 			if (page == KV_PAGE_NONE)
 				continue;
 			table_store(p, idx, s, pi, KV_PAGE_NONE);
-			kv_page_unref(p, page);
+			if (page < p->lay.n_pages)
+				kv_page_unref(p, page);
 		}
+}
+
+static int seq_failed_error(const struct kv_pool *p, uint32_t idx,
+			    const char *what, struct st_diag *diag)
+{
+	return st_diag_set(diag, -ST_E_CHECKSUM,
+			   "%s: sequence 0x%x failed earlier (a spilled page "
+			   "of it was lost); only freeing it is possible", what,
+			   seq_handle(p, idx));
+}
+
+/* True when the page a sequence would write next (its partial last page in
+ * stream s) may not be written in place: shared or published. */
+static int page_needs_copy(const struct kv_pool *p, uint32_t page)
+{
+	return page < p->lay.n_pages &&
+	       (atomic_load(&p->pages[page].refcount) > 1 ||
+		p->cache.page_group[page] != UINT32_MAX ||
+		atomic_load(&p->pages[page].key) != 0);
+}
+
+/* Streams of sequence idx whose partial last page needs a copy before rows
+ * up to `target` are written. */
+static uint32_t cow_pages(const struct kv_pool *p, uint32_t idx,
+			  uint32_t target)
+{
+	uint32_t rows = atomic_load(&p->seqs[idx].n_rows), n = 0;
+
+	if (target <= rows || rows % p->lay.page_rows == 0)
+		return 0;
+	for (uint32_t s = 0; s < p->lay.n_streams; s++)
+		n += page_needs_copy(p, table_load(p, idx, s,
+						   rows / p->lay.page_rows));
+	return n;
+}
+
+/* Copy-on-write of sequence idx's partial last page (see cow_pages). */
+static int seq_cow(struct kv_pool *p, uint32_t idx, uint32_t target)
+{
+	uint32_t rows = atomic_load(&p->seqs[idx].n_rows);
+	uint32_t pi = rows / p->lay.page_rows;
+	uint32_t part = rows % p->lay.page_rows;
+
+	if (target <= rows || part == 0)
+		return 0;
+	for (uint32_t s = 0; s < p->lay.n_streams; s++) {
+		uint32_t old = table_load(p, idx, s, pi), page;
+		int r;
+
+		if (!page_needs_copy(p, old))
+			continue;
+		r = kv_page_alloc(p, s, &page);
+		if (r < 0)
+			return r;
+		memcpy(kv_page_data(p, page), kv_page_data(p, old),
+		       (size_t)part * p->streams[s].row_bytes);
+		table_store(p, idx, s, pi, page);
+		kv_page_unref(p, old);
+	}
+	return 0;
 }
 
 int kv_seq_reserve(struct kv_pool *p, uint32_t client, uint32_t n,
 		   const struct kv_reserve_entry *e, struct st_diag *diag)
 {
 	const uint32_t B = p->lay.page_rows;
-	uint32_t *uniq, *target, n_uniq = 0, done = 0;
-	uint64_t need = 0, avail;
+	uint32_t *uniq, *target, n_uniq = 0, done = 0, stamp;
+	uint64_t need = 0, fresh = 0;
 	int r = 0;
 
 	if (n == 0)
@@ -372,10 +536,7 @@ int kv_seq_reserve(struct kv_pool *p, uint32_t client, uint32_t n,
 	if (!uniq)
 		return -ENOMEM;
 	target = uniq + n;
-	if (++p->mark_stamp == 0) {
-		memset(p->mark, 0, sizeof(uint32_t) * 2 * p->lay.max_seqs);
-		p->mark_stamp = 1;
-	}
+	stamp = kv_mark_begin(p);
 	/* Pass 1: validate everything, merge duplicates, count pages. */
 	for (uint32_t i = 0; i < n; i++) {
 		int idx = kv_seq_lookup(p, e[i].seq);
@@ -394,6 +555,10 @@ int kv_seq_reserve(struct kv_pool *p, uint32_t client, uint32_t n,
 					e[i].seq);
 			goto out;
 		}
+		if (atomic_load(&p->seqs[idx].flags) & KV_SEQ_F_FAILED) {
+			r = seq_failed_error(p, (uint32_t)idx, "reserve", diag);
+			goto out;
+		}
 		if (e[i].n_rows > p->lay.max_rows_per_seq) {
 			r = st_diag_set(diag, -ST_E_LIMIT,
 					"reserve entry %u: %u rows, over the "
@@ -403,10 +568,10 @@ int kv_seq_reserve(struct kv_pool *p, uint32_t client, uint32_t n,
 			goto out;
 		}
 		mk = &p->mark[2 * (uint32_t)idx];
-		if (mk[0] == p->mark_stamp) {
+		if (mk[0] == stamp) {
 			target[mk[1]] = ST_MAX(target[mk[1]], e[i].n_rows);
 		} else {
-			mk[0] = p->mark_stamp;
+			mk[0] = stamp;
 			mk[1] = n_uniq;
 			uniq[n_uniq] = (uint32_t)idx;
 			target[n_uniq++] = ST_MAX(
@@ -428,18 +593,38 @@ int kv_seq_reserve(struct kv_pool *p, uint32_t client, uint32_t n,
 				 "a sequence of %u rows (%u pages per stream, "
 				 "more than one sequence may hold)",
 				 target[u], want);
-			r = budget_error(p, (uint64_t)want * p->lay.n_streams,
-					 (uint64_t)p->lay.max_pages_per_seq *
-						 p->lay.n_streams,
-					 what, diag);
+			r = kv_budget_error(
+				p, (uint64_t)want * p->lay.n_streams,
+				(uint64_t)p->lay.max_pages_per_seq *
+					p->lay.n_streams,
+				what, diag);
 			goto out;
 		}
-		need += (uint64_t)(want - have) * p->lay.n_streams;
+		fresh += (uint64_t)(want - have) * p->lay.n_streams;
+		need += (uint64_t)(want - have) * p->lay.n_streams +
+			p->seqs[uniq[u]].n_spilled +
+			cow_pages(p, uniq[u], target[u]);
 	}
-	avail = kv_pool_free_pages(p);
-	if (need > avail) {
-		r = budget_error(p, need, avail, "this reservation", diag);
-		goto out;
+	if (need > kv_pool_free_pages(p)) {
+		r = kv_pool_make_room(p, need, stamp, "this reservation", diag);
+		if (r < 0)
+			goto out;
+	}
+	/* The sequences are about to be written: bring them back whole,
+	 * then copy a shared partial last page. */
+	for (uint32_t u = 0; u < n_uniq; u++) {
+		kv_seq_touch(p, uniq[u]);
+		if (p->seqs[uniq[u]].n_spilled) {
+			r = kv_seq_restore_idx(p, uniq[u], stamp, diag);
+			if (r < 0)
+				goto out;
+		}
+		r = seq_cow(p, uniq[u], target[u]);
+		if (r < 0) {
+			r = kv_budget_error(p, need, kv_pool_avail_pages(p),
+					    "this reservation", diag);
+			goto out;
+		}
 	}
 	/* Pass 2: allocate; undo everything on a failure (another thread
 	 * may have taken pages since the count above). */
@@ -474,8 +659,8 @@ undo:
 			       p->lay.max_pages_per_seq);
 	}
 	if (r == -ST_E_BUDGET)
-		r = budget_error(p, need, kv_pool_free_pages(p),
-				 "this reservation", diag);
+		r = kv_budget_error(p, fresh, kv_pool_avail_pages(p),
+				    "this reservation", diag);
 out:
 	free(uniq);
 	return r;
@@ -487,18 +672,20 @@ int kv_seq_fork(struct kv_pool *p, uint32_t client, int32_t pid,
 {
 	const uint32_t B = p->lay.page_rows;
 	uint32_t full = n_rows / B, part = kv_last_page_rows(n_rows, B);
-	int sidx = kv_seq_lookup(p, src), didx;
-	uint32_t src_rows;
+	int sidx = kv_seq_lookup(p, src), didx, r;
+	uint32_t src_rows, stamp;
 
 	if (sidx < 0)
 		return st_diag_set(diag, -ST_E_NOTFOUND,
 				   "fork: sequence 0x%x is unknown or was "
 				   "freed", src);
-	didx = dedupe ? seq_find_request(p, client, request_id) : -1;
+	didx = dedupe ? kv_seq_find_request(p, client, request_id) : -1;
 	if (didx >= 0) {
 		*ret_seq = seq_handle(p, (uint32_t)didx);
 		return 0;
 	}
+	if (atomic_load(&p->seqs[sidx].flags) & KV_SEQ_F_FAILED)
+		return seq_failed_error(p, (uint32_t)sidx, "fork", diag);
 	src_rows = atomic_load(&p->seqs[sidx].n_rows);
 	if (n_rows > src_rows)
 		return st_diag_set(diag, -ST_E_LIMIT,
@@ -506,11 +693,23 @@ int kv_seq_fork(struct kv_pool *p, uint32_t client, int32_t pid,
 				   "only %u", src, n_rows, src_rows);
 	if (part == B)
 		part = 0; /* the last page is full: shared, not copied */
-	if (part && kv_pool_free_pages(p) < p->lay.n_streams)
-		return budget_error(p, p->lay.n_streams, kv_pool_free_pages(p),
-				    "copying the partial last page of a fork",
-				    diag);
-	didx = seq_take(p, client, pid, request_id, src, KV_SEQ_BUILDING, diag);
+	stamp = kv_mark_begin(p);
+	p->mark[2 * (uint32_t)sidx] = stamp;
+	kv_seq_touch(p, (uint32_t)sidx);
+	if (p->seqs[sidx].n_spilled) {
+		r = kv_seq_restore_idx(p, (uint32_t)sidx, stamp, diag);
+		if (r < 0)
+			return r;
+	}
+	if (part && kv_pool_free_pages(p) < p->lay.n_streams) {
+		r = kv_pool_make_room(p, p->lay.n_streams, stamp,
+				      "copying the partial last page of a fork",
+				      diag);
+		if (r < 0)
+			return r;
+	}
+	didx = kv_seq_take(p, client, pid, request_id, src, KV_SEQ_BUILDING,
+			   diag);
 	if (didx < 0)
 		return didx;
 	for (uint32_t s = 0; s < p->lay.n_streams; s++) {
@@ -518,7 +717,7 @@ int kv_seq_fork(struct kv_pool *p, uint32_t client, int32_t pid,
 			uint32_t page = table_load(p, (uint32_t)sidx, s, pi);
 
 			/* src holds a reference, so this cannot fail */
-			if (kv_page_ref(p, page) < 0)
+			if (page >= p->lay.n_pages || kv_page_ref(p, page) < 0)
 				goto fail;
 			table_store(p, (uint32_t)didx, s, pi, page);
 		}
@@ -541,9 +740,9 @@ int kv_seq_fork(struct kv_pool *p, uint32_t client, int32_t pid,
 	*ret_seq = seq_handle(p, (uint32_t)didx);
 	return 0;
 fail:
-	seq_release(p, (uint32_t)didx);
-	return budget_error(p, p->lay.n_streams, kv_pool_free_pages(p),
-			    "copying the partial last page of a fork", diag);
+	kv_seq_release(p, (uint32_t)didx);
+	return kv_budget_error(p, p->lay.n_streams, kv_pool_avail_pages(p),
+			       "copying the partial last page of a fork", diag);
 }
 
 int kv_seq_free(struct kv_pool *p, uint32_t client, uint32_t seq,
@@ -559,7 +758,7 @@ int kv_seq_free(struct kv_pool *p, uint32_t client, uint32_t seq,
 		return st_diag_set(diag, -EPERM,
 				   "free: sequence 0x%x belongs to another "
 				   "client", seq);
-	seq_release(p, (uint32_t)idx);
+	kv_seq_release(p, (uint32_t)idx);
 	return 0;
 }
 
@@ -572,7 +771,7 @@ int kv_seq_free_client(struct kv_pool *p, uint32_t client)
 
 		if (atomic_load(&e->state) != KV_SEQ_FREE &&
 		    e->owner_client == client) {
-			seq_release(p, i);
+			kv_seq_release(p, i);
 			n++;
 		}
 	}
@@ -596,6 +795,55 @@ static uint64_t seq_clear_from(struct kv_pool *p, uint32_t idx, uint32_t from)
 	return n;
 }
 
+/* A table entry that may stand at a position of a live sequence. */
+static int entry_present(const struct kv_pool *p, uint32_t ent, uint32_t s)
+{
+	if (ent == KV_PAGE_LOST || kv_entry_is_spilled(ent))
+		return 1;
+	return ent < p->lay.n_pages && p->pages[ent].stream == s;
+}
+
+/* Checks the spilled entries of a kept sequence against the slot records;
+ * one that does not match (or names a slot twice) becomes KV_PAGE_LOST and
+ * the sequence FAILED.  Returns 1 when the sequence failed here. */
+static int adopt_spilled(struct kv_pool *p, uint32_t idx, uint32_t n_pos,
+			 uint8_t *claimed)
+{
+	struct kv_seq_entry *e = &p->seqs[idx];
+	uint32_t handle = seq_handle(p, idx), spilled = 0;
+	int failed = 0;
+
+	for (uint32_t s = 0; s < p->lay.n_streams; s++)
+		for (uint32_t pi = 0; pi < n_pos; pi++) {
+			uint32_t ent = table_load(p, idx, s, pi), slot;
+			const struct kv_spill_slot *r;
+
+			if (ent == KV_PAGE_LOST) {
+				failed = 1;
+				continue;
+			}
+			if (!kv_entry_is_spilled(ent))
+				continue;
+			slot = kv_entry_slot(ent);
+			r = slot < p->lay.n_slots ? &p->spill.slots[slot] :
+						    NULL;
+			if (!r || claimed[slot] ||
+			    atomic_load(&r->state) != KV_SLOT_USED ||
+			    r->owner_seq != handle || r->stream != s ||
+			    r->page_index != pi) {
+				table_store(p, idx, s, pi, KV_PAGE_LOST);
+				failed = 1;
+				continue;
+			}
+			claimed[slot] = 1;
+			spilled++;
+		}
+	e->n_spilled = spilled;
+	if (failed)
+		atomic_fetch_or(&e->flags, KV_SEQ_F_FAILED);
+	return failed;
+}
+
 int kv_pool_adopt(struct kv_pool *p, void *base, size_t size,
 		  const struct kv_layout *lay,
 		  const struct kv_stream_decl *streams,
@@ -603,6 +851,7 @@ int kv_pool_adopt(struct kv_pool *p, void *base, size_t size,
 {
 	const uint32_t B = lay->page_rows;
 	uint32_t *counts;
+	uint8_t *claimed;
 	uint64_t used = 0, shared = 0, fixed = 0, n_live = 0;
 	int r = pool_bind(p, base, size, lay, streams);
 
@@ -610,7 +859,10 @@ int kv_pool_adopt(struct kv_pool *p, void *base, size_t size,
 	if (r < 0)
 		return r;
 	counts = calloc(lay->n_pages ? lay->n_pages : 1, sizeof(uint32_t));
-	if (!counts) {
+	claimed = calloc(lay->n_slots ? lay->n_slots : 1, 1);
+	if (!counts || !claimed) {
+		free(counts);
+		free(claimed);
 		kv_pool_fini(p);
 		return -ENOMEM;
 	}
@@ -630,6 +882,7 @@ int kv_pool_adopt(struct kv_pool *p, void *base, size_t size,
 			rep->entries_dropped += seq_clear_from(p, idx, 0);
 			atomic_store(&e->state, KV_SEQ_FREE);
 			atomic_store(&e->n_rows, 0);
+			atomic_store(&e->flags, 0);
 			if (gen > KV_SEQ_GEN_MAX)
 				atomic_store(&e->generation, 0);
 			rep->seqs_dropped++;
@@ -639,29 +892,31 @@ int kv_pool_adopt(struct kv_pool *p, void *base, size_t size,
 			      lay->max_pages_per_seq);
 		ok = want;
 		for (uint32_t s = 0; s < lay->n_streams; s++)
-			for (uint32_t pi = 0; pi < ok; pi++) {
-				uint32_t page = table_load(p, idx, s, pi);
-
-				if (page >= lay->n_pages ||
-				    p->pages[page].stream != s) {
+			for (uint32_t pi = 0; pi < ok; pi++)
+				if (!entry_present(p, table_load(p, idx, s, pi),
+						   s)) {
 					ok = pi;
 					break;
 				}
-			}
 		if (ok < want || kv_pages_for_rows(rows, B) > want) {
 			rows = ST_MIN(rows, ok * B);
 			atomic_store(&e->n_rows, rows);
 			rep->seqs_truncated++;
 		}
-		for (uint32_t s = 0; s < lay->n_streams; s++)
-			for (uint32_t pi = 0; pi < ok; pi++)
-				counts[table_load(p, idx, s, pi)]++;
 		rep->entries_dropped += seq_clear_from(p, idx, ok);
+		rep->seqs_failed += (uint32_t)adopt_spilled(p, idx, ok,
+							    claimed);
+		for (uint32_t s = 0; s < lay->n_streams; s++)
+			for (uint32_t pi = 0; pi < ok; pi++) {
+				uint32_t ent = table_load(p, idx, s, pi);
+
+				if (ent < lay->n_pages)
+					counts[ent]++;
+			}
 		rep->seqs_kept++;
 		n_live++;
 	}
-	p->n_free = 0;
-	for (uint64_t i = lay->n_pages; i-- > 0;) {
+	for (uint64_t i = 0; i < lay->n_pages; i++) {
 		struct kv_page_meta *m = &p->pages[i];
 		uint32_t c = counts[i];
 
@@ -669,14 +924,33 @@ int kv_pool_adopt(struct kv_pool *p, void *base, size_t size,
 			fixed++;
 		atomic_store(&m->refcount, c);
 		atomic_store(&m->state, c ? KV_PAGE_USED : KV_PAGE_FREE);
-		if (c == 0) {
-			m->key = 0;
-			p->free_pages[p->n_free++] = (uint32_t)i;
-		}
 		used += c > 0;
 		shared += c > 1;
 	}
 	free(counts);
+	/* the cache index from the keys: idle grouped pages become CACHED */
+	rep->cache_groups = kv_cache_rebuild(p, claimed);
+	p->n_free = 0;
+	for (uint64_t i = lay->n_pages; i-- > 0;) {
+		struct kv_page_meta *m = &p->pages[i];
+
+		if (atomic_load(&m->refcount) == 0 &&
+		    atomic_load(&m->state) == KV_PAGE_FREE) {
+			atomic_store(&m->key, 0);
+			p->free_pages[p->n_free++] = (uint32_t)i;
+		}
+	}
+	for (uint64_t i = 0; i < lay->n_slots; i++) {
+		struct kv_spill_slot *sl = &p->spill.slots[i];
+
+		if (claimed[i]) {
+			rep->slots_kept++;
+		} else if (atomic_load(&sl->state) != KV_SLOT_FREE) {
+			atomic_store(&sl->state, KV_SLOT_FREE);
+			rep->slots_freed++;
+		}
+	}
+	free(claimed);
 	p->n_free_seqs = 0;
 	for (uint32_t i = lay->max_seqs; i-- > 0;)
 		if (atomic_load(&p->seqs[i].state) == KV_SEQ_FREE)

@@ -57,6 +57,15 @@ static void publish_epoch(struct kv_server *s)
 
 /* ---- the pool segment -------------------------------------------------- */
 
+/* The spill file: --spill-file, or <run_dir>/kvd.spill. */
+static void spill_path(const struct kv_server *s, char *buf, size_t len)
+{
+	if (s->cfg.spill_file[0])
+		snprintf(buf, len, "%s", s->cfg.spill_file);
+	else
+		snprintf(buf, len, "%s/kvd.spill", s->cfg.run_dir);
+}
+
 /* Registers, as clients, the owners of the sequences of an adopted pool, so
  * that their requests go on being served and their deaths noticed. */
 static void clients_from_pool(struct kv_server *s)
@@ -132,14 +141,25 @@ static int pool_take(struct kv_server *s, int adopted,
 					   st_strerror(r));
 		}
 		st_info("adopted kv pool %s (epoch %llu): %u sequences kept, "
-			"%u dropped, %u cut back, %llu stale table entries and "
-			"%llu reference counts repaired",
+			"%u dropped, %u cut back, %u failed (spilled page "
+			"records inconsistent), %llu stale table entries and "
+			"%llu reference counts repaired, %llu prefix-cache "
+			"groups and %llu spill slots kept (%llu freed)",
 			s->shm.name,
 			(unsigned long long)atomic_load(
 				&st_shm_hdr(&s->shm)->epoch),
 			rep.seqs_kept, rep.seqs_dropped, rep.seqs_truncated,
+			rep.seqs_failed,
 			(unsigned long long)rep.entries_dropped,
-			(unsigned long long)rep.refcounts_fixed);
+			(unsigned long long)rep.refcounts_fixed,
+			(unsigned long long)rep.cache_groups,
+			(unsigned long long)rep.slots_kept,
+			(unsigned long long)rep.slots_freed);
+		if (rl.spill_budget_bytes != s->cfg.spill_budget_bytes)
+			st_warn("kv pool %s keeps its spill budget of %llu "
+				"bytes until it is released (kvd stopped "
+				"cleanly)", s->shm.name,
+				(unsigned long long)rl.spill_budget_bytes);
 		if (rl.budget_bytes != s->cfg.budget_bytes ||
 		    rl.max_seqs != s->cfg.max_seqs ||
 		    rl.max_rows_per_seq != s->cfg.max_rows_per_seq)
@@ -150,6 +170,25 @@ static int pool_take(struct kv_server *s, int adopted,
 				s->shm.name,
 				(unsigned long long)rl.budget_bytes,
 				rl.max_seqs, rl.max_rows_per_seq);
+	}
+	if (s->pool.lay.n_slots) {
+		char path[4200];
+
+		spill_path(s, path, sizeof(path));
+		r = kv_spill_open(&s->pool, path, adopted, diag);
+		if (r < 0) {
+			kv_pool_fini(&s->pool);
+			if (adopted)
+				st_shm_detach(&s->shm);
+			else
+				st_shm_destroy(&s->shm);
+			return r;
+		}
+		st_info("spill file %s: %llu slots of %llu bytes%s", path,
+			(unsigned long long)s->pool.lay.n_slots,
+			(unsigned long long)s->pool.lay.slot_bytes,
+			s->pool.spill.direct ? " (O_DIRECT)" :
+					       " (buffered: no O_DIRECT here)");
 	}
 	s->have_pool = 1;
 	s->layout_hash = hash;
@@ -235,9 +274,10 @@ static int pool_create(struct kv_server *s, const struct kv_msg_declare *m,
 	char b1[32], b2[32];
 	int r;
 
-	r = kv_layout_compute(m->streams, m->n_streams, m->page_rows,
-			      s->cfg.budget_bytes, s->cfg.max_seqs,
-			      s->cfg.max_rows_per_seq, &lay, diag);
+	r = kv_layout_compute_spill(m->streams, m->n_streams, m->page_rows,
+				    s->cfg.budget_bytes,
+				    s->cfg.spill_budget_bytes, s->cfg.max_seqs,
+				    s->cfg.max_rows_per_seq, &lay, diag);
 	if (r < 0)
 		return r;
 	hash = kv_layout_hash(&lay, m->streams);
@@ -307,12 +347,45 @@ static void handle_hello(struct kv_server *s, const uint8_t *p, size_t len,
 	kv_proto_encode_hello_reply(&rp->w, &out);
 }
 
+/* The prefix-cache and spill figures of the STATS reply. */
+static void stats_cache_spill(struct kv_pool *p, struct kv_msg_stats *m)
+{
+	const struct kv_pool_stats *st = &p->stats;
+
+	pthread_mutex_lock(&p->lock);
+	m->pages_cached = p->cache.idle_pages;
+	m->cache_groups = p->cache.n_groups;
+	pthread_mutex_unlock(&p->lock);
+	m->prefix_lookups = atomic_load(&st->prefix_lookups);
+	m->prefix_pages_hit = atomic_load(&st->prefix_pages_hit);
+	m->prefix_rows_reused = atomic_load(&st->prefix_rows_reused);
+	m->prefix_published = atomic_load(&st->prefix_published);
+	m->cache_evictions = atomic_load(&st->cache_evictions);
+	m->spill_budget_bytes = p->lay.spill_budget_bytes;
+	m->slot_bytes = p->lay.slot_bytes;
+	m->n_slots = p->lay.n_slots;
+	m->pages_spilled = kv_spill_used_slots(p);
+	m->spill_pages_total = st->spill_pages_total;
+	m->spill_bytes_total = st->spill_bytes_total;
+	m->spill_ns_total = st->spill_ns_total;
+	m->restore_pages_total = st->restore_pages_total;
+	m->restore_bytes_total = st->restore_bytes_total;
+	m->restore_ns_total = st->restore_ns_total;
+	m->restore_failures = st->restore_failures;
+	m->spill_direct = p->spill.fd >= 0 && p->spill.direct;
+	for (uint32_t i = 0; i < p->lay.max_seqs; i++)
+		if (atomic_load(&p->seqs[i].state) == KV_SEQ_LIVE &&
+		    (atomic_load(&p->seqs[i].flags) & KV_SEQ_F_PINNED))
+			m->n_pinned++;
+}
+
 static void handle_stats(struct kv_server *s, struct kv_reply *rp)
 {
 	struct kv_msg_stats m;
 
 	memset(&m, 0, sizeof(m));
 	m.budget_bytes = s->cfg.budget_bytes;
+	m.spill_budget_bytes = s->cfg.spill_budget_bytes;
 	m.max_seqs = s->cfg.max_seqs;
 	m.max_rows_per_seq = s->cfg.max_rows_per_seq;
 	if (s->have_pool) {
@@ -331,6 +404,7 @@ static void handle_stats(struct kv_server *s, struct kv_reply *rp)
 		m.pages_shared = atomic_load(&c->pages_shared);
 		m.max_seqs = l->max_seqs;
 		m.max_rows_per_seq = l->max_rows_per_seq;
+		stats_cache_spill(&s->pool, &m);
 	}
 	m.epoch = pool_epoch(s);
 	m.pid = (int32_t)getpid();
@@ -375,6 +449,63 @@ static void handle_declare(struct kv_server *s, const uint8_t *p, size_t len,
 	kv_proto_encode_declare_reply(&rp->w, &out);
 }
 
+static int handle_prefix(struct kv_server *s, const struct st_msg_header *h,
+			 struct kv_client_entry *c, const uint8_t *p,
+			 size_t len, struct kv_reply *rp)
+{
+	int publish = h->type == KV_MSG_SEQ_PUBLISH;
+	struct kv_msg_prefix m;
+	struct kv_msg_prefix_reply out;
+	int r = kv_proto_decode_prefix(p, len, publish, &m, &rp->diag);
+
+	if (r < 0)
+		return r;
+	if (publish) {
+		r = kv_seq_publish(&s->pool, c->id, m.seq, m.model_id, m.ids,
+				   m.n_ids, &rp->diag);
+		if (r >= 0) {
+			kv_proto_encode_u32(&rp->w, (uint32_t)r);
+			r = 0;
+		}
+	} else {
+		r = kv_seq_create_prefix(&s->pool, c->id, c->pid,
+					 h->request_id, c->adopted, m.model_id,
+					 m.ids, m.n_ids, &out.seq,
+					 &out.n_cached, &rp->diag);
+		if (r == 0)
+			kv_proto_encode_prefix_reply(&rp->w, &out);
+	}
+	kv_msg_prefix_fini(&m);
+	return r;
+}
+
+/* SEQ_RESIDENCY: the reply's status is 0 and it carries every sequence's
+ * status and the text of the first failure. */
+static int handle_residency(struct kv_server *s, struct kv_client_entry *c,
+			    const uint8_t *p, size_t len, struct kv_reply *rp)
+{
+	struct kv_msg_residency m;
+	int32_t *status;
+	int r = kv_proto_decode_residency(p, len, &m, &rp->diag);
+
+	if (r < 0)
+		return r;
+	status = calloc(m.n, sizeof(*status));
+	if (!status) {
+		free(m.seqs);
+		return -ENOMEM;
+	}
+	r = kv_seq_residency(&s->pool, c->id, m.op, m.n, m.seqs, status,
+			     &rp->diag);
+	if (r == -ST_E_CHECKSUM)
+		st_warn("client %u (%s): %s", c->id, c->name, rp->diag.msg);
+	kv_proto_encode_status_list(&rp->w, m.n, status,
+				    r < 0 ? rp->diag.msg : NULL);
+	free(status);
+	free(m.seqs);
+	return 0;
+}
+
 static void handle_seq(struct kv_server *s, const struct st_msg_header *h,
 		       struct kv_client_entry *c, const uint8_t *p, size_t len,
 		       struct kv_reply *rp)
@@ -415,6 +546,13 @@ static void handle_seq(struct kv_server *s, const struct st_msg_header *h,
 		r = kv_proto_decode_seq(p, len, &seq, &rp->diag);
 		if (r == 0)
 			r = kv_seq_free(&s->pool, c->id, seq, &rp->diag);
+		break;
+	case KV_MSG_SEQ_CREATE_PREFIX:
+	case KV_MSG_SEQ_PUBLISH:
+		r = handle_prefix(s, h, c, p, len, rp);
+		break;
+	case KV_MSG_SEQ_RESIDENCY:
+		r = handle_residency(s, c, p, len, rp);
 		break;
 	default:
 		r = -ST_E_PROTO;
@@ -557,6 +695,9 @@ static void handle(struct kv_server *s, const uint8_t *buf, size_t len)
 	case KV_MSG_SEQ_RESERVE:
 	case KV_MSG_SEQ_FORK:
 	case KV_MSG_SEQ_FREE:
+	case KV_MSG_SEQ_CREATE_PREFIX:
+	case KV_MSG_SEQ_PUBLISH:
+	case KV_MSG_SEQ_RESIDENCY:
 		handle_seq(s, &h, c, p, plen, &rp);
 		break;
 	default:
@@ -672,6 +813,8 @@ void kv_server_stop(struct kv_server *s)
 	unlink(s->ctl_path);
 	unlink(s->evt_path);
 	if (s->have_pool) {
+		/* the pool goes: what the spill file holds means nothing */
+		kv_spill_close(&s->pool, 1);
 		kv_pool_fini(&s->pool);
 		st_shm_destroy(&s->shm);
 		s->have_pool = 0;

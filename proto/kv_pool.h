@@ -12,8 +12,15 @@
  *   pages_off          struct kv_page_meta[n_pages]
  *   seqs_off           struct kv_seq_entry[max_seqs]
  *   table_off          uint32_t[max_seqs][n_streams][max_pages_per_seq]:
- *                      page ids, KV_PAGE_NONE where a sequence has no page
+ *                      page table entries (below)
+ *   slots_off          struct kv_spill_slot[n_slots]: what each slot of the
+ *                      spill file holds (none when spilling is off)
  *   data_off           n_pages pages of page_bytes (2 MiB aligned)
+ *
+ * A page table entry is a page id (< n_pages), KV_PAGE_NONE (no page),
+ * KV_PAGE_SPILLED | slot (the page's bytes are in slot `slot` of the spill
+ * file, see kv_spill_slot) or KV_PAGE_LOST (the bytes were lost: a spilled
+ * page failed its checks; the sequence is KV_SEQ_F_FAILED).
  *
  * Page size: every page is `page_bytes` = page_rows * (largest row_bytes of
  * the declaration), rounded up to 64 bytes, whatever stream it belongs to.
@@ -33,9 +40,25 @@
  * index, generation 1..4095 bumped each time an index is reused, so a stale
  * handle is detected and 0 is never a valid handle.
  *
+ * Prefix cache: a full page of every stream covering the same rows of a
+ * sequence forms a group, keyed by kv_prefix_key (kv_proto.h) of the token
+ * ids those rows were computed from.  Every page of a published group holds
+ * the group's key in kv_page_meta.key; a key is held by at most one group.
+ * A keyed page is read-only (shared) even when one sequence uses it.  When
+ * no sequence uses a group any more its pages stay (state KV_PAGE_CACHED,
+ * refcount 0) until evicted (LRU) or spilled.  The index itself (key ->
+ * group) is kvd's private memory, rebuilt from the keys on adoption.
+ *
+ * Spill: with a spill budget, pages of idle sequences (not pinned, oldest
+ * use first) and unreferenced cached groups are written to the spill file
+ * (slot i at byte i * slot_bytes, slot_bytes = page_bytes rounded up to
+ * 4 KiB) and their table entries (or cache groups) name the slot.  A slot
+ * record carries owner, stream, page index, key, length and XXH3-64 of the
+ * bytes, checked before a restored page is used.
+ *
  * Concurrency: kvd is the only writer of metadata and tables; clients read
  * them with atomic loads (kv_client_row) and write row bytes into pages of
- * their own sequences that they do not share.
+ * their own sequences that they do not share (refcount 1, key 0).
  */
 #ifndef KV_POOL_H
 #define KV_POOL_H
@@ -47,7 +70,7 @@
 #include "st_shm.h"
 
 #define KV_POOL_KIND "kv"
-#define KV_POOL_LAYOUT_VERSION 1
+#define KV_POOL_LAYOUT_VERSION 2
 
 #ifndef KV_MAX_STREAMS
 #define KV_MAX_STREAMS 256
@@ -55,9 +78,13 @@
 #define KV_MAX_PAGE_ROWS 65536u
 #define KV_MAX_ROW_BYTES (1u << 20)          /* 1 MiB per row */
 #define KV_MAX_PAGE_BYTES (64ull << 20)      /* 64 MiB per page */
-#define KV_MAX_PAGES 0xfffffff0u             /* below KV_PAGE_NONE */
+#define KV_MAX_PAGES 0x7ffffff0u             /* below KV_PAGE_SPILLED */
+#define KV_MAX_SLOTS 0x7ffffff0u             /* below KV_PAGE_LOST's slot */
 #define KV_PAGE_ALIGN 64u                    /* page and table alignment */
+#define KV_SLOT_ALIGN 4096u                  /* spill slots (O_DIRECT) */
 #define KV_PAGE_NONE UINT32_MAX
+#define KV_PAGE_LOST (UINT32_MAX - 1)
+#define KV_PAGE_SPILLED 0x80000000u          /* | slot */
 
 #define KV_SEQ_INDEX_BITS 20
 #define KV_SEQ_INDEX_MASK ((1u << KV_SEQ_INDEX_BITS) - 1)
@@ -103,9 +130,13 @@ struct kv_layout {
 	uint64_t table_off;
 	uint64_t data_off;
 	uint64_t total_bytes;        /* segment size, a multiple of 2 MiB */
+	uint64_t spill_budget_bytes; /* as configured; 0 = no spilling */
+	uint64_t slot_bytes;         /* page_bytes rounded up to 4 KiB */
+	uint64_t n_slots;            /* spill_budget_bytes / slot_bytes */
+	uint64_t slots_off;
 };
 
-_Static_assert(sizeof(struct kv_layout) == 96, "kv_layout has no padding");
+_Static_assert(sizeof(struct kv_layout) == 128, "kv_layout has no padding");
 
 /* Counters kept by kvd in the segment (rebuilt on adoption). */
 struct kv_pool_counters {
@@ -129,7 +160,7 @@ _Static_assert(sizeof(struct kv_pool_info) == 256, "kv_pool_info is 256 B");
 enum kv_page_state {
 	KV_PAGE_FREE = 0,
 	KV_PAGE_USED = 1,    /* referenced by refcount sequences */
-	/* later: KV_PAGE_CACHED (prefix cache, no sequence), KV_PAGE_SPILLED */
+	KV_PAGE_CACHED = 2,  /* refcount 0, keyed: kept for the prefix cache */
 };
 
 /* Per-page metadata, 32 bytes. */
@@ -138,8 +169,8 @@ struct kv_page_meta {
 	uint32_t stream;             /* stream the page belongs to */
 	_Atomic uint32_t generation; /* bumped at every allocation */
 	_Atomic uint32_t state;      /* enum kv_page_state */
-	uint64_t key;                /* prefix-cache content hash, 0 = none */
-	uint64_t spill_off;          /* spill-file offset + 1, 0 = none (later) */
+	_Atomic uint64_t key;        /* key of the page's cached group, 0 = none */
+	uint64_t reserved;
 };
 
 _Static_assert(sizeof(struct kv_page_meta) == 32, "kv_page_meta is 32 B");
@@ -150,6 +181,10 @@ enum kv_seq_state {
 	KV_SEQ_BUILDING = 2, /* being created/forked; discarded on adoption */
 };
 
+/* Sequence flags (kv_seq_entry.flags). */
+#define KV_SEQ_F_PINNED 0x1u  /* running: its pages are never spilled */
+#define KV_SEQ_F_FAILED 0x2u  /* a spilled page was lost: only free works */
+
 /* Per-sequence entry, 64 bytes. */
 struct kv_seq_entry {
 	_Atomic uint32_t state;      /* enum kv_seq_state */
@@ -159,10 +194,46 @@ struct kv_seq_entry {
 	_Atomic uint32_t n_rows;     /* rows reserved in every stream */
 	uint32_t parent;             /* handle forked from, 0 = none */
 	uint64_t request_id;         /* request that made it (idempotence) */
-	uint8_t pad[32];
+	_Atomic uint64_t last_use_ns;/* CLOCK_MONOTONIC of the last request */
+	_Atomic uint32_t flags;      /* KV_SEQ_F_* */
+	uint32_t n_spilled;          /* table entries that are spilled */
+	uint8_t pad[16];
 };
 
 _Static_assert(sizeof(struct kv_seq_entry) == 64, "kv_seq_entry is 64 B");
+
+enum kv_slot_state {
+	KV_SLOT_FREE = 0,
+	KV_SLOT_USED = 1,
+};
+
+/* What one slot of the spill file holds, 64 bytes.  Written by kvd after
+ * the slot's bytes reached the file and before any table names the slot. */
+struct kv_spill_slot {
+	_Atomic uint32_t state;      /* enum kv_slot_state */
+	uint32_t stream;
+	uint32_t owner_seq;          /* sequence handle; 0 = a cached group */
+	uint32_t page_index;         /* position in the owner's table */
+	uint64_t key;                /* prefix-cache key (cached groups) */
+	uint64_t checksum;           /* XXH3-64 of the first `length` bytes */
+	uint32_t length;             /* page_rows x row_bytes of the stream */
+	uint32_t reserved0;
+	uint64_t write_ns;           /* when it was written (diagnostics) */
+	uint8_t pad[16];
+};
+
+_Static_assert(sizeof(struct kv_spill_slot) == 64, "kv_spill_slot is 64 B");
+
+static inline int kv_entry_is_spilled(uint32_t e)
+{
+	return e != KV_PAGE_NONE && e != KV_PAGE_LOST &&
+	       (e & KV_PAGE_SPILLED);
+}
+
+static inline uint32_t kv_entry_slot(uint32_t e)
+{
+	return e & ~KV_PAGE_SPILLED;
+}
 
 /* Pages used by n_rows rows: ceil(n_rows / page_rows); 0 rows -> 0 pages. */
 static inline uint32_t kv_pages_for_rows(uint32_t n_rows, uint32_t page_rows)

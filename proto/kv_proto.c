@@ -300,6 +300,26 @@ void kv_proto_encode_stats(struct st_wbuf *w, const struct kv_msg_stats *m)
 	st_wbuf_u32(w, m->n_clients);
 	st_wbuf_u32(w, m->max_seqs);
 	st_wbuf_u32(w, m->max_rows_per_seq);
+	st_wbuf_u64(w, m->pages_cached);
+	st_wbuf_u64(w, m->cache_groups);
+	st_wbuf_u64(w, m->prefix_lookups);
+	st_wbuf_u64(w, m->prefix_pages_hit);
+	st_wbuf_u64(w, m->prefix_rows_reused);
+	st_wbuf_u64(w, m->prefix_published);
+	st_wbuf_u64(w, m->cache_evictions);
+	st_wbuf_u64(w, m->spill_budget_bytes);
+	st_wbuf_u64(w, m->slot_bytes);
+	st_wbuf_u64(w, m->n_slots);
+	st_wbuf_u64(w, m->pages_spilled);
+	st_wbuf_u64(w, m->spill_pages_total);
+	st_wbuf_u64(w, m->spill_bytes_total);
+	st_wbuf_u64(w, m->spill_ns_total);
+	st_wbuf_u64(w, m->restore_pages_total);
+	st_wbuf_u64(w, m->restore_bytes_total);
+	st_wbuf_u64(w, m->restore_ns_total);
+	st_wbuf_u64(w, m->restore_failures);
+	st_wbuf_u32(w, m->spill_direct);
+	st_wbuf_u32(w, m->n_pinned);
 }
 
 int kv_proto_decode_stats(const uint8_t *p, size_t len,
@@ -324,7 +344,196 @@ int kv_proto_decode_stats(const uint8_t *p, size_t len,
 	e |= st_rbuf_u32(&r, &m->n_clients);
 	e |= st_rbuf_u32(&r, &m->max_seqs);
 	e |= st_rbuf_u32(&r, &m->max_rows_per_seq);
+	e |= st_rbuf_u64(&r, &m->pages_cached);
+	e |= st_rbuf_u64(&r, &m->cache_groups);
+	e |= st_rbuf_u64(&r, &m->prefix_lookups);
+	e |= st_rbuf_u64(&r, &m->prefix_pages_hit);
+	e |= st_rbuf_u64(&r, &m->prefix_rows_reused);
+	e |= st_rbuf_u64(&r, &m->prefix_published);
+	e |= st_rbuf_u64(&r, &m->cache_evictions);
+	e |= st_rbuf_u64(&r, &m->spill_budget_bytes);
+	e |= st_rbuf_u64(&r, &m->slot_bytes);
+	e |= st_rbuf_u64(&r, &m->n_slots);
+	e |= st_rbuf_u64(&r, &m->pages_spilled);
+	e |= st_rbuf_u64(&r, &m->spill_pages_total);
+	e |= st_rbuf_u64(&r, &m->spill_bytes_total);
+	e |= st_rbuf_u64(&r, &m->spill_ns_total);
+	e |= st_rbuf_u64(&r, &m->restore_pages_total);
+	e |= st_rbuf_u64(&r, &m->restore_bytes_total);
+	e |= st_rbuf_u64(&r, &m->restore_ns_total);
+	e |= st_rbuf_u64(&r, &m->restore_failures);
+	e |= st_rbuf_u32(&r, &m->spill_direct);
+	e |= st_rbuf_u32(&r, &m->n_pinned);
 	if (e || st_rbuf_left(&r))
+		return -ST_E_PROTO;
+	return 0;
+}
+
+void kv_proto_encode_prefix(struct st_wbuf *w, int has_seq,
+			    const struct kv_msg_prefix *m)
+{
+	if (has_seq)
+		st_wbuf_u32(w, m->seq);
+	st_wbuf_u64(w, m->model_id);
+	st_wbuf_u32(w, m->n_ids);
+	for (uint32_t i = 0; i < m->n_ids; i++)
+		st_wbuf_i32(w, m->ids[i]);
+}
+
+int kv_proto_decode_prefix(const uint8_t *p, size_t len, int has_seq,
+			   struct kv_msg_prefix *ret, struct st_diag *diag)
+{
+	const char *what = has_seq ? "SEQ_PUBLISH" : "SEQ_CREATE_PREFIX";
+	struct st_rbuf r;
+
+	memset(ret, 0, sizeof(*ret));
+	st_rbuf_init(&r, p, len);
+	if ((has_seq && st_rbuf_u32(&r, &ret->seq)) ||
+	    st_rbuf_u64(&r, &ret->model_id) || st_rbuf_u32(&r, &ret->n_ids))
+		return short_payload(what, len, diag);
+	if (has_seq && ret->seq == 0)
+		return st_diag_set(diag, -ST_E_PROTO,
+				   "%s: sequence 0 is never valid", what);
+	if (ret->n_ids == 0)
+		return st_diag_set(diag, -ST_E_PROTO, "%s: no token ids", what);
+	if (ret->n_ids > KV_PROTO_MAX_IDS)
+		return st_diag_set(diag, -ST_E_LIMIT,
+				   "%s: %u token ids, at most %d per request",
+				   what, ret->n_ids, (int)KV_PROTO_MAX_IDS);
+	if (st_rbuf_left(&r) != (size_t)ret->n_ids * 4)
+		return st_diag_set(diag, -ST_E_PROTO,
+				   "%s: %u ids need %zu more bytes, got %zu",
+				   what, ret->n_ids, (size_t)ret->n_ids * 4,
+				   st_rbuf_left(&r));
+	ret->ids = malloc(sizeof(int32_t) * ret->n_ids);
+	if (!ret->ids)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < ret->n_ids; i++)
+		st_rbuf_i32(&r, &ret->ids[i]);
+	return 0;
+}
+
+void kv_msg_prefix_fini(struct kv_msg_prefix *m)
+{
+	if (!m)
+		return;
+	free(m->ids);
+	m->ids = NULL;
+	m->n_ids = 0;
+}
+
+void kv_proto_encode_prefix_reply(struct st_wbuf *w,
+				  const struct kv_msg_prefix_reply *m)
+{
+	st_wbuf_u32(w, m->seq);
+	st_wbuf_u32(w, m->n_cached);
+}
+
+int kv_proto_decode_prefix_reply(const uint8_t *p, size_t len,
+				 struct kv_msg_prefix_reply *ret)
+{
+	struct st_rbuf r;
+
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u32(&r, &ret->seq) || st_rbuf_u32(&r, &ret->n_cached) ||
+	    st_rbuf_left(&r) || ret->seq == 0)
+		return -ST_E_PROTO;
+	return 0;
+}
+
+void kv_proto_encode_residency(struct st_wbuf *w,
+			       const struct kv_msg_residency *m)
+{
+	st_wbuf_u32(w, m->op);
+	st_wbuf_u32(w, m->n);
+	for (uint32_t i = 0; i < m->n; i++)
+		st_wbuf_u32(w, m->seqs[i]);
+}
+
+int kv_proto_decode_residency(const uint8_t *p, size_t len,
+			      struct kv_msg_residency *ret,
+			      struct st_diag *diag)
+{
+	struct st_rbuf r;
+
+	memset(ret, 0, sizeof(*ret));
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u32(&r, &ret->op) || st_rbuf_u32(&r, &ret->n))
+		return short_payload("SEQ_RESIDENCY", len, diag);
+	if (ret->op < KV_RESIDENCY_RESTORE || ret->op > KV_RESIDENCY_UNPIN)
+		return st_diag_set(diag, -ST_E_PROTO,
+				   "SEQ_RESIDENCY: operation %u unknown",
+				   ret->op);
+	if (ret->n == 0)
+		return st_diag_set(diag, -ST_E_PROTO,
+				   "SEQ_RESIDENCY: no sequences");
+	if (ret->n > KV_PROTO_MAX_RESERVE)
+		return st_diag_set(diag, -ST_E_LIMIT,
+				   "SEQ_RESIDENCY: %u sequences, at most %d "
+				   "per request", ret->n, KV_PROTO_MAX_RESERVE);
+	if (st_rbuf_left(&r) != (size_t)ret->n * 4)
+		return st_diag_set(diag, -ST_E_PROTO,
+				   "SEQ_RESIDENCY: %u sequences need %zu more "
+				   "bytes, got %zu", ret->n,
+				   (size_t)ret->n * 4, st_rbuf_left(&r));
+	ret->seqs = malloc(sizeof(uint32_t) * ret->n);
+	if (!ret->seqs)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < ret->n; i++) {
+		st_rbuf_u32(&r, &ret->seqs[i]);
+		if (ret->seqs[i] == 0) {
+			free(ret->seqs);
+			ret->seqs = NULL;
+			return st_diag_set(diag, -ST_E_PROTO,
+					   "SEQ_RESIDENCY: entry %u: sequence "
+					   "0 is never valid", i);
+		}
+	}
+	return 0;
+}
+
+void kv_proto_encode_status_list(struct st_wbuf *w, uint32_t n,
+				 const int32_t *status, const char *text)
+{
+	st_wbuf_u32(w, n);
+	for (uint32_t i = 0; i < n; i++)
+		st_wbuf_i32(w, status[i]);
+	if (text)
+		kv_proto_encode_text(w, text);
+}
+
+int kv_proto_decode_status_list(const uint8_t *p, size_t len, uint32_t n,
+				int32_t *ret_status, struct st_diag *diag)
+{
+	struct st_rbuf r;
+	uint32_t got;
+
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u32(&r, &got) || got != n ||
+	    st_rbuf_left(&r) < (size_t)n * 4)
+		return -ST_E_PROTO;
+	for (uint32_t i = 0; i < n; i++) {
+		st_rbuf_i32(&r, &ret_status[i]);
+		if (ret_status[i] > 0)
+			return -ST_E_PROTO;
+	}
+	if (st_rbuf_left(&r) == 0)
+		return 0;
+	return kv_proto_decode_text(p + 4 + (size_t)n * 4,
+				    st_rbuf_left(&r), diag);
+}
+
+void kv_proto_encode_u32(struct st_wbuf *w, uint32_t v)
+{
+	st_wbuf_u32(w, v);
+}
+
+int kv_proto_decode_u32(const uint8_t *p, size_t len, uint32_t *ret)
+{
+	struct st_rbuf r;
+
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u32(&r, ret) || st_rbuf_left(&r))
 		return -ST_E_PROTO;
 	return 0;
 }
@@ -407,7 +616,19 @@ int kv_layout_compute(const struct kv_stream_decl *streams, uint32_t n_streams,
 		      uint32_t max_seqs, uint32_t max_rows_per_seq,
 		      struct kv_layout *l, struct st_diag *diag)
 {
+	return kv_layout_compute_spill(streams, n_streams, page_rows,
+				       budget_bytes, 0, max_seqs,
+				       max_rows_per_seq, l, diag);
+}
+
+int kv_layout_compute_spill(const struct kv_stream_decl *streams,
+			    uint32_t n_streams, uint32_t page_rows,
+			    uint64_t budget_bytes, uint64_t spill_budget_bytes,
+			    uint32_t max_seqs, uint32_t max_rows_per_seq,
+			    struct kv_layout *l, struct st_diag *diag)
+{
 	uint64_t off, max_row = 0, page_bytes, n_pages, table_entries;
+	uint64_t slot_bytes, n_slots;
 	char b1[32], b2[32];
 
 	memset(l, 0, sizeof(*l));
@@ -475,6 +696,23 @@ int kv_layout_compute(const struct kv_stream_decl *streams, uint32_t n_streams,
 				   (unsigned long long)(page_bytes * n_streams),
 				   st_format_bytes(page_bytes * n_streams, b2,
 						   sizeof(b2)));
+	slot_bytes = ST_ALIGN_UP(page_bytes, (uint64_t)KV_SLOT_ALIGN);
+	n_slots = ST_MIN(spill_budget_bytes / slot_bytes,
+			 (uint64_t)KV_MAX_SLOTS);
+	if (spill_budget_bytes && n_slots < n_streams)
+		return st_diag_set(diag, -ST_E_BUDGET,
+				   "spill budget %s holds %llu slots of %llu "
+				   "bytes; %u streams need at least one each: "
+				   "raise kvd --spill-budget to at least %llu "
+				   "bytes or set it to 0 (no spilling)",
+				   st_format_bytes(spill_budget_bytes, b1,
+						   sizeof(b1)),
+				   (unsigned long long)n_slots,
+				   (unsigned long long)slot_bytes, n_streams,
+				   (unsigned long long)(slot_bytes * n_streams));
+	l->spill_budget_bytes = spill_budget_bytes;
+	l->slot_bytes = slot_bytes;
+	l->n_slots = n_slots;
 	l->n_streams = n_streams;
 	l->page_rows = page_rows;
 	l->max_seqs = max_seqs;
@@ -498,6 +736,8 @@ int kv_layout_compute(const struct kv_stream_decl *streams, uint32_t n_streams,
 				   &table_entries) ||
 	    add_region(&off, table_entries, sizeof(uint32_t), KV_PAGE_ALIGN,
 		       &l->table_off) ||
+	    add_region(&off, n_slots, sizeof(struct kv_spill_slot),
+		       KV_PAGE_ALIGN, &l->slots_off) ||
 	    add_region(&off, n_pages, page_bytes,
 		       st_shm_region_align(n_pages * page_bytes), &l->data_off) ||
 	    off > (1ull << 46))
@@ -508,6 +748,45 @@ int kv_layout_compute(const struct kv_stream_decl *streams, uint32_t n_streams,
 				   (unsigned long long)max_seqs, n_streams,
 				   l->max_pages_per_seq);
 	l->total_bytes = st_shm_round(off);
+	return 0;
+}
+
+int kv_prefix_keys(const int32_t *ids, uint32_t page_rows, uint64_t model_id,
+		   uint32_t n_pages, uint64_t *ret_keys)
+{
+	size_t n = 8 + (size_t)page_rows * 4 + 8;
+	uint8_t *buf;
+	uint64_t parent = 0;
+
+	if (n_pages == 0)
+		return 0;
+	buf = malloc(n);
+	if (!buf)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n_pages; i++) {
+		const int32_t *pid = ids + (size_t)i * page_rows;
+		uint8_t *q = buf;
+
+		/* explicit little-endian bytes: the key does not depend on
+		 * the host's byte order */
+		for (int b = 0; b < 8; b++)
+			*q++ = (uint8_t)(parent >> (8 * b));
+		for (uint32_t j = 0; j < page_rows; j++) {
+			uint32_t v = (uint32_t)pid[j];
+
+			*q++ = (uint8_t)v;
+			*q++ = (uint8_t)(v >> 8);
+			*q++ = (uint8_t)(v >> 16);
+			*q++ = (uint8_t)(v >> 24);
+		}
+		for (int b = 0; b < 8; b++)
+			*q++ = (uint8_t)(model_id >> (8 * b));
+		parent = st_xxh3(buf, n);
+		if (parent == 0)
+			parent = 1;
+		ret_keys[i] = parent;
+	}
+	free(buf);
 	return 0;
 }
 
@@ -547,8 +826,9 @@ int kv_layout_read(const void *base, size_t size, uint64_t layout_hash,
 				   "%zu bytes)", l.n_streams, size);
 	memcpy(streams, (const uint8_t *)base + KV_POOL_STREAMS_OFF,
 	       l.n_streams * sizeof(*streams));
-	r = kv_layout_compute(streams, l.n_streams, l.page_rows, l.budget_bytes,
-			      l.max_seqs, l.max_rows_per_seq, &c, &sub);
+	r = kv_layout_compute_spill(streams, l.n_streams, l.page_rows,
+				    l.budget_bytes, l.spill_budget_bytes,
+				    l.max_seqs, l.max_rows_per_seq, &c, &sub);
 	if (r < 0)
 		return st_diag_set(diag, -ST_E_FORMAT,
 				   "kv pool: recorded declaration is invalid: "

@@ -21,6 +21,13 @@
  *   KV_MSG_SEQ_RESERVE u32 n, n x {u32 seq, u32 n_rows}    reply -
  *   KV_MSG_SEQ_FORK    u32 src, u32 n_rows      reply u32 seq
  *   KV_MSG_SEQ_FREE    u32 seq                  reply -
+ *   KV_MSG_SEQ_CREATE_PREFIX  u64 model_id, u32 n_ids, n_ids x i32 id
+ *              reply   u32 seq, u32 n_cached (rows mapped from the cache)
+ *   KV_MSG_SEQ_PUBLISH u32 seq, u64 model_id, u32 n_ids, n_ids x i32 id
+ *              reply   u32 groups newly published
+ *   KV_MSG_SEQ_RESIDENCY  u32 op (KV_RESIDENCY_*), u32 n, n x u32 seq
+ *              reply   u32 n, n x i32 status (0 or a negative code each),
+ *                      [u32 length + text of the first failure]
  *
  * A reply whose status is negative may carry a text instead: u32 length +
  * bytes (at most KV_PROTO_MAX_TEXT), saying what was wrong (kv_proto_text).
@@ -45,6 +52,9 @@ enum kv_msg_type {
 	KV_MSG_SEQ_RESERVE,
 	KV_MSG_SEQ_FORK,
 	KV_MSG_SEQ_FREE,
+	KV_MSG_SEQ_CREATE_PREFIX,
+	KV_MSG_SEQ_PUBLISH,
+	KV_MSG_SEQ_RESIDENCY,
 
 	KV_EVT_EPOCH = ST_MSG_KV_FIRST + 0x40,
 	KV_EVT_SHUTDOWN,
@@ -54,6 +64,16 @@ enum kv_msg_type {
 #define KV_PROTO_MAX_TEXT 512
 /* Entries per SEQ_RESERVE request (8 bytes each: 128 KiB). */
 #define KV_PROTO_MAX_RESERVE 16384
+/* Token ids per CREATE_PREFIX / PUBLISH request (4 bytes each, within
+ * ST_MSG_MAX_BYTES): longer prompts send their first KV_PROTO_MAX_IDS ids. */
+#define KV_PROTO_MAX_IDS ((ST_MSG_MAX_BYTES - 4096) / 4)
+
+/* SEQ_RESIDENCY operations. */
+enum kv_residency_op {
+	KV_RESIDENCY_RESTORE = 1, /* bring spilled pages back */
+	KV_RESIDENCY_PIN = 2,     /* restore, then mark running */
+	KV_RESIDENCY_UNPIN = 3,   /* no longer running (may be spilled) */
+};
 
 struct kv_msg_hello {
 	uint32_t pid;
@@ -95,6 +115,27 @@ struct kv_msg_fork {
 	uint32_t n_rows;
 };
 
+/* CREATE_PREFIX (seq 0) and PUBLISH: ids owned by the struct after a
+ * successful decode (kv_msg_prefix_fini). */
+struct kv_msg_prefix {
+	uint32_t seq;
+	uint64_t model_id;
+	uint32_t n_ids;
+	int32_t *ids;
+};
+
+struct kv_msg_prefix_reply {
+	uint32_t seq;
+	uint32_t n_cached;
+};
+
+/* SEQ_RESIDENCY; seqs owned after a successful decode (free). */
+struct kv_msg_residency {
+	uint32_t op;
+	uint32_t n;
+	uint32_t *seqs;
+};
+
 /* STATS reply: fixed fields in this order. */
 struct kv_msg_stats {
 	uint64_t budget_bytes;
@@ -112,6 +153,28 @@ struct kv_msg_stats {
 	uint32_t n_clients;
 	uint32_t max_seqs;
 	uint32_t max_rows_per_seq;
+	/* prefix cache */
+	uint64_t pages_cached;       /* resident pages of unused cached groups */
+	uint64_t cache_groups;       /* published groups (resident + spilled) */
+	uint64_t prefix_lookups;     /* CREATE_PREFIX requests */
+	uint64_t prefix_pages_hit;   /* groups mapped from the cache */
+	uint64_t prefix_rows_reused; /* rows those groups held */
+	uint64_t prefix_published;   /* groups published */
+	uint64_t cache_evictions;    /* groups dropped to make room */
+	/* spill */
+	uint64_t spill_budget_bytes;
+	uint64_t slot_bytes;
+	uint64_t n_slots;
+	uint64_t pages_spilled;      /* slots in use now */
+	uint64_t spill_pages_total;  /* pages written since kvd started */
+	uint64_t spill_bytes_total;
+	uint64_t spill_ns_total;     /* time in spill writes */
+	uint64_t restore_pages_total;
+	uint64_t restore_bytes_total;
+	uint64_t restore_ns_total;   /* time in restore reads + checks */
+	uint64_t restore_failures;   /* pages that failed their checks */
+	uint32_t spill_direct;       /* 1 when the spill file uses O_DIRECT */
+	uint32_t n_pinned;           /* sequences pinned as running */
 };
 
 /* Encoders append a payload to w (not reset; sticky w->err).  Decoders read
@@ -159,6 +222,35 @@ void kv_proto_encode_seq(struct st_wbuf *w, uint32_t seq);
 int kv_proto_decode_seq(const uint8_t *p, size_t len, uint32_t *ret_seq,
 			struct st_diag *diag);
 
+/* CREATE_PREFIX (has_seq 0) and PUBLISH (has_seq 1): n_ids
+ * 1..KV_PROTO_MAX_IDS (-ST_E_LIMIT above), PUBLISH's seq non-zero. */
+void kv_proto_encode_prefix(struct st_wbuf *w, int has_seq,
+			    const struct kv_msg_prefix *m);
+int kv_proto_decode_prefix(const uint8_t *p, size_t len, int has_seq,
+			   struct kv_msg_prefix *ret, struct st_diag *diag);
+void kv_msg_prefix_fini(struct kv_msg_prefix *m);
+void kv_proto_encode_prefix_reply(struct st_wbuf *w,
+				  const struct kv_msg_prefix_reply *m);
+int kv_proto_decode_prefix_reply(const uint8_t *p, size_t len,
+				 struct kv_msg_prefix_reply *ret);
+
+/* SEQ_RESIDENCY: op one of KV_RESIDENCY_*, n 1..KV_PROTO_MAX_RESERVE, every
+ * seq non-zero.  Reply: n statuses (at most KV_PROTO_MAX_RESERVE; the
+ * decoder requires exactly `n`). */
+void kv_proto_encode_residency(struct st_wbuf *w,
+			       const struct kv_msg_residency *m);
+int kv_proto_decode_residency(const uint8_t *p, size_t len,
+			      struct kv_msg_residency *ret,
+			      struct st_diag *diag);
+void kv_proto_encode_status_list(struct st_wbuf *w, uint32_t n,
+				 const int32_t *status, const char *text);
+int kv_proto_decode_status_list(const uint8_t *p, size_t len, uint32_t n,
+				int32_t *ret_status, struct st_diag *diag);
+
+/* One u32 (PUBLISH reply). */
+void kv_proto_encode_u32(struct st_wbuf *w, uint32_t v);
+int kv_proto_decode_u32(const uint8_t *p, size_t len, uint32_t *ret);
+
 void kv_proto_encode_stats(struct st_wbuf *w, const struct kv_msg_stats *m);
 int kv_proto_decode_stats(const uint8_t *p, size_t len,
 			  struct kv_msg_stats *ret);
@@ -196,6 +288,27 @@ int kv_layout_compute(const struct kv_stream_decl *streams, uint32_t n_streams,
 		      uint32_t page_rows, uint64_t budget_bytes,
 		      uint32_t max_seqs, uint32_t max_rows_per_seq,
 		      struct kv_layout *ret, struct st_diag *diag);
+
+/* The same with a spill budget: n_slots = spill_budget_bytes / slot_bytes
+ * (slot_bytes = page_bytes rounded up to KV_SLOT_ALIGN), at most
+ * KV_MAX_SLOTS; a region of n_slots kv_spill_slot records.  A spill budget
+ * above 0 that holds no slot is -ST_E_BUDGET (the message names the
+ * minimum). */
+int kv_layout_compute_spill(const struct kv_stream_decl *streams,
+			    uint32_t n_streams, uint32_t page_rows,
+			    uint64_t budget_bytes, uint64_t spill_budget_bytes,
+			    uint32_t max_seqs, uint32_t max_rows_per_seq,
+			    struct kv_layout *ret, struct st_diag *diag);
+
+/*
+ * Prefix-cache keys of the first n_pages full pages of a token sequence:
+ * key[i] = XXH3-64 of the bytes (key[i-1] as u64 LE, ids[i*page_rows ..
+ * (i+1)*page_rows) as i32 LE, model_id as u64 LE), with key[-1] = 0; a
+ * result of 0 is replaced by 1 (0 means "no key").  n_pages * page_rows
+ * must not exceed the ids given.  0 or -ENOMEM.
+ */
+int kv_prefix_keys(const int32_t *ids, uint32_t page_rows, uint64_t model_id,
+		   uint32_t n_pages, uint64_t *ret_keys);
 
 /* XXH3 of the layout followed by the stream declarations: the layout_hash
  * of the segment header. */

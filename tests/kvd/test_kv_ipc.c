@@ -628,6 +628,46 @@ static void test_malformed(void **state)
 	assert_int_equal(raw32(&r, KV_MSG_SEQ_FREE, 1, 0), -ST_E_PROTO);
 	assert_int_equal(raw32(&r, KV_MSG_SEQ_FREE, 1, seq ^ 0x300000),
 			 -ST_E_NOTFOUND);
+	/* SEQ_CREATE_PREFIX: u64 model, u32 n, n ids */
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_CREATE_PREFIX, 2, 7, 0),
+			 -ST_E_PROTO);
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_CREATE_PREFIX, 3, 7, 0, 0),
+			 -ST_E_PROTO);
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_CREATE_PREFIX, 3, 7, 0, 300000),
+			 -ST_E_LIMIT);
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_CREATE_PREFIX, 4, 7, 0, 2, 5),
+			 -ST_E_PROTO);
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_CREATE_PREFIX, 4, 0, 0, 1, 5),
+			 -EINVAL);
+	/* SEQ_PUBLISH: u32 seq, u64 model, u32 n, n ids */
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_PUBLISH, 5, 0, 7, 0, 1, 5),
+			 -ST_E_PROTO);
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_PUBLISH, 4, seq, 7, 0, 1),
+			 -ST_E_PROTO);
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_PUBLISH, 5, seq ^ 0x300000, 7, 0,
+			       1, 5),
+			 -ST_E_NOTFOUND);
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_PUBLISH, 5, seq, 0, 0, 1, 5),
+			 -EINVAL);
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_PUBLISH, 14, seq, 7, 0, 10, 1, 2,
+			       3, 4, 5, 6, 7, 8, 9, 10),
+			 -ST_E_LIMIT); /* seq holds 9 rows */
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_PUBLISH, 5, seq, 7, 0, 1, 5), 0);
+	/* SEQ_RESIDENCY: u32 op, u32 n, n seqs */
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_RESIDENCY, 1, 1), -ST_E_PROTO);
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_RESIDENCY, 3, 0, 1, seq),
+			 -ST_E_PROTO);
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_RESIDENCY, 3, 4, 1, seq),
+			 -ST_E_PROTO);
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_RESIDENCY, 2, 1, 0), -ST_E_PROTO);
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_RESIDENCY, 3, 1, 1, 0),
+			 -ST_E_PROTO);
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_RESIDENCY, 2, 1, 20000),
+			 -ST_E_LIMIT);
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_RESIDENCY, 4, 1, 2, seq, seq),
+			 0); /* a sequence twice is fine */
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_RESIDENCY, 3, 2, 1, seq), 0);
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_RESIDENCY, 3, 3, 1, seq), 0);
 	/* unknown types, a BYE with a payload (the client stays) */
 	assert_int_equal(raw(&r, 0x0299, NULL, 0), -ST_E_PROTO);
 	assert_int_equal(raw(&r, 0x7fff, NULL, 0), -ST_E_PROTO);
@@ -645,12 +685,36 @@ static void test_malformed(void **state)
 	assert_int_equal(raw32(&r, KV_MSG_SEQ_RESERVE, 3, 1, seq_other, 12),
 			 -EPERM);
 	assert_int_equal(raw32(&r, KV_MSG_SEQ_FREE, 1, seq_other), -EPERM);
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_PUBLISH, 5, seq_other, 7, 0, 1,
+			       5),
+			 -EPERM);
+	{
+		/* the reply carries each sequence's status */
+		uint32_t v[4] = { KV_RESIDENCY_PIN, 2, seq_other, seq };
+		int32_t so[2];
+		struct st_diag dd = { { 0 } };
+
+		st_wbuf_init(&rep);
+		assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, 1,
+					  KV_MSG_SEQ_RESIDENCY, r.client, 0, 0,
+					  0, v, sizeof(v), &rep),
+				 0);
+		assert_int_equal(kv_proto_decode_status_list(rep.data, rep.len,
+							     2, so, &dd),
+				 0);
+		assert_int_equal(so[0], -EPERM);
+		assert_int_equal(so[1], 0);
+		assert_non_null(strstr(dd.msg, "another client"));
+		st_wbuf_fini(&rep);
+	}
 	/* random bytes after a valid header, every type */
 	for (int i = 0; i < 400; i++) {
 		static const uint16_t types[] = {
 			ST_MSG_HELLO, ST_MSG_PING, ST_MSG_STATS, KV_MSG_DECLARE,
 			KV_MSG_SEQ_CREATE, KV_MSG_SEQ_RESERVE, KV_MSG_SEQ_FORK,
-			KV_MSG_SEQ_FREE, 0x0206, 0x0100
+			KV_MSG_SEQ_FREE, KV_MSG_SEQ_CREATE_PREFIX,
+			KV_MSG_SEQ_PUBLISH, KV_MSG_SEQ_RESIDENCY, 0x0209,
+			0x0100
 		};
 		size_t len = lcg_next(&state_) % 64;
 
@@ -680,6 +744,118 @@ static void test_malformed(void **state)
 	kv_client_close(c);
 	st_sock_close(&r.s);
 	assert_int_equal(waitpid(k->pid, NULL, WNOHANG), 0);
+}
+
+/* ---- prefix cache across clients ---------------------------------------- */
+
+static void prompt_ids(int32_t *ids, uint32_t n, uint32_t tag)
+{
+	for (uint32_t i = 0; i < n; i++)
+		ids[i] = (int32_t)(tag * 1000u + i);
+}
+
+static void test_prefix_cache(void **state)
+{
+	struct kvd_inst *k = *state;
+	struct kv_stream_decl sd[2] = { { 48, 1, 0, 0 }, { 16, 1, 0, 0 } };
+	struct kv_client *a, *b, *other, *plain;
+	uint32_t sa, sb, sx, cached, n = 10, n12 = 12;
+	int32_t ids[16];
+	struct kv_stats st;
+	struct st_diag d;
+
+	start(k);
+	a = open_client(k, "a");
+	b = open_client(k, "b");
+	other = open_client(k, "other-model");
+	plain = open_client(k, "plain");
+	assert_int_equal(kv_client_declare_model(a, 2, sd, 4, 0xabc, &d), 0);
+	assert_int_equal(kv_client_declare_model(b, 2, sd, 4, 0xabc, &d), 0);
+	assert_int_equal(kv_client_declare_model(other, 2, sd, 4, 0xdef, &d), 0);
+	assert_int_equal(kv_client_declare_model(plain, 2, sd, 4, 0, &d),
+			 -EINVAL);
+	assert_int_equal(kv_client_declare_streams(plain, 2, sd, 4, &d), 0);
+	prompt_ids(ids, 16, 3);
+	assert_int_equal(kv_client_seq_create_prefix(plain, ids, 10, &sx,
+						     &cached, &d),
+			 -EINVAL);
+	assert_non_null(strstr(d.msg, "model id"));
+	/* a computes 10 rows and publishes 2 full pages */
+	assert_int_equal(kv_client_seq_create_prefix(a, ids, 10, &sa, &cached,
+						     &d),
+			 0);
+	assert_int_equal(cached, 0);
+	assert_int_equal(kv_client_seq_reserve(a, 1, &sa, &n, &d), 0);
+	for (uint32_t s = 0; s < 2; s++)
+		for (uint32_t r = 0; r < 10; r++) {
+			uint8_t *p = kv_client_row_writable(a, sa, (int)s, r);
+
+			assert_non_null(p);
+			for (uint32_t i = 0; i < sd[s].row_bytes; i++)
+				p[i] = pattern(5, s, r, i);
+		}
+	assert_int_equal(kv_client_seq_publish(a, sa, ids, 10, &d), 2);
+	/* published: readable, no longer writable */
+	assert_non_null(kv_client_row(a, sa, 0, 7));
+	assert_null(kv_client_row_writable(a, sa, 0, 7));
+	assert_non_null(kv_client_row_writable(a, sa, 0, 8));
+	/* b (another client, same model) finds them: 8 rows, same bytes */
+	assert_int_equal(kv_client_seq_create_prefix(b, ids, 12, &sb, &cached,
+						     &d),
+			 0);
+	assert_int_equal(cached, 8);
+	assert_int_equal(kv_client_seq_rows(b, sb), 8);
+	for (uint32_t s = 0; s < 2; s++)
+		for (uint32_t r = 0; r < 8; r++) {
+			const uint8_t *p = kv_client_row(b, sb, (int)s, r);
+
+			assert_non_null(p);
+			assert_null(kv_client_row_writable(b, sb, (int)s, r));
+			for (uint32_t i = 0; i < sd[s].row_bytes; i++)
+				assert_int_equal(p[i], pattern(5, s, r, i));
+		}
+	/* b writes after the mapped pages only */
+	assert_int_equal(kv_client_seq_reserve(b, 1, &sb, &n12, &d), 0);
+	assert_non_null(kv_client_row_writable(b, sb, 1, 8));
+	memset(kv_client_row_writable(b, sb, 1, 8), 0x5a, 16);
+	assert_int_equal(kv_client_row(a, sa, 1, 8)[0], pattern(5, 1, 8, 0));
+	/* another model finds nothing */
+	assert_int_equal(kv_client_seq_create_prefix(other, ids, 10, &sx,
+						     &cached, &d),
+			 0);
+	assert_int_equal(cached, 0);
+	assert_int_equal(kv_client_stats(a, &st), 0);
+	assert_int_equal(st.prefix_lookups, 3);
+	assert_int_equal(st.prefix_pages_hit, 2);
+	assert_int_equal(st.prefix_rows_reused, 8);
+	assert_int_equal(st.prefix_published, 2);
+	assert_int_equal(st.cache_groups, 2);
+	assert_int_equal(st.pages_shared, 2 * 2);
+	/* everyone lets go: the pages stay cached, unreferenced */
+	assert_int_equal(kv_client_seq_free(a, sa), 0);
+	assert_int_equal(kv_client_seq_free(b, sb), 0);
+	assert_int_equal(kv_client_seq_free(other, sx), 0);
+	assert_int_equal(kv_client_stats(a, &st), 0);
+	assert_int_equal(st.pages_used, 0);
+	assert_int_equal(st.pages_cached, 2 * 2);
+	/* P10 over the wire: B-1, B, B+1, 2B, 2B+1 ids */
+	{
+		const uint32_t len[5] = { 3, 4, 5, 8, 9 };
+		const uint32_t want[5] = { 0, 0, 4, 4, 8 };
+
+		for (int i = 0; i < 5; i++) {
+			assert_int_equal(kv_client_seq_create_prefix(
+						 b, ids, len[i], &sx, &cached,
+						 &d),
+					 0);
+			assert_int_equal(cached, want[i]);
+			assert_int_equal(kv_client_seq_free(b, sx), 0);
+		}
+	}
+	kv_client_close(plain);
+	kv_client_close(other);
+	kv_client_close(b);
+	kv_client_close(a);
 }
 
 /* ---- idempotence ------------------------------------------------------- */
@@ -801,6 +977,8 @@ int main(int argc, char **argv)
 		cmocka_unit_test_setup_teardown(test_fork, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_budget, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_malformed, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_prefix_cache, setup,
+						teardown),
 		cmocka_unit_test_setup_teardown(test_idempotent, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_shutdown, setup, teardown),

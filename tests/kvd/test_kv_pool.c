@@ -2,8 +2,11 @@
  * test_kv_pool.c — kvd's page pool logic in one process (suite unit):
  * page bookkeeping (PITFALLS P11), reference counts under threads,
  * all-or-nothing batched reservation, fork with shared full pages, adoption
- * of a pool left by a killed kvd, and the layout rules.  The pool lives in
- * plain memory here; kvd puts the same bytes in a shared segment.
+ * of a pool left by a killed kvd, and the layout rules; the prefix cache
+ * (hash-chain lookups, P10 page boundaries, copy-on-write, LRU eviction and
+ * P11 recycling, reference counts under threads with the cache).  Spilling
+ * is in test_kv_spill.c.  The pool lives in plain memory here; kvd puts the
+ * same bytes in a shared segment.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -709,6 +712,475 @@ static void test_layout(void **state)
 	free(mem);
 }
 
+/* ---- prefix cache ------------------------------------------------------ */
+
+#define MODEL 0x5eed0001ull
+
+/* Token ids of prompt `tag`: distinct per (tag, position). */
+static void prompt(int32_t *ids, uint32_t n, uint32_t tag)
+{
+	for (uint32_t i = 0; i < n; i++)
+		ids[i] = (int32_t)(tag * 100000u + i * 7u + 3u);
+}
+
+static void write_rows(struct tpool *t, uint32_t seq, uint32_t from,
+		       uint32_t to, uint32_t tag)
+{
+	for (uint32_t s = 0; s < t->lay.n_streams; s++)
+		for (uint32_t r = from; r < to; r++)
+			for (uint32_t i = 0; i < t->streams[s].row_bytes; i++)
+				row_ptr(t, seq, s, r)[i] = pattern(tag, s, r, i);
+}
+
+static void check_rows(struct tpool *t, uint32_t seq, uint32_t from,
+		       uint32_t to, uint32_t tag)
+{
+	for (uint32_t s = 0; s < t->lay.n_streams; s++)
+		for (uint32_t r = from; r < to; r++)
+			for (uint32_t i = 0; i < t->streams[s].row_bytes; i++)
+				assert_int_equal(row_ptr(t, seq, s, r)[i],
+						 pattern(tag, s, r, i));
+}
+
+/* A sequence computed from n ids of prompt `tag`: created through the
+ * cache, rows written (all of them, as computed would after a miss),
+ * published.  Returns the sequence; *ret_cached = rows found cached. */
+static uint32_t computed_seq(struct tpool *t, uint32_t n, uint32_t tag,
+			     uint64_t model, uint32_t *ret_cached)
+{
+	int32_t ids[256];
+	uint32_t seq, cached;
+	struct st_diag d;
+
+	assert_true(n <= 256);
+	prompt(ids, n, tag);
+	assert_int_equal(kv_seq_create_prefix(&t->p, 1, 1, 0, 0, model, ids,
+					      n, &seq, &cached, &d),
+			 0);
+	assert_int_equal(atomic_load(&t->p.seqs[kv_seq_index(seq)].n_rows),
+			 cached);
+	assert_int_equal(reserve1(t, 1, seq, n, &d), 0);
+	write_rows(t, seq, cached, n, tag);
+	assert_true(kv_seq_publish(&t->p, 1, seq, model, ids, n, &d) >= 0);
+	if (ret_cached)
+		*ret_cached = cached;
+	return seq;
+}
+
+static uint32_t page_of(struct tpool *t, uint32_t seq, uint32_t s,
+			uint32_t pi)
+{
+	return kv_seq_page(&t->p, (uint32_t)kv_seq_lookup(&t->p, seq), s, pi);
+}
+
+static void test_prefix_cache(void **state)
+{
+	const uint32_t rb[2] = { 16, 24 }, B = 4;
+	struct tpool *t = tpool_new(2, rb, B, 40, 16, 64);
+	uint32_t a, b, c, cached, x;
+	int32_t ids[64];
+	struct st_diag d;
+
+	(void)state;
+	/* a cold cache: nothing found; 10 ids publish 2 full groups */
+	a = computed_seq(t, 10, 1, MODEL, &cached);
+	assert_int_equal(cached, 0);
+	assert_int_equal(atomic_load(&t->p.stats.prefix_published), 2);
+	assert_int_equal(t->p.cache.n_groups, 2);
+	for (uint32_t s = 0; s < 2; s++) {
+		assert_true(atomic_load(&t->p.pages[page_of(t, a, s, 0)].key) != 0);
+		assert_int_equal(atomic_load(&t->p.pages[page_of(t, a, s, 2)].key), 0);
+	}
+	/* the page's key is the chain key of its ids */
+	{
+		uint64_t k[2];
+
+		prompt(ids, 10, 1);
+		assert_int_equal(kv_prefix_keys(ids, B, MODEL, 2, k), 0);
+		assert_true(atomic_load(&t->p.pages[page_of(t, a, 1, 1)].key) ==
+			    k[1]);
+	}
+	/* publishing again changes nothing */
+	assert_int_equal(kv_seq_publish(&t->p, 1, a, MODEL, ids, 10, &d), 0);
+	/* the same prompt: 2 groups mapped, the same pages, read-only */
+	b = computed_seq(t, 10, 1, MODEL, &cached);
+	assert_int_equal(cached, 8);
+	for (uint32_t s = 0; s < 2; s++)
+		for (uint32_t pi = 0; pi < 2; pi++) {
+			assert_int_equal(page_of(t, b, s, pi), page_of(t, a, s, pi));
+			assert_int_equal(refcount(t, page_of(t, a, s, pi)), 2);
+		}
+	assert_int_not_equal(page_of(t, b, 0, 2), page_of(t, a, 0, 2));
+	check_rows(t, b, 0, 10, 1);
+	assert_int_equal(atomic_load(&t->p.stats.prefix_lookups), 2);
+	assert_int_equal(atomic_load(&t->p.stats.prefix_pages_hit), 2);
+	assert_int_equal(atomic_load(&t->p.stats.prefix_rows_reused), 8);
+
+	/* P10: B-1, B, B+1, 2B, 2B+1 ids of a cached prompt */
+	{
+		const uint32_t n[5] = { B - 1, B, B + 1, 2 * B, 2 * B + 1 };
+		const uint32_t want[5] = { 0, 0, B, B, 2 * B };
+
+		prompt(ids, 64, 1);
+		for (int i = 0; i < 5; i++) {
+			assert_int_equal(kv_seq_create_prefix(&t->p, 1, 1, 0, 0,
+							      MODEL, ids, n[i],
+							      &x, &cached, &d),
+					 0);
+			assert_int_equal(cached, want[i]);
+			assert_int_equal(kv_seq_free(&t->p, 1, x, &d), 0);
+		}
+	}
+	/* another model: nothing; a token changed in page 1: only page 0 */
+	prompt(ids, 10, 1);
+	assert_int_equal(kv_seq_create_prefix(&t->p, 1, 1, 0, 0, MODEL + 1,
+					      ids, 10, &x, &cached, &d),
+			 0);
+	assert_int_equal(cached, 0);
+	kv_seq_free(&t->p, 1, x, &d);
+	ids[5]++;
+	assert_int_equal(kv_seq_create_prefix(&t->p, 1, 1, 0, 0, MODEL, ids,
+					      10, &x, &cached, &d),
+			 0);
+	assert_int_equal(cached, B);
+	kv_seq_free(&t->p, 1, x, &d);
+	assert_int_equal(kv_seq_create_prefix(&t->p, 1, 1, 0, 0, 0, ids, 10,
+					      &x, &cached, &d),
+			 -EINVAL);
+	/* publishing other ids over mapped pages is refused page by page:
+	 * nothing of b is keyed twice */
+	ids[5]--;
+	ids[1]++;
+	assert_int_equal(kv_seq_publish(&t->p, 1, b, MODEL, ids, 10, &d), 0);
+	assert_int_equal(kv_seq_publish(&t->p, 1, b, MODEL, ids, 11, &d),
+			 -ST_E_LIMIT);
+	assert_int_equal(kv_seq_publish(&t->p, 2, b, MODEL, ids, 10, &d),
+			 -EPERM);
+
+	/* both users go: the groups stay (idle, refcount 0, CACHED) */
+	assert_int_equal(kv_seq_free(&t->p, 1, a, &d), 0);
+	assert_int_equal(kv_seq_free(&t->p, 1, b, &d), 0);
+	assert_int_equal(used(t), 0);
+	assert_int_equal(t->p.cache.idle_pages, 4);
+	assert_int_equal(kv_pool_free_pages(&t->p), 40 - 4);
+	assert_int_equal(kv_pool_avail_pages(&t->p), 40);
+	for (uint32_t g = 0; g < t->p.cache.n_max; g++)
+		if (t->p.cache.where[g] != KV_CG_FREE)
+			for (uint32_t s = 0; s < 2; s++) {
+				uint32_t pg = t->p.cache.ent[g * 2 + s];
+
+				assert_int_equal(refcount(t, pg), 0);
+				assert_int_equal(atomic_load(&t->p.pages[pg].state),
+						 KV_PAGE_CACHED);
+			}
+	/* and are found again with their rows */
+	c = computed_seq(t, 9, 1, MODEL, &cached);
+	assert_int_equal(cached, 8);
+	check_rows(t, c, 0, 9, 1);
+	assert_int_equal(t->p.cache.idle_pages, 0);
+	assert_int_equal(used(t), 3 * 2);
+	kv_seq_free(&t->p, 1, c, &d);
+	tpool_free(t);
+}
+
+/* LRU eviction, and PITFALLS P11: a recycled cached page is not found by
+ * its old key any more. */
+static void test_cache_evict(void **state)
+{
+	const uint32_t rb[1] = { 32 }, B = 4;
+	struct tpool *t = tpool_new(1, rb, B, 8, 8, 64);
+	uint32_t p1, p2, p3, cached, big, old_pages[2];
+	int32_t ids[16];
+	struct st_diag d;
+
+	(void)state;
+	/* three prompts of 2 full pages + 1 row; freed: 6 idle pages */
+	p1 = computed_seq(t, 9, 1, MODEL, NULL);
+	old_pages[0] = page_of(t, p1, 0, 0);
+	old_pages[1] = page_of(t, p1, 0, 1);
+	kv_seq_free(&t->p, 1, p1, &d);
+	p2 = computed_seq(t, 9, 2, MODEL, NULL);
+	kv_seq_free(&t->p, 1, p2, &d);
+	p3 = computed_seq(t, 9, 3, MODEL, NULL);
+	kv_seq_free(&t->p, 1, p3, &d);
+	assert_int_equal(t->p.cache.idle_pages, 6);
+	assert_int_equal(kv_pool_free_pages(&t->p), 2);
+	/* prompt 1 used again: now the most recently used */
+	prompt(ids, 9, 1);
+	assert_int_equal(kv_seq_create_prefix(&t->p, 1, 1, 0, 0, MODEL, ids, 9,
+					      &p1, &cached, &d),
+			 0);
+	assert_int_equal(cached, 8);
+	kv_seq_free(&t->p, 1, p1, &d);
+	/* 4 pages needed, 2 free: prompt 2's group of page 0 goes first,
+	 * then its page 1 */
+	kv_seq_create(&t->p, 1, 1, 0, 0, &big, &d);
+	assert_int_equal(reserve1(t, 1, big, 16, &d), 0);
+	assert_int_equal(atomic_load(&t->p.stats.cache_evictions), 2);
+	prompt(ids, 9, 2);
+	assert_int_equal(kv_seq_create_prefix(&t->p, 1, 1, 0, 0, MODEL, ids, 9,
+					      &p2, &cached, &d),
+			 0);
+	assert_int_equal(cached, 0);
+	kv_seq_free(&t->p, 1, p2, &d);
+	prompt(ids, 9, 3);
+	assert_int_equal(kv_seq_create_prefix(&t->p, 1, 1, 0, 0, MODEL, ids, 9,
+					      &p3, &cached, &d),
+			 0);
+	assert_int_equal(cached, 8);
+	kv_seq_free(&t->p, 1, p3, &d);
+	/* more: prompt 3 then prompt 1 are recycled; their old pages now
+	 * hold the big sequence's rows, no key, and the old prompt finds
+	 * nothing */
+	assert_int_equal(reserve1(t, 1, big, 32, &d), 0);
+	assert_int_equal(t->p.cache.n_groups, 0);
+	assert_int_equal(t->p.cache.idle_pages, 0);
+	for (int i = 0; i < 2; i++) {
+		assert_int_equal(atomic_load(&t->p.pages[old_pages[i]].key), 0);
+		assert_int_equal(t->p.cache.page_group[old_pages[i]], UINT32_MAX);
+		assert_int_equal(refcount(t, old_pages[i]), 1);
+	}
+	write_rows(t, big, 0, 32, 9);
+	prompt(ids, 9, 1);
+	kv_seq_free(&t->p, 1, big, &d);
+	assert_int_equal(kv_seq_create_prefix(&t->p, 1, 1, 0, 0, MODEL, ids, 9,
+					      &p1, &cached, &d),
+			 0);
+	assert_int_equal(cached, 0);
+	kv_seq_free(&t->p, 1, p1, &d);
+	assert_int_equal(kv_pool_free_pages(&t->p), 8);
+	tpool_free(t);
+}
+
+/* Copy-on-write: a partial last page that is shared is copied before a
+ * reservation lets its sequence write into it; full shared pages are never
+ * copied; the other holder keeps its bytes. */
+static void test_cow(void **state)
+{
+	const uint32_t rb[2] = { 16, 8 }, B = 4;
+	struct tpool *t = tpool_new(2, rb, B, 32, 8, 64);
+	uint32_t a, x, cached, shared_pg[2], full_pg[2];
+	int ia, ix;
+	struct st_diag d;
+
+	(void)state;
+	kv_seq_create(&t->p, 1, 1, 0, 0, &a, &d);
+	assert_int_equal(reserve1(t, 1, a, 6, &d), 0);
+	write_rows(t, a, 0, 6, 4);
+	/* x shares a's pages (as a fork that did not copy would): the
+	 * partial page 1 is now shared */
+	kv_seq_create(&t->p, 1, 1, 0, 0, &x, &d);
+	ia = kv_seq_lookup(&t->p, a);
+	ix = kv_seq_lookup(&t->p, x);
+	for (uint32_t s = 0; s < 2; s++)
+		for (uint32_t pi = 0; pi < 2; pi++) {
+			uint32_t pg = kv_seq_page(&t->p, (uint32_t)ia, s, pi);
+
+			assert_true(kv_page_ref(&t->p, pg) == 2);
+			kv_table_set(&t->p, (uint32_t)ix, s, pi, pg);
+		}
+	atomic_store(&t->p.seqs[ix].n_rows, 6);
+	for (uint32_t s = 0; s < 2; s++) {
+		shared_pg[s] = page_of(t, a, s, 1);
+		full_pg[s] = page_of(t, a, s, 0);
+	}
+	/* reserving what a has already: nothing is copied */
+	assert_int_equal(reserve1(t, 1, a, 6, &d), 0);
+	assert_int_equal(page_of(t, a, 0, 1), shared_pg[0]);
+	/* a grows into its partial page: it gets its own copy of rows 4, 5 */
+	assert_int_equal(reserve1(t, 1, a, 7, &d), 0);
+	for (uint32_t s = 0; s < 2; s++) {
+		assert_int_not_equal(page_of(t, a, s, 1), shared_pg[s]);
+		assert_int_equal(page_of(t, x, s, 1), shared_pg[s]);
+		assert_int_equal(refcount(t, shared_pg[s]), 1);
+		assert_int_equal(refcount(t, page_of(t, a, s, 1)), 1);
+		/* the full page stays shared */
+		assert_int_equal(page_of(t, a, s, 0), full_pg[s]);
+		assert_int_equal(refcount(t, full_pg[s]), 2);
+	}
+	check_rows(t, a, 0, 6, 4);
+	write_rows(t, a, 6, 7, 5);
+	memset(row_ptr(t, a, 0, 5), 0xab, rb[0]);
+	check_rows(t, x, 0, 6, 4); /* x never sees a's writes */
+	kv_seq_free(&t->p, 1, a, &d);
+	kv_seq_free(&t->p, 1, x, &d);
+	assert_int_equal(used(t), 0);
+
+	/* a sequence mapped from the cache writes after the mapped pages;
+	 * the mapped ones keep their ids and bytes */
+	a = computed_seq(t, 9, 6, MODEL, NULL);
+	x = computed_seq(t, 9, 6, MODEL, &cached);
+	assert_int_equal(cached, 8);
+	for (uint32_t s = 0; s < 2; s++)
+		full_pg[s] = page_of(t, x, s, 1);
+	assert_int_equal(reserve1(t, 1, x, 12, &d), 0);
+	write_rows(t, x, 9, 12, 7);
+	for (uint32_t s = 0; s < 2; s++) {
+		assert_int_equal(page_of(t, x, s, 1), full_pg[s]);
+		assert_int_equal(refcount(t, full_pg[s]), 2);
+	}
+	check_rows(t, a, 0, 9, 6);
+	kv_seq_free(&t->p, 1, a, &d);
+	kv_seq_free(&t->p, 1, x, &d);
+	tpool_free(t);
+}
+
+/* ---- reference counts under threads, with the cache --------------------- */
+
+#define NKEYS 6
+
+struct cache_arg {
+	struct tpool *t;
+	uint32_t seed;
+	int iters;
+	int errors;
+	int hits;
+	_Atomic int *stop;   /* users: run until set (and iters done) */
+};
+
+static uint64_t tkey(uint32_t i)
+{
+	return 0x1000 + i;
+}
+
+/* Looks keys up and drops what it got: pages always carry the key. */
+static void *cache_user(void *v)
+{
+	struct cache_arg *a = v;
+	struct kv_pool *p = &a->t->p;
+
+	for (int i = 0; i < a->iters || !atomic_load(a->stop); i++) {
+		uint64_t key = tkey(lcg(&a->seed) % NKEYS);
+		uint32_t pages[2];
+		int r = kv_cache_acquire(p, key, pages);
+
+		if (r == 0)
+			continue;
+		if (r != 1) {
+			a->errors++;
+			continue;
+		}
+		a->hits++;
+		for (int s = 0; s < 2; s++) {
+			if (atomic_load(&p->pages[pages[s]].key) != key ||
+			    atomic_load(&p->pages[pages[s]].refcount) == 0)
+				a->errors++;
+			if (kv_page_unref(p, pages[s]) < 0)
+				a->errors++;
+		}
+	}
+	return NULL;
+}
+
+/* Publishes groups under the keys (when absent) and lets them go idle. */
+static void *cache_publisher(void *v)
+{
+	struct cache_arg *a = v;
+	struct kv_pool *p = &a->t->p;
+
+	for (int i = 0; i < a->iters || !atomic_load(a->stop); i++) {
+		uint32_t pages[2];
+		int r;
+
+		if (kv_page_alloc(p, 0, &pages[0]) < 0)
+			continue;
+		if (kv_page_alloc(p, 1, &pages[1]) < 0) {
+			kv_page_unref(p, pages[0]);
+			continue;
+		}
+		r = kv_cache_publish(p, tkey(lcg(&a->seed) % NKEYS), pages);
+		if (r < 0)
+			a->errors++;
+		/* a user may hold the group already: >= 0, never refused */
+		for (int s = 0; s < 2; s++)
+			if (kv_page_unref(p, pages[s]) < 0)
+				a->errors++;
+	}
+	return NULL;
+}
+
+/* Allocation pressure: recycles idle groups (eviction). */
+static void *cache_evictor(void *v)
+{
+	struct cache_arg *a = v;
+	struct kv_pool *p = &a->t->p;
+
+	for (int i = 0; i < a->iters || !atomic_load(a->stop); i++) {
+		uint32_t held[8];
+		int n = 0;
+
+		while (n < 4 && kv_page_alloc(p, 0, &held[n]) == 0)
+			n++;
+		if (lcg(&a->seed) % 16 == 0)
+			kv_cache_evict_lru(p);
+		while (n > 0)
+			if (kv_page_unref(p, held[--n]) != 0)
+				a->errors++;
+	}
+	return NULL;
+}
+
+static void test_cache_refcount_threads(void **state)
+{
+	enum { T = 6 };
+	const uint32_t rb[2] = { 64, 64 };
+	struct tpool *t = tpool_new(2, rb, 4, 20, 4, 64);
+	struct cache_arg args[T];
+	pthread_t th[T];
+	_Atomic int stop = 0;
+	int hits = 0;
+
+	(void)state;
+	/* threads 0..2 use the cache, 3..4 publish, 5 recycles pages; all
+	 * at once for 300 ms at least */
+	for (int i = T; i-- > 0;) {
+		args[i] = (struct cache_arg){ .t = t, .seed = 11u + 3u * i,
+					      .iters = 2000, .stop = &stop };
+		pthread_create(&th[i], NULL,
+			       i < 3 ? cache_user :
+			       i < 5 ? cache_publisher : cache_evictor,
+			       &args[i]);
+	}
+	st_sleep_ns(300ull * 1000 * 1000);
+	atomic_store(&stop, 1);
+	for (int i = 0; i < T; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(args[i].errors, 0);
+		hits += args[i].hits;
+	}
+	assert_true(hits > 0);
+	assert_true(atomic_load(&t->p.stats.cache_evictions) > 0);
+	/* everything let go: no reference left, none below 0, every page
+	 * either free (once) or an idle page of a cached group */
+	assert_int_equal(used(t), 0);
+	assert_int_equal(shared(t), 0);
+	assert_int_equal(t->p.n_free + t->p.cache.idle_pages, 20);
+	for (uint32_t pg = 0; pg < 20; pg++) {
+		uint32_t st = atomic_load(&t->p.pages[pg].state);
+		int on_list = 0;
+
+		assert_int_equal(refcount(t, pg), 0);
+		for (uint64_t i = 0; i < t->p.n_free; i++)
+			on_list += t->p.free_pages[i] == pg;
+		if (st == KV_PAGE_FREE) {
+			assert_int_equal(on_list, 1);
+			assert_int_equal(t->p.cache.page_group[pg], UINT32_MAX);
+		} else {
+			uint32_t g = t->p.cache.page_group[pg];
+
+			assert_int_equal(st, KV_PAGE_CACHED);
+			assert_int_equal(on_list, 0);
+			assert_int_not_equal(g, UINT32_MAX);
+			assert_int_equal(t->p.cache.where[g], KV_CG_IDLE);
+			assert_true(atomic_load(&t->p.pages[pg].key) ==
+				    t->p.cache.key[g]);
+		}
+	}
+	assert_true(t->p.cache.n_groups <= NKEYS);
+	assert_int_equal(t->p.cache.idle_pages, t->p.cache.n_groups * 2);
+	tpool_free(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -720,6 +1192,10 @@ int main(void)
 		cmocka_unit_test(test_fork),
 		cmocka_unit_test(test_adopt),
 		cmocka_unit_test(test_layout),
+		cmocka_unit_test(test_prefix_cache),
+		cmocka_unit_test(test_cache_evict),
+		cmocka_unit_test(test_cow),
+		cmocka_unit_test(test_cache_refcount_threads),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -2,7 +2,8 @@
  * test_kv_proto.c — kvd's wire messages (suite unit): every message
  * survives an encode/decode round trip with its values; every shorter or
  * longer payload, and every field out of range, is refused with the right
- * code instead of being read past its end.
+ * code instead of being read past its end.  Also the prefix-cache key
+ * chain (kv_prefix_keys) against an independent computation.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "kv_proto.h"
+#include "st_util.h"
 
 /* Every prefix of a valid payload is refused (and never read past). */
 static void check_prefixes(const struct st_wbuf *w,
@@ -264,7 +266,8 @@ static void test_seq_messages(void **state)
 static void test_stats_and_text(void **state)
 {
 	struct kv_msg_stats s = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, -12, 13,
-				  14, 15 },
+				  14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
+				  25, 26, 27, 28, 29, 30, 31, 32, 33, 1, 35 },
 			    o;
 	struct st_wbuf w;
 	struct st_diag d;
@@ -311,6 +314,220 @@ static void test_stats_and_text(void **state)
 	assert_int_equal(h.type, 0);
 }
 
+static int dec_prefix0(const uint8_t *p, size_t n, void *o)
+{
+	int r = kv_proto_decode_prefix(p, n, 0, o, NULL);
+
+	kv_msg_prefix_fini(o);
+	return r;
+}
+
+static int dec_prefix1(const uint8_t *p, size_t n, void *o)
+{
+	int r = kv_proto_decode_prefix(p, n, 1, o, NULL);
+
+	kv_msg_prefix_fini(o);
+	return r;
+}
+
+static int dec_residency(const uint8_t *p, size_t n, void *o)
+{
+	struct kv_msg_residency *m = o;
+	int r = kv_proto_decode_residency(p, n, m, NULL);
+
+	free(m->seqs);
+	m->seqs = NULL;
+	return r;
+}
+
+static void test_prefix_messages(void **state)
+{
+	int32_t ids[5] = { 7, -1, 0, 2147483647, 42 };
+	struct kv_msg_prefix m = { 0x100003, 0x1122334455667788ull, 5, ids }, o;
+	struct kv_msg_prefix_reply pr = { 0x200001, 48 }, pro;
+	uint32_t seqs[3] = { 0x100001, 0x100002, 0x300004 }, u;
+	struct kv_msg_residency rm = { KV_RESIDENCY_PIN, 3, seqs }, ro;
+	int32_t status[3] = { 0, -ST_E_CHECKSUM, -ST_E_NOTFOUND }, so[3];
+	struct st_wbuf w;
+	struct st_diag d;
+
+	(void)state;
+	/* PUBLISH: seq, model, ids; CREATE_PREFIX: the same without seq */
+	for (int has_seq = 0; has_seq <= 1; has_seq++) {
+		st_wbuf_init(&w);
+		kv_proto_encode_prefix(&w, has_seq, &m);
+		assert_int_equal(w.len, (has_seq ? 4 : 0) + 8 + 4 + 5 * 4);
+		assert_int_equal(kv_proto_decode_prefix(w.data, w.len, has_seq,
+							&o, &d),
+				 0);
+		assert_int_equal(o.seq, has_seq ? 0x100003 : 0);
+		assert_true(o.model_id == 0x1122334455667788ull);
+		assert_int_equal(o.n_ids, 5);
+		assert_memory_equal(o.ids, ids, sizeof(ids));
+		kv_msg_prefix_fini(&o);
+		check_prefixes(&w, has_seq ? dec_prefix1 : dec_prefix0, &o);
+		st_wbuf_i32(&w, 1); /* one id too many */
+		assert_int_equal(kv_proto_decode_prefix(w.data, w.len, has_seq,
+							&o, &d),
+				 -ST_E_PROTO);
+		assert_null(o.ids);
+		st_wbuf_fini(&w);
+	}
+	m.n_ids = 0;
+	st_wbuf_init(&w);
+	kv_proto_encode_prefix(&w, 0, &m);
+	assert_int_equal(kv_proto_decode_prefix(w.data, w.len, 0, &o, &d),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+	st_wbuf_init(&w);
+	st_wbuf_u64(&w, 1);
+	st_wbuf_u32(&w, KV_PROTO_MAX_IDS + 1);
+	assert_int_equal(kv_proto_decode_prefix(w.data, w.len, 0, &o, &d),
+			 -ST_E_LIMIT);
+	st_wbuf_fini(&w);
+	m.n_ids = 1;
+	m.seq = 0;
+	st_wbuf_init(&w);
+	kv_proto_encode_prefix(&w, 1, &m);
+	assert_int_equal(kv_proto_decode_prefix(w.data, w.len, 1, &o, &d),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+
+	st_wbuf_init(&w);
+	kv_proto_encode_prefix_reply(&w, &pr);
+	assert_int_equal(kv_proto_decode_prefix_reply(w.data, w.len, &pro), 0);
+	assert_int_equal(pro.seq, 0x200001);
+	assert_int_equal(pro.n_cached, 48);
+	assert_int_equal(kv_proto_decode_prefix_reply(w.data, 7, &pro),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+	st_wbuf_init(&w);
+	kv_proto_encode_u32(&w, 77);
+	assert_int_equal(kv_proto_decode_u32(w.data, w.len, &u), 0);
+	assert_int_equal(u, 77);
+	st_wbuf_u8(&w, 0);
+	assert_int_equal(kv_proto_decode_u32(w.data, w.len, &u), -ST_E_PROTO);
+	st_wbuf_fini(&w);
+
+	/* SEQ_RESIDENCY and its reply */
+	st_wbuf_init(&w);
+	kv_proto_encode_residency(&w, &rm);
+	assert_int_equal(kv_proto_decode_residency(w.data, w.len, &ro, &d), 0);
+	assert_int_equal(ro.op, KV_RESIDENCY_PIN);
+	assert_int_equal(ro.n, 3);
+	assert_memory_equal(ro.seqs, seqs, sizeof(seqs));
+	free(ro.seqs);
+	check_prefixes(&w, dec_residency, &ro);
+	st_wbuf_fini(&w);
+	for (uint32_t op = 0; op <= 4; op += 4) {
+		rm.op = op;
+		st_wbuf_init(&w);
+		kv_proto_encode_residency(&w, &rm);
+		assert_int_equal(kv_proto_decode_residency(w.data, w.len, &ro,
+							   &d),
+				 -ST_E_PROTO);
+		assert_non_null(strstr(d.msg, "operation"));
+		st_wbuf_fini(&w);
+	}
+	rm.op = KV_RESIDENCY_RESTORE;
+	seqs[2] = 0;
+	st_wbuf_init(&w);
+	kv_proto_encode_residency(&w, &rm);
+	assert_int_equal(kv_proto_decode_residency(w.data, w.len, &ro, &d),
+			 -ST_E_PROTO);
+	assert_non_null(strstr(d.msg, "entry 2"));
+	st_wbuf_fini(&w);
+	st_wbuf_init(&w);
+	kv_proto_encode_status_list(&w, 3, status, NULL);
+	assert_int_equal(kv_proto_decode_status_list(w.data, w.len, 3, so, &d),
+			 0);
+	assert_memory_equal(so, status, sizeof(status));
+	assert_int_equal(kv_proto_decode_status_list(w.data, w.len, 2, so, &d),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+	st_wbuf_init(&w);
+	kv_proto_encode_status_list(&w, 3, status, "sequence 0x100002 failed");
+	memset(&d, 0, sizeof(d));
+	assert_int_equal(kv_proto_decode_status_list(w.data, w.len, 3, so, &d),
+			 0);
+	assert_string_equal(d.msg, "sequence 0x100002 failed");
+	assert_int_equal(kv_proto_decode_status_list(w.data, w.len - 1, 3, so,
+						     &d),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+	status[0] = 5; /* a positive status is not a status */
+	st_wbuf_init(&w);
+	kv_proto_encode_status_list(&w, 3, status, NULL);
+	assert_int_equal(kv_proto_decode_status_list(w.data, w.len, 3, so, &d),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+}
+
+/* key = XXH3-64(parent u64 LE | ids i32 LE | model u64 LE), built here
+ * byte by byte, independently of kv_prefix_keys' loop. */
+static uint64_t ref_key(uint64_t parent, const int32_t *ids, uint32_t n,
+			uint64_t model)
+{
+	uint8_t buf[8 + 64 * 4 + 8];
+	size_t o = 0;
+	uint64_t h;
+
+	assert_true(n <= 64);
+	for (int b = 0; b < 8; b++)
+		buf[o++] = (uint8_t)(parent >> (8 * b));
+	for (uint32_t i = 0; i < n; i++)
+		for (int b = 0; b < 4; b++)
+			buf[o++] = (uint8_t)((uint32_t)ids[i] >> (8 * b));
+	for (int b = 0; b < 8; b++)
+		buf[o++] = (uint8_t)(model >> (8 * b));
+	h = st_xxh3(buf, o);
+	return h ? h : 1;
+}
+
+static void test_prefix_keys(void **state)
+{
+	enum { B = 4, P = 5 };
+	int32_t a[B * P], b[B * P];
+	uint64_t ka[P], kb[P], kc[P], parent = 0;
+
+	(void)state;
+	for (int i = 0; i < B * P; i++)
+		a[i] = b[i] = 1000 + i * 37 - (i % 3) * 5000;
+	assert_int_equal(kv_prefix_keys(a, B, 99, P, ka), 0);
+	/* the chain, against the independent computation */
+	for (int i = 0; i < P; i++) {
+		assert_true(ka[i] != 0);
+		assert_true(ka[i] == ref_key(parent, a + i * B, B, 99));
+		parent = ka[i];
+	}
+	/* same prefix, same keys (also when asked for fewer pages) */
+	assert_int_equal(kv_prefix_keys(b, B, 99, 3, kb), 0);
+	assert_memory_equal(ka, kb, 3 * sizeof(uint64_t));
+	/* one token different in page 2: pages 0, 1 equal, 2.. all differ */
+	b[2 * B + 3] ^= 1;
+	assert_int_equal(kv_prefix_keys(b, B, 99, P, kb), 0);
+	assert_true(kb[0] == ka[0] && kb[1] == ka[1]);
+	for (int i = 2; i < P; i++)
+		assert_true(kb[i] != ka[i]);
+	/* a change in page 0 changes every key, even with later pages equal */
+	memcpy(b, a, sizeof(a));
+	b[0] = -b[0];
+	assert_int_equal(kv_prefix_keys(b, B, 99, P, kb), 0);
+	for (int i = 0; i < P; i++)
+		assert_true(kb[i] != ka[i]);
+	/* another model: every key differs */
+	assert_int_equal(kv_prefix_keys(a, B, 100, P, kc), 0);
+	for (int i = 0; i < P; i++)
+		assert_true(kc[i] != ka[i]);
+	/* page size is part of it: 8-token pages are not two 4-token ones */
+	assert_int_equal(kv_prefix_keys(a, 2 * B, 99, 2, kc), 0);
+	assert_true(kc[0] != ka[0] && kc[0] != ka[1] && kc[1] != ka[3]);
+	/* the same ids moved one page later do not give the same key */
+	assert_int_equal(kv_prefix_keys(a + B, B, 99, 1, kc), 0);
+	assert_true(kc[0] != ka[1]);
+	assert_int_equal(kv_prefix_keys(a, B, 99, 0, kc), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -318,6 +535,8 @@ int main(void)
 		cmocka_unit_test(test_declare),
 		cmocka_unit_test(test_seq_messages),
 		cmocka_unit_test(test_stats_and_text),
+		cmocka_unit_test(test_prefix_messages),
+		cmocka_unit_test(test_prefix_keys),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
