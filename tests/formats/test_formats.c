@@ -636,6 +636,444 @@ static void test_convert_to_f32(void **state)
 			 -ST_E_UNSUPPORTED);
 }
 
+/* --- NVFP4 (two-level scale) --- */
+
+/* Packs element codes c[0..n) two per byte, OCP order. */
+static void pack(const uint8_t *c, size_t n, uint8_t *out)
+{
+	for (size_t j = 0; j < n / 2; j++)
+		out[j] = (uint8_t)(c[2 * j] | c[2 * j + 1] << 4);
+}
+
+static uint8_t nib(const uint8_t *codes, size_t i)
+{
+	return (codes[i / 2] >> (4 * (i & 1))) & 15;
+}
+
+static void test_nvfp4_global_scale(void **state)
+{
+	/* amax / (6 * 448): the largest block maps to E4M3 448, its largest
+	 * element to E2M1 6 */
+	assert_same_float(st_nvfp4_global_scale(2688.0f), 1.0f);
+	assert_same_float(st_nvfp4_global_scale(168.0f), 0.0625f);
+	assert_same_float(st_nvfp4_global_scale(1.0f), 1.0f / 2688.0f);
+	/* nothing to scale: 1 (any scale dequantizes zeros to zero) */
+	assert_same_float(st_nvfp4_global_scale(0.0f), 1.0f);
+	assert_same_float(st_nvfp4_global_scale(NAN), 1.0f);
+	assert_same_float(st_nvfp4_global_scale(INFINITY), 1.0f);
+}
+
+static void test_nvfp4_blocks(void **state)
+{
+	float x[32], y[32];
+	uint8_t codes[16], sc[2], want[32];
+
+	/* global 1/16 (tensor amax 168).  Block 0: amax 3 -> block scale
+	 * e4m3((3 / 6) / (1/16)) = e4m3(8) = 0x50; step 8/16 = 0.5, so the
+	 * elements x / 0.5 = 6, -3, 1.5, 0.25, 0.75, 1.25, 5, -2.5 become
+	 * codes 7, 0xD, 3, 0 (tie to 0), 2 (tie to 1.0), 2 (tie to 1.0), 6
+	 * (tie to 4), 0xC (tie to -2), the rest 0.  Block 1: amax 168 ->
+	 * (168/6)*16 =
+	 * 448 -> 0x7E; step 28: 168 -> 6 (code 7), -84 -> -3 (0xD),
+	 * 14 -> 0.5 (1). */
+	memset(x, 0, sizeof(x));
+	x[0] = 3.0f; x[1] = -1.5f; x[2] = 0.75f; x[3] = 0.125f;
+	x[4] = 0.375f; x[5] = 0.625f; x[6] = 2.5f; x[7] = -1.25f;
+	x[16] = 168.0f; x[17] = -84.0f; x[18] = 14.0f;
+	memset(want, 0, sizeof(want));
+	want[0] = 7; want[1] = 0xd; want[2] = 3; want[3] = 0; want[4] = 2;
+	want[5] = 2; want[6] = 6; want[7] = 0xc;
+	want[16] = 7; want[17] = 0xd; want[18] = 1;
+	assert_int_equal(st_nvfp4_quantize_row(x, 32, 0.0625f, codes, sc), 0);
+	assert_int_equal(sc[0], 0x50);
+	assert_int_equal(sc[1], 0x7e);
+	for (int i = 0; i < 32; i++)
+		assert_int_equal(nib(codes, i), want[i]);
+	assert_int_equal(st_nvfp4_dequantize_row(codes, sc, 32, 0.0625f, y), 0);
+	assert_same_float(y[0], 3.0f);
+	assert_same_float(y[1], -1.5f);
+	assert_same_float(y[3], 0.0f);
+	assert_same_float(y[4], 0.5f);
+	assert_same_float(y[6], 2.0f);
+	assert_same_float(y[7], -1.0f);
+	assert_same_float(y[16], 168.0f);
+	assert_same_float(y[17], -84.0f);
+	assert_same_float(y[18], 14.0f);
+
+	/* block scale rounding: (57 / 6) / 1 = 9.5, between E4M3 9 (0x51, odd)
+	 * and 10 (0x52, even): the even one; 57 / 10 = 5.7 -> 6 */
+	memset(x, 0, sizeof(x));
+	x[0] = 57.0f;
+	x[16] = 6.0f * 500.0f; /* block scale 500 saturates to 448 */
+	assert_int_equal(st_nvfp4_quantize_row(x, 32, 1.0f, codes, sc), 0);
+	assert_int_equal(sc[0], 0x52);
+	assert_int_equal(nib(codes, 0), 7);
+	assert_int_equal(sc[1], 0x7e);
+	assert_int_equal(nib(codes, 16), 7); /* 3000 / 448 = 6.7 saturates */
+	st_nvfp4_dequantize_row(codes, sc, 32, 1.0f, y);
+	assert_same_float(y[0], 60.0f);
+	assert_same_float(y[16], 2688.0f);
+
+	/* a subnormal block scale: amax 6 * 3 * 2^-9 -> code 0x03 exactly;
+	 * a block far below the tensor's largest rounds its scale to 0 and
+	 * reads zero; an all-zero block stays zero */
+	memset(x, 0, sizeof(x));
+	x[0] = 18.0f * 0x1p-9f;
+	x[1] = -3.0f * 0x1p-9f;
+	x[16] = 6.0f * 0x1p-12f;
+	assert_int_equal(st_nvfp4_quantize_row(x, 32, 1.0f, codes, sc), 0);
+	assert_int_equal(sc[0], 0x03);
+	assert_int_equal(nib(codes, 0), 7);
+	assert_int_equal(nib(codes, 1), 0xa); /* -1.0 */
+	assert_int_equal(sc[1], 0x00);
+	assert_int_equal(nib(codes, 16), 0);
+	st_nvfp4_dequantize_row(codes, sc, 32, 1.0f, y);
+	assert_same_float(y[0], 18.0f * 0x1p-9f);
+	assert_same_float(y[1], -3.0f * 0x1p-9f);
+	assert_same_float(y[16], 0.0f);
+	memset(x, 0, sizeof(x));
+	st_nvfp4_quantize_row(x, 32, 1.0f, codes, sc);
+	assert_int_equal(sc[0] | sc[1], 0);
+	for (int j = 0; j < 16; j++)
+		assert_int_equal(codes[j], 0);
+
+	/* NaN poisons its block only; infinity saturates */
+	memset(x, 0, sizeof(x));
+	x[3] = NAN;
+	x[16] = INFINITY;
+	x[17] = 1.0f;
+	assert_int_equal(st_nvfp4_quantize_row(x, 32, 1.0f, codes, sc), 0);
+	assert_int_equal(sc[0], 0x7f);
+	assert_int_equal(sc[1], 0x7e);
+	assert_int_equal(nib(codes, 16), 7);
+	st_nvfp4_dequantize_row(codes, sc, 32, 1.0f, y);
+	assert_true(isnan(y[0]) && isnan(y[15]));
+	assert_same_float(y[16], 2688.0f);
+
+	/* argument checks */
+	assert_int_equal(st_nvfp4_quantize_row(x, 24, 1.0f, codes, sc), -EINVAL);
+	assert_int_equal(st_nvfp4_quantize_row(x, 32, 0.0f, codes, sc), -EINVAL);
+	assert_int_equal(st_nvfp4_quantize_row(x, 32, INFINITY, codes, sc),
+			 -EINVAL);
+	assert_int_equal(st_nvfp4_dequantize_row(codes, sc, 8, 1.0f, y), -EINVAL);
+}
+
+/* PITFALLS P8: a checkpoint that stores the inverse of the per-tensor
+ * scale.  Code 7 (+6), block scale 0x38 (1.0), stored inverse 3584:
+ * 6 / 3584 = 1.674e-3, not 6 * 3584 = 21504. */
+static void test_nvfp4_inverse_p8(void **state)
+{
+	uint8_t c[16] = { 7 }, codes[8], sc[1] = { 0x38 };
+	float y[16];
+
+	pack(c, 16, codes);
+	assert_int_equal(st_nvfp4_dequantize_row_inv(codes, sc, 16, 3584.0f, y),
+			 0);
+	assert_same_float(y[0], 6.0f / 3584.0f);
+	assert_true(fabs(y[0] - 1.674e-3) < 5e-7);
+	for (int i = 1; i < 16; i++)
+		assert_same_float(y[i], 0.0f);
+	/* the same bytes read as a multiplying scale give the wrong 21504 */
+	st_nvfp4_dequantize_row(codes, sc, 16, 3584.0f, y);
+	assert_same_float(y[0], 21504.0f);
+	assert_int_equal(st_nvfp4_dequantize_row_inv(codes, sc, 16, 0.0f, y),
+			 -EINVAL);
+	assert_int_equal(st_nvfp4_dequantize_row_inv(codes, sc, 16, NAN, y),
+			 -EINVAL);
+}
+
+/* Random rows: every dequantized element is the E2M1 value nearest to
+ * x / step (brute force, ties to even) times the step, where the step is
+ * the block's E4M3 scale (itself the nearest E4M3 to (amax/6)/global)
+ * times global. */
+static int e4m3_nearest(double v)
+{
+	int best = 0;
+
+	if (v >= 448.0)
+		return 0x7e;
+	for (int b = 1; b <= 0x7e; b++) {
+		double d = fabs(v - e4m3_ref(b)), db = fabs(v - e4m3_ref(best));
+
+		if (d < db || (d == db && (b & 1) == 0))
+			best = b;
+	}
+	return best;
+}
+
+static void test_nvfp4_random_rows(void **state)
+{
+	enum { N = 64 };
+	float x[N], y[N], amax = 0.0f, g;
+	uint8_t codes[N / 2], sc[N / 16];
+
+	for (int rep = 0; rep < 200; rep++) {
+		amax = 0.0f;
+		for (int i = 0; i < N; i++) {
+			x[i] = ((float)(int32_t)rnd32() / 2147483648.0f) *
+			       ldexpf(1.0f, (int)(rnd32() % 12) - 8);
+			amax = fmaxf(amax, fabsf(x[i]));
+		}
+		g = st_nvfp4_global_scale(amax * 1.7f); /* a wider tensor */
+		assert_int_equal(st_nvfp4_quantize_row(x, N, g, codes, sc), 0);
+		assert_int_equal(st_nvfp4_dequantize_row(codes, sc, N, g, y), 0);
+		for (int b = 0; b < N / 16; b++) {
+			float bm = 0.0f, step;
+			int s;
+
+			for (int i = 0; i < 16; i++)
+				bm = fmaxf(bm, fabsf(x[b * 16 + i]));
+			s = e4m3_nearest((double)((bm / 6.0f) / g));
+			assert_int_equal(sc[b], s);
+			step = (float)e4m3_ref(s) * g;
+			for (int i = b * 16; i < b * 16 + 16; i++) {
+				float want = step == 0.0f ? 0.0f :
+					(float)(e2m1_ref[e2m1_nearest(x[i] / step) & 7] *
+						e4m3_ref(s)) * g;
+
+				if (signbit(x[i]) && step != 0.0f)
+					want = -want;
+				assert_true(fabsf(y[i]) == fabsf(want) &&
+					    (y[i] == want || want == 0.0f));
+			}
+		}
+	}
+}
+
+/* --- E2M1 with FP16 group scales --- */
+
+static void test_e2m1f16_scale(void **state)
+{
+	float x[192], y[192];
+	uint8_t codes[96];
+	uint16_t sc[6];
+
+	/* amax 6 -> scale 1.0 (0x3C00), elements exact */
+	memset(x, 0, sizeof(x));
+	x[0] = 6.0f; x[1] = -0.5f; x[2] = 2.5f; x[3] = 1.75f;
+	assert_int_equal(st_e2m1f16_quantize_row(x, 32, 32, codes, sc), 0);
+	assert_int_equal(sc[0], 0x3c00);
+	assert_int_equal(nib(codes, 0), 7);
+	assert_int_equal(nib(codes, 1), 9);
+	assert_int_equal(nib(codes, 2), 4); /* tie 2.5 -> 2 */
+	assert_int_equal(nib(codes, 3), 4); /* tie 1.75 -> 2 */
+
+	/* amax 1: 1/6 rounds to binary16 0x3155 = 0.16662598 (a hair below
+	 * 1/6), so 1 / scale = 6.0015 saturates to 6 -> 0.99975586 */
+	memset(x, 0, sizeof(x));
+	x[5] = 1.0f;
+	st_e2m1f16_quantize_row(x, 32, 32, codes, sc);
+	assert_int_equal(sc[0], 0x3155);
+	assert_int_equal(nib(codes, 5), 7);
+	st_e2m1f16_dequantize_row(codes, sc, 32, 32, y);
+	assert_same_float(y[5], 6.0f * 0x1.554p-3f);
+	assert_same_float(y[5], 0.99975586f);
+
+	/* ties of the scale itself: amax / 6 = 1 + 2^-11 (halfway between
+	 * 1 and 1 + 2^-10) -> 1.0; 1 + 3 * 2^-11 -> 1 + 2^-9 (even) */
+	x[5] = 6.0f * (1.0f + 0x1p-11f);
+	st_e2m1f16_quantize_row(x, 32, 32, codes, sc);
+	assert_int_equal(sc[0], 0x3c00);
+	x[5] = 6.0f * (1.0f + 3 * 0x1p-11f);
+	st_e2m1f16_quantize_row(x, 32, 32, codes, sc);
+	assert_int_equal(sc[0], 0x3c02);
+
+	/* a binary16 subnormal scale: amax 6 * 2^-20 -> 0x0010 */
+	x[5] = 6.0f * 0x1p-20f;
+	x[6] = -3.0f * 0x1p-20f;
+	st_e2m1f16_quantize_row(x, 32, 32, codes, sc);
+	assert_int_equal(sc[0], 0x0010);
+	st_e2m1f16_dequantize_row(codes, sc, 32, 32, y);
+	assert_same_float(y[5], 6.0f * 0x1p-20f);
+	assert_same_float(y[6], -3.0f * 0x1p-20f);
+
+	/* too large for binary16: clamped to 65504, elements saturate */
+	x[5] = 6.0e5f;
+	x[6] = 0.0f;
+	st_e2m1f16_quantize_row(x, 32, 32, codes, sc);
+	assert_int_equal(sc[0], 0x7bff);
+	st_e2m1f16_dequantize_row(codes, sc, 32, 32, y);
+	assert_same_float(y[5], 6.0f * 65504.0f);
+
+	/* all-zero group stays zero; a NaN group reads NaN */
+	memset(x, 0, sizeof(x));
+	x[40] = NAN;
+	st_e2m1f16_quantize_row(x, 64, 32, codes, sc);
+	assert_int_equal(sc[0], 0x0000);
+	assert_int_equal(sc[1], 0x7e00);
+	for (int j = 0; j < 32; j++)
+		assert_int_equal(codes[j], 0);
+	st_e2m1f16_dequantize_row(codes, sc, 64, 32, y);
+	assert_same_float(y[0], 0.0f);
+	assert_true(isnan(y[32]) && isnan(y[63]));
+
+	/* a 192-wide row with groups of 128: [0, 128) and [128, 192), each
+	 * with its own scale (kjv-moe README) */
+	for (int i = 0; i < 192; i++)
+		x[i] = i < 128 ? 0.01f * (float)(i % 7) : 3.0f * (float)(i % 3);
+	assert_int_equal(st_e2m1f16_quantize_row(x, 192, 128, codes, sc), 0);
+	assert_int_equal(sc[0], st_f32_to_f16((0.01f * 6.0f) / 6.0f));
+	assert_int_equal(sc[1], 0x3c00); /* 6 / 6 */
+	st_e2m1f16_dequantize_row(codes, sc, 192, 128, y);
+	assert_same_float(y[130], 3.0f);
+	assert_same_float(y[131], 6.0f);
+
+	/* argument checks */
+	assert_int_equal(st_e2m1f16_quantize_row(x, 31, 32, codes, sc), -EINVAL);
+	assert_int_equal(st_e2m1f16_quantize_row(x, 32, 0, codes, sc), -EINVAL);
+	assert_int_equal(st_e2m1f16_dequantize_row(codes, sc, 33, 32, y),
+			 -EINVAL);
+}
+
+/* --- FP8 E4M3 with FP32 block scales --- */
+
+static void test_fp8_blocks(void **state)
+{
+	float x[200], y[200], sc[2];
+	uint8_t codes[200];
+
+	/* amax 896 -> scale 2; x / 2: 896 -> 448 (0x7E), 3 -> 1.5 (0x3C),
+	 * 34 -> 17, a tie between 16 (0x58) and 18 (0x59): 16; 38 -> 19, a
+	 * tie between 18 and 20 (0x5A): 20; -2^-9 -> -2^-10, a tie between
+	 * -0 and the smallest subnormal: -0 (0x80); -1.5 * 2^-9 -> -0.75 *
+	 * 2^-9: -2^-9 (0x81) */
+	memset(x, 0, sizeof(x));
+	x[0] = 896.0f; x[1] = 3.0f; x[2] = 34.0f; x[3] = 38.0f;
+	x[4] = -0x1p-9f; /* / 2 = -2^-10: half the smallest subnormal */
+	x[5] = -0x1.8p-9f; /* / 2 = -0.75 * 2^-9: rounds to -2^-9 */
+	assert_int_equal(st_fp8_quantize_row(x, 128, 128, codes, sc), 0);
+	assert_same_float(sc[0], 2.0f);
+	assert_int_equal(codes[0], 0x7e);
+	assert_int_equal(codes[1], 0x3c);
+	assert_int_equal(codes[2], 0x58);
+	assert_int_equal(codes[3], 0x5a);
+	assert_int_equal(codes[4], 0x80);
+	assert_int_equal(codes[5], 0x81);
+	st_fp8_dequantize_row(codes, sc, 128, 128, y);
+	assert_same_float(y[0], 896.0f);
+	assert_same_float(y[2], 32.0f);
+	assert_same_float(y[3], 40.0f);
+	assert_same_float(y[5], -0x1p-8f);
+
+	/* P9 through the block: amax 1000 -> scale 1000/448; 1000 -> 448,
+	 * never a NaN code */
+	memset(x, 0, sizeof(x));
+	x[0] = 1000.0f; x[1] = -1000.0f; x[2] = 464.0f;
+	st_fp8_quantize_row(x, 3, 128, codes, sc);
+	assert_same_float(sc[0], 1000.0f / 448.0f);
+	assert_int_equal(codes[0], 0x7e);
+	assert_int_equal(codes[1], 0xfe);
+
+	/* 200 elements in blocks of 128: [0, 128) and [128, 200); an
+	 * all-zero block has scale 0 and zero codes */
+	memset(x, 0, sizeof(x));
+	x[150] = -44.8f;
+	assert_int_equal(st_fp8_quantize_row(x, 200, 128, codes, sc), 0);
+	assert_same_float(sc[0], 0.0f);
+	assert_same_float(sc[1], 44.8f / 448.0f);
+	assert_int_equal(codes[150], 0xfe);
+	for (int i = 0; i < 128; i++)
+		assert_int_equal(codes[i], 0);
+	st_fp8_dequantize_row(codes, sc, 200, 128, y);
+	assert_same_float(y[150], -448.0f * (44.8f / 448.0f));
+	assert_same_float(y[0], 0.0f);
+
+	/* NaN: the block reads NaN; infinity: scale FLT_MAX / 448, the
+	 * element saturates to 448 steps (finite) */
+	x[0] = NAN;
+	x[150] = -INFINITY;
+	st_fp8_quantize_row(x, 200, 128, codes, sc);
+	assert_true(isnan(sc[0]));
+	assert_same_float(sc[1], FLT_MAX / 448.0f);
+	assert_int_equal(codes[150], 0xfe);
+	st_fp8_dequantize_row(codes, sc, 200, 128, y);
+	assert_true(isnan(y[1]));
+	assert_true(isfinite(y[150]) && y[150] < -3e38f);
+
+	assert_int_equal(st_fp8_quantize_row(x, 200, 0, codes, sc), -EINVAL);
+	assert_int_equal(st_fp8_dequantize_row(codes, sc, 200, 0, y), -EINVAL);
+}
+
+/* --- expert format descriptors --- */
+
+static void test_wformat(void **state)
+{
+	static const char *ok[] = { "f32", "bf16", "mxfp4", "nvfp4", "e2m1-g32",
+				    "e2m1-g128", "e2m1-g2", "fp8", "fp8-b64",
+				    "fp8-b1", "e2m1-g65536" };
+	static const char *bad[] = { "", "MXFP4", "nvfp4x", "e2m1", "e2m1-g",
+				     "e2m1-g0", "e2m1-g3", "e2m1-g032",
+				     "e2m1-g65538", "fp8-b0", "fp8-b65537",
+				     "fp8-b128x", "fp8-b-1", "int4", "fp8-b" };
+	struct st_wformat f;
+	char name[ST_WFORMAT_NAME_MAX];
+	uint64_t d, sc, ts;
+
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		assert_int_equal(st_wformat_parse(ok[i], &f), 0);
+		assert_int_equal(st_wformat_name(&f, name, sizeof(name)), 0);
+		assert_string_equal(name, ok[i]);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(st_wformat_parse(bad[i], &f), -EINVAL);
+	assert_int_equal(st_wformat_parse(NULL, &f), -EINVAL);
+	assert_int_equal(st_wformat_parse("fp8-b128", &f), 0);
+	assert_int_equal(f.dtype, ST_DTYPE_F8_E4M3);
+	assert_int_equal(f.group, 128);
+	assert_int_equal(st_wformat_name(&f, name, sizeof(name)), 0);
+	assert_string_equal(name, "fp8");
+	assert_int_equal(st_wformat_name(&f, name, 3), -ENAMETOOLONG);
+	f = (struct st_wformat){ ST_DTYPE_MXFP4, 16 };
+	assert_int_equal(st_wformat_check(&f), -EINVAL);
+	f = (struct st_wformat){ ST_DTYPE_BF16, 32 };
+	assert_int_equal(st_wformat_check(&f), -EINVAL);
+	f = (struct st_wformat){ ST_DTYPE_I8, 0 };
+	assert_int_equal(st_wformat_check(&f), -EINVAL);
+
+	assert_int_equal(st_wformat_scale_type(ST_DTYPE_MXFP4), ST_SCALE_E8M0);
+	assert_int_equal(st_wformat_scale_type(ST_DTYPE_NVFP4), ST_SCALE_E4M3);
+	assert_int_equal(st_wformat_scale_type(ST_DTYPE_E2M1_F16), ST_SCALE_F16);
+	assert_int_equal(st_wformat_scale_type(ST_DTYPE_F8_E4M3), ST_SCALE_F32);
+	assert_int_equal(st_wformat_scale_type(ST_DTYPE_BF16), ST_SCALE_NONE);
+	assert_string_equal(st_scale_type_name(ST_SCALE_E4M3), "e4m3");
+	assert_null(st_scale_type_name(ST_SCALE_NONE));
+
+	/* sizes of kjv-moe's matrices: w1/w3 [192, 128], w2 [128, 192] */
+	st_wformat_parse("nvfp4", &f);
+	assert_int_equal(st_wformat_matrix_bytes(&f, 192, 128, &d, &sc, &ts), 0);
+	assert_int_equal(d, 192 * 64);
+	assert_int_equal(sc, 192 * 8);
+	assert_int_equal(ts, 4);
+	st_wformat_parse("e2m1-g128", &f);
+	assert_int_equal(st_wformat_matrix_bytes(&f, 128, 192, &d, &sc, &ts), 0);
+	assert_int_equal(d, 128 * 96);
+	assert_int_equal(sc, 128 * 2 * 2); /* [0,128) and [128,192) */
+	assert_int_equal(ts, 0);
+	st_wformat_parse("fp8", &f);
+	assert_int_equal(st_wformat_matrix_bytes(&f, 128, 192, &d, &sc, NULL), 0);
+	assert_int_equal(d, 128 * 192);
+	assert_int_equal(sc, 128 * 2 * 4);
+	assert_int_equal(st_wformat_matrix_bytes(&f, 3, 7, &d, &sc, NULL), 0);
+	assert_int_equal(sc, 3 * 4);
+	st_wformat_parse("mxfp4", &f);
+	assert_int_equal(st_wformat_matrix_bytes(&f, 128, 192, &d, &sc, &ts), 0);
+	assert_int_equal(d + sc + ts, 128 * 96 + 128 * 6);
+	assert_int_equal(st_wformat_matrix_bytes(&f, 128, 100, &d, NULL, NULL),
+			 -ST_E_UNSUPPORTED);
+	st_wformat_parse("nvfp4", &f);
+	assert_int_equal(st_wformat_matrix_bytes(&f, 2, 40, &d, NULL, NULL),
+			 -ST_E_UNSUPPORTED);
+	st_wformat_parse("e2m1-g32", &f);
+	assert_int_equal(st_wformat_matrix_bytes(&f, 2, 33, &d, NULL, NULL),
+			 -ST_E_UNSUPPORTED);
+	assert_int_equal(st_wformat_matrix_bytes(&f, 0, 32, &d, NULL, NULL),
+			 -EINVAL);
+	assert_int_equal(st_wformat_matrix_bytes(&f, INT64_C(1) << 40, 32, &d,
+						 NULL, NULL), -ST_E_LIMIT);
+	assert_int_equal(st_dtype_bytes(ST_DTYPE_NVFP4, 32), 18);
+	assert_int_equal(st_dtype_bytes(ST_DTYPE_E2M1_F16, 32), 0);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -655,6 +1093,13 @@ int main(void)
 		cmocka_unit_test(test_bf16),
 		cmocka_unit_test(test_f16),
 		cmocka_unit_test(test_convert_to_f32),
+		cmocka_unit_test(test_nvfp4_global_scale),
+		cmocka_unit_test(test_nvfp4_blocks),
+		cmocka_unit_test(test_nvfp4_inverse_p8),
+		cmocka_unit_test(test_nvfp4_random_rows),
+		cmocka_unit_test(test_e2m1f16_scale),
+		cmocka_unit_test(test_fp8_blocks),
+		cmocka_unit_test(test_wformat),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -308,24 +308,32 @@ double tst_e4m3_value(uint8_t b)
 uint8_t tst_ref_e4m3(double v)
 {
 	uint8_t sign = signbit(v) ? 0x80 : 0;
-	double a = fabs(v), best_d = INFINITY;
-	int best = 0;
+	double a = fabs(v);
+	int lo = 0, hi = 0x7e;
 
 	if (isnan(v))
 		return 0x7f;
 	if (a >= 448.0)
 		return sign | 0x7e;
-	/* brute force over the 127 non-negative finite codes 0x00..0x7e;
-	 * on a tie the code with mantissa bit 0 (even) wins */
-	for (int i = 0; i <= 0x7e; i++) {
-		double d = fabs(a - tst_e4m3_value((uint8_t)i));
+	/* the non-negative finite codes 0x00..0x7e increase with their value:
+	 * find the last one <= a by bisection, then the nearer of it and the
+	 * next; on a tie the code with mantissa bit 0 (even) wins */
+	while (lo < hi) {
+		int mid = (lo + hi + 1) / 2;
 
-		if (d < best_d || (d == best_d && (i & 1) == 0)) {
-			best_d = d;
-			best = i;
-		}
+		if (tst_e4m3_value((uint8_t)mid) <= a)
+			lo = mid;
+		else
+			hi = mid - 1;
 	}
-	return sign | (uint8_t)best;
+	if (lo < 0x7e) {
+		double dl = a - tst_e4m3_value((uint8_t)lo);
+		double dh = tst_e4m3_value((uint8_t)(lo + 1)) - a;
+
+		if (dh < dl || (dh == dl && ((lo + 1) & 1) == 0))
+			lo++;
+	}
+	return sign | (uint8_t)lo;
 }
 
 void tst_ref_nvfp4_block(const float x[16], float global, uint8_t *ret_scale,

@@ -63,7 +63,8 @@ uint8_t tst_ref_e2m1(double v);
 double tst_e2m1_value(uint8_t code);
 
 /* E4M3 (OFP8 v1.0): a byte's value (NaN for 0x7F/0xFF), and the nearest
- * code to v by brute force, ties to the even code, saturating at +-448
+ * code to v (bisection over the codes in value order, then the nearer
+ * neighbour), ties to the even code, saturating at +-448
  * (PITFALLS P9); NaN gives 0x7F. */
 double tst_e4m3_value(uint8_t b);
 uint8_t tst_ref_e4m3(double v);
@@ -71,7 +72,7 @@ uint8_t tst_ref_e4m3(double v);
 /*
  * Reference quantizers of the expert formats, written from their
  * definitions (st_formats.h documents the same float32 operations) with
- * the brute-force roundings above:
+ * the roundings above:
  *  - NVFP4 block of 16 with tensor scale `global`: scale byte
  *    e4m3((amax / 6) / global), codes e2m1(x / (e4m3(scale) * global))
  *    in OCP nibble order (0 when that product is 0);
