@@ -25,8 +25,9 @@ int cli_default_store_dir(const char *model_dir, const char *experts,
  * (interrupted). */
 int cli_convert(const char *model_dir, const char *store_dir,
 		const char *experts, int dense_f32, int force, int sigfd);
-/* 1 if the checkpoint files recorded in store_dir's manifest differ in
- * size from those in model_dir now (or one is missing), else 0. */
+/* 1 if store_dir was written by another store version, or the checkpoint
+ * files recorded in its manifest differ in size from those in model_dir now
+ * (or one is missing), else 0. */
 int cli_store_stale(const char *store_dir, const char *model_dir);
 /* Checks options shared by several commands before anything starts:
  * instance name, budgets, KV dtype, expert format (any may be NULL).

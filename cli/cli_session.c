@@ -37,9 +37,9 @@ static int prepare_store(const struct cli_session_opts *o, int sigfd,
 	}
 	if (st_path_exists(inst->store_dir) && o->model &&
 	    cli_store_stale(inst->store_dir, model_dir)) {
-		fprintf(stderr, "%s: the checkpoint in %s changed since %s was "
-			"made; converting again\n", o->who, model_dir,
-			inst->store_dir);
+		fprintf(stderr, "%s: %s is out of date (the checkpoint in %s "
+			"changed, or the store format did); converting again\n",
+			o->who, inst->store_dir, model_dir);
 		return cli_convert(model_dir, inst->store_dir, o->experts, 0, 1,
 				   sigfd);
 	}

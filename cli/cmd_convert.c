@@ -258,6 +258,11 @@ int cli_store_stale(const char *store_dir, const char *model_dir)
 	m = json_load_file(path, 0, NULL);
 	if (!m)
 		return 1; /* not a readable store: make it again */
+	/* a store written by another version of strata is made again */
+	if (json_integer_value(json_object_get(m, "version")) != ST_STORE_VERSION) {
+		json_decref(m);
+		return 1;
+	}
 	files = json_object_get(json_object_get(m, "source"), "files");
 	for (i = 0; i < json_array_size(files); i++) {
 		json_t *f = json_array_get(files, i);

@@ -114,15 +114,17 @@ int cli_cmd_up(int argc, char **argv)
 		fprintf(stderr, "strata up: cannot use model %s\n", model);
 		return 1;
 	}
-	if (!st_path_exists(inst.store_dir)) {
+	if (!st_path_exists(inst.store_dir) ||
+	    (model && cli_store_stale(inst.store_dir, model))) {
+		int sigfd, force = st_path_exists(inst.store_dir);
+
 		if (!model) {
 			fprintf(stderr, "strata up: store %s does not exist\n",
 				inst.store_dir);
 			return 1;
 		}
-		int sigfd = st_stop_signals_open();
-
-		r = cli_convert(model, inst.store_dir, experts, 0, 0, sigfd);
+		sigfd = st_stop_signals_open();
+		r = cli_convert(model, inst.store_dir, experts, 0, force, sigfd);
 		if (sigfd >= 0)
 			close(sigfd);
 		if (r)

@@ -33,7 +33,7 @@ struct run_opts {
 	uint64_t seed;
 	int n_stop;
 	const char *stop[CW_PROTO_MAX_NSTOP];
-	int raw, ignore_eos, keep, json, quiet;
+	int raw, ignore_eos, keep, json, quiet, no_prefix_cache;
 	int timeout_s;
 };
 
@@ -64,6 +64,8 @@ static void run_usage(FILE *f)
 "  --stop TEXT          stop string (repeatable, up to %d)\n"
 "  --ignore-eos         do not stop at the model's EOS ids\n"
 "  --raw                no BOS, and special tokens in the prompt are text\n"
+"  --no-prefix-cache    compute the whole prompt even when kvd holds pages\n"
+"                       of the same prefix (the output is the same)\n"
 "Budgets and modes:\n"
 "  --host-budget B      expertd host pool: bytes (8GiB) or percent of all\n"
 "                       experts (25%%); default: all experts\n"
@@ -97,6 +99,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		{ "seed", required_argument, NULL, 'S' },
 		{ "stop", required_argument, NULL, 'x' },
 		{ "ignore-eos", no_argument, NULL, 'E' },
+		{ "no-prefix-cache", no_argument, NULL, 'N' },
 		{ "raw", no_argument, NULL, 'R' },
 		{ "host-budget", required_argument, NULL, 'b' },
 		{ "kv-budget", required_argument, NULL, 'B' },
@@ -169,6 +172,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 			o->stop[o->n_stop++] = optarg;
 			break;
 		case 'E': o->ignore_eos = 1; break;
+		case 'N': o->no_prefix_cache = 1; break;
 		case 'R': o->raw = 1; break;
 		case 'b': o->host_budget = optarg; break;
 		case 'B': o->kv_budget = optarg; break;
@@ -260,6 +264,8 @@ static int generate(struct cw_client *cw, const struct run_opts *o,
 	m.flags = o->raw ? 0 : (CW_GEN_F_ADD_SPECIAL | CW_GEN_F_PARSE_SPECIAL);
 	if (o->ignore_eos)
 		m.flags |= CW_GEN_F_IGNORE_EOS;
+	if (o->no_prefix_cache)
+		m.flags |= CW_GEN_F_NO_PREFIX_CACHE;
 	m.n_stop = (uint32_t)o->n_stop;
 	for (int i = 0; i < o->n_stop; i++)
 		m.stop[i] = (char *)o->stop[i];
@@ -369,6 +375,10 @@ static void print_summary(const struct run_opts *o,
 	d.expert_bytes -= s0->expert_bytes;
 	d.dense_bytes -= s0->dense_bytes;
 	d.lm_head_bytes -= s0->lm_head_bytes;
+	d.kv_prefix_lookups -= s0->kv_prefix_lookups;
+	d.kv_prefix_rows_reused -= s0->kv_prefix_rows_reused;
+	d.kv_spill_pages_total -= s0->kv_spill_pages_total;
+	d.kv_restore_pages_total -= s0->kv_restore_pages_total;
 	hit = d.es_hits + d.es_misses ?
 		      (double)d.es_hits / (double)(d.es_hits + d.es_misses) : 0;
 	if (o->json) {
@@ -405,6 +415,12 @@ static void print_summary(const struct run_opts *o,
 		json_object_set_new(j, "text", json_stringn(res->text ? res->text : "",
 							    res->text_len));
 		json_object_set_new(j, "instance", json_string(inst->name));
+		json_object_set_new(j, "prefix_rows_reused",
+				    json_integer((json_int_t)d.kv_prefix_rows_reused));
+		json_object_set_new(j, "kv_pages_spilled",
+				    json_integer((json_int_t)d.kv_spill_pages_total));
+		json_object_set_new(j, "kv_pages_restored",
+				    json_integer((json_int_t)d.kv_restore_pages_total));
 		json_dumpf(j, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10));
 		printf("\n");
 		json_decref(j);
@@ -456,6 +472,11 @@ static void print_summary(const struct run_opts *o,
 				", FP8 scales included" : "",
 			(unsigned long long)d.kv_formula_bytes_per_token);
 	}
+	fprintf(stderr, "prefix cache       %llu prompt rows reused; KV pages "
+		"spilled %llu, restored %llu\n",
+		(unsigned long long)d.kv_prefix_rows_reused,
+		(unsigned long long)d.kv_spill_pages_total,
+		(unsigned long long)d.kv_restore_pages_total);
 	fprintf(stderr, "weights read       experts %s, dense %s, LM head %s\n",
 		st_format_bytes(d.expert_bytes, a, sizeof(a)),
 		st_format_bytes(d.dense_bytes, b, sizeof(b)),

@@ -17,6 +17,8 @@ struct cw_gen {
 	int32_t *ids;                    /* prompt then generated, owned */
 	int n_prompt, n_gen, cap_ids, max_tokens;
 	int context_cut;                 /* max_tokens was cut to the context */
+	uint32_t n_cached;               /* prompt rows mapped from the prefix
+					  * cache (not computed again) */
 	struct cw_gen_params p;
 	struct cw_stopbuf stops;         /* stop strings over the text */
 	struct cw_sampler sampler;
@@ -29,6 +31,7 @@ struct cw_gen {
 int cw_gen_n_prompt(const struct cw_gen *g) { return g->n_prompt; }
 int cw_gen_n_generated(const struct cw_gen *g) { return g->n_gen; }
 int cw_gen_max_tokens(const struct cw_gen *g) { return g->max_tokens; }
+int cw_gen_n_cached(const struct cw_gen *g) { return (int)g->n_cached; }
 const int32_t *cw_gen_prompt_ids(const struct cw_gen *g) { return g->ids; }
 uint64_t cw_gen_prefill_ns(const struct cw_gen *g) { return g->prefill_ns; }
 uint64_t cw_gen_decode_ns(const struct cw_gen *g) { return g->decode_ns; }
@@ -116,7 +119,11 @@ int cw_gen_start(struct cw_model *model, const struct st_tokenizer *tok,
 	memcpy(g->ids, ids, sizeof(int32_t) * n_ids);
 	free(ids);
 	g->n_prompt = (int)n_ids;
-	r = kv_client_seq_create(kv, &g->seq, diag);
+	if (p->prefix_cache)
+		r = kv_client_seq_create_prefix(kv, g->ids, (uint32_t)g->n_prompt,
+						&g->seq, &g->n_cached, diag);
+	else
+		r = kv_client_seq_create(kv, &g->seq, diag);
 	if (r < 0) {
 		cw_gen_free(g);
 		return r;
@@ -157,8 +164,16 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 		*ret_finish = g->finish;
 		return 0;
 	}
+	/* the sequence's pages must be on the host while we compute (kvd
+	 * may have spilled them while the generation was idle) */
+	r = kv_client_seq_pin(g->kv, 1, &g->seq, NULL, diag);
+	if (r < 0)
+		goto fail;
 	if (g->n_gen == 0) {
-		for (int p0 = 0; p0 < g->n_prompt; p0 += CW_PREFILL_CHUNK) {
+		/* prompt rows the prefix cache already holds are not computed
+		 * again (at least the last token always is) */
+		for (int p0 = (int)g->n_cached; p0 < g->n_prompt;
+		     p0 += CW_PREFILL_CHUNK) {
 			int cn = ST_MIN(CW_PREFILL_CHUNK, g->n_prompt - p0);
 
 			r = cw_model_eval(g->model, g->seq, (uint32_t)p0,
@@ -167,7 +182,15 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 								   NULL,
 					  diag);
 			if (r < 0)
-				goto fail;
+				goto fail_pinned;
+		}
+		/* the prompt's full pages become findable for later
+		 * requests with the same prefix */
+		if (g->p.prefix_cache) {
+			r = kv_client_seq_publish(g->kv, g->seq, g->ids,
+						  (uint32_t)g->n_prompt, diag);
+			if (r < 0)
+				goto fail_pinned;
 		}
 	} else {
 		int pos = g->n_prompt + g->n_gen - 1;
@@ -175,8 +198,12 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 		r = cw_model_eval(g->model, g->seq, (uint32_t)pos,
 				  g->ids + pos, 1, NULL, g->logits, diag);
 		if (r < 0)
-			goto fail;
+			goto fail_pinned;
 	}
+	/* idle between steps: kvd may spill it under memory pressure */
+	r = kv_client_seq_unpin(g->kv, 1, &g->seq, diag);
+	if (r < 0)
+		goto fail;
 	r = cw_sampler_sample(&g->sampler, g->logits, c->vocab_size);
 	if (r < 0)
 		goto fail;
@@ -219,6 +246,8 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 		*ret_finish = g->finish;
 		return len;
 	}
+fail_pinned:
+	kv_client_seq_unpin(g->kv, 1, &g->seq, NULL);
 fail:
 	g->finish = CW_FINISH_ERROR;
 	*ret_finish = g->finish;

@@ -37,6 +37,8 @@ struct cw_gen_params {
 	int add_special;                  /* BOS etc. as tokenizer_config says */
 	int parse_special;                /* special tokens spelled in the prompt */
 	int ignore_eos;
+	int prefix_cache;                 /* map cached prompt pages from kvd
+					   * and publish this prompt's */
 };
 
 struct cw_gen;
@@ -68,6 +70,8 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 void cw_gen_free(struct cw_gen *g);
 
 int cw_gen_n_prompt(const struct cw_gen *g);
+/* Prompt tokens whose KV rows came from the prefix cache. */
+int cw_gen_n_cached(const struct cw_gen *g);
 /* New tokens this generation may produce: max_tokens, cut to the context. */
 int cw_gen_max_tokens(const struct cw_gen *g);
 int cw_gen_n_generated(const struct cw_gen *g);

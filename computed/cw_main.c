@@ -261,6 +261,7 @@ static int handle_gen_start(struct cw_daemon *d, const struct st_msg_header *h,
 	gp.add_special = !!(m.flags & CW_GEN_F_ADD_SPECIAL);
 	gp.parse_special = !!(m.flags & CW_GEN_F_PARSE_SPECIAL);
 	gp.ignore_eos = !!(m.flags & CW_GEN_F_IGNORE_EOS);
+	gp.prefix_cache = !(m.flags & CW_GEN_F_NO_PREFIX_CACHE);
 	r = cw_gen_start(d->model, d->tok, d->kv, m.prompt, strlen(m.prompt),
 			 &gp, &slot->gen, &diag);
 	cw_gen_start_msg_free(&m);
@@ -493,6 +494,10 @@ static int handle_stats(struct cw_daemon *d, const struct st_msg_header *h)
 		s.kv_n_pages = kv.n_pages;
 		s.kv_page_bytes = kv.page_bytes;
 		s.kv_pool_bytes = kv.pool_bytes;
+		s.kv_prefix_lookups = kv.prefix_lookups;
+		s.kv_prefix_rows_reused = kv.prefix_rows_reused;
+		s.kv_spill_pages_total = kv.spill_pages_total;
+		s.kv_restore_pages_total = kv.restore_pages_total;
 	}
 	st_wbuf_init(&w);
 	cw_stats_wire_encode(&w, &s);

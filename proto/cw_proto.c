@@ -50,7 +50,7 @@ int cw_gen_start_msg_decode(const uint8_t *p, size_t len,
 	if (e || m->n_stop > CW_PROTO_MAX_NSTOP || !isfinite(m->temperature) ||
 	    m->temperature < 0 || m->temperature > 100 ||
 	    !isfinite(m->top_p) || m->top_p < 0 || m->top_p > 1 ||
-	    m->top_k < 0 || (m->flags & ~7u) || m->max_tokens > (1u << 24))
+	    m->top_k < 0 || (m->flags & ~15u) || m->max_tokens > (1u << 24))
 		return -ST_E_PROTO;
 	for (uint32_t i = 0; i < m->n_stop; i++) {
 		e = st_rbuf_str(&r, CW_PROTO_MAX_STOP, &m->stop[i]);
@@ -74,7 +74,9 @@ int cw_gen_start_msg_decode(const uint8_t *p, size_t len,
 	X(es_misses) X(es_evictions) X(es_loads) X(es_load_bytes)              \
 	X(es_n_slots) X(es_slots_used) X(es_pool_bytes) X(es_budget_bytes)     \
 	X(kv_pages_used) X(kv_pages_peak) X(kv_n_pages) X(kv_page_bytes)       \
-	X(kv_pool_bytes) X(kv_bytes_per_token) X(kv_formula_bytes_per_token)
+	X(kv_pool_bytes) X(kv_bytes_per_token) X(kv_formula_bytes_per_token)    \
+	X(kv_prefix_lookups) X(kv_prefix_rows_reused) X(kv_spill_pages_total)     \
+	X(kv_restore_pages_total)
 
 void cw_stats_wire_encode(struct st_wbuf *w, const struct cw_stats_wire *s)
 {

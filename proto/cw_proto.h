@@ -50,6 +50,7 @@ enum cw_msg_type {
 #define CW_GEN_F_ADD_SPECIAL 1u   /* add BOS as tokenizer_config says */
 #define CW_GEN_F_PARSE_SPECIAL 2u /* recognise special tokens in the prompt */
 #define CW_GEN_F_IGNORE_EOS 4u
+#define CW_GEN_F_NO_PREFIX_CACHE 8u /* compute the whole prompt */
 
 struct cw_gen_start_msg {
 	uint32_t max_tokens;
@@ -81,6 +82,9 @@ struct cw_stats_wire {
 	/* KV bytes per token: as laid out (rows incl. FP8 scales, all layers)
 	 * and by the formula 2 x layers x kv_heads x head_dim x bytes/elt */
 	uint64_t kv_bytes_per_token, kv_formula_bytes_per_token;
+	/* prefix cache and spill (from kvd) */
+	uint64_t kv_prefix_lookups, kv_prefix_rows_reused;
+	uint64_t kv_spill_pages_total, kv_restore_pages_total;
 };
 
 void cw_gen_start_msg_free(struct cw_gen_start_msg *m);
