@@ -272,16 +272,20 @@ int es_convert_keep_str(const struct es_convert_opts *opts, char *buf,
 		int k;
 
 		if (keep_item_str(r, item, sizeof(item)) < 0 ||
-		    st_wformat_name(&r->fmt, fmt, sizeof(fmt)))
+		    st_wformat_name(&r->fmt, fmt, sizeof(fmt))) {
+			buf[0] = 0;
 			return -EINVAL;
+		}
 		if (next && next->fmt.dtype == r->fmt.dtype &&
 		    next->fmt.group == r->fmt.group)
 			k = snprintf(buf + at, len - at, "%s,", item);
 		else
 			k = snprintf(buf + at, len - at, "%s=%s%s", item, fmt,
 				     next ? ";" : "");
-		if (k < 0 || (size_t)k >= len - at)
+		if (k < 0 || (size_t)k >= len - at) {
+			buf[0] = 0;
 			return -ENAMETOOLONG;
+		}
 		at += (size_t)k;
 	}
 	return 0;

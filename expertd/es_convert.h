@@ -114,7 +114,8 @@ int es_convert_parse_keep(const char *spec, struct es_convert_opts *opts,
  * records as experts.policy.keep, readable by es_convert_parse_keep):
  * consecutive rules with the same format share one "=FORMAT", e.g.
  * "first,last=fp8;3=bf16"; "" when there are none.  Returns 0,
- * -ENAMETOOLONG (buf too small) or -EINVAL (an invalid rule).
+ * -ENAMETOOLONG (buf too small) or -EINVAL (an invalid rule), leaving ""
+ * in buf on error.
  */
 int es_convert_keep_str(const struct es_convert_opts *opts, char *buf,
 			size_t len);

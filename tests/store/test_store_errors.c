@@ -729,6 +729,116 @@ static void expect_convert_error(const char *model, int err, const char *a,
 	assert_int_equal(tst_count_prefix(g_tmp, "out-broken"), 0);
 }
 
+/* --- expert format options ---------------------------------------------- */
+
+/* Keep specs: what parses, what is refused (nothing appended then), the
+ * canonical form written to the manifest, and the layer each rule hits. */
+static void keep_specs(void **state)
+{
+	static const char *const bad[] = {
+		"", "first", "=fp8", "first=", "first=int4", "a=fp8", "3-1=bf16",
+		"first,=fp8", ",first=fp8", "1-=fp8", "first;last=fp8",
+		"first=fp8;", "firstx=fp8", "-1=bf16", "1 =bf16", "12345678=f32",
+		"first=fp8=bf16",
+	};
+	struct es_convert_opts o;
+	struct st_diag d = { { 0 } };
+	struct st_wformat f;
+	char buf[256];
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		es_convert_opts_init(&o);
+		d.msg[0] = 0;
+		if (es_convert_parse_keep(bad[i], &o, &d) != -EINVAL)
+			fail_msg("keep \"%s\" was accepted", bad[i]);
+		assert_int_equal(o.n_keep, 0);
+		assert_true(d.msg[0] != 0);
+	}
+	es_convert_opts_init(&o);
+	assert_int_equal(es_convert_parse_keep("3-1=bf16", &o, &d), -EINVAL);
+	expect_msg(&d, "3-1", "N-M");
+	assert_int_equal(es_convert_parse_keep("first=int4", &o, &d), -EINVAL);
+	expect_msg(&d, "int4", "nvfp4");
+
+	/* default nvfp4; first and last fp8; 1-2 bf16; 2 back to e2m1-g64:
+	 * later rules win */
+	assert_int_equal(es_convert_parse_experts("nvfp4", &o, &d), 0);
+	assert_int_equal(es_convert_parse_experts("nvfp5", &o, &d), -EINVAL);
+	expect_msg(&d, "nvfp5", "e2m1-g32");
+	assert_int_equal(o.expert_dtype, ST_DTYPE_NVFP4);
+	assert_int_equal(es_convert_parse_keep("first,last=fp8", &o, &d), 2);
+	assert_int_equal(es_convert_parse_keep("1-2=bf16;2=e2m1-g64", &o, &d), 2);
+	assert_int_equal(o.n_keep, 4);
+	assert_int_equal(es_convert_keep_str(&o, buf, sizeof(buf)), 0);
+	assert_string_equal(buf, "first,last=fp8;1-2=bf16;2=e2m1-g64");
+	{
+		char small[10];
+
+		assert_int_equal(es_convert_keep_str(&o, small, sizeof(small)),
+				 -ENAMETOOLONG);
+		assert_string_equal(small, "");
+	}
+	{
+		static const char *const want[5] = { "fp8", "bf16", "e2m1-g64",
+						     "nvfp4", "fp8" };
+
+		for (int l = 0; l < 5; l++) {
+			char name[ST_WFORMAT_NAME_MAX];
+
+			assert_int_equal(es_convert_layer_format(&o, 5, l, &f), 0);
+			st_wformat_name(&f, name, sizeof(name));
+			assert_string_equal(name, want[l]);
+		}
+	}
+	/* a one-layer model: first and last are the same layer; a rule
+	 * naming layer 2 does not fit */
+	assert_int_equal(es_convert_layer_format(&o, 1, 0, &f), -EINVAL);
+	assert_int_equal(es_convert_layer_format(&o, 3, 3, &f), -EINVAL);
+	/* the canonical form reads back to the same rules */
+	{
+		struct es_convert_opts o2;
+		char buf2[256];
+
+		es_convert_opts_init(&o2);
+		assert_int_equal(es_convert_parse_keep(buf, &o2, &d), 4);
+		assert_int_equal(es_convert_keep_str(&o2, buf2, sizeof(buf2)), 0);
+		assert_string_equal(buf, buf2);
+	}
+	/* at most ES_CONVERT_MAX_KEEP rules */
+	es_convert_opts_init(&o);
+	for (int i = 0; i < ES_CONVERT_MAX_KEEP; i++)
+		assert_int_equal(es_convert_parse_keep("0=bf16", &o, &d), 1);
+	assert_int_equal(es_convert_parse_keep("1=bf16", &o, &d), -ST_E_LIMIT);
+	assert_int_equal(o.n_keep, ES_CONVERT_MAX_KEEP);
+	/* an invalid default format in the struct */
+	es_convert_opts_init(&o);
+	o.expert_dtype = ST_DTYPE_MXFP4;
+	o.expert_group = 64;
+	assert_int_equal(es_convert_layer_format(&o, 4, 0, &f), -EINVAL);
+}
+
+/* Options the model does not fit: refused before anything is written. */
+static void format_options_refused(void **state)
+{
+	struct es_convert_opts o;
+	struct st_diag d = { { 0 } };
+	char out[4400];
+
+	snprintf(out, sizeof(out), "%s/never", g_tmp);
+	es_convert_opts_init(&o);
+	assert_int_equal(es_convert_parse_keep("first,7=bf16", &o, &d), 2);
+	assert_int_equal(es_convert(g_mixtral, out, &o, &d), -EINVAL);
+	expect_msg(&d, "first,7=bf16", "4 layers");
+	assert_int_not_equal(access(out, F_OK), 0);
+	assert_int_equal(tst_count_prefix(g_tmp, "never.tmp-"), 0);
+
+	es_convert_opts_init(&o);
+	o.expert_dtype = ST_DTYPE_I8;
+	assert_int_equal(es_convert(g_mixtral, out, &o, &d), -EINVAL);
+	expect_msg(&d, "expert format", NULL);
+	assert_int_not_equal(access(out, F_OK), 0);
+}
+
 static void broken_checkpoints(void **state)
 {
 	static const char *expert = "model.layers.2.block_sparse_moe.experts.5."
@@ -818,6 +928,8 @@ int main(void)
 		cmocka_unit_test(read_only_parent),
 		cmocka_unit_test(killed_convert),
 		cmocka_unit_test(broken_checkpoints),
+		cmocka_unit_test(keep_specs),
+		cmocka_unit_test(format_options_refused),
 	};
 
 	st_test_fixture_model("tiny-mixtral", g_mixtral, sizeof(g_mixtral));
