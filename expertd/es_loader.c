@@ -62,7 +62,10 @@ static void load_one(struct es_loader *l, const struct es_load *job)
 	atomic_fetch_add(&p->v.hdr->c.loads, 1);
 	atomic_fetch_add(&p->v.hdr->c.load_ns, st_now_ns() - t0);
 	if (r == 0) {
-		atomic_fetch_add(&p->v.hdr->c.load_bytes, p->v.record_bytes);
+		/* bytes read: the layer's record, which may be smaller than
+		 * the slot (layers of different formats) */
+		atomic_fetch_add(&p->v.hdr->c.load_bytes,
+				 l->store->layers[layer].record_bytes);
 	} else {
 		if (r == -ST_E_CHECKSUM)
 			atomic_fetch_add(&p->v.hdr->c.checksum_failures, 1);
