@@ -22,17 +22,21 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "kv_daemon.h"
+#include "st_log.h"
 #include "st_util.h"
 
 #define IOV_CAP 1024
+#define KV_TMPFS_MAGIC 0x01021994
 
 /* ---- the file ----------------------------------------------------------- */
 
@@ -98,6 +102,15 @@ int kv_spill_open(struct kv_pool *p, const char *path, int adopted,
 		sp->free_slots = NULL;
 		close(fd);
 		return -ENOMEM;
+	}
+	{
+		struct statfs fs;
+
+		if (fstatfs(fd, &fs) == 0 &&
+		    (unsigned long)fs.f_type == KV_TMPFS_MAGIC)
+			st_warn("spill file %s is on tmpfs (memory): spilling "
+				"there saves no memory; put it on NVMe with "
+				"kvd --spill-file", path);
 	}
 	sp->n_free_slots = 0;
 	for (uint64_t i = p->lay.n_slots; i-- > 0;)
@@ -262,27 +275,47 @@ static void run_iov(struct kv_pool *p, const struct kv_spill_io *v,
 }
 
 /*
- * Moves v[0..n) (sorted by slot here): write = 1 writes each page's bytes
- * to its slot (checksums computed first), 0 reads each slot into its page
- * and computes the checksum of what arrived.  A write fails as a whole
- * (the first error); a read sets the status of the pages of a run that
- * failed and goes on.
+ * The transfers of v[0..n) (sorted by slot), run by run, without
+ * checksums: a write stops at the first error (returned); a read sets the
+ * status of every page of a run that failed and goes on.  After each run,
+ * *done (under mu, when given) is the number of pages finished, so that
+ * another thread can check them meanwhile.
  */
-static int spill_move(struct kv_pool *p, struct kv_spill_io *v, uint32_t n,
-		      int write)
+struct mover {
+	struct kv_pool *p;
+	struct kv_spill_io *v;
+	uint32_t n;
+	int write;
+	int err;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	uint32_t done;
+	int threaded;
+};
+
+static void mover_progress(struct mover *m, uint32_t done)
 {
+	if (!m->threaded) {
+		m->done = done;
+		return;
+	}
+	pthread_mutex_lock(&m->mu);
+	m->done = done;
+	pthread_cond_broadcast(&m->cv);
+	pthread_mutex_unlock(&m->mu);
+}
+
+static void *mover_run(void *arg)
+{
+	struct mover *m = arg;
+	struct kv_pool *p = m->p;
 	struct kv_spill *sp = &p->spill;
+	struct kv_spill_io *v = m->v;
 	const uint64_t sb = p->lay.slot_bytes;
 	const size_t cap = bounce_bytes(p);
 	struct iovec iov[IOV_CAP];
-	int r = 0;
 
-	qsort(v, n, sizeof(*v), io_cmp);
-	if (write)
-		for (uint32_t i = 0; i < n; i++)
-			v[i].checksum = st_xxh3(kv_page_data(p, v[i].page),
-						v[i].length);
-	for (uint32_t a = 0; a < n;) {
+	for (uint32_t a = 0; a < m->n;) {
 		uint32_t b = a + 1;
 		size_t used = page_direct(p, v[a].page) ? 0 : sb;
 		off_t off = (off_t)(v[a].slot * sb);
@@ -290,7 +323,7 @@ static int spill_move(struct kv_pool *p, struct kv_spill_io *v, uint32_t n,
 
 		/* a run: consecutive slots, within IOV_CAP iovecs, the I/O
 		 * size and the bounce buffer */
-		while (b < n && v[b].slot == v[b - 1].slot + 1 &&
+		while (b < m->n && v[b].slot == v[b - 1].slot + 1 &&
 		       (b - a) < IOV_CAP && (uint64_t)(b - a + 1) * sb <= cap) {
 			if (!page_direct(p, v[b].page)) {
 				if (used + sb > cap)
@@ -299,8 +332,8 @@ static int spill_move(struct kv_pool *p, struct kv_spill_io *v, uint32_t n,
 			}
 			b++;
 		}
-		run_iov(p, v + a, b - a, write, iov);
-		e = io_full(sp->fd, iov, (int)(b - a), off, write);
+		run_iov(p, v + a, b - a, m->write, iov);
+		e = io_full(sp->fd, iov, (int)(b - a), off, m->write);
 		if (e == -EINVAL && sp->direct) {
 			/* the filesystem took O_DIRECT at open but refuses
 			 * this transfer: go on buffered */
@@ -309,34 +342,98 @@ static int spill_move(struct kv_pool *p, struct kv_spill_io *v, uint32_t n,
 			if (fl >= 0 &&
 			    fcntl(sp->fd, F_SETFL, fl & ~O_DIRECT) == 0) {
 				sp->direct = 0;
-				run_iov(p, v + a, b - a, write, iov);
+				run_iov(p, v + a, b - a, m->write, iov);
 				e = io_full(sp->fd, iov, (int)(b - a), off,
-					    write);
+					    m->write);
 			}
 		}
-		if (e < 0) {
-			if (write)
-				return e;
-			for (uint32_t i = a; i < b; i++)
+		if (e < 0 && m->write) {
+			m->err = e;
+			mover_progress(m, m->n);
+			return NULL;
+		}
+		used = 0;
+		for (uint32_t i = a; i < b; i++) {
+			if (e < 0) {
 				v[i].status = e;
-			r = r ? r : e;
-		} else if (!write) {
-			used = 0;
-			for (uint32_t i = a; i < b; i++) {
-				uint8_t *pg = kv_page_data(p, v[i].page);
-
-				if (!page_direct(p, v[i].page)) {
-					memcpy(pg, sp->bounce + used,
-					       v[i].length);
-					used += sb;
-				}
-				v[i].status = 0;
-				v[i].checksum = st_xxh3(pg, v[i].length);
+				continue;
+			}
+			v[i].status = 0;
+			if (!m->write && !page_direct(p, v[i].page)) {
+				memcpy(kv_page_data(p, v[i].page),
+				       sp->bounce + used, v[i].length);
+				used += sb;
 			}
 		}
+		mover_progress(m, b);
 		a = b;
 	}
-	return write ? 0 : r;
+	return NULL;
+}
+
+/* Below this many bytes a batch moves in the calling thread only. */
+#define KV_SPILL_THREAD_BYTES (2u << 20)
+
+/*
+ * Moves v[0..n) (sorted by slot here): write = 1 writes each page's bytes
+ * to its slot, 0 reads each slot into its page; v[i].checksum is XXH3 of
+ * the page's `length` bytes (before the write, after the read).  A large
+ * batch moves in a helper thread while this one computes the checksums
+ * (of pages being written, or of pages already read), so the checksums
+ * cost no time next to the disk.  Returns a write's first error (nothing
+ * to record then); a read's errors are in the statuses.
+ */
+static int spill_move(struct kv_pool *p, struct kv_spill_io *v, uint32_t n,
+		      int write)
+{
+	struct mover m = { .p = p, .v = v, .n = n, .write = write };
+	pthread_t th;
+
+	if (n == 0)
+		return 0;
+	qsort(v, n, sizeof(*v), io_cmp);
+	m.threaded = (uint64_t)n * p->lay.slot_bytes >= KV_SPILL_THREAD_BYTES;
+	if (m.threaded) {
+		pthread_mutex_init(&m.mu, NULL);
+		pthread_cond_init(&m.cv, NULL);
+		if (pthread_create(&th, NULL, mover_run, &m) != 0) {
+			pthread_mutex_destroy(&m.mu);
+			pthread_cond_destroy(&m.cv);
+			m.threaded = 0;
+		}
+	}
+	if (!m.threaded) {
+		if (write)
+			for (uint32_t i = 0; i < n; i++)
+				v[i].checksum = st_xxh3(
+					kv_page_data(p, v[i].page),
+					v[i].length);
+		mover_run(&m);
+		if (!write)
+			for (uint32_t i = 0; i < n; i++)
+				if (v[i].status == 0)
+					v[i].checksum = st_xxh3(
+						kv_page_data(p, v[i].page),
+						v[i].length);
+		return m.err;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		if (!write) {
+			/* wait until page i arrived */
+			pthread_mutex_lock(&m.mu);
+			while (m.done <= i)
+				pthread_cond_wait(&m.cv, &m.mu);
+			pthread_mutex_unlock(&m.mu);
+			if (v[i].status < 0)
+				continue;
+		}
+		v[i].checksum = st_xxh3(kv_page_data(p, v[i].page),
+					v[i].length);
+	}
+	pthread_join(th, NULL);
+	pthread_mutex_destroy(&m.mu);
+	pthread_cond_destroy(&m.cv);
+	return m.err;
 }
 
 static uint32_t stream_length(const struct kv_pool *p, uint32_t s)
@@ -543,26 +640,33 @@ int kv_pool_make_room(struct kv_pool *p, uint64_t need, uint32_t stamp,
 		r = -ENOMEM;
 		goto out;
 	}
-	for (uint32_t c = 0; c < n_cand && count < short_; c++) {
-		uint32_t i = cand[c].idx;
-		uint32_t handle = kv_seq_handle(
-			i, atomic_load(&p->seqs[i].generation));
-		uint32_t np = kv_pages_for_rows(atomic_load(&p->seqs[i].n_rows),
-						p->lay.page_rows);
+	/* pages that are not published first: a published page that goes
+	 * to the file leaves the prefix cache */
+	for (int keyed = 0; keyed <= 1; keyed++)
+		for (uint32_t c = 0; c < n_cand && count < short_; c++) {
+			uint32_t i = cand[c].idx;
+			uint32_t handle = kv_seq_handle(
+				i, atomic_load(&p->seqs[i].generation));
+			uint32_t np = kv_pages_for_rows(
+				atomic_load(&p->seqs[i].n_rows),
+				p->lay.page_rows);
 
-		for (uint32_t pi = 0; pi < np && count < short_; pi++)
-			for (uint32_t s = 0; s < ns && count < short_; s++) {
-				uint32_t ent = kv_table_get(p, i, s, pi);
+			for (uint32_t pi = 0; pi < np && count < short_; pi++)
+				for (uint32_t s = 0; s < ns && count < short_;
+				     s++) {
+					uint32_t ent = kv_table_get(p, i, s, pi);
 
-				if (!page_spillable(p, ent))
-					continue;
-				v[count++] = (struct kv_spill_io){
-					.page = ent,
-					.length = stream_length(p, s),
-					.owner = handle, .stream = s,
-					.page_index = pi, .idx = i };
-			}
-	}
+					if (!page_spillable(p, ent) ||
+					    (atomic_load(&p->pages[ent].key) !=
+					     0) != keyed)
+						continue;
+					v[count++] = (struct kv_spill_io){
+						.page = ent,
+						.length = stream_length(p, s),
+						.owner = handle, .stream = s,
+						.page_index = pi, .idx = i };
+				}
+		}
 	while (p->spill.n_free_slots < count && kv_cache_drop_spilled_lru(p))
 		;
 	if (slots_take(p, (uint32_t)count, slots) < 0) {

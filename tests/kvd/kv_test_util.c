@@ -3,11 +3,13 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +26,7 @@ void kvd_inst_init(struct kvd_inst *k, const char *tag)
 	snprintf(k->budget, sizeof(k->budget), "4MiB");
 	snprintf(k->max_seqs, sizeof(k->max_seqs), "16");
 	snprintf(k->max_rows, sizeof(k->max_rows), "1024");
+	snprintf(k->spill_budget, sizeof(k->spill_budget), "0");
 }
 
 static pid_t spawn(const struct kvd_inst *k, const char *run_dir)
@@ -36,7 +39,8 @@ static pid_t spawn(const struct kvd_inst *k, const char *run_dir)
 	if (pid == 0) {
 		execl(path, "kvd", "--instance", k->name, "--run-dir", run_dir,
 		      "--budget", k->budget, "--max-seqs", k->max_seqs,
-		      "--max-rows-per-seq", k->max_rows, (char *)NULL);
+		      "--max-rows-per-seq", k->max_rows, "--spill-budget",
+		      k->spill_budget[0] ? k->spill_budget : "0", (char *)NULL);
 		fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
 		_exit(127);
 	}
@@ -166,4 +170,60 @@ int kvd_count_segments(const char *name)
 			n++;
 	closedir(dir);
 	return n;
+}
+
+uint32_t kvd_table_entry(const char *name, uint32_t seq, uint32_t stream,
+			 uint32_t page_index, uint64_t *ret_slot_bytes)
+{
+	struct kv_stream_decl streams[KV_MAX_STREAMS];
+	struct kv_layout lay;
+	struct stat st;
+	char path[128];
+	uint32_t e = UINT32_MAX - 2;
+	void *base;
+	int fd;
+
+	kvd_segment_path(name, path, sizeof(path));
+	fd = open(path, O_RDONLY);
+	if (fd < 0)
+		return e;
+	if (fstat(fd, &st) < 0) {
+		close(fd);
+		return e;
+	}
+	base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (base == MAP_FAILED)
+		return e;
+	if (kv_layout_read((uint8_t *)base + 0, (size_t)st.st_size, 0, &lay,
+			   streams, NULL) == 0 &&
+	    kv_seq_index(seq) < lay.max_seqs && stream < lay.n_streams &&
+	    page_index < lay.max_pages_per_seq) {
+		const uint32_t *table =
+			(const uint32_t *)((const uint8_t *)base + lay.table_off);
+
+		e = __atomic_load_n(&table[kv_table_index(&lay,
+							  kv_seq_index(seq),
+							  stream, page_index)],
+				    __ATOMIC_ACQUIRE);
+		if (ret_slot_bytes)
+			*ret_slot_bytes = lay.slot_bytes;
+	}
+	munmap(base, (size_t)st.st_size);
+	return e;
+}
+
+int kvd_flip_byte(const char *path, uint64_t off)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t b;
+	int ok;
+
+	if (fd < 0)
+		return -1;
+	ok = pread(fd, &b, 1, (off_t)off) == 1;
+	b ^= 0x20;
+	ok = ok && pwrite(fd, &b, 1, (off_t)off) == 1 && fsync(fd) == 0;
+	close(fd);
+	return ok ? 0 : -1;
 }

@@ -17,6 +17,7 @@ struct kvd_inst {
 	char budget[32];
 	char max_seqs[16];
 	char max_rows[16];
+	char spill_budget[32]; /* --spill-budget ("0": none) */
 };
 
 /* Fills k with a fresh instance name (tag) and run directory; no daemon. */
@@ -47,5 +48,15 @@ int kvd_count_segments(const char *name);
 
 /* Path of the kv segment in /dev/shm into buf. */
 const char *kvd_segment_path(const char *name, char *buf, size_t len);
+
+/* The table entry of (sequence handle, stream, page index) as the pool
+ * segment of instance `name` holds it now (read-only mapping): a page id,
+ * KV_PAGE_NONE, KV_PAGE_LOST or KV_PAGE_SPILLED | slot; *ret_slot_bytes
+ * (may be NULL) gets the spill slot size.  UINT32_MAX - 2 on failure. */
+uint32_t kvd_table_entry(const char *name, uint32_t seq, uint32_t stream,
+			 uint32_t page_index, uint64_t *ret_slot_bytes);
+
+/* Flips one bit of byte `off` of a file (fsync'ed).  0 or -1. */
+int kvd_flip_byte(const char *path, uint64_t off);
 
 #endif

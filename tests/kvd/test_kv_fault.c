@@ -4,7 +4,10 @@
  * again adopts its pool (PITFALLS P17: one segment, epoch bumped, sequences
  * and rows kept, ten cycles leave nothing stale, a live owner is never
  * displaced, SIGTERM removes everything); segments with a wrong magic or
- * layout version give clear errors and are never used.
+ * layout version give clear errors and are never used; spilled pages and
+ * the prefix cache survive a kill -9 of kvd (the spill file is kept and
+ * its slot records are in the segment), and when the spill file is lost
+ * only the sequences that had pages in it fail, cleanly.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -466,6 +469,172 @@ static void test_bad_segments(void **state)
 	st_shm_destroy(&own);
 }
 
+/* ---- kill -9 with spilled pages --------------------------------------- */
+
+#define SP_N 6
+#define SP_ROWS 16
+
+static const uint32_t rbs[2] = { 1024, 256 };
+
+static void sp_write(struct kv_client *c, uint32_t seq, uint32_t r,
+		     uint32_t tag)
+{
+	for (uint32_t s = 0; s < 2; s++) {
+		uint8_t *p = kv_client_row_writable(c, seq, (int)s, r);
+
+		assert_non_null(p);
+		for (uint32_t i = 0; i < rbs[s]; i++)
+			p[i] = pattern(tag, s, r, i);
+	}
+}
+
+static int sp_differ(struct kv_client *c, uint32_t seq, uint32_t rows,
+		     uint32_t tag)
+{
+	for (uint32_t s = 0; s < 2; s++)
+		for (uint32_t r = 0; r < rows; r++) {
+			const uint8_t *p = kv_client_row(c, seq, (int)s, r);
+
+			if (!p)
+				return -1;
+			for (uint32_t i = 0; i < rbs[s]; i++)
+				if (p[i] != pattern(tag, s, r, i))
+					return 1;
+		}
+	return 0;
+}
+
+static int sp_spilled(struct kvd_inst *k, uint32_t seq)
+{
+	int n = 0;
+
+	for (uint32_t s = 0; s < 2; s++)
+		for (uint32_t pi = 0; pi < SP_ROWS / 4; pi++)
+			n += kv_entry_is_spilled(
+				kvd_table_entry(k->name, seq, s, pi, NULL));
+	return n;
+}
+
+static void test_restart_spill(void **state)
+{
+	struct kvd_inst *k = *state;
+	struct kv_stream_decl sd[2] = { { rbs[0], 1, 0, 0 },
+					{ rbs[1], 1, 0, 0 } };
+	struct kv_client *c;
+	uint32_t seqs[SP_N], pub, found, cached;
+	int had[SP_N], n_had = 0;
+	int32_t ids[12], status;
+	struct kv_stats st, st2;
+	struct st_diag d;
+	char spill[4200];
+
+	/* 16 host pages of 4 KiB; 6 sequences of 8 pages need 48 */
+	snprintf(k->budget, sizeof(k->budget), "64KiB");
+	snprintf(k->spill_budget, sizeof(k->spill_budget), "1MiB");
+	assert_int_equal(kvd_start(k, NULL), 0);
+	c = open_client(k, "worker", TIMEOUT_MS);
+	assert_int_equal(kv_client_declare_model(c, 2, sd, 4, 0x99, &d), 0);
+	/* a published prefix (2 groups) */
+	for (int i = 0; i < 12; i++)
+		ids[i] = 500 + i;
+	assert_int_equal(kv_client_seq_create_prefix(c, ids, 9, &pub, &cached,
+						     &d),
+			 0);
+	assert_int_equal(kv_client_seq_reserve(c, 1, &pub,
+					       (uint32_t[]){ 9 }, &d), 0);
+	for (uint32_t r = 0; r < 9; r++)
+		sp_write(c, pub, r, 40);
+	assert_int_equal(kv_client_seq_publish(c, pub, ids, 9, &d), 2);
+	/* running: its published pages stay in the cache (a published page
+	 * that spills leaves the cache) */
+	assert_int_equal(kv_client_seq_pin(c, 1, &pub, NULL, &d), 0);
+	/* interleaved writes, one sequence pinned at a time */
+	for (int i = 0; i < SP_N; i++)
+		assert_int_equal(kv_client_seq_create(c, &seqs[i], &d), 0);
+	for (uint32_t r = 0; r < SP_ROWS; r++)
+		for (int i = 0; i < SP_N; i++) {
+			uint32_t n = r + 1;
+
+			if (kv_client_seq_pin(c, 1, &seqs[i], NULL, &d) < 0 ||
+			    kv_client_seq_reserve(c, 1, &seqs[i], &n, &d) < 0)
+				fail_msg("row %u seq %d: %s", r, i, d.msg);
+			sp_write(c, seqs[i], r, (uint32_t)i + 1);
+			if (i != SP_N - 1 || r != SP_ROWS - 1)
+				kv_client_seq_unpin(c, 1, &seqs[i], &d);
+		}
+	assert_int_equal(kv_client_stats(c, &st), 0);
+	assert_true(st.pages_spilled > 0);
+	assert_int_equal(st.n_pinned, 2);
+	assert_int_equal(st.cache_groups, 2);
+	for (int i = 0; i < SP_N; i++) {
+		had[i] = sp_spilled(k, seqs[i]) > 0;
+		n_had += had[i];
+	}
+	assert_true(n_had > 0 && n_had < SP_N);
+
+	/* kill -9, start again: same tables, slots and pins; the spill file
+	 * is read back */
+	kvd_kill(k, SIGKILL);
+	assert_int_equal(kvd_start(k, NULL), 0);
+	assert_int_equal(kv_client_stats(c, &st2), 0);
+	assert_int_equal(st2.n_seqs, SP_N + 1);
+	assert_int_equal(st2.pages_spilled, st.pages_spilled);
+	assert_int_equal(st2.n_pinned, 2);
+	/* the pin of a sequence is kept; the client lets it go now */
+	assert_int_equal(kv_client_seq_unpin(c, 1, &seqs[SP_N - 1], &d), 0);
+	assert_int_equal(st2.cache_groups, st.cache_groups);
+	for (int i = 0; i < SP_N; i++) {
+		if (kv_client_seq_restore(c, 1, &seqs[i], &status, &d) < 0)
+			fail_msg("restore %d after restart: %s", i, d.msg);
+		assert_int_equal(sp_differ(c, seqs[i], SP_ROWS,
+					   (uint32_t)i + 1),
+				 0);
+	}
+	/* the prefix cache came back too (rebuilt from the keys) */
+	assert_int_equal(kv_client_seq_create_prefix(c, ids, 12, &found,
+						     &cached, &d),
+			 0);
+	assert_int_equal(cached, 8);
+	assert_int_equal(sp_differ(c, found, 8, 40), 0);
+	assert_int_equal(kv_client_seq_free(c, found), 0);
+
+	/* again, and this time the spill file is lost with the crash */
+	n_had = 0;
+	for (int i = 0; i < SP_N; i++) {
+		had[i] = sp_spilled(k, seqs[i]) > 0;
+		n_had += had[i];
+	}
+	assert_true(n_had > 0 && n_had < SP_N);
+	kvd_kill(k, SIGKILL);
+	snprintf(spill, sizeof(spill), "%s/kvd.spill", k->run_dir);
+	assert_int_equal(unlink(spill), 0);
+	assert_int_equal(kvd_start(k, NULL), 0);
+	for (int i = 0; i < SP_N; i++) {
+		int r = kv_client_seq_restore(c, 1, &seqs[i], &status, &d);
+
+		if (had[i]) {
+			assert_int_equal(r, -ST_E_CHECKSUM);
+			assert_non_null(strstr(d.msg, "cannot be restored"));
+		} else {
+			assert_int_equal(r, 0);
+			assert_int_equal(sp_differ(c, seqs[i], SP_ROWS,
+						   (uint32_t)i + 1),
+					 0);
+		}
+	}
+	/* the failed ones free like any other; nothing is left behind */
+	for (int i = 0; i < SP_N; i++)
+		assert_int_equal(kv_client_seq_free(c, seqs[i]), 0);
+	assert_int_equal(kv_client_seq_free(c, pub), 0);
+	assert_int_equal(kv_client_stats(c, &st), 0);
+	assert_int_equal(st.n_seqs, 0);
+	assert_int_equal(st.pages_used, 0);
+	assert_int_equal(st.pages_spilled, 0);
+	kv_client_close(c);
+	assert_true(WIFEXITED(kvd_kill(k, SIGTERM)));
+	assert_false(st_path_exists(spill));
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -473,6 +642,8 @@ int main(int argc, char **argv)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_restart, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_bad_segments, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_restart_spill, setup,
 						teardown),
 	};
 
