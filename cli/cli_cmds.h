@@ -19,8 +19,12 @@ int cli_cmd_perplexity(int argc, char **argv);
  * $STRATA_CACHE_DIR or $XDG_CACHE_HOME/strata or ~/.cache/strata. */
 int cli_default_store_dir(const char *model_dir, const char *experts,
 			  char *buf, size_t len);
+/* An expert-format spec is "FORMAT" or "FORMAT:KEEP" (--experts and
+ * --keep together, e.g. "mxfp4:first,last=bf16"); writes it into buf. */
+int cli_experts_spec(char *buf, size_t len, const char *experts,
+		     const char *keep);
 /* Converts model_dir into store_dir with a progress bar on a terminal.
- * experts: "mxfp4", "bf16" or "f32".  A stop signal pending on sigfd (>= 0)
+ * experts: an expert-format spec (cli_experts_spec).  A stop signal pending on sigfd (>= 0)
  * cancels the conversion cleanly.  0, 1 (error printed) or 130
  * (interrupted). */
 int cli_convert(const char *model_dir, const char *store_dir,

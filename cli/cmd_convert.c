@@ -82,9 +82,21 @@ int cli_default_store_dir(const char *model_dir, const char *experts,
 	else
 		snprintf(cache, sizeof(cache), "/tmp/strata-cache-%u",
 			 (unsigned)getuid());
-	if (snprintf(buf, len, "%s/%s-%08x-%s.strata", cache, base,
-		     (unsigned)(h & 0xffffffffu), experts) >= (int)len)
-		return -ENAMETOOLONG;
+	{
+		char fmt[128];
+		size_t i;
+
+		/* "mxfp4:first,last=bf16" -> "mxfp4_first_last_bf16" */
+		snprintf(fmt, sizeof(fmt), "%s", experts);
+		for (i = 0; fmt[i]; i++)
+			if (!((fmt[i] >= 'a' && fmt[i] <= 'z') ||
+			      (fmt[i] >= 'A' && fmt[i] <= 'Z') ||
+			      (fmt[i] >= '0' && fmt[i] <= '9') || fmt[i] == '-'))
+				fmt[i] = '_';
+		if (snprintf(buf, len, "%s/%s-%08x-%s.strata", cache, base,
+			     (unsigned)(h & 0xffffffffu), fmt) >= (int)len)
+			return -ENAMETOOLONG;
+	}
 	return st_mkdir_p(cache, 0755);
 }
 
@@ -113,16 +125,33 @@ int cli_default_model_dir(char *buf, size_t len)
 	return st_path_exists(buf) ? 0 : -ENOENT;
 }
 
-static int parse_experts(const char *s, enum st_dtype *ret)
+/* Applies an expert-format spec "FORMAT[:KEEP]" (see cli_cmds.h) to opts.
+ * 0, or -EINVAL with diag. */
+static int apply_experts(const char *spec, struct es_convert_opts *o,
+			 struct st_diag *diag)
 {
-	if (!strcmp(s, "mxfp4"))
-		*ret = ST_DTYPE_MXFP4;
-	else if (!strcmp(s, "bf16"))
-		*ret = ST_DTYPE_BF16;
-	else if (!strcmp(s, "f32"))
-		*ret = ST_DTYPE_F32;
-	else
-		return -EINVAL;
+	char name[64];
+	const char *colon = strchr(spec, ':');
+	size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
+	int r;
+
+	if (n == 0 || n >= sizeof(name))
+		return st_diag_set(diag, -EINVAL, "--experts '%s': no format",
+				   spec);
+	memcpy(name, spec, n);
+	name[n] = 0;
+	r = es_convert_parse_experts(name, o, diag);
+	if (r == 0 && colon)
+		r = es_convert_parse_keep(colon + 1, o, diag);
+	return r < 0 ? r : 0;
+}
+
+int cli_experts_spec(char *buf, size_t len, const char *experts,
+		     const char *keep)
+{
+	if (snprintf(buf, len, "%s%s%s", experts, keep ? ":" : "",
+		     keep ? keep : "") >= (int)len)
+		return -ENAMETOOLONG;
 	return 0;
 }
 
@@ -136,9 +165,8 @@ int cli_convert(const char *model_dir, const char *store_dir,
 	int r;
 
 	es_convert_opts_init(&o);
-	if (parse_experts(experts, &o.expert_dtype) < 0) {
-		fprintf(stderr, "strata: --experts must be mxfp4, bf16 or f32, "
-			"not '%s'\n", experts);
+	if (apply_experts(experts, &o, &diag) < 0) {
+		fprintf(stderr, "strata: %s\n", diag.msg);
 		return 2;
 	}
 	o.dense_f32 = dense_f32;
@@ -178,7 +206,12 @@ static void convert_usage(FILE *f)
 "  --model DIR       checkpoint directory (required)\n"
 "  --out DIR         store directory (default: in the cache, see below)\n"
 "  --experts FMT     mxfp4 (default; OCP MX: E2M1, 32-element blocks, E8M0\n"
-"                    scale), bf16 or f32 (unquantized)\n"
+"                    scale), nvfp4 (16-element blocks, E4M3 scale, FP32\n"
+"                    tensor scale), e2m1-g32 / e2m1-g128 (FP16 scale per\n"
+"                    group), fp8 (E4M3, FP32 scale per 128), bf16, f32\n"
+"  --keep-layers SPEC  (or --keep) layers kept at another format, e.g.\n"
+"                    first,last=bf16 or 0,5=fp8;3=bf16\n"
+
 "  --dense-f32       keep dense weights in F32 (default: BF16 when the\n"
 "                    checkpoint's are BF16)\n"
 "  --force           replace an existing store at --out\n"
@@ -195,12 +228,14 @@ int cli_cmd_convert(int argc, char **argv)
 		{ "out", required_argument, NULL, 'o' },
 		{ "experts", required_argument, NULL, 'e' },
 		{ "dense-f32", no_argument, NULL, 'd' },
+		{ "keep", required_argument, NULL, 'k' },
+		{ "keep-layers", required_argument, NULL, 'k' },
 		{ "force", no_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	const char *model = NULL, *out = NULL, *experts = "mxfp4";
-	char outbuf[4096];
+	const char *model = NULL, *out = NULL, *experts = "mxfp4", *keep = NULL;
+	char outbuf[4096], spec[512];
 	int dense_f32 = 0, force = 0, c;
 
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -209,6 +244,7 @@ int cli_cmd_convert(int argc, char **argv)
 		case 'o': out = optarg; break;
 		case 'e': experts = optarg; break;
 		case 'd': dense_f32 = 1; break;
+		case 'k': keep = optarg; break;
 		case 'f': force = 1; break;
 		case 'h': convert_usage(stdout); return 0;
 		default: convert_usage(stderr); return 2;
@@ -219,6 +255,11 @@ int cli_cmd_convert(int argc, char **argv)
 			"nothing else may follow (see --help)\n");
 		return 2;
 	}
+	if (cli_experts_spec(spec, sizeof(spec), experts, keep) < 0) {
+		fprintf(stderr, "strata convert: --keep too long\n");
+		return 2;
+	}
+	experts = spec;
 	if (!out) {
 		int r = cli_default_store_dir(model, experts, outbuf,
 					      sizeof(outbuf));
@@ -310,11 +351,15 @@ int cli_check_common(const char *instance, const char *host_budget,
 			"mode), f16, bf16 or fp8\n", who, kv_dtype);
 		return 1;
 	}
-	if (experts && strcmp(experts, "mxfp4") && strcmp(experts, "bf16") &&
-	    strcmp(experts, "f32")) {
-		fprintf(stderr, "%s: --experts '%s': use mxfp4, bf16 or f32\n",
-			who, experts);
-		return 1;
+	if (experts) {
+		struct es_convert_opts o;
+		struct st_diag d = { "" };
+
+		es_convert_opts_init(&o);
+		if (apply_experts(experts, &o, &d) < 0) {
+			fprintf(stderr, "%s: %s\n", who, d.msg);
+			return 1;
+		}
 	}
 	return 0;
 }

@@ -18,7 +18,8 @@ static void inst_usage(FILE *f, const char *cmd)
 "Usage: strata %s [--instance NAME] [--run-dir DIR]%s\n"
 "\n", cmd, !strcmp(cmd, "up") ?
 	" (--model DIR | --store DIR)\n"
-	"                 [--experts FMT] [--host-budget B] [--kv-budget B]\n"
+	"                 [--experts FMT] [--keep-layers SPEC] [--host-budget B]\n"
+	"                 [--kv-budget B]\n"
 	"                 [--kv-dtype T] [--timeout SEC]" : "");
 	if (!strcmp(cmd, "up"))
 		fprintf(f, "Starts expertd, kvd and computed for the instance "
@@ -48,6 +49,7 @@ static int parse(int argc, char **argv, const char *cmd,
 		{ "model", required_argument, NULL, 'm' },
 		{ "store", required_argument, NULL, 's' },
 		{ "experts", required_argument, NULL, 'e' },
+		{ "keep-layers", required_argument, NULL, 'L' },
 		{ "host-budget", required_argument, NULL, 'b' },
 		{ "kv-budget", required_argument, NULL, 'B' },
 		{ "kv-dtype", required_argument, NULL, 'K' },
@@ -55,6 +57,8 @@ static int parse(int argc, char **argv, const char *cmd,
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
+	static char spec[512]; /* the combined spec outlives parse() */
+	const char *keep_spec = NULL;
 	int c, is_up = !strcmp(cmd, "up");
 
 	memset(inst, 0, sizeof(*inst));
@@ -70,6 +74,7 @@ static int parse(int argc, char **argv, const char *cmd,
 		case 'm': *model = optarg; break;
 		case 's': snprintf(inst->store_dir, sizeof(inst->store_dir), "%s", optarg); break;
 		case 'e': *experts = optarg; break;
+		case 'L': keep_spec = optarg; break;
 		case 'b': snprintf(inst->host_budget, sizeof(inst->host_budget), "%s", optarg); break;
 		case 'B': snprintf(inst->kv_budget, sizeof(inst->kv_budget), "%s", optarg); break;
 		case 'K': snprintf(inst->kv_dtype, sizeof(inst->kv_dtype), "%s", optarg); break;
@@ -81,6 +86,11 @@ static int parse(int argc, char **argv, const char *cmd,
 	if (optind < argc) {
 		inst_usage(stderr, cmd);
 		return 2;
+	}
+	if (is_up) {
+		if (cli_experts_spec(spec, sizeof(spec), *experts, keep_spec) < 0)
+			return 2;
+		*experts = spec;
 	}
 	if (cli_check_common(inst->name, is_up && inst->host_budget[0] ?
 			     inst->host_budget : NULL,

@@ -33,8 +33,9 @@
 
 struct ppl_opts {
 	struct cli_session_opts s;
-	const char *file, *save_base, *kl_base;
+	const char *file, *save_base, *kl_base, *keep_spec;
 	int window, json, keep;
+	char experts_spec[512];
 };
 
 static void usage(FILE *f)
@@ -46,7 +47,8 @@ static void usage(FILE *f)
 "instance, or --instance NAME if it runs).  Windows of --window tokens, each\n"
 "from position 0; positions 1..n-1 of each window are scored.\n"
 "\n"
-"  --model DIR / --store DIR / --experts FMT   as for strata run\n"
+"  --model DIR / --store DIR / --experts FMT / --keep-layers SPEC\n"
+"                       as for strata run\n"
 "  --file FILE          the text to score (required)\n"
 "  --window N           tokens per window (default: the model's context,\n"
 "                       at most 512)\n"
@@ -83,6 +85,7 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "keep", no_argument, NULL, 'z' },
+		{ "keep-layers", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -116,6 +119,7 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 		case 'T': o->s.timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 600; break;
 		case 'j': o->json = 1; break;
 		case 'z': o->keep = 1; break;
+		case 'L': o->keep_spec = optarg; break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return 2;
 		}
@@ -130,6 +134,10 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 			"--kl-base do not go together\n");
 		return 2;
 	}
+	if (cli_experts_spec(o->experts_spec, sizeof(o->experts_spec),
+			     o->s.experts, o->keep_spec) < 0)
+		return 2;
+	o->s.experts = o->experts_spec;
 	return cli_check_common(o->s.instance, o->s.host_budget,
 				o->s.kv_budget, o->s.kv_dtype, o->s.experts,
 				"strata perplexity") ? 2 : 0;

@@ -34,6 +34,8 @@ struct run_opts {
 	int n_stop;
 	const char *stop[CW_PROTO_MAX_NSTOP];
 	int raw, ignore_eos, keep, json, quiet, no_prefix_cache;
+	const char *keep_spec;
+	char experts_spec[512];
 	int timeout_s;
 };
 
@@ -51,8 +53,9 @@ static void run_usage(FILE *f)
 "  --model DIR          Hugging Face checkpoint (default: the embedded\n"
 "                       models/kjv-moe)\n"
 "  --store DIR          use (or create) this store instead of the cached one\n"
-"  --experts FMT        expert format when converting: mxfp4 (default), bf16,\n"
-"                       f32\n"
+"  --experts FMT        expert format when converting: mxfp4 (default),\n"
+"                       nvfp4, e2m1-g32, e2m1-g128, fp8, bf16, f32\n"
+"  --keep-layers SPEC   layers kept at another format, e.g. first,last=bf16\n"
 "Generation:\n"
 "  --prompt TEXT        prompt (default: 'In the beginning')\n"
 "  --prompt-file FILE   read the prompt from a file ('-' = stdin)\n"
@@ -100,6 +103,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		{ "stop", required_argument, NULL, 'x' },
 		{ "ignore-eos", no_argument, NULL, 'E' },
 		{ "no-prefix-cache", no_argument, NULL, 'N' },
+		{ "keep-layers", required_argument, NULL, 'L' },
 		{ "raw", no_argument, NULL, 'R' },
 		{ "host-budget", required_argument, NULL, 'b' },
 		{ "kv-budget", required_argument, NULL, 'B' },
@@ -173,6 +177,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 			break;
 		case 'E': o->ignore_eos = 1; break;
 		case 'N': o->no_prefix_cache = 1; break;
+		case 'L': o->keep_spec = optarg; break;
 		case 'R': o->raw = 1; break;
 		case 'b': o->host_budget = optarg; break;
 		case 'B': o->kv_budget = optarg; break;
@@ -192,6 +197,10 @@ static int parse(struct run_opts *o, int argc, char **argv)
 			"--help)\n", argv[optind]);
 		return 2;
 	}
+	if (cli_experts_spec(o->experts_spec, sizeof(o->experts_spec),
+			     o->experts, o->keep_spec) < 0)
+		return 2;
+	o->experts = o->experts_spec;
 	return cli_check_common(o->instance, o->host_budget, o->kv_budget,
 				o->kv_dtype, o->experts, "strata run") ? 2 : 0;
 }
