@@ -10,6 +10,11 @@
  * pages), evaluates its next token and unpins it, as computed does, round
  * robin over the sequences; the teacher-forced tokens are windows of
  * valid-small.txt.
+ *
+ * Also the prefix cache (issue 4): a sequence that maps the first 96 rows
+ * of a 120-token prompt from pages another sequence published computes the
+ * remaining 24 positions with logits bit-identical to a sequence that
+ * computed all 120 itself.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -89,6 +94,69 @@ out:
 	return r;
 }
 
+/* 0 when the prefix-cache logits equal the full computation's. */
+static int prefix_check(const char *store, const int32_t *ids, int vocab)
+{
+	struct st_test_inst t;
+	struct st_diag diag = { "" };
+	struct es_client *es = NULL;
+	struct kv_client *kv = NULL;
+	struct cw_model *m = NULL;
+	struct cw_model_opts mo = { ST_DTYPE_F32, 16, 1 };
+	const char *es_args[] = { "--store", store, NULL };
+	uint32_t a, b, c, cached = 0, cached_c = 0;
+	float *la = malloc(sizeof(float) * 120 * (size_t)vocab);
+	float *lb = malloc(sizeof(float) * 24 * (size_t)vocab);
+	int r = -1;
+
+	st_test_inst_init(&t, "prefix");
+	if (!la || !lb || st_test_daemon_start(&t, "expertd", es_args, 30) < 0 ||
+	    st_test_daemon_start(&t, "kvd", NULL, 30) < 0)
+		goto out;
+	if (es_client_open(t.run_dir, t.name, "t", 10000, &es, &diag) < 0 ||
+	    kv_client_open(t.run_dir, t.name, "t", 10000, &kv, &diag) < 0 ||
+	    cw_model_open(store, es, kv, &mo, &m, &diag) < 0)
+		goto out;
+	/* c: the whole prompt, no cache */
+	if (kv_client_seq_create(kv, &c, &diag) < 0 ||
+	    cw_model_eval(m, c, 0, ids, 120, la, NULL, &diag) < 0)
+		goto out;
+	/* a: the first 100 tokens, published */
+	if (kv_client_seq_create_prefix(kv, ids, 100, &a, &cached, &diag) < 0 ||
+	    cached != 0 ||
+	    cw_model_eval(m, a, 0, ids, 100, NULL, NULL, &diag) < 0 ||
+	    kv_client_seq_publish(kv, a, ids, 100, &diag) < 0)
+		goto out;
+	/* b: 120 tokens; 96 rows (6 full pages) come from a */
+	if (kv_client_seq_create_prefix(kv, ids, 120, &b, &cached_c, &diag) < 0)
+		goto out;
+	if (cached_c != 96) {
+		fprintf(stderr, "FAIL: %u rows mapped from the cache, expected "
+			"96\n", cached_c);
+		goto out;
+	}
+	if (cw_model_eval(m, b, 96, ids + 96, 24, lb, NULL, &diag) < 0)
+		goto out;
+	if (memcmp(la + (size_t)96 * vocab, lb, sizeof(float) * 24 * (size_t)vocab)) {
+		fprintf(stderr, "FAIL: logits with the prefix cache differ\n");
+		goto out;
+	}
+	printf("prefix cache: 96 of 120 rows mapped, the last 24 positions' "
+	       "logits bit-identical to a full computation\n");
+	r = 0;
+out:
+	if (r < 0 && diag.msg[0])
+		fprintf(stderr, "prefix check: %s\n", diag.msg);
+	cw_model_close(m);
+	kv_client_close(kv);
+	es_client_close(es);
+	st_test_inst_stop(&t);
+	st_rm_rf(t.run_dir);
+	free(la);
+	free(lb);
+	return r;
+}
+
 int main(void)
 {
 	char model[4200], tmp[4096], store[4200], path[4400], *text;
@@ -139,6 +207,8 @@ int main(void)
 	} else {
 		printf("%d x %d positions: logits bit-identical\n", N_SEQ, N_TOK);
 	}
+	if (prefix_check(store, all_ids, vocab) < 0)
+		fail = 1;
 	st_tokenizer_free(tok);
 	free(text);
 	free(all_ids);
