@@ -606,6 +606,12 @@ int kv_client_seq_unpin(struct kv_client *c, int n, const uint32_t *seqs,
 	return residency(c, KV_RESIDENCY_UNPIN, n, seqs, NULL, diag);
 }
 
+int kv_client_seq_prefetch(struct kv_client *c, int n, const uint32_t *seqs,
+			   int32_t *ret_status, struct st_diag *diag)
+{
+	return residency(c, KV_RESIDENCY_PREFETCH, n, seqs, ret_status, diag);
+}
+
 /* Index of a live handle in the mapped pool, or -1. */
 static int64_t seq_index(const struct kv_client *c, uint32_t seq)
 {
@@ -641,6 +647,17 @@ uint8_t *kv_client_row(struct kv_client *c, uint32_t seq, int stream,
 		return NULL;
 	return c->data + (uint64_t)page * l->page_bytes +
 	       (uint64_t)(row % l->page_rows) * c->streams[stream].row_bytes;
+}
+
+int kv_client_seq_resident(struct kv_client *c, uint32_t seq)
+{
+	int64_t idx = seq_index(c, seq);
+
+	if (idx < 0)
+		return -ST_E_NOTFOUND;
+	if (atomic_load(&c->seqs[idx].flags) & KV_SEQ_F_FAILED)
+		return -ST_E_CHECKSUM;
+	return __atomic_load_n(&c->seqs[idx].n_spilled, __ATOMIC_ACQUIRE) == 0;
 }
 
 uint8_t *kv_client_row_writable(struct kv_client *c, uint32_t seq, int stream,

@@ -208,6 +208,25 @@ int kv_client_seq_unpin(struct kv_client *c, int n, const uint32_t *seqs,
 			struct st_diag *diag);
 
 /*
+ * The restores above are done before kvd replies (and kvd serves nobody
+ * else meanwhile).  To overlap them with compute, ask ahead:
+ * kv_client_seq_prefetch queues the spilled pages of seqs for restoring in
+ * the background (kvd does it a few MiB at a time between requests, only
+ * into pages that are free: it never spills anything for a prefetch) and
+ * replies at once; kv_client_seq_resident tells, from shared memory and
+ * without a message, whether a sequence has all its pages in the pool.
+ * kv_client_seq_pin remains the way to make sure (it restores what is
+ * still missing).  Statuses and errors as kv_client_seq_restore, without
+ * -ST_E_BUDGET.
+ */
+int kv_client_seq_prefetch(struct kv_client *c, int n, const uint32_t *seqs,
+			   int32_t *ret_status, struct st_diag *diag);
+
+/* 1 when every page of seq is in the pool, 0 when some are spilled,
+ * -ST_E_CHECKSUM when the sequence failed, -ST_E_NOTFOUND. */
+int kv_client_seq_resident(struct kv_client *c, uint32_t seq);
+
+/*
  * Pointer to row `row` of `stream` of `seq` in the pool (row_bytes bytes),
  * or NULL when that row has no page, its page is spilled (restore first)
  * or seq is not a live sequence.  Valid until the sequence is freed, or,

@@ -375,6 +375,10 @@ int kv_pool_make_room(struct kv_pool *p, uint64_t need, uint32_t stamp,
  * -ST_E_BUDGET when no room can be made. */
 int kv_seq_restore_idx(struct kv_pool *p, uint32_t idx, uint32_t stamp,
 		       struct st_diag *diag);
+/* The same for at most max_pages of its spilled pages (the first ones in
+ * stream-major order). */
+int kv_seq_restore_some(struct kv_pool *p, uint32_t idx, uint32_t stamp,
+			uint32_t max_pages, struct st_diag *diag);
 
 /*
  * SEQ_RESIDENCY for n sequences of `client`: KV_RESIDENCY_RESTORE brings
@@ -473,7 +477,15 @@ struct kv_server {
 	struct kv_clients clients;
 	uint64_t last_reap_ns;
 	int stop;                       /* SHUTDOWN received */
+	/* sequences to restore in the background (KV_RESIDENCY_PREFETCH),
+	 * a little between requests */
+	uint32_t *prefetch;
+	uint32_t n_prefetch, cap_prefetch;
+	int recv_timeout_ms;            /* current one of rep */
 };
+
+/* Pages restored in the background per loop turn (at most). */
+#define KV_PREFETCH_STEP_BYTES (32u << 20)
 
 /*
  * Starts kvd: adopts the pool segment of a killed kvd if one is there

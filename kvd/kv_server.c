@@ -479,6 +479,103 @@ static int handle_prefix(struct kv_server *s, const struct st_msg_header *h,
 	return r;
 }
 
+/* ---- background restores (KV_RESIDENCY_PREFETCH) ---------------------- */
+
+/* Queues the client's sequences that have spilled pages; each gets status
+ * 0, or its error (unknown, another client's, failed). */
+static int prefetch_queue(struct kv_server *s, struct kv_client_entry *c,
+			  uint32_t n, const uint32_t *seqs, int32_t *status,
+			  struct st_diag *diag)
+{
+	struct kv_pool *p = &s->pool;
+	int first = 0;
+
+	for (uint32_t i = 0; i < n; i++) {
+		int idx = kv_seq_lookup(p, seqs[i]);
+		int r = 0, dup = 0;
+
+		if (idx < 0)
+			r = st_diag_set(first ? NULL : diag, -ST_E_NOTFOUND,
+					"sequence 0x%x is unknown or was freed",
+					seqs[i]);
+		else if (p->seqs[idx].owner_client != c->id)
+			r = st_diag_set(first ? NULL : diag, -EPERM,
+					"sequence 0x%x belongs to another "
+					"client", seqs[i]);
+		else if (atomic_load(&p->seqs[idx].flags) & KV_SEQ_F_FAILED)
+			r = st_diag_set(first ? NULL : diag, -ST_E_CHECKSUM,
+					"sequence 0x%x failed earlier (a "
+					"spilled page of it was lost); free it",
+					seqs[i]);
+		status[i] = r;
+		if (r < 0) {
+			first = first ? first : r;
+			continue;
+		}
+		if (p->seqs[idx].n_spilled == 0)
+			continue;
+		for (uint32_t q = 0; q < s->n_prefetch; q++)
+			dup |= s->prefetch[q] == seqs[i];
+		if (dup)
+			continue;
+		if (s->n_prefetch == s->cap_prefetch) {
+			/* at most one entry per sequence (deduplicated) */
+			uint32_t cap = ST_MIN(s->cap_prefetch ?
+						      2 * s->cap_prefetch : 64,
+					      p->lay.max_seqs);
+			uint32_t *q;
+
+			if (cap <= s->n_prefetch)
+				continue; /* cannot happen */
+			q = realloc(s->prefetch, sizeof(*q) * cap);
+			if (!q)
+				continue; /* the pin will restore it */
+			s->prefetch = q;
+			s->cap_prefetch = cap;
+		}
+		s->prefetch[s->n_prefetch++] = seqs[i];
+	}
+	return first;
+}
+
+/*
+ * One turn of background restoring: the first queued sequence gets up to
+ * KV_PREFETCH_STEP_BYTES of its spilled pages back, into pages that are
+ * free (or idle cached) now; background restores never spill anything.
+ * A sequence is dropped from the queue when it is whole, gone, failed, or
+ * when no page is free (its pin will restore it, spilling if it must).
+ */
+static void prefetch_step(struct kv_server *s)
+{
+	struct kv_pool *p = &s->pool;
+	uint32_t handle = s->prefetch[0], stamp, room, step;
+	struct st_diag d;
+	int idx = kv_seq_lookup(p, handle), done = 1;
+
+	if (idx >= 0 && p->seqs[idx].n_spilled &&
+	    !(atomic_load(&p->seqs[idx].flags) & KV_SEQ_F_FAILED)) {
+		room = (uint32_t)ST_MIN(kv_pool_avail_pages(p),
+					(uint64_t)UINT32_MAX);
+		step = (uint32_t)ST_MAX(1u, KV_PREFETCH_STEP_BYTES /
+						    p->lay.slot_bytes);
+		if (room) {
+			stamp = kv_mark_begin(p);
+			p->mark[2 * (uint32_t)idx] = stamp;
+			if (kv_seq_restore_some(p, (uint32_t)idx, stamp,
+						ST_MIN(room, step), &d) < 0)
+				st_debug("background restore of 0x%x: %s",
+					 handle, d.msg);
+			else
+				done = p->seqs[idx].n_spilled == 0;
+		}
+	}
+	if (done) {
+		s->n_prefetch--;
+		memmove(s->prefetch, s->prefetch + 1,
+			sizeof(uint32_t) * s->n_prefetch);
+	}
+}
+
 /* SEQ_RESIDENCY: the reply's status is 0 and it carries every sequence's
  * status and the text of the first failure. */
 static int handle_residency(struct kv_server *s, struct kv_client_entry *c,
@@ -495,8 +592,11 @@ static int handle_residency(struct kv_server *s, struct kv_client_entry *c,
 		free(m.seqs);
 		return -ENOMEM;
 	}
-	r = kv_seq_residency(&s->pool, c->id, m.op, m.n, m.seqs, status,
-			     &rp->diag);
+	if (m.op == KV_RESIDENCY_PREFETCH)
+		r = prefetch_queue(s, c, m.n, m.seqs, status, &rp->diag);
+	else
+		r = kv_seq_residency(&s->pool, c->id, m.op, m.n, m.seqs,
+				     status, &rp->diag);
 	if (r == -ST_E_CHECKSUM)
 		st_warn("client %u (%s): %s", c->id, c->name, rp->diag.msg);
 	kv_proto_encode_status_list(&rp->w, m.n, status,
@@ -737,6 +837,7 @@ int kv_server_start(struct kv_server *s, const struct kv_config *cfg,
 
 	memset(s, 0, sizeof(*s));
 	s->cfg = *cfg;
+	s->recv_timeout_ms = KV_RECV_TIMEOUT_MS;
 	s->rep.fd = -1;
 	s->pub.fd = -1;
 	kv_clients_init(&s->clients);
@@ -787,8 +888,12 @@ int kv_server_poll(struct kv_server *s)
 	void *buf = NULL;
 	size_t len = 0;
 	uint64_t now;
-	int r;
+	int r, want = s->n_prefetch ? 0 : KV_RECV_TIMEOUT_MS;
 
+	/* background restores pending: look for a request, do not wait */
+	if (want != s->recv_timeout_ms &&
+	    st_sock_set_recv_timeout(&s->rep, want) == 0)
+		s->recv_timeout_ms = want;
 	r = st_sock_recv(&s->rep, &buf, &len);
 	if (r == 0) {
 		handle(s, buf, len);
@@ -797,6 +902,8 @@ int kv_server_poll(struct kv_server *s)
 		st_warn("receive on %s: %s", s->ctl_path, st_strerror(r));
 		st_sleep_ns(10ull * 1000 * 1000);
 	}
+	if (s->n_prefetch && s->have_pool)
+		prefetch_step(s);
 	now = st_now_ns();
 	if (now - s->last_reap_ns >= KV_REAP_INTERVAL_NS) {
 		reap_clients(s);
@@ -820,4 +927,7 @@ void kv_server_stop(struct kv_server *s)
 		s->have_pool = 0;
 	}
 	kv_clients_fini(&s->clients);
+	free(s->prefetch);
+	s->prefetch = NULL;
+	s->n_prefetch = s->cap_prefetch = 0;
 }

@@ -691,7 +691,8 @@ int kv_pool_make_room(struct kv_pool *p, uint64_t need, uint32_t stamp,
 		slot_record(p, &v[i]);
 		kv_table_set(p, v[i].idx, v[i].stream, v[i].page_index,
 			     KV_PAGE_SPILLED | v[i].slot);
-		p->seqs[v[i].idx].n_spilled++;
+		__atomic_add_fetch(&p->seqs[v[i].idx].n_spilled, 1,
+				   __ATOMIC_RELEASE);
 		kv_page_unref(p, v[i].page);
 	}
 	p->stats.spill_pages_total += count;
@@ -709,8 +710,14 @@ out:
 int kv_seq_restore_idx(struct kv_pool *p, uint32_t idx, uint32_t stamp,
 		       struct st_diag *diag)
 {
+	return kv_seq_restore_some(p, idx, stamp, UINT32_MAX, diag);
+}
+
+int kv_seq_restore_some(struct kv_pool *p, uint32_t idx, uint32_t stamp,
+			uint32_t max_pages, struct st_diag *diag)
+{
 	struct kv_seq_entry *e = &p->seqs[idx];
-	uint32_t n = e->n_spilled, k = 0, handle, np;
+	uint32_t n = ST_MIN(e->n_spilled, max_pages), k = 0, handle, np;
 	struct kv_spill_io *v;
 	uint64_t t0;
 	int r = 0;
@@ -787,7 +794,8 @@ int kv_seq_restore_idx(struct kv_pool *p, uint32_t idx, uint32_t stamp,
 						p->spill.path, why);
 		}
 		kv_spill_slot_free(p, v[i].slot);
-		e->n_spilled--;
+		__atomic_store_n(&e->n_spilled, e->n_spilled - 1,
+				 __ATOMIC_RELEASE);
 	}
 	p->stats.restore_ns_total += st_now_ns() - t0;
 	free(v);

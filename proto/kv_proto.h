@@ -73,6 +73,8 @@ enum kv_residency_op {
 	KV_RESIDENCY_RESTORE = 1, /* bring spilled pages back */
 	KV_RESIDENCY_PIN = 2,     /* restore, then mark running */
 	KV_RESIDENCY_UNPIN = 3,   /* no longer running (may be spilled) */
+	KV_RESIDENCY_PREFETCH = 4,/* restore in the background, into free
+				   * pages only; the reply does not wait */
 };
 
 struct kv_msg_hello {

@@ -6,7 +6,8 @@
  * is restored; a flipped byte in the spill file fails only the sequence
  * that owned it (the others restore intact); when every page is pinned a
  * request gets -ST_E_BUDGET naming the budgets; STATS reports the spill
- * figures; a clean stop removes the spill file.
+ * figures; a clean stop removes the spill file; a prefetch restores in
+ * the background, without a further request, and never spills.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -294,6 +295,79 @@ static void test_pinned_budget(void **state)
 	kv_client_close(c);
 }
 
+static void test_prefetch(void **state)
+{
+	struct kvd_inst *k = *state;
+	struct kv_client *c;
+	uint32_t seqs[NSEQ];
+	struct kv_stats st0, st;
+	struct st_diag d;
+	int32_t status[2];
+	uint64_t t0;
+
+	assert_int_equal(kvd_start(k, NULL), 0);
+	c = open_declared(k);
+	interleave(c, seqs);
+	/* all but 2 go: the pool has room for exactly what those 2 have
+	 * in the spill file */
+	for (int i = 2; i < NSEQ; i++)
+		assert_int_equal(kv_client_seq_free(c, seqs[i]), 0);
+	assert_int_equal(kv_client_seq_resident(c, seqs[0]), 0);
+	assert_int_equal(kv_client_seq_resident(c, seqs[1]), 0);
+	assert_int_equal(kv_client_stats(c, &st0), 0);
+	assert_int_equal(kv_client_seq_prefetch(c, 2, seqs, status, &d), 0);
+	assert_int_equal(status[0], 0);
+	assert_int_equal(status[1], 0);
+	/* no more requests: kvd restores between them all the same */
+	t0 = st_now_ns();
+	while (kv_client_seq_resident(c, seqs[0]) != 1 ||
+	       kv_client_seq_resident(c, seqs[1]) != 1) {
+		assert_true(st_now_ns() - t0 < 5000000000ull);
+		st_sleep_ns(1000000);
+	}
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(rows_differ(c, seqs[i], ROWS, (uint32_t)i + 1),
+				 0);
+	assert_int_equal(kv_client_stats(c, &st), 0);
+	assert_int_equal(st.spill_pages_total, st0.spill_pages_total);
+	assert_true(st.restore_pages_total > st0.restore_pages_total);
+	/* no room: a prefetch restores nothing (the pin will) */
+	{
+		uint32_t x, n4 = 4, spilled = NSEQ;
+
+		assert_int_equal(kv_client_seq_create(c, &x, &d), 0);
+		assert_int_equal(kv_client_seq_pin(c, 1, &x, NULL, &d), 0);
+		assert_int_equal(kv_client_seq_reserve(c, 1, &x, &n4, &d), 0);
+		for (int i = 0; i < 2; i++)
+			if (kv_client_seq_resident(c, seqs[i]) == 0)
+				spilled = (uint32_t)i;
+		assert_int_not_equal(spilled, NSEQ);
+		assert_int_equal(kv_client_seq_prefetch(c, 1, &seqs[spilled],
+							status, &d),
+				 0);
+		st_sleep_ns(200 * 1000 * 1000);
+		assert_int_equal(kv_client_seq_resident(c, seqs[spilled]), 0);
+		assert_int_equal(kv_client_seq_pin(c, 1, &seqs[spilled], status,
+						   &d),
+				 0);
+		assert_int_equal(kv_client_seq_resident(c, seqs[spilled]), 1);
+		assert_int_equal(rows_differ(c, seqs[spilled], ROWS,
+					     spilled + 1),
+				 0);
+	}
+	/* errors are per sequence */
+	{
+		uint32_t two[2] = { seqs[1], seqs[5] };
+
+		assert_int_equal(kv_client_seq_prefetch(c, 2, two, status, &d),
+				 -ST_E_NOTFOUND);
+		assert_int_equal(status[0], 0);
+		assert_int_equal(status[1], -ST_E_NOTFOUND);
+	}
+	assert_int_equal(kv_client_seq_resident(c, seqs[5]), -ST_E_NOTFOUND);
+	kv_client_close(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -302,6 +376,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_corrupt, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_pinned_budget, setup,
 						teardown),
+		cmocka_unit_test_setup_teardown(test_prefetch, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
