@@ -768,3 +768,311 @@ int st_wformat_matrix_bytes(const struct st_wformat *f, int64_t rows,
 		*ret_tensor_scale_bytes = tensor;
 	return 0;
 }
+
+/* --- scale search (MSE) -------------------------------------------------- */
+
+/*
+ * Every candidate scale of a block is scored by the squared error of the
+ * block as the dequantizer reads it back: sum over i of (x_i - deq_i)^2,
+ * deq_i the float32 value st_*_dequantize_row gives for the code the
+ * quantizer writes under that scale, differences and sum in double in
+ * element order (deterministic).  The lowest sum wins; ties keep the plain
+ * scale, then the smaller scale.  Blocks holding a NaN or an infinity are
+ * left to the plain quantizer.
+ */
+
+int st_scale_search_parse(const char *s, enum st_scale_search *ret)
+{
+	if (!s)
+		return -EINVAL;
+	if (!strcmp(s, "none"))
+		*ret = ST_SCALE_SEARCH_NONE;
+	else if (!strcmp(s, "mse"))
+		*ret = ST_SCALE_SEARCH_MSE;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+const char *st_scale_search_name(enum st_scale_search s)
+{
+	switch (s) {
+	case ST_SCALE_SEARCH_NONE: return "none";
+	case ST_SCALE_SEARCH_MSE: return "mse";
+	default: return NULL;
+	}
+}
+
+/* Grid factor k of ST_SCALE_GRID_N: (80 + k) / 100 in float32. */
+static float grid_factor(int k)
+{
+	return (float)(ST_SCALE_GRID_LO + k) / 100.0f;
+}
+
+/* Whether candidate (sse, scale) beats the best so far (best_sse,
+ * best_scale): lower error; on equal error the plain scale stays, and
+ * between two non-plain candidates the smaller scale wins. */
+static int better(double sse, double scale, double best_sse,
+		  double best_scale, int best_is_plain)
+{
+	if (sse < best_sse)
+		return 1;
+	if (sse > best_sse || best_is_plain)
+		return 0;
+	return scale < best_scale;
+}
+
+static int all_finite(const float *x, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (!isfinite(x[i]))
+			return 0;
+	return 1;
+}
+
+/* Squared error of an MXFP4 block under scale byte s (0..254). */
+static double mxfp4_sse(const float *xb, uint8_t s)
+{
+	float sc = st_e8m0_to_f32(s);
+	double sse = 0.0;
+
+	for (int i = 0; i < ST_MXFP4_BLOCK; i++) {
+		float q = st_e2m1_to_f32(st_f32_to_e2m1(ldexpf(xb[i], 127 - s)));
+		double d = (double)xb[i] - (double)(q * sc);
+
+		sse += d * d;
+	}
+	return sse;
+}
+
+int st_mxfp4_quantize_row_mse(const float *x, size_t n, uint8_t *ret_codes,
+			      uint8_t *ret_scales)
+{
+	int r = st_mxfp4_quantize_row(x, n, ret_codes, ret_scales);
+
+	if (r)
+		return r;
+	for (size_t blk = 0; blk < n / ST_MXFP4_BLOCK; blk++) {
+		const float *xb = x + blk * ST_MXFP4_BLOCK;
+		uint8_t *cb = ret_codes + blk * MXFP4_CODE_BYTES;
+		uint8_t plain = ret_scales[blk], best = plain;
+		double best_sse;
+
+		if (plain == 255 || plain == 0 ||
+		    !all_finite(xb, ST_MXFP4_BLOCK))
+			continue; /* NaN/inf or zero/tiny block: plain */
+		best_sse = mxfp4_sse(xb, plain);
+		for (int dlt = -1; dlt <= 1; dlt += 2) {
+			int s = (int)plain + dlt;
+			double sse;
+
+			if (s < 0 || s > 254)
+				continue;
+			sse = mxfp4_sse(xb, (uint8_t)s);
+			if (better(sse, s, best_sse, best, best == plain)) {
+				best_sse = sse;
+				best = (uint8_t)s;
+			}
+		}
+		if (best == plain)
+			continue;
+		ret_scales[blk] = best;
+		for (int j = 0; j < MXFP4_CODE_BYTES; j++) {
+			uint8_t lo = st_f32_to_e2m1(ldexpf(xb[2 * j], 127 - best));
+			uint8_t hi = st_f32_to_e2m1(ldexpf(xb[2 * j + 1],
+							   127 - best));
+			cb[j] = (uint8_t)(lo | (hi << 4));
+		}
+	}
+	return 0;
+}
+
+/* Squared error of an NVFP4 block under E4M3 scale byte s. */
+static double nvfp4_sse(const float *xb, uint8_t s, float global)
+{
+	float sb = st_e4m3_to_f32(s), d = sb * global;
+	double sse = 0.0;
+
+	for (int i = 0; i < ST_NVFP4_BLOCK; i++) {
+		float q = d == 0.0f ? 0.0f :
+				      st_e2m1_to_f32(st_f32_to_e2m1(xb[i] / d));
+		double e = (double)xb[i] - (double)((q * sb) * global);
+
+		sse += e * e;
+	}
+	return sse;
+}
+
+int st_nvfp4_quantize_row_mse(const float *x, size_t n, float global,
+			      uint8_t *ret_codes, uint8_t *ret_scales)
+{
+	int r = st_nvfp4_quantize_row(x, n, global, ret_codes, ret_scales);
+
+	if (r)
+		return r;
+	for (size_t blk = 0; blk < n / ST_NVFP4_BLOCK; blk++) {
+		const float *xb = x + blk * ST_NVFP4_BLOCK;
+		uint8_t *cb = ret_codes + blk * NVFP4_CODE_BYTES;
+		uint8_t plain = ret_scales[blk], best = plain;
+		double best_sse;
+		float base, d;
+		int dummy;
+
+		if (!all_finite(xb, ST_NVFP4_BLOCK))
+			continue;
+		base = (block_amax(xb, ST_NVFP4_BLOCK, &dummy) / 6.0f) / global;
+		if (base == 0.0f)
+			continue;
+		best_sse = nvfp4_sse(xb, plain, global);
+		for (int k = 0; k < ST_SCALE_GRID_N; k++) {
+			uint8_t s = st_f32_to_e4m3_sat(base * grid_factor(k));
+			double sse;
+
+			if (s == best || s == plain)
+				continue;
+			sse = nvfp4_sse(xb, s, global);
+			if (better(sse, st_e4m3_to_f32(s), best_sse,
+				   st_e4m3_to_f32(best), best == plain)) {
+				best_sse = sse;
+				best = s;
+			}
+		}
+		if (best == plain)
+			continue;
+		ret_scales[blk] = best;
+		d = st_e4m3_to_f32(best) * global;
+		for (int j = 0; j < NVFP4_CODE_BYTES; j++) {
+			uint8_t lo = d == 0.0f ? 0 : st_f32_to_e2m1(xb[2 * j] / d);
+			uint8_t hi = d == 0.0f ? 0 :
+					 st_f32_to_e2m1(xb[2 * j + 1] / d);
+
+			cb[j] = (uint8_t)(lo | (hi << 4));
+		}
+	}
+	return 0;
+}
+
+/* Squared error of an E2M1 group of gn elements under FP16 scale h. */
+static double e2m1f16_sse(const float *xg, size_t gn, uint16_t h)
+{
+	float s = st_f16_to_f32(h);
+	double sse = 0.0;
+
+	for (size_t i = 0; i < gn; i++) {
+		float q = s == 0.0f ? 0.0f :
+				      st_e2m1_to_f32(st_f32_to_e2m1(xg[i] / s));
+		double e = (double)xg[i] - (double)(q * s);
+
+		sse += e * e;
+	}
+	return sse;
+}
+
+/* The FP16 group scale for a target value v > 0 as the plain quantizer
+ * rounds it (nearest-even, clamped to 65504). */
+static uint16_t f16_scale(float v)
+{
+	uint16_t h = st_f32_to_f16(v);
+
+	return (h & 0x7fffu) > 0x7bffu ? 0x7bff : h;
+}
+
+int st_e2m1f16_quantize_row_mse(const float *x, size_t n, size_t group,
+				uint8_t *ret_codes, uint16_t *ret_scales)
+{
+	int r = st_e2m1f16_quantize_row(x, n, group, ret_codes, ret_scales);
+
+	if (r)
+		return r;
+	for (size_t g0 = 0, gi = 0; g0 < n; g0 += group, gi++) {
+		size_t gn = ST_MIN(group, n - g0);
+		const float *xg = x + g0;
+		uint16_t plain = ret_scales[gi], best = plain;
+		double best_sse;
+		float base, s;
+		int dummy;
+
+		if (!all_finite(xg, gn))
+			continue;
+		base = block_amax(xg, gn, &dummy) / 6.0f;
+		if (base == 0.0f)
+			continue;
+		best_sse = e2m1f16_sse(xg, gn, plain);
+		for (int k = 0; k < ST_SCALE_GRID_N; k++) {
+			uint16_t h = f16_scale(base * grid_factor(k));
+			double sse;
+
+			if (h == best || h == plain)
+				continue;
+			sse = e2m1f16_sse(xg, gn, h);
+			if (better(sse, st_f16_to_f32(h), best_sse,
+				   st_f16_to_f32(best), best == plain)) {
+				best_sse = sse;
+				best = h;
+			}
+		}
+		if (best == plain)
+			continue;
+		ret_scales[gi] = best;
+		s = st_f16_to_f32(best);
+		for (size_t i = g0; i < g0 + gn; i++) {
+			uint8_t c = s == 0.0f ? 0 : st_f32_to_e2m1(x[i] / s);
+
+			ret_codes[i / 2] = (uint8_t)((ret_codes[i / 2] &
+						      ~(0x0fu << (4 * (i & 1)))) |
+						     (c << (4 * (i & 1))));
+		}
+	}
+	return 0;
+}
+
+/* Squared error of an FP8 block of bn elements under FP32 scale s > 0. */
+static double fp8_sse(const float *xb, size_t bn, float s)
+{
+	double sse = 0.0;
+
+	for (size_t i = 0; i < bn; i++) {
+		float q = st_e4m3_to_f32(st_f32_to_e4m3_sat(xb[i] / s));
+		double e = (double)xb[i] - (double)(q * s);
+
+		sse += e * e;
+	}
+	return sse;
+}
+
+int st_fp8_quantize_row_mse(const float *x, size_t n, size_t block,
+			    uint8_t *ret_codes, float *ret_scales)
+{
+	int r = st_fp8_quantize_row(x, n, block, ret_codes, ret_scales);
+
+	if (r)
+		return r;
+	for (size_t b0 = 0, bi = 0; b0 < n; b0 += block, bi++) {
+		size_t bn = ST_MIN(block, n - b0);
+		const float *xb = x + b0;
+		float plain = ret_scales[bi], best = plain;
+		double best_sse;
+
+		if (!all_finite(xb, bn) || !(plain > 0.0f))
+			continue;
+		best_sse = fp8_sse(xb, bn, plain);
+		for (int k = 0; k < ST_SCALE_GRID_N; k++) {
+			float s = plain * grid_factor(k);
+			double sse;
+
+			if (!(s > 0.0f) || isinf(s) || s == best || s == plain)
+				continue;
+			sse = fp8_sse(xb, bn, s);
+			if (better(sse, s, best_sse, best, best == plain)) {
+				best_sse = sse;
+				best = s;
+			}
+		}
+		if (best == plain)
+			continue;
+		ret_scales[bi] = best;
+		for (size_t i = b0; i < b0 + bn; i++)
+			ret_codes[i] = st_f32_to_e4m3_sat(x[i] / best);
+	}
+	return 0;
+}

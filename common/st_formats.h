@@ -252,6 +252,64 @@ int st_fp8_quantize_row(const float *x, size_t n, size_t block,
 int st_fp8_dequantize_row(const uint8_t *codes, const float *scales, size_t n,
 			  size_t block, float *out);
 
+/* --- scale search (MSE-optimal clipping) ---
+ * Variants of the block/group quantizers above that, instead of the plain
+ * amax scale, search each block's scale for the one minimising the squared
+ * reconstruction error of the block:
+ *   SSE(scale) = sum_i (x_i - deq_i)^2
+ * where deq_i is exactly the float32 value the format's existing
+ * dequantizer gives for the element's code under that scale (so a searched
+ * block decodes with st_*_dequantize_row unchanged), computed in double in
+ * element order.  Elements are rounded as in the plain quantizers (nearest
+ * even, saturating).  Candidates:
+ *   MXFP4 (E8M0)   the plain exponent byte e and its neighbours e-1, e+1
+ *                  (within 0..254);
+ *   NVFP4 (E4M3), E2M1 (FP16), FP8 (FP32)
+ *                  the plain scale and the target (amax/6, per block
+ *                  divided by the tensor scale for NVFP4; amax/448 for
+ *                  FP8) times each factor f = k/100, k = 80..110
+ *                  (ST_SCALE_GRID_LO .. ST_SCALE_GRID_LO +
+ *                  ST_SCALE_GRID_N - 1), each rounded to the scale's own
+ *                  format as the plain quantizer rounds it (E4M3
+ *                  saturating, FP16 nearest-even clamped to 65504, FP32).
+ * The lowest SSE wins; on a tie the plain scale stays, then the smaller
+ * scale wins, so a block where the plain scale is optimal is quantized
+ * byte for byte as by the plain quantizer.  Factors below 1 clip the
+ * block's largest elements (saturation) to give the rest a finer grid;
+ * factors above 1 let the largest element round up instead of saturating.
+ * This is the usual MSE-optimal clipping / scale search of weight-only
+ * post-training quantization (as in the clipping search of AWQ and the
+ * grid search of GPTQ-style quantizers), here without activation
+ * statistics (every element weighs the same).
+ * Blocks holding a NaN or an infinity, all-zero blocks and blocks whose
+ * plain scale is 0 are quantized as by the plain quantizer.
+ * Arguments, outputs and errors are those of the plain quantizer; the
+ * result is deterministic (no dependence on FPU mode or FMA).
+ */
+enum st_scale_search {
+	ST_SCALE_SEARCH_NONE = 0, /* plain amax scale */
+	ST_SCALE_SEARCH_MSE = 1,  /* per-block search for the lowest SSE */
+};
+
+#define ST_SCALE_GRID_LO 80 /* first grid factor, in hundredths */
+#define ST_SCALE_GRID_N 31  /* factors 0.80, 0.81, ..., 1.10 */
+
+/* Parses "none" or "mse" (`strata convert --scale-search`).  0 or
+ * -EINVAL (*ret untouched). */
+int st_scale_search_parse(const char *s, enum st_scale_search *ret);
+
+/* "none", "mse"; NULL out of range. */
+const char *st_scale_search_name(enum st_scale_search s);
+
+int st_mxfp4_quantize_row_mse(const float *x, size_t n, uint8_t *ret_codes,
+			      uint8_t *ret_scales);
+int st_nvfp4_quantize_row_mse(const float *x, size_t n, float global,
+			      uint8_t *ret_codes, uint8_t *ret_scales);
+int st_e2m1f16_quantize_row_mse(const float *x, size_t n, size_t group,
+				uint8_t *ret_codes, uint16_t *ret_scales);
+int st_fp8_quantize_row_mse(const float *x, size_t n, size_t block,
+			    uint8_t *ret_codes, float *ret_scales);
+
 /* --- expert weight formats ---
  * What the store records per expert matrix: a dtype and the number of
  * elements that share one scale along a row.

@@ -127,6 +127,19 @@ int es_convert_parse_experts(const char *name, struct es_convert_opts *opts,
 	return 0;
 }
 
+int es_convert_parse_scale_search(const char *name,
+				  struct es_convert_opts *opts,
+				  struct st_diag *diag)
+{
+	enum st_scale_search ss;
+
+	if (st_scale_search_parse(name, &ss))
+		return st_diag_set(diag, -EINVAL, "scale search \"%s\": use "
+				   "none or mse", name ? name : "");
+	opts->scale_search = ss;
+	return 0;
+}
+
 /* Parses a layer number at *p (decimal, no sign, at most 7 digits),
  * advancing *p; -1 when there is none. */
 static int parse_layer_num(const char **p)
@@ -849,7 +862,7 @@ static int tensor_amax(const struct st_tensor_info *t, const uint8_t *src,
 /* Quantizes / converts row i of a matrix (row[] in float32) into its
  * place in the record. */
 static int fill_row(const struct st_store_matrix *x, const float *row,
-		    int64_t i, float global, uint8_t *rec)
+		    int64_t i, float global, int mse, uint8_t *rec)
 {
 	const size_t cols = (size_t)x->cols;
 	const size_t n_groups = x->fmt.group ?
@@ -858,19 +871,23 @@ static int fill_row(const struct st_store_matrix *x, const float *row,
 
 	switch (x->fmt.dtype) {
 	case ST_DTYPE_MXFP4:
-		return st_mxfp4_quantize_row(row, cols,
+		return (mse ? st_mxfp4_quantize_row_mse :
+			      st_mxfp4_quantize_row)(row, cols,
 					     data + (size_t)i * cols / 2,
 					     sc + (size_t)i * n_groups);
 	case ST_DTYPE_NVFP4:
-		return st_nvfp4_quantize_row(row, cols, global,
+		return (mse ? st_nvfp4_quantize_row_mse :
+			      st_nvfp4_quantize_row)(row, cols, global,
 					     data + (size_t)i * cols / 2,
 					     sc + (size_t)i * n_groups);
 	case ST_DTYPE_E2M1_F16:
-		return st_e2m1f16_quantize_row(
+		return (mse ? st_e2m1f16_quantize_row_mse :
+			      st_e2m1f16_quantize_row)(
 			row, cols, x->fmt.group, data + (size_t)i * cols / 2,
 			(uint16_t *)(void *)(sc + (size_t)i * n_groups * 2));
 	case ST_DTYPE_F8_E4M3:
-		return st_fp8_quantize_row(
+		return (mse ? st_fp8_quantize_row_mse :
+			      st_fp8_quantize_row)(
 			row, cols, x->fmt.group, data + (size_t)i * cols,
 			(float *)(void *)(sc + (size_t)i * n_groups * 4));
 	case ST_DTYPE_BF16:
@@ -916,7 +933,9 @@ static int fill_matrix(struct conv *c, const struct st_tensor_info *t,
 		r = st_convert_to_f32(t->dtype, src + (size_t)i * cols * es, cols,
 				      row);
 		if (!r)
-			r = fill_row(x, row, i, global, rec);
+			r = fill_row(x, row, i, global,
+				     c->o.scale_search == ST_SCALE_SEARCH_MSE,
+				     rec);
 		if (r)
 			return st_diag_set(c->diag, r, "tensor %s: row %" PRId64
 					   ": conversion failed: %s", t->name, i,
@@ -929,27 +948,43 @@ static int fill_matrix(struct conv *c, const struct st_tensor_info *t,
 }
 
 /* How each format rounds and picks its scales (manifest "rounding"). */
-static const char *rounding_text(enum st_dtype dt)
+static const char *rounding_text(enum st_dtype dt, enum st_scale_search ss)
 {
+	int mse = ss == ST_SCALE_SEARCH_MSE;
+
 	switch (dt) {
 	case ST_DTYPE_MXFP4:
-		return "nearest-even, saturate \u00b16; scale "
-		       "2^(floor(log2 amax) - 2)";
+		return mse ? "nearest-even, saturate \u00b16; scale byte of "
+			     "least squared error among e-1, e, e+1, e = "
+			     "2^(floor(log2 amax) - 2)" :
+			     "nearest-even, saturate \u00b16; scale "
+			     "2^(floor(log2 amax) - 2)";
 	case ST_DTYPE_NVFP4:
-		return "nearest-even, saturate \u00b16; block scale "
-		       "e4m3(amax / 6 / tensor_scale), tensor scale "
-		       "amax_tensor / 2688";
+		return mse ? "nearest-even, saturate \u00b16; block scale of "
+			     "least squared error among e4m3(amax / 6 / "
+			     "tensor_scale * k/100), k = 80..110, tensor "
+			     "scale amax_tensor / 2688" :
+			     "nearest-even, saturate \u00b16; block scale "
+			     "e4m3(amax / 6 / tensor_scale), tensor scale "
+			     "amax_tensor / 2688";
 	case ST_DTYPE_E2M1_F16:
-		return "nearest-even, saturate \u00b16; scale f16(amax / 6)";
+		return mse ? "nearest-even, saturate \u00b16; scale of least "
+			     "squared error among f16(amax / 6 * k/100), k = "
+			     "80..110" :
+			     "nearest-even, saturate \u00b16; scale f16(amax / 6)";
 	case ST_DTYPE_F8_E4M3:
-		return "nearest-even, saturate \u00b1448; scale amax / 448";
+		return mse ? "nearest-even, saturate \u00b1448; scale of least "
+			     "squared error among amax / 448 * k/100, k = "
+			     "80..110" :
+			     "nearest-even, saturate \u00b1448; scale amax / 448";
 	default:
 		return NULL;
 	}
 }
 
 /* The manifest entry of one matrix. */
-static int matrix_json(const struct st_store_matrix *x, int m, json_t *o)
+static int matrix_json(const struct st_store_matrix *x, int m,
+		       enum st_scale_search ss, json_t *o)
 {
 	enum st_dtype dt = x->fmt.dtype;
 	const char *scale = st_scale_type_name(st_wformat_scale_type(dt));
@@ -969,7 +1004,9 @@ static int matrix_json(const struct st_store_matrix *x, int m, json_t *o)
 	if (scale &&
 	    ((r = jset_int(o, "block", x->fmt.group)) ||
 	     (r = jset(o, "scale", json_string(scale))) ||
-	     (r = jset(o, "rounding", json_string(rounding_text(dt))))))
+	     (r = jset(o, "scale_search",
+		       json_string(st_scale_search_name(ss)))) ||
+	     (r = jset(o, "rounding", json_string(rounding_text(dt, ss))))))
 		return r;
 	if ((r = jset_int(o, "data_offset", x->data_offset)) ||
 	    (r = jset_int(o, "data_bytes", x->data_bytes)))
@@ -1008,7 +1045,8 @@ static int write_expert_layer(struct conv *c, int l, uint8_t *rec, float *row,
 		json_t *mo = json_object();
 
 		if ((r = jappend(mats, mo)) ||
-		    (r = matrix_json(&ly->mat[m], m, mo)))
+		    (r = matrix_json(&ly->mat[m], m, c->o.scale_search,
+				       mo)))
 			goto fail;
 	}
 	r = jset(o, "matrices", mats);
@@ -1090,6 +1128,9 @@ static int experts_json(struct conv *c, json_t **ret_ex, json_t **ret_layers)
 		r = jset_int(ex, "section_align", ST_STORE_SECTION_ALIGN);
 	if (!r && !(r = jset(pol, "default", json_string(def))))
 		r = jset(pol, "keep", json_string(keep));
+	if (!r)
+		r = jset(pol, "scale_search",
+			 json_string(st_scale_search_name(c->o.scale_search)));
 	if (!r) {
 		r = jset(ex, "policy", pol);
 		pol = NULL;
@@ -1357,6 +1398,10 @@ static int check_all(struct conv *c)
 	char path[4200];
 	int r;
 
+	if (!st_scale_search_name(c->o.scale_search))
+		return st_diag_set(c->diag, -EINVAL, "scale search %d: not "
+				   "none (0) or mse (1)",
+				   (int)c->o.scale_search);
 	if (default_format(&c->o, &c->def_fmt))
 		return st_diag_set(c->diag, -EINVAL, "expert format (dtype %d, "
 				   "group %u) is not one of " FORMAT_SPELLINGS,

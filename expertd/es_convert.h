@@ -62,6 +62,13 @@ struct es_convert_opts {
 	/* 0: dense tensors in BF16 if every dense tensor of the checkpoint is
 	 * BF16, else F32.  1: always F32. */
 	int dense_f32;
+	/* How block / group scales of the expert formats are chosen:
+	 * ST_SCALE_SEARCH_NONE (default): the plain amax scale;
+	 * ST_SCALE_SEARCH_MSE: per block, the scale with the lowest squared
+	 * reconstruction error (st_*_quantize_row_mse in st_formats.h).
+	 * Recorded per matrix in the manifest ("scale_search") and in
+	 * experts.policy.  es_convert_parse_scale_search() sets it. */
+	enum st_scale_search scale_search;
 	/* 1: replace an existing store at out_dir (only a directory holding a
 	 * manifest.json, or an empty one); 0: refuse with -EEXIST. */
 	int force;
@@ -75,7 +82,7 @@ struct es_convert_opts {
 
 #define ES_CONVERT_OPTS_DEFAULT                                                \
 	{ .expert_dtype = ST_DTYPE_MXFP4, .expert_group = 0, .n_keep = 0,      \
-	  .dense_f32 = 0, .force = 0, .progress = NULL, .progress_arg = NULL,  \
+	  .dense_f32 = 0, .scale_search = ST_SCALE_SEARCH_NONE, .force = 0, .progress = NULL, .progress_arg = NULL,  \
 	  .cancel = NULL }
 
 /* Fills *opts with the defaults (MXFP4 experts in every layer, automatic
@@ -91,6 +98,16 @@ void es_convert_opts_init(struct es_convert_opts *opts);
  */
 int es_convert_parse_experts(const char *name, struct es_convert_opts *opts,
 			     struct st_diag *diag);
+
+/*
+ * Sets opts->scale_search from its spelling (`strata convert
+ * --scale-search none|mse`): "none" (plain amax scales) or "mse" (search
+ * per block for the lowest squared error).  Returns 0, or -EINVAL with
+ * diag listing the spellings (opts untouched).
+ */
+int es_convert_parse_scale_search(const char *name,
+				  struct es_convert_opts *opts,
+				  struct st_diag *diag);
 
 /*
  * Appends the per-layer overrides of a keep spec (`strata convert --keep
