@@ -148,78 +148,52 @@ static int wait_ready(const struct cli_instance *inst, const char *daemon,
 			   daemon, timeout_s, tail);
 }
 
+/* Starts one daemon with --instance/--run-dir, the store when it takes
+ * one, and an optional extra option, then waits until it answers. */
+static int start_one(struct cli_instance *inst, const char *daemon,
+		     int with_store, const char *opt, const char *val,
+		     int *ret_pid, int timeout_s, struct st_diag *diag)
+{
+	char *argv[12];
+	int a = 0, r;
+
+	argv[a++] = (char *)daemon;
+	if (with_store) {
+		argv[a++] = "--store";
+		argv[a++] = inst->store_dir;
+	}
+	argv[a++] = "--instance";
+	argv[a++] = inst->name;
+	argv[a++] = "--run-dir";
+	argv[a++] = inst->run_dir;
+	if (val && val[0]) {
+		argv[a++] = (char *)opt;
+		argv[a++] = (char *)val;
+	}
+	argv[a] = NULL;
+	r = spawn(inst, daemon, argv, ret_pid, diag);
+	return r ? r : wait_ready(inst, daemon, *ret_pid, timeout_s, diag);
+}
+
 int cli_instance_up(struct cli_instance *inst, int timeout_s,
 		    struct st_diag *diag)
 {
-	char *argv[16];
-	int r, a;
+	int r = st_run_dir_prepare(inst->run_dir, diag);
 
-	r = st_run_dir_prepare(inst->run_dir, diag);
 	if (r < 0)
 		return r;
-	a = 0;
-	argv[a++] = "expertd";
-	argv[a++] = "--store";
-	argv[a++] = inst->store_dir;
-	argv[a++] = "--instance";
-	argv[a++] = inst->name;
-	argv[a++] = "--run-dir";
-	argv[a++] = inst->run_dir;
-	if (inst->host_budget[0]) {
-		argv[a++] = "--host-budget";
-		argv[a++] = inst->host_budget;
-	}
-	argv[a] = NULL;
-	r = spawn(inst, "expertd", argv, &inst->pid_expertd, diag);
-	if (r == 0)
-		r = wait_ready(inst, "expertd", inst->pid_expertd, timeout_s,
-			       diag);
-	if (r < 0)
-		goto fail;
-	a = 0;
-	argv[a++] = "kvd";
-	argv[a++] = "--instance";
-	argv[a++] = inst->name;
-	argv[a++] = "--run-dir";
-	argv[a++] = inst->run_dir;
-	if (inst->kv_budget[0]) {
-		argv[a++] = "--budget";
-		argv[a++] = inst->kv_budget;
-	}
-	argv[a] = NULL;
-	r = spawn(inst, "kvd", argv, &inst->pid_kvd, diag);
-	if (r == 0)
-		r = wait_ready(inst, "kvd", inst->pid_kvd, timeout_s, diag);
-	if (r < 0)
-		goto fail;
-	if (inst->tiers_only) {
-		inst->started_by_us = 1;
-		return 0;
-	}
-	a = 0;
-	argv[a++] = "computed";
-	argv[a++] = "--store";
-	argv[a++] = inst->store_dir;
-	argv[a++] = "--instance";
-	argv[a++] = inst->name;
-	argv[a++] = "--run-dir";
-	argv[a++] = inst->run_dir;
-	if (inst->kv_dtype[0]) {
-		argv[a++] = "--kv-dtype";
-		argv[a++] = inst->kv_dtype;
-	}
-	argv[a] = NULL;
-	r = spawn(inst, "computed", argv, &inst->pid_computed, diag);
-	if (r == 0)
-		r = wait_ready(inst, "computed", inst->pid_computed, timeout_s,
-			       diag);
-	if (r < 0)
-		goto fail;
+	/* expertd, then kvd, then computed, which connects to both */
+	r = start_one(inst, "expertd", 1, "--host-budget", inst->host_budget,
+		      &inst->pid_expertd, timeout_s, diag);
+	if (!r)
+		r = start_one(inst, "kvd", 0, "--budget", inst->kv_budget,
+			      &inst->pid_kvd, timeout_s, diag);
+	if (!r && !inst->tiers_only)
+		r = start_one(inst, "computed", 1, "--kv-dtype", inst->kv_dtype,
+			      &inst->pid_computed, timeout_s, diag);
 	inst->started_by_us = 1;
-	return 0;
-fail:
-	inst->started_by_us = 1;
-	cli_instance_down(inst);
+	if (r < 0)
+		cli_instance_down(inst);
 	return r;
 }
 
