@@ -19,10 +19,12 @@ int cli_cmd_perplexity(int argc, char **argv);
  * $STRATA_CACHE_DIR or $XDG_CACHE_HOME/strata or ~/.cache/strata. */
 int cli_default_store_dir(const char *model_dir, const char *experts,
 			  char *buf, size_t len);
-/* An expert-format spec is "FORMAT" or "FORMAT:KEEP" (--experts and
- * --keep together, e.g. "mxfp4:first,last=bf16"); writes it into buf. */
+/* An expert-format spec is "FORMAT[:KEEP][/SEARCH]" (--experts,
+ * --keep-layers and --scale-search together, e.g.
+ * "mxfp4:first,last=bf16/mse"); writes it into buf.  keep and
+ * scale_search may be NULL; scale_search "none" is left out. */
 int cli_experts_spec(char *buf, size_t len, const char *experts,
-		     const char *keep);
+		     const char *keep, const char *scale_search);
 /* Converts model_dir into store_dir with a progress bar on a terminal.
  * experts: an expert-format spec (cli_experts_spec).  A stop signal pending on sigfd (>= 0)
  * cancels the conversion cleanly.  0, 1 (error printed) or 130

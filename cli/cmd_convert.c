@@ -130,9 +130,10 @@ int cli_default_model_dir(char *buf, size_t len)
 static int apply_experts(const char *spec, struct es_convert_opts *o,
 			 struct st_diag *diag)
 {
-	char name[64];
-	const char *colon = strchr(spec, ':');
-	size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
+	char name[64], keep[400];
+	const char *colon = strchr(spec, ':'), *slash = strrchr(spec, '/');
+	size_t n = colon ? (size_t)(colon - spec) :
+		   slash ? (size_t)(slash - spec) : strlen(spec);
 	int r;
 
 	if (n == 0 || n >= sizeof(name))
@@ -141,16 +142,29 @@ static int apply_experts(const char *spec, struct es_convert_opts *o,
 	memcpy(name, spec, n);
 	name[n] = 0;
 	r = es_convert_parse_experts(name, o, diag);
-	if (r == 0 && colon)
-		r = es_convert_parse_keep(colon + 1, o, diag);
+	if (r == 0 && colon) {
+		size_t kn = slash && slash > colon ? (size_t)(slash - colon - 1) :
+						     strlen(colon + 1);
+
+		if (kn >= sizeof(keep))
+			return st_diag_set(diag, -EINVAL, "--keep-layers too long");
+		memcpy(keep, colon + 1, kn);
+		keep[kn] = 0;
+		r = es_convert_parse_keep(keep, o, diag); /* rules added */
+	}
+	if (r >= 0 && slash)
+		r = es_convert_parse_scale_search(slash + 1, o, diag);
 	return r < 0 ? r : 0;
 }
 
 int cli_experts_spec(char *buf, size_t len, const char *experts,
-		     const char *keep)
+		     const char *keep, const char *scale_search)
 {
-	if (snprintf(buf, len, "%s%s%s", experts, keep ? ":" : "",
-		     keep ? keep : "") >= (int)len)
+	int ss = scale_search && strcmp(scale_search, "none");
+
+	if (snprintf(buf, len, "%s%s%s%s%s", experts, keep ? ":" : "",
+		     keep ? keep : "", ss ? "/" : "", ss ? scale_search : "") >=
+	    (int)len)
 		return -ENAMETOOLONG;
 	return 0;
 }
@@ -212,6 +226,8 @@ static void convert_usage(FILE *f)
 "  --keep-layers SPEC  (or --keep) layers kept at another format, e.g.\n"
 "                    first,last=bf16 or 0,5=fp8;3=bf16\n"
 
+"  --scale-search M  none (default: the plain amax scale) or mse: per block,\n"
+"                    the scale with the least squared error (4-bit formats)\n"
 "  --dense-f32       keep dense weights in F32 (default: BF16 when the\n"
 "                    checkpoint's are BF16)\n"
 "  --force           replace an existing store at --out\n"
@@ -230,11 +246,13 @@ int cli_cmd_convert(int argc, char **argv)
 		{ "dense-f32", no_argument, NULL, 'd' },
 		{ "keep", required_argument, NULL, 'k' },
 		{ "keep-layers", required_argument, NULL, 'k' },
+		{ "scale-search", required_argument, NULL, 'S' },
 		{ "force", no_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	const char *model = NULL, *out = NULL, *experts = "mxfp4", *keep = NULL;
+	const char *scale_search = NULL;
 	char outbuf[4096], spec[512];
 	int dense_f32 = 0, force = 0, c;
 
@@ -245,6 +263,7 @@ int cli_cmd_convert(int argc, char **argv)
 		case 'e': experts = optarg; break;
 		case 'd': dense_f32 = 1; break;
 		case 'k': keep = optarg; break;
+		case 'S': scale_search = optarg; break;
 		case 'f': force = 1; break;
 		case 'h': convert_usage(stdout); return 0;
 		default: convert_usage(stderr); return 2;
@@ -255,7 +274,8 @@ int cli_cmd_convert(int argc, char **argv)
 			"nothing else may follow (see --help)\n");
 		return 2;
 	}
-	if (cli_experts_spec(spec, sizeof(spec), experts, keep) < 0) {
+	if (cli_experts_spec(spec, sizeof(spec), experts, keep,
+			     scale_search) < 0) {
 		fprintf(stderr, "strata convert: --keep too long\n");
 		return 2;
 	}

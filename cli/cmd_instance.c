@@ -50,6 +50,7 @@ static int parse(int argc, char **argv, const char *cmd,
 		{ "store", required_argument, NULL, 's' },
 		{ "experts", required_argument, NULL, 'e' },
 		{ "keep-layers", required_argument, NULL, 'L' },
+		{ "scale-search", required_argument, NULL, 'Z' },
 		{ "host-budget", required_argument, NULL, 'b' },
 		{ "kv-budget", required_argument, NULL, 'B' },
 		{ "kv-dtype", required_argument, NULL, 'K' },
@@ -58,7 +59,7 @@ static int parse(int argc, char **argv, const char *cmd,
 		{ 0 },
 	};
 	static char spec[512]; /* the combined spec outlives parse() */
-	const char *keep_spec = NULL;
+	const char *keep_spec = NULL, *scale_search = NULL;
 	int c, is_up = !strcmp(cmd, "up");
 
 	memset(inst, 0, sizeof(*inst));
@@ -75,6 +76,7 @@ static int parse(int argc, char **argv, const char *cmd,
 		case 's': snprintf(inst->store_dir, sizeof(inst->store_dir), "%s", optarg); break;
 		case 'e': *experts = optarg; break;
 		case 'L': keep_spec = optarg; break;
+		case 'Z': scale_search = optarg; break;
 		case 'b': snprintf(inst->host_budget, sizeof(inst->host_budget), "%s", optarg); break;
 		case 'B': snprintf(inst->kv_budget, sizeof(inst->kv_budget), "%s", optarg); break;
 		case 'K': snprintf(inst->kv_dtype, sizeof(inst->kv_dtype), "%s", optarg); break;
@@ -88,7 +90,8 @@ static int parse(int argc, char **argv, const char *cmd,
 		return 2;
 	}
 	if (is_up) {
-		if (cli_experts_spec(spec, sizeof(spec), *experts, keep_spec) < 0)
+		if (cli_experts_spec(spec, sizeof(spec), *experts, keep_spec,
+				     scale_search) < 0)
 			return 2;
 		*experts = spec;
 	}

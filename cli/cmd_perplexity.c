@@ -33,7 +33,7 @@
 
 struct ppl_opts {
 	struct cli_session_opts s;
-	const char *file, *save_base, *kl_base, *keep_spec;
+	const char *file, *save_base, *kl_base, *keep_spec, *scale_search;
 	int window, json, keep;
 	char experts_spec[512];
 };
@@ -47,7 +47,8 @@ static void usage(FILE *f)
 "instance, or --instance NAME if it runs).  Windows of --window tokens, each\n"
 "from position 0; positions 1..n-1 of each window are scored.\n"
 "\n"
-"  --model DIR / --store DIR / --experts FMT / --keep-layers SPEC\n"
+"  --model DIR / --store DIR / --experts FMT / --keep-layers SPEC /\n"
+"  --scale-search M\n"
 "                       as for strata run\n"
 "  --file FILE          the text to score (required)\n"
 "  --window N           tokens per window (default: the model's context,\n"
@@ -86,6 +87,7 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 		{ "json", no_argument, NULL, 'j' },
 		{ "keep", no_argument, NULL, 'z' },
 		{ "keep-layers", required_argument, NULL, 'L' },
+		{ "scale-search", required_argument, NULL, 'Z' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -120,6 +122,7 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 		case 'j': o->json = 1; break;
 		case 'z': o->keep = 1; break;
 		case 'L': o->keep_spec = optarg; break;
+		case 'Z': o->scale_search = optarg; break;
 		case 'h': usage(stdout); exit(0);
 		default: usage(stderr); return 2;
 		}
@@ -135,7 +138,7 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 		return 2;
 	}
 	if (cli_experts_spec(o->experts_spec, sizeof(o->experts_spec),
-			     o->s.experts, o->keep_spec) < 0)
+			     o->s.experts, o->keep_spec, o->scale_search) < 0)
 		return 2;
 	o->s.experts = o->experts_spec;
 	return cli_check_common(o->s.instance, o->s.host_budget,

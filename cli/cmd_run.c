@@ -34,7 +34,7 @@ struct run_opts {
 	int n_stop;
 	const char *stop[CW_PROTO_MAX_NSTOP];
 	int raw, ignore_eos, keep, json, quiet, no_prefix_cache;
-	const char *keep_spec;
+	const char *keep_spec, *scale_search;
 	char experts_spec[512];
 	int timeout_s;
 };
@@ -56,6 +56,7 @@ static void run_usage(FILE *f)
 "  --experts FMT        expert format when converting: mxfp4 (default),\n"
 "                       nvfp4, e2m1-g32, e2m1-g128, fp8, bf16, f32\n"
 "  --keep-layers SPEC   layers kept at another format, e.g. first,last=bf16\n"
+"  --scale-search M     none (default) or mse (see strata convert --help)\n"
 "Generation:\n"
 "  --prompt TEXT        prompt (default: 'In the beginning')\n"
 "  --prompt-file FILE   read the prompt from a file ('-' = stdin)\n"
@@ -104,6 +105,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		{ "ignore-eos", no_argument, NULL, 'E' },
 		{ "no-prefix-cache", no_argument, NULL, 'N' },
 		{ "keep-layers", required_argument, NULL, 'L' },
+		{ "scale-search", required_argument, NULL, 'Z' },
 		{ "raw", no_argument, NULL, 'R' },
 		{ "host-budget", required_argument, NULL, 'b' },
 		{ "kv-budget", required_argument, NULL, 'B' },
@@ -178,6 +180,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		case 'E': o->ignore_eos = 1; break;
 		case 'N': o->no_prefix_cache = 1; break;
 		case 'L': o->keep_spec = optarg; break;
+		case 'Z': o->scale_search = optarg; break;
 		case 'R': o->raw = 1; break;
 		case 'b': o->host_budget = optarg; break;
 		case 'B': o->kv_budget = optarg; break;
@@ -198,7 +201,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		return 2;
 	}
 	if (cli_experts_spec(o->experts_spec, sizeof(o->experts_spec),
-			     o->experts, o->keep_spec) < 0)
+			     o->experts, o->keep_spec, o->scale_search) < 0)
 		return 2;
 	o->experts = o->experts_spec;
 	return cli_check_common(o->instance, o->host_budget, o->kv_budget,

@@ -127,6 +127,23 @@ int es_convert_parse_experts(const char *name, struct es_convert_opts *opts,
 	return 0;
 }
 
+/*
+ * The scale search a matrix of format dt really gets: the 4-bit formats
+ * search (measured on kjv-moe valid-small it removes 35-68 % of their
+ * perplexity cost); FP8 keeps the plain amax/448 scale, because there the
+ * search lowers the weight RMS error but raised perplexity (25.5850 ->
+ * 25.6527): with 3 mantissa bits FP8's relative precision hardly depends on
+ * the scale, so the search only clips the largest weights.
+ */
+static enum st_scale_search effective_search(enum st_dtype dt,
+					     enum st_scale_search ss)
+{
+	if (dt == ST_DTYPE_MXFP4 || dt == ST_DTYPE_NVFP4 ||
+	    dt == ST_DTYPE_E2M1_F16)
+		return ss;
+	return ST_SCALE_SEARCH_NONE;
+}
+
 int es_convert_parse_scale_search(const char *name,
 				  struct es_convert_opts *opts,
 				  struct st_diag *diag)
@@ -934,7 +951,9 @@ static int fill_matrix(struct conv *c, const struct st_tensor_info *t,
 				      row);
 		if (!r)
 			r = fill_row(x, row, i, global,
-				     c->o.scale_search == ST_SCALE_SEARCH_MSE,
+				     effective_search(x->fmt.dtype,
+						      c->o.scale_search) ==
+					     ST_SCALE_SEARCH_MSE,
 				     rec);
 		if (r)
 			return st_diag_set(c->diag, r, "tensor %s: row %" PRId64
@@ -1045,7 +1064,9 @@ static int write_expert_layer(struct conv *c, int l, uint8_t *rec, float *row,
 		json_t *mo = json_object();
 
 		if ((r = jappend(mats, mo)) ||
-		    (r = matrix_json(&ly->mat[m], m, c->o.scale_search,
+		    (r = matrix_json(&ly->mat[m], m,
+				       effective_search(ly->mat[m].fmt.dtype,
+							c->o.scale_search),
 				       mo)))
 			goto fail;
 	}
