@@ -13,7 +13,7 @@ N=${2:-4}
 S=./build/cli/strata
 INST=prefix-bench-$$
 TMP=$(mktemp -d)
-trap '$S down --instance $INST >/dev/null 2>&1 || true; rm -rf "$TMP"' EXIT
+trap '$S down --instance $INST --run-dir "$TMP/run" >/dev/null 2>&1 || true; rm -rf "$TMP"' EXIT
 # a shared prefix of about 1100 tokens, then a different question each time
 /usr/bin/python3 - "$TMP" "$N" <<'PY'
 import sys
@@ -23,9 +23,9 @@ prefix = " ".join(words[i % len(words)] for i in range(1000))
 for i in range(int(sys.argv[2])):
     open(f"{sys.argv[1]}/p{i}.txt", "w").write(prefix + f" question {i}: why?")
 PY
-$S up --model "$MODEL" --instance $INST --kv-budget 2GiB >/dev/null
+$S up --model "$MODEL" --instance $INST --run-dir "$TMP/run" --kv-budget 2GiB >/dev/null
 for i in $(seq 0 $((N - 1))); do
-	$S run --instance $INST --prompt-file "$TMP/p$i.txt" --max-tokens 4 \
+	$S run --instance $INST --run-dir "$TMP/run" --prompt-file "$TMP/p$i.txt" --max-tokens 4 \
 		--ignore-eos --json --quiet 2>/dev/null | tail -1 >"$TMP/r$i.json"
 done
 /usr/bin/python3 - "$TMP" "$N" <<'PY'
