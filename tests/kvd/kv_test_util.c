@@ -227,3 +227,26 @@ int kvd_flip_byte(const char *path, uint64_t off)
 	close(fd);
 	return ok ? 0 : -1;
 }
+
+struct kvd_inst *kvd_fixture_new(const char *prefix, int n)
+{
+	struct kvd_inst *k = calloc(1, sizeof(*k));
+	char tag[16];
+
+	if (!k)
+		return NULL;
+	snprintf(tag, sizeof(tag), "%s%d", prefix, n);
+	kvd_inst_init(k, tag);
+	return k;
+}
+
+int kvd_fixture_teardown(void **state)
+{
+	struct kvd_inst *k = *state;
+
+	if (k->pid > 0)
+		kvd_kill(k, SIGTERM);
+	kvd_cleanup(k);
+	free(k);
+	return 0;
+}

@@ -43,6 +43,11 @@ int kvd_ping(const char *run_dir, int timeout_ms, int32_t *ret_pid,
 /* Kills the daemon if running, removes the kv segment and run directory. */
 void kvd_cleanup(struct kvd_inst *k);
 
+/* cmocka fixtures: a fresh kvd_inst tagged "<prefix><n>" (not started), and
+ * its teardown (SIGTERM if running, cleanup, free). */
+struct kvd_inst *kvd_fixture_new(const char *prefix, int n);
+int kvd_fixture_teardown(void **state);
+
 /* Number of /dev/shm entries of the instance ("strata.<name>.*"). */
 int kvd_count_segments(const char *name);
 

@@ -44,26 +44,17 @@ static uint32_t lcg_next(uint32_t *s)
 static int setup(void **state)
 {
 	static int n;
-	char tag[16];
-	struct kvd_inst *k = calloc(1, sizeof(*k));
+	struct kvd_inst *k = kvd_fixture_new("ipc", n++);
 
 	if (!k)
 		return -1;
-	snprintf(tag, sizeof(tag), "ipc%d", n++);
-	kvd_inst_init(k, tag);
 	*state = k;
 	return 0;
 }
 
 static int teardown(void **state)
 {
-	struct kvd_inst *k = *state;
-
-	if (k->pid > 0)
-		kvd_kill(k, SIGTERM);
-	kvd_cleanup(k);
-	free(k);
-	return 0;
+	return kvd_fixture_teardown(state);
 }
 
 static struct kv_client *open_client(struct kvd_inst *k, const char *name)

@@ -43,13 +43,10 @@ static uint8_t pattern(uint32_t tag, uint32_t s, uint32_t row, uint32_t i)
 static int setup(void **state)
 {
 	static int n;
-	char tag[16];
-	struct kvd_inst *k = calloc(1, sizeof(*k));
+	struct kvd_inst *k = kvd_fixture_new("sp", n++);
 
 	if (!k)
 		return -1;
-	snprintf(tag, sizeof(tag), "sp%d", n++);
-	kvd_inst_init(k, tag);
 	/* 32 pages of 4 KiB on the host; 8 x 32 rows need 128 */
 	snprintf(k->budget, sizeof(k->budget), "128KiB");
 	snprintf(k->spill_budget, sizeof(k->spill_budget), "1MiB");
@@ -60,13 +57,7 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
-	struct kvd_inst *k = *state;
-
-	if (k->pid > 0)
-		kvd_kill(k, SIGTERM);
-	kvd_cleanup(k);
-	free(k);
-	return 0;
+	return kvd_fixture_teardown(state);
 }
 
 static struct kv_client *open_declared(struct kvd_inst *k)
