@@ -87,8 +87,8 @@ int cli_session_start(const struct cli_session_opts *o, int sigfd,
 		    o->kv_dtype || strcmp(o->experts, "mxfp4"))
 			fprintf(stderr, "%s: instance '%s' is running with its "
 				"own model and settings; --model, --store, "
-				"--experts and the budget options are "
-				"ignored\n", o->who, inst->name);
+				"--experts, --kv-dtype and the budget options "
+				"are ignored\n", o->who, inst->name);
 		fprintf(stderr, "%s: using running instance '%s'\n", o->who,
 			inst->name);
 		return 0;

@@ -129,8 +129,44 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 	}
 	if (optind < argc || !o->file || (!o->s.model && !o->s.store)) {
 		fprintf(stderr, "strata perplexity: --file and --model or "
-			"--store are required (see --help)\n");
+			"--store are required, also with --instance (the "
+			"tokenizer and config are read from the store; see "
+			"--help)\n");
 		return 2;
+	}
+	if (!st_path_exists(o->file)) {
+		fprintf(stderr, "strata perplexity: %s does not exist\n",
+			o->file);
+		return 2;
+	}
+	if (o->kl_base) {
+		FILE *f = fopen(o->kl_base, "re");
+		char magic[8];
+
+		if (!f || fread(magic, 1, 8, f) != 8 ||
+		    memcmp(magic, KL_MAGIC, 8)) {
+			fprintf(stderr, "strata perplexity: %s is not a KL base "
+				"file (make one with --save-kl-base)\n",
+				o->kl_base);
+			if (f)
+				fclose(f);
+			return 2;
+		}
+		fclose(f);
+	}
+	if (o->save_base) {
+		char dir[4096], *slash;
+
+		snprintf(dir, sizeof(dir), "%s", o->save_base);
+		slash = strrchr(dir, '/');
+		if (slash) {
+			*slash = 0;
+			if (dir[0] && !st_path_exists(dir)) {
+				fprintf(stderr, "strata perplexity: directory "
+					"%s does not exist\n", dir);
+				return 2;
+			}
+		}
 	}
 	if (o->save_base && o->kl_base) {
 		fprintf(stderr, "strata perplexity: --save-kl-base and "
@@ -178,9 +214,10 @@ static FILE *base_open(const char *path, int write, uint32_t vocab,
 		return NULL;
 	}
 	if (v != vocab || n != n_rows) {
-		fprintf(stderr, "strata perplexity: %s holds %llu positions of "
-			"a %u-token vocabulary; this run has %llu of %u (same "
-			"model family, file and --window needed)\n", path,
+		fprintf(stderr, "strata perplexity: %s holds %llu scored "
+			"positions (vocabulary %u); this run scores %llu "
+			"positions (vocabulary %u): use the same model family, "
+			"file and --window\n", path,
 			(unsigned long long)n, v, (unsigned long long)n_rows,
 			vocab);
 		fclose(f);
@@ -354,17 +391,26 @@ int cli_cmd_perplexity(int argc, char **argv)
 			o.file);
 		goto stop;
 	}
-	printf("perplexity %.4f  (mean NLL %.6f nats over %llu scored tokens, "
-	       "%d windows of %d, %.1f s)\n", exp(nll / (double)scored),
-	       nll / (double)scored, (unsigned long long)scored, n_windows,
-	       window, (double)(st_now_ns() - t0) / 1e9);
-	if (o.kl_base)
-		printf("vs %s: mean KL divergence %.6f nats, same top-1 %.2f %%\n",
-		       o.kl_base, kld / (double)scored,
-		       100.0 * (double)same_top1 / (double)scored);
-	if (o.save_base)
-		printf("log-probabilities of %llu positions saved to %s\n",
-		       (unsigned long long)scored, o.save_base);
+	{
+		/* with --json, stdout carries only the JSON line */
+		FILE *h = o.json ? stderr : stdout;
+
+		fprintf(h, "perplexity %.4f  (mean NLL %.6f nats over %llu "
+			"scored tokens, %d window%s of %d, %.1f s)\n",
+			exp(nll / (double)scored), nll / (double)scored,
+			(unsigned long long)scored, n_windows,
+			n_windows == 1 ? "" : "s", window,
+			(double)(st_now_ns() - t0) / 1e9);
+		if (o.kl_base)
+			fprintf(h, "vs %s: mean KL divergence %.6f nats, same "
+				"top-1 %.2f %%\n", o.kl_base,
+				kld / (double)scored,
+				100.0 * (double)same_top1 / (double)scored);
+		if (o.save_base)
+			fprintf(h, "log-probabilities of %llu positions saved "
+				"to %s\n", (unsigned long long)scored,
+				o.save_base);
+	}
 	if (o.json) {
 		json_t *j = json_pack("{s:s, s:f, s:f, s:I, s:i, s:i}",
 				      "file", o.file,

@@ -471,15 +471,20 @@ static void print_summary(const struct run_opts *o,
 	if (d.kv_bytes_per_token) {
 		uint64_t toks = res->n_prompt + res->n_gen;
 
-		fprintf(stderr, "KV bytes/token     %llu in pages at the peak "
-			"(%llu pages for %llu tokens), %llu in rows (K and V "
-			"of all layers%s); formula 2 x layers x kv_heads x "
-			"head_dim x bytes = %llu\n",
-			toks ? (unsigned long long)(d.kv_pages_peak *
-						   d.kv_page_bytes / toks) : 0ull,
-			(unsigned long long)d.kv_pages_peak,
-			(unsigned long long)toks,
-			(unsigned long long)d.kv_bytes_per_token,
+		/* the page peak is the instance's: per token only when this
+		 * run had the instance (and its cache) to itself */
+		if (inst->started_by_us && toks)
+			fprintf(stderr, "KV bytes/token     %llu in pages at the "
+				"peak (%llu pages for %llu tokens), ",
+				(unsigned long long)(d.kv_pages_peak *
+						     d.kv_page_bytes / toks),
+				(unsigned long long)d.kv_pages_peak,
+				(unsigned long long)toks);
+		else
+			fprintf(stderr, "KV bytes/token     ");
+		fprintf(stderr, "%llu in rows (K and V of all layers%s); "
+			"formula 2 x layers x kv_heads x head_dim x bytes = "
+			"%llu\n", (unsigned long long)d.kv_bytes_per_token,
 			d.kv_bytes_per_token != d.kv_formula_bytes_per_token ?
 				", FP8 scales included" : "",
 			(unsigned long long)d.kv_formula_bytes_per_token);
