@@ -23,6 +23,7 @@ static void usage(FILE *f)
 "            text from a prompt, print metrics, stop the daemons\n"
 "  convert   turn a Hugging Face checkpoint into a strata store\n"
 "  verify    re-check every checksum of a store\n"
+"  info      what a store holds: model, expert formats per layer, policy\n"
 "  up        start expertd, kvd and computed for an instance\n"
 "  down      stop an instance and remove its segments and sockets\n"
 "  status    show whether an instance runs, with its counters\n"
@@ -43,6 +44,7 @@ int main(int argc, char **argv)
 		{ "verify", cli_cmd_verify }, { "up", cli_cmd_up },
 		{ "down", cli_cmd_down },     { "status", cli_cmd_status },
 		{ "perplexity", cli_cmd_perplexity },
+		{ "info", cli_cmd_info },
 	};
 
 	st_log_set_name("strata");

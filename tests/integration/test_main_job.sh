@@ -100,6 +100,11 @@ print("kjv-moe: full budget ids = reference; 25%%: %d slots, %d evictions, pool 
       (slots, q["expert_pool"]["evictions"], pool, budget, rss_q / 2**20, rss_full / 2**20))
 sys.exit(0 if ok else 1)
 PY
+# `strata info` shows the store's policy and each layer's expert format
+"$STRATA" info "$TMP/kjv-bf16" >"$TMP/info" 2>&1 || { echo "FAIL: strata info"; fail=1; }
+grep -q "policy: default bf16" "$TMP/info" && grep -q "layer   5  gate bf16, up bf16, down bf16" "$TMP/info" &&
+	[ "$(grep -c '^  layer ' "$TMP/info")" = 6 ] || { echo "FAIL: strata info output"; cat "$TMP/info"; fail=1; }
+
 # 3. prefix cache (issue 4): the same long prompt three times through one
 # running instance: the second and third reuse the first's full pages and
 # give exactly the same tokens as the first and as a run without the cache

@@ -1,0 +1,69 @@
+/* cmd_info.c — `strata info STORE`: what a store holds — the model, the
+ * expert format of every layer and the policy that chose it, record and
+ * file sizes, the dense weights — read from its manifest (no weights are
+ * read). */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli_cmds.h"
+#include "st_store.h"
+#include "st_util.h"
+
+int cli_cmd_info(int argc, char **argv)
+{
+	struct st_store *s = NULL;
+	struct st_diag diag = { "" };
+	uint64_t expert_bytes = 0, params = 0, dense_bytes = 0;
+	char a[32], b[32];
+	int r;
+
+	if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+		fprintf(argc == 2 ? stdout : stderr,
+			"Usage: strata info STORE_DIR\n\n"
+			"Prints what a store holds: the model, each layer's "
+			"expert format and the\npolicy that chose it (--experts, "
+			"--keep-layers), record and file sizes.\n");
+		return argc == 2 ? 0 : 2;
+	}
+	r = st_store_open(argv[1], &s, &diag);
+	if (r < 0) {
+		fprintf(stderr, "strata info: %s\n", diag.msg[0] ? diag.msg :
+			st_strerror(r));
+		return 1;
+	}
+	printf("store      %s\n", s->dir);
+	printf("model      %s: %d layers, hidden %d, %d heads (%d KV) x %d, "
+	       "vocab %d, context %d\n", st_arch_name(s->cfg.arch),
+	       s->cfg.n_layers, s->cfg.hidden_size, s->cfg.n_heads,
+	       s->cfg.n_kv_heads, s->cfg.head_dim, s->cfg.vocab_size,
+	       s->cfg.max_position_embeddings);
+	printf("experts    %d per layer, top-%d, %d wide; policy: default %s%s%s\n",
+	       s->cfg.n_experts, s->cfg.top_k, s->cfg.expert_inter,
+	       s->policy_default ? s->policy_default : "?",
+	       s->policy_keep && s->policy_keep[0] ? ", keep " : "",
+	       s->policy_keep && s->policy_keep[0] ? s->policy_keep : "");
+	for (int l = 0; l < s->n_layers; l++) {
+		const struct st_store_layer *ly = &s->layers[l];
+		char f[3][ST_WFORMAT_NAME_MAX];
+
+		for (int m = 0; m < 3; m++)
+			st_wformat_name(&ly->mat[m].fmt, f[m], sizeof(f[m]));
+		printf("  layer %3d  gate %s, up %s, down %s; record %s\n", l,
+		       f[0], f[1], f[2],
+		       st_format_bytes(ly->record_bytes, a, sizeof(a)));
+		expert_bytes += ly->record_bytes * (uint64_t)s->n_experts;
+		for (int m = 0; m < 3; m++)
+			params += (uint64_t)(ly->mat[m].rows * ly->mat[m].cols) *
+				  (uint64_t)s->n_experts;
+	}
+	for (int i = 0; i < s->n_dense; i++)
+		dense_bytes += s->dense[i].n_bytes;
+	printf("sizes      experts %s for %llu parameters (%.3f bytes/param "
+	       "with padding), dense %s in %d tensors\n",
+	       st_format_bytes(expert_bytes, a, sizeof(a)),
+	       (unsigned long long)params,
+	       params ? (double)expert_bytes / (double)params : 0.0,
+	       st_format_bytes(dense_bytes, b, sizeof(b)), s->n_dense);
+	st_store_close(s);
+	return 0;
+}
