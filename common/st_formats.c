@@ -830,6 +830,80 @@ static int all_finite(const float *x, size_t n)
 	return 1;
 }
 
+/*
+ * A block scale format for the grid search: encode() rounds a wanted scale
+ * value to the format's code (as the plain quantizer would), decode() gives
+ * a code's value, sse() the block's squared error under a code (`extra`:
+ * NVFP4's tensor scale).  Codes are held in uint32_t (E4M3 bytes, FP16
+ * halves, FP32 bits).
+ */
+struct scale_codec {
+	uint32_t (*encode)(float v);
+	float (*decode)(uint32_t code);
+	double (*sse)(const float *x, size_t n, uint32_t code, float extra);
+	int (*usable)(uint32_t code); /* may be NULL: every code */
+};
+
+/* Tries the plain code and base * grid_factor(k) for every k; returns the
+ * code with the least squared error (ties: plain, then the smaller scale).
+ * The one search loop of the FP16, E4M3 and FP32 scale formats. */
+static uint32_t grid_search(const struct scale_codec *c, const float *x,
+			    size_t n, float base, uint32_t plain, float extra)
+{
+	uint32_t best = plain;
+	double best_sse = c->sse(x, n, plain, extra);
+
+	for (int k = 0; k < ST_SCALE_GRID_N; k++) {
+		uint32_t code = c->encode(base * grid_factor(k));
+		double sse;
+
+		if (code == best || code == plain ||
+		    (c->usable && !c->usable(code)))
+			continue;
+		sse = c->sse(x, n, code, extra);
+		if (better(sse, c->decode(code), best_sse, c->decode(best),
+			   best == plain)) {
+			best_sse = sse;
+			best = code;
+		}
+	}
+	return best;
+}
+
+static double nvfp4_sse(const float *xb, size_t n, uint32_t s, float global);
+static double e2m1f16_sse(const float *xg, size_t gn, uint32_t h, float unused);
+
+/* The FP16 group scale for a target value v > 0 as the plain quantizer
+ * rounds it (nearest-even, clamped to 65504). */
+static uint32_t f16_scale(float v)
+{
+	uint16_t h = st_f32_to_f16(v);
+
+	return (h & 0x7fffu) > 0x7bffu ? 0x7bff : h;
+}
+
+static float f16_value(uint32_t h)
+{
+	return st_f16_to_f32((uint16_t)h);
+}
+
+static uint32_t e4m3_code(float v)
+{
+	return st_f32_to_e4m3_sat(v);
+}
+
+static float e4m3_value(uint32_t b)
+{
+	return st_e4m3_to_f32((uint8_t)b);
+}
+
+static const struct scale_codec k_f16_codec = {
+	f16_scale, f16_value, e2m1f16_sse, NULL
+};
+static const struct scale_codec k_e4m3_codec = {
+	e4m3_code, e4m3_value, nvfp4_sse, NULL
+};
+
 /* Squared error of an MXFP4 block under scale byte s (0..254). */
 static double mxfp4_sse(const float *xb, uint8_t s)
 {
@@ -887,13 +961,13 @@ int st_mxfp4_quantize_row_mse(const float *x, size_t n, uint8_t *ret_codes,
 	return 0;
 }
 
-/* Squared error of an NVFP4 block under E4M3 scale byte s. */
-static double nvfp4_sse(const float *xb, uint8_t s, float global)
+/* Squared error of an NVFP4 block (n = 16) under E4M3 scale byte s. */
+static double nvfp4_sse(const float *xb, size_t n, uint32_t s, float global)
 {
-	float sb = st_e4m3_to_f32(s), d = sb * global;
+	float sb = st_e4m3_to_f32((uint8_t)s), d = sb * global;
 	double sse = 0.0;
 
-	for (int i = 0; i < ST_NVFP4_BLOCK; i++) {
+	for (size_t i = 0; i < n; i++) {
 		float q = d == 0.0f ? 0.0f :
 				      st_e2m1_to_f32(st_f32_to_e2m1(xb[i] / d));
 		double e = (double)xb[i] - (double)((q * sb) * global);
@@ -913,8 +987,7 @@ int st_nvfp4_quantize_row_mse(const float *x, size_t n, float global,
 	for (size_t blk = 0; blk < n / ST_NVFP4_BLOCK; blk++) {
 		const float *xb = x + blk * ST_NVFP4_BLOCK;
 		uint8_t *cb = ret_codes + blk * NVFP4_CODE_BYTES;
-		uint8_t plain = ret_scales[blk], best = plain;
-		double best_sse;
+		uint8_t plain = ret_scales[blk], best;
 		float base, d;
 		int dummy;
 
@@ -923,20 +996,8 @@ int st_nvfp4_quantize_row_mse(const float *x, size_t n, float global,
 		base = (block_amax(xb, ST_NVFP4_BLOCK, &dummy) / 6.0f) / global;
 		if (base == 0.0f)
 			continue;
-		best_sse = nvfp4_sse(xb, plain, global);
-		for (int k = 0; k < ST_SCALE_GRID_N; k++) {
-			uint8_t s = st_f32_to_e4m3_sat(base * grid_factor(k));
-			double sse;
-
-			if (s == best || s == plain)
-				continue;
-			sse = nvfp4_sse(xb, s, global);
-			if (better(sse, st_e4m3_to_f32(s), best_sse,
-				   st_e4m3_to_f32(best), best == plain)) {
-				best_sse = sse;
-				best = s;
-			}
-		}
+		best = (uint8_t)grid_search(&k_e4m3_codec, xb, ST_NVFP4_BLOCK,
+					    base, plain, global);
 		if (best == plain)
 			continue;
 		ret_scales[blk] = best;
@@ -953,9 +1014,9 @@ int st_nvfp4_quantize_row_mse(const float *x, size_t n, float global,
 }
 
 /* Squared error of an E2M1 group of gn elements under FP16 scale h. */
-static double e2m1f16_sse(const float *xg, size_t gn, uint16_t h)
+static double e2m1f16_sse(const float *xg, size_t gn, uint32_t h, float unused)
 {
-	float s = st_f16_to_f32(h);
+	float s = st_f16_to_f32((uint16_t)h);
 	double sse = 0.0;
 
 	for (size_t i = 0; i < gn; i++) {
@@ -968,14 +1029,7 @@ static double e2m1f16_sse(const float *xg, size_t gn, uint16_t h)
 	return sse;
 }
 
-/* The FP16 group scale for a target value v > 0 as the plain quantizer
- * rounds it (nearest-even, clamped to 65504). */
-static uint16_t f16_scale(float v)
-{
-	uint16_t h = st_f32_to_f16(v);
 
-	return (h & 0x7fffu) > 0x7bffu ? 0x7bff : h;
-}
 
 int st_e2m1f16_quantize_row_mse(const float *x, size_t n, size_t group,
 				uint8_t *ret_codes, uint16_t *ret_scales)
@@ -987,8 +1041,7 @@ int st_e2m1f16_quantize_row_mse(const float *x, size_t n, size_t group,
 	for (size_t g0 = 0, gi = 0; g0 < n; g0 += group, gi++) {
 		size_t gn = ST_MIN(group, n - g0);
 		const float *xg = x + g0;
-		uint16_t plain = ret_scales[gi], best = plain;
-		double best_sse;
+		uint16_t plain = ret_scales[gi], best;
 		float base, s;
 		int dummy;
 
@@ -997,20 +1050,8 @@ int st_e2m1f16_quantize_row_mse(const float *x, size_t n, size_t group,
 		base = block_amax(xg, gn, &dummy) / 6.0f;
 		if (base == 0.0f)
 			continue;
-		best_sse = e2m1f16_sse(xg, gn, plain);
-		for (int k = 0; k < ST_SCALE_GRID_N; k++) {
-			uint16_t h = f16_scale(base * grid_factor(k));
-			double sse;
-
-			if (h == best || h == plain)
-				continue;
-			sse = e2m1f16_sse(xg, gn, h);
-			if (better(sse, st_f16_to_f32(h), best_sse,
-				   st_f16_to_f32(best), best == plain)) {
-				best_sse = sse;
-				best = h;
-			}
-		}
+		best = (uint16_t)grid_search(&k_f16_codec, xg, gn, base, plain,
+					     0.0f);
 		if (best == plain)
 			continue;
 		ret_scales[gi] = best;
@@ -1026,9 +1067,34 @@ int st_e2m1f16_quantize_row_mse(const float *x, size_t n, size_t group,
 	return 0;
 }
 
-/* Squared error of an FP8 block of bn elements under FP32 scale s > 0. */
-static double fp8_sse(const float *xb, size_t bn, float s)
+/* FP32 scales as codes: their bits. */
+static uint32_t f32_code(float v)
 {
+	uint32_t u;
+
+	memcpy(&u, &v, 4);
+	return u;
+}
+
+static float f32_value(uint32_t u)
+{
+	float v;
+
+	memcpy(&v, &u, 4);
+	return v;
+}
+
+static int f32_usable(uint32_t u)
+{
+	float s = f32_value(u);
+
+	return s > 0.0f && !isinf(s);
+}
+
+/* Squared error of an FP8 block of bn elements under FP32 scale s > 0. */
+static double fp8_sse(const float *xb, size_t bn, uint32_t bits, float unused)
+{
+	const float s = f32_value(bits);
 	double sse = 0.0;
 
 	for (size_t i = 0; i < bn; i++) {
@@ -1050,24 +1116,15 @@ int st_fp8_quantize_row_mse(const float *x, size_t n, size_t block,
 	for (size_t b0 = 0, bi = 0; b0 < n; b0 += block, bi++) {
 		size_t bn = ST_MIN(block, n - b0);
 		const float *xb = x + b0;
-		float plain = ret_scales[bi], best = plain;
-		double best_sse;
+		static const struct scale_codec f32_codec = {
+			f32_code, f32_value, fp8_sse, f32_usable
+		};
+		float plain = ret_scales[bi], best;
 
 		if (!all_finite(xb, bn) || !(plain > 0.0f))
 			continue;
-		best_sse = fp8_sse(xb, bn, plain);
-		for (int k = 0; k < ST_SCALE_GRID_N; k++) {
-			float s = plain * grid_factor(k);
-			double sse;
-
-			if (!(s > 0.0f) || isinf(s) || s == best || s == plain)
-				continue;
-			sse = fp8_sse(xb, bn, s);
-			if (better(sse, s, best_sse, best, best == plain)) {
-				best_sse = sse;
-				best = s;
-			}
-		}
+		best = f32_value(grid_search(&f32_codec, xb, bn, plain,
+					     f32_code(plain), 0.0f));
 		if (best == plain)
 			continue;
 		ret_scales[bi] = best;
