@@ -152,9 +152,10 @@ static int wait_ready(const struct cli_instance *inst, const char *daemon,
  * one, and an optional extra option, then waits until it answers. */
 static int start_one(struct cli_instance *inst, const char *daemon,
 		     int with_store, const char *opt, const char *val,
+		     const char *opt2, const char *val2,
 		     int *ret_pid, int timeout_s, struct st_diag *diag)
 {
-	char *argv[12];
+	char *argv[14];
 	int a = 0, r;
 
 	argv[a++] = (char *)daemon;
@@ -170,6 +171,10 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 		argv[a++] = (char *)opt;
 		argv[a++] = (char *)val;
 	}
+	if (val2 && val2[0]) {
+		argv[a++] = (char *)opt2;
+		argv[a++] = (char *)val2;
+	}
 	argv[a] = NULL;
 	r = spawn(inst, daemon, argv, ret_pid, diag);
 	return r ? r : wait_ready(inst, daemon, *ret_pid, timeout_s, diag);
@@ -184,13 +189,14 @@ int cli_instance_up(struct cli_instance *inst, int timeout_s,
 		return r;
 	/* expertd, then kvd, then computed, which connects to both */
 	r = start_one(inst, "expertd", 1, "--host-budget", inst->host_budget,
-		      &inst->pid_expertd, timeout_s, diag);
+		      NULL, NULL, &inst->pid_expertd, timeout_s, diag);
 	if (!r)
 		r = start_one(inst, "kvd", 0, "--budget", inst->kv_budget,
-			      &inst->pid_kvd, timeout_s, diag);
+			      "--spill-budget", inst->kv_spill, &inst->pid_kvd,
+			      timeout_s, diag);
 	if (!r && !inst->tiers_only)
 		r = start_one(inst, "computed", 1, "--kv-dtype", inst->kv_dtype,
-			      &inst->pid_computed, timeout_s, diag);
+			      NULL, NULL, &inst->pid_computed, timeout_s, diag);
 	inst->started_by_us = 1;
 	if (r < 0)
 		cli_instance_down(inst);

@@ -17,6 +17,7 @@ struct cli_instance {
 	char store_dir[4096];
 	char host_budget[64];    /* expertd --host-budget, "" = its default */
 	char kv_budget[64];      /* kvd --budget, "" = its default */
+	char kv_spill[64];       /* kvd --spill-budget, "" = no spilling */
 	char kv_dtype[16];       /* computed --kv-dtype */
 	int pid_expertd, pid_kvd, pid_computed;
 	int started_by_us;       /* 1 when this process spawned them */

@@ -84,6 +84,7 @@ int cli_session_start(const struct cli_session_opts *o, int sigfd,
 	if (running == 3) {
 		cli_instance_read_pids(inst);
 		if (o->model || o->store || o->host_budget || o->kv_budget ||
+		    o->kv_spill ||
 		    o->kv_dtype || strcmp(o->experts, "mxfp4"))
 			fprintf(stderr, "%s: instance '%s' is running with its "
 				"own model and settings; --model, --store, "
@@ -100,6 +101,8 @@ int cli_session_start(const struct cli_session_opts *o, int sigfd,
 		 o->host_budget ? o->host_budget : "");
 	snprintf(inst->kv_budget, sizeof(inst->kv_budget), "%s",
 		 o->kv_budget ? o->kv_budget : "");
+	snprintf(inst->kv_spill, sizeof(inst->kv_spill), "%s",
+		 o->kv_spill ? o->kv_spill : "");
 	snprintf(inst->kv_dtype, sizeof(inst->kv_dtype), "%s",
 		 o->kv_dtype ? o->kv_dtype : "");
 	fprintf(stderr, "%s: starting expertd, kvd, computed (instance %s, "

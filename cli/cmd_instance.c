@@ -19,7 +19,7 @@ static void inst_usage(FILE *f, const char *cmd)
 "\n", cmd, !strcmp(cmd, "up") ?
 	" (--model DIR | --store DIR)\n"
 	"                 [--experts FMT] [--keep-layers SPEC] [--host-budget B]\n"
-	"                 [--kv-budget B]\n"
+	"                 [--kv-budget B] [--kv-spill-budget B]\n"
 	"                 [--kv-dtype T] [--timeout SEC]" : "");
 	if (!strcmp(cmd, "up"))
 		fprintf(f, "Starts expertd, kvd and computed for the instance "
@@ -53,6 +53,7 @@ static int parse(int argc, char **argv, const char *cmd,
 		{ "scale-search", required_argument, NULL, 'Z' },
 		{ "host-budget", required_argument, NULL, 'b' },
 		{ "kv-budget", required_argument, NULL, 'B' },
+		{ "kv-spill-budget", required_argument, NULL, 'O' },
 		{ "kv-dtype", required_argument, NULL, 'K' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
@@ -79,6 +80,7 @@ static int parse(int argc, char **argv, const char *cmd,
 		case 'Z': scale_search = optarg; break;
 		case 'b': snprintf(inst->host_budget, sizeof(inst->host_budget), "%s", optarg); break;
 		case 'B': snprintf(inst->kv_budget, sizeof(inst->kv_budget), "%s", optarg); break;
+		case 'O': snprintf(inst->kv_spill, sizeof(inst->kv_spill), "%s", optarg); break;
 		case 'K': snprintf(inst->kv_dtype, sizeof(inst->kv_dtype), "%s", optarg); break;
 		case 'T': *timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 120; break;
 		case 'h': inst_usage(stdout, cmd); exit(0);

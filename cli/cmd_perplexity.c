@@ -58,7 +58,8 @@ static void usage(FILE *f)
 "  --kl-base FILE       compare with a saved base: mean KL divergence\n"
 "                       KL(base || this) and the share of positions whose top-1\n"
 "                       token is the same\n"
-"  --kv-dtype T, --host-budget B, --kv-budget B, --instance NAME, --run-dir DIR,\n"
+"  --kv-dtype T, --host-budget B, --kv-budget B, --kv-spill-budget B,\n"
+"  --instance NAME, --run-dir DIR,\n"
 "  --timeout SEC        as for strata run\n"
 "  --json               print the results as one JSON line on stdout\n"
 "  -h, --help           this text\n"
@@ -81,6 +82,7 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 		{ "kv-dtype", required_argument, NULL, 'k' },
 		{ "host-budget", required_argument, NULL, 'b' },
 		{ "kv-budget", required_argument, NULL, 'B' },
+		{ "kv-spill-budget", required_argument, NULL, 'O' },
 		{ "instance", required_argument, NULL, 'i' },
 		{ "run-dir", required_argument, NULL, 'r' },
 		{ "timeout", required_argument, NULL, 'T' },
@@ -116,6 +118,7 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 		case 'k': o->s.kv_dtype = optarg; break;
 		case 'b': o->s.host_budget = optarg; break;
 		case 'B': o->s.kv_budget = optarg; break;
+		case 'O': o->s.kv_spill = optarg; break;
 		case 'i': o->s.instance = optarg; break;
 		case 'r': o->s.run_dir = optarg; break;
 		case 'T': o->s.timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 600; break;

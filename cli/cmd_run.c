@@ -26,7 +26,7 @@
 struct run_opts {
 	const char *model, *store, *prompt, *prompt_file, *experts;
 	const char *instance, *run_dir;
-	const char *host_budget, *kv_budget, *kv_dtype;
+	const char *host_budget, *kv_budget, *kv_spill, *kv_dtype;
 	int max_tokens;
 	float temperature, top_p;
 	int top_k;
@@ -74,6 +74,7 @@ static void run_usage(FILE *f)
 "  --host-budget B      expertd host pool: bytes (8GiB) or percent of all\n"
 "                       experts (25%%); default: all experts\n"
 "  --kv-budget B        kvd page pool in bytes (default: kvd's)\n"
+"  --kv-spill-budget B  let kvd spill idle KV pages to a file of this size\n"
 "  --kv-dtype T         f32 (reference mode, default), f16, bf16, fp8\n"
 "Instance:\n"
 "  --instance NAME      use this running instance, or start it under this\n"
@@ -109,6 +110,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		{ "raw", no_argument, NULL, 'R' },
 		{ "host-budget", required_argument, NULL, 'b' },
 		{ "kv-budget", required_argument, NULL, 'B' },
+		{ "kv-spill-budget", required_argument, NULL, 'O' },
 		{ "kv-dtype", required_argument, NULL, 'K' },
 		{ "instance", required_argument, NULL, 'i' },
 		{ "run-dir", required_argument, NULL, 'r' },
@@ -184,6 +186,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		case 'R': o->raw = 1; break;
 		case 'b': o->host_budget = optarg; break;
 		case 'B': o->kv_budget = optarg; break;
+		case 'O': o->kv_spill = optarg; break;
 		case 'K': o->kv_dtype = optarg; break;
 		case 'i': o->instance = optarg; break;
 		case 'r': o->run_dir = optarg; break;
@@ -571,6 +574,7 @@ int cli_cmd_run(int argc, char **argv)
 			.model = o.model, .store = o.store, .experts = o.experts,
 			.instance = o.instance, .run_dir = o.run_dir,
 			.host_budget = o.host_budget, .kv_budget = o.kv_budget,
+			.kv_spill = o.kv_spill,
 			.kv_dtype = o.kv_dtype, .timeout_s = o.timeout_s,
 			.who = "strata run",
 		};

@@ -19,6 +19,7 @@ struct cw_gen {
 	int context_cut;                 /* max_tokens was cut to the context */
 	uint32_t n_cached;               /* prompt rows mapped from the prefix
 					  * cache (not computed again) */
+	int pin_steps;                   /* kvd may spill: pin while computing */
 	struct cw_gen_params p;
 	struct cw_stopbuf stops;         /* stop strings over the text */
 	struct cw_sampler sampler;
@@ -129,6 +130,14 @@ int cw_gen_start(struct cw_model *model, const struct st_tokenizer *tok,
 		return r;
 	}
 	g->have_seq = 1;
+	{
+		/* without a spill budget nothing ever leaves the pool, so the
+		 * two pin/unpin round trips per step are not needed */
+		struct kv_stats ks;
+
+		g->pin_steps = kv_client_stats(kv, &ks) < 0 ||
+			       ks.spill_budget_bytes > 0;
+	}
 	st_detok_init(&g->detok, tok, 1);
 	*ret = g;
 	return 0;
@@ -166,7 +175,7 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 	}
 	/* the sequence's pages must be on the host while we compute (kvd
 	 * may have spilled them while the generation was idle) */
-	r = kv_client_seq_pin(g->kv, 1, &g->seq, NULL, diag);
+	r = g->pin_steps ? kv_client_seq_pin(g->kv, 1, &g->seq, NULL, diag) : 0;
 	if (r < 0)
 		goto fail;
 	if (g->n_gen == 0) {
@@ -201,7 +210,7 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 			goto fail_pinned;
 	}
 	/* idle between steps: kvd may spill it under memory pressure */
-	r = kv_client_seq_unpin(g->kv, 1, &g->seq, diag);
+	r = g->pin_steps ? kv_client_seq_unpin(g->kv, 1, &g->seq, diag) : 0;
 	if (r < 0)
 		goto fail;
 	r = cw_sampler_sample(&g->sampler, g->logits, c->vocab_size);
@@ -247,7 +256,8 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 		return len;
 	}
 fail_pinned:
-	kv_client_seq_unpin(g->kv, 1, &g->seq, NULL);
+	if (g->pin_steps)
+		kv_client_seq_unpin(g->kv, 1, &g->seq, NULL);
 fail:
 	g->finish = CW_FINISH_ERROR;
 	*ret_finish = g->finish;

@@ -52,6 +52,7 @@ struct cw_model {
 	/* scratch, grown on demand for n tokens */
 	int cap_tokens;
 	float *x, *xn, *q, *kbuf, *vbuf, *att, *scores, *tmp;
+	const uint8_t **rowp;              /* KV row of each position */
 	float *rlogits, *rweights, *moe_out, *eg, *eu, *ea, *ey;
 	int *rexperts;
 };
@@ -317,6 +318,8 @@ static void free_scratch(struct cw_model *m)
 {
 	free(m->x); free(m->xn); free(m->q); free(m->kbuf); free(m->vbuf);
 	free(m->att); free(m->scores); free(m->tmp); free(m->rlogits);
+	free(m->rowp);
+	m->rowp = NULL;
 	free(m->rweights); free(m->moe_out); free(m->eg); free(m->eu);
 	free(m->ea); free(m->ey); free(m->rexperts);
 	m->x = m->xn = m->q = m->kbuf = m->vbuf = m->att = m->scores = NULL;
@@ -416,6 +419,7 @@ static int grow_scratch(struct cw_model *m, int n)
 	m->vbuf = malloc(sizeof(float) * n * kvd);
 	m->att = malloc(sizeof(float) * n * qd);
 	m->scores = malloc(sizeof(float) * ((size_t)c->max_position_embeddings + 1));
+	m->rowp = malloc(sizeof(*m->rowp) * ((size_t)c->max_position_embeddings + 1));
 	m->tmp = malloc(sizeof(float) * maxdim);
 	m->rlogits = malloc(sizeof(float) * E);
 	m->rweights = malloc(sizeof(float) * n * K);
@@ -426,7 +430,7 @@ static int grow_scratch(struct cw_model *m, int n)
 	m->ea = malloc(sizeof(float) * I);
 	m->ey = malloc(sizeof(float) * H);
 	if (!m->x || !m->xn || !m->q || !m->kbuf || !m->vbuf || !m->att ||
-	    !m->scores || !m->tmp || !m->rlogits || !m->rweights ||
+	    !m->scores || !m->rowp || !m->tmp || !m->rlogits || !m->rweights ||
 	    !m->rexperts || !m->moe_out || !m->eg || !m->eu || !m->ea || !m->ey) {
 		free_scratch(m);
 		return -ENOMEM;
@@ -487,6 +491,14 @@ static int attend(struct cw_model *m, uint32_t seq, int layer, uint32_t pos,
 	const float scale = 1.0f / sqrtf((float)hd);
 	float *sc = m->scores, *kv = m->tmp; /* one head's K or V row */
 
+	/* the rows' addresses once for every head (page-table lookups) */
+	for (uint32_t j = 0; j <= pos; j++) {
+		m->rowp[j] = kv_client_row(m->kv, seq, layer, j);
+		if (!m->rowp[j])
+			return st_diag_set(diag, -ST_E_NOTFOUND,
+					   "KV row %u of layer %d has no page",
+					   j, layer);
+	}
 	for (int h = 0; h < c->n_heads; h++) {
 		const int kvh = h / group; /* GQA: MODEL_FAMILIES.md 0.7 */
 		const float *qh = q + (size_t)h * hd;
@@ -495,14 +507,9 @@ static int attend(struct cw_model *m, uint32_t seq, int layer, uint32_t pos,
 		double sum = 0.0;
 
 		for (uint32_t j = 0; j <= pos; j++) {
-			const uint8_t *row = kv_client_row(m->kv, seq, layer, j);
 			float d = 0.0f;
 
-			if (!row)
-				return st_diag_set(diag, -ST_E_NOTFOUND,
-						   "KV row %u of layer %d has no "
-						   "page", j, layer);
-			cw_kvrow_read_head(&m->kvf, row, 0, kvh, kv);
+			cw_kvrow_read_head(&m->kvf, m->rowp[j], 0, kvh, kv);
 			for (int i = 0; i < hd; i++)
 				d += qh[i] * kv[i];
 			sc[j] = d * scale;
@@ -516,10 +523,9 @@ static int attend(struct cw_model *m, uint32_t seq, int layer, uint32_t pos,
 		for (int i = 0; i < hd; i++)
 			oh[i] = 0.0f;
 		for (uint32_t j = 0; j <= pos; j++) {
-			const uint8_t *row = kv_client_row(m->kv, seq, layer, j);
 			const float p = (float)(sc[j] / sum);
 
-			cw_kvrow_read_head(&m->kvf, row, 1, kvh, kv);
+			cw_kvrow_read_head(&m->kvf, m->rowp[j], 1, kvh, kv);
 			for (int i = 0; i < hd; i++)
 				oh[i] += p * kv[i];
 		}

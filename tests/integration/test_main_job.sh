@@ -140,4 +140,35 @@ if n["prefix_rows_reused"] != 0: bad("--no-prefix-cache reused rows")
 print("prefix cache: 144 of 159 prompt rows reused, identical tokens; TTFT %.1f ms cold, %.1f ms warm" % (a["ttft_ms"], b["ttft_ms"]))
 sys.exit(0 if ok else 1)
 PY
+# 4. spill through the CLI (issue 4): a 1 MiB KV pool with a spill file;
+# prompt A's cached pages spill while prompt B runs, and come back (verified)
+# for A's second run, which reuses them and gives the same tokens
+inst="ts$$"
+head -c 700 "$KJV/valid-small.txt" >"$TMP/b.txt"
+"$STRATA" up --model "$KJV" --store "$TMP/kjv-bf16" --experts bf16 --kv-budget 1MiB \
+	--kv-spill-budget 4MiB --instance "$inst" --run-dir "$TMP/run-$inst" >/dev/null 2>"$TMP/up2.err" ||
+	{ echo "FAIL: strata up (spill)"; cat "$TMP/up2.err"; exit 1; }
+for k in a b a2; do
+	f="$TMP/p5.txt"; [ "$k" = b ] && f="$TMP/b.txt"
+	"$STRATA" run --instance "$inst" --run-dir "$TMP/run-$inst" --prompt-file "$f" \
+		--max-tokens 8 --ignore-eos --json >"$TMP/sp-$k" 2>"$TMP/sp-err-$k" || {
+		echo "FAIL: strata run (spill $k)"; cat "$TMP/sp-err-$k"; fail=1; }
+done
+"$STRATA" down --instance "$inst" --run-dir "$TMP/run-$inst" >/dev/null
+check_clean "$inst" "$TMP/run-$inst"
+$PY - "$TMP" <<'PY' || fail=1
+import json, sys
+d = sys.argv[1]
+def get(n): return json.loads(open(f"{d}/sp-{n}").read().strip().splitlines()[-1])
+a, b, a2 = get("a"), get("b"), get("a2")
+ok = True
+def bad(*x):
+    global ok; ok = False; print("FAIL:", *x)
+if a2["ids"] != a["ids"]: bad("tokens differ after spill/restore")
+if b["kv_pages_spilled"] + a2["kv_pages_spilled"] == 0: bad("nothing spilled")
+if a2["kv_pages_restored"] == 0 or a2["prefix_rows_reused"] != 144: bad("no restore/reuse", a2)
+print("spill: %d pages spilled, %d restored, 144 cached rows reused, same tokens" %
+      (b["kv_pages_spilled"] + a2["kv_pages_spilled"], a2["kv_pages_restored"]))
+sys.exit(0 if ok else 1)
+PY
 exit $fail
