@@ -79,8 +79,11 @@ static void log_tail(const char *run_dir, const char *daemon, char *out,
 	free(txt);
 }
 
+/* Starts the daemon with argv (argv[0] its name) logging to
+ * <run_dir>/<daemon>.log (appended to when append, else truncated). */
 static int spawn(const struct cli_instance *inst, const char *daemon,
-		 char *const argv[], int *ret_pid, struct st_diag *diag)
+		 char *const argv[], int append, int *ret_pid,
+		 struct st_diag *diag)
 {
 	char exe[4096], logp[4200];
 	pid_t pid;
@@ -90,7 +93,8 @@ static int spawn(const struct cli_instance *inst, const char *daemon,
 	if (r < 0)
 		return r;
 	st_run_path(inst->run_dir, daemon, "log", logp, sizeof(logp));
-	fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	fd = open(logp, O_WRONLY | O_CREAT | O_CLOEXEC |
+		  (append ? O_APPEND : O_TRUNC), 0600);
 	if (fd < 0)
 		return st_diag_set(diag, -errno, "cannot create %s: %s", logp,
 				   strerror(errno));
@@ -148,18 +152,45 @@ static int wait_ready(const struct cli_instance *inst, const char *daemon,
 			   daemon, timeout_s, tail);
 }
 
+/* Saves argv as <run_dir>/<daemon>.args (NUL-separated, 0600) so that
+ * `strata restart` starts the daemon again exactly as `up` did. */
+static int save_args(const struct cli_instance *inst, const char *daemon,
+		     char *const argv[], struct st_diag *diag)
+{
+	char path[4200];
+	FILE *f;
+
+	st_run_path(inst->run_dir, daemon, "args", path, sizeof(path));
+	f = fopen(path, "we");
+	if (!f)
+		return st_diag_set(diag, -errno, "cannot write %s: %s", path,
+				   strerror(errno));
+	for (int i = 0; argv[i]; i++)
+		fwrite(argv[i], 1, strlen(argv[i]) + 1, f);
+	if (fclose(f) != 0)
+		return st_diag_set(diag, -EIO, "cannot write %s", path);
+	return 0;
+}
+
+/* Appends "--opt val" to argv when val is set. */
+static void add_opt(char **argv, int *a, const char *opt, const char *val)
+{
+	if (val && val[0]) {
+		argv[(*a)++] = (char *)opt;
+		argv[(*a)++] = (char *)val;
+	}
+}
+
 /* Starts one daemon with --instance/--run-dir, the store when it takes
- * one, and an optional extra option, then waits until it answers. */
+ * one, and its options from inst, then waits until it answers. */
 static int start_one(struct cli_instance *inst, const char *daemon,
-		     int with_store, const char *opt, const char *val,
-		     const char *opt2, const char *val2,
 		     int *ret_pid, int timeout_s, struct st_diag *diag)
 {
-	char *argv[14];
+	char *argv[32];
 	int a = 0, r;
 
 	argv[a++] = (char *)daemon;
-	if (with_store) {
+	if (strcmp(daemon, "kvd")) {
 		argv[a++] = "--store";
 		argv[a++] = inst->store_dir;
 	}
@@ -167,16 +198,23 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 	argv[a++] = inst->name;
 	argv[a++] = "--run-dir";
 	argv[a++] = inst->run_dir;
-	if (val && val[0]) {
-		argv[a++] = (char *)opt;
-		argv[a++] = (char *)val;
-	}
-	if (val2 && val2[0]) {
-		argv[a++] = (char *)opt2;
-		argv[a++] = (char *)val2;
+	add_opt(argv, &a, "--numa", inst->numa);
+	if (!strcmp(daemon, "expertd")) {
+		add_opt(argv, &a, "--host-budget", inst->host_budget);
+		add_opt(argv, &a, "--loader-threads", inst->loader_threads);
+	} else if (!strcmp(daemon, "kvd")) {
+		add_opt(argv, &a, "--budget", inst->kv_budget);
+		add_opt(argv, &a, "--spill-budget", inst->kv_spill);
+		add_opt(argv, &a, "--max-seqs", inst->max_seqs);
+	} else {
+		add_opt(argv, &a, "--kv-dtype", inst->kv_dtype);
+		add_opt(argv, &a, "--page-rows", inst->page_rows);
+		add_opt(argv, &a, "--threads", inst->threads);
 	}
 	argv[a] = NULL;
-	r = spawn(inst, daemon, argv, ret_pid, diag);
+	r = save_args(inst, daemon, argv, diag);
+	if (r == 0)
+		r = spawn(inst, daemon, argv, 0, ret_pid, diag);
 	return r ? r : wait_ready(inst, daemon, *ret_pid, timeout_s, diag);
 }
 
@@ -188,15 +226,12 @@ int cli_instance_up(struct cli_instance *inst, int timeout_s,
 	if (r < 0)
 		return r;
 	/* expertd, then kvd, then computed, which connects to both */
-	r = start_one(inst, "expertd", 1, "--host-budget", inst->host_budget,
-		      NULL, NULL, &inst->pid_expertd, timeout_s, diag);
+	r = start_one(inst, "expertd", &inst->pid_expertd, timeout_s, diag);
 	if (!r)
-		r = start_one(inst, "kvd", 0, "--budget", inst->kv_budget,
-			      "--spill-budget", inst->kv_spill, &inst->pid_kvd,
-			      timeout_s, diag);
+		r = start_one(inst, "kvd", &inst->pid_kvd, timeout_s, diag);
 	if (!r && !inst->tiers_only)
-		r = start_one(inst, "computed", 1, "--kv-dtype", inst->kv_dtype,
-			      NULL, NULL, &inst->pid_computed, timeout_s, diag);
+		r = start_one(inst, "computed", &inst->pid_computed, timeout_s,
+			      diag);
 	inst->started_by_us = 1;
 	if (r < 0)
 		cli_instance_down(inst);
@@ -281,40 +316,117 @@ static void remove_dead_segments(const char *instance)
 	closedir(d);
 }
 
+int cli_daemon_index(const char *daemon)
+{
+	for (int i = 0; i < 3; i++)
+		if (!strcmp(daemon, k_daemons[i]))
+			return i;
+	return -1;
+}
+
+static int *pid_of(struct cli_instance *inst, int i)
+{
+	return i == 0 ? &inst->pid_expertd : i == 1 ? &inst->pid_kvd :
+			&inst->pid_computed;
+}
+
+/* Stops daemon i: SHUTDOWN, then SIGTERM, then SIGKILL; removes its
+ * sockets and pid file.  1 when it had to be killed, else 0. */
+static int stop_one(struct cli_instance *inst, int i)
+{
+	char ctl[4200];
+	int pid = *pid_of(inst, i), killed = 0;
+
+	if (!pid)
+		pid = st_pidfile_read(inst->run_dir, k_daemons[i]);
+	st_run_path(inst->run_dir, k_daemons[i], "ctl", ctl, sizeof(ctl));
+	if (pid && st_pid_alive(pid)) {
+		st_daemon_shutdown(ctl, 2000);
+		if (wait_exit(pid, 5000) < 0) {
+			kill(pid, SIGTERM);
+			if (wait_exit(pid, 5000) < 0) {
+				kill(pid, SIGKILL);
+				wait_exit(pid, 5000);
+				killed = 1;
+			}
+		}
+	} else if (pid) {
+		waitpid(pid, NULL, WNOHANG);
+	}
+	unlink(ctl);
+	st_run_path(inst->run_dir, k_daemons[i], "evt", ctl, sizeof(ctl));
+	unlink(ctl);
+	st_pidfile_remove(inst->run_dir, k_daemons[i]);
+	*pid_of(inst, i) = 0;
+	return killed;
+}
+
 int cli_instance_down(struct cli_instance *inst)
 {
-	int *pids[3] = { &inst->pid_expertd, &inst->pid_kvd,
-			 &inst->pid_computed };
 	int killed = 0;
 
 	/* stop in reverse start order: computed first, so it releases its
 	 * pins and pages while the tier daemons still run */
 	for (int i = 2; i >= 0; i--) {
-		char ctl[4200];
-		int pid = *pids[i];
+		char args[4200];
 
-		if (!pid)
-			pid = st_pidfile_read(inst->run_dir, k_daemons[i]);
-		st_run_path(inst->run_dir, k_daemons[i], "ctl", ctl, sizeof(ctl));
-		if (pid && st_pid_alive(pid)) {
-			st_daemon_shutdown(ctl, 2000);
-			if (wait_exit(pid, 5000) < 0) {
-				kill(pid, SIGTERM);
-				if (wait_exit(pid, 5000) < 0) {
-					kill(pid, SIGKILL);
-					wait_exit(pid, 5000);
-					killed++;
-				}
-			}
-		} else if (pid) {
-			waitpid(pid, NULL, WNOHANG);
-		}
-		unlink(ctl);
-		st_run_path(inst->run_dir, k_daemons[i], "evt", ctl, sizeof(ctl));
-		unlink(ctl);
-		st_pidfile_remove(inst->run_dir, k_daemons[i]);
-		*pids[i] = 0;
+		killed += stop_one(inst, i);
+		st_run_path(inst->run_dir, k_daemons[i], "args", args,
+			    sizeof(args));
+		unlink(args);
 	}
 	remove_dead_segments(inst->name);
 	return killed;
+}
+
+/* Reads <run_dir>/<daemon>.args into argv (pointers into *ret_buf, which
+ * the caller frees).  0 or negative with diag. */
+static int load_args(const struct cli_instance *inst, const char *daemon,
+		     char **argv, int max, char **ret_buf,
+		     struct st_diag *diag)
+{
+	char path[4200];
+	size_t n = 0;
+	int r, a = 0;
+
+	st_run_path(inst->run_dir, daemon, "args", path, sizeof(path));
+	r = st_read_file(path, ret_buf, &n);
+	if (r < 0)
+		return st_diag_set(diag, r, "%s: %s; the instance was not "
+				   "started by strata up (start it with strata "
+				   "up)", path, st_strerror(r));
+	for (size_t off = 0; off < n && a < max - 1;) {
+		argv[a++] = *ret_buf + off;
+		off += strnlen(*ret_buf + off, n - off) + 1;
+	}
+	argv[a] = NULL;
+	if (!a || strcmp(argv[0], daemon)) {
+		free(*ret_buf);
+		*ret_buf = NULL;
+		return st_diag_set(diag, -ST_E_FORMAT, "%s is damaged; restart "
+				   "the whole instance (strata down, strata "
+				   "up)", path);
+	}
+	return 0;
+}
+
+int cli_instance_restart(struct cli_instance *inst, const char *daemon,
+			 int timeout_s, struct st_diag *diag)
+{
+	char *argv[40], *buf = NULL;
+	int i = cli_daemon_index(daemon), r;
+
+	if (i < 0)
+		return st_diag_set(diag, -EINVAL, "no daemon '%s' (expertd, kvd "
+				   "or computed)", daemon);
+	r = load_args(inst, daemon, argv, 40, &buf, diag);
+	if (r < 0)
+		return r;
+	cli_instance_read_pids(inst);
+	stop_one(inst, i);
+	r = spawn(inst, daemon, argv, 1, pid_of(inst, i), diag);
+	if (r == 0)
+		r = wait_ready(inst, daemon, *pid_of(inst, i), timeout_s, diag);
+	free(buf);
+	return r;
 }

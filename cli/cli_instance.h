@@ -19,6 +19,11 @@ struct cli_instance {
 	char kv_budget[64];      /* kvd --budget, "" = its default */
 	char kv_spill[64];       /* kvd --spill-budget, "" = no spilling */
 	char kv_dtype[16];       /* computed --kv-dtype */
+	char numa[16];           /* every daemon's --numa, "" = no binding */
+	char loader_threads[16]; /* expertd --loader-threads, "" = default */
+	char max_seqs[16];       /* kvd --max-seqs, "" = default */
+	char page_rows[16];      /* computed --page-rows, "" = default */
+	char threads[16];        /* computed --threads, "" = default */
 	int pid_expertd, pid_kvd, pid_computed;
 	int started_by_us;       /* 1 when this process spawned them */
 	int tiers_only;          /* up: start expertd and kvd only (benchmarks
@@ -56,5 +61,19 @@ int cli_instance_running(const struct cli_instance *inst);
 
 /* Fills the pids from the pid files.  */
 void cli_instance_read_pids(struct cli_instance *inst);
+
+/* Index of a daemon name ("expertd", "kvd", "computed") or -1. */
+int cli_daemon_index(const char *daemon);
+
+/*
+ * Stops one daemon of a running instance cleanly (SHUTDOWN request, then
+ * SIGTERM, SIGKILL after a grace period) and starts it again with the
+ * arguments `strata up` gave it (kept in <run_dir>/<daemon>.args), its
+ * log appended to.  Waits until it answers PING (timeout_s).  The other
+ * daemons keep running; computed rides out a tier daemon's restart (its
+ * clients reconnect).  0, or negative with diag.
+ */
+int cli_instance_restart(struct cli_instance *inst, const char *daemon,
+			 int timeout_s, struct st_diag *diag);
 
 #endif

@@ -1,6 +1,11 @@
-/* cmd_instance.c — `strata up`, `strata down`, `strata status`: the
- * launcher for a named instance. */
+/* cmd_instance.c — `strata up`, `down`, `status`, `restart`: the
+ * launcher for a named instance, configured by flags and/or an instance
+ * config file (st_iconf.h). */
+#include <dirent.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,99 +15,203 @@
 #include "cli_instance.h"
 #include "cw_client.h"
 #include "st_daemon.h"
+#include "st_iconf.h"
+#include "st_numa.h"
 #include "st_util.h"
 
 static void inst_usage(FILE *f, const char *cmd)
 {
+	int up = !strcmp(cmd, "up");
+
 	fprintf(f,
-"Usage: strata %s [--instance NAME] [--run-dir DIR]%s\n"
-"\n", cmd, !strcmp(cmd, "up") ?
+"Usage: strata %s [--config FILE] [--instance NAME] [--run-dir DIR]%s\n"
+"\n", cmd, up ?
 	" (--model DIR | --store DIR)\n"
-	"                 [--experts FMT] [--keep-layers SPEC] [--host-budget B]\n"
-	"                 [--kv-budget B] [--kv-spill-budget B]\n"
-	"                 [--kv-dtype T] [--timeout SEC]" : "");
-	if (!strcmp(cmd, "up"))
+	"                 [--experts FMT] [--keep-layers SPEC] [--scale-search S]\n"
+	"                 [--expert-offload on|off] [--host-budget B]\n"
+	"                 [--kv-budget B] [--kv-spill-budget B] [--kv-dtype T]\n"
+	"                 [--numa auto|N|interleave|off] [--loader-threads N]\n"
+	"                 [--max-seqs N] [--page-rows N] [--threads N]\n"
+	"                 [--dense-format bf16|f32] [--timeout SEC] [--help-config]" :
+	!strcmp(cmd, "restart") ? " DAEMON [--timeout SEC]" : "");
+	if (up)
 		fprintf(f, "Starts expertd, kvd and computed for the instance "
 			"(converting the model first\nif it has no store) and "
 			"returns once all three answer.  Logs go to\n"
-			"<run-dir>/<daemon>.log.\n");
+			"<run-dir>/<daemon>.log.  --config FILE reads an "
+			"instance config (INI; see\ndocs/strata.conf.example "
+			"and --help-config); flags win over it.\n--numa "
+			"(default auto) binds each daemon's threads to a NUMA "
+			"node's cores and\nits shared memory to the node's "
+			"memory (strata topo shows the choice).\n");
 	else if (!strcmp(cmd, "down"))
 		fprintf(f, "Stops the instance's daemons (computed first), "
 			"then removes its sockets,\npid files and shared-memory "
 			"segments.  Segments of a live owner are never\n"
-			"removed.\n");
+			"removed.  Logs stay in the run directory.\n");
+	else if (!strcmp(cmd, "restart"))
+		fprintf(f, "Stops one daemon (expertd, kvd or computed) of a "
+			"running instance cleanly\nand starts it again with "
+			"the options strata up gave it; its log is appended\n"
+			"to.  The other daemons keep running.\n");
 	else
-		fprintf(f, "Says whether each daemon of the instance runs and "
-			"prints computed's counters.\n");
+		fprintf(f, "Says whether each daemon of the instance runs, "
+			"prints computed's counters\nand where each shared-"
+			"memory segment's pages are (NUMA node, move_pages).\n");
 	fprintf(f, "\nDefault instance: %s.  Default run dir: "
 		"$STRATA_RUN_DIR, /run/strata/NAME (root)\nor "
 		"$XDG_RUNTIME_DIR/strata/NAME.\n", ST_DEFAULT_INSTANCE);
 }
 
-static int parse(int argc, char **argv, const char *cmd,
-		 struct cli_instance *inst, const char **model,
-		 const char **experts, int *timeout_s)
-{
-	static const struct option opts[] = {
-		{ "instance", required_argument, NULL, 'i' },
-		{ "run-dir", required_argument, NULL, 'r' },
-		{ "model", required_argument, NULL, 'm' },
-		{ "store", required_argument, NULL, 's' },
-		{ "experts", required_argument, NULL, 'e' },
-		{ "keep-layers", required_argument, NULL, 'L' },
-		{ "scale-search", required_argument, NULL, 'Z' },
-		{ "host-budget", required_argument, NULL, 'b' },
-		{ "kv-budget", required_argument, NULL, 'B' },
-		{ "kv-spill-budget", required_argument, NULL, 'O' },
-		{ "kv-dtype", required_argument, NULL, 'K' },
-		{ "timeout", required_argument, NULL, 'T' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
-	static char spec[512]; /* the combined spec outlives parse() */
-	const char *keep_spec = NULL, *scale_search = NULL;
-	int c, is_up = !strcmp(cmd, "up");
+/* Command-line flags of `up` and the config keys they set. */
+static const struct {
+	const char *flag, *key;
+} k_flag_keys[] = {
+	{ "instance", "instance.name" },       { "run-dir", "instance.run_dir" },
+	{ "numa", "instance.numa" },           { "model", "model.path" },
+	{ "store", "model.store" },            { "experts", "experts.format" },
+	{ "keep-layers", "experts.keep_layers" },
+	{ "scale-search", "experts.scale_search" },
+	{ "expert-offload", "experts.offload" },
+	{ "host-budget", "experts.host_budget" },
+	{ "hot-experts", "experts.hot_experts" },
+	{ "prefetch-distance", "experts.prefetch_distance" },
+	{ "loader-threads", "experts.loader_threads" },
+	{ "dense-format", "formats.attention" },
+	{ "kv-dtype", "kv.dtype" },            { "kv-budget", "kv.budget" },
+	{ "kv-spill-budget", "kv.spill_budget" },
+	{ "page-rows", "kv.page_rows" },       { "max-seqs", "kv.max_seqs" },
+	{ "threads", "compute.threads" },
+};
 
-	memset(inst, 0, sizeof(*inst));
-	snprintf(inst->name, sizeof(inst->name), "%s", ST_DEFAULT_INSTANCE);
+#define N_FLAGS (sizeof(k_flag_keys) / sizeof(k_flag_keys[0]))
+
+static void copy(char *dst, size_t len, const char *src)
+{
+	snprintf(dst, len, "%s", src ? src : "");
+}
+
+/*
+ * Parses the command line of up/down/status/restart into conf (after the
+ * --config file) and fills inst from it.  *ret_arg: restart's DAEMON, or
+ * up's expert-format spec (cli_experts_spec; static storage).
+ * 0, 2 (usage error, printed), or exits 0 after --help.
+ */
+static int parse(int argc, char **argv, const char *cmd,
+		 struct cli_instance *inst, struct st_iconf *conf,
+		 const char **ret_arg, int *timeout_s)
+{
+	struct option opts[N_FLAGS + 5];
+	struct st_diag diag = { "" };
+	int c, is_up = !strcmp(cmd, "up"), n = 0;
+	const char *config = NULL;
+
+	for (size_t i = 0; i < N_FLAGS; i++)
+		opts[n++] = (struct option){ k_flag_keys[i].flag,
+					     required_argument, NULL,
+					     1000 + (int)i };
+	opts[n++] = (struct option){ "config", required_argument, NULL, 'C' };
+	opts[n++] = (struct option){ "timeout", required_argument, NULL, 'T' };
+	opts[n++] = (struct option){ "help-config", no_argument, NULL, 'G' };
+	opts[n++] = (struct option){ "help", no_argument, NULL, 'h' };
+	opts[n] = (struct option){ 0 };
+
+	st_iconf_init(conf);
+	for (int i = 1; i + 1 < argc; i++)
+		if (!strcmp(argv[i], "--config"))
+			config = argv[i + 1];
+	if (config && st_iconf_load(conf, config, &diag) < 0) {
+		fprintf(stderr, "strata %s: %s\n", cmd, diag.msg);
+		return 2;
+	}
+	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (!is_up && c != 'i' && c != 'r' && c != 'h') {
-			inst_usage(stderr, cmd);
-			return 2;
+		if (c >= 1000) {
+			const char *key = k_flag_keys[c - 1000].key;
+
+			if (!is_up && strncmp(key, "instance.", 9)) {
+				inst_usage(stderr, cmd);
+				return 2;
+			}
+			if (st_iconf_set(conf, key, optarg, &diag) < 0) {
+				fprintf(stderr, "strata %s: --%s: %s\n", cmd,
+					k_flag_keys[c - 1000].flag, diag.msg);
+				return 2;
+			}
+			continue;
 		}
 		switch (c) {
-		case 'i': snprintf(inst->name, sizeof(inst->name), "%s", optarg); break;
-		case 'r': snprintf(inst->run_dir, sizeof(inst->run_dir), "%s", optarg); break;
-		case 'm': *model = optarg; break;
-		case 's': snprintf(inst->store_dir, sizeof(inst->store_dir), "%s", optarg); break;
-		case 'e': *experts = optarg; break;
-		case 'L': keep_spec = optarg; break;
-		case 'Z': scale_search = optarg; break;
-		case 'b': snprintf(inst->host_budget, sizeof(inst->host_budget), "%s", optarg); break;
-		case 'B': snprintf(inst->kv_budget, sizeof(inst->kv_budget), "%s", optarg); break;
-		case 'O': snprintf(inst->kv_spill, sizeof(inst->kv_spill), "%s", optarg); break;
-		case 'K': snprintf(inst->kv_dtype, sizeof(inst->kv_dtype), "%s", optarg); break;
+		case 'C': break;
 		case 'T': *timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 120; break;
+		case 'G': st_iconf_print_help(stdout); exit(0);
 		case 'h': inst_usage(stdout, cmd); exit(0);
 		default: inst_usage(stderr, cmd); return 2;
 		}
+	}
+	if (!strcmp(cmd, "restart")) {
+		if (optind + 1 != argc || cli_daemon_index(argv[optind]) < 0) {
+			fprintf(stderr, "strata restart: name one daemon: "
+				"expertd, kvd or computed\n");
+			return 2;
+		}
+		*ret_arg = argv[optind++];
 	}
 	if (optind < argc) {
 		inst_usage(stderr, cmd);
 		return 2;
 	}
+	memset(inst, 0, sizeof(*inst));
+	copy(inst->name, sizeof(inst->name), st_iconf_get(conf, "instance.name"));
+	copy(inst->run_dir, sizeof(inst->run_dir),
+	     st_iconf_get(conf, "instance.run_dir"));
 	if (is_up) {
-		if (cli_experts_spec(spec, sizeof(spec), *experts, keep_spec,
-				     scale_search) < 0)
+		static char spec[512]; /* the combined spec outlives parse() */
+		const char *keep = st_iconf_get(conf, "experts.keep_layers");
+
+		copy(inst->store_dir, sizeof(inst->store_dir),
+		     st_iconf_get(conf, "model.store"));
+		if (!strcmp(st_iconf_get(conf, "experts.offload"), "off") ||
+		    !strcmp(st_iconf_get(conf, "experts.offload"), "false") ||
+		    !strcmp(st_iconf_get(conf, "experts.offload"), "no") ||
+		    !strcmp(st_iconf_get(conf, "experts.offload"), "0"))
+			copy(inst->host_budget, sizeof(inst->host_budget),
+			     "100%");
+		else
+			copy(inst->host_budget, sizeof(inst->host_budget),
+			     st_iconf_get(conf, "experts.host_budget"));
+		copy(inst->kv_budget, sizeof(inst->kv_budget),
+		     st_iconf_get(conf, "kv.budget"));
+		if (strcmp(st_iconf_get(conf, "kv.spill_budget"), "0"))
+			copy(inst->kv_spill, sizeof(inst->kv_spill),
+			     st_iconf_get(conf, "kv.spill_budget"));
+		copy(inst->kv_dtype, sizeof(inst->kv_dtype),
+		     st_iconf_get(conf, "kv.dtype"));
+		copy(inst->numa, sizeof(inst->numa),
+		     st_iconf_get(conf, "instance.numa"));
+		copy(inst->loader_threads, sizeof(inst->loader_threads),
+		     st_iconf_get(conf, "experts.loader_threads"));
+		copy(inst->max_seqs, sizeof(inst->max_seqs),
+		     st_iconf_get(conf, "kv.max_seqs"));
+		copy(inst->page_rows, sizeof(inst->page_rows),
+		     st_iconf_get(conf, "kv.page_rows"));
+		if (strcmp(st_iconf_get(conf, "compute.threads"), "0"))
+			copy(inst->threads, sizeof(inst->threads),
+			     st_iconf_get(conf, "compute.threads"));
+		if (cli_experts_spec(spec, sizeof(spec),
+				     st_iconf_get(conf, "experts.format"),
+				     keep[0] ? keep : NULL,
+				     st_iconf_get(conf, "experts.scale_search")) < 0)
 			return 2;
-		*experts = spec;
-	}
-	if (cli_check_common(inst->name, is_up && inst->host_budget[0] ?
-			     inst->host_budget : NULL,
-			     is_up && inst->kv_budget[0] ? inst->kv_budget : NULL,
-			     is_up && inst->kv_dtype[0] ? inst->kv_dtype : NULL,
-			     is_up ? *experts : NULL, "strata"))
+		if (cli_check_common(inst->name, inst->host_budget,
+				     inst->kv_budget, inst->kv_dtype, spec,
+				     "strata up"))
+			return 2;
+		st_iconf_warn_unhonoured(conf, stderr, "strata up");
+		*ret_arg = spec;
+	} else if (cli_check_common(inst->name, NULL, NULL, NULL, NULL,
+				    "strata")) {
 		return 2;
+	}
 	if (!inst->run_dir[0])
 		st_run_dir_default(inst->name, inst->run_dir,
 				   sizeof(inst->run_dir));
@@ -113,20 +222,31 @@ int cli_cmd_up(int argc, char **argv)
 {
 	struct cli_instance inst;
 	struct st_diag diag = { "" };
-	const char *model = NULL, *experts = "mxfp4";
-	int timeout_s = 120, r;
+	struct st_iconf *conf = malloc(sizeof(*conf));
+	const char *model, *experts = NULL;
+	int timeout_s = 120, r, dense_f32;
 
-	r = parse(argc, argv, "up", &inst, &model, &experts, &timeout_s);
-	if (r)
+	if (!conf)
+		return 1;
+	r = parse(argc, argv, "up", &inst, conf, &experts, &timeout_s);
+	if (r) {
+		free(conf);
 		return r;
+	}
+	model = st_iconf_is_set(conf, "model.path") ?
+		st_iconf_get(conf, "model.path") : NULL;
+	dense_f32 = !strcmp(st_iconf_get(conf, "formats.attention"), "f32");
 	if (!model && !inst.store_dir[0]) {
-		fprintf(stderr, "strata up: give --model DIR or --store DIR\n");
+		fprintf(stderr, "strata up: give --model DIR or --store DIR (or "
+			"[model] path / store in --config)\n");
+		free(conf);
 		return 2;
 	}
 	if (!inst.store_dir[0] &&
 	    cli_default_store_dir(model, experts, inst.store_dir,
 				  sizeof(inst.store_dir)) < 0) {
 		fprintf(stderr, "strata up: cannot use model %s\n", model);
+		free(conf);
 		return 1;
 	}
 	if (!st_path_exists(inst.store_dir) ||
@@ -136,15 +256,20 @@ int cli_cmd_up(int argc, char **argv)
 		if (!model) {
 			fprintf(stderr, "strata up: store %s does not exist\n",
 				inst.store_dir);
+			free(conf);
 			return 1;
 		}
 		sigfd = st_stop_signals_open();
-		r = cli_convert(model, inst.store_dir, experts, 0, force, sigfd);
+		r = cli_convert(model, inst.store_dir, experts, dense_f32, force,
+				sigfd);
 		if (sigfd >= 0)
 			close(sigfd);
-		if (r)
+		if (r) {
+			free(conf);
 			return r;
+		}
 	}
+	free(conf);
 	r = cli_instance_state(&inst);
 	if (r == 3) {
 		fprintf(stderr, "strata up: instance '%s' is already running\n",
@@ -171,10 +296,14 @@ int cli_cmd_up(int argc, char **argv)
 int cli_cmd_down(int argc, char **argv)
 {
 	struct cli_instance inst;
-	const char *model = NULL, *experts = NULL;
+	struct st_iconf *conf = malloc(sizeof(*conf));
+	const char *unused = NULL;
 	int timeout_s = 0, r;
 
-	r = parse(argc, argv, "down", &inst, &model, &experts, &timeout_s);
+	if (!conf)
+		return 1;
+	r = parse(argc, argv, "down", &inst, conf, &unused, &timeout_s);
+	free(conf);
 	if (r)
 		return r;
 	cli_instance_read_pids(&inst);
@@ -193,14 +322,94 @@ int cli_cmd_down(int argc, char **argv)
 	return 0;
 }
 
+int cli_cmd_restart(int argc, char **argv)
+{
+	struct cli_instance inst;
+	struct st_diag diag = { "" };
+	struct st_iconf *conf = malloc(sizeof(*conf));
+	const char *daemon = NULL;
+	int timeout_s = 120, r;
+
+	if (!conf)
+		return 1;
+	r = parse(argc, argv, "restart", &inst, conf, &daemon, &timeout_s);
+	free(conf);
+	if (r)
+		return r;
+	r = cli_instance_restart(&inst, daemon, timeout_s, &diag);
+	if (r < 0) {
+		fprintf(stderr, "strata restart: %s\n", diag.msg);
+		return 1;
+	}
+	cli_instance_read_pids(&inst);
+	printf("%s of instance %s restarted: pid %d\n", daemon, inst.name,
+	       daemon[0] == 'e' ? inst.pid_expertd : daemon[0] == 'k' ?
+	       inst.pid_kvd : inst.pid_computed);
+	return 0;
+}
+
+/* Prints where the pages of each of the instance's segments are. */
+static void print_placement(const char *instance)
+{
+	char prefix[128];
+	struct dirent *de;
+	DIR *d = opendir("/dev/shm");
+	size_t pl;
+
+	if (!d)
+		return;
+	pl = (size_t)snprintf(prefix, sizeof(prefix), "strata.%s.", instance);
+	while ((de = readdir(d))) {
+		uint64_t pages[ST_NUMA_MAX_NODES], absent;
+		char name[300], a[32];
+		struct stat st;
+		void *base;
+		int fd;
+
+		if (strncmp(de->d_name, prefix, pl))
+			continue;
+		snprintf(name, sizeof(name), "/%s", de->d_name);
+		fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) < 0 || st.st_size <= 0) {
+			close(fd);
+			continue;
+		}
+		base = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd,
+			    0);
+		close(fd);
+		if (base == MAP_FAILED)
+			continue;
+		if (st_numa_query_range(base, (size_t)st.st_size, pages,
+					&absent) == 0) {
+			printf("  segment %-22s %s:", de->d_name + pl,
+			       st_format_bytes((uint64_t)st.st_size, a,
+					       sizeof(a)));
+			for (int n = 0; n < ST_NUMA_MAX_NODES; n++)
+				if (pages[n])
+					printf(" node%d %llu pages", n,
+					       (unsigned long long)pages[n]);
+			printf(", %llu not resident\n",
+			       (unsigned long long)absent);
+		}
+		munmap(base, (size_t)st.st_size);
+	}
+	closedir(d);
+}
+
 int cli_cmd_status(int argc, char **argv)
 {
 	static const char *names[3] = { "expertd", "kvd", "computed" };
 	struct cli_instance inst;
-	const char *model = NULL, *experts = NULL;
+	struct st_iconf *conf = malloc(sizeof(*conf));
+	const char *unused = NULL;
 	int timeout_s = 0, r, up = 0;
 
-	r = parse(argc, argv, "status", &inst, &model, &experts, &timeout_s);
+	if (!conf)
+		return 1;
+	r = parse(argc, argv, "status", &inst, conf, &unused, &timeout_s);
+	free(conf);
 	if (r)
 		return r;
 	printf("instance %s (run dir %s)\n", inst.name, inst.run_dir);
@@ -220,6 +429,7 @@ int cli_cmd_status(int argc, char **argv)
 			printf("  %-9s not running\n", names[i]);
 		}
 	}
+	print_placement(inst.name);
 	if (up == 3) {
 		struct cw_client *cw;
 		struct cw_stats_wire s;

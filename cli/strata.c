@@ -28,6 +28,9 @@ static void usage(FILE *f)
 "  down      stop an instance and remove its segments and sockets\n"
 "  status    show whether an instance runs, with its counters\n"
 "  perplexity  perplexity of a text file (and KL divergence against a base)\n"
+"  restart   stop one daemon of an instance and start it again\n"
+"  topo      NUMA nodes, cores, caches, GPUs and NVMe; the node to use\n"
+"  plan      memory per tier for a model, workload and budgets; verdict\n"
 "\n"
 "Example:\n"
 "  strata run --model models/kjv-moe --prompt 'In the beginning' --max-tokens 48\n",
@@ -45,6 +48,8 @@ int main(int argc, char **argv)
 		{ "down", cli_cmd_down },     { "status", cli_cmd_status },
 		{ "perplexity", cli_cmd_perplexity },
 		{ "info", cli_cmd_info },
+		{ "restart", cli_cmd_restart }, { "topo", cli_cmd_topo },
+		{ "plan", cli_cmd_plan },
 	};
 
 	st_log_set_name("strata");

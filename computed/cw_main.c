@@ -24,6 +24,7 @@
 #include "st_daemon.h"
 #include "st_log.h"
 #include "st_msg.h"
+#include "st_numa.h"
 #include "st_store.h"
 #include "st_tokenizer.h"
 #include "st_util.h"
@@ -44,6 +45,7 @@ struct cw_daemon {
 	struct cw_model_opts mopts;
 	int timeout_ms;
 	int connect_timeout_ms;
+	const char *numa;         /* --numa text, NULL: no binding */
 	struct es_client *es;
 	struct kv_client *kv;
 	struct cw_model *model;
@@ -75,6 +77,8 @@ static void usage(FILE *f)
 "  --connect-timeout SEC  wait this long for expertd/kvd (default 30)\n"
 "  --threads N            compute threads (default: online CPUs); results\n"
 "                         do not depend on it\n"
+"  --numa auto|N|interleave  bind the threads to a NUMA node's cores and\n"
+"                         memory (default: no binding)\n"
 "  --version              print the version and exit\n"
 "  -h, --help             this text\n"
 "\n"
@@ -92,6 +96,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "page-rows", required_argument, NULL, 'p' },
 		{ "connect-timeout", required_argument, NULL, 'c' },
 		{ "threads", required_argument, NULL, 't' },
+		{ "numa", required_argument, NULL, 'N' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -148,6 +153,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 			d->mopts.n_threads = (int)v;
 			break;
 		}
+		case 'N': d->numa = optarg; break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("computed %s\n", ST_VERSION); exit(0);
 		default:
@@ -608,6 +614,18 @@ int main(int argc, char **argv)
 	r = parse_args(d, argc, argv);
 	if (r < 0)
 		return 2;
+	{
+		struct st_numa_policy np;
+		char what[160];
+
+		if (st_numa_daemon_setup(d->numa, &np, what, sizeof(what),
+					 &diag) < 0) {
+			st_err("%s", diag.msg);
+			return 1;
+		}
+		if (what[0])
+			st_info("NUMA placement: %s", what);
+	}
 	d->sigfd = st_stop_signals_open();
 	if (d->sigfd < 0) {
 		st_err("signalfd: %s", st_strerror(d->sigfd));

@@ -25,6 +25,7 @@
 #include "st_error.h"
 #include "st_msg.h"
 #include "st_shm.h"
+#include "st_numa.h"
 #include "st_store.h"
 
 #define ES_DAEMON_NAME "expertd"
@@ -42,6 +43,7 @@ struct es_opts {
 	int loader_threads;
 	int test_load_delay_ms;       /* fault injection for tests, 0 = off */
 	int no_verify_adopted;        /* skip re-hashing READY slots on adopt */
+	const char *numa;             /* --numa: NULL = no binding */
 };
 
 /* ---- es_pool.c ---- */
@@ -179,6 +181,7 @@ uint32_t es_clients_count(const struct es_pool *p);
 
 struct es_daemon {
 	struct es_opts opt;
+	struct st_numa_policy numa;   /* resolved --numa (OFF: none) */
 	struct st_store *store;
 	uint64_t store_id;
 	struct es_pool pool;

@@ -20,6 +20,7 @@
 #include "st_build_config.h"
 #include "st_daemon.h"
 #include "st_log.h"
+#include "st_numa.h"
 #include "st_util.h"
 
 /* One row per option (table-driven, like Redis' config table). */
@@ -34,6 +35,7 @@ enum {
 	OPT_TEST_LOAD_DELAY = 1000,
 	OPT_NO_VERIFY_ADOPTED,
 	OPT_VERSION,
+	OPT_NUMA,
 };
 
 static const struct es_optdef es_optdefs[] = {
@@ -59,6 +61,9 @@ static const struct es_optdef es_optdefs[] = {
 	  "re-hashing them (faster restart)" },
 	{ "test-load-delay-ms", OPT_TEST_LOAD_DELAY, "MS",
 	  "testing only: sleep MS before each record read" },
+	{ "numa", OPT_NUMA, "auto|N|interleave",
+	  "bind threads to a NUMA node's cores and the\n"
+	  "pool to its memory (default: no binding)" },
 	{ "version", OPT_VERSION, NULL, "print the version and exit" },
 	{ "help", 'h', NULL, "print this help and exit" },
 };
@@ -173,6 +178,7 @@ static int parse_args(int argc, char **argv, struct es_opts *o)
 				return -EINVAL;
 			break;
 		case OPT_NO_VERIFY_ADOPTED: o->no_verify_adopted = 1; break;
+		case OPT_NUMA: o->numa = optarg; break;
 		case OPT_VERSION: printf("expertd %s\n", ST_VERSION); return 1;
 		case 'h': usage(stdout); return 1;
 		default:
@@ -312,6 +318,20 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
+	{
+		char what[160];
+
+		r = st_numa_daemon_setup(d.opt.numa, &d.numa, what,
+					 sizeof(what), &diag);
+		if (r < 0) {
+			st_err("%s", diag.msg);
+			daemon_fini(&d, 0);
+			return 1;
+		}
+		if (what[0])
+			st_info("NUMA placement: %s", what);
+	}
+
 	r = st_store_open(d.opt.store_dir, &d.store, &diag);
 	if (r < 0) {
 		st_err("cannot open the store: %s", diag.msg);
@@ -369,6 +389,11 @@ int main(int argc, char **argv)
 		daemon_fini(&d, 0);
 		return 1;
 	}
+
+	if (st_numa_bind_range(d.pool.shm.base, d.pool.shm.size, &d.numa,
+			       &diag) < 0)
+		st_warn("expert pool stays where the kernel puts it: %s",
+			diag.msg);
 
 	r = es_loader_start(&d.loader, &d.pool, d.store, d.opt.loader_threads,
 			    d.opt.test_load_delay_ms, &diag);

@@ -19,6 +19,7 @@
 #include "st_error.h"
 #include "st_msg.h"
 #include "st_shm.h"
+#include "st_numa.h"
 
 /* ---- the page pool (kv_pool.c) ----------------------------------------- */
 
@@ -464,6 +465,8 @@ struct kv_config {
 	uint32_t max_rows_per_seq;
 	uint64_t spill_budget_bytes;     /* 0: no spilling */
 	char spill_file[4096];           /* "" = <run_dir>/kvd.spill */
+	char numa[16];                   /* --numa text, "" = no binding */
+	struct st_numa_policy numa_policy; /* resolved by main */
 };
 
 struct kv_server {

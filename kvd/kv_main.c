@@ -60,6 +60,10 @@ static const struct opt opts[] = {
 	  sizeof(((struct kv_config *)0)->spill_file), 0, 0, NULL,
 	  "the spill file (put it on NVMe; removed when kvd stops cleanly, "
 	  "kept for a restarted kvd); default RUN_DIR/kvd.spill" },
+	{ "numa", OPT_STR, offsetof(struct kv_config, numa),
+	  sizeof(((struct kv_config *)0)->numa), 0, 0, NULL,
+	  "auto, interleave or a node number: bind threads to the node's "
+	  "cores and the KV pool to its memory (default: no binding)" },
 };
 
 static void usage(FILE *f)
@@ -238,6 +242,19 @@ int main(int argc, char **argv)
 		st_err("kvd of instance %s is already running (pid %d, run "
 		       "directory %s)", cfg.instance, pid, cfg.run_dir);
 		return 1;
+	}
+	{
+		char what[160];
+
+		r = st_numa_daemon_setup(cfg.numa[0] ? cfg.numa : NULL,
+					 &cfg.numa_policy, what, sizeof(what),
+					 &diag);
+		if (r < 0) {
+			st_err("%s", diag.msg);
+			return 1;
+		}
+		if (what[0])
+			st_info("NUMA placement: %s", what);
 	}
 	sigfd = st_stop_signals_open();
 	if (sigfd < 0) {

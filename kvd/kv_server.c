@@ -112,8 +112,14 @@ static int pool_take(struct kv_server *s, int adopted,
 	struct kv_adopt_report rep;
 	struct kv_stream_decl rs[KV_MAX_STREAMS];
 	struct kv_layout rl;
+	struct st_diag nd;
 	int r;
 
+	/* before formatting: the policy belongs to the shm object, so the
+	 * pages computed writes first land on the node too */
+	if (st_numa_bind_range(s->shm.base, s->shm.size,
+			       &s->cfg.numa_policy, &nd) < 0)
+		st_warn("kv pool stays where the kernel puts it: %s", nd.msg);
 	if (!adopted) {
 		r = kv_pool_format(&s->pool, s->shm.base, s->shm.size, lay,
 				   streams);

@@ -1,0 +1,278 @@
+/* cmd_plan.c — `strata plan`: where a model's bytes go per tier for a
+ * workload and budgets, whether it fits, and what to set (st_plan.h). */
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli_cmds.h"
+#include "cw_kvrow.h"
+#include "st_iconf.h"
+#include "st_plan.h"
+#include "st_util.h"
+
+static void plan_usage(FILE *f)
+{
+	fprintf(f,
+"Usage: strata plan (--model DIR | --store DIR | --expert-params N ...)\n"
+"                   [--config FILE] [--gpu B] [--ram B] [--batch N]\n"
+"                   [--context N] [--kv-dtype f32|f16|bf16|fp8]\n"
+"                   [--experts FMT] [--dense-format bf16|f16|f32|fp8]\n"
+"                   [--hot-experts N] [--host-budget B] [--kv-budget B]\n"
+"                   [--activations B] [--page-rows N] [--json]\n"
+"\n"
+"Prints, per tier (T0 GPU when --gpu is given, T1 host RAM, T2 NVMe), the\n"
+"dense weights, hot and warm experts, KV cache (the sum over the model's\n"
+"KV streams: 2 x batch x tokens x layers x kv_heads x head_dim x bytes for\n"
+"GQA, the latent row for MLA), activations and buffers; a verdict and\n"
+"recommendations (hot experts per layer, KV budget, max batch x context).\n"
+"For models strata runs, it also predicts each daemon's peak RSS (CPU\n"
+"build), which `strata run` reports.\n"
+"\n"
+"A model without a config.json is described by parameter counts:\n"
+"  --expert-params N     all routed experts of all layers (100B, 1.5T, 7e9)\n"
+"  --dense-params N      everything else (attention, embeddings, shared)\n"
+"  --attention-params N  the attention part (default: --dense-params)\n"
+"  --experts-count N --top-k K --layers L --kv-heads H --head-dim D\n"
+"  [--hidden H]          (for the activation estimate; or --activations)\n"
+"Sizes take KiB/MiB/GiB (powers of 1024) or kB/MB/GB (powers of 1000).\n"
+"--config FILE reads an instance config (docs/strata.conf.example); flags\n"
+"win over it.\n"
+"\n"
+"Example (a 100B-parameter MoE on a 48 GB GPU):\n"
+"  strata plan --expert-params 100B --dense-params 10B --experts-count 64 \\\n"
+"    --top-k 2 --layers 60 --kv-heads 16 --head-dim 128 --gpu 48GB \\\n"
+"    --batch 4 --context 4096 --kv-dtype fp8 --experts e2m1-g128 \\\n"
+"    --hot-experts 16 --activations 5GB\n");
+}
+
+/* "100B", "1.5T", "7e9", "350M" (decimal counts) into *ret. */
+static int parse_count(const char *s, uint64_t *ret)
+{
+	char *end;
+	double v = strtod(s, &end), mult = 1;
+
+	if (end == s || v < 0)
+		return -EINVAL;
+	switch (*end) {
+	case 0: break;
+	case 'k': case 'K': mult = 1e3; end++; break;
+	case 'm': case 'M': mult = 1e6; end++; break;
+	case 'b': case 'B': case 'g': case 'G': mult = 1e9; end++; break;
+	case 't': case 'T': mult = 1e12; end++; break;
+	default: return -EINVAL;
+	}
+	if (*end)
+		return -EINVAL;
+	*ret = (uint64_t)(v * mult + 0.5);
+	return 0;
+}
+
+static int bad(const char *opt, const char *v, const char *what)
+{
+	fprintf(stderr, "strata plan: %s '%s': %s\n", opt, v, what);
+	return 2;
+}
+
+static int dense_dtype(const char *s, enum st_dtype *ret)
+{
+	if (!strcmp(s, "bf16")) *ret = ST_DTYPE_BF16;
+	else if (!strcmp(s, "f16")) *ret = ST_DTYPE_F16;
+	else if (!strcmp(s, "f32")) *ret = ST_DTYPE_F32;
+	else if (!strcmp(s, "fp8")) *ret = ST_DTYPE_F8_E4M3;
+	else return -EINVAL;
+	return 0;
+}
+
+/* Applies an instance config's knobs to the plan's options. */
+static int apply_config(const struct st_iconf *c, struct st_plan_opts *o,
+			const char **model)
+{
+	uint64_t v;
+	double pct;
+	const char *s;
+
+	if (st_iconf_is_set(c, "model.store"))
+		*model = st_iconf_get(c, "model.store");
+	else if (st_iconf_is_set(c, "model.path"))
+		*model = st_iconf_get(c, "model.path");
+	o->batch = atoi(st_iconf_get(c, "plan.batch"));
+	o->context = atoi(st_iconf_get(c, "plan.context"));
+	cw_kvrow_parse_dtype(st_iconf_get(c, "kv.dtype"), &o->kv_dtype);
+	st_wformat_parse(st_iconf_get(c, "experts.format"), &o->experts);
+	dense_dtype(st_iconf_get(c, "formats.attention"), &o->dense_dtype);
+	o->page_rows = (uint32_t)atoi(st_iconf_get(c, "kv.page_rows"));
+	st_parse_size(st_iconf_get(c, "device.gpu_budget"), &o->gpu_bytes);
+	if (st_iconf_is_set(c, "experts.host_budget") &&
+	    st_parse_budget(st_iconf_get(c, "experts.host_budget"), &v,
+			    &pct) == 0 && v)
+		o->host_budget = v;
+	if (st_iconf_is_set(c, "kv.budget") &&
+	    st_parse_budget(st_iconf_get(c, "kv.budget"), &v, &pct) == 0 && v)
+		o->kv_budget = v;
+	s = st_iconf_get(c, "experts.hot_experts");
+	if (strcmp(s, "auto"))
+		o->hot_experts = atoi(s);
+	return 0;
+}
+
+int cli_cmd_plan(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "model", required_argument, NULL, 'm' },
+		{ "store", required_argument, NULL, 's' },
+		{ "config", required_argument, NULL, 'C' },
+		{ "gpu", required_argument, NULL, 'g' },
+		{ "ram", required_argument, NULL, 'R' },
+		{ "batch", required_argument, NULL, 'b' },
+		{ "context", required_argument, NULL, 'c' },
+		{ "kv-dtype", required_argument, NULL, 'K' },
+		{ "experts", required_argument, NULL, 'e' },
+		{ "dense-format", required_argument, NULL, 'D' },
+		{ "hot-experts", required_argument, NULL, 'H' },
+		{ "host-budget", required_argument, NULL, 'B' },
+		{ "kv-budget", required_argument, NULL, 'V' },
+		{ "activations", required_argument, NULL, 'A' },
+		{ "page-rows", required_argument, NULL, 'P' },
+		{ "expert-params", required_argument, NULL, 1 },
+		{ "dense-params", required_argument, NULL, 2 },
+		{ "attention-params", required_argument, NULL, 3 },
+		{ "experts-count", required_argument, NULL, 4 },
+		{ "top-k", required_argument, NULL, 5 },
+		{ "layers", required_argument, NULL, 6 },
+		{ "kv-heads", required_argument, NULL, 7 },
+		{ "head-dim", required_argument, NULL, 8 },
+		{ "hidden", required_argument, NULL, 9 },
+		{ "json", no_argument, NULL, 'j' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	struct st_plan_opts o;
+	struct st_plan_model m;
+	struct st_plan_result r;
+	struct st_diag diag = { "" };
+	struct st_iconf *conf = NULL;
+	const char *model = NULL, *config = NULL;
+	uint64_t ep = 0, dp = 0, ap = 0, tmp;
+	int n_exp = 0, top_k = 0, layers = 0, kvh = 0, hd = 0, hidden = 0;
+	int json = 0, c, rc = 0;
+	char *const *args = argv;
+
+	st_plan_opts_default(&o);
+	/* --config first, so flags win whatever their order */
+	for (int i = 1; i + 1 < argc; i++)
+		if (!strcmp(argv[i], "--config"))
+			config = argv[i + 1];
+	if (config) {
+		conf = malloc(sizeof(*conf));
+		if (!conf)
+			return 1;
+		st_iconf_init(conf);
+		if (st_iconf_load(conf, config, &diag) < 0) {
+			fprintf(stderr, "strata plan: %s\n", diag.msg);
+			free(conf);
+			return 2;
+		}
+		apply_config(conf, &o, &model);
+	}
+	optind = 1;
+	while ((c = getopt_long(argc, args, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm': case 's': model = optarg; break;
+		case 'C': break;
+		case 'g':
+			if (st_parse_size(optarg, &o.gpu_bytes) < 0)
+				rc = bad("--gpu", optarg, "not a size (24GiB)");
+			break;
+		case 'R':
+			if (st_parse_size(optarg, &o.ram_bytes) < 0)
+				rc = bad("--ram", optarg, "not a size (64GiB)");
+			break;
+		case 'b': o.batch = atoi(optarg); break;
+		case 'c': o.context = atoi(optarg); break;
+		case 'K':
+			if (cw_kvrow_parse_dtype(optarg, &o.kv_dtype) < 0)
+				rc = bad("--kv-dtype", optarg,
+					 "use f32, f16, bf16 or fp8");
+			break;
+		case 'e':
+			if (st_wformat_parse(optarg, &o.experts) < 0)
+				rc = bad("--experts", optarg, "not a weight "
+					 "format (mxfp4, nvfp4, e2m1-g128, "
+					 "fp8, bf16, f32)");
+			break;
+		case 'D':
+			if (dense_dtype(optarg, &o.dense_dtype) < 0)
+				rc = bad("--dense-format", optarg,
+					 "use bf16, f16, f32 or fp8");
+			break;
+		case 'H': o.hot_experts = atoi(optarg); break;
+		case 'B':
+			if (st_parse_size(optarg, &o.host_budget) < 0)
+				rc = bad("--host-budget", optarg, "not a size");
+			break;
+		case 'V':
+			if (st_parse_size(optarg, &o.kv_budget) < 0)
+				rc = bad("--kv-budget", optarg, "not a size");
+			break;
+		case 'A':
+			if (st_parse_size(optarg, &o.activations) < 0)
+				rc = bad("--activations", optarg, "not a size");
+			break;
+		case 'P': o.page_rows = (uint32_t)atoi(optarg); break;
+		case 1: case 2: case 3:
+			if (parse_count(optarg, &tmp) < 0) {
+				rc = bad(opts[c + 14].name, optarg,
+					 "not a count (100B, 350M, 7e9)");
+				break;
+			}
+			*(c == 1 ? &ep : c == 2 ? &dp : &ap) = tmp;
+			break;
+		case 4: n_exp = atoi(optarg); break;
+		case 5: top_k = atoi(optarg); break;
+		case 6: layers = atoi(optarg); break;
+		case 7: kvh = atoi(optarg); break;
+		case 8: hd = atoi(optarg); break;
+		case 9: hidden = atoi(optarg); break;
+		case 'j': json = 1; break;
+		case 'h': plan_usage(stdout); free(conf); return 0;
+		default: plan_usage(stderr); free(conf); return 2;
+		}
+	}
+	if (!rc && optind < argc)
+		rc = bad("argument", argv[optind], "unexpected (see --help)");
+	if (!rc && o.page_rows < 1)
+		rc = bad("--page-rows", "0", "must be 1..4096");
+	if (rc) {
+		free(conf);
+		return rc;
+	}
+	if (model)
+		rc = st_plan_model_load(model, &m, &diag);
+	else if (layers)
+		rc = st_plan_model_from_params(ep, dp, ap ? ap : dp, n_exp,
+					       top_k, layers, kvh, hd, hidden,
+					       &m, &diag);
+	else {
+		fprintf(stderr, "strata plan: give --model DIR, --store DIR or "
+			"a parameter description (--layers ... ; see --help)\n");
+		free(conf);
+		return 2;
+	}
+	if (rc == 0)
+		rc = st_plan_compute(&m, &o, &r, &diag);
+	if (rc < 0) {
+		fprintf(stderr, "strata plan: %s\n", diag.msg);
+		free(conf);
+		return 1;
+	}
+	if (conf)
+		st_iconf_warn_unhonoured(conf, stderr, "strata plan");
+	if (json)
+		st_plan_print_json(&m, &o, &r, stdout);
+	else
+		st_plan_print(&m, &o, &r, stdout);
+	free(conf);
+	return r.fits ? 0 : 3;
+}

@@ -1,0 +1,667 @@
+/* st_plan.c — see st_plan.h. */
+#include "st_plan.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "es_pool.h"
+#include "kv_pool.h"
+#include "kv_proto.h"
+#include "st_config.h"
+#include "st_store.h"
+#include "st_util.h"
+
+/*
+ * What a strata daemon occupies besides the model: code, libraries
+ * (nanomsg, jansson, hwloc, libnuma...), stacks and heap at start.
+ * Measured on x86-64 Debian 12 (debugoptimized build) as VmHWM of each
+ * daemon with a tiny store, minus the model-dependent parts this file
+ * computes; re-measure with tests/appliance/test_plan_measured.sh when the
+ * daemons change much.
+ */
+#define BASE_EXPERTD (2600ull * 1024)
+#define BASE_KVD (3500ull * 1024)
+#define BASE_COMPUTED (4000ull * 1024)
+
+void st_plan_opts_default(struct st_plan_opts *o)
+{
+	memset(o, 0, sizeof(*o));
+	o->batch = 1;
+	o->context = 4096;
+	o->kv_dtype = ST_DTYPE_F16;
+	o->experts.dtype = ST_DTYPE_MXFP4;
+	o->experts.group = 32;
+	o->dense_dtype = ST_DTYPE_BF16;
+	o->hot_experts = -1;
+	o->page_rows = 16;
+}
+
+/* --- model from config.json --------------------------------------------- */
+
+static int jint(json_t *o, const char *key, int def)
+{
+	json_t *v = json_object_get(o, key);
+
+	if (json_is_integer(v))
+		return (int)json_integer_value(v);
+	if (json_is_real(v))
+		return (int)json_real_value(v);
+	return def;
+}
+
+static void add_stream(struct st_plan_model *m, const char *name,
+		       uint32_t n_layers, uint32_t row_elems,
+		       uint32_t scale_bytes, uint32_t tokens_per_row,
+		       uint32_t window_rows)
+{
+	struct st_plan_stream *s;
+
+	if (m->n_streams >= ST_PLAN_MAX_STREAMS || !n_layers || !row_elems)
+		return;
+	s = &m->streams[m->n_streams++];
+	snprintf(s->name, sizeof(s->name), "%s", name);
+	s->n_layers = n_layers;
+	s->row_elems = row_elems;
+	s->scale_bytes = scale_bytes;
+	s->tokens_per_row = tokens_per_row ? tokens_per_row : 1;
+	s->window_rows = window_rows;
+}
+
+static int model_from_json(json_t *c, const char *source,
+			   struct st_plan_model *m, struct st_diag *diag)
+{
+	const char *mt = json_string_value(json_object_get(c, "model_type"));
+	int L = jint(c, "num_hidden_layers", 0), H = jint(c, "hidden_size", 0);
+	int nh = jint(c, "num_attention_heads", 0), kvh, hd, E, I, dense_k;
+	int moe_layers, inter, shared, shared_inter;
+	uint64_t attn, per_layer_dense;
+
+	memset(m, 0, sizeof(*m));
+	snprintf(m->name, sizeof(m->name), "%s", mt ? mt : "unknown");
+	if (L < 1 || H < 1 || nh < 1)
+		return st_diag_set(diag, -ST_E_CONFIG, "%s: num_hidden_layers, "
+				   "hidden_size and num_attention_heads must be "
+				   "positive integers", source);
+	kvh = jint(c, "num_key_value_heads", nh);
+	hd = jint(c, "head_dim", H / nh);
+	E = jint(c, "num_local_experts",
+		 jint(c, "num_experts", jint(c, "n_routed_experts", 0)));
+	I = jint(c, "moe_intermediate_size", 0);
+	inter = jint(c, "intermediate_size", 0);
+	if (!I)
+		I = inter; /* mixtral: the expert width is intermediate_size */
+	dense_k = jint(c, "first_k_dense_replace", 0);
+	if (dense_k > L)
+		dense_k = L;
+	moe_layers = E ? L - dense_k : 0;
+	shared = jint(c, "n_shared_experts", 0);
+	shared_inter = jint(c, "shared_expert_intermediate_size", shared * I);
+	m->n_layers = L;
+	m->hidden = H;
+	m->n_heads = nh;
+	m->n_kv_heads = kvh;
+	m->head_dim = hd;
+	m->vocab = jint(c, "vocab_size", 0);
+	m->n_experts = E;
+	m->top_k = jint(c, "num_experts_per_tok", E ? 1 : 0);
+	m->n_shared_experts = shared;
+	m->expert_inter = I;
+	m->expert_params = (uint64_t)moe_layers * (uint64_t)E * 3ull *
+			   (uint64_t)H * (uint64_t)I;
+
+	if (json_is_integer(json_object_get(c, "kv_lora_rank"))) {
+		/* MLA (DeepSeek V2/V3): one latent row per token and layer */
+		int r = jint(c, "kv_lora_rank", 0);
+		int rope = jint(c, "qk_rope_head_dim", 64);
+		int nope = jint(c, "qk_nope_head_dim", hd);
+		int vhd = jint(c, "v_head_dim", hd);
+		int qr = jint(c, "q_lora_rank", 0);
+
+		add_stream(m, "latent", (uint32_t)L, (uint32_t)(r + rope), 4, 1,
+			   0);
+		attn = (qr ? (uint64_t)H * qr + (uint64_t)qr * nh * (nope + rope)
+			   : (uint64_t)H * nh * (nope + rope)) +
+		       (uint64_t)H * (r + rope) + (uint64_t)r * nh * (nope + vhd) +
+		       (uint64_t)nh * vhd * H;
+	} else if (json_is_array(json_object_get(c, "compress_ratios"))) {
+		/* DeepSeek-V4 (approximate, MODEL_FAMILY_DEEPSEEK_V4.md 2.6):
+		 * a sliding window of full rows in every layer, rows pooled
+		 * over `ratio` tokens in compressed layers, index keys in the
+		 * layers pooled by 4 */
+		json_t *cr = json_object_get(c, "compress_ratios");
+		int win = jint(c, "sliding_window", 128);
+		int ihd = jint(c, "index_head_dim", 128);
+		uint32_t n4 = 0, nbig = 0, big = 0;
+
+		for (int l = 0; l < L && l < (int)json_array_size(cr); l++) {
+			int v = (int)json_integer_value(json_array_get(cr, l));
+
+			if (v == 4)
+				n4++;
+			else if (v > 0) {
+				nbig++;
+				big = (uint32_t)v;
+			}
+		}
+		add_stream(m, "window", (uint32_t)L, (uint32_t)(kvh * hd), 4, 1,
+			   (uint32_t)win);
+		add_stream(m, "compress4", n4, (uint32_t)hd, 4, 4, 0);
+		add_stream(m, "compressN", nbig, (uint32_t)hd, 4, big, 0);
+		add_stream(m, "index", n4, (uint32_t)ihd, 4, 4, 0);
+		attn = (uint64_t)H * nh * hd * 2 + (uint64_t)H * kvh * hd;
+	} else {
+		/* GQA: K and V of every KV head, one row per token */
+		int win = 0;
+
+		if (json_is_true(json_object_get(c, "use_sliding_window")) ||
+		    (mt && !strcmp(mt, "mistral")))
+			win = jint(c, "sliding_window", 0);
+		add_stream(m, "kv", (uint32_t)L, (uint32_t)(2 * kvh * hd),
+			   (uint32_t)(2 * kvh * 4), 1, (uint32_t)win);
+		attn = 2ull * H * nh * hd + 2ull * H * kvh * hd;
+	}
+	/* per layer besides attention: two norms, the router, shared
+	 * experts; the first_k_dense_replace layers have a dense FFN */
+	per_layer_dense = 2ull * H + (E ? (uint64_t)E * H : 0) +
+			  3ull * H * shared_inter;
+	m->attn_params = attn * (uint64_t)L;
+	m->dense_params = m->attn_params + per_layer_dense * (uint64_t)L +
+			  (uint64_t)dense_k * 3ull * H * inter +
+			  (uint64_t)m->vocab * H *
+				  (json_is_true(json_object_get(c,
+						"tie_word_embeddings")) ? 1 : 2) +
+			  (uint64_t)H;
+	{
+		struct st_model_config cfg;
+		char *txt = json_dumps(c, 0);
+
+		/* families strata runs: exact store layout later */
+		m->strata_runs_it = txt && st_config_parse(txt, source, &cfg,
+							    NULL) == 0;
+		free(txt);
+	}
+	return 0;
+}
+
+int st_plan_model_load(const char *dir, struct st_plan_model *m,
+		       struct st_diag *diag)
+{
+	char path[4200];
+	json_error_t jerr;
+	json_t *c;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	if (!st_path_exists(path)) {
+		/* a file given directly (config.json or a spec) */
+		if (st_path_exists(dir))
+			snprintf(path, sizeof(path), "%s", dir);
+		else
+			return st_diag_set(diag, -ENOENT, "%s: no such model "
+					   "directory, store or config.json",
+					   dir);
+	}
+	c = json_load_file(path, 0, &jerr);
+	if (!c)
+		return st_diag_set(diag, -ST_E_FORMAT, "%s: line %d: %s", path,
+				   jerr.line, jerr.text);
+	if (!json_is_object(c)) {
+		json_decref(c);
+		return st_diag_set(diag, -ST_E_FORMAT, "%s: not a JSON object",
+				   path);
+	}
+	r = model_from_json(c, path, m, diag);
+	json_decref(c);
+	if (r == 0) {
+		struct stat st;
+
+		/* a store: computed maps its dense.bin as it is */
+		snprintf(path, sizeof(path), "%s/dense.bin", dir);
+		if (stat(path, &st) == 0)
+			m->dense_file_bytes = (uint64_t)st.st_size;
+	}
+	return r;
+}
+
+int st_plan_model_from_params(uint64_t expert_params, uint64_t dense_params,
+			      uint64_t attn_params, int n_experts, int top_k,
+			      int n_layers, int kv_heads, int head_dim,
+			      int hidden, struct st_plan_model *m,
+			      struct st_diag *diag)
+{
+	memset(m, 0, sizeof(*m));
+	snprintf(m->name, sizeof(m->name), "params");
+	if (n_layers < 1)
+		return st_diag_set(diag, -EINVAL, "--layers must be at least 1");
+	if (expert_params && (n_experts < 1 || top_k < 1 || top_k > n_experts))
+		return st_diag_set(diag, -EINVAL, "--experts-count N and "
+				   "--top-k K (1 <= K <= N) are needed with "
+				   "--expert-params");
+	if (kv_heads < 0 || head_dim < 0 || (kv_heads && !head_dim))
+		return st_diag_set(diag, -EINVAL, "--kv-heads and --head-dim "
+				   "must be given together");
+	m->n_layers = n_layers;
+	m->n_kv_heads = kv_heads;
+	m->head_dim = head_dim;
+	m->hidden = hidden;
+	m->n_experts = n_experts;
+	m->top_k = top_k;
+	m->expert_params = expert_params;
+	m->dense_params = dense_params > attn_params ? dense_params : attn_params;
+	m->attn_params = attn_params;
+	if (kv_heads)
+		add_stream(m, "kv", (uint32_t)n_layers,
+			   (uint32_t)(2 * kv_heads * head_dim),
+			   (uint32_t)(2 * kv_heads * 4), 1, 0);
+	return 0;
+}
+
+/* --- sizes ---------------------------------------------------------------- */
+
+static int kv_elem_bytes(enum st_dtype dt)
+{
+	switch (dt) {
+	case ST_DTYPE_F32: return 4;
+	case ST_DTYPE_F16: case ST_DTYPE_BF16: return 2;
+	case ST_DTYPE_F8_E4M3: return 1;
+	default: return 0;
+	}
+}
+
+static uint64_t stream_row_bytes(const struct st_plan_stream *s,
+				 enum st_dtype dt)
+{
+	return (uint64_t)s->row_elems * (uint64_t)kv_elem_bytes(dt) +
+	       (dt == ST_DTYPE_F8_E4M3 ? s->scale_bytes : 0);
+}
+
+static uint64_t stream_rows(const struct st_plan_stream *s, uint64_t tokens)
+{
+	uint64_t rows = (tokens + s->tokens_per_row - 1) / s->tokens_per_row;
+
+	return s->window_rows && rows > s->window_rows ? s->window_rows : rows;
+}
+
+uint64_t st_plan_kv_bytes(const struct st_plan_model *m, enum st_dtype dt,
+			  uint64_t n_tokens)
+{
+	uint64_t sum = 0;
+
+	for (int i = 0; i < m->n_streams; i++)
+		sum += (uint64_t)m->streams[i].n_layers *
+		       stream_rows(&m->streams[i], n_tokens) *
+		       stream_row_bytes(&m->streams[i], dt);
+	return sum;
+}
+
+/* Bytes of n parameters in format f (data and scales of rows of 4096
+ * elements: the per-row overhead of the real shapes is negligible). */
+static uint64_t wformat_bytes(const struct st_wformat *f, uint64_t n)
+{
+	uint64_t data = 0, scales = 0;
+
+	if (st_wformat_matrix_bytes(f, 1, 4096, &data, &scales, NULL) < 0)
+		return 0;
+	return (uint64_t)((long double)n * (long double)(data + scales) / 4096.0L);
+}
+
+/* KV pool geometry kvd would build for this plan (metadata bytes and
+ * page bytes), with kvd's default max_seqs and rows per sequence. */
+static void kv_geometry(const struct st_plan_model *m,
+			const struct st_plan_opts *o, uint64_t kv_budget,
+			uint64_t *ret_meta, uint64_t *ret_page_bytes)
+{
+	struct kv_stream_decl decl[256];
+	struct kv_layout lay;
+	uint32_t n = 0;
+
+	*ret_meta = 0;
+	*ret_page_bytes = 0;
+	for (int i = 0; i < m->n_streams; i++)
+		for (uint32_t l = 0; l < m->streams[i].n_layers && n < 256; l++) {
+			decl[n].row_bytes = (uint32_t)stream_row_bytes(
+				&m->streams[i], o->kv_dtype);
+			decl[n].tokens_per_row = 1;
+			decl[n].window_rows = 0;
+			decl[n].flags = 0;
+			n++;
+		}
+	if (!n || kv_layout_compute(decl, n, o->page_rows, kv_budget, 64,
+				    32768, &lay, NULL) < 0)
+		return;
+	*ret_meta = lay.data_off;
+	*ret_page_bytes = lay.page_bytes;
+}
+
+int st_plan_compute(const struct st_plan_model *m,
+		    const struct st_plan_opts *o, struct st_plan_result *r,
+		    struct st_diag *diag)
+{
+	uint64_t tokens, moe_records, hot_bytes_per, base;
+	int moe_layers;
+
+	memset(r, 0, sizeof(*r));
+	if (o->batch < 1 || o->context < 1)
+		return st_diag_set(diag, -EINVAL, "--batch and --context must "
+				   "be at least 1");
+	if (!kv_elem_bytes(o->kv_dtype))
+		return st_diag_set(diag, -EINVAL, "KV dtype must be f32, f16, "
+				   "bf16 or fp8");
+	if (st_wformat_check(&o->experts) < 0)
+		return st_diag_set(diag, -EINVAL, "invalid expert format");
+	if (m->n_layers < 1)
+		return st_diag_set(diag, -EINVAL, "the model has no layers");
+	tokens = (uint64_t)o->batch * (uint64_t)o->context;
+	moe_layers = m->n_experts ? m->n_layers : 0;
+	moe_records = (uint64_t)moe_layers * (uint64_t)m->n_experts;
+
+	/* experts: the exact store record when strata runs the family */
+	r->experts_all = wformat_bytes(&o->experts, m->expert_params);
+	r->record_bytes = moe_records ?
+		ST_ALIGN_UP(r->experts_all / moe_records, ST_STORE_RECORD_ALIGN) : 0;
+	if (m->strata_runs_it && m->expert_inter && m->hidden) {
+		struct st_model_config cfg = { 0 };
+		struct st_wformat f3[3] = { o->experts, o->experts, o->experts };
+		struct st_store_matrix mat[3];
+		uint64_t rb;
+
+		cfg.hidden_size = m->hidden;
+		cfg.expert_inter = m->expert_inter;
+		if (st_store_layout(&cfg, f3, mat, &rb, NULL) == 0) {
+			r->record_bytes = rb;
+			r->experts_all = rb * moe_records;
+		}
+	}
+	r->dense = st_dtype_bytes(o->dense_dtype, m->dense_params);
+	r->attention = st_dtype_bytes(o->dense_dtype, m->attn_params);
+	r->kv_per_token = st_plan_kv_bytes(m, o->kv_dtype, 1);
+	r->kv = (uint64_t)o->batch * st_plan_kv_bytes(m, o->kv_dtype,
+						     (uint64_t)o->context);
+	if (o->activations) {
+		r->activations = o->activations;
+	} else {
+		/* per token in flight: hidden states, attention and expert
+		 * intermediates, logits (FP32), a prefill chunk of up to 512
+		 * tokens per sequence; plus double-buffered staging for one
+		 * layer's top-k experts per sequence when a GPU copies them */
+		uint64_t chunk = o->context < 512 ? (uint64_t)o->context : 512;
+		uint64_t per_tok = 4ull * (8ull * m->hidden +
+					   3ull * m->n_heads * m->head_dim +
+					   3ull * m->expert_inter * m->top_k +
+					   m->vocab);
+
+		r->activations = (uint64_t)o->batch * chunk * per_tok;
+		if (o->gpu_bytes)
+			r->activations += 2ull * o->batch * m->top_k *
+					  r->record_bytes;
+	}
+	r->nvme_store = r->experts_all + r->dense;
+	hot_bytes_per = r->record_bytes * (uint64_t)moe_layers;
+
+	/* T0: dense weights, hot experts, KV of running sequences,
+	 * activations */
+	if (o->gpu_bytes) {
+		int64_t free_b = (int64_t)o->gpu_bytes - (int64_t)r->dense -
+				 (int64_t)r->kv - (int64_t)r->activations;
+		int64_t min_hot = (int64_t)hot_bytes_per * m->top_k;
+
+		r->rec_hot_experts = free_b > 0 && hot_bytes_per ?
+			(int)ST_MIN((uint64_t)free_b / hot_bytes_per,
+				    (uint64_t)m->n_experts) : 0;
+		r->hot_experts = o->hot_experts >= 0 ?
+			ST_MIN(o->hot_experts, m->n_experts) :
+			r->rec_hot_experts;
+		r->gpu_hot = hot_bytes_per * (uint64_t)r->hot_experts;
+		r->gpu_total = r->dense + r->gpu_hot + r->kv + r->activations;
+		r->gpu_margin = (int64_t)o->gpu_bytes - (int64_t)r->gpu_total;
+		{
+			int64_t kv_room = (int64_t)o->gpu_bytes -
+					  (int64_t)r->dense -
+					  (int64_t)r->activations -
+					  (o->hot_experts >= 0 ?
+					   (int64_t)r->gpu_hot : min_hot);
+
+			r->rec_kv_budget = kv_room > 0 ? (uint64_t)kv_room : 0;
+		}
+		/* warm experts: the rest, in host memory */
+		r->ram_warm = o->host_budget ?
+			ST_MIN(o->host_budget, r->experts_all) :
+			r->experts_all - r->gpu_hot;
+	} else {
+		r->ram_warm = o->host_budget ?
+			ST_MIN(o->host_budget / ST_MAX(r->record_bytes, 1) *
+				       r->record_bytes, r->experts_all) :
+			r->experts_all;
+	}
+
+	/* per-daemon memory (CPU build, as `strata run` reports it) */
+	{
+		struct es_pool_geom g = { 0 };
+		struct es_pool_layout lay;
+		uint64_t page_bytes = 0, kv_budget = o->kv_budget;
+
+		g.n_layers = (uint32_t)moe_layers;
+		g.n_experts = (uint32_t)m->n_experts;
+		g.top_k = (uint32_t)m->top_k;
+		g.record_bytes = r->record_bytes;
+		g.n_slots = r->record_bytes ?
+			(uint32_t)(r->ram_warm / r->record_bytes) : 0;
+		if (g.n_slots && es_pool_layout_compute(&g, &lay) == 0)
+			r->d.pool_bytes = lay.total_bytes;
+		else
+			r->d.pool_bytes = r->ram_warm;
+		if (!kv_budget)
+			kv_budget = 1ull << 30; /* kvd's default */
+		kv_geometry(m, o, kv_budget, &r->d.kv_meta_bytes, &page_bytes);
+		if (page_bytes) {
+			uint64_t pages = 0;
+
+			for (int i = 0; i < m->n_streams; i++)
+				pages += (uint64_t)m->streams[i].n_layers *
+					 ((stream_rows(&m->streams[i],
+						       (uint64_t)o->context) +
+					   o->page_rows - 1) / o->page_rows);
+			r->d.kv_touched = pages * page_bytes * (uint64_t)o->batch;
+		} else {
+			r->d.kv_touched = r->kv;
+		}
+		r->d.dense_bytes = m->dense_file_bytes ? m->dense_file_bytes :
+							  r->dense;
+		r->d.work_bytes = o->gpu_bytes ? 0 : r->activations;
+		r->d.expertd = BASE_EXPERTD + r->d.pool_bytes;
+		r->d.kvd = BASE_KVD + r->d.kv_meta_bytes;
+		r->d.computed = BASE_COMPUTED + r->d.dense_bytes +
+				r->d.pool_bytes + r->d.kv_touched +
+				r->d.work_bytes;
+	}
+
+	/* T1 */
+	base = BASE_EXPERTD + BASE_KVD + BASE_COMPUTED;
+	if (o->gpu_bytes)
+		r->ram_total = r->d.pool_bytes + base;
+	else
+		r->ram_total = r->d.pool_bytes + r->d.kv_meta_bytes + r->kv +
+			       r->dense + r->activations + base;
+	r->ram_avail = o->ram_bytes;
+	if (!r->ram_avail) {
+		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+
+		r->ram_avail = pages > 0 && psz > 0 ?
+			(uint64_t)pages * (uint64_t)psz : 0;
+	}
+	r->ram_margin = (int64_t)r->ram_avail - (int64_t)r->ram_total;
+	{
+		/* expertd needs one layer's top-k experts at the least */
+		int64_t fixed = (int64_t)r->ram_total - (int64_t)r->d.pool_bytes;
+		int64_t room = (int64_t)r->ram_avail - fixed;
+
+		r->rec_host_budget = room > 0 ?
+			ST_MIN((uint64_t)room, r->experts_all) : 0;
+		if (!o->gpu_bytes) {
+			int64_t kv_room = (int64_t)r->ram_avail -
+					  (int64_t)(fixed - r->kv) -
+					  (int64_t)(r->record_bytes * m->top_k);
+
+			r->rec_kv_budget = kv_room > 0 ? (uint64_t)kv_room : 0;
+		}
+	}
+	r->rec_max_tokens = r->kv_per_token ?
+		r->rec_kv_budget / r->kv_per_token : 0;
+	r->fits = r->ram_margin >= 0 && (!o->gpu_bytes || r->gpu_margin >= 0);
+	if (o->gpu_bytes && r->hot_experts < m->top_k && m->n_experts)
+		r->fits = 0; /* no layer's top-k fits on the device */
+	(void)tokens;
+	return 0;
+}
+
+/* --- output ---------------------------------------------------------------- */
+
+static const char *gb(uint64_t b, char *buf, size_t len)
+{
+	char x[32];
+
+	snprintf(buf, len, "%.2f GB (%s)", (double)b / 1e9,
+		 st_format_bytes(b, x, sizeof(x)));
+	return buf;
+}
+
+static const char *dtname(enum st_dtype dt)
+{
+	switch (dt) {
+	case ST_DTYPE_F32: return "f32";
+	case ST_DTYPE_F16: return "f16";
+	case ST_DTYPE_BF16: return "bf16";
+	case ST_DTYPE_F8_E4M3: return "fp8";
+	default: return "?";
+	}
+}
+
+void st_plan_print(const struct st_plan_model *m, const struct st_plan_opts *o,
+		   const struct st_plan_result *r, FILE *f)
+{
+	char a[64], fmt[ST_WFORMAT_NAME_MAX] = "?";
+
+	st_wformat_name(&o->experts, fmt, sizeof(fmt));
+	fprintf(f, "model %s: %d layers, %d experts (top-%d), %.2f B expert "
+		"and %.2f B dense parameters\n", m->name, m->n_layers,
+		m->n_experts, m->top_k, (double)m->expert_params / 1e9,
+		(double)m->dense_params / 1e9);
+	fprintf(f, "workload: batch %d x context %d tokens, KV %s, experts %s, "
+		"dense %s\n", o->batch, o->context, dtname(o->kv_dtype), fmt,
+		dtname(o->dense_dtype));
+	fprintf(f, "KV per token       %" PRIu64 " B (", r->kv_per_token);
+	for (int i = 0; i < m->n_streams; i++)
+		fprintf(f, "%s%s: %u layers x %" PRIu64 " B%s%s", i ? "; " : "",
+			m->streams[i].name, m->streams[i].n_layers,
+			stream_row_bytes(&m->streams[i], o->kv_dtype),
+			m->streams[i].tokens_per_row > 1 ? " per pooled row" : "",
+			m->streams[i].window_rows ? " in a window" : "");
+	fprintf(f, ")\n");
+	fprintf(f, "experts in all     %s (one expert of one layer: %" PRIu64
+		" B)\n", gb(r->experts_all, a, sizeof(a)), r->record_bytes);
+	if (o->gpu_bytes) {
+		fprintf(f, "\nT0 GPU (budget %s)\n", gb(o->gpu_bytes, a, sizeof(a)));
+		fprintf(f, "  dense weights    %s (attention %.2f GB)\n",
+			gb(r->dense, a, sizeof(a)), (double)r->attention / 1e9);
+		fprintf(f, "  hot experts      %s (%d per layer)\n",
+			gb(r->gpu_hot, a, sizeof(a)), r->hot_experts);
+		fprintf(f, "  KV cache         %s\n", gb(r->kv, a, sizeof(a)));
+		fprintf(f, "  activations+buf  %s\n",
+			gb(r->activations, a, sizeof(a)));
+		fprintf(f, "  total            %s: %s by %.2f GB\n",
+			gb(r->gpu_total, a, sizeof(a)),
+			r->gpu_margin >= 0 ? "fits" : "DOES NOT FIT",
+			(double)(r->gpu_margin >= 0 ? r->gpu_margin :
+				 -r->gpu_margin) / 1e9);
+	}
+	fprintf(f, "\nT1 host RAM (budget %s)\n", gb(r->ram_avail, a, sizeof(a)));
+	fprintf(f, "  warm experts     %s (expertd pool with tables %s)\n",
+		gb(r->ram_warm, a, sizeof(a)),
+		st_format_bytes(r->d.pool_bytes, fmt, sizeof(fmt)));
+	if (!o->gpu_bytes) {
+		fprintf(f, "  dense weights    %s (attention %.2f GB)\n",
+			gb(r->dense, a, sizeof(a)), (double)r->attention / 1e9);
+		fprintf(f, "  KV cache         %s (+ kvd tables %s)\n",
+			gb(r->kv, a, sizeof(a)),
+			st_format_bytes(r->d.kv_meta_bytes, fmt, sizeof(fmt)));
+		fprintf(f, "  activations+buf  %s\n",
+			gb(r->activations, a, sizeof(a)));
+	}
+	fprintf(f, "  total            %s: %s by %.2f GB\n",
+		gb(r->ram_total, a, sizeof(a)),
+		r->ram_margin >= 0 ? "fits" : "DOES NOT FIT",
+		(double)(r->ram_margin >= 0 ? r->ram_margin : -r->ram_margin) /
+			1e9);
+	fprintf(f, "\nT2 NVMe\n  store            %s\n",
+		gb(r->nvme_store, a, sizeof(a)));
+	if (m->strata_runs_it && !o->gpu_bytes) {
+		fprintf(f, "\nper daemon (peak RSS, CPU build): expertd %s, ",
+			st_format_bytes(r->d.expertd, a, sizeof(a)));
+		fprintf(f, "kvd %s, ", st_format_bytes(r->d.kvd, a, sizeof(a)));
+		fprintf(f, "computed %s\n",
+			st_format_bytes(r->d.computed, a, sizeof(a)));
+	}
+	fprintf(f, "\nverdict: %s\n", r->fits ? "FITS" : "DOES NOT FIT");
+	fprintf(f, "recommendations:\n");
+	if (o->gpu_bytes)
+		fprintf(f, "  hot experts per layer   %d (of %d; top-k is %d)\n",
+			r->rec_hot_experts, m->n_experts, m->top_k);
+	fprintf(f, "  KV budget               %s\n",
+		gb(r->rec_kv_budget, a, sizeof(a)));
+	fprintf(f, "  max batch x context     %" PRIu64 " tokens\n",
+		r->rec_max_tokens);
+	fprintf(f, "  host budget (experts)   %s\n",
+		gb(r->rec_host_budget, a, sizeof(a)));
+}
+
+int st_plan_print_json(const struct st_plan_model *m,
+		       const struct st_plan_opts *o,
+		       const struct st_plan_result *r, FILE *f)
+{
+	json_t *j = json_pack(
+		"{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:I,"
+		" s:I, s:I, s:I, s:I, s:I, s:b, s:i, s:I, s:I, s:I,"
+		" s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
+		"model", m->name,
+		"experts_all", (json_int_t)r->experts_all,
+		"record_bytes", (json_int_t)r->record_bytes,
+		"dense", (json_int_t)r->dense,
+		"attention", (json_int_t)r->attention,
+		"kv_per_token", (json_int_t)r->kv_per_token,
+		"kv", (json_int_t)r->kv,
+		"activations", (json_int_t)r->activations,
+		"hot_experts", r->hot_experts,
+		"gpu_hot", (json_int_t)r->gpu_hot,
+		"gpu_total", (json_int_t)r->gpu_total,
+		"gpu_margin", (json_int_t)r->gpu_margin,
+		"ram_warm", (json_int_t)r->ram_warm,
+		"ram_total", (json_int_t)r->ram_total,
+		"ram_margin", (json_int_t)r->ram_margin,
+		"nvme_store", (json_int_t)r->nvme_store,
+		"fits", r->fits,
+		"rec_hot_experts", r->rec_hot_experts,
+		"rec_kv_budget", (json_int_t)r->rec_kv_budget,
+		"rec_max_tokens", (json_int_t)r->rec_max_tokens,
+		"rec_host_budget", (json_int_t)r->rec_host_budget,
+		"daemons", "expertd", (json_int_t)r->d.expertd,
+		"kvd", (json_int_t)r->d.kvd,
+		"computed", (json_int_t)r->d.computed,
+		"pool_bytes", (json_int_t)r->d.pool_bytes,
+		"kv_meta_bytes", (json_int_t)r->d.kv_meta_bytes,
+		"kv_touched", (json_int_t)r->d.kv_touched,
+		"dense_bytes", (json_int_t)r->d.dense_bytes,
+		"work_bytes", (json_int_t)r->d.work_bytes);
+
+	if (!j)
+		return -ENOMEM;
+	(void)o;
+	json_dumpf(j, f, JSON_COMPACT);
+	fputc('\n', f);
+	json_decref(j);
+	return 0;
+}
