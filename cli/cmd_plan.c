@@ -104,10 +104,9 @@ static int apply_config(const struct st_iconf *c, struct st_plan_opts *o,
 	dense_dtype(st_iconf_get(c, "formats.attention"), &o->dense_dtype);
 	o->page_rows = (uint32_t)atoi(st_iconf_get(c, "kv.page_rows"));
 	st_parse_size(st_iconf_get(c, "device.gpu_budget"), &o->gpu_bytes);
-	if (st_iconf_is_set(c, "experts.host_budget") &&
-	    st_parse_budget(st_iconf_get(c, "experts.host_budget"), &v,
-			    &pct) == 0 && v)
-		o->host_budget = v;
+	if (st_iconf_is_set(c, "experts.host_budget"))
+		st_parse_budget(st_iconf_get(c, "experts.host_budget"),
+				&o->host_budget, &o->host_budget_pct);
 	if (st_iconf_is_set(c, "kv.budget") &&
 	    st_parse_budget(st_iconf_get(c, "kv.budget"), &v, &pct) == 0 && v)
 		o->kv_budget = v;
@@ -209,8 +208,12 @@ int cli_cmd_plan(int argc, char **argv)
 			break;
 		case 'H': o.hot_experts = atoi(optarg); break;
 		case 'B':
-			if (st_parse_size(optarg, &o.host_budget) < 0)
-				rc = bad("--host-budget", optarg, "not a size");
+			if (st_parse_budget(optarg, &o.host_budget,
+					    &o.host_budget_pct) < 0 ||
+			    o.host_budget_pct > 100)
+				rc = bad("--host-budget", optarg, "give bytes "
+					 "(8GiB) or a share of all experts "
+					 "(25%)");
 			break;
 		case 'V':
 			if (st_parse_size(optarg, &o.kv_budget) < 0)
@@ -248,8 +251,13 @@ int cli_cmd_plan(int argc, char **argv)
 		free(conf);
 		return rc;
 	}
-	if (model)
+	if (model) {
 		rc = st_plan_model_load(model, &m, &diag);
+		if (rc == 0 && st_plan_measure_store(model, &m, &diag) < 0)
+			fprintf(stderr, "strata plan: note: %s; per-daemon "
+				"figures leave the store and tokenizer out\n",
+				diag.msg);
+	}
 	else if (layers)
 		rc = st_plan_model_from_params(ep, dp, ap ? ap : dp, n_exp,
 					       top_k, layers, kvh, hd, hidden,

@@ -14,6 +14,7 @@
 #include "kv_proto.h"
 #include "st_config.h"
 #include "st_store.h"
+#include "st_tokenizer.h"
 #include "st_util.h"
 
 /*
@@ -24,9 +25,9 @@
  * computes; re-measure with tests/appliance/test_plan_measured.sh when the
  * daemons change much.
  */
-#define BASE_EXPERTD (2600ull * 1024)
-#define BASE_KVD (3500ull * 1024)
-#define BASE_COMPUTED (4000ull * 1024)
+#define BASE_EXPERTD (2950ull * 1024)
+#define BASE_KVD (3050ull * 1024)
+#define BASE_COMPUTED (3300ull * 1024)
 
 void st_plan_opts_default(struct st_plan_opts *o)
 {
@@ -228,6 +229,57 @@ int st_plan_model_load(const char *dir, struct st_plan_model *m,
 	return r;
 }
 
+/* Resets this process's peak RSS to its current RSS (Linux >= 4.0);
+ * 0 or -errno. */
+static int reset_peak_rss(void)
+{
+	FILE *f = fopen("/proc/self/clear_refs", "we");
+	int r = 0;
+
+	if (!f)
+		return -errno;
+	if (fputs("5", f) < 0)
+		r = -EIO;
+	if (fclose(f) != 0)
+		r = -EIO;
+	return r;
+}
+
+int st_plan_measure_store(const char *dir, struct st_plan_model *m,
+			  struct st_diag *diag)
+{
+	struct st_store *st = NULL;
+	struct st_tokenizer *tok = NULL;
+	char path[4200];
+	uint64_t rss0;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/manifest.json", dir);
+	if (st_path_exists(path)) {
+		r = reset_peak_rss();
+		if (r < 0)
+			return st_diag_set(diag, r, "cannot reset the peak RSS: "
+					   "%s", st_strerror(r));
+		rss0 = st_pid_rss_bytes(0);
+		r = st_store_open(dir, &st, diag);
+		if (r < 0)
+			return r;
+		m->store_open_bytes = st_peak_rss_bytes() - rss0;
+	}
+	snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+	if (st_path_exists(path)) {
+		r = reset_peak_rss();
+		rss0 = st_pid_rss_bytes(0);
+		if (r == 0 && st_tokenizer_load(dir, &tok, NULL) == 0) {
+			m->tokenizer_bytes = st_peak_rss_bytes() - rss0;
+			m->tokenizer_kept_bytes = st_pid_rss_bytes(0) - rss0;
+		}
+		st_tokenizer_free(tok);
+	}
+	st_store_close(st);
+	return 0;
+}
+
 int st_plan_model_from_params(uint64_t expert_params, uint64_t dense_params,
 			      uint64_t attn_params, int n_experts, int top_k,
 			      int n_layers, int kv_heads, int head_dim,
@@ -314,13 +366,15 @@ static uint64_t wformat_bytes(const struct st_wformat *f, uint64_t n)
  * page bytes), with kvd's default max_seqs and rows per sequence. */
 static void kv_geometry(const struct st_plan_model *m,
 			const struct st_plan_opts *o, uint64_t kv_budget,
-			uint64_t *ret_meta, uint64_t *ret_page_bytes)
+			uint64_t *ret_meta, uint64_t *ret_private,
+			uint64_t *ret_page_bytes)
 {
 	struct kv_stream_decl decl[256];
 	struct kv_layout lay;
 	uint32_t n = 0;
 
 	*ret_meta = 0;
+	*ret_private = 0;
 	*ret_page_bytes = 0;
 	for (int i = 0; i < m->n_streams; i++)
 		for (uint32_t l = 0; l < m->streams[i].n_layers && n < 256; l++) {
@@ -334,15 +388,53 @@ static void kv_geometry(const struct st_plan_model *m,
 	if (!n || kv_layout_compute(decl, n, o->page_rows, kv_budget, 64,
 				    32768, &lay, NULL) < 0)
 		return;
-	*ret_meta = lay.data_off;
+	/* kvd writes the tables up to the end of the page table when it
+	 * formats the pool (the padding before the page data stays
+	 * untouched) */
+	*ret_meta = ST_ALIGN_UP(lay.table_off + (uint64_t)lay.max_seqs *
+				lay.n_streams * lay.max_pages_per_seq * 4ull,
+				4096);
+	/* and writes in its own memory (kv_pool.c, kv_cache.c): the free
+	 * list and prefix group of every page (4 + 4 bytes), the prefix
+	 * cache's free ids and hash buckets (4 bytes per group of n_streams
+	 * pages, buckets a power of two), sequence lists (12 bytes) */
+	{
+		uint64_t groups = lay.n_pages / n + 1, nb = 16;
+
+		while (nb < groups)
+			nb <<= 1;
+		*ret_private = 8ull * lay.n_pages + 4ull * groups + 4ull * nb +
+			       12ull * lay.max_seqs;
+	}
 	*ret_page_bytes = lay.page_bytes;
+}
+
+/* Bytes of expertd's pool segment holding r->ram_warm of experts: records
+ * plus tables, as es_pool_layout_compute lays it out. */
+static uint64_t pool_segment_bytes(const struct st_plan_model *m,
+				   const struct st_plan_result *r,
+				   int moe_layers)
+{
+	struct es_pool_geom g = { 0 };
+	struct es_pool_layout lay;
+
+	g.n_layers = (uint32_t)moe_layers;
+	g.n_experts = (uint32_t)m->n_experts;
+	g.top_k = (uint32_t)m->top_k;
+	g.record_bytes = r->record_bytes;
+	g.n_slots = r->record_bytes ?
+		(uint32_t)ST_MIN(r->ram_warm / r->record_bytes,
+				 (uint64_t)UINT32_MAX) : 0;
+	if (g.n_slots && es_pool_layout_compute(&g, &lay) == 0)
+		return lay.total_bytes;
+	return r->ram_warm;
 }
 
 int st_plan_compute(const struct st_plan_model *m,
 		    const struct st_plan_opts *o, struct st_plan_result *r,
 		    struct st_diag *diag)
 {
-	uint64_t tokens, moe_records, hot_bytes_per, base;
+	uint64_t tokens, moe_records, hot_bytes_per, base, fixed;
 	int moe_layers;
 
 	memset(r, 0, sizeof(*r));
@@ -395,10 +487,14 @@ int st_plan_compute(const struct st_plan_model *m,
 					   3ull * m->expert_inter * m->top_k +
 					   m->vocab);
 
-		r->activations = (uint64_t)o->batch * chunk * per_tok;
 		if (o->gpu_bytes)
-			r->activations += 2ull * o->batch * m->top_k *
-					  r->record_bytes;
+			r->activations = (uint64_t)o->batch * chunk * per_tok +
+					 2ull * o->batch * m->top_k *
+						 r->record_bytes;
+		else /* computed works a token at a time per sequence */
+			r->activations = (uint64_t)o->batch *
+					 (per_tok + 4ull * m->n_heads *
+						    (uint64_t)o->context);
 	}
 	r->nvme_store = r->experts_all + r->dense;
 	hot_bytes_per = r->record_bytes * (uint64_t)moe_layers;
@@ -428,36 +524,15 @@ int st_plan_compute(const struct st_plan_model *m,
 
 			r->rec_kv_budget = kv_room > 0 ? (uint64_t)kv_room : 0;
 		}
-		/* warm experts: the rest, in host memory */
-		r->ram_warm = o->host_budget ?
-			ST_MIN(o->host_budget, r->experts_all) :
-			r->experts_all - r->gpu_hot;
-	} else {
-		r->ram_warm = o->host_budget ?
-			ST_MIN(o->host_budget / ST_MAX(r->record_bytes, 1) *
-				       r->record_bytes, r->experts_all) :
-			r->experts_all;
 	}
-
-	/* per-daemon memory (CPU build, as `strata run` reports it) */
+	/* T1: what must be in host memory besides the expert pool */
 	{
-		struct es_pool_geom g = { 0 };
-		struct es_pool_layout lay;
 		uint64_t page_bytes = 0, kv_budget = o->kv_budget;
 
-		g.n_layers = (uint32_t)moe_layers;
-		g.n_experts = (uint32_t)m->n_experts;
-		g.top_k = (uint32_t)m->top_k;
-		g.record_bytes = r->record_bytes;
-		g.n_slots = r->record_bytes ?
-			(uint32_t)(r->ram_warm / r->record_bytes) : 0;
-		if (g.n_slots && es_pool_layout_compute(&g, &lay) == 0)
-			r->d.pool_bytes = lay.total_bytes;
-		else
-			r->d.pool_bytes = r->ram_warm;
 		if (!kv_budget)
 			kv_budget = 1ull << 30; /* kvd's default */
-		kv_geometry(m, o, kv_budget, &r->d.kv_meta_bytes, &page_bytes);
+		kv_geometry(m, o, kv_budget, &r->d.kv_meta_bytes,
+			    &r->d.kv_private_bytes, &page_bytes);
 		if (page_bytes) {
 			uint64_t pages = 0;
 
@@ -470,23 +545,10 @@ int st_plan_compute(const struct st_plan_model *m,
 		} else {
 			r->d.kv_touched = r->kv;
 		}
-		r->d.dense_bytes = m->dense_file_bytes ? m->dense_file_bytes :
-							  r->dense;
-		r->d.work_bytes = o->gpu_bytes ? 0 : r->activations;
-		r->d.expertd = BASE_EXPERTD + r->d.pool_bytes;
-		r->d.kvd = BASE_KVD + r->d.kv_meta_bytes;
-		r->d.computed = BASE_COMPUTED + r->d.dense_bytes +
-				r->d.pool_bytes + r->d.kv_touched +
-				r->d.work_bytes;
 	}
-
-	/* T1 */
 	base = BASE_EXPERTD + BASE_KVD + BASE_COMPUTED;
-	if (o->gpu_bytes)
-		r->ram_total = r->d.pool_bytes + base;
-	else
-		r->ram_total = r->d.pool_bytes + r->d.kv_meta_bytes + r->kv +
-			       r->dense + r->activations + base;
+	fixed = o->gpu_bytes ? base :
+		r->dense + r->kv + r->d.kv_meta_bytes + r->activations + base;
 	r->ram_avail = o->ram_bytes;
 	if (!r->ram_avail) {
 		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
@@ -494,17 +556,77 @@ int st_plan_compute(const struct st_plan_model *m,
 		r->ram_avail = pages > 0 && psz > 0 ?
 			(uint64_t)pages * (uint64_t)psz : 0;
 	}
+	{
+		uint64_t want = r->experts_all - ST_MIN(r->gpu_hot, r->experts_all);
+		uint64_t rec = ST_MAX(r->record_bytes, 1);
+
+		if (o->host_budget_pct > 0) {
+			/* expertd: n_slots = all records x pct / 100 */
+			uint64_t n = (uint64_t)((double)(r->experts_all / rec) *
+						o->host_budget_pct / 100.0 + 1e-9);
+
+			r->ram_warm = ST_MIN(n * rec, want);
+		} else if (o->host_budget) {
+			r->ram_warm = ST_MIN(o->host_budget / rec * rec, want);
+		} else {
+			/* as much as fits; the rest streams from the store */
+			uint64_t room = r->ram_avail > fixed ?
+					r->ram_avail - fixed : 0;
+
+			r->ram_warm = ST_MIN(room / rec * rec, want);
+		}
+		r->ram_streamed = want - r->ram_warm;
+	}
+
+	/* per-daemon memory (CPU build, as `strata run` reports it) */
+	{
+		uint64_t rec = ST_MAX(r->record_bytes, 1);
+
+		r->d.pool_bytes = pool_segment_bytes(m, r, moe_layers);
+		/* the pool's tables come on top of the experts: when the
+		 * pool was sized to the room left, give back records until
+		 * the segment fits */
+		while (!o->host_budget && o->host_budget_pct <= 0 &&
+		       r->ram_warm >= rec &&
+		       fixed + r->d.pool_bytes > r->ram_avail) {
+			uint64_t over = fixed + r->d.pool_bytes - r->ram_avail;
+
+			r->ram_warm -= ST_MIN(r->ram_warm / rec,
+					      (over + rec - 1) / rec) * rec;
+			r->ram_streamed = r->experts_all -
+					  ST_MIN(r->gpu_hot, r->experts_all) -
+					  r->ram_warm;
+			r->d.pool_bytes = pool_segment_bytes(m, r, moe_layers);
+		}
+		r->d.dense_bytes = m->dense_file_bytes ? m->dense_file_bytes :
+							  r->dense;
+		r->d.work_bytes = o->gpu_bytes ? 0 : r->activations;
+		r->d.expertd = BASE_EXPERTD + m->store_open_bytes +
+			       r->d.pool_bytes;
+		r->d.kvd = BASE_KVD + r->d.kv_meta_bytes + r->d.kv_private_bytes;
+		/* computed loads the tokenizer last: its parse peaks, then
+		 * the heap it freed takes the work buffers, while the dense
+		 * weights, experts and KV pages (mapped files and shared
+		 * memory) come on top of what it keeps */
+		r->d.computed = BASE_COMPUTED + m->store_open_bytes +
+				ST_MAX(m->tokenizer_bytes,
+				       m->tokenizer_kept_bytes + r->d.dense_bytes +
+					       r->d.pool_bytes + r->d.kv_touched +
+					       r->d.work_bytes);
+	}
+
+	/* T1 */
+	r->ram_total = fixed + r->d.pool_bytes;
 	r->ram_margin = (int64_t)r->ram_avail - (int64_t)r->ram_total;
 	{
-		/* expertd needs one layer's top-k experts at the least */
-		int64_t fixed = (int64_t)r->ram_total - (int64_t)r->d.pool_bytes;
-		int64_t room = (int64_t)r->ram_avail - fixed;
+		int64_t room = (int64_t)r->ram_avail - (int64_t)fixed;
 
 		r->rec_host_budget = room > 0 ?
 			ST_MIN((uint64_t)room, r->experts_all) : 0;
 		if (!o->gpu_bytes) {
 			int64_t kv_room = (int64_t)r->ram_avail -
 					  (int64_t)(fixed - r->kv) -
+					  (int64_t)r->d.pool_bytes -
 					  (int64_t)(r->record_bytes * m->top_k);
 
 			r->rec_kv_budget = kv_room > 0 ? (uint64_t)kv_room : 0;
@@ -513,6 +635,10 @@ int st_plan_compute(const struct st_plan_model *m,
 	r->rec_max_tokens = r->kv_per_token ?
 		r->rec_kv_budget / r->kv_per_token : 0;
 	r->fits = r->ram_margin >= 0 && (!o->gpu_bytes || r->gpu_margin >= 0);
+	/* expertd must hold one layer's top-k experts (es_pool.c) */
+	if (m->n_experts && r->ram_warm < r->record_bytes * (uint64_t)m->top_k &&
+	    r->experts_all > r->gpu_hot)
+		r->fits = 0;
 	if (o->gpu_bytes && r->hot_experts < m->top_k && m->n_experts)
 		r->fits = 0; /* no layer's top-k fits on the device */
 	(void)tokens;
@@ -583,6 +709,9 @@ void st_plan_print(const struct st_plan_model *m, const struct st_plan_opts *o,
 	fprintf(f, "  warm experts     %s (expertd pool with tables %s)\n",
 		gb(r->ram_warm, a, sizeof(a)),
 		st_format_bytes(r->d.pool_bytes, fmt, sizeof(fmt)));
+	if (r->ram_streamed)
+		fprintf(f, "  (experts streamed from NVMe on a miss: %s)\n",
+			gb(r->ram_streamed, a, sizeof(a)));
 	if (!o->gpu_bytes) {
 		fprintf(f, "  dense weights    %s (attention %.2f GB)\n",
 			gb(r->dense, a, sizeof(a)), (double)r->attention / 1e9);
@@ -625,8 +754,8 @@ int st_plan_print_json(const struct st_plan_model *m,
 {
 	json_t *j = json_pack(
 		"{s:s, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:i, s:I, s:I,"
-		" s:I, s:I, s:I, s:I, s:I, s:b, s:i, s:I, s:I, s:I,"
-		" s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
+		" s:I, s:I, s:I, s:I, s:I, s:I, s:b, s:i, s:I, s:I, s:I,"
+		" s:{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}}",
 		"model", m->name,
 		"experts_all", (json_int_t)r->experts_all,
 		"record_bytes", (json_int_t)r->record_bytes,
@@ -640,6 +769,7 @@ int st_plan_print_json(const struct st_plan_model *m,
 		"gpu_total", (json_int_t)r->gpu_total,
 		"gpu_margin", (json_int_t)r->gpu_margin,
 		"ram_warm", (json_int_t)r->ram_warm,
+		"ram_streamed", (json_int_t)r->ram_streamed,
 		"ram_total", (json_int_t)r->ram_total,
 		"ram_margin", (json_int_t)r->ram_margin,
 		"nvme_store", (json_int_t)r->nvme_store,
@@ -653,6 +783,10 @@ int st_plan_print_json(const struct st_plan_model *m,
 		"computed", (json_int_t)r->d.computed,
 		"pool_bytes", (json_int_t)r->d.pool_bytes,
 		"kv_meta_bytes", (json_int_t)r->d.kv_meta_bytes,
+		"kv_private_bytes", (json_int_t)r->d.kv_private_bytes,
+		"store_open_bytes", (json_int_t)m->store_open_bytes,
+		"tokenizer_bytes", (json_int_t)m->tokenizer_bytes,
+		"tokenizer_kept_bytes", (json_int_t)m->tokenizer_kept_bytes,
 		"kv_touched", (json_int_t)r->d.kv_touched,
 		"dense_bytes", (json_int_t)r->d.dense_bytes,
 		"work_bytes", (json_int_t)r->d.work_bytes);

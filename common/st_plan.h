@@ -55,6 +55,11 @@ struct st_plan_model {
 	int strata_runs_it;      /* 1 for families strata runs today (per-
 				  * daemon memory is predicted for them) */
 	uint64_t dense_file_bytes; /* a store's dense.bin, 0 when unknown */
+	/* measured in this process when loading a store (peak RSS added):
+	 * what st_store_open and st_tokenizer_load cost a daemon */
+	uint64_t store_open_bytes, tokenizer_bytes;
+	uint64_t tokenizer_kept_bytes; /* RSS still held after the load (the
+					* parse's freed heap included) */
 };
 
 /* What the operator chose. */
@@ -68,6 +73,8 @@ struct st_plan_opts {
 	enum st_dtype dense_dtype;  /* dense weights (F32, BF16, F16, F8) */
 	int hot_experts;         /* per layer on the GPU; -1 = recommend */
 	uint64_t host_budget;    /* expertd pool budget; 0 = all experts */
+	double host_budget_pct;  /* or a share of all experts (0 = unused),
+				  * as expertd --host-budget 25% */
 	uint64_t kv_budget;      /* kvd budget; 0 = what batch x context needs */
 	uint64_t activations;    /* activations and buffers; 0 = estimate */
 	uint32_t page_rows;      /* KV rows per page (16) */
@@ -79,6 +86,7 @@ struct st_plan_daemons {
 	uint64_t expertd, kvd, computed;
 	uint64_t pool_bytes;     /* expert pool segment */
 	uint64_t kv_meta_bytes;  /* kvd's tables before the page data */
+	uint64_t kv_private_bytes; /* kvd's own lists over the pages */
 	uint64_t kv_touched;     /* KV page bytes of batch x context */
 	uint64_t dense_bytes;    /* computed's copy of the dense weights */
 	uint64_t work_bytes;     /* computed's activations and scratch */
@@ -98,6 +106,7 @@ struct st_plan_result {
 	uint64_t gpu_hot, gpu_total;
 	/* T1 */
 	uint64_t ram_warm;       /* expert pool: warm experts */
+	uint64_t ram_streamed;   /* experts left on NVMe, read on a miss */
 	uint64_t ram_total;
 	uint64_t ram_avail;      /* the budget the verdict used */
 	/* T2 */
@@ -123,6 +132,18 @@ struct st_plan_result {
  */
 int st_plan_model_load(const char *dir, struct st_plan_model *ret,
 		       struct st_diag *diag);
+
+/*
+ * Measures what opening the store in dir (expertd, computed) and loading
+ * its tokenizer (computed) add to a process's peak RSS, by doing both in
+ * this process with the peak reset (/proc/self/clear_refs) before each;
+ * fills m->store_open_bytes and m->tokenizer_bytes (0 when dir has no
+ * store or tokenizer, or the kernel cannot reset the peak).  Call early,
+ * before this process has freed much heap.  Returns 0 or a negative code
+ * (nothing measured).
+ */
+int st_plan_measure_store(const char *dir, struct st_plan_model *m,
+			  struct st_diag *diag);
 
 /*
  * A model described by parameter counts (for `strata plan --expert-params
