@@ -161,10 +161,15 @@ static int save_args(const struct cli_instance *inst, const char *daemon,
 	FILE *f;
 
 	st_run_path(inst->run_dir, daemon, "args", path, sizeof(path));
-	f = fopen(path, "we");
-	if (!f)
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+
+	f = fd >= 0 ? fdopen(fd, "w") : NULL;
+	if (!f) {
+		if (fd >= 0)
+			close(fd);
 		return st_diag_set(diag, -errno, "cannot write %s: %s", path,
 				   strerror(errno));
+	}
 	for (int i = 0; argv[i]; i++)
 		fwrite(argv[i], 1, strlen(argv[i]) + 1, f);
 	if (fclose(f) != 0)

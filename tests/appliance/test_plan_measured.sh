@@ -13,6 +13,9 @@
 # (x86-64 Debian 12), so the test also catches them going stale.  Figures
 # are printed either way.
 set -u
+# what a daemon touches in production: no malloc perturbation (meson sets
+# MALLOC_PERTURB_, which writes every allocation and so makes it resident)
+unset MALLOC_PERTURB_
 STRATA="$STRATA_BUILD_DIR/cli/strata"
 SHARED="${STRATA_SHARED_DIR:-../shared}"
 PY=/usr/bin/python3

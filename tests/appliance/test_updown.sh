@@ -1,0 +1,122 @@
+#!/bin/sh
+# The launcher end to end on a private instance (kjv-moe store):
+#  - `strata up --config FILE` with --numa 0 from the file: three daemons
+#    answer, the run directory is 0700 with one log per daemon, each log
+#    says where its daemon was placed, and `strata status` reports every
+#    resident page of both segments on node 0 (move_pages);
+#  - `strata restart kvd|expertd|computed`: the daemon gets a new pid, the
+#    other two keep theirs, all three answer again;
+#  - `strata down` leaves nothing behind: no /dev/shm/strata.<inst>.*
+#    segment, no socket, pid or args file in the run dir, no process.
+set -u
+# what a daemon touches in production: no malloc perturbation (meson sets
+# MALLOC_PERTURB_, which writes every allocation and so makes it resident)
+unset MALLOC_PERTURB_
+STRATA="$STRATA_BUILD_DIR/cli/strata"
+SHARED="${STRATA_SHARED_DIR:-../shared}"
+MODEL="$SHARED/fixtures/models/kjv-moe"
+if [ ! -d "$MODEL" ]; then
+	if [ -n "${CI:-}" ] && [ "${CI:-}" != "false" ]; then
+		echo "FAIL: fixture $MODEL missing"; exit 1
+	fi
+	echo "SKIP: $MODEL not found (needs ../shared)"; exit 77
+fi
+TMP=$(mktemp -d /tmp/strata-updown-XXXXXX)
+inst="ud$$"
+RUN="$TMP/run"
+fail=0
+cleanup() {
+	"$STRATA" down --instance "$inst" --run-dir "$RUN" >/dev/null 2>&1
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+
+pid_of() { cat "$RUN/$1.pid" 2>/dev/null || echo 0; }
+# alive PID: runs and is not a zombie (where init does not reap the
+# daemons `strata up` left behind, a stopped one stays a zombie)
+alive() { [ -r "/proc/$1/stat" ] && ! sed 's/.*) //' "/proc/$1/stat" | grep -q '^[ZX]'; }
+# the placement lines are info messages
+export STRATA_LOG=info
+
+cat >"$TMP/inst.conf" <<CONF
+# test instance
+[instance]
+name = $inst
+run_dir = $RUN
+numa = 0
+[model]
+path = $MODEL
+store = $TMP/store
+[experts]
+host_budget = 50%
+loader_threads = 1
+[kv]
+budget = 64MiB
+page_rows = 16
+[compute]
+threads = 1
+CONF
+
+"$STRATA" up --config "$TMP/inst.conf" >"$TMP/up.out" 2>"$TMP/up.err" || {
+	echo "FAIL: strata up"; cat "$TMP/up.err"; exit 1; }
+mode=$(stat -c %a "$RUN")
+[ "$mode" = "700" ] || { echo "FAIL: run dir mode $mode, not 700"; fail=1; }
+for d in expertd kvd computed; do
+	[ -s "$RUN/$d.log" ] || { echo "FAIL: no log $RUN/$d.log"; fail=1; }
+	grep -q "NUMA placement: node 0" "$RUN/$d.log" ||
+		{ echo "FAIL: $d.log does not report node 0"; cat "$RUN/$d.log"; fail=1; }
+	[ -s "$RUN/$d.args" ] || { echo "FAIL: no $d.args"; fail=1; }
+done
+grep -q -- "--threads" "$RUN/computed.args" ||
+	{ echo "FAIL: compute.threads not passed to computed"; fail=1; }
+grep -q -- "64MiB" "$RUN/kvd.args" ||
+	{ echo "FAIL: kv.budget not passed to kvd"; fail=1; }
+
+"$STRATA" status --instance "$inst" --run-dir "$RUN" >"$TMP/status" 2>&1 || {
+	echo "FAIL: status says not all running"; cat "$TMP/status"; fail=1; }
+cat "$TMP/status"
+for seg in experts kv; do
+	line=$(grep "segment $seg " "$TMP/status")
+	case "$line" in
+	*"node0 "*) ;;
+	*) echo "FAIL: segment $seg not reported on node 0: $line"; fail=1 ;;
+	esac
+	case "$line" in
+	*node[1-9]*) echo "FAIL: segment $seg has pages off node 0: $line"; fail=1 ;;
+	esac
+done
+
+for d in kvd expertd computed; do
+	before_e=$(pid_of expertd); before_k=$(pid_of kvd); before_c=$(pid_of computed)
+	old=$(pid_of $d)
+	"$STRATA" restart "$d" --instance "$inst" --run-dir "$RUN" >"$TMP/r.out" 2>&1 || {
+		echo "FAIL: restart $d"; cat "$TMP/r.out"; tail -5 "$RUN/$d.log"; fail=1; continue; }
+	new=$(pid_of $d)
+	[ "$new" != "$old" ] && [ "$new" != 0 ] ||
+		{ echo "FAIL: $d pid $old -> $new"; fail=1; }
+	for o in expertd kvd computed; do
+		[ "$o" = "$d" ] && continue
+		eval b=\$before_$(echo $o | cut -c1)
+		[ "$(pid_of $o)" = "$b" ] ||
+			{ echo "FAIL: restarting $d changed $o's pid"; fail=1; }
+	done
+	"$STRATA" status --instance "$inst" --run-dir "$RUN" >/dev/null 2>&1 || {
+		echo "FAIL: not all daemons answer after restarting $d"; fail=1; }
+	alive "$old" && { echo "FAIL: old $d ($old) still runs"; fail=1; }
+done
+grep -c "NUMA placement" "$RUN/kvd.log" | grep -q '^2$' ||
+	{ echo "FAIL: kvd.log not appended to on restart"; fail=1; }
+
+pids="$(pid_of expertd) $(pid_of kvd) $(pid_of computed)"
+"$STRATA" down --instance "$inst" --run-dir "$RUN" >/dev/null 2>&1 ||
+	{ echo "FAIL: strata down"; fail=1; }
+n=$(ls /dev/shm | grep -c "^strata\.$inst\." || true)
+[ "$n" = 0 ] || { echo "FAIL: $n segment(s) left in /dev/shm"; ls /dev/shm | grep "$inst"; fail=1; }
+for f in "$RUN"/*.ctl "$RUN"/*.evt "$RUN"/*.pid "$RUN"/*.args; do
+	[ -e "$f" ] && { echo "FAIL: left behind: $f"; fail=1; }
+done
+for p in $pids; do
+	alive "$p" && { echo "FAIL: process $p still runs"; fail=1; }
+done
+[ $fail = 0 ] && echo "up, status, restart x3, down: ok"
+exit $fail
