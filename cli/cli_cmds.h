@@ -15,6 +15,7 @@ int cli_cmd_status(int argc, char **argv);
 int cli_cmd_perplexity(int argc, char **argv);
 int cli_cmd_info(int argc, char **argv);
 int cli_cmd_restart(int argc, char **argv);
+int cli_cmd_exec(int argc, char **argv);
 int cli_cmd_topo(int argc, char **argv);
 int cli_cmd_plan(int argc, char **argv);
 

@@ -186,13 +186,11 @@ static void add_opt(char **argv, int *a, const char *opt, const char *val)
 	}
 }
 
-/* Starts one daemon with --instance/--run-dir, the store when it takes
- * one, and its options from inst, then waits until it answers. */
-static int start_one(struct cli_instance *inst, const char *daemon,
-		     int *ret_pid, int timeout_s, struct st_diag *diag)
+/* The argv of a daemon of inst (pointers into inst; at most 31 + NULL). */
+static void daemon_argv(struct cli_instance *inst, const char *daemon,
+			char **argv)
 {
-	char *argv[32];
-	int a = 0, r;
+	int a = 0;
 
 	argv[a++] = (char *)daemon;
 	if (strcmp(daemon, "kvd")) {
@@ -217,10 +215,43 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 		add_opt(argv, &a, "--threads", inst->threads);
 	}
 	argv[a] = NULL;
+}
+
+/* Starts one daemon with --instance/--run-dir, the store when it takes
+ * one, and its options from inst, then waits until it answers. */
+static int start_one(struct cli_instance *inst, const char *daemon,
+		     int *ret_pid, int timeout_s, struct st_diag *diag)
+{
+	char *argv[32];
+	int r;
+
+	daemon_argv(inst, daemon, argv);
 	r = save_args(inst, daemon, argv, diag);
 	if (r == 0)
 		r = spawn(inst, daemon, argv, 0, ret_pid, diag);
 	return r ? r : wait_ready(inst, daemon, *ret_pid, timeout_s, diag);
+}
+
+int cli_instance_exec(struct cli_instance *inst, const char *daemon,
+		      struct st_diag *diag)
+{
+	char *argv[32], exe[4096];
+	int r;
+
+	if (cli_daemon_index(daemon) < 0)
+		return st_diag_set(diag, -EINVAL, "no daemon '%s' (expertd, kvd "
+				   "or computed)", daemon);
+	r = st_run_dir_prepare(inst->run_dir, diag);
+	if (r == 0)
+		r = cli_find_daemon(daemon, exe, sizeof(exe), diag);
+	if (r < 0)
+		return r;
+	daemon_argv(inst, daemon, argv);
+	r = save_args(inst, daemon, argv, diag);
+	if (r < 0)
+		return r;
+	execv(exe, argv);
+	return st_diag_set(diag, -errno, "exec %s: %s", exe, strerror(errno));
 }
 
 int cli_instance_up(struct cli_instance *inst, int timeout_s,

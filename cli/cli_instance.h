@@ -62,6 +62,15 @@ int cli_instance_running(const struct cli_instance *inst);
 /* Fills the pids from the pid files.  */
 void cli_instance_read_pids(struct cli_instance *inst);
 
+/*
+ * Replaces this process with one daemon of inst, started with exactly the
+ * options cli_instance_up gives it (for the systemd units: the daemon
+ * keeps our pid, so its sd_notify readiness reaches systemd).  Only
+ * returns on failure: negative with diag.
+ */
+int cli_instance_exec(struct cli_instance *inst, const char *daemon,
+		      struct st_diag *diag);
+
 /* Index of a daemon name ("expertd", "kvd", "computed") or -1. */
 int cli_daemon_index(const char *daemon);
 

@@ -218,58 +218,64 @@ static int parse(int argc, char **argv, const char *cmd,
 	return 0;
 }
 
+/* Makes sure inst->store_dir holds an up-to-date store: the default store
+ * of the model when none is named, converted (or made again when stale)
+ * from [model] path.  0, or the exit code after a message. */
+static int prepare_store(const struct st_iconf *conf, struct cli_instance *inst,
+			 const char *experts, const char *who)
+{
+	const char *model = st_iconf_is_set(conf, "model.path") ?
+			    st_iconf_get(conf, "model.path") : NULL;
+	int dense_f32 = !strcmp(st_iconf_get(conf, "formats.attention"), "f32");
+	int r;
+
+	if (!model && !inst->store_dir[0]) {
+		fprintf(stderr, "%s: give --model DIR or --store DIR (or [model] "
+			"path / store in --config)\n", who);
+		return 2;
+	}
+	if (!inst->store_dir[0] &&
+	    cli_default_store_dir(model, experts, inst->store_dir,
+				  sizeof(inst->store_dir)) < 0) {
+		fprintf(stderr, "%s: cannot use model %s\n", who, model);
+		return 1;
+	}
+	if (!st_path_exists(inst->store_dir) ||
+	    (model && cli_store_stale(inst->store_dir, model))) {
+		int sigfd, force = st_path_exists(inst->store_dir);
+
+		if (!model) {
+			fprintf(stderr, "%s: store %s does not exist\n", who,
+				inst->store_dir);
+			return 1;
+		}
+		sigfd = st_stop_signals_open();
+		r = cli_convert(model, inst->store_dir, experts, dense_f32,
+				force, sigfd);
+		if (sigfd >= 0)
+			close(sigfd);
+		if (r)
+			return r;
+	}
+	return 0;
+}
+
 int cli_cmd_up(int argc, char **argv)
 {
 	struct cli_instance inst;
 	struct st_diag diag = { "" };
 	struct st_iconf *conf = malloc(sizeof(*conf));
-	const char *model, *experts = NULL;
-	int timeout_s = 120, r, dense_f32;
+	const char *experts = NULL;
+	int timeout_s = 120, r;
 
 	if (!conf)
 		return 1;
 	r = parse(argc, argv, "up", &inst, conf, &experts, &timeout_s);
-	if (r) {
-		free(conf);
-		return r;
-	}
-	model = st_iconf_is_set(conf, "model.path") ?
-		st_iconf_get(conf, "model.path") : NULL;
-	dense_f32 = !strcmp(st_iconf_get(conf, "formats.attention"), "f32");
-	if (!model && !inst.store_dir[0]) {
-		fprintf(stderr, "strata up: give --model DIR or --store DIR (or "
-			"[model] path / store in --config)\n");
-		free(conf);
-		return 2;
-	}
-	if (!inst.store_dir[0] &&
-	    cli_default_store_dir(model, experts, inst.store_dir,
-				  sizeof(inst.store_dir)) < 0) {
-		fprintf(stderr, "strata up: cannot use model %s\n", model);
-		free(conf);
-		return 1;
-	}
-	if (!st_path_exists(inst.store_dir) ||
-	    (model && cli_store_stale(inst.store_dir, model))) {
-		int sigfd, force = st_path_exists(inst.store_dir);
-
-		if (!model) {
-			fprintf(stderr, "strata up: store %s does not exist\n",
-				inst.store_dir);
-			free(conf);
-			return 1;
-		}
-		sigfd = st_stop_signals_open();
-		r = cli_convert(model, inst.store_dir, experts, dense_f32, force,
-				sigfd);
-		if (sigfd >= 0)
-			close(sigfd);
-		if (r) {
-			free(conf);
-			return r;
-		}
-	}
+	if (r == 0)
+		r = prepare_store(conf, &inst, experts, "strata up");
 	free(conf);
+	if (r)
+		return r;
 	r = cli_instance_state(&inst);
 	if (r == 3) {
 		fprintf(stderr, "strata up: instance '%s' is already running\n",
@@ -291,6 +297,46 @@ int cli_cmd_up(int argc, char **argv)
 	       inst.name, inst.pid_expertd, inst.pid_kvd, inst.pid_computed,
 	       inst.run_dir);
 	return 0;
+}
+
+/* `strata exec DAEMON --config FILE`: what the systemd units run.  Takes
+ * the options of `up`, prepares the store (expertd only: it starts
+ * first), then becomes the daemon. */
+int cli_cmd_exec(int argc, char **argv)
+{
+	struct cli_instance inst;
+	struct st_diag diag = { "" };
+	struct st_iconf *conf = malloc(sizeof(*conf));
+	const char *experts = NULL, *daemon;
+	int timeout_s = 0, r;
+
+	if (!conf)
+		return 1;
+	if (argc < 2 || cli_daemon_index(argv[1]) < 0) {
+		fprintf(stderr, "Usage: strata exec expertd|kvd|computed "
+			"[--config FILE] [options of strata up]\n"
+			"Becomes the daemon, with the options strata up would "
+			"give it (the systemd units\nstrata-<daemon>@.service "
+			"run this).\n");
+		free(conf);
+		return argc >= 2 && !strcmp(argv[1], "--help") ? 0 : 2;
+	}
+	daemon = argv[1];
+	argv[1] = argv[0];
+	r = parse(argc - 1, argv + 1, "up", &inst, conf, &experts, &timeout_s);
+	if (r == 0 && strcmp(daemon, "kvd"))
+		r = !strcmp(daemon, "expertd") ?
+			prepare_store(conf, &inst, experts, "strata exec") :
+			(inst.store_dir[0] ? 0 :
+			 cli_default_store_dir(st_iconf_get(conf, "model.path"),
+					       experts, inst.store_dir,
+					       sizeof(inst.store_dir)) < 0);
+	free(conf);
+	if (r)
+		return r;
+	r = cli_instance_exec(&inst, daemon, &diag);
+	fprintf(stderr, "strata exec: %s\n", diag.msg);
+	return 1;
 }
 
 int cli_cmd_down(int argc, char **argv)

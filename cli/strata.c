@@ -31,6 +31,7 @@ static void usage(FILE *f)
 "  restart   stop one daemon of an instance and start it again\n"
 "  topo      NUMA nodes, cores, caches, GPUs and NVMe; the node to use\n"
 "  plan      memory per tier for a model, workload and budgets; verdict\n"
+"  exec      become one daemon of an instance (what the systemd units run)\n"
 "\n"
 "Example:\n"
 "  strata run --model models/kjv-moe --prompt 'In the beginning' --max-tokens 48\n",
@@ -49,7 +50,7 @@ int main(int argc, char **argv)
 		{ "perplexity", cli_cmd_perplexity },
 		{ "info", cli_cmd_info },
 		{ "restart", cli_cmd_restart }, { "topo", cli_cmd_topo },
-		{ "plan", cli_cmd_plan },
+		{ "plan", cli_cmd_plan },     { "exec", cli_cmd_exec },
 	};
 
 	st_log_set_name("strata");

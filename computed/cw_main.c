@@ -25,6 +25,7 @@
 #include "st_log.h"
 #include "st_msg.h"
 #include "st_numa.h"
+#include "st_sdnotify.h"
 #include "st_store.h"
 #include "st_tokenizer.h"
 #include "st_util.h"
@@ -664,8 +665,10 @@ int main(int argc, char **argv)
 		d->mopts.kv_dtype == ST_DTYPE_F32 ? "f32 (reference mode)" :
 		cw_kvrow_dtype_name(d->mopts.kv_dtype),
 		d->run_dir);
+	st_sd_notify_ready("serving");
 	r = serve(d);
 	st_info("stopping");
+	st_sd_notify_stopping();
 out:
 	for (int i = 0; i < CW_MAX_GENS; i++)
 		if (d->gens[i].gen)

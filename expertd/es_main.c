@@ -21,6 +21,7 @@
 #include "st_daemon.h"
 #include "st_log.h"
 #include "st_numa.h"
+#include "st_sdnotify.h"
 #include "st_util.h"
 
 /* One row per option (table-driven, like Redis' config table). */
@@ -420,9 +421,11 @@ int main(int argc, char **argv)
 		d.pool.adopted ? " (adopted after a crash)" : "",
 		atomic_load(&d.pool.v.shm->epoch));
 
+	st_sd_notify_ready("serving experts");
 	es_server_run(&d);
 
 	st_info("shutting down");
+	st_sd_notify_stopping();
 	es_server_publish(&d, ES_EVT_SHUTDOWN);
 	st_sleep_ns(20000000); /* let the event leave before closing */
 	st_pidfile_remove(d.opt.run_dir, ES_DAEMON_NAME);

@@ -15,6 +15,7 @@
 #include "st_build_config.h"
 #include "st_daemon.h"
 #include "st_log.h"
+#include "st_sdnotify.h"
 #include "st_util.h"
 
 enum opt_type { OPT_STR, OPT_BUDGET, OPT_SIZE, OPT_U32 };
@@ -282,11 +283,13 @@ int main(int argc, char **argv)
 		cfg.run_dir, (unsigned long long)cfg.budget_bytes,
 		(unsigned long long)cfg.spill_budget_bytes, cfg.max_seqs,
 		cfg.max_rows_per_seq);
+	st_sd_notify_ready("serving KV pages");
 	while (!kv_server_poll(srv))
 		if (st_stop_signals_pending(sigfd)) {
 			st_info("stop signal: shutting down");
 			break;
 		}
+	st_sd_notify_stopping();
 	kv_server_stop(srv);
 	st_pidfile_remove(cfg.run_dir, "kvd");
 	free(srv);
