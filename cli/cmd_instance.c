@@ -188,6 +188,19 @@ static int parse(int argc, char **argv, const char *cmd,
 		     st_iconf_get(conf, "kv.dtype"));
 		copy(inst->numa, sizeof(inst->numa),
 		     st_iconf_get(conf, "instance.numa"));
+		if (!strcmp(inst->numa, "auto")) {
+			/* resolved here once, so the daemons get a node
+			 * number and never load hwloc themselves */
+			struct st_numa_policy np;
+
+			if (st_numa_policy_parse("auto", &np, NULL) == 0 &&
+			    st_numa_resolve(&np, NULL, &diag) == 0)
+				snprintf(inst->numa, sizeof(inst->numa), "%d",
+					 np.node);
+			else
+				fprintf(stderr, "strata up: --numa auto: %s; "
+					"the daemons will choose\n", diag.msg);
+		}
 		copy(inst->loader_threads, sizeof(inst->loader_threads),
 		     st_iconf_get(conf, "experts.loader_threads"));
 		copy(inst->max_seqs, sizeof(inst->max_seqs),

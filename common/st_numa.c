@@ -68,41 +68,40 @@ int st_numa_resolve(struct st_numa_policy *p, const struct st_topo *topo,
 		    struct st_diag *diag)
 {
 	struct st_topo *own = NULL;
-	int r = 0, n;
+	int r = 0;
 
 	if (p->mode == ST_NUMA_OFF || p->mode == ST_NUMA_INTERLEAVE)
 		return 0;
-	if (!topo) {
-		own = malloc(sizeof(*own));
-		if (!own)
-			return st_diag_set(diag, -ENOMEM, "out of memory");
-		r = st_topo_load(own, diag);
-		if (r < 0)
-			goto out;
-		topo = own;
-	}
 	if (p->mode == ST_NUMA_AUTO) {
+		/* hwloc only here: a daemon given a node number never loads
+		 * it (its plugins cost each process about 2 MiB) */
+		if (!topo) {
+			own = malloc(sizeof(*own));
+			if (!own)
+				return st_diag_set(diag, -ENOMEM, "out of memory");
+			r = st_topo_load(own, diag);
+			if (r < 0) {
+				free(own);
+				return r;
+			}
+			topo = own;
+		}
 		p->node = st_topo_pick_node(topo, 0, NULL, 0);
 		p->mode = ST_NUMA_NODE;
+		free(own);
 	}
-	n = st_topo_node_index(topo, p->node);
-	if (n < 0 || topo->nodes[n].mem_bytes == 0) {
-		char list[128] = "";
-		size_t used = 0;
-
-		for (int i = 0; i < topo->n_nodes && used < sizeof(list); i++)
-			used += (size_t)snprintf(list + used, sizeof(list) - used,
-						 "%s%d", i ? "," : "",
-						 topo->nodes[i].os_index);
-		r = st_diag_set(diag, -EINVAL,
-				"--numa %d: %s; this machine has node%s %s",
-				p->node, n < 0 ? "no such NUMA node" :
-				"the node has no memory",
-				topo->n_nodes > 1 ? "s" : "", list);
-	}
-out:
-	free(own);
-	return r;
+	if (numa_available() < 0)
+		return p->node == 0 ? 0 :
+		       st_diag_set(diag, -EINVAL, "--numa %d: this kernel has "
+				   "no NUMA support; only node 0 exists",
+				   p->node);
+	if (p->node > numa_max_node() || numa_node_size64(p->node, NULL) <= 0)
+		return st_diag_set(diag, -EINVAL, "--numa %d: %s; this machine "
+				   "has nodes 0-%d (strata topo lists them)",
+				   p->node, p->node > numa_max_node() ?
+				   "no such NUMA node" :
+				   "the node has no memory", numa_max_node());
+	return 0;
 }
 
 /* The node mask with node set (or every node with memory when node < 0). */
