@@ -79,8 +79,9 @@ int cli_daemon_index(const char *daemon);
  * SIGTERM, SIGKILL after a grace period) and starts it again with the
  * arguments `strata up` gave it (kept in <run_dir>/<daemon>.args), its
  * log appended to.  Waits until it answers PING (timeout_s).  The other
- * daemons keep running; computed rides out a tier daemon's restart (its
- * clients reconnect).  0, or negative with diag.
+ * daemons keep running; whether a generation in flight survives a tier
+ * daemon's restart is computed's business (DESIGN.md section 6), not the
+ * launcher's.  0, or negative with diag.
  */
 int cli_instance_restart(struct cli_instance *inst, const char *daemon,
 			 int timeout_s, struct st_diag *diag);

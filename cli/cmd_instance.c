@@ -337,13 +337,19 @@ int cli_cmd_exec(int argc, char **argv)
 	daemon = argv[1];
 	argv[1] = argv[0];
 	r = parse(argc - 1, argv + 1, "up", &inst, conf, &experts, &timeout_s);
-	if (r == 0 && strcmp(daemon, "kvd"))
-		r = !strcmp(daemon, "expertd") ?
-			prepare_store(conf, &inst, experts, "strata exec") :
-			(inst.store_dir[0] ? 0 :
-			 cli_default_store_dir(st_iconf_get(conf, "model.path"),
-					       experts, inst.store_dir,
-					       sizeof(inst.store_dir)) < 0);
+	if (r == 0 && !strcmp(daemon, "expertd")) {
+		r = prepare_store(conf, &inst, experts, "strata exec");
+	} else if (r == 0 && !strcmp(daemon, "computed") && !inst.store_dir[0]) {
+		/* the store expertd prepared: named, or the model's default */
+		if (!st_iconf_is_set(conf, "model.path") ||
+		    cli_default_store_dir(st_iconf_get(conf, "model.path"),
+					  experts, inst.store_dir,
+					  sizeof(inst.store_dir)) < 0) {
+			fprintf(stderr, "strata exec computed: give [model] "
+				"store or path in the config\n");
+			r = 2;
+		}
+	}
 	free(conf);
 	if (r)
 		return r;

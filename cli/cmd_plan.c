@@ -275,8 +275,6 @@ int cli_cmd_plan(int argc, char **argv)
 		free(conf);
 		return 1;
 	}
-	if (conf)
-		st_iconf_warn_unhonoured(conf, stderr, "strata plan");
 	if (json)
 		st_plan_print_json(&m, &o, &r, stdout);
 	else

@@ -77,10 +77,21 @@ static int model_from_json(json_t *c, const char *source,
 			   struct st_plan_model *m, struct st_diag *diag)
 {
 	const char *mt = json_string_value(json_object_get(c, "model_type"));
-	int L = jint(c, "num_hidden_layers", 0), H = jint(c, "hidden_size", 0);
-	int nh = jint(c, "num_attention_heads", 0), kvh, hd, E, I, dense_k;
+	int L, H, nh, kvh, hd, E, I, dense_k;
 	int moe_layers, inter, shared, shared_inter;
 	uint64_t attn, per_layer_dense;
+
+	/* multimodal checkpoints keep the language model's keys in
+	 * text_config */
+	if (!json_object_get(c, "num_hidden_layers") &&
+	    json_is_object(json_object_get(c, "text_config"))) {
+		c = json_object_get(c, "text_config");
+		if (json_string_value(json_object_get(c, "model_type")))
+			mt = json_string_value(json_object_get(c, "model_type"));
+	}
+	L = jint(c, "num_hidden_layers", 0);
+	H = jint(c, "hidden_size", 0);
+	nh = jint(c, "num_attention_heads", 0);
 
 	memset(m, 0, sizeof(*m));
 	snprintf(m->name, sizeof(m->name), "%s", mt ? mt : "unknown");
@@ -135,25 +146,32 @@ static int model_from_json(json_t *c, const char *source,
 		 * over `ratio` tokens in compressed layers, index keys in the
 		 * layers pooled by 4 */
 		json_t *cr = json_object_get(c, "compress_ratios");
+		json_t *idx = json_object_get(c, "index_source_layer_ids");
 		int win = jint(c, "sliding_window", 128);
 		int ihd = jint(c, "index_head_dim", 128);
-		uint32_t n4 = 0, nbig = 0, big = 0;
+		uint32_t n_by_ratio[129] = { 0 }, n_index = 0;
 
 		for (int l = 0; l < L && l < (int)json_array_size(cr); l++) {
 			int v = (int)json_integer_value(json_array_get(cr, l));
 
-			if (v == 4)
-				n4++;
-			else if (v > 0) {
-				nbig++;
-				big = (uint32_t)v;
-			}
+			if (v > 0 && v <= 128)
+				n_by_ratio[v]++;
+			if (v == 4 && !json_is_array(idx))
+				n_index++;
 		}
+		if (json_is_array(idx)) /* V4.1: layers that own index keys */
+			n_index = (uint32_t)json_array_size(idx);
 		add_stream(m, "window", (uint32_t)L, (uint32_t)(kvh * hd), 4, 1,
 			   (uint32_t)win);
-		add_stream(m, "compress4", n4, (uint32_t)hd, 4, 4, 0);
-		add_stream(m, "compressN", nbig, (uint32_t)hd, 4, big, 0);
-		add_stream(m, "index", n4, (uint32_t)ihd, 4, 4, 0);
+		for (int v = 1; v <= 128; v++)
+			if (n_by_ratio[v]) {
+				char name[16];
+
+				snprintf(name, sizeof(name), "pooled/%d", v);
+				add_stream(m, name, n_by_ratio[v], (uint32_t)hd,
+					   4, (uint32_t)v, 0);
+			}
+		add_stream(m, "index", n_index, (uint32_t)ihd, 4, 4, 0);
 		attn = (uint64_t)H * nh * hd * 2 + (uint64_t)H * kvh * hd;
 	} else {
 		/* GQA: K and V of every KV head, one row per token */

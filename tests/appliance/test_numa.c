@@ -125,6 +125,31 @@ static void test_segment_on_node0(void **state)
 	}
 	st_shm_destroy(&shm);
 
+	/* interleave over every node with memory: on a one-node machine
+	 * that is node 0 again; elsewhere more than one node gets pages */
+	p.mode = ST_NUMA_INTERLEAVE;
+	assert_int_equal(st_shm_create(&shm, inst, "numatest", 1, 0, size), 0);
+	assert_int_equal(st_numa_bind_range(shm.base, shm.size, &p, &d), 0);
+	memset((char *)shm.base + ST_SHM_HEADER_BYTES, 0x5a,
+	       size - ST_SHM_HEADER_BYTES);
+	assert_int_equal(st_numa_query_range(shm.base, shm.size, pages,
+					     &absent), 0);
+	{
+		int used = 0;
+
+		sum = 0;
+		for (int n = 0; n < ST_NUMA_MAX_NODES; n++) {
+			sum += pages[n];
+			used += pages[n] > 0;
+		}
+		assert_true(sum == shm.size / 4096);
+		if (st_numa_node_count() == 1)
+			assert_true(pages[0] == sum);
+		else
+			assert_true(used > 1);
+	}
+	st_shm_destroy(&shm);
+
 	/* an unresolved policy is refused rather than guessed */
 	p.mode = ST_NUMA_AUTO;
 	assert_int_equal(st_numa_bind_range(shm.base, 4096, &p, &d), -EINVAL);

@@ -57,6 +57,11 @@ page_rows = 16
 threads = 1
 CONF
 
+"$STRATA" topo >"$TMP/topo" 2>&1 || { echo "FAIL: strata topo"; cat "$TMP/topo"; fail=1; }
+grep -q '^node 0: ' "$TMP/topo" || { echo "FAIL: strata topo lists no node 0"; cat "$TMP/topo"; fail=1; }
+grep -q '^instance placement: --numa [0-9]' "$TMP/topo" ||
+	{ echo "FAIL: strata topo names no node to use"; fail=1; }
+
 "$STRATA" up --config "$TMP/inst.conf" >"$TMP/up.out" 2>"$TMP/up.err" || {
 	echo "FAIL: strata up"; cat "$TMP/up.err"; exit 1; }
 mode=$(stat -c %a "$RUN")
