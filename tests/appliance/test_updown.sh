@@ -30,6 +30,8 @@ cleanup() {
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
+# a test killed (time-out, ^C) still stops its daemons
+trap 'exit 1' INT TERM HUP PIPE
 
 pid_of() { cat "$RUN/$1.pid" 2>/dev/null || echo 0; }
 # alive PID: runs and is not a zombie (where init does not reap the
