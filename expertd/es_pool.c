@@ -176,7 +176,8 @@ int es_pool_alloc_slot(struct es_pool *p, int *ret_evicted)
 	/* A victim can be lost to a client that pins it between the choice
 	 * and the CAS; then choose again without it. */
 	for (int tries = 0; tries < 8; tries++) {
-		int s = es_policy_pick_victim(v, skip);
+		int hot;
+		int s = es_policy_pick(p->ev, v, skip, &hot);
 
 		if (s < 0)
 			break;
