@@ -155,7 +155,8 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 		     const char *opt2, const char *val2,
 		     int *ret_pid, int timeout_s, struct st_diag *diag)
 {
-	char *argv[14];
+	char *argv[14 + CLI_MAX_EXTRA_ARGS];
+	const char *const *extra = NULL;
 	int a = 0, r;
 
 	argv[a++] = (char *)daemon;
@@ -175,6 +176,11 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 		argv[a++] = (char *)opt2;
 		argv[a++] = (char *)val2;
 	}
+	if (inst->tier)
+		extra = !strcmp(daemon, "expertd") ? inst->tier->es :
+			!strcmp(daemon, "computed") ? inst->tier->cw : NULL;
+	for (int i = 0; extra && extra[i]; i++)
+		argv[a++] = (char *)extra[i];
 	argv[a] = NULL;
 	r = spawn(inst, daemon, argv, ret_pid, diag);
 	return r ? r : wait_ready(inst, daemon, *ret_pid, timeout_s, diag);

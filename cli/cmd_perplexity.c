@@ -36,6 +36,7 @@ struct ppl_opts {
 	const char *file, *save_base, *kl_base, *keep_spec, *scale_search;
 	int window, json, keep;
 	char experts_spec[512];
+	struct cli_tier_args tier;
 };
 
 static void usage(FILE *f)
@@ -62,6 +63,7 @@ static void usage(FILE *f)
 "  --instance NAME, --run-dir DIR,\n"
 "  --timeout SEC        as for strata run\n"
 "  --json               print the results as one JSON line on stdout\n"
+CLI_TIER_HELP
 "  -h, --help           this text\n"
 "\n"
 "Example (the FP4 cost on the trained fixture):\n"
@@ -90,6 +92,7 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 		{ "keep", no_argument, NULL, 'z' },
 		{ "keep-layers", required_argument, NULL, 'L' },
 		{ "scale-search", required_argument, NULL, 'Z' },
+		CLI_TIER_LONGOPTS,
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -127,6 +130,11 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 		case 'L': o->keep_spec = optarg; break;
 		case 'Z': o->scale_search = optarg; break;
 		case 'h': usage(stdout); exit(0);
+		case CLI_OPT_EVICT ... CLI_OPT_HALF_LIFE:
+			if (cli_tier_opt(&o->tier, c, optarg) < 0)
+				return 2;
+			o->s.tier = &o->tier;
+			break;
 		default: usage(stderr); return 2;
 		}
 	}
