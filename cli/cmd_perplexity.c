@@ -324,6 +324,11 @@ int cli_cmd_perplexity(int argc, char **argv)
 	}
 	fprintf(stderr, "strata perplexity: %s: %zu tokens, windows of %d\n",
 		o.file, n_ids, window);
+	/* tier figures of this run when tier options were given */
+	struct cw_stats_wire ts0 = { 0 }, ts1 = { 0 };
+	struct cli_tier_figures tf;
+	int have_tier = o.s.tier && cw_client_stats(cw, &ts0) == 0;
+
 	for (size_t w0 = 0; w0 < n_ids; w0 += (size_t)window) {
 		uint32_t n = (uint32_t)ST_MIN((size_t)window, n_ids - w0);
 		double wnll;
@@ -421,6 +426,12 @@ int cli_cmd_perplexity(int argc, char **argv)
 			fprintf(h, "log-probabilities of %llu positions saved "
 				"to %s\n", (unsigned long long)scored,
 				o.save_base);
+		if (have_tier && cw_client_stats(cw, &ts1) == 0) {
+			cli_tier_figures(&ts0, &ts1, &tf);
+			cli_tier_print(h, &tf);
+		} else {
+			have_tier = 0;
+		}
 	}
 	if (o.json) {
 		json_t *j = json_pack("{s:s, s:f, s:f, s:I, s:i, s:i}",
@@ -435,6 +446,8 @@ int cli_cmd_perplexity(int argc, char **argv)
 			json_object_set_new(j, "same_top1",
 					    json_real((double)same_top1 / (double)scored));
 		}
+		if (have_tier)
+			cli_tier_json(j, &tf);
 		json_dumpf(j, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10));
 		printf("\n");
 		json_decref(j);
