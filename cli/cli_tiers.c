@@ -84,6 +84,8 @@ void cli_tier_figures(const struct cw_stats_wire *s0,
 	t->bytes_per_token = tokens ? (double)t->load_bytes / (double)tokens : 0;
 	t->read_gbps = t->load_ns ? (double)t->load_bytes / (double)t->load_ns :
 				    0;
+	t->busy_gbps = D(es_io_busy_ns) ? (double)t->load_bytes /
+					      (double)D(es_io_busy_ns) : 0;
 	for (int d = 0; d < 3; d++)
 		t->la_recall[d] = pred[d] ? (double)hit[d] / (double)pred[d] :
 					    -1;
@@ -94,10 +96,10 @@ void cli_tier_figures(const struct cw_stats_wire *s0,
 void cli_tier_print(FILE *f, const struct cli_tier_figures *t)
 {
 	fprintf(f, "NVMe tier          %llu loads, %.1f MiB read (%s), "
-		"%.0f KiB/token, %.2f GB/s per reader\n",
+		"%.0f KiB/token, %.2f GB/s while reading (%.2f per reader)\n",
 		(unsigned long long)t->loads, (double)t->load_bytes / 1048576.0,
 		t->direct_io ? "O_DIRECT" : "page cache",
-		t->bytes_per_token / 1024.0, t->read_gbps);
+		t->bytes_per_token / 1024.0, t->busy_gbps, t->read_gbps);
 	fprintf(f, "prefetch           %llu loads from %llu hints (%llu "
 		"dropped stale); precision %.1f%%, recall %.1f%%, %llu "
 		"evicted unused\n",
@@ -128,6 +130,7 @@ void cli_tier_json(json_t *obj, const struct cli_tier_figures *t)
 	json_object_set_new(j, "evictions",
 			    json_integer((json_int_t)t->evictions));
 	json_object_set_new(j, "read_gbps_per_reader", json_real(t->read_gbps));
+	json_object_set_new(j, "read_gbps", json_real(t->busy_gbps));
 	json_object_set_new(j, "bytes_per_token", json_real(t->bytes_per_token));
 	json_object_set_new(j, "direct_io", json_boolean(t->direct_io));
 	json_object_set_new(j, "prefetch_loads",

@@ -77,6 +77,8 @@ struct cli_tier_figures {
 	double stall_ms_per_token;
 	double bytes_per_token;        /* store bytes read per token computed */
 	double read_gbps;              /* load_bytes / load_ns (per reader) */
+	double busy_gbps;              /* load_bytes / time with a read in
+					* flight (the tier's bandwidth) */
 	double la_recall[3];           /* look-ahead recall d = 1..3, -1 n/a */
 	int direct_io, hot_slots;
 };

@@ -126,4 +126,5 @@ void cw_routing_stats(const struct cw_routing *r, struct es_client *es,
 	s->es_hints_dropped = t.hints_dropped;
 	s->es_hot_slots = t.hot_slots;
 	s->es_direct_io = t.direct_io;
+	s->es_io_busy_ns = t.io_busy_ns;
 }

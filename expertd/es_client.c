@@ -759,6 +759,7 @@ void es_client_tier_stats(struct es_client *c, struct es_tier_stats *ret)
 	ret->rereads = atomic_load(&k->rereads);
 	ret->hot_slots = atomic_load(&k->hot_slots);
 	ret->direct_io = atomic_load(&k->direct_io);
+	ret->io_busy_ns = atomic_load(&k->io_busy_ns);
 	ret->hits = atomic_load(&k->hits);
 	ret->misses = atomic_load(&k->misses);
 	ret->evictions = atomic_load(&k->evictions);

@@ -110,6 +110,7 @@ struct es_tier_stats {
 	uint64_t rereads;          /* records read twice (checksum) */
 	uint64_t hot_slots;        /* hot set size (experts) */
 	uint64_t direct_io;        /* 1: reads bypass the page cache */
+	uint64_t io_busy_ns;       /* wall time with a read in flight */
 	uint64_t hits, misses, evictions, loads, load_bytes, load_ns;
 	uint64_t checksum_failures;
 };

@@ -49,6 +49,8 @@ struct es_loader {
 	uint32_t phead, pn;
 	int p_active;                    /* prefetches being read */
 	int direct;                      /* files opened with O_DIRECT */
+	int reading;                     /* reads in flight (under mu) */
+	uint64_t busy_since;             /* when reading went 0 -> 1 */
 	int stopping;
 	int n_threads;
 	pthread_t *threads;
@@ -71,6 +73,11 @@ static void load_one(struct es_loader *l, const struct es_load *job)
 
 	if (l->delay_ms > 0)
 		st_sleep_ns((uint64_t)l->delay_ms * 1000000ull);
+	pthread_mutex_lock(&l->mu);
+	if (l->reading++ == 0)
+		l->busy_since = st_now_ns();
+	pthread_mutex_unlock(&l->mu);
+	t0 = st_now_ns();
 	r = st_store_read_record(l->store, l->fds[layer], (int)layer,
 				 (int)expert, es_pool_record(&p->v, job->slot),
 				 &diag);
@@ -87,6 +94,11 @@ static void load_one(struct es_loader *l, const struct es_load *job)
 	}
 	atomic_fetch_add(&p->v.hdr->c.loads, 1);
 	atomic_fetch_add(&p->v.hdr->c.load_ns, st_now_ns() - t0);
+	pthread_mutex_lock(&l->mu);
+	if (--l->reading == 0)
+		atomic_fetch_add(&p->v.hdr->c.io_busy_ns,
+				 st_now_ns() - l->busy_since);
+	pthread_mutex_unlock(&l->mu);
 	if (r == 0) {
 		/* bytes read: the layer's record, which may be smaller than
 		 * the slot (layers of different formats) */

@@ -14,7 +14,8 @@
  *    is at that layer or later) is stale and dropped;
  *  - at most --prefetch-inflight prefetch loads are queued or being read;
  *  - a prefetch never evicts a pinned, loading, hot or not-yet-used
- *    prefetched slot; it takes an empty slot or the policy's victim;
+ *    prefetched slot; it takes an empty slot or the policy's victim, and
+ *    under LFRU only a victim less activated than itself (admit());
  *  - a prefetched slot is "protected" until a client uses it or it is
  *    evicted: precision = used / loads; recall = used / (used + misses).
  */
@@ -138,6 +139,48 @@ int es_tiers_init(struct es_daemon *d, struct st_diag *diag)
 	return 0;
 }
 
+/* A free slot (EMPTY or FAILED, unpinned) exists. */
+static int have_free_slot(const struct es_daemon *d)
+{
+	const struct es_pool_view *v = &d->pool.v;
+
+	for (uint32_t s = 0; s < v->n_slots; s++) {
+		uint32_t st = atomic_load(&v->slots[s].state);
+
+		if ((st == ES_SLOT_EMPTY || st == ES_SLOT_FAILED) &&
+		    es_slot_pin_sum(&v->slots[s]) == 0)
+			return 1;
+	}
+	return 0;
+}
+
+/*
+ * Admission of a prefetch into a full pool (LFRU): the hinted expert must
+ * have a larger decayed activation count than the slot it would evict
+ * (the admission test of TinyLFU, Einziger et al., ACM ToS 2017), so a
+ * hint never pushes out an expert that is used more often than itself.
+ */
+static int admit(struct es_daemon *d, size_t ix)
+{
+	struct es_pool_view *v = &d->pool.v;
+	int hot, victim;
+	uint64_t vk;
+
+	if (d->ev.policy != ES_EVICT_LFRU || have_free_slot(d))
+		return 1;
+	d->ev.strict = 1;
+	victim = es_policy_pick(&d->ev, v, NULL, &hot);
+	d->ev.strict = 0;
+	if (victim < 0)
+		return 0;
+	vk = atomic_load(&v->slots[victim].key);
+	if (vk == ES_KEY_NONE)
+		return 1;
+	return d->stats.count[ix] >
+	       d->stats.count[es_pool_index(v, es_key_layer(vk),
+					    es_key_expert(vk))];
+}
+
 /* Gives key ix a slot without evicting anything hot, protected, pinned or
  * loading, and queues its load (demand: 0, prefetch: 1).  Returns the slot
  * or a negative code (-ST_E_BUSY when nothing may be evicted). */
@@ -230,6 +273,10 @@ static void pump(struct es_daemon *d)
 				      es_key(layer, ix % v->n_experts), NULL,
 				      0))
 			continue;
+		if (!admit(d, ix)) {
+			atomic_fetch_add(&v->hdr->c.hints_dropped, 1);
+			continue;
+		}
 		if (start_load(d, ix, 1) < 0) {
 			/* nothing evictable now: drop the rest */
 			atomic_fetch_add(&v->hdr->c.hints_dropped,

@@ -92,6 +92,7 @@ struct cw_stats_wire {
 	/* gate look-ahead of computed: for d = 1..3 layers ahead, experts
 	 * predicted and how many of them the router then chose */
 	uint64_t la_pred1, la_hit1, la_pred2, la_hit2, la_pred3, la_hit3;
+	uint64_t es_io_busy_ns;
 };
 
 void cw_gen_start_msg_free(struct cw_gen_start_msg *m);

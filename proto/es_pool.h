@@ -111,6 +111,9 @@ struct es_pool_counters {
 	_Atomic uint64_t hot_slots;        /* gauge: slots of the hot set */
 	_Atomic uint64_t direct_io;        /* gauge: 1 when reads bypass the
 					    * page cache (O_DIRECT) */
+	_Atomic uint64_t io_busy_ns;       /* wall time with >= 1 read in
+					    * flight: load_bytes / io_busy_ns
+					    * is the tier's read bandwidth */
 };
 
 struct es_pool_header {
