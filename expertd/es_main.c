@@ -61,7 +61,8 @@ static const struct es_optdef es_optdefs[] = {
 	  "(25%); must hold one layer's top-k experts\n"
 	  "(default: 100%)" },
 	{ "loader-threads", 't', "N",
-	  "threads reading the store (default: 2, max 64)" },
+	  "threads reading the store: reads in flight\n"
+	  "(default: 4, max 64)" },
 	{ "evict", OPT_EVICT, "lru|lfru",
 	  "eviction policy of unpinned slots: least\n"
 	  "recently used, or least decayed activation\n"
@@ -101,9 +102,11 @@ static void usage(FILE *f)
 		"usage: expertd --store DIR [--instance NAME] [options]\n"
 		"\n"
 		"expertd keeps the experts of a strata store in a host-memory "
-		"pool shared with\ncomputed (POSIX shm), loads them from the "
-		"store on demand (checksums verified)\nand evicts the least "
-		"recently used unpinned ones when the budget is full.\n"
+		"pool shared with\ncomputed (POSIX shm), reads them from the "
+		"store with O_DIRECT on demand or ahead\nof use when computed "
+		"hints them (checksums verified), and evicts unpinned ones\n"
+		"by activation statistics (or recency) when the budget is "
+		"full.\n"
 		"\noptions:\n");
 	for (size_t i = 0; i < ST_ARRAY_SIZE(es_optdefs); i++) {
 		const struct es_optdef *o = &es_optdefs[i];

@@ -1,9 +1,12 @@
 /*
  * es_policy.c — residency policy of the host tier: which READY expert to
- * evict when a new one needs a slot.  This slice uses least-recently-used
- * (last_use_ns is stamped by expertd on every ACQUIRE and by clients on
- * every fast-path hit).  The NVMe-tier policy, decayed activation counts and
- * prefetch come later behind the same interface (es_daemon.h).
+ * evict when a new one needs a slot.  LRU uses last_use_ns (stamped by
+ * expertd on every ACQUIRE and ROUTE and by clients on every fast-path
+ * hit); LFRU uses the decayed activation count of the slot's expert
+ * (es_actstats.h), which weighs recency and frequency in one value (LRFU),
+ * with last use breaking ties.  Hot-set and not-yet-used prefetched slots
+ * are passed over while any other candidate exists.  Pinned, LOADING and
+ * EVICTING slots are never candidates (PITFALLS P12).
  */
 #include <string.h>
 #include <errno.h>
