@@ -42,6 +42,8 @@ int cli_tier_opt(struct cli_tier_args *t, int code, const char *arg)
 		return add(t->cw, &t->n_cw, "--route-trace", arg);
 	case CLI_OPT_ROUTE_RECORD:
 		return add(t->cw, &t->n_cw, "--route-record", arg);
+	case CLI_OPT_ORACLE:
+		return add(t->cw, &t->n_cw, "--lookahead-oracle", NULL);
 	case CLI_OPT_LA_MEASURE:
 		return add(t->cw, &t->n_cw, "--lookahead-measure", NULL);
 	default:

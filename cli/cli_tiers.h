@@ -29,7 +29,7 @@ enum {
 	CLI_OPT_EVICT = 0x400, CLI_OPT_HOT, CLI_OPT_STATE_DIR,
 	CLI_OPT_NO_PREFETCH, CLI_OPT_PREFETCH_DEPTH, CLI_OPT_ROUTE_TRACE,
 	CLI_OPT_ROUTE_RECORD, CLI_OPT_LA_MEASURE, CLI_OPT_NO_DIRECT,
-	CLI_OPT_LOADERS, CLI_OPT_HALF_LIFE,
+	CLI_OPT_LOADERS, CLI_OPT_ORACLE, CLI_OPT_HALF_LIFE,
 };
 
 #define CLI_TIER_LONGOPTS                                                    \
@@ -43,6 +43,7 @@ enum {
 	{ "lookahead-measure", no_argument, NULL, CLI_OPT_LA_MEASURE },      \
 	{ "no-direct-io", no_argument, NULL, CLI_OPT_NO_DIRECT },            \
 	{ "loader-threads", required_argument, NULL, CLI_OPT_LOADERS },      \
+	{ "lookahead-oracle", no_argument, NULL, CLI_OPT_ORACLE },           \
 	{ "stats-half-life", required_argument, NULL, CLI_OPT_HALF_LIFE }
 
 #define CLI_TIER_HELP \
@@ -58,7 +59,8 @@ enum {
 "  --no-direct-io       read the store through the page cache\n" \
 "  --loader-threads N   expertd reads in flight (default 4)\n" \
 "  --route-trace FILE   forced routing from a JSONL trace\n" \
-"  --route-record FILE  write the routing applied as a JSONL trace\n"
+"  --route-record FILE  write the routing applied as a JSONL trace\n" \
+"  --lookahead-oracle   benchmarks: prefetch hints from the --route-trace\n"
 
 /* Handles option `code` (CLI_OPT_*) with argument arg.  Returns 1 when it
  * was a tier option, 0 if not, -1 (message printed) when the lists are

@@ -24,7 +24,8 @@ struct cw_lookahead {
 	int cap;                     /* tokens the arrays hold */
 	int *hint_l, *hint_e;        /* [span * n_experts] */
 	uint8_t *seen;               /* [span * n_experts] */
-	int probe[CW_MAX_EXPERTS];
+	cw_lookahead_oracle_fn oracle;
+	void *oracle_arg;
 	struct cw_lookahead_stats st;
 };
 
@@ -156,7 +157,10 @@ void cw_lookahead_layer_routed(void *arg, struct cw_model *m, int layer,
 			for (int t = 0; t < n; t++) {
 				int *p = pred_at(la, d, t_layer, t);
 
-				if (cw_model_route_probe(m, t_layer,
+				if (!(la->oracle &&
+				      la->oracle(la->oracle_arg, t_layer,
+						 pos0 + (uint32_t)t, p, k)) &&
+				    cw_model_route_probe(m, t_layer,
 							 h + (size_t)t * H,
 							 p) < 0)
 					break;
@@ -182,6 +186,13 @@ void cw_lookahead_layer_routed(void *arg, struct cw_model *m, int layer,
 	if (r < 0 && la->st.reports_failed++ == 0)
 		st_warn("routing report to expertd failed: %s (statistics and "
 			"prefetch degrade; results are unaffected)", diag.msg);
+}
+
+void cw_lookahead_set_oracle(struct cw_lookahead *la,
+			     cw_lookahead_oracle_fn fn, void *arg)
+{
+	la->oracle = fn;
+	la->oracle_arg = arg;
 }
 
 void cw_lookahead_stats(const struct cw_lookahead *la,

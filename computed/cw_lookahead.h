@@ -40,6 +40,15 @@ int cw_lookahead_open(struct cw_model *m, struct es_client *es, int depth,
 		      int measure, struct cw_lookahead **ret);
 void cw_lookahead_close(struct cw_lookahead *la);
 
+/* An oracle in place of the gate probe (benchmarks with forced routing,
+ * where the model's own routers cannot know the trace): fn fills
+ * ret_experts[k] with the experts of (layer, pos) and returns 1, or 0 when
+ * it has none (then the router is probed).  fn NULL: probe only. */
+typedef int (*cw_lookahead_oracle_fn)(void *arg, int layer, uint32_t pos,
+				      int *ret_experts, int k);
+void cw_lookahead_set_oracle(struct cw_lookahead *la,
+			     cw_lookahead_oracle_fn fn, void *arg);
+
 /* The layer_routed hook (arg = the cw_lookahead). */
 void cw_lookahead_layer_routed(void *arg, struct cw_model *m, int layer,
 			       uint32_t pos0, int n, const float *h,

@@ -84,6 +84,8 @@ static void usage(FILE *f)
 "  --route-trace FILE     forced routing: each layer's experts from a JSONL\n"
 "                         trace ({\"pos\",\"layer\",\"experts\",\"weights\"})\n"
 "  --route-record FILE    write the routing applied as such a trace\n"
+"  --lookahead-oracle     benchmarks: hint the trace's experts instead of\n"
+"                         probing the routers (needs --route-trace)\n"
 "  --version              print the version and exit\n"
 "  -h, --help             this text\n"
 "\n"
@@ -105,6 +107,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "lookahead-measure", no_argument, NULL, 0x302 },
 		{ "route-trace", required_argument, NULL, 0x303 },
 		{ "route-record", required_argument, NULL, 0x304 },
+		{ "lookahead-oracle", no_argument, NULL, 0x305 },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -178,6 +181,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		case 0x302: d->ropts.measure = 1; break;
 		case 0x303: d->ropts.trace_path = optarg; break;
 		case 0x304: d->ropts.record_path = optarg; break;
+		case 0x305: d->ropts.oracle = 1; break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("computed %s\n", ST_VERSION); exit(0);
 		default:

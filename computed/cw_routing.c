@@ -64,6 +64,13 @@ int cw_routing_open(struct cw_model *m, struct es_client *es,
 		st_info("forced routing from %s (%u positions, wrapping)",
 			o->trace_path, cw_trace_positions(r->trace));
 		h.force = force_hook;
+		if (o->oracle)
+			cw_lookahead_set_oracle(r->la, cw_trace_lookup,
+						r->trace);
+	} else if (o->oracle) {
+		cw_routing_close(r);
+		return st_diag_set(diag, -EINVAL, "--lookahead-oracle needs "
+				   "--route-trace (the oracle is the trace)");
 	}
 	if (o->record_path) {
 		r->record = fopen(o->record_path, "w");

@@ -18,6 +18,7 @@ struct cw_routing_opts {
 	int measure;               /* --lookahead-measure */
 	const char *trace_path;    /* --route-trace FILE */
 	const char *record_path;   /* --route-record FILE */
+	int oracle;                /* --lookahead-oracle: hints from the trace */
 };
 
 #define CW_DEFAULT_PREFETCH_DEPTH 2

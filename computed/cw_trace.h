@@ -41,6 +41,11 @@ uint32_t cw_trace_positions(const struct cw_trace *t);
 int cw_trace_force(void *arg, int layer, uint32_t pos, int *experts,
 		   float *weights, int k);
 
+/* The trace's experts of (layer, pos) into ret_experts[k] (a look-ahead
+ * oracle, cw_lookahead_oracle_fn); 1, or 0 when it has none. */
+int cw_trace_lookup(void *arg, int layer, uint32_t pos, int *ret_experts,
+		    int k);
+
 /* The recorder: the cw_route_fn observer (arg = a FILE * opened for
  * writing) that appends one line per call. */
 void cw_trace_record(void *arg, int layer, uint32_t pos, const int *experts,

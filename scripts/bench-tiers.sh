@@ -27,7 +27,7 @@
 #
 # usage: scripts/bench-tiers.sh [--model DIR] [--tokens N] [--budgets "100 50 25"]
 #          [--trace JSONL] [--prompt TEXT] [--loader-threads N] [--drop-caches]
-#          [--extra "strata run options"]
+#          [--experts FMT] [--extra "strata run options"]
 # The default model is bench-models/qwen3moe-large (a symlink to the large
 # generated model, or make one with scripts/gen-moe-model.py); converted
 # stores go to $STRATA_CACHE_DIR (default: .cache in the source tree).
@@ -41,6 +41,7 @@ BUDGETS="100 50 25"
 TRACE=
 PROMPT="The expert router sends every token to a few experts"
 LOADERS=4
+EXPERTS=mxfp4
 DROP=0
 EXTRA=
 while [ $# -gt 0 ]; do
@@ -49,6 +50,7 @@ while [ $# -gt 0 ]; do
 	--tokens) TOKENS=$2; shift 2 ;;
 	--budgets) BUDGETS=$2; shift 2 ;;
 	--trace) TRACE=$2; shift 2 ;;
+	--experts) EXPERTS=$2; shift 2 ;;
 	--prompt) PROMPT=$2; shift 2 ;;
 	--loader-threads) LOADERS=$2; shift 2 ;;
 	--drop-caches) DROP=1; shift ;;
@@ -65,17 +67,17 @@ TR=
 [ -n "$TRACE" ] && TR="--route-trace $TRACE"
 
 # the store (converted once into the cache)
-STORE=$(/usr/bin/python3 - "$MODEL" "$STRATA_CACHE_DIR" <<'PY'
+STORE=$(/usr/bin/python3 - "$MODEL" "$STRATA_CACHE_DIR" "$EXPERTS" <<'PY'
 import os, sys, glob
 name = os.path.basename(os.path.realpath(sys.argv[1]).rstrip("/"))
-c = sorted(glob.glob(os.path.join(sys.argv[2], name + "-*-mxfp4.strata")), key=os.path.getmtime)
+c = sorted(glob.glob(os.path.join(sys.argv[2], name + "-*-" + sys.argv[3] + ".strata")), key=os.path.getmtime)
 print(c[-1] if c else "")
 PY
 )
 if [ -z "$STORE" ]; then
 	echo "bench-tiers: converting $MODEL (once) ..." >&2
-	"$S" run --model "$MODEL" --prompt x --max-tokens 1 --quiet >/dev/null
-	STORE=$(ls -dt "$STRATA_CACHE_DIR"/"$(basename "$(realpath "$MODEL")")"-*-mxfp4.strata | head -1)
+	"$S" run --model "$MODEL" --experts "$EXPERTS" --prompt x --max-tokens 1 --quiet >/dev/null
+	STORE=$(ls -dt "$STRATA_CACHE_DIR"/"$(basename "$(realpath "$MODEL")")"-*-"$EXPERTS".strata | head -1)
 fi
 echo "model $MODEL, store $STORE, $TOKENS tokens, loader threads $LOADERS${TRACE:+, forced routing from $TRACE}"
 echo "(figures measured now are under whatever load the machine has; uptime: $(uptime | sed 's/.*load/load/'))"
@@ -140,14 +142,18 @@ echo "raw O_DIRECT read of the store's expert files (cold: $c0 / $c1 bytes cache
 	--ignore-eos --json --quiet >"$TMP/warm.json" 2>"$TMP/warm.err" || { tail -5 "$TMP/warm.err"; exit 1; }
 "$S" down --instance bt-warm-$$ --run-dir "$TMP/run-warm" >/dev/null 2>&1 || true
 
+MODES="off on"
+[ -n "$TRACE" ] && MODES="off on oracle"
 for b in $BUDGETS; do
 	run "b$b-off" "$b" --no-prefetch
 	run "b$b-on" "$b"
+	[ -n "$TRACE" ] && run "b$b-oracle" "$b" --lookahead-oracle
 done
 
-/usr/bin/python3 - "$TMP" "$RAW1" "$RAWN" "$BUDGETS" <<'PY'
+/usr/bin/python3 - "$TMP" "$RAW1" "$RAWN" "$BUDGETS" "$MODES" <<'PY'
 import json, sys
 T, raw1, rawn, budgets = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4].split()
+modes = sys.argv[5].split()
 def load(n):
     return json.loads(open("%s/%s.json" % (T, n)).read().strip().splitlines()[-1])
 warm = load("warm")
@@ -159,7 +165,7 @@ hdr = ("budget", "prefetch", "tok/s", "limit", "%limit", "stall%", "prec%", "rec
 print("%-6s %-8s %7s %7s %6s %6s %6s %7s %8s %7s %6s %6s" % hdr)
 ids = None
 for b in budgets:
-    for pf in ("off", "on"):
+    for pf in modes:
         name = "b%s-%s" % (b, pf)
         j = load(name)
         t = j["tiers"]
@@ -175,5 +181,8 @@ for b in budgets:
                100 * t["stall_fraction"], 100 * t["prefetch_precision"], 100 * t["prefetch_recall"],
                bpt / 1024, t["read_gbps"],
                100 * t["read_gbps"] / rawn if rawn else 0, cold, same))
+if "oracle" in modes:
+    print("prefetch 'oracle': hints are the forced trace's own next layers (a perfect look-ahead);")
+    print("'on' probes the model's routers, which cannot predict a forced trace")
 print("targets: decode >= 80 % of the limit; stall <= 10 % with prefetch on; read GB/s >= 85 % of raw")
 PY

@@ -12,7 +12,8 @@
 #    equals the fixture's routing-valid-small.jsonl wherever the fixture's
 #    gap is at least 1e-4, weights within 1e-3;
 #  - forced routing: with --route-trace, the recorded routing is the
-#    trace's, and the output changes.
+#    trace's, and the output changes; with --lookahead-oracle the
+#    look-ahead predicts it exactly (recall 1 at d = 1..3).
 set -u
 STRATA="$STRATA_BUILD_DIR/cli/strata"
 SHARED="${STRATA_SHARED_DIR:-../shared}"
@@ -76,7 +77,7 @@ with open(sys.argv[2], "w") as f:
                             "weights": r["weights"]}) + "\n")
 PY
 run forced --host-budget 25% --route-trace "$TMP/forced.jsonl" \
-	--route-record "$TMP/forced-rec.jsonl"
+	--route-record "$TMP/forced-rec.jsonl" --lookahead-oracle --lookahead-measure
 
 $PY - "$TMP" "$ROUTING" <<'PY' || fail=1
 import json, sys
@@ -137,6 +138,9 @@ for line in open(T + "/forced-rec.jsonl"):
     if r["experts"] != want: bad("forced routing not applied at", r); break
 if n_forced < 6 * 40: bad("only %d forced decisions recorded" % n_forced)
 if R["forced"]["ids"] == R["full"]["ids"]: bad("forced routing did not change the output")
+# the oracle look-ahead hints the trace itself: every prediction comes true
+if R["forced"]["tiers"]["lookahead_recall"] != [1.0, 1.0, 1.0]:
+    bad("oracle look-ahead recall", R["forced"]["tiers"]["lookahead_recall"], "not 1")
 print("tiers: ids equal at 100/50/25%% (prefetch on/off, lru/lfru, hot set); 25%%: %d prefetch loads, "
       "precision %.2f recall %.2f, look-ahead recall d=1..3 %s; statistics %d -> %d tokens over a restart; "
       "recorder = fixture on %d decisions; %d forced decisions applied" %
