@@ -10,6 +10,10 @@
 
 #include "cw_router.h"
 #include "st_log.h"
+#include "st_util.h"
+
+/* Routing choices per ROUTE message (4 bytes each). */
+#define CHUNK_CHOICES 65536
 
 struct cw_lookahead {
 	struct cw_model *m;          /* borrowed */
@@ -181,8 +185,19 @@ void cw_lookahead_layer_routed(void *arg, struct cw_model *m, int layer,
 			la->pred_pos0[at] = pos0;
 		}
 	}
-	r = es_client_route(la->es, layer, pos0, n, k, experts, n_hint,
-			    la->hint_l, la->hint_e, &diag);
+	/* long prefills: the routing in several messages (each well under
+	 * ST_MSG_MAX_BYTES), the hints with the last */
+	r = 0;
+	for (int t0 = 0; t0 < n && r == 0;) {
+		int nt = ST_MIN(n - t0, CHUNK_CHOICES / k);
+		int last = t0 + nt == n;
+
+		r = es_client_route(la->es, layer, pos0 + (uint32_t)t0, nt, k,
+				    experts + (size_t)t0 * k,
+				    last ? n_hint : 0, la->hint_l, la->hint_e,
+				    &diag);
+		t0 += nt;
+	}
 	if (r < 0 && la->st.reports_failed++ == 0)
 		st_warn("routing report to expertd failed: %s (statistics and "
 			"prefetch degrade; results are unaffected)", diag.msg);
