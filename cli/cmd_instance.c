@@ -20,7 +20,9 @@ static void inst_usage(FILE *f, const char *cmd)
 	" (--model DIR | --store DIR)\n"
 	"                 [--experts FMT] [--keep-layers SPEC] [--host-budget B]\n"
 	"                 [--kv-budget B] [--kv-spill-budget B]\n"
-	"                 [--kv-dtype T] [--timeout SEC]" : "");
+	"                 [--kv-dtype T] [--timeout SEC] [expert-tier options:\n"
+	"                 --evict, --hot-experts, --state-dir, --prefetch-depth,\n"
+	"                 ... as for strata run]" : "");
 	if (!strcmp(cmd, "up"))
 		fprintf(f, "Starts expertd, kvd and computed for the instance "
 			"(converting the model first\nif it has no store) and "
@@ -56,10 +58,12 @@ static int parse(int argc, char **argv, const char *cmd,
 		{ "kv-spill-budget", required_argument, NULL, 'O' },
 		{ "kv-dtype", required_argument, NULL, 'K' },
 		{ "timeout", required_argument, NULL, 'T' },
+		CLI_TIER_LONGOPTS,
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	static char spec[512]; /* the combined spec outlives parse() */
+	static struct cli_tier_args tier; /* outlives parse() too */
 	const char *keep_spec = NULL, *scale_search = NULL;
 	int c, is_up = !strcmp(cmd, "up");
 
@@ -84,6 +88,11 @@ static int parse(int argc, char **argv, const char *cmd,
 		case 'K': snprintf(inst->kv_dtype, sizeof(inst->kv_dtype), "%s", optarg); break;
 		case 'T': *timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 120; break;
 		case 'h': inst_usage(stdout, cmd); exit(0);
+		case CLI_OPT_EVICT ... CLI_OPT_HALF_LIFE:
+			if (cli_tier_opt(&tier, c, optarg) < 0)
+				return 2;
+			inst->tier = &tier;
+			break;
 		default: inst_usage(stderr, cmd); return 2;
 		}
 	}
