@@ -247,6 +247,14 @@ int cli_cmd_status(int argc, char **argv)
 				       (unsigned long long)s.es_evictions,
 				       (unsigned long long)s.kv_pages_used,
 				       (unsigned long long)s.kv_n_pages);
+			{
+				/* tier figures since the daemons started */
+				struct cw_stats_wire z = { 0 };
+				struct cli_tier_figures tf;
+
+				cli_tier_figures(&z, &s, &tf);
+				cli_tier_print(stdout, &tf);
+			}
 			cw_client_close(cw);
 		}
 	}
