@@ -50,4 +50,7 @@ int cli_check_common(const char *instance, const char *host_budget,
  * the installed data dir) into buf; 0 or -ENOENT. */
 int cli_default_model_dir(char *buf, size_t len);
 
+/* strata activations: expert activation histogram (cmd_activations.c). */
+int cli_cmd_activations(int argc, char **argv);
+
 #endif

@@ -186,10 +186,12 @@ static void add_opt(char **argv, int *a, const char *opt, const char *val)
 	}
 }
 
-/* The argv of a daemon of inst (pointers into inst; at most 31 + NULL). */
+/* The argv of a daemon of inst (pointers into inst; at most 31 +
+ * CLI_MAX_EXTRA_ARGS + NULL). */
 static void daemon_argv(struct cli_instance *inst, const char *daemon,
 			char **argv)
 {
+	const char *const *extra = NULL;
 	int a = 0;
 
 	argv[a++] = (char *)daemon;
@@ -214,6 +216,11 @@ static void daemon_argv(struct cli_instance *inst, const char *daemon,
 		add_opt(argv, &a, "--page-rows", inst->page_rows);
 		add_opt(argv, &a, "--threads", inst->threads);
 	}
+	if (inst->tier)
+		extra = !strcmp(daemon, "expertd") ? inst->tier->es :
+			!strcmp(daemon, "computed") ? inst->tier->cw : NULL;
+	for (int i = 0; extra && extra[i]; i++)
+		argv[a++] = (char *)extra[i];
 	argv[a] = NULL;
 }
 
@@ -222,7 +229,7 @@ static void daemon_argv(struct cli_instance *inst, const char *daemon,
 static int start_one(struct cli_instance *inst, const char *daemon,
 		     int *ret_pid, int timeout_s, struct st_diag *diag)
 {
-	char *argv[32];
+	char *argv[32 + CLI_MAX_EXTRA_ARGS];
 	int r;
 
 	daemon_argv(inst, daemon, argv);
@@ -235,7 +242,7 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 int cli_instance_exec(struct cli_instance *inst, const char *daemon,
 		      struct st_diag *diag)
 {
-	char *argv[32], exe[4096];
+	char *argv[32 + CLI_MAX_EXTRA_ARGS], exe[4096];
 	int r;
 
 	if (cli_daemon_index(daemon) < 0)

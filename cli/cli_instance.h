@@ -9,6 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cli_tiers.h"
 #include "st_error.h"
 
 struct cli_instance {
@@ -26,6 +27,7 @@ struct cli_instance {
 	char threads[16];        /* computed --threads, "" = default */
 	int pid_expertd, pid_kvd, pid_computed;
 	int started_by_us;       /* 1 when this process spawned them */
+	const struct cli_tier_args *tier; /* extra daemon options, or NULL */
 	int tiers_only;          /* up: start expertd and kvd only (benchmarks
 				  * and tests run the model in-process) */
 };

@@ -105,6 +105,7 @@ int cli_session_start(const struct cli_session_opts *o, int sigfd,
 		 o->kv_spill ? o->kv_spill : "");
 	snprintf(inst->kv_dtype, sizeof(inst->kv_dtype), "%s",
 		 o->kv_dtype ? o->kv_dtype : "");
+	inst->tier = o->tier;
 	fprintf(stderr, "%s: starting expertd, kvd, computed (instance %s, "
 		"run dir %s)\n", o->who, inst->name, inst->run_dir);
 	r = cli_instance_up(inst, o->timeout_s, &diag);

@@ -14,6 +14,7 @@ struct cli_session_opts {
 	const char *host_budget, *kv_budget, *kv_spill, *kv_dtype;
 	int timeout_s;
 	const char *who;                         /* "strata run", for messages */
+	const struct cli_tier_args *tier;        /* expert-tier options or NULL */
 };
 
 /*

@@ -32,7 +32,9 @@ static void inst_usage(FILE *f, const char *cmd)
 	"                 [--kv-budget B] [--kv-spill-budget B] [--kv-dtype T]\n"
 	"                 [--numa auto|N|interleave|off] [--loader-threads N]\n"
 	"                 [--max-seqs N] [--page-rows N] [--threads N]\n"
-	"                 [--dense-format bf16|f32] [--timeout SEC] [--help-config]" :
+	"                 [--dense-format bf16|f32] [--timeout SEC] [--help-config]\n"
+	"                 [expert-tier options: --evict, --hot-experts,\n"
+	"                 --state-dir, --prefetch-depth, ... as for strata run]" :
 	!strcmp(cmd, "restart") ? " DAEMON [--timeout SEC]" : "");
 	if (up)
 		fprintf(f, "Starts expertd, kvd and computed for the instance "
@@ -101,15 +103,27 @@ static int parse(int argc, char **argv, const char *cmd,
 		 struct cli_instance *inst, struct st_iconf *conf,
 		 const char **ret_arg, int *timeout_s)
 {
-	struct option opts[N_FLAGS + 5];
+	static const struct option tier_opts[] = { CLI_TIER_LONGOPTS };
+	static struct cli_tier_args tier; /* outlives parse(): inst->tier */
+	struct option opts[N_FLAGS + 5 + sizeof(tier_opts) / sizeof(tier_opts[0])];
 	struct st_diag diag = { "" };
-	int c, is_up = !strcmp(cmd, "up"), n = 0;
+	int c, is_up = !strcmp(cmd, "up"), n = 0, any_tier = 0;
 	const char *config = NULL;
 
 	for (size_t i = 0; i < N_FLAGS; i++)
 		opts[n++] = (struct option){ k_flag_keys[i].flag,
 					     required_argument, NULL,
 					     1000 + (int)i };
+	/* the expert-tier options of strata run, except those that are
+	 * config keys here (--hot-experts, --loader-threads) */
+	for (size_t i = 0; i < sizeof(tier_opts) / sizeof(tier_opts[0]); i++) {
+		int dup = 0;
+
+		for (size_t j = 0; j < N_FLAGS; j++)
+			dup |= !strcmp(tier_opts[i].name, k_flag_keys[j].flag);
+		if (!dup)
+			opts[n++] = tier_opts[i];
+	}
 	opts[n++] = (struct option){ "config", required_argument, NULL, 'C' };
 	opts[n++] = (struct option){ "timeout", required_argument, NULL, 'T' };
 	opts[n++] = (struct option){ "help-config", no_argument, NULL, 'G' };
@@ -145,6 +159,15 @@ static int parse(int argc, char **argv, const char *cmd,
 		case 'T': *timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 120; break;
 		case 'G': st_iconf_print_help(stdout); exit(0);
 		case 'h': inst_usage(stdout, cmd); exit(0);
+		case CLI_OPT_EVICT ... CLI_OPT_HALF_LIFE:
+			if (!is_up) {
+				inst_usage(stderr, cmd);
+				return 2;
+			}
+			if (cli_tier_opt(&tier, c, optarg) < 0)
+				return 2;
+			any_tier = 1;
+			break;
 		default: inst_usage(stderr, cmd); return 2;
 		}
 	}
@@ -203,6 +226,24 @@ static int parse(int argc, char **argv, const char *cmd,
 		}
 		copy(inst->loader_threads, sizeof(inst->loader_threads),
 		     st_iconf_get(conf, "experts.loader_threads"));
+		/* the hot set and the look-ahead go to expertd and computed
+		 * as their tier options */
+		if (st_iconf_is_set(conf, "experts.hot_experts") &&
+		    strcmp(st_iconf_get(conf, "experts.hot_experts"), "auto")) {
+			if (cli_tier_opt(&tier, CLI_OPT_HOT, st_iconf_get(
+					 conf, "experts.hot_experts")) < 0)
+				return 2;
+			any_tier = 1;
+		}
+		if (st_iconf_is_set(conf, "experts.prefetch_distance")) {
+			if (cli_tier_opt(&tier, CLI_OPT_PREFETCH_DEPTH,
+					 st_iconf_get(conf,
+					 "experts.prefetch_distance")) < 0)
+				return 2;
+			any_tier = 1;
+		}
+		if (any_tier)
+			inst->tier = &tier;
 		copy(inst->max_seqs, sizeof(inst->max_seqs),
 		     st_iconf_get(conf, "kv.max_seqs"));
 		copy(inst->page_rows, sizeof(inst->page_rows),
@@ -513,6 +554,14 @@ int cli_cmd_status(int argc, char **argv)
 				       (unsigned long long)s.es_evictions,
 				       (unsigned long long)s.kv_pages_used,
 				       (unsigned long long)s.kv_n_pages);
+			{
+				/* tier figures since the daemons started */
+				struct cw_stats_wire z = { 0 };
+				struct cli_tier_figures tf;
+
+				cli_tier_figures(&z, &s, &tf);
+				cli_tier_print(stdout, &tf);
+			}
 			cw_client_close(cw);
 		}
 	}

@@ -36,6 +36,7 @@ struct ppl_opts {
 	const char *file, *save_base, *kl_base, *keep_spec, *scale_search;
 	int window, json, keep;
 	char experts_spec[512];
+	struct cli_tier_args tier;
 };
 
 static void usage(FILE *f)
@@ -62,6 +63,7 @@ static void usage(FILE *f)
 "  --instance NAME, --run-dir DIR,\n"
 "  --timeout SEC        as for strata run\n"
 "  --json               print the results as one JSON line on stdout\n"
+CLI_TIER_HELP
 "  -h, --help           this text\n"
 "\n"
 "Example (the FP4 cost on the trained fixture):\n"
@@ -90,6 +92,7 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 		{ "keep", no_argument, NULL, 'z' },
 		{ "keep-layers", required_argument, NULL, 'L' },
 		{ "scale-search", required_argument, NULL, 'Z' },
+		CLI_TIER_LONGOPTS,
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -127,6 +130,11 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 		case 'L': o->keep_spec = optarg; break;
 		case 'Z': o->scale_search = optarg; break;
 		case 'h': usage(stdout); exit(0);
+		case CLI_OPT_EVICT ... CLI_OPT_HALF_LIFE:
+			if (cli_tier_opt(&o->tier, c, optarg) < 0)
+				return 2;
+			o->s.tier = &o->tier;
+			break;
 		default: usage(stderr); return 2;
 		}
 	}
@@ -316,6 +324,11 @@ int cli_cmd_perplexity(int argc, char **argv)
 	}
 	fprintf(stderr, "strata perplexity: %s: %zu tokens, windows of %d\n",
 		o.file, n_ids, window);
+	/* tier figures of this run when tier options were given */
+	struct cw_stats_wire ts0 = { 0 }, ts1 = { 0 };
+	struct cli_tier_figures tf;
+	int have_tier = o.s.tier && cw_client_stats(cw, &ts0) == 0;
+
 	for (size_t w0 = 0; w0 < n_ids; w0 += (size_t)window) {
 		uint32_t n = (uint32_t)ST_MIN((size_t)window, n_ids - w0);
 		double wnll;
@@ -413,6 +426,12 @@ int cli_cmd_perplexity(int argc, char **argv)
 			fprintf(h, "log-probabilities of %llu positions saved "
 				"to %s\n", (unsigned long long)scored,
 				o.save_base);
+		if (have_tier && cw_client_stats(cw, &ts1) == 0) {
+			cli_tier_figures(&ts0, &ts1, &tf);
+			cli_tier_print(h, &tf);
+		} else {
+			have_tier = 0;
+		}
 	}
 	if (o.json) {
 		json_t *j = json_pack("{s:s, s:f, s:f, s:I, s:i, s:i}",
@@ -427,6 +446,8 @@ int cli_cmd_perplexity(int argc, char **argv)
 			json_object_set_new(j, "same_top1",
 					    json_real((double)same_top1 / (double)scored));
 		}
+		if (have_tier)
+			cli_tier_json(j, &tf);
 		json_dumpf(j, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10));
 		printf("\n");
 		json_decref(j);

@@ -37,6 +37,7 @@ struct run_opts {
 	const char *keep_spec, *scale_search;
 	char experts_spec[512];
 	int timeout_s;
+	struct cli_tier_args tier;
 };
 
 static void run_usage(FILE *f)
@@ -76,6 +77,7 @@ static void run_usage(FILE *f)
 "  --kv-budget B        kvd page pool in bytes (default: kvd's)\n"
 "  --kv-spill-budget B  let kvd spill idle KV pages to a file of this size\n"
 "  --kv-dtype T         f32 (reference mode, default), f16, bf16, fp8\n"
+CLI_TIER_HELP
 "Instance:\n"
 "  --instance NAME      use this running instance, or start it under this\n"
 "                       name (default: a private one, run-<pid>)\n"
@@ -118,6 +120,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "quiet", no_argument, NULL, 'Q' },
+		CLI_TIER_LONGOPTS,
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -195,6 +198,10 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		case 'j': o->json = 1; break;
 		case 'Q': o->quiet = 1; break;
 		case 'h': run_usage(stdout); exit(0);
+		case CLI_OPT_EVICT ... CLI_OPT_HALF_LIFE:
+			if (cli_tier_opt(&o->tier, c, optarg) < 0)
+				return 2;
+			break;
 		default: run_usage(stderr); return 2;
 		}
 	}
@@ -382,6 +389,9 @@ static void print_summary(const struct run_opts *o,
 			     (double)(res->n_gen - 1) / ((double)res->decode_ns / 1e9) : 0;
 	double hit;
 	char a[32], b[32], c[32];
+	struct cli_tier_figures tf;
+
+	cli_tier_figures(s0, s1, &tf);
 
 	d.es_hits -= s0->es_hits;
 	d.es_misses -= s0->es_misses;
@@ -430,6 +440,7 @@ static void print_summary(const struct run_opts *o,
 		json_object_set_new(j, "text", json_stringn(res->text ? res->text : "",
 							    res->text_len));
 		json_object_set_new(j, "instance", json_string(inst->name));
+		cli_tier_json(j, &tf);
 		json_object_set_new(j, "prefix_rows_reused",
 				    json_integer((json_int_t)d.kv_prefix_rows_reused));
 		json_object_set_new(j, "kv_pages_spilled",
@@ -501,6 +512,7 @@ static void print_summary(const struct run_opts *o,
 		st_format_bytes(d.expert_bytes, a, sizeof(a)),
 		st_format_bytes(d.dense_bytes, b, sizeof(b)),
 		st_format_bytes(d.lm_head_bytes, c, sizeof(c)));
+	cli_tier_print(stderr, &tf);
 }
 
 static char *read_prompt(const char *path)
@@ -576,7 +588,7 @@ int cli_cmd_run(int argc, char **argv)
 			.host_budget = o.host_budget, .kv_budget = o.kv_budget,
 			.kv_spill = o.kv_spill,
 			.kv_dtype = o.kv_dtype, .timeout_s = o.timeout_s,
-			.who = "strata run",
+			.who = "strata run", .tier = &o.tier,
 		};
 
 		r = cli_session_start(&so, sigfd, &inst);

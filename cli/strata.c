@@ -32,6 +32,7 @@ static void usage(FILE *f)
 "  topo      NUMA nodes, cores, caches, GPUs and NVMe; the node to use\n"
 "  plan      memory per tier for a model, workload and budgets; verdict\n"
 "  exec      become one daemon of an instance (what the systemd units run)\n"
+"  activations  per-layer expert activation histogram (expertd statistics)\n"
 "\n"
 "Example:\n"
 "  strata run --model models/kjv-moe --prompt 'In the beginning' --max-tokens 48\n",
@@ -51,6 +52,7 @@ int main(int argc, char **argv)
 		{ "info", cli_cmd_info },
 		{ "restart", cli_cmd_restart }, { "topo", cli_cmd_topo },
 		{ "plan", cli_cmd_plan },     { "exec", cli_cmd_exec },
+		{ "activations", cli_cmd_activations },
 	};
 
 	st_log_set_name("strata");

@@ -39,12 +39,13 @@ static const struct st_iconf_knob knobs[] = {
 	  "--host-budget", 1, "host memory for experts (T1): bytes or a "
 	  "share of all experts" },
 	{ "experts", "hot_experts", ST_ICONF_HOT, 0, 0, NULL, "auto",
-	  "--hot-experts", 0, "experts per layer pinned on the device (T0): "
-	  "a count, bytes, or auto" },
-	{ "experts", "prefetch_distance", ST_ICONF_INT, 0, 8, NULL, "1",
-	  "--prefetch-distance", 0, "layers of router look-ahead for expert "
-	  "prefetch" },
-	{ "experts", "loader_threads", ST_ICONF_INT, 1, 64, NULL, "2",
+	  "--hot-experts", 1, "experts per layer pinned in the host pool, "
+	  "ranked by activation statistics: a count, bytes, or auto (none "
+	  "pinned; eviction by --evict)" },
+	{ "experts", "prefetch_distance", ST_ICONF_INT, 0, 8, NULL, "2",
+	  "--prefetch-distance", 1, "layers of router look-ahead for expert "
+	  "prefetch (0: off)" },
+	{ "experts", "loader_threads", ST_ICONF_INT, 1, 64, NULL, "4",
 	  "--loader-threads", 1, "expertd threads reading the store" },
 	{ "formats", "attention", ST_ICONF_ENUM, 0, 0, "bf16|f32", "bf16",
 	  "--dense-format", 1, "dense weights (attention, embeddings, "

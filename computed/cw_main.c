@@ -18,6 +18,7 @@
 #include "cw_model.h"
 #include "cw_proto.h"
 #include "cw_sampler.h"
+#include "cw_routing.h"
 #include "es_client.h"
 #include "kv_client.h"
 #include "st_build_config.h"
@@ -58,6 +59,8 @@ struct cw_daemon {
 	uint32_t next_gen_id;
 	uint64_t n_generations, prompt_tokens, generated_tokens;
 	uint64_t prefill_ns, decode_ns;
+	struct cw_routing_opts ropts;
+	struct cw_routing *routing;
 };
 
 static void usage(FILE *f)
@@ -80,6 +83,14 @@ static void usage(FILE *f)
 "                         do not depend on it\n"
 "  --numa auto|N|interleave  bind the threads to a NUMA node's cores and\n"
 "                         memory (default: no binding)\n"
+"  --prefetch-depth D     gate look-ahead: hint expertd the experts of the\n"
+"                         next D layers (default 2, 0 = off)\n"
+"  --lookahead-measure    count look-ahead hits for 1..3 layers ahead\n"
+"  --route-trace FILE     forced routing: each layer's experts from a JSONL\n"
+"                         trace ({\"pos\",\"layer\",\"experts\",\"weights\"})\n"
+"  --route-record FILE    write the routing applied as such a trace\n"
+"  --lookahead-oracle     benchmarks: hint the trace's experts instead of\n"
+"                         probing the routers (needs --route-trace)\n"
 "  --version              print the version and exit\n"
 "  -h, --help             this text\n"
 "\n"
@@ -98,6 +109,11 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "connect-timeout", required_argument, NULL, 'c' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "numa", required_argument, NULL, 'N' },
+		{ "prefetch-depth", required_argument, NULL, 0x301 },
+		{ "lookahead-measure", no_argument, NULL, 0x302 },
+		{ "route-trace", required_argument, NULL, 0x303 },
+		{ "route-record", required_argument, NULL, 0x304 },
+		{ "lookahead-oracle", no_argument, NULL, 0x305 },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -112,6 +128,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		d->mopts.n_threads = 1;
 	d->timeout_ms = 10000;
 	d->connect_timeout_ms = 30000;
+	d->ropts.prefetch_depth = CW_DEFAULT_PREFETCH_DEPTH;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': snprintf(d->store_dir, sizeof(d->store_dir), "%s", optarg); break;
@@ -155,6 +172,23 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 			break;
 		}
 		case 'N': d->numa = optarg; break;
+		case 0x301: {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+
+			if (end == optarg || *end || v < 0 ||
+			    v > CW_LOOKAHEAD_MAX_DEPTH) {
+				st_err("--prefetch-depth must be 0..%d",
+				       CW_LOOKAHEAD_MAX_DEPTH);
+				return -EINVAL;
+			}
+			d->ropts.prefetch_depth = (int)v;
+			break;
+		}
+		case 0x302: d->ropts.measure = 1; break;
+		case 0x303: d->ropts.trace_path = optarg; break;
+		case 0x304: d->ropts.record_path = optarg; break;
+		case 0x305: d->ropts.oracle = 1; break;
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("computed %s\n", ST_VERSION); exit(0);
 		default:
@@ -480,6 +514,7 @@ static int handle_stats(struct cw_daemon *d, const struct st_msg_header *h)
 	s.dense_bytes = rs.dense_bytes;
 	s.lm_head_bytes = rs.lm_head_bytes;
 	s.expert_stall_ns = rs.expert_stall_ns;
+	cw_routing_stats(d->routing, d->es, &s);
 	cw_model_kv_bytes_per_token(d->model, &s.kv_bytes_per_token,
 				    &s.kv_formula_bytes_per_token);
 	if (es_client_stats(d->es, &es) == 0) {
@@ -646,6 +681,11 @@ int main(int argc, char **argv)
 		st_err("cannot open the model: %s", diag.msg);
 		goto out;
 	}
+	r = cw_routing_open(d->model, d->es, &d->ropts, &d->routing, &diag);
+	if (r < 0) {
+		st_err("%s", diag.msg);
+		goto out;
+	}
 	r = st_tokenizer_load(d->store_dir, &d->tok, &diag);
 	if (r < 0) {
 		st_err("cannot load the tokenizer of %s: %s", d->store_dir,
@@ -679,6 +719,7 @@ out:
 		unlink(path);
 	st_pidfile_remove(d->run_dir, "computed");
 	st_tokenizer_free(d->tok);
+	cw_routing_close(d->routing);
 	cw_model_close(d->model);
 	kv_client_close(d->kv);
 	es_client_close(d->es);

@@ -47,6 +47,9 @@ struct cw_model {
 	struct cw_kvrow_fmt kvf;           /* K/V row layout (cw_kvrow.h) */
 	cw_route_fn route_fn;
 	void *route_arg;
+	struct cw_route_hooks hooks;
+	float *probe_xn, *probe_logits;    /* look-ahead scratch */
+	float probe_w[CW_MAX_EXPERTS];
 	struct cw_read_stats rs;
 	struct cw_threads *pool;           /* owned; NULL = single thread */
 	/* scratch, grown on demand for n tokens */
@@ -56,6 +59,9 @@ struct cw_model {
 	float *rlogits, *rweights, *moe_out, *eg, *eu, *ea, *ey;
 	int *rexperts;
 };
+
+static void matvec(struct cw_model *m, const struct cw_wview *w,
+		   const float *x, float *y);
 
 /* Bytes a matvec reads from a weight view: elements or codes, scales and
  * the NVFP4 tensor scale (st_wformat_matrix_bytes). */
@@ -322,6 +328,8 @@ static void free_scratch(struct cw_model *m)
 	m->rowp = NULL;
 	free(m->rweights); free(m->moe_out); free(m->eg); free(m->eu);
 	free(m->ea); free(m->ey); free(m->rexperts);
+	free(m->probe_xn); free(m->probe_logits);
+	m->probe_xn = m->probe_logits = NULL;
 	m->x = m->xn = m->q = m->kbuf = m->vbuf = m->att = m->scores = NULL;
 	m->tmp = m->rlogits = m->rweights = m->moe_out = NULL;
 	m->eg = m->eu = m->ea = m->ey = NULL;
@@ -356,6 +364,37 @@ void cw_model_set_route_fn(struct cw_model *m, cw_route_fn fn, void *arg)
 {
 	m->route_fn = fn;
 	m->route_arg = arg;
+}
+
+void cw_model_set_route_hooks(struct cw_model *m,
+			      const struct cw_route_hooks *hooks)
+{
+	if (hooks)
+		m->hooks = *hooks;
+	else
+		memset(&m->hooks, 0, sizeof(m->hooks));
+}
+
+int cw_model_route_probe(struct cw_model *m, int layer, const float *h,
+			 int *ret_experts)
+{
+	const struct st_model_config *c = &m->cfg;
+	const struct cw_layer_w *L;
+
+	if (layer < 0 || layer >= c->n_layers)
+		return -EINVAL;
+	L = &m->layers[layer];
+	if (!m->probe_xn) {
+		m->probe_xn = malloc(sizeof(float) * (size_t)c->hidden_size);
+		m->probe_logits = malloc(sizeof(float) * (size_t)c->n_experts);
+		if (!m->probe_xn || !m->probe_logits)
+			return -ENOMEM;
+	}
+	m->be->rmsnorm(h, L->ffn_norm, L->ffn_norm_dt, c->hidden_size,
+		       c->rms_norm_eps, m->probe_xn);
+	matvec(m, &L->router, m->probe_xn, m->probe_logits);
+	return cw_route_topk(m->probe_logits, c->n_experts, c->top_k,
+			     c->norm_topk_prob, ret_experts, m->probe_w);
 }
 
 void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret)
@@ -724,11 +763,19 @@ int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
 				      c->norm_topk_prob,
 				      m->rexperts + (size_t)t * K,
 				      m->rweights + (size_t)t * K);
+			if (m->hooks.force)
+				m->hooks.force(m->hooks.arg, l,
+					       pos0 + (uint32_t)t,
+					       m->rexperts + (size_t)t * K,
+					       m->rweights + (size_t)t * K, K);
 			if (m->route_fn)
 				m->route_fn(m->route_arg, l, pos0 + (uint32_t)t,
 					    m->rexperts + (size_t)t * K,
 					    m->rweights + (size_t)t * K, K);
 		}
+		if (m->hooks.layer_routed)
+			m->hooks.layer_routed(m->hooks.arg, m, l, pos0, n, m->x,
+					      m->rexperts, K);
 		r = moe_layer(m, l, n, diag);
 		if (r < 0)
 			return r;

@@ -29,6 +29,25 @@
 typedef void (*cw_route_fn)(void *arg, int layer, uint32_t pos,
 			    const int *experts, const float *weights, int k);
 
+/*
+ * Routing hooks (forced routing, gate look-ahead; cw_trace.h,
+ * cw_lookahead.h).  force: after the router of `layer` picked experts[k]
+ * and weights[k] for the token at pos, may replace them (return 1) — the
+ * model then computes with the replaced choice.  layer_routed: once per
+ * layer after every token is routed and before any expert is acquired;
+ * h[n * hidden] is the residual stream after attention, experts[n * k]
+ * the choices applied.  Either may be NULL.
+ */
+struct cw_model;
+struct cw_route_hooks {
+	int (*force)(void *arg, int layer, uint32_t pos, int *experts,
+		     float *weights, int k);
+	void (*layer_routed)(void *arg, struct cw_model *m, int layer,
+			     uint32_t pos0, int n, const float *h,
+			     const int *experts, int k);
+	void *arg;
+};
+
 /* Bytes of weights read, by kind (for the benchmark and the summary). */
 struct cw_read_stats {
 	uint64_t expert_bytes;
@@ -78,6 +97,19 @@ void cw_model_set_route_fn(struct cw_model *m, cw_route_fn fn, void *arg);
 int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
 		  const int32_t *ids, int n, float *ret_logits_all,
 		  float *ret_logits_last, struct st_diag *diag);
+
+/* Sets (or clears with NULL) the routing hooks (copied). */
+void cw_model_set_route_hooks(struct cw_model *m,
+			      const struct cw_route_hooks *hooks);
+
+/*
+ * Gate look-ahead probe: applies layer `layer`'s post-attention RMSNorm and
+ * router to the hidden state h[hidden_size] and writes the top-k experts
+ * (descending) into ret_experts[top_k].  Uses scratch of its own (not
+ * thread-safe with itself).  0 or -EINVAL (layer out of range).
+ */
+int cw_model_route_probe(struct cw_model *m, int layer, const float *h,
+			 int *ret_experts);
 
 /* Accumulated read statistics (since open). */
 void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret);

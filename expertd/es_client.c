@@ -743,3 +743,50 @@ int es_client_shutdown(struct es_client *c)
 {
 	return rpc(c, ST_MSG_SHUTDOWN, NULL, NULL, NULL, NULL, NULL);
 }
+
+/* ---- tiers: routing reports, prefetch hints, tier counters ---- */
+
+void es_client_tier_stats(struct es_client *c, struct es_tier_stats *ret)
+{
+	const struct es_pool_counters *k = &c->v.hdr->c;
+
+	ret->prefetch_loads = atomic_load(&k->prefetch_loads);
+	ret->prefetch_used = atomic_load(&k->prefetch_used);
+	ret->prefetch_wasted = atomic_load(&k->prefetch_wasted);
+	ret->hints = atomic_load(&k->hints);
+	ret->hints_dropped = atomic_load(&k->hints_dropped);
+	ret->routed = atomic_load(&k->routed);
+	ret->rereads = atomic_load(&k->rereads);
+	ret->hot_slots = atomic_load(&k->hot_slots);
+	ret->direct_io = atomic_load(&k->direct_io);
+	ret->io_busy_ns = atomic_load(&k->io_busy_ns);
+	ret->hits = atomic_load(&k->hits);
+	ret->misses = atomic_load(&k->misses);
+	ret->evictions = atomic_load(&k->evictions);
+	ret->loads = atomic_load(&k->loads);
+	ret->load_bytes = atomic_load(&k->load_bytes);
+	ret->load_ns = atomic_load(&k->load_ns);
+	ret->checksum_failures = atomic_load(&k->checksum_failures);
+}
+
+int es_client_route(struct es_client *c, int layer, uint32_t pos,
+		    int n_tokens, int k, const int *experts, int n_hint,
+		    const int *hint_layer, const int *hint_expert,
+		    struct st_diag *diag)
+{
+	struct st_wbuf w;
+	int r;
+
+	if (layer < 0 || n_tokens < 0 || k < 0 || n_hint < 0 ||
+	    n_hint > ES_ROUTE_MAX_HINT || k > ES_ROUTE_MAX_K)
+		return st_diag_set(diag, -EINVAL, "es_client_route: bad "
+				   "arguments (layer %d, %d tokens, k %d, %d "
+				   "hints)", layer, n_tokens, k, n_hint);
+	st_wbuf_init(&w);
+	es_route_req_encode(&w, (uint32_t)getpid(), (uint32_t)layer, pos,
+			    (uint32_t)n_tokens, (uint32_t)k, experts,
+			    (uint32_t)n_hint, hint_layer, hint_expert);
+	r = w.err ? w.err : rpc(c, ES_MSG_ROUTE, &w, NULL, NULL, NULL, diag);
+	st_wbuf_fini(&w);
+	return r;
+}

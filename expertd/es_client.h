@@ -98,6 +98,38 @@ void es_client_release(struct es_client *c, int layer, int n,
 /* Reads counters.  0 or a negative code. */
 int es_client_stats(struct es_client *c, struct es_stats *ret);
 
+/* Tier counters read from the pool segment (no message): they live in the
+ * pool header and survive expertd restarts that adopt the segment. */
+struct es_tier_stats {
+	uint64_t prefetch_loads;   /* loads started by a hint */
+	uint64_t prefetch_used;    /* of those, used before eviction */
+	uint64_t prefetch_wasted;  /* of those, evicted unused */
+	uint64_t hints;            /* hinted (layer, expert) entries */
+	uint64_t hints_dropped;    /* stale or superseded */
+	uint64_t routed;           /* routing choices reported */
+	uint64_t rereads;          /* records read twice (checksum) */
+	uint64_t hot_slots;        /* hot set size (experts) */
+	uint64_t direct_io;        /* 1: reads bypass the page cache */
+	uint64_t io_busy_ns;       /* wall time with a read in flight */
+	uint64_t hits, misses, evictions, loads, load_bytes, load_ns;
+	uint64_t checksum_failures;
+};
+
+/* Fills *ret from the mapped pool header.  Never fails. */
+void es_client_tier_stats(struct es_client *c, struct es_tier_stats *ret);
+
+/*
+ * Reports the routing of `layer` for tokens pos .. pos+n_tokens-1
+ * (experts[n_tokens * k]) and hints the experts the gate look-ahead
+ * expects next (n_hint pairs hint_layer[i], hint_expert[i], nearest layer
+ * first) in one ES_MSG_ROUTE.  expertd updates its activation statistics
+ * and prefetches.  0 or a negative code (-ST_E_PEERGONE, -ST_E_PROTO ...).
+ */
+int es_client_route(struct es_client *c, int layer, uint32_t pos,
+		    int n_tokens, int k, const int *experts, int n_hint,
+		    const int *hint_layer, const int *hint_expert,
+		    struct st_diag *diag);
+
 /* Asks expertd to exit cleanly.  0 or a negative code. */
 int es_client_shutdown(struct es_client *c);
 

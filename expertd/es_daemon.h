@@ -20,6 +20,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "es_actstats.h"
 #include "es_pool.h"
 #include "es_proto.h"
 #include "st_error.h"
@@ -29,10 +30,30 @@
 #include "st_store.h"
 
 #define ES_DAEMON_NAME "expertd"
-#define ES_DEFAULT_LOADER_THREADS 2
+#define ES_DEFAULT_LOADER_THREADS 4
 #define ES_MAX_LOADER_THREADS 64
 /* How often registered clients' pids are checked (ms). */
 #define ES_REAP_INTERVAL_MS 100
+
+/* Eviction policies of the host tier (--evict). */
+enum es_evict_policy {
+	ES_EVICT_LRU = 0,   /* least recently used (last_use_ns) */
+	ES_EVICT_LFRU = 1,  /* least decayed activation count (LRFU CRF,
+			     * es_actstats.h), ties by last use */
+};
+
+/* What the eviction choice may consult (es_policy.c).  Borrowed from the
+ * daemon; every pointer may be NULL (then plain LRU). */
+struct es_evict_ctx {
+	enum es_evict_policy policy;
+	const struct es_actstats *stats;
+	const uint8_t *hot_key;     /* [n_layers * n_experts] 1 = hot set */
+	const uint8_t *protect;     /* [n_slots] 1 = prefetched, not yet used */
+	int strict;                 /* never fall back to hot/protected */
+};
+
+#define ES_DEFAULT_PREFETCH_INFLIGHT 4
+#define ES_DEFAULT_STATS_SAVE_S 60
 
 /* Command-line options, resolved. */
 struct es_opts {
@@ -44,6 +65,15 @@ struct es_opts {
 	int test_load_delay_ms;       /* fault injection for tests, 0 = off */
 	int no_verify_adopted;        /* skip re-hashing READY slots on adopt */
 	const char *numa;             /* --numa: NULL = no binding */
+	enum es_evict_policy evict;   /* --evict */
+	int hot_experts;              /* --hot-experts N per layer (0 = none) */
+	const char *hot_text;         /* --hot-experts as given (N or bytes) */
+	double half_life;             /* --stats-half-life, tokens */
+	const char *state_dir;        /* --state-dir (NULL: run dir) */
+	int stats_save_s;             /* --stats-save-interval, s (0 = exit only) */
+	int no_prefetch;              /* --no-prefetch: ignore hints */
+	int prefetch_inflight;        /* --prefetch-inflight */
+	int no_direct_io;             /* --no-direct-io: buffered reads */
 };
 
 /* ---- es_pool.c ---- */
@@ -55,6 +85,7 @@ struct es_pool {
 	struct es_pool_geom geom;
 	struct es_pool_layout layout;
 	int adopted;                  /* 1 if taken over from a dead owner */
+	const struct es_evict_ctx *ev; /* eviction inputs, NULL: LRU */
 	/* pidfd of each registered client (-1: none; then kill(pid, 0) and
 	 * /proc decide).  Unlike a pid, a pidfd sees a zombie as dead and is
 	 * never confused by pid reuse. */
@@ -124,21 +155,52 @@ uint64_t es_pool_slots_used(const struct es_pool *p);
  */
 int es_policy_pick_victim(const struct es_pool_view *v, const uint8_t *skip);
 
+/*
+ * The policy's choice (ev->policy) among READY unpinned slots not in
+ * skip[], preferring slots neither hot (ev->hot_key) nor protected
+ * (ev->protect); only when every candidate is hot or protected is one of
+ * those returned.  ev NULL: es_policy_pick_victim.  Returns the slot or -1;
+ * *ret_hot 1 when the victim was hot or protected.
+ */
+int es_policy_pick(const struct es_evict_ctx *ev,
+		   const struct es_pool_view *v, const uint8_t *skip,
+		   int *ret_hot);
+
+/* Parses --evict NAME ("lru", "lfru").  0 or -EINVAL. */
+int es_policy_parse(const char *name, enum es_evict_policy *ret);
+
 /* ---- es_loader.c ---- */
 
 struct es_loader;
 
 /*
  * Starts n_threads loader threads reading records of `store` into pool p
- * (both borrowed, must outlive the loader).  Opens every expert file.
+ * (both borrowed, must outlive the loader).  Opens every expert file, with
+ * O_DIRECT when `direct` (records are 4 KiB-aligned in the file and in the
+ * pool) falling back to buffered reads where the file system refuses it.
+ * A record whose checksum fails is read once more before it is refused.
  * delay_ms > 0 sleeps that long before each read (tests only).
  */
 int es_loader_start(struct es_loader **ret, struct es_pool *p,
 		    const struct st_store *store, int n_threads, int delay_ms,
-		    struct st_diag *diag);
+		    int direct, struct st_diag *diag);
 
-/* Queues a load of `key` into LOADING slot s.  Never blocks on I/O. */
+/* Queues a load of `key` into LOADING slot s (a demand miss: served before
+ * every prefetch).  Never blocks on I/O. */
 int es_loader_queue(struct es_loader *l, uint32_t s, uint64_t key);
+
+/* Queues a prefetch load (below demand misses).  Never blocks. */
+int es_loader_queue_prefetch(struct es_loader *l, uint32_t s, uint64_t key);
+
+/* A prefetch still waiting in the queue for slot s becomes a demand load
+ * (a client now waits for it).  Returns 1 if one was moved. */
+int es_loader_promote(struct es_loader *l, uint32_t s);
+
+/* Prefetch loads queued or being read now. */
+int es_loader_prefetch_inflight(struct es_loader *l);
+
+/* 1 when the expert files are read with O_DIRECT (page cache bypassed). */
+int es_loader_direct(const struct es_loader *l);
 
 /* 0, or the error of a failed load of key (and its message into buf) so
  * that a later ACQUIRE is refused at once without re-reading. */
@@ -191,7 +253,46 @@ struct es_daemon {
 	int sig_fd;
 	int stop;                 /* set by SHUTDOWN or a stop signal */
 	uint64_t next_reap_ns;
+	/* tiers (es_tiers.c) */
+	struct es_actstats stats;
+	char stats_path[1200];
+	uint64_t next_save_ns, next_rank_ns;
+	uint64_t rank_tokens;          /* stats.tokens at the last re-rank */
+	struct es_evict_ctx ev;
+	uint8_t *hot_key;              /* [n_layers * n_experts] */
+	uint8_t *protect;              /* [n_slots] prefetched, not yet used */
+	uint32_t *pending;             /* [ES_ROUTE_MAX_HINT] hinted keys' ix */
+	uint32_t n_pending, pending_next;
+	uint64_t cur_pos;              /* latest ROUTE: position and layer */
+	uint32_t cur_layer;
 };
+
+/* ---- es_tiers.c ---- */
+
+/* Sets up statistics (loaded from the state directory when present), the
+ * hot set and the prefetcher.  0 or negative with diag. */
+int es_tiers_init(struct es_daemon *d, struct st_diag *diag);
+
+/* Loads the hot set's experts that are not resident (start-up warm-up and
+ * after a re-rank); never evicts a pinned or loading slot. */
+void es_tiers_warm(struct es_daemon *d);
+
+/* Handles a decoded ROUTE: statistics, prefetch usage, new hints. */
+void es_tiers_route(struct es_daemon *d, int client,
+		    const struct es_route_req *req);
+
+/* A slot of key was acquired by a client (used): prefetch accounting. */
+void es_tiers_used(struct es_daemon *d, uint32_t slot);
+
+/* Slot s is being evicted (its key leaves the pool). */
+void es_tiers_evicting(struct es_daemon *d, uint32_t slot);
+
+/* Periodic work of the server loop: start queued prefetches, re-rank the
+ * hot set, save statistics.  Returns the ms until it wants to run again. */
+int es_tiers_tick(struct es_daemon *d);
+
+/* Saves the statistics (shutdown) and frees. */
+void es_tiers_fini(struct es_daemon *d);
 
 /* Binds the REP and PUB sockets of the daemon.  0 or negative with diag. */
 int es_server_bind(struct es_daemon *d, struct st_diag *diag);

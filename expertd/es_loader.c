@@ -4,9 +4,20 @@
  * then publish READY, or FAILED with the error.  The server thread only
  * queues work here, so a handler never blocks on I/O (DESIGN.md section 4).
  *
- * The queue holds at most one entry per slot (a slot is queued when it
- * turns LOADING and leaves LOADING only here), so a ring of n_slots entries
- * never overflows.
+ * Two queues: demand misses (a client waits) and prefetches (hinted by
+ * the gate look-ahead); a free thread always takes a demand miss first.
+ * Each holds at most one entry per slot (a slot is queued when it turns
+ * LOADING and leaves LOADING only here), so rings of n_slots entries never
+ * overflow.
+ *
+ * The NVMe tier: expert files are opened with O_DIRECT, so reads bypass
+ * the page cache (records are 4 KiB-aligned in the file, record sizes are
+ * multiples of 4 KiB and pool slots are 4 KiB-aligned, as O_DIRECT wants)
+ * and the figures are those of the device, not of cached pages.  The
+ * threads are the I/O engine: n_threads reads in flight.  A slot becomes
+ * READY only after its whole record is read and its checksum matched
+ * (es_pool_slot_publish after st_store_read_record), so a half-filled
+ * slot is never visible to a client.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -32,8 +43,14 @@ struct es_loader {
 	int delay_ms;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
-	struct es_load *ring;            /* [cap] */
+	struct es_load *ring;            /* [cap] demand misses */
 	uint32_t cap, head, n;
+	struct es_load *pring;           /* [cap] prefetches */
+	uint32_t phead, pn;
+	int p_active;                    /* prefetches being read */
+	int direct;                      /* files opened with O_DIRECT */
+	int reading;                     /* reads in flight (under mu) */
+	uint64_t busy_since;             /* when reading went 0 -> 1 */
 	int stopping;
 	int n_threads;
 	pthread_t *threads;
@@ -56,11 +73,32 @@ static void load_one(struct es_loader *l, const struct es_load *job)
 
 	if (l->delay_ms > 0)
 		st_sleep_ns((uint64_t)l->delay_ms * 1000000ull);
+	pthread_mutex_lock(&l->mu);
+	if (l->reading++ == 0)
+		l->busy_since = st_now_ns();
+	pthread_mutex_unlock(&l->mu);
+	t0 = st_now_ns();
 	r = st_store_read_record(l->store, l->fds[layer], (int)layer,
 				 (int)expert, es_pool_record(&p->v, job->slot),
 				 &diag);
+	if (r == -ST_E_CHECKSUM) {
+		/* A transient bad read (or a bad cached page) passes the second
+		 * time; a corrupt record fails again and is refused. */
+		atomic_fetch_add(&p->v.hdr->c.rereads, 1);
+		st_warn("layer %u expert %u: %s; reading it again", layer,
+			expert, diag.msg);
+		r = st_store_read_record(l->store, l->fds[layer], (int)layer,
+					 (int)expert,
+					 es_pool_record(&p->v, job->slot),
+					 &diag);
+	}
 	atomic_fetch_add(&p->v.hdr->c.loads, 1);
 	atomic_fetch_add(&p->v.hdr->c.load_ns, st_now_ns() - t0);
+	pthread_mutex_lock(&l->mu);
+	if (--l->reading == 0)
+		atomic_fetch_add(&p->v.hdr->c.io_busy_ns,
+				 st_now_ns() - l->busy_since);
+	pthread_mutex_unlock(&l->mu);
 	if (r == 0) {
 		/* bytes read: the layer's record, which may be smaller than
 		 * the slot (layers of different formats) */
@@ -89,19 +127,33 @@ static void *loader_main(void *arg)
 
 	for (;;) {
 		struct es_load job;
+		int pre = 0;
 
 		pthread_mutex_lock(&l->mu);
-		while (!l->n && !l->stopping)
+		while (!l->n && !l->pn && !l->stopping)
 			pthread_cond_wait(&l->cv, &l->mu);
 		if (l->stopping) {
 			pthread_mutex_unlock(&l->mu);
 			return NULL;
 		}
-		job = l->ring[l->head];
-		l->head = (l->head + 1) % l->cap;
-		l->n--;
+		if (l->n) {
+			job = l->ring[l->head];
+			l->head = (l->head + 1) % l->cap;
+			l->n--;
+		} else {
+			job = l->pring[l->phead];
+			l->phead = (l->phead + 1) % l->cap;
+			l->pn--;
+			l->p_active++;
+			pre = 1;
+		}
 		pthread_mutex_unlock(&l->mu);
 		load_one(l, &job);
+		if (pre) {
+			pthread_mutex_lock(&l->mu);
+			l->p_active--;
+			pthread_mutex_unlock(&l->mu);
+		}
 	}
 }
 
@@ -123,6 +175,7 @@ static void loader_free(struct es_loader *l)
 	free(l->fail_err);
 	free(l->fds);
 	free(l->ring);
+	free(l->pring);
 	free(l->threads);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);
@@ -131,7 +184,7 @@ static void loader_free(struct es_loader *l)
 
 int es_loader_start(struct es_loader **ret, struct es_pool *p,
 		    const struct st_store *store, int n_threads, int delay_ms,
-		    struct st_diag *diag)
+		    int direct, struct st_diag *diag)
 {
 	uint64_t n_keys = (uint64_t)store->n_layers * store->n_experts;
 	struct es_loader *l = calloc(1, sizeof(*l));
@@ -148,10 +201,11 @@ int es_loader_start(struct es_loader **ret, struct es_pool *p,
 	pthread_cond_init(&l->cv, NULL);
 	l->fds = malloc(sizeof(int) * (size_t)store->n_layers);
 	l->ring = calloc(l->cap, sizeof(*l->ring));
+	l->pring = calloc(l->cap, sizeof(*l->pring));
 	l->threads = calloc((size_t)n_threads, sizeof(pthread_t));
 	l->fail_err = calloc(n_keys, sizeof(int));
 	l->fail_msg = calloc(n_keys, sizeof(char *));
-	if (!l->fds || !l->ring || !l->threads || !l->fail_err ||
+	if (!l->fds || !l->ring || !l->pring || !l->threads || !l->fail_err ||
 	    !l->fail_msg) {
 		free(l->fds);
 		l->fds = NULL;
@@ -165,13 +219,35 @@ int es_loader_start(struct es_loader **ret, struct es_pool *p,
 
 		r = st_store_path(store, store->expert_files[i], path,
 				  sizeof(path));
-		if (r == 0) {
+		if (r == 0 && direct) {
+			/* tmpfs and some FUSE file systems refuse O_DIRECT */
+			l->fds[i] = open(path, O_RDONLY | O_CLOEXEC | O_DIRECT);
+			if (l->fds[i] < 0 && errno != EINVAL)
+				r = st_diag_set(diag, -errno,
+						"cannot open expert file %s: "
+						"%s", path, strerror(errno));
+		}
+		if (r == 0 && l->fds[i] < 0) {
+			if (direct && i == 0)
+				st_warn("%s: the file system refuses O_DIRECT; "
+					"expert reads go through the page cache",
+					path);
 			l->fds[i] = open(path, O_RDONLY | O_CLOEXEC);
 			if (l->fds[i] < 0)
 				r = st_diag_set(diag, -errno,
 						"cannot open expert file %s: "
 						"%s", path, strerror(errno));
 		}
+	}
+	if (r == 0) {
+		l->direct = direct;
+		for (int i = 0; i < store->n_layers && l->direct; i++) {
+			int fl = fcntl(l->fds[i], F_GETFL);
+
+			if (fl < 0 || !(fl & O_DIRECT))
+				l->direct = 0;
+		}
+		atomic_store(&p->v.hdr->c.direct_io, (uint64_t)l->direct);
 	}
 	for (int i = 0; i < n_threads && !r; i++) {
 		r = -pthread_create(&l->threads[i], NULL, loader_main, l);
@@ -201,6 +277,62 @@ int es_loader_queue(struct es_loader *l, uint32_t s, uint64_t key)
 	pthread_cond_signal(&l->cv);
 	pthread_mutex_unlock(&l->mu);
 	return 0;
+}
+
+int es_loader_queue_prefetch(struct es_loader *l, uint32_t s, uint64_t key)
+{
+	pthread_mutex_lock(&l->mu);
+	if (l->pn == l->cap) {
+		pthread_mutex_unlock(&l->mu);
+		return -ST_E_BUSY;
+	}
+	l->pring[(l->phead + l->pn) % l->cap] = (struct es_load){ s, key };
+	l->pn++;
+	pthread_cond_signal(&l->cv);
+	pthread_mutex_unlock(&l->mu);
+	return 0;
+}
+
+int es_loader_promote(struct es_loader *l, uint32_t s)
+{
+	int moved = 0;
+
+	pthread_mutex_lock(&l->mu);
+	for (uint32_t i = 0; i < l->pn; i++) {
+		uint32_t at = (l->phead + i) % l->cap;
+		struct es_load job = l->pring[at];
+
+		if (job.slot != s)
+			continue;
+		/* close the gap, keeping the order of the others */
+		for (uint32_t j = i; j + 1 < l->pn; j++)
+			l->pring[(l->phead + j) % l->cap] =
+				l->pring[(l->phead + j + 1) % l->cap];
+		l->pn--;
+		if (l->n < l->cap) {
+			l->ring[(l->head + l->n) % l->cap] = job;
+			l->n++;
+		}
+		moved = 1;
+		break;
+	}
+	pthread_mutex_unlock(&l->mu);
+	return moved;
+}
+
+int es_loader_prefetch_inflight(struct es_loader *l)
+{
+	int n;
+
+	pthread_mutex_lock(&l->mu);
+	n = (int)l->pn + l->p_active;
+	pthread_mutex_unlock(&l->mu);
+	return n;
+}
+
+int es_loader_direct(const struct es_loader *l)
+{
+	return l->direct;
 }
 
 int es_loader_failure(struct es_loader *l, uint64_t key, char *buf,

@@ -37,6 +37,14 @@ enum {
 	OPT_NO_VERIFY_ADOPTED,
 	OPT_VERSION,
 	OPT_NUMA,
+	OPT_EVICT,
+	OPT_HOT,
+	OPT_HALF_LIFE,
+	OPT_STATE_DIR,
+	OPT_SAVE_S,
+	OPT_NO_PREFETCH,
+	OPT_PF_INFLIGHT,
+	OPT_NO_DIRECT,
 };
 
 static const struct es_optdef es_optdefs[] = {
@@ -56,7 +64,32 @@ static const struct es_optdef es_optdefs[] = {
 	  "(25%); must hold one layer's top-k experts\n"
 	  "(default: 100%)" },
 	{ "loader-threads", 't', "N",
-	  "threads reading the store (default: 2, max 64)" },
+	  "threads reading the store: reads in flight\n"
+	  "(default: 4, max 64)" },
+	{ "evict", OPT_EVICT, "lru|lfru",
+	  "eviction policy of unpinned slots: least\n"
+	  "recently used, or least decayed activation\n"
+	  "count (LRFU: recency and frequency; default)" },
+	{ "hot-experts", OPT_HOT, "N|BYTES",
+	  "pin the N most activated experts of each layer\n"
+	  "(or as many as BYTES hold, e.g. 2GiB) in the\n"
+	  "pool, re-ranked as traffic shifts (default 0)" },
+	{ "stats-half-life", OPT_HALF_LIFE, "TOKENS",
+	  "half-life of the activation counts (default 1024)" },
+	{ "state-dir", OPT_STATE_DIR, "DIR",
+	  "where activations.bin is kept across restarts\n"
+	  "(default: the run directory)" },
+	{ "stats-save-interval", OPT_SAVE_S, "SEC",
+	  "save the statistics every SEC s as well as at\n"
+	  "exit (default 60, 0 = at exit only)" },
+	{ "no-prefetch", OPT_NO_PREFETCH, NULL,
+	  "ignore the clients' prefetch hints" },
+	{ "prefetch-inflight", OPT_PF_INFLIGHT, "N",
+	  "prefetch loads queued or reading at once\n"
+	  "(default 4)" },
+	{ "no-direct-io", OPT_NO_DIRECT, NULL,
+	  "read the store through the page cache (default:\n"
+	  "O_DIRECT, so the NVMe tier is measured as is)" },
 	{ "no-verify-adopted", OPT_NO_VERIFY_ADOPTED, NULL,
 	  "after a crash, keep the pool's experts without\n"
 	  "re-hashing them (faster restart)" },
@@ -75,9 +108,11 @@ static void usage(FILE *f)
 		"usage: expertd --store DIR [--instance NAME] [options]\n"
 		"\n"
 		"expertd keeps the experts of a strata store in a host-memory "
-		"pool shared with\ncomputed (POSIX shm), loads them from the "
-		"store on demand (checksums verified)\nand evicts the least "
-		"recently used unpinned ones when the budget is full.\n"
+		"pool shared with\ncomputed (POSIX shm), reads them from the "
+		"store with O_DIRECT on demand or ahead\nof use when computed "
+		"hints them (checksums verified), and evicts unpinned ones\n"
+		"by activation statistics (or recency) when the budget is "
+		"full.\n"
 		"\noptions:\n");
 	for (size_t i = 0; i < ST_ARRAY_SIZE(es_optdefs); i++) {
 		const struct es_optdef *o = &es_optdefs[i];
@@ -145,6 +180,10 @@ static int parse_args(int argc, char **argv, struct es_opts *o)
 	memset(o, 0, sizeof(*o));
 	o->instance = ST_DEFAULT_INSTANCE;
 	o->loader_threads = ES_DEFAULT_LOADER_THREADS;
+	o->evict = ES_EVICT_LFRU;
+	o->half_life = ES_ACTSTATS_DEFAULT_HALF_LIFE;
+	o->stats_save_s = ES_DEFAULT_STATS_SAVE_S;
+	o->prefetch_inflight = ES_DEFAULT_PREFETCH_INFLIGHT;
 	for (size_t i = 0; i < ST_ARRAY_SIZE(es_optdefs); i++) {
 		const struct es_optdef *d = &es_optdefs[i];
 
@@ -180,6 +219,39 @@ static int parse_args(int argc, char **argv, struct es_opts *o)
 			break;
 		case OPT_NO_VERIFY_ADOPTED: o->no_verify_adopted = 1; break;
 		case OPT_NUMA: o->numa = optarg; break;
+		case OPT_EVICT:
+			if (es_policy_parse(optarg, &o->evict) < 0) {
+				fprintf(stderr, "expertd: --evict must be lru "
+					"or lfru, not '%s'\n", optarg);
+				return -EINVAL;
+			}
+			break;
+		case OPT_HOT: o->hot_text = optarg; break;
+		case OPT_HALF_LIFE: {
+			char *end;
+
+			o->half_life = strtod(optarg, &end);
+			if (end == optarg || *end || !(o->half_life >= 1) ||
+			    o->half_life > 1e12) {
+				fprintf(stderr, "expertd: --stats-half-life "
+					"wants a number of tokens >= 1\n");
+				return -EINVAL;
+			}
+			break;
+		}
+		case OPT_STATE_DIR: o->state_dir = optarg; break;
+		case OPT_SAVE_S:
+			if (parse_int("stats-save-interval", optarg, 0, 86400,
+				      &o->stats_save_s) < 0)
+				return -EINVAL;
+			break;
+		case OPT_NO_PREFETCH: o->no_prefetch = 1; break;
+		case OPT_PF_INFLIGHT:
+			if (parse_int("prefetch-inflight", optarg, 1, 4096,
+				      &o->prefetch_inflight) < 0)
+				return -EINVAL;
+			break;
+		case OPT_NO_DIRECT: o->no_direct_io = 1; break;
 		case OPT_VERSION: printf("expertd %s\n", ST_VERSION); return 1;
 		case 'h': usage(stdout); return 1;
 		default:
@@ -283,10 +355,35 @@ static int check_shm_space(const char *instance, uint64_t need,
 
 /* Tears down what start-up built, in reverse order.  destroy_pool: unlink
  * the segment (clean exit, or a fresh segment nobody used). */
+/* --hot-experts: N per layer, or a size whose records it holds. */
+static int resolve_hot(struct es_daemon *d, struct st_diag *diag)
+{
+	const char *t = d->opt.hot_text;
+	uint64_t bytes, per;
+	char *end;
+	long n;
+
+	if (!t)
+		return 0;
+	n = strtol(t, &end, 10);
+	if (end != t && !*end && n >= 0 && n <= 65536) {
+		d->opt.hot_experts = (int)n;
+		return 0;
+	}
+	if (st_parse_size(t, &bytes) < 0)
+		return st_diag_set(diag, -EINVAL, "--hot-experts '%s' is "
+				   "neither a count per layer nor a size "
+				   "(2GiB)", t);
+	per = d->pool.geom.record_bytes * d->pool.geom.n_layers;
+	d->opt.hot_experts = (int)ST_MIN(bytes / per, 65536);
+	return 0;
+}
+
 static void daemon_fini(struct es_daemon *d, int destroy_pool)
 {
 	es_loader_stop(d->loader);
 	d->loader = NULL;
+	es_tiers_fini(d);
 	if (d->pool.shm.base)
 		es_pool_close(&d->pool, destroy_pool);
 	es_server_close(d);
@@ -396,8 +493,14 @@ int main(int argc, char **argv)
 		st_warn("expert pool stays where the kernel puts it: %s",
 			diag.msg);
 
-	r = es_loader_start(&d.loader, &d.pool, d.store, d.opt.loader_threads,
-			    d.opt.test_load_delay_ms, &diag);
+	r = resolve_hot(&d, &diag);
+	if (r == 0)
+		r = es_tiers_init(&d, &diag);
+	if (r == 0)
+		r = es_loader_start(&d.loader, &d.pool, d.store,
+				    d.opt.loader_threads,
+				    d.opt.test_load_delay_ms,
+				    !d.opt.no_direct_io, &diag);
 	if (r == 0)
 		r = es_server_bind(&d, &diag);
 	if (r == 0)
@@ -409,17 +512,22 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
+	es_tiers_warm(&d);
 	if (d.pool.adopted)
 		es_server_publish(&d, ES_EVT_EPOCH);
 	es_server_publish(&d, ES_EVT_READY);
 	st_info("serving store %s (%u layers x %u experts, top-k %u) on %s: "
-		"%u slots of %s = %s%s, epoch %" PRIu64,
+		"%u slots of %s = %s%s, epoch %" PRIu64 "; evict %s, hot %d "
+		"per layer, reads %s",
 		d.store->dir, geom.n_layers, geom.n_experts, geom.top_k,
 		d.ctl_path, geom.n_slots,
 		st_format_bytes(geom.record_bytes, b1, sizeof(b1)),
 		st_format_bytes(d.pool.layout.data_bytes, b2, sizeof(b2)),
 		d.pool.adopted ? " (adopted after a crash)" : "",
-		atomic_load(&d.pool.v.shm->epoch));
+		atomic_load(&d.pool.v.shm->epoch),
+		d.opt.evict == ES_EVICT_LFRU ? "lfru" : "lru",
+		d.opt.hot_experts,
+		es_loader_direct(d.loader) ? "O_DIRECT" : "buffered");
 
 	st_sd_notify_ready("serving experts");
 	es_server_run(&d);

@@ -1,10 +1,16 @@
 /*
  * es_policy.c — residency policy of the host tier: which READY expert to
- * evict when a new one needs a slot.  This slice uses least-recently-used
- * (last_use_ns is stamped by expertd on every ACQUIRE and by clients on
- * every fast-path hit).  The NVMe-tier policy, decayed activation counts and
- * prefetch come later behind the same interface (es_daemon.h).
+ * evict when a new one needs a slot.  LRU uses last_use_ns (stamped by
+ * expertd on every ACQUIRE and ROUTE and by clients on every fast-path
+ * hit); LFRU uses the decayed activation count of the slot's expert
+ * (es_actstats.h), which weighs recency and frequency in one value (LRFU),
+ * with last use breaking ties.  Hot-set and not-yet-used prefetched slots
+ * are passed over while any other candidate exists.  Pinned, LOADING and
+ * EVICTING slots are never candidates (PITFALLS P12).
  */
+#include <string.h>
+#include <errno.h>
+
 #include "es_daemon.h"
 
 int es_policy_pick_victim(const struct es_pool_view *v, const uint8_t *skip)
@@ -30,4 +36,79 @@ int es_policy_pick_victim(const struct es_pool_view *v, const uint8_t *skip)
 		}
 	}
 	return best;
+}
+
+int es_policy_parse(const char *name, enum es_evict_policy *ret)
+{
+	if (!strcmp(name, "lru"))
+		*ret = ES_EVICT_LRU;
+	else if (!strcmp(name, "lfru"))
+		*ret = ES_EVICT_LFRU;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+/* Victim score, lower evicts first: LRU the last use; LFRU the decayed
+ * activation count of the slot's expert (recency and frequency in one
+ * value), last use breaking ties. */
+static void score_of(const struct es_evict_ctx *ev,
+		     const struct es_pool_view *v, struct es_slot *sl,
+		     double *ret_primary, uint64_t *ret_last)
+{
+	uint64_t key = atomic_load(&sl->key);
+
+	*ret_last = atomic_load_explicit(&sl->last_use_ns,
+					 memory_order_relaxed);
+	*ret_primary = 0;
+	if (ev->policy == ES_EVICT_LFRU && ev->stats && key != ES_KEY_NONE &&
+	    es_key_layer(key) < v->n_layers &&
+	    es_key_expert(key) < v->n_experts)
+		*ret_primary = es_actstats_value(ev->stats, es_key_layer(key),
+						 es_key_expert(key));
+}
+
+int es_policy_pick(const struct es_evict_ctx *ev,
+		   const struct es_pool_view *v, const uint8_t *skip,
+		   int *ret_hot)
+{
+	*ret_hot = 0;
+	if (!ev)
+		return es_policy_pick_victim(v, skip);
+	/* pass 0: neither hot nor protected; pass 1: any */
+	for (int pass = 0; pass < (ev->strict ? 1 : 2); pass++) {
+		double best_p = 0;
+		uint64_t best_t = UINT64_MAX;
+		int best = -1;
+
+		for (uint32_t s = 0; s < v->n_slots; s++) {
+			struct es_slot *sl = &v->slots[s];
+			uint64_t key, t;
+			double p;
+
+			if ((skip && skip[s]) ||
+			    atomic_load(&sl->state) != ES_SLOT_READY ||
+			    es_slot_pin_sum(sl) != 0)
+				continue;
+			key = atomic_load(&sl->key);
+			if (pass == 0 &&
+			    ((ev->protect && ev->protect[s]) ||
+			     (ev->hot_key && key != ES_KEY_NONE &&
+			      ev->hot_key[es_pool_index(v, es_key_layer(key),
+							es_key_expert(key))])))
+				continue;
+			score_of(ev, v, sl, &p, &t);
+			if (best < 0 || p < best_p ||
+			    (p == best_p && t < best_t)) {
+				best = (int)s;
+				best_p = p;
+				best_t = t;
+			}
+		}
+		if (best >= 0) {
+			*ret_hot = pass;
+			return best;
+		}
+	}
+	return -1;
 }

@@ -250,6 +250,9 @@ static void handle_acquire(struct es_daemon *d, const struct st_msg_header *h,
 				pinned[i] = 1;
 			}
 			atomic_store(&sl->last_use_ns, now);
+			if (st == ES_SLOT_LOADING && d->protect && d->protect[s])
+				es_loader_promote(d->loader, (uint32_t)s);
+			es_tiers_used(d, (uint32_t)s);
 			ents[i].status = st == ES_SLOT_READY ? ES_ACQ_READY :
 							       ES_ACQ_PENDING;
 			ents[i].slot = (uint32_t)s;
@@ -269,8 +272,11 @@ static void handle_acquire(struct es_daemon *d, const struct st_msg_header *h,
 		}
 		if (evicted) {
 			atomic_fetch_add(&v->hdr->c.evictions, 1);
+			es_tiers_evicting(d, (uint32_t)s);
 			es_pool_slot_clear(pool, (uint32_t)s);
 		}
+		if (d->protect)
+			d->protect[s] = 0;
 		es_pool_slot_assign(pool, (uint32_t)s, key);
 		atomic_fetch_add(&v->slots[s].pins[c], 1);
 		pinned[i] = 1;
@@ -348,6 +354,33 @@ static void handle_release(struct es_daemon *d, const struct st_msg_header *h,
 	reply_ok(d, h, NULL);
 }
 
+/* ROUTE: a client's routing of one layer (activation statistics) and the
+ * experts its gate look-ahead expects next (prefetch hint). */
+static void handle_route(struct es_daemon *d, const struct st_msg_header *h,
+			 const uint8_t *p)
+{
+	struct es_pool_view *v = &d->pool.v;
+	struct es_acquire_limits lim = { v->n_layers, v->n_experts,
+					 v->n_slots };
+	struct st_diag diag = { "" };
+	struct es_route_req req;
+	int c, r;
+
+	r = es_route_req_decode(p, h->payload_len, &lim, &req, &diag);
+	if (r < 0) {
+		reply_error(d, h, r, diag.msg);
+		return;
+	}
+	c = es_clients_lookup(&d->pool, h->client_id, (int32_t)req.pid, &diag);
+	if (c < 0) {
+		reply_error(d, h, c, diag.msg);
+		return;
+	}
+	/* answer first: the client does not wait for the prefetch starts */
+	reply_ok(d, h, NULL);
+	es_tiers_route(d, c, &req);
+}
+
 /* Reads a little-endian u16/u32/u64 of a raw (unvalidated) header. */
 static uint64_t raw_le(const uint8_t *b, int n)
 {
@@ -402,6 +435,7 @@ void es_server_handle(struct es_daemon *d, const uint8_t *buf, size_t len)
 	case ST_MSG_SHUTDOWN: handle_shutdown(d, &h); break;
 	case ES_MSG_ACQUIRE: handle_acquire(d, &h, payload); break;
 	case ES_MSG_RELEASE: handle_release(d, &h, payload); break;
+	case ES_MSG_ROUTE: handle_route(d, &h, payload); break;
 	default:
 		snprintf(msg, sizeof(msg), "unknown message type 0x%04x for "
 			 "expertd", h.type);
@@ -458,12 +492,16 @@ void es_server_publish(struct es_daemon *d, uint16_t type)
 
 int es_server_run(struct es_daemon *d)
 {
+	int wait_ms = ES_REAP_INTERVAL_MS;
+
 	d->next_reap_ns = st_now_ns();
 	while (!d->stop) {
 		void *buf = NULL;
 		size_t len = 0;
 		uint64_t now;
-		int r = st_sock_recv(&d->rep, &buf, &len);
+		int r, want;
+
+		r = st_sock_recv(&d->rep, &buf, &len);
 
 		if (r == 0) {
 			es_server_handle(d, buf, len);
@@ -482,6 +520,11 @@ int es_server_run(struct es_daemon *d)
 			es_clients_reap(&d->pool);
 			d->next_reap_ns = now + ES_REAP_INTERVAL_MS * 1000000ull;
 		}
+		/* prefetches waiting for a free loader: look again soon */
+		want = es_tiers_tick(d);
+		if (want != wait_ms && st_sock_set_recv_timeout(&d->rep,
+								want) == 0)
+			wait_ms = want;
 	}
 	return 0;
 }

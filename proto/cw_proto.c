@@ -76,7 +76,11 @@ int cw_gen_start_msg_decode(const uint8_t *p, size_t len,
 	X(kv_pages_used) X(kv_pages_peak) X(kv_n_pages) X(kv_page_bytes)       \
 	X(kv_pool_bytes) X(kv_bytes_per_token) X(kv_formula_bytes_per_token)    \
 	X(kv_prefix_lookups) X(kv_prefix_rows_reused) X(kv_spill_pages_total)     \
-	X(kv_restore_pages_total)
+	X(kv_restore_pages_total)                                              \
+	X(es_load_ns) X(es_prefetch_loads) X(es_prefetch_used)                 \
+	X(es_prefetch_wasted) X(es_hints) X(es_hints_dropped) X(es_hot_slots)  \
+	X(es_direct_io) X(la_pred1) X(la_hit1) X(la_pred2) X(la_hit2)          \
+	X(la_pred3) X(la_hit3) X(es_io_busy_ns)
 
 void cw_stats_wire_encode(struct st_wbuf *w, const struct cw_stats_wire *s)
 {

@@ -85,6 +85,14 @@ struct cw_stats_wire {
 	/* prefix cache and spill (from kvd) */
 	uint64_t kv_prefix_lookups, kv_prefix_rows_reused;
 	uint64_t kv_spill_pages_total, kv_restore_pages_total;
+	/* expertd tiers (pool header counters) */
+	uint64_t es_load_ns, es_prefetch_loads, es_prefetch_used;
+	uint64_t es_prefetch_wasted, es_hints, es_hints_dropped;
+	uint64_t es_hot_slots, es_direct_io;
+	/* gate look-ahead of computed: for d = 1..3 layers ahead, experts
+	 * predicted and how many of them the router then chose */
+	uint64_t la_pred1, la_hit1, la_pred2, la_hit2, la_pred3, la_hit3;
+	uint64_t es_io_busy_ns;
 };
 
 void cw_gen_start_msg_free(struct cw_gen_start_msg *m);

@@ -99,7 +99,21 @@ struct es_pool_counters {
 	_Atomic uint64_t load_bytes;
 	_Atomic uint64_t load_ns;
 	_Atomic uint64_t checksum_failures;
-	_Atomic uint64_t reserved[9];
+	/* tiers (expertd's server thread and loaders) */
+	_Atomic uint64_t prefetch_loads;   /* loads started by a hint */
+	_Atomic uint64_t prefetch_used;    /* of those, used before eviction */
+	_Atomic uint64_t prefetch_wasted;  /* of those, evicted unused */
+	_Atomic uint64_t hints;            /* hinted (layer, expert) entries */
+	_Atomic uint64_t hints_dropped;    /* stale or superseded, not loaded */
+	_Atomic uint64_t routed;           /* (token, layer, expert) choices
+					    * reported by clients */
+	_Atomic uint64_t rereads;          /* checksum failures re-read */
+	_Atomic uint64_t hot_slots;        /* gauge: slots of the hot set */
+	_Atomic uint64_t direct_io;        /* gauge: 1 when reads bypass the
+					    * page cache (O_DIRECT) */
+	_Atomic uint64_t io_busy_ns;       /* wall time with >= 1 read in
+					    * flight: load_bytes / io_busy_ns
+					    * is the tier's read bandwidth */
 };
 
 struct es_pool_header {

@@ -549,9 +549,107 @@ const char *es_proto_type_name(uint16_t type)
 	switch (type & ~ST_MSG_REPLY) {
 	case ES_MSG_ACQUIRE: return "ACQUIRE";
 	case ES_MSG_RELEASE: return "RELEASE";
+	case ES_MSG_ROUTE: return "ROUTE";
 	case ES_EVT_READY: return "EVT_READY";
 	case ES_EVT_EPOCH: return "EVT_EPOCH";
 	case ES_EVT_SHUTDOWN: return "EVT_SHUTDOWN";
 	default: return st_proto_type_name(type);
 	}
+}
+
+/* ---- ROUTE: routing report and prefetch hint ---- */
+
+static uint32_t le32_at(const uint8_t *b)
+{
+	return (uint32_t)b[0] | (uint32_t)b[1] << 8 | (uint32_t)b[2] << 16 |
+	       (uint32_t)b[3] << 24;
+}
+
+void es_route_req_encode(struct st_wbuf *w, uint32_t pid, uint32_t layer,
+			 uint32_t pos, uint32_t n_tokens, uint32_t k,
+			 const int *experts, uint32_t n_hint,
+			 const int *hint_layer, const int *hint_expert)
+{
+	st_wbuf_u32(w, pid);
+	st_wbuf_u32(w, layer);
+	st_wbuf_u32(w, pos);
+	st_wbuf_u32(w, n_tokens);
+	st_wbuf_u32(w, k);
+	st_wbuf_u32(w, n_hint);
+	for (uint64_t i = 0; i < (uint64_t)n_tokens * k; i++)
+		st_wbuf_u32(w, (uint32_t)experts[i]);
+	for (uint32_t i = 0; i < n_hint; i++) {
+		st_wbuf_u32(w, (uint32_t)hint_layer[i]);
+		st_wbuf_u32(w, (uint32_t)hint_expert[i]);
+	}
+}
+
+uint32_t es_route_req_expert(const struct es_route_req *r, uint32_t i)
+{
+	return le32_at(r->experts_le + 4 * (size_t)i);
+}
+
+void es_route_req_hint(const struct es_route_req *r, uint32_t i,
+		       uint32_t *ret_layer, uint32_t *ret_expert)
+{
+	*ret_layer = le32_at(r->hints_le + 8 * (size_t)i);
+	*ret_expert = le32_at(r->hints_le + 8 * (size_t)i + 4);
+}
+
+int es_route_req_decode(const uint8_t *p, size_t len,
+			const struct es_acquire_limits *lim,
+			struct es_route_req *ret, struct st_diag *diag)
+{
+	struct st_rbuf r;
+	uint64_t n_sel;
+
+	memset(ret, 0, sizeof(*ret));
+	if (len < 24)
+		return st_diag_set(diag, -ST_E_PROTO, "ROUTE payload is %zu "
+				   "bytes, shorter than its 24-byte head", len);
+	st_rbuf_init(&r, p, len);
+	st_rbuf_u32(&r, &ret->pid);
+	st_rbuf_u32(&r, &ret->layer);
+	st_rbuf_u32(&r, &ret->pos);
+	st_rbuf_u32(&r, &ret->n_tokens);
+	st_rbuf_u32(&r, &ret->k);
+	st_rbuf_u32(&r, &ret->n_hint);
+	if (ret->pid == 0 || ret->pid > INT32_MAX)
+		return st_diag_set(diag, -ST_E_PROTO, "ROUTE: bad pid %u",
+				   ret->pid);
+	if (ret->layer >= lim->n_layers)
+		return st_diag_set(diag, -ST_E_PROTO, "ROUTE: layer %u out of "
+				   "range (the model has %u layers)",
+				   ret->layer, lim->n_layers);
+	if (ret->k > ES_ROUTE_MAX_K || ret->n_hint > ES_ROUTE_MAX_HINT)
+		return st_diag_set(diag, -ST_E_PROTO, "ROUTE: k = %u (max %d) "
+				   "or %u hints (max %d)", ret->k,
+				   ES_ROUTE_MAX_K, ret->n_hint,
+				   ES_ROUTE_MAX_HINT);
+	n_sel = (uint64_t)ret->n_tokens * ret->k;
+	if (n_sel > ST_MSG_MAX_BYTES ||
+	    len != 24 + 4 * n_sel + 8 * (uint64_t)ret->n_hint)
+		return st_diag_set(diag, -ST_E_PROTO, "ROUTE: %u tokens x %u "
+				   "experts and %u hints but a payload of %zu "
+				   "bytes (expected 24 + 4 n k + 8 hints)",
+				   ret->n_tokens, ret->k, ret->n_hint, len);
+	ret->experts_le = p + 24;
+	ret->hints_le = p + 24 + 4 * n_sel;
+	for (uint64_t i = 0; i < n_sel; i++)
+		if (es_route_req_expert(ret, (uint32_t)i) >= lim->n_experts)
+			return st_diag_set(diag, -ST_E_PROTO, "ROUTE: expert "
+					   "%u out of range (%u experts)",
+					   es_route_req_expert(ret, (uint32_t)i),
+					   lim->n_experts);
+	for (uint32_t i = 0; i < ret->n_hint; i++) {
+		uint32_t l, e;
+
+		es_route_req_hint(ret, i, &l, &e);
+		if (l >= lim->n_layers || e >= lim->n_experts)
+			return st_diag_set(diag, -ST_E_PROTO, "ROUTE: hint %u "
+					   "names layer %u expert %u, out of "
+					   "range (%u layers, %u experts)", i,
+					   l, e, lim->n_layers, lim->n_experts);
+	}
+	return 0;
 }

@@ -23,6 +23,13 @@
  *                        status ES_ACQ_READY (pinned, READY) or
  *                        ES_ACQ_PENDING (pinned, loading: wait for READY)
  *   ES_MSG_RELEASE  req: same as ACQUIRE;  rep: -  (drops one pin each)
+ *   ES_MSG_ROUTE    req: u32 pid, u32 layer, u32 pos, u32 n_tokens, u32 k,
+ *                        u32 n_hint, u32 expert[n_tokens * k] (the routing
+ *                        of `layer` for tokens pos .. pos+n_tokens-1), then
+ *                        n_hint x { u32 layer, u32 expert } (prefetch hint:
+ *                        experts the gate look-ahead expects next, nearest
+ *                        first); rep: -.  Feeds the activation statistics
+ *                        and the prefetcher; n_tokens may be 0 (hint only).
  *
  * Any reply with status < 0 carries an error message instead: a u32 length
  * and that many bytes of text (es_error_encode / es_error_decode).
@@ -50,6 +57,7 @@
 enum es_msg_type {
 	ES_MSG_ACQUIRE = ST_MSG_ES_FIRST + 1, /* 0x0101 */
 	ES_MSG_RELEASE = ST_MSG_ES_FIRST + 2, /* 0x0102 */
+	ES_MSG_ROUTE = ST_MSG_ES_FIRST + 3,   /* 0x0103 */
 	/* events (PUB) */
 	ES_EVT_READY = ST_MSG_ES_FIRST + 0x40,    /* serving */
 	ES_EVT_EPOCH = ST_MSG_ES_FIRST + 0x41,    /* segment adopted, epoch bumped */
@@ -122,6 +130,18 @@ struct es_acquire_limits {
 	uint32_t n_layers, n_experts, n_slots;
 };
 
+/* ROUTE request (routing report + prefetch hint).  Arrays point into the
+ * decoded payload (borrowed, little-endian u32) on decode. */
+struct es_route_req {
+	uint32_t pid, layer, pos, n_tokens, k, n_hint;
+	const uint8_t *experts_le;  /* n_tokens * k u32 */
+	const uint8_t *hints_le;    /* n_hint x (u32 layer, u32 expert) */
+};
+
+/* Most top-k and hint entries one ROUTE may carry. */
+#define ES_ROUTE_MAX_K 64
+#define ES_ROUTE_MAX_HINT 8192
+
 /* --- encoders: append the payload to w (errors sticky in w->err) --- */
 void es_hello_req_encode(struct st_wbuf *w, uint32_t pid, uint32_t version,
 			 const char *name);
@@ -133,6 +153,12 @@ void es_acquire_req_encode(struct st_wbuf *w, uint32_t pid, uint32_t layer,
 void es_acquire_rep_encode(struct st_wbuf *w, uint32_t n,
 			   const struct es_acquire_ent *ents);
 void es_error_encode(struct st_wbuf *w, const char *msg);
+/* experts: n_tokens * k ids; hints: n_hint (layer, expert) pairs as
+ * hint_layer[i], hint_expert[i]. */
+void es_route_req_encode(struct st_wbuf *w, uint32_t pid, uint32_t layer,
+			 uint32_t pos, uint32_t n_tokens, uint32_t k,
+			 const int *experts, uint32_t n_hint,
+			 const int *hint_layer, const int *hint_expert);
 void es_event_encode(struct st_wbuf *w, uint32_t pid, uint64_t epoch);
 
 /* --- decoders: 0, or -ST_E_PROTO / -ST_E_VERSION with diag --- */
@@ -157,6 +183,20 @@ int es_stats_rep_decode(const uint8_t *p, size_t len, struct es_stats_rep *ret,
 int es_acquire_req_decode(const uint8_t *p, size_t len,
 			  const struct es_acquire_limits *lim,
 			  struct es_acquire_req *ret, struct st_diag *diag);
+
+/*
+ * Decodes a ROUTE request and validates it against lim: exact length
+ * 24 + 4 n_tokens k + 8 n_hint, k <= ES_ROUTE_MAX_K, n_hint <=
+ * ES_ROUTE_MAX_HINT, every layer < n_layers and expert < n_experts, pid > 0.
+ */
+int es_route_req_decode(const uint8_t *p, size_t len,
+			const struct es_acquire_limits *lim,
+			struct es_route_req *ret, struct st_diag *diag);
+
+/* Decoded ROUTE arrays: routed expert i (< n_tokens k), hint i (< n_hint). */
+uint32_t es_route_req_expert(const struct es_route_req *r, uint32_t i);
+void es_route_req_hint(const struct es_route_req *r, uint32_t i,
+		       uint32_t *ret_layer, uint32_t *ret_expert);
 
 /* Expert id i of a decoded request (i < n). */
 uint32_t es_acquire_req_expert(const struct es_acquire_req *r, uint32_t i);

@@ -1,0 +1,98 @@
+/*
+ * cli_tiers.h — the expert-tier options `strata run` and `strata
+ * perplexity` pass on to the expertd and computed they start: eviction
+ * policy, hot set, statistics directory, prefetch, forced routing and the
+ * routing recorder.
+ */
+#ifndef CLI_TIERS_H
+#define CLI_TIERS_H
+
+#include <getopt.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include <jansson.h>
+
+#include "cw_proto.h"
+
+#define CLI_MAX_EXTRA_ARGS 32
+
+/* Extra arguments for the daemons (NULL-terminated; strings borrowed from
+ * argv). */
+struct cli_tier_args {
+	const char *es[CLI_MAX_EXTRA_ARGS + 1];
+	const char *cw[CLI_MAX_EXTRA_ARGS + 1];
+	int n_es, n_cw;
+};
+
+enum {
+	CLI_OPT_EVICT = 0x400, CLI_OPT_HOT, CLI_OPT_STATE_DIR,
+	CLI_OPT_NO_PREFETCH, CLI_OPT_PREFETCH_DEPTH, CLI_OPT_ROUTE_TRACE,
+	CLI_OPT_ROUTE_RECORD, CLI_OPT_LA_MEASURE, CLI_OPT_NO_DIRECT,
+	CLI_OPT_LOADERS, CLI_OPT_ORACLE, CLI_OPT_HALF_LIFE,
+};
+
+#define CLI_TIER_LONGOPTS                                                    \
+	{ "evict", required_argument, NULL, CLI_OPT_EVICT },                 \
+	{ "hot-experts", required_argument, NULL, CLI_OPT_HOT },             \
+	{ "state-dir", required_argument, NULL, CLI_OPT_STATE_DIR },         \
+	{ "no-prefetch", no_argument, NULL, CLI_OPT_NO_PREFETCH },           \
+	{ "prefetch-depth", required_argument, NULL, CLI_OPT_PREFETCH_DEPTH }, \
+	{ "route-trace", required_argument, NULL, CLI_OPT_ROUTE_TRACE },     \
+	{ "route-record", required_argument, NULL, CLI_OPT_ROUTE_RECORD },   \
+	{ "lookahead-measure", no_argument, NULL, CLI_OPT_LA_MEASURE },      \
+	{ "no-direct-io", no_argument, NULL, CLI_OPT_NO_DIRECT },            \
+	{ "loader-threads", required_argument, NULL, CLI_OPT_LOADERS },      \
+	{ "lookahead-oracle", no_argument, NULL, CLI_OPT_ORACLE },           \
+	{ "stats-half-life", required_argument, NULL, CLI_OPT_HALF_LIFE }
+
+#define CLI_TIER_HELP \
+"Expert tiers (passed to the expertd and computed started here):\n" \
+"  --evict lru|lfru     eviction policy of the host pool (default lfru)\n" \
+"  --hot-experts N|B    pin the N most activated experts per layer (or B\n" \
+"                       bytes of them), ranked from activation statistics\n" \
+"  --state-dir DIR      keep activation statistics here across restarts\n" \
+"  --stats-half-life T  decay of the activation counts, tokens (1024)\n" \
+"  --prefetch-depth D   gate look-ahead hints for the next D layers (2)\n" \
+"  --no-prefetch        no prefetch hints (and expertd ignores them)\n" \
+"  --lookahead-measure  count look-ahead hits for 1..3 layers ahead\n" \
+"  --no-direct-io       read the store through the page cache\n" \
+"  --loader-threads N   expertd reads in flight (default 4)\n" \
+"  --route-trace FILE   forced routing from a JSONL trace\n" \
+"  --route-record FILE  write the routing applied as a JSONL trace\n" \
+"  --lookahead-oracle   benchmarks: prefetch hints from the --route-trace\n"
+
+/* Handles option `code` (CLI_OPT_*) with argument arg.  Returns 1 when it
+ * was a tier option, 0 if not, -1 (message printed) when the lists are
+ * full. */
+int cli_tier_opt(struct cli_tier_args *t, int code, const char *arg);
+
+/* Tier figures of a run, from two STATS snapshots (before s0, after s1)
+ * of computed.  Derived values as printed and put in JSON. */
+struct cli_tier_figures {
+	uint64_t hits, misses, evictions, loads, load_bytes, load_ns;
+	uint64_t prefetch_loads, prefetch_used, prefetch_wasted;
+	uint64_t hints, hints_dropped;
+	double precision, recall;      /* prefetch, 0..1 */
+	double stall_s, busy_s;        /* expert stall, prefill + decode */
+	double stall_fraction;
+	double stall_ms_per_token;
+	double bytes_per_token;        /* store bytes read per token computed */
+	double read_gbps;              /* load_bytes / load_ns (per reader) */
+	double busy_gbps;              /* load_bytes / time with a read in
+					* flight (the tier's bandwidth) */
+	double la_recall[3];           /* look-ahead recall d = 1..3, -1 n/a */
+	int direct_io, hot_slots;
+};
+
+void cli_tier_figures(const struct cw_stats_wire *s0,
+		      const struct cw_stats_wire *s1,
+		      struct cli_tier_figures *ret);
+
+/* Prints the tier lines of a run summary. */
+void cli_tier_print(FILE *f, const struct cli_tier_figures *t);
+
+/* Adds "tiers": {...} to a JSON summary object. */
+void cli_tier_json(json_t *obj, const struct cli_tier_figures *t);
+
+#endif

@@ -1,0 +1,345 @@
+/*
+ * test_es_prefetch.c — a real expertd serving kjv-moe (MXFP4 store) to
+ * clients that send routing reports and prefetch hints (ES_MSG_ROUTE):
+ *  - hinted experts load without any ACQUIRE and then hit; a hint for a
+ *    layer the client has already reached is dropped as stale;
+ *  - a slot being filled by a prefetch is LOADING and never read: an
+ *    ACQUIRE of it waits and gets the verified record (double buffering);
+ *  - kill -9 while prefetches are in flight (PITFALLS P12/P17): the
+ *    restarted expertd adopts the one segment, discards the half-filled
+ *    slots, and serves correct records;
+ *  - a corrupted record reached through a hint is re-read once, then
+ *    refused with a message naming it, and the daemon keeps serving;
+ *  - activation statistics survive a restart (SIGTERM, and kill -9 with a
+ *    periodic save) and the restarted expertd warms the hot set from them.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <cmocka.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "es_client.h"
+#include "es_harness.h"
+#include "es_proto.h"
+#include "st_util.h"
+#include "test_util.h"
+
+static struct es_h H;
+
+static int group_setup(void **state)
+{
+	return es_h_init(&H, "kjv-moe", "espf") < 0 ? -1 : 0;
+}
+
+static int group_teardown(void **state)
+{
+	es_h_fini(&H);
+	return 0;
+}
+
+static int test_teardown(void **state)
+{
+	es_h_reset(&H);
+	return 0;
+}
+
+static struct es_client *open_client(const char *name)
+{
+	struct st_diag diag = { "" };
+	struct es_client *c = NULL;
+	int r = es_client_open(H.run_dir, H.inst, name, ES_H_TIMEOUT_MS, &c,
+			       &diag);
+
+	if (r < 0)
+		fprintf(stderr, "es_client_open: %s\n", diag.msg);
+	assert_int_equal(r, 0);
+	return c;
+}
+
+static void acquire_check(struct es_client *c, int layer, int n,
+			  const int *ids)
+{
+	const uint8_t *rec[16];
+	struct st_diag diag = { "" };
+	int r = es_client_acquire(c, layer, n, ids, rec, &diag);
+
+	if (r)
+		fprintf(stderr, "acquire: %s\n", diag.msg);
+	assert_int_equal(r, 0);
+	for (int i = 0; i < n; i++)
+		assert_memory_equal(rec[i], es_h_ref(&H, layer, ids[i]),
+				    H.record_bytes);
+	es_client_release(c, layer, n, ids);
+}
+
+/* Routing report of `layer` (two tokens' worth) plus hints. */
+static void route(struct es_client *c, int layer, uint32_t pos, int n_hint,
+		  const int *hl, const int *he)
+{
+	const int ex[4] = { 0, 1, 0, 1 };
+	struct st_diag diag = { "" };
+
+	assert_int_equal(es_client_route(c, layer, pos, 2, 2, ex, n_hint, hl,
+					 he, &diag), 0);
+}
+
+/* Slot state of (layer, expert), -1 when not resident. */
+static int state_of(const struct es_pool_view *v, int layer, int expert)
+{
+	int32_t s = atomic_load(&v->slot_of[es_pool_index(v, (uint32_t)layer,
+							   (uint32_t)expert)]);
+
+	return s < 0 ? -1 : (int)atomic_load(&v->slots[s].state);
+}
+
+/* Waits up to ms for (layer, expert) to reach state want. */
+static int wait_state(const struct es_pool_view *v, int layer, int expert,
+		      int want, int ms)
+{
+	for (int i = 0; i < ms; i++) {
+		if (state_of(v, layer, expert) == want)
+			return 1;
+		st_sleep_ns(1000000);
+	}
+	return state_of(v, layer, expert) == want;
+}
+
+static void test_hint_loads_and_stale(void **state)
+{
+	struct es_client *c;
+	struct es_tier_stats t0, t1;
+	struct st_shm shm;
+	struct es_pool_view v;
+	const int hl[2] = { 1, 1 }, he[2] = { 4, 5 }, stale_l = 1,
+		  stale_e = 9, ids[2] = { 4, 5 };
+	struct es_stats s;
+
+	assert_int_equal(es_h_start(&H, NULL), 0);
+	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+	c = open_client("hints");
+	es_client_tier_stats(c, &t0);
+	route(c, 0, 0, 2, hl, he);
+	/* loaded without any ACQUIRE (the server starts them as it goes) */
+	assert_true(wait_state(&v, 1, 4, ES_SLOT_READY, 3000));
+	assert_true(wait_state(&v, 1, 5, ES_SLOT_READY, 3000));
+	assert_int_equal(es_client_stats(c, &s), 0);
+	assert_true(s.misses == 0);
+	/* computed reports layer 1's routing, then acquires (fast path:
+	 * expertd learns of the use from the report) */
+	{
+		struct st_diag diag = { "" };
+
+		assert_int_equal(es_client_route(c, 1, 0, 1, 2, ids, 0, NULL,
+						 NULL, &diag), 0);
+	}
+	acquire_check(c, 1, 2, ids);
+	es_client_tier_stats(c, &t1);
+	assert_true(t1.prefetch_loads - t0.prefetch_loads == 2);
+	fprintf(stderr, "# loads %llu used %llu wasted %llu hints %llu dropped %llu\n", (unsigned long long)t1.prefetch_loads, (unsigned long long)t1.prefetch_used, (unsigned long long)t1.prefetch_wasted, (unsigned long long)t1.hints, (unsigned long long)t1.hints_dropped);
+	assert_true(t1.prefetch_used - t0.prefetch_used == 2);
+	assert_true(t1.direct_io <= 1);
+	assert_int_equal(es_client_stats(c, &s), 0);
+	assert_true(s.misses == 0); /* both were hits */
+	/* the client is at layer 2 now: a hint for layer 1 is stale */
+	route(c, 2, 1, 1, &stale_l, &stale_e);
+	assert_int_equal(es_client_stats(c, &s), 0); /* a round trip */
+	es_client_tier_stats(c, &t1);
+	assert_true(t1.hints_dropped - t0.hints_dropped == 1);
+	assert_int_equal(state_of(&v, 1, 9), -1);
+	/* the reports counted the routing choices: 4 + 2 + 4 */
+	assert_true(t1.routed - t0.routed == 10);
+	es_client_close(c);
+	st_shm_detach(&shm);
+}
+
+static void test_loading_never_read(void **state)
+{
+	struct es_client *c;
+	struct st_shm shm;
+	struct es_pool_view v;
+	const int hl = 3, he = 7;
+	uint64_t t0;
+
+	assert_int_equal(es_h_start(&H, "--test-load-delay-ms", "400", NULL),
+			 0);
+	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+	c = open_client("double-buffer");
+	route(c, 0, 0, 1, &hl, &he);
+	assert_true(wait_state(&v, 3, 7, ES_SLOT_LOADING, 2000));
+	/* acquiring it waits for READY: never the half-filled record */
+	t0 = st_now_ns();
+	acquire_check(c, 3, 1, &he);
+	assert_true(st_now_ns() - t0 > 100000000ull);
+	es_client_close(c);
+	st_shm_detach(&shm);
+}
+
+static void test_kill9_prefetch(void **state)
+{
+	struct es_client *c;
+	struct st_shm shm;
+	struct es_pool_view v;
+	const int hl[3] = { 2, 2, 2 }, he[3] = { 1, 2, 3 }, ids[3] = { 1, 2, 3 };
+
+	for (int cycle = 0; cycle < 3; cycle++) {
+		assert_int_equal(es_h_start(&H, "--test-load-delay-ms", "2000",
+					    NULL), 0);
+		assert_int_equal(es_h_count_segments(&H), 1);
+		c = open_client("pf-kill");
+		route(c, 0, 0, 3, hl, he);
+		assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+		assert_true(wait_state(&v, 2, 1, ES_SLOT_LOADING, 2000));
+		es_h_kill9(&H);
+		es_client_close(c);
+		st_shm_detach(&shm);
+	}
+	/* the next owner adopts the one segment and drops the half loads */
+	assert_int_equal(es_h_start(&H, NULL), 0);
+	assert_int_equal(es_h_count_segments(&H), 1);
+	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+	assert_int_equal(atomic_load(&v.shm->owner_pid), H.pid);
+	for (uint32_t i = 0; i < v.n_slots; i++)
+		assert_true(atomic_load(&v.slots[i].state) != ES_SLOT_LOADING);
+	c = open_client("after");
+	acquire_check(c, 2, 3, ids);
+	es_client_close(c);
+	st_shm_detach(&shm);
+	assert_int_equal(es_h_stop(&H), 0);
+	assert_int_equal(es_h_count_segments(&H), 0);
+}
+
+static void test_corrupt_hinted(void **state)
+{
+	char path[1024];
+	struct es_client *c;
+	struct es_tier_stats t;
+	struct st_shm shm;
+	struct es_pool_view v;
+	struct st_diag diag = { "" };
+	const uint8_t *rec;
+	const int hl = 1, he = 3, e4 = 4;
+	uint64_t off = 3 * H.record_bytes + 100;
+	uint8_t byte, flipped;
+	int fd;
+
+	st_store_path(H.st, H.st->expert_files[1], path, sizeof(path));
+	chmod(path, 0644);
+	fd = open(path, O_RDWR);
+	assert_true(fd >= 0);
+	assert_int_equal(pread(fd, &byte, 1, (off_t)off), 1);
+	flipped = byte ^ 0x10;
+	assert_int_equal(pwrite(fd, &flipped, 1, (off_t)off), 1);
+	fsync(fd);
+
+	assert_int_equal(es_h_start(&H, NULL), 0);
+	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+	c = open_client("corrupt-hint");
+	route(c, 0, 0, 1, &hl, &he);
+	assert_true(wait_state(&v, 1, 3, ES_SLOT_FAILED, 3000));
+	es_client_tier_stats(c, &t);
+	assert_true(t.rereads == 1);          /* read twice */
+	assert_true(t.checksum_failures == 1); /* then refused */
+	assert_int_equal(es_client_acquire(c, 1, 1, &he, &rec, &diag),
+			 -ST_E_CHECKSUM);
+	assert_non_null(strstr(diag.msg, "experts-001.bin"));
+	acquire_check(c, 1, 1, &e4); /* still serving */
+	es_client_close(c);
+	st_shm_detach(&shm);
+	assert_int_equal(es_h_stop(&H), 0);
+	assert_int_equal(pwrite(fd, &byte, 1, (off_t)off), 1);
+	close(fd);
+}
+
+/* Reports routing that makes expert (2 l + 1) % 16 the hottest of layer
+ * l, for tokens tokens. */
+static void report_skewed(struct es_client *c, int tokens)
+{
+	struct st_diag diag = { "" };
+
+	for (int t = 0; t < tokens; t++)
+		for (int l = 0; l < H.n_layers; l++) {
+			int ex[2] = { (2 * l + 1) % H.n_experts,
+				      (t + l) % H.n_experts == (2 * l + 1) %
+							      H.n_experts ?
+				      0 : (t + l) % H.n_experts };
+
+			if (ex[1] == ex[0])
+				ex[1] = (ex[0] + 1) % H.n_experts;
+			assert_int_equal(es_client_route(c, l, (uint32_t)t, 1,
+							 2, ex, 0, NULL, NULL,
+							 &diag), 0);
+		}
+}
+
+static void test_stats_restart(void **state)
+{
+	struct es_client *c;
+	struct es_tier_stats t;
+	struct st_shm shm;
+	struct es_pool_view v;
+	char sdir[700], file[800];
+	struct stat st;
+
+	snprintf(sdir, sizeof(sdir), "%s/state", H.tmp);
+	snprintf(file, sizeof(file), "%s/activations.bin", sdir);
+	unlink(file);
+	assert_int_equal(es_h_start(&H, "--state-dir", sdir, NULL), 0);
+	c = open_client("stats");
+	report_skewed(c, 40);
+	es_client_close(c);
+	assert_int_equal(es_h_stop(&H), 0); /* saves on SIGTERM */
+	assert_int_equal(stat(file, &st), 0);
+	es_h_reset(&H);
+
+	/* restarted on a fresh segment: the hot set comes from the file and
+	 * is loaded without any request */
+	assert_int_equal(es_h_start(&H, "--state-dir", sdir, "--hot-experts",
+				    "1", "--stats-save-interval", "1", NULL),
+			 0);
+	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+	for (int l = 0; l < H.n_layers; l++)
+		assert_true(wait_state(&v, l, (2 * l + 1) % H.n_experts,
+				       ES_SLOT_READY, 3000));
+	c = open_client("stats2");
+	es_client_tier_stats(c, &t);
+	assert_true(t.hot_slots == (uint64_t)H.n_layers);
+	/* kill -9 after a periodic save: the statistics are still there */
+	report_skewed(c, 10);
+	st_sleep_ns(1500000000ull);
+	es_h_kill9(&H);
+	es_client_close(c);
+	st_shm_detach(&shm);
+	{
+		char *buf;
+		size_t len;
+		uint64_t tokens = 0;
+
+		assert_int_equal(st_read_file(file, &buf, &len), 0);
+		memcpy(&tokens, buf + 32, 8); /* little-endian host */
+		free(buf);
+		assert_true(tokens == 50);
+	}
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test_teardown(test_hint_loads_and_stale,
+					  test_teardown),
+		cmocka_unit_test_teardown(test_loading_never_read,
+					  test_teardown),
+		cmocka_unit_test_teardown(test_kill9_prefetch, test_teardown),
+		cmocka_unit_test_teardown(test_corrupt_hinted, test_teardown),
+		cmocka_unit_test_teardown(test_stats_restart, test_teardown),
+	};
+
+	return cmocka_run_group_tests(tests, group_setup, group_teardown);
+}
