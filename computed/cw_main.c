@@ -44,6 +44,7 @@ struct cw_daemon {
 	struct cw_model_opts mopts;
 	int timeout_ms;
 	int connect_timeout_ms;
+	int restart_wait_ms;      /* wait for a restarted expertd / kvd */
 	struct es_client *es;
 	struct kv_client *kv;
 	struct cw_model *model;
@@ -73,6 +74,9 @@ static void usage(FILE *f)
 "                         fp8 (E4M3, one scale per row and KV head)\n"
 "  --page-rows N          KV rows per page (default 16)\n"
 "  --connect-timeout SEC  wait this long for expertd/kvd (default 30)\n"
+"  --restart-wait SEC     when expertd or kvd dies, wait this long for it to\n"
+"                         be restarted, then go on with the requests in\n"
+"                         flight (default 60; 0 = fail them at once)\n"
 "  --threads N            compute threads (default: online CPUs); results\n"
 "                         do not depend on it\n"
 "  --version              print the version and exit\n"
@@ -92,6 +96,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "page-rows", required_argument, NULL, 'p' },
 		{ "connect-timeout", required_argument, NULL, 'c' },
 		{ "threads", required_argument, NULL, 't' },
+		{ "restart-wait", required_argument, NULL, 'w' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -106,6 +111,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		d->mopts.n_threads = 1;
 	d->timeout_ms = 10000;
 	d->connect_timeout_ms = 30000;
+	d->restart_wait_ms = 60000;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': snprintf(d->store_dir, sizeof(d->store_dir), "%s", optarg); break;
@@ -136,6 +142,17 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 				return -EINVAL;
 			}
 			d->connect_timeout_ms = (int)v * 1000;
+			break;
+		}
+		case 'w': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+
+			if (end == optarg || *end || v < 0 || v > 3600) {
+				st_err("--restart-wait must be 0..3600 s");
+				return -EINVAL;
+			}
+			d->restart_wait_ms = (int)v * 1000;
 			break;
 		}
 		case 't': {
@@ -621,6 +638,8 @@ int main(int argc, char **argv)
 	r = connect_tiers(d);
 	if (r < 0)
 		goto out;
+	es_client_set_restart_wait(d->es, d->restart_wait_ms);
+	kv_client_set_restart_wait(d->kv, d->restart_wait_ms);
 	r = cw_model_open(d->store_dir, d->es, d->kv, &d->mopts, &d->model,
 			  &diag);
 	if (r < 0) {

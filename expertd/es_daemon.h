@@ -41,6 +41,7 @@ struct es_opts {
 	const char *budget_text;      /* NULL: 100% */
 	int loader_threads;
 	int test_load_delay_ms;       /* fault injection for tests, 0 = off */
+	int test_proto_version;       /* tests: refuse HELLO as this version */
 	int no_verify_adopted;        /* skip re-hashing READY slots on adopt */
 };
 

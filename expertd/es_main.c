@@ -34,6 +34,7 @@ enum {
 	OPT_TEST_LOAD_DELAY = 1000,
 	OPT_NO_VERIFY_ADOPTED,
 	OPT_VERSION,
+	OPT_TEST_PROTO_VERSION,
 };
 
 static const struct es_optdef es_optdefs[] = {
@@ -59,6 +60,9 @@ static const struct es_optdef es_optdefs[] = {
 	  "re-hashing them (faster restart)" },
 	{ "test-load-delay-ms", OPT_TEST_LOAD_DELAY, "MS",
 	  "testing only: sleep MS before each record read" },
+	{ "test-proto-version", OPT_TEST_PROTO_VERSION, "N",
+	  "testing only: refuse clients as an expertd of\n"
+	  "protocol version N would" },
 	{ "version", OPT_VERSION, NULL, "print the version and exit" },
 	{ "help", 'h', NULL, "print this help and exit" },
 };
@@ -170,6 +174,11 @@ static int parse_args(int argc, char **argv, struct es_opts *o)
 		case OPT_TEST_LOAD_DELAY:
 			if (parse_int("test-load-delay-ms", optarg, 0, 60000,
 				      &o->test_load_delay_ms) < 0)
+				return -EINVAL;
+			break;
+		case OPT_TEST_PROTO_VERSION:
+			if (parse_int("test-proto-version", optarg, 1, 65535,
+				      &o->test_proto_version) < 0)
 				return -EINVAL;
 			break;
 		case OPT_NO_VERIFY_ADOPTED: o->no_verify_adopted = 1; break;

@@ -81,20 +81,40 @@ static void handle_hello(struct es_daemon *d, const struct st_msg_header *h,
 	int r;
 
 	r = es_hello_req_decode(p, h->payload_len, &req, &diag);
+	if (r == 0 && d->opt.test_proto_version)
+		/* testing only: play an expertd of another protocol version
+		 * (the decoder's refusal, as such a build would send it) */
+		r = st_diag_set(&diag, -ST_E_VERSION, "client speaks expertd "
+				"protocol %u, this expertd speaks %d; use "
+				"matching builds", req.version,
+				d->opt.test_proto_version);
 	if (r < 0) {
 		reply_error(d, h, r, diag.msg);
 		return;
 	}
 	es_clients_reap(&d->pool);
-	r = es_clients_register(&d->pool, (int32_t)req.pid, req.name, &id);
-	if (r < 0) {
-		snprintf(diag.msg, sizeof(diag.msg),
-			 "expertd serves at most %d clients and all are "
-			 "registered; close idle clients", ES_MAX_CLIENTS);
-		reply_error(d, h, r, diag.msg);
-		return;
+	/* A client reconnecting after a restart keeps its entry and pins
+	 * when the adopted table still holds it for the same pid. */
+	if (req.resume_client_id &&
+	    es_clients_lookup(&d->pool, req.resume_client_id,
+			      (int32_t)req.pid, NULL) >= 0) {
+		id = req.resume_client_id;
+		st_info("client %u '%s' (pid %u) reconnected", id, req.name,
+			req.pid);
+	} else {
+		r = es_clients_register(&d->pool, (int32_t)req.pid, req.name,
+					&id);
+		if (r < 0) {
+			snprintf(diag.msg, sizeof(diag.msg),
+				 "expertd serves at most %d clients and all "
+				 "are registered; close idle clients",
+				 ES_MAX_CLIENTS);
+			reply_error(d, h, r, diag.msg);
+			return;
+		}
+		st_info("client %u '%s' (pid %u) registered", id, req.name,
+			req.pid);
 	}
-	st_info("client %u '%s' (pid %u) registered", id, req.name, req.pid);
 	memset(&rep, 0, sizeof(rep));
 	rep.client_id = id;
 	rep.epoch = epoch_of(d);

@@ -60,6 +60,10 @@ static const struct opt opts[] = {
 	  sizeof(((struct kv_config *)0)->spill_file), 0, 0, NULL,
 	  "the spill file (put it on NVMe; removed when kvd stops cleanly, "
 	  "kept for a restarted kvd); default RUN_DIR/kvd.spill" },
+	{ "test-proto-version", OPT_U32,
+	  offsetof(struct kv_config, test_proto_version), 0, 0, 65535, "0",
+	  "testing only: refuse clients as a kvd of protocol version N "
+	  "would (0 = off)" },
 };
 
 static void usage(FILE *f)

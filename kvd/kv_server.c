@@ -325,6 +325,11 @@ static void handle_hello(struct kv_server *s, const uint8_t *p, size_t len,
 	struct kv_msg_hello_reply out;
 	int r = kv_proto_decode_hello(p, len, &m, &rp->diag);
 
+	if (r == 0 && s->cfg.test_proto_version)
+		/* testing only: play a kvd of another protocol version */
+		r = st_diag_set(&rp->diag, -ST_E_VERSION, "HELLO: client "
+				"speaks protocol version %u, kvd speaks %u",
+				m.proto_version, s->cfg.test_proto_version);
 	if (r < 0) {
 		rp->status = r;
 		return;
