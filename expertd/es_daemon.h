@@ -188,6 +188,7 @@ struct es_daemon {
 	char ctl_path[1100], evt_path[1100];
 	int sig_fd;
 	int stop;                 /* set by SHUTDOWN or a stop signal */
+	int keep_pool;            /* SHUTDOWN KEEP_POOL: leave the segment */
 	uint64_t next_reap_ns;
 };
 

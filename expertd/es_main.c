@@ -406,10 +406,11 @@ int main(int argc, char **argv)
 
 	es_server_run(&d);
 
-	st_info("shutting down");
+	st_info("shutting down%s", d.keep_pool ? "; the expert pool stays for "
+		"the next expertd" : "");
 	es_server_publish(&d, ES_EVT_SHUTDOWN);
 	st_sleep_ns(20000000); /* let the event leave before closing */
 	st_pidfile_remove(d.opt.run_dir, ES_DAEMON_NAME);
-	daemon_fini(&d, 1);
+	daemon_fini(&d, !d.keep_pool);
 	return 0;
 }

@@ -192,12 +192,28 @@ static void handle_stats(struct es_daemon *d, const struct st_msg_header *h)
 	st_wbuf_fini(&w);
 }
 
-static void handle_shutdown(struct es_daemon *d, const struct st_msg_header *h)
+/* SHUTDOWN [u32 flags]: ST_SHUTDOWN_F_KEEP_POOL leaves the pool for the
+ * next expertd (a restart under a running computed). */
+static void handle_shutdown(struct es_daemon *d, const struct st_msg_header *h,
+			    const uint8_t *p)
 {
-	if (!no_payload(d, h))
+	uint32_t flags = 0;
+
+	if (h->payload_len == 4) {
+		flags = (uint32_t)p[0] | (uint32_t)p[1] << 8 |
+			(uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+		if (flags & ~ST_SHUTDOWN_F_KEEP_POOL) {
+			reply_error(d, h, -ST_E_PROTO, "SHUTDOWN: unknown "
+				    "flags");
+			return;
+		}
+	} else if (!no_payload(d, h)) {
 		return;
-	st_info("SHUTDOWN requested by client %u", h->client_id);
+	}
+	st_info("SHUTDOWN requested by client %u%s", h->client_id,
+		flags ? " (keeping the pool for the next expertd)" : "");
 	reply_ok(d, h, NULL);
+	d->keep_pool = !!(flags & ST_SHUTDOWN_F_KEEP_POOL);
 	d->stop = 1;
 }
 
@@ -419,7 +435,7 @@ void es_server_handle(struct es_daemon *d, const uint8_t *buf, size_t len)
 	case ST_MSG_BYE: handle_bye(d, &h); break;
 	case ST_MSG_PING: handle_ping(d, &h); break;
 	case ST_MSG_STATS: handle_stats(d, &h); break;
-	case ST_MSG_SHUTDOWN: handle_shutdown(d, &h); break;
+	case ST_MSG_SHUTDOWN: handle_shutdown(d, &h, payload); break;
 	case ES_MSG_ACQUIRE: handle_acquire(d, &h, payload); break;
 	case ES_MSG_RELEASE: handle_release(d, &h, payload); break;
 	default:

@@ -177,6 +177,13 @@ static int hello(struct kv_client *c, struct st_diag *diag)
 	r = rpc_raw(c, ST_MSG_HELLO, ++c->next_request_id, &w, &buf, &p, &len,
 		    diag);
 	st_wbuf_fini(&w);
+	if (r == -ST_E_VERSION) {
+		char msg[sizeof(diag->msg)];
+
+		snprintf(msg, sizeof(msg), "%s", diag ? diag->msg : "");
+		st_diag_set(diag, r, "kvd at %s refused HELLO (%s); use "
+			    "matching builds of strata", c->ctl_path, msg);
+	}
 	if (r < 0) {
 		c->id = m.resume_client_id;
 		return r;

@@ -478,6 +478,7 @@ struct kv_server {
 	struct kv_clients clients;
 	uint64_t last_reap_ns;
 	int stop;                       /* SHUTDOWN received */
+	int keep_pool;                  /* SHUTDOWN KEEP_POOL: leave it */
 	/* sequences to restore in the background (KV_RESIDENCY_PREFETCH),
 	 * a little between requests */
 	uint32_t *prefetch;

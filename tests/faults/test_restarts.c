@@ -45,6 +45,7 @@
 #include "es_pool.h"
 #include "fault_util.h"
 #include "kv_client.h"
+#include "st_daemon.h"
 #include "st_shm.h"
 #include "st_tokenizer.h"
 #include "st_util.h"
@@ -185,6 +186,8 @@ struct killer {
 	int after_step;           /* kill once this many steps are done */
 	uint64_t extra_ns;        /* ... and this much later */
 	uint64_t down_ns;         /* left down this long */
+	int graceful;             /* SHUTDOWN KEEP_POOL (strata restart) instead
+				   * of SIGKILL */
 	/* results */
 	int killed_at_step;       /* -1: the generation ended first */
 	int ok;
@@ -214,7 +217,15 @@ static void *killer_main(void *arg)
 	}
 	if (!atomic_load(&f->gen_done))
 		k->killed_at_step = atomic_load(&f->step);
-	kill(pid, SIGKILL);
+	if (k->graceful) {
+		char ctl[4200];
+
+		st_run_path(f->inst.run_dir, k->daemon, "ctl", ctl, sizeof(ctl));
+		if (st_daemon_shutdown_keep_pool(ctl, 5000) < 0)
+			kill(pid, SIGKILL);
+	} else {
+		kill(pid, SIGKILL);
+	}
 	waitpid(pid, NULL, 0);
 	*pidp = 0;
 	st_sleep_ns(k->down_ns);
@@ -304,10 +315,14 @@ static int setup(struct fx *f, const char *fixture)
 	return f->ref_logits ? 0 : -1;
 }
 
-/* Kill cycles: n_kills of each daemon, interleaved. */
-static void kill_cycles(struct fx *f, int n_kills, uint64_t *rng,
-			uint64_t step_ns)
+/* Kill cycles: n_kills of each daemon, interleaved; graceful: stopped
+ * with SHUTDOWN KEEP_POOL (what a restart does) instead of SIGKILL. */
+static void kill_cycles(struct fx *f, int n_kills, int graceful,
+			uint64_t *rng, uint64_t step_ns)
 {
+	uint32_t es0 = es_client_reconnects(f->es);
+	uint32_t kv0 = kv_client_reconnects(f->kv);
+	const char *how = graceful ? "restarts" : "kills";
 	int mid = 0;
 
 	for (int i = 0; i < 2 * n_kills; i++) {
@@ -320,11 +335,13 @@ static void kill_cycles(struct fx *f, int n_kills, uint64_t *rng,
 		memset(&k, 0, sizeof(k));
 		k.f = f;
 		k.daemon = i % 2 ? "kvd" : "expertd";
+		k.graceful = graceful;
 		k.after_step = (int)flt_rand(rng, (uint64_t)f->max_tokens - 1);
 		k.extra_ns = flt_rand(rng, step_ns);
 		k.down_ns = flt_rand(rng, 100000000ull);
-		snprintf(what, sizeof(what), "cycle %d (%s after step %d + %"
-			 PRIu64 " us, down %" PRIu64 " ms)", i, k.daemon,
+		snprintf(what, sizeof(what), "cycle %d (%s %s after step %d + %"
+			 PRIu64 " us, down %" PRIu64 " ms)", i,
+			 graceful ? "restart" : "kill -9", k.daemon,
 			 k.after_step, k.extra_ns / 1000, k.down_ns / 1000000);
 		atomic_store(&f->gen_done, 0);
 		atomic_store(&f->step, 0);
@@ -338,16 +355,17 @@ static void kill_cycles(struct fx *f, int n_kills, uint64_t *rng,
 		if (n_fail)
 			break;
 	}
-	printf("%d of %d kills landed while the generation ran; clients "
+	printf("%d of %d %s landed while the generation ran; clients "
 	       "re-connected %u times to expertd, %u times to kvd\n", mid,
-	       2 * n_kills, es_client_reconnects(f->es),
-	       kv_client_reconnects(f->kv));
+	       2 * n_kills, how, es_client_reconnects(f->es) - es0,
+	       kv_client_reconnects(f->kv) - kv0);
 	/* a kill before the last step always lands in the generation (the
 	 * killer waits for the step count); so the clients had to come back */
-	CHECK(mid >= n_kills, "only %d of %d kills during a generation", mid,
-	      2 * n_kills);
-	CHECK(es_client_reconnects(f->es) > 0 && kv_client_reconnects(f->kv) > 0,
-	      "the clients never re-connected (kills missed the requests)");
+	CHECK(mid >= n_kills, "only %d of %d %s during a generation", mid,
+	      2 * n_kills, how);
+	CHECK(es_client_reconnects(f->es) > es0 &&
+	      kv_client_reconnects(f->kv) > kv0,
+	      "the clients never re-connected (%s missed the requests)", how);
 }
 
 /* Kills `daemon`, starts it with extra arguments (NULL: none) and returns
@@ -509,8 +527,14 @@ int main(int argc, char **argv)
 	fds0 = flt_count_fds();
 	check_no_leaks(&f, fds0, "undisturbed");
 
-	kill_cycles(&f, n_kills, &rng, gen_ns / (uint64_t)f.max_tokens + 1);
+	kill_cycles(&f, n_kills, 0, &rng, gen_ns / (uint64_t)f.max_tokens + 1);
 	check_no_leaks(&f, fds0, "after the kills");
+	/* `strata restart` stops a daemon cleanly, keeping its pool */
+	if (!n_fail) {
+		kill_cycles(&f, n_kills > 12 ? n_kills / 4 : 3, 1, &rng,
+			    gen_ns / (uint64_t)f.max_tokens + 1);
+		check_no_leaks(&f, fds0, "after the restarts");
+	}
 	if (!n_fail) {
 		version_mismatch(&f);
 		stays_down(&f);
