@@ -22,9 +22,11 @@
  * restart wait ends the generation with "did not come back within N s;
  * restart it with `strata restart ...`".
  *
- * Usage: test_restarts FIXTURE N_KILLS [MAX_TOKENS]
+ * Usage: test_restarts FIXTURE N_KILLS [MAX_TOKENS [spill]]
  *   N_KILLS kills of expertd, then as many of kvd (interleaved).  The seed
- *   is printed; STRATA_FAULT_SEED=N replays a run.
+ *   is printed; STRATA_FAULT_SEED=N replays a run.  "spill": kvd runs with
+ *   a spill budget, so computed pins and unpins its sequence every step
+ *   (two more kvd requests per step for the kills to land in).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -72,7 +74,9 @@ static int n_fail;
 struct fx {
 	struct st_test_inst inst;
 	char tmp[4096], store[4200];
-	const char *es_args[8], *kv_args[4];
+	const char *es_args[8], *kv_args[6];
+	int spill;                /* kvd with a spill budget: computed pins
+				   * its sequence around every step */
 	struct es_client *es;
 	struct kv_client *kv;
 	struct cw_model *model;
@@ -290,6 +294,11 @@ static int setup(struct fx *f, const char *fixture)
 	f->kv_args[0] = "--budget";
 	f->kv_args[1] = "64MiB";
 	f->kv_args[2] = NULL;
+	if (f->spill) {
+		f->kv_args[2] = "--spill-budget";
+		f->kv_args[3] = "16MiB";
+		f->kv_args[4] = NULL;
+	}
 	st_test_inst_init(&f->inst, "rst");
 	if (st_test_daemon_start(&f->inst, "expertd", f->es_args, 30) < 0 ||
 	    st_test_daemon_start(&f->inst, "kvd", f->kv_args, 30) < 0)
@@ -499,13 +508,14 @@ int main(int argc, char **argv)
 
 	if (argc < 3) {
 		fprintf(stderr, "usage: test_restarts FIXTURE N_KILLS "
-			"[MAX_TOKENS]\n");
+			"[MAX_TOKENS [spill]]\n");
 		return 2;
 	}
 	st_test_shared_dir();
 	memset(&f, 0, sizeof(f));
 	n_kills = atoi(argv[2]);
 	f.max_tokens = argc > 3 ? atoi(argv[3]) : 12;
+	f.spill = argc > 4 && !strcmp(argv[4], "spill");
 	if (n_kills < 1 || f.max_tokens < 3 || f.max_tokens > 256)
 		return 2;
 	rng = flt_seed();
