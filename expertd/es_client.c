@@ -768,6 +768,8 @@ static int resume_locked(struct es_client *c, struct st_diag *diag)
 	c->epoch = rep.epoch;
 	c->peer_pid = (int32_t)rep.pid;
 	atomic_fetch_add(&c->reconnects, 1);
+	st_warn("re-connected to expertd (pid %u, pool epoch %llu) as client "
+		"%u", rep.pid, (unsigned long long)rep.epoch, c->client_id);
 	return 0;
 }
 

@@ -238,8 +238,10 @@ static int wait_back(struct kv_client *c, uint64_t t0, uint64_t deadline_ns,
 		}
 		if (r == 0) {
 			c->reconnects++;
-			st_warn("kvd is back after %.1f s", (double)(st_now_ns() -
-				t0) / 1e9);
+			st_warn("re-connected to a restarted kvd (pool epoch "
+				"%llu) as client %u after %.1f s",
+				(unsigned long long)c->epoch, c->id,
+				(double)(st_now_ns() - t0) / 1e9);
 			return 0;
 		}
 		if (r != -ST_E_PEERGONE && r != -ST_E_TIMEOUT)
@@ -284,6 +286,8 @@ static int rpc(struct kv_client *c, uint16_t type, const struct st_wbuf *w,
 		if (r < 0)
 			return r;
 		c->reconnects++;
+		st_warn("re-connected to a restarted kvd (pool epoch %llu) as "
+			"client %u", (unsigned long long)c->epoch, c->id);
 	}
 	if (!c->attached && c->declared && (type & 0xff00) == ST_MSG_KV_FIRST &&
 	    type != KV_MSG_DECLARE) {

@@ -5,6 +5,11 @@
  * Real expertd, kvd and computed on a private instance; this process is
  * the client (computed's request socket, as the strata CLI uses it).
  *   1. an undisturbed greedy generation (the tokens to expect);
+ *   1b. the real computed under a tier restart: kvd, then expertd, killed
+ *      with SIGKILL in the middle of a generation and started again; the
+ *      generation finishes with the same tokens (computed waited and went
+ *      on: its log says so), and computed's next STATS reaches the new
+ *      expertd;
  *   2. a long generation; after a few tokens a thread kill -9s computed
  *      while the client keeps asking for tokens: the client sees its
  *      request end (-ST_E_PEERGONE, the connection is gone), promptly;
@@ -34,6 +39,7 @@
 #include "fault_util.h"
 #include "kv_client.h"
 #include "st_shm.h"
+#include "st_daemon.h"
 #include "st_util.h"
 #include "test_daemons.h"
 #include "test_util.h"
@@ -56,6 +62,8 @@ struct fx {
 	struct st_test_inst inst;
 	char tmp[4096], store[4200];
 	const char *cw_args[8];
+	const char *es_args[4], *kv_args[4];
+	const char *victim;       /* daemon the killer kills */
 	struct es_client *es;     /* observer clients of the tiers */
 	struct kv_client *kv;
 	_Atomic int steps;
@@ -114,6 +122,40 @@ static int generate(struct cw_client *cw, struct fx *f, int max_tokens,
 	return n;
 }
 
+/* Kills f->victim (expertd or kvd) after 3 tokens, starts it again. */
+static void *tier_killer_main(void *arg)
+{
+	struct fx *f = arg;
+	int is_es = !strcmp(f->victim, "expertd");
+	int *pidp = is_es ? &f->inst.pid_expertd : &f->inst.pid_kvd;
+	uint64_t deadline = st_now_ns() + 60000000000ull;
+
+	while (atomic_load(&f->steps) < 3 && st_now_ns() < deadline)
+		st_sleep_ns(100000);
+	kill(*pidp, SIGKILL);
+	waitpid(*pidp, NULL, 0);
+	*pidp = 0;
+	st_sleep_ns(100000000ull);
+	st_test_daemon_start(&f->inst, f->victim, is_es ? f->es_args :
+			     f->kv_args, 30);
+	return NULL;
+}
+
+/* Number of lines of <run_dir>/<daemon>.log containing `what`. */
+static int log_count(struct fx *f, const char *daemon, const char *what)
+{
+	char path[4200], *txt = NULL, *q;
+	int n = 0;
+
+	st_run_path(f->inst.run_dir, daemon, "log", path, sizeof(path));
+	if (st_read_file(path, &txt, NULL) < 0)
+		return 0;
+	for (q = txt; (q = strstr(q, what)); q++)
+		n++;
+	free(txt);
+	return n;
+}
+
 static void *killer_main(void *arg)
 {
 	struct fx *f = arg;
@@ -131,9 +173,11 @@ static void *killer_main(void *arg)
 }
 
 /* Waits (up to 10 s) until the tiers hold nothing of a dead computed:
- * only this test's observer clients, no pins, no sequences or pages. */
-static int leases_dropped(struct fx *f, struct es_stats *es,
-			  struct kv_stats *kv, uint64_t *pins)
+ * one client less than before (es0, kv0: the counts with computed), no
+ * pins, no sequences or pages. */
+static int leases_dropped(struct fx *f, uint32_t es0, uint32_t kv0,
+			  struct es_stats *es, struct kv_stats *kv,
+			  uint64_t *pins)
 {
 	uint64_t deadline = st_now_ns() + 10000000000ull;
 
@@ -154,8 +198,9 @@ static int leases_dropped(struct fx *f, struct es_stats *es,
 			st_shm_detach(&shm);
 		}
 		if (es_client_stats(f->es, es) == 0 &&
-		    kv_client_stats(f->kv, kv) == 0 && es->n_clients == 1 &&
-		    *pins == 0 && kv->n_clients == 1 && kv->n_seqs == 0 &&
+		    kv_client_stats(f->kv, kv) == 0 &&
+		    es->n_clients == es0 - 1 && *pins == 0 &&
+		    kv->n_clients == kv0 - 1 && kv->n_seqs == 0 &&
 		    kv->pages_used == 0)
 			return 1;
 		if (st_now_ns() > deadline)
@@ -172,16 +217,19 @@ int main(void)
 	struct cw_stats_wire s0, s1;
 	struct es_stats es;
 	struct kv_stats kv;
-	const char *es_args[] = { "--store", NULL, NULL };
-	const char *kv_args[] = { "--budget", "64MiB", NULL };
+	const char **es_args = f.es_args, **kv_args = f.kv_args;
 	int32_t want[N_TOKENS], got[N_TOKENS];
 	uint64_t pins, t_kill, loads_warm;
+	uint32_t es_clients0, kv_clients0;
 	pthread_t th;
 	int r;
 
 	st_test_shared_dir();
 	memset(&f, 0, sizeof(f));
 	signal(SIGPIPE, SIG_IGN);
+	f.es_args[0] = "--store";
+	f.kv_args[0] = "--budget";
+	f.kv_args[1] = "64MiB";
 	st_test_tmpdir(f.tmp, sizeof(f.tmp));
 	if (flt_convert("tiny-mixtral", f.tmp, f.store, sizeof(f.store)) < 0)
 		return 1;
@@ -212,6 +260,33 @@ int main(void)
 	r = generate(cw, &f, N_TOKENS, want, &diag);
 	CHECK(r == N_TOKENS, "undisturbed generation: %d (%s)", r, diag.msg);
 
+	/* 1b. kvd, then expertd, killed and restarted mid-generation */
+	for (int i = 0; i < 2; i++) {
+		f.victim = i ? "expertd" : "kvd";
+		atomic_store(&f.steps, 0);
+		pthread_create(&th, NULL, tier_killer_main, &f);
+		r = generate(cw, &f, N_TOKENS, got, &diag);
+		pthread_join(th, NULL);
+		CHECK(r == N_TOKENS && !memcmp(want, got, sizeof(want)),
+		      "generation across a %s restart: %d tokens (%s), %s",
+		      f.victim, r, diag.msg, r == N_TOKENS ? "different" :
+		      "failed");
+	}
+	/* every step asks kvd for rows: computed had to wait for it */
+	CHECK(log_count(&f, "computed", "re-connected to a restarted kvd") == 1,
+	      "computed's log does not show it re-connected to kvd once");
+	CHECK(cw_client_stats(cw, &s0) == 0 && s0.es_pid == f.inst.pid_expertd &&
+	      s0.kv_pid == f.inst.pid_kvd, "computed's STATS do not reach the "
+	      "restarted daemons (expertd %d vs %d, kvd %d vs %d)", s0.es_pid,
+	      f.inst.pid_expertd, s0.kv_pid, f.inst.pid_kvd);
+
+	CHECK(es_client_stats(f.es, &es) == 0 && kv_client_stats(f.kv, &kv) == 0,
+	      "tier stats");
+	es_clients0 = es.n_clients;
+	kv_clients0 = kv.n_clients;
+	CHECK(es_clients0 >= 1 && kv_clients0 >= 1, "computed is not a "
+	      "client of the tiers (%u, %u)", es_clients0, kv_clients0);
+
 	/* 2. kill -9 while requests run */
 	atomic_store(&f.steps, 0);
 	pthread_create(&th, NULL, killer_main, &f);
@@ -230,10 +305,11 @@ int main(void)
 	cw = NULL;
 
 	/* 3. the tiers dropped the dead computed's leases */
-	CHECK(leases_dropped(&f, &es, &kv, &pins), "leases of the dead "
-	      "computed kept: expertd %u clients, %" PRIu64 " pins; kvd %u "
-	      "clients, %" PRIu64 " sequences, %" PRIu64 " pages",
-	      es.n_clients, pins, kv.n_clients, kv.n_seqs, kv.pages_used);
+	CHECK(leases_dropped(&f, es_clients0, kv_clients0, &es, &kv, &pins),
+	      "leases of the dead computed kept: expertd %u clients (%u with "
+	      "computed), %" PRIu64 " pins; kvd %u clients (%u with computed), %"
+	      PRIu64 " sequences, %" PRIu64 " pages", es.n_clients, es_clients0,
+	      pins, kv.n_clients, kv_clients0, kv.n_seqs, kv.pages_used);
 	printf("leases dropped %.2f s after the kill\n",
 	       (double)(st_now_ns() - t_kill) / 1e9);
 	loads_warm = es.loads;
