@@ -754,7 +754,8 @@ static int resume_locked(struct es_client *c, struct st_diag *diag)
 				   "expertd came back (pid %u) with another "
 				   "expert pool than the one this process maps "
 				   "(another store or --host-budget); restart "
-				   "this process too", rep.pid);
+				   "computed too (strata restart computed)",
+				   rep.pid);
 	if (rep.client_id != c->client_id) {
 		pthread_mutex_lock(&c->mu);
 		for (uint32_t s = 0; s < c->v.n_slots; s++)
@@ -803,6 +804,20 @@ static int wait_back(struct es_client *c, struct st_diag *diag)
 							   left_ms), 100);
 			r = resume_locked(c, &d2);
 			c->timeout_ms = saved;
+		} else {
+			int32_t pid = 0;
+
+			/* an expertd that answers without having adopted our
+			 * segment made a new pool (it was stopped cleanly, or
+			 * has another store or budget): ours is orphaned */
+			if (st_daemon_ping(c->ctl_path, 200, &pid) == 0 &&
+			    pid > 0 && pid != owner_pid(c))
+				r = st_diag_set(&d2, -ST_E_STALE, "expertd came "
+						"back (pid %d) with a new expert "
+						"pool; this process maps the old "
+						"one: restart computed too "
+						"(strata restart computed)",
+						(int)pid);
 		}
 		pthread_mutex_unlock(&c->rpc_mu);
 		if (r == 0) {

@@ -20,7 +20,8 @@
  * version is refused with a clear error (and a good one is accepted again
  * by the same clients), and a daemon that does not come back within the
  * restart wait ends the generation with "did not come back within N s;
- * restart it with `strata restart ...`".
+ * restart it with `strata restart ...`"; an expertd that comes back with a
+ * new pool (it was stopped cleanly) is reported at once (restart computed).
  *
  * Usage: test_restarts FIXTURE N_KILLS [MAX_TOKENS [spill]]
  *   N_KILLS kills of expertd, then as many of kvd (interleaved).  The seed
@@ -474,6 +475,32 @@ static void stays_down(struct fx *f)
 	kv_client_set_restart_wait(f->kv, RESTART_WAIT_MS);
 }
 
+/* expertd stopped cleanly (its pool removed) and started again makes a new
+ * pool: the client maps the old one and must say so at once, not wait. */
+static void new_pool(struct fx *f)
+{
+	struct st_diag diag = { "" };
+	char ctl[4200];
+	uint64_t t0;
+	int r;
+
+	st_run_path(f->inst.run_dir, "expertd", "ctl", ctl, sizeof(ctl));
+	CHECK(st_daemon_shutdown(ctl, 5000) == 0, "SHUTDOWN of expertd");
+	waitpid(f->inst.pid_expertd, NULL, 0);
+	f->inst.pid_expertd = 0;
+	CHECK(restart_with(f, "expertd", NULL, NULL) > 0,
+	      "expertd did not start again");
+	t0 = st_now_ns();
+	r = run_gen(f, 1, "new pool", &diag);
+	printf("expertd with a new pool: %s\n", diag.msg);
+	CHECK(r == -ST_E_STALE && strstr(diag.msg, "new expert pool") &&
+	      strstr(diag.msg, "strata restart computed"),
+	      "a new expert pool: %s (%s), want -ST_E_STALE saying to restart "
+	      "computed", st_strerror(r), diag.msg);
+	CHECK(st_now_ns() - t0 < 10000000000ull, "a new expert pool was "
+	      "noticed only after %.1f s", (double)(st_now_ns() - t0) / 1e9);
+}
+
 /* Nothing of this client is left in the daemons, no descriptor leaked. */
 static void check_no_leaks(struct fx *f, int fds0, const char *when)
 {
@@ -551,6 +578,7 @@ int main(int argc, char **argv)
 		r = run_gen(&f, 1, "at the end", &diag);
 		CHECK(r == 0, "last generation: %s", diag.msg);
 		check_no_leaks(&f, fds0, "at the end");
+		new_pool(&f);
 	}
 
 	cw_model_close(f.model);
