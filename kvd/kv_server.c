@@ -765,7 +765,8 @@ static void handle(struct kv_server *s, const uint8_t *buf, size_t len)
 			rp.status = f & ~ST_SHUTDOWN_F_KEEP_POOL ?
 				st_diag_set(&rp.diag, -ST_E_PROTO, "SHUTDOWN: "
 					    "unknown flags 0x%x", f) : 0;
-			s->keep_pool = !!(f & ST_SHUTDOWN_F_KEEP_POOL);
+			if (rp.status == 0 && (f & ST_SHUTDOWN_F_KEEP_POOL))
+				s->keep_pool = 1;
 		} else {
 			rp.status = kv_proto_decode_empty(p, plen, &rp.diag);
 		}

@@ -12,7 +12,9 @@
  *   - a raw nanomsg message above the receive limit, sent around
  *     st_sock_send as a foreign or broken client would: the daemon may
  *     drop it, but must not stall: a PING after it is answered;
- *   - after all that the daemon still answers PING.
+ *   - after all that the daemon still answers PING;
+ *   - (expertd, kvd) SHUTDOWN with an unknown flag is refused, and the
+ *     daemon goes on serving.
  * And on the daemons' event sockets (PUB; SUB side): the receive limit is
  * explicit there too, so an event of the limit's size would arrive (events
  * are small; checked through st_sock_open, which sets it on every kind).
@@ -146,6 +148,22 @@ static void check_socket(struct st_test_inst *t, const char *daemon)
 	CHECK(r == 0, "%s: PING after an oversized raw message: %s (the "
 	      "socket stalled)", daemon, st_strerror(r));
 	CHECK(ping(&s, 5) == 0, "%s: PING at the end", daemon);
+	/* SHUTDOWN takes an optional u32 of known flags (KEEP_POOL); a stray
+	 * value is refused and the daemon goes on */
+	if (strcmp(daemon, "computed")) {
+		struct st_wbuf w;
+		uint32_t bad = 1;
+
+		st_wbuf_init(&w);
+		r = st_proto_encode(&w, ST_MSG_SHUTDOWN, 6, 0, 0, &bad, 4);
+		if (r == 0)
+			r = st_sock_send(&s, w.data, w.len);
+		st_wbuf_fini(&w);
+		CHECK(r == 0 && await_reply(&s, 6) == -ST_E_PROTO,
+		      "%s: SHUTDOWN with unknown flags was not refused", daemon);
+		CHECK(ping(&s, 7) == 0, "%s: stopped by a refused SHUTDOWN",
+		      daemon);
+	}
 	st_sock_close(&s);
 }
 
