@@ -89,10 +89,8 @@ static int spawn(const struct cli_instance *inst, const char *daemon,
 	r = cli_find_daemon(daemon, exe, sizeof(exe), diag);
 	if (r < 0)
 		return r;
-	/* appended: the log of a daemon that crashed is what tells why, so a
-	 * restart must not wipe it */
 	st_run_path(inst->run_dir, daemon, "log", logp, sizeof(logp));
-	fd = open(logp, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+	fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return st_diag_set(diag, -errno, "cannot create %s: %s", logp,
 				   strerror(errno));

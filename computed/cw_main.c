@@ -42,9 +42,9 @@ struct cw_daemon {
 	char run_dir[4096];
 	char store_dir[4096];
 	struct cw_model_opts mopts;
+	int restart_wait_ms;      /* wait for a restarted expertd / kvd */
 	int timeout_ms;
 	int connect_timeout_ms;
-	int restart_wait_ms;      /* wait for a restarted expertd / kvd */
 	struct es_client *es;
 	struct kv_client *kv;
 	struct cw_model *model;
@@ -94,9 +94,9 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "run-dir", required_argument, NULL, 'r' },
 		{ "kv-dtype", required_argument, NULL, 'k' },
 		{ "page-rows", required_argument, NULL, 'p' },
+		{ "restart-wait", required_argument, NULL, 'w' },
 		{ "connect-timeout", required_argument, NULL, 'c' },
 		{ "threads", required_argument, NULL, 't' },
-		{ "restart-wait", required_argument, NULL, 'w' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },

@@ -32,9 +32,9 @@ struct es_optdef {
 
 enum {
 	OPT_TEST_LOAD_DELAY = 1000,
+	OPT_TEST_PROTO_VERSION,
 	OPT_NO_VERIFY_ADOPTED,
 	OPT_VERSION,
-	OPT_TEST_PROTO_VERSION,
 };
 
 static const struct es_optdef es_optdefs[] = {
@@ -58,11 +58,11 @@ static const struct es_optdef es_optdefs[] = {
 	{ "no-verify-adopted", OPT_NO_VERIFY_ADOPTED, NULL,
 	  "after a crash, keep the pool's experts without\n"
 	  "re-hashing them (faster restart)" },
-	{ "test-load-delay-ms", OPT_TEST_LOAD_DELAY, "MS",
-	  "testing only: sleep MS before each record read" },
 	{ "test-proto-version", OPT_TEST_PROTO_VERSION, "N",
 	  "testing only: refuse clients as an expertd of\n"
 	  "protocol version N would" },
+	{ "test-load-delay-ms", OPT_TEST_LOAD_DELAY, "MS",
+	  "testing only: sleep MS before each record read" },
 	{ "version", OPT_VERSION, NULL, "print the version and exit" },
 	{ "help", 'h', NULL, "print this help and exit" },
 };
@@ -406,8 +406,7 @@ int main(int argc, char **argv)
 
 	es_server_run(&d);
 
-	st_info("shutting down%s", d.keep_pool ? "; the expert pool stays for "
-		"the next expertd" : "");
+	st_info("shutting down");
 	es_server_publish(&d, ES_EVT_SHUTDOWN);
 	st_sleep_ns(20000000); /* let the event leave before closing */
 	st_pidfile_remove(d.opt.run_dir, ES_DAEMON_NAME);

@@ -462,9 +462,9 @@ struct kv_config {
 	uint64_t budget_bytes;
 	uint32_t max_seqs;
 	uint32_t max_rows_per_seq;
+	uint32_t test_proto_version;     /* tests: refuse HELLO as this one */
 	uint64_t spill_budget_bytes;     /* 0: no spilling */
 	char spill_file[4096];           /* "" = <run_dir>/kvd.spill */
-	uint32_t test_proto_version;     /* tests: refuse HELLO as this one */
 };
 
 struct kv_server {

@@ -50,6 +50,10 @@ static const struct opt opts[] = {
 	  offsetof(struct kv_config, max_rows_per_seq), 0, 1,
 	  KV_MAX_ROWS_PER_SEQ, "32768",
 	  "rows (tokens) a sequence may hold in each stream" },
+	{ "test-proto-version", OPT_U32,
+	  offsetof(struct kv_config, test_proto_version), 0, 0, 65535, "0",
+	  "testing only: refuse clients as a kvd of protocol version N "
+	  "would (0 = off)" },
 	{ "spill-budget", OPT_SIZE,
 	  offsetof(struct kv_config, spill_budget_bytes), 0, 0, UINT64_MAX,
 	  "0",
@@ -60,10 +64,6 @@ static const struct opt opts[] = {
 	  sizeof(((struct kv_config *)0)->spill_file), 0, 0, NULL,
 	  "the spill file (put it on NVMe; removed when kvd stops cleanly, "
 	  "kept for a restarted kvd); default RUN_DIR/kvd.spill" },
-	{ "test-proto-version", OPT_U32,
-	  offsetof(struct kv_config, test_proto_version), 0, 0, 65535, "0",
-	  "testing only: refuse clients as a kvd of protocol version N "
-	  "would (0 = off)" },
 };
 
 static void usage(FILE *f)
