@@ -235,7 +235,8 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 	daemon_argv(inst, daemon, argv);
 	r = save_args(inst, daemon, argv, diag);
 	if (r == 0)
-		r = spawn(inst, daemon, argv, 0, ret_pid, diag);
+		r = spawn(inst, daemon, argv, 1, ret_pid, diag); /* keep the
+							 * log of a crash */
 	return r ? r : wait_ready(inst, daemon, *ret_pid, timeout_s, diag);
 }
 
@@ -456,16 +457,25 @@ static int load_args(const struct cli_instance *inst, const char *daemon,
 int cli_instance_restart(struct cli_instance *inst, const char *daemon,
 			 int timeout_s, struct st_diag *diag)
 {
-	char *argv[40], *buf = NULL;
+	char *argv[40 + CLI_MAX_EXTRA_ARGS], *buf = NULL;
 	int i = cli_daemon_index(daemon), r;
 
 	if (i < 0)
 		return st_diag_set(diag, -EINVAL, "no daemon '%s' (expertd, kvd "
 				   "or computed)", daemon);
-	r = load_args(inst, daemon, argv, 40, &buf, diag);
+	r = load_args(inst, daemon, argv, 40 + CLI_MAX_EXTRA_ARGS, &buf, diag);
 	if (r < 0)
 		return r;
 	cli_instance_read_pids(inst);
+	/* a tier daemon leaves its pool for the new one to adopt, so
+	 * computed's pins, sequences and the warm experts survive */
+	if (i < 2 && *pid_of(inst, i) > 0 && st_pid_alive(*pid_of(inst, i))) {
+		char ctl[4200];
+
+		st_run_path(inst->run_dir, daemon, "ctl", ctl, sizeof(ctl));
+		if (st_daemon_shutdown_keep_pool(ctl, 2000) == 0)
+			wait_exit(*pid_of(inst, i), 5000);
+	}
 	stop_one(inst, i);
 	r = spawn(inst, daemon, argv, 1, pid_of(inst, i), diag);
 	if (r == 0)

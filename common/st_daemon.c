@@ -122,6 +122,7 @@ int st_stop_signals_pending(int fd)
 }
 
 static int simple_call(const char *ctl_path, int timeout_ms, uint16_t type,
+		       const void *payload, size_t payload_len,
 		       int32_t *ret_pid)
 {
 	struct st_sock s;
@@ -132,8 +133,8 @@ static int simple_call(const char *ctl_path, int timeout_ms, uint16_t type,
 
 	if (r < 0)
 		return r;
-	r = st_rpc_call(&s, type, ((uint64_t)getpid() << 32) | 7, 0, NULL, 0,
-			&buf, &p, &n);
+	r = st_rpc_call(&s, type, ((uint64_t)getpid() << 32) | 7, 0, payload,
+			payload_len, &buf, &p, &n);
 	if (r == 0 && ret_pid && n >= 4)
 		memcpy(ret_pid, p, 4);
 	free(buf);
@@ -143,10 +144,23 @@ static int simple_call(const char *ctl_path, int timeout_ms, uint16_t type,
 
 int st_daemon_ping(const char *ctl_path, int timeout_ms, int32_t *ret_pid)
 {
-	return simple_call(ctl_path, timeout_ms, ST_MSG_PING, ret_pid);
+	return simple_call(ctl_path, timeout_ms, ST_MSG_PING, NULL, 0, ret_pid);
 }
 
 int st_daemon_shutdown(const char *ctl_path, int timeout_ms)
 {
-	return simple_call(ctl_path, timeout_ms, ST_MSG_SHUTDOWN, NULL);
+	return simple_call(ctl_path, timeout_ms, ST_MSG_SHUTDOWN, NULL, 0, NULL);
+}
+
+int st_daemon_shutdown_keep_pool(const char *ctl_path, int timeout_ms)
+{
+	uint8_t pl[4];
+	uint32_t f = ST_SHUTDOWN_F_KEEP_POOL;
+
+	/* little-endian u32 (st_proto.h) */
+	pl[0] = (uint8_t)f;
+	pl[1] = (uint8_t)(f >> 8);
+	pl[2] = (uint8_t)(f >> 16);
+	pl[3] = (uint8_t)(f >> 24);
+	return simple_call(ctl_path, timeout_ms, ST_MSG_SHUTDOWN, pl, 4, NULL);
 }

@@ -59,4 +59,9 @@ int st_stop_signals_pending(int fd);
 int st_daemon_ping(const char *ctl_path, int timeout_ms, int32_t *ret_pid);
 int st_daemon_shutdown(const char *ctl_path, int timeout_ms);
 
+/* SHUTDOWN with ST_SHUTDOWN_F_KEEP_POOL: expertd or kvd exits cleanly and
+ * leaves its pool segment for the next one to adopt (a restart that keeps
+ * the experts and KV pages computed is using).  Errors as above. */
+int st_daemon_shutdown_keep_pool(const char *ctl_path, int timeout_ms);
+
 #endif

@@ -36,6 +36,7 @@ int cw_gen_n_cached(const struct cw_gen *g) { return (int)g->n_cached; }
 const int32_t *cw_gen_prompt_ids(const struct cw_gen *g) { return g->ids; }
 uint64_t cw_gen_prefill_ns(const struct cw_gen *g) { return g->prefill_ns; }
 uint64_t cw_gen_decode_ns(const struct cw_gen *g) { return g->decode_ns; }
+const float *cw_gen_logits(const struct cw_gen *g) { return g->logits; }
 
 void cw_gen_free(struct cw_gen *g)
 {

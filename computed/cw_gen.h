@@ -80,5 +80,8 @@ const int32_t *cw_gen_prompt_ids(const struct cw_gen *g);
 /* Nanoseconds of the prefill (first step) and of all later steps. */
 uint64_t cw_gen_prefill_ns(const struct cw_gen *g);
 uint64_t cw_gen_decode_ns(const struct cw_gen *g);
+/* Logits (vocab_size floats) the last step sampled from; valid until the
+ * next step or cw_gen_free.  Tests compare them bit for bit. */
+const float *cw_gen_logits(const struct cw_gen *g);
 
 #endif

@@ -45,6 +45,7 @@ struct cw_daemon {
 	char run_dir[4096];
 	char store_dir[4096];
 	struct cw_model_opts mopts;
+	int restart_wait_ms;      /* wait for a restarted expertd / kvd */
 	int timeout_ms;
 	int connect_timeout_ms;
 	const char *numa;         /* --numa text, NULL: no binding */
@@ -79,6 +80,9 @@ static void usage(FILE *f)
 "                         fp8 (E4M3, one scale per row and KV head)\n"
 "  --page-rows N          KV rows per page (default 16)\n"
 "  --connect-timeout SEC  wait this long for expertd/kvd (default 30)\n"
+"  --restart-wait SEC     when expertd or kvd dies, wait this long for it to\n"
+"                         be restarted, then go on with the requests in\n"
+"                         flight (default 60; 0 = fail them at once)\n"
 "  --threads N            compute threads (default: online CPUs); results\n"
 "                         do not depend on it\n"
 "  --numa auto|N|interleave  bind the threads to a NUMA node's cores and\n"
@@ -106,6 +110,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "run-dir", required_argument, NULL, 'r' },
 		{ "kv-dtype", required_argument, NULL, 'k' },
 		{ "page-rows", required_argument, NULL, 'p' },
+		{ "restart-wait", required_argument, NULL, 'w' },
 		{ "connect-timeout", required_argument, NULL, 'c' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "numa", required_argument, NULL, 'N' },
@@ -129,6 +134,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 	d->timeout_ms = 10000;
 	d->connect_timeout_ms = 30000;
 	d->ropts.prefetch_depth = CW_DEFAULT_PREFETCH_DEPTH;
+	d->restart_wait_ms = 60000;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': snprintf(d->store_dir, sizeof(d->store_dir), "%s", optarg); break;
@@ -159,6 +165,17 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 				return -EINVAL;
 			}
 			d->connect_timeout_ms = (int)v * 1000;
+			break;
+		}
+		case 'w': {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+
+			if (end == optarg || *end || v < 0 || v > 3600) {
+				st_err("--restart-wait must be 0..3600 s");
+				return -EINVAL;
+			}
+			d->restart_wait_ms = (int)v * 1000;
 			break;
 		}
 		case 't': {
@@ -675,6 +692,8 @@ int main(int argc, char **argv)
 	r = connect_tiers(d);
 	if (r < 0)
 		goto out;
+	es_client_set_restart_wait(d->es, d->restart_wait_ms);
+	kv_client_set_restart_wait(d->kv, d->restart_wait_ms);
 	r = cw_model_open(d->store_dir, d->es, d->kv, &d->mopts, &d->model,
 			  &diag);
 	if (r < 0) {

@@ -27,6 +27,7 @@
 #include "es_pool.h"
 #include "es_proto.h"
 #include "st_daemon.h"
+#include "st_log.h"
 #include "st_msg.h"
 #include "st_shm.h"
 #include "st_util.h"
@@ -50,8 +51,13 @@ struct es_client {
 	struct st_shm shm;
 	struct es_pool_view v;
 	uint64_t store_id;
+	uint64_t layout_hash;
 	uint64_t epoch;             /* at open */
 	uint32_t top_k;
+	char name[ES_CLIENT_NAME_BYTES + 1];
+	int restart_wait_ms;        /* 0: a dead expertd is an error at once */
+	int32_t peer_pid;           /* the expertd our last HELLO reached */
+	_Atomic uint32_t reconnects;
 	pthread_mutex_t mu;         /* ledger */
 	struct es_ledger_ent *ledger; /* [n_slots] */
 };
@@ -98,6 +104,8 @@ static int sock_reopen(struct es_client *c)
 			    ST_MIN(c->timeout_ms, 50));
 }
 
+static int resume_locked(struct es_client *c, struct st_diag *diag);
+
 /*
  * One request/reply on the REQ socket; the caller holds rpc_mu.  A dead or
  * silent expertd gives -ST_E_PEERGONE / -ST_E_TIMEOUT, and then the socket
@@ -125,6 +133,15 @@ static int rpc_locked(struct es_client *c, uint16_t type,
 	if (c->shm.base && !peer_alive(owner_pid(c))) {
 		r = -ST_E_PEERGONE;
 		goto transport;
+	}
+	/* Another expertd adopted the pool since our last HELLO: say HELLO
+	 * to it first (versions are checked again; it may refuse us). */
+	if (type != ST_MSG_HELLO && type != ST_MSG_BYE && c->shm.base &&
+	    c->peer_pid && owner_pid(c) != c->peer_pid) {
+		r = resume_locked(c, diag);
+		if (r < 0)
+			return r;
+		id = c->next_request_id++;
 	}
 	if (c->sock.fd < 0 && sock_reopen(c) < 0) {
 		r = -ST_E_PEERGONE;
@@ -340,7 +357,10 @@ int es_client_open(const char *run_dir, const char *instance, const char *name,
 	c->client_id = rep.client_id;
 	c->cidx = (int)es_client_id_index(rep.client_id);
 	c->store_id = rep.store_id;
+	c->layout_hash = rep.layout_hash;
+	c->peer_pid = (int32_t)rep.pid;
 	c->top_k = rep.top_k;
+	snprintf(c->name, sizeof(c->name), "%s", name ? name : "");
 	if (rep.pool_layout != ES_POOL_LAYOUT_VERSION) {
 		r = st_diag_set(diag, -ST_E_VERSION,
 				"expertd's pool layout is version %u, this "
@@ -546,9 +566,9 @@ static void failure_detail(struct es_client *c, int layer, int expert,
 		snprintf(diag->msg, sizeof(diag->msg), "%s", d2.msg);
 }
 
-int es_client_acquire(struct es_client *c, int layer, int n,
-		      const int *experts, const uint8_t **ret_records,
-		      struct st_diag *diag)
+static int acquire_once(struct es_client *c, int layer, int n,
+			const int *experts, const uint8_t **ret_records,
+			struct st_diag *diag)
 {
 	struct acq_item *it;
 	uint64_t t0 = st_now_ns(), deadline, next_alive_check;
@@ -687,6 +707,155 @@ int es_client_acquire(struct es_client *c, int layer, int n,
 	return 0;
 }
 
+/* ---- restarts ---- */
+
+void es_client_set_restart_wait(struct es_client *c, int wait_ms)
+{
+	c->restart_wait_ms = wait_ms > 0 ? wait_ms : 0;
+}
+
+uint32_t es_client_reconnects(const struct es_client *c)
+{
+	return atomic_load(&c->reconnects);
+}
+
+/*
+ * HELLO to a restarted expertd asking to keep our client id (and so our
+ * pins, which the adopted table kept: es_pool.c pool_recover).  Caller
+ * holds rpc_mu.  The new expertd must serve the segment we map (it adopted
+ * it: same owner pid, store and layout), else -ST_E_STALE.  When it gave
+ * us a new id (our entry was dropped, so were our pins) the ledger is
+ * emptied: nothing is pinned for us any more.
+ */
+static int resume_locked(struct es_client *c, struct st_diag *diag)
+{
+	struct es_hello_rep rep;
+	struct st_wbuf w;
+	void *buf = NULL;
+	const uint8_t *p;
+	size_t len;
+	int r;
+
+	st_wbuf_init(&w);
+	es_hello_req_encode_resume(&w, (uint32_t)getpid(), ES_PROTO_VERSION,
+				   c->name, c->client_id);
+	r = w.err ? w.err : rpc_locked(c, ST_MSG_HELLO, &w, &buf, &p, &len,
+				       diag);
+	st_wbuf_fini(&w);
+	if (r < 0)
+		return r;
+	r = es_hello_rep_decode(p, len, &rep, diag);
+	free(buf);
+	if (r < 0)
+		return r;
+	if (rep.store_id != c->store_id || rep.layout_hash != c->layout_hash ||
+	    (int32_t)rep.pid != owner_pid(c))
+		return st_diag_set(diag, -ST_E_STALE,
+				   "expertd came back (pid %u) with another "
+				   "expert pool than the one this process maps "
+				   "(another store or --host-budget); restart "
+				   "computed too (strata restart computed)",
+				   rep.pid);
+	if (rep.client_id != c->client_id) {
+		pthread_mutex_lock(&c->mu);
+		for (uint32_t s = 0; s < c->v.n_slots; s++)
+			c->ledger[s].count = 0;
+		c->client_id = rep.client_id;
+		c->cidx = (int)es_client_id_index(rep.client_id);
+		pthread_mutex_unlock(&c->mu);
+		st_warn("expertd (pid %u) did not keep client %s's pins; "
+			"registered again", rep.pid, c->name);
+	}
+	c->epoch = rep.epoch;
+	c->peer_pid = (int32_t)rep.pid;
+	atomic_fetch_add(&c->reconnects, 1);
+	st_warn("re-connected to expertd (pid %u, pool epoch %llu) as client "
+		"%u", rep.pid, (unsigned long long)rep.epoch, c->client_id);
+	return 0;
+}
+
+/*
+ * expertd is gone: waits until a restarted expertd answers our HELLO, at
+ * most restart_wait_ms.  0, or -ST_E_PEERGONE (it did not come back: the
+ * message says how to restart it), -ST_E_VERSION (it speaks another
+ * protocol), -ST_E_STALE (it serves another pool).
+ */
+static int wait_back(struct es_client *c, struct st_diag *diag)
+{
+	uint64_t t0 = st_now_ns();
+	uint64_t deadline = t0 + (uint64_t)c->restart_wait_ms * 1000000ull;
+	int saved = c->timeout_ms;
+
+	st_warn("expertd of instance %s is gone; waiting up to %d s for it "
+		"to come back", c->instance, (c->restart_wait_ms + 999) / 1000);
+	for (;;) {
+		struct st_diag d2 = { "" };
+		uint64_t now = st_now_ns();
+		int r = -ST_E_PEERGONE;
+
+		pthread_mutex_lock(&c->rpc_mu);
+		/* the owner pid in the segment is the new expertd's once it
+		 * has adopted the pool; until then nobody can answer */
+		if (peer_alive(owner_pid(c))) {
+			uint64_t left_ms = deadline > now ?
+				(deadline - now) / 1000000ull : 0;
+
+			c->timeout_ms = (int)ST_MAX(ST_MIN((uint64_t)saved,
+							   left_ms), 100);
+			r = resume_locked(c, &d2);
+			c->timeout_ms = saved;
+		} else {
+			int32_t pid = 0;
+
+			/* an expertd that answers without having adopted our
+			 * segment made a new pool (it was stopped cleanly, or
+			 * has another store or budget): ours is orphaned */
+			if (st_daemon_ping(c->ctl_path, 200, &pid) == 0 &&
+			    pid > 0 && pid != owner_pid(c))
+				r = st_diag_set(&d2, -ST_E_STALE, "expertd came "
+						"back (pid %d) with a new expert "
+						"pool; this process maps the old "
+						"one: restart computed too "
+						"(strata restart computed)",
+						(int)pid);
+		}
+		pthread_mutex_unlock(&c->rpc_mu);
+		if (r == 0) {
+			st_warn("expertd (pid %d) is back after %.1f s; epoch "
+				"%llu", (int)owner_pid(c),
+				(double)(st_now_ns() - t0) / 1e9,
+				(unsigned long long)c->epoch);
+			return 0;
+		}
+		if (r != -ST_E_PEERGONE && r != -ST_E_TIMEOUT)
+			return st_diag_set(diag, r, "%s", d2.msg);
+		if (st_now_ns() >= deadline)
+			return st_diag_set(diag, -ST_E_PEERGONE,
+					   "expertd did not come back within "
+					   "%d s; restart it with `strata "
+					   "restart expertd`",
+					   (c->restart_wait_ms + 999) / 1000);
+		st_sleep_ns(50000000ull);
+	}
+}
+
+int es_client_acquire(struct es_client *c, int layer, int n,
+		      const int *experts, const uint8_t **ret_records,
+		      struct st_diag *diag)
+{
+	for (;;) {
+		int r = acquire_once(c, layer, n, experts, ret_records, diag);
+
+		/* nothing of a failed call stays pinned: ask again once a
+		 * restarted expertd answers */
+		if (r != -ST_E_PEERGONE || !c || c->restart_wait_ms <= 0)
+			return r;
+		r = wait_back(c, diag);
+		if (r < 0)
+			return r;
+	}
+}
+
 void es_client_release(struct es_client *c, int layer, int n,
 		       const int *experts)
 {
@@ -715,6 +884,11 @@ int es_client_stats(struct es_client *c, struct es_stats *ret)
 
 	memset(ret, 0, sizeof(*ret));
 	r = rpc(c, ST_MSG_STATS, NULL, &buf, &p, &len, NULL);
+	if (r == -ST_E_PEERGONE && c->restart_wait_ms > 0) {
+		r = wait_back(c, NULL);
+		if (r == 0)
+			r = rpc(c, ST_MSG_STATS, NULL, &buf, &p, &len, NULL);
+	}
 	if (r < 0)
 		return r;
 	r = es_stats_rep_decode(p, len, &s, NULL);

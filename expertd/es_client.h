@@ -17,9 +17,12 @@
  * Restarts: if expertd is killed and restarted on the same instance and
  * store, it adopts the pool and this handle keeps working (its pins and
  * client id survive); while no expertd runs, calls that need it return
- * -ST_E_PEERGONE (experts already READY still hit on the fast path).  If
- * expertd comes back with another store or budget (a new segment), close
- * the handle and open a new one.
+ * -ST_E_PEERGONE (experts already READY still hit on the fast path), or,
+ * after es_client_set_restart_wait, wait for a restarted expertd: they
+ * re-connect, say HELLO again asking to keep their client id (the protocol
+ * version is checked again: a mismatch is refused with -ST_E_VERSION) and
+ * retry.  If expertd comes back with another store or budget (a new
+ * segment), close the handle and open a new one.
  */
 #ifndef ES_CLIENT_H
 #define ES_CLIENT_H
@@ -90,6 +93,21 @@ uint32_t es_client_id(const struct es_client *c);
 int es_client_acquire(struct es_client *c, int layer, int n,
 		      const int *experts, const uint8_t **ret_records,
 		      struct st_diag *diag);
+
+/*
+ * wait_ms > 0: a call that finds expertd dead (es_client_acquire,
+ * es_client_stats) waits up to wait_ms for a restarted expertd that
+ * adopted the pool, re-registers under the same client id (its pins kept),
+ * and retries.  Waiting longer ends in -ST_E_PEERGONE with "expertd did not
+ * come back within N s; restart it with `strata restart expertd`"; a
+ * restarted expertd of another protocol version gives -ST_E_VERSION, one
+ * serving another pool -ST_E_STALE.  0 (the default): -ST_E_PEERGONE at
+ * once.  Set it before sharing the handle between threads.
+ */
+void es_client_set_restart_wait(struct es_client *c, int wait_ms);
+
+/* Times this handle re-connected to a restarted expertd. */
+uint32_t es_client_reconnects(const struct es_client *c);
 
 /* Unpins experts acquired with es_client_acquire. */
 void es_client_release(struct es_client *c, int layer, int n,

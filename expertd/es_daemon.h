@@ -63,6 +63,7 @@ struct es_opts {
 	const char *budget_text;      /* NULL: 100% */
 	int loader_threads;
 	int test_load_delay_ms;       /* fault injection for tests, 0 = off */
+	int test_proto_version;       /* tests: refuse HELLO as this version */
 	int no_verify_adopted;        /* skip re-hashing READY slots on adopt */
 	const char *numa;             /* --numa: NULL = no binding */
 	enum es_evict_policy evict;   /* --evict */
@@ -252,6 +253,7 @@ struct es_daemon {
 	char ctl_path[1100], evt_path[1100];
 	int sig_fd;
 	int stop;                 /* set by SHUTDOWN or a stop signal */
+	int keep_pool;            /* SHUTDOWN KEEP_POOL: leave the segment */
 	uint64_t next_reap_ns;
 	/* tiers (es_tiers.c) */
 	struct es_actstats stats;

@@ -34,6 +34,7 @@ struct es_optdef {
 
 enum {
 	OPT_TEST_LOAD_DELAY = 1000,
+	OPT_TEST_PROTO_VERSION,
 	OPT_NO_VERIFY_ADOPTED,
 	OPT_VERSION,
 	OPT_NUMA,
@@ -93,6 +94,9 @@ static const struct es_optdef es_optdefs[] = {
 	{ "no-verify-adopted", OPT_NO_VERIFY_ADOPTED, NULL,
 	  "after a crash, keep the pool's experts without\n"
 	  "re-hashing them (faster restart)" },
+	{ "test-proto-version", OPT_TEST_PROTO_VERSION, "N",
+	  "testing only: refuse clients as an expertd of\n"
+	  "protocol version N would" },
 	{ "test-load-delay-ms", OPT_TEST_LOAD_DELAY, "MS",
 	  "testing only: sleep MS before each record read" },
 	{ "numa", OPT_NUMA, "auto|N|interleave",
@@ -215,6 +219,11 @@ static int parse_args(int argc, char **argv, struct es_opts *o)
 		case OPT_TEST_LOAD_DELAY:
 			if (parse_int("test-load-delay-ms", optarg, 0, 60000,
 				      &o->test_load_delay_ms) < 0)
+				return -EINVAL;
+			break;
+		case OPT_TEST_PROTO_VERSION:
+			if (parse_int("test-proto-version", optarg, 1, 65535,
+				      &o->test_proto_version) < 0)
 				return -EINVAL;
 			break;
 		case OPT_NO_VERIFY_ADOPTED: o->no_verify_adopted = 1; break;
@@ -537,6 +546,6 @@ int main(int argc, char **argv)
 	es_server_publish(&d, ES_EVT_SHUTDOWN);
 	st_sleep_ns(20000000); /* let the event leave before closing */
 	st_pidfile_remove(d.opt.run_dir, ES_DAEMON_NAME);
-	daemon_fini(&d, 1);
+	daemon_fini(&d, !d.keep_pool);
 	return 0;
 }

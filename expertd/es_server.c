@@ -81,20 +81,40 @@ static void handle_hello(struct es_daemon *d, const struct st_msg_header *h,
 	int r;
 
 	r = es_hello_req_decode(p, h->payload_len, &req, &diag);
+	if (r == 0 && d->opt.test_proto_version)
+		/* testing only: play an expertd of another protocol version
+		 * (the decoder's refusal, as such a build would send it) */
+		r = st_diag_set(&diag, -ST_E_VERSION, "client speaks expertd "
+				"protocol %u, this expertd speaks %d; use "
+				"matching builds", req.version,
+				d->opt.test_proto_version);
 	if (r < 0) {
 		reply_error(d, h, r, diag.msg);
 		return;
 	}
 	es_clients_reap(&d->pool);
-	r = es_clients_register(&d->pool, (int32_t)req.pid, req.name, &id);
-	if (r < 0) {
-		snprintf(diag.msg, sizeof(diag.msg),
-			 "expertd serves at most %d clients and all are "
-			 "registered; close idle clients", ES_MAX_CLIENTS);
-		reply_error(d, h, r, diag.msg);
-		return;
+	/* A client reconnecting after a restart keeps its entry and pins
+	 * when the adopted table still holds it for the same pid. */
+	if (req.resume_client_id &&
+	    es_clients_lookup(&d->pool, req.resume_client_id,
+			      (int32_t)req.pid, NULL) >= 0) {
+		id = req.resume_client_id;
+		st_info("client %u '%s' (pid %u) reconnected", id, req.name,
+			req.pid);
+	} else {
+		r = es_clients_register(&d->pool, (int32_t)req.pid, req.name,
+					&id);
+		if (r < 0) {
+			snprintf(diag.msg, sizeof(diag.msg),
+				 "expertd serves at most %d clients and all "
+				 "are registered; close idle clients",
+				 ES_MAX_CLIENTS);
+			reply_error(d, h, r, diag.msg);
+			return;
+		}
+		st_info("client %u '%s' (pid %u) registered", id, req.name,
+			req.pid);
 	}
-	st_info("client %u '%s' (pid %u) registered", id, req.name, req.pid);
 	memset(&rep, 0, sizeof(rep));
 	rep.client_id = id;
 	rep.epoch = epoch_of(d);
@@ -172,12 +192,28 @@ static void handle_stats(struct es_daemon *d, const struct st_msg_header *h)
 	st_wbuf_fini(&w);
 }
 
-static void handle_shutdown(struct es_daemon *d, const struct st_msg_header *h)
+/* SHUTDOWN [u32 flags]: ST_SHUTDOWN_F_KEEP_POOL leaves the pool for the
+ * next expertd (a restart under a running computed). */
+static void handle_shutdown(struct es_daemon *d, const struct st_msg_header *h,
+			    const uint8_t *p)
 {
-	if (!no_payload(d, h))
+	uint32_t flags = 0;
+
+	if (h->payload_len == 4) {
+		flags = (uint32_t)p[0] | (uint32_t)p[1] << 8 |
+			(uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+		if (flags & ~ST_SHUTDOWN_F_KEEP_POOL) {
+			reply_error(d, h, -ST_E_PROTO, "SHUTDOWN: unknown "
+				    "flags");
+			return;
+		}
+	} else if (!no_payload(d, h)) {
 		return;
-	st_info("SHUTDOWN requested by client %u", h->client_id);
+	}
+	st_info("SHUTDOWN requested by client %u%s", h->client_id,
+		flags ? " (keeping the pool for the next expertd)" : "");
 	reply_ok(d, h, NULL);
+	d->keep_pool = !!(flags & ST_SHUTDOWN_F_KEEP_POOL);
 	d->stop = 1;
 }
 
@@ -432,7 +468,7 @@ void es_server_handle(struct es_daemon *d, const uint8_t *buf, size_t len)
 	case ST_MSG_BYE: handle_bye(d, &h); break;
 	case ST_MSG_PING: handle_ping(d, &h); break;
 	case ST_MSG_STATS: handle_stats(d, &h); break;
-	case ST_MSG_SHUTDOWN: handle_shutdown(d, &h); break;
+	case ST_MSG_SHUTDOWN: handle_shutdown(d, &h, payload); break;
 	case ES_MSG_ACQUIRE: handle_acquire(d, &h, payload); break;
 	case ES_MSG_RELEASE: handle_release(d, &h, payload); break;
 	case ES_MSG_ROUTE: handle_route(d, &h, payload); break;

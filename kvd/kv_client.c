@@ -15,6 +15,7 @@
 
 #include "kv_proto.h"
 #include "st_daemon.h"
+#include "st_log.h"
 #include "st_msg.h"
 #include "st_shm.h"
 #include "st_util.h"
@@ -26,11 +27,14 @@ struct kv_client {
 	char instance[64];
 	char name[KV_PROTO_NAME_BYTES + 1];
 	int timeout_ms;
+	int restart_wait_ms;           /* 0: a dead kvd is an error at once */
+	uint32_t reconnects;
 	uint32_t id;
 	uint64_t next_request_id;
 
 	/* the declaration (kept to attach again after a new pool) */
 	int declared;
+	uint64_t epoch;                /* of the pool when we last said HELLO */
 	struct kv_msg_declare decl;
 	uint64_t model_id;             /* prefix-cache model, 0 = none */
 
@@ -97,6 +101,7 @@ static int attach(struct kv_client *c, uint64_t layout_hash,
 	c->table = (const uint32_t *)((uint8_t *)shm.base + lay.table_off);
 	c->data = (uint8_t *)shm.base + lay.data_off;
 	c->attached = 1;
+	c->epoch = atomic_load(&st_shm_hdr(&shm)->epoch);
 	return 0;
 }
 
@@ -172,6 +177,13 @@ static int hello(struct kv_client *c, struct st_diag *diag)
 	r = rpc_raw(c, ST_MSG_HELLO, ++c->next_request_id, &w, &buf, &p, &len,
 		    diag);
 	st_wbuf_fini(&w);
+	if (r == -ST_E_VERSION) {
+		char msg[sizeof(diag->msg)];
+
+		snprintf(msg, sizeof(msg), "%s", diag ? diag->msg : "");
+		st_diag_set(diag, r, "kvd at %s refused HELLO (%s); use "
+			    "matching builds of strata", c->ctl_path, msg);
+	}
 	if (r < 0) {
 		c->id = m.resume_client_id;
 		return r;
@@ -184,15 +196,72 @@ static int hello(struct kv_client *c, struct st_diag *diag)
 	}
 	c->id = out.client_id;
 	check_epoch(c, out.epoch);
+	c->epoch = out.epoch;
 	return 0;
 }
 
 
 /*
+ * kvd died: waits (at most until deadline_ns) for a restarted kvd to answer
+ * HELLO on a fresh socket (the old one would re-send the abandoned request
+ * by itself), under our old id; the protocol version is checked again
+ * there.  0, or -ST_E_PEERGONE naming how to restart kvd, or kvd's refusal
+ * (-ST_E_VERSION ...).  Caller holds the lock.
+ */
+static int wait_back(struct kv_client *c, uint64_t t0, uint64_t deadline_ns,
+		     struct st_diag *diag)
+{
+	int saved = c->timeout_ms;
+
+	for (;;) {
+		struct st_diag d2 = { "" };
+		uint64_t now = st_now_ns();
+		int r = -ST_E_PEERGONE;
+
+		if (st_path_exists(c->ctl_path) &&
+		    (!c->attached ||
+		     st_pid_alive(atomic_load(&st_shm_hdr(&c->shm)->owner_pid)))) {
+			uint64_t left_ms = deadline_ns > now ?
+				(deadline_ns - now) / 1000000ull : 0;
+
+			st_sock_close(&c->req);
+			r = st_sock_open(&c->req, ST_SOCK_REQ, c->ctl_path,
+					 saved, saved);
+			if (r == 0) {
+				c->timeout_ms = (int)ST_MAX(ST_MIN(
+					(uint64_t)saved, left_ms), 100);
+				r = hello(c, &d2);
+				c->timeout_ms = saved;
+			} else {
+				r = -ST_E_PEERGONE;
+			}
+		}
+		if (r == 0) {
+			c->reconnects++;
+			st_warn("re-connected to a restarted kvd (pool epoch "
+				"%llu) as client %u after %.1f s",
+				(unsigned long long)c->epoch, c->id,
+				(double)(st_now_ns() - t0) / 1e9);
+			return 0;
+		}
+		if (r != -ST_E_PEERGONE && r != -ST_E_TIMEOUT)
+			return st_diag_set(diag, r, "%s", d2.msg);
+		if (st_now_ns() >= deadline_ns)
+			return st_diag_set(diag, -ST_E_PEERGONE,
+					   "kvd did not come back within %d s; "
+					   "restart it with `strata restart "
+					   "kvd`", (c->restart_wait_ms + 999) /
+					   1000);
+		st_sleep_ns(50000000ull);
+	}
+}
+
+/*
  * One request: on success *ret_buf (caller frees) holds the reply payload
  * at *ret_p.  When kvd does not know us (it was restarted), registers again
  * and re-sends the same request (same request id, so kvd can recognise a
- * request it already carried out).
+ * request it already carried out).  With a restart wait, a dead kvd is
+ * waited for (wait_back) and the request re-sent the same way.
  */
 static int rpc(struct kv_client *c, uint16_t type, const struct st_wbuf *w,
 	       void **ret_buf, const uint8_t **ret_p, size_t *ret_len,
@@ -208,6 +277,18 @@ static int rpc(struct kv_client *c, uint16_t type, const struct st_wbuf *w,
 		ret_p = &p;
 	if (!ret_len)
 		ret_len = &len;
+	/* A restarted kvd adopted the pool (its epoch moved) since our last
+	 * HELLO: say HELLO to it first (versions are checked again). */
+	if (c->attached && type != ST_MSG_HELLO && type != ST_MSG_BYE &&
+	    atomic_load(&st_shm_hdr(&c->shm)->epoch) != c->epoch &&
+	    st_pid_alive(atomic_load(&st_shm_hdr(&c->shm)->owner_pid))) {
+		r = hello(c, diag);
+		if (r < 0)
+			return r;
+		c->reconnects++;
+		st_warn("re-connected to a restarted kvd (pool epoch %llu) as "
+			"client %u", (unsigned long long)c->epoch, c->id);
+	}
 	if (!c->attached && c->declared && (type & 0xff00) == ST_MSG_KV_FIRST &&
 	    type != KV_MSG_DECLARE) {
 		/* the pool we mapped is gone (see check_epoch): map the
@@ -217,6 +298,27 @@ static int rpc(struct kv_client *c, uint16_t type, const struct st_wbuf *w,
 			return r;
 	}
 	r = rpc_raw(c, type, rid, w, &buf, ret_p, ret_len, diag);
+	if (r == -ST_E_PEERGONE && c->restart_wait_ms > 0 &&
+	    type != ST_MSG_BYE && type != ST_MSG_HELLO) {
+		uint64_t t0 = st_now_ns();
+		uint64_t deadline = t0 +
+			(uint64_t)c->restart_wait_ms * 1000000ull;
+
+		st_warn("kvd of instance %s is gone; waiting up to %d s for it "
+			"to come back", c->instance,
+			(c->restart_wait_ms + 999) / 1000);
+		while (r == -ST_E_PEERGONE) {
+			r = wait_back(c, t0, deadline, diag);
+			if (r == 0 && !c->attached && c->declared &&
+			    type != KV_MSG_DECLARE)
+				r = declare_locked(c, diag);
+			if (r == 0)
+				r = rpc_raw(c, type, rid, w, &buf, ret_p,
+					    ret_len, diag);
+			if (r == -ST_E_PEERGONE && st_now_ns() >= deadline)
+				break;
+		}
+	}
 	if (r == -ST_E_STALE) {
 		r = hello(c, diag);
 		if (r == 0 && !c->attached && c->declared &&
@@ -695,6 +797,23 @@ uint32_t kv_client_row_bytes(const struct kv_client *c, int stream)
 	if (!c->attached || stream < 0 || (uint32_t)stream >= c->lay.n_streams)
 		return 0;
 	return c->streams[stream].row_bytes;
+}
+
+void kv_client_set_restart_wait(struct kv_client *c, int wait_ms)
+{
+	pthread_mutex_lock(&c->lock);
+	c->restart_wait_ms = wait_ms > 0 ? wait_ms : 0;
+	pthread_mutex_unlock(&c->lock);
+}
+
+uint32_t kv_client_reconnects(struct kv_client *c)
+{
+	uint32_t n;
+
+	pthread_mutex_lock(&c->lock);
+	n = c->reconnects;
+	pthread_mutex_unlock(&c->lock);
+	return n;
 }
 
 uint32_t kv_client_id(const struct kv_client *c)

@@ -251,6 +251,20 @@ int64_t kv_client_seq_rows(struct kv_client *c, uint32_t seq);
 uint32_t kv_client_page_rows(const struct kv_client *c);
 uint32_t kv_client_row_bytes(const struct kv_client *c, int stream);
 
+/*
+ * wait_ms > 0: a request that finds kvd dead waits up to wait_ms for a
+ * restarted kvd (which adopts the pool: sequences and pages stay), says
+ * HELLO again under the same client id (protocol version checked again:
+ * a mismatch gives -ST_E_VERSION) and re-sends the request with its
+ * request id (kvd recognises one it already carried out).  Waiting longer
+ * gives -ST_E_PEERGONE with "kvd did not come back within N s; restart it
+ * with `strata restart kvd`".  0 (the default): -ST_E_PEERGONE at once.
+ */
+void kv_client_set_restart_wait(struct kv_client *c, int wait_ms);
+
+/* Times this client re-connected to a restarted kvd. */
+uint32_t kv_client_reconnects(struct kv_client *c);
+
 /* The client id kvd gave this client. */
 uint32_t kv_client_id(const struct kv_client *c);
 

@@ -463,6 +463,7 @@ struct kv_config {
 	uint64_t budget_bytes;
 	uint32_t max_seqs;
 	uint32_t max_rows_per_seq;
+	uint32_t test_proto_version;     /* tests: refuse HELLO as this one */
 	uint64_t spill_budget_bytes;     /* 0: no spilling */
 	char spill_file[4096];           /* "" = <run_dir>/kvd.spill */
 	char numa[16];                   /* --numa text, "" = no binding */
@@ -480,6 +481,7 @@ struct kv_server {
 	struct kv_clients clients;
 	uint64_t last_reap_ns;
 	int stop;                       /* SHUTDOWN received */
+	int keep_pool;                  /* SHUTDOWN KEEP_POOL: leave it */
 	/* sequences to restore in the background (KV_RESIDENCY_PREFETCH),
 	 * a little between requests */
 	uint32_t *prefetch;

@@ -51,6 +51,10 @@ static const struct opt opts[] = {
 	  offsetof(struct kv_config, max_rows_per_seq), 0, 1,
 	  KV_MAX_ROWS_PER_SEQ, "32768",
 	  "rows (tokens) a sequence may hold in each stream" },
+	{ "test-proto-version", OPT_U32,
+	  offsetof(struct kv_config, test_proto_version), 0, 0, 65535, "0",
+	  "testing only: refuse clients as a kvd of protocol version N "
+	  "would (0 = off)" },
 	{ "spill-budget", OPT_SIZE,
 	  offsetof(struct kv_config, spill_budget_bytes), 0, 0, UINT64_MAX,
 	  "0",

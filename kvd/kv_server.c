@@ -331,6 +331,11 @@ static void handle_hello(struct kv_server *s, const uint8_t *p, size_t len,
 	struct kv_msg_hello_reply out;
 	int r = kv_proto_decode_hello(p, len, &m, &rp->diag);
 
+	if (r == 0 && s->cfg.test_proto_version)
+		/* testing only: play a kvd of another protocol version */
+		r = st_diag_set(&rp->diag, -ST_E_VERSION, "HELLO: client "
+				"speaks protocol version %u, kvd speaks %u",
+				m.proto_version, s->cfg.test_proto_version);
 	if (r < 0) {
 		rp->status = r;
 		return;
@@ -756,9 +761,25 @@ static void handle(struct kv_server *s, const uint8_t *buf, size_t len)
 			handle_stats(s, &rp);
 		goto reply;
 	case ST_MSG_SHUTDOWN:
-		rp.status = kv_proto_decode_empty(p, plen, &rp.diag);
+		if (plen == 4) {
+			/* [u32 flags]: KEEP_POOL leaves the pool (and the
+			 * spill file) for the next kvd to adopt */
+			uint32_t f = (uint32_t)p[0] | (uint32_t)p[1] << 8 |
+				     (uint32_t)p[2] << 16 |
+				     (uint32_t)p[3] << 24;
+
+			rp.status = f & ~ST_SHUTDOWN_F_KEEP_POOL ?
+				st_diag_set(&rp.diag, -ST_E_PROTO, "SHUTDOWN: "
+					    "unknown flags 0x%x", f) : 0;
+			if (rp.status == 0 && (f & ST_SHUTDOWN_F_KEEP_POOL))
+				s->keep_pool = 1;
+		} else {
+			rp.status = kv_proto_decode_empty(p, plen, &rp.diag);
+		}
 		if (rp.status == 0) {
-			st_info("SHUTDOWN requested (client %u)", h.client_id);
+			st_info("SHUTDOWN requested (client %u)%s",
+				h.client_id, s->keep_pool ? "; the KV pool "
+				"stays for the next kvd" : "");
 			s->stop = 1;
 		}
 		goto reply;
@@ -925,7 +946,13 @@ void kv_server_stop(struct kv_server *s)
 	st_sock_close(&s->pub);
 	unlink(s->ctl_path);
 	unlink(s->evt_path);
-	if (s->have_pool) {
+	if (s->have_pool && s->keep_pool) {
+		/* SHUTDOWN KEEP_POOL: the next kvd adopts pool and spill file */
+		kv_spill_close(&s->pool, 0);
+		kv_pool_fini(&s->pool);
+		st_shm_detach(&s->shm);
+		s->have_pool = 0;
+	} else if (s->have_pool) {
 		/* the pool goes: what the spill file holds means nothing */
 		kv_spill_close(&s->pool, 1);
 		kv_pool_fini(&s->pool);

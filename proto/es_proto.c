@@ -214,20 +214,31 @@ void es_hello_req_encode(struct st_wbuf *w, uint32_t pid, uint32_t version,
 	st_wbuf_bytes(w, buf, sizeof(buf));
 }
 
+void es_hello_req_encode_resume(struct st_wbuf *w, uint32_t pid,
+				uint32_t version, const char *name,
+				uint32_t resume_id)
+{
+	es_hello_req_encode(w, pid, version, name);
+	st_wbuf_u32(w, resume_id);
+}
+
 int es_hello_req_decode(const uint8_t *p, size_t len, struct es_hello_req *ret,
 			struct st_diag *diag)
 {
 	struct st_rbuf r;
 
 	memset(ret, 0, sizeof(*ret));
-	if (len != ES_HELLO_REQ_BYTES)
+	if (len != ES_HELLO_REQ_BYTES && len != ES_HELLO_REQ_RESUME_BYTES)
 		return st_diag_set(diag, -ST_E_PROTO,
-				   "HELLO payload is %zu bytes, expected %d",
-				   len, ES_HELLO_REQ_BYTES);
+				   "HELLO payload is %zu bytes, expected %d "
+				   "or %d", len, ES_HELLO_REQ_BYTES,
+				   ES_HELLO_REQ_RESUME_BYTES);
 	st_rbuf_init(&r, p, len);
 	st_rbuf_u32(&r, &ret->pid);
 	st_rbuf_u32(&r, &ret->version);
 	st_rbuf_bytes(&r, ret->name, ES_CLIENT_NAME_BYTES);
+	if (len == ES_HELLO_REQ_RESUME_BYTES)
+		st_rbuf_u32(&r, &ret->resume_client_id);
 	if (ret->version != ES_PROTO_VERSION)
 		return st_diag_set(diag, -ST_E_VERSION,
 				   "client speaks expertd protocol %u, this "

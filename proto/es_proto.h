@@ -9,6 +9,10 @@
  *
  *   ST_MSG_HELLO    req: u32 pid, u32 es_proto_version, char name[32]
  *                        (NUL-padded; printable ASCII)
+ *                        [, u32 resume_client_id]  (optional: a client
+ *                        reconnecting to a restarted expertd asks to keep
+ *                        its entry and pins; granted when that id is
+ *                        still registered to the same pid, else a new id)
  *                   rep: u32 client_id, u64 epoch, u32 pid, u32 pool_layout,
  *                        u64 store_id, u64 layout_hash, u32 n_layers,
  *                        u32 n_experts, u32 n_slots, u32 top_k,
@@ -68,6 +72,7 @@ enum es_msg_type {
 enum es_acq_status { ES_ACQ_READY = 0, ES_ACQ_PENDING = 1 };
 
 #define ES_HELLO_REQ_BYTES (4 + 4 + ES_CLIENT_NAME_BYTES)
+#define ES_HELLO_REQ_RESUME_BYTES (ES_HELLO_REQ_BYTES + 4)
 #define ES_HELLO_REP_BYTES (4 + 8 + 4 + 4 + 8 + 8 + 4 * 4 + 8)
 #define ES_PING_REP_BYTES (4 + 8 + 4)
 #define ES_STATS_REP_BYTES (12 * 8 + 8 + 4 + 4)
@@ -81,6 +86,7 @@ struct es_hello_req {
 	uint32_t pid;
 	uint32_t version;
 	char name[ES_CLIENT_NAME_BYTES + 1];
+	uint32_t resume_client_id;   /* 0: none (a new registration) */
 };
 
 struct es_hello_rep {
@@ -147,6 +153,11 @@ void es_hello_req_encode(struct st_wbuf *w, uint32_t pid, uint32_t version,
 			 const char *name);
 void es_hello_rep_encode(struct st_wbuf *w, const struct es_hello_rep *r);
 void es_ping_rep_encode(struct st_wbuf *w, const struct es_ping_rep *r);
+/* HELLO of a client reconnecting after an expertd restart: asks to keep
+ * client id resume_id (non-zero) and its pins. */
+void es_hello_req_encode_resume(struct st_wbuf *w, uint32_t pid,
+				uint32_t version, const char *name,
+				uint32_t resume_id);
 void es_stats_rep_encode(struct st_wbuf *w, const struct es_stats_rep *r);
 void es_acquire_req_encode(struct st_wbuf *w, uint32_t pid, uint32_t layer,
 			   uint32_t n, const int *experts);
@@ -163,8 +174,9 @@ void es_event_encode(struct st_wbuf *w, uint32_t pid, uint64_t epoch);
 
 /* --- decoders: 0, or -ST_E_PROTO / -ST_E_VERSION with diag --- */
 
-/* Checks length, the name (printable ASCII, NUL-padded), version equal to
- * ES_PROTO_VERSION (else -ST_E_VERSION) and pid > 0. */
+/* Checks length (with or without the resume id), the name (printable
+ * ASCII, NUL-padded), version equal to ES_PROTO_VERSION (else
+ * -ST_E_VERSION) and pid > 0. */
 int es_hello_req_decode(const uint8_t *p, size_t len, struct es_hello_req *ret,
 			struct st_diag *diag);
 int es_hello_rep_decode(const uint8_t *p, size_t len, struct es_hello_rep *ret,

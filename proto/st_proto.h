@@ -41,13 +41,20 @@
 
 #define ST_MSG_REPLY 0x8000u
 
+/* SHUTDOWN flags (optional u32 payload; other bits are refused).  KEEP_POOL:
+ * exit cleanly but leave the pool segment (and kvd's spill file) for the
+ * next daemon of the instance to adopt, as after a crash: `strata restart`
+ * of expertd or kvd while computed runs keeps every expert and KV page
+ * (DESIGN.md section 6).  A high bit, so a stray 1 is refused. */
+#define ST_SHUTDOWN_F_KEEP_POOL 0x10000u
+
 enum st_msg_type {
 	/* common to every daemon */
 	ST_MSG_HELLO = 0x0001,    /* u32 pid, u32 proto_version, char name[32] -> u32 client_id, u64 epoch */
 	ST_MSG_BYE = 0x0002,      /* (no payload) -> (no payload); releases the client's leases */
 	ST_MSG_PING = 0x0003,     /* -> u32 pid, u64 epoch, u32 ready */
 	ST_MSG_STATS = 0x0004,    /* -> daemon-specific stats payload */
-	ST_MSG_SHUTDOWN = 0x0005, /* -> (no payload); the daemon then exits cleanly */
+	ST_MSG_SHUTDOWN = 0x0005, /* [u32 flags] -> (no payload); the daemon then exits cleanly */
 
 	ST_MSG_ES_FIRST = 0x0100,
 	ST_MSG_KV_FIRST = 0x0200,

@@ -184,6 +184,23 @@ static void test_hello(void **state)
 	assert_int_equal(es_hello_req_decode(w.data, w.len, &q, &diag), 0);
 	assert_int_equal(strlen(q.name), 32);
 	st_wbuf_fini(&w);
+	/* the resume form (a client back to a restarted expertd): 4 more
+	 * bytes, the old id; any other length is refused */
+	st_wbuf_init(&w);
+	es_hello_req_encode_resume(&w, 99, ES_PROTO_VERSION, "computed",
+				   es_client_id_make(5, 9));
+	assert_int_equal(w.len, ES_HELLO_REQ_RESUME_BYTES);
+	assert_int_equal(es_hello_req_decode(w.data, w.len, &q, &diag), 0);
+	assert_int_equal(q.resume_client_id, es_client_id_make(5, 9));
+	assert_string_equal(q.name, "computed");
+	assert_int_equal(es_hello_req_decode(w.data, w.len - 1, &q, &diag),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+	st_wbuf_init(&w);
+	es_hello_req_encode(&w, 99, ES_PROTO_VERSION, "computed");
+	assert_int_equal(es_hello_req_decode(w.data, w.len, &q, &diag), 0);
+	assert_int_equal(q.resume_client_id, 0);
+	st_wbuf_fini(&w);
 
 	st_wbuf_init(&w);
 	es_hello_rep_encode(&w, &r);
