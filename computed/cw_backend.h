@@ -120,6 +120,19 @@ const struct cw_backend_ops *cw_backend_cpu_fast(void);
  * portable C, 2 = AVX2); NULL where this CPU cannot run it (tests). */
 const struct cw_backend_ops *cw_backend_cpu_fast_path(int path);
 
+/* The compute mode of the model (cw_model_opts.compute). */
+enum cw_compute {
+	CW_COMPUTE_REFERENCE = 0, /* cw_backend_cpu: exact, the default */
+	CW_COMPUTE_FAST = 1,      /* cw_backend_cpu_fast */
+};
+
+/* Parses "reference" or "fast" into *ret: 0 or -EINVAL. */
+int cw_compute_parse(const char *s, enum cw_compute *ret);
+/* "reference" / "fast" ("?" out of range). */
+const char *cw_compute_name(enum cw_compute c);
+/* The backend of a compute mode. */
+const struct cw_backend_ops *cw_backend_for(enum cw_compute c);
+
 /* SiLU(g) * u elementwise into out (n floats): silu(z) = z / (1 + e^-z). */
 void cw_swiglu(const float *gate, const float *up, int n, float *out);
 

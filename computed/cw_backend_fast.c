@@ -6,8 +6,10 @@
  */
 #include "cw_backend.h"
 
+#include <errno.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cw_kern.h"
 
@@ -117,4 +119,28 @@ const struct cw_backend_ops *cw_backend_cpu_fast_path(int path)
 	case CW_KERN_AVX2: return &k_ops_avx2;
 	default: return NULL;
 	}
+}
+
+int cw_compute_parse(const char *s, enum cw_compute *ret)
+{
+	if (!s)
+		return -EINVAL;
+	if (!strcmp(s, "reference"))
+		*ret = CW_COMPUTE_REFERENCE;
+	else if (!strcmp(s, "fast"))
+		*ret = CW_COMPUTE_FAST;
+	else
+		return -EINVAL;
+	return 0;
+}
+
+const char *cw_compute_name(enum cw_compute c)
+{
+	return c == CW_COMPUTE_REFERENCE ? "reference" :
+	       c == CW_COMPUTE_FAST ? "fast" : "?";
+}
+
+const struct cw_backend_ops *cw_backend_for(enum cw_compute c)
+{
+	return c == CW_COMPUTE_FAST ? cw_backend_cpu_fast() : cw_backend_cpu();
 }

@@ -1,31 +1,59 @@
-/* cw_threads.c — see cw_threads.h.  Workers wait on a condition variable
- * for a new job generation, take task numbers from an atomic counter and
- * count completions; the caller works too. */
+/* cw_threads.c — see cw_threads.h.  A job is published by bumping an atomic
+ * generation; workers spin on it for a short while (a decode step runs a
+ * few hundred small jobs back to back, and a futex wake costs more than the
+ * job), then sleep on a condition variable.  Tasks are taken from an
+ * atomic counter; the last worker to finish wakes the caller, which works
+ * too and spins the same way before sleeping.  The counters sit on their
+ * own cache lines (no false sharing with the job description). */
+
 #include "cw_threads.h"
 
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
+#include <time.h>
+
+#define CW_SPIN_NS 100000 /* spin this long before sleeping */
 
 struct cw_threads {
 	int n_threads;
 	pthread_t *tids;
+	int *cpus;                 /* per thread, -1: not pinned */
 	pthread_mutex_t mu;
 	pthread_cond_t cv_job, cv_done;
-	unsigned long generation;  /* bumped per job, under mu */
-	int stop;
+	/* the job: written by the caller before the generation is bumped */
 	cw_task_fn fn;
 	void *arg;
 	int n_tasks;
-	atomic_int next_task;
-	int n_busy;                /* workers still in the job, under mu */
+	_Alignas(64) atomic_ulong generation;
+	atomic_int stop;
+	_Alignas(64) atomic_int next_task;
+	_Alignas(64) atomic_int n_busy; /* workers still in the job */
 };
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+	__builtin_ia32_pause();
+#endif
+}
 
 static void run_tasks(struct cw_threads *p)
 {
 	for (;;) {
-		int t = atomic_fetch_add(&p->next_task, 1);
+		int t = atomic_fetch_add_explicit(&p->next_task, 1,
+						  memory_order_relaxed);
 
 		if (t >= p->n_tasks)
 			break;
@@ -33,31 +61,84 @@ static void run_tasks(struct cw_threads *p)
 	}
 }
 
+static void pin(int cpu)
+{
+	cpu_set_t set;
+
+	if (cpu < 0)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	(void)pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+}
+
+struct worker_arg {
+	struct cw_threads *p;
+	int index;
+};
+
 static void *worker(void *arg)
 {
-	struct cw_threads *p = arg;
-	unsigned long seen = 0;
+	struct cw_threads *p = ((struct worker_arg *)arg)->p;
+	const int index = ((struct worker_arg *)arg)->index;
+	unsigned long seen = 0, g;
 
-	pthread_mutex_lock(&p->mu);
+	free(arg);
+	pin(p->cpus[index]);
 	for (;;) {
-		while (!p->stop && p->generation == seen)
-			pthread_cond_wait(&p->cv_job, &p->mu);
-		if (p->stop)
+		uint64_t t0 = 0;
+
+		for (int i = 0;; i++) {
+			g = atomic_load_explicit(&p->generation,
+						 memory_order_acquire);
+			if (g != seen || atomic_load(&p->stop))
+				break;
+			cpu_relax();
+			if ((i & 63) == 0) {
+				if (!t0)
+					t0 = now_ns();
+				else if (now_ns() - t0 > CW_SPIN_NS)
+					break;
+			}
+		}
+		if (g == seen && !atomic_load(&p->stop)) {
+			pthread_mutex_lock(&p->mu);
+			while ((g = atomic_load(&p->generation)) == seen &&
+			       !atomic_load(&p->stop))
+				pthread_cond_wait(&p->cv_job, &p->mu);
+			pthread_mutex_unlock(&p->mu);
+		}
+		if (atomic_load(&p->stop))
 			break;
-		seen = p->generation;
-		pthread_mutex_unlock(&p->mu);
+		seen = g;
 		run_tasks(p);
-		pthread_mutex_lock(&p->mu);
-		if (--p->n_busy == 0)
+		if (atomic_fetch_sub(&p->n_busy, 1) == 1) {
+			pthread_mutex_lock(&p->mu);
 			pthread_cond_signal(&p->cv_done);
+			pthread_mutex_unlock(&p->mu);
+		}
 	}
-	pthread_mutex_unlock(&p->mu);
 	return NULL;
+}
+
+/* The CPUs of the process's affinity mask, in order; 0 if unknown. */
+static int allowed_cpus(int *ret, int max)
+{
+	cpu_set_t set;
+	int n = 0;
+
+	if (sched_getaffinity(0, sizeof(set), &set) < 0)
+		return 0;
+	for (int c = 0; c < CPU_SETSIZE && n < max; c++)
+		if (CPU_ISSET(c, &set))
+			ret[n++] = c;
+	return n;
 }
 
 int cw_threads_create(int n_threads, struct cw_threads **ret)
 {
 	struct cw_threads *p;
+	int n_cpus;
 
 	if (n_threads < 1 || n_threads > 256)
 		return -EINVAL;
@@ -69,14 +150,34 @@ int cw_threads_create(int n_threads, struct cw_threads **ret)
 	pthread_cond_init(&p->cv_job, NULL);
 	pthread_cond_init(&p->cv_done, NULL);
 	p->tids = calloc((size_t)n_threads, sizeof(pthread_t));
-	if (!p->tids) {
+	p->cpus = calloc(256, sizeof(int));
+	if (!p->tids || !p->cpus) {
+		free(p->tids);
+		free(p->cpus);
 		free(p);
 		return -ENOMEM;
 	}
+	/* one thread per allowed CPU, pinned, when there are enough CPUs;
+	 * otherwise unpinned (the scheduler shares them) */
+	n_cpus = allowed_cpus(p->cpus, 256);
+	if (n_threads == 1 || n_cpus < n_threads)
+		for (int i = 0; i < 256; i++)
+			p->cpus[i] = -1;
+	pin(p->cpus[0]);
 	for (int i = 1; i < n_threads; i++) {
-		int e = pthread_create(&p->tids[i], NULL, worker, p);
+		struct worker_arg *wa = malloc(sizeof(*wa));
+		int e;
 
+		if (!wa) {
+			p->n_threads = i;
+			cw_threads_destroy(p);
+			return -ENOMEM;
+		}
+		wa->p = p;
+		wa->index = i;
+		e = pthread_create(&p->tids[i], NULL, worker, wa);
 		if (e) {
+			free(wa);
 			p->n_threads = i;
 			cw_threads_destroy(p);
 			return -e;
@@ -91,7 +192,7 @@ void cw_threads_destroy(struct cw_threads *p)
 	if (!p)
 		return;
 	pthread_mutex_lock(&p->mu);
-	p->stop = 1;
+	atomic_store(&p->stop, 1);
 	pthread_cond_broadcast(&p->cv_job);
 	pthread_mutex_unlock(&p->mu);
 	for (int i = 1; i < p->n_threads; i++)
@@ -100,6 +201,7 @@ void cw_threads_destroy(struct cw_threads *p)
 	pthread_cond_destroy(&p->cv_job);
 	pthread_cond_destroy(&p->cv_done);
 	free(p->tids);
+	free(p->cpus);
 	free(p);
 }
 
@@ -111,23 +213,38 @@ int cw_threads_count(const struct cw_threads *p)
 void cw_threads_run(struct cw_threads *p, cw_task_fn fn, void *arg,
 		    int n_tasks)
 {
+	uint64_t t0 = 0;
+
 	if (!p || p->n_threads == 1 || n_tasks <= 1) {
 		for (int t = 0; t < n_tasks; t++)
 			fn(arg, t, n_tasks);
 		return;
 	}
-	pthread_mutex_lock(&p->mu);
 	p->fn = fn;
 	p->arg = arg;
 	p->n_tasks = n_tasks;
-	atomic_store(&p->next_task, 0);
-	p->n_busy = p->n_threads - 1;
-	p->generation++;
+	atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
+	atomic_store_explicit(&p->n_busy, p->n_threads - 1,
+			      memory_order_relaxed);
+	atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+	/* wake workers that went to sleep (no system call when none is) */
+	pthread_mutex_lock(&p->mu);
 	pthread_cond_broadcast(&p->cv_job);
 	pthread_mutex_unlock(&p->mu);
 	run_tasks(p);
-	pthread_mutex_lock(&p->mu);
-	while (p->n_busy > 0)
-		pthread_cond_wait(&p->cv_done, &p->mu);
-	pthread_mutex_unlock(&p->mu);
+	for (int i = 0; atomic_load(&p->n_busy) > 0; i++) {
+		cpu_relax();
+		if ((i & 63) == 0) {
+			if (!t0)
+				t0 = now_ns();
+			else if (now_ns() - t0 > CW_SPIN_NS)
+				break;
+		}
+	}
+	if (atomic_load(&p->n_busy) > 0) {
+		pthread_mutex_lock(&p->mu);
+		while (atomic_load(&p->n_busy) > 0)
+			pthread_cond_wait(&p->cv_done, &p->mu);
+		pthread_mutex_unlock(&p->mu);
+	}
 }
