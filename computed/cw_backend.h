@@ -45,7 +45,8 @@ struct cw_wview {
  * q holds ceil(n / 32) * 32 codes, the tail zero, and inside each run of 16
  * elements the even elements first, then the odd ones (the order in which
  * the two nibbles of a code byte come out of a lookup); d holds one scale
- * per block of 32 (x ~= q * d).  q and d are NULL in reference mode.
+ * per block of 32 (x ~= q * d); qabs the magnitudes of q.  q, d and qabs
+ * are NULL in reference mode.
  * Borrowed memory.
  */
 struct cw_act {
@@ -53,6 +54,7 @@ struct cw_act {
 	const int8_t *q;
 	const float *d;
 	int64_t n;
+	const uint8_t *qabs; /* |q|, same layout (fast mode; or NULL) */
 };
 
 enum cw_op {
@@ -91,12 +93,15 @@ struct cw_backend_ops {
 	 * Activations prepared once for several matvecs (a matrix's row
 	 * ranges split over threads, or the experts sharing a token):
 	 * act_bytes(n) bytes of scratch for n floats (0: none needed),
-	 * act_prepare fills *ret from x (borrowed) into buf, and matvec_act
-	 * is matvec on prepared activations (the same results as matvec).
+	 * act_prepare fills *ret from x (borrowed) into buf for weights of
+	 * dtype `for_dtype` (a hint: activations prepared for one dtype work
+	 * with every dtype, the fast backend quantizes only for 4-bit
+	 * weights and otherwise on demand), and matvec_act is matvec on
+	 * prepared activations (the same results as matvec).
 	 */
 	size_t (*act_bytes)(int64_t n);
-	void (*act_prepare)(const float *x, int64_t n, void *buf,
-			    struct cw_act *ret);
+	void (*act_prepare)(const float *x, int64_t n, enum st_dtype for_dtype,
+			    void *buf, struct cw_act *ret);
 	void (*matvec_act)(const struct cw_wview *w, const struct cw_act *a,
 			   float *y, int64_t row_begin, int64_t row_end);
 };

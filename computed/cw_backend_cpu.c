@@ -703,14 +703,16 @@ static size_t cpu_act_bytes(int64_t n)
 	return 0;
 }
 
-static void cpu_act_prepare(const float *x, int64_t n, void *buf,
-			    struct cw_act *ret)
+static void cpu_act_prepare(const float *x, int64_t n, enum st_dtype dt,
+			    void *buf, struct cw_act *ret)
 {
+	(void)dt;
 	(void)buf;
 	ret->x = x;
 	ret->q = NULL;
 	ret->d = NULL;
 	ret->n = n;
+	ret->qabs = NULL;
 }
 
 static void cpu_matvec_act(const struct cw_wview *w, const struct cw_act *a,

@@ -37,17 +37,40 @@ static size_t fast_act_bytes(int64_t n)
 	return cw_kern_act_bytes(n);
 }
 
-static void fast_act_prepare(const float *x, int64_t n, void *buf,
-			     struct cw_act *ret)
+static int is_fp4(enum st_dtype dt)
 {
-	cw_kern_quantize_act(x, n, buf, ret);
+	return dt == ST_DTYPE_MXFP4 || dt == ST_DTYPE_NVFP4 ||
+	       dt == ST_DTYPE_E2M1_F16;
 }
+
+/* Quantizes only for 4-bit weights: the others take the floats. */
+static void fast_act_prepare(const float *x, int64_t n, enum st_dtype dt,
+			     void *buf, struct cw_act *ret)
+{
+	if (is_fp4(dt)) {
+		cw_kern_quantize_act(x, n, buf, ret);
+		return;
+	}
+	ret->x = x;
+	ret->q = NULL;
+	ret->d = NULL;
+	ret->n = n;
+	ret->qabs = NULL;
+}
+
+static void matvec_path(enum cw_kern_path path, const struct cw_wview *w,
+			const float *x, float *y, int64_t r0, int64_t r1);
 
 static void run(enum cw_kern_path path, const struct cw_wview *w,
 		const struct cw_act *a, float *y, int64_t r0, int64_t r1)
 {
 	cw_kern_fn f = pick(w, path);
 
+	if (is_fp4(w->dtype) && !a->q) {
+		/* prepared for another dtype: quantize here */
+		matvec_path(path, w, a->x, y, r0, r1);
+		return;
+	}
 	if (!f) {
 		for (int64_t r = r0; r < r1; r++)
 			y[r] = NAN;
@@ -71,7 +94,7 @@ static void matvec_path(enum cw_kern_path path, const struct cw_wview *w,
 			y[r] = NAN;
 		return;
 	}
-	cw_kern_quantize_act(x, w->cols, buf, &a);
+	fast_act_prepare(x, w->cols, w->dtype, buf, &a);
 	run(path, w, &a, y, r0, r1);
 	if (buf != stack)
 		free(buf);

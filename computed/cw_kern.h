@@ -36,7 +36,8 @@ enum cw_kern_path {
 };
 
 /* Bytes cw_kern_quantize_act needs for n activations: the int8 codes
- * (n rounded up to a block, tail zero) and one float per block. */
+ * and their magnitudes (n rounded up to a block each, tail zero) and one
+ * float per block. */
 size_t cw_kern_act_bytes(int64_t n);
 
 /*

@@ -7,6 +7,7 @@
 #include "cw_kern.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "st_formats.h"
@@ -19,7 +20,7 @@ size_t cw_kern_act_bytes(int64_t n)
 {
 	const int64_t nb = (n + CW_QBLOCK - 1) / CW_QBLOCK;
 
-	return (size_t)nb * CW_QBLOCK + (size_t)nb * sizeof(float);
+	return 2 * (size_t)nb * CW_QBLOCK + (size_t)nb * sizeof(float);
 }
 
 void cw_kern_quantize_act(const float *x, int64_t n, void *buf,
@@ -27,7 +28,8 @@ void cw_kern_quantize_act(const float *x, int64_t n, void *buf,
 {
 	const int64_t nb = (n + CW_QBLOCK - 1) / CW_QBLOCK;
 	int8_t *q = buf;
-	float *d = (float *)(void *)(q + nb * CW_QBLOCK);
+	uint8_t *qa = (uint8_t *)(q + nb * CW_QBLOCK);
+	float *d = (float *)(void *)(qa + nb * CW_QBLOCK);
 
 	for (int64_t b = 0; b < nb; b++) {
 		const int64_t c0 = b * CW_QBLOCK,
@@ -61,10 +63,13 @@ void cw_kern_quantize_act(const float *x, int64_t n, void *buf,
 			q[cw_kern_qpos(c)] = (int8_t)v;
 		}
 	}
+	for (int64_t i = 0; i < nb * CW_QBLOCK; i++)
+		qa[i] = (uint8_t)abs(q[i]);
 	ret->x = x;
 	ret->q = q;
 	ret->d = d;
 	ret->n = n;
+	ret->qabs = qa;
 }
 
 /* Elements per weight scale of a 4-bit view. */

@@ -562,7 +562,7 @@ static void matvec(struct cw_model *m, const struct cw_wview *w,
 	struct matvec_job j = { m->be, w, &a, y };
 	int n = cw_threads_count(m->pool);
 
-	m->be->act_prepare(x, w->cols, m->ks.act_dense, &a);
+	m->be->act_prepare(x, w->cols, w->dtype, m->ks.act_dense, &a);
 	if (n > 1 && w->rows >= 64 && w->rows * w->cols >= (1 << 16))
 		cw_threads_run(m->pool, matvec_task, &j, n * 4);
 	else
@@ -703,7 +703,7 @@ static void moe_act_task(void *arg, int task, int n_tasks)
 	(void)n_tasks;
 	cw_swiglu(m->ks.g + p * I, m->ks.u + p * I, (int)I, m->ks.a + p * I);
 	m->be->act_prepare(m->ks.a + p * I, (int64_t)I,
-			   m->ks.act_pair + (size_t)p * m->ks.act_stride,
+			   j->w[ST_EXPERT_DOWN].dtype, m->ks.act_pair + (size_t)p * m->ks.act_stride,
 			   &m->ks.pact[p]);
 }
 
@@ -749,6 +749,7 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 			needed[n_needed++] = e;
 	for (int t = 0; t < n; t++)
 		m->be->act_prepare(m->xn + (size_t)t * H, H,
+				   m->store->layers[layer].mat[ST_EXPERT_GATE].fmt.dtype,
 				   m->ks.act_tok + (size_t)t * m->ks.act_stride,
 				   &m->ks.tact[t]);
 	group_max = es_client_n_slots(m->es);

@@ -252,6 +252,7 @@ static const struct geom k_geoms[] = {
 	{ ST_DTYPE_MXFP4, 5, 32, 0 },
 	{ ST_DTYPE_MXFP4, 9, 1024, 0 },
 	{ ST_DTYPE_MXFP4, 3, 96, 0 },     /* odd number of blocks */
+	{ ST_DTYPE_MXFP4, 3, 352, 0 },    /* 11 blocks: 8 at once + 3 */
 	{ ST_DTYPE_NVFP4, 5, 48, 0 },     /* half a block at the end */
 	{ ST_DTYPE_NVFP4, 7, 1024, 0 },
 	{ ST_DTYPE_NVFP4, 3, 16, 0 },
@@ -288,9 +289,20 @@ static void check_one(const struct mat *m, const float *x, const char *what)
 	struct cw_act a;
 
 	assert_non_null(fc);
-	fc->act_prepare(x, C, buf, &a);
+	fc->act_prepare(x, C, v->dtype, buf, &a);
 	ref->matvec(v, x, yr, 0, R);
 	fc->matvec_act(v, &a, yc, 0, R);
+	if (is_fp4(v->dtype)) {
+		/* activations prepared for a float format (no int8 codes):
+		 * the kernel quantizes on demand, same result */
+		struct cw_act a2;
+
+		fc->act_prepare(x, C, ST_DTYPE_BF16, buf, &a2);
+		assert_null(a2.q);
+		fc->matvec_act(v, &a2, yp, 0, R);
+		assert_memory_equal(yp, yc, sizeof(float) * (size_t)R);
+		fc->act_prepare(x, C, v->dtype, buf, &a);
+	}
 	for (int64_t r = 0; r < R; r++) {
 		double l1 = 0, qb = 0;
 
@@ -535,7 +547,7 @@ static void test_quantize_act(void **state)
 	(void)state;
 	fill_row(x, n, 1);
 	x[5] = -3.0f;
-	assert_true(cw_kern_act_bytes(n) == 96 + 3 * 4);
+	assert_true(cw_kern_act_bytes(n) == 2 * 96 + 3 * 4);
 	cw_kern_quantize_act(x, n, buf, &a);
 	assert_true(a.n == n && a.x == x);
 	for (int64_t c = 0; c < n; c++) {
@@ -544,6 +556,8 @@ static void test_quantize_act(void **state)
 		assert_true(fabsf(x[c] - a.q[cw_kern_qpos(c)] * d) <= d / 2 * 1.0001f);
 	}
 	assert_true(a.d[1] == 0.0f); /* block 1 is all zero (fill_row) */
+	for (int64_t p = 0; p < 96; p++)
+		assert_int_equal(a.qabs[p], abs(a.q[p]));
 	for (int64_t c = n; c < 96; c++)
 		assert_int_equal(a.q[cw_kern_qpos(c)], 0);
 	assert_int_equal(cw_kern_qpos(1), 8);
