@@ -54,11 +54,13 @@ static void usage(FILE *f)
 "Usage: strata-bench-decode --model DIR [--store DIR] [--experts FMT]\n"
 "          [--compute reference|fast|both] [--threads LIST]\n"
 "          [--prompt-tokens N] [--tokens N] [--runs N] [--host-budget B]\n"
-"          [--membw-bytes B]\n"
+"          [--membw-bytes B] [--dense bf16|fp8]\n"
 "\n"
 "Prompt and decode speed against this machine's read bandwidth.\n"
 "  --experts FMT       expert format of the store made when --store is\n"
 "                      absent (default mxfp4)\n"
+"  --dense fp8         that store with attention and LM head in FP8\n"
+"                      (convert --dense fp8; default bf16)\n"
 "  --compute MODE      reference, fast or both (default both)\n"
 "  --threads LIST      thread counts, e.g. 1,2 (default 1,2)\n"
 "  --prompt-tokens N   prompt length, one batch (default 128)\n"
@@ -180,11 +182,12 @@ int main(int argc, char **argv)
 		{ "membw-bytes", required_argument, NULL, 'w' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "compute", required_argument, NULL, 'c' },
+		{ "dense", required_argument, NULL, 'd' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	const char *model = NULL, *experts = "mxfp4", *compute = "both";
-	int n_tokens = 64, n_prompt = 128, runs = 3, c, r = 0;
+	int n_tokens = 64, n_prompt = 128, runs = 3, c, r = 0, dense_fp8 = 0;
 	int threads[MAX_CONF] = { 1, 2 }, n_threads = 2, n_res = 0;
 	uint64_t membw_bytes = 1ull << 30;
 	struct cli_instance inst;
@@ -221,6 +224,13 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'c': compute = optarg; break;
+		case 'd':
+			if (strcmp(optarg, "fp8") && strcmp(optarg, "bf16")) {
+				fprintf(stderr, "bench: --dense fp8|bf16\n");
+				return 2;
+			}
+			dense_fp8 = !strcmp(optarg, "fp8");
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -240,11 +250,17 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (!inst.store_dir[0])
-		cli_default_store_dir(model, experts, inst.store_dir,
+	if (!inst.store_dir[0]) {
+		char name[300];
+
+		snprintf(name, sizeof(name), "%s%s", experts,
+			 dense_fp8 ? "-dense-fp8" : "");
+		cli_default_store_dir(model, name, inst.store_dir,
 				      sizeof(inst.store_dir));
+	}
 	if (!st_path_exists(inst.store_dir) &&
-	    cli_convert(model, inst.store_dir, experts, 0, 0, -1))
+	    cli_convert(model, inst.store_dir, experts,
+			dense_fp8 ? CLI_DENSE_FP8 : CLI_DENSE_AUTO, 0, -1))
 		return 1;
 
 	printf("memory read bandwidth (st_membw %s kernel, %llu MiB, pinned "
@@ -293,9 +309,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench: %s\n", diag.msg);
 		goto out;
 	}
-	printf("\nstore %s (experts %s); prompt %d tokens in one batch, "
+	printf("\nstore %s (experts %s, dense %s); prompt %d tokens in one batch, "
 	       "decode %d tokens; medians of %d runs\n", inst.store_dir, experts,
-	       n_prompt, n_tokens, runs);
+	       dense_fp8 ? "FP8 attention and LM head" : "as converted", n_prompt, n_tokens, runs);
 	for (int i = 0; i < n_res; i++) {
 		const struct conf_result *cr = &res[i];
 		const double tot = cr->exp_b + cr->den_b + cr->lm_b;

@@ -90,6 +90,44 @@ static uint64_t view_bytes(const struct cw_wview *w)
 	return d + sc + ts;
 }
 
+/* A dense matrix stored as FP8 E4M3 (convert --dense fp8): the codes
+ * tensor t and NAME.scale, F32 [rows, ceil(cols / 128)]. */
+static int bind_dense_fp8(struct cw_model *m, const struct st_store_tensor *t,
+			  const char *name, int64_t rows, int64_t cols,
+			  struct cw_wview *ret_view, struct st_diag *diag)
+{
+	const int64_t nblk = (cols + ST_FP8_DEFAULT_BLOCK - 1) /
+			     ST_FP8_DEFAULT_BLOCK;
+	const struct st_store_tensor *s;
+	char sname[300];
+
+	snprintf(sname, sizeof(sname), "%s.scale", name);
+	s = st_store_find_dense(m->store, sname);
+	if ((uint64_t)(rows * cols) != t->n_bytes ||
+	    t->offset + t->n_bytes > m->dense_len)
+		return st_diag_set(diag, -ST_E_FORMAT, "tensor %s: %llu bytes "
+				   "of FP8 do not match the config (%lld x "
+				   "%lld)", name, (unsigned long long)t->n_bytes,
+				   (long long)rows, (long long)cols);
+	if (!s || s->dtype != ST_DTYPE_F32 ||
+	    s->n_bytes != (uint64_t)(rows * nblk) * 4 ||
+	    s->offset + s->n_bytes > m->dense_len)
+		return st_diag_set(diag, -ST_E_FORMAT, "store %s: FP8 tensor %s "
+				   "has no %s of %lld x %lld floats; re-run "
+				   "strata convert", m->store->dir, name, sname,
+				   (long long)rows, (long long)nblk);
+	memset(ret_view, 0, sizeof(*ret_view));
+	ret_view->dtype = ST_DTYPE_F8_E4M3;
+	ret_view->data = m->dense_map + t->offset;
+	ret_view->scales = m->dense_map + s->offset;
+	ret_view->rows = rows;
+	ret_view->cols = cols;
+	ret_view->group = ST_FP8_DEFAULT_BLOCK;
+	ret_view->scale_type = st_wformat_scale_type(ST_DTYPE_F8_E4M3);
+	ret_view->global_scale = 1.0f;
+	return 0;
+}
+
 static int bind_dense(struct cw_model *m, enum st_dense_role role, int layer,
 		      int64_t rows, int64_t cols, struct cw_wview *ret_view,
 		      const void **ret_vec, enum st_dtype *ret_dt,
@@ -107,6 +145,8 @@ static int bind_dense(struct cw_model *m, enum st_dense_role role, int layer,
 		return st_diag_set(diag, -ST_E_FORMAT,
 				   "store %s: dense tensor %s is missing; "
 				   "re-run strata convert", m->store->dir, name);
+	if (t->dtype == ST_DTYPE_F8_E4M3 && ret_view && cols)
+		return bind_dense_fp8(m, t, name, rows, cols, ret_view, diag);
 	if (t->dtype != ST_DTYPE_F32 && t->dtype != ST_DTYPE_BF16)
 		return st_diag_set(diag, -ST_E_UNSUPPORTED,
 				   "tensor %s: dtype not F32/BF16", name);
