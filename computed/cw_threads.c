@@ -1,10 +1,12 @@
-/* cw_threads.c — see cw_threads.h.  A job is published by bumping an atomic
- * generation; workers spin on it for a short while (a decode step runs a
- * few hundred small jobs back to back, and a futex wake costs more than the
- * job), then sleep on a condition variable.  Tasks are taken from an
- * atomic counter; the last worker to finish wakes the caller, which works
- * too and spins the same way before sleeping.  The counters sit on their
- * own cache lines (no false sharing with the job description). */
+/* cw_threads.c — see cw_threads.h.  A job is published by bumping the
+ * generation in the high half of an atomic task counter; workers spin on
+ * it for a short while (a decode step runs a few hundred small jobs back
+ * to back, and a futex wake costs more than a job), then sleep on a
+ * condition variable.  Tasks are claimed by compare-and-swap on the
+ * counter (valid only for their generation); the caller works too and
+ * waits for the number of finished tasks, so a worker that the scheduler
+ * keeps off the CPU (a loaded machine) never holds a job up.  The counters
+ * sit on their own cache lines. */
 
 #include "cw_threads.h"
 
@@ -18,20 +20,30 @@
 
 #define CW_SPIN_NS 100000 /* spin this long before sleeping */
 
+/* A job as workers see it; jobs live in a small ring so that a worker
+ * that wakes late never reads a descriptor being written for the job it
+ * is about to claim from (a claim is only valid for its generation). */
+#define CW_RING 4
+
+struct cw_job {
+	_Atomic(cw_task_fn) fn;
+	_Atomic(void *) arg;
+	atomic_int n_tasks;
+};
+
 struct cw_threads {
 	int n_threads;
 	pthread_t *tids;
 	int *cpus;                 /* per thread, -1: not pinned */
 	pthread_mutex_t mu;
 	pthread_cond_t cv_job, cv_done;
-	/* the job: written by the caller before the generation is bumped */
-	cw_task_fn fn;
-	void *arg;
-	int n_tasks;
-	_Alignas(64) atomic_ulong generation;
+	struct cw_job ring[CW_RING];
 	atomic_int stop;
-	_Alignas(64) atomic_int next_task;
-	_Alignas(64) atomic_int n_busy; /* workers still in the job */
+	/* (generation << 32) | next task index of the current job */
+	_Alignas(64) atomic_uint_least64_t ctr;
+	/* tasks of the current job finished */
+	_Alignas(64) atomic_int done;
+	_Alignas(64) unsigned generation; /* caller only */
 };
 
 static uint64_t now_ns(void)
@@ -49,15 +61,33 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static void run_tasks(struct cw_threads *p)
+/* Claims and runs tasks of generation gen until none is left (or a newer
+ * job replaced it).  The caller of cw_threads_run waits for the count of
+ * finished tasks, not for the workers: a worker the scheduler left out
+ * costs nothing. */
+static void run_tasks(struct cw_threads *p, unsigned gen)
 {
-	for (;;) {
-		int t = atomic_fetch_add_explicit(&p->next_task, 1,
-						  memory_order_relaxed);
+	const struct cw_job *j = &p->ring[gen % CW_RING];
+	const cw_task_fn fn = atomic_load_explicit(&j->fn, memory_order_relaxed);
+	void *const arg = atomic_load_explicit(&j->arg, memory_order_relaxed);
+	const int n = atomic_load_explicit(&j->n_tasks, memory_order_relaxed);
+	uint64_t c = atomic_load_explicit(&p->ctr, memory_order_acquire);
 
-		if (t >= p->n_tasks)
-			break;
-		p->fn(p->arg, t, p->n_tasks);
+	for (;;) {
+		if ((unsigned)(c >> 32) != gen || (int)(uint32_t)c >= n)
+			return;
+		if (!atomic_compare_exchange_weak_explicit(&p->ctr, &c, c + 1,
+				memory_order_acq_rel, memory_order_acquire))
+			continue;
+		fn(arg, (int)(uint32_t)c, n);
+		if (atomic_fetch_add_explicit(&p->done, 1,
+					      memory_order_acq_rel) + 1 == n) {
+			/* the last task: wake the caller if it sleeps */
+			pthread_mutex_lock(&p->mu);
+			pthread_cond_signal(&p->cv_done);
+			pthread_mutex_unlock(&p->mu);
+		}
+		c = atomic_load_explicit(&p->ctr, memory_order_acquire);
 	}
 }
 
@@ -81,7 +111,7 @@ static void *worker(void *arg)
 {
 	struct cw_threads *p = ((struct worker_arg *)arg)->p;
 	const int index = ((struct worker_arg *)arg)->index;
-	unsigned long seen = 0, g;
+	unsigned seen = 0, g;
 
 	free(arg);
 	pin(p->cpus[index]);
@@ -89,8 +119,8 @@ static void *worker(void *arg)
 		uint64_t t0 = 0;
 
 		for (int i = 0;; i++) {
-			g = atomic_load_explicit(&p->generation,
-						 memory_order_acquire);
+			g = (unsigned)(atomic_load_explicit(&p->ctr,
+					memory_order_acquire) >> 32);
 			if (g != seen || atomic_load(&p->stop))
 				break;
 			cpu_relax();
@@ -103,20 +133,15 @@ static void *worker(void *arg)
 		}
 		if (g == seen && !atomic_load(&p->stop)) {
 			pthread_mutex_lock(&p->mu);
-			while ((g = atomic_load(&p->generation)) == seen &&
-			       !atomic_load(&p->stop))
+			while ((g = (unsigned)(atomic_load(&p->ctr) >> 32)) ==
+				       seen && !atomic_load(&p->stop))
 				pthread_cond_wait(&p->cv_job, &p->mu);
 			pthread_mutex_unlock(&p->mu);
 		}
 		if (atomic_load(&p->stop))
 			break;
 		seen = g;
-		run_tasks(p);
-		if (atomic_fetch_sub(&p->n_busy, 1) == 1) {
-			pthread_mutex_lock(&p->mu);
-			pthread_cond_signal(&p->cv_done);
-			pthread_mutex_unlock(&p->mu);
-		}
+		run_tasks(p, g);
 	}
 	return NULL;
 }
@@ -213,26 +238,30 @@ int cw_threads_count(const struct cw_threads *p)
 void cw_threads_run(struct cw_threads *p, cw_task_fn fn, void *arg,
 		    int n_tasks)
 {
+	struct cw_job *j;
 	uint64_t t0 = 0;
+	unsigned gen;
 
 	if (!p || p->n_threads == 1 || n_tasks <= 1) {
 		for (int t = 0; t < n_tasks; t++)
 			fn(arg, t, n_tasks);
 		return;
 	}
-	p->fn = fn;
-	p->arg = arg;
-	p->n_tasks = n_tasks;
-	atomic_store_explicit(&p->next_task, 0, memory_order_relaxed);
-	atomic_store_explicit(&p->n_busy, p->n_threads - 1,
-			      memory_order_relaxed);
-	atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
+	gen = ++p->generation;
+	j = &p->ring[gen % CW_RING];
+	atomic_store_explicit(&j->fn, fn, memory_order_relaxed);
+	atomic_store_explicit(&j->arg, arg, memory_order_relaxed);
+	atomic_store_explicit(&j->n_tasks, n_tasks, memory_order_relaxed);
+	atomic_store_explicit(&p->done, 0, memory_order_relaxed);
+	atomic_store_explicit(&p->ctr, (uint64_t)gen << 32,
+			      memory_order_release);
 	/* wake workers that went to sleep (no system call when none is) */
 	pthread_mutex_lock(&p->mu);
 	pthread_cond_broadcast(&p->cv_job);
 	pthread_mutex_unlock(&p->mu);
-	run_tasks(p);
-	for (int i = 0; atomic_load(&p->n_busy) > 0; i++) {
+	run_tasks(p, gen);
+	for (int i = 0; atomic_load_explicit(&p->done, memory_order_acquire) <
+			n_tasks; i++) {
 		cpu_relax();
 		if ((i & 63) == 0) {
 			if (!t0)
@@ -241,9 +270,9 @@ void cw_threads_run(struct cw_threads *p, cw_task_fn fn, void *arg,
 				break;
 		}
 	}
-	if (atomic_load(&p->n_busy) > 0) {
+	if (atomic_load(&p->done) < n_tasks) {
 		pthread_mutex_lock(&p->mu);
-		while (atomic_load(&p->n_busy) > 0)
+		while (atomic_load(&p->done) < n_tasks)
 			pthread_cond_wait(&p->cv_done, &p->mu);
 		pthread_mutex_unlock(&p->mu);
 	}

@@ -18,6 +18,7 @@
  *    one-hot activation, is the element the store's dequantizer puts there
  *    (the nibble layout), on every path; and the P7 example itself.
  */
+#include <errno.h>
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,6 +32,7 @@
 
 #include "cw_backend.h"
 #include "cw_kern.h"
+#include "cw_threads.h"
 #include "st_formats.h"
 
 /* ---- test matrices ---- */
@@ -573,6 +575,48 @@ static void test_quantize_act(void **state)
 	}
 }
 
+/* The pool: every task of every job runs exactly once, and the job is
+ * complete when cw_threads_run returns; many small jobs back to back (as
+ * a decode step makes), with 2 threads (pinned) and 5 (more than this
+ * machine's CPUs: unpinned, workers often late). */
+struct tjob {
+	int *hits;
+	int n;
+};
+
+static void ttask(void *arg, int t, int n)
+{
+	struct tjob *j = arg;
+
+	assert_int_equal(n, j->n);
+	__atomic_fetch_add(&j->hits[t], 1, __ATOMIC_RELAXED);
+}
+
+static void test_threads(void **state)
+{
+	(void)state;
+	for (int nt = 2; nt <= 5; nt += 3) {
+		struct cw_threads *p = NULL;
+		int hits[64];
+
+		assert_int_equal(cw_threads_create(nt, &p), 0);
+		assert_int_equal(cw_threads_count(p), nt);
+		for (int it = 0; it < 20000; it++) {
+			struct tjob j = { hits, 1 + (int)(rnd() % 64) };
+
+			memset(hits, 0, sizeof(hits));
+			cw_threads_run(p, ttask, &j, j.n);
+			for (int t = 0; t < 64; t++)
+				if (hits[t] != (t < j.n))
+					fail_msg("%d threads, job %d: task %d "
+						 "ran %d times", nt, it, t,
+						 hits[t]);
+		}
+		cw_threads_destroy(p);
+	}
+	assert_int_equal(cw_threads_create(0, NULL), -EINVAL);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -581,6 +625,7 @@ int main(void)
 		cmocka_unit_test(test_p5_every_scale),
 		cmocka_unit_test(test_p7_example),
 		cmocka_unit_test(test_p7_layout_every_element),
+		cmocka_unit_test(test_threads),
 	};
 
 	printf("fast kernel paths on this CPU: C%s\n",
