@@ -73,12 +73,12 @@ int main(int argc, char **argv)
 		case 'h':
 			printf("Usage: strata-bench-kern [--mib N] [--threads N] "
 			       "[--reps N]\nmatvec GB/s per format and kernel "
-			       "path (matrices of N MiB, default 256)\n");
+			       "path (matrices of N MiB, default 256; 1 for in-cache speed)\n");
 			return 0;
 		default: return 2;
 		}
 	}
-	if (mib < 16 || n_threads < 1 || n_threads > 256 || reps < 1)
+	if (mib < 1 || n_threads < 1 || n_threads > 256 || reps < 1)
 		return 2;
 	if (cw_threads_create(n_threads, &pool) < 0)
 		return 1;
