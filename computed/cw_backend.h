@@ -42,9 +42,9 @@ struct cw_wview {
 /*
  * An activation vector as the kernels take it: the floats, and in fast mode
  * (cw_backend_cpu_fast) their int8 quantization by blocks of 32 (cw_kern.h):
- * q holds ceil(n / 32) * 32 codes, the tail zero, and inside each run of 16
- * elements the even elements first, then the odd ones (the order in which
- * the two nibbles of a code byte come out of a lookup); d holds one scale
+ * q holds ceil(n / 32) * 32 codes, the tail zero, and inside each run of
+ * qgroup elements the even elements first, then the odd ones (the order in
+ * which the two nibbles of code bytes come out of a lookup); d holds one scale
  * per block of 32 (x ~= q * d); qabs the magnitudes of q.  q, d and qabs
  * are NULL in reference mode.
  * Borrowed memory.
@@ -55,6 +55,9 @@ struct cw_act {
 	const float *d;
 	int64_t n;
 	const uint8_t *qabs; /* |q|, same layout (fast mode; or NULL) */
+	int qgroup;          /* 16 or 32: q holds each run of qgroup
+			      * elements as its even elements, then its odd
+			      * ones (32 for MXFP4, 16 otherwise) */
 };
 
 enum cw_op {

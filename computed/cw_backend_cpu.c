@@ -713,6 +713,7 @@ static void cpu_act_prepare(const float *x, int64_t n, enum st_dtype dt,
 	ret->d = NULL;
 	ret->n = n;
 	ret->qabs = NULL;
+	ret->qgroup = 0;
 }
 
 static void cpu_matvec_act(const struct cw_wview *w, const struct cw_act *a,

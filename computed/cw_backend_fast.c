@@ -48,7 +48,8 @@ static void fast_act_prepare(const float *x, int64_t n, enum st_dtype dt,
 			     void *buf, struct cw_act *ret)
 {
 	if (is_fp4(dt)) {
-		cw_kern_quantize_act(x, n, buf, ret);
+		cw_kern_quantize_act(x, n, dt == ST_DTYPE_MXFP4 ? 32 : 16, buf,
+				     ret);
 		return;
 	}
 	ret->x = x;
@@ -56,6 +57,7 @@ static void fast_act_prepare(const float *x, int64_t n, enum st_dtype dt,
 	ret->d = NULL;
 	ret->n = n;
 	ret->qabs = NULL;
+	ret->qgroup = 0;
 }
 
 static void matvec_path(enum cw_kern_path path, const struct cw_wview *w,
@@ -66,7 +68,8 @@ static void run(enum cw_kern_path path, const struct cw_wview *w,
 {
 	cw_kern_fn f = pick(w, path);
 
-	if (is_fp4(w->dtype) && !a->q) {
+	if (is_fp4(w->dtype) &&
+	    (!a->q || (w->dtype != ST_DTYPE_MXFP4 && a->qgroup != 16))) {
 		/* prepared for another dtype: quantize here */
 		matvec_path(path, w, a->x, y, r0, r1);
 		return;

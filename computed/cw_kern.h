@@ -41,14 +41,15 @@ enum cw_kern_path {
 size_t cw_kern_act_bytes(int64_t n);
 
 /*
- * Fills *ret for the n floats x (borrowed: must outlive *ret): the int8
+ * Fills *ret for the n floats x (borrowed: must outlive *ret), the codes in
+ * runs of qgroup (16 or 32; struct cw_act): the int8
  * quantization by blocks of 32 into buf (cw_kern_act_bytes(n) bytes, any
  * alignment of 4), d = amax / 127 per block (0 for an all-zero block, whose
  * codes are 0), q = round-to-nearest-even(x / d) clamped to [-127, 127].
  * Non-finite x give a NaN scale (the result of the dot products is then
  * NaN, as a float dot product would be).
  */
-void cw_kern_quantize_act(const float *x, int64_t n, void *buf,
+void cw_kern_quantize_act(const float *x, int64_t n, int qgroup, void *buf,
 			  struct cw_act *ret);
 
 /* A fast matvec kernel: y[r] = W[r] . a for r in [r0, r1). */
@@ -75,10 +76,10 @@ void cw_cpu_rmsnorm(const float *x, const void *weight, enum st_dtype wdtype,
 void cw_cpu_rope(float *x, int n_heads, int head_dim, int pos, double theta);
 
 /* Position in cw_act.q of activation element c (evens then odds inside
- * each run of 16). */
-static inline int64_t cw_kern_qpos(int64_t c)
+ * each run of g = 16 or 32). */
+static inline int64_t cw_kern_qpos(int64_t c, int g)
 {
-	return (c & ~(int64_t)15) + ((c & 1) << 3) + ((c & 15) >> 1);
+	return (c & ~(int64_t)(g - 1)) + (c & 1) * (g / 2) + ((c & (g - 1)) >> 1);
 }
 
 /* Twice the E2M1 value of a 4-bit code (exact small integers). */

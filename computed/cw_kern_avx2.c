@@ -162,7 +162,7 @@ KI void fp4_avx2_t(const struct cw_wview *w, const struct cw_act *a, float *y,
 				const uint8_t by = rc[c / 2];
 				const int code = (c & 1) ? by >> 4 : by & 15;
 
-				is += cw_kern_e2m1x2[code] * a->q[cw_kern_qpos(c)];
+				is += cw_kern_e2m1x2[code] * a->q[cw_kern_qpos(c, 16)];
 			}
 			t += (float)is * f;
 		}
@@ -187,10 +187,25 @@ KI __m256 mx_factors8(const uint8_t *s, const float *d)
 			     _mm256_loadu_ps(d));
 }
 
+/* 32 weights of one block as int8 in cw_act order for runs of 32: the 16
+ * code bytes in both lanes, the second lane shifted down a nibble, so lane 0
+ * holds the even elements and lane 1 the odd ones. */
+KI __m256i fp4_decode32(const uint8_t *p)
+{
+	const __m256i lut = _mm256_setr_epi8(
+		0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+		0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+	__m256i c = _mm256_broadcastsi128_si256(
+		_mm_loadu_si128((const __m128i *)(const void *)p));
+
+	c = _mm256_srlv_epi64(c, _mm256_setr_epi64x(0, 0, 4, 4));
+	return _mm256_shuffle_epi8(lut, _mm256_and_si256(c, _mm256_set1_epi8(15)));
+}
+
 /* One MXFP4 block: weights decoded, |q| (precomputed) times sign(w, q). */
 KI __m256 mx_block(const uint8_t *codes, const uint8_t *qa, const int8_t *q)
 {
-	const __m256i wv = fp4_decode(codes);
+	const __m256i wv = fp4_decode32(codes);
 	const __m256i p16 = _mm256_maddubs_epi16(
 		_mm256_loadu_si256((const __m256i *)(const void *)qa),
 		_mm256_sign_epi8(wv, _mm256_loadu_si256(
@@ -199,17 +214,21 @@ KI __m256 mx_block(const uint8_t *codes, const uint8_t *qa, const int8_t *q)
 	return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
-/* MXFP4: eight blocks per step with their factors computed as one vector
- * and broadcast lane by lane; |q| comes precomputed with the activations,
- * so a block costs one sign instead of abs + sign. */
+/* MXFP4 (activations in runs of 32): eight blocks per step with their
+ * factors computed as one vector and broadcast lane by lane; |q| comes
+ * precomputed with the activations, so a block costs one sign instead of
+ * abs + sign; the decode needs no byte duplication (fp4_decode32). */
 KT static void mxfp4_avx2(const struct cw_wview *w, const struct cw_act *a,
 			  float *y, int64_t r0, int64_t r1)
 {
 	const int64_t C = w->cols, nb = C / 32, nb8 = nb & ~(int64_t)7;
 	const uint8_t *codes = w->data;
 
-	if (!a->qabs || C % 32) {
-		fp4_avx2_t(w, a, y, r0, r1, ST_DTYPE_MXFP4);
+	if (!a->qabs || C % 32 || a->qgroup != 32) {
+		if (a->qgroup == 16)
+			fp4_avx2_t(w, a, y, r0, r1, ST_DTYPE_MXFP4);
+		else
+			cw_kern_c(w)(w, a, y, r0, r1);
 		return;
 	}
 	for (int64_t r = r0; r < r1; r++) {

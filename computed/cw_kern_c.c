@@ -23,7 +23,7 @@ size_t cw_kern_act_bytes(int64_t n)
 	return 2 * (size_t)nb * CW_QBLOCK + (size_t)nb * sizeof(float);
 }
 
-void cw_kern_quantize_act(const float *x, int64_t n, void *buf,
+void cw_kern_quantize_act(const float *x, int64_t n, int qgroup, void *buf,
 			  struct cw_act *ret)
 {
 	const int64_t nb = (n + CW_QBLOCK - 1) / CW_QBLOCK;
@@ -60,7 +60,7 @@ void cw_kern_quantize_act(const float *x, int64_t n, void *buf,
 			float v = nearbyintf(x[c] * inv);
 
 			v = v > 127.0f ? 127.0f : v < -127.0f ? -127.0f : v;
-			q[cw_kern_qpos(c)] = (int8_t)v;
+			q[cw_kern_qpos(c, qgroup)] = (int8_t)v;
 		}
 	}
 	for (int64_t i = 0; i < nb * CW_QBLOCK; i++)
@@ -70,6 +70,7 @@ void cw_kern_quantize_act(const float *x, int64_t n, void *buf,
 	ret->d = d;
 	ret->n = n;
 	ret->qabs = qa;
+	ret->qgroup = qgroup;
 }
 
 /* Elements per weight scale of a 4-bit view. */
@@ -125,7 +126,8 @@ static void fp4_c(const struct cw_wview *w, const struct cw_act *a, float *y,
 				const uint8_t b = rc[c / 2];
 				const int code = (c & 1) ? b >> 4 : b & 15;
 
-				is += cw_kern_e2m1x2[code] * a->q[cw_kern_qpos(c)];
+				is += cw_kern_e2m1x2[code] *
+				      a->q[cw_kern_qpos(c, a->qgroup)];
 			}
 			acc += (float)is * f;
 		}

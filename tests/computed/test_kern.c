@@ -303,7 +303,40 @@ static void check_one(const struct mat *m, const float *x, const char *what)
 		assert_null(a2.q);
 		fc->matvec_act(v, &a2, yp, 0, R);
 		assert_memory_equal(yp, yc, sizeof(float) * (size_t)R);
-		fc->act_prepare(x, C, v->dtype, buf, &a);
+		/* prepared in the other run order (32 for MXFP4, 16 for
+		 * the others): same result on every path */
+		for (int p = CW_KERN_C; p < CW_KERN_PATH_MAX; p++) {
+			const struct cw_backend_ops *be = cw_backend_cpu_fast_path(p);
+			float *y2 = malloc(sizeof(float) * R);
+
+			if (be) {
+				fc->act_prepare(x, C, v->dtype == ST_DTYPE_MXFP4 ?
+						ST_DTYPE_NVFP4 : ST_DTYPE_MXFP4,
+						buf, &a2);
+				be->matvec_act(v, &a2, yp, 0, R);
+				fc->act_prepare(x, C, v->dtype, buf, &a);
+				be->matvec_act(v, &a, y2, 0, R);
+				/* C: the same integer sums, bit for bit;
+				 * SIMD: summed in other lanes, within the
+				 * SIMD-vs-C tolerance */
+				for (int64_t r = 0; r < R; r++) {
+					double l1 = 0;
+
+					for (int64_t c = 0; c < C; c++)
+						l1 += fabs((double)m->deq[r * C + c]) *
+						      (fabs((double)x[c]) +
+						       a.d[c / CW_QBLOCK] / 2);
+					if (p == CW_KERN_C ? memcmp(&yp[r], &y2[r], 4) != 0 :
+					    isfinite(l1) && l1 < 1e37 &&
+					    !(fabs((double)yp[r] - y2[r]) <= 1e-5 * l1 + 1e-30))
+						fail_msg("%s %s row %lld: %.9g with "
+							 "runs of 16/32 vs %.9g",
+							 what, be->name, (long long)r,
+							 yp[r], y2[r]);
+				}
+			}
+			free(y2);
+		}
 	}
 	for (int64_t r = 0; r < R; r++) {
 		double l1 = 0, qb = 0;
@@ -550,27 +583,31 @@ static void test_quantize_act(void **state)
 	fill_row(x, n, 1);
 	x[5] = -3.0f;
 	assert_true(cw_kern_act_bytes(n) == 2 * 96 + 3 * 4);
-	cw_kern_quantize_act(x, n, buf, &a);
+	cw_kern_quantize_act(x, n, 16, buf, &a);
 	assert_true(a.n == n && a.x == x);
 	for (int64_t c = 0; c < n; c++) {
 		const float d = a.d[c / 32];
 
-		assert_true(fabsf(x[c] - a.q[cw_kern_qpos(c)] * d) <= d / 2 * 1.0001f);
+		assert_true(fabsf(x[c] - a.q[cw_kern_qpos(c, 16)] * d) <= d / 2 * 1.0001f);
 	}
 	assert_true(a.d[1] == 0.0f); /* block 1 is all zero (fill_row) */
 	for (int64_t p = 0; p < 96; p++)
 		assert_int_equal(a.qabs[p], abs(a.q[p]));
 	for (int64_t c = n; c < 96; c++)
-		assert_int_equal(a.q[cw_kern_qpos(c)], 0);
-	assert_int_equal(cw_kern_qpos(1), 8);
-	assert_int_equal(cw_kern_qpos(2), 1);
-	assert_int_equal(cw_kern_qpos(17), 24);
+		assert_int_equal(a.q[cw_kern_qpos(c, 16)], 0);
+	assert_int_equal(cw_kern_qpos(1, 16), 8);
+	assert_int_equal(cw_kern_qpos(2, 16), 1);
+	assert_int_equal(cw_kern_qpos(17, 16), 24);
+	assert_int_equal(cw_kern_qpos(1, 32), 16);
+	assert_int_equal(cw_kern_qpos(17, 32), 24);
+	assert_int_equal(cw_kern_qpos(30, 32), 15);
+	assert_int_equal(cw_kern_qpos(33, 32), 48);
 	/* the largest element maps to +-127 */
 	{
 		int found = 0;
 
 		for (int64_t c = 0; c < 32; c++)
-			found |= abs(a.q[cw_kern_qpos(c)]) == 127;
+			found |= abs(a.q[cw_kern_qpos(c, 16)]) == 127;
 		assert_true(found);
 	}
 }
