@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli_cmds.h"
@@ -35,6 +36,16 @@
 
 #define MAX_RUNS 16
 #define MAX_CONF 8
+
+/* CPU time of the whole process in ns (every thread; time the scheduler
+ * gave it, so a loaded machine does not inflate it). */
+static uint64_t proc_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -76,6 +87,7 @@ struct conf_result {
 	enum cw_compute mode;
 	int threads;
 	double prompt_tps, decode_tps, bw;
+	double decode_cpu_tps;  /* tokens per CPU-second of the process */
 	double exp_b, den_b, lm_b, stall_ms;
 };
 
@@ -86,7 +98,7 @@ static int run_conf(struct cli_instance *inst, struct es_client *es,
 		    int n_prompt, int n_tokens, struct conf_result *res,
 		    struct st_diag *diag)
 {
-	double ptps[MAX_RUNS], dtps[MAX_RUNS];
+	double ptps[MAX_RUNS], dtps[MAX_RUNS], ctps[MAX_RUNS];
 	struct cw_read_stats before, after;
 	uint64_t exp_b = 0, den_b = 0, lm_b = 0, stall = 0, decoded = 0;
 	struct cw_model *m = NULL;
@@ -106,7 +118,7 @@ static int run_conf(struct cli_instance *inst, struct es_client *es,
 	for (int run = 0; run < runs && r == 0; run++) {
 		const int vocab = cw_model_config(m)->vocab_size;
 		uint32_t seq;
-		uint64_t t0;
+		uint64_t t0, c0;
 
 		for (int i = 0; i < n_prompt; i++)
 			ids[i] = (int32_t)((1000 + 37 * i + 7919 * run) % vocab);
@@ -117,6 +129,7 @@ static int run_conf(struct cli_instance *inst, struct es_client *es,
 		r = cw_model_eval(m, seq, 0, ids, n_prompt, NULL, logits, diag);
 		ptps[run] = n_prompt / ((double)(st_now_ns() - t0) / 1e9);
 		cw_model_read_stats(m, &before);
+		c0 = proc_cpu_ns();
 		t0 = st_now_ns();
 		for (int t = 0; t < n_tokens && r == 0; t++) {
 			int32_t tok = cw_argmax(logits, vocab);
@@ -125,6 +138,7 @@ static int run_conf(struct cli_instance *inst, struct es_client *es,
 					  1, NULL, logits, diag);
 		}
 		dtps[run] = n_tokens / ((double)(st_now_ns() - t0) / 1e9);
+		ctps[run] = n_tokens / ((double)(proc_cpu_ns() - c0) / 1e9);
 		cw_model_read_stats(m, &after);
 		exp_b += after.expert_bytes - before.expert_bytes;
 		den_b += after.dense_bytes - before.dense_bytes;
@@ -139,6 +153,7 @@ static int run_conf(struct cli_instance *inst, struct es_client *es,
 	if (r == 0) {
 		res->prompt_tps = median(ptps, runs);
 		res->decode_tps = median(dtps, runs);
+		res->decode_cpu_tps = median(ctps, runs);
 		res->exp_b = (double)exp_b / (double)decoded;
 		res->den_b = (double)den_b / (double)decoded;
 		res->lm_b = (double)lm_b / (double)decoded;
@@ -331,6 +346,12 @@ int main(int argc, char **argv)
 		       cr->threads);
 		printf("  prompt: %.1f tokens/s\n", cr->prompt_tps);
 		printf("  decode: %.2f tokens/s\n", cr->decode_tps);
+		if (cr->threads == 1)
+			printf("  decode per CPU-second of this process: %.2f "
+			       "tokens (%.2f GB/s): what one core gives when the "
+			       "machine is not shared\n", cr->decode_cpu_tps,
+			       (cr->exp_b + cr->den_b + cr->lm_b) *
+			       cr->decode_cpu_tps / 1e9);
 		printf("  weights read per decoded token: %.1f MB = experts "
 		       "%.1f MB (%.0f%%) + other dense %.1f MB (%.0f%%) + LM head "
 		       "%.1f MB (%.0f%%)\n", tot / 1e6, cr->exp_b / 1e6,
