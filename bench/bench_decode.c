@@ -1,21 +1,28 @@
 /*
- * bench_decode.c — decode speed and the bytes of weights read per token, next
- * to this machine's memory read bandwidth measured in the same run.
+ * bench_decode.c — prompt and decode speed on a generated model, the bytes
+ * of weights read per decoded token, and this machine's memory read
+ * bandwidth measured in the same run with the same thread count.
  *
  * Converts the checkpoint if needed (MXFP4 experts), starts expertd and kvd
  * on a private instance, runs the model in this process (the same code as
- * computed, reference mode), prefills a prompt, decodes N tokens greedily,
- * and prints:
- *   decode tokens/s (median of the runs), bytes read per token split into
- *   experts / other dense weights / LM head (counted by the model from the
- *   routing actually taken), achieved GB/s, and the read bandwidth of a
- *   vectorized sum over >= 1 GiB (st_membw) with 1 and 2 threads.
+ * computed) for every compute mode and thread count asked for, and prints
+ * per configuration (medians of the runs):
+ *   prompt tokens/s (one batch of --prompt-tokens), decode tokens/s
+ *   (--tokens greedy steps), bytes of weights read per decoded token split
+ *   into experts / other dense weights / LM head (counted by the model from
+ *   the routing actually taken), achieved GB/s, the read bandwidth of a
+ *   vectorized read-only sum over >= 1 GiB with the same number of pinned
+ *   threads (st_membw, best of 5 passes, measured at the start and again
+ *   before each configuration; the best figure is used), the ratio, and the
+ *   time per token spent acquiring experts from expertd.
  * Prints figures, asserts nothing (STYLE.md: benchmarks never assert time).
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cli_cmds.h"
@@ -27,6 +34,19 @@
 #include "st_membw.h"
 #include "st_util.h"
 
+#define MAX_RUNS 16
+#define MAX_CONF 8
+
+/* CPU time of the whole process in ns (every thread; time the scheduler
+ * gave it, so a loaded machine does not inflate it). */
+static uint64_t proc_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static int cmp_d(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -34,16 +54,135 @@ static int cmp_d(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp_d);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
-"Usage: strata-bench-decode --model DIR [--store DIR] [--tokens N]\n"
-"                           [--prompt-tokens N] [--runs N] [--host-budget B]\n"
-"                           [--experts mxfp4|bf16] [--membw-bytes B]\n"
-"                           [--threads N]\n"
+"Usage: strata-bench-decode --model DIR [--store DIR] [--experts FMT]\n"
+"          [--compute reference|fast|both] [--threads LIST]\n"
+"          [--prompt-tokens N] [--tokens N] [--runs N] [--host-budget B]\n"
+"          [--membw-bytes B] [--dense bf16|fp8]\n"
 "\n"
-"Decode benchmark (reference-mode CPU backend, 1 thread).  Make the large\n"
-"model with: scripts/gen-moe-model.py --out bench-models/qwen3moe-large\n");
+"Prompt and decode speed against this machine's read bandwidth.\n"
+"  --experts FMT       expert format of the store made when --store is\n"
+"                      absent (default mxfp4)\n"
+"  --dense fp8         that store with attention and LM head in FP8\n"
+"                      (convert --dense fp8; default bf16)\n"
+"  --compute MODE      reference, fast or both (default both)\n"
+"  --threads LIST      thread counts, e.g. 1,2 (default 1,2)\n"
+"  --prompt-tokens N   prompt length, one batch (default 128)\n"
+"  --tokens N          decoded tokens per run (default 64)\n"
+"  --runs N            runs per configuration, median printed (default 3)\n"
+"  --membw-bytes B     bandwidth probe buffer (default 1GiB)\n"
+"Make the large model with: scripts/gen-moe-model.py --out\n"
+"bench-models/qwen3moe-large (see docs/BENCHMARKS.md).\n");
+}
+
+struct conf_result {
+	enum cw_compute mode;
+	int threads;
+	double prompt_tps, decode_tps, bw;
+	double decode_cpu_tps;  /* tokens per CPU-second of the process */
+	double exp_b, den_b, lm_b, stall_ms;
+};
+
+/* Runs one configuration: `runs` times a fresh sequence, a prompt batch,
+ * then n_tokens greedy steps. */
+static int run_conf(struct cli_instance *inst, struct es_client *es,
+		    struct kv_client *kv, struct cw_model_opts *mo, int runs,
+		    int n_prompt, int n_tokens, struct conf_result *res,
+		    struct st_diag *diag)
+{
+	double ptps[MAX_RUNS], dtps[MAX_RUNS], ctps[MAX_RUNS];
+	struct cw_read_stats before, after;
+	uint64_t exp_b = 0, den_b = 0, lm_b = 0, stall = 0, decoded = 0;
+	struct cw_model *m = NULL;
+	float *logits = NULL;
+	int32_t *ids = NULL;
+	int r;
+
+	r = cw_model_open(inst->store_dir, es, kv, mo, &m, diag);
+	if (r < 0)
+		return r;
+	logits = malloc(sizeof(float) * (size_t)cw_model_config(m)->vocab_size);
+	ids = malloc(sizeof(int32_t) * (size_t)n_prompt);
+	if (!logits || !ids) {
+		r = st_diag_set(diag, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int run = 0; run < runs && r == 0; run++) {
+		const int vocab = cw_model_config(m)->vocab_size;
+		uint32_t seq;
+		uint64_t t0, c0;
+
+		for (int i = 0; i < n_prompt; i++)
+			ids[i] = (int32_t)((1000 + 37 * i + 7919 * run) % vocab);
+		r = kv_client_seq_create(kv, &seq, diag);
+		if (r < 0)
+			break;
+		t0 = st_now_ns();
+		r = cw_model_eval(m, seq, 0, ids, n_prompt, NULL, logits, diag);
+		ptps[run] = n_prompt / ((double)(st_now_ns() - t0) / 1e9);
+		cw_model_read_stats(m, &before);
+		c0 = proc_cpu_ns();
+		t0 = st_now_ns();
+		for (int t = 0; t < n_tokens && r == 0; t++) {
+			int32_t tok = cw_argmax(logits, vocab);
+
+			r = cw_model_eval(m, seq, (uint32_t)(n_prompt + t), &tok,
+					  1, NULL, logits, diag);
+		}
+		dtps[run] = n_tokens / ((double)(st_now_ns() - t0) / 1e9);
+		ctps[run] = n_tokens / ((double)(proc_cpu_ns() - c0) / 1e9);
+		cw_model_read_stats(m, &after);
+		exp_b += after.expert_bytes - before.expert_bytes;
+		den_b += after.dense_bytes - before.dense_bytes;
+		lm_b += after.lm_head_bytes - before.lm_head_bytes;
+		stall += after.expert_stall_ns - before.expert_stall_ns;
+		decoded += (uint64_t)n_tokens;
+		kv_client_seq_free(kv, seq);
+		printf("  run %d: prompt %.1f tokens/s, decode %.2f tokens/s\n",
+		       run, ptps[run], dtps[run]);
+		fflush(stdout);
+	}
+	if (r == 0) {
+		res->prompt_tps = median(ptps, runs);
+		res->decode_tps = median(dtps, runs);
+		res->decode_cpu_tps = median(ctps, runs);
+		res->exp_b = (double)exp_b / (double)decoded;
+		res->den_b = (double)den_b / (double)decoded;
+		res->lm_b = (double)lm_b / (double)decoded;
+		res->stall_ms = (double)stall / (double)decoded / 1e6;
+	}
+out:
+	free(ids);
+	free(logits);
+	cw_model_close(m);
+	return r;
+}
+
+/* Parses "1,2" into up to max thread counts; the count or -1. */
+static int parse_threads(const char *s, int *ret, int max)
+{
+	int n = 0;
+
+	while (*s && n < max) {
+		char *end;
+		long v = strtol(s, &end, 10);
+
+		if (end == s || v < 1 || v > 256)
+			return -1;
+		ret[n++] = (int)v;
+		s = *end == ',' ? end + 1 : end;
+		if (*end && *end != ',')
+			return -1;
+	}
+	return n;
 }
 
 int main(int argc, char **argv)
@@ -58,22 +197,23 @@ int main(int argc, char **argv)
 		{ "experts", required_argument, NULL, 'e' },
 		{ "membw-bytes", required_argument, NULL, 'w' },
 		{ "threads", required_argument, NULL, 't' },
+		{ "compute", required_argument, NULL, 'c' },
+		{ "dense", required_argument, NULL, 'd' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	const char *model = NULL, *experts = "mxfp4";
-	int n_tokens = 32, n_prompt = 16, runs = 3, c, r;
+	const char *model = NULL, *experts = "mxfp4", *compute = "both";
+	int n_tokens = 64, n_prompt = 128, runs = 3, c, r = 0, dense_fp8 = 0;
+	int threads[MAX_CONF] = { 1, 2 }, n_threads = 2, n_res = 0;
 	uint64_t membw_bytes = 1ull << 30;
 	struct cli_instance inst;
 	struct st_diag diag = { "" };
 	struct es_client *es = NULL;
 	struct kv_client *kv = NULL;
-	struct cw_model *m = NULL;
-	struct cw_model_opts mo = { ST_DTYPE_F32, 16, 1 };
-	double tps[16], bw1 = 0, bw2 = 0;
-	struct cw_read_stats before, after;
-	uint64_t decode_ns_total = 0, decoded = 0;
-	float *logits;
+	struct conf_result res[2 * MAX_CONF];
+	double bw[MAX_CONF];
+	enum cw_compute modes[2];
+	int n_modes;
 
 	memset(&inst, 0, sizeof(inst));
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -85,28 +225,73 @@ int main(int argc, char **argv)
 		case 'r': runs = atoi(optarg); break;
 		case 'b': snprintf(inst.host_budget, sizeof(inst.host_budget), "%s", optarg); break;
 		case 'e': experts = optarg; break;
-		case 'w': st_parse_size(optarg, &membw_bytes); break;
-		case 't': mo.n_threads = atoi(optarg) > 0 ? atoi(optarg) : 1; break;
+		case 'w':
+			if (st_parse_size(optarg, &membw_bytes) < 0) {
+				fprintf(stderr, "bench: bad --membw-bytes '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 't':
+			n_threads = parse_threads(optarg, threads, MAX_CONF);
+			if (n_threads < 1) {
+				fprintf(stderr, "bench: --threads wants a list "
+					"like 1,2 (1..256 each)\n");
+				return 2;
+			}
+			break;
+		case 'c': compute = optarg; break;
+		case 'd':
+			if (strcmp(optarg, "fp8") && strcmp(optarg, "bf16")) {
+				fprintf(stderr, "bench: --dense fp8|bf16\n");
+				return 2;
+			}
+			dense_fp8 = !strcmp(optarg, "fp8");
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
-	if (!model || n_tokens < 2 || n_prompt < 1 || runs < 1 || runs > 16) {
+	if (!strcmp(compute, "both")) {
+		modes[0] = CW_COMPUTE_REFERENCE;
+		modes[1] = CW_COMPUTE_FAST;
+		n_modes = 2;
+	} else if (cw_compute_parse(compute, &modes[0]) == 0) {
+		n_modes = 1;
+	} else {
+		fprintf(stderr, "bench: --compute must be reference, fast or both\n");
+		return 2;
+	}
+	if (!model || n_tokens < 2 || n_prompt < 1 || n_prompt > 4096 ||
+	    runs < 1 || runs > MAX_RUNS) {
 		usage(stderr);
 		return 2;
 	}
-	if (!inst.store_dir[0])
-		cli_default_store_dir(model, experts, inst.store_dir,
+	if (!inst.store_dir[0]) {
+		char name[300];
+
+		snprintf(name, sizeof(name), "%s%s", experts,
+			 dense_fp8 ? "-dense-fp8" : "");
+		cli_default_store_dir(model, name, inst.store_dir,
 				      sizeof(inst.store_dir));
+	}
 	if (!st_path_exists(inst.store_dir) &&
-	    cli_convert(model, inst.store_dir, experts, 0, 0, -1))
+	    cli_convert(model, inst.store_dir, experts,
+			dense_fp8 ? CLI_DENSE_FP8 : CLI_DENSE_AUTO, 0, -1))
 		return 1;
 
-	printf("memory read bandwidth (st_membw, %llu MiB, best of 5):\n",
+	printf("memory read bandwidth (st_membw %s kernel, %llu MiB, pinned "
+	       "threads, best of 5 passes):\n",
+	       st_membw_kernel_name(st_membw_kernel_best()),
 	       (unsigned long long)(membw_bytes >> 20));
-	st_membw_measure(1, membw_bytes, 5, &bw1);
-	st_membw_measure(2, membw_bytes, 5, &bw2);
-	printf("  1 thread  %.1f GB/s\n  2 threads %.1f GB/s\n", bw1, bw2);
+	for (int i = 0; i < n_threads; i++) {
+		r = st_membw_measure(threads[i], membw_bytes, 5, &bw[i]);
+		if (r < 0) {
+			fprintf(stderr, "bench: bandwidth probe: %s\n", st_strerror(r));
+			return 1;
+		}
+		printf("  %d thread(s): %.1f GB/s\n", threads[i], bw[i]);
+	}
+	fflush(stdout);
 
 	snprintf(inst.name, sizeof(inst.name), "bench-%d", (int)getpid());
 	st_run_dir_default(inst.name, inst.run_dir, sizeof(inst.run_dir));
@@ -120,76 +305,89 @@ int main(int argc, char **argv)
 	r = es_client_open(inst.run_dir, inst.name, "bench", 60000, &es, &diag);
 	if (!r)
 		r = kv_client_open(inst.run_dir, inst.name, "bench", 60000, &kv, &diag);
-	if (!r)
-		r = cw_model_open(inst.store_dir, es, kv, &mo, &m, &diag);
-	if (r < 0) {
-		fprintf(stderr, "bench: %s\n", diag.msg);
-		goto out;
-	}
-	logits = malloc(sizeof(float) * (size_t)cw_model_config(m)->vocab_size);
-	for (int run = 0; run < runs; run++) {
-		int32_t ids[4096];
-		uint32_t seq;
-		uint64_t t0;
+	for (int mi = 0; !r && mi < n_modes; mi++)
+		for (int ti = 0; !r && ti < n_threads; ti++) {
+			struct cw_model_opts mo = { ST_DTYPE_F32, 16, threads[ti],
+						    modes[mi] };
+			struct conf_result *cr = &res[n_res];
 
-		for (int i = 0; i < n_prompt; i++)
-			ids[i] = (int32_t)(1000 + 37 * i + run);
-		kv_client_seq_create(kv, &seq, &diag);
-		r = cw_model_eval(m, seq, 0, ids, n_prompt, NULL, logits, &diag);
-		if (r < 0)
-			break;
-		cw_model_read_stats(m, &before);
-		t0 = st_now_ns();
-		for (int t = 0; t < n_tokens && r == 0; t++) {
-			int32_t tok = cw_argmax(logits, cw_model_config(m)->vocab_size);
+			/* the bandwidth again right before this
+			 * configuration (a shared machine's load moves):
+			 * the better of the two probes */
+			double bw_now = 0;
 
-			r = cw_model_eval(m, seq, (uint32_t)(n_prompt + t), &tok,
-					  1, NULL, logits, &diag);
+			if (st_membw_measure(threads[ti], membw_bytes, 5,
+					     &bw_now) == 0 && bw_now > bw[ti])
+				bw[ti] = bw_now;
+			printf("%s mode, %d thread(s) (read bandwidth now %.1f "
+			       "GB/s):\n", cw_compute_name(modes[mi]),
+			       threads[ti], bw_now);
+			cr->mode = modes[mi];
+			cr->threads = threads[ti];
+			cr->bw = bw[ti];
+			r = run_conf(&inst, es, kv, &mo, runs, n_prompt, n_tokens,
+				     cr, &diag);
+			if (!r)
+				n_res++;
 		}
-		decode_ns_total += st_now_ns() - t0;
-		decoded += (uint64_t)n_tokens;
-		tps[run] = n_tokens / ((double)(st_now_ns() - t0) / 1e9);
-		cw_model_read_stats(m, &after);
-		kv_client_seq_free(kv, seq);
-		printf("run %d: %.2f tokens/s\n", run, tps[run]);
-	}
 	if (r < 0) {
 		fprintf(stderr, "bench: %s\n", diag.msg);
 		goto out;
+	}
+	printf("\nstore %s (experts %s, dense %s); prompt %d tokens in one batch, "
+	       "decode %d tokens; medians of %d runs\n", inst.store_dir, experts,
+	       dense_fp8 ? "FP8 attention and LM head" : "as converted", n_prompt, n_tokens, runs);
+	for (int i = 0; i < n_res; i++) {
+		const struct conf_result *cr = &res[i];
+		const double tot = cr->exp_b + cr->den_b + cr->lm_b;
+		const double gbs = tot * cr->decode_tps / 1e9;
+
+		printf("\n%s mode, %d thread(s):\n", cw_compute_name(cr->mode),
+		       cr->threads);
+		printf("  prompt: %.1f tokens/s\n", cr->prompt_tps);
+		printf("  decode: %.2f tokens/s\n", cr->decode_tps);
+		if (cr->threads == 1)
+			printf("  decode per CPU-second of this process: %.2f "
+			       "tokens (%.2f GB/s): what one core gives when the "
+			       "machine is not shared\n", cr->decode_cpu_tps,
+			       (cr->exp_b + cr->den_b + cr->lm_b) *
+			       cr->decode_cpu_tps / 1e9);
+		printf("  weights read per decoded token: %.1f MB = experts "
+		       "%.1f MB (%.0f%%) + other dense %.1f MB (%.0f%%) + LM head "
+		       "%.1f MB (%.0f%%)\n", tot / 1e6, cr->exp_b / 1e6,
+		       100 * cr->exp_b / tot, cr->den_b / 1e6,
+		       100 * cr->den_b / tot, cr->lm_b / 1e6, 100 * cr->lm_b / tot);
+		printf("  achieved: %.2f GB/s = %.0f%% of the measured read "
+		       "bandwidth with %d thread(s) (%.1f GB/s)\n", gbs,
+		       100 * gbs / cr->bw, cr->threads, cr->bw);
+		printf("  expert acquire (expertd round trips): %.2f ms per "
+		       "token of %.2f ms\n", cr->stall_ms, 1e3 / cr->decode_tps);
+	}
+	printf("\n| mode | threads | prompt tok/s | decode tok/s | MB/token "
+	       "(experts + dense + LM head) | achieved GB/s | read bandwidth "
+	       "GB/s | ratio |\n|---|---|---|---|---|---|---|---|\n");
+	for (int i = 0; i < n_res; i++) {
+		const struct conf_result *cr = &res[i];
+		const double tot = cr->exp_b + cr->den_b + cr->lm_b;
+		const double gbs = tot * cr->decode_tps / 1e9;
+
+		printf("| %s | %d | %.1f | %.2f | %.1f (%.1f + %.1f + %.1f) | "
+		       "%.2f | %.1f | %.0f %% |\n", cw_compute_name(cr->mode),
+		       cr->threads, cr->prompt_tps, cr->decode_tps, tot / 1e6,
+		       cr->exp_b / 1e6, cr->den_b / 1e6, cr->lm_b / 1e6, gbs,
+		       cr->bw, 100 * gbs / cr->bw);
 	}
 	{
-		double exp_b = (double)(after.expert_bytes - before.expert_bytes) / n_tokens;
-		double den_b = (double)(after.dense_bytes - before.dense_bytes) / n_tokens;
-		double lm_b = (double)(after.lm_head_bytes - before.lm_head_bytes) / n_tokens;
-		double tot = exp_b + den_b + lm_b;
-		double med;
 		struct es_stats s;
 
-		qsort(tps, (size_t)runs, sizeof(double), cmp_d);
-		med = tps[runs / 2];
-		printf("\ndecode: %.2f tokens/s (median of %d runs of %d tokens, "
-		       "%d thread(s), reference mode)\n", med, runs, n_tokens, mo.n_threads);
-		printf("bytes read per token: %.1f MB total = experts %.1f MB "
-		       "(%.0f%%) + dense %.1f MB (%.0f%%) + LM head %.1f MB (%.0f%%)\n",
-		       tot / 1e6, exp_b / 1e6, 100 * exp_b / tot, den_b / 1e6,
-		       100 * den_b / tot, lm_b / 1e6, 100 * lm_b / tot);
-		printf("achieved bytes/s: experts %.2f GB/s, dense %.2f GB/s, "
-		       "LM head %.2f GB/s\n", exp_b * med / 1e9,
-		       den_b * med / 1e9, lm_b * med / 1e9);
-		printf("achieved: %.2f GB/s = %.0f%% of 1-thread read bandwidth "
-		       "(%.1f GB/s), %.0f%% of 2-thread (%.1f GB/s)\n",
-		       tot * med / 1e9, 100 * tot * med / 1e9 / bw1, bw1,
-		       100 * tot * med / 1e9 / bw2, bw2);
 		if (es_client_stats(es, &s) == 0)
-			printf("expert pool: %llu slots, hits %llu, misses %llu, "
+			printf("\nexpert pool: %llu slots, hits %llu, misses %llu, "
 			       "evictions %llu\n", (unsigned long long)s.n_slots,
 			       (unsigned long long)s.hits,
 			       (unsigned long long)s.misses,
 			       (unsigned long long)s.evictions);
 	}
-	free(logits);
 out:
-	cw_model_close(m);
 	kv_client_close(kv);
 	es_client_close(es);
 	cli_instance_down(&inst);

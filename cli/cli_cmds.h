@@ -30,8 +30,13 @@ int cli_default_store_dir(const char *model_dir, const char *experts,
  * scale_search may be NULL; scale_search "none" is left out. */
 int cli_experts_spec(char *buf, size_t len, const char *experts,
 		     const char *keep, const char *scale_search);
+/* Dense weights of a conversion (cli_convert's dense_f32 argument). */
+#define CLI_DENSE_AUTO 0 /* BF16 when the checkpoint's are BF16, else F32 */
+#define CLI_DENSE_F32 1
+#define CLI_DENSE_FP8 2  /* attention and LM head FP8 E4M3 (es_convert.h) */
 /* Converts model_dir into store_dir with a progress bar on a terminal.
- * experts: an expert-format spec (cli_experts_spec).  A stop signal pending on sigfd (>= 0)
+ * experts: an expert-format spec (cli_experts_spec); dense_f32: a
+ * CLI_DENSE_* value.  A stop signal pending on sigfd (>= 0)
  * cancels the conversion cleanly.  0, 1 (error printed) or 130
  * (interrupted). */
 int cli_convert(const char *model_dir, const char *store_dir,

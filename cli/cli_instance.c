@@ -215,6 +215,7 @@ static void daemon_argv(struct cli_instance *inst, const char *daemon,
 		add_opt(argv, &a, "--kv-dtype", inst->kv_dtype);
 		add_opt(argv, &a, "--page-rows", inst->page_rows);
 		add_opt(argv, &a, "--threads", inst->threads);
+		add_opt(argv, &a, "--compute", inst->compute);
 	}
 	if (inst->tier)
 		extra = !strcmp(daemon, "expertd") ? inst->tier->es :

@@ -85,10 +85,11 @@ int cli_session_start(const struct cli_session_opts *o, int sigfd,
 		cli_instance_read_pids(inst);
 		if (o->model || o->store || o->host_budget || o->kv_budget ||
 		    o->kv_spill ||
-		    o->kv_dtype || strcmp(o->experts, "mxfp4"))
+		    o->kv_dtype || o->compute || strcmp(o->experts, "mxfp4"))
 			fprintf(stderr, "%s: instance '%s' is running with its "
 				"own model and settings; --model, --store, "
-				"--experts, --kv-dtype and the budget options "
+				"--experts, --kv-dtype, --compute and the "
+				"budget options "
 				"are ignored\n", o->who, inst->name);
 		fprintf(stderr, "%s: using running instance '%s'\n", o->who,
 			inst->name);
@@ -106,6 +107,8 @@ int cli_session_start(const struct cli_session_opts *o, int sigfd,
 	snprintf(inst->kv_dtype, sizeof(inst->kv_dtype), "%s",
 		 o->kv_dtype ? o->kv_dtype : "");
 	inst->tier = o->tier;
+	snprintf(inst->compute, sizeof(inst->compute), "%s",
+		 o->compute ? o->compute : "");
 	fprintf(stderr, "%s: starting expertd, kvd, computed (instance %s, "
 		"run dir %s)\n", o->who, inst->name, inst->run_dir);
 	r = cli_instance_up(inst, o->timeout_s, &diag);

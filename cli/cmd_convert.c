@@ -183,7 +183,8 @@ int cli_convert(const char *model_dir, const char *store_dir,
 		fprintf(stderr, "strata: %s\n", diag.msg);
 		return 2;
 	}
-	o.dense_f32 = dense_f32;
+	o.dense_f32 = dense_f32 == CLI_DENSE_F32;
+	o.dense_fp8 = dense_f32 == CLI_DENSE_FP8;
 	o.force = force;
 	o.progress = progress;
 	o.progress_arg = &pb;
@@ -230,6 +231,9 @@ static void convert_usage(FILE *f)
 "                    the scale with the least squared error (4-bit formats)\n"
 "  --dense-f32       keep dense weights in F32 (default: BF16 when the\n"
 "                    checkpoint's are BF16)\n"
+"  --dense fp8       attention projections and LM head in FP8 E4M3 with an\n"
+"                    FP32 scale per row and 128 columns (the other dense\n"
+"                    weights as by default); store name gets -dense-fp8\n"
 "  --force           replace an existing store at --out\n"
 "  -h, --help        this text\n"
 "\n"
@@ -244,6 +248,7 @@ int cli_cmd_convert(int argc, char **argv)
 		{ "out", required_argument, NULL, 'o' },
 		{ "experts", required_argument, NULL, 'e' },
 		{ "dense-f32", no_argument, NULL, 'd' },
+		{ "dense", required_argument, NULL, 'D' },
 		{ "keep", required_argument, NULL, 'k' },
 		{ "keep-layers", required_argument, NULL, 'k' },
 		{ "scale-search", required_argument, NULL, 'S' },
@@ -261,7 +266,15 @@ int cli_cmd_convert(int argc, char **argv)
 		case 'm': model = optarg; break;
 		case 'o': out = optarg; break;
 		case 'e': experts = optarg; break;
-		case 'd': dense_f32 = 1; break;
+		case 'd': dense_f32 = CLI_DENSE_F32; break;
+		case 'D':
+			if (strcmp(optarg, "fp8")) {
+				fprintf(stderr, "strata convert: --dense '%s': "
+					"only fp8 (or --dense-f32)\n", optarg);
+				return 2;
+			}
+			dense_f32 = CLI_DENSE_FP8;
+			break;
 		case 'k': keep = optarg; break;
 		case 'S': scale_search = optarg; break;
 		case 'f': force = 1; break;
@@ -281,8 +294,12 @@ int cli_cmd_convert(int argc, char **argv)
 	}
 	experts = spec;
 	if (!out) {
-		int r = cli_default_store_dir(model, experts, outbuf,
-					      sizeof(outbuf));
+		char name[600];
+		int r;
+
+		snprintf(name, sizeof(name), "%s%s", experts,
+			 dense_f32 == CLI_DENSE_FP8 ? "-dense-fp8" : "");
+		r = cli_default_store_dir(model, name, outbuf, sizeof(outbuf));
 
 		if (r < 0) {
 			fprintf(stderr, "strata convert: %s: %s\n", model,

@@ -83,7 +83,7 @@ static const struct {
 	{ "kv-dtype", "kv.dtype" },            { "kv-budget", "kv.budget" },
 	{ "kv-spill-budget", "kv.spill_budget" },
 	{ "page-rows", "kv.page_rows" },       { "max-seqs", "kv.max_seqs" },
-	{ "threads", "compute.threads" },
+	{ "threads", "compute.threads" },      { "compute", "compute.mode" },
 };
 
 #define N_FLAGS (sizeof(k_flag_keys) / sizeof(k_flag_keys[0]))
@@ -248,6 +248,8 @@ static int parse(int argc, char **argv, const char *cmd,
 		     st_iconf_get(conf, "kv.max_seqs"));
 		copy(inst->page_rows, sizeof(inst->page_rows),
 		     st_iconf_get(conf, "kv.page_rows"));
+		copy(inst->compute, sizeof(inst->compute),
+		     st_iconf_get(conf, "compute.mode"));
 		if (strcmp(st_iconf_get(conf, "compute.threads"), "0"))
 			copy(inst->threads, sizeof(inst->threads),
 			     st_iconf_get(conf, "compute.threads"));

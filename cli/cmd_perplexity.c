@@ -59,7 +59,8 @@ static void usage(FILE *f)
 "  --kl-base FILE       compare with a saved base: mean KL divergence\n"
 "                       KL(base || this) and the share of positions whose top-1\n"
 "                       token is the same\n"
-"  --kv-dtype T, --host-budget B, --kv-budget B, --kv-spill-budget B,\n"
+"  --kv-dtype T, --compute MODE, --host-budget B, --kv-budget B,\n"
+"  --kv-spill-budget B,\n"
 "  --instance NAME, --run-dir DIR,\n"
 "  --timeout SEC        as for strata run\n"
 "  --json               print the results as one JSON line on stdout\n"
@@ -82,6 +83,7 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 		{ "save-kl-base", required_argument, NULL, 'S' },
 		{ "kl-base", required_argument, NULL, 'K' },
 		{ "kv-dtype", required_argument, NULL, 'k' },
+		{ "compute", required_argument, NULL, 'C' },
 		{ "host-budget", required_argument, NULL, 'b' },
 		{ "kv-budget", required_argument, NULL, 'B' },
 		{ "kv-spill-budget", required_argument, NULL, 'O' },
@@ -119,6 +121,7 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 		case 'S': o->save_base = optarg; break;
 		case 'K': o->kl_base = optarg; break;
 		case 'k': o->s.kv_dtype = optarg; break;
+		case 'C': o->s.compute = optarg; break;
 		case 'b': o->s.host_budget = optarg; break;
 		case 'B': o->s.kv_budget = optarg; break;
 		case 'O': o->s.kv_spill = optarg; break;
@@ -188,6 +191,12 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 			     o->s.experts, o->keep_spec, o->scale_search) < 0)
 		return 2;
 	o->s.experts = o->experts_spec;
+	if (o->s.compute && strcmp(o->s.compute, "reference") &&
+	    strcmp(o->s.compute, "fast")) {
+		fprintf(stderr, "strata perplexity: --compute '%s': use "
+			"reference or fast\n", o->s.compute);
+		return 2;
+	}
 	return cli_check_common(o->s.instance, o->s.host_budget,
 				o->s.kv_budget, o->s.kv_dtype, o->s.experts,
 				"strata perplexity") ? 2 : 0;

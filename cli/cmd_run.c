@@ -27,6 +27,7 @@ struct run_opts {
 	const char *model, *store, *prompt, *prompt_file, *experts;
 	const char *instance, *run_dir;
 	const char *host_budget, *kv_budget, *kv_spill, *kv_dtype;
+	const char *compute;
 	int max_tokens;
 	float temperature, top_p;
 	int top_k;
@@ -78,6 +79,8 @@ static void run_usage(FILE *f)
 "  --kv-spill-budget B  let kvd spill idle KV pages to a file of this size\n"
 "  --kv-dtype T         f32 (reference mode, default), f16, bf16, fp8\n"
 CLI_TIER_HELP
+"  --compute MODE       reference (exact, default) or fast (int8\n"
+"                       activations for FP4 experts, SIMD, FMA)\n"
 "Instance:\n"
 "  --instance NAME      use this running instance, or start it under this\n"
 "                       name (default: a private one, run-<pid>)\n"
@@ -114,6 +117,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		{ "kv-budget", required_argument, NULL, 'B' },
 		{ "kv-spill-budget", required_argument, NULL, 'O' },
 		{ "kv-dtype", required_argument, NULL, 'K' },
+		{ "compute", required_argument, NULL, 'C' },
 		{ "instance", required_argument, NULL, 'i' },
 		{ "run-dir", required_argument, NULL, 'r' },
 		{ "keep", no_argument, NULL, 'z' },
@@ -191,6 +195,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		case 'B': o->kv_budget = optarg; break;
 		case 'O': o->kv_spill = optarg; break;
 		case 'K': o->kv_dtype = optarg; break;
+		case 'C': o->compute = optarg; break;
 		case 'i': o->instance = optarg; break;
 		case 'r': o->run_dir = optarg; break;
 		case 'z': o->keep = 1; break;
@@ -214,6 +219,12 @@ static int parse(struct run_opts *o, int argc, char **argv)
 			     o->experts, o->keep_spec, o->scale_search) < 0)
 		return 2;
 	o->experts = o->experts_spec;
+	if (o->compute && strcmp(o->compute, "reference") &&
+	    strcmp(o->compute, "fast")) {
+		fprintf(stderr, "strata run: --compute '%s': use reference or "
+			"fast\n", o->compute);
+		return 2;
+	}
 	return cli_check_common(o->instance, o->host_budget, o->kv_budget,
 				o->kv_dtype, o->experts, "strata run") ? 2 : 0;
 }
@@ -588,7 +599,7 @@ int cli_cmd_run(int argc, char **argv)
 			.host_budget = o.host_budget, .kv_budget = o.kv_budget,
 			.kv_spill = o.kv_spill,
 			.kv_dtype = o.kv_dtype, .timeout_s = o.timeout_s,
-			.who = "strata run", .tier = &o.tier,
+			.compute = o.compute, .who = "strata run", .tier = &o.tier,
 		};
 
 		r = cli_session_start(&so, sigfd, &inst);

@@ -68,6 +68,10 @@ static const struct st_iconf_knob knobs[] = {
 	  1, "sequences live at once" },
 	{ "compute", "threads", ST_ICONF_INT, 0, 256, NULL, "0", "--threads",
 	  1, "computed's compute threads (0: online CPUs)" },
+	{ "compute", "mode", ST_ICONF_ENUM, 0, 0, "reference|fast",
+	  "reference", "--compute", 1, "reference (F32 activations, exact, "
+	  "bit-identical across batching) or fast (int8 activations for "
+	  "4-bit experts, SIMD, FMA)" },
 	{ "device", "gpu_budget", ST_ICONF_SIZE, 0, 0, NULL, "0", "--gpu", 0,
 	  "device memory (T0); the planner uses it, the CPU build has no "
 	  "device" },

@@ -390,9 +390,11 @@ static int parse_tensor(const struct mctx *c, json_t *o, const char *where,
 	if ((r = get_str(c, o, where, "dtype", &dtype)))
 		return r;
 	if (st_dtype_from_name(dtype, &t->dtype) ||
-	    (t->dtype != ST_DTYPE_F32 && t->dtype != ST_DTYPE_BF16))
+	    (t->dtype != ST_DTYPE_F32 && t->dtype != ST_DTYPE_BF16 &&
+	     t->dtype != ST_DTYPE_F8_E4M3))
 		return bad(c, -ST_E_FORMAT, "tensor %s: dtype \"%s\" (a store "
-			   "holds F32 or BF16 dense tensors)", name, dtype);
+			   "holds F32, BF16 or F8_E4M3 dense tensors)", name,
+			   dtype);
 	if ((r = get_str(c, o, where, "source_dtype", &src)))
 		return r;
 	shape = json_object_get(o, "shape");

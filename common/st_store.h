@@ -5,7 +5,11 @@
  * A store is a directory:
  *   manifest.json   format "strata-store", version 2 (schema below); written
  *                   last, so a directory without one is no store
- *   dense.bin       every non-expert tensor, each 4096-aligned, in F32 or BF16
+ *   dense.bin       every non-expert tensor, each 4096-aligned, in F32 or BF16;
+ *                   with `convert --dense fp8` the attention projections
+ *                   and the LM head in F8_E4M3, each with a NAME.scale
+ *                   tensor (F32 [rows, ceil(cols / 128)], one scale per
+ *                   row and block of 128 columns)
  *   experts-LLL.bin one file per MoE layer (LLL: layer, 3 digits or more);
  *                   expert e's record is at byte e * record_bytes of that
  *                   layer; record_bytes is a multiple of 4096 and the same
@@ -42,7 +46,8 @@
  *   "source": {"files": [{"name", "bytes"}]}           checkpoint files
  *   "files": [{"name", "bytes", "xxh3"}]                copied small files
  *   "dense": {"file": "dense.bin", "bytes", "align": 4096,
- *             "tensors": [{"name", "dtype": "F32"|"BF16", "shape": [..],
+ *             "tensors": [{"name", "dtype": "F32"|"BF16"|"F8_E4M3",
+ *                          "shape": [..],
  *                          "offset", "bytes", "xxh3", "source_dtype"}]}
  *   "experts": {"n_layers", "n_experts",
  *               "record_bytes"   the largest record of any layer (the
@@ -105,7 +110,7 @@ struct st_store_layer {
 
 struct st_store_tensor {
 	char *name;            /* owned */
-	enum st_dtype dtype;   /* F32 or BF16 */
+	enum st_dtype dtype;   /* F32, BF16 or F8_E4M3 (with NAME.scale) */
 	int n_dims;
 	int64_t shape[4];
 	uint64_t offset;       /* in dense.bin */

@@ -39,6 +39,27 @@ struct cw_wview {
 	float global_scale;    /* NVFP4 per-tensor scale, multiplying form */
 };
 
+/*
+ * An activation vector as the kernels take it: the floats, and in fast mode
+ * (cw_backend_cpu_fast) their int8 quantization by blocks of 32 (cw_kern.h):
+ * q holds ceil(n / 32) * 32 codes, the tail zero, and inside each run of
+ * qgroup elements the even elements first, then the odd ones (the order in
+ * which the two nibbles of code bytes come out of a lookup); d holds one scale
+ * per block of 32 (x ~= q * d); qabs the magnitudes of q.  q, d and qabs
+ * are NULL in reference mode.
+ * Borrowed memory.
+ */
+struct cw_act {
+	const float *x;
+	const int8_t *q;
+	const float *d;
+	int64_t n;
+	const uint8_t *qabs; /* |q|, same layout (fast mode; or NULL) */
+	int qgroup;          /* 16 or 32: q holds each run of qgroup
+			      * elements as its even elements, then its odd
+			      * ones (32 for MXFP4, 16 otherwise) */
+};
+
 enum cw_op {
 	CW_OP_MATVEC = 0,  /* y[rows] = W x[cols] */
 	CW_OP_RMSNORM,
@@ -71,6 +92,21 @@ struct cw_backend_ops {
 	 * pairs (i, i + d/2) rotated by pos * theta^(-2i/d).
 	 */
 	void (*rope)(float *x, int n_heads, int head_dim, int pos, double theta);
+	/*
+	 * Activations prepared once for several matvecs (a matrix's row
+	 * ranges split over threads, or the experts sharing a token):
+	 * act_bytes(n) bytes of scratch for n floats (0: none needed),
+	 * act_prepare fills *ret from x (borrowed) into buf for weights of
+	 * dtype `for_dtype` (a hint: activations prepared for one dtype work
+	 * with every dtype, the fast backend quantizes only for 4-bit
+	 * weights and otherwise on demand), and matvec_act is matvec on
+	 * prepared activations (the same results as matvec).
+	 */
+	size_t (*act_bytes)(int64_t n);
+	void (*act_prepare)(const float *x, int64_t n, enum st_dtype for_dtype,
+			    void *buf, struct cw_act *ret);
+	void (*matvec_act)(const struct cw_wview *w, const struct cw_act *a,
+			   float *y, int64_t row_begin, int64_t row_end);
 };
 
 /* The CPU backend (reference mode): plain C, with an AVX2 MXFP4 kernel
@@ -78,6 +114,32 @@ struct cw_backend_ops {
 const struct cw_backend_ops *cw_backend_cpu(void);
 /* The same backend forced onto the portable kernels (for tests). */
 const struct cw_backend_ops *cw_backend_cpu_generic(void);
+
+/*
+ * The CPU backend in fast mode (not bit-exact; DESIGN.md 6a): activations
+ * quantized to int8 per block of 32 for 4-bit weights, fused multiply-add,
+ * SIMD kernels chosen at run time (cw_kern.h).  Results depend on neither
+ * the thread split nor the batch (each output element is still one fixed
+ * reduction), but differ from reference mode within the fixtures'
+ * mxfp4_approx rule.
+ */
+const struct cw_backend_ops *cw_backend_cpu_fast(void);
+/* The same forced onto one kernel set (enum cw_kern_path, cw_kern.h: 1 =
+ * portable C, 2 = AVX2); NULL where this CPU cannot run it (tests). */
+const struct cw_backend_ops *cw_backend_cpu_fast_path(int path);
+
+/* The compute mode of the model (cw_model_opts.compute). */
+enum cw_compute {
+	CW_COMPUTE_REFERENCE = 0, /* cw_backend_cpu: exact, the default */
+	CW_COMPUTE_FAST = 1,      /* cw_backend_cpu_fast */
+};
+
+/* Parses "reference" or "fast" into *ret: 0 or -EINVAL. */
+int cw_compute_parse(const char *s, enum cw_compute *ret);
+/* "reference" / "fast" ("?" out of range). */
+const char *cw_compute_name(enum cw_compute c);
+/* The backend of a compute mode. */
+const struct cw_backend_ops *cw_backend_for(enum cw_compute c);
 
 /* SiLU(g) * u elementwise into out (n floats): silu(z) = z / (1 + e^-z). */
 void cw_swiglu(const float *gate, const float *up, int n, float *out);

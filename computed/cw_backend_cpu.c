@@ -8,6 +8,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "cw_kern.h"
 #include "st_util.h"
 
 static inline float bf16_to_f32(uint16_t h)
@@ -655,7 +656,7 @@ static void cpu_matvec_generic(const struct cw_wview *w, const float *x,
 		cpu_matvec(w, x, y, r0, r1);
 }
 
-static void cpu_rmsnorm(const float *x, const void *weight,
+void cw_cpu_rmsnorm(const float *x, const void *weight,
 			enum st_dtype wdtype, int n, float eps, float *y)
 {
 	double ss = 0.0;
@@ -673,7 +674,7 @@ static void cpu_rmsnorm(const float *x, const void *weight,
 	}
 }
 
-static void cpu_rope(float *x, int n_heads, int head_dim, int pos,
+void cw_cpu_rope(float *x, int n_heads, int head_dim, int pos,
 		     double theta)
 {
 	const int half = head_dim / 2;
@@ -695,6 +696,39 @@ static void cpu_rope(float *x, int n_heads, int head_dim, int pos,
 	}
 }
 
+/* Reference mode takes the floats as they are. */
+static size_t cpu_act_bytes(int64_t n)
+{
+	(void)n;
+	return 0;
+}
+
+static void cpu_act_prepare(const float *x, int64_t n, enum st_dtype dt,
+			    void *buf, struct cw_act *ret)
+{
+	(void)dt;
+	(void)buf;
+	ret->x = x;
+	ret->q = NULL;
+	ret->d = NULL;
+	ret->n = n;
+	ret->qabs = NULL;
+	ret->qgroup = 0;
+}
+
+static void cpu_matvec_act(const struct cw_wview *w, const struct cw_act *a,
+			   float *y, int64_t r0, int64_t r1)
+{
+	cpu_matvec(w, a->x, y, r0, r1);
+}
+
+static void cpu_matvec_act_generic(const struct cw_wview *w,
+				   const struct cw_act *a, float *y,
+				   int64_t r0, int64_t r1)
+{
+	cpu_matvec_generic(w, a->x, y, r0, r1);
+}
+
 static int cpu_supports(enum cw_op op, enum st_dtype dt)
 {
 	if (op == CW_OP_MATVEC)
@@ -708,16 +742,22 @@ static const struct cw_backend_ops k_cpu_ops = {
 	.name = "cpu",
 	.supports = cpu_supports,
 	.matvec = cpu_matvec,
-	.rmsnorm = cpu_rmsnorm,
-	.rope = cpu_rope,
+	.rmsnorm = cw_cpu_rmsnorm,
+	.rope = cw_cpu_rope,
+	.act_bytes = cpu_act_bytes,
+	.act_prepare = cpu_act_prepare,
+	.matvec_act = cpu_matvec_act,
 };
 
 static const struct cw_backend_ops k_cpu_generic_ops = {
 	.name = "cpu-generic",
 	.supports = cpu_supports,
 	.matvec = cpu_matvec_generic,
-	.rmsnorm = cpu_rmsnorm,
-	.rope = cpu_rope,
+	.rmsnorm = cw_cpu_rmsnorm,
+	.rope = cw_cpu_rope,
+	.act_bytes = cpu_act_bytes,
+	.act_prepare = cpu_act_prepare,
+	.matvec_act = cpu_matvec_act_generic,
 };
 
 const struct cw_backend_ops *cw_backend_cpu(void)

@@ -78,6 +78,8 @@ static void usage(FILE *f)
 "  --run-dir DIR          run directory (default: per instance, see docs)\n"
 "  --kv-dtype TYPE        KV rows: f32 (reference mode, default), f16, bf16,\n"
 "                         fp8 (E4M3, one scale per row and KV head)\n"
+"  --compute MODE         reference (exact, default) or fast (int8\n"
+"                         activations for FP4 experts, SIMD kernels, FMA)\n"
 "  --page-rows N          KV rows per page (default 16)\n"
 "  --connect-timeout SEC  wait this long for expertd/kvd (default 30)\n"
 "  --restart-wait SEC     when expertd or kvd dies, wait this long for it to\n"
@@ -109,6 +111,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "instance", required_argument, NULL, 'i' },
 		{ "run-dir", required_argument, NULL, 'r' },
 		{ "kv-dtype", required_argument, NULL, 'k' },
+		{ "compute", required_argument, NULL, 'C' },
 		{ "page-rows", required_argument, NULL, 'p' },
 		{ "restart-wait", required_argument, NULL, 'w' },
 		{ "connect-timeout", required_argument, NULL, 'c' },
@@ -178,6 +181,13 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 			d->restart_wait_ms = (int)v * 1000;
 			break;
 		}
+		case 'C':
+			if (cw_compute_parse(optarg, &d->mopts.compute) < 0) {
+				st_err("--compute must be reference or fast, "
+				       "not '%s'", optarg);
+				return -EINVAL;
+			}
+			break;
 		case 't': {
 			long v = strtol(optarg, NULL, 10);
 
@@ -719,11 +729,11 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	st_pidfile_write(d->run_dir, "computed");
-	st_info("ready: store %s, instance %s, KV %s, run dir %s",
+	st_info("ready: store %s, instance %s, KV %s, compute %s, run dir %s",
 		d->store_dir, d->instance,
 		d->mopts.kv_dtype == ST_DTYPE_F32 ? "f32 (reference mode)" :
 		cw_kvrow_dtype_name(d->mopts.kv_dtype),
-		d->run_dir);
+		cw_compute_name(d->mopts.compute), d->run_dir);
 	st_sd_notify_ready("serving");
 	r = serve(d);
 	st_info("stopping");

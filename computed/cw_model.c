@@ -29,6 +29,20 @@ struct cw_layer_w {
 	enum st_dtype attn_norm_dt, ffn_norm_dt, q_norm_dt, k_norm_dt;
 };
 
+/* Scratch of matvec() and moe_layer(): prepared activations (cw_act) and
+ * the per-(token, expert) intermediate vectors, grown on demand. */
+struct cw_kscratch {
+	size_t act_stride;          /* bytes of one prepared vector (>= 64) */
+	unsigned char *act_dense;   /* one, for matvec() */
+	struct cw_wview *views;     /* n_experts x 3, one group's experts */
+	int cap;                    /* pairs (token, k) the rest holds */
+	unsigned char *act_tok;     /* per token: its prepared xn */
+	unsigned char *act_pair;    /* per pair: the prepared SwiGLU output */
+	struct cw_act *tact, *pact; /* their descriptors */
+	float *g, *u, *a;           /* per pair: gate, up, SwiGLU (I floats) */
+	int *pairs;                 /* pair ids grouped by expert */
+};
+
 struct cw_model {
 	struct st_store *store;            /* owned */
 	struct st_model_config cfg;
@@ -58,6 +72,7 @@ struct cw_model {
 	const uint8_t **rowp;              /* KV row of each position */
 	float *rlogits, *rweights, *moe_out, *eg, *eu, *ea, *ey;
 	int *rexperts;
+	struct cw_kscratch ks;             /* matvec / moe_layer scratch */
 };
 
 static void matvec(struct cw_model *m, const struct cw_wview *w,
@@ -81,6 +96,44 @@ static uint64_t view_bytes(const struct cw_wview *w)
 	return d + sc + ts;
 }
 
+/* A dense matrix stored as FP8 E4M3 (convert --dense fp8): the codes
+ * tensor t and NAME.scale, F32 [rows, ceil(cols / 128)]. */
+static int bind_dense_fp8(struct cw_model *m, const struct st_store_tensor *t,
+			  const char *name, int64_t rows, int64_t cols,
+			  struct cw_wview *ret_view, struct st_diag *diag)
+{
+	const int64_t nblk = (cols + ST_FP8_DEFAULT_BLOCK - 1) /
+			     ST_FP8_DEFAULT_BLOCK;
+	const struct st_store_tensor *s;
+	char sname[300];
+
+	snprintf(sname, sizeof(sname), "%s.scale", name);
+	s = st_store_find_dense(m->store, sname);
+	if ((uint64_t)(rows * cols) != t->n_bytes ||
+	    t->offset + t->n_bytes > m->dense_len)
+		return st_diag_set(diag, -ST_E_FORMAT, "tensor %s: %llu bytes "
+				   "of FP8 do not match the config (%lld x "
+				   "%lld)", name, (unsigned long long)t->n_bytes,
+				   (long long)rows, (long long)cols);
+	if (!s || s->dtype != ST_DTYPE_F32 ||
+	    s->n_bytes != (uint64_t)(rows * nblk) * 4 ||
+	    s->offset + s->n_bytes > m->dense_len)
+		return st_diag_set(diag, -ST_E_FORMAT, "store %s: FP8 tensor %s "
+				   "has no %s of %lld x %lld floats; re-run "
+				   "strata convert", m->store->dir, name, sname,
+				   (long long)rows, (long long)nblk);
+	memset(ret_view, 0, sizeof(*ret_view));
+	ret_view->dtype = ST_DTYPE_F8_E4M3;
+	ret_view->data = m->dense_map + t->offset;
+	ret_view->scales = m->dense_map + s->offset;
+	ret_view->rows = rows;
+	ret_view->cols = cols;
+	ret_view->group = ST_FP8_DEFAULT_BLOCK;
+	ret_view->scale_type = st_wformat_scale_type(ST_DTYPE_F8_E4M3);
+	ret_view->global_scale = 1.0f;
+	return 0;
+}
+
 static int bind_dense(struct cw_model *m, enum st_dense_role role, int layer,
 		      int64_t rows, int64_t cols, struct cw_wview *ret_view,
 		      const void **ret_vec, enum st_dtype *ret_dt,
@@ -98,6 +151,8 @@ static int bind_dense(struct cw_model *m, enum st_dense_role role, int layer,
 		return st_diag_set(diag, -ST_E_FORMAT,
 				   "store %s: dense tensor %s is missing; "
 				   "re-run strata convert", m->store->dir, name);
+	if (t->dtype == ST_DTYPE_F8_E4M3 && ret_view && cols)
+		return bind_dense_fp8(m, t, name, rows, cols, ret_view, diag);
 	if (t->dtype != ST_DTYPE_F32 && t->dtype != ST_DTYPE_BF16)
 		return st_diag_set(diag, -ST_E_UNSUPPORTED,
 				   "tensor %s: dtype not F32/BF16", name);
@@ -224,6 +279,59 @@ static int bind_all(struct cw_model *m, struct st_diag *diag)
 	return r;
 }
 
+static void kscratch_free(struct cw_kscratch *k)
+{
+	free(k->act_dense); free(k->views); free(k->act_tok);
+	free(k->act_pair); free(k->tact); free(k->pact); free(k->g);
+	free(k->u); free(k->a); free(k->pairs);
+	memset(k, 0, sizeof(*k));
+}
+
+/* The scratch that does not depend on the token count. */
+static int kscratch_init(struct cw_model *m)
+{
+	const struct st_model_config *c = &m->cfg;
+	int64_t maxdim = ST_MAX(ST_MAX((int64_t)c->hidden_size,
+				       (int64_t)c->n_heads * c->head_dim),
+				(int64_t)c->expert_inter);
+	struct cw_kscratch *k = &m->ks;
+
+	k->act_stride = (ST_MAX(m->be->act_bytes(maxdim), (size_t)1) + 63) &
+			~(size_t)63;
+	k->act_dense = aligned_alloc(64, k->act_stride);
+	k->views = calloc((size_t)c->n_experts * 3, sizeof(*k->views));
+	return k->act_dense && k->views ? 0 : -ENOMEM;
+}
+
+/* Grows the per-pair scratch to n tokens (n * top_k pairs). */
+static int kscratch_grow(struct cw_model *m, int n)
+{
+	const struct st_model_config *c = &m->cfg;
+	struct cw_kscratch *k = &m->ks;
+	const size_t P = (size_t)n * (size_t)c->top_k,
+		     I = (size_t)c->expert_inter;
+
+	if ((int)P <= k->cap)
+		return 0;
+	free(k->act_tok); free(k->act_pair); free(k->tact); free(k->pact);
+	free(k->g); free(k->u); free(k->a); free(k->pairs);
+	k->act_tok = aligned_alloc(64, k->act_stride * (size_t)n);
+	k->act_pair = aligned_alloc(64, k->act_stride * P);
+	k->tact = calloc((size_t)n, sizeof(*k->tact));
+	k->pact = calloc(P, sizeof(*k->pact));
+	k->g = malloc(sizeof(float) * P * I);
+	k->u = malloc(sizeof(float) * P * I);
+	k->a = malloc(sizeof(float) * P * I);
+	k->pairs = malloc(sizeof(int) * P);
+	if (!k->act_tok || !k->act_pair || !k->tact || !k->pact || !k->g ||
+	    !k->u || !k->a || !k->pairs) {
+		k->cap = 0;
+		return -ENOMEM;
+	}
+	k->cap = (int)P;
+	return 0;
+}
+
 int cw_model_open(const char *store_dir, struct es_client *es,
 		  struct kv_client *kv, const struct cw_model_opts *opts,
 		  struct cw_model **ret, struct st_diag *diag)
@@ -233,7 +341,7 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 
 	if (!m)
 		return -ENOMEM;
-	m->be = cw_backend_cpu();
+	m->be = cw_backend_for(opts->compute);
 	m->es = es;
 	m->kv = kv;
 	m->opts = *opts;
@@ -266,6 +374,9 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 		r = verify_dense(m, diag);
 	if (!r)
 		r = bind_all(m, diag);
+	if (!r && kscratch_init(m) < 0)
+		r = st_diag_set(diag, -ENOMEM, "out of memory for kernels' "
+				"scratch");
 	if (!r && es) {
 		if (es_client_n_layers(es) != m->cfg.n_layers ||
 		    es_client_n_experts(es) != m->cfg.n_experts ||
@@ -342,6 +453,7 @@ void cw_model_close(struct cw_model *m)
 	if (!m)
 		return;
 	free_scratch(m);
+	kscratch_free(&m->ks);
 	cw_threads_destroy(m->pool);
 	free(m->layers);
 	if (m->dense_map)
@@ -493,31 +605,47 @@ static void embed_row(const struct cw_wview *w, int64_t row, float *out)
 struct matvec_job {
 	const struct cw_backend_ops *be;
 	const struct cw_wview *w;
-	const float *x;
+	const struct cw_act *a;
 	float *y;
 };
+
+/* Rows [r0, r1) of task `task` of n_tasks: equal shares, boundaries on
+ * multiples of 16 rows (64 bytes of y: no two threads write one cache
+ * line). */
+static void task_rows(int64_t rows, int task, int n_tasks, int64_t *r0,
+		      int64_t *r1)
+{
+	const int64_t units = (rows + 15) / 16;
+
+	*r0 = ST_MIN(rows, units * task / n_tasks * 16);
+	*r1 = ST_MIN(rows, units * (task + 1) / n_tasks * 16);
+}
 
 static void matvec_task(void *arg, int task, int n_tasks)
 {
 	const struct matvec_job *j = arg;
-	int64_t r0 = j->w->rows * task / n_tasks;
-	int64_t r1 = j->w->rows * (task + 1) / n_tasks;
+	int64_t r0, r1;
 
-	j->be->matvec(j->w, j->x, j->y, r0, r1);
+	task_rows(j->w->rows, task, n_tasks, &r0, &r1);
+	if (r0 < r1)
+		j->be->matvec_act(j->w, j->a, j->y, r0, r1);
 }
 
 /* y = W x, split by output rows over the thread pool when the matrix is
- * large enough to pay for it (each row is still one fixed reduction). */
+ * large enough to pay for it (each row is still one fixed reduction).  The
+ * activations are prepared (fast mode: quantized) once for all tasks. */
 static void matvec(struct cw_model *m, const struct cw_wview *w,
 		   const float *x, float *y)
 {
-	struct matvec_job j = { m->be, w, x, y };
+	struct cw_act a;
+	struct matvec_job j = { m->be, w, &a, y };
 	int n = cw_threads_count(m->pool);
 
+	m->be->act_prepare(x, w->cols, w->dtype, m->ks.act_dense, &a);
 	if (n > 1 && w->rows >= 64 && w->rows * w->cols >= (1 << 16))
 		cw_threads_run(m->pool, matvec_task, &j, n * 4);
 	else
-		m->be->matvec(w, x, y, 0, w->rows);
+		m->be->matvec_act(w, &a, y, 0, w->rows);
 }
 
 /* Attention of one query position over rows 0..pos of the layer's stream. */
@@ -597,6 +725,86 @@ static void expert_views(const struct cw_model *m, int layer,
 	}
 }
 
+/* One group of experts of a MoE layer, run as three pool jobs: gate and up
+ * projections split by (expert, row block); SwiGLU and the activation
+ * preparation per (token, k) pair; the down projection split by (expert,
+ * row block).  Each task reads its row block of the expert's weights once
+ * for all the tokens routed to that expert (a small-batch GEMM; the block
+ * stays in cache between tokens), and each output element is still the
+ * backend's one fixed reduction: results equal separate matvecs bit for bit
+ * in reference mode, whatever the batch or the thread count. */
+#define MOE_GU_ROWS 32   /* gate/up rows per task */
+#define MOE_DOWN_ROWS 64 /* down rows per task */
+
+struct moe_job {
+	struct cw_model *m;
+	const struct cw_wview *w;  /* gn x 3 views */
+	const int *p0;             /* pairs of expert gi: ks.pairs[p0[gi] ..
+				    * p0[gi + 1]) */
+	int gn, tpe;               /* experts, tasks per expert */
+	int K;
+};
+
+static void moe_gate_up_task(void *arg, int task, int n_tasks)
+{
+	const struct moe_job *j = arg;
+	struct cw_model *m = j->m;
+	const int gi = task / j->tpe, blk = task % j->tpe;
+	const struct cw_wview *w = j->w + 3 * gi;
+	const int64_t I = w[ST_EXPERT_GATE].rows;
+	const int64_t r0 = (int64_t)blk * MOE_GU_ROWS,
+		      r1 = ST_MIN(I, r0 + MOE_GU_ROWS);
+
+	(void)n_tasks;
+	for (int pi = j->p0[gi]; pi < j->p0[gi + 1]; pi++) {
+		const int p = m->ks.pairs[pi];
+		const struct cw_act *a = &m->ks.tact[p / j->K];
+
+		m->be->matvec_act(&w[ST_EXPERT_GATE], a,
+				  m->ks.g + (size_t)p * I, r0, r1);
+	}
+	for (int pi = j->p0[gi]; pi < j->p0[gi + 1]; pi++) {
+		const int p = m->ks.pairs[pi];
+		const struct cw_act *a = &m->ks.tact[p / j->K];
+
+		m->be->matvec_act(&w[ST_EXPERT_UP], a,
+				  m->ks.u + (size_t)p * I, r0, r1);
+	}
+}
+
+static void moe_act_task(void *arg, int task, int n_tasks)
+{
+	const struct moe_job *j = arg;
+	struct cw_model *m = j->m;
+	const int p = m->ks.pairs[task];
+	const size_t I = (size_t)m->cfg.expert_inter;
+
+	(void)n_tasks;
+	cw_swiglu(m->ks.g + p * I, m->ks.u + p * I, (int)I, m->ks.a + p * I);
+	m->be->act_prepare(m->ks.a + p * I, (int64_t)I,
+			   j->w[ST_EXPERT_DOWN].dtype, m->ks.act_pair + (size_t)p * m->ks.act_stride,
+			   &m->ks.pact[p]);
+}
+
+static void moe_down_task(void *arg, int task, int n_tasks)
+{
+	const struct moe_job *j = arg;
+	struct cw_model *m = j->m;
+	const int gi = task / j->tpe, blk = task % j->tpe;
+	const struct cw_wview *w = &j->w[3 * gi + ST_EXPERT_DOWN];
+	const int64_t r0 = (int64_t)blk * MOE_DOWN_ROWS,
+		      r1 = ST_MIN(w->rows, r0 + MOE_DOWN_ROWS);
+
+	(void)n_tasks;
+	for (int pi = j->p0[gi]; pi < j->p0[gi + 1]; pi++) {
+		const int p = m->ks.pairs[pi];
+
+		m->be->matvec_act(w, &m->ks.pact[p],
+				  m->moe_out + (size_t)p * m->cfg.hidden_size,
+				  r0, r1);
+	}
+}
+
 /* Computes every (token, k) expert output of one layer into m->moe_out,
  * acquiring experts from expertd in groups that fit its pool. */
 static int moe_layer(struct cw_model *m, int layer, int n,
@@ -605,22 +813,32 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 	const struct st_model_config *c = &m->cfg;
 	const int E = c->n_experts, K = c->top_k, H = c->hidden_size;
 	int needed[CW_MAX_EXPERTS], n_needed = 0, group_max;
+	int p0[CW_MAX_EXPERTS + 1];
 	const uint8_t *recs[CW_MAX_EXPERTS];
 	char used[CW_MAX_EXPERTS] = { 0 };
 	int r = 0;
 
+	r = kscratch_grow(m, n);
+	if (r < 0)
+		return st_diag_set(diag, r, "out of memory for %d tokens", n);
 	for (int i = 0; i < n * K; i++)
 		used[m->rexperts[i]] = 1;
 	for (int e = 0; e < E; e++)
 		if (used[e])
 			needed[n_needed++] = e;
+	for (int t = 0; t < n; t++)
+		m->be->act_prepare(m->xn + (size_t)t * H, H,
+				   m->store->layers[layer].mat[ST_EXPERT_GATE].fmt.dtype,
+				   m->ks.act_tok + (size_t)t * m->ks.act_stride,
+				   &m->ks.tact[t]);
 	group_max = es_client_n_slots(m->es);
 	if (group_max > n_needed)
 		group_max = n_needed;
 	for (int g0 = 0; g0 < n_needed; g0 += group_max) {
-		int gn = ST_MIN(group_max, n_needed - g0);
+		int gn = ST_MIN(group_max, n_needed - g0), np = 0;
 		uint64_t t0 = st_now_ns();
 		int tries = 0;
+		struct moe_job j;
 
 		for (;;) {
 			r = es_client_acquire(m->es, layer, gn, needed + g0,
@@ -632,27 +850,34 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 		m->rs.expert_stall_ns += st_now_ns() - t0;
 		if (r < 0)
 			return r;
+		/* the pairs routed to each expert of the group, in pair
+		 * order; each expert's weights read once */
 		for (int gi = 0; gi < gn; gi++) {
 			const int e = needed[g0 + gi];
-			struct cw_wview w[3];
 
-			expert_views(m, layer, recs[gi], w);
-			for (int i = 0; i < n * K; i++) {
-				const int t = i / K;
-				const float *xin = m->xn + (size_t)t * H;
-
-				if (m->rexperts[i] != e)
-					continue;
-				matvec(m, &w[ST_EXPERT_GATE], xin, m->eg);
-				matvec(m, &w[ST_EXPERT_UP], xin, m->eu);
-				cw_swiglu(m->eg, m->eu, c->expert_inter, m->ea);
-				matvec(m, &w[ST_EXPERT_DOWN], m->ea,
-				       m->moe_out + (size_t)i * H);
-				m->rs.expert_bytes += view_bytes(&w[0]) +
-						      view_bytes(&w[1]) +
-						      view_bytes(&w[2]);
-			}
+			expert_views(m, layer, recs[gi], m->ks.views + 3 * gi);
+			p0[gi] = np;
+			for (int i = 0; i < n * K; i++)
+				if (m->rexperts[i] == e)
+					m->ks.pairs[np++] = i;
+			m->rs.expert_bytes += view_bytes(&m->ks.views[3 * gi]) +
+				view_bytes(&m->ks.views[3 * gi + 1]) +
+				view_bytes(&m->ks.views[3 * gi + 2]);
 		}
+		p0[gn] = np;
+		j.m = m;
+		j.w = m->ks.views;
+		j.p0 = p0;
+		j.gn = gn;
+		j.K = K;
+		j.tpe = (int)((m->ks.views[ST_EXPERT_GATE].rows + MOE_GU_ROWS - 1) /
+			      MOE_GU_ROWS);
+		cw_threads_run(m->pool, moe_gate_up_task, &j, gn * j.tpe);
+		/* tasks index ks.pairs[0 .. np) */
+		cw_threads_run(m->pool, moe_act_task, &j, np);
+		j.tpe = (int)((m->ks.views[ST_EXPERT_DOWN].rows + MOE_DOWN_ROWS - 1) /
+			      MOE_DOWN_ROWS);
+		cw_threads_run(m->pool, moe_down_task, &j, gn * j.tpe);
 		es_client_release(m->es, layer, gn, needed + g0);
 	}
 	return 0;

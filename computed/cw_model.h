@@ -63,6 +63,8 @@ struct cw_model_opts {
 	enum st_dtype kv_dtype;   /* ST_DTYPE_F32 (reference), F16, BF16 */
 	uint32_t page_rows;       /* KV rows per page (default 16) */
 	int n_threads;            /* matvec threads (1 = reference single) */
+	enum cw_compute compute;  /* CW_COMPUTE_REFERENCE (0, default) or
+				   * CW_COMPUTE_FAST (cw_backend.h) */
 };
 
 /*

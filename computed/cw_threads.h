@@ -14,6 +14,10 @@ struct cw_threads;
 typedef void (*cw_task_fn)(void *arg, int task, int n_tasks);
 
 /* Starts n_threads - 1 workers (the caller is the n-th).  n_threads >= 1.
+ * When the process may run on at least n_threads CPUs, thread i is pinned
+ * to the i-th allowed CPU: workers at start, the calling thread (the one
+ * that will call cw_threads_run) here; pinning failures are ignored.
+ * Idle workers spin about 0.1 ms on a new job before sleeping.
  * *ret owned by the caller.  0, -EINVAL, -ENOMEM or -errno. */
 int cw_threads_create(int n_threads, struct cw_threads **ret);
 /* Stops and joins the workers.  NULL is fine. */

@@ -774,6 +774,144 @@ static int write_dense_tensor(struct conv *c, int fd, float *fbuf,
 	return 0;
 }
 
+/* 1 if checkpoint tensor `name` is a matrix stored as FP8 with
+ * --dense fp8 (attention projections and LM head), with its shape. */
+static int dense_fp8_matrix(struct conv *c, const char *name, int64_t *ret_rows,
+			    int64_t *ret_cols)
+{
+	static const enum st_dense_role roles[] = { ST_T_LM_HEAD, ST_T_Q,
+						    ST_T_K, ST_T_V, ST_T_O };
+
+	if (!c->o.dense_fp8)
+		return 0;
+	for (size_t i = 0; i < ST_ARRAY_SIZE(roles); i++) {
+		int n = roles[i] == ST_T_LM_HEAD ? 1 : c->cfg.n_layers;
+
+		for (int l = 0; l < n; l++) {
+			char nm[256];
+
+			if (st_dense_tensor_name(&c->cfg, roles[i], l, nm,
+						 sizeof(nm)) == 0 &&
+			    !strcmp(nm, name)) {
+				st_dense_tensor_shape(&c->cfg, roles[i], ret_rows,
+						      ret_cols);
+				return 1;
+			}
+		}
+	}
+	return 0;
+}
+
+/* Writes matrix t (rows x cols) as FP8 E4M3 codes at `off` (row by row,
+ * st_fp8_quantize_row with blocks of ST_FP8_DEFAULT_BLOCK) and its scales
+ * (rows x nblk floats) into *ret_scales (malloc'ed, caller frees). */
+static int write_dense_fp8(struct conv *c, int fd, const struct st_tensor_info *t,
+			   int64_t rows, int64_t cols, uint64_t off,
+			   uint64_t *ret_xxh3, float **ret_scales)
+{
+	const uint8_t *src = st_checkpoint_data(c->ck, t);
+	const size_t es = st_dtype_traits(t->dtype)->block_bytes;
+	const int64_t nblk = (cols + ST_FP8_DEFAULT_BLOCK - 1) /
+			     ST_FP8_DEFAULT_BLOCK;
+	float *row = malloc(sizeof(float) * (size_t)cols);
+	uint8_t *codes = malloc((size_t)cols);
+	float *sc = malloc(sizeof(float) * (size_t)(rows * nblk));
+	int r = 0;
+
+	if (!row || !codes || !sc) {
+		r = -ENOMEM;
+		goto out;
+	}
+	XXH3_64bits_reset(c->xs);
+	for (int64_t i = 0; i < rows && !r; i++) {
+		r = st_convert_to_f32(t->dtype, src + (size_t)(i * cols) * es,
+				      (size_t)cols, row);
+		if (r) {
+			st_diag_set(c->diag, r, "tensor %s: cannot convert %s",
+				    t->name, st_dtype_traits(t->dtype)->name);
+			break;
+		}
+		st_fp8_quantize_row(row, (size_t)cols, ST_FP8_DEFAULT_BLOCK,
+				    codes, sc + i * nblk);
+		XXH3_64bits_update(c->xs, codes, (size_t)cols);
+		r = pwrite_full(fd, codes, (size_t)cols, off + (uint64_t)(i * cols));
+		if (r)
+			r = write_error(c, r, ST_STORE_DENSE_FILE);
+	}
+	*ret_xxh3 = XXH3_64bits_digest(c->xs);
+out:
+	free(row);
+	free(codes);
+	if (r)
+		free(sc);
+	else
+		*ret_scales = sc;
+	return r;
+}
+
+/* Appends one manifest entry of dense.bin. */
+static int dense_entry(json_t *arr, const char *name, const char *dtype,
+		       int n_dims, const int64_t *shape, uint64_t off,
+		       uint64_t bytes, uint64_t h, const char *source_dtype)
+{
+	json_t *o = json_object(), *sh;
+	int r;
+
+	if ((r = jappend(arr, o)))
+		return r;
+	sh = json_array();
+	for (int d = 0; d < n_dims && sh && !r; d++)
+		r = jappend(sh, json_integer(shape[d]));
+	if (r || !sh) {
+		json_decref(sh);
+		return r ? r : -ENOMEM;
+	}
+	if ((r = jset(o, "name", json_string(name))) ||
+	    (r = jset(o, "dtype", json_string(dtype))) ||
+	    (r = jset(o, "shape", sh)) ||
+	    (r = jset_int(o, "offset", off)) ||
+	    (r = jset_int(o, "bytes", bytes)) ||
+	    (r = jset_hex(o, "xxh3", h)) ||
+	    (r = jset(o, "source_dtype", json_string(source_dtype))))
+		return r;
+	return 0;
+}
+
+/* --dense fp8: matrix t as codes plus a NAME.scale tensor; advances *cur. */
+static int write_dense_fp8_pair(struct conv *c, int fd, json_t *arr,
+				const struct st_tensor_info *t, int64_t rows,
+				int64_t cols, uint64_t *cur)
+{
+	const int64_t nblk = (cols + ST_FP8_DEFAULT_BLOCK - 1) /
+			     ST_FP8_DEFAULT_BLOCK;
+	const int64_t shape[2] = { rows, cols }, sshape[2] = { rows, nblk };
+	uint64_t off = ST_ALIGN_UP(*cur, ST_STORE_DENSE_ALIGN), soff, h = 0;
+	uint64_t sbytes = (uint64_t)(rows * nblk) * sizeof(float);
+	float *sc = NULL;
+	char sname[600];
+	int r;
+
+	r = write_dense_fp8(c, fd, t, rows, cols, off, &h, &sc);
+	if (r)
+		return r;
+	r = dense_entry(arr, t->name, "F8_E4M3", 2, shape, off,
+			(uint64_t)(rows * cols), h,
+			st_dtype_traits(t->dtype)->name);
+	soff = ST_ALIGN_UP(off + (uint64_t)(rows * cols), ST_STORE_DENSE_ALIGN);
+	snprintf(sname, sizeof(sname), "%s.scale", t->name);
+	if (!r) {
+		r = pwrite_full(fd, sc, sbytes, soff);
+		if (r)
+			r = write_error(c, r, ST_STORE_DENSE_FILE);
+	}
+	if (!r)
+		r = dense_entry(arr, sname, "F32", 2, sshape, soff, sbytes,
+				st_xxh3(sc, sbytes), "F32");
+	free(sc);
+	*cur = soff + sbytes;
+	return r;
+}
+
 static int write_dense(struct conv *c)
 {
 	json_t *dense = json_object(), *arr = json_array();
@@ -796,6 +934,19 @@ static int write_dense(struct conv *c)
 
 		if (c->is_expert[i])
 			continue;
+		{
+			int64_t rows, cols;
+
+			if (dense_fp8_matrix(c, t->name, &rows, &cols)) {
+				r = write_dense_fp8_pair(c, fd, arr, t, rows,
+							 cols, &cur);
+				if (!r)
+					r = progress(c, t->n_bytes);
+				if (r)
+					goto out;
+				continue;
+			}
+		}
 		r = write_dense_tensor(c, fd, fbuf, t, off, &bytes, &h);
 		if (r)
 			goto out;

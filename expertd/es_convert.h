@@ -78,6 +78,13 @@ struct es_convert_opts {
 	 * progress callback on Ctrl-C), the conversion stops at the next
 	 * record with -ECANCELED and removes its temporary directory. */
 	const volatile int *cancel;
+	/* 1: the attention projections (q, k, v, o) and the LM head stored
+	 * as FP8 E4M3 with one FP32 scale per row and block of
+	 * ST_FP8_DEFAULT_BLOCK columns: tensor NAME holds the codes [rows,
+	 * cols] (dtype F8_E4M3), tensor NAME.scale the scales [rows,
+	 * ceil(cols / 128)] (F32), both in dense.bin (`strata convert
+	 * --dense fp8`).  0: as dense_f32 says. */
+	int dense_fp8;
 };
 
 #define ES_CONVERT_OPTS_DEFAULT                                                \

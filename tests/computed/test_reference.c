@@ -26,6 +26,13 @@
  *                F32-KV figure (issue 4's FP8 target); for the random tiny
  *                fixtures the first greedy step that differs from the
  *                reference is printed (no tolerance applies there).
+ *            fast   experts MXFP4, fast compute mode (issue 6: int8
+ *                   activations, FMA, SIMD kernels); tiny fixtures: the
+ *                   README's `mxfp4_approx` rule against the OCP reference;
+ *                   kjv-moe: valid-small perplexity within 0.5 % of the
+ *                   README's reference-mode MXFP4 figure.  Both: logits
+ *                   do not depend on batching (one batch vs one token at
+ *                   a time, bit for bit).  "threads" works with it too.
  *   Expert-format variants (issue 5, kjv-moe only): the store converted
  *   with another expert format, valid-small perplexity with the README's
  *   windowing rule:
@@ -134,6 +141,7 @@ static void check_position(const char *what, int pi, int pos, const float *lg,
 struct ctx {
 	const char *fixture, *variant;
 	enum st_dtype kv_dtype;
+	enum cw_compute compute;
 	char model_dir[4400], store_dir[4200], tmp[4096];
 	struct st_test_inst inst;
 	struct es_client *es;
@@ -195,6 +203,8 @@ static const struct fmt_variant fmt_variants[] = {
 	{ "mxfp4-keep-bf16", "mxfp4", "first,last=bf16", "mxfp4_first_last_bf16" },
 	{ "nvfp4", "nvfp4", NULL, NULL },
 	{ "fp8", "fp8", NULL, NULL },
+	{ "dense-fp8", "mxfp4", NULL, NULL },
+	{ "fast-dense-fp8", "mxfp4", NULL, NULL },
 };
 
 static const struct fmt_variant *fmt_variant_of(const char *variant)
@@ -225,7 +235,7 @@ static int setup(struct ctx *c, const char *host_budget)
 {
 	struct es_convert_opts o;
 	struct st_diag diag = { "" };
-	struct cw_model_opts mo = { c->kv_dtype, 16, 1 };
+	struct cw_model_opts mo = { c->kv_dtype, 16, 1, c->compute };
 	const char *es_args[6] = { "--store", c->store_dir, NULL, NULL, NULL };
 	const char *kv_args[4] = { "--budget", "256MiB", NULL };
 	int r;
@@ -251,8 +261,9 @@ static int setup(struct ctx *c, const char *host_budget)
 		printf("checkpoint split into 3 shards + index in %s\n", sharded);
 	}
 	es_convert_opts_init(&o);
-	o.expert_dtype = !strcmp(c->variant, "mxfp4") ? ST_DTYPE_MXFP4 :
-							 ST_DTYPE_BF16;
+	o.expert_dtype = !strcmp(c->variant, "mxfp4") ||
+			 !strcmp(c->variant, "fast") ? ST_DTYPE_MXFP4 :
+						       ST_DTYPE_BF16;
 	if (fmt_variant_of(c->variant)) {
 		if (strcmp(c->fixture, "kjv-moe")) {
 			fprintf(stderr, "variant %s: kjv-moe only\n", c->variant);
@@ -260,6 +271,7 @@ static int setup(struct ctx *c, const char *host_budget)
 		}
 		if (setup_fmt_variant(fmt_variant_of(c->variant), &o) < 0)
 			return -1;
+		o.dense_fp8 = strstr(c->variant, "dense-fp8") != NULL;
 	}
 	r = es_convert(c->model_dir, c->store_dir, &o, &diag);
 	if (r < 0) {
@@ -340,6 +352,107 @@ static float *run_prompt(struct ctx *c, const int32_t *ids, int n,
 	kv_client_seq_free(c->kv, seq);
 	free(last);
 	return all;
+}
+
+/* The fixtures' `mxfp4_approx` rule (README): over all positions of the 6
+ * prompts against top10_mxfp4_ocp / lse_mxfp4_ocp / greedy_mxfp4_ocp:
+ * top-1 agreement >= 0.75, argmax within the reference top-10 >= 0.9,
+ * median |delta log p| of the reference top-1 <= 0.3, first greedy token
+ * equal in >= 4 prompts. */
+static void test_tiny_approx(struct ctx *c, json_t *ref)
+{
+	json_t *prompts = json_object_get(ref, "prompts");
+	double *dlp = NULL;
+	int n_pos = 0, top1 = 0, in10 = 0, greedy0 = 0;
+
+	for (size_t pi = 0; pi < json_array_size(prompts); pi++) {
+		json_t *p = json_array_get(prompts, pi);
+		json_t *jids = json_object_get(p, "ids");
+		int n = (int)json_array_size(jids);
+		int32_t *ids = malloc(sizeof(int32_t) * n), g0;
+		float *all;
+
+		for (int i = 0; i < n; i++)
+			ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
+		all = run_prompt(c, ids, n, 1, &g0);
+		dlp = realloc(dlp, sizeof(double) * (size_t)(n_pos + n));
+		for (int pos = 0; pos < n; pos++) {
+			json_t *t10 = json_array_get(json_object_get(p, "top10_mxfp4_ocp"), pos);
+			double rlse = json_number_value(json_array_get(json_object_get(p, "lse_mxfp4_ocp"), pos));
+			const float *lg = all + (size_t)pos * c->vocab;
+			int am = cw_argmax(lg, c->vocab);
+			int r0 = (int)json_integer_value(json_array_get(json_array_get(t10, 0), 0));
+			double rl0 = json_number_value(json_array_get(json_array_get(t10, 0), 1));
+
+			top1 += am == r0;
+			for (size_t i = 0; i < json_array_size(t10); i++)
+				if (am == (int)json_integer_value(json_array_get(json_array_get(t10, i), 0))) {
+					in10++;
+					break;
+				}
+			dlp[n_pos++] = fabs((lg[r0] - lse_of(lg, c->vocab)) - (rl0 - rlse));
+		}
+		greedy0 += g0 == (int32_t)json_integer_value(json_array_get(
+				json_object_get(p, "greedy_mxfp4_ocp"), 0));
+		free(all);
+		free(ids);
+	}
+	for (int i = 1; i < n_pos; i++) /* insertion sort for the median */
+		for (int j = i; j > 0 && dlp[j - 1] > dlp[j]; j--) {
+			double t = dlp[j];
+
+			dlp[j] = dlp[j - 1];
+			dlp[j - 1] = t;
+		}
+	printf("fast mode, mxfp4_approx: top-1 %.3f (>= 0.75), within top-10 "
+	       "%.3f (>= 0.9), median |dlogp| %.4f (<= 0.3), first greedy "
+	       "token %d/6 (>= 4) over %d positions\n",
+	       (double)top1 / n_pos, (double)in10 / n_pos, dlp[n_pos / 2],
+	       greedy0, n_pos);
+	CHECK(n_pos > 0 && top1 >= 0.75 * n_pos, "top-1 agreement %d/%d < 0.75",
+	      top1, n_pos);
+	CHECK(in10 >= 0.9 * n_pos, "within top-10 %d/%d < 0.9", in10, n_pos);
+	CHECK(dlp[n_pos / 2] <= 0.3, "median |dlogp| %.4f > 0.3", dlp[n_pos / 2]);
+	CHECK(greedy0 >= 4, "first greedy token equal in %d of 6 prompts",
+	      greedy0);
+	free(dlp);
+}
+
+/* Logits do not depend on batching: every position of a prompt evaluated
+ * as one batch equals, bit for bit, the same prompt fed one token at a
+ * time (reference and fast mode alike: every output element is one fixed
+ * reduction whatever the batch). */
+static void check_batching(struct ctx *c, json_t *ids_json)
+{
+	struct st_diag diag = { "" };
+	const int n = (int)ST_MIN(json_array_size(ids_json), (size_t)24);
+	int32_t *ids = malloc(sizeof(int32_t) * (size_t)n);
+	float *all = malloc(sizeof(float) * (size_t)n * c->vocab);
+	float *one = malloc(sizeof(float) * (size_t)c->vocab);
+	uint32_t s1, s2;
+	int same = 1;
+
+	for (int i = 0; i < n; i++)
+		ids[i] = (int32_t)json_integer_value(json_array_get(ids_json, i));
+	kv_client_seq_create(c->kv, &s1, &diag);
+	kv_client_seq_create(c->kv, &s2, &diag);
+	CHECK(cw_model_eval(c->model, s1, 0, ids, n, all, NULL, &diag) == 0,
+	      "batch eval: %s", diag.msg);
+	for (int t = 0; t < n; t++) {
+		CHECK(cw_model_eval(c->model, s2, (uint32_t)t, ids + t, 1, NULL,
+				    one, &diag) == 0, "eval: %s", diag.msg);
+		same &= !memcmp(one, all + (size_t)t * c->vocab,
+				sizeof(float) * (size_t)c->vocab);
+	}
+	CHECK(same, "%s mode: logits of a %d-token batch differ from one "
+	      "token at a time", cw_compute_name(c->compute), n);
+	printf("%s mode: %d-token batch == one token at a time, bit for bit\n",
+	       cw_compute_name(c->compute), n);
+	kv_client_seq_free(c->kv, s1);
+	kv_client_seq_free(c->kv, s2);
+	free(ids);
+	free(all);
+	free(one);
 }
 
 static void test_tiny(struct ctx *c, json_t *ref)
@@ -507,6 +620,26 @@ static void test_kjv_format(struct ctx *c, json_t *ref,
 		CHECK(want > 20 && fabs(ppl - want) / want <= 1e-4,
 		      "%s perplexity %.5f vs README %.4f (relative %.2e > 1e-4)",
 		      fv->variant, ppl, want, fabs(ppl - want) / want);
+	} else if (strstr(fv->variant, "dense-fp8")) {
+		const struct st_store *st = cw_model_store(c->model);
+		int n8 = 0, nsc = 0;
+
+		for (int i = 0; i < st->n_dense; i++) {
+			n8 += st->dense[i].dtype == ST_DTYPE_F8_E4M3;
+			nsc += strstr(st->dense[i].name, ".scale") != NULL;
+		}
+		/* q, k, v, o of every layer and the LM head */
+		CHECK(n8 == 4 * cfg->n_layers + 1 && nsc == n8,
+		      "store holds %d FP8 dense tensors and %d scale tensors, "
+		      "want %d", n8, nsc, 4 * cfg->n_layers + 1);
+		/* issue 6: attention and LM head in FP8 (per-128 scales)
+		 * next to MXFP4 experts: within 0.5 % of MXFP4 with BF16
+		 * dense weights (reference mode's README figure) */
+		printf("attention and LM head FP8, %s mode: %+.3f %% vs MXFP4 "
+		       "with BF16 dense %.4f (limit 0.5 %%)\n",
+		       cw_compute_name(c->compute), 100 * (ppl - mx) / mx, mx);
+		CHECK(fabs(ppl - mx) / mx <= 5e-3, "dense FP8 perplexity %.4f "
+		      "is %.2f %% from %.4f", ppl, 100 * (ppl - mx) / mx, mx);
 	} else if (!strcmp(fv->variant, "nvfp4")) {
 		/* sanity bound, not a reference: below MXFP4's figure + 2 % */
 		printf("sanity bound: < %.4f (MXFP4 %.4f + 2 %%)\n", mx * 1.02,
@@ -534,6 +667,24 @@ static void test_kjv(struct ctx *c, json_t *ref)
 
 	if (fmt_variant_of(c->variant)) {
 		test_kjv_format(c, ref, fmt_variant_of(c->variant));
+		return;
+	}
+	if (c->compute == CW_COMPUTE_FAST) {
+		/* issue 6: fast mode within 0.5 % of reference mode's MXFP4
+		 * perplexity (the README figure, which reference mode
+		 * reproduces within 1e-4: test reference-kjv-moe-mxfp4) */
+		json_t *mxr = json_object_get(json_object_get(json_object_get(ref,
+				"perplexity"), "valid-small.txt"), "mxfp4");
+		double mxw = json_number_value(json_object_get(mxr, "ppl"));
+
+		ppl = kjv_ppl(c, &scored);
+		printf("fast mode: valid-small.txt perplexity %.4f over %d "
+		       "scored tokens, %+.3f %% vs reference mode MXFP4 %.4f\n",
+		       ppl, scored, 100 * (ppl - mxw) / mxw, mxw);
+		CHECK(mxw > 20 && fabs(ppl - mxw) / mxw <= 5e-3,
+		      "fast mode perplexity %.4f is %.3f %% from reference "
+		      "mode's %.4f (limit 0.5 %%)", ppl,
+		      100 * (ppl - mxw) / mxw, mxw);
 		return;
 	}
 	if (!mx && c->kv_dtype == ST_DTYPE_F32) {
@@ -602,6 +753,8 @@ int main(int argc, char **argv)
 	c.fixture = argv[1];
 	c.variant = argv[2];
 	c.kv_dtype = ST_DTYPE_F32;
+	c.compute = !strncmp(c.variant, "fast", 4) ? CW_COMPUTE_FAST :
+						     CW_COMPUTE_REFERENCE;
 	if (argc > 3 && !strncmp(argv[3], "kv=", 3)) {
 		if (cw_kvrow_parse_dtype(argv[3] + 3, &c.kv_dtype) < 0) {
 			fprintf(stderr, "bad %s\n", argv[3]);
@@ -627,10 +780,15 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(c.fixture, "kjv-moe"))
 		test_kjv(&c, ref);
+	else if (c.compute == CW_COMPUTE_FAST)
+		test_tiny_approx(&c, ref);
 	else
 		test_tiny(&c, ref);
+	if (c.compute == CW_COMPUTE_FAST || (argc > 3 && !strcmp(argv[3], "threads")))
+		check_batching(&c, json_object_get(json_array_get(
+			json_object_get(ref, "prompts"), 0), "ids"));
 	if (argc > 3 && !strcmp(argv[3], "threads")) {
-		struct cw_model_opts mo2 = { ST_DTYPE_F32, 16, 2 };
+		struct cw_model_opts mo2 = { ST_DTYPE_F32, 16, 2, c.compute };
 		struct cw_model *m1 = c.model, *m2 = NULL;
 		struct st_diag diag = { "" };
 		json_t *prompts = json_object_get(ref, "prompts");

@@ -277,7 +277,8 @@ static void *killer_main(void *arg)
 static int setup(struct fx *f, const char *fixture)
 {
 	struct st_diag diag = { "" };
-	struct cw_model_opts mo = { ST_DTYPE_F32, 16, 1 };
+	struct cw_model_opts mo = { .kv_dtype = ST_DTYPE_F32, .page_rows = 16,
+				    .n_threads = 1 };
 	int r;
 
 	st_test_tmpdir(f->tmp, sizeof(f->tmp));

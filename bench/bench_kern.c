@@ -1,0 +1,162 @@
+/*
+ * bench_kern.c — matvec kernel throughput per weight format and kernel
+ * path, on matrices far larger than the last-level cache: the reference
+ * kernels (dequantize to float, fixed order), the fast portable C kernels
+ * and the fast SIMD ones (int8 activations for 4-bit weights), in GB/s of
+ * weights read, next to the machine's read bandwidth (st_membw) with the
+ * same thread count.  Prints figures, asserts nothing.
+ *
+ * Usage: strata-bench-kern [--mib N] [--threads N] [--reps N]
+ */
+#include <getopt.h>
+#include <time.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_backend.h"
+#include "cw_threads.h"
+#include "st_formats.h"
+#include "st_membw.h"
+#include "st_util.h"
+
+/* CPU time of this thread in ns (time the scheduler gave it). */
+static uint64_t cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+struct job {
+	const struct cw_backend_ops *be;
+	const struct cw_wview *w;
+	const struct cw_act *a;
+	float *y;
+};
+
+static void task(void *arg, int t, int n)
+{
+	const struct job *j = arg;
+	int64_t r0 = j->w->rows * t / n, r1 = j->w->rows * (t + 1) / n;
+
+	j->be->matvec_act(j->w, j->a, j->y, r0, r1);
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "mib", required_argument, NULL, 'm' },
+		{ "threads", required_argument, NULL, 't' },
+		{ "reps", required_argument, NULL, 'r' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	static const struct { enum st_dtype dt; uint32_t group; const char *name; } fmts[] = {
+		{ ST_DTYPE_MXFP4, 0, "MXFP4" },
+		{ ST_DTYPE_NVFP4, 0, "NVFP4" },
+		{ ST_DTYPE_E2M1_F16, 32, "E2M1-F16 g32" },
+		{ ST_DTYPE_F8_E4M3, 128, "FP8 E4M3 g128" },
+		{ ST_DTYPE_BF16, 0, "BF16" },
+	};
+	const int64_t C = 1024;
+	int mib = 256, n_threads = 1, reps = 3, c;
+	struct cw_threads *pool = NULL;
+	double bw = 0;
+
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm': mib = atoi(optarg); break;
+		case 't': n_threads = atoi(optarg); break;
+		case 'r': reps = atoi(optarg); break;
+		case 'h':
+			printf("Usage: strata-bench-kern [--mib N] [--threads N] "
+			       "[--reps N]\nmatvec GB/s per format and kernel "
+			       "path (matrices of N MiB, default 256; 1 for in-cache speed)\n");
+			return 0;
+		default: return 2;
+		}
+	}
+	if (mib < 1 || n_threads < 1 || n_threads > 256 || reps < 1)
+		return 2;
+	if (cw_threads_create(n_threads, &pool) < 0)
+		return 1;
+	st_membw_measure(n_threads, 1ull << 30, 5, &bw);
+	printf("read bandwidth, %d thread(s): %.1f GB/s (1 GiB, best of 5)\n",
+	       n_threads, bw);
+	printf("%-14s %-22s %8s%s\n", "format", "kernel", "GB/s",
+	       n_threads == 1 ? " GB/s per CPU-second (load-independent)" : "");
+	for (size_t f = 0; f < sizeof(fmts) / sizeof(fmts[0]); f++) {
+		struct st_wformat wf = { fmts[f].dt, fmts[f].group };
+		uint64_t db = 0, sb = 0, tb = 0, per_row;
+		int64_t rows;
+		struct cw_wview w = { 0 };
+		unsigned char *data, *scales;
+		float *x = malloc(sizeof(float) * C), *y;
+		const struct cw_backend_ops *bes[4] = {
+			cw_backend_cpu(), cw_backend_cpu_fast_path(1),
+			cw_backend_cpu_fast_path(2), NULL };
+
+		if (wf.dtype == ST_DTYPE_MXFP4) wf.group = 32;
+		if (wf.dtype == ST_DTYPE_NVFP4) wf.group = 16;
+		if (wf.dtype == ST_DTYPE_BF16) wf.group = 0;
+		st_wformat_matrix_bytes(&wf, 1, C, &db, &sb, &tb);
+		per_row = db + sb;
+		rows = (int64_t)((uint64_t)mib << 20) / (int64_t)per_row;
+		data = malloc((size_t)(db * rows));
+		scales = sb ? malloc((size_t)(sb * rows)) : NULL;
+		y = malloc(sizeof(float) * rows);
+		/* random codes; scales in a harmless range */
+		for (uint64_t i = 0; i < db * rows; i++)
+			data[i] = (unsigned char)((i * 2654435761u) >> 13) & 0x77;
+		for (uint64_t i = 0; scales && i < sb * rows; i++)
+			scales[i] = wf.dtype == ST_DTYPE_MXFP4 ? 120 :
+				    wf.dtype == ST_DTYPE_NVFP4 ? 0x30 : 0;
+		if (wf.dtype == ST_DTYPE_E2M1_F16)
+			for (uint64_t i = 0; i < sb * rows / 2; i++)
+				((uint16_t *)(void *)scales)[i] = 0x2000;
+		if (wf.dtype == ST_DTYPE_F8_E4M3)
+			for (uint64_t i = 0; i < sb * rows / 4; i++)
+				((float *)(void *)scales)[i] = 0.01f;
+		for (int64_t i = 0; i < C; i++)
+			x[i] = (float)((i * 37) % 101) / 50.0f - 1.0f;
+		w.dtype = wf.dtype;
+		w.data = data;
+		w.scales = scales;
+		w.rows = rows;
+		w.cols = C;
+		w.group = fmts[f].group;
+		w.scale_type = st_wformat_scale_type(wf.dtype);
+		w.global_scale = 1.0f;
+		for (int b = 0; bes[b]; b++) {
+			unsigned char *abuf = malloc(bes[b]->act_bytes(C) + 64);
+			struct cw_act a;
+			struct job j = { bes[b], &w, &a, y };
+			uint64_t best = UINT64_MAX, best_cpu = UINT64_MAX;
+
+			bes[b]->act_prepare(x, C, wf.dtype, abuf, &a);
+			for (int r = 0; r < reps; r++) {
+				uint64_t t0 = st_now_ns(), c0 = cpu_ns();
+
+				cw_threads_run(pool, task, &j, n_threads * 8);
+				best = ST_MIN(best, st_now_ns() - t0);
+				best_cpu = ST_MIN(best_cpu, cpu_ns() - c0);
+			}
+			printf("%-14s %-22s %8.2f", fmts[f].name, bes[b]->name,
+			       (double)(per_row * rows) / (double)best);
+			if (n_threads == 1)
+				printf(" %12.2f", (double)(per_row * rows) /
+				       (double)best_cpu);
+			printf("\n");
+			fflush(stdout);
+			free(abuf);
+		}
+		free(data);
+		free(scales);
+		free(x);
+		free(y);
+	}
+	cw_threads_destroy(pool);
+	return 0;
+}

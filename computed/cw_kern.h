@@ -1,0 +1,88 @@
+/*
+ * cw_kern.h — the fast-mode matvec kernels of the CPU backend (internal to
+ * computed; the backend table in cw_backend_fast.c dispatches to them).
+ *
+ * Fast mode (DESIGN.md 6a: a separate, selectable mode; reference mode stays
+ * the default and exact):
+ *  - 4-bit weights (MXFP4, NVFP4, E2M1 with FP16 group scales): activations
+ *    quantized to int8 by blocks of CW_QBLOCK = 32 elements (one float scale
+ *    d = amax / 127 per block, q = round(x / d)), E2M1 codes looked up as
+ *    twice their value (small integers -12..12), integer dot products per
+ *    run of elements that share one weight scale and one activation block,
+ *    then isum * (0.5 * weight scale * d) accumulated in float;
+ *  - FP8 E4M3, BF16 and F32 weights: float32 activations, weights widened to
+ *    float, fused multiply-add.
+ * Each kernel exists as portable C (the reference the SIMD kernels are
+ * tested against) and, on x86-64, as AVX2 + FMA + F16C.  Results of the two
+ * paths differ only by float rounding order (the integer sums are exact):
+ * tests/computed/test_kern.c states and checks the tolerance.
+ */
+#ifndef CW_KERN_H
+#define CW_KERN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cw_backend.h"
+
+#define CW_QBLOCK 32 /* activation elements per int8 scale */
+
+/* The kernel sets the fast backend can run (tests force each one). */
+enum cw_kern_path {
+	CW_KERN_AUTO = 0, /* the best this CPU supports */
+	CW_KERN_C,        /* portable C: the reference of the others */
+	CW_KERN_AVX2,     /* AVX2 + FMA + F16C */
+	CW_KERN_PATH_MAX
+};
+
+/* Bytes cw_kern_quantize_act needs for n activations: the int8 codes
+ * and their magnitudes (n rounded up to a block each, tail zero) and one
+ * float per block. */
+size_t cw_kern_act_bytes(int64_t n);
+
+/*
+ * Fills *ret for the n floats x (borrowed: must outlive *ret), the codes in
+ * runs of qgroup (16 or 32; struct cw_act): the int8
+ * quantization by blocks of 32 into buf (cw_kern_act_bytes(n) bytes, any
+ * alignment of 4), d = amax / 127 per block (0 for an all-zero block, whose
+ * codes are 0), q = round-to-nearest-even(x / d) clamped to [-127, 127].
+ * Non-finite x give a NaN scale (the result of the dot products is then
+ * NaN, as a float dot product would be).
+ */
+void cw_kern_quantize_act(const float *x, int64_t n, int qgroup, void *buf,
+			  struct cw_act *ret);
+
+/* A fast matvec kernel: y[r] = W[r] . a for r in [r0, r1). */
+typedef void (*cw_kern_fn)(const struct cw_wview *w, const struct cw_act *a,
+			   float *y, int64_t r0, int64_t r1);
+
+/*
+ * The kernel for w's format on `path`, or NULL where the path has none for
+ * this view (the caller then uses the C path, which covers every format
+ * and geometry the store writes).  AVX2 covers 4-bit formats whose scale
+ * groups are multiples of 16 elements, FP8 with groups that are multiples
+ * of 8 (or no scales), BF16 and F32; odd column counts are handled inside.
+ */
+cw_kern_fn cw_kern_c(const struct cw_wview *w);
+cw_kern_fn cw_kern_avx2(const struct cw_wview *w);
+
+/* 1 if `path` can run on this CPU (CW_KERN_AUTO and CW_KERN_C always). */
+int cw_kern_path_supported(enum cw_kern_path path);
+
+/* The reference backend's RMSNorm and RoPE (cw_backend_ops), shared by
+ * both modes. */
+void cw_cpu_rmsnorm(const float *x, const void *weight, enum st_dtype wdtype,
+		    int n, float eps, float *y);
+void cw_cpu_rope(float *x, int n_heads, int head_dim, int pos, double theta);
+
+/* Position in cw_act.q of activation element c (evens then odds inside
+ * each run of g = 16 or 32). */
+static inline int64_t cw_kern_qpos(int64_t c, int g)
+{
+	return (c & ~(int64_t)(g - 1)) + (c & 1) * (g / 2) + ((c & (g - 1)) >> 1);
+}
+
+/* Twice the E2M1 value of a 4-bit code (exact small integers). */
+extern const int8_t cw_kern_e2m1x2[16];
+
+#endif

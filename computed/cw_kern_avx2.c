@@ -1,0 +1,450 @@
+/*
+ * cw_kern_avx2.c — the fast-mode kernels for AVX2 + FMA + F16C (cw_kern.h),
+ * compiled with per-function target attributes so the file builds for the
+ * baseline and runs only where cw_kern_path_supported says so.
+ *
+ * 4-bit weights: the 16 code bytes of a 32-element block are broadcast to
+ * both 128-bit lanes, one byte shuffle puts each 8-byte half (16 elements)
+ * twice into its lane, a 64-bit variable shift moves the high nibbles down
+ * in the second copy, and a 16-entry shuffle table gives twice the E2M1
+ * values as int8, in the order cw_act.q is stored in (per run of 16: even
+ * elements, then odd).  The int8 dot product uses the sign trick
+ * (maddubs(|w|, sign(q, w))), then pairs of int16 are summed to int32
+ * lanes: lanes 0-3 hold the first 16 elements, lanes 4-7 the second 16,
+ * each multiplied by its own factor 0.5 * scale * d and accumulated with FMA.
+ */
+#include "cw_kern.h"
+
+#include <math.h>
+#include <string.h>
+
+#include "st_formats.h"
+#include "st_util.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+#define KT __attribute__((target("avx2,fma,f16c")))
+#define KI __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
+
+KI float hsum256(__m256 v)
+{
+	__m128 s = _mm_add_ps(_mm256_castps256_ps128(v),
+			      _mm256_extractf128_ps(v, 1));
+
+	s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+	s = _mm_add_ss(s, _mm_movehdup_ps(s));
+	return _mm_cvtss_f32(s);
+}
+
+KI float e8m0f(uint8_t b)
+{
+	uint32_t u = b == 0 ? 0x00400000u : b == 255 ? 0x7fc00000u :
+		     (uint32_t)b << 23;
+	float f;
+
+	memcpy(&f, &u, 4);
+	return f;
+}
+
+/* E4M3 through binary16: the byte's exponent and mantissa fields moved into
+ * a binary16's give e4m3 / 256 exactly (subnormals included).  Scalar (block
+ * scales, tails): 0x7f/0xff are NaN.  The 8-wide weight decode (e4m3x8) reads
+ * them as +-480: codes the store never writes (PITFALLS P9). */
+KI float e4m3f(uint8_t b)
+{
+	const unsigned short h =
+		(unsigned short)(((b & 0x80u) << 8) | ((b & 0x7fu) << 7));
+
+	if ((b & 0x7f) == 0x7f)
+		return NAN;
+	return _cvtsh_ss(h) * 256.0f;
+}
+
+KI float f16f(const uint8_t *p)
+{
+	unsigned short h;
+
+	memcpy(&h, p, 2);
+	return _cvtsh_ss(h);
+}
+
+/* The weight scale of group g of row r of a 4-bit view (G elements per
+ * group, ng groups per row). */
+KI float fp4_scale(const struct cw_wview *w, enum st_dtype dt, int64_t r,
+		   int64_t ng, int64_t g)
+{
+	if (dt == ST_DTYPE_MXFP4)
+		return e8m0f(w->scales[r * ng + g]);
+	if (dt == ST_DTYPE_NVFP4)
+		return e4m3f(w->scales[r * ng + g]) * w->global_scale;
+	return f16f(w->scales + 2 * (r * ng + g));
+}
+
+/* 32 weights of one block as int8 (2 * e2m1), in cw_act.q order. */
+KI __m256i fp4_decode(const uint8_t *p)
+{
+	const __m256i dup = _mm256_setr_epi8(
+		0, 1, 2, 3, 4, 5, 6, 7, 0, 1, 2, 3, 4, 5, 6, 7,
+		8, 9, 10, 11, 12, 13, 14, 15, 8, 9, 10, 11, 12, 13, 14, 15);
+	const __m256i lut = _mm256_setr_epi8(
+		0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+		0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+	const __m256i sh = _mm256_setr_epi64x(0, 4, 0, 4);
+	__m256i c = _mm256_broadcastsi128_si256(
+		_mm_loadu_si128((const __m128i *)(const void *)p));
+
+	c = _mm256_srlv_epi64(_mm256_shuffle_epi8(c, dup), sh);
+	return _mm256_shuffle_epi8(lut, _mm256_and_si256(c, _mm256_set1_epi8(15)));
+}
+
+/* Eight int32 partial dot products of 32 int8 weights and activations. */
+KI __m256 dot32(__m256i w, const int8_t *q)
+{
+	const __m256i qa = _mm256_loadu_si256((const __m256i *)(const void *)q);
+	const __m256i p16 = _mm256_maddubs_epi16(_mm256_abs_epi8(w),
+						 _mm256_sign_epi8(qa, w));
+
+	return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* Factor vector of block b: lanes 0-3 the first half's, 4-7 the second's. */
+KI __m256 fp4_factors(const struct cw_wview *w, enum st_dtype dt,
+		      const struct cw_act *a, int64_t r, int64_t G, int64_t ng,
+		      int64_t b)
+{
+	const float d = a->d[b];
+
+	if (dt == ST_DTYPE_MXFP4)
+		return _mm256_set1_ps((0.5f * fp4_scale(w, dt, r, ng, b)) * d);
+	return _mm256_setr_m128(
+		_mm_set1_ps((0.5f * fp4_scale(w, dt, r, ng, (32 * b) / G)) * d),
+		_mm_set1_ps((0.5f * fp4_scale(w, dt, r, ng, (32 * b + 16) / G)) * d));
+}
+
+KI void fp4_avx2_t(const struct cw_wview *w, const struct cw_act *a, float *y,
+		   int64_t r0, int64_t r1, enum st_dtype dt)
+{
+	const int64_t C = w->cols;
+	const int64_t G = dt == ST_DTYPE_MXFP4 ? ST_MXFP4_BLOCK :
+			  dt == ST_DTYPE_NVFP4 ? ST_NVFP4_BLOCK : w->group;
+	const int64_t ng = (C + G - 1) / G, nb = C / 32;
+	const uint8_t *codes = w->data;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const uint8_t *rc = codes + r * (C / 2);
+		__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+		int64_t b = 0, c;
+		float t = 0.0f;
+
+		for (; b + 2 <= nb; b += 2) {
+			acc0 = _mm256_fmadd_ps(
+				dot32(fp4_decode(rc + 16 * b), a->q + 32 * b),
+				fp4_factors(w, dt, a, r, G, ng, b), acc0);
+			acc1 = _mm256_fmadd_ps(
+				dot32(fp4_decode(rc + 16 * b + 16), a->q + 32 * b + 32),
+				fp4_factors(w, dt, a, r, G, ng, b + 1), acc1);
+		}
+		if (b < nb)
+			acc0 = _mm256_fmadd_ps(
+				dot32(fp4_decode(rc + 16 * b), a->q + 32 * b),
+				fp4_factors(w, dt, a, r, G, ng, b), acc0);
+		/* the last partial block, in runs as cw_kern_c does */
+		c = nb * 32;
+		while (c < C) {
+			const int64_t end = ST_MIN(ST_MIN((c / G + 1) * G,
+							  (c / 16 + 1) * 16), C);
+			const float f = (0.5f * fp4_scale(w, dt, r, ng, c / G)) *
+					a->d[c / CW_QBLOCK];
+			int32_t is = 0;
+
+			for (; c < end; c++) {
+				const uint8_t by = rc[c / 2];
+				const int code = (c & 1) ? by >> 4 : by & 15;
+
+				is += cw_kern_e2m1x2[code] * a->q[cw_kern_qpos(c, 16)];
+			}
+			t += (float)is * f;
+		}
+		y[r] = hsum256(_mm256_add_ps(acc0, acc1)) + t;
+	}
+}
+
+/* Factors (0.5 * e8m0(s)) * d of 8 consecutive MXFP4 blocks, the same
+ * float operations as e8m0f / fp4_factors (byte 0: 2^-127, 255: NaN). */
+KI __m256 mx_factors8(const uint8_t *s, const float *d)
+{
+	const __m256i sb = _mm256_cvtepu8_epi32(
+		_mm_loadl_epi64((const __m128i *)(const void *)s));
+	__m256i bits = _mm256_slli_epi32(sb, 23);
+
+	bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000),
+				  _mm256_cmpeq_epi32(sb, _mm256_setzero_si256()));
+	bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7fc00000),
+				  _mm256_cmpeq_epi32(sb, _mm256_set1_epi32(255)));
+	return _mm256_mul_ps(_mm256_mul_ps(_mm256_castsi256_ps(bits),
+					   _mm256_set1_ps(0.5f)),
+			     _mm256_loadu_ps(d));
+}
+
+/* 32 weights of one block as int8 in cw_act order for runs of 32: the 16
+ * code bytes in both lanes, the second lane shifted down a nibble, so lane 0
+ * holds the even elements and lane 1 the odd ones. */
+KI __m256i fp4_decode32(const uint8_t *p)
+{
+	const __m256i lut = _mm256_setr_epi8(
+		0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+		0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12);
+	__m256i c = _mm256_broadcastsi128_si256(
+		_mm_loadu_si128((const __m128i *)(const void *)p));
+
+	c = _mm256_srlv_epi64(c, _mm256_setr_epi64x(0, 0, 4, 4));
+	return _mm256_shuffle_epi8(lut, _mm256_and_si256(c, _mm256_set1_epi8(15)));
+}
+
+/* One MXFP4 block: weights decoded, |q| (precomputed) times sign(w, q). */
+KI __m256 mx_block(const uint8_t *codes, const uint8_t *qa, const int8_t *q)
+{
+	const __m256i wv = fp4_decode32(codes);
+	const __m256i p16 = _mm256_maddubs_epi16(
+		_mm256_loadu_si256((const __m256i *)(const void *)qa),
+		_mm256_sign_epi8(wv, _mm256_loadu_si256(
+			(const __m256i *)(const void *)q)));
+
+	return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+/* MXFP4 (activations in runs of 32): eight blocks per step with their
+ * factors computed as one vector and broadcast lane by lane; |q| comes
+ * precomputed with the activations, so a block costs one sign instead of
+ * abs + sign; the decode needs no byte duplication (fp4_decode32). */
+KT static void mxfp4_avx2(const struct cw_wview *w, const struct cw_act *a,
+			  float *y, int64_t r0, int64_t r1)
+{
+	const int64_t C = w->cols, nb = C / 32, nb8 = nb & ~(int64_t)7;
+	const uint8_t *codes = w->data;
+
+	if (!a->qabs || C % 32 || a->qgroup != 32) {
+		if (a->qgroup == 16)
+			fp4_avx2_t(w, a, y, r0, r1, ST_DTYPE_MXFP4);
+		else
+			cw_kern_c(w)(w, a, y, r0, r1);
+		return;
+	}
+	for (int64_t r = r0; r < r1; r++) {
+		const uint8_t *rc = codes + r * (C / 2), *rs = w->scales + r * nb;
+		__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+		int64_t b = 0;
+
+		for (; b < nb8; b += 8) {
+			const __m256 f = mx_factors8(rs + b, a->d + b);
+
+#define MXB(i, acc)                                                          \
+	acc = _mm256_fmadd_ps(                                               \
+		mx_block(rc + 16 * (b + i), a->qabs + 32 * (b + i),          \
+			 a->q + 32 * (b + i)),                                  \
+		_mm256_permutevar8x32_ps(f, _mm256_set1_epi32(i)), acc)
+			MXB(0, acc0); MXB(1, acc1); MXB(2, acc0); MXB(3, acc1);
+			MXB(4, acc0); MXB(5, acc1); MXB(6, acc0); MXB(7, acc1);
+#undef MXB
+		}
+		for (; b < nb; b++)
+			acc0 = _mm256_fmadd_ps(
+				mx_block(rc + 16 * b, a->qabs + 32 * b, a->q + 32 * b),
+				_mm256_set1_ps((0.5f * e8m0f(rs[b])) * a->d[b]), acc0);
+		y[r] = hsum256(_mm256_add_ps(acc0, acc1));
+	}
+}
+
+KT static void nvfp4_avx2(const struct cw_wview *w, const struct cw_act *a,
+			  float *y, int64_t r0, int64_t r1)
+{
+	fp4_avx2_t(w, a, y, r0, r1, ST_DTYPE_NVFP4);
+}
+
+KT static void e2m1f16_avx2(const struct cw_wview *w, const struct cw_act *a,
+			    float *y, int64_t r0, int64_t r1)
+{
+	fp4_avx2_t(w, a, y, r0, r1, ST_DTYPE_E2M1_F16);
+}
+
+/* 8 E4M3 bytes to floats / 256 (see e4m3f). */
+KI __m256 e4m3x8(const uint8_t *p)
+{
+	const __m128i v = _mm_cvtepu8_epi16(
+		_mm_loadl_epi64((const __m128i *)(const void *)p));
+	const __m128i h = _mm_or_si128(
+		_mm_slli_epi16(_mm_and_si128(v, _mm_set1_epi16(0x7f)), 7),
+		_mm_slli_epi16(_mm_and_si128(v, _mm_set1_epi16(0x80)), 8));
+
+	return _mm256_cvtph_ps(h);
+}
+
+/* 16 E4M3 bytes to two vectors of floats / 256: each byte moved to the
+ * high half of a 16-bit lane, an arithmetic shift right by one puts the
+ * sign at bit 15 (and a copy at bit 14, cleared) and exponent and mantissa
+ * at bits 13..7: binary16 of e4m3 / 256. */
+KI void e4m3x16(const uint8_t *p, __m256 *lo, __m256 *hi)
+{
+	__m256i v = _mm256_cvtepu8_epi16(
+		_mm_loadu_si128((const __m128i *)(const void *)p));
+
+	v = _mm256_and_si256(_mm256_srai_epi16(_mm256_slli_epi16(v, 8), 1),
+			     _mm256_set1_epi16((short)0xbfff));
+	*lo = _mm256_cvtph_ps(_mm256_castsi256_si128(v));
+	*hi = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
+}
+
+KT static void fp8_avx2(const struct cw_wview *w, const struct cw_act *a,
+			float *y, int64_t r0, int64_t r1)
+{
+	const int64_t C = w->cols, G = w->scales && w->group ? w->group : C;
+	const int64_t ng = (C + G - 1) / G;
+	const uint8_t *codes = w->data;
+	const float *sc = (const float *)(const void *)w->scales;
+	const float *x = a->x;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const uint8_t *rc = codes + r * C;
+		__m256 acc = _mm256_setzero_ps();
+		float t = 0.0f;
+
+		for (int64_t g = 0; g < ng; g++) {
+			const int64_t c0 = g * G, c1 = ST_MIN(c0 + G, C);
+			const int64_t c8 = c0 + ((c1 - c0) & ~(int64_t)7);
+			const float s = sc ? sc[r * ng + g] : 1.0f;
+			__m256 g0 = _mm256_setzero_ps(), g1 = g0;
+			int64_t c = c0;
+			float gt = 0.0f;
+
+			for (; c + 16 <= c8; c += 16) {
+				__m256 w0, w1;
+
+				e4m3x16(rc + c, &w0, &w1);
+				g0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + c), g0);
+				g1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + c + 8), g1);
+			}
+			if (c < c8) {
+				g0 = _mm256_fmadd_ps(e4m3x8(rc + c),
+						     _mm256_loadu_ps(x + c), g0);
+				c += 8;
+			}
+			for (; c < c1; c++)
+				gt += e4m3f(rc[c]) * x[c];
+			acc = _mm256_fmadd_ps(_mm256_add_ps(g0, g1),
+					      _mm256_set1_ps(s * 256.0f), acc);
+			t += gt * s;
+		}
+		y[r] = hsum256(acc) + t;
+	}
+}
+
+KI __m256 bf16x8(const uint16_t *p)
+{
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(
+		_mm_loadu_si128((const __m128i *)(const void *)p)), 16));
+}
+
+KT static void bf16_avx2(const struct cw_wview *w, const struct cw_act *a,
+			 float *y, int64_t r0, int64_t r1)
+{
+	const int64_t C = w->cols, C32 = C & ~(int64_t)31, C8 = C & ~(int64_t)7;
+	const uint16_t *W = w->data;
+	const float *x = a->x;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const uint16_t *row = W + r * C;
+		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+		int64_t c = 0;
+		float t = 0.0f;
+
+		for (; c < C32; c += 32) {
+			a0 = _mm256_fmadd_ps(bf16x8(row + c), _mm256_loadu_ps(x + c), a0);
+			a1 = _mm256_fmadd_ps(bf16x8(row + c + 8), _mm256_loadu_ps(x + c + 8), a1);
+			a2 = _mm256_fmadd_ps(bf16x8(row + c + 16), _mm256_loadu_ps(x + c + 16), a2);
+			a3 = _mm256_fmadd_ps(bf16x8(row + c + 24), _mm256_loadu_ps(x + c + 24), a3);
+		}
+		for (; c < C8; c += 8)
+			a0 = _mm256_fmadd_ps(bf16x8(row + c), _mm256_loadu_ps(x + c), a0);
+		for (; c < C; c++)
+			t += st_bf16_to_f32(row[c]) * x[c];
+		y[r] = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1),
+					     _mm256_add_ps(a2, a3))) + t;
+	}
+}
+
+KT static void f32_avx2(const struct cw_wview *w, const struct cw_act *a,
+			float *y, int64_t r0, int64_t r1)
+{
+	const int64_t C = w->cols, C32 = C & ~(int64_t)31, C8 = C & ~(int64_t)7;
+	const float *W = w->data;
+	const float *x = a->x;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const float *row = W + r * C;
+		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+		int64_t c = 0;
+		float t = 0.0f;
+
+		for (; c < C32; c += 32) {
+			a0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + c), _mm256_loadu_ps(x + c), a0);
+			a1 = _mm256_fmadd_ps(_mm256_loadu_ps(row + c + 8), _mm256_loadu_ps(x + c + 8), a1);
+			a2 = _mm256_fmadd_ps(_mm256_loadu_ps(row + c + 16), _mm256_loadu_ps(x + c + 16), a2);
+			a3 = _mm256_fmadd_ps(_mm256_loadu_ps(row + c + 24), _mm256_loadu_ps(x + c + 24), a3);
+		}
+		for (; c < C8; c += 8)
+			a0 = _mm256_fmadd_ps(_mm256_loadu_ps(row + c), _mm256_loadu_ps(x + c), a0);
+		for (; c < C; c++)
+			t += row[c] * x[c];
+		y[r] = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1),
+					     _mm256_add_ps(a2, a3))) + t;
+	}
+}
+
+cw_kern_fn cw_kern_avx2(const struct cw_wview *w)
+{
+	if (!cw_kern_path_supported(CW_KERN_AVX2))
+		return NULL;
+	switch (w->dtype) {
+	case ST_DTYPE_MXFP4: return mxfp4_avx2;
+	case ST_DTYPE_NVFP4: return nvfp4_avx2;
+	case ST_DTYPE_E2M1_F16:
+		return w->group >= 16 && w->group % 16 == 0 ? e2m1f16_avx2 : NULL;
+	case ST_DTYPE_F8_E4M3:
+		return !w->scales || !w->group || w->group % 8 == 0 ?
+			       fp8_avx2 : NULL;
+	case ST_DTYPE_BF16: return bf16_avx2;
+	case ST_DTYPE_F32: return f32_avx2;
+	default: return NULL;
+	}
+}
+
+int cw_kern_path_supported(enum cw_kern_path path)
+{
+	switch (path) {
+	case CW_KERN_AUTO:
+	case CW_KERN_C:
+		return 1;
+	case CW_KERN_AVX2:
+		return __builtin_cpu_supports("avx2") &&
+		       __builtin_cpu_supports("fma") &&
+		       __builtin_cpu_supports("f16c");
+	default:
+		return 0;
+	}
+}
+
+#else /* not x86-64 GCC: the portable kernels only */
+
+cw_kern_fn cw_kern_avx2(const struct cw_wview *w)
+{
+	(void)w;
+	return NULL;
+}
+
+int cw_kern_path_supported(enum cw_kern_path path)
+{
+	return path == CW_KERN_AUTO || path == CW_KERN_C;
+}
+
+#endif

@@ -1,0 +1,671 @@
+/*
+ * test_kern.c — the fast-mode kernels (cw_kern.h) on every dispatch path
+ * this CPU has, forced one at a time:
+ *  - each SIMD path equals the portable C kernels within
+ *      |y_simd - y_c| <= 1e-5 * sum_c |w_c| (|x_c| + d_c / 2)
+ *    (both sum the same exact integer dot products; only the float
+ *    summation order differs);
+ *  - the C kernels equal the exact float dot product of the dequantized
+ *    weights (st_formats) within the activation rounding bound
+ *      |y_c - y_exact| <= sum_c |w_c| d_c / 2 * (1 + 1e-4) + 1e-5 * L1
+ *    (d_c the int8 scale of x_c's block, 0 for float-activation formats);
+ * on random and adversarial inputs: all-zero blocks, the largest scales,
+ * tiny and huge activations, column counts that are not multiples of the
+ * block; and the two pitfalls of PITFALLS.md as whole kinds of fault:
+ *  - P5: every scale byte (all 256 E8M0 and E4M3 bytes, all 65536 binary16
+ *    scales) decodes to the value of the format's spec on every path;
+ *  - P7: every element of every row of every 4-bit geometry, read through a
+ *    one-hot activation, is the element the store's dequantizer puts there
+ *    (the nibble layout), on every path; and the P7 example itself.
+ */
+#include <errno.h>
+#include <math.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "cw_backend.h"
+#include "cw_kern.h"
+#include "cw_threads.h"
+#include "st_formats.h"
+
+/* ---- test matrices ---- */
+
+struct mat {
+	struct cw_wview v;
+	uint8_t *codes, *scales;
+	float *deq; /* rows x cols, st_formats' dequantized values */
+};
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rnd(void)
+{
+	g_rng ^= g_rng << 13;
+	g_rng ^= g_rng >> 7;
+	g_rng ^= g_rng << 17;
+	return (uint32_t)(g_rng >> 16);
+}
+
+static float rndf(void) /* roughly normal, mean 0, sd 1 */
+{
+	float s = 0;
+
+	for (int i = 0; i < 4; i++)
+		s += (float)(rnd() % 20001) / 10000.0f - 1.0f;
+	return s * 0.866f;
+}
+
+/* Fills a row of floats: random, with (adversarial) all-zero, tiny and
+ * huge stretches. */
+static void fill_row(float *x, int64_t n, int adversarial)
+{
+	for (int64_t c = 0; c < n; c++)
+		x[c] = rndf();
+	if (!adversarial)
+		return;
+	for (int64_t c = 0; c < n; c++) {
+		const int64_t blk = c / 32;
+
+		if (blk % 5 == 1)
+			x[c] = 0.0f;
+		else if (blk % 5 == 3)
+			x[c] *= 1e-20f;
+		else if (blk % 5 == 4 && c % 7 == 0)
+			x[c] *= 1e4f;
+	}
+}
+
+static int64_t n_groups(const struct cw_wview *v)
+{
+	const int64_t g = v->dtype == ST_DTYPE_MXFP4 ? 32 :
+			  v->dtype == ST_DTYPE_NVFP4 ? 16 :
+			  v->group ? v->group : v->cols;
+
+	return (v->cols + g - 1) / g;
+}
+
+static size_t scale_size(enum st_dtype dt)
+{
+	return dt == ST_DTYPE_E2M1_F16 ? 2 : dt == ST_DTYPE_F8_E4M3 ? 4 : 1;
+}
+
+/* Dequantizes every row of m into m->deq with st_formats. */
+static void dequant(struct mat *m)
+{
+	const struct cw_wview *v = &m->v;
+	const int64_t R = v->rows, C = v->cols, ng = n_groups(v);
+
+	for (int64_t r = 0; r < R; r++) {
+		float *out = m->deq + r * C;
+		const uint8_t *sc = m->scales ?
+			m->scales + r * ng * scale_size(v->dtype) : NULL;
+
+		switch (v->dtype) {
+		case ST_DTYPE_MXFP4:
+			assert_int_equal(st_mxfp4_dequantize_row(m->codes + r * C / 2,
+				sc, C, ST_FP4_LAYOUT_OCP, out), 0);
+			break;
+		case ST_DTYPE_NVFP4:
+			assert_int_equal(st_nvfp4_dequantize_row(m->codes + r * C / 2,
+				sc, C, v->global_scale, out), 0);
+			break;
+		case ST_DTYPE_E2M1_F16:
+			assert_int_equal(st_e2m1f16_dequantize_row(m->codes + r * C / 2,
+				(const uint16_t *)(const void *)sc, C, v->group, out), 0);
+			break;
+		case ST_DTYPE_F8_E4M3:
+			if (sc)
+				assert_int_equal(st_fp8_dequantize_row(m->codes + r * C,
+					(const float *)(const void *)sc, C, v->group, out), 0);
+			else
+				for (int64_t c = 0; c < C; c++)
+					out[c] = st_e4m3_to_f32(m->codes[r * C + c]);
+			break;
+		case ST_DTYPE_BF16:
+			st_convert_to_f32(ST_DTYPE_BF16, m->codes + r * C * 2, C, out);
+			break;
+		default:
+			memcpy(out, m->codes + r * C * 4, sizeof(float) * C);
+			break;
+		}
+	}
+}
+
+/* A matrix of format dt (group for E2M1_F16 / F8_E4M3, 0 = FP8 without
+ * scales) quantized from random floats with st_formats; adversarial: some
+ * scales set to the format's largest (or zero). */
+static void make(struct mat *m, enum st_dtype dt, int64_t R, int64_t C,
+		 uint32_t group, int adversarial)
+{
+	float *w = malloc(sizeof(float) * R * C);
+	int64_t ng;
+	float amax = 0;
+
+	memset(m, 0, sizeof(*m));
+	m->v.dtype = dt;
+	m->v.rows = R;
+	m->v.cols = C;
+	m->v.group = group;
+	m->v.global_scale = 1.0f;
+	ng = n_groups(&m->v);
+	for (int64_t r = 0; r < R; r++)
+		fill_row(w + r * C, C, adversarial);
+	for (int64_t i = 0; i < R * C; i++)
+		amax = fmaxf(amax, fabsf(w[i]));
+	m->codes = calloc(1, (size_t)(R * C * 4));
+	if (dt != ST_DTYPE_BF16 && dt != ST_DTYPE_F32 &&
+	    !(dt == ST_DTYPE_F8_E4M3 && !group))
+		m->scales = calloc(1, (size_t)(R * ng) * scale_size(dt));
+	if (dt == ST_DTYPE_NVFP4)
+		m->v.global_scale = st_nvfp4_global_scale(amax);
+	for (int64_t r = 0; r < R; r++) {
+		const float *x = w + r * C;
+		uint8_t *sc = m->scales ? m->scales + r * ng * scale_size(dt) : NULL;
+
+		switch (dt) {
+		case ST_DTYPE_MXFP4:
+			st_mxfp4_quantize_row(x, C, m->codes + r * C / 2, sc);
+			break;
+		case ST_DTYPE_NVFP4:
+			st_nvfp4_quantize_row(x, C, m->v.global_scale,
+					      m->codes + r * C / 2, sc);
+			break;
+		case ST_DTYPE_E2M1_F16:
+			st_e2m1f16_quantize_row(x, C, group, m->codes + r * C / 2,
+						(uint16_t *)(void *)sc);
+			break;
+		case ST_DTYPE_F8_E4M3:
+			if (sc)
+				st_fp8_quantize_row(x, C, group, m->codes + r * C,
+						    (float *)(void *)sc);
+			else
+				for (int64_t c = 0; c < C; c++)
+					m->codes[r * C + c] = st_f32_to_e4m3_sat(x[c]);
+			break;
+		case ST_DTYPE_BF16:
+			for (int64_t c = 0; c < C; c++) {
+				uint16_t h = st_f32_to_bf16(x[c]);
+
+				memcpy(m->codes + 2 * (r * C + c), &h, 2);
+			}
+			break;
+		default:
+			memcpy(m->codes + 4 * r * C, x, sizeof(float) * C);
+			break;
+		}
+	}
+	if (adversarial && m->scales) {
+		/* the largest scale in some groups, zero in others */
+		for (int64_t i = 0; i < R * ng; i += 7) {
+			uint8_t *s = m->scales + i * scale_size(dt);
+
+			if (dt == ST_DTYPE_MXFP4)
+				*s = i % 2 ? 254 : 0;
+			else if (dt == ST_DTYPE_NVFP4)
+				*s = i % 2 ? 0x7e : 0;
+			else if (dt == ST_DTYPE_E2M1_F16) {
+				uint16_t h = i % 2 ? 0x7bff : 0;
+
+				memcpy(s, &h, 2);
+			} else {
+				float f = i % 2 ? 3.0e30f : 0.0f;
+
+				memcpy(s, &f, 4);
+			}
+		}
+	}
+	m->v.data = m->codes;
+	m->v.scales = m->scales;
+	m->v.scale_type = st_wformat_scale_type(dt);
+	m->deq = malloc(sizeof(float) * R * C);
+	dequant(m);
+	free(w);
+}
+
+static void unmake(struct mat *m)
+{
+	free(m->codes);
+	free(m->scales);
+	free(m->deq);
+}
+
+static int is_fp4(enum st_dtype dt)
+{
+	return dt == ST_DTYPE_MXFP4 || dt == ST_DTYPE_NVFP4 ||
+	       dt == ST_DTYPE_E2M1_F16;
+}
+
+/* ---- the comparisons ---- */
+
+struct geom {
+	enum st_dtype dt;
+	int64_t rows, cols;
+	uint32_t group;
+};
+
+static const struct geom k_geoms[] = {
+	{ ST_DTYPE_MXFP4, 5, 32, 0 },
+	{ ST_DTYPE_MXFP4, 9, 1024, 0 },
+	{ ST_DTYPE_MXFP4, 3, 96, 0 },     /* odd number of blocks */
+	{ ST_DTYPE_MXFP4, 3, 352, 0 },    /* 11 blocks: 8 at once + 3 */
+	{ ST_DTYPE_NVFP4, 5, 48, 0 },     /* half a block at the end */
+	{ ST_DTYPE_NVFP4, 7, 1024, 0 },
+	{ ST_DTYPE_NVFP4, 3, 16, 0 },
+	{ ST_DTYPE_E2M1_F16, 4, 1024, 32 },
+	{ ST_DTYPE_E2M1_F16, 4, 1000, 128 }, /* last group short */
+	{ ST_DTYPE_E2M1_F16, 3, 50, 16 },    /* 50: not a multiple of 16 */
+	{ ST_DTYPE_E2M1_F16, 3, 50, 10 },    /* groups across half blocks */
+	{ ST_DTYPE_F8_E4M3, 4, 1000, 128 },
+	{ ST_DTYPE_F8_E4M3, 3, 77, 8 },
+	{ ST_DTYPE_F8_E4M3, 3, 77, 5 },
+	{ ST_DTYPE_F8_E4M3, 3, 77, 0 },      /* no scales */
+	{ ST_DTYPE_BF16, 6, 1024, 0 },
+	{ ST_DTYPE_BF16, 3, 77, 0 },
+	{ ST_DTYPE_F32, 3, 77, 0 },
+	{ ST_DTYPE_F32, 5, 1024, 0 },
+};
+
+static int same_nonfinite(float a, float b)
+{
+	return (isnan(a) && isnan(b)) || (isinf(a) && a == b);
+}
+
+/* Checks every path against C and C against the exact float product for
+ * one matrix and one activation vector. */
+static void check_one(const struct mat *m, const float *x, const char *what)
+{
+	const struct cw_wview *v = &m->v;
+	const int64_t R = v->rows, C = v->cols;
+	const struct cw_backend_ops *ref = cw_backend_cpu();
+	const struct cw_backend_ops *fc = cw_backend_cpu_fast_path(CW_KERN_C);
+	void *buf = malloc(cw_kern_act_bytes(C));
+	float *yr = malloc(sizeof(float) * R), *yc = malloc(sizeof(float) * R);
+	float *yp = malloc(sizeof(float) * R);
+	struct cw_act a;
+
+	assert_non_null(fc);
+	fc->act_prepare(x, C, v->dtype, buf, &a);
+	ref->matvec(v, x, yr, 0, R);
+	fc->matvec_act(v, &a, yc, 0, R);
+	if (is_fp4(v->dtype)) {
+		/* activations prepared for a float format (no int8 codes):
+		 * the kernel quantizes on demand, same result */
+		struct cw_act a2;
+
+		fc->act_prepare(x, C, ST_DTYPE_BF16, buf, &a2);
+		assert_null(a2.q);
+		fc->matvec_act(v, &a2, yp, 0, R);
+		assert_memory_equal(yp, yc, sizeof(float) * (size_t)R);
+		/* prepared in the other run order (32 for MXFP4, 16 for
+		 * the others): same result on every path */
+		for (int p = CW_KERN_C; p < CW_KERN_PATH_MAX; p++) {
+			const struct cw_backend_ops *be = cw_backend_cpu_fast_path(p);
+			float *y2 = malloc(sizeof(float) * R);
+
+			if (be) {
+				fc->act_prepare(x, C, v->dtype == ST_DTYPE_MXFP4 ?
+						ST_DTYPE_NVFP4 : ST_DTYPE_MXFP4,
+						buf, &a2);
+				be->matvec_act(v, &a2, yp, 0, R);
+				fc->act_prepare(x, C, v->dtype, buf, &a);
+				be->matvec_act(v, &a, y2, 0, R);
+				/* C: the same integer sums, bit for bit;
+				 * SIMD: summed in other lanes, within the
+				 * SIMD-vs-C tolerance */
+				for (int64_t r = 0; r < R; r++) {
+					double l1 = 0;
+
+					for (int64_t c = 0; c < C; c++)
+						l1 += fabs((double)m->deq[r * C + c]) *
+						      (fabs((double)x[c]) +
+						       a.d[c / CW_QBLOCK] / 2);
+					if (p == CW_KERN_C ? memcmp(&yp[r], &y2[r], 4) != 0 :
+					    isfinite(l1) && l1 < 1e37 &&
+					    !(fabs((double)yp[r] - y2[r]) <= 1e-5 * l1 + 1e-30))
+						fail_msg("%s %s row %lld: %.9g with "
+							 "runs of 16/32 vs %.9g",
+							 what, be->name, (long long)r,
+							 yp[r], y2[r]);
+				}
+			}
+			free(y2);
+		}
+	}
+	for (int64_t r = 0; r < R; r++) {
+		double l1 = 0, qb = 0;
+
+		for (int64_t c = 0; c < C; c++) {
+			const double aw = fabs((double)m->deq[r * C + c]);
+
+			l1 += aw * fabs((double)x[c]);
+			if (is_fp4(v->dtype))
+				qb += aw * a.d[c / CW_QBLOCK] / 2;
+		}
+		if (!isfinite(l1) || !isfinite(yr[r]) || l1 > 1e37) {
+			/* overflowing rows (largest scales): the exact
+			 * product overflows where the fast path's factored
+			 * one need not; SIMD vs C is still checked below */
+			continue;
+		}
+		if (!(fabs((double)yc[r] - yr[r]) <= qb * (1 + 1e-4) + 1e-5 * l1 + 1e-30)) {
+			fail_msg("%s row %lld: fast C %.9g vs exact %.9g "
+				 "(bound %.3g)", what, (long long)r, yc[r],
+				 yr[r], qb * (1 + 1e-4) + 1e-5 * l1);
+		}
+	}
+	for (int p = CW_KERN_C + 1; p < CW_KERN_PATH_MAX; p++) {
+		const struct cw_backend_ops *be = cw_backend_cpu_fast_path(p);
+
+		if (!be) {
+			printf("  (path %d not supported on this CPU: skipped)\n", p);
+			continue;
+		}
+		/* prepared, and via matvec in two row ranges */
+		be->matvec_act(v, &a, yp, 0, R);
+		for (int pass = 0; pass < 2; pass++) {
+			for (int64_t r = 0; r < R; r++) {
+				double l1 = 0;
+
+				for (int64_t c = 0; c < C; c++)
+					l1 += fabs((double)m->deq[r * C + c]) *
+					      (fabs((double)x[c]) +
+					       (is_fp4(v->dtype) ? a.d[c / CW_QBLOCK] / 2 : 0));
+				if (!isfinite(yc[r]) || !isfinite(l1) || l1 > 1e37) {
+					assert_true(same_nonfinite(yp[r], yc[r]) ||
+						    !isfinite(l1) || l1 > 1e37);
+					continue;
+				}
+				if (!(fabs((double)yp[r] - yc[r]) <= 1e-5 * l1 + 1e-30))
+					fail_msg("%s path %s row %lld: %.9g vs C %.9g "
+						 "(L1 %.3g)", what, be->name,
+						 (long long)r, yp[r], yc[r], l1);
+			}
+			be->matvec(v, x, yp, 0, R / 2);
+			be->matvec(v, x, yp, R / 2, R);
+		}
+	}
+	free(buf);
+	free(yr);
+	free(yc);
+	free(yp);
+}
+
+static void test_paths_random(void **state)
+{
+	(void)state;
+	for (size_t i = 0; i < sizeof(k_geoms) / sizeof(k_geoms[0]); i++) {
+		const struct geom *g = &k_geoms[i];
+
+		for (int adv = 0; adv < 2; adv++) {
+			struct mat m;
+			float *x = malloc(sizeof(float) * g->cols);
+			char what[96];
+
+			make(&m, g->dt, g->rows, g->cols, g->group, adv);
+			snprintf(what, sizeof(what), "%s %lldx%lld g%u%s",
+				 st_dtype_traits(g->dt)->name, (long long)g->rows,
+				 (long long)g->cols, g->group, adv ? " adversarial" : "");
+			for (int t = 0; t < 3; t++) {
+				fill_row(x, g->cols, adv || t == 2);
+				if (t == 1) /* an all-zero activation vector */
+					memset(x, 0, sizeof(float) * g->cols);
+				check_one(&m, x, what);
+			}
+			unmake(&m);
+			free(x);
+		}
+	}
+}
+
+/* Every backend under test: reference (auto, generic) and fast per path. */
+static int backends(const struct cw_backend_ops **ret, int *ret_exact)
+{
+	int n = 0;
+
+	ret[n] = cw_backend_cpu(); ret_exact[n++] = 1;
+	ret[n] = cw_backend_cpu_generic(); ret_exact[n++] = 1;
+	for (int p = CW_KERN_C; p < CW_KERN_PATH_MAX; p++)
+		if (cw_backend_cpu_fast_path(p)) {
+			ret[n] = cw_backend_cpu_fast_path(p);
+			ret_exact[n++] = 0;
+		}
+	return n;
+}
+
+/* got vs want: exact for reference mode; fast mode within 2e-6 relative
+ * (the int8 scale 1/127 of a one-hot activation is rounded) or, below
+ * FLT_MIN, 2^-140 absolute (the factor goes subnormal). */
+static void expect_val(float got, float want, int exact, const char *what,
+		       int i)
+{
+	if (isnan(want)) {
+		if (!isnan(got))
+			fail_msg("%s %d: %.9g, want NaN", what, i, got);
+		return;
+	}
+	if (exact ? got != want : got != want &&
+		    !(fabsf(got - want) <= 2e-6f * fabsf(want) ||
+		      fabsf(got - want) <= 0x1p-140f))
+		fail_msg("%s %d: %.9g, want %.9g", what, i, got, want);
+}
+
+/* P5, the whole kind: every scale byte / value of each 4-bit format decodes
+ * as the spec says on every path.  One block, element 0 = code 7 (+6), x =
+ * e_0: y = 6 * scale. */
+static void test_p5_every_scale(void **state)
+{
+	const struct cw_backend_ops *be[8];
+	int exact[8], nb = backends(be, exact);
+	uint8_t codes[16] = { 0x07 };
+	float x[32] = { 1.0f }, y;
+
+	(void)state;
+	for (int k = 0; k < nb; k++) {
+		for (int s = 0; s < 256; s++) {
+			uint8_t sc[2] = { (uint8_t)s, (uint8_t)s };
+			struct cw_wview mx = { ST_DTYPE_MXFP4, codes, sc, 1, 32, 0,
+						ST_SCALE_E8M0, 1.0f };
+			struct cw_wview nv = { ST_DTYPE_NVFP4, codes, sc, 1, 32, 0,
+						ST_SCALE_E4M3, 1.0f };
+
+			nv.global_scale = 1.0f;
+			be[k]->matvec(&mx, x, &y, 0, 1);
+			expect_val(y, 6.0f * st_e8m0_to_f32((uint8_t)s), exact[k],
+				   be[k]->name, s);
+			be[k]->matvec(&nv, x, &y, 0, 1);
+			expect_val(y, 6.0f * st_e4m3_to_f32((uint8_t)s), exact[k],
+				   be[k]->name, s);
+		}
+		for (uint32_t h = 0; h < 65536; h++) {
+			uint16_t sc = (uint16_t)h;
+			struct cw_wview e2 = { ST_DTYPE_E2M1_F16, codes,
+					       (const uint8_t *)&sc, 1, 32, 32,
+					       ST_SCALE_F16, 1.0f };
+			const float want = 6.0f * st_f16_to_f32(sc);
+
+			be[k]->matvec(&e2, x, &y, 0, 1);
+			if (isinf(want)) {
+				/* an infinite scale: the block's zeros make
+				 * the exact product NaN (0 * inf), the
+				 * factored fast one +-inf: not finite */
+				if (isfinite(y))
+					fail_msg("%s f16 scale %#x: %g, want %g",
+						 be[k]->name, h, y, want);
+			}
+			else
+				expect_val(y, want, exact[k], be[k]->name, (int)h);
+		}
+		/* the P5 example: code 7 with scale byte 124 is 0.75 */
+		{
+			uint8_t sc = 124;
+			struct cw_wview mx = { ST_DTYPE_MXFP4, codes, &sc, 1, 32,
+					       0, ST_SCALE_E8M0, 1.0f };
+
+			be[k]->matvec(&mx, x, &y, 0, 1);
+			expect_val(y, 0.75f, exact[k], be[k]->name, 124);
+		}
+	}
+}
+
+/* P7: scale byte 128 (x2), first byte 0x72: OCP elements [0] = 2, [1] = 12,
+ * the rest 0 (not GGUF's [0] = 2, [16] = 12), on every path. */
+static void test_p7_example(void **state)
+{
+	const struct cw_backend_ops *be[8];
+	int exact[8], nb = backends(be, exact);
+	uint8_t codes[16] = { 0x72 }, sc = 128;
+	struct cw_wview v = { ST_DTYPE_MXFP4, codes, &sc, 1, 32, 0,
+			      ST_SCALE_E8M0, 1.0f };
+
+	(void)state;
+	for (int k = 0; k < nb; k++)
+		for (int j = 0; j < 32; j++) {
+			float x[32] = { 0 }, y;
+
+			x[j] = 1.0f;
+			be[k]->matvec(&v, x, &y, 0, 1);
+			expect_val(y, j == 0 ? 2.0f : j == 1 ? 12.0f : 0.0f,
+				   exact[k], be[k]->name, j);
+		}
+}
+
+/* P7, the whole kind: through a one-hot x every element of every row reads
+ * back as st_formats' dequantizer puts it, every 4-bit geometry and path. */
+static void test_p7_layout_every_element(void **state)
+{
+	const struct cw_backend_ops *be[8];
+	int exact[8], nb = backends(be, exact);
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(k_geoms) / sizeof(k_geoms[0]); i++) {
+		const struct geom *g = &k_geoms[i];
+		struct mat m;
+		float *x, *y;
+
+		if (!is_fp4(g->dt))
+			continue;
+		make(&m, g->dt, g->rows, g->cols, g->group, 0);
+		x = calloc((size_t)g->cols, sizeof(float));
+		y = malloc(sizeof(float) * g->rows);
+		for (int k = 0; k < nb; k++)
+			for (int64_t j = 0; j < g->cols; j++) {
+				x[j] = 1.0f;
+				be[k]->matvec(&m.v, x, y, 0, g->rows);
+				x[j] = 0.0f;
+				for (int64_t r = 0; r < g->rows; r++)
+					expect_val(y[r], m.deq[r * g->cols + j],
+						   exact[k], be[k]->name,
+						   (int)(r * g->cols + j));
+			}
+		unmake(&m);
+		free(x);
+		free(y);
+	}
+}
+
+/* The activation quantizer: per block d = amax / 127, |x - q d| <= d / 2,
+ * q order (evens, odds per 16), zero blocks zero, tails zero. */
+static void test_quantize_act(void **state)
+{
+	const int64_t n = 77;
+	float x[77];
+	unsigned char buf[1024];
+	struct cw_act a;
+
+	(void)state;
+	fill_row(x, n, 1);
+	x[5] = -3.0f;
+	assert_true(cw_kern_act_bytes(n) == 2 * 96 + 3 * 4);
+	cw_kern_quantize_act(x, n, 16, buf, &a);
+	assert_true(a.n == n && a.x == x);
+	for (int64_t c = 0; c < n; c++) {
+		const float d = a.d[c / 32];
+
+		assert_true(fabsf(x[c] - a.q[cw_kern_qpos(c, 16)] * d) <= d / 2 * 1.0001f);
+	}
+	assert_true(a.d[1] == 0.0f); /* block 1 is all zero (fill_row) */
+	for (int64_t p = 0; p < 96; p++)
+		assert_int_equal(a.qabs[p], abs(a.q[p]));
+	for (int64_t c = n; c < 96; c++)
+		assert_int_equal(a.q[cw_kern_qpos(c, 16)], 0);
+	assert_int_equal(cw_kern_qpos(1, 16), 8);
+	assert_int_equal(cw_kern_qpos(2, 16), 1);
+	assert_int_equal(cw_kern_qpos(17, 16), 24);
+	assert_int_equal(cw_kern_qpos(1, 32), 16);
+	assert_int_equal(cw_kern_qpos(17, 32), 24);
+	assert_int_equal(cw_kern_qpos(30, 32), 15);
+	assert_int_equal(cw_kern_qpos(33, 32), 48);
+	/* the largest element maps to +-127 */
+	{
+		int found = 0;
+
+		for (int64_t c = 0; c < 32; c++)
+			found |= abs(a.q[cw_kern_qpos(c, 16)]) == 127;
+		assert_true(found);
+	}
+}
+
+/* The pool: every task of every job runs exactly once, and the job is
+ * complete when cw_threads_run returns; many small jobs back to back (as
+ * a decode step makes), with 2 threads (pinned) and 5 (more than this
+ * machine's CPUs: unpinned, workers often late). */
+struct tjob {
+	int *hits;
+	int n;
+};
+
+static void ttask(void *arg, int t, int n)
+{
+	struct tjob *j = arg;
+
+	assert_int_equal(n, j->n);
+	__atomic_fetch_add(&j->hits[t], 1, __ATOMIC_RELAXED);
+}
+
+static void test_threads(void **state)
+{
+	(void)state;
+	for (int nt = 2; nt <= 5; nt += 3) {
+		struct cw_threads *p = NULL;
+		int hits[64];
+
+		assert_int_equal(cw_threads_create(nt, &p), 0);
+		assert_int_equal(cw_threads_count(p), nt);
+		for (int it = 0; it < 20000; it++) {
+			struct tjob j = { hits, 1 + (int)(rnd() % 64) };
+
+			memset(hits, 0, sizeof(hits));
+			cw_threads_run(p, ttask, &j, j.n);
+			for (int t = 0; t < 64; t++)
+				if (hits[t] != (t < j.n))
+					fail_msg("%d threads, job %d: task %d "
+						 "ran %d times", nt, it, t,
+						 hits[t]);
+		}
+		cw_threads_destroy(p);
+	}
+	assert_int_equal(cw_threads_create(0, NULL), -EINVAL);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_quantize_act),
+		cmocka_unit_test(test_paths_random),
+		cmocka_unit_test(test_p5_every_scale),
+		cmocka_unit_test(test_p7_example),
+		cmocka_unit_test(test_p7_layout_every_element),
+		cmocka_unit_test(test_threads),
+	};
+
+	printf("fast kernel paths on this CPU: C%s\n",
+	       cw_kern_path_supported(CW_KERN_AVX2) ? ", AVX2+FMA+F16C" : "");
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
