@@ -14,6 +14,7 @@ int cli_cmd_down(int argc, char **argv);
 int cli_cmd_status(int argc, char **argv);
 int cli_cmd_perplexity(int argc, char **argv);
 int cli_cmd_info(int argc, char **argv);
+int cli_cmd_replay(int argc, char **argv);
 
 /* Helpers shared by the commands (cmd_convert.c). */
 /* Default store directory for a model dir and expert format, under

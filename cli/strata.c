@@ -28,6 +28,7 @@ static void usage(FILE *f)
 "  down      stop an instance and remove its segments and sockets\n"
 "  status    show whether an instance runs, with its counters\n"
 "  perplexity  perplexity of a text file (and KL divergence against a base)\n"
+"  replay    replay a routing trace through expert-residency policies\n"
 "\n"
 "Example:\n"
 "  strata run --model models/kjv-moe --prompt 'In the beginning' --max-tokens 48\n",
@@ -45,6 +46,7 @@ int main(int argc, char **argv)
 		{ "down", cli_cmd_down },     { "status", cli_cmd_status },
 		{ "perplexity", cli_cmd_perplexity },
 		{ "info", cli_cmd_info },
+		{ "replay", cli_cmd_replay },
 	};
 
 	st_log_set_name("strata");

@@ -1,0 +1,51 @@
+/*
+ * es_replay_int.h — internals of the replay engine shared by es_replay.c
+ * (the pool simulation) and es_replay_policy.c (the policies' scores).
+ *
+ * Every policy is a score: each time an expert is touched (accessed, or
+ * loaded by a prefetch) the policy computes a number that stays fixed until
+ * the next touch, and the victim is the resident, unpinned expert with the
+ * smallest score.  That holds for LRU (time of use), LRU-2, LFU, decayed
+ * frequency (all counts decay at the same rate, so their order is fixed
+ * between touches: LRFU's argument) and Belady (minus the next use), so one
+ * lazy min-heap per pool serves them all.
+ */
+#ifndef ES_REPLAY_INT_H
+#define ES_REPLAY_INT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "es_replay.h"
+
+/* Per-expert state the policies keep; key = layer * n_experts + expert. */
+struct es_rkey {
+	double score;     /* current score (smaller: evicted first) */
+	double last;      /* access clock at the last use */
+	double last2;     /* access clock at the use before (LRU-2) */
+	double crf;       /* log2 of the decayed use count (LFUD, LRFU) */
+	double tok;       /* token time of the last use (fractional) */
+	uint64_t count;   /* uses (LFU) */
+};
+
+struct es_rsim {
+	const struct es_trace *t;
+	enum es_replay_policy p;
+	uint32_t n_keys;
+	struct es_rkey *k;      /* [n_keys] */
+	uint64_t clock;         /* accesses so far (LRU clock) */
+	const uint32_t *next_use; /* Belady: per id of the trace, the next
+				   * step that uses the same key, or UINT32_MAX */
+};
+
+/* Computes and stores the new score of `key` touched at step `s`, id index
+ * `occ` (index into t->ids) and token time `tok`; prefetch: loaded ahead,
+ * not yet used (counts as recency, not as a use). */
+void es_rpol_touch(struct es_rsim *m, uint32_t key, size_t s, size_t occ,
+		   double tok, int prefetch);
+
+/* Resets key's state when it is evicted (history-keeping policies keep
+ * counts; see es_replay_policy.c). */
+void es_rpol_evict(struct es_rsim *m, uint32_t key);
+
+#endif
