@@ -42,9 +42,12 @@ static void usage(FILE *f)
 "  --slots LIST       pool sizes in experts instead, e.g. 64,128\n"
 "  --split MODE       global (one pool over all layers), per-layer (the\n"
 "                     slots split evenly over the layers) or both (default)\n"
-"  --policy LIST      lru, lru2, lfu, lfud, lrfu, belady, la-POLICY (the\n"
+"  --policy LIST      lru, lru2, lfu, lfud, lrfu, hist, la-POLICY (the\n"
 "                     look-ahead variant), or all (default: every policy and\n"
-"                     its look-ahead variant)\n"
+"                     its look-ahead variant); belady is always shown\n"
+"  --future LIST      also rows future-N (not online: Belady within the next\n"
+"                     N tokens, hist beyond): how much foresight a target\n"
+"                     needs, e.g. --future 0,1,4\n"
 "  --lookahead D      layers the la-* policies see ahead of the current one,\n"
 "                     the same token's next D layers (default 1)\n"
 "  --no-prefetch      la-* policies only protect what they see; they do not\n"
@@ -69,6 +72,7 @@ static void usage(FILE *f)
 struct pol {
 	int base;     /* enum es_replay_policy */
 	int la;       /* look-ahead variant */
+	int window;   /* future: tokens seen ahead */
 	char name[24];
 };
 
@@ -112,10 +116,10 @@ static int parse_policies(struct replay_opts *o, const char *text)
 
 		if (!strcmp(tok, "all")) {
 			for (int i = 0; i < ES_RP_N_BASE; i++)
-				if (i != ES_RP_BELADY)
+				if (i != ES_RP_BELADY && i != ES_RP_FUTURE)
 					add_pol(o, i, 0);
 			for (int i = 0; i < ES_RP_N_BASE; i++)
-				if (i != ES_RP_BELADY)
+				if (i != ES_RP_BELADY && i != ES_RP_FUTURE)
 					add_pol(o, i, 1);
 			continue;
 		}
@@ -124,16 +128,45 @@ static int parse_policies(struct replay_opts *o, const char *text)
 			tok += 3;
 		}
 		b = es_replay_policy_parse(tok);
+		if (b == ES_RP_FUTURE) {
+			fprintf(stderr, "strata replay: the future-N rows come "
+				"from --future LIST\n");
+			return -1;
+		}
 		if (b < 0 || (la && b == ES_RP_BELADY)) {
 			fprintf(stderr, "strata replay: unknown policy '%s%s' "
-				"(lru, lru2, lfu, lfud, lrfu, belady, la-POLICY "
-				"or all)\n", la ? "la-" : "", tok);
+				"(lru, lru2, lfu, lfud, lrfu, hist, belady, "
+				"la-POLICY or all)\n", la ? "la-" : "", tok);
 			return -1;
 		}
 		if (b != ES_RP_BELADY && add_pol(o, b, la) < 0) {
 			fprintf(stderr, "strata replay: too many policies\n");
 			return -1;
 		}
+	}
+	return 0;
+}
+
+static int parse_future(struct replay_opts *o, const char *text)
+{
+	char buf[256], *save = NULL, *tok;
+
+	snprintf(buf, sizeof(buf), "%s", text);
+	for (tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		char *end;
+		long w = strtol(tok, &end, 10);
+		struct pol *p;
+
+		if (*end || w < 0 || w > 100000 || o->n_pols == MAX_POLICIES) {
+			fprintf(stderr, "strata replay: --future '%s' is not a "
+				"list of token counts (e.g. 0,1,4)\n", text);
+			return -1;
+		}
+		p = &o->pols[o->n_pols++];
+		p->base = ES_RP_FUTURE;
+		p->window = (int)w;
+		snprintf(p->name, sizeof(p->name), "future-%ld", w);
 	}
 	return 0;
 }
@@ -332,9 +365,16 @@ static int run_all(const struct es_trace *t, const struct replay_opts *o,
 					.split_layer = splits[si],
 					.pct = o->pct[b], .slots = ro.n_slots };
 				struct es_replay_opts po = ro;
+				char seen[32];
 
 				if (!o->pols[pi].la)
 					po.lookahead = 0;
+				if (o->pols[pi].base == ES_RP_FUTURE) {
+					po.window_tokens = o->pols[pi].window;
+					snprintf(seen, sizeof(seen), "sees %d tok",
+						 o->pols[pi].window);
+					r.online = seen;
+				}
 				if (isatty(2) && !o->json)
 					fprintf(stderr, "  replaying %s...\r",
 						r.policy);
@@ -388,6 +428,7 @@ int cli_cmd_replay(int argc, char **argv)
 		{ "expert-bytes", required_argument, NULL, 'e' },
 		{ "store", required_argument, NULL, 'S' },
 		{ "read-gbps", required_argument, NULL, 'g' },
+		{ "future", required_argument, NULL, 'f' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -395,7 +436,7 @@ int cli_cmd_replay(int argc, char **argv)
 	struct replay_opts o = { .split_global = 1, .split_layer = 1,
 				 .lookahead = 1, .prefetch = 1,
 				 .read_gbps = DEFAULT_READ_GBPS };
-	const char *store = NULL, *policies = "all";
+	const char *store = NULL, *policies = "all", *future = NULL;
 	struct es_trace t;
 	struct st_diag diag = { "" };
 	int c, e;
@@ -461,6 +502,9 @@ int cli_cmd_replay(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'f':
+			future = optarg;
+			break;
 		case 'j':
 			o.json = 1;
 			break;
@@ -477,7 +521,8 @@ int cli_cmd_replay(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	if (parse_policies(&o, policies) < 0)
+	if (parse_policies(&o, policies) < 0 ||
+	    (future && parse_future(&o, future) < 0))
 		return 2;
 	if (store) {
 		struct st_store *s = NULL;

@@ -13,7 +13,7 @@
 #include "es_replay_int.h"
 
 static const char *const policy_names[] = {
-	"lru", "lru2", "lfu", "lfud", "lrfu", "belady",
+	"lru", "lru2", "lfu", "lfud", "lrfu", "hist", "belady", "future",
 };
 _Static_assert(sizeof(policy_names) / sizeof(policy_names[0]) == ES_RP_N_BASE,
 	       "one name per policy");
@@ -103,6 +103,10 @@ struct sim {
 	uint32_t *vis;             /* per key: step + 1 that sees it ahead */
 	uint8_t *vis_dist;         /* per key: layers ahead it is seen */
 	int32_t *next_layer;       /* per step: same token's next step */
+	int scan;                  /* victim by scanning the pool (scores
+				    * that change with time: hist) */
+	uint32_t *rlist, *rpos, *poff; /* scan: residents of pool p are
+				    * rlist[poff[p] .. poff[p] + count[p]) */
 	struct es_replay_stats *st;
 };
 
@@ -116,6 +120,8 @@ static int touch(struct sim *s, uint32_t key, size_t step, size_t occ,
 {
 	es_rpol_touch(&s->m, key, step, occ, tok, prefetch);
 	s->ver[key]++;
+	if (s->scan)
+		return 0;
 	return heap_push(&s->heaps[pool_of(s, key)],
 			 (struct hent){ s->m.k[key].score, key, s->ver[key] });
 }
@@ -137,6 +143,47 @@ static int heap_compact(struct sim *s, uint32_t p)
 	return e;
 }
 
+/* scan policies: the resident, unpinned key of pool p with the smallest
+ * score (ties: least recently used); look-ahead keys only when nothing else
+ * is left (then the one seen farthest ahead); -1 when all are pinned. */
+static int scan_victim(struct sim *s, uint32_t p, size_t step)
+{
+	double best_sc = 0, best_lru = 0;
+	int best = -1, best_vis = -1;
+
+	for (uint32_t i = s->poff[p]; i < s->poff[p] + s->count[p]; i++) {
+		uint32_t key = s->rlist[i];
+		double sc, lru = s->m.k[key].score;
+
+		if (s->pin[key] == step + 1)
+			continue;
+		if (s->vis[key] == step + 1) {
+			if (best_vis < 0 ||
+			    s->vis_dist[key] > s->vis_dist[best_vis])
+				best_vis = (int)key;
+			continue;
+		}
+		sc = s->m.p == ES_RP_FUTURE ?
+			es_rpol_future_score(&s->m, key, step) :
+			es_rhist_score(&s->m, key);
+		if (best < 0 || sc < best_sc ||
+		    (sc == best_sc && lru < best_lru)) {
+			best = (int)key;
+			best_sc = sc;
+			best_lru = lru;
+		}
+	}
+	return best >= 0 ? best : best_vis;
+}
+
+static void rlist_del(struct sim *s, uint32_t p, uint32_t key)
+{
+	uint32_t last = s->poff[p] + s->count[p] - 1, i = s->rpos[key];
+
+	s->rlist[i] = s->rlist[last];
+	s->rpos[s->rlist[i]] = i;
+}
+
 /* Picks and evicts pool p's victim at step `step`: the smallest score among
  * resident keys not pinned by this step; keys seen in the look-ahead window
  * only when nothing else is left (then the one seen farthest ahead).
@@ -149,6 +196,13 @@ static int evict_one(struct sim *s, uint32_t p, size_t step)
 	size_t n_aside = 0;
 	int found = -1, e = 0;
 
+	if (s->scan) {
+		found = scan_victim(s, p, step);
+		if (found < 0)
+			return -ST_E_BUSY;
+		rlist_del(s, p, (uint32_t)found);
+		goto evict;
+	}
 	while (h->n) {
 		struct hent x = heap_pop(h);
 
@@ -186,6 +240,7 @@ static int evict_one(struct sim *s, uint32_t p, size_t step)
 		e = heap_push(h, aside[i]);
 	if (e)
 		return e;
+evict:
 	if (s->pin[found] == step + 1)
 		s->st->pinned_evicted = 1;
 	s->resident[found] = 0;
@@ -210,12 +265,16 @@ static int load(struct sim *s, uint32_t key, size_t step)
 			return e;
 	}
 	s->resident[key] = 1;
+	if (s->scan) {
+		s->rpos[key] = s->poff[p] + s->count[p];
+		s->rlist[s->rpos[key]] = key;
+	}
 	s->count[p]++;
 	if (s->count[p] > s->cap[p])
 		s->st->over_capacity = 1;
 	if (s->count[p] > s->st->max_resident)
 		s->st->max_resident = s->count[p];
-	if (s->heaps[p].n > 8 * (size_t)s->cap[p] + 1024)
+	if (!s->scan && s->heaps[p].n > 8 * (size_t)s->cap[p] + 1024)
 		return heap_compact(s, p);
 	return 0;
 }
@@ -303,6 +362,10 @@ static void sim_free(struct sim *s)
 	free(s->next_layer);
 	free(s->m.k);
 	free((void *)s->m.next_use);
+	free(s->rlist);
+	free(s->rpos);
+	free(s->poff);
+	es_rhist_fini(&s->m);
 }
 
 int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
@@ -310,7 +373,8 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 		  struct st_diag *diag)
 {
 	struct sim s = { 0 };
-	int d = p == ES_RP_BELADY ? 0 : o->lookahead, e = 0;
+	int d = p == ES_RP_BELADY || p == ES_RP_FUTURE ? 0 : o->lookahead;
+	int e = 0;
 	uint32_t n_keys;
 
 	memset(ret, 0, sizeof(*ret));
@@ -361,7 +425,20 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 				t->top_k, (uint32_t)t->top_k * s.n_pools);
 		goto out;
 	}
-	if (p == ES_RP_BELADY) {
+	if (p == ES_RP_HIST || p == ES_RP_FUTURE) {
+		s.scan = 1;
+		s.rlist = calloc(o->n_slots, sizeof(*s.rlist));
+		s.rpos = calloc(n_keys, sizeof(*s.rpos));
+		s.poff = calloc(s.n_pools, sizeof(*s.poff));
+		if (!s.rlist || !s.rpos || !s.poff || es_rhist_init(&s.m) < 0) {
+			e = -ENOMEM;
+			goto out;
+		}
+		for (uint32_t i = 1; i < s.n_pools; i++)
+			s.poff[i] = s.poff[i - 1] + s.cap[i - 1];
+	}
+	s.m.window_tokens = o->window_tokens;
+	if (p == ES_RP_BELADY || p == ES_RP_FUTURE) {
 		s.m.next_use = build_next_use(t, n_keys);
 		if (!s.m.next_use) {
 			e = -ENOMEM;
@@ -383,6 +460,9 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 
 		for (int j = 0; j < st->n; j++)
 			s.pin[base + t->ids[st->first + j]] = (uint32_t)i + 1;
+		if (s.scan)
+			es_rhist_visit(&s.m, st->layer, t->ids + st->first,
+				       st->n);
 		if (d > 0) {
 			int32_t x = s.next_layer[i];
 

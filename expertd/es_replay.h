@@ -39,7 +39,10 @@ enum es_replay_policy {
 	ES_RP_LFU,     /* most uses so far (ties: least recent) */
 	ES_RP_LFUD,    /* uses with exponential decay, half-life 128 tokens */
 	ES_RP_LRFU,    /* uses with decay, half-life 4 tokens (LRFU) */
+	ES_RP_HIST,    /* learned online: P(use within 4 tokens | history) */
 	ES_RP_BELADY,  /* offline MIN */
+	ES_RP_FUTURE,  /* not online: sees the next window_tokens tokens,
+			* hist beyond them (how much foresight it takes) */
 	ES_RP_N_BASE
 };
 
@@ -51,6 +54,8 @@ struct es_replay_opts {
 				 * 0: plain online policy */
 	int prefetch;           /* look-ahead variant: 1 loads the window's
 				 * experts ahead (counted as loads) */
+	int window_tokens;      /* future: tokens it sees ahead (0: only the
+				 * current token's remaining layers) */
 };
 
 /* What one run measured.  loads = misses + prefetch_loads; every field

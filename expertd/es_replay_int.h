@@ -26,6 +26,7 @@ struct es_rkey {
 	double crf;       /* log2 of the decayed use count (LFUD, LRFU) */
 	double tok;       /* token time of the last use (fractional) */
 	uint64_t count;   /* uses (LFU) */
+	uint32_t next;    /* future: step of the next use, or UINT32_MAX */
 };
 
 struct es_rsim {
@@ -36,6 +37,11 @@ struct es_rsim {
 	uint64_t clock;         /* accesses so far (LRU clock) */
 	const uint32_t *next_use; /* Belady: per id of the trace, the next
 				   * step that uses the same key, or UINT32_MAX */
+	/* hist (es_replay_hist.c) */
+	uint64_t *hist;         /* [n_keys] use bits of the last 64 visits */
+	uint32_t *hist_seen, *hist_used; /* [n_layers][states] */
+	int hist_h;             /* label horizon in visits */
+	int window_tokens;      /* future: tokens seen ahead */
 };
 
 /* Computes and stores the new score of `key` touched at step `s`, id index
@@ -47,5 +53,19 @@ void es_rpol_touch(struct es_rsim *m, uint32_t key, size_t s, size_t occ,
 /* Resets key's state when it is evicted (history-keeping policies keep
  * counts; see es_replay_policy.c). */
 void es_rpol_evict(struct es_rsim *m, uint32_t key);
+
+/* hist: allocates its tables (-1 on no memory), frees them; a visit of
+ * `layer` using ids[0..n-1] (learns, then shifts the histories); the
+ * current score of a key (smaller: evicted first). */
+int es_rhist_init(struct es_rsim *m);
+void es_rhist_fini(struct es_rsim *m);
+void es_rhist_visit(struct es_rsim *m, int layer, const uint16_t *ids, int n);
+double es_rhist_score(const struct es_rsim *m, uint32_t key);
+
+/* future: score of key at step `step`: above every hist score when its
+ * next use falls within the window (farther: smaller), else its hist
+ * score. */
+double es_rpol_future_score(const struct es_rsim *m, uint32_t key,
+			    size_t step);
 
 #endif

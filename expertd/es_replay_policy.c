@@ -77,6 +77,10 @@ void es_rpol_touch(struct es_rsim *m, uint32_t key, size_t s, size_t occ,
 	case ES_RP_LRFU:
 		k->score = decayed(k, tok, LRFU_HALF_LIFE_TOKENS, !prefetch);
 		break;
+	case ES_RP_FUTURE:
+		k->next = m->next_use[occ];
+		k->score = now; /* recency, for ties */
+		break;
 	case ES_RP_BELADY:
 		k->score = m->next_use[occ] == UINT32_MAX ? -INFINITY :
 			-(double)m->next_use[occ];
@@ -86,6 +90,19 @@ void es_rpol_touch(struct es_rsim *m, uint32_t key, size_t s, size_t occ,
 		break;
 	}
 	(void)s;
+}
+
+double es_rpol_future_score(const struct es_rsim *m, uint32_t key,
+			    size_t step)
+{
+	const struct es_rkey *k = &m->k[key];
+	const struct es_trace *t = m->t;
+
+	if (k->next != UINT32_MAX &&
+	    t->steps[k->next].token <= t->steps[step].token +
+	    (uint32_t)m->window_tokens)
+		return 3.0 - (double)k->next / (double)t->n_steps;
+	return es_rhist_score(m, key);
 }
 
 void es_rpol_evict(struct es_rsim *m, uint32_t key)

@@ -2,7 +2,8 @@
  * test_replay_belady.c — the replay's Belady figure equals the optimum
  * found by exhaustive search over every eviction choice, on many small
  * random traces (few experts, few slots, one or two layers, top-1 to top-3,
- * global and per-layer pools); and no online policy, with or without
+ * global and per-layer pools), as does future-N when N covers the whole
+ * trace; and no online policy, with or without
  * look-ahead prefetch, ever loads fewer experts than Belady.
  *
  * The exhaustive search follows the replay's rules (es_replay.h): a step's
@@ -169,6 +170,17 @@ static void test_belady_equals_brute_force(void **state)
 					(unsigned long long)bel.misses, opt);
 			assert_int_equal((int)bel.misses, opt);
 			assert_int_equal(bel.prefetch_loads, 0);
+			/* future-N with N past the end of the trace sees
+			 * everything: it must be optimal too */
+			{
+				struct es_replay_opts fo = o;
+				struct es_replay_stats fut;
+
+				fo.window_tokens = 1000;
+				assert_int_equal(es_replay_run(&t, ES_RP_FUTURE,
+						&fo, &fut, NULL), 0);
+				assert_int_equal((int)fut.misses, opt);
+			}
 			assert_int_equal(es_replay_run(&t, ES_RP_LRU, &o, &lru,
 						       NULL), 0);
 			if (lru.misses > bel.misses)
