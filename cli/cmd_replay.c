@@ -286,6 +286,9 @@ static json_t *result_json(const struct result *r,
 
 	if (j && !o->by_slots)
 		json_object_set_new(j, "budget_percent", json_real(r->pct));
+	if (j)
+		json_object_set_new(j, "prefetch_wasted",
+				    json_integer((json_int_t)s->prefetch_wasted));
 	if (j && o->expert_bytes) {
 		json_object_set_new(j, "bytes_moved",
 				    json_integer((json_int_t)(loads *

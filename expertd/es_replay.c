@@ -107,6 +107,8 @@ struct sim {
 				    * that change with time: hist) */
 	uint32_t *rlist, *rpos, *poff; /* scan: residents of pool p are
 				    * rlist[poff[p] .. poff[p] + count[p]) */
+	uint32_t *aside;           /* [n_slots] victim search scratch */
+	struct hent *aside_ent;    /* [n_slots] */
 	struct es_replay_stats *st;
 };
 
@@ -143,24 +145,61 @@ static int heap_compact(struct sim *s, uint32_t p)
 	return e;
 }
 
-/* scan policies: the resident, unpinned key of pool p with the smallest
- * score (ties: least recently used); look-ahead keys only when nothing else
- * is left (then the one seen farthest ahead); -1 when all are pinned. */
-static int scan_victim(struct sim *s, uint32_t p, size_t step)
+/* Victim classes, in the order they are given up: a free key (by the
+ * policy's score), then a key seen in the look-ahead window (the one seen
+ * farthest ahead), then, for a demand miss only, a prefetched key not yet
+ * used (its load has landed by then, but it is wasted).  A key the step pins
+ * is never a victim (PITFALLS P12). */
+enum { VC_PINNED = 0, VC_PENDING, VC_SEEN, VC_FREE };
+
+static int victim_class(const struct sim *s, uint32_t key, size_t step)
+{
+	if (s->pin[key] == step + 1)
+		return VC_PINNED;
+	if (s->prefetched[key])
+		return VC_PENDING;
+	if (s->vis[key] == step + 1)
+		return VC_SEEN;
+	return VC_FREE;
+}
+
+/* The fallback among keys that are not free: -1 when none may go. */
+static int fallback_victim(const struct sim *s, const uint32_t *keys,
+			   size_t n, size_t step, int for_prefetch)
+{
+	int best = -1, pending = -1;
+
+	for (size_t i = 0; i < n; i++) {
+		int c = victim_class(s, keys[i], step);
+
+		if (c == VC_SEEN && (best < 0 || s->vis_dist[keys[i]] >
+				     s->vis_dist[keys[best]]))
+			best = (int)i;
+		if (c == VC_PENDING && pending < 0)
+			pending = (int)i;
+	}
+	if (best >= 0)
+		return (int)keys[best];
+	if (pending >= 0 && !for_prefetch)
+		return (int)keys[pending];
+	return -1;
+}
+
+/* scan policies: the free resident key of pool p with the smallest score
+ * (ties: least recently used), else the fallback; -1 when none may go. */
+static int scan_victim(struct sim *s, uint32_t p, size_t step,
+		       int for_prefetch)
 {
 	double best_sc = 0, best_lru = 0;
-	int best = -1, best_vis = -1;
+	int best = -1;
+	size_t n_aside = 0;
 
 	for (uint32_t i = s->poff[p]; i < s->poff[p] + s->count[p]; i++) {
 		uint32_t key = s->rlist[i];
 		double sc, lru = s->m.k[key].score;
 
-		if (s->pin[key] == step + 1)
-			continue;
-		if (s->vis[key] == step + 1) {
-			if (best_vis < 0 ||
-			    s->vis_dist[key] > s->vis_dist[best_vis])
-				best_vis = (int)key;
+		if (victim_class(s, key, step) != VC_FREE) {
+			s->aside[n_aside++] = key;
 			continue;
 		}
 		sc = s->m.p == ES_RP_FUTURE ?
@@ -173,7 +212,9 @@ static int scan_victim(struct sim *s, uint32_t p, size_t step)
 			best_lru = lru;
 		}
 	}
-	return best >= 0 ? best : best_vis;
+	if (best >= 0)
+		return best;
+	return fallback_victim(s, s->aside, n_aside, step, for_prefetch);
 }
 
 static void rlist_del(struct sim *s, uint32_t p, uint32_t key)
@@ -184,83 +225,79 @@ static void rlist_del(struct sim *s, uint32_t p, uint32_t key)
 	s->rpos[s->rlist[i]] = i;
 }
 
-/* Picks and evicts pool p's victim at step `step`: the smallest score among
- * resident keys not pinned by this step; keys seen in the look-ahead window
- * only when nothing else is left (then the one seen farthest ahead).
- * Returns 0, -ST_E_BUSY (everything pinned: cannot happen when pools hold
- * top-k) or -ENOMEM. */
-static int evict_one(struct sim *s, uint32_t p, size_t step)
+/* heap policies: pops stale and non-free entries until a free key comes
+ * up (the smallest score), else the fallback; the popped valid entries go
+ * back.  -1 when none may go, or -ENOMEM. */
+static int heap_victim(struct sim *s, uint32_t p, size_t step,
+		       int for_prefetch)
 {
 	struct heap *h = &s->heaps[p];
-	struct hent aside[2 * ES_TRACE_MAX_K * 8 + 8];
 	size_t n_aside = 0;
 	int found = -1, e = 0;
 
-	if (s->scan) {
-		found = scan_victim(s, p, step);
-		if (found < 0)
-			return -ST_E_BUSY;
-		rlist_del(s, p, (uint32_t)found);
-		goto evict;
-	}
 	while (h->n) {
 		struct hent x = heap_pop(h);
 
 		if (!s->resident[x.key] || x.ver != s->ver[x.key])
 			continue; /* stale */
-		if (s->pin[x.key] == step + 1 ||
-		    s->vis[x.key] == step + 1) {
-			if (n_aside == sizeof(aside) / sizeof(aside[0]))
-				break;
-			aside[n_aside++] = x;
+		if (victim_class(s, x.key, step) != VC_FREE) {
+			s->aside_ent[n_aside] = x;
+			s->aside[n_aside++] = x.key;
 			continue;
 		}
 		found = (int)x.key;
 		break;
 	}
-	if (found < 0) {
-		/* only pinned or look-ahead keys left: the look-ahead key seen
-		 * farthest ahead goes */
-		int best = -1;
-
-		for (size_t i = 0; i < n_aside; i++)
-			if (s->pin[aside[i].key] != step + 1 &&
-			    (best < 0 || s->vis_dist[aside[i].key] >
-			     s->vis_dist[aside[best].key]))
-				best = (int)i;
-		if (best < 0) {
-			for (size_t i = 0; i < n_aside && !e; i++)
-				e = heap_push(h, aside[i]);
-			return e ? e : -ST_E_BUSY;
-		}
-		found = (int)aside[best].key;
-		aside[best] = aside[--n_aside];
-	}
+	if (found < 0)
+		found = fallback_victim(s, s->aside, n_aside, step,
+					for_prefetch);
 	for (size_t i = 0; i < n_aside && !e; i++)
-		e = heap_push(h, aside[i]);
-	if (e)
-		return e;
-evict:
+		if ((int)s->aside[i] != found)
+			e = heap_push(h, s->aside_ent[i]);
+	return e ? e : found;
+}
+
+/* Picks and evicts pool p's victim at step `step` (classes above).
+ * Returns 0, -ST_E_BUSY (nothing may go: every key pinned, or for a
+ * prefetch, pinned, seen or awaiting use) or -ENOMEM. */
+static int evict_one(struct sim *s, uint32_t p, size_t step, int for_prefetch)
+{
+	int found;
+
+	if (s->scan) {
+		found = scan_victim(s, p, step, for_prefetch);
+		if (found < 0)
+			return -ST_E_BUSY;
+		rlist_del(s, p, (uint32_t)found);
+	} else {
+		found = heap_victim(s, p, step, for_prefetch);
+		if (found == -ENOMEM)
+			return found;
+		if (found < 0)
+			return -ST_E_BUSY;
+	}
 	if (s->pin[found] == step + 1)
 		s->st->pinned_evicted = 1;
 	s->resident[found] = 0;
 	s->ver[found]++;
 	s->count[p]--;
 	s->st->evictions++;
-	if (s->prefetched[found])
+	if (s->prefetched[found]) {
 		s->prefetched[found] = 0;
+		s->st->prefetch_wasted++;
+	}
 	es_rpol_evict(&s->m, (uint32_t)found);
 	return 0;
 }
 
 /* Makes key resident (a load), evicting first when its pool is full. */
-static int load(struct sim *s, uint32_t key, size_t step)
+static int load(struct sim *s, uint32_t key, size_t step, int for_prefetch)
 {
 	uint32_t p = pool_of(s, key);
 	int e;
 
 	if (s->count[p] >= s->cap[p]) {
-		e = evict_one(s, p, step);
+		e = evict_one(s, p, step, for_prefetch);
 		if (e < 0)
 			return e;
 	}
@@ -362,6 +399,8 @@ static void sim_free(struct sim *s)
 	free(s->next_layer);
 	free(s->m.k);
 	free((void *)s->m.next_use);
+	free(s->aside);
+	free(s->aside_ent);
 	free(s->rlist);
 	free(s->rpos);
 	free(s->poff);
@@ -401,7 +440,9 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 	s.vis = calloc(n_keys, sizeof(*s.vis));
 	s.vis_dist = calloc(n_keys, 1);
 	s.m.k = calloc(n_keys, sizeof(*s.m.k));
-	if (!s.cap || !s.count || !s.heaps || !s.resident || !s.prefetched ||
+	s.aside = calloc(o->n_slots, sizeof(*s.aside));
+	s.aside_ent = calloc(o->n_slots, sizeof(*s.aside_ent));
+	if (!s.aside || !s.aside_ent || !s.cap || !s.count || !s.heaps || !s.resident || !s.prefetched ||
 	    !s.ver || !s.pin || !s.vis || !s.vis_dist || !s.m.k) {
 		e = -ENOMEM;
 		goto out;
@@ -494,7 +535,7 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 				}
 			} else {
 				ret->misses++;
-				e = load(&s, key, i);
+				e = load(&s, key, i, 0);
 			}
 			if (!e)
 				e = touch(&s, key, i, st->first + j, tok, 0);
@@ -512,7 +553,7 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 
 					if (s.resident[key])
 						continue;
-					e = load(&s, key, i);
+					e = load(&s, key, i, 1);
 					if (e == -ST_E_BUSY) {
 						e = 0; /* no room: skip */
 						continue;

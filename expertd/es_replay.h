@@ -16,7 +16,10 @@
  * computed's gate look-ahead sends expertd.  They use that view in two ways:
  * an expert visible in the window is evicted only when nothing else can be,
  * and (unless prefetch is off) the window's experts are loaded at the end of
- * the step that saw them.  A prefetch load is counted when it happens: it is
+ * the step that saw them.  A prefetched expert not yet used counts as
+ * loading: another prefetch never evicts it (that prefetch is dropped, as
+ * a runtime drops a hint it has no room for); a demand miss evicts it only
+ * when nothing else can go, and it is then counted as wasted.  A prefetch load is counted when it happens: it is
  * a load (bytes moved) like a miss, and the later access is then a hit, so
  * loads = demand misses + prefetch loads, never a free hit.
  *
@@ -66,6 +69,7 @@ struct es_replay_stats {
 	uint64_t misses;         /* demand misses: the step waits for them */
 	uint64_t prefetch_loads; /* loaded ahead from the look-ahead window */
 	uint64_t prefetch_used;  /* of those, accessed before eviction */
+	uint64_t prefetch_wasted; /* of those, evicted before any use */
 	uint64_t evictions;
 	uint32_t max_resident;   /* most experts resident in any one pool */
 	uint32_t min_capacity;   /* smallest pool */

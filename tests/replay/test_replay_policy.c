@@ -121,6 +121,36 @@ static void test_prefetch_counts_as_load(void **state)
 	es_trace_fini(&t);
 }
 
+/* Batched order (rows of one forward layer by layer): t0 L0 {0}, t1 L0 {1},
+ * t0 L1 {2}, t1 L1 {3}; one global pool of 2 slots; la-lru d = 1.
+ * step 0: miss (0,0), prefetch (1,2).  step 1: miss (0,1) evicts (0,0), not
+ * the prefetched (1,2) still awaiting use; the prefetch of (1,3) finds only
+ * the pinned (0,1) and the awaiting (1,2): dropped, not evicting it.
+ * step 2: hit (1,2).  step 3: miss (1,3) evicts (0,1) (older).
+ * So 3 misses, 1 prefetch load, used, none wasted. */
+static void test_prefetch_never_evicts_pending(void **state)
+{
+	static const uint16_t ids[4] = { 0, 1, 2, 3 };
+	static const int tok[4] = { 0, 1, 0, 1 }, lay[4] = { 0, 0, 1, 1 };
+	struct es_trace t;
+	struct es_replay_stats st;
+
+	memset(&t, 0, sizeof(t));
+	for (int i = 0; i < 4; i++)
+		assert_int_equal(es_trace_push(&t, (uint32_t)tok[i], lay[i],
+					       &ids[i], 1), 0);
+	t.n_experts = 4;
+	t.batched = 1;
+	es_trace_seal(&t);
+	st = run(&t, ES_RP_LRU, 2, 0, 1, 1);
+	assert_int_equal(st.misses, 3);
+	assert_int_equal(st.prefetch_loads, 1);
+	assert_int_equal(st.prefetch_used, 1);
+	assert_int_equal(st.prefetch_wasted, 0);
+	assert_int_equal(st.hits, 1);
+	es_trace_fini(&t);
+}
+
 /* 5 slots over 2 layers: 3 + 2; the smaller pool bounds residency. */
 static void test_split(void **state)
 {
@@ -175,7 +205,8 @@ static void test_invariants_random(void **state)
 				assert_true(st.max_resident <= 16);
 				assert_true(st.max_resident <=
 					    (split ? 4u : 16u));
-				assert_true(st.prefetch_used <=
+				assert_true(st.prefetch_used +
+					    st.prefetch_wasted <=
 					    st.prefetch_loads);
 				assert_true(st.evictions <=
 					    st.misses + st.prefetch_loads);
@@ -190,6 +221,7 @@ int main(void)
 		cmocka_unit_test(test_lfu_by_hand),
 		cmocka_unit_test(test_pins_respected),
 		cmocka_unit_test(test_prefetch_counts_as_load),
+		cmocka_unit_test(test_prefetch_never_evicts_pending),
 		cmocka_unit_test(test_split),
 		cmocka_unit_test(test_invariants_random),
 	};
