@@ -223,6 +223,8 @@ static int json_row(struct jfile *f, json_t *o, const char *path, int line,
 	case ES_TRACE_STRATA:
 		if (json_int(o, "pos", &a) < 0)
 			goto bad;
+		if (json_object_get(o, "seq") && json_int(o, "seq", &b) < 0)
+			goto bad;
 		break;
 	case ES_TRACE_VLLM: {
 		const char *ty = json_string_value(json_object_get(o, "type"));
@@ -774,12 +776,8 @@ int es_trace_read(const char *const *paths, int n_paths, struct es_trace *t,
 			qsort(f->rows.v, f->rows.n, sizeof(*f->rows.v),
 			      cmp_ab_layer);
 		}
-		if (f->fmt == ES_TRACE_STRATA) {
-			/* keep the file's order; a new token when pos
-			 * changes */
-			for (size_t r = 0; r < f->rows.n; r++)
-				f->rows.v[r].b = 0;
-		}
+		/* strata: the file's order; a new token when (pos, seq)
+		 * changes */
 		e = push_sorted(t, &f->rows, tok0);
 		add_format(t, es_trace_format_name(f->fmt));
 		i++;

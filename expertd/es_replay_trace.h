@@ -11,9 +11,10 @@
  * by forward, layer by layer, row by row.
  *
  * Readers (format letters as in ../shared/fixtures/traces/SOURCES.md):
- *   strata  JSONL {"pos","layer","experts":[..][,"weights":[..]]}, one line
- *           per token and layer, pos-major (docs/REPLAY.md); the kjv-moe
- *           fixture's routing-valid-small.jsonl has this form (+ "id","gap").
+ *   strata  JSONL {"pos","layer","experts":[..][,"weights":[..]][,"seq"]},
+ *           one line per token and layer in execution order, a new token
+ *           when (pos, seq) changes (docs/REPLAY.md); the kjv-moe fixture's
+ *           routing-valid-small.jsonl has this form (+ "id", "gap").
  *   A, A'   vLLM route log: a "meta" line then {"type":"route","token_idx",
  *           "layer","topk_ids","topk_weights"}; leading profiling forwards
  *           (every row the same ids) are dropped.  Several A files of one

@@ -240,6 +240,15 @@ static void test_strata_format_and_errors(void **state)
 	assert_int_equal(t.ids[t.steps[3].first + 1], 4);
 	es_trace_fini(&t);
 
+	/* two sequences, each one token at pos 0: "seq" tells them apart */
+	write_tmp(dir, "seq.jsonl",
+		  "{\"seq\":0,\"pos\":0,\"layer\":0,\"experts\":[1]}\n"
+		  "{\"seq\":1,\"pos\":0,\"layer\":0,\"experts\":[2]}\n",
+		  p, sizeof(p));
+	read_ok(&pp, 1, &t);
+	assert_int_equal(t.n_tokens, 2);
+	es_trace_fini(&t);
+
 	write_tmp(dir, "unknown.txt", "hello\n", p, sizeof(p));
 	assert_int_equal(es_trace_read(&pp, 1, &t, &diag), -ST_E_FORMAT);
 	assert_non_null(strstr(diag.msg, "unknown.txt:1: unknown trace format"));
