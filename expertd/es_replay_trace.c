@@ -760,7 +760,9 @@ int es_trace_read(const char *const *paths, int n_paths, struct es_trace *t,
 		if (f->fmt == ES_TRACE_VLLM) {
 			int j = i, merged = 0;
 
-			while (j < n_paths && jf[j].fmt == ES_TRACE_VLLM)
+			/* at most 64 files per merge group */
+			while (j < n_paths && jf[j].fmt == ES_TRACE_VLLM &&
+			       j - i < 64)
 				j++;
 			e = push_vllm(t, jf, i, j, &merged);
 			add_format(t, "A");
