@@ -42,7 +42,7 @@ static void usage(FILE *f)
 "  --slots LIST       pool sizes in experts instead, e.g. 64,128\n"
 "  --split MODE       global (one pool over all layers), per-layer (the\n"
 "                     slots split evenly over the layers) or both (default)\n"
-"  --policy LIST      lru, lru2, lfu, lfud, lrfu, hist, la-POLICY (the\n"
+"  --policy LIST      lru, lru2, lfu, lfud, lrfu, hist, 2q, la-POLICY (the\n"
 "                     look-ahead variant), or all (default: every policy and\n"
 "                     its look-ahead variant); belady is always shown\n"
 "  --future LIST      also rows future-N (not online: Belady within the next\n"
@@ -135,7 +135,7 @@ static int parse_policies(struct replay_opts *o, const char *text)
 		}
 		if (b < 0 || (la && b == ES_RP_BELADY)) {
 			fprintf(stderr, "strata replay: unknown policy '%s%s' "
-				"(lru, lru2, lfu, lfud, lrfu, hist, belady, "
+				"(lru, lru2, lfu, lfud, lrfu, hist, 2q, belady, "
 				"la-POLICY or all)\n", la ? "la-" : "", tok);
 			return -1;
 		}

@@ -13,7 +13,7 @@
 #include "es_replay_int.h"
 
 static const char *const policy_names[] = {
-	"lru", "lru2", "lfu", "lfud", "lrfu", "hist", "belady", "future",
+	"lru", "lru2", "lfu", "lfud", "lrfu", "hist", "2q", "belady", "future",
 };
 _Static_assert(sizeof(policy_names) / sizeof(policy_names[0]) == ES_RP_N_BASE,
 	       "one name per policy");
@@ -202,9 +202,12 @@ static int scan_victim(struct sim *s, uint32_t p, size_t step,
 			s->aside[n_aside++] = key;
 			continue;
 		}
-		sc = s->m.p == ES_RP_FUTURE ?
-			es_rpol_future_score(&s->m, key, step) :
-			es_rhist_score(&s->m, key);
+		if (s->m.p == ES_RP_FUTURE)
+			sc = es_rpol_future_score(&s->m, key, step);
+		else if (s->m.p == ES_RP_2Q)
+			sc = es_r2q_score(&s->m, key, p);
+		else
+			sc = es_rhist_score(&s->m, key);
 		if (best < 0 || sc < best_sc ||
 		    (sc == best_sc && lru < best_lru)) {
 			best = (int)key;
@@ -287,6 +290,8 @@ static int evict_one(struct sim *s, uint32_t p, size_t step, int for_prefetch)
 		s->st->prefetch_wasted++;
 	}
 	es_rpol_evict(&s->m, (uint32_t)found);
+	if (s->m.p == ES_RP_2Q)
+		es_r2q_evict(&s->m, (uint32_t)found, p);
 	return 0;
 }
 
@@ -302,6 +307,8 @@ static int load(struct sim *s, uint32_t key, size_t step, int for_prefetch)
 			return e;
 	}
 	s->resident[key] = 1;
+	if (s->m.p == ES_RP_2Q)
+		es_r2q_insert(&s->m, key, p);
 	if (s->scan) {
 		s->rpos[key] = s->poff[p] + s->count[p];
 		s->rlist[s->rpos[key]] = key;
@@ -405,6 +412,7 @@ static void sim_free(struct sim *s)
 	free(s->rpos);
 	free(s->poff);
 	es_rhist_fini(&s->m);
+	es_r2q_fini(&s->m);
 }
 
 int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
@@ -466,7 +474,11 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 				t->top_k, (uint32_t)t->top_k * s.n_pools);
 		goto out;
 	}
-	if (p == ES_RP_HIST || p == ES_RP_FUTURE) {
+	if (p == ES_RP_2Q && es_r2q_init(&s.m, s.n_pools, s.cap) < 0) {
+		e = -ENOMEM;
+		goto out;
+	}
+	if (p == ES_RP_HIST || p == ES_RP_FUTURE || p == ES_RP_2Q) {
 		s.scan = 1;
 		s.rlist = calloc(o->n_slots, sizeof(*s.rlist));
 		s.rpos = calloc(n_keys, sizeof(*s.rpos));
@@ -501,7 +513,7 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 
 		for (int j = 0; j < st->n; j++)
 			s.pin[base + t->ids[st->first + j]] = (uint32_t)i + 1;
-		if (s.scan)
+		if (s.scan && p != ES_RP_2Q)
 			es_rhist_visit(&s.m, st->layer, t->ids + st->first,
 				       st->n);
 		if (d > 0) {

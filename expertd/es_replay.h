@@ -43,6 +43,7 @@ enum es_replay_policy {
 	ES_RP_LFUD,    /* uses with exponential decay, half-life 128 tokens */
 	ES_RP_LRFU,    /* uses with decay, half-life 4 tokens (LRFU) */
 	ES_RP_HIST,    /* learned online: P(use within 4 tokens | history) */
+	ES_RP_2Q,      /* 2Q: FIFO for new experts, LRU for re-used ones */
 	ES_RP_BELADY,  /* offline MIN */
 	ES_RP_FUTURE,  /* not online: sees the next window_tokens tokens,
 			* hist beyond them (how much foresight it takes) */

@@ -42,6 +42,13 @@ struct es_rsim {
 	uint32_t *hist_seen, *hist_used; /* [n_layers][states] */
 	int hist_h;             /* label horizon in visits */
 	int window_tokens;      /* future: tokens seen ahead */
+	/* 2q (es_replay_2q.c) */
+	uint8_t *q_in_a1;       /* [n_keys] resident in A1in */
+	uint64_t *q_ghost;      /* [n_keys] A1out push number, 0: none */
+	double *q_ins;          /* [n_keys] clock at insertion */
+	uint32_t *q_a1;         /* [pools] A1in entries */
+	uint64_t *q_pushes;     /* [pools] A1out pushes so far */
+	const uint32_t *q_cap;  /* [pools] slots */
 };
 
 /* Computes and stores the new score of `key` touched at step `s`, id index
@@ -61,6 +68,14 @@ int es_rhist_init(struct es_rsim *m);
 void es_rhist_fini(struct es_rsim *m);
 void es_rhist_visit(struct es_rsim *m, int layer, const uint16_t *ids, int n);
 double es_rhist_score(const struct es_rsim *m, uint32_t key);
+
+/* 2q: allocates its state (-1 on no memory), frees it; a key loaded into
+ * / evicted from pool; the current score of a resident key. */
+int es_r2q_init(struct es_rsim *m, uint32_t n_pools, const uint32_t *cap);
+void es_r2q_fini(struct es_rsim *m);
+void es_r2q_insert(struct es_rsim *m, uint32_t key, uint32_t pool);
+void es_r2q_evict(struct es_rsim *m, uint32_t key, uint32_t pool);
+double es_r2q_score(const struct es_rsim *m, uint32_t key, uint32_t pool);
 
 /* future: score of key at step `step`: above every hist score when its
  * next use falls within the window (farther: smaller), else its hist

@@ -11,6 +11,8 @@
  *   lfud    uses decayed by 2^(-dt / 128 tokens)
  *   lrfu    uses decayed by 2^(-dt / 4 tokens) (LRFU: Lee et al., IEEE
  *           Trans. Computers 2001; between LRU and LFU)
+ *   hist    learned probability of use soon (es_replay_hist.c; scanned)
+ *   2q      2Q's two lists (es_replay_2q.c; scanned)
  *   belady  minus the step of the next use (never used again: -inf)
  *
  * Decayed counts are kept in log2: C(t) = 1 + C(t0) 2^(-(t - t0)/H); the
@@ -56,6 +58,11 @@ void es_rpol_touch(struct es_rsim *m, uint32_t key, size_t s, size_t occ,
 
 	switch (m->p) {
 	case ES_RP_LRU:
+		k->score = now;
+		break;
+	case ES_RP_2Q:
+		if (!prefetch)
+			k->last = now;
 		k->score = now;
 		break;
 	case ES_RP_LRU2:

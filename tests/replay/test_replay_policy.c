@@ -66,6 +66,23 @@ static void test_lfu_by_hand(void **state)
 	es_trace_fini(&t);
 }
 
+/* 2Q with 4 slots (A1in a quarter: 1, A1out half: 2), top-1:
+ * 0 1 2 3 4 0 1 2 5 0 1.  0-3 fill A1in; 4 evicts 0 (oldest A1in, to
+ * A1out); 0 evicts 1 and, found in A1out, enters Am; 1 evicts 2 -> Am;
+ * 2 evicts 3 -> Am; 5: A1in holds 1 (not above its quarter), so Am's LRU 0
+ * goes, 5 -> A1in; 0 evicts 4 (A1in over its quarter again), 0 -> A1in
+ * (no longer in A1out); 1 hits.  10 misses; LRU: 9. */
+static void test_2q_by_hand(void **state)
+{
+	static const uint16_t ids[] = { 0, 1, 2, 3, 4, 0, 1, 2, 5, 0, 1 };
+	struct es_trace t;
+
+	rt_build(&t, 11, 1, 6, 1, ids);
+	assert_int_equal(run(&t, ES_RP_2Q, 4, 0, 0, 0).misses, 10);
+	assert_int_equal(run(&t, ES_RP_LRU, 4, 0, 0, 0).misses, 9);
+	es_trace_fini(&t);
+}
+
 /* top-2 with 2 slots: every step fills the pool with its own pinned pair,
  * so the victim must be the one expert the step does not use. */
 static void test_pins_respected(void **state)
@@ -219,6 +236,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_lru_and_belady_by_hand),
 		cmocka_unit_test(test_lfu_by_hand),
+		cmocka_unit_test(test_2q_by_hand),
 		cmocka_unit_test(test_pins_respected),
 		cmocka_unit_test(test_prefetch_counts_as_load),
 		cmocka_unit_test(test_prefetch_never_evicts_pending),
