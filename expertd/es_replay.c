@@ -3,7 +3,9 @@
  * scores: es_replay_policy.c).  One lazy min-heap of (score, key, version)
  * per pool: a touch pushes a new entry and bumps the key's version, so
  * older entries of that key are skipped when they surface; the heap is
- * rebuilt from the resident keys when stale entries pile up.
+ * rebuilt from the resident keys when stale entries pile up.  Policies whose
+ * scores change with time (hist, 2q, future) scan the pool's resident list
+ * instead.
  */
 #include <errno.h>
 #include <math.h>
@@ -359,10 +361,9 @@ static uint32_t *build_next_use(const struct es_trace *t, uint32_t n_keys)
 static int32_t *build_next_layer(const struct es_trace *t)
 {
 	int32_t *nx = malloc(t->n_steps * sizeof(*nx));
-	int32_t *last = malloc((size_t)t->n_layers * sizeof(*last));
 	size_t *tok_last = NULL;
 
-	if (!nx || !last)
+	if (!nx)
 		goto fail;
 	/* tokens are dense from 0: remember each token's latest step */
 	tok_last = malloc((size_t)t->n_tokens * sizeof(*tok_last));
@@ -379,12 +380,10 @@ static int32_t *build_next_layer(const struct es_trace *t)
 			nx[tok_last[tk]] = (int32_t)s;
 		tok_last[tk] = s;
 	}
-	free(last);
 	free(tok_last);
 	return nx;
 fail:
 	free(nx);
-	free(last);
 	free(tok_last);
 	return NULL;
 }
@@ -420,6 +419,7 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 		  struct st_diag *diag)
 {
 	struct sim s = { 0 };
+	struct es_replay_opts oc = *o;
 	int d = p == ES_RP_BELADY || p == ES_RP_FUTURE ? 0 : o->lookahead;
 	int e = 0;
 	uint32_t n_keys;
@@ -432,6 +432,9 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 	if (!o->n_slots)
 		return st_diag_set(diag, -EINVAL, "a pool of 0 slots");
 	n_keys = (uint32_t)t->n_layers * (uint32_t)t->n_experts;
+	if (oc.n_slots > n_keys)
+		oc.n_slots = n_keys; /* more than every expert is pointless */
+	o = &oc;
 	s.m.t = t;
 	s.m.p = p;
 	s.m.n_keys = n_keys;
@@ -450,8 +453,9 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 	s.m.k = calloc(n_keys, sizeof(*s.m.k));
 	s.aside = calloc(o->n_slots, sizeof(*s.aside));
 	s.aside_ent = calloc(o->n_slots, sizeof(*s.aside_ent));
-	if (!s.aside || !s.aside_ent || !s.cap || !s.count || !s.heaps || !s.resident || !s.prefetched ||
-	    !s.ver || !s.pin || !s.vis || !s.vis_dist || !s.m.k) {
+	if (!s.aside || !s.aside_ent || !s.cap || !s.count || !s.heaps ||
+	    !s.resident || !s.prefetched || !s.ver || !s.pin || !s.vis ||
+	    !s.vis_dist || !s.m.k) {
 		e = -ENOMEM;
 		goto out;
 	}
