@@ -225,6 +225,8 @@ static int json_row(struct jfile *f, json_t *o, const char *path, int line,
 			goto bad;
 		if (json_object_get(o, "seq") && json_int(o, "seq", &b) < 0)
 			goto bad;
+		if (a < 0)
+			goto bad;
 		break;
 	case ES_TRACE_VLLM: {
 		const char *ty = json_string_value(json_object_get(o, "type"));
@@ -525,6 +527,39 @@ static void mario_raw_order(struct rows *r)
 	}
 }
 
+/* strata: cuts the rows into sequences and rewrites (a, b) = (sequence,
+ * pos) so that sorting by (a, b, layer) gives token order.  A sequence ends
+ * where "seq" changes or where a layer's pos does not increase (each layer
+ * sees its positions in increasing order within one sequence, whether the
+ * prefill was recorded token by token or layer by layer). */
+static int strata_sequences(struct rows *r)
+{
+	int64_t *last = malloc(ES_TRACE_MAX_LAYERS * sizeof(*last));
+	int64_t *stamp = calloc(ES_TRACE_MAX_LAYERS, sizeof(*stamp));
+	int64_t seqno = 1, seq = r->n ? r->v[0].b : 0;
+
+	if (!last || !stamp) {
+		free(last);
+		free(stamp);
+		return -ENOMEM;
+	}
+	for (size_t i = 0; i < r->n; i++) {
+		struct row *w = &r->v[i];
+
+		if (w->b != seq || (stamp[w->layer] == seqno &&
+				    w->a <= last[w->layer]))
+			seqno++;
+		seq = w->b;
+		stamp[w->layer] = seqno;
+		last[w->layer] = w->a;
+		w->b = w->a;
+		w->a = seqno;
+	}
+	free(last);
+	free(stamp);
+	return 0;
+}
+
 /* vLLM forwards of one file: [start, end) row ranges. */
 struct fwd {
 	size_t *start;
@@ -770,7 +805,12 @@ int es_trace_read(const char *const *paths, int n_paths, struct es_trace *t,
 			i = j;
 			continue;
 		}
-		if (f->fmt != ES_TRACE_MARIO_RAW && f->fmt != ES_TRACE_STRATA)
+		if (f->fmt == ES_TRACE_STRATA) {
+			e = strata_sequences(&f->rows);
+			if (e < 0)
+				break;
+		}
+		if (f->fmt != ES_TRACE_MARIO_RAW)
 			qsort(f->rows.v, f->rows.n, sizeof(*f->rows.v),
 			      cmp_ab_layer);
 		if (f->fmt == ES_TRACE_MARIO_RAW) {
@@ -778,8 +818,6 @@ int es_trace_read(const char *const *paths, int n_paths, struct es_trace *t,
 			qsort(f->rows.v, f->rows.n, sizeof(*f->rows.v),
 			      cmp_ab_layer);
 		}
-		/* strata: the file's order; a new token when (pos, seq)
-		 * changes */
 		e = push_sorted(t, &f->rows, tok0);
 		add_format(t, es_trace_format_name(f->fmt));
 		i++;

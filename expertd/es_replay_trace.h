@@ -12,9 +12,11 @@
  *
  * Readers (format letters as in ../shared/fixtures/traces/SOURCES.md):
  *   strata  JSONL {"pos","layer","experts":[..][,"weights":[..]][,"seq"]},
- *           one line per token and layer in execution order, a new token
- *           when (pos, seq) changes (docs/REPLAY.md); the kjv-moe fixture's
- *           routing-valid-small.jsonl has this form (+ "id", "gap").
+ *           one line per token and layer (docs/REPLAY.md); a sequence ends
+ *           where seq changes or a layer's pos does not increase; within
+ *           one, lines are put in (pos, layer) order.  computed's recorder
+ *           (--route-record) and the kjv-moe fixture's
+ *           routing-valid-small.jsonl (+ "id", "gap") write this form.
  *   A, A'   vLLM route log: a "meta" line then {"type":"route","token_idx",
  *           "layer","topk_ids","topk_weights"}; leading profiling forwards
  *           (every row the same ids) are dropped.  Several A files of one

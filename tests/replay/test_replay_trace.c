@@ -240,6 +240,33 @@ static void test_strata_format_and_errors(void **state)
 	assert_int_equal(t.ids[t.steps[3].first + 1], 4);
 	es_trace_fini(&t);
 
+	/* a prefill recorded layer by layer (pos 0-1 of layer 0, then of
+	 * layer 1), a decode token, then a second sequence from pos 0 */
+	write_tmp(dir, "lm.jsonl",
+		  "{\"pos\":0,\"layer\":0,\"experts\":[1]}\n"
+		  "{\"pos\":1,\"layer\":0,\"experts\":[2]}\n"
+		  "{\"pos\":0,\"layer\":1,\"experts\":[3]}\n"
+		  "{\"pos\":1,\"layer\":1,\"experts\":[4]}\n"
+		  "{\"pos\":2,\"layer\":0,\"experts\":[5]}\n"
+		  "{\"pos\":2,\"layer\":1,\"experts\":[6]}\n"
+		  "{\"pos\":0,\"layer\":0,\"experts\":[7]}\n"
+		  "{\"pos\":0,\"layer\":1,\"experts\":[0]}\n", p, sizeof(p));
+	read_ok(&pp, 1, &t);
+	assert_int_equal(t.n_tokens, 4);
+	assert_int_equal(t.n_steps, 8);
+	{
+		/* token order: (pos 0: 1, 3), (pos 1: 2, 4), (pos 2: 5, 6),
+		 * (second sequence: 7, 0) */
+		static const int want[8] = { 1, 3, 2, 4, 5, 6, 7, 0 };
+
+		for (int i = 0; i < 8; i++) {
+			assert_int_equal(t.ids[t.steps[i].first], want[i]);
+			assert_int_equal(t.steps[i].token, i / 2);
+			assert_int_equal(t.steps[i].layer, i % 2);
+		}
+	}
+	es_trace_fini(&t);
+
 	/* two sequences, each one token at pos 0: "seq" tells them apart */
 	write_tmp(dir, "seq.jsonl",
 		  "{\"seq\":0,\"pos\":0,\"layer\":0,\"experts\":[1]}\n"
