@@ -256,7 +256,7 @@ static void print_row(const struct result *r, const struct replay_opts *o)
 	       0.0, (unsigned long long)loads, (unsigned long long)s->misses,
 	       (unsigned long long)s->prefetch_loads, r->ratio);
 	if (o->expert_bytes)
-		printf(" %11s %9.2f\n",
+		printf(" %11s %9.3f\n",
 		       st_format_bytes(loads * o->expert_bytes, b, sizeof(b)),
 		       (double)s->misses * (double)o->expert_bytes /
 		       (o->read_gbps * 1e9));
@@ -442,7 +442,7 @@ int cli_cmd_replay(int argc, char **argv)
 	const char *store = NULL, *policies = "all", *future = NULL;
 	struct es_trace t;
 	struct st_diag diag = { "" };
-	int c, e;
+	int c, e, store_layers = 0, store_experts = 0;
 
 	o.pct[0] = 25;
 	o.pct[1] = 50;
@@ -537,6 +537,8 @@ int cli_cmd_replay(int argc, char **argv)
 			return 1;
 		}
 		o.expert_bytes = s->record_bytes;
+		store_layers = s->n_layers;
+		store_experts = s->n_experts;
 		st_store_close(s);
 	}
 	e = es_trace_read((const char *const *)argv + optind, argc - optind,
@@ -546,6 +548,12 @@ int cli_cmd_replay(int argc, char **argv)
 			st_strerror(e));
 		return 1;
 	}
+	if (store && (store_layers != t.n_layers ||
+		      store_experts != t.n_experts))
+		fprintf(stderr, "strata replay: note: the store has %d MoE "
+			"layers x %d experts, the trace %d x %d; only its expert "
+			"size is used\n", store_layers, store_experts,
+			t.n_layers, t.n_experts);
 	e = run_all(&t, &o, argc - optind, argv[optind]);
 	es_trace_fini(&t);
 	return e;
