@@ -33,6 +33,7 @@ static void usage(FILE *f)
 "  plan      memory per tier for a model, workload and budgets; verdict\n"
 "  exec      become one daemon of an instance (what the systemd units run)\n"
 "  activations  per-layer expert activation histogram (expertd statistics)\n"
+"  replay    replay a routing trace through expert-residency policies\n"
 "\n"
 "Example:\n"
 "  strata run --model models/kjv-moe --prompt 'In the beginning' --max-tokens 48\n",
@@ -53,6 +54,7 @@ int main(int argc, char **argv)
 		{ "restart", cli_cmd_restart }, { "topo", cli_cmd_topo },
 		{ "plan", cli_cmd_plan },     { "exec", cli_cmd_exec },
 		{ "activations", cli_cmd_activations },
+		{ "replay", cli_cmd_replay },
 	};
 
 	st_log_set_name("strata");
