@@ -196,7 +196,8 @@ int cli_instance_up(struct cli_instance *inst, int timeout_s,
 			      timeout_s, diag);
 	if (!r && !inst->tiers_only)
 		r = start_one(inst, "computed", 1, "--kv-dtype", inst->kv_dtype,
-			      NULL, NULL, &inst->pid_computed, timeout_s, diag);
+			      "--http-port", inst->http_port,
+			      &inst->pid_computed, timeout_s, diag);
 	inst->started_by_us = 1;
 	if (r < 0)
 		cli_instance_down(inst);

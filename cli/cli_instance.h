@@ -19,6 +19,7 @@ struct cli_instance {
 	char kv_budget[64];      /* kvd --budget, "" = its default */
 	char kv_spill[64];       /* kvd --spill-budget, "" = no spilling */
 	char kv_dtype[16];       /* computed --kv-dtype */
+	char http_port[16];      /* computed --http-port, "" = no HTTP API */
 	int pid_expertd, pid_kvd, pid_computed;
 	int started_by_us;       /* 1 when this process spawned them */
 	int tiers_only;          /* up: start expertd and kvd only (benchmarks

@@ -20,12 +20,14 @@ static void inst_usage(FILE *f, const char *cmd)
 	" (--model DIR | --store DIR)\n"
 	"                 [--experts FMT] [--keep-layers SPEC] [--host-budget B]\n"
 	"                 [--kv-budget B] [--kv-spill-budget B]\n"
-	"                 [--kv-dtype T] [--timeout SEC]" : "");
+	"                 [--kv-dtype T] [--http-port N] [--timeout SEC]" : "");
 	if (!strcmp(cmd, "up"))
 		fprintf(f, "Starts expertd, kvd and computed for the instance "
 			"(converting the model first\nif it has no store) and "
 			"returns once all three answer.  Logs go to\n"
-			"<run-dir>/<daemon>.log.\n");
+			"<run-dir>/<daemon>.log.\n"
+			"--http-port N serves the OpenAI-compatible HTTP API on "
+			"127.0.0.1:N\n(API key: $STRATA_API_KEY, if set).\n");
 	else if (!strcmp(cmd, "down"))
 		fprintf(f, "Stops the instance's daemons (computed first), "
 			"then removes its sockets,\npid files and shared-memory "
@@ -56,6 +58,7 @@ static int parse(int argc, char **argv, const char *cmd,
 		{ "kv-spill-budget", required_argument, NULL, 'O' },
 		{ "kv-dtype", required_argument, NULL, 'K' },
 		{ "timeout", required_argument, NULL, 'T' },
+		{ "http-port", required_argument, NULL, 'H' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -83,6 +86,15 @@ static int parse(int argc, char **argv, const char *cmd,
 		case 'O': snprintf(inst->kv_spill, sizeof(inst->kv_spill), "%s", optarg); break;
 		case 'K': snprintf(inst->kv_dtype, sizeof(inst->kv_dtype), "%s", optarg); break;
 		case 'T': *timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 120; break;
+		case 'H':
+			if (atoi(optarg) < 1 || atoi(optarg) > 65535) {
+				fprintf(stderr, "strata: --http-port must be "
+					"1..65535\n");
+				return 2;
+			}
+			snprintf(inst->http_port, sizeof(inst->http_port),
+				 "%d", atoi(optarg));
+			break;
 		case 'h': inst_usage(stdout, cmd); exit(0);
 		default: inst_usage(stderr, cmd); return 2;
 		}

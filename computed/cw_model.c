@@ -619,39 +619,58 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 	return 0;
 }
 
-int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
-		  const int32_t *ids, int n, float *ret_logits_all,
-		  float *ret_logits_last, struct st_diag *diag)
+int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
+			int n, struct st_diag *diag)
 {
 	const struct st_model_config *c = &m->cfg;
 	const int H = c->hidden_size, hd = c->head_dim;
 	const size_t qd = (size_t)c->n_heads * hd, kvd = (size_t)c->n_kv_heads * hd;
 	const int K = c->top_k;
-	uint32_t want;
+	uint32_t *seqs, *want;
+	int n_seqs = 0;
 	int r;
 
 	if (n <= 0)
 		return st_diag_set(diag, -EINVAL, "no tokens to evaluate");
-	if ((uint64_t)pos0 + (uint64_t)n > (uint64_t)c->max_position_embeddings)
-		return st_diag_set(diag, -ST_E_LIMIT,
-				   "sequence of %u tokens exceeds the model's "
-				   "context of %d tokens", pos0 + (uint32_t)n,
-				   c->max_position_embeddings);
-	for (int t = 0; t < n; t++)
-		if (ids[t] < 0 || ids[t] >= c->vocab_size)
+	for (int t = 0; t < n; t++) {
+		if ((uint64_t)toks[t].pos >= (uint64_t)c->max_position_embeddings)
+			return st_diag_set(diag, -ST_E_LIMIT,
+					   "sequence of %u tokens exceeds the "
+					   "model's context of %d tokens",
+					   toks[t].pos + 1,
+					   c->max_position_embeddings);
+		if (toks[t].id < 0 || toks[t].id >= c->vocab_size)
 			return st_diag_set(diag, -EINVAL,
 					   "token id %d outside the vocabulary "
-					   "(%d rows)", ids[t], c->vocab_size);
+					   "(%d rows)", toks[t].id, c->vocab_size);
+	}
 	r = grow_scratch(m, n);
 	if (r < 0)
 		return st_diag_set(diag, r, "out of memory for %d tokens", n);
-	want = pos0 + (uint32_t)n;
-	r = kv_client_seq_reserve(m->kv, 1, &seq, &want, diag);
+	/* every sequence's rows up to its last position, in one request */
+	seqs = malloc(sizeof(*seqs) * (size_t)n * 2);
+	if (!seqs)
+		return st_diag_set(diag, -ENOMEM, "out of memory for %d tokens",
+				   n);
+	want = seqs + n;
+	for (int t = 0; t < n; t++) {
+		int i = 0;
+
+		while (i < n_seqs && seqs[i] != toks[t].seq)
+			i++;
+		if (i == n_seqs) {
+			seqs[n_seqs] = toks[t].seq;
+			want[n_seqs++] = 0;
+		}
+		want[i] = ST_MAX(want[i], toks[t].pos + 1);
+	}
+	r = kv_client_seq_reserve(m->kv, n_seqs, seqs, want, diag);
+	free(seqs);
 	if (r < 0)
 		return r;
 
 	for (int t = 0; t < n; t++) {
-		embed_row(&m->embed, ids[t], m->x + (size_t)t * H);
+		embed_row(&m->embed, toks[t].id, m->x + (size_t)t * H);
 		m->rs.dense_bytes += (uint64_t)H * (m->embed.dtype == ST_DTYPE_F32 ? 4 : 2);
 	}
 	for (int l = 0; l < c->n_layers; l++) {
@@ -683,24 +702,24 @@ int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
 						       hd, c->rms_norm_eps,
 						       k + (size_t)h * hd);
 			}
-			m->be->rope(q, c->n_heads, hd, (int)(pos0 + t),
+			m->be->rope(q, c->n_heads, hd, (int)toks[t].pos,
 				    c->rope_theta);
-			m->be->rope(k, c->n_kv_heads, hd, (int)(pos0 + t),
+			m->be->rope(k, c->n_kv_heads, hd, (int)toks[t].pos,
 				    c->rope_theta);
-			row = kv_client_row_writable(m->kv, seq, l,
-						     pos0 + (uint32_t)t);
+			row = kv_client_row_writable(m->kv, toks[t].seq, l,
+						     toks[t].pos);
 			if (!row)
 				return st_diag_set(diag, -ST_E_NOTFOUND,
 						   "KV row %u of layer %d has "
 						   "no writable page (spilled, "
-						   "shared or missing)", pos0 + t,
-						   l);
+						   "shared or missing)",
+						   toks[t].pos, l);
 			cw_kvrow_write(&m->kvf, row, k, v);
 		}
 		for (int t = 0; t < n; t++) {
 			float *att = m->att + (size_t)t * qd;
 
-			r = attend(m, seq, l, pos0 + (uint32_t)t,
+			r = attend(m, toks[t].seq, l, toks[t].pos,
 				   m->q + (size_t)t * qd, att, diag);
 			if (r < 0)
 				return r;
@@ -725,7 +744,7 @@ int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
 				      m->rexperts + (size_t)t * K,
 				      m->rweights + (size_t)t * K);
 			if (m->route_fn)
-				m->route_fn(m->route_arg, l, pos0 + (uint32_t)t,
+				m->route_fn(m->route_arg, l, toks[t].pos,
 					    m->rexperts + (size_t)t * K,
 					    m->rweights + (size_t)t * K, K);
 		}
@@ -747,13 +766,9 @@ int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
 	}
 	for (int t = 0; t < n; t++) {
 		float *xt = m->x + (size_t)t * H;
-		float *out;
+		float *out = toks[t].logits;
 
-		if (ret_logits_all)
-			out = ret_logits_all + (size_t)t * c->vocab_size;
-		else if (ret_logits_last && t == n - 1)
-			out = ret_logits_last;
-		else
+		if (!out)
 			continue;
 		m->be->rmsnorm(xt, m->final_norm, m->final_norm_dt, H,
 			       c->rms_norm_eps, m->xn);
@@ -762,4 +777,36 @@ int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
 	}
 	m->rs.tokens += (uint64_t)n;
 	return 0;
+}
+
+int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
+		  const int32_t *ids, int n, float *ret_logits_all,
+		  float *ret_logits_last, struct st_diag *diag)
+{
+	const struct st_model_config *c = &m->cfg;
+	struct cw_batch_tok *toks;
+	int r;
+
+	if (n <= 0)
+		return st_diag_set(diag, -EINVAL, "no tokens to evaluate");
+	if ((uint64_t)pos0 + (uint64_t)n > (uint64_t)c->max_position_embeddings)
+		return st_diag_set(diag, -ST_E_LIMIT,
+				   "sequence of %u tokens exceeds the model's "
+				   "context of %d tokens", pos0 + (uint32_t)n,
+				   c->max_position_embeddings);
+	toks = malloc(sizeof(*toks) * (size_t)n);
+	if (!toks)
+		return st_diag_set(diag, -ENOMEM, "out of memory for %d tokens",
+				   n);
+	for (int t = 0; t < n; t++) {
+		toks[t].seq = seq;
+		toks[t].pos = pos0 + (uint32_t)t;
+		toks[t].id = ids[t];
+		toks[t].logits = ret_logits_all ?
+			ret_logits_all + (size_t)t * c->vocab_size :
+			t == n - 1 ? ret_logits_last : NULL;
+	}
+	r = cw_model_eval_batch(m, toks, n, diag);
+	free(toks);
+	return r;
 }

@@ -5,7 +5,8 @@ set -eu
 
 PKGS="build-essential meson ninja-build pkg-config \
 libnanomsg-dev libhwloc-dev libnuma-dev libjansson-dev libxxhash-dev \
-libpcre2-dev libcmocka-dev libutf8proc-dev python3 python3-numpy"
+libpcre2-dev libcmocka-dev libutf8proc-dev python3 python3-numpy \
+libmicrohttpd-dev curl"
 
 missing=""
 for p in $PKGS; do
