@@ -77,6 +77,67 @@ static int push_text(struct ids *v, const struct st_tokenizer *tok,
 	return r;
 }
 
+/*
+ * Message content: ordinary text, never parsed for special tokens; and
+ * where it spells one of the template's scaffolding tokens that is a
+ * non-special added token (matched by any encode, as DeepSeek's
+ * <｜User｜>), that spelling is encoded as two pieces of text (its first
+ * byte, then the rest), so it cannot become the token (PITFALLS P3).
+ */
+static int push_content(struct ids *v, const struct st_tokenizer *tok,
+			const char *text, const char *const *guards,
+			int n_guards, struct st_diag *diag)
+{
+	const char *p = text;
+	int r = 0;
+
+	while (!r && *p) {
+		const char *hit = NULL;
+		size_t hit_len = 0;
+
+		for (int g = 0; g < n_guards; g++) {
+			int32_t id = st_tokenizer_token_id(tok, guards[g]);
+			const char *h;
+
+			/* special tokens are never matched in text encoded
+			 * without parse_special: no need to split them */
+			if (id < 0 || st_tokenizer_is_special(tok, id))
+				continue;
+			h = strstr(p, guards[g]);
+
+			if (h && (!hit || h < hit)) {
+				hit = h;
+				hit_len = strlen(guards[g]);
+			}
+		}
+		if (!hit) {
+			r = push_text(v, tok, p, NULL, NULL, diag);
+			break;
+		}
+		if (hit > p) {
+			char *pre = strndup(p, (size_t)(hit - p));
+
+			if (!pre)
+				return -ENOMEM;
+			r = push_text(v, tok, pre, NULL, NULL, diag);
+			free(pre);
+		}
+		if (!r) {
+			char first[2] = { hit[0], 0 };
+			char *rest = strndup(hit + 1, hit_len - 1);
+
+			if (!rest)
+				return -ENOMEM;
+			r = push_text(v, tok, first, NULL, NULL, diag);
+			if (!r)
+				r = push_text(v, tok, rest, NULL, NULL, diag);
+			free(rest);
+		}
+		p = hit + hit_len;
+	}
+	return r;
+}
+
 enum cw_chat_template cw_chat_detect(const char *dir)
 {
 	char path[4200];
@@ -140,6 +201,7 @@ static int encode_chatml(const struct st_tokenizer *tok,
 			 const struct cw_chat_msg *msgs, int n, struct ids *v,
 			 struct st_diag *diag)
 {
+	static const char *const guards[2] = { "<|im_start|>", "<|im_end|>" };
 	int r = 0;
 
 	for (int i = 0; !r && i < n; i++) {
@@ -148,7 +210,10 @@ static int encode_chatml(const struct st_tokenizer *tok,
 
 		r = push_special(v, tok, "<|im_start|>", diag);
 		if (!r)
-			r = push_text(v, tok, role, "\n", msgs[i].content, diag);
+			r = push_text(v, tok, role, "\n", NULL, diag);
+		if (!r)
+			r = push_content(v, tok, msgs[i].content, guards, 2,
+					 diag);
 		if (!r)
 			r = push_special(v, tok, "<|im_end|>", diag);
 		if (!r)
@@ -161,10 +226,14 @@ static int encode_chatml(const struct st_tokenizer *tok,
 	return r;
 }
 
+/* "[INST] " + (system "\n\n")? + user + " [/INST]" as one text segment
+ * (as the Mixtral-Instruct template renders it between its special
+ * tokens), answers followed by EOS. */
 static int encode_mixtral(const struct st_tokenizer *tok,
 			  const struct cw_chat_msg *msgs, int n, struct ids *v,
 			  struct st_diag *diag)
 {
+	static const char *const guards[2] = { "<s>", "</s>" };
 	const char *system = NULL;
 	int32_t bos = st_tokenizer_bos_id(tok), eos = st_tokenizer_eos_id(tok);
 	int r = 0;
@@ -182,27 +251,21 @@ static int encode_mixtral(const struct st_tokenizer *tok,
 			 * user message */
 			system = msgs[i].content;
 		} else if (role == 1) {
-			if (system) {
-				char *t = malloc(strlen(system) + 3);
+			size_t len = strlen(msgs[i].content) + 32 +
+				     (system ? strlen(system) : 0);
+			char *t = malloc(len);
 
-				if (!t)
-					return -ENOMEM;
-				strcpy(t, system);
-				strcat(t, "\n\n");
-				r = push_text(v, tok, "[INST] ", t,
-					      msgs[i].content, diag);
-				free(t);
-				system = NULL;
-			} else {
-				r = push_text(v, tok, "[INST] ", NULL,
-					      msgs[i].content, diag);
-			}
-			if (!r)
-				r = push_text(v, tok, " [/INST]", NULL, NULL,
-					      diag);
+			if (!t)
+				return -ENOMEM;
+			snprintf(t, len, "[INST] %s%s%s [/INST]",
+				 system ? system : "", system ? "\n\n" : "",
+				 msgs[i].content);
+			system = NULL;
+			r = push_content(v, tok, t, guards, 2, diag);
+			free(t);
 		} else {
-			r = push_text(v, tok, msgs[i].content, NULL, NULL,
-				      diag);
+			r = push_content(v, tok, msgs[i].content, guards, 2,
+					 diag);
 			if (!r)
 				r = ids_push(v, &eos, 1);
 		}
@@ -210,28 +273,40 @@ static int encode_mixtral(const struct st_tokenizer *tok,
 	return r;
 }
 
+/* BOS, the system messages joined by blank lines, then <｜User｜>text and
+ * <｜Assistant｜>text<｜end▁of▁sentence｜> turns, and <｜Assistant｜> (the
+ * DeepSeek-V3 template without tool calls). */
 static int encode_deepseek(const struct st_tokenizer *tok,
 			   const struct cw_chat_msg *msgs, int n,
 			   struct ids *v, struct st_diag *diag)
 {
-	int r = push_special(v, tok, DS_BOS, diag);
+	static const char *const guards[4] = { DS_BOS, DS_EOS, DS_USER,
+					       DS_ASSISTANT };
+	int r = push_special(v, tok, DS_BOS, diag), first = 1;
 
+	for (int i = 0; !r && i < n; i++) {
+		if (role_of(msgs[i].role) != 0)
+			continue;
+		if (!first)
+			r = push_text(v, tok, "\n\n", NULL, NULL, diag);
+		if (!r)
+			r = push_content(v, tok, msgs[i].content, guards, 4,
+					 diag);
+		first = 0;
+	}
 	for (int i = 0; !r && i < n; i++) {
 		int role = role_of(msgs[i].role);
 
-		if (role == 0) {
-			r = push_text(v, tok, msgs[i].content, NULL, NULL,
-				      diag);
-		} else if (role == 1) {
+		if (role == 1) {
 			r = push_special(v, tok, DS_USER, diag);
 			if (!r)
-				r = push_text(v, tok, msgs[i].content, NULL,
-					      NULL, diag);
-		} else {
+				r = push_content(v, tok, msgs[i].content,
+						 guards, 4, diag);
+		} else if (role == 2) {
 			r = push_special(v, tok, DS_ASSISTANT, diag);
 			if (!r)
-				r = push_text(v, tok, msgs[i].content, NULL,
-					      NULL, diag);
+				r = push_content(v, tok, msgs[i].content,
+						 guards, 4, diag);
 			if (!r)
 				r = push_special(v, tok, DS_EOS, diag);
 		}
