@@ -279,7 +279,8 @@ int cw_gen_advance(struct cw_gen *g, int n, uint64_t step_ns, char *out,
 	if (r < 0)
 		goto fail;
 	tok = r;
-	note_logprob(g, c->vocab_size, tok);
+	if (g->p.logprobs)
+		note_logprob(g, c->vocab_size, tok);
 	g->ids[g->n_prompt + g->n_gen] = tok;
 	g->n_gen++;
 	*ret_token = tok;

@@ -40,6 +40,9 @@ struct cw_gen_params {
 	int ignore_eos;
 	int prefix_cache;                 /* map cached prompt pages from kvd
 					   * and publish this prompt's */
+	int logprobs;                     /* compute the sampled token's
+					   * log-probability (a pass over the
+					   * vocabulary per token) */
 	int top_logprobs;                 /* 0..CW_GEN_MAX_TOP alternatives
 					   * kept per sampled token */
 };

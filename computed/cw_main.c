@@ -104,7 +104,7 @@ static void usage(FILE *f)
 "  --max-queued N         requests waiting beyond those (default 256;\n"
 "                         more get HTTP 429)\n"
 "  --max-step-tokens N    tokens per forward step: decode tokens, then\n"
-"                         prefill chunks (default 512)\n"
+"                         prefill chunks (default 128)\n"
 "  --max-body BYTES       largest HTTP request body (default 1048576;\n"
 "                         larger get HTTP 413)\n"
 "  --version              print the version and exit\n"
@@ -149,7 +149,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 	d->connect_timeout_ms = 30000;
 	d->sopts.max_running = 32;
 	d->sopts.max_queued = 256;
-	d->sopts.max_step_tokens = 512;
+	d->sopts.max_step_tokens = 128;
 	d->hopts.bind_addr = "127.0.0.1";
 	d->hopts.api_key = getenv("STRATA_API_KEY");
 	d->hopts.max_body_bytes = 1 << 20;

@@ -423,7 +423,7 @@ int cw_sched_create(struct cw_model *model, const struct st_tokenizer *tok,
 	if (s->o.max_queued <= 0)
 		s->o.max_queued = 256;
 	if (s->o.max_step_tokens <= 0)
-		s->o.max_step_tokens = 512;
+		s->o.max_step_tokens = 128;
 	/* every running sequence's decode token fits in one step */
 	if (s->o.max_step_tokens < s->o.max_running)
 		s->o.max_step_tokens = s->o.max_running;
@@ -645,6 +645,9 @@ void cw_sched_cancel(struct cw_sched_req *req)
 			snprintf(e.err_msg, sizeof(e.err_msg), "cancelled");
 			post_locked(s, req, &e, "");
 			req->done = 1;
+			if (s->metrics)
+				cw_metrics_gen_end(s->metrics, CW_FINISH_ERROR,
+						   1, 0, 0);
 			req_unref_locked(req); /* the scheduler's */
 		}
 		pthread_cond_signal(&s->cond_work);

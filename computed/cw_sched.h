@@ -31,7 +31,7 @@
 struct cw_sched_opts {
 	int max_running;      /* sequences decoding at once (default 32) */
 	int max_queued;       /* requests waiting for admission (default 256) */
-	int max_step_tokens;  /* tokens per forward step (default 512) */
+	int max_step_tokens;  /* tokens per forward step (default 128) */
 };
 
 /* One output event of a request. */
