@@ -8,6 +8,7 @@
  */
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -728,6 +729,12 @@ int main(int argc, char **argv)
 	st_log_set_name("computed");
 	if (!d)
 		return 1;
+	/* steady memory under request churn: per-request buffers of a
+	 * vocabulary's size (logits, sampler scratch) always come from mmap
+	 * and go back to the system when freed (no growing heap threshold),
+	 * and connection threads share a few malloc arenas */
+	mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+	mallopt(M_ARENA_MAX, 4);
 	r = parse_args(d, argc, argv);
 	if (r < 0)
 		return 2;

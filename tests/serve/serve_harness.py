@@ -119,12 +119,23 @@ class Instance:
                     p.kill()
                     p.wait()
 
-    def rss_kib(self, d="computed"):
+    def rss_kib(self, d="computed", field="VmRSS"):
+        """A /proc/PID/status memory field in KiB (VmRSS, RssAnon,
+        RssFile, RssShmem)."""
         with open("/proc/%d/status" % self.procs[d].pid) as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
         return 0
+
+    def rss_own_kib(self, d="computed"):
+        """The process's own memory: anonymous RSS.  Not counted: shared
+        memory (the KV and expert pools are kvd's and expertd's segments,
+        bounded by their budgets; computed's RSS counts the pool pages it
+        has touched, which grows until every page was used once) and file
+        pages (dense.bin mapped read-only: embedding rows are touched as
+        new token ids appear)."""
+        return self.rss_kib(d, "RssAnon")
 
 
 def headers_for(inst, key=None, extra=None):

@@ -5,8 +5,10 @@ strings, sampled and greedy, and one request in ten closed by its client
 after the first chunk.  Must end with zero errors (every request answered
 200 with a well-formed response, or closed by us), no sequence running or
 queued, no KV page used, aborted == the requests we closed, and flat
-memory: computed's RSS grows at most 1 % from the end of the warm-up (the
-first tenth of the run) to the end.
+memory: computed's own RSS (anonymous pages; the shared KV and expert
+pools are kvd's and expertd's, bounded by their budgets, and dense.bin's
+file pages are the model, both printed apart) grows at most 1 % from the end of the warm-up (the first tenth of
+the run) to the end.
 
 Usage: test_soak.py [DURATION_S]
 """
@@ -50,8 +52,9 @@ def main():
             if rng.random() < 0.2:
                 body["stop"] = ["e", "Doc"]
             close = rng.random() < 0.1
-            if close:
-                body["max_tokens"] = 5000  # still running when closed
+            if close:  # still running when closed: no stop, no chat EOS
+                body = {"prompt": "w1 w2 w3", "max_tokens": 5000}
+                path = "/v1/completions"
             try:
                 if close or rng.random() < 0.6:
                     st, out = stream(inst, path, dict(body, stream=True),
@@ -85,23 +88,30 @@ def main():
     for t in ts:
         t.start()
     time.sleep(duration / 10)
-    rss0 = inst.rss_kib()
+    rss0 = inst.rss_own_kib()
+    shm0 = inst.rss_kib(field="RssShmem")
+    file0 = inst.rss_kib(field="RssFile")
     samples = []
     while time.time() < stop_at:
         time.sleep(min(10, max(0.1, stop_at - time.time())))
-        samples.append(inst.rss_kib())
+        samples.append(inst.rss_own_kib())
     for t in ts:
         t.join()
     time.sleep(0.5)
-    rss1 = inst.rss_kib()
+    rss1 = inst.rss_own_kib()
+    shm1 = inst.rss_kib(field="RssShmem")
+    file1 = inst.rss_kib(field="RssFile")
     m = metrics(inst)
     inst.stop()
     growth = (rss1 - rss0) / rss0 * 100.0
     print("requests: %d ok, %d closed by the client, %d errors; %d tokens in "
           "%.0f s (%.1f tokens/s)" % (stats["ok"], stats["closed"], stats["errors"],
                                       stats["tokens"], duration, stats["tokens"] / duration))
-    print("computed RSS after warm-up %d KiB, at the end %d KiB (%+.2f %%), "
-          "max %d KiB" % (rss0, rss1, growth, max(samples + [rss1])))
+    print("computed anonymous RSS after warm-up %d KiB, at the end %d KiB "
+          "(%+.2f %%), max %d KiB; shared pool pages touched %d -> %d KiB; "
+          "file pages %d -> %d KiB" % (rss0, rss1, growth,
+                                        max(samples + [rss1]), shm0, shm1,
+                                        file0, file1))
     fails = []
     if stats["errors"]:
         fails.append("%d errors" % stats["errors"])
@@ -116,6 +126,8 @@ def main():
     if m['strata_requests_finished_total{reason="aborted"}'] != stats["closed"]:
         fails.append("aborted %d != closed %d" % (
             m['strata_requests_finished_total{reason="aborted"}'], stats["closed"]))
+    print("anonymous RSS every 10 s after the warm-up (KiB):",
+          " ".join(str(x) for x in samples))
     for f in fails:
         print("FAIL:", f)
     if not fails:
