@@ -24,6 +24,7 @@
 
 #define CW_HTTP_PING_NS (2ull * 1000000000ull) /* SSE keep-alive comment */
 #define CW_HTTP_POLL_MS 50  /* checks for a disconnected client */
+#define CW_HTTP_DRAIN_BYTES (64ull << 20) /* oversized bodies read, dropped */
 
 struct cw_http {
 	struct cw_http_opts o;
@@ -412,12 +413,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		if (!cs)
 			return MHD_NO;
 		*con_cls = cs;
-		/* refuse an announced oversized body before reading it */
+		/* an announced oversized body: refused before it is sent when
+		 * the client waits for "100 Continue" or the body is absurd;
+		 * else read and dropped, so that the client, still sending,
+		 * gets to read the 413 */
 		cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND,
 						 MHD_HTTP_HEADER_CONTENT_LENGTH);
-		if (cl && strtoull(cl, NULL, 10) > h->o.max_body_bytes)
-			cs->too_large = 1;
-		else
+		if (!cl || strtoull(cl, NULL, 10) <= h->o.max_body_bytes)
+			return MHD_YES;
+		cs->too_large = 1;
+		if (!MHD_lookup_connection_value(c, MHD_HEADER_KIND,
+						 MHD_HTTP_HEADER_EXPECT) &&
+		    strtoull(cl, NULL, 10) <= CW_HTTP_DRAIN_BYTES)
 			return MHD_YES;
 	}
 	if (*upload_size) {

@@ -115,29 +115,23 @@ static int post_locked(struct cw_sched *s, struct cw_sched_req *r,
 	return 0;
 }
 
-static void post(struct cw_sched *s, struct cw_sched_req *r,
-		 const struct cw_sched_event *e, const char *text)
-{
-	pthread_mutex_lock(&s->lock);
-	if (post_locked(s, r, e, text) < 0 && e->finish != CW_FINISH_NONE)
-		r->done = 1; /* the consumer sees the end by time-out */
-	pthread_mutex_unlock(&s->lock);
-}
-
-static void post_error(struct cw_sched *s, struct cw_sched_req *r, int err,
-		       const char *msg)
+/* The last event of a request that failed with err. */
+static struct cw_sched_event error_event(int err, const char *msg)
 {
 	struct cw_sched_event e = { .token = -1, .finish = CW_FINISH_ERROR,
 				    .err = err };
 
 	snprintf(e.err_msg, sizeof(e.err_msg), "%s", msg);
-	post(s, r, &e, "");
+	return e;
 }
 
 /* Removes r from the running list (scheduler thread), frees its
- * generation (and so its KV sequence), and drops the scheduler's ref. */
+ * generation (and so its KV sequence), then posts its last event (so a
+ * client that sees the end finds the pages already freed) and drops the
+ * scheduler's ref. */
 static void retire(struct cw_sched *s, struct cw_sched_req *r,
-		   enum cw_finish fin, int aborted)
+		   enum cw_finish fin, int aborted,
+		   const struct cw_sched_event *last, const char *text)
 {
 	struct cw_sched_req **pp = &s->running;
 	uint64_t ttft = 0, tpot = 0;
@@ -162,6 +156,8 @@ static void retire(struct cw_sched *s, struct cw_sched_req *r,
 	if (s->metrics)
 		cw_metrics_gen_end(s->metrics, (int)fin, aborted, ttft, tpot);
 	pthread_mutex_lock(&s->lock);
+	if (last && post_locked(s, r, last, text) < 0)
+		r->done = 1; /* the consumer sees the end by time-out */
 	s->n_running--;
 	req_unref_locked(r);
 	pthread_cond_broadcast(&s->cond_out);
@@ -183,9 +179,10 @@ static void admit(struct cw_sched *s, struct cw_sched_req *r)
 	r->next = NULL;
 	*pp = r;
 	if (rc < 0) {
+		struct cw_sched_event e = error_event(rc, diag.msg);
+
 		r->gen = NULL;
-		post_error(s, r, rc, diag.msg);
-		retire(s, r, CW_FINISH_ERROR, 0);
+		retire(s, r, CW_FINISH_ERROR, 0, &e, "");
 		return;
 	}
 	free(r->ids);
@@ -215,8 +212,9 @@ static void advance(struct cw_sched *s, struct cw_sched_req *r, int n,
 	len = cw_gen_advance(r->gen, n, step_ns, text, sizeof(text), &e.token,
 			     &e.finish, &diag);
 	if (len < 0) {
-		post_error(s, r, len, diag.msg);
-		retire(s, r, CW_FINISH_ERROR, 0);
+		struct cw_sched_event ee = error_event(len, diag.msg);
+
+		retire(s, r, CW_FINISH_ERROR, 0, &ee, "");
 		return;
 	}
 	if (e.token < 0 && e.finish == CW_FINISH_NONE)
@@ -227,12 +225,14 @@ static void advance(struct cw_sched *s, struct cw_sched_req *r, int n,
 			r->t_first = now;
 		r->t_last = now;
 	}
+	if (e.finish != CW_FINISH_NONE) {
+		retire(s, r, e.finish, 0, &e, text);
+		return;
+	}
 	pthread_mutex_lock(&s->lock);
 	r->n_gen = cw_gen_n_generated(r->gen);
 	post_locked(s, r, &e, text);
 	pthread_mutex_unlock(&s->lock);
-	if (e.finish != CW_FINISH_NONE)
-		retire(s, r, e.finish, 0);
 }
 
 /* Evaluates the step's tokens; pins the sequences kvd may spill. */
@@ -323,16 +323,19 @@ static int step(struct cw_sched *s)
 				      1, &d1);
 			off += s->bn[i];
 			if (r < 0) {
-				post_error(s, s->breq[i], r, d1.msg);
-				retire(s, s->breq[i], CW_FINISH_ERROR, 0);
+				struct cw_sched_event e = error_event(r, d1.msg);
+
+				retire(s, s->breq[i], CW_FINISH_ERROR, 0, &e,
+				       "");
 				s->breq[i] = NULL;
 			}
 		}
 		r = 0;
 		dt = st_now_ns() - t0;
 	} else if (r < 0) {
-		post_error(s, s->breq[0], r, diag.msg);
-		retire(s, s->breq[0], CW_FINISH_ERROR, 0);
+		struct cw_sched_event e = error_event(r, diag.msg);
+
+		retire(s, s->breq[0], CW_FINISH_ERROR, 0, &e, "");
 		return n;
 	}
 	if (s->metrics)
@@ -381,8 +384,10 @@ static void *sched_main(void *arg)
 				cancels[n_cancel++] = q;
 		pthread_mutex_unlock(&s->lock);
 		for (int i = 0; i < n_cancel; i++) {
-			post_error(s, cancels[i], -ECANCELED, "cancelled");
-			retire(s, cancels[i], CW_FINISH_ERROR, 1);
+			struct cw_sched_event e = error_event(-ECANCELED,
+							      "cancelled");
+
+			retire(s, cancels[i], CW_FINISH_ERROR, 1, &e, "");
 		}
 		if (step(s) == 0) {
 			/* idle, or every running request waits for its
@@ -465,9 +470,10 @@ void cw_sched_destroy(struct cw_sched *s)
 	if (s->have_thread)
 		pthread_join(s->thread, NULL);
 	while (s->running) {
-		post_error(s, s->running, -ST_E_PEERGONE,
-			   "computed is shutting down");
-		retire(s, s->running, CW_FINISH_ERROR, 0);
+		struct cw_sched_event e = error_event(
+			-ST_E_PEERGONE, "computed is shutting down");
+
+		retire(s, s->running, CW_FINISH_ERROR, 0, &e, "");
 	}
 	pthread_mutex_lock(&s->lock);
 	while (s->queue_head) {

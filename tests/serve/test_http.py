@@ -350,6 +350,13 @@ def test_errors(inst, cfg):
         f.write(big)
         f.flush()
         code, body = curl(inst, "/v1/completions", "-H", "Authorization: Bearer " + KEY,
+                          "-H", "Expect: 100-continue", "--data-binary", "@" + f.name)
+    check(code == 413 and json.loads(body)["error"]["message"],
+          "413 before the body is sent with Expect: 100-continue (curl)")
+    with tempfile.NamedTemporaryFile() as f:
+        f.write(big)
+        f.flush()
+        code, body = curl(inst, "/v1/completions", "-H", "Authorization: Bearer " + KEY,
                           "-H", "Transfer-Encoding: chunked", "--data-binary", "@" + f.name)
     check(code == 413, "413 for a chunked body over 1 MiB (got %d)" % code)
     # API key
