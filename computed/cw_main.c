@@ -776,9 +776,16 @@ int main(int argc, char **argv)
 
 		if (d->chat_name[0])
 			cw_chat_parse(d->chat_name, &t);
-		if (!d->model_name[0])
+		if (!d->model_name[0]) {
+			/* the store's name without ".strata" */
+			char *dot;
+
 			snprintf(d->model_name, sizeof(d->model_name), "%.200s",
 				 base && base[1] ? base + 1 : d->store_dir);
+			dot = strstr(d->model_name, ".strata");
+			if (dot && dot != d->model_name && !dot[7])
+				*dot = 0;
+		}
 		d->hopts.model_name = d->model_name;
 		d->hopts.chat = t;
 		d->hopts.run_dir = d->run_dir;
