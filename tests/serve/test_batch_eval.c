@@ -8,13 +8,15 @@
  * every logits vector must be bit-identical (memcmp), so the greedy tokens
  * are too.  Real expertd and kvd daemons; F32 KV.
  *
- * Usage: test_batch_eval FIXTURE EXPERTS   (tiny-qwen3moe|tiny-mixtral,
- * bf16|mxfp4)
+ * Usage: test_batch_eval FIXTURE EXPERTS [KV]  (tiny-qwen3moe|tiny-mixtral,
+ * bf16|mxfp4, f32|f16|bf16|fp8).  With a fast KV dtype (not reference
+ * mode) the same exactness holds: batching changes no per-token operation.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_kvrow.h"
 #include "cw_model.h"
 #include "cw_sampler.h"
 #include "es_client.h"
@@ -68,6 +70,10 @@ int main(int argc, char **argv)
 	r = es_convert(model_dir, store, &o, &diag);
 	if (r < 0) {
 		printf("FAIL: convert: %s\n", diag.msg);
+		return 1;
+	}
+	if (argc > 3 && cw_kvrow_parse_dtype(argv[3], &mo.kv_dtype) < 0) {
+		printf("FAIL: bad KV dtype %s\n", argv[3]);
 		return 1;
 	}
 	st_test_inst_init(&inst, "bat");
