@@ -216,6 +216,7 @@ static void daemon_argv(struct cli_instance *inst, const char *daemon,
 		add_opt(argv, &a, "--page-rows", inst->page_rows);
 		add_opt(argv, &a, "--threads", inst->threads);
 		add_opt(argv, &a, "--compute", inst->compute);
+		add_opt(argv, &a, "--http-port", inst->http_port);
 	}
 	if (inst->tier)
 		extra = !strcmp(daemon, "expertd") ? inst->tier->es :

@@ -26,6 +26,7 @@ struct cli_instance {
 	char page_rows[16];      /* computed --page-rows, "" = default */
 	char threads[16];        /* computed --threads, "" = default */
 	char compute[16];        /* computed --compute (reference|fast) */
+	char http_port[16];      /* computed --http-port, "" = no HTTP API */
 	int pid_expertd, pid_kvd, pid_computed;
 	int started_by_us;       /* 1 when this process spawned them */
 	const struct cli_tier_args *tier; /* extra daemon options, or NULL */

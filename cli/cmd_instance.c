@@ -32,7 +32,8 @@ static void inst_usage(FILE *f, const char *cmd)
 	"                 [--kv-budget B] [--kv-spill-budget B] [--kv-dtype T]\n"
 	"                 [--numa auto|N|interleave|off] [--loader-threads N]\n"
 	"                 [--max-seqs N] [--page-rows N] [--threads N]\n"
-	"                 [--dense-format bf16|f32] [--timeout SEC] [--help-config]\n"
+	"                 [--dense-format bf16|f32] [--http-port N] [--timeout SEC]\n"
+	"                 [--help-config]\n"
 	"                 [expert-tier options: --evict, --hot-experts,\n"
 	"                 --state-dir, --prefetch-depth, ... as for strata run]" :
 	!strcmp(cmd, "restart") ? " DAEMON [--timeout SEC]" : "");
@@ -45,7 +46,9 @@ static void inst_usage(FILE *f, const char *cmd)
 			"and --help-config); flags win over it.\n--numa "
 			"(default auto) binds each daemon's threads to a NUMA "
 			"node's cores and\nits shared memory to the node's "
-			"memory (strata topo shows the choice).\n");
+			"memory (strata topo shows the choice).\n"
+			"--http-port N serves the OpenAI-compatible HTTP API on "
+			"127.0.0.1:N\n(API key: $STRATA_API_KEY, if set).\n");
 	else if (!strcmp(cmd, "down"))
 		fprintf(f, "Stops the instance's daemons (computed first), "
 			"then removes its sockets,\npid files and shared-memory "
@@ -105,9 +108,9 @@ static int parse(int argc, char **argv, const char *cmd,
 {
 	static const struct option tier_opts[] = { CLI_TIER_LONGOPTS };
 	static struct cli_tier_args tier; /* outlives parse(): inst->tier */
-	struct option opts[N_FLAGS + 5 + sizeof(tier_opts) / sizeof(tier_opts[0])];
+	struct option opts[N_FLAGS + 6 + sizeof(tier_opts) / sizeof(tier_opts[0])];
 	struct st_diag diag = { "" };
-	int c, is_up = !strcmp(cmd, "up"), n = 0, any_tier = 0;
+	int c, is_up = !strcmp(cmd, "up"), n = 0, any_tier = 0, http_port = 0;
 	const char *config = NULL;
 
 	for (size_t i = 0; i < N_FLAGS; i++)
@@ -127,6 +130,7 @@ static int parse(int argc, char **argv, const char *cmd,
 	opts[n++] = (struct option){ "config", required_argument, NULL, 'C' };
 	opts[n++] = (struct option){ "timeout", required_argument, NULL, 'T' };
 	opts[n++] = (struct option){ "help-config", no_argument, NULL, 'G' };
+	opts[n++] = (struct option){ "http-port", required_argument, NULL, 'H' };
 	opts[n++] = (struct option){ "help", no_argument, NULL, 'h' };
 	opts[n] = (struct option){ 0 };
 
@@ -158,6 +162,14 @@ static int parse(int argc, char **argv, const char *cmd,
 		case 'C': break;
 		case 'T': *timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 120; break;
 		case 'G': st_iconf_print_help(stdout); exit(0);
+		case 'H':
+			if (atoi(optarg) < 1 || atoi(optarg) > 65535) {
+				fprintf(stderr, "strata: --http-port must be "
+					"1..65535\n");
+				return 2;
+			}
+			http_port = atoi(optarg);
+			break;
 		case 'h': inst_usage(stdout, cmd); exit(0);
 		case CLI_OPT_EVICT ... CLI_OPT_HALF_LIFE:
 			if (!is_up) {
@@ -184,6 +196,13 @@ static int parse(int argc, char **argv, const char *cmd,
 		return 2;
 	}
 	memset(inst, 0, sizeof(*inst));
+	if (http_port && !is_up) {
+		inst_usage(stderr, cmd);
+		return 2;
+	}
+	if (http_port)
+		snprintf(inst->http_port, sizeof(inst->http_port), "%d",
+			 http_port);
 	copy(inst->name, sizeof(inst->name), st_iconf_get(conf, "instance.name"));
 	copy(inst->run_dir, sizeof(inst->run_dir),
 	     st_iconf_get(conf, "instance.run_dir"));

@@ -2,6 +2,7 @@
 #include "cw_gen.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,6 +17,8 @@ struct cw_gen {
 	int have_seq;
 	int32_t *ids;                    /* prompt then generated, owned */
 	int n_prompt, n_gen, cap_ids, max_tokens;
+	int n_done;                      /* prompt rows computed so far */
+	struct cw_gen_logprob lp;        /* of the last sampled token */
 	int context_cut;                 /* max_tokens was cut to the context */
 	uint32_t n_cached;               /* prompt rows mapped from the prefix
 					  * cache (not computed again) */
@@ -36,7 +39,6 @@ int cw_gen_n_cached(const struct cw_gen *g) { return (int)g->n_cached; }
 const int32_t *cw_gen_prompt_ids(const struct cw_gen *g) { return g->ids; }
 uint64_t cw_gen_prefill_ns(const struct cw_gen *g) { return g->prefill_ns; }
 uint64_t cw_gen_decode_ns(const struct cw_gen *g) { return g->decode_ns; }
-const float *cw_gen_logits(const struct cw_gen *g) { return g->logits; }
 
 void cw_gen_free(struct cw_gen *g)
 {
@@ -56,10 +58,27 @@ int cw_gen_start(struct cw_model *model, const struct st_tokenizer *tok,
 		 const struct cw_gen_params *p, struct cw_gen **ret,
 		 struct st_diag *diag)
 {
-	const struct st_model_config *c = cw_model_config(model);
-	struct cw_gen *g = calloc(1, sizeof(*g));
 	int32_t *ids = NULL;
 	size_t n_ids = 0;
+	int r;
+
+	r = st_tokenizer_encode(tok, prompt, prompt_len, p->add_special,
+				p->parse_special, &ids, &n_ids);
+	if (r < 0)
+		return st_diag_set(diag, r, "cannot encode the prompt: %s",
+				   st_strerror(r));
+	r = cw_gen_start_ids(model, tok, kv, ids, n_ids, p, ret, diag);
+	free(ids);
+	return r;
+}
+
+int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
+		     struct kv_client *kv, const int32_t *ids, size_t n_ids,
+		     const struct cw_gen_params *p, struct cw_gen **ret,
+		     struct st_diag *diag)
+{
+	const struct st_model_config *c = cw_model_config(model);
+	struct cw_gen *g = calloc(1, sizeof(*g));
 	int r;
 
 	if (!g)
@@ -81,22 +100,18 @@ int cw_gen_start(struct cw_model *model, const struct st_tokenizer *tok,
 		cw_gen_free(g);
 		return st_diag_set(diag, r, "invalid sampling parameters");
 	}
-	r = st_tokenizer_encode(tok, prompt, prompt_len, p->add_special,
-				p->parse_special, &ids, &n_ids);
-	if (r < 0) {
+	if (g->p.top_logprobs < 0 || g->p.top_logprobs > CW_GEN_MAX_TOP) {
 		cw_gen_free(g);
-		return st_diag_set(diag, r, "cannot encode the prompt: %s",
-				   st_strerror(r));
+		return st_diag_set(diag, -EINVAL, "top_logprobs must be 0..%d",
+				   CW_GEN_MAX_TOP);
 	}
 	if (n_ids == 0) {
-		free(ids);
 		cw_gen_free(g);
 		return st_diag_set(diag, -EINVAL,
 				   "the prompt encodes to no tokens; give some "
 				   "text");
 	}
 	if (n_ids >= (size_t)c->max_position_embeddings) {
-		free(ids);
 		cw_gen_free(g);
 		return st_diag_set(diag, -ST_E_LIMIT,
 				   "prompt of %zu tokens does not fit the "
@@ -114,12 +129,10 @@ int cw_gen_start(struct cw_model *model, const struct st_tokenizer *tok,
 	g->ids = malloc(sizeof(int32_t) * (size_t)g->cap_ids);
 	g->logits = malloc(sizeof(float) * (size_t)c->vocab_size);
 	if (!g->ids || !g->logits) {
-		free(ids);
 		cw_gen_free(g);
 		return -ENOMEM;
 	}
 	memcpy(g->ids, ids, sizeof(int32_t) * n_ids);
-	free(ids);
 	g->n_prompt = (int)n_ids;
 	if (p->prefix_cache)
 		r = kv_client_seq_create_prefix(kv, g->ids, (uint32_t)g->n_prompt,
@@ -131,6 +144,7 @@ int cw_gen_start(struct cw_model *model, const struct st_tokenizer *tok,
 		return r;
 	}
 	g->have_seq = 1;
+	g->n_done = (int)g->n_cached;
 	{
 		/* without a spill budget nothing ever leaves the pool, so the
 		 * two pin/unpin round trips per step are not needed */
@@ -154,70 +168,119 @@ static int is_eos(const struct cw_gen *g, int32_t id)
 	return id == st_tokenizer_eos_id(g->tok);
 }
 
-int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
-		enum cw_finish *ret_finish, struct st_diag *diag)
+uint32_t cw_gen_seq(const struct cw_gen *g) { return g->seq; }
+int cw_gen_pin_steps(const struct cw_gen *g) { return g->pin_steps; }
+float *cw_gen_logits(struct cw_gen *g) { return g->logits; }
+
+const struct cw_gen_logprob *cw_gen_last_logprob(const struct cw_gen *g)
+{
+	return &g->lp;
+}
+
+void cw_gen_fail(struct cw_gen *g)
+{
+	g->finish = CW_FINISH_ERROR;
+}
+
+int cw_gen_next_input(const struct cw_gen *g, int max_n, uint32_t *ret_pos,
+		      const int32_t **ret_ids, int *ret_want_logits)
+{
+	int n;
+
+	if (g->finish != CW_FINISH_NONE || g->max_tokens == 0 || max_n <= 0)
+		return 0;
+	if (g->n_done < g->n_prompt) {
+		n = ST_MIN(max_n, g->n_prompt - g->n_done);
+		*ret_pos = (uint32_t)g->n_done;
+		*ret_ids = g->ids + g->n_done;
+		*ret_want_logits = g->n_done + n == g->n_prompt;
+		return n;
+	}
+	*ret_pos = (uint32_t)(g->n_prompt + g->n_gen - 1);
+	*ret_ids = g->ids + *ret_pos;
+	*ret_want_logits = 1;
+	return 1;
+}
+
+/* Log-probability of the sampled token and the top alternatives, from
+ * the raw logits (log-sum-exp accumulated in double). */
+static void note_logprob(struct cw_gen *g, int vocab, int32_t tok)
+{
+	const float *lg = g->logits;
+	double mx = -INFINITY, sum = 0.0;
+	float lse;
+	int k = g->p.top_logprobs;
+
+	for (int i = 0; i < vocab; i++)
+		if (lg[i] > mx)
+			mx = lg[i];
+	for (int i = 0; i < vocab; i++)
+		sum += exp((double)lg[i] - mx);
+	lse = (float)(mx + log(sum));
+	g->lp.logprob = lg[tok] - lse;
+	g->lp.n_top = 0;
+	for (int i = 0; i < vocab && k > 0; i++) {
+		int j = g->lp.n_top;
+
+		if (j == k && lg[i] <= lg[g->lp.top_id[k - 1]])
+			continue;
+		if (j < k)
+			g->lp.n_top++;
+		else
+			j = k - 1;
+		/* insertion: ties keep the lower id first */
+		while (j > 0 && lg[g->lp.top_id[j - 1]] < lg[i]) {
+			g->lp.top_id[j] = g->lp.top_id[j - 1];
+			j--;
+		}
+		g->lp.top_id[j] = i;
+	}
+	for (int j = 0; j < g->lp.n_top; j++)
+		g->lp.top_logprob[j] = lg[g->lp.top_id[j]] - lse;
+}
+
+int cw_gen_advance(struct cw_gen *g, int n, uint64_t step_ns, char *out,
+		   size_t cap, int32_t *ret_token, enum cw_finish *ret_finish,
+		   struct st_diag *diag)
 {
 	const struct st_model_config *c = cw_model_config(g->model);
-	uint64_t t0 = st_now_ns();
 	char piece[512];
 	int32_t tok;
-	int r, n;
+	int r;
 
 	*ret_token = -1;
 	out[0] = 0;
-	if (g->finish != CW_FINISH_NONE) {
-		*ret_finish = g->finish;
+	*ret_finish = g->finish;
+	if (g->finish != CW_FINISH_NONE)
 		return 0;
-	}
 	if (g->max_tokens == 0) {
 		g->finish = CW_FINISH_LENGTH;
 		*ret_finish = g->finish;
 		return 0;
 	}
-	/* the sequence's pages must be on the host while we compute (kvd
-	 * may have spilled them while the generation was idle) */
-	r = g->pin_steps ? kv_client_seq_pin(g->kv, 1, &g->seq, NULL, diag) : 0;
-	if (r < 0)
-		goto fail;
-	if (g->n_gen == 0) {
-		/* prompt rows the prefix cache already holds are not computed
-		 * again (at least the last token always is) */
-		for (int p0 = (int)g->n_cached; p0 < g->n_prompt;
-		     p0 += CW_PREFILL_CHUNK) {
-			int cn = ST_MIN(CW_PREFILL_CHUNK, g->n_prompt - p0);
-
-			r = cw_model_eval(g->model, g->seq, (uint32_t)p0,
-					  g->ids + p0, cn, NULL,
-					  p0 + cn == g->n_prompt ? g->logits :
-								   NULL,
-					  diag);
-			if (r < 0)
-				goto fail_pinned;
-		}
+	if (g->n_gen == 0)
+		g->prefill_ns += step_ns;
+	else
+		g->decode_ns += step_ns;
+	if (g->n_done < g->n_prompt) {
+		g->n_done += n;
+		if (g->n_done < g->n_prompt)
+			return 0;
 		/* the prompt's full pages become findable for later
 		 * requests with the same prefix */
 		if (g->p.prefix_cache) {
 			r = kv_client_seq_publish(g->kv, g->seq, g->ids,
 						  (uint32_t)g->n_prompt, diag);
 			if (r < 0)
-				goto fail_pinned;
+				goto fail;
 		}
-	} else {
-		int pos = g->n_prompt + g->n_gen - 1;
-
-		r = cw_model_eval(g->model, g->seq, (uint32_t)pos,
-				  g->ids + pos, 1, NULL, g->logits, diag);
-		if (r < 0)
-			goto fail_pinned;
 	}
-	/* idle between steps: kvd may spill it under memory pressure */
-	r = g->pin_steps ? kv_client_seq_unpin(g->kv, 1, &g->seq, diag) : 0;
-	if (r < 0)
-		goto fail;
 	r = cw_sampler_sample(&g->sampler, g->logits, c->vocab_size);
 	if (r < 0)
 		goto fail;
 	tok = r;
+	if (g->p.logprobs)
+		note_logprob(g, c->vocab_size, tok);
 	g->ids[g->n_prompt + g->n_gen] = tok;
 	g->n_gen++;
 	*ret_token = tok;
@@ -239,26 +302,60 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 		r = n;
 		goto fail;
 	}
-	{
-		int len = cw_stopbuf_push(&g->stops, piece, (size_t)n,
-					  g->finish != CW_FINISH_NONE, out, cap);
+	r = cw_stopbuf_push(&g->stops, piece, (size_t)n,
+			    g->finish != CW_FINISH_NONE, out, cap);
+	if (r < 0)
+		goto fail;
+	if (g->stops.stopped)
+		g->finish = CW_FINISH_STOP;
+	*ret_finish = g->finish;
+	return r;
+fail:
+	g->finish = CW_FINISH_ERROR;
+	*ret_finish = g->finish;
+	return r;
+}
 
-		if (len < 0) {
-			r = len;
-			goto fail;
-		}
-		if (g->stops.stopped)
-			g->finish = CW_FINISH_STOP;
-		if (g->n_gen == 1)
-			g->prefill_ns += st_now_ns() - t0;
-		else
-			g->decode_ns += st_now_ns() - t0;
-		*ret_finish = g->finish;
-		return len;
+int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
+		enum cw_finish *ret_finish, struct st_diag *diag)
+{
+	uint64_t t0 = st_now_ns();
+	const int32_t *ids;
+	uint32_t pos;
+	int r = 0, n, want;
+
+	*ret_token = -1;
+	out[0] = 0;
+	if (g->finish != CW_FINISH_NONE || g->max_tokens == 0)
+		return cw_gen_advance(g, 0, 0, out, cap, ret_token, ret_finish,
+				      diag);
+	/* the sequence's pages must be on the host while we compute (kvd
+	 * may have spilled them while the generation was idle) */
+	r = g->pin_steps ? kv_client_seq_pin(g->kv, 1, &g->seq, NULL, diag) : 0;
+	if (r < 0)
+		goto fail;
+	/* the whole prompt (in chunks) or one decode token */
+	do {
+		n = cw_gen_next_input(g, CW_PREFILL_CHUNK, &pos, &ids, &want);
+		r = cw_model_eval(g->model, g->seq, pos, ids, n, NULL,
+				  want ? g->logits : NULL, diag);
+		if (r < 0)
+			break;
+		if (!want)
+			g->n_done += n;
+	} while (!want);
+	/* idle between steps: kvd may spill it under memory pressure */
+	if (g->pin_steps) {
+		int u = kv_client_seq_unpin(g->kv, 1, &g->seq,
+					    r < 0 ? NULL : diag);
+
+		if (r == 0)
+			r = u;
 	}
-fail_pinned:
-	if (g->pin_steps)
-		kv_client_seq_unpin(g->kv, 1, &g->seq, NULL);
+	if (r < 0)
+		goto fail;
+	return cw_gen_advance(g, n, st_now_ns() - t0, out, cap, ret_token,
+			      ret_finish, diag);
 fail:
 	g->finish = CW_FINISH_ERROR;
 	*ret_finish = g->finish;

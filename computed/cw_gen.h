@@ -19,6 +19,7 @@
 
 #define CW_GEN_MAX_STOP 4
 #define CW_PREFILL_CHUNK 256 /* prompt tokens per forward call */
+#define CW_GEN_MAX_TOP 5     /* top_logprobs at most */
 
 enum cw_finish {
 	CW_FINISH_NONE = 0,
@@ -39,6 +40,21 @@ struct cw_gen_params {
 	int ignore_eos;
 	int prefix_cache;                 /* map cached prompt pages from kvd
 					   * and publish this prompt's */
+	int logprobs;                     /* compute the sampled token's
+					   * log-probability (a pass over the
+					   * vocabulary per token) */
+	int top_logprobs;                 /* 0..CW_GEN_MAX_TOP alternatives
+					   * kept per sampled token */
+};
+
+/* Log-probabilities of the last sampled token under the model's
+ * distribution (log-softmax of the raw logits, before temperature and
+ * truncation), and the top alternatives by descending probability. */
+struct cw_gen_logprob {
+	float logprob;
+	int n_top;
+	int32_t top_id[CW_GEN_MAX_TOP];
+	float top_logprob[CW_GEN_MAX_TOP];
 };
 
 struct cw_gen;
@@ -56,7 +72,59 @@ int cw_gen_start(struct cw_model *model, const struct st_tokenizer *tok,
 		 struct st_diag *diag);
 
 /*
- * Produces the next token.  The first call runs the prefill.  Writes the
+ * As cw_gen_start with the prompt already encoded (n_ids token ids, copied;
+ * chat templates encode scaffolding and content separately, PITFALLS P3).
+ */
+int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
+		     struct kv_client *kv, const int32_t *ids, size_t n_ids,
+		     const struct cw_gen_params *p, struct cw_gen **ret,
+		     struct st_diag *diag);
+
+/*
+ * Stepping by a scheduler (continuous batching, cw_sched.h): the scheduler
+ * asks each generation for the tokens of its next forward step, evaluates
+ * them in one cw_model_eval_batch with other sequences' tokens, then calls
+ * cw_gen_advance.
+ *
+ * cw_gen_next_input: at most max_n tokens still to run: prompt rows not
+ * yet computed (prefill, in chunks) or the last sampled token (decode, 1).
+ * *ret_pos is the position of the first, *ret_ids the ids (borrowed).
+ * *ret_want_logits is 1 when the last of them needs logits (it completes
+ * the prompt or is a decode step); they go into cw_gen_logits(g).
+ * Returns the count, 0 once finished.
+ */
+int cw_gen_next_input(const struct cw_gen *g, int max_n, uint32_t *ret_pos,
+		      const int32_t **ret_ids, int *ret_want_logits);
+/* The KV sequence, and whether it must be pinned while computing (kvd may
+ * spill idle sequences). */
+uint32_t cw_gen_seq(const struct cw_gen *g);
+int cw_gen_pin_steps(const struct cw_gen *g);
+/* The vocab_size logits buffer of the next sample (owned by g); after a
+ * step, the logits that step sampled from (tests compare them bit for bit),
+ * valid until the next step or cw_gen_free. */
+float *cw_gen_logits(struct cw_gen *g);
+
+/*
+ * After the n tokens of cw_gen_next_input were evaluated (logits in
+ * cw_gen_logits(g) when wanted): while the prompt is not complete, records
+ * them and returns 0 with *ret_token -1; else samples, publishes the
+ * prompt's pages to the prefix cache (after the prefill), and returns the
+ * released text as cw_gen_step does.  step_ns (the step's wall time) is
+ * added to the prefill or decode time.  Errors as cw_gen_step.
+ */
+int cw_gen_advance(struct cw_gen *g, int n, uint64_t step_ns, char *out,
+		   size_t cap, int32_t *ret_token, enum cw_finish *ret_finish,
+		   struct st_diag *diag);
+
+/* Ends the generation with CW_FINISH_ERROR (a failed batch step). */
+void cw_gen_fail(struct cw_gen *g);
+
+/* Log-probabilities of the last sampled token (valid after a sample). */
+const struct cw_gen_logprob *cw_gen_last_logprob(const struct cw_gen *g);
+
+/*
+ * Produces the next token by itself (one sequence, no scheduler).  The
+ * first call runs the prefill.  Writes the
  * text that became final into out (cap bytes, NUL-terminated; cap >= 1024
  * recommended) and returns its length, with *ret_token the id sampled (-1
  * if none) and *ret_finish the finish reason (CW_FINISH_NONE while going on).
@@ -80,8 +148,5 @@ const int32_t *cw_gen_prompt_ids(const struct cw_gen *g);
 /* Nanoseconds of the prefill (first step) and of all later steps. */
 uint64_t cw_gen_prefill_ns(const struct cw_gen *g);
 uint64_t cw_gen_decode_ns(const struct cw_gen *g);
-/* Logits (vocab_size floats) the last step sampled from; valid until the
- * next step or cw_gen_free.  Tests compare them bit for bit. */
-const float *cw_gen_logits(const struct cw_gen *g);
 
 #endif

@@ -1,24 +1,31 @@
 /*
  * cw_main.c — the computed daemon: owns the dense weights, the compute
- * backend and the request API of this slice (nanomsg REP socket
- * <run_dir>/computed.ctl; the HTTP API comes later).  Reads top to bottom:
- * parse options, connect to expertd and kvd, open the model, serve, tear
- * down.
+ * backend and the request APIs (nanomsg REP socket <run_dir>/computed.ctl,
+ * and the OpenAI-compatible HTTP API when --http-port is given).  Both feed
+ * one continuous-batching scheduler (cw_sched.h).  Reads top to bottom:
+ * parse options, connect to expertd and kvd, open the model, start the
+ * scheduler and the HTTP server, serve, tear down.
  */
 #include <errno.h>
 #include <getopt.h>
+#include <malloc.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "cw_chat.h"
 #include "cw_gen.h"
+#include "cw_http.h"
 #include "cw_kvrow.h"
+#include "cw_metrics.h"
 #include "cw_model.h"
 #include "cw_proto.h"
 #include "cw_sampler.h"
 #include "cw_routing.h"
+#include "cw_sched.h"
 #include "es_client.h"
 #include "kv_client.h"
 #include "st_build_config.h"
@@ -35,9 +42,11 @@
 #define CW_GEN_IDLE_NS (300ull * 1000000000ull) /* reclaim abandoned ones */
 
 struct cw_gen_slot {
-	struct cw_gen *gen;       /* owned; NULL when free */
+	struct cw_sched_req *gen; /* owned (cw_sched_release); NULL when free */
 	uint32_t id;
 	uint64_t last_use_ns;
+	enum cw_finish finish;    /* once its last event was taken */
+	int n_generated;
 };
 
 struct cw_daemon {
@@ -62,6 +71,14 @@ struct cw_daemon {
 	uint64_t prefill_ns, decode_ns;
 	struct cw_routing_opts ropts;
 	struct cw_routing *routing;
+	/* serving: scheduler, HTTP API, metrics */
+	struct cw_sched_opts sopts;
+	struct cw_http_opts hopts;
+	char chat_name[32];
+	char model_name[256];
+	struct cw_metrics metrics;
+	struct cw_sched *sched;
+	struct cw_http *http;
 };
 
 static void usage(FILE *f)
@@ -97,6 +114,23 @@ static void usage(FILE *f)
 "  --route-record FILE    write the routing applied as such a trace\n"
 "  --lookahead-oracle     benchmarks: hint the trace's experts instead of\n"
 "                         probing the routers (needs --route-trace)\n"
+"\n"
+"Serving (continuous batching; both APIs share the scheduler):\n"
+"  --http-port N          serve the OpenAI-compatible HTTP API on port N\n"
+"                         (default: off; no HTTP listener)\n"
+"  --http-bind ADDR       IPv4 address to bind (default 127.0.0.1)\n"
+"  --api-key KEY          require 'Authorization: Bearer KEY' (default:\n"
+"                         $STRATA_API_KEY; none when unset)\n"
+"  --model-name NAME      model id in the API (default: the store's name)\n"
+"  --chat-template T      chatml, mixtral or deepseek (default: from the\n"
+"                         store's tokenizer_config.json chat_template)\n"
+"  --max-running N        sequences decoding at once (default 32)\n"
+"  --max-queued N         requests waiting beyond those (default 256;\n"
+"                         more get HTTP 429)\n"
+"  --max-step-tokens N    tokens per forward step: decode tokens, then\n"
+"                         prefill chunks (default 128)\n"
+"  --max-body BYTES       largest HTTP request body (default 1048576;\n"
+"                         larger get HTTP 413)\n"
 "  --version              print the version and exit\n"
 "  -h, --help             this text\n"
 "\n"
@@ -122,6 +156,15 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "route-trace", required_argument, NULL, 0x303 },
 		{ "route-record", required_argument, NULL, 0x304 },
 		{ "lookahead-oracle", no_argument, NULL, 0x305 },
+		{ "http-port", required_argument, NULL, 'P' },
+		{ "http-bind", required_argument, NULL, 'B' },
+		{ "api-key", required_argument, NULL, 'A' },
+		{ "model-name", required_argument, NULL, 'M' },
+		{ "chat-template", required_argument, NULL, 'T' },
+		{ "max-running", required_argument, NULL, 'R' },
+		{ "max-queued", required_argument, NULL, 'Q' },
+		{ "max-step-tokens", required_argument, NULL, 'S' },
+		{ "max-body", required_argument, NULL, 'L' },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -138,6 +181,12 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 	d->connect_timeout_ms = 30000;
 	d->ropts.prefetch_depth = CW_DEFAULT_PREFETCH_DEPTH;
 	d->restart_wait_ms = 60000;
+	d->sopts.max_running = 32;
+	d->sopts.max_queued = 256;
+	d->sopts.max_step_tokens = 128;
+	d->hopts.bind_addr = "127.0.0.1";
+	d->hopts.api_key = getenv("STRATA_API_KEY");
+	d->hopts.max_body_bytes = 1 << 20;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
 		case 's': snprintf(d->store_dir, sizeof(d->store_dir), "%s", optarg); break;
@@ -216,6 +265,47 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		case 0x303: d->ropts.trace_path = optarg; break;
 		case 0x304: d->ropts.record_path = optarg; break;
 		case 0x305: d->ropts.oracle = 1; break;
+		case 'P': case 'R': case 'Q': case 'S': case 'L': {
+			char *end;
+			long long v = strtoll(optarg, &end, 10);
+			long long hi = c == 'P' ? 65535 : c == 'L' ? (1ll << 30) :
+				       c == 'Q' ? 100000 : 4096;
+
+			if (*end || v < 1 || v > hi) {
+				st_err("--%s must be 1..%lld, not '%s'",
+				       c == 'P' ? "http-port" :
+				       c == 'R' ? "max-running" :
+				       c == 'Q' ? "max-queued" :
+				       c == 'S' ? "max-step-tokens" : "max-body",
+				       hi, optarg);
+				return -EINVAL;
+			}
+			if (c == 'P')
+				d->hopts.port = (int)v;
+			else if (c == 'R')
+				d->sopts.max_running = (int)v;
+			else if (c == 'Q')
+				d->sopts.max_queued = (int)v;
+			else if (c == 'S')
+				d->sopts.max_step_tokens = (int)v;
+			else
+				d->hopts.max_body_bytes = (size_t)v;
+			break;
+		}
+		case 'B': d->hopts.bind_addr = optarg; break;
+		case 'A': d->hopts.api_key = optarg; break;
+		case 'M': snprintf(d->model_name, sizeof(d->model_name), "%s", optarg); break;
+		case 'T': {
+			enum cw_chat_template t;
+
+			if (cw_chat_parse(optarg, &t) < 0) {
+				st_err("--chat-template must be chatml, mixtral, "
+				       "deepseek or none, not '%s'", optarg);
+				return -EINVAL;
+			}
+			snprintf(d->chat_name, sizeof(d->chat_name), "%s", optarg);
+			break;
+		}
 		case 'h': usage(stdout); exit(0);
 		case 'V': printf("computed %s\n", ST_VERSION); exit(0);
 		default:
@@ -276,9 +366,8 @@ static struct cw_gen_slot *find_gen(struct cw_daemon *d, uint32_t id)
 
 static void end_gen(struct cw_daemon *d, struct cw_gen_slot *s)
 {
-	d->prefill_ns += cw_gen_prefill_ns(s->gen);
-	d->decode_ns += cw_gen_decode_ns(s->gen);
-	cw_gen_free(s->gen);
+	(void)d;
+	cw_sched_release(s->gen); /* cancels it if still running */
 	s->gen = NULL;
 }
 
@@ -298,12 +387,15 @@ static int reply_error(struct cw_daemon *d, const struct st_msg_header *h,
 static int handle_gen_start(struct cw_daemon *d, const struct st_msg_header *h,
 			    const uint8_t *p)
 {
+	const struct st_model_config *c = cw_model_config(d->model);
 	struct cw_gen_start_msg m;
 	struct cw_gen_params gp = { 0 };
 	struct st_diag diag = { "" };
 	struct cw_gen_slot *slot = NULL;
 	struct st_wbuf w;
-	int r;
+	int32_t *ids = NULL;
+	size_t n_ids = 0;
+	int r, max_tokens;
 
 	r = cw_gen_start_msg_decode(p, h->payload_len, &m);
 	if (r < 0)
@@ -330,19 +422,36 @@ static int handle_gen_start(struct cw_daemon *d, const struct st_msg_header *h,
 	gp.parse_special = !!(m.flags & CW_GEN_F_PARSE_SPECIAL);
 	gp.ignore_eos = !!(m.flags & CW_GEN_F_IGNORE_EOS);
 	gp.prefix_cache = !(m.flags & CW_GEN_F_NO_PREFIX_CACHE);
-	r = cw_gen_start(d->model, d->tok, d->kv, m.prompt, strlen(m.prompt),
-			 &gp, &slot->gen, &diag);
-	cw_gen_start_msg_free(&m);
+	r = st_tokenizer_encode(d->tok, m.prompt, strlen(m.prompt),
+				gp.add_special, gp.parse_special, &ids, &n_ids);
 	if (r < 0)
+		st_diag_set(&diag, r, "cannot encode the prompt: %s",
+			    st_strerror(r));
+	else
+		/* one event ahead at most: the client pulls tokens */
+		r = cw_sched_submit(d->sched, ids, n_ids, &gp, 1, &slot->gen,
+				    &diag);
+	free(ids);
+	cw_gen_start_msg_free(&m);
+	cw_metrics_response(&d->metrics, CW_EP_REQREP, r < 0 ? 400 : 200);
+	if (r < 0) {
+		slot->gen = NULL;
 		return reply_error(d, h, r, diag.msg);
+	}
+	/* as cw_gen_start will cut it: to the context left by the prompt */
+	max_tokens = gp.max_tokens < 0 ? 0 : gp.max_tokens;
+	if ((size_t)max_tokens > (size_t)c->max_position_embeddings - n_ids)
+		max_tokens = c->max_position_embeddings - (int)n_ids;
 	slot->id = ++d->next_gen_id;
 	slot->last_use_ns = st_now_ns();
+	slot->finish = CW_FINISH_NONE;
+	slot->n_generated = 0;
 	d->n_generations++;
-	d->prompt_tokens += (uint64_t)cw_gen_n_prompt(slot->gen);
+	d->prompt_tokens += (uint64_t)n_ids;
 	st_wbuf_init(&w);
 	st_wbuf_u32(&w, slot->id);
-	st_wbuf_u32(&w, (uint32_t)cw_gen_n_prompt(slot->gen));
-	st_wbuf_u32(&w, (uint32_t)cw_gen_max_tokens(slot->gen));
+	st_wbuf_u32(&w, (uint32_t)n_ids);
+	st_wbuf_u32(&w, (uint32_t)max_tokens);
 	r = st_rpc_reply(&d->rep, h, 0, w.data, w.len);
 	st_wbuf_fini(&w);
 	return r;
@@ -351,16 +460,13 @@ static int handle_gen_start(struct cw_daemon *d, const struct st_msg_header *h,
 static int handle_gen_next(struct cw_daemon *d, const struct st_msg_header *h,
 			   const uint8_t *p)
 {
-	struct st_diag diag = { "" };
+	struct cw_sched_event ev = { .token = -1 };
 	struct cw_gen_slot *s;
 	struct st_rbuf rb;
 	struct st_wbuf w;
-	enum cw_finish fin;
-	char text[2048];
 	uint32_t id;
-	int32_t tok;
 	uint64_t t0;
-	int r, n;
+	int r;
 
 	st_rbuf_init(&rb, p, h->payload_len);
 	if (st_rbuf_u32(&rb, &id) < 0 || st_rbuf_left(&rb))
@@ -371,20 +477,39 @@ static int handle_gen_next(struct cw_daemon *d, const struct st_msg_header *h,
 				   "no such generation (finished, ended or "
 				   "reclaimed)");
 	t0 = st_now_ns();
-	n = cw_gen_step(s->gen, text, sizeof(text), &tok, &fin, &diag);
-	s->last_use_ns = st_now_ns();
-	if (n < 0) {
-		st_err("generation %u failed: %s", id, diag.msg);
-		return reply_error(d, h, n, diag.msg);
+	ev.finish = s->finish;
+	ev.text = NULL;
+	if (s->finish == CW_FINISH_NONE) {
+		/* the scheduler steps it (batched with everything else);
+		 * wait for its next event, still answering signals */
+		while (!cw_sched_next_event(s->gen, 200, &ev)) {
+			if (st_stop_signals_pending(d->sigfd)) {
+				d->stop = 1;
+				return reply_error(d, h, -ST_E_PEERGONE,
+						   "computed is stopping");
+			}
+		}
+		s->finish = ev.finish;
 	}
-	if (tok >= 0)
+	s->last_use_ns = st_now_ns();
+	if (ev.finish == CW_FINISH_ERROR) {
+		st_err("generation %u failed: %s", id, ev.err_msg);
+		free(ev.text);
+		return reply_error(d, h, ev.err ? ev.err : -EIO,
+				   ev.err_msg[0] ? ev.err_msg :
+				   "the generation failed");
+	}
+	if (ev.token >= 0) {
 		d->generated_tokens++;
+		s->n_generated++;
+	}
 	st_wbuf_init(&w);
-	st_wbuf_i32(&w, tok);
-	st_wbuf_u32(&w, (uint32_t)fin);
-	st_wbuf_u32(&w, (uint32_t)cw_gen_n_generated(s->gen));
+	st_wbuf_i32(&w, ev.token);
+	st_wbuf_u32(&w, (uint32_t)ev.finish);
+	st_wbuf_u32(&w, (uint32_t)s->n_generated);
 	st_wbuf_u64(&w, st_now_ns() - t0);
-	st_wbuf_str(&w, text);
+	st_wbuf_str(&w, ev.text ? ev.text : "");
+	free(ev.text);
 	r = st_rpc_reply(&d->rep, h, 0, w.data, w.len);
 	st_wbuf_fini(&w);
 	return r;
@@ -479,8 +604,11 @@ static int handle_score(struct cw_daemon *d, const struct st_msg_header *h,
 		st_rbuf_i32(&rb, &ids[i]);
 	r = kv_client_seq_create(d->kv, &seq, &diag);
 	if (r == 0) {
+		/* the scheduler's thread uses the model too */
+		cw_sched_model_lock(d->sched);
 		r = cw_model_eval(d->model, seq, 0, ids, (int)n, all, NULL,
 				  &diag);
+		cw_sched_model_unlock(d->sched);
 		kv_client_seq_free(d->kv, seq);
 	}
 	if (r < 0) {
@@ -530,13 +658,10 @@ static int handle_stats(struct cw_daemon *d, const struct st_msg_header *h)
 	s.n_generations = d->n_generations;
 	s.prompt_tokens = d->prompt_tokens;
 	s.generated_tokens = d->generated_tokens;
-	s.prefill_ns = d->prefill_ns;
-	s.decode_ns = d->decode_ns;
-	for (int i = 0; i < CW_MAX_GENS; i++)
-		if (d->gens[i].gen) {
-			s.prefill_ns += cw_gen_prefill_ns(d->gens[i].gen);
-			s.decode_ns += cw_gen_decode_ns(d->gens[i].gen);
-		}
+	pthread_mutex_lock(&d->metrics.lock);
+	s.prefill_ns = d->metrics.gen_prefill_ns;
+	s.decode_ns = d->metrics.gen_decode_ns;
+	pthread_mutex_unlock(&d->metrics.lock);
 	s.expert_bytes = rs.expert_bytes;
 	s.dense_bytes = rs.dense_bytes;
 	s.lm_head_bytes = rs.lm_head_bytes;
@@ -674,6 +799,12 @@ int main(int argc, char **argv)
 	st_log_set_name("computed");
 	if (!d)
 		return 1;
+	/* steady memory under request churn: per-request buffers of a
+	 * vocabulary's size (logits, sampler scratch) always come from mmap
+	 * and go back to the system when freed (no growing heap threshold),
+	 * and connection threads share a few malloc arenas */
+	mallopt(M_MMAP_THRESHOLD, 256 * 1024);
+	mallopt(M_ARENA_MAX, 4);
 	r = parse_args(d, argc, argv);
 	if (r < 0)
 		return 2;
@@ -721,6 +852,45 @@ int main(int argc, char **argv)
 		       diag.msg);
 		goto out;
 	}
+	cw_metrics_init(&d->metrics);
+	r = cw_sched_create(d->model, d->tok, d->kv, &d->sopts, &d->metrics,
+			    &d->sched);
+	if (r < 0) {
+		st_err("cannot start the scheduler: %s", st_strerror(r));
+		goto out;
+	}
+	if (d->hopts.port) {
+		enum cw_chat_template t = cw_chat_detect(d->store_dir);
+		const char *base = strrchr(d->store_dir, '/');
+
+		if (d->chat_name[0])
+			cw_chat_parse(d->chat_name, &t);
+		if (!d->model_name[0]) {
+			/* the store's name without ".strata" */
+			char *dot;
+
+			snprintf(d->model_name, sizeof(d->model_name), "%.200s",
+				 base && base[1] ? base + 1 : d->store_dir);
+			dot = strstr(d->model_name, ".strata");
+			if (dot && dot != d->model_name && !dot[7])
+				*dot = 0;
+		}
+		d->hopts.model_name = d->model_name;
+		d->hopts.chat = t;
+		d->hopts.run_dir = d->run_dir;
+		d->hopts.sched = d->sopts;
+		r = cw_http_start(&d->hopts, d->sched, d->model, d->tok, d->es,
+				  d->kv, &d->metrics, &d->http, &diag);
+		if (r < 0) {
+			st_err("%s", diag.msg);
+			goto out;
+		}
+		st_info("HTTP API on http://%s:%d/v1 (model '%s', chat "
+			"template %s%s)", d->hopts.bind_addr, d->hopts.port,
+			d->model_name, cw_chat_name(t),
+			d->hopts.api_key && d->hopts.api_key[0] ?
+			", API key required" : "");
+	}
 	st_run_path(d->run_dir, "computed", "ctl", path, sizeof(path));
 	unlink(path); /* a stale socket file of a killed computed */
 	r = st_sock_open(&d->rep, ST_SOCK_REP, path, 5000, 100);
@@ -739,9 +909,15 @@ int main(int argc, char **argv)
 	st_info("stopping");
 	st_sd_notify_stopping();
 out:
+	/* connections first (they hold scheduler requests), then the
+	 * scheduler (it frees the running sequences' KV pages) */
+	cw_http_stop(d->http);
 	for (int i = 0; i < CW_MAX_GENS; i++)
 		if (d->gens[i].gen)
 			end_gen(d, &d->gens[i]);
+	cw_sched_destroy(d->sched);
+	if (d->sched)
+		cw_metrics_fini(&d->metrics);
 	st_sock_close(&d->rep);
 	st_run_path(d->run_dir, "computed", "ctl", path, sizeof(path));
 	if (d->rep.url[0])

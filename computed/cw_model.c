@@ -73,6 +73,8 @@ struct cw_model {
 	float *rlogits, *rweights, *moe_out, *eg, *eu, *ea, *ey;
 	int *rexperts;
 	struct cw_kscratch ks;             /* matvec / moe_layer scratch */
+	const float **mx_in;               /* [n] batched matvec inputs */
+	float **mx_out;                    /* [n] and outputs */
 };
 
 static void matvec(struct cw_model *m, const struct cw_wview *w,
@@ -441,6 +443,9 @@ static void free_scratch(struct cw_model *m)
 	free(m->ea); free(m->ey); free(m->rexperts);
 	free(m->probe_xn); free(m->probe_logits);
 	m->probe_xn = m->probe_logits = NULL;
+	free(m->mx_in); free(m->mx_out);
+	m->mx_in = NULL;
+	m->mx_out = NULL;
 	m->x = m->xn = m->q = m->kbuf = m->vbuf = m->att = m->scores = NULL;
 	m->tmp = m->rlogits = m->rweights = m->moe_out = NULL;
 	m->eg = m->eu = m->ea = m->ey = NULL;
@@ -580,6 +585,12 @@ static int grow_scratch(struct cw_model *m, int n)
 	m->eu = malloc(sizeof(float) * I);
 	m->ea = malloc(sizeof(float) * I);
 	m->ey = malloc(sizeof(float) * H);
+	m->mx_in = malloc(sizeof(*m->mx_in) * n);
+	m->mx_out = malloc(sizeof(*m->mx_out) * n);
+	if (!m->mx_in || !m->mx_out) {
+		free_scratch(m);
+		return -ENOMEM;
+	}
 	if (!m->x || !m->xn || !m->q || !m->kbuf || !m->vbuf || !m->att ||
 	    !m->scores || !m->rowp || !m->tmp || !m->rlogits || !m->rweights ||
 	    !m->rexperts || !m->moe_out || !m->eg || !m->eu || !m->ea || !m->ey) {
@@ -646,6 +657,53 @@ static void matvec(struct cw_model *m, const struct cw_wview *w,
 		cw_threads_run(m->pool, matvec_task, &j, n * 4);
 	else
 		m->be->matvec_act(w, &a, y, 0, w->rows);
+}
+
+struct matvec_multi_job {
+	const struct cw_backend_ops *be;
+	const struct cw_wview *w;
+	int n;                 /* tokens */
+	const float *const *xs;
+	float *const *ys;
+	int64_t tile_rows;
+};
+
+static void matvec_multi_task(void *arg, int task, int n_tasks)
+{
+	const struct matvec_multi_job *j = arg;
+	int64_t r0 = j->tile_rows * task;
+	int64_t r1 = ST_MIN(j->w->rows, r0 + j->tile_rows);
+
+	(void)n_tasks;
+	for (int t = 0; t < j->n; t++)
+		j->be->matvec(j->w, j->xs[t], j->ys[t], r0, r1);
+}
+
+/* ys[t] = W xs[t] for the n tokens of a batched step, reading W once per
+ * step: the rows go in tiles small enough to stay in cache while every
+ * token's rows of that tile are computed (the decode-batching gain on the
+ * dense weights and the LM head).  Each output element is the same
+ * backend reduction as matvec(), so results are bit-identical to it. */
+static void matvec_multi(struct cw_model *m, const struct cw_wview *w, int n,
+			 const float *const *xs, float *const *ys)
+{
+	struct matvec_multi_job j = { m->be, w, n, xs, ys, 0 };
+	const int64_t row_bytes = (int64_t)(view_bytes(w) / (uint64_t)
+					    ST_MAX(w->rows, 1));
+	int64_t n_tiles;
+
+	if (n == 1) {
+		matvec(m, w, xs[0], ys[0]);
+		return;
+	}
+	/* about 128 KiB of weights per tile (L2), at least 16 rows */
+	j.tile_rows = ST_MAX(16, (128 << 10) / ST_MAX(row_bytes, 1));
+	n_tiles = (w->rows + j.tile_rows - 1) / j.tile_rows;
+	if (cw_threads_count(m->pool) > 1 && n_tiles > 1)
+		cw_threads_run(m->pool, matvec_multi_task, &j, (int)n_tiles);
+	else
+		for (int64_t i = 0; i < n_tiles; i++)
+			matvec_multi_task(&j, (int)i, (int)n_tiles);
 }
 
 /* Attention of one query position over rows 0..pos of the layer's stream. */
@@ -883,58 +941,89 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 	return 0;
 }
 
-int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
-		  const int32_t *ids, int n, float *ret_logits_all,
-		  float *ret_logits_last, struct st_diag *diag)
+int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
+			int n, struct st_diag *diag)
 {
 	const struct st_model_config *c = &m->cfg;
 	const int H = c->hidden_size, hd = c->head_dim;
 	const size_t qd = (size_t)c->n_heads * hd, kvd = (size_t)c->n_kv_heads * hd;
 	const int K = c->top_k;
-	uint32_t want;
+	uint32_t *seqs, *want;
+	const float **xs;
+	float **ys;
+	int n_seqs = 0;
 	int r;
 
 	if (n <= 0)
 		return st_diag_set(diag, -EINVAL, "no tokens to evaluate");
-	if ((uint64_t)pos0 + (uint64_t)n > (uint64_t)c->max_position_embeddings)
-		return st_diag_set(diag, -ST_E_LIMIT,
-				   "sequence of %u tokens exceeds the model's "
-				   "context of %d tokens", pos0 + (uint32_t)n,
-				   c->max_position_embeddings);
-	for (int t = 0; t < n; t++)
-		if (ids[t] < 0 || ids[t] >= c->vocab_size)
+	for (int t = 0; t < n; t++) {
+		if ((uint64_t)toks[t].pos >= (uint64_t)c->max_position_embeddings)
+			return st_diag_set(diag, -ST_E_LIMIT,
+					   "sequence of %u tokens exceeds the "
+					   "model's context of %d tokens",
+					   toks[t].pos + 1,
+					   c->max_position_embeddings);
+		if (toks[t].id < 0 || toks[t].id >= c->vocab_size)
 			return st_diag_set(diag, -EINVAL,
 					   "token id %d outside the vocabulary "
-					   "(%d rows)", ids[t], c->vocab_size);
+					   "(%d rows)", toks[t].id, c->vocab_size);
+	}
 	r = grow_scratch(m, n);
 	if (r < 0)
 		return st_diag_set(diag, r, "out of memory for %d tokens", n);
-	want = pos0 + (uint32_t)n;
-	r = kv_client_seq_reserve(m->kv, 1, &seq, &want, diag);
+	xs = m->mx_in;
+	ys = m->mx_out;
+	/* every sequence's rows up to its last position, in one request */
+	seqs = malloc(sizeof(*seqs) * (size_t)n * 2);
+	if (!seqs)
+		return st_diag_set(diag, -ENOMEM, "out of memory for %d tokens",
+				   n);
+	want = seqs + n;
+	for (int t = 0; t < n; t++) {
+		int i = 0;
+
+		while (i < n_seqs && seqs[i] != toks[t].seq)
+			i++;
+		if (i == n_seqs) {
+			seqs[n_seqs] = toks[t].seq;
+			want[n_seqs++] = 0;
+		}
+		want[i] = ST_MAX(want[i], toks[t].pos + 1);
+	}
+	r = kv_client_seq_reserve(m->kv, n_seqs, seqs, want, diag);
+	free(seqs);
 	if (r < 0)
 		return r;
 
 	for (int t = 0; t < n; t++) {
-		embed_row(&m->embed, ids[t], m->x + (size_t)t * H);
+		embed_row(&m->embed, toks[t].id, m->x + (size_t)t * H);
 		m->rs.dense_bytes += (uint64_t)H * (m->embed.dtype == ST_DTYPE_F32 ? 4 : 2);
 	}
 	for (int l = 0; l < c->n_layers; l++) {
 		const struct cw_layer_w *L = &m->layers[l];
 
-		/* attention: q, k, v for every token, K/V rows into kvd */
+		/* attention: q, k, v for every token (each weight read
+		 * once for the step), K/V rows into kvd */
 		for (int t = 0; t < n; t++) {
-			float *xt = m->x + (size_t)t * H;
-			float *xn = m->xn + (size_t)t * H;
+			m->be->rmsnorm(m->x + (size_t)t * H, L->attn_norm,
+				       L->attn_norm_dt, H, c->rms_norm_eps,
+				       m->xn + (size_t)t * H);
+			xs[t] = m->xn + (size_t)t * H;
+			ys[t] = m->q + (size_t)t * qd;
+		}
+		matvec_multi(m, &L->q, n, xs, ys);
+		for (int t = 0; t < n; t++)
+			ys[t] = m->kbuf + (size_t)t * kvd;
+		matvec_multi(m, &L->k, n, xs, ys);
+		for (int t = 0; t < n; t++)
+			ys[t] = m->vbuf + (size_t)t * kvd;
+		matvec_multi(m, &L->v, n, xs, ys);
+		for (int t = 0; t < n; t++) {
 			float *q = m->q + (size_t)t * qd;
 			float *k = m->kbuf + (size_t)t * kvd;
 			float *v = m->vbuf + (size_t)t * kvd;
 			uint8_t *row;
 
-			m->be->rmsnorm(xt, L->attn_norm, L->attn_norm_dt, H,
-				       c->rms_norm_eps, xn);
-			matvec(m, &L->q, xn, q);
-			matvec(m, &L->k, xn, k);
-			matvec(m, &L->v, xn, v);
 			if (c->qk_norm) {
 				for (int h = 0; h < c->n_heads; h++)
 					m->be->rmsnorm(q + (size_t)h * hd,
@@ -947,34 +1036,38 @@ int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
 						       hd, c->rms_norm_eps,
 						       k + (size_t)h * hd);
 			}
-			m->be->rope(q, c->n_heads, hd, (int)(pos0 + t),
+			m->be->rope(q, c->n_heads, hd, (int)toks[t].pos,
 				    c->rope_theta);
-			m->be->rope(k, c->n_kv_heads, hd, (int)(pos0 + t),
+			m->be->rope(k, c->n_kv_heads, hd, (int)toks[t].pos,
 				    c->rope_theta);
-			row = kv_client_row_writable(m->kv, seq, l,
-						     pos0 + (uint32_t)t);
+			row = kv_client_row_writable(m->kv, toks[t].seq, l,
+						     toks[t].pos);
 			if (!row)
 				return st_diag_set(diag, -ST_E_NOTFOUND,
 						   "KV row %u of layer %d has "
 						   "no writable page (spilled, "
-						   "shared or missing)", pos0 + t,
-						   l);
+						   "shared or missing)",
+						   toks[t].pos, l);
 			cw_kvrow_write(&m->kvf, row, k, v);
 		}
 		for (int t = 0; t < n; t++) {
 			float *att = m->att + (size_t)t * qd;
 
-			r = attend(m, seq, l, pos0 + (uint32_t)t,
+			r = attend(m, toks[t].seq, l, toks[t].pos,
 				   m->q + (size_t)t * qd, att, diag);
 			if (r < 0)
 				return r;
-			matvec(m, &L->o, att, m->tmp);
-			for (int i = 0; i < H; i++)
-				m->x[(size_t)t * H + i] += m->tmp[i];
+			xs[t] = att;
+			ys[t] = m->moe_out + (size_t)t * H; /* free until MoE */
 		}
-		m->rs.dense_bytes += (uint64_t)(n) * (view_bytes(&L->q) +
-			view_bytes(&L->k) + view_bytes(&L->v) + view_bytes(&L->o) +
-			view_bytes(&L->router));
+		matvec_multi(m, &L->o, n, xs, ys);
+		for (int t = 0; t < n; t++)
+			for (int i = 0; i < H; i++)
+				m->x[(size_t)t * H + i] += ys[t][i];
+		/* projections read once per step, the router per token */
+		m->rs.dense_bytes += view_bytes(&L->q) + view_bytes(&L->k) +
+			view_bytes(&L->v) + view_bytes(&L->o) +
+			(uint64_t)n * view_bytes(&L->router);
 
 		/* MoE: route every token, then the experts in pool-sized
 		 * groups, then the weighted sum in top-k order */
@@ -989,18 +1082,22 @@ int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
 				      m->rexperts + (size_t)t * K,
 				      m->rweights + (size_t)t * K);
 			if (m->hooks.force)
-				m->hooks.force(m->hooks.arg, l,
-					       pos0 + (uint32_t)t,
+				m->hooks.force(m->hooks.arg, l, toks[t].pos,
 					       m->rexperts + (size_t)t * K,
 					       m->rweights + (size_t)t * K, K);
 			if (m->route_fn)
-				m->route_fn(m->route_arg, l, pos0 + (uint32_t)t,
+				m->route_fn(m->route_arg, l, toks[t].pos,
 					    m->rexperts + (size_t)t * K,
 					    m->rweights + (size_t)t * K, K);
 		}
+		/* the look-ahead keys a step by its first position and
+		 * numbers its tokens from there (exact for one sequence;
+		 * for a multi-sequence step the hints still name the
+		 * right experts, the oracle and the statistics' positions
+		 * are approximate) */
 		if (m->hooks.layer_routed)
-			m->hooks.layer_routed(m->hooks.arg, m, l, pos0, n, m->x,
-					      m->rexperts, K);
+			m->hooks.layer_routed(m->hooks.arg, m, l, toks[0].pos, n,
+					      m->x, m->rexperts, K);
 		r = moe_layer(m, l, n, diag);
 		if (r < 0)
 			return r;
@@ -1017,21 +1114,56 @@ int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
 			}
 		}
 	}
-	for (int t = 0; t < n; t++) {
-		float *xt = m->x + (size_t)t * H;
-		float *out;
+	{
+		int n_out = 0;
 
-		if (ret_logits_all)
-			out = ret_logits_all + (size_t)t * c->vocab_size;
-		else if (ret_logits_last && t == n - 1)
-			out = ret_logits_last;
-		else
-			continue;
-		m->be->rmsnorm(xt, m->final_norm, m->final_norm_dt, H,
-			       c->rms_norm_eps, m->xn);
-		matvec(m, &m->lm_head, m->xn, out);
-		m->rs.lm_head_bytes += view_bytes(&m->lm_head);
+		for (int t = 0; t < n; t++) {
+			if (!toks[t].logits)
+				continue;
+			m->be->rmsnorm(m->x + (size_t)t * H, m->final_norm,
+				       m->final_norm_dt, H, c->rms_norm_eps,
+				       m->xn + (size_t)n_out * H);
+			xs[n_out] = m->xn + (size_t)n_out * H;
+			ys[n_out++] = toks[t].logits;
+		}
+		/* the LM head read once for every token that wants logits */
+		if (n_out) {
+			matvec_multi(m, &m->lm_head, n_out, xs, ys);
+			m->rs.lm_head_bytes += view_bytes(&m->lm_head);
+		}
 	}
 	m->rs.tokens += (uint64_t)n;
 	return 0;
+}
+
+int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
+		  const int32_t *ids, int n, float *ret_logits_all,
+		  float *ret_logits_last, struct st_diag *diag)
+{
+	const struct st_model_config *c = &m->cfg;
+	struct cw_batch_tok *toks;
+	int r;
+
+	if (n <= 0)
+		return st_diag_set(diag, -EINVAL, "no tokens to evaluate");
+	if ((uint64_t)pos0 + (uint64_t)n > (uint64_t)c->max_position_embeddings)
+		return st_diag_set(diag, -ST_E_LIMIT,
+				   "sequence of %u tokens exceeds the model's "
+				   "context of %d tokens", pos0 + (uint32_t)n,
+				   c->max_position_embeddings);
+	toks = malloc(sizeof(*toks) * (size_t)n);
+	if (!toks)
+		return st_diag_set(diag, -ENOMEM, "out of memory for %d tokens",
+				   n);
+	for (int t = 0; t < n; t++) {
+		toks[t].seq = seq;
+		toks[t].pos = pos0 + (uint32_t)t;
+		toks[t].id = ids[t];
+		toks[t].logits = ret_logits_all ?
+			ret_logits_all + (size_t)t * c->vocab_size :
+			t == n - 1 ? ret_logits_last : NULL;
+	}
+	r = cw_model_eval_batch(m, toks, n, diag);
+	free(toks);
+	return r;
 }

@@ -95,6 +95,7 @@ void cw_model_set_route_fn(struct cw_model *m, cw_route_fn fn, void *arg);
  *  - else ret_logits_last (vocab_size floats) for the last one, when non-NULL.
  * Errors: -ST_E_BUDGET (KV or expert budget), -ST_E_LIMIT (past the model's
  * context), -ST_E_PEERGONE, -ST_E_CHECKSUM, with diag.
+ * A one-sequence cw_model_eval_batch.
  */
 int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,
 		  const int32_t *ids, int n, float *ret_logits_all,
@@ -112,6 +113,29 @@ void cw_model_set_route_hooks(struct cw_model *m,
  */
 int cw_model_route_probe(struct cw_model *m, int layer, const float *h,
 			 int *ret_experts);
+/* One token of a multi-sequence step (cw_model_eval_batch). */
+struct cw_batch_tok {
+	uint32_t seq;   /* KV sequence */
+	uint32_t pos;   /* its position (row) in the sequence */
+	int32_t id;     /* token id */
+	float *logits;  /* vocab_size floats to fill, or NULL: none wanted */
+};
+
+/*
+ * Runs one step of n tokens that may belong to different KV sequences
+ * (continuous batching: the decode tokens of every running sequence and
+ * prefill chunks of others).  Every token attends over rows 0 .. pos of its
+ * own sequence: rows below pos must be written already or be another token
+ * of this step.  The rows of all sequences are reserved with one batched
+ * kvd request; the MoE layer runs over all n tokens together, so each
+ * expert's weights are acquired and read once per step for every token
+ * routed to it.  Logits are computed only for tokens with a logits buffer.
+ * In reference mode each token's results are bit-identical to evaluating
+ * it alone (every output element is one reduction over its own token).
+ * Errors as cw_model_eval.
+ */
+int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
+			int n, struct st_diag *diag);
 
 /* Accumulated read statistics (since open). */
 void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret);

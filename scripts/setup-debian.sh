@@ -6,7 +6,7 @@ set -eu
 PKGS="build-essential meson ninja-build pkg-config \
 libnanomsg-dev libhwloc-dev libnuma-dev libjansson-dev libxxhash-dev \
 libpcre2-dev libcmocka-dev libutf8proc-dev libinih-dev libsystemd-dev \
-python3 python3-numpy gnuplot-nox libcsv-dev"
+python3 python3-numpy gnuplot-nox libcsv-dev libmicrohttpd-dev curl"
 
 missing=""
 for p in $PKGS; do

@@ -1,0 +1,82 @@
+/*
+ * cw_http_api.h — the OpenAI API objects of computed's HTTP server:
+ * parsing and validating /v1/completions and /v1/chat/completions request
+ * bodies into scheduler requests, and building responses, stream chunks
+ * and error objects from the scheduler's events.  No I/O here (cw_http.c
+ * does the HTTP side).
+ */
+#ifndef CW_HTTP_API_H
+#define CW_HTTP_API_H
+
+#include <jansson.h>
+#include <stddef.h>
+
+#include "cw_chat.h"
+#include "cw_model.h"
+#include "cw_sched.h"
+
+struct cw_api {
+	struct cw_model *model;           /* borrowed */
+	const struct st_tokenizer *tok;   /* borrowed */
+	enum cw_chat_template chat;
+	const char *model_name;           /* borrowed */
+	long created;                     /* unix time of /v1/models */
+	unsigned long next_id;            /* completion ids (atomic) */
+};
+
+/* An OpenAI-style error: {"error": {message, type, param, code}}. */
+struct cw_api_error {
+	int status;                       /* HTTP status */
+	char type[64];                    /* invalid_request_error, ... */
+	char message[512];
+	char param[64];                   /* "" = null */
+	char code[64];                    /* "" = null */
+};
+
+/* One generation as the API sees it. */
+struct cw_api_gen {
+	struct cw_sched_req *req;         /* owned: cw_sched_release */
+	int chat, stream, logprobs, top_logprobs;
+	char id[64];
+	int sent_role;                    /* chat stream: role chunk sent */
+	int finished;
+	enum cw_finish finish;
+	int err;                          /* finish ERROR: its code */
+	char err_msg[256];
+	int n_prompt, n_completion;
+	/* whole (non-stream) response */
+	char *text;
+	size_t text_len;
+	json_t *lp;                       /* logprobs collected (owned) */
+};
+
+/*
+ * Parses body (len bytes of JSON) as a completion (chat = 0) or chat
+ * completion request, encodes the prompt and submits it to sched.
+ * Returns 0 with *g filled, or -1 with *err (400 malformed / invalid
+ * field, 429 queue full, 503 shutting down).
+ */
+int cw_api_gen_start(struct cw_api *api, struct cw_sched *sched, int chat,
+		     const char *body, size_t len, struct cw_api_gen *g,
+		     struct cw_api_error *err);
+void cw_api_gen_fini(struct cw_api_gen *g);
+
+/* Stream: the chunk object for one event (new reference), or NULL when
+ * there is nothing to send.  Sets g->finished on the last one (which
+ * carries finish_reason and usage, or an error object). */
+json_t *cw_api_stream_event(struct cw_api *api, struct cw_api_gen *g,
+			    const struct cw_sched_event *ev);
+
+/* Whole response: collects one event into g. */
+void cw_api_collect_event(struct cw_api *api, struct cw_api_gen *g,
+			  const struct cw_sched_event *ev);
+
+/* Whole response once g->finished: *ret the response object (new
+ * reference), or -1 with *err when the generation failed. */
+int cw_api_final_json(struct cw_api *api, struct cw_api_gen *g, json_t **ret,
+		      struct cw_api_error *err);
+
+json_t *cw_api_error_json(const struct cw_api_error *e);
+json_t *cw_api_models_json(const struct cw_api *api);
+
+#endif

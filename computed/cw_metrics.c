@@ -1,0 +1,359 @@
+/* cw_metrics.c — serving figures and their Prometheus text; see
+ * cw_metrics.h.  Exposition format: prometheus.io/docs/instrumenting/
+ * exposition_formats (text format 0.0.4). */
+#include "cw_metrics.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_gen.h"
+#include "st_util.h"
+
+#define CW_WINDOW_NS (10ull * 1000000000ull) /* tokens/s window */
+
+/* Upper bounds (seconds) of TTFT and TPOT buckets. */
+static const double k_lat_bounds[CW_HIST_BUCKETS] = {
+	0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+	10.0, 30.0,
+};
+/* Upper bounds of tokens per step. */
+static const double k_batch_bounds[CW_HIST_BUCKETS] = {
+	1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128, 256, 512, 1024,
+};
+
+static const char *const k_ep_names[CW_EP_COUNT] = {
+	"/v1/completions", "/v1/chat/completions", "/v1/models", "/health",
+	"/metrics", "reqrep", "other",
+};
+
+static const char *const k_finish_names[6] = {
+	"none", "eos", "length", "stop", "error", "context",
+};
+
+void cw_metrics_init(struct cw_metrics *m)
+{
+	memset(m, 0, sizeof(*m));
+	pthread_mutex_init(&m->lock, NULL);
+	m->start_ns = st_now_ns();
+	m->win_start_ns = m->start_ns;
+}
+
+void cw_metrics_fini(struct cw_metrics *m)
+{
+	pthread_mutex_destroy(&m->lock);
+}
+
+static void hist_add(struct cw_hist *h, const double *bounds, double v)
+{
+	int i = 0;
+
+	while (i < CW_HIST_BUCKETS && v > bounds[i])
+		i++;
+	h->count[i]++;
+	h->n++;
+	h->sum += v;
+}
+
+void cw_metrics_response(struct cw_metrics *m, enum cw_metrics_endpoint ep,
+			 int status)
+{
+	int i;
+
+	if (!m || ep < 0 || ep >= CW_EP_COUNT)
+		return;
+	pthread_mutex_lock(&m->lock);
+	for (i = 0; i < CW_METRICS_CODES; i++)
+		if (m->codes[i] == status || m->codes[i] == 0)
+			break;
+	if (i < CW_METRICS_CODES) {
+		m->codes[i] = status;
+		m->responses[ep][i]++;
+	}
+	pthread_mutex_unlock(&m->lock);
+}
+
+void cw_metrics_gen_start(struct cw_metrics *m, int n_prompt, int n_cached)
+{
+	pthread_mutex_lock(&m->lock);
+	m->gen_started++;
+	m->prompt_tokens += (uint64_t)n_prompt;
+	m->cached_prompt_tokens += (uint64_t)n_cached;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void cw_metrics_gen_end(struct cw_metrics *m, int finish, int aborted,
+			uint64_t ttft_ns, uint64_t tpot_ns)
+{
+	pthread_mutex_lock(&m->lock);
+	if (aborted)
+		m->gen_aborted++;
+	else if (finish >= 0 && finish < 6)
+		m->gen_finished[finish]++;
+	if (ttft_ns)
+		hist_add(&m->ttft, k_lat_bounds, (double)ttft_ns / 1e9);
+	if (tpot_ns)
+		hist_add(&m->tpot, k_lat_bounds, (double)tpot_ns / 1e9);
+	pthread_mutex_unlock(&m->lock);
+}
+
+void cw_metrics_gen_times(struct cw_metrics *m, uint64_t prefill_ns,
+			  uint64_t decode_ns)
+{
+	pthread_mutex_lock(&m->lock);
+	m->gen_prefill_ns += prefill_ns;
+	m->gen_decode_ns += decode_ns;
+	pthread_mutex_unlock(&m->lock);
+}
+
+void cw_metrics_step(struct cw_metrics *m, int n_tokens, int n_sampled,
+		     uint64_t step_ns)
+{
+	uint64_t now = st_now_ns();
+
+	pthread_mutex_lock(&m->lock);
+	m->steps++;
+	m->step_tokens += (uint64_t)n_tokens;
+	m->step_ns += step_ns;
+	m->generated_tokens += (uint64_t)n_sampled;
+	hist_add(&m->step_batch, k_batch_bounds, n_tokens);
+	if (now - m->win_start_ns > CW_WINDOW_NS) {
+		m->prev_win_tokens = m->win_tokens;
+		m->prev_win_ns = now - m->win_start_ns;
+		m->win_tokens = 0;
+		m->win_start_ns = now;
+	}
+	m->win_tokens += (uint64_t)n_sampled;
+	pthread_mutex_unlock(&m->lock);
+}
+
+/* A growing text buffer. */
+struct tbuf {
+	char *p;
+	size_t len, cap;
+	int err;
+};
+
+static void tb_printf(struct tbuf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (b->err)
+		return;
+	for (;;) {
+		va_start(ap, fmt);
+		n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+		if (n < 0) {
+			b->err = -EINVAL;
+			return;
+		}
+		if ((size_t)n < b->cap - b->len) {
+			b->len += (size_t)n;
+			return;
+		}
+		{
+			size_t cap = (b->cap + (size_t)n + 1) * 2;
+			char *p = realloc(b->p, cap);
+
+			if (!p) {
+				b->err = -ENOMEM;
+				return;
+			}
+			b->p = p;
+			b->cap = cap;
+		}
+	}
+}
+
+static void tb_head(struct tbuf *b, const char *name, const char *type,
+		    const char *help)
+{
+	tb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void tb_metric(struct tbuf *b, const char *name, const char *type,
+		      const char *help, double v)
+{
+	tb_head(b, name, type, help);
+	tb_printf(b, "%s %.17g\n", name, v);
+}
+
+static void tb_hist(struct tbuf *b, const char *name, const char *help,
+		    const struct cw_hist *h, const double *bounds)
+{
+	uint64_t cum = 0;
+
+	tb_head(b, name, "histogram", help);
+	for (int i = 0; i < CW_HIST_BUCKETS; i++) {
+		cum += h->count[i];
+		tb_printf(b, "%s_bucket{le=\"%g\"} %llu\n", name, bounds[i],
+			  (unsigned long long)cum);
+	}
+	cum += h->count[CW_HIST_BUCKETS];
+	tb_printf(b, "%s_bucket{le=\"+Inf\"} %llu\n", name,
+		  (unsigned long long)cum);
+	tb_printf(b, "%s_sum %.17g\n%s_count %llu\n", name, h->sum, name,
+		  (unsigned long long)h->n);
+}
+
+int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
+		      char **ret)
+{
+	struct tbuf b = { 0 };
+	uint64_t now = st_now_ns();
+	double tps;
+
+	b.cap = 16384;
+	b.p = malloc(b.cap);
+	if (!b.p)
+		return -ENOMEM;
+	b.p[0] = 0;
+	pthread_mutex_lock(&m->lock);
+	tb_head(&b, "strata_http_responses_total", "counter",
+		"HTTP responses (and REQ/REP requests) by endpoint and status "
+		"code");
+	for (int e = 0; e < CW_EP_COUNT; e++)
+		for (int i = 0; i < CW_METRICS_CODES && m->codes[i]; i++)
+			if (m->responses[e][i])
+				tb_printf(&b, "strata_http_responses_total{"
+					  "endpoint=\"%s\",code=\"%d\"} %llu\n",
+					  k_ep_names[e], m->codes[i],
+					  (unsigned long long)m->responses[e][i]);
+	tb_metric(&b, "strata_requests_started_total", "counter",
+		  "generations admitted by the scheduler", (double)m->gen_started);
+	tb_head(&b, "strata_requests_finished_total", "counter",
+		"generations ended, by finish reason (aborted: the client "
+		"disconnected or cancelled)");
+	for (int i = 1; i < 6; i++)
+		tb_printf(&b, "strata_requests_finished_total{reason=\"%s\"} "
+			  "%llu\n", k_finish_names[i],
+			  (unsigned long long)m->gen_finished[i]);
+	tb_printf(&b, "strata_requests_finished_total{reason=\"aborted\"} "
+		  "%llu\n", (unsigned long long)m->gen_aborted);
+	tb_metric(&b, "strata_prompt_tokens_total", "counter",
+		  "prompt tokens of admitted generations",
+		  (double)m->prompt_tokens);
+	tb_metric(&b, "strata_prefix_cache_prompt_tokens_total", "counter",
+		  "prompt tokens whose KV rows came from the prefix cache",
+		  (double)m->cached_prompt_tokens);
+	tb_metric(&b, "strata_generation_tokens_total", "counter",
+		  "tokens sampled", (double)m->generated_tokens);
+	tps = 0.0;
+	if (m->prev_win_ns)
+		tps = (double)m->prev_win_tokens * 1e9 / (double)m->prev_win_ns;
+	if (now - m->win_start_ns > 1000000000ull)
+		tps = (double)m->win_tokens * 1e9 /
+		      (double)(now - m->win_start_ns);
+	tb_metric(&b, "strata_generation_tokens_per_second", "gauge",
+		  "tokens sampled per second over the last window (10 s)", tps);
+	tb_metric(&b, "strata_steps_total", "counter",
+		  "forward steps of the scheduler", (double)m->steps);
+	tb_metric(&b, "strata_step_tokens_total", "counter",
+		  "tokens computed in forward steps (prefill and decode)",
+		  (double)m->step_tokens);
+	tb_metric(&b, "strata_step_seconds_total", "counter",
+		  "time in forward steps", (double)m->step_ns / 1e9);
+	tb_hist(&b, "strata_time_to_first_token_seconds",
+		"TTFT: from the request's arrival to its first token",
+		&m->ttft, k_lat_bounds);
+	tb_hist(&b, "strata_time_per_output_token_seconds",
+		"TPOT: mean time between a request's tokens after the first",
+		&m->tpot, k_lat_bounds);
+	tb_hist(&b, "strata_step_batch_tokens",
+		"tokens per forward step (continuous batching)",
+		&m->step_batch, k_batch_bounds);
+	pthread_mutex_unlock(&m->lock);
+
+	tb_metric(&b, "strata_sequences_running", "gauge",
+		  "sequences admitted and not finished", x->running);
+	tb_metric(&b, "strata_requests_queued", "gauge",
+		  "requests waiting for admission", x->queued);
+	tb_metric(&b, "strata_sequences_running_max", "gauge",
+		  "--max-running", x->max_running);
+	tb_metric(&b, "strata_requests_queued_max", "gauge", "--max-queued",
+		  x->max_queued);
+	tb_head(&b, "strata_daemon_up", "gauge",
+		"1 when the daemon answered its last stats request");
+	tb_printf(&b, "strata_daemon_up{daemon=\"computed\"} 1\n"
+		  "strata_daemon_up{daemon=\"expertd\"} %d\n"
+		  "strata_daemon_up{daemon=\"kvd\"} %d\n", x->es_ok, x->kv_ok);
+	tb_head(&b, "strata_daemon_epoch", "gauge",
+		"epoch of the daemon's shared segment; it rises when the "
+		"daemon was restarted and re-validated it");
+	tb_printf(&b, "strata_daemon_epoch{daemon=\"expertd\"} %llu\n"
+		  "strata_daemon_epoch{daemon=\"kvd\"} %llu\n",
+		  (unsigned long long)x->es_epoch,
+		  (unsigned long long)x->kv_epoch);
+	/* experts: T1 host pool only in a CPU build (no T0 device tier) */
+	tb_head(&b, "strata_expert_hits_total", "counter",
+		"expert acquires served from a resident slot, per tier");
+	tb_printf(&b, "strata_expert_hits_total{tier=\"host\"} %llu\n",
+		  (unsigned long long)x->es_hits);
+	tb_head(&b, "strata_expert_misses_total", "counter",
+		"expert acquires that needed a load from the next tier");
+	tb_printf(&b, "strata_expert_misses_total{tier=\"host\"} %llu\n",
+		  (unsigned long long)x->es_misses);
+	tb_metric(&b, "strata_expert_evictions_total", "counter",
+		  "experts evicted from the host pool", (double)x->es_evictions);
+	tb_head(&b, "strata_bytes_moved_total", "counter",
+		"bytes moved between tiers, per link");
+	tb_printf(&b, "strata_bytes_moved_total{link=\"nvme_to_host\","
+		  "kind=\"expert\"} %llu\n", (unsigned long long)x->es_load_bytes);
+	tb_printf(&b, "strata_bytes_moved_total{link=\"host_to_nvme\","
+		  "kind=\"kv\"} %llu\n",
+		  (unsigned long long)(x->kv_spill_total * x->kv_page_bytes));
+	tb_printf(&b, "strata_bytes_moved_total{link=\"nvme_to_host\","
+		  "kind=\"kv\"} %llu\n",
+		  (unsigned long long)(x->kv_restore_total * x->kv_page_bytes));
+	tb_head(&b, "strata_weight_bytes_read_total", "counter",
+		"weight bytes read by computed's kernels, by kind");
+	tb_printf(&b, "strata_weight_bytes_read_total{kind=\"expert\"} %llu\n"
+		  "strata_weight_bytes_read_total{kind=\"dense\"} %llu\n"
+		  "strata_weight_bytes_read_total{kind=\"lm_head\"} %llu\n",
+		  (unsigned long long)x->expert_bytes,
+		  (unsigned long long)x->dense_bytes,
+		  (unsigned long long)x->lm_head_bytes);
+	tb_metric(&b, "strata_expert_stall_seconds_total", "counter",
+		  "time computed waited for experts to become resident",
+		  (double)x->expert_stall_ns / 1e9);
+	tb_head(&b, "strata_expert_slots", "gauge",
+		"expert slots of the host pool (state=used|total)");
+	tb_printf(&b, "strata_expert_slots{tier=\"host\",state=\"used\"} %llu\n"
+		  "strata_expert_slots{tier=\"host\",state=\"total\"} %llu\n",
+		  (unsigned long long)x->es_slots_used,
+		  (unsigned long long)x->es_slots);
+	tb_head(&b, "strata_kv_pages", "gauge",
+		"KV pages per tier (host: used, total, peak; nvme: spilled)");
+	tb_printf(&b, "strata_kv_pages{tier=\"host\",state=\"used\"} %llu\n"
+		  "strata_kv_pages{tier=\"host\",state=\"total\"} %llu\n"
+		  "strata_kv_pages{tier=\"host\",state=\"peak\"} %llu\n"
+		  "strata_kv_pages{tier=\"nvme\",state=\"spilled\"} %llu\n",
+		  (unsigned long long)x->kv_pages_used,
+		  (unsigned long long)x->kv_pages_total,
+		  (unsigned long long)x->kv_pages_peak,
+		  (unsigned long long)x->kv_spilled_pages);
+	tb_metric(&b, "strata_kv_page_bytes", "gauge", "bytes of one KV page",
+		  (double)x->kv_page_bytes);
+	tb_metric(&b, "strata_prefix_cache_lookups_total", "counter",
+		  "prefix-cache lookups (kvd)", (double)x->kv_prefix_lookups);
+	tb_metric(&b, "strata_prefix_cache_rows_reused_total", "counter",
+		  "KV rows mapped from the prefix cache (kvd)",
+		  (double)x->kv_prefix_rows_reused);
+	/* prefetch precision/recall: expertd has no prefetch yet, so no
+	 * series is exported rather than a misleading 0 */
+	pthread_mutex_lock(&m->lock);
+	tb_metric(&b, "strata_uptime_seconds", "gauge",
+		  "seconds since computed started",
+		  (double)(now - m->start_ns) / 1e9);
+	pthread_mutex_unlock(&m->lock);
+	if (b.err) {
+		free(b.p);
+		return b.err;
+	}
+	*ret = b.p;
+	return 0;
+}

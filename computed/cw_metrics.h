@@ -1,0 +1,93 @@
+/*
+ * cw_metrics.h — serving figures of computed (DESIGN.md section 8) and
+ * their Prometheus text exposition for GET /metrics.
+ *
+ * Counters and histograms are updated by the HTTP threads and the
+ * scheduler thread under one lock; the tier figures (expert pool, KV
+ * pages) are read from expertd and kvd at render time.
+ */
+#ifndef CW_METRICS_H
+#define CW_METRICS_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define CW_HIST_BUCKETS 14
+
+/* A cumulative histogram with fixed upper bounds in seconds. */
+struct cw_hist {
+	uint64_t count[CW_HIST_BUCKETS + 1]; /* per bucket; last is +Inf */
+	uint64_t n;
+	double sum;
+};
+
+enum cw_metrics_endpoint {
+	CW_EP_COMPLETIONS, CW_EP_CHAT, CW_EP_MODELS, CW_EP_HEALTH,
+	CW_EP_METRICS, CW_EP_REQREP, CW_EP_OTHER, CW_EP_COUNT
+};
+
+#define CW_METRICS_CODES 12 /* distinct HTTP status codes tracked */
+
+struct cw_metrics {
+	pthread_mutex_t lock;
+	uint64_t start_ns;
+	/* HTTP responses per endpoint and status code */
+	int codes[CW_METRICS_CODES];
+	uint64_t responses[CW_EP_COUNT][CW_METRICS_CODES];
+	/* generations */
+	uint64_t gen_started, gen_finished[6]; /* by enum cw_finish */
+	uint64_t gen_aborted;                  /* cancelled (disconnect) */
+	uint64_t prompt_tokens, cached_prompt_tokens, generated_tokens;
+	uint64_t steps, step_tokens, step_ns;
+	uint64_t gen_prefill_ns, gen_decode_ns; /* summed over generations */
+	struct cw_hist ttft, tpot, step_batch;
+	/* tokens/s over a sliding window: two halves of window_ns */
+	uint64_t win_start_ns, win_tokens, prev_win_tokens, prev_win_ns;
+};
+
+void cw_metrics_init(struct cw_metrics *m);
+void cw_metrics_fini(struct cw_metrics *m);
+
+/* One HTTP response (or REQ/REP request) with its status code. */
+void cw_metrics_response(struct cw_metrics *m, enum cw_metrics_endpoint ep,
+			 int status);
+/* A generation was admitted with n_prompt tokens, n_cached of them from
+ * the prefix cache. */
+void cw_metrics_gen_start(struct cw_metrics *m, int n_prompt, int n_cached);
+/* A generation ended: finish reason (enum cw_finish), aborted by the
+ * client, time to first token and mean time per output token in ns (0 =
+ * none: fewer than 1 / 2 tokens). */
+void cw_metrics_gen_end(struct cw_metrics *m, int finish, int aborted,
+			uint64_t ttft_ns, uint64_t tpot_ns);
+/* Prefill and decode time of one generation that ended (its steps' wall
+ * time; batched steps count for each of their requests). */
+void cw_metrics_gen_times(struct cw_metrics *m, uint64_t prefill_ns,
+			  uint64_t decode_ns);
+/* One forward step of n_tokens tokens, n_sampled of them sampled. */
+void cw_metrics_step(struct cw_metrics *m, int n_tokens, int n_sampled,
+		     uint64_t step_ns);
+
+/* Figures read from outside at render time. */
+struct cw_metrics_ext {
+	int running, queued, max_running, max_queued;
+	int es_ok, kv_ok;                   /* their stats calls answered */
+	/* expertd */
+	uint64_t es_hits, es_misses, es_evictions, es_loads, es_load_bytes;
+	uint64_t es_slots, es_slots_used, es_pool_bytes, es_epoch;
+	/* kvd */
+	uint64_t kv_pages_used, kv_pages_total, kv_pages_peak, kv_page_bytes;
+	uint64_t kv_spilled_pages, kv_spill_total, kv_restore_total;
+	uint64_t kv_prefix_lookups, kv_prefix_rows_reused, kv_epoch;
+	/* computed's model */
+	uint64_t expert_bytes, dense_bytes, lm_head_bytes, expert_stall_ns;
+};
+
+/*
+ * Renders everything as Prometheus text format 0.0.4 into *ret (malloc'd,
+ * NUL-terminated; caller frees).  0 or -ENOMEM.
+ */
+int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
+		      char **ret);
+
+#endif

@@ -1,0 +1,694 @@
+/* cw_sched.c — continuous batching; see cw_sched.h. */
+#include "cw_sched.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "st_log.h"
+#include "st_util.h"
+
+struct cw_sched_req {
+	struct cw_sched *s;
+	int32_t *ids;                /* prompt, owned (freed at admission) */
+	size_t n_ids;
+	struct cw_gen_params p;
+	char *stop[CW_GEN_MAX_STOP]; /* owned copies of p.stop */
+	int max_pending;
+	struct cw_gen *gen;          /* scheduler thread only */
+	/* under s->lock: */
+	struct cw_sched_event *ev;   /* events not yet popped, ev_head.. */
+	int ev_head, ev_n, ev_cap;
+	int done;                    /* the last event was posted */
+	int cancelled, released;
+	int refs;                    /* consumer + scheduler */
+	int n_prompt, n_gen, max_tokens;
+	/* scheduler thread only: */
+	uint64_t t_submit, t_first, t_last;
+	struct cw_sched_req *next;   /* queue or running list */
+};
+
+struct cw_sched {
+	struct cw_model *model;
+	const struct st_tokenizer *tok;
+	struct kv_client *kv;
+	struct cw_metrics *metrics;
+	struct cw_sched_opts o;
+	int vocab;
+	pthread_t thread;
+	int have_thread;
+	pthread_mutex_t lock;        /* queue, events, counts, stop */
+	pthread_cond_t cond_work;    /* scheduler: work or room appeared */
+	pthread_cond_t cond_out;     /* consumers: events appeared */
+	pthread_mutex_t model_lock;  /* the forward pass */
+	struct cw_sched_req *queue_head, *queue_tail;
+	int n_queued, n_running;
+	int stop;
+	/* scheduler thread only */
+	struct cw_sched_req *running; /* in admission order */
+	struct cw_batch_tok *toks;
+	struct cw_sched_req **breq;   /* per request in the step */
+	int *bn;                      /* its token count */
+	uint32_t *pins;
+};
+
+static void abs_deadline(struct timespec *ts, int timeout_ms)
+{
+	clock_gettime(CLOCK_MONOTONIC, ts);
+	ts->tv_sec += timeout_ms / 1000;
+	ts->tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+	if (ts->tv_nsec >= 1000000000L) {
+		ts->tv_sec++;
+		ts->tv_nsec -= 1000000000L;
+	}
+}
+
+static void req_free(struct cw_sched_req *r)
+{
+	for (int i = r->ev_head; i < r->ev_head + r->ev_n; i++)
+		free(r->ev[i].text);
+	free(r->ev);
+	for (int i = 0; i < CW_GEN_MAX_STOP; i++)
+		free(r->stop[i]);
+	free(r->ids);
+	free(r);
+}
+
+/* Drops one reference (under s->lock); frees at zero. */
+static void req_unref_locked(struct cw_sched_req *r)
+{
+	if (--r->refs == 0)
+		req_free(r);
+}
+
+/* Appends an event (under s->lock).  text is copied. */
+static int post_locked(struct cw_sched *s, struct cw_sched_req *r,
+		       const struct cw_sched_event *e, const char *text)
+{
+	struct cw_sched_event *ne;
+
+	if (r->ev_head > 0 && r->ev_head + r->ev_n == r->ev_cap) {
+		memmove(r->ev, r->ev + r->ev_head, sizeof(*r->ev) * r->ev_n);
+		r->ev_head = 0;
+	}
+	if (r->ev_head + r->ev_n == r->ev_cap) {
+		int cap = r->ev_cap ? r->ev_cap * 2 : 8;
+		struct cw_sched_event *p = realloc(r->ev, sizeof(*p) * cap);
+
+		if (!p)
+			return -ENOMEM;
+		r->ev = p;
+		r->ev_cap = cap;
+	}
+	ne = &r->ev[r->ev_head + r->ev_n];
+	*ne = *e;
+	ne->text = strdup(text ? text : "");
+	if (!ne->text)
+		return -ENOMEM;
+	r->ev_n++;
+	if (e->finish != CW_FINISH_NONE)
+		r->done = 1;
+	pthread_cond_broadcast(&s->cond_out);
+	return 0;
+}
+
+/* The last event of a request that failed with err. */
+static struct cw_sched_event error_event(int err, const char *msg)
+{
+	struct cw_sched_event e = { .token = -1, .finish = CW_FINISH_ERROR,
+				    .err = err };
+
+	snprintf(e.err_msg, sizeof(e.err_msg), "%s", msg);
+	return e;
+}
+
+/* Removes r from the running list (scheduler thread), frees its
+ * generation (and so its KV sequence), then posts its last event (so a
+ * client that sees the end finds the pages already freed) and drops the
+ * scheduler's ref. */
+static void retire(struct cw_sched *s, struct cw_sched_req *r,
+		   enum cw_finish fin, int aborted,
+		   const struct cw_sched_event *last, const char *text)
+{
+	struct cw_sched_req **pp = &s->running;
+	uint64_t ttft = 0, tpot = 0;
+
+	while (*pp && *pp != r)
+		pp = &(*pp)->next;
+	if (*pp)
+		*pp = r->next;
+	if (r->gen) {
+		r->n_gen = cw_gen_n_generated(r->gen);
+		if (s->metrics)
+			cw_metrics_gen_times(s->metrics,
+					     cw_gen_prefill_ns(r->gen),
+					     cw_gen_decode_ns(r->gen));
+		cw_gen_free(r->gen);
+		r->gen = NULL;
+	}
+	if (r->t_first)
+		ttft = r->t_first - r->t_submit;
+	if (r->n_gen > 1)
+		tpot = (r->t_last - r->t_first) / (uint64_t)(r->n_gen - 1);
+	if (s->metrics)
+		cw_metrics_gen_end(s->metrics, (int)fin, aborted, ttft, tpot);
+	pthread_mutex_lock(&s->lock);
+	if (last && post_locked(s, r, last, text) < 0)
+		r->done = 1; /* the consumer sees the end by time-out */
+	s->n_running--;
+	req_unref_locked(r);
+	pthread_cond_broadcast(&s->cond_out);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Starts the generation of an admitted request (its KV sequence, prefix
+ * cache lookup) and appends it to the running list. */
+static void admit(struct cw_sched *s, struct cw_sched_req *r)
+{
+	struct st_diag diag = { "" };
+	struct cw_sched_req **pp = &s->running;
+	int rc;
+
+	rc = cw_gen_start_ids(s->model, s->tok, s->kv, r->ids, r->n_ids, &r->p,
+			      &r->gen, &diag);
+	while (*pp)
+		pp = &(*pp)->next;
+	r->next = NULL;
+	*pp = r;
+	if (rc < 0) {
+		struct cw_sched_event e = error_event(rc, diag.msg);
+
+		r->gen = NULL;
+		retire(s, r, CW_FINISH_ERROR, 0, &e, "");
+		return;
+	}
+	free(r->ids);
+	r->ids = NULL;
+	r->max_tokens = cw_gen_max_tokens(r->gen);
+	if (s->metrics)
+		cw_metrics_gen_start(s->metrics, cw_gen_n_prompt(r->gen),
+				     cw_gen_n_cached(r->gen));
+}
+
+/* Room for one more event (under s->lock)? */
+static int has_room(const struct cw_sched_req *r)
+{
+	return r->ev_n < r->max_pending;
+}
+
+/* Feeds one request's evaluated tokens back to its generation and posts
+ * what it produced; retires it when it finished. */
+static void advance(struct cw_sched *s, struct cw_sched_req *r, int n,
+		    uint64_t step_ns, uint64_t now)
+{
+	struct st_diag diag = { "" };
+	struct cw_sched_event e = { .token = -1 };
+	char text[2048];
+	int len;
+
+	len = cw_gen_advance(r->gen, n, step_ns, text, sizeof(text), &e.token,
+			     &e.finish, &diag);
+	if (len < 0) {
+		struct cw_sched_event ee = error_event(len, diag.msg);
+
+		retire(s, r, CW_FINISH_ERROR, 0, &ee, "");
+		return;
+	}
+	if (e.token < 0 && e.finish == CW_FINISH_NONE)
+		return; /* a prefill chunk that did not end the prompt */
+	if (e.token >= 0) {
+		e.lp = *cw_gen_last_logprob(r->gen);
+		if (!r->t_first)
+			r->t_first = now;
+		r->t_last = now;
+	}
+	if (e.finish != CW_FINISH_NONE) {
+		retire(s, r, e.finish, 0, &e, text);
+		return;
+	}
+	pthread_mutex_lock(&s->lock);
+	r->n_gen = cw_gen_n_generated(r->gen);
+	post_locked(s, r, &e, text);
+	pthread_mutex_unlock(&s->lock);
+}
+
+/* Evaluates the step's tokens; pins the sequences kvd may spill. */
+static int eval_step(struct cw_sched *s, struct cw_batch_tok *toks, int n,
+		     struct cw_sched_req **reqs, int n_reqs,
+		     struct st_diag *diag)
+{
+	int n_pins = 0, r;
+
+	for (int i = 0; i < n_reqs; i++)
+		if (cw_gen_pin_steps(reqs[i]->gen))
+			s->pins[n_pins++] = cw_gen_seq(reqs[i]->gen);
+	if (n_pins) {
+		r = kv_client_seq_pin(s->kv, n_pins, s->pins, NULL, diag);
+		if (r < 0)
+			return r;
+	}
+	pthread_mutex_lock(&s->model_lock);
+	r = cw_model_eval_batch(s->model, toks, n, diag);
+	pthread_mutex_unlock(&s->model_lock);
+	if (n_pins) {
+		int u = kv_client_seq_unpin(s->kv, n_pins, s->pins,
+					    r < 0 ? NULL : diag);
+
+		if (r == 0)
+			r = u;
+	}
+	return r;
+}
+
+/* One scheduler step over the running list.  Returns the number of tokens
+ * computed (0: nothing could run). */
+static int step(struct cw_sched *s)
+{
+	struct st_diag diag = { "" };
+	int budget = s->o.max_step_tokens, n = 0, n_reqs = 0, n_sampled = 0;
+	uint64_t t0, dt;
+	int r;
+
+	/* decode tokens first, then prefill chunks (admission order) */
+	for (int pass = 0; pass < 2; pass++) {
+		for (struct cw_sched_req *q = s->running; q && budget > 0;
+		     q = q->next) {
+			const int32_t *ids;
+			uint32_t pos;
+			int want, room, k;
+
+			if ((cw_gen_n_generated(q->gen) == 0) != pass)
+				continue;
+			pthread_mutex_lock(&s->lock);
+			room = has_room(q);
+			pthread_mutex_unlock(&s->lock);
+			if (!room)
+				continue;
+			k = cw_gen_next_input(q->gen, budget, &pos, &ids, &want);
+			for (int i = 0; i < k; i++) {
+				s->toks[n + i].seq = cw_gen_seq(q->gen);
+				s->toks[n + i].pos = pos + (uint32_t)i;
+				s->toks[n + i].id = ids[i];
+				s->toks[n + i].logits = want && i == k - 1 ?
+					cw_gen_logits(q->gen) : NULL;
+			}
+			if (k <= 0)
+				continue;
+			s->breq[n_reqs] = q;
+			s->bn[n_reqs++] = k;
+			n += k;
+			n_sampled += want;
+			budget -= k;
+		}
+	}
+	if (!n)
+		return 0;
+	t0 = st_now_ns();
+	r = eval_step(s, s->toks, n, s->breq, n_reqs, &diag);
+	dt = st_now_ns() - t0;
+	if (r < 0 && n_reqs > 1) {
+		/* find the culprit: each request alone (rows written twice
+		 * hold the same values) */
+		int off = 0;
+
+		st_warn("batch step of %d requests failed (%s); retrying "
+			"them one by one", n_reqs, diag.msg);
+		for (int i = 0; i < n_reqs; i++) {
+			struct st_diag d1 = { "" };
+
+			r = eval_step(s, s->toks + off, s->bn[i], &s->breq[i],
+				      1, &d1);
+			off += s->bn[i];
+			if (r < 0) {
+				struct cw_sched_event e = error_event(r, d1.msg);
+
+				retire(s, s->breq[i], CW_FINISH_ERROR, 0, &e,
+				       "");
+				s->breq[i] = NULL;
+			}
+		}
+		r = 0;
+		dt = st_now_ns() - t0;
+	} else if (r < 0) {
+		struct cw_sched_event e = error_event(r, diag.msg);
+
+		retire(s, s->breq[0], CW_FINISH_ERROR, 0, &e, "");
+		return n;
+	}
+	if (s->metrics)
+		cw_metrics_step(s->metrics, n, n_sampled, dt);
+	for (int i = 0; i < n_reqs; i++)
+		if (s->breq[i])
+			advance(s, s->breq[i], s->bn[i], dt, st_now_ns());
+	return n;
+}
+
+static void *sched_main(void *arg)
+{
+	struct cw_sched *s = arg;
+
+	pthread_mutex_lock(&s->lock);
+	while (!s->stop) {
+		struct cw_sched_req *admits = NULL, **tail = &admits;
+		struct cw_sched_req *cancels[64];
+		int n_cancel = 0;
+
+		/* admit */
+		while (s->queue_head && s->n_running < s->o.max_running) {
+			struct cw_sched_req *r = s->queue_head;
+
+			s->queue_head = r->next;
+			if (!s->queue_head)
+				s->queue_tail = NULL;
+			s->n_queued--;
+			s->n_running++;
+			r->next = NULL;
+			*tail = r;
+			tail = &r->next;
+		}
+		pthread_mutex_unlock(&s->lock);
+		while (admits) {
+			struct cw_sched_req *r = admits;
+
+			admits = r->next;
+			admit(s, r);
+		}
+		/* drop cancelled ones (their pages are freed now) */
+		pthread_mutex_lock(&s->lock);
+		for (struct cw_sched_req *q = s->running; q && n_cancel < 64;
+		     q = q->next)
+			if (q->cancelled)
+				cancels[n_cancel++] = q;
+		pthread_mutex_unlock(&s->lock);
+		for (int i = 0; i < n_cancel; i++) {
+			struct cw_sched_event e = error_event(-ECANCELED,
+							      "cancelled");
+
+			retire(s, cancels[i], CW_FINISH_ERROR, 1, &e, "");
+		}
+		if (step(s) == 0) {
+			/* idle, or every running request waits for its
+			 * consumer: sleep until something changes */
+			struct timespec ts;
+
+			abs_deadline(&ts, 100);
+			pthread_mutex_lock(&s->lock);
+			if (!s->stop && !(s->queue_head &&
+					  s->n_running < s->o.max_running))
+				pthread_cond_timedwait(&s->cond_work, &s->lock,
+						       &ts);
+			continue;
+		}
+		pthread_mutex_lock(&s->lock);
+	}
+	pthread_mutex_unlock(&s->lock);
+	return NULL;
+}
+
+int cw_sched_create(struct cw_model *model, const struct st_tokenizer *tok,
+		    struct kv_client *kv, const struct cw_sched_opts *opts,
+		    struct cw_metrics *metrics, struct cw_sched **ret)
+{
+	struct cw_sched *s = calloc(1, sizeof(*s));
+	pthread_condattr_t ca;
+	int r;
+
+	if (!s)
+		return -ENOMEM;
+	s->model = model;
+	s->tok = tok;
+	s->kv = kv;
+	s->metrics = metrics;
+	s->o = *opts;
+	if (s->o.max_running <= 0)
+		s->o.max_running = 32;
+	if (s->o.max_queued <= 0)
+		s->o.max_queued = 256;
+	if (s->o.max_step_tokens <= 0)
+		s->o.max_step_tokens = 128;
+	/* every running sequence's decode token fits in one step */
+	if (s->o.max_step_tokens < s->o.max_running)
+		s->o.max_step_tokens = s->o.max_running;
+	s->vocab = cw_model_config(model)->vocab_size;
+	s->toks = calloc((size_t)s->o.max_step_tokens, sizeof(*s->toks));
+	s->breq = calloc((size_t)s->o.max_running, sizeof(*s->breq));
+	s->bn = calloc((size_t)s->o.max_running, sizeof(*s->bn));
+	s->pins = calloc((size_t)s->o.max_running, sizeof(*s->pins));
+	if (!s->toks || !s->breq || !s->bn || !s->pins) {
+		free(s->toks); free(s->breq); free(s->bn); free(s->pins);
+		free(s);
+		return -ENOMEM;
+	}
+	pthread_mutex_init(&s->lock, NULL);
+	pthread_mutex_init(&s->model_lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&s->cond_work, &ca);
+	pthread_cond_init(&s->cond_out, &ca);
+	pthread_condattr_destroy(&ca);
+	r = pthread_create(&s->thread, NULL, sched_main, s);
+	if (r) {
+		cw_sched_destroy(s);
+		return -r;
+	}
+	s->have_thread = 1;
+	*ret = s;
+	return 0;
+}
+
+void cw_sched_destroy(struct cw_sched *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->lock);
+	s->stop = 1;
+	pthread_cond_broadcast(&s->cond_work);
+	pthread_mutex_unlock(&s->lock);
+	if (s->have_thread)
+		pthread_join(s->thread, NULL);
+	while (s->running) {
+		struct cw_sched_event e = error_event(
+			-ST_E_PEERGONE, "computed is shutting down");
+
+		retire(s, s->running, CW_FINISH_ERROR, 0, &e, "");
+	}
+	pthread_mutex_lock(&s->lock);
+	while (s->queue_head) {
+		struct cw_sched_req *r = s->queue_head;
+		struct cw_sched_event e = { .token = -1,
+					    .finish = CW_FINISH_ERROR,
+					    .err = -ST_E_PEERGONE };
+
+		s->queue_head = r->next;
+		snprintf(e.err_msg, sizeof(e.err_msg),
+			 "computed is shutting down");
+		post_locked(s, r, &e, "");
+		req_unref_locked(r);
+	}
+	pthread_mutex_unlock(&s->lock);
+	/* consumers still holding requests must have released them before
+	 * the scheduler is freed (cw_main stops the HTTP server first) */
+	pthread_cond_destroy(&s->cond_work);
+	pthread_cond_destroy(&s->cond_out);
+	pthread_mutex_destroy(&s->lock);
+	pthread_mutex_destroy(&s->model_lock);
+	free(s->toks); free(s->breq); free(s->bn); free(s->pins);
+	free(s);
+}
+
+int cw_sched_submit(struct cw_sched *s, const int32_t *ids, size_t n_ids,
+		    const struct cw_gen_params *p, int max_pending,
+		    struct cw_sched_req **ret, struct st_diag *diag)
+{
+	const struct st_model_config *c = cw_model_config(s->model);
+	struct cw_sched_req *r;
+
+	if (n_ids == 0)
+		return st_diag_set(diag, -EINVAL, "the prompt encodes to no "
+				   "tokens; give some text");
+	if (n_ids >= (size_t)c->max_position_embeddings)
+		return st_diag_set(diag, -ST_E_LIMIT,
+				   "prompt of %zu tokens does not fit the "
+				   "model's context of %d tokens", n_ids,
+				   c->max_position_embeddings);
+	if (p->n_stop < 0 || p->n_stop > CW_GEN_MAX_STOP)
+		return st_diag_set(diag, -EINVAL, "at most %d stop strings",
+				   CW_GEN_MAX_STOP);
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return -ENOMEM;
+	r->s = s;
+	r->p = *p;
+	r->max_pending = max_pending > 0 ? max_pending : 1;
+	r->ids = malloc(sizeof(int32_t) * n_ids);
+	if (!r->ids) {
+		free(r);
+		return -ENOMEM;
+	}
+	memcpy(r->ids, ids, sizeof(int32_t) * n_ids);
+	r->n_ids = n_ids;
+	r->n_prompt = (int)n_ids;
+	for (int i = 0; i < p->n_stop; i++) {
+		r->stop[i] = strdup(p->stop[i] ? p->stop[i] : "");
+		if (!r->stop[i]) {
+			req_free(r);
+			return -ENOMEM;
+		}
+		r->p.stop[i] = r->stop[i];
+	}
+	r->refs = 2;
+	r->t_submit = st_now_ns();
+	pthread_mutex_lock(&s->lock);
+	if (s->stop) {
+		pthread_mutex_unlock(&s->lock);
+		req_free(r);
+		return st_diag_set(diag, -ST_E_PEERGONE,
+				   "computed is shutting down");
+	}
+	if (s->n_queued >= s->o.max_queued) {
+		pthread_mutex_unlock(&s->lock);
+		req_free(r);
+		return st_diag_set(diag, -ST_E_BUSY,
+				   "the request queue is full (%d waiting); "
+				   "retry later", s->o.max_queued);
+	}
+	if (s->queue_tail)
+		s->queue_tail->next = r;
+	else
+		s->queue_head = r;
+	s->queue_tail = r;
+	s->n_queued++;
+	pthread_cond_signal(&s->cond_work);
+	pthread_mutex_unlock(&s->lock);
+	*ret = r;
+	return 0;
+}
+
+int cw_sched_next_event(struct cw_sched_req *req, int timeout_ms,
+			struct cw_sched_event *ev)
+{
+	struct cw_sched *s = req->s;
+	struct timespec ts;
+	int got = 0;
+
+	if (timeout_ms >= 0)
+		abs_deadline(&ts, timeout_ms);
+	pthread_mutex_lock(&s->lock);
+	for (;;) {
+		if (req->ev_n) {
+			*ev = req->ev[req->ev_head++];
+			req->ev_n--;
+			if (!req->ev_n)
+				req->ev_head = 0;
+			got = 1;
+			/* room for the scheduler to step it again */
+			pthread_cond_signal(&s->cond_work);
+			break;
+		}
+		if (req->done)
+			break;
+		if (timeout_ms < 0)
+			pthread_cond_wait(&s->cond_out, &s->lock);
+		else if (pthread_cond_timedwait(&s->cond_out, &s->lock,
+						&ts) == ETIMEDOUT)
+			break;
+	}
+	pthread_mutex_unlock(&s->lock);
+	return got;
+}
+
+int cw_sched_req_n_prompt(const struct cw_sched_req *req)
+{
+	return req->n_prompt;
+}
+
+int cw_sched_req_n_generated(const struct cw_sched_req *req)
+{
+	int n;
+
+	pthread_mutex_lock(&req->s->lock);
+	n = req->n_gen;
+	pthread_mutex_unlock(&req->s->lock);
+	return n;
+}
+
+int cw_sched_req_max_tokens(const struct cw_sched_req *req)
+{
+	int n;
+
+	pthread_mutex_lock(&req->s->lock);
+	n = req->max_tokens;
+	pthread_mutex_unlock(&req->s->lock);
+	return n;
+}
+
+void cw_sched_cancel(struct cw_sched_req *req)
+{
+	struct cw_sched *s = req->s;
+
+	pthread_mutex_lock(&s->lock);
+	if (!req->done && !req->cancelled) {
+		struct cw_sched_req **pp = &s->queue_head, *prev = NULL;
+
+		req->cancelled = 1;
+		/* still queued: drop it here */
+		while (*pp && *pp != req) {
+			prev = *pp;
+			pp = &(*pp)->next;
+		}
+		if (*pp) {
+			struct cw_sched_event e = { .token = -1,
+						    .finish = CW_FINISH_ERROR,
+						    .err = -ECANCELED };
+
+			*pp = req->next;
+			if (s->queue_tail == req)
+				s->queue_tail = prev;
+			s->n_queued--;
+			snprintf(e.err_msg, sizeof(e.err_msg), "cancelled");
+			post_locked(s, req, &e, "");
+			req->done = 1;
+			if (s->metrics)
+				cw_metrics_gen_end(s->metrics, CW_FINISH_ERROR,
+						   1, 0, 0);
+			req_unref_locked(req); /* the scheduler's */
+		}
+		pthread_cond_signal(&s->cond_work);
+	}
+	pthread_mutex_unlock(&s->lock);
+}
+
+void cw_sched_release(struct cw_sched_req *req)
+{
+	struct cw_sched *s;
+
+	if (!req)
+		return;
+	s = req->s;
+	cw_sched_cancel(req);
+	pthread_mutex_lock(&s->lock);
+	req->released = 1;
+	req_unref_locked(req);
+	pthread_mutex_unlock(&s->lock);
+}
+
+void cw_sched_counts(struct cw_sched *s, int *ret_running, int *ret_queued)
+{
+	pthread_mutex_lock(&s->lock);
+	*ret_running = s->n_running;
+	*ret_queued = s->n_queued;
+	pthread_mutex_unlock(&s->lock);
+}
+
+void cw_sched_model_lock(struct cw_sched *s)
+{
+	pthread_mutex_lock(&s->model_lock);
+}
+
+void cw_sched_model_unlock(struct cw_sched *s)
+{
+	pthread_mutex_unlock(&s->model_lock);
+}

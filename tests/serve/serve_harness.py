@@ -1,0 +1,207 @@
+"""Helpers for the serving tests and the load benchmark: start real
+expertd, kvd and computed (with its HTTP API) on a private instance, talk
+HTTP to it, read /metrics.  Used by tests/serve/test_http.py,
+tests/serve/test_soak.py and scripts/bench-serve.py."""
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+BUILD = os.environ.get("STRATA_BUILD_DIR", "build")
+SHARED = os.environ.get("STRATA_SHARED_DIR", "../shared")
+
+
+def skip_or_fail(msg):
+    """Missing fixture: skip (77), or fail under CI."""
+    if os.environ.get("CI", "false") not in ("", "false"):
+        print("FAIL:", msg)
+        sys.exit(1)
+    print("SKIP:", msg)
+    sys.exit(77)
+
+
+def fixture(name):
+    d = os.path.join(SHARED, "fixtures", "models", name)
+    if not os.path.isdir(d):
+        skip_or_fail("fixture %s not found (needs ../shared)" % d)
+    return d
+
+
+def convert(model_dir, out, experts="bf16"):
+    """strata convert, unless out already holds a store."""
+    if os.path.exists(os.path.join(out, "manifest.json")):
+        return out
+    r = subprocess.run([os.path.join(BUILD, "cli", "strata"), "convert",
+                        "--model", model_dir, "--out", out, "--experts",
+                        experts], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("strata convert failed: " + r.stderr)
+    return out
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class Instance:
+    """expertd + kvd + computed --http-port on a private instance."""
+
+    def __init__(self, store, tag="srv", computed_args=(), kvd_args=(),
+                 expertd_args=(), api_key=None):
+        self.tmp = tempfile.mkdtemp(prefix="strata-serve-")
+        self.run_dir = os.path.join(self.tmp, "run")
+        os.mkdir(self.run_dir, 0o700)
+        self.name = "%s%d" % (tag, os.getpid())
+        self.store = store
+        self.port = free_port()
+        self.url = "127.0.0.1:%d" % self.port
+        self.api_key = api_key
+        self.procs = {}
+        self.args = {"expertd": ["--store", store] + list(expertd_args),
+                     "kvd": list(kvd_args),
+                     "computed": ["--store", store, "--http-port",
+                                  str(self.port)] + list(computed_args)}
+
+    def start_daemon(self, d):
+        log = open(os.path.join(self.tmp, d + ".log"), "a")
+        env = dict(os.environ)
+        if d == "computed" and self.api_key:
+            env["STRATA_API_KEY"] = self.api_key
+        self.procs[d] = subprocess.Popen(
+            [os.path.join(BUILD, d, d), "--instance", self.name,
+             "--run-dir", self.run_dir] + self.args[d],
+            stdout=log, stderr=subprocess.STDOUT, env=env)
+
+    def start(self, timeout_s=60):
+        for d in ("expertd", "kvd", "computed"):
+            self.start_daemon(d)
+            if d != "computed":
+                ctl = os.path.join(self.run_dir, d + ".ctl")
+                t0 = time.time()
+                while not os.path.exists(ctl) and time.time() - t0 < timeout_s:
+                    time.sleep(0.05)
+        t0 = time.time()
+        while time.time() - t0 < timeout_s:
+            try:
+                st, _ = request(self, "GET", "/health", timeout=2)
+                if st == 200:
+                    return self
+            except OSError:
+                pass
+            if self.procs["computed"].poll() is not None:
+                break
+            time.sleep(0.1)
+        raise RuntimeError("computed did not become ready:\n" + self.log("computed"))
+
+    def log(self, d):
+        try:
+            return open(os.path.join(self.tmp, d + ".log")).read()[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self):
+        for d in ("computed", "kvd", "expertd"):
+            p = self.procs.get(d)
+            if p and p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+
+    def rss_kib(self, d="computed", field="VmRSS"):
+        """A /proc/PID/status memory field in KiB (VmRSS, RssAnon,
+        RssFile, RssShmem)."""
+        with open("/proc/%d/status" % self.procs[d].pid) as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+        return 0
+
+    def rss_own_kib(self, d="computed"):
+        """The process's own memory: anonymous RSS.  Not counted: shared
+        memory (the KV and expert pools are kvd's and expertd's segments,
+        bounded by their budgets; computed's RSS counts the pool pages it
+        has touched, which grows until every page was used once) and file
+        pages (dense.bin mapped read-only: embedding rows are touched as
+        new token ids appear)."""
+        return self.rss_kib(d, "RssAnon")
+
+
+def headers_for(inst, key=None, extra=None):
+    h = {"Content-Type": "application/json"}
+    k = key if key is not None else (inst.api_key if inst else None)
+    if k:
+        h["Authorization"] = "Bearer " + k
+    if extra:
+        h.update(extra)
+    return h
+
+
+def request(inst, method, path, body=None, key=None, timeout=120,
+            raw=None, headers=None):
+    """One request; returns (status, parsed JSON or text)."""
+    c = http.client.HTTPConnection(inst.url, timeout=timeout)
+    data = raw if raw is not None else (json.dumps(body).encode()
+                                        if body is not None else None)
+    c.request(method, path, body=data, headers=headers_for(inst, key, headers))
+    r = c.getresponse()
+    text = r.read().decode("utf-8", "replace")
+    c.close()
+    try:
+        return r.status, json.loads(text)
+    except ValueError:
+        return r.status, text
+
+
+def stream(inst, path, body, key=None, timeout=300, on_chunk=None):
+    """A streaming request: returns (status, [data payload strings]).
+    on_chunk(i, payload, t) may return False to close the connection."""
+    c = http.client.HTTPConnection(inst.url, timeout=timeout)
+    c.request("POST", path, body=json.dumps(body).encode(),
+              headers=headers_for(inst, key))
+    r = c.getresponse()
+    if r.status != 200:
+        text = r.read().decode()
+        c.close()
+        return r.status, [text]
+    out = []
+    while True:
+        line = r.fp.readline()
+        if not line:
+            break
+        line = line.decode("utf-8")
+        if not line.startswith("data: "):
+            continue
+        payload = line[6:].rstrip("\n")
+        out.append(payload)
+        if on_chunk and on_chunk(len(out) - 1, payload, time.time()) is False:
+            c.sock.shutdown(socket.SHUT_RDWR)
+            c.close()
+            return r.status, out
+        if payload == "[DONE]":
+            break
+    c.close()
+    return r.status, out
+
+
+def metrics(inst):
+    """/metrics as {'name{labels}': value}."""
+    st, text = request(inst, "GET", "/metrics")
+    assert st == 200, (st, text)
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            k, v = line.rsplit(" ", 1)
+            out[k] = float(v)
+    return out
