@@ -28,6 +28,8 @@ static void usage(FILE *f)
 "  down      stop an instance and remove its segments and sockets\n"
 "  status    show whether an instance runs, with its counters\n"
 "  perplexity  perplexity of a text file (and KL divergence against a base)\n"
+"  calibrate activation statistics of a text for the calibrated FP4 scale\n"
+"            search (strata convert --calibrate)\n"
 "\n"
 "Example:\n"
 "  strata run --model models/kjv-moe --prompt 'In the beginning' --max-tokens 48\n",
@@ -45,6 +47,7 @@ int main(int argc, char **argv)
 		{ "down", cli_cmd_down },     { "status", cli_cmd_status },
 		{ "perplexity", cli_cmd_perplexity },
 		{ "info", cli_cmd_info },
+		{ "calibrate", cli_cmd_calibrate },
 	};
 
 	st_log_set_name("strata");

@@ -47,6 +47,8 @@ struct cw_model {
 	struct cw_kvrow_fmt kvf;           /* K/V row layout (cw_kvrow.h) */
 	cw_route_fn route_fn;
 	void *route_arg;
+	cw_act_fn act_fn;
+	void *act_arg;
 	struct cw_read_stats rs;
 	struct cw_threads *pool;           /* owned; NULL = single thread */
 	/* scratch, grown on demand for n tokens */
@@ -358,6 +360,12 @@ void cw_model_set_route_fn(struct cw_model *m, cw_route_fn fn, void *arg)
 	m->route_arg = arg;
 }
 
+void cw_model_set_act_fn(struct cw_model *m, cw_act_fn fn, void *arg)
+{
+	m->act_fn = fn;
+	m->act_arg = arg;
+}
+
 void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret)
 {
 	*ret = m->rs;
@@ -607,6 +615,9 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 				matvec(m, &w[ST_EXPERT_GATE], xin, m->eg);
 				matvec(m, &w[ST_EXPERT_UP], xin, m->eu);
 				cw_swiglu(m->eg, m->eu, c->expert_inter, m->ea);
+				if (m->act_fn)
+					m->act_fn(m->act_arg, layer, e, xin, H,
+						  m->ea, c->expert_inter);
 				matvec(m, &w[ST_EXPERT_DOWN], m->ea,
 				       m->moe_out + (size_t)i * H);
 				m->rs.expert_bytes += view_bytes(&w[0]) +

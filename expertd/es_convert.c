@@ -30,6 +30,7 @@
 #include <xxhash.h>
 
 #include "st_build_config.h"
+#include "st_calib.h"
 #include "st_config.h"
 #include "st_safetensors.h"
 #include "st_store.h"
@@ -75,6 +76,12 @@ struct conv {
 	struct st_store_layer *layers;      /* [n_layers] record layouts */
 	uint64_t record_bytes;              /* the largest layer record */
 	int have_copied[ST_ARRAY_SIZE(copied_files)];
+
+	/* calibrated scale search (opts.calib_path) */
+	struct st_calib cal;
+	uint64_t cal_file_xxh3;
+	float *cal_w;             /* per-column weights of one matrix */
+	uint64_t cal_fallback;    /* (layer, expert)s with too few tokens */
 
 	uint64_t done, total;     /* progress, bytes read */
 	XXH3_state_t *xs;
@@ -152,10 +159,14 @@ int es_convert_parse_scale_search(const char *name,
 
 	if (st_scale_search_parse(name, &ss))
 		return st_diag_set(diag, -EINVAL, "scale search \"%s\": use "
-				   "none or mse", name ? name : "");
+				   "none, mse or calibrated (with "
+				   "--calibrate STATS)", name ? name : "");
 	opts->scale_search = ss;
 	return 0;
 }
+
+static int keep_item_str(const struct es_keep_rule *r, char *buf,
+			 size_t len);
 
 /* Parses a layer number at *p (decimal, no sign, at most 7 digits),
  * advancing *p; -1 when there is none. */
@@ -239,6 +250,62 @@ static int parse_keep_group(const char *s, const char *end,
 	return *n - first;
 }
 
+/* Layers lo..hi of rule r in a model of n_layers layers (n_layers < 0:
+ * unknown, then first/last resolve only to themselves and -1 / -2 stand
+ * for them). */
+static void keep_range(const struct es_keep_rule *r, int n_layers, int *lo,
+		       int *hi)
+{
+	*lo = r->lo;
+	*hi = r->hi;
+	if (n_layers > 0) {
+		if (r->lo == ES_KEEP_FIRST)
+			*lo = *hi = 0;
+		if (r->lo == ES_KEEP_LAST)
+			*lo = *hi = n_layers - 1;
+	}
+}
+
+/*
+ * A layer that two rules with different formats both name: a repeated
+ * --keep-layers rule used to win silently over the earlier one; now it is
+ * refused (rules with the same format merge).  Returns 0, or -EINVAL with
+ * diag naming the layer and both formats.
+ */
+static int keep_conflicts(const struct es_keep_rule *rules, int n,
+			  int n_layers, struct st_diag *diag)
+{
+	for (int i = 0; i < n; i++)
+		for (int j = i + 1; j < n; j++) {
+			int alo, ahi, blo, bhi, at;
+			char fa[ST_WFORMAT_NAME_MAX], fb[ST_WFORMAT_NAME_MAX];
+			char ia[32], ib[32], what[48];
+
+			if (rules[i].fmt.dtype == rules[j].fmt.dtype &&
+			    rules[i].fmt.group == rules[j].fmt.group)
+				continue;
+			keep_range(&rules[i], n_layers, &alo, &ahi);
+			keep_range(&rules[j], n_layers, &blo, &bhi);
+			if (ahi < blo || bhi < alo)
+				continue;
+			at = ST_MAX(alo, blo);
+			st_wformat_name(&rules[i].fmt, fa, sizeof(fa));
+			st_wformat_name(&rules[j].fmt, fb, sizeof(fb));
+			keep_item_str(&rules[i], ia, sizeof(ia));
+			keep_item_str(&rules[j], ib, sizeof(ib));
+			if (at == ES_KEEP_FIRST || at == ES_KEEP_LAST)
+				snprintf(what, sizeof(what), "the %s layer",
+					 at == ES_KEEP_FIRST ? "first" : "last");
+			else
+				snprintf(what, sizeof(what), "layer %d", at);
+			return st_diag_set(diag, -EINVAL, "--keep-layers: %s is "
+					   "named twice, %s=%s and %s=%s: name "
+					   "each layer once", what, ia, fa, ib,
+					   fb);
+		}
+	return 0;
+}
+
 int es_convert_parse_keep(const char *spec, struct es_convert_opts *opts,
 			  struct st_diag *diag)
 {
@@ -265,6 +332,9 @@ int es_convert_parse_keep(const char *spec, struct es_convert_opts *opts,
 			break;
 		s = end + 1;
 	}
+	r = keep_conflicts(rules, n, -1, diag);
+	if (r < 0)
+		return r;
 	r = n - opts->n_keep;
 	memcpy(opts->keep, rules, sizeof(rules[0]) * (size_t)n);
 	opts->n_keep = n;
@@ -879,7 +949,8 @@ static int tensor_amax(const struct st_tensor_info *t, const uint8_t *src,
 /* Quantizes / converts row i of a matrix (row[] in float32) into its
  * place in the record. */
 static int fill_row(const struct st_store_matrix *x, const float *row,
-		    int64_t i, float global, int mse, uint8_t *rec)
+		    int64_t i, float global, int mse, const float *w,
+		    uint8_t *rec)
 {
 	const size_t cols = (size_t)x->cols;
 	const size_t n_groups = x->fmt.group ?
@@ -888,16 +959,30 @@ static int fill_row(const struct st_store_matrix *x, const float *row,
 
 	switch (x->fmt.dtype) {
 	case ST_DTYPE_MXFP4:
+		if (w)
+			return st_mxfp4_quantize_row_wmse(
+				row, w, cols, data + (size_t)i * cols / 2,
+				sc + (size_t)i * n_groups);
 		return (mse ? st_mxfp4_quantize_row_mse :
 			      st_mxfp4_quantize_row)(row, cols,
 					     data + (size_t)i * cols / 2,
 					     sc + (size_t)i * n_groups);
 	case ST_DTYPE_NVFP4:
+		if (w)
+			return st_nvfp4_quantize_row_wmse(
+				row, w, cols, global,
+				data + (size_t)i * cols / 2,
+				sc + (size_t)i * n_groups);
 		return (mse ? st_nvfp4_quantize_row_mse :
 			      st_nvfp4_quantize_row)(row, cols, global,
 					     data + (size_t)i * cols / 2,
 					     sc + (size_t)i * n_groups);
 	case ST_DTYPE_E2M1_F16:
+		if (w)
+			return st_e2m1f16_quantize_row_wmse(
+				row, w, cols, x->fmt.group,
+				data + (size_t)i * cols / 2,
+				(uint16_t *)(void *)(sc + (size_t)i * n_groups * 2));
 		return (mse ? st_e2m1f16_quantize_row_mse :
 			      st_e2m1f16_quantize_row)(
 			row, cols, x->fmt.group, data + (size_t)i * cols / 2,
@@ -926,14 +1011,24 @@ static int fill_row(const struct st_store_matrix *x, const float *row,
  * 64-byte aligned in a 4096-aligned record, so the scale arrays are
  * aligned for their element type. */
 static int fill_matrix(struct conv *c, const struct st_tensor_info *t,
-		       const struct st_store_matrix *x, uint8_t *rec,
-		       float *row)
+		       const struct st_store_matrix *x, int layer, int expert,
+		       int m, uint8_t *rec, float *row)
 {
 	const uint8_t *src = st_checkpoint_data(c->ck, t);
 	size_t es = st_dtype_traits(t->dtype)->block_bytes;
 	size_t cols = (size_t)x->cols;
+	enum st_scale_search ss = effective_search(x->fmt.dtype,
+						   c->o.scale_search);
+	const float *w = NULL;
 	float global = 1.0f;
 	int r = 0;
+
+	/* calibrated: weights from the statistics, or the plain MSE search
+	 * for an expert that saw too few calibration tokens */
+	if (ss == ST_SCALE_SEARCH_CALIBRATED &&
+	    st_calib_weights(&c->cal, layer, expert, m, ST_CALIB_MIN_TOKENS,
+			     c->cal_w) == 1)
+		w = c->cal_w;
 
 	if (x->fmt.dtype == ST_DTYPE_BF16 && t->dtype == ST_DTYPE_BF16) {
 		memcpy(rec + x->data_offset, src, x->data_bytes);
@@ -951,10 +1046,7 @@ static int fill_matrix(struct conv *c, const struct st_tensor_info *t,
 				      row);
 		if (!r)
 			r = fill_row(x, row, i, global,
-				     effective_search(x->fmt.dtype,
-						      c->o.scale_search) ==
-					     ST_SCALE_SEARCH_MSE,
-				     rec);
+				     ss != ST_SCALE_SEARCH_NONE, w, rec);
 		if (r)
 			return st_diag_set(c->diag, r, "tensor %s: row %" PRId64
 					   ": conversion failed: %s", t->name, i,
@@ -969,7 +1061,29 @@ static int fill_matrix(struct conv *c, const struct st_tensor_info *t,
 /* How each format rounds and picks its scales (manifest "rounding"). */
 static const char *rounding_text(enum st_dtype dt, enum st_scale_search ss)
 {
-	int mse = ss == ST_SCALE_SEARCH_MSE;
+	int mse = ss != ST_SCALE_SEARCH_NONE;
+
+	if (ss == ST_SCALE_SEARCH_CALIBRATED)
+		switch (dt) {
+		case ST_DTYPE_MXFP4:
+			return "nearest-even, saturate \u00b16; scale byte of "
+			       "least activation-weighted squared error (sum "
+			       "E[a_c^2] (w_c - q_c)^2) among e-1, e, e+1, e = "
+			       "2^(floor(log2 amax) - 2)";
+		case ST_DTYPE_NVFP4:
+			return "nearest-even, saturate \u00b16; block scale of "
+			       "least activation-weighted squared error (sum "
+			       "E[a_c^2] (w_c - q_c)^2) among e4m3(amax / 6 / "
+			       "tensor_scale * k/100), k = 80..110, tensor "
+			       "scale amax_tensor / 2688";
+		case ST_DTYPE_E2M1_F16:
+			return "nearest-even, saturate \u00b16; scale of least "
+			       "activation-weighted squared error (sum "
+			       "E[a_c^2] (w_c - q_c)^2) among f16(amax / 6 * "
+			       "k/100), k = 80..110";
+		default:
+			break;
+		}
 
 	switch (dt) {
 	case ST_DTYPE_MXFP4:
@@ -1085,7 +1199,8 @@ static int write_expert_layer(struct conv *c, int l, uint8_t *rec, float *row,
 			const struct st_tensor_info *t =
 				c->experts[((size_t)l * E + e) * 3 + m];
 
-			if ((r = fill_matrix(c, t, &ly->mat[m], rec, row)))
+			if ((r = fill_matrix(c, t, &ly->mat[m], l, e, m, rec,
+					     row)))
 				goto fail;
 			src_bytes += t->n_bytes;
 		}
@@ -1124,6 +1239,33 @@ fail:
 	return r;
 }
 
+/* experts.policy.calibration: which statistics the calibrated search
+ * used (by content hash: no path, so the store stays reproducible). */
+static int calibration_json(struct conv *c, json_t *pol)
+{
+	json_t *o = json_object();
+	char h[17];
+	int r = o ? 0 : -ENOMEM;
+
+	if (!r)
+		r = jset(o, "stats_xxh3", json_string(hex64(c->cal_file_xxh3, h)));
+	if (!r)
+		r = jset(o, "model_id", json_string(hex64(c->cal.model_id, h)));
+	if (!r)
+		r = jset(o, "text_xxh3", json_string(hex64(c->cal.text_xxh3, h)));
+	if (!r)
+		r = jset_int(o, "tokens", c->cal.n_tokens);
+	if (!r)
+		r = jset_int(o, "min_tokens", ST_CALIB_MIN_TOKENS);
+	if (!r)
+		r = jset_int(o, "fallback_experts", c->cal_fallback);
+	if (r) {
+		json_decref(o);
+		return r;
+	}
+	return jset(pol, "calibration", o);
+}
+
 /* experts: {n_layers, n_experts, record_bytes, record_align,
  * section_align, policy, layers: []}; *ret_layers borrowed from it. */
 static int experts_json(struct conv *c, json_t **ret_ex, json_t **ret_layers)
@@ -1152,6 +1294,8 @@ static int experts_json(struct conv *c, json_t **ret_ex, json_t **ret_layers)
 	if (!r)
 		r = jset(pol, "scale_search",
 			 json_string(st_scale_search_name(c->o.scale_search)));
+	if (!r && c->o.calib_path)
+		r = calibration_json(c, pol);
 	if (!r) {
 		r = jset(ex, "policy", pol);
 		pol = NULL;
@@ -1388,6 +1532,8 @@ static int plan_layers(struct conv *c)
 	if (es_convert_keep_str(&c->o, keep, sizeof(keep)))
 		return st_diag_set(c->diag, -EINVAL, "keep rules: invalid or "
 				   "too long");
+	if ((r = keep_conflicts(c->o.keep, c->o.n_keep, L, c->diag)))
+		return r;
 	c->layers = calloc((size_t)L, sizeof(*c->layers));
 	if (!c->layers)
 		return st_diag_set(c->diag, -ENOMEM, "out of memory");
@@ -1414,6 +1560,65 @@ static int plan_layers(struct conv *c)
 	return 0;
 }
 
+/* A scale search only applies to the 4-bit formats (effective_search):
+ * asking for one when no layer has such a format changes nothing, so it
+ * is refused rather than recorded. */
+static int check_search_applies(struct conv *c)
+{
+	if (c->o.scale_search == ST_SCALE_SEARCH_NONE)
+		return 0;
+	for (int l = 0; l < c->cfg.n_layers; l++)
+		if (effective_search(c->layers[l].mat[0].fmt.dtype,
+				     c->o.scale_search) != ST_SCALE_SEARCH_NONE)
+			return 0;
+	return st_diag_set(c->diag, -EINVAL, "--scale-search %s changes "
+			   "nothing here: only the 4-bit expert formats (mxfp4, "
+			   "nvfp4, e2m1-g<N>) search their scales, and no layer "
+			   "has one; drop the option",
+			   st_scale_search_name(c->o.scale_search));
+}
+
+/* Reads opts.calib_path and checks it belongs to this checkpoint. */
+static int load_calibration(struct conv *c)
+{
+	const struct st_model_config *m = &c->cfg;
+	uint64_t id;
+	int r = st_calib_read(c->o.calib_path, &c->cal, &c->cal_file_xxh3,
+			      c->diag);
+
+	if (r)
+		return r;
+	if (c->cal.n_layers != (uint32_t)m->n_layers ||
+	    c->cal.n_experts != (uint32_t)m->n_experts ||
+	    c->cal.hidden != (uint32_t)m->hidden_size ||
+	    c->cal.inter != (uint32_t)m->expert_inter)
+		return st_diag_set(c->diag, -EINVAL, "%s: statistics of a model "
+				   "with %u layers, %u experts, hidden %u, expert "
+				   "width %u; this one has %d, %d, %d, %d: "
+				   "run strata calibrate for this model",
+				   c->o.calib_path, c->cal.n_layers,
+				   c->cal.n_experts, c->cal.hidden, c->cal.inter,
+				   m->n_layers, m->n_experts, m->hidden_size,
+				   m->expert_inter);
+	id = st_calib_model_id(c->ck, c->config_text, c->config_len);
+	if (id != c->cal.model_id)
+		return st_diag_set(c->diag, -EINVAL, "%s: statistics of another "
+				   "model (model id %016llx, this checkpoint "
+				   "%016llx: other config or router weights): "
+				   "run strata calibrate --model %s",
+				   c->o.calib_path,
+				   (unsigned long long)c->cal.model_id,
+				   (unsigned long long)id, c->model_dir);
+	c->cal_w = malloc(sizeof(float) *
+			  (size_t)ST_MAX(m->hidden_size, m->expert_inter));
+	if (!c->cal_w)
+		return st_diag_set(c->diag, -ENOMEM, "out of memory");
+	for (uint32_t i = 0; i < c->cal.n_layers * c->cal.n_experts; i++)
+		if (c->cal.count[i] < ST_CALIB_MIN_TOKENS)
+			c->cal_fallback++;
+	return 0;
+}
+
 static int check_all(struct conv *c)
 {
 	char path[4200];
@@ -1421,8 +1626,17 @@ static int check_all(struct conv *c)
 
 	if (!st_scale_search_name(c->o.scale_search))
 		return st_diag_set(c->diag, -EINVAL, "scale search %d: not "
-				   "none (0) or mse (1)",
+				   "none (0), mse (1) or calibrated (2)",
 				   (int)c->o.scale_search);
+	if ((c->o.scale_search == ST_SCALE_SEARCH_CALIBRATED) !=
+	    (c->o.calib_path != NULL))
+		return st_diag_set(c->diag, -EINVAL, c->o.calib_path ?
+				   "--calibrate STATS goes with the calibrated "
+				   "scale search, not with --scale-search %s" :
+				   "the calibrated scale search needs "
+				   "activation statistics: --calibrate STATS "
+				   "(made by strata calibrate)",
+				   st_scale_search_name(c->o.scale_search));
 	if (default_format(&c->o, &c->def_fmt))
 		return st_diag_set(c->diag, -EINVAL, "expert format (dtype %d, "
 				   "group %u) is not one of " FORMAT_SPELLINGS,
@@ -1434,7 +1648,11 @@ static int check_all(struct conv *c)
 		return st_diag_set(c->diag, r, "%s: %s", path, strerror(-r));
 	if ((r = plan_layers(c)))
 		return r;
+	if ((r = check_search_applies(c)))
+		return r;
 	if ((r = st_checkpoint_open(c->model_dir, &c->ck, c->diag)))
+		return r;
+	if (c->o.calib_path && (r = load_calibration(c)))
 		return r;
 	c->is_expert = calloc((size_t)c->ck->n_tensors + 1, 1);
 	if (!c->is_expert)
@@ -1466,6 +1684,36 @@ static int write_all(struct conv *c)
 	return 0;
 }
 
+static void conv_free(struct conv *c)
+{
+	json_decref(c->manifest);
+	XXH3_freeState(c->xs);
+	free(c->experts);
+	free(c->layers);
+	free(c->is_expert);
+	free(c->config_text);
+	free(c->cal_w);
+	st_calib_free(&c->cal);
+	st_checkpoint_close(c->ck);
+}
+
+int es_convert_check(const char *model_dir, const struct es_convert_opts *opts,
+		     struct st_diag *diag)
+{
+	struct conv c = { .model_dir = model_dir, .diag = diag };
+	int r;
+
+	if (!model_dir)
+		return st_diag_set(diag, -EINVAL, "convert: no model directory");
+	if (opts)
+		c.o = *opts;
+	else
+		es_convert_opts_init(&c.o);
+	r = check_all(&c);
+	conv_free(&c);
+	return r;
+}
+
 int es_convert(const char *model_dir, const char *out_dir,
 	       const struct es_convert_opts *opts, struct st_diag *diag)
 {
@@ -1494,12 +1742,6 @@ int es_convert(const char *model_dir, const char *out_dir,
 		st_rm_rf(c.tmp); /* on success: gone, or the replaced store */
 	if (!r && c.o.progress)
 		c.o.progress(c.total, c.total, c.o.progress_arg);
-	json_decref(c.manifest);
-	XXH3_freeState(c.xs);
-	free(c.experts);
-	free(c.layers);
-	free(c.is_expert);
-	free(c.config_text);
-	st_checkpoint_close(c.ck);
+	conv_free(&c);
 	return r;
 }

@@ -69,6 +69,15 @@ struct es_convert_opts {
 	 * Recorded per matrix in the manifest ("scale_search") and in
 	 * experts.policy.  es_convert_parse_scale_search() sets it. */
 	enum st_scale_search scale_search;
+	/* ST_SCALE_SEARCH_CALIBRATED only (and required there): the
+	 * activation statistics file (st_calib.h) of this checkpoint, made
+	 * by `strata calibrate`.  Each expert matrix's search weights its
+	 * errors by E[a_c^2] of its input channels; an expert with fewer
+	 * than ST_CALIB_MIN_TOKENS calibration tokens gets the plain MSE
+	 * search.  The manifest records experts.policy.calibration
+	 * {stats_xxh3, model_id, text_xxh3, tokens, min_tokens,
+	 * fallback_experts}.  Statistics of another model are refused. */
+	const char *calib_path;
 	/* 1: replace an existing store at out_dir (only a directory holding a
 	 * manifest.json, or an empty one); 0: refuse with -EEXIST. */
 	int force;
@@ -82,7 +91,8 @@ struct es_convert_opts {
 
 #define ES_CONVERT_OPTS_DEFAULT                                                \
 	{ .expert_dtype = ST_DTYPE_MXFP4, .expert_group = 0, .n_keep = 0,      \
-	  .dense_f32 = 0, .scale_search = ST_SCALE_SEARCH_NONE, .force = 0, .progress = NULL, .progress_arg = NULL,  \
+	  .dense_f32 = 0, .scale_search = ST_SCALE_SEARCH_NONE,                \
+	  .calib_path = NULL, .force = 0, .progress = NULL, .progress_arg = NULL, \
 	  .cancel = NULL }
 
 /* Fills *opts with the defaults (MXFP4 experts in every layer, automatic
@@ -145,6 +155,15 @@ int es_convert_keep_str(const struct es_convert_opts *opts, char *buf,
  */
 int es_convert_layer_format(const struct es_convert_opts *opts, int n_layers,
 			    int layer, struct st_wformat *ret);
+
+/*
+ * Runs every check of es_convert (options, config, keep rules against the
+ * model's layers, tensors, calibration statistics against the checkpoint)
+ * without writing anything, so a command can refuse bad options before it
+ * starts converting.  Returns 0 or es_convert's error codes with diag.
+ */
+int es_convert_check(const char *model_dir, const struct es_convert_opts *opts,
+		     struct st_diag *diag);
 
 /*
  * Converts the checkpoint in model_dir into a store at out_dir.
