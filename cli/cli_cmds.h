@@ -62,6 +62,13 @@ int cli_calib_model_id(const char *model_dir, uint64_t *ret,
 int cli_convert_calib(const char *model_dir, const char *store_dir,
 		      const char *experts, const char *calib_path,
 		      int dense_f32, int force, int sigfd);
+/* cli_convert_calib with the precision of the other tensor kinds:
+ * attention "bf16" / "f32" / "auto" (es_convert_parse_attention), shared
+ * the shared-experts format; either may be NULL (defaults). */
+int cli_convert_kinds(const char *model_dir, const char *store_dir,
+		      const char *experts, const char *calib_path,
+		      const char *attention, const char *shared,
+		      int dense_f32, int force, int sigfd);
 /* Default embedded model directory (models/kjv-moe of the source tree or of
  * the installed data dir) into buf; 0 or -ENOENT. */
 int cli_default_model_dir(char *buf, size_t len);

@@ -220,6 +220,15 @@ int cli_convert_calib(const char *model_dir, const char *store_dir,
 		      const char *experts, const char *calib_path,
 		      int dense_f32, int force, int sigfd)
 {
+	return cli_convert_kinds(model_dir, store_dir, experts, calib_path,
+				 NULL, NULL, dense_f32, force, sigfd);
+}
+
+int cli_convert_kinds(const char *model_dir, const char *store_dir,
+		      const char *experts, const char *calib_path,
+		      const char *attention, const char *shared,
+		      int dense_f32, int force, int sigfd)
+{
 	struct es_convert_opts o;
 	struct progress_bar pb = { "converting", isatty(2), -1, st_now_ns(),
 				   sigfd, 0 };
@@ -229,6 +238,11 @@ int cli_convert_calib(const char *model_dir, const char *store_dir,
 
 	es_convert_opts_init(&o);
 	if (apply_experts(experts, &o, &diag) < 0) {
+		fprintf(stderr, "strata: %s\n", diag.msg);
+		return 2;
+	}
+	if ((attention && es_convert_parse_attention(attention, &o, &diag) < 0) ||
+	    (shared && es_convert_parse_shared_experts(shared, &o, &diag) < 0)) {
 		fprintf(stderr, "strata: %s\n", diag.msg);
 		return 2;
 	}
@@ -305,6 +319,11 @@ static void convert_usage(FILE *f)
 "                    default statistics file unless --calibrate names one)\n"
 "  --calibrate STATS calibrated scale search with this statistics file\n"
 "                    (strata calibrate --out STATS)\n"
+"  --attention P     precision of the attention projections q, k, v, o:\n"
+"                    auto (default: as the other dense weights), bf16 or\n"
+"                    f32 (fp8 is not supported: no FP8 dense kernels)\n"
+"  --shared-experts FMT  format of shared experts, for models that have\n"
+"                    them; Mixtral and Qwen3-MoE have none (refused there)\n"
 "  --dense-f32       keep dense weights in F32 (default: BF16 when the\n"
 "                    checkpoint's are BF16)\n"
 "  --force           replace an existing store at --out\n"
@@ -326,12 +345,15 @@ int cli_cmd_convert(int argc, char **argv)
 		{ "keep-layers", required_argument, NULL, 'k' },
 		{ "scale-search", required_argument, NULL, 'S' },
 		{ "calibrate", required_argument, NULL, 'C' },
+		{ "attention", required_argument, NULL, 'A' },
+		{ "shared-experts", required_argument, NULL, 'X' },
 		{ "force", no_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	const char *model = NULL, *out = NULL, *experts = "mxfp4", *keep = NULL;
-	const char *scale_search = NULL, *calib = NULL;
+	const char *scale_search = NULL, *calib = NULL, *attention = NULL;
+	const char *shared = NULL;
 	char outbuf[4096], spec[512], keepbuf[1024];
 	int dense_f32 = 0, force = 0, c;
 
@@ -360,6 +382,8 @@ int cli_cmd_convert(int argc, char **argv)
 			break;
 		case 'S': scale_search = optarg; break;
 		case 'C': calib = optarg; break;
+		case 'A': attention = optarg; break;
+		case 'X': shared = optarg; break;
 		case 'f': force = 1; break;
 		case 'h': convert_usage(stdout); return 0;
 		default: convert_usage(stderr); return 2;
@@ -408,8 +432,8 @@ int cli_cmd_convert(int argc, char **argv)
 		if (cli_check_common(NULL, NULL, NULL, NULL, experts,
 				     "strata convert"))
 			return 2;
-		rc = cli_convert_calib(model, out, experts, calib, dense_f32,
-				       force, sigfd);
+		rc = cli_convert_kinds(model, out, experts, calib, attention,
+				       shared, dense_f32, force, sigfd);
 		if (sigfd >= 0)
 			close(sigfd);
 		if (rc)

@@ -71,6 +71,7 @@ struct conv {
 	struct st_checkpoint *ck;
 	const struct st_tensor_info **experts; /* [(l * E + e) * 3 + m] */
 	uint8_t *is_expert;                    /* per checkpoint tensor */
+	uint8_t *is_attn;                      /* q/k/v/o, per tensor */
 	enum st_dtype dense_dtype;
 	struct st_wformat def_fmt;          /* opts' default format */
 	struct st_store_layer *layers;      /* [n_layers] record layouts */
@@ -149,6 +150,41 @@ static enum st_scale_search effective_search(enum st_dtype dt,
 	    dt == ST_DTYPE_E2M1_F16)
 		return ss;
 	return ST_SCALE_SEARCH_NONE;
+}
+
+int es_convert_parse_attention(const char *name, struct es_convert_opts *opts,
+			       struct st_diag *diag)
+{
+	if (name && !strcmp(name, "bf16"))
+		opts->attention_dtype = ST_DTYPE_BF16;
+	else if (name && !strcmp(name, "f32"))
+		opts->attention_dtype = ST_DTYPE_F32;
+	else if (name && !strcmp(name, "auto"))
+		opts->attention_dtype = ST_DTYPE_COUNT;
+	else if (name && (!strcmp(name, "fp8") || !strncmp(name, "fp8-", 4)))
+		return st_diag_set(diag, -ST_E_UNSUPPORTED, "--attention %s: "
+				   "not supported: a store keeps attention "
+				   "weights in BF16 or F32 (no FP8 dense "
+				   "kernels in computed yet); use bf16 or f32",
+				   name);
+	else
+		return st_diag_set(diag, -EINVAL, "--attention \"%s\": use "
+				   "bf16, f32 or auto", name ? name : "");
+	return 0;
+}
+
+int es_convert_parse_shared_experts(const char *name,
+				    struct es_convert_opts *opts,
+				    struct st_diag *diag)
+{
+	struct st_wformat f;
+
+	if (st_wformat_parse(name, &f))
+		return st_diag_set(diag, -EINVAL, "--shared-experts \"%s\": "
+				   "use " FORMAT_SPELLINGS, name ? name : "");
+	opts->shared_experts = f;
+	opts->shared_experts_set = 1;
+	return 0;
 }
 
 int es_convert_parse_scale_search(const char *name,
@@ -547,6 +583,9 @@ static int check_dense(struct conv *c)
 					      &rows, &cols);
 			if ((r = check_shape(c, t, rows, cols)))
 				return r;
+			if (role == ST_T_Q || role == ST_T_K || role == ST_T_V ||
+			    role == ST_T_O)
+				c->is_attn[t - c->ck->tensors] = 1;
 		}
 	}
 	for (int i = 0; i < c->ck->n_tensors; i++) {
@@ -810,14 +849,24 @@ static int jset_int(json_t *o, const char *key, uint64_t x)
 
 /* Writes tensor t at `off` of fd in the store's dense dtype; returns the
  * bytes written in *ret_bytes and their XXH3 in *ret_xxh3. */
+/* The dtype dense tensor i is written in: --attention for q/k/v/o when
+ * set, else the store's dense dtype. */
+static enum st_dtype dense_out_dtype(const struct conv *c, int i)
+{
+	if (c->is_attn[i] && c->o.attention_dtype != ST_DTYPE_COUNT)
+		return c->o.attention_dtype;
+	return c->dense_dtype;
+}
+
 static int write_dense_tensor(struct conv *c, int fd, float *fbuf,
 			      const struct st_tensor_info *t, uint64_t off,
 			      uint64_t *ret_bytes, uint64_t *ret_xxh3)
 {
 	const uint8_t *src = st_checkpoint_data(c->ck, t);
 	size_t es = st_dtype_traits(t->dtype)->block_bytes;
-	int direct = t->dtype == c->dense_dtype;
-	uint64_t out_es = c->dense_dtype == ST_DTYPE_BF16 ? 2 : 4;
+	enum st_dtype odt = dense_out_dtype(c, (int)(t - c->ck->tensors));
+	int direct = t->dtype == odt;
+	uint64_t out_es = odt == ST_DTYPE_BF16 ? 2 : 4;
 	int r;
 
 	XXH3_64bits_reset(c->xs);
@@ -832,6 +881,15 @@ static int write_dense_tensor(struct conv *c, int fd, float *fbuf,
 				return st_diag_set(c->diag, r, "tensor %s: cannot "
 						   "convert %s", t->name,
 						   st_dtype_traits(t->dtype)->name);
+			if (odt == ST_DTYPE_BF16) {
+				/* F32/F16 -> BF16 (--attention bf16), in
+				 * place: each bf16 goes to a lower address
+				 * than the float it came from */
+				uint16_t *h = (uint16_t *)(void *)fbuf;
+
+				for (size_t k = 0; k < n; k++)
+					h[k] = st_f32_to_bf16(fbuf[k]);
+			}
 			out = fbuf;
 		}
 		XXH3_64bits_update(c->xs, out, n * out_es);
@@ -847,7 +905,6 @@ static int write_dense_tensor(struct conv *c, int fd, float *fbuf,
 static int write_dense(struct conv *c)
 {
 	json_t *dense = json_object(), *arr = json_array();
-	const char *dt_name = st_dtype_traits(c->dense_dtype)->name;
 	float *fbuf = malloc(CHUNK_ELEMS * sizeof(float));
 	uint64_t cur = 0;
 	int fd = -1, r;
@@ -881,7 +938,8 @@ static int write_dense(struct conv *c)
 			goto out;
 		}
 		if ((r = jset(o, "name", json_string(t->name))) ||
-		    (r = jset(o, "dtype", json_string(dt_name))) ||
+		    (r = jset(o, "dtype", json_string(st_dtype_traits(
+				dense_out_dtype(c, i))->name))) ||
 		    (r = jset(o, "shape", shape)) ||
 		    (r = jset_int(o, "offset", off)) ||
 		    (r = jset_int(o, "bytes", bytes)) ||
@@ -1239,6 +1297,22 @@ fail:
 	return r;
 }
 
+/* What the attention projections were written in ("bf16", "f32", or
+ * "mixed" when the checkpoint's own dtypes differ and auto kept them). */
+static const char *attention_name(const struct conv *c)
+{
+	int seen_bf16 = 0, seen_f32 = 0;
+
+	for (int i = 0; i < c->ck->n_tensors; i++)
+		if (c->is_attn[i]) {
+			if (dense_out_dtype(c, i) == ST_DTYPE_BF16)
+				seen_bf16 = 1;
+			else
+				seen_f32 = 1;
+		}
+	return seen_bf16 && seen_f32 ? "mixed" : seen_f32 ? "f32" : "bf16";
+}
+
 /* experts.policy.calibration: which statistics the calibrated search
  * used (by content hash: no path, so the store stays reproducible). */
 static int calibration_json(struct conv *c, json_t *pol)
@@ -1296,6 +1370,11 @@ static int experts_json(struct conv *c, json_t **ret_ex, json_t **ret_layers)
 			 json_string(st_scale_search_name(c->o.scale_search)));
 	if (!r && c->o.calib_path)
 		r = calibration_json(c, pol);
+	if (!r)
+		r = jset(pol, "attention", json_string(attention_name(c)));
+	if (!r)
+		r = jset(pol, "shared_experts",
+			 json_string("none (the model has none)"));
 	if (!r) {
 		r = jset(ex, "policy", pol);
 		pol = NULL;
@@ -1643,6 +1722,17 @@ static int check_all(struct conv *c)
 				   (int)c->o.expert_dtype, c->o.expert_group);
 	if ((r = st_config_load(c->model_dir, &c->cfg, c->diag)))
 		return r;
+	if (c->o.shared_experts_set)
+		return st_diag_set(c->diag, -ST_E_UNSUPPORTED, "--shared-experts: "
+				   "this model (%s) has no shared experts; the "
+				   "option is for models that have them, which "
+				   "strata does not convert yet: drop it",
+				   st_arch_name(c->cfg.arch));
+	if (c->o.attention_dtype != ST_DTYPE_COUNT &&
+	    c->o.attention_dtype != ST_DTYPE_BF16 &&
+	    c->o.attention_dtype != ST_DTYPE_F32)
+		return st_diag_set(c->diag, -EINVAL, "attention dtype %d: not "
+				   "BF16 or F32", (int)c->o.attention_dtype);
 	snprintf(path, sizeof(path), "%s/config.json", c->model_dir);
 	if ((r = st_read_file(path, &c->config_text, &c->config_len)))
 		return st_diag_set(c->diag, r, "%s: %s", path, strerror(-r));
@@ -1655,7 +1745,8 @@ static int check_all(struct conv *c)
 	if (c->o.calib_path && (r = load_calibration(c)))
 		return r;
 	c->is_expert = calloc((size_t)c->ck->n_tensors + 1, 1);
-	if (!c->is_expert)
+	c->is_attn = calloc((size_t)c->ck->n_tensors + 1, 1);
+	if (!c->is_expert || !c->is_attn)
 		return st_diag_set(c->diag, -ENOMEM, "out of memory");
 	if ((r = check_experts(c)) || (r = check_dense(c)) ||
 	    (r = check_copied_files(c)))
@@ -1691,6 +1782,7 @@ static void conv_free(struct conv *c)
 	free(c->experts);
 	free(c->layers);
 	free(c->is_expert);
+	free(c->is_attn);
 	free(c->config_text);
 	free(c->cal_w);
 	st_calib_free(&c->cal);

@@ -14,6 +14,7 @@
  *    statistics of another model (other model id or other dimensions),
  *    corrupt statistics, no statistics, statistics with another search
  *    are refused before anything is written;
+ *  - --attention f32 / --shared-experts (refused: no shared experts);
  *  - option errors: a layer named twice with different formats (one spec,
  *    or first= and 0= resolved against the model), a scale search with
  *    only BF16 / FP8 experts, a keep rule beyond the model refused by
@@ -336,12 +337,88 @@ static void option_errors(void **state)
 	st_rm_rf(tmp);
 }
 
+/* --attention f32 writes q/k/v/o in F32 and the rest as before (BF16
+ * for this BF16 checkpoint), recorded in the policy; fp8 and unknown
+ * names are refused; --shared-experts is refused for a model without
+ * shared experts; the default records "bf16" and "none". */
+static void tensor_kinds(void **state)
+{
+	struct es_convert_opts o;
+	struct st_diag d = { { 0 } };
+	char tmp[4096], out[4200], def[4200];
+	json_t *m, *tensors, *pol;
+	int n_attn = 0, n_other = 0;
+
+	(void)state;
+	st_test_tmpdir(tmp, sizeof(tmp));
+	snprintf(out, sizeof(out), "%s/att", tmp);
+	snprintf(def, sizeof(def), "%s/def", tmp);
+	es_convert_opts_init(&o);
+	assert_int_equal(es_convert_parse_attention("fp8", &o, &d),
+			 -ST_E_UNSUPPORTED);
+	assert_non_null(strstr(d.msg, "bf16 or f32"));
+	assert_int_equal(es_convert_parse_attention("f16", &o, &d), -EINVAL);
+	assert_int_equal(o.attention_dtype, ST_DTYPE_COUNT);
+	assert_int_equal(es_convert_parse_shared_experts("fp8", &o, &d), 0);
+	assert_int_equal(es_convert(g_mixtral, out, &o, &d), -ST_E_UNSUPPORTED);
+	assert_non_null(strstr(d.msg, "no shared experts"));
+	assert_int_equal(tst_count_prefix(tmp, "att"), 0);
+	es_convert_opts_init(&o);
+	assert_int_equal(es_convert(g_mixtral, def, &o, &d), 0);
+	assert_int_equal(es_convert_parse_attention("f32", &o, &d), 0);
+	assert_int_equal(es_convert(g_mixtral, out, &o, &d), 0);
+	m = load_manifest(out);
+	pol = json_object_get(json_object_get(m, "experts"), "policy");
+	assert_string_equal(json_string_value(json_object_get(pol,
+		"attention")), "f32");
+	assert_string_equal(json_string_value(json_object_get(pol,
+		"shared_experts")), "none (the model has none)");
+	tensors = json_object_get(json_object_get(m, "dense"), "tensors");
+	for (size_t i = 0; i < json_array_size(tensors); i++) {
+		json_t *t = json_array_get(tensors, i);
+		const char *name = json_string_value(json_object_get(t, "name"));
+		const char *dt = json_string_value(json_object_get(t, "dtype"));
+		int attn = strstr(name, "self_attn.") &&
+			   strstr(name, "_proj.weight");
+
+		assert_string_equal(dt, attn ? "F32" : "BF16");
+		if (attn)
+			n_attn++;
+		else
+			n_other++;
+	}
+	assert_int_equal(n_attn, 4 * TL);
+	assert_true(n_other > 0);
+	json_decref(m);
+	m = load_manifest(def);
+	pol = json_object_get(json_object_get(m, "experts"), "policy");
+	assert_string_equal(json_string_value(json_object_get(pol,
+		"attention")), "bf16");
+	json_decref(m);
+	/* the expert files are the same: only dense.bin changed */
+	{
+		char f1[4400], f2[4400];
+		uint8_t *x, *y;
+		size_t nx, ny;
+
+		snprintf(f1, sizeof(f1), "%s/experts-000.bin", out);
+		snprintf(f2, sizeof(f2), "%s/experts-000.bin", def);
+		x = tst_read(f1, &nx);
+		y = tst_read(f2, &ny);
+		assert_true(nx == ny && !memcmp(x, y, nx));
+		free(x);
+		free(y);
+	}
+	st_rm_rf(tmp);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(roundtrip),
 		cmocka_unit_test(calibrated_store),
 		cmocka_unit_test(option_errors),
+		cmocka_unit_test(tensor_kinds),
 	};
 
 	st_test_fixture_model("tiny-mixtral", g_mixtral, sizeof(g_mixtral));
