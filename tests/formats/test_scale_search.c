@@ -653,7 +653,7 @@ static void test_kjv_weighted(int n_experts, const uint8_t *stats,
 	char path[4200];
 	struct tst_sft ck;
 	double sum[3][F_COUNT] = { { 0 } };
-	int n_t = 0, better = 0, n_rows = 0;
+	int n_t = 0, better = 0, n_rows = 0, n_skip = 0;
 
 	snprintf(path, sizeof(path), "%s/models/kjv-moe/model.safetensors",
 		 st_test_source_dir());
@@ -683,7 +683,9 @@ static void test_kjv_weighted(int n_experts, const uint8_t *stats,
 				if (stats) {
 					if (!stats_weights(stats, stats_len, l, e, m,
 							   cols, w)) {
-						CHECK(0, "%s: no statistics", name);
+						/* too few tokens: the convert
+						 * falls back to plain mse */
+						n_skip++;
 						free(x), free(d), free(w);
 						continue;
 					}
@@ -741,6 +743,8 @@ static void test_kjv_weighted(int n_experts, const uint8_t *stats,
 				free(w);
 			}
 	tst_sft_free(&ck);
+	CHECK(n_t > 0 && n_skip <= n_t, "statistics for only %d tensors (%d "
+	      "without)", n_t, n_skip);
 	printf("weighted relative RMS error of kjv-moe's expert weights (%d "
 	       "tensors, %s weights):\n  format      plain     mse       "
 	       "weighted\n", n_t, stats ? "calibration" : "synthetic");
