@@ -53,6 +53,9 @@ static void usage(FILE *f)
 "  --window N        tokens per window (default: the model's context, at\n"
 "                    most 512)\n"
 "  --max-tokens N    stop after N tokens of the text (default: all)\n"
+"  --covariance      also the full second-moment matrices E[x x^T] of every\n"
+"                    expert's inputs, for --scale-search gptq (per expert\n"
+"                    (hidden^2 + width^2) x 8 bytes: 41 MiB for kjv-moe)\n"
 "  -h, --help        this text\n"
 "\n"
 "Example (models/kjv-moe):\n"
@@ -161,6 +164,7 @@ int cli_cmd_calibrate(int argc, char **argv)
 		{ "experts", required_argument, NULL, 'e' },
 		{ "window", required_argument, NULL, 'w' },
 		{ "max-tokens", required_argument, NULL, 'n' },
+		{ "covariance", no_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -180,7 +184,7 @@ int cli_cmd_calibrate(int argc, char **argv)
 	int32_t *ids = NULL;
 	size_t n_ids = 0, len = 0;
 	uint64_t model_id = 0;
-	int c, r, rc = 1, sigfd = -1, up = 0;
+	int c, r, rc = 1, sigfd = -1, up = 0, full = 0;
 
 	memset(&inst, 0, sizeof(inst));
 	memset(&cal, 0, sizeof(cal));
@@ -192,6 +196,7 @@ int cli_cmd_calibrate(int argc, char **argv)
 		case 'e': experts = optarg; break;
 		case 'w': window = strtol(optarg, NULL, 10); break;
 		case 'n': max_tokens = strtol(optarg, NULL, 10); break;
+		case 'c': full = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -287,9 +292,10 @@ int cli_cmd_calibrate(int argc, char **argv)
 			cfg->max_position_embeddings);
 		goto out;
 	}
-	r = st_calib_init(&cal, (uint32_t)cfg->n_layers,
-			  (uint32_t)cfg->n_experts, (uint32_t)cfg->hidden_size,
-			  (uint32_t)cfg->expert_inter);
+	r = st_calib_init_full(&cal, (uint32_t)cfg->n_layers,
+			       (uint32_t)cfg->n_experts,
+			       (uint32_t)cfg->hidden_size,
+			       (uint32_t)cfg->expert_inter, full);
 	if (r < 0) {
 		fprintf(stderr, "strata calibrate: %s\n", st_strerror(r));
 		goto out;

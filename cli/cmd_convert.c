@@ -247,9 +247,11 @@ int cli_convert_kinds(const char *model_dir, const char *store_dir,
 		return 2;
 	}
 	if (calib_path) {
-		o.scale_search = ST_SCALE_SEARCH_CALIBRATED;
+		if (o.scale_search != ST_SCALE_SEARCH_GPTQ)
+			o.scale_search = ST_SCALE_SEARCH_CALIBRATED;
 		o.calib_path = calib_path;
-	} else if (o.scale_search == ST_SCALE_SEARCH_CALIBRATED) {
+	} else if (o.scale_search == ST_SCALE_SEARCH_CALIBRATED ||
+		   o.scale_search == ST_SCALE_SEARCH_GPTQ) {
 		if (cli_default_calib_path(model_dir, stats, sizeof(stats)) < 0 ||
 		    !st_path_exists(stats)) {
 			fprintf(stderr, "strata: the calibrated scale search "
@@ -317,7 +319,9 @@ static void convert_usage(FILE *f)
 "                    or calibrated: the same, each error weighted by the\n"
 "                    activation statistics of strata calibrate (the model's\n"
 "                    default statistics file unless --calibrate names one)\n"
-"  --calibrate STATS calibrated scale search with this statistics file\n"
+"                    or gptq: GPTQ error compensation with the full second\n"
+"                    moments of strata calibrate --covariance\n"
+"  --calibrate STATS calibrated (or gptq) search with this statistics file\n"
 "                    (strata calibrate --out STATS)\n"
 "  --attention P     precision of the attention projections q, k, v, o:\n"
 "                    auto (default: as the other dense weights), bf16 or\n"
@@ -395,7 +399,7 @@ int cli_cmd_convert(int argc, char **argv)
 		return 2;
 	}
 	if (calib && scale_search && strcmp(scale_search, "calibrated") &&
-	    strcmp(scale_search, "cal")) {
+	    strcmp(scale_search, "cal") && strcmp(scale_search, "gptq")) {
 		fprintf(stderr, "strata convert: --calibrate goes with the "
 			"calibrated scale search, not --scale-search %s\n",
 			scale_search);
@@ -406,7 +410,7 @@ int cli_cmd_convert(int argc, char **argv)
 			"(write it with strata calibrate --out)\n", calib);
 		return 2;
 	}
-	if (calib)
+	if (calib && !(scale_search && !strcmp(scale_search, "gptq")))
 		scale_search = "cal";
 	if (cli_experts_spec(spec, sizeof(spec), experts, keep,
 			     scale_search) < 0) {

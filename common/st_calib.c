@@ -18,6 +18,13 @@
 int st_calib_init(struct st_calib *c, uint32_t n_layers, uint32_t n_experts,
 		  uint32_t hidden, uint32_t inter)
 {
+	return st_calib_init_full(c, n_layers, n_experts, hidden, inter, 0);
+}
+
+int st_calib_init_full(struct st_calib *c, uint32_t n_layers,
+		       uint32_t n_experts, uint32_t hidden, uint32_t inter,
+		       int full)
+{
 	size_t le;
 
 	memset(c, 0, sizeof(*c));
@@ -33,7 +40,12 @@ int st_calib_init(struct st_calib *c, uint32_t n_layers, uint32_t n_experts,
 	c->count = calloc(le, sizeof(*c->count));
 	c->sum_x2 = calloc(le * hidden, sizeof(double));
 	c->sum_a2 = calloc(le * inter, sizeof(double));
-	if (!c->count || !c->sum_x2 || !c->sum_a2) {
+	if (full) {
+		c->sum_xx = calloc(le * hidden * hidden, sizeof(double));
+		c->sum_aa = calloc(le * inter * inter, sizeof(double));
+	}
+	if (!c->count || !c->sum_x2 || !c->sum_a2 ||
+	    (full && (!c->sum_xx || !c->sum_aa))) {
 		st_calib_free(c);
 		return -ENOMEM;
 	}
@@ -45,6 +57,8 @@ void st_calib_free(struct st_calib *c)
 	free(c->count);
 	free(c->sum_x2);
 	free(c->sum_a2);
+	free(c->sum_xx);
+	free(c->sum_aa);
 	memset(c, 0, sizeof(*c));
 }
 
@@ -52,6 +66,18 @@ static int in_range(const struct st_calib *c, int layer, int expert)
 {
 	return layer >= 0 && (uint32_t)layer < c->n_layers && expert >= 0 &&
 	       (uint32_t)expert < c->n_experts;
+}
+
+/* s[i][j] += v_i v_j for j >= i. */
+static void outer_upper(double *s, const float *v, uint32_t n)
+{
+	for (uint32_t i = 0; i < n; i++) {
+		const double vi = v[i];
+		double *row = s + (size_t)i * n;
+
+		for (uint32_t j = i; j < n; j++)
+			row[j] += vi * (double)v[j];
+	}
 }
 
 int st_calib_add(struct st_calib *c, int layer, int expert, const float *x,
@@ -68,6 +94,10 @@ int st_calib_add(struct st_calib *c, int layer, int expert, const float *x,
 		sx[i] += (double)x[i] * (double)x[i];
 	for (uint32_t i = 0; i < c->inter; i++)
 		sa[i] += (double)a[i] * (double)a[i];
+	if (c->sum_xx) {
+		outer_upper(c->sum_xx + le * c->hidden * c->hidden, x, c->hidden);
+		outer_upper(c->sum_aa + le * c->inter * c->inter, a, c->inter);
+	}
 	c->count[le]++;
 	return 0;
 }
@@ -92,15 +122,40 @@ int st_calib_weights(const struct st_calib *c, int layer, int expert, int m,
 	return 1;
 }
 
+int st_calib_second_moment(const struct st_calib *c, int layer, int expert,
+			   int m, uint64_t min_tokens, double *ret)
+{
+	size_t le = (size_t)layer * c->n_experts + (size_t)expert;
+	const double *s;
+	uint64_t cnt;
+	uint32_t n;
+
+	if (!in_range(c, layer, expert) || m < 0 || m > 2)
+		return -EINVAL;
+	cnt = c->count[le];
+	if (!c->sum_xx || cnt == 0 || cnt < min_tokens)
+		return 0;
+	n = m == 2 ? c->inter : c->hidden;
+	s = m == 2 ? c->sum_aa + le * c->inter * c->inter :
+		     c->sum_xx + le * c->hidden * c->hidden;
+	for (uint32_t i = 0; i < n; i++)
+		for (uint32_t j = i; j < n; j++)
+			ret[(size_t)i * n + j] = ret[(size_t)j * n + i] =
+				s[(size_t)i * n + j] / (double)cnt;
+	return 1;
+}
+
 /* Bytes of a file with these dimensions, or 0 when it would not fit. */
-static uint64_t file_bytes(uint64_t L, uint64_t E, uint64_t H, uint64_t I)
+static uint64_t file_bytes(uint64_t L, uint64_t E, uint64_t H, uint64_t I,
+			   int full)
 {
 	uint64_t le = L * E;
 
 	if (!L || !E || !H || !I || L > 4096 || E > 4096 || H > (1u << 20) ||
-	    I > (1u << 20))
+	    I > (1u << 20) || (full && (H > 65536 || I > 65536)))
 		return 0;
-	return HEAD_BYTES + le * 8 + le * (H + I) * 8 + 8;
+	return HEAD_BYTES + le * 8 + le * (H + I) * 8 +
+	       (full ? le * (H * H + I * I) * 8 : 0) + 8;
 }
 
 static void put32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
@@ -112,7 +167,7 @@ int st_calib_write(const struct st_calib *c, const char *path,
 		   struct st_diag *diag)
 {
 	uint64_t total = file_bytes(c->n_layers, c->n_experts, c->hidden,
-				    c->inter);
+				    c->inter, c->sum_xx != NULL);
 	size_t le = (size_t)c->n_layers * c->n_experts, off = HEAD_BYTES;
 	char tmp[4200];
 	uint8_t *buf;
@@ -130,6 +185,7 @@ int st_calib_write(const struct st_calib *c, const char *path,
 	put32(buf + 16, c->n_experts);
 	put32(buf + 20, c->hidden);
 	put32(buf + 24, c->inter);
+	put32(buf + 28, c->sum_xx ? 1 : 0);
 	put64(buf + 32, c->model_id);
 	put64(buf + 40, c->text_xxh3);
 	put64(buf + 48, c->n_tokens);
@@ -141,6 +197,26 @@ int st_calib_write(const struct st_calib *c, const char *path,
 		off += c->hidden * 8u;
 		memcpy(buf + off, c->sum_a2 + i * c->inter, c->inter * 8u);
 		off += c->inter * 8u;
+	}
+	if (c->sum_xx) {
+		/* full symmetric matrices from the upper triangles (in memory
+		 * only those are summed; a file read back has both, equal) */
+		for (size_t i = 0; i < le; i++)
+			for (int k = 0; k < 2; k++) {
+				uint32_t n = k ? c->inter : c->hidden;
+				const double *s = k ? c->sum_aa + i * n * n :
+						      c->sum_xx + i * n * n;
+				double *o = (double *)(void *)(buf + off);
+
+				for (uint32_t a = 0; a < n; a++)
+					for (uint32_t b = a; b < n; b++) {
+						double v = s[(size_t)a * n + b];
+
+						memcpy(o + (size_t)a * n + b, &v, 8);
+						memcpy(o + (size_t)b * n + a, &v, 8);
+					}
+				off += (size_t)n * n * 8;
+			}
 	}
 	put64(buf + off, st_xxh3(buf, off));
 	snprintf(tmp, sizeof(tmp), "%s.tmp-%d", path, (int)getpid());
@@ -198,6 +274,7 @@ int st_calib_read(const char *path, struct st_calib *ret,
 	{
 		uint32_t v = get32(b + 8), L = get32(b + 12), E = get32(b + 16);
 		uint32_t H = get32(b + 20), I = get32(b + 24);
+		uint32_t flags = get32(b + 28);
 
 		if (v != ST_CALIB_VERSION) {
 			free(buf);
@@ -206,7 +283,12 @@ int st_calib_read(const char *path, struct st_calib *ret,
 					   "strata calibrate again", path, v,
 					   ST_CALIB_VERSION);
 		}
-		want = file_bytes(L, E, H, I);
+		if (flags & ~1u) {
+			free(buf);
+			return st_diag_set(diag, -ST_E_FORMAT, "%s: unknown flags "
+					   "%#x", path, flags);
+		}
+		want = file_bytes(L, E, H, I, flags & 1);
 		if (!want || want != len) {
 			free(buf);
 			return st_diag_set(diag, -ST_E_FORMAT, "%s: %zu bytes, "
@@ -221,8 +303,8 @@ int st_calib_read(const char *path, struct st_calib *ret,
 		return st_diag_set(diag, -ST_E_CHECKSUM, "%s: checksum mismatch "
 				   "(corrupt): run strata calibrate again", path);
 	}
-	r = st_calib_init(&c, get32(b + 12), get32(b + 16), get32(b + 20),
-			  get32(b + 24));
+	r = st_calib_init_full(&c, get32(b + 12), get32(b + 16), get32(b + 20),
+			       get32(b + 24), get32(b + 28) & 1);
 	if (r < 0) {
 		free(buf);
 		return st_diag_set(diag, r, "%s: %s", path, st_strerror(r));
@@ -240,6 +322,15 @@ int st_calib_read(const char *path, struct st_calib *ret,
 		memcpy(c.sum_a2 + i * c.inter, b + off, c.inter * 8u);
 		off += c.inter * 8u;
 	}
+	if (c.sum_xx)
+		for (size_t i = 0; i < le; i++) {
+			memcpy(c.sum_xx + i * c.hidden * c.hidden, b + off,
+			       (size_t)c.hidden * c.hidden * 8);
+			off += (size_t)c.hidden * c.hidden * 8;
+			memcpy(c.sum_aa + i * c.inter * c.inter, b + off,
+			       (size_t)c.inter * c.inter * 8);
+			off += (size_t)c.inter * c.inter * 8;
+		}
 	for (size_t i = 0; i < le * c.hidden; i++)
 		if (!(c.sum_x2[i] >= 0.0) || isinf(c.sum_x2[i]))
 			r = -ST_E_FORMAT;

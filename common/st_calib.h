@@ -14,7 +14,8 @@
  * File (host byte order, little-endian machines; all integers unsigned):
  *   offset 0   "STCALIB1"                          8 bytes
  *          8   u32 version (1), u32 n_layers, u32 n_experts,
- *              u32 hidden, u32 inter, u32 0 (padding)
+ *              u32 hidden, u32 inter, u32 flags (bit 0: the full
+ *              second-moment matrices follow the sums; other bits 0)
  *         32   u64 model_id (st_calib_model_id of the checkpoint)
  *         40   u64 text_xxh3 (XXH3-64 of the calibration text's bytes)
  *         48   u64 n_tokens (token positions run), u64 n_windows
@@ -22,6 +23,10 @@
  *              then expert)
  *              then per (layer, expert) in that order: f64 sum_x2[hidden],
  *              f64 sum_a2[inter]
+ *              flags bit 0 only, then per (layer, expert): f64
+ *              sum_xx[hidden * hidden], f64 sum_aa[inter * inter] (sums
+ *              of x_i x_j over the routed tokens, row-major, symmetric:
+ *              the Hessian of GPTQ, arXiv:2210.17323, up to the count)
  *   end - 8    u64 XXH3-64 of every byte before it
  * A file whose size, magic, version, dimensions or checksum is wrong is
  * refused (-ST_E_FORMAT / -ST_E_CHECKSUM) by st_calib_read.
@@ -49,12 +54,23 @@ struct st_calib {
 	uint64_t *count;   /* owned, [n_layers * n_experts] */
 	double *sum_x2;    /* owned, [n_layers * n_experts * hidden] */
 	double *sum_a2;    /* owned, [n_layers * n_experts * inter] */
+	/* full second moments (st_calib_init_full), else NULL: in memory
+	 * only the upper triangle (j >= i) is summed; a file read back has
+	 * both (st_calib_second_moment reads the upper one) */
+	double *sum_xx;    /* owned, [n_layers * n_experts * hidden^2] */
+	double *sum_aa;    /* owned, [n_layers * n_experts * inter^2] */
 };
 
 /* Allocates zeroed statistics for the given dimensions (each >= 1).
  * Returns 0, -EINVAL or -ENOMEM. */
 int st_calib_init(struct st_calib *c, uint32_t n_layers, uint32_t n_experts,
 		  uint32_t hidden, uint32_t inter);
+
+/* The same with the full second-moment matrices when full != 0 (for the
+ * GPTQ search: hidden^2 + inter^2 doubles per expert). */
+int st_calib_init_full(struct st_calib *c, uint32_t n_layers,
+		       uint32_t n_experts, uint32_t hidden, uint32_t inter,
+		       int full);
 
 /* Frees what st_calib_init / st_calib_read allocated; c may be zeroed. */
 void st_calib_free(struct st_calib *c);
@@ -75,6 +91,15 @@ int st_calib_add(struct st_calib *c, int layer, int expert, const float *x,
  */
 int st_calib_weights(const struct st_calib *c, int layer, int expert, int m,
 		     uint64_t min_tokens, float *ret);
+
+/*
+ * The second-moment matrix E[a a^T] of matrix m's input (as st_calib_weights;
+ * ret[cols * cols], row-major, symmetric).  Returns 1 and fills ret, 0 when
+ * the expert saw fewer than min_tokens tokens or c has no full matrices,
+ * -EINVAL out of range.
+ */
+int st_calib_second_moment(const struct st_calib *c, int layer, int expert,
+			   int m, uint64_t min_tokens, double *ret);
 
 /* Writes c to path (via path.tmp-<pid> and rename, fsynced).  0 or -errno
  * with diag. */

@@ -791,6 +791,8 @@ int st_scale_search_parse(const char *s, enum st_scale_search *ret)
 		*ret = ST_SCALE_SEARCH_MSE;
 	else if (!strcmp(s, "cal") || !strcmp(s, "calibrated"))
 		*ret = ST_SCALE_SEARCH_CALIBRATED;
+	else if (!strcmp(s, "gptq"))
+		*ret = ST_SCALE_SEARCH_GPTQ;
 	else
 		return -EINVAL;
 	return 0;
@@ -802,6 +804,7 @@ const char *st_scale_search_name(enum st_scale_search s)
 	case ST_SCALE_SEARCH_NONE: return "none";
 	case ST_SCALE_SEARCH_MSE: return "mse";
 	case ST_SCALE_SEARCH_CALIBRATED: return "calibrated";
+	case ST_SCALE_SEARCH_GPTQ: return "gptq";
 	default: return NULL;
 	}
 }

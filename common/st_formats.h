@@ -293,16 +293,19 @@ enum st_scale_search {
 					 * error weighted by its input
 					 * channel's activation second
 					 * moment (the _wmse functions) */
+	ST_SCALE_SEARCH_GPTQ = 3, /* GPTQ with the calibration's second
+				   * moments, each group's scale by the
+				   * weighted search (st_gptq.h) */
 };
 
 #define ST_SCALE_GRID_LO 80 /* first grid factor, in hundredths */
 #define ST_SCALE_GRID_N 31  /* factors 0.80, 0.81, ..., 1.10 */
 
-/* Parses "none", "mse", or "cal" / "calibrated" (`strata convert
+/* Parses "none", "mse", "cal" / "calibrated" or "gptq" (`strata convert
  * --scale-search`).  0 or -EINVAL (*ret untouched). */
 int st_scale_search_parse(const char *s, enum st_scale_search *ret);
 
-/* "none", "mse", "calibrated"; NULL out of range. */
+/* "none", "mse", "calibrated", "gptq"; NULL out of range. */
 const char *st_scale_search_name(enum st_scale_search s);
 
 int st_mxfp4_quantize_row_mse(const float *x, size_t n, uint8_t *ret_codes,

@@ -32,6 +32,7 @@
 #include "st_build_config.h"
 #include "st_calib.h"
 #include "st_config.h"
+#include "st_gptq.h"
 #include "st_safetensors.h"
 #include "st_store.h"
 #include "st_util.h"
@@ -82,6 +83,8 @@ struct conv {
 	struct st_calib cal;
 	uint64_t cal_file_xxh3;
 	float *cal_w;             /* per-column weights of one matrix */
+	float *gptq_w;            /* GPTQ: one matrix in float32 */
+	double *gptq_h;           /* GPTQ: its input's second moment */
 	uint64_t cal_fallback;    /* (layer, expert)s with too few tokens */
 
 	uint64_t done, total;     /* progress, bytes read */
@@ -195,7 +198,7 @@ int es_convert_parse_scale_search(const char *name,
 
 	if (st_scale_search_parse(name, &ss))
 		return st_diag_set(diag, -EINVAL, "scale search \"%s\": use "
-				   "none, mse or calibrated (with "
+				   "none, mse, calibrated or gptq (with "
 				   "--calibrate STATS)", name ? name : "");
 	opts->scale_search = ss;
 	return 0;
@@ -1083,7 +1086,7 @@ static int fill_matrix(struct conv *c, const struct st_tensor_info *t,
 
 	/* calibrated: weights from the statistics, or the plain MSE search
 	 * for an expert that saw too few calibration tokens */
-	if (ss == ST_SCALE_SEARCH_CALIBRATED &&
+	if ((ss == ST_SCALE_SEARCH_CALIBRATED || ss == ST_SCALE_SEARCH_GPTQ) &&
 	    st_calib_weights(&c->cal, layer, expert, m, ST_CALIB_MIN_TOKENS,
 			     c->cal_w) == 1)
 		w = c->cal_w;
@@ -1098,6 +1101,22 @@ static int fill_matrix(struct conv *c, const struct st_tensor_info *t,
 		r = tensor_amax(t, src, x->rows, cols, row, &amax);
 		global = st_nvfp4_global_scale(amax);
 		memcpy(rec + x->tscale_offset, &global, 4);
+	}
+	if (!r && ss == ST_SCALE_SEARCH_GPTQ &&
+	    st_calib_second_moment(&c->cal, layer, expert, m,
+				   ST_CALIB_MIN_TOKENS, c->gptq_h) == 1) {
+		for (int64_t i = 0; !r && i < x->rows; i++)
+			r = st_convert_to_f32(t->dtype, src + (size_t)i * cols * es,
+					      cols, c->gptq_w + (size_t)i * cols);
+		if (!r)
+			r = st_gptq_quantize(&x->fmt, c->gptq_w, (size_t)x->rows,
+					     cols, c->gptq_h, global,
+					     rec + x->data_offset,
+					     rec + x->scale_offset);
+		if (r)
+			return st_diag_set(c->diag, r, "tensor %s: GPTQ failed: "
+					   "%s", t->name, st_strerror(r));
+		return 0;
 	}
 	for (int64_t i = 0; !r && i < x->rows; i++) {
 		r = st_convert_to_f32(t->dtype, src + (size_t)i * cols * es, cols,
@@ -1121,6 +1140,21 @@ static const char *rounding_text(enum st_dtype dt, enum st_scale_search ss)
 {
 	int mse = ss != ST_SCALE_SEARCH_NONE;
 
+	if (ss == ST_SCALE_SEARCH_GPTQ)
+		switch (dt) {
+		case ST_DTYPE_MXFP4:
+		case ST_DTYPE_NVFP4:
+		case ST_DTYPE_E2M1_F16:
+			return "GPTQ (arXiv:2210.17323): columns in order, "
+			       "each rounded to nearest-even (saturate "
+			       "\u00b16) and its error compensated in the "
+			       "later columns through the Cholesky factor of "
+			       "the inverse calibration second moment (damp "
+			       "0.01 mean diagonal); each group's scale by "
+			       "the activation-weighted search when reached";
+		default:
+			break;
+		}
 	if (ss == ST_SCALE_SEARCH_CALIBRATED)
 		switch (dt) {
 		case ST_DTYPE_MXFP4:
@@ -1688,10 +1722,25 @@ static int load_calibration(struct conv *c)
 				   c->o.calib_path,
 				   (unsigned long long)c->cal.model_id,
 				   (unsigned long long)id, c->model_dir);
+	if (c->o.scale_search == ST_SCALE_SEARCH_GPTQ && !c->cal.sum_xx)
+		return st_diag_set(c->diag, -EINVAL, "%s: statistics without the "
+				   "second-moment matrices GPTQ needs: run "
+				   "strata calibrate --covariance",
+				   c->o.calib_path);
 	c->cal_w = malloc(sizeof(float) *
 			  (size_t)ST_MAX(m->hidden_size, m->expert_inter));
 	if (!c->cal_w)
 		return st_diag_set(c->diag, -ENOMEM, "out of memory");
+	if (c->o.scale_search == ST_SCALE_SEARCH_GPTQ) {
+		size_t big = (size_t)ST_MAX(m->hidden_size, m->expert_inter);
+
+		c->gptq_w = malloc(sizeof(float) * (size_t)m->hidden_size *
+				   (size_t)m->expert_inter);
+		c->gptq_h = malloc(sizeof(double) * big * big);
+		if (!c->gptq_w || !c->gptq_h)
+			return st_diag_set(c->diag, -ENOMEM, "out of memory "
+					   "for GPTQ");
+	}
 	for (uint32_t i = 0; i < c->cal.n_layers * c->cal.n_experts; i++)
 		if (c->cal.count[i] < ST_CALIB_MIN_TOKENS)
 			c->cal_fallback++;
@@ -1707,14 +1756,16 @@ static int check_all(struct conv *c)
 		return st_diag_set(c->diag, -EINVAL, "scale search %d: not "
 				   "none (0), mse (1) or calibrated (2)",
 				   (int)c->o.scale_search);
-	if ((c->o.scale_search == ST_SCALE_SEARCH_CALIBRATED) !=
+	if ((c->o.scale_search == ST_SCALE_SEARCH_CALIBRATED ||
+	     c->o.scale_search == ST_SCALE_SEARCH_GPTQ) !=
 	    (c->o.calib_path != NULL))
 		return st_diag_set(c->diag, -EINVAL, c->o.calib_path ?
 				   "--calibrate STATS goes with the calibrated "
-				   "scale search, not with --scale-search %s" :
-				   "the calibrated scale search needs "
-				   "activation statistics: --calibrate STATS "
-				   "(made by strata calibrate)",
+				   "or gptq scale search, not with "
+				   "--scale-search %s" :
+				   "the %s scale search needs activation "
+				   "statistics: --calibrate STATS (made by "
+				   "strata calibrate)",
 				   st_scale_search_name(c->o.scale_search));
 	if (default_format(&c->o, &c->def_fmt))
 		return st_diag_set(c->diag, -EINVAL, "expert format (dtype %d, "
@@ -1785,6 +1836,8 @@ static void conv_free(struct conv *c)
 	free(c->is_attn);
 	free(c->config_text);
 	free(c->cal_w);
+	free(c->gptq_w);
+	free(c->gptq_h);
 	st_calib_free(&c->cal);
 	st_checkpoint_close(c->ck);
 }
