@@ -13,6 +13,7 @@
 #include "cli_cmds.h"
 #include "es_convert.h"
 #include "st_calib.h"
+#include "st_config.h"
 #include "st_safetensors.h"
 #include "st_build_config.h"
 #include "st_daemon.h"
@@ -265,6 +266,14 @@ int cli_convert_kinds(const char *model_dir, const char *store_dir,
 	/* everything about the options and the model checked before the
 	 * conversion starts (keep rules against the model's layers, the
 	 * statistics against the checkpoint) */
+	{
+		struct st_model_config cfg;
+		struct st_diag d2 = { "" };
+
+		if (st_config_load(model_dir, &cfg, &d2) == 0 &&
+		    es_convert_keep_overrides(&o, cfg.n_layers, &d2) == 1)
+			fprintf(stderr, "strata: note: %s\n", d2.msg);
+	}
 	r = es_convert_check(model_dir, &o, &diag);
 	if (r < 0) {
 		fprintf(stderr, "strata: %s\n", diag.msg[0] ? diag.msg :
@@ -368,8 +377,9 @@ int cli_cmd_convert(int argc, char **argv)
 		case 'e': experts = optarg; break;
 		case 'd': dense_f32 = 1; break;
 		case 'k':
-			/* repeated --keep-layers: all rules count (a layer
-			 * named twice with different formats is refused) */
+			/* repeated --keep-layers: all rules count, in order
+			 * (a layer named again with another format: the
+			 * later wins, and a note says so) */
 			if (keep) {
 				char joined[sizeof(keepbuf)];
 

@@ -306,10 +306,9 @@ static void keep_range(const struct es_keep_rule *r, int n_layers, int *lo,
 }
 
 /*
- * A layer that two rules with different formats both name: a repeated
- * --keep-layers rule used to win silently over the earlier one; now it is
- * refused (rules with the same format merge).  Returns 0, or -EINVAL with
- * diag naming the layer and both formats.
+ * A layer that two rules with different formats both name (the later
+ * wins: "1-2=bf16;2=e2m1-g64" is a range with an exception).  Returns 0,
+ * or 1 with diag naming the layer, both rules and which one wins.
  */
 static int keep_conflicts(const struct es_keep_rule *rules, int n,
 			  int n_layers, struct st_diag *diag)
@@ -337,12 +336,20 @@ static int keep_conflicts(const struct es_keep_rule *rules, int n,
 					 at == ES_KEEP_FIRST ? "first" : "last");
 			else
 				snprintf(what, sizeof(what), "layer %d", at);
-			return st_diag_set(diag, -EINVAL, "--keep-layers: %s is "
-					   "named twice, %s=%s and %s=%s: name "
-					   "each layer once", what, ia, fa, ib,
-					   fb);
+			st_diag_set(diag, 1, "--keep-layers: %s is named twice, "
+				    "%s=%s and then %s=%s: the later rule wins "
+				    "(%s)", what, ia, fa, ib, fb, fb);
+			return 1;
 		}
 	return 0;
+}
+
+int es_convert_keep_overrides(const struct es_convert_opts *opts,
+			      int n_layers, struct st_diag *diag)
+{
+	if (opts->n_keep < 0 || opts->n_keep > ES_CONVERT_MAX_KEEP)
+		return 0;
+	return keep_conflicts(opts->keep, opts->n_keep, n_layers, diag);
 }
 
 int es_convert_parse_keep(const char *spec, struct es_convert_opts *opts,
@@ -371,9 +378,6 @@ int es_convert_parse_keep(const char *spec, struct es_convert_opts *opts,
 			break;
 		s = end + 1;
 	}
-	r = keep_conflicts(rules, n, -1, diag);
-	if (r < 0)
-		return r;
 	r = n - opts->n_keep;
 	memcpy(opts->keep, rules, sizeof(rules[0]) * (size_t)n);
 	opts->n_keep = n;
@@ -1645,8 +1649,6 @@ static int plan_layers(struct conv *c)
 	if (es_convert_keep_str(&c->o, keep, sizeof(keep)))
 		return st_diag_set(c->diag, -EINVAL, "keep rules: invalid or "
 				   "too long");
-	if ((r = keep_conflicts(c->o.keep, c->o.n_keep, L, c->diag)))
-		return r;
 	c->layers = calloc((size_t)L, sizeof(*c->layers));
 	if (!c->layers)
 		return st_diag_set(c->diag, -ENOMEM, "out of memory");

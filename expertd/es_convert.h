@@ -170,6 +170,17 @@ int es_convert_parse_keep(const char *spec, struct es_convert_opts *opts,
 			  struct st_diag *diag);
 
 /*
+ * Whether a later keep rule overrides an earlier one with another format
+ * for some layer of a model with n_layers layers (first / last resolved;
+ * n_layers < 0: only explicit layer numbers compared).  Returns 0, or 1
+ * with diag saying which layer, which rules and that the later wins
+ * (strata convert prints it, so a repeated --keep-layers never wins
+ * silently).
+ */
+int es_convert_keep_overrides(const struct es_convert_opts *opts,
+			      int n_layers, struct st_diag *diag);
+
+/*
  * Writes the keep rules of opts in canonical form (what the manifest
  * records as experts.policy.keep, readable by es_convert_parse_keep):
  * consecutive rules with the same format share one "=FORMAT", e.g.

@@ -473,7 +473,8 @@ static void test_parse(void)
 	      !strcmp(st_scale_search_name(ST_SCALE_SEARCH_MSE), "mse") &&
 	      !strcmp(st_scale_search_name(ST_SCALE_SEARCH_CALIBRATED),
 		      "calibrated") &&
-	      st_scale_search_name((enum st_scale_search)3) == NULL, "names");
+	      !strcmp(st_scale_search_name(ST_SCALE_SEARCH_GPTQ), "gptq") &&
+	      st_scale_search_name((enum st_scale_search)4) == NULL, "names");
 	CHECK(st_scale_search_parse("cal", &s) == 0 &&
 	      s == ST_SCALE_SEARCH_CALIBRATED, "parse cal");
 	s = ST_SCALE_SEARCH_NONE;

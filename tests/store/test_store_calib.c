@@ -16,7 +16,8 @@
  *    are refused before anything is written;
  *  - --attention f32 / --shared-experts (refused: no shared experts);
  *  - option errors: a layer named twice with different formats (one spec,
- *    or first= and 0= resolved against the model), a scale search with
+ *    or first= and 0= resolved against the model) is reported (the later
+ *    rule wins), a scale search with
  *    only BF16 / FP8 experts, a keep rule beyond the model refused by
  *    es_convert_check.
  */
@@ -299,24 +300,30 @@ static void option_errors(void **state)
 	st_test_tmpdir(tmp, sizeof(tmp));
 	snprintf(out, sizeof(out), "%s/x", tmp);
 	/* a layer named twice with different formats, in one spec or in
-	 * two --keep-layers (appended) */
+	 * two --keep-layers (appended): the later wins, and the override is
+	 * reported (strata convert prints it) */
 	es_convert_opts_init(&o);
-	assert_int_equal(es_convert_parse_keep("0-2=fp8;2=bf16", &o, &d),
-			 -EINVAL);
-	assert_non_null(strstr(d.msg, "layer 2 is named twice"));
-	assert_int_equal(o.n_keep, 0);
+	assert_int_equal(es_convert_parse_keep("0-2=fp8;2=bf16", &o, &d), 2);
+	assert_int_equal(es_convert_keep_overrides(&o, -1, &d), 1);
+	assert_non_null(strstr(d.msg, "layer 2 is named twice, 0-2=fp8 and "
+			       "then 2=bf16: the later rule wins (bf16)"));
+	es_convert_opts_init(&o);
 	assert_int_equal(es_convert_parse_keep("last=fp8", &o, &d), 1);
-	assert_int_equal(es_convert_parse_keep("last=bf16", &o, &d), -EINVAL);
+	assert_int_equal(es_convert_parse_keep("last=bf16", &o, &d), 1);
+	assert_int_equal(es_convert_keep_overrides(&o, -1, &d), 1);
 	assert_non_null(strstr(d.msg, "the last layer is named twice"));
-	/* the same format twice merges */
+	/* the same format twice: nothing to report */
+	es_convert_opts_init(&o);
 	assert_int_equal(es_convert_parse_keep("3=fp8", &o, &d), 1);
+	assert_int_equal(es_convert_parse_keep("last=fp8;0-3=fp8", &o, &d), 2);
+	assert_int_equal(es_convert_keep_overrides(&o, TL, &d), 0);
 	assert_int_equal(es_convert_check(g_mixtral, &o, &d), 0);
 	/* first and 0 are the same layer: known only against the model */
 	es_convert_opts_init(&o);
 	assert_int_equal(es_convert_parse_keep("first=fp8;0=bf16", &o, &d), 2);
-	assert_int_equal(es_convert_check(g_mixtral, &o, &d), -EINVAL);
+	assert_int_equal(es_convert_keep_overrides(&o, -1, &d), 0);
+	assert_int_equal(es_convert_keep_overrides(&o, TL, &d), 1);
 	assert_non_null(strstr(d.msg, "layer 0 is named twice"));
-	assert_int_equal(es_convert(g_mixtral, out, &o, &d), -EINVAL);
 	/* a layer beyond the model: refused by the check */
 	es_convert_opts_init(&o);
 	assert_int_equal(es_convert_parse_keep("4=fp8", &o, &d), 1);

@@ -139,7 +139,7 @@ static void parser(void **state)
 	assert_int_equal(es_convert_parse_scale_search("mse", &o, &d), 0);
 	assert_int_equal(o.scale_search, ST_SCALE_SEARCH_MSE);
 	assert_int_equal(es_convert_parse_scale_search("grid", &o, &d), -EINVAL);
-	assert_non_null(strstr(d.msg, "none, mse or calibrated"));
+	assert_non_null(strstr(d.msg, "none, mse, calibrated or gptq"));
 	assert_int_equal(o.scale_search, ST_SCALE_SEARCH_MSE);
 	assert_int_equal(es_convert_parse_scale_search("none", &o, &d), 0);
 	assert_int_equal(o.scale_search, ST_SCALE_SEARCH_NONE);
