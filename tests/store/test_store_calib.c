@@ -22,6 +22,7 @@
  *    es_convert_check.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <setjmp.h>
 #include <stddef.h>
@@ -419,6 +420,84 @@ static void tensor_kinds(void **state)
 	st_rm_rf(tmp);
 }
 
+/* Full second moments (strata calibrate --covariance): round trip and
+ * E[x x^T] computed here; GPTQ stores are reproducible, recorded, differ
+ * from the calibrated search's; diagonal-only statistics are refused for
+ * GPTQ. */
+static void gptq_store(void **state)
+{
+	char tmp[4096], stats[4200], diag_only[4200], a[4200], b[4200];
+	char cal[4200], x[4200];
+	struct st_calib c, r;
+	struct st_diag d = { { 0 } };
+	float xv[TH], av[TI];
+	double *m2 = malloc(sizeof(double) * TI * TI);
+	uint64_t id = model_id();
+	json_t *m, *pol;
+
+	(void)state;
+	st_test_tmpdir(tmp, sizeof(tmp));
+	snprintf(stats, sizeof(stats), "%s/full.calib", tmp);
+	snprintf(diag_only, sizeof(diag_only), "%s/diag.calib", tmp);
+	snprintf(a, sizeof(a), "%s/g-a", tmp);
+	snprintf(b, sizeof(b), "%s/g-b", tmp);
+	snprintf(cal, sizeof(cal), "%s/cal", tmp);
+	snprintf(x, sizeof(x), "%s/x", tmp);
+	assert_int_equal(st_calib_init_full(&c, TL, TE, TH, TI, 1), 0);
+	c.model_id = id;
+	/* 40 tokens per expert: x_i = sin(i * t + e), a_i = cos(i + t) */
+	for (int l = 0; l < TL; l++)
+		for (int e = 0; e < TE; e++)
+			for (int t = 0; t < 40; t++) {
+				for (int i = 0; i < TH; i++)
+					xv[i] = (float)sin(0.1 * i * t + e + l);
+				for (int i = 0; i < TI; i++)
+					av[i] = (float)cos(0.05 * i + t);
+				assert_int_equal(st_calib_add(&c, l, e, xv, av), 0);
+				c.n_tokens++;
+			}
+	assert_int_equal(st_calib_write(&c, stats, &d), 0);
+	assert_int_equal(st_calib_read(stats, &r, NULL, &d), 0);
+	assert_non_null(r.sum_xx);
+	assert_int_equal(st_calib_second_moment(&r, 2, 5, 2, 32, m2), 1);
+	{
+		/* E[a_3 a_7] over t = 0..39, computed here */
+		double s = 0;
+
+		for (int t = 0; t < 40; t++)
+			s += (double)(float)cos(0.05 * 3 + t) *
+			     (double)(float)cos(0.05 * 7 + t);
+		assert_float_equal(m2[3 * TI + 7], s / 40, 1e-12);
+		assert_true(m2[3 * TI + 7] == m2[7 * TI + 3]);
+	}
+	assert_int_equal(st_calib_second_moment(&c, 2, 5, 2, 32, m2), 1);
+	assert_float_equal(m2[7 * TI + 3], m2[3 * TI + 7], 1e-15);
+	assert_int_equal(st_calib_second_moment(&r, 2, 5, 0, 41, m2), 0);
+	st_calib_free(&r);
+	/* GPTQ: reproducible, recorded, not the calibrated search's bytes */
+	assert_int_equal(convert(a, "e2m1-g32", "gptq", stats, &d), 0);
+	assert_int_equal(convert(b, "e2m1-g32", "gptq", stats, &d), 0);
+	assert_int_equal(convert(cal, "e2m1-g32", "calibrated", stats, &d), 0);
+	assert_int_equal(tst_dirs_differ(a, b), 0);
+	assert_true(tst_dirs_differ(a, cal) != 0);
+	m = load_manifest(a);
+	pol = json_object_get(json_object_get(m, "experts"), "policy");
+	assert_string_equal(json_string_value(json_object_get(pol,
+		"scale_search")), "gptq");
+	assert_non_null(json_object_get(pol, "calibration"));
+	json_decref(m);
+	/* statistics without the matrices: refused for GPTQ */
+	st_calib_free(&c);
+	make_stats(&c, id, 40);
+	assert_int_equal(st_calib_write(&c, diag_only, &d), 0);
+	assert_int_equal(convert(x, "e2m1-g32", "gptq", diag_only, &d), -EINVAL);
+	assert_non_null(strstr(d.msg, "--covariance"));
+	assert_int_equal(tst_count_prefix(tmp, "x"), 0);
+	st_calib_free(&c);
+	free(m2);
+	st_rm_rf(tmp);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -426,6 +505,7 @@ int main(void)
 		cmocka_unit_test(calibrated_store),
 		cmocka_unit_test(option_errors),
 		cmocka_unit_test(tensor_kinds),
+		cmocka_unit_test(gptq_store),
 	};
 
 	st_test_fixture_model("tiny-mixtral", g_mixtral, sizeof(g_mixtral));
