@@ -7,7 +7,8 @@
 # statistics never has a higher weighted error than plain rounding or the
 # unweighted search (test_scale_search --stats); a store converted with
 # --experts nvfp4/cal records the statistics' hash and strata info shows
-# it; it scores valid-small.txt close to the BF16 model; a corrupt
+# it; it scores valid-small.txt close to the BF16 model; a store with
+# --attention f32 scores exactly as the BF16-attention one; a corrupt
 # statistics file is refused.
 set -u
 STRATA="$STRATA_BUILD_DIR/cli/strata"
@@ -77,6 +78,21 @@ r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 # BF16 25.5894, NVFP4 plain 25.8367 (README / docs/FORMATS.md)
 if not (r["scored_tokens"] == 2920 and 25.5894 < r["ppl"] < 26.2):
     print("FAIL: calibrated NVFP4 perplexity", r); sys.exit(1)
+PY
+
+# --attention f32: q/k/v/o widened exactly from BF16, so computed gives the
+# same perplexity as the BF16-attention store: the README's MXFP4 25.9751
+"$STRATA" convert --model "$KJV" --experts mxfp4 --attention f32 \
+	--out "$TMP/att" >/dev/null 2>"$TMP/att.err" || { cat "$TMP/att.err"; bad "convert --attention f32"; }
+"$STRATA" info "$TMP/att" | grep -q "attention f32" || bad "info: attention f32"
+"$STRATA" perplexity --store "$TMP/att" --file "$KJV/valid-small.txt" --json \
+	--instance "a$$" --run-dir "$TMP/run-att" >"$TMP/att.out" 2>"$TMP/att.err" ||
+	{ cat "$TMP/att.err"; bad "perplexity with F32 attention"; }
+$PY - "$TMP/att.out" <<'PY' || fail=1
+import json, sys
+r = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+if not (r["scored_tokens"] == 2920 and abs(r["ppl"] - 25.9751) / 25.9751 <= 1e-4):
+    print("FAIL: MXFP4 with F32 attention", r); sys.exit(1)
 PY
 
 cp "$TMP/a.calib" "$TMP/bad.calib"
