@@ -321,7 +321,9 @@ static void convert_usage(FILE *f)
 "                    tensor scale), e2m1-g32 / e2m1-g128 (FP16 scale per\n"
 "                    group), fp8 (E4M3, FP32 scale per 128), bf16, f32\n"
 "  --keep-layers SPEC  (or --keep) layers kept at another format, e.g.\n"
-"                    first,last=bf16 or 0,5=fp8;3=bf16\n"
+"                    first,last=bf16 or 0,5=fp8;3=bf16; may be repeated (all\n"
+"                    rules count; for a layer named twice the later wins,\n"
+"                    with a note)\n"
 
 "  --scale-search M  none (default: the plain amax scale), mse: per block,\n"
 "                    the scale with the least squared error (4-bit formats),\n"

@@ -95,6 +95,22 @@ if not (r["scored_tokens"] == 2920 and abs(r["ppl"] - 25.9751) / 25.9751 <= 1e-4
     print("FAIL: MXFP4 with F32 attention", r); sys.exit(1)
 PY
 
+# leftovers of the convert options: strata verify --store; a repeated
+# --keep-layers counts (the later rule wins, with a note); a layer beyond
+# the model is refused before the conversion starts
+"$STRATA" verify --store "$TMP/att" >/dev/null 2>&1 || bad "verify --store"
+"$STRATA" convert --model "$KJV" --keep-layers 0=fp8 --keep-layers first=bf16 \
+	--keep-layers last=fp8 --out "$TMP/keep" >/dev/null 2>"$TMP/keep.err" ||
+	{ cat "$TMP/keep.err"; bad "convert with repeated --keep-layers"; }
+grep -q "note: --keep-layers: layer 0 is named twice, 0=fp8 and then first=bf16: the later rule wins (bf16)" \
+	"$TMP/keep.err" || { cat "$TMP/keep.err"; bad "no note on the override"; }
+"$STRATA" info "$TMP/keep" | grep -q "layer   0  gate bf16" || bad "layer 0 not bf16"
+"$STRATA" info "$TMP/keep" | grep -q "layer   5  gate fp8" || bad "layer 5 not fp8 (first --keep-layers lost?)"
+"$STRATA" convert --model "$KJV" --keep-layers 6=fp8 --out "$TMP/k6" >/dev/null 2>"$TMP/k6.err" &&
+	bad "layer 6 of a 6-layer model accepted"
+grep -q "converting" "$TMP/k6.err" && bad "refused only after the conversion started"
+grep -q "0-5" "$TMP/k6.err" || { cat "$TMP/k6.err"; bad "layer range message"; }
+
 cp "$TMP/a.calib" "$TMP/bad.calib"
 printf '\377' | dd of="$TMP/bad.calib" bs=1 seek=200 conv=notrunc 2>/dev/null
 "$STRATA" convert --model "$KJV" --experts nvfp4 --calibrate "$TMP/bad.calib" \
