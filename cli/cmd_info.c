@@ -29,7 +29,7 @@ static void print_policy(const char *dir)
 	printf("scales     search %s", ss ? ss : "none");
 	if (cal)
 		printf(" (statistics %s of %lld tokens, text %s; %lld experts "
-		       "below %lld tokens kept the plain search)",
+		       "below %lld tokens: unweighted mse search)",
 		       json_string_value(json_object_get(cal, "stats_xxh3")),
 		       (long long)json_integer_value(json_object_get(cal,
 								     "tokens")),
