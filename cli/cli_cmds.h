@@ -5,6 +5,9 @@
 #define CLI_CMDS_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "st_error.h"
 
 int cli_cmd_run(int argc, char **argv);
 int cli_cmd_convert(int argc, char **argv);
@@ -19,6 +22,7 @@ int cli_cmd_exec(int argc, char **argv);
 int cli_cmd_topo(int argc, char **argv);
 int cli_cmd_plan(int argc, char **argv);
 int cli_cmd_replay(int argc, char **argv);
+int cli_cmd_calibrate(int argc, char **argv);
 
 /* Helpers shared by the commands (cmd_convert.c). */
 /* Default store directory for a model dir and expert format, under
@@ -52,6 +56,29 @@ int cli_store_stale(const char *store_dir, const char *model_dir);
 int cli_check_common(const char *instance, const char *host_budget,
 		     const char *kv_budget, const char *kv_dtype,
 		     const char *experts, const char *who);
+/* Default calibration statistics file of a model (what strata calibrate
+ * writes and the "/cal" spec suffix reads): the store directory name of
+ * cli_default_store_dir(model_dir, "stats") with ".calib" for ".strata".
+ * 0 or -errno. */
+int cli_default_calib_path(const char *model_dir, char *buf, size_t len);
+/* st_calib_model_id of the checkpoint in model_dir.  0 or an error of
+ * st_checkpoint_open / reading config.json, with diag. */
+int cli_calib_model_id(const char *model_dir, uint64_t *ret,
+		       struct st_diag *diag);
+/* cli_convert with the statistics file of a calibrated search: calib_path,
+ * or NULL for the model's default one (cli_default_calib_path) when the
+ * spec asks for "/cal"; a calib_path given with a spec that asks for
+ * another search makes the search calibrated. */
+int cli_convert_calib(const char *model_dir, const char *store_dir,
+		      const char *experts, const char *calib_path,
+		      int dense_f32, int force, int sigfd);
+/* cli_convert_calib with the precision of the other tensor kinds:
+ * attention "bf16" / "f32" / "auto" (es_convert_parse_attention), shared
+ * the shared-experts format; either may be NULL (defaults). */
+int cli_convert_kinds(const char *model_dir, const char *store_dir,
+		      const char *experts, const char *calib_path,
+		      const char *attention, const char *shared,
+		      int dense_f32, int force, int sigfd);
 /* Default embedded model directory (models/kjv-moe of the source tree or of
  * the installed data dir) into buf; 0 or -ENOENT. */
 int cli_default_model_dir(char *buf, size_t len);

@@ -12,6 +12,9 @@
 
 #include "cli_cmds.h"
 #include "es_convert.h"
+#include "st_calib.h"
+#include "st_config.h"
+#include "st_safetensors.h"
 #include "st_build_config.h"
 #include "st_daemon.h"
 #include "st_shm.h"
@@ -125,6 +128,44 @@ int cli_default_model_dir(char *buf, size_t len)
 	return st_path_exists(buf) ? 0 : -ENOENT;
 }
 
+int cli_default_calib_path(const char *model_dir, char *buf, size_t len)
+{
+	static const char ext[] = ".strata";
+	size_t n;
+	int r = cli_default_store_dir(model_dir, "stats", buf, len);
+
+	if (r < 0)
+		return r;
+	n = strlen(buf);
+	if (n < sizeof(ext) || strcmp(buf + n - (sizeof(ext) - 1), ext))
+		return -EINVAL;
+	buf[n - (sizeof(ext) - 1)] = 0;
+	if (n + 6 >= len)
+		return -ENAMETOOLONG;
+	strcat(buf, ".calib");
+	return 0;
+}
+
+int cli_calib_model_id(const char *model_dir, uint64_t *ret,
+		       struct st_diag *diag)
+{
+	struct st_checkpoint *ck = NULL;
+	char path[PATH_MAX + 16], *cfg = NULL;
+	size_t cfg_len = 0;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/config.json", model_dir);
+	r = st_read_file(path, &cfg, &cfg_len);
+	if (r < 0)
+		return st_diag_set(diag, r, "%s: %s", path, st_strerror(r));
+	r = st_checkpoint_open(model_dir, &ck, diag);
+	if (r == 0)
+		*ret = st_calib_model_id(ck, cfg, cfg_len);
+	st_checkpoint_close(ck);
+	free(cfg);
+	return r;
+}
+
 /* Applies an expert-format spec "FORMAT[:KEEP]" (see cli_cmds.h) to opts.
  * 0, or -EINVAL with diag. */
 static int apply_experts(const char *spec, struct es_convert_opts *o,
@@ -172,10 +213,28 @@ int cli_experts_spec(char *buf, size_t len, const char *experts,
 int cli_convert(const char *model_dir, const char *store_dir,
 		const char *experts, int dense_f32, int force, int sigfd)
 {
+	return cli_convert_calib(model_dir, store_dir, experts, NULL,
+				 dense_f32, force, sigfd);
+}
+
+int cli_convert_calib(const char *model_dir, const char *store_dir,
+		      const char *experts, const char *calib_path,
+		      int dense_f32, int force, int sigfd)
+{
+	return cli_convert_kinds(model_dir, store_dir, experts, calib_path,
+				 NULL, NULL, dense_f32, force, sigfd);
+}
+
+int cli_convert_kinds(const char *model_dir, const char *store_dir,
+		      const char *experts, const char *calib_path,
+		      const char *attention, const char *shared,
+		      int dense_f32, int force, int sigfd)
+{
 	struct es_convert_opts o;
 	struct progress_bar pb = { "converting", isatty(2), -1, st_now_ns(),
 				   sigfd, 0 };
 	struct st_diag diag = { "" };
+	char stats[4096];
 	int r;
 
 	es_convert_opts_init(&o);
@@ -185,6 +244,44 @@ int cli_convert(const char *model_dir, const char *store_dir,
 	}
 	o.dense_f32 = dense_f32 == CLI_DENSE_F32;
 	o.dense_fp8 = dense_f32 == CLI_DENSE_FP8;
+	if ((attention && es_convert_parse_attention(attention, &o, &diag) < 0) ||
+	    (shared && es_convert_parse_shared_experts(shared, &o, &diag) < 0)) {
+		fprintf(stderr, "strata: %s\n", diag.msg);
+		return 2;
+	}
+	if (calib_path) {
+		if (o.scale_search != ST_SCALE_SEARCH_GPTQ)
+			o.scale_search = ST_SCALE_SEARCH_CALIBRATED;
+		o.calib_path = calib_path;
+	} else if (o.scale_search == ST_SCALE_SEARCH_CALIBRATED ||
+		   o.scale_search == ST_SCALE_SEARCH_GPTQ) {
+		if (cli_default_calib_path(model_dir, stats, sizeof(stats)) < 0 ||
+		    !st_path_exists(stats)) {
+			fprintf(stderr, "strata: the calibrated scale search "
+				"needs activation statistics; none for %s yet "
+				"(looked for %s): run strata calibrate --model "
+				"%s --text FILE\n", model_dir, stats, model_dir);
+			return 1;
+		}
+		o.calib_path = stats;
+	}
+	/* everything about the options and the model checked before the
+	 * conversion starts (keep rules against the model's layers, the
+	 * statistics against the checkpoint) */
+	{
+		struct st_model_config cfg;
+		struct st_diag d2 = { "" };
+
+		if (st_config_load(model_dir, &cfg, &d2) == 0 &&
+		    es_convert_keep_overrides(&o, cfg.n_layers, &d2) == 1)
+			fprintf(stderr, "strata: note: %s\n", d2.msg);
+	}
+	r = es_convert_check(model_dir, &o, &diag);
+	if (r < 0) {
+		fprintf(stderr, "strata: %s\n", diag.msg[0] ? diag.msg :
+			st_strerror(r));
+		return r == -EINVAL ? 2 : 1;
+	}
 	o.force = force;
 	o.progress = progress;
 	o.progress_arg = &pb;
@@ -225,10 +322,24 @@ static void convert_usage(FILE *f)
 "                    tensor scale), e2m1-g32 / e2m1-g128 (FP16 scale per\n"
 "                    group), fp8 (E4M3, FP32 scale per 128), bf16, f32\n"
 "  --keep-layers SPEC  (or --keep) layers kept at another format, e.g.\n"
-"                    first,last=bf16 or 0,5=fp8;3=bf16\n"
+"                    first,last=bf16 or 0,5=fp8;3=bf16; may be repeated (all\n"
+"                    rules count; for a layer named twice the later wins,\n"
+"                    with a note)\n"
 
-"  --scale-search M  none (default: the plain amax scale) or mse: per block,\n"
-"                    the scale with the least squared error (4-bit formats)\n"
+"  --scale-search M  none (default: the plain amax scale), mse: per block,\n"
+"                    the scale with the least squared error (4-bit formats),\n"
+"                    or calibrated: the same, each error weighted by the\n"
+"                    activation statistics of strata calibrate (the model's\n"
+"                    default statistics file unless --calibrate names one)\n"
+"                    or gptq: GPTQ error compensation with the full second\n"
+"                    moments of strata calibrate --covariance\n"
+"  --calibrate STATS calibrated (or gptq) search with this statistics file\n"
+"                    (strata calibrate --out STATS)\n"
+"  --attention P     precision of the attention projections q, k, v, o:\n"
+"                    auto (default: as the other dense weights), bf16 or\n"
+"                    f32 (fp8 is not supported: no FP8 dense kernels)\n"
+"  --shared-experts FMT  format of shared experts, for models that have\n"
+"                    them; Mixtral and Qwen3-MoE have none (refused there)\n"
 "  --dense-f32       keep dense weights in F32 (default: BF16 when the\n"
 "                    checkpoint's are BF16)\n"
 "  --dense fp8       attention projections and LM head in FP8 E4M3 with an\n"
@@ -238,7 +349,8 @@ static void convert_usage(FILE *f)
 "  -h, --help        this text\n"
 "\n"
 "Default --out: $STRATA_CACHE_DIR, $XDG_CACHE_HOME/strata or ~/.cache/strata,\n"
-"named after the model and the expert format.\n");
+"named after the model and the expert format.  --experts also takes the\n"
+"combined spec FMT[:KEEP][/SEARCH], e.g. nvfp4:first,last=fp8/cal.\n");
 }
 
 int cli_cmd_convert(int argc, char **argv)
@@ -252,13 +364,17 @@ int cli_cmd_convert(int argc, char **argv)
 		{ "keep", required_argument, NULL, 'k' },
 		{ "keep-layers", required_argument, NULL, 'k' },
 		{ "scale-search", required_argument, NULL, 'S' },
+		{ "calibrate", required_argument, NULL, 'C' },
+		{ "attention", required_argument, NULL, 'A' },
+		{ "shared-experts", required_argument, NULL, 'X' },
 		{ "force", no_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	const char *model = NULL, *out = NULL, *experts = "mxfp4", *keep = NULL;
-	const char *scale_search = NULL;
-	char outbuf[4096], spec[512];
+	const char *scale_search = NULL, *calib = NULL, *attention = NULL;
+	const char *shared = NULL;
+	char outbuf[4096], spec[512], keepbuf[1024];
 	int dense_f32 = 0, force = 0, c;
 
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -275,8 +391,28 @@ int cli_cmd_convert(int argc, char **argv)
 			}
 			dense_f32 = CLI_DENSE_FP8;
 			break;
-		case 'k': keep = optarg; break;
+		case 'k':
+			/* repeated --keep-layers: all rules count, in order
+			 * (a layer named again with another format: the
+			 * later wins, and a note says so) */
+			if (keep) {
+				char joined[sizeof(keepbuf)];
+
+				if (snprintf(joined, sizeof(joined), "%s;%s",
+					     keep, optarg) >= (int)sizeof(joined)) {
+					fprintf(stderr, "strata convert: "
+						"--keep-layers too long\n");
+					return 2;
+				}
+				memcpy(keepbuf, joined, sizeof(keepbuf));
+				optarg = keepbuf;
+			}
+			keep = optarg;
+			break;
 		case 'S': scale_search = optarg; break;
+		case 'C': calib = optarg; break;
+		case 'A': attention = optarg; break;
+		case 'X': shared = optarg; break;
 		case 'f': force = 1; break;
 		case 'h': convert_usage(stdout); return 0;
 		default: convert_usage(stderr); return 2;
@@ -287,6 +423,20 @@ int cli_cmd_convert(int argc, char **argv)
 			"nothing else may follow (see --help)\n");
 		return 2;
 	}
+	if (calib && scale_search && strcmp(scale_search, "calibrated") &&
+	    strcmp(scale_search, "cal") && strcmp(scale_search, "gptq")) {
+		fprintf(stderr, "strata convert: --calibrate goes with the "
+			"calibrated scale search, not --scale-search %s\n",
+			scale_search);
+		return 2;
+	}
+	if (calib && !st_path_exists(calib)) {
+		fprintf(stderr, "strata convert: --calibrate %s: no such file "
+			"(write it with strata calibrate --out)\n", calib);
+		return 2;
+	}
+	if (calib && !(scale_search && !strcmp(scale_search, "gptq")))
+		scale_search = "cal";
 	if (cli_experts_spec(spec, sizeof(spec), experts, keep,
 			     scale_search) < 0) {
 		fprintf(stderr, "strata convert: --keep too long\n");
@@ -315,7 +465,8 @@ int cli_cmd_convert(int argc, char **argv)
 		if (cli_check_common(NULL, NULL, NULL, NULL, experts,
 				     "strata convert"))
 			return 2;
-		rc = cli_convert(model, out, experts, dense_f32, force, sigfd);
+		rc = cli_convert_kinds(model, out, experts, calib, attention,
+				       shared, dense_f32, force, sigfd);
 		if (sigfd >= 0)
 			close(sigfd);
 		if (rc)
@@ -340,6 +491,27 @@ int cli_store_stale(const char *store_dir, const char *model_dir)
 	if (json_integer_value(json_object_get(m, "version")) != ST_STORE_VERSION) {
 		json_decref(m);
 		return 1;
+	}
+	/* a calibrated store is made again when the model's default
+	 * statistics ("/cal") are not those it was made with (strata
+	 * calibrate has rewritten them) */
+	{
+		json_t *cal = json_object_get(json_object_get(json_object_get(
+			m, "experts"), "policy"), "calibration");
+		const char *want = json_string_value(json_object_get(cal,
+							"stats_xxh3"));
+		char stats[4096], hex[17], *buf = NULL;
+		size_t len = 0;
+
+		if (want && cli_default_calib_path(model_dir, stats,
+						   sizeof(stats)) == 0 &&
+		    st_read_file(stats, &buf, &len) == 0) {
+			snprintf(hex, sizeof(hex), "%016llx",
+				 (unsigned long long)st_xxh3(buf, len));
+			if (strcmp(hex, want))
+				stale = 1;
+			free(buf);
+		}
 	}
 	files = json_object_get(json_object_get(m, "source"), "files");
 	for (i = 0; i < json_array_size(files); i++) {
@@ -407,26 +579,40 @@ int cli_cmd_verify(int argc, char **argv)
 				   -1, 0 };
 	struct st_diag diag = { "" };
 	int n_bad = 0, r;
+	const char *dir = NULL;
 
-	if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-		fprintf(argc == 2 ? stdout : stderr,
-			"Usage: strata verify STORE_DIR\n\n"
+	/* strata verify STORE_DIR, or --store STORE_DIR as the other
+	 * commands spell it */
+	if (argc == 2 && strcmp(argv[1], "-h") && strcmp(argv[1], "--help") &&
+	    strncmp(argv[1], "--", 2))
+		dir = argv[1];
+	else if (argc == 3 && !strcmp(argv[1], "--store"))
+		dir = argv[2];
+	else if (argc == 2 && !strncmp(argv[1], "--store=", 8) && argv[1][8])
+		dir = argv[1] + 8;
+	if (!dir) {
+		int help = argc == 2 && (!strcmp(argv[1], "-h") ||
+					 !strcmp(argv[1], "--help"));
+
+		fprintf(help ? stdout : stderr,
+			"Usage: strata verify STORE_DIR\n"
+			"       strata verify --store STORE_DIR\n\n"
 			"Re-checks every checksum (XXH3) of a store's dense "
 			"tensors and expert\nrecords, and every file size. "
 			"Exit status 0 when all are good.\n");
-		return argc == 2 ? 0 : 2;
+		return help ? 0 : 2;
 	}
-	if (!st_path_exists(argv[1])) {
-		fprintf(stderr, "strata verify: %s does not exist\n", argv[1]);
+	if (!st_path_exists(dir)) {
+		fprintf(stderr, "strata verify: %s does not exist\n", dir);
 		return 1;
 	}
-	r = st_store_verify(argv[1], progress, &pb, &n_bad, &diag);
+	r = st_store_verify(dir, progress, &pb, &n_bad, &diag);
 	if (r < 0) {
 		fprintf(stderr, "strata verify: %s: %d problem(s); the first: "
-			"%s\n", argv[1], n_bad ? n_bad : 1,
+			"%s\n", dir, n_bad ? n_bad : 1,
 			diag.msg[0] ? diag.msg : st_strerror(r));
 		return 1;
 	}
-	printf("%s: all checksums good\n", argv[1]);
+	printf("%s: all checksums good\n", dir);
 	return 0;
 }

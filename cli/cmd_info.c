@@ -2,12 +2,48 @@
  * expert format of every layer and the policy that chose it, record and
  * file sizes, the dense weights — read from its manifest (no weights are
  * read). */
+#include <jansson.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "cli_cmds.h"
 #include "st_store.h"
 #include "st_util.h"
+
+/* The conversion choices the store reader does not keep: scale search
+ * (and the calibration statistics it used), attention precision, shared
+ * experts; read from manifest.json's experts.policy. */
+static void print_policy(const char *dir)
+{
+	char path[4200];
+	json_t *m, *pol, *cal;
+	const char *ss, *att, *sh;
+
+	snprintf(path, sizeof(path), "%s/manifest.json", dir);
+	m = json_load_file(path, 0, NULL);
+	pol = json_object_get(json_object_get(m, "experts"), "policy");
+	ss = json_string_value(json_object_get(pol, "scale_search"));
+	att = json_string_value(json_object_get(pol, "attention"));
+	sh = json_string_value(json_object_get(pol, "shared_experts"));
+	cal = json_object_get(pol, "calibration");
+	printf("scales     search %s", ss ? ss : "none");
+	if (cal)
+		printf(" (statistics %s of %lld tokens, text %s; %lld experts "
+		       "below %lld tokens: unweighted mse search)",
+		       json_string_value(json_object_get(cal, "stats_xxh3")),
+		       (long long)json_integer_value(json_object_get(cal,
+								     "tokens")),
+		       json_string_value(json_object_get(cal, "text_xxh3")),
+		       (long long)json_integer_value(json_object_get(cal,
+						"fallback_experts")),
+		       (long long)json_integer_value(json_object_get(cal,
+						"min_tokens")));
+	printf("\n");
+	printf("dense      attention %s; shared experts %s\n",
+	       att ? att : "as the other dense tensors",
+	       sh ? sh : "not recorded");
+	json_decref(m);
+}
 
 int cli_cmd_info(int argc, char **argv)
 {
@@ -42,6 +78,7 @@ int cli_cmd_info(int argc, char **argv)
 	       s->policy_default ? s->policy_default : "?",
 	       s->policy_keep && s->policy_keep[0] ? ", keep " : "",
 	       s->policy_keep && s->policy_keep[0] ? s->policy_keep : "");
+	print_policy(s->dir);
 	for (int l = 0; l < s->n_layers; l++) {
 		const struct st_store_layer *ly = &s->layers[l];
 		char f[3][ST_WFORMAT_NAME_MAX];

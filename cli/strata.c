@@ -34,6 +34,8 @@ static void usage(FILE *f)
 "  exec      become one daemon of an instance (what the systemd units run)\n"
 "  activations  per-layer expert activation histogram (expertd statistics)\n"
 "  replay    replay a routing trace through expert-residency policies\n"
+"  calibrate activation statistics of a text for the calibrated FP4 scale\n"
+"            search (strata convert --calibrate)\n"
 "\n"
 "Example:\n"
 "  strata run --model models/kjv-moe --prompt 'In the beginning' --max-tokens 48\n",
@@ -55,6 +57,7 @@ int main(int argc, char **argv)
 		{ "plan", cli_cmd_plan },     { "exec", cli_cmd_exec },
 		{ "activations", cli_cmd_activations },
 		{ "replay", cli_cmd_replay },
+		{ "calibrate", cli_cmd_calibrate },
 	};
 
 	st_log_set_name("strata");

@@ -789,6 +789,10 @@ int st_scale_search_parse(const char *s, enum st_scale_search *ret)
 		*ret = ST_SCALE_SEARCH_NONE;
 	else if (!strcmp(s, "mse"))
 		*ret = ST_SCALE_SEARCH_MSE;
+	else if (!strcmp(s, "cal") || !strcmp(s, "calibrated"))
+		*ret = ST_SCALE_SEARCH_CALIBRATED;
+	else if (!strcmp(s, "gptq"))
+		*ret = ST_SCALE_SEARCH_GPTQ;
 	else
 		return -EINVAL;
 	return 0;
@@ -799,6 +803,8 @@ const char *st_scale_search_name(enum st_scale_search s)
 	switch (s) {
 	case ST_SCALE_SEARCH_NONE: return "none";
 	case ST_SCALE_SEARCH_MSE: return "mse";
+	case ST_SCALE_SEARCH_CALIBRATED: return "calibrated";
+	case ST_SCALE_SEARCH_GPTQ: return "gptq";
 	default: return NULL;
 	}
 }
@@ -840,7 +846,8 @@ static int all_finite(const float *x, size_t n)
 struct scale_codec {
 	uint32_t (*encode)(float v);
 	float (*decode)(uint32_t code);
-	double (*sse)(const float *x, size_t n, uint32_t code, float extra);
+	double (*sse)(const float *x, const float *w, size_t n, uint32_t code,
+		      float extra);
 	int (*usable)(uint32_t code); /* may be NULL: every code */
 };
 
@@ -848,10 +855,11 @@ struct scale_codec {
  * code with the least squared error (ties: plain, then the smaller scale).
  * The one search loop of the FP16, E4M3 and FP32 scale formats. */
 static uint32_t grid_search(const struct scale_codec *c, const float *x,
-			    size_t n, float base, uint32_t plain, float extra)
+			    const float *w, size_t n, float base,
+			    uint32_t plain, float extra)
 {
 	uint32_t best = plain;
-	double best_sse = c->sse(x, n, plain, extra);
+	double best_sse = c->sse(x, w, n, plain, extra);
 
 	for (int k = 0; k < ST_SCALE_GRID_N; k++) {
 		uint32_t code = c->encode(base * grid_factor(k));
@@ -860,7 +868,7 @@ static uint32_t grid_search(const struct scale_codec *c, const float *x,
 		if (code == best || code == plain ||
 		    (c->usable && !c->usable(code)))
 			continue;
-		sse = c->sse(x, n, code, extra);
+		sse = c->sse(x, w, n, code, extra);
 		if (better(sse, c->decode(code), best_sse, c->decode(best),
 			   best == plain)) {
 			best_sse = sse;
@@ -870,8 +878,26 @@ static uint32_t grid_search(const struct scale_codec *c, const float *x,
 	return best;
 }
 
-static double nvfp4_sse(const float *xb, size_t n, uint32_t s, float global);
-static double e2m1f16_sse(const float *xg, size_t gn, uint32_t h, float unused);
+static double nvfp4_sse(const float *xb, const float *wb, size_t n, uint32_t s,
+			float global);
+static double e2m1f16_sse(const float *xg, const float *wg, size_t gn,
+			  uint32_t h, float unused);
+
+/* Weight of element i: w[i], or 1 without weights (then the sums are
+ * exactly the unweighted ones: d * d * 1.0 == d * d). */
+static double wt(const float *w, size_t i)
+{
+	return w ? (double)w[i] : 1.0;
+}
+
+/* 0 when w is NULL or every w[i] is finite and >= 0, else -EINVAL. */
+static int weights_ok(const float *w, size_t n)
+{
+	for (size_t i = 0; w && i < n; i++)
+		if (!(w[i] >= 0.0f) || isinf(w[i]))
+			return -EINVAL;
+	return 0;
+}
 
 /* The FP16 group scale for a target value v > 0 as the plain quantizer
  * rounds it (nearest-even, clamped to 65504). */
@@ -905,7 +931,7 @@ static const struct scale_codec k_e4m3_codec = {
 };
 
 /* Squared error of an MXFP4 block under scale byte s (0..254). */
-static double mxfp4_sse(const float *xb, uint8_t s)
+static double mxfp4_sse(const float *xb, const float *wb, uint8_t s)
 {
 	float sc = st_e8m0_to_f32(s);
 	double sse = 0.0;
@@ -914,7 +940,7 @@ static double mxfp4_sse(const float *xb, uint8_t s)
 		float q = st_e2m1_to_f32(st_f32_to_e2m1(ldexpf(xb[i], 127 - s)));
 		double d = (double)xb[i] - (double)(q * sc);
 
-		sse += d * d;
+		sse += wt(wb, (size_t)i) * (d * d);
 	}
 	return sse;
 }
@@ -922,12 +948,21 @@ static double mxfp4_sse(const float *xb, uint8_t s)
 int st_mxfp4_quantize_row_mse(const float *x, size_t n, uint8_t *ret_codes,
 			      uint8_t *ret_scales)
 {
-	int r = st_mxfp4_quantize_row(x, n, ret_codes, ret_scales);
+	return st_mxfp4_quantize_row_wmse(x, NULL, n, ret_codes, ret_scales);
+}
 
+int st_mxfp4_quantize_row_wmse(const float *x, const float *w, size_t n,
+			       uint8_t *ret_codes, uint8_t *ret_scales)
+{
+	int r = weights_ok(w, n);
+
+	if (!r)
+		r = st_mxfp4_quantize_row(x, n, ret_codes, ret_scales);
 	if (r)
 		return r;
 	for (size_t blk = 0; blk < n / ST_MXFP4_BLOCK; blk++) {
 		const float *xb = x + blk * ST_MXFP4_BLOCK;
+		const float *wb = w ? w + blk * ST_MXFP4_BLOCK : NULL;
 		uint8_t *cb = ret_codes + blk * MXFP4_CODE_BYTES;
 		uint8_t plain = ret_scales[blk], best = plain;
 		double best_sse;
@@ -935,14 +970,14 @@ int st_mxfp4_quantize_row_mse(const float *x, size_t n, uint8_t *ret_codes,
 		if (plain == 255 || plain == 0 ||
 		    !all_finite(xb, ST_MXFP4_BLOCK))
 			continue; /* NaN/inf or zero/tiny block: plain */
-		best_sse = mxfp4_sse(xb, plain);
+		best_sse = mxfp4_sse(xb, wb, plain);
 		for (int dlt = -1; dlt <= 1; dlt += 2) {
 			int s = (int)plain + dlt;
 			double sse;
 
 			if (s < 0 || s > 254)
 				continue;
-			sse = mxfp4_sse(xb, (uint8_t)s);
+			sse = mxfp4_sse(xb, wb, (uint8_t)s);
 			if (better(sse, s, best_sse, best, best == plain)) {
 				best_sse = sse;
 				best = (uint8_t)s;
@@ -962,7 +997,8 @@ int st_mxfp4_quantize_row_mse(const float *x, size_t n, uint8_t *ret_codes,
 }
 
 /* Squared error of an NVFP4 block (n = 16) under E4M3 scale byte s. */
-static double nvfp4_sse(const float *xb, size_t n, uint32_t s, float global)
+static double nvfp4_sse(const float *xb, const float *wb, size_t n, uint32_t s,
+			float global)
 {
 	float sb = st_e4m3_to_f32((uint8_t)s), d = sb * global;
 	double sse = 0.0;
@@ -972,7 +1008,7 @@ static double nvfp4_sse(const float *xb, size_t n, uint32_t s, float global)
 				      st_e2m1_to_f32(st_f32_to_e2m1(xb[i] / d));
 		double e = (double)xb[i] - (double)((q * sb) * global);
 
-		sse += e * e;
+		sse += wt(wb, i) * (e * e);
 	}
 	return sse;
 }
@@ -980,8 +1016,18 @@ static double nvfp4_sse(const float *xb, size_t n, uint32_t s, float global)
 int st_nvfp4_quantize_row_mse(const float *x, size_t n, float global,
 			      uint8_t *ret_codes, uint8_t *ret_scales)
 {
-	int r = st_nvfp4_quantize_row(x, n, global, ret_codes, ret_scales);
+	return st_nvfp4_quantize_row_wmse(x, NULL, n, global, ret_codes,
+					  ret_scales);
+}
 
+int st_nvfp4_quantize_row_wmse(const float *x, const float *w, size_t n,
+			       float global, uint8_t *ret_codes,
+			       uint8_t *ret_scales)
+{
+	int r = weights_ok(w, n);
+
+	if (!r)
+		r = st_nvfp4_quantize_row(x, n, global, ret_codes, ret_scales);
 	if (r)
 		return r;
 	for (size_t blk = 0; blk < n / ST_NVFP4_BLOCK; blk++) {
@@ -996,8 +1042,9 @@ int st_nvfp4_quantize_row_mse(const float *x, size_t n, float global,
 		base = (block_amax(xb, ST_NVFP4_BLOCK, &dummy) / 6.0f) / global;
 		if (base == 0.0f)
 			continue;
-		best = (uint8_t)grid_search(&k_e4m3_codec, xb, ST_NVFP4_BLOCK,
-					    base, plain, global);
+		best = (uint8_t)grid_search(&k_e4m3_codec, xb,
+					    w ? w + blk * ST_NVFP4_BLOCK : NULL,
+					    ST_NVFP4_BLOCK, base, plain, global);
 		if (best == plain)
 			continue;
 		ret_scales[blk] = best;
@@ -1014,7 +1061,8 @@ int st_nvfp4_quantize_row_mse(const float *x, size_t n, float global,
 }
 
 /* Squared error of an E2M1 group of gn elements under FP16 scale h. */
-static double e2m1f16_sse(const float *xg, size_t gn, uint32_t h, float unused)
+static double e2m1f16_sse(const float *xg, const float *wg, size_t gn,
+			  uint32_t h, float unused)
 {
 	float s = st_f16_to_f32((uint16_t)h);
 	double sse = 0.0;
@@ -1024,7 +1072,7 @@ static double e2m1f16_sse(const float *xg, size_t gn, uint32_t h, float unused)
 				      st_e2m1_to_f32(st_f32_to_e2m1(xg[i] / s));
 		double e = (double)xg[i] - (double)(q * s);
 
-		sse += e * e;
+		sse += wt(wg, i) * (e * e);
 	}
 	return sse;
 }
@@ -1034,8 +1082,18 @@ static double e2m1f16_sse(const float *xg, size_t gn, uint32_t h, float unused)
 int st_e2m1f16_quantize_row_mse(const float *x, size_t n, size_t group,
 				uint8_t *ret_codes, uint16_t *ret_scales)
 {
-	int r = st_e2m1f16_quantize_row(x, n, group, ret_codes, ret_scales);
+	return st_e2m1f16_quantize_row_wmse(x, NULL, n, group, ret_codes,
+					    ret_scales);
+}
 
+int st_e2m1f16_quantize_row_wmse(const float *x, const float *w, size_t n,
+				 size_t group, uint8_t *ret_codes,
+				 uint16_t *ret_scales)
+{
+	int r = weights_ok(w, n);
+
+	if (!r)
+		r = st_e2m1f16_quantize_row(x, n, group, ret_codes, ret_scales);
 	if (r)
 		return r;
 	for (size_t g0 = 0, gi = 0; g0 < n; g0 += group, gi++) {
@@ -1050,8 +1108,9 @@ int st_e2m1f16_quantize_row_mse(const float *x, size_t n, size_t group,
 		base = block_amax(xg, gn, &dummy) / 6.0f;
 		if (base == 0.0f)
 			continue;
-		best = (uint16_t)grid_search(&k_f16_codec, xg, gn, base, plain,
-					     0.0f);
+		best = (uint16_t)grid_search(&k_f16_codec, xg,
+					     w ? w + g0 : NULL, gn, base,
+					     plain, 0.0f);
 		if (best == plain)
 			continue;
 		ret_scales[gi] = best;
@@ -1092,7 +1151,8 @@ static int f32_usable(uint32_t u)
 }
 
 /* Squared error of an FP8 block of bn elements under FP32 scale s > 0. */
-static double fp8_sse(const float *xb, size_t bn, uint32_t bits, float unused)
+static double fp8_sse(const float *xb, const float *wb, size_t bn,
+		      uint32_t bits, float unused)
 {
 	const float s = f32_value(bits);
 	double sse = 0.0;
@@ -1101,7 +1161,7 @@ static double fp8_sse(const float *xb, size_t bn, uint32_t bits, float unused)
 		float q = st_e4m3_to_f32(st_f32_to_e4m3_sat(xb[i] / s));
 		double e = (double)xb[i] - (double)(q * s);
 
-		sse += e * e;
+		sse += wt(wb, i) * (e * e);
 	}
 	return sse;
 }
@@ -1123,7 +1183,7 @@ int st_fp8_quantize_row_mse(const float *x, size_t n, size_t block,
 
 		if (!all_finite(xb, bn) || !(plain > 0.0f))
 			continue;
-		best = f32_value(grid_search(&f32_codec, xb, bn, plain,
+		best = f32_value(grid_search(&f32_codec, xb, NULL, bn, plain,
 					     f32_code(plain), 0.0f));
 		if (best == plain)
 			continue;

@@ -289,16 +289,23 @@ int st_fp8_dequantize_row(const uint8_t *codes, const float *scales, size_t n,
 enum st_scale_search {
 	ST_SCALE_SEARCH_NONE = 0, /* plain amax scale */
 	ST_SCALE_SEARCH_MSE = 1,  /* per-block search for the lowest SSE */
+	ST_SCALE_SEARCH_CALIBRATED = 2, /* the same search, each element's
+					 * error weighted by its input
+					 * channel's activation second
+					 * moment (the _wmse functions) */
+	ST_SCALE_SEARCH_GPTQ = 3, /* GPTQ with the calibration's second
+				   * moments, each group's scale by the
+				   * weighted search (st_gptq.h) */
 };
 
 #define ST_SCALE_GRID_LO 80 /* first grid factor, in hundredths */
 #define ST_SCALE_GRID_N 31  /* factors 0.80, 0.81, ..., 1.10 */
 
-/* Parses "none" or "mse" (`strata convert --scale-search`).  0 or
- * -EINVAL (*ret untouched). */
+/* Parses "none", "mse", "cal" / "calibrated" or "gptq" (`strata convert
+ * --scale-search`).  0 or -EINVAL (*ret untouched). */
 int st_scale_search_parse(const char *s, enum st_scale_search *ret);
 
-/* "none", "mse"; NULL out of range. */
+/* "none", "mse", "calibrated", "gptq"; NULL out of range. */
 const char *st_scale_search_name(enum st_scale_search s);
 
 int st_mxfp4_quantize_row_mse(const float *x, size_t n, uint8_t *ret_codes,
@@ -309,6 +316,34 @@ int st_e2m1f16_quantize_row_mse(const float *x, size_t n, size_t group,
 				uint8_t *ret_codes, uint16_t *ret_scales);
 int st_fp8_quantize_row_mse(const float *x, size_t n, size_t block,
 			    uint8_t *ret_codes, float *ret_scales);
+
+/*
+ * Activation-weighted scale search: the same candidates, rounding and tie
+ * rules as the _mse functions, but each block's error is
+ *   WSSE(scale) = sum_i w_i (x_i - deq_i)^2
+ * with w[n] one non-negative finite weight per element of the row (NULL:
+ * every weight 1, exactly the _mse result).  With w_c = E[a_c^2], the
+ * second moment of input channel c of the matrix over calibration tokens,
+ * WSSE is the expected squared error that the block adds to the matrix's
+ * output, E[(sum_c (w_c - q(w_c)) a_c)^2], without the cross terms between
+ * channels (the diagonal of the input's second-moment matrix, which GPTQ
+ * uses in full as its Hessian: Frantar et al., "GPTQ", arXiv:2210.17323;
+ * weighting the weight error by activation magnitude is the observation
+ * of AWQ, Lin et al., arXiv:2306.00978, section 3).  A block whose weights
+ * are all 0 keeps the plain scale (every candidate ties).  Per element the
+ * nearest code is still the best (the weighted error is a sum of
+ * per-element terms), so only the block scale changes.
+ * Returns the errors of the plain quantizer, or -EINVAL when a weight is
+ * negative, NaN or infinite.
+ */
+int st_mxfp4_quantize_row_wmse(const float *x, const float *w, size_t n,
+			       uint8_t *ret_codes, uint8_t *ret_scales);
+int st_nvfp4_quantize_row_wmse(const float *x, const float *w, size_t n,
+			       float global, uint8_t *ret_codes,
+			       uint8_t *ret_scales);
+int st_e2m1f16_quantize_row_wmse(const float *x, const float *w, size_t n,
+				 size_t group, uint8_t *ret_codes,
+				 uint16_t *ret_scales);
 
 /* --- expert weight formats ---
  * What the store records per expert matrix: a dtype and the number of

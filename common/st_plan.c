@@ -27,7 +27,7 @@
  */
 #define BASE_EXPERTD (3080ull * 1024)
 #define BASE_KVD (3050ull * 1024)
-#define BASE_COMPUTED (3300ull * 1024)
+#define BASE_COMPUTED (6400ull * 1024)
 
 void st_plan_opts_default(struct st_plan_opts *o)
 {

@@ -64,6 +64,8 @@ struct cw_model {
 	struct cw_route_hooks hooks;
 	float *probe_xn, *probe_logits;    /* look-ahead scratch */
 	float probe_w[CW_MAX_EXPERTS];
+	cw_act_fn act_fn;
+	void *act_arg;
 	struct cw_read_stats rs;
 	struct cw_threads *pool;           /* owned; NULL = single thread */
 	/* scratch, grown on demand for n tokens */
@@ -514,6 +516,12 @@ int cw_model_route_probe(struct cw_model *m, int layer, const float *h,
 			     c->norm_topk_prob, ret_experts, m->probe_w);
 }
 
+void cw_model_set_act_fn(struct cw_model *m, cw_act_fn fn, void *arg)
+{
+	m->act_fn = fn;
+	m->act_arg = arg;
+}
+
 void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret)
 {
 	*ret = m->rs;
@@ -933,6 +941,15 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 		cw_threads_run(m->pool, moe_gate_up_task, &j, gn * j.tpe);
 		/* tasks index ks.pairs[0 .. np) */
 		cw_threads_run(m->pool, moe_act_task, &j, np);
+		if (m->act_fn) /* calibration observer, one caller thread */
+			for (int pi = 0; pi < np; pi++) {
+				const int p = m->ks.pairs[pi];
+
+				m->act_fn(m->act_arg, layer, m->rexperts[p],
+					  m->xn + (size_t)(p / K) * H, H,
+					  m->ks.a + (size_t)p * c->expert_inter,
+					  c->expert_inter);
+			}
 		j.tpe = (int)((m->ks.views[ST_EXPERT_DOWN].rows + MOE_DOWN_ROWS - 1) /
 			      MOE_DOWN_ROWS);
 		cw_threads_run(m->pool, moe_down_task, &j, gn * j.tpe);

@@ -47,6 +47,12 @@ struct cw_route_hooks {
 			     const int *experts, int k);
 	void *arg;
 };
+/* Optional observer of expert inputs (calibration statistics:
+ * `strata calibrate`): for every (token, chosen expert) of a MoE layer,
+ * x[x_len] the normed hidden state the expert's gate and up matrices
+ * read, act[act_len] the SwiGLU activation its down matrix reads. */
+typedef void (*cw_act_fn)(void *arg, int layer, int expert, const float *x,
+			  int x_len, const float *act, int act_len);
 
 /* Bytes of weights read, by kind (for the benchmark and the summary). */
 struct cw_read_stats {
@@ -86,6 +92,9 @@ const struct st_store *cw_model_store(const struct cw_model *m);
 
 /* Sets (or clears with NULL) the routing observer. */
 void cw_model_set_route_fn(struct cw_model *m, cw_route_fn fn, void *arg);
+
+/* Sets (or clears with NULL) the expert input observer. */
+void cw_model_set_act_fn(struct cw_model *m, cw_act_fn fn, void *arg);
 
 /*
  * Runs n tokens ids[0..n) of KV sequence `seq` at positions pos0 .. pos0+n-1

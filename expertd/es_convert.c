@@ -30,7 +30,9 @@
 #include <xxhash.h>
 
 #include "st_build_config.h"
+#include "st_calib.h"
 #include "st_config.h"
+#include "st_gptq.h"
 #include "st_safetensors.h"
 #include "st_store.h"
 #include "st_util.h"
@@ -70,11 +72,20 @@ struct conv {
 	struct st_checkpoint *ck;
 	const struct st_tensor_info **experts; /* [(l * E + e) * 3 + m] */
 	uint8_t *is_expert;                    /* per checkpoint tensor */
+	uint8_t *is_attn;                      /* q/k/v/o, per tensor */
 	enum st_dtype dense_dtype;
 	struct st_wformat def_fmt;          /* opts' default format */
 	struct st_store_layer *layers;      /* [n_layers] record layouts */
 	uint64_t record_bytes;              /* the largest layer record */
 	int have_copied[ST_ARRAY_SIZE(copied_files)];
+
+	/* calibrated scale search (opts.calib_path) */
+	struct st_calib cal;
+	uint64_t cal_file_xxh3;
+	float *cal_w;             /* per-column weights of one matrix */
+	float *gptq_w;            /* GPTQ: one matrix in float32 */
+	double *gptq_h;           /* GPTQ: its input's second moment */
+	uint64_t cal_fallback;    /* (layer, expert)s with too few tokens */
 
 	uint64_t done, total;     /* progress, bytes read */
 	XXH3_state_t *xs;
@@ -144,6 +155,41 @@ static enum st_scale_search effective_search(enum st_dtype dt,
 	return ST_SCALE_SEARCH_NONE;
 }
 
+int es_convert_parse_attention(const char *name, struct es_convert_opts *opts,
+			       struct st_diag *diag)
+{
+	if (name && !strcmp(name, "bf16"))
+		opts->attention_dtype = ST_DTYPE_BF16;
+	else if (name && !strcmp(name, "f32"))
+		opts->attention_dtype = ST_DTYPE_F32;
+	else if (name && !strcmp(name, "auto"))
+		opts->attention_dtype = ST_DTYPE_COUNT;
+	else if (name && (!strcmp(name, "fp8") || !strncmp(name, "fp8-", 4)))
+		return st_diag_set(diag, -ST_E_UNSUPPORTED, "--attention %s: "
+				   "not supported: a store keeps attention "
+				   "weights in BF16 or F32 (no FP8 dense "
+				   "kernels in computed yet); use bf16 or f32",
+				   name);
+	else
+		return st_diag_set(diag, -EINVAL, "--attention \"%s\": use "
+				   "bf16, f32 or auto", name ? name : "");
+	return 0;
+}
+
+int es_convert_parse_shared_experts(const char *name,
+				    struct es_convert_opts *opts,
+				    struct st_diag *diag)
+{
+	struct st_wformat f;
+
+	if (st_wformat_parse(name, &f))
+		return st_diag_set(diag, -EINVAL, "--shared-experts \"%s\": "
+				   "use " FORMAT_SPELLINGS, name ? name : "");
+	opts->shared_experts = f;
+	opts->shared_experts_set = 1;
+	return 0;
+}
+
 int es_convert_parse_scale_search(const char *name,
 				  struct es_convert_opts *opts,
 				  struct st_diag *diag)
@@ -152,10 +198,14 @@ int es_convert_parse_scale_search(const char *name,
 
 	if (st_scale_search_parse(name, &ss))
 		return st_diag_set(diag, -EINVAL, "scale search \"%s\": use "
-				   "none or mse", name ? name : "");
+				   "none, mse, calibrated or gptq (with "
+				   "--calibrate STATS)", name ? name : "");
 	opts->scale_search = ss;
 	return 0;
 }
+
+static int keep_item_str(const struct es_keep_rule *r, char *buf,
+			 size_t len);
 
 /* Parses a layer number at *p (decimal, no sign, at most 7 digits),
  * advancing *p; -1 when there is none. */
@@ -237,6 +287,69 @@ static int parse_keep_group(const char *s, const char *end,
 			p++;
 	}
 	return *n - first;
+}
+
+/* Layers lo..hi of rule r in a model of n_layers layers (n_layers < 0:
+ * unknown, then first/last resolve only to themselves and -1 / -2 stand
+ * for them). */
+static void keep_range(const struct es_keep_rule *r, int n_layers, int *lo,
+		       int *hi)
+{
+	*lo = r->lo;
+	*hi = r->hi;
+	if (n_layers > 0) {
+		if (r->lo == ES_KEEP_FIRST)
+			*lo = *hi = 0;
+		if (r->lo == ES_KEEP_LAST)
+			*lo = *hi = n_layers - 1;
+	}
+}
+
+/*
+ * A layer that two rules with different formats both name (the later
+ * wins: "1-2=bf16;2=e2m1-g64" is a range with an exception).  Returns 0,
+ * or 1 with diag naming the layer, both rules and which one wins.
+ */
+static int keep_conflicts(const struct es_keep_rule *rules, int n,
+			  int n_layers, struct st_diag *diag)
+{
+	for (int i = 0; i < n; i++)
+		for (int j = i + 1; j < n; j++) {
+			int alo, ahi, blo, bhi, at;
+			char fa[ST_WFORMAT_NAME_MAX], fb[ST_WFORMAT_NAME_MAX];
+			char ia[32], ib[32], what[48];
+
+			if (rules[i].fmt.dtype == rules[j].fmt.dtype &&
+			    rules[i].fmt.group == rules[j].fmt.group)
+				continue;
+			keep_range(&rules[i], n_layers, &alo, &ahi);
+			keep_range(&rules[j], n_layers, &blo, &bhi);
+			if (ahi < blo || bhi < alo)
+				continue;
+			at = ST_MAX(alo, blo);
+			st_wformat_name(&rules[i].fmt, fa, sizeof(fa));
+			st_wformat_name(&rules[j].fmt, fb, sizeof(fb));
+			keep_item_str(&rules[i], ia, sizeof(ia));
+			keep_item_str(&rules[j], ib, sizeof(ib));
+			if (at == ES_KEEP_FIRST || at == ES_KEEP_LAST)
+				snprintf(what, sizeof(what), "the %s layer",
+					 at == ES_KEEP_FIRST ? "first" : "last");
+			else
+				snprintf(what, sizeof(what), "layer %d", at);
+			st_diag_set(diag, 1, "--keep-layers: %s is named twice, "
+				    "%s=%s and then %s=%s: the later rule wins "
+				    "(%s)", what, ia, fa, ib, fb, fb);
+			return 1;
+		}
+	return 0;
+}
+
+int es_convert_keep_overrides(const struct es_convert_opts *opts,
+			      int n_layers, struct st_diag *diag)
+{
+	if (opts->n_keep < 0 || opts->n_keep > ES_CONVERT_MAX_KEEP)
+		return 0;
+	return keep_conflicts(opts->keep, opts->n_keep, n_layers, diag);
 }
 
 int es_convert_parse_keep(const char *spec, struct es_convert_opts *opts,
@@ -477,6 +590,9 @@ static int check_dense(struct conv *c)
 					      &rows, &cols);
 			if ((r = check_shape(c, t, rows, cols)))
 				return r;
+			if (role == ST_T_Q || role == ST_T_K || role == ST_T_V ||
+			    role == ST_T_O)
+				c->is_attn[t - c->ck->tensors] = 1;
 		}
 	}
 	for (int i = 0; i < c->ck->n_tensors; i++) {
@@ -740,14 +856,24 @@ static int jset_int(json_t *o, const char *key, uint64_t x)
 
 /* Writes tensor t at `off` of fd in the store's dense dtype; returns the
  * bytes written in *ret_bytes and their XXH3 in *ret_xxh3. */
+/* The dtype dense tensor i is written in: --attention for q/k/v/o when
+ * set, else the store's dense dtype. */
+static enum st_dtype dense_out_dtype(const struct conv *c, int i)
+{
+	if (c->is_attn[i] && c->o.attention_dtype != ST_DTYPE_COUNT)
+		return c->o.attention_dtype;
+	return c->dense_dtype;
+}
+
 static int write_dense_tensor(struct conv *c, int fd, float *fbuf,
 			      const struct st_tensor_info *t, uint64_t off,
 			      uint64_t *ret_bytes, uint64_t *ret_xxh3)
 {
 	const uint8_t *src = st_checkpoint_data(c->ck, t);
 	size_t es = st_dtype_traits(t->dtype)->block_bytes;
-	int direct = t->dtype == c->dense_dtype;
-	uint64_t out_es = c->dense_dtype == ST_DTYPE_BF16 ? 2 : 4;
+	enum st_dtype odt = dense_out_dtype(c, (int)(t - c->ck->tensors));
+	int direct = t->dtype == odt;
+	uint64_t out_es = odt == ST_DTYPE_BF16 ? 2 : 4;
 	int r;
 
 	XXH3_64bits_reset(c->xs);
@@ -762,6 +888,15 @@ static int write_dense_tensor(struct conv *c, int fd, float *fbuf,
 				return st_diag_set(c->diag, r, "tensor %s: cannot "
 						   "convert %s", t->name,
 						   st_dtype_traits(t->dtype)->name);
+			if (odt == ST_DTYPE_BF16) {
+				/* F32/F16 -> BF16 (--attention bf16), in
+				 * place: each bf16 goes to a lower address
+				 * than the float it came from */
+				uint16_t *h = (uint16_t *)(void *)fbuf;
+
+				for (size_t k = 0; k < n; k++)
+					h[k] = st_f32_to_bf16(fbuf[k]);
+			}
 			out = fbuf;
 		}
 		XXH3_64bits_update(c->xs, out, n * out_es);
@@ -915,7 +1050,6 @@ static int write_dense_fp8_pair(struct conv *c, int fd, json_t *arr,
 static int write_dense(struct conv *c)
 {
 	json_t *dense = json_object(), *arr = json_array();
-	const char *dt_name = st_dtype_traits(c->dense_dtype)->name;
 	float *fbuf = malloc(CHUNK_ELEMS * sizeof(float));
 	uint64_t cur = 0;
 	int fd = -1, r;
@@ -962,7 +1096,8 @@ static int write_dense(struct conv *c)
 			goto out;
 		}
 		if ((r = jset(o, "name", json_string(t->name))) ||
-		    (r = jset(o, "dtype", json_string(dt_name))) ||
+		    (r = jset(o, "dtype", json_string(st_dtype_traits(
+				dense_out_dtype(c, i))->name))) ||
 		    (r = jset(o, "shape", shape)) ||
 		    (r = jset_int(o, "offset", off)) ||
 		    (r = jset_int(o, "bytes", bytes)) ||
@@ -1030,7 +1165,8 @@ static int tensor_amax(const struct st_tensor_info *t, const uint8_t *src,
 /* Quantizes / converts row i of a matrix (row[] in float32) into its
  * place in the record. */
 static int fill_row(const struct st_store_matrix *x, const float *row,
-		    int64_t i, float global, int mse, uint8_t *rec)
+		    int64_t i, float global, int mse, const float *w,
+		    uint8_t *rec)
 {
 	const size_t cols = (size_t)x->cols;
 	const size_t n_groups = x->fmt.group ?
@@ -1039,16 +1175,30 @@ static int fill_row(const struct st_store_matrix *x, const float *row,
 
 	switch (x->fmt.dtype) {
 	case ST_DTYPE_MXFP4:
+		if (w)
+			return st_mxfp4_quantize_row_wmse(
+				row, w, cols, data + (size_t)i * cols / 2,
+				sc + (size_t)i * n_groups);
 		return (mse ? st_mxfp4_quantize_row_mse :
 			      st_mxfp4_quantize_row)(row, cols,
 					     data + (size_t)i * cols / 2,
 					     sc + (size_t)i * n_groups);
 	case ST_DTYPE_NVFP4:
+		if (w)
+			return st_nvfp4_quantize_row_wmse(
+				row, w, cols, global,
+				data + (size_t)i * cols / 2,
+				sc + (size_t)i * n_groups);
 		return (mse ? st_nvfp4_quantize_row_mse :
 			      st_nvfp4_quantize_row)(row, cols, global,
 					     data + (size_t)i * cols / 2,
 					     sc + (size_t)i * n_groups);
 	case ST_DTYPE_E2M1_F16:
+		if (w)
+			return st_e2m1f16_quantize_row_wmse(
+				row, w, cols, x->fmt.group,
+				data + (size_t)i * cols / 2,
+				(uint16_t *)(void *)(sc + (size_t)i * n_groups * 2));
 		return (mse ? st_e2m1f16_quantize_row_mse :
 			      st_e2m1f16_quantize_row)(
 			row, cols, x->fmt.group, data + (size_t)i * cols / 2,
@@ -1077,14 +1227,24 @@ static int fill_row(const struct st_store_matrix *x, const float *row,
  * 64-byte aligned in a 4096-aligned record, so the scale arrays are
  * aligned for their element type. */
 static int fill_matrix(struct conv *c, const struct st_tensor_info *t,
-		       const struct st_store_matrix *x, uint8_t *rec,
-		       float *row)
+		       const struct st_store_matrix *x, int layer, int expert,
+		       int m, uint8_t *rec, float *row)
 {
 	const uint8_t *src = st_checkpoint_data(c->ck, t);
 	size_t es = st_dtype_traits(t->dtype)->block_bytes;
 	size_t cols = (size_t)x->cols;
+	enum st_scale_search ss = effective_search(x->fmt.dtype,
+						   c->o.scale_search);
+	const float *w = NULL;
 	float global = 1.0f;
 	int r = 0;
+
+	/* calibrated: weights from the statistics, or the plain MSE search
+	 * for an expert that saw too few calibration tokens */
+	if ((ss == ST_SCALE_SEARCH_CALIBRATED || ss == ST_SCALE_SEARCH_GPTQ) &&
+	    st_calib_weights(&c->cal, layer, expert, m, ST_CALIB_MIN_TOKENS,
+			     c->cal_w) == 1)
+		w = c->cal_w;
 
 	if (x->fmt.dtype == ST_DTYPE_BF16 && t->dtype == ST_DTYPE_BF16) {
 		memcpy(rec + x->data_offset, src, x->data_bytes);
@@ -1097,15 +1257,28 @@ static int fill_matrix(struct conv *c, const struct st_tensor_info *t,
 		global = st_nvfp4_global_scale(amax);
 		memcpy(rec + x->tscale_offset, &global, 4);
 	}
+	if (!r && ss == ST_SCALE_SEARCH_GPTQ &&
+	    st_calib_second_moment(&c->cal, layer, expert, m,
+				   ST_CALIB_MIN_TOKENS, c->gptq_h) == 1) {
+		for (int64_t i = 0; !r && i < x->rows; i++)
+			r = st_convert_to_f32(t->dtype, src + (size_t)i * cols * es,
+					      cols, c->gptq_w + (size_t)i * cols);
+		if (!r)
+			r = st_gptq_quantize(&x->fmt, c->gptq_w, (size_t)x->rows,
+					     cols, c->gptq_h, global,
+					     rec + x->data_offset,
+					     rec + x->scale_offset);
+		if (r)
+			return st_diag_set(c->diag, r, "tensor %s: GPTQ failed: "
+					   "%s", t->name, st_strerror(r));
+		return 0;
+	}
 	for (int64_t i = 0; !r && i < x->rows; i++) {
 		r = st_convert_to_f32(t->dtype, src + (size_t)i * cols * es, cols,
 				      row);
 		if (!r)
 			r = fill_row(x, row, i, global,
-				     effective_search(x->fmt.dtype,
-						      c->o.scale_search) ==
-					     ST_SCALE_SEARCH_MSE,
-				     rec);
+				     ss != ST_SCALE_SEARCH_NONE, w, rec);
 		if (r)
 			return st_diag_set(c->diag, r, "tensor %s: row %" PRId64
 					   ": conversion failed: %s", t->name, i,
@@ -1120,7 +1293,44 @@ static int fill_matrix(struct conv *c, const struct st_tensor_info *t,
 /* How each format rounds and picks its scales (manifest "rounding"). */
 static const char *rounding_text(enum st_dtype dt, enum st_scale_search ss)
 {
-	int mse = ss == ST_SCALE_SEARCH_MSE;
+	int mse = ss != ST_SCALE_SEARCH_NONE;
+
+	if (ss == ST_SCALE_SEARCH_GPTQ)
+		switch (dt) {
+		case ST_DTYPE_MXFP4:
+		case ST_DTYPE_NVFP4:
+		case ST_DTYPE_E2M1_F16:
+			return "GPTQ (arXiv:2210.17323): columns in order, "
+			       "each rounded to nearest-even (saturate "
+			       "\u00b16) and its error compensated in the "
+			       "later columns through the Cholesky factor of "
+			       "the inverse calibration second moment (damp "
+			       "0.01 mean diagonal); each group's scale by "
+			       "the activation-weighted search when reached";
+		default:
+			break;
+		}
+	if (ss == ST_SCALE_SEARCH_CALIBRATED)
+		switch (dt) {
+		case ST_DTYPE_MXFP4:
+			return "nearest-even, saturate \u00b16; scale byte of "
+			       "least activation-weighted squared error (sum "
+			       "E[a_c^2] (w_c - q_c)^2) among e-1, e, e+1, e = "
+			       "2^(floor(log2 amax) - 2)";
+		case ST_DTYPE_NVFP4:
+			return "nearest-even, saturate \u00b16; block scale of "
+			       "least activation-weighted squared error (sum "
+			       "E[a_c^2] (w_c - q_c)^2) among e4m3(amax / 6 / "
+			       "tensor_scale * k/100), k = 80..110, tensor "
+			       "scale amax_tensor / 2688";
+		case ST_DTYPE_E2M1_F16:
+			return "nearest-even, saturate \u00b16; scale of least "
+			       "activation-weighted squared error (sum "
+			       "E[a_c^2] (w_c - q_c)^2) among f16(amax / 6 * "
+			       "k/100), k = 80..110";
+		default:
+			break;
+		}
 
 	switch (dt) {
 	case ST_DTYPE_MXFP4:
@@ -1236,7 +1446,8 @@ static int write_expert_layer(struct conv *c, int l, uint8_t *rec, float *row,
 			const struct st_tensor_info *t =
 				c->experts[((size_t)l * E + e) * 3 + m];
 
-			if ((r = fill_matrix(c, t, &ly->mat[m], rec, row)))
+			if ((r = fill_matrix(c, t, &ly->mat[m], l, e, m, rec,
+					     row)))
 				goto fail;
 			src_bytes += t->n_bytes;
 		}
@@ -1275,6 +1486,49 @@ fail:
 	return r;
 }
 
+/* What the attention projections were written in ("bf16", "f32", or
+ * "mixed" when the checkpoint's own dtypes differ and auto kept them). */
+static const char *attention_name(const struct conv *c)
+{
+	int seen_bf16 = 0, seen_f32 = 0;
+
+	for (int i = 0; i < c->ck->n_tensors; i++)
+		if (c->is_attn[i]) {
+			if (dense_out_dtype(c, i) == ST_DTYPE_BF16)
+				seen_bf16 = 1;
+			else
+				seen_f32 = 1;
+		}
+	return seen_bf16 && seen_f32 ? "mixed" : seen_f32 ? "f32" : "bf16";
+}
+
+/* experts.policy.calibration: which statistics the calibrated search
+ * used (by content hash: no path, so the store stays reproducible). */
+static int calibration_json(struct conv *c, json_t *pol)
+{
+	json_t *o = json_object();
+	char h[17];
+	int r = o ? 0 : -ENOMEM;
+
+	if (!r)
+		r = jset(o, "stats_xxh3", json_string(hex64(c->cal_file_xxh3, h)));
+	if (!r)
+		r = jset(o, "model_id", json_string(hex64(c->cal.model_id, h)));
+	if (!r)
+		r = jset(o, "text_xxh3", json_string(hex64(c->cal.text_xxh3, h)));
+	if (!r)
+		r = jset_int(o, "tokens", c->cal.n_tokens);
+	if (!r)
+		r = jset_int(o, "min_tokens", ST_CALIB_MIN_TOKENS);
+	if (!r)
+		r = jset_int(o, "fallback_experts", c->cal_fallback);
+	if (r) {
+		json_decref(o);
+		return r;
+	}
+	return jset(pol, "calibration", o);
+}
+
 /* experts: {n_layers, n_experts, record_bytes, record_align,
  * section_align, policy, layers: []}; *ret_layers borrowed from it. */
 static int experts_json(struct conv *c, json_t **ret_ex, json_t **ret_layers)
@@ -1303,6 +1557,13 @@ static int experts_json(struct conv *c, json_t **ret_ex, json_t **ret_layers)
 	if (!r)
 		r = jset(pol, "scale_search",
 			 json_string(st_scale_search_name(c->o.scale_search)));
+	if (!r && c->o.calib_path)
+		r = calibration_json(c, pol);
+	if (!r)
+		r = jset(pol, "attention", json_string(attention_name(c)));
+	if (!r)
+		r = jset(pol, "shared_experts",
+			 json_string("none (the model has none)"));
 	if (!r) {
 		r = jset(ex, "policy", pol);
 		pol = NULL;
@@ -1565,6 +1826,80 @@ static int plan_layers(struct conv *c)
 	return 0;
 }
 
+/* A scale search only applies to the 4-bit formats (effective_search):
+ * asking for one when no layer has such a format changes nothing, so it
+ * is refused rather than recorded. */
+static int check_search_applies(struct conv *c)
+{
+	if (c->o.scale_search == ST_SCALE_SEARCH_NONE)
+		return 0;
+	for (int l = 0; l < c->cfg.n_layers; l++)
+		if (effective_search(c->layers[l].mat[0].fmt.dtype,
+				     c->o.scale_search) != ST_SCALE_SEARCH_NONE)
+			return 0;
+	return st_diag_set(c->diag, -EINVAL, "--scale-search %s changes "
+			   "nothing here: only the 4-bit expert formats (mxfp4, "
+			   "nvfp4, e2m1-g<N>) search their scales, and no layer "
+			   "has one; drop the option",
+			   st_scale_search_name(c->o.scale_search));
+}
+
+/* Reads opts.calib_path and checks it belongs to this checkpoint. */
+static int load_calibration(struct conv *c)
+{
+	const struct st_model_config *m = &c->cfg;
+	uint64_t id;
+	int r = st_calib_read(c->o.calib_path, &c->cal, &c->cal_file_xxh3,
+			      c->diag);
+
+	if (r)
+		return r;
+	if (c->cal.n_layers != (uint32_t)m->n_layers ||
+	    c->cal.n_experts != (uint32_t)m->n_experts ||
+	    c->cal.hidden != (uint32_t)m->hidden_size ||
+	    c->cal.inter != (uint32_t)m->expert_inter)
+		return st_diag_set(c->diag, -EINVAL, "%s: statistics of a model "
+				   "with %u layers, %u experts, hidden %u, expert "
+				   "width %u; this one has %d, %d, %d, %d: "
+				   "run strata calibrate for this model",
+				   c->o.calib_path, c->cal.n_layers,
+				   c->cal.n_experts, c->cal.hidden, c->cal.inter,
+				   m->n_layers, m->n_experts, m->hidden_size,
+				   m->expert_inter);
+	id = st_calib_model_id(c->ck, c->config_text, c->config_len);
+	if (id != c->cal.model_id)
+		return st_diag_set(c->diag, -EINVAL, "%s: statistics of another "
+				   "model (model id %016llx, this checkpoint "
+				   "%016llx: other config or router weights): "
+				   "run strata calibrate --model %s",
+				   c->o.calib_path,
+				   (unsigned long long)c->cal.model_id,
+				   (unsigned long long)id, c->model_dir);
+	if (c->o.scale_search == ST_SCALE_SEARCH_GPTQ && !c->cal.sum_xx)
+		return st_diag_set(c->diag, -EINVAL, "%s: statistics without the "
+				   "second-moment matrices GPTQ needs: run "
+				   "strata calibrate --covariance",
+				   c->o.calib_path);
+	c->cal_w = malloc(sizeof(float) *
+			  (size_t)ST_MAX(m->hidden_size, m->expert_inter));
+	if (!c->cal_w)
+		return st_diag_set(c->diag, -ENOMEM, "out of memory");
+	if (c->o.scale_search == ST_SCALE_SEARCH_GPTQ) {
+		size_t big = (size_t)ST_MAX(m->hidden_size, m->expert_inter);
+
+		c->gptq_w = malloc(sizeof(float) * (size_t)m->hidden_size *
+				   (size_t)m->expert_inter);
+		c->gptq_h = malloc(sizeof(double) * big * big);
+		if (!c->gptq_w || !c->gptq_h)
+			return st_diag_set(c->diag, -ENOMEM, "out of memory "
+					   "for GPTQ");
+	}
+	for (uint32_t i = 0; i < c->cal.n_layers * c->cal.n_experts; i++)
+		if (c->cal.count[i] < ST_CALIB_MIN_TOKENS)
+			c->cal_fallback++;
+	return 0;
+}
+
 static int check_all(struct conv *c)
 {
 	char path[4200];
@@ -1572,23 +1907,50 @@ static int check_all(struct conv *c)
 
 	if (!st_scale_search_name(c->o.scale_search))
 		return st_diag_set(c->diag, -EINVAL, "scale search %d: not "
-				   "none (0) or mse (1)",
+				   "none (0), mse (1) or calibrated (2)",
 				   (int)c->o.scale_search);
+	if ((c->o.scale_search == ST_SCALE_SEARCH_CALIBRATED ||
+	     c->o.scale_search == ST_SCALE_SEARCH_GPTQ) !=
+	    (c->o.calib_path != NULL))
+		return st_diag_set(c->diag, -EINVAL, c->o.calib_path ?
+				   "--calibrate STATS goes with the calibrated "
+				   "or gptq scale search, not with "
+				   "--scale-search %s" :
+				   "the %s scale search needs activation "
+				   "statistics: --calibrate STATS (made by "
+				   "strata calibrate)",
+				   st_scale_search_name(c->o.scale_search));
 	if (default_format(&c->o, &c->def_fmt))
 		return st_diag_set(c->diag, -EINVAL, "expert format (dtype %d, "
 				   "group %u) is not one of " FORMAT_SPELLINGS,
 				   (int)c->o.expert_dtype, c->o.expert_group);
 	if ((r = st_config_load(c->model_dir, &c->cfg, c->diag)))
 		return r;
+	if (c->o.shared_experts_set)
+		return st_diag_set(c->diag, -ST_E_UNSUPPORTED, "--shared-experts: "
+				   "this model (%s) has no shared experts; the "
+				   "option is for models that have them, which "
+				   "strata does not convert yet: drop it",
+				   st_arch_name(c->cfg.arch));
+	if (c->o.attention_dtype != ST_DTYPE_COUNT &&
+	    c->o.attention_dtype != ST_DTYPE_BF16 &&
+	    c->o.attention_dtype != ST_DTYPE_F32)
+		return st_diag_set(c->diag, -EINVAL, "attention dtype %d: not "
+				   "BF16 or F32", (int)c->o.attention_dtype);
 	snprintf(path, sizeof(path), "%s/config.json", c->model_dir);
 	if ((r = st_read_file(path, &c->config_text, &c->config_len)))
 		return st_diag_set(c->diag, r, "%s: %s", path, strerror(-r));
 	if ((r = plan_layers(c)))
 		return r;
+	if ((r = check_search_applies(c)))
+		return r;
 	if ((r = st_checkpoint_open(c->model_dir, &c->ck, c->diag)))
 		return r;
+	if (c->o.calib_path && (r = load_calibration(c)))
+		return r;
 	c->is_expert = calloc((size_t)c->ck->n_tensors + 1, 1);
-	if (!c->is_expert)
+	c->is_attn = calloc((size_t)c->ck->n_tensors + 1, 1);
+	if (!c->is_expert || !c->is_attn)
 		return st_diag_set(c->diag, -ENOMEM, "out of memory");
 	if ((r = check_experts(c)) || (r = check_dense(c)) ||
 	    (r = check_copied_files(c)))
@@ -1615,6 +1977,39 @@ static int write_all(struct conv *c)
 	    (r = fsync_dir(c, c->tmp)))
 		return r;
 	return 0;
+}
+
+static void conv_free(struct conv *c)
+{
+	json_decref(c->manifest);
+	XXH3_freeState(c->xs);
+	free(c->experts);
+	free(c->layers);
+	free(c->is_expert);
+	free(c->is_attn);
+	free(c->config_text);
+	free(c->cal_w);
+	free(c->gptq_w);
+	free(c->gptq_h);
+	st_calib_free(&c->cal);
+	st_checkpoint_close(c->ck);
+}
+
+int es_convert_check(const char *model_dir, const struct es_convert_opts *opts,
+		     struct st_diag *diag)
+{
+	struct conv c = { .model_dir = model_dir, .diag = diag };
+	int r;
+
+	if (!model_dir)
+		return st_diag_set(diag, -EINVAL, "convert: no model directory");
+	if (opts)
+		c.o = *opts;
+	else
+		es_convert_opts_init(&c.o);
+	r = check_all(&c);
+	conv_free(&c);
+	return r;
 }
 
 int es_convert(const char *model_dir, const char *out_dir,
@@ -1645,12 +2040,6 @@ int es_convert(const char *model_dir, const char *out_dir,
 		st_rm_rf(c.tmp); /* on success: gone, or the replaced store */
 	if (!r && c.o.progress)
 		c.o.progress(c.total, c.total, c.o.progress_arg);
-	json_decref(c.manifest);
-	XXH3_freeState(c.xs);
-	free(c.experts);
-	free(c.layers);
-	free(c.is_expert);
-	free(c.config_text);
-	st_checkpoint_close(c.ck);
+	conv_free(&c);
 	return r;
 }

@@ -69,6 +69,27 @@ struct es_convert_opts {
 	 * Recorded per matrix in the manifest ("scale_search") and in
 	 * experts.policy.  es_convert_parse_scale_search() sets it. */
 	enum st_scale_search scale_search;
+	/* ST_SCALE_SEARCH_CALIBRATED only (and required there): the
+	 * activation statistics file (st_calib.h) of this checkpoint, made
+	 * by `strata calibrate`.  Each expert matrix's search weights its
+	 * errors by E[a_c^2] of its input channels; an expert with fewer
+	 * than ST_CALIB_MIN_TOKENS calibration tokens gets the plain MSE
+	 * search.  The manifest records experts.policy.calibration
+	 * {stats_xxh3, model_id, text_xxh3, tokens, min_tokens,
+	 * fallback_experts}.  Statistics of another model are refused. */
+	const char *calib_path;
+	/* Precision of the attention projections (q, k, v, o of every
+	 * layer): ST_DTYPE_COUNT (default) as the other dense tensors,
+	 * ST_DTYPE_BF16 or ST_DTYPE_F32 (es_convert_parse_attention).
+	 * Recorded as experts.policy.attention (the dtype written). */
+	enum st_dtype attention_dtype;
+	/* Format asked for shared experts (--shared-experts), or
+	 * shared_experts_set 0.  The supported families (Mixtral, Qwen3-MoE)
+	 * have no shared experts, so es_convert refuses the option for them
+	 * (-ST_E_UNSUPPORTED) rather than ignoring it; the manifest records
+	 * experts.policy.shared_experts "none (the model has none)". */
+	int shared_experts_set;
+	struct st_wformat shared_experts;
 	/* 1: replace an existing store at out_dir (only a directory holding a
 	 * manifest.json, or an empty one); 0: refuse with -EEXIST. */
 	int force;
@@ -89,7 +110,10 @@ struct es_convert_opts {
 
 #define ES_CONVERT_OPTS_DEFAULT                                                \
 	{ .expert_dtype = ST_DTYPE_MXFP4, .expert_group = 0, .n_keep = 0,      \
-	  .dense_f32 = 0, .scale_search = ST_SCALE_SEARCH_NONE, .force = 0, .progress = NULL, .progress_arg = NULL,  \
+	  .dense_f32 = 0, .scale_search = ST_SCALE_SEARCH_NONE,                \
+	  .calib_path = NULL, .attention_dtype = ST_DTYPE_COUNT,               \
+	  .shared_experts_set = 0, .shared_experts = { ST_DTYPE_BF16, 0 },     \
+	  .force = 0, .progress = NULL, .progress_arg = NULL,                  \
 	  .cancel = NULL }
 
 /* Fills *opts with the defaults (MXFP4 experts in every layer, automatic
@@ -117,6 +141,25 @@ int es_convert_parse_scale_search(const char *name,
 				  struct st_diag *diag);
 
 /*
+ * Sets opts->attention_dtype from `strata convert --attention NAME`:
+ * "bf16", "f32", or "auto" (as the other dense tensors).  "fp8" is
+ * refused with -ST_E_UNSUPPORTED: a store's dense.bin holds F32 / BF16
+ * tensors only and computed has no FP8 dense kernels.  Other names:
+ * -EINVAL.  diag says which spellings exist.
+ */
+int es_convert_parse_attention(const char *name, struct es_convert_opts *opts,
+			       struct st_diag *diag);
+
+/*
+ * Sets the shared-expert format from `strata convert --shared-experts FMT`
+ * (an expert format spelling).  Returns 0 or -EINVAL; es_convert refuses
+ * it for models without shared experts (all the supported families).
+ */
+int es_convert_parse_shared_experts(const char *name,
+				    struct es_convert_opts *opts,
+				    struct st_diag *diag);
+
+/*
  * Appends the per-layer overrides of a keep spec (`strata convert --keep
  * SPEC`; may be called once per --keep, later rules win):
  *   SPEC   := GROUP [';' GROUP]...
@@ -132,6 +175,17 @@ int es_convert_parse_scale_search(const char *name,
  */
 int es_convert_parse_keep(const char *spec, struct es_convert_opts *opts,
 			  struct st_diag *diag);
+
+/*
+ * Whether a later keep rule overrides an earlier one with another format
+ * for some layer of a model with n_layers layers (first / last resolved;
+ * n_layers < 0: only explicit layer numbers compared).  Returns 0, or 1
+ * with diag saying which layer, which rules and that the later wins
+ * (strata convert prints it, so a repeated --keep-layers never wins
+ * silently).
+ */
+int es_convert_keep_overrides(const struct es_convert_opts *opts,
+			      int n_layers, struct st_diag *diag);
 
 /*
  * Writes the keep rules of opts in canonical form (what the manifest
@@ -152,6 +206,15 @@ int es_convert_keep_str(const struct es_convert_opts *opts, char *buf,
  */
 int es_convert_layer_format(const struct es_convert_opts *opts, int n_layers,
 			    int layer, struct st_wformat *ret);
+
+/*
+ * Runs every check of es_convert (options, config, keep rules against the
+ * model's layers, tensors, calibration statistics against the checkpoint)
+ * without writing anything, so a command can refuse bad options before it
+ * starts converting.  Returns 0 or es_convert's error codes with diag.
+ */
+int es_convert_check(const char *model_dir, const struct es_convert_opts *opts,
+		     struct st_diag *diag);
 
 /*
  * Converts the checkpoint in model_dir into a store at out_dir.

@@ -471,7 +471,15 @@ static void test_parse(void)
 	CHECK(st_scale_search_parse(NULL, &s) == -EINVAL, "NULL refused");
 	CHECK(!strcmp(st_scale_search_name(ST_SCALE_SEARCH_NONE), "none") &&
 	      !strcmp(st_scale_search_name(ST_SCALE_SEARCH_MSE), "mse") &&
-	      st_scale_search_name((enum st_scale_search)2) == NULL, "names");
+	      !strcmp(st_scale_search_name(ST_SCALE_SEARCH_CALIBRATED),
+		      "calibrated") &&
+	      !strcmp(st_scale_search_name(ST_SCALE_SEARCH_GPTQ), "gptq") &&
+	      st_scale_search_name((enum st_scale_search)4) == NULL, "names");
+	CHECK(st_scale_search_parse("cal", &s) == 0 &&
+	      s == ST_SCALE_SEARCH_CALIBRATED, "parse cal");
+	s = ST_SCALE_SEARCH_NONE;
+	CHECK(st_scale_search_parse("calibrated", &s) == 0 &&
+	      s == ST_SCALE_SEARCH_CALIBRATED, "parse calibrated");
 }
 
 /* kjv-moe's expert weights: relative RMS error with and without search,
@@ -560,16 +568,250 @@ static void test_kjv(int n_experts)
 		      "g32 plain");
 }
 
+/* --- activation-weighted search (st_*_quantize_row_wmse) --- */
+
+static int wquantize(int f, const float *x, const float *w, int n,
+		     float global, struct qrow *q)
+{
+	memset(q, 0, sizeof(*q));
+	switch (f) {
+	case F_MXFP4:
+		return st_mxfp4_quantize_row_wmse(x, w, (size_t)n, q->codes,
+						  q->s8);
+	case F_NVFP4:
+		return st_nvfp4_quantize_row_wmse(x, w, (size_t)n, global,
+						  q->codes, q->s8);
+	default:
+		return st_e2m1f16_quantize_row_wmse(x, w, (size_t)n,
+						    (size_t)fgroup[f], q->codes,
+						    q->s16);
+	}
+}
+
+/* sum_i w_i (x_i - y_i)^2 in double, element order. */
+static double wsse_of(const float *x, const float *y, const float *w, int n)
+{
+	double s = 0;
+
+	for (int i = 0; i < n; i++) {
+		double d = (double)x[i] - (double)y[i];
+
+		s += (double)w[i] * (d * d);
+	}
+	return s;
+}
+
+/* Per-column weights of matrix m (0 gate, 1 up, 2 down) of (layer,
+ * expert) from a statistics file written by strata calibrate (format:
+ * common/st_calib.h, read here independently); 0 if absent / too few
+ * tokens. */
+static int stats_weights(const uint8_t *b, size_t len, int layer, int expert,
+			 int m, int cols, float *w)
+{
+	uint32_t L, E, H, I;
+	uint64_t cnt;
+	size_t le, off;
+
+	if (!b || len < 72 || memcmp(b, "STCALIB1", 8))
+		return 0;
+	memcpy(&L, b + 12, 4);
+	memcpy(&E, b + 16, 4);
+	memcpy(&H, b + 20, 4);
+	memcpy(&I, b + 24, 4);
+	if ((uint32_t)layer >= L || (uint32_t)expert >= E ||
+	    (uint32_t)cols != (m == 2 ? I : H))
+		return 0;
+	le = (size_t)layer * E + (size_t)expert;
+	memcpy(&cnt, b + 64 + le * 8, 8);
+	if (cnt < 32)
+		return 0;
+	off = 64 + (size_t)L * E * 8 + le * (H + I) * 8 + (m == 2 ? H * 8 : 0);
+	if (off + (size_t)cols * 8 > len)
+		return 0;
+	for (int i = 0; i < cols; i++) {
+		double v;
+
+		memcpy(&v, b + off + (size_t)i * 8, 8);
+		w[i] = (float)(v / (double)cnt);
+	}
+	return 1;
+}
+
+/*
+ * kjv-moe's expert weights with per-column weights: synthetic ones (a
+ * heavy-tailed random weight per input channel, as activation second
+ * moments are: exp(4u), u uniform in [0,1)) or, with stats, the real
+ * ones of a calibration run.  Per row and 4-bit format: the weighted
+ * error of the weighted search is never above that of plain rounding nor
+ * of the unweighted search (both are among its candidates); all-ones
+ * weights give the unweighted search's bytes; a negative weight is
+ * refused.  Prints the weighted relative RMS errors.
+ */
+static void test_kjv_weighted(int n_experts, const uint8_t *stats,
+			      size_t stats_len)
+{
+	static const char *const mat[3] = { "w1", "w3", "w2" };
+	char path[4200];
+	struct tst_sft ck;
+	double sum[3][F_COUNT] = { { 0 } };
+	int n_t = 0, better = 0, n_rows = 0, n_skip = 0;
+
+	snprintf(path, sizeof(path), "%s/models/kjv-moe/model.safetensors",
+		 st_test_source_dir());
+	tst_sft_load(path, &ck);
+	for (int l = 0; l < 6; l++)
+		for (int e = 0; e < n_experts; e++)
+			for (int m = 0; m < 3; m++) {
+				const struct tst_tensor *t;
+				char name[128];
+				int rows, cols;
+				float *x, *d, *w, amax = 0, global;
+				double wss = 0;
+
+				snprintf(name, sizeof(name), "model.layers.%d."
+					 "block_sparse_moe.experts.%d.%s.weight",
+					 l, e, mat[m]);
+				t = tst_sft_find(&ck, name);
+				if (!t || strcmp(t->dtype, "BF16") || t->n_dims != 2) {
+					CHECK(0, "%s: missing or not BF16", name);
+					continue;
+				}
+				rows = (int)t->shape[0];
+				cols = (int)t->shape[1];
+				x = malloc(sizeof(float) * (size_t)cols * rows);
+				d = malloc(sizeof(float) * (size_t)cols);
+				w = malloc(sizeof(float) * (size_t)cols);
+				if (stats) {
+					if (!stats_weights(stats, stats_len, l, e, m,
+							   cols, w)) {
+						/* too few tokens: the convert
+						 * falls back to plain mse */
+						n_skip++;
+						free(x), free(d), free(w);
+						continue;
+					}
+				} else {
+					for (int i = 0; i < cols; i++)
+						w[i] = (float)exp(4.0 * urand());
+				}
+				for (int i = 0; i < rows * cols; i++) {
+					uint16_t h;
+
+					memcpy(&h, tst_sft_data(&ck, t) + 2 * (size_t)i,
+					       2);
+					x[i] = tst_bf16(h);
+					amax = fmaxf(amax, fabsf(x[i]));
+					wss += (double)w[i % cols] * x[i] * x[i];
+				}
+				global = st_nvfp4_global_scale(amax);
+				for (int f = 0; f < F_FP8; f++) {
+					double se[3] = { 0, 0, 0 };
+
+					for (int r = 0; r < rows; r++) {
+						static struct qrow q, qm, qw;
+						const float *xr = x + (size_t)r * cols;
+						double e0, e1, e2;
+
+						CHECK(quantize(f, 0, xr, cols, global,
+							       &q) == 0, "%s", name);
+						decode_here(f, &q, cols, global, d);
+						e0 = wsse_of(xr, d, w, cols);
+						CHECK(quantize(f, 1, xr, cols, global,
+							       &qm) == 0, "%s", name);
+						decode_here(f, &qm, cols, global, d);
+						e1 = wsse_of(xr, d, w, cols);
+						CHECK(wquantize(f, xr, w, cols, global,
+								&qw) == 0, "%s", name);
+						decode_here(f, &qw, cols, global, d);
+						e2 = wsse_of(xr, d, w, cols);
+						CHECK(e2 <= e0 * (1 + 1e-12) &&
+						      e2 <= e1 * (1 + 1e-12),
+						      "%s %s row %d: weighted %.9g, "
+						      "plain %.9g, mse %.9g", name,
+						      fnames[f], r, e2, e0, e1);
+						better += e2 < e1 * (1 - 1e-9);
+						n_rows++;
+						se[0] += e0;
+						se[1] += e1;
+						se[2] += e2;
+					}
+					for (int k = 0; k < 3; k++)
+						sum[k][f] += sqrt(se[k] / wss);
+				}
+				n_t++;
+				free(x);
+				free(d);
+				free(w);
+			}
+	tst_sft_free(&ck);
+	CHECK(n_t > 0 && n_skip <= n_t, "statistics for only %d tensors (%d "
+	      "without)", n_t, n_skip);
+	printf("weighted relative RMS error of kjv-moe's expert weights (%d "
+	       "tensors, %s weights):\n  format      plain     mse       "
+	       "weighted\n", n_t, stats ? "calibration" : "synthetic");
+	for (int f = 0; f < F_FP8; f++)
+		printf("  %-10s  %.5f   %.5f   %.5f\n", fnames[f],
+		       sum[0][f] / n_t, sum[1][f] / n_t, sum[2][f] / n_t);
+	/* the weights must matter: the weighted search beats the plain one
+	 * on a good share of rows */
+	CHECK(better * 10 > n_rows, "weighted search better than mse on only "
+	      "%d of %d rows", better, n_rows);
+}
+
+/* Weighted search: NULL / all-ones weights are the MSE search byte for
+ * byte; bad weights are refused. */
+static void test_weighted_basics(void)
+{
+	float x[128], ones[128], bad[128];
+
+	for (int i = 0; i < 128; i++) {
+		x[i] = (float)(urand() * 2 - 1) * (i % 7 == 0 ? 4.0f : 1.0f);
+		ones[i] = 1.0f;
+		bad[i] = 1.0f;
+	}
+	bad[77] = -1.0f;
+	for (int f = 0; f < F_FP8; f++) {
+		static struct qrow a, b, c;
+
+		CHECK(quantize(f, 1, x, 128, 0.01f, &a) == 0 &&
+		      wquantize(f, x, NULL, 128, 0.01f, &b) == 0 &&
+		      wquantize(f, x, ones, 128, 0.01f, &c) == 0, "%s",
+		      fnames[f]);
+		CHECK(!memcmp(&a, &b, sizeof(a)) && !memcmp(&a, &c, sizeof(a)),
+		      "%s: weights NULL / 1 differ from the mse search",
+		      fnames[f]);
+		CHECK(wquantize(f, x, bad, 128, 0.01f, &b) == -EINVAL,
+		      "%s: negative weight accepted", fnames[f]);
+		bad[77] = NAN;
+		CHECK(wquantize(f, x, bad, 128, 0.01f, &b) == -EINVAL,
+		      "%s: NaN weight accepted", fnames[f]);
+		bad[77] = -1.0f;
+	}
+}
+
 /* No argument: experts 0 and 1 of every layer (fast, suite 'unit');
- * "--all": every expert (suite 'slow'). */
+ * "--all": every expert (suite 'slow'); "--stats FILE": the weighted
+ * search with the real statistics of FILE (strata calibrate). */
 int main(int argc, char **argv)
 {
 	int all = argc > 1 && !strcmp(argv[1], "--all");
 
+	if (argc == 3 && !strcmp(argv[1], "--stats")) {
+		size_t len = 0;
+		uint8_t *b = tst_read(argv[2], &len);
+
+		test_kjv_weighted(16, b, len);
+		free(b);
+		if (n_fail)
+			fprintf(stderr, "%d check(s) failed\n", n_fail);
+		return n_fail ? 1 : 0;
+	}
 	test_parse();
 	test_crafted();
 	test_random();
+	test_weighted_basics();
 	test_kjv(all ? 16 : 2);
+	test_kjv_weighted(all ? 16 : 2, NULL, 0);
 	if (n_fail)
 		fprintf(stderr, "%d check(s) failed\n", n_fail);
 	return n_fail ? 1 : 0;
