@@ -1,0 +1,503 @@
+/*
+ * cw_dsv4.c — DeepSeek-V4 forward pass over a sequence state (cw_dsv4.h).
+ * Formulas: MODEL_FAMILY_DEEPSEEK_V4.md 2.5 (HF modeling_deepseek_v4.py).
+ *
+ * A chunk of n tokens is evaluated layer by layer: every token's mHC pre,
+ * projections, K=V row and compressor inputs first (appended to the
+ * state), then the compressed rows whose window the chunk closes, then
+ * each token's attention over what is visible at its own position.  Every
+ * read is causal, so any split of a sequence into chunks gives the same
+ * values as one chunk.
+ */
+#include "cw_dsv4_int.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct cw_dsv4_lstate {
+	float *kv;     /* [cap][head_dim]: K=V rows after norm and rope */
+	float *cz;     /* [cap][2 * cols]: compressor c then z (ape added) */
+	float *crow;   /* [cap / ratio + 1][head_dim]: compressed rows */
+	float *icz;    /* indexer compressor inputs [cap][2 * icols] */
+	float *ikey;   /* [cap / 4 + 1][index_head_dim] */
+};
+
+struct cw_dsv4_state {
+	int len, cap;
+	struct cw_dsv4_lstate *ls;
+	int n_layers;
+	struct cw_dsv4_debug *dbg;
+};
+
+static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
+{
+	for (int r = 0; r < m->rows; r++) {
+		const float *w = m->w + (size_t)r * m->cols;
+		double acc = 0.0;
+
+		for (int i = 0; i < m->cols; i++)
+			acc += (double)w[i] * x[i];
+		y[r] = (float)acc;
+	}
+}
+
+/* rows [r0, r0 + n) of m times x */
+static void matvec_rows(const struct cw_dsv4_mat *m, int r0, int n,
+			const float *x, float *y)
+{
+	struct cw_dsv4_mat sub = { n, m->cols, m->w + (size_t)r0 * m->cols };
+
+	matvec(&sub, x, y);
+}
+
+int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
+		      struct cw_dsv4_state **ret)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	struct cw_dsv4_state *s = calloc(1, sizeof(*s));
+
+	if (!s || max_tokens < 1)
+		goto nomem;
+	s->cap = max_tokens;
+	s->n_layers = c->n_layers;
+	s->ls = calloc(c->n_layers, sizeof(*s->ls));
+	if (!s->ls)
+		goto nomem;
+	for (int l = 0; l < c->n_layers; l++) {
+		const struct cw_dsv4_layer *L = &m->layers[l];
+		struct cw_dsv4_lstate *ls = &s->ls[l];
+		size_t cap = max_tokens;
+
+		ls->kv = malloc(cap * c->head_dim * sizeof(float));
+		if (!ls->kv)
+			goto nomem;
+		if (L->ratio) {
+			ls->cz = malloc(cap * 2 * L->comp.wkv.rows *
+					sizeof(float));
+			ls->crow = malloc((cap / L->ratio + 1) * c->head_dim *
+					  sizeof(float));
+			if (!ls->cz || !ls->crow)
+				goto nomem;
+		}
+		if (L->has_indexer) {
+			ls->icz = malloc(cap * 2 * L->icomp.wkv.rows *
+					 sizeof(float));
+			ls->ikey = malloc((cap / 4 + 1) * c->index_head_dim *
+					  sizeof(float));
+			if (!ls->icz || !ls->ikey)
+				goto nomem;
+		}
+	}
+	*ret = s;
+	return 0;
+nomem:
+	cw_dsv4_state_free(s);
+	return max_tokens < 1 ? -EINVAL : -ENOMEM;
+}
+
+void cw_dsv4_state_free(struct cw_dsv4_state *s)
+{
+	if (!s)
+		return;
+	for (int l = 0; s->ls && l < s->n_layers; l++) {
+		free(s->ls[l].kv);
+		free(s->ls[l].cz);
+		free(s->ls[l].crow);
+		free(s->ls[l].icz);
+		free(s->ls[l].ikey);
+	}
+	free(s->ls);
+	free(s);
+}
+
+int cw_dsv4_state_len(const struct cw_dsv4_state *s)
+{
+	return s->len;
+}
+
+void cw_dsv4_set_debug(struct cw_dsv4_state *s, struct cw_dsv4_debug *dbg)
+{
+	s->dbg = dbg;
+}
+
+/* Compressor inputs of one token: c = wkv a, z = wgate a + ape[p mod m]. */
+static void comp_inputs(const struct cw_dsv4_comp *cp, const float *a,
+			int64_t p, float *cz)
+{
+	int cols = cp->wkv.rows;
+	const float *ape = cp->ape + (size_t)(p % cp->ratio) * cols;
+
+	matvec(&cp->wkv, a, cz);
+	matvec(&cp->wgate, a, cz + cols);
+	for (int j = 0; j < cols; j++)
+		cz[cols + j] += ape[j];
+}
+
+/*
+ * Compressed row w from the stored per-token inputs: HCA pools tokens
+ * [m w, m w + m); CSA (overlap) pools the first halves of tokens
+ * [4w - 4, 4w) and the second halves of [4w, 4w + 4).  Then the weighted
+ * RMSNorm and the compress rope at position m w.
+ */
+static void comp_row(const struct cw_dsv4_model *m,
+		     const struct cw_dsv4_comp *cp, const float *cz, int w,
+		     float *out)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	int cols = cp->wkv.rows, W = cp->width, ns = 0;
+	const float *cs[2 * cp->ratio], *zs[2 * cp->ratio];
+
+	if (cp->overlap) {
+		for (int t = 4 * w - 4; t < 4 * w; t++) {
+			if (t < 0)
+				continue;
+			cs[ns] = cz + (size_t)t * 2 * cols;
+			zs[ns++] = cz + (size_t)t * 2 * cols + cols;
+		}
+		for (int t = 4 * w; t < 4 * w + 4; t++) {
+			cs[ns] = cz + (size_t)t * 2 * cols + W;
+			zs[ns++] = cz + (size_t)t * 2 * cols + cols + W;
+		}
+	} else {
+		for (int t = cp->ratio * w; t < cp->ratio * (w + 1); t++) {
+			cs[ns] = cz + (size_t)t * 2 * cols;
+			zs[ns++] = cz + (size_t)t * 2 * cols + cols;
+		}
+	}
+	cw_dsv4_pool(cs, zs, ns, W, out);
+	cw_dsv4_rmsnorm(out, cp->norm, W, c->rms_norm_eps, out);
+	cw_dsv4_rope(out, W, c->rope_dim / 2, m->freq_comp,
+		     (int64_t)cp->ratio * w, 0);
+}
+
+/* Indexer top-k over the n_vis visible CSA rows of query token data;
+ * writes the chosen row indices (sorted ascending) to sel, returns their
+ * count.  Ties: the lower row index wins. */
+static int indexer_select(const struct st_dsv4_config *c, const float *iq,
+			  const float *omega, const float *ikey, int n_vis,
+			  int *sel)
+{
+	int IH = c->index_n_heads, Id = c->index_head_dim, k = c->index_topk;
+	double sc[n_vis];
+	unsigned char used[n_vis];
+
+	if (n_vis <= k) {
+		for (int w = 0; w < n_vis; w++)
+			sel[w] = w;
+		return n_vis;
+	}
+	for (int w = 0; w < n_vis; w++) {
+		const float *kw = ikey + (size_t)w * Id;
+		double s = 0.0;
+
+		for (int h = 0; h < IH; h++) {
+			double d = 0.0;
+
+			for (int i = 0; i < Id; i++)
+				d += (double)iq[h * Id + i] * kw[i];
+			d /= sqrt((double)Id);
+			s += omega[h] * (d > 0 ? d : 0.0);
+		}
+		sc[w] = s;
+	}
+	for (int w = 0; w < n_vis; w++)
+		used[w] = 0;
+	for (int j = 0; j < k; j++) {
+		int best = -1;
+
+		for (int w = 0; w < n_vis; w++)
+			if (!used[w] && (best < 0 || sc[w] > sc[best]))
+				best = w;
+		used[best] = 1;
+	}
+	for (int w = 0, j = 0; w < n_vis; w++)
+		if (used[w])
+			sel[j++] = w;
+	return k;
+}
+
+static void expert_ffn(const struct cw_dsv4_mat *w1,
+		       const struct cw_dsv4_mat *w2,
+		       const struct cw_dsv4_mat *w3, const float *x,
+		       double limit, float *y)
+{
+	float g[w1->rows], u[w3->rows];
+
+	matvec(w1, x, g);
+	matvec(w3, x, u);
+	cw_dsv4_swiglu_clip(g, u, w1->rows, limit);
+	matvec(w2, g, y);
+}
+
+/* Attention sublayer for one token at position p (a = attn_norm(u));
+ * q/qr/iq/omega precomputed; out [D]. */
+static void attention(const struct cw_dsv4_model *m,
+		      const struct cw_dsv4_layer *L,
+		      const struct cw_dsv4_lstate *ls, int64_t p,
+		      const float *q, const float *iq, const float *omega,
+		      float *out)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	int H = c->n_heads, hd = c->head_dim, G = c->o_groups;
+	int R = c->o_lora_rank, W = c->sliding_window;
+	int lo = p - W + 1 < 0 ? 0 : (int)(p - W + 1);
+	int n_win = (int)p - lo + 1, n_vis = 0, n_sel = 0;
+	const double *fr = L->ratio ? m->freq_comp : m->freq_main;
+	float o[H * hd], t[G * R];
+
+	if (L->ratio)
+		n_vis = (int)((p + 1) / L->ratio);
+	{
+		int sel[n_vis > 0 ? n_vis : 1];
+		const float *rows[n_win + (n_vis > 0 ? n_vis : 0)];
+		int nr = 0;
+
+		for (int j = lo; j <= p; j++)
+			rows[nr++] = ls->kv + (size_t)j * hd;
+		if (L->has_indexer)
+			n_sel = indexer_select(c, iq, omega, ls->ikey, n_vis,
+					       sel);
+		else
+			for (n_sel = 0; n_sel < n_vis; n_sel++)
+				sel[n_sel] = n_sel;
+		for (int j = 0; j < n_sel; j++)
+			rows[nr++] = ls->crow + (size_t)sel[j] * hd;
+		for (int h = 0; h < H; h++) {
+			cw_dsv4_sink_attn(q + h * hd, rows, nr, hd, L->sink[h],
+					  o + h * hd);
+			cw_dsv4_rope(o + h * hd, hd, c->rope_dim / 2, fr, p, 1);
+		}
+	}
+	for (int g = 0; g < G; g++)
+		matvec_rows(&L->wo_a, g * R, R, o + (size_t)g * (H / G) * hd,
+			    t + g * R);
+	matvec(&L->wo_b, t, out);
+}
+
+static void moe(const struct cw_dsv4_model *m, const struct cw_dsv4_layer *L,
+		int32_t token, const float *b, float *y, int32_t *ids_out,
+		float *w_out)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	int D = c->hidden_size, K = c->top_k;
+	float logits[c->n_experts], wts[K], tmp[D];
+	int32_t ids[K];
+
+	matvec(&L->gate, b, logits);
+	cw_dsv4_route(logits, c->n_experts, K,
+		      L->tid2eid ? L->tid2eid + (size_t)token * K : NULL,
+		      L->gate_bias, c->norm_topk_prob,
+		      c->routed_scaling_factor, ids, wts);
+	expert_ffn(&L->sh_w1, &L->sh_w2, &L->sh_w3, b, c->swiglu_limit, y);
+	for (int k = 0; k < K; k++) {
+		expert_ffn(&L->ew1[ids[k]], &L->ew2[ids[k]], &L->ew3[ids[k]],
+			   b, c->swiglu_limit, tmp);
+		for (int d = 0; d < D; d++)
+			y[d] += wts[k] * tmp[d];
+	}
+	if (ids_out) {
+		memcpy(ids_out, ids, sizeof(ids));
+		memcpy(w_out, wts, sizeof(wts));
+	}
+}
+
+/* Collapse of the streams with pre weights: u = sum_k pre_k X_k. */
+static void collapse(const float *X, const float *pre, int n, int D, float *u)
+{
+	for (int d = 0; d < D; d++) {
+		double acc = 0.0;
+
+		for (int k = 0; k < n; k++)
+			acc += (double)pre[k] * X[k * D + d];
+		u[d] = (float)acc;
+	}
+}
+
+static void head(const struct cw_dsv4_model *m, const float *X, float *logits)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	int n = c->hc_mult, D = c->hidden_size, nd = n * D;
+	float pre[n], h[D];
+	double ss = 0.0, r;
+
+	for (int i = 0; i < nd; i++)
+		ss += (double)X[i] * X[i];
+	r = 1.0 / sqrt(ss / nd + c->rms_norm_eps);
+	for (int k = 0; k < n; k++) {
+		double acc = 0.0;
+
+		for (int i = 0; i < nd; i++)
+			acc += (double)m->hc_head_fn[(size_t)k * nd + i] * X[i];
+		pre[k] = (float)(1.0 / (1.0 + exp(-(acc * r *
+						     m->hc_head_scale[0] +
+						     m->hc_head_base[k]))) +
+				 c->hc_eps);
+	}
+	collapse(X, pre, n, D, h);
+	cw_dsv4_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
+	{
+		struct cw_dsv4_mat hm = { c->vocab_size, D, m->head };
+
+		matvec(&hm, h, logits);
+	}
+}
+
+int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
+		 const int32_t *ids, int n, int all_positions, float *logits,
+		 struct st_diag *diag)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	const int D = c->hidden_size, hc = c->hc_mult, H = c->n_heads;
+	const int hd = c->head_dim, IH = c->index_n_heads;
+	const int Id = c->index_head_dim, K = c->top_k;
+	const size_t xs = (size_t)hc * D;
+	float *X = NULL, *A = NULL, *Q = NULL, *IQ = NULL, *OM = NULL;
+	float *PP = NULL;
+	int r = 0;
+
+	if (n < 1)
+		return 0;
+	if (s->len + n > s->cap)
+		return st_diag_set(diag, -ST_E_LIMIT,
+				   "sequence of %d tokens exceeds the state's %d",
+				   s->len + n, s->cap);
+	for (int t = 0; t < n; t++)
+		if (ids[t] < 0 || ids[t] >= c->vocab_size)
+			return st_diag_set(diag, -EINVAL,
+					   "token id %d out of range [0, %d)",
+					   ids[t], c->vocab_size);
+	X = malloc((size_t)n * xs * sizeof(float));
+	A = malloc((size_t)n * D * sizeof(float));
+	Q = malloc((size_t)n * H * hd * sizeof(float));
+	IQ = malloc((size_t)n * IH * Id * sizeof(float));
+	OM = malloc((size_t)n * IH * sizeof(float));
+	PP = malloc((size_t)n * (2 * hc + hc * hc) * sizeof(float));
+	if (!X || !A || !Q || !IQ || !OM || !PP) {
+		r = st_diag_set(diag, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int t = 0; t < n; t++)
+		for (int k = 0; k < hc; k++)
+			memcpy(X + t * xs + (size_t)k * D,
+			       m->embed + (size_t)ids[t] * D,
+			       D * sizeof(float));
+	for (int l = 0; l < c->n_layers; l++) {
+		const struct cw_dsv4_layer *L = &m->layers[l];
+		struct cw_dsv4_lstate *ls = &s->ls[l];
+		const double *fr = L->ratio ? m->freq_comp : m->freq_main;
+
+		/* 1. pre, projections, per-token state */
+		for (int t = 0; t < n; t++) {
+			int64_t p = s->len + t;
+			float *pp = PP + (size_t)t * (2 * hc + hc * hc);
+			float u[D], qr[c->q_lora_rank], *a = A + (size_t)t * D;
+			float *q = Q + (size_t)t * H * hd;
+
+			cw_dsv4_hc_pre(X + t * xs, hc, D, L->hc_attn_fn,
+				       L->hc_attn_base, L->hc_attn_scale,
+				       c->hc_sinkhorn_iters, c->hc_eps,
+				       c->rms_norm_eps, pp, pp + hc,
+				       pp + 2 * hc);
+			collapse(X + t * xs, pp, hc, D, u);
+			cw_dsv4_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps,
+					a);
+			matvec(&L->wq_a, a, qr);
+			cw_dsv4_rmsnorm(qr, L->q_norm, c->q_lora_rank,
+					c->rms_norm_eps, qr);
+			matvec(&L->wq_b, qr, q);
+			for (int h = 0; h < H; h++) {
+				cw_dsv4_rmsnorm(q + h * hd, NULL, hd,
+						c->rms_norm_eps, q + h * hd);
+				cw_dsv4_rope(q + h * hd, hd, c->rope_dim / 2,
+					     fr, p, 0);
+			}
+			{
+				float *kv = ls->kv + (size_t)p * hd;
+
+				matvec(&L->wkv, a, kv);
+				cw_dsv4_rmsnorm(kv, L->kv_norm, hd,
+						c->rms_norm_eps, kv);
+				cw_dsv4_rope(kv, hd, c->rope_dim / 2, fr, p, 0);
+			}
+			if (L->ratio)
+				comp_inputs(&L->comp, a, p,
+					    ls->cz + (size_t)p * 2 *
+							     L->comp.wkv.rows);
+			if (L->has_indexer) {
+				float *iq = IQ + (size_t)t * IH * Id;
+				float *om = OM + (size_t)t * IH;
+
+				comp_inputs(&L->icomp, a, p,
+					    ls->icz + (size_t)p * 2 *
+							      L->icomp.wkv.rows);
+				matvec(&L->iwq_b, qr, iq);
+				for (int h = 0; h < IH; h++)
+					cw_dsv4_rope(iq + h * Id, Id,
+						     c->rope_dim / 2,
+						     m->freq_comp, p, 0);
+				matvec(&L->iweights, a, om);
+				for (int h = 0; h < IH; h++)
+					om[h] = (float)(om[h] / sqrt((double)IH));
+			}
+		}
+		/* 2. compressed rows closed by this chunk */
+		for (int t = 0; L->ratio && t < n; t++) {
+			int64_t p = s->len + t;
+			int w;
+
+			if ((p + 1) % L->ratio)
+				continue;
+			w = (int)((p + 1) / L->ratio - 1);
+			comp_row(m, &L->comp, ls->cz, w,
+				 ls->crow + (size_t)w * hd);
+			if (L->has_indexer)
+				comp_row(m, &L->icomp, ls->icz, w,
+					 ls->ikey + (size_t)w * Id);
+		}
+		/* 3. attention and mHC post; 4. MoE */
+		for (int t = 0; t < n; t++) {
+			int64_t p = s->len + t;
+			float *pp = PP + (size_t)t * (2 * hc + hc * hc);
+			float y[D], u[D], b[D], pre[hc], post[hc], comb[hc * hc];
+			int32_t *dbg_ids = NULL;
+			float *dbg_w = NULL;
+
+			attention(m, L, ls, p, Q + (size_t)t * H * hd,
+				  IQ + (size_t)t * IH * Id,
+				  OM + (size_t)t * IH, y);
+			cw_dsv4_hc_post(X + t * xs, hc, D, y, pp + hc,
+					pp + 2 * hc);
+			cw_dsv4_hc_pre(X + t * xs, hc, D, L->hc_ffn_fn,
+				       L->hc_ffn_base, L->hc_ffn_scale,
+				       c->hc_sinkhorn_iters, c->hc_eps,
+				       c->rms_norm_eps, pre, post, comb);
+			collapse(X + t * xs, pre, hc, D, u);
+			cw_dsv4_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, b);
+			if (s->dbg && t < s->dbg->max_tokens) {
+				size_t o = ((size_t)t * c->n_layers + l) * K;
+
+				dbg_ids = s->dbg->experts + o;
+				dbg_w = s->dbg->weights + o;
+			}
+			moe(m, L, ids[t], b, y, dbg_ids, dbg_w);
+			cw_dsv4_hc_post(X + t * xs, hc, D, y, post, comb);
+		}
+	}
+	if (logits) {
+		for (int t = all_positions ? 0 : n - 1; t < n; t++)
+			head(m, X + t * xs,
+			     logits + (size_t)(all_positions ? t : 0) *
+					      c->vocab_size);
+	}
+	s->len += n;
+out:
+	free(X);
+	free(A);
+	free(Q);
+	free(IQ);
+	free(OM);
+	free(PP);
+	return r;
+}

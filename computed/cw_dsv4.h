@@ -1,0 +1,136 @@
+/*
+ * cw_dsv4.h — DeepSeek-V4 (deepseek_v4) forward pass, reference mode.
+ *
+ * Semantics: ../shared/MODEL_FAMILY_DEEPSEEK_V4.md section 2.4-2.5 (HF
+ * transformers modeling_deepseek_v4.py), as the tiny-deepseek-v4 fixture's
+ * README restates them.  Reference mode: F32 activations (dot products
+ * accumulated in double), every weight dequantised exactly to F32 at load,
+ * none of the official FP8/FP4 round trips (FP8 KV, Hadamard+FP4 indexer,
+ * FP8 activations).
+ *
+ * Weights are read straight from the safetensors checkpoint (official
+ * names, no store yet).  The sequence state keeps, per layer, every
+ * token's K=V row and compressor inputs and every emitted compressed row,
+ * so full prefill, chunked prefill and token-by-token decode run the same
+ * causal code and give the same logits.  (It keeps all rows, not only the
+ * last W: the KV-stream layout of DESIGN 3a is a later slice.)
+ */
+#ifndef CW_DSV4_H
+#define CW_DSV4_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "st_config_dsv4.h"
+#include "st_error.h"
+
+struct cw_dsv4_model;
+struct cw_dsv4_state;
+
+/*
+ * Loads config.json and model.safetensors (or shards) of `dir`, checking
+ * every tensor's name, dtype and shape against the config: FP8 E4M3 with
+ * an F8_E8M0 ".scale" [ceil(out/b0), ceil(in/b1)] (b from
+ * quantization_config.weight_block_size), routed experts as I8 packed E2M1
+ * (low nibble = even element) with an F8_E8M0 ".scale" per 32 inputs,
+ * BF16/F32 tensors, I64 tid2eid in hash layers (ids checked < n_experts).
+ * mtp.* is skipped.  Owned by the caller (cw_dsv4_free).
+ * Errors: -ST_E_CONFIG / -ST_E_FORMAT / -ST_E_NOTFOUND naming the tensor,
+ * -ENOMEM, and those of st_checkpoint_open / st_dsv4_config_load.
+ */
+int cw_dsv4_load(const char *dir, struct cw_dsv4_model **ret,
+		 struct st_diag *diag);
+void cw_dsv4_free(struct cw_dsv4_model *m);
+const struct st_dsv4_config *cw_dsv4_config(const struct cw_dsv4_model *m);
+
+/* A sequence state for at most max_tokens positions.  -ENOMEM. */
+int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
+		      struct cw_dsv4_state **ret);
+void cw_dsv4_state_free(struct cw_dsv4_state *s);
+/* Positions already evaluated. */
+int cw_dsv4_state_len(const struct cw_dsv4_state *s);
+
+/*
+ * Evaluates tokens ids[0..n) at the state's next positions and appends
+ * them to it.  logits: if all_positions, n rows of vocab_size floats, else
+ * one row (the last token's).  NULL skips the head.
+ * Errors: -ST_E_LIMIT (past max_tokens), -EINVAL (token id out of range);
+ * the state is unchanged on error.
+ */
+int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
+		 const int32_t *ids, int n, int all_positions, float *logits,
+		 struct st_diag *diag);
+
+/* Debug record of the last eval (NULL to skip): for each evaluated token,
+ * per layer the routed expert ids [top_k] and weights [top_k]. */
+struct cw_dsv4_debug {
+	int max_tokens;
+	int32_t *experts;   /* [max_tokens][n_layers][top_k] */
+	float *weights;     /* [max_tokens][n_layers][top_k] */
+};
+void cw_dsv4_set_debug(struct cw_dsv4_state *s, struct cw_dsv4_debug *dbg);
+
+/* ---- pieces (cw_dsv4_ops.c), exposed for the unit tests ---- */
+
+/* Weighted RMSNorm y = w * x / sqrt(mean(x^2) + eps); w NULL: unweighted.
+ * In place allowed. */
+void cw_dsv4_rmsnorm(const float *x, const float *w, int n, double eps,
+		     float *y);
+
+/* Per-pair inverse frequencies (rope_dim/2 of them) of the main rope
+ * (theta^(-2i/d)) or, yarn != 0, of the compress rope: HF
+ * _compute_yarn_parameters with truncation and no mscale (config fields
+ * compress_rope_theta, rope_scaling). */
+void cw_dsv4_rope_freqs(const struct st_dsv4_config *c, int compress,
+			double *inv_freq);
+
+/* Interleaved RoPE on the last 2*n_pairs dims of x[dim]: pairs
+ * (x[k], x[k+1]) rotated by pos * inv_freq[i]; inverse rotates by -angle. */
+void cw_dsv4_rope(float *x, int dim, int n_pairs, const double *inv_freq,
+		  int64_t pos, int inverse);
+
+/*
+ * mHC pre at one site: from the streams X [n][D] (flattened stream-major)
+ * and fn [(2+n)*n][n*D], base [(2+n)*n], scale [3]: pre [n], post [n] and
+ * the Sinkhorn-normalised combine matrix comb [n][n] (row = source stream).
+ * Formulas: MODEL_FAMILY_DEEPSEEK_V4.md 2.5.2.
+ */
+void cw_dsv4_hc_pre(const float *X, int n, int D, const float *fn,
+		    const float *base, const float *scale, int iters,
+		    double eps, double rms_eps, float *pre, float *post,
+		    float *comb);
+
+/* mHC post: X'[j] = post[j] * y + sum_i comb[i][j] * X[i]; X updated in
+ * place (n*D scratch inside). */
+void cw_dsv4_hc_post(float *X, int n, int D, const float *y,
+		     const float *post, const float *comb);
+
+/* Router: scores s_e = sqrt(softplus(logits_e)); ids given (hash layer,
+ * hash_ids != NULL) or the top_k of s + bias (bias may be NULL; ties go to
+ * the lower id); weights w_k = s[id_k] / (sum + 1e-20) * scale when
+ * normalise, else s[id_k] * scale. */
+void cw_dsv4_route(const float *logits, int n_experts, int top_k,
+		   const int32_t *hash_ids, const float *bias, int normalise,
+		   double scale, int32_t *ids, float *weights);
+
+/* Clipped SwiGLU in place: g[i] = silu(min(g[i], limit)) *
+ * clamp(u[i], -limit, limit). */
+void cw_dsv4_swiglu_clip(float *g, const float *u, int n, double limit);
+
+/* Softmax-pooling of one compressed row, per channel j of width:
+ * sum over slots s of softmax_s(z[s][j]) * c[s][j], slots given as row
+ * pointers (c and z rows of the same slot).  n_slots >= 1. */
+void cw_dsv4_pool(const float *const *c, const float *const *z, int n_slots,
+		  int width, float *out);
+
+/* Attention of one head over rows k[r] (K = V), scale 1/sqrt(dim), with a
+ * sink logit in the denominator only.  out[dim]. */
+void cw_dsv4_sink_attn(const float *q, const float *const *rows, int n_rows,
+		       int dim, float sink, float *out);
+
+/* Dequantises an FP8 E4M3 [rows][cols] matrix with E8M0 block scales
+ * [ceil(rows/b0)][ceil(cols/b1)] into out (F32, exact). */
+void cw_dsv4_fp8_dequant(const uint8_t *w, const uint8_t *scale, int rows,
+			 int cols, int b0, int b1, float *out);
+
+#endif
