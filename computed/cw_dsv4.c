@@ -172,39 +172,34 @@ static void comp_row(const struct cw_dsv4_model *m,
 		     (int64_t)cp->ratio * w, 0);
 }
 
-/* Indexer top-k over the n_vis visible CSA rows of query token data;
- * writes the chosen row indices (sorted ascending) to sel, returns their
- * count.  Ties: the lower row index wins. */
-static int indexer_select(const struct st_dsv4_config *c, const float *iq,
-			  const float *omega, const float *ikey, int n_vis,
-			  int *sel)
+int cw_dsv4_index_select(const float *q, const float *omega, int n_heads,
+			 int dim, const float *keys, int n_vis, int top_k,
+			 int *sel)
 {
-	int IH = c->index_n_heads, Id = c->index_head_dim, k = c->index_topk;
-	double sc[n_vis];
-	unsigned char used[n_vis];
+	double sc[n_vis > 0 ? n_vis : 1];
+	unsigned char used[n_vis > 0 ? n_vis : 1];
 
-	if (n_vis <= k) {
+	if (n_vis <= top_k) {
 		for (int w = 0; w < n_vis; w++)
 			sel[w] = w;
-		return n_vis;
+		return n_vis < 0 ? 0 : n_vis;
 	}
 	for (int w = 0; w < n_vis; w++) {
-		const float *kw = ikey + (size_t)w * Id;
+		const float *kw = keys + (size_t)w * dim;
 		double s = 0.0;
 
-		for (int h = 0; h < IH; h++) {
+		for (int h = 0; h < n_heads; h++) {
 			double d = 0.0;
 
-			for (int i = 0; i < Id; i++)
-				d += (double)iq[h * Id + i] * kw[i];
-			d /= sqrt((double)Id);
+			for (int i = 0; i < dim; i++)
+				d += (double)q[h * dim + i] * kw[i];
+			d /= sqrt((double)dim);
 			s += omega[h] * (d > 0 ? d : 0.0);
 		}
 		sc[w] = s;
-	}
-	for (int w = 0; w < n_vis; w++)
 		used[w] = 0;
-	for (int j = 0; j < k; j++) {
+	}
+	for (int j = 0; j < top_k; j++) {
 		int best = -1;
 
 		for (int w = 0; w < n_vis; w++)
@@ -215,7 +210,7 @@ static int indexer_select(const struct st_dsv4_config *c, const float *iq,
 	for (int w = 0, j = 0; w < n_vis; w++)
 		if (used[w])
 			sel[j++] = w;
-	return k;
+	return top_k;
 }
 
 static void expert_ffn(const struct cw_dsv4_mat *w1,
@@ -237,7 +232,7 @@ static void attention(const struct cw_dsv4_model *m,
 		      const struct cw_dsv4_layer *L,
 		      const struct cw_dsv4_lstate *ls, int64_t p,
 		      const float *q, const float *iq, const float *omega,
-		      float *out)
+		      float *out, int32_t *sel_out)
 {
 	const struct st_dsv4_config *c = &m->cfg;
 	int H = c->n_heads, hd = c->head_dim, G = c->o_groups;
@@ -257,13 +252,18 @@ static void attention(const struct cw_dsv4_model *m,
 		for (int j = lo; j <= p; j++)
 			rows[nr++] = ls->kv + (size_t)j * hd;
 		if (L->has_indexer)
-			n_sel = indexer_select(c, iq, omega, ls->ikey, n_vis,
-					       sel);
+			n_sel = cw_dsv4_index_select(iq, omega,
+						     c->index_n_heads,
+						     c->index_head_dim,
+						     ls->ikey, n_vis,
+						     c->index_topk, sel);
 		else
 			for (n_sel = 0; n_sel < n_vis; n_sel++)
 				sel[n_sel] = n_sel;
 		for (int j = 0; j < n_sel; j++)
 			rows[nr++] = ls->crow + (size_t)sel[j] * hd;
+		for (int j = 0; sel_out && j < c->index_topk; j++)
+			sel_out[j] = j < n_sel ? sel[j] : -1;
 		for (int h = 0; h < H; h++) {
 			cw_dsv4_sink_attn(q + h * hd, rows, nr, hd, L->sink[h],
 					  o + h * hd);
@@ -461,12 +461,17 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 			int64_t p = s->len + t;
 			float *pp = PP + (size_t)t * (2 * hc + hc * hc);
 			float y[D], u[D], b[D], pre[hc], post[hc], comb[hc * hc];
-			int32_t *dbg_ids = NULL;
+			int32_t *dbg_ids = NULL, *dbg_sel = NULL;
 			float *dbg_w = NULL;
+			int dbg = s->dbg && t < s->dbg->max_tokens;
+			size_t dl = (size_t)t * c->n_layers + l;
 
+			if (dbg && s->dbg->selected && L->has_indexer)
+				dbg_sel = s->dbg->selected +
+					  dl * c->index_topk;
 			attention(m, L, ls, p, Q + (size_t)t * H * hd,
 				  IQ + (size_t)t * IH * Id,
-				  OM + (size_t)t * IH, y);
+				  OM + (size_t)t * IH, y, dbg_sel);
 			cw_dsv4_hc_post(X + t * xs, hc, D, y, pp + hc,
 					pp + 2 * hc);
 			cw_dsv4_hc_pre(X + t * xs, hc, D, L->hc_ffn_fn,
@@ -475,14 +480,20 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 				       c->rms_norm_eps, pre, post, comb);
 			collapse(X + t * xs, pre, hc, D, u);
 			cw_dsv4_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, b);
-			if (s->dbg && t < s->dbg->max_tokens) {
-				size_t o = ((size_t)t * c->n_layers + l) * K;
-
-				dbg_ids = s->dbg->experts + o;
-				dbg_w = s->dbg->weights + o;
+			if (dbg && s->dbg->experts && s->dbg->weights) {
+				dbg_ids = s->dbg->experts + dl * K;
+				dbg_w = s->dbg->weights + dl * K;
 			}
 			moe(m, L, ids[t], b, y, dbg_ids, dbg_w);
 			cw_dsv4_hc_post(X + t * xs, hc, D, y, post, comb);
+			if (dbg && s->dbg->stream_rms) {
+				double ss = 0.0;
+
+				for (size_t i = 0; i < xs; i++)
+					ss += (double)X[t * xs + i] *
+					      X[t * xs + i];
+				s->dbg->stream_rms[dl] = (float)sqrt(ss / xs);
+			}
 		}
 	}
 	if (logits) {

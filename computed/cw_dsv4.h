@@ -61,12 +61,18 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 		 const int32_t *ids, int n, int all_positions, float *logits,
 		 struct st_diag *diag);
 
-/* Debug record of the last eval (NULL to skip): for each evaluated token,
- * per layer the routed expert ids [top_k] and weights [top_k]. */
+/* Debug record of the evals while set (NULL to skip), indexed by the
+ * token's place in the eval's chunk (t < max_tokens): per layer the routed
+ * expert ids and weights, the compressed rows the indexer selected (CSA
+ * layers; sorted, -1 after the last), and the RMS over the hc_mult x D
+ * stream values after the layer.  Arrays owned by the caller; any may be
+ * NULL. */
 struct cw_dsv4_debug {
 	int max_tokens;
 	int32_t *experts;   /* [max_tokens][n_layers][top_k] */
 	float *weights;     /* [max_tokens][n_layers][top_k] */
+	int32_t *selected;  /* [max_tokens][n_layers][index_topk] */
+	float *stream_rms;  /* [max_tokens][n_layers] */
 };
 void cw_dsv4_set_debug(struct cw_dsv4_state *s, struct cw_dsv4_debug *dbg);
 
@@ -127,6 +133,17 @@ void cw_dsv4_pool(const float *const *c, const float *const *z, int n_slots,
  * sink logit in the denominator only.  out[dim]. */
 void cw_dsv4_sink_attn(const float *q, const float *const *rows, int n_rows,
 		       int dim, float sink, float *out);
+
+/*
+ * Lightning-indexer selection for one query: score of visible row w is
+ * sum_h omega[h] * ReLU(q[h] . key[w] / sqrt(dim)) (omega already scaled
+ * by n_heads^-1/2); keeps the top_k rows (all when n_vis <= top_k), ties
+ * to the lower row index.  sel gets the chosen rows in ascending order;
+ * returns their count.
+ */
+int cw_dsv4_index_select(const float *q, const float *omega, int n_heads,
+			 int dim, const float *keys, int n_vis, int top_k,
+			 int *sel);
 
 /* Dequantises an FP8 E4M3 [rows][cols] matrix with E8M0 block scales
  * [ceil(rows/b0)][ceil(cols/b1)] into out (F32, exact). */

@@ -15,7 +15,10 @@
  *    cut CSA and HCA windows) and token-by-token prefill: last-position
  *    logits within 1e-5 of the one-chunk prefill.
  * For the debug prompt (p4_harbour): the routed experts (as sets) and their
- * weights (1e-5) at every layer and position.
+ * weights (1e-5) at every layer and position, the indexer's selected rows
+ * in the CSA layers at every position (exactly), and the RMS of the mHC
+ * streams after every layer (relative 2e-5; the reference rounds to 6
+ * significant digits).
  */
 #include <jansson.h>
 #include <math.h>
@@ -123,6 +126,56 @@ static void check_debug(const json_t *dbg, const struct st_dsv4_config *c,
 		}
 	printf("debug: %d routed experts and weights checked\n", checked);
 	CHECK(checked == c->n_layers * n * K, "debug data incomplete");
+	/* indexer selections of the CSA layers */
+	checked = 0;
+	for (int l = 0; l < c->n_layers; l++) {
+		char key[16];
+		const json_t *lay;
+
+		snprintf(key, sizeof(key), "%d", l);
+		lay = json_object_get(json_object_get(dbg, "indexer_selected_rows"),
+				      key);
+		if (c->compress_ratio[l] != 4) {
+			CHECK(!lay, "debug: layer %d has indexer rows", l);
+			continue;
+		}
+		CHECK(lay && (int)json_array_size(lay) == n,
+		      "debug: no indexer rows for layer %d", l);
+		for (int p = 0; lay && p < n; p++) {
+			const json_t *rw = json_array_get(lay, p);
+			const int32_t *got = d->selected +
+				((size_t)p * c->n_layers + l) * c->index_topk;
+			int nr = (int)json_array_size(rw);
+
+			for (int j = 0; j < c->index_topk; j++) {
+				int want = j < nr ? (int)json_integer_value(
+							    json_array_get(rw, j)) : -1;
+
+				CHECK(got[j] == want,
+				      "debug: layer %d pos %d: selected row %d is %d, ref %d",
+				      l, p, j, got[j], want);
+			}
+			checked++;
+		}
+	}
+	printf("debug: indexer selections at %d (layer, position) checked\n",
+	       checked);
+	CHECK(checked > 0, "no indexer selections checked");
+	/* RMS of the mHC streams after each layer */
+	checked = 0;
+	for (int l = 0; l < c->n_layers; l++)
+		for (int p = 0; p < n; p++) {
+			double want = json_number_value(json_array_get(json_array_get(
+				json_object_get(dbg, "stream_rms_after_layer"), l), p));
+			float got = d->stream_rms[(size_t)p * c->n_layers + l];
+
+			CHECK(fabs(got - want) <= 2e-5 * fabs(want) + 1e-6,
+			      "debug: layer %d pos %d: stream RMS %.7f, ref %.7f",
+			      l, p, got, want);
+			checked++;
+		}
+	printf("debug: stream RMS after each layer at %d points checked\n",
+	       checked);
 }
 
 /* Prefill in the given chunk sizes (the last repeats), last logits. */
@@ -227,6 +280,8 @@ int main(void)
 			d.max_tokens = n;
 			d.experts = calloc((size_t)n * c->n_layers * c->top_k, 4);
 			d.weights = calloc((size_t)n * c->n_layers * c->top_k, 4);
+			d.selected = calloc((size_t)n * c->n_layers * c->index_topk, 4);
+			d.stream_rms = calloc((size_t)n * c->n_layers, 4);
 			cw_dsv4_set_debug(s, &d);
 		}
 		/* full-sequence prefill */
@@ -287,6 +342,8 @@ int main(void)
 		cw_dsv4_state_free(s);
 		free(d.experts);
 		free(d.weights);
+		free(d.selected);
+		free(d.stream_rms);
 		free(lg);
 		free(one);
 		free(alt);

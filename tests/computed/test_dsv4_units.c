@@ -1,7 +1,7 @@
 /*
  * test_dsv4_units.c — the pieces of the DeepSeek-V4 forward pass
  * (cw_dsv4_ops.c, st_config_dsv4.c) against values computed independently
- * here: Sinkhorn mixing and the mHC combine orientation, the hash and score
+ * here: the indexer's selection (ties), Sinkhorn mixing and the mHC combine orientation, the hash and score
  * routers, clipped SwiGLU, FP8 block-scaled dequantisation, softmax
  * pooling of a compressor window, interleaved partial RoPE and the YaRN
  * frequencies (the fixture README's check values), sink attention, and
@@ -250,6 +250,36 @@ static void test_sink_attn(void **state)
 	assert_true(fabs(o[1] - (exp(s0) * 1 + exp(s1) * 3) / den) < 1e-6);
 }
 
+/* Indexer: ReLU per head, head weights, top-k with ties to the lower row,
+ * all rows when no more than top_k are visible. */
+static void test_index_select(void **state)
+{
+	/* head 0 looks at dim 0, head 1 at dim 1 (weight -1: penalises) */
+	const float q[4] = { 1, 0, 0, 1 }, om[2] = { 1.0f, -1.0f };
+	const float keys[12] = { 1, 0,  2, 0,  1, 0,  2, 1,  0, 5,  -1, 0 };
+	int sel[6];
+
+	(void)state;
+	/* scores/sqrt(2): 1, 2, 1, 2 - 1 = 1, -5, 0 (ReLU of -1) */
+	assert_int_equal(cw_dsv4_index_select(q, om, 2, 2, keys, 6, 1, sel), 1);
+	assert_int_equal(sel[0], 1);
+	/* 2nd place: rows 0, 2, 3 tie at 1: row 0 */
+	assert_int_equal(cw_dsv4_index_select(q, om, 2, 2, keys, 6, 2, sel), 2);
+	assert_int_equal(sel[0], 0);
+	assert_int_equal(sel[1], 1);
+	assert_int_equal(cw_dsv4_index_select(q, om, 2, 2, keys, 6, 4, sel), 4);
+	assert_int_equal(sel[0], 0);
+	assert_int_equal(sel[1], 1);
+	assert_int_equal(sel[2], 2);
+	assert_int_equal(sel[3], 3);
+	/* 5 of 6: row 5 (0) beats row 4 (-5) */
+	assert_int_equal(cw_dsv4_index_select(q, om, 2, 2, keys, 6, 5, sel), 5);
+	assert_int_equal(sel[4], 5);
+	/* 3 visible, top 4: all */
+	assert_int_equal(cw_dsv4_index_select(q, om, 2, 2, keys, 3, 4, sel), 3);
+	assert_int_equal(sel[2], 2);
+}
+
 static char *fixture_config(void)
 {
 	char dir[4096], path[4200];
@@ -349,6 +379,7 @@ int main(void)
 		cmocka_unit_test(test_pool),
 		cmocka_unit_test(test_rope),
 		cmocka_unit_test(test_sink_attn),
+		cmocka_unit_test(test_index_select),
 		cmocka_unit_test(test_config_and_freqs),
 		cmocka_unit_test(test_config_refusals),
 	};
