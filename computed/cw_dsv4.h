@@ -34,7 +34,8 @@ struct cw_dsv4_state;
  * quantization_config.weight_block_size), routed experts as I8 packed E2M1
  * (low nibble = even element) with an F8_E8M0 ".scale" per 32 inputs,
  * BF16/F32 tensors, I64 tid2eid in hash layers (ids checked < n_experts).
- * mtp.* is skipped.  Owned by the caller (cw_dsv4_free).
+ * mtp.* is skipped.  A scale byte 255 (E8M0 NaN) is refused as corrupt.
+ * Owned by the caller (cw_dsv4_free).
  * Errors: -ST_E_CONFIG / -ST_E_FORMAT / -ST_E_NOTFOUND naming the tensor,
  * -ENOMEM, and those of st_checkpoint_open / st_dsv4_config_load.
  */

@@ -78,6 +78,19 @@ static int load_fmt(struct loader *ld, const char *fmt, int a, int b,
 	return load_plain(ld, name, d0, d1, ret);
 }
 
+/* E8M0 byte 255 is NaN (OCP MX; PITFALLS P5): a checkpoint holding one
+ * would give NaN weights, so it is refused as corrupt. */
+static int check_scales(struct loader *ld, const char *name,
+			const uint8_t *s, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		if (s[i] == 255)
+			return st_diag_set(ld->diag, -ST_E_FORMAT,
+					   "tensor %s: scale byte %llu is 255 (E8M0 NaN): corrupt checkpoint, re-download it",
+					   name, (unsigned long long)i);
+	return 0;
+}
+
 /* <prefix>.weight F8_E4M3 [rows, cols] + <prefix>.scale F8_E8M0 blocks. */
 static int load_fp8(struct loader *ld, const char *prefix, int rows, int cols,
 		    struct cw_dsv4_mat *m)
@@ -93,7 +106,8 @@ static int load_fp8(struct loader *ld, const char *prefix, int rows, int cols,
 		return r;
 	snprintf(name, sizeof(name), "%s.scale", prefix);
 	if ((r = find(ld, name, ST_DTYPE_F8_E8M0, (rows + b0 - 1) / b0,
-		      (cols + b1 - 1) / b1, &ts, &s)) < 0)
+		      (cols + b1 - 1) / b1, &ts, &s)) < 0 ||
+	    (r = check_scales(ld, name, s, ts->n_elems)) < 0)
 		return r;
 	m->rows = rows;
 	m->cols = cols;
@@ -125,7 +139,8 @@ static int load_fp4(struct loader *ld, const char *prefix, int rows, int cols,
 		return r;
 	snprintf(name, sizeof(name), "%s.scale", prefix);
 	if ((r = find(ld, name, ST_DTYPE_F8_E8M0, rows, cols / 32, &ts,
-		      (const void **)&s)) < 0)
+		      (const void **)&s)) < 0 ||
+	    (r = check_scales(ld, name, s, ts->n_elems)) < 0)
 		return r;
 	m->rows = rows;
 	m->cols = cols;
