@@ -16,11 +16,22 @@
 #include <stdlib.h>
 #include <string.h>
 
+/*
+ * Per-layer state, as the streams of DESIGN 3a (cw_dsv4_streams):
+ *  kv    window ring: the last W K=V rows (after norm and rope), row of
+ *        position p at p mod W;
+ *  cz    compressor partial state: the raw inputs (c, then z with ape) of
+ *        the last comp_ring(ratio) tokens, token p at p mod ring (CSA: the
+ *        open window and the previous one's, 8 tokens; HCA: the open
+ *        window, ratio tokens);
+ *  crow  compressed rows, one per ratio tokens (grows);
+ *  icz, ikey  the same for the indexer's compressor (CSA layers).
+ */
 struct cw_dsv4_lstate {
-	float *kv;     /* [cap][head_dim]: K=V rows after norm and rope */
-	float *cz;     /* [cap][2 * cols]: compressor c then z (ape added) */
-	float *crow;   /* [cap / ratio + 1][head_dim]: compressed rows */
-	float *icz;    /* indexer compressor inputs [cap][2 * icols] */
+	float *kv;     /* [W][head_dim] */
+	float *cz;     /* [ring][2 * cols] */
+	float *crow;   /* [cap / ratio + 1][head_dim] */
+	float *icz;    /* [8][2 * icols] */
 	float *ikey;   /* [cap / 4 + 1][index_head_dim] */
 };
 
@@ -30,6 +41,13 @@ struct cw_dsv4_state {
 	int n_layers;
 	struct cw_dsv4_debug *dbg;
 };
+
+/* Tokens of compressor inputs a layer keeps: CSA rows pool the previous
+ * window too. */
+static int comp_ring(const struct cw_dsv4_comp *cp)
+{
+	return cp->overlap ? 2 * cp->ratio : cp->ratio;
+}
 
 static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
 {
@@ -70,20 +88,21 @@ int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
 		struct cw_dsv4_lstate *ls = &s->ls[l];
 		size_t cap = max_tokens;
 
-		ls->kv = malloc(cap * c->head_dim * sizeof(float));
+		ls->kv = malloc((size_t)c->sliding_window * c->head_dim *
+				sizeof(float));
 		if (!ls->kv)
 			goto nomem;
 		if (L->ratio) {
-			ls->cz = malloc(cap * 2 * L->comp.wkv.rows *
-					sizeof(float));
+			ls->cz = malloc((size_t)comp_ring(&L->comp) * 2 *
+					L->comp.wkv.rows * sizeof(float));
 			ls->crow = malloc((cap / L->ratio + 1) * c->head_dim *
 					  sizeof(float));
 			if (!ls->cz || !ls->crow)
 				goto nomem;
 		}
 		if (L->has_indexer) {
-			ls->icz = malloc(cap * 2 * L->icomp.wkv.rows *
-					 sizeof(float));
+			ls->icz = malloc((size_t)comp_ring(&L->icomp) * 2 *
+					 L->icomp.wkv.rows * sizeof(float));
 			ls->ikey = malloc((cap / 4 + 1) * c->index_head_dim *
 					  sizeof(float));
 			if (!ls->icz || !ls->ikey)
@@ -146,26 +165,29 @@ static void comp_row(const struct cw_dsv4_model *m,
 		     float *out)
 {
 	const struct st_dsv4_config *c = &m->cfg;
-	int cols = cp->wkv.rows, W = cp->width, ns = 0;
+	int cols = cp->wkv.rows, W = cp->width, ns = 0, ring = comp_ring(cp);
 	const float *cs[2 * cp->ratio], *zs[2 * cp->ratio];
+	int64_t mr = cp->ratio;
 
+#define SLOT(t) (cz + (size_t)((t) % ring) * 2 * cols)
 	if (cp->overlap) {
-		for (int t = 4 * w - 4; t < 4 * w; t++) {
+		for (int64_t t = mr * w - mr; t < mr * w; t++) {
 			if (t < 0)
 				continue;
-			cs[ns] = cz + (size_t)t * 2 * cols;
-			zs[ns++] = cz + (size_t)t * 2 * cols + cols;
+			cs[ns] = SLOT(t);
+			zs[ns++] = SLOT(t) + cols;
 		}
-		for (int t = 4 * w; t < 4 * w + 4; t++) {
-			cs[ns] = cz + (size_t)t * 2 * cols + W;
-			zs[ns++] = cz + (size_t)t * 2 * cols + cols + W;
+		for (int64_t t = mr * w; t < mr * w + mr; t++) {
+			cs[ns] = SLOT(t) + W;
+			zs[ns++] = SLOT(t) + cols + W;
 		}
 	} else {
-		for (int t = cp->ratio * w; t < cp->ratio * (w + 1); t++) {
-			cs[ns] = cz + (size_t)t * 2 * cols;
-			zs[ns++] = cz + (size_t)t * 2 * cols + cols;
+		for (int64_t t = mr * w; t < mr * (w + 1); t++) {
+			cs[ns] = SLOT(t);
+			zs[ns++] = SLOT(t) + cols;
 		}
 	}
+#undef SLOT
 	cw_dsv4_pool(cs, zs, ns, W, out);
 	cw_dsv4_rmsnorm(out, cp->norm, W, c->rms_norm_eps, out);
 	cw_dsv4_rope(out, W, c->rope_dim / 2, m->freq_comp,
@@ -250,7 +272,7 @@ static void attention(const struct cw_dsv4_model *m,
 		int nr = 0;
 
 		for (int j = lo; j <= p; j++)
-			rows[nr++] = ls->kv + (size_t)j * hd;
+			rows[nr++] = ls->kv + (size_t)(j % W) * hd;
 		if (L->has_indexer)
 			n_sel = cw_dsv4_index_select(iq, omega,
 						     c->index_n_heads,
@@ -388,7 +410,8 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 		struct cw_dsv4_lstate *ls = &s->ls[l];
 		const double *fr = L->ratio ? m->freq_comp : m->freq_main;
 
-		/* 1. pre, projections, per-token state */
+		/* token by token: each reads only its own streams and what
+		 * earlier positions left in the layer's state */
 		for (int t = 0; t < n; t++) {
 			int64_t p = s->len + t;
 			float *pp = PP + (size_t)t * (2 * hc + hc * hc);
@@ -414,7 +437,8 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 					     fr, p, 0);
 			}
 			{
-				float *kv = ls->kv + (size_t)p * hd;
+				float *kv = ls->kv +
+					    (size_t)(p % c->sliding_window) * hd;
 
 				matvec(&L->wkv, a, kv);
 				cw_dsv4_rmsnorm(kv, L->kv_norm, hd,
@@ -423,15 +447,15 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 			}
 			if (L->ratio)
 				comp_inputs(&L->comp, a, p,
-					    ls->cz + (size_t)p * 2 *
-							     L->comp.wkv.rows);
+					    ls->cz + (size_t)(p % comp_ring(&L->comp)) *
+							     2 * L->comp.wkv.rows);
 			if (L->has_indexer) {
 				float *iq = IQ + (size_t)t * IH * Id;
 				float *om = OM + (size_t)t * IH;
 
 				comp_inputs(&L->icomp, a, p,
-					    ls->icz + (size_t)p * 2 *
-							      L->icomp.wkv.rows);
+					    ls->icz + (size_t)(p % comp_ring(&L->icomp)) *
+							      2 * L->icomp.wkv.rows);
 				matvec(&L->iwq_b, qr, iq);
 				for (int h = 0; h < IH; h++)
 					cw_dsv4_rope(iq + h * Id, Id,
@@ -441,26 +465,18 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 				for (int h = 0; h < IH; h++)
 					om[h] = (float)(om[h] / sqrt((double)IH));
 			}
-		}
-		/* 2. compressed rows closed by this chunk */
-		for (int t = 0; L->ratio && t < n; t++) {
-			int64_t p = s->len + t;
-			int w;
+			/* a token closing a window emits its row before
+			 * its own attention (it sees that row) */
+			if (L->ratio && (p + 1) % L->ratio == 0) {
+				int w = (int)((p + 1) / L->ratio - 1);
 
-			if ((p + 1) % L->ratio)
-				continue;
-			w = (int)((p + 1) / L->ratio - 1);
-			comp_row(m, &L->comp, ls->cz, w,
-				 ls->crow + (size_t)w * hd);
-			if (L->has_indexer)
-				comp_row(m, &L->icomp, ls->icz, w,
-					 ls->ikey + (size_t)w * Id);
-		}
-		/* 3. attention and mHC post; 4. MoE */
-		for (int t = 0; t < n; t++) {
-			int64_t p = s->len + t;
-			float *pp = PP + (size_t)t * (2 * hc + hc * hc);
-			float y[D], u[D], b[D], pre[hc], post[hc], comb[hc * hc];
+				comp_row(m, &L->comp, ls->cz, w,
+					 ls->crow + (size_t)w * hd);
+				if (L->has_indexer)
+					comp_row(m, &L->icomp, ls->icz, w,
+						 ls->ikey + (size_t)w * Id);
+			}
+			float y[D], b[D], pre[hc], post[hc], comb[hc * hc];
 			int32_t *dbg_ids = NULL, *dbg_sel = NULL;
 			float *dbg_w = NULL;
 			int dbg = s->dbg && t < s->dbg->max_tokens;

@@ -9,11 +9,13 @@
  * FP8 activations).
  *
  * Weights are read straight from the safetensors checkpoint (official
- * names, no store yet).  The sequence state keeps, per layer, every
- * token's K=V row and compressor inputs and every emitted compressed row,
- * so full prefill, chunked prefill and token-by-token decode run the same
- * causal code and give the same logits.  (It keeps all rows, not only the
- * last W: the KV-stream layout of DESIGN 3a is a later slice.)
+ * names, no store yet).  The sequence state holds, per layer, the streams
+ * of DESIGN 3a: a ring of the last sliding_window K=V rows, the
+ * compressors' partial windows (raw per-token inputs: 2m tokens for CSA,
+ * m for HCA), and the compressed and indexer rows (growing); it is a
+ * process-local array, not kvd pages yet.  Tokens are evaluated one after
+ * the other within each layer, so full prefill, any chunking and
+ * token-by-token decode give bit-identical logits.
  */
 #ifndef CW_DSV4_H
 #define CW_DSV4_H
