@@ -79,6 +79,44 @@ struct cw_dsv4_debug {
 };
 void cw_dsv4_set_debug(struct cw_dsv4_state *s, struct cw_dsv4_debug *dbg);
 
+/* ---- KV streams (DESIGN 3a) ---- */
+
+enum cw_dsv4_stream_kind {
+	CW_DSV4_WINDOW = 0,    /* K=V rows, only the last sliding_window kept */
+	CW_DSV4_COMP_ROWS,     /* compressed rows (CSA or HCA), all kept */
+	CW_DSV4_INDEX_ROWS,    /* indexer key rows (CSA), all kept */
+	CW_DSV4_COMP_STATE,    /* compressor partial window (fixed, overwritten) */
+	CW_DSV4_INDEX_STATE,   /* indexer compressor partial window */
+};
+
+/* One stream of a layer.  Growing streams (rows_den > 0) get one row per
+ * rows_den tokens; fixed ones (window, state) hold fixed_rows rows per
+ * sequence.  A row is row_elems elements. */
+struct cw_dsv4_stream {
+	enum cw_dsv4_stream_kind kind;
+	int row_elems;
+	int rows_den;    /* 1: a row per token; 4, 128: compressed; 0: fixed */
+	int fixed_rows;  /* window: W; state: tokens of raw inputs kept */
+};
+
+#define CW_DSV4_MAX_STREAMS 5
+
+/* The streams of layer `layer` (at most CW_DSV4_MAX_STREAMS) into out;
+ * returns their count, or -EINVAL for a layer out of range.  The window
+ * is listed as a fixed stream of W rows (a sequence shorter than W uses
+ * fewer).  State rows hold a token's raw compressor inputs (c then z:
+ * 2 x the compressor's output width). */
+int cw_dsv4_streams(const struct st_dsv4_config *c, int layer,
+		    struct cw_dsv4_stream *out);
+
+/* KV bytes per token of the growing streams of all layers, with rows of
+ * elem_bytes per element (2 for BF16 rows, 4 for the F32 reference). */
+double cw_dsv4_kv_bytes_per_token(const struct st_dsv4_config *c,
+				  int elem_bytes);
+
+/* Fixed bytes per sequence (windows and compressor states, all layers). */
+double cw_dsv4_fixed_bytes(const struct st_dsv4_config *c, int elem_bytes);
+
 /* ---- pieces (cw_dsv4_ops.c), exposed for the unit tests ---- */
 
 /* Weighted RMSNorm y = w * x / sqrt(mean(x^2) + eps); w NULL: unweighted.

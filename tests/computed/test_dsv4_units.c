@@ -321,6 +321,55 @@ static void test_config_and_freqs(void **state)
 	free(text);
 }
 
+/* KV streams: the tiny fixture's layers, and the real V4-Flash schedule
+ * (MODEL_FAMILY_DEEPSEEK_V4.md 2.2: layers 0-1 window only, 2, 4, ..., 42
+ * CSA, 3, 5, ..., 41 HCA 128) against the doc's 6,880 B/token with BF16
+ * rows (2.6) and its 5.6 MB BF16 window per sequence. */
+static void test_streams(void **state)
+{
+	struct st_dsv4_config c;
+	struct st_diag diag = { 0 };
+	struct cw_dsv4_stream s[CW_DSV4_MAX_STREAMS];
+	char *text = fixture_config();
+
+	(void)state;
+	assert_int_equal(st_dsv4_config_parse(text, "config.json", &c, &diag), 0);
+	free(text);
+	assert_int_equal(cw_dsv4_streams(&c, 0, s), 1);
+	assert_int_equal(s[0].kind, CW_DSV4_WINDOW);
+	assert_int_equal(s[0].fixed_rows, 16);
+	assert_int_equal(cw_dsv4_streams(&c, 2, s), 5);
+	assert_int_equal(s[1].kind, CW_DSV4_COMP_ROWS);
+	assert_int_equal(s[1].rows_den, 4);
+	assert_int_equal(s[3].kind, CW_DSV4_INDEX_ROWS);
+	assert_int_equal(s[3].row_elems, 32);
+	assert_int_equal(cw_dsv4_streams(&c, 3, s), 3);
+	assert_int_equal(s[1].rows_den, 16);
+	assert_int_equal(s[2].kind, CW_DSV4_COMP_STATE);
+	assert_int_equal(s[2].fixed_rows, 16);
+	assert_int_equal(cw_dsv4_streams(&c, 6, s), -EINVAL);
+	/* F32: 2 CSA x (64 + 32) / 4 + 2 HCA x 64 / 16, times 4 bytes */
+	assert_true(cw_dsv4_kv_bytes_per_token(&c, 4) == 4.0 * (2 * 24 + 2 * 4));
+	/* V4-Flash */
+	c.n_layers = 43;
+	c.head_dim = 512;
+	c.index_head_dim = 128;
+	c.sliding_window = 128;
+	for (int l = 0; l < 43; l++)
+		c.compress_ratio[l] = l < 2 ? 0 : l % 2 == 0 ? 4 : 128;
+	assert_true(cw_dsv4_kv_bytes_per_token(&c, 2) == 6880.0);
+	{
+		double win = 43.0 * 128 * 512 * 2;
+		double fixed = cw_dsv4_fixed_bytes(&c, 2);
+
+		assert_true(fabs(win / 1e6 - 5.6) < 0.05);
+		/* plus raw compressor states: 21 CSA x 8 x (4 x 512 + 4 x 128)
+		 * and 20 HCA x 128 x 2 x 512, BF16 */
+		assert_true(fixed == win + 2.0 * (21 * 8 * (2048 + 512) +
+						  20 * 128 * 1024));
+	}
+}
+
 /* Replaces the first occurrence of `from` in text by `to` (new string). */
 static char *edit(const char *text, const char *from, const char *to)
 {
@@ -382,6 +431,7 @@ int main(void)
 		cmocka_unit_test(test_index_select),
 		cmocka_unit_test(test_config_and_freqs),
 		cmocka_unit_test(test_config_refusals),
+		cmocka_unit_test(test_streams),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
