@@ -61,13 +61,38 @@ static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
 	}
 }
 
-/* rows [r0, r0 + n) of m times x */
-static void matvec_rows(const struct cw_dsv4_mat *m, int r0, int n,
-			const float *x, float *y)
+/* y = w x, with the ACT_FP8 round trip of x first when w was stored
+ * FP8/FP4 and the model has it on. */
+static void lin(const struct cw_dsv4_model *md, const struct cw_dsv4_mat *w,
+		const float *x, float *y)
 {
-	struct cw_dsv4_mat sub = { n, m->cols, m->w + (size_t)r0 * m->cols };
+	if ((md->qat & CW_DSV4_QAT_ACT_FP8) && w->quantized) {
+		float xq[w->cols];
 
-	matvec(&sub, x, y);
+		memcpy(xq, x, sizeof(xq));
+		cw_dsv4_fp8_roundtrip(xq, w->cols, md->cfg.fp8_block[1]);
+		matvec(w, xq, y);
+	} else {
+		matvec(w, x, y);
+	}
+}
+
+/* rows [r0, r0 + n) of m times x */
+static void lin_rows(const struct cw_dsv4_model *md,
+		     const struct cw_dsv4_mat *m, int r0, int n,
+		     const float *x, float *y)
+{
+	struct cw_dsv4_mat sub = { n, m->cols, m->w + (size_t)r0 * m->cols,
+				   m->quantized };
+
+	lin(md, &sub, x, y);
+}
+
+/* The indexer's QAT: Hadamard then E2M1 per 32 (n a power of two). */
+static void index_qat(float *x, int n)
+{
+	cw_dsv4_hadamard(x, n);
+	cw_dsv4_fp4_roundtrip(x, n, 32);
 }
 
 int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
@@ -162,7 +187,7 @@ static void comp_inputs(const struct cw_dsv4_comp *cp, const float *a,
  */
 static void comp_row(const struct cw_dsv4_model *m,
 		     const struct cw_dsv4_comp *cp, const float *cz, int w,
-		     float *out)
+		     int indexer, float *out)
 {
 	const struct st_dsv4_config *c = &m->cfg;
 	int cols = cp->wkv.rows, W = cp->width, ns = 0, ring = comp_ring(cp);
@@ -192,6 +217,10 @@ static void comp_row(const struct cw_dsv4_model *m,
 	cw_dsv4_rmsnorm(out, cp->norm, W, c->rms_norm_eps, out);
 	cw_dsv4_rope(out, W, c->rope_dim / 2, m->freq_comp,
 		     (int64_t)cp->ratio * w, 0);
+	if (indexer && (m->qat & CW_DSV4_QAT_INDEX_FP4))
+		index_qat(out, W);
+	else if (!indexer && (m->qat & CW_DSV4_QAT_KV_FP8))
+		cw_dsv4_fp8_roundtrip(out, W - c->rope_dim, 64);
 }
 
 int cw_dsv4_index_select(const float *q, const float *omega, int n_heads,
@@ -235,17 +264,18 @@ int cw_dsv4_index_select(const float *q, const float *omega, int n_heads,
 	return top_k;
 }
 
-static void expert_ffn(const struct cw_dsv4_mat *w1,
+static void expert_ffn(const struct cw_dsv4_model *md,
+		       const struct cw_dsv4_mat *w1,
 		       const struct cw_dsv4_mat *w2,
 		       const struct cw_dsv4_mat *w3, const float *x,
 		       double limit, float *y)
 {
 	float g[w1->rows], u[w3->rows];
 
-	matvec(w1, x, g);
-	matvec(w3, x, u);
+	lin(md, w1, x, g);
+	lin(md, w3, x, u);
 	cw_dsv4_swiglu_clip(g, u, w1->rows, limit);
-	matvec(w2, g, y);
+	lin(md, w2, g, y);
 }
 
 /* Attention sublayer for one token at position p (a = attn_norm(u));
@@ -293,9 +323,9 @@ static void attention(const struct cw_dsv4_model *m,
 		}
 	}
 	for (int g = 0; g < G; g++)
-		matvec_rows(&L->wo_a, g * R, R, o + (size_t)g * (H / G) * hd,
+		lin_rows(m, &L->wo_a, g * R, R, o + (size_t)g * (H / G) * hd,
 			    t + g * R);
-	matvec(&L->wo_b, t, out);
+	lin(m, &L->wo_b, t, out);
 }
 
 static void moe(const struct cw_dsv4_model *m, const struct cw_dsv4_layer *L,
@@ -312,9 +342,9 @@ static void moe(const struct cw_dsv4_model *m, const struct cw_dsv4_layer *L,
 		      L->tid2eid ? L->tid2eid + (size_t)token * K : NULL,
 		      L->gate_bias, c->norm_topk_prob,
 		      c->routed_scaling_factor, ids, wts);
-	expert_ffn(&L->sh_w1, &L->sh_w2, &L->sh_w3, b, c->swiglu_limit, y);
+	expert_ffn(m, &L->sh_w1, &L->sh_w2, &L->sh_w3, b, c->swiglu_limit, y);
 	for (int k = 0; k < K; k++) {
-		expert_ffn(&L->ew1[ids[k]], &L->ew2[ids[k]], &L->ew3[ids[k]],
+		expert_ffn(m, &L->ew1[ids[k]], &L->ew2[ids[k]], &L->ew3[ids[k]],
 			   b, c->swiglu_limit, tmp);
 		for (int d = 0; d < D; d++)
 			y[d] += wts[k] * tmp[d];
@@ -360,7 +390,7 @@ static void head(const struct cw_dsv4_model *m, const float *X, float *logits)
 	collapse(X, pre, n, D, h);
 	cw_dsv4_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
 	{
-		struct cw_dsv4_mat hm = { c->vocab_size, D, m->head };
+		struct cw_dsv4_mat hm = { c->vocab_size, D, m->head, 0 };
 
 		matvec(&hm, h, logits);
 	}
@@ -426,10 +456,10 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 			collapse(X + t * xs, pp, hc, D, u);
 			cw_dsv4_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps,
 					a);
-			matvec(&L->wq_a, a, qr);
+			lin(m, &L->wq_a, a, qr);
 			cw_dsv4_rmsnorm(qr, L->q_norm, c->q_lora_rank,
 					c->rms_norm_eps, qr);
-			matvec(&L->wq_b, qr, q);
+			lin(m, &L->wq_b, qr, q);
 			for (int h = 0; h < H; h++) {
 				cw_dsv4_rmsnorm(q + h * hd, NULL, hd,
 						c->rms_norm_eps, q + h * hd);
@@ -440,10 +470,13 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 				float *kv = ls->kv +
 					    (size_t)(p % c->sliding_window) * hd;
 
-				matvec(&L->wkv, a, kv);
+				lin(m, &L->wkv, a, kv);
 				cw_dsv4_rmsnorm(kv, L->kv_norm, hd,
 						c->rms_norm_eps, kv);
 				cw_dsv4_rope(kv, hd, c->rope_dim / 2, fr, p, 0);
+				if (m->qat & CW_DSV4_QAT_KV_FP8)
+					cw_dsv4_fp8_roundtrip(kv, hd - c->rope_dim,
+							      64);
 			}
 			if (L->ratio)
 				comp_inputs(&L->comp, a, p,
@@ -456,11 +489,14 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 				comp_inputs(&L->icomp, a, p,
 					    ls->icz + (size_t)(p % comp_ring(&L->icomp)) *
 							      2 * L->icomp.wkv.rows);
-				matvec(&L->iwq_b, qr, iq);
-				for (int h = 0; h < IH; h++)
+				lin(m, &L->iwq_b, qr, iq);
+				for (int h = 0; h < IH; h++) {
 					cw_dsv4_rope(iq + h * Id, Id,
 						     c->rope_dim / 2,
 						     m->freq_comp, p, 0);
+					if (m->qat & CW_DSV4_QAT_INDEX_FP4)
+						index_qat(iq + h * Id, Id);
+				}
 				matvec(&L->iweights, a, om);
 				for (int h = 0; h < IH; h++)
 					om[h] = (float)(om[h] / sqrt((double)IH));
@@ -470,10 +506,10 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 			if (L->ratio && (p + 1) % L->ratio == 0) {
 				int w = (int)((p + 1) / L->ratio - 1);
 
-				comp_row(m, &L->comp, ls->cz, w,
+				comp_row(m, &L->comp, ls->cz, w, 0,
 					 ls->crow + (size_t)w * hd);
 				if (L->has_indexer)
-					comp_row(m, &L->icomp, ls->icz, w,
+					comp_row(m, &L->icomp, ls->icz, w, 1,
 						 ls->ikey + (size_t)w * Id);
 			}
 			float y[D], b[D], pre[hc], post[hc], comb[hc * hc];

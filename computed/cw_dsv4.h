@@ -46,6 +46,32 @@ int cw_dsv4_load(const char *dir, struct cw_dsv4_model **ret,
 void cw_dsv4_free(struct cw_dsv4_model *m);
 const struct st_dsv4_config *cw_dsv4_config(const struct cw_dsv4_model *m);
 
+/*
+ * The official inference code's quantisation round trips (not in HF, not
+ * in the fixture's reference; MODEL_FAMILY_DEEPSEEK_V4.md 2.4 "QAT round
+ * trips"), off by default (reference mode):
+ *  KV_FP8     the nope dims of every window K=V row (after rope) and every
+ *             compressed row (after norm and rope) through FP8 E4M3 in
+ *             blocks of 64 with a power-of-two scale (ds4
+ *             dsv4_fp8_kv_quantize_row_inplace_cpu);
+ *  INDEX_FP4  indexer queries and keys (after rope) through a
+ *             Walsh-Hadamard transform (1/sqrt(n)) then E2M1 in blocks of
+ *             32 with a power-of-two scale (ds4
+ *             dsv4_indexer_qat_row_inplace_cpu);
+ *  ACT_FP8    the input of every FP8/FP4 matmul through E4M3 in blocks of
+ *             weight_block_size[1] elements (official act_quant; the block
+ *             for the real model is 128 [unconfirmed for other configs]).
+ * Set before evaluating; a state must not mix settings.  Returns 0,
+ * -EINVAL (unknown flag), -ST_E_UNSUPPORTED (INDEX_FP4 with an
+ * index_head_dim that is not a power of two).
+ */
+enum {
+	CW_DSV4_QAT_KV_FP8 = 1,
+	CW_DSV4_QAT_INDEX_FP4 = 2,
+	CW_DSV4_QAT_ACT_FP8 = 4,
+};
+int cw_dsv4_set_qat(struct cw_dsv4_model *m, unsigned flags);
+
 /* A sequence state for at most max_tokens positions.  -ENOMEM. */
 int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
 		      struct cw_dsv4_state **ret);
@@ -185,6 +211,19 @@ void cw_dsv4_sink_attn(const float *q, const float *const *rows, int n_rows,
 int cw_dsv4_index_select(const float *q, const float *omega, int n_heads,
 			 int dim, const float *keys, int n_vis, int top_k,
 			 int *sel);
+
+/* FP8 E4M3 round trip in place, per block of `block` elements (the last
+ * one shorter): s = 2^ceil(log2(max(amax, 1e-4) / 448)), x =
+ * e4m3(clamp(x / s, +-448)) * s, rounding to nearest even. */
+void cw_dsv4_fp8_roundtrip(float *x, int n, int block);
+
+/* E2M1 round trip in place, per block: s = 2^ceil(log2(max(amax,
+ * 6 * 2^-126) / 6)), x = e2m1(clamp(x / s, +-6)) * s (nearest even). */
+void cw_dsv4_fp4_roundtrip(float *x, int n, int block);
+
+/* Walsh-Hadamard transform of x[n] (n a power of two) scaled by
+ * 1/sqrt(n): orthogonal, its own inverse. */
+void cw_dsv4_hadamard(float *x, int n);
 
 /* Dequantises an FP8 E4M3 [rows][cols] matrix with E8M0 block scales
  * [ceil(rows/b0)][ceil(cols/b1)] into out (F32, exact). */

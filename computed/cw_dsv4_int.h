@@ -12,6 +12,7 @@
 struct cw_dsv4_mat {
 	int rows, cols;
 	float *w;
+	int quantized;  /* stored FP8 or FP4: its input gets the ACT_FP8 trip */
 };
 
 /* One compressor (main or indexer).  CSA (ratio 4, overlap): wkv/wgate
@@ -47,6 +48,7 @@ struct cw_dsv4_model {
 	float *hc_head_fn, *hc_head_base, *hc_head_scale;
 	struct cw_dsv4_layer *layers;
 	double *freq_main, *freq_comp; /* [rope_dim/2] */
+	unsigned qat;                  /* CW_DSV4_QAT_* */
 };
 
 #endif

@@ -111,6 +111,7 @@ static int load_fp8(struct loader *ld, const char *prefix, int rows, int cols,
 		return r;
 	m->rows = rows;
 	m->cols = cols;
+	m->quantized = 1;
 	m->w = malloc((size_t)rows * cols * sizeof(float));
 	if (!m->w)
 		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
@@ -144,6 +145,7 @@ static int load_fp4(struct loader *ld, const char *prefix, int rows, int cols,
 		return r;
 	m->rows = rows;
 	m->cols = cols;
+	m->quantized = 1;
 	m->w = malloc((size_t)rows * cols * sizeof(float));
 	if (!m->w)
 		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
@@ -419,6 +421,19 @@ void cw_dsv4_free(struct cw_dsv4_model *m)
 	free(m->freq_main);
 	free(m->freq_comp);
 	free(m);
+}
+
+int cw_dsv4_set_qat(struct cw_dsv4_model *m, unsigned flags)
+{
+	int d = m->cfg.index_head_dim;
+
+	if (flags & ~(unsigned)(CW_DSV4_QAT_KV_FP8 | CW_DSV4_QAT_INDEX_FP4 |
+				CW_DSV4_QAT_ACT_FP8))
+		return -EINVAL;
+	if ((flags & CW_DSV4_QAT_INDEX_FP4) && (d & (d - 1)))
+		return -ST_E_UNSUPPORTED; /* Hadamard needs a power of two */
+	m->qat = flags;
+	return 0;
 }
 
 const struct st_dsv4_config *cw_dsv4_config(const struct cw_dsv4_model *m)

@@ -270,3 +270,59 @@ void cw_dsv4_fp8_dequant(const uint8_t *w, const uint8_t *scale, int rows,
 				st_e8m0_to_f32(scale[(size_t)(o / b0) * sc +
 						     i / b1]);
 }
+
+void cw_dsv4_fp8_roundtrip(float *x, int n, int block)
+{
+	for (int b0 = 0; b0 < n; b0 += block) {
+		int b1 = b0 + block < n ? b0 + block : n;
+		double amax = 1e-4, s;
+
+		for (int i = b0; i < b1; i++)
+			if (fabs(x[i]) > amax)
+				amax = fabs(x[i]);
+		s = ldexp(1.0, (int)ceil(log2(amax / 448.0)));
+		for (int i = b0; i < b1; i++) {
+			double v = x[i] / s;
+
+			v = v > 448 ? 448 : v < -448 ? -448 : v;
+			x[i] = (float)(st_e4m3_to_f32(st_f32_to_e4m3_sat((float)v)) *
+				       s);
+		}
+	}
+}
+
+void cw_dsv4_fp4_roundtrip(float *x, int n, int block)
+{
+	for (int b0 = 0; b0 < n; b0 += block) {
+		int b1 = b0 + block < n ? b0 + block : n;
+		double amax = 6.0 * ldexp(1.0, -126), s;
+
+		for (int i = b0; i < b1; i++)
+			if (fabs(x[i]) > amax)
+				amax = fabs(x[i]);
+		s = ldexp(1.0, (int)ceil(log2(amax / 6.0)));
+		for (int i = b0; i < b1; i++) {
+			double v = x[i] / s;
+
+			v = v > 6 ? 6 : v < -6 ? -6 : v;
+			x[i] = (float)(st_e2m1_to_f32(st_f32_to_e2m1((float)v)) *
+				       s);
+		}
+	}
+}
+
+void cw_dsv4_hadamard(float *x, int n)
+{
+	double k = 1.0 / sqrt((double)n);
+
+	for (int h = 1; h < n; h *= 2)
+		for (int i = 0; i < n; i += 2 * h)
+			for (int j = i; j < i + h; j++) {
+				float a = x[j], b = x[j + h];
+
+				x[j] = a + b;
+				x[j + h] = a - b;
+			}
+	for (int i = 0; i < n; i++)
+		x[i] = (float)(x[i] * k);
+}

@@ -20,6 +20,9 @@
  * in the CSA layers at every position (exactly), and the RMS of the mHC
  * streams after every layer (relative 2e-5; the reference rounds to 6
  * significant digits).
+ * With argument "qat" (all official round trips on), the reference values
+ * are only reported (the reference has no round trips), the logits must
+ * differ from them, and chunked prefill must still be bit-identical.
  */
 #include <jansson.h>
 #include <math.h>
@@ -47,6 +50,11 @@ static int n_fail;
 	} while (0)
 
 static double tol_logit, tol_lse, max_dlogit, max_dlse;
+/* argv[1] "qat": the official round trips on; the fixture's values are
+ * then only reported (its reference has none), while determinism across
+ * chunkings is still required bit for bit. */
+static int qat_mode;
+static int greedy_same, greedy_total;
 
 static double lse(const float *x, int n)
 {
@@ -85,13 +93,16 @@ static void check_dist(const json_t *rec, const float *lg, int V,
 		d = fabs(lg[id] - ref);
 		if (d > max_dlogit)
 			max_dlogit = d;
-		CHECK(d <= tol_logit, "%s %s pos %d: logit[%d] %.6f, ref %.6f",
-		      name, what, pos, id, lg[id], ref);
+		CHECK(qat_mode || d <= tol_logit,
+		      "%s %s pos %d: logit[%d] %.6f, ref %.6f", name, what, pos,
+		      id, lg[id], ref);
+		CHECK(isfinite(lg[id]), "%s %s pos %d: logit not finite", name,
+		      what, pos);
 	}
 	d = fabs(l - json_number_value(json_object_get(rec, "lse")));
 	if (d > max_dlse)
 		max_dlse = d;
-	CHECK(d <= tol_lse, "%s %s pos %d: lse %.7f, ref %.7f", name, what,
+	CHECK(qat_mode || d <= tol_lse, "%s %s pos %d: lse %.7f, ref %.7f", name, what,
 	      pos, l, json_number_value(json_object_get(rec, "lse")));
 }
 
@@ -212,7 +223,7 @@ static double max_diff(const float *a, const float *b, int n)
 	return d;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
 	char dir[4096], path[4200];
 	struct cw_dsv4_model *m = NULL;
@@ -233,6 +244,13 @@ int main(void)
 	}
 	c = cw_dsv4_config(m);
 	V = c->vocab_size;
+	qat_mode = argc > 1 && strcmp(argv[1], "qat") == 0;
+	if (qat_mode && cw_dsv4_set_qat(m, CW_DSV4_QAT_KV_FP8 |
+					      CW_DSV4_QAT_INDEX_FP4 |
+					      CW_DSV4_QAT_ACT_FP8) < 0) {
+		fprintf(stderr, "cannot set QAT\n");
+		return 1;
+	}
 	snprintf(path, sizeof(path), "%s/reference.json", dir);
 	ref = json_load_file(path, 0, &jerr);
 	if (!ref) {
@@ -302,10 +320,14 @@ int main(void)
 			dl = max_diff(alt, lg + (size_t)(n - 1) * V, V);
 			printf("%s: %d prompt positions; last position, all %d logits: max |diff| %.3g\n",
 			       name, n, V, dl);
-			CHECK(dl <= tol_logit, "%s: last logits max diff %.3g",
+			CHECK(qat_mode || dl <= tol_logit,
+			      "%s: last logits max diff %.3g", name, dl);
+			/* the round trips must actually change the values */
+			CHECK(!qat_mode || dl > 1e-3,
+			      "%s: QAT on but last logits within %.3g of the reference",
 			      name, dl);
 		}
-		if (is_dbg)
+		if (is_dbg && !qat_mode)
 			check_debug(dbg, c, &d, n);
 		/* chunked and token-by-token prefill */
 		for (int sc = 0; sc < 4; sc++) {
@@ -329,8 +351,11 @@ int main(void)
 
 			check_dist(json_array_get(steps, i), one, V, name,
 				   "continuation", n + i);
-			CHECK(tok == want, "%s: continuation %d: %d, ref %d",
-			      name, i, tok, want);
+			CHECK(qat_mode || tok == want,
+			      "%s: continuation %d: %d, ref %d", name, i, tok,
+			      want);
+			greedy_total++;
+			greedy_same += tok == want;
 			ids[n + i] = want;
 			if (i + 1 < ng) {
 				r = cw_dsv4_eval(m, s, &ids[n + i], 1, 0, one,
@@ -347,8 +372,10 @@ int main(void)
 		free(one);
 		free(alt);
 	}
-	printf("max |logit - ref| over top10 entries %.3g (tolerance %.3g), max |lse - ref| %.3g (tolerance %.3g)\n",
-	       max_dlogit, tol_logit, max_dlse, tol_lse);
+	printf("%smax |logit - ref| over top10 entries %.3g (tolerance %.3g), max |lse - ref| %.3g (tolerance %.3g); greedy tokens equal to the reference %d of %d (teacher-forced)\n",
+	       qat_mode ? "QAT on (KV FP8, indexer Hadamard+FP4, activations FP8): " : "",
+	       max_dlogit, tol_logit, max_dlse, tol_lse, greedy_same,
+	       greedy_total);
 	st_tensor_infos_free(lt, n_lt);
 	free(lbuf);
 	json_decref(ref);

@@ -5,7 +5,9 @@
  * routers, clipped SwiGLU, FP8 block-scaled dequantisation, softmax
  * pooling of a compressor window, interleaved partial RoPE and the YaRN
  * frequencies (the fixture README's check values), sink attention, and
- * config.json refusals.
+ * config.json refusals, the KV stream declarations, and the optional QAT
+ * round trips (FP8 E4M3 and E2M1 with power-of-two block scales,
+ * Hadamard).
  */
 #include <errno.h>
 #include <math.h>
@@ -280,6 +282,36 @@ static void test_index_select(void **state)
 	assert_int_equal(sel[2], 2);
 }
 
+/* The official QAT round trips (options, off in reference mode). */
+static void test_qat_roundtrips(void **state)
+{
+	float a[6] = { 1000, 1, 0.3f, -2, 3, -0.5f };
+	const float a_want[6] = { 1024, 1, 0.3125f, -2, 3, -0.5f };
+	float z[3] = { 0, 0, 0 };
+	float b[4] = { 3, 1.1f, 0.4f, -0.2f };
+	const float b_want[4] = { 3, 1, 0.5f, -0.25f };
+	float h[4] = { 1, 2, 3, 4 };
+	const float h_want[4] = { 5, -1, -2, 0 };
+
+	(void)state;
+	/* block 4: scale 4 (250 -> 256, 0.075 -> 0.078125); block 2: 2^-7 */
+	cw_dsv4_fp8_roundtrip(a, 6, 4);
+	for (int i = 0; i < 6; i++)
+		assert_true(a[i] == a_want[i]);
+	cw_dsv4_fp8_roundtrip(z, 3, 64);
+	assert_true(z[0] == 0 && z[2] == 0);
+	/* scale 0.5: 6, 2.2 -> 2, 0.8 -> 1, -0.4 -> -0.5 */
+	cw_dsv4_fp4_roundtrip(b, 4, 4);
+	for (int i = 0; i < 4; i++)
+		assert_true(b[i] == b_want[i]);
+	cw_dsv4_hadamard(h, 4);
+	for (int i = 0; i < 4; i++)
+		assert_true(fabsf(h[i] - h_want[i]) < 1e-6f);
+	cw_dsv4_hadamard(h, 4); /* its own inverse */
+	for (int i = 0; i < 4; i++)
+		assert_true(fabsf(h[i] - (float)(i + 1)) < 1e-6f);
+}
+
 static char *fixture_config(void)
 {
 	char dir[4096], path[4200];
@@ -429,6 +461,7 @@ int main(void)
 		cmocka_unit_test(test_rope),
 		cmocka_unit_test(test_sink_attn),
 		cmocka_unit_test(test_index_select),
+		cmocka_unit_test(test_qat_roundtrips),
 		cmocka_unit_test(test_config_and_freqs),
 		cmocka_unit_test(test_config_refusals),
 		cmocka_unit_test(test_streams),
