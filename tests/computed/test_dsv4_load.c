@@ -4,7 +4,8 @@
  * with one fault each (an E8M0 scale byte 255 in an FP8 dense scale and in
  * an FP4 expert scale (PITFALLS P5), a tid2eid entry outside [0,
  * n_experts), a missing tensor, a config whose expert width does not match
- * the tensors), and the unmodified copy loads.
+ * the tensors), and the unmodified copy loads; on it, refused evals (past
+ * the state's capacity, token ids out of range) leave the state intact.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -40,6 +41,38 @@ static void write_or_die(const char *name, const void *buf, size_t len)
 	}
 }
 
+/* Bad eval arguments leave the state as it was: the sequence then goes on
+ * with the same logits as a fresh one. */
+static void check_eval_errors(struct cw_dsv4_model *m)
+{
+	const struct st_dsv4_config *c = cw_dsv4_config(m);
+	struct cw_dsv4_state *s = NULL, *f = NULL;
+	struct st_diag diag = { 0 };
+	int32_t ids[5] = { 0, 19923, 11, 4, 7 }, bad[2] = { 5, -1 };
+	float *a = malloc((size_t)c->vocab_size * 4);
+	float *b = malloc((size_t)c->vocab_size * 4);
+
+	CHECK(cw_dsv4_state_new(m, 4, &s) == 0, "state");
+	CHECK(cw_dsv4_state_new(m, 4, &f) == 0, "state");
+	CHECK(cw_dsv4_eval(m, s, ids, 2, 0, a, &diag) == 0, "eval");
+	CHECK(cw_dsv4_eval(m, s, ids + 2, 3, 0, a, &diag) == -ST_E_LIMIT,
+	      "eval past the state's capacity not refused");
+	CHECK(cw_dsv4_eval(m, s, bad, 2, 0, a, &diag) == -EINVAL,
+	      "token id -1 not refused");
+	bad[1] = c->vocab_size;
+	CHECK(cw_dsv4_eval(m, s, bad, 2, 0, a, &diag) == -EINVAL,
+	      "token id vocab_size not refused");
+	CHECK(cw_dsv4_state_len(s) == 2, "state length changed by errors");
+	CHECK(cw_dsv4_eval(m, s, ids + 2, 2, 0, a, &diag) == 0, "eval");
+	CHECK(cw_dsv4_eval(m, f, ids, 4, 0, b, &diag) == 0, "eval");
+	CHECK(memcmp(a, b, (size_t)c->vocab_size * 4) == 0,
+	      "logits after refused evals differ from a fresh sequence");
+	cw_dsv4_state_free(s);
+	cw_dsv4_state_free(f);
+	free(a);
+	free(b);
+}
+
 /* Loads the temporary copy and checks the error and the message. */
 static void expect(const char *what, int err, const char *word)
 {
@@ -51,8 +84,10 @@ static void expect(const char *what, int err, const char *word)
 	      diag.msg, err);
 	CHECK(!word || strstr(diag.msg, word),
 	      "%s: message \"%s\" does not name %s", what, diag.msg, word);
-	if (r == 0)
+	if (r == 0) {
+		check_eval_errors(m);
 		cw_dsv4_free(m);
+	}
 	printf("%s: %s\n", what, r == 0 ? "loads" : diag.msg);
 }
 
