@@ -11,6 +11,7 @@
  */
 #include "cw_dsv4_int.h"
 
+#include <assert.h>
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -108,31 +109,45 @@ int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
 	s->ls = calloc(c->n_layers, sizeof(*s->ls));
 	if (!s->ls)
 		goto nomem;
+	/* allocated from the layer's stream declarations, so the planner's
+	 * figures (cw_dsv4_kv_bytes_per_token) describe this very state */
 	for (int l = 0; l < c->n_layers; l++) {
 		const struct cw_dsv4_layer *L = &m->layers[l];
 		struct cw_dsv4_lstate *ls = &s->ls[l];
-		size_t cap = max_tokens;
+		struct cw_dsv4_stream st[CW_DSV4_MAX_STREAMS];
+		int ns = cw_dsv4_streams(c, l, st);
 
-		ls->kv = malloc((size_t)c->sliding_window * c->head_dim *
-				sizeof(float));
-		if (!ls->kv)
-			goto nomem;
-		if (L->ratio) {
-			ls->cz = malloc((size_t)comp_ring(&L->comp) * 2 *
-					L->comp.wkv.rows * sizeof(float));
-			ls->crow = malloc((cap / L->ratio + 1) * c->head_dim *
-					  sizeof(float));
-			if (!ls->cz || !ls->crow)
+		for (int i = 0; i < ns; i++) {
+			size_t rows = st[i].rows_den ?
+					      (size_t)max_tokens / st[i].rows_den + 1 :
+					      (size_t)st[i].fixed_rows;
+			float *buf = malloc(rows * st[i].row_elems *
+					    sizeof(float));
+			float **slot[] = {
+				[CW_DSV4_WINDOW] = &ls->kv,
+				[CW_DSV4_COMP_ROWS] = &ls->crow,
+				[CW_DSV4_INDEX_ROWS] = &ls->ikey,
+				[CW_DSV4_COMP_STATE] = &ls->cz,
+				[CW_DSV4_INDEX_STATE] = &ls->icz,
+			};
+
+			if (!buf)
 				goto nomem;
+			*slot[st[i].kind] = buf;
 		}
-		if (L->has_indexer) {
-			ls->icz = malloc((size_t)comp_ring(&L->icomp) * 2 *
-					 L->icomp.wkv.rows * sizeof(float));
-			ls->ikey = malloc((cap / 4 + 1) * c->index_head_dim *
-					  sizeof(float));
-			if (!ls->icz || !ls->ikey)
-				goto nomem;
+		/* the declarations agree with the code's own ring sizes
+		 * (a mismatch is a bug, not bad input) */
+		for (int i = 0; i < ns; i++) {
+			const struct cw_dsv4_comp *cp =
+				st[i].kind == CW_DSV4_COMP_STATE ? &L->comp :
+				st[i].kind == CW_DSV4_INDEX_STATE ? &L->icomp :
+								    NULL;
+
+			assert(!cp || (st[i].row_elems == 2 * cp->wkv.rows &&
+				       st[i].fixed_rows == comp_ring(cp)));
 		}
+		assert(!L->ratio || (ls->cz && ls->crow));
+		assert(!L->has_indexer || (ls->icz && ls->ikey));
 	}
 	*ret = s;
 	return 0;
