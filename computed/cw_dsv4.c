@@ -2,12 +2,14 @@
  * cw_dsv4.c — DeepSeek-V4 forward pass over a sequence state (cw_dsv4.h).
  * Formulas: MODEL_FAMILY_DEEPSEEK_V4.md 2.5 (HF modeling_deepseek_v4.py).
  *
- * A chunk of n tokens is evaluated layer by layer: every token's mHC pre,
- * projections, K=V row and compressor inputs first (appended to the
- * state), then the compressed rows whose window the chunk closes, then
- * each token's attention over what is visible at its own position.  Every
- * read is causal, so any split of a sequence into chunks gives the same
- * values as one chunk.
+ * A chunk of n tokens is evaluated layer by layer and, within a layer,
+ * token by token: mHC pre, projections, the K=V row into the window ring,
+ * the compressor inputs into their partial window, the compressed rows the
+ * token closes (before its own attention: it sees them), the attention
+ * over what is visible at its position, mHC post, the MoE sublayer.  Each
+ * token reads only its own values and what earlier positions left in the
+ * state, in a fixed order, so any split of a sequence into chunks gives
+ * bit-identical values.
  */
 #include "cw_dsv4_int.h"
 
