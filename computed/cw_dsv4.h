@@ -72,6 +72,15 @@ enum {
 };
 int cw_dsv4_set_qat(struct cw_dsv4_model *m, unsigned flags);
 
+/*
+ * The experts a hash-routed layer (layer < num_hash_layers) uses for
+ * `token`, known before the token is evaluated (exact prefetch, issue 9
+ * item 4): top_k ids from tid2eid into ids.  Returns top_k, 0 for a
+ * score-routed layer, -EINVAL for a layer or token out of range.
+ */
+int cw_dsv4_hash_experts(const struct cw_dsv4_model *m, int layer,
+			 int32_t token, int32_t *ids);
+
 /* A sequence state for at most max_tokens positions.  -ENOMEM. */
 int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
 		      struct cw_dsv4_state **ret);

@@ -436,6 +436,23 @@ int cw_dsv4_set_qat(struct cw_dsv4_model *m, unsigned flags)
 	return 0;
 }
 
+int cw_dsv4_hash_experts(const struct cw_dsv4_model *m, int layer,
+			 int32_t token, int32_t *ids)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	const struct cw_dsv4_layer *L;
+
+	if (layer < 0 || layer >= c->n_layers || token < 0 ||
+	    token >= c->vocab_size)
+		return -EINVAL;
+	L = &m->layers[layer];
+	if (!L->tid2eid)
+		return 0;
+	memcpy(ids, L->tid2eid + (size_t)token * c->top_k,
+	       (size_t)c->top_k * sizeof(*ids));
+	return c->top_k;
+}
+
 const struct st_dsv4_config *cw_dsv4_config(const struct cw_dsv4_model *m)
 {
 	return &m->cfg;

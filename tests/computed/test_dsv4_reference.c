@@ -24,6 +24,7 @@
  * are only reported (the reference has no round trips), the logits must
  * differ from them, and chunked prefill must still be bit-identical.
  */
+#include <errno.h>
 #include <jansson.h>
 #include <math.h>
 #include <stdio.h>
@@ -106,7 +107,8 @@ static void check_dist(const json_t *rec, const float *lg, int V,
 	      pos, l, json_number_value(json_object_get(rec, "lse")));
 }
 
-static void check_debug(const json_t *dbg, const struct st_dsv4_config *c,
+static void check_debug(const struct cw_dsv4_model *m, const int32_t *tok,
+			const json_t *dbg, const struct st_dsv4_config *c,
 			const struct cw_dsv4_debug *d, int n)
 {
 	const json_t *re = json_object_get(dbg, "routed_experts");
@@ -137,6 +139,26 @@ static void check_debug(const json_t *dbg, const struct st_dsv4_config *c,
 			}
 		}
 	printf("debug: %d routed experts and weights checked\n", checked);
+	/* hash layers: the experts are known from the token alone, in the
+	 * table's order, and are the ones the forward pass used */
+	for (int l = 0; l < c->n_layers; l++)
+		for (int p = 0; p < n; p++) {
+			int32_t ids[K];
+			int r = cw_dsv4_hash_experts(m, l, tok[p], ids);
+
+			CHECK(r == (l < c->n_hash_layers ? K : 0),
+			      "hash experts of layer %d: %d", l, r);
+			for (int k = 0; k < r; k++) {
+				CHECK(ids[k] == json_integer_value(json_array_get(
+						json_array_get(json_array_get(re, l), p), k)),
+				      "hash layer %d pos %d: expert %d differs", l, p, k);
+				CHECK(ids[k] == d->experts[((size_t)p * c->n_layers + l) * K + k],
+				      "hash layer %d pos %d: forward used another expert", l, p);
+			}
+		}
+	CHECK(cw_dsv4_hash_experts(m, 0, -1, NULL) == -EINVAL &&
+	      cw_dsv4_hash_experts(m, c->n_layers, 0, NULL) == -EINVAL,
+	      "hash experts: bad arguments not refused");
 	CHECK(checked == c->n_layers * n * K, "debug data incomplete");
 	/* indexer selections of the CSA layers */
 	checked = 0;
@@ -328,7 +350,7 @@ int main(int argc, char **argv)
 			      name, dl);
 		}
 		if (is_dbg && !qat_mode)
-			check_debug(dbg, c, &d, n);
+			check_debug(m, ids, dbg, c, &d, n);
 		/* chunked and token-by-token prefill */
 		for (int sc = 0; sc < 4; sc++) {
 			static const int sched[4][3] = { { 7, 13, 64 }, { 1 },
