@@ -46,6 +46,7 @@ static const struct st_dtype_traits dtype_traits[] = {
 	[ST_DTYPE_MXFP4]   = { "MXFP4",   ST_MXFP4_BLOCK, MXFP4_BLOCK_BYTES },
 	[ST_DTYPE_NVFP4]   = { "NVFP4",   ST_NVFP4_BLOCK, NVFP4_BLOCK_BYTES },
 	[ST_DTYPE_E2M1_F16] = { "E2M1_F16", 0, 0 }, /* group is a parameter */
+	[ST_DTYPE_F8_E8M0] = { "F8_E8M0", 1, 1 },
 };
 _Static_assert(ST_ARRAY_SIZE(dtype_traits) == ST_DTYPE_COUNT,
 	       "one traits row per dtype");

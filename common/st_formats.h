@@ -46,6 +46,8 @@ enum st_dtype {
 			 * FP32 scale per tensor */
 	ST_DTYPE_E2M1_F16, /* E2M1 codes + one FP16 scale per group (group
 			    * size is a parameter: struct st_wformat) */
+	ST_DTYPE_F8_E8M0, /* E8M0 scale bytes 2^(b-127) as stored by
+			   * DeepSeek-V4 (".scale" tensors) */
 	ST_DTYPE_COUNT
 };
 

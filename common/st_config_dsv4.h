@@ -1,0 +1,68 @@
+/*
+ * st_config_dsv4.h — the DeepSeek-V4 (model_type "deepseek_v4",
+ * DeepseekV4ForCausalLM) configuration, read from its config.json
+ * (key set: ../shared/MODEL_FAMILY_DEEPSEEK_V4.md section 2.1).
+ *
+ * Kept apart from st_model_config (st_config.h): V4's attention (one K=V
+ * latent, compressed streams), mHC and hash routing share nothing with the
+ * Mixtral/Qwen3-MoE fields.
+ */
+#ifndef ST_CONFIG_DSV4_H
+#define ST_CONFIG_DSV4_H
+
+#include "st_error.h"
+
+#define ST_DSV4_MAX_LAYERS 128
+
+struct st_dsv4_config {
+	int hidden_size;          /* D */
+	int n_layers;             /* num_hidden_layers (MTP layers not counted) */
+	int n_nextn;              /* num_nextn_predict_layers (MTP, skipped) */
+	int vocab_size;
+	int n_heads;              /* num_attention_heads */
+	int head_dim;             /* width of the single K=V latent and of a q head */
+	int rope_dim;             /* qk_rope_head_dim: the last rope_dim dims are roped */
+	int q_lora_rank;
+	int o_groups, o_lora_rank;
+	int sliding_window;       /* rows visible: the current one and W-1 before */
+	int compress_ratio[ST_DSV4_MAX_LAYERS]; /* 0 window only, 4 CSA, else HCA */
+	int index_n_heads, index_head_dim, index_topk;
+	int n_experts, top_k, n_shared, moe_inter;
+	int n_hash_layers;        /* layers [0, n) route by tid2eid */
+	int norm_topk_prob;
+	double routed_scaling_factor;
+	double swiglu_limit;
+	int hc_mult, hc_sinkhorn_iters;
+	double hc_eps, rms_norm_eps;
+	double rope_theta, compress_rope_theta;
+	/* YaRN of the compress rope (rope_scaling) */
+	double yarn_factor, yarn_beta_fast, yarn_beta_slow;
+	int yarn_orig_max_pos;
+	int max_position_embeddings;
+	int fp8_block[2];         /* quantization_config.weight_block_size [out, in] */
+	int bos_token_id, eos_token_id;
+};
+
+/*
+ * Parses V4 config.json text (NUL-terminated); `source` names it in
+ * messages.  Every key of the official key set is either used or known to
+ * be irrelevant (attention_dropout, initializer_range, torch_dtype, ...);
+ * any other key is refused (-ST_E_CONFIG naming it), so a changed release
+ * does not load silently wrong.  Missing keys: -ST_E_CONFIG naming the key.
+ * Validates: model_type "deepseek_v4"; num_key_value_heads 1;
+ * n_shared_experts 1; scoring_func "sqrtsoftplus"; topk_method "noaux_tc";
+ * hidden_act "silu"; rope_scaling type "yarn"; tie_word_embeddings false;
+ * compress_ratios with num_hidden_layers + num_nextn_predict_layers entries,
+ * each 0, 4 or a multiple of 4 above 4; heads divisible by o_groups;
+ * rope_dim even and <= head_dim and index_head_dim; positive sizes.
+ * Returns 0, -ST_E_FORMAT (not JSON), -ST_E_CONFIG, -ST_E_UNSUPPORTED.
+ */
+int st_dsv4_config_parse(const char *text, const char *source,
+			 struct st_dsv4_config *ret, struct st_diag *diag);
+
+/* Reads <dir>/config.json and parses it (st_dsv4_config_parse).
+ * Errors as there, plus -errno reading the file. */
+int st_dsv4_config_load(const char *dir, struct st_dsv4_config *ret,
+			struct st_diag *diag);
+
+#endif

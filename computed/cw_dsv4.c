@@ -1,0 +1,583 @@
+/*
+ * cw_dsv4.c — DeepSeek-V4 forward pass over a sequence state (cw_dsv4.h).
+ * Formulas: MODEL_FAMILY_DEEPSEEK_V4.md 2.5 (HF modeling_deepseek_v4.py).
+ *
+ * A chunk of n tokens is evaluated layer by layer and, within a layer,
+ * token by token: mHC pre, projections, the K=V row into the window ring,
+ * the compressor inputs into their partial window, the compressed rows the
+ * token closes (before its own attention: it sees them), the attention
+ * over what is visible at its position, mHC post, the MoE sublayer.  Each
+ * token reads only its own values and what earlier positions left in the
+ * state, in a fixed order, so any split of a sequence into chunks gives
+ * bit-identical values.
+ */
+#include "cw_dsv4_int.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/*
+ * Per-layer state, as the streams of DESIGN 3a (cw_dsv4_streams):
+ *  kv    window ring: the last W K=V rows (after norm and rope), row of
+ *        position p at p mod W;
+ *  cz    compressor partial state: the raw inputs (c, then z with ape) of
+ *        the last comp_ring(ratio) tokens, token p at p mod ring (CSA: the
+ *        open window and the previous one's, 8 tokens; HCA: the open
+ *        window, ratio tokens);
+ *  crow  compressed rows, one per ratio tokens (grows);
+ *  icz, ikey  the same for the indexer's compressor (CSA layers).
+ */
+struct cw_dsv4_lstate {
+	float *kv;     /* [W][head_dim] */
+	float *cz;     /* [ring][2 * cols] */
+	float *crow;   /* [cap / ratio + 1][head_dim] */
+	float *icz;    /* [8][2 * icols] */
+	float *ikey;   /* [cap / 4 + 1][index_head_dim] */
+};
+
+struct cw_dsv4_state {
+	int len, cap;
+	struct cw_dsv4_lstate *ls;
+	int n_layers;
+	struct cw_dsv4_debug *dbg;
+};
+
+/* Tokens of compressor inputs a layer keeps: CSA rows pool the previous
+ * window too. */
+static int comp_ring(const struct cw_dsv4_comp *cp)
+{
+	return cp->overlap ? 2 * cp->ratio : cp->ratio;
+}
+
+static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
+{
+	for (int r = 0; r < m->rows; r++) {
+		const float *w = m->w + (size_t)r * m->cols;
+		double acc = 0.0;
+
+		for (int i = 0; i < m->cols; i++)
+			acc += (double)w[i] * x[i];
+		y[r] = (float)acc;
+	}
+}
+
+/* y = w x, with the ACT_FP8 round trip of x first when w was stored
+ * FP8/FP4 and the model has it on. */
+static void lin(const struct cw_dsv4_model *md, const struct cw_dsv4_mat *w,
+		const float *x, float *y)
+{
+	if ((md->qat & CW_DSV4_QAT_ACT_FP8) && w->quantized) {
+		float xq[w->cols];
+
+		memcpy(xq, x, sizeof(xq));
+		cw_dsv4_fp8_roundtrip(xq, w->cols, md->cfg.fp8_block[1]);
+		matvec(w, xq, y);
+	} else {
+		matvec(w, x, y);
+	}
+}
+
+/* rows [r0, r0 + n) of m times x */
+static void lin_rows(const struct cw_dsv4_model *md,
+		     const struct cw_dsv4_mat *m, int r0, int n,
+		     const float *x, float *y)
+{
+	struct cw_dsv4_mat sub = { n, m->cols, m->w + (size_t)r0 * m->cols,
+				   m->quantized };
+
+	lin(md, &sub, x, y);
+}
+
+/* The indexer's QAT: Hadamard then E2M1 per 32 (n a power of two). */
+static void index_qat(float *x, int n)
+{
+	cw_dsv4_hadamard(x, n);
+	cw_dsv4_fp4_roundtrip(x, n, 32);
+}
+
+int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
+		      struct cw_dsv4_state **ret)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	struct cw_dsv4_state *s = calloc(1, sizeof(*s));
+
+	if (!s || max_tokens < 1)
+		goto nomem;
+	s->cap = max_tokens;
+	s->n_layers = c->n_layers;
+	s->ls = calloc(c->n_layers, sizeof(*s->ls));
+	if (!s->ls)
+		goto nomem;
+	/* allocated from the layer's stream declarations, so the planner's
+	 * figures (cw_dsv4_kv_bytes_per_token) describe this very state */
+	for (int l = 0; l < c->n_layers; l++) {
+		const struct cw_dsv4_layer *L = &m->layers[l];
+		struct cw_dsv4_lstate *ls = &s->ls[l];
+		struct cw_dsv4_stream st[CW_DSV4_MAX_STREAMS];
+		int ns = cw_dsv4_streams(c, l, st);
+
+		for (int i = 0; i < ns; i++) {
+			size_t rows = st[i].rows_den ?
+					      (size_t)max_tokens / st[i].rows_den + 1 :
+					      (size_t)st[i].fixed_rows;
+			float *buf = malloc(rows * st[i].row_elems *
+					    sizeof(float));
+			float **slot[] = {
+				[CW_DSV4_WINDOW] = &ls->kv,
+				[CW_DSV4_COMP_ROWS] = &ls->crow,
+				[CW_DSV4_INDEX_ROWS] = &ls->ikey,
+				[CW_DSV4_COMP_STATE] = &ls->cz,
+				[CW_DSV4_INDEX_STATE] = &ls->icz,
+			};
+
+			if (!buf)
+				goto nomem;
+			*slot[st[i].kind] = buf;
+		}
+		/* the declarations agree with the code's own ring sizes
+		 * (a mismatch is a bug, not bad input) */
+		for (int i = 0; i < ns; i++) {
+			const struct cw_dsv4_comp *cp =
+				st[i].kind == CW_DSV4_COMP_STATE ? &L->comp :
+				st[i].kind == CW_DSV4_INDEX_STATE ? &L->icomp :
+								    NULL;
+
+			assert(!cp || (st[i].row_elems == 2 * cp->wkv.rows &&
+				       st[i].fixed_rows == comp_ring(cp)));
+		}
+		assert(!L->ratio || (ls->cz && ls->crow));
+		assert(!L->has_indexer || (ls->icz && ls->ikey));
+	}
+	*ret = s;
+	return 0;
+nomem:
+	cw_dsv4_state_free(s);
+	return max_tokens < 1 ? -EINVAL : -ENOMEM;
+}
+
+void cw_dsv4_state_free(struct cw_dsv4_state *s)
+{
+	if (!s)
+		return;
+	for (int l = 0; s->ls && l < s->n_layers; l++) {
+		free(s->ls[l].kv);
+		free(s->ls[l].cz);
+		free(s->ls[l].crow);
+		free(s->ls[l].icz);
+		free(s->ls[l].ikey);
+	}
+	free(s->ls);
+	free(s);
+}
+
+int cw_dsv4_state_len(const struct cw_dsv4_state *s)
+{
+	return s->len;
+}
+
+void cw_dsv4_set_debug(struct cw_dsv4_state *s, struct cw_dsv4_debug *dbg)
+{
+	s->dbg = dbg;
+}
+
+/* Compressor inputs of one token: c = wkv a, z = wgate a + ape[p mod m]. */
+static void comp_inputs(const struct cw_dsv4_comp *cp, const float *a,
+			int64_t p, float *cz)
+{
+	int cols = cp->wkv.rows;
+	const float *ape = cp->ape + (size_t)(p % cp->ratio) * cols;
+
+	matvec(&cp->wkv, a, cz);
+	matvec(&cp->wgate, a, cz + cols);
+	for (int j = 0; j < cols; j++)
+		cz[cols + j] += ape[j];
+}
+
+/*
+ * Compressed row w from the stored per-token inputs: HCA pools tokens
+ * [m w, m w + m); CSA (overlap) pools the first halves of tokens
+ * [4w - 4, 4w) and the second halves of [4w, 4w + 4).  Then the weighted
+ * RMSNorm and the compress rope at position m w.
+ */
+static void comp_row(const struct cw_dsv4_model *m,
+		     const struct cw_dsv4_comp *cp, const float *cz, int w,
+		     int indexer, float *out)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	int cols = cp->wkv.rows, W = cp->width, ns = 0, ring = comp_ring(cp);
+	const float *cs[2 * cp->ratio], *zs[2 * cp->ratio];
+	int64_t mr = cp->ratio;
+
+#define SLOT(t) (cz + (size_t)((t) % ring) * 2 * cols)
+	if (cp->overlap) {
+		for (int64_t t = mr * w - mr; t < mr * w; t++) {
+			if (t < 0)
+				continue;
+			cs[ns] = SLOT(t);
+			zs[ns++] = SLOT(t) + cols;
+		}
+		for (int64_t t = mr * w; t < mr * w + mr; t++) {
+			cs[ns] = SLOT(t) + W;
+			zs[ns++] = SLOT(t) + cols + W;
+		}
+	} else {
+		for (int64_t t = mr * w; t < mr * (w + 1); t++) {
+			cs[ns] = SLOT(t);
+			zs[ns++] = SLOT(t) + cols;
+		}
+	}
+#undef SLOT
+	cw_dsv4_pool(cs, zs, ns, W, out);
+	cw_dsv4_rmsnorm(out, cp->norm, W, c->rms_norm_eps, out);
+	cw_dsv4_rope(out, W, c->rope_dim / 2, m->freq_comp,
+		     (int64_t)cp->ratio * w, 0);
+	if (indexer && (m->qat & CW_DSV4_QAT_INDEX_FP4))
+		index_qat(out, W);
+	else if (!indexer && (m->qat & CW_DSV4_QAT_KV_FP8))
+		cw_dsv4_fp8_roundtrip(out, W - c->rope_dim, 64);
+}
+
+int cw_dsv4_index_select(const float *q, const float *omega, int n_heads,
+			 int dim, const float *keys, int n_vis, int top_k,
+			 int *sel)
+{
+	double sc[n_vis > 0 ? n_vis : 1];
+	unsigned char used[n_vis > 0 ? n_vis : 1];
+
+	if (n_vis <= top_k) {
+		for (int w = 0; w < n_vis; w++)
+			sel[w] = w;
+		return n_vis < 0 ? 0 : n_vis;
+	}
+	for (int w = 0; w < n_vis; w++) {
+		const float *kw = keys + (size_t)w * dim;
+		double s = 0.0;
+
+		for (int h = 0; h < n_heads; h++) {
+			double d = 0.0;
+
+			for (int i = 0; i < dim; i++)
+				d += (double)q[h * dim + i] * kw[i];
+			d /= sqrt((double)dim);
+			s += omega[h] * (d > 0 ? d : 0.0);
+		}
+		sc[w] = s;
+		used[w] = 0;
+	}
+	for (int j = 0; j < top_k; j++) {
+		int best = -1;
+
+		for (int w = 0; w < n_vis; w++)
+			if (!used[w] && (best < 0 || sc[w] > sc[best]))
+				best = w;
+		used[best] = 1;
+	}
+	for (int w = 0, j = 0; w < n_vis; w++)
+		if (used[w])
+			sel[j++] = w;
+	return top_k;
+}
+
+static void expert_ffn(const struct cw_dsv4_model *md,
+		       const struct cw_dsv4_mat *w1,
+		       const struct cw_dsv4_mat *w2,
+		       const struct cw_dsv4_mat *w3, const float *x,
+		       double limit, float *y)
+{
+	float g[w1->rows], u[w3->rows];
+
+	lin(md, w1, x, g);
+	lin(md, w3, x, u);
+	cw_dsv4_swiglu_clip(g, u, w1->rows, limit);
+	lin(md, w2, g, y);
+}
+
+/* Attention sublayer for one token at position p (a = attn_norm(u));
+ * q/qr/iq/omega precomputed; out [D]. */
+static void attention(const struct cw_dsv4_model *m,
+		      const struct cw_dsv4_layer *L,
+		      const struct cw_dsv4_lstate *ls, int64_t p,
+		      const float *q, const float *iq, const float *omega,
+		      float *out, int32_t *sel_out)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	int H = c->n_heads, hd = c->head_dim, G = c->o_groups;
+	int R = c->o_lora_rank, W = c->sliding_window;
+	int lo = p - W + 1 < 0 ? 0 : (int)(p - W + 1);
+	int n_win = (int)p - lo + 1, n_vis = 0, n_sel = 0;
+	const double *fr = L->ratio ? m->freq_comp : m->freq_main;
+	float o[H * hd], t[G * R];
+
+	if (L->ratio)
+		n_vis = (int)((p + 1) / L->ratio);
+	{
+		int sel[n_vis > 0 ? n_vis : 1];
+		const float *rows[n_win + (n_vis > 0 ? n_vis : 0)];
+		int nr = 0;
+
+		for (int j = lo; j <= p; j++)
+			rows[nr++] = ls->kv + (size_t)(j % W) * hd;
+		if (L->has_indexer)
+			n_sel = cw_dsv4_index_select(iq, omega,
+						     c->index_n_heads,
+						     c->index_head_dim,
+						     ls->ikey, n_vis,
+						     c->index_topk, sel);
+		else
+			for (n_sel = 0; n_sel < n_vis; n_sel++)
+				sel[n_sel] = n_sel;
+		for (int j = 0; j < n_sel; j++)
+			rows[nr++] = ls->crow + (size_t)sel[j] * hd;
+		for (int j = 0; sel_out && j < c->index_topk; j++)
+			sel_out[j] = j < n_sel ? sel[j] : -1;
+		for (int h = 0; h < H; h++) {
+			cw_dsv4_sink_attn(q + h * hd, rows, nr, hd, L->sink[h],
+					  o + h * hd);
+			cw_dsv4_rope(o + h * hd, hd, c->rope_dim / 2, fr, p, 1);
+		}
+	}
+	for (int g = 0; g < G; g++)
+		lin_rows(m, &L->wo_a, g * R, R, o + (size_t)g * (H / G) * hd,
+			    t + g * R);
+	lin(m, &L->wo_b, t, out);
+}
+
+static void moe(const struct cw_dsv4_model *m, const struct cw_dsv4_layer *L,
+		int32_t token, const float *b, float *y, int32_t *ids_out,
+		float *w_out)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	int D = c->hidden_size, K = c->top_k;
+	float logits[c->n_experts], wts[K], tmp[D];
+	int32_t ids[K];
+
+	matvec(&L->gate, b, logits);
+	cw_dsv4_route(logits, c->n_experts, K,
+		      L->tid2eid ? L->tid2eid + (size_t)token * K : NULL,
+		      L->gate_bias, c->norm_topk_prob,
+		      c->routed_scaling_factor, ids, wts);
+	expert_ffn(m, &L->sh_w1, &L->sh_w2, &L->sh_w3, b, c->swiglu_limit, y);
+	for (int k = 0; k < K; k++) {
+		expert_ffn(m, &L->ew1[ids[k]], &L->ew2[ids[k]], &L->ew3[ids[k]],
+			   b, c->swiglu_limit, tmp);
+		for (int d = 0; d < D; d++)
+			y[d] += wts[k] * tmp[d];
+	}
+	if (ids_out) {
+		memcpy(ids_out, ids, sizeof(ids));
+		memcpy(w_out, wts, sizeof(wts));
+	}
+}
+
+/* Collapse of the streams with pre weights: u = sum_k pre_k X_k. */
+static void collapse(const float *X, const float *pre, int n, int D, float *u)
+{
+	for (int d = 0; d < D; d++) {
+		double acc = 0.0;
+
+		for (int k = 0; k < n; k++)
+			acc += (double)pre[k] * X[k * D + d];
+		u[d] = (float)acc;
+	}
+}
+
+static void head(const struct cw_dsv4_model *m, const float *X, float *logits)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	int n = c->hc_mult, D = c->hidden_size, nd = n * D;
+	float pre[n], h[D];
+	double ss = 0.0, r;
+
+	for (int i = 0; i < nd; i++)
+		ss += (double)X[i] * X[i];
+	r = 1.0 / sqrt(ss / nd + c->rms_norm_eps);
+	for (int k = 0; k < n; k++) {
+		double acc = 0.0;
+
+		for (int i = 0; i < nd; i++)
+			acc += (double)m->hc_head_fn[(size_t)k * nd + i] * X[i];
+		pre[k] = (float)(1.0 / (1.0 + exp(-(acc * r *
+						     m->hc_head_scale[0] +
+						     m->hc_head_base[k]))) +
+				 c->hc_eps);
+	}
+	collapse(X, pre, n, D, h);
+	cw_dsv4_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
+	{
+		struct cw_dsv4_mat hm = { c->vocab_size, D, m->head, 0 };
+
+		matvec(&hm, h, logits);
+	}
+}
+
+int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
+		 const int32_t *ids, int n, int all_positions, float *logits,
+		 struct st_diag *diag)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	const int D = c->hidden_size, hc = c->hc_mult, H = c->n_heads;
+	const int hd = c->head_dim, IH = c->index_n_heads;
+	const int Id = c->index_head_dim, K = c->top_k;
+	const size_t xs = (size_t)hc * D;
+	float *X = NULL, *A = NULL, *Q = NULL, *IQ = NULL, *OM = NULL;
+	float *PP = NULL;
+	int r = 0;
+
+	if (n < 1)
+		return 0;
+	if (s->len + n > s->cap)
+		return st_diag_set(diag, -ST_E_LIMIT,
+				   "sequence of %d tokens exceeds the state's %d",
+				   s->len + n, s->cap);
+	for (int t = 0; t < n; t++)
+		if (ids[t] < 0 || ids[t] >= c->vocab_size)
+			return st_diag_set(diag, -EINVAL,
+					   "token id %d out of range [0, %d)",
+					   ids[t], c->vocab_size);
+	X = malloc((size_t)n * xs * sizeof(float));
+	A = malloc((size_t)n * D * sizeof(float));
+	Q = malloc((size_t)n * H * hd * sizeof(float));
+	IQ = malloc((size_t)n * IH * Id * sizeof(float));
+	OM = malloc((size_t)n * IH * sizeof(float));
+	PP = malloc((size_t)n * (2 * hc + hc * hc) * sizeof(float));
+	if (!X || !A || !Q || !IQ || !OM || !PP) {
+		r = st_diag_set(diag, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int t = 0; t < n; t++)
+		for (int k = 0; k < hc; k++)
+			memcpy(X + t * xs + (size_t)k * D,
+			       m->embed + (size_t)ids[t] * D,
+			       D * sizeof(float));
+	for (int l = 0; l < c->n_layers; l++) {
+		const struct cw_dsv4_layer *L = &m->layers[l];
+		struct cw_dsv4_lstate *ls = &s->ls[l];
+		const double *fr = L->ratio ? m->freq_comp : m->freq_main;
+
+		/* token by token: each reads only its own streams and what
+		 * earlier positions left in the layer's state */
+		for (int t = 0; t < n; t++) {
+			int64_t p = s->len + t;
+			float *pp = PP + (size_t)t * (2 * hc + hc * hc);
+			float u[D], qr[c->q_lora_rank], *a = A + (size_t)t * D;
+			float *q = Q + (size_t)t * H * hd;
+
+			cw_dsv4_hc_pre(X + t * xs, hc, D, L->hc_attn_fn,
+				       L->hc_attn_base, L->hc_attn_scale,
+				       c->hc_sinkhorn_iters, c->hc_eps,
+				       c->rms_norm_eps, pp, pp + hc,
+				       pp + 2 * hc);
+			collapse(X + t * xs, pp, hc, D, u);
+			cw_dsv4_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps,
+					a);
+			lin(m, &L->wq_a, a, qr);
+			cw_dsv4_rmsnorm(qr, L->q_norm, c->q_lora_rank,
+					c->rms_norm_eps, qr);
+			lin(m, &L->wq_b, qr, q);
+			for (int h = 0; h < H; h++) {
+				cw_dsv4_rmsnorm(q + h * hd, NULL, hd,
+						c->rms_norm_eps, q + h * hd);
+				cw_dsv4_rope(q + h * hd, hd, c->rope_dim / 2,
+					     fr, p, 0);
+			}
+			{
+				float *kv = ls->kv +
+					    (size_t)(p % c->sliding_window) * hd;
+
+				lin(m, &L->wkv, a, kv);
+				cw_dsv4_rmsnorm(kv, L->kv_norm, hd,
+						c->rms_norm_eps, kv);
+				cw_dsv4_rope(kv, hd, c->rope_dim / 2, fr, p, 0);
+				if (m->qat & CW_DSV4_QAT_KV_FP8)
+					cw_dsv4_fp8_roundtrip(kv, hd - c->rope_dim,
+							      64);
+			}
+			if (L->ratio)
+				comp_inputs(&L->comp, a, p,
+					    ls->cz + (size_t)(p % comp_ring(&L->comp)) *
+							     2 * L->comp.wkv.rows);
+			if (L->has_indexer) {
+				float *iq = IQ + (size_t)t * IH * Id;
+				float *om = OM + (size_t)t * IH;
+
+				comp_inputs(&L->icomp, a, p,
+					    ls->icz + (size_t)(p % comp_ring(&L->icomp)) *
+							      2 * L->icomp.wkv.rows);
+				lin(m, &L->iwq_b, qr, iq);
+				for (int h = 0; h < IH; h++) {
+					cw_dsv4_rope(iq + h * Id, Id,
+						     c->rope_dim / 2,
+						     m->freq_comp, p, 0);
+					if (m->qat & CW_DSV4_QAT_INDEX_FP4)
+						index_qat(iq + h * Id, Id);
+				}
+				matvec(&L->iweights, a, om);
+				for (int h = 0; h < IH; h++)
+					om[h] = (float)(om[h] / sqrt((double)IH));
+			}
+			/* a token closing a window emits its row before
+			 * its own attention (it sees that row) */
+			if (L->ratio && (p + 1) % L->ratio == 0) {
+				int w = (int)((p + 1) / L->ratio - 1);
+
+				comp_row(m, &L->comp, ls->cz, w, 0,
+					 ls->crow + (size_t)w * hd);
+				if (L->has_indexer)
+					comp_row(m, &L->icomp, ls->icz, w, 1,
+						 ls->ikey + (size_t)w * Id);
+			}
+			float y[D], b[D], pre[hc], post[hc], comb[hc * hc];
+			int32_t *dbg_ids = NULL, *dbg_sel = NULL;
+			float *dbg_w = NULL;
+			int dbg = s->dbg && t < s->dbg->max_tokens;
+			size_t dl = (size_t)t * c->n_layers + l;
+
+			if (dbg && s->dbg->selected && L->has_indexer)
+				dbg_sel = s->dbg->selected +
+					  dl * c->index_topk;
+			attention(m, L, ls, p, Q + (size_t)t * H * hd,
+				  IQ + (size_t)t * IH * Id,
+				  OM + (size_t)t * IH, y, dbg_sel);
+			cw_dsv4_hc_post(X + t * xs, hc, D, y, pp + hc,
+					pp + 2 * hc);
+			cw_dsv4_hc_pre(X + t * xs, hc, D, L->hc_ffn_fn,
+				       L->hc_ffn_base, L->hc_ffn_scale,
+				       c->hc_sinkhorn_iters, c->hc_eps,
+				       c->rms_norm_eps, pre, post, comb);
+			collapse(X + t * xs, pre, hc, D, u);
+			cw_dsv4_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, b);
+			if (dbg && s->dbg->experts && s->dbg->weights) {
+				dbg_ids = s->dbg->experts + dl * K;
+				dbg_w = s->dbg->weights + dl * K;
+			}
+			moe(m, L, ids[t], b, y, dbg_ids, dbg_w);
+			cw_dsv4_hc_post(X + t * xs, hc, D, y, post, comb);
+			if (dbg && s->dbg->stream_rms) {
+				double ss = 0.0;
+
+				for (size_t i = 0; i < xs; i++)
+					ss += (double)X[t * xs + i] *
+					      X[t * xs + i];
+				s->dbg->stream_rms[dl] = (float)sqrt(ss / xs);
+			}
+		}
+	}
+	if (logits) {
+		for (int t = all_positions ? 0 : n - 1; t < n; t++)
+			head(m, X + t * xs,
+			     logits + (size_t)(all_positions ? t : 0) *
+					      c->vocab_size);
+	}
+	s->len += n;
+out:
+	free(X);
+	free(A);
+	free(Q);
+	free(IQ);
+	free(OM);
+	free(PP);
+	return r;
+}

@@ -1,0 +1,242 @@
+/*
+ * cw_dsv4.h — DeepSeek-V4 (deepseek_v4) forward pass, reference mode.
+ *
+ * Semantics: ../shared/MODEL_FAMILY_DEEPSEEK_V4.md section 2.4-2.5 (HF
+ * transformers modeling_deepseek_v4.py), as the tiny-deepseek-v4 fixture's
+ * README restates them.  Reference mode: F32 activations (dot products
+ * accumulated in double), every weight dequantised exactly to F32 at load,
+ * none of the official FP8/FP4 round trips (FP8 KV, Hadamard+FP4 indexer,
+ * FP8 activations).
+ *
+ * Weights are read straight from the safetensors checkpoint (official
+ * names, no store yet).  The sequence state holds, per layer, the streams
+ * of DESIGN 3a: a ring of the last sliding_window K=V rows, the
+ * compressors' partial windows (raw per-token inputs: 2m tokens for CSA,
+ * m for HCA), and the compressed and indexer rows (growing); it is a
+ * process-local array, not kvd pages yet.  Tokens are evaluated one after
+ * the other within each layer, so full prefill, any chunking and
+ * token-by-token decode give bit-identical logits.
+ */
+#ifndef CW_DSV4_H
+#define CW_DSV4_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "st_config_dsv4.h"
+#include "st_error.h"
+
+struct cw_dsv4_model;
+struct cw_dsv4_state;
+
+/*
+ * Loads config.json and model.safetensors (or shards) of `dir`, checking
+ * every tensor's name, dtype and shape against the config: FP8 E4M3 with
+ * an F8_E8M0 ".scale" [ceil(out/b0), ceil(in/b1)] (b from
+ * quantization_config.weight_block_size), routed experts as I8 packed E2M1
+ * (low nibble = even element) with an F8_E8M0 ".scale" per 32 inputs,
+ * BF16/F32 tensors, I64 tid2eid in hash layers (ids checked < n_experts).
+ * mtp.* is skipped.  A scale byte 255 (E8M0 NaN) is refused as corrupt.
+ * Owned by the caller (cw_dsv4_free).
+ * Errors: -ST_E_CONFIG / -ST_E_FORMAT / -ST_E_NOTFOUND naming the tensor,
+ * -ENOMEM, and those of st_checkpoint_open / st_dsv4_config_load.
+ */
+int cw_dsv4_load(const char *dir, struct cw_dsv4_model **ret,
+		 struct st_diag *diag);
+void cw_dsv4_free(struct cw_dsv4_model *m);
+const struct st_dsv4_config *cw_dsv4_config(const struct cw_dsv4_model *m);
+
+/*
+ * The official inference code's quantisation round trips (not in HF, not
+ * in the fixture's reference; MODEL_FAMILY_DEEPSEEK_V4.md 2.4 "QAT round
+ * trips"), off by default (reference mode):
+ *  KV_FP8     the nope dims of every window K=V row (after rope) and every
+ *             compressed row (after norm and rope) through FP8 E4M3 in
+ *             blocks of 64 with a power-of-two scale (ds4
+ *             dsv4_fp8_kv_quantize_row_inplace_cpu);
+ *  INDEX_FP4  indexer queries and keys (after rope) through a
+ *             Walsh-Hadamard transform (1/sqrt(n)) then E2M1 in blocks of
+ *             32 with a power-of-two scale (ds4
+ *             dsv4_indexer_qat_row_inplace_cpu);
+ *  ACT_FP8    the input of every FP8/FP4 matmul through E4M3 in blocks of
+ *             weight_block_size[1] elements (official act_quant; the block
+ *             for the real model is 128 [unconfirmed for other configs]).
+ * Set before evaluating; a state must not mix settings.  Returns 0,
+ * -EINVAL (unknown flag), -ST_E_UNSUPPORTED (INDEX_FP4 with an
+ * index_head_dim that is not a power of two).
+ */
+enum {
+	CW_DSV4_QAT_KV_FP8 = 1,
+	CW_DSV4_QAT_INDEX_FP4 = 2,
+	CW_DSV4_QAT_ACT_FP8 = 4,
+};
+int cw_dsv4_set_qat(struct cw_dsv4_model *m, unsigned flags);
+
+/*
+ * The experts a hash-routed layer (layer < num_hash_layers) uses for
+ * `token`, known before the token is evaluated (exact prefetch, issue 9
+ * item 4): top_k ids from tid2eid into ids.  Returns top_k, 0 for a
+ * score-routed layer, -EINVAL for a layer or token out of range.
+ */
+int cw_dsv4_hash_experts(const struct cw_dsv4_model *m, int layer,
+			 int32_t token, int32_t *ids);
+
+/* A sequence state for at most max_tokens positions.  -ENOMEM. */
+int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
+		      struct cw_dsv4_state **ret);
+void cw_dsv4_state_free(struct cw_dsv4_state *s);
+/* Positions already evaluated. */
+int cw_dsv4_state_len(const struct cw_dsv4_state *s);
+
+/*
+ * Evaluates tokens ids[0..n) at the state's next positions and appends
+ * them to it.  logits: if all_positions, n rows of vocab_size floats, else
+ * one row (the last token's).  NULL skips the head.
+ * Errors: -ST_E_LIMIT (past max_tokens), -EINVAL (token id out of range);
+ * the state is unchanged on error.
+ */
+int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
+		 const int32_t *ids, int n, int all_positions, float *logits,
+		 struct st_diag *diag);
+
+/* Debug record of the evals while set (NULL to skip), indexed by the
+ * token's place in the eval's chunk (t < max_tokens): per layer the routed
+ * expert ids and weights, the compressed rows the indexer selected (CSA
+ * layers; sorted, -1 after the last), and the RMS over the hc_mult x D
+ * stream values after the layer.  Arrays owned by the caller; any may be
+ * NULL. */
+struct cw_dsv4_debug {
+	int max_tokens;
+	int32_t *experts;   /* [max_tokens][n_layers][top_k] */
+	float *weights;     /* [max_tokens][n_layers][top_k] */
+	int32_t *selected;  /* [max_tokens][n_layers][index_topk] */
+	float *stream_rms;  /* [max_tokens][n_layers] */
+};
+void cw_dsv4_set_debug(struct cw_dsv4_state *s, struct cw_dsv4_debug *dbg);
+
+/* ---- KV streams (DESIGN 3a) ---- */
+
+enum cw_dsv4_stream_kind {
+	CW_DSV4_WINDOW = 0,    /* K=V rows, only the last sliding_window kept */
+	CW_DSV4_COMP_ROWS,     /* compressed rows (CSA or HCA), all kept */
+	CW_DSV4_INDEX_ROWS,    /* indexer key rows (CSA), all kept */
+	CW_DSV4_COMP_STATE,    /* compressor partial window (fixed, overwritten) */
+	CW_DSV4_INDEX_STATE,   /* indexer compressor partial window */
+};
+
+/* One stream of a layer.  Growing streams (rows_den > 0) get one row per
+ * rows_den tokens; fixed ones (window, state) hold fixed_rows rows per
+ * sequence.  A row is row_elems elements. */
+struct cw_dsv4_stream {
+	enum cw_dsv4_stream_kind kind;
+	int row_elems;
+	int rows_den;    /* 1: a row per token; 4, 128: compressed; 0: fixed */
+	int fixed_rows;  /* window: W; state: tokens of raw inputs kept */
+};
+
+#define CW_DSV4_MAX_STREAMS 5
+
+/* The streams of layer `layer` (at most CW_DSV4_MAX_STREAMS) into out;
+ * returns their count, or -EINVAL for a layer out of range.  The window
+ * is listed as a fixed stream of W rows (a sequence shorter than W uses
+ * fewer).  State rows hold a token's raw compressor inputs (c then z:
+ * 2 x the compressor's output width). */
+int cw_dsv4_streams(const struct st_dsv4_config *c, int layer,
+		    struct cw_dsv4_stream *out);
+
+/* KV bytes per token of the growing streams of all layers, with rows of
+ * elem_bytes per element (2 for BF16 rows, 4 for the F32 reference). */
+double cw_dsv4_kv_bytes_per_token(const struct st_dsv4_config *c,
+				  int elem_bytes);
+
+/* Fixed bytes per sequence (windows and compressor states, all layers). */
+double cw_dsv4_fixed_bytes(const struct st_dsv4_config *c, int elem_bytes);
+
+/* ---- pieces (cw_dsv4_ops.c), exposed for the unit tests ---- */
+
+/* Weighted RMSNorm y = w * x / sqrt(mean(x^2) + eps); w NULL: unweighted.
+ * In place allowed. */
+void cw_dsv4_rmsnorm(const float *x, const float *w, int n, double eps,
+		     float *y);
+
+/* Per-pair inverse frequencies (rope_dim/2 of them) of the main rope
+ * (theta^(-2i/d)) or, yarn != 0, of the compress rope: HF
+ * _compute_yarn_parameters with truncation and no mscale (config fields
+ * compress_rope_theta, rope_scaling). */
+void cw_dsv4_rope_freqs(const struct st_dsv4_config *c, int compress,
+			double *inv_freq);
+
+/* Interleaved RoPE on the last 2*n_pairs dims of x[dim]: pairs
+ * (x[k], x[k+1]) rotated by pos * inv_freq[i]; inverse rotates by -angle. */
+void cw_dsv4_rope(float *x, int dim, int n_pairs, const double *inv_freq,
+		  int64_t pos, int inverse);
+
+/*
+ * mHC pre at one site: from the streams X [n][D] (flattened stream-major)
+ * and fn [(2+n)*n][n*D], base [(2+n)*n], scale [3]: pre [n], post [n] and
+ * the Sinkhorn-normalised combine matrix comb [n][n] (row = source stream).
+ * Formulas: MODEL_FAMILY_DEEPSEEK_V4.md 2.5.2.
+ */
+void cw_dsv4_hc_pre(const float *X, int n, int D, const float *fn,
+		    const float *base, const float *scale, int iters,
+		    double eps, double rms_eps, float *pre, float *post,
+		    float *comb);
+
+/* mHC post: X'[j] = post[j] * y + sum_i comb[i][j] * X[i]; X updated in
+ * place (n*D scratch inside). */
+void cw_dsv4_hc_post(float *X, int n, int D, const float *y,
+		     const float *post, const float *comb);
+
+/* Router: scores s_e = sqrt(softplus(logits_e)); ids given (hash layer,
+ * hash_ids != NULL) or the top_k of s + bias (bias may be NULL; ties go to
+ * the lower id); weights w_k = s[id_k] / (sum + 1e-20) * scale when
+ * normalise, else s[id_k] * scale. */
+void cw_dsv4_route(const float *logits, int n_experts, int top_k,
+		   const int32_t *hash_ids, const float *bias, int normalise,
+		   double scale, int32_t *ids, float *weights);
+
+/* Clipped SwiGLU in place: g[i] = silu(min(g[i], limit)) *
+ * clamp(u[i], -limit, limit). */
+void cw_dsv4_swiglu_clip(float *g, const float *u, int n, double limit);
+
+/* Softmax-pooling of one compressed row, per channel j of width:
+ * sum over slots s of softmax_s(z[s][j]) * c[s][j], slots given as row
+ * pointers (c and z rows of the same slot).  n_slots >= 1. */
+void cw_dsv4_pool(const float *const *c, const float *const *z, int n_slots,
+		  int width, float *out);
+
+/* Attention of one head over rows k[r] (K = V), scale 1/sqrt(dim), with a
+ * sink logit in the denominator only.  out[dim]. */
+void cw_dsv4_sink_attn(const float *q, const float *const *rows, int n_rows,
+		       int dim, float sink, float *out);
+
+/*
+ * Lightning-indexer selection for one query: score of visible row w is
+ * sum_h omega[h] * ReLU(q[h] . key[w] / sqrt(dim)) (omega already scaled
+ * by n_heads^-1/2); keeps the top_k rows (all when n_vis <= top_k), ties
+ * to the lower row index.  sel gets the chosen rows in ascending order;
+ * returns their count.
+ */
+int cw_dsv4_index_select(const float *q, const float *omega, int n_heads,
+			 int dim, const float *keys, int n_vis, int top_k,
+			 int *sel);
+
+/* FP8 E4M3 round trip in place, per block of `block` elements (the last
+ * one shorter): s = 2^ceil(log2(max(amax, 1e-4) / 448)), x =
+ * e4m3(clamp(x / s, +-448)) * s, rounding to nearest even. */
+void cw_dsv4_fp8_roundtrip(float *x, int n, int block);
+
+/* E2M1 round trip in place, per block: s = 2^ceil(log2(max(amax,
+ * 6 * 2^-126) / 6)), x = e2m1(clamp(x / s, +-6)) * s (nearest even). */
+void cw_dsv4_fp4_roundtrip(float *x, int n, int block);
+
+/* Walsh-Hadamard transform of x[n] (n a power of two) scaled by
+ * 1/sqrt(n): orthogonal, its own inverse. */
+void cw_dsv4_hadamard(float *x, int n);
+
+/* Dequantises an FP8 E4M3 [rows][cols] matrix with E8M0 block scales
+ * [ceil(rows/b0)][ceil(cols/b1)] into out (F32, exact). */
+void cw_dsv4_fp8_dequant(const uint8_t *w, const uint8_t *scale, int rows,
+			 int cols, int b0, int b1, float *out);
+
+#endif

@@ -1,0 +1,54 @@
+/*
+ * cw_dsv4_int.h — the DeepSeek-V4 model's in-memory weights (private to
+ * cw_dsv4*.c).  Every matrix is dequantised F32, row-major [rows][cols].
+ */
+#ifndef CW_DSV4_INT_H
+#define CW_DSV4_INT_H
+
+#include <stdint.h>
+
+#include "cw_dsv4.h"
+
+struct cw_dsv4_mat {
+	int rows, cols;
+	float *w;
+	int quantized;  /* stored FP8 or FP4: its input gets the ACT_FP8 trip */
+};
+
+/* One compressor (main or indexer).  CSA (ratio 4, overlap): wkv/wgate
+ * give 2*width values per token (series a, then b); HCA: width. */
+struct cw_dsv4_comp {
+	int ratio, overlap, width;
+	struct cw_dsv4_mat wkv, wgate;
+	float *ape;   /* [ratio][cols of wkv] */
+	float *norm;  /* [width] */
+};
+
+struct cw_dsv4_layer {
+	int ratio;                 /* 0 window only, 4 CSA, else HCA */
+	float *attn_norm, *ffn_norm;
+	float *hc_attn_fn, *hc_attn_base, *hc_attn_scale;
+	float *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
+	struct cw_dsv4_mat wq_a, wq_b, wkv, wo_a, wo_b;
+	float *q_norm, *kv_norm, *sink;
+	struct cw_dsv4_comp comp;
+	int has_indexer;
+	struct cw_dsv4_comp icomp;
+	struct cw_dsv4_mat iwq_b, iweights;
+	struct cw_dsv4_mat gate;
+	float *gate_bias;          /* score-routed layers */
+	int32_t *tid2eid;          /* hash layers: [vocab][top_k] */
+	struct cw_dsv4_mat sh_w1, sh_w2, sh_w3;
+	struct cw_dsv4_mat *ew1, *ew2, *ew3; /* [n_experts] */
+};
+
+struct cw_dsv4_model {
+	struct st_dsv4_config cfg;
+	float *embed, *head, *norm;  /* [vocab][D], [vocab][D], [D] */
+	float *hc_head_fn, *hc_head_base, *hc_head_scale;
+	struct cw_dsv4_layer *layers;
+	double *freq_main, *freq_comp; /* [rope_dim/2] */
+	unsigned qat;                  /* CW_DSV4_QAT_* */
+};
+
+#endif

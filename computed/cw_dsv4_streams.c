@@ -1,0 +1,70 @@
+/*
+ * cw_dsv4_streams.c — the KV streams a DeepSeek-V4 layer declares
+ * (DESIGN 3a; sizes: MODEL_FAMILY_DEEPSEEK_V4.md 2.6).  cw_dsv4.c's
+ * process-local state has exactly these streams.
+ */
+#include "cw_dsv4.h"
+
+#include <errno.h>
+
+int cw_dsv4_streams(const struct st_dsv4_config *c, int layer,
+		    struct cw_dsv4_stream *out)
+{
+	int m, n = 0;
+
+	if (layer < 0 || layer >= c->n_layers)
+		return -EINVAL;
+	m = c->compress_ratio[layer];
+	out[n++] = (struct cw_dsv4_stream){ CW_DSV4_WINDOW, c->head_dim, 0,
+					    c->sliding_window };
+	if (!m)
+		return n;
+	out[n++] = (struct cw_dsv4_stream){ CW_DSV4_COMP_ROWS, c->head_dim, m,
+					    0 };
+	if (m == 4) {
+		/* CSA: two series (a, b) of c and z per token, 2 windows */
+		out[n++] = (struct cw_dsv4_stream){ CW_DSV4_COMP_STATE,
+						    4 * c->head_dim, 0, 8 };
+		out[n++] = (struct cw_dsv4_stream){ CW_DSV4_INDEX_ROWS,
+						    c->index_head_dim, 4, 0 };
+		out[n++] = (struct cw_dsv4_stream){ CW_DSV4_INDEX_STATE,
+						    4 * c->index_head_dim, 0,
+						    8 };
+	} else {
+		out[n++] = (struct cw_dsv4_stream){ CW_DSV4_COMP_STATE,
+						    2 * c->head_dim, 0, m };
+	}
+	return n;
+}
+
+static double sum_bytes(const struct st_dsv4_config *c, int elem_bytes,
+			int growing)
+{
+	struct cw_dsv4_stream s[CW_DSV4_MAX_STREAMS];
+	double b = 0.0;
+
+	for (int l = 0; l < c->n_layers; l++) {
+		int n = cw_dsv4_streams(c, l, s);
+
+		for (int i = 0; i < n; i++) {
+			double row = (double)s[i].row_elems * elem_bytes;
+
+			if (growing && s[i].rows_den)
+				b += row / s[i].rows_den;
+			else if (!growing && !s[i].rows_den)
+				b += row * s[i].fixed_rows;
+		}
+	}
+	return b;
+}
+
+double cw_dsv4_kv_bytes_per_token(const struct st_dsv4_config *c,
+				  int elem_bytes)
+{
+	return sum_bytes(c, elem_bytes, 1);
+}
+
+double cw_dsv4_fixed_bytes(const struct st_dsv4_config *c, int elem_bytes)
+{
+	return sum_bytes(c, elem_bytes, 0);
+}
