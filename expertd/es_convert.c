@@ -164,15 +164,19 @@ int es_convert_parse_attention(const char *name, struct es_convert_opts *opts,
 		opts->attention_dtype = ST_DTYPE_F32;
 	else if (name && !strcmp(name, "auto"))
 		opts->attention_dtype = ST_DTYPE_COUNT;
-	else if (name && (!strcmp(name, "fp8") || !strncmp(name, "fp8-", 4)))
+	else if (name && !strcmp(name, "fp8")) {
+		/* E4M3 with an FP32 scale per row and 128 columns, as
+		 * --dense fp8 stores them, for q/k/v/o only */
+		opts->attention_dtype = ST_DTYPE_COUNT;
+		if (opts->dense_fp8 == ES_DENSE_FP8_NONE)
+			opts->dense_fp8 = ES_DENSE_FP8_ATTENTION;
+	} else if (name && !strncmp(name, "fp8-", 4))
 		return st_diag_set(diag, -ST_E_UNSUPPORTED, "--attention %s: "
-				   "not supported: a store keeps attention "
-				   "weights in BF16 or F32 (no FP8 dense "
-				   "kernels in computed yet); use bf16 or f32",
-				   name);
+				   "the attention block size is fixed at 128 "
+				   "columns; use fp8", name);
 	else
 		return st_diag_set(diag, -EINVAL, "--attention \"%s\": use "
-				   "bf16, f32 or auto", name ? name : "");
+				   "bf16, f32, fp8 or auto", name ? name : "");
 	return 0;
 }
 
@@ -922,6 +926,10 @@ static int dense_fp8_matrix(struct conv *c, const char *name, int64_t *ret_rows,
 	for (size_t i = 0; i < ST_ARRAY_SIZE(roles); i++) {
 		int n = roles[i] == ST_T_LM_HEAD ? 1 : c->cfg.n_layers;
 
+		if (roles[i] == ST_T_LM_HEAD &&
+		    c->o.dense_fp8 == ES_DENSE_FP8_ATTENTION)
+			continue;
+
 		for (int l = 0; l < n; l++) {
 			char nm[256];
 
@@ -1492,6 +1500,8 @@ static const char *attention_name(const struct conv *c)
 {
 	int seen_bf16 = 0, seen_f32 = 0;
 
+	if (c->o.dense_fp8 != ES_DENSE_FP8_NONE)
+		return "fp8"; /* q/k/v/o as E4M3 (dense_fp8_matrix) */
 	for (int i = 0; i < c->ck->n_tensors; i++)
 		if (c->is_attn[i]) {
 			if (dense_out_dtype(c, i) == ST_DTYPE_BF16)

@@ -99,14 +99,17 @@ struct es_convert_opts {
 	 * progress callback on Ctrl-C), the conversion stops at the next
 	 * record with -ECANCELED and removes its temporary directory. */
 	const volatile int *cancel;
-	/* 1: the attention projections (q, k, v, o) and the LM head stored
-	 * as FP8 E4M3 with one FP32 scale per row and block of
+	/* ES_DENSE_FP8_ALL: the attention projections (q, k, v, o) and the
+	 * LM head stored as FP8 E4M3 with one FP32 scale per row and block of
 	 * ST_FP8_DEFAULT_BLOCK columns: tensor NAME holds the codes [rows,
 	 * cols] (dtype F8_E4M3), tensor NAME.scale the scales [rows,
 	 * ceil(cols / 128)] (F32), both in dense.bin (`strata convert
-	 * --dense fp8`).  0: as dense_f32 says. */
+	 * --dense fp8`).  ES_DENSE_FP8_ATTENTION: q, k, v, o only (`strata
+	 * convert --attention fp8`).  ES_DENSE_FP8_NONE: as dense_f32 says. */
 	int dense_fp8;
 };
+
+enum { ES_DENSE_FP8_NONE = 0, ES_DENSE_FP8_ALL = 1, ES_DENSE_FP8_ATTENTION = 2 };
 
 #define ES_CONVERT_OPTS_DEFAULT                                                \
 	{ .expert_dtype = ST_DTYPE_MXFP4, .expert_group = 0, .n_keep = 0,      \

@@ -362,9 +362,12 @@ static void tensor_kinds(void **state)
 	snprintf(out, sizeof(out), "%s/att", tmp);
 	snprintf(def, sizeof(def), "%s/def", tmp);
 	es_convert_opts_init(&o);
-	assert_int_equal(es_convert_parse_attention("fp8", &o, &d),
+	assert_int_equal(es_convert_parse_attention("fp8-64", &o, &d),
 			 -ST_E_UNSUPPORTED);
-	assert_non_null(strstr(d.msg, "bf16 or f32"));
+	assert_non_null(strstr(d.msg, "use fp8"));
+	assert_int_equal(es_convert_parse_attention("fp8", &o, &d), 0);
+	assert_int_equal(o.dense_fp8, ES_DENSE_FP8_ATTENTION);
+	es_convert_opts_init(&o);
 	assert_int_equal(es_convert_parse_attention("f16", &o, &d), -EINVAL);
 	assert_int_equal(o.attention_dtype, ST_DTYPE_COUNT);
 	assert_int_equal(es_convert_parse_shared_experts("fp8", &o, &d), 0);
@@ -403,6 +406,43 @@ static void tensor_kinds(void **state)
 	assert_string_equal(json_string_value(json_object_get(pol,
 		"attention")), "bf16");
 	json_decref(m);
+	/* --attention fp8: q/k/v/o as E4M3 codes plus their .scale, the LM
+	 * head and everything else as before, policy "fp8" */
+	{
+		char out8[4200];
+		int n_fp8 = 0, n_scale = 0;
+
+		snprintf(out8, sizeof(out8), "%s/att8", tmp);
+		es_convert_opts_init(&o);
+		assert_int_equal(es_convert_parse_attention("fp8", &o, &d), 0);
+		assert_int_equal(es_convert(g_mixtral, out8, &o, &d), 0);
+		m = load_manifest(out8);
+		pol = json_object_get(json_object_get(m, "experts"), "policy");
+		assert_string_equal(json_string_value(json_object_get(pol,
+			"attention")), "fp8");
+		tensors = json_object_get(json_object_get(m, "dense"),
+					  "tensors");
+		for (size_t i = 0; i < json_array_size(tensors); i++) {
+			json_t *t = json_array_get(tensors, i);
+			const char *name = json_string_value(
+				json_object_get(t, "name"));
+			const char *dt = json_string_value(
+				json_object_get(t, "dtype"));
+			int attn = strstr(name, "self_attn.") &&
+				   strstr(name, "_proj.weight");
+
+			if (attn && strstr(name, ".scale"))
+				n_scale++;
+			else if (attn)
+				assert_string_equal(dt, "F8_E4M3");
+			else
+				assert_string_equal(dt, "BF16");
+			n_fp8 += attn && !strstr(name, ".scale");
+		}
+		assert_int_equal(n_fp8, 4 * TL);
+		assert_int_equal(n_scale, 4 * TL);
+		json_decref(m);
+	}
 	/* the expert files are the same: only dense.bin changed */
 	{
 		char f1[4400], f2[4400];
