@@ -177,6 +177,16 @@ static enum MHD_Result do_metrics(struct cw_http *h, struct MHD_Connection *c)
 		x.es_pool_bytes = es.pool_bytes;
 		x.es_epoch = es.epoch;
 	}
+	if (x.es_ok) {
+		struct es_tier_stats t;
+
+		es_client_tier_stats(h->es, &t);
+		x.es_prefetch_loads = t.prefetch_loads;
+		x.es_prefetch_used = t.prefetch_used;
+		x.es_prefetch_wasted = t.prefetch_wasted;
+		x.es_hints = t.hints;
+		x.es_hints_dropped = t.hints_dropped;
+	}
 	if (x.kv_ok && kv_client_stats(h->kv, &kv) == 0) {
 		x.kv_pages_used = kv.pages_used;
 		x.kv_pages_total = kv.n_pages;

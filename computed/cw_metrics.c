@@ -343,8 +343,37 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 	tb_metric(&b, "strata_prefix_cache_rows_reused_total", "counter",
 		  "KV rows mapped from the prefix cache (kvd)",
 		  (double)x->kv_prefix_rows_reused);
-	/* prefetch precision/recall: expertd has no prefetch yet, so no
-	 * series is exported rather than a misleading 0 */
+	/* prefetch (gate look-ahead hints, expertd): precision = used /
+	 * loaded by a hint, recall = used / (used + demand misses), as in
+	 * the run summary (cli_tiers.c) */
+	tb_head(&b, "strata_expert_prefetch_total", "counter",
+		"expert loads started by look-ahead hints, by outcome "
+		"(loaded, used before eviction, evicted unused)");
+	tb_printf(&b, "strata_expert_prefetch_total{outcome=\"loaded\"} %llu\n"
+		  "strata_expert_prefetch_total{outcome=\"used\"} %llu\n"
+		  "strata_expert_prefetch_total{outcome=\"wasted\"} %llu\n",
+		  (unsigned long long)x->es_prefetch_loads,
+		  (unsigned long long)x->es_prefetch_used,
+		  (unsigned long long)x->es_prefetch_wasted);
+	tb_head(&b, "strata_expert_hints_total", "counter",
+		"(layer, expert) look-ahead hints received (state=all) and "
+		"dropped as stale or superseded (state=dropped)");
+	tb_printf(&b, "strata_expert_hints_total{state=\"all\"} %llu\n"
+		  "strata_expert_hints_total{state=\"dropped\"} %llu\n",
+		  (unsigned long long)x->es_hints,
+		  (unsigned long long)x->es_hints_dropped);
+	tb_metric(&b, "strata_expert_prefetch_precision", "gauge",
+		  "prefetched experts that were used, since expertd's pool "
+		  "was made (0 before any prefetch)",
+		  x->es_prefetch_loads ? (double)x->es_prefetch_used /
+					 (double)x->es_prefetch_loads : 0.0);
+	tb_metric(&b, "strata_expert_prefetch_recall", "gauge",
+		  "used experts that had been prefetched: used / (used + "
+		  "demand misses)",
+		  x->es_prefetch_used + x->es_misses ?
+			  (double)x->es_prefetch_used /
+				  (double)(x->es_prefetch_used + x->es_misses) :
+			  0.0);
 	pthread_mutex_lock(&m->lock);
 	tb_metric(&b, "strata_uptime_seconds", "gauge",
 		  "seconds since computed started",

@@ -75,6 +75,9 @@ struct cw_metrics_ext {
 	/* expertd */
 	uint64_t es_hits, es_misses, es_evictions, es_loads, es_load_bytes;
 	uint64_t es_slots, es_slots_used, es_pool_bytes, es_epoch;
+	/* expertd prefetch (es_tier_stats) */
+	uint64_t es_prefetch_loads, es_prefetch_used, es_prefetch_wasted;
+	uint64_t es_hints, es_hints_dropped;
 	/* kvd */
 	uint64_t kv_pages_used, kv_pages_total, kv_pages_peak, kv_page_bytes;
 	uint64_t kv_spilled_pages, kv_spill_total, kv_restore_total;

@@ -223,6 +223,15 @@ def test_batched_equals_alone(inst):
     steps = after["strata_step_batch_tokens_count"] - before["strata_step_batch_tokens_count"]
     check(steps > small, "steps batched more than 4 tokens at once "
           "(%d of %d steps)" % (steps - small, steps))
+    hints = lambda m: m['strata_expert_hints_total{state="all"}']
+    pf = lambda m, o: m['strata_expert_prefetch_total{outcome="%s"}' % o]
+    prec = after["strata_expert_prefetch_precision"]
+    check(hints(after) > hints(before) and
+          pf(after, "used") <= pf(after, "loaded") and 0 <= prec <= 1 and
+          (pf(after, "loaded") == 0 or
+           abs(prec - pf(after, "used") / pf(after, "loaded")) < 1e-9),
+          "/metrics: look-ahead hints counted (%d new), prefetch used <= "
+          "loaded, precision = used / loaded" % (hints(after) - hints(before)))
 
 
 def kv_used(inst):
