@@ -4,7 +4,9 @@
  * from expertd's host pool, K/V rows live in kvd pages).
  *
  * Usage: test_reference FIXTURE VARIANT [HOST_BUDGET]
- *   FIXTURE  tiny-qwen3moe | tiny-mixtral | kjv-moe
+ *   FIXTURE  tiny-qwen3moe | tiny-mixtral | kjv-moe, or /ABSOLUTE/DIR: a
+ *            generated checkpoint with DIR/reference.json in the tiny
+ *            fixtures' layout (scripts/moe-reference.py), checked as they are
  *   VARIANT  f32    experts kept BF16 (exact), reference mode; checks the
  *                   `f32` tolerance (tiny fixtures: top-10 logits and LSE
  *                   within tolerances.f32.logit_abs, argmax, routed expert
@@ -243,6 +245,8 @@ static int setup(struct ctx *c, const char *host_budget)
 	if (!strcmp(c->fixture, "kjv-moe"))
 		snprintf(c->model_dir, sizeof(c->model_dir), "%s/models/kjv-moe",
 			 st_test_source_dir());
+	else if (c->fixture[0] == '/')
+		snprintf(c->model_dir, sizeof(c->model_dir), "%s", c->fixture);
 	else
 		st_test_fixture_model(c->fixture, c->model_dir,
 				      sizeof(c->model_dir));
@@ -769,6 +773,8 @@ int main(int argc, char **argv)
 	if (!strcmp(c.fixture, "kjv-moe"))
 		snprintf(path, sizeof(path), "%s/models/kjv-moe/reference.json",
 			 st_test_source_dir());
+	else if (c.fixture[0] == '/')
+		snprintf(path, sizeof(path), "%s/reference.json", c.fixture);
 	else
 		snprintf(path, sizeof(path), "%s/fixtures/models/%s/reference.json",
 			 st_test_shared_dir(), c.fixture);
