@@ -331,7 +331,7 @@ def parse_args(argv):
                   Qwen2-MoE does), hidden 256, 8 heads x 32, 2 KV heads,
                   moe-inter 192 (V2-Lite's 1408 scaled to hidden 256 is
                   176, rounded up to a multiple of the MXFP4 block 32);
-                  ~0.36 G parameters.  V2-Lite's dense first layer and MLA
+                  ~0.34 G parameters.  V2-Lite's dense first layer and MLA
                   attention are NOT generated.
 
 weights: matrices N(0, (g/sqrt(fan_in))^2) with g 1.0 (router 1.5),
