@@ -23,6 +23,11 @@ top-k (renormalised when norm_topk_prob), SwiGLU experts
 down(silu(gate x) * up x).  Every weight is the checkpoint's BF16 value
 widened exactly; all arithmetic is float64.
 
+--shared-experts fp8 computes instead with the shared experts' matrices
+as strata convert --shared-experts fp8 stores them (st_fp8_quantize_row):
+per row and block of 128 columns, scale s = amax / 448 (float32), codes
+E4M3(x / s) rounded to nearest even and saturated at 448, value code * s.
+
 Only numpy is needed (run with /usr/bin/python3).  For small models: the
 whole checkpoint is loaded in memory.
 """
@@ -34,6 +39,35 @@ import struct
 import sys
 
 import numpy as np
+
+
+def e4m3_table():
+    """The non-negative finite E4M3 values, in code order (ascending)."""
+    v = []
+    for code in range(0x7F):  # 0x7F is NaN
+        e, m = code >> 3, code & 7
+        v.append(m / 8 * 2.0 ** -6 if e == 0 else (1 + m / 8) * 2.0 ** (e - 7))
+    return np.array(v)
+
+
+def fp8_roundtrip(w, block=128):
+    """w [rows, cols] through FP8 E4M3 with a float32 scale per row and
+    block of `block` columns, back to float64."""
+    tab = e4m3_table()
+    out = np.empty_like(w)
+    for b0 in range(0, w.shape[1], block):
+        x = w[:, b0:b0 + block].astype(np.float32)
+        s = (np.abs(x).max(axis=1, keepdims=True) / np.float32(448.0)
+             ).astype(np.float32)
+        safe = np.where(s == 0, np.float32(1), s)
+        y = np.abs(x / safe).astype(np.float64)
+        i = np.clip(np.searchsorted(tab, y), 1, len(tab) - 1)
+        lo, hi = tab[i - 1], tab[i]
+        up = (y - lo > hi - y) | ((y - lo == hi - y) & ((i - 1) % 2 == 1))
+        q = np.where(y >= tab[-1], tab[-1], np.where(up, hi, lo))
+        q = np.where(s == 0, 0.0, q)
+        out[:, b0:b0 + block] = np.sign(x) * q * s.astype(np.float64)
+    return out
 
 
 def load_checkpoint(d):
@@ -72,7 +106,7 @@ def load_checkpoint(d):
 
 
 class Model:
-    def __init__(self, d):
+    def __init__(self, d, shared_fp8=False):
         with open(os.path.join(d, "config.json")) as f:
             c = json.load(f)
         self.c = c
@@ -95,6 +129,10 @@ class Model:
                          and c.get("qkv_bias", True))
         self.shared = self.family == "qwen2_moe"
         self.tied = c.get("tie_word_embeddings", False)
+        if shared_fp8:
+            for n in list(self.w):
+                if ".mlp.shared_expert." in n and n.endswith(".weight"):
+                    self.w[n] = fp8_roundtrip(self.w[n])
 
     def rms(self, x, w):
         return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True)
@@ -194,8 +232,13 @@ def main(argv):
     ap.add_argument("--greedy", type=int, default=8,
                     help="greedy tokens per prompt (default 8)")
     ap.add_argument("--seed", type=int, default=5, help="prompt id seed")
+    ap.add_argument("--shared-experts", choices=("bf16", "fp8"),
+                    default="bf16",
+                    help="shared experts as in the checkpoint (bf16, the "
+                         "default) or as convert --shared-experts fp8 "
+                         "stores them")
     a = ap.parse_args(argv)
-    m = Model(a.model)
+    m = Model(a.model, shared_fp8=a.shared_experts == "fp8")
     V = m.w["model.embed_tokens.weight"].shape[0]
     rng = np.random.default_rng(a.seed)
     prompts = []
@@ -222,7 +265,9 @@ def main(argv):
            "format": 1,
            "sources": {"positions/greedy_f32/experts":
                        "scripts/moe-reference.py: numpy float64 forward "
-                       "pass over the checkpoint's BF16 weights"},
+                       "pass over the checkpoint's BF16 weights"
+                       + (" (shared experts through FP8 E4M3, per-128 "
+                          "scales)" if a.shared_experts == "fp8" else "")},
            "tolerances": {"f32": {
                "logit_abs": 3e-4, "lse_abs": 3e-4,
                "applies_to": "exact BF16 weights widened to F32, F32 "

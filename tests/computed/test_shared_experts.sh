@@ -6,9 +6,13 @@
 # numpy), then test_reference checks computed (reference mode, BF16
 # experts, F32 KV) against them at host budgets 100 % and 25 %: top-10
 # logits and LSE within 3e-4, argmax, routed expert sets, 8 greedy tokens
-# per prompt.  Also checks strata convert --shared-experts: f32 and fp8
-# write the shared-expert matrices in that dtype (fp8 with .scale tensors)
-# and record it as experts.policy.shared_experts; mxfp4 is refused.
+# per prompt; and with the shared experts converted --shared-experts fp8,
+# against a second reference computed with the same FP8 rounding (the
+# bf16 one differs from it by up to ~0.7 in a logit, so this fails if the
+# FP8 scales are misread).  Also checks strata convert --shared-experts:
+# f32 and fp8 write the shared-expert matrices in that dtype (fp8 with
+# .scale tensors) and record it as experts.policy.shared_experts; mxfp4 is
+# refused.
 #
 # Usage: test_shared_experts.sh TEST_REFERENCE STRATA
 # Skips (77) without numpy or the tokenizer fixture, unless CI=true.
@@ -46,9 +50,13 @@ m=$tmp/qwen2moe
 	{ cat "$tmp/log" >&2; fail "gen-moe-model.py --family qwen2_moe"; }
 "$py" "$src/scripts/moe-reference.py" "$m" 2>"$tmp/log" ||
 	{ cat "$tmp/log" >&2; fail "moe-reference.py"; }
+"$py" "$src/scripts/moe-reference.py" "$m" --shared-experts fp8 \
+	--out "$m/reference-shexp-fp8.json" 2>"$tmp/log" ||
+	{ cat "$tmp/log" >&2; fail "moe-reference.py --shared-experts fp8"; }
 
 "$test_reference" "$m" f32 || fail "logits at host budget 100 %"
 "$test_reference" "$m" f32 25% || fail "logits at host budget 25 %"
+"$test_reference" "$m" shexp-fp8 || fail "logits with FP8 shared experts"
 
 for fmt in f32 fp8; do
 	"$strata" convert --model "$m" --out "$tmp/st-$fmt" --experts mxfp4 \
