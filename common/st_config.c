@@ -34,6 +34,7 @@ struct family {
 	const char *inter_key;    /* per-expert FFN width key */
 	int norm_topk_default;    /* -1: not configurable (always renormalise) */
 	int qk_norm;
+	int shared;               /* one gated shared expert (qwen2_moe) */
 	float rms_norm_eps_default;
 	double rope_theta_default;
 	int max_pos_default;
@@ -74,10 +75,30 @@ static const struct family families[] = {
 		.bos_default = -1,
 		.eos_default = -1,
 	},
+	{
+		/* configuration_qwen2_moe.py (MODEL_FAMILIES.md 3):
+		 * norm_topk_prob False, rms_norm_eps 1e-6, rope_theta
+		 * 10000, max_position_embeddings 32768, no bos/eos; q/k/v
+		 * with bias, no q/k norm; one shared expert of
+		 * shared_expert_intermediate_size with a sigmoid gate. */
+		.arch = ST_ARCH_QWEN2_MOE,
+		.arch_name = "Qwen2MoeForCausalLM",
+		.model_type = "qwen2_moe",
+		.inter_key = "moe_intermediate_size",
+		.norm_topk_default = 0,
+		.qk_norm = 0,
+		.shared = 1,
+		.rms_norm_eps_default = 1e-6f,
+		.rope_theta_default = 10000.0,
+		.max_pos_default = 32768,
+		.bos_default = -1,
+		.eos_default = -1,
+	},
 };
 
 #define SUPPORTED_LIST \
-	"MixtralForCausalLM (mixtral), Qwen3MoeForCausalLM (qwen3_moe)"
+	"MixtralForCausalLM (mixtral), Qwen3MoeForCausalLM (qwen3_moe), " \
+	"Qwen2MoeForCausalLM (qwen2_moe)"
 
 const char *st_arch_name(enum st_arch a)
 {
@@ -382,7 +403,7 @@ static int check_no_sliding(const json_t *root, const struct family *f,
 {
 	int use = 1, win, r;
 
-	if (f->arch == ST_ARCH_QWEN3_MOE) {
+	if (f->arch == ST_ARCH_QWEN3_MOE || f->arch == ST_ARCH_QWEN2_MOE) {
 		r = get_bool(root, "use_sliding_window", 0, &use, src, diag);
 		if (r < 0)
 			return r;
@@ -525,7 +546,20 @@ static int parse_root(const json_t *root, const char *src,
 				   "%s: rope_theta %g outside (1, 1e12)", src,
 				   cfg->rope_theta);
 
-	if (f->arch == ST_ARCH_QWEN3_MOE) {
+	if (f->shared) {
+		/* qwen2_moe: the shared expert is always there (HF builds it
+		 * unconditionally), its width a shape key, so required */
+		r = get_int(root, "shared_expert_intermediate_size", 1, 1,
+			    CFG_MAX_DIM, 0, &cfg->shared_inter, src, diag);
+		if (r < 0)
+			return r;
+		cfg->shared_gate = 1;
+		/* "qkv_bias" is v5-only; absent means biased q/k/v (3.1) */
+		r = get_bool(root, "qkv_bias", 1, &cfg->qkv_bias, src, diag);
+		if (r < 0)
+			return r;
+	}
+	if (f->arch == ST_ARCH_QWEN3_MOE || f->arch == ST_ARCH_QWEN2_MOE) {
 		r = check_all_moe(root, src, diag);
 		if (r < 0)
 			return r;
@@ -664,6 +698,7 @@ int st_expert_tensor_name(const struct st_model_config *cfg, int layer,
 			"model.layers.%d.block_sparse_moe.experts.%d.%s.weight",
 			layer, expert, mixtral[m]), len);
 	case ST_ARCH_QWEN3_MOE:
+	case ST_ARCH_QWEN2_MOE:
 		return name_result(snprintf(buf, len,
 			"model.layers.%d.mlp.experts.%d.%s.weight",
 			layer, expert, qwen[m]), len);
@@ -715,9 +750,29 @@ int st_dense_tensor_name(const struct st_model_config *cfg,
 		sub = cfg->arch == ST_ARCH_MIXTRAL ? "block_sparse_moe.gate" :
 						     "mlp.gate";
 		break;
+	case ST_T_Q_BIAS:
+	case ST_T_K_BIAS:
+	case ST_T_V_BIAS:
+		if (!cfg->qkv_bias)
+			return -ST_E_NOTFOUND;
+		sub = role == ST_T_Q_BIAS ? "q_proj" :
+		      role == ST_T_K_BIAS ? "k_proj" : "v_proj";
+		return name_result(snprintf(buf, len,
+			"model.layers.%d.self_attn.%s.bias", layer, sub), len);
+	case ST_T_SHEXP_GATE: sub = "mlp.shared_expert.gate_proj"; break;
+	case ST_T_SHEXP_UP: sub = "mlp.shared_expert.up_proj"; break;
+	case ST_T_SHEXP_DOWN: sub = "mlp.shared_expert.down_proj"; break;
+	case ST_T_SHEXP_SCORE:
+		if (!cfg->shared_gate)
+			return -ST_E_NOTFOUND;
+		sub = "mlp.shared_expert_gate";
+		break;
 	default:
 		return -EINVAL;
 	}
+	if ((role == ST_T_SHEXP_GATE || role == ST_T_SHEXP_UP ||
+	     role == ST_T_SHEXP_DOWN) && !cfg->shared_inter)
+		return -ST_E_NOTFOUND;
 	return name_result(snprintf(buf, len, "model.layers.%d.%s.weight",
 				    layer, sub), len);
 }
@@ -761,6 +816,26 @@ void st_dense_tensor_shape(const struct st_model_config *cfg,
 	case ST_T_ROUTER:
 		rows = cfg->n_experts;
 		cols = h;
+		break;
+	case ST_T_Q_BIAS:
+		rows = cfg->qkv_bias ? q : 0;
+		break;
+	case ST_T_K_BIAS:
+	case ST_T_V_BIAS:
+		rows = cfg->qkv_bias ? kv : 0;
+		break;
+	case ST_T_SHEXP_GATE:
+	case ST_T_SHEXP_UP:
+		rows = cfg->shared_inter;
+		cols = cfg->shared_inter ? h : 0;
+		break;
+	case ST_T_SHEXP_DOWN:
+		rows = cfg->shared_inter ? h : 0;
+		cols = cfg->shared_inter;
+		break;
+	case ST_T_SHEXP_SCORE:
+		rows = cfg->shared_gate ? 1 : 0;
+		cols = cfg->shared_gate ? h : 0;
 		break;
 	default:
 		break;

@@ -1,8 +1,9 @@
 /*
  * st_config.h — the model configuration strata needs, read from a Hugging
  * Face config.json (families and key spellings: MODEL_FAMILIES.md sections
- * 0.3, 2.1, 4.1).  Supported in this slice: MixtralForCausalLM (mixtral) and
- * Qwen3MoeForCausalLM (qwen3_moe).
+ * 0.3, 2.1, 3.1, 4.1).  Supported in this slice: MixtralForCausalLM
+ * (mixtral), Qwen3MoeForCausalLM (qwen3_moe) and Qwen2MoeForCausalLM
+ * (qwen2_moe: q/k/v biases and one shared expert with a sigmoid gate).
  */
 #ifndef ST_CONFIG_H
 #define ST_CONFIG_H
@@ -12,7 +13,7 @@
 
 #include "st_error.h"
 
-enum st_arch { ST_ARCH_MIXTRAL = 1, ST_ARCH_QWEN3_MOE = 2 };
+enum st_arch { ST_ARCH_MIXTRAL = 1, ST_ARCH_QWEN3_MOE = 2, ST_ARCH_QWEN2_MOE = 3 };
 
 #define ST_MAX_EOS 8
 
@@ -34,6 +35,15 @@ struct st_model_config {
 				  * HF Qwen3MoeConfig) */
 	int qk_norm;             /* per-head RMSNorm of q and k (qwen3_moe) */
 	int tie_word_embeddings; /* lm_head = embed_tokens */
+	int qkv_bias;            /* q/k/v projections have biases (qwen2_moe:
+				  * "qkv_bias", default true; MODEL_FAMILIES.md
+				  * 3.1) */
+	int shared_inter;        /* width of the shared-expert SwiGLU MLP, 0 =
+				  * none (qwen2_moe:
+				  * shared_expert_intermediate_size) */
+	int shared_gate;         /* the shared expert's output is scaled by
+				  * sigmoid(w_sg . x) (qwen2_moe
+				  * mlp.shared_expert_gate) */
 	float rms_norm_eps;
 	double rope_theta;
 	int max_position_embeddings;
@@ -107,6 +117,13 @@ enum st_dense_role {
 	ST_T_EMBED = 0, ST_T_FINAL_NORM, ST_T_LM_HEAD,
 	ST_T_ATTN_NORM, ST_T_Q, ST_T_K, ST_T_V, ST_T_O, ST_T_Q_NORM, ST_T_K_NORM,
 	ST_T_FFN_NORM, ST_T_ROUTER,
+	/* qwen2_moe only (-ST_E_NOTFOUND elsewhere): q/k/v biases [rows],
+	 * the shared expert's SwiGLU matrices (gate/up [S, H], down [H, S],
+	 * S = shared_inter) and its sigmoid gate [1, H]; names
+	 * self_attn.{q,k,v}_proj.bias, mlp.shared_expert.{gate,up,down}_proj
+	 * .weight, mlp.shared_expert_gate.weight (MODEL_FAMILIES.md 3.2) */
+	ST_T_Q_BIAS, ST_T_K_BIAS, ST_T_V_BIAS,
+	ST_T_SHEXP_GATE, ST_T_SHEXP_UP, ST_T_SHEXP_DOWN, ST_T_SHEXP_SCORE,
 	ST_T_ROLE_COUNT
 };
 int st_dense_tensor_name(const struct st_model_config *cfg,

@@ -27,6 +27,19 @@ struct cw_layer_w {
 	struct cw_wview q, k, v, o, router;
 	const void *attn_norm, *ffn_norm, *q_norm, *k_norm;
 	enum st_dtype attn_norm_dt, ffn_norm_dt, q_norm_dt, k_norm_dt;
+	/* qwen2_moe: q/k/v biases (NULL: none) and the shared expert
+	 * (sh[ST_EXPERT_GATE..DOWN]; sh_score: its sigmoid gate [1, H],
+	 * rows 0 when ungated) */
+	const void *q_bias, *k_bias, *v_bias;
+	enum st_dtype q_bias_dt, k_bias_dt, v_bias_dt;
+	struct cw_wview sh[3], sh_score;
+};
+
+/* Scratch of the shared-expert step (shexp_layer), grown on demand. */
+struct cw_shexp_scratch {
+	int cap;                    /* tokens */
+	float *g, *u, *a, *out;     /* n x S, n x S, n x S, n x H */
+	float score[1];
 };
 
 /* Scratch of matvec() and moe_layer(): prepared activations (cw_act) and
@@ -77,6 +90,7 @@ struct cw_model {
 	struct cw_kscratch ks;             /* matvec / moe_layer scratch */
 	const float **mx_in;               /* [n] batched matvec inputs */
 	float **mx_out;                    /* [n] and outputs */
+	struct cw_shexp_scratch shx;       /* shared-expert step scratch */
 };
 
 static void matvec(struct cw_model *m, const struct cw_wview *w,
@@ -271,6 +285,33 @@ static int bind_all(struct cw_model *m, struct st_diag *diag)
 		if (!r)
 			r = bind_dense(m, ST_T_ROUTER, l, c->n_experts, H,
 				       &L->router, NULL, NULL, diag);
+		if (!r && c->qkv_bias) {
+			r = bind_dense(m, ST_T_Q_BIAS, l, qd, 0, NULL,
+				       &L->q_bias, &L->q_bias_dt, diag);
+			if (!r)
+				r = bind_dense(m, ST_T_K_BIAS, l, kvd, 0, NULL,
+					       &L->k_bias, &L->k_bias_dt, diag);
+			if (!r)
+				r = bind_dense(m, ST_T_V_BIAS, l, kvd, 0, NULL,
+					       &L->v_bias, &L->v_bias_dt, diag);
+		}
+		if (!r && c->shared_inter) {
+			const int64_t S = c->shared_inter;
+
+			r = bind_dense(m, ST_T_SHEXP_GATE, l, S, H,
+				       &L->sh[ST_EXPERT_GATE], NULL, NULL, diag);
+			if (!r)
+				r = bind_dense(m, ST_T_SHEXP_UP, l, S, H,
+					       &L->sh[ST_EXPERT_UP], NULL, NULL,
+					       diag);
+			if (!r)
+				r = bind_dense(m, ST_T_SHEXP_DOWN, l, H, S,
+					       &L->sh[ST_EXPERT_DOWN], NULL,
+					       NULL, diag);
+			if (!r && c->shared_gate)
+				r = bind_dense(m, ST_T_SHEXP_SCORE, l, 1, H,
+					       &L->sh_score, NULL, NULL, diag);
+		}
 		if (!r && c->qk_norm) {
 			r = bind_dense(m, ST_T_Q_NORM, l, c->head_dim, 0, NULL,
 				       &L->q_norm, &L->q_norm_dt, diag);
@@ -297,7 +338,8 @@ static int kscratch_init(struct cw_model *m)
 	const struct st_model_config *c = &m->cfg;
 	int64_t maxdim = ST_MAX(ST_MAX((int64_t)c->hidden_size,
 				       (int64_t)c->n_heads * c->head_dim),
-				(int64_t)c->expert_inter);
+				ST_MAX((int64_t)c->expert_inter,
+				       (int64_t)c->shared_inter));
 	struct cw_kscratch *k = &m->ks;
 
 	k->act_stride = (ST_MAX(m->be->act_bytes(maxdim), (size_t)1) + 63) &
@@ -453,6 +495,8 @@ static void free_scratch(struct cw_model *m)
 	m->eg = m->eu = m->ea = m->ey = NULL;
 	m->rexperts = NULL;
 	m->cap_tokens = 0;
+	free(m->shx.g); free(m->shx.u); free(m->shx.a); free(m->shx.out);
+	memset(&m->shx, 0, sizeof(m->shx));
 }
 
 void cw_model_close(struct cw_model *m)
@@ -958,6 +1002,85 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 	return 0;
 }
 
+/* y += b for a bias vector of n elements stored F32 or BF16 (widened
+ * through m->tmp, which holds max(H, n_heads * head_dim) floats). */
+static void add_bias(struct cw_model *m, const void *b, enum st_dtype dt,
+		     int64_t n, float *y)
+{
+	const float *bf = b;
+
+	if (dt != ST_DTYPE_F32) {
+		st_convert_to_f32(dt, b, (size_t)n, m->tmp);
+		bf = m->tmp;
+	}
+	for (int64_t i = 0; i < n; i++)
+		y[i] += bf[i];
+}
+
+/*
+ * The shared expert of layer `layer` for the n tokens of the step, after
+ * moe_layer (MODEL_FAMILIES.md 3.3, Qwen2MoeSparseMoeBlock): from the
+ * post-attention-normed xn of each token, s = down(silu(gate xn) * up xn),
+ * scaled by sigmoid(w_sg . xn) when the family gates it; result in
+ * m->shx.out [n x H], which the caller adds to the routed mixture.  The
+ * weights are dense tensors (dense.bin), each read once per step.
+ * Returns 0 or -ENOMEM with diag.
+ */
+static int shexp_layer(struct cw_model *m, int layer, int n,
+		       struct st_diag *diag)
+{
+	const struct st_model_config *c = &m->cfg;
+	const struct cw_layer_w *L = &m->layers[layer];
+	const size_t H = (size_t)c->hidden_size, S = (size_t)c->shared_inter;
+	struct cw_shexp_scratch *x = &m->shx;
+	const float **xs = m->mx_in;
+	float **ys = m->mx_out;
+
+	if (n > x->cap) {
+		free(x->g); free(x->u); free(x->a); free(x->out);
+		x->g = malloc(sizeof(float) * (size_t)n * S);
+		x->u = malloc(sizeof(float) * (size_t)n * S);
+		x->a = malloc(sizeof(float) * (size_t)n * S);
+		x->out = malloc(sizeof(float) * (size_t)n * H);
+		x->cap = n;
+		if (!x->g || !x->u || !x->a || !x->out) {
+			x->cap = 0;
+			return st_diag_set(diag, -ENOMEM, "out of memory for "
+					   "the shared expert of %d tokens", n);
+		}
+	}
+	for (int t = 0; t < n; t++) {
+		xs[t] = m->xn + (size_t)t * H;
+		ys[t] = x->g + (size_t)t * S;
+	}
+	matvec_multi(m, &L->sh[ST_EXPERT_GATE], n, xs, ys);
+	for (int t = 0; t < n; t++)
+		ys[t] = x->u + (size_t)t * S;
+	matvec_multi(m, &L->sh[ST_EXPERT_UP], n, xs, ys);
+	for (int t = 0; t < n; t++) {
+		cw_swiglu(x->g + (size_t)t * S, x->u + (size_t)t * S, (int)S,
+			  x->a + (size_t)t * S);
+		xs[t] = x->a + (size_t)t * S;
+		ys[t] = x->out + (size_t)t * H;
+	}
+	matvec_multi(m, &L->sh[ST_EXPERT_DOWN], n, xs, ys);
+	m->rs.dense_bytes += view_bytes(&L->sh[0]) + view_bytes(&L->sh[1]) +
+			     view_bytes(&L->sh[2]);
+	if (!c->shared_gate)
+		return 0;
+	for (int t = 0; t < n; t++) {
+		float *o = x->out + (size_t)t * H;
+		float g;
+
+		matvec(m, &L->sh_score, m->xn + (size_t)t * H, x->score);
+		g = 1.0f / (1.0f + expf(-x->score[0]));
+		for (size_t i = 0; i < H; i++)
+			o[i] *= g;
+	}
+	m->rs.dense_bytes += (uint64_t)n * view_bytes(&L->sh_score);
+	return 0;
+}
+
 int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 			int n, struct st_diag *diag)
 {
@@ -1035,6 +1158,15 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 		for (int t = 0; t < n; t++)
 			ys[t] = m->vbuf + (size_t)t * kvd;
 		matvec_multi(m, &L->v, n, xs, ys);
+		if (L->q_bias)
+			for (int t = 0; t < n; t++) {
+				add_bias(m, L->q_bias, L->q_bias_dt, (int64_t)qd,
+					 m->q + (size_t)t * qd);
+				add_bias(m, L->k_bias, L->k_bias_dt, (int64_t)kvd,
+					 m->kbuf + (size_t)t * kvd);
+				add_bias(m, L->v_bias, L->v_bias_dt, (int64_t)kvd,
+					 m->vbuf + (size_t)t * kvd);
+			}
 		for (int t = 0; t < n; t++) {
 			float *q = m->q + (size_t)t * qd;
 			float *k = m->kbuf + (size_t)t * kvd;
@@ -1118,6 +1250,11 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 		r = moe_layer(m, l, n, diag);
 		if (r < 0)
 			return r;
+		if (c->shared_inter) {
+			r = shexp_layer(m, l, n, diag);
+			if (r < 0)
+				return r;
+		}
 		for (int t = 0; t < n; t++) {
 			float *xt = m->x + (size_t)t * H;
 
@@ -1127,6 +1264,8 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 				for (int k = 0; k < K; k++)
 					acc += m->rweights[(size_t)t * K + k] *
 					       m->moe_out[((size_t)t * K + k) * H + i];
+				if (c->shared_inter) /* routed + g s */
+					acc += m->shx.out[(size_t)t * H + i];
 				xt[i] += acc;
 			}
 		}

@@ -73,6 +73,7 @@ struct conv {
 	const struct st_tensor_info **experts; /* [(l * E + e) * 3 + m] */
 	uint8_t *is_expert;                    /* per checkpoint tensor */
 	uint8_t *is_attn;                      /* q/k/v/o, per tensor */
+	uint8_t *is_shexp;                     /* shared-expert gate/up/down */
 	enum st_dtype dense_dtype;
 	struct st_wformat def_fmt;          /* opts' default format */
 	struct st_store_layer *layers;      /* [n_layers] record layouts */
@@ -597,6 +598,9 @@ static int check_dense(struct conv *c)
 			if (role == ST_T_Q || role == ST_T_K || role == ST_T_V ||
 			    role == ST_T_O)
 				c->is_attn[t - c->ck->tensors] = 1;
+			if (role == ST_T_SHEXP_GATE || role == ST_T_SHEXP_UP ||
+			    role == ST_T_SHEXP_DOWN)
+				c->is_shexp[t - c->ck->tensors] = 1;
 		}
 	}
 	for (int i = 0; i < c->ck->n_tensors; i++) {
@@ -866,6 +870,11 @@ static enum st_dtype dense_out_dtype(const struct conv *c, int i)
 {
 	if (c->is_attn[i] && c->o.attention_dtype != ST_DTYPE_COUNT)
 		return c->o.attention_dtype;
+	/* --shared-experts bf16|f32 (fp8 goes through dense_fp8_matrix) */
+	if (c->is_shexp[i] && c->o.shared_experts_set &&
+	    (c->o.shared_experts.dtype == ST_DTYPE_BF16 ||
+	     c->o.shared_experts.dtype == ST_DTYPE_F32))
+		return c->o.shared_experts.dtype;
 	return c->dense_dtype;
 }
 
@@ -914,18 +923,27 @@ static int write_dense_tensor(struct conv *c, int fd, float *fbuf,
 }
 
 /* 1 if checkpoint tensor `name` is a matrix stored as FP8 with
- * --dense fp8 (attention projections and LM head), with its shape. */
+ * --dense fp8 (attention projections and LM head) or --shared-experts fp8
+ * (the shared experts' matrices), with its shape. */
 static int dense_fp8_matrix(struct conv *c, const char *name, int64_t *ret_rows,
 			    int64_t *ret_cols)
 {
 	static const enum st_dense_role roles[] = { ST_T_LM_HEAD, ST_T_Q,
-						    ST_T_K, ST_T_V, ST_T_O };
+						    ST_T_K, ST_T_V, ST_T_O,
+						    ST_T_SHEXP_GATE,
+						    ST_T_SHEXP_UP,
+						    ST_T_SHEXP_DOWN };
+	const int shexp_fp8 = c->o.shared_experts_set &&
+			      c->o.shared_experts.dtype == ST_DTYPE_F8_E4M3;
 
-	if (!c->o.dense_fp8)
+	if (!c->o.dense_fp8 && !shexp_fp8)
 		return 0;
 	for (size_t i = 0; i < ST_ARRAY_SIZE(roles); i++) {
+		const int sh = roles[i] >= ST_T_SHEXP_GATE;
 		int n = roles[i] == ST_T_LM_HEAD ? 1 : c->cfg.n_layers;
 
+		if (sh ? !shexp_fp8 : !c->o.dense_fp8)
+			continue;
 		if (roles[i] == ST_T_LM_HEAD &&
 		    c->o.dense_fp8 == ES_DENSE_FP8_ATTENTION)
 			continue;
@@ -1494,6 +1512,27 @@ fail:
 	return r;
 }
 
+/* experts.policy.shared_experts: what the shared experts were written in
+ * ("bf16", "f32", "fp8"), or that the model has none. */
+static const char *shared_name(const struct conv *c)
+{
+	int seen_bf16 = 0, seen_f32 = 0;
+
+	if (!c->cfg.shared_inter)
+		return "none (the model has none)";
+	if (c->o.shared_experts_set &&
+	    c->o.shared_experts.dtype == ST_DTYPE_F8_E4M3)
+		return "fp8";
+	for (int i = 0; i < c->ck->n_tensors; i++)
+		if (c->is_shexp[i]) {
+			if (dense_out_dtype(c, i) == ST_DTYPE_BF16)
+				seen_bf16 = 1;
+			else
+				seen_f32 = 1;
+		}
+	return seen_bf16 && seen_f32 ? "mixed" : seen_f32 ? "f32" : "bf16";
+}
+
 /* What the attention projections were written in ("bf16", "f32", or
  * "mixed" when the checkpoint's own dtypes differ and auto kept them). */
 static const char *attention_name(const struct conv *c)
@@ -1572,8 +1611,7 @@ static int experts_json(struct conv *c, json_t **ret_ex, json_t **ret_layers)
 	if (!r)
 		r = jset(pol, "attention", json_string(attention_name(c)));
 	if (!r)
-		r = jset(pol, "shared_experts",
-			 json_string("none (the model has none)"));
+		r = jset(pol, "shared_experts", json_string(shared_name(c)));
 	if (!r) {
 		r = jset(ex, "policy", pol);
 		pol = NULL;
@@ -1936,12 +1974,22 @@ static int check_all(struct conv *c)
 				   (int)c->o.expert_dtype, c->o.expert_group);
 	if ((r = st_config_load(c->model_dir, &c->cfg, c->diag)))
 		return r;
-	if (c->o.shared_experts_set)
+	if (c->o.shared_experts_set && !c->cfg.shared_inter)
 		return st_diag_set(c->diag, -ST_E_UNSUPPORTED, "--shared-experts: "
 				   "this model (%s) has no shared experts; the "
-				   "option is for models that have them, which "
-				   "strata does not convert yet: drop it",
+				   "option is for models that have them "
+				   "(Qwen2-MoE): drop it",
 				   st_arch_name(c->cfg.arch));
+	if (c->o.shared_experts_set &&
+	    c->o.shared_experts.dtype != ST_DTYPE_BF16 &&
+	    c->o.shared_experts.dtype != ST_DTYPE_F32 &&
+	    !(c->o.shared_experts.dtype == ST_DTYPE_F8_E4M3 &&
+	      c->o.shared_experts.group == ST_FP8_DEFAULT_BLOCK))
+		return st_diag_set(c->diag, -ST_E_UNSUPPORTED, "--shared-experts: "
+				   "shared experts are dense tensors (dense.bin, "
+				   "read by every token), which computed "
+				   "reads in bf16, f32 or fp8 (block 128) only; "
+				   "use one of those");
 	if (c->o.attention_dtype != ST_DTYPE_COUNT &&
 	    c->o.attention_dtype != ST_DTYPE_BF16 &&
 	    c->o.attention_dtype != ST_DTYPE_F32)
@@ -1960,7 +2008,8 @@ static int check_all(struct conv *c)
 		return r;
 	c->is_expert = calloc((size_t)c->ck->n_tensors + 1, 1);
 	c->is_attn = calloc((size_t)c->ck->n_tensors + 1, 1);
-	if (!c->is_expert || !c->is_attn)
+	c->is_shexp = calloc((size_t)c->ck->n_tensors + 1, 1);
+	if (!c->is_expert || !c->is_attn || !c->is_shexp)
 		return st_diag_set(c->diag, -ENOMEM, "out of memory");
 	if ((r = check_experts(c)) || (r = check_dense(c)) ||
 	    (r = check_copied_files(c)))
@@ -1997,6 +2046,7 @@ static void conv_free(struct conv *c)
 	free(c->layers);
 	free(c->is_expert);
 	free(c->is_attn);
+	free(c->is_shexp);
 	free(c->config_text);
 	free(c->cal_w);
 	free(c->gptq_w);

@@ -84,10 +84,14 @@ struct es_convert_opts {
 	 * Recorded as experts.policy.attention (the dtype written). */
 	enum st_dtype attention_dtype;
 	/* Format asked for shared experts (--shared-experts), or
-	 * shared_experts_set 0.  The supported families (Mixtral, Qwen3-MoE)
-	 * have no shared experts, so es_convert refuses the option for them
-	 * (-ST_E_UNSUPPORTED) rather than ignoring it; the manifest records
-	 * experts.policy.shared_experts "none (the model has none)". */
+	 * shared_experts_set 0 (they follow the other dense tensors).
+	 * Shared experts (Qwen2-MoE) are dense tensors in dense.bin:
+	 * bf16, f32 or fp8 (block 128, with a NAME.scale tensor as
+	 * --dense fp8); other formats are refused (-ST_E_UNSUPPORTED), and
+	 * so is the option for models without shared experts (Mixtral,
+	 * Qwen3-MoE) rather than ignored.  The manifest records
+	 * experts.policy.shared_experts: "bf16", "f32", "fp8", or "none
+	 * (the model has none)". */
 	int shared_experts_set;
 	struct st_wformat shared_experts;
 	/* 1: replace an existing store at out_dir (only a directory holding a
@@ -156,7 +160,8 @@ int es_convert_parse_attention(const char *name, struct es_convert_opts *opts,
 /*
  * Sets the shared-expert format from `strata convert --shared-experts FMT`
  * (an expert format spelling).  Returns 0 or -EINVAL; es_convert refuses
- * it for models without shared experts (all the supported families).
+ * it for models without shared experts and formats other than bf16, f32
+ * and fp8 (block 128).
  */
 int es_convert_parse_shared_experts(const char *name,
 				    struct es_convert_opts *opts,

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""Write a random-weight Qwen3-MoE checkpoint in Hugging Face layout.
+"""Write a random-weight Qwen3-MoE or Qwen2-MoE checkpoint in Hugging Face
+layout.
 
 strata's benchmarks need a model large enough that expert residency matters
 (the "large generated model": about 2 G parameters, 3.9 GB in BF16) without
@@ -10,12 +11,16 @@ there is more than one), and the tokenizer files copied from another model
 directory (by default the tiny-qwen3moe fixture, which has the real Qwen3
 vocabulary).
 
-Tensor names and shapes follow /work/shared/MODEL_FAMILIES.md section 4.2.
+Tensor names and shapes follow /work/shared/MODEL_FAMILIES.md section 4.2
+(Qwen3-MoE, the default) or 3.2 (--family qwen2_moe: q/k/v biases, no
+q/k norm, one shared expert of --shared-inter with a sigmoid gate).
 Weights are random but not degenerate (the scales of the fixtures' READMEs):
   matrices W [out, in]   N(0, (g / sqrt(in))^2), g = 1.0, router g = 1.5
   embeddings / lm_head   N(0, 0.35^2)
   RMSNorm weights        1 + 0.2 N(0, 1)
   q_norm / k_norm        1.4 + 0.25 N(0, 1)
+  q/k/v biases           N(0, 0.1^2)
+  shared_expert_gate     g = 1.0
 Each tensor has its own numpy default_rng stream seeded with the first 8 bytes
 (little-endian) of sha256("<seed>:<tensor name>"), so the bytes of a tensor
 depend only on the seed, its name and its shape, not on the sharding or on
@@ -61,11 +66,16 @@ PRESETS = {
                   experts=16, top_k=4, moe_inter=128, vocab=151936,
                   tie_embeddings=False),
     # The routing shape of DeepSeek-V2-Lite (26 MoE layers, 64 routed
-    # experts, top-6; moe_inter scaled like hidden, 1408 * 256/2048 = 176),
-    # in Qwen3-MoE layout.  V2-Lite's 2 shared experts, its dense first
-    # layer and MLA attention are not generated: the layout has none.
-    "dsv2lite-shape": dict(hidden=256, layers=26, heads=8, kv_heads=2,
-                           head_dim=32, experts=64, top_k=6, moe_inter=176,
+    # experts, top-6, 2 shared experts) in Qwen2-MoE layout.  moe_inter:
+    # V2-Lite's 1408 scaled like hidden (1408 * 256/2048 = 176) and
+    # rounded up to 192, the next multiple of the MXFP4 block (32), so
+    # the experts convert to MXFP4.  V2-Lite's 2 shared experts are, as
+    # in DeepSeek's own code, one MLP of 2 x moe_inter = 384; Qwen2-MoE
+    # adds a sigmoid gate on it that V2-Lite lacks.  V2-Lite's dense
+    # first layer and MLA attention are not generated.
+    "dsv2lite-shape": dict(family="qwen2_moe", hidden=256, layers=26,
+                           heads=8, kv_heads=2, head_dim=32, experts=64,
+                           top_k=6, moe_inter=192, shared_inter=384,
                            vocab=151936, tie_embeddings=False),
 }
 
@@ -112,6 +122,7 @@ def plan_tensors(a):
     (mean, std).
     """
     h, hd = a.hidden, a.head_dim
+    qwen2 = a.family == "qwen2_moe"
     q_out, kv_out = a.heads * hd, a.kv_heads * hd
     mat = lambda g, fan_in: ("normal", g / math.sqrt(fan_in))
     t = [("model.embed_tokens.weight", (a.vocab, h), "normal", 0.35)]
@@ -119,11 +130,20 @@ def plan_tensors(a):
         p = "model.layers.%d." % n
         t.append((p + "input_layernorm.weight", (h,), "norm", (1.0, 0.2)))
         t.append((p + "self_attn.q_proj.weight", (q_out, h)) + mat(1.0, h))
+        if qwen2:
+            t.append((p + "self_attn.q_proj.bias", (q_out,), "normal", 0.1))
         t.append((p + "self_attn.k_proj.weight", (kv_out, h)) + mat(1.0, h))
+        if qwen2:
+            t.append((p + "self_attn.k_proj.bias", (kv_out,), "normal", 0.1))
         t.append((p + "self_attn.v_proj.weight", (kv_out, h)) + mat(1.0, h))
+        if qwen2:
+            t.append((p + "self_attn.v_proj.bias", (kv_out,), "normal", 0.1))
         t.append((p + "self_attn.o_proj.weight", (h, q_out)) + mat(1.0, q_out))
-        t.append((p + "self_attn.q_norm.weight", (hd,), "norm", (1.4, 0.25)))
-        t.append((p + "self_attn.k_norm.weight", (hd,), "norm", (1.4, 0.25)))
+        if not qwen2:
+            t.append((p + "self_attn.q_norm.weight", (hd,), "norm",
+                      (1.4, 0.25)))
+            t.append((p + "self_attn.k_norm.weight", (hd,), "norm",
+                      (1.4, 0.25)))
         t.append((p + "post_attention_layernorm.weight", (h,), "norm",
                   (1.0, 0.2)))
         t.append((p + "mlp.gate.weight", (a.experts, h)) + mat(1.5, h))
@@ -133,6 +153,13 @@ def plan_tensors(a):
             t.append((q + "up_proj.weight", (a.moe_inter, h)) + mat(1.0, h))
             t.append((q + "down_proj.weight", (h, a.moe_inter))
                      + mat(1.0, a.moe_inter))
+        if qwen2:
+            q, s = p + "mlp.shared_expert.", a.shared_inter
+            t.append((q + "gate_proj.weight", (s, h)) + mat(1.0, h))
+            t.append((q + "up_proj.weight", (s, h)) + mat(1.0, h))
+            t.append((q + "down_proj.weight", (h, s)) + mat(1.0, s))
+            t.append((p + "mlp.shared_expert_gate.weight", (1, h))
+                     + mat(1.0, h))
     t.append(("model.norm.weight", (h,), "norm", (1.0, 0.2)))
     if not a.tie_embeddings:
         t.append(("lm_head.weight", (a.vocab, h), "normal", 0.35))
@@ -259,6 +286,19 @@ def write_config(a, path):
         "use_sliding_window": False,
         "vocab_size": a.vocab,
     }
+    for k in ("bos_token_id", "eos_token_id"):
+        if cfg[k] >= a.vocab:  # a test-sized vocabulary: no such token
+            del cfg[k]
+    if a.family == "qwen2_moe":
+        # configuration_qwen2_moe.py keys; no q/k norm, biased q/k/v
+        # (qkv_bias absent = true), norm_topk_prob false as in
+        # Qwen1.5-MoE-A2.7B
+        cfg["architectures"] = ["Qwen2MoeForCausalLM"]
+        cfg["model_type"] = "qwen2_moe"
+        cfg["shared_expert_intermediate_size"] = a.shared_inter
+        cfg["norm_topk_prob"] = False
+        for k in ("head_dim", "attention_bias", "attention_dropout"):
+            del cfg[k]
     with open(path, "w") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")
@@ -285,12 +325,14 @@ def parse_args(argv):
   small           fast variant for tests: hidden 64, 4 layers, 4 heads x 32,
                   2 KV heads, 16 experts, top-4, moe-inter 128, vocab 151936;
                   ~21 M parameters, ~42 MB
-  dsv2lite-shape  DeepSeek-V2-Lite's routing shape in Qwen3-MoE layout:
-                  26 layers, 64 routed experts, top-6, hidden 256,
-                  8 heads x 32, 2 KV heads, moe-inter 176; ~0.3 G parameters.
-                  V2-Lite's shared experts (and its dense first layer and
-                  MLA attention) are NOT generated: the Qwen3-MoE layout
-                  has no shared experts.
+  dsv2lite-shape  DeepSeek-V2-Lite's routing shape in Qwen2-MoE layout:
+                  26 layers, 64 routed experts, top-6, 2 shared experts
+                  (one shared MLP of 2 x 192 = 384, sigmoid-gated as
+                  Qwen2-MoE does), hidden 256, 8 heads x 32, 2 KV heads,
+                  moe-inter 192 (V2-Lite's 1408 scaled to hidden 256 is
+                  176, rounded up to a multiple of the MXFP4 block 32);
+                  ~0.34 G parameters.  V2-Lite's dense first layer and MLA
+                  attention are NOT generated.
 
 weights: matrices N(0, (g/sqrt(fan_in))^2) with g 1.0 (router 1.5),
 embeddings and lm_head N(0, 0.35^2), RMSNorm weights 1 + 0.2 N(0,1),
@@ -306,6 +348,13 @@ example:
     p.add_argument("--preset", choices=sorted(PRESETS), default="large",
                    help="size preset (default: large)")
     d = PRESETS["large"]
+    p.add_argument("--family", choices=("qwen3_moe", "qwen2_moe"),
+                   help="layout: qwen3_moe (default; q/k norm, no shared "
+                        "expert) or qwen2_moe (q/k/v biases, one shared "
+                        "expert with a sigmoid gate)")
+    p.add_argument("--shared-inter", type=int,
+                   help="shared_expert_intermediate_size (qwen2_moe; "
+                        "default 2 x moe-inter)")
     p.add_argument("--hidden", type=int, help="hidden_size (large: %d)"
                    % d["hidden"])
     p.add_argument("--layers", type=int, help="num_hidden_layers (large: %d)"
@@ -348,11 +397,23 @@ example:
                    help="replace an existing checkpoint in --out")
     a = p.parse_args(argv)
 
+    explicit_shared = a.shared_inter is not None
     for k, v in PRESETS[a.preset].items():
         if getattr(a, k) is None:
             setattr(a, k, v)
+    if a.family is None:
+        a.family = "qwen3_moe"
+    if explicit_shared and a.family != "qwen2_moe":
+        p.error("--shared-inter needs --family qwen2_moe (Qwen3-MoE has "
+                "no shared expert)")
+    if a.shared_inter is None or a.family != "qwen2_moe":
+        a.shared_inter = 2 * a.moe_inter
+    if a.family == "qwen2_moe" and a.heads * a.head_dim != a.hidden:
+        p.error("qwen2_moe has no head_dim key: --heads x --head-dim "
+                "(%d x %d) must equal --hidden (%d)"
+                % (a.heads, a.head_dim, a.hidden))
     for k in ("hidden", "layers", "heads", "kv_heads", "head_dim", "experts",
-              "top_k", "moe_inter", "vocab"):
+              "top_k", "moe_inter", "vocab", "shared_inter"):
         if getattr(a, k) <= 0:
             p.error("--%s must be positive" % k.replace("_", "-"))
     if a.heads % a.kv_heads:
@@ -448,6 +509,8 @@ def main(argv):
     write_config(a, os.path.join(a.out, "config.json"))
     if not a.no_tokenizer:
         for fn in TOKENIZER_FILES:
+            if fn == "generation_config.json" and a.vocab < 151669:
+                continue  # its bos/eos ids lie outside a test vocabulary
             s = os.path.join(a.tokenizer_from, fn)
             if os.path.isfile(s):
                 shutil.copyfile(s, os.path.join(a.out, fn))

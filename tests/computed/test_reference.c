@@ -4,7 +4,9 @@
  * from expertd's host pool, K/V rows live in kvd pages).
  *
  * Usage: test_reference FIXTURE VARIANT [HOST_BUDGET]
- *   FIXTURE  tiny-qwen3moe | tiny-mixtral | kjv-moe
+ *   FIXTURE  tiny-qwen3moe | tiny-mixtral | kjv-moe, or /ABSOLUTE/DIR: a
+ *            generated checkpoint with DIR/reference.json in the tiny
+ *            fixtures' layout (scripts/moe-reference.py), checked as they are
  *   VARIANT  f32    experts kept BF16 (exact), reference mode; checks the
  *                   `f32` tolerance (tiny fixtures: top-10 logits and LSE
  *                   within tolerances.f32.logit_abs, argmax, routed expert
@@ -33,6 +35,10 @@
  *                   README's reference-mode MXFP4 figure.  Both: logits
  *                   do not depend on batching (one batch vs one token at
  *                   a time, bit for bit).  "threads" works with it too.
+ *            shexp-fp8  generated Qwen2-MoE dir only (issue 3): the shared
+ *                   experts converted --shared-experts fp8, checked as f32
+ *                   against DIR/reference-shexp-fp8.json (moe-reference.py
+ *                   --shared-experts fp8: the same FP8 rounding in float64)
  *   Expert-format variants (issue 5, kjv-moe only): the store converted
  *   with another expert format, valid-small perplexity with the README's
  *   windowing rule:
@@ -243,6 +249,8 @@ static int setup(struct ctx *c, const char *host_budget)
 	if (!strcmp(c->fixture, "kjv-moe"))
 		snprintf(c->model_dir, sizeof(c->model_dir), "%s/models/kjv-moe",
 			 st_test_source_dir());
+	else if (c->fixture[0] == '/')
+		snprintf(c->model_dir, sizeof(c->model_dir), "%s", c->fixture);
 	else
 		st_test_fixture_model(c->fixture, c->model_dir,
 				      sizeof(c->model_dir));
@@ -272,6 +280,11 @@ static int setup(struct ctx *c, const char *host_budget)
 		if (setup_fmt_variant(fmt_variant_of(c->variant), &o) < 0)
 			return -1;
 		o.dense_fp8 = strstr(c->variant, "dense-fp8") != NULL;
+	}
+	if (!strcmp(c->variant, "shexp-fp8") &&
+	    es_convert_parse_shared_experts("fp8", &o, &diag) < 0) {
+		fprintf(stderr, "%s\n", diag.msg);
+		return -1;
 	}
 	r = es_convert(c->model_dir, c->store_dir, &o, &diag);
 	if (r < 0) {
@@ -769,6 +782,9 @@ int main(int argc, char **argv)
 	if (!strcmp(c.fixture, "kjv-moe"))
 		snprintf(path, sizeof(path), "%s/models/kjv-moe/reference.json",
 			 st_test_source_dir());
+	else if (c.fixture[0] == '/')
+		snprintf(path, sizeof(path), "%s/reference%s.json", c.fixture,
+			 strcmp(c.variant, "shexp-fp8") ? "" : "-shexp-fp8");
 	else
 		snprintf(path, sizeof(path), "%s/fixtures/models/%s/reference.json",
 			 st_test_shared_dir(), c.fixture);

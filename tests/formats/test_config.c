@@ -170,6 +170,76 @@ static void test_tiny_qwen3moe(void **state)
 	assert_int_equal(c.eos_token_ids[1], 151643);
 }
 
+/* Qwen2-MoE (MODEL_FAMILIES.md 3): the Qwen1.5-MoE-A2.7B shape, built on
+ * the tiny-qwen3moe config with the family's keys; its q/k/v biases and
+ * gated shared expert, tensor names and shapes, and refusals. */
+static void test_qwen2moe(void **state)
+{
+	json_t *j = fixture_json("tiny-qwen3moe");
+	struct st_model_config c;
+	struct st_diag d = { { 0 } };
+	int64_t rows, cols;
+	char tn[256];
+
+	(void)state;
+	json_object_set_new(j, "architectures",
+			    json_pack("[s]", "Qwen2MoeForCausalLM"));
+	json_object_set_new(j, "model_type", json_string("qwen2_moe"));
+	json_object_del(j, "head_dim");
+	json_object_del(j, "norm_topk_prob");
+	/* the shared expert's width is a shape key: required */
+	expect_parse(j, -ST_E_CONFIG, "shared_expert_intermediate_size", NULL);
+	json_object_set_new(j, "shared_expert_intermediate_size",
+			    json_integer(80));
+	assert_int_equal(parse_json(j, &c, &d), 0);
+	assert_int_equal(c.arch, ST_ARCH_QWEN2_MOE);
+	assert_string_equal(st_arch_name(c.arch), "Qwen2MoeForCausalLM");
+	assert_int_equal(c.head_dim, 8);       /* hidden 32 / 4 heads */
+	assert_int_equal(c.qk_norm, 0);
+	assert_int_equal(c.qkv_bias, 1);       /* "qkv_bias" absent: true */
+	assert_int_equal(c.shared_inter, 80);
+	assert_int_equal(c.shared_gate, 1);
+	assert_int_equal(c.norm_topk_prob, 0); /* family default false */
+	assert_int_equal(st_dense_tensor_name(&c, ST_T_K_BIAS, 2, tn,
+					      sizeof(tn)), 0);
+	assert_string_equal(tn, "model.layers.2.self_attn.k_proj.bias");
+	st_dense_tensor_shape(&c, ST_T_K_BIAS, &rows, &cols);
+	assert_true(rows == 2 * 8 && cols == 0);
+	assert_int_equal(st_dense_tensor_name(&c, ST_T_SHEXP_DOWN, 1, tn,
+					      sizeof(tn)), 0);
+	assert_string_equal(tn, "model.layers.1.mlp.shared_expert.down_proj.weight");
+	st_dense_tensor_shape(&c, ST_T_SHEXP_DOWN, &rows, &cols);
+	assert_true(rows == 32 && cols == 80);
+	assert_int_equal(st_dense_tensor_name(&c, ST_T_SHEXP_SCORE, 0, tn,
+					      sizeof(tn)), 0);
+	assert_string_equal(tn, "model.layers.0.mlp.shared_expert_gate.weight");
+	st_dense_tensor_shape(&c, ST_T_SHEXP_SCORE, &rows, &cols);
+	assert_true(rows == 1 && cols == 32);
+	assert_int_equal(st_dense_tensor_name(&c, ST_T_Q_NORM, 0, tn,
+					      sizeof(tn)), -ST_E_NOTFOUND);
+	assert_int_equal(st_expert_tensor_name(&c, 0, 3, ST_EXPERT_UP, tn,
+					       sizeof(tn)), 0);
+	assert_string_equal(tn, "model.layers.0.mlp.experts.3.up_proj.weight");
+	/* v5's qkv_bias false: no bias tensors */
+	json_object_set_new(j, "qkv_bias", json_false());
+	assert_int_equal(parse_json(j, &c, &d), 0);
+	assert_int_equal(c.qkv_bias, 0);
+	assert_int_equal(st_dense_tensor_name(&c, ST_T_Q_BIAS, 0, tn,
+					      sizeof(tn)), -ST_E_NOTFOUND);
+	/* dense MLP layers are refused as for Qwen3-MoE */
+	json_object_set_new(j, "decoder_sparse_step", json_integer(2));
+	expect_parse(j, -ST_E_UNSUPPORTED, "decoder_sparse_step", NULL);
+	json_decref(j);
+
+	/* the other families have no shared expert or biases */
+	load_fixture("tiny-qwen3moe", &c);
+	assert_int_equal(c.shared_inter, 0);
+	assert_int_equal(st_dense_tensor_name(&c, ST_T_SHEXP_GATE, 0, tn,
+					      sizeof(tn)), -ST_E_NOTFOUND);
+	assert_int_equal(st_dense_tensor_name(&c, ST_T_V_BIAS, 0, tn,
+					      sizeof(tn)), -ST_E_NOTFOUND);
+}
+
 static void test_unknown_arch(void **state)
 {
 	json_t *j = fixture_json("tiny-mixtral");
@@ -474,7 +544,14 @@ static void check_names_against_checkpoint(const char *name)
 						     sizeof(tn));
 
 			if (r == -ST_E_NOTFOUND) {
-				assert_false(c.qk_norm);
+				/* roles the family lacks: q/k norm, q/k/v
+				 * biases, shared expert */
+				if (role == ST_T_Q_NORM || role == ST_T_K_NORM)
+					assert_false(c.qk_norm);
+				else
+					assert_true(role >= ST_T_Q_BIAS &&
+						    !c.qkv_bias &&
+						    !c.shared_inter);
 				continue;
 			}
 			assert_int_equal(r, 0);
@@ -580,6 +657,7 @@ int main(void)
 		cmocka_unit_test(test_refusals),
 		cmocka_unit_test(test_generation_config),
 		cmocka_unit_test(test_tensor_names),
+		cmocka_unit_test(test_qwen2moe),
 	};
 	int r;
 
