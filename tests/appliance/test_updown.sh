@@ -52,6 +52,8 @@ store = $TMP/store
 [experts]
 host_budget = 50%
 loader_threads = 1
+prefetch_distance = 1
+hot_experts = 2
 [kv]
 budget = 64MiB
 page_rows = 16
@@ -78,6 +80,12 @@ grep -q -- "--threads" "$RUN/computed.args" ||
 	{ echo "FAIL: compute.threads not passed to computed"; fail=1; }
 grep -q -- "64MiB" "$RUN/kvd.args" ||
 	{ echo "FAIL: kv.budget not passed to kvd"; fail=1; }
+# the tier keys of the file reach the daemons intact (they once pointed
+# into the freed config: strata up crashed or passed garbage)
+tr '\0' ' ' <"$RUN/computed.args" | grep -q -- "--prefetch-depth 1 " ||
+	{ echo "FAIL: experts.prefetch_distance not passed to computed"; fail=1; }
+tr '\0' ' ' <"$RUN/expertd.args" | grep -q -- "--hot-experts 2 " ||
+	{ echo "FAIL: experts.hot_experts not passed to expertd"; fail=1; }
 
 "$STRATA" status --instance "$inst" --run-dir "$RUN" >"$TMP/status" 2>&1 || {
 	echo "FAIL: status says not all running"; cat "$TMP/status"; fail=1; }
