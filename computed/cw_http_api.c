@@ -366,7 +366,8 @@ int cw_api_gen_start(struct cw_api *api, struct cw_sched *sched, int chat,
 			fail(err, 429, "rate_limit_error", NULL,
 			     "queue_full", "%s", diag.msg);
 		else if (r == -ST_E_LIMIT)
-			fail(err, 400, "invalid_request_error", "messages",
+			fail(err, 400, "invalid_request_error",
+			     chat ? "messages" : "prompt",
 			     "context_length_exceeded", "%s", diag.msg);
 		else if (r == -EINVAL)
 			fail(err, 400, "invalid_request_error", NULL, NULL,
