@@ -26,6 +26,7 @@ http.client).  Checks, each on values that could be wrong:
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -33,8 +34,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import (Instance, convert, fixture, metrics, request,  # noqa
-                           stream)
+from serve_harness import (BUILD, Instance, convert, fixture, metrics,  # noqa
+                           request, stream)
 
 KEY = "test-key-123"
 FAILS = []
@@ -84,6 +85,18 @@ def test_endpoints(inst, cfg):
           j["usage"]["completion_tokens"] == 5 and
           j["choices"][0]["finish_reason"] == "length",
           "POST /v1/completions (curl): 5 tokens, finish length")
+    # strata status counts HTTP generations too (it once counted only
+    # those of strata run / the REQ/REP API)
+    st = subprocess.run([os.path.join(BUILD, "cli", "strata"), "status",
+                         "--instance", inst.name, "--run-dir", inst.run_dir],
+                        capture_output=True, text=True)
+    m = re.search(r"generations (\d+), prompt tokens (\d+), generated (\d+)",
+                  st.stdout)
+    started = metrics(inst)["strata_requests_started_total"]
+    check(m is not None and int(m.group(1)) == started >= 1 and
+          int(m.group(3)) >= 5,
+          "strata status counts the HTTP generations (%s; %d started)" %
+          (m.group(0) if m else st.stdout + st.stderr, started))
     code, body = curl(inst, "/v1/chat/completions", "-H",
                       "Authorization: Bearer " + KEY, "-d",
                       json.dumps({"messages": [{"role": "user", "content": "Hi"}],
@@ -335,6 +348,8 @@ def test_errors(inst, cfg):
                 {"prompt": [5] * (cfg["max_position_embeddings"] + 1)})[1]
     check(j["error"]["code"] == "context_length_exceeded",
           "context overflow has code context_length_exceeded")
+    check(j["error"]["param"] == "prompt",
+          "a completion's context overflow names 'prompt' (got %r)" % j["error"]["param"])
     check(metrics(inst)["strata_requests_started_total"] == started0,
           "no generation started for any invalid request")
     st, j = request(inst, "GET", "/v1/nothing")
