@@ -310,9 +310,10 @@ static int prepare_store(const struct st_iconf *conf, struct cli_instance *inst,
 		return 2;
 	}
 	if (!inst->store_dir[0] &&
-	    cli_default_store_dir(model, experts, inst->store_dir,
-				  sizeof(inst->store_dir)) < 0) {
-		fprintf(stderr, "%s: cannot use model %s\n", who, model);
+	    (r = cli_default_store_dir(model, experts, inst->store_dir,
+				       sizeof(inst->store_dir))) < 0) {
+		fprintf(stderr, "%s: model %s: %s (give a Hugging Face "
+			"checkpoint directory)\n", who, model, st_strerror(r));
 		return 1;
 	}
 	if (!st_path_exists(inst->store_dir) ||
