@@ -315,6 +315,12 @@ def test_errors(inst, cfg):
         ("max_tokens -3", {"prompt": "x", "max_tokens": -3}, "/v1/completions"),
         ("max_tokens 1.5", {"prompt": "x", "max_tokens": 1.5}, "/v1/completions"),
         ("n 2", {"prompt": "x", "n": 2}, "/v1/completions"),
+        ("two prompts", {"prompt": ["x", "y"]}, "/v1/completions"),
+        ("presence_penalty 1", {"prompt": "x", "presence_penalty": 1}, "/v1/completions"),
+        ("frequency_penalty 0.5", {"prompt": "x", "frequency_penalty": 0.5},
+         "/v1/completions"),
+        ("logit_bias", {"prompt": "x", "logit_bias": {"5": 100}}, "/v1/completions"),
+        ("suffix", {"prompt": "x", "suffix": "end"}, "/v1/completions"),
         ("5 stop strings", {"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, "/v1/completions"),
         ("empty stop", {"prompt": "x", "stop": [""]}, "/v1/completions"),
         ("stop a number", {"prompt": "x", "stop": 7}, "/v1/completions"),
@@ -344,6 +350,11 @@ def test_errors(inst, cfg):
         ok = st == 400 and isinstance(j, dict) and isinstance(j.get("error"), dict) \
             and j["error"]["type"] == "invalid_request_error" and j["error"]["message"]
         check(ok, "400 for %s (got %s %s)" % (what, st, str(j)[:120]))
+    st, j = request(inst, "POST", "/v1/completions",
+                    {"prompt": ["x", "y"], "max_tokens": 1})
+    check("one prompt per request" in j["error"]["message"],
+          "several prompts: the error says one prompt per request (%s)" %
+          j["error"]["message"])
     j = request(inst, "POST", "/v1/completions",
                 {"prompt": [5] * (cfg["max_position_embeddings"] + 1)})[1]
     check(j["error"]["code"] == "context_length_exceeded",
@@ -392,6 +403,10 @@ def test_errors(inst, cfg):
     n500 = sum(v for k, v in m.items() if k.startswith("strata_http_responses_total")
                and 'code="5' in k)
     check(n500 == 0, "no 5xx answered for bad input")
+    st, j = request(inst, "POST", "/v1/completions",
+                    {"prompt": "x", "max_tokens": 1, "presence_penalty": 0,
+                     "frequency_penalty": 0.0, "logit_bias": {}, "suffix": None})
+    check(st == 200, "penalties 0, empty logit_bias, null suffix are accepted")
 
 
 def test_queue_full(store):
