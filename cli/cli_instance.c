@@ -226,6 +226,26 @@ static void daemon_argv(struct cli_instance *inst, const char *daemon,
 	argv[a] = NULL;
 }
 
+/* <run_dir>/computed.apikey exists (empty, 0600) while computed runs with
+ * an API key ($STRATA_API_KEY, which is never written down): restart
+ * then wants the key again instead of opening the HTTP API. */
+static void note_api_key(const struct cli_instance *inst)
+{
+	const char *key = getenv("STRATA_API_KEY");
+	char path[4200];
+
+	st_run_path(inst->run_dir, "computed", "apikey", path, sizeof(path));
+	if (key && key[0]) {
+		int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+			      0600);
+
+		if (fd >= 0)
+			close(fd);
+	} else {
+		unlink(path);
+	}
+}
+
 /* Starts one daemon with --instance/--run-dir, the store when it takes
  * one, and its options from inst, then waits until it answers. */
 static int start_one(struct cli_instance *inst, const char *daemon,
@@ -236,6 +256,8 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 
 	daemon_argv(inst, daemon, argv);
 	r = save_args(inst, daemon, argv, diag);
+	if (r == 0 && !strcmp(daemon, "computed"))
+		note_api_key(inst);
 	if (r == 0)
 		r = spawn(inst, daemon, argv, 1, ret_pid, diag); /* keep the
 							 * log of a crash */
@@ -421,6 +443,13 @@ int cli_instance_down(struct cli_instance *inst)
 			    sizeof(args));
 		unlink(args);
 	}
+	{
+		char key[4200];
+
+		st_run_path(inst->run_dir, "computed", "apikey", key,
+			    sizeof(key));
+		unlink(key);
+	}
 	remove_dead_segments(inst->name);
 	return killed;
 }
@@ -465,6 +494,19 @@ int cli_instance_restart(struct cli_instance *inst, const char *daemon,
 	if (i < 0)
 		return st_diag_set(diag, -EINVAL, "no daemon '%s' (expertd, kvd "
 				   "or computed)", daemon);
+	if (i == 2) {
+		const char *key = getenv("STRATA_API_KEY");
+		char path[4200];
+
+		st_run_path(inst->run_dir, "computed", "apikey", path,
+			    sizeof(path));
+		if (st_path_exists(path) && !(key && key[0]))
+			return st_diag_set(diag, -EPERM, "computed runs with "
+					   "an API key ($STRATA_API_KEY), which "
+					   "is not set here: set it to the same "
+					   "key and restart again (without it "
+					   "the HTTP API would answer anyone)");
+	}
 	r = load_args(inst, daemon, argv, 40 + CLI_MAX_EXTRA_ARGS, &buf, diag);
 	if (r < 0)
 		return r;
@@ -479,6 +521,8 @@ int cli_instance_restart(struct cli_instance *inst, const char *daemon,
 			wait_exit(*pid_of(inst, i), 5000);
 	}
 	stop_one(inst, i);
+	if (i == 2)
+		note_api_key(inst);
 	r = spawn(inst, daemon, argv, 1, pid_of(inst, i), diag);
 	if (r == 0)
 		r = wait_ready(inst, daemon, *pid_of(inst, i), timeout_s, diag);

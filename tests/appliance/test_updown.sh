@@ -122,12 +122,25 @@ done
 grep -c "NUMA placement" "$RUN/kvd.log" | grep -q '^2$' ||
 	{ echo "FAIL: kvd.log not appended to on restart"; fail=1; }
 
+# computed started with an API key is not restarted without it (the key
+# lives in the environment only; restarting without it opened the API)
+STRATA_API_KEY=k1 "$STRATA" restart computed --instance "$inst" --run-dir "$RUN" \
+	>"$TMP/r.out" 2>&1 || { echo "FAIL: restart computed with a key"; cat "$TMP/r.out"; fail=1; }
+old=$(pid_of computed)
+if env -u STRATA_API_KEY "$STRATA" restart computed --instance "$inst" --run-dir "$RUN" \
+	>"$TMP/r.out" 2>&1; then
+	echo "FAIL: computed restarted without its API key"; fail=1
+else
+	grep -q 'API key' "$TMP/r.out" || { echo "FAIL: refusal does not name the API key"; cat "$TMP/r.out"; fail=1; }
+	[ "$(pid_of computed)" = "$old" ] || { echo "FAIL: computed stopped by a refused restart"; fail=1; }
+fi
+
 pids="$(pid_of expertd) $(pid_of kvd) $(pid_of computed)"
 "$STRATA" down --instance "$inst" --run-dir "$RUN" >/dev/null 2>&1 ||
 	{ echo "FAIL: strata down"; fail=1; }
 n=$(ls /dev/shm | grep -c "^strata\.$inst\." || true)
 [ "$n" = 0 ] || { echo "FAIL: $n segment(s) left in /dev/shm"; ls /dev/shm | grep "$inst"; fail=1; }
-for f in "$RUN"/*.ctl "$RUN"/*.evt "$RUN"/*.pid "$RUN"/*.args; do
+for f in "$RUN"/*.ctl "$RUN"/*.evt "$RUN"/*.pid "$RUN"/*.args "$RUN"/*.apikey; do
 	[ -e "$f" ] && { echo "FAIL: left behind: $f"; fail=1; }
 done
 for p in $pids; do
