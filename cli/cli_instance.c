@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -289,10 +290,34 @@ int cli_instance_exec(struct cli_instance *inst, const char *daemon,
 int cli_instance_up(struct cli_instance *inst, int timeout_s,
 		    struct st_diag *diag)
 {
-	int r = st_run_dir_prepare(inst->run_dir, diag);
+	char lockp[4200];
+	int r = st_run_dir_prepare(inst->run_dir, diag), lock;
 
 	if (r < 0)
 		return r;
+	/* one start at a time per run directory: a second `strata up` of
+	 * the instance must neither race the first nor, failing, stop the
+	 * daemons the first started (flock ends with this process) */
+	snprintf(lockp, sizeof(lockp), "%s/up.lock", inst->run_dir);
+	lock = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lock < 0)
+		return st_diag_set(diag, -errno, "cannot create %s: %s", lockp,
+				   strerror(errno));
+	if (flock(lock, LOCK_EX | LOCK_NB) < 0) {
+		close(lock);
+		return st_diag_set(diag, -EBUSY, "instance '%s' is being "
+				   "started by another strata process; wait "
+				   "for it (strata status --instance %s)",
+				   inst->name, inst->name);
+	}
+	r = cli_instance_state(inst);
+	if (r > 0) {
+		close(lock);
+		return st_diag_set(diag, -EEXIST, "instance '%s' is already "
+				   "running (%d of 3 daemons answer); strata "
+				   "down --instance %s stops it", inst->name,
+				   r, inst->name);
+	}
 	/* expertd, then kvd, then computed, which connects to both */
 	r = start_one(inst, "expertd", &inst->pid_expertd, timeout_s, diag);
 	if (!r)
@@ -303,6 +328,7 @@ int cli_instance_up(struct cli_instance *inst, int timeout_s,
 	inst->started_by_us = 1;
 	if (r < 0)
 		cli_instance_down(inst);
+	close(lock);
 	return r;
 }
 

@@ -66,6 +66,15 @@ grep -q '^node 0: ' "$TMP/topo" || { echo "FAIL: strata topo lists no node 0"; c
 grep -q '^instance placement: --numa [0-9]' "$TMP/topo" ||
 	{ echo "FAIL: strata topo names no node to use"; fail=1; }
 
+# while another start holds the run directory, strata up starts nothing
+if command -v flock >/dev/null; then
+	mkdir -m 700 -p "$RUN"
+	flock "$RUN/up.lock" "$STRATA" up --config "$TMP/inst.conf" >"$TMP/up3.out" 2>&1 &&
+		{ echo "FAIL: strata up ran while another start held the run dir"; fail=1; }
+	grep -q "being started by another" "$TMP/up3.out" ||
+		{ echo "FAIL: concurrent up: no 'being started'"; cat "$TMP/up3.out"; fail=1; }
+	ls "$RUN"/*.pid >/dev/null 2>&1 && { echo "FAIL: a refused up started daemons"; fail=1; }
+fi
 "$STRATA" up --config "$TMP/inst.conf" >"$TMP/up.out" 2>"$TMP/up.err" || {
 	echo "FAIL: strata up"; cat "$TMP/up.err"; exit 1; }
 mode=$(stat -c %a "$RUN")
@@ -86,6 +95,18 @@ tr '\0' ' ' <"$RUN/computed.args" | grep -q -- "--prefetch-depth 1 " ||
 	{ echo "FAIL: experts.prefetch_distance not passed to computed"; fail=1; }
 tr '\0' ' ' <"$RUN/expertd.args" | grep -q -- "--hot-experts 2 " ||
 	{ echo "FAIL: experts.hot_experts not passed to expertd"; fail=1; }
+
+# a second up of the running instance fails without touching its daemons
+pids0="$(pid_of expertd) $(pid_of kvd) $(pid_of computed)"
+"$STRATA" up --config "$TMP/inst.conf" >"$TMP/up2.out" 2>&1 &&
+	{ echo "FAIL: a second strata up succeeded"; fail=1; }
+grep -q "already running" "$TMP/up2.out" ||
+	{ echo "FAIL: second up: no 'already running'"; cat "$TMP/up2.out"; fail=1; }
+[ "$(pid_of expertd) $(pid_of kvd) $(pid_of computed)" = "$pids0" ] ||
+	{ echo "FAIL: a refused strata up changed the daemons"; fail=1; }
+for p in $pids0; do
+	alive "$p" || { echo "FAIL: a refused strata up stopped pid $p"; fail=1; }
+done
 
 "$STRATA" status --instance "$inst" --run-dir "$RUN" >"$TMP/status" 2>&1 || {
 	echo "FAIL: status says not all running"; cat "$TMP/status"; fail=1; }
