@@ -493,9 +493,10 @@ static int load_args(const struct cli_instance *inst, const char *daemon,
 	st_run_path(inst->run_dir, daemon, "args", path, sizeof(path));
 	r = st_read_file(path, ret_buf, &n);
 	if (r < 0)
-		return st_diag_set(diag, r, "%s: %s; the instance was not "
-				   "started by strata up (start it with strata "
-				   "up)", path, st_strerror(r));
+		return st_diag_set(diag, r, "%s: %s; the instance is not "
+				   "running (strata down removes it) or was "
+				   "not started by strata up: start it with "
+				   "strata up", path, st_strerror(r));
 	for (size_t off = 0; off < n && a < max - 1;) {
 		argv[a++] = *ret_buf + off;
 		off += strnlen(*ret_buf + off, n - off) + 1;
