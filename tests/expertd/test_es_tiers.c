@@ -301,7 +301,14 @@ static void *stress_client(void *arg)
 		for (int i = 0; i < ST_RB; i += 64)
 			bad |= rec[i] != e + 1;
 		bad |= atomic_load(&v->slots[s].gen) != gen;
-		bad |= atomic_load(&v->slots[s].state) != ES_SLOT_READY;
+		/* pinned: READY, or EVICTING for the instant an evictor's
+		 * CAS takes before it sees our pin and puts READY back (PIN
+		 * PROTOCOL); never EMPTY, LOADING or FAILED */
+		{
+			uint32_t st = atomic_load(&v->slots[s].state);
+
+			bad |= st != ES_SLOT_READY && st != ES_SLOT_EVICTING;
+		}
 		atomic_fetch_add(&S->bad, (uint64_t)bad);
 		atomic_fetch_add(&S->hits, 1);
 		atomic_fetch_sub(&v->slots[s].pins[c], 1);
