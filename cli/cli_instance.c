@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -226,6 +227,26 @@ static void daemon_argv(struct cli_instance *inst, const char *daemon,
 	argv[a] = NULL;
 }
 
+/* <run_dir>/computed.apikey exists (empty, 0600) while computed runs with
+ * an API key ($STRATA_API_KEY, which is never written down): restart
+ * then wants the key again instead of opening the HTTP API. */
+static void note_api_key(const struct cli_instance *inst)
+{
+	const char *key = getenv("STRATA_API_KEY");
+	char path[4200];
+
+	st_run_path(inst->run_dir, "computed", "apikey", path, sizeof(path));
+	if (key && key[0]) {
+		int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+			      0600);
+
+		if (fd >= 0)
+			close(fd);
+	} else {
+		unlink(path);
+	}
+}
+
 /* Starts one daemon with --instance/--run-dir, the store when it takes
  * one, and its options from inst, then waits until it answers. */
 static int start_one(struct cli_instance *inst, const char *daemon,
@@ -236,6 +257,8 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 
 	daemon_argv(inst, daemon, argv);
 	r = save_args(inst, daemon, argv, diag);
+	if (r == 0 && !strcmp(daemon, "computed"))
+		note_api_key(inst);
 	if (r == 0)
 		r = spawn(inst, daemon, argv, 1, ret_pid, diag); /* keep the
 							 * log of a crash */
@@ -267,10 +290,34 @@ int cli_instance_exec(struct cli_instance *inst, const char *daemon,
 int cli_instance_up(struct cli_instance *inst, int timeout_s,
 		    struct st_diag *diag)
 {
-	int r = st_run_dir_prepare(inst->run_dir, diag);
+	char lockp[4200];
+	int r = st_run_dir_prepare(inst->run_dir, diag), lock;
 
 	if (r < 0)
 		return r;
+	/* one start at a time per run directory: a second `strata up` of
+	 * the instance must neither race the first nor, failing, stop the
+	 * daemons the first started (flock ends with this process) */
+	snprintf(lockp, sizeof(lockp), "%s/up.lock", inst->run_dir);
+	lock = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lock < 0)
+		return st_diag_set(diag, -errno, "cannot create %s: %s", lockp,
+				   strerror(errno));
+	if (flock(lock, LOCK_EX | LOCK_NB) < 0) {
+		close(lock);
+		return st_diag_set(diag, -EBUSY, "instance '%s' is being "
+				   "started by another strata process; wait "
+				   "for it (strata status --instance %s)",
+				   inst->name, inst->name);
+	}
+	r = cli_instance_state(inst);
+	if (r > 0) {
+		close(lock);
+		return st_diag_set(diag, -EEXIST, "instance '%s' is already "
+				   "running (%d of 3 daemons answer); strata "
+				   "down --instance %s stops it", inst->name,
+				   r, inst->name);
+	}
 	/* expertd, then kvd, then computed, which connects to both */
 	r = start_one(inst, "expertd", &inst->pid_expertd, timeout_s, diag);
 	if (!r)
@@ -281,6 +328,7 @@ int cli_instance_up(struct cli_instance *inst, int timeout_s,
 	inst->started_by_us = 1;
 	if (r < 0)
 		cli_instance_down(inst);
+	close(lock);
 	return r;
 }
 
@@ -421,6 +469,13 @@ int cli_instance_down(struct cli_instance *inst)
 			    sizeof(args));
 		unlink(args);
 	}
+	{
+		char key[4200];
+
+		st_run_path(inst->run_dir, "computed", "apikey", key,
+			    sizeof(key));
+		unlink(key);
+	}
 	remove_dead_segments(inst->name);
 	return killed;
 }
@@ -438,9 +493,10 @@ static int load_args(const struct cli_instance *inst, const char *daemon,
 	st_run_path(inst->run_dir, daemon, "args", path, sizeof(path));
 	r = st_read_file(path, ret_buf, &n);
 	if (r < 0)
-		return st_diag_set(diag, r, "%s: %s; the instance was not "
-				   "started by strata up (start it with strata "
-				   "up)", path, st_strerror(r));
+		return st_diag_set(diag, r, "%s: %s; the instance is not "
+				   "running (strata down removes it) or was "
+				   "not started by strata up: start it with "
+				   "strata up", path, st_strerror(r));
 	for (size_t off = 0; off < n && a < max - 1;) {
 		argv[a++] = *ret_buf + off;
 		off += strnlen(*ret_buf + off, n - off) + 1;
@@ -465,6 +521,19 @@ int cli_instance_restart(struct cli_instance *inst, const char *daemon,
 	if (i < 0)
 		return st_diag_set(diag, -EINVAL, "no daemon '%s' (expertd, kvd "
 				   "or computed)", daemon);
+	if (i == 2) {
+		const char *key = getenv("STRATA_API_KEY");
+		char path[4200];
+
+		st_run_path(inst->run_dir, "computed", "apikey", path,
+			    sizeof(path));
+		if (st_path_exists(path) && !(key && key[0]))
+			return st_diag_set(diag, -EPERM, "computed runs with "
+					   "an API key ($STRATA_API_KEY), which "
+					   "is not set here: set it to the same "
+					   "key and restart again (without it "
+					   "the HTTP API would answer anyone)");
+	}
 	r = load_args(inst, daemon, argv, 40 + CLI_MAX_EXTRA_ARGS, &buf, diag);
 	if (r < 0)
 		return r;
@@ -479,6 +548,8 @@ int cli_instance_restart(struct cli_instance *inst, const char *daemon,
 			wait_exit(*pid_of(inst, i), 5000);
 	}
 	stop_one(inst, i);
+	if (i == 2)
+		note_api_key(inst);
 	r = spawn(inst, daemon, argv, 1, pid_of(inst, i), diag);
 	if (r == 0)
 		r = wait_ready(inst, daemon, *pid_of(inst, i), timeout_s, diag);

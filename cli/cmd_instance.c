@@ -310,9 +310,10 @@ static int prepare_store(const struct st_iconf *conf, struct cli_instance *inst,
 		return 2;
 	}
 	if (!inst->store_dir[0] &&
-	    cli_default_store_dir(model, experts, inst->store_dir,
-				  sizeof(inst->store_dir)) < 0) {
-		fprintf(stderr, "%s: cannot use model %s\n", who, model);
+	    (r = cli_default_store_dir(model, experts, inst->store_dir,
+				       sizeof(inst->store_dir))) < 0) {
+		fprintf(stderr, "%s: model %s: %s (give a Hugging Face "
+			"checkpoint directory)\n", who, model, st_strerror(r));
 		return 1;
 	}
 	if (!st_path_exists(inst->store_dir) ||
@@ -345,33 +346,39 @@ int cli_cmd_up(int argc, char **argv)
 
 	if (!conf)
 		return 1;
+	/* conf lives until the daemons are started: inst.tier points
+	 * into it (experts.hot_experts, experts.prefetch_distance) */
 	r = parse(argc, argv, "up", &inst, conf, &experts, &timeout_s);
 	if (r == 0)
 		r = prepare_store(conf, &inst, experts, "strata up");
-	free(conf);
 	if (r)
-		return r;
+		goto out;
 	r = cli_instance_state(&inst);
 	if (r == 3) {
 		fprintf(stderr, "strata up: instance '%s' is already running\n",
 			inst.name);
-		return 1;
+		r = 1;
+		goto out;
 	}
 	if (r > 0) {
 		fprintf(stderr, "strata up: instance '%s' is partly running (%d "
 			"of 3 daemons answer); run 'strata down --instance %s' "
 			"first\n", inst.name, r, inst.name);
-		return 1;
+		r = 1;
+		goto out;
 	}
 	r = cli_instance_up(&inst, timeout_s, &diag);
 	if (r < 0) {
 		fprintf(stderr, "strata up: %s\n", diag.msg);
-		return 1;
+		r = 1;
+		goto out;
 	}
 	printf("instance %s up: expertd %d, kvd %d, computed %d; run dir %s\n",
 	       inst.name, inst.pid_expertd, inst.pid_kvd, inst.pid_computed,
 	       inst.run_dir);
-	return 0;
+out:
+	free(conf);
+	return r;
 }
 
 /* `strata exec DAEMON --config FILE`: what the systemd units run.  Takes
@@ -412,11 +419,14 @@ int cli_cmd_exec(int argc, char **argv)
 			r = 2;
 		}
 	}
-	free(conf);
-	if (r)
+	if (r) {
+		free(conf);
 		return r;
+	}
+	/* conf outlives the exec's argv: inst.tier points into it */
 	r = cli_instance_exec(&inst, daemon, &diag);
 	fprintf(stderr, "strata exec: %s\n", diag.msg);
+	free(conf);
 	return 1;
 }
 

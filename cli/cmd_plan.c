@@ -268,6 +268,11 @@ int cli_cmd_plan(int argc, char **argv)
 		free(conf);
 		return 2;
 	}
+	if (rc == 0 && m.max_context > 0 && o.context > m.max_context)
+		fprintf(stderr, "strata plan: note: --context %d is beyond the "
+			"model's context of %d tokens (max_position_embeddings);"
+			" no sequence gets that long\n", o.context,
+			m.max_context);
 	if (rc == 0)
 		rc = st_plan_compute(&m, &o, &r, &diag);
 	if (rc < 0) {

@@ -205,7 +205,7 @@ bad:
 	fprintf(stderr, "strata replay: %s '%s' is not a comma-separated list "
 		"of %s\n", slots ? "--slots" : "--budget", text,
 		slots ? "slot counts (e.g. 64,128)" :
-		"shares from 0%% to 100%% (e.g. 25%%,50%%)");
+		"shares above 0% and at most 100% (e.g. 25%,50%)");
 	return -1;
 }
 

@@ -27,7 +27,15 @@ int cli_cmd_topo(int argc, char **argv)
 			return 0;
 		}
 		if (!strcmp(argv[i], "--gpu") && i + 1 < argc) {
-			gpu = atoi(argv[++i]);
+			char *end;
+			long v = strtol(argv[++i], &end, 10);
+
+			if (end == argv[i] || *end || v < 0 || v > 1 << 20) {
+				fprintf(stderr, "strata topo: --gpu '%s': give "
+					"a GPU number (0, 1, ...)\n", argv[i]);
+				return 2;
+			}
+			gpu = (int)v;
 			continue;
 		}
 		fprintf(stderr, "strata topo: unknown argument '%s' (see "
@@ -47,8 +55,18 @@ int cli_cmd_topo(int argc, char **argv)
 	st_topo_print(t, stdout);
 	if (gpu >= 0) {
 		char why[256];
-		int node = st_topo_pick_node(t, gpu, why, sizeof(why));
+		int node, n_gpus = 0;
 
+		for (int i = 0; i < t->n_devs; i++)
+			n_gpus += t->devs[i].kind == ST_TOPO_GPU;
+		if (gpu >= n_gpus) {
+			fprintf(stderr, "strata topo: no GPU %d: hwloc found "
+				"%d GPU%s on this machine (numbered from 0)\n",
+				gpu, n_gpus, n_gpus == 1 ? "" : "s");
+			free(t);
+			return 1;
+		}
+		node = st_topo_pick_node(t, gpu, why, sizeof(why));
 		printf("for GPU %d: --numa %d (%s)\n", gpu, node, why);
 	}
 	printf("kernel NUMA nodes: %d\n", st_numa_node_count());

@@ -304,7 +304,8 @@ int st_iconf_warn_unhonoured(const struct st_iconf *c, FILE *f,
 	int n = 0;
 
 	for (size_t i = 0; i < ST_ARRAY_SIZE(knobs); i++)
-		if (c->set[i] && !knobs[i].honoured) {
+		if (c->set[i] && !knobs[i].honoured &&
+		    !(knobs[i].def && !strcmp(c->val[i], knobs[i].def))) {
 			fprintf(f, "%s: note: %s.%s = %s is read but not "
 				"honoured yet by this build\n", who,
 				knobs[i].section, knobs[i].key, c->val[i]);

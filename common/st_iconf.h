@@ -75,8 +75,8 @@ const char *st_iconf_get(const struct st_iconf *c, const char *name);
 /* 1 when "section.key" was set by the file or a flag. */
 int st_iconf_is_set(const struct st_iconf *c, const char *name);
 
-/* Writes a warning line to f for every knob that is set but not honoured
- * yet; returns how many. */
+/* Writes a warning line to f for every knob that is set to another value
+ * than its default but not honoured yet; returns how many. */
 int st_iconf_warn_unhonoured(const struct st_iconf *c, FILE *f,
 			     const char *who);
 

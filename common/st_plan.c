@@ -99,6 +99,7 @@ static int model_from_json(json_t *c, const char *source,
 		return st_diag_set(diag, -ST_E_CONFIG, "%s: num_hidden_layers, "
 				   "hidden_size and num_attention_heads must be "
 				   "positive integers", source);
+	m->max_context = jint(c, "max_position_embeddings", 0);
 	kvh = jint(c, "num_key_value_heads", nh);
 	hd = jint(c, "head_dim", H / nh);
 	E = jint(c, "num_local_experts",

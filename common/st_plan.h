@@ -46,6 +46,8 @@ struct st_plan_model {
 	int n_layers, hidden, n_heads, n_kv_heads, head_dim, vocab;
 	int n_experts, top_k, n_shared_experts;
 	int expert_inter;        /* per-expert FFN width (0 when unknown) */
+	int max_context;         /* max_position_embeddings, tokens (0 when
+				  * unknown) */
 	uint64_t expert_params;  /* all routed experts of all layers */
 	uint64_t dense_params;   /* everything else: attention, embeddings,
 				  * norms, routers, shared experts, LM head */

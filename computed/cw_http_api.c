@@ -135,6 +135,30 @@ static int parse_params(struct cw_api *api, json_t *j, int chat,
 	x = json_object_get(j, "echo");
 	if (x && json_is_true(x))
 		return bad(e, "echo", "'echo' is not supported");
+	/* sampling fields strata does not implement: refused rather than
+	 * ignored when they would change the output */
+	{
+		static const char *const zero[] = { "presence_penalty",
+						    "frequency_penalty" };
+
+		for (size_t i = 0; i < 2; i++) {
+			x = json_object_get(j, zero[i]);
+			if (x && !json_is_null(x) && !(json_is_number(x) &&
+						       json_number_value(x) == 0))
+				return fail(e, 400, "invalid_request_error",
+					    zero[i], NULL, "'%s' is not "
+					    "supported (only 0)", zero[i]);
+		}
+		x = json_object_get(j, "logit_bias");
+		if (x && !json_is_null(x) && !(json_is_object(x) &&
+					       !json_object_size(x)))
+			return bad(e, "logit_bias", "'logit_bias' is not "
+				   "supported");
+		x = json_object_get(j, "suffix");
+		if (x && !json_is_null(x) && !(json_is_string(x) &&
+					       !json_string_length(x)))
+			return bad(e, "suffix", "'suffix' is not supported");
+	}
 	x = json_object_get(j, "best_of");
 	if (x && !json_is_null(x) && !(json_is_integer(x) &&
 				       json_integer_value(x) == 1))
@@ -203,6 +227,12 @@ static int encode_prompt(struct cw_api *api, json_t *j, int32_t **ret_ids,
 	if (json_is_array(p) && json_array_size(p) == 1 &&
 	    json_is_string(json_array_get(p, 0)))
 		p = json_array_get(p, 0);
+	if (json_is_array(p) && json_array_size(p) > 1 &&
+	    (json_is_string(json_array_get(p, 0)) ||
+	     json_is_array(json_array_get(p, 0))))
+		return bad(e, "prompt", "one prompt per request: send each "
+			   "prompt of a batch as its own request (they are "
+			   "batched on the server)");
 	if (json_is_string(p)) {
 		/* a raw prompt: special tokens spelled in it count, as the
 		 * caller writes the whole text (chat content never does) */
@@ -366,7 +396,8 @@ int cw_api_gen_start(struct cw_api *api, struct cw_sched *sched, int chat,
 			fail(err, 429, "rate_limit_error", NULL,
 			     "queue_full", "%s", diag.msg);
 		else if (r == -ST_E_LIMIT)
-			fail(err, 400, "invalid_request_error", "messages",
+			fail(err, 400, "invalid_request_error",
+			     chat ? "messages" : "prompt",
 			     "context_length_exceeded", "%s", diag.msg);
 		else if (r == -EINVAL)
 			fail(err, 400, "invalid_request_error", NULL, NULL,

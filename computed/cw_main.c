@@ -67,7 +67,6 @@ struct cw_daemon {
 	int stop;
 	struct cw_gen_slot gens[CW_MAX_GENS];
 	uint32_t next_gen_id;
-	uint64_t n_generations, prompt_tokens, generated_tokens;
 	uint64_t prefill_ns, decode_ns;
 	struct cw_routing_opts ropts;
 	struct cw_routing *routing;
@@ -446,8 +445,6 @@ static int handle_gen_start(struct cw_daemon *d, const struct st_msg_header *h,
 	slot->last_use_ns = st_now_ns();
 	slot->finish = CW_FINISH_NONE;
 	slot->n_generated = 0;
-	d->n_generations++;
-	d->prompt_tokens += (uint64_t)n_ids;
 	st_wbuf_init(&w);
 	st_wbuf_u32(&w, slot->id);
 	st_wbuf_u32(&w, (uint32_t)n_ids);
@@ -499,10 +496,8 @@ static int handle_gen_next(struct cw_daemon *d, const struct st_msg_header *h,
 				   ev.err_msg[0] ? ev.err_msg :
 				   "the generation failed");
 	}
-	if (ev.token >= 0) {
-		d->generated_tokens++;
+	if (ev.token >= 0)
 		s->n_generated++;
-	}
 	st_wbuf_init(&w);
 	st_wbuf_i32(&w, ev.token);
 	st_wbuf_u32(&w, (uint32_t)ev.finish);
@@ -655,10 +650,11 @@ static int handle_stats(struct cw_daemon *d, const struct st_msg_header *h)
 	cw_model_read_stats(d->model, &rs);
 	s.pid = (int32_t)getpid();
 	s.peak_rss_bytes = st_peak_rss_bytes();
-	s.n_generations = d->n_generations;
-	s.prompt_tokens = d->prompt_tokens;
-	s.generated_tokens = d->generated_tokens;
 	pthread_mutex_lock(&d->metrics.lock);
+	/* every generation the scheduler admitted: HTTP ones too */
+	s.n_generations = d->metrics.gen_started;
+	s.prompt_tokens = d->metrics.prompt_tokens;
+	s.generated_tokens = d->metrics.generated_tokens;
 	s.prefill_ns = d->metrics.gen_prefill_ns;
 	s.decode_ns = d->metrics.gen_decode_ns;
 	pthread_mutex_unlock(&d->metrics.lock);

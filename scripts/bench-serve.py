@@ -103,6 +103,10 @@ def main():
     if not store:
         if not args.model:
             ap.error("give --store STORE or --model DIR")
+        if not os.path.isfile(os.path.join(args.model, "config.json")):
+            ap.error("%s has no config.json; generate the benchmark model "
+                     "first: /usr/bin/python3 scripts/gen-moe-model.py --out %s"
+                     % (args.model, args.model))
         cache = os.environ.get("STRATA_CACHE_DIR",
                                os.path.expanduser("~/.cache/strata"))
         os.makedirs(cache, exist_ok=True)

@@ -187,9 +187,11 @@ static void test_mla_config(void **state)
 		     "\"num_experts_per_tok\": 8, \"moe_intermediate_size\": "
 		     "2048, \"intermediate_size\": 18432, "
 		     "\"first_k_dense_replace\": 3, \"n_shared_experts\": 1, "
-		     "\"vocab_size\": 129280}");
+		     "\"vocab_size\": 129280, "
+		     "\"max_position_embeddings\": 163840}");
 	assert_int_equal(st_plan_model_load(dir, &m, &d), 0);
 	assert_int_equal(m.n_streams, 1);
+	assert_int_equal(m.max_context, 163840);
 	st_plan_opts_default(&o);
 	o.kv_dtype = ST_DTYPE_BF16;
 	o.context = 1000;

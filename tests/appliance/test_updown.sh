@@ -52,6 +52,8 @@ store = $TMP/store
 [experts]
 host_budget = 50%
 loader_threads = 1
+prefetch_distance = 1
+hot_experts = 2
 [kv]
 budget = 64MiB
 page_rows = 16
@@ -64,6 +66,15 @@ grep -q '^node 0: ' "$TMP/topo" || { echo "FAIL: strata topo lists no node 0"; c
 grep -q '^instance placement: --numa [0-9]' "$TMP/topo" ||
 	{ echo "FAIL: strata topo names no node to use"; fail=1; }
 
+# while another start holds the run directory, strata up starts nothing
+if command -v flock >/dev/null; then
+	mkdir -m 700 -p "$RUN"
+	flock "$RUN/up.lock" "$STRATA" up --config "$TMP/inst.conf" >"$TMP/up3.out" 2>&1 &&
+		{ echo "FAIL: strata up ran while another start held the run dir"; fail=1; }
+	grep -q "being started by another" "$TMP/up3.out" ||
+		{ echo "FAIL: concurrent up: no 'being started'"; cat "$TMP/up3.out"; fail=1; }
+	ls "$RUN"/*.pid >/dev/null 2>&1 && { echo "FAIL: a refused up started daemons"; fail=1; }
+fi
 "$STRATA" up --config "$TMP/inst.conf" >"$TMP/up.out" 2>"$TMP/up.err" || {
 	echo "FAIL: strata up"; cat "$TMP/up.err"; exit 1; }
 mode=$(stat -c %a "$RUN")
@@ -78,6 +89,24 @@ grep -q -- "--threads" "$RUN/computed.args" ||
 	{ echo "FAIL: compute.threads not passed to computed"; fail=1; }
 grep -q -- "64MiB" "$RUN/kvd.args" ||
 	{ echo "FAIL: kv.budget not passed to kvd"; fail=1; }
+# the tier keys of the file reach the daemons intact (they once pointed
+# into the freed config: strata up crashed or passed garbage)
+tr '\0' ' ' <"$RUN/computed.args" | grep -q -- "--prefetch-depth 1 " ||
+	{ echo "FAIL: experts.prefetch_distance not passed to computed"; fail=1; }
+tr '\0' ' ' <"$RUN/expertd.args" | grep -q -- "--hot-experts 2 " ||
+	{ echo "FAIL: experts.hot_experts not passed to expertd"; fail=1; }
+
+# a second up of the running instance fails without touching its daemons
+pids0="$(pid_of expertd) $(pid_of kvd) $(pid_of computed)"
+"$STRATA" up --config "$TMP/inst.conf" >"$TMP/up2.out" 2>&1 &&
+	{ echo "FAIL: a second strata up succeeded"; fail=1; }
+grep -q "already running" "$TMP/up2.out" ||
+	{ echo "FAIL: second up: no 'already running'"; cat "$TMP/up2.out"; fail=1; }
+[ "$(pid_of expertd) $(pid_of kvd) $(pid_of computed)" = "$pids0" ] ||
+	{ echo "FAIL: a refused strata up changed the daemons"; fail=1; }
+for p in $pids0; do
+	alive "$p" || { echo "FAIL: a refused strata up stopped pid $p"; fail=1; }
+done
 
 "$STRATA" status --instance "$inst" --run-dir "$RUN" >"$TMP/status" 2>&1 || {
 	echo "FAIL: status says not all running"; cat "$TMP/status"; fail=1; }
@@ -114,12 +143,25 @@ done
 grep -c "NUMA placement" "$RUN/kvd.log" | grep -q '^2$' ||
 	{ echo "FAIL: kvd.log not appended to on restart"; fail=1; }
 
+# computed started with an API key is not restarted without it (the key
+# lives in the environment only; restarting without it opened the API)
+STRATA_API_KEY=k1 "$STRATA" restart computed --instance "$inst" --run-dir "$RUN" \
+	>"$TMP/r.out" 2>&1 || { echo "FAIL: restart computed with a key"; cat "$TMP/r.out"; fail=1; }
+old=$(pid_of computed)
+if env -u STRATA_API_KEY "$STRATA" restart computed --instance "$inst" --run-dir "$RUN" \
+	>"$TMP/r.out" 2>&1; then
+	echo "FAIL: computed restarted without its API key"; fail=1
+else
+	grep -q 'API key' "$TMP/r.out" || { echo "FAIL: refusal does not name the API key"; cat "$TMP/r.out"; fail=1; }
+	[ "$(pid_of computed)" = "$old" ] || { echo "FAIL: computed stopped by a refused restart"; fail=1; }
+fi
+
 pids="$(pid_of expertd) $(pid_of kvd) $(pid_of computed)"
 "$STRATA" down --instance "$inst" --run-dir "$RUN" >/dev/null 2>&1 ||
 	{ echo "FAIL: strata down"; fail=1; }
 n=$(ls /dev/shm | grep -c "^strata\.$inst\." || true)
 [ "$n" = 0 ] || { echo "FAIL: $n segment(s) left in /dev/shm"; ls /dev/shm | grep "$inst"; fail=1; }
-for f in "$RUN"/*.ctl "$RUN"/*.evt "$RUN"/*.pid "$RUN"/*.args; do
+for f in "$RUN"/*.ctl "$RUN"/*.evt "$RUN"/*.pid "$RUN"/*.args "$RUN"/*.apikey; do
 	[ -e "$f" ] && { echo "FAIL: left behind: $f"; fail=1; }
 done
 for p in $pids; do

@@ -118,6 +118,16 @@ class Instance:
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.wait()
+        # a daemon killed by a test (SIGKILL) leaves its segment for a
+        # successor to adopt; none comes: remove this instance's segments
+        # (the name carries our pid: they are ours)
+        prefix = "strata.%s." % self.name
+        for f in os.listdir("/dev/shm"):
+            if f.startswith(prefix):
+                try:
+                    os.unlink(os.path.join("/dev/shm", f))
+                except OSError:
+                    pass
 
     def rss_kib(self, d="computed", field="VmRSS"):
         """A /proc/PID/status memory field in KiB (VmRSS, RssAnon,

@@ -26,6 +26,7 @@ http.client).  Checks, each on values that could be wrong:
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -33,8 +34,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import (Instance, convert, fixture, metrics, request,  # noqa
-                           stream)
+from serve_harness import (BUILD, Instance, convert, fixture, metrics,  # noqa
+                           request, stream)
 
 KEY = "test-key-123"
 FAILS = []
@@ -84,6 +85,18 @@ def test_endpoints(inst, cfg):
           j["usage"]["completion_tokens"] == 5 and
           j["choices"][0]["finish_reason"] == "length",
           "POST /v1/completions (curl): 5 tokens, finish length")
+    # strata status counts HTTP generations too (it once counted only
+    # those of strata run / the REQ/REP API)
+    st = subprocess.run([os.path.join(BUILD, "cli", "strata"), "status",
+                         "--instance", inst.name, "--run-dir", inst.run_dir],
+                        capture_output=True, text=True)
+    m = re.search(r"generations (\d+), prompt tokens (\d+), generated (\d+)",
+                  st.stdout)
+    started = metrics(inst)["strata_requests_started_total"]
+    check(m is not None and int(m.group(1)) == started >= 1 and
+          int(m.group(3)) >= 5,
+          "strata status counts the HTTP generations (%s; %d started)" %
+          (m.group(0) if m else st.stdout + st.stderr, started))
     code, body = curl(inst, "/v1/chat/completions", "-H",
                       "Authorization: Bearer " + KEY, "-d",
                       json.dumps({"messages": [{"role": "user", "content": "Hi"}],
@@ -311,6 +324,12 @@ def test_errors(inst, cfg):
         ("max_tokens -3", {"prompt": "x", "max_tokens": -3}, "/v1/completions"),
         ("max_tokens 1.5", {"prompt": "x", "max_tokens": 1.5}, "/v1/completions"),
         ("n 2", {"prompt": "x", "n": 2}, "/v1/completions"),
+        ("two prompts", {"prompt": ["x", "y"]}, "/v1/completions"),
+        ("presence_penalty 1", {"prompt": "x", "presence_penalty": 1}, "/v1/completions"),
+        ("frequency_penalty 0.5", {"prompt": "x", "frequency_penalty": 0.5},
+         "/v1/completions"),
+        ("logit_bias", {"prompt": "x", "logit_bias": {"5": 100}}, "/v1/completions"),
+        ("suffix", {"prompt": "x", "suffix": "end"}, "/v1/completions"),
         ("5 stop strings", {"prompt": "x", "stop": ["a", "b", "c", "d", "e"]}, "/v1/completions"),
         ("empty stop", {"prompt": "x", "stop": [""]}, "/v1/completions"),
         ("stop a number", {"prompt": "x", "stop": 7}, "/v1/completions"),
@@ -340,10 +359,17 @@ def test_errors(inst, cfg):
         ok = st == 400 and isinstance(j, dict) and isinstance(j.get("error"), dict) \
             and j["error"]["type"] == "invalid_request_error" and j["error"]["message"]
         check(ok, "400 for %s (got %s %s)" % (what, st, str(j)[:120]))
+    st, j = request(inst, "POST", "/v1/completions",
+                    {"prompt": ["x", "y"], "max_tokens": 1})
+    check("one prompt per request" in j["error"]["message"],
+          "several prompts: the error says one prompt per request (%s)" %
+          j["error"]["message"])
     j = request(inst, "POST", "/v1/completions",
                 {"prompt": [5] * (cfg["max_position_embeddings"] + 1)})[1]
     check(j["error"]["code"] == "context_length_exceeded",
           "context overflow has code context_length_exceeded")
+    check(j["error"]["param"] == "prompt",
+          "a completion's context overflow names 'prompt' (got %r)" % j["error"]["param"])
     check(metrics(inst)["strata_requests_started_total"] == started0,
           "no generation started for any invalid request")
     st, j = request(inst, "GET", "/v1/nothing")
@@ -386,6 +412,10 @@ def test_errors(inst, cfg):
     n500 = sum(v for k, v in m.items() if k.startswith("strata_http_responses_total")
                and 'code="5' in k)
     check(n500 == 0, "no 5xx answered for bad input")
+    st, j = request(inst, "POST", "/v1/completions",
+                    {"prompt": "x", "max_tokens": 1, "presence_penalty": 0,
+                     "frequency_penalty": 0.0, "logit_bias": {}, "suffix": None})
+    check(st == 200, "penalties 0, empty logit_bias, null suffix are accepted")
 
 
 def test_queue_full(store):
