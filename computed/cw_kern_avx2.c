@@ -401,6 +401,287 @@ KT static void f32_avx2(const struct cw_wview *w, const struct cw_act *a,
 	}
 }
 
+/* ---- small-batch GEMM (cw_kern_mm_fn) ----
+ * Each kernel handles one row for NT tokens at a time (NT a constant after
+ * inlining, so the accumulators stay in registers): the row's weights are
+ * decoded or widened once and used for every token, each token's output
+ * the same vector operations in the same order as the matvec kernel above
+ * (bit-identical).  Rows outer, token groups inner: a row (a few KiB) is
+ * read from memory once and from L1 for the further groups. */
+#define MM_UNROLL _Pragma("GCC unroll 8")
+
+/* 0.5 * e8m0(s) of 8 consecutive MXFP4 blocks (mx_factors8 without d). */
+KI __m256 mx_wscale8(const uint8_t *s)
+{
+	const __m256i sb = _mm256_cvtepu8_epi32(
+		_mm_loadl_epi64((const __m128i *)(const void *)s));
+	__m256i bits = _mm256_slli_epi32(sb, 23);
+
+	bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000),
+				  _mm256_cmpeq_epi32(sb, _mm256_setzero_si256()));
+	bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7fc00000),
+				  _mm256_cmpeq_epi32(sb, _mm256_set1_epi32(255)));
+	return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0.5f));
+}
+
+/* mx_block with the weights already decoded. */
+KI __m256 mx_dot(__m256i wv, const uint8_t *qa, const int8_t *q)
+{
+	const __m256i p16 = _mm256_maddubs_epi16(
+		_mm256_loadu_si256((const __m256i *)(const void *)qa),
+		_mm256_sign_epi8(wv, _mm256_loadu_si256(
+			(const __m256i *)(const void *)q)));
+
+	return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+KI void mx_mm_row(const uint8_t *rc, const uint8_t *rs, int64_t nb,
+		  const struct cw_act *a, float *const *ys, int64_t r,
+		  const int NT)
+{
+	const int64_t nb8 = nb & ~(int64_t)7;
+	__m256 acc0[8], acc1[8];
+	int64_t b = 0;
+
+	MM_UNROLL
+	for (int t = 0; t < NT; t++)
+		acc0[t] = acc1[t] = _mm256_setzero_ps();
+	for (; b < nb8; b += 8) {
+		const __m256 wf = mx_wscale8(rs + b);
+		__m256 f[8];
+
+		MM_UNROLL
+		for (int t = 0; t < NT; t++)
+			f[t] = _mm256_mul_ps(wf, _mm256_loadu_ps(a[t].d + b));
+		MM_UNROLL
+		for (int i = 0; i < 8; i++) {
+			const __m256i wv = fp4_decode32(rc + 16 * (b + i));
+			const __m256i li = _mm256_set1_epi32(i);
+
+			MM_UNROLL
+			for (int t = 0; t < NT; t++) {
+				const __m256 d = mx_dot(wv, a[t].qabs + 32 * (b + i),
+							a[t].q + 32 * (b + i));
+				const __m256 fi = _mm256_permutevar8x32_ps(f[t], li);
+
+				if (i & 1)
+					acc1[t] = _mm256_fmadd_ps(d, fi, acc1[t]);
+				else
+					acc0[t] = _mm256_fmadd_ps(d, fi, acc0[t]);
+			}
+		}
+	}
+	for (; b < nb; b++) {
+		const __m256i wv = fp4_decode32(rc + 16 * b);
+		const float ws = 0.5f * e8m0f(rs[b]);
+
+		MM_UNROLL
+		for (int t = 0; t < NT; t++)
+			acc0[t] = _mm256_fmadd_ps(
+				mx_dot(wv, a[t].qabs + 32 * b, a[t].q + 32 * b),
+				_mm256_set1_ps(ws * a[t].d[b]), acc0[t]);
+	}
+	MM_UNROLL
+	for (int t = 0; t < NT; t++)
+		ys[t][r] = hsum256(_mm256_add_ps(acc0[t], acc1[t]));
+}
+
+KT static int mxfp4_mm_avx2(const struct cw_wview *w, const struct cw_act *a,
+			    int n, float *const *ys, int64_t r0, int64_t r1)
+{
+	const int64_t C = w->cols, nb = C / 32;
+	const uint8_t *codes = w->data;
+
+	if (C % 32)
+		return 0;
+	for (int t = 0; t < n; t++)
+		if (!a[t].qabs || a[t].qgroup != 32)
+			return 0;
+	for (int64_t r = r0; r < r1; r++) {
+		const uint8_t *rc = codes + r * (C / 2), *rs = w->scales + r * nb;
+		int t = 0;
+
+		for (; t + 4 <= n; t += 4)
+			mx_mm_row(rc, rs, nb, a + t, ys + t, r, 4);
+		switch (n - t) {
+		case 3: mx_mm_row(rc, rs, nb, a + t, ys + t, r, 3); break;
+		case 2: mx_mm_row(rc, rs, nb, a + t, ys + t, r, 2); break;
+		case 1: mx_mm_row(rc, rs, nb, a + t, ys + t, r, 1); break;
+		default: break;
+		}
+	}
+	return 1;
+}
+
+KI void bf16_mm_row(const uint16_t *row, int64_t C, const struct cw_act *a,
+		    float *const *ys, int64_t r, const int NT)
+{
+	const int64_t C32 = C & ~(int64_t)31, C8 = C & ~(int64_t)7;
+	__m256 acc[4][4];
+	float tl[4];
+	int64_t c = 0;
+
+	MM_UNROLL
+	for (int t = 0; t < NT; t++) {
+		acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = _mm256_setzero_ps();
+		tl[t] = 0.0f;
+	}
+	for (; c < C32; c += 32) {
+		MM_UNROLL
+		for (int k = 0; k < 4; k++) {
+			const __m256 wv = bf16x8(row + c + 8 * k);
+
+			MM_UNROLL
+			for (int t = 0; t < NT; t++)
+				acc[t][k] = _mm256_fmadd_ps(
+					wv, _mm256_loadu_ps(a[t].x + c + 8 * k),
+					acc[t][k]);
+		}
+	}
+	for (; c < C8; c += 8) {
+		const __m256 wv = bf16x8(row + c);
+
+		MM_UNROLL
+		for (int t = 0; t < NT; t++)
+			acc[t][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(a[t].x + c),
+						    acc[t][0]);
+	}
+	for (; c < C; c++) {
+		const float wf = st_bf16_to_f32(row[c]);
+
+		MM_UNROLL
+		for (int t = 0; t < NT; t++)
+			tl[t] += wf * a[t].x[c];
+	}
+	MM_UNROLL
+	for (int t = 0; t < NT; t++)
+		ys[t][r] = hsum256(_mm256_add_ps(
+				   _mm256_add_ps(acc[t][0], acc[t][1]),
+				   _mm256_add_ps(acc[t][2], acc[t][3]))) + tl[t];
+}
+
+KT static int bf16_mm_avx2(const struct cw_wview *w, const struct cw_act *a,
+			   int n, float *const *ys, int64_t r0, int64_t r1)
+{
+	const int64_t C = w->cols;
+	const uint16_t *W = w->data;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const uint16_t *row = W + r * C;
+		int t = 0;
+
+		for (; t + 3 <= n; t += 3)
+			bf16_mm_row(row, C, a + t, ys + t, r, 3);
+		switch (n - t) {
+		case 2: bf16_mm_row(row, C, a + t, ys + t, r, 2); break;
+		case 1: bf16_mm_row(row, C, a + t, ys + t, r, 1); break;
+		default: break;
+		}
+	}
+	return 1;
+}
+
+KI void fp8_mm_row(const uint8_t *rc, const float *rsc, int64_t C, int64_t G,
+		   int64_t ng, const struct cw_act *a, float *const *ys,
+		   int64_t r, const int NT)
+{
+	__m256 acc[4];
+	float tl[4];
+
+	MM_UNROLL
+	for (int t = 0; t < NT; t++) {
+		acc[t] = _mm256_setzero_ps();
+		tl[t] = 0.0f;
+	}
+	for (int64_t g = 0; g < ng; g++) {
+		const int64_t c0 = g * G, c1 = ST_MIN(c0 + G, C);
+		const int64_t c8 = c0 + ((c1 - c0) & ~(int64_t)7);
+		const float s = rsc ? rsc[g] : 1.0f;
+		__m256 g0[4], g1[4];
+		float gt[4];
+		int64_t c = c0;
+
+		MM_UNROLL
+		for (int t = 0; t < NT; t++) {
+			g0[t] = g1[t] = _mm256_setzero_ps();
+			gt[t] = 0.0f;
+		}
+		for (; c + 16 <= c8; c += 16) {
+			__m256 w0, w1;
+
+			e4m3x16(rc + c, &w0, &w1);
+			MM_UNROLL
+			for (int t = 0; t < NT; t++) {
+				g0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(a[t].x + c), g0[t]);
+				g1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(a[t].x + c + 8), g1[t]);
+			}
+		}
+		if (c < c8) {
+			const __m256 w0 = e4m3x8(rc + c);
+
+			MM_UNROLL
+			for (int t = 0; t < NT; t++)
+				g0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(a[t].x + c), g0[t]);
+			c += 8;
+		}
+		for (; c < c1; c++) {
+			const float wf = e4m3f(rc[c]);
+
+			MM_UNROLL
+			for (int t = 0; t < NT; t++)
+				gt[t] += wf * a[t].x[c];
+		}
+		MM_UNROLL
+		for (int t = 0; t < NT; t++) {
+			acc[t] = _mm256_fmadd_ps(_mm256_add_ps(g0[t], g1[t]),
+						 _mm256_set1_ps(s * 256.0f), acc[t]);
+			tl[t] += gt[t] * s;
+		}
+	}
+	MM_UNROLL
+	for (int t = 0; t < NT; t++)
+		ys[t][r] = hsum256(acc[t]) + tl[t];
+}
+
+KT static int fp8_mm_avx2(const struct cw_wview *w, const struct cw_act *a,
+			  int n, float *const *ys, int64_t r0, int64_t r1)
+{
+	const int64_t C = w->cols, G = w->scales && w->group ? w->group : C;
+	const int64_t ng = (C + G - 1) / G;
+	const uint8_t *codes = w->data;
+	const float *sc = (const float *)(const void *)w->scales;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const uint8_t *rc = codes + r * C;
+		const float *rsc = sc ? sc + r * ng : NULL;
+		int t = 0;
+
+		for (; t + 4 <= n; t += 4)
+			fp8_mm_row(rc, rsc, C, G, ng, a + t, ys + t, r, 4);
+		switch (n - t) {
+		case 3: fp8_mm_row(rc, rsc, C, G, ng, a + t, ys + t, r, 3); break;
+		case 2: fp8_mm_row(rc, rsc, C, G, ng, a + t, ys + t, r, 2); break;
+		case 1: fp8_mm_row(rc, rsc, C, G, ng, a + t, ys + t, r, 1); break;
+		default: break;
+		}
+	}
+	return 1;
+}
+
+cw_kern_mm_fn cw_kern_avx2_mm(const struct cw_wview *w)
+{
+	if (!cw_kern_path_supported(CW_KERN_AVX2))
+		return NULL;
+	switch (w->dtype) {
+	case ST_DTYPE_MXFP4: return mxfp4_mm_avx2;
+	case ST_DTYPE_F8_E4M3:
+		return !w->scales || !w->group || w->group % 8 == 0 ?
+			       fp8_mm_avx2 : NULL;
+	case ST_DTYPE_BF16: return bf16_mm_avx2;
+	default: return NULL;
+	}
+}
+
 cw_kern_fn cw_kern_avx2(const struct cw_wview *w)
 {
 	if (!cw_kern_path_supported(CW_KERN_AVX2))
@@ -435,6 +716,12 @@ int cw_kern_path_supported(enum cw_kern_path path)
 }
 
 #else /* not x86-64 GCC: the portable kernels only */
+
+cw_kern_mm_fn cw_kern_avx2_mm(const struct cw_wview *w)
+{
+	(void)w;
+	return NULL;
+}
 
 cw_kern_fn cw_kern_avx2(const struct cw_wview *w)
 {
