@@ -170,23 +170,6 @@ KI void fp4_avx2_t(const struct cw_wview *w, const struct cw_act *a, float *y,
 	}
 }
 
-/* Factors (0.5 * e8m0(s)) * d of 8 consecutive MXFP4 blocks, the same
- * float operations as e8m0f / fp4_factors (byte 0: 2^-127, 255: NaN). */
-KI __m256 mx_factors8(const uint8_t *s, const float *d)
-{
-	const __m256i sb = _mm256_cvtepu8_epi32(
-		_mm_loadl_epi64((const __m128i *)(const void *)s));
-	__m256i bits = _mm256_slli_epi32(sb, 23);
-
-	bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000),
-				  _mm256_cmpeq_epi32(sb, _mm256_setzero_si256()));
-	bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7fc00000),
-				  _mm256_cmpeq_epi32(sb, _mm256_set1_epi32(255)));
-	return _mm256_mul_ps(_mm256_mul_ps(_mm256_castsi256_ps(bits),
-					   _mm256_set1_ps(0.5f)),
-			     _mm256_loadu_ps(d));
-}
-
 /* 32 weights of one block as int8 in cw_act order for runs of 32: the 16
  * code bytes in both lanes, the second lane shifted down a nibble, so lane 0
  * holds the even elements and lane 1 the odd ones. */
@@ -200,60 +183,6 @@ KI __m256i fp4_decode32(const uint8_t *p)
 
 	c = _mm256_srlv_epi64(c, _mm256_setr_epi64x(0, 0, 4, 4));
 	return _mm256_shuffle_epi8(lut, _mm256_and_si256(c, _mm256_set1_epi8(15)));
-}
-
-/* One MXFP4 block: weights decoded, |q| (precomputed) times sign(w, q). */
-KI __m256 mx_block(const uint8_t *codes, const uint8_t *qa, const int8_t *q)
-{
-	const __m256i wv = fp4_decode32(codes);
-	const __m256i p16 = _mm256_maddubs_epi16(
-		_mm256_loadu_si256((const __m256i *)(const void *)qa),
-		_mm256_sign_epi8(wv, _mm256_loadu_si256(
-			(const __m256i *)(const void *)q)));
-
-	return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-}
-
-/* MXFP4 (activations in runs of 32): eight blocks per step with their
- * factors computed as one vector and broadcast lane by lane; |q| comes
- * precomputed with the activations, so a block costs one sign instead of
- * abs + sign; the decode needs no byte duplication (fp4_decode32). */
-KT static void mxfp4_avx2(const struct cw_wview *w, const struct cw_act *a,
-			  float *y, int64_t r0, int64_t r1)
-{
-	const int64_t C = w->cols, nb = C / 32, nb8 = nb & ~(int64_t)7;
-	const uint8_t *codes = w->data;
-
-	if (!a->qabs || C % 32 || a->qgroup != 32) {
-		if (a->qgroup == 16)
-			fp4_avx2_t(w, a, y, r0, r1, ST_DTYPE_MXFP4);
-		else
-			cw_kern_c(w)(w, a, y, r0, r1);
-		return;
-	}
-	for (int64_t r = r0; r < r1; r++) {
-		const uint8_t *rc = codes + r * (C / 2), *rs = w->scales + r * nb;
-		__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-		int64_t b = 0;
-
-		for (; b < nb8; b += 8) {
-			const __m256 f = mx_factors8(rs + b, a->d + b);
-
-#define MXB(i, acc)                                                          \
-	acc = _mm256_fmadd_ps(                                               \
-		mx_block(rc + 16 * (b + i), a->qabs + 32 * (b + i),          \
-			 a->q + 32 * (b + i)),                                  \
-		_mm256_permutevar8x32_ps(f, _mm256_set1_epi32(i)), acc)
-			MXB(0, acc0); MXB(1, acc1); MXB(2, acc0); MXB(3, acc1);
-			MXB(4, acc0); MXB(5, acc1); MXB(6, acc0); MXB(7, acc1);
-#undef MXB
-		}
-		for (; b < nb; b++)
-			acc0 = _mm256_fmadd_ps(
-				mx_block(rc + 16 * b, a->qabs + 32 * b, a->q + 32 * b),
-				_mm256_set1_ps((0.5f * e8m0f(rs[b])) * a->d[b]), acc0);
-		y[r] = hsum256(_mm256_add_ps(acc0, acc1));
-	}
 }
 
 KT static void nvfp4_avx2(const struct cw_wview *w, const struct cw_act *a,
@@ -410,7 +339,8 @@ KT static void f32_avx2(const struct cw_wview *w, const struct cw_act *a,
  * read from memory once and from L1 for the further groups. */
 #define MM_UNROLL _Pragma("GCC unroll 8")
 
-/* 0.5 * e8m0(s) of 8 consecutive MXFP4 blocks (mx_factors8 without d). */
+/* 0.5 * e8m0(s) of 8 consecutive MXFP4 blocks (byte 0: 2^-127, 255: NaN,
+ * the same values as e8m0f). */
 KI __m256 mx_wscale8(const uint8_t *s)
 {
 	const __m256i sb = _mm256_cvtepu8_epi32(
@@ -424,7 +354,9 @@ KI __m256 mx_wscale8(const uint8_t *s)
 	return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0.5f));
 }
 
-/* mx_block with the weights already decoded. */
+/* One MXFP4 block of decoded weights wv: |q| (precomputed with the
+ * activations) times sign(w, q), so a block costs one sign instead of
+ * abs + sign; eight int32 partial sums as floats. */
 KI __m256 mx_dot(__m256i wv, const uint8_t *qa, const int8_t *q)
 {
 	const __m256i p16 = _mm256_maddubs_epi16(
@@ -448,21 +380,23 @@ KI void mx_mm_row(const uint8_t *rc, const uint8_t *rs, int64_t nb,
 		acc0[t] = acc1[t] = _mm256_setzero_ps();
 	for (; b < nb8; b += 8) {
 		const __m256 wf = mx_wscale8(rs + b);
-		__m256 f[8];
+		/* the factors stored and broadcast back from L1: a load
+		 * each instead of a lane permute (a shuffle-port uop) */
+		_Alignas(32) float f[8][8];
 
 		MM_UNROLL
 		for (int t = 0; t < NT; t++)
-			f[t] = _mm256_mul_ps(wf, _mm256_loadu_ps(a[t].d + b));
+			_mm256_store_ps(f[t], _mm256_mul_ps(
+				wf, _mm256_loadu_ps(a[t].d + b)));
 		MM_UNROLL
 		for (int i = 0; i < 8; i++) {
 			const __m256i wv = fp4_decode32(rc + 16 * (b + i));
-			const __m256i li = _mm256_set1_epi32(i);
 
 			MM_UNROLL
 			for (int t = 0; t < NT; t++) {
 				const __m256 d = mx_dot(wv, a[t].qabs + 32 * (b + i),
 							a[t].q + 32 * (b + i));
-				const __m256 fi = _mm256_permutevar8x32_ps(f[t], li);
+				const __m256 fi = _mm256_broadcast_ss(&f[t][i]);
 
 				if (i & 1)
 					acc1[t] = _mm256_fmadd_ps(d, fi, acc1[t]);
@@ -484,6 +418,28 @@ KI void mx_mm_row(const uint8_t *rc, const uint8_t *rs, int64_t nb,
 	MM_UNROLL
 	for (int t = 0; t < NT; t++)
 		ys[t][r] = hsum256(_mm256_add_ps(acc0[t], acc1[t]));
+}
+
+/* MXFP4 (activations in runs of 32): the GEMM's row kernel for one token
+ * (mx_mm_row), so matvec and GEMM are the same code; other activation
+ * layouts go to the generic 4-bit kernel. */
+KT static void mxfp4_avx2(const struct cw_wview *w, const struct cw_act *a,
+			  float *y, int64_t r0, int64_t r1)
+{
+	const int64_t C = w->cols, nb = C / 32;
+	const uint8_t *codes = w->data;
+	float *const ys[1] = { y };
+
+	if (!a->qabs || C % 32 || a->qgroup != 32) {
+		if (a->qgroup == 16)
+			fp4_avx2_t(w, a, y, r0, r1, ST_DTYPE_MXFP4);
+		else
+			cw_kern_c(w)(w, a, y, r0, r1);
+		return;
+	}
+	for (int64_t r = r0; r < r1; r++)
+		mx_mm_row(codes + r * (C / 2), w->scales + r * nb, nb, a, ys,
+			  r, 1);
 }
 
 KT static int mxfp4_mm_avx2(const struct cw_wview *w, const struct cw_act *a,
