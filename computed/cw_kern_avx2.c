@@ -26,6 +26,7 @@
 
 #define KT __attribute__((target("avx2,fma,f16c")))
 #define KI __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
+#define MM_UNROLL _Pragma("GCC unroll 8") /* constant trip counts: registers */
 
 KI float hsum256(__m256 v)
 {
@@ -274,32 +275,61 @@ KI __m256 bf16x8(const uint16_t *p)
 		_mm_loadu_si128((const __m128i *)(const void *)p)), 16));
 }
 
+/* BF16 rows [r, r + RB) times NT float vectors: one accumulator per (row,
+ * token), 8 columns per step in column order, then the lane sum and the
+ * last C % 8 columns in float: each output the same operations whatever RB
+ * and NT (matvec and GEMM bit-identical), while RB * NT independent FMA
+ * chains hide the FMA latency and each activation load serves RB rows. */
+KI void bf16_blk(const uint16_t *W, int64_t C, int64_t r,
+		 const struct cw_act *a, float *const *ys, const int RB,
+		 const int NT)
+{
+	const int64_t C8 = C & ~(int64_t)7;
+	__m256 acc[8][2];
+	int64_t c = 0;
+
+	MM_UNROLL
+	for (int i = 0; i < RB; i++)
+		MM_UNROLL
+		for (int t = 0; t < NT; t++)
+			acc[i][t] = _mm256_setzero_ps();
+	for (; c < C8; c += 8) {
+		__m256 xv[2];
+
+		MM_UNROLL
+		for (int t = 0; t < NT; t++)
+			xv[t] = _mm256_loadu_ps(a[t].x + c);
+		MM_UNROLL
+		for (int i = 0; i < RB; i++) {
+			const __m256 wv = bf16x8(W + (r + i) * C + c);
+
+			MM_UNROLL
+			for (int t = 0; t < NT; t++)
+				acc[i][t] = _mm256_fmadd_ps(wv, xv[t], acc[i][t]);
+		}
+	}
+	MM_UNROLL
+	for (int i = 0; i < RB; i++)
+		MM_UNROLL
+		for (int t = 0; t < NT; t++) {
+			float tl = 0.0f;
+
+			for (int64_t k = C8; k < C; k++)
+				tl += st_bf16_to_f32(W[(r + i) * C + k]) * a[t].x[k];
+			ys[t][r + i] = hsum256(acc[i][t]) + tl;
+		}
+}
+
 KT static void bf16_avx2(const struct cw_wview *w, const struct cw_act *a,
 			 float *y, int64_t r0, int64_t r1)
 {
-	const int64_t C = w->cols, C32 = C & ~(int64_t)31, C8 = C & ~(int64_t)7;
-	const uint16_t *W = w->data;
-	const float *x = a->x;
+	float *const ys[1] = { y };
+	int64_t r = r0;
 
-	for (int64_t r = r0; r < r1; r++) {
-		const uint16_t *row = W + r * C;
-		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-		int64_t c = 0;
-		float t = 0.0f;
-
-		for (; c < C32; c += 32) {
-			a0 = _mm256_fmadd_ps(bf16x8(row + c), _mm256_loadu_ps(x + c), a0);
-			a1 = _mm256_fmadd_ps(bf16x8(row + c + 8), _mm256_loadu_ps(x + c + 8), a1);
-			a2 = _mm256_fmadd_ps(bf16x8(row + c + 16), _mm256_loadu_ps(x + c + 16), a2);
-			a3 = _mm256_fmadd_ps(bf16x8(row + c + 24), _mm256_loadu_ps(x + c + 24), a3);
-		}
-		for (; c < C8; c += 8)
-			a0 = _mm256_fmadd_ps(bf16x8(row + c), _mm256_loadu_ps(x + c), a0);
-		for (; c < C; c++)
-			t += st_bf16_to_f32(row[c]) * x[c];
-		y[r] = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1),
-					     _mm256_add_ps(a2, a3))) + t;
-	}
+	for (; r + 8 <= r1; r += 8)
+		bf16_blk(w->data, w->cols, r, a, ys, 8, 1);
+	for (; r < r1; r++)
+		bf16_blk(w->data, w->cols, r, a, ys, 1, 1);
 }
 
 KT static void f32_avx2(const struct cw_wview *w, const struct cw_act *a,
@@ -337,7 +367,6 @@ KT static void f32_avx2(const struct cw_wview *w, const struct cw_act *a,
  * the same vector operations in the same order as the matvec kernel above
  * (bit-identical).  Rows outer, token groups inner: a row (a few KiB) is
  * read from memory once and from L1 for the further groups. */
-#define MM_UNROLL _Pragma("GCC unroll 8")
 
 /* 0.5 * e8m0(s) of 8 consecutive MXFP4 blocks (byte 0: 2^-127, 255: NaN,
  * the same values as e8m0f). */
@@ -469,70 +498,28 @@ KT static int mxfp4_mm_avx2(const struct cw_wview *w, const struct cw_act *a,
 	return 1;
 }
 
-KI void bf16_mm_row(const uint16_t *row, int64_t C, const struct cw_act *a,
-		    float *const *ys, int64_t r, const int NT)
-{
-	const int64_t C32 = C & ~(int64_t)31, C8 = C & ~(int64_t)7;
-	__m256 acc[4][4];
-	float tl[4];
-	int64_t c = 0;
-
-	MM_UNROLL
-	for (int t = 0; t < NT; t++) {
-		acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = _mm256_setzero_ps();
-		tl[t] = 0.0f;
-	}
-	for (; c < C32; c += 32) {
-		MM_UNROLL
-		for (int k = 0; k < 4; k++) {
-			const __m256 wv = bf16x8(row + c + 8 * k);
-
-			MM_UNROLL
-			for (int t = 0; t < NT; t++)
-				acc[t][k] = _mm256_fmadd_ps(
-					wv, _mm256_loadu_ps(a[t].x + c + 8 * k),
-					acc[t][k]);
-		}
-	}
-	for (; c < C8; c += 8) {
-		const __m256 wv = bf16x8(row + c);
-
-		MM_UNROLL
-		for (int t = 0; t < NT; t++)
-			acc[t][0] = _mm256_fmadd_ps(wv, _mm256_loadu_ps(a[t].x + c),
-						    acc[t][0]);
-	}
-	for (; c < C; c++) {
-		const float wf = st_bf16_to_f32(row[c]);
-
-		MM_UNROLL
-		for (int t = 0; t < NT; t++)
-			tl[t] += wf * a[t].x[c];
-	}
-	MM_UNROLL
-	for (int t = 0; t < NT; t++)
-		ys[t][r] = hsum256(_mm256_add_ps(
-				   _mm256_add_ps(acc[t][0], acc[t][1]),
-				   _mm256_add_ps(acc[t][2], acc[t][3]))) + tl[t];
-}
-
+/* BF16 GEMM: blocks of 4 rows times pairs of tokens (bf16_blk). */
 KT static int bf16_mm_avx2(const struct cw_wview *w, const struct cw_act *a,
 			   int n, float *const *ys, int64_t r0, int64_t r1)
 {
 	const int64_t C = w->cols;
-	const uint16_t *W = w->data;
+	int64_t r = r0;
 
-	for (int64_t r = r0; r < r1; r++) {
-		const uint16_t *row = W + r * C;
+	for (; r + 4 <= r1; r += 4) {
 		int t = 0;
 
-		for (; t + 3 <= n; t += 3)
-			bf16_mm_row(row, C, a + t, ys + t, r, 3);
-		switch (n - t) {
-		case 2: bf16_mm_row(row, C, a + t, ys + t, r, 2); break;
-		case 1: bf16_mm_row(row, C, a + t, ys + t, r, 1); break;
-		default: break;
-		}
+		for (; t + 2 <= n; t += 2)
+			bf16_blk(w->data, C, r, a + t, ys + t, 4, 2);
+		if (t < n)
+			bf16_blk(w->data, C, r, a + t, ys + t, 4, 1);
+	}
+	for (; r < r1; r++) {
+		int t = 0;
+
+		for (; t + 2 <= n; t += 2)
+			bf16_blk(w->data, C, r, a + t, ys + t, 1, 2);
+		if (t < n)
+			bf16_blk(w->data, C, r, a + t, ys + t, 1, 1);
 	}
 	return 1;
 }

@@ -268,6 +268,7 @@ static const struct geom k_geoms[] = {
 	{ ST_DTYPE_F8_E4M3, 3, 77, 0 },      /* no scales */
 	{ ST_DTYPE_BF16, 6, 1024, 0 },
 	{ ST_DTYPE_BF16, 3, 77, 0 },
+	{ ST_DTYPE_BF16, 21, 77, 0 },       /* row blocks of 8 and 4 + tail */
 	{ ST_DTYPE_F32, 3, 77, 0 },
 	{ ST_DTYPE_F32, 5, 1024, 0 },
 };
