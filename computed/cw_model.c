@@ -839,7 +839,10 @@ static void expert_views(const struct cw_model *m, int layer,
  * for all the tokens routed to that expert (a small-batch GEMM; the block
  * stays in cache between tokens), and each output element is still the
  * backend's one fixed reduction: results equal separate matvecs bit for bit
- * in reference mode, whatever the batch or the thread count. */
+ * in reference mode, whatever the batch or the thread count.  In fast mode
+ * the tokens of an expert go through the backend's small-batch GEMM
+ * (matmul_act), which gives each token the matvec kernel's result bit for
+ * bit: fast mode is batch-invariant too. */
 #define MOE_GU_ROWS 32   /* gate/up rows per task */
 #define MOE_DOWN_ROWS 64 /* down rows per task */
 #define MOE_MM 16        /* tokens per GEMM call (fast mode) */
