@@ -15,6 +15,11 @@
  *   threads (st_membw, best of 5 passes, measured at the start and again
  *   before each configuration; the best figure is used), the ratio, and the
  *   time per token spent acquiring experts from expertd.
+ * Also per CPU-second of the process (load-independent on a shared
+ * machine): prompt and decode tokens; with --batch N, N sequences decoding
+ * together (cw_model_eval_batch, one token of each per step, as the
+ * serving scheduler runs them): aggregate tokens/s and tokens per
+ * CPU-second, and the gain over one sequence.
  * Prints figures, asserts nothing (STYLE.md: benchmarks never assert time).
  */
 #include <errno.h>
@@ -66,7 +71,7 @@ static void usage(FILE *f)
 "Usage: strata-bench-decode --model DIR [--store DIR] [--experts FMT]\n"
 "          [--compute reference|fast|both] [--threads LIST]\n"
 "          [--prompt-tokens N] [--tokens N] [--runs N] [--host-budget B]\n"
-"          [--membw-bytes B] [--dense bf16|fp8]\n"
+"          [--membw-bytes B] [--dense bf16|fp8] [--batch N]\n"
 "\n"
 "Prompt and decode speed against this machine's read bandwidth.\n"
 "  --experts FMT       expert format of the store made when --store is\n"
@@ -79,6 +84,8 @@ static void usage(FILE *f)
 "  --tokens N          decoded tokens per run (default 64)\n"
 "  --runs N            runs per configuration, median printed (default 3)\n"
 "  --membw-bytes B     bandwidth probe buffer (default 1GiB)\n"
+"  --batch N           also decode N sequences together (continuous\n"
+"                      batching, cw_model_eval_batch); default off\n"
 "Make the large model with: scripts/gen-moe-model.py --out\n"
 "bench-models/qwen3moe-large (see docs/BENCHMARKS.md).\n");
 }
@@ -88,17 +95,70 @@ struct conf_result {
 	int threads;
 	double prompt_tps, decode_tps, bw;
 	double decode_cpu_tps;  /* tokens per CPU-second of the process */
+	double prompt_cpu_tps;
+	double batch_tps, batch_cpu_tps; /* --batch: aggregate decode */
 	double exp_b, den_b, lm_b, stall_ms;
 };
 
+/* Batched decode: n_seq sequences with 8-token prompts, then n_tokens
+ * steps of one greedy token of each through cw_model_eval_batch; the
+ * aggregate tokens/s and tokens per CPU-second into res. */
+static int run_batch(struct cw_model *m, struct kv_client *kv, int n_seq,
+		     int n_tokens, struct conf_result *res, struct st_diag *diag)
+{
+	const int vocab = cw_model_config(m)->vocab_size;
+	struct cw_batch_tok *toks = calloc((size_t)n_seq, sizeof(*toks));
+	float *lg = malloc(sizeof(float) * (size_t)vocab * (size_t)n_seq);
+	int32_t ids[8];
+	uint64_t t0, c0;
+	int r = 0, made = 0;
+
+	if (!toks || !lg) {
+		r = st_diag_set(diag, -ENOMEM, "out of memory for --batch %d",
+				n_seq);
+		goto out;
+	}
+	for (int i = 0; i < n_seq && r == 0; i++) {
+		for (int k = 0; k < 8; k++)
+			ids[k] = (int32_t)((2000 + 53 * k + 7907 * i) % vocab);
+		r = kv_client_seq_create(kv, &toks[i].seq, diag);
+		if (r < 0)
+			break;
+		made++;
+		r = cw_model_eval(m, toks[i].seq, 0, ids, 8, NULL,
+				  lg + (size_t)i * vocab, diag);
+		toks[i].pos = 8;
+		toks[i].logits = lg + (size_t)i * vocab;
+	}
+	c0 = proc_cpu_ns();
+	t0 = st_now_ns();
+	for (int t = 0; t < n_tokens && r == 0; t++) {
+		for (int i = 0; i < n_seq; i++)
+			toks[i].id = cw_argmax(toks[i].logits, vocab);
+		r = cw_model_eval_batch(m, toks, n_seq, diag);
+		for (int i = 0; i < n_seq; i++)
+			toks[i].pos++;
+	}
+	res->batch_tps = (double)n_seq * n_tokens /
+			 ((double)(st_now_ns() - t0) / 1e9);
+	res->batch_cpu_tps = (double)n_seq * n_tokens /
+			     ((double)(proc_cpu_ns() - c0) / 1e9);
+out:
+	for (int i = 0; i < made; i++)
+		kv_client_seq_free(kv, toks[i].seq);
+	free(toks);
+	free(lg);
+	return r;
+}
+
 /* Runs one configuration: `runs` times a fresh sequence, a prompt batch,
- * then n_tokens greedy steps. */
+ * then n_tokens greedy steps; then, with batch > 1, run_batch. */
 static int run_conf(struct cli_instance *inst, struct es_client *es,
 		    struct kv_client *kv, struct cw_model_opts *mo, int runs,
-		    int n_prompt, int n_tokens, struct conf_result *res,
-		    struct st_diag *diag)
+		    int n_prompt, int n_tokens, int batch,
+		    struct conf_result *res, struct st_diag *diag)
 {
-	double ptps[MAX_RUNS], dtps[MAX_RUNS], ctps[MAX_RUNS];
+	double ptps[MAX_RUNS], dtps[MAX_RUNS], ctps[MAX_RUNS], pctps[MAX_RUNS];
 	struct cw_read_stats before, after;
 	uint64_t exp_b = 0, den_b = 0, lm_b = 0, stall = 0, decoded = 0;
 	struct cw_model *m = NULL;
@@ -126,8 +186,10 @@ static int run_conf(struct cli_instance *inst, struct es_client *es,
 		if (r < 0)
 			break;
 		t0 = st_now_ns();
+		c0 = proc_cpu_ns();
 		r = cw_model_eval(m, seq, 0, ids, n_prompt, NULL, logits, diag);
 		ptps[run] = n_prompt / ((double)(st_now_ns() - t0) / 1e9);
+		pctps[run] = n_prompt / ((double)(proc_cpu_ns() - c0) / 1e9);
 		cw_model_read_stats(m, &before);
 		c0 = proc_cpu_ns();
 		t0 = st_now_ns();
@@ -154,11 +216,14 @@ static int run_conf(struct cli_instance *inst, struct es_client *es,
 		res->prompt_tps = median(ptps, runs);
 		res->decode_tps = median(dtps, runs);
 		res->decode_cpu_tps = median(ctps, runs);
+		res->prompt_cpu_tps = median(pctps, runs);
 		res->exp_b = (double)exp_b / (double)decoded;
 		res->den_b = (double)den_b / (double)decoded;
 		res->lm_b = (double)lm_b / (double)decoded;
 		res->stall_ms = (double)stall / (double)decoded / 1e6;
 	}
+	if (r == 0 && batch > 1)
+		r = run_batch(m, kv, batch, n_tokens, res, diag);
 out:
 	free(ids);
 	free(logits);
@@ -199,11 +264,13 @@ int main(int argc, char **argv)
 		{ "threads", required_argument, NULL, 't' },
 		{ "compute", required_argument, NULL, 'c' },
 		{ "dense", required_argument, NULL, 'd' },
+		{ "batch", required_argument, NULL, 'B' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	const char *model = NULL, *experts = "mxfp4", *compute = "both";
 	int n_tokens = 64, n_prompt = 128, runs = 3, c, r = 0, dense_fp8 = 0;
+	int batch = 0;
 	int threads[MAX_CONF] = { 1, 2 }, n_threads = 2, n_res = 0;
 	uint64_t membw_bytes = 1ull << 30;
 	struct cli_instance inst;
@@ -223,6 +290,7 @@ int main(int argc, char **argv)
 		case 'n': n_tokens = atoi(optarg); break;
 		case 'p': n_prompt = atoi(optarg); break;
 		case 'r': runs = atoi(optarg); break;
+		case 'B': batch = atoi(optarg); break;
 		case 'b': snprintf(inst.host_budget, sizeof(inst.host_budget), "%s", optarg); break;
 		case 'e': experts = optarg; break;
 		case 'w':
@@ -262,7 +330,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (!model || n_tokens < 2 || n_prompt < 1 || n_prompt > 4096 ||
-	    runs < 1 || runs > MAX_RUNS) {
+	    runs < 1 || runs > MAX_RUNS || batch < 0 || batch > 256) {
 		usage(stderr);
 		return 2;
 	}
@@ -325,7 +393,7 @@ int main(int argc, char **argv)
 			cr->mode = modes[mi];
 			cr->threads = threads[ti];
 			cr->bw = bw[ti];
-			r = run_conf(&inst, es, kv, &mo, runs, n_prompt, n_tokens,
+			r = run_conf(&inst, es, kv, &mo, runs, n_prompt, n_tokens, batch,
 				     cr, &diag);
 			if (!r)
 				n_res++;
@@ -345,6 +413,9 @@ int main(int argc, char **argv)
 		printf("\n%s mode, %d thread(s):\n", cw_compute_name(cr->mode),
 		       cr->threads);
 		printf("  prompt: %.1f tokens/s\n", cr->prompt_tps);
+		if (cr->threads == 1)
+			printf("  prompt per CPU-second of this process: %.1f "
+			       "tokens\n", cr->prompt_cpu_tps);
 		printf("  decode: %.2f tokens/s\n", cr->decode_tps);
 		if (cr->threads == 1)
 			printf("  decode per CPU-second of this process: %.2f "
@@ -362,6 +433,13 @@ int main(int argc, char **argv)
 		       100 * gbs / cr->bw, cr->threads, cr->bw);
 		printf("  expert acquire (expertd round trips): %.2f ms per "
 		       "token of %.2f ms\n", cr->stall_ms, 1e3 / cr->decode_tps);
+		if (batch > 1)
+			printf("  batched decode, %d sequences (one token each "
+			       "per step): %.2f tokens/s = %.2fx one sequence; "
+			       "%.2f tokens per CPU-second = %.2fx\n", batch,
+			       cr->batch_tps, cr->batch_tps / cr->decode_tps,
+			       cr->batch_cpu_tps,
+			       cr->batch_cpu_tps / cr->decode_cpu_tps);
 	}
 	printf("\n| mode | threads | prompt tok/s | decode tok/s | MB/token "
 	       "(experts + dense + LM head) | achieved GB/s | read bandwidth "

@@ -4,9 +4,12 @@
  * kernels (dequantize to float, fixed order), the fast portable C kernels
  * and the fast SIMD ones (int8 activations for 4-bit weights), in GB/s of
  * weights read, next to the machine's read bandwidth (st_membw) with the
- * same thread count.  Prints figures, asserts nothing.
+ * same thread count.  With --batch N (N > 1) also the fast backends'
+ * small-batch GEMM (matmul_act) for N tokens: GB/s of weights (each read
+ * once for the N tokens) and the equivalent matvec GB/s (N times that).
+ * Prints figures, asserts nothing.
  *
- * Usage: strata-bench-kern [--mib N] [--threads N] [--reps N]
+ * Usage: strata-bench-kern [--mib N] [--threads N] [--reps N] [--batch N]
  */
 #include <getopt.h>
 #include <time.h>
@@ -34,6 +37,8 @@ struct job {
 	const struct cw_wview *w;
 	const struct cw_act *a;
 	float *y;
+	int n;            /* tokens: > 1 runs matmul_act */
+	float *const *ys; /* their outputs */
 };
 
 static void task(void *arg, int t, int n)
@@ -41,7 +46,10 @@ static void task(void *arg, int t, int n)
 	const struct job *j = arg;
 	int64_t r0 = j->w->rows * t / n, r1 = j->w->rows * (t + 1) / n;
 
-	j->be->matvec_act(j->w, j->a, j->y, r0, r1);
+	if (j->n > 1)
+		j->be->matmul_act(j->w, j->a, j->n, j->ys, r0, r1);
+	else
+		j->be->matvec_act(j->w, j->a, j->y, r0, r1);
 }
 
 int main(int argc, char **argv)
@@ -50,6 +58,7 @@ int main(int argc, char **argv)
 		{ "mib", required_argument, NULL, 'm' },
 		{ "threads", required_argument, NULL, 't' },
 		{ "reps", required_argument, NULL, 'r' },
+		{ "batch", required_argument, NULL, 'b' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -61,7 +70,7 @@ int main(int argc, char **argv)
 		{ ST_DTYPE_BF16, 0, "BF16" },
 	};
 	const int64_t C = 1024;
-	int mib = 256, n_threads = 1, reps = 3, c;
+	int mib = 256, n_threads = 1, reps = 3, batch = 1, c;
 	struct cw_threads *pool = NULL;
 	double bw = 0;
 
@@ -70,15 +79,18 @@ int main(int argc, char **argv)
 		case 'm': mib = atoi(optarg); break;
 		case 't': n_threads = atoi(optarg); break;
 		case 'r': reps = atoi(optarg); break;
+		case 'b': batch = atoi(optarg); break;
 		case 'h':
 			printf("Usage: strata-bench-kern [--mib N] [--threads N] "
-			       "[--reps N]\nmatvec GB/s per format and kernel "
-			       "path (matrices of N MiB, default 256; 1 for in-cache speed)\n");
+			       "[--reps N] [--batch N]\nmatvec GB/s per format and kernel "
+			       "path (matrices of N MiB, default 256; 1 for in-cache speed);\n"
+			       "--batch N: also the fast GEMM for N tokens (1..64)\n");
 			return 0;
 		default: return 2;
 		}
 	}
-	if (mib < 1 || n_threads < 1 || n_threads > 256 || reps < 1)
+	if (mib < 1 || n_threads < 1 || n_threads > 256 || reps < 1 ||
+	    batch < 1 || batch > 64)
 		return 2;
 	if (cw_threads_create(n_threads, &pool) < 0)
 		return 1;
@@ -129,13 +141,26 @@ int main(int argc, char **argv)
 		w.group = fmts[f].group;
 		w.scale_type = st_wformat_scale_type(wf.dtype);
 		w.global_scale = 1.0f;
-		for (int b = 0; bes[b]; b++) {
-			unsigned char *abuf = malloc(bes[b]->act_bytes(C) + 64);
-			struct cw_act a;
-			struct job j = { bes[b], &w, &a, y };
+		for (int b = 0; bes[b]; b++)
+		for (int nb = 1; nb <= batch; nb += batch > 1 ? batch - 1 : 1) {
+			const size_t ab = (bes[b]->act_bytes(C) + 63) & ~(size_t)63;
+			unsigned char *abuf = malloc(ab * (size_t)nb + 64);
+			struct cw_act a[64];
+			float *ys[64];
+			float *yb = nb > 1 ? malloc(sizeof(float) * rows * nb) : NULL;
+			struct job j = { bes[b], &w, a, y, nb, ys };
 			uint64_t best = UINT64_MAX, best_cpu = UINT64_MAX;
+			char name[64];
 
-			bes[b]->act_prepare(x, C, wf.dtype, abuf, &a);
+			if (nb > 1 && !bes[b]->matmul_act) {
+				free(abuf);
+				free(yb);
+				continue;
+			}
+			for (int t = 0; t < nb; t++) {
+				bes[b]->act_prepare(x, C, wf.dtype, abuf + ab * t, &a[t]);
+				ys[t] = nb > 1 ? yb + rows * t : y;
+			}
 			for (int r = 0; r < reps; r++) {
 				uint64_t t0 = st_now_ns(), c0 = cpu_ns();
 
@@ -143,14 +168,22 @@ int main(int argc, char **argv)
 				best = ST_MIN(best, st_now_ns() - t0);
 				best_cpu = ST_MIN(best_cpu, cpu_ns() - c0);
 			}
-			printf("%-14s %-22s %8.2f", fmts[f].name, bes[b]->name,
+			snprintf(name, sizeof(name), nb > 1 ? "%s GEMM x%d" : "%s",
+				 bes[b]->name, nb);
+			printf("%-14s %-22s %8.2f", fmts[f].name, name,
 			       (double)(per_row * rows) / (double)best);
 			if (n_threads == 1)
 				printf(" %12.2f", (double)(per_row * rows) /
 				       (double)best_cpu);
+			if (nb > 1)
+				printf("   (x%d tokens: %.2f matvec-equivalent GB/s%s)",
+				       nb, (double)(per_row * rows) * nb /
+				       (double)(n_threads == 1 ? best_cpu : best),
+				       n_threads == 1 ? " per CPU-second" : "");
 			printf("\n");
 			fflush(stdout);
 			free(abuf);
+			free(yb);
 		}
 		free(data);
 		free(scales);

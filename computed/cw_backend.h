@@ -107,6 +107,17 @@ struct cw_backend_ops {
 			    void *buf, struct cw_act *ret);
 	void (*matvec_act)(const struct cw_wview *w, const struct cw_act *a,
 			   float *y, int64_t row_begin, int64_t row_end);
+	/*
+	 * Small-batch GEMM on prepared activations (optional: NULL in
+	 * reference mode, whose callers then run matvec_act per token):
+	 * ys[t][r] = W[r] . a[t] for the n tokens t (n >= 1, a[] the n
+	 * prepared vectors) and r in [row_begin, row_end), each weight row
+	 * read once for all n.  Every output element equals matvec_act's
+	 * for that token bit for bit (batch-invariant).
+	 */
+	void (*matmul_act)(const struct cw_wview *w, const struct cw_act *a,
+			   int n, float *const *ys, int64_t row_begin,
+			   int64_t row_end);
 };
 
 /* The CPU backend (reference mode): plain C, with an AVX2 MXFP4 kernel

@@ -103,6 +103,22 @@ static void matvec_path(enum cw_kern_path path, const struct cw_wview *w,
 		free(buf);
 }
 
+/* The GEMM on `path`: the path's kernel where it has one for w and these
+ * activations, else the matvec per token (the same results either way). */
+static void mm_path(enum cw_kern_path path, const struct cw_wview *w,
+		    const struct cw_act *a, int n, float *const *ys,
+		    int64_t r0, int64_t r1)
+{
+	cw_kern_mm_fn f = NULL;
+
+	if (path == CW_KERN_AVX2 || path == CW_KERN_AUTO)
+		f = cw_kern_avx2_mm(w);
+	if (f && f(w, a, n, ys, r0, r1))
+		return;
+	for (int t = 0; t < n; t++)
+		run(path, w, &a[t], ys[t], r0, r1);
+}
+
 #define FAST_PATH(P, p)                                                       \
 	static void matvec_##p(const struct cw_wview *w, const float *x,     \
 			       float *y, int64_t r0, int64_t r1)             \
@@ -115,6 +131,12 @@ static void matvec_path(enum cw_kern_path path, const struct cw_wview *w,
 	{                                                                     \
 		run(P, w, a, y, r0, r1);                                      \
 	}                                                                     \
+	static void matmul_act_##p(const struct cw_wview *w,                 \
+				   const struct cw_act *a, int n,            \
+				   float *const *ys, int64_t r0, int64_t r1) \
+	{                                                                     \
+		mm_path(P, w, a, n, ys, r0, r1);                              \
+	}                                                                     \
 	static const struct cw_backend_ops k_ops_##p = {                      \
 		.name = "cpu-fast-" #p,                                       \
 		.supports = fast_supports,                                    \
@@ -124,6 +146,7 @@ static void matvec_path(enum cw_kern_path path, const struct cw_wview *w,
 		.act_bytes = fast_act_bytes,                                  \
 		.act_prepare = fast_act_prepare,                              \
 		.matvec_act = matvec_act_##p,                                 \
+		.matmul_act = matmul_act_##p,                                 \
 	};
 
 FAST_PATH(CW_KERN_AUTO, auto)

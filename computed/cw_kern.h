@@ -66,6 +66,21 @@ typedef void (*cw_kern_fn)(const struct cw_wview *w, const struct cw_act *a,
 cw_kern_fn cw_kern_c(const struct cw_wview *w);
 cw_kern_fn cw_kern_avx2(const struct cw_wview *w);
 
+/*
+ * A small-batch GEMM kernel: ys[t][r] = W[r] . a[t] for the n tokens
+ * (1 <= n, a[] n prepared vectors) and r in [r0, r1): each row's weights
+ * decoded (widened) once and multiplied with every token, each output the
+ * same operations in the same order as the path's matvec kernel, so the
+ * results are bit-identical to n matvecs.  Returns 0 where it cannot take
+ * these activations (4-bit weights whose activations are not quantized in
+ * the kernel's run order); the caller then runs the matvec kernel per token.
+ */
+typedef int (*cw_kern_mm_fn)(const struct cw_wview *w, const struct cw_act *a,
+			     int n, float *const *ys, int64_t r0, int64_t r1);
+
+/* The GEMM kernel for w on the AVX2 path (MXFP4, FP8 E4M3, BF16), or NULL. */
+cw_kern_mm_fn cw_kern_avx2_mm(const struct cw_wview *w);
+
 /* 1 if `path` can run on this CPU (CW_KERN_AUTO and CW_KERN_C always). */
 int cw_kern_path_supported(enum cw_kern_path path);
 

@@ -26,6 +26,7 @@
 
 #define KT __attribute__((target("avx2,fma,f16c")))
 #define KI __attribute__((target("avx2,fma,f16c"), always_inline)) static inline
+#define MM_UNROLL _Pragma("GCC unroll 8") /* constant trip counts: registers */
 
 KI float hsum256(__m256 v)
 {
@@ -170,23 +171,6 @@ KI void fp4_avx2_t(const struct cw_wview *w, const struct cw_act *a, float *y,
 	}
 }
 
-/* Factors (0.5 * e8m0(s)) * d of 8 consecutive MXFP4 blocks, the same
- * float operations as e8m0f / fp4_factors (byte 0: 2^-127, 255: NaN). */
-KI __m256 mx_factors8(const uint8_t *s, const float *d)
-{
-	const __m256i sb = _mm256_cvtepu8_epi32(
-		_mm_loadl_epi64((const __m128i *)(const void *)s));
-	__m256i bits = _mm256_slli_epi32(sb, 23);
-
-	bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000),
-				  _mm256_cmpeq_epi32(sb, _mm256_setzero_si256()));
-	bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7fc00000),
-				  _mm256_cmpeq_epi32(sb, _mm256_set1_epi32(255)));
-	return _mm256_mul_ps(_mm256_mul_ps(_mm256_castsi256_ps(bits),
-					   _mm256_set1_ps(0.5f)),
-			     _mm256_loadu_ps(d));
-}
-
 /* 32 weights of one block as int8 in cw_act order for runs of 32: the 16
  * code bytes in both lanes, the second lane shifted down a nibble, so lane 0
  * holds the even elements and lane 1 the odd ones. */
@@ -200,60 +184,6 @@ KI __m256i fp4_decode32(const uint8_t *p)
 
 	c = _mm256_srlv_epi64(c, _mm256_setr_epi64x(0, 0, 4, 4));
 	return _mm256_shuffle_epi8(lut, _mm256_and_si256(c, _mm256_set1_epi8(15)));
-}
-
-/* One MXFP4 block: weights decoded, |q| (precomputed) times sign(w, q). */
-KI __m256 mx_block(const uint8_t *codes, const uint8_t *qa, const int8_t *q)
-{
-	const __m256i wv = fp4_decode32(codes);
-	const __m256i p16 = _mm256_maddubs_epi16(
-		_mm256_loadu_si256((const __m256i *)(const void *)qa),
-		_mm256_sign_epi8(wv, _mm256_loadu_si256(
-			(const __m256i *)(const void *)q)));
-
-	return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
-}
-
-/* MXFP4 (activations in runs of 32): eight blocks per step with their
- * factors computed as one vector and broadcast lane by lane; |q| comes
- * precomputed with the activations, so a block costs one sign instead of
- * abs + sign; the decode needs no byte duplication (fp4_decode32). */
-KT static void mxfp4_avx2(const struct cw_wview *w, const struct cw_act *a,
-			  float *y, int64_t r0, int64_t r1)
-{
-	const int64_t C = w->cols, nb = C / 32, nb8 = nb & ~(int64_t)7;
-	const uint8_t *codes = w->data;
-
-	if (!a->qabs || C % 32 || a->qgroup != 32) {
-		if (a->qgroup == 16)
-			fp4_avx2_t(w, a, y, r0, r1, ST_DTYPE_MXFP4);
-		else
-			cw_kern_c(w)(w, a, y, r0, r1);
-		return;
-	}
-	for (int64_t r = r0; r < r1; r++) {
-		const uint8_t *rc = codes + r * (C / 2), *rs = w->scales + r * nb;
-		__m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
-		int64_t b = 0;
-
-		for (; b < nb8; b += 8) {
-			const __m256 f = mx_factors8(rs + b, a->d + b);
-
-#define MXB(i, acc)                                                          \
-	acc = _mm256_fmadd_ps(                                               \
-		mx_block(rc + 16 * (b + i), a->qabs + 32 * (b + i),          \
-			 a->q + 32 * (b + i)),                                  \
-		_mm256_permutevar8x32_ps(f, _mm256_set1_epi32(i)), acc)
-			MXB(0, acc0); MXB(1, acc1); MXB(2, acc0); MXB(3, acc1);
-			MXB(4, acc0); MXB(5, acc1); MXB(6, acc0); MXB(7, acc1);
-#undef MXB
-		}
-		for (; b < nb; b++)
-			acc0 = _mm256_fmadd_ps(
-				mx_block(rc + 16 * b, a->qabs + 32 * b, a->q + 32 * b),
-				_mm256_set1_ps((0.5f * e8m0f(rs[b])) * a->d[b]), acc0);
-		y[r] = hsum256(_mm256_add_ps(acc0, acc1));
-	}
 }
 
 KT static void nvfp4_avx2(const struct cw_wview *w, const struct cw_act *a,
@@ -345,32 +275,61 @@ KI __m256 bf16x8(const uint16_t *p)
 		_mm_loadu_si128((const __m128i *)(const void *)p)), 16));
 }
 
+/* BF16 rows [r, r + RB) times NT float vectors: one accumulator per (row,
+ * token), 8 columns per step in column order, then the lane sum and the
+ * last C % 8 columns in float: each output the same operations whatever RB
+ * and NT (matvec and GEMM bit-identical), while RB * NT independent FMA
+ * chains hide the FMA latency and each activation load serves RB rows. */
+KI void bf16_blk(const uint16_t *W, int64_t C, int64_t r,
+		 const struct cw_act *a, float *const *ys, const int RB,
+		 const int NT)
+{
+	const int64_t C8 = C & ~(int64_t)7;
+	__m256 acc[8][2];
+	int64_t c = 0;
+
+	MM_UNROLL
+	for (int i = 0; i < RB; i++)
+		MM_UNROLL
+		for (int t = 0; t < NT; t++)
+			acc[i][t] = _mm256_setzero_ps();
+	for (; c < C8; c += 8) {
+		__m256 xv[2];
+
+		MM_UNROLL
+		for (int t = 0; t < NT; t++)
+			xv[t] = _mm256_loadu_ps(a[t].x + c);
+		MM_UNROLL
+		for (int i = 0; i < RB; i++) {
+			const __m256 wv = bf16x8(W + (r + i) * C + c);
+
+			MM_UNROLL
+			for (int t = 0; t < NT; t++)
+				acc[i][t] = _mm256_fmadd_ps(wv, xv[t], acc[i][t]);
+		}
+	}
+	MM_UNROLL
+	for (int i = 0; i < RB; i++)
+		MM_UNROLL
+		for (int t = 0; t < NT; t++) {
+			float tl = 0.0f;
+
+			for (int64_t k = C8; k < C; k++)
+				tl += st_bf16_to_f32(W[(r + i) * C + k]) * a[t].x[k];
+			ys[t][r + i] = hsum256(acc[i][t]) + tl;
+		}
+}
+
 KT static void bf16_avx2(const struct cw_wview *w, const struct cw_act *a,
 			 float *y, int64_t r0, int64_t r1)
 {
-	const int64_t C = w->cols, C32 = C & ~(int64_t)31, C8 = C & ~(int64_t)7;
-	const uint16_t *W = w->data;
-	const float *x = a->x;
+	float *const ys[1] = { y };
+	int64_t r = r0;
 
-	for (int64_t r = r0; r < r1; r++) {
-		const uint16_t *row = W + r * C;
-		__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-		int64_t c = 0;
-		float t = 0.0f;
-
-		for (; c < C32; c += 32) {
-			a0 = _mm256_fmadd_ps(bf16x8(row + c), _mm256_loadu_ps(x + c), a0);
-			a1 = _mm256_fmadd_ps(bf16x8(row + c + 8), _mm256_loadu_ps(x + c + 8), a1);
-			a2 = _mm256_fmadd_ps(bf16x8(row + c + 16), _mm256_loadu_ps(x + c + 16), a2);
-			a3 = _mm256_fmadd_ps(bf16x8(row + c + 24), _mm256_loadu_ps(x + c + 24), a3);
-		}
-		for (; c < C8; c += 8)
-			a0 = _mm256_fmadd_ps(bf16x8(row + c), _mm256_loadu_ps(x + c), a0);
-		for (; c < C; c++)
-			t += st_bf16_to_f32(row[c]) * x[c];
-		y[r] = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1),
-					     _mm256_add_ps(a2, a3))) + t;
-	}
+	for (; r + 8 <= r1; r += 8)
+		bf16_blk(w->data, w->cols, r, a, ys, 8, 1);
+	for (; r < r1; r++)
+		bf16_blk(w->data, w->cols, r, a, ys, 1, 1);
 }
 
 KT static void f32_avx2(const struct cw_wview *w, const struct cw_act *a,
@@ -398,6 +357,271 @@ KT static void f32_avx2(const struct cw_wview *w, const struct cw_act *a,
 			t += row[c] * x[c];
 		y[r] = hsum256(_mm256_add_ps(_mm256_add_ps(a0, a1),
 					     _mm256_add_ps(a2, a3))) + t;
+	}
+}
+
+/* ---- small-batch GEMM (cw_kern_mm_fn) ----
+ * Each kernel handles one row for NT tokens at a time (NT a constant after
+ * inlining, so the accumulators stay in registers): the row's weights are
+ * decoded or widened once and used for every token, each token's output
+ * the same vector operations in the same order as the matvec kernel above
+ * (bit-identical).  Rows outer, token groups inner: a row (a few KiB) is
+ * read from memory once and from L1 for the further groups. */
+
+/* 0.5 * e8m0(s) of 8 consecutive MXFP4 blocks (byte 0: 2^-127, 255: NaN,
+ * the same values as e8m0f). */
+KI __m256 mx_wscale8(const uint8_t *s)
+{
+	const __m256i sb = _mm256_cvtepu8_epi32(
+		_mm_loadl_epi64((const __m128i *)(const void *)s));
+	__m256i bits = _mm256_slli_epi32(sb, 23);
+
+	bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000),
+				  _mm256_cmpeq_epi32(sb, _mm256_setzero_si256()));
+	bits = _mm256_blendv_epi8(bits, _mm256_set1_epi32(0x7fc00000),
+				  _mm256_cmpeq_epi32(sb, _mm256_set1_epi32(255)));
+	return _mm256_mul_ps(_mm256_castsi256_ps(bits), _mm256_set1_ps(0.5f));
+}
+
+/* One MXFP4 block of decoded weights wv: |q| (precomputed with the
+ * activations) times sign(w, q), so a block costs one sign instead of
+ * abs + sign; eight int32 partial sums as floats. */
+KI __m256 mx_dot(__m256i wv, const uint8_t *qa, const int8_t *q)
+{
+	const __m256i p16 = _mm256_maddubs_epi16(
+		_mm256_loadu_si256((const __m256i *)(const void *)qa),
+		_mm256_sign_epi8(wv, _mm256_loadu_si256(
+			(const __m256i *)(const void *)q)));
+
+	return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
+}
+
+KI void mx_mm_row(const uint8_t *rc, const uint8_t *rs, int64_t nb,
+		  const struct cw_act *a, float *const *ys, int64_t r,
+		  const int NT)
+{
+	const int64_t nb8 = nb & ~(int64_t)7;
+	__m256 acc0[8], acc1[8];
+	int64_t b = 0;
+
+	MM_UNROLL
+	for (int t = 0; t < NT; t++)
+		acc0[t] = acc1[t] = _mm256_setzero_ps();
+	for (; b < nb8; b += 8) {
+		const __m256 wf = mx_wscale8(rs + b);
+		/* the factors stored and broadcast back from L1: a load
+		 * each instead of a lane permute (a shuffle-port uop) */
+		_Alignas(32) float f[8][8];
+
+		MM_UNROLL
+		for (int t = 0; t < NT; t++)
+			_mm256_store_ps(f[t], _mm256_mul_ps(
+				wf, _mm256_loadu_ps(a[t].d + b)));
+		MM_UNROLL
+		for (int i = 0; i < 8; i++) {
+			const __m256i wv = fp4_decode32(rc + 16 * (b + i));
+
+			MM_UNROLL
+			for (int t = 0; t < NT; t++) {
+				const __m256 d = mx_dot(wv, a[t].qabs + 32 * (b + i),
+							a[t].q + 32 * (b + i));
+				const __m256 fi = _mm256_broadcast_ss(&f[t][i]);
+
+				if (i & 1)
+					acc1[t] = _mm256_fmadd_ps(d, fi, acc1[t]);
+				else
+					acc0[t] = _mm256_fmadd_ps(d, fi, acc0[t]);
+			}
+		}
+	}
+	for (; b < nb; b++) {
+		const __m256i wv = fp4_decode32(rc + 16 * b);
+		const float ws = 0.5f * e8m0f(rs[b]);
+
+		MM_UNROLL
+		for (int t = 0; t < NT; t++)
+			acc0[t] = _mm256_fmadd_ps(
+				mx_dot(wv, a[t].qabs + 32 * b, a[t].q + 32 * b),
+				_mm256_set1_ps(ws * a[t].d[b]), acc0[t]);
+	}
+	MM_UNROLL
+	for (int t = 0; t < NT; t++)
+		ys[t][r] = hsum256(_mm256_add_ps(acc0[t], acc1[t]));
+}
+
+/* MXFP4 (activations in runs of 32): the GEMM's row kernel for one token
+ * (mx_mm_row), so matvec and GEMM are the same code; other activation
+ * layouts go to the generic 4-bit kernel. */
+KT static void mxfp4_avx2(const struct cw_wview *w, const struct cw_act *a,
+			  float *y, int64_t r0, int64_t r1)
+{
+	const int64_t C = w->cols, nb = C / 32;
+	const uint8_t *codes = w->data;
+	float *const ys[1] = { y };
+
+	if (!a->qabs || C % 32 || a->qgroup != 32) {
+		if (a->qgroup == 16)
+			fp4_avx2_t(w, a, y, r0, r1, ST_DTYPE_MXFP4);
+		else
+			cw_kern_c(w)(w, a, y, r0, r1);
+		return;
+	}
+	for (int64_t r = r0; r < r1; r++)
+		mx_mm_row(codes + r * (C / 2), w->scales + r * nb, nb, a, ys,
+			  r, 1);
+}
+
+KT static int mxfp4_mm_avx2(const struct cw_wview *w, const struct cw_act *a,
+			    int n, float *const *ys, int64_t r0, int64_t r1)
+{
+	const int64_t C = w->cols, nb = C / 32;
+	const uint8_t *codes = w->data;
+
+	if (C % 32)
+		return 0;
+	for (int t = 0; t < n; t++)
+		if (!a[t].qabs || a[t].qgroup != 32)
+			return 0;
+	for (int64_t r = r0; r < r1; r++) {
+		const uint8_t *rc = codes + r * (C / 2), *rs = w->scales + r * nb;
+		int t = 0;
+
+		for (; t + 4 <= n; t += 4)
+			mx_mm_row(rc, rs, nb, a + t, ys + t, r, 4);
+		switch (n - t) {
+		case 3: mx_mm_row(rc, rs, nb, a + t, ys + t, r, 3); break;
+		case 2: mx_mm_row(rc, rs, nb, a + t, ys + t, r, 2); break;
+		case 1: mx_mm_row(rc, rs, nb, a + t, ys + t, r, 1); break;
+		default: break;
+		}
+	}
+	return 1;
+}
+
+/* BF16 GEMM: blocks of 4 rows times pairs of tokens (bf16_blk). */
+KT static int bf16_mm_avx2(const struct cw_wview *w, const struct cw_act *a,
+			   int n, float *const *ys, int64_t r0, int64_t r1)
+{
+	const int64_t C = w->cols;
+	int64_t r = r0;
+
+	for (; r + 4 <= r1; r += 4) {
+		int t = 0;
+
+		for (; t + 2 <= n; t += 2)
+			bf16_blk(w->data, C, r, a + t, ys + t, 4, 2);
+		if (t < n)
+			bf16_blk(w->data, C, r, a + t, ys + t, 4, 1);
+	}
+	for (; r < r1; r++) {
+		int t = 0;
+
+		for (; t + 2 <= n; t += 2)
+			bf16_blk(w->data, C, r, a + t, ys + t, 1, 2);
+		if (t < n)
+			bf16_blk(w->data, C, r, a + t, ys + t, 1, 1);
+	}
+	return 1;
+}
+
+KI void fp8_mm_row(const uint8_t *rc, const float *rsc, int64_t C, int64_t G,
+		   int64_t ng, const struct cw_act *a, float *const *ys,
+		   int64_t r, const int NT)
+{
+	__m256 acc[4];
+	float tl[4];
+
+	MM_UNROLL
+	for (int t = 0; t < NT; t++) {
+		acc[t] = _mm256_setzero_ps();
+		tl[t] = 0.0f;
+	}
+	for (int64_t g = 0; g < ng; g++) {
+		const int64_t c0 = g * G, c1 = ST_MIN(c0 + G, C);
+		const int64_t c8 = c0 + ((c1 - c0) & ~(int64_t)7);
+		const float s = rsc ? rsc[g] : 1.0f;
+		__m256 g0[4], g1[4];
+		float gt[4];
+		int64_t c = c0;
+
+		MM_UNROLL
+		for (int t = 0; t < NT; t++) {
+			g0[t] = g1[t] = _mm256_setzero_ps();
+			gt[t] = 0.0f;
+		}
+		for (; c + 16 <= c8; c += 16) {
+			__m256 w0, w1;
+
+			e4m3x16(rc + c, &w0, &w1);
+			MM_UNROLL
+			for (int t = 0; t < NT; t++) {
+				g0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(a[t].x + c), g0[t]);
+				g1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(a[t].x + c + 8), g1[t]);
+			}
+		}
+		if (c < c8) {
+			const __m256 w0 = e4m3x8(rc + c);
+
+			MM_UNROLL
+			for (int t = 0; t < NT; t++)
+				g0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(a[t].x + c), g0[t]);
+			c += 8;
+		}
+		for (; c < c1; c++) {
+			const float wf = e4m3f(rc[c]);
+
+			MM_UNROLL
+			for (int t = 0; t < NT; t++)
+				gt[t] += wf * a[t].x[c];
+		}
+		MM_UNROLL
+		for (int t = 0; t < NT; t++) {
+			acc[t] = _mm256_fmadd_ps(_mm256_add_ps(g0[t], g1[t]),
+						 _mm256_set1_ps(s * 256.0f), acc[t]);
+			tl[t] += gt[t] * s;
+		}
+	}
+	MM_UNROLL
+	for (int t = 0; t < NT; t++)
+		ys[t][r] = hsum256(acc[t]) + tl[t];
+}
+
+KT static int fp8_mm_avx2(const struct cw_wview *w, const struct cw_act *a,
+			  int n, float *const *ys, int64_t r0, int64_t r1)
+{
+	const int64_t C = w->cols, G = w->scales && w->group ? w->group : C;
+	const int64_t ng = (C + G - 1) / G;
+	const uint8_t *codes = w->data;
+	const float *sc = (const float *)(const void *)w->scales;
+
+	for (int64_t r = r0; r < r1; r++) {
+		const uint8_t *rc = codes + r * C;
+		const float *rsc = sc ? sc + r * ng : NULL;
+		int t = 0;
+
+		for (; t + 4 <= n; t += 4)
+			fp8_mm_row(rc, rsc, C, G, ng, a + t, ys + t, r, 4);
+		switch (n - t) {
+		case 3: fp8_mm_row(rc, rsc, C, G, ng, a + t, ys + t, r, 3); break;
+		case 2: fp8_mm_row(rc, rsc, C, G, ng, a + t, ys + t, r, 2); break;
+		case 1: fp8_mm_row(rc, rsc, C, G, ng, a + t, ys + t, r, 1); break;
+		default: break;
+		}
+	}
+	return 1;
+}
+
+cw_kern_mm_fn cw_kern_avx2_mm(const struct cw_wview *w)
+{
+	if (!cw_kern_path_supported(CW_KERN_AVX2))
+		return NULL;
+	switch (w->dtype) {
+	case ST_DTYPE_MXFP4: return mxfp4_mm_avx2;
+	case ST_DTYPE_F8_E4M3:
+		return !w->scales || !w->group || w->group % 8 == 0 ?
+			       fp8_mm_avx2 : NULL;
+	case ST_DTYPE_BF16: return bf16_mm_avx2;
+	default: return NULL;
 	}
 }
 
@@ -435,6 +659,12 @@ int cw_kern_path_supported(enum cw_kern_path path)
 }
 
 #else /* not x86-64 GCC: the portable kernels only */
+
+cw_kern_mm_fn cw_kern_avx2_mm(const struct cw_wview *w)
+{
+	(void)w;
+	return NULL;
+}
 
 cw_kern_fn cw_kern_avx2(const struct cw_wview *w)
 {

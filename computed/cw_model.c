@@ -54,6 +54,9 @@ struct cw_kscratch {
 	struct cw_act *tact, *pact; /* their descriptors */
 	float *g, *u, *a;           /* per pair: gate, up, SwiGLU (I floats) */
 	int *pairs;                 /* pair ids grouped by expert */
+	unsigned char *act_mm;      /* matvec_multi: per token, prepared */
+	struct cw_act *mact;        /* their descriptors */
+	int mm_cap;                 /* tokens act_mm holds */
 };
 
 struct cw_model {
@@ -329,6 +332,7 @@ static void kscratch_free(struct cw_kscratch *k)
 	free(k->act_dense); free(k->views); free(k->act_tok);
 	free(k->act_pair); free(k->tact); free(k->pact); free(k->g);
 	free(k->u); free(k->a); free(k->pairs);
+	free(k->act_mm); free(k->mact);
 	memset(k, 0, sizeof(*k));
 }
 
@@ -718,7 +722,36 @@ struct matvec_multi_job {
 	const float *const *xs;
 	float *const *ys;
 	int64_t tile_rows;
+	const struct cw_act *a; /* the n prepared vectors (backends with
+				 * matmul_act), or NULL */
 };
+
+/* Prepares the n vectors xs (w->cols floats each) once for every tile of
+ * matvec_multi into ks.act_mm; -ENOMEM, or -ERANGE where w is wider than
+ * the scratch's vectors (the caller then uses the per-token path). */
+static int mm_prepare(struct cw_model *m, const struct cw_wview *w, int n,
+		      const float *const *xs)
+{
+	struct cw_kscratch *k = &m->ks;
+
+	if (m->be->act_bytes(w->cols) > k->act_stride)
+		return -ERANGE;
+	if (n > k->mm_cap) {
+		free(k->act_mm);
+		free(k->mact);
+		k->mm_cap = 0;
+		k->act_mm = aligned_alloc(64, k->act_stride * (size_t)n);
+		k->mact = calloc((size_t)n, sizeof(*k->mact));
+		if (!k->act_mm || !k->mact)
+			return -ENOMEM;
+		k->mm_cap = n;
+	}
+	for (int t = 0; t < n; t++)
+		m->be->act_prepare(xs[t], w->cols, w->dtype,
+				   k->act_mm + (size_t)t * k->act_stride,
+				   &k->mact[t]);
+	return 0;
+}
 
 static void matvec_multi_task(void *arg, int task, int n_tasks)
 {
@@ -727,6 +760,10 @@ static void matvec_multi_task(void *arg, int task, int n_tasks)
 	int64_t r1 = ST_MIN(j->w->rows, r0 + j->tile_rows);
 
 	(void)n_tasks;
+	if (j->a) { /* one pass over the tile for every token */
+		j->be->matmul_act(j->w, j->a, j->n, j->ys, r0, r1);
+		return;
+	}
 	for (int t = 0; t < j->n; t++)
 		j->be->matvec(j->w, j->xs[t], j->ys[t], r0, r1);
 }
@@ -739,7 +776,7 @@ static void matvec_multi_task(void *arg, int task, int n_tasks)
 static void matvec_multi(struct cw_model *m, const struct cw_wview *w, int n,
 			 const float *const *xs, float *const *ys)
 {
-	struct matvec_multi_job j = { m->be, w, n, xs, ys, 0 };
+	struct matvec_multi_job j = { m->be, w, n, xs, ys, 0, NULL };
 	const int64_t row_bytes = (int64_t)(view_bytes(w) / (uint64_t)
 					    ST_MAX(w->rows, 1));
 	int64_t n_tiles;
@@ -748,6 +785,10 @@ static void matvec_multi(struct cw_model *m, const struct cw_wview *w, int n,
 		matvec(m, w, xs[0], ys[0]);
 		return;
 	}
+	/* fast mode: each token's activations prepared once, not per tile
+	 * (an allocation failure falls back to the per-token path) */
+	if (m->be->matmul_act && mm_prepare(m, w, n, xs) == 0)
+		j.a = m->ks.mact;
 	/* about 128 KiB of weights per tile (L2), at least 16 rows */
 	j.tile_rows = ST_MAX(16, (128 << 10) / ST_MAX(row_bytes, 1));
 	n_tiles = (w->rows + j.tile_rows - 1) / j.tile_rows;
@@ -842,9 +883,13 @@ static void expert_views(const struct cw_model *m, int layer,
  * for all the tokens routed to that expert (a small-batch GEMM; the block
  * stays in cache between tokens), and each output element is still the
  * backend's one fixed reduction: results equal separate matvecs bit for bit
- * in reference mode, whatever the batch or the thread count. */
+ * in reference mode, whatever the batch or the thread count.  In fast mode
+ * the tokens of an expert go through the backend's small-batch GEMM
+ * (matmul_act), which gives each token the matvec kernel's result bit for
+ * bit: fast mode is batch-invariant too. */
 #define MOE_GU_ROWS 32   /* gate/up rows per task */
 #define MOE_DOWN_ROWS 64 /* down rows per task */
+#define MOE_MM 16        /* tokens per GEMM call (fast mode) */
 
 struct moe_job {
 	struct cw_model *m;
@@ -866,6 +911,25 @@ static void moe_gate_up_task(void *arg, int task, int n_tasks)
 		      r1 = ST_MIN(I, r0 + MOE_GU_ROWS);
 
 	(void)n_tasks;
+	if (m->be->matmul_act) {
+		/* the expert's tokens MOE_MM at a time through the GEMM */
+		for (int p1 = j->p0[gi]; p1 < j->p0[gi + 1]; p1 += MOE_MM) {
+			struct cw_act a[MOE_MM];
+			float *yg[MOE_MM], *yu[MOE_MM];
+			const int nt = ST_MIN(MOE_MM, j->p0[gi + 1] - p1);
+
+			for (int t = 0; t < nt; t++) {
+				const int p = m->ks.pairs[p1 + t];
+
+				a[t] = m->ks.tact[p / j->K];
+				yg[t] = m->ks.g + (size_t)p * I;
+				yu[t] = m->ks.u + (size_t)p * I;
+			}
+			m->be->matmul_act(&w[ST_EXPERT_GATE], a, nt, yg, r0, r1);
+			m->be->matmul_act(&w[ST_EXPERT_UP], a, nt, yu, r0, r1);
+		}
+		return;
+	}
 	for (int pi = j->p0[gi]; pi < j->p0[gi + 1]; pi++) {
 		const int p = m->ks.pairs[pi];
 		const struct cw_act *a = &m->ks.tact[p / j->K];
@@ -906,6 +970,22 @@ static void moe_down_task(void *arg, int task, int n_tasks)
 		      r1 = ST_MIN(w->rows, r0 + MOE_DOWN_ROWS);
 
 	(void)n_tasks;
+	if (m->be->matmul_act) {
+		for (int p1 = j->p0[gi]; p1 < j->p0[gi + 1]; p1 += MOE_MM) {
+			struct cw_act a[MOE_MM];
+			float *y[MOE_MM];
+			const int nt = ST_MIN(MOE_MM, j->p0[gi + 1] - p1);
+
+			for (int t = 0; t < nt; t++) {
+				const int p = m->ks.pairs[p1 + t];
+
+				a[t] = m->ks.pact[p];
+				y[t] = m->moe_out + (size_t)p * m->cfg.hidden_size;
+			}
+			m->be->matmul_act(w, a, nt, y, r0, r1);
+		}
+		return;
+	}
 	for (int pi = j->p0[gi]; pi < j->p0[gi + 1]; pi++) {
 		const int p = m->ks.pairs[pi];
 

@@ -10,6 +10,8 @@ mean tokens per forward step (from /metrics), and the speed-up over one
 client.  Prints figures, never asserts.
 
   scripts/bench-serve.py --store STORE [--clients 1,4,16,32] [--threads 2]
+                         [--compute fast]   # computed --compute (default
+                                            # fast: the fast CPU kernels)
   scripts/bench-serve.py --model bench-models/qwen3moe-large   # converts
                                    # once into $STRATA_CACHE_DIR (mxfp4)
 """
@@ -96,6 +98,8 @@ def main():
     ap.add_argument("--max-tokens", type=int, default=32)
     ap.add_argument("--prompt-words", type=int, default=12)
     ap.add_argument("--threads", type=int, default=2, help="computed --threads")
+    ap.add_argument("--compute", default="fast", choices=("reference", "fast"),
+                    help="computed --compute (default fast)")
     ap.add_argument("--max-running", type=int, default=32)
     ap.add_argument("--json", action="store_true", help="also print JSON lines")
     args = ap.parse_args()
@@ -114,7 +118,8 @@ def main():
         print("converting %s (once) ..." % args.model, file=sys.stderr)
         store = convert(args.model, os.path.join(cache, name), "mxfp4")
     inst = Instance(os.path.abspath(store), tag="bsv", computed_args=[
-        "--threads", str(args.threads), "--max-running", str(args.max_running),
+        "--threads", str(args.threads), "--compute", args.compute,
+        "--max-running", str(args.max_running),
         "--max-queued", "1024"])
     print("starting daemons on %s ..." % store, file=sys.stderr)
     inst.start(timeout_s=300)

@@ -268,6 +268,7 @@ static const struct geom k_geoms[] = {
 	{ ST_DTYPE_F8_E4M3, 3, 77, 0 },      /* no scales */
 	{ ST_DTYPE_BF16, 6, 1024, 0 },
 	{ ST_DTYPE_BF16, 3, 77, 0 },
+	{ ST_DTYPE_BF16, 21, 77, 0 },       /* row blocks of 8 and 4 + tail */
 	{ ST_DTYPE_F32, 3, 77, 0 },
 	{ ST_DTYPE_F32, 5, 1024, 0 },
 };
@@ -421,6 +422,88 @@ static void test_paths_random(void **state)
 			unmake(&m);
 			free(x);
 		}
+	}
+}
+
+/* The small-batch GEMM (matmul_act) of every fast path equals one matvec
+ * per token bit for bit, for 1..9 tokens (token groups of 4 and 3 plus
+ * their remainders), every geometry, row sub-ranges, and activations with
+ * all-zero vectors and adversarial values among them; on AVX2 the GEMM
+ * kernel itself (not the per-token fallback) must take MXFP4, FP8, BF16. */
+static void test_gemm(void **state)
+{
+	static const int k_ns[] = { 1, 2, 3, 4, 5, 7, 9 };
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(k_geoms) / sizeof(k_geoms[0]); i++) {
+		const struct geom *g = &k_geoms[i];
+		const int64_t R = g->rows, C = g->cols;
+		const size_t ab = cw_kern_act_bytes(C);
+		struct mat m;
+		float *x = malloc(sizeof(float) * (size_t)C * 9);
+		unsigned char *buf = malloc(ab * 9);
+		float *y1 = malloc(sizeof(float) * (size_t)R * 9);
+		float *y2 = malloc(sizeof(float) * (size_t)R * 9);
+		struct cw_act a[9];
+		float *ys[9];
+
+		make(&m, g->dt, R, C, g->group, (int)(i & 1));
+		for (int t = 0; t < 9; t++) {
+			fill_row(x + (size_t)t * C, C, t % 3 == 2);
+			if (t == 4)
+				memset(x + (size_t)t * C, 0, sizeof(float) * C);
+			ys[t] = y2 + (size_t)t * R;
+		}
+		if (g->dt == ST_DTYPE_MXFP4 || g->dt == ST_DTYPE_BF16 ||
+		    (g->dt == ST_DTYPE_F8_E4M3 && g->group % 8 == 0)) {
+			if (cw_kern_path_supported(CW_KERN_AVX2)) {
+				cw_kern_mm_fn f = cw_kern_avx2_mm(&m.v);
+
+				assert_non_null(f);
+				if (g->dt == ST_DTYPE_MXFP4) {
+					cw_kern_quantize_act(x, C, 32, buf, &a[0]);
+					assert_int_equal(f(&m.v, a, 1, ys, 0, R), 1);
+				}
+			}
+		}
+		for (int p = CW_KERN_AUTO; p < CW_KERN_PATH_MAX; p++) {
+			const struct cw_backend_ops *be = cw_backend_cpu_fast_path(p);
+
+			if (!be)
+				continue;
+			assert_non_null(be->matmul_act);
+			for (size_t ni = 0; ni < sizeof(k_ns) / sizeof(k_ns[0]); ni++) {
+				const int n = k_ns[ni];
+				/* rows in two ranges, the second from an odd row */
+				const int64_t mid = R / 2;
+
+				for (int t = 0; t < n; t++) {
+					be->act_prepare(x + (size_t)t * C, C, g->dt,
+							buf + (size_t)t * ab, &a[t]);
+					be->matvec_act(&m.v, &a[t], y1 + (size_t)t * R,
+						       0, R);
+				}
+				memset(y2, 0xff, sizeof(float) * (size_t)R * 9);
+				be->matmul_act(&m.v, a, n, ys, 0, mid);
+				be->matmul_act(&m.v, a, n, ys, mid, R);
+				for (int t = 0; t < n; t++)
+					for (int64_t r = 0; r < R; r++)
+						if (memcmp(&y1[t * R + r], &y2[t * R + r], 4))
+							fail_msg("%s %lldx%lld g%u %s n=%d "
+								 "token %d row %lld: GEMM %.9g "
+								 "vs matvec %.9g",
+								 st_dtype_traits(g->dt)->name,
+								 (long long)R, (long long)C,
+								 g->group, be->name, n, t,
+								 (long long)r, y2[t * R + r],
+								 y1[t * R + r]);
+			}
+		}
+		unmake(&m);
+		free(x);
+		free(buf);
+		free(y1);
+		free(y2);
 	}
 }
 
@@ -659,6 +742,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_quantize_act),
 		cmocka_unit_test(test_paths_random),
+		cmocka_unit_test(test_gemm),
 		cmocka_unit_test(test_p5_every_scale),
 		cmocka_unit_test(test_p7_example),
 		cmocka_unit_test(test_p7_layout_every_element),

@@ -8,9 +8,11 @@
  * every logits vector must be bit-identical (memcmp), so the greedy tokens
  * are too.  Real expertd and kvd daemons; F32 KV.
  *
- * Usage: test_batch_eval FIXTURE EXPERTS [KV]  (tiny-qwen3moe|tiny-mixtral,
- * bf16|mxfp4, f32|f16|bf16|fp8).  With a fast KV dtype (not reference
- * mode) the same exactness holds: batching changes no per-token operation.
+ * Usage: test_batch_eval FIXTURE EXPERTS [KV [COMPUTE]]  (tiny-qwen3moe|
+ * tiny-mixtral, bf16|mxfp4, f32|f16|bf16|fp8, reference|fast).  With a fast
+ * KV dtype (not reference mode) the same exactness holds: batching changes
+ * no per-token operation; so does fast compute mode (its small-batch GEMM
+ * gives each token the matvec kernel's result bit for bit).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -75,6 +77,10 @@ int main(int argc, char **argv)
 	}
 	if (argc > 3 && cw_kvrow_parse_dtype(argv[3], &mo.kv_dtype) < 0) {
 		printf("FAIL: bad KV dtype %s\n", argv[3]);
+		return 1;
+	}
+	if (argc > 4 && cw_compute_parse(argv[4], &mo.compute) < 0) {
+		printf("FAIL: bad compute mode %s\n", argv[4]);
 		return 1;
 	}
 	st_test_inst_init(&inst, "bat");
