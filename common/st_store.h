@@ -78,9 +78,10 @@
  * es_convert's V4 path): the routed experts are the checkpoint's own
  * MXFP4 (w1 = gate, w3 = up, w2 = down; E2M1 code bytes and E8M0 scale
  * bytes copied byte for byte, no re-quantization); dense.bin holds every
- * other non-MTP tensor in its checkpoint dtype, byte for byte: BF16, F32,
- * F8_E4M3 weights with their NAME.scale tensors in F8_E8M0 ([out/bo,
- * in/bi], quantization_config.weight_block_size), and the hash-routing
+ * other non-MTP tensor under its checkpoint name, in its checkpoint
+ * dtype, byte for byte: BF16, F32, F8_E4M3 weights PREFIX.weight with
+ * their scales PREFIX.scale in F8_E8M0 ([ceil(out/bo), ceil(in/bi)],
+ * quantization_config.weight_block_size), and the hash-routing
  * tables layers.N.ffn.gate.tid2eid in I64.  The mtp.* block is not
  * stored.  experts.policy.default is "mxfp4", keep "", source "lossless".
  */
