@@ -21,6 +21,7 @@
 
 #include "es_client.h"
 #include "st_formats.h"
+#include "st_log.h"
 
 /*
  * Per-layer state, as the streams of DESIGN 3a (cw_dsv4_streams):
@@ -47,6 +48,7 @@ struct cw_dsv4_state {
 	int n_layers;
 	struct cw_dsv4_debug *dbg;
 	float *xw;  /* store mode: one expert's w1, w3, w2 dequantised */
+	int route_failed; /* store mode: routing reports expertd refused */
 };
 
 /* Tokens of compressor inputs a layer keeps: CSA rows pool the previous
@@ -377,11 +379,42 @@ static void record_mat(const struct st_store_matrix *x, const uint8_t *rec,
 	ret->quantized = 1;
 }
 
+/* Store mode: reports layer l's routing of the token at position p to
+ * expertd (activation statistics, hot set) with, as hints, the experts of
+ * every later hash-routed layer: those are known exactly from the token
+ * id (tid2eid), so expertd prefetches exactly what will be acquired.  A
+ * refused report changes no result: warned once, counted. */
+static void route_report(const struct cw_dsv4_model *m,
+			 struct cw_dsv4_state *s, int l, int64_t p,
+			 int32_t token, const int *eids)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	const int K = c->top_k;
+	int n_later = c->n_hash_layers > l + 1 ? c->n_hash_layers - l - 1 : 0;
+	int hl[n_later * K + 1], he[n_later * K + 1], nh = 0;
+	struct st_diag d = { { 0 } };
+
+	for (int j = l + 1; j < c->n_hash_layers; j++) {
+		int32_t e[K];
+		int n = cw_dsv4_hash_experts(m, j, token, e);
+
+		for (int k = 0; k < n; k++) {
+			hl[nh] = j;
+			he[nh++] = e[k];
+		}
+	}
+	if (es_client_route(m->es, l, (uint32_t)p, 1, K, eids, nh, hl, he,
+			    &d) < 0 && s->route_failed++ == 0)
+		st_warn("routing report to expertd failed: %s (statistics and "
+			"prefetch degrade; results are unaffected)", d.msg);
+}
+
 /* Store mode: the routed experts ids[0..K) of layer l through expertd's
  * pool (acquired together, released after use), weighted into y. */
 static int moe_pool(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
-		    int l, const int32_t *ids, const float *wts,
-		    const float *b, float *y, struct st_diag *diag)
+		    int l, int64_t p, int32_t token, const int32_t *ids,
+		    const float *wts, const float *b, float *y,
+		    struct st_diag *diag)
 {
 	const struct st_dsv4_config *c = &m->cfg;
 	const int K = c->top_k, D = c->hidden_size;
@@ -393,6 +426,8 @@ static int moe_pool(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 
 	for (int k = 0; k < K; k++)
 		eids[k] = ids[k];
+	if (!m->no_route_reports)
+		route_report(m, s, l, p, token, eids);
 	r = es_client_acquire(m->es, l, K, eids, recs, diag);
 	if (r < 0)
 		return r;
@@ -412,7 +447,8 @@ static int moe_pool(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 }
 
 static int moe(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
-	       const struct cw_dsv4_layer *L, int32_t token, const float *b,
+	       const struct cw_dsv4_layer *L, int64_t p, int32_t token,
+	       const float *b,
 	       float *y, int32_t *ids_out, float *w_out, struct st_diag *diag)
 {
 	const struct st_dsv4_config *c = &m->cfg;
@@ -430,8 +466,8 @@ static int moe(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 		if (ids[k] < 0 || ids[k] >= c->n_experts)
 			return st_diag_set(diag, -EINVAL, "expert id %d", ids[k]);
 	if (m->es) {
-		int r = moe_pool(m, s, (int)(L - m->layers), ids, wts, b, y,
-				 diag);
+		int r = moe_pool(m, s, (int)(L - m->layers), p, token, ids,
+				 wts, b, y, diag);
 
 		if (r < 0)
 			return r;
@@ -630,7 +666,8 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 				dbg_ids = s->dbg->experts + dl * K;
 				dbg_w = s->dbg->weights + dl * K;
 			}
-			r = moe(m, s, L, ids[t], b, y, dbg_ids, dbg_w, diag);
+			r = moe(m, s, L, p, ids[t], b, y, dbg_ids, dbg_w,
+				diag);
 			if (r < 0)
 				goto out;
 			cw_dsv4_hc_post(X + t * xs, hc, D, y, post, comb);

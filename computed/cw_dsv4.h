@@ -60,6 +60,14 @@ int cw_dsv4_load(const char *dir, struct cw_dsv4_model **ret,
 struct es_client;
 int cw_dsv4_load_store(const char *store_dir, struct es_client *es,
 		       struct cw_dsv4_model **ret, struct st_diag *diag);
+/*
+ * Store mode: whether each layer's routing is reported to expertd
+ * (ES_MSG_ROUTE: activation statistics and hot set) together with, as
+ * prefetch hints, the experts of every later hash-routed layer, known
+ * exactly from the token id (tid2eid).  On by default; off only for
+ * measurements (the results are the same either way).
+ */
+void cw_dsv4_set_route_reports(struct cw_dsv4_model *m, int on);
 void cw_dsv4_free(struct cw_dsv4_model *m);
 const struct st_dsv4_config *cw_dsv4_config(const struct cw_dsv4_model *m);
 

@@ -55,6 +55,7 @@ struct cw_dsv4_model {
 	 * the layers' ew1/ew2/ew3 are then NULL.  NULL for cw_dsv4_load. */
 	struct es_client *es;
 	struct st_store_layer *rec;
+	int no_route_reports;          /* cw_dsv4_set_route_reports(m, 0) */
 };
 
 #endif

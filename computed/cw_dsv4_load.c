@@ -614,3 +614,8 @@ const struct st_dsv4_config *cw_dsv4_config(const struct cw_dsv4_model *m)
 {
 	return &m->cfg;
 }
+
+void cw_dsv4_set_route_reports(struct cw_dsv4_model *m, int on)
+{
+	m->no_route_reports = !on;
+}

@@ -100,7 +100,7 @@ out:
 }
 
 static void run_budget(const char *store, const struct cw_dsv4_model *ref,
-		       json_t *cases, const char *budget)
+		       json_t *cases, const char *budget, int reports)
 {
 	const char *args[] = { "--store", store, "--host-budget", budget, NULL };
 	struct st_test_inst inst;
@@ -108,9 +108,14 @@ static void run_budget(const char *store, const struct cw_dsv4_model *ref,
 	struct es_client *es = NULL;
 	struct cw_dsv4_model *sm = NULL;
 	struct es_stats st = { 0 };
-	int total, r, fails0 = n_fail;
+	struct es_tier_stats ts = { 0 };
+	const struct st_dsv4_config *c = cw_dsv4_config(ref);
+	int total, r, fails0 = n_fail, hint_layers = 0;
 	long n;
 
+	/* sum over hash layers l of the hash layers after it */
+	for (int l = 0; l < c->n_hash_layers; l++)
+		hint_layers += c->n_hash_layers - 1 - l;
 	st_test_inst_init(&inst, "dsv4s");
 	if (st_test_daemon_start(&inst, "expertd", args, 30) < 0) {
 		CHECK(0, "expertd did not start (budget %s)", budget);
@@ -124,6 +129,7 @@ static void run_budget(const char *store, const struct cw_dsv4_model *ref,
 	CHECK(r == 0, "cw_dsv4_load_store: %s", diag.msg);
 	if (r)
 		goto out;
+	cw_dsv4_set_route_reports(sm, reports);
 	n = compare_cases(ref, sm, cases);
 	total = es_client_n_layers(es) * es_client_n_experts(es);
 	CHECK(es_client_stats(es, &st) == 0, "stats");
@@ -132,7 +138,28 @@ static void run_budget(const char *store, const struct cw_dsv4_model *ref,
 	       budget, n, n_fail - fails0, (unsigned long long)st.n_slots, total,
 	       (unsigned long long)st.hits, (unsigned long long)st.misses,
 	       (unsigned long long)st.evictions, (unsigned long long)st.loads);
-	CHECK(n > 0, "no positions compared");
+	es_client_tier_stats(es, &ts);
+	printf("budget %s, reports %s: routed %llu, hints %llu (dropped %llu), prefetch "
+	       "loads %llu, used %llu, wasted %llu\n", budget,
+	       reports ? "on" : "off",
+	       (unsigned long long)ts.routed, (unsigned long long)ts.hints,
+	       (unsigned long long)ts.hints_dropped,
+	       (unsigned long long)ts.prefetch_loads,
+	       (unsigned long long)ts.prefetch_used,
+	       (unsigned long long)ts.prefetch_wasted);
+	/* every token reports every layer's top-k; the hash-routed layers
+	 * hint each later hash layer's experts */
+	if (!reports) {
+		hint_layers = 0;
+		n = 0;
+	}
+	CHECK(ts.routed == (uint64_t)n * c->n_layers * c->top_k,
+	      "routed %llu, expected %ld x %d x %d",
+	      (unsigned long long)ts.routed, n, c->n_layers, c->top_k);
+	CHECK(ts.hints == (uint64_t)n * c->top_k * hint_layers,
+	      "hints %llu, expected %ld x %d x %d",
+	      (unsigned long long)ts.hints, n, c->top_k, hint_layers);
+	CHECK(n > 0 || !reports, "no positions compared");
 	CHECK(st.hits + st.misses > 0, "no expert acquired through expertd");
 	if (!strcmp(budget, "25%")) {
 		CHECK(st.n_slots < (uint64_t)total, "pool holds all %d experts "
@@ -180,8 +207,10 @@ int main(void)
 			      -ST_E_CONFIG && strstr(diag.msg, "expertd"),
 		      "load_store without expertd: %s", diag.msg);
 	}
-	run_budget(store, ref, json_object_get(refj, "cases"), "100%");
-	run_budget(store, ref, json_object_get(refj, "cases"), "25%");
+	run_budget(store, ref, json_object_get(refj, "cases"), "100%", 1);
+	run_budget(store, ref, json_object_get(refj, "cases"), "25%", 1);
+	/* the same without routing reports and hints (figures to compare) */
+	run_budget(store, ref, json_object_get(refj, "cases"), "25%", 0);
 	json_decref(refj);
 	cw_dsv4_free(ref);
 	st_rm_rf(tmp);
