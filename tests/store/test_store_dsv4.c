@@ -322,6 +322,51 @@ static void test_corrupt_record(void **state)
 	st_rm_rf(copy);
 }
 
+/* Copies the store's manifest with one dense tensor's field changed
+ * into a fresh store copy; st_store_open must refuse it, naming why. */
+static void tamper(const char *tensor, const char *key, json_t *val,
+		   const char *want_msg)
+{
+	struct es_convert_opts o;
+	struct st_diag d = { { 0 } };
+	struct st_store *s = NULL;
+	char copy[4200], path[4300];
+	json_t *root, *arr, *t;
+	size_t i;
+	int found = 0;
+
+	snprintf(copy, sizeof(copy), "%s/tamper", g_tmp);
+	es_convert_opts_init(&o);
+	assert_int_equal(es_convert(g_model, copy, &o, &d), 0);
+	snprintf(path, sizeof(path), "%s/%s", copy, ST_STORE_MANIFEST);
+	root = json_load_file(path, JSON_PRESERVE_ORDER, NULL);
+	assert_non_null(root);
+	arr = json_object_get(json_object_get(root, "dense"), "tensors");
+	json_array_foreach(arr, i, t)
+		if (!strcmp(json_string_value(json_object_get(t, "name")),
+			    tensor)) {
+			json_object_set_new(t, key, val);
+			found = 1;
+		}
+	assert_true(found);
+	assert_int_equal(json_dump_file(root, path, JSON_PRESERVE_ORDER), 0);
+	json_decref(root);
+	assert_int_equal(st_store_open(copy, &s, &d), -ST_E_FORMAT);
+	assert_non_null(strstr(d.msg, want_msg));
+	st_rm_rf(copy);
+}
+
+/* The reader's V4 checks: a required tensor missing (renamed), and a
+ * dtype a store never holds. */
+static void test_reader_checks(void **state)
+{
+	(void)state;
+	tamper("norm.weight", "name", json_string("norm.weight.x"),
+	       "norm.weight");
+	tamper("layers.0.ffn.gate.tid2eid", "dtype", json_string("F16"),
+	       "F16");
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -331,6 +376,7 @@ int main(void)
 		cmocka_unit_test(test_repeat_identical),
 		cmocka_unit_test(test_refused_options),
 		cmocka_unit_test(test_corrupt_record),
+		cmocka_unit_test(test_reader_checks),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
