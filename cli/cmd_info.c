@@ -69,10 +69,18 @@ int cli_cmd_info(int argc, char **argv)
 	}
 	printf("store      %s\n", s->dir);
 	printf("model      %s: %d layers, hidden %d, %d heads (%d KV) x %d, "
-	       "vocab %d, context %d\n", st_arch_name(s->cfg.arch),
+	       "vocab %d, context %d\n", s->is_dsv4 ?
+	       "DeepseekV4ForCausalLM" : st_arch_name(s->cfg.arch),
 	       s->cfg.n_layers, s->cfg.hidden_size, s->cfg.n_heads,
 	       s->cfg.n_kv_heads, s->cfg.head_dim, s->cfg.vocab_size,
 	       s->cfg.max_position_embeddings);
+	if (s->is_dsv4)
+		printf("v4         %d hash-routed layers, %d shared expert, "
+		       "window %d, hc_mult %d, FP8 blocks %dx%d; lossless "
+		       "(MXFP4 experts, FP8 + E8M0 dense as the checkpoint)\n",
+		       s->dsv4.n_hash_layers, s->dsv4.n_shared,
+		       s->dsv4.sliding_window, s->dsv4.hc_mult,
+		       s->dsv4.fp8_block[0], s->dsv4.fp8_block[1]);
 	printf("experts    %d per layer, top-%d, %d wide; policy: default %s%s%s\n",
 	       s->cfg.n_experts, s->cfg.top_k, s->cfg.expert_inter,
 	       s->policy_default ? s->policy_default : "?",

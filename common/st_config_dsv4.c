@@ -297,3 +297,37 @@ int st_dsv4_config_load(const char *dir, struct st_dsv4_config *ret,
 	free(buf);
 	return r;
 }
+
+int st_dsv4_config_detect(const char *text)
+{
+	json_t *root = json_loads(text, 0, NULL);
+	const json_t *v = root ? json_object_get(root, "model_type") : NULL;
+	int yes = v && json_is_string(v) &&
+		  !strcmp(json_string_value(v), "deepseek_v4");
+
+	json_decref(root);
+	return yes;
+}
+
+void st_dsv4_expert_config(const struct st_dsv4_config *c,
+			   struct st_model_config *ret)
+{
+	memset(ret, 0, sizeof(*ret));
+	snprintf(ret->model_type, sizeof(ret->model_type), "deepseek_v4");
+	ret->hidden_size = c->hidden_size;
+	ret->n_layers = c->n_layers;
+	ret->n_heads = c->n_heads;
+	ret->n_kv_heads = 1;
+	ret->head_dim = c->head_dim;
+	ret->vocab_size = c->vocab_size;
+	ret->n_experts = c->n_experts;
+	ret->top_k = c->top_k;
+	ret->expert_inter = c->moe_inter;
+	ret->norm_topk_prob = c->norm_topk_prob;
+	ret->rms_norm_eps = (float)c->rms_norm_eps;
+	ret->rope_theta = c->rope_theta;
+	ret->max_position_embeddings = c->max_position_embeddings;
+	ret->bos_token_id = c->bos_token_id;
+	ret->n_eos = 1;
+	ret->eos_token_ids[0] = c->eos_token_id;
+}

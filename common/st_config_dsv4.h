@@ -10,6 +10,7 @@
 #ifndef ST_CONFIG_DSV4_H
 #define ST_CONFIG_DSV4_H
 
+#include "st_config.h"
 #include "st_error.h"
 
 #define ST_DSV4_MAX_LAYERS 128
@@ -64,5 +65,23 @@ int st_dsv4_config_parse(const char *text, const char *source,
  * Errors as there, plus -errno reading the file. */
 int st_dsv4_config_load(const char *dir, struct st_dsv4_config *ret,
 			struct st_diag *diag);
+
+/*
+ * 1 if config.json text (NUL-terminated) names a DeepSeek-V4 model
+ * (model_type "deepseek_v4"), 0 if not (or not JSON: the family parsers
+ * then say what is wrong).  Lets the store writer and reader pick the V4
+ * path before parsing.
+ */
+int st_dsv4_config_detect(const char *text);
+
+/*
+ * The routed-expert geometry of a V4 model in the form the store's record
+ * layout and expertd read (struct st_model_config): hidden_size,
+ * n_layers, n_experts, top_k, expert_inter (moe_intermediate_size),
+ * vocab_size, heads; arch 0 and model_type "deepseek_v4" (no Mixtral /
+ * Qwen3 dense tensor roles: st_dense_tensor_name is not for V4).
+ */
+void st_dsv4_expert_config(const struct st_dsv4_config *c,
+			   struct st_model_config *ret);
 
 #endif

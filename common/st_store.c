@@ -263,6 +263,15 @@ static int parse_config(const struct mctx *c, json_t *root, struct st_store *s)
 	s->config_json = strdup(text);
 	if (!s->config_json)
 		return -ENOMEM;
+	if (st_dsv4_config_detect(text)) {
+		r = st_dsv4_config_parse(text, "manifest.json config",
+					 &s->dsv4, &d);
+		if (r)
+			return bad(c, r, "embedded config: %s", d.msg);
+		s->is_dsv4 = 1;
+		st_dsv4_expert_config(&s->dsv4, &s->cfg);
+		return 0;
+	}
 	r = st_config_parse(text, "manifest.json config", &s->cfg, &d);
 	if (r)
 		return bad(c, r, "embedded config: %s", d.msg);
@@ -370,7 +379,7 @@ static int check_config_copy(const struct mctx *c, struct st_store *s)
 }
 
 static int parse_tensor(const struct mctx *c, json_t *o, const char *where,
-			uint64_t dense_bytes, struct st_store_tensor *t)
+			uint64_t dense_bytes, int v4, struct st_store_tensor *t)
 {
 	const struct st_dtype_traits *tr;
 	const char *name = NULL, *dtype = NULL, *src = NULL;
@@ -391,10 +400,12 @@ static int parse_tensor(const struct mctx *c, json_t *o, const char *where,
 		return r;
 	if (st_dtype_from_name(dtype, &t->dtype) ||
 	    (t->dtype != ST_DTYPE_F32 && t->dtype != ST_DTYPE_BF16 &&
-	     t->dtype != ST_DTYPE_F8_E4M3))
+	     t->dtype != ST_DTYPE_F8_E4M3 &&
+	     !(v4 && (t->dtype == ST_DTYPE_F8_E8M0 ||
+		      t->dtype == ST_DTYPE_I64))))
 		return bad(c, -ST_E_FORMAT, "tensor %s: dtype \"%s\" (a store "
-			   "holds F32, BF16 or F8_E4M3 dense tensors)", name,
-			   dtype);
+			   "holds F32, BF16 or F8_E4M3 dense tensors%s)", name,
+			   dtype, v4 ? ", F8_E8M0 scales and I64 tid2eid" : "");
 	if ((r = get_str(c, o, where, "source_dtype", &src)))
 		return r;
 	shape = json_object_get(o, "shape");
@@ -449,9 +460,52 @@ static int cmp_tensor_name(const void *a, const void *b)
 	return strcmp(x->name, y->name);
 }
 
+/* V4: the global tensors and every layer's norms must be present with
+ * their shapes (the forward pass checks the rest when it loads). */
+static int check_dense_dsv4(const struct mctx *c, const struct st_store *s)
+{
+	const struct st_dsv4_config *v = &s->dsv4;
+
+	for (int l = -1; l < v->n_layers; l++) {
+		char name[3][64];
+		int64_t rows[3] = { v->vocab_size, v->vocab_size, v->hidden_size };
+		int n = 3;
+
+		if (l < 0) {
+			snprintf(name[0], sizeof(name[0]), "embed.weight");
+			snprintf(name[1], sizeof(name[1]), "head.weight");
+			snprintf(name[2], sizeof(name[2]), "norm.weight");
+		} else {
+			snprintf(name[0], sizeof(name[0]),
+				 "layers.%d.attn_norm.weight", l);
+			snprintf(name[1], sizeof(name[1]),
+				 "layers.%d.ffn_norm.weight", l);
+			rows[0] = rows[1] = v->hidden_size;
+			n = 2;
+		}
+		for (int i = 0; i < n; i++) {
+			const struct st_store_tensor *t =
+				st_store_find_dense(s, name[i]);
+
+			if (!t)
+				return bad(c, -ST_E_FORMAT, "dense tensor %s "
+					   "(needed by the config) is missing",
+					   name[i]);
+			if (t->shape[0] != rows[i] ||
+			    t->n_dims != (rows[i] == v->vocab_size ? 2 : 1))
+				return bad(c, -ST_E_FORMAT, "dense tensor %s: "
+					   "shape does not match the config",
+					   name[i]);
+		}
+	}
+	return 0;
+}
+
 /* Every dense role the config names must be present with its shape. */
 static int check_dense_roles(const struct mctx *c, const struct st_store *s)
 {
+	if (s->is_dsv4)
+		return check_dense_dsv4(c, s);
 	for (int role = 0; role < ST_T_ROLE_COUNT; role++) {
 		int global = role == ST_T_EMBED || role == ST_T_FINAL_NORM ||
 			     role == ST_T_LM_HEAD;
@@ -526,7 +580,7 @@ static int parse_dense(const struct mctx *c, json_t *root, struct st_store *s)
 		snprintf(where, sizeof(where), "dense.tensors[%zu]", i);
 		s->n_dense = (int)i + 1;
 		r = parse_tensor(c, json_array_get(arr, i), where,
-				 s->dense_bytes, &s->dense[i]);
+				 s->dense_bytes, s->is_dsv4, &s->dense[i]);
 		if (r)
 			return r;
 	}

@@ -73,6 +73,17 @@
  *                 "xxh3": [n_experts]}]}
  * Version 1 stores (one format for all layers) are refused with "re-run
  * strata convert".
+ *
+ * DeepSeek-V4 stores (config model_type "deepseek_v4", written by
+ * es_convert's V4 path): the routed experts are the checkpoint's own
+ * MXFP4 (w1 = gate, w3 = up, w2 = down; E2M1 code bytes and E8M0 scale
+ * bytes copied byte for byte, no re-quantization); dense.bin holds every
+ * other non-MTP tensor under its checkpoint name, in its checkpoint
+ * dtype, byte for byte: BF16, F32, F8_E4M3 weights PREFIX.weight with
+ * their scales PREFIX.scale in F8_E8M0 ([ceil(out/bo), ceil(in/bi)],
+ * quantization_config.weight_block_size), and the hash-routing
+ * tables layers.N.ffn.gate.tid2eid in I64.  The mtp.* block is not
+ * stored.  experts.policy.default is "mxfp4", keep "", source "lossless".
  */
 #ifndef ST_STORE_H
 #define ST_STORE_H
@@ -81,6 +92,7 @@
 #include <stdint.h>
 
 #include "st_config.h"
+#include "st_config_dsv4.h"
 #include "st_error.h"
 #include "st_formats.h"
 
@@ -110,7 +122,9 @@ struct st_store_layer {
 
 struct st_store_tensor {
 	char *name;            /* owned */
-	enum st_dtype dtype;   /* F32, BF16 or F8_E4M3 (with NAME.scale) */
+	enum st_dtype dtype;   /* F32, BF16 or F8_E4M3 (with NAME.scale);
+				* V4 stores also F8_E8M0 (the scales) and
+				* I64 (tid2eid) */
 	int n_dims;
 	int64_t shape[4];
 	uint64_t offset;       /* in dense.bin */
@@ -128,7 +142,9 @@ struct st_store_file {
 struct st_store {
 	char *dir;                     /* owned */
 	char *config_json;             /* owned, verbatim config.json */
-	struct st_model_config cfg;
+	struct st_model_config cfg;    /* V4: st_dsv4_expert_config */
+	int is_dsv4;                   /* 1: a DeepSeek-V4 store */
+	struct st_dsv4_config dsv4;    /* is_dsv4: the parsed config */
 	/* experts (4-bit codes always in ST_FP4_LAYOUT_OCP) */
 	int n_layers, n_experts;
 	uint64_t record_bytes;         /* largest layer record: slot size */

@@ -19,6 +19,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "es_client.h"
+#include "st_formats.h"
+#include "st_log.h"
+
 /*
  * Per-layer state, as the streams of DESIGN 3a (cw_dsv4_streams):
  *  kv    window ring: the last W K=V rows (after norm and rope), row of
@@ -43,6 +47,8 @@ struct cw_dsv4_state {
 	struct cw_dsv4_lstate *ls;
 	int n_layers;
 	struct cw_dsv4_debug *dbg;
+	float *xw;  /* store mode: one expert's w1, w3, w2 dequantised */
+	int route_failed; /* store mode: routing reports expertd refused */
 };
 
 /* Tokens of compressor inputs a layer keeps: CSA rows pool the previous
@@ -108,6 +114,12 @@ int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
 		goto nomem;
 	s->cap = max_tokens;
 	s->n_layers = c->n_layers;
+	if (m->es) {
+		s->xw = malloc((size_t)3 * c->moe_inter * c->hidden_size *
+			       sizeof(float));
+		if (!s->xw)
+			goto nomem;
+	}
 	s->ls = calloc(c->n_layers, sizeof(*s->ls));
 	if (!s->ls)
 		goto nomem;
@@ -162,6 +174,7 @@ void cw_dsv4_state_free(struct cw_dsv4_state *s)
 {
 	if (!s)
 		return;
+	free(s->xw);
 	for (int l = 0; s->ls && l < s->n_layers; l++) {
 		free(s->ls[l].kv);
 		free(s->ls[l].cz);
@@ -345,9 +358,98 @@ static void attention(const struct cw_dsv4_model *m,
 	lin(m, &L->wo_b, t, out);
 }
 
-static void moe(const struct cw_dsv4_model *m, const struct cw_dsv4_layer *L,
-		int32_t token, const float *b, float *y, int32_t *ids_out,
-		float *w_out)
+/* Matrix k (st_expert_mat: gate = w1, up = w3, down = w2) of an MXFP4
+ * record from expertd, dequantised into w (the same function as
+ * load_fp4, so the same floats as the in-process path). */
+static void record_mat(const struct st_store_matrix *x, const uint8_t *rec,
+		       float *w, struct cw_dsv4_mat *ret)
+{
+	const int rows = (int)x->rows, cols = (int)x->cols;
+
+	for (int o = 0; o < rows; o++)
+		st_mxfp4_dequantize_row(rec + x->data_offset +
+						(size_t)o * cols / 2,
+					rec + x->scale_offset +
+						(size_t)o * cols / ST_MXFP4_BLOCK,
+					cols, ST_FP4_LAYOUT_OCP,
+					w + (size_t)o * cols);
+	ret->rows = rows;
+	ret->cols = cols;
+	ret->w = w;
+	ret->quantized = 1;
+}
+
+/* Store mode: reports layer l's routing of the token at position p to
+ * expertd (activation statistics, hot set) with, as hints, the experts of
+ * every later hash-routed layer: those are known exactly from the token
+ * id (tid2eid), so expertd prefetches exactly what will be acquired.  A
+ * refused report changes no result: warned once, counted. */
+static void route_report(const struct cw_dsv4_model *m,
+			 struct cw_dsv4_state *s, int l, int64_t p,
+			 int32_t token, const int *eids)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	const int K = c->top_k;
+	int n_later = c->n_hash_layers > l + 1 ? c->n_hash_layers - l - 1 : 0;
+	int hl[n_later * K + 1], he[n_later * K + 1], nh = 0;
+	struct st_diag d = { { 0 } };
+
+	for (int j = l + 1; j < c->n_hash_layers; j++) {
+		int32_t e[K];
+		int n = cw_dsv4_hash_experts(m, j, token, e);
+
+		for (int k = 0; k < n; k++) {
+			hl[nh] = j;
+			he[nh++] = e[k];
+		}
+	}
+	if (es_client_route(m->es, l, (uint32_t)p, 1, K, eids, nh, hl, he,
+			    &d) < 0 && s->route_failed++ == 0)
+		st_warn("routing report to expertd failed: %s (statistics and "
+			"prefetch degrade; results are unaffected)", d.msg);
+}
+
+/* Store mode: the routed experts ids[0..K) of layer l through expertd's
+ * pool (acquired together, released after use), weighted into y. */
+static int moe_pool(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
+		    int l, int64_t p, int32_t token, const int32_t *ids,
+		    const float *wts, const float *b, float *y,
+		    struct st_diag *diag)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	const int K = c->top_k, D = c->hidden_size;
+	const size_t mw = (size_t)c->moe_inter * D;
+	const struct st_store_layer *ly = &m->rec[l];
+	const uint8_t *recs[K];
+	int eids[K], r;
+	float tmp[D];
+
+	for (int k = 0; k < K; k++)
+		eids[k] = ids[k];
+	if (!m->no_route_reports)
+		route_report(m, s, l, p, token, eids);
+	r = es_client_acquire(m->es, l, K, eids, recs, diag);
+	if (r < 0)
+		return r;
+	for (int k = 0; k < K; k++) {
+		struct cw_dsv4_mat w1, w2, w3;
+
+		record_mat(&ly->mat[ST_EXPERT_GATE], recs[k], s->xw, &w1);
+		record_mat(&ly->mat[ST_EXPERT_UP], recs[k], s->xw + mw, &w3);
+		record_mat(&ly->mat[ST_EXPERT_DOWN], recs[k], s->xw + 2 * mw,
+			   &w2);
+		expert_ffn(m, &w1, &w2, &w3, b, c->swiglu_limit, tmp);
+		for (int d = 0; d < D; d++)
+			y[d] += wts[k] * tmp[d];
+	}
+	es_client_release(m->es, l, K, eids);
+	return 0;
+}
+
+static int moe(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
+	       const struct cw_dsv4_layer *L, int64_t p, int32_t token,
+	       const float *b,
+	       float *y, int32_t *ids_out, float *w_out, struct st_diag *diag)
 {
 	const struct st_dsv4_config *c = &m->cfg;
 	int D = c->hidden_size, K = c->top_k;
@@ -360,7 +462,17 @@ static void moe(const struct cw_dsv4_model *m, const struct cw_dsv4_layer *L,
 		      L->gate_bias, c->norm_topk_prob,
 		      c->routed_scaling_factor, ids, wts);
 	expert_ffn(m, &L->sh_w1, &L->sh_w2, &L->sh_w3, b, c->swiglu_limit, y);
-	for (int k = 0; k < K; k++) {
+	for (int k = 0; m->es && k < K; k++)
+		if (ids[k] < 0 || ids[k] >= c->n_experts)
+			return st_diag_set(diag, -EINVAL, "expert id %d", ids[k]);
+	if (m->es) {
+		int r = moe_pool(m, s, (int)(L - m->layers), p, token, ids,
+				 wts, b, y, diag);
+
+		if (r < 0)
+			return r;
+	}
+	for (int k = 0; !m->es && k < K; k++) {
 		expert_ffn(m, &L->ew1[ids[k]], &L->ew2[ids[k]], &L->ew3[ids[k]],
 			   b, c->swiglu_limit, tmp);
 		for (int d = 0; d < D; d++)
@@ -370,6 +482,7 @@ static void moe(const struct cw_dsv4_model *m, const struct cw_dsv4_layer *L,
 		memcpy(ids_out, ids, sizeof(ids));
 		memcpy(w_out, wts, sizeof(wts));
 	}
+	return 0;
 }
 
 /* Collapse of the streams with pre weights: u = sum_k pre_k X_k. */
@@ -553,7 +666,10 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 				dbg_ids = s->dbg->experts + dl * K;
 				dbg_w = s->dbg->weights + dl * K;
 			}
-			moe(m, L, ids[t], b, y, dbg_ids, dbg_w);
+			r = moe(m, s, L, p, ids[t], b, y, dbg_ids, dbg_w,
+				diag);
+			if (r < 0)
+				goto out;
 			cw_dsv4_hc_post(X + t * xs, hc, D, y, post, comb);
 			if (dbg && s->dbg->stream_rms) {
 				double ss = 0.0;

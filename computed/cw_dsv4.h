@@ -43,6 +43,31 @@ struct cw_dsv4_state;
  */
 int cw_dsv4_load(const char *dir, struct cw_dsv4_model **ret,
 		 struct st_diag *diag);
+/*
+ * Loads a V4 model from a strata store (strata convert of a V4
+ * checkpoint): the dense weights from dense.bin (dequantised to F32 at
+ * load exactly as cw_dsv4_load does from the checkpoint, so logits are
+ * bit-identical), the routed experts from expertd's host pool at eval
+ * time (es_client_acquire of each token's top-k per layer, dequantised
+ * from the MXFP4 record, released after the layer), so expertd's
+ * --host-budget bounds the expert memory.  `es` (borrowed, must outlive
+ * the model; one eval at a time) must serve this store.
+ * Errors: st_store_open's; -ST_E_UNSUPPORTED (not a V4 store);
+ * -ST_E_FORMAT (expert records not V4's MXFP4); -ST_E_CONFIG (es
+ * missing or serving another store); -ST_E_LIMIT (the pool holds fewer
+ * than top_k experts); the loader's codes; -ENOMEM.
+ */
+struct es_client;
+int cw_dsv4_load_store(const char *store_dir, struct es_client *es,
+		       struct cw_dsv4_model **ret, struct st_diag *diag);
+/*
+ * Store mode: whether each layer's routing is reported to expertd
+ * (ES_MSG_ROUTE: activation statistics and hot set) together with, as
+ * prefetch hints, the experts of every later hash-routed layer, known
+ * exactly from the token id (tid2eid).  On by default; off only for
+ * measurements (the results are the same either way).
+ */
+void cw_dsv4_set_route_reports(struct cw_dsv4_model *m, int on);
 void cw_dsv4_free(struct cw_dsv4_model *m);
 const struct st_dsv4_config *cw_dsv4_config(const struct cw_dsv4_model *m);
 

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "cw_dsv4.h"
+#include "st_store.h"
 
 struct cw_dsv4_mat {
 	int rows, cols;
@@ -49,6 +50,12 @@ struct cw_dsv4_model {
 	struct cw_dsv4_layer *layers;
 	double *freq_main, *freq_comp; /* [rope_dim/2] */
 	unsigned qat;                  /* CW_DSV4_QAT_* */
+	/* cw_dsv4_load_store: routed experts come from expertd (es,
+	 * borrowed) as MXFP4 records laid out as rec[layer] says (owned);
+	 * the layers' ew1/ew2/ew3 are then NULL.  NULL for cw_dsv4_load. */
+	struct es_client *es;
+	struct st_store_layer *rec;
+	int no_route_reports;          /* cw_dsv4_set_route_reports(m, 0) */
 };
 
 #endif

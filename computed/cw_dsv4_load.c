@@ -6,25 +6,72 @@
 #include "cw_dsv4_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include "es_client.h"
 #include "st_formats.h"
 #include "st_safetensors.h"
+#include "st_store.h"
 
+/* Where the tensors come from: the checkpoint (ck), or a V4 store's
+ * dense.bin mapped at `dense` (st), whose entries look like checkpoint
+ * tensors through tmp[] (two slots: a weight and its scale are found one
+ * after the other and used together). */
 struct loader {
 	const struct st_checkpoint *ck;
+	const struct st_store *st;
+	const uint8_t *dense;
+	struct st_tensor_info tmp[2];
+	int tmp_i;
 	const struct st_dsv4_config *c;
 	struct st_diag *diag;
 };
+
+/* Looks `name` up in the loader's source; NULL when absent. */
+static const struct st_tensor_info *lookup(struct loader *ld, const char *name,
+					   const void **data)
+{
+	const struct st_store_tensor *st;
+	struct st_tensor_info *t;
+
+	if (!ld->st) {
+		const struct st_tensor_info *ct = st_checkpoint_find(ld->ck, name);
+
+		if (ct && data)
+			*data = st_checkpoint_data(ld->ck, ct);
+		return ct;
+	}
+	st = st_store_find_dense(ld->st, name);
+	if (!st)
+		return NULL;
+	t = &ld->tmp[ld->tmp_i];
+	ld->tmp_i ^= 1;
+	memset(t, 0, sizeof(*t));
+	t->name = st->name;
+	t->dtype = st->dtype;
+	t->n_dims = st->n_dims;
+	t->n_elems = 1;
+	for (int d = 0; d < st->n_dims; d++) {
+		t->shape[d] = st->shape[d];
+		t->n_elems *= (uint64_t)st->shape[d];
+	}
+	t->n_bytes = st->n_bytes;
+	if (data)
+		*data = ld->dense + st->offset;
+	return t;
+}
 
 /* Finds `name` and checks dtype and shape (d1 < 0: 1-D [d0]). */
 static int find(struct loader *ld, const char *name, enum st_dtype dt,
 		int64_t d0, int64_t d1, const struct st_tensor_info **ret,
 		const void **data)
 {
-	const struct st_tensor_info *t = st_checkpoint_find(ld->ck, name);
+	const struct st_tensor_info *t = lookup(ld, name, data);
 	int nd = d1 < 0 ? 1 : 2;
 
 	if (!t)
@@ -43,7 +90,6 @@ static int find(struct loader *ld, const char *name, enum st_dtype dt,
 				   name, (long long)d0, nd == 2 ? ", " : "",
 				   nd == 2 ? (long long)d1 : 0LL);
 	*ret = t;
-	*data = st_checkpoint_data(ld->ck, t);
 	return 0;
 }
 
@@ -51,7 +97,7 @@ static int find(struct loader *ld, const char *name, enum st_dtype dt,
 static int load_plain(struct loader *ld, const char *name, int64_t d0,
 		      int64_t d1, float **ret)
 {
-	const struct st_tensor_info *t = st_checkpoint_find(ld->ck, name);
+	const struct st_tensor_info *t = lookup(ld, name, NULL);
 	const void *data;
 	int r;
 
@@ -296,6 +342,8 @@ static int load_layer(struct loader *ld, int l, struct cw_dsv4_layer *L)
 			     &L->gate_bias);
 	if (r < 0)
 		return r;
+	if (ld->st) /* routed experts: from expertd's pool at eval time */
+		return 0;
 	L->ew1 = calloc(E, sizeof(*L->ew1));
 	L->ew2 = calloc(E, sizeof(*L->ew2));
 	L->ew3 = calloc(E, sizeof(*L->ew3));
@@ -315,50 +363,158 @@ static int load_layer(struct loader *ld, int l, struct cw_dsv4_layer *L)
 	return 0;
 }
 
+/* Everything but the routed experts when loading from a store (m->cfg
+ * set): global tensors and every layer. */
+static int load_model(struct loader *ld, struct cw_dsv4_model *m)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	const int D = c->hidden_size, hc = c->hc_mult;
+	int r;
+
+	ld->c = c;
+	m->layers = calloc(c->n_layers, sizeof(*m->layers));
+	m->freq_main = calloc(c->rope_dim / 2 + 1, sizeof(double));
+	m->freq_comp = calloc(c->rope_dim / 2 + 1, sizeof(double));
+	if (!m->layers || !m->freq_main || !m->freq_comp)
+		return -ENOMEM;
+	cw_dsv4_rope_freqs(c, 0, m->freq_main);
+	cw_dsv4_rope_freqs(c, 1, m->freq_comp);
+	if ((r = load_plain(ld, "embed.weight", c->vocab_size, D,
+			    &m->embed)) < 0 ||
+	    (r = load_plain(ld, "head.weight", c->vocab_size, D,
+			    &m->head)) < 0 ||
+	    (r = load_plain(ld, "norm.weight", D, -1, &m->norm)) < 0 ||
+	    (r = load_plain(ld, "hc_head_fn", hc, hc * D,
+			    &m->hc_head_fn)) < 0 ||
+	    (r = load_plain(ld, "hc_head_base", hc, -1,
+			    &m->hc_head_base)) < 0 ||
+	    (r = load_plain(ld, "hc_head_scale", 1, -1,
+			    &m->hc_head_scale)) < 0)
+		return r;
+	for (int l = 0; l < c->n_layers; l++)
+		if ((r = load_layer(ld, l, &m->layers[l])) < 0)
+			return r;
+	return 0;
+}
+
+/* The record layout of every layer must be V4's MXFP4 experts (as the V4
+ * writer makes them): gate/up [inter, D], down [D, inter]. */
+static int check_store_experts(const struct st_store *s,
+			       const struct st_dsv4_config *c,
+			       struct st_diag *diag)
+{
+	for (int l = 0; l < s->n_layers; l++)
+		for (int k = 0; k < 3; k++) {
+			const struct st_store_matrix *x = &s->layers[l].mat[k];
+			int rows = k == 2 ? c->hidden_size : c->moe_inter;
+			int cols = k == 2 ? c->moe_inter : c->hidden_size;
+
+			if (x->fmt.dtype != ST_DTYPE_MXFP4 ||
+			    x->fmt.group != ST_MXFP4_BLOCK || x->rows != rows ||
+			    x->cols != cols)
+				return st_diag_set(diag, -ST_E_FORMAT,
+						   "store %s: layer %d expert matrix %d is not MXFP4 [%d, %d]: re-run strata convert",
+						   s->dir, l, k, rows, cols);
+		}
+	return 0;
+}
+
+int cw_dsv4_load_store(const char *store_dir, struct es_client *es,
+		       struct cw_dsv4_model **ret, struct st_diag *diag)
+{
+	struct cw_dsv4_model *m = calloc(1, sizeof(*m));
+	struct st_store *s = NULL;
+	struct loader ld = { 0 };
+	uint8_t *map = MAP_FAILED;
+	char path[4300];
+	int r, fd = -1;
+
+	if (!m)
+		return -ENOMEM;
+	if ((r = st_store_open(store_dir, &s, diag)) < 0)
+		goto out;
+	if (!s->is_dsv4) {
+		r = st_diag_set(diag, -ST_E_UNSUPPORTED,
+				"store %s: not a DeepSeek-V4 store", store_dir);
+		goto out;
+	}
+	m->cfg = s->dsv4;
+	if ((r = check_store_experts(s, &m->cfg, diag)) < 0)
+		goto out;
+	if (!es || es_client_n_layers(es) != s->n_layers ||
+	    es_client_n_experts(es) != s->n_experts ||
+	    es_client_record_bytes(es) != s->record_bytes) {
+		r = st_diag_set(diag, -ST_E_CONFIG,
+				"store %s: expertd %s this store (start expertd with --store %s)",
+				store_dir, es ? "serves another store than" :
+				"is needed to serve the experts of", store_dir);
+		goto out;
+	}
+	if (es_client_n_slots(es) < m->cfg.top_k) {
+		r = st_diag_set(diag, -ST_E_LIMIT,
+				"expertd's host budget holds %d experts, a token needs %d: raise --host-budget",
+				es_client_n_slots(es), m->cfg.top_k);
+		goto out;
+	}
+	st_store_path(s, s->dense_file, path, sizeof(path));
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		r = st_diag_set(diag, -errno, "%s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (s->dense_bytes) {
+		map = mmap(NULL, s->dense_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (map == MAP_FAILED) {
+			r = st_diag_set(diag, -errno, "%s: mmap: %s", path,
+					strerror(errno));
+			goto out;
+		}
+	}
+	ld.st = s;
+	ld.dense = map;
+	ld.diag = diag;
+	m->rec = calloc((size_t)s->n_layers, sizeof(*m->rec));
+	if (!m->rec) {
+		r = -ENOMEM;
+		goto out;
+	}
+	memcpy(m->rec, s->layers, (size_t)s->n_layers * sizeof(*m->rec));
+	if ((r = load_model(&ld, m)) < 0)
+		goto out;
+	m->es = es;
+out:
+	if (map != MAP_FAILED)
+		munmap(map, s->dense_bytes);
+	if (fd >= 0)
+		close(fd);
+	st_store_close(s);
+	if (r < 0) {
+		if (r == -ENOMEM)
+			st_diag_set(diag, r, "out of memory");
+		cw_dsv4_free(m);
+		return r;
+	}
+	*ret = m;
+	return 0;
+}
+
 int cw_dsv4_load(const char *dir, struct cw_dsv4_model **ret,
 		 struct st_diag *diag)
 {
 	struct cw_dsv4_model *m = calloc(1, sizeof(*m));
 	struct st_checkpoint *ck = NULL;
-	struct loader ld;
-	const struct st_dsv4_config *c;
-	int r, D, hc;
+	struct loader ld = { 0 };
+	int r;
 
 	if (!m)
 		return -ENOMEM;
 	if ((r = st_dsv4_config_load(dir, &m->cfg, diag)) < 0 ||
 	    (r = st_checkpoint_open(dir, &ck, diag)) < 0)
 		goto fail;
-	c = &m->cfg;
-	D = c->hidden_size;
-	hc = c->hc_mult;
 	ld.ck = ck;
-	ld.c = c;
 	ld.diag = diag;
-	m->layers = calloc(c->n_layers, sizeof(*m->layers));
-	m->freq_main = calloc(c->rope_dim / 2 + 1, sizeof(double));
-	m->freq_comp = calloc(c->rope_dim / 2 + 1, sizeof(double));
-	if (!m->layers || !m->freq_main || !m->freq_comp) {
-		r = -ENOMEM;
+	if ((r = load_model(&ld, m)) < 0)
 		goto fail;
-	}
-	cw_dsv4_rope_freqs(c, 0, m->freq_main);
-	cw_dsv4_rope_freqs(c, 1, m->freq_comp);
-	if ((r = load_plain(&ld, "embed.weight", c->vocab_size, D,
-			    &m->embed)) < 0 ||
-	    (r = load_plain(&ld, "head.weight", c->vocab_size, D,
-			    &m->head)) < 0 ||
-	    (r = load_plain(&ld, "norm.weight", D, -1, &m->norm)) < 0 ||
-	    (r = load_plain(&ld, "hc_head_fn", hc, hc * D,
-			    &m->hc_head_fn)) < 0 ||
-	    (r = load_plain(&ld, "hc_head_base", hc, -1,
-			    &m->hc_head_base)) < 0 ||
-	    (r = load_plain(&ld, "hc_head_scale", 1, -1,
-			    &m->hc_head_scale)) < 0)
-		goto fail;
-	for (int l = 0; l < c->n_layers; l++)
-		if ((r = load_layer(&ld, l, &m->layers[l])) < 0)
-			goto fail;
 	/* mtp.* (num_nextn_predict_layers) is not read: MTP speculation is
 	 * not implemented. */
 	st_checkpoint_close(ck);
@@ -420,6 +576,7 @@ void cw_dsv4_free(struct cw_dsv4_model *m)
 	free(m->hc_head_scale);
 	free(m->freq_main);
 	free(m->freq_comp);
+	free(m->rec);
 	free(m);
 }
 
@@ -456,4 +613,9 @@ int cw_dsv4_hash_experts(const struct cw_dsv4_model *m, int layer,
 const struct st_dsv4_config *cw_dsv4_config(const struct cw_dsv4_model *m)
 {
 	return &m->cfg;
+}
+
+void cw_dsv4_set_route_reports(struct cw_dsv4_model *m, int on)
+{
+	m->no_route_reports = !on;
 }

@@ -410,7 +410,13 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 		return r;
 	}
 	m->cfg = m->store->cfg;
-	if (m->cfg.n_experts > CW_MAX_EXPERTS || m->cfg.top_k > m->cfg.n_experts)
+	if (m->store->is_dsv4)
+		r = st_diag_set(diag, -ST_E_UNSUPPORTED,
+				"store %s: a DeepSeek-V4 store; computed does not "
+				"serve V4 yet (the V4 forward pass reads it with "
+				"cw_dsv4_load_store)", store_dir);
+	else if (m->cfg.n_experts > CW_MAX_EXPERTS ||
+		 m->cfg.top_k > m->cfg.n_experts)
 		r = st_diag_set(diag, -ST_E_UNSUPPORTED,
 				"%d experts: computed supports at most %d",
 				m->cfg.n_experts, CW_MAX_EXPERTS);

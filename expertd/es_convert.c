@@ -32,6 +32,7 @@
 #include "st_build_config.h"
 #include "st_calib.h"
 #include "st_config.h"
+#include "st_config_dsv4.h"
 #include "st_gptq.h"
 #include "st_safetensors.h"
 #include "st_store.h"
@@ -87,6 +88,11 @@ struct conv {
 	float *gptq_w;            /* GPTQ: one matrix in float32 */
 	double *gptq_h;           /* GPTQ: its input's second moment */
 	uint64_t cal_fallback;    /* (layer, expert)s with too few tokens */
+
+	/* DeepSeek-V4 (config model_type "deepseek_v4"): lossless store */
+	int dsv4;
+	struct st_dsv4_config v4;
+	const struct st_tensor_info **v4_scales; /* like experts: E8M0 */
 
 	uint64_t done, total;     /* progress, bytes read */
 	XXH3_state_t *xs;
@@ -868,6 +874,8 @@ static int jset_int(json_t *o, const char *key, uint64_t x)
  * set, else the store's dense dtype. */
 static enum st_dtype dense_out_dtype(const struct conv *c, int i)
 {
+	if (c->dsv4) /* V4: every dense tensor as the checkpoint has it */
+		return c->ck->tensors[i].dtype;
 	if (c->is_attn[i] && c->o.attention_dtype != ST_DTYPE_COUNT)
 		return c->o.attention_dtype;
 	/* --shared-experts bf16|f32 (fp8 goes through dense_fp8_matrix) */
@@ -886,7 +894,7 @@ static int write_dense_tensor(struct conv *c, int fd, float *fbuf,
 	size_t es = st_dtype_traits(t->dtype)->block_bytes;
 	enum st_dtype odt = dense_out_dtype(c, (int)(t - c->ck->tensors));
 	int direct = t->dtype == odt;
-	uint64_t out_es = odt == ST_DTYPE_BF16 ? 2 : 4;
+	uint64_t out_es = direct ? es : odt == ST_DTYPE_BF16 ? 2 : 4;
 	int r;
 
 	XXH3_64bits_reset(c->xs);
@@ -1249,6 +1257,31 @@ static int fill_row(const struct st_store_matrix *x, const float *row,
 	}
 }
 
+/* V4: matrix m of expert (layer, expert) is the checkpoint's MXFP4 as
+ * is: t's E2M1 code bytes (I8 [rows, cols / 2], OCP nibble order) into
+ * the data section, its .scale E8M0 bytes ([rows, cols / 32]) into the
+ * scale section, both byte for byte. */
+static int fill_matrix_dsv4(struct conv *c, const struct st_tensor_info *t,
+			    const struct st_store_matrix *x, int layer,
+			    int expert, int m, uint8_t *rec)
+{
+	const struct st_tensor_info *ts =
+		c->v4_scales[((size_t)layer * c->cfg.n_experts + expert) * 3 +
+			     m];
+
+	if (t->n_bytes != x->data_bytes || ts->n_bytes != x->scale_bytes)
+		return st_diag_set(c->diag, -ST_E_FORMAT, "tensor %s: %" PRIu64
+				   " + %" PRIu64 " bytes, the MXFP4 record "
+				   "section holds %" PRIu64 " + %" PRIu64,
+				   t->name, t->n_bytes, ts->n_bytes,
+				   x->data_bytes, x->scale_bytes);
+	memcpy(rec + x->data_offset, st_checkpoint_data(c->ck, t),
+	       x->data_bytes);
+	memcpy(rec + x->scale_offset, st_checkpoint_data(c->ck, ts),
+	       x->scale_bytes);
+	return 0;
+}
+
 /* Fills matrix x of a record from checkpoint tensor t.  Sections are
  * 64-byte aligned in a 4096-aligned record, so the scale arrays are
  * aligned for their element type. */
@@ -1265,6 +1298,8 @@ static int fill_matrix(struct conv *c, const struct st_tensor_info *t,
 	float global = 1.0f;
 	int r = 0;
 
+	if (c->dsv4)
+		return fill_matrix_dsv4(c, t, x, layer, expert, m, rec);
 	/* calibrated: weights from the statistics, or the plain MSE search
 	 * for an expert that saw too few calibration tokens */
 	if ((ss == ST_SCALE_SEARCH_CALIBRATED || ss == ST_SCALE_SEARCH_GPTQ) &&
@@ -1390,7 +1425,7 @@ static const char *rounding_text(enum st_dtype dt, enum st_scale_search ss)
 
 /* The manifest entry of one matrix. */
 static int matrix_json(const struct st_store_matrix *x, int m,
-		       enum st_scale_search ss, json_t *o)
+		       enum st_scale_search ss, int lossless, json_t *o)
 {
 	enum st_dtype dt = x->fmt.dtype;
 	const char *scale = st_scale_type_name(st_wformat_scale_type(dt));
@@ -1412,7 +1447,9 @@ static int matrix_json(const struct st_store_matrix *x, int m,
 	     (r = jset(o, "scale", json_string(scale))) ||
 	     (r = jset(o, "scale_search",
 		       json_string(st_scale_search_name(ss)))) ||
-	     (r = jset(o, "rounding", json_string(rounding_text(dt, ss))))))
+	     (r = jset(o, "rounding", json_string(lossless ?
+			"none: the checkpoint's codes and scales, byte for byte" :
+			rounding_text(dt, ss))))))
 		return r;
 	if ((r = jset_int(o, "data_offset", x->data_offset)) ||
 	    (r = jset_int(o, "data_bytes", x->data_bytes)))
@@ -1454,7 +1491,7 @@ static int write_expert_layer(struct conv *c, int l, uint8_t *rec, float *row,
 		    (r = matrix_json(&ly->mat[m], m,
 				       effective_search(ly->mat[m].fmt.dtype,
 							c->o.scale_search),
-				       mo)))
+				       c->dsv4, mo)))
 			goto fail;
 	}
 	r = jset(o, "matrices", mats);
@@ -1539,6 +1576,8 @@ static const char *attention_name(const struct conv *c)
 {
 	int seen_bf16 = 0, seen_f32 = 0;
 
+	if (c->dsv4)
+		return "fp8 (E4M3 with E8M0 block scales, as the checkpoint)";
 	if (c->o.dense_fp8 != ES_DENSE_FP8_NONE)
 		return "fp8"; /* q/k/v/o as E4M3 (dense_fp8_matrix) */
 	for (int i = 0; i < c->ck->n_tensors; i++)
@@ -1610,8 +1649,14 @@ static int experts_json(struct conv *c, json_t **ret_ex, json_t **ret_layers)
 		r = calibration_json(c, pol);
 	if (!r)
 		r = jset(pol, "attention", json_string(attention_name(c)));
+	if (!r && c->dsv4)
+		r = jset(pol, "source", json_string("lossless: the "
+			 "checkpoint's MXFP4 experts and FP8 / BF16 / F32 / "
+			 "I64 dense tensors byte for byte"));
 	if (!r)
-		r = jset(pol, "shared_experts", json_string(shared_name(c)));
+		r = jset(pol, "shared_experts", json_string(c->dsv4 ?
+			 "dense (FP8 with E8M0 block scales, as the checkpoint)" :
+			 shared_name(c)));
 	if (!r) {
 		r = jset(ex, "policy", pol);
 		pol = NULL;
@@ -1948,6 +1993,182 @@ static int load_calibration(struct conv *c)
 	return 0;
 }
 
+/* --- DeepSeek-V4: a lossless store of the official layout --------------- */
+
+/* The V4 store keeps the checkpoint's own formats; options that would
+ * change them are refused rather than ignored. */
+static int check_opts_dsv4(struct conv *c)
+{
+	const char *what = NULL;
+
+	if (c->def_fmt.dtype != ST_DTYPE_MXFP4)
+		what = "--experts (V4's experts are MXFP4 already and are "
+		       "kept as they are)";
+	else if (c->o.n_keep)
+		what = "--keep";
+	else if (c->o.scale_search != ST_SCALE_SEARCH_NONE || c->o.calib_path)
+		what = "--scale-search / --calibrate (nothing is quantized)";
+	else if (c->o.attention_dtype != ST_DTYPE_COUNT || c->o.dense_f32 ||
+		 c->o.dense_fp8)
+		what = "--attention / --dense (dense tensors keep the "
+		       "checkpoint's FP8, BF16 and F32)";
+	else if (c->o.shared_experts_set)
+		what = "--shared-experts (the shared expert stays FP8 in "
+		       "dense.bin)";
+	if (what)
+		return st_diag_set(c->diag, -ST_E_UNSUPPORTED, "%s: a "
+				   "DeepSeek-V4 checkpoint is stored losslessly "
+				   "in its own formats; drop %s", c->model_dir,
+				   what);
+	return 0;
+}
+
+/* Finds a V4 tensor and checks its dtype and 2-D shape. */
+static int find_dsv4(struct conv *c, const char *name, enum st_dtype dt,
+		     int64_t rows, int64_t cols,
+		     const struct st_tensor_info **ret)
+{
+	const struct st_tensor_info *t = st_checkpoint_find(c->ck, name);
+
+	if (!t)
+		return st_diag_set(c->diag, -ST_E_NOTFOUND, "checkpoint %s: "
+				   "tensor %s is missing", c->model_dir, name);
+	if (t->dtype != dt)
+		return st_diag_set(c->diag, -ST_E_FORMAT, "checkpoint %s: "
+				   "tensor %s: dtype %s, expected %s",
+				   c->model_dir, name,
+				   st_dtype_traits(t->dtype)->name,
+				   st_dtype_traits(dt)->name);
+	*ret = t;
+	return check_shape(c, t, rows, cols);
+}
+
+/* Every routed expert: w1 / w3 / w2 as I8 [rows, cols / 2] packed E2M1
+ * plus .scale F8_E8M0 [rows, cols / 32]; marks them as expert tensors. */
+static int check_experts_dsv4(struct conv *c)
+{
+	static const char *const wname[3] = { "w1", "w3", "w2" };
+	const int L = c->cfg.n_layers, E = c->cfg.n_experts;
+	size_t n = (size_t)L * E * 3;
+
+	c->experts = calloc(n, sizeof(*c->experts));
+	c->v4_scales = calloc(n, sizeof(*c->v4_scales));
+	if (!c->experts || !c->v4_scales)
+		return st_diag_set(c->diag, -ENOMEM, "out of memory");
+	for (int l = 0; l < L; l++)
+		for (int e = 0; e < E; e++)
+			for (int m = 0; m < 3; m++) {
+				const struct st_store_matrix *x =
+					&c->layers[l].mat[m];
+				size_t k = ((size_t)l * E + e) * 3 + m;
+				char nm[256];
+				int r;
+
+				snprintf(nm, sizeof(nm), "layers.%d.ffn.experts."
+					 "%d.%s.weight", l, e, wname[m]);
+				if ((r = find_dsv4(c, nm, ST_DTYPE_I8, x->rows,
+						   x->cols / 2, &c->experts[k])))
+					return r;
+				snprintf(nm, sizeof(nm), "layers.%d.ffn.experts."
+					 "%d.%s.scale", l, e, wname[m]);
+				if ((r = find_dsv4(c, nm, ST_DTYPE_F8_E8M0,
+						   x->rows, x->cols /
+						   ST_MXFP4_BLOCK,
+						   &c->v4_scales[k])))
+					return r;
+				c->is_expert[c->experts[k] - c->ck->tensors] = 1;
+				c->is_expert[c->v4_scales[k] - c->ck->tensors] = 1;
+				c->total += c->experts[k]->n_bytes;
+			}
+	return 0;
+}
+
+/* Dense tensors: the MTP block (mtp.*) is skipped (marked like an expert
+ * tensor, so write_dense passes over it); the rest must be BF16, F32,
+ * I64 or F8_E4M3 with a NAME.scale F8_E8M0 [ceil(rows / bo), ceil(cols /
+ * bi)] (bo, bi: quantization_config.weight_block_size). */
+static int check_dense_dsv4(struct conv *c)
+{
+	const int bo = c->v4.fp8_block[0], bi = c->v4.fp8_block[1];
+
+	for (int i = 0; i < c->ck->n_tensors; i++) {
+		const struct st_tensor_info *t = &c->ck->tensors[i], *ts;
+		char nm[600];
+		size_t len = strlen(t->name);
+		int r;
+
+		if (c->is_expert[i])
+			continue;
+		if (!strncmp(t->name, "mtp.", 4)) {
+			c->is_expert[i] = 2;
+			continue;
+		}
+		if (strstr(t->name, ".experts."))
+			return st_diag_set(c->diag, -ST_E_FORMAT, "checkpoint %s: "
+					   "tensor %s looks like an expert matrix, "
+					   "but config.json has %d layers of %d "
+					   "experts", c->model_dir, t->name,
+					   c->cfg.n_layers, c->cfg.n_experts);
+		if (t->n_dims > 4)
+			return st_diag_set(c->diag, -ST_E_UNSUPPORTED,
+					   "checkpoint %s: tensor %s has %d "
+					   "dimensions (at most 4)", c->model_dir,
+					   t->name, t->n_dims);
+		c->total += t->n_bytes;
+		switch (t->dtype) {
+		case ST_DTYPE_BF16: case ST_DTYPE_F32: case ST_DTYPE_I64:
+			continue;
+		case ST_DTYPE_F8_E8M0: /* checked with its weight */
+			if (len > 6 && !strcmp(t->name + len - 6, ".scale"))
+				continue;
+			break;
+		case ST_DTYPE_F8_E4M3:
+			if (t->n_dims != 2 || len < 7 ||
+			    strcmp(t->name + len - 7, ".weight"))
+				break;
+			snprintf(nm, sizeof(nm), "%.*s.scale", (int)(len - 7),
+				 t->name);
+			if ((r = find_dsv4(c, nm, ST_DTYPE_F8_E8M0,
+					   (t->shape[0] + bo - 1) / bo,
+					   (t->shape[1] + bi - 1) / bi, &ts)))
+				return r;
+			continue;
+		default:
+			break;
+		}
+		return st_diag_set(c->diag, -ST_E_UNSUPPORTED, "checkpoint %s: "
+				   "tensor %s: dtype %s where a DeepSeek-V4 "
+				   "checkpoint has BF16, F32, I64 or FP8 (E4M3 "
+				   ".weight with an E8M0 .scale)", c->model_dir,
+				   t->name, st_dtype_traits(t->dtype)->name);
+	}
+	return 0;
+}
+
+/* check_all for a V4 checkpoint (config text already read). */
+static int check_all_dsv4(struct conv *c)
+{
+	char path[4200];
+	int r;
+
+	snprintf(path, sizeof(path), "%s/config.json", c->model_dir);
+	c->dsv4 = 1;
+	if ((r = st_dsv4_config_parse(c->config_text, path, &c->v4, c->diag)) ||
+	    (r = check_opts_dsv4(c)))
+		return r;
+	st_dsv4_expert_config(&c->v4, &c->cfg);
+	if ((r = plan_layers(c)) ||
+	    (r = st_checkpoint_open(c->model_dir, &c->ck, c->diag)))
+		return r;
+	c->is_expert = calloc((size_t)c->ck->n_tensors + 1, 1);
+	c->is_attn = calloc((size_t)c->ck->n_tensors + 1, 1);
+	if (!c->is_expert || !c->is_attn)
+		return st_diag_set(c->diag, -ENOMEM, "out of memory");
+	if ((r = check_experts_dsv4(c)) || (r = check_dense_dsv4(c)))
+		return r;
+	return check_copied_files(c);
+}
+
 static int check_all(struct conv *c)
 {
 	char path[4200];
@@ -1972,6 +2193,11 @@ static int check_all(struct conv *c)
 		return st_diag_set(c->diag, -EINVAL, "expert format (dtype %d, "
 				   "group %u) is not one of " FORMAT_SPELLINGS,
 				   (int)c->o.expert_dtype, c->o.expert_group);
+	snprintf(path, sizeof(path), "%s/config.json", c->model_dir);
+	if ((r = st_read_file(path, &c->config_text, &c->config_len)))
+		return st_diag_set(c->diag, r, "%s: %s", path, strerror(-r));
+	if (st_dsv4_config_detect(c->config_text))
+		return check_all_dsv4(c);
 	if ((r = st_config_load(c->model_dir, &c->cfg, c->diag)))
 		return r;
 	if (c->o.shared_experts_set && !c->cfg.shared_inter)
@@ -1995,9 +2221,6 @@ static int check_all(struct conv *c)
 	    c->o.attention_dtype != ST_DTYPE_F32)
 		return st_diag_set(c->diag, -EINVAL, "attention dtype %d: not "
 				   "BF16 or F32", (int)c->o.attention_dtype);
-	snprintf(path, sizeof(path), "%s/config.json", c->model_dir);
-	if ((r = st_read_file(path, &c->config_text, &c->config_len)))
-		return st_diag_set(c->diag, r, "%s: %s", path, strerror(-r));
 	if ((r = plan_layers(c)))
 		return r;
 	if ((r = check_search_applies(c)))
@@ -2043,6 +2266,7 @@ static void conv_free(struct conv *c)
 	json_decref(c->manifest);
 	XXH3_freeState(c->xs);
 	free(c->experts);
+	free(c->v4_scales);
 	free(c->layers);
 	free(c->is_expert);
 	free(c->is_attn);

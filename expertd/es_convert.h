@@ -246,6 +246,12 @@ int es_convert_check(const char *model_dir, const struct es_convert_opts *opts,
  *                   ENOSPC, EROFS, ...), naming the path.
  * On failure out_dir is as it was before the call and the temporary
  * directory is removed.
+ * A DeepSeek-V4 checkpoint (config model_type "deepseek_v4") takes its own
+ * path: stored losslessly (st_store.h: MXFP4 expert records byte for byte,
+ * dense tensors in their checkpoint dtypes F8_E4M3 / F8_E8M0 / BF16 / F32
+ * / I64, mtp.* skipped); options that would change a format (--experts
+ * other than mxfp4, --keep, --scale-search, --calibrate, --attention,
+ * --dense, --shared-experts) give -ST_E_UNSUPPORTED.
  */
 int es_convert(const char *model_dir, const char *out_dir,
 	       const struct es_convert_opts *opts, struct st_diag *diag);
