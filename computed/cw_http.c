@@ -338,17 +338,23 @@ static enum MHD_Result do_generate(struct cw_http *h, struct MHD_Connection *c,
 		cw_metrics_response(h->metrics, ep, 200);
 		return ret;
 	}
-	/* whole response: wait for the end, watching the connection */
-	for (;;) {
+	/* whole response: wait for the end, watching the connection (also
+	 * while events keep coming: a fast decode never leaves the wait
+	 * idle for a whole poll period) */
+	for (uint64_t checked_ns = st_now_ns();;) {
 		struct cw_sched_event ev;
+		int got = cw_sched_next_event(g.req, CW_HTTP_POLL_MS, &ev);
 
-		if (cw_sched_next_event(g.req, CW_HTTP_POLL_MS, &ev)) {
+		if (got) {
 			cw_api_collect_event(&h->api, &g, &ev);
 			free(ev.text);
 			if (g.finished)
 				break;
-			continue;
+			if (st_now_ns() - checked_ns <
+			    (uint64_t)CW_HTTP_POLL_MS * 1000000ull)
+				continue;
 		}
+		checked_ns = st_now_ns();
 		if (h->stopping || client_gone(c)) {
 			cw_sched_release(g.req);
 			cw_api_gen_fini(&g);
