@@ -84,8 +84,10 @@ double cw_cu_timer_stop_ms(struct cw_cu_timer *t);
  * weights are dequantized to exactly the floats st_formats'
  * *_dequantize_row gives (NaN scale bytes make NaN, overflowing products
  * +-inf, as on the CPU) and multiplied in float32 with fused multiply-add.
- * Rows with cols % 32 == 0 and 16-byte aligned rows take the vectorised path
- * (16 bytes of codes per thread per step); others a per-element path.
+ * 16-byte aligned weights with cols % 32 == 0 (FP4; and a group that is a
+ * multiple of 16), cols % 16 (FP8; group a multiple of 16), cols % 8 (BF16)
+ * or cols % 4 (F32) take the vectorised path (16 bytes of weights per
+ * thread per step); others a per-element path.  Wants rows < 2^31.
  *
  * Tolerance vs exact (double) products of the same dequantized weights,
  * S = sum_c |W[r][c] x[c]|: |y - exact| <= (ceil(cols / 128) + 64) *

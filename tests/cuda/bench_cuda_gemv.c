@@ -121,14 +121,22 @@ static void bench(const struct fmt *f, int64_t R, int64_t C, int iters,
 	sc_d = calloc(copies, sizeof(*sc_d));
 	for (int i = 0; i < copies; i++) {
 		die(cw_cu_alloc(&code_d[i], code_bytes, &d), &d, "cudaMalloc");
+		if (sc_bytes)
+			die(cw_cu_alloc(&sc_d[i], sc_bytes, &d), &d,
+			    "cudaMalloc");
+		if (i) { /* the copies: the same bytes at other addresses */
+			die(cw_cu_d2d(code_d[i], code_d[0], code_bytes, &d), &d,
+			    "d2d");
+			if (sc_bytes)
+				die(cw_cu_d2d(sc_d[i], sc_d[0], sc_bytes, &d),
+				    &d, "d2d");
+			continue;
+		}
 		/* FP8 codes: keep clear of the NaN code 0x7f; BF16 small */
 		fill(code_d[i], code_bytes, f->dt == ST_DTYPE_F8_E4M3 ? 0x77 :
 		     f->dt == ST_DTYPE_BF16 ? 0x3f : 0xff, 0);
-		if (sc_bytes) {
-			die(cw_cu_alloc(&sc_d[i], sc_bytes, &d), &d,
-			    "cudaMalloc");
+		if (sc_bytes)
 			fill(sc_d[i], sc_bytes, f->scale_mask, f->scale_add);
-		}
 	}
 	die(cw_cu_alloc(&x_d, C * 4, &d), &d, "cudaMalloc");
 	die(cw_cu_alloc(&y_d, R * 4, &d), &d, "cudaMalloc");
