@@ -2,7 +2,8 @@
  * cw_cu.h — the CUDA kernels of computed (issue 10, first slice): a small
  * C-callable API over one .cu file per op family (cw_cu_dev.cu: device
  * probe and memory; cw_cu_gemv.cu: dequant-GEMV; cw_cu_norm.cu: RMSNorm,
- * RoPE, SwiGLU; cw_cu_router.cu: router softmax top-k).
+ * RoPE, SwiGLU; cw_cu_router.cu: router softmax top-k; cw_cu_gemm.cu:
+ * dequantization and cuBLAS GEMM for prefill).
  *
  * Every pointer named *_d is device memory (cudaMalloc); the kernels run on
  * the given stream (NULL: the legacy default stream) and return without
@@ -106,6 +107,33 @@ int cw_cu_matvec(const struct cw_wview *w, const float *x_d, float *y_d,
  * bandwidth benchmark's numerator): codes plus scales, without x and y.
  */
 uint64_t cw_cu_matvec_weight_bytes(const struct cw_wview *w);
+
+/* --- prefill: dequantization and cuBLAS GEMM (cw_cu_gemm.cu) --- */
+
+/*
+ * Dequantizes all of w (device pointers, the formats of cw_cu_matvec) into
+ * out_d[rows * cols] float32, row-major: bit-identical to st_formats'
+ * *_dequantize_row (NaN stays NaN).  0, -EINVAL or -ST_E_UNSUPPORTED.
+ */
+int cw_cu_dequant_f32(const struct cw_wview *w, float *out_d, void *stream,
+		      struct st_diag *diag);
+
+/* A cuBLAS handle in pedantic float32 math (no TF32). */
+struct cw_cu_blas;
+/* 0, -ENOMEM or -ST_E_CUBLAS. */
+int cw_cu_blas_new(struct cw_cu_blas **ret, struct st_diag *diag);
+void cw_cu_blas_free(struct cw_cu_blas *b);
+
+/*
+ * Y = X W^T for a batch of n_tok tokens: w_d [rows, cols] float32 row-major
+ * (a dequantized weight), x_d [n_tok, cols], y_d [n_tok, rows], all device
+ * memory, on stream.  cuBLAS chooses the summation order, so the bound is
+ * the order-free one: |y - exact| <= (cols + 64) * 2^-24 * S, S = sum
+ * |w x|.  0, -EINVAL or -ST_E_CUBLAS.
+ */
+int cw_cu_gemm_f32(struct cw_cu_blas *b, const float *w_d, const float *x_d,
+		   float *y_d, int rows, int cols, int n_tok, void *stream,
+		   struct st_diag *diag);
 
 /* --- elementwise and norms (cw_cu_norm.cu) --- */
 

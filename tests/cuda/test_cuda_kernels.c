@@ -231,6 +231,44 @@ static int same_class(double a, double b)
 	return 1;
 }
 
+/* The device dequantization of w (device twin wd) must give st_formats'
+ * floats bit for bit (any NaN for NaN). */
+static void check_dequant(const struct cw_wview *w, const struct cw_wview *wd,
+			  const char *what)
+{
+	const int64_t R = w->rows, C = w->cols;
+	float *gpu = xmalloc(R * C * 4), *row = xmalloc(C * 4);
+	struct st_diag d = { { 0 } };
+	float *out_d = dev_out(R * C * 4);
+	char w2[200];
+
+	snprintf(w2, sizeof(w2), "dequant of %s", what);
+	if (cw_cu_dequant_f32(wd, out_d, NULL, &d)) {
+		fail("%s: %s", w2, d.msg);
+		goto out;
+	}
+	dev_out_fetch(out_d, gpu, R * C * 4, w2);
+	for (int64_t r = 0; r < R; r++) {
+		dq_row(w, r, row);
+		for (int64_t c = 0; c < C; c++) {
+			const float a = gpu[r * C + c], b = row[c];
+
+			if (isnan(a) ? !isnan(b) :
+			    memcmp(&a, &b, 4) != 0) {
+				fail("%s: [%lld][%lld] gpu %.9g, st_formats "
+				     "%.9g", w2, (long long)r, (long long)c,
+				     a, b);
+				r = R;
+				break;
+			}
+		}
+	}
+out:
+	dev_out_free(out_d);
+	free(gpu);
+	free(row);
+}
+
 static void test_gemv(enum st_dtype dt, int64_t R, int64_t C, uint32_t group,
 		      enum gcase gc)
 {
@@ -314,6 +352,7 @@ static void test_gemv(enum st_dtype dt, int64_t R, int64_t C, uint32_t group,
 		goto out;
 	}
 	dev_out_fetch(y_d, y_gpu, R * 4, what);
+	check_dequant(&w, &wd, what);
 	for (int64_t r = 0; r < R; r++) {
 		double exact = 0.0, S = 0.0, tol, tol_cpu;
 
@@ -377,6 +416,63 @@ static void test_gemv_refuses(void)
 	rc = cw_cu_matvec(&w, NULL, NULL, NULL, &d);
 	if (rc != -ST_E_UNSUPPORTED)
 		fail("gemv of I32: rc %d, want -ST_E_UNSUPPORTED", rc);
+}
+
+/* Prefill: cuBLAS float32 GEMM of n tokens against the CPU matvec of each
+ * token, on a random F32 matrix. */
+static void test_gemm(int R, int C, int n)
+{
+	float *w = xmalloc((size_t)R * C * 4), *x = xmalloc((size_t)n * C * 4),
+	      *y_gpu = xmalloc((size_t)n * R * 4), *y_cpu = xmalloc(R * 4);
+	struct cw_wview wv = { .dtype = ST_DTYPE_F32, .rows = R, .cols = C };
+	struct st_diag d = { { 0 } };
+	struct cw_cu_blas *b = NULL;
+	void *w_d, *x_d, *y_d;
+	char what[64];
+
+	snprintf(what, sizeof(what), "gemm %dx%d, %d tokens", R, C, n);
+	for (size_t i = 0; i < (size_t)R * C; i++)
+		w[i] = frand();
+	for (size_t i = 0; i < (size_t)n * C; i++)
+		x[i] = frand();
+	wv.data = w;
+	w_d = dev_in(w, (size_t)R * C * 4);
+	x_d = dev_in(x, (size_t)n * C * 4);
+	y_d = dev_out((size_t)n * R * 4);
+	if (cw_cu_blas_new(&b, &d) ||
+	    cw_cu_gemm_f32(b, w_d, x_d, y_d, R, C, n, NULL, &d)) {
+		fail("%s: %s", what, d.msg);
+		goto out;
+	}
+	dev_out_fetch(y_d, y_gpu, (size_t)n * R * 4, what);
+	for (int t = 0; t < n; t++) {
+		cw_backend_cpu()->matvec(&wv, x + (size_t)t * C, y_cpu, 0, R);
+		for (int r = 0; r < R; r++) {
+			double S = 0.0, tol;
+
+			for (int c = 0; c < C; c++)
+				S += fabs((double)w[(size_t)r * C + c] *
+					  x[(size_t)t * C + c]);
+			tol = ((C + 64) + (C / 8 + 8)) * 0x1p-24 * S;
+			if (!(fabs((double)y_gpu[(size_t)t * R + r] - y_cpu[r]) <=
+			      tol)) {
+				fail("%s: token %d row %d: gpu %.9g cpu %.9g",
+				     what, t, r, y_gpu[(size_t)t * R + r],
+				     y_cpu[r]);
+				t = n;
+				break;
+			}
+		}
+	}
+out:
+	cw_cu_blas_free(b);
+	cw_cu_free(w_d);
+	cw_cu_free(x_d);
+	dev_out_free(y_d);
+	free(w);
+	free(x);
+	free(y_gpu);
+	free(y_cpu);
 }
 
 /* --- RMSNorm, RoPE, SwiGLU --- */
@@ -627,6 +723,9 @@ int main(void)
 	test_gemv(ST_DTYPE_BF16, 7, 13, 0, G_RANDOM);
 	test_gemv(ST_DTYPE_F32, 7, 7, 0, G_RANDOM);
 	test_gemv_refuses();
+	test_gemm(1, 1, 1);
+	test_gemm(96, 256, 7);
+	test_gemm(257, 1000, 33);
 
 	for (int i = 0; i < 2; i++) {
 		enum st_dtype wdt = i ? ST_DTYPE_BF16 : ST_DTYPE_F32;
