@@ -3,7 +3,8 @@
  * C-callable API over one .cu file per op family (cw_cu_dev.cu: device
  * probe and memory; cw_cu_gemv.cu: dequant-GEMV; cw_cu_norm.cu: RMSNorm,
  * RoPE, SwiGLU; cw_cu_router.cu: router softmax top-k; cw_cu_gemm.cu:
- * dequantization and cuBLAS GEMM for prefill).
+ * dequantization and cuBLAS GEMM for prefill; cw_cu_attn.cu: decode
+ * attention over paged KV rows).
  *
  * Every pointer named *_d is device memory (cudaMalloc); the kernels run on
  * the given stream (NULL: the legacy default stream) and return without
@@ -164,6 +165,28 @@ int cw_cu_rope(float *x_d, int n_heads, int head_dim, int pos, double theta,
  */
 int cw_cu_swiglu(const float *gate_d, const float *up_d, int n, float *out_d,
 		 void *stream, struct st_diag *diag);
+
+/* --- attention (cw_cu_attn.cu) --- */
+
+/*
+ * Decode attention of one query position: for each of n_heads heads (GQA:
+ * head h reads KV head h / (n_heads / n_kv_heads)), scores q.k /
+ * sqrt(head_dim) over the n_rows KV rows rows_d[0 .. n_rows) (a device
+ * array of device pointers to rows in cw_kvrow.h's layout of kv_dtype: F32,
+ * F16, BF16, F8_E4M3), softmax (float32 exps, double sum), and out_d[h *
+ * head_dim + i] = sum_j p_j V_j[i].  q_d holds n_heads * head_dim floats;
+ * scores_d is scratch of n_heads * n_rows floats.
+ * Tolerance vs the exact (double) attention over the same decoded rows:
+ * with s_j the scores, E = max_j ((head_dim + 8) * sum_i |q_i k_ji| /
+ * sqrt(head_dim) + 4 |s_j|) * 2^-24 the largest error of a score, and
+ * p_j the exact probabilities, |out[i] - exact[i]| <= 2 * sum_j p_j
+ * |V_j[i]| * (2 E + (|s_j - max s| + n_rows + 16) * 2^-24) (the CPU's
+ * attention meets the same bound).  0 or -EINVAL.
+ */
+int cw_cu_attend(const float *q_d, const uint8_t *const *rows_d, int n_rows,
+		 enum st_dtype kv_dtype, int n_heads, int n_kv_heads,
+		 int head_dim, float *scores_d, float *out_d, void *stream,
+		 struct st_diag *diag);
 
 /* --- router (cw_cu_router.cu) --- */
 

@@ -18,6 +18,7 @@
 
 #include "cw_backend.h"
 #include "cw_cu.h"
+#include "cw_kvrow.h"
 #include "cw_router.h"
 #include "st_error.h"
 #include "st_formats.h"
@@ -601,6 +602,163 @@ static void test_swiglu(int n, int adversarial)
 	free(y_gpu);
 }
 
+/* --- attention --- */
+
+enum acase { A_RANDOM, A_PEAKED, A_EQUAL_KEYS };
+
+/* The CPU attention of one head (the steps of cw_model.c attend). */
+static void cpu_attend_head(const struct cw_kvrow_fmt *f, uint8_t *const *rows,
+			    int n_rows, const float *qh, int kvh, float *sc,
+			    float *oh)
+{
+	const int hd = f->head_dim;
+	const float scale = 1.0f / sqrtf((float)hd);
+	float kv[512], mx = -INFINITY;
+	double sum = 0.0;
+
+	for (int j = 0; j < n_rows; j++) {
+		float d = 0.0f;
+
+		cw_kvrow_read_head(f, rows[j], 0, kvh, kv);
+		for (int i = 0; i < hd; i++)
+			d += qh[i] * kv[i];
+		sc[j] = d * scale;
+		mx = fmaxf(mx, sc[j]);
+	}
+	for (int j = 0; j < n_rows; j++) {
+		sc[j] = expf(sc[j] - mx);
+		sum += sc[j];
+	}
+	for (int i = 0; i < hd; i++)
+		oh[i] = 0.0f;
+	for (int j = 0; j < n_rows; j++) {
+		const float p = (float)(sc[j] / sum);
+
+		cw_kvrow_read_head(f, rows[j], 1, kvh, kv);
+		for (int i = 0; i < hd; i++)
+			oh[i] += p * kv[i];
+	}
+}
+
+static void test_attend(enum st_dtype dt, int n_heads, int nkv, int hd,
+			int n_rows, enum acase ac)
+{
+	struct cw_kvrow_fmt f;
+	struct st_diag d = { { 0 } };
+	size_t rb, n = (size_t)n_heads * hd;
+	uint8_t *pool, **rows, **rows_dev;
+	float *q = xmalloc(n * 4), *o_gpu = xmalloc(n * 4),
+	      *o_cpu = xmalloc(n * 4), *sc = xmalloc(n_rows * 4),
+	      *k = xmalloc((size_t)nkv * hd * 4), *v = xmalloc((size_t)nkv * hd * 4),
+	      *kd = xmalloc(hd * 4), *vd = xmalloc(hd * 4);
+	double *s = xmalloc(n_rows * 8), *e = xmalloc(n_rows * 8);
+	void *pool_d, *rows_d, *q_d, *sc_d, *o_d;
+	char what[96];
+
+	snprintf(what, sizeof(what), "attention %s %d heads / %d KV x %d, %d "
+		 "rows, case %d", cw_kvrow_dtype_name(dt), n_heads, nkv, hd,
+		 n_rows, (int)ac);
+	if (cw_kvrow_init(&f, dt, nkv, hd)) {
+		fail("%s: cw_kvrow_init", what);
+		return;
+	}
+	rb = (cw_kvrow_bytes(&f) + 15) & ~(size_t)15;
+	pool = xmalloc(rb * n_rows);
+	rows = xmalloc(n_rows * sizeof(*rows));
+	rows_dev = xmalloc(n_rows * sizeof(*rows_dev));
+	for (size_t i = 0; i < n; i++)
+		q[i] = frand() * (ac == A_PEAKED ? 40.0f : 1.0f);
+	for (int j = 0; j < n_rows; j++) {
+		for (int i = 0; i < nkv * hd; i++) {
+			k[i] = ac == A_EQUAL_KEYS ? 0.25f : frand();
+			v[i] = frand() * 3.0f;
+		}
+		/* rows in the pool in reverse order: the table is followed */
+		rows[j] = pool + rb * (n_rows - 1 - j);
+		cw_kvrow_write(&f, rows[j], k, v);
+	}
+	pool_d = dev_in(pool, rb * n_rows);
+	for (int j = 0; j < n_rows; j++)
+		rows_dev[j] = (uint8_t *)pool_d + (rows[j] - pool);
+	rows_d = dev_in(rows_dev, n_rows * sizeof(*rows_dev));
+	q_d = dev_in(q, n * 4);
+	sc_d = dev_out((size_t)n_heads * n_rows * 4);
+	o_d = dev_out(n * 4);
+	if (cw_cu_attend(q_d, (const uint8_t *const *)rows_d, n_rows, dt,
+			 n_heads, nkv, hd, sc_d, o_d, NULL, &d)) {
+		fail("%s: %s", what, d.msg);
+		goto out;
+	}
+	dev_out_fetch(o_d, o_gpu, n * 4, what);
+	for (int h = 0; h < n_heads; h++) {
+		const int kvh = h / (n_heads / nkv);
+		const float *qh = q + (size_t)h * hd;
+		double mx = -INFINITY, sum = 0.0, E = 0.0;
+
+		cpu_attend_head(&f, rows, n_rows, qh, kvh, sc,
+				o_cpu + (size_t)h * hd);
+		for (int j = 0; j < n_rows; j++) {
+			double dot = 0.0, absdot = 0.0;
+
+			cw_kvrow_read_head(&f, rows[j], 0, kvh, kd);
+			for (int i = 0; i < hd; i++) {
+				dot += (double)qh[i] * kd[i];
+				absdot += fabs((double)qh[i] * kd[i]);
+			}
+			s[j] = dot / sqrt((double)hd);
+			E = fmax(E, ((hd + 8) * absdot / sqrt((double)hd) +
+				     4 * fabs(s[j])) * 0x1p-24);
+			mx = fmax(mx, s[j]);
+		}
+		for (int j = 0; j < n_rows; j++) {
+			e[j] = exp(s[j] - mx);
+			sum += e[j];
+		}
+		for (int i = 0; i < hd; i++) {
+			double exact = 0.0, tol = 0.0;
+			const float g = o_gpu[(size_t)h * hd + i],
+				    c = o_cpu[(size_t)h * hd + i];
+
+			for (int j = 0; j < n_rows; j++) {
+				const double p = e[j] / sum;
+
+				cw_kvrow_read_head(&f, rows[j], 1, kvh, vd);
+				exact += p * vd[i];
+				tol += p * fabs(vd[i]) * (2 * E +
+					(mx - s[j] + n_rows + 16) * 0x1p-24);
+			}
+			tol *= 2;
+			if (!(fabs(g - exact) <= tol) ||
+			    !(fabs(c - exact) <= tol)) {
+				fail("%s: head %d [%d]: gpu %.9g cpu %.9g exact "
+				     "%.9g (tol %.3g)", what, h, i, g, c, exact,
+				     tol);
+				h = n_heads;
+				break;
+			}
+		}
+	}
+out:
+	cw_cu_free(pool_d);
+	cw_cu_free(rows_d);
+	cw_cu_free(q_d);
+	dev_out_free(sc_d);
+	dev_out_free(o_d);
+	free(pool);
+	free(rows);
+	free(rows_dev);
+	free(q);
+	free(o_gpu);
+	free(o_cpu);
+	free(sc);
+	free(k);
+	free(v);
+	free(kd);
+	free(vd);
+	free(s);
+	free(e);
+}
+
 /* --- router --- */
 
 enum rcase { R_RANDOM, R_TIES, R_UNDERFLOW };
@@ -745,6 +903,19 @@ int main(void)
 	test_swiglu(1001, 1);
 	test_swiglu(1, 0);
 
+	{
+		static const enum st_dtype kvt[] = { ST_DTYPE_F32, ST_DTYPE_F16,
+						     ST_DTYPE_BF16,
+						     ST_DTYPE_F8_E4M3 };
+
+		for (int i = 0; i < 4; i++) {
+			test_attend(kvt[i], 8, 2, 128, 1, A_RANDOM);
+			test_attend(kvt[i], 8, 2, 128, 300, A_RANDOM);
+			test_attend(kvt[i], 4, 4, 64, 1000, A_PEAKED);
+			test_attend(kvt[i], 6, 1, 80, 37, A_EQUAL_KEYS);
+		}
+		test_attend(ST_DTYPE_F16, 2, 1, 7, 5, A_RANDOM);
+	}
 	test_router(16, 8, 2, 1, R_RANDOM);
 	test_router(16, 64, 8, 0, R_RANDOM);
 	test_router(16, 60, 4, 1, R_RANDOM);
