@@ -400,6 +400,82 @@ out:
 	free(row);
 }
 
+/* PITFALLS P7 (nibble order) on the device: one MXFP4 block, scale byte
+ * 128 (x2), first byte 0x72, the rest zero, OCP layout: element 0 is 2.0
+ * and element 1 is 12.0 (the GGUF layout would put 12.0 at element 16);
+ * the GEMV against unit vectors picks them out.  And P9's decode side:
+ * every E4M3 byte (0x7e = 448, 0xfe = -448, 0x7f / 0xff NaN) dequantizes
+ * like st_e4m3_to_f32. */
+static void test_pitfalls(void)
+{
+	uint8_t codes[16] = { 0x72 }, sc = 128, fp8[256];
+	float out[32], x[32], y, fsc = 1.0f;
+	struct cw_wview w = { .dtype = ST_DTYPE_MXFP4, .rows = 1, .cols = 32,
+			      .group = 32, .global_scale = 1.0f };
+	struct st_diag d = { { 0 } };
+	void *c_d = dev_in(codes, 16), *s_d = dev_in(&sc, 1), *x_d, *y_d;
+	float *o_d = dev_out(32 * 4);
+
+	w.data = c_d;
+	w.scales = s_d;
+	if (cw_cu_dequant_f32(&w, o_d, NULL, &d))
+		fail("P7: %s", d.msg);
+	dev_out_fetch(o_d, out, sizeof(out), "P7 dequant");
+	for (int i = 0; i < 32; i++)
+		if (out[i] != (i == 0 ? 2.0f : i == 1 ? 12.0f : 0.0f))
+			fail("P7: element %d is %g (want [0]=2, [1]=12, rest 0)",
+			     i, out[i]);
+	y_d = dev_out(4);
+	for (int e = 0; e < 2; e++) {
+		memset(x, 0, sizeof(x));
+		x[e] = 1.0f;
+		x_d = dev_in(x, sizeof(x));
+		if (cw_cu_matvec(&w, x_d, y_d, NULL, &d))
+			fail("P7 gemv: %s", d.msg);
+		dev_out_fetch(y_d, &y, 4, "P7 gemv");
+		if (y != (e ? 12.0f : 2.0f))
+			fail("P7 gemv: x = e_%d gives %g, want %g", e, y,
+			     e ? 12.0 : 2.0);
+		cw_cu_free(x_d);
+	}
+	dev_out_free(o_d);
+	dev_out_free(y_d);
+	cw_cu_free(c_d);
+	cw_cu_free(s_d);
+
+	for (int i = 0; i < 256; i++)
+		fp8[i] = (uint8_t)i;
+	w.dtype = ST_DTYPE_F8_E4M3;
+	w.cols = 256;
+	w.group = 256;
+	c_d = dev_in(fp8, 256);
+	s_d = dev_in(&fsc, 4);
+	o_d = dev_out(256 * 4);
+	w.data = c_d;
+	w.scales = s_d;
+	if (cw_cu_dequant_f32(&w, o_d, NULL, &d))
+		fail("P9: %s", d.msg);
+	else {
+		float got[256];
+
+		dev_out_fetch(o_d, got, sizeof(got), "P9 dequant");
+		for (int i = 0; i < 256; i++) {
+			const float want = st_e4m3_to_f32((uint8_t)i);
+
+			if (isnan(want) ? !isnan(got[i]) : got[i] != want)
+				fail("P9: E4M3 byte 0x%02x gives %g, want %g",
+				     i, got[i], want);
+		}
+		if (got[0x7e] != 448.0f || got[0xfe] != -448.0f ||
+		    !isnan(got[0x7f]) || !isnan(got[0xff]))
+			fail("P9: 0x7e/0xfe/0x7f/0xff decode to %g %g %g %g",
+			     got[0x7e], got[0xfe], got[0x7f], got[0xff]);
+	}
+	dev_out_free(o_d);
+	cw_cu_free(c_d);
+	cw_cu_free(s_d);
+}
+
 /* A GEMV whose arguments are wrong must be refused, not run. */
 static void test_gemv_refuses(void)
 {
@@ -881,6 +957,7 @@ int main(void)
 	test_gemv(ST_DTYPE_BF16, 7, 13, 0, G_RANDOM);
 	test_gemv(ST_DTYPE_F32, 7, 7, 0, G_RANDOM);
 	test_gemv_refuses();
+	test_pitfalls();
 	test_gemm(1, 1, 1);
 	test_gemm(96, 256, 7);
 	test_gemm(257, 1000, 33);
