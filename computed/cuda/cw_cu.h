@@ -9,10 +9,10 @@
  * Every pointer named *_d is device memory (cudaMalloc); the kernels run on
  * the given stream (NULL: the legacy default stream) and return without
  * waiting, except where a function says it synchronises.  Each one is the
- * GPU twin of a CPU reference (cw_backend_cpu.c reference mode, cw_router.c)
- * and accumulates in float32; the tolerances each one meets against its
- * reference are stated at its declaration and checked by
- * tests/cuda/test_cuda_kernels.c.
+ * GPU twin of a CPU reference (cw_backend_cpu.c reference mode,
+ * cw_router.c, cw_model.c attend) and accumulates in float32; the
+ * tolerances each one meets against its reference are stated at its
+ * declaration and checked by tests/cuda/test_cuda_kernels.c.
  *
  * Errors: 0, or -ST_E_CUDA / -EINVAL / -ST_E_UNSUPPORTED with a message in
  * diag (which may be NULL).  A kernel's own faults surface at the next
