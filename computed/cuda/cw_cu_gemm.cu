@@ -1,0 +1,152 @@
+/*
+ * cw_cu_gemm.cu — the first prefill path of the CUDA backend (cw_cu.h):
+ * weights of any expert format dequantized on the device to float32
+ * (bit-exact twins of st_formats' *_dequantize_row), and a float32 GEMM of
+ * a batch of tokens by cuBLAS (cublasSgemm, no TF32).
+ */
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+#include <stdlib.h>
+
+#include "cw_cu_int.h"
+
+struct cw_cu_blas {
+	cublasHandle_t h;
+};
+
+static int blas_err(struct st_diag *diag, cublasStatus_t s, const char *what)
+{
+	return st_diag_set(diag, -ST_E_CUBLAS, "%s: %s (%d)", what,
+			   cublasGetStatusString(s), (int)s);
+}
+
+int cw_cu_blas_new(struct cw_cu_blas **ret, struct st_diag *diag)
+{
+	struct cw_cu_blas *b = (struct cw_cu_blas *)calloc(1, sizeof(*b));
+	cublasStatus_t s;
+
+	*ret = NULL;
+	if (!b)
+		return st_diag_set(diag, -ENOMEM, "cw_cu_blas_new: out of memory");
+	s = cublasCreate(&b->h);
+	if (s == CUBLAS_STATUS_SUCCESS)
+		/* plain float32 arithmetic: no TF32 tensor-core rounding */
+		s = cublasSetMathMode(b->h, CUBLAS_PEDANTIC_MATH);
+	if (s != CUBLAS_STATUS_SUCCESS) {
+		if (b->h)
+			cublasDestroy(b->h);
+		free(b);
+		return blas_err(diag, s, "cublasCreate");
+	}
+	*ret = b;
+	return 0;
+}
+
+void cw_cu_blas_free(struct cw_cu_blas *b)
+{
+	if (!b)
+		return;
+	cublasDestroy(b->h);
+	free(b);
+}
+
+int cw_cu_gemm_f32(struct cw_cu_blas *b, const float *w_d, const float *x_d,
+		   float *y_d, int rows, int cols, int n_tok, void *stream,
+		   struct st_diag *diag)
+{
+	const float one = 1.0f, zero = 0.0f;
+	cublasStatus_t s;
+
+	if (rows < 1 || cols < 1 || n_tok < 0)
+		return st_diag_set(diag, -EINVAL, "cw_cu_gemm_f32: %d x %d, %d "
+				   "tokens", rows, cols, n_tok);
+	if (!n_tok)
+		return 0;
+	s = cublasSetStream(b->h, (cudaStream_t)stream);
+	if (s != CUBLAS_STATUS_SUCCESS)
+		return blas_err(diag, s, "cublasSetStream");
+	/* column-major view: W row-major [rows, cols] is W^T with ld cols,
+	 * X [n, cols] is X^T (cols x n), Y [n, rows] is Y^T (rows x n):
+	 * Y^T = W X^T, i.e. op(A) = transpose of the stored W^T. */
+	s = cublasSgemm(b->h, CUBLAS_OP_T, CUBLAS_OP_N, rows, n_tok, cols,
+			&one, w_d, cols, x_d, cols, &zero, y_d, rows);
+	return s == CUBLAS_STATUS_SUCCESS ? 0 : blas_err(diag, s, "cublasSgemm");
+}
+
+/* Element c of row r of a quantized matrix (the formats of cw_cu_matvec). */
+__global__ void dequant_kernel(int dt, const uint8_t *data,
+			       const uint8_t *scales, int64_t rows,
+			       int64_t cols, int64_t ngroups, int group,
+			       float gscale, float *out)
+{
+	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (i >= rows * cols)
+		return;
+	const int64_t r = i / cols, c = i % cols;
+	const int64_t si = r * ngroups + c / group;
+	float v;
+
+	switch (dt) {
+	case ST_DTYPE_MXFP4:
+	case ST_DTYPE_NVFP4:
+	case ST_DTYPE_E2M1_F16: {
+		const unsigned b = data[r * (cols / 2) + c / 2];
+		const float q = cw_cu_e2m1_const((c & 1) ? b >> 4 : b & 15u);
+
+		if (dt == ST_DTYPE_MXFP4)
+			v = q * cw_cu_e8m0(scales[si]);
+		else if (dt == ST_DTYPE_NVFP4)
+			v = (q * cw_cu_e4m3(scales[si])) * gscale;
+		else
+			v = q * __half2float(__ushort_as_half(
+				((const unsigned short *)scales)[si]));
+		break;
+	}
+	case ST_DTYPE_F8_E4M3:
+		v = cw_cu_e4m3(data[i]) *
+		    (scales ? ((const float *)scales)[si] : 1.0f);
+		break;
+	case ST_DTYPE_BF16:
+		v = __uint_as_float((unsigned)((const unsigned short *)data)[i]
+				    << 16);
+		break;
+	default:
+		v = ((const float *)data)[i];
+		break;
+	}
+	out[i] = v;
+}
+
+int cw_cu_dequant_f32(const struct cw_wview *w, float *out_d, void *stream,
+		      struct st_diag *diag)
+{
+	const int64_t R = w->rows, C = w->cols, n = R * C;
+	int group = 1;
+
+	switch (w->dtype) {
+	case ST_DTYPE_MXFP4: group = 32; break;
+	case ST_DTYPE_NVFP4: group = 16; break;
+	case ST_DTYPE_E2M1_F16: group = (int)w->group; break;
+	case ST_DTYPE_F8_E4M3: group = w->group ? (int)w->group : (int)C; break;
+	case ST_DTYPE_BF16:
+	case ST_DTYPE_F32: break;
+	default:
+		return st_diag_set(diag, -ST_E_UNSUPPORTED, "cw_cu_dequant_f32: "
+				   "dtype %d not supported", (int)w->dtype);
+	}
+	if (R < 0 || C < 0 || group < 1 ||
+	    ((w->dtype == ST_DTYPE_MXFP4 || w->dtype == ST_DTYPE_NVFP4) &&
+	     C % group) ||
+	    (w->dtype == ST_DTYPE_E2M1_F16 && (group % 2 || C % 2)))
+		return st_diag_set(diag, -EINVAL, "cw_cu_dequant_f32: %lld x %lld"
+				   " with group %d", (long long)R, (long long)C,
+				   group);
+	if (!n)
+		return 0;
+	dequant_kernel<<<(unsigned)((n + 255) / 256), 256, 0,
+			 (cudaStream_t)stream>>>((int)w->dtype,
+			(const uint8_t *)w->data, w->scales, R, C,
+			(C + group - 1) / group, group, w->global_scale, out_d);
+	return cw_cu_launched(diag, "cw_cu_dequant_f32 launch");
+}
