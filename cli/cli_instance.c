@@ -187,7 +187,7 @@ static void add_opt(char **argv, int *a, const char *opt, const char *val)
 	}
 }
 
-/* The argv of a daemon of inst (pointers into inst; at most 31 +
+/* The argv of a daemon of inst (pointers into inst; at most 39 +
  * CLI_MAX_EXTRA_ARGS + NULL). */
 static void daemon_argv(struct cli_instance *inst, const char *daemon,
 			char **argv)
@@ -218,6 +218,11 @@ static void daemon_argv(struct cli_instance *inst, const char *daemon,
 		add_opt(argv, &a, "--threads", inst->threads);
 		add_opt(argv, &a, "--compute", inst->compute);
 		add_opt(argv, &a, "--http-port", inst->http_port);
+		add_opt(argv, &a, "--http-bind", inst->http_bind);
+		add_opt(argv, &a, "--max-running", inst->max_running);
+		add_opt(argv, &a, "--max-queued", inst->max_queued);
+		add_opt(argv, &a, "--max-step-tokens", inst->max_step_tokens);
+		add_opt(argv, &a, "--chat-template", inst->chat_template);
 	}
 	if (inst->tier)
 		extra = !strcmp(daemon, "expertd") ? inst->tier->es :
@@ -252,7 +257,7 @@ static void note_api_key(const struct cli_instance *inst)
 static int start_one(struct cli_instance *inst, const char *daemon,
 		     int *ret_pid, int timeout_s, struct st_diag *diag)
 {
-	char *argv[32 + CLI_MAX_EXTRA_ARGS];
+	char *argv[40 + CLI_MAX_EXTRA_ARGS];
 	int r;
 
 	daemon_argv(inst, daemon, argv);
@@ -268,7 +273,7 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 int cli_instance_exec(struct cli_instance *inst, const char *daemon,
 		      struct st_diag *diag)
 {
-	char *argv[32 + CLI_MAX_EXTRA_ARGS], exe[4096];
+	char *argv[40 + CLI_MAX_EXTRA_ARGS], exe[4096];
 	int r;
 
 	if (cli_daemon_index(daemon) < 0)

@@ -27,6 +27,11 @@ struct cli_instance {
 	char threads[16];        /* computed --threads, "" = default */
 	char compute[16];        /* computed --compute (reference|fast) */
 	char http_port[16];      /* computed --http-port, "" = no HTTP API */
+	char http_bind[64];      /* computed --http-bind, "" = its default */
+	char max_running[16];    /* computed --max-running, "" = default */
+	char max_queued[16];     /* computed --max-queued, "" = default */
+	char max_step_tokens[16]; /* computed --max-step-tokens, "" = default */
+	char chat_template[16];  /* computed --chat-template, "" = auto */
 	int pid_expertd, pid_kvd, pid_computed;
 	int started_by_us;       /* 1 when this process spawned them */
 	const struct cli_tier_args *tier; /* extra daemon options, or NULL */

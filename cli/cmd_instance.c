@@ -87,6 +87,11 @@ static const struct {
 	{ "kv-spill-budget", "kv.spill_budget" },
 	{ "page-rows", "kv.page_rows" },       { "max-seqs", "kv.max_seqs" },
 	{ "threads", "compute.threads" },      { "compute", "compute.mode" },
+	{ "http-port", "serve.http_port" },    { "http-bind", "serve.http_bind" },
+	{ "max-running", "serve.max_running" },
+	{ "max-queued", "serve.max_queued" },
+	{ "max-step-tokens", "serve.max_step_tokens" },
+	{ "chat-template", "serve.chat_template" },
 };
 
 #define N_FLAGS (sizeof(k_flag_keys) / sizeof(k_flag_keys[0]))
@@ -108,9 +113,9 @@ static int parse(int argc, char **argv, const char *cmd,
 {
 	static const struct option tier_opts[] = { CLI_TIER_LONGOPTS };
 	static struct cli_tier_args tier; /* outlives parse(): inst->tier */
-	struct option opts[N_FLAGS + 6 + sizeof(tier_opts) / sizeof(tier_opts[0])];
+	struct option opts[N_FLAGS + 5 + sizeof(tier_opts) / sizeof(tier_opts[0])];
 	struct st_diag diag = { "" };
-	int c, is_up = !strcmp(cmd, "up"), n = 0, any_tier = 0, http_port = 0;
+	int c, is_up = !strcmp(cmd, "up"), n = 0, any_tier = 0;
 	const char *config = NULL;
 
 	for (size_t i = 0; i < N_FLAGS; i++)
@@ -130,7 +135,6 @@ static int parse(int argc, char **argv, const char *cmd,
 	opts[n++] = (struct option){ "config", required_argument, NULL, 'C' };
 	opts[n++] = (struct option){ "timeout", required_argument, NULL, 'T' };
 	opts[n++] = (struct option){ "help-config", no_argument, NULL, 'G' };
-	opts[n++] = (struct option){ "http-port", required_argument, NULL, 'H' };
 	opts[n++] = (struct option){ "help", no_argument, NULL, 'h' };
 	opts[n] = (struct option){ 0 };
 
@@ -162,14 +166,6 @@ static int parse(int argc, char **argv, const char *cmd,
 		case 'C': break;
 		case 'T': *timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 120; break;
 		case 'G': st_iconf_print_help(stdout); exit(0);
-		case 'H':
-			if (atoi(optarg) < 1 || atoi(optarg) > 65535) {
-				fprintf(stderr, "strata: --http-port must be "
-					"1..65535\n");
-				return 2;
-			}
-			http_port = atoi(optarg);
-			break;
 		case 'h': inst_usage(stdout, cmd); exit(0);
 		case CLI_OPT_EVICT ... CLI_OPT_HALF_LIFE:
 			if (!is_up) {
@@ -196,13 +192,6 @@ static int parse(int argc, char **argv, const char *cmd,
 		return 2;
 	}
 	memset(inst, 0, sizeof(*inst));
-	if (http_port && !is_up) {
-		inst_usage(stderr, cmd);
-		return 2;
-	}
-	if (http_port)
-		snprintf(inst->http_port, sizeof(inst->http_port), "%d",
-			 http_port);
 	copy(inst->name, sizeof(inst->name), st_iconf_get(conf, "instance.name"));
 	copy(inst->run_dir, sizeof(inst->run_dir),
 	     st_iconf_get(conf, "instance.run_dir"));
@@ -269,6 +258,27 @@ static int parse(int argc, char **argv, const char *cmd,
 		     st_iconf_get(conf, "kv.page_rows"));
 		copy(inst->compute, sizeof(inst->compute),
 		     st_iconf_get(conf, "compute.mode"));
+		/* serving: only what differs from computed's defaults is
+		 * passed, so computed's --help stays the reference */
+		if (strcmp(st_iconf_get(conf, "serve.http_port"), "0"))
+			copy(inst->http_port, sizeof(inst->http_port),
+			     st_iconf_get(conf, "serve.http_port"));
+		if (st_iconf_is_set(conf, "serve.http_bind"))
+			copy(inst->http_bind, sizeof(inst->http_bind),
+			     st_iconf_get(conf, "serve.http_bind"));
+		if (st_iconf_is_set(conf, "serve.max_running"))
+			copy(inst->max_running, sizeof(inst->max_running),
+			     st_iconf_get(conf, "serve.max_running"));
+		if (st_iconf_is_set(conf, "serve.max_queued"))
+			copy(inst->max_queued, sizeof(inst->max_queued),
+			     st_iconf_get(conf, "serve.max_queued"));
+		if (st_iconf_is_set(conf, "serve.max_step_tokens"))
+			copy(inst->max_step_tokens,
+			     sizeof(inst->max_step_tokens),
+			     st_iconf_get(conf, "serve.max_step_tokens"));
+		if (strcmp(st_iconf_get(conf, "serve.chat_template"), "auto"))
+			copy(inst->chat_template, sizeof(inst->chat_template),
+			     st_iconf_get(conf, "serve.chat_template"));
 		if (strcmp(st_iconf_get(conf, "compute.threads"), "0"))
 			copy(inst->threads, sizeof(inst->threads),
 			     st_iconf_get(conf, "compute.threads"));

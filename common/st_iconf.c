@@ -72,6 +72,25 @@ static const struct st_iconf_knob knobs[] = {
 	  "reference", "--compute", 1, "reference (F32 activations, exact, "
 	  "bit-identical across batching) or fast (int8 activations for "
 	  "4-bit experts, SIMD, FMA)" },
+	{ "serve", "http_port", ST_ICONF_INT, 0, 65535, NULL, "0",
+	  "--http-port", 1, "port of the OpenAI-compatible HTTP API (0: no "
+	  "HTTP listener); the API key comes from $STRATA_API_KEY, never "
+	  "from this file" },
+	{ "serve", "http_bind", ST_ICONF_STR, 0, 0, NULL, "127.0.0.1",
+	  "--http-bind", 1, "IPv4 address the HTTP API binds" },
+	{ "serve", "max_running", ST_ICONF_INT, 1, 4096, NULL, "32",
+	  "--max-running", 1, "sequences decoding at once (continuous "
+	  "batching)" },
+	{ "serve", "max_queued", ST_ICONF_INT, 1, 100000, NULL, "256",
+	  "--max-queued", 1, "requests waiting beyond those (more get HTTP "
+	  "429)" },
+	{ "serve", "max_step_tokens", ST_ICONF_INT, 1, 4096, NULL, "128",
+	  "--max-step-tokens", 1, "tokens per forward step: decode tokens, "
+	  "then prefill chunks" },
+	{ "serve", "chat_template", ST_ICONF_ENUM, 0, 0,
+	  "auto|chatml|mixtral|deepseek|none", "auto", "--chat-template", 1,
+	  "chat template of /v1/chat/completions (auto: from the store's "
+	  "tokenizer_config.json)" },
 	{ "device", "gpu_budget", ST_ICONF_SIZE, 0, 0, NULL, "0", "--gpu", 0,
 	  "device memory (T0); the planner uses it, the CPU build has no "
 	  "device" },

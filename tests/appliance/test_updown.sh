@@ -40,6 +40,9 @@ alive() { [ -r "/proc/$1/stat" ] && ! sed 's/.*) //' "/proc/$1/stat" | grep -q '
 # the placement lines are info messages
 export STRATA_LOG=info
 
+# a port for the HTTP API of this instance (free now, very likely still
+# free a moment later)
+port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 cat >"$TMP/inst.conf" <<CONF
 # test instance
 [instance]
@@ -59,6 +62,10 @@ budget = 64MiB
 page_rows = 16
 [compute]
 threads = 1
+[serve]
+http_port = $port
+max_running = 4
+chat_template = none
 CONF
 
 "$STRATA" topo >"$TMP/topo" 2>&1 || { echo "FAIL: strata topo"; cat "$TMP/topo"; fail=1; }
@@ -95,6 +102,13 @@ tr '\0' ' ' <"$RUN/computed.args" | grep -q -- "--prefetch-depth 1 " ||
 	{ echo "FAIL: experts.prefetch_distance not passed to computed"; fail=1; }
 tr '\0' ' ' <"$RUN/expertd.args" | grep -q -- "--hot-experts 2 " ||
 	{ echo "FAIL: experts.hot_experts not passed to expertd"; fail=1; }
+
+# the [serve] keys reach computed, and its HTTP API answers
+tr '\0' ' ' <"$RUN/computed.args" | grep -q -- "--http-port $port .*--max-running 4 .*--chat-template none" ||
+	{ echo "FAIL: [serve] keys not passed to computed: $(tr '\0' ' ' <"$RUN/computed.args")"; fail=1; }
+code=$(curl -s -o "$TMP/health" -w '%{http_code}' "http://127.0.0.1:$port/health")
+[ "$code" = 200 ] && grep -q '"ok"' "$TMP/health" ||
+	{ echo "FAIL: /health on port $port from the config: $code $(cat "$TMP/health")"; fail=1; }
 
 # a second up of the running instance fails without touching its daemons
 pids0="$(pid_of expertd) $(pid_of kvd) $(pid_of computed)"
