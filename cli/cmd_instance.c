@@ -32,8 +32,10 @@ static void inst_usage(FILE *f, const char *cmd)
 	"                 [--kv-budget B] [--kv-spill-budget B] [--kv-dtype T]\n"
 	"                 [--numa auto|N|interleave|off] [--loader-threads N]\n"
 	"                 [--max-seqs N] [--page-rows N] [--threads N]\n"
-	"                 [--dense-format bf16|f32] [--http-port N] [--timeout SEC]\n"
-	"                 [--help-config]\n"
+	"                 [--dense-format bf16|f32] [--compute reference|fast]\n"
+	"                 [--http-port N] [--http-bind ADDR] [--max-running N]\n"
+	"                 [--max-queued N] [--max-step-tokens N]\n"
+	"                 [--chat-template T] [--timeout SEC] [--help-config]\n"
 	"                 [expert-tier options: --evict, --hot-experts,\n"
 	"                 --state-dir, --prefetch-depth, ... as for strata run]" :
 	!strcmp(cmd, "restart") ? " DAEMON [--timeout SEC]" : "");
