@@ -997,11 +997,13 @@ int st_mxfp4_quantize_row_wmse(const float *x, const float *w, size_t n,
 	return 0;
 }
 
-/* Squared error of an NVFP4 block (n = 16) under E4M3 scale byte s. */
-static double nvfp4_sse(const float *xb, const float *wb, size_t n, uint32_t s,
-			float global)
+/* Weighted squared error of n elements coded as E2M1 with the scale
+ * sb * global (dequantized as (q * sb) * global; global = 1 for a single
+ * scale level). */
+static double e2m1_scaled_sse(const float *xb, const float *wb, size_t n,
+			      float sb, float global)
 {
-	float sb = st_e4m3_to_f32((uint8_t)s), d = sb * global;
+	float d = sb * global;
 	double sse = 0.0;
 
 	for (size_t i = 0; i < n; i++) {
@@ -1012,6 +1014,13 @@ static double nvfp4_sse(const float *xb, const float *wb, size_t n, uint32_t s,
 		sse += wt(wb, i) * (e * e);
 	}
 	return sse;
+}
+
+/* Squared error of an NVFP4 block (n = 16) under E4M3 scale byte s. */
+static double nvfp4_sse(const float *xb, const float *wb, size_t n, uint32_t s,
+			float global)
+{
+	return e2m1_scaled_sse(xb, wb, n, st_e4m3_to_f32((uint8_t)s), global);
 }
 
 int st_nvfp4_quantize_row_mse(const float *x, size_t n, float global,
@@ -1065,20 +1074,9 @@ int st_nvfp4_quantize_row_wmse(const float *x, const float *w, size_t n,
 static double e2m1f16_sse(const float *xg, const float *wg, size_t gn,
 			  uint32_t h, float unused)
 {
-	float s = st_f16_to_f32((uint16_t)h);
-	double sse = 0.0;
-
-	for (size_t i = 0; i < gn; i++) {
-		float q = s == 0.0f ? 0.0f :
-				      st_e2m1_to_f32(st_f32_to_e2m1(xg[i] / s));
-		double e = (double)xg[i] - (double)(q * s);
-
-		sse += wt(wg, i) * (e * e);
-	}
-	return sse;
+	(void)unused;
+	return e2m1_scaled_sse(xg, wg, gn, st_f16_to_f32((uint16_t)h), 1.0f);
 }
-
-
 
 int st_e2m1f16_quantize_row_mse(const float *x, size_t n, size_t group,
 				uint8_t *ret_codes, uint16_t *ret_scales)
