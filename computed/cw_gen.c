@@ -44,8 +44,10 @@ void cw_gen_free(struct cw_gen *g)
 {
 	if (!g)
 		return;
-	if (g->have_seq)
+	if (g->have_seq) {
+		cw_model_seq_end(g->model, g->seq);
 		kv_client_seq_free(g->kv, g->seq);
+	}
 	cw_stopbuf_fini(&g->stops);
 	cw_sampler_fini(&g->sampler);
 	free(g->ids);
@@ -134,7 +136,9 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
 	}
 	memcpy(g->ids, ids, sizeof(int32_t) * n_ids);
 	g->n_prompt = (int)n_ids;
-	if (p->prefix_cache)
+	if (cw_model_is_dsv4(model))
+		g->p.prefix_cache = 0; /* its state is not in kvd pages */
+	if (g->p.prefix_cache)
 		r = kv_client_seq_create_prefix(kv, g->ids, (uint32_t)g->n_prompt,
 						&g->seq, &g->n_cached, diag);
 	else
@@ -144,6 +148,14 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
 		return r;
 	}
 	g->have_seq = 1;
+	/* the positions it may evaluate: the prompt, then each sampled
+	 * token but the last */
+	r = cw_model_seq_begin(model, g->seq, g->n_prompt + g->max_tokens,
+			       diag);
+	if (r < 0) {
+		cw_gen_free(g);
+		return r;
+	}
 	g->n_done = (int)g->n_cached;
 	{
 		/* without a spill budget nothing ever leaves the pool, so the

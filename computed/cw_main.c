@@ -599,11 +599,14 @@ static int handle_score(struct cw_daemon *d, const struct st_msg_header *h,
 		st_rbuf_i32(&rb, &ids[i]);
 	r = kv_client_seq_create(d->kv, &seq, &diag);
 	if (r == 0) {
+		r = cw_model_seq_begin(d->model, seq, (int)n, &diag);
 		/* the scheduler's thread uses the model too */
 		cw_sched_model_lock(d->sched);
-		r = cw_model_eval(d->model, seq, 0, ids, (int)n, all, NULL,
-				  &diag);
+		if (r == 0)
+			r = cw_model_eval(d->model, seq, 0, ids, (int)n, all,
+					  NULL, &diag);
 		cw_sched_model_unlock(d->sched);
+		cw_model_seq_end(d->model, seq);
 		kv_client_seq_free(d->kv, seq);
 	}
 	if (r < 0) {
@@ -836,6 +839,22 @@ int main(int argc, char **argv)
 	if (r < 0) {
 		st_err("cannot open the model: %s", diag.msg);
 		goto out;
+	}
+	if (cw_model_is_dsv4(d->model)) {
+		/* V4: no router hooks; hash-routed layers hint expertd
+		 * exactly from the token id (cw_model_dsv4.h) */
+		if (d->ropts.trace_path || d->ropts.record_path ||
+		    d->ropts.oracle || d->ropts.measure) {
+			st_err("--route-trace, --route-record, "
+			       "--lookahead-oracle and --lookahead-measure are "
+			       "not available for DeepSeek-V4 stores; drop them");
+			r = -ST_E_UNSUPPORTED;
+			goto out;
+		}
+		d->ropts.prefetch_depth = 0;
+		st_info("DeepSeek-V4 store: reference mode, sequences stepped "
+			"one after the other, exact prefetch hints for the "
+			"hash-routed layers, no prefix cache");
 	}
 	r = cw_routing_open(d->model, d->es, &d->ropts, &d->routing, &diag);
 	if (r < 0) {

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "cw_kvrow.h"
+#include "cw_model_dsv4.h"
 #include "cw_router.h"
 #include "cw_threads.h"
 #include "st_formats.h"
@@ -94,6 +95,8 @@ struct cw_model {
 	const float **mx_in;               /* [n] batched matvec inputs */
 	float **mx_out;                    /* [n] and outputs */
 	struct cw_shexp_scratch shx;       /* shared-expert step scratch */
+	struct cw_v4serve *v4;             /* owned: a DeepSeek-V4 store
+					    * (cw_model_dsv4.h), else NULL */
 };
 
 static void matvec(struct cw_model *m, const struct cw_wview *w,
@@ -410,12 +413,17 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 		return r;
 	}
 	m->cfg = m->store->cfg;
-	if (m->store->is_dsv4)
-		r = st_diag_set(diag, -ST_E_UNSUPPORTED,
-				"store %s: a DeepSeek-V4 store; computed does not "
-				"serve V4 yet (the V4 forward pass reads it with "
-				"cw_dsv4_load_store)", store_dir);
-	else if (m->cfg.n_experts > CW_MAX_EXPERTS ||
+	if (m->store->is_dsv4) {
+		/* V4: its own forward pass behind this interface */
+		r = cw_v4serve_open(store_dir, es, kv, &m->opts, &m->v4, diag);
+		if (r < 0) {
+			cw_model_close(m);
+			return r;
+		}
+		*ret = m;
+		return 0;
+	}
+	if (m->cfg.n_experts > CW_MAX_EXPERTS ||
 		 m->cfg.top_k > m->cfg.n_experts)
 		r = st_diag_set(diag, -ST_E_UNSUPPORTED,
 				"%d experts: computed supports at most %d",
@@ -513,6 +521,7 @@ void cw_model_close(struct cw_model *m)
 {
 	if (!m)
 		return;
+	cw_v4serve_close(m->v4);
 	free_scratch(m);
 	kscratch_free(&m->ks);
 	cw_threads_destroy(m->pool);
@@ -554,7 +563,7 @@ int cw_model_route_probe(struct cw_model *m, int layer, const float *h,
 	const struct st_model_config *c = &m->cfg;
 	const struct cw_layer_w *L;
 
-	if (layer < 0 || layer >= c->n_layers)
+	if (layer < 0 || layer >= c->n_layers || m->v4)
 		return -EINVAL;
 	L = &m->layers[layer];
 	if (!m->probe_xn) {
@@ -578,7 +587,27 @@ void cw_model_set_act_fn(struct cw_model *m, cw_act_fn fn, void *arg)
 
 void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret)
 {
-	*ret = m->rs;
+	if (m->v4)
+		cw_v4serve_read_stats(m->v4, ret);
+	else
+		*ret = m->rs;
+}
+
+int cw_model_is_dsv4(const struct cw_model *m)
+{
+	return m->v4 != NULL;
+}
+
+int cw_model_seq_begin(struct cw_model *m, uint32_t seq, int max_tokens,
+		       struct st_diag *diag)
+{
+	return m->v4 ? cw_v4serve_seq_begin(m->v4, seq, max_tokens, diag) : 0;
+}
+
+void cw_model_seq_end(struct cw_model *m, uint32_t seq)
+{
+	if (m->v4)
+		cw_v4serve_seq_end(m->v4, seq);
 }
 
 void cw_model_kv_bytes_per_token(const struct cw_model *m, uint64_t *ret_layout,
@@ -587,6 +616,13 @@ void cw_model_kv_bytes_per_token(const struct cw_model *m, uint64_t *ret_layout,
 	const uint64_t elt = m->opts.kv_dtype == ST_DTYPE_F32 ? 4 :
 			     m->opts.kv_dtype == ST_DTYPE_F8_E4M3 ? 1 : 2;
 
+	if (m->v4) {
+		/* the growing streams (F32 state); no textbook K/V formula */
+		*ret_layout = (uint64_t)cw_dsv4_kv_bytes_per_token(
+			cw_v4serve_config(m->v4), 4);
+		*ret_formula = *ret_layout;
+		return;
+	}
 	*ret_layout = (uint64_t)m->kv_row_bytes * (uint64_t)m->cfg.n_layers;
 	*ret_formula = 2ull * (uint64_t)m->cfg.n_layers *
 		       (uint64_t)m->cfg.n_kv_heads * (uint64_t)m->cfg.head_dim *
@@ -599,6 +635,8 @@ uint64_t cw_model_expert_bytes_layer(const struct cw_model *m, int layer)
 
 	if (layer < 0 || layer >= m->store->n_layers)
 		return 0;
+	if (m->v4)
+		return cw_v4serve_expert_bytes(m->v4);
 	for (int i = 0; i < 3; i++) {
 		const struct st_store_matrix *mm = &m->store->layers[layer].mat[i];
 
@@ -1194,6 +1232,8 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 					   "token id %d outside the vocabulary "
 					   "(%d rows)", toks[t].id, c->vocab_size);
 	}
+	if (m->v4)
+		return cw_v4serve_eval_batch(m->v4, toks, n, diag);
 	r = grow_scratch(m, n);
 	if (r < 0)
 		return st_diag_set(diag, r, "out of memory for %d tokens", n);

@@ -146,6 +146,22 @@ struct cw_batch_tok {
 int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 			int n, struct st_diag *diag);
 
+/*
+ * Per-sequence model state beyond kvd's pages (DeepSeek-V4 stores,
+ * cw_model_dsv4.h: the V4 state lives in computed).  cw_model_seq_begin
+ * makes the state of KV sequence `seq` for at most max_tokens positions,
+ * before its first eval; cw_model_seq_end frees it (call before freeing
+ * the kvd sequence).  No-ops (0) for the other families.  Errors of
+ * cw_model_seq_begin: -EINVAL (max_tokens < 1), -ENOMEM.
+ */
+int cw_model_seq_begin(struct cw_model *m, uint32_t seq, int max_tokens,
+		       struct st_diag *diag);
+void cw_model_seq_end(struct cw_model *m, uint32_t seq);
+/* 1 for a DeepSeek-V4 store (reference mode only; no prefix cache, no
+ * route hooks or probes: the hash-routed layers' experts are hinted to
+ * expertd exactly instead), else 0. */
+int cw_model_is_dsv4(const struct cw_model *m);
+
 /* Accumulated read statistics (since open). */
 void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret);
 
