@@ -1,0 +1,325 @@
+/*
+ * test_dsv4_serve.c — computed's V4 serving path (cw_model over a V4
+ * store, cw_model_dsv4.c) against the in-process forward pass that reads
+ * model.safetensors (cw_dsv4_load), on ../shared tiny-deepseek-v4, with
+ * a real expertd at a 25 % host budget and a real kvd handing out the
+ * sequence ids.
+ *
+ *  - three sequences (prompt + greedy continuation of three reference
+ *    cases) stepped together through cw_model_eval_batch, in prefill
+ *    chunks of 5 then one token per step, in a varying order: the logits
+ *    of every position asked for are bit-identical to the in-process
+ *    forward's (reference mode; DESIGN 6a), both for runs that want every
+ *    position and for runs that want only the last;
+ *  - cw_model_eval on a sequence without cw_model_seq_begin (lazy state)
+ *    gives the same logits; a position that does not continue a sequence
+ *    is refused (-EINVAL), as are other KV dtypes and the fast mode;
+ *  - the read statistics count every token; expertd saw hash-routed
+ *    prefetch hints, and at 25 % it evicted.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_dsv4.h"
+#include "cw_model.h"
+#include "es_client.h"
+#include "es_convert.h"
+#include "kv_client.h"
+#include "st_util.h"
+#include "test_daemons.h"
+#include "test_util.h"
+
+static int n_fail;
+
+#define CHECK(cond, ...)                                                   \
+	do {                                                               \
+		if (!(cond)) {                                             \
+			if (n_fail++ < 30) {                               \
+				fprintf(stderr, "FAIL %s:%d: ", __FILE__,  \
+					__LINE__);                         \
+				fprintf(stderr, __VA_ARGS__);              \
+				fputc('\n', stderr);                       \
+			}                                                  \
+		}                                                          \
+	} while (0)
+
+#define N_SEQ 3
+#define CHUNK 5
+
+struct seqst {
+	const char *name;
+	int32_t ids[256];
+	int n;          /* prompt + continuation */
+	int n_prompt;
+	int done;       /* positions evaluated */
+	uint32_t seq;
+	float *ref;     /* [n][V] in-process logits */
+	int diff_pos;   /* first position that differs, -1 */
+	int compared;
+};
+
+/* ids of case `ci`: its prompt then its greedy continuation */
+static int load_case(json_t *cases, int ci, struct seqst *q)
+{
+	json_t *cs = json_array_get(cases, (size_t)ci);
+	json_t *jids = json_object_get(cs, "ids");
+	json_t *gc = json_object_get(cs, "greedy_continuation");
+	int n = (int)json_array_size(jids), ng = (int)json_array_size(gc);
+
+	if (!cs || n + ng > 256 || n < 1)
+		return -1;
+	q->name = json_string_value(json_object_get(cs, "name"));
+	for (int i = 0; i < n; i++)
+		q->ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
+	for (int i = 0; i < ng; i++)
+		q->ids[n + i] = (int32_t)json_integer_value(json_array_get(gc, i));
+	q->n = n + ng;
+	q->n_prompt = n;
+	q->diff_pos = -1;
+	return 0;
+}
+
+static void compare_row(struct seqst *q, int pos, const float *row, int V)
+{
+	q->compared++;
+	if (q->diff_pos < 0 &&
+	    memcmp(row, q->ref + (size_t)pos * V, sizeof(float) * (size_t)V))
+		q->diff_pos = pos;
+}
+
+int main(void)
+{
+	const char *es_args[] = { "--store", NULL, "--host-budget", "25%",
+				  NULL };
+	const char *kv_args[] = { NULL };
+	char dir[4096], tmp[4096], store[4200], path[4300];
+	struct st_diag diag = { { 0 } };
+	struct es_convert_opts o;
+	struct cw_dsv4_model *ref = NULL;
+	struct cw_model_opts mo = { 0 };
+	struct st_test_inst inst;
+	struct es_client *es = NULL;
+	struct kv_client *kv = NULL;
+	struct cw_model *m = NULL;
+	struct seqst s[N_SEQ] = { 0 };
+	static const int cases_used[N_SEQ] = { 1, 0, 2 };
+	struct cw_batch_tok toks[N_SEQ * CHUNK];
+	float *rows = NULL;
+	uint64_t total_tokens = 0;
+	json_t *refj;
+	int V, r;
+
+	st_test_fixture_model("tiny-deepseek-v4", dir, sizeof(dir));
+	st_test_tmpdir(tmp, sizeof(tmp));
+	snprintf(store, sizeof(store), "%s/store", tmp);
+	es_convert_opts_init(&o);
+	if (es_convert(dir, store, &o, &diag)) {
+		fprintf(stderr, "convert: %s\n", diag.msg);
+		return 1;
+	}
+	if (cw_dsv4_load(dir, &ref, &diag)) {
+		fprintf(stderr, "cw_dsv4_load: %s\n", diag.msg);
+		return 1;
+	}
+	V = cw_dsv4_config(ref)->vocab_size;
+	snprintf(path, sizeof(path), "%s/reference.json", dir);
+	refj = json_load_file(path, 0, NULL);
+	if (!refj || !json_is_array(json_object_get(refj, "cases"))) {
+		fprintf(stderr, "%s: no cases\n", path);
+		return 1;
+	}
+	/* the in-process forward: every position of every sequence */
+	for (int i = 0; i < N_SEQ; i++) {
+		struct cw_dsv4_state *st = NULL;
+
+		if (load_case(json_object_get(refj, "cases"), cases_used[i],
+			      &s[i]) < 0) {
+			fprintf(stderr, "reference.json: case %d unusable\n",
+				cases_used[i]);
+			return 1;
+		}
+		s[i].ref = malloc(sizeof(float) * (size_t)s[i].n * V);
+		if (!s[i].ref || cw_dsv4_state_new(ref, s[i].n, &st) ||
+		    cw_dsv4_eval(ref, st, s[i].ids, s[i].n, 1, s[i].ref,
+				 &diag)) {
+			fprintf(stderr, "in-process forward: %s\n", diag.msg);
+			return 1;
+		}
+		cw_dsv4_state_free(st);
+	}
+	rows = malloc(sizeof(float) * (size_t)N_SEQ * CHUNK * V);
+
+	es_args[1] = store;
+	st_test_inst_init(&inst, "v4srv");
+	if (st_test_daemon_start(&inst, "expertd", es_args, 30) < 0 ||
+	    st_test_daemon_start(&inst, "kvd", kv_args, 30) < 0) {
+		st_test_inst_stop(&inst);
+		return 1;
+	}
+	r = es_client_open(inst.run_dir, inst.name, "test", 10000, &es, &diag);
+	if (!r)
+		r = kv_client_open(inst.run_dir, inst.name, "test", 10000, &kv,
+				   &diag);
+	/* reference mode only */
+	if (!r) {
+		struct cw_model_opts bad = { .kv_dtype = ST_DTYPE_BF16 };
+		struct cw_model *x = NULL;
+
+		CHECK(cw_model_open(store, es, kv, &bad, &x, &diag) ==
+			      -ST_E_UNSUPPORTED && strstr(diag.msg, "reference"),
+		      "V4 with BF16 KV: %s", diag.msg);
+		bad.kv_dtype = ST_DTYPE_F32;
+		bad.compute = CW_COMPUTE_FAST;
+		CHECK(cw_model_open(store, es, kv, &bad, &x, &diag) ==
+			      -ST_E_UNSUPPORTED,
+		      "V4 in fast mode: %s", diag.msg);
+	}
+	mo.kv_dtype = ST_DTYPE_F32;
+	if (!r)
+		r = cw_model_open(store, es, kv, &mo, &m, &diag);
+	if (r < 0) {
+		fprintf(stderr, "FAIL: setup: %s\n", diag.msg);
+		st_test_inst_stop(&inst);
+		return 1;
+	}
+	CHECK(cw_model_is_dsv4(m), "a V4 store is not served as V4");
+	CHECK(cw_model_config(m)->vocab_size == V, "vocab");
+	for (int i = 0; i < N_SEQ; i++) {
+		r = kv_client_seq_create(kv, &s[i].seq, &diag);
+		if (!r)
+			r = cw_model_seq_begin(m, s[i].seq, s[i].n, &diag);
+		CHECK(r == 0, "sequence %d: %s", i, diag.msg);
+	}
+
+	/* stepped together: chunks of CHUNK through the prompt, then one
+	 * token a step; sequence 1 wants only the last logits of a run */
+	for (int step = 0; n_fail == 0; step++) {
+		int n = 0;
+		float *row = rows;
+
+		for (int k = 0; k < N_SEQ; k++) {
+			struct seqst *q = &s[(k + step) % N_SEQ];
+			int i = (int)(q - s);
+			int run = q->done < q->n_prompt ?
+					  ST_MIN(CHUNK, q->n_prompt - q->done) :
+					  ST_MIN(1, q->n - q->done);
+
+			for (int t = 0; t < run; t++) {
+				toks[n].seq = q->seq;
+				toks[n].pos = (uint32_t)(q->done + t);
+				toks[n].id = q->ids[q->done + t];
+				toks[n].logits = i != 1 || t == run - 1 ? row :
+									   NULL;
+				if (toks[n].logits)
+					row += V;
+				n++;
+			}
+		}
+		if (!n)
+			break;
+		r = cw_model_eval_batch(m, toks, n, &diag);
+		CHECK(r == 0, "step %d: %s", step, diag.msg);
+		if (r)
+			break;
+		total_tokens += (uint64_t)n;
+		for (int t = 0; t < n; t++) {
+			struct seqst *q = NULL;
+
+			for (int i = 0; i < N_SEQ; i++)
+				if (s[i].seq == toks[t].seq)
+					q = &s[i];
+			if (toks[t].logits)
+				compare_row(q, (int)toks[t].pos, toks[t].logits,
+					    V);
+			q->done++;
+		}
+	}
+	for (int i = 0; i < N_SEQ; i++) {
+		printf("%s: %d positions, %d logit rows compared, first "
+		       "difference at %d\n", s[i].name, s[i].n, s[i].compared,
+		       s[i].diff_pos);
+		CHECK(s[i].done == s[i].n, "%s: %d of %d positions evaluated",
+		      s[i].name, s[i].done, s[i].n);
+		CHECK(s[i].diff_pos < 0, "%s: batched logits differ from the "
+		      "in-process forward at position %d", s[i].name,
+		      s[i].diff_pos);
+		CHECK(s[i].compared >= (i == 1 ? s[i].n - s[i].n_prompt : s[i].n),
+		      "%s: only %d rows compared", s[i].name, s[i].compared);
+	}
+	/* a position that does not continue the sequence */
+	r = cw_model_eval(m, s[0].seq, (uint32_t)s[0].n + 3, s[0].ids, 1, NULL,
+			  rows, &diag);
+	CHECK(r == -EINVAL && strstr(diag.msg, "position"),
+	      "gap in a V4 sequence: %d %s", r, diag.msg);
+	for (int i = 0; i < N_SEQ; i++) {
+		cw_model_seq_end(m, s[i].seq);
+		kv_client_seq_free(kv, s[i].seq);
+	}
+	/* no cw_model_seq_begin: a state is made lazily at position 0 */
+	{
+		uint32_t seq;
+		struct seqst *q = &s[2];
+		float *all = malloc(sizeof(float) * (size_t)q->n * V);
+
+		r = kv_client_seq_create(kv, &seq, &diag);
+		if (!r && all)
+			r = cw_model_eval(m, seq, 0, q->ids, q->n, all, NULL,
+					  &diag);
+		CHECK(r == 0 && all, "lazy eval: %s", diag.msg);
+		if (!r && all)
+			CHECK(!memcmp(all, q->ref, sizeof(float) * (size_t)q->n * V),
+			      "lazy state: logits differ from the in-process "
+			      "forward");
+		total_tokens += (uint64_t)q->n;
+		cw_model_seq_end(m, seq);
+		kv_client_seq_free(kv, seq);
+		free(all);
+	}
+	{
+		struct cw_read_stats rs;
+		struct es_stats st = { 0 };
+		struct es_tier_stats ts = { 0 };
+		int total = es_client_n_layers(es) * es_client_n_experts(es);
+
+		cw_model_read_stats(m, &rs);
+		CHECK(rs.tokens == total_tokens, "read stats: %llu tokens, "
+		      "expected %llu", (unsigned long long)rs.tokens,
+		      (unsigned long long)total_tokens);
+		CHECK(rs.expert_bytes == total_tokens * es_client_n_layers(es) *
+				cw_dsv4_config(ref)->top_k *
+				es_client_record_bytes(es),
+		      "expert bytes %llu", (unsigned long long)rs.expert_bytes);
+		CHECK(es_client_stats(es, &st) == 0, "expertd stats");
+		es_client_tier_stats(es, &ts);
+		printf("expertd: pool %llu of %d experts, %llu hits, %llu "
+		       "misses, %llu evictions; %llu hints, %llu prefetch "
+		       "loads\n", (unsigned long long)st.n_slots, total,
+		       (unsigned long long)st.hits,
+		       (unsigned long long)st.misses,
+		       (unsigned long long)st.evictions,
+		       (unsigned long long)ts.hints,
+		       (unsigned long long)ts.prefetch_loads);
+		CHECK(st.n_slots < (uint64_t)total && st.evictions > 0,
+		      "25%% budget: %llu slots, %llu evictions",
+		      (unsigned long long)st.n_slots,
+		      (unsigned long long)st.evictions);
+		CHECK(ts.hints > 0, "no hash-routed prefetch hints");
+	}
+	cw_model_close(m);
+	kv_client_close(kv);
+	es_client_close(es);
+	st_test_inst_stop(&inst);
+	st_rm_rf(inst.run_dir);
+	for (int i = 0; i < N_SEQ; i++)
+		free(s[i].ref);
+	free(rows);
+	json_decref(refj);
+	cw_dsv4_free(ref);
+	st_rm_rf(tmp);
+	if (n_fail)
+		fprintf(stderr, "%d failure(s)\n", n_fail);
+	return n_fail ? 1 : 0;
+}
