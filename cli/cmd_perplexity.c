@@ -25,6 +25,7 @@
 #include "cli_session.h"
 #include "cw_client.h"
 #include "st_config.h"
+#include "st_config_dsv4.h"
 #include "st_daemon.h"
 #include "st_tokenizer.h"
 #include "st_util.h"
@@ -247,6 +248,20 @@ static FILE *base_open(const char *path, int write, uint32_t vocab,
 	return f;
 }
 
+/* The geometry perplexity needs (vocabulary, context) of a store's
+ * config.json: a DeepSeek-V4 one through its own parser. */
+static int load_cfg(const char *dir, struct st_model_config *cfg,
+		    struct st_diag *diag)
+{
+	struct st_dsv4_config v4;
+
+	if (st_dsv4_config_load(dir, &v4, diag) == 0) {
+		st_dsv4_expert_config(&v4, cfg);
+		return 0;
+	}
+	return st_config_load(dir, cfg, diag);
+}
+
 int cli_cmd_perplexity(int argc, char **argv)
 {
 	struct ppl_opts o;
@@ -291,7 +306,7 @@ int cli_cmd_perplexity(int argc, char **argv)
 					      inst.store_dir,
 					      sizeof(inst.store_dir));
 	}
-	if (st_config_load(inst.store_dir, &cfg, &diag) < 0 ||
+	if (load_cfg(inst.store_dir, &cfg, &diag) < 0 ||
 	    st_tokenizer_load(inst.store_dir, &tok, &diag) < 0) {
 		fprintf(stderr, "strata perplexity: store %s: %s\n",
 			inst.store_dir, diag.msg);

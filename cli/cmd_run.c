@@ -493,7 +493,13 @@ static void print_summary(const struct run_opts *o,
 		(unsigned long long)d.kv_n_pages,
 		st_format_bytes(d.kv_page_bytes, a, sizeof(a)),
 		(unsigned long long)d.kv_pages_used);
-	if (d.kv_bytes_per_token) {
+	if (d.kv_bytes_per_token && !d.kv_formula_bytes_per_token) {
+		/* DeepSeek-V4: the state is computed's, not kvd pages */
+		fprintf(stderr, "KV bytes/token     %llu in the V4 state "
+			"(compressed and indexer rows, F32, in computed; the "
+			"window and compressor state are per sequence)\n",
+			(unsigned long long)d.kv_bytes_per_token);
+	} else if (d.kv_bytes_per_token) {
 		uint64_t toks = res->n_prompt + res->n_gen;
 
 		/* the page peak is the instance's: per token only when this

@@ -617,10 +617,11 @@ void cw_model_kv_bytes_per_token(const struct cw_model *m, uint64_t *ret_layout,
 			     m->opts.kv_dtype == ST_DTYPE_F8_E4M3 ? 1 : 2;
 
 	if (m->v4) {
-		/* the growing streams (F32 state); no textbook K/V formula */
+		/* the growing streams (F32 state); no textbook K/V formula
+		 * (0 says so) */
 		*ret_layout = (uint64_t)cw_dsv4_kv_bytes_per_token(
 			cw_v4serve_config(m->v4), 4);
-		*ret_formula = *ret_layout;
+		*ret_formula = 0;
 		return;
 	}
 	*ret_layout = (uint64_t)m->kv_row_bytes * (uint64_t)m->cfg.n_layers;

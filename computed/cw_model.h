@@ -167,7 +167,9 @@ void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret);
 
 /* KV bytes per token: *ret_layout as the rows are laid out (K and V of
  * every layer, FP8 scales included) and *ret_formula by the textbook formula
- * 2 x layers x kv_heads x head_dim x bytes per element. */
+ * 2 x layers x kv_heads x head_dim x bytes per element.  DeepSeek-V4:
+ * *ret_layout is its growing streams in F32 (cw_dsv4_kv_bytes_per_token)
+ * and *ret_formula 0 (no such formula). */
 void cw_model_kv_bytes_per_token(const struct cw_model *m, uint64_t *ret_layout,
 				 uint64_t *ret_formula);
 

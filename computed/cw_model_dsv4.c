@@ -30,7 +30,7 @@ struct cw_v4serve {
 };
 
 /* The placeholder kvd stream: sequence ids only, no rows reserved. */
-#define V4_KV_ROW_BYTES 64u
+#define V4_KV_ROW_BYTES 4096u
 
 int cw_v4serve_open(const char *store_dir, struct es_client *es,
 		    struct kv_client *kv, const struct cw_model_opts *opts,
