@@ -87,6 +87,8 @@ static void usage(FILE *f)
 "\n"
 "The compute worker of a strata instance: dense weights, CPU kernels,\n"
 "generation.  Needs expertd and kvd of the same instance running.\n"
+"A DeepSeek-V4 store is served in reference mode only (--kv-dtype f32,\n"
+"--compute reference; no prefix cache, no --route-* / --lookahead-*).\n"
 "\n"
 "Options:\n"
 "  --store DIR            strata store (made by 'strata convert')\n"

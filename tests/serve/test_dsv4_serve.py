@@ -166,6 +166,11 @@ def test_http(inst, cases, run_text):
                                       hits, misses,
                                       m["strata_expert_evictions_total"],
                                       hints))
+    # the same prompt five times: the V4 state is not in kvd pages, so no
+    # prefix-cache reuse (and every answer above was computed in full)
+    check(m["strata_prefix_cache_rows_reused_total"] == 0,
+          "/metrics: no prefix-cache rows reused for V4 (%d)"
+          % m["strata_prefix_cache_rows_reused_total"])
 
 
 def main():
