@@ -462,20 +462,19 @@ static int layer_token(const struct cw_dsv41_model *m,
 
 	if (L->ei >= 0 && (r = engram(m, s, L, p, X, t, diag)) < 0)
 		return r;
-	cw_dsv4_hc_pre(X, hc, D, L->hc_attn_fn, L->hc_attn_base,
-		       L->hc_attn_scale, c->hc_sinkhorn_iters, c->hc_eps,
-		       c->rms_norm_eps, pre_a, post_a, comb_a);
-	collapse(X, P, hc, D, u); /* the previous site's pre (lag) */
+	/* collapsed with the previous site's pre (the lag) */
+	cw_dsv41_hc_site(X, hc, D, P, L->hc_attn_fn, L->hc_attn_base,
+			 L->hc_attn_scale, c->hc_sinkhorn_iters, c->hc_eps,
+			 c->rms_norm_eps, u, pre_a, post_a, comb_a);
 	cw_dsv4_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps, a);
 	r = attention(m, s, l, a, p, t, ck, y);
 	if (r < 0)
 		return st_diag_set(diag, r, "layer %d position %lld: QAT row width not a multiple of its block",
 				   l, (long long)p);
 	cw_dsv4_hc_post(X, hc, D, y, post_a, comb_a);
-	cw_dsv4_hc_pre(X, hc, D, L->hc_ffn_fn, L->hc_ffn_base,
-		       L->hc_ffn_scale, c->hc_sinkhorn_iters, c->hc_eps,
-		       c->rms_norm_eps, pre_f, post_f, comb_f);
-	collapse(X, pre_a, hc, D, u);
+	cw_dsv41_hc_site(X, hc, D, pre_a, L->hc_ffn_fn, L->hc_ffn_base,
+			 L->hc_ffn_scale, c->hc_sinkhorn_iters, c->hc_eps,
+			 c->rms_norm_eps, u, pre_f, post_f, comb_f);
 	cw_dsv4_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, a);
 	moe(m, L, a, y, dbg && dbg->experts ? dbg->experts + dl * c->top_k :
 					       NULL,

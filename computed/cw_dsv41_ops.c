@@ -6,6 +6,7 @@
  * cw_dsv4_ops.c.
  */
 #include "cw_dsv41.h"
+#include "cw_dsv4.h"
 
 #include <math.h>
 #include <string.h>
@@ -88,5 +89,21 @@ double cw_dsv41_engram_gate(const float *x, const float *qk, const float *key,
 		double g = (dot > 0 ? 1.0 : dot < 0 ? -1.0 : 0.0) * sqrt(a);
 
 		return 1.0 / (1.0 + exp(-g));
+	}
+}
+
+void cw_dsv41_hc_site(const float *X, int n, int D, const float *lag_pre,
+		      const float *fn, const float *base, const float *scale,
+		      int iters, double eps, double rms_eps, float *u,
+		      float *pre, float *post, float *comb)
+{
+	cw_dsv4_hc_pre(X, n, D, fn, base, scale, iters, eps, rms_eps, pre,
+		       post, comb);
+	for (int d = 0; d < D; d++) {
+		double acc = 0.0;
+
+		for (int k = 0; k < n; k++)
+			acc += (double)lag_pre[k] * X[k * D + d];
+		u[d] = (float)acc;
 	}
 }
