@@ -84,6 +84,10 @@ struct cw_dsv41_engram_provider {
 			float *out, struct st_diag *diag);
 	void *ctx;
 };
+/* The in-memory default's get_rows; ctx is the model (a provider may
+ * fall back to it).  -EINVAL for a row outside the table. */
+int cw_dsv41_engram_rows_mem(void *ctx, int ei, const int64_t *row_ids,
+			     int n, float *out, struct st_diag *diag);
 /* Installs p (copied; NULL: the in-memory default).  Not during an eval. */
 void cw_dsv41_set_engram_provider(struct cw_dsv41_model *m,
 				  const struct cw_dsv41_engram_provider *p);

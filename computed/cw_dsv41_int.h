@@ -50,8 +50,4 @@ struct cw_dsv41_model {
 	struct cw_dsv41_engram_provider prov;
 };
 
-/* The in-memory provider (cw_dsv41_load.c): ctx is the model. */
-int cw_dsv41_engram_rows_mem(void *ctx, int ei, const int64_t *row_ids,
-			     int n, float *out, struct st_diag *diag);
-
 #endif

@@ -32,6 +32,10 @@
  *           full computation; replaying the last window is approximate
  *           (model doc 3.6) and must be closer to the full computation
  *           than no replay at all; both deviations are printed.
+ *  provider the Engram row provider: a plugged-in one (counting, then
+ *           forwarding to the in-memory tables) gives bit-identical logits
+ *           and is asked for exactly rows_per_pos rows per position and
+ *           Engram layer; a failing one fails the eval with its error.
  * Prints the figures (max errors, pass rates, positions compared).
  */
 #include <errno.h>
@@ -715,6 +719,70 @@ static int mode_replay(struct cw_dsv41_model *m, const char *dir)
 	return 0;
 }
 
+/* A provider that forwards to the in-memory one and counts, or fails. */
+struct counting {
+	struct cw_dsv41_model *m;
+	int calls, rows, fail;
+};
+
+static int counting_rows(void *ctx, int ei, const int64_t *row_ids, int n,
+			 float *out, struct st_diag *diag)
+{
+	struct counting *cp = ctx;
+
+	if (cp->fail)
+		return st_diag_set(diag, -EIO, "engram tier: read of layer %d failed",
+				   ei);
+	cp->calls++;
+	cp->rows += n;
+	return cw_dsv41_engram_rows_mem(cp->m, ei, row_ids, n, out, diag);
+}
+
+/* The Engram row provider: a plugged-in one gives bit-identical logits
+ * and is asked for rows_per_pos rows per position and Engram layer; its
+ * error fails the eval with its code and message. */
+static int mode_provider(struct cw_dsv41_model *m, const char *dir)
+{
+	const struct st_dsv41_config *c = cw_dsv41_config(m);
+	const int V = c->vocab_size;
+	const int rpp = (c->engram_max_ngram - 1) * c->engram_n_heads;
+	json_t *ref = load_json(dir, "reference.json");
+	const json_t *cs = json_array_get(json_object_get(ref, "cases"), 4);
+	struct counting cnt = { .m = m };
+	struct cw_dsv41_engram_provider prov = { counting_rows, &cnt };
+	struct cw_dsv41_state *s;
+	struct st_diag d = { { 0 } };
+	int n;
+	int32_t *ids = case_ids(cs, &n);
+	float *a = malloc((size_t)n * V * sizeof(float));
+	float *b = malloc((size_t)n * V * sizeof(float));
+	size_t nd;
+
+	eval_chunked(m, ids, n, &n, 1, a);
+	cw_dsv41_set_engram_provider(m, &prov);
+	eval_chunked(m, ids, n, &n, 1, b);
+	max_abs_diff(a, b, (size_t)n * V, &nd);
+	CHECK(nd == 0, "plugged-in provider: %zu logits differ", nd);
+	CHECK(cnt.calls == n * c->n_engram && cnt.rows == n * c->n_engram * rpp,
+	      "provider asked %d times for %d rows; want %d and %d", cnt.calls,
+	      cnt.rows, n * c->n_engram, n * c->n_engram * rpp);
+	printf("engram provider: %d calls, %d rows for %d positions, %zu logits differ from the in-memory tables\n",
+	       cnt.calls, cnt.rows, n, nd);
+	cnt.fail = 1;
+	must(cw_dsv41_state_new(m, n, &s), &d, "state");
+	CHECK(cw_dsv41_eval(m, s, ids, n, 0, b, &d) == -EIO &&
+	      strstr(d.msg, "engram tier"),
+	      "a failing provider did not fail the eval with its error (%s)",
+	      d.msg);
+	cw_dsv41_state_free(s);
+	cw_dsv41_set_engram_provider(m, NULL);
+	free(a);
+	free(b);
+	free(ids);
+	json_decref(ref);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "qat";
@@ -735,8 +803,10 @@ int main(int argc, char **argv)
 		r = mode_ced(m, dir);
 	else if (!strcmp(mode, "replay"))
 		r = mode_replay(m, dir);
+	else if (!strcmp(mode, "provider"))
+		r = mode_provider(m, dir);
 	else {
-		fprintf(stderr, "usage: %s noqat|qat|chunked|ced|replay\n",
+		fprintf(stderr, "usage: %s noqat|qat|chunked|ced|replay|provider\n",
 			argv[0]);
 		r = 2;
 	}
