@@ -161,8 +161,10 @@ struct chunk {
 	int replay;      /* re-evaluation: no global-KV appends */
 	float *X;        /* [n][hc][D] */
 	float *P;        /* [n][hc] the previous site's pre */
-	int *sel;        /* [n_layers][n][index_topk] */
-	int *nsel;       /* [n_layers][n] */
+	int isx[ST_DSV41_MAX_LAYERS]; /* index source layer -> slot, -1 */
+	int *sel;        /* [index sources][n][index_topk] */
+	int *nsel;       /* [index sources][n] */
+	double *sc;      /* [positions] index scores (one query at a time) */
 	int *cand;       /* [n][candidate_topk_blocks] */
 	int *ncand;      /* [n] */
 };
@@ -275,8 +277,9 @@ static int index_source(const struct cw_dsv41_model *m,
 	const int nv = cw_dsv41_n_visible(p, L->ratio);
 	const float *keys = s->ls[L->kv_src].ikey;
 	float iq[IH * Id], om[IH];
-	double sc[nv > 0 ? nv : 1];
-	int r = 0, *sel = ck->sel + ((size_t)l * ck->n + t) * c->index_topk;
+	double *sc = ck->sc;
+	int r = 0, *sel = ck->sel + ((size_t)ck->isx[l] * ck->n + t) *
+					   c->index_topk;
 
 	matvec(&L->iwq_b, qr, iq);
 	for (int h = 0; h < IH && r == 0; h++) {
@@ -321,7 +324,7 @@ static int index_source(const struct cw_dsv41_model *m,
 				sc[e] = -INFINITY;
 		}
 	}
-	ck->nsel[(size_t)l * ck->n + t] =
+	ck->nsel[(size_t)ck->isx[l] * ck->n + t] =
 		cw_dsv41_select(sc, nv, c->index_topk, sel);
 	return 0;
 }
@@ -378,8 +381,10 @@ static int attention(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 	if (r < 0)
 		return r;
 	if (L->ratio) {
-		sel = ck->sel + ((size_t)L->idx_src * ck->n + t) * c->index_topk;
-		n_sel = ck->nsel[(size_t)L->idx_src * ck->n + t];
+		int x = ck->isx[L->idx_src];
+
+		sel = ck->sel + ((size_t)x * ck->n + t) * c->index_topk;
+		n_sel = ck->nsel[(size_t)x * ck->n + t];
 	}
 	{
 		const float *rows[W + n_sel + 1];
@@ -482,8 +487,9 @@ static int layer_token(const struct cw_dsv41_model *m,
 	cw_dsv4_hc_post(X, hc, D, y, post_f, comb_f);
 	memcpy(P, pre_f, sizeof(pre_f));
 	if (dbg && dbg->selected && c->index_source[l]) {
-		const int *sel = ck->sel + ((size_t)l * ck->n + t) * c->index_topk;
-		int ns = ck->nsel[(size_t)l * ck->n + t];
+		const int *sel = ck->sel + ((size_t)ck->isx[l] * ck->n + t) *
+						   c->index_topk;
+		int ns = ck->nsel[(size_t)ck->isx[l] * ck->n + t];
 
 		for (int j = 0; j < c->index_topk; j++)
 			dbg->selected[dl * c->index_topk + j] =
@@ -520,8 +526,8 @@ static void head(const struct cw_dsv41_model *m, const float *X,
 }
 
 /* Runs tokens ids[0..n) at positions p0.. through every layer (the
- * layers after the last KV source only from token t_hi_from on when the
- * CED shortcut applies). */
+ * layers after the last KV source on the last tokens only when the CED
+ * shortcut is on); replay: no appends to the global KV. */
 static int run(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 	       const int32_t *ids, int n, int64_t p0, int replay,
 	       int all_positions, float *logits, struct st_diag *diag)
@@ -531,15 +537,20 @@ static int run(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 	const int last_src = st_dsv41_last_kv_source(c);
 	const int W = c->sliding_window;
 	struct chunk ck = { .n = n, .p0 = p0, .replay = replay };
-	int r = 0;
+	int r = 0, n_isrc = 0;
 
 	ck.X = malloc((size_t)n * hc * D * sizeof(float));
 	ck.P = calloc((size_t)n * hc, sizeof(float));
-	ck.sel = malloc((size_t)c->n_layers * n * c->index_topk * sizeof(int));
-	ck.nsel = calloc((size_t)c->n_layers * n, sizeof(int));
+
+	for (int l = 0; l < c->n_layers; l++)
+		ck.isx[l] = c->index_source[l] ? n_isrc++ : -1;
+	ck.sel = malloc(((size_t)n_isrc * n * c->index_topk + 1) * sizeof(int));
+	ck.nsel = calloc((size_t)n_isrc * n + 1, sizeof(int));
+	ck.sc = malloc(((size_t)p0 + n + 1) * sizeof(double));
 	ck.cand = malloc((size_t)n * c->candidate_topk_blocks * sizeof(int));
 	ck.ncand = calloc(n, sizeof(int));
-	if (!ck.X || !ck.P || !ck.sel || !ck.nsel || !ck.cand || !ck.ncand) {
+	if (!ck.X || !ck.P || !ck.sel || !ck.nsel || !ck.sc || !ck.cand ||
+	    !ck.ncand) {
 		r = st_diag_set(diag, -ENOMEM, "out of memory");
 		goto out;
 	}
@@ -581,6 +592,7 @@ out:
 	free(ck.P);
 	free(ck.sel);
 	free(ck.nsel);
+	free(ck.sc);
 	free(ck.cand);
 	free(ck.ncand);
 	return r;

@@ -444,6 +444,13 @@ int cw_dsv41_load(const char *dir, struct cw_dsv41_model **ret,
 			goto fail;
 		}
 	}
+	/* the QAT formats' blocks (st_kvfmt_v41.h) must tile the rows */
+	if (m->cfg.head_dim % 32 || m->cfg.index_head_dim % 32) {
+		r = st_diag_set(diag, -ST_E_CONFIG,
+				"%s: head_dim %d and index_head_dim %d must be multiples of 32 (the V4.1 KV formats' blocks)",
+				dir, m->cfg.head_dim, m->cfg.index_head_dim);
+		goto fail;
+	}
 	if ((r = st_checkpoint_open(dir, &ck, diag)) < 0)
 		goto fail;
 	ld.ck = ck;
