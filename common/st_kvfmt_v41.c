@@ -9,6 +9,21 @@
 
 #include "st_formats.h"
 
+size_t st_kv41_fp8_row_bytes(size_t n)
+{
+	return n + n / ST_KV41_FP8_BLOCK;
+}
+
+size_t st_kv41_crow_row_bytes(size_t n)
+{
+	return n / 2 + n / ST_KV41_CROW_BLOCK;
+}
+
+size_t st_kv41_idx_row_bytes(size_t n)
+{
+	return n / 2 + n / ST_KV41_IDX_BLOCK;
+}
+
 uint8_t st_kv41_ue8m0_ceil(double v)
 {
 	int e;

@@ -29,6 +29,12 @@
 #define ST_KV41_CROW_BLOCK 16
 #define ST_KV41_IDX_BLOCK 32
 
+/* Bytes of one stored row of n elements in each format (codes then
+ * scales): FP8 window n + n/32, compressed n/2 + n/16, index n/2 + n/32. */
+size_t st_kv41_fp8_row_bytes(size_t n);
+size_t st_kv41_crow_row_bytes(size_t n);
+size_t st_kv41_idx_row_bytes(size_t n);
+
 /* The ue8m0 exponent byte of the power-of-two scale 2^ceil(log2(v)) for
  * v > 0 (exact: frexp, no log2 rounding), clamped to [0, 254]. */
 uint8_t st_kv41_ue8m0_ceil(double v);

@@ -92,6 +92,16 @@ int cw_dsv41_engram_rows_mem(void *ctx, int ei, const int64_t *row_ids,
 void cw_dsv41_set_engram_provider(struct cw_dsv41_model *m,
 				  const struct cw_dsv41_engram_provider *p);
 
+/*
+ * KV bytes in the V4.1 storage formats (st_kvfmt_v41.h; model doc 3.8):
+ * per token, the growing global KV (every KV source's compressed row and
+ * index key, divided by its ratio: 890 B for V4.1-Flash), and per
+ * sequence, the fixed window rings (every layer's W FP8 rows).  The
+ * reference state itself keeps F32 rows.
+ */
+double cw_dsv41_kv_bytes_per_token(const struct st_dsv41_config *c);
+double cw_dsv41_window_bytes(const struct st_dsv41_config *c);
+
 /* A sequence state for at most max_tokens positions.  -EINVAL, -ENOMEM. */
 int cw_dsv41_state_new(const struct cw_dsv41_model *m, int max_tokens,
 		       struct cw_dsv41_state **ret);

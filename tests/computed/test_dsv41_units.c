@@ -359,6 +359,15 @@ static void test_config_release(void **state)
 	assert_int_equal(st_dsv41_last_kv_source(&c), 20);
 	assert_int_equal(c.engram_rows[1], 384016682LL);
 	assert_int_equal(c.n_nextn, 3);
+	/* model doc 3.8: a compressed row 256 + 32 = 288 B, an index key
+	 * 64 + 4 = 68 B; sources 2, 8, 14 (ratio 2) 3 x 356 / 2 = 534 B,
+	 * source 20 (ratio 1) 356 B: 890 B per token; windows 40 x 128 x
+	 * (512 + 16) B */
+	assert_int_equal(st_kv41_crow_row_bytes(512), 288);
+	assert_int_equal(st_kv41_idx_row_bytes(128), 68);
+	assert_int_equal(st_kv41_fp8_row_bytes(512), 528);
+	assert_true(cw_dsv41_kv_bytes_per_token(&c) == 890.0);
+	assert_true(cw_dsv41_window_bytes(&c) == 40.0 * 128 * 528);
 }
 
 /* Replaces (or deletes, val NULL) key in text_config (tc) or the top
