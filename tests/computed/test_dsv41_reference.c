@@ -19,7 +19,7 @@
  *           weights, index selections, candidate blocks, stream RMS; the
  *           share of positions that agree is printed, and must be >= 90 %
  *           (QAT rounding flips move single positions, README).
- *  chunked  one-shot prefill of p5 (169 tokens) against chunkings that
+ *  chunked  one-shot prefill of the longest case (p5, 169 tokens) against chunkings that
  *           cut ratio-2 groups and the window (1s; 3s; 2s; 7, 13, then
  *           5s; 64, 1, 104) and a prefill + decode: every position's
  *           logits bit-identical (QAT on and off).
@@ -485,6 +485,23 @@ static void eval_chunked(const struct cw_dsv41_model *m, const int32_t *ids,
 	cw_dsv41_state_free(s);
 }
 
+/* The case with the most prompt tokens. */
+static const json_t *longest_case(const json_t *ref)
+{
+	const json_t *cases = json_object_get(ref, "cases"), *cs, *best = NULL;
+	size_t i;
+
+	json_array_foreach(cases, i, cs)
+		if (!best || json_array_size(json_object_get(cs, "ids")) >
+				     json_array_size(json_object_get(best, "ids")))
+			best = cs;
+	if (!best) {
+		fprintf(stderr, "reference.json has no cases\n");
+		exit(1);
+	}
+	return best;
+}
+
 static int mode_chunked(struct cw_dsv41_model *m, const char *dir)
 {
 	static const int c1[] = { 1 }, c3[] = { 3 }, c2[] = { 2 };
@@ -497,7 +514,7 @@ static int mode_chunked(struct cw_dsv41_model *m, const char *dir)
 	};
 	const int V = cw_dsv41_config(m)->vocab_size;
 	json_t *ref = load_json(dir, "reference.json");
-	const json_t *cs = json_array_get(json_object_get(ref, "cases"), 5);
+	const json_t *cs = longest_case(ref);
 	int n;
 	int32_t *ids = case_ids(cs, &n);
 	float *full = malloc((size_t)n * V * sizeof(float));
@@ -747,7 +764,7 @@ static int mode_provider(struct cw_dsv41_model *m, const char *dir)
 	const int V = c->vocab_size;
 	const int rpp = (c->engram_max_ngram - 1) * c->engram_n_heads;
 	json_t *ref = load_json(dir, "reference.json");
-	const json_t *cs = json_array_get(json_object_get(ref, "cases"), 4);
+	const json_t *cs = longest_case(ref);
 	struct counting cnt = { .m = m };
 	struct cw_dsv41_engram_provider prov = { counting_rows, &cnt };
 	struct cw_dsv41_state *s;
