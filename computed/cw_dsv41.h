@@ -49,7 +49,9 @@ struct cw_dsv41_state;
  */
 int cw_dsv41_load(const char *dir, struct cw_dsv41_model **ret,
 		  struct st_diag *diag);
+/* Frees the model and its hash (NULL is fine). */
 void cw_dsv41_free(struct cw_dsv41_model *m);
+/* The model's parsed config (borrowed, lives as long as the model). */
 const struct st_dsv41_config *cw_dsv41_config(const struct cw_dsv41_model *m);
 
 /*
@@ -105,6 +107,7 @@ double cw_dsv41_window_bytes(const struct st_dsv41_config *c);
 /* A sequence state for at most max_tokens positions.  -EINVAL, -ENOMEM. */
 int cw_dsv41_state_new(const struct cw_dsv41_model *m, int max_tokens,
 		       struct cw_dsv41_state **ret);
+/* Frees a state (NULL is fine). */
 void cw_dsv41_state_free(struct cw_dsv41_state *s);
 /* Positions already evaluated. */
 int cw_dsv41_state_len(const struct cw_dsv41_state *s);
