@@ -10,6 +10,9 @@
  *   index keys / q   FP4 E2M1, blocks of 32, ue8m0 scale:
  *                    s = 2^ceil(log2(max(amax, 6 * 2^-126) / 6))
  *
+ * The E4M3 scale saturates at 448, so a compressed-row block with amax
+ * above 6 x 448 = 2688 is clipped (rows are RMS-normalised latents, far
+ * below); the ue8m0 scales cover 2^-127 .. 2^127.
  * Element codes: x / s clamped to the format's range (+-448, +-6), rounded
  * to nearest with ties to even (E2M1: 0.25, 1.25, 2.5, 5 round down; 0.75,
  * 1.75, 3.5 round up).  FP4 codes are packed two per byte, the even

@@ -146,6 +146,59 @@ static void test_fp4_index(void **state)
 	assert_true(y[64] == 6.0f && y[1] == 1.0f);
 }
 
+/* Over random rows with magnitudes across many binades (2^-21 .. 2^8,
+ * inside the E4M3 block scale's range: amax <= 6 x 448): each format's
+ * round trip is idempotent (a decoded row encodes back to the same
+ * values; not always the same bytes: a block whose amax rounds down to
+ * half a power of two re-encodes with half the scale and twice the
+ * codes), and every element is within half a code step of the input
+ * (E4M3: 2^-4 relative in the normal range, 2^-10 of the scale below it;
+ * E2M1: at most one scale unit, half the largest step 4 -> 6). */
+static void test_codec_projection(void **state)
+{
+	enum { N = 512 };
+	float x[N], y[N], z[N];
+	unsigned st = 5;
+
+	(void)state;
+	for (int rep = 0; rep < 200; rep++) {
+		for (int i = 0; i < N; i++) {
+			st = st * 1103515245u + 12345u;
+			x[i] = ldexpf((float)((st >> 8) & 0xffff) / 32768.0f - 1.0f,
+				      (int)(st % 29) - 20);
+		}
+		for (int f = 0; f < 3; f++) {
+			int (*rt[])(float *, size_t) = {
+				st_kv41_fp8_roundtrip, st_kv41_crow_roundtrip,
+				st_kv41_idx_roundtrip,
+			};
+			const int blk[] = { 32, 16, 32 };
+
+			memcpy(y, x, sizeof(x));
+			assert_int_equal(rt[f](y, N), 0);
+			memcpy(z, y, sizeof(y));
+			assert_int_equal(rt[f](z, N), 0);
+			assert_memory_equal(y, z, sizeof(y));
+			for (int b = 0; b < N; b += blk[f]) {
+				float amax = 0;
+
+				for (int i = b; i < b + blk[f]; i++)
+					amax = fmaxf(amax, fabsf(x[i]));
+				for (int i = b; i < b + blk[f]; i++) {
+					double e = fabs((double)x[i] - y[i]);
+
+					if (f == 0) /* scale <= amax / 224 */
+						assert_true(e <= fmax(fabs(x[i]) / 16.0,
+								      amax / 224.0 * ldexp(1, -10)));
+					else /* scale <= amax / 3 (ue8m0) or
+					      * e4m3(amax / 6) */
+						assert_true(e <= amax / 3.0 * 1.0625 + 1e-30);
+				}
+			}
+		}
+	}
+}
+
 static void test_visibility(void **state)
 {
 	(void)state;
@@ -508,6 +561,7 @@ int main(void)
 		cmocka_unit_test(test_fp8_window),
 		cmocka_unit_test(test_fp4_crow),
 		cmocka_unit_test(test_fp4_index),
+		cmocka_unit_test(test_codec_projection),
 		cmocka_unit_test(test_visibility),
 		cmocka_unit_test(test_candidate_blocks),
 		cmocka_unit_test(test_select),
