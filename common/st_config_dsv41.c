@@ -338,7 +338,7 @@ static int parse_text(const json_t *t, const char *src,
 				   src, c->candidate_source);
 	/* Engram */
 	n = want_layers(t, "engram_layer_ids", c->n_layers, NULL,
-			c->engram_layer, ST_DSV41_MAX_ENGRAM, src, diag);
+			c->engram_layer, ST_DSV41_CONFIG_MAX_ENGRAM, src, diag);
 	if (n < 0)
 		return n;
 	c->n_engram = n;

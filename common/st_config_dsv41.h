@@ -16,7 +16,7 @@
 #include "st_error.h"
 
 #define ST_DSV41_MAX_LAYERS 128
-#define ST_DSV41_MAX_ENGRAM 8
+#define ST_DSV41_CONFIG_MAX_ENGRAM 16
 
 struct st_dsv41_config {
 	int hidden_size;          /* D */
@@ -47,8 +47,8 @@ struct st_dsv41_config {
 	int max_position_embeddings;
 	/* Engram */
 	int n_engram;                        /* entries of engram_layer_ids */
-	int engram_layer[ST_DSV41_MAX_ENGRAM];
-	int64_t engram_rows[ST_DSV41_MAX_ENGRAM]; /* engram_num_embeddings */
+	int engram_layer[ST_DSV41_CONFIG_MAX_ENGRAM];
+	int64_t engram_rows[ST_DSV41_CONFIG_MAX_ENGRAM]; /* engram_num_embeddings */
 	int engram_vocab_size, engram_n_heads, engram_head_dim;
 	int engram_max_ngram;                /* engram_max_ngram_size */
 	int engram_pad_id;
