@@ -1,0 +1,647 @@
+/*
+ * cw_dsv41.c — DeepSeek-V4.1 forward pass over a sequence state
+ * (cw_dsv41.h).  Formulas: MODEL_FAMILY_DEEPSEEK_V4.md 3.3-3.6 (HF
+ * modeling_deepseek_v41.py, cache path); the tiny-deepseek-v41 README.
+ *
+ * A chunk of n tokens is evaluated layer by layer and, within a layer,
+ * token by token: Engram (its layers), the attention mixer, the collapse
+ * with the previous site's pre, projections, the K=V row into the window
+ * ring, the KV source's group inputs and the group it closes (before its
+ * own attention: a ratio-1 source's token sees its own entry), the index
+ * source's selection (published for the layers up to the next source),
+ * attention, mHC post, the FFN mixer, the collapse with the attention
+ * site's pre, MoE, mHC post.  Each token reads only its own values and
+ * what earlier positions left in the state, in a fixed order, so any
+ * split of a sequence into chunks gives bit-identical values.
+ */
+#include "cw_dsv41_int.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "st_kvfmt_v41.h"
+
+/*
+ * Per-layer state:
+ *  kv    window ring: the last W K=V rows (after norm, rope, QAT), the
+ *        row of position p at p mod W;
+ *  grp   KV source at ratio > 1: the open group's raw inputs (c then z),
+ *        token p at p mod ratio;
+ *  crow  KV source: compressed rows (after norm, rope, QAT), one per
+ *        group (grows);
+ *  ikey  KV source: index keys, one per group (grows).
+ */
+struct lstate {
+	int64_t win_lo;  /* first position whose window row is valid */
+	float *kv;
+	float *grp;
+	float *crow;
+	float *ikey;
+};
+
+struct cw_dsv41_state {
+	int len, cap;
+	int ced;         /* CW_DSV41_CED_* */
+	int32_t *tokens; /* [cap] the sequence's token ids (Engram hash) */
+	struct lstate *ls;
+	int n_layers;
+	struct cw_dsv41_debug *dbg;
+};
+
+static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
+{
+	for (int r = 0; r < m->rows; r++) {
+		const float *w = m->w + (size_t)r * m->cols;
+		double acc = 0.0;
+
+		for (int i = 0; i < m->cols; i++)
+			acc += (double)w[i] * x[i];
+		y[r] = (float)acc;
+	}
+}
+
+/* rows [r0, r0 + n) of m times x */
+static void matvec_rows(const struct cw_dsv4_mat *m, int r0, int n,
+			const float *x, float *y)
+{
+	struct cw_dsv4_mat sub = { n, m->cols, m->w + (size_t)r0 * m->cols,
+				   m->quantized };
+
+	matvec(&sub, x, y);
+}
+
+int cw_dsv41_state_new(const struct cw_dsv41_model *m, int max_tokens,
+		       struct cw_dsv41_state **ret)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	struct cw_dsv41_state *s;
+
+	if (max_tokens < 1)
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->cap = max_tokens;
+	s->n_layers = c->n_layers;
+	s->tokens = malloc((size_t)max_tokens * sizeof(int32_t));
+	s->ls = calloc(c->n_layers, sizeof(*s->ls));
+	if (!s->tokens || !s->ls)
+		goto nomem;
+	for (int l = 0; l < c->n_layers; l++) {
+		struct lstate *ls = &s->ls[l];
+		int mr = c->compress_ratio[l];
+
+		ls->kv = malloc((size_t)c->sliding_window * c->head_dim *
+				sizeof(float));
+		if (!ls->kv)
+			goto nomem;
+		if (!c->kv_source[l])
+			continue;
+		ls->grp = malloc((size_t)mr * 2 * c->head_dim * sizeof(float));
+		ls->crow = malloc(((size_t)max_tokens / mr + 1) * c->head_dim *
+				  sizeof(float));
+		ls->ikey = malloc(((size_t)max_tokens / mr + 1) *
+				  c->index_head_dim * sizeof(float));
+		if (!ls->grp || !ls->crow || !ls->ikey)
+			goto nomem;
+	}
+	*ret = s;
+	return 0;
+nomem:
+	cw_dsv41_state_free(s);
+	return -ENOMEM;
+}
+
+void cw_dsv41_state_free(struct cw_dsv41_state *s)
+{
+	if (!s)
+		return;
+	for (int l = 0; s->ls && l < s->n_layers; l++) {
+		free(s->ls[l].kv);
+		free(s->ls[l].grp);
+		free(s->ls[l].crow);
+		free(s->ls[l].ikey);
+	}
+	free(s->ls);
+	free(s->tokens);
+	free(s);
+}
+
+int cw_dsv41_state_len(const struct cw_dsv41_state *s)
+{
+	return s->len;
+}
+
+void cw_dsv41_set_debug(struct cw_dsv41_state *s, struct cw_dsv41_debug *dbg)
+{
+	s->dbg = dbg;
+}
+
+int cw_dsv41_set_ced_shortcut(struct cw_dsv41_state *s, int mode)
+{
+	if (mode < CW_DSV41_CED_OFF || mode > CW_DSV41_CED_WINDOW)
+		return -EINVAL;
+	s->ced = mode;
+	return 0;
+}
+
+void cw_dsv41_state_drop_window(struct cw_dsv41_state *s)
+{
+	for (int l = 0; l < s->n_layers; l++)
+		s->ls[l].win_lo = s->len;
+}
+
+/* What one eval shares between its layers: per token, the streams, the
+ * lagged pre, and the index sources' selections and candidate blocks. */
+struct chunk {
+	int n;           /* tokens */
+	int64_t p0;      /* position of token 0 */
+	int replay;      /* re-evaluation: no global-KV appends */
+	float *X;        /* [n][hc][D] */
+	float *P;        /* [n][hc] the previous site's pre */
+	int isx[ST_DSV41_MAX_LAYERS]; /* index source layer -> slot, -1 */
+	int *sel;        /* [index sources][n][index_topk] */
+	int *nsel;       /* [index sources][n] */
+	double *sc;      /* [positions] index scores (one query at a time) */
+	int *cand;       /* [n][candidate_topk_blocks] */
+	int *ncand;      /* [n] */
+};
+
+/* Engram before layer L's mixer: X (one token's hc x D streams) += gate
+ * per stream times the value read from the table rows of the n-grams
+ * ending at p. */
+static int engram(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
+		  const struct cw_dsv41_layer *L, int64_t p, float *X, int t,
+		  struct st_diag *diag)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	const int D = c->hidden_size, hc = c->hc_mult;
+	const int rpp = m->engram_rows_per_pos, hd = c->engram_head_dim;
+	int64_t rows[rpp];
+	float E[rpp * hd], kv[(hc + 1) * D];
+	int r;
+
+	r = st_engram_hash_rows(m->hash, L->ei, s->tokens, (int)p, rows);
+	if (r < 0)
+		return st_diag_set(diag, r,
+				   "engram layer %d: hashing position %lld failed",
+				   c->engram_layer[L->ei], (long long)p);
+	r = m->prov.get_rows(m->prov.ctx, L->ei, rows, rpp, E, diag);
+	if (r < 0)
+		return r;
+	matvec(&L->ewkv, E, kv);
+	for (int k = 0; k < hc; k++) {
+		double g = cw_dsv41_engram_gate(X + k * D, L->eqk + k * D,
+						kv + k * D, D, c->rms_norm_eps);
+
+		for (int d = 0; d < D; d++)
+			X[k * D + d] = (float)(X[k * D + d] +
+					       g * kv[hc * D + d]);
+		if (s->dbg && s->dbg->engram_gates && t < s->dbg->max_tokens)
+			s->dbg->engram_gates[((size_t)t * c->n_engram + L->ei) *
+						     hc + k] = (float)g;
+	}
+	if (s->dbg && s->dbg->engram_rows && t < s->dbg->max_tokens)
+		memcpy(s->dbg->engram_rows +
+			       ((size_t)t * c->n_engram + L->ei) * rpp,
+		       rows, sizeof(rows));
+	return 0;
+}
+
+/* KV source: stores the token's group inputs and, when it closes group
+ * g, appends the group's compressed row and index key (pooled, normed;
+ * index key k_norm(wk latent), both roped at g m, with their QAT). */
+static int kv_source(const struct cw_dsv41_model *m, const struct
+		     cw_dsv41_layer *L, struct lstate *ls, const float *a,
+		     int64_t p)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	const int hd = c->head_dim, Id = c->index_head_dim, mr = L->ratio;
+	float lat[hd], *slot = ls->grp + (size_t)(p % mr) * 2 * hd;
+	int64_t g;
+	int r = 0;
+
+	matvec(&L->cwkv, a, slot);
+	if (mr > 1)
+		matvec(&L->cwgate, a, slot + hd);
+	if ((p + 1) % mr)
+		return 0;
+	g = (p + 1) / mr - 1;
+	if (mr > 1) {
+		const float *cs[mr], *zs[mr];
+
+		for (int i = 0; i < mr; i++) {
+			cs[i] = ls->grp + (size_t)i * 2 * hd;
+			zs[i] = cs[i] + hd;
+		}
+		cw_dsv4_pool(cs, zs, mr, hd, lat);
+	} else {
+		memcpy(lat, slot, sizeof(lat));
+	}
+	cw_dsv4_rmsnorm(lat, L->cnorm, hd, c->rms_norm_eps, lat);
+	{
+		float *k = ls->ikey + (size_t)g * Id;
+
+		/* from the pre-rope latent */
+		matvec(&L->iwk, lat, k);
+		cw_dsv4_rmsnorm(k, L->iknorm, Id, c->rms_norm_eps, k);
+		cw_dsv4_rope(k, Id, c->rope_dim / 2, m->freq_comp, g * mr, 0);
+		if (m->qat & CW_DSV41_QAT_INDEX_FP4)
+			r = st_kv41_idx_roundtrip(k, Id);
+	}
+	{
+		float *row = ls->crow + (size_t)g * hd;
+
+		memcpy(row, lat, sizeof(lat));
+		cw_dsv4_rope(row, hd, c->rope_dim / 2, m->freq_comp, g * mr, 0);
+		if (r == 0 && (m->qat & CW_DSV41_QAT_CROW_FP4))
+			r = st_kv41_crow_roundtrip(row, hd);
+	}
+	return r;
+}
+
+/* Index source at layer l for token t (position p): scores of the
+ * visible entries of its KV source's keys, the candidate blocks (the
+ * candidate source) or the candidate mask (later index sources), and
+ * the top-k, into ck->sel / nsel. */
+static int index_source(const struct cw_dsv41_model *m,
+			const struct cw_dsv41_state *s, int l,
+			const float *a, const float *qr, int64_t p, int t,
+			struct chunk *ck)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	const struct cw_dsv41_layer *L = &m->layers[l];
+	const int IH = c->index_n_heads, Id = c->index_head_dim;
+	const int nv = cw_dsv41_n_visible(p, L->ratio);
+	const float *keys = s->ls[L->kv_src].ikey;
+	float iq[IH * Id], om[IH];
+	double *sc = ck->sc;
+	int r = 0, *sel = ck->sel + ((size_t)ck->isx[l] * ck->n + t) *
+					   c->index_topk;
+
+	matvec(&L->iwq_b, qr, iq);
+	for (int h = 0; h < IH && r == 0; h++) {
+		cw_dsv4_rope(iq + h * Id, Id, c->rope_dim / 2, m->freq_comp, p,
+			     0);
+		if (m->qat & CW_DSV41_QAT_INDEX_FP4)
+			r = st_kv41_idx_roundtrip(iq + h * Id, Id);
+	}
+	if (r < 0)
+		return r;
+	matvec(&L->iweights, a, om);
+	for (int e = 0; e < nv; e++) {
+		const float *k = keys + (size_t)e * Id;
+		double acc = 0.0;
+
+		for (int h = 0; h < IH; h++) {
+			double d = 0.0;
+
+			for (int i = 0; i < Id; i++)
+				d += (double)iq[h * Id + i] * k[i];
+			d /= sqrt((double)Id);
+			acc += om[h] / sqrt((double)IH) * (d > 0 ? d : 0.0);
+		}
+		sc[e] = acc;
+	}
+	if (l == c->candidate_source) {
+		ck->ncand[t] = cw_dsv41_candidate_blocks(
+			sc, nv, c->candidate_block_size,
+			c->candidate_topk_blocks,
+			ck->cand + (size_t)t * c->candidate_topk_blocks);
+	} else if (c->candidate_source >= 0 && l > c->candidate_source &&
+		   L->kv_src == m->layers[c->candidate_source].kv_src) {
+		const int *cb = ck->cand + (size_t)t * c->candidate_topk_blocks;
+		const int B = c->candidate_block_size;
+
+		for (int e = 0; e < nv; e++) {
+			int in = 0;
+
+			for (int j = 0; j < ck->ncand[t] && !in; j++)
+				in = e / B == cb[j];
+			if (!in)
+				sc[e] = -INFINITY;
+		}
+	}
+	ck->nsel[(size_t)ck->isx[l] * ck->n + t] =
+		cw_dsv41_select(sc, nv, c->index_topk, sel);
+	return 0;
+}
+
+static void expert_ffn(const struct cw_dsv4_mat *w1,
+		       const struct cw_dsv4_mat *w2,
+		       const struct cw_dsv4_mat *w3, const float *x,
+		       double limit, float *y)
+{
+	float g[w1->rows], u[w3->rows];
+
+	matvec(w1, x, g);
+	matvec(w3, x, u);
+	cw_dsv4_swiglu_clip(g, u, w1->rows, limit);
+	matvec(w2, g, y);
+}
+
+/* Attention sublayer of layer l for token t at position p (a =
+ * attn_norm(u)); writes the K=V row and the KV source's entries into the
+ * state; out [D]. */
+static int attention(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
+		     int l, const float *a, int64_t p, int t,
+		     struct chunk *ck, float *out)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	const struct cw_dsv41_layer *L = &m->layers[l];
+	struct lstate *ls = &s->ls[l];
+	const int H = c->n_heads, hd = c->head_dim, G = c->o_groups;
+	const int R = c->o_lora_rank, W = c->sliding_window;
+	const double *fr = L->ratio ? m->freq_comp : m->freq_main;
+	int64_t lo = p - W + 1 > ls->win_lo ? p - W + 1 : ls->win_lo;
+	float qr[c->q_lora_rank], q[H * hd], o[H * hd], tg[G * R];
+	int r = 0, n_sel = 0;
+	const int *sel = NULL;
+
+	matvec(&L->wq_a, a, qr);
+	cw_dsv4_rmsnorm(qr, L->q_norm, c->q_lora_rank, c->rms_norm_eps, qr);
+	matvec(&L->wq_b, qr, q);
+	for (int h = 0; h < H; h++) /* no per-head q norm in V4.1 */
+		cw_dsv4_rope(q + h * hd, hd, c->rope_dim / 2, fr, p, 0);
+	{
+		float *kv = ls->kv + (size_t)(p % W) * hd;
+
+		matvec(&L->wkv, a, kv);
+		cw_dsv4_rmsnorm(kv, L->kv_norm, hd, c->rms_norm_eps, kv);
+		cw_dsv4_rope(kv, hd, c->rope_dim / 2, fr, p, 0);
+		if (m->qat & CW_DSV41_QAT_WINDOW_FP8)
+			r = st_kv41_fp8_roundtrip(kv, hd);
+	}
+	if (r == 0 && c->kv_source[l] && !ck->replay)
+		r = kv_source(m, L, ls, a, p);
+	if (r == 0 && c->index_source[l])
+		r = index_source(m, s, l, a, qr, p, t, ck);
+	if (r < 0)
+		return r;
+	if (L->ratio) {
+		int x = ck->isx[L->idx_src];
+
+		sel = ck->sel + ((size_t)x * ck->n + t) * c->index_topk;
+		n_sel = ck->nsel[(size_t)x * ck->n + t];
+	}
+	{
+		const float *rows[W + n_sel + 1];
+		const float *crow = L->ratio ? s->ls[L->kv_src].crow : NULL;
+		int nr = 0;
+
+		for (int64_t j = lo; j <= p; j++)
+			rows[nr++] = ls->kv + (size_t)(j % W) * hd;
+		for (int j = 0; j < n_sel; j++)
+			rows[nr++] = crow + (size_t)sel[j] * hd;
+		for (int h = 0; h < H; h++) {
+			cw_dsv4_sink_attn(q + h * hd, rows, nr, hd, L->sink[h],
+					  o + h * hd);
+			cw_dsv4_rope(o + h * hd, hd, c->rope_dim / 2, fr, p, 1);
+		}
+	}
+	for (int g = 0; g < G; g++)
+		matvec_rows(&L->wo_a, g * R, R, o + (size_t)g * (H / G) * hd,
+			    tg + g * R);
+	matvec(&L->wo_b, tg, out);
+	return 0;
+}
+
+static void moe(const struct cw_dsv41_model *m,
+		const struct cw_dsv41_layer *L, const float *b, float *y,
+		int32_t *ids_out, float *w_out)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	const int D = c->hidden_size, K = c->top_k;
+	float logits[c->n_experts], wts[K], tmp[D];
+	int32_t ids[K];
+
+	matvec(&L->gate, b, logits);
+	for (int e = 0; e < c->n_experts; e++)
+		logits[e] = (float)(logits[e] / c->gate_temp);
+	cw_dsv4_route(logits, c->n_experts, K, NULL, L->gate_bias,
+		      c->norm_topk_prob, c->routed_scaling_factor, ids, wts);
+	expert_ffn(&L->sh_w1, &L->sh_w2, &L->sh_w3, b, c->swiglu_limit, y);
+	for (int k = 0; k < K; k++) {
+		expert_ffn(&L->ew1[ids[k]], &L->ew2[ids[k]], &L->ew3[ids[k]],
+			   b, c->swiglu_limit, tmp);
+		for (int d = 0; d < D; d++)
+			y[d] += wts[k] * tmp[d];
+	}
+	if (ids_out)
+		memcpy(ids_out, ids, sizeof(ids));
+	if (w_out)
+		memcpy(w_out, wts, sizeof(wts));
+}
+
+/* u = sum_k pre_k X_k */
+static void collapse(const float *X, const float *pre, int n, int D, float *u)
+{
+	for (int d = 0; d < D; d++) {
+		double acc = 0.0;
+
+		for (int k = 0; k < n; k++)
+			acc += (double)pre[k] * X[k * D + d];
+		u[d] = (float)acc;
+	}
+}
+
+/* One layer for one token: Engram, attention site, FFN site. */
+static int layer_token(const struct cw_dsv41_model *m,
+		       struct cw_dsv41_state *s, int l, int t,
+		       struct chunk *ck, struct st_diag *diag)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	const struct cw_dsv41_layer *L = &m->layers[l];
+	const int D = c->hidden_size, hc = c->hc_mult;
+	const int64_t p = ck->p0 + t;
+	float *X = ck->X + (size_t)t * hc * D, *P = ck->P + (size_t)t * hc;
+	float pre_a[hc], post_a[hc], comb_a[hc * hc];
+	float pre_f[hc], post_f[hc], comb_f[hc * hc];
+	float u[D], a[D], y[D];
+	struct cw_dsv41_debug *dbg = s->dbg && t < s->dbg->max_tokens ?
+					     s->dbg : NULL;
+	size_t dl = (size_t)t * c->n_layers + l;
+	int r;
+
+	if (L->ei >= 0 && (r = engram(m, s, L, p, X, t, diag)) < 0)
+		return r;
+	/* collapsed with the previous site's pre (the lag) */
+	cw_dsv41_hc_site(X, hc, D, P, L->hc_attn_fn, L->hc_attn_base,
+			 L->hc_attn_scale, c->hc_sinkhorn_iters, c->hc_eps,
+			 c->rms_norm_eps, u, pre_a, post_a, comb_a);
+	cw_dsv4_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps, a);
+	r = attention(m, s, l, a, p, t, ck, y);
+	if (r < 0)
+		return st_diag_set(diag, r, "layer %d position %lld: QAT row width not a multiple of its block",
+				   l, (long long)p);
+	cw_dsv4_hc_post(X, hc, D, y, post_a, comb_a);
+	cw_dsv41_hc_site(X, hc, D, pre_a, L->hc_ffn_fn, L->hc_ffn_base,
+			 L->hc_ffn_scale, c->hc_sinkhorn_iters, c->hc_eps,
+			 c->rms_norm_eps, u, pre_f, post_f, comb_f);
+	cw_dsv4_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, a);
+	moe(m, L, a, y, dbg && dbg->experts ? dbg->experts + dl * c->top_k :
+					       NULL,
+	    dbg && dbg->weights ? dbg->weights + dl * c->top_k : NULL);
+	cw_dsv4_hc_post(X, hc, D, y, post_f, comb_f);
+	memcpy(P, pre_f, sizeof(pre_f));
+	if (dbg && dbg->selected && c->index_source[l]) {
+		const int *sel = ck->sel + ((size_t)ck->isx[l] * ck->n + t) *
+						   c->index_topk;
+		int ns = ck->nsel[(size_t)ck->isx[l] * ck->n + t];
+
+		for (int j = 0; j < c->index_topk; j++)
+			dbg->selected[dl * c->index_topk + j] =
+				j < ns ? sel[j] : -1;
+	}
+	if (dbg && dbg->cand_blocks && l == c->candidate_source)
+		for (int j = 0; j < c->candidate_topk_blocks; j++)
+			dbg->cand_blocks[(size_t)t * c->candidate_topk_blocks + j] =
+				j < ck->ncand[t] ?
+					ck->cand[(size_t)t * c->candidate_topk_blocks + j] :
+					-1;
+	if (dbg && dbg->stream_rms) {
+		double ss = 0.0;
+
+		for (int i = 0; i < hc * D; i++)
+			ss += (double)X[i] * X[i];
+		dbg->stream_rms[dl] = (float)sqrt(ss / (hc * D));
+	}
+	return 0;
+}
+
+static void head(const struct cw_dsv41_model *m, const float *X,
+		 const float *P, float *logits)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	const int D = c->hidden_size;
+	float h[D];
+	struct cw_dsv4_mat hm = { c->vocab_size, D, m->head, 0 };
+
+	/* no hc_head: the last FFN site's pre collapses the streams */
+	collapse(X, P, c->hc_mult, D, h);
+	cw_dsv4_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
+	matvec(&hm, h, logits);
+}
+
+/* Runs tokens ids[0..n) at positions p0.. through every layer (the
+ * layers after the last KV source on the last tokens only when the CED
+ * shortcut is on); replay: no appends to the global KV. */
+static int run(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
+	       const int32_t *ids, int n, int64_t p0, int replay,
+	       int all_positions, float *logits, struct st_diag *diag)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	const int D = c->hidden_size, hc = c->hc_mult;
+	const int last_src = st_dsv41_last_kv_source(c);
+	const int W = c->sliding_window;
+	struct chunk ck = { .n = n, .p0 = p0, .replay = replay };
+	int r = 0, n_isrc = 0;
+
+	ck.X = malloc((size_t)n * hc * D * sizeof(float));
+	ck.P = calloc((size_t)n * hc, sizeof(float));
+
+	for (int l = 0; l < c->n_layers; l++)
+		ck.isx[l] = c->index_source[l] ? n_isrc++ : -1;
+	ck.sel = malloc(((size_t)n_isrc * n * c->index_topk + 1) * sizeof(int));
+	ck.nsel = calloc((size_t)n_isrc * n + 1, sizeof(int));
+	ck.sc = malloc(((size_t)p0 + n + 1) * sizeof(double));
+	ck.cand = malloc((size_t)n * c->candidate_topk_blocks * sizeof(int));
+	ck.ncand = calloc(n, sizeof(int));
+	if (!ck.X || !ck.P || !ck.sel || !ck.nsel || !ck.sc || !ck.cand ||
+	    !ck.ncand) {
+		r = st_diag_set(diag, -ENOMEM, "out of memory");
+		goto out;
+	}
+	for (int t = 0; t < n; t++) {
+		for (int k = 0; k < hc; k++)
+			memcpy(ck.X + ((size_t)t * hc + k) * D,
+			       m->embed + (size_t)ids[t] * D,
+			       D * sizeof(float));
+		ck.P[(size_t)t * hc] = 1.0f; /* one-hot on stream 0 */
+	}
+	for (int l = 0; l < c->n_layers; l++) {
+		int t0 = 0;
+
+		/* CED: past the last KV source a layer owns only window KV
+		 * (model doc 3.4).  WINDOW: the last W tokens only;
+		 * EXACT: the dependency cone of the last W rows of the last
+		 * layer, W - 1 tokens more per layer before it. */
+		if (s->ced && !replay && last_src >= 0 && l > last_src) {
+			int64_t k = c->n_layers - 1 - l;
+			int64_t need = s->ced == CW_DSV41_CED_WINDOW ?
+					       W : W + k * (W - 1);
+
+			t0 = n > need ? (int)(n - need) : 0;
+		}
+		if (t0 > 0) /* rows before t0 are not computed: unseen */
+			s->ls[l].win_lo = p0 + t0;
+		for (int t = t0; t < n; t++)
+			if ((r = layer_token(m, s, l, t, &ck, diag)) < 0)
+				goto out;
+	}
+	if (logits)
+		for (int t = all_positions ? 0 : n - 1; t < n; t++)
+			head(m, ck.X + (size_t)t * hc * D,
+			     ck.P + (size_t)t * hc,
+			     logits + (size_t)(all_positions ? t : 0) *
+					      c->vocab_size);
+out:
+	free(ck.X);
+	free(ck.P);
+	free(ck.sel);
+	free(ck.nsel);
+	free(ck.sc);
+	free(ck.cand);
+	free(ck.ncand);
+	return r;
+}
+
+int cw_dsv41_eval(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
+		  const int32_t *ids, int n, int all_positions, float *logits,
+		  struct st_diag *diag)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	int r;
+
+	if (n < 1)
+		return 0;
+	if (s->len + n > s->cap)
+		return st_diag_set(diag, -ST_E_LIMIT,
+				   "sequence of %d tokens exceeds the state's %d",
+				   s->len + n, s->cap);
+	if (s->ced && all_positions && logits)
+		return st_diag_set(diag, -EINVAL,
+				   "all-position logits with the CED prefill shortcut on (it computes the last position only)");
+	for (int t = 0; t < n; t++)
+		if (ids[t] < 0 || ids[t] >= c->vocab_size)
+			return st_diag_set(diag, -EINVAL,
+					   "token id %d out of range [0, %d)",
+					   ids[t], c->vocab_size);
+	memcpy(s->tokens + s->len, ids, (size_t)n * sizeof(int32_t));
+	r = run(m, s, ids, n, s->len, 0, all_positions, logits, diag);
+	if (r == 0)
+		s->len += n;
+	return r;
+}
+
+int cw_dsv41_replay(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
+		    const int32_t *ids, int n, struct st_diag *diag)
+{
+	if (n < 1 || n > s->len)
+		return st_diag_set(diag, -EINVAL,
+				   "replay of %d tokens: the state holds %d",
+				   n, s->len);
+	for (int t = 0; t < n; t++)
+		if (ids[t] != s->tokens[s->len - n + t])
+			return st_diag_set(diag, -EINVAL,
+					   "replay token %d (id %d) is not the prefix's token at position %d (id %d)",
+					   t, ids[t], s->len - n + t,
+					   s->tokens[s->len - n + t]);
+	/* a replay rebuilds the rows from its first position on */
+	for (int l = 0; l < s->n_layers; l++)
+		if (s->ls[l].win_lo > s->len - n)
+			s->ls[l].win_lo = s->len - n;
+	return run(m, s, ids, n, s->len - n, 1, 0, NULL, diag);
+}

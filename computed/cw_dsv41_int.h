@@ -1,0 +1,53 @@
+/*
+ * cw_dsv41_int.h — the DeepSeek-V4.1 model's in-memory weights (private
+ * to cw_dsv41*.c).  Matrices are dequantised F32, row-major [rows][cols]
+ * (struct cw_dsv4_mat); Engram tables stay FP8 (row bytes + scales).
+ */
+#ifndef CW_DSV41_INT_H
+#define CW_DSV41_INT_H
+
+#include <stdint.h>
+
+#include "cw_dsv41.h"
+#include "cw_dsv4_int.h"
+#include "st_engram_hash.h"
+
+struct cw_dsv41_layer {
+	int ratio;                  /* 0 window only, 1, or r > 1 pooled */
+	int kv_src, idx_src;        /* layers whose KV / top-k it uses, -1 */
+	float *attn_norm, *ffn_norm;
+	float *hc_attn_fn, *hc_attn_base, *hc_attn_scale;
+	float *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
+	struct cw_dsv4_mat wq_a, wq_b, wkv, wo_a, wo_b;
+	float *q_norm, *kv_norm, *sink;
+	/* KV source: compressor (wgate only at ratio > 1) and index keys */
+	struct cw_dsv4_mat cwkv, cwgate, iwk;
+	float *cnorm, *iknorm;
+	/* index source */
+	struct cw_dsv4_mat iwq_b, iweights;
+	struct cw_dsv4_mat gate;
+	float *gate_bias;
+	struct cw_dsv4_mat sh_w1, sh_w2, sh_w3;
+	struct cw_dsv4_mat *ew1, *ew2, *ew3; /* [n_experts] */
+	/* Engram (ei >= 0): table FP8 [rows][head_dim] + E8M0
+	 * [rows][head_dim / 32], wkv [(hc+1) D][rows_per_pos * head_dim],
+	 * qk = q_weight * k_weight [hc][D] */
+	int ei;
+	uint8_t *etab, *escale;
+	int64_t erows;
+	struct cw_dsv4_mat ewkv;
+	float *eqk;
+};
+
+struct cw_dsv41_model {
+	struct st_dsv41_config cfg;
+	float *embed, *head, *norm;    /* [vocab][D], [vocab][D], [D] */
+	struct cw_dsv41_layer *layers;
+	double *freq_main, *freq_comp; /* [rope_dim/2] */
+	unsigned qat;                  /* CW_DSV41_QAT_* */
+	struct st_engram_hash *hash;   /* NULL without Engram layers */
+	int engram_rows_per_pos;
+	struct cw_dsv41_engram_provider prov;
+};
+
+#endif
