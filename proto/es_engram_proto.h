@@ -65,15 +65,19 @@ struct es_engram_slot {
 };
 
 struct es_engram_shm {
-	uint32_t n_layers, max_rows, row_bytes_max, io_engine;
-	uint32_t direct;             /* 1: O_DIRECT reads */
+	/* geometry: fixed by the store; the segment's layout hash covers
+	 * every field up to cache_rows */
+	uint32_t n_layers, max_rows, row_bytes_max;
 	uint32_t n_regions;          /* ES_MAX_CLIENTS */
 	uint64_t regions_offset, region_bytes;
-	uint64_t cache_rows, cache_bytes;   /* capacity of the host cache */
 	int32_t layer_id[ES_ENGRAM_MAX_LAYERS];
 	uint32_t dim[ES_ENGRAM_MAX_LAYERS];
 	uint32_t row_bytes[ES_ENGRAM_MAX_LAYERS];
 	int64_t rows[ES_ENGRAM_MAX_LAYERS];
+	/* set by each expertd at start */
+	uint64_t cache_rows, cache_bytes;   /* capacity of the host cache */
+	uint32_t io_engine;          /* ES_ENGRAM_IO_* */
+	uint32_t direct;             /* 1: O_DIRECT reads */
 	/* counters (expertd writes, relaxed) */
 	_Atomic uint64_t lookups;    /* rows asked for (FETCH + PREFETCH) */
 	_Atomic uint64_t hits;       /* found in the cache */
