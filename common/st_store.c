@@ -368,7 +368,9 @@ static int check_config_copy(const struct mctx *c, struct st_store *s)
 			   "config.json; re-run strata convert");
 	for (int i = 0; i < s->n_files; i++)
 		has_gen |= !strcmp(s->files[i].name, "generation_config.json");
-	if (has_gen) {
+	/* V4.1: the EOS id comes from config.json (st_config_load does not
+	 * read the composite V4.1 config) */
+	if (has_gen && !s->is_dsv41) {
 		struct st_model_config full;
 		struct st_diag d = { { 0 } };
 

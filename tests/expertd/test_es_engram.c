@@ -12,7 +12,10 @@
  *     restart that adopts the segments (same client);
  *   - a damaged engram.bin block refused with a clear error while other
  *     rows are still served; a damaged header refused at start;
- *   - a too small --engram-cache refused with the minimum.
+ *   - a too small --engram-cache refused with the minimum;
+ *   - malformed ENGRAM messages answered with an error naming the field
+ *     (expertd keeps serving); the latency histogram's buckets and
+ *     quantiles.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -31,6 +34,8 @@
 
 #include "cw_engram_es.h"
 #include "es_client.h"
+#include "es_client_int.h"
+#include "es_engram_proto.h"
 #include "es_harness.h"
 #include "st_util.h"
 #include "test_util.h"
@@ -332,12 +337,76 @@ static void test_corrupt(void **state)
 	assert_non_null(strstr(err, "at least"));
 }
 
+/* Sends a raw ENGRAM payload; returns the status, message in diag. */
+static int raw_engram(struct es_client *c, uint32_t li, uint32_t flags,
+		      const int64_t *rows, uint32_t n, struct st_diag *diag)
+{
+	struct st_wbuf w;
+	int r;
+
+	st_wbuf_init(&w);
+	es_engram_req_encode(&w, (uint32_t)getpid(), li, n, flags, 99, rows);
+	r = es_client_rpc(c, ES_MSG_ENGRAM, &w, NULL, NULL, NULL, diag);
+	st_wbuf_fini(&w);
+	return r;
+}
+
+static void test_malformed(void **state)
+{
+	struct st_diag diag = { "" };
+	struct es_client *c;
+	int64_t rows[2] = { 5, 660 };
+
+	(void)state;
+	assert_int_equal(es_h_start(&H, "--engram-cache", CACHE_ARG, NULL), 0);
+	c = open_client("mal");
+	assert_int_equal(raw_engram(c, 0, 0, rows, 2, &diag), -ST_E_PROTO);
+	assert_non_null(strstr(diag.msg, "row[1] = 660"));
+	assert_int_equal(raw_engram(c, 2, 0, rows, 1, &diag), -ST_E_PROTO);
+	assert_non_null(strstr(diag.msg, "layer index 2"));
+	assert_int_equal(raw_engram(c, 0, 4, rows, 1, &diag), -ST_E_PROTO);
+	assert_non_null(strstr(diag.msg, "flags"));
+	assert_int_equal(raw_engram(c, 0, 0, rows, 0, &diag), -ST_E_PROTO);
+	assert_non_null(strstr(diag.msg, "0 rows"));
+	/* still serving */
+	fetch_check(c, 0, 10);
+	es_client_close(c);
+	assert_int_equal(es_h_stop(&H), 0);
+}
+
+static void test_latency_histogram(void **state)
+{
+	uint64_t hist[ES_ENGRAM_LAT_BUCKETS] = { 0 };
+	uint64_t prev = 0;
+
+	(void)state;
+	for (int b = 1; b < ES_ENGRAM_LAT_BUCKETS - 1; b++) {
+		uint64_t lo = es_engram_lat_bucket_lo(b);
+
+		assert_true(lo > prev);
+		assert_int_equal(es_engram_lat_bucket(lo), b);
+		assert_int_equal(es_engram_lat_bucket(es_engram_lat_bucket_hi(b) - 1), b);
+		/* buckets are at most 1/8 of their value wide */
+		assert_true((es_engram_lat_bucket_hi(b) - lo) * 8 <= lo);
+		prev = lo;
+	}
+	/* 90 reads of 100 us and 10 of 5 ms: p50 ~100 us, p99 ~5 ms */
+	hist[es_engram_lat_bucket(100000)] = 90;
+	hist[es_engram_lat_bucket(5000000)] = 10;
+	assert_true(llabs((long long)es_engram_lat_quantile(hist, 0.5) - 100000) <
+		    7000);
+	assert_true(llabs((long long)es_engram_lat_quantile(hist, 0.99) -
+			  5000000) < 350000);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_fetch_random, test_teardown),
 		cmocka_unit_test_teardown(test_restarts, test_teardown),
 		cmocka_unit_test_teardown(test_corrupt, test_teardown),
+		cmocka_unit_test_teardown(test_malformed, test_teardown),
+		cmocka_unit_test(test_latency_histogram),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);

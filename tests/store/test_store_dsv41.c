@@ -12,7 +12,8 @@
  *   - st_store_open / st_store_verify accept it, a second convert is
  *     byte-identical, a flipped Engram byte fails verify naming the layer, a
  *     damaged header fails open;
- *   - checkpoints edited here: an mtp.* tensor is skipped and counted, a
+ *   - checkpoints edited here: an mtp.* tensor is skipped and counted (a
+ *     generation_config.json is copied and the store still opens), a
  *     V4-only or unknown tensor is refused by name, a missing
  *     engram_hash.json is refused.
  */
@@ -429,9 +430,21 @@ static void test_edited_checkpoints(void **state)
 	(void)state;
 	/* DSpark (MTP) tensor: skipped, counted in the manifest */
 	make_model("m_mtp", "mtp.0.ffn.gate.weight", 1, dir, sizeof(dir));
+	/* with a generation_config.json (copied; the V4.1 reader keeps the
+	 * config's EOS) */
+	snprintf(path, sizeof(path), "%s/generation_config.json", dir);
+	assert_int_equal(st_write_file(path, "{\"eos_token_id\": 1}\n", 20), 0);
 	snprintf(out, sizeof(out), "%s/store", dir);
 	if (convert(dir, out, &d))
 		fail_msg("%s", d.msg);
+	{
+		struct st_store *s = NULL;
+
+		if (st_store_open(out, &s, &d))
+			fail_msg("%s", d.msg);
+		assert_int_equal(s->cfg.eos_token_ids[0], 1);
+		st_store_close(s);
+	}
 	snprintf(path, sizeof(path), "%s/manifest.json", out);
 	m = json_load_file(path, 0, NULL);
 	assert_non_null(m);
