@@ -658,6 +658,25 @@ void es_engram_stop(struct es_daemon *d, int destroy)
 
 	if (!e)
 		return;
+	if (e->hdr) {
+		struct es_engram_shm *h = e->hdr;
+		uint64_t hist[ES_ENGRAM_LAT_BUCKETS];
+		uint64_t lk = atomic_load(&h->lookups);
+
+		for (int b = 0; b < ES_ENGRAM_LAT_BUCKETS; b++)
+			hist[b] = atomic_load(&h->lat_hist[b]);
+		st_info("Engram tier: %" PRIu64 " rows looked up, hit rate "
+			"%.1f %% (+%.1f %% joined a read), %" PRIu64 " block "
+			"reads (%" PRIu64 " bytes), read latency p50 %" PRIu64
+			" ns p99 %" PRIu64 " ns, %" PRIu64 " read errors",
+			lk, lk ? 100.0 * (double)atomic_load(&h->hits) /
+			(double)lk : 0.0, lk ? 100.0 *
+			(double)atomic_load(&h->merged) / (double)lk : 0.0,
+			atomic_load(&h->reads), atomic_load(&h->read_bytes),
+			es_engram_lat_quantile(hist, 0.5),
+			es_engram_lat_quantile(hist, 0.99),
+			atomic_load(&h->read_errors));
+	}
 	if (e->th_started) {
 		pthread_mutex_lock(&e->mu);
 		e->stop = 1;

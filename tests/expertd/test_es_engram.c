@@ -224,6 +224,34 @@ static void test_fetch_random(void **state)
 			assert_memory_equal(out + i * 64, ref[0] + ids[i] * 64,
 					    sizeof(float) * 64);
 	}
+	/* per-token prefetch from the store's hash: the rows of positions
+	 * 0..39 of a token sequence for the second Engram layer, then the
+	 * same rows fetched are all cache hits */
+	{
+		int32_t tok[40];
+		int64_t ids[40 * 6];
+		float *out = malloc(sizeof(float) * 40 * 6 * 64);
+		uint64_t seen0;
+
+		for (int i = 0; i < 40; i++)
+			tok[i] = (int32_t)(xorshift() % 129280);
+		for (int p = 0; p < 40; p++) {
+			assert_int_equal(cw_engram_es_prefetch_token(c,
+					 H.st->engram_hash, tok, p, 1, &diag), 0);
+			assert_int_equal(st_engram_hash_rows(H.st->engram_hash, 1,
+					 tok, p, ids + p * 6), 6);
+		}
+		assert_int_equal(es_client_engram_stats(c, &st, &diag), 0);
+		seen0 = st.hits + st.merged;
+		assert_int_equal(es_client_engram_fetch(c, 1, 240, ids, out,
+							&diag), 0);
+		assert_int_equal(es_client_engram_stats(c, &st, &diag), 0);
+		assert_int_equal(st.hits + st.merged - seen0, 240);
+		for (int i = 0; i < 240; i++)
+			assert_memory_equal(out + i * 64, ref[1] + ids[i] * 64,
+					    sizeof(float) * 64);
+		free(out);
+	}
 	/* the forward pass's provider shape: fn pointer + ctx */
 	{
 		struct {
