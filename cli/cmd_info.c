@@ -70,7 +70,8 @@ int cli_cmd_info(int argc, char **argv)
 	printf("store      %s\n", s->dir);
 	printf("model      %s: %d layers, hidden %d, %d heads (%d KV) x %d, "
 	       "vocab %d, context %d\n", s->is_dsv4 ?
-	       "DeepseekV4ForCausalLM" : st_arch_name(s->cfg.arch),
+	       "DeepseekV4ForCausalLM" : s->is_dsv41 ?
+	       "DeepseekV41ForCausalLM" : st_arch_name(s->cfg.arch),
 	       s->cfg.n_layers, s->cfg.hidden_size, s->cfg.n_heads,
 	       s->cfg.n_kv_heads, s->cfg.head_dim, s->cfg.vocab_size,
 	       s->cfg.max_position_embeddings);
@@ -81,6 +82,19 @@ int cli_cmd_info(int argc, char **argv)
 		       s->dsv4.n_hash_layers, s->dsv4.n_shared,
 		       s->dsv4.sliding_window, s->dsv4.hc_mult,
 		       s->dsv4.fp8_block[0], s->dsv4.fp8_block[1]);
+	if (s->is_dsv41) {
+		printf("v4.1       FP8 blocks %dx%d; lossless (MXFP4 experts, FP8 + "
+		       "E8M0 dense as the checkpoint)\n", s->dsv41.fp8_block[0],
+		       s->dsv41.fp8_block[1]);
+		for (int i = 0; i < s->n_engram; i++)
+			printf("engram     layer %d: %lld rows x %d (E4M3 + E8M0 "
+			       "per 32), %u B/row, %u rows per 4 KiB block, %s\n",
+			       s->engram[i].layer, (long long)s->engram[i].rows,
+			       s->engram[i].dim, s->engram[i].row_bytes,
+			       s->engram[i].rows_per_block,
+			       st_format_bytes(s->engram[i].n_blocks * 4096, a,
+					       sizeof(a)));
+	}
 	printf("experts    %d per layer, top-%d, %d wide; policy: default %s%s%s\n",
 	       s->cfg.n_experts, s->cfg.top_k, s->cfg.expert_inter,
 	       s->policy_default ? s->policy_default : "?",

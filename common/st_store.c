@@ -23,6 +23,8 @@
 #include <jansson.h>
 #include <xxhash.h>
 
+#include "st_engram_hash.h"
+#include "st_store_engram.h"
 #include "st_util.h"
 
 /* Bounds on manifest numbers: far above any real model, low enough that
@@ -263,6 +265,15 @@ static int parse_config(const struct mctx *c, json_t *root, struct st_store *s)
 	s->config_json = strdup(text);
 	if (!s->config_json)
 		return -ENOMEM;
+	if (st_dsv41_geom_detect(text)) {
+		r = st_dsv41_geom_parse(text, "manifest.json config",
+					&s->dsv41, &d);
+		if (r)
+			return bad(c, r, "embedded config: %s", d.msg);
+		s->is_dsv41 = 1;
+		st_dsv41_geom_expert_config(&s->dsv41, &s->cfg);
+		return 0;
+	}
 	if (st_dsv4_config_detect(text)) {
 		r = st_dsv4_config_parse(text, "manifest.json config",
 					 &s->dsv4, &d);
@@ -357,7 +368,9 @@ static int check_config_copy(const struct mctx *c, struct st_store *s)
 			   "config.json; re-run strata convert");
 	for (int i = 0; i < s->n_files; i++)
 		has_gen |= !strcmp(s->files[i].name, "generation_config.json");
-	if (has_gen) {
+	/* V4.1: the EOS id comes from config.json (st_config_load does not
+	 * read the composite V4.1 config) */
+	if (has_gen && !s->is_dsv41) {
 		struct st_model_config full;
 		struct st_diag d = { { 0 } };
 
@@ -464,7 +477,7 @@ static int cmp_tensor_name(const void *a, const void *b)
  * their shapes (the forward pass checks the rest when it loads). */
 static int check_dense_dsv4(const struct mctx *c, const struct st_store *s)
 {
-	const struct st_dsv4_config *v = &s->dsv4;
+	const struct st_model_config *v = &s->cfg; /* V4 and V4.1 */
 
 	for (int l = -1; l < v->n_layers; l++) {
 		char name[3][64];
@@ -504,7 +517,7 @@ static int check_dense_dsv4(const struct mctx *c, const struct st_store *s)
 /* Every dense role the config names must be present with its shape. */
 static int check_dense_roles(const struct mctx *c, const struct st_store *s)
 {
-	if (s->is_dsv4)
+	if (s->is_dsv4 || s->is_dsv41)
 		return check_dense_dsv4(c, s);
 	for (int role = 0; role < ST_T_ROLE_COUNT; role++) {
 		int global = role == ST_T_EMBED || role == ST_T_FINAL_NORM ||
@@ -580,7 +593,8 @@ static int parse_dense(const struct mctx *c, json_t *root, struct st_store *s)
 		snprintf(where, sizeof(where), "dense.tensors[%zu]", i);
 		s->n_dense = (int)i + 1;
 		r = parse_tensor(c, json_array_get(arr, i), where,
-				 s->dense_bytes, s->is_dsv4, &s->dense[i]);
+				 s->dense_bytes, s->is_dsv4 || s->is_dsv41,
+				 &s->dense[i]);
 		if (r)
 			return r;
 	}
@@ -877,6 +891,8 @@ void st_store_close(struct st_store *s)
 	for (int i = 0; i < s->n_files; i++)
 		free(s->files[i].name);
 	free(s->files);
+	free(s->engram);
+	st_engram_hash_free(s->engram_hash);
 	free(s);
 }
 
@@ -905,6 +921,8 @@ static int open_parsed(const struct mctx *c, json_t *root, struct st_store *s)
 	if ((r = parse_config(c, root, s)) || (r = parse_files(c, root, s)) ||
 	    (r = check_config_copy(c, s)) || (r = parse_dense(c, root, s)) ||
 	    (r = parse_experts(c, root, s)))
+		return r;
+	if (s->is_dsv41 && (r = st_store_engram_parse(s, root, c->diag)))
 		return r;
 	return 0;
 }
@@ -1213,6 +1231,7 @@ int st_store_verify(const char *dir,
 		v.total += (uint64_t)s->n_experts * s->layers[l].record_bytes;
 	for (int i = 0; i < s->n_files; i++)
 		v.total += s->files[i].n_bytes;
+	v.total += s->engram_bytes;
 	v.chunk = malloc(HASH_CHUNK_BYTES);
 	v.xs = XXH3_createState();
 	if (!v.chunk || !v.xs) {
@@ -1228,6 +1247,15 @@ int st_store_verify(const char *dir,
 	verify_dense(s, &v);
 	verify_experts(s, &v);
 	verify_files(s, &v);
+	if (s->is_dsv41) {
+		struct st_diag d = { { 0 } };
+		int nb = 0, er = st_store_engram_verify(s, &nb, &d);
+
+		if (er)
+			verify_note(&v, er, &d);
+		v.n_bad += nb > 1 ? nb - 1 : 0;
+		verify_tick(&v, s->engram_bytes);
+	}
 	free(v.chunk);
 	XXH3_freeState(v.xs);
 	st_store_close(s);

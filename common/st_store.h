@@ -84,6 +84,24 @@
  * quantization_config.weight_block_size), and the hash-routing
  * tables layers.N.ffn.gate.tid2eid in I64.  The mtp.* block is not
  * stored.  experts.policy.default is "mxfp4", keep "", source "lossless".
+ *
+ * DeepSeek-V4.1 stores (config model_type "deepseek_v41", composite with
+ * text_config; st_dsv41_geom.h): as V4 (lossless MXFP4 experts, dense
+ * tensors byte for byte, FP8 with its E8M0 block scales), except that
+ * the Engram tables layers.N.engram.embed.{weight,scale} are not in
+ * dense.bin but in engram.bin (st_engram_file.h: rows packed into
+ * checksummed 4 KiB blocks, one block read per row), described by the
+ * manifest section
+ *   "engram": {"file": "engram.bin", "bytes", "block_bytes": 4096,
+ *              "row_format", "hash_file": "engram_hash.bin",
+ *              "layers": [{"layer", "rows", "dim", "row_bytes",
+ *                          "rows_per_block", "first_block", "blocks",
+ *                          "xxh3"}]}
+ * and the frozen Engram hash inputs are engram_hash.bin (st_engram_hash.h,
+ * made from the checkpoint's engram_hash.json, listed in "files").  The
+ * DSpark draft layers (mtp.*) and the vision tower (vision.*, aligner.*,
+ * image_start / image_end / image_newline) are not stored; the manifest's
+ * "skipped" list names them with their tensor counts.
  */
 #ifndef ST_STORE_H
 #define ST_STORE_H
@@ -93,6 +111,8 @@
 
 #include "st_config.h"
 #include "st_config_dsv4.h"
+#include "st_dsv41_geom.h"
+#include "st_engram_file.h"
 #include "st_error.h"
 #include "st_formats.h"
 
@@ -161,6 +181,13 @@ struct st_store {
 	/* copied files */
 	int n_files;
 	struct st_store_file *files;   /* owned */
+	/* DeepSeek-V4.1 (config model_type "deepseek_v41"): is_dsv4 is 0 */
+	int is_dsv41;
+	struct st_dsv41_geom dsv41;    /* is_dsv41: the store's view of the config */
+	int n_engram;                  /* Engram layers (engram.bin) */
+	struct st_engram_layout *engram; /* owned, [n_engram], with xxh3 */
+	uint64_t engram_bytes;         /* size of engram.bin */
+	struct st_engram_hash *engram_hash; /* owned, from engram_hash.bin */
 };
 
 /*

@@ -24,6 +24,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "es_client_int.h"
 #include "es_pool.h"
 #include "es_proto.h"
 #include "st_daemon.h"
@@ -60,6 +61,7 @@ struct es_client {
 	_Atomic uint32_t reconnects;
 	pthread_mutex_t mu;         /* ledger */
 	struct es_ledger_ent *ledger; /* [n_slots] */
+	struct es_client_engram *engram; /* es_client_engram.c, lazily */
 };
 
 /* A pending or held pin of one acquire call. */
@@ -224,6 +226,30 @@ static int rpc(struct es_client *c, uint16_t type, const struct st_wbuf *pl,
 	r = rpc_locked(c, type, pl, ret_buf, ret_p, ret_len, diag);
 	pthread_mutex_unlock(&c->rpc_mu);
 	return r;
+}
+
+/* ---- for es_client_engram.c (es_client_int.h) ---- */
+
+int es_client_rpc(struct es_client *c, uint16_t type, const struct st_wbuf *pl,
+		  void **ret_buf, const uint8_t **ret_p, size_t *ret_len,
+		  struct st_diag *diag)
+{
+	return rpc(c, type, pl, ret_buf, ret_p, ret_len, diag);
+}
+
+const char *es_client_instance(const struct es_client *c)
+{
+	return c->instance;
+}
+
+int es_client_timeout_ms(const struct es_client *c)
+{
+	return c->timeout_ms;
+}
+
+struct es_client_engram **es_client_engram_ptr(struct es_client *c)
+{
+	return &c->engram;
 }
 
 /* ---- ledger (under c->mu) ---- */
@@ -424,6 +450,7 @@ void es_client_close(struct es_client *c)
 		(void)rpc_locked(c, ST_MSG_BYE, NULL, NULL, NULL, NULL, NULL);
 		pthread_mutex_unlock(&c->rpc_mu);
 	}
+	es_client_engram_fini(c->engram);
 	st_shm_detach(&c->shm);
 	st_sock_close(&c->sock);
 	pthread_mutex_destroy(&c->rpc_mu);

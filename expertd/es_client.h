@@ -148,6 +148,77 @@ int es_client_route(struct es_client *c, int layer, uint32_t pos,
 		    const int *hint_layer, const int *hint_expert,
 		    struct st_diag *diag);
 
+/* ---- Engram tier (DeepSeek-V4.1 stores; es_client_engram.c) ---- */
+
+#define ES_ENGRAM_INFO_MAX_LAYERS 16
+
+/* The Engram tables expertd serves and its cache. */
+struct es_engram_info {
+	int n_layers;                          /* Engram layers */
+	int layer_id[ES_ENGRAM_INFO_MAX_LAYERS]; /* model layer of each */
+	int dim[ES_ENGRAM_INFO_MAX_LAYERS];      /* floats per row */
+	int64_t rows[ES_ENGRAM_INFO_MAX_LAYERS]; /* table rows */
+	uint32_t row_bytes[ES_ENGRAM_INFO_MAX_LAYERS]; /* stored bytes per row */
+	int max_rows;                          /* rows per FETCH message */
+	uint64_t cache_rows, cache_bytes;      /* expertd's row cache */
+	int io_uring;                          /* 1: io_uring, 0: pread */
+	int direct;                            /* 1: O_DIRECT */
+};
+
+/* Counters of the Engram tier (from its segment; no message). */
+struct es_engram_stats {
+	uint64_t lookups;      /* rows asked for, FETCH and PREFETCH */
+	uint64_t hits;         /* served from the cache */
+	uint64_t merged;       /* joined a read already in flight */
+	uint64_t misses;       /* needed a read */
+	uint64_t prefetch_rows;
+	uint64_t reads;        /* 4 KiB block reads done */
+	uint64_t read_bytes;
+	uint64_t read_errors, rereads, evictions;
+	uint64_t cache_used;   /* rows held now */
+	uint64_t lat_p50_ns, lat_p99_ns; /* block read latency (+-6 %) */
+	uint64_t lat_hist[256]; /* es_engram_proto.h buckets */
+};
+
+/*
+ * Attaches the Engram tier of expertd (first use does ENGRAM_OPEN and maps
+ * the "engram" segment) and describes it.  Errors: -ST_E_UNSUPPORTED (the
+ * store has no Engram tables), -ST_E_PEERGONE, shm errors; diag says what.
+ */
+int es_client_engram_info(struct es_client *c, struct es_engram_info *ret,
+			  struct st_diag *diag);
+
+/*
+ * Fills out[n][dim] with rows row_ids[0..n) of Engram layer index li
+ * (0 .. n_layers-1; table-local ids, the hash's offsets added),
+ * dequantized: e4m3 * 2^(e8m0 - 127) per 32 columns, exactly.  Any n >= 1
+ * (split into FETCHes of max_rows).  Blocks until expertd has delivered
+ * them (read from the cache or the store), at most the handle's time-out
+ * per FETCH.  One call at a time per handle is served (calls from several
+ * threads are serialized).  Errors: -EINVAL (li, n or an id out of range),
+ * -ST_E_CHECKSUM (a damaged engram.bin block; message says re-run strata
+ * convert), -ST_E_TIMEOUT, -ST_E_PEERGONE, -ST_E_UNSUPPORTED.
+ */
+int es_client_engram_fetch(struct es_client *c, int li, int n,
+			   const int64_t *row_ids, float *out,
+			   struct st_diag *diag);
+
+/* As es_client_engram_fetch, but the stored bytes (row_bytes[li] each:
+ * dim E4M3 bytes then dim/32 E8M0 bytes) into out. */
+int es_client_engram_fetch_raw(struct es_client *c, int li, int n,
+			       const int64_t *row_ids, uint8_t *out,
+			       struct st_diag *diag);
+
+/* Asks expertd to read rows row_ids[0..n) of li into its cache ahead of
+ * a FETCH (the hash depends only on the token ids: send them as soon as
+ * the token is known).  Returns at once.  0 or a negative code. */
+int es_client_engram_prefetch(struct es_client *c, int li, int n,
+			      const int64_t *row_ids, struct st_diag *diag);
+
+/* Reads the Engram tier's counters.  0 or as es_client_engram_info. */
+int es_client_engram_stats(struct es_client *c, struct es_engram_stats *ret,
+			   struct st_diag *diag);
+
 /* Asks expertd to exit cleanly.  0 or a negative code. */
 int es_client_shutdown(struct es_client *c);
 

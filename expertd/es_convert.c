@@ -33,6 +33,7 @@
 #include "st_calib.h"
 #include "st_config.h"
 #include "st_config_dsv4.h"
+#include "es_convert_engram.h"
 #include "st_gptq.h"
 #include "st_safetensors.h"
 #include "st_store.h"
@@ -93,6 +94,12 @@ struct conv {
 	int dsv4;
 	struct st_dsv4_config v4;
 	const struct st_tensor_info **v4_scales; /* like experts: E8M0 */
+	/* DeepSeek-V4.1 (model_type "deepseek_v41"): the V4 path plus the
+	 * Engram tables (es_convert_engram.c); dsv4 is set too */
+	int dsv41;
+	struct st_dsv41_geom g41;
+	struct es_engram_plan engram;
+	int skipped[ES_V41_N_SKIP];         /* tensors per skipped group */
 
 	uint64_t done, total;     /* progress, bytes read */
 	XXH3_state_t *xs;
@@ -2099,6 +2106,25 @@ static int check_dense_dsv4(struct conv *c)
 
 		if (c->is_expert[i])
 			continue;
+		if (c->dsv41) {
+			const char *why;
+			int grp;
+
+			switch (es_v41_classify(t->name, c->cfg.n_layers, &grp,
+						&why)) {
+			case ES_V41_SKIP:
+				c->is_expert[i] = 2;
+				c->skipped[grp]++;
+				continue;
+			case ES_V41_REFUSE:
+				return st_diag_set(c->diag, -ST_E_FORMAT,
+						   "checkpoint %s: tensor %s: %s; "
+						   "strata does not convert it",
+						   c->model_dir, t->name, why);
+			default:
+				break;
+			}
+		}
 		if (!strncmp(t->name, "mtp.", 4)) {
 			c->is_expert[i] = 2;
 			continue;
@@ -2169,6 +2195,66 @@ static int check_all_dsv4(struct conv *c)
 	return check_copied_files(c);
 }
 
+/* Checkpoint bytes of the Engram tables (progress). */
+static uint64_t engram_bytes(const struct conv *c)
+{
+	uint64_t n = 0;
+
+	for (int i = 0; i < c->engram.n; i++)
+		n += c->engram.weight[i]->n_bytes + c->engram.scale[i]->n_bytes;
+	return n;
+}
+
+/* check_all for a V4.1 checkpoint: the V4 lossless path with the V4.1
+ * geometry, plus the Engram tables and hash (es_convert_engram.c). */
+static int check_all_dsv41(struct conv *c)
+{
+	char path[4200];
+	int r;
+
+	snprintf(path, sizeof(path), "%s/config.json", c->model_dir);
+	c->dsv4 = c->dsv41 = 1;
+	if ((r = st_dsv41_geom_parse(c->config_text, path, &c->g41, c->diag)) ||
+	    (r = check_opts_dsv4(c)))
+		return r;
+	st_dsv41_geom_expert_config(&c->g41, &c->cfg);
+	/* the dense checks read the FP8 block from the V4 config */
+	c->v4.fp8_block[0] = c->g41.fp8_block[0];
+	c->v4.fp8_block[1] = c->g41.fp8_block[1];
+	if ((r = plan_layers(c)) ||
+	    (r = st_checkpoint_open(c->model_dir, &c->ck, c->diag)))
+		return r;
+	c->is_expert = calloc((size_t)c->ck->n_tensors + 1, 1);
+	c->is_attn = calloc((size_t)c->ck->n_tensors + 1, 1);
+	if (!c->is_expert || !c->is_attn)
+		return st_diag_set(c->diag, -ENOMEM, "out of memory");
+	if ((r = check_experts_dsv4(c)) ||
+	    (r = es_engram_check(c->ck, &c->g41, c->model_dir, c->is_expert,
+				 &c->engram, c->diag)) ||
+	    (r = check_dense_dsv4(c)))
+		return r;
+	c->total += engram_bytes(c);
+	return check_copied_files(c);
+}
+
+/* The manifest's "skipped" list: the groups of checkpoint tensors a V4.1
+ * store leaves out, with their counts. */
+static int skipped_json(struct conv *c)
+{
+	json_t *arr = json_array();
+	int r = jset(c->manifest, "skipped", arr);
+
+	for (int g = 0; g < ES_V41_N_SKIP && !r; g++) {
+		json_t *o = json_object();
+
+		if (!(r = jappend(arr, o)) &&
+		    !(r = jset(o, "tensors", json_string(es_v41_skip_name(g)))) &&
+		    !(r = jset_int(o, "count", (uint64_t)c->skipped[g])))
+			r = jset(o, "why", json_string(es_v41_skip_why(g)));
+	}
+	return r;
+}
+
 static int check_all(struct conv *c)
 {
 	char path[4200];
@@ -2196,6 +2282,8 @@ static int check_all(struct conv *c)
 	snprintf(path, sizeof(path), "%s/config.json", c->model_dir);
 	if ((r = st_read_file(path, &c->config_text, &c->config_len)))
 		return st_diag_set(c->diag, r, "%s: %s", path, strerror(-r));
+	if (st_dsv41_geom_detect(c->config_text))
+		return check_all_dsv41(c);
 	if (st_dsv4_config_detect(c->config_text))
 		return check_all_dsv4(c);
 	if ((r = st_config_load(c->model_dir, &c->cfg, c->diag)))
@@ -2255,7 +2343,14 @@ static int write_all(struct conv *c)
 		return r == -ENOMEM ? st_diag_set(c->diag, r, "out of memory") : r;
 	files = json_object_get(c->manifest, "files");
 	if ((r = copy_files(c, files)) || (r = write_dense(c)) ||
-	    (r = write_experts(c)) || (r = write_manifest(c)) ||
+	    (r = write_experts(c)))
+		return r;
+	if (c->dsv41 &&
+	    ((r = es_engram_write(&c->engram, c->ck, c->tmp, c->manifest, files,
+				  c->diag)) ||
+	     (r = progress(c, engram_bytes(c))) || (r = skipped_json(c))))
+		return r == -ENOMEM ? st_diag_set(c->diag, r, "out of memory") : r;
+	if ((r = write_manifest(c)) ||
 	    (r = fsync_dir(c, c->tmp)))
 		return r;
 	return 0;
@@ -2267,6 +2362,7 @@ static void conv_free(struct conv *c)
 	XXH3_freeState(c->xs);
 	free(c->experts);
 	free(c->v4_scales);
+	es_engram_plan_fini(&c->engram);
 	free(c->layers);
 	free(c->is_expert);
 	free(c->is_attn);

@@ -75,6 +75,7 @@ struct es_opts {
 	int no_prefetch;              /* --no-prefetch: ignore hints */
 	int prefetch_inflight;        /* --prefetch-inflight */
 	int no_direct_io;             /* --no-direct-io: buffered reads */
+	const char *engram_cache_text; /* --engram-cache (V4.1 stores) */
 };
 
 /* ---- es_pool.c ---- */
@@ -267,7 +268,27 @@ struct es_daemon {
 	uint32_t n_pending, pending_next;
 	uint64_t cur_pos;              /* latest ROUTE: position and layer */
 	uint32_t cur_layer;
+	struct es_engram *engram;      /* V4.1 Engram tier, NULL: none */
 };
+
+/* ---- es_engram.c (DeepSeek-V4.1 stores: the Engram tier) ---- */
+
+/* Starts the Engram tier when the store is a V4.1 store (else does
+ * nothing): the row cache (--engram-cache bytes, default 256 MiB, counting
+ * rows and their index), engram.bin opened (O_DIRECT unless
+ * --no-direct-io), io_uring or pread, the "engram" segment created or
+ * adopted, the engine thread.  0, -ST_E_BUDGET (cache too small, message
+ * with the minimum), -EINVAL, -errno, shm errors; diag says what. */
+int es_engram_start(struct es_daemon *d, struct st_diag *diag);
+
+/* Stops the engine thread, frees; destroy also unlinks the segment. */
+void es_engram_stop(struct es_daemon *d, int destroy);
+
+/* Handles ES_MSG_ENGRAM_OPEN / ES_MSG_ENGRAM (server thread): validates,
+ * queues the rows for the engine and appends the reply payload to w.
+ * Never blocks on I/O.  0 or a negative code with diag. */
+int es_engram_handle(struct es_daemon *d, const struct st_msg_header *h,
+		     const uint8_t *p, struct st_wbuf *w, struct st_diag *diag);
 
 /* ---- es_tiers.c ---- */
 

@@ -46,6 +46,7 @@ enum {
 	OPT_NO_PREFETCH,
 	OPT_PF_INFLIGHT,
 	OPT_NO_DIRECT,
+	OPT_ENGRAM_CACHE,
 };
 
 static const struct es_optdef es_optdefs[] = {
@@ -91,6 +92,10 @@ static const struct es_optdef es_optdefs[] = {
 	{ "no-direct-io", OPT_NO_DIRECT, NULL,
 	  "read the store through the page cache (default:\n"
 	  "O_DIRECT, so the NVMe tier is measured as is)" },
+	{ "engram-cache", OPT_ENGRAM_CACHE, "BYTES",
+	  "DeepSeek-V4.1 stores: host cache of Engram rows\n"
+	  "in front of the store's engram.bin (default\n"
+	  "256MiB; rows and their index)" },
 	{ "no-verify-adopted", OPT_NO_VERIFY_ADOPTED, NULL,
 	  "after a crash, keep the pool's experts without\n"
 	  "re-hashing them (faster restart)" },
@@ -261,6 +266,7 @@ static int parse_args(int argc, char **argv, struct es_opts *o)
 				return -EINVAL;
 			break;
 		case OPT_NO_DIRECT: o->no_direct_io = 1; break;
+		case OPT_ENGRAM_CACHE: o->engram_cache_text = optarg; break;
 		case OPT_VERSION: printf("expertd %s\n", ST_VERSION); return 1;
 		case 'h': usage(stdout); return 1;
 		default:
@@ -392,6 +398,7 @@ static void daemon_fini(struct es_daemon *d, int destroy_pool)
 {
 	es_loader_stop(d->loader);
 	d->loader = NULL;
+	es_engram_stop(d, destroy_pool);
 	es_tiers_fini(d);
 	if (d->pool.shm.base)
 		es_pool_close(&d->pool, destroy_pool);
@@ -510,6 +517,8 @@ int main(int argc, char **argv)
 				    d.opt.loader_threads,
 				    d.opt.test_load_delay_ms,
 				    !d.opt.no_direct_io, &diag);
+	if (r == 0)
+		r = es_engram_start(&d, &diag);
 	if (r == 0)
 		r = es_server_bind(&d, &diag);
 	if (r == 0)

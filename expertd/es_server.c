@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "es_daemon.h"
+#include "es_engram_proto.h"
 #include "st_daemon.h"
 #include "st_log.h"
 #include "st_util.h"
@@ -417,6 +418,23 @@ static void handle_route(struct es_daemon *d, const struct st_msg_header *h,
 	es_tiers_route(d, c, &req);
 }
 
+/* ENGRAM_OPEN / ENGRAM: es_engram.c does the work (queued, no I/O here). */
+static void handle_engram(struct es_daemon *d, const struct st_msg_header *h,
+			  const uint8_t *p)
+{
+	struct st_diag diag = { "" };
+	struct st_wbuf w;
+	int r;
+
+	st_wbuf_init(&w);
+	r = es_engram_handle(d, h, p, &w, &diag);
+	if (r < 0)
+		reply_error(d, h, r, diag.msg);
+	else
+		reply_ok(d, h, &w);
+	st_wbuf_fini(&w);
+}
+
 /* Reads a little-endian u16/u32/u64 of a raw (unvalidated) header. */
 static uint64_t raw_le(const uint8_t *b, int n)
 {
@@ -472,6 +490,8 @@ void es_server_handle(struct es_daemon *d, const uint8_t *buf, size_t len)
 	case ES_MSG_ACQUIRE: handle_acquire(d, &h, payload); break;
 	case ES_MSG_RELEASE: handle_release(d, &h, payload); break;
 	case ES_MSG_ROUTE: handle_route(d, &h, payload); break;
+	case ES_MSG_ENGRAM_OPEN:
+	case ES_MSG_ENGRAM: handle_engram(d, &h, payload); break;
 	default:
 		snprintf(msg, sizeof(msg), "unknown message type 0x%04x for "
 			 "expertd", h.type);

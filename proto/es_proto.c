@@ -4,6 +4,7 @@
  * that expertd, its client library and tests share one definition.
  */
 #include "es_proto.h"
+#include "es_engram_proto.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -561,6 +562,8 @@ const char *es_proto_type_name(uint16_t type)
 	case ES_MSG_ACQUIRE: return "ACQUIRE";
 	case ES_MSG_RELEASE: return "RELEASE";
 	case ES_MSG_ROUTE: return "ROUTE";
+	case ES_MSG_ENGRAM_OPEN: return "ENGRAM_OPEN";
+	case ES_MSG_ENGRAM: return "ENGRAM";
 	case ES_EVT_READY: return "EVT_READY";
 	case ES_EVT_EPOCH: return "EVT_EPOCH";
 	case ES_EVT_SHUTDOWN: return "EVT_SHUTDOWN";

@@ -7,7 +7,7 @@ PKGS="build-essential meson ninja-build pkg-config \
 libnanomsg-dev libhwloc-dev libnuma-dev libjansson-dev libxxhash-dev \
 libpcre2-dev libcmocka-dev libutf8proc-dev libinih-dev libsystemd-dev \
 python3 python3-numpy gnuplot-nox libcsv-dev libmicrohttpd-dev curl \
-bible-kjv bible-kjv-text"
+bible-kjv bible-kjv-text liburing-dev"
 # bible-kjv(-text): calibration text for the kjv-moe fixture
 # (scripts/kjv-calib-text.py, docs/FORMATS.md)
 
