@@ -7,6 +7,8 @@
 
 #include <errno.h>
 
+#include "kv_pool.h"
+
 int cw_dsv4_streams(const struct st_dsv4_config *c, int layer,
 		    struct cw_dsv4_stream *out)
 {
@@ -67,4 +69,30 @@ double cw_dsv4_kv_bytes_per_token(const struct st_dsv4_config *c,
 double cw_dsv4_fixed_bytes(const struct st_dsv4_config *c, int elem_bytes)
 {
 	return sum_bytes(c, elem_bytes, 0);
+}
+
+int cw_dsv4_kv_decl(const struct st_dsv4_config *c, int elem_bytes,
+		    struct kv_stream_decl *out, int max)
+{
+	struct cw_dsv4_stream st[CW_DSV4_MAX_STREAMS];
+	int n = 0;
+
+	for (int l = 0; l < c->n_layers; l++) {
+		int ns = cw_dsv4_streams(c, l, st);
+
+		for (int i = 0; i < ns; i++) {
+			if (n >= max)
+				return -ST_E_LIMIT;
+			out[n++] = (struct kv_stream_decl){
+				.row_bytes = (uint32_t)(st[i].row_elems *
+							elem_bytes),
+				.tokens_per_row = st[i].rows_den ?
+						  (uint32_t)st[i].rows_den : 1,
+				.window_rows = st[i].rows_den ?
+					       0 : (uint32_t)st[i].fixed_rows,
+				.flags = 0,
+			};
+		}
+	}
+	return n;
 }

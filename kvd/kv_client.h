@@ -107,10 +107,12 @@ int kv_client_declare(struct kv_client *c, int n_streams,
 		      const uint32_t *row_bytes, uint32_t page_rows,
 		      struct st_diag *diag);
 
-/* The same with full stream declarations (kv_pool.h): rows per token and
- * retention travel to kvd, which refuses what this slice does not support
- * (tokens_per_row != 1, window_rows != 0, flags != 0) with
- * -ST_E_UNSUPPORTED. */
+/* The same with full stream declarations (kv_pool.h): tokens per row
+ * (1..KV_MAX_TOKENS_PER_ROW, else -ST_E_CONFIG: pages are by token, a
+ * stream of T tokens per row holds ceil(page_rows / T) rows per page) and
+ * retention (window_rows: recorded, every row kept in this slice) travel
+ * to kvd, which refuses flags != 0 with -ST_E_UNSUPPORTED.  A sequence's
+ * n_rows (reserve, fork, prefix) always counts tokens. */
 int kv_client_declare_streams(struct kv_client *c, int n_streams,
 			      const struct kv_stream_decl *streams,
 			      uint32_t page_rows, struct st_diag *diag);
@@ -227,7 +229,9 @@ int kv_client_seq_prefetch(struct kv_client *c, int n, const uint32_t *seqs,
 int kv_client_seq_resident(struct kv_client *c, uint32_t seq);
 
 /*
- * Pointer to row `row` of `stream` of `seq` in the pool (row_bytes bytes),
+ * Pointer to row `row` of `stream` of `seq` in the pool (row_bytes bytes;
+ * `row` counts the stream's own rows: row r of a stream of T tokens per row
+ * covers tokens [rT, rT + T) and lives in the page of token rT + T - 1),
  * or NULL when that row has no page, its page is spilled (restore first)
  * or seq is not a live sequence.  Valid until the sequence is freed, or,
  * for an unpinned sequence while kvd spills, until the next kvd request.

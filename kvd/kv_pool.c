@@ -515,7 +515,9 @@ static int seq_cow(struct kv_pool *p, uint32_t idx, uint32_t target)
 		if (r < 0)
 			return r;
 		memcpy(kv_page_data(p, page), kv_page_data(p, old),
-		       (size_t)part * p->streams[s].row_bytes);
+		       (size_t)kv_stream_page_used(&p->streams[s],
+						   p->lay.page_rows, pi,
+						   rows));
 		table_store(p, idx, s, pi, page);
 		kv_page_unref(p, old);
 	}
@@ -729,7 +731,8 @@ int kv_seq_fork(struct kv_pool *p, uint32_t client, int32_t pid,
 			    kv_page_alloc(p, s, &page) < 0)
 				goto fail;
 			memcpy(kv_page_data(p, page), kv_page_data(p, from),
-			       (size_t)part * p->streams[s].row_bytes);
+			       (size_t)kv_stream_page_used(&p->streams[s], B,
+							   full, n_rows));
 			table_store(p, (uint32_t)didx, s, full, page);
 		}
 	}

@@ -105,6 +105,53 @@ static int reserve1(struct tpool *t, uint32_t client, uint32_t seq,
 
 /* ---- P11: pages per row count ------------------------------------------ */
 
+/* Pooled rows (tokens_per_row T): walking the tokens one by one, a row
+ * completes at every T-th token, in the page of that token; its slot is
+ * the rows already completed in that page.  The helpers must agree, every
+ * page must hold at most kv_stream_page_capacity rows, and the bytes used
+ * of a page after n tokens are the rows completed in it so far. */
+static void test_pooled_rows(void **state)
+{
+	(void)state;
+	for (uint32_t T = 1; T <= 20; T++)
+		for (uint32_t B = 1; B <= 9; B++) {
+			struct kv_stream_decl s = { 12, T, 0, 0 };
+			uint32_t row = 0, in_page[64] = { 0 }, most = 0;
+
+			for (uint32_t t = 0; t < 64 * B / 2 && t < 300; t++) {
+				uint32_t pg = t / B;
+
+				for (uint32_t p = 0; p <= pg; p++)
+					assert_int_equal(
+						kv_stream_page_used(&s, B, p, t),
+						(uint64_t)in_page[p] * 12);
+				if ((t + 1) % T)
+					continue;
+				assert_int_equal(kv_stream_row_page(&s, B, row),
+						 pg);
+				assert_int_equal(kv_stream_row_slot(&s, B, row),
+						 in_page[pg]);
+				in_page[pg]++;
+				most = in_page[pg] > most ? in_page[pg] : most;
+				row++;
+			}
+			assert_true(most <= kv_stream_page_capacity(&s, B));
+			if (T <= B)
+				assert_int_equal(most,
+						 kv_stream_page_capacity(&s, B));
+		}
+	/* 8 tokens in pages of 4 with a row per 4 tokens: row 0 in page 0,
+	 * row 1 in page 1; with 16 per row, row 0 waits for page 3 */
+	{
+		struct kv_stream_decl s4 = { 8, 4, 0, 0 }, s16 = { 8, 16, 0, 0 };
+
+		assert_int_equal(kv_stream_row_page(&s4, 4, 1), 1);
+		assert_int_equal(kv_stream_row_page(&s16, 4, 0), 3);
+		assert_int_equal(kv_stream_page_used(&s16, 4, 3, 15), 0);
+		assert_int_equal(kv_stream_page_used(&s16, 4, 3, 16), 8);
+	}
+}
+
 static void test_page_arithmetic(void **state)
 {
 	(void)state;
@@ -647,13 +694,22 @@ static void test_layout(void **state)
 			 -ST_E_BUDGET);
 	assert_non_null(strstr(d.msg, "4800 bytes"));
 	assert_non_null(strstr(d.msg, "--budget"));
+	/* pooled rows: 16 tokens of 4 per row = 4 rows of 100 bytes, so
+	 * the widest page is stream 0's 16 x 64 = 1024; 0 tokens per row is
+	 * refused; a window is recorded (not a size change) */
 	s[1].tokens_per_row = 4;
 	assert_int_equal(kv_layout_compute(s, 3, 16, 1 << 20, 4, 100, &r, &d),
-			 -ST_E_UNSUPPORTED);
+			 0);
+	assert_int_equal(r.page_bytes, 1024);
+	s[1].tokens_per_row = 0;
+	assert_int_equal(kv_layout_compute(s, 3, 16, 1 << 20, 4, 100, &r, &d),
+			 -ST_E_CONFIG);
+	assert_non_null(strstr(d.msg, "tokens per row"));
 	s[1].tokens_per_row = 1;
 	s[2].window_rows = 128;
 	assert_int_equal(kv_layout_compute(s, 3, 16, 1 << 20, 4, 100, &r, &d),
-			 -ST_E_UNSUPPORTED);
+			 0);
+	assert_int_equal(r.page_bytes, 1600);
 	s[2].window_rows = 0;
 	s[0].flags = KV_STREAM_STATE;
 	assert_int_equal(kv_layout_compute(s, 3, 16, 1 << 20, 4, 100, &r, &d),
@@ -1185,6 +1241,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_page_arithmetic),
+		cmocka_unit_test(test_pooled_rows),
 		cmocka_unit_test(test_p11_bookkeeping),
 		cmocka_unit_test(test_seq_generations),
 		cmocka_unit_test(test_refcount_threads),
