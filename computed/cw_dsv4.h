@@ -177,6 +177,18 @@ double cw_dsv4_kv_bytes_per_token(const struct st_dsv4_config *c,
 /* Fixed bytes per sequence (windows and compressor states, all layers). */
 double cw_dsv4_fixed_bytes(const struct st_dsv4_config *c, int elem_bytes);
 
+/*
+ * The planner's view of the same declaration (st_plan.h): m's KV streams
+ * replaced by the layers' cw_dsv4_streams grouped by kind and ratio
+ * ("window", "pooled/4", "index", "comp-state/4", "index-state",
+ * "pooled/128", "comp-state/128": a fixed stream as a window of per-token
+ * rows), so st_plan_kv_bytes sums exactly what the state holds.  0, or
+ * -ST_E_LIMIT (more groups than ST_PLAN_MAX_STREAMS; m unchanged).
+ */
+struct st_plan_model;
+int cw_dsv4_plan_streams(const struct st_dsv4_config *c,
+			 struct st_plan_model *m);
+
 /* ---- KV streams in kvd (cw_dsv4_kv.c, DESIGN 3a, docs/DESIGN.md 9) ---- */
 
 struct kv_client;

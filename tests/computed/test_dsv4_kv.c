@@ -40,6 +40,7 @@
 #include "cw_dsv4.h"
 #include "kv_client.h"
 #include "kv_pool.h"
+#include "st_plan.h"
 #include "st_util.h"
 #include "test_daemons.h"
 #include "test_util.h"
@@ -451,6 +452,49 @@ out:
 	kvd_down(&k);
 }
 
+/* The declaration kvd gets, the planner's streams and the bytes per token
+ * are the same figures (cw_dsv4_kv_decl, cw_dsv4_plan_streams,
+ * cw_dsv4_kv_bytes_per_token, cw_dsv4_fixed_bytes). */
+static void test_declaration(const struct st_dsv4_config *c)
+{
+	struct kv_stream_decl d[KV_MAX_STREAMS];
+	struct st_plan_model pm;
+	int n = cw_dsv4_kv_decl(c, 4, d, KV_MAX_STREAMS), n_csa = 0, n_hca = 0;
+	double grow = 0, fixed = 0;
+
+	for (int l = 0; l < c->n_layers; l++) {
+		n_csa += c->compress_ratio[l] == 4;
+		n_hca += c->compress_ratio[l] > 4;
+	}
+	/* a window per layer; CSA: rows, state, index rows, index state;
+	 * HCA: rows and state */
+	CHECK(n == c->n_layers + 4 * n_csa + 2 * n_hca, "%d streams", n);
+	for (int i = 0; i < n; i++) {
+		CHECK(d[i].tokens_per_row == 1 || d[i].window_rows == 0,
+		      "stream %d both pooled and windowed", i);
+		if (d[i].window_rows)
+			fixed += (double)d[i].row_bytes * d[i].window_rows;
+		else
+			grow += (double)d[i].row_bytes / d[i].tokens_per_row;
+	}
+	CHECK(grow == cw_dsv4_kv_bytes_per_token(c, 4), "growing %.1f vs %.1f",
+	      grow, cw_dsv4_kv_bytes_per_token(c, 4));
+	CHECK(fixed == cw_dsv4_fixed_bytes(c, 4), "fixed %.0f vs %.0f", fixed,
+	      cw_dsv4_fixed_bytes(c, 4));
+	memset(&pm, 0, sizeof(pm));
+	CHECK(cw_dsv4_plan_streams(c, &pm) == 0, "plan streams");
+	/* 4096 tokens: every window full, every pooled row complete */
+	CHECK((double)st_plan_kv_bytes(&pm, ST_DTYPE_F32, 4096) ==
+		      4096 * grow + fixed,
+	      "plan: %llu bytes for 4096 tokens, declaration %.0f",
+	      (unsigned long long)st_plan_kv_bytes(&pm, ST_DTYPE_F32, 4096),
+	      4096 * grow + fixed);
+	printf("declaration: %d kvd streams, %.1f B per token (pooled rows, "
+	       "index keys) + %.0f B per sequence (windows, compressor "
+	       "states), F32; planner groups %d\n", n, grow, fixed,
+	       pm.n_streams);
+}
+
 int main(void)
 {
 	char dir[4096], path[4300];
@@ -511,10 +555,7 @@ int main(void)
 		fprintf(stderr, "setup: %d cases\n", n_cases);
 		return 1;
 	}
-	printf("tiny-deepseek-v4: %.0f bytes per token of growing streams, "
-	       "%.0f fixed bytes per sequence (windows, compressor states; "
-	       "F32 rows)\n", cw_dsv4_kv_bytes_per_token(c, 4),
-	       cw_dsv4_fixed_bytes(c, 4));
+	test_declaration(c);
 	reference();
 	test_p11();
 	test_plain(4);
