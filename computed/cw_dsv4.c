@@ -571,7 +571,7 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 	const size_t xs = (size_t)hc * D;
 	float *X = NULL, *A = NULL, *Q = NULL, *IQ = NULL, *OM = NULL;
 	float *PP = NULL;
-	int r = 0, pinned = 0;
+	int r = 0, pinned = 0, reserved = 0;
 
 	if (n < 1)
 		return 0;
@@ -584,6 +584,12 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 			return st_diag_set(diag, -EINVAL,
 					   "token id %d out of range [0, %d)",
 					   ids[t], c->vocab_size);
+	if (s->kv && s->failed)
+		return st_diag_set(diag, -ST_E_STALE,
+				   "kvd sequence 0x%x: an earlier eval failed "
+				   "part way (rows written, window pages "
+				   "possibly freed); free the state and start "
+				   "again", s->seq);
 	if (s->kv) {
 		/* pinned while it computes (pinning restores spilled
 		 * pages; no spill meanwhile), room for the n new tokens in
@@ -598,6 +604,7 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 		if (r < 0)
 			goto out;
 		s->row_missing = 0;
+		reserved = 1;
 	}
 	X = malloc((size_t)n * xs * sizeof(float));
 	A = malloc((size_t)n * D * sizeof(float));
@@ -746,6 +753,10 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 	}
 	s->len += n;
 out:
+	/* kvd took rows [len, len + n) as reserved: a windowed stream's
+	 * next reservation frees what lies before them */
+	if (reserved && r < 0)
+		s->failed = 1;
 	if (pinned) {
 		struct st_diag d2 = { { 0 } };
 		int r2 = kv_client_seq_unpin(s->kv, 1, &s->seq, &d2);

@@ -118,7 +118,9 @@ int cw_dsv4_state_len(const struct cw_dsv4_state *s);
  * them to it.  logits: if all_positions, n rows of vocab_size floats, else
  * one row (the last token's).  NULL skips the head.
  * Errors: -ST_E_LIMIT (past max_tokens), -EINVAL (token id out of range);
- * the state is unchanged on error.
+ * the state is unchanged on these.  Errors past the checks (expertd's,
+ * kvd's for a kvd state: -ST_E_PEERGONE, -ST_E_BUDGET, -ST_E_STALE) may
+ * leave rows of the chunk written: the state is then unusable.
  */
 int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 		 const int32_t *ids, int n, int all_positions, float *logits,
@@ -234,7 +236,12 @@ int cw_dsv4_kv_declare(const struct cw_dsv4_model *m, struct kv_client *kv,
  * (cw_dsv4_state_len: a multiple of page_rows, at most n_prompt - 1; the
  * caller evaluates prompt[len..n_prompt)).  Each cw_dsv4_eval pins the
  * sequence (restoring spilled pages), reserves its new tokens, computes
- * and unpins it, so an idle state may be spilled by kvd; after a kvd
+ * and unpins it, so an idle state may be spilled by kvd (and, as
+ * kvd's windowed streams do, frees the window and compressor-state pages
+ * that fell out of the window unless published: publish each chunk's full
+ * pages before the next eval to keep the whole chain cacheable; an eval
+ * that fails after its reservation leaves the state unusable: free it,
+ * -ST_E_STALE after); after a kvd
  * restart the client re-registers and the state goes on (set
  * kv_client_set_restart_wait).  The length is limited by kvd's
  * --max-rows-per-seq (-ST_E_LIMIT from the eval).  cw_dsv4_state_free

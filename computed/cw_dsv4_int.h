@@ -94,6 +94,7 @@ struct cw_dsv4_state {
 	struct kv_client *kv;
 	uint32_t seq;
 	int row_missing;  /* a row kvd did not map during this eval */
+	int failed;       /* an eval failed after its reservation */
 	float *zero_row;  /* what a missing row reads (never used for a
 			   * result: the eval fails) */
 };

@@ -110,9 +110,12 @@ int kv_client_declare(struct kv_client *c, int n_streams,
 /* The same with full stream declarations (kv_pool.h): tokens per row
  * (1..KV_MAX_TOKENS_PER_ROW, else -ST_E_CONFIG: pages are by token, a
  * stream of T tokens per row holds ceil(page_rows / T) rows per page) and
- * retention (window_rows: recorded, every row kept in this slice) travel
- * to kvd, which refuses flags != 0 with -ST_E_UNSUPPORTED.  A sequence's
- * n_rows (reserve, fork, prefix) always counts tokens. */
+ * retention (window_rows W, streams of one row per token only: a
+ * reservation that grows a sequence frees its pages of rows before the
+ * old n_rows - W unless shared or published, so write every reserved row
+ * before reserving more) travel to kvd, which refuses flags != 0 with
+ * -ST_E_UNSUPPORTED.  A sequence's n_rows (reserve, fork, prefix) always
+ * counts tokens. */
 int kv_client_declare_streams(struct kv_client *c, int n_streams,
 			      const struct kv_stream_decl *streams,
 			      uint32_t page_rows, struct st_diag *diag);

@@ -117,9 +117,14 @@
  * prefix-cache group is still "page p of every stream", and a full page
  * holds only complete rows.  (kv_stream_row_page and friends below.)
  *
- * window_rows W > 0: a sliding window, only the last W rows are needed by
- * the model.  Recorded (declaration and layout hash) but in this slice
- * every row is kept: out-of-window pages are not freed yet (DESIGN.md 3a).
+ * window_rows W > 0 (with tokens_per_row 1): a sliding window, only the
+ * last W rows are needed by the model.  When SEQ_RESERVE grows a sequence
+ * from n to more rows, rows before n count as written, and every page of
+ * the stream whose rows all lie before n - W (kv_window_dead_pages) is
+ * freed, unless it is shared or published (then the other holders and the
+ * prefix cache keep it): its table entry becomes KV_PAGE_NONE.  A client
+ * that publishes its full pages after each chunk (before the next
+ * reservation) keeps its whole chain in the prefix cache.
  * flags: KV_STREAM_STATE is refused with -ST_E_UNSUPPORTED (a model's
  * per-sequence state is declared as a windowed per-token stream instead).
  */
@@ -306,6 +311,17 @@ static inline uint64_t kv_stream_page_used(const struct kv_stream_decl *s,
 		return 0;
 	return (t1 / s->tokens_per_row - t0 / s->tokens_per_row) *
 	       (uint64_t)s->row_bytes;
+}
+
+/* Leading page positions of a windowed stream that a sequence of n_rows
+ * written rows no longer needs (rows before n_rows - W): their entries may
+ * be KV_PAGE_NONE.  0 for a stream without a window. */
+static inline uint32_t kv_window_dead_pages(const struct kv_stream_decl *s,
+					    uint32_t page_rows, uint32_t n_rows)
+{
+	if (!s->window_rows || n_rows <= s->window_rows)
+		return 0;
+	return (n_rows - s->window_rows) / page_rows;
 }
 
 static inline uint32_t kv_seq_handle(uint32_t index, uint32_t generation)

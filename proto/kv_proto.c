@@ -656,8 +656,13 @@ int kv_layout_compute_spill(const struct kv_stream_decl *streams,
 					   "must be 1..%u", i,
 					   s->tokens_per_row,
 					   KV_MAX_TOKENS_PER_ROW);
-		/* window_rows: any value; recorded, every row kept (see
-		 * kv_pool.h) */
+		if (s->window_rows && s->tokens_per_row != 1)
+			return st_diag_set(diag, -ST_E_UNSUPPORTED,
+					   "KV stream %u: a window of %u rows "
+					   "of %u tokens each; windows are "
+					   "supported on streams of one row "
+					   "per token only", i, s->window_rows,
+					   s->tokens_per_row);
 		if (s->flags != 0)
 			return st_diag_set(diag, -ST_E_UNSUPPORTED,
 					   "KV stream %u: flags 0x%x (state "

@@ -12,9 +12,9 @@
  *            rows complete in every fourth page only);
  *  restart   two cases with kvd killed (SIGKILL) and started again in the
  *            middle of the sequence, the client re-registering;
- *  spill     all cases interleaved chunk by chunk with a kvd budget of
- *            about a quarter of the working set: pages must spill and
- *            come back;
+ *  spill     six sequences of the longest case interleaved chunk by chunk
+ *            with a kvd budget under half of the working set: pages must
+ *            spill and come back;
  *  prefix    warm prefix cache: each case's prompt evaluated and
  *            published, then prompt + continuation started from the
  *            cache: exactly the expected rows are mapped, the rest is
@@ -122,6 +122,8 @@ static void kvd_down(struct kvd *k)
 /* Evaluates positions [from, to) of case c on state s in chunks of
  * `chunk`, comparing every position's logits with the reference.
  * Returns 0, or -1 (eval failed or a position differed). */
+static int publish_each;  /* run_span publishes after every chunk */
+
 static int run_span(struct cw_dsv4_state *s, const struct tcase *c, int from,
 		    int to, int chunk, const char *what)
 {
@@ -135,6 +137,13 @@ static int run_span(struct cw_dsv4_state *s, const struct tcase *c, int from,
 		      d.msg);
 		if (r)
 			return -1;
+		/* before the next eval frees the out-of-window pages */
+		if (publish_each && cw_dsv4_state_publish(s, c->ids, p + k,
+							  &d) < 0) {
+			CHECK(0, "%s %s: publish at %d: %s", what, c->name,
+			      p + k, d.msg);
+			return -1;
+		}
 		for (int t = 0; t < k; t++)
 			if (st_xxh3(lbuf + (size_t)t * V, (size_t)V * 4) !=
 			    c->h[p + t]) {
@@ -173,6 +182,26 @@ static void reference(void)
 	}
 }
 
+/* Pages a sequence of n tokens evaluated in chunks of `chunk` holds:
+ * every position of every stream, but a windowed stream's pages that fell
+ * out of its window before the last chunk's reservation are freed. */
+static uint64_t expect_pages(uint32_t B, int n, int chunk)
+{
+	struct kv_stream_decl d[KV_MAX_STREAMS];
+	int ns = cw_dsv4_kv_decl(cw_dsv4_config(M), 4, d, KV_MAX_STREAMS);
+	uint32_t last = (uint32_t)((n - 1) / chunk * chunk);
+	uint64_t pages = 0;
+
+	for (int i = 0; i < ns; i++) {
+		uint32_t dead = 0;
+
+		if (d[i].window_rows && last > d[i].window_rows)
+			dead = (last - d[i].window_rows) / B;
+		pages += kv_pages_for_rows((uint32_t)n, B) - dead;
+	}
+	return pages;
+}
+
 static void test_plain(uint32_t B)
 {
 	char tag[32];
@@ -193,22 +222,29 @@ static void test_plain(uint32_t B)
 			break;
 		if (run_span(s, &cases[i], 0, cases[i].n, 7, tag) == 0)
 			pos += cases[i].n;
-		if (i == n_cases - 1 && kv_client_stats(k.kv, &st) == 0) {
-			uint32_t pages = kv_pages_for_rows((uint32_t)cases[i].n,
-							   B);
+		if (kv_client_stats(k.kv, &st) == 0) {
+			uint64_t want = expect_pages(B, cases[i].n, 7);
 
-			/* every stream pages by token: the same count */
-			CHECK(st.pages_used == (uint64_t)pages * st.n_streams,
-			      "B=%u: %llu pages used, expected %u x %u", B,
-			      (unsigned long long)st.pages_used, pages,
-			      st.n_streams);
-			printf("page size %u tokens: %u streams, page %llu "
-			       "bytes; %d tokens use %llu pages (%.0f bytes "
-			       "per token in kvd)\n", B, st.n_streams,
-			       (unsigned long long)st.page_bytes, cases[i].n,
-			       (unsigned long long)st.pages_used,
-			       (double)st.pages_used * st.page_bytes /
-				       cases[i].n);
+			/* pages by token, window pages freed as they fall
+			 * out (the independent count above) */
+			CHECK(st.pages_used == want,
+			      "B=%u, %s: %llu pages used, expected %llu", B,
+			      cases[i].name, (unsigned long long)st.pages_used,
+			      (unsigned long long)want);
+			if (i == n_cases - 1)
+				printf("page size %u tokens: %u streams, page "
+				       "%llu bytes; %d tokens hold %llu pages "
+				       "(%llu without the window freeing), "
+				       "%.0f bytes per token in kvd\n", B,
+				       st.n_streams,
+				       (unsigned long long)st.page_bytes,
+				       cases[i].n,
+				       (unsigned long long)st.pages_used,
+				       (unsigned long long)kv_pages_for_rows(
+					       (uint32_t)cases[i].n, B) *
+					       st.n_streams,
+				       (double)st.pages_used * st.page_bytes /
+					       cases[i].n);
 		}
 		cw_dsv4_state_free(s);
 	}
@@ -264,48 +300,44 @@ out:
 	kvd_down(&k);
 }
 
+#define N_SPILL 6
+
+/* N_SPILL sequences of the longest case interleaved chunk by chunk (none
+ * finishes before the others, so the least recently used one is always a
+ * running one: spilled pages must come back). */
 static void test_spill(void)
 {
-	struct cw_dsv4_state *s[MAX_CASES] = { 0 };
+	struct cw_dsv4_state *s[N_SPILL] = { 0 };
+	const struct tcase *c = &cases[n_cases - 1];
 	struct st_diag d = { { 0 } };
 	struct kv_stats st = { 0 };
 	struct kvd k;
-	int ok = 1, pos[MAX_CASES] = { 0 }, left = n_cases;
+	int ok = 1;
 	const int chunk = 8;
 	uint64_t need = 0;
 
 	/* B = 16: pages of 16 KiB (16 rows of the CSA compressor state);
-	 * all cases need 648 pages, the longest alone 234: a 4 MiB budget
-	 * (256 pages) holds the longest and not half of the whole */
+	 * the longest case has 13 pages per stream (the pool must give a
+	 * sequence that many table positions: 13 x 18 streams = 234), the
+	 * six hold more than twice the 256 pages of a 4 MiB budget */
 	if (kvd_up(&k, "v4sp", 16, "4MiB", "64MiB") < 0)
 		goto out;
-	for (int i = 0; i < n_cases; i++) {
+	for (int i = 0; i < N_SPILL; i++) {
 		CHECK(cw_dsv4_state_new_kv(M, k.kv, NULL, 0, &s[i], &d) == 0,
 		      "new_kv: %s", d.msg);
 		ok &= s[i] != NULL;
 	}
-	while (ok && left) {
-		left = 0;
-		for (int i = 0; i < n_cases; i++) {
-			const struct tcase *c = &cases[i];
-			int to = pos[i] + chunk < c->n ? pos[i] + chunk : c->n;
+	for (int p = 0; ok && p < c->n; p += chunk) {
+		int to = p + chunk < c->n ? p + chunk : c->n;
 
-			if (pos[i] >= c->n)
-				continue;
-			if (run_span(s[i], c, pos[i], to, chunk, "spill")) {
-				ok = 0;
-				break;
-			}
-			pos[i] = to;
-			left += to < c->n;
-		}
+		for (int i = 0; i < N_SPILL && ok; i++)
+			ok = run_span(s[i], c, p, to, chunk, "spill") == 0;
 	}
 	CHECK(kv_client_stats(k.kv, &st) == 0, "stats");
-	for (int i = 0; i < n_cases; i++)
-		need += (uint64_t)kv_pages_for_rows((uint32_t)cases[i].n, 16) *
-			st.n_streams;
-	printf("spill: working set %llu pages, pool %llu pages; %llu pages "
-	       "spilled, %llu restored; %s\n", (unsigned long long)need,
+	need = N_SPILL * expect_pages(16, c->n, chunk);
+	printf("spill: %d sequences of %d tokens, working set %llu pages, "
+	       "pool %llu pages; %llu pages spilled, %llu restored; %s\n",
+	       N_SPILL, c->n, (unsigned long long)need,
 	       (unsigned long long)st.n_pages,
 	       (unsigned long long)st.spill_pages_total,
 	       (unsigned long long)st.restore_pages_total,
@@ -316,7 +348,7 @@ static void test_spill(void)
 	      (unsigned long long)st.n_pages, (unsigned long long)need);
 	CHECK(st.spill_pages_total > 0 && st.restore_pages_total > 0,
 	      "nothing spilled and restored");
-	for (int i = 0; i < n_cases; i++)
+	for (int i = 0; i < N_SPILL; i++)
 		cw_dsv4_state_free(s[i]);
 out:
 	kvd_down(&k);
@@ -335,10 +367,11 @@ static int twice(struct kvd *k, const struct tcase *c, int n, int publish_n,
 	CHECK(r == 0, "new_kv: %s", d.msg);
 	if (r)
 		return -1;
-	if (run_span(a, c, cw_dsv4_state_len(a), publish_n, chunk, "first"))
+	publish_each = 1;
+	r = run_span(a, c, cw_dsv4_state_len(a), publish_n, chunk, "first");
+	publish_each = 0;
+	if (r)
 		goto out;
-	r = cw_dsv4_state_publish(a, c->ids, publish_n, &d);
-	CHECK(r >= 0, "publish: %s", d.msg);
 	r = cw_dsv4_state_new_kv(M, k->kv, c->ids, n, &b, &d);
 	CHECK(r == 0, "new_kv (warm): %s", d.msg);
 	if (r)
