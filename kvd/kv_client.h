@@ -140,7 +140,9 @@ int kv_client_seq_create(struct kv_client *c, uint32_t *ret_seq,
 /*
  * Batched: makes sequence seqs[i] hold at least n_rows[i] rows in every
  * stream (allocating pages as needed), all in one request (n at most
- * KV_PROTO_MAX_RESERVE, 16384).
+ * KV_PROTO_MAX_RESERVE, 16384).  Growing a sequence takes its rows so far
+ * as written: a windowed stream's pages before them minus the window are
+ * freed (kv_client_declare_streams).
  * Errors: -ST_E_BUDGET (pool exhausted: nothing of this request stays
  * allocated; diag names the budget to raise), -ST_E_LIMIT (more rows than a
  * sequence may hold), -ST_E_NOTFOUND, -EPERM (another client's sequence).
@@ -153,7 +155,8 @@ int kv_client_seq_reserve(struct kv_client *c, int n, const uint32_t *seqs,
  * full pages (copy-on-write: reference counts) and gets a copy of the
  * partial last page.  *ret_dst is the child, holding n_rows rows (reserve
  * more before writing past its last page).  Errors: -ST_E_NOTFOUND,
- * -ST_E_LIMIT (n_rows more than src holds), -ST_E_BUDGET.
+ * -ST_E_LIMIT (n_rows more than src holds, or a windowed stream of src
+ * already freed rows the child's window needs), -ST_E_BUDGET.
  */
 int kv_client_seq_fork(struct kv_client *c, uint32_t src, uint32_t n_rows,
 		       uint32_t *ret_dst, struct st_diag *diag);
