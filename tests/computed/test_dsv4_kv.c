@@ -26,7 +26,9 @@
  *            cross the ratio-4 windows (B = 4, 6, 8) and the ratio-16
  *            window (B = 8: 15..17, B = 16: 15..17 and 31..33);
  *  P11       8 tokens with B = 4: 2 pages in every stream (the last one
- *            full), 9 tokens: 3; freeing gives every page back.
+ *            full), 9 tokens: 3; freeing gives every page back;
+ *  store     the model from a V4 store, routed experts through a real
+ *            expertd, the state in kvd: two cases cold and warm.
  * Figures printed: streams, pages, bytes per token, rows reused.
  */
 #include <errno.h>
@@ -38,6 +40,8 @@
 #include <sys/wait.h>
 
 #include "cw_dsv4.h"
+#include "es_client.h"
+#include "es_convert.h"
 #include "kv_client.h"
 #include "kv_pool.h"
 #include "st_plan.h"
@@ -485,6 +489,78 @@ out:
 	kvd_down(&k);
 }
 
+/* The serving combination: the model from a V4 store with its routed
+ * experts from a real expertd (cw_dsv4_load_store, half the experts in
+ * the pool), the state in a real kvd of the same instance: two cases, each
+ * evaluated and published chunk by chunk, then again from the warm prefix
+ * cache, every position bit-identical to the reference. */
+static void test_store(const char *model_dir)
+{
+	char tmp[4096], store[4200];
+	const char *es_args[5] = { "--store", store, "--host-budget", "50%",
+				   NULL };
+	const char *kv_args[] = { "--budget", "64MiB", NULL };
+	struct st_diag d = { { 0 } };
+	struct es_convert_opts o;
+	struct cw_dsv4_model *sm = NULL;
+	struct es_client *es = NULL;
+	struct kvd k;
+	long pos = 0;
+	int r;
+
+	memset(&k, 0, sizeof(k));
+	k.B = 8;
+	st_test_tmpdir(tmp, sizeof(tmp));
+	snprintf(store, sizeof(store), "%s/store", tmp);
+	es_convert_opts_init(&o);
+	r = es_convert(model_dir, store, &o, &d);
+	CHECK(r == 0, "convert: %s", d.msg);
+	if (r)
+		goto out;
+	st_test_inst_init(&k.t, "v4st");
+	if (st_test_daemon_start(&k.t, "expertd", es_args, 30) < 0 ||
+	    st_test_daemon_start(&k.t, "kvd", kv_args, 30) < 0) {
+		CHECK(0, "daemons did not start");
+		goto out;
+	}
+	r = es_client_open(k.t.run_dir, k.t.name, "dsv4", 20000, &es, &d);
+	if (r == 0)
+		r = cw_dsv4_load_store(store, es, &sm, &d);
+	if (r == 0)
+		r = kv_client_open(k.t.run_dir, k.t.name, "dsv4", 20000, &k.kv,
+				   &d);
+	if (r == 0)
+		r = cw_dsv4_kv_declare(sm, k.kv, k.B, 0, &d);
+	CHECK(r == 0, "store + expertd + kvd: %s", d.msg);
+	if (r)
+		goto out;
+	/* the same model id as the checkpoint's model: the same rows */
+	CHECK(cw_dsv4_model_id(sm) == cw_dsv4_model_id(M),
+	      "store and checkpoint models have different ids");
+	{
+		const struct cw_dsv4_model *keep = M;
+
+		M = sm;
+		for (int i = 2; i <= 3 && i < n_cases; i++) {
+			const struct tcase *c = &cases[i];
+			int got = twice(&k, c, c->n, c->n_prompt, 9);
+
+			CHECK(got == c->n_prompt / 8 * 8, "store %s: %d rows "
+			      "from the cache, expected %d", c->name, got,
+			      c->n_prompt / 8 * 8);
+			pos += c->n;
+		}
+		M = keep;
+	}
+	printf("store model, experts through expertd, state in kvd: %ld "
+	       "positions (cold and warm) bit-identical\n", pos);
+out:
+	cw_dsv4_free(sm);
+	es_client_close(es);
+	kvd_down(&k);
+	st_rm_rf(tmp);
+}
+
 /* The declaration kvd gets, the planner's streams and the bytes per token
  * are the same figures (cw_dsv4_kv_decl, cw_dsv4_plan_streams,
  * cw_dsv4_kv_bytes_per_token, cw_dsv4_fixed_bytes). */
@@ -601,6 +677,7 @@ int main(void)
 	test_p10(6);
 	test_p10(8);
 	test_p10(16);
+	test_store(dir);
 	for (int i = 0; i < n_cases; i++) {
 		free(cases[i].ids);
 		free(cases[i].h);
