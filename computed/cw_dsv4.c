@@ -197,6 +197,7 @@ void cw_dsv4_state_free(struct cw_dsv4_state *s)
 		kv_client_seq_free(s->kv, s->seq);
 	free(s->xw);
 	free(s->zero_row);
+	free(s->prompt);
 	for (int l = 0; s->ls && l < s->n_layers; l++)
 		for (int k = 0; k < CW_DSV4_MAX_STREAMS; k++)
 			free(s->ls[l].buf[k]);
@@ -752,6 +753,8 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 					      c->vocab_size);
 	}
 	s->len += n;
+	if (s->kv && s->prompt)
+		cw_dsv4_kv_after_eval(s, ids, n);
 out:
 	/* kvd took rows [len, len + n) as reserved: a windowed stream's
 	 * next reservation frees what lies before them */

@@ -230,11 +230,16 @@ int cw_dsv4_kv_declare(const struct cw_dsv4_model *m, struct kv_client *kv,
 /*
  * A sequence state whose streams live in kvd pages (kv declared with
  * cw_dsv4_kv_declare; borrowed, must outlive the state).  prompt NULL (or
- * n_prompt 0): an empty sequence.  Otherwise the prefix cache is asked
- * for the prompt: the longest chain of published full pages of the same
- * leading ids is mapped and the state starts at that length
- * (cw_dsv4_state_len: a multiple of page_rows, at most n_prompt - 1; the
- * caller evaluates prompt[len..n_prompt)).  Each cw_dsv4_eval pins the
+ * n_prompt 0): an empty sequence, no prefix cache.  Otherwise (prefix
+ * mode) the prefix cache is asked for the prompt: the longest chain of
+ * published full pages of the same leading ids is mapped and the state
+ * starts at that length (cw_dsv4_state_len: a multiple of page_rows, at
+ * most n_prompt - 1; the caller evaluates prompt[len..n_prompt), in any
+ * chunks), and after every eval the prompt's full pages reached so far
+ * are published (before the next eval could free their window pages;
+ * only while the evaluated ids are the prompt's; generated tokens are not
+ * published; a refused publish is warned about and ends publishing for
+ * the state, the logits are unaffected).  Each cw_dsv4_eval pins the
  * sequence (restoring spilled pages), reserves its new tokens, computes
  * and unpins it, so an idle state may be spilled by kvd (and, as
  * kvd's windowed streams do, frees the window and compressor-state pages
@@ -255,7 +260,9 @@ int cw_dsv4_state_new_kv(const struct cw_dsv4_model *m, struct kv_client *kv,
 /*
  * Publishes the full pages of a kvd state's first n tokens (ids[0..n),
  * the tokens it was evaluated on; n <= cw_dsv4_state_len) in the prefix
- * cache.  Every page of every stream of a group covers the same tokens,
+ * cache (what prefix mode does by itself for the prompt; for a state made
+ * without a prompt, call it after each eval: the next eval frees the
+ * window pages of unpublished groups).  Every page of every stream of a group covers the same tokens,
  * and the window and compressor-state streams are per-token, so a group
  * chain ending at token kB carries exactly the window rows and partial
  * compressor inputs a sequence needs to go on from kB.  Returns the page

@@ -95,9 +95,20 @@ struct cw_dsv4_state {
 	uint32_t seq;
 	int row_missing;  /* a row kvd did not map during this eval */
 	int failed;       /* an eval failed after its reservation */
+	/* prefix mode (cw_dsv4_state_new_kv with a prompt): the prompt's ids
+	 * (owned), how many of them the evals matched so far, and the page
+	 * groups already published */
+	int32_t *prompt;
+	int n_prompt, groups_published;
 	float *zero_row;  /* what a missing row reads (never used for a
 			   * result: the eval fails) */
 };
+
+/* After a successful eval of ids[0..n) at positions [len - n, len) of a
+ * kvd state in prefix mode: publishes the prompt's full pages reached so
+ * far (cw_dsv4_kv.c). */
+void cw_dsv4_kv_after_eval(struct cw_dsv4_state *s, const int32_t *ids,
+			   int n);
 
 /* A state for at most max_tokens positions: process-local (kv NULL: the
  * streams in malloc'd arrays) or in kvd pages (kv: no arrays; the caller

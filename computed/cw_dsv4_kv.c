@@ -16,6 +16,8 @@
 #include <string.h>
 
 #include "kv_client.h"
+#include "kv_proto.h"
+#include "st_log.h"
 #include "st_util.h"
 
 uint64_t cw_dsv4_model_id(const struct cw_dsv4_model *m)
@@ -100,8 +102,48 @@ int cw_dsv4_state_new_kv(const struct cw_dsv4_model *m, struct kv_client *kv,
 	}
 	s->seq = seq;
 	s->len = (int)cached;
+	if (n_prompt > 0) {
+		/* ids past KV_PROTO_MAX_IDS are not sent: not published */
+		s->n_prompt = n_prompt < (int)KV_PROTO_MAX_IDS ?
+				      n_prompt : (int)KV_PROTO_MAX_IDS;
+		s->prompt = malloc(sizeof(int32_t) * (size_t)s->n_prompt);
+		if (!s->prompt) {
+			cw_dsv4_state_free(s);
+			return st_diag_set(diag, -ENOMEM, "out of memory");
+		}
+		memcpy(s->prompt, prompt, sizeof(int32_t) * (size_t)s->n_prompt);
+		s->groups_published = (int)(cached / kv_client_page_rows(kv));
+	}
 	*ret = s;
 	return 0;
+}
+
+void cw_dsv4_kv_after_eval(struct cw_dsv4_state *s, const int32_t *ids, int n)
+{
+	const int B = (int)kv_client_page_rows(s->kv);
+	int from = s->len - n, upto;
+	struct st_diag d = { { 0 } };
+
+	/* only rows computed from the prompt's own ids are published under
+	 * its keys: a different token ends the publishable prefix there */
+	for (int t = 0; t < n && from + t < s->n_prompt; t++)
+		if (ids[t] != s->prompt[from + t]) {
+			s->n_prompt = from + t;
+			break;
+		}
+	upto = s->len < s->n_prompt ? s->len : s->n_prompt;
+	if (B < 1 || upto / B <= s->groups_published)
+		return;
+	if (kv_client_seq_publish(s->kv, s->seq, s->prompt, (uint32_t)upto,
+				  &d) < 0) {
+		/* the logits stand; only the cache misses these pages */
+		st_warn("prefix cache: publishing %d tokens of kvd sequence "
+			"0x%x failed: %s (no more publishing for it)", upto,
+			s->seq, d.msg);
+		s->n_prompt = 0;
+		return;
+	}
+	s->groups_published = upto / B;
 }
 
 int cw_dsv4_state_publish(struct cw_dsv4_state *s, const int32_t *ids, int n,

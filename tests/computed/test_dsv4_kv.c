@@ -15,10 +15,11 @@
  *  spill     six sequences of the longest case interleaved chunk by chunk
  *            with a kvd budget under half of the working set: pages must
  *            spill and come back;
- *  prefix    warm prefix cache: each case's prompt evaluated and
- *            published, then prompt + continuation started from the
- *            cache: exactly the expected rows are mapped, the rest is
- *            computed;
+ *  prefix    warm prefix cache: each case's prompt evaluated in prefix
+ *            mode (its full pages published as it goes), then prompt +
+ *            continuation started from the cache: exactly the expected
+ *            rows are mapped, the rest is computed; a state fed other
+ *            ids than its prompt publishes nothing;
  *  P10       with page size B in {4, 6, 8, 16}: prompts of B-1, B, B+1,
  *            2B, 2B+1 tokens, each sent twice with the prefix cache on:
  *            the second maps exactly 0, 0, B, B, 2B rows (the last token is
@@ -358,20 +359,24 @@ out:
 	kvd_down(&k);
 }
 
-/* Prompt of n ids from case c, sent twice (second from the cache);
- * returns rows mapped the second time, or -1. */
+/* Prompt of n ids from case c, sent twice (second from the cache): the
+ * first evaluates publish_n ids in chunks, its full pages published by
+ * prefix mode (cw_dsv4_state_new_kv with the prompt) or, explicit, by
+ * cw_dsv4_state_publish after each chunk of a state made without one.
+ * Returns the rows mapped the second time, or -1. */
 static int twice(struct kvd *k, const struct tcase *c, int n, int publish_n,
-		 int chunk)
+		 int chunk, int explicit)
 {
 	struct st_diag d = { { 0 } };
 	struct cw_dsv4_state *a = NULL, *b = NULL;
 	int cached = -1, r;
 
-	r = cw_dsv4_state_new_kv(M, k->kv, c->ids, publish_n, &a, &d);
+	r = cw_dsv4_state_new_kv(M, k->kv, explicit ? NULL : c->ids,
+				 explicit ? 0 : publish_n, &a, &d);
 	CHECK(r == 0, "new_kv: %s", d.msg);
 	if (r)
 		return -1;
-	publish_each = 1;
+	publish_each = explicit;
 	r = run_span(a, c, cw_dsv4_state_len(a), publish_n, chunk, "first");
 	publish_each = 0;
 	if (r)
@@ -405,7 +410,7 @@ static void test_prefix(void)
 
 		if (want > c->n - 1)
 			want = (c->n - 1) / (int)B * (int)B;
-		got = twice(&k, c, c->n, c->n_prompt, 16);
+		got = twice(&k, c, c->n, c->n_prompt, 16, 0);
 		CHECK(got == want, "prefix %s: %d rows mapped, expected %d",
 		      c->name, got, want);
 		if (got >= 0) {
@@ -444,12 +449,44 @@ static void test_p10(uint32_t B)
 
 		if (lens[i] < 1 || lens[i] > c->n)
 			continue;
-		got = twice(&k, c, lens[i], lens[i], 3);
+		got = twice(&k, c, lens[i], lens[i], 3, B == 6 || B == 16);
 		CHECK(got == want[i], "P10 B=%u, %d tokens: %d rows from the "
 		      "cache, expected %d", B, lens[i], got, want[i]);
 		printf(" %d (%d cached)", lens[i], got);
 	}
 	printf(": second answers bit-identical\n");
+out:
+	kvd_down(&k);
+}
+
+/* Prefix mode publishes only rows computed from the prompt's own ids: a
+ * state made for one prompt but fed other ids publishes nothing, and a
+ * later sequence with that prompt maps nothing. */
+static void test_publish_guard(void)
+{
+	const struct tcase *c = &cases[n_cases - 1], *o = &cases[n_cases - 2];
+	struct st_diag d = { { 0 } };
+	struct cw_dsv4_state *a = NULL, *b = NULL;
+	struct kv_stats st;
+	struct kvd k;
+
+	if (kvd_up(&k, "v4pg", 4, "64MiB", NULL) < 0)
+		goto out;
+	CHECK(memcmp(c->ids + 1, o->ids + 1, 4 * sizeof(int32_t)) != 0,
+	      "the two cases share their first tokens");
+	CHECK(cw_dsv4_state_new_kv(M, k.kv, c->ids, 12, &a, &d) == 0,
+	      "new: %s", d.msg);
+	if (a)
+		CHECK(run_span(a, o, 0, 12, 12, "guard") == 0, "other ids");
+	CHECK(kv_client_stats(k.kv, &st) == 0 && st.prefix_published == 0,
+	      "%llu groups published from ids that are not the prompt's",
+	      (unsigned long long)st.prefix_published);
+	CHECK(cw_dsv4_state_new_kv(M, k.kv, c->ids, 12, &b, &d) == 0 &&
+	      cw_dsv4_state_len(b) == 0, "the wrong rows were found");
+	printf("prefix mode: rows of other ids than the prompt's are never "
+	       "published\n");
+	cw_dsv4_state_free(a);
+	cw_dsv4_state_free(b);
 out:
 	kvd_down(&k);
 }
@@ -543,7 +580,7 @@ static void test_store(const char *model_dir)
 		M = sm;
 		for (int i = 2; i <= 3 && i < n_cases; i++) {
 			const struct tcase *c = &cases[i];
-			int got = twice(&k, c, c->n, c->n_prompt, 9);
+			int got = twice(&k, c, c->n, c->n_prompt, 9, 0);
 
 			CHECK(got == c->n_prompt / 8 * 8, "store %s: %d rows "
 			      "from the cache, expected %d", c->name, got,
@@ -667,6 +704,7 @@ int main(void)
 	test_declaration(c);
 	reference();
 	test_p11();
+	test_publish_guard();
 	test_plain(4);
 	test_plain(6);
 	test_plain(16);
