@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "cli_cmds.h"
+#include "cw_dsv4.h"
+#include "kv_pool.h"
 #include "st_store.h"
 #include "st_util.h"
 
@@ -94,6 +96,21 @@ int cli_cmd_info(int argc, char **argv)
 			       s->engram[i].rows_per_block,
 			       st_format_bytes(s->engram[i].n_blocks * 4096, a,
 					       sizeof(a)));
+	}
+	if (s->is_dsv4) {
+		struct kv_stream_decl d[KV_MAX_STREAMS];
+		int n = cw_dsv4_kv_decl(&s->dsv4, 4, d, KV_MAX_STREAMS);
+
+		/* the declaration cw_dsv4_kv_declare sends to kvd */
+		printf("kv         %d streams; per token %.1f B of pooled rows "
+		       "and index keys (BF16 rows; F32: %.1f B), per sequence "
+		       "%s (window %d rows, compressor states; BF16)\n", n,
+		       cw_dsv4_kv_bytes_per_token(&s->dsv4, 2),
+		       cw_dsv4_kv_bytes_per_token(&s->dsv4, 4),
+		       st_format_bytes((uint64_t)cw_dsv4_fixed_bytes(&s->dsv4,
+								     2),
+				       a, sizeof(a)),
+		       s->dsv4.sliding_window);
 	}
 	printf("experts    %d per layer, top-%d, %d wide; policy: default %s%s%s\n",
 	       s->cfg.n_experts, s->cfg.top_k, s->cfg.expert_inter,

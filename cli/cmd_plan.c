@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cli_cmds.h"
+#include "cw_dsv4.h"
 #include "cw_kvrow.h"
 #include "st_iconf.h"
 #include "st_plan.h"
@@ -114,6 +115,26 @@ static int apply_config(const struct st_iconf *c, struct st_plan_opts *o,
 	if (strcmp(s, "auto"))
 		o->hot_experts = atoi(s);
 	return 0;
+}
+
+/* DeepSeek-V4: the KV streams exactly as the forward pass declares them
+ * to kvd (cw_dsv4_streams: window, pooled rows, index keys, compressor
+ * states), and their bytes per token and per sequence. */
+static void plan_dsv4_streams(const char *dir, struct st_plan_model *m,
+			      const struct st_plan_opts *o)
+{
+	struct st_dsv4_config c;
+	int eb = o->kv_dtype == ST_DTYPE_F32 ? 4 :
+		 o->kv_dtype == ST_DTYPE_F8_E4M3 ? 1 : 2;
+
+	if (st_dsv4_config_load(dir, &c, NULL) < 0 ||
+	    cw_dsv4_plan_streams(&c, m) < 0)
+		return;
+	fprintf(stderr, "strata plan: DeepSeek-V4 KV streams as declared to "
+		"kvd: %.1f B per token (pooled rows and index keys) + %.0f B "
+		"per sequence (window of %d rows, compressor states), %s rows\n",
+		cw_dsv4_kv_bytes_per_token(&c, eb), cw_dsv4_fixed_bytes(&c, eb),
+		c.sliding_window, eb == 4 ? "F32" : eb == 1 ? "FP8" : "16-bit");
 }
 
 int cli_cmd_plan(int argc, char **argv)
@@ -257,6 +278,8 @@ int cli_cmd_plan(int argc, char **argv)
 			fprintf(stderr, "strata plan: note: %s; per-daemon "
 				"figures leave the store and tokenizer out\n",
 				diag.msg);
+		if (rc == 0)
+			plan_dsv4_streams(model, &m, &o);
 	}
 	else if (layers)
 		rc = st_plan_model_from_params(ep, dp, ap ? ap : dp, n_exp,

@@ -399,8 +399,9 @@ static void kv_geometry(const struct st_plan_model *m,
 		for (uint32_t l = 0; l < m->streams[i].n_layers && n < 256; l++) {
 			decl[n].row_bytes = (uint32_t)stream_row_bytes(
 				&m->streams[i], o->kv_dtype);
-			decl[n].tokens_per_row = 1;
-			decl[n].window_rows = 0;
+			decl[n].tokens_per_row = m->streams[i].tokens_per_row;
+			decl[n].window_rows = m->streams[i].tokens_per_row == 1 ?
+					      m->streams[i].window_rows : 0;
 			decl[n].flags = 0;
 			n++;
 		}
@@ -557,11 +558,20 @@ int st_plan_compute(const struct st_plan_model *m,
 		if (page_bytes) {
 			uint64_t pages = 0;
 
-			for (int i = 0; i < m->n_streams; i++)
-				pages += (uint64_t)m->streams[i].n_layers *
-					 ((stream_rows(&m->streams[i],
-						       (uint64_t)o->context) +
-					   o->page_rows - 1) / o->page_rows);
+			/* kvd pages every stream by token (kv_pool.h): a
+			 * pooled stream has a page per page_rows tokens too;
+			 * a windowed one frees the pages before its window */
+			for (int i = 0; i < m->n_streams; i++) {
+				const struct st_plan_stream *s = &m->streams[i];
+				uint64_t np = ((uint64_t)o->context +
+					       o->page_rows - 1) / o->page_rows;
+
+				if (s->tokens_per_row == 1 && s->window_rows &&
+				    (uint64_t)o->context > s->window_rows)
+					np -= ((uint64_t)o->context -
+					       s->window_rows) / o->page_rows;
+				pages += (uint64_t)s->n_layers * np;
+			}
 			r->d.kv_touched = pages * page_bytes * (uint64_t)o->batch;
 		} else {
 			r->d.kv_touched = r->kv;

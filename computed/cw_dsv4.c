@@ -20,36 +20,33 @@
 #include <string.h>
 
 #include "es_client.h"
+#include "kv_client.h"
 #include "st_formats.h"
 #include "st_log.h"
 
-/*
- * Per-layer state, as the streams of DESIGN 3a (cw_dsv4_streams):
- *  kv    window ring: the last W K=V rows (after norm and rope), row of
- *        position p at p mod W;
- *  cz    compressor partial state: the raw inputs (c, then z with ape) of
- *        the last comp_ring(ratio) tokens, token p at p mod ring (CSA: the
- *        open window and the previous one's, 8 tokens; HCA: the open
- *        window, ratio tokens);
- *  crow  compressed rows, one per ratio tokens (grows);
- *  icz, ikey  the same for the indexer's compressor (CSA layers).
- */
-struct cw_dsv4_lstate {
-	float *kv;     /* [W][head_dim] */
-	float *cz;     /* [ring][2 * cols] */
-	float *crow;   /* [cap / ratio + 1][head_dim] */
-	float *icz;    /* [8][2 * icols] */
-	float *ikey;   /* [cap / 4 + 1][index_head_dim] */
-};
+/* Row r of stream `kind` of layer l: process-local ring or array, or the
+ * kvd page row (writable when `write`).  A row kvd does not map (spilled
+ * despite the pin, shared where a write was due: a bug, not input) sets
+ * row_missing and gives a scratch row, so the eval fails cleanly. */
+static float *srow(struct cw_dsv4_state *s, int l, int kind, int64_t r,
+		   int write)
+{
+	struct cw_dsv4_lstate *ls = &s->ls[l];
+	uint8_t *p;
 
-struct cw_dsv4_state {
-	int len, cap;
-	struct cw_dsv4_lstate *ls;
-	int n_layers;
-	struct cw_dsv4_debug *dbg;
-	float *xw;  /* store mode: one expert's w1, w3, w2 dequantised */
-	int route_failed; /* store mode: routing reports expertd refused */
-};
+	if (!s->kv)
+		return ls->buf[kind] +
+		       (size_t)(ls->ring[kind] ? r % ls->ring[kind] : r) *
+			       ls->elems[kind];
+	p = write ? kv_client_row_writable(s->kv, s->seq, ls->kvs[kind],
+					   (uint32_t)r) :
+		    kv_client_row(s->kv, s->seq, ls->kvs[kind], (uint32_t)r);
+	if (!p) {
+		s->row_missing = 1;
+		return s->zero_row;
+	}
+	return (float *)(void *)p;
+}
 
 /* Tokens of compressor inputs a layer keeps: CSA rows pool the previous
  * window too. */
@@ -104,16 +101,18 @@ static void index_qat(float *x, int n)
 	cw_dsv4_fp4_roundtrip(x, n, 32);
 }
 
-int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
-		      struct cw_dsv4_state **ret)
+int cw_dsv4_state_init(const struct cw_dsv4_model *m, int max_tokens,
+		       struct kv_client *kv, struct cw_dsv4_state **ret)
 {
 	const struct st_dsv4_config *c = &m->cfg;
 	struct cw_dsv4_state *s = calloc(1, sizeof(*s));
+	int kvs = 0, widest = 1;
 
 	if (!s || max_tokens < 1)
 		goto nomem;
 	s->cap = max_tokens;
 	s->n_layers = c->n_layers;
+	s->kv = kv;
 	if (m->es) {
 		s->xw = malloc((size_t)3 * c->moe_inter * c->hidden_size *
 			       sizeof(float));
@@ -124,30 +123,34 @@ int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
 	if (!s->ls)
 		goto nomem;
 	/* allocated from the layer's stream declarations, so the planner's
-	 * figures (cw_dsv4_kv_bytes_per_token) describe this very state */
+	 * figures (cw_dsv4_kv_bytes_per_token) describe this very state; in
+	 * kvd, stream i of the declaration (cw_dsv4_kv_decl) is the i-th
+	 * stream of the layers in order */
 	for (int l = 0; l < c->n_layers; l++) {
 		const struct cw_dsv4_layer *L = &m->layers[l];
 		struct cw_dsv4_lstate *ls = &s->ls[l];
 		struct cw_dsv4_stream st[CW_DSV4_MAX_STREAMS];
 		int ns = cw_dsv4_streams(c, l, st);
 
+		for (int k = 0; k < CW_DSV4_MAX_STREAMS; k++)
+			ls->kvs[k] = -1;
 		for (int i = 0; i < ns; i++) {
 			size_t rows = st[i].rows_den ?
 					      (size_t)max_tokens / st[i].rows_den + 1 :
 					      (size_t)st[i].fixed_rows;
-			float *buf = malloc(rows * st[i].row_elems *
-					    sizeof(float));
-			float **slot[] = {
-				[CW_DSV4_WINDOW] = &ls->kv,
-				[CW_DSV4_COMP_ROWS] = &ls->crow,
-				[CW_DSV4_INDEX_ROWS] = &ls->ikey,
-				[CW_DSV4_COMP_STATE] = &ls->cz,
-				[CW_DSV4_INDEX_STATE] = &ls->icz,
-			};
+			int k = st[i].kind;
 
-			if (!buf)
+			ls->elems[k] = st[i].row_elems;
+			ls->ring[k] = st[i].rows_den ? 0 : st[i].fixed_rows;
+			ls->kvs[k] = kvs++;
+			widest = st[i].row_elems > widest ? st[i].row_elems :
+							    widest;
+			if (kv)
+				continue;
+			ls->buf[k] = malloc(rows * st[i].row_elems *
+					    sizeof(float));
+			if (!ls->buf[k])
 				goto nomem;
-			*slot[st[i].kind] = buf;
 		}
 		/* the declarations agree with the code's own ring sizes
 		 * (a mismatch is a bug, not bad input) */
@@ -160,28 +163,44 @@ int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
 			assert(!cp || (st[i].row_elems == 2 * cp->wkv.rows &&
 				       st[i].fixed_rows == comp_ring(cp)));
 		}
-		assert(!L->ratio || (ls->cz && ls->crow));
-		assert(!L->has_indexer || (ls->icz && ls->ikey));
+		assert(!L->ratio || (ls->kvs[CW_DSV4_COMP_STATE] >= 0 &&
+				     ls->kvs[CW_DSV4_COMP_ROWS] >= 0));
+		assert(!L->has_indexer ||
+		       (ls->kvs[CW_DSV4_INDEX_STATE] >= 0 &&
+			ls->kvs[CW_DSV4_INDEX_ROWS] >= 0));
+	}
+	if (kv) {
+		s->zero_row = calloc((size_t)widest, sizeof(float));
+		if (!s->zero_row)
+			goto nomem;
 	}
 	*ret = s;
 	return 0;
 nomem:
+	if (s)
+		s->kv = NULL; /* no sequence yet */
 	cw_dsv4_state_free(s);
 	return max_tokens < 1 ? -EINVAL : -ENOMEM;
+}
+
+int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
+		      struct cw_dsv4_state **ret)
+{
+	return cw_dsv4_state_init(m, max_tokens, NULL, ret);
 }
 
 void cw_dsv4_state_free(struct cw_dsv4_state *s)
 {
 	if (!s)
 		return;
+	if (s->kv && s->seq)
+		kv_client_seq_free(s->kv, s->seq);
 	free(s->xw);
-	for (int l = 0; s->ls && l < s->n_layers; l++) {
-		free(s->ls[l].kv);
-		free(s->ls[l].cz);
-		free(s->ls[l].crow);
-		free(s->ls[l].icz);
-		free(s->ls[l].ikey);
-	}
+	free(s->zero_row);
+	free(s->prompt);
+	for (int l = 0; s->ls && l < s->n_layers; l++)
+		for (int k = 0; k < CW_DSV4_MAX_STREAMS; k++)
+			free(s->ls[l].buf[k]);
 	free(s->ls);
 	free(s);
 }
@@ -215,16 +234,16 @@ static void comp_inputs(const struct cw_dsv4_comp *cp, const float *a,
  * [4w - 4, 4w) and the second halves of [4w, 4w + 4).  Then the weighted
  * RMSNorm and the compress rope at position m w.
  */
-static void comp_row(const struct cw_dsv4_model *m,
-		     const struct cw_dsv4_comp *cp, const float *cz, int w,
+static void comp_row(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
+		     int l, const struct cw_dsv4_comp *cp, int kind, int w,
 		     int indexer, float *out)
 {
 	const struct st_dsv4_config *c = &m->cfg;
-	int cols = cp->wkv.rows, W = cp->width, ns = 0, ring = comp_ring(cp);
+	int cols = cp->wkv.rows, W = cp->width, ns = 0;
 	const float *cs[2 * cp->ratio], *zs[2 * cp->ratio];
 	int64_t mr = cp->ratio;
 
-#define SLOT(t) (cz + (size_t)((t) % ring) * 2 * cols)
+#define SLOT(t) srow(s, l, kind, (t), 0)
 	if (cp->overlap) {
 		for (int64_t t = mr * w - mr; t < mr * w; t++) {
 			if (t < 0)
@@ -253,9 +272,11 @@ static void comp_row(const struct cw_dsv4_model *m,
 		cw_dsv4_fp8_roundtrip(out, W - c->rope_dim, 64);
 }
 
-int cw_dsv4_index_select(const float *q, const float *omega, int n_heads,
-			 int dim, const float *keys, int n_vis, int top_k,
-			 int *sel)
+/* cw_dsv4_index_select over key rows given as pointers (the same sums in
+ * the same order). */
+static int index_select_rows(const float *q, const float *omega, int n_heads,
+			     int dim, const float *const *keys, int n_vis,
+			     int top_k, int *sel)
 {
 	double sc[n_vis > 0 ? n_vis : 1];
 	unsigned char used[n_vis > 0 ? n_vis : 1];
@@ -266,7 +287,7 @@ int cw_dsv4_index_select(const float *q, const float *omega, int n_heads,
 		return n_vis < 0 ? 0 : n_vis;
 	}
 	for (int w = 0; w < n_vis; w++) {
-		const float *kw = keys + (size_t)w * dim;
+		const float *kw = keys[w];
 		double s = 0.0;
 
 		for (int h = 0; h < n_heads; h++) {
@@ -294,6 +315,18 @@ int cw_dsv4_index_select(const float *q, const float *omega, int n_heads,
 	return top_k;
 }
 
+int cw_dsv4_index_select(const float *q, const float *omega, int n_heads,
+			 int dim, const float *keys, int n_vis, int top_k,
+			 int *sel)
+{
+	const float *rows[n_vis > 0 ? n_vis : 1];
+
+	for (int w = 0; w < n_vis; w++)
+		rows[w] = keys + (size_t)w * dim;
+	return index_select_rows(q, omega, n_heads, dim, rows, n_vis, top_k,
+				 sel);
+}
+
 static void expert_ffn(const struct cw_dsv4_model *md,
 		       const struct cw_dsv4_mat *w1,
 		       const struct cw_dsv4_mat *w2,
@@ -312,7 +345,7 @@ static void expert_ffn(const struct cw_dsv4_model *md,
  * q/qr/iq/omega precomputed; out [D]. */
 static void attention(const struct cw_dsv4_model *m,
 		      const struct cw_dsv4_layer *L,
-		      const struct cw_dsv4_lstate *ls, int64_t p,
+		      struct cw_dsv4_state *s, int l, int64_t p,
 		      const float *q, const float *iq, const float *omega,
 		      float *out, int32_t *sel_out)
 {
@@ -332,18 +365,20 @@ static void attention(const struct cw_dsv4_model *m,
 		int nr = 0;
 
 		for (int j = lo; j <= p; j++)
-			rows[nr++] = ls->kv + (size_t)(j % W) * hd;
-		if (L->has_indexer)
-			n_sel = cw_dsv4_index_select(iq, omega,
-						     c->index_n_heads,
-						     c->index_head_dim,
-						     ls->ikey, n_vis,
-						     c->index_topk, sel);
-		else
+			rows[nr++] = srow(s, l, CW_DSV4_WINDOW, j, 0);
+		if (L->has_indexer) {
+			const float *keys[n_vis > 0 ? n_vis : 1];
+
+			for (int w = 0; w < n_vis; w++)
+				keys[w] = srow(s, l, CW_DSV4_INDEX_ROWS, w, 0);
+			n_sel = index_select_rows(iq, omega, c->index_n_heads,
+						  c->index_head_dim, keys,
+						  n_vis, c->index_topk, sel);
+		} else
 			for (n_sel = 0; n_sel < n_vis; n_sel++)
 				sel[n_sel] = n_sel;
 		for (int j = 0; j < n_sel; j++)
-			rows[nr++] = ls->crow + (size_t)sel[j] * hd;
+			rows[nr++] = srow(s, l, CW_DSV4_COMP_ROWS, sel[j], 0);
 		for (int j = 0; sel_out && j < c->index_topk; j++)
 			sel_out[j] = j < n_sel ? sel[j] : -1;
 		for (int h = 0; h < H; h++) {
@@ -537,7 +572,7 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 	const size_t xs = (size_t)hc * D;
 	float *X = NULL, *A = NULL, *Q = NULL, *IQ = NULL, *OM = NULL;
 	float *PP = NULL;
-	int r = 0;
+	int r = 0, pinned = 0, reserved = 0;
 
 	if (n < 1)
 		return 0;
@@ -550,6 +585,28 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 			return st_diag_set(diag, -EINVAL,
 					   "token id %d out of range [0, %d)",
 					   ids[t], c->vocab_size);
+	if (s->kv && s->failed)
+		return st_diag_set(diag, -ST_E_STALE,
+				   "kvd sequence 0x%x: an earlier eval failed "
+				   "part way (rows written, window pages "
+				   "possibly freed); free the state and start "
+				   "again", s->seq);
+	if (s->kv) {
+		/* pinned while it computes (pinning restores spilled
+		 * pages; no spill meanwhile), room for the n new tokens in
+		 * every stream (pooled streams: their pages by token) */
+		uint32_t rows = (uint32_t)(s->len + n);
+
+		r = kv_client_seq_pin(s->kv, 1, &s->seq, NULL, diag);
+		if (r < 0)
+			return r;
+		pinned = 1;
+		r = kv_client_seq_reserve(s->kv, 1, &s->seq, &rows, diag);
+		if (r < 0)
+			goto out;
+		s->row_missing = 0;
+		reserved = 1;
+	}
 	X = malloc((size_t)n * xs * sizeof(float));
 	A = malloc((size_t)n * D * sizeof(float));
 	Q = malloc((size_t)n * H * hd * sizeof(float));
@@ -567,7 +624,6 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 			       D * sizeof(float));
 	for (int l = 0; l < c->n_layers; l++) {
 		const struct cw_dsv4_layer *L = &m->layers[l];
-		struct cw_dsv4_lstate *ls = &s->ls[l];
 		const double *fr = L->ratio ? m->freq_comp : m->freq_main;
 
 		/* token by token: each reads only its own streams and what
@@ -597,8 +653,7 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 					     fr, p, 0);
 			}
 			{
-				float *kv = ls->kv +
-					    (size_t)(p % c->sliding_window) * hd;
+				float *kv = srow(s, l, CW_DSV4_WINDOW, p, 1);
 
 				lin(m, &L->wkv, a, kv);
 				cw_dsv4_rmsnorm(kv, L->kv_norm, hd,
@@ -610,15 +665,13 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 			}
 			if (L->ratio)
 				comp_inputs(&L->comp, a, p,
-					    ls->cz + (size_t)(p % comp_ring(&L->comp)) *
-							     2 * L->comp.wkv.rows);
+					    srow(s, l, CW_DSV4_COMP_STATE, p, 1));
 			if (L->has_indexer) {
 				float *iq = IQ + (size_t)t * IH * Id;
 				float *om = OM + (size_t)t * IH;
 
 				comp_inputs(&L->icomp, a, p,
-					    ls->icz + (size_t)(p % comp_ring(&L->icomp)) *
-							      2 * L->icomp.wkv.rows);
+					    srow(s, l, CW_DSV4_INDEX_STATE, p, 1));
 				lin(m, &L->iwq_b, qr, iq);
 				for (int h = 0; h < IH; h++) {
 					cw_dsv4_rope(iq + h * Id, Id,
@@ -636,11 +689,14 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 			if (L->ratio && (p + 1) % L->ratio == 0) {
 				int w = (int)((p + 1) / L->ratio - 1);
 
-				comp_row(m, &L->comp, ls->cz, w, 0,
-					 ls->crow + (size_t)w * hd);
+				comp_row(m, s, l, &L->comp, CW_DSV4_COMP_STATE,
+					 w, 0,
+					 srow(s, l, CW_DSV4_COMP_ROWS, w, 1));
 				if (L->has_indexer)
-					comp_row(m, &L->icomp, ls->icz, w, 1,
-						 ls->ikey + (size_t)w * Id);
+					comp_row(m, s, l, &L->icomp,
+						 CW_DSV4_INDEX_STATE, w, 1,
+						 srow(s, l, CW_DSV4_INDEX_ROWS,
+						      w, 1));
 			}
 			float y[D], b[D], pre[hc], post[hc], comb[hc * hc];
 			int32_t *dbg_ids = NULL, *dbg_sel = NULL;
@@ -651,7 +707,7 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 			if (dbg && s->dbg->selected && L->has_indexer)
 				dbg_sel = s->dbg->selected +
 					  dl * c->index_topk;
-			attention(m, L, ls, p, Q + (size_t)t * H * hd,
+			attention(m, L, s, l, p, Q + (size_t)t * H * hd,
 				  IQ + (size_t)t * IH * Id,
 				  OM + (size_t)t * IH, y, dbg_sel);
 			cw_dsv4_hc_post(X + t * xs, hc, D, y, pp + hc,
@@ -681,6 +737,15 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 			}
 		}
 	}
+	if (s->kv && s->row_missing) {
+		r = st_diag_set(diag, -ST_E_STALE,
+				"kvd sequence 0x%x: a row of positions %d..%d "
+				"was not mapped writable/resident in its pages "
+				"(kvd state inconsistent; free the sequence and "
+				"start it again)", s->seq, s->len,
+				s->len + n - 1);
+		goto out;
+	}
 	if (logits) {
 		for (int t = all_positions ? 0 : n - 1; t < n; t++)
 			head(m, X + t * xs,
@@ -688,7 +753,20 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 					      c->vocab_size);
 	}
 	s->len += n;
+	if (s->kv && s->prompt)
+		cw_dsv4_kv_after_eval(s, ids, n);
 out:
+	/* kvd took rows [len, len + n) as reserved: a windowed stream's
+	 * next reservation frees what lies before them */
+	if (reserved && r < 0)
+		s->failed = 1;
+	if (pinned) {
+		struct st_diag d2 = { { 0 } };
+		int r2 = kv_client_seq_unpin(s->kv, 1, &s->seq, &d2);
+
+		if (r2 < 0 && r == 0)
+			r = st_diag_set(diag, r2, "%s", d2.msg);
+	}
 	free(X);
 	free(A);
 	free(Q);

@@ -118,7 +118,9 @@ int cw_dsv4_state_len(const struct cw_dsv4_state *s);
  * them to it.  logits: if all_positions, n rows of vocab_size floats, else
  * one row (the last token's).  NULL skips the head.
  * Errors: -ST_E_LIMIT (past max_tokens), -EINVAL (token id out of range);
- * the state is unchanged on error.
+ * the state is unchanged on these.  Errors past the checks (expertd's,
+ * kvd's for a kvd state: -ST_E_PEERGONE, -ST_E_BUDGET, -ST_E_STALE) may
+ * leave rows of the chunk written: the state is then unusable.
  */
 int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 		 const int32_t *ids, int n, int all_positions, float *logits,
@@ -176,6 +178,102 @@ double cw_dsv4_kv_bytes_per_token(const struct st_dsv4_config *c,
 
 /* Fixed bytes per sequence (windows and compressor states, all layers). */
 double cw_dsv4_fixed_bytes(const struct st_dsv4_config *c, int elem_bytes);
+
+/*
+ * The planner's view of the same declaration (st_plan.h): m's KV streams
+ * replaced by the layers' cw_dsv4_streams grouped by kind and ratio
+ * ("window", "pooled/4", "index", "comp-state/4", "index-state",
+ * "pooled/128", "comp-state/128": a fixed stream as a window of per-token
+ * rows), so st_plan_kv_bytes sums exactly what the state holds.  0, or
+ * -ST_E_LIMIT (more groups than ST_PLAN_MAX_STREAMS; m unchanged).
+ */
+struct st_plan_model;
+int cw_dsv4_plan_streams(const struct st_dsv4_config *c,
+			 struct st_plan_model *m);
+
+/* ---- KV streams in kvd (cw_dsv4_kv.c, DESIGN 3a, docs/DESIGN.md 9) ---- */
+
+struct kv_client;
+struct kv_stream_decl;
+
+/*
+ * kvd's declaration of the model's streams: every layer's
+ * cw_dsv4_streams in layer order, rows of row_elems x elem_bytes bytes.
+ * A growing stream of one row per rows_den tokens is {tokens_per_row =
+ * rows_den, window_rows 0}; a fixed one (the window ring W, a compressor's
+ * partial window of `ring` tokens of raw inputs) is a per-token stream
+ * that needs only its last fixed_rows rows {tokens_per_row 1, window_rows
+ * fixed_rows}: the ring's rows, unrolled by position.  Returns the number
+ * of streams (out needs that many; max is its capacity) or -ST_E_LIMIT.
+ */
+int cw_dsv4_kv_decl(const struct st_dsv4_config *c, int elem_bytes,
+		    struct kv_stream_decl *out, int max);
+
+/*
+ * A prefix-cache model id for m (never 0): XXH3 of the config numbers,
+ * the QAT flags, the row dtype (F32) and samples of the embedding, head
+ * and final norm, so two models (or QAT settings) never share cached rows.
+ */
+uint64_t cw_dsv4_model_id(const struct cw_dsv4_model *m);
+
+/*
+ * Declares m's streams (cw_dsv4_kv_decl, F32 rows: reference mode) to kvd
+ * through kv with page_rows tokens per page, and the model id for the
+ * prefix cache (model_id 0: cw_dsv4_model_id(m)).  Once per client before
+ * cw_dsv4_state_new_kv.  Errors: kv_client_declare_model's (-ST_E_CONFIG:
+ * kvd holds another declaration, -ST_E_BUDGET, ...), -ST_E_LIMIT.
+ */
+int cw_dsv4_kv_declare(const struct cw_dsv4_model *m, struct kv_client *kv,
+		       uint32_t page_rows, uint64_t model_id,
+		       struct st_diag *diag);
+
+/*
+ * A sequence state whose streams live in kvd pages (kv declared with
+ * cw_dsv4_kv_declare; borrowed, must outlive the state).  prompt NULL (or
+ * n_prompt 0): an empty sequence, no prefix cache.  Otherwise (prefix
+ * mode) the prefix cache is asked for the prompt: the longest chain of
+ * published full pages of the same leading ids is mapped and the state
+ * starts at that length (cw_dsv4_state_len: a multiple of page_rows, at
+ * most n_prompt - 1; the caller evaluates prompt[len..n_prompt), in any
+ * chunks), and after every eval the prompt's full pages reached so far
+ * are published (before the next eval could free their window pages;
+ * only while the evaluated ids are the prompt's; generated tokens are not
+ * published; a refused publish is warned about and ends publishing for
+ * the state, the logits are unaffected).  Each cw_dsv4_eval pins the
+ * sequence (restoring spilled pages), reserves its new tokens, computes
+ * and unpins it, so an idle state may be spilled by kvd (and, as
+ * kvd's windowed streams do, frees the window and compressor-state pages
+ * that fell out of the window unless published: publish each chunk's full
+ * pages before the next eval to keep the whole chain cacheable; an eval
+ * that fails after its reservation leaves the state unusable: free it,
+ * -ST_E_STALE after); after a kvd
+ * restart the client re-registers and the state goes on (set
+ * kv_client_set_restart_wait).  The length is limited by kvd's
+ * --max-rows-per-seq (-ST_E_LIMIT from the eval).  cw_dsv4_state_free
+ * frees the kvd sequence.
+ * Errors: kv_client_seq_create(_prefix)'s, -ENOMEM.
+ */
+int cw_dsv4_state_new_kv(const struct cw_dsv4_model *m, struct kv_client *kv,
+			 const int32_t *prompt, int n_prompt,
+			 struct cw_dsv4_state **ret, struct st_diag *diag);
+
+/*
+ * Publishes the full pages of a kvd state's first n tokens (ids[0..n),
+ * the tokens it was evaluated on; n <= cw_dsv4_state_len) in the prefix
+ * cache (what prefix mode does by itself for the prompt; for a state made
+ * without a prompt, call it after each eval: the next eval frees the
+ * window pages of unpublished groups).  Every page of every stream of a group covers the same tokens,
+ * and the window and compressor-state streams are per-token, so a group
+ * chain ending at token kB carries exactly the window rows and partial
+ * compressor inputs a sequence needs to go on from kB.  Returns the page
+ * groups newly published (>= 0); -EINVAL for a process-local state;
+ * kv_client_seq_publish's errors.
+ */
+int cw_dsv4_state_publish(struct cw_dsv4_state *s, const int32_t *ids, int n,
+			  struct st_diag *diag);
+
+/* kvd sequence handle of a kvd state (0 for a process-local one). */
+uint32_t cw_dsv4_state_seq(const struct cw_dsv4_state *s);
 
 /* ---- pieces (cw_dsv4_ops.c), exposed for the unit tests ---- */
 

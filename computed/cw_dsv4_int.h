@@ -10,6 +10,8 @@
 #include "cw_dsv4.h"
 #include "st_store.h"
 
+struct kv_client;
+
 struct cw_dsv4_mat {
 	int rows, cols;
 	float *w;
@@ -57,5 +59,61 @@ struct cw_dsv4_model {
 	struct st_store_layer *rec;
 	int no_route_reports;          /* cw_dsv4_set_route_reports(m, 0) */
 };
+
+/*
+ * Per-layer state, as the streams of DESIGN 3a (cw_dsv4_streams), indexed
+ * by enum cw_dsv4_stream_kind:
+ *  WINDOW       ring of the last W K=V rows (after norm and rope), row of
+ *               position p at p mod W;
+ *  COMP_STATE   compressor partial state: the raw inputs (c, then z with
+ *               ape) of the last comp_ring(ratio) tokens, token p at p mod
+ *               ring (CSA: the open window and the previous one's, 8
+ *               tokens; HCA: the open window, ratio tokens);
+ *  COMP_ROWS    compressed rows, one per ratio tokens (grows);
+ *  INDEX_STATE, INDEX_ROWS  the same for the indexer's compressor (CSA).
+ * Process-local: buf[k] holds them; kvd state (cw_dsv4_state_new_kv): rows
+ * live in the sequence's pages, fixed (ring) streams as per-token windowed
+ * streams, so row p of WINDOW is position p's row, not p mod W.
+ */
+struct cw_dsv4_lstate {
+	float *buf[CW_DSV4_MAX_STREAMS];  /* process-local; NULL if absent */
+	int elems[CW_DSV4_MAX_STREAMS];   /* floats per row */
+	int ring[CW_DSV4_MAX_STREAMS];    /* fixed streams: rows; else 0 */
+	int kvs[CW_DSV4_MAX_STREAMS];     /* kvd stream index, -1 absent */
+};
+
+struct cw_dsv4_state {
+	int len, cap;
+	struct cw_dsv4_lstate *ls;
+	int n_layers;
+	struct cw_dsv4_debug *dbg;
+	float *xw;  /* store mode: one expert's w1, w3, w2 dequantised */
+	int route_failed; /* store mode: routing reports expertd refused */
+	/* kvd state (cw_dsv4_state_new_kv): the sequence's rows are in kvd
+	 * pages; kv NULL for the process-local state */
+	struct kv_client *kv;
+	uint32_t seq;
+	int row_missing;  /* a row kvd did not map during this eval */
+	int failed;       /* an eval failed after its reservation */
+	/* prefix mode (cw_dsv4_state_new_kv with a prompt): the prompt's ids
+	 * (owned), how many of them the evals matched so far, and the page
+	 * groups already published */
+	int32_t *prompt;
+	int n_prompt, groups_published;
+	float *zero_row;  /* what a missing row reads (never used for a
+			   * result: the eval fails) */
+};
+
+/* After a successful eval of ids[0..n) at positions [len - n, len) of a
+ * kvd state in prefix mode: publishes the prompt's full pages reached so
+ * far (cw_dsv4_kv.c). */
+void cw_dsv4_kv_after_eval(struct cw_dsv4_state *s, const int32_t *ids,
+			   int n);
+
+/* A state for at most max_tokens positions: process-local (kv NULL: the
+ * streams in malloc'd arrays) or in kvd pages (kv: no arrays; the caller
+ * sets seq).  -EINVAL, -ENOMEM. */
+int cw_dsv4_state_init(const struct cw_dsv4_model *m, int max_tokens,
+		       struct kv_client *kv, struct cw_dsv4_state **ret);
 
 #endif

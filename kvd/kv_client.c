@@ -739,7 +739,7 @@ uint8_t *kv_client_row(struct kv_client *c, uint32_t seq, int stream,
 
 	if (idx < 0 || stream < 0 || (uint32_t)stream >= l->n_streams)
 		return NULL;
-	pi = row / l->page_rows;
+	pi = kv_stream_row_page(&c->streams[stream], l->page_rows, row);
 	if (pi >= l->max_pages_per_seq)
 		return NULL;
 	page = __atomic_load_n(&c->table[kv_table_index(l, (uint32_t)idx,
@@ -748,7 +748,9 @@ uint8_t *kv_client_row(struct kv_client *c, uint32_t seq, int stream,
 	if (page >= l->n_pages)
 		return NULL;
 	return c->data + (uint64_t)page * l->page_bytes +
-	       (uint64_t)(row % l->page_rows) * c->streams[stream].row_bytes;
+	       (uint64_t)kv_stream_row_slot(&c->streams[stream], l->page_rows,
+					    row) *
+		       c->streams[stream].row_bytes;
 }
 
 int kv_client_seq_resident(struct kv_client *c, uint32_t seq)

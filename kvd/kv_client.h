@@ -107,10 +107,15 @@ int kv_client_declare(struct kv_client *c, int n_streams,
 		      const uint32_t *row_bytes, uint32_t page_rows,
 		      struct st_diag *diag);
 
-/* The same with full stream declarations (kv_pool.h): rows per token and
- * retention travel to kvd, which refuses what this slice does not support
- * (tokens_per_row != 1, window_rows != 0, flags != 0) with
- * -ST_E_UNSUPPORTED. */
+/* The same with full stream declarations (kv_pool.h): tokens per row
+ * (1..KV_MAX_TOKENS_PER_ROW, else -ST_E_CONFIG: pages are by token, a
+ * stream of T tokens per row holds ceil(page_rows / T) rows per page) and
+ * retention (window_rows W, streams of one row per token only: a
+ * reservation that grows a sequence frees its pages of rows before the
+ * old n_rows - W unless shared or published, so write every reserved row
+ * before reserving more) travel to kvd, which refuses flags != 0 with
+ * -ST_E_UNSUPPORTED.  A sequence's n_rows (reserve, fork, prefix) always
+ * counts tokens. */
 int kv_client_declare_streams(struct kv_client *c, int n_streams,
 			      const struct kv_stream_decl *streams,
 			      uint32_t page_rows, struct st_diag *diag);
@@ -135,7 +140,9 @@ int kv_client_seq_create(struct kv_client *c, uint32_t *ret_seq,
 /*
  * Batched: makes sequence seqs[i] hold at least n_rows[i] rows in every
  * stream (allocating pages as needed), all in one request (n at most
- * KV_PROTO_MAX_RESERVE, 16384).
+ * KV_PROTO_MAX_RESERVE, 16384).  Growing a sequence takes its rows so far
+ * as written: a windowed stream's pages before them minus the window are
+ * freed (kv_client_declare_streams).
  * Errors: -ST_E_BUDGET (pool exhausted: nothing of this request stays
  * allocated; diag names the budget to raise), -ST_E_LIMIT (more rows than a
  * sequence may hold), -ST_E_NOTFOUND, -EPERM (another client's sequence).
@@ -148,7 +155,8 @@ int kv_client_seq_reserve(struct kv_client *c, int n, const uint32_t *seqs,
  * full pages (copy-on-write: reference counts) and gets a copy of the
  * partial last page.  *ret_dst is the child, holding n_rows rows (reserve
  * more before writing past its last page).  Errors: -ST_E_NOTFOUND,
- * -ST_E_LIMIT (n_rows more than src holds), -ST_E_BUDGET.
+ * -ST_E_LIMIT (n_rows more than src holds, or a windowed stream of src
+ * already freed rows the child's window needs), -ST_E_BUDGET.
  */
 int kv_client_seq_fork(struct kv_client *c, uint32_t src, uint32_t n_rows,
 		       uint32_t *ret_dst, struct st_diag *diag);
@@ -227,7 +235,9 @@ int kv_client_seq_prefetch(struct kv_client *c, int n, const uint32_t *seqs,
 int kv_client_seq_resident(struct kv_client *c, uint32_t seq);
 
 /*
- * Pointer to row `row` of `stream` of `seq` in the pool (row_bytes bytes),
+ * Pointer to row `row` of `stream` of `seq` in the pool (row_bytes bytes;
+ * `row` counts the stream's own rows: row r of a stream of T tokens per row
+ * covers tokens [rT, rT + T) and lives in the page of token rT + T - 1),
  * or NULL when that row has no page, its page is spilled (restore first)
  * or seq is not a live sequence.  Valid until the sequence is freed, or,
  * for an unpinned sequence while kvd spills, until the next kvd request.

@@ -43,7 +43,8 @@ static const struct opt opts[] = {
 	{ "budget", OPT_BUDGET, offsetof(struct kv_config, budget_bytes), 0, 1,
 	  UINT64_MAX, "1GiB",
 	  "bytes of KV page data (e.g. 8GiB, or 25% of physical memory); "
-	  "pages = budget / (page_rows x largest row_bytes); page tables and "
+	  "pages = budget / (page_rows x largest row_bytes; pooled streams: "
+	  "their rows per page); page tables and "
 	  "metadata come on top" },
 	{ "max-seqs", OPT_U32, offsetof(struct kv_config, max_seqs), 0, 1,
 	  KV_MAX_SEQS, "64", "sequences that may be live at once" },

@@ -10,7 +10,10 @@
  *  - a LIVE sequence with n_rows rows has exactly kv_pages_for_rows(n_rows,
  *    page_rows) entries in every stream, at table positions [0, that), each
  *    a page, a spilled slot or KV_PAGE_LOST (then the sequence is FAILED),
- *    and KV_PAGE_NONE after them; a FREE sequence has no entry at all;
+ *    and KV_PAGE_NONE after them; except that the first
+ *    kv_window_dead_pages(n_rows) positions of a windowed stream may be
+ *    KV_PAGE_NONE (freed out of the window); a FREE sequence has no entry
+ *    at all;
  *  - a page's refcount is the number of table entries naming it; a page
  *    with refcount 0 is on the free list, or KV_PAGE_CACHED in an idle
  *    cached group; n_spilled of a sequence counts its spilled entries;
@@ -369,7 +372,7 @@ void kv_seq_release(struct kv_pool *p, uint32_t idx)
 			uint32_t ent = table_load(p, idx, s, pi);
 
 			if (ent == KV_PAGE_NONE)
-				break;
+				continue; /* also a windowed stream's head */
 			table_store(p, idx, s, pi, KV_PAGE_NONE);
 			if (kv_entry_is_spilled(ent))
 				kv_spill_slot_free(p, kv_entry_slot(ent));
@@ -515,11 +518,42 @@ static int seq_cow(struct kv_pool *p, uint32_t idx, uint32_t target)
 		if (r < 0)
 			return r;
 		memcpy(kv_page_data(p, page), kv_page_data(p, old),
-		       (size_t)part * p->streams[s].row_bytes);
+		       (size_t)kv_stream_page_used(&p->streams[s],
+						   p->lay.page_rows, pi,
+						   rows));
 		table_store(p, idx, s, pi, page);
 		kv_page_unref(p, old);
 	}
 	return 0;
+}
+
+/*
+ * Windowed streams (kv_pool.h): when sequence idx grows from its n_rows to
+ * target, the rows before n_rows are written, so the pages whose rows all
+ * lie before n_rows - W are no longer needed: freed when only this
+ * sequence holds them and they are not published (a shared or published
+ * page stays for its other holders and the prefix cache).  Called after
+ * the restore of the sequence: every entry is resident.
+ */
+static void seq_window_trim(struct kv_pool *p, uint32_t idx, uint32_t target)
+{
+	uint32_t rows = atomic_load(&p->seqs[idx].n_rows);
+
+	if (target <= rows)
+		return;
+	for (uint32_t s = 0; s < p->lay.n_streams; s++) {
+		uint32_t dead = kv_window_dead_pages(&p->streams[s],
+						     p->lay.page_rows, rows);
+
+		for (uint32_t pi = 0; pi < dead; pi++) {
+			uint32_t page = table_load(p, idx, s, pi);
+
+			if (page >= p->lay.n_pages || page_needs_copy(p, page))
+				continue;
+			table_store(p, idx, s, pi, KV_PAGE_NONE);
+			kv_page_unref(p, page);
+		}
+	}
 }
 
 int kv_seq_reserve(struct kv_pool *p, uint32_t client, uint32_t n,
@@ -644,9 +678,11 @@ int kv_seq_reserve(struct kv_pool *p, uint32_t client, uint32_t n,
 				table_store(p, idx, s, pi, page);
 			}
 	}
-	for (uint32_t u = 0; u < n_uniq; u++)
+	for (uint32_t u = 0; u < n_uniq; u++) {
+		seq_window_trim(p, uniq[u], target[u]);
 		atomic_store_explicit(&p->seqs[uniq[u]].n_rows, target[u],
 				      memory_order_release);
+	}
 	r = 0;
 	goto out;
 undo:
@@ -693,6 +729,22 @@ int kv_seq_fork(struct kv_pool *p, uint32_t client, int32_t pid,
 				   "only %u", src, n_rows, src_rows);
 	if (part == B)
 		part = 0; /* the last page is full: shared, not copied */
+	/* a windowed stream's rows the child still needs must be there */
+	for (uint32_t s = 0; s < p->lay.n_streams; s++)
+		for (uint32_t pi = kv_window_dead_pages(&p->streams[s], B,
+							n_rows);
+		     pi < kv_window_dead_pages(&p->streams[s], B, src_rows) &&
+		     pi < full + (part > 0); pi++)
+			if (table_load(p, (uint32_t)sidx, s, pi) == KV_PAGE_NONE)
+				return st_diag_set(
+					diag, -ST_E_LIMIT,
+					"fork of sequence 0x%x at %u rows: "
+					"stream %u keeps a window of %u rows "
+					"and its rows before %u were freed; "
+					"fork at most %u rows back", src,
+					n_rows, s, p->streams[s].window_rows,
+					src_rows - p->streams[s].window_rows,
+					p->streams[s].window_rows);
 	stamp = kv_mark_begin(p);
 	p->mark[2 * (uint32_t)sidx] = stamp;
 	kv_seq_touch(p, (uint32_t)sidx);
@@ -716,6 +768,10 @@ int kv_seq_fork(struct kv_pool *p, uint32_t client, int32_t pid,
 		for (uint32_t pi = 0; pi < full; pi++) {
 			uint32_t page = table_load(p, (uint32_t)sidx, s, pi);
 
+			if (page == KV_PAGE_NONE &&
+			    pi < kv_window_dead_pages(&p->streams[s], B,
+						      n_rows))
+				continue; /* out of the child's window too */
 			/* src holds a reference, so this cannot fail */
 			if (page >= p->lay.n_pages || kv_page_ref(p, page) < 0)
 				goto fail;
@@ -729,7 +785,8 @@ int kv_seq_fork(struct kv_pool *p, uint32_t client, int32_t pid,
 			    kv_page_alloc(p, s, &page) < 0)
 				goto fail;
 			memcpy(kv_page_data(p, page), kv_page_data(p, from),
-			       (size_t)part * p->streams[s].row_bytes);
+			       (size_t)kv_stream_page_used(&p->streams[s], B,
+							   full, n_rows));
 			table_store(p, (uint32_t)didx, s, full, page);
 		}
 	}
@@ -891,13 +948,21 @@ int kv_pool_adopt(struct kv_pool *p, void *base, size_t size,
 		want = ST_MIN(kv_pages_for_rows(rows, B),
 			      lay->max_pages_per_seq);
 		ok = want;
-		for (uint32_t s = 0; s < lay->n_streams; s++)
-			for (uint32_t pi = 0; pi < ok; pi++)
-				if (!entry_present(p, table_load(p, idx, s, pi),
-						   s)) {
+		for (uint32_t s = 0; s < lay->n_streams; s++) {
+			uint32_t dead = kv_window_dead_pages(&streams[s], B,
+							     rows);
+
+			for (uint32_t pi = 0; pi < ok; pi++) {
+				uint32_t ent = table_load(p, idx, s, pi);
+
+				if (ent == KV_PAGE_NONE && pi < dead)
+					continue; /* freed out of the window */
+				if (!entry_present(p, ent, s)) {
 					ok = pi;
 					break;
 				}
+			}
+		}
 		if (ok < want || kv_pages_for_rows(rows, B) > want) {
 			rows = ST_MIN(rows, ok * B);
 			atomic_store(&e->n_rows, rows);

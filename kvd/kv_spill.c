@@ -196,7 +196,7 @@ static void slots_untake(struct kv_pool *p, uint32_t n, const uint32_t *s)
 struct kv_spill_io {
 	uint32_t slot;
 	uint32_t page;
-	uint32_t length;     /* bytes that matter: page_rows x row_bytes */
+	uint32_t length;     /* bytes that matter: rows per page x row_bytes */
 	int32_t status;      /* read: 0 or the error of this page */
 	uint64_t checksum;   /* of the page's `length` bytes */
 	uint32_t owner;      /* what the record says / must say */
@@ -438,7 +438,8 @@ static int spill_move(struct kv_pool *p, struct kv_spill_io *v, uint32_t n,
 
 static uint32_t stream_length(const struct kv_pool *p, uint32_t s)
 {
-	return p->lay.page_rows * p->streams[s].row_bytes;
+	return kv_stream_page_capacity(&p->streams[s], p->lay.page_rows) *
+	       p->streams[s].row_bytes;
 }
 
 static void slot_record(struct kv_pool *p, const struct kv_spill_io *v)

@@ -22,8 +22,9 @@
  * file, see kv_spill_slot) or KV_PAGE_LOST (the bytes were lost: a spilled
  * page failed its checks; the sequence is KV_SEQ_F_FAILED).
  *
- * Page size: every page is `page_bytes` = page_rows * (largest row_bytes of
- * the declaration), rounded up to 64 bytes, whatever stream it belongs to.
+ * Page size: every page is `page_bytes` = the largest kv_stream_page_capacity
+ * x row_bytes of the declaration (page_rows x row_bytes for a stream of one
+ * row per token), rounded up to 64 bytes, whatever stream it belongs to.
  * One page size keeps a single free list and lets any page serve any stream;
  * a stream with smaller rows leaves the tail of its pages unused.  Per-stream
  * page sizes (with one free list each) come with FP8/FP4 streams, when the
@@ -32,7 +33,10 @@
  * top and are reported in pool_bytes).
  *
  * Row r of stream s of a sequence lives in page table[seq][s][r / page_rows]
- * at byte (r % page_rows) * row_bytes[s] of that page (PITFALLS P11: n rows
+ * at byte (r % page_rows) * row_bytes[s] of that page for a stream of one
+ * row per token (kv_stream_row_page / kv_stream_row_slot in general; a
+ * sequence's n_rows counts tokens, its pages per stream are the same
+ * ceil(n_rows / page_rows) for every stream) (PITFALLS P11: n rows
  * use ceil(n / page_rows) pages and the last holds ((n - 1) % page_rows) + 1
  * rows; 0 rows use no page).
  *
@@ -97,12 +101,32 @@
 
 /* Stream flags (kv_stream_decl.flags). */
 #define KV_STREAM_STATE 0x1u /* one row per sequence, overwritten (later) */
+#define KV_MAX_TOKENS_PER_ROW 65536u
 
 /*
  * One KV stream of the model (DESIGN.md 3a).  16 bytes, identical on the wire
- * (little-endian) and in the segment.  This slice supports tokens_per_row 1,
- * window_rows 0 and flags 0; other values are refused with -ST_E_UNSUPPORTED
- * but have their place here so later slices change no layout.
+ * (little-endian) and in the segment.
+ *
+ * tokens_per_row T >= 1: row r of the stream covers tokens [rT, rT + T) and
+ * is complete once token rT + T - 1 is written (a compressed row).  Pages
+ * are by token for every stream: page p of any stream belongs to tokens
+ * [p B, p B + B) (B = page_rows) and holds the rows those tokens complete,
+ * rows [floor(pB / T), floor((p+1)B / T)), at most ceil(B / T) of them
+ * (none when T > B and no row ends in the page: the page is still
+ * allocated).  So a full page of every stream covers the same tokens, a
+ * prefix-cache group is still "page p of every stream", and a full page
+ * holds only complete rows.  (kv_stream_row_page and friends below.)
+ *
+ * window_rows W > 0 (with tokens_per_row 1): a sliding window, only the
+ * last W rows are needed by the model.  When SEQ_RESERVE grows a sequence
+ * from n to more rows, rows before n count as written, and every page of
+ * the stream whose rows all lie before n - W (kv_window_dead_pages) is
+ * freed, unless it is shared or published (then the other holders and the
+ * prefix cache keep it): its table entry becomes KV_PAGE_NONE.  A client
+ * that publishes its full pages after each chunk (before the next
+ * reservation) keeps its whole chain in the prefix cache.
+ * flags: KV_STREAM_STATE is refused with -ST_E_UNSUPPORTED (a model's
+ * per-sequence state is declared as a windowed per-token stream instead).
  */
 struct kv_stream_decl {
 	uint32_t row_bytes;      /* bytes of one row, 1..KV_MAX_ROW_BYTES */
@@ -246,6 +270,58 @@ static inline uint32_t kv_pages_for_rows(uint32_t n_rows, uint32_t page_rows)
 static inline uint32_t kv_last_page_rows(uint32_t n_rows, uint32_t page_rows)
 {
 	return n_rows ? ((n_rows - 1) % page_rows) + 1 : 0;
+}
+
+/* Most rows of stream s in one page of page_rows tokens: ceil(B / T). */
+static inline uint32_t kv_stream_page_capacity(const struct kv_stream_decl *s,
+					       uint32_t page_rows)
+{
+	return (page_rows + s->tokens_per_row - 1) / s->tokens_per_row;
+}
+
+/* Page index of row `row` of stream s: the page of its last token. */
+static inline uint32_t kv_stream_row_page(const struct kv_stream_decl *s,
+					  uint32_t page_rows, uint32_t row)
+{
+	return (uint32_t)((((uint64_t)row + 1) * s->tokens_per_row - 1) /
+			  page_rows);
+}
+
+/* Place of row `row` of stream s within its page (rows before it in that
+ * page). */
+static inline uint32_t kv_stream_row_slot(const struct kv_stream_decl *s,
+					  uint32_t page_rows, uint32_t row)
+{
+	uint64_t pg = kv_stream_row_page(s, page_rows, row);
+
+	return row - (uint32_t)(pg * page_rows / s->tokens_per_row);
+}
+
+/* Bytes of stream s written in page `page` once the sequence holds n_rows
+ * tokens (rows completed by tokens [page B, n_rows) of that page). */
+static inline uint64_t kv_stream_page_used(const struct kv_stream_decl *s,
+					   uint32_t page_rows, uint32_t page,
+					   uint32_t n_rows)
+{
+	uint64_t t0 = (uint64_t)page * page_rows, t1 = n_rows;
+
+	if (t1 > t0 + page_rows)
+		t1 = t0 + page_rows;
+	if (t1 <= t0)
+		return 0;
+	return (t1 / s->tokens_per_row - t0 / s->tokens_per_row) *
+	       (uint64_t)s->row_bytes;
+}
+
+/* Leading page positions of a windowed stream that a sequence of n_rows
+ * written rows no longer needs (rows before n_rows - W): their entries may
+ * be KV_PAGE_NONE.  0 for a stream without a window. */
+static inline uint32_t kv_window_dead_pages(const struct kv_stream_decl *s,
+					    uint32_t page_rows, uint32_t n_rows)
+{
+	if (!s->window_rows || n_rows <= s->window_rows)
+		return 0;
+	return (n_rows - s->window_rows) / page_rows;
 }
 
 static inline uint32_t kv_seq_handle(uint32_t index, uint32_t generation)

@@ -627,7 +627,8 @@ int kv_layout_compute_spill(const struct kv_stream_decl *streams,
 			    uint32_t max_seqs, uint32_t max_rows_per_seq,
 			    struct kv_layout *l, struct st_diag *diag)
 {
-	uint64_t off, max_row = 0, page_bytes, n_pages, table_entries;
+	uint64_t off, max_row = 0, max_page = 0, page_bytes, n_pages;
+	uint64_t table_entries;
 	uint64_t slot_bytes, n_slots;
 	char b1[32], b2[32];
 
@@ -648,23 +649,29 @@ int kv_layout_compute_spill(const struct kv_stream_decl *streams,
 					   "KV stream %u: row_bytes %u, must "
 					   "be 1..%u", i, s->row_bytes,
 					   KV_MAX_ROW_BYTES);
-		if (s->tokens_per_row != 1)
+		if (s->tokens_per_row == 0 ||
+		    s->tokens_per_row > KV_MAX_TOKENS_PER_ROW)
+			return st_diag_set(diag, -ST_E_CONFIG,
+					   "KV stream %u: %u tokens per row, "
+					   "must be 1..%u", i,
+					   s->tokens_per_row,
+					   KV_MAX_TOKENS_PER_ROW);
+		if (s->window_rows && s->tokens_per_row != 1)
 			return st_diag_set(diag, -ST_E_UNSUPPORTED,
-					   "KV stream %u: %u tokens per row "
-					   "(pooled rows) is not supported yet; "
-					   "only 1", i, s->tokens_per_row);
-		if (s->window_rows != 0)
-			return st_diag_set(diag, -ST_E_UNSUPPORTED,
-					   "KV stream %u: a sliding window of "
-					   "%u rows is not supported yet; only "
-					   "0 (keep all rows)", i,
-					   s->window_rows);
+					   "KV stream %u: a window of %u rows "
+					   "of %u tokens each; windows are "
+					   "supported on streams of one row "
+					   "per token only", i, s->window_rows,
+					   s->tokens_per_row);
 		if (s->flags != 0)
 			return st_diag_set(diag, -ST_E_UNSUPPORTED,
 					   "KV stream %u: flags 0x%x (state "
 					   "streams) are not supported yet", i,
 					   s->flags);
 		max_row = ST_MAX(max_row, (uint64_t)s->row_bytes);
+		max_page = ST_MAX(max_page,
+				  (uint64_t)s->row_bytes *
+					  kv_stream_page_capacity(s, page_rows));
 	}
 	if (max_seqs == 0 || max_seqs > KV_MAX_SEQS)
 		return st_diag_set(diag, -ST_E_CONFIG,
@@ -674,7 +681,7 @@ int kv_layout_compute_spill(const struct kv_stream_decl *streams,
 		return st_diag_set(diag, -ST_E_CONFIG,
 				   "max_rows_per_seq %u, must be 1..%u",
 				   max_rows_per_seq, KV_MAX_ROWS_PER_SEQ);
-	page_bytes = ST_ALIGN_UP(max_row * page_rows, (uint64_t)KV_PAGE_ALIGN);
+	page_bytes = ST_ALIGN_UP(max_page, (uint64_t)KV_PAGE_ALIGN);
 	if (page_bytes > KV_MAX_PAGE_BYTES)
 		return st_diag_set(diag, -ST_E_CONFIG,
 				   "a page of %u rows of %llu bytes is %llu "

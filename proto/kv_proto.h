@@ -279,10 +279,12 @@ void kv_proto_salvage_header(const void *buf, size_t len,
  * Computes the layout of a pool for a declaration and kvd's options
  * (layout in kv_pool.h).  max_pages_per_seq = min(ceil(max_rows_per_seq /
  * page_rows), n_pages / n_streams): a sequence cannot hold more pages than
- * the budget gives one stream.  Errors: -ST_E_CONFIG (n_streams, page_rows or
- * row_bytes out of range, max_seqs 0 or over KV_MAX_SEQS, max_rows_per_seq
- * 0 or over KV_MAX_ROWS_PER_SEQ), -ST_E_UNSUPPORTED (tokens_per_row != 1,
- * window_rows != 0 or flags != 0: later slices), -ST_E_BUDGET (the budget
+ * the budget gives one stream.  page_bytes: the largest ceil(page_rows /
+ * tokens_per_row) x row_bytes (kv_pool.h).  Errors: -ST_E_CONFIG (n_streams,
+ * page_rows, row_bytes or tokens_per_row out of range, max_seqs 0 or over
+ * KV_MAX_SEQS, max_rows_per_seq 0 or over KV_MAX_ROWS_PER_SEQ),
+ * -ST_E_UNSUPPORTED (flags != 0, or a window on a stream of more than one
+ * token per row), -ST_E_BUDGET (the budget
  * holds fewer pages than n_streams; the message names the minimum budget),
  * -ST_E_LIMIT (sizes overflow).
  */

@@ -81,7 +81,7 @@ static void test_declare(void **state)
 	struct kvd_inst *k = *state, k2;
 	const uint32_t rb[2] = { 64, 32 }, rb1[1] = { 64 };
 	struct kv_client *a, *b;
-	struct kv_stream_decl sd[2] = { { 64, 1, 0, 0 }, { 32, 4, 0, 0 } };
+	struct kv_stream_decl sd[2] = { { 64, 1, 0, 0 }, { 32, 0, 0, 0 } };
 	struct kv_stats st;
 	struct st_diag d;
 
@@ -131,7 +131,7 @@ static void test_declare(void **state)
 	assert_non_null(strstr(d.msg, "at least 512 bytes"));
 	assert_non_null(strstr(d.msg, "--budget"));
 	assert_int_equal(kv_client_declare_streams(a, 2, sd, 1, &d),
-			 -ST_E_UNSUPPORTED);
+			 -ST_E_CONFIG);
 	assert_non_null(strstr(d.msg, "tokens per row"));
 	assert_int_equal(kvd_count_segments(k2.name), 0);
 	/* a declaration that fits (one stream of 64 x 4 = 256 bytes) */
@@ -573,10 +573,10 @@ static void test_malformed(void **state)
 			 -ST_E_PROTO);
 	assert_int_equal(raw32(&r, KV_MSG_DECLARE, 6, 2, 4, 64, 1, 0, 0),
 			 -ST_E_PROTO);
-	assert_int_equal(raw32(&r, KV_MSG_DECLARE, 6, 1, 4, 64, 2, 0, 0),
-			 -ST_E_UNSUPPORTED);
-	assert_int_equal(raw32(&r, KV_MSG_DECLARE, 6, 1, 4, 64, 1, 8, 0),
-			 -ST_E_UNSUPPORTED);
+	assert_int_equal(raw32(&r, KV_MSG_DECLARE, 6, 1, 4, 64, 0, 0, 0),
+			 -ST_E_CONFIG);
+	assert_int_equal(raw32(&r, KV_MSG_DECLARE, 6, 1, 4, 64, 70000, 0, 0),
+			 -ST_E_CONFIG);
 	assert_int_equal(raw32(&r, KV_MSG_DECLARE, 6, 1, 4, 64, 1, 0, 1),
 			 -ST_E_UNSUPPORTED);
 	assert_int_equal(raw32(&r, KV_MSG_DECLARE, 6, 1, 4, 64, 1, 0, 0), 0);

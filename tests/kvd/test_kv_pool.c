@@ -105,6 +105,53 @@ static int reserve1(struct tpool *t, uint32_t client, uint32_t seq,
 
 /* ---- P11: pages per row count ------------------------------------------ */
 
+/* Pooled rows (tokens_per_row T): walking the tokens one by one, a row
+ * completes at every T-th token, in the page of that token; its slot is
+ * the rows already completed in that page.  The helpers must agree, every
+ * page must hold at most kv_stream_page_capacity rows, and the bytes used
+ * of a page after n tokens are the rows completed in it so far. */
+static void test_pooled_rows(void **state)
+{
+	(void)state;
+	for (uint32_t T = 1; T <= 20; T++)
+		for (uint32_t B = 1; B <= 9; B++) {
+			struct kv_stream_decl s = { 12, T, 0, 0 };
+			uint32_t row = 0, in_page[64] = { 0 }, most = 0;
+
+			for (uint32_t t = 0; t < 64 * B / 2 && t < 300; t++) {
+				uint32_t pg = t / B;
+
+				for (uint32_t p = 0; p <= pg; p++)
+					assert_int_equal(
+						kv_stream_page_used(&s, B, p, t),
+						(uint64_t)in_page[p] * 12);
+				if ((t + 1) % T)
+					continue;
+				assert_int_equal(kv_stream_row_page(&s, B, row),
+						 pg);
+				assert_int_equal(kv_stream_row_slot(&s, B, row),
+						 in_page[pg]);
+				in_page[pg]++;
+				most = in_page[pg] > most ? in_page[pg] : most;
+				row++;
+			}
+			assert_true(most <= kv_stream_page_capacity(&s, B));
+			if (T <= B)
+				assert_int_equal(most,
+						 kv_stream_page_capacity(&s, B));
+		}
+	/* 8 tokens in pages of 4 with a row per 4 tokens: row 0 in page 0,
+	 * row 1 in page 1; with 16 per row, row 0 waits for page 3 */
+	{
+		struct kv_stream_decl s4 = { 8, 4, 0, 0 }, s16 = { 8, 16, 0, 0 };
+
+		assert_int_equal(kv_stream_row_page(&s4, 4, 1), 1);
+		assert_int_equal(kv_stream_row_page(&s16, 4, 0), 3);
+		assert_int_equal(kv_stream_page_used(&s16, 4, 3, 15), 0);
+		assert_int_equal(kv_stream_page_used(&s16, 4, 3, 16), 8);
+	}
+}
+
 static void test_page_arithmetic(void **state)
 {
 	(void)state;
@@ -527,6 +574,93 @@ static void test_fork(void **state)
 	tpool_free(t);
 }
 
+/* ---- windowed streams ------------------------------------------------ */
+
+/* Stream 0 keeps every row, stream 1 a window of 6 rows; pages of 4 rows.
+ * A reservation that grows a sequence from n rows frees stream 1's pages
+ * whose rows all lie before n - 6, unless shared; a fork that would need
+ * freed rows is refused; adoption keeps the freed head; free gives every
+ * page back. */
+static void test_window(void **state)
+{
+	const uint32_t rb[2] = { 16, 16 };
+	struct tpool *t = tpool_new(2, rb, 4, 40, 8, 64);
+	struct kv_adopt_report rep;
+	struct kv_pool q;
+	uint32_t a, b, c, f;
+	struct st_diag d;
+	void *copy;
+
+	(void)state;
+	/* a window changes no size: the same layout, formatted again */
+	kv_pool_fini(&t->p);
+	t->streams[1].window_rows = 6;
+	memset(t->mem, 0, t->lay.total_bytes);
+	assert_int_equal(kv_pool_format(&t->p, t->mem, t->lay.total_bytes,
+					&t->lay, t->streams),
+			 0);
+	assert_int_equal(kv_window_dead_pages(&t->streams[1], 4, 6), 0);
+	assert_int_equal(kv_window_dead_pages(&t->streams[1], 4, 10), 1);
+	assert_int_equal(kv_window_dead_pages(&t->streams[0], 4, 60), 0);
+	assert_int_equal(kv_seq_create(&t->p, 1, 11, 0, 0, &a, &d), 0);
+	/* grown from 0, 4, 8, 12: rows before 12 - 6 = 6 are dead, so page
+	 * 0 (rows 0..3) goes at the growth from 12, page 1 at the one from
+	 * 16 */
+	for (uint32_t n = 4; n <= 16; n += 4)
+		assert_int_equal(reserve1(t, 1, a, n, &d), 0);
+	assert_int_equal(seq_pages(t, a, 0), 4);
+	assert_int_equal(seq_pages(t, a, 1), 3);
+	assert_int_equal(used(t), 7);
+	assert_int_equal(reserve1(t, 1, a, 24, &d), 0);
+	assert_int_equal(seq_pages(t, a, 0), 6);
+	assert_int_equal(seq_pages(t, a, 1), 4);
+	assert_int_equal(used(t), 10);
+	/* not growing frees nothing */
+	assert_int_equal(reserve1(t, 1, a, 20, &d), 0);
+	assert_int_equal(used(t), 10);
+	/* a fork at 20 rows needs rows 14.. (pages 3..): fine, stream 1's
+	 * freed head stays freed in the child; at 8 rows it would need
+	 * page 0, freed */
+	assert_int_equal(kv_seq_fork(&t->p, 1, 11, 0, 0, a, 20, &f, &d), 0);
+	assert_int_equal(seq_pages(t, f, 1), 3);
+	assert_int_equal(kv_seq_fork(&t->p, 1, 11, 0, 0, a, 8, &c, &d),
+			 -ST_E_LIMIT);
+	assert_non_null(strstr(d.msg, "window"));
+	assert_int_equal(kv_seq_free(&t->p, 1, f, &d), 0);
+	assert_int_equal(used(t), 10);
+	/* a shared page out of the window stays with its other holder */
+	assert_int_equal(kv_seq_create(&t->p, 1, 11, 0, 0, &b, &d), 0);
+	assert_int_equal(reserve1(t, 1, b, 8, &d), 0);
+	assert_int_equal(kv_seq_fork(&t->p, 1, 11, 0, 0, b, 8, &c, &d), 0);
+	assert_int_equal(reserve1(t, 1, b, 16, &d), 0);
+	assert_int_equal(reserve1(t, 1, b, 24, &d), 0);
+	assert_int_equal(seq_pages(t, b, 1), 6);
+	assert_int_equal(shared(t), 4);
+	assert_int_equal(kv_seq_free(&t->p, 1, c, &d), 0);
+	/* only b holds them now: freed at its next growth (from 24: rows
+	 * before 18, pages 0..3) */
+	assert_int_equal(reserve1(t, 1, b, 28, &d), 0);
+	assert_int_equal(seq_pages(t, b, 1), 7 - 4);
+	/* adoption after a kill: the freed heads are no truncation */
+	copy = aligned_alloc(ST_SHM_PAGE, t->lay.total_bytes);
+	assert_non_null(copy);
+	memcpy(copy, t->mem, t->lay.total_bytes);
+	assert_int_equal(kv_pool_adopt(&q, copy, t->lay.total_bytes, &t->lay,
+				       t->streams, &rep),
+			 0);
+	assert_int_equal(rep.seqs_kept, 2);
+	assert_int_equal(rep.seqs_truncated, 0);
+	assert_int_equal(rep.entries_dropped, 0);
+	assert_int_equal(atomic_load(&q.info->counters.pages_used), used(t));
+	assert_int_equal(kv_seq_free(&q, 1, a, &d), 0);
+	assert_int_equal(kv_seq_free(&q, 1, b, &d), 0);
+	assert_int_equal(atomic_load(&q.info->counters.pages_used), 0);
+	assert_int_equal(kv_pool_free_pages(&q), 40);
+	kv_pool_fini(&q);
+	free(copy);
+	tpool_free(t);
+}
+
 /* ---- adoption ---------------------------------------------------------- */
 
 static void test_adopt(void **state)
@@ -647,13 +781,28 @@ static void test_layout(void **state)
 			 -ST_E_BUDGET);
 	assert_non_null(strstr(d.msg, "4800 bytes"));
 	assert_non_null(strstr(d.msg, "--budget"));
+	/* pooled rows: 16 tokens of 4 per row = 4 rows of 100 bytes, so
+	 * the widest page is stream 0's 16 x 64 = 1024; 0 tokens per row is
+	 * refused; a window is recorded (not a size change) */
 	s[1].tokens_per_row = 4;
 	assert_int_equal(kv_layout_compute(s, 3, 16, 1 << 20, 4, 100, &r, &d),
-			 -ST_E_UNSUPPORTED);
+			 0);
+	assert_int_equal(r.page_bytes, 1024);
+	s[1].tokens_per_row = 0;
+	assert_int_equal(kv_layout_compute(s, 3, 16, 1 << 20, 4, 100, &r, &d),
+			 -ST_E_CONFIG);
+	assert_non_null(strstr(d.msg, "tokens per row"));
 	s[1].tokens_per_row = 1;
 	s[2].window_rows = 128;
 	assert_int_equal(kv_layout_compute(s, 3, 16, 1 << 20, 4, 100, &r, &d),
-			 -ST_E_UNSUPPORTED);
+			 0);
+	assert_int_equal(r.page_bytes, 1600);
+	s[1].window_rows = 8;
+	s[1].tokens_per_row = 4;
+	assert_int_equal(kv_layout_compute(s, 3, 16, 1 << 20, 4, 100, &r, &d),
+			 -ST_E_UNSUPPORTED); /* a window of pooled rows */
+	s[1].window_rows = 0;
+	s[1].tokens_per_row = 1;
 	s[2].window_rows = 0;
 	s[0].flags = KV_STREAM_STATE;
 	assert_int_equal(kv_layout_compute(s, 3, 16, 1 << 20, 4, 100, &r, &d),
@@ -1185,12 +1334,14 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_page_arithmetic),
+		cmocka_unit_test(test_pooled_rows),
 		cmocka_unit_test(test_p11_bookkeeping),
 		cmocka_unit_test(test_seq_generations),
 		cmocka_unit_test(test_refcount_threads),
 		cmocka_unit_test(test_reserve_all_or_nothing),
 		cmocka_unit_test(test_fork),
 		cmocka_unit_test(test_adopt),
+		cmocka_unit_test(test_window),
 		cmocka_unit_test(test_layout),
 		cmocka_unit_test(test_prefix_cache),
 		cmocka_unit_test(test_cache_evict),
