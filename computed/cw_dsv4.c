@@ -22,6 +22,7 @@
 #include "es_client.h"
 #include "st_formats.h"
 #include "st_log.h"
+#include "st_util.h"
 
 /*
  * Per-layer state, as the streams of DESIGN 3a (cw_dsv4_streams):
@@ -47,8 +48,10 @@ struct cw_dsv4_state {
 	struct cw_dsv4_lstate *ls;
 	int n_layers;
 	struct cw_dsv4_debug *dbg;
-	float *xw;  /* store mode: one expert's w1, w3, w2 dequantised */
+	float *xw;  /* store mode: one expert's w1, w3, w2 dequantised
+		     * (fast mode: scratch of the quantized activations) */
 	int route_failed; /* store mode: routing reports expertd refused */
+	struct cw_dsv4_run_stats st;
 };
 
 /* Tokens of compressor inputs a layer keeps: CSA rows pool the previous
@@ -70,6 +73,27 @@ static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
 	}
 }
 
+/* Fast mode's matvec: the fast backend's kernel for the FP8 codes, or
+ * its F32 kernel for a matrix kept as floats. */
+static void matvec_fast(const struct cw_dsv4_model *md,
+			const struct cw_dsv4_mat *m, const float *x, float *y)
+{
+	struct cw_wview v = { .dtype = ST_DTYPE_F32, .data = m->w,
+			      .rows = m->rows, .cols = m->cols };
+
+	md->be->matvec(m->codes ? &m->fv : &v, x, y, 0, m->rows);
+}
+
+/* matvec in the model's mode (plain matvec in reference mode). */
+static void mv(const struct cw_dsv4_model *md, const struct cw_dsv4_mat *m,
+	       const float *x, float *y)
+{
+	if (md->be)
+		matvec_fast(md, m, x, y);
+	else
+		matvec(m, x, y);
+}
+
 /* y = w x, with the ACT_FP8 round trip of x first when w was stored
  * FP8/FP4 and the model has it on. */
 static void lin(const struct cw_dsv4_model *md, const struct cw_dsv4_mat *w,
@@ -80,9 +104,9 @@ static void lin(const struct cw_dsv4_model *md, const struct cw_dsv4_mat *w,
 
 		memcpy(xq, x, sizeof(xq));
 		cw_dsv4_fp8_roundtrip(xq, w->cols, md->cfg.fp8_block[1]);
-		matvec(w, xq, y);
+		mv(md, w, xq, y);
 	} else {
-		matvec(w, x, y);
+		mv(md, w, x, y);
 	}
 }
 
@@ -91,9 +115,20 @@ static void lin_rows(const struct cw_dsv4_model *md,
 		     const struct cw_dsv4_mat *m, int r0, int n,
 		     const float *x, float *y)
 {
-	struct cw_dsv4_mat sub = { n, m->cols, m->w + (size_t)r0 * m->cols,
-				   m->quantized };
+	struct cw_dsv4_mat sub = { .rows = n, .cols = m->cols,
+				   .quantized = m->quantized };
 
+	if (m->w)
+		sub.w = m->w + (size_t)r0 * m->cols;
+	if (m->codes) {
+		size_t ng = (m->cols + m->fv.group - 1) / m->fv.group;
+
+		sub.codes = m->codes;
+		sub.fv = m->fv;
+		sub.fv.data = m->codes + (size_t)r0 * m->cols;
+		sub.fv.scales = (const uint8_t *)(m->fscale + (size_t)r0 * ng);
+		sub.fv.rows = n;
+	}
 	lin(md, &sub, x, y);
 }
 
@@ -114,7 +149,11 @@ int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
 		goto nomem;
 	s->cap = max_tokens;
 	s->n_layers = c->n_layers;
-	if (m->es) {
+	if (m->es && m->be) {
+		s->xw = malloc(m->be->act_bytes(c->hidden_size));
+		if (!s->xw)
+			goto nomem;
+	} else if (m->es) {
 		s->xw = malloc((size_t)3 * c->moe_inter * c->hidden_size *
 			       sizeof(float));
 		if (!s->xw)
@@ -197,14 +236,15 @@ void cw_dsv4_set_debug(struct cw_dsv4_state *s, struct cw_dsv4_debug *dbg)
 }
 
 /* Compressor inputs of one token: c = wkv a, z = wgate a + ape[p mod m]. */
-static void comp_inputs(const struct cw_dsv4_comp *cp, const float *a,
+static void comp_inputs(const struct cw_dsv4_model *m,
+			const struct cw_dsv4_comp *cp, const float *a,
 			int64_t p, float *cz)
 {
 	int cols = cp->wkv.rows;
 	const float *ape = cp->ape + (size_t)(p % cp->ratio) * cols;
 
-	matvec(&cp->wkv, a, cz);
-	matvec(&cp->wgate, a, cz + cols);
+	mv(m, &cp->wkv, a, cz);
+	mv(m, &cp->wgate, a, cz + cols);
 	for (int j = 0; j < cols; j++)
 		cz[cols + j] += ape[j];
 }
@@ -409,6 +449,61 @@ static void route_report(const struct cw_dsv4_model *m,
 			"prefetch degrade; results are unaffected)", d.msg);
 }
 
+/* The view of expert matrix x in record rec (MXFP4 codes and E8M0
+ * scales where the store's layout puts them; borrowed from the slot). */
+static struct cw_wview rec_view(const struct st_store_matrix *x,
+				const uint8_t *rec)
+{
+	return (struct cw_wview){
+		.dtype = ST_DTYPE_MXFP4,
+		.data = rec + x->data_offset,
+		.scales = rec + x->scale_offset,
+		.rows = x->rows,
+		.cols = x->cols,
+		.group = ST_MXFP4_BLOCK,
+		.scale_type = ST_SCALE_E8M0,
+	};
+}
+
+/* Fast mode: the K acquired experts straight from their slot bytes: b
+ * quantized once (int8 per 32) for every expert's w1 and w3, each
+ * expert's SwiGLU output quantized for its w2; y += wts[k] E_k(b). */
+static void moe_pool_fast(const struct cw_dsv4_model *m,
+			  struct cw_dsv4_state *s,
+			  const struct st_store_layer *ly,
+			  const uint8_t *const *recs, const float *wts,
+			  const float *b, float *y)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	const struct cw_backend_ops *be = m->be;
+	const int K = c->top_k, D = c->hidden_size, I = c->moe_inter;
+	unsigned char *abuf = (unsigned char *)s->xw;
+	struct cw_act act;
+	float g[I], u[I], tmp[D], bq[D];
+	const float *x = b;
+
+	if (m->qat & CW_DSV4_QAT_ACT_FP8) {
+		memcpy(bq, b, sizeof(bq));
+		cw_dsv4_fp8_roundtrip(bq, D, c->fp8_block[1]);
+		x = bq;
+	}
+	be->act_prepare(x, D, ST_DTYPE_MXFP4, abuf, &act);
+	for (int k = 0; k < K; k++) {
+		struct cw_wview w1 = rec_view(&ly->mat[ST_EXPERT_GATE], recs[k]);
+		struct cw_wview w3 = rec_view(&ly->mat[ST_EXPERT_UP], recs[k]);
+		struct cw_wview w2 = rec_view(&ly->mat[ST_EXPERT_DOWN], recs[k]);
+
+		be->matvec_act(&w1, &act, g, 0, I);
+		be->matvec_act(&w3, &act, u, 0, I);
+		cw_dsv4_swiglu_clip(g, u, I, c->swiglu_limit);
+		if (m->qat & CW_DSV4_QAT_ACT_FP8)
+			cw_dsv4_fp8_roundtrip(g, I, c->fp8_block[1]);
+		be->matvec(&w2, g, tmp, 0, D);
+		for (int d = 0; d < D; d++)
+			y[d] += wts[k] * tmp[d];
+	}
+}
+
 /* Store mode: the routed experts ids[0..K) of layer l through expertd's
  * pool (acquired together, released after use), weighted into y. */
 static int moe_pool(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
@@ -423,14 +518,24 @@ static int moe_pool(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 	const uint8_t *recs[K];
 	int eids[K], r;
 	float tmp[D];
+	uint64_t t0;
 
 	for (int k = 0; k < K; k++)
 		eids[k] = ids[k];
 	if (!m->no_route_reports)
 		route_report(m, s, l, p, token, eids);
+	t0 = st_now_ns();
 	r = es_client_acquire(m->es, l, K, eids, recs, diag);
+	s->st.acquire_ns += st_now_ns() - t0;
 	if (r < 0)
 		return r;
+	s->st.experts_acquired += K;
+	s->st.expert_bytes += (uint64_t)K * ly->record_bytes;
+	if (m->be) {
+		moe_pool_fast(m, s, ly, recs, wts, b, y);
+		es_client_release(m->es, l, K, eids);
+		return 0;
+	}
 	for (int k = 0; k < K; k++) {
 		struct cw_dsv4_mat w1, w2, w3;
 
@@ -520,10 +625,42 @@ static void head(const struct cw_dsv4_model *m, const float *X, float *logits)
 	collapse(X, pre, n, D, h);
 	cw_dsv4_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
 	{
-		struct cw_dsv4_mat hm = { c->vocab_size, D, m->head, 0 };
+		struct cw_dsv4_mat hm = { .rows = c->vocab_size, .cols = D,
+					  .w = m->head };
 
-		matvec(&hm, h, logits);
+		mv(m, &hm, h, logits);
 	}
+}
+
+void cw_dsv4_state_stats(const struct cw_dsv4_state *s,
+			 struct cw_dsv4_run_stats *ret)
+{
+	*ret = s->st;
+}
+
+static uint64_t mat_bytes(const struct cw_dsv4_mat *x)
+{
+	return (uint64_t)x->rows * x->cols * (x->codes ? 1 : sizeof(float));
+}
+
+uint64_t cw_dsv4_dense_bytes(const struct cw_dsv4_model *m)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	uint64_t n = (uint64_t)c->vocab_size * c->hidden_size * sizeof(float);
+
+	for (int l = 0; l < c->n_layers; l++) {
+		const struct cw_dsv4_layer *L = &m->layers[l];
+		const struct cw_dsv4_mat *x[] = {
+			&L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
+			&L->sh_w1, &L->sh_w2, &L->sh_w3, &L->gate,
+			&L->comp.wkv, &L->comp.wgate, &L->icomp.wkv,
+			&L->icomp.wgate, &L->iwq_b, &L->iweights,
+		};
+
+		for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++)
+			n += mat_bytes(x[i]);
+	}
+	return n;
 }
 
 int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
@@ -609,14 +746,14 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 							      64);
 			}
 			if (L->ratio)
-				comp_inputs(&L->comp, a, p,
+				comp_inputs(m, &L->comp, a, p,
 					    ls->cz + (size_t)(p % comp_ring(&L->comp)) *
 							     2 * L->comp.wkv.rows);
 			if (L->has_indexer) {
 				float *iq = IQ + (size_t)t * IH * Id;
 				float *om = OM + (size_t)t * IH;
 
-				comp_inputs(&L->icomp, a, p,
+				comp_inputs(m, &L->icomp, a, p,
 					    ls->icz + (size_t)(p % comp_ring(&L->icomp)) *
 							      2 * L->icomp.wkv.rows);
 				lin(m, &L->iwq_b, qr, iq);

@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "cw_backend.h"
 #include "cw_dsv4.h"
 #include "st_store.h"
 
@@ -14,6 +15,12 @@ struct cw_dsv4_mat {
 	int rows, cols;
 	float *w;
 	int quantized;  /* stored FP8 or FP4: its input gets the ACT_FP8 trip */
+	/* fast mode, FP8 matrices only: the E4M3 codes as stored (owned) and
+	 * one float scale per (row, block of fp8_block[1] inputs) expanded
+	 * from the E8M0 blocks (owned), viewed by fv; w is then NULL */
+	uint8_t *codes;
+	float *fscale;
+	struct cw_wview fv;
 };
 
 /* One compressor (main or indexer).  CSA (ratio 4, overlap): wkv/wgate
@@ -56,6 +63,11 @@ struct cw_dsv4_model {
 	struct es_client *es;
 	struct st_store_layer *rec;
 	int no_route_reports;          /* cw_dsv4_set_route_reports(m, 0) */
+	/* CW_COMPUTE_FAST (cw_dsv4_load_mode / _store_mode): matvecs on
+	 * the fast backend's kernels (be), FP8 weights kept as codes,
+	 * experts read straight from expertd's slot bytes */
+	enum cw_compute compute;
+	const struct cw_backend_ops *be;
 };
 
 #endif
