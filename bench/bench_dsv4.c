@@ -57,7 +57,7 @@ static void usage(FILE *f)
 "                         [--tokens N] [--prompt-tokens N]\n"
 "                         [--loader-threads N] [--compute fast|reference]\n"
 "                         [--raw-bytes B] [--drop-caches] [--no-hints]\n"
-"                         [--evict lru|lfru]\n"
+"                         [--evict lru|lfru] [--prefetch-depth D]\n"
 "\n"
 "DeepSeek-V4 decode through expertd at each host expert budget (%% of all\n"
 "experts): decode tokens/s, NVMe / expert / dense bytes per token, stall\n"
@@ -65,7 +65,8 @@ static void usage(FILE *f)
 "bandwidth measured in the same run.  STORE: `strata convert` of a V4\n"
 "checkpoint (e.g. scripts/gen-dsv4-model.py --layers 8 --experts 48).\n"
 "Defaults: --tokens 16, --prompt-tokens 8, --loader-threads 4,\n"
-"--compute fast, --raw-bytes 2GiB, --evict lfru.\n");
+"--compute fast, --raw-bytes 2GiB, --evict lfru, --prefetch-depth 2 (gate\n"
+"look-ahead hints for the next D layers; hash layers are hinted exactly).\n");
 }
 
 /* --- raw O_DIRECT read bandwidth ---------------------------------------- */
@@ -256,11 +257,13 @@ int main(int argc, char **argv)
 		{ "drop-caches", no_argument, NULL, 'd' },
 		{ "no-hints", no_argument, NULL, 'H' },
 		{ "evict", required_argument, NULL, 'e' },
+		{ "prefetch-depth", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	int budgets[MAX_BUDGETS] = { 100, 50, 25 }, n_budgets = 3;
 	int n_tok = 16, n_prompt = 8, loaders = 4, drop = 0, hints = 1, c;
+	int depth = 2;
 	const char *store_dir = NULL, *evict = "lfru";
 	uint64_t raw_bytes = 2ull << 30;
 	enum cw_compute mode = CW_COMPUTE_FAST;
@@ -311,6 +314,7 @@ int main(int argc, char **argv)
 		case 'd': drop = 1; break;
 		case 'H': hints = 0; break;
 		case 'e': evict = optarg; break;
+		case 'D': depth = atoi(optarg); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -332,12 +336,13 @@ int main(int argc, char **argv)
 	printf("store %s: %d layers x %d experts, record %llu B (%.2f MiB), "
 	       "experts %.2f GiB; decode %d tokens after a %d-token prompt; "
 	       "compute %s; expertd --evict %s, %d loader threads, routing "
-	       "reports and hints %s\n", store_dir, st->n_layers,
+	       "reports and hints %s, look-ahead depth %d\n", store_dir,
+	       st->n_layers,
 	       st->n_experts, (unsigned long long)st->record_bytes,
 	       st->record_bytes / 1048576.0,
 	       (double)st->record_bytes * st->n_layers * st->n_experts /
 		       (1ull << 30), n_tok, n_prompt, cw_compute_name(mode),
-	       evict, loaders, hints ? "on" : "off");
+	       evict, loaders, hints ? "on" : "off", depth);
 	fflush(stdout);
 	/* a fixed prompt: token ids spread over the vocabulary */
 	for (int i = 0; i < n_prompt; i++)
@@ -385,6 +390,9 @@ int main(int argc, char **argv)
 			r = cw_dsv4_load_store_mode(store_dir, es, mode, &m, &diag);
 		if (!r)
 			cw_dsv4_set_route_reports(m, hints);
+		if (!r && cw_dsv4_set_prefetch_depth(m, depth) < 0)
+			r = st_diag_set(&diag, -EINVAL, "--prefetch-depth "
+					"must be 0..8");
 		if (!r) {
 			ns = decode(m, es, prompt, n_prompt, n_tok, ids, NULL,
 				    &r0, &r1, &a, &b, &diag);

@@ -422,16 +422,21 @@ static void record_mat(const struct st_store_matrix *x, const uint8_t *rec,
 /* Store mode: reports layer l's routing of the token at position p to
  * expertd (activation statistics, hot set) with, as hints, the experts of
  * every later hash-routed layer: those are known exactly from the token
- * id (tid2eid), so expertd prefetches exactly what will be acquired.  A
- * refused report changes no result: warned once, counted. */
+ * id (tid2eid), so expertd prefetches exactly what will be acquired; and,
+ * with a look-ahead depth (cw_dsv4_set_prefetch_depth), the experts the
+ * routers of the next score-routed layers pick on this layer's FFN input
+ * b (gate look-ahead, as computed/cw_lookahead.c does for the other
+ * families: an approximation, the next layers see a changed residual).
+ * A refused report changes no result: warned once, counted. */
 static void route_report(const struct cw_dsv4_model *m,
 			 struct cw_dsv4_state *s, int l, int64_t p,
-			 int32_t token, const int *eids)
+			 int32_t token, const int *eids, const float *b)
 {
 	const struct st_dsv4_config *c = &m->cfg;
 	const int K = c->top_k;
 	int n_later = c->n_hash_layers > l + 1 ? c->n_hash_layers - l - 1 : 0;
-	int hl[n_later * K + 1], he[n_later * K + 1], nh = 0;
+	int cap = (n_later + m->prefetch_depth) * K + 1;
+	int hl[cap], he[cap], nh = 0;
 	struct st_diag d = { { 0 } };
 
 	for (int j = l + 1; j < c->n_hash_layers; j++) {
@@ -439,6 +444,23 @@ static void route_report(const struct cw_dsv4_model *m,
 		int n = cw_dsv4_hash_experts(m, j, token, e);
 
 		for (int k = 0; k < n; k++) {
+			hl[nh] = j;
+			he[nh++] = e[k];
+		}
+	}
+	for (int j = l + 1; j <= l + m->prefetch_depth && j < c->n_layers;
+	     j++) {
+		const struct cw_dsv4_layer *J = &m->layers[j];
+		float logits[c->n_experts], w[K];
+		int32_t e[K];
+
+		if (J->tid2eid)
+			continue; /* hash layer: hinted exactly above */
+		matvec(&J->gate, b, logits);
+		cw_dsv4_route(logits, c->n_experts, K, NULL, J->gate_bias,
+			      c->norm_topk_prob, c->routed_scaling_factor, e,
+			      w);
+		for (int k = 0; k < K; k++) {
 			hl[nh] = j;
 			he[nh++] = e[k];
 		}
@@ -523,7 +545,7 @@ static int moe_pool(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 	for (int k = 0; k < K; k++)
 		eids[k] = ids[k];
 	if (!m->no_route_reports)
-		route_report(m, s, l, p, token, eids);
+		route_report(m, s, l, p, token, eids, b);
 	t0 = st_now_ns();
 	r = es_client_acquire(m->es, l, K, eids, recs, diag);
 	s->st.acquire_ns += st_now_ns() - t0;

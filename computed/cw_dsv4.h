@@ -69,6 +69,15 @@ int cw_dsv4_load_store(const char *store_dir, struct es_client *es,
  * measurements (the results are the same either way).
  */
 void cw_dsv4_set_route_reports(struct cw_dsv4_model *m, int on);
+/*
+ * Store mode, with routing reports on: also hint expertd the experts the
+ * routers of the next `depth` score-routed layers pick on the current
+ * layer's FFN input (gate look-ahead; hash-routed layers are always hinted
+ * exactly), so their loads overlap this layer's compute.  0 (the default)
+ * hints only the hash layers.  Results are the same either way.  0, or
+ * -EINVAL for depth outside [0, 8].
+ */
+int cw_dsv4_set_prefetch_depth(struct cw_dsv4_model *m, int depth);
 
 /*
  * cw_dsv4_load / cw_dsv4_load_store with a compute mode (DESIGN 6a).

@@ -698,6 +698,14 @@ int cw_dsv4_set_backend(struct cw_dsv4_model *m,
 	return 0;
 }
 
+int cw_dsv4_set_prefetch_depth(struct cw_dsv4_model *m, int depth)
+{
+	if (depth < 0 || depth > 8)
+		return -EINVAL;
+	m->prefetch_depth = depth;
+	return 0;
+}
+
 void cw_dsv4_set_route_reports(struct cw_dsv4_model *m, int on)
 {
 	m->no_route_reports = !on;
