@@ -27,7 +27,10 @@
  *     not bit-identical to reference (the fast path really ran).
  * Both: every routed expert came through expertd (acquired = positions x
  * layers x top_k, bytes = acquired x record bytes); expertd runs at
- * --host-budget 25% and must have evicted.
+ * --host-budget 25% and must have evicted.  Pass 2 also runs with the
+ * gate look-ahead (cw_dsv4_set_prefetch_depth 2): the hints expertd
+ * counts must be the hash layers' exact ones plus top_k for each
+ * score-routed layer among the next two of every layer, per position.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -214,6 +217,7 @@ int main(int argc, char **argv)
 	struct st_test_inst inst;
 	struct es_client *es = NULL;
 	struct es_stats st = { 0 };
+	struct es_tier_stats ts0, ts1;
 	struct cmp c = { 0 };
 
 	if (argc > 1)
@@ -271,7 +275,13 @@ int main(int argc, char **argv)
 		CHECK(cw_dsv4_set_backend(fm, pass ? cw_backend_cpu_fast() :
 						     cw_backend_cpu()) == 0,
 		      "set_backend");
+		/* pass 1 also with gate look-ahead hints (results do not
+		 * depend on them) */
+		CHECK(cw_dsv4_set_prefetch_depth(fm, pass ? 2 : 0) == 0,
+		      "set_prefetch_depth");
+		es_client_tier_stats(es, &ts0);
 		run_all(ref, fm, dir, argc > 1, &c, &rs);
+		es_client_tier_stats(es, &ts1);
 		m = c.n_pos < MAX_POS ? c.n_pos : MAX_POS;
 		qsort(c.dlp, m, sizeof(double), cmp_d);
 		qsort(c.rel, m, sizeof(double), cmp_d);
@@ -307,6 +317,35 @@ int main(int argc, char **argv)
 		CHECK(rs.expert_bytes == rs.experts_acquired *
 						 es_client_record_bytes(es),
 		      "expert bytes %llu", (unsigned long long)rs.expert_bytes);
+		{
+			/* hash layers hint each later hash layer exactly;
+			 * depth 2 adds top_k per score-routed layer among
+			 * the next two of every layer */
+			uint64_t hash = 0, la = 0;
+
+			for (int l = 0; l < cf->n_layers; l++) {
+				if (l < cf->n_hash_layers)
+					hash += cf->n_hash_layers - 1 - l;
+				for (int j = l + 1; pass && j <= l + 2 &&
+						    j < cf->n_layers; j++)
+					la += j >= cf->n_hash_layers;
+			}
+			CHECK(ts1.hints - ts0.hints ==
+				      (uint64_t)c.n_pos * cf->top_k * (hash + la),
+			      "pass %d: hints %llu, expected %ld x %d x (%llu "
+			      "+ %llu)", pass,
+			      (unsigned long long)(ts1.hints - ts0.hints),
+			      c.n_pos, cf->top_k, (unsigned long long)hash,
+			      (unsigned long long)la);
+			printf("pass %d: prefetch loads %llu, used %llu, "
+			       "wasted %llu\n", pass,
+			       (unsigned long long)(ts1.prefetch_loads -
+						    ts0.prefetch_loads),
+			       (unsigned long long)(ts1.prefetch_used -
+						    ts0.prefetch_used),
+			       (unsigned long long)(ts1.prefetch_wasted -
+						    ts0.prefetch_wasted));
+		}
 	}
 	CHECK(es_client_stats(es, &st) == 0, "stats");
 	printf("expertd at 25%%: %llu hits, %llu misses, %llu evictions\n",
