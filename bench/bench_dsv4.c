@@ -472,6 +472,8 @@ int main(int argc, char **argv)
 	       "(demand and prefetch); I/O lim = raw GB/s / that; limit = min("
 	       "compute-bound, I/O lim); target: tok/s >= 80 %% of the limit "
 	       "at 25 %%\n");
+	printf("peak RSS of this process (model in fast mode, one sequence): "
+	       "%.2f GiB\n", st_peak_rss_bytes() / (double)(1ull << 30));
 	free(ids);
 	st_store_close(st);
 	return 0;
