@@ -182,7 +182,7 @@ struct run_result {
 	double tok_s, warm_tok_s;
 	double nvme_bpt, expert_bpt, dense_bpt;
 	double stall, hit_rate, raw_gbps;
-	uint64_t misses, hits;
+	uint64_t misses, hits, pf_loads, pf_used, pf_wasted;
 };
 
 static int argmax(const float *x, int n)
@@ -411,6 +411,9 @@ int main(int argc, char **argv)
 			rr->nvme_bpt = (double)dl / n_tok;
 			rr->hits = b.hits - a.hits;
 			rr->misses = b.misses - a.misses;
+			rr->pf_loads = b.prefetch_loads - a.prefetch_loads;
+			rr->pf_used = b.prefetch_used - a.prefetch_used;
+			rr->pf_wasted = b.prefetch_wasted - a.prefetch_wasted;
 			rr->hit_rate = rr->hits + rr->misses ?
 				(double)rr->hits / (rr->hits + rr->misses) : 0;
 			es_client_stats(es, &est);
@@ -440,10 +443,19 @@ int main(int argc, char **argv)
 		if (r)
 			return 1;
 		printf("budget %3d%%: pool %llu slots, decode %.3f tok/s (warm "
-		       "repeat %.3f), hit rate %.3f, stall %.1f %%, raw %.2f GB/s\n",
+		       "repeat %.3f), hit rate %.3f (%llu misses), stall %.1f %%, "
+		       "raw %.2f GB/s; prefetch loads %llu, used %llu, wasted "
+		       "%llu: precision %.2f, recall %.2f\n",
 		       rr->budget_pct, (unsigned long long)rr->n_slots,
 		       rr->tok_s, rr->warm_tok_s, rr->hit_rate,
-		       100 * rr->stall, rr->raw_gbps);
+		       (unsigned long long)rr->misses, 100 * rr->stall,
+		       rr->raw_gbps, (unsigned long long)rr->pf_loads,
+		       (unsigned long long)rr->pf_used,
+		       (unsigned long long)rr->pf_wasted,
+		       rr->pf_loads ? (double)rr->pf_used / rr->pf_loads : 0.0,
+		       rr->pf_used + rr->misses ?
+			       (double)rr->pf_used / (rr->pf_used + rr->misses) :
+			       0.0);
 		fflush(stdout);
 	}
 	printf("\n%6s %8s %9s %12s %12s %11s %7s %6s %8s %9s %8s %6s\n",
