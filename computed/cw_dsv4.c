@@ -150,7 +150,13 @@ int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
 	s->cap = max_tokens;
 	s->n_layers = c->n_layers;
 	if (m->es && m->be) {
-		s->xw = malloc(m->be->act_bytes(c->hidden_size));
+		/* the largest need of the backends a fast model may run on
+		 * (cw_dsv4_set_backend may change it after this state) */
+		size_t need = cw_backend_cpu_fast()->act_bytes(c->hidden_size);
+
+		if (m->be->act_bytes(c->hidden_size) > need)
+			need = m->be->act_bytes(c->hidden_size);
+		s->xw = malloc(need ? need : 1);
 		if (!s->xw)
 			goto nomem;
 	} else if (m->es) {
