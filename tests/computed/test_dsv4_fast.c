@@ -25,7 +25,10 @@
  *     median |delta log p(reference top-1)| <= 0.1, 90th percentile of
  *     max |delta logit| / std <= 0.6 (measured: 0.90, 0.038, 0.41), and
  *     not bit-identical to reference (the fast path really ran).
- * Both: every routed expert came through expertd (acquired = positions x
+ * Then fast mode from the checkpoint (cw_dsv4_load_mode, no expertd:
+ * experts dequantized at load on the F32 kernel, FP8 codes with float
+ * activations): top-1 equal everywhere, max |delta logit| <= 1e-3 x std.
+ * Store passes: every routed expert came through expertd (acquired = positions x
  * layers x top_k, bytes = acquired x record bytes); expertd runs at
  * --host-budget 25% and must have evicted.  Pass 2 also runs with the
  * gate look-ahead (cw_dsv4_set_prefetch_depth 2): the hints expertd
@@ -346,6 +349,32 @@ int main(int argc, char **argv)
 			       (unsigned long long)(ts1.prefetch_wasted -
 						    ts0.prefetch_wasted));
 		}
+	}
+	/* fast mode from the checkpoint (no expertd): FP8 codes on the fast
+	 * kernel with float activations, experts dequantized at load on the
+	 * F32 kernel: no int8 step, so as close as the exact backend */
+	{
+		struct cw_dsv4_model *cm = NULL;
+		struct cw_dsv4_run_stats crs = { 0 };
+
+		free(c.dlp);
+		free(c.rel);
+		memset(&c, 0, sizeof(c));
+		c.dlp = calloc(MAX_POS, sizeof(double));
+		c.rel = calloc(MAX_POS, sizeof(double));
+		CHECK(cw_dsv4_load_mode(dir, CW_COMPUTE_FAST, &cm, &diag) == 0,
+		      "cw_dsv4_load_mode fast: %s", diag.msg);
+		if (cm)
+			run_all(ref, cm, dir, argc > 1, &c, &crs);
+		printf("fast mode from the checkpoint vs reference over %ld "
+		       "positions: top-1 %.4f, max |dlogit|/std %.2e\n", c.n_pos,
+		       (double)c.top1_same / (c.n_pos ? c.n_pos : 1),
+		       c.worst_rel);
+		CHECK(c.n_pos > 0 && c.top1_same == c.n_pos && c.worst_rel <= 1e-3,
+		      "checkpoint fast mode: top-1 %ld/%ld, max |dlogit|/std "
+		      "%.2e > 1e-3", c.top1_same, c.n_pos, c.worst_rel);
+		CHECK(crs.experts_acquired == 0, "checkpoint mode used expertd");
+		cw_dsv4_free(cm);
 	}
 	CHECK(es_client_stats(es, &st) == 0, "stats");
 	printf("expertd at 25%%: %llu hits, %llu misses, %llu evictions\n",
