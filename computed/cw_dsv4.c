@@ -120,7 +120,7 @@ static void lin_rows(const struct cw_dsv4_model *md,
 
 	if (m->w)
 		sub.w = m->w + (size_t)r0 * m->cols;
-	if (m->codes) {
+	if (m->codes && m->fv.dtype == ST_DTYPE_F8_E4M3) {
 		size_t ng = (m->cols + m->fv.group - 1) / m->fv.group;
 
 		sub.codes = m->codes;
@@ -652,12 +652,7 @@ static void head(const struct cw_dsv4_model *m, const float *X, float *logits)
 	}
 	collapse(X, pre, n, D, h);
 	cw_dsv4_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
-	{
-		struct cw_dsv4_mat hm = { .rows = c->vocab_size, .cols = D,
-					  .w = m->head };
-
-		mv(m, &hm, h, logits);
-	}
+	mv(m, &m->head, h, logits);
 }
 
 void cw_dsv4_state_stats(const struct cw_dsv4_state *s,
@@ -668,13 +663,15 @@ void cw_dsv4_state_stats(const struct cw_dsv4_state *s,
 
 static uint64_t mat_bytes(const struct cw_dsv4_mat *x)
 {
-	return (uint64_t)x->rows * x->cols * (x->codes ? 1 : sizeof(float));
+	return (uint64_t)x->rows * x->cols *
+	       (!x->codes ? sizeof(float) :
+		x->fv.dtype == ST_DTYPE_BF16 ? 2 : 1);
 }
 
 uint64_t cw_dsv4_dense_bytes(const struct cw_dsv4_model *m)
 {
 	const struct st_dsv4_config *c = &m->cfg;
-	uint64_t n = (uint64_t)c->vocab_size * c->hidden_size * sizeof(float);
+	uint64_t n = mat_bytes(&m->head);
 
 	for (int l = 0; l < c->n_layers; l++) {
 		const struct cw_dsv4_layer *L = &m->layers[l];

@@ -89,7 +89,8 @@ int cw_dsv4_set_prefetch_depth(struct cw_dsv4_model *m, int depth);
  * experts of a store run straight from expertd's slot bytes (MXFP4 codes
  * and E8M0 scales as stored, activations quantized to int8 per block of
  * 32, one quantization shared by the top-k experts' w1 and w3), nothing
- * dequantized per use; BF16/F32 matrices run the F32 kernel.  The router
+ * dequantized per use; the BF16 compressors and LM head stay BF16 (the
+ * BF16 kernel), other matrices run the F32 kernel.  The router
  * (gate.weight), the indexer's head weights, the mHC mixers, norms,
  * attention and the pooling stay reference code (routing decisions and
  * selections match reference mode except near ties).  Not bit-identical

@@ -15,9 +15,10 @@ struct cw_dsv4_mat {
 	int rows, cols;
 	float *w;
 	int quantized;  /* stored FP8 or FP4: its input gets the ACT_FP8 trip */
-	/* fast mode, FP8 matrices only: the E4M3 codes as stored (owned) and
-	 * one float scale per (row, block of fp8_block[1] inputs) expanded
-	 * from the E8M0 blocks (owned), viewed by fv; w is then NULL */
+	/* fast mode: the weights as stored (owned), viewed by fv, w then
+	 * NULL: FP8 matrices' E4M3 codes with one float scale per (row, block
+	 * of fp8_block[1] inputs) expanded from the E8M0 blocks (fscale,
+	 * owned); BF16 compressors and LM head as BF16 (fscale NULL) */
 	uint8_t *codes;
 	float *fscale;
 	struct cw_wview fv;
@@ -52,7 +53,8 @@ struct cw_dsv4_layer {
 
 struct cw_dsv4_model {
 	struct st_dsv4_config cfg;
-	float *embed, *head, *norm;  /* [vocab][D], [vocab][D], [D] */
+	float *embed, *norm;         /* [vocab][D], [D] */
+	struct cw_dsv4_mat head;     /* [vocab][D] (fast mode: BF16 codes) */
 	float *hc_head_fn, *hc_head_base, *hc_head_scale;
 	struct cw_dsv4_layer *layers;
 	double *freq_main, *freq_comp; /* [rope_dim/2] */

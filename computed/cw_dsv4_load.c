@@ -247,6 +247,36 @@ static int load_mat_plain(struct loader *ld, const char *name, int rows,
 	return load_plain(ld, name, rows, cols, &m->w);
 }
 
+/* A matrix only fast mode's kernels multiply (compressors, LM head): in
+ * fast mode a BF16 tensor stays BF16 (2 bytes per weight, the fast
+ * backend's BF16 kernel), otherwise as load_mat_plain. */
+static int load_mat_fast16(struct loader *ld, const char *name, int rows,
+			   int cols, struct cw_dsv4_mat *m)
+{
+	const struct st_tensor_info *t = lookup(ld, name, NULL);
+	const void *data;
+	int r;
+
+	if (!ld->fast || !t || t->dtype != ST_DTYPE_BF16)
+		return load_mat_plain(ld, name, rows, cols, m);
+	if ((r = find(ld, name, ST_DTYPE_BF16, rows, cols, &t, &data)) < 0)
+		return r;
+	m->rows = rows;
+	m->cols = cols;
+	m->codes = malloc((size_t)rows * cols * 2);
+	if (!m->codes)
+		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
+				   name);
+	memcpy(m->codes, data, (size_t)rows * cols * 2);
+	m->fv = (struct cw_wview){
+		.dtype = ST_DTYPE_BF16,
+		.data = m->codes,
+		.rows = rows,
+		.cols = cols,
+	};
+	return 0;
+}
+
 static int load_comp(struct loader *ld, int l, const char *pfx, int ratio,
 		     int width, struct cw_dsv4_comp *cp)
 {
@@ -259,10 +289,10 @@ static int load_comp(struct loader *ld, int l, const char *pfx, int ratio,
 	cp->overlap = ratio == 4;
 	cp->width = width;
 	snprintf(name, sizeof(name), "layers.%d.%s.wkv.weight", l, pfx);
-	if ((r = load_mat_plain(ld, name, cols, D, &cp->wkv)) < 0)
+	if ((r = load_mat_fast16(ld, name, cols, D, &cp->wkv)) < 0)
 		return r;
 	snprintf(name, sizeof(name), "layers.%d.%s.wgate.weight", l, pfx);
-	if ((r = load_mat_plain(ld, name, cols, D, &cp->wgate)) < 0)
+	if ((r = load_mat_fast16(ld, name, cols, D, &cp->wgate)) < 0)
 		return r;
 	snprintf(name, sizeof(name), "layers.%d.%s.ape", l, pfx);
 	if ((r = load_plain(ld, name, ratio, cols, &cp->ape)) < 0)
@@ -416,8 +446,8 @@ static int load_model(struct loader *ld, struct cw_dsv4_model *m)
 	cw_dsv4_rope_freqs(c, 1, m->freq_comp);
 	if ((r = load_plain(ld, "embed.weight", c->vocab_size, D,
 			    &m->embed)) < 0 ||
-	    (r = load_plain(ld, "head.weight", c->vocab_size, D,
-			    &m->head)) < 0 ||
+	    (r = load_mat_fast16(ld, "head.weight", c->vocab_size, D,
+				 &m->head)) < 0 ||
 	    (r = load_plain(ld, "norm.weight", D, -1, &m->norm)) < 0 ||
 	    (r = load_plain(ld, "hc_head_fn", hc, hc * D,
 			    &m->hc_head_fn)) < 0 ||
@@ -595,6 +625,8 @@ static void free_comp(struct cw_dsv4_comp *cp)
 {
 	free(cp->wkv.w);
 	free(cp->wgate.w);
+	free(cp->wkv.codes);
+	free(cp->wgate.codes);
 	free(cp->ape);
 	free(cp->norm);
 }
@@ -643,7 +675,8 @@ void cw_dsv4_free(struct cw_dsv4_model *m)
 	}
 	free(m->layers);
 	free(m->embed);
-	free(m->head);
+	free(m->head.w);
+	free(m->head.codes);
 	free(m->norm);
 	free(m->hc_head_fn);
 	free(m->hc_head_base);
