@@ -415,7 +415,13 @@ void cw_dsv4_plan_print_doc(const struct st_plan_model *m,
 	const double share = r->experts_all ?
 		(double)r->ram_streamed / (double)r->experts_all : 0.0;
 
-	if (!strcmp(m->name, "deepseek_v4")) {
+	/* the doc's figures are for the released shapes only */
+	const int real_v4 = m->n_layers == 43 && m->n_experts == 256 &&
+			    m->hidden == 4096;
+	const int real_v41 = m->n_layers == 40 && m->n_experts == 384 &&
+			     m->hidden == 5120;
+
+	if (!strcmp(m->name, "deepseek_v4") && real_v4) {
 		fprintf(f, "\nMODEL_FAMILY_DEEPSEEK_V4.md (V4-Flash) says, next to "
 			"this plan:\n"
 			"  one expert 13,369,344 B (12.75 MiB)        plan: %llu B\n"
@@ -447,7 +453,7 @@ void cw_dsv4_plan_print_doc(const struct st_plan_model *m,
 					       (double)m->nvme_extra_per_token) :
 					      0.0);
 	}
-	if (!strcmp(m->name, "deepseek_v41")) {
+	if (!strcmp(m->name, "deepseek_v41") && real_v41) {
 		fprintf(f, "\nMODEL_FAMILY_DEEPSEEK_V4.md (V4.1-Flash) says, next "
 			"to this plan:\n"
 			"  one expert 18,800,640 B (17.93 MiB)         plan: %llu B\n"

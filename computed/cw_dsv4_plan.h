@@ -41,7 +41,9 @@ void cw_dsv4_plan_dense_bytes(const struct st_dsv4_config *c,
 			      uint64_t *ret_dense, uint64_t *ret_attn);
 
 /* Prints MODEL_FAMILY_DEEPSEEK_V4.md's figures for the real model next to
- * the plan's (V4-Flash or V4.1-Flash by m->name; nothing otherwise). */
+ * the plan's (V4-Flash or V4.1-Flash by m->name, only at the released
+ * shapes), and for any V4 / V4.1 model the expert bytes a decoded token
+ * touches and reads from NVMe (routing spread evenly, 3 GB/s). */
 void cw_dsv4_plan_print_doc(const struct st_plan_model *m,
 			    const struct st_plan_opts *o,
 			    const struct st_plan_result *r, FILE *f);
