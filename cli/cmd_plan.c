@@ -8,6 +8,7 @@
 
 #include "cli_cmds.h"
 #include "cw_dsv4.h"
+#include "cw_dsv4_plan.h"
 #include "cw_kvrow.h"
 #include "st_iconf.h"
 #include "st_plan.h"
@@ -135,6 +136,33 @@ static void plan_dsv4_streams(const char *dir, struct st_plan_model *m,
 		"per sequence (window of %d rows, compressor states), %s rows\n",
 		cw_dsv4_kv_bytes_per_token(&c, eb), cw_dsv4_fixed_bytes(&c, eb),
 		c.sliding_window, eb == 4 ? "F32" : eb == 1 ? "FP8" : "16-bit");
+}
+
+/* DeepSeek-V4 / V4.1 (model_type deepseek_v4, deepseek_v41): their exact
+ * stored sizes and KV streams (cw_dsv4_plan.h) replace the generic
+ * description; other models are left as they are. */
+static int plan_dsv4(const char *model, struct st_plan_model *m,
+		     struct st_diag *diag)
+{
+	struct st_plan_model v;
+	char path[4200], *text = NULL;
+	size_t len;
+	int r;
+
+	snprintf(path, sizeof(path), "%s/config.json", model);
+	if (!st_path_exists(path))
+		snprintf(path, sizeof(path), "%s", model);
+	if (st_read_file(path, &text, &len) < 0)
+		return 0; /* st_plan_model_load read it; nothing to add */
+	r = cw_dsv4_plan_model(text, path, &v, diag);
+	free(text);
+	if (r == -ST_E_UNSUPPORTED)
+		return 0;
+	if (r < 0)
+		return r;
+	v.dense_file_bytes = m->dense_file_bytes;
+	*m = v;
+	return 0;
 }
 
 int cli_cmd_plan(int argc, char **argv)
@@ -274,6 +302,8 @@ int cli_cmd_plan(int argc, char **argv)
 	}
 	if (model) {
 		rc = st_plan_model_load(model, &m, &diag);
+		if (rc == 0)
+			rc = plan_dsv4(model, &m, &diag);
 		if (rc == 0 && st_plan_measure_store(model, &m, &diag) < 0)
 			fprintf(stderr, "strata plan: note: %s; per-daemon "
 				"figures leave the store and tokenizer out\n",
@@ -305,8 +335,10 @@ int cli_cmd_plan(int argc, char **argv)
 	}
 	if (json)
 		st_plan_print_json(&m, &o, &r, stdout);
-	else
+	else {
 		st_plan_print(&m, &o, &r, stdout);
+		cw_dsv4_plan_print_doc(&m, &o, &r, stdout);
+	}
 	free(conf);
 	return r.fits ? 0 : 3;
 }

@@ -347,6 +347,8 @@ static int kv_elem_bytes(enum st_dtype dt)
 static uint64_t stream_row_bytes(const struct st_plan_stream *s,
 				 enum st_dtype dt)
 {
+	if (s->row_bytes_fixed)
+		return s->row_bytes_fixed;
 	return (uint64_t)s->row_elems * (uint64_t)kv_elem_bytes(dt) +
 	       (dt == ST_DTYPE_F8_E4M3 ? s->scale_bytes : 0);
 }
@@ -488,9 +490,27 @@ int st_plan_compute(const struct st_plan_model *m,
 			r->experts_all = rb * moe_records;
 		}
 	}
+	if (m->record_stored_bytes) {
+		r->record_bytes = m->record_stored_bytes;
+		r->experts_all = m->record_stored_bytes * moe_records;
+	}
 	r->dense = st_dtype_bytes(o->dense_dtype, m->dense_params);
 	r->attention = st_dtype_bytes(o->dense_dtype, m->attn_params);
+	if (m->dense_stored_bytes) {
+		r->dense = m->dense_stored_bytes;
+		r->attention = m->attn_stored_bytes;
+	}
 	r->kv_per_token = st_plan_kv_bytes(m, o->kv_dtype, 1);
+	for (int i = 0; i < m->n_streams; i++) {
+		const struct st_plan_stream *s = &m->streams[i];
+		uint64_t rb = (uint64_t)s->n_layers *
+			      stream_row_bytes(s, o->kv_dtype);
+
+		if (s->window_rows)
+			r->kv_fixed += rb * stream_rows(s, (uint64_t)o->context);
+		else
+			r->kv_growth_per_token += (double)rb / s->tokens_per_row;
+	}
 	r->kv = (uint64_t)o->batch * st_plan_kv_bytes(m, o->kv_dtype,
 						     (uint64_t)o->context);
 	if (o->activations) {
@@ -518,7 +538,7 @@ int st_plan_compute(const struct st_plan_model *m,
 					 (per_tok + 4ull * m->n_heads *
 						    (uint64_t)o->context);
 	}
-	r->nvme_store = r->experts_all + r->dense;
+	r->nvme_store = r->experts_all + r->dense + m->nvme_extra_bytes;
 	hot_bytes_per = r->record_bytes * (uint64_t)moe_layers;
 
 	/* T0: dense weights, hot experts, KV of running sequences,
@@ -665,6 +685,18 @@ int st_plan_compute(const struct st_plan_model *m,
 	}
 	r->rec_max_tokens = r->kv_per_token ?
 		r->rec_kv_budget / r->kv_per_token : 0;
+	for (int i = 0; i < m->n_streams; i++)
+		if (m->streams[i].tokens_per_row > 1 &&
+		    r->kv_growth_per_token > 0) {
+			/* pooled rows (DeepSeek-V4): a token costs a
+			 * fraction of a row; one sequence's windows and
+			 * compressor states come first */
+			r->rec_max_tokens = r->rec_kv_budget > r->kv_fixed ?
+				(uint64_t)((double)(r->rec_kv_budget -
+						    r->kv_fixed) /
+					   r->kv_growth_per_token) : 0;
+			break;
+		}
 	r->fits = r->ram_margin >= 0 && (!o->gpu_bytes || r->gpu_margin >= 0);
 	/* expertd must hold one layer's top-k experts (es_pool.c) */
 	if (m->n_experts && r->ram_warm < r->record_bytes * (uint64_t)m->top_k &&
@@ -707,10 +739,21 @@ void st_plan_print(const struct st_plan_model *m, const struct st_plan_opts *o,
 		"and %.2f B dense parameters\n", m->name, m->n_layers,
 		m->n_experts, m->top_k, (double)m->expert_params / 1e9,
 		(double)m->dense_params / 1e9);
-	fprintf(f, "workload: batch %d x context %d tokens, KV %s, experts %s, "
-		"dense %s\n", o->batch, o->context, dtname(o->kv_dtype), fmt,
-		dtname(o->dense_dtype));
-	fprintf(f, "KV per token       %" PRIu64 " B (", r->kv_per_token);
+	if (m->dense_stored_bytes)
+		fprintf(f, "workload: batch %d x context %d tokens, KV %s; "
+			"weights as the checkpoint stores them (MXFP4 experts, "
+			"FP8 + E8M0 / BF16 / F32 dense)\n", o->batch,
+			o->context, dtname(o->kv_dtype));
+	else
+		fprintf(f, "workload: batch %d x context %d tokens, KV %s, "
+			"experts %s, dense %s\n", o->batch, o->context,
+			dtname(o->kv_dtype), fmt, dtname(o->dense_dtype));
+	if (r->kv_fixed || (r->kv_growth_per_token > 0 &&
+			    r->kv_growth_per_token != (double)r->kv_per_token))
+		fprintf(f, "KV streams         %" PRIu64 " B at the first token (",
+			r->kv_per_token);
+	else
+		fprintf(f, "KV per token       %" PRIu64 " B (", r->kv_per_token);
 	for (int i = 0; i < m->n_streams; i++)
 		fprintf(f, "%s%s: %u layers x %" PRIu64 " B%s%s", i ? "; " : "",
 			m->streams[i].name, m->streams[i].n_layers,
@@ -718,6 +761,13 @@ void st_plan_print(const struct st_plan_model *m, const struct st_plan_opts *o,
 			m->streams[i].tokens_per_row > 1 ? " per pooled row" : "",
 			m->streams[i].window_rows ? " in a window" : "");
 	fprintf(f, ")\n");
+	if (r->kv_growth_per_token > 0 &&
+	    (r->kv_fixed || r->kv_growth_per_token != (double)r->kv_per_token))
+		fprintf(f, "KV growth          %.1f B per token of context, "
+			"plus %.2f MB fixed per sequence (windows, "
+			"compressor state); %.2f GB for batch x context\n",
+			r->kv_growth_per_token, (double)r->kv_fixed / 1e6,
+			(double)r->kv / 1e9);
 	fprintf(f, "experts in all     %s (one expert of one layer: %" PRIu64
 		" B)\n", gb(r->experts_all, a, sizeof(a)), r->record_bytes);
 	if (o->gpu_bytes) {
@@ -758,6 +808,10 @@ void st_plan_print(const struct st_plan_model *m, const struct st_plan_opts *o,
 			1e9);
 	fprintf(f, "\nT2 NVMe\n  store            %s\n",
 		gb(r->nvme_store, a, sizeof(a)));
+	if (m->nvme_extra_bytes)
+		fprintf(f, "  of which %-8s %s, read %" PRIu64 " B per token\n",
+			m->nvme_extra_name, gb(m->nvme_extra_bytes, a, sizeof(a)),
+			m->nvme_extra_per_token);
 	if (m->strata_runs_it && !o->gpu_bytes) {
 		fprintf(f, "\nper daemon (peak RSS, CPU build): expertd %s, ",
 			st_format_bytes(r->d.expertd, a, sizeof(a)));

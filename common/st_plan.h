@@ -39,6 +39,9 @@ struct st_plan_stream {
 	uint32_t scale_bytes;    /* per-row scale bytes at FP8 (0 otherwise) */
 	uint32_t tokens_per_row; /* 1, or 4 / 128 for pooled rows */
 	uint32_t window_rows;    /* 0: all rows; W: only the last W */
+	uint32_t row_bytes_fixed; /* > 0: bytes per row whatever the KV dtype
+				   * (a cache format fixed by the model, e.g.
+				   * V4.1's FP4 rows) */
 };
 
 struct st_plan_model {
@@ -62,6 +65,15 @@ struct st_plan_model {
 	uint64_t store_open_bytes, tokenizer_bytes;
 	uint64_t tokenizer_kept_bytes; /* RSS still held after the load (the
 					* parse's freed heap included) */
+	/* models stored losslessly in their own formats (DeepSeek-V4: FP8 +
+	 * E8M0, BF16, F32, MXFP4 experts; computed/cw_dsv4_plan.c): when
+	 * nonzero these replace the sizes derived from the parameter counts
+	 * and --dense-format / --experts */
+	uint64_t dense_stored_bytes, attn_stored_bytes, record_stored_bytes;
+	/* bytes that live only on NVMe besides the store's experts and dense
+	 * weights (V4.1's Engram tables), and what a token reads of them */
+	uint64_t nvme_extra_bytes, nvme_extra_per_token;
+	char nvme_extra_name[32];
 };
 
 /* What the operator chose. */
@@ -101,6 +113,11 @@ struct st_plan_result {
 	uint64_t dense;          /* dense weights in dense_dtype */
 	uint64_t attention;      /* the attention part of dense */
 	uint64_t kv_per_token;   /* bytes per token of one sequence */
+	double kv_growth_per_token; /* bytes one more token adds to a long
+				  * sequence: streams without a window cap,
+				  * a pooled row's bytes / its tokens */
+	uint64_t kv_fixed;       /* bytes of the window-capped streams of one
+				  * sequence at --context */
 	uint64_t kv;             /* batch x context */
 	uint64_t activations;
 	/* T0 (only with gpu_bytes) */

@@ -23,6 +23,7 @@
 #include "kv_client.h"
 #include "st_formats.h"
 #include "st_log.h"
+#include "st_util.h"
 
 /* Row r of stream `kind` of layer l: process-local ring or array, or the
  * kvd page row (writable when `write`).  A row kvd does not map (spilled
@@ -67,6 +68,27 @@ static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
 	}
 }
 
+/* Fast mode's matvec: the fast backend's kernel for the FP8 codes, or
+ * its F32 kernel for a matrix kept as floats. */
+static void matvec_fast(const struct cw_dsv4_model *md,
+			const struct cw_dsv4_mat *m, const float *x, float *y)
+{
+	struct cw_wview v = { .dtype = ST_DTYPE_F32, .data = m->w,
+			      .rows = m->rows, .cols = m->cols };
+
+	md->be->matvec(m->codes ? &m->fv : &v, x, y, 0, m->rows);
+}
+
+/* matvec in the model's mode (plain matvec in reference mode). */
+static void mv(const struct cw_dsv4_model *md, const struct cw_dsv4_mat *m,
+	       const float *x, float *y)
+{
+	if (md->be)
+		matvec_fast(md, m, x, y);
+	else
+		matvec(m, x, y);
+}
+
 /* y = w x, with the ACT_FP8 round trip of x first when w was stored
  * FP8/FP4 and the model has it on. */
 static void lin(const struct cw_dsv4_model *md, const struct cw_dsv4_mat *w,
@@ -77,9 +99,9 @@ static void lin(const struct cw_dsv4_model *md, const struct cw_dsv4_mat *w,
 
 		memcpy(xq, x, sizeof(xq));
 		cw_dsv4_fp8_roundtrip(xq, w->cols, md->cfg.fp8_block[1]);
-		matvec(w, xq, y);
+		mv(md, w, xq, y);
 	} else {
-		matvec(w, x, y);
+		mv(md, w, x, y);
 	}
 }
 
@@ -88,9 +110,20 @@ static void lin_rows(const struct cw_dsv4_model *md,
 		     const struct cw_dsv4_mat *m, int r0, int n,
 		     const float *x, float *y)
 {
-	struct cw_dsv4_mat sub = { n, m->cols, m->w + (size_t)r0 * m->cols,
-				   m->quantized };
+	struct cw_dsv4_mat sub = { .rows = n, .cols = m->cols,
+				   .quantized = m->quantized };
 
+	if (m->w)
+		sub.w = m->w + (size_t)r0 * m->cols;
+	if (m->codes && m->fv.dtype == ST_DTYPE_F8_E4M3) {
+		size_t ng = (m->cols + m->fv.group - 1) / m->fv.group;
+
+		sub.codes = m->codes;
+		sub.fv = m->fv;
+		sub.fv.data = m->codes + (size_t)r0 * m->cols;
+		sub.fv.scales = (const uint8_t *)(m->fscale + (size_t)r0 * ng);
+		sub.fv.rows = n;
+	}
 	lin(md, &sub, x, y);
 }
 
@@ -113,7 +146,17 @@ int cw_dsv4_state_init(const struct cw_dsv4_model *m, int max_tokens,
 	s->cap = max_tokens;
 	s->n_layers = c->n_layers;
 	s->kv = kv;
-	if (m->es) {
+	if (m->es && m->be) {
+		/* the largest need of the backends a fast model may run on
+		 * (cw_dsv4_set_backend may change it after this state) */
+		size_t need = cw_backend_cpu_fast()->act_bytes(c->hidden_size);
+
+		if (m->be->act_bytes(c->hidden_size) > need)
+			need = m->be->act_bytes(c->hidden_size);
+		s->xw = malloc(need ? need : 1);
+		if (!s->xw)
+			goto nomem;
+	} else if (m->es) {
 		s->xw = malloc((size_t)3 * c->moe_inter * c->hidden_size *
 			       sizeof(float));
 		if (!s->xw)
@@ -216,14 +259,15 @@ void cw_dsv4_set_debug(struct cw_dsv4_state *s, struct cw_dsv4_debug *dbg)
 }
 
 /* Compressor inputs of one token: c = wkv a, z = wgate a + ape[p mod m]. */
-static void comp_inputs(const struct cw_dsv4_comp *cp, const float *a,
+static void comp_inputs(const struct cw_dsv4_model *m,
+			const struct cw_dsv4_comp *cp, const float *a,
 			int64_t p, float *cz)
 {
 	int cols = cp->wkv.rows;
 	const float *ape = cp->ape + (size_t)(p % cp->ratio) * cols;
 
-	matvec(&cp->wkv, a, cz);
-	matvec(&cp->wgate, a, cz + cols);
+	mv(m, &cp->wkv, a, cz);
+	mv(m, &cp->wgate, a, cz + cols);
 	for (int j = 0; j < cols; j++)
 		cz[cols + j] += ape[j];
 }
@@ -417,16 +461,21 @@ static void record_mat(const struct st_store_matrix *x, const uint8_t *rec,
 /* Store mode: reports layer l's routing of the token at position p to
  * expertd (activation statistics, hot set) with, as hints, the experts of
  * every later hash-routed layer: those are known exactly from the token
- * id (tid2eid), so expertd prefetches exactly what will be acquired.  A
- * refused report changes no result: warned once, counted. */
+ * id (tid2eid), so expertd prefetches exactly what will be acquired; and,
+ * with a look-ahead depth (cw_dsv4_set_prefetch_depth), the experts the
+ * routers of the next score-routed layers pick on this layer's FFN input
+ * b (gate look-ahead, as computed/cw_lookahead.c does for the other
+ * families: an approximation, the next layers see a changed residual).
+ * A refused report changes no result: warned once, counted. */
 static void route_report(const struct cw_dsv4_model *m,
 			 struct cw_dsv4_state *s, int l, int64_t p,
-			 int32_t token, const int *eids)
+			 int32_t token, const int *eids, const float *b)
 {
 	const struct st_dsv4_config *c = &m->cfg;
 	const int K = c->top_k;
 	int n_later = c->n_hash_layers > l + 1 ? c->n_hash_layers - l - 1 : 0;
-	int hl[n_later * K + 1], he[n_later * K + 1], nh = 0;
+	int cap = (n_later + m->prefetch_depth) * K + 1;
+	int hl[cap], he[cap], nh = 0;
 	struct st_diag d = { { 0 } };
 
 	for (int j = l + 1; j < c->n_hash_layers; j++) {
@@ -438,10 +487,82 @@ static void route_report(const struct cw_dsv4_model *m,
 			he[nh++] = e[k];
 		}
 	}
+	for (int j = l + 1; j <= l + m->prefetch_depth && j < c->n_layers;
+	     j++) {
+		const struct cw_dsv4_layer *J = &m->layers[j];
+		float logits[c->n_experts], w[K];
+		int32_t e[K];
+
+		if (J->tid2eid)
+			continue; /* hash layer: hinted exactly above */
+		matvec(&J->gate, b, logits);
+		cw_dsv4_route(logits, c->n_experts, K, NULL, J->gate_bias,
+			      c->norm_topk_prob, c->routed_scaling_factor, e,
+			      w);
+		for (int k = 0; k < K; k++) {
+			hl[nh] = j;
+			he[nh++] = e[k];
+		}
+	}
 	if (es_client_route(m->es, l, (uint32_t)p, 1, K, eids, nh, hl, he,
 			    &d) < 0 && s->route_failed++ == 0)
 		st_warn("routing report to expertd failed: %s (statistics and "
 			"prefetch degrade; results are unaffected)", d.msg);
+}
+
+/* The view of expert matrix x in record rec (MXFP4 codes and E8M0
+ * scales where the store's layout puts them; borrowed from the slot). */
+static struct cw_wview rec_view(const struct st_store_matrix *x,
+				const uint8_t *rec)
+{
+	return (struct cw_wview){
+		.dtype = ST_DTYPE_MXFP4,
+		.data = rec + x->data_offset,
+		.scales = rec + x->scale_offset,
+		.rows = x->rows,
+		.cols = x->cols,
+		.group = ST_MXFP4_BLOCK,
+		.scale_type = ST_SCALE_E8M0,
+	};
+}
+
+/* Fast mode: the K acquired experts straight from their slot bytes: b
+ * quantized once (int8 per 32) for every expert's w1 and w3, each
+ * expert's SwiGLU output quantized for its w2; y += wts[k] E_k(b). */
+static void moe_pool_fast(const struct cw_dsv4_model *m,
+			  struct cw_dsv4_state *s,
+			  const struct st_store_layer *ly,
+			  const uint8_t *const *recs, const float *wts,
+			  const float *b, float *y)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	const struct cw_backend_ops *be = m->be;
+	const int K = c->top_k, D = c->hidden_size, I = c->moe_inter;
+	unsigned char *abuf = (unsigned char *)s->xw;
+	struct cw_act act;
+	float g[I], u[I], tmp[D], bq[D];
+	const float *x = b;
+
+	if (m->qat & CW_DSV4_QAT_ACT_FP8) {
+		memcpy(bq, b, sizeof(bq));
+		cw_dsv4_fp8_roundtrip(bq, D, c->fp8_block[1]);
+		x = bq;
+	}
+	be->act_prepare(x, D, ST_DTYPE_MXFP4, abuf, &act);
+	for (int k = 0; k < K; k++) {
+		struct cw_wview w1 = rec_view(&ly->mat[ST_EXPERT_GATE], recs[k]);
+		struct cw_wview w3 = rec_view(&ly->mat[ST_EXPERT_UP], recs[k]);
+		struct cw_wview w2 = rec_view(&ly->mat[ST_EXPERT_DOWN], recs[k]);
+
+		be->matvec_act(&w1, &act, g, 0, I);
+		be->matvec_act(&w3, &act, u, 0, I);
+		cw_dsv4_swiglu_clip(g, u, I, c->swiglu_limit);
+		if (m->qat & CW_DSV4_QAT_ACT_FP8)
+			cw_dsv4_fp8_roundtrip(g, I, c->fp8_block[1]);
+		be->matvec(&w2, g, tmp, 0, D);
+		for (int d = 0; d < D; d++)
+			y[d] += wts[k] * tmp[d];
+	}
 }
 
 /* Store mode: the routed experts ids[0..K) of layer l through expertd's
@@ -458,14 +579,24 @@ static int moe_pool(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 	const uint8_t *recs[K];
 	int eids[K], r;
 	float tmp[D];
+	uint64_t t0;
 
 	for (int k = 0; k < K; k++)
 		eids[k] = ids[k];
 	if (!m->no_route_reports)
-		route_report(m, s, l, p, token, eids);
+		route_report(m, s, l, p, token, eids, b);
+	t0 = st_now_ns();
 	r = es_client_acquire(m->es, l, K, eids, recs, diag);
+	s->st.acquire_ns += st_now_ns() - t0;
 	if (r < 0)
 		return r;
+	s->st.experts_acquired += K;
+	s->st.expert_bytes += (uint64_t)K * ly->record_bytes;
+	if (m->be) {
+		moe_pool_fast(m, s, ly, recs, wts, b, y);
+		es_client_release(m->es, l, K, eids);
+		return 0;
+	}
 	for (int k = 0; k < K; k++) {
 		struct cw_dsv4_mat w1, w2, w3;
 
@@ -554,11 +685,40 @@ static void head(const struct cw_dsv4_model *m, const float *X, float *logits)
 	}
 	collapse(X, pre, n, D, h);
 	cw_dsv4_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
-	{
-		struct cw_dsv4_mat hm = { c->vocab_size, D, m->head, 0 };
+	mv(m, &m->head, h, logits);
+}
 
-		matvec(&hm, h, logits);
+void cw_dsv4_state_stats(const struct cw_dsv4_state *s,
+			 struct cw_dsv4_run_stats *ret)
+{
+	*ret = s->st;
+}
+
+static uint64_t mat_bytes(const struct cw_dsv4_mat *x)
+{
+	return (uint64_t)x->rows * x->cols *
+	       (!x->codes ? sizeof(float) :
+		x->fv.dtype == ST_DTYPE_BF16 ? 2 : 1);
+}
+
+uint64_t cw_dsv4_dense_bytes(const struct cw_dsv4_model *m)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	uint64_t n = mat_bytes(&m->head);
+
+	for (int l = 0; l < c->n_layers; l++) {
+		const struct cw_dsv4_layer *L = &m->layers[l];
+		const struct cw_dsv4_mat *x[] = {
+			&L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
+			&L->sh_w1, &L->sh_w2, &L->sh_w3, &L->gate,
+			&L->comp.wkv, &L->comp.wgate, &L->icomp.wkv,
+			&L->icomp.wgate, &L->iwq_b, &L->iweights,
+		};
+
+		for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++)
+			n += mat_bytes(x[i]);
 	}
+	return n;
 }
 
 int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
@@ -664,13 +824,13 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 							      64);
 			}
 			if (L->ratio)
-				comp_inputs(&L->comp, a, p,
+				comp_inputs(m, &L->comp, a, p,
 					    srow(s, l, CW_DSV4_COMP_STATE, p, 1));
 			if (L->has_indexer) {
 				float *iq = IQ + (size_t)t * IH * Id;
 				float *om = OM + (size_t)t * IH;
 
-				comp_inputs(&L->icomp, a, p,
+				comp_inputs(m, &L->icomp, a, p,
 					    srow(s, l, CW_DSV4_INDEX_STATE, p, 1));
 				lin(m, &L->iwq_b, qr, iq);
 				for (int h = 0; h < IH; h++) {

@@ -23,6 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cw_backend.h"
 #include "st_config_dsv4.h"
 #include "st_error.h"
 
@@ -68,6 +69,67 @@ int cw_dsv4_load_store(const char *store_dir, struct es_client *es,
  * measurements (the results are the same either way).
  */
 void cw_dsv4_set_route_reports(struct cw_dsv4_model *m, int on);
+/*
+ * Store mode, with routing reports on: also hint expertd the experts the
+ * routers of the next `depth` score-routed layers pick on the current
+ * layer's FFN input (gate look-ahead; hash-routed layers are always hinted
+ * exactly), so their loads overlap this layer's compute.  0 (the default)
+ * hints only the hash layers.  Results are the same either way.  0, or
+ * -EINVAL for depth outside [0, 8].
+ */
+int cw_dsv4_set_prefetch_depth(struct cw_dsv4_model *m, int depth);
+
+/*
+ * cw_dsv4_load / cw_dsv4_load_store with a compute mode (DESIGN 6a).
+ * CW_COMPUTE_REFERENCE is what those two do (bit-identical).
+ * CW_COMPUTE_FAST runs the matvecs on the fast CPU backend's kernels
+ * (cw_backend_cpu_fast, computed/cw_kern.h): the FP8 dense weights stay
+ * E4M3 codes (1 byte per weight instead of 4) with one float scale per
+ * (row, fp8_block[1] inputs), multiplied by float activations; the routed
+ * experts of a store run straight from expertd's slot bytes (MXFP4 codes
+ * and E8M0 scales as stored, activations quantized to int8 per block of
+ * 32, one quantization shared by the top-k experts' w1 and w3), nothing
+ * dequantized per use; the BF16 compressors and LM head stay BF16 (the
+ * BF16 kernel), other matrices run the F32 kernel.  The router
+ * (gate.weight), the indexer's head weights, the mHC mixers, norms,
+ * attention and the pooling stay reference code (routing decisions and
+ * selections match reference mode except near ties).  Not bit-identical
+ * to reference mode: tests/computed/test_dsv4_fast.c states the
+ * tolerance.  Errors: as the functions without _mode, -EINVAL for an
+ * unknown mode.
+ */
+int cw_dsv4_load_mode(const char *dir, enum cw_compute mode,
+		      struct cw_dsv4_model **ret, struct st_diag *diag);
+int cw_dsv4_load_store_mode(const char *store_dir, struct es_client *es,
+			    enum cw_compute mode, struct cw_dsv4_model **ret,
+			    struct st_diag *diag);
+
+/*
+ * Fast mode's data layout (FP8 codes with expanded scales, expert views
+ * of the slot bytes) on another backend than cw_backend_cpu_fast: with
+ * cw_backend_cpu (exact dequantization on the fly, float activations) the
+ * logits equal reference mode's but for the float summation order, which
+ * separates the layout from the kernels' int8 approximation (tests).
+ * -EINVAL unless m is a fast-mode model and be is not NULL.
+ */
+int cw_dsv4_set_backend(struct cw_dsv4_model *m,
+			const struct cw_backend_ops *be);
+
+/* Counters of a state's evals since cw_dsv4_state_new (store mode; all
+ * zero otherwise): routed experts acquired from expertd, the time spent in
+ * es_client_acquire (waiting for misses to load: the stall) in ns, and
+ * the bytes of the expert records used. */
+struct cw_dsv4_run_stats {
+	uint64_t experts_acquired;
+	uint64_t acquire_ns;
+	uint64_t expert_bytes;
+};
+/* Bytes of dense weights one token reads: every layer's matrices but the
+ * routed experts and the mHC mixers, plus the LM head, at their in-memory
+ * size (1 per FP8 weight in fast mode, 4 per F32 weight). */
+uint64_t cw_dsv4_dense_bytes(const struct cw_dsv4_model *m);
+void cw_dsv4_state_stats(const struct cw_dsv4_state *s,
+			 struct cw_dsv4_run_stats *ret);
 void cw_dsv4_free(struct cw_dsv4_model *m);
 const struct st_dsv4_config *cw_dsv4_config(const struct cw_dsv4_model *m);
 

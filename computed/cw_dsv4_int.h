@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 
+#include "cw_backend.h"
 #include "cw_dsv4.h"
 #include "st_store.h"
 
@@ -16,6 +17,13 @@ struct cw_dsv4_mat {
 	int rows, cols;
 	float *w;
 	int quantized;  /* stored FP8 or FP4: its input gets the ACT_FP8 trip */
+	/* fast mode: the weights as stored (owned), viewed by fv, w then
+	 * NULL: FP8 matrices' E4M3 codes with one float scale per (row, block
+	 * of fp8_block[1] inputs) expanded from the E8M0 blocks (fscale,
+	 * owned); BF16 compressors and LM head as BF16 (fscale NULL) */
+	uint8_t *codes;
+	float *fscale;
+	struct cw_wview fv;
 };
 
 /* One compressor (main or indexer).  CSA (ratio 4, overlap): wkv/wgate
@@ -47,7 +55,8 @@ struct cw_dsv4_layer {
 
 struct cw_dsv4_model {
 	struct st_dsv4_config cfg;
-	float *embed, *head, *norm;  /* [vocab][D], [vocab][D], [D] */
+	float *embed, *norm;         /* [vocab][D], [D] */
+	struct cw_dsv4_mat head;     /* [vocab][D] (fast mode: BF16 codes) */
 	float *hc_head_fn, *hc_head_base, *hc_head_scale;
 	struct cw_dsv4_layer *layers;
 	double *freq_main, *freq_comp; /* [rope_dim/2] */
@@ -58,6 +67,12 @@ struct cw_dsv4_model {
 	struct es_client *es;
 	struct st_store_layer *rec;
 	int no_route_reports;          /* cw_dsv4_set_route_reports(m, 0) */
+	int prefetch_depth;            /* cw_dsv4_set_prefetch_depth */
+	/* CW_COMPUTE_FAST (cw_dsv4_load_mode / _store_mode): matvecs on
+	 * the fast backend's kernels (be), FP8 weights kept as codes,
+	 * experts read straight from expertd's slot bytes */
+	enum cw_compute compute;
+	const struct cw_backend_ops *be;
 };
 
 /*
@@ -87,8 +102,10 @@ struct cw_dsv4_state {
 	struct cw_dsv4_lstate *ls;
 	int n_layers;
 	struct cw_dsv4_debug *dbg;
-	float *xw;  /* store mode: one expert's w1, w3, w2 dequantised */
+	float *xw;  /* store mode: one expert's w1, w3, w2 dequantised
+		     * (fast mode: scratch of the quantized activations) */
 	int route_failed; /* store mode: routing reports expertd refused */
+	struct cw_dsv4_run_stats st;
 	/* kvd state (cw_dsv4_state_new_kv): the sequence's rows are in kvd
 	 * pages; kv NULL for the process-local state */
 	struct kv_client *kv;

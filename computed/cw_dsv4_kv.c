@@ -33,8 +33,9 @@ uint64_t cw_dsv4_model_id(const struct cw_dsv4_model *m)
 	if (!buf)
 		return 1; /* never reached in practice; still non-zero */
 	o += (size_t)snprintf((char *)buf, 1024,
-			      "dsv4 f32 qat=%u D=%d L=%d V=%d H=%d hd=%d "
-			      "W=%d E=%d k=%d ratios", m->qat, D,
+			      "dsv4 f32 %s qat=%u D=%d L=%d V=%d H=%d hd=%d "
+			      "W=%d E=%d k=%d ratios", m->be ? "fast" : "ref",
+			      m->qat, D,
 			      c->n_layers, c->vocab_size, c->n_heads,
 			      c->head_dim, c->sliding_window, c->n_experts,
 			      c->top_k);
@@ -43,8 +44,14 @@ uint64_t cw_dsv4_model_id(const struct cw_dsv4_model *m)
 				      c->compress_ratio[l]);
 	memcpy(buf + o, m->embed, (size_t)rows * D * sizeof(float));
 	o += (size_t)rows * D * sizeof(float);
-	memcpy(buf + o, m->head, (size_t)rows * D * sizeof(float));
-	o += (size_t)rows * D * sizeof(float);
+	if (m->head.w) {
+		memcpy(buf + o, m->head.w, (size_t)rows * D * sizeof(float));
+		o += (size_t)rows * D * sizeof(float);
+	} else if (m->head.codes) {
+		/* fast mode: the LM head kept as BF16 codes */
+		memcpy(buf + o, m->head.codes, (size_t)rows * D * 2);
+		o += (size_t)rows * D * 2;
+	}
 	memcpy(buf + o, m->norm, (size_t)D * sizeof(float));
 	o += (size_t)D * sizeof(float);
 	h = st_xxh3(buf, o);

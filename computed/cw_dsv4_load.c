@@ -30,6 +30,7 @@ struct loader {
 	int tmp_i;
 	const struct st_dsv4_config *c;
 	struct st_diag *diag;
+	int fast;  /* CW_COMPUTE_FAST: FP8 matrices kept as codes */
 };
 
 /* Looks `name` up in the loader's source; NULL when absent. */
@@ -137,6 +138,38 @@ static int check_scales(struct loader *ld, const char *name,
 	return 0;
 }
 
+/* Fast mode: m (rows, cols set) keeps the E4M3 codes w as they are and
+ * one float scale per (row, block of b1 inputs), 2^(S[r / b0][g] - 127),
+ * so the fast backend's F8_E4M3 kernel (group b1) computes with exactly
+ * the weights cw_dsv4_fp8_dequant gives. */
+static int keep_fp8(struct loader *ld, const char *prefix, const uint8_t *w,
+		    const uint8_t *s, struct cw_dsv4_mat *m)
+{
+	const int b0 = ld->c->fp8_block[0], b1 = ld->c->fp8_block[1];
+	const int ng = (m->cols + b1 - 1) / b1;
+
+	m->codes = malloc((size_t)m->rows * m->cols);
+	m->fscale = malloc((size_t)m->rows * ng * sizeof(float));
+	if (!m->codes || !m->fscale)
+		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
+				   prefix);
+	memcpy(m->codes, w, (size_t)m->rows * m->cols);
+	for (int r = 0; r < m->rows; r++)
+		for (int g = 0; g < ng; g++)
+			m->fscale[(size_t)r * ng + g] =
+				st_e8m0_to_f32(s[(size_t)(r / b0) * ng + g]);
+	m->fv = (struct cw_wview){
+		.dtype = ST_DTYPE_F8_E4M3,
+		.data = m->codes,
+		.scales = (const uint8_t *)m->fscale,
+		.rows = m->rows,
+		.cols = m->cols,
+		.group = (uint32_t)b1,
+		.scale_type = ST_SCALE_F32,
+	};
+	return 0;
+}
+
 /* <prefix>.weight F8_E4M3 [rows, cols] + <prefix>.scale F8_E8M0 blocks. */
 static int load_fp8(struct loader *ld, const char *prefix, int rows, int cols,
 		    struct cw_dsv4_mat *m)
@@ -158,6 +191,8 @@ static int load_fp8(struct loader *ld, const char *prefix, int rows, int cols,
 	m->rows = rows;
 	m->cols = cols;
 	m->quantized = 1;
+	if (ld->fast)
+		return keep_fp8(ld, prefix, w, s, m);
 	m->w = malloc((size_t)rows * cols * sizeof(float));
 	if (!m->w)
 		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
@@ -212,6 +247,36 @@ static int load_mat_plain(struct loader *ld, const char *name, int rows,
 	return load_plain(ld, name, rows, cols, &m->w);
 }
 
+/* A matrix only fast mode's kernels multiply (compressors, LM head): in
+ * fast mode a BF16 tensor stays BF16 (2 bytes per weight, the fast
+ * backend's BF16 kernel), otherwise as load_mat_plain. */
+static int load_mat_fast16(struct loader *ld, const char *name, int rows,
+			   int cols, struct cw_dsv4_mat *m)
+{
+	const struct st_tensor_info *t = lookup(ld, name, NULL);
+	const void *data;
+	int r;
+
+	if (!ld->fast || !t || t->dtype != ST_DTYPE_BF16)
+		return load_mat_plain(ld, name, rows, cols, m);
+	if ((r = find(ld, name, ST_DTYPE_BF16, rows, cols, &t, &data)) < 0)
+		return r;
+	m->rows = rows;
+	m->cols = cols;
+	m->codes = malloc((size_t)rows * cols * 2);
+	if (!m->codes)
+		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
+				   name);
+	memcpy(m->codes, data, (size_t)rows * cols * 2);
+	m->fv = (struct cw_wview){
+		.dtype = ST_DTYPE_BF16,
+		.data = m->codes,
+		.rows = rows,
+		.cols = cols,
+	};
+	return 0;
+}
+
 static int load_comp(struct loader *ld, int l, const char *pfx, int ratio,
 		     int width, struct cw_dsv4_comp *cp)
 {
@@ -224,10 +289,10 @@ static int load_comp(struct loader *ld, int l, const char *pfx, int ratio,
 	cp->overlap = ratio == 4;
 	cp->width = width;
 	snprintf(name, sizeof(name), "layers.%d.%s.wkv.weight", l, pfx);
-	if ((r = load_mat_plain(ld, name, cols, D, &cp->wkv)) < 0)
+	if ((r = load_mat_fast16(ld, name, cols, D, &cp->wkv)) < 0)
 		return r;
 	snprintf(name, sizeof(name), "layers.%d.%s.wgate.weight", l, pfx);
-	if ((r = load_mat_plain(ld, name, cols, D, &cp->wgate)) < 0)
+	if ((r = load_mat_fast16(ld, name, cols, D, &cp->wgate)) < 0)
 		return r;
 	snprintf(name, sizeof(name), "layers.%d.%s.ape", l, pfx);
 	if ((r = load_plain(ld, name, ratio, cols, &cp->ape)) < 0)
@@ -381,8 +446,8 @@ static int load_model(struct loader *ld, struct cw_dsv4_model *m)
 	cw_dsv4_rope_freqs(c, 1, m->freq_comp);
 	if ((r = load_plain(ld, "embed.weight", c->vocab_size, D,
 			    &m->embed)) < 0 ||
-	    (r = load_plain(ld, "head.weight", c->vocab_size, D,
-			    &m->head)) < 0 ||
+	    (r = load_mat_fast16(ld, "head.weight", c->vocab_size, D,
+				 &m->head)) < 0 ||
 	    (r = load_plain(ld, "norm.weight", D, -1, &m->norm)) < 0 ||
 	    (r = load_plain(ld, "hc_head_fn", hc, hc * D,
 			    &m->hc_head_fn)) < 0 ||
@@ -419,8 +484,29 @@ static int check_store_experts(const struct st_store *s,
 	return 0;
 }
 
+/* The model's compute mode and backend; -EINVAL for an unknown mode. */
+static int set_mode(struct cw_dsv4_model *m, struct loader *ld,
+		    enum cw_compute mode, struct st_diag *diag)
+{
+	if (mode != CW_COMPUTE_REFERENCE && mode != CW_COMPUTE_FAST)
+		return st_diag_set(diag, -EINVAL, "unknown compute mode %d",
+				   (int)mode);
+	m->compute = mode;
+	m->be = mode == CW_COMPUTE_FAST ? cw_backend_cpu_fast() : NULL;
+	ld->fast = mode == CW_COMPUTE_FAST;
+	return 0;
+}
+
 int cw_dsv4_load_store(const char *store_dir, struct es_client *es,
 		       struct cw_dsv4_model **ret, struct st_diag *diag)
+{
+	return cw_dsv4_load_store_mode(store_dir, es, CW_COMPUTE_REFERENCE,
+				       ret, diag);
+}
+
+int cw_dsv4_load_store_mode(const char *store_dir, struct es_client *es,
+			    enum cw_compute mode, struct cw_dsv4_model **ret,
+			    struct st_diag *diag)
 {
 	struct cw_dsv4_model *m = calloc(1, sizeof(*m));
 	struct st_store *s = NULL;
@@ -431,6 +517,8 @@ int cw_dsv4_load_store(const char *store_dir, struct es_client *es,
 
 	if (!m)
 		return -ENOMEM;
+	if ((r = set_mode(m, &ld, mode, diag)) < 0)
+		goto out;
 	if ((r = st_store_open(store_dir, &s, diag)) < 0)
 		goto out;
 	if (!s->is_dsv4) {
@@ -501,6 +589,12 @@ out:
 int cw_dsv4_load(const char *dir, struct cw_dsv4_model **ret,
 		 struct st_diag *diag)
 {
+	return cw_dsv4_load_mode(dir, CW_COMPUTE_REFERENCE, ret, diag);
+}
+
+int cw_dsv4_load_mode(const char *dir, enum cw_compute mode,
+		      struct cw_dsv4_model **ret, struct st_diag *diag)
+{
 	struct cw_dsv4_model *m = calloc(1, sizeof(*m));
 	struct st_checkpoint *ck = NULL;
 	struct loader ld = { 0 };
@@ -508,7 +602,8 @@ int cw_dsv4_load(const char *dir, struct cw_dsv4_model **ret,
 
 	if (!m)
 		return -ENOMEM;
-	if ((r = st_dsv4_config_load(dir, &m->cfg, diag)) < 0 ||
+	if ((r = set_mode(m, &ld, mode, diag)) < 0 ||
+	    (r = st_dsv4_config_load(dir, &m->cfg, diag)) < 0 ||
 	    (r = st_checkpoint_open(dir, &ck, diag)) < 0)
 		goto fail;
 	ld.ck = ck;
@@ -530,6 +625,8 @@ static void free_comp(struct cw_dsv4_comp *cp)
 {
 	free(cp->wkv.w);
 	free(cp->wgate.w);
+	free(cp->wkv.codes);
+	free(cp->wgate.codes);
 	free(cp->ape);
 	free(cp->norm);
 }
@@ -550,8 +647,17 @@ void cw_dsv4_free(struct cw_dsv4_model *m)
 			L->sh_w2.w, L->sh_w3.w,
 		};
 
+		struct cw_dsv4_mat *fp8[] = {
+			&L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
+			&L->iwq_b, &L->sh_w1, &L->sh_w2, &L->sh_w3,
+		};
+
 		for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
 			free(plain[i]);
+		for (size_t i = 0; i < sizeof(fp8) / sizeof(fp8[0]); i++) {
+			free(fp8[i]->codes);
+			free(fp8[i]->fscale);
+		}
 		free_comp(&L->comp);
 		free_comp(&L->icomp);
 		free(L->tid2eid);
@@ -569,7 +675,8 @@ void cw_dsv4_free(struct cw_dsv4_model *m)
 	}
 	free(m->layers);
 	free(m->embed);
-	free(m->head);
+	free(m->head.w);
+	free(m->head.codes);
 	free(m->norm);
 	free(m->hc_head_fn);
 	free(m->hc_head_base);
@@ -613,6 +720,23 @@ int cw_dsv4_hash_experts(const struct cw_dsv4_model *m, int layer,
 const struct st_dsv4_config *cw_dsv4_config(const struct cw_dsv4_model *m)
 {
 	return &m->cfg;
+}
+
+int cw_dsv4_set_backend(struct cw_dsv4_model *m,
+			const struct cw_backend_ops *be)
+{
+	if (m->compute != CW_COMPUTE_FAST || !be)
+		return -EINVAL;
+	m->be = be;
+	return 0;
+}
+
+int cw_dsv4_set_prefetch_depth(struct cw_dsv4_model *m, int depth)
+{
+	if (depth < 0 || depth > 8)
+		return -EINVAL;
+	m->prefetch_depth = depth;
+	return 0;
 }
 
 void cw_dsv4_set_route_reports(struct cw_dsv4_model *m, int on)

@@ -1,0 +1,396 @@
+/*
+ * test_dsv4_fast.c — the DeepSeek-V4 forward pass in fast mode
+ * (cw_dsv4_load_store_mode CW_COMPUTE_FAST: FP8 dense weights as E4M3
+ * codes on the fast backend's kernel, routed experts straight from a real
+ * expertd's slot bytes with int8 activations) against reference mode
+ * (cw_dsv4_load: exact F32 weights, double accumulation), which
+ * dsv4-reference-tiny holds to the fixture's reference logits.
+ *
+ * Usage: test_dsv4_fast [MODEL_DIR]
+ *   no argument: ../shared tiny-deepseek-v4, every case of reference.json
+ *   (prompt + greedy continuation);
+ *   MODEL_DIR: a V4 checkpoint (e.g. scripts/gen-dsv4-model.py --small),
+ *   one fixed 96-token sequence.
+ * Every position's logits of both modes are compared, twice:
+ *  1. fast mode's data layout (FP8 codes with expanded E8M0 scales, MXFP4
+ *     views of the slot bytes) on the exact backend (cw_backend_cpu,
+ *     float activations): top-1 equal everywhere and max |delta logit|
+ *     <= 1e-3 x the spread (std) of the reference logits (only float vs
+ *     double summation differs; measured ~1e-6), so a wrong offset,
+ *     scale or nibble order fails here;
+ *  2. the fast kernels (int8 activations per 32 for the experts): the
+ *     fixture is tiny (hidden 32, SwiGLU clamp 2) and chaotic (its README:
+ *     any mutation moves logits by ~1), so the rule is statistical, in the
+ *     spirit of the fixtures' mxfp4_approx: top-1 agreement >= 0.85,
+ *     median |delta log p(reference top-1)| <= 0.1, 90th percentile of
+ *     max |delta logit| / std <= 0.6 (measured: 0.90, 0.038, 0.41), and
+ *     not bit-identical to reference (the fast path really ran).
+ * Then fast mode from the checkpoint (cw_dsv4_load_mode, no expertd:
+ * experts dequantized at load on the F32 kernel, FP8 codes with float
+ * activations): top-1 equal everywhere, max |delta logit| <= 1e-3 x std.
+ * Store passes: every routed expert came through expertd (acquired = positions x
+ * layers x top_k, bytes = acquired x record bytes); expertd runs at
+ * --host-budget 25% and must have evicted.  Pass 2 also runs with the
+ * gate look-ahead (cw_dsv4_set_prefetch_depth 2): the hints expertd
+ * counts must be the hash layers' exact ones plus top_k for each
+ * score-routed layer among the next two of every layer, per position.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_dsv4.h"
+#include "es_client.h"
+#include "es_convert.h"
+#include "st_util.h"
+#include "test_daemons.h"
+#include "test_util.h"
+
+static int n_fail;
+
+#define CHECK(cond, ...)                                                   \
+	do {                                                               \
+		if (!(cond)) {                                             \
+			if (n_fail++ < 30) {                               \
+				fprintf(stderr, "FAIL %s:%d: ", __FILE__,  \
+					__LINE__);                         \
+				fprintf(stderr, __VA_ARGS__);              \
+				fputc('\n', stderr);                       \
+			}                                                  \
+		}                                                          \
+	} while (0)
+
+#define CHUNK 16
+#define MAX_POS 4096
+
+/* Accumulated comparison figures. */
+struct cmp {
+	long n_pos, top1_same, identical;
+	double worst_rel;   /* max over positions of max|d| / std(ref) */
+	double *dlp;        /* |delta log p(ref top-1)| per position */
+	double *rel;        /* max|d| / std(ref) per position */
+};
+
+static double lse(const float *x, int n)
+{
+	double mx = -INFINITY, s = 0.0;
+
+	for (int i = 0; i < n; i++)
+		if (x[i] > mx)
+			mx = x[i];
+	for (int i = 0; i < n; i++)
+		s += exp((double)x[i] - mx);
+	return mx + log(s);
+}
+
+static int argmax(const float *x, int n)
+{
+	int b = 0;
+
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[b])
+			b = i;
+	return b;
+}
+
+static void compare_pos(struct cmp *c, const float *a, const float *b, int V)
+{
+	double mean = 0.0, var = 0.0, md = 0.0;
+	int ta = argmax(a, V);
+
+	for (int i = 0; i < V; i++)
+		mean += a[i];
+	mean /= V;
+	for (int i = 0; i < V; i++) {
+		double d = fabs((double)a[i] - b[i]);
+
+		var += (a[i] - mean) * (a[i] - mean);
+		if (d > md)
+			md = d;
+	}
+	var /= V;
+	if (md / sqrt(var) > c->worst_rel)
+		c->worst_rel = md / sqrt(var);
+	if (c->n_pos < MAX_POS)
+		c->rel[c->n_pos] = md / sqrt(var);
+	c->top1_same += ta == argmax(b, V);
+	c->identical += !memcmp(a, b, (size_t)V * sizeof(float));
+	if (c->n_pos < MAX_POS)
+		c->dlp[c->n_pos] = fabs((a[ta] - lse(a, V)) - (b[ta] - lse(b, V)));
+	c->n_pos++;
+}
+
+/* One sequence through both models in chunks, all positions compared. */
+static void run_seq(const struct cw_dsv4_model *ref,
+		    const struct cw_dsv4_model *fm, const int32_t *ids, int n,
+		    struct cmp *c, struct cw_dsv4_run_stats *rs)
+{
+	const int V = cw_dsv4_config(ref)->vocab_size;
+	float *a = malloc((size_t)CHUNK * V * sizeof(float));
+	float *b = malloc((size_t)CHUNK * V * sizeof(float));
+	struct cw_dsv4_state *sa = NULL, *sb = NULL;
+	struct st_diag diag = { { 0 } };
+
+	CHECK(a && b && cw_dsv4_state_new(ref, n, &sa) == 0 &&
+	      cw_dsv4_state_new(fm, n, &sb) == 0, "state");
+	for (int p = 0; sa && sb && p < n; p += CHUNK) {
+		int k = n - p < CHUNK ? n - p : CHUNK;
+		int r = cw_dsv4_eval(ref, sa, ids + p, k, 1, a, &diag);
+
+		CHECK(r == 0, "reference eval: %s", diag.msg);
+		r = r ? r : cw_dsv4_eval(fm, sb, ids + p, k, 1, b, &diag);
+		CHECK(r == 0, "fast eval: %s", diag.msg);
+		if (r)
+			break;
+		for (int t = 0; t < k; t++)
+			compare_pos(c, a + (size_t)t * V, b + (size_t)t * V, V);
+	}
+	if (sb) {
+		struct cw_dsv4_run_stats x;
+
+		cw_dsv4_state_stats(sb, &x);
+		rs->experts_acquired += x.experts_acquired;
+		rs->expert_bytes += x.expert_bytes;
+		rs->acquire_ns += x.acquire_ns;
+	}
+	cw_dsv4_state_free(sa);
+	cw_dsv4_state_free(sb);
+	free(a);
+	free(b);
+}
+
+/* The sequences: the fixture's cases (prompt + greedy continuation), or
+ * one fixed 96-token sequence for another model (gen). */
+static void run_all(const struct cw_dsv4_model *ref,
+		    const struct cw_dsv4_model *fm, const char *dir, int gen,
+		    struct cmp *c, struct cw_dsv4_run_stats *rs)
+{
+	char path[4300];
+	json_t *refj, *cases, *cs;
+	size_t ci;
+
+	if (gen) {
+		const int V = cw_dsv4_config(ref)->vocab_size;
+		int32_t ids[96];
+
+		for (int i = 0; i < 96; i++)
+			ids[i] = (int32_t)((i * 7919u + 13u) % (unsigned)V);
+		ids[0] = 0;
+		run_seq(ref, fm, ids, 96, c, rs);
+		return;
+	}
+	snprintf(path, sizeof(path), "%s/reference.json", dir);
+	refj = json_load_file(path, 0, NULL);
+	cases = refj ? json_object_get(refj, "cases") : NULL;
+	CHECK(json_is_array(cases), "%s: no cases", path);
+	json_array_foreach(cases, ci, cs) {
+		const json_t *jids = json_object_get(cs, "ids");
+		const json_t *gc = json_object_get(cs, "greedy_continuation");
+		int n = (int)json_array_size(jids);
+		int ng = (int)json_array_size(gc);
+		int32_t ids[n + ng];
+
+		for (int i = 0; i < n; i++)
+			ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
+		for (int i = 0; i < ng; i++)
+			ids[n + i] = (int32_t)json_integer_value(json_array_get(gc, i));
+		run_seq(ref, fm, ids, n + ng, c, rs);
+	}
+	json_decref(refj);
+}
+
+static int cmp_d(const void *x, const void *y)
+{
+	double a = *(const double *)x, b = *(const double *)y;
+
+	return a < b ? -1 : a > b;
+}
+
+int main(int argc, char **argv)
+{
+	char dir[4096], tmp[4096], store[4200];
+	const char *args[] = { "--store", store, "--host-budget", "25%", NULL };
+	struct st_diag diag = { { 0 } };
+	struct es_convert_opts o;
+	struct cw_dsv4_model *ref = NULL, *fm = NULL;
+	struct cw_dsv4_run_stats rs = { 0 };
+	struct st_test_inst inst;
+	struct es_client *es = NULL;
+	struct es_stats st = { 0 };
+	struct es_tier_stats ts0, ts1;
+	struct cmp c = { 0 };
+
+	if (argc > 1)
+		snprintf(dir, sizeof(dir), "%s", argv[1]);
+	else
+		st_test_fixture_model("tiny-deepseek-v4", dir, sizeof(dir));
+	c.dlp = calloc(MAX_POS, sizeof(double));
+	c.rel = calloc(MAX_POS, sizeof(double));
+	st_test_tmpdir(tmp, sizeof(tmp));
+	snprintf(store, sizeof(store), "%s/store", tmp);
+	es_convert_opts_init(&o);
+	if (es_convert(dir, store, &o, &diag)) {
+		fprintf(stderr, "convert %s: %s\n", dir, diag.msg);
+		return 1;
+	}
+	if (cw_dsv4_load(dir, &ref, &diag)) {
+		fprintf(stderr, "cw_dsv4_load: %s\n", diag.msg);
+		return 1;
+	}
+	st_test_inst_init(&inst, "dsv4f");
+	if (st_test_daemon_start(&inst, "expertd", args, 30) < 0) {
+		CHECK(0, "expertd did not start");
+		goto out;
+	}
+	if (es_client_open(inst.run_dir, inst.name, "test", 10000, &es,
+			   &diag)) {
+		CHECK(0, "es_client_open: %s", diag.msg);
+		goto out;
+	}
+	/* an unknown mode is refused */
+	CHECK(cw_dsv4_load_store_mode(store, es, (enum cw_compute)7, &fm,
+				      &diag) == -EINVAL, "mode 7 accepted");
+	if (cw_dsv4_load_store_mode(store, es, CW_COMPUTE_FAST, &fm, &diag)) {
+		CHECK(0, "cw_dsv4_load_store_mode fast: %s", diag.msg);
+		goto out;
+	}
+	/* fast mode keeps FP8 weights as 1-byte codes */
+	CHECK(cw_dsv4_dense_bytes(fm) < cw_dsv4_dense_bytes(ref),
+	      "fast dense bytes %llu not below reference %llu",
+	      (unsigned long long)cw_dsv4_dense_bytes(fm),
+	      (unsigned long long)cw_dsv4_dense_bytes(ref));
+	for (int pass = 0; pass < 2; pass++) {
+		const struct st_dsv4_config *cf = cw_dsv4_config(ref);
+		long m;
+		double med, p90;
+
+		free(c.dlp);
+		free(c.rel);
+		memset(&c, 0, sizeof(c));
+		memset(&rs, 0, sizeof(rs));
+		c.dlp = calloc(MAX_POS, sizeof(double));
+		c.rel = calloc(MAX_POS, sizeof(double));
+		/* pass 0: fast mode's layout on the exact backend; 1: the
+		 * fast kernels */
+		CHECK(cw_dsv4_set_backend(fm, pass ? cw_backend_cpu_fast() :
+						     cw_backend_cpu()) == 0,
+		      "set_backend");
+		/* pass 1 also with gate look-ahead hints (results do not
+		 * depend on them) */
+		CHECK(cw_dsv4_set_prefetch_depth(fm, pass ? 2 : 0) == 0,
+		      "set_prefetch_depth");
+		es_client_tier_stats(es, &ts0);
+		run_all(ref, fm, dir, argc > 1, &c, &rs);
+		es_client_tier_stats(es, &ts1);
+		m = c.n_pos < MAX_POS ? c.n_pos : MAX_POS;
+		qsort(c.dlp, m, sizeof(double), cmp_d);
+		qsort(c.rel, m, sizeof(double), cmp_d);
+		med = m ? c.dlp[m / 2] : INFINITY;
+		p90 = m ? c.rel[m * 9 / 10] : INFINITY;
+		printf("%s vs reference over %ld positions: top-1 %.4f, median "
+		       "|dlogp| %.5f, max |dlogit|/std median %.4f, 90%% %.4f, "
+		       "max %.4f; bit-identical positions %ld\n",
+		       pass ? "fast kernels" : "fast layout, exact backend",
+		       c.n_pos, (double)c.top1_same / (c.n_pos ? c.n_pos : 1),
+		       med, m ? c.rel[m / 2] : 0.0, p90, c.worst_rel,
+		       c.identical);
+		CHECK(c.n_pos > 0, "no positions");
+		if (!pass) {
+			CHECK(c.top1_same == c.n_pos, "exact backend: top-1 "
+			      "%ld/%ld", c.top1_same, c.n_pos);
+			CHECK(c.worst_rel <= 1e-3, "exact backend: max "
+			      "|dlogit|/std %.2e > 1e-3", c.worst_rel);
+		} else {
+			CHECK(c.top1_same >= 0.85 * c.n_pos, "top-1 %ld/%ld < "
+			      "0.85", c.top1_same, c.n_pos);
+			CHECK(med <= 0.1, "median |dlogp| %.5f > 0.1", med);
+			CHECK(p90 <= 0.6, "90th percentile |dlogit|/std %.4f > "
+			      "0.6", p90);
+			CHECK(c.identical < c.n_pos, "fast kernels bit-identical "
+			      "to reference at every position: not taken?");
+		}
+		CHECK(rs.experts_acquired ==
+			      (uint64_t)c.n_pos * cf->n_layers * cf->top_k,
+		      "acquired %llu, expected %ld x %d x %d",
+		      (unsigned long long)rs.experts_acquired, c.n_pos,
+		      cf->n_layers, cf->top_k);
+		CHECK(rs.expert_bytes == rs.experts_acquired *
+						 es_client_record_bytes(es),
+		      "expert bytes %llu", (unsigned long long)rs.expert_bytes);
+		{
+			/* hash layers hint each later hash layer exactly;
+			 * depth 2 adds top_k per score-routed layer among
+			 * the next two of every layer */
+			uint64_t hash = 0, la = 0;
+
+			for (int l = 0; l < cf->n_layers; l++) {
+				if (l < cf->n_hash_layers)
+					hash += cf->n_hash_layers - 1 - l;
+				for (int j = l + 1; pass && j <= l + 2 &&
+						    j < cf->n_layers; j++)
+					la += j >= cf->n_hash_layers;
+			}
+			CHECK(ts1.hints - ts0.hints ==
+				      (uint64_t)c.n_pos * cf->top_k * (hash + la),
+			      "pass %d: hints %llu, expected %ld x %d x (%llu "
+			      "+ %llu)", pass,
+			      (unsigned long long)(ts1.hints - ts0.hints),
+			      c.n_pos, cf->top_k, (unsigned long long)hash,
+			      (unsigned long long)la);
+			printf("pass %d: prefetch loads %llu, used %llu, "
+			       "wasted %llu\n", pass,
+			       (unsigned long long)(ts1.prefetch_loads -
+						    ts0.prefetch_loads),
+			       (unsigned long long)(ts1.prefetch_used -
+						    ts0.prefetch_used),
+			       (unsigned long long)(ts1.prefetch_wasted -
+						    ts0.prefetch_wasted));
+		}
+	}
+	/* fast mode from the checkpoint (no expertd): FP8 codes on the fast
+	 * kernel with float activations, experts dequantized at load on the
+	 * F32 kernel: no int8 step, so as close as the exact backend */
+	{
+		struct cw_dsv4_model *cm = NULL;
+		struct cw_dsv4_run_stats crs = { 0 };
+
+		free(c.dlp);
+		free(c.rel);
+		memset(&c, 0, sizeof(c));
+		c.dlp = calloc(MAX_POS, sizeof(double));
+		c.rel = calloc(MAX_POS, sizeof(double));
+		CHECK(cw_dsv4_load_mode(dir, CW_COMPUTE_FAST, &cm, &diag) == 0,
+		      "cw_dsv4_load_mode fast: %s", diag.msg);
+		if (cm)
+			run_all(ref, cm, dir, argc > 1, &c, &crs);
+		printf("fast mode from the checkpoint vs reference over %ld "
+		       "positions: top-1 %.4f, max |dlogit|/std %.2e\n", c.n_pos,
+		       (double)c.top1_same / (c.n_pos ? c.n_pos : 1),
+		       c.worst_rel);
+		CHECK(c.n_pos > 0 && c.top1_same == c.n_pos && c.worst_rel <= 1e-3,
+		      "checkpoint fast mode: top-1 %ld/%ld, max |dlogit|/std "
+		      "%.2e > 1e-3", c.top1_same, c.n_pos, c.worst_rel);
+		CHECK(crs.experts_acquired == 0, "checkpoint mode used expertd");
+		cw_dsv4_free(cm);
+	}
+	CHECK(es_client_stats(es, &st) == 0, "stats");
+	printf("expertd at 25%%: %llu hits, %llu misses, %llu evictions\n",
+	       (unsigned long long)st.hits, (unsigned long long)st.misses,
+	       (unsigned long long)st.evictions);
+	CHECK(st.evictions > 0, "no eviction at 25%%");
+out:
+	cw_dsv4_free(fm);
+	es_client_close(es);
+	st_test_inst_stop(&inst);
+	st_rm_rf(inst.run_dir);
+	cw_dsv4_free(ref);
+	st_rm_rf(tmp);
+	free(c.dlp);
+	free(c.rel);
+	if (n_fail)
+		fprintf(stderr, "%d failure(s)\n", n_fail);
+	return n_fail ? 1 : 0;
+}
