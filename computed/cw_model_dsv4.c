@@ -13,6 +13,11 @@
 struct cw_v4_seq {
 	uint32_t seq;
 	struct cw_dsv4_state *st;   /* owned */
+	/* the last run evaluated (positions [last_pos, last_pos + last_n),
+	 * ids and logits buffers hashed in last_key): the same run again is
+	 * a replay (cw_v4serve_eval_batch) */
+	uint32_t last_pos, last_n;
+	uint64_t last_key;
 };
 
 struct cw_v4serve {
@@ -128,6 +133,7 @@ static int put_state(struct cw_v4serve *v, uint32_t seq,
 		old = v->seqs[i].st;
 	}
 	v->seqs[i].st = st;
+	v->seqs[i].last_n = 0;
 	pthread_mutex_unlock(&v->lock);
 	cw_dsv4_state_free(old);
 	return 0;
@@ -247,6 +253,56 @@ static int grow(void **buf, int *cap, int n, size_t elem)
 	return 0;
 }
 
+/* A run's identity: its positions, ids and logits buffers. */
+static uint64_t run_key(const struct cw_batch_tok *t, int n)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ull;
+
+	for (int i = 0; i < n; i++) {
+		h = (h ^ ((uint64_t)t[i].pos << 32 | (uint32_t)t[i].id)) *
+		    0x100000001b3ull;
+		h = (h ^ (uint64_t)(uintptr_t)t[i].logits) * 0x100000001b3ull;
+	}
+	return h;
+}
+
+/* Is [pos, pos + n) with key the run seq evaluated last, and nothing
+ * after it?  (A scheduler retrying a failed step one request at a time
+ * gives the runs that succeeded again: a V4 state cannot evaluate a
+ * position twice, and their logits buffers hold the results already.) */
+static int is_replay(struct cw_v4serve *v, uint32_t seq, uint32_t pos,
+		     uint32_t n, uint64_t key)
+{
+	int i, yes = 0;
+
+	pthread_mutex_lock(&v->lock);
+	i = find_locked(v, seq);
+	if (i >= 0) {
+		const struct cw_v4_seq *e = &v->seqs[i];
+
+		yes = e->last_n == n && e->last_pos == pos &&
+		      e->last_key == key &&
+		      (uint32_t)cw_dsv4_state_len(e->st) == pos + n;
+	}
+	pthread_mutex_unlock(&v->lock);
+	return yes;
+}
+
+static void note_run(struct cw_v4serve *v, uint32_t seq, uint32_t pos,
+		     uint32_t n, uint64_t key)
+{
+	int i;
+
+	pthread_mutex_lock(&v->lock);
+	i = find_locked(v, seq);
+	if (i >= 0) {
+		v->seqs[i].last_pos = pos;
+		v->seqs[i].last_n = n;
+		v->seqs[i].last_key = key;
+	}
+	pthread_mutex_unlock(&v->lock);
+}
+
 int cw_v4serve_eval_batch(struct cw_v4serve *v,
 			  const struct cw_batch_tok *toks, int n,
 			  struct st_diag *diag)
@@ -258,6 +314,7 @@ int cw_v4serve_eval_batch(struct cw_v4serve *v,
 	for (int i = 0, j; i < n; i = j) {
 		struct cw_dsv4_state *st = NULL;
 		int run, mid = 0, r;
+		uint64_t key;
 
 		for (j = i + 1; j < n && toks[j].seq == toks[i].seq &&
 				toks[j].pos == toks[j - 1].pos + 1; j++)
@@ -265,6 +322,9 @@ int cw_v4serve_eval_batch(struct cw_v4serve *v,
 		run = j - i;
 		for (int t = i; t < j - 1; t++)
 			mid |= toks[t].logits != NULL;
+		key = run_key(toks + i, run);
+		if (is_replay(v, toks[i].seq, toks[i].pos, (uint32_t)run, key))
+			continue; /* its logits are in its buffers already */
 		r = state_for(v, toks[i].seq, toks[i].pos, &st, diag);
 		if (r < 0)
 			return r;
@@ -289,6 +349,7 @@ int cw_v4serve_eval_batch(struct cw_v4serve *v,
 		}
 		if (r < 0)
 			return r;
+		note_run(v, toks[i].seq, toks[i].pos, (uint32_t)run, key);
 		v->rs.tokens += (uint64_t)run;
 		v->rs.expert_bytes += (uint64_t)run * (uint64_t)c->n_layers *
 				      (uint64_t)c->top_k * rec;

@@ -92,6 +92,10 @@ int cw_v4serve_seq_end(struct cw_v4serve *v, uint32_t seq);
  * vocabulary, positions in the context).  Each sequence's tokens must
  * continue its state (position == tokens already evaluated); a sequence
  * without a state gets one lazily at position 0 (CW_V4_LAZY_TOKENS).
+ * The run a sequence evaluated last, given again with the same ids and
+ * logits buffers and nothing evaluated since, is a replay: skipped (the
+ * buffers hold its logits; the scheduler retries a failed step's requests
+ * one at a time, and a V4 state cannot evaluate a position twice).
  * Errors: -EINVAL (a position that does not continue the sequence),
  * -ST_E_LIMIT (past the state's max_tokens), cw_dsv4_eval's (expertd),
  * -ENOMEM.  Runs before a failing one stay evaluated.
