@@ -458,6 +458,15 @@ static void print_summary(const struct run_opts *o,
 				    json_integer((json_int_t)d.kv_spill_pages_total));
 		json_object_set_new(j, "kv_pages_restored",
 				    json_integer((json_int_t)d.kv_restore_pages_total));
+		/* rows: the layout's bytes per token; pages: kvd pages at the
+		 * peak per token of this run (0 when the instance was not
+		 * ours: its peak is not this run's) */
+		json_object_set_new(j, "kv_bytes_per_token", json_pack(
+			"{s:I, s:I}", "rows", (json_int_t)d.kv_bytes_per_token,
+			"pages", (json_int_t)(inst->started_by_us &&
+					      res->n_prompt + res->n_gen ?
+				d.kv_pages_peak * d.kv_page_bytes /
+					(res->n_prompt + res->n_gen) : 0)));
 		json_dumpf(j, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10));
 		printf("\n");
 		json_decref(j);

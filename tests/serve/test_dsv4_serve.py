@@ -67,6 +67,11 @@ def strata_run(model, store, tmp, case, budget):
     check(j["ids"] == case["greedy_continuation"],
           "strata run --host-budget %s: greedy ids equal the reference's "
           "(%s: %s...)" % (budget, case["name"], j["ids"][:6]))
+    kvb = j["kv_bytes_per_token"]
+    check(0 < kvb["rows"] < kvb["pages"] and j["kv"]["pages_peak"] > 0,
+          "strata run: V4 KV bytes per token in kvd pages %d, in rows %d "
+          "(%d pages at the peak)" % (kvb["pages"], kvb["rows"],
+                                      j["kv"]["pages_peak"]))
     pool = j["expert_pool"]
     check(pool["hits"] + pool["misses"] > 0 and "expert pool" in r.stderr
           and "TTFT" in r.stderr, "strata run: summary with the expert pool")
