@@ -335,24 +335,25 @@ int cw_v4serve_eval_batch(struct cw_v4serve *v,
 					   "%d tokens", run);
 		for (int t = 0; t < run; t++)
 			v->ids[t] = toks[i + t].id;
-		if (!mid) {
-			r = cw_dsv4_eval(v->dm, st, v->ids, run, 0,
-					 toks[j - 1].logits, diag);
-		} else {
-			r = cw_dsv4_eval(v->dm, st, v->ids, run, 1, v->rows,
-					 diag);
-			for (int t = 0; !r && t < run; t++)
-				if (toks[i + t].logits)
-					memcpy(toks[i + t].logits,
-					       v->rows + (size_t)t * V,
-					       V * sizeof(float));
-		}
-		if (r < 0)
-			return r;
+		r = cw_dsv4_eval(v->dm, st, v->ids, run, mid,
+				 mid ? v->rows : toks[j - 1].logits, diag);
+		/* evaluated (the state moved on) even when a later step of
+		 * the eval failed (the unpin): its logits stand and a retry
+		 * of the run replays it */
+		if (cw_dsv4_state_len(st) != (int)toks[i].pos + run)
+			return r < 0 ? r : st_diag_set(diag, -EFAULT, "V4 "
+						       "state did not advance");
+		for (int t = 0; mid && t < run; t++)
+			if (toks[i + t].logits)
+				memcpy(toks[i + t].logits,
+				       v->rows + (size_t)t * V,
+				       V * sizeof(float));
 		note_run(v, toks[i].seq, toks[i].pos, (uint32_t)run, key);
 		v->rs.tokens += (uint64_t)run;
 		v->rs.expert_bytes += (uint64_t)run * (uint64_t)c->n_layers *
 				      (uint64_t)c->top_k * rec;
+		if (r < 0)
+			return r;
 	}
 	return 0;
 }
