@@ -8,9 +8,10 @@ real expertd, kvd and computed (HTTP API):
     equal the reference's), then the first prompt again (every full page
     of its prompt but the last token reused: the count is asserted
     exactly; text and log-probabilities equal its cold run's, bit for bit);
-  - kvd killed with SIGKILL during a streamed V4 generation and started
-    again: the generation completes, each token's log-probability equals
-    the reference's (p5_code) and the text equals the cold one;
+  - kvd killed with SIGKILL during a streamed 160-token V4 generation
+    and started again: computed re-connects, the generation completes with
+    the text and log-probabilities of an undisturbed run, the first 32
+    equal to the reference's (p5_code);
   - kvd with a budget smaller than two concurrent V4 sequences plus their
     cached pages and a spill file: pages are spilled and restored, and
     both requests give the reference's log-probabilities and the texts of
@@ -82,7 +83,18 @@ def test_prefix(inst, p5):
 
 
 def test_kvd_restart(inst, p5, text5):
-    """kvd kill -9 after the 4th streamed token, started again at once."""
+    """kvd kill -9 after the 4th streamed token of a 160-token generation
+    (computed runs at most 64 events ahead of the reader), started again
+    at once."""
+    n_gen = 160
+    st, j = completion(inst, p5, max_tokens=n_gen)
+    if not check(st == 200, "a %d-token V4 generation: %s" % (n_gen, st)):
+        print(j)
+        return
+    want_text = j["choices"][0]["text"]
+    want_lp = j["choices"][0]["logprobs"]["token_logprobs"]
+    check(want_text.startswith(text5), "its first 32 tokens are the "
+          "32-token generation's")
     killed = []
 
     def on_chunk(i, payload, t):
@@ -95,23 +107,26 @@ def test_kvd_restart(inst, p5, text5):
             inst.start_daemon("kvd")
         return True
 
-    # p5_code is cached by now: the kill lands in the decode steps
     st, payloads = stream(inst, "/v1/completions",
                           {"prompt": p5["text"], "temperature": 0,
-                           "max_tokens": 32, "stream": True, "logprobs": 1},
-                          on_chunk=on_chunk)
+                           "max_tokens": n_gen, "stream": True,
+                           "logprobs": 1}, on_chunk=on_chunk)
     chunks = [json.loads(p) for p in payloads if p != "[DONE]"]
     text = "".join(c["choices"][0]["text"] for c in chunks
                    if "choices" in c)
     lps = [x for c in chunks if "choices" in c and c["choices"][0]["logprobs"]
            for x in c["choices"][0]["logprobs"]["token_logprobs"]]
-    check(bool(killed), "kvd killed (SIGKILL) during the V4 generation")
-    check(st == 200 and payloads[-1] == "[DONE]" and text == text5,
-          "after a kvd kill -9 + restart the V4 generation completes with "
-          "the cold text (%d chunks)" % len(chunks))
-    check(close(lps, ref_logprobs(p5)), "after the kvd restart: every "
-          "token's log-probability equals the reference's (%d tokens)"
-          % len(lps))
+    # computed talked to the new kvd before the generation ended: the
+    # kill landed in it
+    check(bool(killed) and "re-connected to a restarted kvd" in
+          inst.log("computed"), "kvd killed (SIGKILL) during the V4 "
+          "generation and computed re-connected to the new one")
+    check(st == 200 and payloads[-1] == "[DONE]" and text == want_text and
+          lps == want_lp, "after a kvd kill -9 + restart the V4 generation "
+          "completes with the undisturbed run's text and log-probabilities "
+          "(%d chunks, %d tokens)" % (len(chunks), len(lps)))
+    check(close(lps[:32], ref_logprobs(p5)), "after the kvd restart: the "
+          "first 32 tokens' log-probabilities equal the reference's")
     st, j = completion(inst, p5)
     check(st == 200 and j["choices"][0]["text"] == text5,
           "a request after the restart (pages adopted from the old kvd) "
