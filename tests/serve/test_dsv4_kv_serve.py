@@ -15,7 +15,11 @@ real expertd, kvd and computed (HTTP API):
   - kvd with a budget smaller than two concurrent V4 sequences plus their
     cached pages and a spill file: pages are spilled and restored, and
     both requests give the reference's log-probabilities and the texts of
-    the cold runs.
+    the cold runs;
+  - a request that cannot fit a 2 MiB pool fails (the pool's error) in a
+    step it shares with a decoding V4 sequence: the step is retried one
+    request at a time (the decoding run is a replay) and the other
+    generation completes unchanged.
 
 Figures printed: kvd pages per token of the V4 state (under load).
 """
@@ -174,6 +178,65 @@ def test_spill(store, cases, texts):
         subprocess.run(["rm", "-rf", inst.tmp])
 
 
+def test_step_failure(store, cases):
+    """A V4 request that cannot fit the pool fails in a step it shares
+    with a decoding one: the scheduler retries the step's requests one at
+    a time, the decoding sequence's run is a replay (a V4 state cannot
+    evaluate a position twice) and its generation goes on unchanged."""
+    p2, p5 = cases["p2_sliding"], cases["p5_code"]
+    # kvd counts ceil(rows / 16) pages in each of the 18 streams for a
+    # reservation: 128 pages hold 112 rows (p2: 39 + 64; p5: 169 + 32)
+    n_gen = 64
+    inst = Instance(store, tag="v4sf", kvd_args=["--budget", "2MiB"])
+    try:
+        inst.start()
+        st, j = completion(inst, p2, max_tokens=n_gen)
+        if not check(st == 200, "p2_sliding alone in a 2 MiB pool: %s"
+                     % st):
+            print(j)
+            return
+        want_text = j["choices"][0]["text"]
+        want_lp = j["choices"][0]["logprobs"]["token_logprobs"]
+        big = []
+
+        def on_chunk(i, payload, t):
+            # p2 decodes (computed runs ahead of this reader); p5's
+            # prompt joins its steps and does not fit
+            if i == 1 and not big:
+                big.append(completion(inst, p5))
+            return True
+
+        st, payloads = stream(inst, "/v1/completions",
+                              {"prompt": p2["text"], "temperature": 0,
+                               "max_tokens": n_gen, "stream": True,
+                               "logprobs": 1}, on_chunk=on_chunk)
+        chunks = [json.loads(p) for p in payloads if p != "[DONE]"]
+        text = "".join(c["choices"][0]["text"] for c in chunks
+                       if "choices" in c)
+        lps = [x for c in chunks
+               if "choices" in c and c["choices"][0]["logprobs"]
+               for x in c["choices"][0]["logprobs"]["token_logprobs"]]
+        bst, bj = big[0] if big else (0, {})
+        msg = bj.get("error", {}).get("message", "") \
+            if isinstance(bj, dict) else ""
+        check(bst >= 400 and "KV pool exhausted" in msg,
+              "p5_code in a 2 MiB pool fails with the pool's error (%s: %s)"
+              % (bst, msg[:120]))
+        check("retrying them one by one" in inst.log("computed"),
+              "the shared step failed and was retried one request at a time")
+        check(st == 200 and text == want_text and lps == want_lp and
+              close(lps[:32], ref_logprobs(p2)),
+              "p2_sliding, whose step failed with p5_code's, completes with "
+              "its undisturbed text and log-probabilities (%d tokens)"
+              % len(lps))
+    except Exception as e:  # noqa: a daemon that did not come up
+        check(False, "step-failure instance: %s\n%s"
+              % (e, inst.log("computed")))
+    finally:
+        inst.stop()
+        subprocess.run(["rm", "-rf", inst.tmp])
+
+
 def main():
     model = fixture("tiny-deepseek-v4")
     ref = json.load(open(os.path.join(model, "reference.json")))
@@ -196,6 +259,7 @@ def main():
         inst.stop()
         subprocess.run(["rm", "-rf", inst.tmp])
     test_spill(store, cases, texts)
+    test_step_failure(store, cases)
     subprocess.run(["rm", "-rf", tmp])
     if FAILS:
         print("%d failure(s)" % len(FAILS))
