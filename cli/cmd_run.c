@@ -458,6 +458,15 @@ static void print_summary(const struct run_opts *o,
 				    json_integer((json_int_t)d.kv_spill_pages_total));
 		json_object_set_new(j, "kv_pages_restored",
 				    json_integer((json_int_t)d.kv_restore_pages_total));
+		/* rows: the layout's bytes per token; pages: kvd pages at the
+		 * peak per token of this run (0 when the instance was not
+		 * ours: its peak is not this run's) */
+		json_object_set_new(j, "kv_bytes_per_token", json_pack(
+			"{s:I, s:I}", "rows", (json_int_t)d.kv_bytes_per_token,
+			"pages", (json_int_t)(inst->started_by_us &&
+					      res->n_prompt + res->n_gen ?
+				d.kv_pages_peak * d.kv_page_bytes /
+					(res->n_prompt + res->n_gen) : 0)));
 		json_dumpf(j, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10));
 		printf("\n");
 		json_decref(j);
@@ -494,10 +503,21 @@ static void print_summary(const struct run_opts *o,
 		st_format_bytes(d.kv_page_bytes, a, sizeof(a)),
 		(unsigned long long)d.kv_pages_used);
 	if (d.kv_bytes_per_token && !d.kv_formula_bytes_per_token) {
-		/* DeepSeek-V4: the state is computed's, not kvd pages */
-		fprintf(stderr, "KV bytes/token     %llu in the V4 state "
-			"(compressed and indexer rows, F32, in computed; the "
-			"window and compressor state are per sequence)\n",
+		/* DeepSeek-V4: the state in kvd pages; rows vs pages (every
+		 * stream's page is page_rows x the widest row) */
+		uint64_t toks = res->n_prompt + res->n_gen;
+
+		fprintf(stderr, "KV bytes/token     ");
+		if (inst->started_by_us && toks)
+			fprintf(stderr, "%llu in kvd pages at the peak (%llu "
+				"pages for %llu tokens), ",
+				(unsigned long long)(d.kv_pages_peak *
+						     d.kv_page_bytes / toks),
+				(unsigned long long)d.kv_pages_peak,
+				(unsigned long long)toks);
+		fprintf(stderr, "%llu in the V4 rows (compressed and indexer "
+			"rows, F32; plus the window and compressor state of "
+			"each sequence)\n",
 			(unsigned long long)d.kv_bytes_per_token);
 	} else if (d.kv_bytes_per_token) {
 		uint64_t toks = res->n_prompt + res->n_gen;

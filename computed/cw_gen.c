@@ -44,10 +44,8 @@ void cw_gen_free(struct cw_gen *g)
 {
 	if (!g)
 		return;
-	if (g->have_seq) {
-		cw_model_seq_end(g->model, g->seq);
-		kv_client_seq_free(g->kv, g->seq);
-	}
+	if (g->have_seq)
+		cw_model_seq_destroy(g->model, g->kv, g->seq);
 	cw_stopbuf_fini(&g->stops);
 	cw_sampler_fini(&g->sampler);
 	free(g->ids);
@@ -136,26 +134,16 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
 	}
 	memcpy(g->ids, ids, sizeof(int32_t) * n_ids);
 	g->n_prompt = (int)n_ids;
-	if (cw_model_is_dsv4(model))
-		g->p.prefix_cache = 0; /* its state is not in kvd pages */
-	if (g->p.prefix_cache)
-		r = kv_client_seq_create_prefix(kv, g->ids, (uint32_t)g->n_prompt,
-						&g->seq, &g->n_cached, diag);
-	else
-		r = kv_client_seq_create(kv, &g->seq, diag);
+	/* the positions it may evaluate: the prompt, then each sampled
+	 * token but the last */
+	r = cw_model_seq_create(model, kv, g->ids, g->n_prompt,
+				g->p.prefix_cache, g->n_prompt + g->max_tokens,
+				&g->seq, &g->n_cached, diag);
 	if (r < 0) {
 		cw_gen_free(g);
 		return r;
 	}
 	g->have_seq = 1;
-	/* the positions it may evaluate: the prompt, then each sampled
-	 * token but the last */
-	r = cw_model_seq_begin(model, g->seq, g->n_prompt + g->max_tokens,
-			       diag);
-	if (r < 0) {
-		cw_gen_free(g);
-		return r;
-	}
 	g->n_done = (int)g->n_cached;
 	{
 		/* without a spill budget nothing ever leaves the pool, so the
@@ -164,6 +152,9 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
 
 		g->pin_steps = kv_client_stats(kv, &ks) < 0 ||
 			       ks.spill_budget_bytes > 0;
+		/* a V4 eval pins its sequence itself (cw_dsv4_eval) */
+		if (cw_model_is_dsv4(model))
+			g->pin_steps = 0;
 	}
 	st_detok_init(&g->detok, tok, 1);
 	*ret = g;
@@ -279,8 +270,9 @@ int cw_gen_advance(struct cw_gen *g, int n, uint64_t step_ns, char *out,
 		if (g->n_done < g->n_prompt)
 			return 0;
 		/* the prompt's full pages become findable for later
-		 * requests with the same prefix */
-		if (g->p.prefix_cache) {
+		 * requests with the same prefix (a V4 state published them
+		 * as they were evaluated: its window pages go as it moves) */
+		if (g->p.prefix_cache && !cw_model_is_dsv4(g->model)) {
 			r = kv_client_seq_publish(g->kv, g->seq, g->ids,
 						  (uint32_t)g->n_prompt, diag);
 			if (r < 0)

@@ -88,7 +88,8 @@ static void usage(FILE *f)
 "The compute worker of a strata instance: dense weights, CPU kernels,\n"
 "generation.  Needs expertd and kvd of the same instance running.\n"
 "A DeepSeek-V4 store is served in reference mode only (--kv-dtype f32,\n"
-"--compute reference; no prefix cache, no --route-* / --lookahead-*).\n"
+"--compute reference; no --route-* / --lookahead-*); its state is in kvd\n"
+"pages (prefix cache, spill and kvd restarts as for the other families).\n"
 "\n"
 "Options:\n"
 "  --store DIR            strata store (made by 'strata convert')\n"
@@ -575,7 +576,7 @@ static int handle_score(struct cw_daemon *d, const struct st_msg_header *h,
 	struct st_diag diag = { "" };
 	struct st_rbuf rb;
 	struct st_wbuf w;
-	uint32_t flags, n, seq;
+	uint32_t flags, n, seq, cached;
 	char *name = NULL;
 	int32_t *ids = NULL;
 	float *all = NULL;
@@ -599,17 +600,15 @@ static int handle_score(struct cw_daemon *d, const struct st_msg_header *h,
 	}
 	for (uint32_t i = 0; i < n; i++)
 		st_rbuf_i32(&rb, &ids[i]);
-	r = kv_client_seq_create(d->kv, &seq, &diag);
+	r = cw_model_seq_create(d->model, d->kv, ids, (int)n, 0, (int)n, &seq,
+				&cached, &diag);
 	if (r == 0) {
-		r = cw_model_seq_begin(d->model, seq, (int)n, &diag);
 		/* the scheduler's thread uses the model too */
 		cw_sched_model_lock(d->sched);
-		if (r == 0)
-			r = cw_model_eval(d->model, seq, 0, ids, (int)n, all,
-					  NULL, &diag);
+		r = cw_model_eval(d->model, seq, 0, ids, (int)n, all, NULL,
+				  &diag);
 		cw_sched_model_unlock(d->sched);
-		cw_model_seq_end(d->model, seq);
-		kv_client_seq_free(d->kv, seq);
+		cw_model_seq_destroy(d->model, d->kv, seq);
 	}
 	if (r < 0) {
 		r = reply_error(d, h, r, diag.msg);
@@ -856,7 +855,8 @@ int main(int argc, char **argv)
 		d->ropts.prefetch_depth = 0;
 		st_info("DeepSeek-V4 store: reference mode, sequences stepped "
 			"one after the other, exact prefetch hints for the "
-			"hash-routed layers, no prefix cache");
+			"hash-routed layers, state in kvd pages (prefix "
+			"cache, spill, restarts)");
 	}
 	r = cw_routing_open(d->model, d->es, &d->ropts, &d->routing, &diag);
 	if (r < 0) {

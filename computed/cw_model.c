@@ -610,6 +610,39 @@ void cw_model_seq_end(struct cw_model *m, uint32_t seq)
 		cw_v4serve_seq_end(m->v4, seq);
 }
 
+int cw_model_seq_create(struct cw_model *m, struct kv_client *kv,
+			const int32_t *prompt, int n_prompt, int prefix_cache,
+			int max_tokens, uint32_t *ret_seq, uint32_t *ret_cached,
+			struct st_diag *diag)
+{
+	int r;
+
+	*ret_cached = 0;
+	if (m->v4)
+		return cw_v4serve_seq_create(m->v4, prompt, n_prompt,
+					     prefix_cache, ret_seq, ret_cached,
+					     diag);
+	if (prefix_cache && n_prompt > 0)
+		r = kv_client_seq_create_prefix(kv, prompt, (uint32_t)n_prompt,
+						ret_seq, ret_cached, diag);
+	else
+		r = kv_client_seq_create(kv, ret_seq, diag);
+	if (r < 0)
+		return r;
+	r = cw_model_seq_begin(m, *ret_seq, max_tokens, diag);
+	if (r < 0)
+		kv_client_seq_free(kv, *ret_seq);
+	return r;
+}
+
+void cw_model_seq_destroy(struct cw_model *m, struct kv_client *kv,
+			  uint32_t seq)
+{
+	if (m->v4 && cw_v4serve_seq_end(m->v4, seq))
+		return; /* its state freed the kvd sequence */
+	kv_client_seq_free(kv, seq);
+}
+
 void cw_model_kv_bytes_per_token(const struct cw_model *m, uint64_t *ret_layout,
 				 uint64_t *ret_formula)
 {

@@ -157,9 +157,29 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 int cw_model_seq_begin(struct cw_model *m, uint32_t seq, int max_tokens,
 		       struct st_diag *diag);
 void cw_model_seq_end(struct cw_model *m, uint32_t seq);
-/* 1 for a DeepSeek-V4 store (reference mode only; no prefix cache, no
- * route hooks or probes: the hash-routed layers' experts are hinted to
- * expertd exactly instead), else 0. */
+/*
+ * Creates a KV sequence for a prompt of n_prompt ids and the model's state
+ * for it: the other families kv_client_seq_create(_prefix) (prefix_cache
+ * and n_prompt > 0: the prompt's cached full pages are mapped) then
+ * cw_model_seq_begin(max_tokens); DeepSeek-V4 cw_v4serve_seq_create (the
+ * state in kvd pages, prefix cache the same way; the V4 state publishes
+ * the prompt's pages itself as it is evaluated).  *ret_seq: the kvd
+ * sequence; *ret_cached: prompt positions already in it (evaluate from
+ * there).  Free with cw_model_seq_destroy.  Errors: kvd's
+ * (kv_client_seq_create...), cw_model_seq_begin's, -ENOMEM.
+ */
+int cw_model_seq_create(struct cw_model *m, struct kv_client *kv,
+			const int32_t *prompt, int n_prompt, int prefix_cache,
+			int max_tokens, uint32_t *ret_seq, uint32_t *ret_cached,
+			struct st_diag *diag);
+/* Frees a sequence of cw_model_seq_create: the model's state and the kvd
+ * sequence (kv, the client it was made with). */
+void cw_model_seq_destroy(struct cw_model *m, struct kv_client *kv,
+			  uint32_t seq);
+/* 1 for a DeepSeek-V4 store (reference mode only; its state in kvd pages
+ * through cw_model_seq_create, prefix cache included; no route hooks or
+ * probes: the hash-routed layers' experts are hinted to expertd exactly
+ * instead), else 0. */
 int cw_model_is_dsv4(const struct cw_model *m);
 
 /* Accumulated read statistics (since open). */

@@ -2,8 +2,8 @@
  * test_dsv4_serve.c — computed's V4 serving path (cw_model over a V4
  * store, cw_model_dsv4.c) against the in-process forward pass that reads
  * model.safetensors (cw_dsv4_load), on ../shared tiny-deepseek-v4, with
- * a real expertd at a 25 % host budget and a real kvd handing out the
- * sequence ids.
+ * a real expertd at a 25 % host budget and a real kvd holding the V4
+ * states (cw_model_seq_create).
  *
  *  - three sequences (prompt + greedy continuation of three reference
  *    cases) stepped together through cw_model_eval_batch, in prefill
@@ -11,7 +11,12 @@
  *    of every position asked for are bit-identical to the in-process
  *    forward's (reference mode; DESIGN 6a), both for runs that want every
  *    position and for runs that want only the last;
- *  - cw_model_eval on a sequence without cw_model_seq_begin (lazy state)
+ *  - the third prompt again with the prefix cache: its full pages but the
+ *    last token's are mapped from kvd (count asserted, kvd's counter too)
+ *    and the rest of its logits are bit-identical; the same run given
+ *    again is a replay (skipped, 0), with other buffers it is refused;
+ *  - cw_model_eval on a sequence without cw_model_seq_begin (lazy,
+ *    process-local state)
  *    gives the same logits; a position that does not continue a sequence
  *    is refused (-EINVAL), as are other KV dtypes and the fast mode;
  *  - the read statistics count every token; expertd saw hash-routed
@@ -187,11 +192,16 @@ int main(void)
 	}
 	CHECK(cw_model_is_dsv4(m), "a V4 store is not served as V4");
 	CHECK(cw_model_config(m)->vocab_size == V, "vocab");
+	/* their states in kvd pages (cw_model_seq_create); the third one
+	 * with the prefix cache on: nothing cached yet, its prompt's full
+	 * pages are published as they are evaluated */
 	for (int i = 0; i < N_SEQ; i++) {
-		r = kv_client_seq_create(kv, &s[i].seq, &diag);
-		if (!r)
-			r = cw_model_seq_begin(m, s[i].seq, s[i].n, &diag);
-		CHECK(r == 0, "sequence %d: %s", i, diag.msg);
+		uint32_t cached = 99;
+
+		r = cw_model_seq_create(m, kv, s[i].ids, s[i].n_prompt, i == 2,
+					s[i].n, &s[i].seq, &cached, &diag);
+		CHECK(r == 0 && cached == 0, "sequence %d: %s (%u cached)", i,
+		      diag.msg, cached);
 	}
 
 	/* stepped together: chunks of CHUNK through the prompt, then one
@@ -254,9 +264,52 @@ int main(void)
 			  rows, &diag);
 	CHECK(r == -EINVAL && strstr(diag.msg, "position"),
 	      "gap in a V4 sequence: %d %s", r, diag.msg);
-	for (int i = 0; i < N_SEQ; i++) {
-		cw_model_seq_end(m, s[i].seq);
-		kv_client_seq_free(kv, s[i].seq);
+	for (int i = 0; i < N_SEQ; i++)
+		cw_model_seq_destroy(m, kv, s[i].seq);
+	/* the third prompt again: its whole pages but the last token's come
+	 * from the prefix cache, the rest is bit-identical; the same run
+	 * given again (same ids and buffers) is a replay, not an error */
+	{
+		struct seqst *q = &s[2];
+		const uint32_t want = (uint32_t)(q->n_prompt - 1) / 16 * 16;
+		struct kv_stats k0 = { 0 }, k1 = { 0 };
+		float *all = malloc(sizeof(float) * (size_t)q->n * V);
+		uint32_t seq = 0, cached = 0;
+		int n;
+
+		kv_client_stats(kv, &k0);
+		r = cw_model_seq_create(m, kv, q->ids, q->n_prompt, 1, q->n,
+					&seq, &cached, &diag);
+		kv_client_stats(kv, &k1);
+		CHECK(r == 0 && cached == want && want > 0 &&
+			      k1.prefix_rows_reused - k0.prefix_rows_reused ==
+				      want,
+		      "%s again: %u rows cached (want %u), kvd reused %llu: %s",
+		      q->name, cached, want,
+		      (unsigned long long)(k1.prefix_rows_reused -
+					   k0.prefix_rows_reused), diag.msg);
+		n = q->n - (int)cached;
+		if (!r && all && n > 0) {
+			r = cw_model_eval(m, seq, cached, q->ids + cached, n, all,
+					  NULL, &diag);
+			CHECK(r == 0 && !memcmp(all, q->ref + (size_t)cached * V,
+						sizeof(float) * (size_t)n * V),
+			      "%s from the prefix cache: logits differ from "
+			      "the in-process forward (%s)", q->name, diag.msg);
+			all[0] = -1.0f;
+			r = cw_model_eval(m, seq, cached, q->ids + cached, n, all,
+					  NULL, &diag);
+			CHECK(r == 0 && all[0] == -1.0f,
+			      "a replayed run: %d %s", r, diag.msg);
+			r = cw_model_eval(m, seq, cached, q->ids + cached, n,
+					  q->ref, NULL, &diag);
+			CHECK(r == -EINVAL, "the same positions with other "
+			      "buffers are not a replay: %d", r);
+			total_tokens += (uint64_t)n;
+		}
+		if (seq)
+			cw_model_seq_destroy(m, kv, seq);
+		free(all);
 	}
 	/* no cw_model_seq_begin: a state is made lazily at position 0 */
 	{
