@@ -41,19 +41,19 @@ int cw_v4serve_open(const char *store_dir, struct es_client *es,
 	struct cw_v4serve *v;
 	int r;
 
-	if (opts->kv_dtype != ST_DTYPE_F32 ||
-	    opts->compute != CW_COMPUTE_REFERENCE)
+	if (opts->kv_dtype != ST_DTYPE_F32)
 		return st_diag_set(diag, -ST_E_UNSUPPORTED,
-				   "store %s: DeepSeek-V4 is served in reference "
-				   "mode only (F32 state); use --kv-dtype f32 "
-				   "and --compute reference", store_dir);
+				   "store %s: DeepSeek-V4's state is kept in "
+				   "F32 rows; use --kv-dtype f32", store_dir);
 	v = calloc(1, sizeof(*v));
 	if (!v)
 		return -ENOMEM;
 	pthread_mutex_init(&v->lock, NULL);
 	v->es = es;
 	v->kv = kv;
-	r = cw_dsv4_load_store(store_dir, es, &v->dm, diag);
+	/* fast mode: FP8 dense as E4M3 codes, experts straight from the
+	 * slot bytes on the fast kernels (cw_dsv4_load_store_mode) */
+	r = cw_dsv4_load_store_mode(store_dir, es, opts->compute, &v->dm, diag);
 	if (!r && kv) {
 		/* the V4 streams (cw_dsv4_kv_decl); the prefix-cache id also
 		 * names the expert store (its experts made the rows) and the
