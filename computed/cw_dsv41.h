@@ -251,7 +251,8 @@ int cw_dsv41_kv_declare(const struct cw_dsv41_model *m, struct kv_client *kv,
  * computation); n > 0, the model's way: after a prefix hit the window is
  * dropped and rebuilt by replaying the hit's last min(n, len) tokens
  * (cw_dsv41_replay; approximate unless n >= len; the model uses n =
- * sliding_window).  A replayed state publishes nothing.  With the same QAT
+ * sliding_window).  A replayed state, or one with the CED shortcut on,
+ * publishes nothing (its pages lack window rows).  With the same QAT
  * flags the logits are bit-identical to cw_dsv41_state_new's.
  * Errors: -EINVAL (bad prompt, swa_replay < 0), kv_client_seq_create
  * (_prefix)'s, the replay's, -ENOMEM.
@@ -264,7 +265,8 @@ int cw_dsv41_state_new_kv(const struct cw_dsv41_model *m, struct kv_client *kv,
  * Publishes the full pages of a kvd state's first n tokens (ids[0..n), the
  * ids it was evaluated on) in the prefix cache.  Returns the page groups
  * newly published (>= 0); -EINVAL (process-local state, n out of [1, len],
- * a state rebuilt by SWA replay); kv_client_seq_publish's errors.
+ * a state rebuilt by SWA replay or with the CED shortcut on);
+ * kv_client_seq_publish's errors.
  */
 int cw_dsv41_state_publish(struct cw_dsv41_state *s, const int32_t *ids,
 			   int n, struct st_diag *diag);

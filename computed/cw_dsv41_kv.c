@@ -218,9 +218,10 @@ void cw_dsv41_kv_after_eval(struct cw_dsv41_state *s, const int32_t *ids,
 	upto = s->len < s->n_prompt ? s->len : s->n_prompt;
 	if (B < 1 || upto / B <= s->groups_published)
 		return;
-	/* replayed window rows live outside the pages: what the pages
-	 * hold for them is not this state's, so nothing is published */
-	if (s->ov_hi > 0)
+	/* replayed window rows live outside the pages (the pages hold
+	 * other rows for them), and the CED shortcut leaves window rows
+	 * uncomputed: neither state's pages are published */
+	if (s->ov_hi > 0 || s->ced)
 		return;
 	if (kv_client_seq_publish(s->kv, s->seq, s->prompt, (uint32_t)upto,
 				  &d) < 0) {
@@ -242,10 +243,11 @@ int cw_dsv41_state_publish(struct cw_dsv41_state *s, const int32_t *ids,
 	if (n < 1 || n > s->len)
 		return st_diag_set(diag, -EINVAL, "publish: %d tokens, the "
 				   "state holds %d", n, s->len);
-	if (s->ov_hi > 0)
+	if (s->ov_hi > 0 || s->ced)
 		return st_diag_set(diag, -EINVAL, "publish: the state's window "
-				   "was rebuilt by SWA replay (approximate rows, "
-				   "not in its pages); only exact states publish");
+				   "was rebuilt by SWA replay or skipped by the "
+				   "CED shortcut (rows not in its pages); only "
+				   "states of the full computation publish");
 	return kv_client_seq_publish(s->kv, s->seq, ids, (uint32_t)n, diag);
 }
 
