@@ -196,7 +196,7 @@ struct cw_dsv41_debug {
 };
 void cw_dsv41_set_debug(struct cw_dsv41_state *s, struct cw_dsv41_debug *dbg);
 
-/* ---- KV streams in kvd (cw_dsv41_kv.c; docs/DESIGN.md section 3b) ---- */
+/* ---- KV streams in kvd (cw_dsv41_kv.c; docs/DESIGN.md 3a) ---- */
 
 struct kv_client;
 struct kv_stream_decl;

@@ -1,7 +1,7 @@
 /*
  * cw_dsv41_kv.c — DeepSeek-V4.1 sequence state in kvd pages, in the V4.1
  * storage formats (cw_dsv41.h "KV streams in kvd"; design: docs/DESIGN.md
- * section 3b; formats: st_kvfmt_v41.h, MODEL_FAMILY_DEEPSEEK_V4.md 3.7-3.8).
+ * 3a "DeepSeek-V4.1 in kvd"; formats: st_kvfmt_v41.h, model doc 3.7-3.8).
  *
  * cw_dsv41.c reads and writes every row through one accessor, so the
  * forward pass is the same code for both states; with QAT on, a page row

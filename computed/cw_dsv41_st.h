@@ -1,7 +1,8 @@
 /*
  * cw_dsv41_st.h — the DeepSeek-V4.1 sequence state (private to cw_dsv41.c
  * and cw_dsv41_kv.c): process-local arrays, or the sequence's pages in kvd
- * (cw_dsv41_state_new_kv; design: docs/DESIGN.md section 3b).
+ * (cw_dsv41_state_new_kv; design: docs/DESIGN.md 3a "DeepSeek-V4.1 in
+ * kvd").
  */
 #ifndef CW_DSV41_ST_H
 #define CW_DSV41_ST_H
