@@ -254,7 +254,8 @@ int cw_dsv41_kv_declare(const struct cw_dsv41_model *m, struct kv_client *kv,
  * sliding_window).  A replayed state, or one with the CED shortcut on,
  * publishes nothing (its pages lack window rows).  With the same QAT
  * flags the logits are bit-identical to cw_dsv41_state_new's.
- * Errors: -EINVAL (bad prompt, swa_replay < 0), kv_client_seq_create
+ * Errors: -EINVAL (bad prompt, swa_replay < 0), -ST_E_CONFIG (kv holds
+ * no declaration of m with its current QAT flags), kv_client_seq_create
  * (_prefix)'s, the replay's, -ENOMEM.
  */
 int cw_dsv41_state_new_kv(const struct cw_dsv41_model *m, struct kv_client *kv,

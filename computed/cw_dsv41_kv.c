@@ -127,6 +127,30 @@ int cw_dsv41_kv_declare(const struct cw_dsv41_model *m, struct kv_client *kv,
 	return r;
 }
 
+/* kv holds m's declaration with m's current QAT flags (the rows are
+ * written in those formats; a mismatch would overrun page rows). */
+static int check_decl(const struct cw_dsv41_model *m, struct kv_client *kv,
+		      struct st_diag *diag)
+{
+	struct kv_stream_decl *d = calloc(KV_MAX_STREAMS, sizeof(*d));
+	int n, bad = -1;
+
+	if (!d)
+		return st_diag_set(diag, -ENOMEM, "out of memory");
+	n = cw_dsv41_kv_decl(&m->cfg, m->qat, d, KV_MAX_STREAMS);
+	for (int i = 0; i < n && bad < 0; i++)
+		if (kv_client_row_bytes(kv, i) != d[i].row_bytes)
+			bad = i;
+	if (n > 0 && kv_client_row_bytes(kv, n) != 0)
+		bad = n;
+	free(d);
+	if (n < 0 || bad >= 0)
+		return st_diag_set(diag, -ST_E_CONFIG,
+				   "kvd's declaration is not this model's with QAT flags 0x%x (stream %d differs): declare with cw_dsv41_kv_declare after setting the QAT flags, and do not change them while states exist",
+				   m->qat, bad);
+	return 0;
+}
+
 int cw_dsv41_state_new_kv(const struct cw_dsv41_model *m, struct kv_client *kv,
 			  const int32_t *prompt, int n_prompt, int swa_replay,
 			  struct cw_dsv41_state **ret, struct st_diag *diag)
@@ -146,6 +170,9 @@ int cw_dsv41_state_new_kv(const struct cw_dsv41_model *m, struct kv_client *kv,
 			return st_diag_set(diag, -EINVAL,
 					   "prompt token %d: id %d out of range [0, %d)",
 					   i, prompt[i], m->cfg.vocab_size);
+	r = check_decl(m, kv, diag);
+	if (r < 0)
+		return r;
 	r = cw_dsv41_state_init(m, INT_MAX, kv, &s);
 	if (r < 0)
 		return st_diag_set(diag, r, "out of memory");

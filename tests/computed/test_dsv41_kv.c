@@ -333,6 +333,15 @@ static void test_noqat(void)
 		free(h);
 	}
 	printf("QAT off (F32 rows): %ld positions bit-identical\n", pos);
+	{	/* QAT back on: the F32 declaration no longer fits */
+		struct st_diag d = { { 0 } };
+		struct cw_dsv41_state *s = NULL;
+
+		cw_dsv41_set_qat(M, CW_DSV41_QAT_ALL);
+		CHECK(cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) ==
+			      -ST_E_CONFIG && !s,
+		      "a state with other QAT flags than declared accepted");
+	}
 out:
 	kvd_down(&k);
 	cw_dsv41_set_qat(M, CW_DSV41_QAT_ALL);
