@@ -13,6 +13,8 @@
  *  plain    every case in chunks of 7, page sizes 3, 4 and 5 (3 and 5 cut
  *           ratio-2 groups across pages), the pages held checked;
  *  noqat    QAT off: F32 rows, two cases against their own reference;
+ *  ced      the CED prefill shortcut (exact) on a kvd state: the prompt's
+ *           last logits and the decode steps after it;
  *  restart  the two longest cases with kvd killed (SIGKILL) and started
  *           again mid-sequence (an odd position: a ratio-2 group open);
  *  spill    six sequences of the longest case interleaved chunk by chunk
@@ -345,6 +347,47 @@ static void test_noqat(void)
 out:
 	kvd_down(&k);
 	cw_dsv41_set_qat(M, CW_DSV41_QAT_ALL);
+}
+
+/* The CED shortcut (EXACT) on a kvd state: the layers after the last KV
+ * source write only their last window's rows; the prompt's last logits
+ * and every decode step after it bit-identical to the reference. */
+static void test_ced(void)
+{
+	struct kvd k;
+	int ok = 0, n_run = 0;
+
+	if (kvd_up(&k, "v41ced", 4, "64MiB", NULL) < 0)
+		goto out;
+	for (int i = n_cases - 2; i < n_cases; i++) {
+		const struct tcase *c = &cases[i];
+		struct st_diag d = { { 0 } };
+		struct cw_dsv41_state *s = NULL;
+		int r = cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d);
+
+		n_run++;
+		if (r == 0)
+			r = cw_dsv41_set_ced_shortcut(s, CW_DSV41_CED_EXACT);
+		if (r == 0)
+			r = cw_dsv41_eval(M, s, c->ids, c->n_prompt, 0, lbuf,
+					  &d);
+		CHECK(r == 0, "CED %s: %s", c->name, d.msg);
+		if (r == 0 && st_xxh3(lbuf, (size_t)V * 4) !=
+				      c->h[c->n_prompt - 1]) {
+			CHECK(0, "CED %s: last prompt logits differ", c->name);
+			r = -1;
+		}
+		if (r == 0 && s)
+			cw_dsv41_set_ced_shortcut(s, CW_DSV41_CED_OFF);
+		if (r == 0 && run_span(s, c, c->n_prompt, c->n, 1, "CED") == 0)
+			ok++;
+		cw_dsv41_state_free(s);
+	}
+	CHECK(ok == n_run, "CED: %d of %d cases", ok, n_run);
+	printf("CED shortcut (exact) on a kvd state: %d prompts, last logits "
+	       "and every decode step bit-identical\n", ok);
+out:
+	kvd_down(&k);
 }
 
 static int restart_kvd(struct kvd *k)
@@ -743,6 +786,7 @@ int main(int argc, char **argv)
 		test_plain(4);
 		test_plain(5);
 		test_noqat();
+		test_ced();
 	}
 	if (!strcmp(only, "all") || !strcmp(only, "daemon")) {
 		test_restart();
