@@ -21,34 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_dsv41_st.h"
+#include "kv_client.h"
 #include "st_kvfmt_v41.h"
-
-/*
- * Per-layer state:
- *  kv    window ring: the last W K=V rows (after norm, rope, QAT), the
- *        row of position p at p mod W;
- *  grp   KV source at ratio > 1: the open group's raw inputs (c then z),
- *        token p at p mod ratio;
- *  crow  KV source: compressed rows (after norm, rope, QAT), one per
- *        group (grows);
- *  ikey  KV source: index keys, one per group (grows).
- */
-struct lstate {
-	int64_t win_lo;  /* first position whose window row is valid */
-	float *kv;
-	float *grp;
-	float *crow;
-	float *ikey;
-};
-
-struct cw_dsv41_state {
-	int len, cap;
-	int ced;         /* CW_DSV41_CED_* */
-	int32_t *tokens; /* [cap] the sequence's token ids (Engram hash) */
-	struct lstate *ls;
-	int n_layers;
-	struct cw_dsv41_debug *dbg;
-};
 
 static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
 {
@@ -72,11 +47,13 @@ static void matvec_rows(const struct cw_dsv4_mat *m, int r0, int n,
 	matvec(&sub, x, y);
 }
 
-int cw_dsv41_state_new(const struct cw_dsv41_model *m, int max_tokens,
-		       struct cw_dsv41_state **ret)
+int cw_dsv41_state_init(const struct cw_dsv41_model *m, int max_tokens,
+			struct kv_client *kv, struct cw_dsv41_state **ret)
 {
 	const struct st_dsv41_config *c = &m->cfg;
+	const int hd = c->head_dim, W = c->sliding_window;
 	struct cw_dsv41_state *s;
+	int kvs = 0;
 
 	if (max_tokens < 1)
 		return -EINVAL;
@@ -85,22 +62,52 @@ int cw_dsv41_state_new(const struct cw_dsv41_model *m, int max_tokens,
 		return -ENOMEM;
 	s->cap = max_tokens;
 	s->n_layers = c->n_layers;
-	s->tokens = malloc((size_t)max_tokens * sizeof(int32_t));
+	s->kv = kv;
+	s->qat = m->qat;
+	/* a kvd state's history grows with it (cw_dsv41_eval) */
+	s->tok_cap = kv ? 256 : max_tokens;
+	s->tokens = malloc((size_t)s->tok_cap * sizeof(int32_t));
 	s->ls = calloc(c->n_layers, sizeof(*s->ls));
 	if (!s->tokens || !s->ls)
 		goto nomem;
+	if (kv) {
+		size_t w = (size_t)(hd > c->index_head_dim ? hd :
+			    c->index_head_dim);
+
+		s->dec = malloc(((size_t)W + c->index_topk + 1) * w *
+				sizeof(float));
+		s->zero_row = calloc(2 * w, sizeof(float));
+		if (!s->dec || !s->zero_row)
+			goto nomem;
+	}
+	/* kvd stream indices: the order of cw_dsv41_kv_decl */
 	for (int l = 0; l < c->n_layers; l++) {
-		struct lstate *ls = &s->ls[l];
+		struct cw_dsv41_lstate *ls = &s->ls[l];
 		int mr = c->compress_ratio[l];
 
-		ls->kv = malloc((size_t)c->sliding_window * c->head_dim *
-				sizeof(float));
+		for (int k = 0; k < CW_DSV41_S_N; k++)
+			ls->kvs[k] = -1;
+		ls->kvs[CW_DSV41_S_WINDOW] = kvs++;
+		if (c->kv_source[l]) {
+			if (mr > 1)
+				ls->kvs[CW_DSV41_S_GROUP] = kvs++;
+			ls->kvs[CW_DSV41_S_CROW] = kvs++;
+			ls->kvs[CW_DSV41_S_IKEY] = kvs++;
+		}
+		if (kv) {
+			/* scratch for a ratio-1 source's group input */
+			if (c->kv_source[l] &&
+			    !(ls->grp = malloc((size_t)2 * hd * sizeof(float))))
+				goto nomem;
+			continue;
+		}
+		ls->kv = malloc((size_t)W * hd * sizeof(float));
 		if (!ls->kv)
 			goto nomem;
 		if (!c->kv_source[l])
 			continue;
-		ls->grp = malloc((size_t)mr * 2 * c->head_dim * sizeof(float));
-		ls->crow = malloc(((size_t)max_tokens / mr + 1) * c->head_dim *
+		ls->grp = malloc((size_t)mr * 2 * hd * sizeof(float));
+		ls->crow = malloc(((size_t)max_tokens / mr + 1) * hd *
 				  sizeof(float));
 		ls->ikey = malloc(((size_t)max_tokens / mr + 1) *
 				  c->index_head_dim * sizeof(float));
@@ -110,14 +117,23 @@ int cw_dsv41_state_new(const struct cw_dsv41_model *m, int max_tokens,
 	*ret = s;
 	return 0;
 nomem:
+	s->kv = NULL; /* no sequence yet */
 	cw_dsv41_state_free(s);
 	return -ENOMEM;
+}
+
+int cw_dsv41_state_new(const struct cw_dsv41_model *m, int max_tokens,
+		       struct cw_dsv41_state **ret)
+{
+	return cw_dsv41_state_init(m, max_tokens, NULL, ret);
 }
 
 void cw_dsv41_state_free(struct cw_dsv41_state *s)
 {
 	if (!s)
 		return;
+	if (s->kv && s->seq)
+		kv_client_seq_free(s->kv, s->seq);
 	for (int l = 0; s->ls && l < s->n_layers; l++) {
 		free(s->ls[l].kv);
 		free(s->ls[l].grp);
@@ -126,7 +142,161 @@ void cw_dsv41_state_free(struct cw_dsv41_state *s)
 	}
 	free(s->ls);
 	free(s->tokens);
+	free(s->dec);
+	free(s->zero_row);
+	free(s->prompt);
 	free(s);
+}
+
+/*
+ * Row access.  The forward reads and writes every row of the state through
+ * these, so the process-local and the kvd state run the same code.  In
+ * kvd, a row lives in the sequence's page row (row p of a per-token stream
+ * is position p's; of a pooled one, group p), stored in the V4.1 format of
+ * its stream when its QAT flag is on (st_kvfmt_v41.h: encoded bytes,
+ * decoded on read; decode(encode(x)) is the QAT round trip the
+ * process-local state applies, so both give the same bits) and as F32
+ * otherwise.  A row kvd does not map sets row_missing and reads zeros: the
+ * eval then fails.
+ */
+/* A kvd state's window row of position r is in the replay rings. */
+static int in_ov(const struct cw_dsv41_state *s, int64_t r)
+{
+	return r >= s->ov_lo && r < s->ov_hi;
+}
+
+static uint8_t *prow(struct cw_dsv41_state *s, int l, int kind, int64_t r,
+		     int write)
+{
+	int st = s->ls[l].kvs[kind];
+	uint8_t *p = write ? kv_client_row_writable(s->kv, s->seq, st,
+						    (uint32_t)r) :
+			     kv_client_row(s->kv, s->seq, st, (uint32_t)r);
+
+	if (!p)
+		s->row_missing = 1;
+	return p;
+}
+
+/* The QAT flag of a stream kind (0: stored as F32). */
+static unsigned kind_qat(int kind)
+{
+	return kind == CW_DSV41_S_WINDOW ? CW_DSV41_QAT_WINDOW_FP8 :
+	       kind == CW_DSV41_S_CROW   ? CW_DSV41_QAT_CROW_FP4 :
+	       kind == CW_DSV41_S_IKEY   ? CW_DSV41_QAT_INDEX_FP4 : 0;
+}
+
+/* Encodes/rounds row x (n elements) of `kind` in its QAT format:
+ * in place (process-local) or into the page bytes `out`. */
+static int qat_store(int kind, float *x, size_t n, uint8_t *out)
+{
+	switch (kind) {
+	case CW_DSV41_S_WINDOW:
+		return out ? st_kv41_fp8_encode(x, n, out, out + n) :
+			     st_kv41_fp8_roundtrip(x, n);
+	case CW_DSV41_S_CROW:
+		return out ? st_kv41_crow_encode(x, n, out, out + n / 2) :
+			     st_kv41_crow_roundtrip(x, n);
+	default:
+		return out ? st_kv41_idx_encode(x, n, out, out + n / 2) :
+			     st_kv41_idx_roundtrip(x, n);
+	}
+}
+
+static int kind_elems(const struct st_dsv41_config *c, int kind)
+{
+	return kind == CW_DSV41_S_IKEY ? c->index_head_dim : c->head_dim;
+}
+
+/* Where row r of `kind` of layer l is to be computed: the array row
+ * (process-local; the window ring at r mod W), the replay ring (kvd,
+ * window rows of a replayed prefix), or `scratch` (kvd). */
+static float *row_begin(const struct cw_dsv41_model *m,
+			struct cw_dsv41_state *s, int l, int kind, int64_t r,
+			float *scratch)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	struct cw_dsv41_lstate *ls = &s->ls[l];
+
+	if (kind == CW_DSV41_S_WINDOW && (!s->kv || in_ov(s, r)))
+		return ls->kv + (size_t)(r % c->sliding_window) * c->head_dim;
+	if (s->kv)
+		return scratch;
+	return (kind == CW_DSV41_S_CROW ? ls->crow : ls->ikey) +
+	       (size_t)r * kind_elems(c, kind);
+}
+
+/* Stores row r computed at x (from row_begin): applies the stream's QAT
+ * (in place when process-local) or writes the page row in its format.
+ * 0, or -EINVAL (width not a multiple of the format's block). */
+static int row_end(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
+		   int l, int kind, int64_t r, float *x)
+{
+	const size_t n = (size_t)kind_elems(&m->cfg, kind);
+	const int q = (s->kv ? s->qat : m->qat) & kind_qat(kind);
+	uint8_t *p;
+
+	if (!s->kv || (kind == CW_DSV41_S_WINDOW && in_ov(s, r)))
+		return q ? qat_store(kind, x, n, NULL) : 0;
+	p = prow(s, l, kind, r, 1);
+	if (!p)
+		return 0;
+	if (q)
+		return qat_store(kind, x, n, p);
+	memcpy(p, x, n * sizeof(float));
+	return 0;
+}
+
+/* Row r of `kind` of layer l for reading: the array row, or the page row
+ * (F32 in place, or decoded into buf). */
+static const float *row_get(const struct cw_dsv41_model *m,
+			    struct cw_dsv41_state *s, int l, int kind,
+			    int64_t r, float *buf)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	const size_t n = (size_t)kind_elems(c, kind);
+	const uint8_t *p;
+	int rc = 0;
+
+	if (!s->kv || (kind == CW_DSV41_S_WINDOW && in_ov(s, r)))
+		return row_begin(m, s, l, kind, r, NULL);
+	p = prow(s, l, kind, r, 0);
+	if (!p)
+		return s->zero_row;
+	if (!(s->qat & kind_qat(kind)))
+		return (const float *)(const void *)p;
+	switch (kind) {
+	case CW_DSV41_S_WINDOW:
+		rc = st_kv41_fp8_decode(p, p + n, n, buf);
+		break;
+	case CW_DSV41_S_CROW:
+		rc = st_kv41_crow_decode(p, p + n / 2, n, buf);
+		break;
+	default:
+		rc = st_kv41_idx_decode(p, p + n / 2, n, buf);
+	}
+	if (rc < 0) { /* widths were checked by the encode: a bug */
+		s->row_missing = 1;
+		return s->zero_row;
+	}
+	return buf;
+}
+
+/* The group-input slot of position p of KV source l (2 hd floats):
+ * process-local ring, or the page row (ratio > 1) / scratch (ratio 1). */
+static float *grp_slot(const struct cw_dsv41_model *m,
+		       struct cw_dsv41_state *s, int l, int64_t p, int write)
+{
+	struct cw_dsv41_lstate *ls = &s->ls[l];
+	const int mr = m->layers[l].ratio;
+	uint8_t *q;
+
+	if (!s->kv)
+		return ls->grp + (size_t)(p % mr) * 2 * m->cfg.head_dim;
+	if (mr == 1)
+		return ls->grp;
+	q = prow(s, l, CW_DSV41_S_GROUP, p, write);
+	return q ? (float *)(void *)q : s->zero_row;
 }
 
 int cw_dsv41_state_len(const struct cw_dsv41_state *s)
@@ -213,13 +383,14 @@ static int engram(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 /* KV source: stores the token's group inputs and, when it closes group
  * g, appends the group's compressed row and index key (pooled, normed;
  * index key k_norm(wk latent), both roped at g m, with their QAT). */
-static int kv_source(const struct cw_dsv41_model *m, const struct
-		     cw_dsv41_layer *L, struct lstate *ls, const float *a,
+static int kv_source(const struct cw_dsv41_model *m,
+		     struct cw_dsv41_state *s, int l, const float *a,
 		     int64_t p)
 {
 	const struct st_dsv41_config *c = &m->cfg;
+	const struct cw_dsv41_layer *L = &m->layers[l];
 	const int hd = c->head_dim, Id = c->index_head_dim, mr = L->ratio;
-	float lat[hd], *slot = ls->grp + (size_t)(p % mr) * 2 * hd;
+	float lat[hd], *slot = grp_slot(m, s, l, p, 1), sk[Id], sr[hd];
 	int64_t g;
 	int r = 0;
 
@@ -233,7 +404,7 @@ static int kv_source(const struct cw_dsv41_model *m, const struct
 		const float *cs[mr], *zs[mr];
 
 		for (int i = 0; i < mr; i++) {
-			cs[i] = ls->grp + (size_t)i * 2 * hd;
+			cs[i] = grp_slot(m, s, l, g * mr + i, 0);
 			zs[i] = cs[i] + hd;
 		}
 		cw_dsv4_pool(cs, zs, mr, hd, lat);
@@ -242,22 +413,21 @@ static int kv_source(const struct cw_dsv41_model *m, const struct
 	}
 	cw_dsv4_rmsnorm(lat, L->cnorm, hd, c->rms_norm_eps, lat);
 	{
-		float *k = ls->ikey + (size_t)g * Id;
+		float *k = row_begin(m, s, l, CW_DSV41_S_IKEY, g, sk);
 
 		/* from the pre-rope latent */
 		matvec(&L->iwk, lat, k);
 		cw_dsv4_rmsnorm(k, L->iknorm, Id, c->rms_norm_eps, k);
 		cw_dsv4_rope(k, Id, c->rope_dim / 2, m->freq_comp, g * mr, 0);
-		if (m->qat & CW_DSV41_QAT_INDEX_FP4)
-			r = st_kv41_idx_roundtrip(k, Id);
+		r = row_end(m, s, l, CW_DSV41_S_IKEY, g, k);
 	}
 	{
-		float *row = ls->crow + (size_t)g * hd;
+		float *row = row_begin(m, s, l, CW_DSV41_S_CROW, g, sr);
 
 		memcpy(row, lat, sizeof(lat));
 		cw_dsv4_rope(row, hd, c->rope_dim / 2, m->freq_comp, g * mr, 0);
-		if (r == 0 && (m->qat & CW_DSV41_QAT_CROW_FP4))
-			r = st_kv41_crow_roundtrip(row, hd);
+		if (r == 0)
+			r = row_end(m, s, l, CW_DSV41_S_CROW, g, row);
 	}
 	return r;
 }
@@ -267,7 +437,7 @@ static int kv_source(const struct cw_dsv41_model *m, const struct
  * candidate source) or the candidate mask (later index sources), and
  * the top-k, into ck->sel / nsel. */
 static int index_source(const struct cw_dsv41_model *m,
-			const struct cw_dsv41_state *s, int l,
+			struct cw_dsv41_state *s, int l,
 			const float *a, const float *qr, int64_t p, int t,
 			struct chunk *ck)
 {
@@ -275,8 +445,7 @@ static int index_source(const struct cw_dsv41_model *m,
 	const struct cw_dsv41_layer *L = &m->layers[l];
 	const int IH = c->index_n_heads, Id = c->index_head_dim;
 	const int nv = cw_dsv41_n_visible(p, L->ratio);
-	const float *keys = s->ls[L->kv_src].ikey;
-	float iq[IH * Id], om[IH];
+	float iq[IH * Id], om[IH], kb[Id];
 	double *sc = ck->sc;
 	int r = 0, *sel = ck->sel + ((size_t)ck->isx[l] * ck->n + t) *
 					   c->index_topk;
@@ -292,7 +461,8 @@ static int index_source(const struct cw_dsv41_model *m,
 		return r;
 	matvec(&L->iweights, a, om);
 	for (int e = 0; e < nv; e++) {
-		const float *k = keys + (size_t)e * Id;
+		const float *k = row_get(m, s, L->kv_src, CW_DSV41_S_IKEY, e,
+					 kb);
 		double acc = 0.0;
 
 		for (int h = 0; h < IH; h++) {
@@ -351,7 +521,7 @@ static int attention(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 {
 	const struct st_dsv41_config *c = &m->cfg;
 	const struct cw_dsv41_layer *L = &m->layers[l];
-	struct lstate *ls = &s->ls[l];
+	struct cw_dsv41_lstate *ls = &s->ls[l];
 	const int H = c->n_heads, hd = c->head_dim, G = c->o_groups;
 	const int R = c->o_lora_rank, W = c->sliding_window;
 	const double *fr = L->ratio ? m->freq_comp : m->freq_main;
@@ -366,16 +536,16 @@ static int attention(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 	for (int h = 0; h < H; h++) /* no per-head q norm in V4.1 */
 		cw_dsv4_rope(q + h * hd, hd, c->rope_dim / 2, fr, p, 0);
 	{
-		float *kv = ls->kv + (size_t)(p % W) * hd;
+		float kb[hd];
+		float *kv = row_begin(m, s, l, CW_DSV41_S_WINDOW, p, kb);
 
 		matvec(&L->wkv, a, kv);
 		cw_dsv4_rmsnorm(kv, L->kv_norm, hd, c->rms_norm_eps, kv);
 		cw_dsv4_rope(kv, hd, c->rope_dim / 2, fr, p, 0);
-		if (m->qat & CW_DSV41_QAT_WINDOW_FP8)
-			r = st_kv41_fp8_roundtrip(kv, hd);
+		r = row_end(m, s, l, CW_DSV41_S_WINDOW, p, kv);
 	}
 	if (r == 0 && c->kv_source[l] && !ck->replay)
-		r = kv_source(m, L, ls, a, p);
+		r = kv_source(m, s, l, a, p);
 	if (r == 0 && c->index_source[l])
 		r = index_source(m, s, l, a, qr, p, t, ck);
 	if (r < 0)
@@ -388,13 +558,17 @@ static int attention(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 	}
 	{
 		const float *rows[W + n_sel + 1];
-		const float *crow = L->ratio ? s->ls[L->kv_src].crow : NULL;
 		int nr = 0;
 
-		for (int64_t j = lo; j <= p; j++)
-			rows[nr++] = ls->kv + (size_t)(j % W) * hd;
-		for (int j = 0; j < n_sel; j++)
-			rows[nr++] = crow + (size_t)sel[j] * hd;
+		/* decoded (kvd) rows go to s->dec, one slot each */
+		for (int64_t j = lo; j <= p; j++, nr++)
+			rows[nr] = row_get(m, s, l, CW_DSV41_S_WINDOW, j,
+					   s->dec ? s->dec + (size_t)nr * hd :
+						    NULL);
+		for (int j = 0; j < n_sel; j++, nr++)
+			rows[nr] = row_get(m, s, L->kv_src, CW_DSV41_S_CROW,
+					   sel[j], s->dec ? s->dec +
+						   (size_t)nr * hd : NULL);
 		for (int h = 0; h < H; h++) {
 			cw_dsv4_sink_attn(q + h * hd, rows, nr, hd, L->sink[h],
 					  o + h * hd);
@@ -598,6 +772,53 @@ out:
 	return r;
 }
 
+/* kvd state: pins the sequence (restoring spilled pages) and, rows > 0,
+ * reserves its first `rows` positions in every stream. */
+static int kv_begin(struct cw_dsv41_state *s, uint32_t rows,
+		    struct st_diag *diag)
+{
+	int r;
+
+	if (s->failed)
+		return st_diag_set(diag, -ST_E_STALE,
+				   "kvd sequence 0x%x: an earlier eval failed part way (rows written, window pages possibly freed); free the state and start again",
+				   s->seq);
+	r = kv_client_seq_pin(s->kv, 1, &s->seq, NULL, diag);
+	if (r < 0)
+		return r;
+	if (rows) {
+		r = kv_client_seq_reserve(s->kv, 1, &s->seq, &rows, diag);
+		if (r < 0) {
+			struct st_diag d2 = { { 0 } };
+
+			kv_client_seq_unpin(s->kv, 1, &s->seq, &d2);
+			return r;
+		}
+	}
+	s->row_missing = 0;
+	return 0;
+}
+
+/* kvd state, after kv_begin: the eval's code r (a missing row makes it
+ * -ST_E_STALE), unpinned; a failure marks the state failed. */
+static int kv_end(struct cw_dsv41_state *s, int r, int from, int n,
+		  struct st_diag *diag)
+{
+	struct st_diag d2 = { { 0 } };
+	int r2;
+
+	if (r == 0 && s->row_missing)
+		r = st_diag_set(diag, -ST_E_STALE,
+				"kvd sequence 0x%x: a row of positions %d..%d was not mapped writable/resident in its pages (kvd state inconsistent; free the sequence and start it again)",
+				s->seq, from, from + n - 1);
+	if (r < 0)
+		s->failed = 1;
+	r2 = kv_client_seq_unpin(s->kv, 1, &s->seq, &d2);
+	if (r2 < 0 && r == 0)
+		r = st_diag_set(diag, r2, "%s", d2.msg);
+	return r;
+}
+
 int cw_dsv41_eval(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 		  const int32_t *ids, int n, int all_positions, float *logits,
 		  struct st_diag *diag)
@@ -619,10 +840,27 @@ int cw_dsv41_eval(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 			return st_diag_set(diag, -EINVAL,
 					   "token id %d out of range [0, %d)",
 					   ids[t], c->vocab_size);
+	if (s->len + n > s->tok_cap) { /* kvd state: the history grows */
+		int nc = s->len + n > 2 * s->tok_cap ? s->len + n :
+						       2 * s->tok_cap;
+		int32_t *t = realloc(s->tokens, (size_t)nc * sizeof(int32_t));
+
+		if (!t)
+			return st_diag_set(diag, -ENOMEM, "out of memory");
+		s->tokens = t;
+		s->tok_cap = nc;
+	}
+	if (s->kv && (r = kv_begin(s, (uint32_t)(s->len + n), diag)) < 0)
+		return r;
 	memcpy(s->tokens + s->len, ids, (size_t)n * sizeof(int32_t));
 	r = run(m, s, ids, n, s->len, 0, all_positions, logits, diag);
-	if (r == 0)
+	if (s->kv)
+		r = kv_end(s, r, s->len, n, diag);
+	if (r == 0) {
 		s->len += n;
+		if (s->kv && s->prompt)
+			cw_dsv41_kv_after_eval(s, ids, n);
+	}
 	return r;
 }
 
@@ -639,6 +877,30 @@ int cw_dsv41_replay(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 					   "replay token %d (id %d) is not the prefix's token at position %d (id %d)",
 					   t, ids[t], s->len - n + t,
 					   s->tokens[s->len - n + t]);
+	if (s->kv) {
+		/* the prefix's window rows may be in shared pages: the
+		 * replayed ones go to per-state rings instead */
+		const struct st_dsv41_config *c = &m->cfg;
+		int r;
+
+		for (int l = 0; l < s->n_layers; l++)
+			if (!s->ls[l].kv &&
+			    !(s->ls[l].kv = malloc((size_t)c->sliding_window *
+						   c->head_dim *
+						   sizeof(float))))
+				return st_diag_set(diag, -ENOMEM,
+						   "out of memory");
+		if (s->ov_hi != s->len || s->ov_lo > s->len - n)
+			s->ov_lo = s->len - n;
+		s->ov_hi = s->len;
+		if ((r = kv_begin(s, 0, diag)) < 0)
+			return r;
+		for (int l = 0; l < s->n_layers; l++)
+			if (s->ls[l].win_lo > s->len - n)
+				s->ls[l].win_lo = s->len - n;
+		r = run(m, s, ids, n, s->len - n, 1, 0, NULL, diag);
+		return kv_end(s, r, s->len - n, n, diag);
+	}
 	/* a replay rebuilds the rows from its first position on */
 	for (int l = 0; l < s->n_layers; l++)
 		if (s->ls[l].win_lo > s->len - n)

@@ -196,6 +196,85 @@ struct cw_dsv41_debug {
 };
 void cw_dsv41_set_debug(struct cw_dsv41_state *s, struct cw_dsv41_debug *dbg);
 
+/* ---- KV streams in kvd (cw_dsv41_kv.c; docs/DESIGN.md 3a) ---- */
+
+struct kv_client;
+struct kv_stream_decl;
+
+/*
+ * kvd's declaration of the V4.1 state, layer by layer: every layer's
+ * window (one row per token, the last sliding_window kept); a KV source
+ * at ratio > 1 its open group's raw inputs (c then z, 2 head_dim F32, one
+ * row per token, the last ratio kept); a KV source its compressed rows
+ * and its index keys (one row per ratio tokens, all kept).  Row formats by
+ * the QAT flags `qat` (CW_DSV41_QAT_*; st_kvfmt_v41.h): window FP8 E4M3/32
+ * + ue8m0 (head_dim + head_dim/32 B), compressed rows E2M1/16 + E4M3
+ * (head_dim/2 + head_dim/16 B), index keys E2M1/32 + ue8m0
+ * (index_head_dim/2 + index_head_dim/32 B); a flag off: F32 rows.  With
+ * CW_DSV41_QAT_ALL the growing streams sum to cw_dsv41_kv_bytes_per_token
+ * (890 B per token for V4.1-Flash; model doc 3.8).  The Engram token
+ * history is not a stream: the state keeps its ids (a prefix hit's are
+ * the prompt's).  Returns the number of streams (out needs that many; max
+ * its capacity), -ST_E_LIMIT, or -EINVAL (a KV source of ratio 0).
+ */
+int cw_dsv41_kv_decl(const struct st_dsv41_config *c, unsigned qat,
+		     struct kv_stream_decl *out, int max);
+
+/* A prefix-cache model id for m (never 0): XXH3 of the config numbers,
+ * the QAT flags (so the row formats) and samples of the embedding, head
+ * and final norm. */
+uint64_t cw_dsv41_model_id(const struct cw_dsv41_model *m);
+
+/*
+ * Declares m's streams (cw_dsv41_kv_decl with m's QAT flags: set them
+ * before) to kvd through kv, page_rows tokens per page, and the model id
+ * (0: cw_dsv41_model_id(m)).  Once per client before
+ * cw_dsv41_state_new_kv.  Errors: kv_client_declare_model's
+ * (-ST_E_CONFIG: kvd holds another declaration, -ST_E_BUDGET, ...),
+ * -ST_E_LIMIT, -EINVAL.
+ */
+int cw_dsv41_kv_declare(const struct cw_dsv41_model *m, struct kv_client *kv,
+			uint32_t page_rows, uint64_t model_id,
+			struct st_diag *diag);
+
+/*
+ * A sequence state in kvd pages (kv declared with cw_dsv41_kv_declare;
+ * borrowed, must outlive the state), as cw_dsv4_state_new_kv: prompt NULL
+ * (n_prompt 0): an empty sequence; otherwise prefix mode: the longest
+ * cached chain of the prompt's full pages is mapped, the state starts at
+ * that length (a multiple of page_rows, at most n_prompt - 1) and the
+ * prompt's full pages are published after every eval.  Each eval pins the
+ * sequence (restoring spilled pages), reserves its tokens, unpins; after
+ * a kvd restart the client re-registers and the state goes on.
+ * swa_replay (model doc 3.6): 0, the exact default: a prefix hit maps the
+ * window rows the prefix entry carries (bit-identical to the full
+ * computation); n > 0, the model's way: after a prefix hit the window is
+ * dropped and rebuilt by replaying the hit's last min(n, len) tokens
+ * (cw_dsv41_replay; approximate unless n >= len; the model uses n =
+ * sliding_window).  A replayed state, or one with the CED shortcut on,
+ * publishes nothing (its pages lack window rows).  With the same QAT
+ * flags the logits are bit-identical to cw_dsv41_state_new's.
+ * Errors: -EINVAL (bad prompt, swa_replay < 0), -ST_E_CONFIG (kv holds
+ * no declaration of m with its current QAT flags), kv_client_seq_create
+ * (_prefix)'s, the replay's, -ENOMEM.
+ */
+int cw_dsv41_state_new_kv(const struct cw_dsv41_model *m, struct kv_client *kv,
+			  const int32_t *prompt, int n_prompt, int swa_replay,
+			  struct cw_dsv41_state **ret, struct st_diag *diag);
+
+/*
+ * Publishes the full pages of a kvd state's first n tokens (ids[0..n), the
+ * ids it was evaluated on) in the prefix cache.  Returns the page groups
+ * newly published (>= 0); -EINVAL (process-local state, n out of [1, len],
+ * a state rebuilt by SWA replay or with the CED shortcut on);
+ * kv_client_seq_publish's errors.
+ */
+int cw_dsv41_state_publish(struct cw_dsv41_state *s, const int32_t *ids,
+			   int n, struct st_diag *diag);
+
+/* kvd sequence handle of a kvd state (0 for a process-local one). */
+uint32_t cw_dsv41_state_seq(const struct cw_dsv41_state *s);
+
 /* ---- pieces (cw_dsv41_ops.c), exposed for the unit tests ---- */
 
 /* Index entries visible to the query at position p of a layer of

@@ -30,6 +30,7 @@
 
 #include "cw_dsv4.h"
 #include "cw_dsv41.h"
+#include "kv_pool.h"
 #include "st_config_dsv41.h"
 #include "st_formats.h"
 #include "st_kvfmt_v41.h"
@@ -421,6 +422,34 @@ static void test_config_release(void **state)
 	assert_int_equal(st_kv41_fp8_row_bytes(512), 528);
 	assert_true(cw_dsv41_kv_bytes_per_token(&c) == 890.0);
 	assert_true(cw_dsv41_window_bytes(&c) == 40.0 * 128 * 528);
+	{
+		/* kvd's declaration (cw_dsv41_kv_decl, QAT on): 40 windows,
+		 * 4 sources x (rows, keys), 3 ratio-2 partial groups; the
+		 * growing streams sum to 890 B per token, counted here
+		 * independently from the element widths: a 512-wide E2M1
+		 * row 256 B + 512/16 E4M3 scales, a 128-wide E2M1 key 64 B
+		 * + 128/32 ue8m0 scales */
+		struct kv_stream_decl dc[KV_MAX_STREAMS];
+		int n = cw_dsv41_kv_decl(&c, CW_DSV41_QAT_ALL, dc,
+					 KV_MAX_STREAMS);
+		double grow = 0, fixed = 0;
+		const double src = 512 / 2 + 512 / 16 + 128 / 2 + 128 / 32;
+
+		assert_int_equal(n, 40 + 4 * 2 + 3);
+		for (int i = 0; i < n; i++) {
+			if (dc[i].window_rows)
+				fixed += (double)dc[i].row_bytes *
+					 dc[i].window_rows;
+			else
+				grow += (double)dc[i].row_bytes /
+					dc[i].tokens_per_row;
+		}
+		assert_true(grow == 3 * src / 2 + src);
+		assert_true(grow == 890.0);
+		/* windows 40 x 128 x (512 + 16) B, partial groups 3 x 2
+		 * tokens x (512 c + 512 z) F32 */
+		assert_true(fixed == 40.0 * 128 * 528 + 3.0 * 2 * 1024 * 4);
+	}
 }
 
 /* Replaces (or deletes, val NULL) key in text_config (tc) or the top

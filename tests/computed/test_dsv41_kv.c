@@ -1,0 +1,811 @@
+/*
+ * test_dsv41_kv.c — the DeepSeek-V4.1 sequence state in a real kvd's pages,
+ * in the V4.1 storage formats (cw_dsv41_state_new_kv), against the
+ * process-local reference state, on ../shared tiny-deepseek-v41 (compress
+ * ratios 0,0,2,2,2,2,1,1,1,1, KV sources 2, 4, 6, window 16; QAT on).
+ *
+ * The reference: every case of reference.json (prompt + greedy
+ * continuation) through the process-local state in chunks of 16; an XXH3
+ * of the logits of every position is kept.  Then, each required to give
+ * bit-identical logits at every position it evaluates:
+ *  decl     the declaration's streams and bytes against an independent
+ *           count from the row formats (st_kvfmt_v41.h sizes);
+ *  plain    every case in chunks of 7, page sizes 3, 4 and 5 (3 and 5 cut
+ *           ratio-2 groups across pages), the pages held checked;
+ *  noqat    QAT off: F32 rows, two cases against their own reference;
+ *  ced      the CED prefill shortcut (exact) on a kvd state: the prompt's
+ *           last logits and the decode steps after it;
+ *  restart  the two longest cases with kvd killed (SIGKILL) and started
+ *           again mid-sequence (an odd position: a ratio-2 group open);
+ *  spill    six sequences of the longest case interleaved chunk by chunk
+ *           with a kvd budget under half of the working set;
+ *  prefix   warm prefix cache (B = 5): each case's prompt evaluated in
+ *           prefix mode, then prompt + continuation from the cache:
+ *           exactly the expected rows mapped, the rest computed;
+ *  P10/P11  B in {3, 4}: prompts of B-1, B, B+1, 2B, 2B+1 tokens twice,
+ *           the second maps 0, 0, B, B, 2B rows; 8 tokens with B = 4 hold
+ *           2 pages per stream, 9 hold 3 (the partial-group streams, which
+ *           keep 2 rows, 2: their first page is freed);
+ *  replay   SWA bounded replay on a prefix hit (swa_replay = W, the
+ *           model's way): bit-identical to the process-local state that
+ *           drops its window and replays the same tokens, and not to the
+ *           full computation (approximate: the positions that differ
+ *           are counted, at least one must);
+ *           replaying the whole prefix: bit-identical to the full one.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "cw_dsv41.h"
+#include "kv_client.h"
+#include "kv_pool.h"
+#include "st_kvfmt_v41.h"
+#include "st_util.h"
+#include "test_daemons.h"
+#include "test_util.h"
+
+static int n_fail;
+
+#define CHECK(cond, ...)                                                   \
+	do {                                                               \
+		if (!(cond)) {                                             \
+			if (n_fail++ < 40) {                               \
+				fprintf(stderr, "FAIL %s:%d: ", __FILE__,  \
+					__LINE__);                         \
+				fprintf(stderr, __VA_ARGS__);              \
+				fputc('\n', stderr);                       \
+			}                                                  \
+		}                                                          \
+	} while (0)
+
+#define MAX_CASES 8
+#define CHUNK_MAX 16
+
+struct tcase {
+	const char *name;
+	int n, n_prompt;
+	int32_t *ids;
+	uint64_t *h;    /* XXH3 of the logits of each position (reference) */
+};
+
+static struct tcase cases[MAX_CASES];
+static int n_cases, V;
+static float *lbuf; /* [CHUNK_MAX][V] */
+static struct cw_dsv41_model *M;
+
+struct kvd {
+	struct st_test_inst t;
+	const char *args[10];
+	struct kv_client *kv;
+	uint32_t B;
+};
+
+static int kvd_up(struct kvd *k, const char *tag, uint32_t B,
+		  const char *budget, const char *spill)
+{
+	struct st_diag d = { { 0 } };
+	int n = 0, r;
+
+	memset(k, 0, sizeof(*k));
+	k->B = B;
+	k->args[n++] = "--budget";
+	k->args[n++] = budget;
+	if (spill) {
+		k->args[n++] = "--spill-budget";
+		k->args[n++] = spill;
+	}
+	k->args[n] = NULL;
+	st_test_inst_init(&k->t, tag);
+	if (st_test_daemon_start(&k->t, "kvd", k->args, 30) < 0) {
+		CHECK(0, "%s: kvd did not start", tag);
+		return -1;
+	}
+	r = kv_client_open(k->t.run_dir, k->t.name, "dsv41", 20000, &k->kv,
+			   &d);
+	if (r == 0)
+		r = cw_dsv41_kv_declare(M, k->kv, B, 0, &d);
+	CHECK(r == 0, "%s: open/declare: %s", tag, d.msg);
+	if (r == 0)
+		kv_client_set_restart_wait(k->kv, 20000);
+	return r;
+}
+
+static void kvd_down(struct kvd *k)
+{
+	kv_client_close(k->kv);
+	k->kv = NULL;
+	st_test_inst_stop(&k->t);
+	st_rm_rf(k->t.run_dir);
+}
+
+static int publish_each; /* run_span publishes after every chunk */
+
+/* Evaluates positions [from, to) of case c on s in chunks of `chunk`,
+ * each position's logits against the reference hashes h (NULL: c->h).
+ * Returns 0, or -1 (eval failed or a position differed). */
+static int run_span_h(struct cw_dsv41_state *s, const struct tcase *c,
+		      const uint64_t *h, int from, int to, int chunk,
+		      const char *what)
+{
+	struct st_diag d = { { 0 } };
+
+	for (int p = from; p < to; p += chunk) {
+		int k = to - p < chunk ? to - p : chunk;
+		int r = cw_dsv41_eval(M, s, c->ids + p, k, 1, lbuf, &d);
+
+		CHECK(r == 0, "%s %s: eval at %d: %s", what, c->name, p,
+		      d.msg);
+		if (r)
+			return -1;
+		if (publish_each && cw_dsv41_state_publish(s, c->ids, p + k,
+							   &d) < 0) {
+			CHECK(0, "%s %s: publish at %d: %s", what, c->name,
+			      p + k, d.msg);
+			return -1;
+		}
+		for (int t = 0; t < k; t++)
+			if (st_xxh3(lbuf + (size_t)t * V, (size_t)V * 4) !=
+			    (h ? h : c->h)[p + t]) {
+				CHECK(0, "%s %s: logits differ at position %d",
+				      what, c->name, p + t);
+				return -1;
+			}
+	}
+	return 0;
+}
+
+static int run_span(struct cw_dsv41_state *s, const struct tcase *c,
+		    int from, int to, int chunk, const char *what)
+{
+	return run_span_h(s, c, NULL, from, to, chunk, what);
+}
+
+/* Hashes of every position's logits of case c through the process-local
+ * state (chunks of 16) into h. */
+static int reference_case(const struct tcase *c, uint64_t *h)
+{
+	struct st_diag d = { { 0 } };
+	struct cw_dsv41_state *s = NULL;
+	int r = cw_dsv41_state_new(M, c->n, &s);
+
+	for (int p = 0; r == 0 && p < c->n; p += CHUNK_MAX) {
+		int k = c->n - p < CHUNK_MAX ? c->n - p : CHUNK_MAX;
+
+		r = cw_dsv41_eval(M, s, c->ids + p, k, 1, lbuf, &d);
+		for (int t = 0; r == 0 && t < k; t++)
+			h[p + t] = st_xxh3(lbuf + (size_t)t * V, (size_t)V * 4);
+	}
+	CHECK(r == 0, "reference %s: %s", c->name, d.msg);
+	cw_dsv41_state_free(s);
+	return r;
+}
+
+/* Pages a sequence of n tokens evaluated in chunks of `chunk` holds:
+ * every row position of every stream, less a windowed stream's pages that
+ * fell out of its window before the last chunk's reservation. */
+static uint64_t expect_pages(uint32_t B, int n, int chunk)
+{
+	struct kv_stream_decl d[KV_MAX_STREAMS];
+	int ns = cw_dsv41_kv_decl(cw_dsv41_config(M), CW_DSV41_QAT_ALL, d,
+				  KV_MAX_STREAMS);
+	uint32_t last = (uint32_t)((n - 1) / chunk * chunk);
+	uint64_t pages = 0;
+
+	for (int i = 0; i < ns; i++) {
+		uint32_t dead = 0;
+
+		if (d[i].window_rows && last > d[i].window_rows)
+			dead = (last - d[i].window_rows) / B;
+		pages += kv_pages_for_rows((uint32_t)n, B) - dead;
+	}
+	return pages;
+}
+
+/* Streams and bytes: the declaration against a count from the formats. */
+static void test_declaration(const struct st_dsv41_config *c)
+{
+	struct kv_stream_decl d[KV_MAX_STREAMS];
+	int n = cw_dsv41_kv_decl(c, CW_DSV41_QAT_ALL, d, KV_MAX_STREAMS);
+	int want = c->n_layers, nf;
+	double grow = 0, fixed = 0, g2 = 0, f2 = 0;
+	const double hd = c->head_dim, Id = c->index_head_dim;
+
+	for (int l = 0; l < c->n_layers; l++) {
+		int mr = c->compress_ratio[l];
+
+		/* window FP8: hd codes + hd/32 ue8m0 bytes, W rows */
+		f2 += (hd + hd / 32) * c->sliding_window;
+		if (!c->kv_source[l])
+			continue;
+		want += 2 + (mr > 1);
+		/* FP4 row: hd/2 code bytes + hd/16 E4M3 scales; FP4 key:
+		 * Id/2 + Id/32 ue8m0 */
+		g2 += (hd / 2 + hd / 16 + Id / 2 + Id / 32) / mr;
+		if (mr > 1)
+			f2 += 2 * hd * 4 * mr;
+	}
+	CHECK(n == want, "%d streams declared, expected %d", n, want);
+	for (int i = 0; i < n; i++) {
+		CHECK(d[i].tokens_per_row == 1 || d[i].window_rows == 0,
+		      "stream %d both pooled and windowed", i);
+		if (d[i].window_rows)
+			fixed += (double)d[i].row_bytes * d[i].window_rows;
+		else
+			grow += (double)d[i].row_bytes / d[i].tokens_per_row;
+	}
+	CHECK(grow == g2, "declared %.2f B per token, formats give %.2f",
+	      grow, g2);
+	CHECK(grow == cw_dsv41_kv_bytes_per_token(c), "declared %.2f B per "
+	      "token, cw_dsv41_kv_bytes_per_token %.2f", grow,
+	      cw_dsv41_kv_bytes_per_token(c));
+	CHECK(fixed == f2, "declared %.0f B per sequence, expected %.0f",
+	      fixed, f2);
+	/* QAT off: F32 rows */
+	nf = cw_dsv41_kv_decl(c, 0, d, KV_MAX_STREAMS);
+	CHECK(nf == n && d[0].row_bytes == (uint32_t)(4 * c->head_dim),
+	      "QAT off: %d streams, window row %u B", nf, d[0].row_bytes);
+	CHECK(cw_dsv41_kv_decl(c, CW_DSV41_QAT_ALL, d, n - 1) == -ST_E_LIMIT,
+	      "a too-small declaration array accepted");
+	printf("declaration: %d kvd streams, %.2f B per token (FP4 compressed "
+	       "rows, FP4 index keys) + %.0f B per sequence (FP8 windows, "
+	       "F32 partial groups)\n", n, grow, fixed);
+}
+
+static void test_plain(uint32_t B)
+{
+	char tag[32];
+	struct kvd k;
+	struct kv_stats st;
+	long pos = 0;
+
+	snprintf(tag, sizeof(tag), "v41p%u", B);
+	if (kvd_up(&k, tag, B, "64MiB", NULL) < 0)
+		goto out;
+	for (int i = 0; i < n_cases; i++) {
+		struct st_diag d = { { 0 } };
+		struct cw_dsv41_state *s = NULL;
+		int r = cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d);
+
+		CHECK(r == 0, "new_kv: %s", d.msg);
+		if (r)
+			break;
+		if (run_span(s, &cases[i], 0, cases[i].n, 7, tag) == 0)
+			pos += cases[i].n;
+		if (kv_client_stats(k.kv, &st) == 0) {
+			uint64_t want = expect_pages(B, cases[i].n, 7);
+
+			CHECK(st.pages_used == want,
+			      "B=%u, %s: %llu pages used, expected %llu", B,
+			      cases[i].name, (unsigned long long)st.pages_used,
+			      (unsigned long long)want);
+			if (i == n_cases - 1)
+				printf("page size %u tokens: %u streams, page "
+				       "%llu B; %d tokens hold %llu pages, "
+				       "%.0f B per token in kvd\n", B,
+				       st.n_streams,
+				       (unsigned long long)st.page_bytes,
+				       cases[i].n,
+				       (unsigned long long)st.pages_used,
+				       (double)st.pages_used * st.page_bytes /
+					       cases[i].n);
+		}
+		cw_dsv41_state_free(s);
+	}
+	CHECK(kv_client_stats(k.kv, &st) == 0 && st.pages_used == 0 &&
+	      st.n_seqs == 0, "B=%u: pages or sequences left after free", B);
+	printf("page size %u: %ld positions bit-identical to the "
+	       "process-local state\n", B, pos);
+out:
+	kvd_down(&k);
+}
+
+/* QAT off: F32 rows in kvd, against the process-local state without QAT. */
+static void test_noqat(void)
+{
+	struct kvd k;
+	long pos = 0;
+
+	cw_dsv41_set_qat(M, 0);
+	if (kvd_up(&k, "v41nq", 5, "64MiB", NULL) < 0)
+		goto out;
+	for (int i = n_cases - 3; i < n_cases - 1; i++) {
+		struct st_diag d = { { 0 } };
+		struct cw_dsv41_state *s = NULL;
+		uint64_t *h = calloc((size_t)cases[i].n, sizeof(uint64_t)),
+			 *hq = cases[i].h;
+
+		if (!h || reference_case(&cases[i], h) < 0) {
+			free(h);
+			break;
+		}
+		CHECK(h[cases[i].n - 1] != hq[cases[i].n - 1],
+		      "QAT off gives the QAT logits (%s)", cases[i].name);
+		CHECK(cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) == 0,
+		      "new_kv: %s", d.msg);
+		if (s && run_span_h(s, &cases[i], h, 0, cases[i].n, 6,
+				    "noqat") == 0)
+			pos += cases[i].n;
+		cw_dsv41_state_free(s);
+		free(h);
+	}
+	printf("QAT off (F32 rows): %ld positions bit-identical\n", pos);
+	{	/* QAT back on: the F32 declaration no longer fits */
+		struct st_diag d = { { 0 } };
+		struct cw_dsv41_state *s = NULL;
+
+		cw_dsv41_set_qat(M, CW_DSV41_QAT_ALL);
+		CHECK(cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) ==
+			      -ST_E_CONFIG && !s,
+		      "a state with other QAT flags than declared accepted");
+	}
+out:
+	kvd_down(&k);
+	cw_dsv41_set_qat(M, CW_DSV41_QAT_ALL);
+}
+
+/* The CED shortcut (EXACT) on a kvd state: the layers after the last KV
+ * source write only their last window's rows; the prompt's last logits
+ * and every decode step after it bit-identical to the reference. */
+static void test_ced(void)
+{
+	struct kvd k;
+	int ok = 0, n_run = 0;
+
+	if (kvd_up(&k, "v41ced", 4, "64MiB", NULL) < 0)
+		goto out;
+	for (int i = n_cases - 2; i < n_cases; i++) {
+		const struct tcase *c = &cases[i];
+		struct st_diag d = { { 0 } };
+		struct cw_dsv41_state *s = NULL;
+		int r = cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d);
+
+		n_run++;
+		if (r == 0)
+			r = cw_dsv41_set_ced_shortcut(s, CW_DSV41_CED_EXACT);
+		if (r == 0)
+			r = cw_dsv41_eval(M, s, c->ids, c->n_prompt, 0, lbuf,
+					  &d);
+		CHECK(r == 0, "CED %s: %s", c->name, d.msg);
+		if (r == 0 && st_xxh3(lbuf, (size_t)V * 4) !=
+				      c->h[c->n_prompt - 1]) {
+			CHECK(0, "CED %s: last prompt logits differ", c->name);
+			r = -1;
+		}
+		if (r == 0 && s)
+			cw_dsv41_set_ced_shortcut(s, CW_DSV41_CED_OFF);
+		if (r == 0 && run_span(s, c, c->n_prompt, c->n, 1, "CED") == 0)
+			ok++;
+		cw_dsv41_state_free(s);
+	}
+	CHECK(ok == n_run, "CED: %d of %d cases", ok, n_run);
+	printf("CED shortcut (exact) on a kvd state: %d prompts, last logits "
+	       "and every decode step bit-identical\n", ok);
+out:
+	kvd_down(&k);
+}
+
+static int restart_kvd(struct kvd *k)
+{
+	if (k->t.pid_kvd > 0) {
+		kill(k->t.pid_kvd, SIGKILL);
+		waitpid(k->t.pid_kvd, NULL, 0);
+		k->t.pid_kvd = 0;
+	}
+	return st_test_daemon_start(&k->t, "kvd", k->args, 30) < 0 ? -1 : 0;
+}
+
+static void test_restart(void)
+{
+	struct kvd k;
+	int done = 0;
+
+	if (kvd_up(&k, "v41rs", 4, "64MiB", NULL) < 0)
+		goto out;
+	for (int i = n_cases - 2; i < n_cases; i++) {
+		struct st_diag d = { { 0 } };
+		struct cw_dsv41_state *s = NULL;
+		const struct tcase *c = &cases[i];
+		int half = c->n / 2 | 1; /* odd: a ratio-2 group open */
+
+		CHECK(cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) == 0,
+		      "new_kv: %s", d.msg);
+		if (!s)
+			break;
+		if (run_span(s, c, 0, half, 5, "restart") == 0 &&
+		    restart_kvd(&k) == 0 &&
+		    run_span(s, c, half, c->n, 5, "restart") == 0)
+			done++;
+		cw_dsv41_state_free(s);
+	}
+	CHECK(done == 2, "restart: %d of 2 sequences went on", done);
+	CHECK(kv_client_reconnects(k.kv) >= 2, "client reconnected %u times",
+	      kv_client_reconnects(k.kv));
+	printf("kvd killed and restarted mid-sequence twice: %d sequences "
+	       "bit-identical (%u reconnects)\n", done,
+	       kv_client_reconnects(k.kv));
+out:
+	kvd_down(&k);
+}
+
+#define N_SPILL 6
+
+static void test_spill(void)
+{
+	struct cw_dsv41_state *s[N_SPILL] = { 0 };
+	const struct tcase *c = &cases[n_cases - 1];
+	struct st_diag d = { { 0 } };
+	struct kv_stats st = { 0 };
+	struct kvd k;
+	int ok = 1;
+	const int chunk = 8;
+	uint64_t need = 0;
+
+	if (kvd_up(&k, "v41sp", 16, "2MiB", "64MiB") < 0)
+		goto out;
+	for (int i = 0; i < N_SPILL; i++) {
+		CHECK(cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s[i], &d) ==
+			      0, "new_kv: %s", d.msg);
+		ok &= s[i] != NULL;
+	}
+	for (int p = 0; ok && p < c->n; p += chunk) {
+		int to = p + chunk < c->n ? p + chunk : c->n;
+
+		for (int i = 0; i < N_SPILL && ok; i++)
+			ok = run_span(s[i], c, p, to, chunk, "spill") == 0;
+	}
+	CHECK(kv_client_stats(k.kv, &st) == 0, "stats");
+	need = N_SPILL * expect_pages(16, c->n, chunk);
+	printf("spill: %d sequences of %d tokens, working set %llu pages, "
+	       "pool %llu pages; %llu pages spilled, %llu restored; %s\n",
+	       N_SPILL, c->n, (unsigned long long)need,
+	       (unsigned long long)st.n_pages,
+	       (unsigned long long)st.spill_pages_total,
+	       (unsigned long long)st.restore_pages_total,
+	       ok ? "every position bit-identical" : "FAILED");
+	CHECK(ok, "spill run failed");
+	CHECK(st.n_pages * 2 < need, "the pool (%llu pages) is not small "
+	      "against the working set (%llu)",
+	      (unsigned long long)st.n_pages, (unsigned long long)need);
+	CHECK(st.spill_pages_total > 0 && st.restore_pages_total > 0,
+	      "nothing spilled and restored");
+	for (int i = 0; i < N_SPILL; i++)
+		cw_dsv41_state_free(s[i]);
+out:
+	kvd_down(&k);
+}
+
+/* Prompt of n ids from case c, sent twice (second from the cache): the
+ * first evaluates publish_n ids in chunks, published by prefix mode or,
+ * explicit, by cw_dsv41_state_publish after each chunk.  Returns the rows
+ * mapped the second time, or -1. */
+static int twice(struct kvd *k, const struct tcase *c, int n, int publish_n,
+		 int chunk, int explicit)
+{
+	struct st_diag d = { { 0 } };
+	struct cw_dsv41_state *a = NULL, *b = NULL;
+	int cached = -1, r;
+
+	r = cw_dsv41_state_new_kv(M, k->kv, explicit ? NULL : c->ids,
+				  explicit ? 0 : publish_n, 0, &a, &d);
+	CHECK(r == 0, "new_kv: %s", d.msg);
+	if (r)
+		return -1;
+	publish_each = explicit;
+	r = run_span(a, c, cw_dsv41_state_len(a), publish_n, chunk, "first");
+	publish_each = 0;
+	if (r)
+		goto out;
+	r = cw_dsv41_state_new_kv(M, k->kv, c->ids, n, 0, &b, &d);
+	CHECK(r == 0, "new_kv (warm): %s", d.msg);
+	if (r)
+		goto out;
+	r = cw_dsv41_state_len(b);
+	if (run_span(b, c, r, n, chunk, "warm") == 0)
+		cached = r;
+out:
+	cw_dsv41_state_free(a);
+	cw_dsv41_state_free(b);
+	return cached;
+}
+
+static void test_prefix(void)
+{
+	struct kvd k;
+	struct kv_stats st;
+	long reused = 0, computed = 0;
+	const uint32_t B = 5;
+
+	if (kvd_up(&k, "v41pc", B, "64MiB", NULL) < 0)
+		goto out;
+	for (int i = 0; i < n_cases; i++) {
+		const struct tcase *c = &cases[i];
+		int want = (int)((uint32_t)c->n_prompt / B * B);
+		int got;
+
+		if (want > c->n - 1)
+			want = (c->n - 1) / (int)B * (int)B;
+		got = twice(&k, c, c->n, c->n_prompt, 6, 0);
+		CHECK(got == want, "prefix %s: %d rows mapped, expected %d",
+		      c->name, got, want);
+		if (got >= 0) {
+			reused += got;
+			computed += c->n - got;
+		}
+	}
+	CHECK(kv_client_stats(k.kv, &st) == 0, "stats");
+	printf("prefix cache (B = %u, window rows carried): %ld positions "
+	       "from cached pages, %ld computed after them, all "
+	       "bit-identical; kvd: %llu rows reused\n", B, reused, computed,
+	       (unsigned long long)st.prefix_rows_reused);
+	CHECK(st.prefix_rows_reused == (uint64_t)reused,
+	      "kvd counts %llu rows reused, the states %ld",
+	      (unsigned long long)st.prefix_rows_reused, reused);
+out:
+	kvd_down(&k);
+}
+
+static void test_p10(uint32_t B)
+{
+	const struct tcase *c = &cases[n_cases - 1];
+	const int lens[5] = { (int)B - 1, (int)B, (int)B + 1, 2 * (int)B,
+			      2 * (int)B + 1 };
+	const int want[5] = { 0, 0, (int)B, (int)B, 2 * (int)B };
+	char tag[32];
+	struct kvd k;
+
+	snprintf(tag, sizeof(tag), "v41p10b%u", B);
+	if (kvd_up(&k, tag, B, "64MiB", NULL) < 0)
+		goto out;
+	printf("P10 B=%u: prompts", B);
+	for (int i = 0; i < 5; i++) {
+		int got;
+
+		if (lens[i] < 1 || lens[i] > c->n)
+			continue;
+		got = twice(&k, c, lens[i], lens[i], 2, B == 3);
+		CHECK(got == want[i], "P10 B=%u, %d tokens: %d rows from the "
+		      "cache, expected %d", B, lens[i], got, want[i]);
+		printf(" %d (%d cached)", lens[i], got);
+	}
+	printf(": second answers bit-identical\n");
+out:
+	kvd_down(&k);
+}
+
+static void test_p11(void)
+{
+	const struct tcase *c = &cases[n_cases - 1];
+	struct st_diag d = { { 0 } };
+	struct cw_dsv41_state *s = NULL;
+	struct kv_stats st;
+	struct kvd k;
+
+	if (kvd_up(&k, "v41p11", 4, "64MiB", NULL) < 0)
+		goto out;
+	CHECK(cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) == 0,
+	      "new: %s", d.msg);
+	if (!s)
+		goto out;
+	CHECK(run_span(s, c, 0, 8, 8, "P11") == 0, "8 tokens");
+	CHECK(kv_client_stats(k.kv, &st) == 0 &&
+	      st.pages_used == 2ull * st.n_streams &&
+	      expect_pages(4, 8, 8) == 2ull * st.n_streams,
+	      "8 tokens, B = 4: %llu pages, expected 2 per stream x %u",
+	      (unsigned long long)st.pages_used, st.n_streams);
+	CHECK(run_span(s, c, 8, 9, 1, "P11") == 0, "9th token");
+	/* a third page in every stream, but the partial-group streams
+	 * (the last 2 rows kept) freed their first page by now */
+	CHECK(kv_client_stats(k.kv, &st) == 0 &&
+	      st.pages_used == 3ull * st.n_streams - 2 &&
+	      expect_pages(4, 9, 1) == st.pages_used,
+	      "9 tokens, B = 4: %llu pages, expected 3 per stream x %u "
+	      "less the 2 partial-group streams' first page",
+	      (unsigned long long)st.pages_used, st.n_streams);
+	/* the CED shortcut leaves window rows uncomputed: no publishing */
+	cw_dsv41_set_ced_shortcut(s, CW_DSV41_CED_EXACT);
+	CHECK(cw_dsv41_state_publish(s, c->ids, 8, &d) == -EINVAL,
+	      "a state with the CED shortcut on published");
+	cw_dsv41_state_free(s);
+	CHECK(kv_client_stats(k.kv, &st) == 0 && st.pages_used == 0,
+	      "after free: %llu pages used", (unsigned long long)st.pages_used);
+	printf("P11 B=4: 8 tokens -> 2 pages per stream, 9 -> 3 (partial "
+	       "groups: 2), free -> 0\n");
+out:
+	kvd_down(&k);
+}
+
+/* Process-local model's way: prefill n_pre tokens, drop the window,
+ * replay the last n_rep, then the rest; hashes into h[n_pre..n). */
+static int local_replay(const struct tcase *c, int n_pre, int n_rep,
+			uint64_t *h)
+{
+	struct st_diag d = { { 0 } };
+	struct cw_dsv41_state *s = NULL;
+	int r = cw_dsv41_state_new(M, c->n, &s);
+
+	if (r == 0)
+		r = cw_dsv41_eval(M, s, c->ids, n_pre, 0, NULL, &d);
+	if (r == 0) {
+		cw_dsv41_state_drop_window(s);
+		r = cw_dsv41_replay(M, s, c->ids + n_pre - n_rep, n_rep, &d);
+	}
+	for (int p = n_pre; r == 0 && p < c->n; p += CHUNK_MAX) {
+		int k = c->n - p < CHUNK_MAX ? c->n - p : CHUNK_MAX;
+
+		r = cw_dsv41_eval(M, s, c->ids + p, k, 1, lbuf, &d);
+		for (int t = 0; r == 0 && t < k; t++)
+			h[p + t] = st_xxh3(lbuf + (size_t)t * V, (size_t)V * 4);
+	}
+	CHECK(r == 0, "local replay %s: %s", c->name, d.msg);
+	cw_dsv41_state_free(s);
+	return r;
+}
+
+static void test_replay(void)
+{
+	const int W = cw_dsv41_config(M)->sliding_window;
+	const uint32_t B = 4;
+	struct kvd k;
+	int n_ok = 0, n_differ = 0, n_whole = 0, n_run = 0;
+
+	if (kvd_up(&k, "v41rp", B, "64MiB", NULL) < 0)
+		goto out;
+	for (int i = 0; i < n_cases; i++) {
+		const struct tcase *c = &cases[i];
+		struct st_diag d = { { 0 } };
+		struct cw_dsv41_state *a = NULL, *b = NULL, *e = NULL;
+		uint64_t *h = calloc((size_t)c->n, sizeof(uint64_t));
+		int pre, differ = 0;
+
+		/* a prompt whose cached part is longer than the window */
+		if (!h || c->n_prompt / (int)B * (int)B <= W) {
+			free(h);
+			continue;
+		}
+		n_run++;
+		/* publish the prompt's pages */
+		CHECK(cw_dsv41_state_new_kv(M, k.kv, c->ids, c->n_prompt, 0,
+					    &a, &d) == 0, "new: %s", d.msg);
+		if (a)
+			run_span(a, c, cw_dsv41_state_len(a), c->n_prompt, 16,
+				 "replay-first");
+		/* the model's way: window rebuilt from the last W tokens */
+		CHECK(cw_dsv41_state_new_kv(M, k.kv, c->ids, c->n, W, &b,
+					    &d) == 0, "new (replay): %s", d.msg);
+		pre = b ? cw_dsv41_state_len(b) : 0;
+		CHECK(pre == c->n_prompt / (int)B * (int)B,
+		      "replay %s: %d rows from the cache", c->name, pre);
+		if (b && local_replay(c, pre, W, h) == 0 &&
+		    run_span_h(b, c, h, pre, c->n, 5, "replay") == 0)
+			n_ok++;
+		for (int p = pre; p < c->n; p++)
+			differ += h[p] != c->h[p];
+		n_differ += differ > 0;
+		CHECK(cw_dsv41_state_publish(b, c->ids, pre, &d) == -EINVAL,
+		      "a replayed state published");
+		/* replaying the whole prefix is exact */
+		CHECK(cw_dsv41_state_new_kv(M, k.kv, c->ids, c->n, c->n, &e,
+					    &d) == 0, "new (whole): %s", d.msg);
+		if (e && run_span(e, c, cw_dsv41_state_len(e), c->n, 7,
+				  "replay-whole") == 0)
+			n_whole++;
+		printf("SWA replay %s: %d cached, last %d replayed: %d of %d "
+		       "positions differ from the full computation "
+		       "(approximate), all bit-identical to the process-local "
+		       "replay\n", c->name, pre, W, differ, c->n - pre);
+		cw_dsv41_state_free(a);
+		cw_dsv41_state_free(b);
+		cw_dsv41_state_free(e);
+		free(h);
+	}
+	CHECK(n_run >= 2 && n_ok == n_run && n_whole == n_run,
+	      "replay: %d cases, %d match the local replay, %d exact whole",
+	      n_run, n_ok, n_whole);
+	/* the window matters after a long prefix: the model's replay is
+	 * not the exact computation on these cases */
+	CHECK(n_differ > 0, "the replay of the last window never changed a "
+	      "logit (the test would not see a wrong window)");
+	printf("SWA replay on a prefix hit: %d cases (kvd = process-local), "
+	       "whole-prefix replay exact in %d\n", n_ok, n_whole);
+out:
+	kvd_down(&k);
+}
+
+int main(int argc, char **argv)
+{
+	char dir[4096], path[4300];
+	struct st_diag diag = { { 0 } };
+	const struct st_dsv41_config *c;
+	json_t *refj, *jc;
+	size_t ci;
+	const char *only = argc > 1 ? argv[1] : "all";
+
+	st_test_fixture_model("tiny-deepseek-v41", dir, sizeof(dir));
+	if (cw_dsv41_load(dir, &M, &diag)) {
+		fprintf(stderr, "cw_dsv41_load: %s\n", diag.msg);
+		return 1;
+	}
+	c = cw_dsv41_config(M);
+	V = c->vocab_size;
+	snprintf(path, sizeof(path), "%s/reference.json", dir);
+	refj = json_load_file(path, 0, NULL);
+	if (!refj || !json_is_array(json_object_get(refj, "cases"))) {
+		fprintf(stderr, "%s: no cases\n", path);
+		return 1;
+	}
+	json_array_foreach(json_object_get(refj, "cases"), ci, jc) {
+		const json_t *ji = json_object_get(jc, "ids");
+		const json_t *gc = json_object_get(jc, "greedy_continuation");
+		struct tcase *t = &cases[n_cases];
+		int np = (int)json_array_size(ji), ng = (int)json_array_size(gc);
+
+		if (n_cases == MAX_CASES)
+			break;
+		t->name = json_string_value(json_object_get(jc, "name"));
+		t->n_prompt = np;
+		t->n = np + ng;
+		t->ids = malloc(sizeof(int32_t) * (size_t)t->n);
+		t->h = calloc((size_t)t->n, sizeof(uint64_t));
+		if (!t->ids || !t->h)
+			return 1;
+		for (int i = 0; i < np; i++)
+			t->ids[i] = (int32_t)json_integer_value(
+				json_array_get(ji, (size_t)i));
+		for (int i = 0; i < ng; i++)
+			t->ids[np + i] = (int32_t)json_integer_value(
+				json_array_get(gc, (size_t)i));
+		n_cases++;
+	}
+	/* longest last (restart, spill, P10, P11 use the last ones) */
+	for (int i = 0; i < n_cases; i++)
+		for (int j = i + 1; j < n_cases; j++)
+			if (cases[j].n < cases[i].n) {
+				struct tcase x = cases[i];
+
+				cases[i] = cases[j];
+				cases[j] = x;
+			}
+	lbuf = malloc((size_t)CHUNK_MAX * V * sizeof(float));
+	if (!lbuf || n_cases < 4) {
+		fprintf(stderr, "setup: %d cases\n", n_cases);
+		return 1;
+	}
+	test_declaration(c);
+	for (int i = 0; i < n_cases; i++)
+		if (reference_case(&cases[i], cases[i].h) < 0)
+			return 1;
+	if (!strcmp(only, "all") || !strcmp(only, "plain")) {
+		test_p11();
+		test_plain(3);
+		test_plain(4);
+		test_plain(5);
+		test_noqat();
+		test_ced();
+	}
+	if (!strcmp(only, "all") || !strcmp(only, "daemon")) {
+		test_restart();
+		test_spill();
+	}
+	if (!strcmp(only, "all") || !strcmp(only, "prefix")) {
+		test_prefix();
+		test_p10(3);
+		test_p10(4);
+		test_replay();
+	}
+	for (int i = 0; i < n_cases; i++) {
+		free(cases[i].ids);
+		free(cases[i].h);
+	}
+	free(lbuf);
+	json_decref(refj);
+	cw_dsv41_free(M);
+	if (n_fail)
+		fprintf(stderr, "%d failure(s)\n", n_fail);
+	return n_fail ? 1 : 0;
+}
