@@ -41,8 +41,9 @@ static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
 static void matvec_rows(const struct cw_dsv4_mat *m, int r0, int n,
 			const float *x, float *y)
 {
-	struct cw_dsv4_mat sub = { n, m->cols, m->w + (size_t)r0 * m->cols,
-				   m->quantized };
+	struct cw_dsv4_mat sub = { .rows = n, .cols = m->cols,
+				   .w = m->w + (size_t)r0 * m->cols,
+				   .quantized = m->quantized };
 
 	matvec(&sub, x, y);
 }
@@ -691,7 +692,8 @@ static void head(const struct cw_dsv41_model *m, const float *X,
 	const struct st_dsv41_config *c = &m->cfg;
 	const int D = c->hidden_size;
 	float h[D];
-	struct cw_dsv4_mat hm = { c->vocab_size, D, m->head, 0 };
+	struct cw_dsv4_mat hm = { .rows = c->vocab_size, .cols = D,
+				  .w = m->head };
 
 	/* no hc_head: the last FFN site's pre collapses the streams */
 	collapse(X, P, c->hc_mult, D, h);
