@@ -267,6 +267,8 @@ struct es_daemon {
 	uint32_t n_pending, pending_next;
 	uint64_t cur_pos;              /* latest ROUTE: position and layer */
 	uint32_t cur_layer;
+	struct es_devpool *dev;        /* device expert pool (es_devpool.h),
+					* NULL until computed exports one */
 };
 
 /* ---- es_tiers.c ---- */

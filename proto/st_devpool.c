@@ -405,7 +405,7 @@ size_t st_devslot_table_bytes(uint32_t n_slots)
 
 void st_devslot_table_reset(struct st_devslot_table *t, uint64_t epoch,
 			    uint32_t n_slots, uint32_t n_events,
-			    uint64_t slot_bytes)
+			    uint64_t slot_bytes, int keep_pins)
 {
 	uint32_t i, old = t->magic == ST_DEVSLOT_TABLE_MAGIC ? t->n_slots : 0;
 
@@ -420,8 +420,10 @@ void st_devslot_table_reset(struct st_devslot_table *t, uint64_t epoch,
 		struct st_devslot *s = &t->slot[i];
 		uint32_t g = i < old ? atomic_load(&s->gen) + 1 : 1;
 
-		atomic_store(&s->state, ST_DEVSLOT_EMPTY);
-		atomic_store(&s->pins, 0);
+		if (!keep_pins || i >= old)
+			atomic_store(&s->pins, 0);
+		atomic_store(&s->state, atomic_load(&s->pins) ?
+				ST_DEVSLOT_EVICTING : ST_DEVSLOT_EMPTY);
 		atomic_store(&s->key, 0);
 		atomic_store(&s->gen, g);
 		s->event = 0;
@@ -486,11 +488,16 @@ int st_devslot_claim(struct st_devslot_table *t, uint32_t s, uint64_t key)
 	if (!atomic_compare_exchange_strong(&d->state, &st,
 					    ST_DEVSLOT_COPYING)) {
 		st = ST_DEVSLOT_READY;
-		if (!atomic_compare_exchange_strong(&d->state, &st,
-						    ST_DEVSLOT_EVICTING))
-			return 0;
-		if (atomic_load(&d->pins) != 0) {
-			atomic_store(&d->state, ST_DEVSLOT_READY);
+		if (atomic_compare_exchange_strong(&d->state, &st,
+						   ST_DEVSLOT_EVICTING)) {
+			if (atomic_load(&d->pins) != 0) {
+				atomic_store(&d->state, ST_DEVSLOT_READY);
+				return 0;
+			}
+		} else if (st != ST_DEVSLOT_EVICTING ||
+			   atomic_load(&d->pins) != 0) {
+			/* COPYING, or left EVICTING by a reset that kept a
+			 * live reader's pins: not until they drop */
 			return 0;
 		}
 		atomic_store(&d->state, ST_DEVSLOT_COPYING);

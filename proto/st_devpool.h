@@ -278,13 +278,26 @@ struct st_devslot_table {
 	struct st_devslot slot[]; /* n_slots */
 };
 
+/* Device slot key of an expert (layer, expert): never 0 (0 = none). */
+static inline uint64_t st_devkey(uint32_t layer, uint32_t expert)
+{
+	return (((uint64_t)layer << 32) | expert) + 1;
+}
+
 /* Bytes of a table of n_slots slots. */
 size_t st_devslot_table_bytes(uint32_t n_slots);
-/* (Re)initialises t for a new export (all EMPTY, pins 0, generations
- * bumped when the table held another epoch), epoch published last. */
+/*
+ * (Re)initialises t for an export (all EMPTY, generations bumped when the
+ * table was valid), epoch published last.  keep_pins: leave the pin
+ * counts (an importer restarted under a live exporter, same epoch: the
+ * exporter may hold pins and will drop them itself); else zero them (a new
+ * epoch: the old exporter is gone, and the new one pins only after its
+ * EXPORT was answered).  A slot that keeps pins stays EVICTING, never
+ * claimable, until they drop to 0 (then st_devslot_claim takes it).
+ */
 void st_devslot_table_reset(struct st_devslot_table *t, uint64_t epoch,
 			    uint32_t n_slots, uint32_t n_events,
-			    uint64_t slot_bytes);
+			    uint64_t slot_bytes, int keep_pins);
 /* Checks a table read from shared memory against bytes mapped: 0 or
  * -ST_E_BADMAGIC / -ST_E_VERSION / -ST_E_FORMAT with diag. */
 int st_devslot_table_check(const struct st_devslot_table *t, size_t bytes,

@@ -422,7 +422,7 @@ static void test_slot_table(void **state)
 	uint32_t ev = 99, g;
 
 	(void)state;
-	st_devslot_table_reset(t, 11, 4, 2, 4096);
+	st_devslot_table_reset(t, 11, 4, 2, 4096, 0);
 	assert_int_equal(st_devslot_table_check(t, st_devslot_table_bytes(4),
 						&diag), 0);
 	assert_int_equal(st_devslot_table_check(t, st_devslot_table_bytes(3),
@@ -453,10 +453,22 @@ static void test_slot_table(void **state)
 	assert_int_equal(st_devslot_claim(t, 1, 7), 1);
 	st_devslot_publish(t, 1, 0);
 	g = atomic_load(&t->slot[1].gen);
-	st_devslot_table_reset(t, 12, 4, 2, 4096);
+	st_devslot_table_reset(t, 12, 4, 2, 4096, 0);
 	assert_int_equal(atomic_load(&t->slot[1].gen), g + 1);
 	assert_int_equal(st_devslot_pin(t, 1, 7, 12, &ev), 0);
 	assert_int_equal(st_devslot_pin(t, 1, 7, 11, &ev), 0);
+	/* the importer restarts under a live reader (same epoch, pins kept):
+	 * the pinned slot is not claimable until its reader unpins */
+	assert_int_equal(st_devslot_claim(t, 2, 8), 1);
+	st_devslot_publish(t, 2, 0);
+	assert_int_equal(st_devslot_pin(t, 2, 8, 12, &ev), 1);
+	st_devslot_table_reset(t, 12, 4, 2, 4096, 1);
+	assert_int_equal(atomic_load(&t->slot[2].state), ST_DEVSLOT_EVICTING);
+	assert_int_equal(st_devslot_claim(t, 2, 9), 0);
+	assert_int_equal(st_devslot_claim(t, 3, 9), 1); /* unpinned: free */
+	st_devslot_unpin(t, 2);
+	assert_int_equal(st_devslot_claim(t, 2, 10), 1);
+	assert_int_equal(atomic_load(&t->slot[2].key), 10);
 	t->version = 2;
 	assert_int_equal(st_devslot_table_check(t, st_devslot_table_bytes(4),
 						&diag), -ST_E_VERSION);
@@ -504,7 +516,7 @@ static void test_pin_race(void **state)
 	(void)state;
 	memset(&r, 0, sizeof(r));
 	r.t = table_new(RS);
-	st_devslot_table_reset(r.t, 3, RS, 2, RBYTES);
+	st_devslot_table_reset(r.t, 3, RS, 2, RBYTES, 0);
 	assert_int_equal(pthread_create(&th, NULL, race_writer, &r), 0);
 	for (it = 0; it < 2000000 && (r.pinned < 20000 || it < 200000);
 	     it++) {

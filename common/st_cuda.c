@@ -1,0 +1,392 @@
+/*
+ * st_cuda.c — device pools over the CUDA runtime's C API (st_cuda.h).
+ * Built only with the meson `cuda` feature (st_cuda_stub.c otherwise).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cuda_runtime_api.h>
+
+#include "st_cuda.h"
+
+_Static_assert(sizeof(cudaIpcMemHandle_t) == ST_DEVPOOL_HANDLE_BYTES,
+	       "cudaIpcMemHandle_t size");
+_Static_assert(sizeof(cudaIpcEventHandle_t) == ST_DEVPOOL_HANDLE_BYTES,
+	       "cudaIpcEventHandle_t size");
+
+static int cu_err(struct st_diag *diag, cudaError_t e, const char *what)
+{
+	return st_diag_set(diag, -ST_E_CUDA, "%s: %s (%s)", what,
+			   cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+int st_cuda_built(void)
+{
+	return 1;
+}
+
+int st_cuda_device_count(char *reason, size_t n)
+{
+	int count = 0;
+	cudaError_t e = cudaGetDeviceCount(&count);
+
+	if (e != cudaSuccess) {
+		if (reason && n)
+			snprintf(reason, n, "cudaGetDeviceCount: %s (%s)",
+				 cudaGetErrorString(e), cudaGetErrorName(e));
+		return 0;
+	}
+	if (count <= 0 && reason && n)
+		snprintf(reason, n, "cudaGetDeviceCount found 0 devices");
+	return count > 0 ? count : 0;
+}
+
+int st_cuda_mem_info(uint64_t *ret_free, uint64_t *ret_total,
+		     struct st_diag *diag)
+{
+	size_t f = 0, t = 0;
+	cudaError_t e = cudaMemGetInfo(&f, &t);
+
+	if (e != cudaSuccess)
+		return cu_err(diag, e, "cudaMemGetInfo");
+	*ret_free = f;
+	*ret_total = t;
+	return 0;
+}
+
+struct st_cuda_export {
+	void *base;
+	uint64_t bytes;
+	uint32_t n_events;
+	cudaEvent_t *ev;
+	uint8_t *ev_handles; /* n_events x 64 */
+	cudaIpcMemHandle_t mem;
+	char bus_id[ST_DEVPOOL_BUSID_BYTES + 1];
+};
+
+void st_cuda_export_destroy(struct st_cuda_export *x)
+{
+	uint32_t i;
+
+	if (!x)
+		return;
+	if (x->ev)
+		for (i = 0; i < x->n_events; i++)
+			if (x->ev[i])
+				cudaEventDestroy(x->ev[i]);
+	if (x->base)
+		cudaFree(x->base);
+	free(x->ev);
+	free(x->ev_handles);
+	free(x);
+}
+
+int st_cuda_export_create(struct st_cuda_export **ret, uint64_t pool_bytes,
+			  uint32_t n_events, struct st_diag *diag)
+{
+	struct st_cuda_export *x;
+	cudaError_t e;
+	uint32_t i;
+	int dev = 0, rc;
+
+	*ret = NULL;
+	if (!pool_bytes || !n_events || n_events > ST_DEVPOOL_MAX_EVENTS)
+		return st_diag_set(diag, -EINVAL,
+				   "device pool: %llu bytes, %u events",
+				   (unsigned long long)pool_bytes, n_events);
+	x = calloc(1, sizeof(*x));
+	if (x) {
+		x->ev = calloc(n_events, sizeof(*x->ev));
+		x->ev_handles = calloc(n_events, ST_DEVPOOL_HANDLE_BYTES);
+	}
+	if (!x || !x->ev || !x->ev_handles) {
+		st_cuda_export_destroy(x);
+		return st_diag_set(diag, -ENOMEM, "device pool: out of memory");
+	}
+	x->n_events = n_events;
+	x->bytes = pool_bytes;
+	if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
+	    (e = cudaDeviceGetPCIBusId(x->bus_id, sizeof(x->bus_id), dev)) !=
+		    cudaSuccess) {
+		rc = cu_err(diag, e, "cudaDeviceGetPCIBusId");
+		goto fail;
+	}
+	if ((e = cudaMalloc(&x->base, pool_bytes)) != cudaSuccess) {
+		x->base = NULL;
+		rc = cu_err(diag, e, "cudaMalloc of the device pool");
+		goto fail;
+	}
+	if ((e = cudaMemset(x->base, 0, pool_bytes)) != cudaSuccess ||
+	    (e = cudaIpcGetMemHandle(&x->mem, x->base)) != cudaSuccess) {
+		rc = cu_err(diag, e, "cudaIpcGetMemHandle");
+		goto fail;
+	}
+	for (i = 0; i < n_events; i++) {
+		cudaIpcEventHandle_t h;
+
+		e = cudaEventCreateWithFlags(&x->ev[i], cudaEventInterprocess |
+						       cudaEventDisableTiming);
+		if (e != cudaSuccess) {
+			x->ev[i] = NULL;
+			rc = cu_err(diag, e, "cudaEventCreateWithFlags");
+			goto fail;
+		}
+		if ((e = cudaIpcGetEventHandle(&h, x->ev[i])) != cudaSuccess) {
+			rc = cu_err(diag, e, "cudaIpcGetEventHandle");
+			goto fail;
+		}
+		memcpy(x->ev_handles + (size_t)i * ST_DEVPOOL_HANDLE_BYTES, &h,
+		       ST_DEVPOOL_HANDLE_BYTES);
+	}
+	if ((e = cudaDeviceSynchronize()) != cudaSuccess) {
+		rc = cu_err(diag, e, "cudaDeviceSynchronize");
+		goto fail;
+	}
+	*ret = x;
+	return 0;
+fail:
+	st_cuda_export_destroy(x);
+	return rc;
+}
+
+void *st_cuda_export_base(const struct st_cuda_export *x)
+{
+	return x->base;
+}
+
+int st_cuda_export_describe(const struct st_cuda_export *x,
+			    struct st_devpool_export *e, struct st_diag *diag)
+{
+	(void)diag;
+	memset(e->bus_id, 0, sizeof(e->bus_id));
+	snprintf(e->bus_id, sizeof(e->bus_id), "%s", x->bus_id);
+	e->pool_bytes = x->bytes;
+	memcpy(e->mem_handle, &x->mem, ST_DEVPOOL_HANDLE_BYTES);
+	e->n_events = x->n_events;
+	e->events = x->ev_handles;
+	return 0;
+}
+
+int st_cuda_export_wait(const struct st_cuda_export *x, uint32_t event,
+			void *stream, struct st_diag *diag)
+{
+	cudaError_t e;
+
+	if (event >= x->n_events)
+		return st_diag_set(diag, -EINVAL, "event lane %u of %u", event,
+				   x->n_events);
+	e = cudaStreamWaitEvent((cudaStream_t)stream, x->ev[event], 0);
+	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaStreamWaitEvent");
+}
+
+struct st_cuda_import {
+	void *base;
+	uint64_t bytes;
+	uint32_t n_events;
+	uint32_t handles;
+	cudaEvent_t *ev;
+	cudaStream_t stream;
+};
+
+int st_cuda_import_close(struct st_cuda_import *m, struct st_diag *diag)
+{
+	uint32_t i;
+	int n = 0;
+
+	if (!m)
+		return 0;
+	if (m->stream) {
+		cudaError_t e = cudaStreamSynchronize(m->stream);
+
+		if (e != cudaSuccess)
+			cu_err(diag, e, "draining the copy stream");
+		cudaStreamDestroy(m->stream);
+	}
+	if (m->ev)
+		for (i = 0; i < m->n_events; i++)
+			if (m->ev[i]) {
+				cudaEventDestroy(m->ev[i]);
+				n++;
+			}
+	if (m->base) {
+		cudaIpcCloseMemHandle(m->base);
+		n++;
+	}
+	free(m->ev);
+	free(m);
+	return n;
+}
+
+int st_cuda_import_open(struct st_cuda_import **ret,
+			const struct st_devpool_export *e,
+			struct st_diag *diag)
+{
+	struct st_cuda_import *m;
+	cudaIpcMemHandle_t mh;
+	cudaError_t ce;
+	uint32_t i;
+	int dev = 0, rc;
+
+	*ret = NULL;
+	m = calloc(1, sizeof(*m));
+	if (m)
+		m->ev = calloc(e->n_events, sizeof(*m->ev));
+	if (!m || !m->ev) {
+		st_cuda_import_close(m, NULL);
+		return st_diag_set(diag, -ENOMEM, "device pool import: out "
+				   "of memory");
+	}
+	m->n_events = e->n_events;
+	m->bytes = e->pool_bytes;
+	if ((ce = cudaDeviceGetByPCIBusId(&dev, e->bus_id)) != cudaSuccess) {
+		rc = st_diag_set(diag, -ST_E_CUDA,
+				 "the exporter's device %s is not visible here "
+				 "(CUDA_VISIBLE_DEVICES?): %s", e->bus_id,
+				 cudaGetErrorString(ce));
+		goto fail;
+	}
+	if ((ce = cudaSetDevice(dev)) != cudaSuccess) {
+		rc = cu_err(diag, ce, "cudaSetDevice");
+		goto fail;
+	}
+	memcpy(&mh, e->mem_handle, sizeof(mh));
+	ce = cudaIpcOpenMemHandle(&m->base, mh,
+				  cudaIpcMemLazyEnablePeerAccess);
+	if (ce != cudaSuccess) {
+		m->base = NULL;
+		rc = cu_err(diag, ce, "cudaIpcOpenMemHandle (is CUDA IPC "
+			    "allowed between these processes?)");
+		goto fail;
+	}
+	m->handles++;
+	for (i = 0; i < e->n_events; i++) {
+		cudaIpcEventHandle_t eh;
+
+		memcpy(&eh, e->events + (size_t)i * ST_DEVPOOL_HANDLE_BYTES,
+		       sizeof(eh));
+		if ((ce = cudaIpcOpenEventHandle(&m->ev[i], eh)) !=
+		    cudaSuccess) {
+			m->ev[i] = NULL;
+			rc = cu_err(diag, ce, "cudaIpcOpenEventHandle");
+			goto fail;
+		}
+		m->handles++;
+	}
+	if ((ce = cudaStreamCreateWithFlags(&m->stream,
+					    cudaStreamNonBlocking)) !=
+	    cudaSuccess) {
+		m->stream = NULL;
+		rc = cu_err(diag, ce, "cudaStreamCreateWithFlags");
+		goto fail;
+	}
+	*ret = m;
+	return 0;
+fail:
+	st_cuda_import_close(m, NULL);
+	return rc;
+}
+
+void *st_cuda_import_base(const struct st_cuda_import *m)
+{
+	return m->base;
+}
+
+uint32_t st_cuda_import_handles(const struct st_cuda_import *m)
+{
+	return m ? m->handles : 0;
+}
+
+static int copy(struct st_cuda_import *m, void *dst, const void *src,
+		uint64_t off, uint64_t bytes, uint32_t event,
+		enum cudaMemcpyKind kind, struct st_diag *diag)
+{
+	cudaError_t e;
+
+	if (event >= m->n_events || off > m->bytes || bytes > m->bytes - off)
+		return st_diag_set(diag, -EINVAL,
+				   "device pool copy of %llu bytes at %llu "
+				   "(pool %llu bytes), event %u of %u",
+				   (unsigned long long)bytes,
+				   (unsigned long long)off,
+				   (unsigned long long)m->bytes, event,
+				   m->n_events);
+	e = cudaMemcpyAsync(dst, src, bytes, kind, m->stream);
+	if (e != cudaSuccess)
+		return cu_err(diag, e, "cudaMemcpyAsync");
+	e = cudaEventRecord(m->ev[event], m->stream);
+	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaEventRecord");
+}
+
+int st_cuda_import_h2d(struct st_cuda_import *m, uint64_t dst_off,
+		       const void *src, uint64_t bytes, uint32_t event,
+		       struct st_diag *diag)
+{
+	return copy(m, (uint8_t *)m->base + dst_off, src, dst_off, bytes,
+		    event, cudaMemcpyHostToDevice, diag);
+}
+
+int st_cuda_import_d2h(struct st_cuda_import *m, void *dst, uint64_t src_off,
+		       uint64_t bytes, uint32_t event, struct st_diag *diag)
+{
+	return copy(m, dst, (const uint8_t *)m->base + src_off, src_off,
+		    bytes, event, cudaMemcpyDeviceToHost, diag);
+}
+
+int st_cuda_import_idle(struct st_cuda_import *m, struct st_diag *diag)
+{
+	cudaError_t e = cudaStreamQuery(m->stream);
+
+	if (e == cudaSuccess)
+		return 1;
+	if (e == cudaErrorNotReady)
+		return 0;
+	return cu_err(diag, e, "a device pool copy");
+}
+
+int st_cuda_import_drain(struct st_cuda_import *m, struct st_diag *diag)
+{
+	cudaError_t e = cudaStreamSynchronize(m->stream);
+
+	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaStreamSynchronize");
+}
+
+int st_cuda_host_register(void *p, uint64_t bytes, struct st_diag *diag)
+{
+	cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+
+	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaHostRegister");
+}
+
+void st_cuda_host_unregister(void *p)
+{
+	if (p)
+		cudaHostUnregister(p);
+}
+
+int st_cuda_stream_create(void **ret, struct st_diag *diag)
+{
+	cudaStream_t s;
+	cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+
+	if (e != cudaSuccess) {
+		*ret = NULL;
+		return cu_err(diag, e, "cudaStreamCreateWithFlags");
+	}
+	*ret = s;
+	return 0;
+}
+
+void st_cuda_stream_destroy(void *stream)
+{
+	if (stream)
+		cudaStreamDestroy((cudaStream_t)stream);
+}
+
+int st_cuda_stream_sync(void *stream, struct st_diag *diag)
+{
+	cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+
+	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaStreamSynchronize");
+}
