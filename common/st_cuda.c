@@ -390,3 +390,12 @@ int st_cuda_stream_sync(void *stream, struct st_diag *diag)
 
 	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaStreamSynchronize");
 }
+
+int st_cuda_memcpy_async(void *dst, const void *src, uint64_t bytes,
+			 void *stream, struct st_diag *diag)
+{
+	cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+					(cudaStream_t)stream);
+
+	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaMemcpyAsync");
+}

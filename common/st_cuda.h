@@ -126,5 +126,9 @@ void st_cuda_host_unregister(void *p);
 int st_cuda_stream_create(void **ret, struct st_diag *diag);
 void st_cuda_stream_destroy(void *stream);
 int st_cuda_stream_sync(void *stream, struct st_diag *diag);
+/* cudaMemcpyAsync of bytes on stream, direction from the addresses
+ * (unified addressing: host or device either side). */
+int st_cuda_memcpy_async(void *dst, const void *src, uint64_t bytes,
+			 void *stream, struct st_diag *diag);
 
 #endif
