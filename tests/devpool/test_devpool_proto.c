@@ -23,6 +23,7 @@
 
 #include "st_devpool.h"
 #include "st_proto.h"
+#include "st_util.h"
 
 static uint8_t ev_bytes[4 * ST_DEVPOOL_HANDLE_BYTES];
 
@@ -486,23 +487,29 @@ struct race {
 	struct st_devslot_table *t;
 	uint8_t data[RS][RBYTES];  /* stands for the device slots */
 	_Atomic int stop;
-	long torn, pinned, rewrites;
+	long torn, pinned;
+	_Atomic long rewrites;
 };
 
 static void *race_writer(void *arg)
 {
 	struct race *r = arg;
-	uint64_t key = 1;
+	uint64_t key = 1, x = 0x2545f4914f6cdd1dull;
 
 	while (!atomic_load(&r->stop)) {
-		uint32_t s = (uint32_t)(rnd() % RS);
+		uint32_t s;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		s = (uint32_t)(x % RS);
 
 		if (!st_devslot_claim(r->t, s, key))
 			continue;
 		memset((void *)r->data[s], (int)(key & 0xff), RBYTES);
 		st_devslot_publish(r->t, s, s % 2);
 		key++;
-		r->rewrites++;
+		atomic_fetch_add(&r->rewrites, 1);
 	}
 	return NULL;
 }
@@ -518,7 +525,12 @@ static void test_pin_race(void **state)
 	r.t = table_new(RS);
 	st_devslot_table_reset(r.t, 3, RS, 2, RBYTES, 0);
 	assert_int_equal(pthread_create(&th, NULL, race_writer, &r), 0);
-	for (it = 0; it < 2000000 && (r.pinned < 20000 || it < 200000);
+	/* until both sides did enough, however the 2 shared cores schedule
+	 * the threads (bounded: 20 s) */
+	uint64_t end = st_now_ns() + 20000000000ull;
+
+	for (it = 0; (r.pinned < 20000 || atomic_load(&r.rewrites) < 2000) &&
+		     (it % 1024 || st_now_ns() < end);
 	     it++) {
 		uint32_t s = (uint32_t)(it % RS), ev;
 		uint64_t key = atomic_load(&r.t->slot[s].key);
@@ -537,9 +549,9 @@ static void test_pin_race(void **state)
 	atomic_store(&r.stop, 1);
 	pthread_join(th, NULL);
 	printf("pin race: %ld pinned reads, %ld rewrites, %ld torn\n",
-	       r.pinned, r.rewrites, r.torn);
+	       r.pinned, atomic_load(&r.rewrites), r.torn);
 	assert_int_equal(r.torn, 0);
-	assert_true(r.pinned > 1000 && r.rewrites > 1000);
+	assert_true(r.pinned > 1000 && atomic_load(&r.rewrites) > 1000);
 	free(r.t);
 }
 
