@@ -250,6 +250,9 @@ static int alloc_one(struct cw_devpool *p, struct pool_one *o, uint32_t kind,
 	return 0;
 }
 
+static void close_one(struct cw_devpool *p, struct pool_one *o,
+		      int timeout_ms);
+
 int cw_devpool_open(struct cw_devpool **ret, const struct cw_devpool_geom *g,
 		    const struct cw_devpool_opts *o, struct st_diag *diag)
 {
@@ -302,12 +305,20 @@ int cw_devpool_open(struct cw_devpool **ret, const struct cw_devpool_geom *g,
 		uint64_t pb = (g->kv_page_bytes + ST_DEVPOOL_SLOT_ALIGN - 1) /
 			      ST_DEVPOOL_SLOT_ALIGN * ST_DEVPOOL_SLOT_ALIGN;
 		uint64_t np = kv_bytes / pb;
+		struct st_diag kd = { "" };
+		int rk;
 
-		r = alloc_one(p, &p->pool[1], ST_DEVPOOL_KV, "kvd",
-			      (uint32_t)(np > UINT32_MAX / 2 ? UINT32_MAX / 2 :
-					 np), pb, diag);
-		if (r == 0)
-			r = export_one(p, &p->pool[1], diag);
+		rk = alloc_one(p, &p->pool[1], ST_DEVPOOL_KV, "kvd",
+			       (uint32_t)(np > UINT32_MAX / 2 ? UINT32_MAX / 2 :
+					  np), pb, &kd);
+		if (rk == 0)
+			rk = export_one(p, &p->pool[1], &kd);
+		if (rk < 0) {
+			/* KV pages are read from the host pool in this slice:
+			 * the expert pool alone is worth having */
+			st_warn("device KV pool not used: %s", kd.msg);
+			close_one(p, &p->pool[1], p->timeout_ms);
+		}
 	}
 	if (r < 0) {
 		cw_devpool_close(p, p->timeout_ms);

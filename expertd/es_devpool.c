@@ -14,7 +14,12 @@
 struct es_dev_want {
 	uint32_t ix;  /* es_pool_index of (layer, expert) */
 	int client;
+	uint32_t tries; /* ticks it waited (host slot not READY, device
+			 * slots all pinned); dropped at ES_DEV_WANT_TRIES */
 };
+
+/* Server-loop turns a wanted expert may wait (about 1 ms each). */
+#define ES_DEV_WANT_TRIES 2000
 
 struct es_devpool {
 	struct st_devimporter imp;
@@ -147,9 +152,11 @@ void es_devpool_want(struct es_daemon *d, int c, uint32_t layer,
 		memmove(p->want + 1, p->want, p->n_want * sizeof(*p->want));
 		p->want[0].ix = ix;
 		p->want[0].client = c;
+		p->want[0].tries = 0;
 	} else {
 		p->want[p->n_want].ix = ix;
 		p->want[p->n_want].client = c;
+		p->want[p->n_want].tries = 0;
 	}
 	p->n_want++;
 }
@@ -257,7 +264,9 @@ int es_devpool_tick(struct es_daemon *d)
 	for (i = 0; i < p->n_want; i++) {
 		int r = stage(d, &p->want[i]);
 
-		if (r == 0)
+		/* not yet: keep it a while (a load in flight), not forever
+		 * (evicted from the host pool, device slots all pinned) */
+		if (r == 0 && ++p->want[i].tries < ES_DEV_WANT_TRIES)
 			p->want[keep++] = p->want[i];
 	}
 	p->n_want = keep;
