@@ -32,6 +32,7 @@
 
 #include "cli_cmds.h"
 #include "cli_instance.h"
+#include "cw_cuda_experts.h"
 #include "cw_devpool.h"
 #include "cw_model.h"
 #include "cw_sampler.h"
@@ -40,9 +41,6 @@
 #include "st_membw.h"
 #include "st_build_config.h"
 #include "st_util.h"
-#if ST_HAVE_CUDA
-#include "cw_cuda_experts.h"
-#endif
 
 #define MAX_RUNS 16
 #define MAX_CONF 8
@@ -166,6 +164,7 @@ out:
 /* The GPU expert path for one device budget (NULL: none). */
 struct dev_conf {
 	struct cw_devpool *dev;
+	struct cw_cuda_module_handle mod;
 	struct cw_cuda_experts *cx;
 };
 
@@ -173,7 +172,6 @@ static int dev_conf_open(struct cli_instance *inst, struct es_client *es,
 			 struct cw_model *m, const char *budget,
 			 struct dev_conf *dc, struct st_diag *diag)
 {
-#if ST_HAVE_CUDA
 	const struct st_model_config *c = cw_model_config(m);
 	struct cw_devpool_geom g = {
 		(uint32_t)es_client_n_layers(es),
@@ -184,32 +182,29 @@ static int dev_conf_open(struct cli_instance *inst, struct es_client *es,
 	int r = cw_devpool_open(&dc->dev, &g, &o, diag);
 
 	if (r == 0)
-		r = cw_cuda_experts_create(&dc->cx, dc->dev, c->hidden_size,
-					   c->expert_inter, diag);
+		r = cw_cuda_module_open(&dc->mod, diag);
 	if (r == 0)
-		cw_model_set_expert_fn(m, cw_cuda_experts_fn, dc->cx);
+		r = dc->mod.ops->create(&dc->cx, dc->dev, &dc->mod.pool,
+					c->hidden_size, c->expert_inter, diag);
+	if (r == 0)
+		cw_model_set_expert_fn(m, dc->mod.ops->fn, dc->cx);
 	return r;
-#else
-	return st_diag_set(diag, -ST_E_UNSUPPORTED, "--device-budget: this "
-			   "build has no CUDA");
-#endif
 }
 
 static void dev_conf_close(struct cw_model *m, struct dev_conf *dc)
 {
-#if ST_HAVE_CUDA
 	if (dc->cx) {
 		uint64_t nd = 0, nc = 0;
 
-		cw_cuda_experts_counts(dc->cx, &nd, &nc);
+		dc->mod.ops->counts(dc->cx, &nd, &nc);
 		printf("  routed experts computed on the device %llu times, on "
 		       "the CPU %llu times\n", (unsigned long long)nd,
 		       (unsigned long long)nc);
+		dc->mod.ops->destroy(dc->cx);
 	}
 	if (m)
 		cw_model_set_expert_fn(m, NULL, NULL);
-	cw_cuda_experts_destroy(dc->cx);
-#endif
+	cw_cuda_module_close(&dc->mod);
 	cw_devpool_close(dc->dev, 5000);
 	memset(dc, 0, sizeof(*dc));
 }

@@ -2,14 +2,138 @@
  * st_cuda.c — device pools over the CUDA runtime's C API (st_cuda.h).
  * Built only with the meson `cuda` feature (st_cuda_stub.c otherwise).
  */
+#include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cuda_runtime_api.h>
 
 #include "st_cuda.h"
+
+/*
+ * The CUDA runtime, loaded with dlopen at the first call that needs it:
+ * daemons linked with this file do not map libcudart (nor pay its memory)
+ * unless a device pool is used, and a machine without an NVIDIA driver is
+ * recognised without loading it at all.  The table is process-wide by
+ * nature (one runtime per process), written once under pthread_once and
+ * read-only afterwards: the one exception to "no global mutable state".
+ */
+static struct {
+	__typeof__(cudaDeviceGetByPCIBusId) *DeviceGetByPCIBusId;
+	__typeof__(cudaDeviceGetPCIBusId) *DeviceGetPCIBusId;
+	__typeof__(cudaDeviceSynchronize) *DeviceSynchronize;
+	__typeof__(cudaEventCreateWithFlags) *EventCreateWithFlags;
+	__typeof__(cudaEventDestroy) *EventDestroy;
+	__typeof__(cudaEventRecord) *EventRecord;
+	__typeof__(cudaFree) *Free;
+	__typeof__(cudaGetDevice) *GetDevice;
+	__typeof__(cudaGetDeviceCount) *GetDeviceCount;
+	__typeof__(cudaGetErrorName) *GetErrorName;
+	__typeof__(cudaGetErrorString) *GetErrorString;
+	__typeof__(cudaHostRegister) *HostRegister;
+	__typeof__(cudaHostUnregister) *HostUnregister;
+	__typeof__(cudaIpcCloseMemHandle) *IpcCloseMemHandle;
+	__typeof__(cudaIpcGetEventHandle) *IpcGetEventHandle;
+	__typeof__(cudaIpcGetMemHandle) *IpcGetMemHandle;
+	__typeof__(cudaIpcOpenEventHandle) *IpcOpenEventHandle;
+	__typeof__(cudaIpcOpenMemHandle) *IpcOpenMemHandle;
+	__typeof__(cudaMalloc) *Malloc;
+	__typeof__(cudaMemGetInfo) *MemGetInfo;
+	__typeof__(cudaMemcpyAsync) *MemcpyAsync;
+	__typeof__(cudaMemset) *Memset;
+	__typeof__(cudaSetDevice) *SetDevice;
+	__typeof__(cudaStreamCreateWithFlags) *StreamCreateWithFlags;
+	__typeof__(cudaStreamDestroy) *StreamDestroy;
+	__typeof__(cudaStreamQuery) *StreamQuery;
+	__typeof__(cudaStreamSynchronize) *StreamSynchronize;
+	__typeof__(cudaStreamWaitEvent) *StreamWaitEvent;
+	void *dl;
+	char why[300];   /* why loading failed ("" when loaded) */
+} cu;
+static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
+
+#ifndef ST_CUDA_LIBDIR
+#define ST_CUDA_LIBDIR "/usr/local/cuda/lib64"
+#endif
+
+static void cu_load(void)
+{
+	static const char *const libs[] = {
+		"libcudart.so.13", "libcudart.so.12", "libcudart.so",
+		ST_CUDA_LIBDIR "/libcudart.so",
+	};
+	static const char *const drv[] = {
+		"/dev/nvidiactl", "/dev/nvidia0", "/proc/driver/nvidia",
+		"/dev/dxg",
+	};
+	size_t i;
+	int have_drv = 0;
+
+	for (i = 0; i < sizeof(drv) / sizeof(drv[0]); i++)
+		if (access(drv[i], F_OK) == 0)
+			have_drv = 1;
+	if (!have_drv && !getenv("STRATA_CUDA_FORCE")) {
+		snprintf(cu.why, sizeof(cu.why), "no NVIDIA driver (no "
+			 "/dev/nvidiactl, /dev/nvidia0, /proc/driver/nvidia)");
+		return;
+	}
+	for (i = 0; i < sizeof(libs) / sizeof(libs[0]) && !cu.dl; i++)
+		cu.dl = dlopen(libs[i], RTLD_NOW | RTLD_LOCAL);
+	if (!cu.dl) {
+		snprintf(cu.why, sizeof(cu.why), "cannot load the CUDA "
+			 "runtime: %s", dlerror());
+		return;
+	}
+#define LOAD(n) if (!(*(void **)&cu.n = dlsym(cu.dl, "cuda" #n))) goto missing
+	LOAD(DeviceGetByPCIBusId);
+	LOAD(DeviceGetPCIBusId);
+	LOAD(DeviceSynchronize);
+	LOAD(EventCreateWithFlags);
+	LOAD(EventDestroy);
+	LOAD(EventRecord);
+	LOAD(Free);
+	LOAD(GetDevice);
+	LOAD(GetDeviceCount);
+	LOAD(GetErrorName);
+	LOAD(GetErrorString);
+	LOAD(HostRegister);
+	LOAD(HostUnregister);
+	LOAD(IpcCloseMemHandle);
+	LOAD(IpcGetEventHandle);
+	LOAD(IpcGetMemHandle);
+	LOAD(IpcOpenEventHandle);
+	LOAD(IpcOpenMemHandle);
+	LOAD(Malloc);
+	LOAD(MemGetInfo);
+	LOAD(MemcpyAsync);
+	LOAD(Memset);
+	LOAD(SetDevice);
+	LOAD(StreamCreateWithFlags);
+	LOAD(StreamDestroy);
+	LOAD(StreamQuery);
+	LOAD(StreamSynchronize);
+	LOAD(StreamWaitEvent);
+#undef LOAD
+	return;
+missing:
+	snprintf(cu.why, sizeof(cu.why), "the CUDA runtime lacks a function "
+		 "strata needs: %s", dlerror());
+	dlclose(cu.dl);
+	cu.dl = NULL;
+}
+
+/* 0 when the runtime is usable, else -ST_E_UNSUPPORTED with the reason. */
+static int cu_ready(struct st_diag *diag)
+{
+	pthread_once(&cu_once, cu_load);
+	if (cu.dl)
+		return 0;
+	return st_diag_set(diag, -ST_E_UNSUPPORTED, "%s", cu.why);
+}
 
 _Static_assert(sizeof(cudaIpcMemHandle_t) == ST_DEVPOOL_HANDLE_BYTES,
 	       "cudaIpcMemHandle_t size");
@@ -19,7 +143,7 @@ _Static_assert(sizeof(cudaIpcEventHandle_t) == ST_DEVPOOL_HANDLE_BYTES,
 static int cu_err(struct st_diag *diag, cudaError_t e, const char *what)
 {
 	return st_diag_set(diag, -ST_E_CUDA, "%s: %s (%s)", what,
-			   cudaGetErrorString(e), cudaGetErrorName(e));
+			   cu.GetErrorString(e), cu.GetErrorName(e));
 }
 
 int st_cuda_built(void)
@@ -30,12 +154,19 @@ int st_cuda_built(void)
 int st_cuda_device_count(char *reason, size_t n)
 {
 	int count = 0;
-	cudaError_t e = cudaGetDeviceCount(&count);
+	cudaError_t e;
+
+	if (cu_ready(NULL) < 0) {
+		if (reason && n)
+			snprintf(reason, n, "%s", cu.why);
+		return 0;
+	}
+	e = cu.GetDeviceCount(&count);
 
 	if (e != cudaSuccess) {
 		if (reason && n)
 			snprintf(reason, n, "cudaGetDeviceCount: %s (%s)",
-				 cudaGetErrorString(e), cudaGetErrorName(e));
+				 cu.GetErrorString(e), cu.GetErrorName(e));
 		return 0;
 	}
 	if (count <= 0 && reason && n)
@@ -47,7 +178,11 @@ int st_cuda_mem_info(uint64_t *ret_free, uint64_t *ret_total,
 		     struct st_diag *diag)
 {
 	size_t f = 0, t = 0;
-	cudaError_t e = cudaMemGetInfo(&f, &t);
+	cudaError_t e;
+
+	if (cu_ready(diag) < 0)
+		return cu_ready(diag);
+	e = cu.MemGetInfo(&f, &t);
 
 	if (e != cudaSuccess)
 		return cu_err(diag, e, "cudaMemGetInfo");
@@ -75,9 +210,9 @@ void st_cuda_export_destroy(struct st_cuda_export *x)
 	if (x->ev)
 		for (i = 0; i < x->n_events; i++)
 			if (x->ev[i])
-				cudaEventDestroy(x->ev[i]);
+				cu.EventDestroy(x->ev[i]);
 	if (x->base)
-		cudaFree(x->base);
+		cu.Free(x->base);
 	free(x->ev);
 	free(x->ev_handles);
 	free(x);
@@ -92,6 +227,8 @@ int st_cuda_export_create(struct st_cuda_export **ret, uint64_t pool_bytes,
 	int dev = 0, rc;
 
 	*ret = NULL;
+	if ((rc = cu_ready(diag)) < 0)
+		return rc;
 	if (!pool_bytes || !n_events || n_events > ST_DEVPOOL_MAX_EVENTS)
 		return st_diag_set(diag, -EINVAL,
 				   "device pool: %llu bytes, %u events",
@@ -107,40 +244,40 @@ int st_cuda_export_create(struct st_cuda_export **ret, uint64_t pool_bytes,
 	}
 	x->n_events = n_events;
 	x->bytes = pool_bytes;
-	if ((e = cudaGetDevice(&dev)) != cudaSuccess ||
-	    (e = cudaDeviceGetPCIBusId(x->bus_id, sizeof(x->bus_id), dev)) !=
+	if ((e = cu.GetDevice(&dev)) != cudaSuccess ||
+	    (e = cu.DeviceGetPCIBusId(x->bus_id, sizeof(x->bus_id), dev)) !=
 		    cudaSuccess) {
 		rc = cu_err(diag, e, "cudaDeviceGetPCIBusId");
 		goto fail;
 	}
-	if ((e = cudaMalloc(&x->base, pool_bytes)) != cudaSuccess) {
+	if ((e = cu.Malloc(&x->base, pool_bytes)) != cudaSuccess) {
 		x->base = NULL;
 		rc = cu_err(diag, e, "cudaMalloc of the device pool");
 		goto fail;
 	}
-	if ((e = cudaMemset(x->base, 0, pool_bytes)) != cudaSuccess ||
-	    (e = cudaIpcGetMemHandle(&x->mem, x->base)) != cudaSuccess) {
+	if ((e = cu.Memset(x->base, 0, pool_bytes)) != cudaSuccess ||
+	    (e = cu.IpcGetMemHandle(&x->mem, x->base)) != cudaSuccess) {
 		rc = cu_err(diag, e, "cudaIpcGetMemHandle");
 		goto fail;
 	}
 	for (i = 0; i < n_events; i++) {
 		cudaIpcEventHandle_t h;
 
-		e = cudaEventCreateWithFlags(&x->ev[i], cudaEventInterprocess |
+		e = cu.EventCreateWithFlags(&x->ev[i], cudaEventInterprocess |
 						       cudaEventDisableTiming);
 		if (e != cudaSuccess) {
 			x->ev[i] = NULL;
 			rc = cu_err(diag, e, "cudaEventCreateWithFlags");
 			goto fail;
 		}
-		if ((e = cudaIpcGetEventHandle(&h, x->ev[i])) != cudaSuccess) {
+		if ((e = cu.IpcGetEventHandle(&h, x->ev[i])) != cudaSuccess) {
 			rc = cu_err(diag, e, "cudaIpcGetEventHandle");
 			goto fail;
 		}
 		memcpy(x->ev_handles + (size_t)i * ST_DEVPOOL_HANDLE_BYTES, &h,
 		       ST_DEVPOOL_HANDLE_BYTES);
 	}
-	if ((e = cudaDeviceSynchronize()) != cudaSuccess) {
+	if ((e = cu.DeviceSynchronize()) != cudaSuccess) {
 		rc = cu_err(diag, e, "cudaDeviceSynchronize");
 		goto fail;
 	}
@@ -177,7 +314,7 @@ int st_cuda_export_wait(const struct st_cuda_export *x, uint32_t event,
 	if (event >= x->n_events)
 		return st_diag_set(diag, -EINVAL, "event lane %u of %u", event,
 				   x->n_events);
-	e = cudaStreamWaitEvent((cudaStream_t)stream, x->ev[event], 0);
+	e = cu.StreamWaitEvent((cudaStream_t)stream, x->ev[event], 0);
 	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaStreamWaitEvent");
 }
 
@@ -198,20 +335,20 @@ int st_cuda_import_close(struct st_cuda_import *m, struct st_diag *diag)
 	if (!m)
 		return 0;
 	if (m->stream) {
-		cudaError_t e = cudaStreamSynchronize(m->stream);
+		cudaError_t e = cu.StreamSynchronize(m->stream);
 
 		if (e != cudaSuccess)
 			cu_err(diag, e, "draining the copy stream");
-		cudaStreamDestroy(m->stream);
+		cu.StreamDestroy(m->stream);
 	}
 	if (m->ev)
 		for (i = 0; i < m->n_events; i++)
 			if (m->ev[i]) {
-				cudaEventDestroy(m->ev[i]);
+				cu.EventDestroy(m->ev[i]);
 				n++;
 			}
 	if (m->base) {
-		cudaIpcCloseMemHandle(m->base);
+		cu.IpcCloseMemHandle(m->base);
 		n++;
 	}
 	free(m->ev);
@@ -230,6 +367,8 @@ int st_cuda_import_open(struct st_cuda_import **ret,
 	int dev = 0, rc;
 
 	*ret = NULL;
+	if ((rc = cu_ready(diag)) < 0)
+		return rc;
 	m = calloc(1, sizeof(*m));
 	if (m)
 		m->ev = calloc(e->n_events, sizeof(*m->ev));
@@ -240,19 +379,19 @@ int st_cuda_import_open(struct st_cuda_import **ret,
 	}
 	m->n_events = e->n_events;
 	m->bytes = e->pool_bytes;
-	if ((ce = cudaDeviceGetByPCIBusId(&dev, e->bus_id)) != cudaSuccess) {
+	if ((ce = cu.DeviceGetByPCIBusId(&dev, e->bus_id)) != cudaSuccess) {
 		rc = st_diag_set(diag, -ST_E_CUDA,
 				 "the exporter's device %s is not visible here "
 				 "(CUDA_VISIBLE_DEVICES?): %s", e->bus_id,
-				 cudaGetErrorString(ce));
+				 cu.GetErrorString(ce));
 		goto fail;
 	}
-	if ((ce = cudaSetDevice(dev)) != cudaSuccess) {
+	if ((ce = cu.SetDevice(dev)) != cudaSuccess) {
 		rc = cu_err(diag, ce, "cudaSetDevice");
 		goto fail;
 	}
 	memcpy(&mh, e->mem_handle, sizeof(mh));
-	ce = cudaIpcOpenMemHandle(&m->base, mh,
+	ce = cu.IpcOpenMemHandle(&m->base, mh,
 				  cudaIpcMemLazyEnablePeerAccess);
 	if (ce != cudaSuccess) {
 		m->base = NULL;
@@ -266,7 +405,7 @@ int st_cuda_import_open(struct st_cuda_import **ret,
 
 		memcpy(&eh, e->events + (size_t)i * ST_DEVPOOL_HANDLE_BYTES,
 		       sizeof(eh));
-		if ((ce = cudaIpcOpenEventHandle(&m->ev[i], eh)) !=
+		if ((ce = cu.IpcOpenEventHandle(&m->ev[i], eh)) !=
 		    cudaSuccess) {
 			m->ev[i] = NULL;
 			rc = cu_err(diag, ce, "cudaIpcOpenEventHandle");
@@ -274,7 +413,7 @@ int st_cuda_import_open(struct st_cuda_import **ret,
 		}
 		m->handles++;
 	}
-	if ((ce = cudaStreamCreateWithFlags(&m->stream,
+	if ((ce = cu.StreamCreateWithFlags(&m->stream,
 					    cudaStreamNonBlocking)) !=
 	    cudaSuccess) {
 		m->stream = NULL;
@@ -312,10 +451,10 @@ static int copy(struct st_cuda_import *m, void *dst, const void *src,
 				   (unsigned long long)off,
 				   (unsigned long long)m->bytes, event,
 				   m->n_events);
-	e = cudaMemcpyAsync(dst, src, bytes, kind, m->stream);
+	e = cu.MemcpyAsync(dst, src, bytes, kind, m->stream);
 	if (e != cudaSuccess)
 		return cu_err(diag, e, "cudaMemcpyAsync");
-	e = cudaEventRecord(m->ev[event], m->stream);
+	e = cu.EventRecord(m->ev[event], m->stream);
 	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaEventRecord");
 }
 
@@ -336,7 +475,7 @@ int st_cuda_import_d2h(struct st_cuda_import *m, void *dst, uint64_t src_off,
 
 int st_cuda_import_idle(struct st_cuda_import *m, struct st_diag *diag)
 {
-	cudaError_t e = cudaStreamQuery(m->stream);
+	cudaError_t e = cu.StreamQuery(m->stream);
 
 	if (e == cudaSuccess)
 		return 1;
@@ -347,28 +486,37 @@ int st_cuda_import_idle(struct st_cuda_import *m, struct st_diag *diag)
 
 int st_cuda_import_drain(struct st_cuda_import *m, struct st_diag *diag)
 {
-	cudaError_t e = cudaStreamSynchronize(m->stream);
+	cudaError_t e = cu.StreamSynchronize(m->stream);
 
 	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaStreamSynchronize");
 }
 
 int st_cuda_host_register(void *p, uint64_t bytes, struct st_diag *diag)
 {
-	cudaError_t e = cudaHostRegister(p, bytes, cudaHostRegisterPortable);
+	cudaError_t e;
+
+	if (cu_ready(diag) < 0)
+		return cu_ready(diag);
+	e = cu.HostRegister(p, bytes, cudaHostRegisterPortable);
 
 	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaHostRegister");
 }
 
 void st_cuda_host_unregister(void *p)
 {
-	if (p)
-		cudaHostUnregister(p);
+	if (p && cu.dl)
+		cu.HostUnregister(p);
 }
 
 int st_cuda_stream_create(void **ret, struct st_diag *diag)
 {
 	cudaStream_t s;
-	cudaError_t e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+	cudaError_t e;
+
+	*ret = NULL;
+	if (cu_ready(diag) < 0)
+		return cu_ready(diag);
+	e = cu.StreamCreateWithFlags(&s, cudaStreamNonBlocking);
 
 	if (e != cudaSuccess) {
 		*ret = NULL;
@@ -380,13 +528,17 @@ int st_cuda_stream_create(void **ret, struct st_diag *diag)
 
 void st_cuda_stream_destroy(void *stream)
 {
-	if (stream)
-		cudaStreamDestroy((cudaStream_t)stream);
+	if (stream && cu.dl)
+		cu.StreamDestroy((cudaStream_t)stream);
 }
 
 int st_cuda_stream_sync(void *stream, struct st_diag *diag)
 {
-	cudaError_t e = cudaStreamSynchronize((cudaStream_t)stream);
+	cudaError_t e;
+
+	if (cu_ready(diag) < 0)
+		return cu_ready(diag);
+	e = cu.StreamSynchronize((cudaStream_t)stream);
 
 	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaStreamSynchronize");
 }
@@ -394,8 +546,12 @@ int st_cuda_stream_sync(void *stream, struct st_diag *diag)
 int st_cuda_memcpy_async(void *dst, const void *src, uint64_t bytes,
 			 void *stream, struct st_diag *diag)
 {
-	cudaError_t e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
-					(cudaStream_t)stream);
+	cudaError_t e;
+
+	if (cu_ready(diag) < 0)
+		return cu_ready(diag);
+	e = cu.MemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
+			   (cudaStream_t)stream);
 
 	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaMemcpyAsync");
 }

@@ -1,6 +1,7 @@
 /*
  * cw_cuda_experts.c — routed experts on the GPU from device slots
- * (cw_cuda_experts.h).
+ * (cw_cuda_experts.h); built into the shared module libstrata_cw_cuda.so
+ * that computed dlopens.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 
 struct cw_cuda_experts {
 	struct cw_devpool *dev;
+	struct cw_cuda_pool_ops pool;
 	void *stream;
 	struct cw_cu_blas *blas;
 	int H, I;
@@ -28,7 +30,7 @@ struct cw_cuda_experts {
 	int warned;
 };
 
-void cw_cuda_experts_destroy(struct cw_cuda_experts *c)
+static void cw_cuda_experts_destroy(struct cw_cuda_experts *c)
 {
 	if (!c)
 		return;
@@ -45,9 +47,11 @@ void cw_cuda_experts_destroy(struct cw_cuda_experts *c)
 	free(c);
 }
 
-int cw_cuda_experts_create(struct cw_cuda_experts **ret,
-			   struct cw_devpool *dev, int hidden_size,
-			   int expert_inter, struct st_diag *diag)
+static int cw_cuda_experts_create(struct cw_cuda_experts **ret,
+				  struct cw_devpool *dev,
+				  const struct cw_cuda_pool_ops *pool,
+				  int hidden_size, int expert_inter,
+				  struct st_diag *diag)
 {
 	struct cw_cuda_experts *c = calloc(1, sizeof(*c));
 	size_t nh = (size_t)CW_CUDA_MAX_TOKENS * hidden_size;
@@ -58,6 +62,7 @@ int cw_cuda_experts_create(struct cw_cuda_experts **ret,
 	if (!c)
 		return st_diag_set(diag, -ENOMEM, "out of memory");
 	c->dev = dev;
+	c->pool = *pool;
 	c->H = hidden_size;
 	c->I = expert_inter;
 	/* the largest tile: down [H, I] or gate/up [I, H], and the tokens */
@@ -145,9 +150,10 @@ static int ffn(struct cw_cuda_experts *c, const struct cw_wview dv[3], int n,
 	return r;
 }
 
-int cw_cuda_experts_fn(void *arg, int layer, int expert, const uint8_t *rec,
-		       const struct cw_wview w[3], int n,
-		       const float *const *x, float *const *out)
+static int cw_cuda_experts_fn(void *arg, int layer, int expert,
+			      const uint8_t *rec, const struct cw_wview w[3],
+			      int n, const float *const *x,
+			      float *const *out)
 {
 	struct cw_cuda_experts *c = arg;
 	struct st_diag diag = { "" };
@@ -159,8 +165,8 @@ int cw_cuda_experts_fn(void *arg, int layer, int expert, const uint8_t *rec,
 
 	if (c->warned || n < 1 || n > CW_CUDA_MAX_TOKENS || w[0].rows != c->I ||
 	    w[0].cols != c->H || w[2].rows != c->H ||
-	    !cw_devpool_pin(c->dev, (uint32_t)layer, (uint32_t)expert,
-			    c->stream, &dev, &slot)) {
+	    !c->pool.pin(c->dev, (uint32_t)layer, (uint32_t)expert,
+			 c->stream, &dev, &slot)) {
 		c->n_cpu++;
 		return 0;
 	}
@@ -176,7 +182,7 @@ int cw_cuda_experts_fn(void *arg, int layer, int expert, const uint8_t *rec,
 	/* the slot stays pinned until the stream has read it */
 	if (st_cuda_stream_sync(c->stream, r ? NULL : &diag) < 0 && r == 0)
 		r = -ST_E_CUDA;
-	cw_devpool_unpin(c->dev, slot);
+	c->pool.unpin(c->dev, slot);
 	if (r < 0) {
 		if (!c->warned++)
 			st_warn("device expert path failed (%s); computing "
@@ -188,9 +194,20 @@ int cw_cuda_experts_fn(void *arg, int layer, int expert, const uint8_t *rec,
 	return 1;
 }
 
-void cw_cuda_experts_counts(const struct cw_cuda_experts *c,
-			    uint64_t *ret_device, uint64_t *ret_cpu)
+static void cw_cuda_experts_counts(const struct cw_cuda_experts *c,
+				   uint64_t *ret_device, uint64_t *ret_cpu)
 {
 	*ret_device = c->n_device;
 	*ret_cpu = c->n_cpu;
+}
+
+__attribute__((visibility("default")))
+const struct cw_cuda_module_ops *cw_cuda_module(void)
+{
+	static const struct cw_cuda_module_ops ops = {
+		cw_cuda_experts_create, cw_cuda_experts_destroy,
+		cw_cuda_experts_fn, cw_cuda_experts_counts,
+	};
+
+	return &ops;
 }

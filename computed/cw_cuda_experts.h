@@ -23,27 +23,57 @@
 
 #include "cw_backend.h"
 #include "cw_devpool.h"
+#include "cw_model.h"
 #include "st_error.h"
 
 struct cw_cuda_experts;
 
+/* What computed lends the module: its device pool's pin and unpin
+ * (cw_devpool.h), called with the pool given to create. */
+struct cw_cuda_pool_ops {
+	int (*pin)(struct cw_devpool *p, uint32_t layer, uint32_t expert,
+		   void *stream, const void **ret_ptr, uint32_t *ret_slot);
+	void (*unpin)(struct cw_devpool *p, uint32_t slot);
+};
+
 /*
- * Sets up the device path for a model of hidden_size and expert_inter
- * (floats), reading experts through dev (borrowed).  *ret owned by the
- * caller.  0, -ENOMEM, -ST_E_CUDA / -ST_E_CUBLAS.
+ * The module's functions.  The CUDA path lives in a shared module
+ * (libstrata_cw_cuda.so, the kernels with cudart and cuBLAS) that computed
+ * dlopens only when a device pool is in use: a CPU-only run of a CUDA
+ * build never maps cuBLAS (~200 MB of resident memory when loaded).
+ *   create:  sets up the device path for hidden_size and expert_inter
+ *            (floats), reading experts through dev via pool (both
+ *            borrowed); 0, -ENOMEM, -ST_E_CUDA / -ST_E_CUBLAS.
+ *   fn:      the cw_expert_fn (arg: the struct cw_cuda_experts).
+ *   counts:  experts run on the device and left to the CPU so far.
  */
-int cw_cuda_experts_create(struct cw_cuda_experts **ret,
-			   struct cw_devpool *dev, int hidden_size,
-			   int expert_inter, struct st_diag *diag);
-void cw_cuda_experts_destroy(struct cw_cuda_experts *c);
+struct cw_cuda_module_ops {
+	int (*create)(struct cw_cuda_experts **ret, struct cw_devpool *dev,
+		      const struct cw_cuda_pool_ops *pool, int hidden_size,
+		      int expert_inter, struct st_diag *diag);
+	void (*destroy)(struct cw_cuda_experts *c);
+	cw_expert_fn fn;
+	void (*counts)(const struct cw_cuda_experts *c, uint64_t *ret_device,
+		       uint64_t *ret_cpu);
+};
 
-/* The cw_expert_fn (arg: the struct cw_cuda_experts). */
-int cw_cuda_experts_fn(void *arg, int layer, int expert, const uint8_t *rec,
-		       const struct cw_wview w[3], int n,
-		       const float *const *x, float *const *out);
+/* The module's one exported symbol. */
+const struct cw_cuda_module_ops *cw_cuda_module(void);
 
-/* Experts run on the device and left to the CPU so far. */
-void cw_cuda_experts_counts(const struct cw_cuda_experts *c,
-			    uint64_t *ret_device, uint64_t *ret_cpu);
+/* computed's side (cw_cuda_load.c): the loaded module. */
+struct cw_cuda_module_handle {
+	void *dl;
+	const struct cw_cuda_module_ops *ops;
+	struct cw_cuda_pool_ops pool;  /* cw_devpool_pin / _unpin */
+};
+
+/*
+ * Loads the module: $STRATA_CUDA_MODULE, else the build tree's, else the
+ * installed one (LIBDIR/strata).  0, or -ST_E_UNSUPPORTED with the reason
+ * (a build without CUDA, the module missing or not loadable).
+ */
+int cw_cuda_module_open(struct cw_cuda_module_handle *h,
+			struct st_diag *diag);
+void cw_cuda_module_close(struct cw_cuda_module_handle *h);
 
 #endif

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "cw_chat.h"
+#include "cw_cuda_experts.h"
 #include "cw_devpool.h"
 #include "cw_gen.h"
 #include "cw_http.h"
@@ -31,9 +32,6 @@
 #include "kv_client.h"
 #include "st_build_config.h"
 #include "st_cuda.h"
-#if ST_HAVE_CUDA
-#include "cw_cuda_experts.h"
-#endif
 #include "st_daemon.h"
 #include "st_log.h"
 #include "st_msg.h"
@@ -86,6 +84,7 @@ struct cw_daemon {
 	/* device pools (issue 10, cw_devpool.h): NULL on the CPU */
 	const char *device_budget, *device_kv_budget;
 	struct cw_devpool *dev;
+	struct cw_cuda_module_handle cumod; /* the CUDA module, when used */
 	struct cw_cuda_experts *cuexp;
 };
 
@@ -852,15 +851,16 @@ static int setup_device(struct cw_daemon *d)
 		st_err("device pools: %s", diag.msg);
 		return r;
 	}
-#if ST_HAVE_CUDA
-	r = cw_cuda_experts_create(&d->cuexp, d->dev, cfg->hidden_size,
-				   cfg->expert_inter, &diag);
+	r = cw_cuda_module_open(&d->cumod, &diag);
+	if (r == 0)
+		r = d->cumod.ops->create(&d->cuexp, d->dev, &d->cumod.pool,
+					 cfg->hidden_size, cfg->expert_inter,
+					 &diag);
 	if (r < 0) {
 		st_err("CUDA expert path: %s", diag.msg);
 		return r;
 	}
-	cw_model_set_expert_fn(d->model, cw_cuda_experts_fn, d->cuexp);
-#endif
+	cw_model_set_expert_fn(d->model, d->cumod.ops->fn, d->cuexp);
 	{
 		struct cw_devpool_stats ds;
 
@@ -1039,9 +1039,9 @@ out:
 	 * from expertd and kvd before they are freed) */
 	if (d->model)
 		cw_model_set_expert_fn(d->model, NULL, NULL);
-#if ST_HAVE_CUDA
-	cw_cuda_experts_destroy(d->cuexp);
-#endif
+	if (d->cumod.ops)
+		d->cumod.ops->destroy(d->cuexp);
+	cw_cuda_module_close(&d->cumod);
 	cw_devpool_close(d->dev, 5000);
 	st_tokenizer_free(d->tok);
 	cw_routing_close(d->routing);
