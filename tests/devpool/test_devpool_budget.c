@@ -5,13 +5,16 @@
  * budgets below top-k and of text that is not a budget, and
  * cw_devpool_open answering -ST_E_UNSUPPORTED with a reason (not a crash,
  * not a hang) where there is no CUDA device or no CUDA in the build: the
- * cue for computed to say so once and stay on the CPU.
+ * cue for computed to say so once and stay on the CPU; and the CUDA module
+ * computed dlopens loads (every symbol resolves) in a CUDA build.
  */
 #include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "cw_cuda_experts.h"
 #include "cw_devpool.h"
+#include "st_cuda.h"
 #include "st_error.h"
 
 static int failures;
@@ -68,6 +71,24 @@ int main(void)
 		CHECK(p == NULL);
 		CHECK(diag.msg[0] != 0);
 		printf("no device: %s\n", diag.msg);
+	}
+	/* the CUDA module: loadable in a CUDA build (no device needed to
+	 * load it: it links cudart and cuBLAS, which must resolve), refused
+	 * with a reason in a build without CUDA */
+	{
+		struct cw_cuda_module_handle h;
+
+		r = cw_cuda_module_open(&h, &diag);
+		if (st_cuda_built()) {
+			if (r != 0)
+				printf("module: %s\n", diag.msg);
+			CHECK(r == 0);
+			CHECK(r != 0 || (h.ops && h.ops->create && h.ops->fn &&
+					 h.pool.pin == cw_devpool_pin));
+			cw_cuda_module_close(&h);
+		} else {
+			CHECK(r == -ST_E_UNSUPPORTED && h.dl == NULL);
+		}
 	}
 	/* a bad budget is reported before any device probe */
 	o.budget = "0.5 experts";
