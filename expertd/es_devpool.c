@@ -185,8 +185,9 @@ static int32_t claim_slot(struct es_daemon *d, uint64_t key)
 
 		if (!st_devslot_claim(t, ds, key))
 			continue;
-		if (old && old - 1 < (uint64_t)d->pool.v.n_layers *
-					     d->pool.v.n_experts) {
+		/* the slot's previous expert is no longer on the device */
+		if (old && ((old - 1) >> 32) < d->pool.v.n_layers &&
+		    (uint32_t)(old - 1) < d->pool.v.n_experts) {
 			uint32_t oix = (uint32_t)(((old - 1) >> 32) *
 						  d->pool.v.n_experts +
 						  (uint32_t)(old - 1));
