@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <cuda_runtime_api.h>
@@ -52,6 +54,7 @@ static struct {
 	__typeof__(cudaStreamSynchronize) *StreamSynchronize;
 	__typeof__(cudaStreamWaitEvent) *StreamWaitEvent;
 	void *dl;
+	int fake;        /* STRATA_CUDA_FAKE=1: host memory (tests) */
 	char why[300];   /* why loading failed ("" when loaded) */
 } cu;
 static pthread_once_t cu_once = PTHREAD_ONCE_INIT;
@@ -73,6 +76,11 @@ static void cu_load(void)
 	size_t i;
 	int have_drv = 0;
 
+	if (getenv("STRATA_CUDA_FAKE") &&
+	    !strcmp(getenv("STRATA_CUDA_FAKE"), "1")) {
+		cu.fake = 1;
+		return;
+	}
 	for (i = 0; i < sizeof(drv) / sizeof(drv[0]); i++)
 		if (access(drv[i], F_OK) == 0)
 			have_drv = 1;
@@ -130,7 +138,7 @@ missing:
 static int cu_ready(struct st_diag *diag)
 {
 	pthread_once(&cu_once, cu_load);
-	if (cu.dl)
+	if (cu.dl || cu.fake)
 		return 0;
 	return st_diag_set(diag, -ST_E_UNSUPPORTED, "%s", cu.why);
 }
@@ -144,6 +152,52 @@ static int cu_err(struct st_diag *diag, cudaError_t e, const char *what)
 {
 	return st_diag_set(diag, -ST_E_CUDA, "%s: %s (%s)", what,
 			   cu.GetErrorString(e), cu.GetErrorName(e));
+}
+
+/*
+ * The fake device (STRATA_CUDA_FAKE=1, tests on machines without a GPU):
+ * "device memory" is a POSIX shared-memory object whose name travels in
+ * the 64-byte memory handle, copies are memcpy (complete on return, so
+ * events and streams are no-ops), one fake device.  It runs the whole
+ * protocol (export, import, copies, slot table, leases, epochs) across real
+ * processes; no kernel runs on it (computed computes device-slot experts
+ * with its CPU backend then, cw_devpool.h).
+ */
+int st_cuda_is_fake(void)
+{
+	pthread_once(&cu_once, cu_load);
+	return cu.fake;
+}
+
+static void *fake_map(const char *name, uint64_t bytes, int create,
+		      struct st_diag *diag)
+{
+	int fd = shm_open(name, create ? O_RDWR | O_CREAT | O_EXCL : O_RDWR,
+			  0600);
+	void *p;
+
+	if (fd < 0) {
+		st_diag_set(diag, -ST_E_CUDA, "fake device memory %s: %s", name,
+			    strerror(errno));
+		return NULL;
+	}
+	if (create && ftruncate(fd, (off_t)bytes) < 0) {
+		st_diag_set(diag, -ST_E_CUDA, "fake device memory: %s",
+			    strerror(errno));
+		close(fd);
+		shm_unlink(name);
+		return NULL;
+	}
+	p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED) {
+		st_diag_set(diag, -ST_E_CUDA, "fake device memory: %s",
+			    strerror(errno));
+		if (create)
+			shm_unlink(name);
+		return NULL;
+	}
+	return p;
 }
 
 int st_cuda_built(void)
@@ -161,6 +215,8 @@ int st_cuda_device_count(char *reason, size_t n)
 			snprintf(reason, n, "%s", cu.why);
 		return 0;
 	}
+	if (cu.fake)
+		return 1;
 	e = cu.GetDeviceCount(&count);
 
 	if (e != cudaSuccess) {
@@ -182,6 +238,10 @@ int st_cuda_mem_info(uint64_t *ret_free, uint64_t *ret_total,
 
 	if (cu_ready(diag) < 0)
 		return cu_ready(diag);
+	if (cu.fake) {
+		*ret_free = *ret_total = 64ull << 30;
+		return 0;
+	}
 	e = cu.MemGetInfo(&f, &t);
 
 	if (e != cudaSuccess)
@@ -207,12 +267,19 @@ void st_cuda_export_destroy(struct st_cuda_export *x)
 
 	if (!x)
 		return;
-	if (x->ev)
-		for (i = 0; i < x->n_events; i++)
-			if (x->ev[i])
-				cu.EventDestroy(x->ev[i]);
-	if (x->base)
-		cu.Free(x->base);
+	if (cu.fake) {
+		if (x->base) {
+			munmap(x->base, x->bytes);
+			shm_unlink((const char *)&x->mem);
+		}
+	} else {
+		if (x->ev)
+			for (i = 0; i < x->n_events; i++)
+				if (x->ev[i])
+					cu.EventDestroy(x->ev[i]);
+		if (x->base)
+			cu.Free(x->base);
+	}
 	free(x->ev);
 	free(x->ev_handles);
 	free(x);
@@ -244,6 +311,22 @@ int st_cuda_export_create(struct st_cuda_export **ret, uint64_t pool_bytes,
 	}
 	x->n_events = n_events;
 	x->bytes = pool_bytes;
+	if (cu.fake) {
+		/* the handle is the name; events are never waited on */
+		snprintf((char *)&x->mem, sizeof(x->mem), "/stfake.%d.%llu",
+			 (int)getpid(),
+			 (unsigned long long)st_devpool_epoch_new());
+		snprintf(x->bus_id, sizeof(x->bus_id), "fake:0");
+		memset(x->ev_handles, 0xfe,
+		       (size_t)n_events * ST_DEVPOOL_HANDLE_BYTES);
+		x->base = fake_map((const char *)&x->mem, pool_bytes, 1, diag);
+		if (!x->base) {
+			st_cuda_export_destroy(x);
+			return -ST_E_CUDA;
+		}
+		*ret = x;
+		return 0;
+	}
 	if ((e = cu.GetDevice(&dev)) != cudaSuccess ||
 	    (e = cu.DeviceGetPCIBusId(x->bus_id, sizeof(x->bus_id), dev)) !=
 		    cudaSuccess) {
@@ -314,6 +397,8 @@ int st_cuda_export_wait(const struct st_cuda_export *x, uint32_t event,
 	if (event >= x->n_events)
 		return st_diag_set(diag, -EINVAL, "event lane %u of %u", event,
 				   x->n_events);
+	if (cu.fake)
+		return 0; /* fake copies are complete when published */
 	e = cu.StreamWaitEvent((cudaStream_t)stream, x->ev[event], 0);
 	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaStreamWaitEvent");
 }
@@ -334,6 +419,14 @@ int st_cuda_import_close(struct st_cuda_import *m, struct st_diag *diag)
 
 	if (!m)
 		return 0;
+	if (cu.fake) {
+		n = m->base ? (int)m->handles : 0;
+		if (m->base)
+			munmap(m->base, m->bytes);
+		free(m->ev);
+		free(m);
+		return n;
+	}
 	if (m->stream) {
 		cudaError_t e = cu.StreamSynchronize(m->stream);
 
@@ -379,6 +472,20 @@ int st_cuda_import_open(struct st_cuda_import **ret,
 	}
 	m->n_events = e->n_events;
 	m->bytes = e->pool_bytes;
+	if (cu.fake) {
+		char name[ST_DEVPOOL_HANDLE_BYTES + 1];
+
+		memcpy(name, e->mem_handle, ST_DEVPOOL_HANDLE_BYTES);
+		name[ST_DEVPOOL_HANDLE_BYTES] = 0;
+		m->base = fake_map(name, m->bytes, 0, diag);
+		if (!m->base) {
+			st_cuda_import_close(m, NULL);
+			return -ST_E_CUDA;
+		}
+		m->handles = 1 + e->n_events;
+		*ret = m;
+		return 0;
+	}
 	if ((ce = cu.DeviceGetByPCIBusId(&dev, e->bus_id)) != cudaSuccess) {
 		rc = st_diag_set(diag, -ST_E_CUDA,
 				 "the exporter's device %s is not visible here "
@@ -451,6 +558,10 @@ static int copy(struct st_cuda_import *m, void *dst, const void *src,
 				   (unsigned long long)off,
 				   (unsigned long long)m->bytes, event,
 				   m->n_events);
+	if (cu.fake) {
+		memcpy(dst, src, bytes);
+		return 0;
+	}
 	e = cu.MemcpyAsync(dst, src, bytes, kind, m->stream);
 	if (e != cudaSuccess)
 		return cu_err(diag, e, "cudaMemcpyAsync");
@@ -475,7 +586,11 @@ int st_cuda_import_d2h(struct st_cuda_import *m, void *dst, uint64_t src_off,
 
 int st_cuda_import_idle(struct st_cuda_import *m, struct st_diag *diag)
 {
-	cudaError_t e = cu.StreamQuery(m->stream);
+	cudaError_t e;
+
+	if (cu.fake)
+		return 1;
+	e = cu.StreamQuery(m->stream);
 
 	if (e == cudaSuccess)
 		return 1;
@@ -486,7 +601,11 @@ int st_cuda_import_idle(struct st_cuda_import *m, struct st_diag *diag)
 
 int st_cuda_import_drain(struct st_cuda_import *m, struct st_diag *diag)
 {
-	cudaError_t e = cu.StreamSynchronize(m->stream);
+	cudaError_t e;
+
+	if (cu.fake)
+		return 0;
+	e = cu.StreamSynchronize(m->stream);
 
 	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaStreamSynchronize");
 }
@@ -497,6 +616,8 @@ int st_cuda_host_register(void *p, uint64_t bytes, struct st_diag *diag)
 
 	if (cu_ready(diag) < 0)
 		return cu_ready(diag);
+	if (cu.fake)
+		return 0;
 	e = cu.HostRegister(p, bytes, cudaHostRegisterPortable);
 
 	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaHostRegister");
@@ -504,7 +625,7 @@ int st_cuda_host_register(void *p, uint64_t bytes, struct st_diag *diag)
 
 void st_cuda_host_unregister(void *p)
 {
-	if (p && cu.dl)
+	if (p && cu.dl && !cu.fake)
 		cu.HostUnregister(p);
 }
 
@@ -516,6 +637,10 @@ int st_cuda_stream_create(void **ret, struct st_diag *diag)
 	*ret = NULL;
 	if (cu_ready(diag) < 0)
 		return cu_ready(diag);
+	if (cu.fake) {
+		*ret = (void *)&cu; /* a non-NULL token */
+		return 0;
+	}
 	e = cu.StreamCreateWithFlags(&s, cudaStreamNonBlocking);
 
 	if (e != cudaSuccess) {
@@ -528,7 +653,7 @@ int st_cuda_stream_create(void **ret, struct st_diag *diag)
 
 void st_cuda_stream_destroy(void *stream)
 {
-	if (stream && cu.dl)
+	if (stream && cu.dl && !cu.fake)
 		cu.StreamDestroy((cudaStream_t)stream);
 }
 
@@ -538,6 +663,8 @@ int st_cuda_stream_sync(void *stream, struct st_diag *diag)
 
 	if (cu_ready(diag) < 0)
 		return cu_ready(diag);
+	if (cu.fake)
+		return 0;
 	e = cu.StreamSynchronize((cudaStream_t)stream);
 
 	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaStreamSynchronize");
@@ -550,6 +677,10 @@ int st_cuda_memcpy_async(void *dst, const void *src, uint64_t bytes,
 
 	if (cu_ready(diag) < 0)
 		return cu_ready(diag);
+	if (cu.fake) {
+		memcpy(dst, src, bytes);
+		return 0;
+	}
 	e = cu.MemcpyAsync(dst, src, bytes, cudaMemcpyDefault,
 			   (cudaStream_t)stream);
 

@@ -29,6 +29,15 @@
 int st_cuda_built(void);
 
 /*
+ * 1 when STRATA_CUDA_FAKE=1 selected the fake device (CUDA builds, for
+ * tests on machines without a GPU): device memory is host shared memory
+ * whose name travels in the IPC handle, copies are memcpy (done on
+ * return; events and streams are no-ops).  Every process of an instance
+ * must agree.  0 otherwise and in builds without CUDA.
+ */
+int st_cuda_is_fake(void);
+
+/*
  * Number of usable CUDA devices, or 0 with a one-line reason in reason[n]
  * (no driver, no device, a build without CUDA).  Never fails otherwise.
  */

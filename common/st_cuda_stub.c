@@ -16,6 +16,7 @@ static int no_cuda(struct st_diag *diag)
 }
 
 int st_cuda_built(void) { return 0; }
+int st_cuda_is_fake(void) { return 0; }
 
 int st_cuda_device_count(char *reason, size_t n)
 {

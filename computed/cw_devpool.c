@@ -10,6 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cw_backend.h"
 #include "cw_devpool.h"
 #include "st_cuda.h"
 #include "st_daemon.h"
@@ -498,4 +499,48 @@ void cw_devpool_close(struct cw_devpool *p, int timeout_ms)
 	pthread_mutex_destroy(&p->mu);
 	free(p->guess);
 	free(p);
+}
+
+int cw_devpool_fake_fn(void *arg, int layer, int expert, const uint8_t *rec,
+		       const struct cw_wview w[3], int n,
+		       const float *const *x, float *const *out)
+{
+	struct cw_devpool *p = arg;
+	const struct cw_backend_ops *be = cw_backend_cpu();
+	const int64_t I = w[0].rows, H = w[2].rows;
+	struct cw_wview dv[3];
+	const void *dev = NULL;
+	uint32_t slot;
+	float *g, *u, *a;
+
+	if (!st_cuda_is_fake() ||
+	    !cw_devpool_pin(p, (uint32_t)layer, (uint32_t)expert, NULL, &dev,
+			    &slot))
+		return 0;
+	g = malloc(sizeof(float) * (size_t)I * 3);
+	if (!g) {
+		cw_devpool_unpin(p, slot);
+		return 0;
+	}
+	u = g + I;
+	a = u + I;
+	for (int i = 0; i < 3; i++) {
+		dv[i] = w[i];
+		dv[i].data = (const uint8_t *)dev +
+			     ((const uint8_t *)w[i].data - rec);
+		dv[i].scales = w[i].scales ?
+			(const uint8_t *)dev + (w[i].scales - rec) : NULL;
+	}
+	for (int t = 0; t < n; t++) {
+		be->matvec(&dv[0], x[t], g, 0, I);
+		be->matvec(&dv[1], x[t], u, 0, I);
+		cw_swiglu(g, u, (int)I, a);
+		be->matvec(&dv[2], a, out[t], 0, H);
+	}
+	free(g);
+	cw_devpool_unpin(p, slot);
+	pthread_mutex_lock(&p->mu);
+	p->st.fake_experts++;
+	pthread_mutex_unlock(&p->mu);
+	return 1;
 }

@@ -87,7 +87,21 @@ struct cw_devpool_stats {
 	uint32_t n_slots, kv_pages;
 	uint64_t slot_bytes, epoch;
 	uint64_t pins, misses, exports, reexports;
+	uint64_t fake_experts;  /* experts computed by cw_devpool_fake_fn */
 };
+
+/*
+ * A cw_expert_fn (cw_model.h; arg: the struct cw_devpool) for the fake
+ * device of st_cuda.h (STRATA_CUDA_FAKE=1, tests without a GPU): the
+ * expert is read from its device slot (host memory there) and computed by
+ * the CPU reference backend, so a run through the device pools must give
+ * the CPU path's logits bit for bit.  0 (leave it to the CPU path) when
+ * the expert is not in a device slot.
+ */
+struct cw_wview;
+int cw_devpool_fake_fn(void *arg, int layer, int expert, const uint8_t *rec,
+		       const struct cw_wview w[3], int n,
+		       const float *const *x, float *const *out);
 void cw_devpool_stats(struct cw_devpool *p, struct cw_devpool_stats *ret);
 
 /*

@@ -851,16 +851,24 @@ static int setup_device(struct cw_daemon *d)
 		st_err("device pools: %s", diag.msg);
 		return r;
 	}
-	r = cw_cuda_module_open(&d->cumod, &diag);
-	if (r == 0)
-		r = d->cumod.ops->create(&d->cuexp, d->dev, &d->cumod.pool,
-					 cfg->hidden_size, cfg->expert_inter,
-					 &diag);
-	if (r < 0) {
-		st_err("CUDA expert path: %s", diag.msg);
-		return r;
+	if (st_cuda_is_fake()) {
+		/* tests without a GPU: experts read from the (host) device
+		 * slots by the CPU backend */
+		cw_model_set_expert_fn(d->model, cw_devpool_fake_fn, d->dev);
+		st_info("GPU: the fake device of STRATA_CUDA_FAKE=1");
+	} else {
+		r = cw_cuda_module_open(&d->cumod, &diag);
+		if (r == 0)
+			r = d->cumod.ops->create(&d->cuexp, d->dev,
+						 &d->cumod.pool,
+						 cfg->hidden_size,
+						 cfg->expert_inter, &diag);
+		if (r < 0) {
+			st_err("CUDA expert path: %s", diag.msg);
+			return r;
+		}
+		cw_model_set_expert_fn(d->model, d->cumod.ops->fn, d->cuexp);
 	}
-	cw_model_set_expert_fn(d->model, d->cumod.ops->fn, d->cuexp);
 	{
 		struct cw_devpool_stats ds;
 
@@ -1042,6 +1050,17 @@ out:
 	if (d->cumod.ops)
 		d->cumod.ops->destroy(d->cuexp);
 	cw_cuda_module_close(&d->cumod);
+	if (d->dev) {
+		struct cw_devpool_stats ds;
+
+		cw_devpool_stats(d->dev, &ds);
+		st_info("device pools: %llu slot pins, %llu misses, %llu "
+			"re-exports, %llu experts through the fake device",
+			(unsigned long long)ds.pins,
+			(unsigned long long)ds.misses,
+			(unsigned long long)ds.reexports,
+			(unsigned long long)ds.fake_experts);
+	}
 	cw_devpool_close(d->dev, 5000);
 	st_tokenizer_free(d->tok);
 	cw_routing_close(d->routing);
