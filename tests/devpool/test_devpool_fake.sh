@@ -83,12 +83,26 @@ for d in expertd kvd; do
 	n=$(grep -c "imported epoch" "$TMP/$d.log")
 	[ "$n" -eq 2 ] || { echo "FAIL: $d imported $n times, want 2"; fail=1; }
 done
+# expertd kill -9 and restart under the live computed: it adopts its host
+# pool, computed exports the same epoch again, expertd imports it again
+EPID=$(cat "$R/expertd.pid")
+kill -9 "$EPID"
+"$B/expertd/expertd" --store "$TMP/store" --instance "$I" --run-dir "$R" \
+	--host-budget 100% 2>"$TMP/expertd2.log" & pids="$pids $!"
+i=0
+while ! grep -q "imported epoch" "$TMP/expertd2.log" && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+grep -q "imported epoch" "$TMP/expertd2.log" || { echo "FAIL: the restarted expertd was not sent the device pool again"; fail=1; }
+e1=$(grep "imported epoch" "$TMP/expertd.log" | tail -1 | sed 's/.*imported epoch \([0-9]*\).*/\1/')
+e2=$(grep "imported epoch" "$TMP/expertd2.log" | tail -1 | sed 's/.*imported epoch \([0-9]*\).*/\1/')
+[ -n "$e1" ] && [ "$e1" = "$e2" ] || { echo "FAIL: re-export after an expertd restart changed the epoch ($e1 -> $e2)"; fail=1; }
+gen "$TMP/out3" --instance "$I" --run-dir "$R"
+cmp -s "$TMP/ref" "$TMP/out3" || { echo "FAIL: tokens differ after the expertd restart"; fail=1; }
 kill -TERM $CPID
 wait $CPID 2>/dev/null
 grep "device pools:" "$TMP/computed2.log" | sed 's/.*device pools/computed: device pools/'
 fx=$(sed -n 's/.* \([0-9]*\) experts through the fake device.*/\1/p' "$TMP/computed2.log")
 [ "${fx:-0}" -gt 0 ] || { echo "FAIL: no expert was computed from a device slot"; fail=1; }
 grep -q "leaving the memory to the driver" "$TMP/computed2.log" && { echo "FAIL: computed freed without a revoke"; fail=1; }
-grep -q "released" "$TMP/expertd.log" || { echo "FAIL: expertd never released an epoch"; fail=1; }
-[ $fail -eq 0 ] && echo "fake device: tokens equal the CPU run at 25 % and 100 %, re-import after computed kill -9"
+grep -q "released" "$TMP/expertd2.log" || { echo "FAIL: the restarted expertd did not release the epoch at computed's stop"; fail=1; }
+[ $fail -eq 0 ] && echo "fake device: tokens equal the CPU run at 25 % and 100 %, re-import after computed and expertd kill -9"
 exit $fail
