@@ -34,6 +34,7 @@
 #include "cli_instance.h"
 #include "cw_cuda_experts.h"
 #include "cw_devpool.h"
+#include "st_cuda.h"
 #include "cw_model.h"
 #include "cw_sampler.h"
 #include "es_convert.h"
@@ -181,6 +182,12 @@ static int dev_conf_open(struct cli_instance *inst, struct es_client *es,
 				     60000 };
 	int r = cw_devpool_open(&dc->dev, &g, &o, diag);
 
+	if (r == 0 && st_cuda_is_fake()) {
+		/* STRATA_CUDA_FAKE=1: the protocol without a GPU, experts
+		 * from device slots on the CPU (a dry run of this bench) */
+		cw_model_set_expert_fn(m, cw_devpool_fake_fn, dc->dev);
+		return 0;
+	}
 	if (r == 0)
 		r = cw_cuda_module_open(&dc->mod, diag);
 	if (r == 0)
@@ -193,6 +200,14 @@ static int dev_conf_open(struct cli_instance *inst, struct es_client *es,
 
 static void dev_conf_close(struct cw_model *m, struct dev_conf *dc)
 {
+	if (dc->dev) {
+		struct cw_devpool_stats ds;
+
+		cw_devpool_stats(dc->dev, &ds);
+		printf("  device slots: %u; pins %llu, misses %llu\n",
+		       ds.n_slots, (unsigned long long)ds.pins,
+		       (unsigned long long)ds.misses);
+	}
 	if (dc->cx) {
 		uint64_t nd = 0, nc = 0;
 

@@ -304,6 +304,9 @@ void es_tiers_route(struct es_daemon *d, int client,
 								  e)]);
 
 		es_actstats_add(&d->stats, req->layer, e);
+		/* routed now: wanted on the device (host hits take the
+		 * client's fast path and send no ACQUIRE) */
+		es_devpool_want(d, client, req->layer, e, 0);
 		if (s >= 0) {
 			/* about to be acquired: not a victim for the hints
 			 * of this very message */
