@@ -401,6 +401,8 @@ int cw_devpool_pin(struct cw_devpool *p, uint32_t layer, uint32_t expert,
 			break;
 		}
 	if (!found) {
+		/* ask expertd for it (no message): the next use may hit */
+		st_devslot_want_push(t, key);
 		p->st.misses++;
 		pthread_mutex_unlock(&p->mu);
 		return 0;

@@ -18,6 +18,10 @@ struct es_dev_want {
 			 * slots all pinned); dropped at ES_DEV_WANT_TRIES */
 };
 
+/* Wake-up period of the server loop while a device pool is imported (the
+ * latency of a miss reported through the slot table's want ring). */
+#define ES_DEV_POLL_MS 2
+
 /* Server-loop turns a wanted expert may wait (about 1 ms each). */
 #define ES_DEV_WANT_TRIES 2000
 
@@ -248,6 +252,38 @@ static int stage(struct es_daemon *d, const struct es_dev_want *w)
 	return 1;
 }
 
+/* The client table entry of the exporter (computed), whose pins hold
+ * host records during copies; -1 when it has none. */
+static int exporter_client(struct es_daemon *d)
+{
+	int32_t pid = d->dev->imp.st.exporter_pid;
+
+	for (int c = 0; c < ES_MAX_CLIENTS; c++)
+		if (pid && atomic_load(&d->pool.v.clients[c].pid) == pid)
+			return c;
+	return -1;
+}
+
+/* Keys computed found missing (the table's want ring), validated. */
+static void want_misses(struct es_daemon *d)
+{
+	struct es_pool_view *v = &d->pool.v;
+	uint64_t key;
+	int c = -1, n = 0;
+
+	while (n++ < ST_DEVSLOT_WANT_RING &&
+	       st_devslot_want_pop(d->dev->imp.tab, &key)) {
+		uint64_t k = key - 1;
+
+		if (!key || (k >> 32) >= v->n_layers ||
+		    (uint32_t)k >= v->n_experts)
+			continue; /* not an expert of this store */
+		if (c < 0 && (c = exporter_client(d)) < 0)
+			return;
+		es_devpool_want(d, c, (uint32_t)(k >> 32), (uint32_t)k, 0);
+	}
+}
+
 int es_devpool_tick(struct es_daemon *d)
 {
 	struct es_devpool *p = d->dev;
@@ -262,6 +298,7 @@ int es_devpool_tick(struct es_daemon *d)
 	flights_done(d, 0);
 	if (!st_devimporter_active(&p->imp))
 		return -1;
+	want_misses(d);
 	for (i = 0; i < p->n_want; i++) {
 		int r = stage(d, &p->want[i]);
 
@@ -271,7 +308,10 @@ int es_devpool_tick(struct es_daemon *d)
 			p->want[keep++] = p->want[i];
 	}
 	p->n_want = keep;
-	return p->n_want || p->n_flight ? 1 : -1;
+	/* while a pool is imported, look at computed's miss ring often: a
+	 * client served by the host pool's fast path sends no message that
+	 * would wake this loop */
+	return p->n_want || p->n_flight ? 1 : ES_DEV_POLL_MS;
 }
 
 void es_devpool_fini(struct es_daemon *d, int destroy_table)

@@ -428,6 +428,8 @@ void st_devslot_table_reset(struct st_devslot_table *t, uint64_t epoch,
 		atomic_store(&s->gen, g);
 		s->event = 0;
 	}
+	atomic_store(&t->want_head, 0);
+	atomic_store(&t->want_tail, 0);
 	t->magic = ST_DEVSLOT_TABLE_MAGIC;
 	atomic_store(&t->epoch, epoch);
 }
@@ -519,4 +521,36 @@ void st_devslot_abort(struct st_devslot_table *t, uint32_t s)
 {
 	atomic_store(&t->slot[s].key, 0);
 	atomic_store(&t->slot[s].state, ST_DEVSLOT_EMPTY);
+}
+
+int st_devslot_want_push(struct st_devslot_table *t, uint64_t key)
+{
+	uint32_t h = atomic_load_explicit(&t->want_head, memory_order_relaxed);
+	uint32_t tl = atomic_load_explicit(&t->want_tail, memory_order_acquire);
+
+	if (h - tl >= ST_DEVSLOT_WANT_RING)
+		return 0;
+	atomic_store_explicit(&t->want_key[h % ST_DEVSLOT_WANT_RING], key,
+			      memory_order_relaxed);
+	atomic_store_explicit(&t->want_head, h + 1, memory_order_release);
+	return 1;
+}
+
+int st_devslot_want_pop(struct st_devslot_table *t, uint64_t *ret_key)
+{
+	uint32_t tl = atomic_load_explicit(&t->want_tail, memory_order_relaxed);
+	uint32_t h = atomic_load_explicit(&t->want_head, memory_order_acquire);
+
+	/* a head more than a ring ahead is garbage from a broken writer:
+	 * skip to it rather than read stale entries */
+	if (h - tl > ST_DEVSLOT_WANT_RING) {
+		atomic_store_explicit(&t->want_tail, h, memory_order_release);
+		return 0;
+	}
+	if (tl == h)
+		return 0;
+	*ret_key = atomic_load_explicit(&t->want_key[tl % ST_DEVSLOT_WANT_RING],
+					memory_order_relaxed);
+	atomic_store_explicit(&t->want_tail, tl + 1, memory_order_release);
+	return 1;
 }

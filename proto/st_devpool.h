@@ -269,12 +269,22 @@ struct st_devslot {
 	uint64_t reserved[5];
 };
 
+/* Misses the exporter reports to the importer (a ring in the table). */
+#define ST_DEVSLOT_WANT_RING 256
+
 struct st_devslot_table {
 	uint32_t magic, version;
 	_Atomic uint64_t epoch;  /* the export epoch the slots belong to */
 	uint32_t n_slots, n_events;
 	uint64_t slot_bytes;
-	uint64_t reserved[4];
+	/* want ring: keys the exporter found missing (st_devslot_want_push,
+	 * computed alone writes want_head), the importer consumes them
+	 * (st_devslot_want_pop, it alone writes want_tail): a miss asks for
+	 * its own expert without a message, also when the host pool served
+	 * it by the client's fast path */
+	_Atomic uint32_t want_head, want_tail;
+	uint64_t reserved[3];
+	_Atomic uint64_t want_key[ST_DEVSLOT_WANT_RING];
 	struct st_devslot slot[]; /* n_slots */
 };
 
@@ -326,5 +336,13 @@ void st_devslot_publish(struct st_devslot_table *t, uint32_t s,
 			uint32_t event);
 /* A claimed slot whose copy failed: EMPTY again. */
 void st_devslot_abort(struct st_devslot_table *t, uint32_t s);
+
+/* Exporter (the one producer): reports key missing.  1 queued, 0 when the
+ * ring is full (dropped: the importer is behind; the next miss asks
+ * again). */
+int st_devslot_want_push(struct st_devslot_table *t, uint64_t key);
+/* Importer (the one consumer): the oldest reported key into *ret_key: 1,
+ * or 0 when none.  The key comes from another process: validate it. */
+int st_devslot_want_pop(struct st_devslot_table *t, uint64_t *ret_key);
 
 #endif

@@ -470,6 +470,33 @@ static void test_slot_table(void **state)
 	st_devslot_unpin(t, 2);
 	assert_int_equal(st_devslot_claim(t, 2, 10), 1);
 	assert_int_equal(atomic_load(&t->slot[2].key), 10);
+	/* the want ring: FIFO, bounded, emptied by a reset */
+	{
+		uint64_t k = 0;
+		int i;
+
+		assert_int_equal(st_devslot_want_pop(t, &k), 0);
+		for (i = 0; i < ST_DEVSLOT_WANT_RING; i++)
+			assert_int_equal(st_devslot_want_push(t, 100 + i), 1);
+		assert_int_equal(st_devslot_want_push(t, 7), 0); /* full */
+		assert_int_equal(st_devslot_want_pop(t, &k), 1);
+		assert_true(k == 100);
+		assert_int_equal(st_devslot_want_push(t, 7), 1);
+		for (i = 1; i < ST_DEVSLOT_WANT_RING; i++) {
+			assert_int_equal(st_devslot_want_pop(t, &k), 1);
+			assert_true(k == (uint64_t)(100 + i));
+		}
+		assert_int_equal(st_devslot_want_pop(t, &k), 1);
+		assert_true(k == 7);
+		assert_int_equal(st_devslot_want_pop(t, &k), 0);
+		/* a corrupt head (another process) is skipped, not read */
+		atomic_store(&t->want_head, atomic_load(&t->want_tail) + 5000);
+		assert_int_equal(st_devslot_want_pop(t, &k), 0);
+		assert_int_equal(st_devslot_want_pop(t, &k), 0);
+		st_devslot_want_push(t, 9);
+		st_devslot_table_reset(t, 12, 4, 2, 4096, 1);
+		assert_int_equal(st_devslot_want_pop(t, &k), 0);
+	}
 	t->version = 2;
 	assert_int_equal(st_devslot_table_check(t, st_devslot_table_bytes(4),
 						&diag), -ST_E_VERSION);
