@@ -152,6 +152,12 @@ static int table_attach(struct cw_devpool *p, struct st_diag *diag)
 {
 	int r;
 
+	/* a restarted expertd that adopted the segment and imported our
+	 * epoch again keeps the table (and our pins in it): keep the
+	 * mapping, so pins taken before stay balanced */
+	if (p->tab && p->tab->magic == ST_DEVSLOT_TABLE_MAGIC &&
+	    atomic_load(&p->tab->epoch) == p->pool[0].e.epoch)
+		return 0;
 	if (p->tab_shm.base)
 		st_shm_detach(&p->tab_shm);
 	p->tab = NULL;
@@ -218,8 +224,6 @@ static int export_one(struct cw_devpool *p, struct pool_one *o,
 		st_devpool_kind_name(o->kind), o->daemon, rep.importer_pid,
 		(unsigned long long)o->e.epoch, o->e.n_slots,
 		(unsigned long long)o->e.slot_bytes, rep.handles_open);
-	if (o->kind == ST_DEVPOOL_EXPERTS)
-		return table_attach(p, diag);
 	return 0;
 }
 
@@ -302,6 +306,8 @@ int cw_devpool_open(struct cw_devpool **ret, const struct cw_devpool_geom *g,
 		      slot_bytes, diag);
 	if (r == 0)
 		r = export_one(p, &p->pool[0], diag);
+	if (r == 0)
+		r = table_attach(p, diag);
 	if (r == 0 && g->kv_page_bytes && kv_bytes >= g->kv_page_bytes) {
 		uint64_t pb = (g->kv_page_bytes + ST_DEVPOOL_SLOT_ALIGN - 1) /
 			      ST_DEVPOOL_SLOT_ALIGN * ST_DEVPOOL_SLOT_ALIGN;
@@ -340,9 +346,13 @@ int cw_devpool_check(struct cw_devpool *p, struct st_diag *diag)
 
 	if (!p)
 		return 0;
-	pthread_mutex_lock(&p->mu);
+	/* Only this (main) thread touches the sockets, leases and exports;
+	 * the forward pass only pins and unpins, under p->mu, which is not
+	 * held across the requests below (a slow expertd must not stall the
+	 * step: its pins keep using the current table mapping). */
 	for (i = 0; i < 2; i++) {
 		struct pool_one *o = &p->pool[i];
+		int rr;
 
 		if (!o->x || (o->importer_pid && st_pid_alive(o->importer_pid)))
 			continue;
@@ -355,16 +365,21 @@ int cw_devpool_check(struct cw_devpool *p, struct st_diag *diag)
 			o->lease = -1;
 		o->importer_pid = 0;
 		sock_drop(o);
-		r = export_one(p, o, diag);
-		if (r < 0) {
-			o->next_try_ns = now + 1000000000ull;
-		} else {
+		rr = export_one(p, o, diag);
+		if (rr == 0 && o->kind == ST_DEVPOOL_EXPERTS) {
+			pthread_mutex_lock(&p->mu);
+			rr = table_attach(p, diag);
 			p->st.reexports++;
 			memset(p->guess, 0xff, (size_t)p->g.n_layers *
 			       p->g.n_experts * sizeof(*p->guess));
+			pthread_mutex_unlock(&p->mu);
+		}
+		if (rr < 0) {
+			o->importer_pid = 0; /* try again */
+			o->next_try_ns = now + 1000000000ull;
+			r = rr;
 		}
 	}
-	pthread_mutex_unlock(&p->mu);
 	return r;
 }
 

@@ -27,6 +27,7 @@ cleanup() {
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
+[ -n "${KEEP_TMP:-}" ] && trap - EXIT
 fail=0
 PROMPT="And God said, Let there be light"
 "$B/cli/strata" convert --model "$SRC/models/kjv-moe" --out "$TMP/store" \
@@ -71,6 +72,7 @@ n=$(grep -c "imported epoch" "$TMP/expertd.log")
 n=$(grep -c "imported epoch" "$TMP/kvd.log")
 [ "$n" -eq 1 ] || { echo "FAIL: kvd imported $n times, want 1"; fail=1; }
 kill -9 $CPID
+wait $CPID 2>/dev/null # reaped: its pid is gone, not a zombie
 for d in expertd kvd; do
 	i=0
 	while ! grep -q "died; dropping epoch" "$TMP/$d.log" && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
@@ -87,10 +89,11 @@ done
 # pool, computed exports the same epoch again, expertd imports it again
 EPID=$(cat "$R/expertd.pid")
 kill -9 "$EPID"
+wait "$EPID" 2>/dev/null # gone before the next one adopts its pool
 "$B/expertd/expertd" --store "$TMP/store" --instance "$I" --run-dir "$R" \
 	--host-budget 100% 2>"$TMP/expertd2.log" & pids="$pids $!"
 i=0
-while ! grep -q "imported epoch" "$TMP/expertd2.log" && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+while ! grep -q "imported epoch" "$TMP/expertd2.log" && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 grep -q "imported epoch" "$TMP/expertd2.log" || { echo "FAIL: the restarted expertd was not sent the device pool again"; fail=1; }
 e1=$(grep "imported epoch" "$TMP/expertd.log" | tail -1 | sed 's/.*imported epoch \([0-9]*\).*/\1/')
 e2=$(grep "imported epoch" "$TMP/expertd2.log" | tail -1 | sed 's/.*imported epoch \([0-9]*\).*/\1/')
