@@ -15,6 +15,7 @@
 #include <cuda_runtime_api.h>
 
 #include "st_cuda.h"
+#include "st_util.h"
 
 /*
  * The CUDA runtime, loaded with dlopen at the first call that needs it:
@@ -408,6 +409,8 @@ struct st_cuda_import {
 	uint64_t bytes;
 	uint32_t n_events;
 	uint32_t handles;
+	int32_t exporter_pid;                    /* fake device */
+	char fake_name[ST_DEVPOOL_HANDLE_BYTES + 1];
 	cudaEvent_t *ev;
 	cudaStream_t stream;
 };
@@ -423,6 +426,10 @@ int st_cuda_import_close(struct st_cuda_import *m, struct st_diag *diag)
 		n = m->base ? (int)m->handles : 0;
 		if (m->base)
 			munmap(m->base, m->bytes);
+		/* the driver frees a dead exporter's memory with the last
+		 * mapping; the fake's name would outlive it */
+		if (m->base && !st_pid_alive(m->exporter_pid))
+			shm_unlink(m->fake_name);
 		free(m->ev);
 		free(m);
 		return n;
@@ -477,6 +484,8 @@ int st_cuda_import_open(struct st_cuda_import **ret,
 
 		memcpy(name, e->mem_handle, ST_DEVPOOL_HANDLE_BYTES);
 		name[ST_DEVPOOL_HANDLE_BYTES] = 0;
+		memcpy(m->fake_name, name, sizeof(name));
+		m->exporter_pid = (int32_t)e->pid;
 		m->base = fake_map(name, m->bytes, 0, diag);
 		if (!m->base) {
 			st_cuda_import_close(m, NULL);
