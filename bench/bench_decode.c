@@ -32,11 +32,15 @@
 
 #include "cli_cmds.h"
 #include "cli_instance.h"
+#include "cw_cuda_experts.h"
+#include "cw_devpool.h"
+#include "st_cuda.h"
 #include "cw_model.h"
 #include "cw_sampler.h"
 #include "es_convert.h"
 #include "st_daemon.h"
 #include "st_membw.h"
+#include "st_build_config.h"
 #include "st_util.h"
 
 #define MAX_RUNS 16
@@ -72,6 +76,7 @@ static void usage(FILE *f)
 "          [--compute reference|fast|both] [--threads LIST]\n"
 "          [--prompt-tokens N] [--tokens N] [--runs N] [--host-budget B]\n"
 "          [--membw-bytes B] [--dense bf16|fp8] [--batch N]\n"
+"          [--device-budget LIST]\n"
 "\n"
 "Prompt and decode speed against this machine's read bandwidth.\n"
 "  --experts FMT       expert format of the store made when --store is\n"
@@ -86,6 +91,10 @@ static void usage(FILE *f)
 "  --membw-bytes B     bandwidth probe buffer (default 1GiB)\n"
 "  --batch N           also decode N sequences together (continuous\n"
 "                      batching, cw_model_eval_batch); default off\n"
+"  --device-budget LIST  CUDA builds: one configuration per device expert\n"
+"                      budget, e.g. 100%%,25%% (routed experts on the GPU\n"
+"                      from device slots expertd fills; reference mode,\n"
+"                      first thread count); default: CPU only\n"
 "Make the large model with: scripts/gen-moe-model.py --out\n"
 "bench-models/qwen3moe-large (see docs/BENCHMARKS.md).\n");
 }
@@ -153,11 +162,75 @@ out:
 
 /* Runs one configuration: `runs` times a fresh sequence, a prompt batch,
  * then n_tokens greedy steps; then, with batch > 1, run_batch. */
+/* The GPU expert path for one device budget (NULL: none). */
+struct dev_conf {
+	struct cw_devpool *dev;
+	struct cw_cuda_module_handle mod;
+	struct cw_cuda_experts *cx;
+};
+
+static int dev_conf_open(struct cli_instance *inst, struct es_client *es,
+			 struct cw_model *m, const char *budget,
+			 struct dev_conf *dc, struct st_diag *diag)
+{
+	const struct st_model_config *c = cw_model_config(m);
+	struct cw_devpool_geom g = {
+		(uint32_t)es_client_n_layers(es),
+		(uint32_t)es_client_n_experts(es),
+		(uint32_t)es_client_top_k(es), es_client_record_bytes(es), 0 };
+	struct cw_devpool_opts o = { budget, "0", inst->run_dir, inst->name,
+				     60000 };
+	int r = cw_devpool_open(&dc->dev, &g, &o, diag);
+
+	if (r == 0 && st_cuda_is_fake()) {
+		/* STRATA_CUDA_FAKE=1: the protocol without a GPU, experts
+		 * from device slots on the CPU (a dry run of this bench) */
+		cw_model_set_expert_fn(m, cw_devpool_fake_fn, dc->dev);
+		return 0;
+	}
+	if (r == 0)
+		r = cw_cuda_module_open(&dc->mod, diag);
+	if (r == 0)
+		r = dc->mod.ops->create(&dc->cx, dc->dev, &dc->mod.pool,
+					c->hidden_size, c->expert_inter, diag);
+	if (r == 0)
+		cw_model_set_expert_fn(m, dc->mod.ops->fn, dc->cx);
+	return r;
+}
+
+static void dev_conf_close(struct cw_model *m, struct dev_conf *dc)
+{
+	if (dc->dev) {
+		struct cw_devpool_stats ds;
+
+		cw_devpool_stats(dc->dev, &ds);
+		printf("  device slots: %u; pins %llu, misses %llu\n",
+		       ds.n_slots, (unsigned long long)ds.pins,
+		       (unsigned long long)ds.misses);
+	}
+	if (dc->cx) {
+		uint64_t nd = 0, nc = 0;
+
+		dc->mod.ops->counts(dc->cx, &nd, &nc);
+		printf("  routed experts computed on the device %llu times, on "
+		       "the CPU %llu times\n", (unsigned long long)nd,
+		       (unsigned long long)nc);
+		dc->mod.ops->destroy(dc->cx);
+	}
+	if (m)
+		cw_model_set_expert_fn(m, NULL, NULL);
+	cw_cuda_module_close(&dc->mod);
+	cw_devpool_close(dc->dev, 5000);
+	memset(dc, 0, sizeof(*dc));
+}
+
 static int run_conf(struct cli_instance *inst, struct es_client *es,
 		    struct kv_client *kv, struct cw_model_opts *mo, int runs,
 		    int n_prompt, int n_tokens, int batch,
+		    const char *device_budget,
 		    struct conf_result *res, struct st_diag *diag)
 {
+	struct dev_conf dc = { 0 };
 	double ptps[MAX_RUNS], dtps[MAX_RUNS], ctps[MAX_RUNS], pctps[MAX_RUNS];
 	struct cw_read_stats before, after;
 	uint64_t exp_b = 0, den_b = 0, lm_b = 0, stall = 0, decoded = 0;
@@ -169,6 +242,11 @@ static int run_conf(struct cli_instance *inst, struct es_client *es,
 	r = cw_model_open(inst->store_dir, es, kv, mo, &m, diag);
 	if (r < 0)
 		return r;
+	if (device_budget) {
+		r = dev_conf_open(inst, es, m, device_budget, &dc, diag);
+		if (r < 0)
+			goto out;
+	}
 	logits = malloc(sizeof(float) * (size_t)cw_model_config(m)->vocab_size);
 	ids = malloc(sizeof(int32_t) * (size_t)n_prompt);
 	if (!logits || !ids) {
@@ -225,6 +303,8 @@ static int run_conf(struct cli_instance *inst, struct es_client *es,
 	if (r == 0 && batch > 1)
 		r = run_batch(m, kv, batch, n_tokens, res, diag);
 out:
+	if (device_budget)
+		dev_conf_close(m, &dc);
 	free(ids);
 	free(logits);
 	cw_model_close(m);
@@ -265,6 +345,7 @@ int main(int argc, char **argv)
 		{ "compute", required_argument, NULL, 'c' },
 		{ "dense", required_argument, NULL, 'd' },
 		{ "batch", required_argument, NULL, 'B' },
+		{ "device-budget", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -281,6 +362,7 @@ int main(int argc, char **argv)
 	double bw[MAX_CONF];
 	enum cw_compute modes[2];
 	int n_modes;
+	const char *device_budgets = NULL; /* --device-budget LIST */
 
 	memset(&inst, 0, sizeof(inst));
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -291,6 +373,7 @@ int main(int argc, char **argv)
 		case 'p': n_prompt = atoi(optarg); break;
 		case 'r': runs = atoi(optarg); break;
 		case 'B': batch = atoi(optarg); break;
+		case 'D': device_budgets = optarg; break;
 		case 'b': snprintf(inst.host_budget, sizeof(inst.host_budget), "%s", optarg); break;
 		case 'e': experts = optarg; break;
 		case 'w':
@@ -394,10 +477,33 @@ int main(int argc, char **argv)
 			cr->threads = threads[ti];
 			cr->bw = bw[ti];
 			r = run_conf(&inst, es, kv, &mo, runs, n_prompt, n_tokens, batch,
-				     cr, &diag);
+				     NULL, cr, &diag);
 			if (!r)
 				n_res++;
 		}
+	/* the GPU tier: one configuration per device budget */
+	if (!r && device_budgets) {
+		char list[256], *save = NULL;
+
+		snprintf(list, sizeof(list), "%s", device_budgets);
+		for (char *b = strtok_r(list, ",", &save); b && !r;
+		     b = strtok_r(NULL, ",", &save)) {
+			struct cw_model_opts mo = { ST_DTYPE_F32, 16,
+						    threads[0],
+						    CW_COMPUTE_REFERENCE };
+			struct conf_result dr = { 0 };
+
+			printf("device budget %s (routed experts on the GPU "
+			       "from device slots):\n", b);
+			r = run_conf(&inst, es, kv, &mo, runs, n_prompt,
+				     n_tokens, 0, b, &dr, &diag);
+			if (!r)
+				printf("device budget %s: prompt %.1f tokens/s, "
+				       "decode %.2f tokens/s, expert stall "
+				       "%.3f ms/token\n", b, dr.prompt_tps,
+				       dr.decode_tps, dr.stall_ms);
+		}
+	}
 	if (r < 0) {
 		fprintf(stderr, "bench: %s\n", diag.msg);
 		goto out;

@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "cw_chat.h"
+#include "cw_cuda_experts.h"
+#include "cw_devpool.h"
 #include "cw_gen.h"
 #include "cw_http.h"
 #include "cw_kvrow.h"
@@ -29,6 +31,7 @@
 #include "es_client.h"
 #include "kv_client.h"
 #include "st_build_config.h"
+#include "st_cuda.h"
 #include "st_daemon.h"
 #include "st_log.h"
 #include "st_msg.h"
@@ -78,6 +81,11 @@ struct cw_daemon {
 	struct cw_metrics metrics;
 	struct cw_sched *sched;
 	struct cw_http *http;
+	/* device pools (issue 10, cw_devpool.h): NULL on the CPU */
+	const char *device_budget, *device_kv_budget;
+	struct cw_devpool *dev;
+	struct cw_cuda_module_handle cumod; /* the CUDA module, when used */
+	struct cw_cuda_experts *cuexp;
 };
 
 static void usage(FILE *f)
@@ -116,6 +124,12 @@ static void usage(FILE *f)
 "  --route-record FILE    write the routing applied as such a trace\n"
 "  --lookahead-oracle     benchmarks: hint the trace's experts instead of\n"
 "                         probing the routers (needs --route-trace)\n"
+"\n"
+"GPU (CUDA builds; without a device computed says so once and uses the CPU):\n"
+"  --device-budget B      device expert slots: a share of all experts\n"
+"                         (\"25%%\") or bytes (\"40GiB\"); default: 100%%,\n"
+"                         capped at 80%% of free device memory; \"0\" = CPU\n"
+"  --device-kv-budget B   device KV page pool bytes (default 256MiB, 0 = none)\n"
 "\n"
 "Serving (continuous batching; both APIs share the scheduler):\n"
 "  --http-port N          serve the OpenAI-compatible HTTP API on port N\n"
@@ -167,6 +181,8 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "max-queued", required_argument, NULL, 'Q' },
 		{ "max-step-tokens", required_argument, NULL, 'S' },
 		{ "max-body", required_argument, NULL, 'L' },
+		{ "device-budget", required_argument, NULL, 0x306 },
+		{ "device-kv-budget", required_argument, NULL, 0x307 },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -267,6 +283,8 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		case 0x303: d->ropts.trace_path = optarg; break;
 		case 0x304: d->ropts.record_path = optarg; break;
 		case 0x305: d->ropts.oracle = 1; break;
+		case 0x306: d->device_budget = optarg; break;
+		case 0x307: d->device_kv_budget = optarg; break;
 		case 'P': case 'R': case 'Q': case 'S': case 'L': {
 			char *end;
 			long long v = strtoll(optarg, &end, 10);
@@ -755,6 +773,11 @@ static void handle_message(struct cw_daemon *d, const uint8_t *buf, size_t len)
 static void reap_idle(struct cw_daemon *d)
 {
 	uint64_t now = st_now_ns();
+	struct st_diag diag = { "" };
+
+	/* a restarted expertd / kvd imports the device pools again */
+	if (d->dev && cw_devpool_check(d->dev, &diag) < 0)
+		st_warn("device pools: %s (retrying)", diag.msg);
 
 	for (int i = 0; i < CW_MAX_GENS; i++)
 		if (d->gens[i].gen &&
@@ -763,6 +786,104 @@ static void reap_idle(struct cw_daemon *d)
 				d->gens[i].id);
 			end_gen(d, &d->gens[i]);
 		}
+}
+
+/*
+ * The GPU tier (issue 10): allocates and exports the device pools and
+ * routes experts through the CUDA path.  Without CUDA or a device it says
+ * so once and leaves everything on the CPU (0); a budget or export error
+ * the user must fix is returned.
+ */
+static int setup_device(struct cw_daemon *d)
+{
+	const struct st_model_config *cfg = cw_model_config(d->model);
+	struct cw_devpool_geom g = { 0 };
+	struct cw_devpool_opts o = { 0 };
+	struct st_diag diag = { "" };
+	char budget[32];
+	int r;
+
+	if (d->device_budget && !strcmp(d->device_budget, "0"))
+		return 0;
+	if (!st_cuda_built()) {
+		if (d->device_budget)
+			st_warn("--device-budget %s ignored: this computed was "
+				"built without CUDA; computing on the CPU",
+				d->device_budget);
+		return 0;
+	}
+	g.n_layers = (uint32_t)es_client_n_layers(d->es);
+	g.n_experts = (uint32_t)es_client_n_experts(d->es);
+	g.top_k = (uint32_t)es_client_top_k(d->es);
+	g.record_bytes = es_client_record_bytes(d->es);
+	{
+		struct kv_stats ks;
+
+		if (kv_client_stats(d->kv, &ks) == 0)
+			g.kv_page_bytes = ks.page_bytes;
+	}
+	o.budget = d->device_budget;
+	if (!o.budget) {
+		/* default: every expert, within 80 % of free device memory */
+		uint64_t fr = 0, tot = 0, all;
+
+		if (st_cuda_mem_info(&fr, &tot, NULL) < 0) {
+			char why[300];
+
+			st_cuda_device_count(why, sizeof(why));
+			st_info("no CUDA device (%s): computing on the CPU",
+				why);
+			return 0;
+		}
+		all = (uint64_t)g.n_layers * g.n_experts *
+		      ((g.record_bytes + 255) / 256 * 256);
+		snprintf(budget, sizeof(budget), "%llu",
+			 (unsigned long long)(all < fr / 10 * 8 ? all :
+					      fr / 10 * 8));
+		o.budget = budget;
+	}
+	o.kv_budget = d->device_kv_budget;
+	o.run_dir = d->run_dir;
+	o.instance = d->instance;
+	o.timeout_ms = d->timeout_ms > 0 ? d->timeout_ms : 10000;
+	r = cw_devpool_open(&d->dev, &g, &o, &diag);
+	if (r == -ST_E_UNSUPPORTED) {
+		st_warn("%s: computing on the CPU", diag.msg);
+		return 0;
+	}
+	if (r < 0) {
+		st_err("device pools: %s", diag.msg);
+		return r;
+	}
+	if (st_cuda_is_fake()) {
+		/* tests without a GPU: experts read from the (host) device
+		 * slots by the CPU backend */
+		cw_model_set_expert_fn(d->model, cw_devpool_fake_fn, d->dev);
+		st_info("GPU: the fake device of STRATA_CUDA_FAKE=1");
+	} else {
+		r = cw_cuda_module_open(&d->cumod, &diag);
+		if (r == 0)
+			r = d->cumod.ops->create(&d->cuexp, d->dev,
+						 &d->cumod.pool,
+						 cfg->hidden_size,
+						 cfg->expert_inter, &diag);
+		if (r < 0) {
+			st_err("CUDA expert path: %s", diag.msg);
+			return r;
+		}
+		cw_model_set_expert_fn(d->model, d->cumod.ops->fn, d->cuexp);
+	}
+	{
+		struct cw_devpool_stats ds;
+
+		cw_devpool_stats(d->dev, &ds);
+		st_info("GPU: %u device expert slots of %llu bytes, %u KV "
+			"pages; routed experts run on the device when "
+			"expertd has them there", ds.n_slots,
+			(unsigned long long)ds.slot_bytes, ds.kv_pages);
+	}
+	(void)cfg;
+	return 0;
 }
 
 static int serve(struct cw_daemon *d)
@@ -863,6 +984,9 @@ int main(int argc, char **argv)
 		st_err("%s", diag.msg);
 		goto out;
 	}
+	r = setup_device(d);
+	if (r < 0)
+		goto out;
 	r = st_tokenizer_load(d->store_dir, &d->tok, &diag);
 	if (r < 0) {
 		st_err("cannot load the tokenizer of %s: %s", d->store_dir,
@@ -940,6 +1064,25 @@ out:
 	if (d->rep.url[0])
 		unlink(path);
 	st_pidfile_remove(d->run_dir, "computed");
+	/* no step runs any more: the device path, then the pools (revoked
+	 * from expertd and kvd before they are freed) */
+	if (d->model)
+		cw_model_set_expert_fn(d->model, NULL, NULL);
+	if (d->cumod.ops)
+		d->cumod.ops->destroy(d->cuexp);
+	cw_cuda_module_close(&d->cumod);
+	if (d->dev) {
+		struct cw_devpool_stats ds;
+
+		cw_devpool_stats(d->dev, &ds);
+		st_info("device pools: %llu slot pins, %llu misses, %llu "
+			"re-exports, %llu experts through the fake device",
+			(unsigned long long)ds.pins,
+			(unsigned long long)ds.misses,
+			(unsigned long long)ds.reexports,
+			(unsigned long long)ds.fake_experts);
+	}
+	cw_devpool_close(d->dev, 5000);
 	st_tokenizer_free(d->tok);
 	cw_routing_close(d->routing);
 	cw_model_close(d->model);

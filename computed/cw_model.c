@@ -83,6 +83,8 @@ struct cw_model {
 	float probe_w[CW_MAX_EXPERTS];
 	cw_act_fn act_fn;
 	void *act_arg;
+	cw_expert_fn expert_fn;   /* device path of routed experts, or NULL */
+	void *expert_arg;
 	struct cw_read_stats rs;
 	struct cw_threads *pool;           /* owned; NULL = single thread */
 	/* scratch, grown on demand for n tokens */
@@ -579,6 +581,12 @@ int cw_model_route_probe(struct cw_model *m, int layer, const float *h,
 			     c->norm_topk_prob, ret_experts, m->probe_w);
 }
 
+void cw_model_set_expert_fn(struct cw_model *m, cw_expert_fn fn, void *arg)
+{
+	m->expert_fn = fn;
+	m->expert_arg = arg;
+}
+
 void cw_model_set_act_fn(struct cw_model *m, cw_act_fn fn, void *arg)
 {
 	m->act_fn = fn;
@@ -1073,6 +1081,28 @@ static void moe_down_task(void *arg, int task, int n_tasks)
 	}
 }
 
+/* The device path of expert e (cw_expert_fn) for pairs ks.pairs[pb ..
+ * pe): 1 when it computed their moe_out rows. */
+static int dev_expert(struct cw_model *m, int layer, int e,
+		      const uint8_t *rec, const struct cw_wview w[3], int pb,
+		      int pe)
+{
+	const float *x[1024];
+	float *out[1024];
+	const int H = m->cfg.hidden_size, K = m->cfg.top_k;
+	int n = pe - pb;
+
+	if (n <= 0 || n > (int)(sizeof(x) / sizeof(x[0])))
+		return 0;
+	for (int i = 0; i < n; i++) {
+		const int p = m->ks.pairs[pb + i];
+
+		x[i] = m->xn + (size_t)(p / K) * H;
+		out[i] = m->moe_out + (size_t)p * H;
+	}
+	return m->expert_fn(m->expert_arg, layer, e, rec, w, n, x, out) == 1;
+}
+
 /* Computes every (token, k) expert output of one layer into m->moe_out,
  * acquiring experts from expertd in groups that fit its pool. */
 static int moe_layer(struct cw_model *m, int layer, int n,
@@ -1122,12 +1152,19 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 		 * order; each expert's weights read once */
 		for (int gi = 0; gi < gn; gi++) {
 			const int e = needed[g0 + gi];
+			const int pb = np;
 
 			expert_views(m, layer, recs[gi], m->ks.views + 3 * gi);
 			p0[gi] = np;
 			for (int i = 0; i < n * K; i++)
 				if (m->rexperts[i] == e)
 					m->ks.pairs[np++] = i;
+			if (m->expert_fn && !m->act_fn &&
+			    dev_expert(m, layer, e, recs[gi],
+				       m->ks.views + 3 * gi, pb, np)) {
+				np = pb; /* done on the device: no CPU pairs */
+				continue;
+			}
 			m->rs.expert_bytes += view_bytes(&m->ks.views[3 * gi]) +
 				view_bytes(&m->ks.views[3 * gi + 1]) +
 				view_bytes(&m->ks.views[3 * gi + 2]);

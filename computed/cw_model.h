@@ -54,6 +54,20 @@ struct cw_route_hooks {
 typedef void (*cw_act_fn)(void *arg, int layer, int expert, const float *x,
 			  int x_len, const float *act, int act_len);
 
+/*
+ * Optional device path of one routed expert (the CUDA backend,
+ * cw_cuda_experts.h): computes out[t] = down(silu(gate x[t]) * up x[t])
+ * for the n tokens x[0..n) (hidden_size floats each) of expert (layer,
+ * expert), whose host record is rec with views w[3] (gate, up, down) into
+ * it, writing out[t] (hidden_size floats).  Returns 1 when it did (the
+ * expert was on the device), 0 to leave the expert to the CPU backend
+ * (not on the device, unsupported format: no output written).  Called
+ * from the thread that runs the forward pass.
+ */
+typedef int (*cw_expert_fn)(void *arg, int layer, int expert,
+			    const uint8_t *rec, const struct cw_wview w[3],
+			    int n, const float *const *x, float *const *out);
+
 /* Bytes of weights read, by kind (for the benchmark and the summary). */
 struct cw_read_stats {
 	uint64_t expert_bytes;
@@ -95,6 +109,10 @@ void cw_model_set_route_fn(struct cw_model *m, cw_route_fn fn, void *arg);
 
 /* Sets (or clears with NULL) the expert input observer. */
 void cw_model_set_act_fn(struct cw_model *m, cw_act_fn fn, void *arg);
+
+/* Sets (or clears with NULL) the device path of routed experts; ignored
+ * while an expert input observer is set (it needs the activations). */
+void cw_model_set_expert_fn(struct cw_model *m, cw_expert_fn fn, void *arg);
 
 /*
  * Runs n tokens ids[0..n) of KV sequence `seq` at positions pos0 .. pos0+n-1

@@ -269,6 +269,8 @@ struct es_daemon {
 	uint64_t cur_pos;              /* latest ROUTE: position and layer */
 	uint32_t cur_layer;
 	struct es_engram *engram;      /* V4.1 Engram tier, NULL: none */
+	struct es_devpool *dev;        /* device expert pool (es_devpool.h),
+					* NULL until computed exports one */
 };
 
 /* ---- es_engram.c (DeepSeek-V4.1 stores: the Engram tier) ---- */

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "es_daemon.h"
+#include "es_devpool.h"
 #include "st_build_config.h"
 #include "st_daemon.h"
 #include "st_log.h"
@@ -400,6 +401,7 @@ static void daemon_fini(struct es_daemon *d, int destroy_pool)
 	d->loader = NULL;
 	es_engram_stop(d, destroy_pool);
 	es_tiers_fini(d);
+	es_devpool_fini(d, destroy_pool);
 	if (d->pool.shm.base)
 		es_pool_close(&d->pool, destroy_pool);
 	es_server_close(d);

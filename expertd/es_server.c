@@ -18,6 +18,7 @@
 
 #include "es_daemon.h"
 #include "es_engram_proto.h"
+#include "es_devpool.h"
 #include "st_daemon.h"
 #include "st_log.h"
 #include "st_util.h"
@@ -347,9 +348,29 @@ static void handle_acquire(struct es_daemon *d, const struct st_msg_header *h,
 		es_acquire_rep_encode(&w, req.n, ents);
 		reply_ok(d, h, &w);
 		st_wbuf_fini(&w);
+		for (i = 0; i < req.n; i++) /* device tier (es_devpool.h) */
+			es_devpool_want(d, c, req.layer,
+					es_acquire_req_expert(&req, i), 0);
 	}
 	free(ents);
 	free(pinned);
+}
+
+/* DEV_EXPORT / DEV_REVOKE: the device expert pool (es_devpool.h). */
+static void handle_devpool(struct es_daemon *d, const struct st_msg_header *h,
+			   const uint8_t *p)
+{
+	struct st_diag diag = { "" };
+	struct st_wbuf w;
+	int r;
+
+	st_wbuf_init(&w);
+	r = es_devpool_handle(d, h->type, p, h->payload_len, &w, &diag);
+	if (r < 0)
+		reply_error(d, h, r, diag.msg);
+	else
+		reply_ok(d, h, &w);
+	st_wbuf_fini(&w);
 }
 
 /* RELEASE: drops one pin of the client on each listed expert it holds
@@ -492,6 +513,8 @@ void es_server_handle(struct es_daemon *d, const uint8_t *buf, size_t len)
 	case ES_MSG_ROUTE: handle_route(d, &h, payload); break;
 	case ES_MSG_ENGRAM_OPEN:
 	case ES_MSG_ENGRAM: handle_engram(d, &h, payload); break;
+	case ST_MSG_DEV_EXPORT:
+	case ST_MSG_DEV_REVOKE: handle_devpool(d, &h, payload); break;
 	default:
 		snprintf(msg, sizeof(msg), "unknown message type 0x%04x for "
 			 "expertd", h.type);
@@ -578,6 +601,9 @@ int es_server_run(struct es_daemon *d)
 		}
 		/* prefetches waiting for a free loader: look again soon */
 		want = es_tiers_tick(d);
+		r = es_devpool_tick(d);
+		if (r >= 0 && r < want)
+			want = r;
 		if (want != wait_ms && st_sock_set_recv_timeout(&d->rep,
 								want) == 0)
 			wait_ms = want;

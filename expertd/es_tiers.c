@@ -26,6 +26,7 @@
 #include <string.h>
 
 #include "es_daemon.h"
+#include "es_devpool.h"
 #include "st_log.h"
 #include "st_util.h"
 
@@ -295,7 +296,6 @@ void es_tiers_route(struct es_daemon *d, int client,
 	uint64_t n_sel = (uint64_t)req->n_tokens * req->k;
 	uint64_t now = st_now_ns();
 
-	(void)client;
 	if (req->layer == 0 && req->n_tokens)
 		es_actstats_tokens(&d->stats, req->n_tokens);
 	for (uint64_t i = 0; i < n_sel; i++) {
@@ -304,6 +304,9 @@ void es_tiers_route(struct es_daemon *d, int client,
 								  e)]);
 
 		es_actstats_add(&d->stats, req->layer, e);
+		/* routed now: wanted on the device (host hits take the
+		 * client's fast path and send no ACQUIRE) */
+		es_devpool_want(d, client, req->layer, e, 0);
 		if (s >= 0) {
 			/* about to be acquired: not a victim for the hints
 			 * of this very message */
@@ -327,6 +330,7 @@ void es_tiers_route(struct es_daemon *d, int client,
 
 		es_route_req_hint(req, i, &l, &e);
 		d->pending[d->n_pending++] = (uint32_t)es_pool_index(v, l, e);
+		es_devpool_want(d, client, l, e, 1); /* device tier */
 	}
 	atomic_fetch_add(&v->hdr->c.hints, req->n_hint);
 	pump(d);

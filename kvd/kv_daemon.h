@@ -487,6 +487,8 @@ struct kv_server {
 	uint32_t *prefetch;
 	uint32_t n_prefetch, cap_prefetch;
 	int recv_timeout_ms;            /* current one of rep */
+	struct st_devimporter *dev;     /* device KV pool (kv_devpool.h),
+					 * NULL until computed exports one */
 };
 
 /* Pages restored in the background per loop turn (at most). */

@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kv_daemon.h"
+#include "kv_devpool.h"
 #include "st_daemon.h"
 #include "st_log.h"
 #include "st_util.h"
@@ -783,6 +784,11 @@ static void handle(struct kv_server *s, const uint8_t *buf, size_t len)
 			s->stop = 1;
 		}
 		goto reply;
+	case ST_MSG_DEV_EXPORT: /* device KV pool (kv_devpool.h) */
+	case ST_MSG_DEV_REVOKE:
+		rp.status = kv_devpool_handle(s, h.type, p, plen, &rp.w,
+					      &rp.diag);
+		goto reply;
 	default:
 		break;
 	}
@@ -934,6 +940,7 @@ int kv_server_poll(struct kv_server *s)
 	now = st_now_ns();
 	if (now - s->last_reap_ns >= KV_REAP_INTERVAL_NS) {
 		reap_clients(s);
+		kv_devpool_tick(s);
 		s->last_reap_ns = now;
 	}
 	return s->stop;
@@ -942,6 +949,7 @@ int kv_server_poll(struct kv_server *s)
 void kv_server_stop(struct kv_server *s)
 {
 	publish(s, KV_EVT_SHUTDOWN, NULL, 0);
+	kv_devpool_fini(s, !s->keep_pool);
 	st_sock_close(&s->rep);
 	st_sock_close(&s->pub);
 	unlink(s->ctl_path);

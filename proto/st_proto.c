@@ -267,6 +267,8 @@ const char *st_proto_type_name(uint16_t type)
 	case ST_MSG_PING: return "PING";
 	case ST_MSG_STATS: return "STATS";
 	case ST_MSG_SHUTDOWN: return "SHUTDOWN";
+	case 0x0006: return "DEV_EXPORT";  /* st_devpool.h */
+	case 0x0007: return "DEV_REVOKE";
 	default: break;
 	}
 	if ((type & 0x7f00) == ST_MSG_ES_FIRST)

@@ -136,6 +136,35 @@ int cw_cu_gemm_f32(struct cw_cu_blas *b, const float *w_d, const float *x_d,
 		   float *y_d, int rows, int cols, int n_tok, void *stream,
 		   struct st_diag *diag);
 
+/*
+ * Grouped prefill GEMM (the routed experts of a prefill chunk, one group
+ * per expert): for each group i, y_d[t][r] = sum_c W_i[r][c] x_d[t][c] for
+ * its n_tok tokens, W_i any format of cw_cu_matvec (device views).  Each
+ * weight is dequantized to a BF16 tile (exact for MXFP4: E2M1 x E8M0 needs
+ * 2 mantissa bits; NVFP4, E2M1_F16, FP8 and F32 weights round to 8 bits),
+ * activations are rounded to BF16, and cuBLAS multiplies with float32
+ * accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F).  Tolerance vs the exact
+ * product of the dequantized weights and float32 x, S = sum_c |W x|:
+ * |y - exact| <= (2^-8 + (cols + 64) * 2^-24) * S for MXFP4 and BF16
+ * weights (x rounding, then an order-free float32 sum), 2^-7 * S + the
+ * same for the other formats (weight rounding too).
+ */
+struct cw_cu_group {
+	const struct cw_wview *w;  /* [rows, cols], device pointers */
+	const float *x_d;          /* [n_tok, cols] */
+	float *y_d;                /* [n_tok, rows] */
+	int n_tok;
+};
+/* Scratch bytes cw_cu_gemm_grouped_bf16 needs for these groups (the
+ * largest group's BF16 weight and activation tiles). */
+size_t cw_cu_gemm_grouped_scratch(const struct cw_cu_group *g, int n_groups);
+/* Runs the groups in order on stream, reusing scratch_d (device,
+ * scratch_bytes).  0, -EINVAL, -ST_E_UNSUPPORTED, -ST_E_CUDA, -ST_E_CUBLAS. */
+int cw_cu_gemm_grouped_bf16(struct cw_cu_blas *b, const struct cw_cu_group *g,
+			    int n_groups, void *scratch_d,
+			    size_t scratch_bytes, void *stream,
+			    struct st_diag *diag);
+
 /* --- elementwise and norms (cw_cu_norm.cu) --- */
 
 /*

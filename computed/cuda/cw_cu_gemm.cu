@@ -5,6 +5,7 @@
  * a batch of tokens by cuBLAS (cublasSgemm, no TF32).
  */
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <stdlib.h>
 
@@ -73,11 +74,24 @@ int cw_cu_gemm_f32(struct cw_cu_blas *b, const float *w_d, const float *x_d,
 	return s == CUBLAS_STATUS_SUCCESS ? 0 : blas_err(diag, s, "cublasSgemm");
 }
 
+static __device__ __forceinline__ void store_out(float *o, float v)
+{
+	*o = v;
+}
+
+/* BF16 tiles of the grouped prefill GEMM: round to nearest even (exact
+ * for E2M1 x E8M0, which needs 2 mantissa bits). */
+static __device__ __forceinline__ void store_out(__nv_bfloat16 *o, float v)
+{
+	*o = __float2bfloat16_rn(v);
+}
+
 /* Element c of row r of a quantized matrix (the formats of cw_cu_matvec). */
+template <typename T>
 __global__ void dequant_kernel(int dt, const uint8_t *data,
 			       const uint8_t *scales, int64_t rows,
 			       int64_t cols, int64_t ngroups, int group,
-			       float gscale, float *out)
+			       float gscale, T *out)
 {
 	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
 
@@ -115,13 +129,15 @@ __global__ void dequant_kernel(int dt, const uint8_t *data,
 		v = ((const float *)data)[i];
 		break;
 	}
-	out[i] = v;
+	store_out(&out[i], v);
 }
 
-int cw_cu_dequant_f32(const struct cw_wview *w, float *out_d, void *stream,
+/* Group size of a view's scales (> 0), or a negative code with diag for an unsupported or
+ * inconsistent view (shared by the float32 and BF16 dequantizers). */
+static int view_group(const struct cw_wview *w, const char *who,
 		      struct st_diag *diag)
 {
-	const int64_t R = w->rows, C = w->cols, n = R * C;
+	const int64_t R = w->rows, C = w->cols;
 	int group = 1;
 
 	switch (w->dtype) {
@@ -132,21 +148,119 @@ int cw_cu_dequant_f32(const struct cw_wview *w, float *out_d, void *stream,
 	case ST_DTYPE_BF16:
 	case ST_DTYPE_F32: break;
 	default:
-		return st_diag_set(diag, -ST_E_UNSUPPORTED, "cw_cu_dequant_f32: "
-				   "dtype %d not supported", (int)w->dtype);
+		return st_diag_set(diag, -ST_E_UNSUPPORTED, "%s: dtype %d not "
+				   "supported", who, (int)w->dtype);
 	}
 	if (R < 0 || C < 0 || group < 1 ||
 	    ((w->dtype == ST_DTYPE_MXFP4 || w->dtype == ST_DTYPE_NVFP4) &&
 	     C % group) ||
-	    (w->dtype == ST_DTYPE_E2M1_F16 && (group % 2 || C % 2)))
-		return st_diag_set(diag, -EINVAL, "cw_cu_dequant_f32: %lld x %lld"
-				   " with group %d", (long long)R, (long long)C,
-				   group);
+	    (w->dtype == ST_DTYPE_E2M1_F16 && (group % 2 || C % 2))) {
+		return st_diag_set(diag, -EINVAL, "%s: %lld x %lld with group "
+				   "%d", who, (long long)R, (long long)C, group);
+	}
+	return group;
+}
+
+int cw_cu_dequant_f32(const struct cw_wview *w, float *out_d, void *stream,
+		      struct st_diag *diag)
+{
+	const int64_t R = w->rows, C = w->cols, n = R * C;
+	int group = view_group(w, "cw_cu_dequant_f32", diag);
+
+	if (group < 0)
+		return group;
 	if (!n)
 		return 0;
-	dequant_kernel<<<(unsigned)((n + 255) / 256), 256, 0,
+	dequant_kernel<float><<<(unsigned)((n + 255) / 256), 256, 0,
 			 (cudaStream_t)stream>>>((int)w->dtype,
 			(const uint8_t *)w->data, w->scales, R, C,
 			(C + group - 1) / group, group, w->global_scale, out_d);
 	return cw_cu_launched(diag, "cw_cu_dequant_f32 launch");
+}
+
+/* --- grouped prefill GEMM: BF16 tiles + cuBLAS --- */
+
+__global__ void f32_to_bf16_kernel(const float *x, __nv_bfloat16 *y, int64_t n)
+{
+	const int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (i < n)
+		y[i] = __float2bfloat16_rn(x[i]);
+}
+
+size_t cw_cu_gemm_grouped_scratch(const struct cw_cu_group *g, int n_groups)
+{
+	size_t most = 0;
+
+	for (int i = 0; i < n_groups; i++) {
+		size_t b = ((size_t)g[i].w->rows * g[i].w->cols +
+			    (size_t)g[i].n_tok * g[i].w->cols) * 2 + 256;
+
+		if (b > most)
+			most = b;
+	}
+	return most;
+}
+
+int cw_cu_gemm_grouped_bf16(struct cw_cu_blas *b, const struct cw_cu_group *g,
+			    int n_groups, void *scratch_d,
+			    size_t scratch_bytes, void *stream,
+			    struct st_diag *diag)
+{
+	const float one = 1.0f, zero = 0.0f;
+	cublasStatus_t s;
+
+	if (n_groups < 0 || (n_groups && !g))
+		return st_diag_set(diag, -EINVAL, "cw_cu_gemm_grouped_bf16: %d "
+				   "groups", n_groups);
+	if (cw_cu_gemm_grouped_scratch(g, n_groups) > scratch_bytes)
+		return st_diag_set(diag, -EINVAL, "cw_cu_gemm_grouped_bf16: "
+				   "scratch of %zu bytes, %zu needed",
+				   scratch_bytes,
+				   cw_cu_gemm_grouped_scratch(g, n_groups));
+	s = cublasSetStream(b->h, (cudaStream_t)stream);
+	if (s != CUBLAS_STATUS_SUCCESS)
+		return blas_err(diag, s, "cublasSetStream");
+	for (int i = 0; i < n_groups; i++) {
+		const struct cw_wview *w = g[i].w;
+		const int64_t R = w->rows, C = w->cols, nw = R * C;
+		const int64_t nx = (int64_t)g[i].n_tok * C;
+		__nv_bfloat16 *wt = (__nv_bfloat16 *)scratch_d;
+		/* x tile after the weight tile, 256-byte aligned */
+		__nv_bfloat16 *xt = (__nv_bfloat16 *)((uint8_t *)scratch_d +
+			(((size_t)nw * 2 + 255) / 256 * 256));
+		int group = view_group(w, "cw_cu_gemm_grouped_bf16", diag);
+		int r;
+
+		if (group < 0)
+			return group;
+		if (g[i].n_tok < 0 || R > INT32_MAX || C > INT32_MAX)
+			return st_diag_set(diag, -EINVAL, "group %d: %lld x "
+					   "%lld, %d tokens", i, (long long)R,
+					   (long long)C, g[i].n_tok);
+		if (!g[i].n_tok || !nw)
+			continue;
+		dequant_kernel<__nv_bfloat16><<<(unsigned)((nw + 255) / 256),
+			256, 0, (cudaStream_t)stream>>>((int)w->dtype,
+			(const uint8_t *)w->data, w->scales, R, C,
+			(C + group - 1) / group, group, w->global_scale, wt);
+		r = cw_cu_launched(diag, "grouped GEMM dequantize");
+		if (r < 0)
+			return r;
+		f32_to_bf16_kernel<<<(unsigned)((nx + 255) / 256), 256, 0,
+				     (cudaStream_t)stream>>>(g[i].x_d, xt, nx);
+		r = cw_cu_launched(diag, "grouped GEMM activations");
+		if (r < 0)
+			return r;
+		/* Y^T [R, n] = W [R, C] X^T [C, n] in column-major terms, as
+		 * cw_cu_gemm_f32; BF16 inputs, float32 accumulation */
+		s = cublasGemmEx(b->h, CUBLAS_OP_T, CUBLAS_OP_N, (int)R,
+				 g[i].n_tok, (int)C, &one, wt, CUDA_R_16BF,
+				 (int)C, xt, CUDA_R_16BF, (int)C, &zero,
+				 g[i].y_d, CUDA_R_32F, (int)R,
+				 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+		if (s != CUBLAS_STATUS_SUCCESS)
+			return blas_err(diag, s, "cublasGemmEx (BF16)");
+	}
+	return 0;
 }

@@ -552,6 +552,118 @@ out:
 	free(y_cpu);
 }
 
+/* --- grouped prefill GEMM (BF16 tiles + cuBLAS) --- */
+
+/*
+ * n_groups experts of format dt (random codes and scales), each with its
+ * own token count, against the exact (double) product of the st_formats
+ * dequantization and float32 x, within cw_cu.h's bound: (2^-8 + (C + 64)
+ * 2^-24) S for MXFP4 (exact BF16 weights, x rounded), 2^-7 S + the same
+ * for NVFP4 (weights rounded too).  Guard bytes around every output.
+ */
+static void test_grouped(enum st_dtype dt, int n_groups, int R, int C)
+{
+	struct cw_cu_group g[8];
+	struct cw_wview wv[8], wd[8];
+	float *x[8], *y[8];
+	void *w_d[8], *s_d[8], *x_d[8], *y_d[8], *scr = NULL;
+	struct st_diag d = { { 0 } };
+	struct cw_cu_blas *b = NULL;
+	const int gs = dt == ST_DTYPE_MXFP4 ? 32 : 16;
+	const double rel = dt == ST_DTYPE_MXFP4 ? 0x1p-8 : 0x1p-7;
+	size_t scr_bytes;
+	char what[80];
+	float *row = xmalloc((size_t)C * 4);
+
+	snprintf(what, sizeof(what), "grouped bf16 dtype %d, %d x %dx%d",
+		 (int)dt, n_groups, R, C);
+	for (int i = 0; i < n_groups; i++) {
+		const size_t nc = (size_t)R * C / 2, ns = (size_t)R * C / gs;
+		uint8_t *codes = xmalloc(nc), *sc = xmalloc(ns);
+		const int nt = 8 + i * 5;
+
+		for (size_t k = 0; k < nc; k++)
+			codes[k] = (uint8_t)rnd();
+		memset(&wv[i], 0, sizeof(wv[i]));
+		wv[i].dtype = dt;
+		wv[i].rows = R;
+		wv[i].cols = C;
+		wv[i].data = codes;
+		wv[i].scales = sc;
+		wv[i].global_scale = dt == ST_DTYPE_NVFP4 ? 0.37f : 1.0f;
+		fill_scales(&wv[i], sc, (int64_t)ns, G_RANDOM);
+		x[i] = xmalloc((size_t)nt * C * 4);
+		y[i] = xmalloc((size_t)nt * R * 4);
+		for (size_t k = 0; k < (size_t)nt * C; k++)
+			x[i][k] = frand();
+		w_d[i] = dev_in(codes, nc);
+		s_d[i] = dev_in(sc, ns);
+		x_d[i] = dev_in(x[i], (size_t)nt * C * 4);
+		y_d[i] = dev_out((size_t)nt * R * 4);
+		wd[i] = wv[i];
+		wd[i].data = w_d[i];
+		wd[i].scales = s_d[i];
+		g[i].w = &wd[i];
+		g[i].x_d = x_d[i];
+		g[i].y_d = y_d[i];
+		g[i].n_tok = nt;
+	}
+	scr_bytes = cw_cu_gemm_grouped_scratch(g, n_groups);
+	scr = dev_out(scr_bytes);
+	if (cw_cu_blas_new(&b, &d) ||
+	    cw_cu_gemm_grouped_bf16(b, g, n_groups, scr, scr_bytes, NULL, &d)) {
+		fail("%s: %s", what, d.msg);
+		goto out;
+	}
+	/* too little scratch is refused, not overrun */
+	if (cw_cu_gemm_grouped_bf16(b, g, n_groups, scr, scr_bytes - 1, NULL,
+				    &d) != -EINVAL)
+		fail("%s: a short scratch was accepted", what);
+	for (int i = 0; i < n_groups; i++) {
+		const int nt = g[i].n_tok;
+
+		dev_out_fetch(y_d[i], y[i], (size_t)nt * R * 4, what);
+		for (int r = 0; r < R; r++) {
+			dq_row(&wv[i], r, row);
+			for (int t = 0; t < nt; t++) {
+				double S = 0.0, e = 0.0, tol;
+
+				for (int c = 0; c < C; c++) {
+					double p = (double)row[c] *
+						   x[i][(size_t)t * C + c];
+
+					e += p;
+					S += fabs(p);
+				}
+				tol = (rel + (C + 64) * 0x1p-24) * S;
+				if (!(fabs(y[i][(size_t)t * R + r] - e) <=
+				      tol)) {
+					fail("%s: group %d token %d row %d: "
+					     "gpu %.9g exact %.9g (tol %.3g)",
+					     what, i, t, r,
+					     y[i][(size_t)t * R + r], e, tol);
+					r = R;
+					break;
+				}
+			}
+		}
+	}
+	dev_out_free(scr);
+out:
+	cw_cu_blas_free(b);
+	for (int i = 0; i < n_groups; i++) {
+		cw_cu_free(w_d[i]);
+		cw_cu_free(s_d[i]);
+		cw_cu_free(x_d[i]);
+		dev_out_free(y_d[i]);
+		free((void *)wv[i].data);
+		free((void *)wv[i].scales);
+		free(x[i]);
+		free(y[i]);
+	}
+	free(row);
+}
+
 /* --- RMSNorm, RoPE, SwiGLU --- */
 
 static void test_rmsnorm(int n, enum st_dtype wdt, float xscale)
@@ -961,6 +1073,9 @@ int main(void)
 	test_gemm(1, 1, 1);
 	test_gemm(96, 256, 7);
 	test_gemm(257, 1000, 33);
+	test_grouped(ST_DTYPE_MXFP4, 3, 64, 256);
+	test_grouped(ST_DTYPE_MXFP4, 8, 96, 1024);
+	test_grouped(ST_DTYPE_NVFP4, 4, 48, 512);
 
 	for (int i = 0; i < 2; i++) {
 		enum st_dtype wdt = i ? ST_DTYPE_BF16 : ST_DTYPE_F32;

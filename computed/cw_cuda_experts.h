@@ -1,0 +1,79 @@
+/*
+ * cw_cuda_experts.h — the CUDA entry of computed's forward pass (issue
+ * 10): routed experts computed on the GPU straight from the device expert
+ * slots expertd filled (cw_devpool.h), the rest of the step (attention,
+ * dense layers, router) on the CPU backend for now.  It plugs into the
+ * model as its cw_expert_fn (cw_model.h): for each routed expert of a
+ * step, when the expert is READY in a device slot, the compute stream
+ * waits for that slot's copy event only, then runs gate and up GEMVs
+ * (cw_cu_matvec), SwiGLU and the down GEMV per token for decode, or the
+ * grouped BF16 GEMM (cw_cu_gemm_grouped_bf16) for 8 tokens or more
+ * (prefill); an expert not on the device runs on the CPU from the host
+ * pool, as before.  Built only with the CUDA feature.
+ *
+ * Numerics: float32 activations like reference mode, but the device's
+ * summation order (cw_cu.h tolerances), so a run with device experts is
+ * not bit-identical to reference mode; tests compare within cw_cu.h's
+ * bounds.
+ */
+#ifndef CW_CUDA_EXPERTS_H
+#define CW_CUDA_EXPERTS_H
+
+#include <stdint.h>
+
+#include "cw_backend.h"
+#include "cw_devpool.h"
+#include "cw_model.h"
+#include "st_error.h"
+
+struct cw_cuda_experts;
+
+/* What computed lends the module: its device pool's pin and unpin
+ * (cw_devpool.h), called with the pool given to create. */
+struct cw_cuda_pool_ops {
+	int (*pin)(struct cw_devpool *p, uint32_t layer, uint32_t expert,
+		   void *stream, const void **ret_ptr, uint32_t *ret_slot);
+	void (*unpin)(struct cw_devpool *p, uint32_t slot);
+};
+
+/*
+ * The module's functions.  The CUDA path lives in a shared module
+ * (libstrata_cw_cuda.so, the kernels with cudart and cuBLAS) that computed
+ * dlopens only when a device pool is in use: a CPU-only run of a CUDA
+ * build never maps cuBLAS (~200 MB of resident memory when loaded).
+ *   create:  sets up the device path for hidden_size and expert_inter
+ *            (floats), reading experts through dev via pool (both
+ *            borrowed); 0, -ENOMEM, -ST_E_CUDA / -ST_E_CUBLAS.
+ *   fn:      the cw_expert_fn (arg: the struct cw_cuda_experts).
+ *   counts:  experts run on the device and left to the CPU so far.
+ */
+struct cw_cuda_module_ops {
+	int (*create)(struct cw_cuda_experts **ret, struct cw_devpool *dev,
+		      const struct cw_cuda_pool_ops *pool, int hidden_size,
+		      int expert_inter, struct st_diag *diag);
+	void (*destroy)(struct cw_cuda_experts *c);
+	cw_expert_fn fn;
+	void (*counts)(const struct cw_cuda_experts *c, uint64_t *ret_device,
+		       uint64_t *ret_cpu);
+};
+
+/* The module's one exported symbol. */
+const struct cw_cuda_module_ops *cw_cuda_module(void);
+
+/* computed's side (cw_cuda_load.c): the loaded module. */
+struct cw_cuda_module_handle {
+	void *dl;
+	const struct cw_cuda_module_ops *ops;
+	struct cw_cuda_pool_ops pool;  /* cw_devpool_pin / _unpin */
+};
+
+/*
+ * Loads the module: $STRATA_CUDA_MODULE, else the build tree's, else the
+ * installed one (LIBDIR/strata).  0, or -ST_E_UNSUPPORTED with the reason
+ * (a build without CUDA, the module missing or not loadable).
+ */
+int cw_cuda_module_open(struct cw_cuda_module_handle *h,
+			struct st_diag *diag);
+void cw_cuda_module_close(struct cw_cuda_module_handle *h);
+
+#endif

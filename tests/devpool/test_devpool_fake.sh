@@ -1,0 +1,111 @@
+#!/bin/sh
+# The device pools end to end without a GPU (STRATA_CUDA_FAKE=1: device
+# memory is host shared memory, st_cuda.h): real expertd, kvd and computed
+# --device-budget 25% on kjv-moe.  computed exports its pools, expertd and
+# kvd import them, expertd copies acquired and look-ahead experts into
+# device slots and publishes them in the slot table, computed pins them and
+# computes those experts from the slot bytes (CPU reference backend):
+#   - greedy tokens equal the CPU-only run's (reference mode, bit-exact:
+#     the slot bytes must be exactly the expert's record);
+#   - experts really came from device slots (pins > 0);
+#   - computed kill -9: expertd and kvd drop the dead exporter's handles;
+#     a new computed (budget 100%) exports a new epoch, both re-import, the
+#     tokens are the same again; a clean stop revokes (nothing left to the
+#     driver) and leaves no segment behind.
+set -u
+B=${STRATA_BUILD_DIR:?}
+SRC=${STRATA_SOURCE_DIR:?}
+TMP=$(mktemp -d /tmp/strata-devfake-XXXXXX)
+I="df$$"
+R="$TMP/run"
+mkdir -m 700 "$R"
+pids=""
+cleanup() {
+	for p in $pids; do kill -9 "$p" 2>/dev/null; done
+	for p in $pids; do rm -f /dev/shm/stfake."$p".* 2>/dev/null; done
+	rm -f /dev/shm/strata."$I".* 2>/dev/null
+	rm -rf "$TMP"
+}
+trap cleanup EXIT
+[ -n "${KEEP_TMP:-}" ] && trap - EXIT
+fail=0
+PROMPT="And God said, Let there be light"
+"$B/cli/strata" convert --model "$SRC/models/kjv-moe" --out "$TMP/store" \
+	>"$TMP/convert.log" 2>&1 || { echo "FAIL: convert"; tail "$TMP/convert.log"; exit 1; }
+gen() { # out, extra args
+	out=$1; shift
+	"$B/cli/strata" run --model "$SRC/models/kjv-moe" --store "$TMP/store" \
+		--prompt "$PROMPT" --max-tokens 24 --ignore-eos --quiet "$@" \
+		>"$out" 2>"$out.err" ||
+		{ echo "FAIL: generation ($out)"; tail -5 "$out.err"; fail=1; }
+}
+# the CPU reference (no fake device: computed computes on the CPU)
+gen "$TMP/ref" --instance "${I}ref" --run-dir "$TMP/runref"
+export STRATA_CUDA_FAKE=1 STRATA_LOG=info
+wait_pid() {
+	i=0
+	while [ ! -s "$R/$1.pid" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+	[ -s "$R/$1.pid" ]
+}
+"$B/expertd/expertd" --store "$TMP/store" --instance "$I" --run-dir "$R" \
+	--host-budget 100% 2>"$TMP/expertd.log" & pids="$pids $!"
+"$B/kvd/kvd" --instance "$I" --run-dir "$R" --budget 64MiB \
+	2>"$TMP/kvd.log" & pids="$pids $!"
+wait_pid expertd && wait_pid kvd || { echo "FAIL: expertd/kvd did not start"; exit 1; }
+start_computed() { # log, budget
+	"$B/computed/computed" --store "$TMP/store" --instance "$I" \
+		--run-dir "$R" --device-budget "$2" --device-kv-budget 4MiB \
+		2>"$1" &
+	CPID=$!
+	pids="$pids $CPID"
+	i=0
+	while ! grep -q "ready:" "$1" && kill -0 $CPID 2>/dev/null &&
+	      [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+	kill -0 $CPID 2>/dev/null || { echo "FAIL: computed did not start"; tail -5 "$1"; exit 1; }
+	grep -q "fake device" "$1" || { echo "FAIL: computed did not set up the device pools"; tail -5 "$1"; exit 1; }
+}
+start_computed "$TMP/computed1.log" 25%
+gen "$TMP/out1" --instance "$I" --run-dir "$R"
+cmp -s "$TMP/ref" "$TMP/out1" || { echo "FAIL: tokens through the device slots differ from the CPU run"; fail=1; }
+n=$(grep -c "imported epoch" "$TMP/expertd.log")
+[ "$n" -eq 1 ] || { echo "FAIL: expertd imported $n times, want 1"; fail=1; }
+n=$(grep -c "imported epoch" "$TMP/kvd.log")
+[ "$n" -eq 1 ] || { echo "FAIL: kvd imported $n times, want 1"; fail=1; }
+kill -9 $CPID
+wait $CPID 2>/dev/null # reaped: its pid is gone, not a zombie
+for d in expertd kvd; do
+	i=0
+	while ! grep -q "died; dropping epoch" "$TMP/$d.log" && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
+	grep -q "died; dropping epoch" "$TMP/$d.log" || { echo "FAIL: $d kept the dead computed's handles"; fail=1; }
+done
+start_computed "$TMP/computed2.log" 100%
+gen "$TMP/out2" --instance "$I" --run-dir "$R"
+cmp -s "$TMP/ref" "$TMP/out2" || { echo "FAIL: tokens differ after the computed restart"; fail=1; }
+for d in expertd kvd; do
+	n=$(grep -c "imported epoch" "$TMP/$d.log")
+	[ "$n" -eq 2 ] || { echo "FAIL: $d imported $n times, want 2"; fail=1; }
+done
+# expertd kill -9 and restart under the live computed: it adopts its host
+# pool, computed exports the same epoch again, expertd imports it again
+EPID=$(cat "$R/expertd.pid")
+kill -9 "$EPID"
+wait "$EPID" 2>/dev/null # gone before the next one adopts its pool
+"$B/expertd/expertd" --store "$TMP/store" --instance "$I" --run-dir "$R" \
+	--host-budget 100% 2>"$TMP/expertd2.log" & pids="$pids $!"
+i=0
+while ! grep -q "imported epoch" "$TMP/expertd2.log" && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+grep -q "imported epoch" "$TMP/expertd2.log" || { echo "FAIL: the restarted expertd was not sent the device pool again"; fail=1; }
+e1=$(grep "imported epoch" "$TMP/expertd.log" | tail -1 | sed 's/.*imported epoch \([0-9]*\).*/\1/')
+e2=$(grep "imported epoch" "$TMP/expertd2.log" | tail -1 | sed 's/.*imported epoch \([0-9]*\).*/\1/')
+[ -n "$e1" ] && [ "$e1" = "$e2" ] || { echo "FAIL: re-export after an expertd restart changed the epoch ($e1 -> $e2)"; fail=1; }
+gen "$TMP/out3" --instance "$I" --run-dir "$R"
+cmp -s "$TMP/ref" "$TMP/out3" || { echo "FAIL: tokens differ after the expertd restart"; fail=1; }
+kill -TERM $CPID
+wait $CPID 2>/dev/null
+grep "device pools:" "$TMP/computed2.log" | sed 's/.*device pools/computed: device pools/'
+fx=$(sed -n 's/.* \([0-9]*\) experts through the fake device.*/\1/p' "$TMP/computed2.log")
+[ "${fx:-0}" -gt 0 ] || { echo "FAIL: no expert was computed from a device slot"; fail=1; }
+grep -q "leaving the memory to the driver" "$TMP/computed2.log" && { echo "FAIL: computed freed without a revoke"; fail=1; }
+grep -q "released" "$TMP/expertd2.log" || { echo "FAIL: the restarted expertd did not release the epoch at computed's stop"; fail=1; }
+[ $fail -eq 0 ] && echo "fake device: tokens equal the CPU run at 25 % and 100 %, re-import after computed and expertd kill -9"
+exit $fail
