@@ -157,10 +157,12 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 int cw_model_seq_begin(struct cw_model *m, uint32_t seq, int max_tokens,
 		       struct st_diag *diag);
 void cw_model_seq_end(struct cw_model *m, uint32_t seq);
-/* 1 for a DeepSeek-V4 store (reference mode only; no prefix cache, no
- * route hooks or probes: the hash-routed layers' experts are hinted to
- * expertd exactly instead), else 0. */
+/* 1 for a DeepSeek-V4 or V4.1 store (reference mode only; no prefix
+ * cache, no route hooks or probes: V4's hash-routed layers' experts are
+ * hinted to expertd exactly instead, V4.1's Engram rows prefetched), else
+ * 0.  cw_model_is_dsv41: 1 for a V4.1 store only. */
 int cw_model_is_dsv4(const struct cw_model *m);
+int cw_model_is_dsv41(const struct cw_model *m);
 
 /* Accumulated read statistics (since open). */
 void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret);
