@@ -203,7 +203,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		case 'j': o->json = 1; break;
 		case 'Q': o->quiet = 1; break;
 		case 'h': run_usage(stdout); exit(0);
-		case CLI_OPT_EVICT ... CLI_OPT_HALF_LIFE:
+		case CLI_OPT_EVICT ... CLI_OPT_ENGRAM_CACHE:
 			if (cli_tier_opt(&o->tier, c, optarg) < 0)
 				return 2;
 			break;
@@ -509,9 +509,9 @@ static void print_summary(const struct run_opts *o,
 		st_format_bytes(d.kv_page_bytes, a, sizeof(a)),
 		(unsigned long long)d.kv_pages_used);
 	if (d.kv_bytes_per_token && !d.kv_formula_bytes_per_token) {
-		/* DeepSeek-V4: the state is computed's, not kvd pages */
+		/* DeepSeek-V4/V4.1: the state is computed's, not kvd pages */
 		fprintf(stderr, "KV bytes/token     %llu in the V4 state "
-			"(compressed and indexer rows, F32, in computed; the "
+			"(compressed and indexer rows, in computed; the "
 			"window and compressor state are per sequence)\n",
 			(unsigned long long)d.kv_bytes_per_token);
 	} else if (d.kv_bytes_per_token) {
