@@ -15,7 +15,8 @@
  * Checked: the counters of both tiers (every token acquires top_k experts
  * per layer and reports them; every token looks up its rows in every
  * Engram layer; at 25 % the pool evicts; the cache, smaller than the
- * tables, evicts rows and misses, and the prefetches give hits).
+ * tables, evicts rows and misses, and the prefetches give hits).  A V4.1
+ * store without expertd and a V4 store are refused with clear messages.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -225,6 +226,20 @@ int main(void)
 		CHECK(cw_dsv41_load_store(store, NULL, &x, &diag) ==
 			      -ST_E_CONFIG && strstr(diag.msg, "expertd"),
 		      "load_store without expertd: %s", diag.msg);
+	}
+	/* a V4 store is not taken for a V4.1 one */
+	{
+		char v4dir[4096], v4store[4200];
+		struct cw_dsv41_model *x = NULL;
+
+		st_test_fixture_model("tiny-deepseek-v4", v4dir, sizeof(v4dir));
+		snprintf(v4store, sizeof(v4store), "%s/store-v4", tmp);
+		CHECK(es_convert(v4dir, v4store, &o, &diag) == 0,
+		      "convert V4: %s", diag.msg);
+		CHECK(cw_dsv41_load_store(v4store, NULL, &x, &diag) ==
+			      -ST_E_UNSUPPORTED &&
+			      strstr(diag.msg, "not a DeepSeek-V4.1 store"),
+		      "load_store of a V4 store: %s", diag.msg);
 	}
 	run_budget(store, ref, json_object_get(refj, "cases"), "100%",
 		   CW_DSV41_QAT_ALL);
