@@ -32,6 +32,8 @@ int cli_tier_opt(struct cli_tier_args *t, int code, const char *arg)
 		return add(t->es, &t->n_es, "--no-direct-io", NULL);
 	case CLI_OPT_LOADERS:
 		return add(t->es, &t->n_es, "--loader-threads", arg);
+	case CLI_OPT_ENGRAM_CACHE:
+		return add(t->es, &t->n_es, "--engram-cache", arg);
 	case CLI_OPT_NO_PREFETCH:
 		if (add(t->es, &t->n_es, "--no-prefetch", NULL) < 0)
 			return -1;

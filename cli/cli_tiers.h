@@ -30,6 +30,7 @@ enum {
 	CLI_OPT_NO_PREFETCH, CLI_OPT_PREFETCH_DEPTH, CLI_OPT_ROUTE_TRACE,
 	CLI_OPT_ROUTE_RECORD, CLI_OPT_LA_MEASURE, CLI_OPT_NO_DIRECT,
 	CLI_OPT_LOADERS, CLI_OPT_ORACLE, CLI_OPT_HALF_LIFE,
+	CLI_OPT_ENGRAM_CACHE,
 };
 
 #define CLI_TIER_LONGOPTS                                                    \
@@ -44,7 +45,8 @@ enum {
 	{ "no-direct-io", no_argument, NULL, CLI_OPT_NO_DIRECT },            \
 	{ "loader-threads", required_argument, NULL, CLI_OPT_LOADERS },      \
 	{ "lookahead-oracle", no_argument, NULL, CLI_OPT_ORACLE },           \
-	{ "stats-half-life", required_argument, NULL, CLI_OPT_HALF_LIFE }
+	{ "stats-half-life", required_argument, NULL, CLI_OPT_HALF_LIFE },  \
+	{ "engram-cache", required_argument, NULL, CLI_OPT_ENGRAM_CACHE }
 
 #define CLI_TIER_HELP \
 "Expert tiers (passed to the expertd and computed started here):\n" \
@@ -60,7 +62,9 @@ enum {
 "  --loader-threads N   expertd reads in flight (default 4)\n" \
 "  --route-trace FILE   forced routing from a JSONL trace\n" \
 "  --route-record FILE  write the routing applied as a JSONL trace\n" \
-"  --lookahead-oracle   benchmarks: prefetch hints from the --route-trace\n"
+"  --lookahead-oracle   benchmarks: prefetch hints from the --route-trace\n" \
+"  --engram-cache B     DeepSeek-V4.1: expertd's host cache of Engram rows,\n" \
+"                       bytes (default: expertd's)\n"
 
 /* Handles option `code` (CLI_OPT_*) with argument arg.  Returns 1 when it
  * was a tier option, 0 if not, -1 (message printed) when the lists are

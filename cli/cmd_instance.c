@@ -169,7 +169,7 @@ static int parse(int argc, char **argv, const char *cmd,
 		case 'T': *timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 120; break;
 		case 'G': st_iconf_print_help(stdout); exit(0);
 		case 'h': inst_usage(stdout, cmd); exit(0);
-		case CLI_OPT_EVICT ... CLI_OPT_HALF_LIFE:
+		case CLI_OPT_EVICT ... CLI_OPT_ENGRAM_CACHE:
 			if (!is_up) {
 				inst_usage(stderr, cmd);
 				return 2;

@@ -135,7 +135,7 @@ static int parse(struct ppl_opts *o, int argc, char **argv)
 		case 'L': o->keep_spec = optarg; break;
 		case 'Z': o->scale_search = optarg; break;
 		case 'h': usage(stdout); exit(0);
-		case CLI_OPT_EVICT ... CLI_OPT_HALF_LIFE:
+		case CLI_OPT_EVICT ... CLI_OPT_ENGRAM_CACHE:
 			if (cli_tier_opt(&o->tier, c, optarg) < 0)
 				return 2;
 			o->s.tier = &o->tier;

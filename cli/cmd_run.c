@@ -203,7 +203,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		case 'j': o->json = 1; break;
 		case 'Q': o->quiet = 1; break;
 		case 'h': run_usage(stdout); exit(0);
-		case CLI_OPT_EVICT ... CLI_OPT_HALF_LIFE:
+		case CLI_OPT_EVICT ... CLI_OPT_ENGRAM_CACHE:
 			if (cli_tier_opt(&o->tier, c, optarg) < 0)
 				return 2;
 			break;
@@ -415,6 +415,10 @@ static void print_summary(const struct run_opts *o,
 	d.kv_prefix_rows_reused -= s0->kv_prefix_rows_reused;
 	d.kv_spill_pages_total -= s0->kv_spill_pages_total;
 	d.kv_restore_pages_total -= s0->kv_restore_pages_total;
+	d.en_lookups -= s0->en_lookups;
+	d.en_hits -= s0->en_hits;
+	d.en_misses -= s0->en_misses;
+	d.en_read_bytes -= s0->en_read_bytes;
 	hit = d.es_hits + d.es_misses ?
 		      (double)d.es_hits / (double)(d.es_hits + d.es_misses) : 0;
 	if (o->json) {
@@ -467,6 +471,17 @@ static void print_summary(const struct run_opts *o,
 					      res->n_prompt + res->n_gen ?
 				d.kv_pages_peak * d.kv_page_bytes /
 					(res->n_prompt + res->n_gen) : 0)));
+		if (d.en_lookups)
+			json_object_set_new(j, "engram", json_pack(
+				"{s:I, s:I, s:I, s:f, s:I, s:f, s:f}",
+				"lookups", (json_int_t)d.en_lookups,
+				"hits", (json_int_t)d.en_hits,
+				"misses", (json_int_t)d.en_misses,
+				"hit_rate", r3((double)d.en_hits /
+					       (double)d.en_lookups),
+				"read_bytes", (json_int_t)d.en_read_bytes,
+				"read_p50_us", r3((double)d.en_lat_p50_ns / 1e3),
+				"read_p99_us", r3((double)d.en_lat_p99_ns / 1e3)));
 		json_dumpf(j, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10));
 		printf("\n");
 		json_decref(j);
@@ -504,21 +519,29 @@ static void print_summary(const struct run_opts *o,
 		(unsigned long long)d.kv_pages_used);
 	if (d.kv_bytes_per_token && !d.kv_formula_bytes_per_token) {
 		/* DeepSeek-V4: the state in kvd pages; rows vs pages (every
-		 * stream's page is page_rows x the widest row) */
+		 * stream's page is page_rows x the widest row).  V4.1 (it
+		 * looks up Engram rows): the state is computed's */
 		uint64_t toks = res->n_prompt + res->n_gen;
 
 		fprintf(stderr, "KV bytes/token     ");
-		if (inst->started_by_us && toks)
-			fprintf(stderr, "%llu in kvd pages at the peak (%llu "
-				"pages for %llu tokens), ",
-				(unsigned long long)(d.kv_pages_peak *
-						     d.kv_page_bytes / toks),
-				(unsigned long long)d.kv_pages_peak,
-				(unsigned long long)toks);
-		fprintf(stderr, "%llu in the V4 rows (compressed and indexer "
-			"rows, F32; plus the window and compressor state of "
-			"each sequence)\n",
-			(unsigned long long)d.kv_bytes_per_token);
+		if (d.en_lookups)
+			fprintf(stderr, "%llu in the V4.1 storage formats "
+				"(compressed rows and index keys; the state is "
+				"in computed, not kvd pages)\n",
+				(unsigned long long)d.kv_bytes_per_token);
+		else {
+			if (inst->started_by_us && toks)
+				fprintf(stderr, "%llu in kvd pages at the peak (%llu "
+					"pages for %llu tokens), ",
+					(unsigned long long)(d.kv_pages_peak *
+							     d.kv_page_bytes / toks),
+					(unsigned long long)d.kv_pages_peak,
+					(unsigned long long)toks);
+			fprintf(stderr, "%llu in the V4 rows (compressed and indexer "
+				"rows, F32; plus the window and compressor state of "
+				"each sequence)\n",
+				(unsigned long long)d.kv_bytes_per_token);
+		}
 	} else if (d.kv_bytes_per_token) {
 		uint64_t toks = res->n_prompt + res->n_gen;
 
@@ -549,6 +572,17 @@ static void print_summary(const struct run_opts *o,
 		st_format_bytes(d.expert_bytes, a, sizeof(a)),
 		st_format_bytes(d.dense_bytes, b, sizeof(b)),
 		st_format_bytes(d.lm_head_bytes, c, sizeof(c)));
+	if (d.en_lookups) /* DeepSeek-V4.1: expertd's Engram tier */
+		fprintf(stderr, "Engram rows        %llu lookups, hits %llu, "
+			"misses %llu (hit rate %.1f%%), %s read, block read "
+			"p50 %.1f us, p99 %.1f us (since expertd started)\n",
+			(unsigned long long)d.en_lookups,
+			(unsigned long long)d.en_hits,
+			(unsigned long long)d.en_misses,
+			100.0 * (double)d.en_hits / (double)d.en_lookups,
+			st_format_bytes(d.en_read_bytes, a, sizeof(a)),
+			(double)d.en_lat_p50_ns / 1e3,
+			(double)d.en_lat_p99_ns / 1e3);
 	cli_tier_print(stderr, &tf);
 }
 

@@ -23,7 +23,11 @@
 
 #include "cw_dsv41_st.h"
 #include "kv_client.h"
+#include "cw_engram_es.h"
+#include "es_client.h"
+#include "st_formats.h"
 #include "st_kvfmt_v41.h"
+#include "st_log.h"
 
 static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
 {
@@ -82,6 +86,12 @@ int cw_dsv41_state_init(const struct cw_dsv41_model *m, int max_tokens,
 			goto nomem;
 	}
 	/* kvd stream indices: the order of cw_dsv41_kv_decl */
+	if (m->es) {
+		s->xw = malloc((size_t)3 * c->moe_inter * c->hidden_size *
+			       sizeof(float));
+		if (!s->xw)
+			goto nomem;
+	}
 	for (int l = 0; l < c->n_layers; l++) {
 		struct cw_dsv41_lstate *ls = &s->ls[l];
 		int mr = c->compress_ratio[l];
@@ -146,6 +156,7 @@ void cw_dsv41_state_free(struct cw_dsv41_state *s)
 	free(s->dec);
 	free(s->zero_row);
 	free(s->prompt);
+	free(s->xw);
 	free(s);
 }
 
@@ -583,11 +594,77 @@ static int attention(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 	return 0;
 }
 
-static void moe(const struct cw_dsv41_model *m,
-		const struct cw_dsv41_layer *L, const float *b, float *y,
-		int32_t *ids_out, float *w_out)
+/* Matrix k (st_expert_mat: gate = w1, up = w3, down = w2) of an MXFP4
+ * record from expertd, dequantised into w (the function the checkpoint
+ * loader uses, so the same floats as the in-memory path). */
+static void record_mat(const struct st_store_matrix *x, const uint8_t *rec,
+		       float *w, struct cw_dsv4_mat *ret)
+{
+	const int rows = (int)x->rows, cols = (int)x->cols;
+
+	for (int o = 0; o < rows; o++)
+		st_mxfp4_dequantize_row(rec + x->data_offset +
+						(size_t)o * cols / 2,
+					rec + x->scale_offset +
+						(size_t)o * cols / ST_MXFP4_BLOCK,
+					cols, ST_FP4_LAYOUT_OCP,
+					w + (size_t)o * cols);
+	ret->rows = rows;
+	ret->cols = cols;
+	ret->w = w;
+	ret->quantized = 1;
+}
+
+/* Store mode: the routed experts ids[0..K) of layer l through expertd's
+ * pool (reported, acquired together, released after use), weighted into
+ * y.  A refused report changes no result: warned once, counted. */
+static int moe_pool(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
+		    int l, int64_t p, const int32_t *ids, const float *wts,
+		    const float *b, float *y, struct st_diag *diag)
 {
 	const struct st_dsv41_config *c = &m->cfg;
+	const int K = c->top_k, D = c->hidden_size;
+	const size_t mw = (size_t)c->moe_inter * D;
+	const struct st_store_layer *ly = &m->rec[l];
+	const uint8_t *recs[K];
+	int eids[K], r;
+	float tmp[D];
+
+	for (int k = 0; k < K; k++)
+		eids[k] = ids[k];
+	if (!m->no_route_reports) {
+		struct st_diag d = { { 0 } };
+
+		if (es_client_route(m->es, l, (uint32_t)p, 1, K, eids, 0, NULL,
+				    NULL, &d) < 0 && s->route_failed++ == 0)
+			st_warn("routing report to expertd failed: %s "
+				"(statistics degrade; results are unaffected)",
+				d.msg);
+	}
+	r = es_client_acquire(m->es, l, K, eids, recs, diag);
+	if (r < 0)
+		return r;
+	for (int k = 0; k < K; k++) {
+		struct cw_dsv4_mat w1, w2, w3;
+
+		record_mat(&ly->mat[ST_EXPERT_GATE], recs[k], s->xw, &w1);
+		record_mat(&ly->mat[ST_EXPERT_UP], recs[k], s->xw + mw, &w3);
+		record_mat(&ly->mat[ST_EXPERT_DOWN], recs[k], s->xw + 2 * mw,
+			   &w2);
+		expert_ffn(&w1, &w2, &w3, b, c->swiglu_limit, tmp);
+		for (int d = 0; d < D; d++)
+			y[d] += wts[k] * tmp[d];
+	}
+	es_client_release(m->es, l, K, eids);
+	return 0;
+}
+
+static int moe(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
+	       int l, int64_t p, const float *b, float *y, int32_t *ids_out,
+	       float *w_out, struct st_diag *diag)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	const struct cw_dsv41_layer *L = &m->layers[l];
 	const int D = c->hidden_size, K = c->top_k;
 	float logits[c->n_experts], wts[K], tmp[D];
 	int32_t ids[K];
@@ -598,7 +675,13 @@ static void moe(const struct cw_dsv41_model *m,
 	cw_dsv4_route(logits, c->n_experts, K, NULL, L->gate_bias,
 		      c->norm_topk_prob, c->routed_scaling_factor, ids, wts);
 	expert_ffn(&L->sh_w1, &L->sh_w2, &L->sh_w3, b, c->swiglu_limit, y);
-	for (int k = 0; k < K; k++) {
+	if (m->es) {
+		int r = moe_pool(m, s, l, p, ids, wts, b, y, diag);
+
+		if (r < 0)
+			return r;
+	}
+	for (int k = 0; !m->es && k < K; k++) {
 		expert_ffn(&L->ew1[ids[k]], &L->ew2[ids[k]], &L->ew3[ids[k]],
 			   b, c->swiglu_limit, tmp);
 		for (int d = 0; d < D; d++)
@@ -608,6 +691,7 @@ static void moe(const struct cw_dsv41_model *m,
 		memcpy(ids_out, ids, sizeof(ids));
 	if (w_out)
 		memcpy(w_out, wts, sizeof(wts));
+	return 0;
 }
 
 /* u = sum_k pre_k X_k */
@@ -656,9 +740,12 @@ static int layer_token(const struct cw_dsv41_model *m,
 			 L->hc_ffn_scale, c->hc_sinkhorn_iters, c->hc_eps,
 			 c->rms_norm_eps, u, pre_f, post_f, comb_f);
 	cw_dsv4_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, a);
-	moe(m, L, a, y, dbg && dbg->experts ? dbg->experts + dl * c->top_k :
-					       NULL,
-	    dbg && dbg->weights ? dbg->weights + dl * c->top_k : NULL);
+	r = moe(m, s, l, p, a, y,
+		dbg && dbg->experts ? dbg->experts + dl * c->top_k : NULL,
+		dbg && dbg->weights ? dbg->weights + dl * c->top_k : NULL,
+		diag);
+	if (r < 0)
+		return r;
 	cw_dsv4_hc_post(X, hc, D, y, post_f, comb_f);
 	memcpy(P, pre_f, sizeof(pre_f));
 	if (dbg && dbg->selected && c->index_source[l]) {
@@ -821,6 +908,27 @@ static int kv_end(struct cw_dsv41_state *s, int r, int from, int n,
 	return r;
 }
 
+/* Store mode: asks expertd for the Engram rows of positions p0 ..
+ * p0 + n - 1 of every Engram layer as soon as their tokens are known (the
+ * hash reads token ids only), so that the layers' fetches find them
+ * cached or in flight.  A hint: a refusal is warned once and counted. */
+static void engram_prefetch(const struct cw_dsv41_model *m,
+			    struct cw_dsv41_state *s, int p0, int n)
+{
+	if (!m->es || !m->hash || m->no_engram_prefetch)
+		return;
+	for (int t = 0; t < n; t++) {
+		struct st_diag d = { { 0 } };
+
+		if (cw_engram_es_prefetch_token(m->es, m->hash, s->tokens,
+						p0 + t, 0, &d) < 0 &&
+		    s->prefetch_failed++ == 0)
+			st_warn("Engram prefetch to expertd failed: %s "
+				"(lookups may wait for reads; results are "
+				"unaffected)", d.msg);
+	}
+}
+
 int cw_dsv41_eval(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 		  const int32_t *ids, int n, int all_positions, float *logits,
 		  struct st_diag *diag)
@@ -855,6 +963,7 @@ int cw_dsv41_eval(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 	if (s->kv && (r = kv_begin(s, (uint32_t)(s->len + n), diag)) < 0)
 		return r;
 	memcpy(s->tokens + s->len, ids, (size_t)n * sizeof(int32_t));
+	engram_prefetch(m, s, s->len, n);
 	r = run(m, s, ids, n, s->len, 0, all_positions, logits, diag);
 	if (s->kv)
 		r = kv_end(s, r, s->len, n, diag);

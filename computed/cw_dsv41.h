@@ -49,6 +49,37 @@ struct cw_dsv41_state;
  */
 int cw_dsv41_load(const char *dir, struct cw_dsv41_model **ret,
 		  struct st_diag *diag);
+/*
+ * Loads a V4.1 model from a strata store (strata convert of a V4.1
+ * checkpoint): the config from the store's manifest, the dense weights
+ * from dense.bin (dequantised to F32 exactly as cw_dsv41_load does from
+ * the checkpoint, so logits are bit-identical), the Engram hash from
+ * engram_hash.bin; at eval time the routed experts from expertd's host
+ * pool (es_client_acquire of each token's top-k per layer, dequantised
+ * from the MXFP4 record, released after the layer) and the Engram rows
+ * from expertd's Engram tier (cw_engram_es_get_rows, installed as the
+ * provider; the rows of every position are prefetched as soon as its
+ * token is known).  `es` (borrowed, must outlive the model; one eval at a
+ * time) must serve this store.  QAT on, as cw_dsv41_load.
+ * Errors: st_store_open's; -ST_E_UNSUPPORTED (not a V4.1 store);
+ * -ST_E_FORMAT (expert records not MXFP4, no engram_hash.bin);
+ * -ST_E_CONFIG (es missing or serving another store or other Engram
+ * tables); -ST_E_LIMIT (the pool holds fewer than top_k experts); the
+ * config parser's and loader's codes; es_client_engram_info's; -ENOMEM.
+ */
+struct es_client;
+int cw_dsv41_load_store(const char *store_dir, struct es_client *es,
+			struct cw_dsv41_model **ret, struct st_diag *diag);
+/*
+ * Store mode switches, both on by default, off only for measurements (the
+ * results are the same either way): routing reports to expertd
+ * (ES_MSG_ROUTE per layer and token: activation statistics, hot set;
+ * V4.1 has no hash-routed layers, so no exact expert hints), and the
+ * Engram prefetch of every evaluated position's rows (exact: the hash
+ * depends on token ids only) sent before the eval runs its layers.
+ */
+void cw_dsv41_set_route_reports(struct cw_dsv41_model *m, int on);
+void cw_dsv41_set_engram_prefetch(struct cw_dsv41_model *m, int on);
 /* Frees the model and its hash (NULL is fine). */
 void cw_dsv41_free(struct cw_dsv41_model *m);
 /* The model's parsed config (borrowed, lives as long as the model). */
@@ -90,7 +121,8 @@ struct cw_dsv41_engram_provider {
  * fall back to it).  -EINVAL for a row outside the table. */
 int cw_dsv41_engram_rows_mem(void *ctx, int ei, const int64_t *row_ids,
 			     int n, float *out, struct st_diag *diag);
-/* Installs p (copied; NULL: the in-memory default).  Not during an eval. */
+/* Installs p (copied; NULL: the default: the in-memory table, or for a
+ * store model expertd's Engram tier).  Not during an eval. */
 void cw_dsv41_set_engram_provider(struct cw_dsv41_model *m,
 				  const struct cw_dsv41_engram_provider *p);
 

@@ -11,6 +11,7 @@
 #include "cw_dsv41.h"
 #include "cw_dsv4_int.h"
 #include "st_engram_hash.h"
+#include "st_store.h"
 
 struct cw_dsv41_layer {
 	int ratio;                  /* 0 window only, 1, or r > 1 pooled */
@@ -48,6 +49,12 @@ struct cw_dsv41_model {
 	struct st_engram_hash *hash;   /* NULL without Engram layers */
 	int engram_rows_per_pos;
 	struct cw_dsv41_engram_provider prov;
+	/* store mode (cw_dsv41_load_store): the routed experts come from
+	 * expertd's pool, Engram rows from its Engram tier */
+	struct es_client *es;          /* borrowed; NULL: in memory */
+	struct st_store_layer *rec;    /* [n_layers] expert record layouts */
+	int no_route_reports;          /* measurements only */
+	int no_engram_prefetch;        /* measurements only */
 };
 
 #endif

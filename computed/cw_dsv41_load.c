@@ -6,25 +6,75 @@
 #include "cw_dsv41_int.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include "cw_engram_es.h"
+#include "es_client.h"
 #include "st_formats.h"
 #include "st_safetensors.h"
+#include "st_store.h"
 
+/* Where the tensors come from: the checkpoint (ck), or a V4.1 store's
+ * dense.bin mapped at `dense` (st), whose entries look like checkpoint
+ * tensors through tmp[] (two slots: a weight and its scale are used
+ * together). */
 struct loader {
 	const struct st_checkpoint *ck;
 	unsigned char *used;        /* [ck->n_tensors] */
+	const struct st_store *st;
+	const uint8_t *dense;
+	struct st_tensor_info tmp[2];
+	int tmp_i;
 	const struct st_dsv41_config *c;
 	struct st_diag *diag;
 };
+
+/* Looks `name` up in the loader's source; NULL when absent.  data (may be
+ * NULL) gets the tensor's bytes. */
+static const struct st_tensor_info *lookup(struct loader *ld, const char *name,
+					   const void **data)
+{
+	const struct st_store_tensor *st;
+	struct st_tensor_info *t;
+
+	if (!ld->st) {
+		const struct st_tensor_info *ct = st_checkpoint_find(ld->ck, name);
+
+		if (ct && data)
+			*data = st_checkpoint_data(ld->ck, ct);
+		return ct;
+	}
+	st = st_store_find_dense(ld->st, name);
+	if (!st)
+		return NULL;
+	t = &ld->tmp[ld->tmp_i];
+	ld->tmp_i ^= 1;
+	memset(t, 0, sizeof(*t));
+	t->name = st->name;
+	t->dtype = st->dtype;
+	t->n_dims = st->n_dims;
+	t->n_elems = 1;
+	for (int d = 0; d < st->n_dims; d++) {
+		t->shape[d] = st->shape[d];
+		t->n_elems *= (uint64_t)st->shape[d];
+	}
+	t->n_bytes = st->n_bytes;
+	if (data)
+		*data = ld->dense + st->offset;
+	return t;
+}
 
 static int find(struct loader *ld, const char *name, enum st_dtype dt,
 		int64_t d0, int64_t d1, const struct st_tensor_info **ret,
 		const void **data)
 {
-	const struct st_tensor_info *t = st_checkpoint_find(ld->ck, name);
+	const void *bytes = NULL;
+	const struct st_tensor_info *t = lookup(ld, name, &bytes);
 	int nd = d1 < 0 ? 1 : 2;
 
 	if (!t)
@@ -42,9 +92,10 @@ static int find(struct loader *ld, const char *name, enum st_dtype dt,
 				   "tensor %s: shape does not match the config (expected [%lld%s%lld])",
 				   name, (long long)d0, nd == 2 ? ", " : "",
 				   nd == 2 ? (long long)d1 : 0LL);
-	ld->used[t - ld->ck->tensors] = 1;
+	if (!ld->st)
+		ld->used[t - ld->ck->tensors] = 1;
 	*ret = t;
-	*data = st_checkpoint_data(ld->ck, t);
+	*data = bytes;
 	return 0;
 }
 
@@ -52,7 +103,7 @@ static int find(struct loader *ld, const char *name, enum st_dtype dt,
 static int load_plain(struct loader *ld, const char *name, int64_t d0,
 		      int64_t d1, float **ret)
 {
-	const struct st_tensor_info *t = st_checkpoint_find(ld->ck, name);
+	const struct st_tensor_info *t = lookup(ld, name, NULL);
 	const void *data;
 	int r;
 
@@ -189,6 +240,8 @@ static int load_engram(struct loader *ld, int l, int ei,
 				   hd);
 	L->ei = ei;
 	L->erows = c->engram_rows[ei];
+	if (ld->st) /* the table: engram.bin, read by expertd's Engram tier */
+		goto mats;
 	snprintf(name, sizeof(name), "layers.%d.engram.embed.weight", l);
 	if ((r = find(ld, name, ST_DTYPE_F8_E4M3, L->erows, hd, &tw, &w)) < 0)
 		return r;
@@ -204,6 +257,7 @@ static int load_engram(struct loader *ld, int l, int ei,
 				   name);
 	memcpy(L->etab, w, tw->n_bytes);
 	memcpy(L->escale, s, ts->n_bytes);
+mats:
 	snprintf(name, sizeof(name), "layers.%d.engram.wkv", l);
 	if ((r = load_fp8(ld, name, (hc + 1) * D, rows_per_pos * hd,
 			  &L->ewkv)) < 0 ||
@@ -304,6 +358,8 @@ static int load_layer(struct loader *ld, int l, struct cw_dsv41_layer *L,
 		if (c->engram_layer[i] == l &&
 		    (r = load_engram(ld, l, i, L, rows_per_pos)) < 0)
 			return r;
+	if (ld->st) /* routed experts: from expertd's pool at eval time */
+		return 0;
 	L->ew1 = calloc(E, sizeof(*L->ew1));
 	L->ew2 = calloc(E, sizeof(*L->ew2));
 	L->ew3 = calloc(E, sizeof(*L->ew3));
@@ -372,7 +428,7 @@ static int load_model(struct loader *ld, struct cw_dsv41_model *m)
 		if ((r = load_layer(ld, l, &m->layers[l],
 				    m->engram_rows_per_pos)) < 0)
 			return r;
-	for (int i = 0; i < ld->ck->n_tensors; i++)
+	for (int i = 0; !ld->st && i < ld->ck->n_tensors; i++)
 		if (!ld->used[i] && !skipped(ld->ck->tensors[i].name))
 			return st_diag_set(ld->diag, -ST_E_FORMAT,
 					   "tensor %s is not part of the DeepSeek-V4.1 text model this config describes (a different config or a newer variant?)",
@@ -388,6 +444,10 @@ int cw_dsv41_engram_rows_mem(void *ctx, int ei, const int64_t *row_ids,
 	const struct cw_dsv41_layer *L =
 		&m->layers[m->cfg.engram_layer[ei]];
 
+	if (!L->etab)
+		return st_diag_set(diag, -ST_E_UNSUPPORTED,
+				   "engram layer %d: the table is not in memory (a store model reads it through expertd)",
+				   m->cfg.engram_layer[ei]);
 	for (int i = 0; i < n; i++) {
 		int64_t r = row_ids[i];
 
@@ -405,12 +465,46 @@ int cw_dsv41_engram_rows_mem(void *ctx, int ei, const int64_t *row_ids,
 	return 0;
 }
 
+/* The Engram hash (m->hash, loaded from `source`) against the config,
+ * and the QAT blocks against the head dims. */
+static int check_model(struct cw_dsv41_model *m, const char *source,
+		       struct st_diag *diag)
+{
+	int r;
+
+	if (m->cfg.n_engram) {
+		m->engram_rows_per_pos = st_engram_hash_rows_per_pos(m->hash);
+		if ((r = st_engram_hash_check_config(m->hash, m->cfg.n_engram,
+						     m->cfg.engram_layer,
+						     m->cfg.engram_rows,
+						     diag)) < 0)
+			return r;
+		if (st_engram_hash_heads(m->hash) != m->cfg.engram_n_heads ||
+		    m->engram_rows_per_pos != (m->cfg.engram_max_ngram - 1) *
+							  m->cfg.engram_n_heads)
+			return st_diag_set(diag, -ST_E_CONFIG,
+					   "%s: %d heads, %d rows per position; config.json says engram_n_heads %d, engram_max_ngram_size %d",
+					   source, st_engram_hash_heads(m->hash),
+					   m->engram_rows_per_pos,
+					   m->cfg.engram_n_heads,
+					   m->cfg.engram_max_ngram);
+	}
+	/* the QAT formats' blocks (st_kvfmt_v41.h) must tile the rows */
+	if (m->cfg.head_dim % 32 || m->cfg.index_head_dim % 32)
+		return st_diag_set(diag, -ST_E_CONFIG,
+				   "%s: head_dim %d and index_head_dim %d must be multiples of 32 (the V4.1 KV formats' blocks)",
+				   source, m->cfg.head_dim,
+				   m->cfg.index_head_dim);
+	return 0;
+}
+
 int cw_dsv41_load(const char *dir, struct cw_dsv41_model **ret,
 		  struct st_diag *diag)
 {
 	struct cw_dsv41_model *m = calloc(1, sizeof(*m));
 	struct st_checkpoint *ck = NULL;
 	struct loader ld = { 0 };
+	char path[4096];
 	int r;
 
 	if (!m)
@@ -420,37 +514,12 @@ int cw_dsv41_load(const char *dir, struct cw_dsv41_model **ret,
 	m->prov.ctx = m;
 	if ((r = st_dsv41_config_load(dir, &m->cfg, diag)) < 0)
 		goto fail;
-	if (m->cfg.n_engram) {
-		char path[4096];
-
-		snprintf(path, sizeof(path), "%s/engram_hash.json", dir);
-		if ((r = st_engram_hash_load_json(path, &m->hash, diag)) < 0)
-			goto fail;
-		m->engram_rows_per_pos = st_engram_hash_rows_per_pos(m->hash);
-		if ((r = st_engram_hash_check_config(m->hash, m->cfg.n_engram,
-						     m->cfg.engram_layer,
-						     m->cfg.engram_rows,
-						     diag)) < 0)
-			goto fail;
-		if (st_engram_hash_heads(m->hash) != m->cfg.engram_n_heads ||
-		    m->engram_rows_per_pos != (m->cfg.engram_max_ngram - 1) *
-							  m->cfg.engram_n_heads) {
-			r = st_diag_set(diag, -ST_E_CONFIG,
-					"%s: %d heads, %d rows per position; config.json says engram_n_heads %d, engram_max_ngram_size %d",
-					path, st_engram_hash_heads(m->hash),
-					m->engram_rows_per_pos,
-					m->cfg.engram_n_heads,
-					m->cfg.engram_max_ngram);
-			goto fail;
-		}
-	}
-	/* the QAT formats' blocks (st_kvfmt_v41.h) must tile the rows */
-	if (m->cfg.head_dim % 32 || m->cfg.index_head_dim % 32) {
-		r = st_diag_set(diag, -ST_E_CONFIG,
-				"%s: head_dim %d and index_head_dim %d must be multiples of 32 (the V4.1 KV formats' blocks)",
-				dir, m->cfg.head_dim, m->cfg.index_head_dim);
+	snprintf(path, sizeof(path), "%s/engram_hash.json", dir);
+	if (m->cfg.n_engram &&
+	    (r = st_engram_hash_load_json(path, &m->hash, diag)) < 0)
 		goto fail;
-	}
+	if ((r = check_model(m, m->cfg.n_engram ? path : dir, diag)) < 0)
+		goto fail;
 	if ((r = st_checkpoint_open(dir, &ck, diag)) < 0)
 		goto fail;
 	ld.ck = ck;
@@ -471,6 +540,147 @@ fail:
 	st_checkpoint_close(ck);
 	cw_dsv41_free(m);
 	return r;
+}
+
+/* The record layout of every layer must be MXFP4 experts as the V4/V4.1
+ * writer makes them: gate/up [inter, D], down [D, inter]. */
+static int check_store_experts(const struct st_store *s,
+			       const struct st_dsv41_config *c,
+			       struct st_diag *diag)
+{
+	for (int l = 0; l < s->n_layers; l++)
+		for (int k = 0; k < 3; k++) {
+			const struct st_store_matrix *x = &s->layers[l].mat[k];
+			int rows = k == 2 ? c->hidden_size : c->moe_inter;
+			int cols = k == 2 ? c->moe_inter : c->hidden_size;
+
+			if (x->fmt.dtype != ST_DTYPE_MXFP4 ||
+			    x->fmt.group != ST_MXFP4_BLOCK || x->rows != rows ||
+			    x->cols != cols)
+				return st_diag_set(diag, -ST_E_FORMAT,
+						   "store %s: layer %d expert matrix %d is not MXFP4 [%d, %d]: re-run strata convert",
+						   s->dir, l, k, rows, cols);
+		}
+	return 0;
+}
+
+/* expertd must serve this store's experts (and its Engram tables). */
+static int check_es(const struct st_store *s, const struct cw_dsv41_model *m,
+		    struct es_client *es, const char *store_dir,
+		    struct st_diag *diag)
+{
+	struct es_engram_info ei;
+	int r;
+
+	if (!es || es_client_n_layers(es) != s->n_layers ||
+	    es_client_n_experts(es) != s->n_experts ||
+	    es_client_record_bytes(es) != s->record_bytes)
+		return st_diag_set(diag, -ST_E_CONFIG,
+				   "store %s: expertd %s this store (start expertd with --store %s)",
+				   store_dir, es ? "serves another store than" :
+				   "is needed to serve the experts of", store_dir);
+	if (es_client_n_slots(es) < m->cfg.top_k)
+		return st_diag_set(diag, -ST_E_LIMIT,
+				   "expertd's host budget holds %d experts, a token needs %d: raise --host-budget",
+				   es_client_n_slots(es), m->cfg.top_k);
+	if (!m->cfg.n_engram)
+		return 0;
+	if ((r = es_client_engram_info(es, &ei, diag)) < 0)
+		return r;
+	if (ei.n_layers != m->cfg.n_engram)
+		return st_diag_set(diag, -ST_E_CONFIG,
+				   "store %s: expertd serves %d Engram tables, the model has %d (start expertd with --store %s)",
+				   store_dir, ei.n_layers, m->cfg.n_engram,
+				   store_dir);
+	for (int i = 0; i < ei.n_layers; i++)
+		if (ei.layer_id[i] != m->cfg.engram_layer[i] ||
+		    ei.rows[i] != m->cfg.engram_rows[i] ||
+		    ei.dim[i] != m->cfg.engram_head_dim)
+			return st_diag_set(diag, -ST_E_CONFIG,
+					   "store %s: expertd's Engram table %d (layer %d, %lld x %d) is not the model's (layer %d, %lld x %d)",
+					   store_dir, i, ei.layer_id[i],
+					   (long long)ei.rows[i], ei.dim[i],
+					   m->cfg.engram_layer[i],
+					   (long long)m->cfg.engram_rows[i],
+					   m->cfg.engram_head_dim);
+	return 0;
+}
+
+int cw_dsv41_load_store(const char *store_dir, struct es_client *es,
+			struct cw_dsv41_model **ret, struct st_diag *diag)
+{
+	struct cw_dsv41_model *m = calloc(1, sizeof(*m));
+	struct st_store *s = NULL;
+	struct loader ld = { 0 };
+	uint8_t *map = MAP_FAILED;
+	char path[4300];
+	int r, fd = -1;
+
+	if (!m)
+		return st_diag_set(diag, -ENOMEM, "out of memory");
+	m->qat = CW_DSV41_QAT_ALL;
+	if ((r = st_store_open(store_dir, &s, diag)) < 0)
+		goto out;
+	if (!s->is_dsv41) {
+		r = st_diag_set(diag, -ST_E_UNSUPPORTED,
+				"store %s: not a DeepSeek-V4.1 store", store_dir);
+		goto out;
+	}
+	if ((r = st_dsv41_config_parse(s->config_json, "store config.json",
+				       &m->cfg, diag)) < 0)
+		goto out;
+	if (m->cfg.n_engram && !s->engram_hash) {
+		r = st_diag_set(diag, -ST_E_FORMAT,
+				"store %s: no Engram hash (engram_hash.bin): re-run strata convert",
+				store_dir);
+		goto out;
+	}
+	m->hash = s->engram_hash; /* taken over from the store */
+	s->engram_hash = NULL;
+	if ((r = check_model(m, store_dir, diag)) < 0 ||
+	    (r = check_store_experts(s, &m->cfg, diag)) < 0 ||
+	    (r = check_es(s, m, es, store_dir, diag)) < 0)
+		goto out;
+	st_store_path(s, s->dense_file, path, sizeof(path));
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		r = st_diag_set(diag, -errno, "%s: %s", path, strerror(errno));
+		goto out;
+	}
+	if (s->dense_bytes) {
+		map = mmap(NULL, s->dense_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (map == MAP_FAILED) {
+			r = st_diag_set(diag, -errno, "%s: mmap: %s", path,
+					strerror(errno));
+			goto out;
+		}
+	}
+	ld.st = s;
+	ld.dense = map;
+	ld.diag = diag;
+	m->rec = calloc((size_t)s->n_layers, sizeof(*m->rec));
+	if (!m->rec) {
+		r = st_diag_set(diag, -ENOMEM, "out of memory");
+		goto out;
+	}
+	memcpy(m->rec, s->layers, (size_t)s->n_layers * sizeof(*m->rec));
+	if ((r = load_model(&ld, m)) < 0)
+		goto out;
+	m->es = es;
+	m->prov.get_rows = cw_engram_es_get_rows;
+	m->prov.ctx = es;
+out:
+	if (map != MAP_FAILED)
+		munmap(map, s->dense_bytes);
+	if (fd >= 0)
+		close(fd);
+	st_store_close(s);
+	if (r < 0) {
+		cw_dsv41_free(m);
+		return r;
+	}
+	*ret = m;
+	return 0;
 }
 
 static void free_mat(struct cw_dsv4_mat *x)
@@ -520,6 +730,7 @@ void cw_dsv41_free(struct cw_dsv41_model *m)
 	free(m->freq_main);
 	free(m->freq_comp);
 	st_engram_hash_free(m->hash);
+	free(m->rec);
 	free(m);
 }
 
@@ -542,7 +753,18 @@ void cw_dsv41_set_engram_provider(struct cw_dsv41_model *m,
 	if (p) {
 		m->prov = *p;
 	} else {
-		m->prov.get_rows = cw_dsv41_engram_rows_mem;
-		m->prov.ctx = m;
+		m->prov.get_rows = m->es ? cw_engram_es_get_rows :
+					   cw_dsv41_engram_rows_mem;
+		m->prov.ctx = m->es ? (void *)m->es : (void *)m;
 	}
+}
+
+void cw_dsv41_set_route_reports(struct cw_dsv41_model *m, int on)
+{
+	m->no_route_reports = !on;
+}
+
+void cw_dsv41_set_engram_prefetch(struct cw_dsv41_model *m, int on)
+{
+	m->no_engram_prefetch = !on;
 }

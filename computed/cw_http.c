@@ -204,6 +204,22 @@ static enum MHD_Result do_metrics(struct cw_http *h, struct MHD_Connection *c)
 	x.dense_bytes = rs.dense_bytes;
 	x.lm_head_bytes = rs.lm_head_bytes;
 	x.expert_stall_ns = rs.expert_stall_ns;
+	if (x.es_ok && cw_model_is_dsv41(h->api.model)) {
+		struct es_engram_stats en;
+		struct st_diag d = { { 0 } };
+
+		if (es_client_engram_stats(h->es, &en, &d) == 0) {
+			x.engram_ok = 1;
+			x.en_lookups = en.lookups;
+			x.en_hits = en.hits;
+			x.en_merged = en.merged;
+			x.en_misses = en.misses;
+			x.en_reads = en.reads;
+			x.en_read_bytes = en.read_bytes;
+			x.en_lat_p50_ns = en.lat_p50_ns;
+			x.en_lat_p99_ns = en.lat_p99_ns;
+		}
+	}
 	if (cw_metrics_render(h->metrics, &x, &text) < 0)
 		return MHD_NO;
 	r = queue_text(h, c, CW_EP_METRICS, 200,

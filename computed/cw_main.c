@@ -699,6 +699,19 @@ static int handle_stats(struct cw_daemon *d, const struct st_msg_header *h)
 		s.es_pool_bytes = es.pool_bytes;
 		s.es_budget_bytes = es.budget_bytes;
 	}
+	if (cw_model_is_dsv41(d->model)) {
+		struct es_engram_stats en;
+		struct st_diag dg = { { 0 } };
+
+		if (es_client_engram_stats(d->es, &en, &dg) == 0) {
+			s.en_lookups = en.lookups;
+			s.en_hits = en.hits;
+			s.en_misses = en.misses;
+			s.en_read_bytes = en.read_bytes;
+			s.en_lat_p50_ns = en.lat_p50_ns;
+			s.en_lat_p99_ns = en.lat_p99_ns;
+		}
+	}
 	if (kv_client_stats(d->kv, &kv) == 0) {
 		s.kv_pid = kv.pid;
 		s.kv_pages_used = kv.pages_used;
@@ -974,10 +987,16 @@ int main(int argc, char **argv)
 			goto out;
 		}
 		d->ropts.prefetch_depth = 0;
-		st_info("DeepSeek-V4 store: reference mode, sequences stepped "
-			"one after the other, exact prefetch hints for the "
-			"hash-routed layers, state in kvd pages (prefix "
-			"cache, spill, restarts)");
+		if (cw_model_is_dsv41(d->model))
+			st_info("DeepSeek-V4.1 store: reference mode, "
+				"sequences stepped one after the other, Engram "
+				"rows prefetched as tokens are known, no prefix "
+				"cache");
+		else
+			st_info("DeepSeek-V4 store: sequences stepped one "
+				"after the other, exact prefetch hints for the "
+				"hash-routed layers, state in kvd pages (prefix "
+				"cache, spill, restarts)");
 	}
 	r = cw_routing_open(d->model, d->es, &d->ropts, &d->routing, &diag);
 	if (r < 0) {

@@ -374,6 +374,37 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 			  (double)x->es_prefetch_used /
 				  (double)(x->es_prefetch_used + x->es_misses) :
 			  0.0);
+	if (x->engram_ok) {
+		/* DeepSeek-V4.1 Engram rows (expertd's Engram tier) */
+		tb_metric(&b, "strata_engram_lookups_total", "counter",
+			  "Engram rows asked of expertd (fetches and "
+			  "prefetches)", (double)x->en_lookups);
+		tb_head(&b, "strata_engram_rows_total", "counter",
+			"Engram row lookups by outcome (served from the host "
+			"cache, joined a read in flight, read from the store)");
+		tb_printf(&b, "strata_engram_rows_total{result=\"hit\"} %llu\n"
+			  "strata_engram_rows_total{result=\"merged\"} %llu\n"
+			  "strata_engram_rows_total{result=\"miss\"} %llu\n",
+			  (unsigned long long)x->en_hits,
+			  (unsigned long long)x->en_merged,
+			  (unsigned long long)x->en_misses);
+		tb_metric(&b, "strata_engram_hit_rate", "gauge",
+			  "Engram lookups served from the host cache (0 "
+			  "before any)", x->en_lookups ?
+			  (double)x->en_hits / (double)x->en_lookups : 0.0);
+		tb_metric(&b, "strata_engram_read_bytes_total", "counter",
+			  "bytes of Engram blocks read from the store",
+			  (double)x->en_read_bytes);
+		tb_metric(&b, "strata_engram_reads_total", "counter",
+			  "Engram 4 KiB block reads", (double)x->en_reads);
+		tb_head(&b, "strata_engram_read_latency_seconds", "gauge",
+			"Engram block read latency quantiles since expertd "
+			"started (+-6 %)");
+		tb_printf(&b, "strata_engram_read_latency_seconds{quantile=\"0.5\"} %.9f\n"
+			  "strata_engram_read_latency_seconds{quantile=\"0.99\"} %.9f\n",
+			  (double)x->en_lat_p50_ns / 1e9,
+			  (double)x->en_lat_p99_ns / 1e9);
+	}
 	pthread_mutex_lock(&m->lock);
 	tb_metric(&b, "strata_uptime_seconds", "gauge",
 		  "seconds since computed started",

@@ -84,6 +84,10 @@ struct cw_metrics_ext {
 	uint64_t kv_prefix_lookups, kv_prefix_rows_reused, kv_epoch;
 	/* computed's model */
 	uint64_t expert_bytes, dense_bytes, lm_head_bytes, expert_stall_ns;
+	/* expertd's Engram tier (DeepSeek-V4.1 stores; engram_ok: read) */
+	int engram_ok;
+	uint64_t en_lookups, en_hits, en_merged, en_misses, en_reads;
+	uint64_t en_read_bytes, en_lat_p50_ns, en_lat_p99_ns;
 };
 
 /*

@@ -19,6 +19,7 @@
 
 #include "cw_kvrow.h"
 #include "cw_model_dsv4.h"
+#include "cw_model_dsv41.h"
 #include "cw_router.h"
 #include "cw_threads.h"
 #include "st_formats.h"
@@ -99,6 +100,8 @@ struct cw_model {
 	struct cw_shexp_scratch shx;       /* shared-expert step scratch */
 	struct cw_v4serve *v4;             /* owned: a DeepSeek-V4 store
 					    * (cw_model_dsv4.h), else NULL */
+	struct cw_v41serve *v41;           /* owned: a DeepSeek-V4.1 store
+					    * (cw_model_dsv41.h), else NULL */
 };
 
 static void matvec(struct cw_model *m, const struct cw_wview *w,
@@ -415,9 +418,14 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 		return r;
 	}
 	m->cfg = m->store->cfg;
-	if (m->store->is_dsv4) {
-		/* V4: its own forward pass behind this interface */
-		r = cw_v4serve_open(store_dir, es, kv, &m->opts, &m->v4, diag);
+	if (m->store->is_dsv4 || m->store->is_dsv41) {
+		/* V4, V4.1: their own forward passes behind this interface */
+		if (m->store->is_dsv41)
+			r = cw_v41serve_open(store_dir, es, kv, &m->opts,
+					     &m->v41, diag);
+		else
+			r = cw_v4serve_open(store_dir, es, kv, &m->opts,
+					    &m->v4, diag);
 		if (r < 0) {
 			cw_model_close(m);
 			return r;
@@ -524,6 +532,7 @@ void cw_model_close(struct cw_model *m)
 	if (!m)
 		return;
 	cw_v4serve_close(m->v4);
+	cw_v41serve_close(m->v41);
 	free_scratch(m);
 	kscratch_free(&m->ks);
 	cw_threads_destroy(m->pool);
@@ -565,7 +574,7 @@ int cw_model_route_probe(struct cw_model *m, int layer, const float *h,
 	const struct st_model_config *c = &m->cfg;
 	const struct cw_layer_w *L;
 
-	if (layer < 0 || layer >= c->n_layers || m->v4)
+	if (layer < 0 || layer >= c->n_layers || m->v4 || m->v41)
 		return -EINVAL;
 	L = &m->layers[layer];
 	if (!m->probe_xn) {
@@ -597,18 +606,27 @@ void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret)
 {
 	if (m->v4)
 		cw_v4serve_read_stats(m->v4, ret);
+	else if (m->v41)
+		cw_v41serve_read_stats(m->v41, ret);
 	else
 		*ret = m->rs;
 }
 
 int cw_model_is_dsv4(const struct cw_model *m)
 {
-	return m->v4 != NULL;
+	return m->v4 != NULL || m->v41 != NULL;
+}
+
+int cw_model_is_dsv41(const struct cw_model *m)
+{
+	return m->v41 != NULL;
 }
 
 int cw_model_seq_begin(struct cw_model *m, uint32_t seq, int max_tokens,
 		       struct st_diag *diag)
 {
+	if (m->v41)
+		return cw_v41serve_seq_begin(m->v41, seq, max_tokens, diag);
 	return m->v4 ? cw_v4serve_seq_begin(m->v4, seq, max_tokens, diag) : 0;
 }
 
@@ -616,6 +634,8 @@ void cw_model_seq_end(struct cw_model *m, uint32_t seq)
 {
 	if (m->v4)
 		cw_v4serve_seq_end(m->v4, seq);
+	if (m->v41)
+		cw_v41serve_seq_end(m->v41, seq);
 }
 
 int cw_model_seq_create(struct cw_model *m, struct kv_client *kv,
@@ -630,6 +650,8 @@ int cw_model_seq_create(struct cw_model *m, struct kv_client *kv,
 		return cw_v4serve_seq_create(m->v4, prompt, n_prompt,
 					     prefix_cache, ret_seq, ret_cached,
 					     diag);
+	if (m->v41)
+		prefix_cache = 0; /* its state is computed's (cw_model_dsv41) */
 	if (prefix_cache && n_prompt > 0)
 		r = kv_client_seq_create_prefix(kv, prompt, (uint32_t)n_prompt,
 						ret_seq, ret_cached, diag);
@@ -665,6 +687,13 @@ void cw_model_kv_bytes_per_token(const struct cw_model *m, uint64_t *ret_layout,
 		*ret_formula = 0;
 		return;
 	}
+	if (m->v41) {
+		/* the V4.1 storage formats' growing KV (st_kvfmt_v41.h) */
+		*ret_layout = (uint64_t)cw_dsv41_kv_bytes_per_token(
+			cw_v41serve_config(m->v41));
+		*ret_formula = 0;
+		return;
+	}
 	*ret_layout = (uint64_t)m->kv_row_bytes * (uint64_t)m->cfg.n_layers;
 	*ret_formula = 2ull * (uint64_t)m->cfg.n_layers *
 		       (uint64_t)m->cfg.n_kv_heads * (uint64_t)m->cfg.head_dim *
@@ -679,6 +708,8 @@ uint64_t cw_model_expert_bytes_layer(const struct cw_model *m, int layer)
 		return 0;
 	if (m->v4)
 		return cw_v4serve_expert_bytes(m->v4);
+	if (m->v41)
+		return cw_v41serve_expert_bytes(m->v41);
 	for (int i = 0; i < 3; i++) {
 		const struct st_store_matrix *mm = &m->store->layers[layer].mat[i];
 
@@ -1305,6 +1336,8 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 	}
 	if (m->v4)
 		return cw_v4serve_eval_batch(m->v4, toks, n, diag);
+	if (m->v41)
+		return cw_v41serve_eval_batch(m->v41, toks, n, diag);
 	r = grow_scratch(m, n);
 	if (r < 0)
 		return st_diag_set(diag, r, "out of memory for %d tokens", n);

@@ -194,11 +194,14 @@ int cw_model_seq_create(struct cw_model *m, struct kv_client *kv,
  * sequence (kv, the client it was made with). */
 void cw_model_seq_destroy(struct cw_model *m, struct kv_client *kv,
 			  uint32_t seq);
-/* 1 for a DeepSeek-V4 store (reference mode only; its state in kvd pages
- * through cw_model_seq_create, prefix cache included; no route hooks or
- * probes: the hash-routed layers' experts are hinted to expertd exactly
- * instead), else 0. */
+/* 1 for a DeepSeek-V4 or V4.1 store (no route hooks or probes: V4's
+ * hash-routed layers' experts are hinted to expertd exactly instead,
+ * V4.1's Engram rows prefetched; a V4 state is in kvd pages through
+ * cw_model_seq_create, prefix cache included; a V4.1 state is computed's,
+ * no prefix cache), else 0.  cw_model_is_dsv41: 1 for a V4.1 store
+ * only. */
 int cw_model_is_dsv4(const struct cw_model *m);
+int cw_model_is_dsv41(const struct cw_model *m);
 
 /* Accumulated read statistics (since open). */
 void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret);

@@ -93,6 +93,9 @@ struct cw_stats_wire {
 	 * predicted and how many of them the router then chose */
 	uint64_t la_pred1, la_hit1, la_pred2, la_hit2, la_pred3, la_hit3;
 	uint64_t es_io_busy_ns;
+	/* expertd's Engram tier (DeepSeek-V4.1 stores; zeros otherwise) */
+	uint64_t en_lookups, en_hits, en_misses, en_read_bytes;
+	uint64_t en_lat_p50_ns, en_lat_p99_ns;
 };
 
 void cw_gen_start_msg_free(struct cw_gen_start_msg *m);

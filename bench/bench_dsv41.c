@@ -1,0 +1,488 @@
+/*
+ * bench_dsv41.c — DeepSeek-V4.1 decode through expertd's two tiers
+ * (routed experts and Engram rows, issue 11): tokens/s at host expert
+ * budgets (default 100 / 50 / 25 % of the experts) with an Engram cache
+ * smaller than the tables, bytes read from the store per decoded token
+ * split into experts and Engram, and the I/O-bound limit against the
+ * store's raw O_DIRECT read bandwidth measured in the same run.
+ *
+ * The approach is strata-bench-dsv4's (V4; branch v4bench): for each
+ * budget the store's expert and Engram files are made cold (fsync +
+ * POSIX_FADV_DONTNEED; expertd reads with O_DIRECT anyway), the raw read
+ * bandwidth of the expert files is measured (--loader-threads O_DIRECT
+ * streams, one expert record per request, up to --raw-bytes), expertd
+ * (and kvd, unused) start on a private instance with --host-budget B and
+ * --engram-cache C, and the model runs in this process
+ * (cw_dsv41_load_store: reference mode, the only V4.1 mode): a prompt of
+ * --prompt-tokens, then --tokens greedy decode steps, timed.  At the first
+ * budget a second decode of the same tokens on the warm pool gives the
+ * compute-bound rate (when it misses nothing).
+ *
+ * Printed per budget (decode steps only):
+ *   tok/s          decode tokens per second (wall clock)
+ *   exp MB/tok     expert bytes expertd read from the store per token
+ *   eng KB/tok     Engram bytes expertd read (4 KiB blocks) per token
+ *   used MB/tok    expert record bytes the routed experts used per token
+ *   hits           expert pool hit rate; Engram cache hit rate
+ *   I/O lim        raw GB/s / (expert + Engram bytes read per token)
+ *   %I/O           tok/s / I/O lim (the issue's target: >= 80 %)
+ *   limit, %lim    min(compute-bound rate, I/O lim), tok/s / that
+ * Prints figures, asserts nothing (STYLE.md).
+ */
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli_instance.h"
+#include "cw_dsv41.h"
+#include "es_client.h"
+#include "st_daemon.h"
+#include "st_store.h"
+#include "st_util.h"
+
+#define MAX_BUDGETS 8
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+"Usage: strata-bench-dsv41 --store STORE [--budgets 100,50,25]\n"
+"                          [--engram-cache BYTES] [--tokens N]\n"
+"                          [--prompt-tokens N] [--loader-threads N]\n"
+"                          [--raw-bytes B] [--no-prefetch]\n"
+"\n"
+"DeepSeek-V4.1 decode through expertd at each host expert budget (%% of\n"
+"all experts) with an Engram row cache of --engram-cache bytes: decode\n"
+"tokens/s, expert and Engram bytes read per token, hit rates, and the\n"
+"I/O-bound limit from the store's raw O_DIRECT read bandwidth measured in\n"
+"the same run.  STORE: `strata convert` of a V4.1 checkpoint (e.g.\n"
+"scripts/gen-v41-engram-model.py --flash-layers 4).  Reference mode.\n"
+"Defaults: --engram-cache 64MiB, --tokens 8, --prompt-tokens 8,\n"
+"--loader-threads 4, --raw-bytes 1GiB; --no-prefetch: no Engram prefetch\n"
+"and no routing reports (for comparison).\n");
+}
+
+/* --- raw O_DIRECT read bandwidth (as strata-bench-dsv4) ----------------- */
+
+struct raw_job {
+	char path[4300];
+	uint64_t off, len, req, done;
+	int err;
+};
+
+static void *raw_thread(void *arg)
+{
+	struct raw_job *j = arg;
+	void *buf = NULL;
+	int fd = open(j->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
+
+	if (fd < 0 || posix_memalign(&buf, 4096, j->req)) {
+		j->err = fd < 0 ? errno : ENOMEM;
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	for (uint64_t o = 0; o + j->req <= j->len; o += j->req) {
+		ssize_t n = pread(fd, buf, j->req, (off_t)(j->off + o));
+
+		if (n <= 0) {
+			j->err = n < 0 ? errno : EIO;
+			break;
+		}
+		j->done += (uint64_t)n;
+	}
+	free(buf);
+	close(fd);
+	return NULL;
+}
+
+/* Aggregate bytes/ns (GB/s) of `streams` O_DIRECT readers over the expert
+ * files, one record per request, at most max_bytes in all; negative errno
+ * on failure. */
+static double raw_bandwidth(const struct st_store *s, int streams,
+			    uint64_t max_bytes)
+{
+	struct raw_job jobs[64];
+	pthread_t th[64];
+	uint64_t per, done = 0, t0, t1;
+	int n = streams < 64 ? streams : 64;
+	uint64_t rb = (s->record_bytes + 4095) / 4096 * 4096;
+
+	per = max_bytes / n / rb * rb;
+	for (int i = 0; i < n; i++) {
+		int l = i % s->n_layers;
+		uint64_t fsize = (uint64_t)s->n_experts * s->record_bytes;
+		uint64_t slices = (uint64_t)(n + s->n_layers - 1) / s->n_layers;
+		uint64_t slice = fsize / slices / rb * rb;
+
+		memset(&jobs[i], 0, sizeof(jobs[i]));
+		st_store_path(s, s->expert_files[l], jobs[i].path,
+			      sizeof(jobs[i].path));
+		jobs[i].off = (uint64_t)(i / s->n_layers) * slice;
+		jobs[i].len = per < slice ? per : slice;
+		jobs[i].req = rb;
+	}
+	t0 = st_now_ns();
+	for (int i = 0; i < n; i++)
+		pthread_create(&th[i], NULL, raw_thread, &jobs[i]);
+	for (int i = 0; i < n; i++)
+		pthread_join(th[i], NULL);
+	t1 = st_now_ns();
+	for (int i = 0; i < n; i++) {
+		if (jobs[i].err)
+			return -jobs[i].err;
+		done += jobs[i].done;
+	}
+	return (double)done / (double)(t1 - t0);
+}
+
+static void cold_file(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0)
+		return;
+	fdatasync(fd);
+	posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+	close(fd);
+}
+
+/* Drops the store's expert files and engram.bin from the page cache. */
+static void make_cold(const struct st_store *s)
+{
+	char path[4300];
+
+	for (int l = 0; l < s->n_layers; l++) {
+		st_store_path(s, s->expert_files[l], path, sizeof(path));
+		cold_file(path);
+	}
+	st_store_path(s, "engram.bin", path, sizeof(path));
+	cold_file(path);
+}
+
+/* --- one run ------------------------------------------------------------- */
+
+struct counters {
+	struct es_tier_stats t;
+	struct es_engram_stats e;
+};
+
+static void snap(struct es_client *es, struct counters *c)
+{
+	struct st_diag d = { { 0 } };
+
+	es_client_tier_stats(es, &c->t);
+	if (es_client_engram_stats(es, &c->e, &d) < 0)
+		memset(&c->e, 0, sizeof(c->e));
+}
+
+struct run_result {
+	int budget_pct;
+	uint64_t n_slots;
+	double tok_s, warm_tok_s, raw_gbps;
+	double exp_bpt, eng_bpt, used_bpt;
+	double hit, eng_hit;
+	uint64_t misses, eng_misses;
+	int warm_missed;
+};
+
+static int argmax(const float *x, int n)
+{
+	int b = 0;
+
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[b])
+			b = i;
+	return b;
+}
+
+/* Decodes n_tok greedy tokens after prompt[0..n_prompt) on a new state
+ * (ids[] gets them, or they are forced from warm_ids); counters taken
+ * after the prompt (c0) and after the last step (c1).  Returns the wall
+ * ns of the decode steps, or negative. */
+static int64_t decode(const struct cw_dsv41_model *m, struct es_client *es,
+		      const int32_t *prompt, int n_prompt, int n_tok,
+		      int32_t *ids, const int32_t *warm_ids,
+		      struct counters *c0, struct counters *c1,
+		      struct st_diag *diag)
+{
+	const int V = cw_dsv41_config(m)->vocab_size;
+	float *logits = malloc((size_t)V * sizeof(float));
+	struct cw_dsv41_state *s = NULL;
+	int64_t r;
+	uint64_t t0;
+	int32_t tok;
+
+	if (!logits || cw_dsv41_state_new(m, n_prompt + n_tok + 1, &s) < 0) {
+		free(logits);
+		return st_diag_set(diag, -ENOMEM, "out of memory");
+	}
+	r = cw_dsv41_eval(m, s, prompt, n_prompt, 0, logits, diag);
+	if (r < 0)
+		goto out;
+	snap(es, c0);
+	t0 = st_now_ns();
+	tok = argmax(logits, V);
+	for (int i = 0; i < n_tok; i++) {
+		if (warm_ids)
+			tok = warm_ids[i];
+		else
+			ids[i] = tok;
+		r = cw_dsv41_eval(m, s, &tok, 1, 0, logits, diag);
+		if (r < 0)
+			goto out;
+		tok = argmax(logits, V);
+		fprintf(stderr, "\rbench-dsv41: token %d/%d", i + 1, n_tok);
+	}
+	fprintf(stderr, "\n");
+	r = (int64_t)(st_now_ns() - t0);
+	snap(es, c1);
+out:
+	cw_dsv41_state_free(s);
+	free(logits);
+	return r;
+}
+
+static int parse_budgets(const char *arg, int *b, int *n)
+{
+	const char *p = arg;
+	char *end;
+
+	*n = 0;
+	while (*p && *n < MAX_BUDGETS) {
+		long v = strtol(p, &end, 10);
+
+		if (end == p || v < 1 || v > 100 || (*end && *end != ','))
+			return -1;
+		b[(*n)++] = (int)v;
+		p = *end == ',' ? end + 1 : end;
+	}
+	return *n ? 0 : -1;
+}
+
+/* One budget: cold files, raw bandwidth, daemons up, cold then warm
+ * decode.  0 or negative with diag. */
+static int run_budget(const struct st_store *st, const char *store_dir,
+		      int pct, const char *cache, int loaders,
+		      uint64_t raw_bytes, int prefetch, const int32_t *prompt,
+		      int n_prompt, int n_tok, int32_t *ids,
+		      struct run_result *rr, struct st_diag *diag)
+{
+	struct cli_instance inst;
+	struct cli_tier_args tier = { 0 };
+	struct es_client *es = NULL;
+	struct cw_dsv41_model *m = NULL;
+	struct counters a, b, w0, w1;
+	struct es_stats est;
+	int64_t ns;
+	int r;
+
+	memset(rr, 0, sizeof(*rr));
+	rr->budget_pct = pct;
+	make_cold(st);
+	rr->raw_gbps = raw_bandwidth(st, loaders, raw_bytes);
+	make_cold(st);
+	memset(&inst, 0, sizeof(inst));
+	snprintf(inst.name, sizeof(inst.name), "bdsv41-%d-%d", (int)getpid(),
+		 pct);
+	st_run_dir_default(inst.name, inst.run_dir, sizeof(inst.run_dir));
+	snprintf(inst.store_dir, sizeof(inst.store_dir), "%s", store_dir);
+	snprintf(inst.host_budget, sizeof(inst.host_budget), "%d%%", pct);
+	snprintf(inst.loader_threads, sizeof(inst.loader_threads), "%d",
+		 loaders);
+	snprintf(inst.kv_budget, sizeof(inst.kv_budget), "64MiB");
+	inst.tiers_only = 1;
+	tier.es[tier.n_es++] = "--engram-cache";
+	tier.es[tier.n_es++] = cache;
+	inst.tier = &tier;
+	if ((r = cli_instance_up(&inst, 300, diag)) < 0)
+		return r;
+	r = es_client_open(inst.run_dir, inst.name, "bench", 120000, &es,
+			   diag);
+	if (!r)
+		r = cw_dsv41_load_store(store_dir, es, &m, diag);
+	if (!r) {
+		const struct st_dsv41_config *c = cw_dsv41_config(m);
+
+		cw_dsv41_set_route_reports(m, prefetch);
+		cw_dsv41_set_engram_prefetch(m, prefetch);
+		ns = decode(m, es, prompt, n_prompt, n_tok, ids, NULL, &a, &b,
+			    diag);
+		r = ns < 0 ? (int)ns : 0;
+		if (!r) {
+			rr->tok_s = n_tok / (ns / 1e9);
+			rr->exp_bpt = (double)(b.t.load_bytes - a.t.load_bytes) /
+				      n_tok;
+			rr->eng_bpt = (double)(b.e.read_bytes - a.e.read_bytes) /
+				      n_tok;
+			rr->used_bpt = (double)c->n_layers * c->top_k *
+				       (double)st->record_bytes;
+			rr->misses = b.t.misses - a.t.misses;
+			rr->hit = (double)(b.t.hits - a.t.hits) /
+				  (double)(b.t.hits - a.t.hits + rr->misses);
+			rr->eng_misses = b.e.misses - a.e.misses;
+			rr->eng_hit = b.e.lookups > a.e.lookups ?
+				(double)(b.e.hits - a.e.hits) /
+				(double)(b.e.lookups - a.e.lookups) : 0;
+			es_client_stats(es, &est);
+			rr->n_slots = est.n_slots;
+			/* warm: the same tokens on the pool as left */
+			ns = decode(m, es, prompt, n_prompt, n_tok, ids, ids,
+				    &w0, &w1, diag);
+			if (ns > 0) {
+				rr->warm_tok_s = n_tok / (ns / 1e9);
+				rr->warm_missed = w1.t.misses != w0.t.misses ||
+						  w1.e.misses != w0.e.misses;
+			}
+		}
+	}
+	cw_dsv41_free(m);
+	es_client_close(es);
+	cli_instance_down(&inst);
+	return r;
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "store", required_argument, NULL, 's' },
+		{ "budgets", required_argument, NULL, 'b' },
+		{ "engram-cache", required_argument, NULL, 'E' },
+		{ "tokens", required_argument, NULL, 'n' },
+		{ "prompt-tokens", required_argument, NULL, 'p' },
+		{ "loader-threads", required_argument, NULL, 'l' },
+		{ "raw-bytes", required_argument, NULL, 'r' },
+		{ "no-prefetch", no_argument, NULL, 'P' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	int budgets[MAX_BUDGETS] = { 100, 50, 25 }, n_budgets = 3;
+	int n_tok = 8, n_prompt = 8, loaders = 4, prefetch = 1, c;
+	const char *store_dir = NULL, *cache = "64MiB";
+	uint64_t raw_bytes = 1ull << 30, cache_b;
+	struct run_result res[MAX_BUDGETS];
+	struct st_store *st = NULL;
+	struct st_diag diag = { { 0 } };
+	double compute_tok_s = 0;
+	int32_t *ids, prompt[4096];
+
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 's': store_dir = optarg; break;
+		case 'b':
+			if (parse_budgets(optarg, budgets, &n_budgets) < 0) {
+				fprintf(stderr, "bench-dsv41: --budgets wants "
+					"percentages like 100,50,25\n");
+				return 2;
+			}
+			break;
+		case 'E': cache = optarg; break;
+		case 'n': n_tok = atoi(optarg); break;
+		case 'p': n_prompt = atoi(optarg); break;
+		case 'l': loaders = atoi(optarg); break;
+		case 'r':
+			if (st_parse_size(optarg, &raw_bytes) < 0) {
+				fprintf(stderr, "bench-dsv41: bad --raw-bytes\n");
+				return 2;
+			}
+			break;
+		case 'P': prefetch = 0; break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (!store_dir || n_tok < 1 || n_prompt < 1 || n_prompt > 4096 ||
+	    loaders < 1 || loaders > 64 || st_parse_size(cache, &cache_b) < 0) {
+		usage(stderr);
+		return 2;
+	}
+	if (st_store_open(store_dir, &st, &diag) < 0) {
+		fprintf(stderr, "bench-dsv41: %s\n", diag.msg);
+		return 1;
+	}
+	if (!st->is_dsv41) {
+		fprintf(stderr, "bench-dsv41: %s is not a DeepSeek-V4.1 store "
+			"(make one with scripts/gen-v41-engram-model.py "
+			"--flash-layers 4 and strata convert)\n", store_dir);
+		return 1;
+	}
+	printf("store %s: %d layers x %d experts, record %llu B (%.2f MiB), "
+	       "experts %.2f GiB, Engram tables %.2f GiB, Engram cache %s; "
+	       "decode %d tokens after a %d-token prompt; reference mode; "
+	       "%d loader threads; Engram prefetch and routing reports %s\n",
+	       store_dir, st->n_layers, st->n_experts,
+	       (unsigned long long)st->record_bytes,
+	       st->record_bytes / 1048576.0,
+	       (double)st->record_bytes * st->n_layers * st->n_experts /
+		       (1ull << 30),
+	       (double)st->engram_bytes / (1ull << 30), cache, n_tok,
+	       n_prompt, loaders, prefetch ? "on" : "off");
+	fflush(stdout);
+	/* a fixed prompt: token ids spread over the vocabulary */
+	for (int i = 0; i < n_prompt; i++)
+		prompt[i] = (int32_t)((1000003u * (unsigned)(i + 1)) %
+				      (unsigned)st->dsv41.vocab_size);
+	ids = calloc((size_t)n_tok, sizeof(*ids));
+	if (!ids)
+		return 1;
+	for (int bi = 0; bi < n_budgets; bi++) {
+		struct run_result *rr = &res[bi];
+
+		if (run_budget(st, store_dir, budgets[bi], cache, loaders,
+			       raw_bytes, prefetch, prompt, n_prompt, n_tok,
+			       ids, rr, &diag) < 0) {
+			fprintf(stderr, "bench-dsv41: budget %d%%: %s\n",
+				budgets[bi], diag.msg);
+			return 1;
+		}
+		if (bi == 0 && !rr->warm_missed)
+			compute_tok_s = rr->warm_tok_s;
+		printf("budget %3d%%: pool %llu slots, decode %.3f tok/s (warm "
+		       "repeat %.3f%s), expert hit rate %.3f (%llu misses), "
+		       "Engram hit rate %.3f (%llu misses), raw %.2f GB/s\n",
+		       rr->budget_pct, (unsigned long long)rr->n_slots,
+		       rr->tok_s, rr->warm_tok_s,
+		       rr->warm_missed ? ", missed" : "", rr->hit,
+		       (unsigned long long)rr->misses, rr->eng_hit,
+		       (unsigned long long)rr->eng_misses, rr->raw_gbps);
+		fflush(stdout);
+	}
+	printf("\n%6s %6s %9s %11s %11s %12s %6s %6s %8s %9s %6s %9s %6s\n",
+	       "budget", "slots", "tok/s", "exp MB/tok", "eng KB/tok",
+	       "used MB/tok", "hits", "eng h", "raw GB/s", "I/O lim", "%I/O",
+	       "limit", "%lim");
+	for (int bi = 0; bi < n_budgets; bi++) {
+		struct run_result *rr = &res[bi];
+		double rd = rr->exp_bpt + rr->eng_bpt;
+		double io_lim = rd > 0 ? rr->raw_gbps * 1e9 / rd : 0;
+		double lim = io_lim > 0 ? io_lim : compute_tok_s;
+
+		if (compute_tok_s > 0 && compute_tok_s < lim)
+			lim = compute_tok_s;
+		printf("%5d%% %6llu %9.3f %11.1f %11.1f %12.1f %6.3f %6.3f "
+		       "%8.2f %9.3f %5.0f%% %9.3f %5.0f%%\n", rr->budget_pct,
+		       (unsigned long long)rr->n_slots, rr->tok_s,
+		       rr->exp_bpt / 1e6, rr->eng_bpt / 1e3,
+		       rr->used_bpt / 1e6, rr->hit, rr->eng_hit, rr->raw_gbps,
+		       io_lim, io_lim > 0 ? 100 * rr->tok_s / io_lim : 0.0,
+		       lim, lim > 0 ? 100 * rr->tok_s / lim : 0.0);
+	}
+	printf("compute-bound rate (warm repeat at %d%%, no misses): %.3f "
+	       "tok/s%s\n", budgets[0], compute_tok_s,
+	       compute_tok_s > 0 ? "" : " (not measured: the repeat missed)");
+	printf("exp MB/tok, eng KB/tok: store bytes expertd read per decoded "
+	       "token (experts: demand loads; Engram: 4 KiB blocks, demand "
+	       "and prefetch); I/O lim = raw GB/s / their sum; %%I/O = tok/s "
+	       "/ I/O lim (target >= 80 %%); limit = min(compute-bound, I/O "
+	       "lim)\n");
+	printf("peak RSS of this process (model in reference mode, F32): "
+	       "%.2f GiB\n", st_peak_rss_bytes() / (double)(1ull << 30));
+	free(ids);
+	st_store_close(st);
+	return 0;
+}

@@ -1,0 +1,255 @@
+/*
+ * test_dsv41_store.c — the DeepSeek-V4.1 forward pass from a strata store
+ * (cw_dsv41_load_store: dense weights from dense.bin, routed experts from
+ * a real expertd's host pool, Engram rows from its Engram tier with the
+ * rows prefetched as soon as the tokens are known) against the in-memory
+ * path that reads model.safetensors (cw_dsv41_load), on ../shared
+ * tiny-deepseek-v41.
+ *
+ * For every case of reference.json, its prompt followed by its greedy
+ * continuation is evaluated by both models in chunks of 16 positions with
+ * the logits of every position: the two must be bit-identical (the same
+ * bytes dequantised by the same functions).  expertd runs with an Engram
+ * cache of 500 rows, smaller than the 1524 rows of the two tables, at
+ * --host-budget 100 % and 25 % with QAT on, and at 25 % with QAT off.
+ * Checked: the counters of both tiers (every token acquires top_k experts
+ * per layer and reports them; every token looks up its rows in every
+ * Engram layer; at 25 % the pool evicts; the cache, smaller than the
+ * tables, evicts rows and misses, and the prefetches give hits).  A V4.1
+ * store without expertd and a V4 store are refused with clear messages.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_dsv41.h"
+#include "es_client.h"
+#include "es_convert.h"
+#include "st_util.h"
+#include "test_daemons.h"
+#include "test_util.h"
+
+static int n_fail;
+
+#define CHECK(cond, ...)                                                   \
+	do {                                                               \
+		if (!(cond)) {                                             \
+			if (n_fail++ < 30) {                               \
+				fprintf(stderr, "FAIL %s:%d: ", __FILE__,  \
+					__LINE__);                         \
+				fprintf(stderr, __VA_ARGS__);              \
+				fputc('\n', stderr);                       \
+			}                                                  \
+		}                                                          \
+	} while (0)
+
+#define CHUNK 16
+#define ENGRAM_CACHE "49000" /* 500 rows of 66 + 32 bytes: < 1524 rows */
+
+/* Every case: both models, chunk by chunk, all positions bit-identical.
+ * Returns the number of positions compared. */
+static long compare_cases(const struct cw_dsv41_model *ref,
+			  const struct cw_dsv41_model *sm, json_t *cases)
+{
+	const int V = cw_dsv41_config(ref)->vocab_size;
+	float *a = malloc((size_t)CHUNK * V * sizeof(float));
+	float *b = malloc((size_t)CHUNK * V * sizeof(float));
+	struct st_diag diag = { { 0 } };
+	long compared = 0;
+	size_t ci;
+	json_t *cs;
+
+	if (!a || !b) {
+		CHECK(0, "out of memory");
+		goto out;
+	}
+	json_array_foreach(cases, ci, cs) {
+		const char *name = json_string_value(json_object_get(cs, "name"));
+		const json_t *jids = json_object_get(cs, "ids");
+		const json_t *gc = json_object_get(cs, "greedy_continuation");
+		int n = (int)json_array_size(jids), ng = (int)json_array_size(gc);
+		int32_t ids[n + ng];
+		struct cw_dsv41_state *sa = NULL, *sb = NULL;
+		int diff_pos = -1;
+
+		for (int i = 0; i < n; i++)
+			ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
+		for (int i = 0; i < ng; i++)
+			ids[n + i] = (int32_t)json_integer_value(json_array_get(gc, i));
+		CHECK(cw_dsv41_state_new(ref, n + ng, &sa) == 0 &&
+		      cw_dsv41_state_new(sm, n + ng, &sb) == 0, "state");
+		for (int p = 0; sa && sb && p < n + ng; p += CHUNK) {
+			int k = n + ng - p < CHUNK ? n + ng - p : CHUNK;
+			int r = cw_dsv41_eval(ref, sa, ids + p, k, 1, a, &diag);
+
+			CHECK(r == 0, "%s: in-memory eval: %s", name, diag.msg);
+			r = cw_dsv41_eval(sm, sb, ids + p, k, 1, b, &diag);
+			CHECK(r == 0, "%s: store eval: %s", name, diag.msg);
+			if (r)
+				break;
+			for (int t = 0; t < k && diff_pos < 0; t++)
+				if (memcmp(a + (size_t)t * V, b + (size_t)t * V,
+					   (size_t)V * sizeof(float)))
+					diff_pos = p + t;
+			compared += k;
+		}
+		CHECK(diff_pos < 0, "%s: logits differ at position %d", name,
+		      diff_pos);
+		cw_dsv41_state_free(sa);
+		cw_dsv41_state_free(sb);
+	}
+out:
+	free(a);
+	free(b);
+	return compared;
+}
+
+static void run_budget(const char *store, struct cw_dsv41_model *ref,
+		       json_t *cases, const char *budget, unsigned qat)
+{
+	const char *args[] = { "--store", store, "--host-budget", budget,
+			       "--engram-cache", ENGRAM_CACHE, NULL };
+	const struct st_dsv41_config *c = cw_dsv41_config(ref);
+	struct st_test_inst inst;
+	struct st_diag diag = { { 0 } };
+	struct es_client *es = NULL;
+	struct cw_dsv41_model *sm = NULL;
+	struct es_stats st = { 0 };
+	struct es_tier_stats ts = { 0 };
+	struct es_engram_stats en = { 0 };
+	int total, r, fails0 = n_fail, rpp = 0;
+	long n;
+
+	st_test_inst_init(&inst, "dsv41s");
+	if (st_test_daemon_start(&inst, "expertd", args, 30) < 0) {
+		CHECK(0, "expertd did not start (budget %s)", budget);
+		goto out;
+	}
+	r = es_client_open(inst.run_dir, inst.name, "test", 10000, &es, &diag);
+	CHECK(r == 0, "es_client_open: %s", diag.msg);
+	if (r)
+		goto out;
+	r = cw_dsv41_load_store(store, es, &sm, &diag);
+	CHECK(r == 0, "cw_dsv41_load_store: %s", diag.msg);
+	if (r)
+		goto out;
+	CHECK(cw_dsv41_set_qat(ref, qat) == 0 && cw_dsv41_set_qat(sm, qat) == 0,
+	      "set_qat");
+	n = compare_cases(ref, sm, cases);
+	total = es_client_n_layers(es) * es_client_n_experts(es);
+	CHECK(es_client_stats(es, &st) == 0, "stats");
+	es_client_tier_stats(es, &ts);
+	CHECK(es_client_engram_stats(es, &en, &diag) == 0, "engram stats: %s",
+	      diag.msg);
+	printf("budget %s, QAT %s: %ld positions compared (%d failures); "
+	       "experts: pool %llu of %d, %llu hits, %llu misses, %llu "
+	       "evictions, %llu routed\n", budget, qat ? "on" : "off", n,
+	       n_fail - fails0, (unsigned long long)st.n_slots, total,
+	       (unsigned long long)st.hits, (unsigned long long)st.misses,
+	       (unsigned long long)st.evictions,
+	       (unsigned long long)ts.routed);
+	printf("budget %s, QAT %s: Engram: %llu lookups (%llu prefetched), "
+	       "%llu hits, %llu merged, %llu misses, %llu evictions, %llu "
+	       "block reads, %llu bytes, read p50 %llu ns p99 %llu ns\n",
+	       budget, qat ? "on" : "off", (unsigned long long)en.lookups,
+	       (unsigned long long)en.prefetch_rows,
+	       (unsigned long long)en.hits, (unsigned long long)en.merged,
+	       (unsigned long long)en.misses,
+	       (unsigned long long)en.evictions, (unsigned long long)en.reads,
+	       (unsigned long long)en.read_bytes,
+	       (unsigned long long)en.lat_p50_ns,
+	       (unsigned long long)en.lat_p99_ns);
+	rpp = (c->engram_max_ngram - 1) * c->engram_n_heads;
+	CHECK(n > 0, "no positions compared");
+	CHECK(ts.routed == (uint64_t)n * c->n_layers * c->top_k,
+	      "routed %llu, expected %ld x %d x %d",
+	      (unsigned long long)ts.routed, n, c->n_layers, c->top_k);
+	CHECK(st.hits + st.misses >= (uint64_t)n * c->n_layers * c->top_k,
+	      "%llu acquires for %ld tokens x %d layers x top %d",
+	      (unsigned long long)(st.hits + st.misses), n, c->n_layers,
+	      c->top_k);
+	/* each token: its rows looked up by the prefetch and by the fetch,
+	 * in every Engram layer */
+	CHECK(en.lookups == (uint64_t)2 * n * c->n_engram * rpp,
+	      "Engram lookups %llu, expected 2 x %ld x %d x %d",
+	      (unsigned long long)en.lookups, n, c->n_engram, rpp);
+	CHECK(en.prefetch_rows == (uint64_t)n * c->n_engram * rpp,
+	      "Engram prefetched rows %llu, expected %ld x %d x %d",
+	      (unsigned long long)en.prefetch_rows, n, c->n_engram, rpp);
+	CHECK(en.misses > 0 && en.evictions > 0,
+	      "a cache smaller than the tables must miss and evict");
+	CHECK(en.hits + en.merged > 0, "prefetched rows never found");
+	if (!strcmp(budget, "25%")) {
+		CHECK(st.n_slots < (uint64_t)total, "pool holds all %d experts "
+		      "at 25%%", total);
+		CHECK(st.evictions > 0, "no eviction at 25%%");
+	}
+out:
+	cw_dsv41_free(sm);
+	es_client_close(es);
+	st_test_inst_stop(&inst);
+	st_rm_rf(inst.run_dir);
+}
+
+int main(void)
+{
+	char dir[4096], tmp[4096], store[4200], path[4300];
+	struct st_diag diag = { { 0 } };
+	struct es_convert_opts o;
+	struct cw_dsv41_model *ref = NULL;
+	json_t *refj;
+
+	st_test_fixture_model("tiny-deepseek-v41", dir, sizeof(dir));
+	st_test_tmpdir(tmp, sizeof(tmp));
+	snprintf(store, sizeof(store), "%s/store", tmp);
+	es_convert_opts_init(&o);
+	if (es_convert(dir, store, &o, &diag)) {
+		fprintf(stderr, "convert: %s\n", diag.msg);
+		return 1;
+	}
+	if (cw_dsv41_load(dir, &ref, &diag)) {
+		fprintf(stderr, "cw_dsv41_load: %s\n", diag.msg);
+		return 1;
+	}
+	snprintf(path, sizeof(path), "%s/reference.json", dir);
+	refj = json_load_file(path, 0, NULL);
+	if (!refj || !json_is_array(json_object_get(refj, "cases"))) {
+		fprintf(stderr, "%s: no cases\n", path);
+		return 1;
+	}
+	/* a V4.1 store without expertd is refused with a clear message */
+	{
+		struct cw_dsv41_model *x = NULL;
+
+		CHECK(cw_dsv41_load_store(store, NULL, &x, &diag) ==
+			      -ST_E_CONFIG && strstr(diag.msg, "expertd"),
+		      "load_store without expertd: %s", diag.msg);
+	}
+	/* a V4 store is not taken for a V4.1 one */
+	{
+		char v4dir[4096], v4store[4200];
+		struct cw_dsv41_model *x = NULL;
+
+		st_test_fixture_model("tiny-deepseek-v4", v4dir, sizeof(v4dir));
+		snprintf(v4store, sizeof(v4store), "%s/store-v4", tmp);
+		CHECK(es_convert(v4dir, v4store, &o, &diag) == 0,
+		      "convert V4: %s", diag.msg);
+		CHECK(cw_dsv41_load_store(v4store, NULL, &x, &diag) ==
+			      -ST_E_UNSUPPORTED &&
+			      strstr(diag.msg, "not a DeepSeek-V4.1 store"),
+		      "load_store of a V4 store: %s", diag.msg);
+	}
+	run_budget(store, ref, json_object_get(refj, "cases"), "100%",
+		   CW_DSV41_QAT_ALL);
+	run_budget(store, ref, json_object_get(refj, "cases"), "25%",
+		   CW_DSV41_QAT_ALL);
+	run_budget(store, ref, json_object_get(refj, "cases"), "25%", 0);
+	json_decref(refj);
+	cw_dsv41_free(ref);
+	st_rm_rf(tmp);
+	if (n_fail)
+		fprintf(stderr, "%d failure(s)\n", n_fail);
+	return n_fail ? 1 : 0;
+}
