@@ -16,7 +16,12 @@ tier), kvd and computed (HTTP API):
     text and log-probabilities of an undisturbed run;
   - kvd with a pool smaller than two concurrent V4.1 sequences and a
     spill file: pages are spilled and restored, and both requests give
-    the texts and log-probabilities of their runs in the large pool.
+    the texts and log-probabilities of their runs in the large pool;
+  - a request that cannot fit a small pool fails (the pool's error) in a
+    step it shares with a decoding V4.1 sequence: the step is retried one
+    request at a time (the decoding run is a replay, skipped) and the
+    other generation completes with its undisturbed text and
+    log-probabilities.
 
 Figures printed: kvd pages per token of the V4.1 state (under load).
 """
@@ -171,6 +176,63 @@ def test_spill(store, want):
         subprocess.run(["rm", "-rf", inst.tmp])
 
 
+def test_step_failure(store):
+    """A V4.1 request that cannot fit the pool fails in a step it shares
+    with a decoding one: the scheduler retries the step's requests one at
+    a time, the decoding sequence's run is a replay (a V4.1 state cannot
+    evaluate a position twice) and its generation goes on unchanged."""
+    p2, p5 = CASES["p2_sliding"], CASES["p5_code"]
+    n_gen = 64
+    inst = Instance(store, tag="v41sf", kvd_args=[
+        "--budget", os.environ.get("STRATA_TEST_V41_SMALL_POOL", "1MiB")])
+    try:
+        inst.start()
+        st, j = completion(inst, p2, max_tokens=n_gen)
+        if not check(st == 200, "p2_sliding alone in the small pool: %s"
+                     % st):
+            print(j)
+            return
+        want_text = j["choices"][0]["text"]
+        want_lp = j["choices"][0]["logprobs"]["token_logprobs"]
+        big = []
+
+        def on_chunk(i, payload, t):
+            # p2 decodes (computed runs ahead of this reader); p5's
+            # prompt joins its steps and does not fit
+            if i == 1 and not big:
+                big.append(completion(inst, p5))
+            return True
+
+        st, payloads = stream(inst, "/v1/completions",
+                              {"prompt": p2["text"], "temperature": 0,
+                               "max_tokens": n_gen, "stream": True,
+                               "logprobs": 1}, on_chunk=on_chunk)
+        chunks = [json.loads(p) for p in payloads if p != "[DONE]"]
+        text = "".join(c["choices"][0]["text"] for c in chunks
+                       if "choices" in c)
+        lps = [x for c in chunks
+               if "choices" in c and c["choices"][0]["logprobs"]
+               for x in c["choices"][0]["logprobs"]["token_logprobs"]]
+        bst, bj = big[0] if big else (0, {})
+        msg = bj.get("error", {}).get("message", "") \
+            if isinstance(bj, dict) else ""
+        check(bst >= 400 and "KV pool exhausted" in msg,
+              "p5_code in the small pool fails with the pool's error (%s: %s)"
+              % (bst, msg[:120]))
+        check("retrying them one by one" in inst.log("computed"),
+              "the shared step failed and was retried one request at a time")
+        check(st == 200 and text == want_text and lps == want_lp,
+              "p2_sliding, whose step failed with p5_code's, completes with "
+              "its undisturbed text and log-probabilities (%d tokens)"
+              % len(lps))
+    except Exception as e:  # noqa: a daemon that did not come up
+        check(False, "step-failure instance: %s\n%s"
+              % (e, inst.log("computed")))
+    finally:
+        inst.stop()
+        subprocess.run(["rm", "-rf", inst.tmp])
+
+
 CASES = {}
 
 
@@ -196,6 +258,7 @@ def main():
         subprocess.run(["rm", "-rf", inst.tmp])
     if want and all(t is not None for t, _ in want.values()):
         test_spill(store, want)
+    test_step_failure(store)
     subprocess.run(["rm", "-rf", tmp])
     if FAILS:
         print("%d failure(s)" % len(FAILS))
