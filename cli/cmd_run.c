@@ -518,30 +518,29 @@ static void print_summary(const struct run_opts *o,
 		st_format_bytes(d.kv_page_bytes, a, sizeof(a)),
 		(unsigned long long)d.kv_pages_used);
 	if (d.kv_bytes_per_token && !d.kv_formula_bytes_per_token) {
-		/* DeepSeek-V4: the state in kvd pages; rows vs pages (every
-		 * stream's page is page_rows x the widest row).  V4.1 (it
-		 * looks up Engram rows): the state is computed's */
+		/* DeepSeek-V4 and V4.1 (it looks up Engram rows): the state
+		 * in kvd pages; rows vs pages (every stream's page is
+		 * page_rows x the widest row) */
 		uint64_t toks = res->n_prompt + res->n_gen;
 
 		fprintf(stderr, "KV bytes/token     ");
+		if (inst->started_by_us && toks)
+			fprintf(stderr, "%llu in kvd pages at the peak (%llu "
+				"pages for %llu tokens), ",
+				(unsigned long long)(d.kv_pages_peak *
+						     d.kv_page_bytes / toks),
+				(unsigned long long)d.kv_pages_peak,
+				(unsigned long long)toks);
 		if (d.en_lookups)
 			fprintf(stderr, "%llu in the V4.1 storage formats "
-				"(compressed rows and index keys; the state is "
-				"in computed, not kvd pages)\n",
+				"(compressed rows and index keys; plus the "
+				"window and open groups of each sequence)\n",
 				(unsigned long long)d.kv_bytes_per_token);
-		else {
-			if (inst->started_by_us && toks)
-				fprintf(stderr, "%llu in kvd pages at the peak (%llu "
-					"pages for %llu tokens), ",
-					(unsigned long long)(d.kv_pages_peak *
-							     d.kv_page_bytes / toks),
-					(unsigned long long)d.kv_pages_peak,
-					(unsigned long long)toks);
+		else
 			fprintf(stderr, "%llu in the V4 rows (compressed and indexer "
 				"rows, F32; plus the window and compressor state of "
 				"each sequence)\n",
 				(unsigned long long)d.kv_bytes_per_token);
-		}
 	} else if (d.kv_bytes_per_token) {
 		uint64_t toks = res->n_prompt + res->n_gen;
 

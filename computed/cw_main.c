@@ -990,8 +990,8 @@ int main(int argc, char **argv)
 		if (cw_model_is_dsv41(d->model))
 			st_info("DeepSeek-V4.1 store: reference mode, "
 				"sequences stepped one after the other, Engram "
-				"rows prefetched as tokens are known, no prefix "
-				"cache");
+				"rows prefetched as tokens are known, state in "
+				"kvd pages (prefix cache, spill, restarts)");
 		else
 			st_info("DeepSeek-V4 store: sequences stepped one "
 				"after the other, exact prefetch hints for the "

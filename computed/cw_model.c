@@ -651,7 +651,9 @@ int cw_model_seq_create(struct cw_model *m, struct kv_client *kv,
 					     prefix_cache, ret_seq, ret_cached,
 					     diag);
 	if (m->v41)
-		prefix_cache = 0; /* its state is computed's (cw_model_dsv41) */
+		return cw_v41serve_seq_create(m->v41, prompt, n_prompt,
+					      prefix_cache, ret_seq, ret_cached,
+					      diag);
 	if (prefix_cache && n_prompt > 0)
 		r = kv_client_seq_create_prefix(kv, prompt, (uint32_t)n_prompt,
 						ret_seq, ret_cached, diag);
@@ -670,6 +672,8 @@ void cw_model_seq_destroy(struct cw_model *m, struct kv_client *kv,
 {
 	if (m->v4 && cw_v4serve_seq_end(m->v4, seq))
 		return; /* its state freed the kvd sequence */
+	if (m->v41 && cw_v41serve_seq_end(m->v41, seq))
+		return; /* the same for V4.1 */
 	kv_client_seq_free(kv, seq);
 }
 

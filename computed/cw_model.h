@@ -181,7 +181,8 @@ void cw_model_seq_end(struct cw_model *m, uint32_t seq);
  * and n_prompt > 0: the prompt's cached full pages are mapped) then
  * cw_model_seq_begin(max_tokens); DeepSeek-V4 cw_v4serve_seq_create (the
  * state in kvd pages, prefix cache the same way; the V4 state publishes
- * the prompt's pages itself as it is evaluated).  *ret_seq: the kvd
+ * the prompt's pages itself as it is evaluated; DeepSeek-V4.1 the same
+ * through cw_v41serve_seq_create).  *ret_seq: the kvd
  * sequence; *ret_cached: prompt positions already in it (evaluate from
  * there).  Free with cw_model_seq_destroy.  Errors: kvd's
  * (kv_client_seq_create...), cw_model_seq_begin's, -ENOMEM.
@@ -196,10 +197,9 @@ void cw_model_seq_destroy(struct cw_model *m, struct kv_client *kv,
 			  uint32_t seq);
 /* 1 for a DeepSeek-V4 or V4.1 store (no route hooks or probes: V4's
  * hash-routed layers' experts are hinted to expertd exactly instead,
- * V4.1's Engram rows prefetched; a V4 state is in kvd pages through
- * cw_model_seq_create, prefix cache included; a V4.1 state is computed's,
- * no prefix cache), else 0.  cw_model_is_dsv41: 1 for a V4.1 store
- * only. */
+ * V4.1's Engram rows prefetched; a V4 or V4.1 state is in kvd pages
+ * through cw_model_seq_create, prefix cache included), else 0.
+ * cw_model_is_dsv41: 1 for a V4.1 store only. */
 int cw_model_is_dsv4(const struct cw_model *m);
 int cw_model_is_dsv41(const struct cw_model *m);
 

@@ -13,6 +13,11 @@
 struct cw_v41_seq {
 	uint32_t seq;
 	struct cw_dsv41_state *st;   /* owned */
+	/* the last run evaluated (positions [last_pos, last_pos + last_n),
+	 * ids and logits buffers hashed in last_key): the same run again is
+	 * a replay (cw_v41serve_eval_batch) */
+	uint32_t last_pos, last_n;
+	uint64_t last_key;
 };
 
 struct cw_v41serve {
@@ -28,9 +33,6 @@ struct cw_v41serve {
 	int cap_ids;
 	struct cw_read_stats rs;
 };
-
-/* The placeholder kvd stream: sequence ids only, no rows reserved. */
-#define V41_KV_ROW_BYTES 4096u
 
 int cw_v41serve_open(const char *store_dir, struct es_client *es,
 		    struct kv_client *kv, const struct cw_model_opts *opts,
@@ -53,20 +55,19 @@ int cw_v41serve_open(const char *store_dir, struct es_client *es,
 	v->kv = kv;
 	r = cw_dsv41_load_store(store_dir, es, &v->dm, diag);
 	if (!r && kv) {
-		const struct st_dsv41_config *c = cw_dsv41_config(v->dm);
-		struct kv_stream_decl decl = { 0 };
+		/* the V4.1 streams in the V4.1 formats (cw_dsv41_kv_decl,
+		 * with the store's QAT flags); the prefix-cache id also names
+		 * the expert store (its experts made the rows) and the page
+		 * size */
 		struct {
-			uint64_t es_store;
-			uint32_t layers, vocab;
-		} id = { es_client_store_id(es), (uint32_t)c->n_layers,
-			 (uint32_t)c->vocab_size };
+			uint64_t model, es_store;
+			uint32_t page_rows, pad;
+		} id = { cw_dsv41_model_id(v->dm),
+			 es ? es_client_store_id(es) : 0,
+			 opts->page_rows ? opts->page_rows : 16, 0 };
 
-		decl.row_bytes = V41_KV_ROW_BYTES;
-		decl.tokens_per_row = 1;
-		r = kv_client_declare_model(kv, 1, &decl,
-					    opts->page_rows ? opts->page_rows :
-							      16,
-					    st_xxh3(&id, sizeof(id)) | 1, diag);
+		r = cw_dsv41_kv_declare(v->dm, kv, id.page_rows,
+					st_xxh3(&id, sizeof(id)) | 1, diag);
 	}
 	if (r < 0) {
 		cw_v41serve_close(v);
@@ -104,21 +105,14 @@ static int find_locked(const struct cw_v41serve *v, uint32_t seq)
 	return -1;
 }
 
-int cw_v41serve_seq_begin(struct cw_v41serve *v, uint32_t seq, int max_tokens,
-			 struct st_diag *diag)
+/* Puts st (owned) as seq's state, replacing (and freeing) any state the
+ * id had.  -ENOMEM (st freed). */
+static int put_state(struct cw_v41serve *v, uint32_t seq,
+		     struct cw_dsv41_state *st, struct st_diag *diag)
 {
-	struct cw_dsv41_state *st = NULL, *old = NULL;
-	int r, i;
+	struct cw_dsv41_state *old = NULL;
+	int i;
 
-	if (max_tokens < 1)
-		return st_diag_set(diag, -EINVAL, "a V4.1 sequence needs room "
-				   "for at least one token");
-	/* the one place a V4.1 sequence state is made (kvd-backed states
-	 * will be constructed here) */
-	r = cw_dsv41_state_new(v->dm, max_tokens, &st);
-	if (r < 0)
-		return st_diag_set(diag, r, "out of memory for the V4.1 state of "
-				   "%d tokens", max_tokens);
 	pthread_mutex_lock(&v->lock);
 	i = find_locked(v, seq);
 	if (i < 0 && v->n_seqs == v->cap_seqs) {
@@ -140,12 +134,64 @@ int cw_v41serve_seq_begin(struct cw_v41serve *v, uint32_t seq, int max_tokens,
 		old = v->seqs[i].st;
 	}
 	v->seqs[i].st = st;
+	v->seqs[i].last_n = 0;
 	pthread_mutex_unlock(&v->lock);
 	cw_dsv41_state_free(old);
 	return 0;
 }
 
-void cw_v41serve_seq_end(struct cw_v41serve *v, uint32_t seq)
+int cw_v41serve_seq_create(struct cw_v41serve *v, const int32_t *prompt,
+			   int n_prompt, int prefix_cache, uint32_t *ret_seq,
+			   uint32_t *ret_cached, struct st_diag *diag)
+{
+	struct cw_dsv41_state *st = NULL;
+	uint32_t seq;
+	int r;
+
+	if (!v->kv)
+		return st_diag_set(diag, -EINVAL, "V4.1 sequence: no kvd "
+				   "client (the model was opened without kvd)");
+	/* swa_replay 0: a prefix hit maps the window rows the entry carries
+	 * (exact, bit-identical to evaluating the prompt cold); the state
+	 * fills the Engram token history of the mapped prefix from the
+	 * prompt */
+	r = cw_dsv41_state_new_kv(v->dm, v->kv, prefix_cache ? prompt : NULL,
+				  prefix_cache ? n_prompt : 0, 0, &st, diag);
+	if (r < 0)
+		return r;
+	seq = cw_dsv41_state_seq(st);
+	*ret_cached = (uint32_t)cw_dsv41_state_len(st);
+	r = put_state(v, seq, st, diag);
+	if (r < 0)
+		return r; /* st (and its kvd sequence) freed */
+	*ret_seq = seq;
+	return 0;
+}
+
+int cw_v41serve_seq_begin(struct cw_v41serve *v, uint32_t seq, int max_tokens,
+			  struct st_diag *diag)
+{
+	struct cw_dsv41_state *st = NULL;
+	int r, i, kvd = 0;
+
+	if (max_tokens < 1)
+		return st_diag_set(diag, -EINVAL, "a V4.1 sequence needs room "
+				   "for at least one token");
+	pthread_mutex_lock(&v->lock);
+	i = find_locked(v, seq);
+	if (i >= 0)
+		kvd = cw_dsv41_state_seq(v->seqs[i].st) != 0;
+	pthread_mutex_unlock(&v->lock);
+	if (kvd)
+		return 0; /* made by cw_v41serve_seq_create: its rows are in kvd */
+	r = cw_dsv41_state_new(v->dm, max_tokens, &st);
+	if (r < 0)
+		return st_diag_set(diag, r, "out of memory for the V4.1 state of "
+				   "%d tokens", max_tokens);
+	return put_state(v, seq, st, diag);
+}
+
+int cw_v41serve_seq_end(struct cw_v41serve *v, uint32_t seq)
 {
 	struct cw_dsv41_state *st = NULL;
 	int i;
@@ -157,11 +203,15 @@ void cw_v41serve_seq_end(struct cw_v41serve *v, uint32_t seq)
 		v->seqs[i] = v->seqs[--v->n_seqs];
 	}
 	pthread_mutex_unlock(&v->lock);
-	cw_dsv41_state_free(st);
+	i = st && cw_dsv41_state_seq(st) != 0;
+	cw_dsv41_state_free(st); /* frees a kvd state's sequence */
+	return i;
 }
 
-/* The state of seq ready for a run starting at pos: made lazily at
- * position 0 (also when the id was reused without cw_v41serve_seq_end). */
+/* The state of seq ready for a run starting at pos: a process-local one
+ * made lazily at position 0 (also when the id was reused without
+ * cw_v41serve_seq_end; never in place of a kvd state, whose sequence it
+ * is). */
 static int state_for(struct cw_v41serve *v, uint32_t seq, uint32_t pos,
 		     struct cw_dsv41_state **ret, struct st_diag *diag)
 {
@@ -174,7 +224,8 @@ static int state_for(struct cw_v41serve *v, uint32_t seq, uint32_t pos,
 	if (i >= 0)
 		st = v->seqs[i].st;
 	pthread_mutex_unlock(&v->lock);
-	if (pos == 0 && (!st || cw_dsv41_state_len(st) > 0)) {
+	if (pos == 0 && (!st || (cw_dsv41_state_len(st) > 0 &&
+				 !cw_dsv41_state_seq(st)))) {
 		r = cw_v41serve_seq_begin(v, seq,
 					 ST_MIN(CW_V41_LAZY_TOKENS,
 						c->max_position_embeddings),
@@ -207,6 +258,56 @@ static int grow(void **buf, int *cap, int n, size_t elem)
 	return 0;
 }
 
+/* A run's identity: its positions, ids and logits buffers. */
+static uint64_t run_key(const struct cw_batch_tok *t, int n)
+{
+	uint64_t h = 0x9e3779b97f4a7c15ull;
+
+	for (int i = 0; i < n; i++) {
+		h = (h ^ ((uint64_t)t[i].pos << 32 | (uint32_t)t[i].id)) *
+		    0x100000001b3ull;
+		h = (h ^ (uint64_t)(uintptr_t)t[i].logits) * 0x100000001b3ull;
+	}
+	return h;
+}
+
+/* Is [pos, pos + n) with key the run seq evaluated last, and nothing
+ * after it?  (A scheduler retrying a failed step one request at a time
+ * gives the runs that succeeded again: a V4.1 state cannot evaluate a
+ * position twice, and their logits buffers hold the results already.) */
+static int is_replay(struct cw_v41serve *v, uint32_t seq, uint32_t pos,
+		     uint32_t n, uint64_t key)
+{
+	int i, yes = 0;
+
+	pthread_mutex_lock(&v->lock);
+	i = find_locked(v, seq);
+	if (i >= 0) {
+		const struct cw_v41_seq *e = &v->seqs[i];
+
+		yes = e->last_n == n && e->last_pos == pos &&
+		      e->last_key == key &&
+		      (uint32_t)cw_dsv41_state_len(e->st) == pos + n;
+	}
+	pthread_mutex_unlock(&v->lock);
+	return yes;
+}
+
+static void note_run(struct cw_v41serve *v, uint32_t seq, uint32_t pos,
+		     uint32_t n, uint64_t key)
+{
+	int i;
+
+	pthread_mutex_lock(&v->lock);
+	i = find_locked(v, seq);
+	if (i >= 0) {
+		v->seqs[i].last_pos = pos;
+		v->seqs[i].last_n = n;
+		v->seqs[i].last_key = key;
+	}
+	pthread_mutex_unlock(&v->lock);
+}
+
 int cw_v41serve_eval_batch(struct cw_v41serve *v,
 			  const struct cw_batch_tok *toks, int n,
 			  struct st_diag *diag)
@@ -218,6 +319,7 @@ int cw_v41serve_eval_batch(struct cw_v41serve *v,
 	for (int i = 0, j; i < n; i = j) {
 		struct cw_dsv41_state *st = NULL;
 		int run, mid = 0, r;
+		uint64_t key;
 
 		for (j = i + 1; j < n && toks[j].seq == toks[i].seq &&
 				toks[j].pos == toks[j - 1].pos + 1; j++)
@@ -225,6 +327,9 @@ int cw_v41serve_eval_batch(struct cw_v41serve *v,
 		run = j - i;
 		for (int t = i; t < j - 1; t++)
 			mid |= toks[t].logits != NULL;
+		key = run_key(toks + i, run);
+		if (is_replay(v, toks[i].seq, toks[i].pos, (uint32_t)run, key))
+			continue; /* its logits are in its buffers already */
 		r = state_for(v, toks[i].seq, toks[i].pos, &st, diag);
 		if (r < 0)
 			return r;
@@ -235,20 +340,19 @@ int cw_v41serve_eval_batch(struct cw_v41serve *v,
 					   "%d tokens", run);
 		for (int t = 0; t < run; t++)
 			v->ids[t] = toks[i + t].id;
-		if (!mid) {
-			r = cw_dsv41_eval(v->dm, st, v->ids, run, 0,
-					 toks[j - 1].logits, diag);
-		} else {
-			r = cw_dsv41_eval(v->dm, st, v->ids, run, 1, v->rows,
-					 diag);
-			for (int t = 0; !r && t < run; t++)
-				if (toks[i + t].logits)
-					memcpy(toks[i + t].logits,
-					       v->rows + (size_t)t * V,
-					       V * sizeof(float));
-		}
+		r = cw_dsv41_eval(v->dm, st, v->ids, run, mid,
+				  mid ? v->rows : toks[j - 1].logits, diag);
+		/* cw_dsv41_eval advances the state only on success (a failed
+		 * unpin included: the kvd state is then marked failed), so a
+		 * failed run is not noted and a retry evaluates it again */
 		if (r < 0)
 			return r;
+		for (int t = 0; mid && t < run; t++)
+			if (toks[i + t].logits)
+				memcpy(toks[i + t].logits,
+				       v->rows + (size_t)t * V,
+				       V * sizeof(float));
+		note_run(v, toks[i].seq, toks[i].pos, (uint32_t)run, key);
 		v->rs.tokens += (uint64_t)run;
 		v->rs.expert_bytes += (uint64_t)run * (uint64_t)c->n_layers *
 				      (uint64_t)c->top_k * rec;

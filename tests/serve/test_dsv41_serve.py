@@ -71,6 +71,12 @@ def strata_run(model, store, tmp, case, budget):
     check(k > 0 and j["ids"] == case["greedy_continuation"][:k],
           "strata run --host-budget %s: the %d decided greedy ids equal the "
           "reference's (%s: %s)" % (budget, k, case["name"], j["ids"]))
+    kvb = j["kv_bytes_per_token"]
+    check(0 < kvb["rows"] < kvb["pages"] and j["kv"]["pages_peak"] > 0 and
+          "in kvd pages at the peak" in r.stderr,
+          "strata run: V4.1 KV bytes per token in kvd pages %d, in the V4.1 "
+          "formats' rows %d (%d pages at the peak)"
+          % (kvb["pages"], kvb["rows"], j["kv"]["pages_peak"]))
     pool, en = j["expert_pool"], j.get("engram", {})
     check(pool["hits"] + pool["misses"] > 0 and "expert pool" in r.stderr
           and "Engram rows" in r.stderr, "strata run: summary with the "
