@@ -965,8 +965,18 @@ int cw_dsv41_eval(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 	memcpy(s->tokens + s->len, ids, (size_t)n * sizeof(int32_t));
 	engram_prefetch(m, s, s->len, n);
 	r = run(m, s, ids, n, s->len, 0, all_positions, logits, diag);
-	if (s->kv)
+	if (s->kv) {
+		int ok = r == 0 && !s->row_missing;
+
 		r = kv_end(s, r, s->len, n, diag);
+		/* only the unpin failed: the rows are written and the logits
+		 * stand, so the state moves on (a retry of the same run is
+		 * then a replay for the caller, not a second evaluation) */
+		if (ok && r < 0) {
+			s->len += n;
+			return r;
+		}
+	}
 	if (r == 0) {
 		s->len += n;
 		if (s->kv && s->prompt)

@@ -342,11 +342,12 @@ int cw_v41serve_eval_batch(struct cw_v41serve *v,
 			v->ids[t] = toks[i + t].id;
 		r = cw_dsv41_eval(v->dm, st, v->ids, run, mid,
 				  mid ? v->rows : toks[j - 1].logits, diag);
-		/* cw_dsv41_eval advances the state only on success (a failed
-		 * unpin included: the kvd state is then marked failed), so a
-		 * failed run is not noted and a retry evaluates it again */
-		if (r < 0)
-			return r;
+		/* evaluated (the state moved on) even when only the unpin
+		 * failed: its logits stand and a retry of the run replays it;
+		 * any other failure leaves the state where it was */
+		if (cw_dsv41_state_len(st) != (int)toks[i].pos + run)
+			return r < 0 ? r : st_diag_set(diag, -EFAULT, "V4.1 "
+						       "state did not advance");
 		for (int t = 0; mid && t < run; t++)
 			if (toks[i + t].logits)
 				memcpy(toks[i + t].logits,
@@ -356,6 +357,8 @@ int cw_v41serve_eval_batch(struct cw_v41serve *v,
 		v->rs.tokens += (uint64_t)run;
 		v->rs.expert_bytes += (uint64_t)run * (uint64_t)c->n_layers *
 				      (uint64_t)c->top_k * rec;
+		if (r < 0)
+			return r;
 	}
 	return 0;
 }
