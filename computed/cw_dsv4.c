@@ -679,8 +679,21 @@ static int moe_pool(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 		e.act = &act;
 	}
 	t0 = st_now_ns();
-	r = es_client_acquire_each(m->es, l, K, eids, moe_each_fn, &e, diag);
-	s->st.acquire_ns += st_now_ns() - t0 - e.fn_ns;
+	if (m->no_expert_overlap) {
+		/* all top-k first, then compute (the shared expert before) */
+		const uint8_t *recs[K];
+
+		moe_each_fn(&e, -1, NULL);
+		t0 = st_now_ns();
+		r = es_client_acquire(m->es, l, K, eids, recs, diag);
+		s->st.acquire_ns += st_now_ns() - t0;
+		for (int k = 0; r == 0 && k < K; k++)
+			moe_each_fn(&e, k, recs[k]);
+	} else {
+		r = es_client_acquire_each(m->es, l, K, eids, moe_each_fn, &e,
+					   diag);
+		s->st.acquire_ns += st_now_ns() - t0 - e.fn_ns;
+	}
 	if (r < 0) {
 		free(e.out);
 		return r;
@@ -833,7 +846,7 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 			return st_diag_set(diag, -EINVAL,
 					   "token id %d out of range [0, %d)",
 					   ids[t], c->vocab_size);
-	if (m->es && !m->no_route_reports)
+	if (m->es && !m->no_route_reports && !m->no_step_hints)
 		step_hint(m, s, ids, n);
 	if (s->kv && s->failed)
 		return st_diag_set(diag, -ST_E_STALE,
