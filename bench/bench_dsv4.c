@@ -187,6 +187,7 @@ struct run_result {
 	double nvme_bpt, expert_bpt, dense_bpt;
 	double stall, hit_rate, raw_gbps;
 	uint64_t misses, hits, pf_loads, pf_used, pf_wasted;
+	uint64_t hints, step_hints, dropped;
 };
 
 static int argmax(const float *x, int n)
@@ -426,6 +427,9 @@ int main(int argc, char **argv)
 			rr->pf_loads = b.prefetch_loads - a.prefetch_loads;
 			rr->pf_used = b.prefetch_used - a.prefetch_used;
 			rr->pf_wasted = b.prefetch_wasted - a.prefetch_wasted;
+			rr->hints = b.hints - a.hints;
+			rr->step_hints = b.step_hints - a.step_hints;
+			rr->dropped = b.hints_dropped - a.hints_dropped;
 			rr->hit_rate = rr->hits + rr->misses ?
 				(double)rr->hits / (rr->hits + rr->misses) : 0;
 			es_client_stats(es, &est);
@@ -457,7 +461,8 @@ int main(int argc, char **argv)
 		printf("budget %3d%%: pool %llu slots, decode %.3f tok/s (warm "
 		       "repeat %.3f), hit rate %.3f (%llu misses), stall %.1f %%, "
 		       "raw %.2f GB/s; prefetch loads %llu, used %llu, wasted "
-		       "%llu: precision %.2f, recall %.2f\n",
+		       "%llu: precision %.2f, recall %.2f; hints %llu + step-"
+		       "named %llu, dropped %llu\n",
 		       rr->budget_pct, (unsigned long long)rr->n_slots,
 		       rr->tok_s, rr->warm_tok_s, rr->hit_rate,
 		       (unsigned long long)rr->misses, 100 * rr->stall,
@@ -467,7 +472,10 @@ int main(int argc, char **argv)
 		       rr->pf_loads ? (double)rr->pf_used / rr->pf_loads : 0.0,
 		       rr->pf_used + rr->misses ?
 			       (double)rr->pf_used / (rr->pf_used + rr->misses) :
-			       0.0);
+			       0.0,
+		       (unsigned long long)rr->hints,
+		       (unsigned long long)rr->step_hints,
+		       (unsigned long long)rr->dropped);
 		fflush(stdout);
 	}
 	printf("\n%6s %8s %9s %12s %12s %11s %7s %6s %8s %9s %8s %6s\n",

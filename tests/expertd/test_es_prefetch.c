@@ -247,6 +247,51 @@ static void test_step_hint_kept(void **state)
 	st_shm_detach(&shm);
 }
 
+/* LFRU's admission test refuses a look-ahead hint for an expert less
+ * activated than the victim; a step-named hint (an expert that will be
+ * acquired) skips it and loads, evicting. */
+static void test_step_hint_admitted(void **state)
+{
+	struct es_client *c;
+	struct es_tier_stats t0, t1;
+	struct st_shm shm;
+	struct es_pool_view v;
+	struct st_diag diag = { "" };
+	const int ids[2] = { 0, 1 }, gl = 2, ge = 5, sl = 2, se = 6;
+	char four[32];
+	struct es_stats s;
+
+	assert_true(H.n_layers >= 3 && H.n_experts >= 8);
+	snprintf(four, sizeof(four), "%llu",
+		 (unsigned long long)(4 * H.record_bytes));
+	assert_int_equal(es_h_start(&H, "--host-budget", four, "--evict",
+				    "lfru", NULL), 0);
+	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+	c = open_client("admit");
+	/* 4 slots, all used by reported experts (counts 2 each) */
+	route(c, 0, 0, 0, NULL, NULL);
+	acquire_check(c, 0, 2, ids);
+	route(c, 1, 0, 0, NULL, NULL);
+	acquire_check(c, 1, 2, ids);
+	assert_int_equal(es_client_stats(c, &s), 0);
+	assert_true(s.slots_used == 4 && s.n_slots == 4);
+	es_client_tier_stats(c, &t0);
+	/* a guess for an expert never routed: refused by admission */
+	route(c, 1, 0, 1, &gl, &ge);
+	assert_int_equal(es_client_stats(c, &s), 0); /* a round trip */
+	es_client_tier_stats(c, &t1);
+	assert_true(t1.hints_dropped - t0.hints_dropped == 1);
+	assert_int_equal(state_of(&v, 2, 5), -1);
+	/* the next token's known expert: loaded */
+	assert_int_equal(es_client_hint_step(c, 1, 1, &sl, &se, &diag), 0);
+	assert_true(wait_state(&v, 2, 6, ES_SLOT_READY, 3000));
+	es_client_tier_stats(c, &t1);
+	assert_true(t1.prefetch_loads - t0.prefetch_loads == 1);
+	assert_true(t1.evictions - t0.evictions == 1);
+	es_client_close(c);
+	st_shm_detach(&shm);
+}
+
 static void test_loading_never_read(void **state)
 {
 	struct es_client *c;
@@ -422,6 +467,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_hint_loads_and_stale,
 					  test_teardown),
 		cmocka_unit_test_teardown(test_step_hint_kept, test_teardown),
+		cmocka_unit_test_teardown(test_step_hint_admitted,
+					  test_teardown),
 		cmocka_unit_test_teardown(test_loading_never_read,
 					  test_teardown),
 		cmocka_unit_test_teardown(test_kill9_prefetch, test_teardown),
