@@ -58,6 +58,7 @@ static void usage(FILE *f)
 "                         [--loader-threads N] [--compute fast|reference]\n"
 "                         [--raw-bytes B] [--drop-caches] [--no-hints]\n"
 "                         [--evict lru|lfru] [--prefetch-depth D]\n"
+"                         [--no-step-hints] [--no-overlap]\n"
 "\n"
 "DeepSeek-V4 decode through expertd at each host expert budget (%% of all\n"
 "experts): decode tokens/s, NVMe / expert / dense bytes per token, stall\n"
@@ -66,7 +67,10 @@ static void usage(FILE *f)
 "checkpoint (e.g. scripts/gen-dsv4-model.py --layers 8 --experts 48).\n"
 "Defaults: --tokens 16, --prompt-tokens 8, --loader-threads 4,\n"
 "--compute fast, --raw-bytes 2GiB, --evict lfru, --prefetch-depth 2 (gate\n"
-"look-ahead hints for the next D layers; hash layers are hinted exactly).\n");
+"look-ahead hints for the next D layers; hash layers are hinted exactly).\n"
+"--no-step-hints: do not hint the next token's hash-routed layers' experts\n"
+"before its layer 0; --no-overlap: wait for all top-k experts of a layer\n"
+"before computing any (both on by default; off to measure their effect).\n");
 }
 
 /* --- raw O_DIRECT read bandwidth ---------------------------------------- */
@@ -183,6 +187,7 @@ struct run_result {
 	double nvme_bpt, expert_bpt, dense_bpt;
 	double stall, hit_rate, raw_gbps;
 	uint64_t misses, hits, pf_loads, pf_used, pf_wasted;
+	uint64_t hints, step_hints, dropped;
 };
 
 static int argmax(const float *x, int n)
@@ -258,12 +263,14 @@ int main(int argc, char **argv)
 		{ "no-hints", no_argument, NULL, 'H' },
 		{ "evict", required_argument, NULL, 'e' },
 		{ "prefetch-depth", required_argument, NULL, 'D' },
+		{ "no-step-hints", no_argument, NULL, 'S' },
+		{ "no-overlap", no_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	int budgets[MAX_BUDGETS] = { 100, 50, 25 }, n_budgets = 3;
 	int n_tok = 16, n_prompt = 8, loaders = 4, drop = 0, hints = 1, c;
-	int depth = 2;
+	int depth = 2, step_hints = 1, overlap = 1;
 	const char *store_dir = NULL, *evict = "lfru";
 	uint64_t raw_bytes = 2ull << 30;
 	enum cw_compute mode = CW_COMPUTE_FAST;
@@ -315,6 +322,8 @@ int main(int argc, char **argv)
 		case 'H': hints = 0; break;
 		case 'e': evict = optarg; break;
 		case 'D': depth = atoi(optarg); break;
+		case 'S': step_hints = 0; break;
+		case 'O': overlap = 0; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -336,13 +345,15 @@ int main(int argc, char **argv)
 	printf("store %s: %d layers x %d experts, record %llu B (%.2f MiB), "
 	       "experts %.2f GiB; decode %d tokens after a %d-token prompt; "
 	       "compute %s; expertd --evict %s, %d loader threads, routing "
-	       "reports and hints %s, look-ahead depth %d\n", store_dir,
+	       "reports and hints %s, look-ahead depth %d, step hints %s, per-expert "
+	       "overlap %s\n", store_dir,
 	       st->n_layers,
 	       st->n_experts, (unsigned long long)st->record_bytes,
 	       st->record_bytes / 1048576.0,
 	       (double)st->record_bytes * st->n_layers * st->n_experts /
 		       (1ull << 30), n_tok, n_prompt, cw_compute_name(mode),
-	       evict, loaders, hints ? "on" : "off", depth);
+	       evict, loaders, hints ? "on" : "off", depth,
+	       step_hints ? "on" : "off", overlap ? "on" : "off");
 	fflush(stdout);
 	/* a fixed prompt: token ids spread over the vocabulary */
 	for (int i = 0; i < n_prompt; i++)
@@ -388,8 +399,10 @@ int main(int argc, char **argv)
 				   &diag);
 		if (!r)
 			r = cw_dsv4_load_store_mode(store_dir, es, mode, &m, &diag);
-		if (!r)
+		if (!r) {
 			cw_dsv4_set_route_reports(m, hints);
+			cw_dsv4_set_decode_overlap(m, step_hints, overlap);
+		}
 		if (!r && cw_dsv4_set_prefetch_depth(m, depth) < 0)
 			r = st_diag_set(&diag, -EINVAL, "--prefetch-depth "
 					"must be 0..8");
@@ -414,6 +427,9 @@ int main(int argc, char **argv)
 			rr->pf_loads = b.prefetch_loads - a.prefetch_loads;
 			rr->pf_used = b.prefetch_used - a.prefetch_used;
 			rr->pf_wasted = b.prefetch_wasted - a.prefetch_wasted;
+			rr->hints = b.hints - a.hints;
+			rr->step_hints = b.step_hints - a.step_hints;
+			rr->dropped = b.hints_dropped - a.hints_dropped;
 			rr->hit_rate = rr->hits + rr->misses ?
 				(double)rr->hits / (rr->hits + rr->misses) : 0;
 			es_client_stats(es, &est);
@@ -445,7 +461,8 @@ int main(int argc, char **argv)
 		printf("budget %3d%%: pool %llu slots, decode %.3f tok/s (warm "
 		       "repeat %.3f), hit rate %.3f (%llu misses), stall %.1f %%, "
 		       "raw %.2f GB/s; prefetch loads %llu, used %llu, wasted "
-		       "%llu: precision %.2f, recall %.2f\n",
+		       "%llu: precision %.2f, recall %.2f; hints %llu + step-"
+		       "named %llu, dropped %llu\n",
 		       rr->budget_pct, (unsigned long long)rr->n_slots,
 		       rr->tok_s, rr->warm_tok_s, rr->hit_rate,
 		       (unsigned long long)rr->misses, 100 * rr->stall,
@@ -455,7 +472,10 @@ int main(int argc, char **argv)
 		       rr->pf_loads ? (double)rr->pf_used / rr->pf_loads : 0.0,
 		       rr->pf_used + rr->misses ?
 			       (double)rr->pf_used / (rr->pf_used + rr->misses) :
-			       0.0);
+			       0.0,
+		       (unsigned long long)rr->hints,
+		       (unsigned long long)rr->step_hints,
+		       (unsigned long long)rr->dropped);
 		fflush(stdout);
 	}
 	printf("\n%6s %8s %9s %12s %12s %11s %7s %6s %8s %9s %8s %6s\n",

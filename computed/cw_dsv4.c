@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "es_client.h"
+#include "es_proto.h"
 #include "kv_client.h"
 #include "st_formats.h"
 #include "st_log.h"
@@ -510,6 +511,54 @@ static void route_report(const struct cw_dsv4_model *m,
 			"prefetch degrade; results are unaffected)", d.msg);
 }
 
+/* Store mode, at the start of an eval: the tokens about to be evaluated
+ * are known (sampled, or the next prompt tokens), and so are their hash-
+ * routed layers' experts (tid2eid).  Sends them to expertd at once as a
+ * step-named hint (es_client_hint_step) so their reads start before layer
+ * 0 runs and are not dropped as stale after the previous token's last
+ * layer: every hash layer of the first token (position s->len), layer 0
+ * of the following ones (a prompt is evaluated layer by layer, so their
+ * later hash layers are hinted by route_report as each layer is
+ * reported).  A refused hint changes no result: warned once, counted. */
+static void step_hint(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
+		      const int32_t *ids, int n)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	const int K = c->top_k;
+	int nl = c->n_hash_layers < c->n_layers ? c->n_hash_layers :
+						  c->n_layers;
+	int cap = nl * K + (n - 1) * K, nh = 0;
+	int *hl, *he;
+	struct st_diag d = { { 0 } };
+
+	if (nl <= 0 || cap > ES_ROUTE_MAX_HINT)
+		cap = nl > 0 ? nl * K : 0;
+	if (!cap)
+		return;
+	hl = malloc((size_t)cap * sizeof(int));
+	he = malloc((size_t)cap * sizeof(int));
+	if (!hl || !he)
+		goto out;
+	for (int t = 0; t < n; t++)
+		for (int j = 0; j < (t ? 1 : nl) && nh + K <= cap; j++) {
+			int32_t e[K];
+			int ne = cw_dsv4_hash_experts(m, j, ids[t], e);
+
+			for (int k = 0; k < ne; k++) {
+				hl[nh] = j;
+				he[nh++] = e[k];
+			}
+		}
+	if (es_client_hint_step(m->es, (uint32_t)(s->len + n - 1), nh, hl, he,
+				&d) < 0 &&
+	    s->route_failed++ == 0)
+		st_warn("prefetch hint to expertd failed: %s (prefetch "
+			"degrades; results are unaffected)", d.msg);
+out:
+	free(hl);
+	free(he);
+}
+
 /* The view of expert matrix x in record rec (MXFP4 codes and E8M0
  * scales where the store's layout puts them; borrowed from the slot). */
 static struct cw_wview rec_view(const struct st_store_matrix *x,
@@ -526,89 +575,139 @@ static struct cw_wview rec_view(const struct st_store_matrix *x,
 	};
 }
 
-/* Fast mode: the K acquired experts straight from their slot bytes: b
- * quantized once (int8 per 32) for every expert's w1 and w3, each
- * expert's SwiGLU output quantized for its w2; y += wts[k] E_k(b). */
-static void moe_pool_fast(const struct cw_dsv4_model *m,
-			  struct cw_dsv4_state *s,
-			  const struct st_store_layer *ly,
-			  const uint8_t *const *recs, const float *wts,
-			  const float *b, float *y)
+/* One routed expert in fast mode, straight from its slot bytes: the
+ * SwiGLU output quantized for w2; out = E(b) (act: b quantized once, int8
+ * per 32, shared by every expert's w1 and w3). */
+static void expert_fast(const struct cw_dsv4_model *m,
+			const struct st_store_layer *ly, const uint8_t *rec,
+			const struct cw_act *act, float *out)
 {
 	const struct st_dsv4_config *c = &m->cfg;
 	const struct cw_backend_ops *be = m->be;
-	const int K = c->top_k, D = c->hidden_size, I = c->moe_inter;
-	unsigned char *abuf = (unsigned char *)s->xw;
-	struct cw_act act;
-	float g[I], u[I], tmp[D], bq[D];
-	const float *x = b;
+	const int D = c->hidden_size, I = c->moe_inter;
+	struct cw_wview w1 = rec_view(&ly->mat[ST_EXPERT_GATE], rec);
+	struct cw_wview w3 = rec_view(&ly->mat[ST_EXPERT_UP], rec);
+	struct cw_wview w2 = rec_view(&ly->mat[ST_EXPERT_DOWN], rec);
+	float g[I], u[I];
 
-	if (m->qat & CW_DSV4_QAT_ACT_FP8) {
-		memcpy(bq, b, sizeof(bq));
-		cw_dsv4_fp8_roundtrip(bq, D, c->fp8_block[1]);
-		x = bq;
-	}
-	be->act_prepare(x, D, ST_DTYPE_MXFP4, abuf, &act);
-	for (int k = 0; k < K; k++) {
-		struct cw_wview w1 = rec_view(&ly->mat[ST_EXPERT_GATE], recs[k]);
-		struct cw_wview w3 = rec_view(&ly->mat[ST_EXPERT_UP], recs[k]);
-		struct cw_wview w2 = rec_view(&ly->mat[ST_EXPERT_DOWN], recs[k]);
-
-		be->matvec_act(&w1, &act, g, 0, I);
-		be->matvec_act(&w3, &act, u, 0, I);
-		cw_dsv4_swiglu_clip(g, u, I, c->swiglu_limit);
-		if (m->qat & CW_DSV4_QAT_ACT_FP8)
-			cw_dsv4_fp8_roundtrip(g, I, c->fp8_block[1]);
-		be->matvec(&w2, g, tmp, 0, D);
-		for (int d = 0; d < D; d++)
-			y[d] += wts[k] * tmp[d];
-	}
+	be->matvec_act(&w1, act, g, 0, I);
+	be->matvec_act(&w3, act, u, 0, I);
+	cw_dsv4_swiglu_clip(g, u, I, c->swiglu_limit);
+	if (m->qat & CW_DSV4_QAT_ACT_FP8)
+		cw_dsv4_fp8_roundtrip(g, I, c->fp8_block[1]);
+	be->matvec(&w2, g, out, 0, D);
 }
 
-/* Store mode: the routed experts ids[0..K) of layer l through expertd's
- * pool (acquired together, released after use), weighted into y. */
+/* The MoE step of one token in store mode, computed per expert as its
+ * slot becomes ready (es_client_acquire_each): the shared expert while
+ * the misses load, each routed expert k into its own row out[k][D]; the
+ * caller sums the rows in the fixed order k = 0..K-1, so the result does
+ * not depend on the order of arrival. */
+struct moe_each {
+	const struct cw_dsv4_model *m;
+	struct cw_dsv4_state *s;
+	const struct cw_dsv4_layer *L;
+	const struct st_store_layer *ly;
+	const float *b;
+	const struct cw_act *act;   /* fast mode: b quantized */
+	float *y;                   /* shared expert's output */
+	float *out;                 /* [K][D] routed experts' outputs */
+	uint64_t fn_ns;             /* time spent computing in the calls */
+};
+
+static void moe_each_fn(void *arg, int k, const uint8_t *rec)
+{
+	struct moe_each *e = arg;
+	const struct cw_dsv4_model *m = e->m;
+	const struct st_dsv4_config *c = &m->cfg;
+	const int D = c->hidden_size;
+	const size_t mw = (size_t)c->moe_inter * D;
+	uint64_t t0 = st_now_ns();
+
+	if (k < 0) {
+		expert_ffn(m, &e->L->sh_w1, &e->L->sh_w2, &e->L->sh_w3, e->b,
+			   c->swiglu_limit, e->y);
+	} else if (m->be) {
+		expert_fast(m, e->ly, rec, e->act, e->out + (size_t)k * D);
+	} else {
+		struct cw_dsv4_mat w1, w2, w3;
+
+		record_mat(&e->ly->mat[ST_EXPERT_GATE], rec, e->s->xw, &w1);
+		record_mat(&e->ly->mat[ST_EXPERT_UP], rec, e->s->xw + mw, &w3);
+		record_mat(&e->ly->mat[ST_EXPERT_DOWN], rec, e->s->xw + 2 * mw,
+			   &w2);
+		expert_ffn(m, &w1, &w2, &w3, e->b, c->swiglu_limit,
+			   e->out + (size_t)k * D);
+	}
+	e->fn_ns += st_now_ns() - t0;
+}
+
+/* Store mode: the shared expert into y and the routed experts ids[0..K)
+ * of layer l through expertd's pool (each computed as soon as its slot is
+ * ready, released after use), weighted into y in the order k = 0..K-1. */
 static int moe_pool(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
-		    int l, int64_t p, int32_t token, const int32_t *ids,
-		    const float *wts, const float *b, float *y,
-		    struct st_diag *diag)
+		    const struct cw_dsv4_layer *L, int l, int64_t p,
+		    int32_t token, const int32_t *ids, const float *wts,
+		    const float *b, float *y, struct st_diag *diag)
 {
 	const struct st_dsv4_config *c = &m->cfg;
 	const int K = c->top_k, D = c->hidden_size;
-	const size_t mw = (size_t)c->moe_inter * D;
 	const struct st_store_layer *ly = &m->rec[l];
-	const uint8_t *recs[K];
+	struct moe_each e = { m, s, L, ly, b, NULL, y, NULL, 0 };
+	struct cw_act act;
+	float bq[D];
 	int eids[K], r;
-	float tmp[D];
 	uint64_t t0;
 
 	for (int k = 0; k < K; k++)
 		eids[k] = ids[k];
 	if (!m->no_route_reports)
 		route_report(m, s, l, p, token, eids, b);
+	e.out = malloc((size_t)K * D * sizeof(float));
+	if (!e.out)
+		return st_diag_set(diag, -ENOMEM, "out of memory");
+	if (m->be) {
+		const float *x = b;
+
+		if (m->qat & CW_DSV4_QAT_ACT_FP8) {
+			memcpy(bq, b, sizeof(bq));
+			cw_dsv4_fp8_roundtrip(bq, D, c->fp8_block[1]);
+			x = bq;
+		}
+		m->be->act_prepare(x, D, ST_DTYPE_MXFP4,
+				   (unsigned char *)s->xw, &act);
+		e.act = &act;
+	}
 	t0 = st_now_ns();
-	r = es_client_acquire(m->es, l, K, eids, recs, diag);
-	s->st.acquire_ns += st_now_ns() - t0;
-	if (r < 0)
+	if (m->no_expert_overlap) {
+		/* all top-k first, then compute (the shared expert before) */
+		const uint8_t *recs[K];
+
+		moe_each_fn(&e, -1, NULL);
+		t0 = st_now_ns();
+		r = es_client_acquire(m->es, l, K, eids, recs, diag);
+		s->st.acquire_ns += st_now_ns() - t0;
+		for (int k = 0; r == 0 && k < K; k++)
+			moe_each_fn(&e, k, recs[k]);
+	} else {
+		r = es_client_acquire_each(m->es, l, K, eids, moe_each_fn, &e,
+					   diag);
+		s->st.acquire_ns += st_now_ns() - t0 - e.fn_ns;
+	}
+	if (r < 0) {
+		free(e.out);
 		return r;
+	}
 	s->st.experts_acquired += K;
 	s->st.expert_bytes += (uint64_t)K * ly->record_bytes;
-	if (m->be) {
-		moe_pool_fast(m, s, ly, recs, wts, b, y);
-		es_client_release(m->es, l, K, eids);
-		return 0;
-	}
-	for (int k = 0; k < K; k++) {
-		struct cw_dsv4_mat w1, w2, w3;
-
-		record_mat(&ly->mat[ST_EXPERT_GATE], recs[k], s->xw, &w1);
-		record_mat(&ly->mat[ST_EXPERT_UP], recs[k], s->xw + mw, &w3);
-		record_mat(&ly->mat[ST_EXPERT_DOWN], recs[k], s->xw + 2 * mw,
-			   &w2);
-		expert_ffn(m, &w1, &w2, &w3, b, c->swiglu_limit, tmp);
-		for (int d = 0; d < D; d++)
-			y[d] += wts[k] * tmp[d];
-	}
 	es_client_release(m->es, l, K, eids);
+	for (int k = 0; k < K; k++) {
+		const float *o = e.out + (size_t)k * D;
+
+		for (int d = 0; d < D; d++)
+			y[d] += wts[k] * o[d];
+	}
+	free(e.out);
 	return 0;
 }
 
@@ -627,12 +726,14 @@ static int moe(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 		      L->tid2eid ? L->tid2eid + (size_t)token * K : NULL,
 		      L->gate_bias, c->norm_topk_prob,
 		      c->routed_scaling_factor, ids, wts);
-	expert_ffn(m, &L->sh_w1, &L->sh_w2, &L->sh_w3, b, c->swiglu_limit, y);
+	if (!m->es) /* store mode: while the misses load (moe_pool) */
+		expert_ffn(m, &L->sh_w1, &L->sh_w2, &L->sh_w3, b,
+			   c->swiglu_limit, y);
 	for (int k = 0; m->es && k < K; k++)
 		if (ids[k] < 0 || ids[k] >= c->n_experts)
 			return st_diag_set(diag, -EINVAL, "expert id %d", ids[k]);
 	if (m->es) {
-		int r = moe_pool(m, s, (int)(L - m->layers), p, token, ids,
+		int r = moe_pool(m, s, L, (int)(L - m->layers), p, token, ids,
 				 wts, b, y, diag);
 
 		if (r < 0)
@@ -745,6 +846,8 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 			return st_diag_set(diag, -EINVAL,
 					   "token id %d out of range [0, %d)",
 					   ids[t], c->vocab_size);
+	if (m->es && !m->no_route_reports && !m->no_step_hints)
+		step_hint(m, s, ids, n);
 	if (s->kv && s->failed)
 		return st_diag_set(diag, -ST_E_STALE,
 				   "kvd sequence 0x%x: an earlier eval failed "

@@ -69,6 +69,20 @@ int cw_dsv4_load_store(const char *store_dir, struct es_client *es,
  * measurements (the results are the same either way).
  */
 void cw_dsv4_set_route_reports(struct cw_dsv4_model *m, int on);
+
+/*
+ * Store mode, both on by default (off only to measure what they bring;
+ * the results are the same either way):
+ *  step_hints: at the start of each eval, the hash-routed layers'
+ *    experts of the tokens being evaluated go to expertd as a step-named
+ *    hint (es_client_hint_step), so their reads start before layer 0
+ *    (needs route reports on);
+ *  expert_overlap: each routed expert is computed as soon as its slot is
+ *    ready and the shared expert while the misses load
+ *    (es_client_acquire_each), instead of after all top-k are ready.
+ */
+void cw_dsv4_set_decode_overlap(struct cw_dsv4_model *m, int step_hints,
+				int expert_overlap);
 /*
  * Store mode, with routing reports on: also hint expertd the experts the
  * routers of the next `depth` score-routed layers pick on the current

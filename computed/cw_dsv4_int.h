@@ -68,6 +68,8 @@ struct cw_dsv4_model {
 	struct st_store_layer *rec;
 	int no_route_reports;          /* cw_dsv4_set_route_reports(m, 0) */
 	int prefetch_depth;            /* cw_dsv4_set_prefetch_depth */
+	int no_step_hints;             /* cw_dsv4_set_decode_overlap */
+	int no_expert_overlap;         /* cw_dsv4_set_decode_overlap */
 	/* CW_COMPUTE_FAST (cw_dsv4_load_mode / _store_mode): matvecs on
 	 * the fast backend's kernels (be), FP8 weights kept as codes,
 	 * experts read straight from expertd's slot bytes */

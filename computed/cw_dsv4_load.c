@@ -743,3 +743,10 @@ void cw_dsv4_set_route_reports(struct cw_dsv4_model *m, int on)
 {
 	m->no_route_reports = !on;
 }
+
+void cw_dsv4_set_decode_overlap(struct cw_dsv4_model *m, int step_hints,
+				int expert_overlap)
+{
+	m->no_step_hints = !step_hints;
+	m->no_expert_overlap = !expert_overlap;
+}

@@ -593,16 +593,44 @@ static void failure_detail(struct es_client *c, int layer, int expert,
 		snprintf(diag->msg, sizeof(diag->msg), "%s", d2.msg);
 }
 
+/* Per-expert hand-over (es_client_acquire_each): fn(arg, idx[i], record)
+ * for item i as soon as it is READY, fn(arg, -1, NULL) once the misses'
+ * ACQUIRE is sent (or all were hits); done[i] marks items handed over. */
+struct acq_each {
+	es_acquire_fn fn;
+	void *arg;
+	const int *idx;
+	uint8_t *done;
+	int *idle_done;
+};
+
+static void each_ready(struct es_client *c, const struct acq_each *ea,
+		       int i, int32_t slot)
+{
+	if (!ea || ea->done[i])
+		return;
+	ea->done[i] = 1;
+	ea->fn(ea->arg, ea->idx[i], es_pool_record(&c->v, (uint32_t)slot));
+}
+
+static void each_idle(const struct acq_each *ea)
+{
+	if (ea && !*ea->idle_done) {
+		*ea->idle_done = 1;
+		ea->fn(ea->arg, -1, NULL);
+	}
+}
+
 static int acquire_once(struct es_client *c, int layer, int n,
 			const int *experts, const uint8_t **ret_records,
-			struct st_diag *diag)
+			const struct acq_each *ea, struct st_diag *diag)
 {
 	struct acq_item *it;
 	uint64_t t0 = st_now_ns(), deadline, next_alive_check;
 	uint64_t sleep_ns = 0;
 	int r = 0, n_ready = 0, failed_expert = -1;
 
-	if (!c || !experts || !ret_records || layer < 0 ||
+	if (!c || !experts || (!ret_records && !ea) || layer < 0 ||
 	    (uint32_t)layer >= c->v.n_layers || n <= 0 ||
 	    (uint32_t)n > c->v.n_slots)
 		return st_diag_set(diag, -EINVAL,
@@ -645,6 +673,11 @@ static int acquire_once(struct es_client *c, int layer, int n,
 	pthread_mutex_unlock(&c->mu);
 	if (n_ready)
 		atomic_fetch_add(&c->v.hdr->c.hits, (uint64_t)n_ready);
+	/* per-expert hand-over: the resident ones first (READY was read with
+	 * seq_cst when pinned) */
+	for (int i = 0; ea && i < n; i++)
+		if (it[i].ready)
+			each_ready(c, ea, i, it[i].slot);
 
 	/* Slow path: one message for every miss, then wait for READY. */
 	while (n_ready < n) {
@@ -657,6 +690,8 @@ static int acquire_once(struct es_client *c, int layer, int n,
 			if (r < 0)
 				break;
 		}
+		/* the misses are loading: the caller's other work now */
+		each_idle(ea);
 		for (int i = 0; i < n; i++) {
 			struct es_slot *sl;
 			uint64_t key;
@@ -677,6 +712,8 @@ static int acquire_once(struct es_client *c, int layer, int n,
 			} else if (st == ES_SLOT_READY) {
 				it[i].ready = 1;
 				n_ready++;
+				each_ready(c, ea, i, it[i].slot);
+				sleep_ns = 0;
 			} else if (st == ES_SLOT_FAILED) {
 				int e = atomic_load(&sl->error);
 
@@ -726,9 +763,10 @@ static int acquire_once(struct es_client *c, int layer, int n,
 			failure_detail(c, layer, failed_expert, r, diag);
 		return r;
 	}
+	each_idle(ea); /* all were hits */
 	/* READY was read with seq_cst in the snapshot: the record bytes the
 	 * loader wrote before publishing are visible. */
-	for (int i = 0; i < n; i++)
+	for (int i = 0; ret_records && i < n; i++)
 		ret_records[i] = es_pool_record(&c->v, (uint32_t)it[i].slot);
 	free(it);
 	return 0;
@@ -871,12 +909,48 @@ int es_client_acquire(struct es_client *c, int layer, int n,
 		      struct st_diag *diag)
 {
 	for (;;) {
-		int r = acquire_once(c, layer, n, experts, ret_records, diag);
+		int r = acquire_once(c, layer, n, experts, ret_records, NULL,
+				     diag);
 
 		/* nothing of a failed call stays pinned: ask again once a
 		 * restarted expertd answers */
 		if (r != -ST_E_PEERGONE || !c || c->restart_wait_ms <= 0)
 			return r;
+		r = wait_back(c, diag);
+		if (r < 0)
+			return r;
+	}
+}
+
+int es_client_acquire_each(struct es_client *c, int layer, int n,
+			   const int *experts, es_acquire_fn fn, void *arg,
+			   struct st_diag *diag)
+{
+	int ids[n > 0 ? n : 1], idx[n > 0 ? n : 1];
+	uint8_t done[n > 0 ? n : 1], all_done[n > 0 ? n : 1];
+	int idle_done = 0;
+
+	if (!fn || n <= 0 || n > ES_ACQUIRE_MAX_N)
+		return st_diag_set(diag, -EINVAL, "es_client_acquire_each: n "
+				   "%d or no function", n);
+	memset(all_done, 0, (size_t)n);
+	for (;;) {
+		struct acq_each ea = { fn, arg, idx, done, &idle_done };
+		int m = 0, r;
+
+		for (int i = 0; i < n; i++)
+			if (!all_done[i]) {
+				idx[m] = i;
+				ids[m++] = experts[i];
+			}
+		memset(done, 0, (size_t)m);
+		r = m ? acquire_once(c, layer, m, ids, NULL, &ea, diag) : 0;
+		for (int j = 0; j < m; j++)
+			all_done[idx[j]] |= done[j];
+		if (r != -ST_E_PEERGONE || !c || c->restart_wait_ms <= 0)
+			return r;
+		/* nothing of the failed call stays pinned: what was handed
+		 * over is not asked for again */
 		r = wait_back(c, diag);
 		if (r < 0)
 			return r;
@@ -956,6 +1030,7 @@ void es_client_tier_stats(struct es_client *c, struct es_tier_stats *ret)
 	ret->prefetch_wasted = atomic_load(&k->prefetch_wasted);
 	ret->hints = atomic_load(&k->hints);
 	ret->hints_dropped = atomic_load(&k->hints_dropped);
+	ret->step_hints = atomic_load(&k->step_hints);
 	ret->routed = atomic_load(&k->routed);
 	ret->rereads = atomic_load(&k->rereads);
 	ret->hot_slots = atomic_load(&k->hot_slots);
@@ -987,6 +1062,28 @@ int es_client_route(struct es_client *c, int layer, uint32_t pos,
 	es_route_req_encode(&w, (uint32_t)getpid(), (uint32_t)layer, pos,
 			    (uint32_t)n_tokens, (uint32_t)k, experts,
 			    (uint32_t)n_hint, hint_layer, hint_expert);
+	r = w.err ? w.err : rpc(c, ES_MSG_ROUTE, &w, NULL, NULL, NULL, diag);
+	st_wbuf_fini(&w);
+	return r;
+}
+
+int es_client_hint_step(struct es_client *c, uint32_t pos, int n_hint,
+			const int *hint_layer, const int *hint_expert,
+			struct st_diag *diag)
+{
+	struct st_wbuf w;
+	int r;
+
+	if (!c || n_hint < 0 || n_hint > ES_ROUTE_MAX_HINT ||
+	    (n_hint && (!hint_layer || !hint_expert)))
+		return st_diag_set(diag, -EINVAL, "es_client_hint_step: bad "
+				   "arguments (%d hints)", n_hint);
+	if (!n_hint)
+		return 0;
+	st_wbuf_init(&w);
+	es_route_req_encode(&w, (uint32_t)getpid(), 0, pos, 0, 0, NULL,
+			    (uint32_t)n_hint, hint_layer, hint_expert);
+	es_route_req_encode_hint_pos(&w, pos);
 	r = w.err ? w.err : rpc(c, ES_MSG_ROUTE, &w, NULL, NULL, NULL, diag);
 	st_wbuf_fini(&w);
 	return r;

@@ -94,6 +94,28 @@ int es_client_acquire(struct es_client *c, int layer, int n,
 		      const int *experts, const uint8_t **ret_records,
 		      struct st_diag *diag);
 
+/* Hand-over function of es_client_acquire_each: i is the index into the
+ * caller's experts[] and record its bytes (valid until release), or i =
+ * -1 and record NULL once: the misses are loading (or all were hits). */
+typedef void (*es_acquire_fn)(void *arg, int i, const uint8_t *record);
+
+/*
+ * es_client_acquire that hands each expert over as soon as ITS slot is
+ * READY instead of after all n: fn(arg, i, record) for the resident ones
+ * first, then fn(arg, -1, NULL) once after the misses' ACQUIRE is sent
+ * (work that needs no expert overlaps their reads), then each miss as its
+ * load completes; fn runs on the calling thread, one call at a time.  On
+ * return 0 every expert was handed over exactly once and is pinned:
+ * es_client_release them as usual.  Errors as es_client_acquire (some
+ * experts may have been handed over before the error; none stays pinned).
+ * After a restarted expertd (set_restart_wait) only the experts not yet
+ * handed over are asked for again; those handed over are then no longer
+ * pinned (their use was over when fn returned).
+ */
+int es_client_acquire_each(struct es_client *c, int layer, int n,
+			   const int *experts, es_acquire_fn fn, void *arg,
+			   struct st_diag *diag);
+
 /*
  * wait_ms > 0: a call that finds expertd dead (es_client_acquire,
  * es_client_stats) waits up to wait_ms for a restarted expertd that
@@ -123,7 +145,9 @@ struct es_tier_stats {
 	uint64_t prefetch_used;    /* of those, used before eviction */
 	uint64_t prefetch_wasted;  /* of those, evicted unused */
 	uint64_t hints;            /* hinted (layer, expert) entries */
-	uint64_t hints_dropped;    /* stale or superseded */
+	uint64_t hints_dropped;    /* stale or superseded (both kinds) */
+	uint64_t step_hints;       /* step-named hinted entries (not in
+				    * hints): es_client_hint_step */
 	uint64_t routed;           /* routing choices reported */
 	uint64_t rereads;          /* records read twice (checksum) */
 	uint64_t hot_slots;        /* hot set size (experts) */
@@ -147,6 +171,19 @@ int es_client_route(struct es_client *c, int layer, uint32_t pos,
 		    int n_tokens, int k, const int *experts, int n_hint,
 		    const int *hint_layer, const int *hint_expert,
 		    struct st_diag *diag);
+
+/*
+ * Step-named prefetch hint: the experts (n_hint pairs hint_layer[i],
+ * hint_expert[i], nearest first) that the token at position pos will use,
+ * known exactly before it is evaluated (e.g. a DeepSeek-V4 hash-routed
+ * layer's experts, from the token id as soon as it is sampled).  One hint-
+ * only ES_MSG_ROUTE with hint_pos = pos: expertd keeps these hints across
+ * later routing reports until the client reaches that position and layer,
+ * instead of dropping them as stale (es_tiers.c).  0 or a negative code.
+ */
+int es_client_hint_step(struct es_client *c, uint32_t pos, int n_hint,
+			const int *hint_layer, const int *hint_expert,
+			struct st_diag *diag);
 
 /* ---- Engram tier (DeepSeek-V4.1 stores; es_client_engram.c) ---- */
 

@@ -265,6 +265,8 @@ struct es_daemon {
 	uint8_t *hot_key;              /* [n_layers * n_experts] */
 	uint8_t *protect;              /* [n_slots] prefetched, not yet used */
 	uint32_t *pending;             /* [ES_ROUTE_MAX_HINT] hinted keys' ix */
+	uint64_t *pending_step;        /* [ES_ROUTE_MAX_HINT] 0: look-ahead
+					* hint, else its hint_pos + 1 */
 	uint32_t n_pending, pending_next;
 	uint64_t cur_pos;              /* latest ROUTE: position and layer */
 	uint32_t cur_layer;

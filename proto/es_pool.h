@@ -114,6 +114,8 @@ struct es_pool_counters {
 	_Atomic uint64_t io_busy_ns;       /* wall time with >= 1 read in
 					    * flight: load_bytes / io_busy_ns
 					    * is the tier's read bandwidth */
+	_Atomic uint64_t step_hints;       /* step-named hinted entries (ROUTE
+					    * with hint_pos; not in hints) */
 };
 
 struct es_pool_header {

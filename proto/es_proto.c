@@ -598,6 +598,11 @@ void es_route_req_encode(struct st_wbuf *w, uint32_t pid, uint32_t layer,
 	}
 }
 
+void es_route_req_encode_hint_pos(struct st_wbuf *w, uint32_t hint_pos)
+{
+	st_wbuf_u32(w, hint_pos);
+}
+
 uint32_t es_route_req_expert(const struct es_route_req *r, uint32_t i)
 {
 	return le32_at(r->experts_le + 4 * (size_t)i);
@@ -615,7 +620,7 @@ int es_route_req_decode(const uint8_t *p, size_t len,
 			struct es_route_req *ret, struct st_diag *diag)
 {
 	struct st_rbuf r;
-	uint64_t n_sel;
+	uint64_t n_sel, base;
 
 	memset(ret, 0, sizeof(*ret));
 	if (len < 24)
@@ -641,12 +646,27 @@ int es_route_req_decode(const uint8_t *p, size_t len,
 				   ES_ROUTE_MAX_K, ret->n_hint,
 				   ES_ROUTE_MAX_HINT);
 	n_sel = (uint64_t)ret->n_tokens * ret->k;
-	if (n_sel > ST_MSG_MAX_BYTES ||
-	    len != 24 + 4 * n_sel + 8 * (uint64_t)ret->n_hint)
+	if (n_sel > ST_MSG_MAX_BYTES)
+		return st_diag_set(diag, -ST_E_PROTO, "ROUTE: %u tokens x %u "
+				   "experts do not fit a message",
+				   ret->n_tokens, ret->k);
+	base = 24 + 4 * n_sel + 8 * (uint64_t)ret->n_hint;
+	if (len != base && len != base + 4)
 		return st_diag_set(diag, -ST_E_PROTO, "ROUTE: %u tokens x %u "
 				   "experts and %u hints but a payload of %zu "
-				   "bytes (expected 24 + 4 n k + 8 hints)",
+				   "bytes (expected 24 + 4 n k + 8 hints, "
+				   "+ 4 with hint_pos)",
 				   ret->n_tokens, ret->k, ret->n_hint, len);
+	if (len == base + 4) {
+		ret->has_hint_pos = 1;
+		ret->hint_pos = le32_at(p + base);
+		if (ret->hint_pos < ret->pos)
+			return st_diag_set(diag, -ST_E_PROTO, "ROUTE: hints "
+					   "for position %u, before the "
+					   "report's position %u (a hint "
+					   "names the same or a later token)",
+					   ret->hint_pos, ret->pos);
+	}
 	ret->experts_le = p + 24;
 	ret->hints_le = p + 24 + 4 * n_sel;
 	for (uint64_t i = 0; i < n_sel; i++)

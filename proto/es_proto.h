@@ -32,7 +32,12 @@
  *                        of `layer` for tokens pos .. pos+n_tokens-1), then
  *                        n_hint x { u32 layer, u32 expert } (prefetch hint:
  *                        experts the gate look-ahead expects next, nearest
- *                        first); rep: -.  Feeds the activation statistics
+ *                        first)[, u32 hint_pos] (optional: the token
+ *                        position, >= pos, the hints are for: a "step-
+ *                        named" hint, e.g. the hash-routed layers' experts
+ *                        of the next token as soon as it is sampled; see
+ *                        es_tiers.c for how expertd keeps and ages them);
+ *                        rep: -.  Feeds the activation statistics
  *                        and the prefetcher; n_tokens may be 0 (hint only).
  *
  * Any reply with status < 0 carries an error message instead: a u32 length
@@ -140,6 +145,8 @@ struct es_acquire_limits {
  * decoded payload (borrowed, little-endian u32) on decode. */
 struct es_route_req {
 	uint32_t pid, layer, pos, n_tokens, k, n_hint;
+	uint32_t has_hint_pos;      /* 1: hint_pos was sent */
+	uint32_t hint_pos;          /* token position the hints are for */
 	const uint8_t *experts_le;  /* n_tokens * k u32 */
 	const uint8_t *hints_le;    /* n_hint x (u32 layer, u32 expert) */
 };
@@ -170,6 +177,9 @@ void es_route_req_encode(struct st_wbuf *w, uint32_t pid, uint32_t layer,
 			 uint32_t pos, uint32_t n_tokens, uint32_t k,
 			 const int *experts, uint32_t n_hint,
 			 const int *hint_layer, const int *hint_expert);
+/* Appends the optional hint_pos to a ROUTE payload just encoded with
+ * es_route_req_encode (the hints name token position hint_pos >= pos). */
+void es_route_req_encode_hint_pos(struct st_wbuf *w, uint32_t hint_pos);
 void es_event_encode(struct st_wbuf *w, uint32_t pid, uint64_t epoch);
 
 /* --- decoders: 0, or -ST_E_PROTO / -ST_E_VERSION with diag --- */
@@ -198,8 +208,9 @@ int es_acquire_req_decode(const uint8_t *p, size_t len,
 
 /*
  * Decodes a ROUTE request and validates it against lim: exact length
- * 24 + 4 n_tokens k + 8 n_hint, k <= ES_ROUTE_MAX_K, n_hint <=
- * ES_ROUTE_MAX_HINT, every layer < n_layers and expert < n_experts, pid > 0.
+ * 24 + 4 n_tokens k + 8 n_hint (+ 4 with hint_pos), k <= ES_ROUTE_MAX_K,
+ * n_hint <= ES_ROUTE_MAX_HINT, every layer < n_layers and expert <
+ * n_experts, pid > 0, hint_pos >= pos.
  */
 int es_route_req_decode(const uint8_t *p, size_t len,
 			const struct es_acquire_limits *lim,

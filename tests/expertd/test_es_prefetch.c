@@ -168,6 +168,130 @@ static void test_hint_loads_and_stale(void **state)
 	st_shm_detach(&shm);
 }
 
+/* Step-named hints (es_client_hint_step): after the last layer's report of
+ * position 5, the next token's experts for layers 0 and 1 (position 6)
+ * are kept and loaded, while a plain look-ahead hint for layer 0 and a
+ * step-named hint for position 5 itself (already past its layer) are
+ * dropped as stale. */
+static void test_step_hint_kept(void **state)
+{
+	struct es_client *c;
+	struct es_tier_stats t0, t1;
+	struct st_shm shm;
+	struct es_pool_view v;
+	struct st_diag diag = { "" };
+	const int last = H.n_layers - 1;
+	const int hl[2] = { 0, 1 }, he[2] = { 6, 7 };
+	const int old_l = 0, old_e = 3, st_l = 1, st_e = 2;
+	struct es_stats s;
+
+	assert_true(H.n_layers >= 3 && H.n_experts >= 8);
+	assert_int_equal(es_h_start(&H, NULL), 0);
+	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+	c = open_client("stephint");
+	es_client_tier_stats(c, &t0);
+	/* the client finished position 5 (its last layer's report) */
+	route(c, last, 5, 0, NULL, NULL);
+	/* the old rule: a look-ahead hint for layer 0 is stale now */
+	route(c, last, 5, 1, &old_l, &old_e);
+	assert_int_equal(es_client_stats(c, &s), 0); /* a round trip */
+	es_client_tier_stats(c, &t1);
+	assert_true(t1.hints_dropped - t0.hints_dropped == 1);
+	assert_int_equal(state_of(&v, 0, 3), -1);
+	/* the next token (position 6) is known: its layers 0 and 1 */
+	assert_int_equal(es_client_hint_step(c, 6, 2, hl, he, &diag), 0);
+	assert_true(wait_state(&v, 0, 6, ES_SLOT_READY, 3000));
+	assert_true(wait_state(&v, 1, 7, ES_SLOT_READY, 3000));
+	es_client_tier_stats(c, &t1);
+	assert_true(t1.prefetch_loads - t0.prefetch_loads == 2);
+	assert_true(t1.hints_dropped - t0.hints_dropped == 1);
+	assert_true(t1.step_hints - t0.step_hints == 2);
+	assert_true(t1.hints - t0.hints == 1); /* the look-ahead one */
+	/* a step-named hint is still judged by its position: position 5 at
+	 * layer 1 is behind the client (position 5, last layer) */
+	assert_int_equal(es_client_hint_step(c, 5, 1, &st_l, &st_e, &diag), 0);
+	assert_int_equal(es_client_stats(c, &s), 0);
+	es_client_tier_stats(c, &t1);
+	assert_true(t1.hints_dropped - t0.hints_dropped == 2);
+	assert_int_equal(state_of(&v, 1, 2), -1);
+	/* the hint-only message reported no progress: a look-ahead hint for
+	 * a layer after the last is impossible, but one for position 6
+	 * (step-named) at layer 2 still loads */
+	{
+		const int l2 = 2, e2 = 4;
+
+		assert_int_equal(es_client_hint_step(c, 6, 1, &l2, &e2, &diag),
+				 0);
+		assert_true(wait_state(&v, 2, 4, ES_SLOT_READY, 3000));
+	}
+	/* position 6 reported at layer 2: a step-named hint for its layer 1
+	 * is stale, and so is one for the previous position */
+	route(c, 2, 6, 0, NULL, NULL);
+	assert_int_equal(es_client_hint_step(c, 6, 1, &st_l, &st_e, &diag), 0);
+	assert_int_equal(es_client_stats(c, &s), 0);
+	es_client_tier_stats(c, &t1);
+	assert_true(t1.hints_dropped - t0.hints_dropped == 3);
+	assert_int_equal(state_of(&v, 1, 2), -1);
+	/* the hinted experts are hits */
+	{
+		const int a[1] = { 6 };
+		uint64_t m0;
+
+		assert_int_equal(es_client_stats(c, &s), 0);
+		m0 = s.misses;
+		acquire_check(c, 0, 1, a);
+		assert_int_equal(es_client_stats(c, &s), 0);
+		assert_true(s.misses == m0);
+	}
+	es_client_close(c);
+	st_shm_detach(&shm);
+}
+
+/* LFRU's admission test refuses a look-ahead hint for an expert less
+ * activated than the victim; a step-named hint (an expert that will be
+ * acquired) skips it and loads, evicting. */
+static void test_step_hint_admitted(void **state)
+{
+	struct es_client *c;
+	struct es_tier_stats t0, t1;
+	struct st_shm shm;
+	struct es_pool_view v;
+	struct st_diag diag = { "" };
+	const int ids[2] = { 0, 1 }, gl = 2, ge = 5, sl = 2, se = 6;
+	char four[32];
+	struct es_stats s;
+
+	assert_true(H.n_layers >= 3 && H.n_experts >= 8);
+	snprintf(four, sizeof(four), "%llu",
+		 (unsigned long long)(4 * H.record_bytes));
+	assert_int_equal(es_h_start(&H, "--host-budget", four, "--evict",
+				    "lfru", NULL), 0);
+	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+	c = open_client("admit");
+	/* 4 slots, all used by reported experts (counts 2 each) */
+	route(c, 0, 0, 0, NULL, NULL);
+	acquire_check(c, 0, 2, ids);
+	route(c, 1, 0, 0, NULL, NULL);
+	acquire_check(c, 1, 2, ids);
+	assert_int_equal(es_client_stats(c, &s), 0);
+	assert_true(s.slots_used == 4 && s.n_slots == 4);
+	es_client_tier_stats(c, &t0);
+	/* a guess for an expert never routed: refused by admission */
+	route(c, 1, 0, 1, &gl, &ge);
+	assert_int_equal(es_client_stats(c, &s), 0); /* a round trip */
+	es_client_tier_stats(c, &t1);
+	assert_true(t1.hints_dropped - t0.hints_dropped == 1);
+	assert_int_equal(state_of(&v, 2, 5), -1);
+	/* the next token's known expert: loaded */
+	assert_int_equal(es_client_hint_step(c, 1, 1, &sl, &se, &diag), 0);
+	assert_true(wait_state(&v, 2, 6, ES_SLOT_READY, 3000));
+	es_client_tier_stats(c, &t1);
+	assert_true(t1.prefetch_loads - t0.prefetch_loads == 1);
+	assert_true(t1.evictions - t0.evictions == 1);
+	es_client_close(c);
+	st_shm_detach(&shm);
+}
+
 static void test_loading_never_read(void **state)
 {
 	struct es_client *c;
@@ -341,6 +465,9 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_hint_loads_and_stale,
+					  test_teardown),
+		cmocka_unit_test_teardown(test_step_hint_kept, test_teardown),
+		cmocka_unit_test_teardown(test_step_hint_admitted,
 					  test_teardown),
 		cmocka_unit_test_teardown(test_loading_never_read,
 					  test_teardown),

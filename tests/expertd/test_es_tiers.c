@@ -263,6 +263,49 @@ static void test_route_payload(void **state)
 			 -ST_E_PROTO);
 	assert_non_null(strstr(d.msg, "hint"));
 	st_wbuf_fini(&w);
+	assert_int_equal(r.has_hint_pos, 0);
+}
+
+/* The optional hint_pos (step-named hints): decoded when present, absent
+ * otherwise; a position before the report's, or a stray extra byte, is
+ * refused. */
+static void test_route_hint_pos(void **state)
+{
+	struct es_acquire_limits lim = { 6, 16, 24 };
+	const int hl[2] = { 0, 2 }, he[2] = { 5, 7 };
+	struct es_route_req r;
+	struct st_diag d = { "" };
+	struct st_wbuf w;
+	uint32_t l, e;
+
+	(void)state;
+	st_wbuf_init(&w);
+	es_route_req_encode(&w, 42, 0, 17, 0, 0, NULL, 2, hl, he);
+	es_route_req_encode_hint_pos(&w, 18);
+	assert_int_equal(w.len, 24 + 16 + 4);
+	assert_int_equal(es_route_req_decode(w.data, w.len, &lim, &r, &d), 0);
+	assert_int_equal(r.has_hint_pos, 1);
+	assert_int_equal(r.hint_pos, 18);
+	assert_int_equal(r.n_hint, 2);
+	es_route_req_hint(&r, 1, &l, &e);
+	assert_int_equal(l, 2);
+	assert_int_equal(e, 7);
+	/* without the trailing field: no hint_pos */
+	assert_int_equal(es_route_req_decode(w.data, w.len - 4, &lim, &r, &d),
+			 0);
+	assert_int_equal(r.has_hint_pos, 0);
+	/* 2 bytes of a field: neither length */
+	assert_int_equal(es_route_req_decode(w.data, w.len - 2, &lim, &r, &d),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+	/* hints for a position before the report's */
+	st_wbuf_init(&w);
+	es_route_req_encode(&w, 42, 0, 17, 0, 0, NULL, 2, hl, he);
+	es_route_req_encode_hint_pos(&w, 16);
+	assert_int_equal(es_route_req_decode(w.data, w.len, &lim, &r, &d),
+			 -ST_E_PROTO);
+	assert_non_null(strstr(d.msg, "position 16"));
+	st_wbuf_fini(&w);
 }
 
 /* ---- stress: many clients against the LFRU evictor ---- */
@@ -415,6 +458,7 @@ int main(void)
 		cmocka_unit_test(test_file),
 		cmocka_unit_test(test_policy),
 		cmocka_unit_test(test_route_payload),
+		cmocka_unit_test(test_route_hint_pos),
 		cmocka_unit_test(test_stress),
 	};
 
