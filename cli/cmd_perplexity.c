@@ -26,6 +26,7 @@
 #include "cw_client.h"
 #include "st_config.h"
 #include "st_config_dsv4.h"
+#include "st_config_dsv41.h"
 #include "st_daemon.h"
 #include "st_tokenizer.h"
 #include "st_util.h"
@@ -249,16 +250,32 @@ static FILE *base_open(const char *path, int write, uint32_t vocab,
 }
 
 /* The geometry perplexity needs (vocabulary, context) of a store's
- * config.json: a DeepSeek-V4 one through its own parser. */
+ * config.json: DeepSeek-V4 and V4.1 ones through their own parsers. */
 static int load_cfg(const char *dir, struct st_model_config *cfg,
 		    struct st_diag *diag)
 {
 	struct st_dsv4_config v4;
+	struct st_dsv41_config *v41;
+	int r;
 
 	if (st_dsv4_config_load(dir, &v4, diag) == 0) {
 		st_dsv4_expert_config(&v4, cfg);
 		return 0;
 	}
+	v41 = calloc(1, sizeof(*v41));
+	if (!v41)
+		return st_diag_set(diag, -ENOMEM, "out of memory");
+	r = st_dsv41_config_load(dir, v41, NULL);
+	if (r == 0) {
+		memset(cfg, 0, sizeof(*cfg));
+		cfg->vocab_size = v41->vocab_size;
+		cfg->max_position_embeddings = v41->max_position_embeddings;
+		cfg->hidden_size = v41->hidden_size;
+		cfg->n_layers = v41->n_layers;
+		free(v41);
+		return 0;
+	}
+	free(v41);
 	return st_config_load(dir, cfg, diag);
 }
 
