@@ -102,6 +102,11 @@ static int import_open(struct st_devimporter *m,
 	 * importer had enqueued are not trusted (all slots start EMPTY) */
 	same = m->tab->magic == ST_DEVSLOT_TABLE_MAGIC &&
 	       atomic_load(&m->tab->epoch) == e->epoch;
+	if (same && m->before_reset) {
+		m->slot_bytes = e->slot_bytes;
+		m->n_events = e->n_events;
+		m->before_reset(m->cb_ctx, m);
+	}
 	st_devslot_table_reset(m->tab, e->epoch, e->n_slots, e->n_events,
 			       e->slot_bytes, same);
 	m->slot_bytes = e->slot_bytes;

@@ -20,7 +20,7 @@
 #include "st_proto.h"
 #include "st_shm.h"
 
-#define ST_DEVSLOT_SHM_VERSION 1
+#define ST_DEVSLOT_SHM_VERSION 2
 
 struct st_devimporter {
 	struct st_devimport st;        /* epoch bookkeeping */
@@ -36,6 +36,13 @@ struct st_devimporter {
 	uint64_t slot_bytes;
 	uint32_t n_slots, n_events;
 	uint64_t exports, revokes, peer_deaths;
+	/* Optional (kvd): called when an EXPORT of the epoch the table holds
+	 * arrives at a restarted importer, after the handles were opened and
+	 * before the table is reset, so the daemon can copy back what the
+	 * exporter wrote on the device (the table's dirty ranges) while the
+	 * old keys are still there.  NULL: nothing. */
+	void (*before_reset)(void *ctx, struct st_devimporter *m);
+	void *cb_ctx;
 };
 
 /* Sets up an importer of kind for instance (borrowed string); host_base /

@@ -593,6 +593,9 @@ int kv_seq_publish(struct kv_pool *p, uint32_t client, uint32_t seq,
 			break;
 		if (same)
 			continue; /* mapped from the cache or published */
+		/* shared from now on: rows written on the device first */
+		for (uint32_t s = 0; s < ns; s++)
+			kv_pool_page_sync(p, pages[s]);
 		r = kv_cache_publish(p, keys[i], pages);
 		if (r == -EEXIST)
 			break; /* these pages hold other tokens' rows */

@@ -17,6 +17,7 @@
 #include "st_daemon.h"
 #include "st_log.h"
 #include "st_msg.h"
+#include "kv_devpage.h"
 #include "st_shm.h"
 #include "st_util.h"
 
@@ -712,6 +713,55 @@ int kv_client_seq_prefetch(struct kv_client *c, int n, const uint32_t *seqs,
 			   int32_t *ret_status, struct st_diag *diag)
 {
 	return residency(c, KV_RESIDENCY_PREFETCH, n, seqs, ret_status, diag);
+}
+
+uint64_t kv_client_device_pages(const struct kv_client *c, int n,
+				const struct kv_reserve_entry *e)
+{
+	uint64_t t = 0;
+
+	if (!c->attached || !c->lay.page_rows)
+		return 0;
+	for (int i = 0; i < n; i++)
+		t += (uint64_t)c->lay.n_streams *
+		     kv_pages_for_rows(e[i].n_rows, c->lay.page_rows);
+	return t;
+}
+
+int kv_client_seq_device(struct kv_client *c, int n,
+			 const struct kv_reserve_entry *e, uint64_t *ret_epoch,
+			 struct kv_devpage *ret_pages, struct st_diag *diag)
+{
+	struct st_wbuf w;
+	const uint8_t *p;
+	uint64_t want;
+	void *buf;
+	size_t len;
+	int r;
+
+	if (n <= 0 || n > KV_PROTO_MAX_RESERVE || !e)
+		return st_diag_set(diag, n <= 0 ? -EINVAL : -ST_E_LIMIT,
+				   "kv device pages: %d sequences, must be "
+				   "1..%d", n, KV_PROTO_MAX_RESERVE);
+	st_wbuf_init(&w);
+	kv_devpage_encode_req(&w, (uint32_t)n, e);
+	pthread_mutex_lock(&c->lock);
+	r = rpc(c, KV_MSG_SEQ_DEVICE, &w, &buf, &p, &len, diag);
+	/* the geometry is read under the lock: a re-declaration in rpc may
+	 * have mapped a new pool */
+	want = kv_client_device_pages(c, n, e);
+	pthread_mutex_unlock(&c->lock);
+	st_wbuf_fini(&w);
+	if (r < 0)
+		return r;
+	if (want > KV_DEVPAGE_MAX_PAGES)
+		r = st_diag_set(diag, -ST_E_PROTO, "kvd answered SEQ_DEVICE "
+				"for %llu pages", (unsigned long long)want);
+	else
+		r = kv_devpage_decode_rep(p, len, (uint32_t)want, ret_epoch,
+					  ret_pages, diag);
+	free(buf);
+	return r;
 }
 
 /* Index of a live handle in the mapped pool, or -1. */

@@ -110,7 +110,20 @@ struct kv_pool {
 	struct kv_cache cache;
 	struct kv_spill spill;
 	struct kv_pool_stats stats;
+
+	/* Called before kvd itself reads a page's bytes (spill, copy-on-write,
+	 * prefix publish) so a newer copy elsewhere (device rows computed
+	 * wrote, kv_devpool.h) reaches the host page first.  NULL: none. */
+	void (*page_sync)(void *ctx, uint32_t page);
+	void *page_sync_ctx;
 };
+
+/* kv_pool.page_sync of page, when set. */
+static inline void kv_pool_page_sync(struct kv_pool *p, uint32_t page)
+{
+	if (p->page_sync)
+		p->page_sync(p->page_sync_ctx, page);
+}
 
 /* What kv_pool_adopt found and repaired. */
 struct kv_adopt_report {
@@ -487,7 +500,7 @@ struct kv_server {
 	uint32_t *prefetch;
 	uint32_t n_prefetch, cap_prefetch;
 	int recv_timeout_ms;            /* current one of rep */
-	struct st_devimporter *dev;     /* device KV pool (kv_devpool.h),
+	struct kv_devpool *dev;         /* device KV pool (kv_devpool.h),
 					 * NULL until computed exports one */
 };
 

@@ -517,6 +517,7 @@ static int seq_cow(struct kv_pool *p, uint32_t idx, uint32_t target)
 		r = kv_page_alloc(p, s, &page);
 		if (r < 0)
 			return r;
+		kv_pool_page_sync(p, old);
 		memcpy(kv_page_data(p, page), kv_page_data(p, old),
 		       (size_t)kv_stream_page_used(&p->streams[s],
 						   p->lay.page_rows, pi,
@@ -775,6 +776,9 @@ int kv_seq_fork(struct kv_pool *p, uint32_t client, int32_t pid,
 			/* src holds a reference, so this cannot fail */
 			if (page >= p->lay.n_pages || kv_page_ref(p, page) < 0)
 				goto fail;
+			/* shared from now on: the host page is what both
+			 * read (rows written on the device first) */
+			kv_pool_page_sync(p, page);
 			table_store(p, (uint32_t)didx, s, pi, page);
 		}
 		if (part) {
@@ -784,6 +788,7 @@ int kv_seq_fork(struct kv_pool *p, uint32_t client, int32_t pid,
 			if (from >= p->lay.n_pages ||
 			    kv_page_alloc(p, s, &page) < 0)
 				goto fail;
+			kv_pool_page_sync(p, from);
 			memcpy(kv_page_data(p, page), kv_page_data(p, from),
 			       (size_t)kv_stream_page_used(&p->streams[s], B,
 							   full, n_rows));

@@ -199,6 +199,9 @@ static int pool_take(struct kv_server *s, int adopted,
 	}
 	s->have_pool = 1;
 	s->layout_hash = hash;
+	/* device-written rows reach a page before kvd reads it */
+	s->pool.page_sync = kv_devpool_page_sync;
+	s->pool.page_sync_ctx = s;
 	if (adopted)
 		clients_from_pool(s);
 	return 0;
@@ -799,6 +802,10 @@ static void handle(struct kv_server *s, const uint8_t *buf, size_t len)
 					"(kvd restarted?)", h.client_id);
 		goto reply;
 	}
+	/* copies to the device read host pages: they finish before any
+	 * request that may free, spill or move one */
+	if (h.type != KV_MSG_SEQ_DEVICE)
+		kv_devpool_quiesce(s);
 	if (c->last_reply && c->last_request_id == h.request_id &&
 	    c->last_type == h.type) {
 		/* a re-sent request: the same answer, not a second effect */
@@ -832,6 +839,11 @@ static void handle(struct kv_server *s, const uint8_t *buf, size_t len)
 	case KV_MSG_SEQ_PUBLISH:
 	case KV_MSG_SEQ_RESIDENCY:
 		handle_seq(s, &h, c, p, plen, &rp);
+		break;
+	case KV_MSG_SEQ_DEVICE:
+		if (need_pool(s, &rp))
+			rp.status = kv_devpool_seq_device(s, c->id, p, plen,
+							  &rp.w, &rp.diag);
 		break;
 	default:
 		rp.status = st_diag_set(&rp.diag, -ST_E_PROTO,
@@ -935,10 +947,13 @@ int kv_server_poll(struct kv_server *s)
 		st_warn("receive on %s: %s", s->ctl_path, st_strerror(r));
 		st_sleep_ns(10ull * 1000 * 1000);
 	}
-	if (s->n_prefetch && s->have_pool)
+	if (s->n_prefetch && s->have_pool) {
+		kv_devpool_quiesce(s);
 		prefetch_step(s);
+	}
 	now = st_now_ns();
 	if (now - s->last_reap_ns >= KV_REAP_INTERVAL_NS) {
+		kv_devpool_quiesce(s);
 		reap_clients(s);
 		kv_devpool_tick(s);
 		s->last_reap_ns = now;

@@ -391,6 +391,9 @@ static int spill_move(struct kv_pool *p, struct kv_spill_io *v, uint32_t n,
 
 	if (n == 0)
 		return 0;
+	if (write) /* rows written on the device reach the page first */
+		for (uint32_t i = 0; i < n; i++)
+			kv_pool_page_sync(p, v[i].page);
 	qsort(v, n, sizeof(*v), io_cmp);
 	m.threaded = (uint64_t)n * p->lay.slot_bytes >= KV_SPILL_THREAD_BYTES;
 	if (m.threaded) {

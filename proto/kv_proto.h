@@ -28,6 +28,9 @@
  *   KV_MSG_SEQ_RESIDENCY  u32 op (KV_RESIDENCY_*), u32 n, n x u32 seq
  *              reply   u32 n, n x i32 status (0 or a negative code each),
  *                      [u32 length + text of the first failure]
+ *   KV_MSG_SEQ_DEVICE  u32 n, n x {u32 seq, u32 n_rows}  (kv_devpage.h)
+ *              reply   u64 epoch, u32 n_pages, n_pages x {u32 page,
+ *                      u32 slot, u64 key}
  *
  * A reply whose status is negative may carry a text instead: u32 length +
  * bytes (at most KV_PROTO_MAX_TEXT), saying what was wrong (kv_proto_text).
@@ -55,6 +58,7 @@ enum kv_msg_type {
 	KV_MSG_SEQ_CREATE_PREFIX,
 	KV_MSG_SEQ_PUBLISH,
 	KV_MSG_SEQ_RESIDENCY,
+	KV_MSG_SEQ_DEVICE,       /* device KV pages: kv_devpage.h */
 
 	KV_EVT_EPOCH = ST_MSG_KV_FIRST + 0x40,
 	KV_EVT_SHUTDOWN,

@@ -426,6 +426,8 @@ void st_devslot_table_reset(struct st_devslot_table *t, uint64_t epoch,
 				ST_DEVSLOT_EVICTING : ST_DEVSLOT_EMPTY);
 		atomic_store(&s->key, 0);
 		atomic_store(&s->gen, g);
+		atomic_store(&s->bytes, 0);
+		atomic_store(&s->dirty, 0);
 		s->event = 0;
 	}
 	atomic_store(&t->want_head, 0);
@@ -553,4 +555,58 @@ int st_devslot_want_pop(struct st_devslot_table *t, uint64_t *ret_key)
 					memory_order_relaxed);
 	atomic_store_explicit(&t->want_tail, tl + 1, memory_order_release);
 	return 1;
+}
+
+int st_devslot_dirty_mark(struct st_devslot_table *t, uint32_t s,
+			  uint64_t lo, uint64_t hi)
+{
+	struct st_devslot *d;
+	uint64_t cur, nw, b;
+
+	if (s >= t->n_slots || lo >= hi || hi > UINT32_MAX)
+		return -EINVAL;
+	d = &t->slot[s];
+	cur = atomic_load(&d->dirty);
+	do {
+		uint64_t l = lo, h = hi;
+
+		if (cur) {
+			if ((cur >> 32) < l)
+				l = cur >> 32;
+			if ((cur & 0xffffffffu) > h)
+				h = cur & 0xffffffffu;
+		}
+		nw = l << 32 | h;
+	} while (!atomic_compare_exchange_weak(&d->dirty, &cur, nw));
+	/* the importer writes bytes only while COPYING (no pins): the pinned
+	 * exporter is its only writer now */
+	b = atomic_load(&d->bytes);
+	if (b < hi)
+		atomic_store(&d->bytes, hi);
+	return 0;
+}
+
+int st_devslot_dirty_get(struct st_devslot_table *t, uint32_t s,
+			 uint64_t *ret_lo, uint64_t *ret_hi,
+			 uint64_t *ret_seen)
+{
+	uint64_t v;
+
+	if (s >= t->n_slots)
+		return 0;
+	v = atomic_load(&t->slot[s].dirty);
+	if (!v)
+		return 0;
+	*ret_lo = v >> 32;
+	*ret_hi = v & 0xffffffffu;
+	*ret_seen = v;
+	return 1;
+}
+
+int st_devslot_dirty_clear(struct st_devslot_table *t, uint32_t s,
+			   uint64_t seen)
+{
+	if (s >= t->n_slots)
+		return 0;
+	return atomic_compare_exchange_strong(&t->slot[s].dirty, &seen, 0);
 }

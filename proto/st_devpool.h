@@ -258,7 +258,7 @@ enum st_devslot_state {
 };
 
 #define ST_DEVSLOT_TABLE_MAGIC 0x53564544u /* "DEVS" */
-#define ST_DEVSLOT_TABLE_VERSION 1
+#define ST_DEVSLOT_TABLE_VERSION 2
 
 struct st_devslot {
 	_Atomic uint32_t state;
@@ -266,8 +266,17 @@ struct st_devslot {
 	_Atomic uint64_t key;    /* importer's key (e.g. layer << 32 | expert) */
 	_Atomic uint32_t gen;    /* bumped on every new key or reset */
 	uint32_t event;          /* event lane recorded after the copy */
-	uint64_t reserved[5];
+	/* KV pages (devkv table) only; 0 in the expert table: */
+	_Atomic uint64_t bytes;  /* leading bytes of the page the device copy
+				  * holds (importer, while COPYING; raised by
+				  * the exporter's st_devslot_dirty_mark) */
+	_Atomic uint64_t dirty;  /* device-written byte range not yet on the
+				  * host: lo << 32 | hi, 0 = clean
+				  * (st_devslot_dirty_*) */
+	uint64_t reserved[3];
 };
+
+_Static_assert(sizeof(struct st_devslot) == 64, "st_devslot is 64 bytes");
 
 /* Misses the exporter reports to the importer (a ring in the table). */
 #define ST_DEVSLOT_WANT_RING 256
@@ -292,6 +301,25 @@ struct st_devslot_table {
 static inline uint64_t st_devkey(uint32_t layer, uint32_t expert)
 {
 	return (((uint64_t)layer << 32) | expert) + 1;
+}
+
+/*
+ * Device slot key of a host KV page (kvd's devkv table): page id and the
+ * page's allocation generation (kv_page_meta.generation), so a page freed
+ * and allocated again (a spill, a restore into another page, a
+ * copy-on-write) never matches its old device copy.  Never 0.
+ */
+static inline uint64_t st_devkv_key(uint32_t page, uint32_t generation)
+{
+	return (((uint64_t)generation << 32) | page) + 1;
+}
+
+/* The page id and generation of a devkv key (key != 0). */
+static inline void st_devkv_key_split(uint64_t key, uint32_t *ret_page,
+				      uint32_t *ret_gen)
+{
+	*ret_page = (uint32_t)(key - 1);
+	*ret_gen = (uint32_t)((key - 1) >> 32);
 }
 
 /* Bytes of a table of n_slots slots. */
@@ -336,6 +364,28 @@ void st_devslot_publish(struct st_devslot_table *t, uint32_t s,
 			uint32_t event);
 /* A claimed slot whose copy failed: EMPTY again. */
 void st_devslot_abort(struct st_devslot_table *t, uint32_t s);
+
+/*
+ * Device-written KV rows (the devkv table).  The exporter, holding a pin
+ * on slot s and after its stream has finished writing bytes [lo, hi) of
+ * the device page (0 <= lo < hi <= 4 GiB), marks them dirty: the range is
+ * merged into the slot's dirty range (one range: the union's hull) and the
+ * slot's bytes raised to hi.  -EINVAL for an empty or out-of-range span.
+ * The importer copies the dirty range back to the host (D2H) before it
+ * reads the host page (spill, copy-on-write, prefix publish), reuses the
+ * slot, or refreshes it, then clears what it copied with
+ * st_devslot_dirty_clear(t, s, seen): 1 when cleared, 0 when the exporter
+ * marked more meanwhile (copy again).
+ */
+int st_devslot_dirty_mark(struct st_devslot_table *t, uint32_t s,
+			  uint64_t lo, uint64_t hi);
+/* The dirty range of slot s: 1 with *ret_lo, *ret_hi and *ret_seen (the
+ * raw word for st_devslot_dirty_clear), 0 when clean. */
+int st_devslot_dirty_get(struct st_devslot_table *t, uint32_t s,
+			 uint64_t *ret_lo, uint64_t *ret_hi,
+			 uint64_t *ret_seen);
+int st_devslot_dirty_clear(struct st_devslot_table *t, uint32_t s,
+			   uint64_t seen);
 
 /* Exporter (the one producer): reports key missing.  1 queued, 0 when the
  * ring is full (dropped: the importer is behind; the next miss asks
