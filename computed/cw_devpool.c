@@ -12,6 +12,7 @@
 
 #include "cw_backend.h"
 #include "cw_devpool.h"
+#include "cw_kvdev.h"
 #include "st_cuda.h"
 #include "st_daemon.h"
 #include "st_devimporter.h"
@@ -445,6 +446,22 @@ void cw_devpool_unpin(struct cw_devpool *p, uint32_t slot)
 	if (p->tab && (slot >> 24) == (p->tab_gen & 0xffu))
 		st_devslot_unpin(p->tab, slot & 0xffffffu);
 	pthread_mutex_unlock(&p->mu);
+}
+
+int cw_devpool_kv(struct cw_devpool *p, struct cw_kvdev_pool *ret)
+{
+	struct pool_one *o;
+
+	if (!p || !p->pool[1].x)
+		return -ENODEV;
+	o = &p->pool[1];
+	memset(ret, 0, sizeof(*ret));
+	ret->x = o->x;
+	ret->epoch = o->e.epoch;
+	ret->n_slots = o->e.n_slots;
+	ret->n_events = o->e.n_events;
+	ret->slot_bytes = o->e.slot_bytes;
+	return 0;
 }
 
 void cw_devpool_stats(struct cw_devpool *p, struct cw_devpool_stats *ret)

@@ -82,6 +82,15 @@ int cw_devpool_pin(struct cw_devpool *p, uint32_t layer, uint32_t expert,
 		   void *stream, const void **ret_ptr, uint32_t *ret_slot);
 void cw_devpool_unpin(struct cw_devpool *p, uint32_t slot);
 
+/*
+ * The device KV page pool as exported (for cw_kvdev_open): 0 and *ret
+ * filled, or -ENODEV when there is none (--device-kv-budget 0, too small
+ * for one page, or kvd refused it).  The export lives until
+ * cw_devpool_close.
+ */
+struct cw_kvdev_pool;
+int cw_devpool_kv(struct cw_devpool *p, struct cw_kvdev_pool *ret);
+
 /* Counters for logs and /metrics. */
 struct cw_devpool_stats {
 	uint32_t n_slots, kv_pages;
