@@ -122,47 +122,45 @@ static uint32_t live_page(struct kv_server *s, uint64_t key)
 /*
  * Copies the dirty range of slot ds (holding key) back to the host page
  * and waits for it; drops it when the page is gone.  The exporter may
- * mark more while this runs: then again (a few times).
+ * mark more while this runs: then again (a few times; what is left stays
+ * marked for the next sync).
  */
 static void flush_slot(struct kv_server *s, uint32_t ds, uint64_t key)
 {
 	struct kv_devpool *d = s->dev;
 	struct st_devslot_table *t = d->imp.tab;
-	uint64_t lo, hi, seen;
+	uint64_t lo, hi;
 
 	for (int tries = 0; tries < 4; tries++) {
 		struct st_diag diag = { "" };
 		uint32_t page;
-		int r = 0;
+		int r;
 
-		if (!st_devslot_dirty_get(t, ds, &lo, &hi, &seen))
+		if (!st_devslot_dirty_take(t, ds, &lo, &hi))
 			return;
 		page = live_page(s, key);
 		if (page == UINT32_MAX || hi > s->pool.lay.page_bytes ||
 		    hi > d->imp.slot_bytes || !d->imp.cu) {
 			d->st.dropped_dirty++;
-		} else {
-			r = st_cuda_import_d2h(d->imp.cu,
-					       kv_page_data(&s->pool, page) +
-						       lo,
-					       (uint64_t)ds * d->imp.slot_bytes +
-						       lo,
-					       hi - lo, ds % d->imp.n_events,
-					       &diag);
-			if (r == 0)
-				r = st_cuda_import_drain(d->imp.cu, &diag);
-			d->inflight = 0;
-			if (r < 0) {
-				d->st.copy_errors++;
-				st_warn("device KV page %u: copy back: %s",
-					page, diag.msg);
-			} else {
-				d->st.d2h_copies++;
-				d->st.d2h_bytes += hi - lo;
-			}
+			continue;
 		}
-		if (st_devslot_dirty_clear(t, ds, seen))
+		r = st_cuda_import_d2h(d->imp.cu,
+				       kv_page_data(&s->pool, page) + lo,
+				       (uint64_t)ds * d->imp.slot_bytes + lo,
+				       hi - lo, ds % d->imp.n_events, &diag);
+		if (r == 0)
+			r = st_cuda_import_drain(d->imp.cu, &diag);
+		d->inflight = 0;
+		if (r < 0) {
+			/* still only on the device: marked again */
+			(void)st_devslot_dirty_mark(t, ds, lo, hi);
+			d->st.copy_errors++;
+			st_warn("device KV page %u: copy back: %s", page,
+				diag.msg);
 			return;
+		}
+		d->st.d2h_copies++;
+		d->st.d2h_bytes += hi - lo;
 	}
 }
 

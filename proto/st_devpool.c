@@ -586,27 +586,19 @@ int st_devslot_dirty_mark(struct st_devslot_table *t, uint32_t s,
 	return 0;
 }
 
-int st_devslot_dirty_get(struct st_devslot_table *t, uint32_t s,
-			 uint64_t *ret_lo, uint64_t *ret_hi,
-			 uint64_t *ret_seen)
+int st_devslot_dirty_take(struct st_devslot_table *t, uint32_t s,
+			  uint64_t *ret_lo, uint64_t *ret_hi)
 {
 	uint64_t v;
 
 	if (s >= t->n_slots)
 		return 0;
-	v = atomic_load(&t->slot[s].dirty);
+	/* taken whole: a mark that lands after this sees a clean slot and
+	 * makes it dirty again, so nothing marked is ever lost */
+	v = atomic_exchange(&t->slot[s].dirty, 0);
 	if (!v)
 		return 0;
 	*ret_lo = v >> 32;
 	*ret_hi = v & 0xffffffffu;
-	*ret_seen = v;
 	return 1;
-}
-
-int st_devslot_dirty_clear(struct st_devslot_table *t, uint32_t s,
-			   uint64_t seen)
-{
-	if (s >= t->n_slots)
-		return 0;
-	return atomic_compare_exchange_strong(&t->slot[s].dirty, &seen, 0);
 }

@@ -371,21 +371,19 @@ void st_devslot_abort(struct st_devslot_table *t, uint32_t s);
  * the device page (0 <= lo < hi <= 4 GiB), marks them dirty: the range is
  * merged into the slot's dirty range (one range: the union's hull) and the
  * slot's bytes raised to hi.  -EINVAL for an empty or out-of-range span.
- * The importer copies the dirty range back to the host (D2H) before it
- * reads the host page (spill, copy-on-write, prefix publish), reuses the
- * slot, or refreshes it, then clears what it copied with
- * st_devslot_dirty_clear(t, s, seen): 1 when cleared, 0 when the exporter
- * marked more meanwhile (copy again).
+ * The importer takes the range (st_devslot_dirty_take: the slot is clean
+ * from then on) and copies it back to the host (D2H) before it reads the
+ * host page (spill, copy-on-write, prefix publish), reuses the slot, or
+ * refreshes it; rows marked while it copies make the slot dirty again
+ * (the exporter writes before it marks), so it takes again until clean.
+ * A copy that failed is marked again (st_devslot_dirty_mark).
  */
 int st_devslot_dirty_mark(struct st_devslot_table *t, uint32_t s,
 			  uint64_t lo, uint64_t hi);
-/* The dirty range of slot s: 1 with *ret_lo, *ret_hi and *ret_seen (the
- * raw word for st_devslot_dirty_clear), 0 when clean. */
-int st_devslot_dirty_get(struct st_devslot_table *t, uint32_t s,
-			 uint64_t *ret_lo, uint64_t *ret_hi,
-			 uint64_t *ret_seen);
-int st_devslot_dirty_clear(struct st_devslot_table *t, uint32_t s,
-			   uint64_t seen);
+/* Takes slot s's dirty range: 1 with *ret_lo, *ret_hi (the slot is clean
+ * now), 0 when it was clean. */
+int st_devslot_dirty_take(struct st_devslot_table *t, uint32_t s,
+			  uint64_t *ret_lo, uint64_t *ret_hi);
 
 /* Exporter (the one producer): reports key missing.  1 queued, 0 when the
  * ring is full (dropped: the importer is behind; the next miss asks
