@@ -178,6 +178,11 @@ int cw_kvdev_mark_written(struct cw_kvdev *k, const struct cw_kvdev_step *st,
 	if (idx >= st->n_pages || !st->ptr[idx] || st->tab_gen != k->tab_gen ||
 	    !k->tab || hi > k->pool.slot_bytes)
 		return -EINVAL;
+	/* a restarted kvd reset its table: the slot no longer stands for
+	 * the page, and rows only on the device would never reach it */
+	if (atomic_load(&k->tab->slot[st->pages[idx].slot].key) !=
+	    st->pages[idx].key)
+		return -ST_E_STALE;
 	return st_devslot_dirty_mark(k->tab, st->pages[idx].slot, lo, hi);
 }
 

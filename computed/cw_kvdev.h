@@ -100,7 +100,10 @@ static inline uint32_t cw_kvdev_index(const struct cw_kvdev_step *st,
  * Bytes [lo, hi) of the device page of entry idx were written by the step
  * (the stream has finished writing them): marked dirty, kvd copies them
  * back to the host page.  -EINVAL when idx has no device page or the span
- * is empty or past the slot.
+ * is empty or past the slot; -ST_E_STALE when kvd restarted since the
+ * acquire and its table no longer holds the page in that slot: the rows
+ * are then only on the device, write them to the host page (kv_client_row)
+ * instead.
  */
 int cw_kvdev_mark_written(struct cw_kvdev *k, const struct cw_kvdev_step *st,
 			  uint32_t idx, uint64_t lo, uint64_t hi);

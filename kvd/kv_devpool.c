@@ -265,6 +265,12 @@ static int32_t claim_slot(struct kv_server *s, uint64_t key)
 		if (old)
 			flush_slot(s, ds, old);
 		if (old != key) {
+			uint64_t l, h;
+
+			/* marks without a live page behind them (a pin kept
+			 * across a table reset): nothing to copy back */
+			while (st_devslot_dirty_take(t, ds, &l, &h))
+				d->st.dropped_dirty++;
 			atomic_store(&t->slot[ds].bytes, 0);
 			st_devkv_key_split(old, &op, &og);
 			if (old && op < d->n_pages &&

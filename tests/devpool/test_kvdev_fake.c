@@ -15,7 +15,9 @@
  *      (not stale); the same rows again: no copy, the same slots;
  *   4. a pinned page is never rewritten: with step S1 still pinned, rows
  *      appended on the host go into another slot for S2, S1's bytes are
- *      unchanged;
+ *      unchanged; and raced: a thread pins whatever slot is READY and
+ *      checks its bytes are its page's while kvd, driven by steps over 16
+ *      pages through 12 slots, claims and rewrites every slot it can;
  *   5. rows written on the device and marked dirty reach the host when
  *      kvd spills the sequence (it is restored from the spill file with
  *      them: host rows == device-written rows);
@@ -26,6 +28,7 @@
  * Without a CUDA build: exit 77.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -263,6 +266,145 @@ static struct st_devslot_table *table_map(struct st_shm *shm)
 					   ST_SHM_HEADER_BYTES);
 }
 
+/* --- the pin race across processes: this thread pins whatever slot the
+ * table shows READY and checks its bytes are its page's while kvd, driven
+ * by the main thread's steps over more pages than slots, claims and
+ * rewrites every slot it can --- */
+#define RACE_SEQS 4
+#define RACE_ROWS 32
+struct race {
+	struct st_devslot_table *t;
+	const uint8_t *base;
+	uint64_t epoch, slot_bytes;
+	uint32_t page_tag[64], page_stream[64], page_pi[64]; /* tag 0: ? */
+	_Atomic int stop;
+	long pinned, torn, unknown;
+};
+
+static void *race_reader(void *arg)
+{
+	struct race *r = arg;
+	uint64_t x = 0x9e3779b97f4a7c15ull;
+
+	while (!atomic_load(&r->stop)) {
+		uint32_t s, ev, page, gen;
+		uint64_t key;
+
+		x ^= x << 13;
+		x ^= x >> 7;
+		x ^= x << 17;
+		s = (uint32_t)(x % N_SLOTS);
+		key = atomic_load(&r->t->slot[s].key);
+		if (!key || !st_devslot_pin(r->t, s, key, r->epoch, &ev))
+			continue;
+		st_devkv_key_split(key, &page, &gen);
+		if (page >= 64 || !r->page_tag[page]) {
+			r->unknown++; /* a page of the other phases */
+		} else {
+			const volatile uint8_t *b = r->base +
+						    (uint64_t)s * r->slot_bytes;
+			uint32_t st = r->page_stream[page];
+
+			r->pinned++;
+			for (uint32_t k = 0; k < 64; k++) {
+				uint32_t row = (k * 7) % PAGE_ROWS;
+				uint32_t i = (k * 37) % rb[st];
+
+				if (b[row * rb[st] + i] !=
+				    pat(r->page_tag[page], st,
+					r->page_pi[page] * PAGE_ROWS + row, i))
+					r->torn++;
+			}
+		}
+		st_devslot_unpin(r->t, s);
+	}
+	return NULL;
+}
+
+static void pin_race(struct kv_client *c, struct cw_kvdev *k,
+		     struct exporter *x, struct st_devslot_table *t)
+{
+	struct race *r = calloc(1, sizeof(*r));
+	uint32_t seq[RACE_SEQS], last[RACE_SEQS][4] = { { 0 } };
+	struct cw_kvdev_step st;
+	struct st_diag d = { "" };
+	long steps = 0, moved = 0;
+	pthread_t th;
+	uint64_t end = st_now_ns() + 20000000000ull;
+	int f0 = failures;
+
+	if (!r)
+		return;
+	r->t = t;
+	r->base = st_cuda_export_base(x->x);
+	r->epoch = x->e.epoch;
+	r->slot_bytes = x->e.slot_bytes;
+	for (int i = 0; i < RACE_SEQS; i++) {
+		CHECK(kv_client_seq_create(c, &seq[i], &d) == 0);
+		CHECK(reserve(c, seq[i], RACE_ROWS) == 0);
+		host_write(c, seq[i], 0, RACE_ROWS, 10 + (uint32_t)i);
+		CHECK(acquire(k, seq[i], RACE_ROWS, &st) == 0);
+		for (uint32_t s = 0; s < N_STREAMS; s++)
+			for (uint32_t p = 0; p < 2; p++) {
+				uint32_t pg = st.pages[cw_kvdev_index(&st, 0,
+								      s, p)]
+						      .page;
+
+				if (pg < 64) {
+					r->page_tag[pg] = 10 + (uint32_t)i;
+					r->page_stream[pg] = s;
+					r->page_pi[pg] = p;
+				}
+			}
+		cw_kvdev_release(k, &st, NULL);
+	}
+	CHECK(pthread_create(&th, NULL, race_reader, r) == 0);
+	while ((steps < 400 || r->pinned < 2000) && st_now_ns() < end &&
+	       failures == f0) {
+		int i = (int)(steps % RACE_SEQS);
+
+		if (acquire(k, seq[i], RACE_ROWS, &st) < 0) {
+			failures++;
+			break;
+		}
+		/* pages the reader holds pinned may be answered from the
+		 * host; what is on the device is the page's */
+		for (uint32_t j = 0; j < st.n_pages; j++) {
+			if (st.ptr[j] && last[i][j] != st.pages[j].slot + 1)
+				moved++;
+			last[i][j] = st.ptr[j] ? st.pages[j].slot + 1 : 0;
+		}
+		for (uint32_t s = 0; s < N_STREAMS; s++)
+			for (uint32_t row = 0; row < RACE_ROWS; row++) {
+				uint32_t ix = cw_kvdev_index(&st, 0, s,
+							     row / PAGE_ROWS);
+
+				if (st.ptr[ix] &&
+				    memcmp(st.ptr[ix] + (row % PAGE_ROWS) *
+						   rb[s],
+					   kv_client_row(c, seq[i], (int)s,
+							 row), rb[s]) != 0) {
+					printf("FAIL: race step %ld: stream %u "
+					       "row %u differs\n", steps, s,
+					       row);
+					failures++;
+				}
+			}
+		cw_kvdev_release(k, &st, NULL);
+		steps++;
+	}
+	atomic_store(&r->stop, 1);
+	pthread_join(th, NULL);
+	printf("4b. pin race: %ld steps (%ld pages moved to another slot), "
+	       "%ld pinned reads, %ld torn\n", steps, moved, r->pinned,
+	       r->torn);
+	CHECK(r->torn == 0);
+	CHECK(steps >= 400 && r->pinned >= 2000 && moved >= 100);
+	for (int i = 0; i < RACE_SEQS; i++)
+		CHECK(kv_client_seq_free(c, seq[i]) == 0);
+	free(r);
+}
+
 int main(void)
 {
 	struct exporter x;
@@ -380,6 +522,7 @@ int main(void)
 	}
 	printf("4. the pinned copy stayed; appended rows went to another "
 	       "slot\n");
+	pin_race(c, k, &x, t);
 
 	/* 5. rows written on the device, spilled and restored */
 	CHECK(reserve(c, a, 56) == 0);
