@@ -30,7 +30,7 @@
  * page whose host page was freed meanwhile is dropped.
  *
  * Host pages and in-flight copies: before any request that may free,
- * spill or move pages (every request but SEQ_DEVICE and PING), and before
+ * spill or move pages (every request but SEQ_DEVICE), and before
  * the background prefetch and the client reaper, kvd drains its stream.
  */
 #ifndef KV_DEVPOOL_H

@@ -26,7 +26,10 @@
  *      restarted kvd, sent the same epoch again, copies them back before
  *      it resets its table (host rows == device rows), the table holds no
  *      READY slot, and the next step's pages equal the host bytes.
- * Without a CUDA build: exit 77.
+ * Without a CUDA build: exit 77.  STRATA_KVDEV_GPU=1 (test kvdev-gpu,
+ * suite cuda, scripts/gpu-check) runs the same on a real device through
+ * CUDA IPC (exit 77 without one): device bytes are read and written with
+ * cudaMemcpy on the legacy stream acquire made wait on kvd's copies.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -74,6 +77,43 @@ struct exporter {
 static uint8_t pat(uint32_t tag, uint32_t s, uint32_t row, uint32_t i)
 {
 	return (uint8_t)(tag * 131u + s * 17u + row * 7u + i * 3u + 1u);
+}
+
+/* Device memory through the runtime (memcpy on the fake device), on the
+ * legacy stream that acquire made wait on kvd's copies. */
+static void dev_read(void *dst, const uint8_t *dev, size_t n)
+{
+	if (st_cuda_memcpy_async(dst, dev, n, NULL, NULL) < 0 ||
+	    st_cuda_stream_sync(NULL, NULL) < 0) {
+		printf("FAIL: device read\n");
+		failures++;
+	}
+}
+
+static void dev_write(uint8_t *dev, const void *src, size_t n)
+{
+	if (st_cuda_memcpy_async(dev, src, n, NULL, NULL) < 0 ||
+	    st_cuda_stream_sync(NULL, NULL) < 0) {
+		printf("FAIL: device write\n");
+		failures++;
+	}
+}
+
+/* Writes rows [r0, r1) of stream s (tag) into a device page holding rows
+ * of page index r0 / PAGE_ROWS, and marks them written. */
+static void dev_rows(struct cw_kvdev *k, const struct cw_kvdev_step *st,
+		     uint32_t ix, uint32_t s, uint32_t r0, uint32_t r1,
+		     uint32_t tag)
+{
+	uint8_t row[192];
+
+	for (uint32_t r = r0; r < r1; r++) {
+		for (uint32_t i = 0; i < rb[s]; i++)
+			row[i] = pat(tag, s, r, i);
+		dev_write(st->ptr[ix] + (r % PAGE_ROWS) * rb[s], row, rb[s]);
+	}
+	CHECK(cw_kvdev_mark_written(k, st, ix, (r0 % PAGE_ROWS) * rb[s],
+				    ((r1 - 1) % PAGE_ROWS + 1) * rb[s]) == 0);
 }
 
 /* DEV_EXPORT (or REVOKE when revoke) of x's pool to kvd: 0 or the reply's
@@ -185,7 +225,7 @@ static int check_step(struct kv_client *c, uint32_t seq, uint32_t n_rows,
 		for (uint32_t r = 0; r < n_rows; r++) {
 			uint32_t ix = cw_kvdev_index(st, 0, s, r / PAGE_ROWS);
 			const uint8_t *h = kv_client_row(c, seq, (int)s, r);
-			const uint8_t *dv;
+			uint8_t dv[192];
 
 			if (!st->ptr[ix]) {
 				printf("FAIL: seq %x stream %u page %u not on "
@@ -193,7 +233,8 @@ static int check_step(struct kv_client *c, uint32_t seq, uint32_t n_rows,
 				failures++;
 				return n;
 			}
-			dv = st->ptr[ix] + (r % PAGE_ROWS) * rb[s];
+			dev_read(dv, st->ptr[ix] + (r % PAGE_ROWS) * rb[s],
+				 rb[s]);
 			if (!h || memcmp(h, dv, rb[s]) != 0) {
 				printf("FAIL: seq %x stream %u row %u: device "
 				       "bytes differ from the host row\n", seq,
@@ -276,6 +317,7 @@ static struct st_devslot_table *table_map(struct st_shm *shm)
 struct race {
 	struct st_devslot_table *t;
 	const uint8_t *base;
+	const struct st_cuda_export *x;
 	uint64_t epoch, slot_bytes;
 	uint32_t page_tag[64], page_stream[64], page_pi[64]; /* tag 0: ? */
 	_Atomic int stop;
@@ -302,10 +344,14 @@ static void *race_reader(void *arg)
 		if (page >= 64 || !r->page_tag[page]) {
 			r->unknown++; /* a page of the other phases */
 		} else {
-			const volatile uint8_t *b = r->base +
-						    (uint64_t)s * r->slot_bytes;
+			uint8_t b[PAGE_ROWS * 192];
 			uint32_t st = r->page_stream[page];
 
+			/* after the copy kvd recorded on the slot's lane */
+			if (st_cuda_export_wait(r->x, ev, NULL, NULL) < 0)
+				r->torn++;
+			dev_read(b, r->base + (uint64_t)s * r->slot_bytes,
+				 PAGE_ROWS * rb[st]);
 			r->pinned++;
 			for (uint32_t k = 0; k < 64; k++) {
 				uint32_t row = (k * 7) % PAGE_ROWS;
@@ -338,6 +384,7 @@ static void pin_race(struct kv_client *c, struct cw_kvdev *k,
 		return;
 	r->t = t;
 	r->base = st_cuda_export_base(x->x);
+	r->x = x->x;
 	r->epoch = x->e.epoch;
 	r->slot_bytes = x->e.slot_bytes;
 	for (int i = 0; i < RACE_SEQS; i++) {
@@ -380,11 +427,15 @@ static void pin_race(struct kv_client *c, struct cw_kvdev *k,
 				uint32_t ix = cw_kvdev_index(&st, 0, s,
 							     row / PAGE_ROWS);
 
-				if (st.ptr[ix] &&
-				    memcmp(st.ptr[ix] + (row % PAGE_ROWS) *
-						   rb[s],
-					   kv_client_row(c, seq[i], (int)s,
-							 row), rb[s]) != 0) {
+				uint8_t dv[192];
+
+				if (!st.ptr[ix])
+					continue;
+				dev_read(dv, st.ptr[ix] + (row % PAGE_ROWS) *
+						     rb[s], rb[s]);
+				if (memcmp(dv, kv_client_row(c, seq[i], (int)s,
+							     row),
+					   rb[s]) != 0) {
 					printf("FAIL: race step %ld: stream %u "
 					       "row %u differs\n", steps, s,
 					       row);
@@ -416,16 +467,41 @@ int main(void)
 	struct st_shm tshm = { 0 };
 	struct st_devslot_table *t;
 	uint32_t a, b, big, n;
-	uint8_t snap[3072];
+	uint8_t snap[3072], snap2[3072];
 	int fds[2], r, ready;
 	pid_t child;
 	char ch = 0;
 
 	if (!st_cuda_built()) {
-		printf("built without CUDA: the fake device is in st_cuda.c\n");
+		printf("SKIP: built without CUDA (the fake device is in "
+		       "st_cuda.c)\n");
 		return 77;
 	}
-	setenv("STRATA_CUDA_FAKE", "1", 1);
+	if (getenv("STRATA_KVDEV_GPU") && !strcmp(getenv("STRATA_KVDEV_GPU"),
+						  "1")) {
+		/* a real device: probed in a child, so that this process
+		 * starts CUDA only after the fork of phase 1 */
+		int st = 0;
+
+		unsetenv("STRATA_CUDA_FAKE");
+		child = fork();
+		if (child == 0) {
+			char why[300] = "";
+
+			if (st_cuda_device_count(why, sizeof(why)) > 0)
+				_exit(0);
+			printf("SKIP: no CUDA device: %s\n", why);
+			fflush(stdout);
+			_exit(77);
+		}
+		if (child < 0 || waitpid(child, &st, 0) < 0 ||
+		    !WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			return child > 0 && WIFEXITED(st) &&
+			       WEXITSTATUS(st) == 77 ? 77 : 1;
+		printf("on the GPU (STRATA_KVDEV_GPU=1)\n");
+	} else {
+		setenv("STRATA_CUDA_FAKE", "1", 1);
+	}
 	kvd_inst_init(&kvd, "kvdev");
 	/* 64 pages of 3 KiB (2 streams x 16 rows x 192 bytes), spill room */
 	snprintf(kvd.budget, sizeof(kvd.budget), "196608");
@@ -464,10 +540,10 @@ int main(void)
 	CHECK(c != NULL);
 	if (r < 0 || !c)
 		goto out;
+	CHECK(cw_kvdev_open(&k, c, NULL, kvd.name, &d) == -ENODEV);
+	CHECK(k == NULL);
 	r = cw_kvdev_open(&k, c, &x.pool, kvd.name, &d);
 	CHECK(r == 0);
-	CHECK(cw_kvdev_open(&k, c, NULL, kvd.name, &d) == -ENODEV);
-	r = cw_kvdev_open(&k, c, &x.pool, kvd.name, &d);
 	CHECK(kv_client_seq_create(c, &a, &d) == 0);
 	CHECK(reserve(c, a, 40) == 0);
 	host_write(c, a, 0, 40, 2);
@@ -511,13 +587,14 @@ int main(void)
 	{
 		uint32_t ix = cw_kvdev_index(&s1, 0, 1, 2);
 
-		memcpy(snap, s1.ptr[ix], sizeof(snap));
+		dev_read(snap, s1.ptr[ix], sizeof(snap));
 		CHECK(reserve(c, a, 48) == 0);
 		host_write(c, a, 45, 48, 4);
 		CHECK(acquire(k, a, 48, &s2) == 0);
 		CHECK(check_step(c, a, 48, &s2) == 6);
 		CHECK(s2.pages[ix].slot != s1.pages[ix].slot);
-		CHECK(memcmp(snap, s1.ptr[ix], sizeof(snap)) == 0);
+		dev_read(snap2, s1.ptr[ix], sizeof(snap2));
+		CHECK(memcmp(snap, snap2, sizeof(snap)) == 0);
 		cw_kvdev_release(k, &s2, NULL);
 		cw_kvdev_release(k, &s1, NULL);
 	}
@@ -531,11 +608,7 @@ int main(void)
 	for (uint32_t s = 0; s < N_STREAMS; s++) {
 		uint32_t ix = cw_kvdev_index(&s1, 0, s, 3);
 
-		for (uint32_t r2 = 48; r2 < 56; r2++)
-			for (uint32_t i = 0; i < rb[s]; i++)
-				s1.ptr[ix][(r2 % PAGE_ROWS) * rb[s] + i] =
-					pat(5, s, r2, i);
-		CHECK(cw_kvdev_mark_written(k, &s1, ix, 0, 8 * rb[s]) == 0);
+		dev_rows(k, &s1, ix, s, 48, 56, 5);
 	}
 	cw_kvdev_release(k, &s1, NULL);
 	/* the host rows are not written yet: kvd copies them back on spill */
@@ -575,12 +648,7 @@ int main(void)
 	for (uint32_t s = 0; s < N_STREAMS; s++) {
 		uint32_t ix = cw_kvdev_index(&s1, 0, s, 3);
 
-		for (uint32_t r2 = 56; r2 < 60; r2++)
-			for (uint32_t i = 0; i < rb[s]; i++)
-				s1.ptr[ix][(r2 % PAGE_ROWS) * rb[s] + i] =
-					pat(7, s, r2, i);
-		CHECK(cw_kvdev_mark_written(k, &s1, ix, 8 * rb[s],
-					    12 * rb[s]) == 0);
+		dev_rows(k, &s1, ix, s, 56, 60, 7);
 	}
 	cw_kvdev_release(k, &s1, NULL);
 	CHECK(kv_client_seq_fork(c, a, 60, &b, &d) == 0);
@@ -609,11 +677,7 @@ int main(void)
 	for (uint32_t s = 0; s < N_STREAMS; s++) {
 		uint32_t ix = cw_kvdev_index(&s1, 0, s, 1);
 
-		for (uint32_t r2 = 16; r2 < 24; r2++)
-			for (uint32_t i = 0; i < rb[s]; i++)
-				s1.ptr[ix][(r2 % PAGE_ROWS) * rb[s] + i] =
-					pat(6, s, r2, i);
-		CHECK(cw_kvdev_mark_written(k, &s1, ix, 0, 8 * rb[s]) == 0);
+		dev_rows(k, &s1, ix, s, 16, 24, 6);
 	}
 	cw_kvdev_release(k, &s1, NULL);
 	CHECK(kvd_kill(&kvd, SIGKILL) >= 0);
