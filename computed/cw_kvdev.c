@@ -172,6 +172,32 @@ int cw_kvdev_acquire(struct cw_kvdev *k, int n,
 	return 0;
 }
 
+int cw_kvdev_rows(const struct cw_kvdev_step *st, uint32_t i, uint32_t s,
+		  const struct kv_stream_decl *decl, uint32_t r0, uint32_t n,
+		  const uint8_t **ret_rows)
+{
+	uint32_t np;
+
+	if (i >= st->n_seqs || s >= st->n_streams || !decl ||
+	    !decl->tokens_per_row || !st->page_rows)
+		return -EINVAL;
+	np = (st->first[i + 1] - st->first[i]) / st->n_streams;
+	for (uint32_t k = 0; k < n; k++) {
+		uint32_t r = r0 + k;
+		uint32_t p = kv_stream_row_page(decl, st->page_rows, r);
+		const uint8_t *pg;
+
+		if (r < r0 || p >= np)
+			return -EINVAL;
+		pg = st->ptr[cw_kvdev_index(st, i, s, p)];
+		if (!pg)
+			return -ENOENT;
+		ret_rows[k] = pg + (uint64_t)kv_stream_row_slot(
+				decl, st->page_rows, r) * decl->row_bytes;
+	}
+	return 0;
+}
+
 int cw_kvdev_mark_written(struct cw_kvdev *k, const struct cw_kvdev_step *st,
 			  uint32_t idx, uint64_t lo, uint64_t hi)
 {

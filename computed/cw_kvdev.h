@@ -24,11 +24,12 @@
  *     cw_kvdev_open says -ENODEV and computed keeps reading host pages
  *     (kv_client_row): the CPU path is unchanged.
  *
- * Paged attention on the device (computed/cuda/cw_cu_attn.cu) would take
- * step.ptr[] as its page table: entry (i, s, p) at index
- * cw_kvdev_index(step, i, s, p), NULL for a page to read from the host
- * pool instead (none when every page fit the device pool).  That kernel
- * still reads host-shaped buffers in this slice.
+ * Paged attention on the device (computed/cuda/cw_cu_attn.cu,
+ * cw_cu_attend) takes an array of device row pointers: cw_kvdev_rows
+ * builds it from a step (entry (i, s, p) of step.ptr[] is at
+ * cw_kvdev_index(step, i, s, p), NULL for a page to read from the host pool
+ * instead: none when every page fit the device pool).  The forward pass
+ * does not call any of this yet: attention runs on the CPU backend.
  */
 #ifndef CW_KVDEV_H
 #define CW_KVDEV_H
@@ -95,6 +96,18 @@ static inline uint32_t cw_kvdev_index(const struct cw_kvdev_step *st,
 
 	return st->first[i] + s * np + p;
 }
+
+/*
+ * The device addresses of rows [r0, r0 + n) of stream s (declared as
+ * *decl: row bytes, tokens per row) of request entry i, into ret_rows[n]
+ * (host memory; cw_cu_attend wants them copied to the device): row r is in
+ * page kv_stream_row_page at kv_stream_row_slot * row_bytes.  0, or
+ * -ENOENT when a page of them is not on the device (read those rows from
+ * the host pool), -EINVAL when i, s or the rows are out of the step.
+ */
+int cw_kvdev_rows(const struct cw_kvdev_step *st, uint32_t i, uint32_t s,
+		  const struct kv_stream_decl *decl, uint32_t r0, uint32_t n,
+		  const uint8_t **ret_rows);
 
 /*
  * Bytes [lo, hi) of the device page of entry idx were written by the step

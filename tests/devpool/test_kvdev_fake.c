@@ -565,8 +565,24 @@ int main(void)
 			CHECK(atomic_load(&t->slot[s1.pages[ix].slot].key) ==
 			      s1.pages[ix].key);
 		}
+	/* the row pointers cw_cu_attend would take: every row's bytes */
+	for (uint32_t st = 0; st < N_STREAMS; st++) {
+		struct kv_stream_decl dc = { rb[st], 1, 0, 0 };
+		const uint8_t *rows[40];
+		uint8_t dv[192];
+
+		CHECK(cw_kvdev_rows(&s1, 0, st, &dc, 0, 40, rows) == 0);
+		for (uint32_t r2 = 0; r2 < 40; r2++) {
+			dev_read(dv, rows[r2], rb[st]);
+			CHECK(memcmp(dv, kv_client_row(c, a, (int)st, r2),
+				     rb[st]) == 0);
+		}
+		CHECK(cw_kvdev_rows(&s1, 0, st, &dc, 40, 9, rows) == -EINVAL);
+		CHECK(cw_kvdev_rows(&s1, 1, st, &dc, 0, 1, rows) == -EINVAL);
+	}
 	cw_kvdev_release(k, &s1, NULL);
-	printf("2. epoch B: 6 pages on the device equal the host rows\n");
+	printf("2. epoch B: 6 pages on the device equal the host rows "
+	       "(also through cw_kvdev_rows)\n");
 
 	/* 3. host appends rows: refreshed, not stale */
 	CHECK(reserve(c, a, 45) == 0);
