@@ -524,6 +524,10 @@ void kv_devpool_fini(struct kv_server *s, int destroy_table)
 	if (!d)
 		return;
 	kv_devpool_quiesce(s);
+	/* a pool kept for the next kvd (SHUTDOWN KEEP_POOL) keeps the rows
+	 * computed wrote on the device */
+	if (st_devimporter_active(&d->imp) && s->have_pool)
+		flush_all(s);
 	if (d->st.h2d_copies || d->st.d2h_copies)
 		st_info("device KV pool: %llu page copies in (%llu bytes), "
 			"%llu dirty ranges back (%llu bytes), %llu hits, %llu "
