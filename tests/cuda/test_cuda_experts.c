@@ -24,15 +24,21 @@
  *   - a failing expert (a dtype the GEMV refuses) makes sync fail, releases
  *     its pin, and later experts are left to the CPU.
  *
- * Tolerance, first order, per output row r (cw_cu.h's bounds): with g, u
- * the exact gate and up rows, Sg_j = sum_c |Wg_jc x_c| (Su likewise),
- * a_j = silu(g_j) u_j, P_r = sum_j |Wd_rj| (|silu'(g_j) u_j| Sg_j +
- * |silu(g_j)| Su_j), S_r = sum_j |Wd_rj a_j|:
- *   |y_r - exact| <= 2 (e1 P_r + (e2 + 2^-20) S_r) + 2^-100,
- * e1 / e2 the bound of the gate-up / down product: GEMV (ceil(C / 128) +
- * 64) 2^-24, grouped GEMM with MXFP4 or BF16 weights 2^-8 + (C + 64)
- * 2^-24 (activations rounded to BF16); the factor 2 covers the second
- * order terms.
+ * Tolerance, first order, per output row r (cw_cu.h's bounds), with
+ * g, u the gate and up rows, Sg_j = sum_c |Wg_jc x_c| (Su likewise),
+ * a_j = silu(g_j) u_j, S_r = sum_j |Wd_rj a_j|:
+ *  - GEMV path (< 8 tokens an expert), against the exact FFN: with
+ *    P_r = sum_j |Wd_rj| (e1 (|silu'(g_j) u_j| Sg_j + |silu(g_j)| Su_j) +
+ *    2^-20 |a_j|), |y_r - exact| <= 2 (P_r + e2 S_r), e1 / e2 the GEMV
+ *    bound (ceil(C / 128) + 64) 2^-24 of the gate-up / down product;
+ *  - grouped GEMM (>= 8 tokens), against a reference that rounds x and a
+ *    to BF16 exactly as the device does (MXFP4 and BF16 weights are exact
+ *    in BF16): the device's float32 sums differ by (C + 64) 2^-24 S each,
+ *    and where its a_j lies within that error (da_j) of a BF16 midpoint it
+ *    may round to the other neighbour, one BF16 step away: |y_r - ref| <=
+ *    2 (sum_{j near a midpoint} |Wd_rj| (step_j + da_j) + (I + 64) 2^-24
+ *    S_r).
+ * The factor 2 covers the second order terms.
  *
  * Without a CUDA device it prints "SKIP: no CUDA device: <reason>" and
  * exits 77.
@@ -243,27 +249,69 @@ static double gemv_eps(int64_t C)
 	return ((double)((C + 127) / 128) + 64.0) * 0x1p-24;
 }
 
-static double gemm_eps(int64_t C)
+static float bf16_round(float f)
 {
-	return 0x1p-8 + ((double)C + 64.0) * 0x1p-24;
+	return st_bf16_to_f32(st_f32_to_bf16(f));
 }
 
 /*
- * Checks out[t] (H floats) against the exact FFN of expert x for tokens
- * xs[t], t < n, with the bound of the header comment.
+ * For a (double): its round-to-nearest-even BF16 value (through float, as
+ * the device rounds its float a), the larger spacing of the BF16 values
+ * around it and its distance to the nearest rounding midpoint (the one
+ * between the two BF16 values around it, or the one below the lower).
+ */
+static double bf16_near(double a, double *ret_step, double *ret_dist)
+{
+	const float af = (float)a;
+	uint32_t u, v;
+	float lo, hi, below;
+	double d1, d2 = INFINITY;
+
+	memcpy(&u, &af, 4);
+	u &= 0xffff0000u;                 /* toward zero */
+	memcpy(&lo, &u, 4);
+	v = u + 0x10000u;                 /* next away from zero */
+	memcpy(&hi, &v, 4);
+	d1 = fabs(fabs(a) - ((double)fabsf(lo) + fabsf(hi)) / 2);
+	*ret_step = fabs((double)hi - lo);
+	if (u & 0x7fff0000u) {            /* lo != 0: the one below it */
+		v = u - 0x10000u;
+		memcpy(&below, &v, 4);
+		d2 = fabs(fabs(a) - ((double)fabsf(lo) + fabsf(below)) / 2);
+		if (fabs((double)lo - below) > *ret_step)
+			*ret_step = fabs((double)lo - below);
+	}
+	*ret_dist = d1 < d2 ? d1 : d2;
+	return bf16_round(af);
+}
+
+/*
+ * Checks out[t] (H floats) against the FFN of expert x for tokens xs[t],
+ * t < n, as the device computes it (header comment):
+ *  - GEMV path (n < 8): the exact FFN, bound 2 (e1 P + (e2 + 2^-20) S);
+ *  - grouped GEMM (n >= 8): x rounded to BF16 exactly as the device does
+ *    (round to nearest even), g and u exact from it, a = silu(g) u rounded
+ *    to BF16, y exact from that; the device differs by its float32 sums,
+ *    (C + 64) 2^-24 S each, and where its a may round to the other BF16
+ *    neighbour (a within its error of a midpoint) by one BF16 step of a:
+ *    bound 2 (sum_j |Wd_rj| (flip_j ? step_j + da_j : 0) + (I + 64)
+ *    2^-24 S_r) with da_j the first-order error of a_j.
  */
 static void check_expert(const char *name, int e, const struct expert *x,
 			 int n, const float *const *xs, float *const *out)
 {
 	const int64_t I = x->w[0].rows, H = x->w[0].cols;
 	const int gemm = n >= 8;
-	const double e1 = gemm ? gemm_eps(H) : gemv_eps(H);
-	const double e2 = gemm ? gemm_eps(I) : gemv_eps(I);
+	const double e1 = gemv_eps(H), e2 = gemv_eps(I);
 	double *g = xmalloc(sizeof(double) * n * I * 4);
 	double *u = g + n * I, *sg = u + n * I, *su = sg + n * I;
 	float *row = xmalloc(sizeof(float) * (H > I ? H : I));
-	int bad = 0;
+	float *xb = xmalloc(sizeof(float) * n * H);
+	int bad = 0, flips = 0;
 
+	for (int t = 0; t < n; t++)
+		for (int64_t c = 0; c < H; c++)
+			xb[t * H + c] = gemm ? bf16_round(xs[t][c]) : xs[t][c];
 	for (int64_t j = 0; j < I; j++)
 		for (int k = 0; k < 2; k++) {
 			dq_row(&x->w[k], j, row);
@@ -271,7 +319,8 @@ static void check_expert(const char *name, int e, const struct expert *x,
 				double s = 0, a = 0;
 
 				for (int64_t c = 0; c < H; c++) {
-					const double p = (double)row[c] * xs[t][c];
+					const double p = (double)row[c] *
+							 xb[t * H + c];
 
 					s += p;
 					a += fabs(p);
@@ -287,23 +336,48 @@ static void check_expert(const char *name, int e, const struct expert *x,
 
 			for (int64_t j = 0; j < I; j++) {
 				const double gj = g[t * I + j], uj = u[t * I + j];
-				const double a = silu(gj) * uj, wd = row[j];
+				const double wd = row[j];
+				double a = silu(gj) * uj;
 
+				if (gemm) {
+					/* the device's a: float sums of
+					 * (H + 64) 2^-24 S, swiglu 2^-20 */
+					const double eg = ((double)H + 64) *
+							  0x1p-24;
+					const double da = eg *
+						(fabs(dsilu(gj) * uj) *
+						 sg[t * I + j] + fabs(silu(gj)) *
+						 su[t * I + j]) +
+						0x1p-20 * fabs(a) + 0x1p-100;
+					double step, dist;
+
+					a = bf16_near(a, &step, &dist);
+					if (dist <= da) {
+						P += fabs(wd) * (step + da);
+						flips += r == 0;
+					}
+				} else {
+					P += fabs(wd) * (e1 * (fabs(dsilu(gj) *
+						uj) * sg[t * I + j] +
+						fabs(silu(gj)) * su[t * I + j]) +
+						0x1p-20 * fabs(a));
+				}
 				y += wd * a;
 				S += fabs(wd * a);
-				P += fabs(wd) * (fabs(dsilu(gj) * uj) *
-						 sg[t * I + j] +
-						 fabs(silu(gj)) * su[t * I + j]);
 			}
-			tol = 2.0 * (e1 * P + (e2 + 0x1p-20) * S) + 0x1p-100;
+			tol = 2.0 * (P + (gemm ? ((double)I + 64) * 0x1p-24 :
+					      e2) * S) + 0x1p-100;
 			if (!(fabs(out[t][r] - y) <= tol) && bad++ < 3)
 				fail("%s: expert %d token %d row %lld: %.9g, "
-				     "exact %.9g, bound %.3g", name, e, t,
-				     (long long)r, out[t][r], y, tol);
+				     "%s %.9g, bound %.3g", name, e, t,
+				     (long long)r, out[t][r],
+				     gemm ? "BF16 reference" : "exact", y, tol);
 		}
 	}
+	(void)flips;
 	free(g);
 	free(row);
+	free(xb);
 }
 
 /* --- one layer --- */
