@@ -185,7 +185,8 @@ static int dev_conf_open(struct cli_instance *inst, struct es_client *es,
 	if (r == 0 && st_cuda_is_fake()) {
 		/* STRATA_CUDA_FAKE=1: the protocol without a GPU, experts
 		 * from device slots on the CPU (a dry run of this bench) */
-		cw_model_set_expert_fn(m, cw_devpool_fake_fn, dc->dev);
+		cw_model_set_expert_fn(m, cw_devpool_fake_fn,
+				       cw_devpool_fake_sync, dc->dev);
 		return 0;
 	}
 	if (r == 0)
@@ -194,7 +195,8 @@ static int dev_conf_open(struct cli_instance *inst, struct es_client *es,
 		r = dc->mod.ops->create(&dc->cx, dc->dev, &dc->mod.pool,
 					c->hidden_size, c->expert_inter, diag);
 	if (r == 0)
-		cw_model_set_expert_fn(m, dc->mod.ops->fn, dc->cx);
+		cw_model_set_expert_fn(m, dc->mod.ops->fn,
+				       dc->mod.ops->sync, dc->cx);
 	return r;
 }
 
@@ -218,7 +220,7 @@ static void dev_conf_close(struct cw_model *m, struct dev_conf *dc)
 		dc->mod.ops->destroy(dc->cx);
 	}
 	if (m)
-		cw_model_set_expert_fn(m, NULL, NULL);
+		cw_model_set_expert_fn(m, NULL, NULL, NULL);
 	cw_cuda_module_close(&dc->mod);
 	cw_devpool_close(dc->dev, 5000);
 	memset(dc, 0, sizeof(*dc));

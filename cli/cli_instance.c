@@ -223,6 +223,9 @@ static void daemon_argv(struct cli_instance *inst, const char *daemon,
 		add_opt(argv, &a, "--max-queued", inst->max_queued);
 		add_opt(argv, &a, "--max-step-tokens", inst->max_step_tokens);
 		add_opt(argv, &a, "--chat-template", inst->chat_template);
+		add_opt(argv, &a, "--device-budget", inst->device_budget);
+		add_opt(argv, &a, "--device-kv-budget",
+			inst->device_kv_budget);
 	}
 	if (inst->tier)
 		extra = !strcmp(daemon, "expertd") ? inst->tier->es :

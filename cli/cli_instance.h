@@ -32,6 +32,8 @@ struct cli_instance {
 	char max_queued[16];     /* computed --max-queued, "" = default */
 	char max_step_tokens[16]; /* computed --max-step-tokens, "" = default */
 	char chat_template[16];  /* computed --chat-template, "" = auto */
+	char device_budget[64];  /* computed --device-budget, "" = default */
+	char device_kv_budget[64]; /* computed --device-kv-budget, "" = default */
 	int pid_expertd, pid_kvd, pid_computed;
 	int started_by_us;       /* 1 when this process spawned them */
 	const struct cli_tier_args *tier; /* extra daemon options, or NULL */

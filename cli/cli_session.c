@@ -85,7 +85,8 @@ int cli_session_start(const struct cli_session_opts *o, int sigfd,
 		cli_instance_read_pids(inst);
 		if (o->model || o->store || o->host_budget || o->kv_budget ||
 		    o->kv_spill ||
-		    o->kv_dtype || o->compute || strcmp(o->experts, "mxfp4"))
+		    o->kv_dtype || o->compute || o->device_budget ||
+		    o->device_kv_budget || strcmp(o->experts, "mxfp4"))
 			fprintf(stderr, "%s: instance '%s' is running with its "
 				"own model and settings; --model, --store, "
 				"--experts, --kv-dtype, --compute and the "
@@ -109,6 +110,10 @@ int cli_session_start(const struct cli_session_opts *o, int sigfd,
 	inst->tier = o->tier;
 	snprintf(inst->compute, sizeof(inst->compute), "%s",
 		 o->compute ? o->compute : "");
+	snprintf(inst->device_budget, sizeof(inst->device_budget), "%s",
+		 o->device_budget ? o->device_budget : "");
+	snprintf(inst->device_kv_budget, sizeof(inst->device_kv_budget), "%s",
+		 o->device_kv_budget ? o->device_kv_budget : "");
 	fprintf(stderr, "%s: starting expertd, kvd, computed (instance %s, "
 		"run dir %s)\n", o->who, inst->name, inst->run_dir);
 	r = cli_instance_up(inst, o->timeout_s, &diag);

@@ -13,6 +13,7 @@ struct cli_session_opts {
 	const char *instance, *run_dir;          /* NULL: private instance */
 	const char *host_budget, *kv_budget, *kv_spill, *kv_dtype;
 	const char *compute;                     /* NULL: reference mode */
+	const char *device_budget, *device_kv_budget; /* NULL: computed's */
 	int timeout_s;
 	const char *who;                         /* "strata run", for messages */
 	const struct cli_tier_args *tier;        /* expert-tier options or NULL */

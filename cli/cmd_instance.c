@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "cli_cmds.h"
+#include "cli_device.h"
 #include "cli_instance.h"
 #include "cw_client.h"
 #include "st_daemon.h"
@@ -35,7 +36,8 @@ static void inst_usage(FILE *f, const char *cmd)
 	"                 [--dense-format bf16|f32] [--compute reference|fast]\n"
 	"                 [--http-port N] [--http-bind ADDR] [--max-running N]\n"
 	"                 [--max-queued N] [--max-step-tokens N]\n"
-	"                 [--chat-template T] [--timeout SEC] [--help-config]\n"
+	"                 [--chat-template T] [--device-budget B]\n"
+	"                 [--device-kv-budget B] [--timeout SEC] [--help-config]\n"
 	"                 [expert-tier options: --evict, --hot-experts,\n"
 	"                 --state-dir, --prefetch-depth, ... as for strata run]" :
 	!strcmp(cmd, "restart") ? " DAEMON [--timeout SEC]" : "");
@@ -50,7 +52,13 @@ static void inst_usage(FILE *f, const char *cmd)
 			"node's cores and\nits shared memory to the node's "
 			"memory (strata topo shows the choice).\n"
 			"--http-port N serves the OpenAI-compatible HTTP API on "
-			"127.0.0.1:N\n(API key: $STRATA_API_KEY, if set).\n");
+			"127.0.0.1:N\n(API key: $STRATA_API_KEY, if set).\n"
+			"--device-budget (25%%, 40GiB; 0 = the CPU) and "
+			"--device-kv-budget (bytes) size\ncomputed's device "
+			"expert slots and KV pages (CUDA builds; refused "
+			"without\nCUDA or a device; default: every expert "
+			"within 80%% of free device memory\nwhen a device is "
+			"present).\n");
 	else if (!strcmp(cmd, "down"))
 		fprintf(f, "Stops the instance's daemons (computed first), "
 			"then removes its sockets,\npid files and shared-memory "
@@ -94,6 +102,8 @@ static const struct {
 	{ "max-queued", "serve.max_queued" },
 	{ "max-step-tokens", "serve.max_step_tokens" },
 	{ "chat-template", "serve.chat_template" },
+	{ "device-budget", "device.budget" },
+	{ "device-kv-budget", "device.kv_budget" },
 };
 
 #define N_FLAGS (sizeof(k_flag_keys) / sizeof(k_flag_keys[0]))
@@ -289,9 +299,18 @@ static int parse(int argc, char **argv, const char *cmd,
 				     keep[0] ? keep : NULL,
 				     st_iconf_get(conf, "experts.scale_search")) < 0)
 			return 2;
+		if (strcmp(st_iconf_get(conf, "device.budget"), "auto"))
+			copy(inst->device_budget, sizeof(inst->device_budget),
+			     st_iconf_get(conf, "device.budget"));
+		if (st_iconf_is_set(conf, "device.kv_budget"))
+			copy(inst->device_kv_budget,
+			     sizeof(inst->device_kv_budget),
+			     st_iconf_get(conf, "device.kv_budget"));
 		if (cli_check_common(inst->name, inst->host_budget,
 				     inst->kv_budget, inst->kv_dtype, spec,
-				     "strata up"))
+				     "strata up") ||
+		    cli_check_device(inst->device_budget,
+				     inst->device_kv_budget, "strata up"))
 			return 2;
 		st_iconf_warn_unhonoured(conf, stderr, "strata up");
 		*ret_arg = spec;

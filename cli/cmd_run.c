@@ -17,6 +17,7 @@
 
 #include "cli_cmds.h"
 #include "cli_instance.h"
+#include "cli_device.h"
 #include "cli_session.h"
 #include "cw_client.h"
 #include "cw_gen.h"
@@ -28,6 +29,7 @@ struct run_opts {
 	const char *instance, *run_dir;
 	const char *host_budget, *kv_budget, *kv_spill, *kv_dtype;
 	const char *compute;
+	const char *device_budget, *device_kv_budget;
 	int max_tokens;
 	float temperature, top_p;
 	int top_k;
@@ -81,6 +83,13 @@ static void run_usage(FILE *f)
 CLI_TIER_HELP
 "  --compute MODE       reference (exact, default) or fast (int8\n"
 "                       activations for FP4 experts, SIMD, FMA)\n"
+"GPU (CUDA builds with a device; without one these are refused):\n"
+"  --device-budget B    computed's device expert slots: a share of all\n"
+"                       experts (25%%) or bytes (40GiB); default: all\n"
+"                       experts within 80%% of free device memory when a\n"
+"                       device is present, else the CPU; 0 = the CPU\n"
+"  --device-kv-budget B computed's device KV page pool in bytes (default\n"
+"                       256MiB, 0 = none)\n"
 "Instance:\n"
 "  --instance NAME      use this running instance, or start it under this\n"
 "                       name (default: a private one, run-<pid>)\n"
@@ -118,6 +127,8 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		{ "kv-spill-budget", required_argument, NULL, 'O' },
 		{ "kv-dtype", required_argument, NULL, 'K' },
 		{ "compute", required_argument, NULL, 'C' },
+		{ "device-budget", required_argument, NULL, 'D' },
+		{ "device-kv-budget", required_argument, NULL, 'V' },
 		{ "instance", required_argument, NULL, 'i' },
 		{ "run-dir", required_argument, NULL, 'r' },
 		{ "keep", no_argument, NULL, 'z' },
@@ -196,6 +207,8 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		case 'O': o->kv_spill = optarg; break;
 		case 'K': o->kv_dtype = optarg; break;
 		case 'C': o->compute = optarg; break;
+		case 'D': o->device_budget = optarg; break;
+		case 'V': o->device_kv_budget = optarg; break;
 		case 'i': o->instance = optarg; break;
 		case 'r': o->run_dir = optarg; break;
 		case 'z': o->keep = 1; break;
@@ -225,6 +238,9 @@ static int parse(struct run_opts *o, int argc, char **argv)
 			"fast\n", o->compute);
 		return 2;
 	}
+	if (cli_check_device(o->device_budget, o->device_kv_budget,
+			     "strata run"))
+		return 2;
 	return cli_check_common(o->instance, o->host_budget, o->kv_budget,
 				o->kv_dtype, o->experts, "strata run") ? 2 : 0;
 }
@@ -659,6 +675,8 @@ int cli_cmd_run(int argc, char **argv)
 			.kv_spill = o.kv_spill,
 			.kv_dtype = o.kv_dtype, .timeout_s = o.timeout_s,
 			.compute = o.compute, .who = "strata run", .tier = &o.tier,
+			.device_budget = o.device_budget,
+			.device_kv_budget = o.device_kv_budget,
 		};
 
 		r = cli_session_start(&so, sigfd, &inst);

@@ -94,6 +94,14 @@ static const struct st_iconf_knob knobs[] = {
 	{ "device", "gpu_budget", ST_ICONF_SIZE, 0, 0, NULL, "0", "--gpu", 0,
 	  "device memory (T0); the planner uses it, the CPU build has no "
 	  "device" },
+	{ "device", "budget", ST_ICONF_STR, 0, 0, NULL, "auto",
+	  "--device-budget", 1, "computed's device expert slots (CUDA "
+	  "builds): a share of all experts (25%), bytes (40GiB), 0 for the "
+	  "CPU, or auto (every expert within 80% of free device memory when "
+	  "a device is present, else the CPU)" },
+	{ "device", "kv_budget", ST_ICONF_SIZE, 0, 0, NULL, "256MiB",
+	  "--device-kv-budget", 1, "computed's device KV page pool in bytes "
+	  "(0: none)" },
 	{ "plan", "batch", ST_ICONF_INT, 1, 65536, NULL, "1", "--batch", 1,
 	  "sequences at once the planner sizes for" },
 	{ "plan", "context", ST_ICONF_INT, 1, 16777216, NULL, "4096",

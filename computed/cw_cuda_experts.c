@@ -2,6 +2,13 @@
  * cw_cuda_experts.c — routed experts on the GPU from device slots
  * (cw_cuda_experts.h); built into the shared module libstrata_cw_cuda.so
  * that computed dlopens.
+ *
+ * Overlap within a layer: fn only queues an expert on the module's stream
+ * (its pin made the stream wait on that slot's event alone), its tokens
+ * staged into a pinned buffer and copied up, its outputs gathered into one
+ * device buffer; sync then copies the gathered outputs down once, waits
+ * once, scatters them to the callers' rows and unpins every slot of the
+ * batch.  Meanwhile the model computes the experts left to the CPU.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -14,8 +21,21 @@
 
 /* Tokens of one expert from which the grouped GEMM replaces GEMVs. */
 #define CW_CUDA_GEMM_MIN_TOKENS 8
-/* Tokens per device batch (scratch sized for it). */
+/* Tokens of one expert per device call (g/u/a scratch sized for it). */
 #define CW_CUDA_MAX_TOKENS 256
+/* (token, expert) pairs queued before a sync (x and y gather buffers:
+ * 2 * 1024 * (H + 64) floats each side, 59 MB at H = 7168); a batch
+ * that would pass it is synced first. */
+#define CW_CUDA_MAX_PAIRS 1024
+/* Each expert's rows start on a 256-byte boundary (vector loads). */
+#define CW_CUDA_ALIGN_FLOATS 64
+
+/* An expert queued since the last sync. */
+struct cw_cuda_queued {
+	uint32_t slot;   /* pinned device slot */
+	size_t off;      /* its rows at x_d/y_d + off (floats) */
+	int n, pair0;    /* tokens; its outputs out[pair0 .. pair0 + n) */
+};
 
 struct cw_cuda_experts {
 	struct cw_devpool *dev;
@@ -23,12 +43,48 @@ struct cw_cuda_experts {
 	void *stream;
 	struct cw_cu_blas *blas;
 	int H, I;
-	float *x_d, *g_d, *u_d, *a_d, *y_d; /* [CW_CUDA_MAX_TOKENS * H or I] */
+	float *g_d, *u_d, *a_d;   /* [CW_CUDA_MAX_TOKENS * I] (stream order) */
+	float *x_d, *y_d;         /* [CW_CUDA_MAX_PAIRS * (H + 64)] gathers */
+	float *x_h, *y_h;         /* the same, pinned host staging */
+	size_t gather_floats;
 	void *scratch_d;
 	size_t scratch_bytes;
-	uint64_t n_device, n_cpu;
+	/* the batch queued since the last sync */
+	struct cw_cuda_queued q[CW_CUDA_MAX_PAIRS];
+	float *out[CW_CUDA_MAX_PAIRS];
+	int n_q, n_pairs;
+	size_t used;              /* floats of x_d / y_d taken */
+	int failed;               /* this batch had an error: sync says so */
+	uint64_t n_device, n_cpu, n_syncs;
 	int warned;
 };
+
+static void host_free(float *p)
+{
+	if (p) {
+		st_cuda_host_unregister(p);
+		free(p);
+	}
+}
+
+static int host_alloc(float **ret, size_t bytes, struct st_diag *diag)
+{
+	void *p = NULL;
+	int r;
+
+	*ret = NULL;
+	bytes = (bytes + 4095) / 4096 * 4096;
+	if (posix_memalign(&p, 4096, bytes) != 0)
+		return st_diag_set(diag, -ENOMEM, "out of memory for %zu "
+				   "bytes of staging", bytes);
+	r = st_cuda_host_register(p, bytes, diag);
+	if (r < 0) {
+		free(p);
+		return r;
+	}
+	*ret = p;
+	return 0;
+}
 
 static void cw_cuda_experts_destroy(struct cw_cuda_experts *c)
 {
@@ -36,6 +92,10 @@ static void cw_cuda_experts_destroy(struct cw_cuda_experts *c)
 		return;
 	if (c->stream)
 		st_cuda_stream_sync(c->stream, NULL);
+	for (int i = 0; i < c->n_q; i++) /* a batch never synced */
+		c->pool.unpin(c->dev, c->q[i].slot);
+	host_free(c->x_h);
+	host_free(c->y_h);
 	cw_cu_free(c->x_d);
 	cw_cu_free(c->g_d);
 	cw_cu_free(c->u_d);
@@ -54,7 +114,6 @@ static int cw_cuda_experts_create(struct cw_cuda_experts **ret,
 				  struct st_diag *diag)
 {
 	struct cw_cuda_experts *c = calloc(1, sizeof(*c));
-	size_t nh = (size_t)CW_CUDA_MAX_TOKENS * hidden_size;
 	size_t ni = (size_t)CW_CUDA_MAX_TOKENS * expert_inter;
 	int r;
 
@@ -65,7 +124,10 @@ static int cw_cuda_experts_create(struct cw_cuda_experts **ret,
 	c->pool = *pool;
 	c->H = hidden_size;
 	c->I = expert_inter;
-	/* the largest tile: down [H, I] or gate/up [I, H], and the tokens */
+	c->gather_floats = (size_t)CW_CUDA_MAX_PAIRS *
+			   ((size_t)hidden_size + CW_CUDA_ALIGN_FLOATS);
+	/* the largest tile: down [H, I] or gate/up [I, H], and the tokens
+	 * (cw_cu_gemm_grouped_scratch for CW_CUDA_MAX_TOKENS) */
 	c->scratch_bytes = ((size_t)hidden_size * expert_inter +
 			    (size_t)CW_CUDA_MAX_TOKENS *
 			    (hidden_size > expert_inter ? hidden_size :
@@ -75,9 +137,13 @@ static int cw_cuda_experts_create(struct cw_cuda_experts **ret,
 	if (r == 0)
 		r = cw_cu_blas_new(&c->blas, diag);
 	if (r == 0)
-		r = cw_cu_alloc((void **)&c->x_d, nh * 4, diag);
+		r = cw_cu_alloc((void **)&c->x_d, c->gather_floats * 4, diag);
 	if (r == 0)
-		r = cw_cu_alloc((void **)&c->y_d, nh * 4, diag);
+		r = cw_cu_alloc((void **)&c->y_d, c->gather_floats * 4, diag);
+	if (r == 0)
+		r = host_alloc(&c->x_h, c->gather_floats * 4, diag);
+	if (r == 0)
+		r = host_alloc(&c->y_h, c->gather_floats * 4, diag);
 	if (r == 0)
 		r = cw_cu_alloc((void **)&c->g_d, ni * 4, diag);
 	if (r == 0)
@@ -107,19 +173,20 @@ static void device_views(const uint8_t *rec, const void *dev,
 	}
 }
 
-/* The expert FFN of n tokens already in x_d, output in y_d. */
+/* The expert FFN of n tokens already at x_d (device, [n, H]), output at
+ * y_d ([n, H]); g_d/u_d/a_d are scratch reused in stream order. */
 static int ffn(struct cw_cuda_experts *c, const struct cw_wview dv[3], int n,
-	       struct st_diag *diag)
+	       const float *x_d, float *y_d, struct st_diag *diag)
 {
 	const size_t H = (size_t)c->H, I = (size_t)c->I;
 	int r = 0;
 
 	if (n >= CW_CUDA_GEMM_MIN_TOKENS) {
 		struct cw_cu_group g[2] = {
-			{ &dv[0], c->x_d, c->g_d, n },
-			{ &dv[1], c->x_d, c->u_d, n },
+			{ &dv[0], x_d, c->g_d, n },
+			{ &dv[1], x_d, c->u_d, n },
 		};
-		struct cw_cu_group d = { &dv[2], c->a_d, c->y_d, n };
+		struct cw_cu_group d = { &dv[2], c->a_d, y_d, n };
 
 		r = cw_cu_gemm_grouped_bf16(c->blas, g, 2, c->scratch_d,
 					    c->scratch_bytes, c->stream, diag);
@@ -134,10 +201,10 @@ static int ffn(struct cw_cuda_experts *c, const struct cw_wview dv[3], int n,
 		return r;
 	}
 	for (int t = 0; t < n && r == 0; t++) {
-		r = cw_cu_matvec(&dv[0], c->x_d + t * H, c->g_d + t * I,
+		r = cw_cu_matvec(&dv[0], x_d + t * H, c->g_d + t * I,
 				 c->stream, diag);
 		if (r == 0)
-			r = cw_cu_matvec(&dv[1], c->x_d + t * H,
+			r = cw_cu_matvec(&dv[1], x_d + t * H,
 					 c->u_d + t * I, c->stream, diag);
 		if (r == 0)
 			r = cw_cu_swiglu(c->g_d + t * I, c->u_d + t * I,
@@ -145,11 +212,61 @@ static int ffn(struct cw_cuda_experts *c, const struct cw_wview dv[3], int n,
 					 diag);
 		if (r == 0)
 			r = cw_cu_matvec(&dv[2], c->a_d + t * I,
-					 c->y_d + t * H, c->stream, diag);
+					 y_d + t * H, c->stream, diag);
 	}
 	return r;
 }
 
+static void fail_once(struct cw_cuda_experts *c, const char *msg)
+{
+	if (!c->warned++)
+		st_warn("device expert path failed (%s); computing experts "
+			"on the CPU from now on", msg);
+}
+
+/*
+ * The cw_expert_sync_fn: one device-to-host copy of the gathered outputs,
+ * one wait, the outputs scattered to their rows, every slot of the batch
+ * unpinned (the stream has passed its reads).  0, or -ST_E_CUDA when the
+ * batch (or an earlier part of it, synced early) failed.
+ */
+static int cw_cuda_experts_sync(void *arg)
+{
+	struct cw_cuda_experts *c = arg;
+	struct st_diag diag = { "" };
+	const size_t H = (size_t)c->H;
+	int r = 0;
+
+	if (c->n_q && c->used)
+		r = st_cuda_memcpy_async(c->y_h, c->y_d, c->used * 4,
+					 c->stream, &diag);
+	if (c->n_q && st_cuda_stream_sync(c->stream, r ? NULL : &diag) < 0 &&
+	    r == 0)
+		r = -ST_E_CUDA;
+	for (int i = 0; i < c->n_q; i++) {
+		const struct cw_cuda_queued *e = &c->q[i];
+
+		for (int t = 0; t < e->n && r == 0 && !c->failed; t++)
+			memcpy(c->out[e->pair0 + t], c->y_h + e->off + t * H,
+			       H * 4);
+		c->pool.unpin(c->dev, e->slot);
+	}
+	if (r < 0)
+		fail_once(c, diag.msg);
+	else if (!c->failed)
+		c->n_device += (uint64_t)c->n_q;
+	c->n_syncs += c->n_q > 0;
+	if (r < 0 || c->failed) {
+		c->n_cpu += (uint64_t)c->n_q; /* the model recomputes them */
+		r = -ST_E_CUDA;
+	}
+	c->failed = 0;
+	c->n_q = c->n_pairs = 0;
+	c->used = 0;
+	return r;
+}
+
+/* The cw_expert_fn: queues the expert (1) or leaves it to the CPU (0). */
 static int cw_cuda_experts_fn(void *arg, int layer, int expert,
 			      const uint8_t *rec, const struct cw_wview w[3],
 			      int n, const float *const *x,
@@ -157,40 +274,51 @@ static int cw_cuda_experts_fn(void *arg, int layer, int expert,
 {
 	struct cw_cuda_experts *c = arg;
 	struct st_diag diag = { "" };
+	struct cw_cuda_queued *e;
 	struct cw_wview dv[3];
 	const void *dev = NULL;
 	const size_t H = (size_t)c->H;
+	size_t off;
 	uint32_t slot;
-	int r = 0;
+	int r;
 
 	if (c->warned || n < 1 || n > CW_CUDA_MAX_TOKENS || w[0].rows != c->I ||
-	    w[0].cols != c->H || w[2].rows != c->H ||
-	    !c->pool.pin(c->dev, (uint32_t)layer, (uint32_t)expert,
-			 c->stream, &dev, &slot)) {
+	    w[0].cols != c->H || w[2].rows != c->H) {
 		c->n_cpu++;
 		return 0;
 	}
+	/* a full batch is completed first (a second sync in this layer) */
+	if (c->n_pairs + n > CW_CUDA_MAX_PAIRS && c->n_q &&
+	    cw_cuda_experts_sync(c) < 0)
+		c->failed = 1; /* the model's sync will say so */
+	if (c->warned || !c->pool.pin(c->dev, (uint32_t)layer,
+				      (uint32_t)expert, c->stream, &dev,
+				      &slot)) {
+		c->n_cpu++;
+		return 0;
+	}
+	off = (c->used + CW_CUDA_ALIGN_FLOATS - 1) / CW_CUDA_ALIGN_FLOATS *
+	      CW_CUDA_ALIGN_FLOATS;
+	e = &c->q[c->n_q++];
+	e->slot = slot;
+	e->off = off;
+	e->n = n;
+	e->pair0 = c->n_pairs;
+	for (int t = 0; t < n; t++) {
+		memcpy(c->x_h + off + t * H, x[t], H * 4);
+		c->out[c->n_pairs++] = out[t];
+	}
+	c->used = off + (size_t)n * H;
 	device_views(rec, dev, w, dv);
-	for (int t = 0; t < n && r == 0; t++)
-		r = st_cuda_memcpy_async(c->x_d + t * H, x[t], H * 4,
-					 c->stream, &diag);
+	r = st_cuda_memcpy_async(c->x_d + off, c->x_h + off, (size_t)n * H * 4,
+				 c->stream, &diag);
 	if (r == 0)
-		r = ffn(c, dv, n, &diag);
-	for (int t = 0; t < n && r == 0; t++)
-		r = st_cuda_memcpy_async(out[t], c->y_d + t * H, H * 4,
-					 c->stream, &diag);
-	/* the slot stays pinned until the stream has read it */
-	if (st_cuda_stream_sync(c->stream, r ? NULL : &diag) < 0 && r == 0)
-		r = -ST_E_CUDA;
-	c->pool.unpin(c->dev, slot);
+		r = ffn(c, dv, n, c->x_d + off, c->y_d + off, &diag);
 	if (r < 0) {
-		if (!c->warned++)
-			st_warn("device expert path failed (%s); computing "
-				"experts on the CPU from now on", diag.msg);
-		c->n_cpu++;
-		return 0;
+		/* queued all the same: sync unpins it and reports */
+		fail_once(c, diag.msg);
+		c->failed = 1;
 	}
-	c->n_device++;
 	return 1;
 }
 
@@ -206,7 +334,8 @@ const struct cw_cuda_module_ops *cw_cuda_module(void)
 {
 	static const struct cw_cuda_module_ops ops = {
 		cw_cuda_experts_create, cw_cuda_experts_destroy,
-		cw_cuda_experts_fn, cw_cuda_experts_counts,
+		cw_cuda_experts_fn, cw_cuda_experts_sync,
+		cw_cuda_experts_counts,
 	};
 
 	return &ops;

@@ -3,13 +3,20 @@
  * 10): routed experts computed on the GPU straight from the device expert
  * slots expertd filled (cw_devpool.h), the rest of the step (attention,
  * dense layers, router) on the CPU backend for now.  It plugs into the
- * model as its cw_expert_fn (cw_model.h): for each routed expert of a
- * step, when the expert is READY in a device slot, the compute stream
- * waits for that slot's copy event only, then runs gate and up GEMVs
- * (cw_cu_matvec), SwiGLU and the down GEMV per token for decode, or the
- * grouped BF16 GEMM (cw_cu_gemm_grouped_bf16) for 8 tokens or more
- * (prefill); an expert not on the device runs on the CPU from the host
- * pool, as before.  Built only with the CUDA feature.
+ * model as its cw_expert_fn and cw_expert_sync_fn (cw_model.h): for each
+ * routed expert of a step that is READY in a device slot, fn pins the
+ * slot, makes the compute stream wait for that slot's copy event only (a
+ * miss waits for its own expert only), and queues the expert's tokens
+ * (staged in pinned memory), gate and up GEMVs (cw_cu_matvec), SwiGLU and
+ * the down GEMV per token for decode, or the grouped BF16 GEMM
+ * (cw_cu_gemm_grouped_bf16) for 8 tokens or more (prefill), its outputs
+ * gathered into one device buffer; nothing waits.  The model computes the
+ * experts not on the device on the CPU meanwhile (from the host pool, as
+ * before), then calls sync once for the layer: one copy of the gathered
+ * outputs to the host, one stream sync, the outputs scattered to the
+ * model's rows, and only then the batch's slots unpinned (the stream has
+ * passed their reads).  A batch past 1024 (token, expert) pairs is synced
+ * early by fn.  Built only with the CUDA feature.
  *
  * Numerics: float32 activations like reference mode, but the device's
  * summation order (cw_cu.h tolerances), so a run with device experts is
@@ -44,8 +51,13 @@ struct cw_cuda_pool_ops {
  *   create:  sets up the device path for hidden_size and expert_inter
  *            (floats), reading experts through dev via pool (both
  *            borrowed); 0, -ENOMEM, -ST_E_CUDA / -ST_E_CUBLAS.
- *   fn:      the cw_expert_fn (arg: the struct cw_cuda_experts).
- *   counts:  experts run on the device and left to the CPU so far.
+ *   fn:      the cw_expert_fn (arg: the struct cw_cuda_experts): queues.
+ *   sync:    its cw_expert_sync_fn: completes what fn queued; 0, or
+ *            -ST_E_CUDA (the first failure warns once; from then on every
+ *            expert is left to the CPU and the failed batch is recomputed
+ *            there by the model).
+ *   counts:  experts run on the device and left to the CPU so far (a
+ *            failed batch counts as CPU).
  */
 struct cw_cuda_module_ops {
 	int (*create)(struct cw_cuda_experts **ret, struct cw_devpool *dev,
@@ -53,6 +65,7 @@ struct cw_cuda_module_ops {
 		      int expert_inter, struct st_diag *diag);
 	void (*destroy)(struct cw_cuda_experts *c);
 	cw_expert_fn fn;
+	cw_expert_sync_fn sync;
 	void (*counts)(const struct cw_cuda_experts *c, uint64_t *ret_device,
 		       uint64_t *ret_cpu);
 };

@@ -4,6 +4,7 @@
  * without CUDA compiles it and cw_devpool_open says "no CUDA".
  */
 #include <errno.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -33,6 +34,15 @@ struct pool_one {
 	uint64_t next_try_ns;
 };
 
+/* An expert cw_devpool_fake_fn queued until cw_devpool_fake_sync. */
+struct fake_job {
+	uint32_t slot;
+	struct cw_wview dv[3];      /* views into the (host) device slot */
+	int n;
+	const float **x;            /* [n] token rows, then [n] outputs */
+	float **out;
+};
+
 struct cw_devpool {
 	pthread_mutex_t mu;
 	struct cw_devpool_geom g;
@@ -47,6 +57,10 @@ struct cw_devpool {
 	uint32_t tab_gen;             /* bumped on every re-attach */
 	int32_t *guess;               /* [n_layers * n_experts] last slot */
 	struct cw_devpool_stats st;
+	/* the fake device's queue (forward-pass thread only) */
+	struct fake_job *fjob;
+	int n_fjob, cap_fjob;
+	unsigned fail_every, n_fsync; /* STRATA_CUDA_FAKE_SYNC_FAIL */
 };
 
 int cw_devpool_slots(const struct cw_devpool_geom *g, const char *budget,
@@ -298,6 +312,9 @@ int cw_devpool_open(struct cw_devpool **ret, const struct cw_devpool_geom *g,
 	}
 	for (i = 0; i < nk; i++)
 		p->guess[i] = -1;
+	if (st_cuda_is_fake() && getenv("STRATA_CUDA_FAKE_SYNC_FAIL"))
+		p->fail_every = (unsigned)strtoul(
+			getenv("STRATA_CUDA_FAKE_SYNC_FAIL"), NULL, 10);
 	pthread_mutex_init(&p->mu, NULL);
 	p->g = *g;
 	snprintf(p->run_dir, sizeof(p->run_dir), "%s", o->run_dir);
@@ -531,6 +548,9 @@ void cw_devpool_close(struct cw_devpool *p, int timeout_ms)
 	close_one(p, &p->pool[0], timeout_ms);
 	pthread_mutex_unlock(&p->mu);
 	pthread_mutex_destroy(&p->mu);
+	for (int i = 0; i < p->n_fjob; i++)
+		free(p->fjob[i].x);
+	free(p->fjob);
 	free(p->guess);
 	free(p);
 }
@@ -540,41 +560,91 @@ int cw_devpool_fake_fn(void *arg, int layer, int expert, const uint8_t *rec,
 		       const float *const *x, float *const *out)
 {
 	struct cw_devpool *p = arg;
-	const struct cw_backend_ops *be = cw_backend_cpu();
-	const int64_t I = w[0].rows, H = w[2].rows;
-	struct cw_wview dv[3];
 	const void *dev = NULL;
+	struct fake_job *j;
 	uint32_t slot;
-	float *g, *u, *a;
 
-	if (!st_cuda_is_fake() ||
+	if (!st_cuda_is_fake() || n < 1 ||
 	    !cw_devpool_pin(p, (uint32_t)layer, (uint32_t)expert, NULL, &dev,
 			    &slot))
 		return 0;
-	g = malloc(sizeof(float) * (size_t)I * 3);
-	if (!g) {
+	if (p->n_fjob == p->cap_fjob) {
+		int cap = p->cap_fjob ? 2 * p->cap_fjob : 64;
+		struct fake_job *nj = realloc(p->fjob, sizeof(*nj) * cap);
+
+		if (!nj) {
+			cw_devpool_unpin(p, slot);
+			return 0;
+		}
+		p->fjob = nj;
+		p->cap_fjob = cap;
+	}
+	j = &p->fjob[p->n_fjob];
+	j->x = malloc(sizeof(*j->x) * 2 * (size_t)n);
+	if (!j->x) {
 		cw_devpool_unpin(p, slot);
 		return 0;
 	}
-	u = g + I;
-	a = u + I;
+	j->out = (float **)(j->x + n);
+	j->slot = slot;
+	j->n = n;
 	for (int i = 0; i < 3; i++) {
-		dv[i] = w[i];
-		dv[i].data = (const uint8_t *)dev +
-			     ((const uint8_t *)w[i].data - rec);
-		dv[i].scales = w[i].scales ?
+		j->dv[i] = w[i];
+		j->dv[i].data = (const uint8_t *)dev +
+				((const uint8_t *)w[i].data - rec);
+		j->dv[i].scales = w[i].scales ?
 			(const uint8_t *)dev + (w[i].scales - rec) : NULL;
 	}
 	for (int t = 0; t < n; t++) {
-		be->matvec(&dv[0], x[t], g, 0, I);
-		be->matvec(&dv[1], x[t], u, 0, I);
-		cw_swiglu(g, u, (int)I, a);
-		be->matvec(&dv[2], a, out[t], 0, H);
+		j->x[t] = x[t];
+		j->out[t] = out[t];
+	}
+	p->n_fjob++;
+	return 1;
+}
+
+int cw_devpool_fake_sync(void *arg)
+{
+	struct cw_devpool *p = arg;
+	const struct cw_backend_ops *be = cw_backend_cpu();
+	const int fail = p->fail_every && ++p->n_fsync % p->fail_every == 0;
+	float *g = NULL;
+	int r = 0, done = 0;
+
+	for (int k = 0; k < p->n_fjob; k++) {
+		struct fake_job *j = &p->fjob[k];
+		const int64_t I = j->dv[0].rows, H = j->dv[2].rows;
+
+		if (!fail && !r) {
+			float *ng = realloc(g, sizeof(float) * (size_t)I * 3);
+
+			if (ng)
+				g = ng;
+			else
+				r = -ENOMEM;
+		}
+		for (int t = 0; t < j->n && !fail && !r; t++) {
+			float *u = g + I, *a = u + I;
+
+			be->matvec(&j->dv[0], j->x[t], g, 0, I);
+			be->matvec(&j->dv[1], j->x[t], u, 0, I);
+			cw_swiglu(g, u, (int)I, a);
+			be->matvec(&j->dv[2], a, j->out[t], 0, H);
+		}
+		/* a failed sync leaves garbage, as a faulted device would */
+		for (int t = 0; t < j->n && (fail || r); t++)
+			for (int64_t i = 0; i < H; i++)
+				j->out[t][i] = NAN;
+		done += !fail && !r;
+		cw_devpool_unpin(p, j->slot);
+		free(j->x);
 	}
 	free(g);
-	cw_devpool_unpin(p, slot);
+	p->n_fjob = 0;
 	pthread_mutex_lock(&p->mu);
-	p->st.fake_experts++;
+	p->st.fake_experts += (uint64_t)done;
+	if (fail)
+		p->st.fake_failed_syncs++;
 	pthread_mutex_unlock(&p->mu);
-	return 1;
+	return fail ? -ST_E_CUDA : r;
 }

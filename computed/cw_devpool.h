@@ -96,21 +96,27 @@ struct cw_devpool_stats {
 	uint32_t n_slots, kv_pages;
 	uint64_t slot_bytes, epoch;
 	uint64_t pins, misses, exports, reexports;
-	uint64_t fake_experts;  /* experts computed by cw_devpool_fake_fn */
+	uint64_t fake_experts;  /* experts computed by cw_devpool_fake_sync */
+	uint64_t fake_failed_syncs; /* STRATA_CUDA_FAKE_SYNC_FAIL's */
 };
 
 /*
- * A cw_expert_fn (cw_model.h; arg: the struct cw_devpool) for the fake
- * device of st_cuda.h (STRATA_CUDA_FAKE=1, tests without a GPU): the
- * expert is read from its device slot (host memory there) and computed by
- * the CPU reference backend, so a run through the device pools must give
- * the CPU path's logits bit for bit.  0 (leave it to the CPU path) when
- * the expert is not in a device slot.
+ * A cw_expert_fn and its cw_expert_sync_fn (cw_model.h; arg: the struct
+ * cw_devpool) for the fake device of st_cuda.h (STRATA_CUDA_FAKE=1, tests
+ * without a GPU).  Like the CUDA module, fn only pins the expert's device
+ * slot and queues it (0, leave it to the CPU path, when it is not in a
+ * device slot); sync computes every queued expert from its slot (host
+ * memory there) with the CPU reference backend, writes the outputs and
+ * unpins, so a run through the device pools must give the CPU path's
+ * logits bit for bit.  STRATA_CUDA_FAKE_SYNC_FAIL=N makes every N-th sync
+ * fail (outputs NaN, -ST_E_CUDA) to test the model's fallback.  Called
+ * from the forward-pass thread only.  sync: 0, -ST_E_CUDA or -ENOMEM.
  */
 struct cw_wview;
 int cw_devpool_fake_fn(void *arg, int layer, int expert, const uint8_t *rec,
 		       const struct cw_wview w[3], int n,
 		       const float *const *x, float *const *out);
+int cw_devpool_fake_sync(void *arg);
 void cw_devpool_stats(struct cw_devpool *p, struct cw_devpool_stats *ret);
 
 /*

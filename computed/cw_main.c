@@ -871,7 +871,8 @@ static int setup_device(struct cw_daemon *d)
 	if (st_cuda_is_fake()) {
 		/* tests without a GPU: experts read from the (host) device
 		 * slots by the CPU backend */
-		cw_model_set_expert_fn(d->model, cw_devpool_fake_fn, d->dev);
+		cw_model_set_expert_fn(d->model, cw_devpool_fake_fn,
+				       cw_devpool_fake_sync, d->dev);
 		st_info("GPU: the fake device of STRATA_CUDA_FAKE=1");
 	} else {
 		r = cw_cuda_module_open(&d->cumod, &diag);
@@ -884,7 +885,8 @@ static int setup_device(struct cw_daemon *d)
 			st_err("CUDA expert path: %s", diag.msg);
 			return r;
 		}
-		cw_model_set_expert_fn(d->model, d->cumod.ops->fn, d->cuexp);
+		cw_model_set_expert_fn(d->model, d->cumod.ops->fn,
+				       d->cumod.ops->sync, d->cuexp);
 	}
 	{
 		struct cw_devpool_stats ds;
@@ -1086,7 +1088,7 @@ out:
 	/* no step runs any more: the device path, then the pools (revoked
 	 * from expertd and kvd before they are freed) */
 	if (d->model)
-		cw_model_set_expert_fn(d->model, NULL, NULL);
+		cw_model_set_expert_fn(d->model, NULL, NULL, NULL);
 	if (d->cumod.ops)
 		d->cumod.ops->destroy(d->cuexp);
 	cw_cuda_module_close(&d->cumod);
@@ -1095,11 +1097,13 @@ out:
 
 		cw_devpool_stats(d->dev, &ds);
 		st_info("device pools: %llu slot pins, %llu misses, %llu "
-			"re-exports, %llu experts through the fake device",
+			"re-exports, %llu experts through the fake device "
+			"(%llu failed syncs)",
 			(unsigned long long)ds.pins,
 			(unsigned long long)ds.misses,
 			(unsigned long long)ds.reexports,
-			(unsigned long long)ds.fake_experts);
+			(unsigned long long)ds.fake_experts,
+			(unsigned long long)ds.fake_failed_syncs);
 	}
 	cw_devpool_close(d->dev, 5000);
 	st_tokenizer_free(d->tok);

@@ -85,6 +85,7 @@ struct cw_model {
 	cw_act_fn act_fn;
 	void *act_arg;
 	cw_expert_fn expert_fn;   /* device path of routed experts, or NULL */
+	cw_expert_sync_fn expert_sync; /* its completion, or NULL */
 	void *expert_arg;
 	struct cw_read_stats rs;
 	struct cw_threads *pool;           /* owned; NULL = single thread */
@@ -590,9 +591,11 @@ int cw_model_route_probe(struct cw_model *m, int layer, const float *h,
 			     c->norm_topk_prob, ret_experts, m->probe_w);
 }
 
-void cw_model_set_expert_fn(struct cw_model *m, cw_expert_fn fn, void *arg)
+void cw_model_set_expert_fn(struct cw_model *m, cw_expert_fn fn,
+			    cw_expert_sync_fn sync, void *arg)
 {
 	m->expert_fn = fn;
+	m->expert_sync = fn ? sync : NULL;
 	m->expert_arg = arg;
 }
 
@@ -1138,8 +1141,45 @@ static int dev_expert(struct cw_model *m, int layer, int e,
 	return m->expert_fn(m->expert_arg, layer, e, rec, w, n, x, out) == 1;
 }
 
+/* The CPU passes (gate/up, SwiGLU, down) over the pairs of job j:
+ * ks.pairs[j->p0[gi] .. j->p0[gi + 1]) for each expert gi of the group. */
+static void moe_cpu(struct cw_model *m, int layer, struct moe_job *j, int np)
+{
+	const int K = m->cfg.top_k, H = m->cfg.hidden_size;
+
+	j->tpe = (int)((m->ks.views[ST_EXPERT_GATE].rows + MOE_GU_ROWS - 1) /
+		       MOE_GU_ROWS);
+	cw_threads_run(m->pool, moe_gate_up_task, j, j->gn * j->tpe);
+	/* tasks index ks.pairs[0 .. np) */
+	cw_threads_run(m->pool, moe_act_task, j, np);
+	if (m->act_fn) /* calibration observer, one caller thread */
+		for (int pi = 0; pi < np; pi++) {
+			const int p = m->ks.pairs[pi];
+
+			m->act_fn(m->act_arg, layer, m->rexperts[p],
+				  m->xn + (size_t)(p / K) * H, H,
+				  m->ks.a + (size_t)p * m->cfg.expert_inter,
+				  m->cfg.expert_inter);
+		}
+	j->tpe = (int)((m->ks.views[ST_EXPERT_DOWN].rows + MOE_DOWN_ROWS - 1) /
+		       MOE_DOWN_ROWS);
+	cw_threads_run(m->pool, moe_down_task, j, j->gn * j->tpe);
+}
+
+/* Lists in ks.pairs the pairs of expert e (pair order) from *np on. */
+static void expert_pairs(struct cw_model *m, int n, int e, int *np)
+{
+	for (int i = 0; i < n * m->cfg.top_k; i++)
+		if (m->rexperts[i] == e)
+			m->ks.pairs[(*np)++] = i;
+}
+
 /* Computes every (token, k) expert output of one layer into m->moe_out,
- * acquiring experts from expertd in groups that fit its pool. */
+ * acquiring experts from expertd in groups that fit its pool.  Experts on
+ * the device are queued there first (cw_expert_fn), the others computed
+ * on the CPU meanwhile, then one cw_expert_sync_fn completes the group's
+ * device experts (issue 10 overlap); if that fails they are computed on
+ * the CPU as well. */
 static int moe_layer(struct cw_model *m, int layer, int n,
 		     struct st_diag *diag)
 {
@@ -1149,6 +1189,7 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 	int p0[CW_MAX_EXPERTS + 1];
 	const uint8_t *recs[CW_MAX_EXPERTS];
 	char used[CW_MAX_EXPERTS] = { 0 };
+	char on_dev[CW_MAX_EXPERTS];
 	int r = 0;
 
 	r = kscratch_grow(m, n);
@@ -1168,7 +1209,7 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 	if (group_max > n_needed)
 		group_max = n_needed;
 	for (int g0 = 0; g0 < n_needed; g0 += group_max) {
-		int gn = ST_MIN(group_max, n_needed - g0), np = 0;
+		int gn = ST_MIN(group_max, n_needed - g0), np = 0, n_dev = 0;
 		uint64_t t0 = st_now_ns();
 		int tries = 0;
 		struct moe_job j;
@@ -1184,20 +1225,21 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 		if (r < 0)
 			return r;
 		/* the pairs routed to each expert of the group, in pair
-		 * order; each expert's weights read once */
+		 * order; each expert's weights read once; device experts
+		 * queued as they come */
 		for (int gi = 0; gi < gn; gi++) {
 			const int e = needed[g0 + gi];
 			const int pb = np;
 
 			expert_views(m, layer, recs[gi], m->ks.views + 3 * gi);
 			p0[gi] = np;
-			for (int i = 0; i < n * K; i++)
-				if (m->rexperts[i] == e)
-					m->ks.pairs[np++] = i;
-			if (m->expert_fn && !m->act_fn &&
-			    dev_expert(m, layer, e, recs[gi],
-				       m->ks.views + 3 * gi, pb, np)) {
-				np = pb; /* done on the device: no CPU pairs */
+			expert_pairs(m, n, e, &np);
+			on_dev[gi] = m->expert_fn && !m->act_fn &&
+				dev_expert(m, layer, e, recs[gi],
+					   m->ks.views + 3 * gi, pb, np);
+			if (on_dev[gi]) {
+				np = pb; /* on the device: no CPU pairs */
+				n_dev++;
 				continue;
 			}
 			m->rs.expert_bytes += view_bytes(&m->ks.views[3 * gi]) +
@@ -1210,23 +1252,24 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 		j.p0 = p0;
 		j.gn = gn;
 		j.K = K;
-		j.tpe = (int)((m->ks.views[ST_EXPERT_GATE].rows + MOE_GU_ROWS - 1) /
-			      MOE_GU_ROWS);
-		cw_threads_run(m->pool, moe_gate_up_task, &j, gn * j.tpe);
-		/* tasks index ks.pairs[0 .. np) */
-		cw_threads_run(m->pool, moe_act_task, &j, np);
-		if (m->act_fn) /* calibration observer, one caller thread */
-			for (int pi = 0; pi < np; pi++) {
-				const int p = m->ks.pairs[pi];
-
-				m->act_fn(m->act_arg, layer, m->rexperts[p],
-					  m->xn + (size_t)(p / K) * H, H,
-					  m->ks.a + (size_t)p * c->expert_inter,
-					  c->expert_inter);
+		moe_cpu(m, layer, &j, np);
+		if (n_dev && m->expert_sync &&
+		    m->expert_sync(m->expert_arg) < 0) {
+			/* the device failed them: all of them on the CPU */
+			np = 0;
+			for (int gi = 0; gi < gn; gi++) {
+				p0[gi] = np;
+				if (!on_dev[gi])
+					continue;
+				expert_pairs(m, n, needed[g0 + gi], &np);
+				m->rs.expert_bytes +=
+					view_bytes(&m->ks.views[3 * gi]) +
+					view_bytes(&m->ks.views[3 * gi + 1]) +
+					view_bytes(&m->ks.views[3 * gi + 2]);
 			}
-		j.tpe = (int)((m->ks.views[ST_EXPERT_DOWN].rows + MOE_DOWN_ROWS - 1) /
-			      MOE_DOWN_ROWS);
-		cw_threads_run(m->pool, moe_down_task, &j, gn * j.tpe);
+			p0[gn] = np;
+			moe_cpu(m, layer, &j, np);
+		}
 		es_client_release(m->es, layer, gn, needed + g0);
 	}
 	return 0;

@@ -59,14 +59,31 @@ typedef void (*cw_act_fn)(void *arg, int layer, int expert, const float *x,
  * cw_cuda_experts.h): computes out[t] = down(silu(gate x[t]) * up x[t])
  * for the n tokens x[0..n) (hidden_size floats each) of expert (layer,
  * expert), whose host record is rec with views w[3] (gate, up, down) into
- * it, writing out[t] (hidden_size floats).  Returns 1 when it did (the
- * expert was on the device), 0 to leave the expert to the CPU backend
+ * it, writing out[t] (hidden_size floats).  Returns 1 when it took the
+ * expert (it was on the device), 0 to leave the expert to the CPU backend
  * (not on the device, unsupported format: no output written).  Called
  * from the thread that runs the forward pass.
+ *
+ * Overlap (issue 10): with a cw_expert_sync_fn set, a 1 may mean "queued":
+ * the device works while the model computes the experts left to the CPU,
+ * and out[t] is written only by the next sync call; the rows x[t] and
+ * out[t] and rec stay valid until that call returns (the arrays x and out
+ * themselves only during the call) (the model calls it once per group of
+ * experts it acquired, normally once per layer, before releasing them).
  */
 typedef int (*cw_expert_fn)(void *arg, int layer, int expert,
 			    const uint8_t *rec, const struct cw_wview w[3],
 			    int n, const float *const *x, float *const *out);
+
+/*
+ * Completes every expert the cw_expert_fn (same arg) queued since the
+ * previous call: waits for the device, writes their out rows, releases
+ * their device slots.  Returns 0, or a negative code when any queued
+ * expert failed: then none of their outputs is to be trusted and the
+ * model computes all of them again on the CPU (and the device path
+ * should refuse further experts).
+ */
+typedef int (*cw_expert_sync_fn)(void *arg);
 
 /* Bytes of weights read, by kind (for the benchmark and the summary). */
 struct cw_read_stats {
@@ -110,9 +127,11 @@ void cw_model_set_route_fn(struct cw_model *m, cw_route_fn fn, void *arg);
 /* Sets (or clears with NULL) the expert input observer. */
 void cw_model_set_act_fn(struct cw_model *m, cw_act_fn fn, void *arg);
 
-/* Sets (or clears with NULL) the device path of routed experts; ignored
+/* Sets (or clears with NULL) the device path of routed experts, with its
+ * completion sync (NULL: fn computes synchronously) and their arg; ignored
  * while an expert input observer is set (it needs the activations). */
-void cw_model_set_expert_fn(struct cw_model *m, cw_expert_fn fn, void *arg);
+void cw_model_set_expert_fn(struct cw_model *m, cw_expert_fn fn,
+			    cw_expert_sync_fn sync, void *arg);
 
 /*
  * Runs n tokens ids[0..n) of KV sequence `seq` at positions pos0 .. pos0+n-1

@@ -84,6 +84,7 @@ int main(void)
 				printf("module: %s\n", diag.msg);
 			CHECK(r == 0);
 			CHECK(r != 0 || (h.ops && h.ops->create && h.ops->fn &&
+					 h.ops->sync &&
 					 h.pool.pin == cw_devpool_pin));
 			cw_cuda_module_close(&h);
 		} else {

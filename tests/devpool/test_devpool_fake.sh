@@ -12,6 +12,12 @@
 #     a new computed (budget 100%) exports a new epoch, both re-import, the
 #     tokens are the same again; a clean stop revokes (nothing left to the
 #     driver) and leaves no segment behind.
+#   - the layer-batched protocol (cw_expert_fn queues, one sync per layer)
+#     and its fallback: the second computed runs with
+#     STRATA_CUDA_FAKE_SYNC_FAIL=3 (every 3rd sync fails and leaves NaN
+#     outputs); the model recomputes those experts on the CPU, so the
+#     tokens must still equal the CPU run's, and some syncs must have
+#     failed.
 set -u
 B=${STRATA_BUILD_DIR:?}
 SRC=${STRATA_SOURCE_DIR:?}
@@ -52,8 +58,8 @@ wait_pid() {
 "$B/kvd/kvd" --instance "$I" --run-dir "$R" --budget 64MiB \
 	2>"$TMP/kvd.log" & pids="$pids $!"
 wait_pid expertd && wait_pid kvd || { echo "FAIL: expertd/kvd did not start"; exit 1; }
-start_computed() { # log, budget
-	"$B/computed/computed" --store "$TMP/store" --instance "$I" \
+start_computed() { # log, budget [fail every N-th sync]
+	STRATA_CUDA_FAKE_SYNC_FAIL=${3:-0} "$B/computed/computed" --store "$TMP/store" --instance "$I" \
 		--run-dir "$R" --device-budget "$2" --device-kv-budget 4MiB \
 		2>"$1" &
 	CPID=$!
@@ -78,7 +84,7 @@ for d in expertd kvd; do
 	while ! grep -q "died; dropping epoch" "$TMP/$d.log" && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 	grep -q "died; dropping epoch" "$TMP/$d.log" || { echo "FAIL: $d kept the dead computed's handles"; fail=1; }
 done
-start_computed "$TMP/computed2.log" 100%
+start_computed "$TMP/computed2.log" 100% 3
 gen "$TMP/out2" --instance "$I" --run-dir "$R"
 cmp -s "$TMP/ref" "$TMP/out2" || { echo "FAIL: tokens differ after the computed restart"; fail=1; }
 for d in expertd kvd; do
@@ -105,7 +111,9 @@ wait $CPID 2>/dev/null
 grep "device pools:" "$TMP/computed2.log" | sed 's/.*device pools/computed: device pools/'
 fx=$(sed -n 's/.* \([0-9]*\) experts through the fake device.*/\1/p' "$TMP/computed2.log")
 [ "${fx:-0}" -gt 0 ] || { echo "FAIL: no expert was computed from a device slot"; fail=1; }
+fs=$(sed -n 's/.*(\([0-9]*\) failed syncs).*/\1/p' "$TMP/computed2.log")
+[ "${fs:-0}" -gt 0 ] || { echo "FAIL: STRATA_CUDA_FAKE_SYNC_FAIL=3 failed no sync (the fallback was not exercised)"; fail=1; }
 grep -q "leaving the memory to the driver" "$TMP/computed2.log" && { echo "FAIL: computed freed without a revoke"; fail=1; }
 grep -q "released" "$TMP/expertd2.log" || { echo "FAIL: the restarted expertd did not release the epoch at computed's stop"; fail=1; }
-[ $fail -eq 0 ] && echo "fake device: tokens equal the CPU run at 25 % and 100 %, re-import after computed and expertd kill -9"
+[ $fail -eq 0 ] && echo "fake device: tokens equal the CPU run at 25 % and 100 % (with ${fs} failed syncs recomputed on the CPU), re-import after computed and expertd kill -9"
 exit $fail
