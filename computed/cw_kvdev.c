@@ -121,7 +121,7 @@ int cw_kvdev_acquire(struct cw_kvdev *k, int n,
 		step_free(st);
 		return st_diag_set(diag, -ENOMEM, "out of memory");
 	}
-	r = kv_client_seq_device(k->kv, n, e, &epoch, st->pages, diag);
+	r = kv_client_seq_device(k->kv, n, e, &epoch, st->pages, want, diag);
 	if (r == 0 && epoch != k->pool.epoch)
 		r = st_diag_set(diag, -ST_E_STALE, "kvd placed the pages in "
 				"device pool epoch %llu, ours is %llu",

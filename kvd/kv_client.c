@@ -730,7 +730,8 @@ uint64_t kv_client_device_pages(const struct kv_client *c, int n,
 
 int kv_client_seq_device(struct kv_client *c, int n,
 			 const struct kv_reserve_entry *e, uint64_t *ret_epoch,
-			 struct kv_devpage *ret_pages, struct st_diag *diag)
+			 struct kv_devpage *ret_pages, uint64_t cap,
+			 struct st_diag *diag)
 {
 	struct st_wbuf w;
 	const uint8_t *p;
@@ -754,7 +755,7 @@ int kv_client_seq_device(struct kv_client *c, int n,
 	st_wbuf_fini(&w);
 	if (r < 0)
 		return r;
-	if (want > KV_DEVPAGE_MAX_PAGES)
+	if (want > KV_DEVPAGE_MAX_PAGES || want > cap)
 		r = st_diag_set(diag, -ST_E_PROTO, "kvd answered SEQ_DEVICE "
 				"for %llu pages", (unsigned long long)want);
 	else

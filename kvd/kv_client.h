@@ -258,16 +258,18 @@ uint8_t *kv_client_row_writable(struct kv_client *c, uint32_t seq, int stream,
 /*
  * KV_MSG_SEQ_DEVICE (kv_devpage.h; used by computed/cw_kvdev.c): asks kvd
  * to copy rows [0, e[i].n_rows) of every stream of e[i].seq into the
- * device KV page pool computed exported.  ret_pages gets
- * kv_client_device_pages(c, n, e) entries (caller's array), in the order
+ * device KV page pool computed exported.  ret_pages (cap entries, the
+ * caller's) gets kv_client_device_pages(c, n, e) entries, in the order
  * entry, stream, page index; *ret_epoch the export epoch they belong to.
  * Errors: -ST_E_UNSUPPORTED (kvd has no device pool imported),
  * -ST_E_NOTFOUND, -EPERM, -ST_E_LIMIT (n_rows more than the sequence
- * holds, or more pages than one reply holds), -ST_E_PEERGONE.
+ * holds, or more pages than one reply holds), -ST_E_PEERGONE, -ST_E_PROTO
+ * (more entries than cap).
  */
 int kv_client_seq_device(struct kv_client *c, int n,
 			 const struct kv_reserve_entry *e, uint64_t *ret_epoch,
-			 struct kv_devpage *ret_pages, struct st_diag *diag);
+			 struct kv_devpage *ret_pages, uint64_t cap,
+			 struct st_diag *diag);
 /* Entries a SEQ_DEVICE reply for these requests holds: sum of n_streams x
  * ceil(n_rows / page_rows); 0 before a declaration. */
 uint64_t kv_client_device_pages(const struct kv_client *c, int n,
