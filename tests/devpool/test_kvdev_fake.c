@@ -8,7 +8,10 @@
  *
  *   1. a "computed" child exports epoch A, gets its pages on the device
  *      with the host bytes, and is killed -9: kvd drops the import;
- *   2. a new export (epoch B, this process): the pages of a new sequence
+ *   2. a request before any export is refused (-ST_E_UNSUPPORTED), and
+ *      after it one for too many rows, an unknown or another client's
+ *      sequence (-ST_E_LIMIT, -ST_E_NOTFOUND, -EPERM);
+ *      a new export (epoch B, this process): the pages of a new sequence
  *      read on the device equal the host rows (every byte kv_stream_page_used
  *      covers), and kvd serves no slot of epoch A;
  *   3. rows appended on the host: the next step's device copy has them
@@ -533,19 +536,50 @@ int main(void)
 	CHECK(t && atomic_load(&t->epoch) == 0);
 	printf("1. computed killed: kvd dropped epoch A\n");
 
-	/* 2. a new computed: epoch B */
-	r = export_new(&x);
-	CHECK(r == 0);
+	/* 2. a new computed: epoch B (a request before the export: refused,
+	 * nothing imported) */
 	c = client_open("computed");
 	CHECK(c != NULL);
-	if (r < 0 || !c)
+	if (!c)
 		goto out;
+	CHECK(kv_client_seq_create(c, &a, &d) == 0);
+	CHECK(reserve(c, a, 40) == 0);
+	{
+		struct kv_reserve_entry e1 = { a, 40 };
+		struct kv_devpage pg[6];
+		uint64_t ep;
+
+		CHECK(kv_client_seq_device(c, 1, &e1, &ep, pg, 6, &d) ==
+		      -ST_E_UNSUPPORTED);
+		printf("before an export: %s\n", d.msg);
+	}
+	r = export_new(&x);
+	CHECK(r == 0);
+	if (r < 0)
+		goto out;
+	{
+		struct kv_reserve_entry e1 = { a, 41 };
+		struct kv_devpage pg[8];
+		struct kv_client *c2 = client_open("other");
+		uint64_t ep;
+
+		/* more rows than the sequence holds, no such sequence, another
+		 * client's sequence */
+		CHECK(kv_client_seq_device(c, 1, &e1, &ep, pg, 8, &d) ==
+		      -ST_E_LIMIT);
+		e1.seq = a + 1;
+		e1.n_rows = 1;
+		CHECK(kv_client_seq_device(c, 1, &e1, &ep, pg, 8, &d) ==
+		      -ST_E_NOTFOUND);
+		e1.seq = a;
+		CHECK(c2 && kv_client_seq_device(c2, 1, &e1, &ep, pg, 8, &d) ==
+			    -EPERM);
+		kv_client_close(c2);
+	}
 	CHECK(cw_kvdev_open(&k, c, NULL, kvd.name, &d) == -ENODEV);
 	CHECK(k == NULL);
 	r = cw_kvdev_open(&k, c, &x.pool, kvd.name, &d);
 	CHECK(r == 0);
-	CHECK(kv_client_seq_create(c, &a, &d) == 0);
-	CHECK(reserve(c, a, 40) == 0);
 	host_write(c, a, 0, 40, 2);
 	CHECK(acquire(k, a, 40, &s1) == 0);
 	CHECK(s1.n_pages == 6 && s1.on_device == 6);
