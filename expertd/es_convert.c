@@ -2009,8 +2009,8 @@ static int check_opts_dsv4(struct conv *c)
 	const char *what = NULL;
 
 	if (c->def_fmt.dtype != ST_DTYPE_MXFP4)
-		what = "--experts (V4's experts are MXFP4 already and are "
-		       "kept as they are)";
+		what = "--experts (the checkpoint's experts are MXFP4 "
+		       "already and are kept as they are)";
 	else if (c->o.n_keep)
 		what = "--keep";
 	else if (c->o.scale_search != ST_SCALE_SEARCH_NONE || c->o.calib_path)
@@ -2024,9 +2024,9 @@ static int check_opts_dsv4(struct conv *c)
 		       "dense.bin)";
 	if (what)
 		return st_diag_set(c->diag, -ST_E_UNSUPPORTED, "%s: a "
-				   "DeepSeek-V4 checkpoint is stored losslessly "
+				   "DeepSeek-%s checkpoint is stored losslessly "
 				   "in its own formats; drop %s", c->model_dir,
-				   what);
+				   c->dsv41 ? "V4.1" : "V4", what);
 	return 0;
 }
 
