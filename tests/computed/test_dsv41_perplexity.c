@@ -30,6 +30,7 @@
 #include <string.h>
 
 #include "cw_dsv41.h"
+#include "dsv_test_util.h"
 #include "es_convert.h"
 #include "st_tokenizer.h"
 #include "st_util.h"
@@ -41,44 +42,34 @@
 
 static int n_fail;
 
-#define CHECK(cond, ...)                                                   \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			n_fail++;                                          \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-			fprintf(stderr, __VA_ARGS__);                      \
-			fputc('\n', stderr);                               \
-		}                                                          \
-	} while (0)
-
 /* The case's text and its ids (BOS dropped) from reference.json. */
 static int case_text(const char *model, const char *name, char **text,
 		     int32_t **ids, size_t *n)
 {
-	char path[4300];
-	json_t *r, *c;
+	json_t *r = dsvt_load_json(model, "reference.json"), *c;
 	size_t i;
+	int rc = -1;
 
-	snprintf(path, sizeof(path), "%s/reference.json", model);
-	r = json_load_file(path, 0, NULL);
-	if (!r)
-		return -1;
-	json_array_foreach(json_object_get(r, "cases"), i, c) {
-		const json_t *a = json_object_get(c, "ids");
+	json_array_foreach(dsvt_cases(r, "reference.json"), i, c) {
+		int k;
+		int32_t *all;
 
 		if (strcmp(json_string_value(json_object_get(c, "name")), name))
 			continue;
+		all = dsvt_case_ids(c, 0, &k, NULL);
 		*text = strdup(json_string_value(json_object_get(c, "text")));
-		*n = json_array_size(a) - 1;
-		*ids = calloc(*n, sizeof(**ids));
-		for (size_t k = 0; k < *n; k++)
-			(*ids)[k] = (int32_t)json_integer_value(
-				json_array_get(a, k + 1));
-		json_decref(r);
-		return 0;
+		*ids = all && k > 1 ? calloc((size_t)k - 1, sizeof(**ids)) :
+				      NULL;
+		if (*ids && *text) {
+			*n = (size_t)k - 1;
+			memcpy(*ids, all + 1, *n * sizeof(**ids));
+			rc = 0;
+		}
+		free(all);
+		break;
 	}
 	json_decref(r);
-	return -1;
+	return rc;
 }
 
 /* In-process NLL of the windows (the perplexity rule); each scored
@@ -287,7 +278,5 @@ out:
 	free(text);
 	st_tokenizer_free(tok);
 	st_rm_rf(tmp);
-	if (n_fail)
-		fprintf(stderr, "%d failure(s)\n", n_fail);
-	return n_fail ? 1 : 0;
+	return dsvt_finish(n_fail);
 }
