@@ -26,6 +26,8 @@
 #include "kv_client.h"
 #include "st_calib.h"
 #include "st_config.h"
+#include "st_config_dsv4.h"
+#include "st_config_dsv41.h"
 #include "st_daemon.h"
 #include "st_safetensors.h"
 #include "st_tokenizer.h"
@@ -211,6 +213,28 @@ int cli_cmd_calibrate(int argc, char **argv)
 		fprintf(stderr, "strata calibrate: --experts %s: calibrate on "
 			"the unquantized model, bf16 or f32\n", experts);
 		return 2;
+	}
+	{
+		/* DeepSeek-V4 / V4.1: nothing to calibrate (convert keeps
+		 * their MXFP4 experts as they are) */
+		char path[4200], *cj = NULL;
+		size_t cl;
+		int v4 = 0, v41 = 0;
+
+		snprintf(path, sizeof(path), "%s/config.json", model);
+		if (st_read_file(path, &cj, &cl) == 0) {
+			v4 = st_dsv4_config_detect(cj);
+			v41 = st_dsv41_config_detect(cj);
+		}
+		free(cj);
+		if (v4 || v41) {
+			fprintf(stderr, "strata calibrate: %s is a DeepSeek-%s "
+				"checkpoint: strata convert keeps its MXFP4 "
+				"experts as they are (no scale search), so "
+				"there is nothing to calibrate\n", model,
+				v41 ? "V4.1" : "V4");
+			return 2;
+		}
 	}
 	if (window < 0 || window == 1 || window > 65536 || max_tokens < 0) {
 		fprintf(stderr, "strata calibrate: --window wants 2..65536 and "

@@ -55,13 +55,26 @@ int cli_cmd_info(int argc, char **argv)
 	char a[32], b[32];
 	int r;
 
-	if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
-		fprintf(argc == 2 ? stdout : stderr,
-			"Usage: strata info STORE_DIR\n\n"
+	/* strata info --store DIR, as strata verify takes it */
+	if (argc == 3 && !strcmp(argv[1], "--store")) {
+		argv++;
+		argc--;
+	}
+	if (argc != 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") ||
+	    argv[1][0] == '-') {
+		int help = argc == 2 && (!strcmp(argv[1], "-h") ||
+					 !strcmp(argv[1], "--help"));
+
+		if (!help && argc == 2)
+			fprintf(stderr, "strata info: unknown option %s\n",
+				argv[1]);
+		fprintf(help ? stdout : stderr,
+			"Usage: strata info STORE_DIR\n"
+			"       strata info --store STORE_DIR\n\n"
 			"Prints what a store holds: the model, each layer's "
 			"expert format and the\npolicy that chose it (--experts, "
 			"--keep-layers), record and file sizes.\n");
-		return argc == 2 ? 0 : 2;
+		return help ? 0 : 2;
 	}
 	r = st_store_open(argv[1], &s, &diag);
 	if (r < 0) {
@@ -85,9 +98,22 @@ int cli_cmd_info(int argc, char **argv)
 		       s->dsv4.sliding_window, s->dsv4.hc_mult,
 		       s->dsv4.fp8_block[0], s->dsv4.fp8_block[1]);
 	if (s->is_dsv41) {
-		printf("v4.1       FP8 blocks %dx%d; lossless (MXFP4 experts, FP8 + "
-		       "E8M0 dense as the checkpoint)\n", s->dsv41.fp8_block[0],
-		       s->dsv41.fp8_block[1]);
+		const struct st_dsv41_config *c = &s->dsv41;
+
+		printf("v4.1       %d shared expert, window %d, hc_mult %d, "
+		       "gate_temp %g, FP8 blocks %dx%d; lossless (MXFP4 "
+		       "experts, FP8 + E8M0 dense as the checkpoint)\n",
+		       c->n_shared, c->sliding_window, c->hc_mult,
+		       c->gate_temp, c->fp8_block[0], c->fp8_block[1]);
+		printf("layers     compress ratio / role:");
+		for (int l = 0; l < c->n_layers; l++)
+			printf(" %d%s%s%s%s", c->compress_ratio[l],
+			       c->kv_source[l] ? "K" : "",
+			       c->index_source[l] ? "I" : "",
+			       l == c->candidate_source ? "C" : "",
+			       st_dsv41_engram_index(c, l) >= 0 ? "E" : "");
+		printf("  (K KV source, I index source, C candidate "
+		       "source, E Engram)\n");
 		for (int i = 0; i < s->n_engram; i++)
 			printf("engram     layer %d: %lld rows x %d (E4M3 + E8M0 "
 			       "per 32), %u B/row, %u rows per 4 KiB block, %s\n",

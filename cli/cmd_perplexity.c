@@ -250,33 +250,38 @@ static FILE *base_open(const char *path, int write, uint32_t vocab,
 }
 
 /* The geometry perplexity needs (vocabulary, context) of a store's
- * config.json: DeepSeek-V4 and V4.1 ones through their own parsers. */
+ * config.json: DeepSeek-V4 and V4.1 ones through their own parsers (whose
+ * messages say what is wrong with them), others through st_config. */
 static int load_cfg(const char *dir, struct st_model_config *cfg,
 		    struct st_diag *diag)
 {
-	struct st_dsv4_config v4;
-	struct st_dsv41_config *v41;
+	char path[4200], *text = NULL;
+	size_t len;
 	int r;
 
-	if (st_dsv4_config_load(dir, &v4, diag) == 0) {
-		st_dsv4_expert_config(&v4, cfg);
-		return 0;
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	if (st_read_file(path, &text, &len) < 0 ||
+	    (!st_dsv41_config_detect(text) && !st_dsv4_config_detect(text))) {
+		free(text);
+		return st_config_load(dir, cfg, diag);
 	}
-	v41 = calloc(1, sizeof(*v41));
-	if (!v41)
-		return st_diag_set(diag, -ENOMEM, "out of memory");
-	r = st_dsv41_config_load(dir, v41, NULL);
-	if (r == 0) {
-		memset(cfg, 0, sizeof(*cfg));
-		cfg->vocab_size = v41->vocab_size;
-		cfg->max_position_embeddings = v41->max_position_embeddings;
-		cfg->hidden_size = v41->hidden_size;
-		cfg->n_layers = v41->n_layers;
+	if (st_dsv41_config_detect(text)) {
+		struct st_dsv41_config *v41 = calloc(1, sizeof(*v41));
+
+		r = v41 ? st_dsv41_config_parse(text, path, v41, diag) :
+			  st_diag_set(diag, -ENOMEM, "out of memory");
+		if (r == 0)
+			st_dsv41_expert_config(v41, cfg);
 		free(v41);
-		return 0;
+	} else {
+		struct st_dsv4_config v4;
+
+		r = st_dsv4_config_parse(text, path, &v4, diag);
+		if (r == 0)
+			st_dsv4_expert_config(&v4, cfg);
 	}
-	free(v41);
-	return st_config_load(dir, cfg, diag);
+	free(text);
+	return r;
 }
 
 int cli_cmd_perplexity(int argc, char **argv)

@@ -551,3 +551,55 @@ int st_dsv41_last_kv_source(const struct st_dsv41_config *c)
 			return j;
 	return -1;
 }
+
+int st_dsv41_config_check_store(const struct st_dsv41_config *c,
+				const char *src, struct st_diag *diag)
+{
+	if (c->hidden_size % 32 || c->moe_inter % 32)
+		return st_diag_set(diag, -ST_E_CONFIG,
+				   "%s: hidden_size %d and moe_intermediate_size %d must be multiples of 32 (MXFP4 experts)",
+				   src, c->hidden_size, c->moe_inter);
+	if (c->engram_head_dim % 32)
+		return st_diag_set(diag, -ST_E_CONFIG,
+				   "%s: engram_head_dim %d is not a multiple of 32 (one E8M0 scale per 32 columns of a row)",
+				   src, c->engram_head_dim);
+	for (int i = 0; i < c->n_engram; i++) {
+		if (i && c->engram_layer[i] <= c->engram_layer[i - 1])
+			return st_diag_set(diag, -ST_E_CONFIG,
+					   "%s: engram_layer_ids[%d] = %d: the Engram layer ids must be increasing",
+					   src, i, c->engram_layer[i]);
+		if (c->engram_rows[i] > (INT64_C(1) << 40))
+			return st_diag_set(diag, -ST_E_CONFIG,
+					   "%s: engram_num_embeddings[%d] = %lld rows (at most 2^40)",
+					   src, i, (long long)c->engram_rows[i]);
+	}
+	return 0;
+}
+
+void st_dsv41_expert_config(const struct st_dsv41_config *c,
+			    struct st_model_config *ret)
+{
+	memset(ret, 0, sizeof(*ret));
+	snprintf(ret->model_type, sizeof(ret->model_type), "deepseek_v41");
+	ret->hidden_size = c->hidden_size;
+	ret->n_layers = c->n_layers;
+	ret->vocab_size = c->vocab_size;
+	ret->n_experts = c->n_experts;
+	ret->top_k = c->top_k;
+	ret->expert_inter = c->moe_inter;
+	ret->max_position_embeddings = c->max_position_embeddings;
+	ret->n_heads = c->n_heads;
+	ret->head_dim = c->head_dim;
+	ret->n_kv_heads = 1;
+	ret->bos_token_id = c->bos_token_id;
+	ret->n_eos = 1;
+	ret->eos_token_ids[0] = c->eos_token_id;
+}
+
+int st_dsv41_engram_index(const struct st_dsv41_config *c, int layer)
+{
+	for (int i = 0; i < c->n_engram; i++)
+		if (c->engram_layer[i] == layer)
+			return i;
+	return -1;
+}

@@ -7,12 +7,17 @@
  *
  * Kept apart from st_dsv4_config: V4.1's CSA2 layer roles (KV / index /
  * candidate sources), Engram and gate_temp have no V4 counterpart.
+ *
+ * The one reader of a V4.1 config.json: the forward pass, the store writer
+ * (expertd/es_convert.c), the store reader (st_store.c, which keeps the
+ * parsed config in struct st_store.dsv41) and the CLI all parse it here.
  */
 #ifndef ST_CONFIG_DSV41_H
 #define ST_CONFIG_DSV41_H
 
 #include <stdint.h>
 
+#include "st_config.h"
 #include "st_error.h"
 
 #define ST_DSV41_MAX_LAYERS 128
@@ -95,5 +100,33 @@ int st_dsv41_index_source_of(const struct st_dsv41_config *c, int l);
 /* The last KV-source layer (-1 if none): layers after it own only window
  * KV (the CED decoder, model doc 3.4). */
 int st_dsv41_last_kv_source(const struct st_dsv41_config *c);
+
+/*
+ * What a strata store of this model needs on top of st_dsv41_config_parse
+ * (the store writer and reader call it; the forward pass does not need
+ * it): hidden_size and moe_intermediate_size multiples of 32 (MXFP4
+ * experts: one E8M0 scale per 32 inputs), engram_head_dim a multiple of 32
+ * (one E8M0 scale per 32 columns of a table row), engram_layer_ids
+ * strictly increasing (the order of the tables in engram.bin) and each
+ * engram_num_embeddings at most 2^40 rows.  `source` names the config in
+ * messages.  Returns 0 or -ST_E_CONFIG naming the key.
+ */
+int st_dsv41_config_check_store(const struct st_dsv41_config *c,
+				const char *source, struct st_diag *diag);
+
+/*
+ * The routed-expert geometry in the form the store's record layout and
+ * expertd read (struct st_model_config, zeroed first): model_type
+ * "deepseek_v41", hidden_size, n_layers, vocab_size, n_experts, top_k,
+ * expert_inter (moe_intermediate_size), max_position_embeddings, heads
+ * (n_kv_heads 1: one shared K=V latent), BOS and the one EOS id.  arch 0:
+ * no Mixtral / Qwen3 dense tensor roles.
+ */
+void st_dsv41_expert_config(const struct st_dsv41_config *c,
+			    struct st_model_config *ret);
+
+/* Index of model layer `layer` among the Engram layers
+ * (c->engram_layer[]), or -1 if it has no Engram. */
+int st_dsv41_engram_index(const struct st_dsv41_config *c, int layer);
 
 #endif

@@ -681,6 +681,12 @@ int st_plan_compute(const struct st_plan_model *m,
 					  (int64_t)(r->record_bytes * m->top_k);
 
 			r->rec_kv_budget = kv_room > 0 ? (uint64_t)kv_room : 0;
+			/* a pool sized to the room left was sized after this
+			 * workload's KV: that much stays recommended (not 0
+			 * next to a plan that fits) */
+			if (!o->host_budget && o->host_budget_pct <= 0 &&
+			    r->ram_margin >= 0 && r->rec_kv_budget < r->kv)
+				r->rec_kv_budget = r->kv;
 		}
 	}
 	r->rec_max_tokens = r->kv_per_token ?
@@ -739,11 +745,18 @@ void st_plan_print(const struct st_plan_model *m, const struct st_plan_opts *o,
 		"and %.2f B dense parameters\n", m->name, m->n_layers,
 		m->n_experts, m->top_k, (double)m->expert_params / 1e9,
 		(double)m->dense_params / 1e9);
+	int kv_own = m->n_streams > 0;
+
+	/* every stream in the model's own row format (DeepSeek-V4.1):
+	 * --kv-dtype changes nothing, so it is not named */
+	for (int i = 0; i < m->n_streams; i++)
+		kv_own = kv_own && m->streams[i].row_bytes_fixed;
 	if (m->dense_stored_bytes)
 		fprintf(f, "workload: batch %d x context %d tokens, KV %s; "
 			"weights as the checkpoint stores them (MXFP4 experts, "
 			"FP8 + E8M0 / BF16 / F32 dense)\n", o->batch,
-			o->context, dtname(o->kv_dtype));
+			o->context, kv_own ? "in the model's own formats" :
+					     dtname(o->kv_dtype));
 	else
 		fprintf(f, "workload: batch %d x context %d tokens, KV %s, "
 			"experts %s, dense %s\n", o->batch, o->context,

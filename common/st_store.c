@@ -265,13 +265,17 @@ static int parse_config(const struct mctx *c, json_t *root, struct st_store *s)
 	s->config_json = strdup(text);
 	if (!s->config_json)
 		return -ENOMEM;
-	if (st_dsv41_geom_detect(text)) {
-		r = st_dsv41_geom_parse(text, "manifest.json config",
-					&s->dsv41, &d);
+	if (st_dsv41_config_detect(text)) {
+		r = st_dsv41_config_parse(text, "manifest.json config",
+					  &s->dsv41, &d);
+		if (!r)
+			r = st_dsv41_config_check_store(&s->dsv41,
+							"manifest.json config",
+							&d);
 		if (r)
 			return bad(c, r, "embedded config: %s", d.msg);
 		s->is_dsv41 = 1;
-		st_dsv41_geom_expert_config(&s->dsv41, &s->cfg);
+		st_dsv41_expert_config(&s->dsv41, &s->cfg);
 		return 0;
 	}
 	if (st_dsv4_config_detect(text)) {

@@ -86,7 +86,7 @@
  * stored.  experts.policy.default is "mxfp4", keep "", source "lossless".
  *
  * DeepSeek-V4.1 stores (config model_type "deepseek_v41", composite with
- * text_config; st_dsv41_geom.h): as V4 (lossless MXFP4 experts, dense
+ * text_config; st_config_dsv41.h): as V4 (lossless MXFP4 experts, dense
  * tensors byte for byte, FP8 with its E8M0 block scales), except that
  * the Engram tables layers.N.engram.embed.{weight,scale} are not in
  * dense.bin but in engram.bin (st_engram_file.h: rows packed into
@@ -111,7 +111,7 @@
 
 #include "st_config.h"
 #include "st_config_dsv4.h"
-#include "st_dsv41_geom.h"
+#include "st_config_dsv41.h"
 #include "st_engram_file.h"
 #include "st_error.h"
 #include "st_formats.h"
@@ -183,7 +183,7 @@ struct st_store {
 	struct st_store_file *files;   /* owned */
 	/* DeepSeek-V4.1 (config model_type "deepseek_v41"): is_dsv4 is 0 */
 	int is_dsv41;
-	struct st_dsv41_geom dsv41;    /* is_dsv41: the store's view of the config */
+	struct st_dsv41_config dsv41;  /* is_dsv41: the embedded config, parsed */
 	int n_engram;                  /* Engram layers (engram.bin) */
 	struct st_engram_layout *engram; /* owned, [n_engram], with xxh3 */
 	uint64_t engram_bytes;         /* size of engram.bin */

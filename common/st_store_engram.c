@@ -52,7 +52,7 @@ static int pread_full(int fd, void *buf, size_t len, uint64_t off)
  * implies (so a reader can trust either). */
 static int parse_layers(struct st_store *s, json_t *arr, struct st_diag *diag)
 {
-	const struct st_dsv41_geom *g = &s->dsv41;
+	const struct st_dsv41_config *g = &s->dsv41;
 	uint64_t next = 1;
 
 	if (!json_is_array(arr) || json_array_size(arr) != (size_t)g->n_engram)
@@ -69,7 +69,7 @@ static int parse_layers(struct st_store *s, json_t *arr, struct st_diag *diag)
 		int64_t layer, rows, dim, rb, rpb, fb, nb;
 		int r;
 
-		if ((r = st_engram_layout_init(g->engram_layer[i], g->engram_dim,
+		if ((r = st_engram_layout_init(g->engram_layer[i], g->engram_head_dim,
 					       g->engram_rows[i], next, l,
 					       diag)))
 			return r;
@@ -148,8 +148,8 @@ int st_store_engram_parse(struct st_store *s, json_t *root,
 			  struct st_diag *diag)
 {
 	json_t *e = json_object_get(root, "engram"), *f, *hf;
-	const struct st_dsv41_geom *g = &s->dsv41;
-	int64_t ids64[ST_DSV41_MAX_ENGRAM];
+	const struct st_dsv41_config *g = &s->dsv41;
+	int64_t ids64[ST_DSV41_CONFIG_MAX_ENGRAM];
 	char path[4096];
 	int listed = 0, r;
 
@@ -187,9 +187,9 @@ int st_store_engram_parse(struct st_store *s, json_t *root,
 		return -ENAMETOOLONG;
 	if ((r = st_engram_hash_load(path, &s->engram_hash, diag)))
 		return r;
-	if (st_engram_hash_heads(s->engram_hash) != g->engram_heads ||
+	if (st_engram_hash_heads(s->engram_hash) != g->engram_n_heads ||
 	    st_engram_hash_rows_per_pos(s->engram_hash) !=
-	    (g->engram_max_ngram - 1) * g->engram_heads ||
+	    (g->engram_max_ngram - 1) * g->engram_n_heads ||
 	    st_engram_hash_vocab(s->engram_hash) != g->vocab_size)
 		return st_diag_set(diag, -ST_E_CONFIG,
 				   "store %s: %s: heads / n-gram sizes / vocabulary differ from the config; re-run strata convert",

@@ -4,19 +4,22 @@
  * them: dense weights in their checkpoint formats (FP8 E4M3 + E8M0 block
  * scales, BF16, F32, I64 tid2eid; MTP skipped), routed experts as the
  * store's MXFP4 records (st_store_layout), and the KV streams the forward
- * pass declares (cw_dsv4_streams, DESIGN 3a).  V4.1 (no forward pass in
- * strata yet) from MODEL_FAMILY_DEEPSEEK_V4.md section 3: its tensor list
- * (3.2), its cache formats (3.7/3.8: FP8 window rows, FP4 compressed rows
- * and index keys, 890 B per token) and its Engram tables (on NVMe).
+ * pass declares (cw_dsv4_streams, DESIGN 3a).  V4.1 from its config read
+ * by st_config_dsv41 (the one V4.1 config reader) and
+ * MODEL_FAMILY_DEEPSEEK_V4.md section 3: its tensor list (3.2), its cache
+ * formats (3.7/3.8: FP8 window rows, FP4 compressed rows and index keys,
+ * 890 B per token) and its Engram tables (on NVMe).
  */
 #include "cw_dsv4_plan.h"
 
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cw_dsv4.h"
+#include "st_config_dsv41.h"
 #include "st_store.h"
 #include "st_util.h"
 
@@ -183,64 +186,35 @@ static int plan_v4(const char *text, const char *source,
 
 /* --- V4.1 ------------------------------------------------------------------ */
 
-static int jint(const json_t *o, const char *key, int def)
-{
-	const json_t *v = json_object_get(o, key);
-
-	return json_is_integer(v) ? (int)json_integer_value(v) : def;
-}
-
-/* 1 if layer l is in the JSON array of ints `key`. */
-static int in_list(const json_t *o, const char *key, int l)
-{
-	const json_t *a = json_object_get(o, key), *v;
-	size_t i;
-
-	json_array_foreach(a, i, v)
-		if (json_is_integer(v) && json_integer_value(v) == l)
-			return 1;
-	return 0;
-}
-
-static int plan_v41(json_t *root, const char *source,
+/* The V4.1 model from its config (st_dsv41_config_parse, the one V4.1
+ * config reader; the store-only checks of st_dsv41_config_check_store). */
+static int plan_v41(const char *text, const char *source,
 		    struct st_plan_model *m, struct st_diag *diag)
 {
-	const json_t *tc = json_object_get(root, "text_config");
-	const json_t *qc = json_object_get(root, "quantization_config");
-	const json_t *cr, *en, *bs;
+	struct st_dsv41_config *c = calloc(1, sizeof(*c));
 	uint64_t D, V, H, hd, QR, G, R, E, I, IH, Id, dense, attn;
-	int L, b, n_src2 = 0, n_src1 = 0, n_state = 0;
+	int L, b, n_src2 = 0, n_src1 = 0, n_state = 0, r;
 
-	if (!json_is_object(tc))
-		tc = root;
-	L = jint(tc, "num_hidden_layers", 0);
-	D = (uint64_t)jint(tc, "hidden_size", 0);
-	V = (uint64_t)jint(tc, "vocab_size", 0);
-	H = (uint64_t)jint(tc, "num_attention_heads", 0);
-	hd = (uint64_t)jint(tc, "head_dim", 0);
-	QR = (uint64_t)jint(tc, "q_lora_rank", 0);
-	G = (uint64_t)jint(tc, "o_groups", 0);
-	R = (uint64_t)jint(tc, "o_lora_rank", 0);
-	E = (uint64_t)jint(tc, "n_routed_experts", 0);
-	I = (uint64_t)jint(tc, "moe_intermediate_size", 0);
-	IH = (uint64_t)jint(tc, "index_n_heads", 0);
-	Id = (uint64_t)jint(tc, "index_head_dim", 0);
-	cr = json_object_get(tc, "compress_ratios");
-	bs = json_object_get(qc, "weight_block_size");
-	b = json_is_array(bs) ? (int)json_integer_value(json_array_get(bs, 0))
-			      : 0;
-	if (L < 1 || L > 256 || !D || !V || !H || !hd || !QR || !G || !R ||
-	    !E || !I || !IH || !Id || b < 1 || !json_is_array(cr) ||
-	    (int)json_array_size(cr) < L || D % 32 || I % 32)
-		return st_diag_set(diag, -ST_E_CONFIG,
-				   "%s: not a DeepSeek-V4.1 config strata can "
-				   "plan (text_config needs num_hidden_layers, "
-				   "hidden_size, head_dim, q_lora_rank, o_groups, "
-				   "o_lora_rank, n_routed_experts, "
-				   "moe_intermediate_size, index_n_heads, "
-				   "index_head_dim, compress_ratios; "
-				   "quantization_config.weight_block_size)",
-				   source);
+	if (!c)
+		return st_diag_set(diag, -ENOMEM, "out of memory");
+	if ((r = st_dsv41_config_parse(text, source, c, diag)) ||
+	    (r = st_dsv41_config_check_store(c, source, diag))) {
+		free(c);
+		return r;
+	}
+	L = c->n_layers;
+	D = (uint64_t)c->hidden_size;
+	V = (uint64_t)c->vocab_size;
+	H = (uint64_t)c->n_heads;
+	hd = (uint64_t)c->head_dim;
+	QR = (uint64_t)c->q_lora_rank;
+	G = (uint64_t)c->o_groups;
+	R = (uint64_t)c->o_lora_rank;
+	E = (uint64_t)c->n_experts;
+	I = (uint64_t)c->moe_inter;
+	IH = (uint64_t)c->index_n_heads;
+	Id = (uint64_t)c->index_head_dim;
+	b = c->fp8_block[0];
 	memset(m, 0, sizeof(*m));
 	snprintf(m->name, sizeof(m->name), "deepseek_v41");
 	m->n_layers = L;
@@ -250,10 +224,10 @@ static int plan_v41(json_t *root, const char *source,
 	m->head_dim = (int)hd;
 	m->vocab = (int)V;
 	m->n_experts = (int)E;
-	m->top_k = jint(tc, "num_experts_per_tok", 6);
-	m->n_shared_experts = jint(tc, "n_shared_experts", 1);
+	m->top_k = c->top_k;
+	m->n_shared_experts = c->n_shared;
 	m->expert_inter = (int)I;
-	m->max_context = jint(tc, "max_position_embeddings", 0);
+	m->max_context = c->max_position_embeddings;
 	m->expert_params = (uint64_t)L * E * 3 * D * I;
 	/* an expert: w1, w3 [I, D], w2 [D, I], E2M1 codes + E8M0 per 32
 	 * (section 3.2), each section 64-byte aligned, the record 4096 */
@@ -267,7 +241,7 @@ static int plan_v41(json_t *root, const char *source,
 	dense = 2 * V * D * 2 + D * 2;
 	attn = 0;
 	for (int l = 0; l < L; l++) {
-		int ratio = (int)json_integer_value(json_array_get(cr, l));
+		int ratio = c->compress_ratio[l];
 		uint64_t a = 0, nmu = 24;
 
 		a += fp8_bytes(QR, D, b, b, 0) + QR * 2;
@@ -276,19 +250,19 @@ static int plan_v41(json_t *root, const char *source,
 		a += fp8_bytes(G * R, H / G * hd, b, b, 0);
 		a += fp8_bytes(D, G * R, b, b, 0);
 		a += H * 4;
-		if (in_list(tc, "kv_source_layer_ids", l)) {
+		if (c->kv_source[l]) {
 			/* compressor wkv (+ wgate when pooling), norm;
 			 * indexer wk, k_norm */
 			a += hd * D * 2 * (ratio > 1 ? 2 : 1) + hd * 2;
 			a += Id * hd * 2 + Id * 2;
 		}
-		if (in_list(tc, "index_source_layer_ids", l))
+		if (c->index_source[l])
 			a += fp8_bytes(IH * Id, QR, b, b, 0) + IH * D * 2;
-		if (in_list(tc, "engram_layer_ids", l)) {
-			uint64_t ng = (uint64_t)jint(tc, "engram_max_ngram_size", 4) - 1;
-			uint64_t eh = (uint64_t)jint(tc, "engram_n_heads", 8);
-			uint64_t ed = (uint64_t)jint(tc, "engram_head_dim", 256);
-			uint64_t hc = (uint64_t)jint(tc, "hc_mult", 4);
+		if (st_dsv41_engram_index(c, l) >= 0) {
+			uint64_t ng = (uint64_t)c->engram_max_ngram - 1;
+			uint64_t eh = (uint64_t)c->engram_n_heads;
+			uint64_t ed = (uint64_t)c->engram_head_dim;
+			uint64_t hc = (uint64_t)c->hc_mult;
 
 			/* wkv [(hc + 1) D, ng x heads x head_dim] FP8,
 			 * q_weight, k_weight [hc, D] BF16 */
@@ -300,7 +274,7 @@ static int plan_v41(json_t *root, const char *source,
 		dense += E * D * 2 + E * 4;
 		dense += 2 * fp8_bytes(I, D, b, b, 0) + fp8_bytes(D, I, b, b, 0);
 		/* KV: sources pool by their ratio */
-		if (in_list(tc, "kv_source_layer_ids", l)) {
+		if (c->kv_source[l]) {
 			if (ratio > 1) {
 				n_src2++;
 				n_state++;
@@ -317,20 +291,16 @@ static int plan_v41(json_t *root, const char *source,
 	m->dense_params = dense - 2 * V * D;
 	m->attn_params = attn;
 	/* Engram tables: rows x (head_dim E4M3 + head_dim / 32 E8M0) */
-	en = json_object_get(tc, "engram_num_embeddings");
-	if (json_is_array(en)) {
-		uint64_t ed = (uint64_t)jint(tc, "engram_head_dim", 256);
-		uint64_t rows = 0, per_layer_ids;
-		size_t i;
-		const json_t *v;
+	if (c->n_engram) {
+		uint64_t ed = (uint64_t)c->engram_head_dim, rows = 0;
+		uint64_t per_layer_ids = (uint64_t)(c->engram_max_ngram - 1) *
+					 (uint64_t)c->engram_n_heads;
 
-		json_array_foreach(en, i, v)
-			rows += (uint64_t)json_integer_value(v);
+		for (int i = 0; i < c->n_engram; i++)
+			rows += (uint64_t)c->engram_rows[i];
 		m->nvme_extra_bytes = rows * (ed + ed / 32);
-		per_layer_ids = (uint64_t)(jint(tc, "engram_max_ngram_size", 4) - 1) *
-				(uint64_t)jint(tc, "engram_n_heads", 8);
-		m->nvme_extra_per_token = json_array_size(en) * per_layer_ids *
-					  (ed + ed / 32);
+		m->nvme_extra_per_token = (uint64_t)c->n_engram *
+					  per_layer_ids * (ed + ed / 32);
 		snprintf(m->nvme_extra_name, sizeof(m->nvme_extra_name),
 			 "Engram");
 	}
@@ -341,8 +311,10 @@ static int plan_v41(json_t *root, const char *source,
 		struct st_plan_stream *s = m->streams;
 		uint32_t crow = (uint32_t)(hd / 2 + hd / 16);
 		uint32_t ikey = (uint32_t)(Id / 2 + Id / 32);
-		int win = jint(tc, "sliding_window", 128);
+		int win = c->sliding_window;
+		char wname[sizeof(s->name)];
 
+		snprintf(wname, sizeof(wname), "window/%d", win);
 #define ST(nm, nl, rbytes, tpr, wr)                                         \
 	do {                                                                \
 		if (nl) {                                                   \
@@ -355,7 +327,7 @@ static int plan_v41(json_t *root, const char *source,
 			s++;                                                \
 		}                                                           \
 	} while (0)
-		ST("window/128", L, (uint32_t)(hd + hd / 32), 1, (uint32_t)win);
+		ST(wname, L, (uint32_t)(hd + hd / 32), 1, (uint32_t)win);
 		ST("pooled/2", n_src2, crow, 2, 0);
 		ST("index/2", n_src2, ikey, 2, 0);
 		ST("pooled/1", n_src1, crow, 1, 0);
@@ -364,6 +336,7 @@ static int plan_v41(json_t *root, const char *source,
 #undef ST
 		m->n_streams = (int)(s - m->streams);
 	}
+	free(c);
 	return 0;
 }
 
@@ -383,7 +356,7 @@ int cw_dsv4_plan_model(const char *text, const char *source,
 		r = plan_v4(text, source, ret, diag);
 	else if (mt && (!strcmp(mt, "deepseek_v41") ||
 			!strcmp(mt, "deepseek_v4.1")))
-		r = plan_v41(root, source, ret, diag);
+		r = plan_v41(text, source, ret, diag);
 	else
 		r = -ST_E_UNSUPPORTED;
 	json_decref(root);

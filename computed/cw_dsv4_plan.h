@@ -20,9 +20,10 @@
  * st_dsv4_config_parse; KV streams from cw_dsv4_streams, one row per
  * stream shape with the kvd row format of --kv-dtype; expert record from
  * st_store_layout as strata convert writes it; dense bytes from
- * cw_dsv4_plan_dense_bytes) or "deepseek_v41" (text_config keys of
- * MODEL_FAMILY_DEEPSEEK_V4.md 3.1; V4.1's own KV formats, 3.7-3.8, with
- * fixed row bytes; Engram tables as NVMe-only bytes).
+ * cw_dsv4_plan_dense_bytes) or "deepseek_v41" (parsed strictly by
+ * st_dsv41_config_parse and st_dsv41_config_check_store; V4.1's own KV
+ * formats, MODEL_FAMILY_DEEPSEEK_V4.md 3.7-3.8, with fixed row bytes;
+ * Engram tables as NVMe-only bytes).
  * Returns 0; -ST_E_UNSUPPORTED for another model_type (the caller keeps
  * its generic description); -ST_E_FORMAT (not JSON), -ST_E_CONFIG (keys
  * missing or wrong, diag names them), st_store_layout's errors.

@@ -97,7 +97,7 @@ struct conv {
 	/* DeepSeek-V4.1 (model_type "deepseek_v41"): the V4 path plus the
 	 * Engram tables (es_convert_engram.c); dsv4 is set too */
 	int dsv41;
-	struct st_dsv41_geom g41;
+	struct st_dsv41_config v41;
 	struct es_engram_plan engram;
 	int skipped[ES_V41_N_SKIP];         /* tensors per skipped group */
 
@@ -2009,8 +2009,8 @@ static int check_opts_dsv4(struct conv *c)
 	const char *what = NULL;
 
 	if (c->def_fmt.dtype != ST_DTYPE_MXFP4)
-		what = "--experts (V4's experts are MXFP4 already and are "
-		       "kept as they are)";
+		what = "--experts (the checkpoint's experts are MXFP4 "
+		       "already and are kept as they are)";
 	else if (c->o.n_keep)
 		what = "--keep";
 	else if (c->o.scale_search != ST_SCALE_SEARCH_NONE || c->o.calib_path)
@@ -2024,9 +2024,9 @@ static int check_opts_dsv4(struct conv *c)
 		       "dense.bin)";
 	if (what)
 		return st_diag_set(c->diag, -ST_E_UNSUPPORTED, "%s: a "
-				   "DeepSeek-V4 checkpoint is stored losslessly "
+				   "DeepSeek-%s checkpoint is stored losslessly "
 				   "in its own formats; drop %s", c->model_dir,
-				   what);
+				   c->dsv41 ? "V4.1" : "V4", what);
 	return 0;
 }
 
@@ -2214,13 +2214,15 @@ static int check_all_dsv41(struct conv *c)
 
 	snprintf(path, sizeof(path), "%s/config.json", c->model_dir);
 	c->dsv4 = c->dsv41 = 1;
-	if ((r = st_dsv41_geom_parse(c->config_text, path, &c->g41, c->diag)) ||
+	if ((r = st_dsv41_config_parse(c->config_text, path, &c->v41,
+					 c->diag)) ||
+	    (r = st_dsv41_config_check_store(&c->v41, path, c->diag)) ||
 	    (r = check_opts_dsv4(c)))
 		return r;
-	st_dsv41_geom_expert_config(&c->g41, &c->cfg);
+	st_dsv41_expert_config(&c->v41, &c->cfg);
 	/* the dense checks read the FP8 block from the V4 config */
-	c->v4.fp8_block[0] = c->g41.fp8_block[0];
-	c->v4.fp8_block[1] = c->g41.fp8_block[1];
+	c->v4.fp8_block[0] = c->v41.fp8_block[0];
+	c->v4.fp8_block[1] = c->v41.fp8_block[1];
 	if ((r = plan_layers(c)) ||
 	    (r = st_checkpoint_open(c->model_dir, &c->ck, c->diag)))
 		return r;
@@ -2229,7 +2231,7 @@ static int check_all_dsv41(struct conv *c)
 	if (!c->is_expert || !c->is_attn)
 		return st_diag_set(c->diag, -ENOMEM, "out of memory");
 	if ((r = check_experts_dsv4(c)) ||
-	    (r = es_engram_check(c->ck, &c->g41, c->model_dir, c->is_expert,
+	    (r = es_engram_check(c->ck, &c->v41, c->model_dir, c->is_expert,
 				 &c->engram, c->diag)) ||
 	    (r = check_dense_dsv4(c)))
 		return r;
@@ -2282,7 +2284,7 @@ static int check_all(struct conv *c)
 	snprintf(path, sizeof(path), "%s/config.json", c->model_dir);
 	if ((r = st_read_file(path, &c->config_text, &c->config_len)))
 		return st_diag_set(c->diag, r, "%s: %s", path, strerror(-r));
-	if (st_dsv41_geom_detect(c->config_text))
+	if (st_dsv41_config_detect(c->config_text))
 		return check_all_dsv41(c);
 	if (st_dsv4_config_detect(c->config_text))
 		return check_all_dsv4(c);

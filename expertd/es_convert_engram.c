@@ -110,11 +110,11 @@ static int find(const struct st_checkpoint *ck, const char *name,
 }
 
 int es_engram_check(const struct st_checkpoint *ck,
-		    const struct st_dsv41_geom *g, const char *model_dir,
+		    const struct st_dsv41_config *g, const char *model_dir,
 		    uint8_t *mark, struct es_engram_plan *ret,
 		    struct st_diag *diag)
 {
-	int64_t rows64[ST_DSV41_MAX_ENGRAM];
+	int64_t rows64[ST_DSV41_CONFIG_MAX_ENGRAM];
 	uint64_t next = 1;
 	char path[4200];
 	int r;
@@ -130,17 +130,17 @@ int es_engram_check(const struct st_checkpoint *ck,
 		snprintf(nm, sizeof(nm), "layers.%d.engram.embed.weight",
 			 g->engram_layer[i]);
 		if ((r = find(ck, nm, ST_DTYPE_F8_E4M3, g->engram_rows[i],
-			      g->engram_dim, &ret->weight[i], diag)))
+			      g->engram_head_dim, &ret->weight[i], diag)))
 			return r;
 		snprintf(nm, sizeof(nm), "layers.%d.engram.embed.scale",
 			 g->engram_layer[i]);
 		if ((r = find(ck, nm, ST_DTYPE_F8_E8M0, g->engram_rows[i],
-			      g->engram_dim / ST_ENGRAM_SCALE_BLOCK,
+			      g->engram_head_dim / ST_ENGRAM_SCALE_BLOCK,
 			      &ret->scale[i], diag)))
 			return r;
 		mark[ret->weight[i] - ck->tensors] = 2;
 		mark[ret->scale[i] - ck->tensors] = 2;
-		if ((r = st_engram_layout_init(g->engram_layer[i], g->engram_dim,
+		if ((r = st_engram_layout_init(g->engram_layer[i], g->engram_head_dim,
 					       g->engram_rows[i], next,
 					       &ret->layout[i], diag)))
 			return r;
@@ -164,16 +164,16 @@ int es_engram_check(const struct st_checkpoint *ck,
 				   path);
 	if ((r = st_engram_hash_load_json(path, &ret->hash, diag)))
 		return r;
-	if (st_engram_hash_heads(ret->hash) != g->engram_heads ||
+	if (st_engram_hash_heads(ret->hash) != g->engram_n_heads ||
 	    st_engram_hash_rows_per_pos(ret->hash) !=
-	    (g->engram_max_ngram - 1) * g->engram_heads ||
+	    (g->engram_max_ngram - 1) * g->engram_n_heads ||
 	    st_engram_hash_vocab(ret->hash) != g->vocab_size)
 		return st_diag_set(diag, -ST_E_CONFIG,
 				   "%s: %d heads, %d rows per position, %d token ids; config.json says %d, %d, %d",
 				   path, st_engram_hash_heads(ret->hash),
 				   st_engram_hash_rows_per_pos(ret->hash),
-				   st_engram_hash_vocab(ret->hash), g->engram_heads,
-				   (g->engram_max_ngram - 1) * g->engram_heads,
+				   st_engram_hash_vocab(ret->hash), g->engram_n_heads,
+				   (g->engram_max_ngram - 1) * g->engram_n_heads,
 				   g->vocab_size);
 	return st_engram_hash_check_config(ret->hash, g->n_engram,
 					   g->engram_layer, rows64, diag);

@@ -67,13 +67,30 @@ def config(rows):
             "num_hidden_layers": LAYERS, "num_attention_heads": 1,
             "num_key_value_heads": 1, "head_dim": 64,
             "max_position_embeddings": 65536,
-            "n_routed_experts": EXPERTS, "n_shared_experts": 0,
+            "n_routed_experts": EXPERTS, "n_shared_experts": 1,
             "num_experts_per_tok": TOPK, "moe_intermediate_size": INTER,
             "engram_layer_ids": [1], "engram_num_embeddings": [rows],
             "engram_max_ngram_size": NGRAM, "engram_n_heads": HEADS,
             "engram_head_dim": DIM, "engram_pad_id": 2,
+            "engram_vocab_size": VOCAB,
             "engram_compressed_vocab_size": VOCAB,
             "num_nextn_predict_layers": 0,
+            # the rest of the V4.1 key set (st_config_dsv41 reads every
+            # key, also for the store): window-only layers, so no
+            # attention tensors are implied beyond what tensors() writes
+            "qk_rope_head_dim": 16, "q_lora_rank": 32, "o_groups": 1,
+            "o_lora_rank": 32, "sliding_window": 128,
+            "compress_ratios": [0] * LAYERS, "kv_source_layer_ids": [],
+            "index_source_layer_ids": [], "candidate_topk_blocks": 1,
+            "candidate_block_size": 8, "index_n_heads": 1,
+            "index_head_dim": 32, "index_topk": 8,
+            "scoring_func": "sqrtsoftplus", "gate_temp": 1.0,
+            "norm_topk_prob": True, "routed_scaling_factor": 1.5,
+            "topk_method": "noaux_tc", "swiglu_limit": 10.0, "hc_mult": 4,
+            "hc_sinkhorn_iters": 20, "hc_eps": 1e-6, "rms_norm_eps": 1e-20,
+            "rope_theta": 10000, "compress_rope_theta": 160000,
+            "rope_scaling": {"rope_type": "yarn", "factor": 16,
+                             "original_max_position_embeddings": 65536},
         },
     }
 

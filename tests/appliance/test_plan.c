@@ -132,6 +132,31 @@ static void test_moe_seed(void **state)
 	assert_int_equal(r.rec_hot_experts, 0);
 }
 
+/* CPU only, the expert pool sized to the RAM left (no host budget): the
+ * recommendations keep at least the workload the plan fits (KV budget
+ * >= its KV, max batch x context >= batch x context), never 0. */
+static void test_auto_pool_keeps_workload(void **state)
+{
+	struct st_plan_model m;
+	struct st_plan_opts o;
+	struct st_plan_result r;
+	struct st_diag d;
+
+	(void)state;
+	moe_seed(&m, &o);
+	o.hot_experts = 0;
+	o.ram_bytes = 40000000000ull; /* dense 20 + KV 4 + act 5 GB, + pool */
+	assert_int_equal(st_plan_compute(&m, &o, &r, &d), 0);
+	assert_true(r.fits);
+	assert_true(r.ram_warm > 0 && r.ram_streamed > 0);
+	assert_true(r.rec_kv_budget >= r.kv);
+	assert_true(r.rec_max_tokens >= 4ull * 4096);
+	/* with the pool's size given, the recommendation is what is left */
+	o.host_budget = 5000000000ull;
+	assert_int_equal(st_plan_compute(&m, &o, &r, &d), 0);
+	assert_true(r.rec_kv_budget > r.kv);
+}
+
 static void test_param_errors(void **state)
 {
 	struct st_plan_model m;
@@ -262,6 +287,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_gqa_kv_seed),
 		cmocka_unit_test(test_moe_seed),
+		cmocka_unit_test(test_auto_pool_keeps_workload),
 		cmocka_unit_test(test_param_errors),
 		cmocka_unit_test(test_mla_config),
 		cmocka_unit_test(test_kjv_config),

@@ -43,6 +43,7 @@
 #include <sys/wait.h>
 
 #include "cw_dsv41.h"
+#include "dsv_test_util.h"
 #include "kv_client.h"
 #include "kv_pool.h"
 #include "st_kvfmt_v41.h"
@@ -52,29 +53,11 @@
 
 static int n_fail;
 
-#define CHECK(cond, ...)                                                   \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			if (n_fail++ < 40) {                               \
-				fprintf(stderr, "FAIL %s:%d: ", __FILE__,  \
-					__LINE__);                         \
-				fprintf(stderr, __VA_ARGS__);              \
-				fputc('\n', stderr);                       \
-			}                                                  \
-		}                                                          \
-	} while (0)
-
 #define MAX_CASES 8
 #define CHUNK_MAX 16
 
-struct tcase {
-	const char *name;
-	int n, n_prompt;
-	int32_t *ids;
-	uint64_t *h;    /* XXH3 of the logits of each position (reference) */
-};
-
-static struct tcase cases[MAX_CASES];
+/* cases[i].h: XXH3 of the logits of each position (reference) */
+static struct dsvt_case cases[MAX_CASES];
 static int n_cases, V;
 static float *lbuf; /* [CHUNK_MAX][V] */
 static struct cw_dsv41_model *M;
@@ -129,7 +112,7 @@ static int publish_each; /* run_span publishes after every chunk */
 /* Evaluates positions [from, to) of case c on s in chunks of `chunk`,
  * each position's logits against the reference hashes h (NULL: c->h).
  * Returns 0, or -1 (eval failed or a position differed). */
-static int run_span_h(struct cw_dsv41_state *s, const struct tcase *c,
+static int run_span_h(struct cw_dsv41_state *s, const struct dsvt_case *c,
 		      const uint64_t *h, int from, int to, int chunk,
 		      const char *what)
 {
@@ -160,7 +143,7 @@ static int run_span_h(struct cw_dsv41_state *s, const struct tcase *c,
 	return 0;
 }
 
-static int run_span(struct cw_dsv41_state *s, const struct tcase *c,
+static int run_span(struct cw_dsv41_state *s, const struct dsvt_case *c,
 		    int from, int to, int chunk, const char *what)
 {
 	return run_span_h(s, c, NULL, from, to, chunk, what);
@@ -168,7 +151,7 @@ static int run_span(struct cw_dsv41_state *s, const struct tcase *c,
 
 /* Hashes of every position's logits of case c through the process-local
  * state (chunks of 16) into h. */
-static int reference_case(const struct tcase *c, uint64_t *h)
+static int reference_case(const struct dsvt_case *c, uint64_t *h)
 {
 	struct st_diag d = { { 0 } };
 	struct cw_dsv41_state *s = NULL;
@@ -360,7 +343,7 @@ static void test_ced(void)
 	if (kvd_up(&k, "v41ced", 4, "64MiB", NULL) < 0)
 		goto out;
 	for (int i = n_cases - 2; i < n_cases; i++) {
-		const struct tcase *c = &cases[i];
+		const struct dsvt_case *c = &cases[i];
 		struct st_diag d = { { 0 } };
 		struct cw_dsv41_state *s = NULL;
 		int r = cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d);
@@ -410,7 +393,7 @@ static void test_restart(void)
 	for (int i = n_cases - 2; i < n_cases; i++) {
 		struct st_diag d = { { 0 } };
 		struct cw_dsv41_state *s = NULL;
-		const struct tcase *c = &cases[i];
+		const struct dsvt_case *c = &cases[i];
 		int half = c->n / 2 | 1; /* odd: a ratio-2 group open */
 
 		CHECK(cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) == 0,
@@ -438,7 +421,7 @@ out:
 static void test_spill(void)
 {
 	struct cw_dsv41_state *s[N_SPILL] = { 0 };
-	const struct tcase *c = &cases[n_cases - 1];
+	const struct dsvt_case *c = &cases[n_cases - 1];
 	struct st_diag d = { { 0 } };
 	struct kv_stats st = { 0 };
 	struct kvd k;
@@ -484,7 +467,7 @@ out:
  * first evaluates publish_n ids in chunks, published by prefix mode or,
  * explicit, by cw_dsv41_state_publish after each chunk.  Returns the rows
  * mapped the second time, or -1. */
-static int twice(struct kvd *k, const struct tcase *c, int n, int publish_n,
+static int twice(struct kvd *k, const struct dsvt_case *c, int n, int publish_n,
 		 int chunk, int explicit)
 {
 	struct st_diag d = { { 0 } };
@@ -524,7 +507,7 @@ static void test_prefix(void)
 	if (kvd_up(&k, "v41pc", B, "64MiB", NULL) < 0)
 		goto out;
 	for (int i = 0; i < n_cases; i++) {
-		const struct tcase *c = &cases[i];
+		const struct dsvt_case *c = &cases[i];
 		int want = (int)((uint32_t)c->n_prompt / B * B);
 		int got;
 
@@ -552,7 +535,7 @@ out:
 
 static void test_p10(uint32_t B)
 {
-	const struct tcase *c = &cases[n_cases - 1];
+	const struct dsvt_case *c = &cases[n_cases - 1];
 	const int lens[5] = { (int)B - 1, (int)B, (int)B + 1, 2 * (int)B,
 			      2 * (int)B + 1 };
 	const int want[5] = { 0, 0, (int)B, (int)B, 2 * (int)B };
@@ -580,7 +563,7 @@ out:
 
 static void test_p11(void)
 {
-	const struct tcase *c = &cases[n_cases - 1];
+	const struct dsvt_case *c = &cases[n_cases - 1];
 	struct st_diag d = { { 0 } };
 	struct cw_dsv41_state *s = NULL;
 	struct kv_stats st;
@@ -622,7 +605,7 @@ out:
 
 /* Process-local model's way: prefill n_pre tokens, drop the window,
  * replay the last n_rep, then the rest; hashes into h[n_pre..n). */
-static int local_replay(const struct tcase *c, int n_pre, int n_rep,
+static int local_replay(const struct dsvt_case *c, int n_pre, int n_rep,
 			uint64_t *h)
 {
 	struct st_diag d = { { 0 } };
@@ -657,7 +640,7 @@ static void test_replay(void)
 	if (kvd_up(&k, "v41rp", B, "64MiB", NULL) < 0)
 		goto out;
 	for (int i = 0; i < n_cases; i++) {
-		const struct tcase *c = &cases[i];
+		const struct dsvt_case *c = &cases[i];
 		struct st_diag d = { { 0 } };
 		struct cw_dsv41_state *a = NULL, *b = NULL, *e = NULL;
 		uint64_t *h = calloc((size_t)c->n, sizeof(uint64_t));
@@ -719,11 +702,10 @@ out:
 
 int main(int argc, char **argv)
 {
-	char dir[4096], path[4300];
+	char dir[4096];
 	struct st_diag diag = { { 0 } };
 	const struct st_dsv41_config *c;
-	json_t *refj, *jc;
-	size_t ci;
+	json_t *refj;
 	const char *only = argc > 1 ? argv[1] : "all";
 
 	st_test_fixture_model("tiny-deepseek-v41", dir, sizeof(dir));
@@ -733,44 +715,12 @@ int main(int argc, char **argv)
 	}
 	c = cw_dsv41_config(M);
 	V = c->vocab_size;
-	snprintf(path, sizeof(path), "%s/reference.json", dir);
-	refj = json_load_file(path, 0, NULL);
-	if (!refj || !json_is_array(json_object_get(refj, "cases"))) {
-		fprintf(stderr, "%s: no cases\n", path);
+	refj = dsvt_load_json(dir, "reference.json");
+	/* shortest first: restart, spill, P10, P11 use the last ones */
+	n_cases = dsvt_cases_load(dsvt_cases(refj, "reference.json"),
+				  MAX_CASES, cases);
+	if (n_cases < 0)
 		return 1;
-	}
-	json_array_foreach(json_object_get(refj, "cases"), ci, jc) {
-		const json_t *ji = json_object_get(jc, "ids");
-		const json_t *gc = json_object_get(jc, "greedy_continuation");
-		struct tcase *t = &cases[n_cases];
-		int np = (int)json_array_size(ji), ng = (int)json_array_size(gc);
-
-		if (n_cases == MAX_CASES)
-			break;
-		t->name = json_string_value(json_object_get(jc, "name"));
-		t->n_prompt = np;
-		t->n = np + ng;
-		t->ids = malloc(sizeof(int32_t) * (size_t)t->n);
-		t->h = calloc((size_t)t->n, sizeof(uint64_t));
-		if (!t->ids || !t->h)
-			return 1;
-		for (int i = 0; i < np; i++)
-			t->ids[i] = (int32_t)json_integer_value(
-				json_array_get(ji, (size_t)i));
-		for (int i = 0; i < ng; i++)
-			t->ids[np + i] = (int32_t)json_integer_value(
-				json_array_get(gc, (size_t)i));
-		n_cases++;
-	}
-	/* longest last (restart, spill, P10, P11 use the last ones) */
-	for (int i = 0; i < n_cases; i++)
-		for (int j = i + 1; j < n_cases; j++)
-			if (cases[j].n < cases[i].n) {
-				struct tcase x = cases[i];
-
-				cases[i] = cases[j];
-				cases[j] = x;
-			}
 	lbuf = malloc((size_t)CHUNK_MAX * V * sizeof(float));
 	if (!lbuf || n_cases < 4) {
 		fprintf(stderr, "setup: %d cases\n", n_cases);
@@ -798,14 +748,9 @@ int main(int argc, char **argv)
 		test_p10(4);
 		test_replay();
 	}
-	for (int i = 0; i < n_cases; i++) {
-		free(cases[i].ids);
-		free(cases[i].h);
-	}
+	dsvt_cases_free(cases, n_cases);
 	free(lbuf);
 	json_decref(refj);
 	cw_dsv41_free(M);
-	if (n_fail)
-		fprintf(stderr, "%d failure(s)\n", n_fail);
-	return n_fail ? 1 : 0;
+	return dsvt_finish(n_fail);
 }

@@ -46,43 +46,10 @@
 #include <string.h>
 
 #include "cw_dsv41.h"
+#include "dsv_test_util.h"
 #include "test_util.h"
 
 static int n_fail;
-
-#define CHECK(cond, ...)                                                   \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			if (n_fail++ < 30) {                               \
-				fprintf(stderr, "FAIL %s:%d: ", __FILE__,  \
-					__LINE__);                         \
-				fprintf(stderr, __VA_ARGS__);              \
-				fputc('\n', stderr);                       \
-			}                                                  \
-		}                                                          \
-	} while (0)
-
-static double lse(const float *x, int n)
-{
-	double mx = -INFINITY, s = 0.0;
-
-	for (int i = 0; i < n; i++)
-		if (x[i] > mx)
-			mx = x[i];
-	for (int i = 0; i < n; i++)
-		s += exp((double)x[i] - mx);
-	return mx + log(s);
-}
-
-static int argmax(const float *x, int n)
-{
-	int b = 0;
-
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
-}
 
 /* Per-position errors collected over a run. */
 struct stats {
@@ -103,78 +70,6 @@ static void stats_add(struct stats *st, double dl, double ds)
 		st->max_dlogit = dl;
 	if (ds > st->max_dlse)
 		st->max_dlse = ds;
-}
-
-static int cmp_d(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-
-	return x < y ? -1 : x > y;
-}
-
-static double median(const double *v, int n)
-{
-	double *c = malloc(n * sizeof(double)), m;
-
-	memcpy(c, v, n * sizeof(double));
-	qsort(c, n, sizeof(double), cmp_d);
-	m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
-	free(c);
-	return m;
-}
-
-static double share_within(const double *v, int n, double tol)
-{
-	int k = 0;
-
-	for (int i = 0; i < n; i++)
-		k += v[i] <= tol;
-	return n ? (double)k / n : 0.0;
-}
-
-/* One {top10, lse} record against a logits row: max |dlogit| over the
- * top10 ids, |dlse|. */
-static void dist_err(const json_t *rec, const float *lg, int V, double *dl,
-		     double *ds)
-{
-	const json_t *top = json_object_get(rec, "top10"), *e;
-	size_t i;
-
-	*dl = 0.0;
-	json_array_foreach(top, i, e) {
-		int id = (int)json_integer_value(json_array_get(e, 0));
-		double d = fabs(lg[id] - json_number_value(json_array_get(e, 1)));
-
-		if (!(d <= *dl)) /* NaN sticks */
-			*dl = d;
-	}
-	*ds = fabs(lse(lg, V) - json_number_value(json_object_get(rec, "lse")));
-}
-
-static json_t *load_json(const char *dir, const char *file)
-{
-	char path[4096];
-	json_error_t e;
-	json_t *j;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, file);
-	j = json_load_file(path, 0, &e);
-	if (!j) {
-		fprintf(stderr, "%s: %s\n", path, e.text);
-		exit(1);
-	}
-	return j;
-}
-
-static int32_t *case_ids(const json_t *cs, int *n)
-{
-	const json_t *a = json_object_get(cs, "ids");
-	int32_t *ids = malloc(json_array_size(a) * sizeof(int32_t) + 4);
-
-	*n = (int)json_array_size(a);
-	for (int i = 0; i < *n; i++)
-		ids[i] = (int32_t)json_integer_value(json_array_get(a, i));
-	return ids;
 }
 
 static void must(int r, const struct st_diag *d, const char *what)
@@ -203,7 +98,7 @@ static void run_case(const struct cw_dsv41_model *m, const json_t *cs,
 	struct cw_dsv41_state *s;
 	struct st_diag d = { { 0 } };
 	int n, ns = (int)json_array_size(steps), greedy_ok = 1;
-	int32_t *ids = case_ids(cs, &n);
+	int32_t *ids = dsvt_case_ids(cs, 0, &n, NULL);
 	float *lg = malloc((size_t)n * V * sizeof(float));
 
 	must(cw_dsv41_state_new(m, n + ns + 1, &s), &d, "state");
@@ -213,7 +108,7 @@ static void run_case(const struct cw_dsv41_model *m, const json_t *cs,
 	for (int p = 0; p < n; p++) {
 		double dl, ds;
 
-		dist_err(json_array_get(pp, p), lg + (size_t)p * V, V, &dl, &ds);
+		dsvt_dist_err(json_array_get(pp, p), lg + (size_t)p * V, V, &dl, &ds);
 		stats_add(st, dl, ds);
 		CHECK(!strict || (dl <= tol_l && ds <= tol_s),
 		      "%s prompt pos %d: max|dlogit| %.3g, |dlse| %.3g", name,
@@ -233,7 +128,7 @@ static void run_case(const struct cw_dsv41_model *m, const json_t *cs,
 			     name);
 		}
 		if (i > 0) {
-			dist_err(stp, lg, V, &dl, &ds);
+			dsvt_dist_err(stp, lg, V, &dl, &ds);
 			stats_add(st, dl, ds);
 			CHECK(!strict || (dl <= tol_l && ds <= tol_s),
 			      "%s continuation step %d: max|dlogit| %.3g, |dlse| %.3g",
@@ -241,10 +136,10 @@ static void run_case(const struct cw_dsv41_model *m, const json_t *cs,
 		}
 		if (greedy_ok) {
 			(*g_total)++;
-			*g_same += argmax(row, V) == ref;
-			CHECK(argmax(row, V) == ref,
+			*g_same += dsvt_argmax(row, V) == ref;
+			CHECK(dsvt_argmax(row, V) == ref,
 			      "%s step %d: greedy token %d, reference %d", name,
-			      i, argmax(row, V), ref);
+			      i, dsvt_argmax(row, V), ref);
 			if (json_number_value(json_object_get(stp, "top1_minus_top2")) <
 			    gap_rule)
 				greedy_ok = 0;
@@ -257,9 +152,9 @@ static void run_case(const struct cw_dsv41_model *m, const json_t *cs,
 
 static void report(const char *what, struct stats *st)
 {
-	double ml = median(st->dlogit, st->n), ms = median(st->dlse, st->n);
-	double wl = share_within(st->dlogit, st->n, 0.1);
-	double ws = share_within(st->dlse, st->n, 0.1);
+	double ml = dsvt_median(st->dlogit, st->n), ms = dsvt_median(st->dlse, st->n);
+	double wl = dsvt_share_within(st->dlogit, st->n, 0.1);
+	double ws = dsvt_share_within(st->dlse, st->n, 0.1);
 
 	printf("%s: %d positions; max|dlogit| max %.3g median %.3g, within 0.1: %.1f %%; |dlse| max %.3g median %.3g, within 0.1: %.1f %%\n",
 	       what, st->n, st->max_dlogit, ml, 100 * wl, st->max_dlse, ms,
@@ -399,7 +294,7 @@ static void check_debug(const struct st_dsv41_config *c, const json_t *dj,
 static int mode_reference(struct cw_dsv41_model *m, const char *dir, int qat)
 {
 	const struct st_dsv41_config *c = cw_dsv41_config(m);
-	json_t *ref = load_json(dir, qat ? "reference.json" : "reference_noqat.json");
+	json_t *ref = dsvt_load_json(dir, qat ? "reference.json" : "reference_noqat.json");
 	const json_t *cases = json_object_get(ref, "cases"), *cs;
 	struct stats st = { 0 };
 	int g_same = 0, g_total = 0;
@@ -446,13 +341,13 @@ static int mode_reference(struct cw_dsv41_model *m, const char *dir, int qat)
 	printf("greedy tokens: %d / %d equal (compared up to the first step with top1-top2 < %g)\n",
 	       g_same, g_total, qat ? 0.1 : 1e-3);
 	if (qat) {
-		CHECK(median(st.dlogit, st.n) <= 1e-3, "median max|dlogit| %.3g > 1e-3",
-		      median(st.dlogit, st.n));
-		CHECK(share_within(st.dlogit, st.n, 0.1) >= 0.9,
+		CHECK(dsvt_median(st.dlogit, st.n) <= 1e-3, "median max|dlogit| %.3g > 1e-3",
+		      dsvt_median(st.dlogit, st.n));
+		CHECK(dsvt_share_within(st.dlogit, st.n, 0.1) >= 0.9,
 		      "fewer than 90 %% of positions within 0.1");
-		CHECK(median(st.dlse, st.n) <= 1e-3, "median |dlse| %.3g > 1e-3",
-		      median(st.dlse, st.n));
-		CHECK(share_within(st.dlse, st.n, 0.1) >= 0.9,
+		CHECK(dsvt_median(st.dlse, st.n) <= 1e-3, "median |dlse| %.3g > 1e-3",
+		      dsvt_median(st.dlse, st.n));
+		CHECK(dsvt_share_within(st.dlse, st.n, 0.1) >= 0.9,
 		      "fewer than 90 %% of lse within 0.1");
 	}
 	free(st.dlogit);
@@ -513,10 +408,10 @@ static int mode_chunked(struct cw_dsv41_model *m, const char *dir)
 		{ c90, 2, "prefill 90 + decode" },
 	};
 	const int V = cw_dsv41_config(m)->vocab_size;
-	json_t *ref = load_json(dir, "reference.json");
+	json_t *ref = dsvt_load_json(dir, "reference.json");
 	const json_t *cs = longest_case(ref);
 	int n;
-	int32_t *ids = case_ids(cs, &n);
+	int32_t *ids = dsvt_case_ids(cs, 0, &n, NULL);
 	float *full = malloc((size_t)n * V * sizeof(float));
 	float *lg = malloc((size_t)n * V * sizeof(float));
 	int full_n = n;
@@ -588,14 +483,14 @@ static double max_abs_diff(const float *a, const float *b, size_t n,
 static int mode_ced(struct cw_dsv41_model *m, const char *dir)
 {
 	const int V = cw_dsv41_config(m)->vocab_size, NC = 8;
-	json_t *ref = load_json(dir, "reference.json");
+	json_t *ref = dsvt_load_json(dir, "reference.json");
 	const json_t *cases = json_object_get(ref, "cases"), *cs;
 	size_t ci;
 
 	json_array_foreach(cases, ci, cs) {
 		const char *name = json_string_value(json_object_get(cs, "name"));
 		int n, chunks[] = { 1 << 20, 40 };
-		int32_t *ids = case_ids(cs, &n), cont[NC];
+		int32_t *ids = dsvt_case_ids(cs, 0, &n, NULL), cont[NC];
 		float *a = malloc((size_t)(NC + 1) * V * sizeof(float));
 		float *b = malloc((size_t)(NC + 1) * V * sizeof(float));
 		size_t nd;
@@ -686,13 +581,13 @@ static int mode_replay(struct cw_dsv41_model *m, const char *dir)
 {
 	const struct st_dsv41_config *c = cw_dsv41_config(m);
 	const int V = c->vocab_size, NC = 8, W = c->sliding_window;
-	json_t *ref = load_json(dir, "reference.json");
+	json_t *ref = dsvt_load_json(dir, "reference.json");
 	const json_t *cases = json_object_get(ref, "cases"), *cs;
 	size_t ci;
 
 	json_array_foreach(cases, ci, cs) {
 		int n;
-		int32_t *ids = case_ids(cs, &n), cont[NC];
+		int32_t *ids = dsvt_case_ids(cs, 0, &n, NULL), cont[NC];
 		float *full = malloc((size_t)(NC + 1) * V * sizeof(float));
 		double d_all, d_win, d_2win, d_none;
 
@@ -763,14 +658,14 @@ static int mode_provider(struct cw_dsv41_model *m, const char *dir)
 	const struct st_dsv41_config *c = cw_dsv41_config(m);
 	const int V = c->vocab_size;
 	const int rpp = (c->engram_max_ngram - 1) * c->engram_n_heads;
-	json_t *ref = load_json(dir, "reference.json");
+	json_t *ref = dsvt_load_json(dir, "reference.json");
 	const json_t *cs = longest_case(ref);
 	struct counting cnt = { .m = m };
 	struct cw_dsv41_engram_provider prov = { counting_rows, &cnt };
 	struct cw_dsv41_state *s;
 	struct st_diag d = { { 0 } };
 	int n;
-	int32_t *ids = case_ids(cs, &n);
+	int32_t *ids = dsvt_case_ids(cs, 0, &n, NULL);
 	float *a = malloc((size_t)n * V * sizeof(float));
 	float *b = malloc((size_t)n * V * sizeof(float));
 	size_t nd;

@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "cw_dsv41.h"
+#include "dsv_test_util.h"
 #include "es_client.h"
 #include "es_convert.h"
 #include "st_util.h"
@@ -32,18 +33,6 @@
 #include "test_util.h"
 
 static int n_fail;
-
-#define CHECK(cond, ...)                                                   \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			if (n_fail++ < 30) {                               \
-				fprintf(stderr, "FAIL %s:%d: ", __FILE__,  \
-					__LINE__);                         \
-				fprintf(stderr, __VA_ARGS__);              \
-				fputc('\n', stderr);                       \
-			}                                                  \
-		}                                                          \
-	} while (0)
 
 #define CHUNK 16
 #define ENGRAM_CACHE "49000" /* 500 rows of 66 + 32 bytes: < 1524 rows */
@@ -67,17 +56,17 @@ static long compare_cases(const struct cw_dsv41_model *ref,
 	}
 	json_array_foreach(cases, ci, cs) {
 		const char *name = json_string_value(json_object_get(cs, "name"));
-		const json_t *jids = json_object_get(cs, "ids");
-		const json_t *gc = json_object_get(cs, "greedy_continuation");
-		int n = (int)json_array_size(jids), ng = (int)json_array_size(gc);
-		int32_t ids[n + ng];
+		int n, ng;
+		/* the prompt, then the greedy continuation */
+		int32_t *ids = dsvt_case_ids(cs, 1, &ng, &n);
 		struct cw_dsv41_state *sa = NULL, *sb = NULL;
 		int diff_pos = -1;
 
-		for (int i = 0; i < n; i++)
-			ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
-		for (int i = 0; i < ng; i++)
-			ids[n + i] = (int32_t)json_integer_value(json_array_get(gc, i));
+		if (!ids) {
+			CHECK(0, "out of memory");
+			break;
+		}
+		ng -= n;
 		CHECK(cw_dsv41_state_new(ref, n + ng, &sa) == 0 &&
 		      cw_dsv41_state_new(sm, n + ng, &sb) == 0, "state");
 		for (int p = 0; sa && sb && p < n + ng; p += CHUNK) {
@@ -99,6 +88,7 @@ static long compare_cases(const struct cw_dsv41_model *ref,
 		      diff_pos);
 		cw_dsv41_state_free(sa);
 		cw_dsv41_state_free(sb);
+		free(ids);
 	}
 out:
 	free(a);
@@ -195,7 +185,7 @@ out:
 
 int main(void)
 {
-	char dir[4096], tmp[4096], store[4200], path[4300];
+	char dir[4096], tmp[4096], store[4200];
 	struct st_diag diag = { { 0 } };
 	struct es_convert_opts o;
 	struct cw_dsv41_model *ref = NULL;
@@ -213,12 +203,8 @@ int main(void)
 		fprintf(stderr, "cw_dsv41_load: %s\n", diag.msg);
 		return 1;
 	}
-	snprintf(path, sizeof(path), "%s/reference.json", dir);
-	refj = json_load_file(path, 0, NULL);
-	if (!refj || !json_is_array(json_object_get(refj, "cases"))) {
-		fprintf(stderr, "%s: no cases\n", path);
-		return 1;
-	}
+	refj = dsvt_load_json(dir, "reference.json");
+	dsvt_cases(refj, "reference.json");
 	/* a V4.1 store without expertd is refused with a clear message */
 	{
 		struct cw_dsv41_model *x = NULL;
@@ -249,7 +235,5 @@ int main(void)
 	json_decref(refj);
 	cw_dsv41_free(ref);
 	st_rm_rf(tmp);
-	if (n_fail)
-		fprintf(stderr, "%d failure(s)\n", n_fail);
-	return n_fail ? 1 : 0;
+	return dsvt_finish(n_fail);
 }

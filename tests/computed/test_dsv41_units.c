@@ -30,6 +30,7 @@
 
 #include "cw_dsv4.h"
 #include "cw_dsv41.h"
+#include "dsv_test_util.h"
 #include "kv_pool.h"
 #include "st_config_dsv41.h"
 #include "st_formats.h"
@@ -250,12 +251,6 @@ static void test_select(void **state)
 	assert_int_equal(cw_dsv41_select(sc, 0, 3, sel), 0);
 }
 
-static float prand(unsigned *st)
-{
-	*st = *st * 1103515245u + 12345u;
-	return (float)((*st >> 8) & 0xffff) / 32768.0f - 1.0f;
-}
-
 /* The site's mixes are V4's (cw_dsv4_hc_pre) and its input is the lagged
  * pre's collapse, computed here directly; with a one-hot lag (before
  * layer 0) it is stream 0 itself. */
@@ -271,11 +266,11 @@ static void test_hc_site_lag(void **state)
 
 	(void)state;
 	for (int i = 0; i < n * D; i++)
-		X[i] = prand(&st);
+		X[i] = dsvt_prand(&st);
 	for (int i = 0; i < NMU * n * D; i++)
-		fn[i] = 0.3f * prand(&st);
+		fn[i] = 0.3f * dsvt_prand(&st);
 	for (int i = 0; i < NMU; i++)
-		base[i] = prand(&st);
+		base[i] = dsvt_prand(&st);
 	cw_dsv41_hc_site(X, n, D, lag, fn, base, scale, 20, 1e-6, 1e-20, u,
 			 pre, post, comb);
 	cw_dsv4_hc_pre(X, n, D, fn, base, scale, 20, 1e-6, 1e-20, pre4, post4,
@@ -327,22 +322,9 @@ static void test_engram_gate(void **state)
 	}
 }
 
-/* The fixture's config.json text, or exits 77 without ../shared. */
-static char *fixture_config(void)
-{
-	char dir[4096], path[4200], *buf = NULL;
-	size_t len;
-
-	st_test_fixture_model("tiny-deepseek-v41", dir, sizeof(dir));
-	snprintf(path, sizeof(path), "%s/config.json", dir);
-	if (st_read_file(path, &buf, &len) < 0)
-		fail_msg("cannot read %s", path);
-	return buf;
-}
-
 static void test_config_fixture(void **state)
 {
-	char *txt = fixture_config();
+	char *txt = dsvt_fixture_config("tiny-deepseek-v41");
 	struct st_dsv41_config c;
 	struct st_diag d = { { 0 } };
 
@@ -498,7 +480,7 @@ static void test_config_refusals(void **state)
 		{ 1, "scoring_func", "\"softmax\"", -ST_E_UNSUPPORTED, "scoring_func" },
 		{ 0, "quantization_config", "{\"weight_block_size\": [32]}", -ST_E_CONFIG, "weight_block_size" },
 	};
-	char *txt = fixture_config();
+	char *txt = dsvt_fixture_config("tiny-deepseek-v41");
 
 	(void)state;
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
@@ -519,7 +501,7 @@ static void test_config_refusals(void **state)
 static void try_load(const char *fx, const char *key, const char *val,
 		     int code, const char *msg)
 {
-	char tmp[4096], p[4300], q[4300], *txt = fixture_config();
+	char tmp[4096], p[4300], q[4300], *txt = dsvt_fixture_config("tiny-deepseek-v41");
 	json_t *root = json_loads(txt, 0, NULL);
 	struct cw_dsv41_model *m = NULL;
 	struct st_diag d = { { 0 } };

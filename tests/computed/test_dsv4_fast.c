@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "cw_dsv4.h"
+#include "dsv_test_util.h"
 #include "es_client.h"
 #include "es_convert.h"
 #include "st_util.h"
@@ -50,18 +51,6 @@
 #include "test_util.h"
 
 static int n_fail;
-
-#define CHECK(cond, ...)                                                   \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			if (n_fail++ < 30) {                               \
-				fprintf(stderr, "FAIL %s:%d: ", __FILE__,  \
-					__LINE__);                         \
-				fprintf(stderr, __VA_ARGS__);              \
-				fputc('\n', stderr);                       \
-			}                                                  \
-		}                                                          \
-	} while (0)
 
 #define CHUNK 16
 #define MAX_POS 4096
@@ -74,32 +63,10 @@ struct cmp {
 	double *rel;        /* max|d| / std(ref) per position */
 };
 
-static double lse(const float *x, int n)
-{
-	double mx = -INFINITY, s = 0.0;
-
-	for (int i = 0; i < n; i++)
-		if (x[i] > mx)
-			mx = x[i];
-	for (int i = 0; i < n; i++)
-		s += exp((double)x[i] - mx);
-	return mx + log(s);
-}
-
-static int argmax(const float *x, int n)
-{
-	int b = 0;
-
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
-}
-
 static void compare_pos(struct cmp *c, const float *a, const float *b, int V)
 {
 	double mean = 0.0, var = 0.0, md = 0.0;
-	int ta = argmax(a, V);
+	int ta = dsvt_argmax(a, V);
 
 	for (int i = 0; i < V; i++)
 		mean += a[i];
@@ -116,10 +83,10 @@ static void compare_pos(struct cmp *c, const float *a, const float *b, int V)
 		c->worst_rel = md / sqrt(var);
 	if (c->n_pos < MAX_POS)
 		c->rel[c->n_pos] = md / sqrt(var);
-	c->top1_same += ta == argmax(b, V);
+	c->top1_same += ta == dsvt_argmax(b, V);
 	c->identical += !memcmp(a, b, (size_t)V * sizeof(float));
 	if (c->n_pos < MAX_POS)
-		c->dlp[c->n_pos] = fabs((a[ta] - lse(a, V)) - (b[ta] - lse(b, V)));
+		c->dlp[c->n_pos] = fabs((a[ta] - dsvt_lse(a, V)) - (b[ta] - dsvt_lse(b, V)));
 	c->n_pos++;
 }
 
@@ -168,8 +135,7 @@ static void run_all(const struct cw_dsv4_model *ref,
 		    const struct cw_dsv4_model *fm, const char *dir, int gen,
 		    struct cmp *c, struct cw_dsv4_run_stats *rs)
 {
-	char path[4300];
-	json_t *refj, *cases, *cs;
+	json_t *refj, *cs;
 	size_t ci;
 
 	if (gen) {
@@ -182,31 +148,18 @@ static void run_all(const struct cw_dsv4_model *ref,
 		run_seq(ref, fm, ids, 96, c, rs);
 		return;
 	}
-	snprintf(path, sizeof(path), "%s/reference.json", dir);
-	refj = json_load_file(path, 0, NULL);
-	cases = refj ? json_object_get(refj, "cases") : NULL;
-	CHECK(json_is_array(cases), "%s: no cases", path);
-	json_array_foreach(cases, ci, cs) {
-		const json_t *jids = json_object_get(cs, "ids");
-		const json_t *gc = json_object_get(cs, "greedy_continuation");
-		int n = (int)json_array_size(jids);
-		int ng = (int)json_array_size(gc);
-		int32_t ids[n + ng];
+	refj = dsvt_load_json(dir, "reference.json");
+	json_array_foreach(dsvt_cases(refj, "reference.json"), ci, cs) {
+		int n;
+		/* the prompt, then the greedy continuation */
+		int32_t *ids = dsvt_case_ids(cs, 1, &n, NULL);
 
-		for (int i = 0; i < n; i++)
-			ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
-		for (int i = 0; i < ng; i++)
-			ids[n + i] = (int32_t)json_integer_value(json_array_get(gc, i));
-		run_seq(ref, fm, ids, n + ng, c, rs);
+		CHECK(ids != NULL, "out of memory");
+		if (ids)
+			run_seq(ref, fm, ids, n, c, rs);
+		free(ids);
 	}
 	json_decref(refj);
-}
-
-static int cmp_d(const void *x, const void *y)
-{
-	double a = *(const double *)x, b = *(const double *)y;
-
-	return a < b ? -1 : a > b;
 }
 
 int main(int argc, char **argv)
@@ -286,8 +239,8 @@ int main(int argc, char **argv)
 		run_all(ref, fm, dir, argc > 1, &c, &rs);
 		es_client_tier_stats(es, &ts1);
 		m = c.n_pos < MAX_POS ? c.n_pos : MAX_POS;
-		qsort(c.dlp, m, sizeof(double), cmp_d);
-		qsort(c.rel, m, sizeof(double), cmp_d);
+		qsort(c.dlp, m, sizeof(double), dsvt_cmp_double);
+		qsort(c.rel, m, sizeof(double), dsvt_cmp_double);
 		med = m ? c.dlp[m / 2] : INFINITY;
 		p90 = m ? c.rel[m * 9 / 10] : INFINITY;
 		printf("%s vs reference over %ld positions: top-1 %.4f, median "
@@ -390,7 +343,5 @@ out:
 	st_rm_rf(tmp);
 	free(c.dlp);
 	free(c.rel);
-	if (n_fail)
-		fprintf(stderr, "%d failure(s)\n", n_fail);
-	return n_fail ? 1 : 0;
+	return dsvt_finish(n_fail);
 }

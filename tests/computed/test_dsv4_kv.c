@@ -41,6 +41,7 @@
 #include <sys/wait.h>
 
 #include "cw_dsv4.h"
+#include "dsv_test_util.h"
 #include "es_client.h"
 #include "es_convert.h"
 #include "kv_client.h"
@@ -52,29 +53,11 @@
 
 static int n_fail;
 
-#define CHECK(cond, ...)                                                   \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			if (n_fail++ < 40) {                               \
-				fprintf(stderr, "FAIL %s:%d: ", __FILE__,  \
-					__LINE__);                         \
-				fprintf(stderr, __VA_ARGS__);              \
-				fputc('\n', stderr);                       \
-			}                                                  \
-		}                                                          \
-	} while (0)
-
 #define MAX_CASES 8
 #define CHUNK_MAX 16
 
-struct tcase {
-	const char *name;
-	int n, n_prompt;
-	int32_t *ids;
-	uint64_t *h;    /* XXH3 of the logits of each position (reference) */
-};
-
-static struct tcase cases[MAX_CASES];
+/* cases[i].h: XXH3 of the logits of each position (reference) */
+static struct dsvt_case cases[MAX_CASES];
 static int n_cases, V;
 static float *lbuf; /* [CHUNK_MAX][V] */
 static const struct cw_dsv4_model *M;
@@ -129,7 +112,7 @@ static void kvd_down(struct kvd *k)
  * Returns 0, or -1 (eval failed or a position differed). */
 static int publish_each;  /* run_span publishes after every chunk */
 
-static int run_span(struct cw_dsv4_state *s, const struct tcase *c, int from,
+static int run_span(struct cw_dsv4_state *s, const struct dsvt_case *c, int from,
 		    int to, int chunk, const char *what)
 {
 	struct st_diag d = { { 0 } };
@@ -165,7 +148,7 @@ static void reference(void)
 	struct st_diag d = { { 0 } };
 
 	for (int i = 0; i < n_cases; i++) {
-		struct tcase *c = &cases[i];
+		struct dsvt_case *c = &cases[i];
 		struct cw_dsv4_state *s = NULL;
 
 		if (cw_dsv4_state_new(M, c->n, &s) < 0) {
@@ -282,7 +265,7 @@ static void test_restart(void)
 	for (int i = n_cases - 2; i < n_cases; i++) {
 		struct st_diag d = { { 0 } };
 		struct cw_dsv4_state *s = NULL;
-		const struct tcase *c = &cases[i];
+		const struct dsvt_case *c = &cases[i];
 		int half = c->n / 2 + 1; /* not on a page boundary */
 
 		CHECK(cw_dsv4_state_new_kv(M, k.kv, NULL, 0, &s, &d) == 0,
@@ -313,7 +296,7 @@ out:
 static void test_spill(void)
 {
 	struct cw_dsv4_state *s[N_SPILL] = { 0 };
-	const struct tcase *c = &cases[n_cases - 1];
+	const struct dsvt_case *c = &cases[n_cases - 1];
 	struct st_diag d = { { 0 } };
 	struct kv_stats st = { 0 };
 	struct kvd k;
@@ -364,7 +347,7 @@ out:
  * prefix mode (cw_dsv4_state_new_kv with the prompt) or, explicit, by
  * cw_dsv4_state_publish after each chunk of a state made without one.
  * Returns the rows mapped the second time, or -1. */
-static int twice(struct kvd *k, const struct tcase *c, int n, int publish_n,
+static int twice(struct kvd *k, const struct dsvt_case *c, int n, int publish_n,
 		 int chunk, int explicit)
 {
 	struct st_diag d = { { 0 } };
@@ -404,7 +387,7 @@ static void test_prefix(void)
 	if (kvd_up(&k, "v4pc", B, "64MiB", NULL) < 0)
 		goto out;
 	for (int i = 0; i < n_cases; i++) {
-		const struct tcase *c = &cases[i];
+		const struct dsvt_case *c = &cases[i];
 		int want = (int)((uint32_t)c->n_prompt / B * B);
 		int got;
 
@@ -433,7 +416,7 @@ out:
 
 static void test_p10(uint32_t B)
 {
-	const struct tcase *c = &cases[n_cases - 1]; /* the longest */
+	const struct dsvt_case *c = &cases[n_cases - 1]; /* the longest */
 	const int lens[5] = { (int)B - 1, (int)B, (int)B + 1, 2 * (int)B,
 			      2 * (int)B + 1 };
 	const int want[5] = { 0, 0, (int)B, (int)B, 2 * (int)B };
@@ -464,7 +447,7 @@ out:
  * later sequence with that prompt maps nothing. */
 static void test_publish_guard(void)
 {
-	const struct tcase *c = &cases[n_cases - 1], *o = &cases[n_cases - 2];
+	const struct dsvt_case *c = &cases[n_cases - 1], *o = &cases[n_cases - 2];
 	struct st_diag d = { { 0 } };
 	struct cw_dsv4_state *a = NULL, *b = NULL;
 	struct kv_stats st;
@@ -493,7 +476,7 @@ out:
 
 static void test_p11(void)
 {
-	const struct tcase *c = &cases[n_cases - 1];
+	const struct dsvt_case *c = &cases[n_cases - 1];
 	struct st_diag d = { { 0 } };
 	struct cw_dsv4_state *s = NULL;
 	struct kv_stats st;
@@ -579,7 +562,7 @@ static void test_store(const char *model_dir)
 
 		M = sm;
 		for (int i = 2; i <= 3 && i < n_cases; i++) {
-			const struct tcase *c = &cases[i];
+			const struct dsvt_case *c = &cases[i];
 			int got = twice(&k, c, c->n, c->n_prompt, 9, 0);
 
 			CHECK(got == c->n_prompt / 8 * 8, "store %s: %d rows "
@@ -643,12 +626,11 @@ static void test_declaration(const struct st_dsv4_config *c)
 
 int main(void)
 {
-	char dir[4096], path[4300];
+	char dir[4096];
 	struct st_diag diag = { { 0 } };
 	struct cw_dsv4_model *m = NULL;
 	const struct st_dsv4_config *c;
-	json_t *refj, *jc;
-	size_t ci;
+	json_t *refj;
 
 	st_test_fixture_model("tiny-deepseek-v4", dir, sizeof(dir));
 	if (cw_dsv4_load(dir, &m, &diag)) {
@@ -658,44 +640,12 @@ int main(void)
 	M = m;
 	c = cw_dsv4_config(m);
 	V = c->vocab_size;
-	snprintf(path, sizeof(path), "%s/reference.json", dir);
-	refj = json_load_file(path, 0, NULL);
-	if (!refj || !json_is_array(json_object_get(refj, "cases"))) {
-		fprintf(stderr, "%s: no cases\n", path);
+	refj = dsvt_load_json(dir, "reference.json");
+	/* shortest first: restart, spill, P10, P11 use the last ones */
+	n_cases = dsvt_cases_load(dsvt_cases(refj, "reference.json"),
+				  MAX_CASES, cases);
+	if (n_cases < 0)
 		return 1;
-	}
-	json_array_foreach(json_object_get(refj, "cases"), ci, jc) {
-		const json_t *ji = json_object_get(jc, "ids");
-		const json_t *gc = json_object_get(jc, "greedy_continuation");
-		struct tcase *t = &cases[n_cases];
-		int np = (int)json_array_size(ji), ng = (int)json_array_size(gc);
-
-		if (n_cases == MAX_CASES)
-			break;
-		t->name = json_string_value(json_object_get(jc, "name"));
-		t->n_prompt = np;
-		t->n = np + ng;
-		t->ids = malloc(sizeof(int32_t) * (size_t)t->n);
-		t->h = calloc((size_t)t->n, sizeof(uint64_t));
-		if (!t->ids || !t->h)
-			return 1;
-		for (int i = 0; i < np; i++)
-			t->ids[i] = (int32_t)json_integer_value(
-				json_array_get(ji, (size_t)i));
-		for (int i = 0; i < ng; i++)
-			t->ids[np + i] = (int32_t)json_integer_value(
-				json_array_get(gc, (size_t)i));
-		n_cases++;
-	}
-	/* longest last (restart, P10, P11 use the last ones) */
-	for (int i = 0; i < n_cases; i++)
-		for (int j = i + 1; j < n_cases; j++)
-			if (cases[j].n < cases[i].n) {
-				struct tcase x = cases[i];
-
-				cases[i] = cases[j];
-				cases[j] = x;
-			}
 	lbuf = malloc((size_t)CHUNK_MAX * V * sizeof(float));
 	if (!lbuf || n_cases < 3) {
 		fprintf(stderr, "setup: %d cases\n", n_cases);
@@ -716,14 +666,9 @@ int main(void)
 	test_p10(8);
 	test_p10(16);
 	test_store(dir);
-	for (int i = 0; i < n_cases; i++) {
-		free(cases[i].ids);
-		free(cases[i].h);
-	}
+	dsvt_cases_free(cases, n_cases);
 	free(lbuf);
 	json_decref(refj);
 	cw_dsv4_free(m);
-	if (n_fail)
-		fprintf(stderr, "%d failure(s)\n", n_fail);
-	return n_fail ? 1 : 0;
+	return dsvt_finish(n_fail);
 }

@@ -13,22 +13,13 @@
 #include <string.h>
 
 #include "cw_dsv4.h"
+#include "dsv_test_util.h"
 #include "st_safetensors.h"
 #include "st_util.h"
 #include "test_util.h"
 
 static int n_fail;
 static char tmp[4096];
-
-#define CHECK(cond, ...)                                                   \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			n_fail++;                                          \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);\
-			fprintf(stderr, __VA_ARGS__);                      \
-			fputc('\n', stderr);                               \
-		}                                                          \
-	} while (0)
 
 static void write_or_die(const char *name, const void *buf, size_t len)
 {
@@ -190,5 +181,5 @@ int main(void)
 	snprintf(path, sizeof(path), "rm -rf '%s'", tmp);
 	if (system(path) != 0)
 		fprintf(stderr, "could not remove %s\n", tmp);
-	return n_fail ? 1 : 0;
+	return dsvt_finish(n_fail);
 }

@@ -32,22 +32,13 @@
 
 #include "cw_dsv4.h"
 #include "cw_dsv4_plan.h"
+#include "dsv_test_util.h"
 #include "es_convert.h"
 #include "st_store.h"
 #include "st_util.h"
 #include "test_util.h"
 
 static int n_fail;
-
-#define CHECK(cond, ...)                                                   \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			n_fail++;                                          \
-			fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-			fprintf(stderr, __VA_ARGS__);                      \
-			fputc('\n', stderr);                               \
-		}                                                          \
-	} while (0)
 
 #define EQ(got, want)                                                      \
 	CHECK((uint64_t)(got) == (uint64_t)(want), "%s = %llu, expected %llu", \
@@ -253,7 +244,5 @@ int main(void)
 	test_v4_flash();
 	test_v41_flash();
 	test_fixture_store();
-	if (n_fail)
-		fprintf(stderr, "%d failure(s)\n", n_fail);
-	return n_fail ? 1 : 0;
+	return dsvt_finish(n_fail);
 }

@@ -32,23 +32,12 @@
 #include <string.h>
 
 #include "cw_dsv4.h"
+#include "dsv_test_util.h"
 #include "st_safetensors.h"
 #include "st_util.h"
 #include "test_util.h"
 
 static int n_fail;
-
-#define CHECK(cond, ...)                                                   \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			if (n_fail++ < 30) {                               \
-				fprintf(stderr, "FAIL %s:%d: ", __FILE__,  \
-					__LINE__);                         \
-				fprintf(stderr, __VA_ARGS__);              \
-				fputc('\n', stderr);                       \
-			}                                                  \
-		}                                                          \
-	} while (0)
 
 static double tol_logit, tol_lse, max_dlogit, max_dlse;
 /* argv[1] "qat": the official round trips on; the fixture's values are
@@ -57,34 +46,12 @@ static double tol_logit, tol_lse, max_dlogit, max_dlse;
 static int qat_mode;
 static int greedy_same, greedy_total;
 
-static double lse(const float *x, int n)
-{
-	double mx = -INFINITY, s = 0.0;
-
-	for (int i = 0; i < n; i++)
-		if (x[i] > mx)
-			mx = x[i];
-	for (int i = 0; i < n; i++)
-		s += exp((double)x[i] - mx);
-	return mx + log(s);
-}
-
-static int argmax(const float *x, int n)
-{
-	int b = 0;
-
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
-}
-
 /* One {top10, lse} record against a logits row. */
 static void check_dist(const json_t *rec, const float *lg, int V,
 		       const char *name, const char *what, int pos)
 {
 	const json_t *top = json_object_get(rec, "top10"), *e;
-	double d, l = lse(lg, V);
+	double d, l = dsvt_lse(lg, V);
 	size_t i;
 
 	json_array_foreach(top, i, e) {
@@ -235,23 +202,12 @@ static int prefill_chunked(struct cw_dsv4_model *m, const int32_t *ids,
 	return r;
 }
 
-static double max_diff(const float *a, const float *b, int n)
-{
-	double d = 0.0;
-
-	for (int i = 0; i < n; i++)
-		if (fabs(a[i] - b[i]) > d)
-			d = fabs(a[i] - b[i]);
-	return d;
-}
-
 int main(int argc, char **argv)
 {
 	char dir[4096], path[4200];
 	struct cw_dsv4_model *m = NULL;
 	struct st_diag diag = { 0 };
 	const struct st_dsv4_config *c;
-	json_error_t jerr;
 	json_t *ref, *cases, *cs, *dbg;
 	char *lbuf = NULL;
 	size_t llen, ci;
@@ -273,12 +229,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cannot set QAT\n");
 		return 1;
 	}
-	snprintf(path, sizeof(path), "%s/reference.json", dir);
-	ref = json_load_file(path, 0, &jerr);
-	if (!ref) {
-		fprintf(stderr, "%s: %s\n", path, jerr.text);
-		return 1;
-	}
+	ref = dsvt_load_json(dir, "reference.json");
 	tol_logit = json_number_value(json_object_get(
 		json_object_get(ref, "tolerance_suggested"), "logit_abs"));
 	tol_lse = json_number_value(json_object_get(
@@ -291,16 +242,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: cannot read (%s)\n", path, diag.msg);
 		return 1;
 	}
-	cases = json_object_get(ref, "cases");
+	cases = (json_t *)dsvt_cases(ref, "reference.json");
 	dbg = json_object_get(ref, "debug");
 	json_array_foreach(cases, ci, cs) {
 		const char *name = json_string_value(json_object_get(cs, "name"));
-		const json_t *jids = json_object_get(cs, "ids");
 		const json_t *pp = json_object_get(cs, "prompt_positions");
 		const json_t *gc = json_object_get(cs, "greedy_continuation");
 		const json_t *steps = json_object_get(cs, "continuation_steps");
-		int n = (int)json_array_size(jids), ng = (int)json_array_size(gc);
-		int32_t ids[n + ng];
+		int n, ng;
+		int32_t *ids = dsvt_case_ids(cs, 1, &ng, &n);
 		float *lg = malloc((size_t)n * V * sizeof(float));
 		float *one = malloc((size_t)V * sizeof(float));
 		float *alt = malloc((size_t)V * sizeof(float));
@@ -311,10 +261,9 @@ int main(int argc, char **argv)
 					     json_object_get(dbg, "prompt"))) == 0;
 		double dl;
 
-		if (!lg || !one || !alt)
+		if (!lg || !one || !alt || !ids)
 			return 1;
-		for (int i = 0; i < n; i++)
-			ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
+		ng -= n; /* ids: the prompt, then the greedy continuation */
 		CHECK(cw_dsv4_state_new(m, n + ng, &s) == 0, "state");
 		if (is_dbg) {
 			d.max_tokens = n;
@@ -339,7 +288,8 @@ int main(int argc, char **argv)
 		      "%s: no F32 [%d] last-logits tensor", name, V);
 		if (t) {
 			memcpy(alt, lbuf + t->file_offset, (size_t)V * 4);
-			dl = max_diff(alt, lg + (size_t)(n - 1) * V, V);
+			dl = dsvt_max_abs_diff(alt, lg + (size_t)(n - 1) * V,
+					       (size_t)V, NULL);
 			printf("%s: %d prompt positions; last position, all %d logits: max |diff| %.3g\n",
 			       name, n, V, dl);
 			CHECK(qat_mode || dl <= tol_logit,
@@ -363,12 +313,14 @@ int main(int argc, char **argv)
 			CHECK(r != 0 || memcmp(alt, lg + (size_t)(n - 1) * V,
 					       (size_t)V * 4) == 0,
 			      "%s: prefill in chunks (schedule %d) differs by %.3g",
-			      name, sc, max_diff(alt, lg + (size_t)(n - 1) * V, V));
+			      name, sc,
+			      dsvt_max_abs_diff(alt, lg + (size_t)(n - 1) * V,
+						(size_t)V, NULL));
 		}
 		/* greedy continuation, one token at a time */
 		memcpy(one, lg + (size_t)(n - 1) * V, (size_t)V * 4);
 		for (int i = 0; i < ng; i++) {
-			int tok = argmax(one, V);
+			int tok = dsvt_argmax(one, V);
 			int want = (int)json_integer_value(json_array_get(gc, i));
 
 			check_dist(json_array_get(steps, i), one, V, name,
@@ -393,6 +345,7 @@ int main(int argc, char **argv)
 		free(lg);
 		free(one);
 		free(alt);
+		free(ids);
 	}
 	printf("%smax |logit - ref| over top10 entries %.3g (tolerance %.3g), max |lse - ref| %.3g (tolerance %.3g); greedy tokens equal to the reference %d of %d (teacher-forced)\n",
 	       qat_mode ? "QAT on (KV FP8, indexer Hadamard+FP4, activations FP8): " : "",

@@ -30,6 +30,7 @@
 
 #include "cw_dsv4.h"
 #include "cw_model.h"
+#include "dsv_test_util.h"
 #include "es_client.h"
 #include "es_convert.h"
 #include "kv_client.h"
@@ -38,18 +39,6 @@
 #include "test_util.h"
 
 static int n_fail;
-
-#define CHECK(cond, ...)                                                   \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			if (n_fail++ < 30) {                               \
-				fprintf(stderr, "FAIL %s:%d: ", __FILE__,  \
-					__LINE__);                         \
-				fprintf(stderr, __VA_ARGS__);              \
-				fputc('\n', stderr);                       \
-			}                                                  \
-		}                                                          \
-	} while (0)
 
 #define N_SEQ 3
 #define CHUNK 5
@@ -70,19 +59,15 @@ struct seqst {
 static int load_case(json_t *cases, int ci, struct seqst *q)
 {
 	json_t *cs = json_array_get(cases, (size_t)ci);
-	json_t *jids = json_object_get(cs, "ids");
-	json_t *gc = json_object_get(cs, "greedy_continuation");
-	int n = (int)json_array_size(jids), ng = (int)json_array_size(gc);
+	int32_t *ids = cs ? dsvt_case_ids(cs, 1, &q->n, &q->n_prompt) : NULL;
 
-	if (!cs || n + ng > 256 || n < 1)
+	if (!ids || q->n > 256 || q->n_prompt < 1) {
+		free(ids);
 		return -1;
+	}
 	q->name = json_string_value(json_object_get(cs, "name"));
-	for (int i = 0; i < n; i++)
-		q->ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
-	for (int i = 0; i < ng; i++)
-		q->ids[n + i] = (int32_t)json_integer_value(json_array_get(gc, i));
-	q->n = n + ng;
-	q->n_prompt = n;
+	memcpy(q->ids, ids, sizeof(int32_t) * (size_t)q->n);
+	free(ids);
 	q->diff_pos = -1;
 	return 0;
 }
@@ -100,7 +85,7 @@ int main(void)
 	const char *es_args[] = { "--store", NULL, "--host-budget", "25%",
 				  NULL };
 	const char *kv_args[] = { NULL };
-	char dir[4096], tmp[4096], store[4200], path[4300];
+	char dir[4096], tmp[4096], store[4200];
 	struct st_diag diag = { { 0 } };
 	struct es_convert_opts o;
 	struct cw_dsv4_model *ref = NULL;
@@ -130,12 +115,8 @@ int main(void)
 		return 1;
 	}
 	V = cw_dsv4_config(ref)->vocab_size;
-	snprintf(path, sizeof(path), "%s/reference.json", dir);
-	refj = json_load_file(path, 0, NULL);
-	if (!refj || !json_is_array(json_object_get(refj, "cases"))) {
-		fprintf(stderr, "%s: no cases\n", path);
-		return 1;
-	}
+	refj = dsvt_load_json(dir, "reference.json");
+	dsvt_cases(refj, "reference.json");
 	/* the in-process forward: every position of every sequence */
 	for (int i = 0; i < N_SEQ; i++) {
 		struct cw_dsv4_state *st = NULL;
@@ -373,7 +354,5 @@ int main(void)
 	json_decref(refj);
 	cw_dsv4_free(ref);
 	st_rm_rf(tmp);
-	if (n_fail)
-		fprintf(stderr, "%d failure(s)\n", n_fail);
-	return n_fail ? 1 : 0;
+	return dsvt_finish(n_fail);
 }

@@ -22,6 +22,7 @@
 #include <cmocka.h>
 
 #include "cw_dsv4.h"
+#include "dsv_test_util.h"
 #include "st_config_dsv4.h"
 #include "st_util.h"
 #include "test_util.h"
@@ -34,13 +35,6 @@ static double silu(double x)
 static double sig(double x)
 {
 	return 1.0 / (1.0 + exp(-x));
-}
-
-/* A deterministic pseudo-random value in [-1, 1). */
-static float prand(unsigned *st)
-{
-	*st = *st * 1103515245u + 12345u;
-	return (float)((*st >> 8) & 0xffff) / 32768.0f - 1.0f;
 }
 
 /*
@@ -60,11 +54,11 @@ static void test_sinkhorn_and_post(void **state)
 
 	(void)state;
 	for (int i = 0; i < n * D; i++)
-		X[i] = 2.0f * prand(&st);
+		X[i] = 2.0f * dsvt_prand(&st);
 	for (int i = 0; i < NMU * n * D; i++)
-		fn[i] = 0.3f * prand(&st);
+		fn[i] = 0.3f * dsvt_prand(&st);
 	for (int i = 0; i < NMU; i++)
-		base[i] = prand(&st);
+		base[i] = dsvt_prand(&st);
 	cw_dsv4_hc_pre(X, n, D, fn, base, scale, iters, eps, rms, pre, post,
 		       comb);
 	for (int i = 0; i < n * D; i++)
@@ -120,7 +114,7 @@ static void test_sinkhorn_and_post(void **state)
 		float Y[D], Xn[n * D];
 
 		for (int d = 0; d < D; d++)
-			Y[d] = prand(&st);
+			Y[d] = dsvt_prand(&st);
 		memcpy(Xn, X, sizeof(X));
 		cw_dsv4_hc_post(Xn, n, D, Y, post, comb);
 		for (int j = 0; j < n; j++)
@@ -312,18 +306,6 @@ static void test_qat_roundtrips(void **state)
 		assert_true(fabsf(h[i] - (float)(i + 1)) < 1e-6f);
 }
 
-static char *fixture_config(void)
-{
-	char dir[4096], path[4200];
-	char *buf = NULL;
-	size_t len;
-
-	st_test_fixture_model("tiny-deepseek-v4", dir, sizeof(dir));
-	snprintf(path, sizeof(path), "%s/config.json", dir);
-	assert_int_equal(st_read_file(path, &buf, &len), 0);
-	return buf;
-}
-
 /* The fixture's config and the README's per-pair frequencies. */
 static void test_config_and_freqs(void **state)
 {
@@ -333,7 +315,7 @@ static void test_config_and_freqs(void **state)
 				   3.493856e-5, 7.8125e-6, 1.746928e-6 };
 	struct st_dsv4_config c;
 	struct st_diag diag = { 0 };
-	char *text = fixture_config();
+	char *text = dsvt_fixture_config("tiny-deepseek-v4");
 	double f[8];
 
 	(void)state;
@@ -362,7 +344,7 @@ static void test_streams(void **state)
 	struct st_dsv4_config c;
 	struct st_diag diag = { 0 };
 	struct cw_dsv4_stream s[CW_DSV4_MAX_STREAMS];
-	char *text = fixture_config();
+	char *text = dsvt_fixture_config("tiny-deepseek-v4");
 
 	(void)state;
 	assert_int_equal(st_dsv4_config_parse(text, "config.json", &c, &diag), 0);
@@ -431,7 +413,7 @@ static void refuse(const char *text, const char *from, const char *to,
 
 static void test_config_refusals(void **state)
 {
-	char *text = fixture_config();
+	char *text = dsvt_fixture_config("tiny-deepseek-v4");
 
 	(void)state;
 	refuse(text, "\"hc_eps\"", "\"hc_epsilon\"", -ST_E_CONFIG, "hc_epsilon");

@@ -15,7 +15,9 @@
  *   - checkpoints edited here: an mtp.* tensor is skipped and counted (a
  *     generation_config.json is copied and the store still opens), a
  *     V4-only or unknown tensor is refused by name, a missing
- *     engram_hash.json is refused.
+ *     engram_hash.json is refused;
+ *   - the store holds the whole V4.1 configuration parsed by the one
+ *     reader (st_config_dsv41), and convert refuses what it refuses.
  */
 #include <fcntl.h>
 #include <inttypes.h>
@@ -470,6 +472,94 @@ static void test_edited_checkpoints(void **state)
 	assert_non_null(strstr(d.msg, "engram_hash.json"));
 }
 
+/* make_model(name) with text_config key `key` set to the JSON `value`
+ * (parsed here) in its config.json. */
+static void make_model_key(const char *name, const char *key,
+			   const char *value, char *ret, size_t len)
+{
+	char src[4300], dst[4300];
+	json_t *c, *v;
+
+	make_model(name, NULL, 1, ret, len);
+	snprintf(src, sizeof(src), "%s/config.json", g_model);
+	snprintf(dst, sizeof(dst), "%s/config.json", ret);
+	c = json_load_file(src, 0, NULL);
+	v = json_loads(value, JSON_DECODE_ANY, NULL);
+	assert_non_null(c);
+	assert_non_null(v);
+	json_object_set_new(json_object_get(c, "text_config"), key, v);
+	assert_int_equal(unlink(dst), 0);
+	assert_int_equal(json_dump_file(c, dst, JSON_INDENT(1)), 0);
+	json_decref(c);
+}
+
+/* One V4.1 config reader (st_config_dsv41) for the store writer, the
+ * store reader and the forward pass: the opened store carries the whole
+ * text configuration, equal to the fixture's config.json read here with
+ * jansson (keys the old store-only reader never read: gate_temp,
+ * candidate source, compress ratios, KV sources, compressed Engram
+ * vocabulary); convert refuses what the forward pass would refuse (an
+ * unknown text_config key, named) and what only a store needs (Engram
+ * row width not a multiple of 32, Engram layers out of order). */
+static void test_one_config_reader(void **state)
+{
+	struct st_store *s = NULL;
+	struct st_diag d = { { 0 } };
+	char path[4300], dir[4300];
+	json_t *c, *t;
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/config.json", g_model);
+	c = json_load_file(path, 0, NULL);
+	assert_non_null(c);
+	t = json_object_get(c, "text_config");
+	if (st_store_open(g_store, &s, &d))
+		fail_msg("%s", d.msg);
+	assert_true(s->is_dsv41);
+	assert_true(s->dsv41.gate_temp ==
+		    json_number_value(json_object_get(t, "gate_temp")));
+	assert_true(s->dsv41.gate_temp != 1.0); /* the fixture's 0.8 */
+	assert_int_equal(s->dsv41.candidate_source,
+			 json_integer_value(json_object_get(
+				 t, "candidate_source_layer_id")));
+	assert_int_equal(s->dsv41.n_layers, 10);
+	for (int l = 0; l < 10; l++)
+		assert_int_equal(s->dsv41.compress_ratio[l],
+				 json_integer_value(json_array_get(
+					 json_object_get(t, "compress_ratios"),
+					 (size_t)l)));
+	assert_int_equal(s->dsv41.kv_source[2] + s->dsv41.kv_source[4] +
+			 s->dsv41.kv_source[6], 3);
+	assert_int_equal(s->dsv41.kv_source[8], 0);
+	assert_int_equal(s->dsv41.index_source[8], 1);
+	assert_int_equal(s->dsv41.engram_compressed_vocab,
+			 json_integer_value(json_object_get(
+				 t, "engram_compressed_vocab_size")));
+	assert_int_equal(s->dsv41.engram_head_dim, 64);
+	assert_int_equal(s->dsv41.engram_n_heads, 2);
+	assert_int_equal(s->dsv41.fp8_block[0], 32);
+	assert_int_equal(st_dsv41_engram_index(&s->dsv41, 4), 1);
+	assert_int_equal(st_dsv41_engram_index(&s->dsv41, 2), -1);
+	/* the expert geometry derived from it */
+	assert_int_equal(s->cfg.expert_inter, 64);
+	assert_int_equal(s->cfg.top_k, 3);
+	assert_int_equal(s->cfg.max_position_embeddings, 65536);
+	assert_string_equal(s->cfg.model_type, "deepseek_v41");
+	st_store_close(s);
+	json_decref(c);
+
+	make_model_key("m_unknown", "frobnicate_ratio", "3", dir, sizeof(dir));
+	assert_int_equal(es_convert_check(dir, NULL, &d), -ST_E_CONFIG);
+	assert_non_null(strstr(d.msg, "frobnicate_ratio"));
+	make_model_key("m_edim", "engram_head_dim", "48", dir, sizeof(dir));
+	assert_int_equal(es_convert_check(dir, NULL, &d), -ST_E_CONFIG);
+	assert_non_null(strstr(d.msg, "engram_head_dim 48"));
+	make_model_key("m_eorder", "engram_layer_ids", "[4, 1]", dir,
+		       sizeof(dir));
+	assert_int_equal(es_convert_check(dir, NULL, &d), -ST_E_CONFIG);
+	assert_non_null(strstr(d.msg, "increasing"));
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -480,6 +570,7 @@ int main(void)
 		cmocka_unit_test(test_repeat_identical),
 		cmocka_unit_test(test_corrupt_engram),
 		cmocka_unit_test(test_edited_checkpoints),
+		cmocka_unit_test(test_one_config_reader),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);

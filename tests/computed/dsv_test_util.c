@@ -1,0 +1,230 @@
+/* dsv_test_util.c — see dsv_test_util.h. */
+#include "dsv_test_util.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "st_util.h"
+#include "test_util.h"
+
+void dsvt_fail(int *n_fail, const char *file, int line, const char *fmt, ...)
+{
+	va_list ap;
+
+	if ((*n_fail)++ >= DSVT_MAX_PRINTED)
+		return;
+	fprintf(stderr, "FAIL %s:%d: ", file, line);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
+int dsvt_finish(int n_fail)
+{
+	if (n_fail)
+		fprintf(stderr, "%d failure(s)\n", n_fail);
+	return n_fail ? 1 : 0;
+}
+
+json_t *dsvt_load_json(const char *dir, const char *file)
+{
+	char path[4300];
+	json_error_t e;
+	json_t *j;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	j = json_load_file(path, 0, &e);
+	if (!j) {
+		fprintf(stderr, "%s: %s\n", path, e.text);
+		exit(1);
+	}
+	return j;
+}
+
+const json_t *dsvt_cases(const json_t *ref, const char *what)
+{
+	const json_t *c = json_object_get(ref, "cases");
+
+	if (!json_is_array(c)) {
+		fprintf(stderr, "%s: no cases\n", what);
+		exit(1);
+	}
+	return c;
+}
+
+int32_t *dsvt_case_ids(const json_t *cs, int with_greedy, int *n,
+		       int *n_prompt)
+{
+	const json_t *a = json_object_get(cs, "ids");
+	const json_t *g = json_object_get(cs, "greedy_continuation");
+	int np = (int)json_array_size(a);
+	int ng = with_greedy ? (int)json_array_size(g) : 0;
+	int32_t *ids = malloc((size_t)(np + ng) * sizeof(int32_t) + 4);
+
+	if (!ids)
+		return NULL;
+	for (int i = 0; i < np; i++)
+		ids[i] = (int32_t)json_integer_value(json_array_get(a, (size_t)i));
+	for (int i = 0; i < ng; i++)
+		ids[np + i] = (int32_t)json_integer_value(
+			json_array_get(g, (size_t)i));
+	*n = np + ng;
+	if (n_prompt)
+		*n_prompt = np;
+	return ids;
+}
+
+int dsvt_cases_load(const json_t *cases, int max, struct dsvt_case *ret)
+{
+	const json_t *jc;
+	size_t ci;
+	int n = 0;
+
+	json_array_foreach(cases, ci, jc) {
+		struct dsvt_case *t = &ret[n];
+
+		if (n == max)
+			break;
+		memset(t, 0, sizeof(*t));
+		t->name = json_string_value(json_object_get(jc, "name"));
+		t->ids = dsvt_case_ids(jc, 1, &t->n, &t->n_prompt);
+		t->h = calloc((size_t)t->n + 1, sizeof(uint64_t));
+		n++;
+		if (!t->ids || !t->h) {
+			dsvt_cases_free(ret, n);
+			return -1;
+		}
+	}
+	/* shortest first */
+	for (int i = 0; i < n; i++)
+		for (int j = i + 1; j < n; j++)
+			if (ret[j].n < ret[i].n) {
+				struct dsvt_case x = ret[i];
+
+				ret[i] = ret[j];
+				ret[j] = x;
+			}
+	return n;
+}
+
+void dsvt_cases_free(struct dsvt_case *c, int n)
+{
+	for (int i = 0; i < n; i++) {
+		free(c[i].ids);
+		free(c[i].h);
+		c[i].ids = NULL;
+		c[i].h = NULL;
+	}
+}
+
+double dsvt_lse(const float *x, int n)
+{
+	double mx = -INFINITY, s = 0.0;
+
+	for (int i = 0; i < n; i++)
+		if (x[i] > mx)
+			mx = x[i];
+	for (int i = 0; i < n; i++)
+		s += exp((double)x[i] - mx);
+	return mx + log(s);
+}
+
+int dsvt_argmax(const float *x, int n)
+{
+	int b = 0;
+
+	for (int i = 1; i < n; i++)
+		if (x[i] > x[b])
+			b = i;
+	return b;
+}
+
+void dsvt_dist_err(const json_t *rec, const float *lg, int V, double *dl,
+		   double *ds)
+{
+	const json_t *top = json_object_get(rec, "top10"), *e;
+	size_t i;
+
+	*dl = 0.0;
+	json_array_foreach(top, i, e) {
+		int id = (int)json_integer_value(json_array_get(e, 0));
+		double d = fabs(lg[id] - json_number_value(json_array_get(e, 1)));
+
+		if (!(d <= *dl)) /* NaN sticks */
+			*dl = d;
+	}
+	*ds = fabs(dsvt_lse(lg, V) -
+		   json_number_value(json_object_get(rec, "lse")));
+}
+
+int dsvt_cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+double dsvt_median(const double *v, int n)
+{
+	double *c = malloc((size_t)n * sizeof(double)), m;
+
+	if (!c)
+		abort();
+	memcpy(c, v, (size_t)n * sizeof(double));
+	qsort(c, (size_t)n, sizeof(double), dsvt_cmp_double);
+	m = n % 2 ? c[n / 2] : 0.5 * (c[n / 2 - 1] + c[n / 2]);
+	free(c);
+	return m;
+}
+
+double dsvt_share_within(const double *v, int n, double tol)
+{
+	int k = 0;
+
+	for (int i = 0; i < n; i++)
+		k += v[i] <= tol;
+	return n ? (double)k / n : 0.0;
+}
+
+double dsvt_max_abs_diff(const float *a, const float *b, size_t n,
+			 size_t *at)
+{
+	double m = 0.0;
+	size_t w = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		double d = fabs((double)a[i] - b[i]);
+
+		if (!(d <= m)) { /* NaN sticks */
+			m = d;
+			w = i;
+		}
+	}
+	if (at)
+		*at = w;
+	return m;
+}
+
+float dsvt_prand(unsigned *st)
+{
+	*st = *st * 1103515245u + 12345u;
+	return (float)((*st >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+char *dsvt_fixture_config(const char *fixture)
+{
+	char dir[4096], path[4200], *buf = NULL;
+	size_t len;
+
+	st_test_fixture_model(fixture, dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/config.json", dir);
+	if (st_read_file(path, &buf, &len) < 0) {
+		fprintf(stderr, "cannot read %s\n", path);
+		exit(1);
+	}
+	return buf;
+}

@@ -1,0 +1,106 @@
+/*
+ * dsv_test_util.h — scaffolding shared by the DeepSeek-V4 and V4.1 tests
+ * (tests/computed/test_dsv4*.c, test_dsv41_{reference,units,kv,store,
+ * perplexity}.c): the failure counter macro, the fixtures' reference.json
+ * (cases: prompt ids and greedy continuations; {top10, lse} records), the
+ * log-sum-exp / argmax / median arithmetic the comparisons use, and the
+ * fixture's config.json text.
+ *
+ * Nothing here knows a model: the tests keep their own forward-pass calls
+ * and every assertion; this only removes the copies of the plumbing.
+ */
+#ifndef DSV_TEST_UTIL_H
+#define DSV_TEST_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+/*
+ * CHECK(cond, fmt, ...): when cond is false, counts a failure in the
+ * including file's `static int n_fail` and prints "FAIL file:line: msg"
+ * to stderr (the first DSVT_MAX_PRINTED failures only; all are counted).
+ */
+#define DSVT_MAX_PRINTED 30
+#define CHECK(cond, ...)                                                   \
+	do {                                                               \
+		if (!(cond))                                               \
+			dsvt_fail(&n_fail, __FILE__, __LINE__, __VA_ARGS__); \
+	} while (0)
+
+/* Counts one failure in *n_fail and prints it (see CHECK). */
+void dsvt_fail(int *n_fail, const char *file, int line, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+/* The exit status of a CHECK-based test: 0 when n_fail is 0, else 1 after
+ * printing "N failure(s)". */
+int dsvt_finish(int n_fail);
+
+/* dir/file parsed as JSON; on failure prints the path and jansson's
+ * message and exits 1 (a fixture file the test needs).  Caller decrefs. */
+json_t *dsvt_load_json(const char *dir, const char *file);
+
+/* The "cases" array of a reference.json (borrowed from ref); prints and
+ * exits 1 when it is missing. */
+const json_t *dsvt_cases(const json_t *ref, const char *what);
+
+/*
+ * A case's token ids (malloc'd, caller frees, 4 spare bytes so n may be
+ * 0): its "ids" (the prompt, BOS first), followed by its
+ * "greedy_continuation" when with_greedy.  *n: the count; *n_prompt (may
+ * be NULL): the prompt's.  NULL on ENOMEM.
+ */
+int32_t *dsvt_case_ids(const json_t *cs, int with_greedy, int *n,
+		       int *n_prompt);
+
+/* One reference case as the KV tests keep it. */
+struct dsvt_case {
+	const char *name;  /* borrowed from the JSON */
+	int n, n_prompt;   /* prompt + greedy continuation; prompt */
+	int32_t *ids;      /* [n], owned */
+	uint64_t *h;       /* [n], owned, zeroed: per-position logit hashes */
+};
+
+/*
+ * The first `max` cases of a reference.json "cases" array into ret[],
+ * sorted by length, shortest first (the tests use the last ones as the
+ * longest).  Returns the count, or -1 (ENOMEM; nothing to free).
+ */
+int dsvt_cases_load(const json_t *cases, int max, struct dsvt_case *ret);
+/* Frees what dsvt_cases_load allocated for n cases. */
+void dsvt_cases_free(struct dsvt_case *c, int n);
+
+/* log(sum(exp(x[i]))) over n floats, in double, max-shifted. */
+double dsvt_lse(const float *x, int n);
+/* Index of the largest of n floats (the first on ties). */
+int dsvt_argmax(const float *x, int n);
+
+/*
+ * One {top10: [[id, logit]...], lse} record of a reference.json against a
+ * logits row of V floats: *dl = max |logit[id] - ref| over the ten ids
+ * (a NaN logit makes it NaN), *ds = |lse(row) - ref lse|.
+ */
+void dsvt_dist_err(const json_t *rec, const float *lg, int V, double *dl,
+		   double *ds);
+
+/* Median of n doubles (n >= 1; the mean of the middle two when n is
+ * even); v is not changed. */
+double dsvt_median(const double *v, int n);
+/* Share of the n values <= tol (0 when n is 0). */
+double dsvt_share_within(const double *v, int n, double tol);
+/* qsort comparator of doubles, ascending. */
+int dsvt_cmp_double(const void *a, const void *b);
+/* max |a[i] - b[i]| over n floats; *at (may be NULL) its index. */
+double dsvt_max_abs_diff(const float *a, const float *b, size_t n,
+			 size_t *at);
+
+/* A deterministic pseudo-random value in [-1, 1) (LCG state *st). */
+float dsvt_prand(unsigned *st);
+
+/* The config.json text of ../shared fixture `fixture` (malloc'd, caller
+ * frees); exits 77 without ../shared (st_test_fixture_model), 1 when the
+ * file cannot be read. */
+char *dsvt_fixture_config(const char *fixture);
+
+#endif
