@@ -88,6 +88,15 @@ cmp -s "$TMP/ref" "$TMP/out_a" || { echo "FAIL: (a) tokens with device KV pages 
 stop_computed "$TMP/computed_a.log"
 [ "$DEV" -gt 0 ] || { echo "FAIL: (a) no attention row was read from a device page"; fail=1; }
 DEV_A=$DEV
+# every page fits: the host rows are exactly the steps' own rows.  L
+# layers, T positions computed (L * T (T + 1) / 2 rows read in all), a
+# prompt of P = T - NTOK + 1 tokens prefilled in one step (P (P + 1) / 2
+# own rows a layer) and NTOK - 1 decode steps (one own row each)
+L=$(sed -n 's/.*"num_hidden_layers": *\([0-9]*\).*/\1/p' "$SRC/models/kjv-moe/config.json")
+want=$(awk -v t=$((DEV + HOST)) -v l="$L" -v n=$NTOK 'BEGIN {
+	T = int((sqrt(1 + 8 * t / l) - 1) / 2 + 0.5); P = T - n + 1
+	if (l * T * (T + 1) / 2 != t) print -1; else print l * (P * (P + 1) / 2 + n - 1) }')
+[ "$HOST" -eq "$want" ] || { echo "FAIL: (a) $HOST rows read from host rows, want $want (the steps' own rows only)"; fail=1; }
 # (b) three pages: most stay on the host (mixed per row)
 PB=$(sed -n 's/.*device KV pool: [0-9]* pages of \([0-9]*\) bytes.*/\1/p' "$TMP/kvd.log" | head -1)
 [ -n "$PB" ] || PB=8192
