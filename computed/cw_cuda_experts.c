@@ -336,6 +336,8 @@ const struct cw_cuda_module_ops *cw_cuda_module(void)
 		cw_cuda_experts_create, cw_cuda_experts_destroy,
 		cw_cuda_experts_fn, cw_cuda_experts_sync,
 		cw_cuda_experts_counts,
+		cw_cuda_attn_create, cw_cuda_attn_destroy, cw_cuda_attn_fn,
+		cw_cuda_attn_stream, cw_cuda_attn_counts,
 	};
 
 	return &ops;

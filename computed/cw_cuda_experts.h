@@ -34,6 +34,7 @@
 #include "st_error.h"
 
 struct cw_cuda_experts;
+struct cw_cuda_attn;
 
 /* What computed lends the module: its device pool's pin and unpin
  * (cw_devpool.h), called with the pool given to create. */
@@ -68,7 +69,38 @@ struct cw_cuda_module_ops {
 	cw_expert_sync_fn sync;
 	void (*counts)(const struct cw_cuda_experts *c, uint64_t *ret_device,
 		       uint64_t *ret_cpu);
+	/*
+	 * Attention over device KV pages (cw_cuda_attn.c; cw_model.h
+	 * cw_attn_fn, cw_model_set_kvdev):
+	 *   attn_create: for KV rows of kv_dtype (cw_kvrow.h) with n_heads
+	 *                query heads over n_kv_heads of head_dim floats;
+	 *                creates its own stream; 0, -EINVAL, -ENOMEM,
+	 *                -ST_E_CUDA.
+	 *   attn:        the cw_attn_fn (arg: the struct cw_cuda_attn).
+	 *   attn_stream: its cudaStream_t (cw_kvdev_acquire makes it wait
+	 *                on the device pages' copies).
+	 *   attn_counts: layers run on the device, and refused (failures).
+	 */
+	int (*attn_create)(struct cw_cuda_attn **ret, enum st_dtype kv_dtype,
+			   int n_heads, int n_kv_heads, int head_dim,
+			   struct st_diag *diag);
+	void (*attn_destroy)(struct cw_cuda_attn *a);
+	cw_attn_fn attn;
+	void *(*attn_stream)(struct cw_cuda_attn *a);
+	void (*attn_counts)(const struct cw_cuda_attn *a, uint64_t *ret_layers,
+			    uint64_t *ret_failed);
 };
+
+/* The attention half of the module (cw_cuda_attn.c), for its ops. */
+int cw_cuda_attn_create(struct cw_cuda_attn **ret, enum st_dtype kv_dtype,
+			int n_heads, int n_kv_heads, int head_dim,
+			struct st_diag *diag);
+void cw_cuda_attn_destroy(struct cw_cuda_attn *a);
+int cw_cuda_attn_fn(void *arg, int layer, int n,
+		    const struct cw_attn_tok *toks);
+void *cw_cuda_attn_stream(struct cw_cuda_attn *a);
+void cw_cuda_attn_counts(const struct cw_cuda_attn *a, uint64_t *ret_layers,
+			 uint64_t *ret_failed);
 
 /* The module's one exported symbol. */
 const struct cw_cuda_module_ops *cw_cuda_module(void);

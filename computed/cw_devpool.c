@@ -339,7 +339,7 @@ int cw_devpool_open(struct cw_devpool **ret, const struct cw_devpool_geom *g,
 		if (rk == 0)
 			rk = export_one(p, &p->pool[1], &kd);
 		if (rk < 0) {
-			/* KV pages are read from the host pool in this slice:
+			/* attention then reads the host rows (cw_model.c):
 			 * the expert pool alone is worth having */
 			st_warn("device KV pool not used: %s", kd.msg);
 			close_one(p, &p->pool[1], p->timeout_ms);

@@ -28,8 +28,20 @@
  * cw_cu_attend) takes an array of device row pointers: cw_kvdev_rows
  * builds it from a step (entry (i, s, p) of step.ptr[] is at
  * cw_kvdev_index(step, i, s, p), NULL for a page to read from the host pool
- * instead: none when every page fit the device pool).  The forward pass
- * does not call any of this yet: attention runs on the CPU backend.
+ * instead: none when every page fit the device pool).
+ *
+ * Who calls it (issue 10): the forward pass of the Mixtral / Qwen3-MoE
+ * families (cw_model.c, cw_model_set_kvdev) acquires once per step,
+ * before layer 0, rows [0, first position of the step) of each of the
+ * step's sequences for every layer's stream, reads them through
+ * cw_kvdev_rows in every layer's attention (the module's cw_attn_fn on a
+ * GPU; the CPU attention on the fake device, whose memory is host shared
+ * memory), and releases after the last layer.  The host stays the only
+ * writer: computed writes each new K/V row into the host page
+ * (kv_client_row_writable) as before, and the step's own rows are read
+ * from there; nothing calls cw_kvdev_mark_written yet: it is for a future
+ * device-side KV write (the rows would then be written on the device
+ * only, never on both sides).
  */
 #ifndef CW_KVDEV_H
 #define CW_KVDEV_H

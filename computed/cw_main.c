@@ -21,6 +21,7 @@
 #include "cw_devpool.h"
 #include "cw_gen.h"
 #include "cw_http.h"
+#include "cw_kvdev.h"
 #include "cw_kvrow.h"
 #include "cw_metrics.h"
 #include "cw_model.h"
@@ -86,6 +87,8 @@ struct cw_daemon {
 	struct cw_devpool *dev;
 	struct cw_cuda_module_handle cumod; /* the CUDA module, when used */
 	struct cw_cuda_experts *cuexp;
+	struct cw_kvdev *kvdev;       /* device KV pages for attention */
+	struct cw_cuda_attn *cuattn;  /* the module's attention, real GPU */
 };
 
 static void usage(FILE *f)
@@ -129,7 +132,8 @@ static void usage(FILE *f)
 "  --device-budget B      device expert slots: a share of all experts\n"
 "                         (\"25%%\") or bytes (\"40GiB\"); default: 100%%,\n"
 "                         capped at 80%% of free device memory; \"0\" = CPU\n"
-"  --device-kv-budget B   device KV page pool bytes (default 256MiB, 0 = none)\n"
+"  --device-kv-budget B   device KV page pool bytes (default 256MiB, 0 = none):\n"
+"                         attention reads the rows kvd places there\n"
 "\n"
 "Serving (continuous batching; both APIs share the scheduler):\n"
 "  --http-port N          serve the OpenAI-compatible HTTP API on port N\n"
@@ -802,6 +806,60 @@ static void reap_idle(struct cw_daemon *d)
 }
 
 /*
+ * Attention over device KV pages (issue 10): with a device KV pool
+ * (--device-kv-budget, default 256MiB, whenever the device pools are in
+ * use) every step asks kvd to place the sequences' older rows in it and
+ * attention reads them there: through the module's cw_attn_fn on a GPU,
+ * with the CPU attention from the (host-mapped) fake device memory under
+ * STRATA_CUDA_FAKE=1.  Without the pool, or when the module cannot set
+ * it up, attention reads host rows as before (said once).
+ */
+static void setup_kvdev(struct cw_daemon *d)
+{
+	const struct st_model_config *c = cw_model_config(d->model);
+	struct cw_kvdev_pool kp;
+	struct st_diag diag = { "" };
+	cw_attn_fn fn = NULL;
+	void *stream = NULL;
+	int r;
+
+	if (cw_model_is_dsv4(d->model))
+		return; /* V4 keeps its own state; host rows */
+	if (cw_devpool_kv(d->dev, &kp) < 0) {
+		st_info("no device KV pool: attention reads the host rows");
+		return;
+	}
+	if (!st_cuda_is_fake()) {
+		if (!d->cumod.ops || !d->cumod.ops->attn_create) {
+			st_warn("the CUDA module has no attention: attention "
+				"reads the host rows");
+			return;
+		}
+		r = d->cumod.ops->attn_create(&d->cuattn, d->mopts.kv_dtype,
+					      c->n_heads, c->n_kv_heads,
+					      c->head_dim, &diag);
+		if (r < 0) {
+			st_warn("device attention not used: %s", diag.msg);
+			return;
+		}
+		fn = d->cumod.ops->attn;
+		stream = d->cumod.ops->attn_stream(d->cuattn);
+	}
+	r = cw_kvdev_open(&d->kvdev, d->kv, &kp, d->instance, &diag);
+	if (r < 0) {
+		st_warn("device KV pages not used: %s", diag.msg);
+		if (d->cuattn)
+			d->cumod.ops->attn_destroy(d->cuattn);
+		d->cuattn = NULL;
+		return;
+	}
+	cw_model_set_kvdev(d->model, d->kvdev, stream, fn, d->cuattn);
+	st_info("GPU: attention reads the KV rows kvd places in the %u "
+		"device KV pages there%s", kp.n_slots,
+		fn ? "" : " (fake device: with the CPU attention)");
+}
+
+/*
  * The GPU tier (issue 10): allocates and exports the device pools and
  * routes experts through the CUDA path.  Without CUDA or a device it says
  * so once and leaves everything on the CPU (0); a budget or export error
@@ -888,6 +946,7 @@ static int setup_device(struct cw_daemon *d)
 		cw_model_set_expert_fn(d->model, d->cumod.ops->fn,
 				       d->cumod.ops->sync, d->cuexp);
 	}
+	setup_kvdev(d);
 	{
 		struct cw_devpool_stats ds;
 
@@ -1089,6 +1148,30 @@ out:
 	 * from expertd and kvd before they are freed) */
 	if (d->model)
 		cw_model_set_expert_fn(d->model, NULL, NULL, NULL);
+	if (d->model && d->kvdev) {
+		struct cw_read_stats rs;
+		struct cw_kvdev_stats ks;
+
+		cw_model_set_kvdev(d->model, NULL, NULL, NULL, NULL);
+		cw_model_read_stats(d->model, &rs);
+		cw_kvdev_stats(d->kvdev, &ks);
+		st_info("device KV attention: %llu rows read from device pages, "
+			"%llu from host rows; %llu steps placed %llu pages "
+			"(%llu on the device), %llu steps on host rows (kvd "
+			"not ready), %llu layers the device attention refused",
+			(unsigned long long)rs.attn_rows_device,
+			(unsigned long long)rs.attn_rows_host,
+			(unsigned long long)rs.kvdev_steps,
+			(unsigned long long)ks.pages,
+			(unsigned long long)ks.on_device,
+			(unsigned long long)rs.kvdev_fails,
+			(unsigned long long)rs.attn_fn_fails);
+	}
+	cw_kvdev_close(d->kvdev);
+	d->kvdev = NULL;
+	if (d->cuattn)
+		d->cumod.ops->attn_destroy(d->cuattn);
+	d->cuattn = NULL;
 	if (d->cumod.ops)
 		d->cumod.ops->destroy(d->cuexp);
 	cw_cuda_module_close(&d->cumod);

@@ -17,12 +17,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "cw_kvdev.h"
 #include "cw_kvrow.h"
 #include "cw_model_dsv4.h"
 #include "cw_model_dsv41.h"
 #include "cw_router.h"
 #include "cw_threads.h"
 #include "st_formats.h"
+#include "st_log.h"
 #include "st_util.h"
 
 struct cw_layer_w {
@@ -87,6 +89,13 @@ struct cw_model {
 	cw_expert_fn expert_fn;   /* device path of routed experts, or NULL */
 	cw_expert_sync_fn expert_sync; /* its completion, or NULL */
 	void *expert_arg;
+	/* device KV pages (cw_model_set_kvdev), NULL: host rows only */
+	struct cw_kvdev *kvdev;            /* borrowed */
+	void *kvdev_stream;
+	cw_attn_fn attn_fn;                /* NULL: CPU reads device rows */
+	void *attn_arg;
+	struct kv_stream_decl kvdecl;      /* the layers' stream */
+	int kvdev_failing;                 /* last acquire failed (warned) */
 	struct cw_read_stats rs;
 	struct cw_threads *pool;           /* owned; NULL = single thread */
 	/* scratch, grown on demand for n tokens */
@@ -599,6 +608,18 @@ void cw_model_set_expert_fn(struct cw_model *m, cw_expert_fn fn,
 	m->expert_arg = arg;
 }
 
+void cw_model_set_kvdev(struct cw_model *m, struct cw_kvdev *kvdev,
+			void *stream, cw_attn_fn attn, void *arg)
+{
+	m->kvdev = kvdev;
+	m->kvdev_stream = kvdev ? stream : NULL;
+	m->attn_fn = kvdev ? attn : NULL;
+	m->attn_arg = kvdev ? arg : NULL;
+	m->kvdev_failing = 0;
+	m->kvdecl.row_bytes = m->kv_row_bytes;
+	m->kvdecl.tokens_per_row = 1;
+}
+
 void cw_model_set_act_fn(struct cw_model *m, cw_act_fn fn, void *arg)
 {
 	m->act_fn = fn;
@@ -923,24 +944,68 @@ static void matvec_multi(struct cw_model *m, const struct cw_wview *w, int n,
 			matvec_multi_task(&j, (int)i, (int)n_tiles);
 }
 
-/* Attention of one query position over rows 0..pos of the layer's stream. */
+/* The step's device pages (cw_kvdev_acquire) for attention: entry
+ * ent of the step, whose rows [0, n_dev) were asked for. */
+struct kvdev_view {
+	const struct cw_kvdev_step *st;
+	uint32_t ent, n_dev;
+};
+
+/*
+ * The addresses of rows 0..pos of the layer's stream of seq into rows[]:
+ * a device page's (dev set, row below dev->n_dev, the page on the device;
+ * on_dev[j] = 1 when on_dev is given) else the host row of kvd's pool.
+ * Counts both kinds.  -ST_E_NOTFOUND when a host row has no page.
+ */
+static int attn_rows(struct cw_model *m, uint32_t seq, int layer,
+		     uint32_t pos, const struct kvdev_view *dev,
+		     const uint8_t **rows, uint8_t *on_dev,
+		     struct st_diag *diag)
+{
+	uint32_t n_dev = 0;
+
+	for (uint32_t j = 0; j <= pos; j++) {
+		if (dev && j < dev->n_dev &&
+		    cw_kvdev_rows(dev->st, dev->ent, (uint32_t)layer,
+				  &m->kvdecl, j, 1, &rows[j]) == 0) {
+			n_dev++;
+			if (on_dev)
+				on_dev[j] = 1;
+			continue;
+		}
+		if (on_dev)
+			on_dev[j] = 0;
+		rows[j] = kv_client_row(m->kv, seq, layer, j);
+		if (!rows[j])
+			return st_diag_set(diag, -ST_E_NOTFOUND,
+					   "KV row %u of layer %d has no page",
+					   j, layer);
+	}
+	m->rs.attn_rows_device += n_dev;
+	m->rs.attn_rows_host += pos + 1 - n_dev;
+	return 0;
+}
+
+/*
+ * Attention of one query position over rows 0..pos of the layer's stream;
+ * with dev set (the fake device: device addresses readable by the CPU)
+ * the rows of device pages are read there, the same bytes as the host's.
+ */
 static int attend(struct cw_model *m, uint32_t seq, int layer, uint32_t pos,
-		  const float *q, float *out, struct st_diag *diag)
+		  const struct kvdev_view *dev, const float *q, float *out,
+		  struct st_diag *diag)
 {
 	const struct st_model_config *c = &m->cfg;
 	const int hd = c->head_dim;
 	const int group = c->n_heads / c->n_kv_heads;
 	const float scale = 1.0f / sqrtf((float)hd);
 	float *sc = m->scores, *kv = m->tmp; /* one head's K or V row */
+	int r;
 
 	/* the rows' addresses once for every head (page-table lookups) */
-	for (uint32_t j = 0; j <= pos; j++) {
-		m->rowp[j] = kv_client_row(m->kv, seq, layer, j);
-		if (!m->rowp[j])
-			return st_diag_set(diag, -ST_E_NOTFOUND,
-					   "KV row %u of layer %d has no page",
-					   j, layer);
-	}
+	r = attn_rows(m, seq, layer, pos, dev, m->rowp, NULL, diag);
+	if (r < 0)
+		return r;
 	for (int h = 0; h < c->n_heads; h++) {
 		const int kvh = h / group; /* GQA: MODEL_FAMILIES.md 0.7 */
 		const float *qh = q + (size_t)h * hd;
@@ -1354,6 +1419,144 @@ static int shexp_layer(struct cw_model *m, int layer, int n,
 	return 0;
 }
 
+/* The device KV pages of one step of cw_model_eval_batch. */
+struct kvdev_stepctx {
+	struct cw_kvdev_step st;
+	int active;                      /* st acquired */
+	struct kv_reserve_entry *ent;    /* [n] the step's sequences */
+	uint32_t *tok_ent;               /* [n] each token's entry */
+	/* the attention hook's arrays (attn_fn set) */
+	const uint8_t **rows;            /* every token's rows, in order */
+	uint8_t *on_dev;
+	struct cw_attn_tok *at;          /* [n] */
+};
+
+static void kvdev_view_of(const struct kvdev_stepctx *k, int t,
+			  struct kvdev_view *v)
+{
+	v->st = &k->st;
+	v->ent = k->tok_ent[t];
+	v->n_dev = k->ent[v->ent].n_rows;
+}
+
+/*
+ * Before layer 0 of a step: device residency of rows [0, first position
+ * of the step) of each sequence, every layer's stream, in one
+ * cw_kvdev_acquire.  Any failure (out of memory, kvd restarting or not
+ * holding the pool yet, another epoch, too many pages) leaves k inactive:
+ * the step reads host rows (counted, warned once until it works again).
+ */
+static void kvdev_step_begin(struct cw_model *m,
+			     const struct cw_batch_tok *toks, int n,
+			     struct kvdev_stepctx *k)
+{
+	struct st_diag dg = { "" };
+	uint64_t total = 0;
+	int n_ent = 0, any = 0, r;
+
+	memset(k, 0, sizeof(*k));
+	k->ent = malloc(sizeof(*k->ent) * (size_t)n);
+	k->tok_ent = malloc(sizeof(*k->tok_ent) * (size_t)n);
+	if (!k->ent || !k->tok_ent)
+		goto fail_nomem;
+	for (int t = 0; t < n; t++) {
+		int i = 0;
+
+		while (i < n_ent && k->ent[i].seq != toks[t].seq)
+			i++;
+		if (i == n_ent) {
+			k->ent[n_ent].seq = toks[t].seq;
+			k->ent[n_ent++].n_rows = toks[t].pos;
+		}
+		k->ent[i].n_rows = ST_MIN(k->ent[i].n_rows, toks[t].pos);
+		k->tok_ent[t] = (uint32_t)i;
+		total += toks[t].pos + 1;
+	}
+	for (int i = 0; i < n_ent; i++)
+		any |= k->ent[i].n_rows > 0;
+	if (!any)
+		return; /* nothing older than the step: host rows */
+	if (m->attn_fn) {
+		k->rows = malloc(sizeof(*k->rows) * total);
+		k->on_dev = malloc(total);
+		k->at = malloc(sizeof(*k->at) * (size_t)n);
+		if (!k->rows || !k->on_dev || !k->at)
+			goto fail_nomem;
+	}
+	r = cw_kvdev_acquire(m->kvdev, n_ent, k->ent, m->kvdev_stream, &k->st,
+			     &dg);
+	if (r < 0) {
+		m->rs.kvdev_fails++;
+		if (!m->kvdev_failing)
+			st_warn("device KV pages not used: %s (attention "
+				"reads the host rows until kvd places them "
+				"again)", dg.msg);
+		m->kvdev_failing = 1;
+		return;
+	}
+	if (m->kvdev_failing)
+		st_info("device KV pages in use again");
+	m->kvdev_failing = 0;
+	m->rs.kvdev_steps++;
+	k->active = 1;
+	return;
+fail_nomem:
+	m->rs.kvdev_fails++;
+}
+
+/* After the last layer: unpins the step's pages once the stream passed
+ * the reads (cw_kvdev_release syncs it), frees the arrays. */
+static void kvdev_step_end(struct cw_model *m, struct kvdev_stepctx *k)
+{
+	if (k->active)
+		cw_kvdev_release(m->kvdev, &k->st, m->kvdev_stream);
+	free(k->ent);
+	free(k->tok_ent);
+	free(k->rows);
+	free(k->on_dev);
+	free(k->at);
+	memset(k, 0, sizeof(*k));
+}
+
+/*
+ * The attention of every token of layer l through the device hook
+ * (attn_fn), out[t] = m->att + t * qd.  0 done; 1 when the hook refused
+ * (counted; the caller computes on the CPU from host rows); or the error
+ * of a row without a page.
+ */
+static int attend_layer_dev(struct cw_model *m,
+			    const struct cw_batch_tok *toks, int n, int l,
+			    struct kvdev_stepctx *k, struct st_diag *diag)
+{
+	const size_t qd = (size_t)m->cfg.n_heads * m->cfg.head_dim;
+	const uint64_t dev0 = m->rs.attn_rows_device,
+		       host0 = m->rs.attn_rows_host;
+	size_t off = 0;
+	int r;
+
+	for (int t = 0; t < n; t++) {
+		struct kvdev_view v;
+
+		kvdev_view_of(k, t, &v);
+		r = attn_rows(m, toks[t].seq, l, toks[t].pos, &v,
+			      k->rows + off, k->on_dev + off, diag);
+		if (r < 0)
+			return r;
+		k->at[t].q = m->q + (size_t)t * qd;
+		k->at[t].out = m->att + (size_t)t * qd;
+		k->at[t].rows = k->rows + off;
+		k->at[t].on_dev = k->on_dev + off;
+		k->at[t].n_rows = toks[t].pos + 1;
+		off += toks[t].pos + 1;
+	}
+	if (m->attn_fn(m->attn_arg, l, n, k->at) == 0)
+		return 0;
+	m->rs.attn_fn_fails++;
+	m->rs.attn_rows_device = dev0;
+	m->rs.attn_rows_host = host0;
+	return 1;
+}
+
 int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 			int n, struct st_diag *diag)
 {
@@ -1364,6 +1567,7 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 	uint32_t *seqs, *want;
 	const float **xs;
 	float **ys;
+	struct kvdev_stepctx kd;
 	int n_seqs = 0;
 	int r;
 
@@ -1411,6 +1615,10 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 	free(seqs);
 	if (r < 0)
 		return r;
+	if (m->kvdev)
+		kvdev_step_begin(m, toks, n, &kd);
+	else
+		memset(&kd, 0, sizeof(kd));
 
 	for (int t = 0; t < n; t++) {
 		embed_row(&m->embed, toks[t].id, m->x + (size_t)t * H);
@@ -1468,21 +1676,38 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 				    c->rope_theta);
 			row = kv_client_row_writable(m->kv, toks[t].seq, l,
 						     toks[t].pos);
-			if (!row)
-				return st_diag_set(diag, -ST_E_NOTFOUND,
-						   "KV row %u of layer %d has "
-						   "no writable page (spilled, "
-						   "shared or missing)",
-						   toks[t].pos, l);
+			if (!row) {
+				r = st_diag_set(diag, -ST_E_NOTFOUND,
+						"KV row %u of layer %d has "
+						"no writable page (spilled, "
+						"shared or missing)",
+						toks[t].pos, l);
+				goto out;
+			}
 			cw_kvrow_write(&m->kvf, row, k, v);
 		}
+		/* attention: rows older than the step from the device pages
+		 * when the step has them (kd.active), the rest from host
+		 * rows; through the device hook, or on the CPU */
+		r = kd.active && m->attn_fn ?
+			attend_layer_dev(m, toks, n, l, &kd, diag) : 1;
+		if (r < 0)
+			goto out;
 		for (int t = 0; t < n; t++) {
 			float *att = m->att + (size_t)t * qd;
+			struct kvdev_view v;
 
-			r = attend(m, toks[t].seq, l, toks[t].pos,
-				   m->q + (size_t)t * qd, att, diag);
-			if (r < 0)
-				return r;
+			if (r == 1) {
+				/* a hook's refusal reads host rows */
+				if (kd.active && !m->attn_fn)
+					kvdev_view_of(&kd, t, &v);
+				r = attend(m, toks[t].seq, l, toks[t].pos,
+					   kd.active && !m->attn_fn ? &v : NULL,
+					   m->q + (size_t)t * qd, att, diag);
+				if (r < 0)
+					goto out;
+				r = 1;
+			}
 			xs[t] = att;
 			ys[t] = m->moe_out + (size_t)t * H; /* free until MoE */
 		}
@@ -1526,11 +1751,11 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 					      m->x, m->rexperts, K);
 		r = moe_layer(m, l, n, diag);
 		if (r < 0)
-			return r;
+			goto out;
 		if (c->shared_inter) {
 			r = shexp_layer(m, l, n, diag);
 			if (r < 0)
-				return r;
+				goto out;
 		}
 		for (int t = 0; t < n; t++) {
 			float *xt = m->x + (size_t)t * H;
@@ -1566,7 +1791,10 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 		}
 	}
 	m->rs.tokens += (uint64_t)n;
-	return 0;
+	r = 0;
+out:
+	kvdev_step_end(m, &kd);
+	return r;
 }
 
 int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,

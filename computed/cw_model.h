@@ -85,6 +85,31 @@ typedef int (*cw_expert_fn)(void *arg, int layer, int expert,
  */
 typedef int (*cw_expert_sync_fn)(void *arg);
 
+/*
+ * Optional device path of attention (issue 10: the CUDA module's,
+ * cw_cuda_experts.h).  Called once per layer of a step whose older KV
+ * rows are on the device (cw_model_set_kvdev): token t of the n attends
+ * with query toks[t].q (n_heads * head_dim floats, host memory) over its
+ * rows toks[t].rows[0 .. n_rows) in cw_kvrow.h's layout, where
+ * toks[t].on_dev[j] says whether rows[j] is a device address (a page of
+ * the device KV pool, cw_kvdev_rows) or a host row of kvd's pool (a page
+ * kvd could not place on the device, and the rows this step wrote: the
+ * host is the only writer), and writes toks[t].out (n_heads * head_dim
+ * floats, host) before it returns.  All arrays are borrowed for the call.
+ * Returns 0, or a negative code: the model then computes the layer's
+ * attention on the CPU from the host rows (the hook should refuse from
+ * then on).  Called from the thread that runs the forward pass.
+ */
+struct cw_attn_tok {
+	const float *q;
+	float *out;
+	const uint8_t *const *rows;
+	const uint8_t *on_dev;     /* [n_rows]: 1 device address, 0 host */
+	uint32_t n_rows;
+};
+typedef int (*cw_attn_fn)(void *arg, int layer, int n,
+			  const struct cw_attn_tok *toks);
+
 /* Bytes of weights read, by kind (for the benchmark and the summary). */
 struct cw_read_stats {
 	uint64_t expert_bytes;
@@ -92,6 +117,12 @@ struct cw_read_stats {
 	uint64_t lm_head_bytes;
 	uint64_t tokens;        /* token positions computed */
 	uint64_t expert_stall_ns; /* time waiting in es_client_acquire */
+	/* attention KV rows read (one per (token, layer, row)): from a
+	 * device page (cw_model_set_kvdev), and from a host row */
+	uint64_t attn_rows_device, attn_rows_host;
+	uint64_t kvdev_steps;      /* steps that acquired device pages */
+	uint64_t kvdev_fails;      /* acquires that failed: host rows read */
+	uint64_t attn_fn_fails;    /* layers the cw_attn_fn refused */
 };
 
 struct cw_model;
@@ -123,6 +154,28 @@ const struct st_store *cw_model_store(const struct cw_model *m);
 
 /* Sets (or clears with NULL) the routing observer. */
 void cw_model_set_route_fn(struct cw_model *m, cw_route_fn fn, void *arg);
+
+/*
+ * Device KV pages for attention (issue 10; DESIGN.md "Device pools shared
+ * by CUDA IPC"): with kvdev set (borrowed, from cw_kvdev_open; used only
+ * by the thread that runs the forward pass), every step of the families
+ * of this file acquires, before layer 0, device residency of each
+ * sequence's rows [0, first position of the step) for every layer's
+ * stream (one cw_kvdev_acquire, stream a cudaStream_t or NULL) and
+ * releases them after the last layer; attention then reads those rows
+ * from the device pages, and the rows kvd could not place, and the step's
+ * own rows (written on the host as always), from the host rows.  attn
+ * (arg) runs the attention on the device; NULL: the device addresses are
+ * readable by the CPU (the fake device of st_cuda.h, whose memory is host
+ * shared memory) and the CPU attention reads them, bit-identical to the
+ * host rows.  A failed acquire (kvd restarting, not imported yet, a new
+ * epoch) reads host rows for that step and counts kvdev_fails.  kvdev
+ * NULL clears (the CPU path: no extra cost).  DeepSeek-V4 stores ignore
+ * it.
+ */
+struct cw_kvdev;
+void cw_model_set_kvdev(struct cw_model *m, struct cw_kvdev *kvdev,
+			void *stream, cw_attn_fn attn, void *arg);
 
 /* Sets (or clears with NULL) the expert input observer. */
 void cw_model_set_act_fn(struct cw_model *m, cw_act_fn fn, void *arg);
