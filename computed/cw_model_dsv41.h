@@ -4,8 +4,10 @@
  * request API, SCORE and HTTP run V4.1 unchanged (the V4 counterpart is
  * cw_model_dsv4.h; this file follows it).
  *
- * The forward pass is cw_dsv41_eval (reference mode: F32 activations and
- * state, exact dequantisation, the model's QAT round trips on) with the
+ * The forward pass is cw_dsv41_eval in the model options' compute mode
+ * (reference: F32 activations and state, exact dequantisation; fast: the
+ * fast CPU kernels on FP8 codes and the experts' slot bytes,
+ * cw_dsv41_load_store_mode; the model's QAT round trips on in both) with the
  * dense weights from the store's dense.bin, the routed experts acquired
  * from expertd's host pool (each layer's routing reported), and the
  * Engram rows from expertd's Engram tier, every position's rows
