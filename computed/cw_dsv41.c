@@ -38,11 +38,12 @@ static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
 	cw_dsv4_mat_mv(NULL, m, x, y);
 }
 
-/* y = m x in the model's mode (the fast backend's kernels in fast mode). */
+/* y = m x in the model's mode (the fast backend's kernels in fast mode,
+ * split over the model's threads). */
 static void mv(const struct cw_dsv41_model *md, const struct cw_dsv4_mat *m,
 	       const float *x, float *y)
 {
-	cw_dsv4_mat_mv(md->be, m, x, y);
+	cw_dsv4_mat_mv_pool(md->be, md->pool, m, x, y);
 }
 
 /* rows [r0, r0 + n) of m times x, in the model's mode */
@@ -98,7 +99,11 @@ int cw_dsv41_state_init(const struct cw_dsv41_model *m, int max_tokens,
 		if (m->be->act_bytes(c->hidden_size) > need)
 			need = m->be->act_bytes(c->hidden_size);
 		s->xw = malloc(need ? need : 1);
-		if (!s->xw)
+		need = cw_backend_cpu_fast()->act_bytes(c->moe_inter);
+		if (m->be->act_bytes(c->moe_inter) > need)
+			need = m->be->act_bytes(c->moe_inter);
+		s->xw2 = malloc(need ? need : 1);
+		if (!s->xw || !s->xw2)
 			goto nomem;
 	} else if (m->es) {
 		s->xw = malloc((size_t)3 * c->moe_inter * c->hidden_size *
@@ -171,6 +176,7 @@ void cw_dsv41_state_free(struct cw_dsv41_state *s)
 	free(s->zero_row);
 	free(s->prompt);
 	free(s->xw);
+	free(s->xw2);
 	free(s);
 }
 
@@ -708,20 +714,23 @@ static void step_hint(const struct cw_dsv41_model *m,
  * and w3; the SwiGLU output quantized for w2 by the kernel). */
 static void expert_fast(const struct cw_dsv41_model *m,
 			const struct st_store_layer *ly, const uint8_t *rec,
-			const struct cw_act *act, float *out)
+			const struct cw_act *act, void *gbuf, float *out)
 {
 	const struct st_dsv41_config *c = &m->cfg;
 	const struct cw_backend_ops *be = m->be;
-	const int D = c->hidden_size, I = c->moe_inter;
+	const int I = c->moe_inter;
 	struct cw_wview w1 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_GATE], rec);
 	struct cw_wview w3 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_UP], rec);
 	struct cw_wview w2 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_DOWN], rec);
 	float g[I], u[I];
 
-	be->matvec_act(&w1, act, g, 0, I);
-	be->matvec_act(&w3, act, u, 0, I);
+	struct cw_act ga;
+
+	cw_dsv4_view_mv(be, m->pool, &w1, act, g);
+	cw_dsv4_view_mv(be, m->pool, &w3, act, u);
 	cw_dsv4_swiglu_clip(g, u, I, c->swiglu_limit);
-	be->matvec(&w2, g, out, 0, D);
+	be->act_prepare(g, I, ST_DTYPE_MXFP4, gbuf, &ga);
+	cw_dsv4_view_mv(be, m->pool, &w2, &ga, out);
 }
 
 /* The MoE step of one token in store mode, computed per expert as its
@@ -736,6 +745,8 @@ struct moe_each {
 	const struct st_store_layer *ly;
 	const float *b;
 	const struct cw_act *act;   /* fast mode: b quantized */
+	void *gbuf;                 /* fast mode: scratch of the SwiGLU
+				     * output's quantization */
 	float *y;                   /* shared expert's output */
 	float *out;                 /* [K][D] routed experts' outputs */
 	uint64_t fn_ns;             /* time spent computing in the calls */
@@ -754,7 +765,8 @@ static void moe_each_fn(void *arg, int k, const uint8_t *rec)
 		expert_ffn(m, &e->L->sh_w1, &e->L->sh_w2, &e->L->sh_w3, e->b,
 			   c->swiglu_limit, e->y);
 	} else if (m->be) {
-		expert_fast(m, e->ly, rec, e->act, e->out + (size_t)k * D);
+		expert_fast(m, e->ly, rec, e->act, e->gbuf,
+			    e->out + (size_t)k * D);
 	} else {
 		struct cw_dsv4_mat w1, w2, w3;
 
@@ -781,7 +793,8 @@ static int moe_pool(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 	const struct st_dsv41_config *c = &m->cfg;
 	const int K = c->top_k, D = c->hidden_size;
 	const struct st_store_layer *ly = &m->rec[l];
-	struct moe_each e = { m, s, &m->layers[l], ly, b, NULL, y, NULL, 0 };
+	struct moe_each e = { m, s, &m->layers[l], ly, b, NULL, NULL, y, NULL,
+			      0 };
 	struct cw_act act;
 	int eids[K], r;
 	uint64_t t0;
@@ -797,6 +810,7 @@ static int moe_pool(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 		m->be->act_prepare(b, D, ST_DTYPE_MXFP4,
 				   (unsigned char *)s->xw, &act);
 		e.act = &act;
+		e.gbuf = s->xw2;
 	}
 	if (m->no_expert_overlap) {
 		/* all top-k first, then compute (the shared expert before) */

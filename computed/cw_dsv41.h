@@ -121,6 +121,16 @@ enum cw_compute cw_dsv41_compute(const struct cw_dsv41_model *m);
 int cw_dsv41_set_backend(struct cw_dsv41_model *m,
 			 const struct cw_backend_ops *be);
 /*
+ * Fast mode: the dense matvecs and the routed experts' matvecs split by
+ * output rows over a pool of n_threads threads (cw_threads.h; the caller
+ * is one of them), each output row still one kernel reduction, so the
+ * logits do not depend on n_threads.  1 (the default): on the calling
+ * thread.  Not during an eval.  0; -EINVAL (n_threads < 1, or > 1 for a
+ * reference-mode model); the pool's errors (-ENOMEM, -errno).
+ */
+int cw_dsv41_set_threads(struct cw_dsv41_model *m, int n_threads);
+
+/*
  * Store mode, both on by default (off only to measure what they bring;
  * the results are the same either way):
  *  step_hints: at the start of each eval the experts the first

@@ -66,6 +66,7 @@ struct cw_dsv41_model {
 	 * the backend be (NULL in reference mode) */
 	enum cw_compute compute;
 	const struct cw_backend_ops *be;
+	struct cw_threads *pool;       /* fast mode: cw_dsv41_set_threads */
 };
 
 #endif

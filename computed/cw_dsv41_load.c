@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "cw_engram_es.h"
+#include "cw_threads.h"
 #include "es_client.h"
 #include "st_formats.h"
 #include "st_safetensors.h"
@@ -791,6 +792,7 @@ void cw_dsv41_free(struct cw_dsv41_model *m)
 	free(m->freq_main);
 	free(m->freq_comp);
 	st_engram_hash_free(m->hash);
+	cw_threads_destroy(m->pool);
 	free(m->rec);
 	free(m);
 }
@@ -856,5 +858,19 @@ int cw_dsv41_set_prefetch_depth(struct cw_dsv41_model *m, int depth)
 	if (depth < 0 || depth > 8)
 		return -EINVAL;
 	m->prefetch_depth = depth;
+	return 0;
+}
+
+int cw_dsv41_set_threads(struct cw_dsv41_model *m, int n_threads)
+{
+	struct cw_threads *p = NULL;
+	int r;
+
+	if (n_threads < 1 || (n_threads > 1 && m->compute != CW_COMPUTE_FAST))
+		return -EINVAL;
+	if (n_threads > 1 && (r = cw_threads_create(n_threads, &p)) < 0)
+		return r;
+	cw_threads_destroy(m->pool);
+	m->pool = p;
 	return 0;
 }

@@ -65,6 +65,7 @@ struct cw_dsv41_state {
 	int n_prompt, groups_published;
 	float *xw;        /* store mode: one expert's 3 matrices, F32
 			   * (fast mode: the quantized activations) */
+	void *xw2;        /* fast store mode: the SwiGLU output quantized */
 	struct cw_dsv41_run_stats st;
 	int route_failed; /* store mode: routing reports expertd refused */
 	int prefetch_failed; /* store mode: Engram prefetches refused */

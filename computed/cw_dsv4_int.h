@@ -153,6 +153,20 @@ int cw_dsv4_mat_keep_bf16(struct cw_dsv4_mat *m, const void *data);
  * the kept codes (fv) or, for a matrix kept as floats, its F32 kernel. */
 void cw_dsv4_mat_mv(const struct cw_backend_ops *be,
 		    const struct cw_dsv4_mat *m, const float *x, float *y);
+/* y = w a on be, split by output rows over pool (NULL or one thread: on
+ * the calling thread) when w is large enough to pay for it (>= 64 rows,
+ * >= 64 Ki weights; 4 tasks per thread, row boundaries on multiples of
+ * 16).  Each row is still one be->matvec_act reduction, so y does not
+ * depend on the thread count. */
+struct cw_threads;
+void cw_dsv4_view_mv(const struct cw_backend_ops *be, struct cw_threads *pool,
+		     const struct cw_wview *w, const struct cw_act *a,
+		     float *y);
+/* cw_dsv4_mat_mv split over pool as cw_dsv4_view_mv (be NULL, pool NULL
+ * or a 4-bit matrix: cw_dsv4_mat_mv itself).  Same results. */
+void cw_dsv4_mat_mv_pool(const struct cw_backend_ops *be,
+			 struct cw_threads *pool, const struct cw_dsv4_mat *m,
+			 const float *x, float *y);
 /* sub = rows [r0, r0 + n) of m (borrowed views, nothing owned). */
 void cw_dsv4_mat_rows(const struct cw_dsv4_mat *m, int r0, int n,
 		      struct cw_dsv4_mat *sub);

@@ -12,7 +12,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_threads.h"
 #include "st_formats.h"
+#include "st_util.h"
 
 int cw_dsv4_mat_keep_fp8(struct cw_dsv4_mat *m, const uint8_t *w,
 			 const uint8_t *s, int b0, int b1)
@@ -148,4 +150,56 @@ void cw_dsv4_record_mat(const struct st_store_matrix *x, const uint8_t *rec,
 	ret->cols = cols;
 	ret->w = w;
 	ret->quantized = 1;
+}
+
+struct mv_job {
+	const struct cw_backend_ops *be;
+	const struct cw_wview *w;
+	const struct cw_act *a;
+	float *y;
+};
+
+/* Task `task` of n_tasks: rows in equal shares, boundaries on multiples
+ * of 16 rows (no two threads write one cache line of y). */
+static void mv_task(void *arg, int task, int n_tasks)
+{
+	const struct mv_job *j = arg;
+	const int64_t units = (j->w->rows + 15) / 16;
+	int64_t r0 = ST_MIN(j->w->rows, units * task / n_tasks * 16);
+	int64_t r1 = ST_MIN(j->w->rows, units * (task + 1) / n_tasks * 16);
+
+	if (r0 < r1)
+		j->be->matvec_act(j->w, j->a, j->y, r0, r1);
+}
+
+void cw_dsv4_view_mv(const struct cw_backend_ops *be, struct cw_threads *pool,
+		     const struct cw_wview *w, const struct cw_act *a,
+		     float *y)
+{
+	struct mv_job j = { be, w, a, y };
+	int n = pool ? cw_threads_count(pool) : 1;
+
+	if (n > 1 && w->rows >= 64 && w->rows * w->cols >= (1 << 16))
+		cw_threads_run(pool, mv_task, &j, 4 * n);
+	else
+		be->matvec_act(w, a, y, 0, w->rows);
+}
+
+void cw_dsv4_mat_mv_pool(const struct cw_backend_ops *be,
+			 struct cw_threads *pool, const struct cw_dsv4_mat *m,
+			 const float *x, float *y)
+{
+	struct cw_wview v = { .dtype = ST_DTYPE_F32, .data = m->w,
+			      .rows = m->rows, .cols = m->cols };
+	const struct cw_wview *w = m->codes ? &m->fv : &v;
+	struct cw_act a;
+
+	if (!be || !pool || w->dtype == ST_DTYPE_MXFP4 ||
+	    w->dtype == ST_DTYPE_NVFP4 || w->dtype == ST_DTYPE_E2M1_F16) {
+		cw_dsv4_mat_mv(be, m, x, y);
+		return;
+	}
+	/* float activations for these formats: nothing to quantize */
+	be->act_prepare(x, w->cols, w->dtype, NULL, &a);
+	cw_dsv4_view_mv(be, pool, w, &a, y);
 }

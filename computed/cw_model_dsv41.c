@@ -75,6 +75,11 @@ int cw_v41serve_open(const char *store_dir, struct es_client *es,
 	 * kernels (cw_dsv41_load_store_mode) */
 	r = cw_dsv41_load_store_mode(store_dir, es, opts->compute, &v->dm,
 				     diag);
+	/* fast mode: the matvecs over opts->n_threads (--threads) */
+	if (!r && opts->compute == CW_COMPUTE_FAST && opts->n_threads > 1 &&
+	    (r = cw_dsv41_set_threads(v->dm, opts->n_threads)) < 0)
+		st_diag_set(diag, r, "cannot start %d threads",
+			    opts->n_threads);
 	if (!r) {
 		const struct st_dsv41_config *c = cw_dsv41_config(v->dm);
 

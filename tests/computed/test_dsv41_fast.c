@@ -55,7 +55,8 @@
  *     of the steps compared up to the first with top1_minus_top2 < 0.1
  *     (7 / 9 and 7 / 20).
  *  4. Per-expert overlap off gives bit-identical logits to overlap on
- *     (outputs are summed in the fixed top-k order).
+ *     (outputs are summed in the fixed top-k order), and 3 threads to 1
+ *     (rows split, each row one kernel reduction).
  *  5. Fast mode from the checkpoint (cw_dsv41_load_mode: no expertd,
  *     experts dequantized at load on the F32 kernel, no int8 step), QAT
  *     off: top-1 equal everywhere, max |delta logit| <= 1e-3 x std.
@@ -479,8 +480,10 @@ static void fixture_pass(const struct cw_dsv41_model *fm, const char *dir,
 	free(f);
 }
 
-/* One case evaluated with expert overlap on and off: bit-identical. */
-static void overlap_pass(struct cw_dsv41_model *fm, const json_t *cs)
+/* One case evaluated with expert overlap on and off (threads 0), and
+ * with 1 and 3 threads (threads 1): bit-identical. */
+static void overlap_pass(struct cw_dsv41_model *fm, const json_t *cs,
+			 int threads)
 {
 	const int V = cw_dsv41_config(fm)->vocab_size;
 	int32_t *ids;
@@ -493,17 +496,23 @@ static void overlap_pass(struct cw_dsv41_model *fm, const json_t *cs)
 		struct cw_dsv41_state *s = NULL;
 		int r;
 
-		cw_dsv41_set_decode_overlap(fm, 1, !pass);
-		r = cw_dsv41_state_new(fm, n, &s);
+		if (threads)
+			r = cw_dsv41_set_threads(fm, pass ? 3 : 1);
+		else
+			cw_dsv41_set_decode_overlap(fm, 1, !pass), r = 0;
+		r = r ? r : cw_dsv41_state_new(fm, n, &s);
 		r = r ? r : cw_dsv41_eval(fm, s, ids, n, 1, pass ? b : a, &d);
 		CHECK(r == 0, "overlap pass %d: %s", pass, d.msg);
 		cw_dsv41_state_free(s);
 	}
 	cw_dsv41_set_decode_overlap(fm, 1, 1);
+	CHECK(cw_dsv41_set_threads(fm, 1) == 0, "threads 1");
 	CHECK(!memcmp(a, b, (size_t)n * V * sizeof(float)),
-	      "logits with per-expert overlap off differ from on");
-	printf("per-expert overlap off vs on: %d positions bit-identical: %s\n",
-	       n, memcmp(a, b, (size_t)n * V * sizeof(float)) ? "no" : "yes");
+	      "logits with %s differ", threads ? "3 threads and 1" :
+	      "per-expert overlap off and on");
+	printf("%s: %d positions bit-identical: %s\n", threads ?
+	       "3 threads vs 1" : "per-expert overlap off vs on", n,
+	       memcmp(a, b, (size_t)n * V * sizeof(float)) ? "no" : "yes");
 	free(ids);
 	free(a);
 	free(b);
@@ -704,7 +713,10 @@ int main(void)
 	CHECK(cw_dsv41_set_qat(fm, CW_DSV41_QAT_ALL) == 0, "qat");
 	fixture_pass(fm, dir, 1, 1.8, 0.7, 0.25);  /* [1.19, 0.825, 7/20] */
 	/* 4: overlap on/off */
-	overlap_pass(fm, json_array_get(cases, json_array_size(cases) - 1));
+	overlap_pass(fm, json_array_get(cases, json_array_size(cases) - 1), 0);
+	overlap_pass(fm, json_array_get(cases, json_array_size(cases) - 1), 1);
+	CHECK(cw_dsv41_set_threads(ref, 2) == -EINVAL && 
+	      cw_dsv41_set_threads(fm, 0) == -EINVAL, "bad thread counts");
 	/* 5: fast mode from the checkpoint (no expertd) */
 	memset(c, 0, sizeof(*c));
 	CHECK(cw_dsv41_set_qat(ref, 0) == 0, "qat");
