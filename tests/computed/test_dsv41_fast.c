@@ -37,6 +37,11 @@
  *         |dlogit| / std <= 0.01, max <= 0.1 (float summation order
  *         only; measured 1.000, 0.0012, 0.024): the kernels compute
  *         what they should;
+ *         With QAT on the same two comparisons see QAT rounding flips
+ *         amplify float summation order: the layout on the exact backend
+ *         vs reference top-1 >= 0.95, median |delta log p| <= 1e-3
+ *         (measured 0.989, 0.0; max |dlogit| / std 1.09), the kernels vs
+ *         the int8 model top-1 >= 0.85, median <= 0.05 (0.917, 0.009);
  *      b. fast kernels vs reference and the int8 model vs reference:
  *         top-1 agreement equal within 0.03 (measured 0.672 both), and
  *         the measured statistics with margin: QAT off top-1 >= 0.55,
@@ -60,6 +65,11 @@
  *  5. Fast mode from the checkpoint (cw_dsv41_load_mode: no expertd,
  *     experts dequantized at load on the F32 kernel, no int8 step), QAT
  *     off: top-1 equal everywhere, max |delta logit| <= 1e-3 x std.
+ * Usage: test_dsv41_fast (the checks above), or test_dsv41_fast greedy
+ * STORE N ID... (for tests/serve/test_dsv41_serve.py: fast mode's direct
+ * evaluation of a V4.1 store through its own expertd, QAT on: the prompt
+ * ID... in one eval, then N greedy tokens one at a time; prints them as a
+ * JSON array on one line).
  * Store passes: every routed expert came through expertd (acquired =
  * positions x layers x top_k, bytes = acquired x record bytes), and the
  * pool evicted at 25 %.
@@ -518,7 +528,59 @@ static void overlap_pass(struct cw_dsv41_model *fm, const json_t *cs,
 	free(b);
 }
 
-int main(void)
+/* The greedy mode (header). */
+static int greedy_main(int argc, char **argv)
+{
+	const char *store = argv[2];
+	const char *args[] = { "--store", store, "--host-budget", "25%", NULL };
+	int n_tok = atoi(argv[3]), n = argc - 4, r;
+	int32_t *ids = calloc((size_t)n + 1, sizeof(int32_t));
+	struct st_diag diag = { { 0 } };
+	struct st_test_inst inst;
+	struct es_client *es = NULL;
+	struct cw_dsv41_model *m = NULL;
+	struct cw_dsv41_state *s = NULL;
+	float *lg = NULL;
+
+	if (n < 1 || n_tok < 1 || !ids)
+		return 2;
+	for (int i = 0; i < n; i++)
+		ids[i] = (int32_t)atoi(argv[4 + i]);
+	st_test_inst_init(&inst, "dsv41g");
+	r = st_test_daemon_start(&inst, "expertd", args, 30);
+	r = r < 0 ? r : es_client_open(inst.run_dir, inst.name, "test", 10000,
+					&es, &diag);
+	r = r < 0 ? r : cw_dsv41_load_store_mode(store, es, CW_COMPUTE_FAST,
+						 &m, &diag);
+	r = r < 0 ? r : cw_dsv41_state_new(m, n + n_tok + 1, &s);
+	if (r == 0) {
+		const int V = cw_dsv41_config(m)->vocab_size;
+
+		lg = malloc((size_t)V * sizeof(float));
+		r = lg ? cw_dsv41_eval(m, s, ids, n, 0, lg, &diag) : -ENOMEM;
+		printf("[");
+		for (int i = 0; r == 0 && i < n_tok; i++) {
+			int32_t t = argmax(lg, V);
+
+			printf("%s%d", i ? ", " : "", t);
+			if (i + 1 < n_tok)
+				r = cw_dsv41_eval(m, s, &t, 1, 0, lg, &diag);
+		}
+		printf("]\n");
+	}
+	if (r < 0)
+		fprintf(stderr, "greedy: %s\n", diag.msg);
+	free(lg);
+	cw_dsv41_state_free(s);
+	cw_dsv41_free(m);
+	es_client_close(es);
+	st_test_inst_stop(&inst);
+	st_rm_rf(inst.run_dir);
+	free(ids);
+	return r < 0 ? 1 : 0;
+}
+
+int main(int argc, char **argv)
 {
 	char dir[4096], tmp[4096], store[4200], path[4300];
 	const char *args[] = { "--store", store, "--host-budget", "25%",
@@ -534,6 +596,8 @@ int main(void)
 	json_t *refj = NULL;
 	const json_t *cases;
 
+	if (argc > 3 && !strcmp(argv[1], "greedy"))
+		return greedy_main(argc, argv);
 	st_test_fixture_model("tiny-deepseek-v41", dir, sizeof(dir));
 	st_test_tmpdir(tmp, sizeof(tmp));
 	snprintf(store, sizeof(store), "%s/store", tmp);
@@ -593,10 +657,11 @@ int main(void)
 	 * kernels against reference mode, QAT on with look-ahead 2, then
 	 * QAT off; 3, 4: the int8-activation model against the fast kernels
 	 * and against reference mode (QAT off) */
-	for (int pass = 0; pass < 5; pass++) {
-		unsigned qat = pass == 1 ? CW_DSV41_QAT_ALL : 0;
+	for (int pass = 0; pass < 7; pass++) {
+		unsigned qat = pass == 1 || pass >= 5 ? CW_DSV41_QAT_ALL : 0;
 		int depth = pass == 1 ? 2 : 0;
-		const struct cw_dsv41_model *ma = pass == 3 ? sm : ref;
+		const struct cw_dsv41_model *ma = pass == 3 || pass == 6 ? sm :
+									 ref;
 		const struct cw_dsv41_model *mb = pass == 4 ? sm : fm;
 		struct cw_dsv41_run_stats rs = { 0 };
 		struct es_tier_stats ts0, ts1;
@@ -607,10 +672,13 @@ int main(void)
 			"fast kernels vs reference, QAT off",
 			"fast kernels vs the int8-activation model, QAT off",
 			"int8-activation model vs reference, QAT off",
+			"fast layout on the exact backend vs reference, QAT on",
+			"fast kernels vs the int8-activation model, QAT on",
 		};
 
 		memset(c, 0, sizeof(*c));
-		CHECK(cw_dsv41_set_backend(fm, pass ? cw_backend_cpu_fast() :
+		CHECK(cw_dsv41_set_backend(fm, pass && pass != 5 ?
+						      cw_backend_cpu_fast() :
 						      cw_backend_cpu()) == 0,
 		      "set_backend");
 		CHECK(cw_dsv41_set_qat(ref, qat) == 0 &&
@@ -652,6 +720,16 @@ int main(void)
 			CHECK(p90 <= REL90_SIM && c->worst_rel <= MAX_SIM,
 			      "%s: |dlogit|/std 90%% %.4f, max %.4f", what[pass],
 			      p90, c->worst_rel);
+			break;
+		case 5: /* QAT flips amplify float summation order */
+			CHECK(c->top1_same >= 0.95 * c->n_pos && med <= 1e-3,
+			      "%s: top-1 %ld/%ld, median |dlogp| %.4f",
+			      what[pass], c->top1_same, c->n_pos, med);
+			break;
+		case 6:
+			CHECK(c->top1_same >= 0.85 * c->n_pos && med <= 0.05,
+			      "%s: top-1 %ld/%ld, median |dlogp| %.4f",
+			      what[pass], c->top1_same, c->n_pos, med);
 			break;
 		}
 		/* the int8 model is as far from reference as the kernels */
