@@ -23,6 +23,7 @@
  * Printed per budget (decode steps only):
  *   tok/s          decode tokens per second (wall clock)
  *   exp MB/tok     expert bytes expertd read from the store per token
+ *                  (demand and prefetch loads)
  *   eng KB/tok     Engram bytes expertd read (4 KiB blocks) per token
  *   used MB/tok    expert record bytes the routed experts used per token
  *   stall          time waiting for experts (cw_dsv41_run_stats) / wall
@@ -537,8 +538,8 @@ int main(int argc, char **argv)
 	       "tok/s%s\n", budgets[0], compute_tok_s,
 	       compute_tok_s > 0 ? "" : " (not measured: the repeat missed)");
 	printf("exp MB/tok, eng KB/tok: store bytes expertd read per decoded "
-	       "token (experts: demand loads; Engram: 4 KiB blocks, demand "
-	       "and prefetch); I/O lim = raw GB/s / their sum; %%I/O = tok/s "
+	       "token (experts and Engram 4 KiB blocks: demand and prefetch "
+	       "reads); I/O lim = raw GB/s / their sum; %%I/O = tok/s "
 	       "/ I/O lim (target >= 80 %%); limit = min(compute-bound, I/O "
 	       "lim)\n");
 	printf("dense bytes per token (in-memory size, %s mode): %.1f MB\n",
