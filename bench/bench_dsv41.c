@@ -69,7 +69,7 @@ static void usage(FILE *f)
 "the same run.  STORE: `strata convert` of a V4.1 checkpoint (e.g.\n"
 "scripts/gen-v41-engram-model.py --flash-layers 4).\n"
 "Defaults: --engram-cache 64MiB, --tokens 8, --prompt-tokens 8,\n"
-"--loader-threads 4, --raw-bytes 1GiB, --compute fast, --prefetch-depth 0\n"
+"--loader-threads 4, --raw-bytes 1GiB, --compute fast, --prefetch-depth 1\n"
 "(gate look-ahead hints for the next D layers); --no-prefetch: no Engram\n"
 "prefetch, no routing reports and so no expert hints; --no-step-hints: no\n"
 "step-named hint of the next token's first layers' experts; --no-overlap:\n"
@@ -402,7 +402,7 @@ int main(int argc, char **argv)
 	int budgets[MAX_BUDGETS] = { 100, 50, 25 }, n_budgets = 3;
 	int n_tok = 8, n_prompt = 8, c;
 	const char *store_dir = NULL;
-	struct bench_opts bo = { "64MiB", 4, 1, 1, 1, 0, 1, CW_COMPUTE_FAST,
+	struct bench_opts bo = { "64MiB", 4, 1, 1, 1, 1, 1, CW_COMPUTE_FAST,
 				 1ull << 30 };
 	uint64_t cache_b;
 	struct run_result res[MAX_BUDGETS];
