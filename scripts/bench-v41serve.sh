@@ -38,7 +38,7 @@ while [ $# -gt 0 ]; do
 	--dir) DIR=$2; shift 2 ;;
 	--keep) KEEP=1; shift ;;
 	--) shift; break ;;
-	-h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	-h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "bench-v41serve: unknown option $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
