@@ -13,16 +13,20 @@
  * streams, one expert record per request, up to --raw-bytes), expertd
  * (and kvd, unused) start on a private instance with --host-budget B and
  * --engram-cache C, and the model runs in this process
- * (cw_dsv41_load_store: reference mode, the only V4.1 mode): a prompt of
- * --prompt-tokens, then --tokens greedy decode steps, timed.  At the first
- * budget a second decode of the same tokens on the warm pool gives the
- * compute-bound rate (when it misses nothing).
+ * (cw_dsv41_load_store_mode, --compute fast by default: FP8 dense codes,
+ * BF16 compressor / index keys / head and the experts' MXFP4 slot bytes
+ * on the fast kernels, per-expert overlap and next-token step hints on):
+ * a prompt of --prompt-tokens, then --tokens greedy decode steps, timed.
+ * At the first budget a second decode of the same tokens on the warm pool
+ * gives the compute-bound rate (when it misses nothing).
  *
  * Printed per budget (decode steps only):
  *   tok/s          decode tokens per second (wall clock)
  *   exp MB/tok     expert bytes expertd read from the store per token
+ *                  (demand and prefetch loads)
  *   eng KB/tok     Engram bytes expertd read (4 KiB blocks) per token
  *   used MB/tok    expert record bytes the routed experts used per token
+ *   stall          time waiting for experts (cw_dsv41_run_stats) / wall
  *   hits           expert pool hit rate; Engram cache hit rate
  *   I/O lim        raw GB/s / (expert + Engram bytes read per token)
  *   %I/O           tok/s / I/O lim (the issue's target: >= 80 %)
@@ -55,16 +59,22 @@ static void usage(FILE *f)
 "                          [--engram-cache BYTES] [--tokens N]\n"
 "                          [--prompt-tokens N] [--loader-threads N]\n"
 "                          [--raw-bytes B] [--no-prefetch]\n"
+"                          [--compute fast|reference] [--prefetch-depth D]\n"
+"                          [--no-step-hints] [--no-overlap] [--threads N]\n"
 "\n"
 "DeepSeek-V4.1 decode through expertd at each host expert budget (%% of\n"
 "all experts) with an Engram row cache of --engram-cache bytes: decode\n"
 "tokens/s, expert and Engram bytes read per token, hit rates, and the\n"
 "I/O-bound limit from the store's raw O_DIRECT read bandwidth measured in\n"
 "the same run.  STORE: `strata convert` of a V4.1 checkpoint (e.g.\n"
-"scripts/gen-v41-engram-model.py --flash-layers 4).  Reference mode.\n"
+"scripts/gen-v41-engram-model.py --flash-layers 4).\n"
 "Defaults: --engram-cache 64MiB, --tokens 8, --prompt-tokens 8,\n"
-"--loader-threads 4, --raw-bytes 1GiB; --no-prefetch: no Engram prefetch\n"
-"and no routing reports (for comparison).\n");
+"--loader-threads 4, --raw-bytes 1GiB, --compute fast, --prefetch-depth 1\n"
+"(gate look-ahead hints for the next D layers); --no-prefetch: no Engram\n"
+"prefetch, no routing reports and so no expert hints; --no-step-hints: no\n"
+"step-named hint of the next token's first layers' experts; --no-overlap:\n"
+"wait for all top-k experts of a layer before computing any (for A/B);\n"
+"--threads N: fast mode's matvecs split over N threads (default 1).\n");
 }
 
 /* --- raw O_DIRECT read bandwidth (as strata-bench-dsv4) ----------------- */
@@ -170,12 +180,23 @@ static void make_cold(const struct st_store *s)
 struct counters {
 	struct es_tier_stats t;
 	struct es_engram_stats e;
+	struct cw_dsv41_run_stats r;
 };
 
-static void snap(struct es_client *es, struct counters *c)
+/* What the command line sets for every budget. */
+struct bench_opts {
+	const char *cache;
+	int loaders, prefetch, step_hints, overlap, depth, threads;
+	enum cw_compute mode;
+	uint64_t raw_bytes;
+};
+
+static void snap(struct es_client *es, const struct cw_dsv41_state *s,
+		 struct counters *c)
 {
 	struct st_diag d = { { 0 } };
 
+	cw_dsv41_state_stats(s, &c->r);
 	es_client_tier_stats(es, &c->t);
 	if (es_client_engram_stats(es, &c->e, &d) < 0)
 		memset(&c->e, 0, sizeof(c->e));
@@ -186,8 +207,8 @@ struct run_result {
 	uint64_t n_slots;
 	double tok_s, warm_tok_s, raw_gbps;
 	double exp_bpt, eng_bpt, used_bpt;
-	double hit, eng_hit;
-	uint64_t misses, eng_misses;
+	double hit, eng_hit, stall, dense_bpt;
+	uint64_t misses, eng_misses, pf_loads, pf_used, step_hints;
 	int warm_missed;
 };
 
@@ -225,7 +246,7 @@ static int64_t decode(const struct cw_dsv41_model *m, struct es_client *es,
 	r = cw_dsv41_eval(m, s, prompt, n_prompt, 0, logits, diag);
 	if (r < 0)
 		goto out;
-	snap(es, c0);
+	snap(es, s, c0);
 	t0 = st_now_ns();
 	tok = argmax(logits, V);
 	for (int i = 0; i < n_tok; i++) {
@@ -241,7 +262,7 @@ static int64_t decode(const struct cw_dsv41_model *m, struct es_client *es,
 	}
 	fprintf(stderr, "\n");
 	r = (int64_t)(st_now_ns() - t0);
-	snap(es, c1);
+	snap(es, s, c1);
 out:
 	cw_dsv41_state_free(s);
 	free(logits);
@@ -268,10 +289,10 @@ static int parse_budgets(const char *arg, int *b, int *n)
 /* One budget: cold files, raw bandwidth, daemons up, cold then warm
  * decode.  0 or negative with diag. */
 static int run_budget(const struct st_store *st, const char *store_dir,
-		      int pct, const char *cache, int loaders,
-		      uint64_t raw_bytes, int prefetch, const int32_t *prompt,
-		      int n_prompt, int n_tok, int32_t *ids,
-		      struct run_result *rr, struct st_diag *diag)
+		      int pct, const struct bench_opts *bo,
+		      const int32_t *prompt, int n_prompt, int n_tok,
+		      int32_t *ids, struct run_result *rr,
+		      struct st_diag *diag)
 {
 	struct cli_instance inst;
 	struct cli_tier_args tier = { 0 };
@@ -285,7 +306,7 @@ static int run_budget(const struct st_store *st, const char *store_dir,
 	memset(rr, 0, sizeof(*rr));
 	rr->budget_pct = pct;
 	make_cold(st);
-	rr->raw_gbps = raw_bandwidth(st, loaders, raw_bytes);
+	rr->raw_gbps = raw_bandwidth(st, bo->loaders, bo->raw_bytes);
 	make_cold(st);
 	memset(&inst, 0, sizeof(inst));
 	snprintf(inst.name, sizeof(inst.name), "bdsv41-%d-%d", (int)getpid(),
@@ -294,23 +315,29 @@ static int run_budget(const struct st_store *st, const char *store_dir,
 	snprintf(inst.store_dir, sizeof(inst.store_dir), "%s", store_dir);
 	snprintf(inst.host_budget, sizeof(inst.host_budget), "%d%%", pct);
 	snprintf(inst.loader_threads, sizeof(inst.loader_threads), "%d",
-		 loaders);
+		 bo->loaders);
 	snprintf(inst.kv_budget, sizeof(inst.kv_budget), "64MiB");
 	inst.tiers_only = 1;
 	tier.es[tier.n_es++] = "--engram-cache";
-	tier.es[tier.n_es++] = cache;
+	tier.es[tier.n_es++] = bo->cache;
 	inst.tier = &tier;
 	if ((r = cli_instance_up(&inst, 300, diag)) < 0)
 		return r;
 	r = es_client_open(inst.run_dir, inst.name, "bench", 120000, &es,
 			   diag);
 	if (!r)
-		r = cw_dsv41_load_store(store_dir, es, &m, diag);
+		r = cw_dsv41_load_store_mode(store_dir, es, bo->mode, &m, diag);
+	if (!r && cw_dsv41_set_prefetch_depth(m, bo->depth) < 0)
+		r = st_diag_set(diag, -EINVAL, "--prefetch-depth must be 0..8");
+	if (!r && cw_dsv41_set_threads(m, bo->threads) < 0)
+		r = st_diag_set(diag, -EINVAL, "--threads %d (fast mode only)",
+				bo->threads);
 	if (!r) {
 		const struct st_dsv41_config *c = cw_dsv41_config(m);
 
-		cw_dsv41_set_route_reports(m, prefetch);
-		cw_dsv41_set_engram_prefetch(m, prefetch);
+		cw_dsv41_set_route_reports(m, bo->prefetch);
+		cw_dsv41_set_engram_prefetch(m, bo->prefetch);
+		cw_dsv41_set_decode_overlap(m, bo->step_hints, bo->overlap);
 		ns = decode(m, es, prompt, n_prompt, n_tok, ids, NULL, &a, &b,
 			    diag);
 		r = ns < 0 ? (int)ns : 0;
@@ -323,6 +350,12 @@ static int run_budget(const struct st_store *st, const char *store_dir,
 			rr->used_bpt = (double)c->n_layers * c->top_k *
 				       (double)st->record_bytes;
 			rr->misses = b.t.misses - a.t.misses;
+			rr->stall = (double)(b.r.acquire_ns - a.r.acquire_ns) /
+				    (double)ns;
+			rr->dense_bpt = (double)cw_dsv41_dense_bytes(m);
+			rr->pf_loads = b.t.prefetch_loads - a.t.prefetch_loads;
+			rr->pf_used = b.t.prefetch_used - a.t.prefetch_used;
+			rr->step_hints = b.t.step_hints - a.t.step_hints;
 			rr->hit = (double)(b.t.hits - a.t.hits) /
 				  (double)(b.t.hits - a.t.hits + rr->misses);
 			rr->eng_misses = b.e.misses - a.e.misses;
@@ -358,13 +391,20 @@ int main(int argc, char **argv)
 		{ "loader-threads", required_argument, NULL, 'l' },
 		{ "raw-bytes", required_argument, NULL, 'r' },
 		{ "no-prefetch", no_argument, NULL, 'P' },
+		{ "compute", required_argument, NULL, 'c' },
+		{ "prefetch-depth", required_argument, NULL, 'D' },
+		{ "no-step-hints", no_argument, NULL, 'S' },
+		{ "no-overlap", no_argument, NULL, 'O' },
+		{ "threads", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	int budgets[MAX_BUDGETS] = { 100, 50, 25 }, n_budgets = 3;
-	int n_tok = 8, n_prompt = 8, loaders = 4, prefetch = 1, c;
-	const char *store_dir = NULL, *cache = "64MiB";
-	uint64_t raw_bytes = 1ull << 30, cache_b;
+	int n_tok = 8, n_prompt = 8, c;
+	const char *store_dir = NULL;
+	struct bench_opts bo = { "64MiB", 4, 1, 1, 1, 1, 1, CW_COMPUTE_FAST,
+				 1ull << 30 };
+	uint64_t cache_b;
 	struct run_result res[MAX_BUDGETS];
 	struct st_store *st = NULL;
 	struct st_diag diag = { { 0 } };
@@ -381,23 +421,35 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
-		case 'E': cache = optarg; break;
+		case 'E': bo.cache = optarg; break;
 		case 'n': n_tok = atoi(optarg); break;
 		case 'p': n_prompt = atoi(optarg); break;
-		case 'l': loaders = atoi(optarg); break;
+		case 'l': bo.loaders = atoi(optarg); break;
 		case 'r':
-			if (st_parse_size(optarg, &raw_bytes) < 0) {
+			if (st_parse_size(optarg, &bo.raw_bytes) < 0) {
 				fprintf(stderr, "bench-dsv41: bad --raw-bytes\n");
 				return 2;
 			}
 			break;
-		case 'P': prefetch = 0; break;
+		case 'P': bo.prefetch = 0; break;
+		case 'c':
+			if (cw_compute_parse(optarg, &bo.mode) < 0) {
+				fprintf(stderr, "bench-dsv41: --compute "
+					"fast|reference\n");
+				return 2;
+			}
+			break;
+		case 'D': bo.depth = atoi(optarg); break;
+		case 'S': bo.step_hints = 0; break;
+		case 'O': bo.overlap = 0; break;
+		case 'T': bo.threads = atoi(optarg); break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
 	if (!store_dir || n_tok < 1 || n_prompt < 1 || n_prompt > 4096 ||
-	    loaders < 1 || loaders > 64 || st_parse_size(cache, &cache_b) < 0) {
+	    bo.loaders < 1 || bo.loaders > 64 ||
+	    st_parse_size(bo.cache, &cache_b) < 0) {
 		usage(stderr);
 		return 2;
 	}
@@ -413,15 +465,20 @@ int main(int argc, char **argv)
 	}
 	printf("store %s: %d layers x %d experts, record %llu B (%.2f MiB), "
 	       "experts %.2f GiB, Engram tables %.2f GiB, Engram cache %s; "
-	       "decode %d tokens after a %d-token prompt; reference mode; "
-	       "%d loader threads; Engram prefetch and routing reports %s\n",
+	       "decode %d tokens after a %d-token prompt; compute %s; "
+	       "%d loader threads; Engram prefetch and routing reports %s, "
+	       "look-ahead depth %d, step hints %s, per-expert overlap %s, "
+	       "%d compute thread(s)\n",
 	       store_dir, st->n_layers, st->n_experts,
 	       (unsigned long long)st->record_bytes,
 	       st->record_bytes / 1048576.0,
 	       (double)st->record_bytes * st->n_layers * st->n_experts /
 		       (1ull << 30),
-	       (double)st->engram_bytes / (1ull << 30), cache, n_tok,
-	       n_prompt, loaders, prefetch ? "on" : "off");
+	       (double)st->engram_bytes / (1ull << 30), bo.cache, n_tok,
+	       n_prompt, cw_compute_name(bo.mode), bo.loaders,
+	       bo.prefetch ? "on" : "off", bo.depth,
+	       bo.step_hints ? "on" : "off", bo.overlap ? "on" : "off",
+	       bo.threads);
 	fflush(stdout);
 	/* a fixed prompt: token ids spread over the vocabulary */
 	for (int i = 0; i < n_prompt; i++)
@@ -433,9 +490,8 @@ int main(int argc, char **argv)
 	for (int bi = 0; bi < n_budgets; bi++) {
 		struct run_result *rr = &res[bi];
 
-		if (run_budget(st, store_dir, budgets[bi], cache, loaders,
-			       raw_bytes, prefetch, prompt, n_prompt, n_tok,
-			       ids, rr, &diag) < 0) {
+		if (run_budget(st, store_dir, budgets[bi], &bo, prompt,
+			       n_prompt, n_tok, ids, rr, &diag) < 0) {
 			fprintf(stderr, "bench-dsv41: budget %d%%: %s\n",
 				budgets[bi], diag.msg);
 			return 1;
@@ -444,18 +500,23 @@ int main(int argc, char **argv)
 			compute_tok_s = rr->warm_tok_s;
 		printf("budget %3d%%: pool %llu slots, decode %.3f tok/s (warm "
 		       "repeat %.3f%s), expert hit rate %.3f (%llu misses), "
-		       "Engram hit rate %.3f (%llu misses), raw %.2f GB/s\n",
+		       "Engram hit rate %.3f (%llu misses), raw %.2f GB/s, "
+		       "stall %.1f %%, prefetch loads %llu used %llu, "
+		       "step-named hint entries %llu\n",
 		       rr->budget_pct, (unsigned long long)rr->n_slots,
 		       rr->tok_s, rr->warm_tok_s,
 		       rr->warm_missed ? ", missed" : "", rr->hit,
 		       (unsigned long long)rr->misses, rr->eng_hit,
-		       (unsigned long long)rr->eng_misses, rr->raw_gbps);
+		       (unsigned long long)rr->eng_misses, rr->raw_gbps,
+		       100 * rr->stall, (unsigned long long)rr->pf_loads,
+		       (unsigned long long)rr->pf_used,
+		       (unsigned long long)rr->step_hints);
 		fflush(stdout);
 	}
-	printf("\n%6s %6s %9s %11s %11s %12s %6s %6s %8s %9s %6s %9s %6s\n",
-	       "budget", "slots", "tok/s", "exp MB/tok", "eng KB/tok",
-	       "used MB/tok", "hits", "eng h", "raw GB/s", "I/O lim", "%I/O",
-	       "limit", "%lim");
+	printf("\n%6s %6s %9s %11s %11s %12s %6s %6s %6s %8s %9s %6s %9s "
+	       "%6s\n", "budget", "slots", "tok/s", "exp MB/tok", "eng KB/tok",
+	       "used MB/tok", "hits", "eng h", "stall", "raw GB/s", "I/O lim",
+	       "%I/O", "limit", "%lim");
 	for (int bi = 0; bi < n_budgets; bi++) {
 		struct run_result *rr = &res[bi];
 		double rd = rr->exp_bpt + rr->eng_bpt;
@@ -465,10 +526,11 @@ int main(int argc, char **argv)
 		if (compute_tok_s > 0 && compute_tok_s < lim)
 			lim = compute_tok_s;
 		printf("%5d%% %6llu %9.3f %11.1f %11.1f %12.1f %6.3f %6.3f "
-		       "%8.2f %9.3f %5.0f%% %9.3f %5.0f%%\n", rr->budget_pct,
-		       (unsigned long long)rr->n_slots, rr->tok_s,
-		       rr->exp_bpt / 1e6, rr->eng_bpt / 1e3,
-		       rr->used_bpt / 1e6, rr->hit, rr->eng_hit, rr->raw_gbps,
+		       "%5.1f%% %8.2f %9.3f %5.0f%% %9.3f %5.0f%%\n",
+		       rr->budget_pct, (unsigned long long)rr->n_slots,
+		       rr->tok_s, rr->exp_bpt / 1e6, rr->eng_bpt / 1e3,
+		       rr->used_bpt / 1e6, rr->hit, rr->eng_hit,
+		       100 * rr->stall, rr->raw_gbps,
 		       io_lim, io_lim > 0 ? 100 * rr->tok_s / io_lim : 0.0,
 		       lim, lim > 0 ? 100 * rr->tok_s / lim : 0.0);
 	}
@@ -476,12 +538,15 @@ int main(int argc, char **argv)
 	       "tok/s%s\n", budgets[0], compute_tok_s,
 	       compute_tok_s > 0 ? "" : " (not measured: the repeat missed)");
 	printf("exp MB/tok, eng KB/tok: store bytes expertd read per decoded "
-	       "token (experts: demand loads; Engram: 4 KiB blocks, demand "
-	       "and prefetch); I/O lim = raw GB/s / their sum; %%I/O = tok/s "
+	       "token (experts and Engram 4 KiB blocks: demand and prefetch "
+	       "reads); I/O lim = raw GB/s / their sum; %%I/O = tok/s "
 	       "/ I/O lim (target >= 80 %%); limit = min(compute-bound, I/O "
 	       "lim)\n");
-	printf("peak RSS of this process (model in reference mode, F32): "
-	       "%.2f GiB\n", st_peak_rss_bytes() / (double)(1ull << 30));
+	printf("dense bytes per token (in-memory size, %s mode): %.1f MB\n",
+	       cw_compute_name(bo.mode), res[0].dense_bpt / 1e6);
+	printf("peak RSS of this process (model in %s mode, one sequence): "
+	       "%.2f GiB\n", cw_compute_name(bo.mode),
+	       st_peak_rss_bytes() / (double)(1ull << 30));
 	free(ids);
 	st_store_close(st);
 	return 0;

@@ -57,37 +57,18 @@ static int comp_ring(const struct cw_dsv4_comp *cp)
 	return cp->overlap ? 2 * cp->ratio : cp->ratio;
 }
 
+/* The reference loop (routers, indexer head weights: reference code in
+ * both modes). */
 static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
 {
-	for (int r = 0; r < m->rows; r++) {
-		const float *w = m->w + (size_t)r * m->cols;
-		double acc = 0.0;
-
-		for (int i = 0; i < m->cols; i++)
-			acc += (double)w[i] * x[i];
-		y[r] = (float)acc;
-	}
+	cw_dsv4_mat_mv(NULL, m, x, y);
 }
 
-/* Fast mode's matvec: the fast backend's kernel for the FP8 codes, or
- * its F32 kernel for a matrix kept as floats. */
-static void matvec_fast(const struct cw_dsv4_model *md,
-			const struct cw_dsv4_mat *m, const float *x, float *y)
-{
-	struct cw_wview v = { .dtype = ST_DTYPE_F32, .data = m->w,
-			      .rows = m->rows, .cols = m->cols };
-
-	md->be->matvec(m->codes ? &m->fv : &v, x, y, 0, m->rows);
-}
-
-/* matvec in the model's mode (plain matvec in reference mode). */
+/* matvec in the model's mode (the fast backend's kernels in fast mode). */
 static void mv(const struct cw_dsv4_model *md, const struct cw_dsv4_mat *m,
 	       const float *x, float *y)
 {
-	if (md->be)
-		matvec_fast(md, m, x, y);
-	else
-		matvec(m, x, y);
+	cw_dsv4_mat_mv(md->be, m, x, y);
 }
 
 /* y = w x, with the ACT_FP8 round trip of x first when w was stored
@@ -111,20 +92,9 @@ static void lin_rows(const struct cw_dsv4_model *md,
 		     const struct cw_dsv4_mat *m, int r0, int n,
 		     const float *x, float *y)
 {
-	struct cw_dsv4_mat sub = { .rows = n, .cols = m->cols,
-				   .quantized = m->quantized };
+	struct cw_dsv4_mat sub;
 
-	if (m->w)
-		sub.w = m->w + (size_t)r0 * m->cols;
-	if (m->codes && m->fv.dtype == ST_DTYPE_F8_E4M3) {
-		size_t ng = (m->cols + m->fv.group - 1) / m->fv.group;
-
-		sub.codes = m->codes;
-		sub.fv = m->fv;
-		sub.fv.data = m->codes + (size_t)r0 * m->cols;
-		sub.fv.scales = (const uint8_t *)(m->fscale + (size_t)r0 * ng);
-		sub.fv.rows = n;
-	}
+	cw_dsv4_mat_rows(m, r0, n, &sub);
 	lin(md, &sub, x, y);
 }
 
@@ -438,27 +408,6 @@ static void attention(const struct cw_dsv4_model *m,
 	lin(m, &L->wo_b, t, out);
 }
 
-/* Matrix k (st_expert_mat: gate = w1, up = w3, down = w2) of an MXFP4
- * record from expertd, dequantised into w (the same function as
- * load_fp4, so the same floats as the in-process path). */
-static void record_mat(const struct st_store_matrix *x, const uint8_t *rec,
-		       float *w, struct cw_dsv4_mat *ret)
-{
-	const int rows = (int)x->rows, cols = (int)x->cols;
-
-	for (int o = 0; o < rows; o++)
-		st_mxfp4_dequantize_row(rec + x->data_offset +
-						(size_t)o * cols / 2,
-					rec + x->scale_offset +
-						(size_t)o * cols / ST_MXFP4_BLOCK,
-					cols, ST_FP4_LAYOUT_OCP,
-					w + (size_t)o * cols);
-	ret->rows = rows;
-	ret->cols = cols;
-	ret->w = w;
-	ret->quantized = 1;
-}
-
 /* Store mode: reports layer l's routing of the token at position p to
  * expertd (activation statistics, hot set) with, as hints, the experts of
  * every later hash-routed layer: those are known exactly from the token
@@ -559,22 +508,6 @@ out:
 	free(he);
 }
 
-/* The view of expert matrix x in record rec (MXFP4 codes and E8M0
- * scales where the store's layout puts them; borrowed from the slot). */
-static struct cw_wview rec_view(const struct st_store_matrix *x,
-				const uint8_t *rec)
-{
-	return (struct cw_wview){
-		.dtype = ST_DTYPE_MXFP4,
-		.data = rec + x->data_offset,
-		.scales = rec + x->scale_offset,
-		.rows = x->rows,
-		.cols = x->cols,
-		.group = ST_MXFP4_BLOCK,
-		.scale_type = ST_SCALE_E8M0,
-	};
-}
-
 /* One routed expert in fast mode, straight from its slot bytes: the
  * SwiGLU output quantized for w2; out = E(b) (act: b quantized once, int8
  * per 32, shared by every expert's w1 and w3). */
@@ -585,9 +518,9 @@ static void expert_fast(const struct cw_dsv4_model *m,
 	const struct st_dsv4_config *c = &m->cfg;
 	const struct cw_backend_ops *be = m->be;
 	const int D = c->hidden_size, I = c->moe_inter;
-	struct cw_wview w1 = rec_view(&ly->mat[ST_EXPERT_GATE], rec);
-	struct cw_wview w3 = rec_view(&ly->mat[ST_EXPERT_UP], rec);
-	struct cw_wview w2 = rec_view(&ly->mat[ST_EXPERT_DOWN], rec);
+	struct cw_wview w1 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_GATE], rec);
+	struct cw_wview w3 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_UP], rec);
+	struct cw_wview w2 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_DOWN], rec);
 	float g[I], u[I];
 
 	be->matvec_act(&w1, act, g, 0, I);
@@ -632,9 +565,9 @@ static void moe_each_fn(void *arg, int k, const uint8_t *rec)
 	} else {
 		struct cw_dsv4_mat w1, w2, w3;
 
-		record_mat(&e->ly->mat[ST_EXPERT_GATE], rec, e->s->xw, &w1);
-		record_mat(&e->ly->mat[ST_EXPERT_UP], rec, e->s->xw + mw, &w3);
-		record_mat(&e->ly->mat[ST_EXPERT_DOWN], rec, e->s->xw + 2 * mw,
+		cw_dsv4_record_mat(&e->ly->mat[ST_EXPERT_GATE], rec, e->s->xw, &w1);
+		cw_dsv4_record_mat(&e->ly->mat[ST_EXPERT_UP], rec, e->s->xw + mw, &w3);
+		cw_dsv4_record_mat(&e->ly->mat[ST_EXPERT_DOWN], rec, e->s->xw + 2 * mw,
 			   &w2);
 		expert_ffn(m, &w1, &w2, &w3, e->b, c->swiglu_limit,
 			   e->out + (size_t)k * D);
@@ -795,17 +728,10 @@ void cw_dsv4_state_stats(const struct cw_dsv4_state *s,
 	*ret = s->st;
 }
 
-static uint64_t mat_bytes(const struct cw_dsv4_mat *x)
-{
-	return (uint64_t)x->rows * x->cols *
-	       (!x->codes ? sizeof(float) :
-		x->fv.dtype == ST_DTYPE_BF16 ? 2 : 1);
-}
-
 uint64_t cw_dsv4_dense_bytes(const struct cw_dsv4_model *m)
 {
 	const struct st_dsv4_config *c = &m->cfg;
-	uint64_t n = mat_bytes(&m->head);
+	uint64_t n = cw_dsv4_mat_bytes(&m->head);
 
 	for (int l = 0; l < c->n_layers; l++) {
 		const struct cw_dsv4_layer *L = &m->layers[l];
@@ -817,7 +743,7 @@ uint64_t cw_dsv4_dense_bytes(const struct cw_dsv4_model *m)
 		};
 
 		for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++)
-			n += mat_bytes(x[i]);
+			n += cw_dsv4_mat_bytes(x[i]);
 	}
 	return n;
 }

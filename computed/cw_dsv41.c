@@ -28,28 +28,33 @@
 #include "st_formats.h"
 #include "st_kvfmt_v41.h"
 #include "st_log.h"
+#include "st_util.h"
 
+/* The reference loop: the router and the indexer's head weights stay
+ * reference code in both modes (routing and selections as reference
+ * mode's but near ties). */
 static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
 {
-	for (int r = 0; r < m->rows; r++) {
-		const float *w = m->w + (size_t)r * m->cols;
-		double acc = 0.0;
-
-		for (int i = 0; i < m->cols; i++)
-			acc += (double)w[i] * x[i];
-		y[r] = (float)acc;
-	}
+	cw_dsv4_mat_mv(NULL, m, x, y);
 }
 
-/* rows [r0, r0 + n) of m times x */
-static void matvec_rows(const struct cw_dsv4_mat *m, int r0, int n,
-			const float *x, float *y)
+/* y = m x in the model's mode (the fast backend's kernels in fast mode,
+ * split over the model's threads). */
+static void mv(const struct cw_dsv41_model *md, const struct cw_dsv4_mat *m,
+	       const float *x, float *y)
 {
-	struct cw_dsv4_mat sub = { .rows = n, .cols = m->cols,
-				   .w = m->w + (size_t)r0 * m->cols,
-				   .quantized = m->quantized };
+	cw_dsv4_mat_mv_pool(md->be, md->pool, m, x, y);
+}
 
-	matvec(&sub, x, y);
+/* rows [r0, r0 + n) of m times x, in the model's mode */
+static void mv_rows(const struct cw_dsv41_model *md,
+		    const struct cw_dsv4_mat *m, int r0, int n,
+		    const float *x, float *y)
+{
+	struct cw_dsv4_mat sub;
+
+	cw_dsv4_mat_rows(m, r0, n, &sub);
+	mv(md, &sub, x, y);
 }
 
 int cw_dsv41_state_init(const struct cw_dsv41_model *m, int max_tokens,
@@ -86,7 +91,21 @@ int cw_dsv41_state_init(const struct cw_dsv41_model *m, int max_tokens,
 			goto nomem;
 	}
 	/* kvd stream indices: the order of cw_dsv41_kv_decl */
-	if (m->es) {
+	if (m->es && m->be) {
+		/* the largest need of the backends a fast model may run on
+		 * (cw_dsv41_set_backend may change it after this state) */
+		size_t need = cw_backend_cpu_fast()->act_bytes(c->hidden_size);
+
+		if (m->be->act_bytes(c->hidden_size) > need)
+			need = m->be->act_bytes(c->hidden_size);
+		s->xw = malloc(need ? need : 1);
+		need = cw_backend_cpu_fast()->act_bytes(c->moe_inter);
+		if (m->be->act_bytes(c->moe_inter) > need)
+			need = m->be->act_bytes(c->moe_inter);
+		s->xw2 = malloc(need ? need : 1);
+		if (!s->xw || !s->xw2)
+			goto nomem;
+	} else if (m->es) {
 		s->xw = malloc((size_t)3 * c->moe_inter * c->hidden_size *
 			       sizeof(float));
 		if (!s->xw)
@@ -157,6 +176,7 @@ void cw_dsv41_state_free(struct cw_dsv41_state *s)
 	free(s->zero_row);
 	free(s->prompt);
 	free(s->xw);
+	free(s->xw2);
 	free(s);
 }
 
@@ -373,7 +393,7 @@ static int engram(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 	r = m->prov.get_rows(m->prov.ctx, L->ei, rows, rpp, E, diag);
 	if (r < 0)
 		return r;
-	matvec(&L->ewkv, E, kv);
+	mv(m, &L->ewkv, E, kv);
 	for (int k = 0; k < hc; k++) {
 		double g = cw_dsv41_engram_gate(X + k * D, L->eqk + k * D,
 						kv + k * D, D, c->rms_norm_eps);
@@ -406,9 +426,9 @@ static int kv_source(const struct cw_dsv41_model *m,
 	int64_t g;
 	int r = 0;
 
-	matvec(&L->cwkv, a, slot);
+	mv(m, &L->cwkv, a, slot);
 	if (mr > 1)
-		matvec(&L->cwgate, a, slot + hd);
+		mv(m, &L->cwgate, a, slot + hd);
 	if ((p + 1) % mr)
 		return 0;
 	g = (p + 1) / mr - 1;
@@ -428,7 +448,7 @@ static int kv_source(const struct cw_dsv41_model *m,
 		float *k = row_begin(m, s, l, CW_DSV41_S_IKEY, g, sk);
 
 		/* from the pre-rope latent */
-		matvec(&L->iwk, lat, k);
+		mv(m, &L->iwk, lat, k);
 		cw_dsv4_rmsnorm(k, L->iknorm, Id, c->rms_norm_eps, k);
 		cw_dsv4_rope(k, Id, c->rope_dim / 2, m->freq_comp, g * mr, 0);
 		r = row_end(m, s, l, CW_DSV41_S_IKEY, g, k);
@@ -462,7 +482,7 @@ static int index_source(const struct cw_dsv41_model *m,
 	int r = 0, *sel = ck->sel + ((size_t)ck->isx[l] * ck->n + t) *
 					   c->index_topk;
 
-	matvec(&L->iwq_b, qr, iq);
+	mv(m, &L->iwq_b, qr, iq);
 	for (int h = 0; h < IH && r == 0; h++) {
 		cw_dsv4_rope(iq + h * Id, Id, c->rope_dim / 2, m->freq_comp, p,
 			     0);
@@ -511,17 +531,18 @@ static int index_source(const struct cw_dsv41_model *m,
 	return 0;
 }
 
-static void expert_ffn(const struct cw_dsv4_mat *w1,
+static void expert_ffn(const struct cw_dsv41_model *m,
+		       const struct cw_dsv4_mat *w1,
 		       const struct cw_dsv4_mat *w2,
 		       const struct cw_dsv4_mat *w3, const float *x,
 		       double limit, float *y)
 {
 	float g[w1->rows], u[w3->rows];
 
-	matvec(w1, x, g);
-	matvec(w3, x, u);
+	mv(m, w1, x, g);
+	mv(m, w3, x, u);
 	cw_dsv4_swiglu_clip(g, u, w1->rows, limit);
-	matvec(w2, g, y);
+	mv(m, w2, g, y);
 }
 
 /* Attention sublayer of layer l for token t at position p (a =
@@ -542,16 +563,16 @@ static int attention(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 	int r = 0, n_sel = 0;
 	const int *sel = NULL;
 
-	matvec(&L->wq_a, a, qr);
+	mv(m, &L->wq_a, a, qr);
 	cw_dsv4_rmsnorm(qr, L->q_norm, c->q_lora_rank, c->rms_norm_eps, qr);
-	matvec(&L->wq_b, qr, q);
+	mv(m, &L->wq_b, qr, q);
 	for (int h = 0; h < H; h++) /* no per-head q norm in V4.1 */
 		cw_dsv4_rope(q + h * hd, hd, c->rope_dim / 2, fr, p, 0);
 	{
 		float kb[hd];
 		float *kv = row_begin(m, s, l, CW_DSV41_S_WINDOW, p, kb);
 
-		matvec(&L->wkv, a, kv);
+		mv(m, &L->wkv, a, kv);
 		cw_dsv4_rmsnorm(kv, L->kv_norm, hd, c->rms_norm_eps, kv);
 		cw_dsv4_rope(kv, hd, c->rope_dim / 2, fr, p, 0);
 		r = row_end(m, s, l, CW_DSV41_S_WINDOW, p, kv);
@@ -588,74 +609,239 @@ static int attention(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 		}
 	}
 	for (int g = 0; g < G; g++)
-		matvec_rows(&L->wo_a, g * R, R, o + (size_t)g * (H / G) * hd,
-			    tg + g * R);
-	matvec(&L->wo_b, tg, out);
+		mv_rows(m, &L->wo_a, g * R, R, o + (size_t)g * (H / G) * hd,
+			tg + g * R);
+	mv(m, &L->wo_b, tg, out);
 	return 0;
 }
 
-/* Matrix k (st_expert_mat: gate = w1, up = w3, down = w2) of an MXFP4
- * record from expertd, dequantised into w (the function the checkpoint
- * loader uses, so the same floats as the in-memory path). */
-static void record_mat(const struct st_store_matrix *x, const uint8_t *rec,
-		       float *w, struct cw_dsv4_mat *ret)
+/* The experts layer j's router picks on FFN input b (logits / gate_temp,
+ * sqrt-softplus + bias, top_k) into ids. */
+static void route_ids(const struct cw_dsv41_model *m, int j, const float *b,
+		      int32_t *ids, float *wts)
 {
-	const int rows = (int)x->rows, cols = (int)x->cols;
+	const struct st_dsv41_config *c = &m->cfg;
+	const struct cw_dsv41_layer *J = &m->layers[j];
+	float logits[c->n_experts];
 
-	for (int o = 0; o < rows; o++)
-		st_mxfp4_dequantize_row(rec + x->data_offset +
-						(size_t)o * cols / 2,
-					rec + x->scale_offset +
-						(size_t)o * cols / ST_MXFP4_BLOCK,
-					cols, ST_FP4_LAYOUT_OCP,
-					w + (size_t)o * cols);
-	ret->rows = rows;
-	ret->cols = cols;
-	ret->w = w;
-	ret->quantized = 1;
+	matvec(&J->gate, b, logits);
+	for (int e = 0; e < c->n_experts; e++)
+		logits[e] = (float)(logits[e] / c->gate_temp);
+	cw_dsv4_route(logits, c->n_experts, c->top_k, NULL, J->gate_bias,
+		      c->norm_topk_prob, c->routed_scaling_factor, ids, wts);
 }
 
-/* Store mode: the routed experts ids[0..K) of layer l through expertd's
- * pool (reported, acquired together, released after use), weighted into
- * y.  A refused report changes no result: warned once, counted. */
+/* Store mode: reports layer l's routing of the token at position p to
+ * expertd (activation statistics, hot set) with, as hints, the experts
+ * the routers of the next prefetch_depth layers pick on this layer's FFN
+ * input b (gate look-ahead: an approximation, the next layers see a
+ * changed residual).  A refused report changes no result: warned once,
+ * counted. */
+static void route_report(const struct cw_dsv41_model *m,
+			 struct cw_dsv41_state *s, int l, int64_t p,
+			 const int *eids, const float *b)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	const int K = c->top_k;
+	int cap = m->prefetch_depth * K + 1, hl[cap], he[cap], nh = 0;
+	struct st_diag d = { { 0 } };
+
+	for (int j = l + 1; j <= l + m->prefetch_depth && j < c->n_layers;
+	     j++) {
+		int32_t e[K];
+		float w[K];
+
+		route_ids(m, j, b, e, w);
+		for (int k = 0; k < K; k++) {
+			hl[nh] = j;
+			he[nh++] = e[k];
+		}
+	}
+	if (es_client_route(m->es, l, (uint32_t)p, 1, K, eids, nh, hl, he,
+			    &d) < 0 && s->route_failed++ == 0)
+		st_warn("routing report to expertd failed: %s (statistics and "
+			"prefetch degrade; results are unaffected)", d.msg);
+}
+
+/* Store mode, at the start of an eval: the token at position s->len is
+ * known (sampled, or the next prompt token) before its layer 0 runs.  The
+ * experts the first max(1, prefetch_depth) layers' routers pick on its
+ * embedding under each layer's ffn_norm (a guess: the FFN input also
+ * carries the attention output and, past layer 0, the earlier layers'
+ * work) go to expertd at once as a step-named hint (es_client_hint_step)
+ * so their reads start before layer 0 and are not dropped as stale after
+ * the previous token's last layer.  A refused hint changes no result:
+ * warned once, counted. */
+static void step_hint(const struct cw_dsv41_model *m,
+		      struct cw_dsv41_state *s, int32_t token)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	const int K = c->top_k, D = c->hidden_size;
+	int nl = m->prefetch_depth > 1 ? m->prefetch_depth : 1;
+	int cap, nh = 0;
+	struct st_diag d = { { 0 } };
+
+	if (nl > c->n_layers)
+		nl = c->n_layers;
+	cap = nl * K;
+	{
+		int hl[cap], he[cap];
+		float b[D];
+
+		for (int j = 0; j < nl; j++) {
+			int32_t e[K];
+			float w[K];
+
+			cw_dsv4_rmsnorm(m->embed + (size_t)token * D,
+					m->layers[j].ffn_norm, D,
+					c->rms_norm_eps, b);
+			route_ids(m, j, b, e, w);
+			for (int k = 0; k < K; k++) {
+				hl[nh] = j;
+				he[nh++] = e[k];
+			}
+		}
+		if (es_client_hint_step(m->es, (uint32_t)s->len, nh, hl, he,
+					&d) < 0 &&
+		    s->route_failed++ == 0)
+			st_warn("prefetch hint to expertd failed: %s (prefetch "
+				"degrades; results are unaffected)", d.msg);
+	}
+}
+
+/* One routed expert in fast mode, straight from its slot bytes: out =
+ * E(b) (act: b quantized once, int8 per 32, shared by every expert's w1
+ * and w3; the SwiGLU output quantized for w2 by the kernel). */
+static void expert_fast(const struct cw_dsv41_model *m,
+			const struct st_store_layer *ly, const uint8_t *rec,
+			const struct cw_act *act, void *gbuf, float *out)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	const struct cw_backend_ops *be = m->be;
+	const int I = c->moe_inter;
+	struct cw_wview w1 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_GATE], rec);
+	struct cw_wview w3 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_UP], rec);
+	struct cw_wview w2 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_DOWN], rec);
+	float g[I], u[I];
+
+	struct cw_act ga;
+
+	cw_dsv4_view_mv(be, m->pool, &w1, act, g);
+	cw_dsv4_view_mv(be, m->pool, &w3, act, u);
+	cw_dsv4_swiglu_clip(g, u, I, c->swiglu_limit);
+	be->act_prepare(g, I, ST_DTYPE_MXFP4, gbuf, &ga);
+	cw_dsv4_view_mv(be, m->pool, &w2, &ga, out);
+}
+
+/* The MoE step of one token in store mode, computed per expert as its
+ * slot becomes ready (es_client_acquire_each): the shared expert while
+ * the misses load, each routed expert k into its own row out[k][D]; the
+ * caller sums the rows in the fixed order k = 0..K-1, so the result does
+ * not depend on the order of arrival. */
+struct moe_each {
+	const struct cw_dsv41_model *m;
+	struct cw_dsv41_state *s;
+	const struct cw_dsv41_layer *L;
+	const struct st_store_layer *ly;
+	const float *b;
+	const struct cw_act *act;   /* fast mode: b quantized */
+	void *gbuf;                 /* fast mode: scratch of the SwiGLU
+				     * output's quantization */
+	float *y;                   /* shared expert's output */
+	float *out;                 /* [K][D] routed experts' outputs */
+	uint64_t fn_ns;             /* time spent computing in the calls */
+};
+
+static void moe_each_fn(void *arg, int k, const uint8_t *rec)
+{
+	struct moe_each *e = arg;
+	const struct cw_dsv41_model *m = e->m;
+	const struct st_dsv41_config *c = &m->cfg;
+	const int D = c->hidden_size;
+	const size_t mw = (size_t)c->moe_inter * D;
+	uint64_t t0 = st_now_ns();
+
+	if (k < 0) {
+		expert_ffn(m, &e->L->sh_w1, &e->L->sh_w2, &e->L->sh_w3, e->b,
+			   c->swiglu_limit, e->y);
+	} else if (m->be) {
+		expert_fast(m, e->ly, rec, e->act, e->gbuf,
+			    e->out + (size_t)k * D);
+	} else {
+		struct cw_dsv4_mat w1, w2, w3;
+
+		cw_dsv4_record_mat(&e->ly->mat[ST_EXPERT_GATE], rec, e->s->xw,
+				   &w1);
+		cw_dsv4_record_mat(&e->ly->mat[ST_EXPERT_UP], rec,
+				   e->s->xw + mw, &w3);
+		cw_dsv4_record_mat(&e->ly->mat[ST_EXPERT_DOWN], rec,
+				   e->s->xw + 2 * mw, &w2);
+		expert_ffn(m, &w1, &w2, &w3, e->b, c->swiglu_limit,
+			   e->out + (size_t)k * D);
+	}
+	e->fn_ns += st_now_ns() - t0;
+}
+
+/* Store mode: the shared expert into y and the routed experts ids[0..K)
+ * of layer l through expertd's pool (reported; each computed as soon as
+ * its slot is ready, or all acquired first with expert overlap off;
+ * released after use), weighted into y in the order k = 0..K-1. */
 static int moe_pool(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 		    int l, int64_t p, const int32_t *ids, const float *wts,
 		    const float *b, float *y, struct st_diag *diag)
 {
 	const struct st_dsv41_config *c = &m->cfg;
 	const int K = c->top_k, D = c->hidden_size;
-	const size_t mw = (size_t)c->moe_inter * D;
 	const struct st_store_layer *ly = &m->rec[l];
-	const uint8_t *recs[K];
+	struct moe_each e = { m, s, &m->layers[l], ly, b, NULL, NULL, y, NULL,
+			      0 };
+	struct cw_act act;
 	int eids[K], r;
-	float tmp[D];
+	uint64_t t0;
 
 	for (int k = 0; k < K; k++)
 		eids[k] = ids[k];
-	if (!m->no_route_reports) {
-		struct st_diag d = { { 0 } };
-
-		if (es_client_route(m->es, l, (uint32_t)p, 1, K, eids, 0, NULL,
-				    NULL, &d) < 0 && s->route_failed++ == 0)
-			st_warn("routing report to expertd failed: %s "
-				"(statistics degrade; results are unaffected)",
-				d.msg);
+	if (!m->no_route_reports)
+		route_report(m, s, l, p, eids, b);
+	e.out = malloc((size_t)K * D * sizeof(float));
+	if (!e.out)
+		return st_diag_set(diag, -ENOMEM, "out of memory");
+	if (m->be) {
+		m->be->act_prepare(b, D, ST_DTYPE_MXFP4,
+				   (unsigned char *)s->xw, &act);
+		e.act = &act;
+		e.gbuf = s->xw2;
 	}
-	r = es_client_acquire(m->es, l, K, eids, recs, diag);
-	if (r < 0)
+	if (m->no_expert_overlap) {
+		/* all top-k first, then compute (the shared expert before) */
+		const uint8_t *recs[K];
+
+		moe_each_fn(&e, -1, NULL);
+		t0 = st_now_ns();
+		r = es_client_acquire(m->es, l, K, eids, recs, diag);
+		s->st.acquire_ns += st_now_ns() - t0;
+		for (int k = 0; r == 0 && k < K; k++)
+			moe_each_fn(&e, k, recs[k]);
+	} else {
+		t0 = st_now_ns();
+		r = es_client_acquire_each(m->es, l, K, eids, moe_each_fn, &e,
+					   diag);
+		s->st.acquire_ns += st_now_ns() - t0 - e.fn_ns;
+	}
+	if (r < 0) {
+		free(e.out);
 		return r;
-	for (int k = 0; k < K; k++) {
-		struct cw_dsv4_mat w1, w2, w3;
-
-		record_mat(&ly->mat[ST_EXPERT_GATE], recs[k], s->xw, &w1);
-		record_mat(&ly->mat[ST_EXPERT_UP], recs[k], s->xw + mw, &w3);
-		record_mat(&ly->mat[ST_EXPERT_DOWN], recs[k], s->xw + 2 * mw,
-			   &w2);
-		expert_ffn(&w1, &w2, &w3, b, c->swiglu_limit, tmp);
-		for (int d = 0; d < D; d++)
-			y[d] += wts[k] * tmp[d];
 	}
+	s->st.experts_acquired += K;
+	s->st.expert_bytes += (uint64_t)K * ly->record_bytes;
 	es_client_release(m->es, l, K, eids);
+	for (int k = 0; k < K; k++) {
+		const float *o = e.out + (size_t)k * D;
+
+		for (int d = 0; d < D; d++)
+			y[d] += wts[k] * o[d];
+	}
+	free(e.out);
 	return 0;
 }
 
@@ -666,24 +852,22 @@ static int moe(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 	const struct st_dsv41_config *c = &m->cfg;
 	const struct cw_dsv41_layer *L = &m->layers[l];
 	const int D = c->hidden_size, K = c->top_k;
-	float logits[c->n_experts], wts[K], tmp[D];
+	float wts[K], tmp[D];
 	int32_t ids[K];
 
-	matvec(&L->gate, b, logits);
-	for (int e = 0; e < c->n_experts; e++)
-		logits[e] = (float)(logits[e] / c->gate_temp);
-	cw_dsv4_route(logits, c->n_experts, K, NULL, L->gate_bias,
-		      c->norm_topk_prob, c->routed_scaling_factor, ids, wts);
-	expert_ffn(&L->sh_w1, &L->sh_w2, &L->sh_w3, b, c->swiglu_limit, y);
-	if (m->es) {
+	route_ids(m, l, b, ids, wts);
+	if (m->es) { /* the shared expert while the misses load */
 		int r = moe_pool(m, s, l, p, ids, wts, b, y, diag);
 
 		if (r < 0)
 			return r;
+	} else {
+		expert_ffn(m, &L->sh_w1, &L->sh_w2, &L->sh_w3, b,
+			   c->swiglu_limit, y);
 	}
 	for (int k = 0; !m->es && k < K; k++) {
-		expert_ffn(&L->ew1[ids[k]], &L->ew2[ids[k]], &L->ew3[ids[k]],
-			   b, c->swiglu_limit, tmp);
+		expert_ffn(m, &L->ew1[ids[k]], &L->ew2[ids[k]],
+			   &L->ew3[ids[k]], b, c->swiglu_limit, tmp);
 		for (int d = 0; d < D; d++)
 			y[d] += wts[k] * tmp[d];
 	}
@@ -779,13 +963,11 @@ static void head(const struct cw_dsv41_model *m, const float *X,
 	const struct st_dsv41_config *c = &m->cfg;
 	const int D = c->hidden_size;
 	float h[D];
-	struct cw_dsv4_mat hm = { .rows = c->vocab_size, .cols = D,
-				  .w = m->head };
 
 	/* no hc_head: the last FFN site's pre collapses the streams */
 	collapse(X, P, c->hc_mult, D, h);
 	cw_dsv4_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
-	matvec(&hm, h, logits);
+	mv(m, &m->head, h, logits);
 }
 
 /* Runs tokens ids[0..n) at positions p0.. through every layer (the
@@ -964,6 +1146,8 @@ int cw_dsv41_eval(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 		return r;
 	memcpy(s->tokens + s->len, ids, (size_t)n * sizeof(int32_t));
 	engram_prefetch(m, s, s->len, n);
+	if (m->es && !m->no_route_reports && !m->no_step_hints)
+		step_hint(m, s, ids[0]);
 	r = run(m, s, ids, n, s->len, 0, all_positions, logits, diag);
 	if (s->kv) {
 		int ok = r == 0 && !s->row_missing;
@@ -1027,4 +1211,30 @@ int cw_dsv41_replay(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 		if (s->ls[l].win_lo > s->len - n)
 			s->ls[l].win_lo = s->len - n;
 	return run(m, s, ids, n, s->len - n, 1, 0, NULL, diag);
+}
+
+void cw_dsv41_state_stats(const struct cw_dsv41_state *s,
+			  struct cw_dsv41_run_stats *ret)
+{
+	*ret = s->st;
+}
+
+uint64_t cw_dsv41_dense_bytes(const struct cw_dsv41_model *m)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	uint64_t n = cw_dsv4_mat_bytes(&m->head);
+
+	for (int l = 0; l < c->n_layers; l++) {
+		const struct cw_dsv41_layer *L = &m->layers[l];
+		const struct cw_dsv4_mat *x[] = {
+			&L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
+			&L->cwkv, &L->cwgate, &L->iwk, &L->iwq_b,
+			&L->iweights, &L->gate, &L->sh_w1, &L->sh_w2,
+			&L->sh_w3, &L->ewkv,
+		};
+
+		for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++)
+			n += cw_dsv4_mat_bytes(x[i]);
+	}
+	return n;
 }

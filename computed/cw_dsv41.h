@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cw_backend.h"
 #include "st_config_dsv41.h"
 #include "st_error.h"
 
@@ -80,6 +81,99 @@ int cw_dsv41_load_store(const char *store_dir, struct es_client *es,
  */
 void cw_dsv41_set_route_reports(struct cw_dsv41_model *m, int on);
 void cw_dsv41_set_engram_prefetch(struct cw_dsv41_model *m, int on);
+
+/*
+ * cw_dsv41_load / cw_dsv41_load_store with a compute mode (DESIGN 6a).
+ * CW_COMPUTE_REFERENCE is what those two do (bit-identical).
+ * CW_COMPUTE_FAST runs the matvecs on the fast CPU backend's kernels
+ * (cw_backend_cpu_fast, computed/cw_kern.h), as V4's fast mode does: the
+ * FP8 dense weights (attention, shared expert, indexer wq_b, Engram wkv)
+ * stay E4M3 codes (1 byte per weight instead of 4) with one float scale
+ * per (row, fp8_block[1] inputs), multiplied by float activations; the
+ * BF16 compressor (wkv, wgate), index key projection (indexer.wk) and LM
+ * head stay BF16 (the BF16 kernel); the routed experts of a store run
+ * straight from expertd's slot bytes (MXFP4 codes and E8M0 scales as
+ * stored, activations int8 per 32, one quantization shared by the top-k
+ * experts' w1 and w3), nothing dequantized per use (from a checkpoint
+ * they are dequantized at load and run on the F32 kernel).  The router,
+ * the indexer's head weights (weights_proj), mHC, norms, Engram gates,
+ * attention, pooling and the QAT round trips stay reference code, so
+ * routing and index selections match reference mode except near ties.
+ * Not bit-identical to reference mode: tests/computed/test_dsv41_fast.c
+ * states the tolerance.  Errors: as the functions without _mode, -EINVAL
+ * for an unknown mode.
+ */
+int cw_dsv41_load_mode(const char *dir, enum cw_compute mode,
+		       struct cw_dsv41_model **ret, struct st_diag *diag);
+int cw_dsv41_load_store_mode(const char *store_dir, struct es_client *es,
+			     enum cw_compute mode,
+			     struct cw_dsv41_model **ret,
+			     struct st_diag *diag);
+/* The compute mode the model was loaded in. */
+enum cw_compute cw_dsv41_compute(const struct cw_dsv41_model *m);
+/*
+ * Fast mode's data layout on another backend than cw_backend_cpu_fast:
+ * with cw_backend_cpu (exact dequantization on the fly, float
+ * activations) the logits equal reference mode's but for the float
+ * summation order (tests).  0, or -EINVAL unless m is a fast-mode model
+ * and be is not NULL.
+ */
+int cw_dsv41_set_backend(struct cw_dsv41_model *m,
+			 const struct cw_backend_ops *be);
+/*
+ * Fast mode: the dense matvecs and the routed experts' matvecs split by
+ * output rows over a pool of n_threads threads (cw_threads.h; the caller
+ * is one of them), each output row still one kernel reduction, so the
+ * logits do not depend on n_threads.  1 (the default): on the calling
+ * thread.  Not during an eval.  0; -EINVAL (n_threads < 1, or > 1 for a
+ * reference-mode model); the pool's errors (-ENOMEM, -errno).
+ */
+int cw_dsv41_set_threads(struct cw_dsv41_model *m, int n_threads);
+
+/*
+ * Store mode, both on by default (off only to measure what they bring;
+ * the results are the same either way):
+ *  step_hints: at the start of each eval the experts the first
+ *    prefetch_depth layers (at least layer 0) are expected to use for the
+ *    token about to be evaluated go to expertd as a step-named hint
+ *    (es_client_hint_step, named by the token's position, so expertd
+ *    keeps it past the previous token's last layer): each layer's router
+ *    on the token's embedding under that layer's ffn_norm (a guess: the
+ *    real FFN input adds the attention output; V4.1 has no hash-routed
+ *    layers to hint exactly); needs routing reports on;
+ *  expert_overlap: each routed expert is computed as soon as its slot is
+ *    ready and the shared expert while the misses load
+ *    (es_client_acquire_each), summed in the fixed top-k order.
+ */
+void cw_dsv41_set_decode_overlap(struct cw_dsv41_model *m, int step_hints,
+				 int expert_overlap);
+/*
+ * Store mode, with routing reports on: each layer's report also hints the
+ * experts the routers of the next `depth` layers pick on this layer's FFN
+ * input (gate look-ahead, an approximation), so their loads overlap this
+ * layer's compute.  0 (the default) hints nothing ahead.  Results are the
+ * same either way.  0, or -EINVAL for depth outside [0, 8].
+ */
+int cw_dsv41_set_prefetch_depth(struct cw_dsv41_model *m, int depth);
+
+/* Counters of a state's evals since cw_dsv41_state_new (store mode; all
+ * zero otherwise): routed experts acquired from expertd, the time spent
+ * waiting for them (es_client_acquire, less the experts' compute done
+ * inside es_client_acquire_each) in ns, and the bytes of the expert
+ * records used. */
+struct cw_dsv41_run_stats {
+	uint64_t experts_acquired;
+	uint64_t acquire_ns;
+	uint64_t expert_bytes;
+};
+void cw_dsv41_state_stats(const struct cw_dsv41_state *s,
+			  struct cw_dsv41_run_stats *ret);
+/* Bytes of dense weights one token reads at their in-memory size (1 per
+ * FP8 weight in fast mode, 2 per kept BF16, 4 per F32): every layer's
+ * matrices but the routed experts, the mHC mixers and the Engram tables,
+ * plus the LM head. */
+uint64_t cw_dsv41_dense_bytes(const struct cw_dsv41_model *m);
+
 /* Frees the model and its hash (NULL is fine). */
 void cw_dsv41_free(struct cw_dsv41_model *m);
 /* The model's parsed config (borrowed, lives as long as the model). */

@@ -1,7 +1,10 @@
 /*
  * cw_dsv41_int.h — the DeepSeek-V4.1 model's in-memory weights (private
- * to cw_dsv41*.c).  Matrices are dequantised F32, row-major [rows][cols]
- * (struct cw_dsv4_mat); Engram tables stay FP8 (row bytes + scales).
+ * to cw_dsv41*.c).  Matrices are row-major [rows][cols] (struct
+ * cw_dsv4_mat): dequantised F32 in reference mode; in fast mode the FP8
+ * ones stay E4M3 codes with expanded scales and the BF16 ones the fast
+ * kernels multiply (compressor, index key projection, LM head) BF16.
+ * Engram tables stay FP8 (row bytes + scales).
  */
 #ifndef CW_DSV41_INT_H
 #define CW_DSV41_INT_H
@@ -42,7 +45,8 @@ struct cw_dsv41_layer {
 
 struct cw_dsv41_model {
 	struct st_dsv41_config cfg;
-	float *embed, *head, *norm;    /* [vocab][D], [vocab][D], [D] */
+	float *embed, *norm;           /* [vocab][D], [D] */
+	struct cw_dsv4_mat head;       /* [vocab][D] (fast mode: BF16) */
 	struct cw_dsv41_layer *layers;
 	double *freq_main, *freq_comp; /* [rope_dim/2] */
 	unsigned qat;                  /* CW_DSV41_QAT_* */
@@ -55,6 +59,14 @@ struct cw_dsv41_model {
 	struct st_store_layer *rec;    /* [n_layers] expert record layouts */
 	int no_route_reports;          /* measurements only */
 	int no_engram_prefetch;        /* measurements only */
+	int no_step_hints;             /* cw_dsv41_set_decode_overlap */
+	int no_expert_overlap;         /* cw_dsv41_set_decode_overlap */
+	int prefetch_depth;            /* cw_dsv41_set_prefetch_depth */
+	/* CW_COMPUTE_FAST (cw_dsv41_load_mode / _store_mode): matvecs on
+	 * the backend be (NULL in reference mode) */
+	enum cw_compute compute;
+	const struct cw_backend_ops *be;
+	struct cw_threads *pool;       /* fast mode: cw_dsv41_set_threads */
 };
 
 #endif

@@ -85,8 +85,8 @@ uint64_t cw_dsv41_model_id(const struct cw_dsv41_model *m)
 	if (!buf)
 		return 1;
 	o += (size_t)snprintf((char *)buf, 1024,
-			      "dsv41 kvfmt qat=%u D=%d L=%d V=%d H=%d hd=%d "
-			      "W=%d E=%d k=%d ratios", m->qat, D, c->n_layers,
+			      "dsv41 kvfmt compute=%d qat=%u D=%d L=%d V=%d H=%d hd=%d "
+			      "W=%d E=%d k=%d ratios", (int)m->compute, m->qat, D, c->n_layers,
 			      c->vocab_size, c->n_heads, c->head_dim,
 			      c->sliding_window, c->n_experts, c->top_k);
 	for (int l = 0; l < c->n_layers && o < 1000; l++)
@@ -94,8 +94,15 @@ uint64_t cw_dsv41_model_id(const struct cw_dsv41_model *m)
 				      c->compress_ratio[l], c->kv_source[l]);
 	memcpy(buf + o, m->embed, (size_t)rows * D * sizeof(float));
 	o += (size_t)rows * D * sizeof(float);
-	memcpy(buf + o, m->head, (size_t)rows * D * sizeof(float));
-	o += (size_t)rows * D * sizeof(float);
+	if (m->head.w) {
+		memcpy(buf + o, m->head.w, (size_t)rows * D * sizeof(float));
+		o += (size_t)rows * D * sizeof(float);
+	} else if (m->head.codes) {
+		/* fast mode: the LM head kept as BF16 (other logits, so
+		 * another id than reference mode's) */
+		memcpy(buf + o, m->head.codes, (size_t)rows * D * 2);
+		o += (size_t)rows * D * 2;
+	}
 	memcpy(buf + o, m->norm, (size_t)D * sizeof(float));
 	o += (size_t)D * sizeof(float);
 	h = st_xxh3(buf, o);

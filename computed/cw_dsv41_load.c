@@ -1,7 +1,8 @@
 /*
  * cw_dsv41_load.c — DeepSeek-V4.1 weights from the official safetensors
  * layout (names and formats: MODEL_FAMILY_DEEPSEEK_V4.md 3.2), dequantised
- * exactly to F32 (Engram tables kept FP8).
+ * exactly to F32 (reference mode) or kept as stored for the fast kernels
+ * (fast mode: FP8 codes, BF16); Engram tables kept FP8 either way.
  */
 #include "cw_dsv41_int.h"
 
@@ -14,6 +15,7 @@
 #include <unistd.h>
 
 #include "cw_engram_es.h"
+#include "cw_threads.h"
 #include "es_client.h"
 #include "st_formats.h"
 #include "st_safetensors.h"
@@ -32,6 +34,7 @@ struct loader {
 	int tmp_i;
 	const struct st_dsv41_config *c;
 	struct st_diag *diag;
+	int fast;  /* CW_COMPUTE_FAST: FP8 codes and BF16 kept as stored */
 };
 
 /* Looks `name` up in the loader's source; NULL when absent.  data (may be
@@ -138,6 +141,32 @@ static int load_mat_plain(struct loader *ld, const char *fmt, int l,
 	return load_fmt(ld, fmt, l, rows, cols, &m->w);
 }
 
+/* A BF16/F32 matrix the fast kernels multiply (compressor, index key
+ * projection, LM head): in fast mode a BF16 tensor stays BF16 (2 bytes
+ * per weight, the fast backend's BF16 kernel), otherwise as
+ * load_mat_plain. */
+static int load_mat16(struct loader *ld, const char *fmt, int l, int rows,
+		      int cols, struct cw_dsv4_mat *m)
+{
+	const struct st_tensor_info *t;
+	const void *data;
+	char name[256];
+	int r;
+
+	snprintf(name, sizeof(name), fmt, l);
+	t = lookup(ld, name, NULL);
+	if (!ld->fast || !t || t->dtype != ST_DTYPE_BF16)
+		return load_mat_plain(ld, fmt, l, rows, cols, m);
+	if ((r = find(ld, name, ST_DTYPE_BF16, rows, cols, &t, &data)) < 0)
+		return r;
+	m->rows = rows;
+	m->cols = cols;
+	if (cw_dsv4_mat_keep_bf16(m, data) < 0)
+		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
+				   name);
+	return 0;
+}
+
 /* E8M0 byte 255 is NaN (OCP MX; PITFALLS P5): refused as corrupt. */
 static int check_scales(struct loader *ld, const char *name,
 			const uint8_t *s, uint64_t n)
@@ -171,6 +200,12 @@ static int load_fp8(struct loader *ld, const char *prefix, int rows, int cols,
 	m->rows = rows;
 	m->cols = cols;
 	m->quantized = 1;
+	if (ld->fast) { /* E4M3 codes on the fast kernel */
+		if (cw_dsv4_mat_keep_fp8(m, w, s, b0, b1) < 0)
+			return st_diag_set(ld->diag, -ENOMEM,
+					   "out of memory (%s)", prefix);
+		return 0;
+	}
 	m->w = malloc((size_t)rows * cols * sizeof(float));
 	if (!m->w)
 		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
@@ -327,15 +362,15 @@ static int load_layer(struct loader *ld, int l, struct cw_dsv41_layer *L,
 	FP8(sh_w2, "ffn.shared_experts.w2", D, c->moe_inter);
 	FP8(sh_w3, "ffn.shared_experts.w3", c->moe_inter, D);
 	if (c->kv_source[l]) {
-		if ((r = load_mat_plain(ld, "layers.%d.attn.compressor.wkv.weight",
-					l, hd, D, &L->cwkv)) < 0 ||
+		if ((r = load_mat16(ld, "layers.%d.attn.compressor.wkv.weight",
+				    l, hd, D, &L->cwkv)) < 0 ||
 		    (L->ratio > 1 &&
-		     (r = load_mat_plain(ld, "layers.%d.attn.compressor.wgate.weight",
-					 l, hd, D, &L->cwgate)) < 0) ||
+		     (r = load_mat16(ld, "layers.%d.attn.compressor.wgate.weight",
+				     l, hd, D, &L->cwgate)) < 0) ||
 		    (r = load_fmt(ld, "layers.%d.attn.compressor.norm.weight",
 				  l, hd, -1, &L->cnorm)) < 0 ||
-		    (r = load_mat_plain(ld, "layers.%d.attn.indexer.wk.weight",
-					l, Id, hd, &L->iwk)) < 0 ||
+		    (r = load_mat16(ld, "layers.%d.attn.indexer.wk.weight",
+				    l, Id, hd, &L->iwk)) < 0 ||
 		    (r = load_fmt(ld, "layers.%d.attn.indexer.k_norm.weight",
 				  l, Id, -1, &L->iknorm)) < 0)
 			return r;
@@ -420,7 +455,8 @@ static int load_model(struct loader *ld, struct cw_dsv41_model *m)
 	cw_dsv4_rope_freqs(&rc, 1, m->freq_comp);
 	if ((r = load_plain(ld, "embed.weight", c->vocab_size, D,
 			    &m->embed)) < 0 ||
-	    (r = load_plain(ld, "head.weight", c->vocab_size, D,
+	    /* "%.0d" of 0 prints nothing: the name is head.weight */
+	    (r = load_mat16(ld, "head.weight%.0d", 0, c->vocab_size, D,
 			    &m->head)) < 0 ||
 	    (r = load_plain(ld, "norm.weight", D, -1, &m->norm)) < 0)
 		return r;
@@ -498,8 +534,27 @@ static int check_model(struct cw_dsv41_model *m, const char *source,
 	return 0;
 }
 
+/* The model's compute mode and backend; -EINVAL for an unknown mode. */
+static int set_mode(struct cw_dsv41_model *m, struct loader *ld,
+		    enum cw_compute mode, struct st_diag *diag)
+{
+	if (mode != CW_COMPUTE_REFERENCE && mode != CW_COMPUTE_FAST)
+		return st_diag_set(diag, -EINVAL, "unknown compute mode %d",
+				   (int)mode);
+	m->compute = mode;
+	m->be = mode == CW_COMPUTE_FAST ? cw_backend_cpu_fast() : NULL;
+	ld->fast = mode == CW_COMPUTE_FAST;
+	return 0;
+}
+
 int cw_dsv41_load(const char *dir, struct cw_dsv41_model **ret,
 		  struct st_diag *diag)
+{
+	return cw_dsv41_load_mode(dir, CW_COMPUTE_REFERENCE, ret, diag);
+}
+
+int cw_dsv41_load_mode(const char *dir, enum cw_compute mode,
+		       struct cw_dsv41_model **ret, struct st_diag *diag)
 {
 	struct cw_dsv41_model *m = calloc(1, sizeof(*m));
 	struct st_checkpoint *ck = NULL;
@@ -510,6 +565,8 @@ int cw_dsv41_load(const char *dir, struct cw_dsv41_model **ret,
 	if (!m)
 		return st_diag_set(diag, -ENOMEM, "out of memory");
 	m->qat = CW_DSV41_QAT_ALL;
+	if ((r = set_mode(m, &ld, mode, diag)) < 0)
+		goto fail;
 	m->prov.get_rows = cw_dsv41_engram_rows_mem;
 	m->prov.ctx = m;
 	if ((r = st_dsv41_config_load(dir, &m->cfg, diag)) < 0)
@@ -609,6 +666,15 @@ static int check_es(const struct st_store *s, const struct cw_dsv41_model *m,
 int cw_dsv41_load_store(const char *store_dir, struct es_client *es,
 			struct cw_dsv41_model **ret, struct st_diag *diag)
 {
+	return cw_dsv41_load_store_mode(store_dir, es, CW_COMPUTE_REFERENCE,
+					ret, diag);
+}
+
+int cw_dsv41_load_store_mode(const char *store_dir, struct es_client *es,
+			     enum cw_compute mode,
+			     struct cw_dsv41_model **ret,
+			     struct st_diag *diag)
+{
 	struct cw_dsv41_model *m = calloc(1, sizeof(*m));
 	struct st_store *s = NULL;
 	struct loader ld = { 0 };
@@ -619,7 +685,8 @@ int cw_dsv41_load_store(const char *store_dir, struct es_client *es,
 	if (!m)
 		return st_diag_set(diag, -ENOMEM, "out of memory");
 	m->qat = CW_DSV41_QAT_ALL;
-	if ((r = st_store_open(store_dir, &s, diag)) < 0)
+	if ((r = set_mode(m, &ld, mode, diag)) < 0 ||
+	    (r = st_store_open(store_dir, &s, diag)) < 0)
 		goto out;
 	if (!s->is_dsv41) {
 		r = st_diag_set(diag, -ST_E_UNSUPPORTED,
@@ -670,7 +737,7 @@ int cw_dsv41_load_store(const char *store_dir, struct es_client *es,
 	m->prov.get_rows = cw_engram_es_get_rows;
 	m->prov.ctx = es;
 out:
-	if (map != MAP_FAILED)
+	if (map != MAP_FAILED && s)
 		munmap(map, s->dense_bytes);
 	if (fd >= 0)
 		close(fd);
@@ -681,11 +748,6 @@ out:
 	}
 	*ret = m;
 	return 0;
-}
-
-static void free_mat(struct cw_dsv4_mat *x)
-{
-	free(x->w);
 }
 
 void cw_dsv41_free(struct cw_dsv41_model *m)
@@ -709,13 +771,13 @@ void cw_dsv41_free(struct cw_dsv41_model *m)
 		};
 
 		for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++)
-			free_mat(mats[i]);
+			cw_dsv4_mat_free(mats[i]);
 		for (size_t i = 0; i < sizeof(vecs) / sizeof(vecs[0]); i++)
 			free(vecs[i]);
 		for (int e = 0; L->ew1 && e < m->cfg.n_experts; e++) {
-			free_mat(&L->ew1[e]);
-			free_mat(&L->ew2[e]);
-			free_mat(&L->ew3[e]);
+			cw_dsv4_mat_free(&L->ew1[e]);
+			cw_dsv4_mat_free(&L->ew2[e]);
+			cw_dsv4_mat_free(&L->ew3[e]);
 		}
 		free(L->ew1);
 		free(L->ew2);
@@ -725,11 +787,12 @@ void cw_dsv41_free(struct cw_dsv41_model *m)
 	}
 	free(m->layers);
 	free(m->embed);
-	free(m->head);
+	cw_dsv4_mat_free(&m->head);
 	free(m->norm);
 	free(m->freq_main);
 	free(m->freq_comp);
 	st_engram_hash_free(m->hash);
+	cw_threads_destroy(m->pool);
 	free(m->rec);
 	free(m);
 }
@@ -767,4 +830,47 @@ void cw_dsv41_set_route_reports(struct cw_dsv41_model *m, int on)
 void cw_dsv41_set_engram_prefetch(struct cw_dsv41_model *m, int on)
 {
 	m->no_engram_prefetch = !on;
+}
+
+enum cw_compute cw_dsv41_compute(const struct cw_dsv41_model *m)
+{
+	return m->compute;
+}
+
+int cw_dsv41_set_backend(struct cw_dsv41_model *m,
+			 const struct cw_backend_ops *be)
+{
+	if (m->compute != CW_COMPUTE_FAST || !be)
+		return -EINVAL;
+	m->be = be;
+	return 0;
+}
+
+void cw_dsv41_set_decode_overlap(struct cw_dsv41_model *m, int step_hints,
+				 int expert_overlap)
+{
+	m->no_step_hints = !step_hints;
+	m->no_expert_overlap = !expert_overlap;
+}
+
+int cw_dsv41_set_prefetch_depth(struct cw_dsv41_model *m, int depth)
+{
+	if (depth < 0 || depth > 8)
+		return -EINVAL;
+	m->prefetch_depth = depth;
+	return 0;
+}
+
+int cw_dsv41_set_threads(struct cw_dsv41_model *m, int n_threads)
+{
+	struct cw_threads *p = NULL;
+	int r;
+
+	if (n_threads < 1 || (n_threads > 1 && m->compute != CW_COMPUTE_FAST))
+		return -EINVAL;
+	if (n_threads > 1 && (r = cw_threads_create(n_threads, &p)) < 0)
+		return r;
+	cw_threads_destroy(m->pool);
+	m->pool = p;
+	return 0;
 }

@@ -63,7 +63,10 @@ struct cw_dsv41_state {
 	float *zero_row;  /* what a missing row reads */
 	int32_t *prompt;  /* prefix mode: the prompt (owned) */
 	int n_prompt, groups_published;
-	float *xw;        /* store mode: one expert's 3 matrices, F32 */
+	float *xw;        /* store mode: one expert's 3 matrices, F32
+			   * (fast mode: the quantized activations) */
+	void *xw2;        /* fast store mode: the SwiGLU output quantized */
+	struct cw_dsv41_run_stats st;
 	int route_failed; /* store mode: routing reports expertd refused */
 	int prefetch_failed; /* store mode: Engram prefetches refused */
 };

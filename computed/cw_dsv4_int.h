@@ -135,4 +135,53 @@ void cw_dsv4_kv_after_eval(struct cw_dsv4_state *s, const int32_t *ids,
 int cw_dsv4_state_init(const struct cw_dsv4_model *m, int max_tokens,
 		       struct kv_client *kv, struct cw_dsv4_state **ret);
 
+/* ---- matrices in both compute modes (cw_dsv4_mat.c; V4 and V4.1) ---- */
+
+/* Fast mode: m (rows, cols set) keeps the E4M3 codes w [rows][cols] as
+ * they are and one float scale per (row, block of b1 inputs), 2^(S[r /
+ * b0][g] - 127) from the E8M0 blocks s [ceil(rows/b0)][ceil(cols/b1)], so
+ * the fast backend's F8_E4M3 kernel (group b1) computes with exactly the
+ * weights cw_dsv4_fp8_dequant gives.  Owned by m (cw_dsv4_mat_free).
+ * 0 or -ENOMEM. */
+int cw_dsv4_mat_keep_fp8(struct cw_dsv4_mat *m, const uint8_t *w,
+			 const uint8_t *s, int b0, int b1);
+/* Fast mode: m (rows, cols set) keeps a BF16 [rows][cols] tensor (2 bytes
+ * per weight, the fast backend's BF16 kernel).  0 or -ENOMEM. */
+int cw_dsv4_mat_keep_bf16(struct cw_dsv4_mat *m, const void *data);
+/* y[rows] = m x[cols]: be NULL, the reference loop (F32 weights, one
+ * double accumulation per row in input order); otherwise be's matvec on
+ * the kept codes (fv) or, for a matrix kept as floats, its F32 kernel. */
+void cw_dsv4_mat_mv(const struct cw_backend_ops *be,
+		    const struct cw_dsv4_mat *m, const float *x, float *y);
+/* y = w a on be, split by output rows over pool (NULL or one thread: on
+ * the calling thread) when w is large enough to pay for it (>= 64 rows,
+ * >= 64 Ki weights; 4 tasks per thread, row boundaries on multiples of
+ * 16).  Each row is still one be->matvec_act reduction, so y does not
+ * depend on the thread count. */
+struct cw_threads;
+void cw_dsv4_view_mv(const struct cw_backend_ops *be, struct cw_threads *pool,
+		     const struct cw_wview *w, const struct cw_act *a,
+		     float *y);
+/* cw_dsv4_mat_mv split over pool as cw_dsv4_view_mv (be NULL, pool NULL
+ * or a 4-bit matrix: cw_dsv4_mat_mv itself).  Same results. */
+void cw_dsv4_mat_mv_pool(const struct cw_backend_ops *be,
+			 struct cw_threads *pool, const struct cw_dsv4_mat *m,
+			 const float *x, float *y);
+/* sub = rows [r0, r0 + n) of m (borrowed views, nothing owned). */
+void cw_dsv4_mat_rows(const struct cw_dsv4_mat *m, int r0, int n,
+		      struct cw_dsv4_mat *sub);
+/* In-memory bytes of m: 4 per F32 weight, 2 per BF16, 1 per FP8 code. */
+uint64_t cw_dsv4_mat_bytes(const struct cw_dsv4_mat *x);
+/* Frees what m owns (w, codes, fscale); m may be zeroed or half built. */
+void cw_dsv4_mat_free(struct cw_dsv4_mat *x);
+/* The view of expert matrix x in an expertd record rec (MXFP4 codes and
+ * E8M0 scales where the store's layout puts them; borrowed from the
+ * slot). */
+struct cw_wview cw_dsv4_rec_view(const struct st_store_matrix *x,
+				 const uint8_t *rec);
+/* Expert matrix x of record rec dequantised exactly into w (rows x cols
+ * floats, the caller's), *ret a borrowed F32 matrix over w. */
+void cw_dsv4_record_mat(const struct st_store_matrix *x, const uint8_t *rec,
+			float *w, struct cw_dsv4_mat *ret);
+
 #endif

@@ -138,35 +138,14 @@ static int check_scales(struct loader *ld, const char *name,
 	return 0;
 }
 
-/* Fast mode: m (rows, cols set) keeps the E4M3 codes w as they are and
- * one float scale per (row, block of b1 inputs), 2^(S[r / b0][g] - 127),
- * so the fast backend's F8_E4M3 kernel (group b1) computes with exactly
- * the weights cw_dsv4_fp8_dequant gives. */
+/* Fast mode: the codes and expanded scales (cw_dsv4_mat_keep_fp8). */
 static int keep_fp8(struct loader *ld, const char *prefix, const uint8_t *w,
 		    const uint8_t *s, struct cw_dsv4_mat *m)
 {
-	const int b0 = ld->c->fp8_block[0], b1 = ld->c->fp8_block[1];
-	const int ng = (m->cols + b1 - 1) / b1;
-
-	m->codes = malloc((size_t)m->rows * m->cols);
-	m->fscale = malloc((size_t)m->rows * ng * sizeof(float));
-	if (!m->codes || !m->fscale)
+	if (cw_dsv4_mat_keep_fp8(m, w, s, ld->c->fp8_block[0],
+				 ld->c->fp8_block[1]) < 0)
 		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
 				   prefix);
-	memcpy(m->codes, w, (size_t)m->rows * m->cols);
-	for (int r = 0; r < m->rows; r++)
-		for (int g = 0; g < ng; g++)
-			m->fscale[(size_t)r * ng + g] =
-				st_e8m0_to_f32(s[(size_t)(r / b0) * ng + g]);
-	m->fv = (struct cw_wview){
-		.dtype = ST_DTYPE_F8_E4M3,
-		.data = m->codes,
-		.scales = (const uint8_t *)m->fscale,
-		.rows = m->rows,
-		.cols = m->cols,
-		.group = (uint32_t)b1,
-		.scale_type = ST_SCALE_F32,
-	};
 	return 0;
 }
 
@@ -263,17 +242,9 @@ static int load_mat_fast16(struct loader *ld, const char *name, int rows,
 		return r;
 	m->rows = rows;
 	m->cols = cols;
-	m->codes = malloc((size_t)rows * cols * 2);
-	if (!m->codes)
+	if (cw_dsv4_mat_keep_bf16(m, data) < 0)
 		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
 				   name);
-	memcpy(m->codes, data, (size_t)rows * cols * 2);
-	m->fv = (struct cw_wview){
-		.dtype = ST_DTYPE_BF16,
-		.data = m->codes,
-		.rows = rows,
-		.cols = cols,
-	};
 	return 0;
 }
 

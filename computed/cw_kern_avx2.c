@@ -225,6 +225,78 @@ KI void e4m3x16(const uint8_t *p, __m256 *lo, __m256 *hi)
 	*hi = _mm256_cvtph_ps(_mm256_extracti128_si256(v, 1));
 }
 
+/* FP8 rows [r, r + NR) times x: each row the same operations in the same
+ * order as a single row (two FMA chains per 16 columns within a scale
+ * group, the group folded into the row's accumulator with its scale, the
+ * last c1 % 8 columns in float), so the result does not depend on NR;
+ * NR rows at once share each activation load and overlap their
+ * conversion and FMA chains (about 1.2 x one row at a time). */
+KI void fp8_rows(const uint8_t *codes, const float *sc, const float *x,
+		 int64_t C, int64_t G, int64_t ng, int64_t r, const int NR,
+		 float *y)
+{
+	__m256 acc[4];
+	float t[4];
+
+	MM_UNROLL
+	for (int i = 0; i < NR; i++) {
+		acc[i] = _mm256_setzero_ps();
+		t[i] = 0.0f;
+	}
+	for (int64_t g = 0; g < ng; g++) {
+		const int64_t c0 = g * G, c1 = ST_MIN(c0 + G, C);
+		const int64_t c8 = c0 + ((c1 - c0) & ~(int64_t)7);
+		__m256 g0[4], g1[4];
+		float gt[4];
+		int64_t c = c0;
+
+		MM_UNROLL
+		for (int i = 0; i < NR; i++) {
+			g0[i] = g1[i] = _mm256_setzero_ps();
+			gt[i] = 0.0f;
+		}
+		for (; c + 16 <= c8; c += 16) {
+			const __m256 x0 = _mm256_loadu_ps(x + c);
+			const __m256 x1 = _mm256_loadu_ps(x + c + 8);
+
+			MM_UNROLL
+			for (int i = 0; i < NR; i++) {
+				__m256 w0, w1;
+
+				e4m3x16(codes + (r + i) * C + c, &w0, &w1);
+				g0[i] = _mm256_fmadd_ps(w0, x0, g0[i]);
+				g1[i] = _mm256_fmadd_ps(w1, x1, g1[i]);
+			}
+		}
+		if (c < c8) {
+			const __m256 x0 = _mm256_loadu_ps(x + c);
+
+			MM_UNROLL
+			for (int i = 0; i < NR; i++)
+				g0[i] = _mm256_fmadd_ps(
+					e4m3x8(codes + (r + i) * C + c), x0,
+					g0[i]);
+			c += 8;
+		}
+		for (; c < c1; c++)
+			MM_UNROLL
+			for (int i = 0; i < NR; i++)
+				gt[i] += e4m3f(codes[(r + i) * C + c]) * x[c];
+		MM_UNROLL
+		for (int i = 0; i < NR; i++) {
+			const float s = sc ? sc[(r + i) * ng + g] : 1.0f;
+
+			acc[i] = _mm256_fmadd_ps(_mm256_add_ps(g0[i], g1[i]),
+						 _mm256_set1_ps(s * 256.0f),
+						 acc[i]);
+			t[i] += gt[i] * s;
+		}
+	}
+	MM_UNROLL
+	for (int i = 0; i < NR; i++)
+		y[r + i] = hsum256(acc[i]) + t[i];
+}
+
 KT static void fp8_avx2(const struct cw_wview *w, const struct cw_act *a,
 			float *y, int64_t r0, int64_t r1)
 {
@@ -232,41 +304,12 @@ KT static void fp8_avx2(const struct cw_wview *w, const struct cw_act *a,
 	const int64_t ng = (C + G - 1) / G;
 	const uint8_t *codes = w->data;
 	const float *sc = (const float *)(const void *)w->scales;
-	const float *x = a->x;
+	int64_t r = r0;
 
-	for (int64_t r = r0; r < r1; r++) {
-		const uint8_t *rc = codes + r * C;
-		__m256 acc = _mm256_setzero_ps();
-		float t = 0.0f;
-
-		for (int64_t g = 0; g < ng; g++) {
-			const int64_t c0 = g * G, c1 = ST_MIN(c0 + G, C);
-			const int64_t c8 = c0 + ((c1 - c0) & ~(int64_t)7);
-			const float s = sc ? sc[r * ng + g] : 1.0f;
-			__m256 g0 = _mm256_setzero_ps(), g1 = g0;
-			int64_t c = c0;
-			float gt = 0.0f;
-
-			for (; c + 16 <= c8; c += 16) {
-				__m256 w0, w1;
-
-				e4m3x16(rc + c, &w0, &w1);
-				g0 = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + c), g0);
-				g1 = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + c + 8), g1);
-			}
-			if (c < c8) {
-				g0 = _mm256_fmadd_ps(e4m3x8(rc + c),
-						     _mm256_loadu_ps(x + c), g0);
-				c += 8;
-			}
-			for (; c < c1; c++)
-				gt += e4m3f(rc[c]) * x[c];
-			acc = _mm256_fmadd_ps(_mm256_add_ps(g0, g1),
-					      _mm256_set1_ps(s * 256.0f), acc);
-			t += gt * s;
-		}
-		y[r] = hsum256(acc) + t;
-	}
+	for (; r + 4 <= r1; r += 4)
+		fp8_rows(codes, sc, a->x, C, G, ng, r, 4, y);
+	for (; r < r1; r++)
+		fp8_rows(codes, sc, a->x, C, G, ng, r, 1, y);
 }
 
 KI __m256 bf16x8(const uint16_t *p)

@@ -60,18 +60,26 @@ int cw_v41serve_open(const char *store_dir, struct es_client *es,
 	struct cw_v41serve *v;
 	int r;
 
-	if (opts->kv_dtype != ST_DTYPE_F32 ||
-	    opts->compute != CW_COMPUTE_REFERENCE)
+	if (opts->kv_dtype != ST_DTYPE_F32)
 		return st_diag_set(diag, -ST_E_UNSUPPORTED,
-				   "store %s: DeepSeek-V4.1 is served in reference "
-				   "mode only (F32 state); use --kv-dtype f32 "
-				   "and --compute reference", store_dir);
+				   "store %s: DeepSeek-V4.1's state is kept in "
+				   "its own formats (F32 activations); use "
+				   "--kv-dtype f32", store_dir);
 	v = calloc(1, sizeof(*v));
 	if (!v)
 		return -ENOMEM;
 	v->es = es;
 	v->kv = kv;
-	r = cw_dsv41_load_store(store_dir, es, &v->dm, diag);
+	/* fast mode: FP8 dense as E4M3 codes, BF16 compressor / index
+	 * keys / head, experts straight from the slot bytes on the fast
+	 * kernels (cw_dsv41_load_store_mode) */
+	r = cw_dsv41_load_store_mode(store_dir, es, opts->compute, &v->dm,
+				     diag);
+	/* fast mode: the matvecs over opts->n_threads (--threads) */
+	if (!r && opts->compute == CW_COMPUTE_FAST && opts->n_threads > 1 &&
+	    (r = cw_dsv41_set_threads(v->dm, opts->n_threads)) < 0)
+		st_diag_set(diag, r, "cannot start %d threads",
+			    opts->n_threads);
 	if (!r) {
 		const struct st_dsv41_config *c = cw_dsv41_config(v->dm);
 

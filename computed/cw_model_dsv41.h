@@ -4,8 +4,10 @@
  * request API, SCORE and HTTP run V4.1 unchanged (the V4 counterpart is
  * cw_model_dsv4.h; this file follows it).
  *
- * The forward pass is cw_dsv41_eval (reference mode: F32 activations and
- * state, exact dequantisation, the model's QAT round trips on) with the
+ * The forward pass is cw_dsv41_eval in the model options' compute mode
+ * (reference: F32 activations and state, exact dequantisation; fast: the
+ * fast CPU kernels on FP8 codes and the experts' slot bytes,
+ * cw_dsv41_load_store_mode; the model's QAT round trips on in both) with the
  * dense weights from the store's dense.bin, the routed experts acquired
  * from expertd's host pool (each layer's routing reported), and the
  * Engram rows from expertd's Engram tier, every position's rows
@@ -50,10 +52,13 @@ struct cw_v41serve;
  * QAT flags, opts->page_rows tokens per page (0: 16), prefix-cache id
  * from cw_dsv41_model_id, the expert store and the page size; kv
  * borrowed; may be NULL: no kvd states, tests).  opts: kv_dtype must be
- * F32 and compute reference (V4.1 serving is reference mode only).  *ret
- * owned by the caller (cw_v41serve_close).
- * Errors: -ST_E_UNSUPPORTED (another KV dtype or compute mode), those of
- * cw_dsv41_load_store and cw_dsv41_kv_declare, -ENOMEM.
+ * F32 (the state keeps its own V4.1 formats); opts->compute picks the
+ * mode (cw_dsv41_load_store_mode) and, in fast mode, opts->n_threads the
+ * matvec threads (cw_dsv41_set_threads).  *ret owned by the caller
+ * (cw_v41serve_close).
+ * Errors: -ST_E_UNSUPPORTED (another KV dtype), those of
+ * cw_dsv41_load_store_mode, cw_dsv41_set_threads and cw_dsv41_kv_declare,
+ * -ENOMEM.
  */
 int cw_v41serve_open(const char *store_dir, struct es_client *es,
 		    struct kv_client *kv, const struct cw_model_opts *opts,

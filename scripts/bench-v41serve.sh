@@ -9,7 +9,9 @@
 #
 # usage: scripts/bench-v41serve.sh [--layers 4] [--experts 24]
 #          [--table-gib 2] [--cache 64MiB] [--tokens 6] [--prompt-tokens 4]
-#          [--budgets 100,50,25] [--dir DIR] [--keep]
+#          [--budgets 100,50,25] [--dir DIR] [--keep] [-- BENCH-ARGS]
+# BENCH-ARGS go to strata-bench-dsv41 (e.g. --compute reference,
+# --no-step-hints --no-overlap, --prefetch-depth 2); fast compute by default.
 # Disk: about 2 x (1.1 GiB + layers x experts x 17.9 MiB + table-gib) in
 # DIR (default: a temporary directory); the defaults use 9.6 GiB.
 set -eu
@@ -35,7 +37,8 @@ while [ $# -gt 0 ]; do
 	--budgets) BUDGETS=$2; shift 2 ;;
 	--dir) DIR=$2; shift 2 ;;
 	--keep) KEEP=1; shift ;;
-	-h|--help) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+	--) shift; break ;;
+	-h|--help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 	*) echo "bench-v41serve: unknown option $1 (see --help)" >&2; exit 2 ;;
 	esac
 done
@@ -55,4 +58,4 @@ if [ ! -f "$DIR/store/manifest.json" ]; then
 	rm -rf "$DIR/model"
 fi
 "$BENCH" --store "$DIR/store" --budgets "$BUDGETS" --engram-cache "$CACHE" \
-	--tokens "$TOKENS" --prompt-tokens "$PROMPT"
+	--tokens "$TOKENS" --prompt-tokens "$PROMPT" "$@"

@@ -9,6 +9,15 @@ and computed:
     fixture's rule: QAT rounding flips make closer steps undecidable),
     prompt = BOS + the text; the summary reports the expert pool and the
     Engram rows (lookups, hits, misses, bytes read, read latency);
+  - `strata run --compute fast` at 25 % (FP8 codes and the experts' slot
+    bytes on the fast kernels, int8 expert activations): not the
+    reference's tokens (dsv41-fast-tiny states how far fast mode is from
+    it on this chaotic fixture) but exactly fast mode's direct evaluation
+    of the same store (test_dsv41_fast greedy: cw_dsv41_load_store_mode
+    fast, process-local state, the prompt in one eval), every generated
+    id equal: the served path (kvd state in the V4.1 formats, the
+    scheduler's chunking) changes nothing; computed's log says compute
+    fast;
   - the HTTP API with expertd at 25 %: /v1/completions greedy text equals
     strata run's, each compared token's log-probability equals the
     reference's within 1e-3 (the fixture's median bound), and /metrics
@@ -48,6 +57,45 @@ def decided(case):
 
 def ref_logprobs(case):
     return [s["top10"][0][1] - s["lse"] for s in case["continuation_steps"]]
+
+
+def fast_run(model, store, tmp, case, budget):
+    """strata run --compute fast against fast mode's direct evaluation."""
+    n = len(case["greedy_continuation"])
+    run_dir = os.path.join(tmp, "run-fast-%s" % case["name"])
+    r = subprocess.run(
+        [os.path.join(BUILD, "cli", "strata"), "run", "--model", model,
+         "--store", store, "--prompt", case["text"], "--max-tokens", str(n),
+         "--ignore-eos", "--host-budget", budget, "--engram-cache",
+         ENGRAM_CACHE, "--compute", "fast", "--json", "--instance",
+         "v41fast%d" % os.getpid(), "--run-dir", run_dir],
+        capture_output=True, text=True, timeout=300,
+        env=dict(os.environ, STRATA_LOG="info"))
+    if not check(r.returncode == 0, "strata run --compute fast exits 0"):
+        print(r.stderr[-3000:])
+        return
+    j = json.loads(r.stdout.strip().splitlines()[-1])
+    d = subprocess.run(
+        [os.path.join(BUILD, "tests", "computed", "test_dsv41_fast"),
+         "greedy", store, str(n)] + [str(i) for i in case["ids"]],
+        capture_output=True, text=True, timeout=300)
+    if not check(d.returncode == 0, "fast mode's direct evaluation runs"):
+        print(d.stderr[-3000:])
+        return
+    want = json.loads(d.stdout.strip().splitlines()[-1])
+    log = open(os.path.join(run_dir, "computed.log")).read()
+    same = sum(a == b for a, b in zip(j["ids"], case["greedy_continuation"]))
+    check(j["prompt_tokens"] == case["n_prompt"] and len(want) == n and
+          j["ids"] == want and "compute fast" in log,
+          "strata run --compute fast --host-budget %s: the %d ids equal fast "
+          "mode's direct evaluation (%s...; %d of them equal the "
+          "reference's); computed's log %s compute fast"
+          % (budget, n, j["ids"][:6], same,
+             "says" if "compute fast" in log else "does not say"))
+    print("figures (strata run --compute fast, %s, %s, under load): TTFT "
+          "%.1f ms, decode %.1f tokens/s" % (case["name"], budget,
+                                              j["ttft_ms"],
+                                              j["decode_tokens_per_s"]))
 
 
 def strata_run(model, store, tmp, case, budget):
@@ -151,6 +199,7 @@ def main():
     strata_run(model, store, tmp, p1, "100%")
     j = strata_run(model, store, tmp, p1, "25%")
     strata_run(model, store, tmp, p4, "25%")
+    fast_run(model, store, tmp, p4, "25%")
     inst = Instance(store, tag="v41h",
                     expertd_args=["--host-budget", "25%", "--engram-cache",
                                   ENGRAM_CACHE])

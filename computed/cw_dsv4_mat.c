@@ -1,0 +1,205 @@
+/*
+ * cw_dsv4_mat.c — the weight matrices of the DeepSeek-V4 family (V4 and
+ * V4.1; struct cw_dsv4_mat, cw_dsv4_int.h) in both compute modes: kept as
+ * F32 (reference mode) or as stored (fast mode: FP8 E4M3 codes with
+ * expanded scales, BF16), multiplied by the exact double-accumulating
+ * loop or the fast backend's kernels, and the expert matrices of an
+ * expertd slot (MXFP4 records) as views or dequantised.
+ */
+#include "cw_dsv4_int.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_threads.h"
+#include "st_formats.h"
+#include "st_util.h"
+
+int cw_dsv4_mat_keep_fp8(struct cw_dsv4_mat *m, const uint8_t *w,
+			 const uint8_t *s, int b0, int b1)
+{
+	const int ng = (m->cols + b1 - 1) / b1;
+
+	m->codes = malloc((size_t)m->rows * m->cols);
+	m->fscale = malloc((size_t)m->rows * ng * sizeof(float));
+	if (!m->codes || !m->fscale)
+		return -ENOMEM;
+	memcpy(m->codes, w, (size_t)m->rows * m->cols);
+	for (int r = 0; r < m->rows; r++)
+		for (int g = 0; g < ng; g++)
+			m->fscale[(size_t)r * ng + g] =
+				st_e8m0_to_f32(s[(size_t)(r / b0) * ng + g]);
+	m->fv = (struct cw_wview){
+		.dtype = ST_DTYPE_F8_E4M3,
+		.data = m->codes,
+		.scales = (const uint8_t *)m->fscale,
+		.rows = m->rows,
+		.cols = m->cols,
+		.group = (uint32_t)b1,
+		.scale_type = ST_SCALE_F32,
+	};
+	return 0;
+}
+
+int cw_dsv4_mat_keep_bf16(struct cw_dsv4_mat *m, const void *data)
+{
+	m->codes = malloc((size_t)m->rows * m->cols * 2);
+	if (!m->codes)
+		return -ENOMEM;
+	memcpy(m->codes, data, (size_t)m->rows * m->cols * 2);
+	m->fv = (struct cw_wview){
+		.dtype = ST_DTYPE_BF16,
+		.data = m->codes,
+		.rows = m->rows,
+		.cols = m->cols,
+	};
+	return 0;
+}
+
+void cw_dsv4_mat_mv(const struct cw_backend_ops *be,
+		    const struct cw_dsv4_mat *m, const float *x, float *y)
+{
+	if (be) {
+		struct cw_wview v = { .dtype = ST_DTYPE_F32, .data = m->w,
+				      .rows = m->rows, .cols = m->cols };
+
+		be->matvec(m->codes ? &m->fv : &v, x, y, 0, m->rows);
+		return;
+	}
+	for (int r = 0; r < m->rows; r++) {
+		const float *w = m->w + (size_t)r * m->cols;
+		double acc = 0.0;
+
+		for (int i = 0; i < m->cols; i++)
+			acc += (double)w[i] * x[i];
+		y[r] = (float)acc;
+	}
+}
+
+void cw_dsv4_mat_rows(const struct cw_dsv4_mat *m, int r0, int n,
+		      struct cw_dsv4_mat *sub)
+{
+	memset(sub, 0, sizeof(*sub));
+	sub->rows = n;
+	sub->cols = m->cols;
+	sub->quantized = m->quantized;
+	if (m->w)
+		sub->w = m->w + (size_t)r0 * m->cols;
+	if (m->codes && m->fv.dtype == ST_DTYPE_F8_E4M3) {
+		size_t ng = (m->cols + m->fv.group - 1) / m->fv.group;
+
+		sub->codes = m->codes;
+		sub->fv = m->fv;
+		sub->fv.data = m->codes + (size_t)r0 * m->cols;
+		sub->fv.scales = (const uint8_t *)(m->fscale + (size_t)r0 * ng);
+		sub->fv.rows = n;
+	} else if (m->codes) { /* BF16 */
+		sub->codes = m->codes;
+		sub->fv = m->fv;
+		sub->fv.data = m->codes + (size_t)r0 * m->cols * 2;
+		sub->fv.rows = n;
+	}
+}
+
+uint64_t cw_dsv4_mat_bytes(const struct cw_dsv4_mat *x)
+{
+	return (uint64_t)x->rows * x->cols *
+	       (!x->codes ? sizeof(float) :
+		x->fv.dtype == ST_DTYPE_BF16 ? 2 : 1);
+}
+
+void cw_dsv4_mat_free(struct cw_dsv4_mat *x)
+{
+	free(x->w);
+	free(x->codes);
+	free(x->fscale);
+	x->w = NULL;
+	x->codes = NULL;
+	x->fscale = NULL;
+}
+
+struct cw_wview cw_dsv4_rec_view(const struct st_store_matrix *x,
+				 const uint8_t *rec)
+{
+	return (struct cw_wview){
+		.dtype = ST_DTYPE_MXFP4,
+		.data = rec + x->data_offset,
+		.scales = rec + x->scale_offset,
+		.rows = x->rows,
+		.cols = x->cols,
+		.group = ST_MXFP4_BLOCK,
+		.scale_type = ST_SCALE_E8M0,
+	};
+}
+
+void cw_dsv4_record_mat(const struct st_store_matrix *x, const uint8_t *rec,
+			float *w, struct cw_dsv4_mat *ret)
+{
+	const int rows = (int)x->rows, cols = (int)x->cols;
+
+	for (int o = 0; o < rows; o++)
+		st_mxfp4_dequantize_row(rec + x->data_offset +
+						(size_t)o * cols / 2,
+					rec + x->scale_offset +
+						(size_t)o * cols / ST_MXFP4_BLOCK,
+					cols, ST_FP4_LAYOUT_OCP,
+					w + (size_t)o * cols);
+	memset(ret, 0, sizeof(*ret));
+	ret->rows = rows;
+	ret->cols = cols;
+	ret->w = w;
+	ret->quantized = 1;
+}
+
+struct mv_job {
+	const struct cw_backend_ops *be;
+	const struct cw_wview *w;
+	const struct cw_act *a;
+	float *y;
+};
+
+/* Task `task` of n_tasks: rows in equal shares, boundaries on multiples
+ * of 16 rows (no two threads write one cache line of y). */
+static void mv_task(void *arg, int task, int n_tasks)
+{
+	const struct mv_job *j = arg;
+	const int64_t units = (j->w->rows + 15) / 16;
+	int64_t r0 = ST_MIN(j->w->rows, units * task / n_tasks * 16);
+	int64_t r1 = ST_MIN(j->w->rows, units * (task + 1) / n_tasks * 16);
+
+	if (r0 < r1)
+		j->be->matvec_act(j->w, j->a, j->y, r0, r1);
+}
+
+void cw_dsv4_view_mv(const struct cw_backend_ops *be, struct cw_threads *pool,
+		     const struct cw_wview *w, const struct cw_act *a,
+		     float *y)
+{
+	struct mv_job j = { be, w, a, y };
+	int n = pool ? cw_threads_count(pool) : 1;
+
+	if (n > 1 && w->rows >= 64 && w->rows * w->cols >= (1 << 16))
+		cw_threads_run(pool, mv_task, &j, 4 * n);
+	else
+		be->matvec_act(w, a, y, 0, w->rows);
+}
+
+void cw_dsv4_mat_mv_pool(const struct cw_backend_ops *be,
+			 struct cw_threads *pool, const struct cw_dsv4_mat *m,
+			 const float *x, float *y)
+{
+	struct cw_wview v = { .dtype = ST_DTYPE_F32, .data = m->w,
+			      .rows = m->rows, .cols = m->cols };
+	const struct cw_wview *w = m->codes ? &m->fv : &v;
+	struct cw_act a;
+
+	if (!be || !pool || w->dtype == ST_DTYPE_MXFP4 ||
+	    w->dtype == ST_DTYPE_NVFP4 || w->dtype == ST_DTYPE_E2M1_F16) {
+		cw_dsv4_mat_mv(be, m, x, y);
+		return;
+	}
+	/* float activations for these formats: nothing to quantize */
+	be->act_prepare(x, w->cols, w->dtype, NULL, &a);
+	cw_dsv4_view_mv(be, pool, w, &a, y);
+}
