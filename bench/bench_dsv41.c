@@ -61,6 +61,7 @@ static void usage(FILE *f)
 "                          [--raw-bytes B] [--no-prefetch]\n"
 "                          [--compute fast|reference] [--prefetch-depth D]\n"
 "                          [--no-step-hints] [--no-overlap] [--threads N]\n"
+"                          [--evict lru|lfru]\n"
 "\n"
 "DeepSeek-V4.1 decode through expertd at each host expert budget (%% of\n"
 "all experts) with an Engram row cache of --engram-cache bytes: decode\n"
@@ -74,7 +75,8 @@ static void usage(FILE *f)
 "prefetch, no routing reports and so no expert hints; --no-step-hints: no\n"
 "step-named hint of the next token's first layers' experts; --no-overlap:\n"
 "wait for all top-k experts of a layer before computing any (for A/B);\n"
-"--threads N: fast mode's matvecs split over N threads (default 1).\n");
+"--threads N: fast mode's matvecs split over N threads (default 1);\n"
+"--evict: expertd's eviction policy (default its own, lfru).\n");
 }
 
 /* --- raw O_DIRECT read bandwidth (as strata-bench-dsv4) ----------------- */
@@ -186,6 +188,7 @@ struct counters {
 /* What the command line sets for every budget. */
 struct bench_opts {
 	const char *cache;
+	const char *evict;   /* expertd --evict (NULL: its default, lfru) */
 	int loaders, prefetch, step_hints, overlap, depth, threads;
 	enum cw_compute mode;
 	uint64_t raw_bytes;
@@ -320,6 +323,10 @@ static int run_budget(const struct st_store *st, const char *store_dir,
 	inst.tiers_only = 1;
 	tier.es[tier.n_es++] = "--engram-cache";
 	tier.es[tier.n_es++] = bo->cache;
+	if (bo->evict) {
+		tier.es[tier.n_es++] = "--evict";
+		tier.es[tier.n_es++] = bo->evict;
+	}
 	inst.tier = &tier;
 	if ((r = cli_instance_up(&inst, 300, diag)) < 0)
 		return r;
@@ -396,13 +403,14 @@ int main(int argc, char **argv)
 		{ "no-step-hints", no_argument, NULL, 'S' },
 		{ "no-overlap", no_argument, NULL, 'O' },
 		{ "threads", required_argument, NULL, 'T' },
+		{ "evict", required_argument, NULL, 'V' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	int budgets[MAX_BUDGETS] = { 100, 50, 25 }, n_budgets = 3;
 	int n_tok = 8, n_prompt = 8, c;
 	const char *store_dir = NULL;
-	struct bench_opts bo = { "64MiB", 4, 1, 1, 1, 1, 1, CW_COMPUTE_FAST,
+	struct bench_opts bo = { "64MiB", NULL, 4, 1, 1, 1, 1, 1, CW_COMPUTE_FAST,
 				 1ull << 30 };
 	uint64_t cache_b;
 	struct run_result res[MAX_BUDGETS];
@@ -443,6 +451,13 @@ int main(int argc, char **argv)
 		case 'S': bo.step_hints = 0; break;
 		case 'O': bo.overlap = 0; break;
 		case 'T': bo.threads = atoi(optarg); break;
+		case 'V':
+			if (strcmp(optarg, "lru") && strcmp(optarg, "lfru")) {
+				fprintf(stderr, "bench-dsv41: --evict lru|lfru\n");
+				return 2;
+			}
+			bo.evict = optarg;
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
