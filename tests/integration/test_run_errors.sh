@@ -11,7 +11,9 @@
 #    wait computed's 60 s --restart-wait for a daemon nothing restarts);
 #  - a damaged expert record: the error strata run prints keeps its whole
 #    remedy ("re-run strata convert"; computed used to cut the message of
-#    a failed generation at 255 bytes), with a long store path.
+#    a failed generation at 255 bytes), with a long store path;
+#  - a STRATA_CACHE_DIR that cannot be created: exit 1 naming the cache
+#    and STRATA_CACHE_DIR (it used to blame the model directory).
 set -u
 STRATA="$STRATA_BUILD_DIR/cli/strata"
 KJV="$STRATA_SOURCE_DIR/models/kjv-moe"
@@ -100,5 +102,16 @@ if [ $rc -ne 1 ] || ! grep -q 'checksum mismatch.*the store is damaged: re-run s
 	echo "FAIL: damaged store: exit $rc:"; cat "$TMP/errd"; fail=1
 else
 	echo "damaged store: exit 1, message ends with its remedy"
+fi
+
+# 5. an uncreatable store cache
+touch "$TMP/afile"
+STRATA_CACHE_DIR="$TMP/afile/cache" "$STRATA" run --model "$KJV" --max-tokens 2 \
+	>/dev/null 2>"$TMP/errc"
+rc=$?
+if [ $rc -ne 1 ] || ! grep -q "cannot create the store cache directory of $TMP/afile/cache/.*STRATA_CACHE_DIR" "$TMP/errc"; then
+	echo "FAIL: uncreatable cache: exit $rc:"; cat "$TMP/errc"; fail=1
+else
+	echo "uncreatable cache: exit 1 naming the cache directory"
 fi
 exit $fail
