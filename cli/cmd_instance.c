@@ -450,13 +450,17 @@ int cli_cmd_exec(int argc, char **argv)
 	if (!conf)
 		return 1;
 	if (argc < 2 || cli_daemon_index(argv[1]) < 0) {
-		fprintf(stderr, "Usage: strata exec expertd|kvd|computed "
+		/* --help: the usage on stdout, as every other command */
+		int help = argc >= 2 && (!strcmp(argv[1], "--help") ||
+					 !strcmp(argv[1], "-h"));
+
+		fprintf(help ? stdout : stderr, "Usage: strata exec expertd|kvd|computed "
 			"[--config FILE] [options of strata up]\n"
 			"Becomes the daemon, with the options strata up would "
 			"give it (the systemd units\nstrata-<daemon>@.service "
 			"run this).\n");
 		free(conf);
-		return argc >= 2 && !strcmp(argv[1], "--help") ? 0 : 2;
+		return help ? 0 : 2;
 	}
 	daemon = argv[1];
 	argv[1] = argv[0];

@@ -196,7 +196,15 @@ static int parse(struct run_opts *o, int argc, char **argv)
 				return 2;
 			}
 			break;
-		case 'S': o->seed = strtoull(optarg, NULL, 10); break;
+		case 'S':
+			errno = 0;
+			o->seed = strtoull(optarg, &end, 10);
+			if (end == optarg || *end || errno || optarg[0] == '-') {
+				fprintf(stderr, "strata run: --seed wants a "
+					"number from 0 to 2^64-1\n");
+				return 2;
+			}
+			break;
 		case 'x':
 			if (o->n_stop == CW_PROTO_MAX_NSTOP || !*optarg) {
 				fprintf(stderr, "strata run: at most %d "

@@ -5,7 +5,8 @@
 #    picked the request up) with 0 generated tokens, finish "max tokens";
 #  - --max-tokens beyond the GEN_START limit (2^24) or beyond a long is
 #    refused by the CLI with exit 2 naming --max-tokens (it used to reach
-#    computed as "malformed GEN_START message", or wrap around);
+#    computed as "malformed GEN_START message", or wrap around); so is a
+#    --seed that is not a number (it used to become seed 0 silently);
 #  - SIGKILL of expertd, then of kvd, while the run generates: strata run
 #    exits 1 within 30 s naming the dead daemon and its log (it used to
 #    wait computed's 60 s --restart-wait for a daemon nothing restarts);
@@ -50,6 +51,14 @@ for n in 16777217 99999999999 -1 12x; do
 	rc=$?
 	if [ $rc -ne 2 ] || ! grep -q -- '--max-tokens wants' "$TMP/errn"; then
 		echo "FAIL: --max-tokens $n: exit $rc:"; cat "$TMP/errn"; fail=1
+	fi
+done
+
+for v in abc -1 12x; do
+	"$STRATA" run --store "$STORE" --seed "$v" >/dev/null 2>"$TMP/errs"
+	rc=$?
+	if [ $rc -ne 2 ] || ! grep -q -- '--seed wants' "$TMP/errs"; then
+		echo "FAIL: --seed $v: exit $rc:"; cat "$TMP/errs"; fail=1
 	fi
 done
 
