@@ -14,7 +14,8 @@
 #    remedy ("re-run strata convert"; computed used to cut the message of
 #    a failed generation at 255 bytes), with a long store path;
 #  - a STRATA_CACHE_DIR that cannot be created: exit 1 naming the cache
-#    and STRATA_CACHE_DIR (it used to blame the model directory).
+#    and STRATA_CACHE_DIR (it used to blame the model directory);
+#  - strata plan refuses "--context 4k" and the like (exit 2).
 set -u
 STRATA="$STRATA_BUILD_DIR/cli/strata"
 KJV="$STRATA_SOURCE_DIR/models/kjv-moe"
@@ -123,4 +124,14 @@ if [ $rc -ne 1 ] || ! grep -q "cannot create the store cache directory of $TMP/a
 else
 	echo "uncreatable cache: exit 1 naming the cache directory"
 fi
+
+# 6. strata plan's whole-number options (atoi used to read "4k" as 4)
+for a in "--batch four" "--context 4k" "--top-k 2x" "--page-rows 16rows"; do
+	# shellcheck disable=SC2086
+	"$STRATA" plan --model "$KJV" $a >/dev/null 2>"$TMP/errp"
+	rc=$?
+	if [ $rc -ne 2 ] || ! grep -q "not a whole number" "$TMP/errp"; then
+		echo "FAIL: plan $a: exit $rc:"; cat "$TMP/errp"; fail=1
+	fi
+done
 exit $fail
