@@ -727,6 +727,10 @@ int cli_cmd_run(int argc, char **argv)
 		fprintf(stderr, "strata run: prompt: %s\n---\n", prompt);
 	fflush(stderr);
 	r = generate(cw, &o, prompt, &res);
+	if (res.died && !res.computed_died && inst.pid_computed > 0)
+		/* computed may be waiting (--restart-wait) for the dead
+		 * daemon, deaf to SHUTDOWN: SIGTERM ends the wait at once */
+		kill(inst.pid_computed, SIGTERM);
 	if (res.died)
 		fprintf(stderr, "strata run: %s (pid %d) died; its log is "
 			"%s/%s.log (nothing restarts the daemons of strata "

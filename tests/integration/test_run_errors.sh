@@ -8,7 +8,8 @@
 #    computed as "malformed GEN_START message", or wrap around); so is a
 #    --seed that is not a number (it used to become seed 0 silently);
 #  - SIGKILL of expertd, then of kvd, while the run generates: strata run
-#    exits 1 within 30 s naming the dead daemon and its log (it used to
+#    exits 1 within 5 s naming the dead daemon and its log, computed not
+#    SIGKILLed (it used to
 #    wait computed's 60 s --restart-wait for a daemon nothing restarts);
 #  - a damaged expert record: the error strata run prints keeps its whole
 #    remedy ("re-run strata convert"; computed used to cut the message of
@@ -85,11 +86,13 @@ for d in expertd kvd; do
 	wait $bp
 	rc=$?
 	el=$(( $(date +%s) - start ))
-	if [ $rc -ne 1 ] || [ $el -gt 30 ] ||
+	if [ $rc -ne 1 ] || [ $el -gt 5 ] ||
 	   ! grep -q "$d (pid $pid) died; its log is $run/$d.log" "$TMP/err-$d"; then
 		echo "FAIL: $d killed: exit $rc after $el s:"; cat "$TMP/err-$d"; fail=1
 	else
 		echo "$d killed: strata run exited 1 after $el s naming it"
+		grep -q "had to be killed" "$TMP/err-$d" &&
+			{ echo "FAIL: $d killed: computed had to be killed"; fail=1; }
 	fi
 	if pgrep -f -- "--instance rek$d$$ " >/dev/null 2>&1; then
 		echo "FAIL: a daemon of rek$d$$ still runs"; fail=1
