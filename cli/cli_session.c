@@ -1,6 +1,7 @@
 /* cli_session.c — see cli_session.h. */
 #include "cli_session.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -31,8 +32,14 @@ static int prepare_store(const struct cli_session_opts *o, int sigfd,
 	else if ((r = cli_default_store_dir(model_dir, o->experts,
 					    inst->store_dir,
 					    sizeof(inst->store_dir))) < 0) {
-		fprintf(stderr, "%s: model %s: %s\n", o->who, model_dir,
-			st_strerror(r));
+		if (!st_path_exists(model_dir) || r == -ENAMETOOLONG)
+			fprintf(stderr, "%s: model %s: %s\n", o->who,
+				model_dir, st_strerror(r));
+		else	/* the model is there: the store cache is not */
+			fprintf(stderr, "%s: cannot create the store cache "
+				"directory of %s: %s; set STRATA_CACHE_DIR to "
+				"a writable directory, or give --store DIR\n",
+				o->who, inst->store_dir, st_strerror(r));
 		return 1;
 	}
 	if (st_path_exists(inst->store_dir) && o->model &&

@@ -119,6 +119,24 @@ static void copy(char *dst, size_t len, const char *src)
  * up's expert-format spec (cli_experts_spec; static storage).
  * 0, 2 (usage error, printed), or exits 0 after --help.
  */
+/* 1 when v (device.kv_budget) is the knob's default size (st_iconf's
+ * table), 0 otherwise or when either does not parse. */
+static int kv_budget_is_default(const char *v)
+{
+	struct st_iconf *d = malloc(sizeof(*d));
+	uint64_t a, b;
+	int same = 0;
+
+	if (!d)
+		return 0;
+	st_iconf_init(d);
+	same = st_parse_size(v, &a) == 0 &&
+	       st_parse_size(st_iconf_get(d, "device.kv_budget"), &b) == 0 &&
+	       a == b;
+	free(d);
+	return same;
+}
+
 static int parse(int argc, char **argv, const char *cmd,
 		 struct cli_instance *inst, struct st_iconf *conf,
 		 const char **ret_arg, int *timeout_s)
@@ -302,7 +320,13 @@ static int parse(int argc, char **argv, const char *cmd,
 		if (strcmp(st_iconf_get(conf, "device.budget"), "auto"))
 			copy(inst->device_budget, sizeof(inst->device_budget),
 			     st_iconf_get(conf, "device.budget"));
-		if (st_iconf_is_set(conf, "device.kv_budget"))
+		/* the default pool size (docs/strata.conf.example writes it
+		 * out) is what computed uses anyway where a device is
+		 * present: only another value is an explicit request that a
+		 * machine without a device must refuse */
+		if (st_iconf_is_set(conf, "device.kv_budget") &&
+		    !kv_budget_is_default(st_iconf_get(conf,
+						       "device.kv_budget")))
 			copy(inst->device_kv_budget,
 			     sizeof(inst->device_kv_budget),
 			     st_iconf_get(conf, "device.kv_budget"));
@@ -426,13 +450,17 @@ int cli_cmd_exec(int argc, char **argv)
 	if (!conf)
 		return 1;
 	if (argc < 2 || cli_daemon_index(argv[1]) < 0) {
-		fprintf(stderr, "Usage: strata exec expertd|kvd|computed "
+		/* --help: the usage on stdout, as every other command */
+		int help = argc >= 2 && (!strcmp(argv[1], "--help") ||
+					 !strcmp(argv[1], "-h"));
+
+		fprintf(help ? stdout : stderr, "Usage: strata exec expertd|kvd|computed "
 			"[--config FILE] [options of strata up]\n"
 			"Becomes the daemon, with the options strata up would "
 			"give it (the systemd units\nstrata-<daemon>@.service "
 			"run this).\n");
 		free(conf);
-		return argc >= 2 && !strcmp(argv[1], "--help") ? 0 : 2;
+		return help ? 0 : 2;
 	}
 	daemon = argv[1];
 	argv[1] = argv[0];

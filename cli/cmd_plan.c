@@ -2,6 +2,7 @@
  * workload and budgets, whether it fits, and what to set (st_plan.h). */
 #include <errno.h>
 #include <getopt.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -75,6 +76,21 @@ static int bad(const char *opt, const char *v, const char *what)
 {
 	fprintf(stderr, "strata plan: %s '%s': %s\n", opt, v, what);
 	return 2;
+}
+
+/* A whole-number option (--batch 4, not "4k" read as 4): 0, or 2 with the
+ * message. */
+static int int_arg(const char *opt, const char *v, int *ret)
+{
+	char *end;
+	long x;
+
+	errno = 0;
+	x = strtol(v, &end, 10);
+	if (end == v || *end || errno || x < INT_MIN || x > INT_MAX)
+		return bad(opt, v, "not a whole number");
+	*ret = (int)x;
+	return 0;
 }
 
 static int dense_dtype(const char *s, enum st_dtype *ret)
@@ -204,7 +220,7 @@ int cli_cmd_plan(int argc, char **argv)
 	const char *model = NULL, *config = NULL;
 	uint64_t ep = 0, dp = 0, ap = 0, tmp;
 	int n_exp = 0, top_k = 0, layers = 0, kvh = 0, hd = 0, hidden = 0;
-	int json = 0, c, rc = 0;
+	int json = 0, c, rc = 0, tmpi;
 	char *const *args = argv;
 
 	st_plan_opts_default(&o);
@@ -237,8 +253,8 @@ int cli_cmd_plan(int argc, char **argv)
 			if (st_parse_size(optarg, &o.ram_bytes) < 0)
 				rc = bad("--ram", optarg, "not a size (64GiB)");
 			break;
-		case 'b': o.batch = atoi(optarg); break;
-		case 'c': o.context = atoi(optarg); break;
+		case 'b': rc |= int_arg("--batch", optarg, &o.batch); break;
+		case 'c': rc |= int_arg("--context", optarg, &o.context); break;
 		case 'K':
 			if (cw_kvrow_parse_dtype(optarg, &o.kv_dtype) < 0)
 				rc = bad("--kv-dtype", optarg,
@@ -255,7 +271,7 @@ int cli_cmd_plan(int argc, char **argv)
 				rc = bad("--dense-format", optarg,
 					 "use bf16, f16, f32 or fp8");
 			break;
-		case 'H': o.hot_experts = atoi(optarg); break;
+		case 'H': rc |= int_arg("--hot-experts", optarg, &o.hot_experts); break;
 		case 'B':
 			if (st_parse_budget(optarg, &o.host_budget,
 					    &o.host_budget_pct) < 0 ||
@@ -272,7 +288,10 @@ int cli_cmd_plan(int argc, char **argv)
 			if (st_parse_size(optarg, &o.activations) < 0)
 				rc = bad("--activations", optarg, "not a size");
 			break;
-		case 'P': o.page_rows = (uint32_t)atoi(optarg); break;
+		case 'P':
+			if (!(rc |= int_arg("--page-rows", optarg, &tmpi)))
+				o.page_rows = tmpi < 0 ? 0 : (uint32_t)tmpi;
+			break;
 		case 1: case 2: case 3:
 			if (parse_count(optarg, &tmp) < 0) {
 				rc = bad(opts[c + 14].name, optarg,
@@ -281,12 +300,12 @@ int cli_cmd_plan(int argc, char **argv)
 			}
 			*(c == 1 ? &ep : c == 2 ? &dp : &ap) = tmp;
 			break;
-		case 4: n_exp = atoi(optarg); break;
-		case 5: top_k = atoi(optarg); break;
-		case 6: layers = atoi(optarg); break;
-		case 7: kvh = atoi(optarg); break;
-		case 8: hd = atoi(optarg); break;
-		case 9: hidden = atoi(optarg); break;
+		case 4: rc |= int_arg(opts[c + 14].name, optarg, &n_exp); break;
+		case 5: rc |= int_arg(opts[c + 14].name, optarg, &top_k); break;
+		case 6: rc |= int_arg(opts[c + 14].name, optarg, &layers); break;
+		case 7: rc |= int_arg(opts[c + 14].name, optarg, &kvh); break;
+		case 8: rc |= int_arg(opts[c + 14].name, optarg, &hd); break;
+		case 9: rc |= int_arg(opts[c + 14].name, optarg, &hidden); break;
 		case 'j': json = 1; break;
 		case 'h': plan_usage(stdout); free(conf); return 0;
 		default: plan_usage(stderr); free(conf); return 2;

@@ -155,14 +155,23 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		case 'e': o->experts = optarg; break;
 		case 'p': o->prompt = optarg; break;
 		case 'P': o->prompt_file = optarg; break;
-		case 'n':
-			o->max_tokens = (int)strtol(optarg, &end, 10);
-			if (*end || o->max_tokens < 0) {
+		case 'n': {
+			/* the GEN_START message carries at most 2^24 (the
+			 * context cuts it further, with a warning) */
+			long v;
+
+			errno = 0;
+			v = strtol(optarg, &end, 10);
+			if (end == optarg || *end || errno || v < 0 ||
+			    v > (1L << 24)) {
 				fprintf(stderr, "strata run: --max-tokens wants "
-					"a number >= 0\n");
+					"a number from 0 to %ld (the model's "
+					"context cuts it further)\n", 1L << 24);
 				return 2;
 			}
+			o->max_tokens = (int)v;
 			break;
+		}
 		case 't':
 			o->temperature = strtof(optarg, &end);
 			if (*end || !(o->temperature >= 0) || o->temperature > 100) {
@@ -187,7 +196,15 @@ static int parse(struct run_opts *o, int argc, char **argv)
 				return 2;
 			}
 			break;
-		case 'S': o->seed = strtoull(optarg, NULL, 10); break;
+		case 'S':
+			errno = 0;
+			o->seed = strtoull(optarg, &end, 10);
+			if (end == optarg || *end || errno || optarg[0] == '-') {
+				fprintf(stderr, "strata run: --seed wants a "
+					"number from 0 to 2^64-1\n");
+				return 2;
+			}
+			break;
 		case 'x':
 			if (o->n_stop == CW_PROTO_MAX_NSTOP || !*optarg) {
 				fprintf(stderr, "strata run: at most %d "
@@ -271,28 +288,36 @@ struct run_result {
 	char *text;
 	size_t text_len;
 	int interrupted, computed_died;
+	const char *died;     /* the daemon that died (NULL: none) */
+	int died_pid;
 };
 
 /* What the CLI watches while it waits for computed: a stop signal, or the
- * death of computed's process. */
+ * death of one of the instance's daemons.  Nothing restarts a daemon of
+ * strata run's instance, so computed's wait for a lost expertd or kvd
+ * (--restart-wait) would only delay the failure. */
 struct run_watch {
 	int sigfd;
-	int computed_pid;
+	int pids[3];          /* expertd, kvd, computed */
 	struct run_result *res;
 };
 
 static int run_watch_fn(void *arg)
 {
+	static const char *const names[3] = { "expertd", "kvd", "computed" };
 	struct run_watch *w = arg;
 
 	if (w->sigfd >= 0 && st_stop_signals_pending(w->sigfd)) {
 		w->res->interrupted = 1;
 		return -EINTR;
 	}
-	if (w->computed_pid > 0 && !st_pid_alive(w->computed_pid)) {
-		w->res->computed_died = 1;
-		return -ST_E_PEERGONE;
-	}
+	for (int i = 0; i < 3; i++)
+		if (w->pids[i] > 0 && !st_pid_alive(w->pids[i])) {
+			w->res->died = names[i];
+			w->res->died_pid = w->pids[i];
+			w->res->computed_died = i == 2;
+			return -ST_E_PEERGONE;
+		}
 	return 0;
 }
 
@@ -377,7 +402,7 @@ static int generate(struct cw_client *cw, const struct run_opts *o,
 	if (r < 0) {
 		if (res->interrupted)
 			fprintf(stderr, "strata run: interrupted\n");
-		else if (!res->computed_died)
+		else if (!res->died)
 			fprintf(stderr, "strata run: generation failed: %s\n",
 				diag.msg);
 	}
@@ -691,7 +716,9 @@ int cli_cmd_run(int argc, char **argv)
 		goto stop;
 	}
 	watch.sigfd = sigfd;
-	watch.computed_pid = inst.pid_computed;
+	watch.pids[0] = inst.pid_expertd;
+	watch.pids[1] = inst.pid_kvd;
+	watch.pids[2] = inst.pid_computed;
 	watch.res = &res;
 	cw_client_set_watch(cw, run_watch_fn, &watch);
 	if (cw_client_stats(cw, &s0) == 0)
@@ -700,10 +727,17 @@ int cli_cmd_run(int argc, char **argv)
 		fprintf(stderr, "strata run: prompt: %s\n---\n", prompt);
 	fflush(stderr);
 	r = generate(cw, &o, prompt, &res);
-	if (res.computed_died)
-		fprintf(stderr, "strata run: computed (pid %d) died; its log is "
-			"%s/computed.log\n", inst.pid_computed, inst.run_dir);
-	if (!res.computed_died && !res.interrupted &&
+	if (res.died && !res.computed_died && inst.pid_computed > 0)
+		/* computed may be waiting (--restart-wait) for the dead
+		 * daemon, deaf to SHUTDOWN: SIGTERM ends the wait at once */
+		kill(inst.pid_computed, SIGTERM);
+	if (res.died)
+		fprintf(stderr, "strata run: %s (pid %d) died; its log is "
+			"%s/%s.log (nothing restarts the daemons of strata "
+			"run: run it again, or serve with strata up and "
+			"strata restart)\n", res.died, res.died_pid,
+			inst.run_dir, res.died);
+	if (!res.died && !res.interrupted &&
 	    cw_client_stats(cw, &s1) < 0)
 		have_stats = 0;
 	if (r == 0) {

@@ -98,7 +98,9 @@ static const struct family families[] = {
 
 #define SUPPORTED_LIST \
 	"MixtralForCausalLM (mixtral), Qwen3MoeForCausalLM (qwen3_moe), " \
-	"Qwen2MoeForCausalLM (qwen2_moe)"
+	"Qwen2MoeForCausalLM (qwen2_moe); strata convert also stores " \
+	"DeepSeek-V4 (model_type deepseek_v4) and V4.1 (deepseek_v41) " \
+	"checkpoints in their official layout"
 
 const char *st_arch_name(enum st_arch a)
 {

@@ -281,7 +281,25 @@ struct load_ctx {
 	struct st_iconf *c;
 	struct st_diag *diag;
 	int err;
+	FILE *f;
+	int line;      /* lines read so far: the entry being handled */
+	int err_line;  /* the line of x->err */
 };
+
+/* inih's reader: fgets, counting lines, so an entry's error carries its
+ * own line (inih reports the first error's line, which may be a syntax
+ * error before it). */
+static char *read_line(char *str, int num, void *stream)
+{
+	struct load_ctx *x = stream;
+	char *r = fgets(str, num, x->f);
+
+	if (r && strchr(r, '\n'))
+		x->line++;
+	else if (r && feof(x->f))
+		x->line++;
+	return r;
+}
 
 static int on_entry(void *user, const char *section, const char *key,
 		    const char *value)
@@ -291,7 +309,15 @@ static int on_entry(void *user, const char *section, const char *key,
 
 	if (!key) /* a section header alone (inih with INI_CALL_HANDLER_ON_NEW_SECTION) */
 		return 1;
+	if (x->err < 0)
+		return 0; /* the first error stands */
+	x->err_line = x->line;
 	i = find(section, key);
+	if (i < 0 && !section[0]) {
+		x->err = st_diag_set(x->diag, -EINVAL, "key '%s' before any "
+				     "[section] header", key);
+		return 0;
+	}
 	if (i < 0) {
 		x->err = st_diag_set(x->diag, -EINVAL, "unknown key '%s' in "
 				     "section [%s] (strata up --help-config "
@@ -309,19 +335,25 @@ static int on_entry(void *user, const char *section, const char *key,
 int st_iconf_load(struct st_iconf *c, const char *path, struct st_diag *diag)
 {
 	struct st_diag inner = { "" };
-	struct load_ctx x = { c, &inner, 0 };
-	int line = ini_parse(path, on_entry, &x);
+	struct load_ctx x = { c, &inner, 0, NULL, 0, 0 };
+	int line;
 
-	if (line == -1)
+	x.f = fopen(path, "re");
+	if (!x.f)
 		return st_diag_set(diag, -ENOENT, "%s: cannot open the "
 				   "configuration file", path);
+	line = ini_parse_stream(read_line, &x, on_entry, &x);
+	fclose(x.f);
 	if (line == -2)
 		return st_diag_set(diag, -ENOMEM, "%s: out of memory", path);
+	/* inih gives the first error's line: an entry's own error, or a
+	 * syntax error (no handler call) on an earlier line */
+	if (line > 0 && x.err < 0 && x.err_line == line)
+		return st_diag_set(diag, x.err, "%s:%d: %s", path, line,
+				   inner.msg);
 	if (line > 0)
-		return st_diag_set(diag, x.err ? x.err : -EINVAL, "%s:%d: %s",
-				   path, line, x.err ? inner.msg :
-				   "syntax error (want [section] or key = "
-				   "value)");
+		return st_diag_set(diag, -EINVAL, "%s:%d: syntax error (want "
+				   "[section] or key = value)", path, line);
 	return 0;
 }
 

@@ -28,6 +28,10 @@ static void log_init_threshold(void)
 		g_log_threshold = ST_LOG_WARN;
 	else if (!strcmp(e, "debug"))
 		g_log_threshold = ST_LOG_DEBUG;
+	else if (strcmp(e, "info"))
+		/* once per process; st_log itself is not usable here */
+		fprintf(stderr, "strata: STRATA_LOG '%s' is not error, warn, "
+			"info or debug; logging at info\n", e);
 }
 
 void st_log_set_name(const char *name)

@@ -28,7 +28,7 @@ struct cw_api {
 struct cw_api_error {
 	int status;                       /* HTTP status */
 	char type[64];                    /* invalid_request_error, ... */
-	char message[512];
+	char message[1280];
 	char param[64];                   /* "" = null */
 	char code[64];                    /* "" = null */
 };
@@ -42,7 +42,7 @@ struct cw_api_gen {
 	int finished;
 	enum cw_finish finish;
 	int err;                          /* finish ERROR: its code */
-	char err_msg[256];
+	char err_msg[1024];               /* as cw_sched_event's */
 	int n_prompt, n_completion;
 	/* whole (non-stream) response */
 	char *text;

@@ -1129,6 +1129,10 @@ int main(int argc, char **argv)
 	r = serve(d);
 	st_info("stopping");
 	st_sd_notify_stopping();
+	/* a step waiting for a lost expertd or kvd (--restart-wait) fails
+	 * now instead of holding the stop up for the rest of the wait */
+	es_client_abort_wait(d->es);
+	kv_client_abort_wait(d->kv);
 out:
 	/* connections first (they hold scheduler requests), then the
 	 * scheduler (it frees the running sequences' KV pages) */

@@ -191,6 +191,14 @@ static void admit(struct cw_sched *s, struct cw_sched_req *r)
 	if (s->metrics)
 		cw_metrics_gen_start(s->metrics, cw_gen_n_prompt(r->gen),
 				     cw_gen_n_cached(r->gen));
+	if (r->max_tokens == 0) {
+		/* nothing to generate: no step would ever pick it up
+		 * (cw_gen_next_input offers no input), so it ends here */
+		struct cw_sched_event e = { .token = -1,
+					    .finish = CW_FINISH_LENGTH };
+
+		retire(s, r, CW_FINISH_LENGTH, 0, &e, "");
+	}
 }
 
 /* Room for one more event (under s->lock)? */

@@ -41,7 +41,7 @@ struct cw_sched_event {
 	char *text;                 /* released text (malloc'd, NUL-terminated) */
 	struct cw_gen_logprob lp;   /* of token, when token >= 0 */
 	int err;                    /* finish ERROR: the code */
-	char err_msg[256];          /*   and its message */
+	char err_msg[1024];         /*   and its message (an st_diag's) */
 };
 
 struct cw_sched;

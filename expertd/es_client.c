@@ -57,6 +57,7 @@ struct es_client {
 	uint32_t top_k;
 	char name[ES_CLIENT_NAME_BYTES + 1];
 	int restart_wait_ms;        /* 0: a dead expertd is an error at once */
+	_Atomic int abort_wait;     /* es_client_abort_wait: stop waiting */
 	int32_t peer_pid;           /* the expertd our last HELLO reached */
 	_Atomic uint32_t reconnects;
 	pthread_mutex_t mu;         /* ledger */
@@ -774,6 +775,12 @@ static int acquire_once(struct es_client *c, int layer, int n,
 
 /* ---- restarts ---- */
 
+void es_client_abort_wait(struct es_client *c)
+{
+	if (c)
+		atomic_store(&c->abort_wait, 1);
+}
+
 void es_client_set_restart_wait(struct es_client *c, int wait_ms)
 {
 	c->restart_wait_ms = wait_ms > 0 ? wait_ms : 0;
@@ -857,6 +864,10 @@ static int wait_back(struct es_client *c, struct st_diag *diag)
 		struct st_diag d2 = { "" };
 		uint64_t now = st_now_ns();
 		int r = -ST_E_PEERGONE;
+
+		if (atomic_load(&c->abort_wait))
+			return st_diag_set(diag, -ST_E_PEERGONE, "expertd is "
+					   "gone and this process is stopping");
 
 		pthread_mutex_lock(&c->rpc_mu);
 		/* the owner pid in the segment is the new expertd's once it

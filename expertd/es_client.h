@@ -128,6 +128,16 @@ int es_client_acquire_each(struct es_client *c, int layer, int n,
  */
 void es_client_set_restart_wait(struct es_client *c, int wait_ms);
 
+/*
+ * Ends the restart wait: a call waiting for a restarted expertd (and any
+ * later one) fails with -ST_E_PEERGONE ("expertd is gone and this process
+ * is stopping") at its next check (within 50 ms).  Safe from any thread
+ * while another waits (no lock taken); for a process that is stopping
+ * (computed on SIGTERM or SHUTDOWN), so it does not wait out the restart
+ * wait first.  c may be NULL.
+ */
+void es_client_abort_wait(struct es_client *c);
+
 /* Times this handle re-connected to a restarted expertd. */
 uint32_t es_client_reconnects(const struct es_client *c);
 

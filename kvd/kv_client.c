@@ -8,6 +8,7 @@
 
 #include <errno.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +30,7 @@ struct kv_client {
 	char name[KV_PROTO_NAME_BYTES + 1];
 	int timeout_ms;
 	int restart_wait_ms;           /* 0: a dead kvd is an error at once */
+	_Atomic int abort_wait;        /* kv_client_abort_wait: stop waiting */
 	uint32_t reconnects;
 	uint32_t id;
 	uint64_t next_request_id;
@@ -247,6 +249,9 @@ static int wait_back(struct kv_client *c, uint64_t t0, uint64_t deadline_ns,
 		}
 		if (r != -ST_E_PEERGONE && r != -ST_E_TIMEOUT)
 			return st_diag_set(diag, r, "%s", d2.msg);
+		if (atomic_load(&c->abort_wait))
+			return st_diag_set(diag, -ST_E_PEERGONE, "kvd is gone "
+					   "and this process is stopping");
 		if (st_now_ns() >= deadline_ns)
 			return st_diag_set(diag, -ST_E_PEERGONE,
 					   "kvd did not come back within %d s; "
@@ -316,7 +321,9 @@ static int rpc(struct kv_client *c, uint16_t type, const struct st_wbuf *w,
 			if (r == 0)
 				r = rpc_raw(c, type, rid, w, &buf, ret_p,
 					    ret_len, diag);
-			if (r == -ST_E_PEERGONE && st_now_ns() >= deadline)
+			if (r == -ST_E_PEERGONE &&
+			    (st_now_ns() >= deadline ||
+			     atomic_load(&c->abort_wait)))
 				break;
 		}
 	}
@@ -850,6 +857,12 @@ uint32_t kv_client_row_bytes(const struct kv_client *c, int stream)
 	if (!c->attached || stream < 0 || (uint32_t)stream >= c->lay.n_streams)
 		return 0;
 	return c->streams[stream].row_bytes;
+}
+
+void kv_client_abort_wait(struct kv_client *c)
+{
+	if (c)
+		atomic_store(&c->abort_wait, 1);
 }
 
 void kv_client_set_restart_wait(struct kv_client *c, int wait_ms)

@@ -294,6 +294,15 @@ uint32_t kv_client_row_bytes(const struct kv_client *c, int stream);
  */
 void kv_client_set_restart_wait(struct kv_client *c, int wait_ms);
 
+/*
+ * Ends the restart wait: a call waiting for a restarted kvd (and any later
+ * one) fails with -ST_E_PEERGONE ("kvd is gone and this process is
+ * stopping") at its next check (within 50 ms).  Safe from any thread while
+ * another waits (no lock taken); for a process that is stopping.  c may be
+ * NULL.
+ */
+void kv_client_abort_wait(struct kv_client *c);
+
 /* Times this client re-connected to a restarted kvd. */
 uint32_t kv_client_reconnects(struct kv_client *c);
 

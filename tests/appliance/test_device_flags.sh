@@ -25,6 +25,7 @@ fail=0
 cleanup() {
 	"$STRATA" down --instance "$I" --run-dir "$R" >/dev/null 2>&1
 	"$STRATA" down --instance "${I}p" --run-dir "$TMP/runp" >/dev/null 2>&1
+	"$STRATA" down --instance "${I}c" --run-dir "$TMP/runc" >/dev/null 2>&1
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -71,6 +72,39 @@ elif [ $rc -eq 2 ]; then
 	sed 's/^/refused as expected: /' "$TMP/real.err"
 else
 	echo "FAIL: strata run --device-budget 25%: rc $rc"; tail -5 "$TMP/real.err"; fail=1
+fi
+
+# a configuration with the example's [device] section (budget = auto,
+# kv_budget = the default 256MiB) starts anywhere: auto and the default
+# pool ask for nothing a machine without a device must refuse (strata up
+# --config docs/strata.conf.example used to stop at "--device-kv-budget:
+# no CUDA device" on such a machine)
+cat >"$TMP/dev.conf" <<CONF
+[instance]
+name = ${I}c
+run_dir = $TMP/runc
+[model]
+store = $TMP/store
+[device]
+budget = auto
+kv_budget = 256MiB
+CONF
+(unset STRATA_CUDA_FAKE; "$STRATA" up --config "$TMP/dev.conf" >"$TMP/upc.log" 2>&1)
+rc=$?
+if [ $rc -ne 0 ]; then
+	echo "FAIL: up --config with the example's [device] section: rc $rc"; cat "$TMP/upc.log"; fail=1
+else
+	echo "up --config with device.budget auto, kv_budget 256MiB: started"
+fi
+"$STRATA" down --instance "${I}c" --run-dir "$TMP/runc" >/dev/null 2>&1
+# another pool size is an explicit request: refused without a device
+if [ ! -e /dev/nvidia0 ]; then
+	sed -i 's/^kv_budget = 256MiB/kv_budget = 1GiB/' "$TMP/dev.conf"
+	(unset STRATA_CUDA_FAKE; "$STRATA" up --config "$TMP/dev.conf" >"$TMP/upc2.log" 2>&1)
+	rc=$?
+	[ $rc -eq 2 ] && grep -q -- "--device-kv-budget" "$TMP/upc2.log" ||
+		{ echo "FAIL: up --config kv_budget = 1GiB without a device: rc $rc"; cat "$TMP/upc2.log"; fail=1; }
+	"$STRATA" down --instance "${I}c" --run-dir "$TMP/runc" >/dev/null 2>&1
 fi
 
 # pass-through, on the fake device (CUDA builds)

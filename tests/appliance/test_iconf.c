@@ -120,6 +120,25 @@ static void test_errors(void **state)
 	assert_int_equal(st_iconf_load(c, path, &d), -EINVAL);
 	assert_non_null(strstr(d.msg, "instance.name"));
 
+	/* a malformed header: its own line is named as a syntax error,
+	 * not the key after it as "unknown in section []" */
+	write_file(path, "[instance\nname = x\n");
+	assert_int_equal(st_iconf_load(c, path, &d), -EINVAL);
+	assert_non_null(strstr(d.msg, ":1: syntax error"));
+	/* a syntax error after an entry's error: the entry's line and words */
+	write_file(path, "[kv]\n\ndtype = fp9\ngarbage\n");
+	assert_int_equal(st_iconf_load(c, path, &d), -EINVAL);
+	assert_non_null(strstr(d.msg, ":3: "));
+	assert_non_null(strstr(d.msg, "kv.dtype"));
+	/* a syntax error before an entry's error: the syntax error's line */
+	write_file(path, "[kv]\ngarbage\ndtype = fp9\n");
+	assert_int_equal(st_iconf_load(c, path, &d), -EINVAL);
+	assert_non_null(strstr(d.msg, ":2: syntax error"));
+	/* a key before any section */
+	write_file(path, "name = x\n");
+	assert_int_equal(st_iconf_load(c, path, &d), -EINVAL);
+	assert_non_null(strstr(d.msg, ":1: key 'name' before any [section]"));
+
 	write_file(path, "[kv]\nbudgett = 1GiB\n");
 	assert_int_equal(st_iconf_load(c, path, &d), -EINVAL);
 	assert_non_null(strstr(d.msg, "budgett"));

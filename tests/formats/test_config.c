@@ -249,6 +249,9 @@ static void test_unknown_arch(void **state)
 	json_object_set_new(j, "model_type", json_string("deepseek_v4"));
 	expect_parse(j, -ST_E_UNSUPPORTED, "DeepseekV4ForCausalLM",
 		     "supported: MixtralForCausalLM (mixtral), Qwen3MoeForCausalLM (qwen3_moe)");
+	/* the families strata convert handles elsewhere are named too */
+	expect_parse(j, -ST_E_UNSUPPORTED, "DeepseekV4ForCausalLM",
+		     "DeepSeek-V4 (model_type deepseek_v4) and V4.1 (deepseek_v41)");
 	/* model_type alone selects the family */
 	json_object_del(j, "architectures");
 	json_object_set_new(j, "model_type", json_string("mixtral"));

@@ -1,0 +1,140 @@
+#!/bin/sh
+# strata run on inputs a newcomer plausibly gives, on the embedded kjv-moe
+# (no ../shared needed).  Checks:
+#  - --max-tokens 0 ends at once (it used to hang: no scheduler step ever
+#    picked the request up) with 0 generated tokens, finish "max tokens";
+#  - --max-tokens beyond the GEN_START limit (2^24) or beyond a long is
+#    refused by the CLI with exit 2 naming --max-tokens (it used to reach
+#    computed as "malformed GEN_START message", or wrap around); so is a
+#    --seed that is not a number (it used to become seed 0 silently);
+#  - SIGKILL of expertd, then of kvd, while the run generates: strata run
+#    exits 1 within 5 s naming the dead daemon and its log, computed not
+#    SIGKILLed (it used to
+#    wait computed's 60 s --restart-wait for a daemon nothing restarts);
+#  - a damaged expert record: the error strata run prints keeps its whole
+#    remedy ("re-run strata convert"; computed used to cut the message of
+#    a failed generation at 255 bytes), with a long store path;
+#  - a STRATA_CACHE_DIR that cannot be created: exit 1 naming the cache
+#    and STRATA_CACHE_DIR (it used to blame the model directory);
+#  - strata plan refuses "--context 4k" and the like (exit 2).
+set -u
+STRATA="$STRATA_BUILD_DIR/cli/strata"
+KJV="$STRATA_SOURCE_DIR/models/kjv-moe"
+PY=/usr/bin/python3
+TMP=$(mktemp -d /tmp/strata-runerr-XXXXXX)
+trap 'rm -rf "$TMP"' EXIT
+fail=0
+STORE="$TMP/store"
+"$STRATA" convert --model "$KJV" --out "$STORE" >/dev/null 2>"$TMP/conv.err" ||
+	{ echo "FAIL: convert"; cat "$TMP/conv.err"; exit 1; }
+
+# 1. --max-tokens 0
+timeout 60 "$STRATA" run --store "$STORE" --prompt "And it came to pass" \
+	--max-tokens 0 --json --instance "re0$$" --run-dir "$TMP/run0" \
+	>"$TMP/out0" 2>"$TMP/err0"
+rc=$?
+if [ $rc -ne 0 ]; then
+	echo "FAIL: --max-tokens 0 exited $rc (124: hung)"; cat "$TMP/err0"; fail=1
+else
+	$PY - "$TMP/out0" <<'PY' || fail=1
+import json, sys
+out = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+if out["generated_tokens"] != 0 or out["ids"] != [] or out["finish"] != "max tokens":
+    print("FAIL: --max-tokens 0 gave", out["generated_tokens"], out["ids"], out["finish"]); sys.exit(1)
+if out["prompt_tokens"] < 1:
+    print("FAIL: prompt tokens", out["prompt_tokens"]); sys.exit(1)
+print("max-tokens 0: 0 tokens, finish 'max tokens'")
+PY
+fi
+
+# 2. out-of-range --max-tokens
+for n in 16777217 99999999999 -1 12x; do
+	"$STRATA" run --store "$STORE" --max-tokens "$n" >/dev/null 2>"$TMP/errn"
+	rc=$?
+	if [ $rc -ne 2 ] || ! grep -q -- '--max-tokens wants' "$TMP/errn"; then
+		echo "FAIL: --max-tokens $n: exit $rc:"; cat "$TMP/errn"; fail=1
+	fi
+done
+
+for v in abc -1 12x; do
+	"$STRATA" run --store "$STORE" --seed "$v" >/dev/null 2>"$TMP/errs"
+	rc=$?
+	if [ $rc -ne 2 ] || ! grep -q -- '--seed wants' "$TMP/errs"; then
+		echo "FAIL: --seed $v: exit $rc:"; cat "$TMP/errs"; fail=1
+	fi
+done
+
+# 3. a tier daemon killed while strata run generates
+for d in expertd kvd; do
+	run="$TMP/run-$d"
+	start=$(date +%s)
+	"$STRATA" run --store "$STORE" --prompt "And it came to pass" \
+		--max-tokens 240 --ignore-eos --host-budget 10% \
+		--instance "rek$d$$" --run-dir "$run" >"$TMP/out-$d" 2>"$TMP/err-$d" &
+	bp=$!
+	pid=""
+	for i in $(seq 500); do
+		pid=$(cat "$run/$d.pid" 2>/dev/null)
+		[ -n "$pid" ] && [ -s "$TMP/out-$d" ] && break
+		sleep 0.02
+	done
+	if [ -z "$pid" ] || [ ! -s "$TMP/out-$d" ]; then
+		echo "FAIL: $d: generation did not start"; cat "$TMP/err-$d"; fail=1
+		wait $bp; continue
+	fi
+	kill -9 "$pid"
+	wait $bp
+	rc=$?
+	el=$(( $(date +%s) - start ))
+	if [ $rc -ne 1 ] || [ $el -gt 5 ] ||
+	   ! grep -q "$d (pid $pid) died; its log is $run/$d.log" "$TMP/err-$d"; then
+		echo "FAIL: $d killed: exit $rc after $el s:"; cat "$TMP/err-$d"; fail=1
+	else
+		echo "$d killed: strata run exited 1 after $el s naming it"
+		grep -q "had to be killed" "$TMP/err-$d" &&
+			{ echo "FAIL: $d killed: computed had to be killed"; fail=1; }
+	fi
+	if pgrep -f -- "--instance rek$d$$ " >/dev/null 2>&1; then
+		echo "FAIL: a daemon of rek$d$$ still runs"; fail=1
+	fi
+done
+
+# 4. damaged expert record under a long path: the remedy survives
+LONG="$TMP/a-rather-long-directory-name-as-users-have/another-level-of-it/and-one-more-for-good-measure"
+mkdir -p "$LONG"
+cp -r "$STORE" "$LONG/store"
+$PY - "$LONG/store/experts-001.bin" <<'PY'
+import sys
+f = open(sys.argv[1], "r+b"); f.seek(1000); f.write(b"xxxxxxxx"); f.close()
+PY
+timeout 60 "$STRATA" run --store "$LONG/store" --prompt "And it came to pass" \
+	--max-tokens 48 --ignore-eos --instance "red$$" --run-dir "$TMP/rund" \
+	>/dev/null 2>"$TMP/errd"
+rc=$?
+if [ $rc -ne 1 ] || ! grep -q 'checksum mismatch.*the store is damaged: re-run strata convert' "$TMP/errd"; then
+	echo "FAIL: damaged store: exit $rc:"; cat "$TMP/errd"; fail=1
+else
+	echo "damaged store: exit 1, message ends with its remedy"
+fi
+
+# 5. an uncreatable store cache
+touch "$TMP/afile"
+STRATA_CACHE_DIR="$TMP/afile/cache" "$STRATA" run --model "$KJV" --max-tokens 2 \
+	>/dev/null 2>"$TMP/errc"
+rc=$?
+if [ $rc -ne 1 ] || ! grep -q "cannot create the store cache directory of $TMP/afile/cache/.*STRATA_CACHE_DIR" "$TMP/errc"; then
+	echo "FAIL: uncreatable cache: exit $rc:"; cat "$TMP/errc"; fail=1
+else
+	echo "uncreatable cache: exit 1 naming the cache directory"
+fi
+
+# 6. strata plan's whole-number options (atoi used to read "4k" as 4)
+for a in "--batch four" "--context 4k" "--top-k 2x" "--page-rows 16rows"; do
+	# shellcheck disable=SC2086
+	"$STRATA" plan --model "$KJV" $a >/dev/null 2>"$TMP/errp"
+	rc=$?
+	if [ $rc -ne 2 ] || ! grep -q "not a whole number" "$TMP/errp"; then
+		echo "FAIL: plan $a: exit $rc:"; cat "$TMP/errp"; fail=1
+	fi
+done
+exit $fail
