@@ -728,6 +728,11 @@ void cw_dsv4_state_stats(const struct cw_dsv4_state *s,
 	*ret = s->st;
 }
 
+uint64_t cw_dsv4_lm_head_bytes(const struct cw_dsv4_model *m)
+{
+	return cw_dsv4_mat_bytes(&m->head);
+}
+
 uint64_t cw_dsv4_dense_bytes(const struct cw_dsv4_model *m)
 {
 	const struct st_dsv4_config *c = &m->cfg;

@@ -142,6 +142,9 @@ struct cw_dsv4_run_stats {
  * routed experts and the mHC mixers, plus the LM head, at their in-memory
  * size (1 per FP8 weight in fast mode, 4 per F32 weight). */
 uint64_t cw_dsv4_dense_bytes(const struct cw_dsv4_model *m);
+/* Bytes of the LM head alone at its in-memory size (part of
+ * cw_dsv4_dense_bytes), read once per position whose logits are made. */
+uint64_t cw_dsv4_lm_head_bytes(const struct cw_dsv4_model *m);
 void cw_dsv4_state_stats(const struct cw_dsv4_state *s,
 			 struct cw_dsv4_run_stats *ret);
 void cw_dsv4_free(struct cw_dsv4_model *m);

@@ -1219,6 +1219,11 @@ void cw_dsv41_state_stats(const struct cw_dsv41_state *s,
 	*ret = s->st;
 }
 
+uint64_t cw_dsv41_lm_head_bytes(const struct cw_dsv41_model *m)
+{
+	return cw_dsv4_mat_bytes(&m->head);
+}
+
 uint64_t cw_dsv41_dense_bytes(const struct cw_dsv41_model *m)
 {
 	const struct st_dsv41_config *c = &m->cfg;

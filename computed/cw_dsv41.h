@@ -173,6 +173,9 @@ void cw_dsv41_state_stats(const struct cw_dsv41_state *s,
  * matrices but the routed experts, the mHC mixers and the Engram tables,
  * plus the LM head. */
 uint64_t cw_dsv41_dense_bytes(const struct cw_dsv41_model *m);
+/* Bytes of the LM head alone at its in-memory size (part of
+ * cw_dsv41_dense_bytes), read once per position whose logits are made. */
+uint64_t cw_dsv41_lm_head_bytes(const struct cw_dsv41_model *m);
 
 /* Frees the model and its hash (NULL is fine). */
 void cw_dsv41_free(struct cw_dsv41_model *m);

@@ -36,8 +36,9 @@ static void st_free(void *st)
 
 static int st_new_local(const void *model, int max_tokens, void **ret)
 {
+	const struct cw_v4serve *v = model;
 	struct cw_dsv4_state *st = NULL;
-	int r = cw_dsv4_state_new(model, max_tokens, &st);
+	int r = cw_dsv4_state_new(v->dm, max_tokens, &st);
 
 	*ret = st;
 	return r;
@@ -46,7 +47,29 @@ static int st_new_local(const void *model, int max_tokens, void **ret)
 static int st_eval(const void *model, void *st, const int32_t *ids, int n,
 		   int all_positions, float *logits, struct st_diag *diag)
 {
-	return cw_dsv4_eval(model, st, ids, n, all_positions, logits, diag);
+	/* the table's model is the adapter (cw_seqtab_init below), not
+	 * const: its read counters grow here, from the one thread that
+	 * steps the sequences (cw_seqtab.h) */
+	struct cw_v4serve *v = (struct cw_v4serve *)model;
+	const uint64_t head = cw_dsv4_lm_head_bytes(v->dm);
+	struct cw_dsv4_run_stats a, b;
+	int r;
+
+	cw_dsv4_state_stats(st, &a);
+	r = cw_dsv4_eval(v->dm, st, ids, n, all_positions, logits, diag);
+	cw_dsv4_state_stats(st, &b);
+	/* the stall: time in es_client_acquire (the state's counter);
+	 * dense: every layer's matrices but the routed experts per
+	 * position; the LM head per position whose logits were made (the
+	 * last one, or all) */
+	v->rs.expert_stall_ns += b.acquire_ns - a.acquire_ns;
+	if (r >= 0) {
+		v->rs.dense_bytes += (uint64_t)n *
+				     (cw_dsv4_dense_bytes(v->dm) - head);
+		v->rs.lm_head_bytes += (uint64_t)(all_positions ? n : 1) *
+				       head;
+	}
+	return r;
 }
 
 static const struct cw_seqtab_ops k_state_ops = {
@@ -75,7 +98,7 @@ int cw_v4serve_open(const char *store_dir, struct es_client *es,
 	if (!r) {
 		const struct st_dsv4_config *c = cw_dsv4_config(v->dm);
 
-		cw_seqtab_init(&v->tab, &k_state_ops, v->dm, c->vocab_size,
+		cw_seqtab_init(&v->tab, &k_state_ops, v, c->vocab_size,
 			       ST_MIN(CW_V4_LAZY_TOKENS, c->max_position_embeddings));
 	}
 	if (!r && kv) {

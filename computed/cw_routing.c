@@ -129,7 +129,9 @@ void cw_routing_stats(const struct cw_routing *r, struct es_client *es,
 	s->es_prefetch_loads = t.prefetch_loads;
 	s->es_prefetch_used = t.prefetch_used;
 	s->es_prefetch_wasted = t.prefetch_wasted;
-	s->es_hints = t.hints;
+	/* look-ahead hints and step-named ones (V4 and V4.1 send the
+	 * latter before each eval) */
+	s->es_hints = t.hints + t.step_hints;
 	s->es_hints_dropped = t.hints_dropped;
 	s->es_hot_slots = t.hot_slots;
 	s->es_direct_io = t.direct_io;
