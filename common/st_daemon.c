@@ -97,6 +97,38 @@ void st_pidfile_remove(const char *run_dir, const char *daemon)
 		unlink(path);
 }
 
+/* 1 if pid is gone or a zombie ("Z"/"X" in /proc/PID/stat), else 0. */
+static int pid_gone(int pid)
+{
+	char path[64], *txt = NULL, *p;
+	int gone = 0;
+
+	if (kill(pid, 0) < 0 && errno == ESRCH)
+		return 1;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	if (st_read_file(path, &txt, NULL) < 0)
+		return 0; /* no /proc: kill said it exists */
+	/* "pid (comm) S ...": comm may hold ')', the state follows the
+	 * last one */
+	p = strrchr(txt, ')');
+	if (p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'))
+		gone = 1;
+	free(txt);
+	return gone;
+}
+
+int st_daemon_down(const char *run_dir, const char *daemon, int ping_ms)
+{
+	char path[4096];
+	int pid = st_pidfile_read(run_dir, daemon);
+
+	if (pid > 0)
+		return pid_gone(pid);
+	if (st_run_path(run_dir, daemon, "ctl", path, sizeof(path)) < 0)
+		return 0;
+	return st_daemon_ping(path, ping_ms, NULL) != 0;
+}
+
 int st_stop_signals_open(void)
 {
 	sigset_t set;

@@ -40,6 +40,16 @@ int st_pidfile_write(const char *run_dir, const char *daemon);
 int st_pidfile_read(const char *run_dir, const char *daemon);
 /* Removes the pid file. */
 void st_pidfile_remove(const char *run_dir, const char *daemon);
+/*
+ * Whether `daemon` of the instance at run_dir is known to be down, cheaply
+ * (no socket round trip while it runs): 1 when its pid file names a
+ * process that no longer exists or is a zombie (killed, crashed), or when
+ * there is no pid file (stopped cleanly) and its ctl socket does not
+ * answer a PING within ping_ms; 0 otherwise (running, perhaps hung: only
+ * a PING tells that).  For computed's HTTP front to refuse a new request
+ * at once instead of waiting out its restart wait.
+ */
+int st_daemon_down(const char *run_dir, const char *daemon, int ping_ms);
 
 /*
  * Blocks SIGTERM, SIGINT and SIGHUP and returns a non-blocking signalfd for

@@ -312,6 +312,37 @@ static void stream_free(void *cls)
 	free(s);
 }
 
+/*
+ * A tier daemon known down (st_daemon_down: its process is gone, as
+ * /health would report): fills *e with a 503 naming it and its remedy and
+ * returns 1, so a new request is answered at once (queue_json adds
+ * Retry-After) instead of after computed's restart wait; 0 when both run.
+ */
+static int tier_down(struct cw_http *h, struct cw_api_error *e)
+{
+	int es = st_daemon_down(h->run_dir, "expertd", 200);
+	int kv = st_daemon_down(h->run_dir, "kvd", 200);
+
+	if (!es && !kv)
+		return 0;
+	e->status = 503;
+	snprintf(e->type, sizeof(e->type), "server_error");
+	e->param[0] = 0;
+	snprintf(e->code, sizeof(e->code), "%s", es && kv ? "tiers_down" :
+		 es ? "expertd_down" : "kvd_down");
+	if (es && kv)
+		snprintf(e->message, sizeof(e->message), "expertd and kvd are "
+			 "down (see /health): restart them with `strata "
+			 "restart expertd` and `strata restart kvd`, then "
+			 "retry");
+	else
+		snprintf(e->message, sizeof(e->message), "%s is down (see "
+			 "/health): restart it with `strata restart %s`, then "
+			 "retry", es ? "expertd" : "kvd", es ? "expertd" : "kvd");
+	st_warn("http: %s", e->message);
+	return 1;
+}
+
 /* POST /v1/completions and /v1/chat/completions. */
 static enum MHD_Result do_generate(struct cw_http *h, struct MHD_Connection *c,
 				   struct conn *cs, int chat)
@@ -321,6 +352,8 @@ static enum MHD_Result do_generate(struct cw_http *h, struct MHD_Connection *c,
 	struct cw_api_gen g;
 	int r;
 
+	if (tier_down(h, &err))
+		return queue_error(h, c, ep, &err);
 	r = cw_api_gen_start(&h->api, h->sched, chat, cs->body, cs->len, &g,
 			     &err);
 	if (r < 0)

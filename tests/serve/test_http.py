@@ -466,6 +466,29 @@ def test_queue_full(store):
         inst.procs["kvd"].wait()
         st, j = request(inst, "GET", "/health")
         check(st == 503 and j["kvd"] == "down", "/health 503 with kvd down")
+        # a new request while kvd (then both tiers) is down: 503 at once
+        # (it used to wait computed's 60 s restart wait), Retry-After, an
+        # OpenAI error object naming the daemon and its remedy
+        for dead, code in (("kvd", "kvd_down"), ("expertd", "tiers_down")):
+            if dead == "expertd":
+                inst.procs["expertd"].kill()
+                inst.procs["expertd"].wait()
+            c = http.client.HTTPConnection(inst.url, timeout=30)
+            t0 = time.time()
+            c.request("POST", "/v1/completions",
+                      body=b'{"prompt":"x","max_tokens":2}',
+                      headers={"Content-Type": "application/json"})
+            r = c.getresponse()
+            dt = time.time() - t0
+            j = json.loads(r.read())
+            c.close()
+            e = j.get("error", {})
+            check(r.status == 503 and dt < 2 and
+                  r.getheader("Retry-After") == "1" and
+                  e.get("type") == "server_error" and e.get("code") == code and
+                  "strata restart " + dead in e.get("message", ""),
+                  "%s down: POST 503 %s in %.2f s (< 2), Retry-After 1, "
+                  "names `strata restart %s`: %s" % (dead, code, dt, dead, j))
     finally:
         inst.stop()
 
