@@ -284,6 +284,33 @@ static int load_cfg(const char *dir, struct st_model_config *cfg,
 	return r;
 }
 
+/*
+ * Before any daemon starts: the text's token count with the tokenizer the
+ * scoring uses (parse() requires --model or --store: the given store's,
+ * else the model directory's, which a store copies on conversion).
+ * Returns the count, or -1 when no tokenizer loads here (a store yet to
+ * be made from a model without one: the check after the start says it).
+ */
+static long count_tokens_early(const struct ppl_opts *o, const char *text,
+			       size_t len)
+{
+	const char *dir = o->s.store && st_path_exists(o->s.store) ?
+				  o->s.store : o->s.model;
+	struct st_tokenizer *tok = NULL;
+	struct st_diag diag = { "" };
+	int32_t *ids = NULL;
+	size_t n = 0;
+	long ret = -1;
+
+	if (!dir || st_tokenizer_load(dir, &tok, &diag) < 0)
+		return -1;
+	if (st_tokenizer_encode(tok, text, len, 0, 0, &ids, &n) == 0)
+		ret = (long)n;
+	free(ids);
+	st_tokenizer_free(tok);
+	return ret;
+}
+
 int cli_cmd_perplexity(int argc, char **argv)
 {
 	struct ppl_opts o;
@@ -313,6 +340,17 @@ int cli_cmd_perplexity(int argc, char **argv)
 		fprintf(stderr, "strata perplexity: cannot read %s: %s\n",
 			o.file, st_strerror(r));
 		goto out;
+	}
+	{
+		/* too short to score: say so before starting three daemons
+		 * (the same message as the check after scoring) */
+		long nt = count_tokens_early(&o, text, len);
+
+		if (nt >= 0 && nt < 2) {
+			fprintf(stderr, "strata perplexity: %s has fewer than 2 "
+				"tokens (%ld); nothing to score\n", o.file, nt);
+			goto out;
+		}
 	}
 	r = cli_session_start(&o.s, sigfd, &inst);
 	if (r) {

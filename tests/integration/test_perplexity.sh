@@ -3,7 +3,10 @@
 # (the README's windowing rule): BF16 experts give the README's 25.5894 and
 # MXFP4 experts 25.9751, within 1e-4 relative; against a saved BF16 base,
 # the BF16 run itself has KL divergence 0 and 100 % same top-1, the MXFP4
-# run a positive divergence and fewer same top-1 positions.
+# run a positive divergence and fewer same top-1 positions.  A file of
+# fewer than 2 tokens (empty, one word) is refused with exit 1 before any
+# conversion or daemon start (no run directory, no store in the cache; it
+# used to start all three daemons first).
 set -u
 STRATA="$STRATA_BUILD_DIR/cli/strata"
 KJV="$STRATA_SOURCE_DIR/models/kjv-moe"
@@ -23,6 +26,19 @@ run() { # name, args...
 		echo "FAIL: strata perplexity ($name) exited $rc"; cat "$TMP/$name.err"; fail=1
 	fi
 }
+for t in "" "In"; do
+	printf '%s' "$t" >"$TMP/short.txt"
+	"$STRATA" perplexity --model "$KJV" --file "$TMP/short.txt" \
+		--run-dir "$TMP/run-short" >/dev/null 2>"$TMP/short.err"
+	rc=$?
+	if [ $rc -ne 1 ] || ! grep -q "has fewer than 2 tokens" "$TMP/short.err" ||
+	   [ -e "$TMP/run-short" ] || [ -e "$TMP/cache" ]; then
+		echo "FAIL: perplexity of '$t': exit $rc, run dir or store made:"
+		cat "$TMP/short.err"; ls "$TMP"; fail=1
+	else
+		echo "perplexity of '$t': refused before starting anything"
+	fi
+done
 run bf16 --experts bf16 --save-kl-base "$TMP/base.bin"
 run self --experts bf16 --kl-base "$TMP/base.bin"
 run mxfp4 --experts mxfp4 --kl-base "$TMP/base.bin"
