@@ -181,6 +181,24 @@ static int plan_dsv4(const char *model, struct st_plan_model *m,
 	return 0;
 }
 
+/*
+ * A --context beyond the model's max_position_embeddings: warned about
+ * (as llama.cpp warns when n_ctx exceeds the training context) and capped
+ * to it, since computed refuses a sequence that long (cw_sched): the KV
+ * figures are for the tokens a sequence can reach.  A model without the
+ * field (max_context 0) keeps the asked context.
+ */
+static void cap_context(const struct st_plan_model *m, struct st_plan_opts *o)
+{
+	if (m->max_context <= 0 || o->context <= m->max_context)
+		return;
+	fprintf(stderr, "strata plan: warning: --context %d is beyond the "
+		"model's context of %d tokens (max_position_embeddings); no "
+		"sequence gets that long, so KV is planned for %d tokens per "
+		"sequence\n", o->context, m->max_context, m->max_context);
+	o->context = m->max_context;
+}
+
 int cli_cmd_plan(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -323,6 +341,8 @@ int cli_cmd_plan(int argc, char **argv)
 		rc = st_plan_model_load(model, &m, &diag);
 		if (rc == 0)
 			rc = plan_dsv4(model, &m, &diag);
+		if (rc == 0)
+			cap_context(&m, &o);
 		if (rc == 0 && st_plan_measure_store(model, &m, &diag) < 0)
 			fprintf(stderr, "strata plan: note: %s; per-daemon "
 				"figures leave the store and tokenizer out\n",
@@ -340,11 +360,8 @@ int cli_cmd_plan(int argc, char **argv)
 		free(conf);
 		return 2;
 	}
-	if (rc == 0 && m.max_context > 0 && o.context > m.max_context)
-		fprintf(stderr, "strata plan: note: --context %d is beyond the "
-			"model's context of %d tokens (max_position_embeddings);"
-			" no sequence gets that long\n", o.context,
-			m.max_context);
+	if (rc == 0)
+		cap_context(&m, &o);
 	if (rc == 0)
 		rc = st_plan_compute(&m, &o, &r, &diag);
 	if (rc < 0) {

@@ -16,7 +16,11 @@
 #    a failed generation at 255 bytes), with a long store path;
 #  - a STRATA_CACHE_DIR that cannot be created: exit 1 naming the cache
 #    and STRATA_CACHE_DIR (it used to blame the model directory);
-#  - strata plan refuses "--context 4k" and the like (exit 2).
+#  - strata plan refuses "--context 4k" and the like (exit 2);
+#  - strata plan --context 4096 on kjv-moe (max_position_embeddings 256)
+#    warns naming both and plans KV for 256 tokens (JSON kv = 256 x
+#    kv_per_token; it used to plan 4096 without a warning); --context 128
+#    plans 128 without a warning.
 set -u
 STRATA="$STRATA_BUILD_DIR/cli/strata"
 KJV="$STRATA_SOURCE_DIR/models/kjv-moe"
@@ -135,6 +139,28 @@ for a in "--batch four" "--context 4k" "--top-k 2x" "--page-rows 16rows"; do
 	rc=$?
 	if [ $rc -ne 2 ] || ! grep -q "not a whole number" "$TMP/errp"; then
 		echo "FAIL: plan $a: exit $rc:"; cat "$TMP/errp"; fail=1
+	fi
+done
+for ctx in 4096 128; do
+	"$STRATA" plan --model "$KJV" --context $ctx --json >"$TMP/plan.json" \
+		2>"$TMP/errp"
+	rc=$?
+	want=$ctx; [ $ctx -gt 256 ] && want=256
+	if [ $rc -ne 0 ]; then
+		echo "FAIL: plan --context $ctx: exit $rc"; cat "$TMP/errp"; fail=1
+	elif [ $ctx -gt 256 ] && ! grep -q "warning: --context 4096 is beyond the model's context of 256 tokens" "$TMP/errp"; then
+		echo "FAIL: plan --context $ctx: no warning:"; cat "$TMP/errp"; fail=1
+	elif [ $ctx -le 256 ] && grep -q "warning" "$TMP/errp"; then
+		echo "FAIL: plan --context $ctx: a warning:"; cat "$TMP/errp"; fail=1
+	else
+		$PY - "$TMP/plan.json" $want $ctx <<'PY' || fail=1
+import json, sys
+j = json.load(open(sys.argv[1]))
+want = int(sys.argv[2])
+if j["kv"] != want * j["kv_per_token"]:
+    print("FAIL: plan --context", sys.argv[3], "kv", j["kv"], "!=", want, "x", j["kv_per_token"]); sys.exit(1)
+print("plan --context %s: KV for %d tokens (%d B)" % (sys.argv[3], want, j["kv"]))
+PY
 	fi
 done
 exit $fail
