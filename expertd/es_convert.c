@@ -37,6 +37,7 @@
 #include "st_gptq.h"
 #include "st_safetensors.h"
 #include "st_store.h"
+#include "st_log.h"
 #include "st_util.h"
 
 /* The store files are little-endian, written from host memory as is. */
@@ -687,7 +688,9 @@ static long leftover_pid(const char *name, const char *base,
 }
 
 /* Removes OUT.tmp-<pid> / OUT.old-<pid> left by converts that died (their
- * pid is gone); a live convert's directory is left alone. */
+ * pid is gone: killed with SIGKILL, crashed), saying so in the log (warn:
+ * the space was held until now); a live convert's directory is left
+ * alone. */
 static void remove_leftovers(struct conv *c)
 {
 	DIR *d = opendir(c->parent);
@@ -704,6 +707,9 @@ static void remove_leftovers(struct conv *c)
 		if (pid < 0 || (pid != getpid() && st_pid_alive((int)pid)))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", c->parent, de->d_name);
+		if (pid != getpid())
+			st_warn("convert: removing %s, left by a convert that "
+				"died (pid %ld)", path, pid);
 		st_rm_rf(path);
 	}
 	closedir(d);

@@ -20,7 +20,11 @@
 #  - strata plan --context 4096 on kjv-moe (max_position_embeddings 256)
 #    warns naming both and plans KV for 256 tokens (JSON kv = 256 x
 #    kv_per_token; it used to plan 4096 without a warning); --context 128
-#    plans 128 without a warning.
+#    plans 128 without a warning;
+#  - strata convert after a killed convert (SIGKILL leaves OUT.tmp-PID):
+#    removes the dead pid's tmp dir, saying so on stderr with its path, and
+#    keeps a live pid's; SIGTERM and SIGINT during a convert exit 130 and
+#    leave no OUT.tmp-PID.
 set -u
 STRATA="$STRATA_BUILD_DIR/cli/strata"
 KJV="$STRATA_SOURCE_DIR/models/kjv-moe"
@@ -161,6 +165,39 @@ if j["kv"] != want * j["kv_per_token"]:
     print("FAIL: plan --context", sys.argv[3], "kv", j["kv"], "!=", want, "x", j["kv_per_token"]); sys.exit(1)
 print("plan --context %s: KV for %d tokens (%d B)" % (sys.argv[3], want, j["kv"]))
 PY
+	fi
+done
+# 7. temporary directories of killed converts
+CV="$TMP/cv"
+mkdir -p "$CV"
+sh -c 'exit 0' & dead=$!; wait $dead
+mkdir -p "$CV/st.tmp-$dead/x" "$CV/st.tmp-$$"
+"$STRATA" convert --model "$KJV" --out "$CV/st" >/dev/null 2>"$TMP/errcv"
+rc=$?
+if [ $rc -ne 0 ] || [ -e "$CV/st.tmp-$dead" ] || [ ! -d "$CV/st.tmp-$$" ] ||
+   ! grep -q "removing $CV/st.tmp-$dead, left by a convert that died (pid $dead)" "$TMP/errcv"; then
+	echo "FAIL: stale tmp dir: exit $rc:"; cat "$TMP/errcv"; ls "$CV"; fail=1
+else
+	echo "convert: removed the dead pid's tmp dir (said so), kept the live one's"
+fi
+rmdir "$CV/st.tmp-$$"
+for sig in TERM INT; do
+	# --scale-search mse: long enough (~0.5 s) to be signalled midway
+	"$STRATA" convert --model "$KJV" --out "$CV/s$sig" --scale-search mse \
+		>/dev/null 2>"$TMP/errcs" &
+	cp=$!
+	for i in $(seq 200); do
+		ls -d "$CV/s$sig".tmp-* >/dev/null 2>&1 && break
+		sleep 0.01
+	done
+	kill -$sig $cp
+	wait $cp
+	rc=$?
+	if [ $rc -ne 130 ] || ls -d "$CV/s$sig".tmp-* >/dev/null 2>&1 ||
+	   [ -e "$CV/s$sig" ]; then
+		echo "FAIL: convert SIG$sig: exit $rc:"; cat "$TMP/errcs"; ls "$CV"; fail=1
+	else
+		echo "convert SIG$sig: exit 130, no tmp dir left"
 	fi
 done
 exit $fail
