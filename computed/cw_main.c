@@ -73,6 +73,7 @@ struct cw_daemon {
 	uint32_t next_gen_id;
 	uint64_t prefill_ns, decode_ns;
 	struct cw_routing_opts ropts;
+	int prefetch_depth_given;      /* --prefetch-depth on the command line */
 	struct cw_routing *routing;
 	/* serving: scheduler, HTTP API, metrics */
 	struct cw_sched_opts sopts;
@@ -120,7 +121,8 @@ static void usage(FILE *f)
 "  --numa auto|N|interleave  bind the threads to a NUMA node's cores and\n"
 "                         memory (default: no binding)\n"
 "  --prefetch-depth D     gate look-ahead: hint expertd the experts of the\n"
-"                         next D layers (default 2, 0 = off)\n"
+"                         next D layers (default 2, 0 = off; DeepSeek-V4/\n"
+"                         V4.1 stores: 0 unless given)\n"
 "  --lookahead-measure    count look-ahead hits for 1..3 layers ahead\n"
 "  --route-trace FILE     forced routing: each layer's experts from a JSONL\n"
 "                         trace ({\"pos\",\"layer\",\"experts\",\"weights\"})\n"
@@ -281,6 +283,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 				return -EINVAL;
 			}
 			d->ropts.prefetch_depth = (int)v;
+			d->prefetch_depth_given = 1;
 			break;
 		}
 		case 0x302: d->ropts.measure = 1; break;
@@ -1037,6 +1040,8 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (cw_model_is_dsv4(d->model)) {
+		int dsv_depth;
+
 		/* V4: no router hooks; hash-routed layers hint expertd
 		 * exactly from the token id (cw_model_dsv4.h) */
 		if (d->ropts.trace_path || d->ropts.record_path ||
@@ -1047,12 +1052,26 @@ int main(int argc, char **argv)
 			r = -ST_E_UNSUPPORTED;
 			goto out;
 		}
+		/* the model's own look-ahead (default 0): only when asked */
+		if (d->prefetch_depth_given) {
+			r = cw_model_set_dsv_prefetch_depth(
+				d->model, d->ropts.prefetch_depth);
+			if (r < 0) {
+				st_err("--prefetch-depth %d: %s",
+				       d->ropts.prefetch_depth, st_strerror(r));
+				goto out;
+			}
+		}
+		dsv_depth = d->prefetch_depth_given ?
+			    d->ropts.prefetch_depth : 0;
 		d->ropts.prefetch_depth = 0;
 		if (cw_model_is_dsv41(d->model))
-			st_info("DeepSeek-V4.1 store: reference mode, "
-				"sequences stepped one after the other, Engram "
-				"rows prefetched as tokens are known, state in "
-				"kvd pages (prefix cache, spill, restarts)");
+			st_info("DeepSeek-V4.1 store: %s mode, sequences "
+				"stepped one after the other, Engram rows "
+				"prefetched as tokens are known, step hints "
+				"and gate look-ahead depth %d, state in kvd "
+				"pages (prefix cache, spill, restarts)",
+				cw_compute_name(d->mopts.compute), dsv_depth);
 		else
 			st_info("DeepSeek-V4 store: sequences stepped one "
 				"after the other, exact prefetch hints for the "

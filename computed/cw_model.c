@@ -646,6 +646,15 @@ int cw_model_is_dsv41(const struct cw_model *m)
 	return m->v41 != NULL;
 }
 
+int cw_model_set_dsv_prefetch_depth(struct cw_model *m, int depth)
+{
+	if (m->v41)
+		return cw_v41serve_set_prefetch_depth(m->v41, depth);
+	if (m->v4)
+		return cw_v4serve_set_prefetch_depth(m->v4, depth);
+	return -ST_E_UNSUPPORTED;
+}
+
 int cw_model_seq_begin(struct cw_model *m, uint32_t seq, int max_tokens,
 		       struct st_diag *diag)
 {

@@ -274,6 +274,15 @@ void cw_model_seq_destroy(struct cw_model *m, struct kv_client *kv,
  * cw_model_is_dsv41: 1 for a V4.1 store only. */
 int cw_model_is_dsv4(const struct cw_model *m);
 int cw_model_is_dsv41(const struct cw_model *m);
+/*
+ * DeepSeek-V4 / V4.1 stores: the gate look-ahead depth of the model
+ * (cw_dsv4_set_prefetch_depth / cw_dsv41_set_prefetch_depth: hint expertd
+ * the experts the next `depth` layers' routers pick on the current layer's
+ * FFN input; results unchanged).  Not during an eval.  0, -EINVAL for
+ * depth outside [0, 8], -ST_E_UNSUPPORTED for other stores (they take the
+ * look-ahead through cw_routing).
+ */
+int cw_model_set_dsv_prefetch_depth(struct cw_model *m, int depth);
 
 /* Accumulated read statistics (since open). */
 void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret);

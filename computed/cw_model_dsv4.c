@@ -188,6 +188,11 @@ int cw_v4serve_eval_batch(struct cw_v4serve *v,
 	return r;
 }
 
+int cw_v4serve_set_prefetch_depth(struct cw_v4serve *v, int depth)
+{
+	return cw_dsv4_set_prefetch_depth(v->dm, depth);
+}
+
 void cw_v4serve_read_stats(const struct cw_v4serve *v,
 			   struct cw_read_stats *ret)
 {

@@ -106,6 +106,9 @@ int cw_v4serve_eval_batch(struct cw_v4serve *v,
 
 /* Read statistics: tokens evaluated and expert bytes read (top_k records
  * of every layer per token). */
+/* The model's gate look-ahead depth (cw_dsv4_set_prefetch_depth): 0, or
+ * -EINVAL for depth outside [0, 8]. */
+int cw_v4serve_set_prefetch_depth(struct cw_v4serve *v, int depth);
 void cw_v4serve_read_stats(const struct cw_v4serve *v,
 			   struct cw_read_stats *ret);
 

@@ -201,6 +201,11 @@ int cw_v41serve_eval_batch(struct cw_v41serve *v,
 	return r;
 }
 
+int cw_v41serve_set_prefetch_depth(struct cw_v41serve *v, int depth)
+{
+	return cw_dsv41_set_prefetch_depth(v->dm, depth);
+}
+
 void cw_v41serve_read_stats(const struct cw_v41serve *v,
 			   struct cw_read_stats *ret)
 {

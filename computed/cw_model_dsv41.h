@@ -116,6 +116,9 @@ int cw_v41serve_eval_batch(struct cw_v41serve *v,
 
 /* Read statistics: tokens evaluated and expert bytes read (top_k records
  * of every layer per token). */
+/* The model's gate look-ahead depth (cw_dsv41_set_prefetch_depth): 0, or
+ * -EINVAL for depth outside [0, 8]. */
+int cw_v41serve_set_prefetch_depth(struct cw_v41serve *v, int depth);
 void cw_v41serve_read_stats(const struct cw_v41serve *v,
 			   struct cw_read_stats *ret);
 

@@ -69,4 +69,25 @@ print("%s: dense %s, LM head %s (want %d B), misses %s, stall %s ms/token, "
 sys.exit(bad)
 PY
 done
+
+# --prefetch-depth reaches V4.1's gate look-ahead (it was dropped for
+# DeepSeek stores): the same run with depth 2 hints strictly more experts
+# than the default (0: step-named hints only)
+MD="$SHARED/fixtures/models/tiny-deepseek-v41"
+if timeout 120 "$STRATA" run --model "$MD" --store "$TMP/store-v41" \
+	--prompt "Hello world" --max-tokens 8 --ignore-eos \
+	--engram-cache 1MiB --prefetch-depth 2 --instance "rsd$$" \
+	--run-dir "$TMP/run-d2" >"$TMP/out-d2" 2>"$TMP/err-d2"; then
+	h0=$(sed -n 's/.*prefetch *[0-9]* loads from \([0-9]*\) hints.*/\1/p' "$TMP/err-v41")
+	h2=$(sed -n 's/.*prefetch *[0-9]* loads from \([0-9]*\) hints.*/\1/p' "$TMP/err-d2")
+	if [ -z "$h0" ] || [ -z "$h2" ] || [ "$h2" -le "$h0" ]; then
+		echo "FAIL: v41 --prefetch-depth 2: $h2 hints, default $h0 (want more)"
+		fail=1
+	else
+		echo "v41: $h2 hints with --prefetch-depth 2, $h0 without"
+	fi
+else
+	echo "FAIL: strata run --prefetch-depth 2 on V4.1 failed"; cat "$TMP/err-d2"
+	fail=1
+fi
 exit $fail
