@@ -9,53 +9,15 @@
 void kv_devpage_encode_req(struct st_wbuf *w, uint32_t n,
 			   const struct kv_reserve_entry *e)
 {
-	st_wbuf_u32(w, n);
-	for (uint32_t i = 0; i < n; i++) {
-		st_wbuf_u32(w, e[i].seq);
-		st_wbuf_u32(w, e[i].n_rows);
-	}
+	kv_proto_encode_reserve(w, n, e);
 }
 
 int kv_devpage_decode_req(const uint8_t *p, size_t len, uint32_t *ret_n,
 			  struct kv_reserve_entry **ret_entries,
 			  struct st_diag *diag)
 {
-	struct kv_reserve_entry *e;
-	struct st_rbuf r;
-	uint32_t n;
-
-	*ret_n = 0;
-	*ret_entries = NULL;
-	st_rbuf_init(&r, p, len);
-	if (st_rbuf_u32(&r, &n))
-		return st_diag_set(diag, -ST_E_PROTO, "SEQ_DEVICE: payload of "
-				   "%zu bytes is too short", len);
-	if (n == 0)
-		return st_diag_set(diag, -ST_E_PROTO, "SEQ_DEVICE: no entries");
-	if (n > KV_PROTO_MAX_RESERVE)
-		return st_diag_set(diag, -ST_E_LIMIT, "SEQ_DEVICE: %u entries, "
-				   "at most %d per request", n,
-				   KV_PROTO_MAX_RESERVE);
-	if (st_rbuf_left(&r) != (size_t)n * 8)
-		return st_diag_set(diag, -ST_E_PROTO, "SEQ_DEVICE: %u entries "
-				   "need %zu payload bytes, got %zu", n,
-				   4 + (size_t)n * 8, len);
-	e = malloc(sizeof(*e) * n);
-	if (!e)
-		return -ENOMEM;
-	for (uint32_t i = 0; i < n; i++) {
-		st_rbuf_u32(&r, &e[i].seq);
-		st_rbuf_u32(&r, &e[i].n_rows);
-		if (e[i].seq == 0) {
-			free(e);
-			return st_diag_set(diag, -ST_E_PROTO, "SEQ_DEVICE: "
-					   "entry %u: sequence 0 is never "
-					   "valid", i);
-		}
-	}
-	*ret_n = n;
-	*ret_entries = e;
-	return 0;
+	return kv_proto_decode_entries("SEQ_DEVICE", p, len, ret_n,
+				       ret_entries, diag);
 }
 
 void kv_devpage_encode_rep(struct st_wbuf *w, uint64_t epoch, uint32_t n,

@@ -198,7 +198,8 @@ void kv_proto_encode_reserve(struct st_wbuf *w, uint32_t n,
 	}
 }
 
-int kv_proto_decode_reserve(const uint8_t *p, size_t len, uint32_t *ret_n,
+int kv_proto_decode_entries(const char *what, const uint8_t *p, size_t len,
+			    uint32_t *ret_n,
 			    struct kv_reserve_entry **ret_entries,
 			    struct st_diag *diag)
 {
@@ -210,18 +211,17 @@ int kv_proto_decode_reserve(const uint8_t *p, size_t len, uint32_t *ret_n,
 	*ret_entries = NULL;
 	st_rbuf_init(&r, p, len);
 	if (st_rbuf_u32(&r, &n))
-		return short_payload("SEQ_RESERVE", len, diag);
+		return short_payload(what, len, diag);
 	if (n == 0)
-		return st_diag_set(diag, -ST_E_PROTO,
-				   "SEQ_RESERVE: no entries");
+		return st_diag_set(diag, -ST_E_PROTO, "%s: no entries", what);
 	if (n > KV_PROTO_MAX_RESERVE)
 		return st_diag_set(diag, -ST_E_LIMIT,
-				   "SEQ_RESERVE: %u entries, at most %d per "
-				   "request", n, KV_PROTO_MAX_RESERVE);
+				   "%s: %u entries, at most %d per request",
+				   what, n, KV_PROTO_MAX_RESERVE);
 	if (st_rbuf_left(&r) != (size_t)n * 8)
 		return st_diag_set(diag, -ST_E_PROTO,
-				   "SEQ_RESERVE: %u entries need %zu payload "
-				   "bytes, got %zu", n, 4 + (size_t)n * 8, len);
+				   "%s: %u entries need %zu payload bytes, "
+				   "got %zu", what, n, 4 + (size_t)n * 8, len);
 	e = malloc(sizeof(*e) * n);
 	if (!e)
 		return -ENOMEM;
@@ -231,13 +231,21 @@ int kv_proto_decode_reserve(const uint8_t *p, size_t len, uint32_t *ret_n,
 		if (e[i].seq == 0) {
 			free(e);
 			return st_diag_set(diag, -ST_E_PROTO,
-					   "SEQ_RESERVE: entry %u: sequence 0 "
-					   "is never valid", i);
+					   "%s: entry %u: sequence 0 is never "
+					   "valid", what, i);
 		}
 	}
 	*ret_n = n;
 	*ret_entries = e;
 	return 0;
+}
+
+int kv_proto_decode_reserve(const uint8_t *p, size_t len, uint32_t *ret_n,
+			    struct kv_reserve_entry **ret_entries,
+			    struct st_diag *diag)
+{
+	return kv_proto_decode_entries("SEQ_RESERVE", p, len, ret_n,
+				       ret_entries, diag);
 }
 
 void kv_proto_encode_fork(struct st_wbuf *w, const struct kv_msg_fork *m)

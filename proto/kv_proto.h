@@ -218,6 +218,13 @@ void kv_proto_encode_reserve(struct st_wbuf *w, uint32_t n,
 int kv_proto_decode_reserve(const uint8_t *p, size_t len, uint32_t *ret_n,
 			    struct kv_reserve_entry **ret_entries,
 			    struct st_diag *diag);
+/* The (sequence, rows) list of SEQ_RESERVE, shared by every message that
+ * carries one (SEQ_DEVICE, kv_devpage.h); `what` names the message in
+ * diag (a static string).  Errors as kv_proto_decode_reserve. */
+int kv_proto_decode_entries(const char *what, const uint8_t *p, size_t len,
+			    uint32_t *ret_n,
+			    struct kv_reserve_entry **ret_entries,
+			    struct st_diag *diag);
 
 void kv_proto_encode_fork(struct st_wbuf *w, const struct kv_msg_fork *m);
 int kv_proto_decode_fork(const uint8_t *p, size_t len, struct kv_msg_fork *ret,
