@@ -16,6 +16,9 @@ struct cw_v41serve {
 	struct kv_client *kv;       /* borrowed, may be NULL */
 	struct cw_seqtab tab;        /* per-sequence states */
 	struct cw_read_stats rs;
+	/* weight bytes an eval reads (set at open): the LM head, and the
+	 * rest but the routed experts per position */
+	uint64_t head_bytes, dense_bytes;
 };
 
 /* The table's view of a cw_dsv41_state (cw_seqtab.h). */
@@ -51,24 +54,15 @@ static int st_eval(const void *model, void *st, const int32_t *ids, int n,
 	 * const: its read counters grow here, from the one thread that
 	 * steps the sequences (cw_seqtab.h) */
 	struct cw_v41serve *v = (struct cw_v41serve *)model;
-	const uint64_t head = cw_dsv41_lm_head_bytes(v->dm);
 	struct cw_dsv41_run_stats a, b;
 	int r;
 
 	cw_dsv41_state_stats(st, &a);
 	r = cw_dsv41_eval(v->dm, st, ids, n, all_positions, logits, diag);
 	cw_dsv41_state_stats(st, &b);
-	/* the stall: time in es_client_acquire (the state's counter);
-	 * dense: every layer's matrices but the routed experts per
-	 * position; the LM head per position whose logits were made (the
-	 * last one, or all) */
-	v->rs.expert_stall_ns += b.acquire_ns - a.acquire_ns;
-	if (r >= 0) {
-		v->rs.dense_bytes += (uint64_t)n *
-				     (cw_dsv41_dense_bytes(v->dm) - head);
-		v->rs.lm_head_bytes += (uint64_t)(all_positions ? n : 1) *
-				       head;
-	}
+	/* the stall: time in es_client_acquire (the state's counter) */
+	cw_seqtab_count_eval(&v->rs, b.acquire_ns - a.acquire_ns, r >= 0, n,
+			     all_positions, v->dense_bytes, v->head_bytes);
 	return r;
 }
 
@@ -108,6 +102,8 @@ int cw_v41serve_open(const char *store_dir, struct es_client *es,
 
 		cw_seqtab_init(&v->tab, &k_state_ops, v, c->vocab_size,
 			       ST_MIN(CW_V41_LAZY_TOKENS, c->max_position_embeddings));
+		v->head_bytes = cw_dsv41_lm_head_bytes(v->dm);
+		v->dense_bytes = cw_dsv41_dense_bytes(v->dm) - v->head_bytes;
 	}
 	if (!r && kv) {
 		/* the V4.1 streams in the V4.1 formats (cw_dsv41_kv_decl,

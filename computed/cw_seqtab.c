@@ -25,6 +25,17 @@ void cw_seqtab_init(struct cw_seqtab *t, const struct cw_seqtab_ops *ops,
 	pthread_mutex_init(&t->lock, NULL);
 }
 
+void cw_seqtab_count_eval(struct cw_read_stats *rs, uint64_t stall_ns,
+			  int ok, int n, int all_positions,
+			  uint64_t dense_bytes, uint64_t head_bytes)
+{
+	rs->expert_stall_ns += stall_ns;
+	if (!ok)
+		return;
+	rs->dense_bytes += (uint64_t)n * dense_bytes;
+	rs->lm_head_bytes += (uint64_t)(all_positions ? n : 1) * head_bytes;
+}
+
 void cw_seqtab_fini(struct cw_seqtab *t)
 {
 	for (int i = 0; i < t->n; i++)

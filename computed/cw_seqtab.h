@@ -99,4 +99,16 @@ int cw_seqtab_end(struct cw_seqtab *t, uint32_t seq);
 int cw_seqtab_eval_batch(struct cw_seqtab *t, const struct cw_batch_tok *toks,
 			 int n, uint64_t *tokens_done, struct st_diag *diag);
 
+/*
+ * Adds one eval of n positions to an adapter's read counters: stall_ns
+ * (time the eval waited in es_client_acquire, ns) always; when the eval
+ * succeeded (ok), dense_bytes (every layer's matrices but the routed
+ * experts and the LM head, bytes per position) per position and
+ * head_bytes (the LM head) per position whose logits were made (all n,
+ * or the last one).  The adapter's one stepping thread calls it.
+ */
+void cw_seqtab_count_eval(struct cw_read_stats *rs, uint64_t stall_ns,
+			  int ok, int n, int all_positions,
+			  uint64_t dense_bytes, uint64_t head_bytes);
+
 #endif
