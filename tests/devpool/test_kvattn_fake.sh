@@ -17,48 +17,9 @@
 #   (d) computed kill -9 and a new computed (new epoch): the same tokens,
 #       device rows read.
 # Figures: the "device KV attention:" line computed logs at its stop.
-set -u
-B=${STRATA_BUILD_DIR:?}
-SRC=${STRATA_SOURCE_DIR:?}
-TMP=$(mktemp -d /tmp/strata-kvattn-XXXXXX)
-I="ka$$"
-R="$TMP/run"
-mkdir -m 700 "$R"
-pids=""
-cleanup() {
-	for p in $pids; do kill -9 "$p" 2>/dev/null; done
-	for p in $pids; do rm -f /dev/shm/stfake."$p".* 2>/dev/null; done
-	rm -f /dev/shm/strata."$I".* 2>/dev/null
-	rm -rf "$TMP"
-}
-trap cleanup EXIT
-[ -n "${KEEP_TMP:-}" ] && trap - EXIT
-fail=0
+FAKE_TAG=ka
 NTOK=200
-PROMPT="And God said, Let there be light"
-"$B/cli/strata" convert --model "$SRC/models/kjv-moe" --out "$TMP/store" \
-	>"$TMP/convert.log" 2>&1 || { echo "FAIL: convert"; tail "$TMP/convert.log"; exit 1; }
-gen() { # out, extra args
-	out=$1; shift
-	"$B/cli/strata" run --model "$SRC/models/kjv-moe" --store "$TMP/store" \
-		--prompt "$PROMPT" --max-tokens $NTOK --ignore-eos --quiet "$@" \
-		>"$out" 2>"$out.err" ||
-		{ echo "FAIL: generation ($out)"; tail -5 "$out.err"; fail=1; }
-}
-# the CPU reference (no fake device: computed computes on the CPU)
-gen "$TMP/ref" --instance "${I}ref" --run-dir "$TMP/runref"
-[ -s "$TMP/ref" ] || { echo "FAIL: the CPU run produced nothing"; exit 1; }
-export STRATA_CUDA_FAKE=1 STRATA_LOG=info
-wait_pid() {
-	i=0
-	while [ ! -s "$R/$1.pid" ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
-	[ -s "$R/$1.pid" ]
-}
-"$B/expertd/expertd" --store "$TMP/store" --instance "$I" --run-dir "$R" \
-	--host-budget 100% 2>"$TMP/expertd.log" & pids="$pids $!"
-"$B/kvd/kvd" --instance "$I" --run-dir "$R" --budget 64MiB \
-	2>"$TMP/kvd.log" & pids="$pids $!"
-wait_pid expertd && wait_pid kvd || { echo "FAIL: expertd/kvd did not start"; exit 1; }
+. "$(dirname "$0")/fake_env.sh"
 start_computed() { # log, KV budget
 	"$B/computed/computed" --store "$TMP/store" --instance "$I" \
 		--run-dir "$R" --device-budget 25% --device-kv-budget "$2" \
