@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_test_util.h"
 #include "cw_cu.h"
 #include "cw_cuda_experts.h"
 #include "cw_kvrow.h"
@@ -64,40 +65,6 @@ static void *xmalloc(size_t n)
 	return p;
 }
 
-/* The CPU attention of one head (the steps of cw_model.c attend). */
-static void cpu_attend_head(const struct cw_kvrow_fmt *f,
-			    const uint8_t *const *rows, int n_rows,
-			    const float *qh, int kvh, float *sc, float *oh)
-{
-	const int hd = f->head_dim;
-	const float scale = 1.0f / sqrtf((float)hd);
-	float kv[512], mx = -INFINITY;
-	double sum = 0.0;
-
-	for (int j = 0; j < n_rows; j++) {
-		float d = 0.0f;
-
-		cw_kvrow_read_head(f, rows[j], 0, kvh, kv);
-		for (int i = 0; i < hd; i++)
-			d += qh[i] * kv[i];
-		sc[j] = d * scale;
-		mx = fmaxf(mx, sc[j]);
-	}
-	for (int j = 0; j < n_rows; j++) {
-		sc[j] = expf(sc[j] - mx);
-		sum += sc[j];
-	}
-	for (int i = 0; i < hd; i++)
-		oh[i] = 0.0f;
-	for (int j = 0; j < n_rows; j++) {
-		const float p = (float)(sc[j] / sum);
-
-		cw_kvrow_read_head(f, rows[j], 1, kvh, kv);
-		for (int i = 0; i < hd; i++)
-			oh[i] += p * kv[i];
-	}
-}
-
 /* Checks out[n_heads * hd] of one token against the exact attention with
  * cw_cu.h's bound; cpu the same for the CPU attention. */
 static void check_token(const struct cw_kvrow_fmt *f, int n_heads,
@@ -114,7 +81,7 @@ static void check_token(const struct cw_kvrow_fmt *f, int n_heads,
 		const float *qh = q + (size_t)h * hd;
 		double mx = -INFINITY, sum = 0.0, E = 0.0;
 
-		cpu_attend_head(f, rows, n_rows, qh, kvh, sc, cpu);
+		cudat_attend_head(f, rows, n_rows, qh, kvh, sc, cpu);
 		for (int j = 0; j < n_rows; j++) {
 			double dot = 0.0, absdot = 0.0;
 
@@ -320,19 +287,10 @@ int main(void)
 		{ ST_DTYPE_BF16, 32, 8, 128, 4, { 1000, 1, 16, 4097 } },
 	};
 	struct cw_cuda_module_handle h;
-	struct st_diag d = { "" };
-	char reason[256], desc[256];
+	int rc;
 
-	if (cw_cu_device_count(reason, sizeof(reason)) == 0) {
-		printf("SKIP: no CUDA device: %s\n", reason);
-		return 77;
-	}
-	if (cw_cu_device_describe(desc, sizeof(desc), &d) == 0)
-		printf("device: %s\n", desc);
-	if (cw_cuda_module_open(&h, &d) < 0) {
-		printf("FAIL: %s\n", d.msg);
-		return 1;
-	}
+	if ((rc = cudat_module_open(&h)) != 0)
+		return rc;
 	if (!h.ops->attn_create || !h.ops->attn) {
 		printf("FAIL: the module has no attention\n");
 		return 1;

@@ -51,6 +51,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda_test_util.h"
 #include "cw_backend.h"
 #include "cw_cu.h"
 #include "cw_cuda_experts.h"
@@ -618,19 +619,10 @@ int main(void)
 		  0 },
 	};
 	struct cw_cuda_module_handle h;
-	struct st_diag d = { "" };
-	char reason[256], desc[256];
+	int rc;
 
-	if (cw_cu_device_count(reason, sizeof(reason)) == 0) {
-		printf("SKIP: no CUDA device: %s\n", reason);
-		return 77;
-	}
-	if (cw_cu_device_describe(desc, sizeof(desc), &d) == 0)
-		printf("device: %s\n", desc);
-	if (cw_cuda_module_open(&h, &d) < 0) {
-		printf("FAIL: %s\n", d.msg);
-		return 1;
-	}
+	if ((rc = cudat_module_open(&h)) != 0)
+		return rc;
 	if (!h.ops->sync) {
 		printf("FAIL: the module has no sync\n");
 		return 1;

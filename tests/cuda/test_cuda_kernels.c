@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "cw_backend.h"
+#include "cuda_test_util.h"
 #include "cw_cu.h"
 #include "cw_kvrow.h"
 #include "cw_router.h"
@@ -794,40 +795,6 @@ static void test_swiglu(int n, int adversarial)
 
 enum acase { A_RANDOM, A_PEAKED, A_EQUAL_KEYS };
 
-/* The CPU attention of one head (the steps of cw_model.c attend). */
-static void cpu_attend_head(const struct cw_kvrow_fmt *f, uint8_t *const *rows,
-			    int n_rows, const float *qh, int kvh, float *sc,
-			    float *oh)
-{
-	const int hd = f->head_dim;
-	const float scale = 1.0f / sqrtf((float)hd);
-	float kv[512], mx = -INFINITY;
-	double sum = 0.0;
-
-	for (int j = 0; j < n_rows; j++) {
-		float d = 0.0f;
-
-		cw_kvrow_read_head(f, rows[j], 0, kvh, kv);
-		for (int i = 0; i < hd; i++)
-			d += qh[i] * kv[i];
-		sc[j] = d * scale;
-		mx = fmaxf(mx, sc[j]);
-	}
-	for (int j = 0; j < n_rows; j++) {
-		sc[j] = expf(sc[j] - mx);
-		sum += sc[j];
-	}
-	for (int i = 0; i < hd; i++)
-		oh[i] = 0.0f;
-	for (int j = 0; j < n_rows; j++) {
-		const float p = (float)(sc[j] / sum);
-
-		cw_kvrow_read_head(f, rows[j], 1, kvh, kv);
-		for (int i = 0; i < hd; i++)
-			oh[i] += p * kv[i];
-	}
-}
-
 static void test_attend(enum st_dtype dt, int n_heads, int nkv, int hd,
 			int n_rows, enum acase ac)
 {
@@ -883,7 +850,7 @@ static void test_attend(enum st_dtype dt, int n_heads, int nkv, int hd,
 		const float *qh = q + (size_t)h * hd;
 		double mx = -INFINITY, sum = 0.0, E = 0.0;
 
-		cpu_attend_head(&f, rows, n_rows, qh, kvh, sc,
+		cudat_attend_head(&f, (const uint8_t *const *)rows, n_rows, qh, kvh, sc,
 				o_cpu + (size_t)h * hd);
 		for (int j = 0; j < n_rows; j++) {
 			double dot = 0.0, absdot = 0.0;
