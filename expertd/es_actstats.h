@@ -56,6 +56,13 @@ void es_actstats_add(struct es_actstats *s, uint32_t l, uint32_t e);
 /* Decayed count of (l, e) as of now. */
 double es_actstats_value(const struct es_actstats *s, uint32_t l, uint32_t e);
 
+/* Per-token activation rate of (l, e): its decayed count over the decayed
+ * number of tokens counted, sum over i < tokens of 2^(-i / half_life)
+ * (geometric series; same decay as the counts, so a constant rate r gives
+ * r).  In [0, 1] when every token routes to an expert of a layer at most
+ * once; 0 before the first token. */
+double es_actstats_rate(const struct es_actstats *s, uint32_t l, uint32_t e);
+
 /* The n experts of layer l with the largest counts (ties: lower id first)
  * into ret[n]; n <= n_experts. */
 void es_actstats_top(const struct es_actstats *s, uint32_t l, uint32_t n,

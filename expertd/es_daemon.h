@@ -42,6 +42,15 @@ enum es_evict_policy {
 			     * es_actstats.h), ties by last use */
 };
 
+/* How a look-ahead hint is admitted into a full pool under LFRU (--admit;
+ * es_tiers.c admit()). */
+enum es_admit_policy {
+	ES_ADMIT_PRECISION = 0, /* the victim's per-token activation rate is
+				 * below the hints' measured precision */
+	ES_ADMIT_FREQUENCY = 1, /* the hinted expert's decayed count is above
+				 * the victim's (TinyLFU) */
+};
+
 /* What the eviction choice may consult (es_policy.c).  Borrowed from the
  * daemon; every pointer may be NULL (then plain LRU). */
 struct es_evict_ctx {
@@ -50,6 +59,9 @@ struct es_evict_ctx {
 	const uint8_t *hot_key;     /* [n_layers * n_experts] 1 = hot set */
 	const uint8_t *protect;     /* [n_slots] 1 = prefetched, not yet used */
 	int strict;                 /* never fall back to hot/protected */
+	uint64_t fresh_ns;          /* strict picks skip slots used at or after
+				     * this time (0: none): the experts of the
+				     * layer being computed */
 };
 
 #define ES_DEFAULT_PREFETCH_INFLIGHT 4
@@ -67,6 +79,7 @@ struct es_opts {
 	int no_verify_adopted;        /* skip re-hashing READY slots on adopt */
 	const char *numa;             /* --numa: NULL = no binding */
 	enum es_evict_policy evict;   /* --evict */
+	enum es_admit_policy admit;   /* --admit */
 	int hot_experts;              /* --hot-experts N per layer (0 = none) */
 	const char *hot_text;         /* --hot-experts as given (N or bytes) */
 	double half_life;             /* --stats-half-life, tokens */
@@ -270,6 +283,9 @@ struct es_daemon {
 	uint32_t n_pending, pending_next;
 	uint64_t cur_pos;              /* latest ROUTE: position and layer */
 	uint32_t cur_layer;
+	uint64_t route_ns;             /* time of the latest routing ROUTE */
+	double pf_used, pf_wasted;     /* prefetches used / evicted unused,
+					* decayed per event (admit()) */
 	struct es_engram *engram;      /* V4.1 Engram tier, NULL: none */
 	struct es_devpool *dev;        /* device expert pool (es_devpool.h),
 					* NULL until computed exports one */

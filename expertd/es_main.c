@@ -40,6 +40,7 @@ enum {
 	OPT_VERSION,
 	OPT_NUMA,
 	OPT_EVICT,
+	OPT_ADMIT,
 	OPT_HOT,
 	OPT_HALF_LIFE,
 	OPT_STATE_DIR,
@@ -73,6 +74,11 @@ static const struct es_optdef es_optdefs[] = {
 	  "eviction policy of unpinned slots: least\n"
 	  "recently used, or least decayed activation\n"
 	  "count (LRFU: recency and frequency; default)" },
+	{ "admit", OPT_ADMIT, "precision|frequency",
+	  "lfru: when a look-ahead prefetch may evict:\n"
+	  "the victim's activations per token are below\n"
+	  "the hints' measured precision (default), or\n"
+	  "the hinted expert's count is above the victim's" },
 	{ "hot-experts", OPT_HOT, "N|BYTES",
 	  "pin the N most activated experts of each layer\n"
 	  "(or as many as BYTES hold, e.g. 2GiB) in the\n"
@@ -238,6 +244,18 @@ static int parse_args(int argc, char **argv, struct es_opts *o)
 			if (es_policy_parse(optarg, &o->evict) < 0) {
 				fprintf(stderr, "expertd: --evict must be lru "
 					"or lfru, not '%s'\n", optarg);
+				return -EINVAL;
+			}
+			break;
+		case OPT_ADMIT:
+			if (!strcmp(optarg, "precision"))
+				o->admit = ES_ADMIT_PRECISION;
+			else if (!strcmp(optarg, "frequency"))
+				o->admit = ES_ADMIT_FREQUENCY;
+			else {
+				fprintf(stderr, "expertd: --admit must be "
+					"precision or frequency, not '%s'\n",
+					optarg);
 				return -EINVAL;
 			}
 			break;
@@ -537,7 +555,7 @@ int main(int argc, char **argv)
 		es_server_publish(&d, ES_EVT_EPOCH);
 	es_server_publish(&d, ES_EVT_READY);
 	st_info("serving store %s (%u layers x %u experts, top-k %u) on %s: "
-		"%u slots of %s = %s%s, epoch %" PRIu64 "; evict %s, hot %d "
+		"%u slots of %s = %s%s, epoch %" PRIu64 "; evict %s%s, hot %d "
 		"per layer, reads %s",
 		d.store->dir, geom.n_layers, geom.n_experts, geom.top_k,
 		d.ctl_path, geom.n_slots,
@@ -546,6 +564,9 @@ int main(int argc, char **argv)
 		d.pool.adopted ? " (adopted after a crash)" : "",
 		atomic_load(&d.pool.v.shm->epoch),
 		d.opt.evict == ES_EVICT_LFRU ? "lfru" : "lru",
+		d.opt.evict != ES_EVICT_LFRU ? "" :
+		d.opt.admit == ES_ADMIT_PRECISION ? " (admit by precision)" :
+						     " (admit by frequency)",
 		d.opt.hot_experts,
 		es_loader_direct(d.loader) ? "O_DIRECT" : "buffered");
 

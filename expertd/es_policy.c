@@ -90,6 +90,11 @@ int es_policy_pick(const struct es_evict_ctx *ev,
 			    atomic_load(&sl->state) != ES_SLOT_READY ||
 			    es_slot_pin_sum(sl) != 0)
 				continue;
+			if (pass == 0 && ev->strict && ev->fresh_ns &&
+			    atomic_load_explicit(&sl->last_use_ns,
+						 memory_order_relaxed) >=
+				    ev->fresh_ns)
+				continue;
 			key = atomic_load(&sl->key);
 			if (pass == 0 &&
 			    ((ev->protect && ev->protect[s]) ||

@@ -24,8 +24,9 @@
  *  - at most --prefetch-inflight prefetch loads are queued or being read;
  *  - a prefetch never evicts a pinned, loading, hot or not-yet-used
  *    prefetched slot; it takes an empty slot or the policy's victim, and
- *    under LFRU only a victim less activated than itself (admit(); not
- *    for step-named hints);
+ *    under LFRU only a victim admit() lets it take (not for step-named
+ *    hints): by default one routed less often per token than the hints
+ *    turn out right, never an expert of the layer being computed;
  *  - a prefetched slot is "protected" until a client uses it or it is
  *    evicted: precision = used / loads; recall = used / (used + misses).
  */
@@ -166,31 +167,65 @@ static int have_free_slot(const struct es_daemon *d)
 	return 0;
 }
 
+/* Per-event decay of the prefetch precision counts (about the last 256
+ * prefetches weigh). */
+#define PF_DECAY (1.0 - 1.0 / 256)
+
+/* Measured precision of the prefetches, used / (used + evicted unused),
+ * with one used and one wasted assumed before any (Laplace's rule: 1/2
+ * until measured). */
+static double pf_precision(const struct es_daemon *d)
+{
+	return (d->pf_used + 1.0) / (d->pf_used + d->pf_wasted + 2.0);
+}
+
+/* Eviction inputs for a prefetch: under admission by precision the
+ * experts of the layer being computed (used since the latest routing
+ * ROUTE, which stamped the ones it routed) are never victims. */
+static void prefetch_ctx(struct es_daemon *d, int on)
+{
+	d->ev.strict = on;
+	d->ev.fresh_ns = on && d->ev.policy == ES_EVICT_LFRU &&
+				 d->opt.admit == ES_ADMIT_PRECISION ?
+			 d->route_ns : 0;
+}
+
 /*
- * Admission of a prefetch into a full pool (LFRU): the hinted expert must
- * have a larger decayed activation count than the slot it would evict
- * (the admission test of TinyLFU, Einziger et al., ACM ToS 2017), so a
- * hint never pushes out an expert that is used more often than itself.
+ * Admission of a look-ahead prefetch into a full pool (LFRU).
+ *  - by precision (default): the victim's per-token activation rate
+ *    (es_actstats_rate(): the chance it is routed by the next token) must
+ *    be below the hints' measured precision (the chance the hinted expert
+ *    is used now).  A hint is a prediction for this token, not a history,
+ *    so its own count says little; comparing the two probabilities of use
+ *    admits it whenever it is the likelier use of the slot.
+ *  - by frequency: the hinted expert must have a larger decayed activation
+ *    count than the victim (the admission test of TinyLFU, Einziger et al.,
+ *    ACM ToS 2017).  Measured on the V4.1-shaped benchmark: about half of
+ *    the look-ahead hints refused, their reads then on the critical path
+ *    (docs/BENCHMARKS.md, "admission by precision").
  */
 static int admit(struct es_daemon *d, size_t ix)
 {
 	struct es_pool_view *v = &d->pool.v;
 	int hot, victim;
 	uint64_t vk;
+	uint32_t vl, ve;
 
 	if (d->ev.policy != ES_EVICT_LFRU || have_free_slot(d))
 		return 1;
-	d->ev.strict = 1;
+	prefetch_ctx(d, 1);
 	victim = es_policy_pick(&d->ev, v, NULL, &hot);
-	d->ev.strict = 0;
+	prefetch_ctx(d, 0);
 	if (victim < 0)
 		return 0;
 	vk = atomic_load(&v->slots[victim].key);
 	if (vk == ES_KEY_NONE)
 		return 1;
-	return d->stats.count[ix] >
-	       d->stats.count[es_pool_index(v, es_key_layer(vk),
-					    es_key_expert(vk))];
+	vl = es_key_layer(vk);
+	ve = es_key_expert(vk);
+	if (d->opt.admit == ES_ADMIT_PRECISION)
+		return es_actstats_rate(&d->stats, vl, ve) < pf_precision(d);
+	return d->stats.count[ix] > d->stats.count[es_pool_index(v, vl, ve)];
 }
 
 /* Gives key ix a slot without evicting anything hot, protected, pinned or
@@ -204,9 +239,12 @@ static int start_load(struct es_daemon *d, size_t ix, int prefetch)
 			      (uint32_t)(ix % v->n_experts));
 	int s, evicted, r;
 
-	d->ev.strict = 1;
+	if (prefetch)
+		prefetch_ctx(d, 1);
+	else
+		d->ev.strict = 1;
 	s = es_pool_alloc_slot(p, &evicted);
-	d->ev.strict = 0;
+	prefetch_ctx(d, 0);
 	if (s < 0)
 		return s;
 	if (evicted) {
@@ -251,6 +289,8 @@ void es_tiers_used(struct es_daemon *d, uint32_t slot)
 {
 	if (d->protect && d->protect[slot]) {
 		d->protect[slot] = 0;
+		d->pf_used = d->pf_used * PF_DECAY + 1;
+		d->pf_wasted *= PF_DECAY;
 		atomic_fetch_add(&d->pool.v.hdr->c.prefetch_used, 1);
 	}
 }
@@ -259,6 +299,8 @@ void es_tiers_evicting(struct es_daemon *d, uint32_t slot)
 {
 	if (d->protect && d->protect[slot]) {
 		d->protect[slot] = 0;
+		d->pf_used *= PF_DECAY;
+		d->pf_wasted = d->pf_wasted * PF_DECAY + 1;
 		atomic_fetch_add(&d->pool.v.hdr->c.prefetch_wasted, 1);
 	}
 }
@@ -340,6 +382,8 @@ void es_tiers_route(struct es_daemon *d, int client,
 		}
 	}
 	atomic_fetch_add(&v->hdr->c.routed, n_sel);
+	if (req->n_tokens)
+		d->route_ns = now;
 	if (req->n_tokens || !req->has_hint_pos) {
 		d->cur_pos = req->pos;
 		d->cur_layer = req->layer;

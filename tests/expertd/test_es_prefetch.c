@@ -292,6 +292,78 @@ static void test_step_hint_admitted(void **state)
 	st_shm_detach(&shm);
 }
 
+/* Admission by precision (the default) against by frequency, on one
+ * pool: 6 slots hold layer 0's experts 0-3 (each routed by 1 of 4 tokens:
+ * 0.25 per token) and layer 1's 0-1 (the layer being computed).  A
+ * look-ahead hint for an expert never routed (count 0) is refused by
+ * frequency (every victim has count 1); by precision the least activated
+ * victim's 0.25 per token is below the hints' prior precision 1/2, so it
+ * loads, evicting a layer-0 expert and never one of layer 1. */
+static void admit_case(const char *admit, int want_loaded)
+{
+	struct es_client *c;
+	struct es_tier_stats t0, t1;
+	struct st_shm shm;
+	struct es_pool_view v;
+	struct st_diag diag = { "" };
+	const int l0[4] = { 0, 1, 2, 3 }, l1[4] = { 0, 0, 1, 1 };
+	const int ids[2] = { 0, 1 }, gl = 2, ge = 5;
+	char six[32];
+	struct es_stats s;
+	int resident0 = 0;
+
+	snprintf(six, sizeof(six), "%llu",
+		 (unsigned long long)(6 * H.record_bytes));
+	assert_int_equal(es_h_start(&H, "--host-budget", six, "--evict",
+				    "lfru", "--admit", admit, NULL), 0);
+	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+	c = open_client("admit2");
+	assert_int_equal(es_client_route(c, 0, 0, 4, 1, l0, 0, NULL, NULL,
+					 &diag), 0);
+	acquire_check(c, 0, 4, l0);
+	assert_int_equal(es_client_route(c, 1, 0, 4, 1, l1, 0, NULL, NULL,
+					 &diag), 0);
+	acquire_check(c, 1, 2, ids);
+	assert_int_equal(es_client_stats(c, &s), 0);
+	assert_true(s.slots_used == 6 && s.n_slots == 6);
+	es_client_tier_stats(c, &t0);
+	/* layer 1 again (a second pass of the same layer), with the hint */
+	assert_int_equal(es_client_route(c, 1, 0, 4, 1, l1, 1, &gl, &ge,
+					 &diag), 0);
+	assert_int_equal(es_client_stats(c, &s), 0); /* a round trip */
+	if (want_loaded) {
+		assert_true(wait_state(&v, 2, 5, ES_SLOT_READY, 3000));
+		es_client_tier_stats(c, &t1);
+		assert_true(t1.prefetch_loads - t0.prefetch_loads == 1);
+		assert_true(t1.evictions - t0.evictions == 1);
+	} else {
+		es_client_tier_stats(c, &t1);
+		assert_true(t1.hints_dropped - t0.hints_dropped == 1);
+		assert_true(t1.prefetch_loads == t0.prefetch_loads);
+		assert_int_equal(state_of(&v, 2, 5), -1);
+	}
+	/* layer 1's experts are never the victim */
+	assert_int_equal(state_of(&v, 1, 0), ES_SLOT_READY);
+	assert_int_equal(state_of(&v, 1, 1), ES_SLOT_READY);
+	for (int e = 0; e < 4; e++)
+		resident0 += state_of(&v, 0, e) == ES_SLOT_READY;
+	assert_int_equal(resident0, want_loaded ? 3 : 4);
+	es_client_close(c);
+	st_shm_detach(&shm);
+}
+
+static void test_admit_precision(void **state)
+{
+	assert_true(H.n_layers >= 3 && H.n_experts >= 8);
+	admit_case("precision", 1);
+}
+
+static void test_admit_frequency(void **state)
+{
+	assert_true(H.n_layers >= 3 && H.n_experts >= 8);
+	admit_case("frequency", 0);
+}
+
 static void test_loading_never_read(void **state)
 {
 	struct es_client *c;
@@ -468,6 +540,10 @@ int main(void)
 					  test_teardown),
 		cmocka_unit_test_teardown(test_step_hint_kept, test_teardown),
 		cmocka_unit_test_teardown(test_step_hint_admitted,
+					  test_teardown),
+		cmocka_unit_test_teardown(test_admit_precision,
+					  test_teardown),
+		cmocka_unit_test_teardown(test_admit_frequency,
 					  test_teardown),
 		cmocka_unit_test_teardown(test_loading_never_read,
 					  test_teardown),

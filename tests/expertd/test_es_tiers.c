@@ -85,6 +85,39 @@ static void test_decay(void **state)
 	assert_int_equal(es_actstats_init(&s, 1, 2, 0.0, 7), -EINVAL);
 }
 
+/* es_actstats_rate: decayed count over decayed tokens, in the daemon's
+ * order (a token counted at layer 0, then its routing choices); the
+ * expected values are sums written out here, not the closed form. */
+static void test_rate(void **state)
+{
+	struct es_actstats s;
+	double num = 0, mass = 0;
+
+	assert_int_equal(es_actstats_init(&s, 1, 3, 16.0, 7), 0);
+	assert_true(es_actstats_rate(&s, 0, 0) == 0); /* no token yet */
+	for (int t = 0; t < 100; t++) {
+		es_actstats_tokens(&s, 1);
+		es_actstats_add(&s, 0, 0);
+		if (t % 4 == 0)
+			es_actstats_add(&s, 0, 1);
+	}
+	for (int age = 0; age < 100; age++) {
+		double w = pow(2.0, -age / 16.0);
+
+		mass += w;
+		if ((99 - age) % 4 == 0)
+			num += w;
+	}
+	/* routed by every token: 1; every 4th (the newest 3 tokens ago): a
+	 * weighted share a bit under 1/4 */
+	assert_true(fabs(es_actstats_rate(&s, 0, 0) - 1.0) < 1e-12);
+	assert_true(fabs(es_actstats_rate(&s, 0, 1) - num / mass) < 1e-12);
+	assert_true(es_actstats_rate(&s, 0, 1) > 0.2 &&
+		    es_actstats_rate(&s, 0, 1) < 0.25);
+	assert_true(es_actstats_rate(&s, 0, 2) == 0);
+	es_actstats_fini(&s);
+}
+
 static void test_top(void **state)
 {
 	struct es_actstats s;
@@ -170,7 +203,7 @@ static void test_policy(void **state)
 	struct es_pool p;
 	struct es_actstats st;
 	uint8_t hot[8] = { 0 }, protect[6] = { 0 };
-	struct es_evict_ctx ev = { ES_EVICT_LFRU, &st, hot, protect, 0 };
+	struct es_evict_ctx ev = { ES_EVICT_LFRU, &st, hot, protect, 0, 0 };
 	void *base = alloc_pool(&g, &l);
 	/* activation counts of experts 0..5 in slots 0..5 */
 	const int uses[6] = { 5, 1, 3, 0, 2, 4 };
@@ -200,6 +233,17 @@ static void test_policy(void **state)
 	es_pool_slot_clear(&p, 1);
 	es_pool_slot_assign(&p, 1, es_key(0, 6));
 	assert_int_equal(es_policy_pick(&ev, &p.v, NULL, &hotf), 4);
+	/* a strict pick with fresh_ns skips the slots used since then: slot 4
+	 * (used at 600) is the layer being computed, slot 5 (500) is older;
+	 * a non-strict pick ignores fresh_ns */
+	ev.strict = 1;
+	ev.fresh_ns = 550;
+	assert_int_equal(es_policy_pick(&ev, &p.v, NULL, &hotf), 5);
+	ev.fresh_ns = 1;  /* everything fresh: nothing for a prefetch */
+	assert_int_equal(es_policy_pick(&ev, &p.v, NULL, &hotf), -1);
+	ev.strict = 0;
+	assert_int_equal(es_policy_pick(&ev, &p.v, NULL, &hotf), 4);
+	ev.fresh_ns = 0;
 	/* hot and protected are kept while others exist */
 	hot[4] = 1;
 	protect[2] = 1;
@@ -416,7 +460,7 @@ static void test_stress(void **state)
 	open_pool(&S->pool, base, &l);
 	assert_int_equal(es_actstats_init(&S->st, 1, ST_KEYS, 16.0, 1), 0);
 	hot[0] = 1;
-	S->ev = (struct es_evict_ctx){ ES_EVICT_LFRU, &S->st, hot, NULL, 0 };
+	S->ev = (struct es_evict_ctx){ ES_EVICT_LFRU, &S->st, hot, NULL, 0, 0 };
 	S->pool.ev = &S->ev;
 	for (int i = 0; i < ST_CLIENTS; i++)
 		assert_int_equal(pthread_create(&th[i], NULL, stress_client,
@@ -454,6 +498,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_decay),
+		cmocka_unit_test(test_rate),
 		cmocka_unit_test(test_top),
 		cmocka_unit_test(test_file),
 		cmocka_unit_test(test_policy),
