@@ -61,7 +61,7 @@ static void usage(FILE *f)
 "                          [--raw-bytes B] [--no-prefetch]\n"
 "                          [--compute fast|reference] [--prefetch-depth D]\n"
 "                          [--no-step-hints] [--no-overlap] [--threads N]\n"
-"                          [--evict lru|lfru]\n"
+"                          [--evict lru|lfru] [--admit precision|frequency]\n"
 "\n"
 "DeepSeek-V4.1 decode through expertd at each host expert budget (%% of\n"
 "all experts) with an Engram row cache of --engram-cache bytes: decode\n"
@@ -76,7 +76,9 @@ static void usage(FILE *f)
 "step-named hint of the next token's first layers' experts; --no-overlap:\n"
 "wait for all top-k experts of a layer before computing any (for A/B);\n"
 "--threads N: fast mode's matvecs split over N threads (default 1);\n"
-"--evict: expertd's eviction policy (default its own, lfru).\n");
+"--evict: expertd's eviction policy (default its own, lfru); --admit:\n"
+"expertd's admission of look-ahead prefetches under lfru (default its\n"
+"own, frequency).\n");
 }
 
 /* --- raw O_DIRECT read bandwidth (as strata-bench-dsv4) ----------------- */
@@ -189,6 +191,7 @@ struct counters {
 struct bench_opts {
 	const char *cache;
 	const char *evict;   /* expertd --evict (NULL: its default, lfru) */
+	const char *admit;   /* expertd --admit (NULL: its default) */
 	int loaders, prefetch, step_hints, overlap, depth, threads;
 	enum cw_compute mode;
 	uint64_t raw_bytes;
@@ -327,6 +330,10 @@ static int run_budget(const struct st_store *st, const char *store_dir,
 		tier.es[tier.n_es++] = "--evict";
 		tier.es[tier.n_es++] = bo->evict;
 	}
+	if (bo->admit) {
+		tier.es[tier.n_es++] = "--admit";
+		tier.es[tier.n_es++] = bo->admit;
+	}
 	inst.tier = &tier;
 	if ((r = cli_instance_up(&inst, 300, diag)) < 0)
 		return r;
@@ -404,13 +411,14 @@ int main(int argc, char **argv)
 		{ "no-overlap", no_argument, NULL, 'O' },
 		{ "threads", required_argument, NULL, 'T' },
 		{ "evict", required_argument, NULL, 'V' },
+		{ "admit", required_argument, NULL, 'A' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	int budgets[MAX_BUDGETS] = { 100, 50, 25 }, n_budgets = 3;
 	int n_tok = 8, n_prompt = 8, c;
 	const char *store_dir = NULL;
-	struct bench_opts bo = { "64MiB", NULL, 4, 1, 1, 1, 1, 1, CW_COMPUTE_FAST,
+	struct bench_opts bo = { "64MiB", NULL, NULL, 4, 1, 1, 1, 1, 1, CW_COMPUTE_FAST,
 				 1ull << 30 };
 	uint64_t cache_b;
 	struct run_result res[MAX_BUDGETS];
@@ -457,6 +465,15 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			bo.evict = optarg;
+			break;
+		case 'A':
+			if (strcmp(optarg, "precision") &&
+			    strcmp(optarg, "frequency")) {
+				fprintf(stderr, "bench-dsv41: --admit "
+					"precision|frequency\n");
+				return 2;
+			}
+			bo.admit = optarg;
 			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;

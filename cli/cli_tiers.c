@@ -23,6 +23,7 @@ int cli_tier_opt(struct cli_tier_args *t, int code, const char *arg)
 {
 	switch (code) {
 	case CLI_OPT_EVICT: return add(t->es, &t->n_es, "--evict", arg);
+	case CLI_OPT_ADMIT: return add(t->es, &t->n_es, "--admit", arg);
 	case CLI_OPT_HOT: return add(t->es, &t->n_es, "--hot-experts", arg);
 	case CLI_OPT_STATE_DIR:
 		return add(t->es, &t->n_es, "--state-dir", arg);

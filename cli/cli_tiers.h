@@ -29,12 +29,13 @@ enum {
 	CLI_OPT_EVICT = 0x400, CLI_OPT_HOT, CLI_OPT_STATE_DIR,
 	CLI_OPT_NO_PREFETCH, CLI_OPT_PREFETCH_DEPTH, CLI_OPT_ROUTE_TRACE,
 	CLI_OPT_ROUTE_RECORD, CLI_OPT_LA_MEASURE, CLI_OPT_NO_DIRECT,
-	CLI_OPT_LOADERS, CLI_OPT_ORACLE, CLI_OPT_HALF_LIFE,
-	CLI_OPT_ENGRAM_CACHE,
+	CLI_OPT_LOADERS, CLI_OPT_ORACLE, CLI_OPT_HALF_LIFE, CLI_OPT_ADMIT,
+	CLI_OPT_ENGRAM_CACHE, /* last: callers take EVICT ... ENGRAM_CACHE */
 };
 
 #define CLI_TIER_LONGOPTS                                                    \
 	{ "evict", required_argument, NULL, CLI_OPT_EVICT },                 \
+	{ "admit", required_argument, NULL, CLI_OPT_ADMIT },                 \
 	{ "hot-experts", required_argument, NULL, CLI_OPT_HOT },             \
 	{ "state-dir", required_argument, NULL, CLI_OPT_STATE_DIR },         \
 	{ "no-prefetch", no_argument, NULL, CLI_OPT_NO_PREFETCH },           \
@@ -51,6 +52,8 @@ enum {
 #define CLI_TIER_HELP \
 "Expert tiers (passed to the expertd and computed started here):\n" \
 "  --evict lru|lfru     eviction policy of the host pool (default lfru)\n" \
+"  --admit frequency|precision  when a look-ahead prefetch may evict under\n" \
+"                       lfru (expertd --help; default frequency)\n" \
 "  --hot-experts N|B    pin the N most activated experts per layer (or B\n" \
 "                       bytes of them), ranked from activation statistics\n" \
 "  --state-dir DIR      keep activation statistics here across restarts\n" \

@@ -72,14 +72,20 @@ double es_actstats_value(const struct es_actstats *s, uint32_t l, uint32_t e)
 	return s->count[(size_t)l * s->n_experts + e] / s->inc;
 }
 
-double es_actstats_rate(const struct es_actstats *s, uint32_t l, uint32_t e)
+double es_actstats_mass(const struct es_actstats *s)
 {
-	double a = -M_LN2 / s->half_life, mass;
+	double a = -M_LN2 / s->half_life;
 
 	if (!s->tokens)
 		return 0;
 	/* (1 - 2^(-T/h)) / (1 - 2^(-1/h)), with expm1 for large h */
-	mass = expm1(a * (double)s->tokens) / expm1(a);
+	return expm1(a * (double)s->tokens) / expm1(a);
+}
+
+double es_actstats_rate(const struct es_actstats *s, uint32_t l, uint32_t e)
+{
+	double mass = es_actstats_mass(s);
+
 	return mass > 0 ? es_actstats_value(s, l, e) / mass : 0;
 }
 

@@ -56,6 +56,10 @@ void es_actstats_add(struct es_actstats *s, uint32_t l, uint32_t e);
 /* Decayed count of (l, e) as of now. */
 double es_actstats_value(const struct es_actstats *s, uint32_t l, uint32_t e);
 
+/* Decayed number of tokens counted: sum over i < tokens of
+ * 2^(-i / half_life) (geometric series), the denominator of a rate. */
+double es_actstats_mass(const struct es_actstats *s);
+
 /* Per-token activation rate of (l, e): its decayed count over the decayed
  * number of tokens counted, sum over i < tokens of 2^(-i / half_life)
  * (geometric series; same decay as the counts, so a constant rate r gives

@@ -45,10 +45,10 @@ enum es_evict_policy {
 /* How a look-ahead hint is admitted into a full pool under LFRU (--admit;
  * es_tiers.c admit()). */
 enum es_admit_policy {
-	ES_ADMIT_PRECISION = 0, /* the victim's per-token activation rate is
+	ES_ADMIT_FREQUENCY = 0, /* the hinted expert's decayed count is above
+				 * the victim's (TinyLFU; default) */
+	ES_ADMIT_PRECISION = 1, /* the victim's per-token activation rate is
 				 * below the hints' measured precision */
-	ES_ADMIT_FREQUENCY = 1, /* the hinted expert's decayed count is above
-				 * the victim's (TinyLFU) */
 };
 
 /* What the eviction choice may consult (es_policy.c).  Borrowed from the

@@ -74,11 +74,11 @@ static const struct es_optdef es_optdefs[] = {
 	  "eviction policy of unpinned slots: least\n"
 	  "recently used, or least decayed activation\n"
 	  "count (LRFU: recency and frequency; default)" },
-	{ "admit", OPT_ADMIT, "precision|frequency",
+	{ "admit", OPT_ADMIT, "frequency|precision",
 	  "lfru: when a look-ahead prefetch may evict:\n"
-	  "the victim's activations per token are below\n"
-	  "the hints' measured precision (default), or\n"
-	  "the hinted expert's count is above the victim's" },
+	  "the hinted expert's count is above the victim's\n"
+	  "(default), or the victim's activations per token\n"
+	  "are below the hints' measured precision" },
 	{ "hot-experts", OPT_HOT, "N|BYTES",
 	  "pin the N most activated experts of each layer\n"
 	  "(or as many as BYTES hold, e.g. 2GiB) in the\n"
@@ -197,6 +197,7 @@ static int parse_args(int argc, char **argv, struct es_opts *o)
 	o->instance = ST_DEFAULT_INSTANCE;
 	o->loader_threads = ES_DEFAULT_LOADER_THREADS;
 	o->evict = ES_EVICT_LFRU;
+	o->admit = ES_ADMIT_FREQUENCY;
 	o->half_life = ES_ACTSTATS_DEFAULT_HALF_LIFE;
 	o->stats_save_s = ES_DEFAULT_STATS_SAVE_S;
 	o->prefetch_inflight = ES_DEFAULT_PREFETCH_INFLIGHT;

@@ -25,8 +25,9 @@
  *  - a prefetch never evicts a pinned, loading, hot or not-yet-used
  *    prefetched slot; it takes an empty slot or the policy's victim, and
  *    under LFRU only a victim admit() lets it take (not for step-named
- *    hints): by default one routed less often per token than the hints
- *    turn out right, never an expert of the layer being computed;
+ *    hints): by default one less activated than itself; with --admit
+ *    precision one routed less often per token than the hints turn out
+ *    right, never an expert of the layer being computed;
  *  - a prefetched slot is "protected" until a client uses it or it is
  *    evicted: precision = used / loads; recall = used / (used + misses).
  */
@@ -192,17 +193,21 @@ static void prefetch_ctx(struct es_daemon *d, int on)
 
 /*
  * Admission of a look-ahead prefetch into a full pool (LFRU).
- *  - by precision (default): the victim's per-token activation rate
+ *  - by frequency (default): the hinted expert must have a larger decayed
+ *    activation count than the victim (the admission test of TinyLFU,
+ *    Einziger et al., ACM ToS 2017).  It refuses about half of the
+ *    look-ahead hints on the V4.1-shaped benchmark, whose reads then wait
+ *    for the router.
+ *  - by precision: the victim's per-token activation rate
  *    (es_actstats_rate(): the chance it is routed by the next token) must
  *    be below the hints' measured precision (the chance the hinted expert
  *    is used now).  A hint is a prediction for this token, not a history,
  *    so its own count says little; comparing the two probabilities of use
- *    admits it whenever it is the likelier use of the slot.
- *  - by frequency: the hinted expert must have a larger decayed activation
- *    count than the victim (the admission test of TinyLFU, Einziger et al.,
- *    ACM ToS 2017).  Measured on the V4.1-shaped benchmark: about half of
- *    the look-ahead hints refused, their reads then on the critical path
- *    (docs/BENCHMARKS.md, "admission by precision").
+ *    admits it whenever it is the likelier use of the slot.  Measured on
+ *    the V4.1-shaped benchmark (near-uniform routing): the hints start
+ *    early, but they evict what later tokens would have hit, so a token
+ *    reads about 16 % more and decodes about 4 % slower than by frequency
+ *    (docs/BENCHMARKS.md, "Admission of look-ahead hints").
  */
 static int admit(struct es_daemon *d, size_t ix)
 {
@@ -407,6 +412,15 @@ void es_tiers_route(struct es_daemon *d, int client,
 		uint32_t l, e;
 
 		es_route_req_hint(req, i, &l, &e);
+		if (l < v->n_layers && e < v->n_experts) {
+			int32_t hs = atomic_load(
+				&v->slot_of[es_pool_index(v, l, e)]);
+
+			/* resident and named again: not a victim of the
+			 * loads of its fellow hints (fresh_ns) */
+			if (hs >= 0)
+				atomic_store(&v->slots[hs].last_use_ns, now);
+		}
 		d->pending_step[d->n_pending] =
 			req->has_hint_pos ? (uint64_t)req->hint_pos + 1 : 0;
 		d->pending[d->n_pending++] = (uint32_t)es_pool_index(v, l, e);
