@@ -107,7 +107,7 @@ void cli_tier_print(FILE *f, const struct cli_tier_figures *t)
 		t->bytes_per_token / 1024.0, t->busy_gbps, t->read_gbps);
 	fprintf(f, "prefetch           %llu loads from %llu hints (%llu "
 		"dropped stale); precision %.1f%%, recall %.1f%%, %llu "
-		"evicted unused\n",
+		"unused (wrong hints)\n",
 		(unsigned long long)t->prefetch_loads,
 		(unsigned long long)t->hints,
 		(unsigned long long)t->hints_dropped, 100 * t->precision,

@@ -153,7 +153,8 @@ int es_client_stats(struct es_client *c, struct es_stats *ret);
 struct es_tier_stats {
 	uint64_t prefetch_loads;   /* loads started by a hint */
 	uint64_t prefetch_used;    /* of those, used before eviction */
-	uint64_t prefetch_wasted;  /* of those, evicted unused */
+	uint64_t prefetch_wasted;  /* of those, passed over by their layer's
+				    * routing or evicted unused */
 	uint64_t hints;            /* hinted (layer, expert) entries */
 	uint64_t hints_dropped;    /* stale or superseded (both kinds) */
 	uint64_t step_hints;       /* step-named hinted entries (not in

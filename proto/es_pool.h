@@ -102,7 +102,8 @@ struct es_pool_counters {
 	/* tiers (expertd's server thread and loaders) */
 	_Atomic uint64_t prefetch_loads;   /* loads started by a hint */
 	_Atomic uint64_t prefetch_used;    /* of those, used before eviction */
-	_Atomic uint64_t prefetch_wasted;  /* of those, evicted unused */
+	_Atomic uint64_t prefetch_wasted;  /* of those, not used by the routing
+					    * of their layer, or evicted unused */
 	_Atomic uint64_t hints;            /* hinted (layer, expert) entries */
 	_Atomic uint64_t hints_dropped;    /* stale or superseded, not loaded */
 	_Atomic uint64_t routed;           /* (token, layer, expert) choices

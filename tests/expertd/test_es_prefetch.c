@@ -168,6 +168,53 @@ static void test_hint_loads_and_stale(void **state)
 	st_shm_detach(&shm);
 }
 
+/* A wrong hint: layer 1's experts 4 and 5 are prefetched, layer 1's
+ * report routes 4 and 6.  Expert 5 counts as wasted at once (not when it is
+ * evicted) and loses its protection: a later prefetch may take its slot
+ * under strict eviction, where a still-protected slot would be skipped. */
+static void test_wrong_hint_expires(void **state)
+{
+	struct es_client *c;
+	struct es_tier_stats t0, t1;
+	struct st_shm shm;
+	struct es_pool_view v;
+	struct st_diag diag = { "" };
+	const int hl[2] = { 1, 1 }, he[2] = { 4, 5 }, ids[2] = { 4, 6 };
+	const int nl = 2, ne = 7;
+	char three[32];
+
+	assert_true(H.n_layers >= 3 && H.n_experts >= 8);
+	snprintf(three, sizeof(three), "%llu",
+		 (unsigned long long)(3 * H.record_bytes));
+	assert_int_equal(es_h_start(&H, "--host-budget", three, "--evict",
+				    "lru", NULL), 0);
+	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+	c = open_client("expire");
+	es_client_tier_stats(c, &t0);
+	route(c, 0, 0, 2, hl, he);
+	assert_true(wait_state(&v, 1, 4, ES_SLOT_READY, 3000));
+	assert_true(wait_state(&v, 1, 5, ES_SLOT_READY, 3000));
+	assert_int_equal(es_client_route(c, 1, 0, 1, 2, ids, 0, NULL, NULL,
+					 &diag), 0);
+	acquire_check(c, 1, 2, ids);  /* 6 takes the third slot */
+	es_client_tier_stats(c, &t1);
+	assert_true(t1.prefetch_used - t0.prefetch_used == 1);
+	assert_true(t1.prefetch_wasted - t0.prefetch_wasted == 1);
+	assert_int_equal(state_of(&v, 1, 5), ES_SLOT_READY);
+	/* a hint for layer 2 while 4 and 6 were just used (newer): LRU's
+	 * victim is 5, which is no longer protected, so the hint loads */
+	assert_int_equal(es_client_route(c, 1, 0, 1, 2, ids, 1, &nl, &ne,
+					 &diag), 0);
+	assert_true(wait_state(&v, 2, 7, ES_SLOT_READY, 3000));
+	assert_int_equal(state_of(&v, 1, 5), -1);
+	assert_int_equal(state_of(&v, 1, 4), ES_SLOT_READY);
+	assert_int_equal(state_of(&v, 1, 6), ES_SLOT_READY);
+	es_client_tier_stats(c, &t1);
+	assert_true(t1.prefetch_wasted - t0.prefetch_wasted == 1);
+	es_client_close(c);
+	st_shm_detach(&shm);
+}
+
 /* Step-named hints (es_client_hint_step): after the last layer's report of
  * position 5, the next token's experts for layers 0 and 1 (position 6)
  * are kept and loaded, while a plain look-ahead hint for layer 0 and a
@@ -539,6 +586,8 @@ int main(void)
 		cmocka_unit_test_teardown(test_hint_loads_and_stale,
 					  test_teardown),
 		cmocka_unit_test_teardown(test_step_hint_kept, test_teardown),
+		cmocka_unit_test_teardown(test_wrong_hint_expires,
+					  test_teardown),
 		cmocka_unit_test_teardown(test_step_hint_admitted,
 					  test_teardown),
 		cmocka_unit_test_teardown(test_admit_precision,
