@@ -43,14 +43,30 @@ static int have_gnuplot(void)
 	return system("command -v gnuplot >/dev/null 2>&1") == 0;
 }
 
+/* Writes s as a gnuplot single-quoted string: a quote inside is doubled
+ * (gnuplot's rule for '...' strings); no other character is special. */
+static void put_quoted(FILE *g, const char *s)
+{
+	fputc('\'', g);
+	for (; *s; s++) {
+		if (*s == '\'')
+			fputc('\'', g);
+		fputc(*s, g);
+	}
+	fputc('\'', g);
+}
+
 /* Heat map: x expert, y layer, colour the share of the layer's count. */
 static int draw_png(const struct es_actstats *s, const char *png)
 {
 	char dat[] = "/tmp/strata-act-XXXXXX";
-	int fd = mkstemp(dat);
+	int fd;
 	FILE *f, *g;
 	int rc;
 
+	if (strpbrk(png, "\n\r"))
+		return -EINVAL; /* a gnuplot command ends at a line break */
+	fd = mkstemp(dat);
 	if (fd < 0)
 		return -errno;
 	f = fdopen(fd, "w");
@@ -76,7 +92,9 @@ static int draw_png(const struct es_actstats *s, const char *png)
 		return -errno;
 	}
 	fprintf(g, "set terminal png size 1000,%u\n", 200 + 24 * s->n_layers);
-	fprintf(g, "set output '%s'\n", png);
+	fputs("set output ", g);
+	put_quoted(g, png);
+	fputc('\n', g);
 	fprintf(g, "set title 'expert activations per layer (share of the "
 		"layer, decayed, %llu tokens)'\n",
 		(unsigned long long)s->tokens);
@@ -204,8 +222,13 @@ int cli_cmd_activations(int argc, char **argv)
 				"installed, so no PNG was drawn (apt-get install "
 				"gnuplot-nox)\n");
 		} else if ((r = draw_png(&s, png)) < 0) {
-			fprintf(stderr, "strata activations: gnuplot failed "
-				"to draw %s\n", png);
+			if (r == -EINVAL)
+				fprintf(stderr, "strata activations: --png: "
+					"the file name has a line break; "
+					"choose another name\n");
+			else
+				fprintf(stderr, "strata activations: gnuplot "
+					"failed to draw %s\n", png);
 			es_actstats_fini(&s);
 			return 1;
 		} else {

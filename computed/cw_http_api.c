@@ -61,6 +61,26 @@ json_t *cw_api_models_json(const struct cw_api *api)
 			 cw_model_config(api->model)->max_position_embeddings);
 }
 
+/* The optional "model" field names the served model (as GET /v1/models
+ * lists it, and as vLLM checks it): another name is 404 model_not_found,
+ * a non-string 400.  0 or -1 with err set. */
+static int check_model(const struct cw_api *api, json_t *x,
+		       struct cw_api_error *e)
+{
+	if (!x || json_is_null(x))
+		return 0;
+	if (!json_is_string(x))
+		return bad(e, "model", "'model' must be a string (the name GET "
+			   "/v1/models lists)");
+	if (strcmp(json_string_value(x), api->model_name))
+		return fail(e, 404, "invalid_request_error", "model",
+			    "model_not_found", "the model '%.200s' does not "
+			    "exist: this server serves '%s' (GET /v1/models; "
+			    "computed --model-name sets it)",
+			    json_string_value(x), api->model_name);
+	return 0;
+}
+
 /* Optional number field in [lo, hi]. */
 static int get_num(json_t *j, const char *key, double lo, double hi,
 		   double *v, struct cw_api_error *e)
@@ -385,7 +405,9 @@ int cw_api_gen_start(struct cw_api *api, struct cw_sched *sched, int chat,
 		json_decref(j);
 		return bad(err, NULL, "the body must be a JSON object");
 	}
-	r = parse_params(api, j, chat, &gp, g, err);
+	r = check_model(api, json_object_get(j, "model"), err);
+	if (!r)
+		r = parse_params(api, j, chat, &gp, g, err);
 	if (!r)
 		r = chat ? encode_messages(api, j, &ids, &n_ids, err) :
 			   encode_prompt(api, j, &ids, &n_ids, err);

@@ -55,6 +55,16 @@ run h25np --host-budget 25% --no-prefetch
 run h25lru --host-budget 25% --evict lru --prefetch-depth 3 \
 	--state-dir "$TMP/state"
 acts "$TMP/acts1"
+# --png with a quote in the file name (gnuplot-nox is installed by
+# scripts/setup-debian.sh): a PNG is written under exactly that name
+png="$TMP/it's a map.png"
+if "$STRATA" activations --state-dir "$TMP/state" --png "$png" \
+	>"$TMP/png.out" 2>"$TMP/png.err" &&
+   [ "$(head -c 4 "$png" | od -An -c | tr -d ' ')" = "211PNG" ]; then
+	echo "ok: activations --png wrote a PNG named with a quote"
+else
+	echo "FAIL: activations --png '$png'"; cat "$TMP/png.err"; fail=1
+fi
 run h25hot --host-budget 25% --hot-experts 2 --state-dir "$TMP/state"
 acts "$TMP/acts2"
 [ $fail -eq 0 ] || exit 1

@@ -374,6 +374,24 @@ def test_errors(inst, cfg):
           "a completion's context overflow names 'prompt' (got %r)" % j["error"]["param"])
     check(metrics(inst)["strata_requests_started_total"] == started0,
           "no generation started for any invalid request")
+    name = request(inst, "GET", "/v1/models")[1]["data"][0]["id"]
+    st, j = request(inst, "POST", "/v1/completions",
+                    {"model": name + "-other", "prompt": "x", "max_tokens": 1})
+    check(st == 404 and j["error"]["code"] == "model_not_found" and
+          name in j["error"]["message"],
+          "404 model_not_found for another model's name, naming %r (got %s %s)"
+          % (name, st, str(j)[:160]))
+    st, j = request(inst, "POST", "/v1/chat/completions",
+                    {"model": 7, "messages": [{"role": "user", "content": "x"}]})
+    check(st == 400 and j["error"]["param"] == "model",
+          "400 for a model that is not a string (got %s)" % st)
+    st, j = request(inst, "POST", "/v1/completions",
+                    {"model": name, "prompt": "x", "max_tokens": 1})
+    check(st == 200 and j["model"] == name,
+          "the served model's name is accepted (got %s)" % st)
+    check(metrics(inst)["strata_requests_started_total"] == started0 + 1,
+          "no generation started for a wrong model name")
+    started0 += 1  # the accepted one
     st, j = request(inst, "GET", "/v1/nothing")
     check(st == 404 and "error" in j, "404 for an unknown path")
     st, j = request(inst, "GET", "/v1/completions")
