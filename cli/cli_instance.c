@@ -80,6 +80,43 @@ static void log_tail(const char *run_dir, const char *daemon, char *out,
 	free(txt);
 }
 
+/* Size of the daemon's log now (0 when there is none): where the lines of
+ * a start that appends to it begin. */
+static off_t log_size(const struct cli_instance *inst, const char *daemon)
+{
+	char path[4200];
+	struct stat sb;
+
+	st_run_path(inst->run_dir, daemon, "log", path, sizeof(path));
+	return stat(path, &sb) == 0 ? sb.st_size : 0;
+}
+
+/* Echoes to stderr the warnings the daemon logged since byte `from` of
+ * its log (its start-up: a hot set that does not fit, a spill file on
+ * tmpfs, a pool that kept an older geometry ...), which would otherwise
+ * sit unread in <run_dir>/<daemon>.log. */
+static void echo_warnings(const struct cli_instance *inst, const char *daemon,
+			  off_t from)
+{
+	char path[4200], *txt = NULL, *line, *save = NULL;
+	size_t n = 0;
+
+	st_run_path(inst->run_dir, daemon, "log", path, sizeof(path));
+	if (st_read_file(path, &txt, &n) < 0)
+		return;
+	if ((size_t)from < n) {
+		for (line = strtok_r(txt + from, "\n", &save); line;
+		     line = strtok_r(NULL, "\n", &save)) {
+			const char *w = strstr(line, "] warn: ");
+
+			if (w)
+				fprintf(stderr, "strata: %s warns: %s\n",
+					daemon, w + 8);
+		}
+	}
+	free(txt);
+}
+
 /* Starts the daemon with argv (argv[0] its name) logging to
  * <run_dir>/<daemon>.log (appended to when append, else truncated). */
 static int spawn(const struct cli_instance *inst, const char *daemon,
@@ -261,6 +298,7 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 		     int *ret_pid, int timeout_s, struct st_diag *diag)
 {
 	char *argv[40 + CLI_MAX_EXTRA_ARGS];
+	off_t from = log_size(inst, daemon);
 	int r;
 
 	daemon_argv(inst, daemon, argv);
@@ -270,7 +308,11 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 	if (r == 0)
 		r = spawn(inst, daemon, argv, 1, ret_pid, diag); /* keep the
 							 * log of a crash */
-	return r ? r : wait_ready(inst, daemon, *ret_pid, timeout_s, diag);
+	if (r == 0)
+		r = wait_ready(inst, daemon, *ret_pid, timeout_s, diag);
+	if (r == 0)
+		echo_warnings(inst, daemon, from);
+	return r;
 }
 
 int cli_instance_exec(struct cli_instance *inst, const char *daemon,
@@ -525,6 +567,7 @@ int cli_instance_restart(struct cli_instance *inst, const char *daemon,
 {
 	char *argv[40 + CLI_MAX_EXTRA_ARGS], *buf = NULL;
 	int i = cli_daemon_index(daemon), r;
+	off_t from;
 
 	if (i < 0)
 		return st_diag_set(diag, -EINVAL, "no daemon '%s' (expertd, kvd "
@@ -558,9 +601,12 @@ int cli_instance_restart(struct cli_instance *inst, const char *daemon,
 	stop_one(inst, i);
 	if (i == 2)
 		note_api_key(inst);
+	from = log_size(inst, daemon);
 	r = spawn(inst, daemon, argv, 1, pid_of(inst, i), diag);
 	if (r == 0)
 		r = wait_ready(inst, daemon, *pid_of(inst, i), timeout_s, diag);
+	if (r == 0)
+		echo_warnings(inst, daemon, from);
 	free(buf);
 	return r;
 }

@@ -168,6 +168,21 @@ static void test_hint_loads_and_stale(void **state)
 	st_shm_detach(&shm);
 }
 
+/* Starts expertd with a pool of n_slots records, --evict evict and, when
+ * admit is not NULL, --admit admit; attaches its pool. */
+static void start_slots(int n_slots, const char *evict, const char *admit,
+			struct st_shm *shm, struct es_pool_view *v)
+{
+	char budget[32];
+
+	snprintf(budget, sizeof(budget), "%llu",
+		 (unsigned long long)n_slots * H.record_bytes);
+	assert_int_equal(es_h_start(&H, "--host-budget", budget, "--evict",
+				    evict, admit ? "--admit" : NULL, admit,
+				    NULL), 0);
+	assert_int_equal(es_h_attach(&H, shm, v), 0);
+}
+
 /* A wrong hint: layer 1's experts 4 and 5 are prefetched, layer 1's
  * report routes 4 and 6.  Expert 5 counts as wasted at once (not when it is
  * evicted) and loses its protection: a later prefetch may take its slot
@@ -181,14 +196,9 @@ static void test_wrong_hint_expires(void **state)
 	struct st_diag diag = { "" };
 	const int hl[2] = { 1, 1 }, he[2] = { 4, 5 }, ids[2] = { 4, 6 };
 	const int nl = 2, ne = 7;
-	char three[32];
 
 	assert_true(H.n_layers >= 3 && H.n_experts >= 8);
-	snprintf(three, sizeof(three), "%llu",
-		 (unsigned long long)(3 * H.record_bytes));
-	assert_int_equal(es_h_start(&H, "--host-budget", three, "--evict",
-				    "lru", NULL), 0);
-	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+	start_slots(3, "lru", NULL, &shm, &v);
 	c = open_client("expire");
 	es_client_tier_stats(c, &t0);
 	route(c, 0, 0, 2, hl, he);
@@ -305,15 +315,10 @@ static void test_step_hint_admitted(void **state)
 	struct es_pool_view v;
 	struct st_diag diag = { "" };
 	const int ids[2] = { 0, 1 }, gl = 2, ge = 5, sl = 2, se = 6;
-	char four[32];
 	struct es_stats s;
 
 	assert_true(H.n_layers >= 3 && H.n_experts >= 8);
-	snprintf(four, sizeof(four), "%llu",
-		 (unsigned long long)(4 * H.record_bytes));
-	assert_int_equal(es_h_start(&H, "--host-budget", four, "--evict",
-				    "lfru", NULL), 0);
-	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+	start_slots(4, "lfru", NULL, &shm, &v);
 	c = open_client("admit");
 	/* 4 slots, all used by reported experts (counts 2 each) */
 	route(c, 0, 0, 0, NULL, NULL);
@@ -355,15 +360,10 @@ static void admit_case(const char *admit, int want_loaded)
 	struct st_diag diag = { "" };
 	const int l0[4] = { 0, 1, 2, 3 }, l1[4] = { 0, 0, 1, 1 };
 	const int ids[2] = { 0, 1 }, gl = 2, ge = 5;
-	char six[32];
 	struct es_stats s;
 	int resident0 = 0;
 
-	snprintf(six, sizeof(six), "%llu",
-		 (unsigned long long)(6 * H.record_bytes));
-	assert_int_equal(es_h_start(&H, "--host-budget", six, "--evict",
-				    "lfru", "--admit", admit, NULL), 0);
-	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+	start_slots(6, "lfru", admit, &shm, &v);
 	c = open_client("admit2");
 	assert_int_equal(es_client_route(c, 0, 0, 4, 1, l0, 0, NULL, NULL,
 					 &diag), 0);

@@ -11,6 +11,7 @@
 #  - the routing recorder writes the real routing: on valid-small.txt it
 #    equals the fixture's routing-valid-small.jsonl wherever the fixture's
 #    gap is at least 1e-4, weights within 1e-3;
+#  - expertd's start-up warnings reach strata run's stderr;
 #  - forced routing: with --route-trace, the recorded routing is the
 #    trace's, and the output changes; with --lookahead-oracle the
 #    look-ahead predicts it exactly (recall 1 at d = 1..3).
@@ -67,6 +68,16 @@ else
 fi
 run h25hot --host-budget 25% --hot-experts 2 --state-dir "$TMP/state"
 acts "$TMP/acts2"
+# a hot set that does not fit: expertd's start-up warning reaches the user
+# of strata run (it used to sit in expertd.log only)
+run hotbig --host-budget 25% --hot-experts 64 --state-dir "$TMP/state"
+if grep -q "strata: expertd warns: --hot-experts 64 per layer does not fit" \
+	"$TMP/hotbig.err"; then
+	echo "ok: strata run shows expertd's hot-set warning"
+else
+	echo "FAIL: no hot-set warning from strata run:"; cat "$TMP/hotbig.err"
+	fail=1
+fi
 [ $fail -eq 0 ] || exit 1
 
 # recorder against the fixture's real routing, and forced routing
