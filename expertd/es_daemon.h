@@ -284,7 +284,7 @@ struct es_daemon {
 	uint64_t cur_pos;              /* latest ROUTE: position and layer */
 	uint32_t cur_layer;
 	uint64_t route_ns;             /* time of the latest routing ROUTE */
-	double pf_used, pf_wasted;     /* prefetches used / evicted unused,
+	double pf_used, pf_wasted;     /* prefetches used / unused,
 					* decayed per event (admit()) */
 	struct es_engram *engram;      /* V4.1 Engram tier, NULL: none */
 	struct es_devpool *dev;        /* device expert pool (es_devpool.h),

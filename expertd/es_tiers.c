@@ -173,7 +173,7 @@ static int have_free_slot(const struct es_daemon *d)
  * prefetches weigh). */
 #define PF_DECAY (1.0 - 1.0 / 256)
 
-/* Measured precision of the prefetches, used / (used + evicted unused),
+/* Measured precision of the prefetches, used / (used + unused),
  * with one used and one wasted assumed before any (Laplace's rule: 1/2
  * until measured). */
 static double pf_precision(const struct es_daemon *d)
@@ -208,7 +208,7 @@ static void prefetch_ctx(struct es_daemon *d, int on)
  *    the V4.1-shaped benchmark (near-uniform routing): the hints start
  *    early, but they evict what later tokens would have hit, so a token
  *    reads about 16 % more and decodes about 4 % slower than by frequency
- *    (docs/BENCHMARKS.md, "Admission of look-ahead hints").
+ *    (docs/BENCHMARKS.md, "Hint admission, honest hint precision").
  */
 static int admit(struct es_daemon *d, size_t ix)
 {
