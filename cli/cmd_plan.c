@@ -186,16 +186,20 @@ static int plan_dsv4(const char *model, struct st_plan_model *m,
  * (as llama.cpp warns when n_ctx exceeds the training context) and capped
  * to it, since computed refuses a sequence that long (cw_sched): the KV
  * figures are for the tokens a sequence can reach.  A model without the
- * field (max_context 0) keeps the asked context.
+ * field (max_context 0) keeps the asked context.  The default context
+ * (4096, not asked for: given = 0) is capped without a warning.
  */
-static void cap_context(const struct st_plan_model *m, struct st_plan_opts *o)
+static void cap_context(const struct st_plan_model *m, struct st_plan_opts *o,
+			int given)
 {
 	if (m->max_context <= 0 || o->context <= m->max_context)
 		return;
-	fprintf(stderr, "strata plan: warning: --context %d is beyond the "
-		"model's context of %d tokens (max_position_embeddings); no "
-		"sequence gets that long, so KV is planned for %d tokens per "
-		"sequence\n", o->context, m->max_context, m->max_context);
+	if (given)
+		fprintf(stderr, "strata plan: warning: --context %d is beyond "
+			"the model's context of %d tokens "
+			"(max_position_embeddings); no sequence gets that "
+			"long, so KV is planned for %d tokens per sequence\n",
+			o->context, m->max_context, m->max_context);
 	o->context = m->max_context;
 }
 
@@ -238,7 +242,7 @@ int cli_cmd_plan(int argc, char **argv)
 	const char *model = NULL, *config = NULL;
 	uint64_t ep = 0, dp = 0, ap = 0, tmp;
 	int n_exp = 0, top_k = 0, layers = 0, kvh = 0, hd = 0, hidden = 0;
-	int json = 0, c, rc = 0, tmpi;
+	int json = 0, c, rc = 0, tmpi, ctx_given = 0;
 	char *const *args = argv;
 
 	st_plan_opts_default(&o);
@@ -257,6 +261,7 @@ int cli_cmd_plan(int argc, char **argv)
 			return 2;
 		}
 		apply_config(conf, &o, &model);
+		ctx_given = st_iconf_is_set(conf, "plan.context");
 	}
 	optind = 1;
 	while ((c = getopt_long(argc, args, "h", opts, NULL)) != -1) {
@@ -272,7 +277,10 @@ int cli_cmd_plan(int argc, char **argv)
 				rc = bad("--ram", optarg, "not a size (64GiB)");
 			break;
 		case 'b': rc |= int_arg("--batch", optarg, &o.batch); break;
-		case 'c': rc |= int_arg("--context", optarg, &o.context); break;
+		case 'c':
+			rc |= int_arg("--context", optarg, &o.context);
+			ctx_given = 1;
+			break;
 		case 'K':
 			if (cw_kvrow_parse_dtype(optarg, &o.kv_dtype) < 0)
 				rc = bad("--kv-dtype", optarg,
@@ -342,7 +350,7 @@ int cli_cmd_plan(int argc, char **argv)
 		if (rc == 0)
 			rc = plan_dsv4(model, &m, &diag);
 		if (rc == 0)
-			cap_context(&m, &o);
+			cap_context(&m, &o, ctx_given);
 		if (rc == 0 && st_plan_measure_store(model, &m, &diag) < 0)
 			fprintf(stderr, "strata plan: note: %s; per-daemon "
 				"figures leave the store and tokenizer out\n",
@@ -361,7 +369,7 @@ int cli_cmd_plan(int argc, char **argv)
 		return 2;
 	}
 	if (rc == 0)
-		cap_context(&m, &o);
+		cap_context(&m, &o, ctx_given);
 	if (rc == 0)
 		rc = st_plan_compute(&m, &o, &r, &diag);
 	if (rc < 0) {

@@ -167,6 +167,17 @@ print("plan --context %s: KV for %d tokens (%d B)" % (sys.argv[3], want, j["kv"]
 PY
 	fi
 done
+# no --context: the default (4096) is capped to the model's 256 silently
+"$STRATA" plan --model "$KJV" --json >"$TMP/plan.json" 2>"$TMP/errp"
+rc=$?
+if [ $rc -ne 0 ] || grep -q "warning" "$TMP/errp"; then
+	echo "FAIL: plan without --context: exit $rc, or a warning:"
+	cat "$TMP/errp"; fail=1
+elif ! $PY -c "import json,sys; j=json.load(open(sys.argv[1])); sys.exit(j['kv'] != 256 * j['kv_per_token'])" "$TMP/plan.json"; then
+	echo "FAIL: plan without --context: KV not planned for 256 tokens"; fail=1
+else
+	echo "ok: plan without --context: KV for the model's 256 tokens, no warning"
+fi
 # 7. temporary directories of killed converts
 CV="$TMP/cv"
 mkdir -p "$CV"
