@@ -59,24 +59,28 @@ int cli_find_daemon(const char *name, char *buf, size_t len,
 			   "build' first", name);
 }
 
-static void log_tail(const char *run_dir, const char *daemon, char *out,
-		     size_t cap)
+static void log_tail(const char *run_dir, const char *daemon, off_t from,
+		     char *out, size_t cap)
 {
 	char path[4200], *txt = NULL;
-	size_t n = 0, start;
+	size_t n = 0, start, first;
 	int lines = 0;
 
 	out[0] = 0;
 	st_run_path(run_dir, daemon, "log", path, sizeof(path));
 	if (st_read_file(path, &txt, &n) < 0)
 		return;
+	/* the lines of this start only: an appended log also holds the
+	 * earlier starts' (whose errors would read as this one's) */
+	first = from > 0 && (size_t)from <= n ? (size_t)from : 0;
 	start = n;
-	while (start > 0 && lines < 6) {
+	while (start > first && lines < 6) {
 		start--;
 		if (txt[start] == '\n' && start + 1 < n)
 			lines++;
 	}
-	snprintf(out, cap, "%s", txt + start + (txt[start] == '\n'));
+	snprintf(out, cap, "%s",
+		 txt + start + (start > first && txt[start] == '\n'));
 	free(txt);
 }
 
@@ -160,9 +164,10 @@ static int spawn(const struct cli_instance *inst, const char *daemon,
 	return 0;
 }
 
-/* Waits until the daemon's REP socket answers PING, or it exits. */
+/* Waits until the daemon's REP socket answers PING, or it exits; a failure
+ * quotes the last lines its log got since byte `from` (this start's). */
 static int wait_ready(const struct cli_instance *inst, const char *daemon,
-		      int pid, int timeout_s, struct st_diag *diag)
+		      int pid, off_t from, int timeout_s, struct st_diag *diag)
 {
 	uint64_t deadline = st_now_ns() + (uint64_t)timeout_s * 1000000000ull;
 	char ctl[4200], tail[2048];
@@ -172,7 +177,7 @@ static int wait_ready(const struct cli_instance *inst, const char *daemon,
 		int status;
 
 		if (waitpid(pid, &status, WNOHANG) == pid) {
-			log_tail(inst->run_dir, daemon, tail, sizeof(tail));
+			log_tail(inst->run_dir, daemon, from, tail, sizeof(tail));
 			return st_diag_set(diag, -ST_E_PEERGONE,
 					   "%s exited during start-up (status "
 					   "%d); its log says:\n%s", daemon,
@@ -184,7 +189,7 @@ static int wait_ready(const struct cli_instance *inst, const char *daemon,
 			return 0;
 		st_sleep_ns(50000000ull);
 	}
-	log_tail(inst->run_dir, daemon, tail, sizeof(tail));
+	log_tail(inst->run_dir, daemon, from, tail, sizeof(tail));
 	return st_diag_set(diag, -ST_E_TIMEOUT,
 			   "%s did not become ready in %d s; its log says:\n%s",
 			   daemon, timeout_s, tail);
@@ -309,7 +314,7 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 		r = spawn(inst, daemon, argv, 1, ret_pid, diag); /* keep the
 							 * log of a crash */
 	if (r == 0)
-		r = wait_ready(inst, daemon, *ret_pid, timeout_s, diag);
+		r = wait_ready(inst, daemon, *ret_pid, from, timeout_s, diag);
 	if (r == 0)
 		echo_warnings(inst, daemon, from);
 	return r;
@@ -604,7 +609,8 @@ int cli_instance_restart(struct cli_instance *inst, const char *daemon,
 	from = log_size(inst, daemon);
 	r = spawn(inst, daemon, argv, 1, pid_of(inst, i), diag);
 	if (r == 0)
-		r = wait_ready(inst, daemon, *pid_of(inst, i), timeout_s, diag);
+		r = wait_ready(inst, daemon, *pid_of(inst, i), from,
+			       timeout_s, diag);
 	if (r == 0)
 		echo_warnings(inst, daemon, from);
 	free(buf);

@@ -126,6 +126,13 @@ int cli_session_start(const struct cli_session_opts *o, int sigfd,
 	r = cli_instance_up(inst, o->timeout_s, &diag);
 	if (r < 0) {
 		fprintf(stderr, "%s: %s\n", o->who, diag.msg);
+		/* a damaged store in strata's cache: the daemons' remedy
+		 * ("re-run strata convert") does not say which command */
+		if (!o->store && strstr(diag.msg, "strata convert"))
+			fprintf(stderr, "%s: %s is strata's cache of the "
+				"model's store: remove it (rm -rf '%s') and run "
+				"again to convert it anew\n", o->who,
+				inst->store_dir, inst->store_dir);
 		return 1;
 	}
 	return 0;

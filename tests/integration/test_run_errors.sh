@@ -14,6 +14,9 @@
 #  - a damaged expert record: the error strata run prints keeps its whole
 #    remedy ("re-run strata convert"; computed used to cut the message of
 #    a failed generation at 255 bytes), with a long store path;
+#  - a damaged store in strata's cache: exit 1 naming the cache directory
+#    to remove (the daemons' remedy is "re-run strata convert"), and a
+#    failed start quotes only its own log lines (the log is appended to);
 #  - a STRATA_CACHE_DIR that cannot be created: exit 1 naming the cache
 #    and STRATA_CACHE_DIR (it used to blame the model directory);
 #  - strata plan refuses "--context 4k" and the like (exit 2);
@@ -123,6 +126,34 @@ if [ $rc -ne 1 ] || ! grep -q 'checksum mismatch.*the store is damaged: re-run s
 	echo "FAIL: damaged store: exit $rc:"; cat "$TMP/errd"; fail=1
 else
 	echo "damaged store: exit 1, message ends with its remedy"
+fi
+
+# 4b. a damaged store in strata's cache (made by strata run --model): the
+# remedy names the cache directory to remove, and a second failed start in
+# the same run dir quotes only its own log lines
+CACHE2="$TMP/cache2"
+STRATA_CACHE_DIR="$CACHE2" timeout 120 "$STRATA" run --model "$KJV" \
+	--max-tokens 1 --instance "rcc$$" --run-dir "$TMP/runc" >/dev/null \
+	2>"$TMP/errcc0" || { echo "FAIL: cache run"; cat "$TMP/errcc0"; fail=1; }
+CST=$(ls -d "$CACHE2"/*.strata 2>/dev/null | head -1)
+$PY - "$CST/dense.bin" <<'PY'
+import sys
+f = open(sys.argv[1], "r+b"); f.seek(100); f.write(b"xxxxxxxx"); f.close()
+PY
+for i in 1 2; do
+	STRATA_CACHE_DIR="$CACHE2" timeout 60 "$STRATA" run --model "$KJV" \
+		--max-tokens 1 --instance "rcc$$" --run-dir "$TMP/runc" \
+		>/dev/null 2>"$TMP/errcc"
+	rc=$?
+done
+if [ $rc -ne 1 ] || [ -z "$CST" ] ||
+   ! grep -qF "$CST is strata's cache of the model's store: remove it (rm -rf '$CST')" "$TMP/errcc"; then
+	echo "FAIL: damaged cached store: exit $rc:"; cat "$TMP/errcc"; fail=1
+elif [ "$(grep -c 'error: cannot open the model' "$TMP/errcc")" -ne 1 ]; then
+	echo "FAIL: the second start quotes earlier starts' errors:"
+	cat "$TMP/errcc"; fail=1
+else
+	echo "ok: damaged cached store: exit 1, names the cache to remove, one error quoted"
 fi
 
 # 5. an uncreatable store cache
