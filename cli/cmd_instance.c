@@ -107,6 +107,11 @@ static const struct {
 };
 
 #define N_FLAGS (sizeof(k_flag_keys) / sizeof(k_flag_keys[0]))
+/* getopt codes of those flags: FLAG_BASE + index, above the expert-tier
+ * options' CLI_OPT_* codes (0x400...; with 1000 + index the 25th flag
+ * onwards took the tier options' codes, so --evict set serve.max_queued) */
+#define FLAG_BASE 0x1000
+_Static_assert(CLI_OPT_ENGRAM_CACHE < FLAG_BASE, "tier option codes below the flags");
 
 static void copy(char *dst, size_t len, const char *src)
 {
@@ -151,7 +156,7 @@ static int parse(int argc, char **argv, const char *cmd,
 	for (size_t i = 0; i < N_FLAGS; i++)
 		opts[n++] = (struct option){ k_flag_keys[i].flag,
 					     required_argument, NULL,
-					     1000 + (int)i };
+					     FLAG_BASE + (int)i };
 	/* the expert-tier options of strata run, except those that are
 	 * config keys here (--hot-experts, --loader-threads) */
 	for (size_t i = 0; i < sizeof(tier_opts) / sizeof(tier_opts[0]); i++) {
@@ -178,8 +183,8 @@ static int parse(int argc, char **argv, const char *cmd,
 	}
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		if (c >= 1000) {
-			const char *key = k_flag_keys[c - 1000].key;
+		if (c >= FLAG_BASE && c < FLAG_BASE + (int)N_FLAGS) {
+			const char *key = k_flag_keys[c - FLAG_BASE].key;
 
 			if (!is_up && strncmp(key, "instance.", 9)) {
 				inst_usage(stderr, cmd);
@@ -187,7 +192,7 @@ static int parse(int argc, char **argv, const char *cmd,
 			}
 			if (st_iconf_set(conf, key, optarg, &diag) < 0) {
 				fprintf(stderr, "strata %s: --%s: %s\n", cmd,
-					k_flag_keys[c - 1000].flag, diag.msg);
+					k_flag_keys[c - FLAG_BASE].flag, diag.msg);
 				return 2;
 			}
 			continue;

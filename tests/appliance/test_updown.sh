@@ -4,6 +4,8 @@
 #    answer, the run directory is 0700 with one log per daemon, each log
 #    says where its daemon was placed, and `strata status` reports every
 #    resident page of both segments on node 0 (move_pages);
+#  - expert-tier flags of up (--evict, --admit, --stats-half-life) reach
+#    expertd as given;
 #  - `strata restart kvd|expertd|computed`: the daemon gets a new pid, the
 #    other two keep theirs, all three answer again;
 #  - `strata down` leaves nothing behind: no /dev/shm/strata.<inst>.*
@@ -82,7 +84,8 @@ if command -v flock >/dev/null; then
 		{ echo "FAIL: concurrent up: no 'being started'"; cat "$TMP/up3.out"; fail=1; }
 	ls "$RUN"/*.pid >/dev/null 2>&1 && { echo "FAIL: a refused up started daemons"; fail=1; }
 fi
-"$STRATA" up --config "$TMP/inst.conf" >"$TMP/up.out" 2>"$TMP/up.err" || {
+"$STRATA" up --config "$TMP/inst.conf" --evict lru --admit precision \
+	--stats-half-life 100 >"$TMP/up.out" 2>"$TMP/up.err" || {
 	echo "FAIL: strata up"; cat "$TMP/up.err"; exit 1; }
 mode=$(stat -c %a "$RUN")
 [ "$mode" = "700" ] || { echo "FAIL: run dir mode $mode, not 700"; fail=1; }
@@ -102,6 +105,13 @@ tr '\0' ' ' <"$RUN/computed.args" | grep -q -- "--prefetch-depth 1 " ||
 	{ echo "FAIL: experts.prefetch_distance not passed to computed"; fail=1; }
 tr '\0' ' ' <"$RUN/expertd.args" | grep -q -- "--hot-experts 2 " ||
 	{ echo "FAIL: experts.hot_experts not passed to expertd"; fail=1; }
+# expert-tier flags of up reach expertd as given (their getopt codes once
+# collided with the flag table's: --evict set serve.max_queued, --admit
+# crashed strata up)
+for a in "--evict lru " "--admit precision " "--stats-half-life 100 "; do
+	tr '\0' ' ' <"$RUN/expertd.args" | grep -q -- "$a" ||
+		{ echo "FAIL: up's '$a' not passed to expertd: $(tr '\0' ' ' <"$RUN/expertd.args")"; fail=1; }
+done
 
 # the [serve] keys reach computed, and its HTTP API answers
 tr '\0' ' ' <"$RUN/computed.args" | grep -q -- "--http-port $port .*--max-running 4 .*--chat-template none" ||
