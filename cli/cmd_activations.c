@@ -5,6 +5,7 @@
  * drawn by gnuplot.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,8 +65,14 @@ static int draw_png(const struct es_actstats *s, const char *png)
 	FILE *f, *g;
 	int rc;
 
-	if (strpbrk(png, "\n\r"))
+	if (!png[0] || strpbrk(png, "\n\r"))
 		return -EINVAL; /* a gnuplot command ends at a line break */
+	/* gnuplot writes to stdout when it cannot open its output: open it
+	 * here first, so that a bad path is an error, not a PNG on stdout */
+	fd = open(png, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd < 0)
+		return -errno;
+	close(fd);
 	fd = mkstemp(dat);
 	if (fd < 0)
 		return -errno;
@@ -224,8 +231,11 @@ int cli_cmd_activations(int argc, char **argv)
 		} else if ((r = draw_png(&s, png)) < 0) {
 			if (r == -EINVAL)
 				fprintf(stderr, "strata activations: --png: "
-					"the file name has a line break; "
-					"choose another name\n");
+					"the file name is empty or has a line "
+					"break; choose another name\n");
+			else if (r != -EIO)
+				fprintf(stderr, "strata activations: --png "
+					"%s: %s\n", png, st_strerror(r));
 			else
 				fprintf(stderr, "strata activations: gnuplot "
 					"failed to draw %s\n", png);

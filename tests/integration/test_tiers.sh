@@ -66,6 +66,18 @@ if "$STRATA" activations --state-dir "$TMP/state" --png "$png" \
 else
 	echo "FAIL: activations --png '$png'"; cat "$TMP/png.err"; fail=1
 fi
+# a path that cannot be written: exit 1 naming it, and no PNG on stdout
+# (gnuplot falls back to stdout when its output cannot be opened)
+"$STRATA" activations --state-dir "$TMP/state" --png "$TMP/no/such/dir.png" \
+	>"$TMP/png2.out" 2>"$TMP/png2.err"
+rc=$?
+if [ $rc -ne 1 ] || ! grep -q "no/such/dir.png" "$TMP/png2.err" ||
+   grep -q "PNG" "$TMP/png2.out"; then
+	echo "FAIL: activations --png into a missing directory: rc $rc"
+	cat "$TMP/png2.err"; fail=1
+else
+	echo "ok: activations --png into a missing directory: exit 1, no PNG on stdout"
+fi
 run h25hot --host-budget 25% --hot-experts 2 --state-dir "$TMP/state"
 acts "$TMP/acts2"
 # a hot set that does not fit: expertd's start-up warning reaches the user
