@@ -221,6 +221,20 @@ static int save_args(const struct cli_instance *inst, const char *daemon,
 }
 
 /* Appends "--opt val" to argv when val is set. */
+void cli_model_name_of(const char *dir, char *ret, size_t cap)
+{
+	size_t end = strlen(dir), start;
+
+	while (end > 1 && dir[end - 1] == '/')
+		end--;
+	start = end;
+	while (start > 0 && dir[start - 1] != '/')
+		start--;
+	snprintf(ret, cap, "%.*s", (int)(end - start), dir + start);
+	if (!strcmp(ret, "/") || !strcmp(ret, ".") || !strcmp(ret, ".."))
+		ret[0] = 0;
+}
+
 static void add_opt(char **argv, int *a, const char *opt, const char *val)
 {
 	if (val && val[0]) {
@@ -265,6 +279,7 @@ static void daemon_argv(struct cli_instance *inst, const char *daemon,
 		add_opt(argv, &a, "--max-queued", inst->max_queued);
 		add_opt(argv, &a, "--max-step-tokens", inst->max_step_tokens);
 		add_opt(argv, &a, "--chat-template", inst->chat_template);
+		add_opt(argv, &a, "--model-name", inst->model_name);
 		add_opt(argv, &a, "--device-budget", inst->device_budget);
 		add_opt(argv, &a, "--device-kv-budget",
 			inst->device_kv_budget);

@@ -32,6 +32,7 @@ struct cli_instance {
 	char max_queued[16];     /* computed --max-queued, "" = default */
 	char max_step_tokens[16]; /* computed --max-step-tokens, "" = default */
 	char chat_template[16];  /* computed --chat-template, "" = auto */
+	char model_name[256];    /* computed --model-name, "" = its default */
 	char device_budget[64];  /* computed --device-budget, "" = default */
 	char device_kv_budget[64]; /* computed --device-kv-budget, "" = default */
 	int pid_expertd, pid_kvd, pid_computed;
@@ -40,6 +41,13 @@ struct cli_instance {
 	int tiers_only;          /* up: start expertd and kvd only (benchmarks
 				  * and tests run the model in-process) */
 };
+
+/* The model id a checkpoint directory gives the HTTP API: its last path
+ * component (trailing slashes ignored), e.g. "kjv-moe" for
+ * models/kjv-moe/ (computed's own default, the store's name, would be the
+ * cache's "kjv-moe-<hash>-mxfp4").  ret: cap bytes; "" when dir has no
+ * name. */
+void cli_model_name_of(const char *dir, char *ret, size_t cap);
 
 /* Paths of the daemon executables: next to the strata binary, in the build
  * tree layout (../expertd/expertd), or on $PATH.  Returns 0 or -ENOENT with

@@ -102,6 +102,7 @@ static const struct {
 	{ "max-queued", "serve.max_queued" },
 	{ "max-step-tokens", "serve.max_step_tokens" },
 	{ "chat-template", "serve.chat_template" },
+	{ "model-name", "serve.model_name" },
 	{ "device-budget", "device.budget" },
 	{ "device-kv-budget", "device.kv_budget" },
 };
@@ -311,6 +312,14 @@ static int parse(int argc, char **argv, const char *cmd,
 			copy(inst->max_step_tokens,
 			     sizeof(inst->max_step_tokens),
 			     st_iconf_get(conf, "serve.max_step_tokens"));
+		if (st_iconf_get(conf, "serve.model_name")[0])
+			copy(inst->model_name, sizeof(inst->model_name),
+			     st_iconf_get(conf, "serve.model_name"));
+		else if (st_iconf_is_set(conf, "model.path") &&
+			 !st_iconf_is_set(conf, "model.store"))
+			cli_model_name_of(st_iconf_get(conf, "model.path"),
+					  inst->model_name,
+					  sizeof(inst->model_name));
 		if (strcmp(st_iconf_get(conf, "serve.chat_template"), "auto"))
 			copy(inst->chat_template, sizeof(inst->chat_template),
 			     st_iconf_get(conf, "serve.chat_template"));

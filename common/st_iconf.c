@@ -91,6 +91,9 @@ static const struct st_iconf_knob knobs[] = {
 	  "auto|chatml|mixtral|deepseek|none", "auto", "--chat-template", 1,
 	  "chat template of /v1/chat/completions (auto: from the store's "
 	  "tokenizer_config.json)" },
+	{ "serve", "model_name", ST_ICONF_STR, 0, 0, NULL, "", "--model-name",
+	  1, "model id of the HTTP API (requests' \"model\", GET /v1/models; "
+	  "empty: the model directory's name, else the store's)" },
 	{ "device", "gpu_budget", ST_ICONF_SIZE, 0, 0, NULL, "0", "--gpu", 0,
 	  "device memory (T0); the planner uses it, the CPU build has no "
 	  "device" },

@@ -76,7 +76,7 @@ static int check_model(const struct cw_api *api, json_t *x,
 		return fail(e, 404, "invalid_request_error", "model",
 			    "model_not_found", "the model '%.200s' does not "
 			    "exist: this server serves '%s' (GET /v1/models; "
-			    "computed --model-name sets it)",
+			    "strata up --model-name sets it)",
 			    json_string_value(x), api->model_name);
 	return 0;
 }

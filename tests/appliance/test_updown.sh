@@ -8,6 +8,8 @@
 #    expertd as given;
 #  - `strata restart kvd|expertd|computed`: the daemon gets a new pid, the
 #    other two keep theirs, all three answer again;
+#  - the HTTP model id: the store's name with --store, the checkpoint
+#    directory's name with --model, --model-name's when given;
 #  - `strata down` leaves nothing behind: no /dev/shm/strata.<inst>.*
 #    segment, no socket, pid or args file in the run dir, no process.
 set -u
@@ -29,6 +31,7 @@ RUN="$TMP/run"
 fail=0
 cleanup() {
 	"$STRATA" down --instance "$inst" --run-dir "$RUN" >/dev/null 2>&1
+	"$STRATA" down --instance "${inst}m" --run-dir "$TMP/runm" >/dev/null 2>&1
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -116,6 +119,9 @@ done
 # the [serve] keys reach computed, and its HTTP API answers
 tr '\0' ' ' <"$RUN/computed.args" | grep -q -- "--http-port $port .*--max-running 4 .*--chat-template none" ||
 	{ echo "FAIL: [serve] keys not passed to computed: $(tr '\0' ' ' <"$RUN/computed.args")"; fail=1; }
+# the model id: a given --store serves under the store's name ...
+curl -s "http://127.0.0.1:$port/v1/models" | grep -q '"id": *"store"' ||
+	{ echo "FAIL: /v1/models does not list the store's name 'store'"; fail=1; }
 code=$(curl -s -o "$TMP/health" -w '%{http_code}' "http://127.0.0.1:$port/health")
 [ "$code" = 200 ] && grep -q '"ok"' "$TMP/health" ||
 	{ echo "FAIL: /health on port $port from the config: $code $(cat "$TMP/health")"; fail=1; }
@@ -191,5 +197,21 @@ done
 for p in $pids; do
 	alive "$p" && { echo "FAIL: process $p still runs"; fail=1; }
 done
-[ $fail = 0 ] && echo "up, status, restart x3, down: ok"
+
+# ... --model DIR serves under the directory's name (not the cached store's
+# kjv-moe-<hash>-mxfp4, which the README's client example cannot know), and
+# --model-name wins
+for want in kjv-moe kjv; do
+	extra=""; [ "$want" = kjv ] && extra="--model-name kjv"
+	# shellcheck disable=SC2086
+	STRATA_CACHE_DIR="$TMP/cache" "$STRATA" up --model "$MODEL" \
+		--instance "${inst}m" --run-dir "$TMP/runm" --http-port "$port" \
+		$extra >"$TMP/upm.out" 2>&1 ||
+		{ echo "FAIL: strata up --model $extra"; cat "$TMP/upm.out"; fail=1; }
+	id=$(curl -s "http://127.0.0.1:$port/v1/models" |
+		/usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["data"][0]["id"])')
+	[ "$id" = "$want" ] || { echo "FAIL: up --model $extra serves '$id', not '$want'"; fail=1; }
+	"$STRATA" down --instance "${inst}m" --run-dir "$TMP/runm" >/dev/null 2>&1
+done
+[ $fail = 0 ] && echo "up, status, restart x3, down, model ids: ok"
 exit $fail
