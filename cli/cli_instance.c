@@ -221,6 +221,15 @@ static int save_args(const struct cli_instance *inst, const char *daemon,
 }
 
 /* Appends "--opt val" to argv when val is set. */
+void cli_cache_hint(const struct cli_instance *inst, const char *who,
+		    const char *msg)
+{
+	if (inst->store_is_cache && msg && strstr(msg, "strata convert"))
+		fprintf(stderr, "%s: %s is strata's cache of the model's store: "
+			"remove it (rm -rf '%s') and run again to convert it "
+			"anew\n", who, inst->store_dir, inst->store_dir);
+}
+
 void cli_model_name_of(const char *dir, char *ret, size_t cap)
 {
 	size_t end = strlen(dir), start;

@@ -33,6 +33,8 @@ struct cli_instance {
 	char max_step_tokens[16]; /* computed --max-step-tokens, "" = default */
 	char chat_template[16];  /* computed --chat-template, "" = auto */
 	char model_name[256];    /* computed --model-name, "" = its default */
+	int store_is_cache;      /* store_dir is strata's cache of a --model
+				  * checkpoint (made by convert, not named) */
 	char device_budget[64];  /* computed --device-budget, "" = default */
 	char device_kv_budget[64]; /* computed --device-kv-budget, "" = default */
 	int pid_expertd, pid_kvd, pid_computed;
@@ -41,6 +43,13 @@ struct cli_instance {
 	int tiers_only;          /* up: start expertd and kvd only (benchmarks
 				  * and tests run the model in-process) */
 };
+
+/* After a failure whose message msg names "strata convert" as the remedy
+ * (a damaged or outdated store): when inst's store is strata's cache of a
+ * checkpoint, says on stderr which directory to remove so that the next
+ * run converts it anew (the daemons cannot know the store is a cache). */
+void cli_cache_hint(const struct cli_instance *inst, const char *who,
+		    const char *msg);
 
 /* The model id a checkpoint directory gives the HTTP API: its last path
  * component (trailing slashes ignored), e.g. "kjv-moe" for

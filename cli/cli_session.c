@@ -42,6 +42,7 @@ static int prepare_store(const struct cli_session_opts *o, int sigfd,
 				o->who, inst->store_dir, st_strerror(r));
 		return 1;
 	}
+	inst->store_is_cache = !o->store;
 	if (!o->store) /* the API names the model, not its cached store */
 		cli_model_name_of(model_dir, inst->model_name,
 				  sizeof(inst->model_name));
@@ -129,13 +130,7 @@ int cli_session_start(const struct cli_session_opts *o, int sigfd,
 	r = cli_instance_up(inst, o->timeout_s, &diag);
 	if (r < 0) {
 		fprintf(stderr, "%s: %s\n", o->who, diag.msg);
-		/* a damaged store in strata's cache: the daemons' remedy
-		 * ("re-run strata convert") does not say which command */
-		if (!o->store && strstr(diag.msg, "strata convert"))
-			fprintf(stderr, "%s: %s is strata's cache of the "
-				"model's store: remove it (rm -rf '%s') and run "
-				"again to convert it anew\n", o->who,
-				inst->store_dir, inst->store_dir);
+		cli_cache_hint(inst, o->who, diag.msg);
 		return 1;
 	}
 	return 0;

@@ -378,6 +378,7 @@ static int prepare_store(const struct st_iconf *conf, struct cli_instance *inst,
 			"path / store in --config)\n", who);
 		return 2;
 	}
+	inst->store_is_cache = !inst->store_dir[0];
 	if (!inst->store_dir[0] &&
 	    (r = cli_default_store_dir(model, experts, inst->store_dir,
 				       sizeof(inst->store_dir))) < 0) {
@@ -439,6 +440,7 @@ int cli_cmd_up(int argc, char **argv)
 	r = cli_instance_up(&inst, timeout_s, &diag);
 	if (r < 0) {
 		fprintf(stderr, "strata up: %s\n", diag.msg);
+		cli_cache_hint(&inst, "strata up", diag.msg);
 		r = 1;
 		goto out;
 	}

@@ -288,6 +288,7 @@ struct run_result {
 	char *text;
 	size_t text_len;
 	int interrupted, computed_died;
+	int store_damaged;    /* the failure's remedy is strata convert */
 	const char *died;     /* the daemon that died (NULL: none) */
 	int died_pid;
 };
@@ -402,9 +403,12 @@ static int generate(struct cw_client *cw, const struct run_opts *o,
 	if (r < 0) {
 		if (res->interrupted)
 			fprintf(stderr, "strata run: interrupted\n");
-		else if (!res->died)
+		else if (!res->died) {
 			fprintf(stderr, "strata run: generation failed: %s\n",
 				diag.msg);
+			res->store_damaged =
+				strstr(diag.msg, "strata convert") != NULL;
+		}
 	}
 	if (!res->computed_died)
 		cw_client_gen_end(cw, gen_id);
@@ -737,6 +741,8 @@ int cli_cmd_run(int argc, char **argv)
 			"run: run it again, or serve with strata up and "
 			"strata restart)\n", res.died, res.died_pid,
 			inst.run_dir, res.died);
+	if (res.store_damaged)
+		cli_cache_hint(&inst, "strata run", "strata convert");
 	if (!res.died && !res.interrupted &&
 	    cw_client_stats(cw, &s1) < 0)
 		have_stats = 0;
