@@ -339,8 +339,6 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 							 * log of a crash */
 	if (r == 0)
 		r = wait_ready(inst, daemon, *ret_pid, from, timeout_s, diag);
-	if (r == 0)
-		echo_warnings(inst, daemon, from);
 	return r;
 }
 
@@ -371,6 +369,7 @@ int cli_instance_up(struct cli_instance *inst, int timeout_s,
 {
 	char lockp[4200];
 	int r = st_run_dir_prepare(inst->run_dir, diag), lock;
+	off_t from[3];
 
 	if (r < 0)
 		return r;
@@ -398,12 +397,19 @@ int cli_instance_up(struct cli_instance *inst, int timeout_s,
 				   r, inst->name);
 	}
 	/* expertd, then kvd, then computed, which connects to both */
+	from[0] = log_size(inst, "expertd");
+	from[1] = log_size(inst, "kvd");
+	from[2] = log_size(inst, "computed");
 	r = start_one(inst, "expertd", &inst->pid_expertd, timeout_s, diag);
 	if (!r)
 		r = start_one(inst, "kvd", &inst->pid_kvd, timeout_s, diag);
 	if (!r && !inst->tiers_only)
 		r = start_one(inst, "computed", &inst->pid_computed, timeout_s,
 			      diag);
+	/* after all are up: kvd makes its pool (and spill file) for
+	 * computed's geometry, so some start-up warnings come late */
+	for (int i = 0; r == 0 && i < 3; i++)
+		echo_warnings(inst, k_daemons[i], from[i]);
 	inst->started_by_us = 1;
 	if (r < 0)
 		cli_instance_down(inst);

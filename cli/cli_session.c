@@ -97,12 +97,14 @@ int cli_session_start(const struct cli_session_opts *o, int sigfd,
 		if (o->model || o->store || o->host_budget || o->kv_budget ||
 		    o->kv_spill ||
 		    o->kv_dtype || o->compute || o->device_budget ||
-		    o->device_kv_budget || strcmp(o->experts, "mxfp4"))
+		    o->device_kv_budget || strcmp(o->experts, "mxfp4") ||
+		    (o->tier && (o->tier->n_es || o->tier->n_cw)))
 			fprintf(stderr, "%s: instance '%s' is running with its "
 				"own model and settings; --model, --store, "
-				"--experts, --kv-dtype, --compute and the "
-				"budget options "
-				"are ignored\n", o->who, inst->name);
+				"--experts, --kv-dtype, --compute, the budget "
+				"and the expert-tier options (--evict, --admit, "
+				"--hot-experts ...) are ignored\n", o->who,
+				inst->name);
 		fprintf(stderr, "%s: using running instance '%s'\n", o->who,
 			inst->name);
 		return 0;

@@ -109,8 +109,9 @@ int kv_spill_open(struct kv_pool *p, const char *path, int adopted,
 		if (fstatfs(fd, &fs) == 0 &&
 		    (unsigned long)fs.f_type == KV_TMPFS_MAGIC)
 			st_warn("spill file %s is on tmpfs (memory): spilling "
-				"there saves no memory; put it on NVMe with "
-				"kvd --spill-file", path);
+				"there saves no memory; put it on NVMe (kvd "
+				"--spill-file PATH, or a --run-dir on NVMe for "
+				"strata up/run)", path);
 	}
 	sp->n_free_slots = 0;
 	for (uint64_t i = p->lay.n_slots; i-- > 0;)

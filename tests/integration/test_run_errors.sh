@@ -17,6 +17,8 @@
 #  - a damaged store in strata's cache: exit 1 naming the cache directory
 #    to remove (the daemons' remedy is "re-run strata convert"), and a
 #    failed start quotes only its own log lines (the log is appended to);
+#  - kvd's warning about a spill file on tmpfs (logged after computed
+#    connects) is echoed by strata run;
 #  - a STRATA_CACHE_DIR that cannot be created: exit 1 naming the cache
 #    and STRATA_CACHE_DIR (it used to blame the model directory);
 #  - strata plan refuses "--context 4k" and the like (exit 2);
@@ -154,6 +156,25 @@ elif [ "$(grep -c 'error: cannot open the model' "$TMP/errcc")" -ne 1 ]; then
 	cat "$TMP/errcc"; fail=1
 else
 	echo "ok: damaged cached store: exit 1, names the cache to remove, one error quoted"
+fi
+
+# 4c. a warning kvd logs once computed has connected (its spill file on
+# tmpfs) reaches strata run's stderr
+if [ -d /dev/shm ] && [ -w /dev/shm ]; then
+	SHMRUN=$(mktemp -d /dev/shm/strata-runerr-XXXXXX)
+	"$STRATA" run --store "$STORE" --prompt "And" --max-tokens 2 \
+		--kv-spill-budget 1MiB --instance "rsh$$" --run-dir "$SHMRUN" \
+		>/dev/null 2>"$TMP/errsh"
+	rc=$?
+	rm -rf "$SHMRUN"
+	if [ $rc -ne 0 ] || ! grep -q "strata: kvd warns: spill file .* is on tmpfs" "$TMP/errsh"; then
+		echo "FAIL: tmpfs spill warning not shown by strata run (rc $rc):"
+		cat "$TMP/errsh"; fail=1
+	else
+		echo "ok: kvd's tmpfs spill warning reaches strata run"
+	fi
+else
+	echo "SKIP (check 4c only): no writable /dev/shm"
 fi
 
 # 5. an uncreatable store cache
