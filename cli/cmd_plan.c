@@ -40,6 +40,8 @@ static void plan_usage(FILE *f)
 "  --experts-count N --top-k K --layers L --kv-heads H --head-dim D\n"
 "  [--hidden H]          (for the activation estimate; or --activations)\n"
 "Sizes take KiB/MiB/GiB (powers of 1024) or kB/MB/GB (powers of 1000).\n"
+"Defaults as strata run/up: --batch 1, --context 4096 (capped to the\n"
+"model's max_position_embeddings), --kv-dtype f32, --experts mxfp4.\n"
 "--config FILE reads an instance config (docs/strata.conf.example); flags\n"
 "win over it.\n"
 "\n"

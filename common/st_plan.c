@@ -34,7 +34,7 @@ void st_plan_opts_default(struct st_plan_opts *o)
 	memset(o, 0, sizeof(*o));
 	o->batch = 1;
 	o->context = 4096;
-	o->kv_dtype = ST_DTYPE_F16;
+	o->kv_dtype = ST_DTYPE_F32; /* strata run/up's default (kv.dtype) */
 	o->experts.dtype = ST_DTYPE_MXFP4;
 	o->experts.group = 32;
 	o->dense_dtype = ST_DTYPE_BF16;
