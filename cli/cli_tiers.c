@@ -5,6 +5,34 @@
 #include "cli_tiers.h"
 
 #include <stdio.h>
+#include <string.h>
+
+/* arg is one of the '|'-separated words of choices. */
+static int one_of(const char *arg, const char *choices)
+{
+	size_t n = strlen(arg);
+
+	for (const char *p = choices; *p;) {
+		const char *end = strchr(p, '|');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+
+		if (n && len == n && !strncmp(p, arg, n))
+			return 1;
+		p += len + (end ? 1 : 0);
+	}
+	return 0;
+}
+
+/* Checks a word-valued option before any daemon starts (expertd would
+ * refuse it only after the start).  0 or -1 (message printed). */
+static int check_word(const char *opt, const char *arg, const char *choices)
+{
+	if (one_of(arg, choices))
+		return 0;
+	fprintf(stderr, "strata: %s must be %s, not '%s'\n", opt, choices,
+		arg);
+	return -1;
+}
 
 static int add(const char **list, int *n, const char *opt, const char *arg)
 {
@@ -22,8 +50,14 @@ static int add(const char **list, int *n, const char *opt, const char *arg)
 int cli_tier_opt(struct cli_tier_args *t, int code, const char *arg)
 {
 	switch (code) {
-	case CLI_OPT_EVICT: return add(t->es, &t->n_es, "--evict", arg);
-	case CLI_OPT_ADMIT: return add(t->es, &t->n_es, "--admit", arg);
+	case CLI_OPT_EVICT:
+		if (check_word("--evict", arg, "lru|lfru") < 0)
+			return -1;
+		return add(t->es, &t->n_es, "--evict", arg);
+	case CLI_OPT_ADMIT:
+		if (check_word("--admit", arg, "frequency|precision") < 0)
+			return -1;
+		return add(t->es, &t->n_es, "--admit", arg);
 	case CLI_OPT_HOT: return add(t->es, &t->n_es, "--hot-experts", arg);
 	case CLI_OPT_STATE_DIR:
 		return add(t->es, &t->n_es, "--state-dir", arg);

@@ -71,7 +71,7 @@ enum {
 
 /* Handles option `code` (CLI_OPT_*) with argument arg.  Returns 1 when it
  * was a tier option, 0 if not, -1 (message printed) when the lists are
- * full. */
+ * full or a word-valued option (--evict, --admit) has another word. */
 int cli_tier_opt(struct cli_tier_args *t, int code, const char *arg);
 
 /* Tier figures of a run, from two STATS snapshots (before s0, after s1)

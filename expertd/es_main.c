@@ -551,6 +551,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
+	if (d.opt.admit == ES_ADMIT_PRECISION && d.opt.evict != ES_EVICT_LFRU)
+		st_warn("--admit precision applies under --evict lfru only; "
+			"with --evict lru every hint is admitted");
 	es_tiers_warm(&d);
 	if (d.pool.adopted)
 		es_server_publish(&d, ES_EVT_EPOCH);

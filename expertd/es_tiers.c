@@ -144,9 +144,11 @@ int es_tiers_init(struct es_daemon *d, struct st_diag *diag)
 	d->pool.ev = &d->ev;
 	if (d->opt.hot_experts > 0 && hot_per_layer(d) < d->opt.hot_experts)
 		st_warn("--hot-experts %d per layer does not fit %u slots "
-			"(%u layers, top-k %u leaves room for %d per layer)",
-			d->opt.hot_experts, v->n_slots, v->n_layers,
-			d->pool.geom.top_k, hot_per_layer(d));
+			"(%u layers, top-k %u leaves room for %d per layer); "
+			"pinning %d per layer (ranked from the activation "
+			"statistics every 64 tokens or 2 s)", d->opt.hot_experts, v->n_slots,
+			v->n_layers, d->pool.geom.top_k, hot_per_layer(d),
+			hot_per_layer(d));
 	rank_hot(d);
 	d->next_save_ns = st_now_ns() +
 			  (uint64_t)d->opt.stats_save_s * 1000000000ull;

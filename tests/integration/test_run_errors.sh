@@ -77,6 +77,20 @@ for v in abc -1 12x; do
 	fi
 done
 
+# word-valued tier options are checked before any daemon starts (expertd
+# refused them only after the start, leaving a run directory behind)
+for a in "--admit bogus" "--evict mru" "--admit="; do
+	# shellcheck disable=SC2086
+	"$STRATA" run --store "$STORE" $a --instance "rw$$" \
+		--run-dir "$TMP/rw-run" >/dev/null 2>"$TMP/errw"
+	rc=$?
+	if [ $rc -ne 2 ] || ! grep -q -- "must be" "$TMP/errw" ||
+	   [ -e "$TMP/rw-run" ]; then
+		echo "FAIL: strata run $a: exit $rc (or a run dir made):"
+		cat "$TMP/errw"; fail=1
+	fi
+done
+
 # 3. a tier daemon killed while strata run generates
 for d in expertd kvd; do
 	run="$TMP/run-$d"
