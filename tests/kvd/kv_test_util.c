@@ -143,13 +143,23 @@ const char *kvd_segment_path(const char *name, char *buf, size_t len)
 
 void kvd_cleanup(struct kvd_inst *k)
 {
-	char shm[128];
-
 	if (k->pid > 0)
 		kvd_kill(k, SIGKILL);
 	if (k->name[0]) {
-		snprintf(shm, sizeof(shm), "/strata.%s.kv", k->name);
-		shm_unlink(shm);
+		/* every segment of the instance: the pool, and the device KV
+		 * slot table ("devkv") a killed kvd leaves as well */
+		char prefix[128], shm[400];
+		struct dirent *d;
+		DIR *dir = opendir("/dev/shm");
+
+		snprintf(prefix, sizeof(prefix), "strata.%s.", k->name);
+		while (dir && (d = readdir(dir)))
+			if (!strncmp(d->d_name, prefix, strlen(prefix))) {
+				snprintf(shm, sizeof(shm), "/%s", d->d_name);
+				shm_unlink(shm);
+			}
+		if (dir)
+			closedir(dir);
 	}
 	if (k->run_dir[0])
 		st_rm_rf(k->run_dir);
