@@ -132,6 +132,15 @@ void cli_tier_figures(const struct cw_stats_wire *s0,
 	t->hot_slots = (int)s1->es_hot_slots;
 }
 
+void cli_tier_per_token(struct cli_tier_figures *t, uint64_t tokens,
+			double busy_s)
+{
+	t->busy_s = busy_s;
+	t->stall_fraction = busy_s > 0 ? t->stall_s / busy_s : 0;
+	t->stall_ms_per_token = tokens ? t->stall_s * 1e3 / (double)tokens : 0;
+	t->bytes_per_token = tokens ? (double)t->load_bytes / (double)tokens : 0;
+}
+
 void cli_tier_print(FILE *f, const struct cli_tier_figures *t)
 {
 	fprintf(f, "NVMe tier          %llu loads, %.1f MiB read (%s), "

@@ -96,6 +96,13 @@ void cli_tier_figures(const struct cw_stats_wire *s0,
 		      const struct cw_stats_wire *s1,
 		      struct cli_tier_figures *ret);
 
+/* Recomputes t's per-token figures (bytes and stall per token, stall share
+ * of busy_s seconds) for `tokens` tokens, where computed's counters do not
+ * count them: SCORE requests (strata perplexity) add no prompt or
+ * generated tokens and no prefill or decode time. */
+void cli_tier_per_token(struct cli_tier_figures *t, uint64_t tokens,
+			double busy_s);
+
 /* Prints the tier lines of a run summary. */
 void cli_tier_print(FILE *f, const struct cli_tier_figures *t);
 

@@ -513,6 +513,8 @@ int cli_cmd_perplexity(int argc, char **argv)
 				o.save_base);
 		if (have_tier && cw_client_stats(cw, &ts1) == 0) {
 			cli_tier_figures(&ts0, &ts1, &tf);
+			cli_tier_per_token(&tf, scored,
+					   (double)(st_now_ns() - t0) / 1e9);
 			cli_tier_print(h, &tf);
 		} else {
 			have_tier = 0;
