@@ -98,6 +98,14 @@ fi
 	--route-record "$TMP/rec.jsonl" --instance "tt$$ppl" \
 	--run-dir "$TMP/run-ppl" >"$TMP/ppl.out" 2>"$TMP/ppl.err" ||
 	{ echo "FAIL: strata perplexity --route-record"; cat "$TMP/ppl.err"; exit 1; }
+# its tier lines count the scored tokens (they read 0 KiB/token when
+# SCORE's tokens were not counted): loads > 0 and KiB/token > 0
+if grep -q "^NVMe tier" "$TMP/ppl.out"; then
+	grep "^NVMe tier" "$TMP/ppl.out" | grep -qv " 0 KiB/token" ||
+		{ echo "FAIL: perplexity tier line: $(grep '^NVMe' "$TMP/ppl.out")"; fail=1; }
+else
+	echo "FAIL: perplexity printed no tier lines"; cat "$TMP/ppl.out"; fail=1
+fi
 $PY - "$ROUTING" "$TMP/forced.jsonl" <<'PY' || exit 1
 import json, sys
 # a routing no router would choose: expert (e + 5) % 16 for e of the fixture
