@@ -343,6 +343,13 @@ int cli_cmd_plan(int argc, char **argv)
 		rc = bad("argument", argv[optind], "unexpected (see --help)");
 	if (!rc && o.page_rows < 1)
 		rc = bad("--page-rows", "0", "must be 1..4096");
+	if (!rc && (o.batch < 1 || o.context < 1)) {
+		char v[24];
+
+		snprintf(v, sizeof(v), "%d", o.batch < 1 ? o.batch : o.context);
+		rc = bad(o.batch < 1 ? "--batch" : "--context", v,
+			 "must be at least 1");
+	}
 	if (rc) {
 		free(conf);
 		return rc;

@@ -211,6 +211,14 @@ for a in "--batch four" "--context 4k" "--top-k 2x" "--page-rows 16rows"; do
 		echo "FAIL: plan $a: exit $rc:"; cat "$TMP/errp"; fail=1
 	fi
 done
+for a in "--context 0" "--batch -1"; do
+	# shellcheck disable=SC2086
+	"$STRATA" plan --model "$KJV" $a >/dev/null 2>"$TMP/errp"
+	rc=$?
+	if [ $rc -ne 2 ] || ! grep -q "must be at least 1" "$TMP/errp"; then
+		echo "FAIL: plan $a: exit $rc (usage errors exit 2):"; cat "$TMP/errp"; fail=1
+	fi
+done
 for ctx in 4096 128; do
 	"$STRATA" plan --model "$KJV" --context $ctx --json >"$TMP/plan.json" \
 		2>"$TMP/errp"
