@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "es_client.h"
 #include "st_util.h"
+#include "test_daemons.h"
 #include "test_util.h"
 
 void dsvt_fail(int *n_fail, const char *file, int line, const char *fmt, ...)
@@ -227,4 +229,22 @@ char *dsvt_fixture_config(const char *fixture)
 		exit(1);
 	}
 	return buf;
+}
+
+int dsvt_expertd_open(struct st_test_inst *inst, const char *const *args,
+		      struct es_client **ret_es, char *msg, size_t cap)
+{
+	struct st_diag diag = { "" };
+
+	*ret_es = NULL;
+	if (st_test_daemon_start(inst, "expertd", args, 30) < 0) {
+		snprintf(msg, cap, "expertd did not start");
+		return -1;
+	}
+	if (es_client_open(inst->run_dir, inst->name, "test", 10000, ret_es,
+			   &diag)) {
+		snprintf(msg, cap, "es_client_open: %s", diag.msg);
+		return -1;
+	}
+	return 0;
 }

@@ -1,6 +1,6 @@
 /*
  * dsv_test_util.h — scaffolding shared by the DeepSeek-V4 and V4.1 tests
- * (tests/computed/test_dsv4*.c, test_dsv41_{reference,units,kv,store,
+ * (tests/computed/test_dsv4*.c, test_dsv41_{reference,units,kv,store,fast,
  * perplexity}.c): the failure counter macro, the fixtures' reference.json
  * (cases: prompt ids and greedy continuations; {top10, lse} records), the
  * log-sum-exp / argmax / median arithmetic the comparisons use, and the
@@ -97,6 +97,18 @@ double dsvt_max_abs_diff(const float *a, const float *b, size_t n,
 
 /* A deterministic pseudo-random value in [-1, 1) (LCG state *st). */
 float dsvt_prand(unsigned *st);
+
+struct st_test_inst;
+struct es_client;
+
+/*
+ * Starts expertd for inst (st_test_inst_init done by the caller) with
+ * args (NULL-terminated, as st_test_daemon_start) and opens the client
+ * "test" on it into *ret_es (caller closes; st_test_inst_stop stops the
+ * daemon).  0, or -1 with what failed in msg[cap].
+ */
+int dsvt_expertd_open(struct st_test_inst *inst, const char *const *args,
+		      struct es_client **ret_es, char *msg, size_t cap);
 
 /* The config.json text of ../shared fixture `fixture` (malloc'd, caller
  * frees); exits 77 without ../shared (st_test_fixture_model), 1 when the

@@ -82,6 +82,7 @@
 #include <string.h>
 
 #include "cw_dsv41.h"
+#include "dsv_test_util.h"
 #include "es_client.h"
 #include "es_convert.h"
 #include "st_util.h"
@@ -89,18 +90,6 @@
 #include "test_util.h"
 
 static int n_fail;
-
-#define CHECK(cond, ...)                                                   \
-	do {                                                               \
-		if (!(cond)) {                                             \
-			if (n_fail++ < 30) {                               \
-				fprintf(stderr, "FAIL %s:%d: ", __FILE__,  \
-					__LINE__);                         \
-				fprintf(stderr, __VA_ARGS__);              \
-				fputc('\n', stderr);                       \
-			}                                                  \
-		}                                                          \
-	} while (0)
 
 #define CHUNK 16
 #define MAX_POS 4096
@@ -124,35 +113,6 @@ struct cmp {
 	double rel[MAX_POS]; /* max|d| / std(ref) per position */
 };
 
-static double lse(const float *x, int n)
-{
-	double mx = -INFINITY, s = 0.0;
-
-	for (int i = 0; i < n; i++)
-		if (x[i] > mx)
-			mx = x[i];
-	for (int i = 0; i < n; i++)
-		s += exp((double)x[i] - mx);
-	return mx + log(s);
-}
-
-static int argmax(const float *x, int n)
-{
-	int b = 0;
-
-	for (int i = 1; i < n; i++)
-		if (x[i] > x[b])
-			b = i;
-	return b;
-}
-
-static int cmp_d(const void *x, const void *y)
-{
-	double a = *(const double *)x, b = *(const double *)y;
-
-	return a < b ? -1 : a > b;
-}
-
 static double quantile(const double *v, long n, double q)
 {
 	double *c;
@@ -162,7 +122,7 @@ static double quantile(const double *v, long n, double q)
 		return INFINITY;
 	c = malloc((size_t)n * sizeof(double));
 	memcpy(c, v, (size_t)n * sizeof(double));
-	qsort(c, (size_t)n, sizeof(double), cmp_d);
+	qsort(c, (size_t)n, sizeof(double), dsvt_cmp_double);
 	r = c[(long)(q * (n - 1) + 0.5)];
 	free(c);
 	return r;
@@ -171,7 +131,7 @@ static double quantile(const double *v, long n, double q)
 static void compare_pos(struct cmp *c, const float *a, const float *b, int V)
 {
 	double mean = 0.0, var = 0.0, md = 0.0;
-	int ta = argmax(a, V);
+	int ta = dsvt_argmax(a, V);
 
 	for (int i = 0; i < V; i++)
 		mean += a[i];
@@ -188,28 +148,12 @@ static void compare_pos(struct cmp *c, const float *a, const float *b, int V)
 		c->worst_rel = md / sqrt(var);
 	if (c->n_pos < MAX_POS) {
 		c->rel[c->n_pos] = md / sqrt(var);
-		c->dlp[c->n_pos] = fabs((a[ta] - lse(a, V)) -
-					(b[ta] - lse(b, V)));
+		c->dlp[c->n_pos] = fabs((a[ta] - dsvt_lse(a, V)) -
+					(b[ta] - dsvt_lse(b, V)));
 	}
-	c->top1_same += ta == argmax(b, V);
+	c->top1_same += ta == dsvt_argmax(b, V);
 	c->identical += !memcmp(a, b, (size_t)V * sizeof(float));
 	c->n_pos++;
-}
-
-/* The ids of case cs: prompt then greedy continuation; returns the
- * count (ids malloc'd). */
-static int case_seq(const json_t *cs, int32_t **ids)
-{
-	const json_t *jids = json_object_get(cs, "ids");
-	const json_t *gc = json_object_get(cs, "greedy_continuation");
-	int n = (int)json_array_size(jids), ng = (int)json_array_size(gc);
-
-	*ids = malloc((size_t)(n + ng + 1) * sizeof(int32_t));
-	for (int i = 0; i < n; i++)
-		(*ids)[i] = (int32_t)json_integer_value(json_array_get(jids, i));
-	for (int i = 0; i < ng; i++)
-		(*ids)[n + i] = (int32_t)json_integer_value(json_array_get(gc, i));
-	return n + ng;
 }
 
 /* ---- an independent model of the fast kernels' one approximation ----
@@ -308,8 +252,8 @@ static void run_all(const struct cw_dsv41_model *ref,
 
 	json_array_foreach(cases, ci, cs) {
 		struct cw_dsv41_state *sa = NULL, *sb = NULL;
-		int32_t *ids;
-		int n = case_seq(cs, &ids);
+		int n;
+		int32_t *ids = dsvt_case_ids(cs, 1, &n, NULL);
 
 		CHECK(a && b && cw_dsv41_state_new(ref, n, &sa) == 0 &&
 		      cw_dsv41_state_new(fm, n, &sb) == 0, "state");
@@ -370,21 +314,8 @@ struct fstats {
 static void fx_err(const json_t *rec, const float *lg, int V,
 		   struct fstats *f)
 {
-	const json_t *top = json_object_get(rec, "top10"), *e;
-	double dl = 0.0;
-	size_t i;
-
-	json_array_foreach(top, i, e) {
-		int id = (int)json_integer_value(json_array_get(e, 0));
-		double d = fabs(lg[id] - json_number_value(json_array_get(e, 1)));
-
-		if (!(d <= dl))
-			dl = d;
-	}
 	if (f->n < MAX_POS) {
-		f->dl[f->n] = dl;
-		f->ds[f->n] = fabs(lse(lg, V) - json_number_value(
-						       json_object_get(rec, "lse")));
+		dsvt_dist_err(rec, lg, V, &f->dl[f->n], &f->ds[f->n]);
 		f->n++;
 	}
 }
@@ -430,22 +361,13 @@ static void fx_case(const struct cw_dsv41_model *m, const json_t *cs,
 		}
 		if (gap_ok) {
 			f->g_total++;
-			f->g_same += argmax(row, V) == want;
+			f->g_same += dsvt_argmax(row, V) == want;
 			if (json_number_value(json_object_get(stp, "top1_minus_top2")) < 0.1)
 				gap_ok = 0;
 		}
 	}
 	cw_dsv41_state_free(s);
 	free(lg);
-}
-
-static double share_within(const double *v, int n, double tol)
-{
-	int k = 0;
-
-	for (int i = 0; i < n; i++)
-		k += v[i] <= tol;
-	return n ? (double)k / n : 0.0;
 }
 
 /* The fixture rule for fast mode (header, point 3): median max|dlogit|
@@ -474,8 +396,8 @@ static void fixture_pass(const struct cw_dsv41_model *fm, const char *dir,
 		fx_case(fm, cs, f);
 	ml = quantile(f->dl, f->n, 0.5);
 	ms = quantile(f->ds, f->n, 0.5);
-	wl = share_within(f->dl, f->n, 0.1);
-	ws = share_within(f->ds, f->n, 0.1);
+	wl = dsvt_share_within(f->dl, f->n, 0.1);
+	ws = dsvt_share_within(f->ds, f->n, 0.1);
 	printf("fast kernels vs %s: %d positions; max|dlogit| median %.4g, "
 	       "within 0.1 %.1f %%; |dlse| median %.4g, within 0.1 %.1f %%; "
 	       "greedy %d / %d\n", qat ? "reference.json (QAT on)" :
@@ -496,8 +418,8 @@ static void overlap_pass(struct cw_dsv41_model *fm, const json_t *cs,
 			 int threads)
 {
 	const int V = cw_dsv41_config(fm)->vocab_size;
-	int32_t *ids;
-	int n = case_seq(cs, &ids);
+	int n;
+	int32_t *ids = dsvt_case_ids(cs, 1, &n, NULL);
 	float *a = malloc((size_t)n * V * sizeof(float));
 	float *b = malloc((size_t)n * V * sizeof(float));
 	struct st_diag d = { { 0 } };
@@ -538,6 +460,7 @@ static int greedy_main(int argc, char **argv)
 	struct st_diag diag = { { 0 } };
 	struct st_test_inst inst;
 	struct es_client *es = NULL;
+	char msg[1024];
 	struct cw_dsv41_model *m = NULL;
 	struct cw_dsv41_state *s = NULL;
 	float *lg = NULL;
@@ -547,9 +470,9 @@ static int greedy_main(int argc, char **argv)
 	for (int i = 0; i < n; i++)
 		ids[i] = (int32_t)atoi(argv[4 + i]);
 	st_test_inst_init(&inst, "dsv41g");
-	r = st_test_daemon_start(&inst, "expertd", args, 30);
-	r = r < 0 ? r : es_client_open(inst.run_dir, inst.name, "test", 10000,
-					&es, &diag);
+	r = dsvt_expertd_open(&inst, args, &es, msg, sizeof(msg));
+	if (r < 0)
+		fprintf(stderr, "%s\n", msg);
 	r = r < 0 ? r : cw_dsv41_load_store_mode(store, es, CW_COMPUTE_FAST,
 						 &m, &diag);
 	r = r < 0 ? r : cw_dsv41_state_new(m, n + n_tok + 1, &s);
@@ -560,7 +483,7 @@ static int greedy_main(int argc, char **argv)
 		r = lg ? cw_dsv41_eval(m, s, ids, n, 0, lg, &diag) : -ENOMEM;
 		printf("[");
 		for (int i = 0; r == 0 && i < n_tok; i++) {
-			int32_t t = argmax(lg, V);
+			int32_t t = dsvt_argmax(lg, V);
 
 			printf("%s%d", i ? ", " : "", t);
 			if (i + 1 < n_tok)
@@ -590,6 +513,7 @@ int main(int argc, char **argv)
 	struct cw_dsv41_model *ref = NULL, *fm = NULL, *cm = NULL, *sm = NULL;
 	struct st_test_inst inst;
 	struct es_client *es = NULL;
+	char msg[1024];
 	struct es_stats st = { 0 };
 	struct cmp *c = calloc(1, sizeof(*c));
 	const struct st_dsv41_config *cf;
@@ -619,13 +543,8 @@ int main(int argc, char **argv)
 	}
 	cf = cw_dsv41_config(ref);
 	st_test_inst_init(&inst, "dsv41f");
-	if (st_test_daemon_start(&inst, "expertd", args, 30) < 0) {
-		CHECK(0, "expertd did not start");
-		goto out;
-	}
-	if (es_client_open(inst.run_dir, inst.name, "test", 10000, &es,
-			   &diag)) {
-		CHECK(0, "es_client_open: %s", diag.msg);
+	if (dsvt_expertd_open(&inst, args, &es, msg, sizeof(msg)) < 0) {
+		CHECK(0, "%s", msg);
 		goto out;
 	}
 	CHECK(cw_dsv41_load_store_mode(store, es, (enum cw_compute)7, &fm,
@@ -829,7 +748,5 @@ out:
 	st_rm_rf(tmp);
 	json_decref(refj);
 	free(c);
-	if (n_fail)
-		fprintf(stderr, "%d failure(s)\n", n_fail);
-	return n_fail ? 1 : 0;
+	return dsvt_finish(n_fail);
 }

@@ -105,6 +105,7 @@ static void run_budget(const char *store, struct cw_dsv41_model *ref,
 	struct st_test_inst inst;
 	struct st_diag diag = { { 0 } };
 	struct es_client *es = NULL;
+	char msg[1024];
 	struct cw_dsv41_model *sm = NULL;
 	struct es_stats st = { 0 };
 	struct es_tier_stats ts = { 0 };
@@ -113,14 +114,10 @@ static void run_budget(const char *store, struct cw_dsv41_model *ref,
 	long n;
 
 	st_test_inst_init(&inst, "dsv41s");
-	if (st_test_daemon_start(&inst, "expertd", args, 30) < 0) {
-		CHECK(0, "expertd did not start (budget %s)", budget);
+	if (dsvt_expertd_open(&inst, args, &es, msg, sizeof(msg)) < 0) {
+		CHECK(0, "%s (budget %s)", msg, budget);
 		goto out;
 	}
-	r = es_client_open(inst.run_dir, inst.name, "test", 10000, &es, &diag);
-	CHECK(r == 0, "es_client_open: %s", diag.msg);
-	if (r)
-		goto out;
 	r = cw_dsv41_load_store(store, es, &sm, &diag);
 	CHECK(r == 0, "cw_dsv41_load_store: %s", diag.msg);
 	if (r)

@@ -172,6 +172,7 @@ int main(int argc, char **argv)
 	struct cw_dsv4_run_stats rs = { 0 };
 	struct st_test_inst inst;
 	struct es_client *es = NULL;
+	char msg[1024];
 	struct es_stats st = { 0 };
 	struct es_tier_stats ts0, ts1;
 	struct cmp c = { 0 };
@@ -194,13 +195,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	st_test_inst_init(&inst, "dsv4f");
-	if (st_test_daemon_start(&inst, "expertd", args, 30) < 0) {
-		CHECK(0, "expertd did not start");
-		goto out;
-	}
-	if (es_client_open(inst.run_dir, inst.name, "test", 10000, &es,
-			   &diag)) {
-		CHECK(0, "es_client_open: %s", diag.msg);
+	if (dsvt_expertd_open(&inst, args, &es, msg, sizeof(msg)) < 0) {
+		CHECK(0, "%s", msg);
 		goto out;
 	}
 	/* an unknown mode is refused */
