@@ -248,3 +248,32 @@ int dsvt_expertd_open(struct st_test_inst *inst, const char *const *args,
 	}
 	return 0;
 }
+
+void dsvt_compare_pos(struct dsvt_cmp *c, const float *a, const float *b,
+		      int V)
+{
+	double mean = 0.0, var = 0.0, md = 0.0;
+	int ta = dsvt_argmax(a, V);
+
+	for (int i = 0; i < V; i++)
+		mean += a[i];
+	mean /= V;
+	for (int i = 0; i < V; i++) {
+		double d = fabs((double)a[i] - b[i]);
+
+		var += (a[i] - mean) * (a[i] - mean);
+		if (!(d <= md))
+			md = d;
+	}
+	var /= V;
+	if (!(md / sqrt(var) <= c->worst_rel))
+		c->worst_rel = md / sqrt(var);
+	if (c->n_pos < DSVT_CMP_MAX) {
+		c->rel[c->n_pos] = md / sqrt(var);
+		c->dlp[c->n_pos] = fabs((a[ta] - dsvt_lse(a, V)) -
+					(b[ta] - dsvt_lse(b, V)));
+	}
+	c->top1_same += ta == dsvt_argmax(b, V);
+	c->identical += !memcmp(a, b, (size_t)V * sizeof(float));
+	c->n_pos++;
+}

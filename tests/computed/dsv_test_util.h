@@ -4,7 +4,7 @@
  * perplexity}.c): the failure counter macro, the fixtures' reference.json
  * (cases: prompt ids and greedy continuations; {top10, lse} records), the
  * log-sum-exp / argmax / median arithmetic the comparisons use, and the
- * fixture's config.json text.
+ * fixture's config.json text, and starting expertd with a client.
  *
  * Nothing here knows a model: the tests keep their own forward-pass calls
  * and every assertion; this only removes the copies of the plumbing.
@@ -97,6 +97,28 @@ double dsvt_max_abs_diff(const float *a, const float *b, size_t n,
 
 /* A deterministic pseudo-random value in [-1, 1) (LCG state *st). */
 float dsvt_prand(unsigned *st);
+
+/* Positions a comparison keeps figures of (dsvt_compare_pos). */
+#define DSVT_CMP_MAX 4096
+
+/* Accumulated comparison figures of two models' logits (zero it to
+ * start; large: allocate it). */
+struct dsvt_cmp {
+	long n_pos, top1_same, identical, evals;
+	double worst_rel;          /* max over positions of max|d| / std(a) */
+	double dlp[DSVT_CMP_MAX];  /* |delta log p(a's top-1)| per position */
+	double rel[DSVT_CMP_MAX];  /* max|d| / std(a) per position */
+};
+
+/*
+ * Adds one position's logits rows a (the reference) and b (V floats each)
+ * to c: top-1 agreement, bit-identical rows, max |a - b| over the
+ * standard deviation of a (a NaN difference makes it NaN, so it fails any
+ * bound), and |delta log p| of a's top-1 token.  Past DSVT_CMP_MAX
+ * positions only the counters and worst_rel grow.
+ */
+void dsvt_compare_pos(struct dsvt_cmp *c, const float *a, const float *b,
+		      int V);
 
 struct st_test_inst;
 struct es_client;

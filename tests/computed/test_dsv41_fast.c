@@ -92,7 +92,7 @@
 static int n_fail;
 
 #define CHUNK 16
-#define MAX_POS 4096
+#define MAX_POS DSVT_CMP_MAX /* fixture-pass positions kept */
 #define ENGRAM_CACHE "49000" /* 500 rows of 66 + 32 bytes: < 1524 rows */
 /* tolerances (the header says why; measured values in brackets) */
 #define TOP1 0.55      /* QAT off, vs reference [0.672] */
@@ -104,14 +104,6 @@ static int n_fail;
 #define TOP1_SIM 0.98  /* fast kernels vs the int8 model [1.000] */
 #define REL90_SIM 0.01 /* [0.0012] */
 #define MAX_SIM 0.1    /* [0.024] */
-
-/* Accumulated comparison figures of two models' logits. */
-struct cmp {
-	long n_pos, top1_same, identical, evals;
-	double worst_rel;   /* max over positions of max|d| / std(ref) */
-	double dlp[MAX_POS]; /* |delta log p(ref top-1)| per position */
-	double rel[MAX_POS]; /* max|d| / std(ref) per position */
-};
 
 static double quantile(const double *v, long n, double q)
 {
@@ -126,34 +118,6 @@ static double quantile(const double *v, long n, double q)
 	r = c[(long)(q * (n - 1) + 0.5)];
 	free(c);
 	return r;
-}
-
-static void compare_pos(struct cmp *c, const float *a, const float *b, int V)
-{
-	double mean = 0.0, var = 0.0, md = 0.0;
-	int ta = dsvt_argmax(a, V);
-
-	for (int i = 0; i < V; i++)
-		mean += a[i];
-	mean /= V;
-	for (int i = 0; i < V; i++) {
-		double d = fabs((double)a[i] - b[i]);
-
-		var += (a[i] - mean) * (a[i] - mean);
-		if (!(d <= md))
-			md = d;
-	}
-	var /= V;
-	if (!(md / sqrt(var) <= c->worst_rel))
-		c->worst_rel = md / sqrt(var);
-	if (c->n_pos < MAX_POS) {
-		c->rel[c->n_pos] = md / sqrt(var);
-		c->dlp[c->n_pos] = fabs((a[ta] - dsvt_lse(a, V)) -
-					(b[ta] - dsvt_lse(b, V)));
-	}
-	c->top1_same += ta == dsvt_argmax(b, V);
-	c->identical += !memcmp(a, b, (size_t)V * sizeof(float));
-	c->n_pos++;
 }
 
 /* ---- an independent model of the fast kernels' one approximation ----
@@ -241,7 +205,7 @@ static const struct cw_backend_ops sim_ops = {
 /* Every case through both models in chunks, all positions compared. */
 static void run_all(const struct cw_dsv41_model *ref,
 		    const struct cw_dsv41_model *fm, const json_t *cases,
-		    struct cmp *c, struct cw_dsv41_run_stats *rs)
+		    struct dsvt_cmp *c, struct cw_dsv41_run_stats *rs)
 {
 	const int V = cw_dsv41_config(ref)->vocab_size;
 	float *a = malloc((size_t)CHUNK * V * sizeof(float));
@@ -269,7 +233,7 @@ static void run_all(const struct cw_dsv41_model *ref,
 				break;
 			c->evals++;
 			for (int t = 0; t < k; t++)
-				compare_pos(c, a + (size_t)t * V,
+				dsvt_compare_pos(c, a + (size_t)t * V,
 					    b + (size_t)t * V, V);
 		}
 		if (sb) {
@@ -290,9 +254,9 @@ static void run_all(const struct cw_dsv41_model *ref,
 
 /* Prints and returns the 90th percentile of rel, with median dlp in
  * *med. */
-static double summary(const char *what, const struct cmp *c, double *med)
+static double summary(const char *what, const struct dsvt_cmp *c, double *med)
 {
-	long m = c->n_pos < MAX_POS ? c->n_pos : MAX_POS;
+	long m = c->n_pos < DSVT_CMP_MAX ? c->n_pos : DSVT_CMP_MAX;
 	double p90 = quantile(c->rel, m, 0.9);
 
 	*med = quantile(c->dlp, m, 0.5);
@@ -515,7 +479,7 @@ int main(int argc, char **argv)
 	struct es_client *es = NULL;
 	char msg[1024];
 	struct es_stats st = { 0 };
-	struct cmp *c = calloc(1, sizeof(*c));
+	struct dsvt_cmp *c = calloc(1, sizeof(*c));
 	const struct st_dsv41_config *cf;
 	json_t *refj = NULL;
 	const json_t *cases;

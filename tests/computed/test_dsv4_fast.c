@@ -53,47 +53,11 @@
 static int n_fail;
 
 #define CHUNK 16
-#define MAX_POS 4096
-
-/* Accumulated comparison figures. */
-struct cmp {
-	long n_pos, top1_same, identical;
-	double worst_rel;   /* max over positions of max|d| / std(ref) */
-	double *dlp;        /* |delta log p(ref top-1)| per position */
-	double *rel;        /* max|d| / std(ref) per position */
-};
-
-static void compare_pos(struct cmp *c, const float *a, const float *b, int V)
-{
-	double mean = 0.0, var = 0.0, md = 0.0;
-	int ta = dsvt_argmax(a, V);
-
-	for (int i = 0; i < V; i++)
-		mean += a[i];
-	mean /= V;
-	for (int i = 0; i < V; i++) {
-		double d = fabs((double)a[i] - b[i]);
-
-		var += (a[i] - mean) * (a[i] - mean);
-		if (d > md)
-			md = d;
-	}
-	var /= V;
-	if (md / sqrt(var) > c->worst_rel)
-		c->worst_rel = md / sqrt(var);
-	if (c->n_pos < MAX_POS)
-		c->rel[c->n_pos] = md / sqrt(var);
-	c->top1_same += ta == dsvt_argmax(b, V);
-	c->identical += !memcmp(a, b, (size_t)V * sizeof(float));
-	if (c->n_pos < MAX_POS)
-		c->dlp[c->n_pos] = fabs((a[ta] - dsvt_lse(a, V)) - (b[ta] - dsvt_lse(b, V)));
-	c->n_pos++;
-}
 
 /* One sequence through both models in chunks, all positions compared. */
 static void run_seq(const struct cw_dsv4_model *ref,
 		    const struct cw_dsv4_model *fm, const int32_t *ids, int n,
-		    struct cmp *c, struct cw_dsv4_run_stats *rs)
+		    struct dsvt_cmp *c, struct cw_dsv4_run_stats *rs)
 {
 	const int V = cw_dsv4_config(ref)->vocab_size;
 	float *a = malloc((size_t)CHUNK * V * sizeof(float));
@@ -113,7 +77,7 @@ static void run_seq(const struct cw_dsv4_model *ref,
 		if (r)
 			break;
 		for (int t = 0; t < k; t++)
-			compare_pos(c, a + (size_t)t * V, b + (size_t)t * V, V);
+			dsvt_compare_pos(c, a + (size_t)t * V, b + (size_t)t * V, V);
 	}
 	if (sb) {
 		struct cw_dsv4_run_stats x;
@@ -133,7 +97,7 @@ static void run_seq(const struct cw_dsv4_model *ref,
  * one fixed 96-token sequence for another model (gen). */
 static void run_all(const struct cw_dsv4_model *ref,
 		    const struct cw_dsv4_model *fm, const char *dir, int gen,
-		    struct cmp *c, struct cw_dsv4_run_stats *rs)
+		    struct dsvt_cmp *c, struct cw_dsv4_run_stats *rs)
 {
 	json_t *refj, *cs;
 	size_t ci;
@@ -175,14 +139,14 @@ int main(int argc, char **argv)
 	char msg[1024];
 	struct es_stats st = { 0 };
 	struct es_tier_stats ts0, ts1;
-	struct cmp c = { 0 };
+	struct dsvt_cmp *cp = calloc(1, sizeof(*cp));
 
 	if (argc > 1)
 		snprintf(dir, sizeof(dir), "%s", argv[1]);
 	else
 		st_test_fixture_model("tiny-deepseek-v4", dir, sizeof(dir));
-	c.dlp = calloc(MAX_POS, sizeof(double));
-	c.rel = calloc(MAX_POS, sizeof(double));
+	if (!cp)
+		return 1;
 	st_test_tmpdir(tmp, sizeof(tmp));
 	snprintf(store, sizeof(store), "%s/store", tmp);
 	es_convert_opts_init(&o);
@@ -216,12 +180,8 @@ int main(int argc, char **argv)
 		long m;
 		double med, p90;
 
-		free(c.dlp);
-		free(c.rel);
-		memset(&c, 0, sizeof(c));
+		memset(cp, 0, sizeof(*cp));
 		memset(&rs, 0, sizeof(rs));
-		c.dlp = calloc(MAX_POS, sizeof(double));
-		c.rel = calloc(MAX_POS, sizeof(double));
 		/* pass 0: fast mode's layout on the exact backend; 1: the
 		 * fast kernels */
 		CHECK(cw_dsv4_set_backend(fm, pass ? cw_backend_cpu_fast() :
@@ -232,39 +192,39 @@ int main(int argc, char **argv)
 		CHECK(cw_dsv4_set_prefetch_depth(fm, pass ? 2 : 0) == 0,
 		      "set_prefetch_depth");
 		es_client_tier_stats(es, &ts0);
-		run_all(ref, fm, dir, argc > 1, &c, &rs);
+		run_all(ref, fm, dir, argc > 1, cp, &rs);
 		es_client_tier_stats(es, &ts1);
-		m = c.n_pos < MAX_POS ? c.n_pos : MAX_POS;
-		qsort(c.dlp, m, sizeof(double), dsvt_cmp_double);
-		qsort(c.rel, m, sizeof(double), dsvt_cmp_double);
-		med = m ? c.dlp[m / 2] : INFINITY;
-		p90 = m ? c.rel[m * 9 / 10] : INFINITY;
+		m = cp->n_pos < DSVT_CMP_MAX ? cp->n_pos : DSVT_CMP_MAX;
+		qsort(cp->dlp, m, sizeof(double), dsvt_cmp_double);
+		qsort(cp->rel, m, sizeof(double), dsvt_cmp_double);
+		med = m ? cp->dlp[m / 2] : INFINITY;
+		p90 = m ? cp->rel[m * 9 / 10] : INFINITY;
 		printf("%s vs reference over %ld positions: top-1 %.4f, median "
 		       "|dlogp| %.5f, max |dlogit|/std median %.4f, 90%% %.4f, "
 		       "max %.4f; bit-identical positions %ld\n",
 		       pass ? "fast kernels" : "fast layout, exact backend",
-		       c.n_pos, (double)c.top1_same / (c.n_pos ? c.n_pos : 1),
-		       med, m ? c.rel[m / 2] : 0.0, p90, c.worst_rel,
-		       c.identical);
-		CHECK(c.n_pos > 0, "no positions");
+		       cp->n_pos, (double)cp->top1_same / (cp->n_pos ? cp->n_pos : 1),
+		       med, m ? cp->rel[m / 2] : 0.0, p90, cp->worst_rel,
+		       cp->identical);
+		CHECK(cp->n_pos > 0, "no positions");
 		if (!pass) {
-			CHECK(c.top1_same == c.n_pos, "exact backend: top-1 "
-			      "%ld/%ld", c.top1_same, c.n_pos);
-			CHECK(c.worst_rel <= 1e-3, "exact backend: max "
-			      "|dlogit|/std %.2e > 1e-3", c.worst_rel);
+			CHECK(cp->top1_same == cp->n_pos, "exact backend: top-1 "
+			      "%ld/%ld", cp->top1_same, cp->n_pos);
+			CHECK(cp->worst_rel <= 1e-3, "exact backend: max "
+			      "|dlogit|/std %.2e > 1e-3", cp->worst_rel);
 		} else {
-			CHECK(c.top1_same >= 0.85 * c.n_pos, "top-1 %ld/%ld < "
-			      "0.85", c.top1_same, c.n_pos);
+			CHECK(cp->top1_same >= 0.85 * cp->n_pos, "top-1 %ld/%ld < "
+			      "0.85", cp->top1_same, cp->n_pos);
 			CHECK(med <= 0.1, "median |dlogp| %.5f > 0.1", med);
 			CHECK(p90 <= 0.6, "90th percentile |dlogit|/std %.4f > "
 			      "0.6", p90);
-			CHECK(c.identical < c.n_pos, "fast kernels bit-identical "
+			CHECK(cp->identical < cp->n_pos, "fast kernels bit-identical "
 			      "to reference at every position: not taken?");
 		}
 		CHECK(rs.experts_acquired ==
-			      (uint64_t)c.n_pos * cf->n_layers * cf->top_k,
+			      (uint64_t)cp->n_pos * cf->n_layers * cf->top_k,
 		      "acquired %llu, expected %ld x %d x %d",
-		      (unsigned long long)rs.experts_acquired, c.n_pos,
+		      (unsigned long long)rs.experts_acquired, cp->n_pos,
 		      cf->n_layers, cf->top_k);
 		CHECK(rs.expert_bytes == rs.experts_acquired *
 						 es_client_record_bytes(es),
@@ -283,11 +243,11 @@ int main(int argc, char **argv)
 					la += j >= cf->n_hash_layers;
 			}
 			CHECK(ts1.hints - ts0.hints ==
-				      (uint64_t)c.n_pos * cf->top_k * (hash + la),
+				      (uint64_t)cp->n_pos * cf->top_k * (hash + la),
 			      "pass %d: hints %llu, expected %ld x %d x (%llu "
 			      "+ %llu)", pass,
 			      (unsigned long long)(ts1.hints - ts0.hints),
-			      c.n_pos, cf->top_k, (unsigned long long)hash,
+			      cp->n_pos, cf->top_k, (unsigned long long)hash,
 			      (unsigned long long)la);
 			printf("pass %d: prefetch loads %llu, used %llu, "
 			       "wasted %llu\n", pass,
@@ -306,22 +266,18 @@ int main(int argc, char **argv)
 		struct cw_dsv4_model *cm = NULL;
 		struct cw_dsv4_run_stats crs = { 0 };
 
-		free(c.dlp);
-		free(c.rel);
-		memset(&c, 0, sizeof(c));
-		c.dlp = calloc(MAX_POS, sizeof(double));
-		c.rel = calloc(MAX_POS, sizeof(double));
+		memset(cp, 0, sizeof(*cp));
 		CHECK(cw_dsv4_load_mode(dir, CW_COMPUTE_FAST, &cm, &diag) == 0,
 		      "cw_dsv4_load_mode fast: %s", diag.msg);
 		if (cm)
-			run_all(ref, cm, dir, argc > 1, &c, &crs);
+			run_all(ref, cm, dir, argc > 1, cp, &crs);
 		printf("fast mode from the checkpoint vs reference over %ld "
-		       "positions: top-1 %.4f, max |dlogit|/std %.2e\n", c.n_pos,
-		       (double)c.top1_same / (c.n_pos ? c.n_pos : 1),
-		       c.worst_rel);
-		CHECK(c.n_pos > 0 && c.top1_same == c.n_pos && c.worst_rel <= 1e-3,
+		       "positions: top-1 %.4f, max |dlogit|/std %.2e\n", cp->n_pos,
+		       (double)cp->top1_same / (cp->n_pos ? cp->n_pos : 1),
+		       cp->worst_rel);
+		CHECK(cp->n_pos > 0 && cp->top1_same == cp->n_pos && cp->worst_rel <= 1e-3,
 		      "checkpoint fast mode: top-1 %ld/%ld, max |dlogit|/std "
-		      "%.2e > 1e-3", c.top1_same, c.n_pos, c.worst_rel);
+		      "%.2e > 1e-3", cp->top1_same, cp->n_pos, cp->worst_rel);
 		CHECK(crs.experts_acquired == 0, "checkpoint mode used expertd");
 		cw_dsv4_free(cm);
 	}
@@ -337,7 +293,6 @@ out:
 	st_rm_rf(inst.run_dir);
 	cw_dsv4_free(ref);
 	st_rm_rf(tmp);
-	free(c.dlp);
-	free(c.rel);
+	free(cp);
 	return dsvt_finish(n_fail);
 }
