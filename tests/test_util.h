@@ -9,9 +9,21 @@
 #define ST_TEST_UTIL_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 /* Exit code meson reads as "skipped". */
 #define ST_TEST_SKIP 77
+
+/* ST_TEST_CHECK(cond): when cond is false, prints "FAIL file:line: cond"
+ * to stdout and counts one failure in the including file's
+ * `static int failures` (plain-main tests; cmocka ones assert). */
+#define ST_TEST_CHECK(c)                                                  \
+	do {                                                              \
+		if (!(c)) {                                               \
+			printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);  \
+			failures++;                                       \
+		}                                                         \
+	} while (0)
 
 /* Path of ../shared, or exits 77 (1 under CI) naming what is missing. */
 const char *st_test_shared_dir(void);

@@ -16,16 +16,11 @@
 #include "cw_devpool.h"
 #include "st_cuda.h"
 #include "st_error.h"
+#include "test_util.h"
 
 static int failures;
 
-#define CHECK(c)                                                          \
-	do {                                                              \
-		if (!(c)) {                                               \
-			printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);  \
-			failures++;                                       \
-		}                                                         \
-	} while (0)
+#define CHECK(c) ST_TEST_CHECK(c)
 
 int main(void)
 {

@@ -26,13 +26,7 @@
 
 static int failures;
 
-#define CHECK(c)                                                          \
-	do {                                                              \
-		if (!(c)) {                                               \
-			printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);  \
-			failures++;                                       \
-		}                                                         \
-	} while (0)
+#define CHECK(c) ST_TEST_CHECK(c)
 
 static struct st_sock sock;
 static uint64_t req_id;

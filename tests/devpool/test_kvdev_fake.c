@@ -54,16 +54,11 @@
 #include "st_msg.h"
 #include "st_shm.h"
 #include "st_util.h"
+#include "test_util.h"
 
 static int failures;
 
-#define CHECK(c)                                                          \
-	do {                                                              \
-		if (!(c)) {                                               \
-			printf("FAIL %s:%d: %s\n", __FILE__, __LINE__, #c);  \
-			failures++;                                       \
-		}                                                         \
-	} while (0)
+#define CHECK(c) ST_TEST_CHECK(c)
 
 #define N_STREAMS 2
 #define PAGE_ROWS 16
