@@ -27,6 +27,20 @@ void cudat_attend_head(const struct cw_kvrow_fmt *f,
 		       const float *qh, int kvh, float *sc, float *oh);
 
 /*
+ * Checks one query head's outputs, gh (the device's) and ch (the CPU's),
+ * head_dim floats each, against the exact attention computed here in
+ * double (softmax(q.k / sqrt(head_dim)) V over the n_rows rows of f's
+ * layout; kvh the KV head), each within twice cw_cu.h's error bound for a
+ * float32 attention ((hd + 8) |q||k| / sqrt(hd) + 4 |s| ulps on a score,
+ * propagated through exp and the weighted sum).  Returns 0, or -1 with
+ * the first element outside the bound described in msg[cap].
+ */
+int cudat_check_head(const struct cw_kvrow_fmt *f,
+		     const uint8_t *const *rows, int n_rows, const float *qh,
+		     int kvh, const float *gh, const float *ch, char *msg,
+		     size_t cap);
+
+/*
  * Opens computed's CUDA module into *h when a device is present, printing
  * the device.  Returns 0 (opened: cw_cuda_module_close it), 77 with a
  * "SKIP: no CUDA device" line, or 1 with a FAIL line (the module did not

@@ -72,55 +72,21 @@ static void check_token(const struct cw_kvrow_fmt *f, int n_heads,
 			int n_rows, const float *out, const char *what)
 {
 	const int hd = f->head_dim, nkv = f->n_kv_heads;
-	double *s = xmalloc(sizeof(double) * n_rows);
-	float *sc = xmalloc(sizeof(float) * n_rows), *cpu = xmalloc(4 * hd),
-	      kd[512], vd[512];
+	float *sc = xmalloc(sizeof(float) * n_rows), *cpu = xmalloc(4 * hd);
+	char msg[200];
 
 	for (int h = 0; h < n_heads; h++) {
 		const int kvh = h / (n_heads / nkv);
 		const float *qh = q + (size_t)h * hd;
-		double mx = -INFINITY, sum = 0.0, E = 0.0;
 
 		cudat_attend_head(f, rows, n_rows, qh, kvh, sc, cpu);
-		for (int j = 0; j < n_rows; j++) {
-			double dot = 0.0, absdot = 0.0;
-
-			cw_kvrow_read_head(f, rows[j], 0, kvh, kd);
-			for (int i = 0; i < hd; i++) {
-				dot += (double)qh[i] * kd[i];
-				absdot += fabs((double)qh[i] * kd[i]);
-			}
-			s[j] = dot / sqrt((double)hd);
-			E = fmax(E, ((hd + 8) * absdot / sqrt((double)hd) +
-				     4 * fabs(s[j])) * 0x1p-24);
-			mx = fmax(mx, s[j]);
-		}
-		for (int j = 0; j < n_rows; j++)
-			sum += exp(s[j] - mx);
-		for (int i = 0; i < hd; i++) {
-			double exact = 0.0, tol = 0.0;
-			const float g = out[(size_t)h * hd + i], c = cpu[i];
-
-			for (int j = 0; j < n_rows; j++) {
-				const double p = exp(s[j] - mx) / sum;
-
-				cw_kvrow_read_head(f, rows[j], 1, kvh, vd);
-				exact += p * vd[i];
-				tol += p * fabs(vd[i]) * (2 * E +
-					(mx - s[j] + n_rows + 16) * 0x1p-24);
-			}
-			tol *= 2;
-			if (!(fabs(g - exact) <= tol) ||
-			    !(fabs(c - exact) <= tol)) {
-				fail("%s: head %d [%d]: device %.9g cpu %.9g "
-				     "exact %.9g (tol %.3g)", what, h, i, g, c,
-				     exact, tol);
-				h = n_heads;
-				break;
-			}
+		if (cudat_check_head(f, rows, n_rows, qh, kvh,
+				     out + (size_t)h * hd, cpu, msg,
+				     sizeof(msg)) < 0) {
+			fail("%s: head %d %s", what, h, msg);
+			break;
 		}
 	}
-	free(s);
 	free(sc);
 	free(cpu);
 }
