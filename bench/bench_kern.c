@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "cw_backend.h"
+#include "cw_kern.h"
 #include "cw_threads.h"
 #include "st_formats.h"
 #include "st_membw.h"
@@ -59,6 +60,7 @@ int main(int argc, char **argv)
 		{ "threads", required_argument, NULL, 't' },
 		{ "reps", required_argument, NULL, 'r' },
 		{ "batch", required_argument, NULL, 'b' },
+		{ "cols", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -69,7 +71,7 @@ int main(int argc, char **argv)
 		{ ST_DTYPE_F8_E4M3, 128, "FP8 E4M3 g128" },
 		{ ST_DTYPE_BF16, 0, "BF16" },
 	};
-	const int64_t C = 1024;
+	int64_t C = 1024;
 	int mib = 256, n_threads = 1, reps = 3, batch = 1, c;
 	struct cw_threads *pool = NULL;
 	double bw = 0;
@@ -80,18 +82,24 @@ int main(int argc, char **argv)
 		case 't': n_threads = atoi(optarg); break;
 		case 'r': reps = atoi(optarg); break;
 		case 'b': batch = atoi(optarg); break;
+		case 'c': C = atoll(optarg); break;
 		case 'h':
 			printf("Usage: strata-bench-kern [--mib N] [--threads N] "
-			       "[--reps N] [--batch N]\nmatvec GB/s per format and kernel "
+			       "[--reps N] [--batch N] [--cols N]\nmatvec GB/s per format and kernel "
 			       "path (matrices of N MiB, default 256; 1 for in-cache speed);\n"
-			       "--batch N: also the fast GEMM for N tokens (1..64)\n");
+			       "--batch N: also the fast GEMM for N tokens (1..64);\n"
+			       "--cols N: columns per row (a multiple of 128, default 1024;\n"
+			       "5120 or 2304 for DeepSeek-V4.1's hidden and expert widths)\n");
 			return 0;
 		default: return 2;
 		}
 	}
 	if (mib < 1 || n_threads < 1 || n_threads > 256 || reps < 1 ||
-	    batch < 1 || batch > 64)
+	    batch < 1 || batch > 64 || C < 128 || C % 128 || C > 65536) {
+		fprintf(stderr, "strata-bench-kern: a count is out of range "
+			"(--cols: a multiple of 128 up to 65536); see --help\n");
 		return 2;
+	}
 	if (cw_threads_create(n_threads, &pool) < 0)
 		return 1;
 	st_membw_measure(n_threads, 1ull << 30, 5, &bw);
@@ -106,9 +114,13 @@ int main(int argc, char **argv)
 		struct cw_wview w = { 0 };
 		unsigned char *data, *scales;
 		float *x = malloc(sizeof(float) * C), *y;
-		const struct cw_backend_ops *bes[4] = {
-			cw_backend_cpu(), cw_backend_cpu_fast_path(1),
-			cw_backend_cpu_fast_path(2), NULL };
+		const struct cw_backend_ops *bes[CW_KERN_PATH_MAX + 1] = {
+			cw_backend_cpu() };
+		int nbe = 1;
+
+		for (int p = CW_KERN_C; p < CW_KERN_PATH_MAX; p++)
+			if (cw_backend_cpu_fast_path(p))
+				bes[nbe++] = cw_backend_cpu_fast_path(p);
 
 		if (wf.dtype == ST_DTYPE_MXFP4) wf.group = 32;
 		if (wf.dtype == ST_DTYPE_NVFP4) wf.group = 16;

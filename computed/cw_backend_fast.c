@@ -18,7 +18,9 @@ static cw_kern_fn pick(const struct cw_wview *w, enum cw_kern_path path)
 {
 	cw_kern_fn f = NULL;
 
-	if (path == CW_KERN_AVX2 || path == CW_KERN_AUTO)
+	if (path == CW_KERN_AVX512 || path == CW_KERN_AUTO)
+		f = cw_kern_avx512(w);
+	if (!f && (path == CW_KERN_AVX2 || path == CW_KERN_AUTO))
 		f = cw_kern_avx2(w);
 	return f ? f : cw_kern_c(w);
 }
@@ -111,7 +113,9 @@ static void mm_path(enum cw_kern_path path, const struct cw_wview *w,
 {
 	cw_kern_mm_fn f = NULL;
 
-	if (path == CW_KERN_AVX2 || path == CW_KERN_AUTO)
+	if (path == CW_KERN_AVX512 || path == CW_KERN_AUTO)
+		f = cw_kern_avx512_mm(w);
+	if (!f && (path == CW_KERN_AVX2 || path == CW_KERN_AUTO))
 		f = cw_kern_avx2_mm(w);
 	if (f && f(w, a, n, ys, r0, r1))
 		return;
@@ -152,6 +156,7 @@ static void mm_path(enum cw_kern_path path, const struct cw_wview *w,
 FAST_PATH(CW_KERN_AUTO, auto)
 FAST_PATH(CW_KERN_C, c)
 FAST_PATH(CW_KERN_AVX2, avx2)
+FAST_PATH(CW_KERN_AVX512, avx512)
 
 const struct cw_backend_ops *cw_backend_cpu_fast(void)
 {
@@ -166,6 +171,7 @@ const struct cw_backend_ops *cw_backend_cpu_fast_path(int path)
 	case CW_KERN_AUTO: return &k_ops_auto;
 	case CW_KERN_C: return &k_ops_c;
 	case CW_KERN_AVX2: return &k_ops_avx2;
+	case CW_KERN_AVX512: return &k_ops_avx512;
 	default: return NULL;
 	}
 }

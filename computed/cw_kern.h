@@ -13,7 +13,8 @@
  *  - FP8 E4M3, BF16 and F32 weights: float32 activations, weights widened to
  *    float, fused multiply-add.
  * Each kernel exists as portable C (the reference the SIMD kernels are
- * tested against) and, on x86-64, as AVX2 + FMA + F16C.  Results of the two
+ * tested against) and, on x86-64, as AVX2 + FMA + F16C; FP8 and MXFP4
+ * also as AVX-512 (bit-identical to AVX2).  Results of the two
  * paths differ only by float rounding order (the integer sums are exact):
  * tests/computed/test_kern.c states and checks the tolerance.
  */
@@ -32,6 +33,9 @@ enum cw_kern_path {
 	CW_KERN_AUTO = 0, /* the best this CPU supports */
 	CW_KERN_C,        /* portable C: the reference of the others */
 	CW_KERN_AVX2,     /* AVX2 + FMA + F16C */
+	CW_KERN_AVX512,   /* AVX-512 F/BW/VL/DQ/VNNI for FP8 and MXFP4 (the
+			   * AVX2 kernels for the rest), bit-identical to
+			   * CW_KERN_AVX2 */
 	CW_KERN_PATH_MAX
 };
 
@@ -65,6 +69,11 @@ typedef void (*cw_kern_fn)(const struct cw_wview *w, const struct cw_act *a,
  */
 cw_kern_fn cw_kern_c(const struct cw_wview *w);
 cw_kern_fn cw_kern_avx2(const struct cw_wview *w);
+/* The AVX-512 path: its own kernels for FP8 E4M3 (scale groups that are
+ * multiples of 8, or none) and MXFP4, giving the AVX2 kernels' results
+ * bit for bit (cw_kern_avx512.c says how); cw_kern_avx2's kernel for any
+ * other view.  NULL where the CPU lacks AVX-512 F/BW/VL/DQ/VNNI. */
+cw_kern_fn cw_kern_avx512(const struct cw_wview *w);
 
 /*
  * A small-batch GEMM kernel: ys[t][r] = W[r] . a[t] for the n tokens
@@ -80,6 +89,9 @@ typedef int (*cw_kern_mm_fn)(const struct cw_wview *w, const struct cw_act *a,
 
 /* The GEMM kernel for w on the AVX2 path (MXFP4, FP8 E4M3, BF16), or NULL. */
 cw_kern_mm_fn cw_kern_avx2_mm(const struct cw_wview *w);
+/* The GEMM kernel for w on the AVX-512 path (its own for MXFP4 and FP8
+ * E4M3, the AVX2 one for BF16), or NULL. */
+cw_kern_mm_fn cw_kern_avx512_mm(const struct cw_wview *w);
 
 /* 1 if `path` can run on this CPU (CW_KERN_AUTO and CW_KERN_C always). */
 int cw_kern_path_supported(enum cw_kern_path path);

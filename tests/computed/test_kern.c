@@ -255,6 +255,7 @@ static const struct geom k_geoms[] = {
 	{ ST_DTYPE_MXFP4, 9, 1024, 0 },
 	{ ST_DTYPE_MXFP4, 3, 96, 0 },     /* odd number of blocks */
 	{ ST_DTYPE_MXFP4, 3, 352, 0 },    /* 11 blocks: 8 at once + 3 */
+	{ ST_DTYPE_MXFP4, 2, 5120, 0 },   /* V4.1's hidden width */
 	{ ST_DTYPE_NVFP4, 5, 48, 0 },     /* half a block at the end */
 	{ ST_DTYPE_NVFP4, 7, 1024, 0 },
 	{ ST_DTYPE_NVFP4, 3, 16, 0 },
@@ -266,6 +267,9 @@ static const struct geom k_geoms[] = {
 	{ ST_DTYPE_F8_E4M3, 3, 77, 8 },
 	{ ST_DTYPE_F8_E4M3, 3, 77, 5 },
 	{ ST_DTYPE_F8_E4M3, 3, 77, 0 },      /* no scales */
+	{ ST_DTYPE_F8_E4M3, 6, 48, 48 },     /* 32 + 16 per group; 4 + 2 rows */
+	{ ST_DTYPE_F8_E4M3, 5, 120, 40 },    /* 32 + 8 per group */
+	{ ST_DTYPE_F8_E4M3, 5, 5120, 32 },   /* V4.1's 32 x 32 blocks */
 	{ ST_DTYPE_BF16, 6, 1024, 0 },
 	{ ST_DTYPE_BF16, 3, 77, 0 },
 	{ ST_DTYPE_BF16, 21, 77, 0 },       /* row blocks of 8 and 4 + tail */
@@ -507,6 +511,83 @@ static void test_gemm(void **state)
 	}
 }
 
+/* The AVX-512 path gives the AVX2 path's results bit for bit (its kernels
+ * hold AVX2's two accumulators in one register: cw_kern_avx512.c), matvec
+ * and GEMM, every geometry, random, adversarial and all-zero activations;
+ * and it runs its own kernels (not AVX2's) for MXFP4 and FP8.  Skipped
+ * where the CPU has no AVX-512 F/BW/VL/DQ/VNNI. */
+static void test_avx512_equals_avx2(void **state)
+{
+	const struct cw_backend_ops *b2 = cw_backend_cpu_fast_path(CW_KERN_AVX2);
+	const struct cw_backend_ops *b5 = cw_backend_cpu_fast_path(CW_KERN_AVX512);
+	int compared = 0;
+
+	(void)state;
+	if (!b2 || !b5) {
+		printf("  (no AVX-512 F/BW/VL/DQ/VNNI on this CPU: skipped)\n");
+		skip();
+	}
+	for (size_t i = 0; i < sizeof(k_geoms) / sizeof(k_geoms[0]); i++) {
+		const struct geom *g = &k_geoms[i];
+		const int64_t R = g->rows, C = g->cols;
+		const size_t ab = cw_kern_act_bytes(C);
+		unsigned char *buf = malloc(ab * 9);
+		float *x = malloc(sizeof(float) * (size_t)C * 9);
+		float *y2 = malloc(sizeof(float) * (size_t)R * 9);
+		float *y5 = malloc(sizeof(float) * (size_t)R * 9);
+		float *ys2[9], *ys5[9];
+		struct cw_act a[9];
+		struct mat m;
+
+		make(&m, g->dt, R, C, g->group, (int)(i & 1));
+		if (g->dt == ST_DTYPE_MXFP4 ||
+		    (g->dt == ST_DTYPE_F8_E4M3 && g->group % 8 == 0)) {
+			assert_non_null(cw_kern_avx512(&m.v));
+			assert_ptr_not_equal(cw_kern_avx512(&m.v),
+					     cw_kern_avx2(&m.v));
+			assert_ptr_not_equal(cw_kern_avx512_mm(&m.v),
+					     cw_kern_avx2_mm(&m.v));
+		}
+		for (int t = 0; t < 9; t++) {
+			fill_row(x + (size_t)t * C, C, t % 3 == 2);
+			if (t == 4)
+				memset(x + (size_t)t * C, 0, sizeof(float) * C);
+			b5->act_prepare(x + (size_t)t * C, C, g->dt,
+					buf + (size_t)t * ab, &a[t]);
+			ys2[t] = y2 + (size_t)t * R;
+			ys5[t] = y5 + (size_t)t * R;
+		}
+		for (int n = 1; n <= 9; n++) {
+			memset(y2, 0xff, sizeof(float) * (size_t)R * 9);
+			memset(y5, 0xff, sizeof(float) * (size_t)R * 9);
+			if (n == 1) {
+				b2->matvec_act(&m.v, a, y2, 0, R);
+				b5->matvec_act(&m.v, a, y5, 0, R);
+			} else {
+				b2->matmul_act(&m.v, a, n, ys2, 0, R);
+				b5->matmul_act(&m.v, a, n, ys5, 0, R / 2);
+				b5->matmul_act(&m.v, a, n, ys5, R / 2, R);
+			}
+			for (int t = 0; t < n; t++)
+				for (int64_t r = 0; r < R; r++, compared++)
+					if (memcmp(&ys2[t][r], &ys5[t][r], 4))
+						fail_msg("%s %lldx%lld g%u n=%d token %d "
+							 "row %lld: AVX-512 %.9g vs "
+							 "AVX2 %.9g",
+							 st_dtype_traits(g->dt)->name,
+							 (long long)R, (long long)C,
+							 g->group, n, t, (long long)r,
+							 ys5[t][r], ys2[t][r]);
+		}
+		unmake(&m);
+		free(buf);
+		free(x);
+		free(y2);
+		free(y5);
+	}
+	assert_true(compared > 1000);
+}
+
 /* Every backend under test: reference (auto, generic) and fast per path. */
 static int backends(const struct cw_backend_ops **ret, int *ret_exact)
 {
@@ -743,13 +824,16 @@ int main(void)
 		cmocka_unit_test(test_quantize_act),
 		cmocka_unit_test(test_paths_random),
 		cmocka_unit_test(test_gemm),
+		cmocka_unit_test(test_avx512_equals_avx2),
 		cmocka_unit_test(test_p5_every_scale),
 		cmocka_unit_test(test_p7_example),
 		cmocka_unit_test(test_p7_layout_every_element),
 		cmocka_unit_test(test_threads),
 	};
 
-	printf("fast kernel paths on this CPU: C%s\n",
-	       cw_kern_path_supported(CW_KERN_AVX2) ? ", AVX2+FMA+F16C" : "");
+	printf("fast kernel paths on this CPU: C%s%s\n",
+	       cw_kern_path_supported(CW_KERN_AVX2) ? ", AVX2+FMA+F16C" : "",
+	       cw_kern_path_supported(CW_KERN_AVX512) ?
+		       ", AVX-512 (F/BW/VL/DQ/VNNI)" : "");
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
