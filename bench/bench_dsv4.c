@@ -32,15 +32,14 @@
  */
 
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "bench_raw.h"
 #include "cli_instance.h"
 #include "cw_dsv4.h"
 #include "es_client.h"
@@ -74,109 +73,6 @@ static void usage(FILE *f)
 }
 
 /* --- raw O_DIRECT read bandwidth ---------------------------------------- */
-
-struct raw_job {
-	char path[4300];
-	uint64_t off, len, req;
-	uint64_t done;
-	int err;
-};
-
-static void *raw_thread(void *arg)
-{
-	struct raw_job *j = arg;
-	void *buf = NULL;
-	int fd = open(j->path, O_RDONLY | O_DIRECT | O_CLOEXEC);
-
-	if (fd < 0 || posix_memalign(&buf, 4096, j->req)) {
-		j->err = fd < 0 ? errno : ENOMEM;
-		if (fd >= 0)
-			close(fd);
-		return NULL;
-	}
-	for (uint64_t o = 0; o + j->req <= j->len; o += j->req) {
-		ssize_t n = pread(fd, buf, j->req, (off_t)(j->off + o));
-
-		if (n <= 0) {
-			j->err = n < 0 ? errno : EIO;
-			break;
-		}
-		j->done += (uint64_t)n;
-	}
-	free(buf);
-	close(fd);
-	return NULL;
-}
-
-/* Aggregate GB/s of `streams` O_DIRECT readers over the expert files
- * (stream i reads layer file i mod n_layers, from a different offset for
- * each pass over the same file), request = one record, at most max_bytes
- * in all.  Negative errno on failure. */
-static double raw_bandwidth(const struct st_store *s, int streams,
-			    uint64_t max_bytes)
-{
-	struct raw_job jobs[64];
-	pthread_t th[64];
-	uint64_t per, done = 0, t0, t1;
-	int n = streams < 64 ? streams : 64;
-
-	per = max_bytes / n / s->record_bytes * s->record_bytes;
-	for (int i = 0; i < n; i++) {
-		int l = i % s->n_layers;
-		uint64_t fsize = (uint64_t)s->n_experts * s->record_bytes;
-		uint64_t slices = (uint64_t)(n + s->n_layers - 1) / s->n_layers;
-		uint64_t slice = fsize / slices / s->record_bytes *
-				 s->record_bytes;
-
-		memset(&jobs[i], 0, sizeof(jobs[i]));
-		st_store_path(s, s->expert_files[l], jobs[i].path,
-			      sizeof(jobs[i].path));
-		jobs[i].off = (uint64_t)(i / s->n_layers) * slice;
-		jobs[i].len = per < slice ? per : slice;
-		jobs[i].req = s->record_bytes;
-	}
-	t0 = st_now_ns();
-	for (int i = 0; i < n; i++)
-		pthread_create(&th[i], NULL, raw_thread, &jobs[i]);
-	for (int i = 0; i < n; i++)
-		pthread_join(th[i], NULL);
-	t1 = st_now_ns();
-	for (int i = 0; i < n; i++) {
-		if (jobs[i].err)
-			return -jobs[i].err;
-		done += jobs[i].done;
-	}
-	return (double)done / (double)(t1 - t0);
-}
-
-/* fsync + POSIX_FADV_DONTNEED on every expert file (and drop_caches when
- * asked and allowed). */
-static void make_cold(const struct st_store *s, int drop)
-{
-	char path[4300];
-
-	for (int l = 0; l < s->n_layers; l++) {
-		int fd;
-
-		st_store_path(s, s->expert_files[l], path, sizeof(path));
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		fdatasync(fd);
-		posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
-		close(fd);
-	}
-	if (drop) {
-		FILE *f = fopen("/proc/sys/vm/drop_caches", "we");
-
-		sync();
-		if (!f || fputs("3\n", f) < 0)
-			fprintf(stderr, "bench: cannot drop the page cache "
-				"(root only); continuing with fadvise\n");
-		if (f)
-			fclose(f);
-	}
-}
 
 /* --- one run ------------------------------------------------------------- */
 
@@ -374,9 +270,9 @@ int main(int argc, char **argv)
 
 		memset(rr, 0, sizeof(*rr));
 		rr->budget_pct = budgets[bi];
-		make_cold(st, drop);
-		rr->raw_gbps = raw_bandwidth(st, loaders, raw_bytes);
-		make_cold(st, 0);
+		bench_make_cold(st, 0, drop);
+		rr->raw_gbps = bench_raw_bandwidth(st, loaders, raw_bytes);
+		bench_make_cold(st, 0, 0);
 		memset(&inst, 0, sizeof(inst));
 		snprintf(inst.name, sizeof(inst.name), "bdsv4-%d-%d",
 			 (int)getpid(), bi);
