@@ -63,7 +63,8 @@ static void usage(FILE *f)
 "                          [--prompt-tokens N] [--loader-threads N]\n"
 "                          [--raw-bytes B] [--no-prefetch]\n"
 "                          [--compute fast|reference] [--prefetch-depth D]\n"
-"                          [--no-step-hints] [--no-overlap] [--threads N]\n"
+"                          [--no-step-hints] [--no-layer-hints]\n"
+"                          [--no-overlap] [--threads N]\n"
 "                          [--evict lru|lfru] [--admit precision|frequency]\n"
 "\n"
 "DeepSeek-V4.1 decode through expertd at each host expert budget (%% of\n"
@@ -76,7 +77,9 @@ static void usage(FILE *f)
 "--loader-threads 4, --raw-bytes 1GiB, --compute fast, --prefetch-depth 1\n"
 "(gate look-ahead hints for the next D layers); --no-prefetch: no Engram\n"
 "prefetch, no routing reports and so no expert hints; --no-step-hints: no\n"
-"step-named hint of the next token's first layers' experts; --no-overlap:\n"
+"step-named hint of the next token's first layers' experts;\n"
+"--no-layer-hints: no hint of each layer's experts at the layer's start\n"
+"(cw_dsv41_set_layer_hints); --no-overlap:\n"
 "wait for all top-k experts of a layer before computing any (for A/B);\n"
 "--threads N: fast mode's matvecs split over N threads (default 1);\n"
 "--evict: expertd's eviction policy (default its own, lfru); --admit:\n"
@@ -98,6 +101,7 @@ struct bench_opts {
 	const char *evict;   /* expertd --evict (NULL: its default, lfru) */
 	const char *admit;   /* expertd --admit (NULL: its default) */
 	int loaders, prefetch, step_hints, overlap, depth, threads;
+	int layer_hints;
 	enum cw_compute mode;
 	uint64_t raw_bytes;
 };
@@ -260,6 +264,7 @@ static int run_budget(const struct st_store *st, const char *store_dir,
 		cw_dsv41_set_route_reports(m, bo->prefetch);
 		cw_dsv41_set_engram_prefetch(m, bo->prefetch);
 		cw_dsv41_set_decode_overlap(m, bo->step_hints, bo->overlap);
+		cw_dsv41_set_layer_hints(m, bo->layer_hints);
 		ns = decode(m, es, prompt, n_prompt, n_tok, ids, NULL, &a, &b,
 			    diag);
 		r = ns < 0 ? (int)ns : 0;
@@ -323,6 +328,7 @@ int main(int argc, char **argv)
 		{ "compute", required_argument, NULL, 'c' },
 		{ "prefetch-depth", required_argument, NULL, 'D' },
 		{ "no-step-hints", no_argument, NULL, 'S' },
+		{ "no-layer-hints", no_argument, NULL, 'L' },
 		{ "no-overlap", no_argument, NULL, 'O' },
 		{ "threads", required_argument, NULL, 'T' },
 		{ "evict", required_argument, NULL, 'V' },
@@ -333,8 +339,8 @@ int main(int argc, char **argv)
 	int budgets[MAX_BUDGETS] = { 100, 50, 25 }, n_budgets = 3;
 	int n_tok = 8, n_prompt = 8, c;
 	const char *store_dir = NULL;
-	struct bench_opts bo = { "64MiB", NULL, NULL, 4, 1, 1, 1, 1, 1, CW_COMPUTE_FAST,
-				 1ull << 30 };
+	struct bench_opts bo = { "64MiB", NULL, NULL, 4, 1, 1, 1, 1, 1, 1,
+				 CW_COMPUTE_FAST, 1ull << 30 };
 	uint64_t cache_b;
 	struct run_result res[MAX_BUDGETS];
 	struct st_store *st = NULL;
@@ -372,6 +378,7 @@ int main(int argc, char **argv)
 			break;
 		case 'D': bo.depth = atoi(optarg); break;
 		case 'S': bo.step_hints = 0; break;
+		case 'L': bo.layer_hints = 0; break;
 		case 'O': bo.overlap = 0; break;
 		case 'T': bo.threads = atoi(optarg); break;
 		case 'V':
@@ -414,7 +421,8 @@ int main(int argc, char **argv)
 	       "experts %.2f GiB, Engram tables %.2f GiB, Engram cache %s; "
 	       "decode %d tokens after a %d-token prompt; compute %s; "
 	       "%d loader threads; Engram prefetch and routing reports %s, "
-	       "look-ahead depth %d, step hints %s, per-expert overlap %s, "
+	       "look-ahead depth %d, step hints %s, layer-start hints %s, "
+	       "per-expert overlap %s, "
 	       "%d compute thread(s)\n",
 	       store_dir, st->n_layers, st->n_experts,
 	       (unsigned long long)st->record_bytes,
@@ -424,7 +432,8 @@ int main(int argc, char **argv)
 	       (double)st->engram_bytes / (1ull << 30), bo.cache, n_tok,
 	       n_prompt, cw_compute_name(bo.mode), bo.loaders,
 	       bo.prefetch ? "on" : "off", bo.depth,
-	       bo.step_hints ? "on" : "off", bo.overlap ? "on" : "off",
+	       bo.step_hints ? "on" : "off", bo.layer_hints ? "on" : "off",
+	       bo.overlap ? "on" : "off",
 	       bo.threads);
 	fflush(stdout);
 	/* a fixed prompt: token ids spread over the vocabulary */

@@ -890,6 +890,35 @@ static void collapse(const float *X, const float *pre, int n, int D, float *u)
 	}
 }
 
+/* Store mode, a one-token eval, at the start of layer l (cw_dsv41_set_
+ * layer_hints): layer l's top-k on the streams X as they enter the layer,
+ * collapsed with the lagged pre P under the layer's ffn_norm, to expertd
+ * as a step-named hint for position p.  A refused hint changes no result:
+ * warned once, counted. */
+static void layer_hint(const struct cw_dsv41_model *m,
+		       struct cw_dsv41_state *s, int l, int64_t p,
+		       const float *X, const float *P)
+{
+	const struct st_dsv41_config *c = &m->cfg;
+	const int K = c->top_k, D = c->hidden_size;
+	int hl[K], he[K];
+	int32_t e[K];
+	float w[K], u[D];
+	struct st_diag d = { { 0 } };
+
+	collapse(X, P, c->hc_mult, D, u);
+	cw_dsv4_rmsnorm(u, m->layers[l].ffn_norm, D, c->rms_norm_eps, u);
+	route_ids(m, l, u, e, w);
+	for (int k = 0; k < K; k++) {
+		hl[k] = l;
+		he[k] = e[k];
+	}
+	if (es_client_hint_step(m->es, (uint32_t)p, K, hl, he, &d) < 0 &&
+	    s->route_failed++ == 0)
+		st_warn("prefetch hint to expertd failed: %s (prefetch "
+			"degrades; results are unaffected)", d.msg);
+}
+
 /* One layer for one token: Engram, attention site, FFN site. */
 static int layer_token(const struct cw_dsv41_model *m,
 		       struct cw_dsv41_state *s, int l, int t,
@@ -908,6 +937,9 @@ static int layer_token(const struct cw_dsv41_model *m,
 	size_t dl = (size_t)t * c->n_layers + l;
 	int r;
 
+	if (m->es && !m->no_route_reports && !m->no_layer_hints &&
+	    ck->n == 1 && l > 0)
+		layer_hint(m, s, l, p, X, P);
 	if (L->ei >= 0 && (r = engram(m, s, L, p, X, t, diag)) < 0)
 		return r;
 	/* collapsed with the previous site's pre (the lag) */

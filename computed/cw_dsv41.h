@@ -147,6 +147,22 @@ int cw_dsv41_set_threads(struct cw_dsv41_model *m, int n_threads);
  */
 void cw_dsv41_set_decode_overlap(struct cw_dsv41_model *m, int step_hints,
 				 int expert_overlap);
+
+/*
+ * Store mode, on by default (off only to measure what it brings; results
+ * are the same either way): layer-start hints.  In a one-token eval
+ * (decode), at the start of each layer l > 0, before its Engram and
+ * attention, layer l's router runs on the streams as they enter the layer
+ * (collapsed with the lagged pre, under the layer's ffn_norm: a guess, the
+ * FFN input adds the layer's Engram and attention output) and its top-k
+ * go to expertd as a step-named hint for this position (es_client_hint_step),
+ * so their reads start an attention's time before the router names the
+ * misses.  On the V4.1-shaped benchmark model this guess names 58 % of
+ * the routed experts (the gate look-ahead from the previous layer: 54 %),
+ * and tokens/s rose 10 % at 50 and 25 % host budgets (docs/BENCHMARKS.md,
+ * "Layer-start hints").  Needs routing reports on.
+ */
+void cw_dsv41_set_layer_hints(struct cw_dsv41_model *m, int on);
 /*
  * Store mode, with routing reports on: each layer's report also hints the
  * experts the routers of the next `depth` layers pick on this layer's FFN

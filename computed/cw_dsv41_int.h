@@ -61,6 +61,7 @@ struct cw_dsv41_model {
 	int no_engram_prefetch;        /* measurements only */
 	int no_step_hints;             /* cw_dsv41_set_decode_overlap */
 	int no_expert_overlap;         /* cw_dsv41_set_decode_overlap */
+	int no_layer_hints;            /* cw_dsv41_set_layer_hints */
 	int prefetch_depth;            /* cw_dsv41_set_prefetch_depth */
 	/* CW_COMPUTE_FAST (cw_dsv41_load_mode / _store_mode): matvecs on
 	 * the backend be (NULL in reference mode) */

@@ -846,6 +846,11 @@ int cw_dsv41_set_backend(struct cw_dsv41_model *m,
 	return 0;
 }
 
+void cw_dsv41_set_layer_hints(struct cw_dsv41_model *m, int on)
+{
+	m->no_layer_hints = !on;
+}
+
 void cw_dsv41_set_decode_overlap(struct cw_dsv41_model *m, int step_hints,
 				 int expert_overlap)
 {
