@@ -414,6 +414,57 @@ static void overlap_pass(struct cw_dsv41_model *fm, const json_t *cs,
 	free(b);
 }
 
+/* One case decoded a token per eval (the layer-start hints go out only
+ * in one-token evals) with layer-start hints off, then on: logits
+ * bit-identical (a hint never changes a result), and expertd received
+ * exactly (n_layers - 1) * top_k more step-named hint entries per token
+ * with them on (layers 1.., one hint of top_k each). */
+static void layer_hint_pass(struct cw_dsv41_model *fm, struct es_client *es,
+			    const json_t *cs)
+{
+	const struct st_dsv41_config *c = cw_dsv41_config(fm);
+	const int V = c->vocab_size;
+	int n;
+	int32_t *ids = dsvt_case_ids(cs, 1, &n, NULL);
+	float *out[2] = { malloc((size_t)n * V * sizeof(float)),
+			  malloc((size_t)n * V * sizeof(float)) };
+	uint64_t hints[2] = { 0, 0 };
+	struct st_diag d = { { 0 } };
+
+	for (int pass = 0; pass < 2; pass++) {
+		struct cw_dsv41_state *s = NULL;
+		struct es_tier_stats t0, t1;
+		int r;
+
+		cw_dsv41_set_layer_hints(fm, pass);
+		r = cw_dsv41_state_new(fm, n, &s);
+		es_client_tier_stats(es, &t0);
+		for (int i = 0; r == 0 && i < n; i++)
+			r = cw_dsv41_eval(fm, s, ids + i, 1, 1,
+					  out[pass] + (size_t)i * V, &d);
+		es_client_tier_stats(es, &t1);
+		CHECK(r == 0, "layer-hint pass %d: %s", pass, d.msg);
+		hints[pass] = t1.step_hints - t0.step_hints;
+		cw_dsv41_state_free(s);
+	}
+	cw_dsv41_set_layer_hints(fm, 1);
+	printf("layer-start hints off vs on: %d tokens one per eval, logits "
+	       "bit-identical: %s; step-named hint entries %llu vs %llu\n",
+	       n, memcmp(out[0], out[1], (size_t)n * V * sizeof(float)) ?
+	       "no" : "yes", (unsigned long long)hints[0],
+	       (unsigned long long)hints[1]);
+	CHECK(!memcmp(out[0], out[1], (size_t)n * V * sizeof(float)),
+	      "logits with layer-start hints off and on differ");
+	CHECK(hints[1] - hints[0] ==
+	      (uint64_t)n * (uint64_t)(c->n_layers - 1) * (uint64_t)c->top_k,
+	      "layer-start hint entries: %llu more with them on, expected "
+	      "%d x %d x %d", (unsigned long long)(hints[1] - hints[0]), n,
+	      c->n_layers - 1, c->top_k);
+	free(ids);
+	free(out[0]);
+	free(out[1]);
+}
+
 /* The greedy mode (header). */
 static int greedy_main(int argc, char **argv)
 {
@@ -676,6 +727,7 @@ int main(int argc, char **argv)
 	/* 4: overlap on/off */
 	overlap_pass(fm, json_array_get(cases, json_array_size(cases) - 1), 0);
 	overlap_pass(fm, json_array_get(cases, json_array_size(cases) - 1), 1);
+	layer_hint_pass(fm, es, json_array_get(cases, 0));
 	CHECK(cw_dsv41_set_threads(ref, 2) == -EINVAL && 
 	      cw_dsv41_set_threads(fm, 0) == -EINVAL, "bad thread counts");
 	/* 5: fast mode from the checkpoint (no expertd) */
