@@ -25,6 +25,8 @@
  *   dense B/tok    dense weight bytes per token (cw_dsv4_dense_bytes)
  *   stall          time in es_client_acquire / decode wall time
  *   hit rate       pool hits / (hits + misses)
+ *   raw GB/s       the mean of two raw probes, before the daemons start
+ *                  and right after the decode (the disk's bandwidth drifts)
  *   I/O limit      raw GB/s / NVMe B/tok, tokens/s the drive allows
  *   limit          min(compute tok/s, I/O limit); % = tok/s / limit
  * Prints figures, asserts nothing (STYLE.md).  Figures measured on a
@@ -57,7 +59,7 @@ static void usage(FILE *f)
 "                         [--loader-threads N] [--compute fast|reference]\n"
 "                         [--raw-bytes B] [--drop-caches] [--no-hints]\n"
 "                         [--evict lru|lfru] [--prefetch-depth D]\n"
-"                         [--no-step-hints] [--no-overlap]\n"
+"                         [--no-step-hints] [--no-layer-hints] [--no-overlap]\n"
 "\n"
 "DeepSeek-V4 decode through expertd at each host expert budget (%% of all\n"
 "experts): decode tokens/s, NVMe / expert / dense bytes per token, stall\n"
@@ -68,8 +70,10 @@ static void usage(FILE *f)
 "--compute fast, --raw-bytes 2GiB, --evict lfru, --prefetch-depth 2 (gate\n"
 "look-ahead hints for the next D layers; hash layers are hinted exactly).\n"
 "--no-step-hints: do not hint the next token's hash-routed layers' experts\n"
-"before its layer 0; --no-overlap: wait for all top-k experts of a layer\n"
-"before computing any (both on by default; off to measure their effect).\n");
+"before its layer 0; --no-layer-hints: no hint of each score-routed layer's\n"
+"experts at the layer's start (cw_dsv4_set_layer_hints); --no-overlap: wait\n"
+"for all top-k experts of a layer\n"
+"before computing any (all on by default; off to measure their effect).\n");
 }
 
 /* --- raw O_DIRECT read bandwidth ---------------------------------------- */
@@ -81,7 +85,9 @@ struct run_result {
 	uint64_t n_slots;
 	double tok_s, warm_tok_s;
 	double nvme_bpt, expert_bpt, dense_bpt;
-	double stall, hit_rate, raw_gbps;
+	double stall, hit_rate;
+	double raw_before, raw_after; /* GB/s around the cold decode */
+	double raw_gbps;              /* their mean: the I/O limit's */
 	uint64_t misses, hits, pf_loads, pf_used, pf_wasted;
 	uint64_t hints, step_hints, dropped;
 };
@@ -160,13 +166,14 @@ int main(int argc, char **argv)
 		{ "evict", required_argument, NULL, 'e' },
 		{ "prefetch-depth", required_argument, NULL, 'D' },
 		{ "no-step-hints", no_argument, NULL, 'S' },
+		{ "no-layer-hints", no_argument, NULL, 'L' },
 		{ "no-overlap", no_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	int budgets[MAX_BUDGETS] = { 100, 50, 25 }, n_budgets = 3;
 	int n_tok = 16, n_prompt = 8, loaders = 4, drop = 0, hints = 1, c;
-	int depth = 2, step_hints = 1, overlap = 1;
+	int depth = 2, step_hints = 1, overlap = 1, layer_hints = 1;
 	const char *store_dir = NULL, *evict = "lfru";
 	uint64_t raw_bytes = 2ull << 30;
 	enum cw_compute mode = CW_COMPUTE_FAST;
@@ -219,6 +226,7 @@ int main(int argc, char **argv)
 		case 'e': evict = optarg; break;
 		case 'D': depth = atoi(optarg); break;
 		case 'S': step_hints = 0; break;
+		case 'L': layer_hints = 0; break;
 		case 'O': overlap = 0; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -241,15 +249,16 @@ int main(int argc, char **argv)
 	printf("store %s: %d layers x %d experts, record %llu B (%.2f MiB), "
 	       "experts %.2f GiB; decode %d tokens after a %d-token prompt; "
 	       "compute %s; expertd --evict %s, %d loader threads, routing "
-	       "reports and hints %s, look-ahead depth %d, step hints %s, per-expert "
-	       "overlap %s\n", store_dir,
+	       "reports and hints %s, look-ahead depth %d, step hints %s, "
+	       "layer-start hints %s, per-expert overlap %s\n", store_dir,
 	       st->n_layers,
 	       st->n_experts, (unsigned long long)st->record_bytes,
 	       st->record_bytes / 1048576.0,
 	       (double)st->record_bytes * st->n_layers * st->n_experts /
 		       (1ull << 30), n_tok, n_prompt, cw_compute_name(mode),
 	       evict, loaders, hints ? "on" : "off", depth,
-	       step_hints ? "on" : "off", overlap ? "on" : "off");
+	       step_hints ? "on" : "off", layer_hints ? "on" : "off",
+	       overlap ? "on" : "off");
 	fflush(stdout);
 	/* a fixed prompt: token ids spread over the vocabulary */
 	for (int i = 0; i < n_prompt; i++)
@@ -271,7 +280,8 @@ int main(int argc, char **argv)
 		memset(rr, 0, sizeof(*rr));
 		rr->budget_pct = budgets[bi];
 		bench_make_cold(st, 0, drop);
-		rr->raw_gbps = bench_raw_bandwidth(st, loaders, raw_bytes);
+		rr->raw_before = bench_raw_bandwidth(st, loaders, raw_bytes);
+		rr->raw_gbps = rr->raw_before;
 		bench_make_cold(st, 0, 0);
 		memset(&inst, 0, sizeof(inst));
 		snprintf(inst.name, sizeof(inst.name), "bdsv4-%d-%d",
@@ -298,6 +308,7 @@ int main(int argc, char **argv)
 		if (!r) {
 			cw_dsv4_set_route_reports(m, hints);
 			cw_dsv4_set_decode_overlap(m, step_hints, overlap);
+			cw_dsv4_set_layer_hints(m, layer_hints);
 		}
 		if (!r && cw_dsv4_set_prefetch_depth(m, depth) < 0)
 			r = st_diag_set(&diag, -EINVAL, "--prefetch-depth "
@@ -330,6 +341,14 @@ int main(int argc, char **argv)
 				(double)rr->hits / (rr->hits + rr->misses) : 0;
 			es_client_stats(es, &est);
 			rr->n_slots = est.n_slots;
+			/* the disk again, right after: its bandwidth drifts,
+			 * so the limit takes the mean of the two probes (as
+			 * bench-dsv41) */
+			rr->raw_after = bench_raw_bandwidth(st, loaders,
+							    raw_bytes);
+			if (rr->raw_after > 0)
+				rr->raw_gbps = (rr->raw_before +
+						rr->raw_after) / 2;
 		}
 		if (!r) {
 			struct es_tier_stats w0, w1;
@@ -356,13 +375,15 @@ int main(int argc, char **argv)
 			return 1;
 		printf("budget %3d%%: pool %llu slots, decode %.3f tok/s (warm "
 		       "repeat %.3f), hit rate %.3f (%llu misses), stall %.1f %%, "
-		       "raw %.2f GB/s; prefetch loads %llu, used %llu, wasted "
+		       "raw %.2f GB/s before, %.2f after; prefetch loads %llu, "
+		       "used %llu, wasted "
 		       "%llu: precision %.2f, recall %.2f; hints %llu + step-"
 		       "named %llu, dropped %llu\n",
 		       rr->budget_pct, (unsigned long long)rr->n_slots,
 		       rr->tok_s, rr->warm_tok_s, rr->hit_rate,
 		       (unsigned long long)rr->misses, 100 * rr->stall,
-		       rr->raw_gbps, (unsigned long long)rr->pf_loads,
+		       rr->raw_before, rr->raw_after,
+		       (unsigned long long)rr->pf_loads,
 		       (unsigned long long)rr->pf_used,
 		       (unsigned long long)rr->pf_wasted,
 		       rr->pf_loads ? (double)rr->pf_used / rr->pf_loads : 0.0,
@@ -397,7 +418,8 @@ int main(int argc, char **argv)
 	       "tok/s%s\n", budgets[0], compute_tok_s,
 	       compute_tok_s > 0 ? "" : " (not measured: the repeat missed)");
 	printf("NVMe MB/tok: store bytes expertd read per decoded token "
-	       "(demand and prefetch); I/O lim = raw GB/s / that; limit = min("
+	       "(demand and prefetch); raw GB/s: the mean of the probes before "
+	       "and after the decode; I/O lim = raw GB/s / that; limit = min("
 	       "compute-bound, I/O lim); target: tok/s >= 80 %% of the limit "
 	       "at 25 %%\n");
 	printf("peak RSS of this process (model in fast mode, one sequence): "

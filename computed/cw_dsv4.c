@@ -508,6 +508,36 @@ out:
 	free(he);
 }
 
+/* Store mode, a one-token eval, at the start of score-routed layer L
+ * (cw_dsv4_set_layer_hints): the layer's top-k on u, the attention site's
+ * collapsed streams, under the layer's ffn_norm, to expertd as a step-
+ * named hint for position p.  A refused hint changes no result: warned
+ * once, counted. */
+static void layer_hint(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
+		       const struct cw_dsv4_layer *L, int64_t p,
+		       const float *u)
+{
+	const struct st_dsv4_config *c = &m->cfg;
+	const int K = c->top_k, D = c->hidden_size;
+	float b[D], logits[c->n_experts], w[K];
+	int hl[K], he[K];
+	int32_t e[K];
+	struct st_diag d = { { 0 } };
+
+	cw_dsv4_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, b);
+	matvec(&L->gate, b, logits);
+	cw_dsv4_route(logits, c->n_experts, K, NULL, L->gate_bias,
+		      c->norm_topk_prob, c->routed_scaling_factor, e, w);
+	for (int k = 0; k < K; k++) {
+		hl[k] = (int)(L - m->layers);
+		he[k] = e[k];
+	}
+	if (es_client_hint_step(m->es, (uint32_t)p, K, hl, he, &d) < 0 &&
+	    s->route_failed++ == 0)
+		st_warn("prefetch hint to expertd failed: %s (prefetch "
+			"degrades; results are unaffected)", d.msg);
+}
+
 /* One routed expert in fast mode, straight from its slot bytes: the
  * SwiGLU output quantized for w2; out = E(b) (act: b quantized once, int8
  * per 32, shared by every expert's w1 and w3). */
@@ -834,6 +864,9 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 				       c->rms_norm_eps, pp, pp + hc,
 				       pp + 2 * hc);
 			collapse(X + t * xs, pp, hc, D, u);
+			if (n == 1 && !L->tid2eid && m->es &&
+			    !m->no_route_reports && !m->no_layer_hints)
+				layer_hint(m, s, L, p, u);
 			cw_dsv4_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps,
 					a);
 			lin(m, &L->wq_a, a, qr);

@@ -83,6 +83,20 @@ void cw_dsv4_set_route_reports(struct cw_dsv4_model *m, int on);
  */
 void cw_dsv4_set_decode_overlap(struct cw_dsv4_model *m, int step_hints,
 				int expert_overlap);
+
+/*
+ * Store mode, on by default (off only to measure what it brings; results
+ * are the same either way): layer-start hints, as V4.1's
+ * (cw_dsv41_set_layer_hints).  In a one-token eval (decode), at the start
+ * of each score-routed layer (hash-routed ones are hinted exactly from
+ * the token id), the layer's router runs on the attention site's
+ * collapsed streams under the layer's ffn_norm (a guess: the FFN input
+ * adds the attention output) and its top-k go to expertd as a step-named
+ * hint for this position (es_client_hint_step), so their reads start an
+ * attention's time before the router names the misses.  Needs routing
+ * reports on.
+ */
+void cw_dsv4_set_layer_hints(struct cw_dsv4_model *m, int on);
 /*
  * Store mode, with routing reports on: also hint expertd the experts the
  * routers of the next `depth` score-routed layers pick on the current

@@ -70,6 +70,7 @@ struct cw_dsv4_model {
 	int prefetch_depth;            /* cw_dsv4_set_prefetch_depth */
 	int no_step_hints;             /* cw_dsv4_set_decode_overlap */
 	int no_expert_overlap;         /* cw_dsv4_set_decode_overlap */
+	int no_layer_hints;            /* cw_dsv4_set_layer_hints */
 	/* CW_COMPUTE_FAST (cw_dsv4_load_mode / _store_mode): matvecs on
 	 * the fast backend's kernels (be), FP8 weights kept as codes,
 	 * experts read straight from expertd's slot bytes */

@@ -715,6 +715,11 @@ void cw_dsv4_set_route_reports(struct cw_dsv4_model *m, int on)
 	m->no_route_reports = !on;
 }
 
+void cw_dsv4_set_layer_hints(struct cw_dsv4_model *m, int on)
+{
+	m->no_layer_hints = !on;
+}
+
 void cw_dsv4_set_decode_overlap(struct cw_dsv4_model *m, int step_hints,
 				int expert_overlap)
 {
