@@ -297,19 +297,7 @@ K5I void mx_row5(const uint8_t *rc, const uint8_t *rs, int64_t nb,
 		acc0[t] = _mm512_castps512_ps256(acc[t]);
 		acc1[t] = _mm512_extractf32x8_ps(acc[t], 1);
 	}
-	for (; b < nb; b++) {
-		const __m256i wv = fp4_decode32(rc + 16 * b);
-		const float ws = 0.5f * e8m0f(rs[b]);
-
-		MM_UNROLL
-		for (int t = 0; t < NT; t++)
-			acc0[t] = _mm256_fmadd_ps(
-				mx_dot(wv, a[t].qabs + 32 * b, a[t].q + 32 * b),
-				_mm256_set1_ps(ws * a[t].d[b]), acc0[t]);
-	}
-	MM_UNROLL
-	for (int t = 0; t < NT; t++)
-		ys[t][r] = hsum256(_mm256_add_ps(acc0[t], acc1[t]));
+	mx_row_tail(rc, rs, b, nb, a, acc0, acc1, ys, r, NT);
 }
 
 /* MXFP4 with activations in runs of 32; other layouts to the AVX2 path. */
@@ -331,28 +319,7 @@ K5 static void mxfp4_avx512(const struct cw_wview *w, const struct cw_act *a,
 K5 static int mxfp4_mm_avx512(const struct cw_wview *w, const struct cw_act *a,
 			      int n, float *const *ys, int64_t r0, int64_t r1)
 {
-	const int64_t C = w->cols, nb = C / 32;
-	const uint8_t *codes = w->data;
-
-	if (C % 32)
-		return 0;
-	for (int t = 0; t < n; t++)
-		if (!a[t].qabs || a[t].qgroup != 32)
-			return 0;
-	for (int64_t r = r0; r < r1; r++) {
-		const uint8_t *rc = codes + r * (C / 2), *rs = w->scales + r * nb;
-		int t = 0;
-
-		for (; t + 4 <= n; t += 4)
-			mx_row5(rc, rs, nb, a + t, ys + t, r, 4);
-		switch (n - t) {
-		case 3: mx_row5(rc, rs, nb, a + t, ys + t, r, 3); break;
-		case 2: mx_row5(rc, rs, nb, a + t, ys + t, r, 2); break;
-		case 1: mx_row5(rc, rs, nb, a + t, ys + t, r, 1); break;
-		default: break;
-		}
-	}
-	return 1;
+	CW_MX_MM_BODY(mx_row5);
 }
 
 cw_kern_mm_fn cw_kern_avx512_mm(const struct cw_wview *w)

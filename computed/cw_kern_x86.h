@@ -131,4 +131,57 @@ KI __m256 mx_dot(__m256i wv, const uint8_t *qa, const int8_t *q)
 	return _mm256_cvtepi32_ps(_mm256_madd_epi16(p16, _mm256_set1_epi16(1)));
 }
 
+/* The end of an MXFP4 row for NT tokens (the row kernels of both paths):
+ * blocks b..nb-1 (the last nb % 8) into acc0[t], then ys[t][r] = the lane
+ * sum of acc0[t] + acc1[t]. */
+KI void mx_row_tail(const uint8_t *rc, const uint8_t *rs, int64_t b,
+		    int64_t nb, const struct cw_act *a, __m256 *acc0,
+		    const __m256 *acc1, float *const *ys, int64_t r,
+		    const int NT)
+{
+	for (; b < nb; b++) {
+		const __m256i wv = fp4_decode32(rc + 16 * b);
+		const float ws = 0.5f * e8m0f(rs[b]);
+
+		MM_UNROLL
+		for (int t = 0; t < NT; t++)
+			acc0[t] = _mm256_fmadd_ps(
+				mx_dot(wv, a[t].qabs + 32 * b, a[t].q + 32 * b),
+				_mm256_set1_ps(ws * a[t].d[b]), acc0[t]);
+	}
+	MM_UNROLL
+	for (int t = 0; t < NT; t++)
+		ys[t][r] = hsum256(_mm256_add_ps(acc0[t], acc1[t]));
+}
+
+/* The body of an MXFP4 GEMM kernel (cw_kern_mm_fn; w, a, n, ys, r0, r1 in
+ * scope) over the row kernel ROW(rc, rs, nb, a, ys, r, NT), NT a constant
+ * 1..4: per row, token groups of 4, then the remainder.  Returns 0 (the
+ * caller falls back to matvecs) unless every token's activations are in
+ * runs of 32 with magnitudes and the columns are whole blocks. */
+#define CW_MX_MM_BODY(ROW)                                                    \
+	const int64_t C = w->cols, nb = C / 32;                               \
+	const uint8_t *codes = w->data;                                       \
+                                                                              \
+	if (C % 32)                                                           \
+		return 0;                                                     \
+	for (int t = 0; t < n; t++)                                           \
+		if (!a[t].qabs || a[t].qgroup != 32)                          \
+			return 0;                                             \
+	for (int64_t r = r0; r < r1; r++) {                                   \
+		const uint8_t *rc = codes + r * (C / 2);                      \
+		const uint8_t *rs = w->scales + r * nb;                       \
+		int t = 0;                                                    \
+                                                                              \
+		for (; t + 4 <= n; t += 4)                                    \
+			ROW(rc, rs, nb, a + t, ys + t, r, 4);                 \
+		switch (n - t) {                                              \
+		case 3: ROW(rc, rs, nb, a + t, ys + t, r, 3); break;          \
+		case 2: ROW(rc, rs, nb, a + t, ys + t, r, 2); break;          \
+		case 1: ROW(rc, rs, nb, a + t, ys + t, r, 1); break;          \
+		default: break;                                               \
+		}                                                             \
+	}                                                                     \
+	return 1
+
 #endif
