@@ -220,7 +220,6 @@ static int save_args(const struct cli_instance *inst, const char *daemon,
 	return 0;
 }
 
-/* Appends "--opt val" to argv when val is set. */
 void cli_cache_hint(const struct cli_instance *inst, const char *who,
 		    const char *msg)
 {
@@ -244,6 +243,7 @@ void cli_model_name_of(const char *dir, char *ret, size_t cap)
 		ret[0] = 0;
 }
 
+/* Appends "--opt val" to argv when val is set. */
 static void add_opt(char **argv, int *a, const char *opt, const char *val)
 {
 	if (val && val[0]) {

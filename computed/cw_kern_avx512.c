@@ -200,9 +200,8 @@ K5 static int fp8_mm_avx512(const struct cw_wview *w, const struct cw_act *a,
 		/* one row: the codes and scales of row r at row 0 */
 		const uint8_t *rc = codes + r * C;
 		const float *rsc = sc ? sc + r * ng : NULL;
-		int t = 0;
 
-		for (; t < n; ) {
+		for (int t = 0; t < n; t += 4) {
 			const float *xs[4];
 			float *yr[4];
 			const int k = ST_MIN(4, n - t);
@@ -217,7 +216,6 @@ K5 static int fp8_mm_avx512(const struct cw_wview *w, const struct cw_act *a,
 			case 2: fp8_blk5(rc, rsc, xs, C, G, ng, 0, 1, 2, yr); break;
 			default: fp8_blk5(rc, rsc, xs, C, G, ng, 0, 1, 1, yr); break;
 			}
-			t += k;
 		}
 	}
 	return 1;
