@@ -20,7 +20,7 @@
 #include "st_proto.h"
 #include "st_shm.h"
 
-#define ST_DEVSLOT_SHM_VERSION 2
+#define ST_DEVSLOT_SHM_VERSION 3 /* 3: st_shm_header.pool_id */
 
 struct st_devimporter {
 	struct st_devimport st;        /* epoch bookkeeping */

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,6 +29,30 @@ int st_shm_name(const char *instance, const char *pool, char *buf, size_t len)
 	if (snprintf(buf, len, "/strata.%s.%s", instance, pool) >= (int)len)
 		return -ENAMETOOLONG;
 	return 0;
+}
+
+/* -EPERM unless fd is a regular file of our effective uid with no group or
+ * other access (st_shm.h "Trust"); path names it in the message. */
+static int check_ours(int fd, const char *path, struct st_diag *diag)
+{
+	struct stat st;
+
+	if (fstat(fd, &st) < 0)
+		return st_diag_set(diag, -errno, "%s: %s", path,
+				   strerror(errno));
+	if (S_ISREG(st.st_mode) && st.st_uid == geteuid() &&
+	    !(st.st_mode & 077))
+		return 0;
+	return st_diag_set(diag, -EPERM,
+			   "%s is not this user's private file (%s of uid %u, "
+			   "mode %04o; strata makes its own 0600, as uid %u) and "
+			   "is left alone: another user may have made it to "
+			   "read or change what strata keeps there.  Check "
+			   "`ls -l %s`, remove it as its owner or root, or use "
+			   "another --instance", path,
+			   S_ISREG(st.st_mode) ? "file" : "not a regular file",
+			   (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
+			   (unsigned)geteuid(), path);
 }
 
 static uint64_t header_checksum(const struct st_shm_header *h)
@@ -78,6 +103,7 @@ int st_shm_create(struct st_shm *shm, const char *instance, const char *kind,
 	atomic_store(&h->epoch, 1);
 	h->total_bytes = size;
 	h->layout_hash = layout_hash;
+	h->pool_id = st_random_id();
 	h->checksum = header_checksum(h);
 	atomic_store_explicit(&h->magic, ST_SHM_MAGIC, memory_order_release);
 	shm->base = base;
@@ -102,8 +128,15 @@ int st_shm_attach(struct st_shm *shm, const char *instance, const char *kind,
 	fd = shm_open(shm->name, O_RDWR | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return -errno;
-	if (fstat(fd, &st) < 0) {
+	{
+		char path[160];
+
+		snprintf(path, sizeof(path), "/dev/shm%s", shm->name);
+		r = check_ours(fd, path, diag);
+	}
+	if (r == 0 && fstat(fd, &st) < 0)
 		r = -errno;
+	if (r < 0) {
 		close(fd);
 		return r;
 	}
@@ -154,14 +187,58 @@ int st_shm_attach(struct st_shm *shm, const char *instance, const char *kind,
 	return 0;
 }
 
+int st_shm_remove_stale(const char *instance, const char *kind,
+			struct st_diag *diag)
+{
+	struct st_shm_header h;
+	char name[128], path[160];
+	int fd, r;
+
+	r = st_shm_name(instance, kind, name, sizeof(name));
+	if (r < 0)
+		return st_diag_set(diag, r, "bad instance name '%s'", instance);
+	snprintf(path, sizeof(path), "/dev/shm%s", name);
+	fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
+	if (fd < 0 && errno == ENOENT)
+		return 0;
+	if (fd >= 0) {
+		ssize_t got;
+
+		r = check_ours(fd, path, diag);
+		got = r < 0 ? 0 : pread(fd, &h, sizeof(h), 0);
+		close(fd);
+		if (r < 0)
+			return r;
+		/* a live owner's segment is never removed: an older daemon
+		 * (another layout) may still serve it */
+		if (got == (ssize_t)sizeof(h) &&
+		    atomic_load(&h.magic) == ST_SHM_MAGIC &&
+		    atomic_load(&h.owner_pid) != getpid() &&
+		    st_pid_alive(atomic_load(&h.owner_pid)))
+			return st_diag_set(diag, -EBUSY,
+					   "%s is owned by live process %d; "
+					   "stop it first", path,
+					   atomic_load(&h.owner_pid));
+	}
+	/* unreadable by us (fd < 0: e.g. mode 000 of ours): unlink decides */
+	if (shm_unlink(name) < 0 && errno != ENOENT)
+		return st_diag_set(diag, -errno,
+				   "cannot remove the unusable %s (%s); remove "
+				   "it by hand (rm %s) or use another --instance",
+				   path, strerror(errno), path);
+	return 1;
+}
+
 int st_shm_open_owner(struct st_shm *shm, const char *instance,
 		      const char *kind, uint32_t layout_version,
 		      uint64_t layout_hash, size_t size, struct st_diag *diag)
 {
-	struct st_diag local;
+	struct st_diag local = { "" };
 	int r = st_shm_attach(shm, instance, kind, layout_version, layout_hash,
 			      &local);
 
+	if (r == -EPERM)
+		return st_diag_set(diag, r, "%s", local.msg);
 	if (r == 0) {
 		struct st_shm_header *h = st_shm_hdr(shm);
 		int32_t pid = atomic_load(&h->owner_pid);
@@ -172,44 +249,98 @@ int st_shm_open_owner(struct st_shm *shm, const char *instance,
 					   "shm %s is owned by live process %d",
 					   shm->name, pid);
 		}
-		if (shm->size != (size_t)st_shm_round(size)) {
-			st_shm_detach(shm);
-			shm_unlink(shm->name);
-		} else {
+		if (shm->size == (size_t)st_shm_round(size)) {
 			atomic_store(&h->owner_pid, (int32_t)getpid());
 			atomic_fetch_add(&h->epoch, 1);
 			shm->owner = 1;
 			return 1;
 		}
-	} else if (r != -ENOENT) {
-		char name[128];
-
-		/* Unusable leftover: never remove one whose owner lives. */
-		if (st_shm_name(instance, kind, name, sizeof(name)) == 0) {
-			int fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
-
-			if (fd >= 0) {
-				struct st_shm_header h;
-				ssize_t got = pread(fd, &h, sizeof(h), 0);
-
-				close(fd);
-				if (got == (ssize_t)sizeof(h) &&
-				    atomic_load(&h.magic) == ST_SHM_MAGIC &&
-				    atomic_load(&h.owner_pid) != getpid() &&
-				    st_pid_alive(atomic_load(&h.owner_pid)))
-					return st_diag_set(
-						diag, -EBUSY,
-						"shm %s is owned by live process %d",
-						name, atomic_load(&h.owner_pid));
-			}
-			shm_unlink(name);
-		}
+		st_shm_detach(shm);
+	}
+	if (r != -ENOENT) {
+		r = st_shm_remove_stale(instance, kind, diag);
+		if (r < 0)
+			return r;
 	}
 	r = st_shm_create(shm, instance, kind, layout_version, layout_hash,
 			  size);
 	return r < 0 ? st_diag_set(diag, r, "shm_open %s: %s", shm->name,
 				   st_strerror(r))
 		     : 0;
+}
+
+/* The name of the lock of daemon for instance. */
+static int lock_name(const char *instance, const char *daemon, char *buf,
+		     size_t len)
+{
+	char seg[128];
+	int r = st_shm_name(instance, daemon, seg, sizeof(seg));
+
+	if (r < 0)
+		return r;
+	/* "/strata-lock.<instance>.<daemon>": not "strata.<instance>.*",
+	 * which names segments (strata down removes those of dead owners) */
+	if (snprintf(buf, len, "/strata-lock%s", seg + strlen("/strata")) >=
+	    (int)len)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+int st_shm_lock(const char *instance, const char *daemon, int *ret_fd,
+		struct st_diag *diag)
+{
+	char name[160], path[180];
+	int r;
+
+	*ret_fd = -1;
+	r = lock_name(instance, daemon, name, sizeof(name));
+	if (r < 0)
+		return st_diag_set(diag, r, "bad instance name '%s'", instance);
+	snprintf(path, sizeof(path), "/dev/shm%s", name);
+	for (;;) {
+		struct stat a, b;
+		int fd = shm_open(name, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+
+		if (fd < 0)
+			return st_diag_set(diag, -errno, "lock %s: %s", path,
+					   strerror(errno));
+		r = check_ours(fd, path, diag);
+		if (r < 0) {
+			close(fd);
+			return r;
+		}
+		if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
+			r = -errno;
+			close(fd);
+			if (r == -EWOULDBLOCK)
+				return st_diag_set(
+					diag, -EBUSY, "another %s of instance "
+					"'%s' is running (it holds %s); stop "
+					"it first (strata down) or use another "
+					"--instance", daemon, instance, path);
+			return st_diag_set(diag, r, "lock %s: %s", path,
+					   strerror(-r));
+		}
+		/* a holder that stopped removed the file we opened: the
+		 * lock that counts is the one on the file now named so */
+		if (fstat(fd, &a) == 0 && stat(path, &b) == 0 &&
+		    a.st_ino == b.st_ino && a.st_dev == b.st_dev) {
+			*ret_fd = fd;
+			return 0;
+		}
+		close(fd);
+	}
+}
+
+void st_shm_unlock(const char *instance, const char *daemon, int fd)
+{
+	char name[160];
+
+	if (fd < 0)
+		return;
+	if (lock_name(instance, daemon, name, sizeof(name)) == 0)
+		shm_unlink(name); /* still ours: we hold the lock */
+	close(fd);
 }
 
 void st_shm_detach(struct st_shm *shm)

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -308,4 +309,86 @@ int st_pid_alive(int pid)
 		fclose(f);
 	}
 	return alive;
+}
+
+int st_pid_start_ticks(int pid, uint64_t *ret_ticks)
+{
+	char path[64], line[1024], *p;
+	unsigned long long ticks;
+	FILE *f;
+	int field;
+
+	if (pid <= 0)
+		return -ESRCH;
+	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+	f = fopen(path, "re");
+	if (!f)
+		return errno == ENOENT ? -ESRCH : -errno;
+	p = fgets(line, sizeof(line), f);
+	fclose(f);
+	if (!p)
+		return -ESRCH; /* reaped between open and read */
+	/* the name (field 2) may hold spaces and parentheses: fields are
+	 * counted from the last ')', which ends it; field 3 follows */
+	p = strrchr(line, ')');
+	if (!p)
+		return -EIO;
+	p++;
+	for (field = 2; field < 21 && p; field++)
+		p = strchr(p + 1, ' ');
+	if (!p || sscanf(p, " %llu", &ticks) != 1)
+		return -EIO;
+	*ret_ticks = ticks;
+	return 0;
+}
+
+int st_pid_alive_since(int pid, uint64_t start_ticks)
+{
+	uint64_t now;
+
+	if (!st_pid_alive(pid))
+		return 0;
+	if (start_ticks == 0)
+		return 1;
+	return st_pid_start_ticks(pid, &now) == 0 && now == start_ticks;
+}
+
+uint64_t st_random_id(void)
+{
+	uint64_t id = 0;
+
+	if (getrandom(&id, sizeof(id), GRND_NONBLOCK) != sizeof(id))
+		id = st_xxh3(&(uint64_t[2]){ st_now_ns(), (uint64_t)getpid() },
+			     16);
+	id &= INT64_MAX;
+	return id ? id : 1;
+}
+
+int st_peer_check(int32_t pid, uint64_t claimed_ticks, const char *daemon,
+		  uint64_t *ret_ticks, struct st_diag *diag)
+{
+	uint64_t ticks = 0;
+
+	*ret_ticks = 0;
+	if (st_pid_start_ticks(pid, &ticks) < 0 || !st_pid_alive(pid))
+		return st_diag_set(diag, -ESRCH,
+				   "HELLO from pid %d, which %s cannot see: the "
+				   "client runs in another pid namespace (a "
+				   "container?) or has exited; run it in %s's "
+				   "pid namespace (docker: --pid=host, or "
+				   "--pid=container:<%s's container>)", (int)pid,
+				   daemon, daemon, daemon);
+	if (claimed_ticks && claimed_ticks != ticks)
+		return st_diag_set(diag, -ESRCH,
+				   "HELLO from pid %d, but pid %d here is another "
+				   "process (start time %llu, the client says "
+				   "%llu): the client runs in another pid "
+				   "namespace (a container?); run it in %s's pid "
+				   "namespace (docker: --pid=host, or "
+				   "--pid=container:<%s's container>)", (int)pid,
+				   (int)pid, (unsigned long long)ticks,
+				   (unsigned long long)claimed_ticks, daemon,
+				   daemon);
+	*ret_ticks = ticks;
+	return 0;
 }

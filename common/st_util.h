@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "st_error.h"
+
 #define ST_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 #define ST_ALIGN_UP(x, a) ((((x) + (a) - 1) / (a)) * (a))
 #define ST_MIN(a, b) ((a) < (b) ? (a) : (b))
@@ -71,5 +73,40 @@ uint64_t st_pid_rss_bytes(int pid);
 /* True if process `pid` is alive: kill(pid, 0) succeeds (or fails with
  * EPERM) and it is not a zombie. */
 int st_pid_alive(int pid);
+
+/*
+ * Start time of process `pid` as the kernel records it: field 22 of
+ * /proc/<pid>/stat, in clock ticks since boot (proc(5)).  A pid number
+ * reused by a later process has a later start time, so (pid, start) names
+ * one process for the life of the machine.  0 with *ret_ticks set, or
+ * -ESRCH (no such process visible from here), -EIO (unparsable).
+ */
+int st_pid_start_ticks(int pid, uint64_t *ret_ticks);
+
+/* st_pid_alive(pid), and when start_ticks != 0 also that the process with
+ * that pid started at start_ticks (it is not a later reuse of the pid). */
+int st_pid_alive_since(int pid, uint64_t start_ticks);
+
+/*
+ * A fresh identifier: random bits from getrandom(2) (the clock and pid
+ * mixed in should it fail), in [1, 2^63) so it stays positive as a JSON
+ * integer.  Names one creation of a pool: two creations never share one
+ * (in practice: 2^-63 per pair).
+ */
+uint64_t st_random_id(void);
+
+/*
+ * For a daemon answering HELLO: checks that `pid`, as a client sent it,
+ * names that client here.  nanomsg does not tell who is at the other end
+ * of a connection, so the client also sends its own start time
+ * (claimed_ticks, 0 = unknown): a pid this process cannot see, or one
+ * whose start time differs, is another process (the client runs in
+ * another pid namespace, e.g. a container), and watching it would release
+ * a live client's pins or keep a dead one's.  0 with *ret_ticks = the
+ * start time to record beside the pid, or -ESRCH with a message naming
+ * daemon and the remedy.
+ */
+int st_peer_check(int32_t pid, uint64_t claimed_ticks, const char *daemon,
+		  uint64_t *ret_ticks, struct st_diag *diag);
 
 #endif

@@ -92,6 +92,14 @@ static int peer_alive(int32_t pid)
 }
 
 /* expertd's pid as the segment header says (the segment is attached). */
+/* Our start time for HELLO (0 when /proc cannot tell). */
+static uint64_t self_start_ticks(void)
+{
+	uint64_t t = 0;
+
+	return st_pid_start_ticks((int)getpid(), &t) == 0 ? t : 0;
+}
+
 static int32_t owner_pid(const struct es_client *c)
 {
 	return atomic_load(&st_shm_hdr(&c->shm)->owner_pid);
@@ -372,7 +380,7 @@ int es_client_open(const char *run_dir, const char *instance, const char *name,
 	}
 	st_wbuf_init(&w);
 	es_hello_req_encode(&w, (uint32_t)getpid(), ES_PROTO_VERSION,
-			    name ? name : "");
+			    name ? name : "", self_start_ticks());
 	r = w.err ? w.err : rpc(c, ST_MSG_HELLO, &w, &buf, &p, &len, diag);
 	st_wbuf_fini(&w);
 	if (r < 0)
@@ -405,6 +413,10 @@ int es_client_open(const char *run_dir, const char *instance, const char *name,
 		goto fail_bye;
 	r = es_pool_view_init(c->shm.base, c->shm.size, rep.store_id, &c->v,
 			      diag);
+	if (r == 0 && st_shm_hdr(&c->shm)->pool_id != rep.pool_id)
+		r = st_diag_set(diag, -ST_E_STALE, "shm %s is another expert "
+				"pool than the one expertd serves (it was "
+				"made again meanwhile); try again", shm_name);
 	if (r == 0 && (c->v.n_layers != rep.n_layers ||
 		       c->v.n_experts != rep.n_experts ||
 		       c->v.n_slots != rep.n_slots ||
@@ -810,7 +822,7 @@ static int resume_locked(struct es_client *c, struct st_diag *diag)
 
 	st_wbuf_init(&w);
 	es_hello_req_encode_resume(&w, (uint32_t)getpid(), ES_PROTO_VERSION,
-				   c->name, c->client_id);
+				   c->name, self_start_ticks(), c->client_id);
 	r = w.err ? w.err : rpc_locked(c, ST_MSG_HELLO, &w, &buf, &p, &len,
 				       diag);
 	st_wbuf_fini(&w);
@@ -821,6 +833,7 @@ static int resume_locked(struct es_client *c, struct st_diag *diag)
 	if (r < 0)
 		return r;
 	if (rep.store_id != c->store_id || rep.layout_hash != c->layout_hash ||
+	    rep.pool_id != st_shm_hdr(&c->shm)->pool_id ||
 	    (int32_t)rep.pid != owner_pid(c))
 		return st_diag_set(diag, -ST_E_STALE,
 				   "expertd came back (pid %u) with another "

@@ -46,6 +46,14 @@ void es_clients_watch(struct es_pool *p, int c)
 	if (p->pidfd[c] < 0)
 		p->pidfd[c] = -1;
 #endif
+	/* checked after the pidfd is open, so it names the process that
+	 * started then: a pid reused since (an expertd restart in between)
+	 * is another process, and the entry is dead */
+	if (p->pidfd[c] >= 0 &&
+	    !st_pid_alive_since(pid, p->v.clients[c].start_ticks)) {
+		close(p->pidfd[c]);
+		p->pidfd[c] = -1;
+	}
 }
 
 int es_clients_alive(struct es_pool *p, int c)
@@ -60,11 +68,12 @@ int es_clients_alive(struct es_pool *p, int c)
 		/* readable once the process has terminated */
 		return poll(&pf, 1, 0) == 0;
 	}
-	return st_pid_alive(pid) && !pid_is_zombie(pid);
+	return st_pid_alive_since(pid, p->v.clients[c].start_ticks) &&
+	       !pid_is_zombie(pid);
 }
 
-int es_clients_register(struct es_pool *p, int32_t pid, const char *name,
-			uint32_t *ret_id)
+int es_clients_register(struct es_pool *p, int32_t pid, uint64_t start_ticks,
+			const char *name, uint32_t *ret_id)
 {
 	for (int c = 0; c < ES_MAX_CLIENTS; c++) {
 		struct es_pool_client *e = &p->v.clients[c];
@@ -82,6 +91,7 @@ int es_clients_register(struct es_pool *p, int32_t pid, const char *name,
 		memset(e->name, 0, sizeof(e->name));
 		snprintf(e->name, sizeof(e->name), "%s", name);
 		e->registered_ns = st_now_ns();
+		e->start_ticks = start_ticks;
 		atomic_store(&e->last_request_id, 0);
 		atomic_store(&e->pid, pid);
 		es_clients_watch(p, c);

@@ -228,10 +228,11 @@ void es_loader_stop(struct es_loader *l);
 
 /* ---- es_clients.c ---- */
 
-/* Registers a client: a free table entry gets pid and name; returns its
+/* Registers a client: a free table entry gets pid, its start time
+ * (st_peer_check: the pair names one process) and name; returns its
  * client id (> 0) or -ST_E_LIMIT when the table is full. */
-int es_clients_register(struct es_pool *p, int32_t pid, const char *name,
-			uint32_t *ret_id);
+int es_clients_register(struct es_pool *p, int32_t pid, uint64_t start_ticks,
+			const char *name, uint32_t *ret_id);
 
 /* Table index of a valid client id (entry in use with that generation and,
  * when pid > 0, that pid) or -ST_E_NOTFOUND / -EPERM with diag. */
@@ -241,11 +242,13 @@ int es_clients_lookup(struct es_pool *p, uint32_t id, int32_t pid,
 /* Frees entry c: drops its pins, bumps its generation. */
 void es_clients_unregister(struct es_pool *p, int c);
 
-/* Opens the pidfd of entry c's process (after registering or adopting). */
+/* Opens the pidfd of entry c's process (after registering or adopting),
+ * when the process with that pid is still the one registered (same start
+ * time); otherwise the entry reads as dead. */
 void es_clients_watch(struct es_pool *p, int c);
 
-/* True while entry c's process lives (pidfd, else kill(pid, 0) and not a
- * zombie). */
+/* True while entry c's process lives (pidfd, else kill(pid, 0), not a
+ * zombie, and started at the recorded start time). */
 int es_clients_alive(struct es_pool *p, int c);
 
 /* Unregisters every client whose pid is gone.  Returns how many. */
@@ -266,6 +269,7 @@ struct es_daemon {
 	struct st_sock rep, pub;
 	char ctl_path[1100], evt_path[1100];
 	int sig_fd;
+	int lock_fd;                 /* st_shm_lock("expertd"), -1 before */
 	int stop;                 /* set by SHUTDOWN or a stop signal */
 	int keep_pool;            /* SHUTDOWN KEEP_POOL: leave the segment */
 	uint64_t next_reap_ns;

@@ -428,6 +428,8 @@ static void daemon_fini(struct es_daemon *d, int destroy_pool)
 	d->store = NULL;
 	if (d->sig_fd >= 0)
 		close(d->sig_fd);
+	st_shm_unlock(d->opt.instance, ES_DAEMON_NAME, d->lock_fd);
+	d->lock_fd = -1;
 }
 
 int main(int argc, char **argv)
@@ -439,7 +441,7 @@ int main(int argc, char **argv)
 	int r, other;
 
 	memset(&d, 0, sizeof(d));
-	d.rep.fd = d.pub.fd = d.sig_fd = -1;
+	d.rep.fd = d.pub.fd = d.sig_fd = d.lock_fd = -1;
 	st_log_set_name(ES_DAEMON_NAME);
 	r = parse_args(argc, argv, &d.opt);
 	if (r)
@@ -494,6 +496,14 @@ int main(int argc, char **argv)
 		st_err("expertd (pid %d) is already serving run directory %s; "
 		       "stop it first (kill %d, or strata down) or use another "
 		       "--run-dir", other, d.opt.run_dir, other);
+		daemon_fini(&d, 0);
+		return 1;
+	}
+	/* held for our life: no other expertd of the instance checks or
+	 * adopts its segments meanwhile (the pid file is no lock) */
+	r = st_shm_lock(d.opt.instance, ES_DAEMON_NAME, &d.lock_fd, &diag);
+	if (r < 0) {
+		st_err("%s", diag.msg);
 		daemon_fini(&d, 0);
 		return 1;
 	}

@@ -79,8 +79,9 @@ static void handle_hello(struct es_daemon *d, const struct st_msg_header *h,
 	struct es_hello_req req;
 	struct es_hello_rep rep;
 	struct st_wbuf w;
+	uint64_t start;
 	uint32_t id;
-	int r;
+	int r, c;
 
 	r = es_hello_req_decode(p, h->payload_len, &req, &diag);
 	if (r == 0 && d->opt.test_proto_version)
@@ -94,18 +95,25 @@ static void handle_hello(struct es_daemon *d, const struct st_msg_header *h,
 		reply_error(d, h, r, diag.msg);
 		return;
 	}
+	r = st_peer_check((int32_t)req.pid, req.start_ticks, "expertd",
+			  &start, &diag);
+	if (r < 0) {
+		reply_error(d, h, r, diag.msg);
+		return;
+	}
 	es_clients_reap(&d->pool);
 	/* A client reconnecting after a restart keeps its entry and pins
-	 * when the adopted table still holds it for the same pid. */
-	if (req.resume_client_id &&
-	    es_clients_lookup(&d->pool, req.resume_client_id,
-			      (int32_t)req.pid, NULL) >= 0) {
+	 * when the adopted table still holds it for the same process. */
+	c = req.resume_client_id ?
+		es_clients_lookup(&d->pool, req.resume_client_id,
+				  (int32_t)req.pid, NULL) : -1;
+	if (c >= 0 && d->pool.v.clients[c].start_ticks == start) {
 		id = req.resume_client_id;
 		st_info("client %u '%s' (pid %u) reconnected", id, req.name,
 			req.pid);
 	} else {
-		r = es_clients_register(&d->pool, (int32_t)req.pid, req.name,
-					&id);
+		r = es_clients_register(&d->pool, (int32_t)req.pid, start,
+					req.name, &id);
 		if (r < 0) {
 			snprintf(diag.msg, sizeof(diag.msg),
 				 "expertd serves at most %d clients and all "
@@ -120,6 +128,7 @@ static void handle_hello(struct es_daemon *d, const struct st_msg_header *h,
 	memset(&rep, 0, sizeof(rep));
 	rep.client_id = id;
 	rep.epoch = epoch_of(d);
+	rep.pool_id = d->pool.v.shm->pool_id;
 	rep.pid = (uint32_t)getpid();
 	rep.pool_layout = ES_POOL_LAYOUT_VERSION;
 	rep.store_id = d->pool.geom.store_id;

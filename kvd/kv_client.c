@@ -149,12 +149,16 @@ static int rpc_raw(struct kv_client *c, uint16_t type, uint64_t rid,
 
 static int declare_locked(struct kv_client *c, struct st_diag *diag);
 
-/* kvd reports the epoch of its pool: when it is not the one of the segment
- * we map, that segment was removed (kvd stopped cleanly and a new one made a
- * new pool): drop the mapping; the next sequence request maps the new one. */
-static void check_epoch(struct kv_client *c, uint64_t epoch)
+/* kvd reports the epoch and creation id (pool_id, 0 = not reported) of its
+ * pool: when they are not those of the segment we map, that segment was
+ * removed (kvd stopped cleanly and a new one made a new pool, whose epoch
+ * may well be the same): drop the mapping; the next sequence request maps
+ * the new one. */
+static void check_epoch(struct kv_client *c, uint64_t epoch, uint64_t pool_id)
 {
-	if (c->attached && atomic_load(&st_shm_hdr(&c->shm)->epoch) != epoch)
+	if (c->attached &&
+	    (atomic_load(&st_shm_hdr(&c->shm)->epoch) != epoch ||
+	     (pool_id && st_shm_hdr(&c->shm)->pool_id != pool_id)))
 		detach(c);
 }
 
@@ -171,6 +175,8 @@ static int hello(struct kv_client *c, struct st_diag *diag)
 
 	memset(&m, 0, sizeof(m));
 	m.pid = (uint32_t)getpid();
+	if (st_pid_start_ticks((int)m.pid, &m.start_ticks) < 0)
+		m.start_ticks = 0;
 	m.proto_version = ST_PROTO_VERSION;
 	memcpy(m.name, c->name, sizeof(m.name));
 	m.resume_client_id = c->id;
@@ -198,7 +204,7 @@ static int hello(struct kv_client *c, struct st_diag *diag)
 		return st_diag_set(diag, r, "kvd: malformed HELLO reply");
 	}
 	c->id = out.client_id;
-	check_epoch(c, out.epoch);
+	check_epoch(c, out.epoch, out.pool_id);
 	c->epoch = out.epoch;
 	return 0;
 }
@@ -438,9 +444,18 @@ static int declare_locked(struct kv_client *c, struct st_diag *diag)
 	if (r < 0)
 		return st_diag_set(diag, r, "kvd: malformed DECLARE reply");
 	if (c->attached && c->layout_hash == out.layout_hash &&
-	    atomic_load(&st_shm_hdr(&c->shm)->epoch) == out.epoch)
+	    atomic_load(&st_shm_hdr(&c->shm)->epoch) == out.epoch &&
+	    st_shm_hdr(&c->shm)->pool_id == out.pool_id)
 		return 0;
-	return attach(c, out.layout_hash, diag);
+	r = attach(c, out.layout_hash, diag);
+	/* the name may already hold a pool made after kvd answered */
+	if (r == 0 && st_shm_hdr(&c->shm)->pool_id != out.pool_id) {
+		detach(c);
+		r = st_diag_set(diag, -ST_E_STALE, "kv pool of instance %s was "
+				"made again while attaching; try again",
+				c->instance);
+	}
+	return r;
 }
 
 int kv_client_declare_streams(struct kv_client *c, int n_streams,
@@ -906,7 +921,7 @@ int kv_client_ping(struct kv_client *c, int32_t *ret_pid,
 	if (r < 0)
 		return r;
 	pthread_mutex_lock(&c->lock);
-	check_epoch(c, out.epoch);
+	check_epoch(c, out.epoch, 0); /* PING does not carry the pool id */
 	pthread_mutex_unlock(&c->lock);
 	if (ret_pid)
 		*ret_pid = (int32_t)out.pid;
@@ -933,7 +948,7 @@ int kv_client_stats(struct kv_client *c, struct kv_stats *ret)
 	if (r < 0)
 		return r;
 	pthread_mutex_lock(&c->lock);
-	check_epoch(c, m.epoch);
+	check_epoch(c, m.epoch, m.pool_id);
 	pthread_mutex_unlock(&c->lock);
 	memset(ret, 0, sizeof(*ret));
 	ret->budget_bytes = m.budget_bytes;
@@ -947,6 +962,7 @@ int kv_client_stats(struct kv_client *c, struct kv_stats *ret)
 	ret->n_seqs = m.n_seqs;
 	ret->pages_shared = m.pages_shared;
 	ret->epoch = m.epoch;
+	ret->pool_id = m.pool_id;
 	ret->pid = m.pid;
 	ret->n_clients = m.n_clients;
 	ret->max_seqs = m.max_seqs;

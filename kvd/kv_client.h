@@ -14,8 +14,8 @@
  * kill -9) it adopts the pool, and the client goes on: it registers again
  * under its old id when kvd no longer knows it.  If the pool itself is gone
  * (kvd stopped cleanly, then started again), the client drops its mapping
- * when a reply shows another pool epoch and maps the new pool at its next
- * sequence request; its old sequences are gone and row pointers taken
+ * when a reply shows another pool (epoch or creation id, st_shm.h) and
+ * maps the new pool at its next sequence request; its old sequences are gone and row pointers taken
  * before must not be used (the caller of such a request must not run
  * kv_client_row in another thread at the same time).
  *
@@ -57,6 +57,8 @@ struct kv_stats {
 	uint64_t n_seqs;         /* live sequences */
 	uint64_t pages_shared;   /* pages with refcount > 1 */
 	uint64_t epoch;          /* of the pool segment; 0 before DECLARE */
+	uint64_t pool_id;        /* creation id of the pool (st_shm.h); 0
+				  * before DECLARE */
 	int32_t pid;             /* kvd's pid */
 	uint32_t n_clients;      /* registered clients */
 	uint32_t max_seqs;

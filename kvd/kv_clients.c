@@ -72,14 +72,15 @@ void kv_clients_bump_next(struct kv_clients *cl, uint32_t next_id)
 		cl->next_id = next_id;
 }
 
-int kv_clients_add(struct kv_clients *cl, int32_t pid, const char *name,
-		   uint32_t resume_id, uint32_t *ret_id)
+int kv_clients_add(struct kv_clients *cl, int32_t pid, uint64_t start_ticks,
+		   const char *name, uint32_t resume_id, uint32_t *ret_id)
 {
 	struct kv_client_entry *e = resume_id ? kv_clients_find(cl, resume_id)
 					      : NULL;
 	uint32_t id;
 
-	if (e && e->pid == pid) {
+	if (e && e->pid == pid &&
+	    (!e->start_ticks || !start_ticks || e->start_ticks == start_ticks)) {
 		/* same process registering again (after a kvd restart) */
 		snprintf(e->name, sizeof(e->name), "%s", name);
 		*ret_id = e->id;
@@ -109,7 +110,14 @@ int kv_clients_add(struct kv_clients *cl, int32_t pid, const char *name,
 	memset(e, 0, sizeof(*e));
 	e->id = id;
 	e->pid = pid;
+	e->start_ticks = start_ticks;
 	e->pidfd = pidfd_open_pid(pid);
+	/* checked once the pidfd is open, so that it names the process
+	 * that started then: a reused pid is another process (dead owner) */
+	if (e->pidfd >= 0 && !st_pid_alive_since(pid, start_ticks)) {
+		close(e->pidfd);
+		e->pidfd = -1;
+	}
 	snprintf(e->name, sizeof(e->name), "%s", name);
 	*ret_id = id;
 	return 0;
@@ -155,6 +163,8 @@ int kv_clients_dead(const struct kv_client_entry *e)
 	if (e->pid <= 0)
 		return 1;
 	if (kill(e->pid, 0) < 0 && errno == ESRCH)
+		return 1;
+	if (!st_pid_alive_since(e->pid, e->start_ticks))
 		return 1;
 	st = proc_state(e->pid);
 	return st == 'Z' || st == 'X';

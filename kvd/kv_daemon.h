@@ -426,7 +426,9 @@ int kv_cache_restore_group(struct kv_pool *p, uint32_t g, uint32_t stamp,
 struct kv_client_entry {
 	uint32_t id;
 	int32_t pid;
-	int pidfd;                       /* -1 when pidfd_open is unavailable */
+	uint64_t start_ticks;            /* of pid (st_peer_check); 0 unknown */
+	int pidfd;                       /* -1 when pidfd_open is unavailable
+					  * or pid is no longer this client */
 	char name[KV_PROTO_NAME_BYTES + 1];
 	/* the last reply, re-sent for a repeated request (idempotence) */
 	uint64_t last_request_id;
@@ -451,18 +453,20 @@ void kv_clients_init(struct kv_clients *cl);
 void kv_clients_fini(struct kv_clients *cl);
 
 /*
- * Registers a client (pid, name).  resume_id != 0 asks for that id again
+ * Registers a client (pid and its start time, which together name one
+ * process: st_peer_check; name).  resume_id != 0 asks for that id again
  * (a client re-registering after a kvd restart): granted when it is free
- * or already belongs to the same pid.  *ret_id is the id.  0, -ST_E_LIMIT
- * (KV_MAX_CLIENTS registered), -ENOMEM.
+ * or already belongs to the same process.  *ret_id is the id.  0,
+ * -ST_E_LIMIT (KV_MAX_CLIENTS registered), -ENOMEM.
  */
-int kv_clients_add(struct kv_clients *cl, int32_t pid, const char *name,
-		   uint32_t resume_id, uint32_t *ret_id);
+int kv_clients_add(struct kv_clients *cl, int32_t pid, uint64_t start_ticks,
+		   const char *name, uint32_t resume_id, uint32_t *ret_id);
 struct kv_client_entry *kv_clients_find(struct kv_clients *cl, uint32_t id);
 void kv_clients_remove(struct kv_clients *cl, uint32_t id);
 /* Ids are never handed out below this one again (kept in the pool). */
 void kv_clients_bump_next(struct kv_clients *cl, uint32_t next_id);
-/* True when the client's process has exited (pidfd or /proc). */
+/* True when the client's process has exited (pidfd or /proc), or its pid
+ * now names a process of another start time. */
 int kv_clients_dead(const struct kv_client_entry *e);
 /* Keeps a copy of the reply to (request_id, type) of client e. */
 void kv_clients_cache_reply(struct kv_client_entry *e, uint64_t request_id,

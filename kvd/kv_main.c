@@ -232,7 +232,7 @@ int main(int argc, char **argv)
 	struct kv_config cfg;
 	struct kv_server *srv;
 	struct st_diag diag = { { 0 } };
-	int r, sigfd, pid;
+	int r, sigfd, pid, lock_fd = -1;
 
 	st_log_set_name("kvd");
 	r = parse_args(argc, argv, &cfg);
@@ -262,14 +262,23 @@ int main(int argc, char **argv)
 		if (what[0])
 			st_info("NUMA placement: %s", what);
 	}
+	/* held for our life: no other kvd of the instance checks or adopts
+	 * its segments meanwhile (the pid file is no lock) */
+	r = st_shm_lock(cfg.instance, "kvd", &lock_fd, &diag);
+	if (r < 0) {
+		st_err("%s", diag.msg);
+		return 1;
+	}
 	sigfd = st_stop_signals_open();
 	if (sigfd < 0) {
 		st_err("signalfd: %s", st_strerror(sigfd));
+		st_shm_unlock(cfg.instance, "kvd", lock_fd);
 		return 1;
 	}
 	srv = calloc(1, sizeof(*srv));
 	if (!srv) {
 		st_err("out of memory");
+		st_shm_unlock(cfg.instance, "kvd", lock_fd);
 		return 1;
 	}
 	r = kv_server_start(srv, &cfg, &diag);
@@ -278,6 +287,7 @@ int main(int argc, char **argv)
 			st_strerror(r));
 		free(srv);
 		close(sigfd);
+		st_shm_unlock(cfg.instance, "kvd", lock_fd);
 		return 1;
 	}
 	r = st_pidfile_write(cfg.run_dir, "kvd");
@@ -297,6 +307,7 @@ int main(int argc, char **argv)
 	st_sd_notify_stopping();
 	kv_server_stop(srv);
 	st_pidfile_remove(cfg.run_dir, "kvd");
+	st_shm_unlock(cfg.instance, "kvd", lock_fd);
 	free(srv);
 	close(sigfd);
 	return 0;

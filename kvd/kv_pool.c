@@ -351,6 +351,10 @@ int kv_seq_take(struct kv_pool *p, uint32_t client, int32_t pid,
 	gen = atomic_load(&e->generation) % KV_SEQ_GEN_MAX + 1;
 	e->owner_client = client;
 	e->owner_pid = pid;
+	/* (pid, start) names the owner even after a kvd restart, when a
+	 * reused pid would otherwise keep its sequences for good */
+	if (st_pid_start_ticks(pid, &e->owner_start) < 0)
+		e->owner_start = 0;
 	e->parent = parent;
 	e->request_id = request_id;
 	e->n_spilled = 0;

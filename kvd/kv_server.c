@@ -45,6 +45,12 @@ static uint64_t pool_epoch(const struct kv_server *s)
 	return s->have_pool ? atomic_load(&st_shm_hdr(&s->shm)->epoch) : 0;
 }
 
+/* The pool's creation id (st_shm.h), 0 while there is none. */
+static uint64_t pool_id(const struct kv_server *s)
+{
+	return s->have_pool ? st_shm_hdr(&s->shm)->pool_id : 0;
+}
+
 static void publish_epoch(struct kv_server *s)
 {
 	struct st_wbuf w;
@@ -83,8 +89,8 @@ static void clients_from_pool(struct kv_server *s)
 		if (atomic_load(&e->state) != KV_SEQ_LIVE ||
 		    kv_clients_find(&s->clients, e->owner_client))
 			continue;
-		if (kv_clients_add(&s->clients, e->owner_pid, "(adopted)",
-				   e->owner_client, &id) < 0)
+		if (kv_clients_add(&s->clients, e->owner_pid, e->owner_start,
+				   "(adopted)", e->owner_client, &id) < 0)
 			continue; /* reaped as ownerless below */
 		c = kv_clients_find(&s->clients, id);
 		if (c)
@@ -223,31 +229,19 @@ static int pool_adopt_existing(struct kv_server *s, struct st_diag *diag)
 			  KV_POOL_LAYOUT_VERSION, 0, &d);
 	if (r == -ENOENT)
 		return 0;
+	if (r == -EPERM)
+		return st_diag_set(diag, r, "%s", d.msg);
 	if (r < 0) {
 		/* Not usable.  Remove it unless a live process owns it. */
-		struct st_shm_header h;
-		char name[128];
-		int fd;
+		struct st_diag d2 = { "" };
 
-		if (st_shm_name(s->cfg.instance, KV_POOL_KIND, name,
-				sizeof(name)) < 0)
-			return st_diag_set(diag, -EINVAL, "bad instance name");
-		fd = shm_open(name, O_RDONLY | O_CLOEXEC, 0);
-		if (fd >= 0) {
-			ssize_t got = pread(fd, &h, sizeof(h), 0);
-
-			close(fd);
-			owner = atomic_load(&h.owner_pid);
-			if (got == (ssize_t)sizeof(h) &&
-			    atomic_load(&h.magic) == ST_SHM_MAGIC &&
-			    owner != getpid() && st_pid_alive(owner))
-				return st_diag_set(diag, -EBUSY,
-						   "%s (%s) is owned by live "
-						   "process %d; stop it first",
-						   name, d.msg, owner);
-		}
-		st_warn("discarding unusable kv segment %s: %s", name, d.msg);
-		shm_unlink(name);
+		r = st_shm_remove_stale(s->cfg.instance, KV_POOL_KIND, &d2);
+		if (r < 0)
+			return st_diag_set(diag, r, "%s (it is unusable: %s)",
+					   d2.msg, d.msg);
+		if (r > 0)
+			st_warn("discarded unusable kv segment of instance %s: "
+				"%s", s->cfg.instance, d.msg);
 		return 0;
 	}
 	owner = atomic_load(&st_shm_hdr(&tmp)->owner_pid);
@@ -261,10 +255,10 @@ static int pool_adopt_existing(struct kv_server *s, struct st_diag *diag)
 	hash = st_shm_hdr(&tmp)->layout_hash;
 	r = kv_layout_read(tmp.base, tmp.size, hash, &lay, streams, &d);
 	if (r < 0) {
-		st_warn("discarding kv pool %s: %s", tmp.name, d.msg);
 		st_shm_detach(&tmp);
-		shm_unlink(tmp.name);
-		return 0;
+		st_warn("discarding kv pool %s: %s", tmp.name, d.msg);
+		r = st_shm_remove_stale(s->cfg.instance, KV_POOL_KIND, diag);
+		return r < 0 ? r : 0;
 	}
 	st_shm_detach(&tmp);
 	r = st_shm_open_owner(&s->shm, s->cfg.instance, KV_POOL_KIND,
@@ -333,6 +327,7 @@ static void handle_hello(struct kv_server *s, const uint8_t *p, size_t len,
 {
 	struct kv_msg_hello m;
 	struct kv_msg_hello_reply out;
+	uint64_t start;
 	int r = kv_proto_decode_hello(p, len, &m, &rp->diag);
 
 	if (r == 0 && s->cfg.test_proto_version)
@@ -344,7 +339,13 @@ static void handle_hello(struct kv_server *s, const uint8_t *p, size_t len,
 		rp->status = r;
 		return;
 	}
-	r = kv_clients_add(&s->clients, (int32_t)m.pid, m.name,
+	r = st_peer_check((int32_t)m.pid, m.start_ticks, "kvd", &start,
+			  &rp->diag);
+	if (r < 0) {
+		rp->status = r;
+		return;
+	}
+	r = kv_clients_add(&s->clients, (int32_t)m.pid, start, m.name,
 			   m.resume_client_id, &out.client_id);
 	if (r < 0) {
 		rp->status = st_diag_set(&rp->diag, r,
@@ -359,6 +360,7 @@ static void handle_hello(struct kv_server *s, const uint8_t *p, size_t len,
 	st_debug("client %u registered: %s, pid %u", out.client_id, m.name,
 		 m.pid);
 	out.epoch = pool_epoch(s);
+	out.pool_id = pool_id(s);
 	kv_proto_encode_hello_reply(&rp->w, &out);
 }
 
@@ -422,6 +424,7 @@ static void handle_stats(struct kv_server *s, struct kv_reply *rp)
 		stats_cache_spill(&s->pool, &m);
 	}
 	m.epoch = pool_epoch(s);
+	m.pool_id = pool_id(s);
 	m.pid = (int32_t)getpid();
 	m.n_clients = s->clients.n;
 	kv_proto_encode_stats(&rp->w, &m);
@@ -461,6 +464,7 @@ static void handle_declare(struct kv_server *s, const uint8_t *p, size_t len,
 	out.layout_hash = s->layout_hash;
 	out.epoch = pool_epoch(s);
 	out.pool_bytes = s->shm.size;
+	out.pool_id = pool_id(s);
 	kv_proto_encode_declare_reply(&rp->w, &out);
 }
 

@@ -47,7 +47,7 @@
 #define ES_ENGRAM_MAX_ROWS 4096        /* rows per FETCH */
 #define ES_ENGRAM_MAX_PREFETCH 8192    /* rows per PREFETCH */
 #define ES_ENGRAM_SHM_KIND "engram"
-#define ES_ENGRAM_SHM_LAYOUT 1
+#define ES_ENGRAM_SHM_LAYOUT 2 /* 2: st_shm_header.pool_id */
 #define ES_ENGRAM_SHM_OFFSET 256
 /* Read latency histogram: 8 buckets per power of two from 2^8 ns. */
 #define ES_ENGRAM_LAT_BUCKETS 256

@@ -71,7 +71,7 @@
 #include "st_shm.h"
 
 #define ES_POOL_KIND "experts"
-#define ES_POOL_LAYOUT_VERSION 1
+#define ES_POOL_LAYOUT_VERSION 2 /* 2: pool_id, client start time */
 #define ES_POOL_MAGIC 0x4c4f4f5053455f31ULL /* "1_ESPOOL" */
 #define ES_MAX_CLIENTS 32
 #define ES_CLIENT_NAME_BYTES 32
@@ -153,7 +153,8 @@ struct es_pool_client {
 	_Atomic uint64_t last_request_id;   /* last ACQUIRE applied (replay) */
 	uint64_t registered_ns;             /* CLOCK_MONOTONIC of expertd */
 	char name[ES_CLIENT_NAME_BYTES];
-	uint8_t pad[64 - 24 - ES_CLIENT_NAME_BYTES];
+	uint64_t start_ticks;               /* of pid (st_pid_start_ticks):
+					     * a reused pid is not this client */
 };
 
 _Static_assert(sizeof(struct es_pool_client) == 64, "client entry size");

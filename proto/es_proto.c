@@ -203,7 +203,7 @@ static int name_ok(const char *name, size_t n)
 }
 
 void es_hello_req_encode(struct st_wbuf *w, uint32_t pid, uint32_t version,
-			 const char *name)
+			 const char *name, uint64_t start_ticks)
 {
 	char buf[ES_CLIENT_NAME_BYTES];
 	size_t n = name ? strlen(name) : 0;
@@ -213,13 +213,14 @@ void es_hello_req_encode(struct st_wbuf *w, uint32_t pid, uint32_t version,
 	st_wbuf_u32(w, pid);
 	st_wbuf_u32(w, version);
 	st_wbuf_bytes(w, buf, sizeof(buf));
+	st_wbuf_u64(w, start_ticks);
 }
 
 void es_hello_req_encode_resume(struct st_wbuf *w, uint32_t pid,
 				uint32_t version, const char *name,
-				uint32_t resume_id)
+				uint64_t start_ticks, uint32_t resume_id)
 {
-	es_hello_req_encode(w, pid, version, name);
+	es_hello_req_encode(w, pid, version, name, start_ticks);
 	st_wbuf_u32(w, resume_id);
 }
 
@@ -229,22 +230,28 @@ int es_hello_req_decode(const uint8_t *p, size_t len, struct es_hello_req *ret,
 	struct st_rbuf r;
 
 	memset(ret, 0, sizeof(*ret));
+	st_rbuf_init(&r, p, len);
+	/* the version first: a client of another version is told so, not
+	 * that its HELLO has another length */
+	if (len >= 8) {
+		st_rbuf_u32(&r, &ret->pid);
+		st_rbuf_u32(&r, &ret->version);
+		if (ret->version != ES_PROTO_VERSION)
+			return st_diag_set(diag, -ST_E_VERSION,
+					   "client speaks expertd protocol %u, "
+					   "this expertd speaks %d; use "
+					   "matching builds", ret->version,
+					   ES_PROTO_VERSION);
+	}
 	if (len != ES_HELLO_REQ_BYTES && len != ES_HELLO_REQ_RESUME_BYTES)
 		return st_diag_set(diag, -ST_E_PROTO,
 				   "HELLO payload is %zu bytes, expected %d "
 				   "or %d", len, ES_HELLO_REQ_BYTES,
 				   ES_HELLO_REQ_RESUME_BYTES);
-	st_rbuf_init(&r, p, len);
-	st_rbuf_u32(&r, &ret->pid);
-	st_rbuf_u32(&r, &ret->version);
 	st_rbuf_bytes(&r, ret->name, ES_CLIENT_NAME_BYTES);
+	st_rbuf_u64(&r, &ret->start_ticks);
 	if (len == ES_HELLO_REQ_RESUME_BYTES)
 		st_rbuf_u32(&r, &ret->resume_client_id);
-	if (ret->version != ES_PROTO_VERSION)
-		return st_diag_set(diag, -ST_E_VERSION,
-				   "client speaks expertd protocol %u, this "
-				   "expertd speaks %d; use matching builds",
-				   ret->version, ES_PROTO_VERSION);
 	if (ret->pid == 0 || ret->pid > INT32_MAX)
 		return st_diag_set(diag, -ST_E_PROTO, "HELLO: bad pid %u",
 				   ret->pid);
@@ -259,6 +266,7 @@ void es_hello_rep_encode(struct st_wbuf *w, const struct es_hello_rep *r)
 {
 	st_wbuf_u32(w, r->client_id);
 	st_wbuf_u64(w, r->epoch);
+	st_wbuf_u64(w, r->pool_id);
 	st_wbuf_u32(w, r->pid);
 	st_wbuf_u32(w, r->pool_layout);
 	st_wbuf_u64(w, r->store_id);
@@ -283,6 +291,7 @@ int es_hello_rep_decode(const uint8_t *p, size_t len, struct es_hello_rep *ret,
 	st_rbuf_init(&r, p, len);
 	st_rbuf_u32(&r, &ret->client_id);
 	st_rbuf_u64(&r, &ret->epoch);
+	st_rbuf_u64(&r, &ret->pool_id);
 	st_rbuf_u32(&r, &ret->pid);
 	st_rbuf_u32(&r, &ret->pool_layout);
 	st_rbuf_u64(&r, &ret->store_id);

@@ -8,12 +8,15 @@
  * Payloads (little-endian, fixed width; the common ones extend st_proto.h):
  *
  *   ST_MSG_HELLO    req: u32 pid, u32 es_proto_version, char name[32]
- *                        (NUL-padded; printable ASCII)
+ *                        (NUL-padded; printable ASCII), u64 start_ticks
+ *                        (the client's start time, st_pid_start_ticks;
+ *                        0 = unknown)
  *                        [, u32 resume_client_id]  (optional: a client
  *                        reconnecting to a restarted expertd asks to keep
  *                        its entry and pins; granted when that id is
  *                        still registered to the same pid, else a new id)
- *                   rep: u32 client_id, u64 epoch, u32 pid, u32 pool_layout,
+ *                   rep: u32 client_id, u64 epoch, u64 pool_id (st_shm.h),
+ *                        u32 pid, u32 pool_layout,
  *                        u64 store_id, u64 layout_hash, u32 n_layers,
  *                        u32 n_experts, u32 n_slots, u32 top_k,
  *                        u64 record_bytes
@@ -61,7 +64,7 @@
 #include "st_proto.h"
 
 /* Version of expertd's message set, exchanged in HELLO. */
-#define ES_PROTO_VERSION 1
+#define ES_PROTO_VERSION 2 /* 2: HELLO start_ticks and pool_id */
 
 enum es_msg_type {
 	ES_MSG_ACQUIRE = ST_MSG_ES_FIRST + 1, /* 0x0101 */
@@ -76,9 +79,9 @@ enum es_msg_type {
 /* Per-expert status in an ACQUIRE reply. */
 enum es_acq_status { ES_ACQ_READY = 0, ES_ACQ_PENDING = 1 };
 
-#define ES_HELLO_REQ_BYTES (4 + 4 + ES_CLIENT_NAME_BYTES)
+#define ES_HELLO_REQ_BYTES (4 + 4 + ES_CLIENT_NAME_BYTES + 8)
 #define ES_HELLO_REQ_RESUME_BYTES (ES_HELLO_REQ_BYTES + 4)
-#define ES_HELLO_REP_BYTES (4 + 8 + 4 + 4 + 8 + 8 + 4 * 4 + 8)
+#define ES_HELLO_REP_BYTES (4 + 8 + 8 + 4 + 4 + 8 + 8 + 4 * 4 + 8)
 #define ES_PING_REP_BYTES (4 + 8 + 4)
 #define ES_STATS_REP_BYTES (12 * 8 + 8 + 4 + 4)
 #define ES_ERROR_MAX_BYTES 1000
@@ -91,12 +94,14 @@ struct es_hello_req {
 	uint32_t pid;
 	uint32_t version;
 	char name[ES_CLIENT_NAME_BYTES + 1];
+	uint64_t start_ticks;        /* 0: unknown */
 	uint32_t resume_client_id;   /* 0: none (a new registration) */
 };
 
 struct es_hello_rep {
 	uint32_t client_id;
 	uint64_t epoch;
+	uint64_t pool_id;
 	uint32_t pid;
 	uint32_t pool_layout;
 	uint64_t store_id;
@@ -156,15 +161,16 @@ struct es_route_req {
 #define ES_ROUTE_MAX_HINT 8192
 
 /* --- encoders: append the payload to w (errors sticky in w->err) --- */
+/* start_ticks: the client's st_pid_start_ticks, 0 when unknown. */
 void es_hello_req_encode(struct st_wbuf *w, uint32_t pid, uint32_t version,
-			 const char *name);
+			 const char *name, uint64_t start_ticks);
 void es_hello_rep_encode(struct st_wbuf *w, const struct es_hello_rep *r);
 void es_ping_rep_encode(struct st_wbuf *w, const struct es_ping_rep *r);
 /* HELLO of a client reconnecting after an expertd restart: asks to keep
  * client id resume_id (non-zero) and its pins. */
 void es_hello_req_encode_resume(struct st_wbuf *w, uint32_t pid,
 				uint32_t version, const char *name,
-				uint32_t resume_id);
+				uint64_t start_ticks, uint32_t resume_id);
 void es_stats_rep_encode(struct st_wbuf *w, const struct es_stats_rep *r);
 void es_acquire_req_encode(struct st_wbuf *w, uint32_t pid, uint32_t layer,
 			   uint32_t n, const int *experts);

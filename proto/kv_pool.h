@@ -74,7 +74,7 @@
 #include "st_shm.h"
 
 #define KV_POOL_KIND "kv"
-#define KV_POOL_LAYOUT_VERSION 2
+#define KV_POOL_LAYOUT_VERSION 3 /* 3: pool_id, owner start time */
 
 #ifndef KV_MAX_STREAMS
 #define KV_MAX_STREAMS 256
@@ -221,7 +221,9 @@ struct kv_seq_entry {
 	_Atomic uint64_t last_use_ns;/* CLOCK_MONOTONIC of the last request */
 	_Atomic uint32_t flags;      /* KV_SEQ_F_* */
 	uint32_t n_spilled;          /* table entries that are spilled */
-	uint8_t pad[16];
+	uint64_t owner_start;        /* start time of owner_pid
+				      * (st_pid_start_ticks), 0 unknown */
+	uint8_t pad[8];
 };
 
 _Static_assert(sizeof(struct kv_seq_entry) == 64, "kv_seq_entry is 64 B");

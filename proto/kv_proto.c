@@ -35,6 +35,7 @@ void kv_proto_encode_hello(struct st_wbuf *w, const struct kv_msg_hello *m)
 	st_wbuf_u32(w, m->pid);
 	st_wbuf_u32(w, m->proto_version);
 	st_wbuf_bytes(w, name, sizeof(name));
+	st_wbuf_u64(w, m->start_ticks);
 	if (m->resume_client_id)
 		st_wbuf_u32(w, m->resume_client_id);
 }
@@ -47,18 +48,22 @@ int kv_proto_decode_hello(const uint8_t *p, size_t len,
 
 	memset(ret, 0, sizeof(*ret));
 	st_rbuf_init(&r, p, len);
-	if (st_rbuf_u32(&r, &ret->pid) || st_rbuf_u32(&r, &ret->proto_version) ||
-	    st_rbuf_bytes(&r, ret->name, KV_PROTO_NAME_BYTES))
+	/* the version first: a peer of another version gets told so, not
+	 * that its HELLO has another length */
+	if (st_rbuf_u32(&r, &ret->pid) || st_rbuf_u32(&r, &ret->proto_version))
 		return short_payload("HELLO", len, diag);
-	if (st_rbuf_left(&r) == 4)
-		st_rbuf_u32(&r, &ret->resume_client_id);
-	if (rbuf_end(&r, "HELLO", diag) < 0)
-		return -ST_E_PROTO;
 	if (ret->proto_version != ST_PROTO_VERSION)
 		return st_diag_set(diag, -ST_E_VERSION,
 				   "HELLO: client speaks protocol version %u, "
 				   "kvd speaks %u", ret->proto_version,
 				   ST_PROTO_VERSION);
+	if (st_rbuf_bytes(&r, ret->name, KV_PROTO_NAME_BYTES) ||
+	    st_rbuf_u64(&r, &ret->start_ticks))
+		return short_payload("HELLO", len, diag);
+	if (st_rbuf_left(&r) == 4)
+		st_rbuf_u32(&r, &ret->resume_client_id);
+	if (rbuf_end(&r, "HELLO", diag) < 0)
+		return -ST_E_PROTO;
 	if (ret->pid == 0 || ret->pid > INT32_MAX)
 		return st_diag_set(diag, -ST_E_PROTO, "HELLO: pid %u invalid",
 				   ret->pid);
@@ -82,6 +87,7 @@ void kv_proto_encode_hello_reply(struct st_wbuf *w,
 {
 	st_wbuf_u32(w, m->client_id);
 	st_wbuf_u64(w, m->epoch);
+	st_wbuf_u64(w, m->pool_id);
 }
 
 int kv_proto_decode_hello_reply(const uint8_t *p, size_t len,
@@ -91,7 +97,8 @@ int kv_proto_decode_hello_reply(const uint8_t *p, size_t len,
 
 	st_rbuf_init(&r, p, len);
 	if (st_rbuf_u32(&r, &ret->client_id) || st_rbuf_u64(&r, &ret->epoch) ||
-	    st_rbuf_left(&r) || ret->client_id == 0)
+	    st_rbuf_u64(&r, &ret->pool_id) || st_rbuf_left(&r) ||
+	    ret->client_id == 0)
 		return -ST_E_PROTO;
 	return 0;
 }
@@ -174,6 +181,7 @@ void kv_proto_encode_declare_reply(struct st_wbuf *w,
 	st_wbuf_u64(w, m->layout_hash);
 	st_wbuf_u64(w, m->epoch);
 	st_wbuf_u64(w, m->pool_bytes);
+	st_wbuf_u64(w, m->pool_id);
 }
 
 int kv_proto_decode_declare_reply(const uint8_t *p, size_t len,
@@ -183,7 +191,8 @@ int kv_proto_decode_declare_reply(const uint8_t *p, size_t len,
 
 	st_rbuf_init(&r, p, len);
 	if (st_rbuf_u64(&r, &ret->layout_hash) || st_rbuf_u64(&r, &ret->epoch) ||
-	    st_rbuf_u64(&r, &ret->pool_bytes) || st_rbuf_left(&r))
+	    st_rbuf_u64(&r, &ret->pool_bytes) ||
+	    st_rbuf_u64(&r, &ret->pool_id) || st_rbuf_left(&r))
 		return -ST_E_PROTO;
 	return 0;
 }
@@ -304,6 +313,7 @@ void kv_proto_encode_stats(struct st_wbuf *w, const struct kv_msg_stats *m)
 	st_wbuf_u64(w, m->n_seqs);
 	st_wbuf_u64(w, m->pages_shared);
 	st_wbuf_u64(w, m->epoch);
+	st_wbuf_u64(w, m->pool_id);
 	st_wbuf_i32(w, m->pid);
 	st_wbuf_u32(w, m->n_clients);
 	st_wbuf_u32(w, m->max_seqs);
@@ -348,6 +358,7 @@ int kv_proto_decode_stats(const uint8_t *p, size_t len,
 	e |= st_rbuf_u64(&r, &m->n_seqs);
 	e |= st_rbuf_u64(&r, &m->pages_shared);
 	e |= st_rbuf_u64(&r, &m->epoch);
+	e |= st_rbuf_u64(&r, &m->pool_id);
 	e |= st_rbuf_i32(&r, &m->pid);
 	e |= st_rbuf_u32(&r, &m->n_clients);
 	e |= st_rbuf_u32(&r, &m->max_seqs);

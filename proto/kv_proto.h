@@ -5,10 +5,13 @@
  *
  * Payloads (after the 32-byte st_proto header), little-endian, no padding:
  *
- *   ST_MSG_HELLO       u32 pid, u32 proto_version, char name[32]
+ *   ST_MSG_HELLO       u32 pid, u32 proto_version, char name[32],
+ *                      u64 start_ticks (the client's start time,
+ *                      st_pid_start_ticks; 0 = unknown)
  *                      [, u32 resume_client_id]  (kvd: optional; a client
  *                      re-registering after a kvd restart asks for its id)
- *              reply   u32 client_id, u64 epoch (0 while there is no pool)
+ *              reply   u32 client_id, u64 epoch (0 while there is no pool),
+ *                      u64 pool_id (st_shm.h; 0 while there is no pool)
  *   ST_MSG_BYE         -                          reply -
  *   ST_MSG_PING        -                reply u32 pid, u64 epoch, u32 ready
  *   ST_MSG_STATS       -                reply struct kv_msg_stats (below)
@@ -16,7 +19,8 @@
  *   KV_MSG_DECLARE     u32 n_streams, u32 page_rows,
  *                      n_streams x {u32 row_bytes, u32 tokens_per_row,
  *                                   u32 window_rows, u32 flags}
- *              reply   u64 layout_hash, u64 epoch, u64 pool_bytes
+ *              reply   u64 layout_hash, u64 epoch, u64 pool_bytes,
+ *                      u64 pool_id
  *   KV_MSG_SEQ_CREATE  -                reply u32 seq
  *   KV_MSG_SEQ_RESERVE u32 n, n x {u32 seq, u32 n_rows}    reply -
  *   KV_MSG_SEQ_FORK    u32 src, u32 n_rows      reply u32 seq
@@ -85,12 +89,14 @@ struct kv_msg_hello {
 	uint32_t pid;
 	uint32_t proto_version;
 	char name[KV_PROTO_NAME_BYTES + 1];  /* NUL-terminated after decode */
+	uint64_t start_ticks;                /* 0 = unknown */
 	uint32_t resume_client_id;           /* 0 = none */
 };
 
 struct kv_msg_hello_reply {
 	uint32_t client_id;
 	uint64_t epoch;
+	uint64_t pool_id;
 };
 
 struct kv_msg_ping_reply {
@@ -109,6 +115,7 @@ struct kv_msg_declare_reply {
 	uint64_t layout_hash;
 	uint64_t epoch;
 	uint64_t pool_bytes;
+	uint64_t pool_id;
 };
 
 struct kv_reserve_entry {
@@ -155,6 +162,7 @@ struct kv_msg_stats {
 	uint64_t n_seqs;
 	uint64_t pages_shared;
 	uint64_t epoch;
+	uint64_t pool_id;
 	int32_t pid;
 	uint32_t n_clients;
 	uint32_t max_seqs;

@@ -12,12 +12,7 @@
 
 uint64_t st_devpool_epoch_new(void)
 {
-	struct timespec ts;
-	uint64_t ns;
-
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	return ns ? ns : 1;
+	return st_random_id();
 }
 
 const char *st_devpool_kind_name(uint32_t kind)

@@ -30,8 +30,8 @@
  *     the importer never rewrites a pinned slot.
  *
  * Epochs.  An export epoch is chosen by the exporter per allocation
- * (st_devpool_epoch_new: the realtime clock in ns, so a restarted
- * computed's epoch differs from the last one) and names the allocation,
+ * (st_devpool_epoch_new: 63 random bits, so no other allocation, of this
+ * computed or a restarted one, gets the same) and names the allocation,
  * not the process.  An importer that receives another epoch for a kind, or
  * sees the exporter's pid die, drops its imported handles (after draining
  * its stream) before opening the new ones, and resets the device slot table
@@ -114,8 +114,8 @@ struct st_devpool_rep {
 	uint64_t closed_total;   /* and closed */
 };
 
-/* A fresh export epoch: CLOCK_REALTIME in ns (never 0), so a restarted
- * exporter's epochs differ from its predecessor's. */
+/* A fresh export epoch: st_random_id() (never 0), so no two allocations
+ * share one, whatever the clock does (a realtime clock can step back). */
 uint64_t st_devpool_epoch_new(void);
 
 /* --- encoders: append the payload to w (errors sticky in w->err) --- */

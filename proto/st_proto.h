@@ -30,7 +30,7 @@
 #include <stdint.h>
 
 #define ST_PROTO_MAGIC 0x4d525453u /* "STRM" little-endian */
-#define ST_PROTO_VERSION 1
+#define ST_PROTO_VERSION 2 /* 2: HELLO start_ticks, pool_id in replies */
 #define ST_PROTO_HEADER_BYTES 32
 /* Receive limit set explicitly on every socket (PITFALLS P16); senders refuse
  * larger messages with -ST_E_LIMIT instead of letting the peer drop them. */

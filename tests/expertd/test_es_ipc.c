@@ -607,18 +607,18 @@ static void test_malformed(void **state)
 				    sizeof(msg)), -ST_E_PROTO);
 	st_wbuf_fini(&w);
 	st_wbuf_init(&w);
-	es_hello_req_encode(&w, pid, ES_PROTO_VERSION + 1, "x");
+	es_hello_req_encode(&w, pid, ES_PROTO_VERSION + 1, "x", 0);
 	assert_int_equal(call_typed(&s, ST_MSG_HELLO, req++, 0, &w, msg,
 				    sizeof(msg)), -ST_E_VERSION);
 	assert_non_null(strstr(msg, "protocol"));
 	st_wbuf_fini(&w);
 	st_wbuf_init(&w);
-	es_hello_req_encode(&w, 0, ES_PROTO_VERSION, "x");
+	es_hello_req_encode(&w, 0, ES_PROTO_VERSION, "x", 0);
 	assert_int_equal(call_typed(&s, ST_MSG_HELLO, req++, 0, &w, msg,
 				    sizeof(msg)), -ST_E_PROTO);
 	st_wbuf_fini(&w);
 	st_wbuf_init(&w);
-	es_hello_req_encode(&w, pid, ES_PROTO_VERSION, "bad\nname");
+	es_hello_req_encode(&w, pid, ES_PROTO_VERSION, "bad\nname", 0);
 	assert_int_equal(call_typed(&s, ST_MSG_HELLO, req++, 0, &w, msg,
 				    sizeof(msg)), -ST_E_PROTO);
 	st_wbuf_fini(&w);
@@ -632,7 +632,7 @@ static void test_malformed(void **state)
 		size_t rl;
 
 		st_wbuf_init(&w);
-		es_hello_req_encode(&w, pid, ES_PROTO_VERSION, "raw");
+		es_hello_req_encode(&w, pid, ES_PROTO_VERSION, "raw", 0);
 		n = build_msg(buf, ST_PROTO_MAGIC, ST_PROTO_VERSION,
 			      ST_MSG_HELLO, req, 0, (uint32_t)w.len, 0, w.data,
 			      w.len);
@@ -780,7 +780,7 @@ static void test_malformed(void **state)
 
 		for (int i = 0; i < ES_MAX_CLIENTS + 1; i++) {
 			st_wbuf_init(&w);
-			es_hello_req_encode(&w, pid, ES_PROTO_VERSION, "many");
+			es_hello_req_encode(&w, pid, ES_PROTO_VERSION, "many", 0);
 			r = call_typed(&s, ST_MSG_HELLO, req++, 0, &w, msg,
 				       sizeof(msg));
 			st_wbuf_fini(&w);
@@ -797,7 +797,7 @@ static void test_malformed(void **state)
 		int r;
 
 		st_wbuf_init(&w);
-		es_hello_req_encode(&w, pid, ES_PROTO_VERSION, "one-more");
+		es_hello_req_encode(&w, pid, ES_PROTO_VERSION, "one-more", 0);
 		r = call_typed(&s, ST_MSG_HELLO, req++, 0, &w, msg, sizeof(msg));
 		st_wbuf_fini(&w);
 		assert_int_equal(r, -ST_E_LIMIT);

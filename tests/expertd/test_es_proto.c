@@ -145,12 +145,12 @@ static void test_hello(void **state)
 {
 	struct st_wbuf w;
 	struct es_hello_req q;
-	struct es_hello_rep r = { es_client_id_make(3, 7), 5, 4242, 1, 0xabc,
+	struct es_hello_rep r = { es_client_id_make(3, 7), 5, 0x5eed, 4242, 1, 0xabc,
 				  0xdef, 6, 16, 24, 2, 40960 }, r2;
 	struct st_diag diag = { "" };
 
 	st_wbuf_init(&w);
-	es_hello_req_encode(&w, 99, ES_PROTO_VERSION, "computed");
+	es_hello_req_encode(&w, 99, ES_PROTO_VERSION, "computed", 0);
 	assert_int_equal(w.len, ES_HELLO_REQ_BYTES);
 	assert_int_equal(es_hello_req_decode(w.data, w.len, &q, &diag), 0);
 	assert_int_equal(q.pid, 99);
@@ -162,24 +162,24 @@ static void test_hello(void **state)
 			 -ST_E_PROTO);
 	st_wbuf_fini(&w);
 	st_wbuf_init(&w);
-	es_hello_req_encode(&w, 99, ES_PROTO_VERSION + 1, "x");
+	es_hello_req_encode(&w, 99, ES_PROTO_VERSION + 1, "x", 0);
 	assert_int_equal(es_hello_req_decode(w.data, w.len, &q, &diag),
 			 -ST_E_VERSION);
 	st_wbuf_fini(&w);
 	st_wbuf_init(&w);
-	es_hello_req_encode(&w, 0, ES_PROTO_VERSION, "x");
+	es_hello_req_encode(&w, 0, ES_PROTO_VERSION, "x", 0);
 	assert_int_equal(es_hello_req_decode(w.data, w.len, &q, &diag),
 			 -ST_E_PROTO);
 	st_wbuf_fini(&w);
 	st_wbuf_init(&w);
-	es_hello_req_encode(&w, 1, ES_PROTO_VERSION, "tab\there");
+	es_hello_req_encode(&w, 1, ES_PROTO_VERSION, "tab\there", 0);
 	assert_int_equal(es_hello_req_decode(w.data, w.len, &q, &diag),
 			 -ST_E_PROTO);
 	st_wbuf_fini(&w);
 	/* a name longer than 32 bytes is cut, not overflowing */
 	st_wbuf_init(&w);
 	es_hello_req_encode(&w, 1, ES_PROTO_VERSION,
-			    "0123456789012345678901234567890123456789");
+			    "0123456789012345678901234567890123456789", 0);
 	assert_int_equal(w.len, ES_HELLO_REQ_BYTES);
 	assert_int_equal(es_hello_req_decode(w.data, w.len, &q, &diag), 0);
 	assert_int_equal(strlen(q.name), 32);
@@ -187,7 +187,7 @@ static void test_hello(void **state)
 	/* the resume form (a client back to a restarted expertd): 4 more
 	 * bytes, the old id; any other length is refused */
 	st_wbuf_init(&w);
-	es_hello_req_encode_resume(&w, 99, ES_PROTO_VERSION, "computed",
+	es_hello_req_encode_resume(&w, 99, ES_PROTO_VERSION, "computed", 77,
 				   es_client_id_make(5, 9));
 	assert_int_equal(w.len, ES_HELLO_REQ_RESUME_BYTES);
 	assert_int_equal(es_hello_req_decode(w.data, w.len, &q, &diag), 0);
@@ -197,7 +197,7 @@ static void test_hello(void **state)
 			 -ST_E_PROTO);
 	st_wbuf_fini(&w);
 	st_wbuf_init(&w);
-	es_hello_req_encode(&w, 99, ES_PROTO_VERSION, "computed");
+	es_hello_req_encode(&w, 99, ES_PROTO_VERSION, "computed", 0);
 	assert_int_equal(es_hello_req_decode(w.data, w.len, &q, &diag), 0);
 	assert_int_equal(q.resume_client_id, 0);
 	st_wbuf_fini(&w);
@@ -207,10 +207,10 @@ static void test_hello(void **state)
 	assert_int_equal(w.len, ES_HELLO_REP_BYTES);
 	assert_int_equal(es_hello_rep_decode(w.data, w.len, &r2, &diag), 0);
 	assert_int_equal(r2.client_id, r.client_id);
-	assert_true(r2.epoch == 5 && r2.store_id == 0xabc &&
+	assert_true(r2.epoch == 5 && r2.pool_id == 0x5eed && r2.store_id == 0xabc &&
 		    r2.layout_hash == 0xdef && r2.record_bytes == 40960);
 	assert_int_equal(r2.pid, 4242);
-	assert_int_equal(r2.pool_layout, 1);
+	assert_int_equal(r2.pool_layout, 1); /* as sent */
 	assert_int_equal(r2.n_layers, 6);
 	assert_int_equal(r2.n_experts, 16);
 	assert_int_equal(r2.n_slots, 24);

@@ -64,7 +64,7 @@ static void test_hello(void **state)
 {
 	struct kv_msg_hello m = { .pid = 4242, .proto_version = ST_PROTO_VERSION,
 				  .name = "computed-0" }, o;
-	struct kv_msg_hello_reply rr = { 77, 5 }, ro;
+	struct kv_msg_hello_reply rr = { 77, 5, 0x5eed }, ro;
 	struct kv_msg_ping_reply pr = { 9, 3, 1 }, po;
 	struct st_wbuf w;
 	struct st_diag d;
@@ -120,6 +120,7 @@ static void test_hello(void **state)
 	assert_int_equal(kv_proto_decode_hello_reply(w.data, w.len, &ro), 0);
 	assert_int_equal(ro.client_id, 77);
 	assert_int_equal(ro.epoch, 5);
+	assert_int_equal(ro.pool_id, 0x5eed);
 	assert_int_equal(kv_proto_decode_hello_reply(w.data, w.len - 1, &ro),
 			 -ST_E_PROTO);
 	st_wbuf_fini(&w);
@@ -138,7 +139,8 @@ static void test_hello(void **state)
 static void test_declare(void **state)
 {
 	struct kv_msg_declare *m = calloc(1, sizeof(*m)), *o = malloc(sizeof(*o));
-	struct kv_msg_declare_reply r = { 0x1122334455667788ull, 4, 1 << 22 },
+	struct kv_msg_declare_reply r = { 0x1122334455667788ull, 4, 1 << 22,
+					      0x600d },
 				    ro;
 	struct st_wbuf w;
 	struct st_diag d;
@@ -197,6 +199,7 @@ static void test_declare(void **state)
 	assert_int_equal(ro.layout_hash, r.layout_hash);
 	assert_int_equal(ro.epoch, 4);
 	assert_int_equal(ro.pool_bytes, 1 << 22);
+	assert_int_equal(ro.pool_id, 0x600d);
 	assert_int_equal(kv_proto_decode_declare_reply(w.data, 23, &ro),
 			 -ST_E_PROTO);
 	st_wbuf_fini(&w);
@@ -265,7 +268,7 @@ static void test_seq_messages(void **state)
 
 static void test_stats_and_text(void **state)
 {
-	struct kv_msg_stats s = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, -12, 13,
+	struct kv_msg_stats s = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 111, -12, 13,
 				  14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
 				  25, 26, 27, 28, 29, 30, 31, 32, 33, 1, 35 },
 			    o;
