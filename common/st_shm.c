@@ -314,9 +314,9 @@ int st_shm_lock(const char *instance, const char *daemon, int *ret_fd,
 			close(fd);
 			if (r == -EWOULDBLOCK)
 				return st_diag_set(
-					diag, -EBUSY, "another %s of instance "
-					"'%s' is running (it holds %s); stop "
-					"it first (strata down) or use another "
+					diag, -EBUSY, "another %s is serving "
+					"instance '%s' (it holds %s); stop it "
+					"first (strata down) or use another "
 					"--instance", daemon, instance, path);
 			return st_diag_set(diag, r, "lock %s: %s", path,
 					   strerror(-r));

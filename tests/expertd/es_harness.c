@@ -98,6 +98,13 @@ static void remove_segments(const struct es_h *h)
 		}
 	}
 	closedir(d);
+	/* and the lock a killed expertd leaves (st_shm_lock) */
+	{
+		char name[200];
+
+		snprintf(name, sizeof(name), "/strata-lock.%s.expertd", h->inst);
+		shm_unlink(name);
+	}
 }
 
 void es_h_reset(struct es_h *h)

@@ -160,6 +160,9 @@ void kvd_cleanup(struct kvd_inst *k)
 			}
 		if (dir)
 			closedir(dir);
+		/* and the lock a killed kvd leaves (st_shm_lock) */
+		snprintf(shm, sizeof(shm), "/strata-lock.%s.kvd", k->name);
+		shm_unlink(shm);
 	}
 	if (k->run_dir[0])
 		st_rm_rf(k->run_dir);

@@ -63,7 +63,8 @@ static int dec_reserve(const uint8_t *p, size_t n, void *o)
 static void test_hello(void **state)
 {
 	struct kv_msg_hello m = { .pid = 4242, .proto_version = ST_PROTO_VERSION,
-				  .name = "computed-0" }, o;
+				  .name = "computed-0",
+				  .start_ticks = 0x123456789ull }, o;
 	struct kv_msg_hello_reply rr = { 77, 5, 0x5eed }, ro;
 	struct kv_msg_ping_reply pr = { 9, 3, 1 }, po;
 	struct st_wbuf w;
@@ -72,9 +73,10 @@ static void test_hello(void **state)
 	(void)state;
 	st_wbuf_init(&w);
 	kv_proto_encode_hello(&w, &m);
-	assert_int_equal(w.len, 40);
+	assert_int_equal(w.len, 48);
 	assert_int_equal(kv_proto_decode_hello(w.data, w.len, &o, &d), 0);
 	assert_int_equal(o.pid, 4242);
+	assert_int_equal(o.start_ticks, 0x123456789ull);
 	assert_string_equal(o.name, "computed-0");
 	assert_int_equal(o.resume_client_id, 0);
 	check_prefixes(&w, dec_hello, &o);
@@ -85,7 +87,7 @@ static void test_hello(void **state)
 	m.name[32] = 0;
 	st_wbuf_init(&w);
 	kv_proto_encode_hello(&w, &m);
-	assert_int_equal(w.len, 44);
+	assert_int_equal(w.len, 52);
 	assert_int_equal(kv_proto_decode_hello(w.data, w.len, &o, &d), 0);
 	assert_int_equal(o.resume_client_id, 31);
 	assert_int_equal(strlen(o.name), 32);
@@ -106,10 +108,10 @@ static void test_hello(void **state)
 	assert_int_equal(kv_proto_decode_hello(w.data, w.len, &o, &d),
 			 -ST_E_PROTO);
 	w.data[8] = 'n';
-	w.data[4] = 2; /* protocol version */
+	w.data[4] = ST_PROTO_VERSION + 1; /* protocol version */
 	assert_int_equal(kv_proto_decode_hello(w.data, w.len, &o, &d),
 			 -ST_E_VERSION);
-	w.data[4] = 1;
+	w.data[4] = ST_PROTO_VERSION;
 	memset(w.data, 0, 4); /* pid 0 */
 	assert_int_equal(kv_proto_decode_hello(w.data, w.len, &o, &d),
 			 -ST_E_PROTO);
