@@ -169,9 +169,8 @@ int st_calib_write(const struct st_calib *c, const char *path,
 	uint64_t total = file_bytes(c->n_layers, c->n_experts, c->hidden,
 				    c->inter, c->sum_xx != NULL);
 	size_t le = (size_t)c->n_layers * c->n_experts, off = HEAD_BYTES;
-	char tmp[4200];
 	uint8_t *buf;
-	int fd, r = 0;
+	int r = 0;
 
 	if (!total || !c->count)
 		return st_diag_set(diag, -EINVAL, "calibration statistics: "
@@ -219,30 +218,7 @@ int st_calib_write(const struct st_calib *c, const char *path,
 			}
 	}
 	put64(buf + off, st_xxh3(buf, off));
-	snprintf(tmp, sizeof(tmp), "%s.tmp-%d", path, (int)getpid());
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		r = -errno;
-	} else {
-		size_t done = 0;
-
-		while (done < total && !r) {
-			ssize_t w = write(fd, buf + done, total - done);
-
-			if (w < 0 && errno != EINTR)
-				r = -errno;
-			else if (w > 0)
-				done += (size_t)w;
-		}
-		if (!r && fsync(fd) < 0)
-			r = -errno;
-		if (close(fd) < 0 && !r)
-			r = -errno;
-		if (!r && rename(tmp, path) < 0)
-			r = -errno;
-		if (r)
-			unlink(tmp);
-	}
+	r = st_write_file_durable(path, buf, total, 0644);
 	free(buf);
 	if (r)
 		return st_diag_set(diag, r, "cannot write %s: %s", path,

@@ -195,6 +195,60 @@ int st_write_file(const char *path, const void *buf, size_t len)
 	return 0;
 }
 
+int st_write_file_durable(const char *path, const void *buf, size_t len,
+			  unsigned mode)
+{
+	const char *p = buf;
+	char tmp[4200], dir[4200], *slash;
+	int fd, dfd, r = 0;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp-XXXXXX", path) >=
+	    (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	fd = mkostemp(tmp, O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (fchmod(fd, mode) < 0)
+		r = -errno;
+	while (len && !r) {
+		ssize_t w = write(fd, p, len);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			r = w < 0 ? -errno : -EIO;
+			break;
+		}
+		p += w;
+		len -= (size_t)w;
+	}
+	if (!r && fsync(fd) < 0)
+		r = -errno;
+	if (close(fd) < 0 && !r)
+		r = -errno;
+	if (!r && rename(tmp, path) < 0)
+		r = -errno;
+	if (r) {
+		unlink(tmp);
+		return r;
+	}
+	snprintf(dir, sizeof(dir), "%s", path);
+	slash = strrchr(dir, '/');
+	if (slash == dir)
+		slash[1] = 0;
+	else if (slash)
+		*slash = 0;
+	else
+		snprintf(dir, sizeof(dir), ".");
+	dfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return -errno;
+	if (fsync(dfd) < 0)
+		r = -errno;
+	close(dfd);
+	return r;
+}
+
 int st_mkdir_p(const char *path, unsigned mode)
 {
 	char tmp[4096];

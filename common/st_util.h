@@ -49,6 +49,17 @@ int st_read_file(const char *path, char **ret_buf, size_t *ret_len);
 /* Writes `len` bytes to `path` (created 0644, truncated).  0 or -errno. */
 int st_write_file(const char *path, const void *buf, size_t len);
 
+/*
+ * Replaces path with len bytes of buf so that a crash leaves either the
+ * old file or the new one, whole: writes a temporary file of a unique name
+ * beside it (mkstemp: two writers never share one), fsyncs it, renames it
+ * over path and fsyncs the directory (else the rename itself may be lost).
+ * mode: of the new file.  0 or a negative errno code (the temporary file
+ * is removed).
+ */
+int st_write_file_durable(const char *path, const void *buf, size_t len,
+			  unsigned mode);
+
 /* mkdir -p with the given mode for directories it creates.  0 or -errno. */
 int st_mkdir_p(const char *path, unsigned mode);
 

@@ -170,8 +170,7 @@ int es_actstats_save(const struct es_actstats *s, const char *path,
 	size_t n = (size_t)s->n_layers * s->n_experts;
 	size_t len = HEAD_BYTES + 8 * n + 8;
 	uint8_t *b = malloc(len), *q;
-	char tmp[4200];
-	int fd, r = 0;
+	int r;
 
 	if (!b)
 		return -ENOMEM;
@@ -187,37 +186,12 @@ int es_actstats_save(const struct es_actstats *s, const char *path,
 	for (size_t i = 0; i < n; i++)
 		put64(q + 8 * i, dbits(s->count[i] / s->inc));
 	put64(b + len - 8, st_xxh3(b, len - 8));
-	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp)) {
-		free(b);
-		return st_diag_set(diag, -ENAMETOOLONG, "path too long: %s",
-				   path);
-	}
-	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-	if (fd < 0) {
-		r = -errno;
-		free(b);
-		return st_diag_set(diag, r, "cannot write activation "
-				   "statistics %s: %s", tmp, strerror(-r));
-	}
-	for (size_t off = 0; off < len && !r;) {
-		ssize_t w = write(fd, b + off, len - off);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			r = w < 0 ? -errno : -EIO;
-		else
-			off += (size_t)w;
-	}
-	if (!r && fsync(fd) < 0)
-		r = -errno;
-	if (close(fd) < 0 && !r)
-		r = -errno;
-	if (!r && rename(tmp, path) < 0)
-		r = -errno;
+	/* a unique temporary name and the directory synced after the
+	 * rename: two savers never mix their bytes, and a crash leaves the
+	 * old statistics or the new ones */
+	r = st_write_file_durable(path, b, len, 0644);
 	free(b);
 	if (r) {
-		unlink(tmp);
 		return st_diag_set(diag, r, "cannot write activation "
 				   "statistics %s: %s", path, strerror(-r));
 	}

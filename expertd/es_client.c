@@ -279,18 +279,24 @@ static void ledger_add(struct es_client *c, int32_t s, uint64_t key,
 	e->count++;
 }
 
-/* Gives back one pin of slot s (held by this handle). */
+/* Gives back one pin of slot s (held by this handle).  Only while the
+ * slot still holds the key and generation we pinned: else an expertd that
+ * adopted the segment discarded it and zeroed its pins (es_pool.h), and
+ * the pin there now is nobody's of ours. */
 static void ledger_drop(struct es_client *c, int32_t s)
 {
 	struct es_ledger_ent *e = &c->ledger[s];
-	_Atomic uint32_t *pin = &c->v.slots[s].pins[c->cidx];
-	uint32_t cur = atomic_load(pin);
+	struct es_slot *sl = &c->v.slots[s];
 
 	if (!e->count)
 		return;
+	if (atomic_load(&sl->key) != e->key ||
+	    atomic_load(&sl->gen) != e->gen) {
+		e->count = 0;
+		return;
+	}
 	e->count--;
-	while (cur > 0 && !atomic_compare_exchange_weak(pin, &cur, cur - 1))
-		;
+	es_pin_drop(&sl->pins[c->cidx]);
 }
 
 /* Forgets our pins on slot s of generation gen without touching the
@@ -713,7 +719,10 @@ static int acquire_once(struct es_client *c, int layer, int n,
 			if (it[i].ready || it[i].slot < 0)
 				continue;
 			sl = &c->v.slots[it[i].slot];
-			es_slot_snapshot(sl, &key, &st, &gen);
+			if (es_slot_snapshot(sl, &key, &st, &gen) < 0)
+				continue; /* a writer died mid-change: the
+					   * time-out or the liveness check
+					   * below ends the wait */
 			if (key != it[i].key || gen != it[i].gen) {
 				/* A restarted expertd discarded the half-done
 				 * load and cleared its pins: forget ours and

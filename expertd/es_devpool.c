@@ -228,7 +228,7 @@ static int stage(struct es_daemon *d, const struct es_dev_want *w)
 		return 0;
 	ds = claim_slot(d, key);
 	if (ds < 0) {
-		atomic_fetch_sub(&v->slots[hs].pins[w->client], 1);
+		es_pin_drop(&v->slots[hs].pins[w->client]);
 		return 0;
 	}
 	ev = (uint32_t)ds % p->imp.n_events;
@@ -237,7 +237,7 @@ static int stage(struct es_daemon *d, const struct es_dev_want *w)
 			       v->record_bytes, ev, &diag);
 	if (r < 0) {
 		st_devslot_abort(p->imp.tab, (uint32_t)ds);
-		atomic_fetch_sub(&v->slots[hs].pins[w->client], 1);
+		es_pin_drop(&v->slots[hs].pins[w->client]);
 		p->copy_errors++;
 		st_warn("device copy of layer %u expert %u: %s", layer, expert,
 			diag.msg);

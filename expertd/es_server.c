@@ -235,7 +235,12 @@ static void handle_shutdown(struct es_daemon *d, const struct st_msg_header *h,
  * its record failed to load: that error) the pins this request took are
  * given back and the whole request fails with a message naming the expert.
  * A repeated request id (nanomsg re-sent it, possibly to a restarted
- * expertd) does not pin what the first one already pinned.
+ * expertd) does not pin what the first one already pinned.  The request
+ * id is recorded before any pin is taken: an expertd killed half-way
+ * leaves the id recorded, and the re-sent request then pins exactly the
+ * slots where the client holds no pin (those the first one did not reach)
+ * instead of pinning every slot a second time (a pin that would never be
+ * given back).
  */
 static void handle_acquire(struct es_daemon *d, const struct st_msg_header *h,
 			   const uint8_t *p)
@@ -250,6 +255,7 @@ static void handle_acquire(struct es_daemon *d, const struct st_msg_header *h,
 	uint8_t *pinned;
 	struct st_wbuf w;
 	uint64_t now = st_now_ns();
+	uint64_t prev_rid;
 	int c, r = 0, replay;
 	uint32_t i;
 
@@ -263,8 +269,8 @@ static void handle_acquire(struct es_daemon *d, const struct st_msg_header *h,
 		reply_error(d, h, c, diag.msg);
 		return;
 	}
-	replay = h->request_id != 0 &&
-		 atomic_load(&v->clients[c].last_request_id) == h->request_id;
+	prev_rid = atomic_load(&v->clients[c].last_request_id);
+	replay = h->request_id != 0 && prev_rid == h->request_id;
 	ents = calloc(req.n, sizeof(*ents));
 	pinned = calloc(req.n, 1);
 	if (!ents || !pinned) {
@@ -273,6 +279,8 @@ static void handle_acquire(struct es_daemon *d, const struct st_msg_header *h,
 		reply_error(d, h, -ENOMEM, "out of memory");
 		return;
 	}
+	if (h->request_id && !replay)
+		atomic_store(&v->clients[c].last_request_id, h->request_id);
 	for (i = 0; i < req.n; i++) {
 		uint32_t e = es_acquire_req_expert(&req, i);
 		uint64_t key = es_key(req.layer, e);
@@ -287,12 +295,12 @@ static void handle_acquire(struct es_daemon *d, const struct st_msg_header *h,
 				    "loaded: %s", req.layer, e, fmsg);
 			break;
 		}
-		s = atomic_load(&v->slot_of[ix]);
+		s = es_pool_slot_of(v, ix);
 		if (s >= 0) {
 			struct es_slot *sl = &v->slots[s];
 			uint32_t st = atomic_load(&sl->state);
 
-			if (!replay) {
+			if (!replay || atomic_load(&sl->pins[c]) == 0) {
 				atomic_fetch_add(&sl->pins[c], 1);
 				pinned[i] = 1;
 			}
@@ -335,7 +343,7 @@ static void handle_acquire(struct es_daemon *d, const struct st_msg_header *h,
 		if (r < 0) {
 			/* Not reachable (one queue entry per slot); keep the
 			 * slot consistent anyway. */
-			atomic_fetch_sub(&v->slots[s].pins[c], 1);
+			es_pin_drop(&v->slots[s].pins[c]);
 			pinned[i] = 0;
 			es_pool_slot_publish(pool, (uint32_t)s, r);
 			st_diag_set(&diag, r, "layer %u expert %u: load queue "
@@ -346,13 +354,11 @@ static void handle_acquire(struct es_daemon *d, const struct st_msg_header *h,
 	if (r < 0) {
 		for (uint32_t j = 0; j < req.n; j++)
 			if (pinned[j])
-				atomic_fetch_sub(&v->slots[ents[j].slot].pins[c],
-						 1);
+				es_pin_drop(&v->slots[ents[j].slot].pins[c]);
+		/* nothing of it stays: a re-send is a new request */
+		atomic_store(&v->clients[c].last_request_id, prev_rid);
 		reply_error(d, h, r, diag.msg);
 	} else {
-		if (h->request_id)
-			atomic_store(&v->clients[c].last_request_id,
-				     h->request_id);
 		st_wbuf_init(&w);
 		es_acquire_rep_encode(&w, req.n, ents);
 		reply_ok(d, h, &w);
@@ -407,16 +413,10 @@ static void handle_release(struct es_daemon *d, const struct st_msg_header *h,
 	}
 	for (uint32_t i = 0; i < req.n; i++) {
 		uint32_t e = es_acquire_req_expert(&req, i);
-		int32_t s = atomic_load(
-			&v->slot_of[es_pool_index(v, req.layer, e)]);
-		uint32_t cur;
+		int32_t s = es_pool_slot_of(v, es_pool_index(v, req.layer, e));
 
-		if (s < 0)
-			continue;
-		cur = atomic_load(&v->slots[s].pins[c]);
-		while (cur > 0 && !atomic_compare_exchange_weak(
-					  &v->slots[s].pins[c], &cur, cur - 1))
-			;
+		if (s >= 0)
+			es_pin_drop(&v->slots[s].pins[c]);
 	}
 	reply_ok(d, h, NULL);
 }

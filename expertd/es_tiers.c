@@ -279,7 +279,7 @@ void es_tiers_warm(struct es_daemon *d)
 	int n = 0;
 
 	for (uint64_t ix = 0; ix < n_keys(d); ix++) {
-		if (!d->hot_key[ix] || atomic_load(&v->slot_of[ix]) >= 0 ||
+		if (!d->hot_key[ix] || es_pool_slot_of(v, ix) >= 0 ||
 		    es_loader_failure(d->loader,
 				      es_key((uint32_t)(ix / v->n_experts),
 					     (uint32_t)(ix % v->n_experts)),
@@ -316,7 +316,7 @@ static void expire_unused(struct es_daemon *d, uint32_t l)
 	if (!d->protect || l >= v->n_layers)
 		return;
 	for (uint32_t e = 0; e < v->n_experts; e++) {
-		int32_t s = atomic_load(&v->slot_of[es_pool_index(v, l, e)]);
+		int32_t s = es_pool_slot_of(v, es_pool_index(v, l, e));
 
 		if (s >= 0)
 			es_tiers_evicting(d, (uint32_t)s);
@@ -363,7 +363,7 @@ static void pump(struct es_daemon *d)
 			atomic_fetch_add(&v->hdr->c.hints_dropped, 1);
 			continue;
 		}
-		if (atomic_load(&v->slot_of[ix]) >= 0 ||
+		if (es_pool_slot_of(v, ix) >= 0 ||
 		    es_loader_failure(d->loader,
 				      es_key(layer, ix % v->n_experts), NULL,
 				      0))
@@ -395,8 +395,7 @@ void es_tiers_route(struct es_daemon *d, int client,
 		es_actstats_tokens(&d->stats, req->n_tokens);
 	for (uint64_t i = 0; i < n_sel; i++) {
 		uint32_t e = es_route_req_expert(req, (uint32_t)i);
-		int32_t s = atomic_load(&v->slot_of[es_pool_index(v, req->layer,
-								  e)]);
+		int32_t s = es_pool_slot_of(v, es_pool_index(v, req->layer, e));
 
 		es_actstats_add(&d->stats, req->layer, e);
 		/* routed now: wanted on the device (host hits take the
@@ -438,8 +437,7 @@ void es_tiers_route(struct es_daemon *d, int client,
 
 		es_route_req_hint(req, i, &l, &e);
 		if (l < v->n_layers && e < v->n_experts) {
-			int32_t hs = atomic_load(
-				&v->slot_of[es_pool_index(v, l, e)]);
+			int32_t hs = es_pool_slot_of(v, es_pool_index(v, l, e));
 
 			/* resident and named again: not a victim of the
 			 * loads of its fellow hints (fresh_ns) */

@@ -63,6 +63,7 @@
 #ifndef ES_POOL_H
 #define ES_POOL_H
 
+#include <errno.h>
 #include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -252,6 +253,33 @@ static inline uint8_t *es_pool_record(const struct es_pool_view *v,
 	return v->data + (size_t)s * v->record_bytes;
 }
 
+/* Slot holding index entry ix, or -1: not resident, or a value outside
+ * [0, n_slots) (slot_of lies in a segment clients map writable: it is
+ * input, never an index as it stands). */
+static inline int32_t es_pool_slot_of(const struct es_pool_view *v,
+				      size_t ix)
+{
+	int32_t s = atomic_load(&v->slot_of[ix]);
+
+	return s >= 0 && (uint32_t)s < v->n_slots ? s : -1;
+}
+
+/*
+ * Drops one pin of *pin unless it is 0 already (CAS loop): an expertd that
+ * adopted the segment may have zeroed it meanwhile (it discarded the slot,
+ * see "Pins are leases"), and a blind decrement would wrap it to
+ * 0xffffffff, a pin that never goes away.  1 when a pin was dropped.
+ */
+static inline int es_pin_drop(_Atomic uint32_t *pin)
+{
+	uint32_t cur = atomic_load(pin);
+
+	while (cur > 0)
+		if (atomic_compare_exchange_weak(pin, &cur, cur - 1))
+			return 1;
+	return 0;
+}
+
 /* Sum of the pins of slot s over all clients (seq_cst loads). */
 static inline uint64_t es_slot_pin_sum(struct es_slot *sl)
 {
@@ -272,10 +300,10 @@ static inline int32_t es_pool_try_pin(const struct es_pool_view *v, int c,
 				      uint32_t *ret_gen)
 {
 	uint64_t key = es_key(layer, expert);
-	int32_t s = atomic_load(&v->slot_of[es_pool_index(v, layer, expert)]);
+	int32_t s = es_pool_slot_of(v, es_pool_index(v, layer, expert));
 	struct es_slot *sl;
 
-	if (s < 0 || (uint32_t)s >= v->n_slots)
+	if (s < 0)
 		return -1;
 	sl = &v->slots[s];
 	atomic_fetch_add(&sl->pins[c], 1);
@@ -284,16 +312,23 @@ static inline int32_t es_pool_try_pin(const struct es_pool_view *v, int c,
 		*ret_gen = atomic_load(&sl->gen);
 		return s;
 	}
-	atomic_fetch_sub(&sl->pins[c], 1);
+	es_pin_drop(&sl->pins[c]);
 	return -1;
 }
 
+/* Seqlock reads of es_slot_snapshot before it gives up. */
+#define ES_SNAPSHOT_TRIES 100000
+
 /* A consistent snapshot of a slot's key, state and generation (seqlock
- * read).  Spins while the server is changing them (a few instructions). */
-static inline void es_slot_snapshot(struct es_slot *sl, uint64_t *ret_key,
-				    uint32_t *ret_state, uint32_t *ret_gen)
+ * read).  Retries while the server is changing them (a few instructions),
+ * at most ES_SNAPSHOT_TRIES times: a version left odd by an expertd killed
+ * mid-change stays odd until the next expertd adopts the segment, so an
+ * unbounded spin would hang the reader.  0, or -EAGAIN (nothing read:
+ * ask again later; the caller's time-out and liveness checks decide). */
+static inline int es_slot_snapshot(struct es_slot *sl, uint64_t *ret_key,
+				   uint32_t *ret_state, uint32_t *ret_gen)
 {
-	for (;;) {
+	for (int i = 0; i < ES_SNAPSHOT_TRIES; i++) {
 		uint32_t v1 = atomic_load(&sl->version);
 
 		if (v1 & 1)
@@ -302,8 +337,9 @@ static inline void es_slot_snapshot(struct es_slot *sl, uint64_t *ret_key,
 		*ret_state = atomic_load(&sl->state);
 		*ret_gen = atomic_load(&sl->gen);
 		if (atomic_load(&sl->version) == v1)
-			return;
+			return 0;
 	}
+	return -EAGAIN;
 }
 
 #endif
