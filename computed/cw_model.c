@@ -25,6 +25,7 @@
 #include "cw_threads.h"
 #include "st_formats.h"
 #include "st_log.h"
+#include "st_store_id.h"
 #include "st_util.h"
 
 struct cw_layer_w {
@@ -487,14 +488,20 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 		} id = { 0 };
 
 		/* the prefix-cache model id: the same pages are reusable
-		 * only for the same weights, row format and page size */
+		 * only for the same weights (the store's manifest lists the
+		 * xxh3 of each, with or without expertd), row format and
+		 * page size */
+		uint64_t weights = 0;
+
+		r = st_store_id(m->store, &weights, diag);
 		id.store = st_xxh3(m->store->config_json,
-				   strlen(m->store->config_json)) ^
-			   (es ? es_client_store_id(es) : 0);
+				   strlen(m->store->config_json)) ^ weights;
 		id.kv_dtype = (uint32_t)m->opts.kv_dtype;
 		id.page_rows = m->opts.page_rows;
 		m->kv_model_id = st_xxh3(&id, sizeof(id)) | 1;
-		if (!decl) {
+		if (r < 0) {
+			free(decl);
+		} else if (!decl) {
 			r = -ENOMEM;
 		} else {
 			for (int l = 0; l < m->cfg.n_layers; l++) {

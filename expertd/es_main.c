@@ -23,6 +23,7 @@
 #include "st_log.h"
 #include "st_numa.h"
 #include "st_sdnotify.h"
+#include "st_store_id.h"
 #include "st_util.h"
 
 /* One row per option (table-driven, like Redis' config table). */
@@ -339,23 +340,6 @@ static int parse_args(int argc, char **argv, struct es_opts *o)
 }
 
 /* XXH3-64 of the store's manifest.json: the id of the model a pool holds. */
-static int store_id_of(const struct st_store *s, uint64_t *ret,
-		       struct st_diag *diag)
-{
-	char path[4096], *txt;
-	size_t len;
-	int r = st_store_path(s, "manifest.json", path, sizeof(path));
-
-	if (r == 0)
-		r = st_read_file(path, &txt, &len);
-	if (r < 0)
-		return st_diag_set(diag, r, "cannot read %s/manifest.json: %s",
-				   s->dir, st_strerror(r));
-	*ret = st_xxh3(txt, len);
-	free(txt);
-	return 0;
-}
-
 /*
  * A POSIX shm segment lives in tmpfs (/dev/shm): ftruncate succeeds beyond
  * its free space, and the first write to a page that does not fit kills
@@ -475,7 +459,7 @@ int main(int argc, char **argv)
 		daemon_fini(&d, 0);
 		return 1;
 	}
-	r = store_id_of(d.store, &d.store_id, &diag);
+	r = st_store_id(d.store, &d.store_id, &diag);
 	if (r == 0)
 		r = es_pool_geom_from_budget(d.store, d.store_id,
 					     d.opt.budget_text, &geom, &diag);

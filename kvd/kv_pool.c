@@ -358,6 +358,7 @@ int kv_seq_take(struct kv_pool *p, uint32_t client, int32_t pid,
 	e->parent = parent;
 	e->request_id = request_id;
 	e->n_spilled = 0;
+	atomic_store(&e->pins, 0);
 	atomic_store(&e->flags, 0);
 	atomic_store(&e->last_use_ns, st_now_ns());
 	atomic_store(&e->n_rows, 0);

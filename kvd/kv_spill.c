@@ -907,11 +907,18 @@ int kv_seq_residency(struct kv_pool *p, uint32_t client, uint32_t op,
 		}
 	}
 	if (op == KV_RESIDENCY_UNPIN) {
-		for (uint32_t i = 0; i < n; i++)
-			if (status[i] == 0)
-				atomic_fetch_and(
-					&p->seqs[kv_seq_index(seqs[i])].flags,
-					~KV_SEQ_F_PINNED);
+		/* a count, not a flag: a sequence pinned twice (two steps
+		 * of one client in flight) stays pinned until both unpin */
+		for (uint32_t i = 0; i < n; i++) {
+			struct kv_seq_entry *e;
+
+			if (status[i] < 0)
+				continue;
+			e = &p->seqs[kv_seq_index(seqs[i])];
+			if (atomic_load(&e->pins) > 0 &&
+			    atomic_fetch_sub(&e->pins, 1) == 1)
+				atomic_fetch_and(&e->flags, ~KV_SEQ_F_PINNED);
+		}
 		return first;
 	}
 	if (need > kv_pool_free_pages(p)) {
@@ -940,8 +947,10 @@ int kv_seq_residency(struct kv_pool *p, uint32_t client, uint32_t op,
 		idx = kv_seq_index(seqs[i]);
 		kv_seq_touch(p, idx);
 		r = kv_seq_restore_idx(p, idx, stamp, first ? NULL : diag);
-		if (r == 0 && op == KV_RESIDENCY_PIN)
+		if (r == 0 && op == KV_RESIDENCY_PIN) {
+			atomic_fetch_add(&p->seqs[idx].pins, 1);
 			atomic_fetch_or(&p->seqs[idx].flags, KV_SEQ_F_PINNED);
+		}
 		status[i] = r;
 		if (r < 0 && !first)
 			first = r;

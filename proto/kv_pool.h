@@ -206,7 +206,8 @@ enum kv_seq_state {
 };
 
 /* Sequence flags (kv_seq_entry.flags). */
-#define KV_SEQ_F_PINNED 0x1u  /* running: its pages are never spilled */
+#define KV_SEQ_F_PINNED 0x1u  /* running (pins > 0): its pages are never
+			       * spilled */
 #define KV_SEQ_F_FAILED 0x2u  /* a spilled page was lost: only free works */
 
 /* Per-sequence entry, 64 bytes. */
@@ -223,7 +224,9 @@ struct kv_seq_entry {
 	uint32_t n_spilled;          /* table entries that are spilled */
 	uint64_t owner_start;        /* start time of owner_pid
 				      * (st_pid_start_ticks), 0 unknown */
-	uint8_t pad[8];
+	_Atomic uint32_t pins;       /* RESIDENCY PINs not yet UNPINned;
+				      * KV_SEQ_F_PINNED while > 0 */
+	uint8_t pad[4];
 };
 
 _Static_assert(sizeof(struct kv_seq_entry) == 64, "kv_seq_entry is 64 B");
