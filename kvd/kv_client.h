@@ -203,7 +203,8 @@ int kv_client_seq_publish(struct kv_client *c, uint32_t seq,
  * Batched (n at most KV_PROTO_MAX_RESERVE): brings every spilled page of
  * seqs[i] back into the pool, each checked (length, owner, XXH3) before it
  * is used.  kv_client_seq_pin does the same and marks the sequences
- * running: kvd never spills their pages until kv_client_seq_unpin.
+ * running: kvd never spills their pages until kv_client_seq_unpin has
+ * undone every pin (a count: two pins need two unpins).
  * ret_status (n entries, may be NULL) gets 0 or the code of each sequence:
  * -ST_E_CHECKSUM (a page of it was corrupt or lost: the sequence failed,
  * only kv_client_seq_free works on it; other sequences are untouched),

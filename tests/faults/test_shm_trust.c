@@ -13,7 +13,9 @@
  *      reused pid reads as dead;
  *   4. a second kvd of an instance is refused while the first lives,
  *      whatever its run directory (st_shm_lock), and the lock passes on
- *      once the holder is gone.
+ *      once the holder is gone;
+ *   5. a RESIDENCY pin is a count: a sequence pinned twice stays pinned
+ *      (never spilled) until unpinned twice.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -282,6 +284,60 @@ static void test_one_kvd_per_instance(void **state)
 	st_rm_rf(other);
 }
 
+/* flags and pins of sequence seq in the pool segment of k (read-only). */
+static void seq_pin_state(const struct kvd_inst *k, uint32_t seq,
+			  uint32_t *ret_flags, uint32_t *ret_pins)
+{
+	struct kv_stream_decl streams[KV_MAX_STREAMS];
+	struct kv_layout lay;
+	struct st_shm shm;
+	struct st_diag d = { "" };
+	const struct kv_seq_entry *e;
+
+	assert_int_equal(st_shm_attach(&shm, k->name, KV_POOL_KIND,
+				       KV_POOL_LAYOUT_VERSION, 0, &d), 0);
+	assert_int_equal(kv_layout_read(shm.base, shm.size,
+					st_shm_hdr(&shm)->layout_hash, &lay,
+					streams, &d), 0);
+	e = (const struct kv_seq_entry *)((uint8_t *)shm.base +
+					  lay.seqs_off) + kv_seq_index(seq);
+	*ret_flags = atomic_load(&e->flags);
+	*ret_pins = atomic_load(&e->pins);
+	st_shm_detach(&shm);
+}
+
+/* 5. Pinned twice, unpinned once: still pinned. */
+static void test_pin_is_a_count(void **state)
+{
+	struct kvd_inst *k = *state;
+	struct kv_client *a;
+	struct st_diag d = { "" };
+	uint32_t seq, flags, pins;
+	uint8_t *row;
+
+	assert_int_equal(kvd_start(k, NULL), 0);
+	a = client(k, "A");
+	seq = seq_of_4(a, &row);
+	assert_int_equal(kv_client_seq_pin(a, 1, &seq, NULL, &d), 0);
+	assert_int_equal(kv_client_seq_pin(a, 1, &seq, NULL, &d), 0);
+	seq_pin_state(k, seq, &flags, &pins);
+	assert_true(flags & KV_SEQ_F_PINNED);
+	assert_int_equal(pins, 2);
+	assert_int_equal(kv_client_seq_unpin(a, 1, &seq, &d), 0);
+	seq_pin_state(k, seq, &flags, &pins);
+	assert_true(flags & KV_SEQ_F_PINNED);    /* one user left */
+	assert_int_equal(pins, 1);
+	assert_int_equal(kv_client_seq_unpin(a, 1, &seq, &d), 0);
+	seq_pin_state(k, seq, &flags, &pins);
+	assert_false(flags & KV_SEQ_F_PINNED);
+	assert_int_equal(pins, 0);
+	/* an extra unpin changes nothing (no wrap) */
+	assert_int_equal(kv_client_seq_unpin(a, 1, &seq, &d), 0);
+	seq_pin_state(k, seq, &flags, &pins);
+	assert_int_equal(pins, 0);
+	kv_client_close(a);
+}
+
 static int setup(void **state)
 {
 	static int n;
@@ -300,6 +356,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_hello_pid_checked,
 						setup, kvd_fixture_teardown),
 		cmocka_unit_test_setup_teardown(test_one_kvd_per_instance,
+						setup, kvd_fixture_teardown),
+		cmocka_unit_test_setup_teardown(test_pin_is_a_count,
 						setup, kvd_fixture_teardown),
 	};
 
