@@ -590,6 +590,35 @@ static void test_checksum_failure(void **state)
 	close(fd);
 }
 
+/* 8. slot_of lies in a segment clients map writable: a value outside the
+ * slots (a buggy or hostile client wrote it) is not resident, never an
+ * index into the slot table (issue 26). */
+static void test_bad_slot_of(void **state)
+{
+	struct es_client *c;
+	struct st_shm shm;
+	struct es_pool_view v;
+	int ids[2] = { 1, 2 };
+	int32_t s;
+
+	assert_int_equal(es_h_start(&H, NULL), 0);
+	c = open_client("bad-index", ES_H_TIMEOUT_MS);
+	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+	atomic_store(&v.slot_of[es_pool_index(&v, 0, 1)], 1 << 29);
+	atomic_store(&v.slot_of[es_pool_index(&v, 0, 2)],
+		     (int32_t)v.n_slots);
+	acquire_check(c, 0, 2, ids);             /* loaded, right bytes */
+	for (int i = 0; i < 2; i++) {
+		s = atomic_load(&v.slot_of[es_pool_index(&v, 0, ids[i])]);
+		assert_true(s >= 0 && (uint32_t)s < v.n_slots);
+	}
+	es_client_release(c, 0, 2, ids);
+	st_shm_detach(&shm);
+	assert_true(st_pid_alive(H.pid));        /* expertd survived */
+	es_client_close(c);
+	assert_int_equal(es_h_stop(&H), 0);
+}
+
 int main(int argc, char **argv)
 {
 	const struct CMUnitTest tests[] = {
@@ -601,6 +630,7 @@ int main(int argc, char **argv)
 					  test_teardown),
 		cmocka_unit_test_teardown(test_clean_shutdown, test_teardown),
 		cmocka_unit_test_teardown(test_checksum_failure, test_teardown),
+		cmocka_unit_test_teardown(test_bad_slot_of, test_teardown),
 	};
 
 	if (argc > 1 && !strcmp(argv[1], "--child-pin"))
