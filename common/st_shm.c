@@ -44,12 +44,12 @@ static int check_ours(int fd, const char *path, struct st_diag *diag)
 	    !(st.st_mode & 077))
 		return 0;
 	return st_diag_set(diag, -EPERM,
-			   "%s is not this user's private file (%s of uid %u, "
-			   "mode %04o; strata makes its own 0600, as uid %u) and "
-			   "is left alone: another user may have made it to "
-			   "read or change what strata keeps there.  Check "
-			   "`ls -l %s`, remove it as its owner or root, or use "
-			   "another --instance", path,
+			   "%s is not this user's private file (%s of uid "
+			   "%u, mode %04o; strata makes its own 0600, as uid "
+			   "%u) and is left alone: another user may have made "
+			   "it to read or change what strata keeps there.  "
+			   "Check `ls -l %s`, remove it as its owner or root, "
+			   "or use another --instance", path,
 			   S_ISREG(st.st_mode) ? "file" : "not a regular file",
 			   (unsigned)st.st_uid, (unsigned)(st.st_mode & 07777),
 			   (unsigned)geteuid(), path);
@@ -224,7 +224,8 @@ int st_shm_remove_stale(const char *instance, const char *kind,
 	if (shm_unlink(name) < 0 && errno != ENOENT)
 		return st_diag_set(diag, -errno,
 				   "cannot remove the unusable %s (%s); remove "
-				   "it by hand (rm %s) or use another --instance",
+				   "it by hand (rm %s) or use another "
+				   "--instance",
 				   path, strerror(errno), path);
 	return 1;
 }

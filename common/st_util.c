@@ -426,20 +426,21 @@ int st_peer_check(int32_t pid, uint64_t claimed_ticks, const char *daemon,
 	*ret_ticks = 0;
 	if (st_pid_start_ticks(pid, &ticks) < 0 || !st_pid_alive(pid))
 		return st_diag_set(diag, -ESRCH,
-				   "HELLO from pid %d, which %s cannot see: the "
-				   "client runs in another pid namespace (a "
-				   "container?) or has exited; run it in %s's "
-				   "pid namespace (docker: --pid=host, or "
-				   "--pid=container:<%s's container>)", (int)pid,
-				   daemon, daemon, daemon);
+				   "HELLO from pid %d, which %s cannot see: "
+				   "the client runs in another pid namespace "
+				   "(a container?) or has exited; run it in "
+				   "%s's pid namespace (docker: --pid=host, "
+				   "or --pid=container:<%s's container>)",
+				   (int)pid, daemon, daemon, daemon);
 	if (claimed_ticks && claimed_ticks != ticks)
 		return st_diag_set(diag, -ESRCH,
-				   "HELLO from pid %d, but pid %d here is another "
-				   "process (start time %llu, the client says "
-				   "%llu): the client runs in another pid "
-				   "namespace (a container?); run it in %s's pid "
-				   "namespace (docker: --pid=host, or "
-				   "--pid=container:<%s's container>)", (int)pid,
+				   "HELLO from pid %d, but pid %d here is "
+				   "another process (start time %llu, the "
+				   "client says %llu): the client runs in "
+				   "another pid namespace (a container?); run "
+				   "it in %s's pid namespace (docker: "
+				   "--pid=host, or --pid=container:<%s's "
+				   "container>)", (int)pid,
 				   (int)pid, (unsigned long long)ticks,
 				   (unsigned long long)claimed_ticks, daemon,
 				   daemon);

@@ -15,9 +15,10 @@
  * under its old id when kvd no longer knows it.  If the pool itself is gone
  * (kvd stopped cleanly, then started again), the client drops its mapping
  * when a reply shows another pool (epoch or creation id, st_shm.h) and
- * maps the new pool at its next sequence request; its old sequences are gone and row pointers taken
- * before must not be used (the caller of such a request must not run
- * kv_client_row in another thread at the same time).
+ * maps the new pool at its next sequence request; its old sequences are
+ * gone and row pointers taken before must not be used (the caller of such
+ * a request must not run kv_client_row in another thread at the same
+ * time).
  *
  * Prefix cache: a client that declared a model id (kv_client_declare_model)
  * creates sequences with kv_client_seq_create_prefix, which maps the full

@@ -397,8 +397,8 @@ int kv_seq_restore_some(struct kv_pool *p, uint32_t idx, uint32_t stamp,
 /*
  * SEQ_RESIDENCY for n sequences of `client`: KV_RESIDENCY_RESTORE brings
  * their pages back, PIN does the same and counts them running (never
- * spilled while the count is above 0), UNPIN drops one count.  ret_status[i] is 0 or the code of
- * sequence i (-ST_E_NOTFOUND, -EPERM, -ST_E_CHECKSUM, -ST_E_BUDGET).
+ * spilled while the count is above 0), UNPIN drops one count.
+ * ret_status[i] is 0 or the code of sequence i (-ST_E_NOTFOUND, -EPERM, -ST_E_CHECKSUM, -ST_E_BUDGET).
  * Returns 0 when all succeeded, else the first failure's code (its message
  * in diag).  Room for all restores is made first (all or nothing on
  * -ST_E_BUDGET).

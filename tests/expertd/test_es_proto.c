@@ -145,8 +145,8 @@ static void test_hello(void **state)
 {
 	struct st_wbuf w;
 	struct es_hello_req q;
-	struct es_hello_rep r = { es_client_id_make(3, 7), 5, 0x5eed, 4242, 1, 0xabc,
-				  0xdef, 6, 16, 24, 2, 40960 }, r2;
+	struct es_hello_rep r = { es_client_id_make(3, 7), 5, 0x5eed, 4242, 1,
+				  0xabc, 0xdef, 6, 16, 24, 2, 40960 }, r2;
 	struct st_diag diag = { "" };
 
 	st_wbuf_init(&w);
@@ -207,10 +207,11 @@ static void test_hello(void **state)
 	assert_int_equal(w.len, ES_HELLO_REP_BYTES);
 	assert_int_equal(es_hello_rep_decode(w.data, w.len, &r2, &diag), 0);
 	assert_int_equal(r2.client_id, r.client_id);
-	assert_true(r2.epoch == 5 && r2.pool_id == 0x5eed && r2.store_id == 0xabc &&
-		    r2.layout_hash == 0xdef && r2.record_bytes == 40960);
+	assert_true(r2.epoch == 5 && r2.pool_id == 0x5eed &&
+		    r2.store_id == 0xabc && r2.layout_hash == 0xdef &&
+		    r2.record_bytes == 40960);
 	assert_int_equal(r2.pid, 4242);
-	assert_int_equal(r2.pool_layout, 1); /* as sent */
+	assert_int_equal(r2.pool_layout, 1);
 	assert_int_equal(r2.n_layers, 6);
 	assert_int_equal(r2.n_experts, 16);
 	assert_int_equal(r2.n_slots, 24);

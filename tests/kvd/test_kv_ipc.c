@@ -474,20 +474,26 @@ static void test_malformed(void **state)
 				      TIMEOUT_MS),
 			 0);
 	/* headers */
-	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION, ST_MSG_PING, 0, 0, 0,
+	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION,
+				  ST_MSG_PING, 0, 0, 0,
 				  0, NULL, 0, NULL), 0);
-	assert_int_equal(raw_send(&r, 0x12345678, ST_PROTO_VERSION, ST_MSG_PING, 0, 0, 0, 0,
+	assert_int_equal(raw_send(&r, 0x12345678, ST_PROTO_VERSION, ST_MSG_PING,
+				  0, 0, 0, 0,
 				  NULL, 0, NULL), -ST_E_BADMAGIC);
 	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION + 1,
 				  ST_MSG_PING, 0, 0, 0, 0, NULL, 0, NULL),
 			 -ST_E_VERSION);
-	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION, ST_MSG_PING, 0, 0, 1,
+	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION,
+				  ST_MSG_PING, 0, 0, 1,
 				  0, NULL, 0, NULL), -ST_E_PROTO);
-	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION, ST_MSG_PING, 0, 0, -1,
+	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION,
+				  ST_MSG_PING, 0, 0, -1,
 				  0, "x", 1, NULL), -ST_E_PROTO);
-	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION, ST_MSG_PING, 0, 0, 0,
+	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION,
+				  ST_MSG_PING, 0, 0, 0,
 				  7, NULL, 0, NULL), -ST_E_PROTO);
-	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION, ST_MSG_PING, 0, -5, 0,
+	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION,
+				  ST_MSG_PING, 0, -5, 0,
 				  0, NULL, 0, NULL), -ST_E_PROTO);
 	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION,
 				  ST_MSG_PING | ST_MSG_REPLY, 0, 0, 0, 0, NULL,
@@ -545,7 +551,8 @@ static void test_malformed(void **state)
 	hello.name[1] = 'a';
 	st_wbuf_init(&w);
 	kv_proto_encode_hello(&w, &hello);
-	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION, ST_MSG_HELLO, 0, 0, 0,
+	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION,
+				  ST_MSG_HELLO, 0, 0, 0,
 				  0, w.data, w.len, &rep), 0);
 	assert_int_equal(kv_proto_decode_hello_reply(rep.data, rep.len, &hr), 0);
 	st_wbuf_fini(&rep);
@@ -584,7 +591,8 @@ static void test_malformed(void **state)
 	/* SEQ_CREATE */
 	assert_int_equal(raw(&r, KV_MSG_SEQ_CREATE, "x", 1), -ST_E_PROTO);
 	st_wbuf_init(&rep);
-	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION, KV_MSG_SEQ_CREATE,
+	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION,
+				  KV_MSG_SEQ_CREATE,
 				  r.client, 0, 0, 0, NULL, 0, &rep), 0);
 	assert_int_equal(kv_proto_decode_seq(rep.data, rep.len, &seq, NULL), 0);
 	st_wbuf_fini(&rep);
@@ -874,7 +882,8 @@ static void test_idempotent(void **state)
 	strcpy(hello.name, "idem");
 	st_wbuf_init(&w);
 	kv_proto_encode_hello(&w, &hello);
-	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION, ST_MSG_HELLO, 0, 0, 0,
+	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION,
+				  ST_MSG_HELLO, 0, 0, 0,
 				  0, w.data, w.len, &rep), 0);
 	assert_int_equal(kv_proto_decode_hello_reply(rep.data, rep.len, &hr), 0);
 	st_wbuf_fini(&rep);
@@ -882,12 +891,14 @@ static void test_idempotent(void **state)
 	r.client = hr.client_id;
 	assert_int_equal(raw(&r, KV_MSG_DECLARE, v, sizeof(v)), 0);
 	/* the same SEQ_CREATE twice (same request id): one sequence */
-	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION, KV_MSG_SEQ_CREATE,
+	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION,
+				  KV_MSG_SEQ_CREATE,
 				  r.client, 0, 0, 0, NULL, 0, &rep), 0);
 	kv_proto_decode_seq(rep.data, rep.len, &s1, NULL);
 	st_wbuf_fini(&rep);
 	r.rid--;
-	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION, KV_MSG_SEQ_CREATE,
+	assert_int_equal(raw_send(&r, ST_PROTO_MAGIC, ST_PROTO_VERSION,
+				  KV_MSG_SEQ_CREATE,
 				  r.client, 0, 0, 0, NULL, 0, &rep), 0);
 	kv_proto_decode_seq(rep.data, rep.len, &s2, NULL);
 	st_wbuf_fini(&rep);
