@@ -27,6 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "es_client.h"
@@ -518,6 +519,32 @@ static int acquire_raw(struct st_sock *s, uint64_t req, uint32_t client,
 	return r;
 }
 
+/* HELLO of (pid, start_ticks) as "raw": the client id (asserts 0). */
+static uint32_t hello_raw(struct st_sock *s, uint64_t req, uint32_t pid,
+			  uint64_t start_ticks)
+{
+	struct st_msg_header h;
+	struct es_hello_rep hr;
+	struct st_wbuf w;
+	uint8_t buf[4096];
+	void *rep;
+	size_t n, rl;
+
+	st_wbuf_init(&w);
+	es_hello_req_encode(&w, pid, ES_PROTO_VERSION, "raw", start_ticks);
+	n = build_msg(buf, ST_PROTO_MAGIC, ST_PROTO_VERSION, ST_MSG_HELLO, req,
+		      0, (uint32_t)w.len, 0, w.data, w.len);
+	st_wbuf_fini(&w);
+	assert_int_equal(st_sock_send(s, buf, n), 0);
+	assert_int_equal(st_sock_recv(s, &rep, &rl), 0);
+	assert_int_equal(st_proto_decode_header(rep, rl, &h), 0);
+	assert_int_equal(h.status, 0);
+	assert_int_equal(es_hello_rep_decode((uint8_t *)rep + 32,
+					     h.payload_len, &hr, NULL), 0);
+	free(rep);
+	return hr.client_id;
+}
+
 /* 5. Malformed messages of every type. */
 static void test_malformed(void **state)
 {
@@ -625,29 +652,7 @@ static void test_malformed(void **state)
 	ping_ok(&s, req++);
 
 	/* A valid HELLO to get a client id. */
-	{
-		struct st_msg_header h;
-		struct es_hello_rep hr;
-		void *rep;
-		size_t rl;
-
-		st_wbuf_init(&w);
-		es_hello_req_encode(&w, pid, ES_PROTO_VERSION, "raw", 0);
-		n = build_msg(buf, ST_PROTO_MAGIC, ST_PROTO_VERSION,
-			      ST_MSG_HELLO, req, 0, (uint32_t)w.len, 0, w.data,
-			      w.len);
-		st_wbuf_fini(&w);
-		assert_int_equal(st_sock_send(&s, buf, n), 0);
-		assert_int_equal(st_sock_recv(&s, &rep, &rl), 0);
-		assert_int_equal(st_proto_decode_header(rep, rl, &h), 0);
-		assert_int_equal(h.status, 0);
-		assert_int_equal(es_hello_rep_decode((uint8_t *)rep + 32,
-						     h.payload_len, &hr, NULL),
-				 0);
-		free(rep);
-		id = hr.client_id;
-		req++;
-	}
+	id = hello_raw(&s, req++, pid, 0);
 	/* ACQUIRE: every field out of range */
 	assert_int_equal(acquire_raw(&s, req++, id, pid, (uint32_t)H.n_layers,
 				     1, ids, 1, msg, sizeof(msg)), -ST_E_PROTO);
@@ -908,6 +913,74 @@ static void test_p16_exact_limit(void **state)
 }
 
 /* 7. A corrupted segment header: the client refuses to attach. */
+/* 9. (issue 26) An ACQUIRE's request id is recorded before its pins: a
+ * re-sent ACQUIRE (expertd was killed half-way, the client resends)
+ * pins exactly the slots where the client holds none, never one twice.
+ * And HELLO names a process expertd can see, with the start time it
+ * claims. */
+static void test_acquire_replay(void **state)
+{
+	struct st_sock s;
+	struct st_shm shm;
+	struct es_pool_view v;
+	struct st_wbuf w;
+	char ctl[700], msg[1100];
+	uint32_t id, pid = (uint32_t)getpid();
+	uint64_t req = 10, rid, me = 0;
+	int ids[2] = { 1, 2 }, c, s1, s2;
+	pid_t gone;
+
+	assert_int_equal(es_h_start(&H, NULL), 0);
+	assert_int_equal(st_sock_open(&s, ST_SOCK_REQ,
+				      es_h_path(&H, "ctl", ctl, sizeof(ctl)),
+				      2000, 2000), 0);
+	assert_int_equal(st_pid_start_ticks((int)pid, &me), 0);
+	id = hello_raw(&s, req++, pid, me);
+	c = (int)es_client_id_index(id);
+	rid = req++;
+	assert_int_equal(acquire_raw(&s, rid, id, pid, 0, 2, ids, 2, msg,
+				     sizeof(msg)), 0);
+	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
+	s1 = atomic_load(&v.slot_of[es_pool_index(&v, 0, 1)]);
+	s2 = atomic_load(&v.slot_of[es_pool_index(&v, 0, 2)]);
+	assert_true(s1 >= 0 && s2 >= 0);
+	assert_int_equal(atomic_load(&v.slots[s1].pins[c]), 1);
+	assert_int_equal(atomic_load(&v.slots[s2].pins[c]), 1);
+	/* as if expertd died after recording the request and pinning
+	 * expert 1 only: the re-sent request pins expert 2, not 1 again */
+	atomic_store(&v.slots[s2].pins[c], 0);
+	assert_int_equal(acquire_raw(&s, rid, id, pid, 0, 2, ids, 2, msg,
+				     sizeof(msg)), 0);
+	assert_int_equal(atomic_load(&v.slots[s1].pins[c]), 1);
+	assert_int_equal(atomic_load(&v.slots[s2].pins[c]), 1);
+	assert_int_equal(acquire_raw(&s, rid, id, pid, 0, 2, ids, 2, msg,
+				     sizeof(msg)), 0);
+	assert_int_equal(atomic_load(&v.slots[s1].pins[c]), 1);
+	assert_int_equal(atomic_load(&v.slots[s2].pins[c]), 1);
+	st_shm_detach(&shm);
+
+	/* HELLO from a pid expertd cannot see (another pid namespace) */
+	gone = fork();
+	if (gone == 0)
+		_exit(0);
+	assert_int_equal(waitpid(gone, NULL, 0), gone);
+	st_wbuf_init(&w);
+	es_hello_req_encode(&w, (uint32_t)gone, ES_PROTO_VERSION, "ns", 0);
+	assert_int_equal(call_typed(&s, ST_MSG_HELLO, req++, 0, &w, msg,
+				    sizeof(msg)), -ESRCH);
+	assert_non_null(strstr(msg, "pid namespace"));
+	st_wbuf_fini(&w);
+	/* ... or whose start time is not the one the client has */
+	st_wbuf_init(&w);
+	es_hello_req_encode(&w, pid, ES_PROTO_VERSION, "ns", me + 1);
+	assert_int_equal(call_typed(&s, ST_MSG_HELLO, req++, 0, &w, msg,
+				    sizeof(msg)), -ESRCH);
+	assert_non_null(strstr(msg, "another process"));
+	st_wbuf_fini(&w);
+	st_sock_close(&s);
+	assert_int_equal(es_h_stop(&H), 0);
+}
+
 static void test_bad_shm_header(void **state)
 {
 	struct st_shm shm;
@@ -975,6 +1048,7 @@ int main(void)
 		cmocka_unit_test_teardown(test_p16_limits, test_teardown),
 		cmocka_unit_test_teardown(test_p16_exact_limit, test_teardown),
 		cmocka_unit_test_teardown(test_bad_shm_header, test_teardown),
+		cmocka_unit_test_teardown(test_acquire_replay, test_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
