@@ -493,6 +493,15 @@ static void remove_dead_segments(const char *instance)
 		shm_unlink(name);
 	}
 	closedir(d);
+	/* the lock files killed daemons left (st_shm_lock): taking and
+	 * releasing a lock nobody holds removes its file; a held one (a
+	 * live daemon) or another user's is left alone */
+	for (int i = 0; i < 2; i++) {
+		int lfd;
+
+		if (st_shm_lock(instance, k_daemons[i], &lfd, NULL) == 0)
+			st_shm_unlock(instance, k_daemons[i], lfd);
+	}
 }
 
 int cli_daemon_index(const char *daemon)
