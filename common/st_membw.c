@@ -108,6 +108,8 @@ static uint64_t membw_sum_avx512(const void *buf, size_t n_words)
 	const unsigned char *p = buf;
 	__m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
 	size_t i, n_blocks = n_words / 32; /* 256 bytes per iteration */
+	uint64_t lanes[8], s = 0;
+	int k;
 
 	for (i = 0; i < n_blocks; i++, p += 256) {
 		a0 = _mm512_add_epi64(a0, _mm512_loadu_si512(p + 0));
@@ -116,8 +118,13 @@ static uint64_t membw_sum_avx512(const void *buf, size_t n_words)
 		a3 = _mm512_add_epi64(a3, _mm512_loadu_si512(p + 192));
 	}
 	a0 = _mm512_add_epi64(_mm512_add_epi64(a0, a1), _mm512_add_epi64(a2, a3));
-	return (uint64_t)_mm512_reduce_add_epi64(a0) +
-	       membw_tail(p, n_words % 32);
+	/* Lanes summed as uint64_t (wrapping, like the fill pattern's sum):
+	 * _mm512_reduce_add_epi64 adds them as signed long long, which
+	 * overflows (undefined behaviour, a UBSan report) on these words. */
+	_mm512_storeu_si512(lanes, a0);
+	for (k = 0; k < 8; k++)
+		s += lanes[k];
+	return s + membw_tail(p, n_words % 32);
 }
 #endif
 

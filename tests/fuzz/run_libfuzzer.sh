@@ -1,0 +1,58 @@
+#!/bin/sh
+# run_libfuzzer.sh TARGET — fuzzes tests/fuzz/fuzz_TARGET with libFuzzer,
+# ASan and UBSan for STRATA_FUZZ_RUNS executions (default 10000000), from
+# the seed corpus in tests/fuzz/corpus/TARGET (read only: new inputs go to
+# BUILD/fuzz-libfuzzer/corpus-TARGET).  Builds, once, a clang tree of its
+# own in BUILD/fuzz-libfuzzer (meson -Dlibfuzzer=true, every file compiled
+# with -fsanitize=fuzzer-no-link so libFuzzer sees the parsers' coverage).
+# Prints libFuzzer's final stats (number_of_executed_units); fails on any
+# crash, leak, sanitizer report or FUZZ_CHECK, keeping the input as
+# BUILD/fuzz-libfuzzer/crash-TARGET-*.  Exit 77 without clang's libFuzzer.
+set -u
+t=${1:?usage: run_libfuzzer.sh TARGET}
+src=${STRATA_SOURCE_DIR:?STRATA_SOURCE_DIR not set (run through meson test)}
+build=${STRATA_BUILD_DIR:?STRATA_BUILD_DIR not set}/fuzz-libfuzzer
+runs=${STRATA_FUZZ_RUNS:-10000000}
+cc=${STRATA_FUZZ_CC:-clang}
+
+if ! command -v "$cc" >/dev/null 2>&1; then
+	echo "SKIP: $cc not found; libFuzzer runs need clang (apt-get install clang)"
+	exit 77
+fi
+mkdir -p "$build" || exit 1
+probe=$build/probe
+printf 'int LLVMFuzzerTestOneInput(const char *d, unsigned long n)\n{ return 0; }\n' \
+	> "$probe.c" || exit 1
+if ! "$cc" -fsanitize=fuzzer,address,undefined "$probe.c" -o "$probe" \
+	>/dev/null 2>&1; then
+	echo "SKIP: $cc cannot link -fsanitize=fuzzer,address,undefined (libFuzzer runtime missing)"
+	exit 77
+fi
+
+# one configure and build at a time (the four tests may be run in parallel)
+(
+	flock 9 || exit 1
+	if [ ! -f "$build/tree/build.ninja" ]; then
+		CC=$cc meson setup "$build/tree" "$src" --buildtype=debugoptimized \
+			-Dlibfuzzer=true -Dcuda=disabled \
+			-Db_sanitize=address,undefined -Db_lundef=false \
+			-Dc_args=-fsanitize=fuzzer-no-link >"$build/setup.log" 2>&1 ||
+			{ cat "$build/setup.log"; exit 1; }
+	fi
+	ninja -C "$build/tree" "tests/fuzz/fuzz_$t" >"$build/build-$t.log" 2>&1 ||
+		{ tail -40 "$build/build-$t.log"; exit 1; }
+) 9>"$build/lock" || exit 1
+
+mkdir -p "$build/corpus-$t" || exit 1
+# UBSan reports are findings: make them abort, like ASan's
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+echo "fuzz_$t: $runs runs from $src/tests/fuzz/corpus/$t"
+log=$build/run-$t.log
+"$build/tree/tests/fuzz/fuzz_$t" -runs="$runs" -print_final_stats=1 \
+	-rss_limit_mb=4096 -timeout=30 -artifact_prefix="$build/crash-$t-" \
+	"$build/corpus-$t" "$src/tests/fuzz/corpus/$t" >"$log" 2>&1
+rc=$?
+# the progress lines are many: keep the start, the end and any report
+grep -v '^#[0-9]*	\(NEW\|REDUCE\|pulse\)' "$log" | tail -60
+exit $rc
