@@ -32,7 +32,17 @@ typedef float v8f __attribute__((vector_size(32)));
 typedef uint16_t v8u16 __attribute__((vector_size(16)));
 typedef uint32_t v8u32 __attribute__((vector_size(32)));
 
-static inline v8f load8(const float *p)
+/*
+ * The helpers below that take or return a 32-byte vector must be inlined
+ * into each target_clones clone (CW_KERNEL) in every build type: an
+ * out-of-line copy is compiled for the baseline, which passes v8f in memory
+ * (hidden pointer), while the avx2 clone calls it expecting %ymm0; at -O0
+ * (--buildtype=debug, the sanitizer build) that gave wrong values and a
+ * segfault (-Wpsabi does not warn about this call).
+ */
+#define CW_VEC_INLINE static inline __attribute__((always_inline))
+
+CW_VEC_INLINE v8f load8(const float *p)
 {
 	v8f v;
 
@@ -40,7 +50,7 @@ static inline v8f load8(const float *p)
 	return v;
 }
 
-static inline v8f load8_bf16(const uint16_t *p)
+CW_VEC_INLINE v8f load8_bf16(const uint16_t *p)
 {
 	v8u16 h;
 	v8u32 u;
@@ -66,7 +76,7 @@ static inline v8f load8_bf16(const uint16_t *p)
 #define CW_KERNEL
 #endif
 
-static inline float hsum8(v8f a)
+CW_VEC_INLINE float hsum8(v8f a)
 {
 	return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
