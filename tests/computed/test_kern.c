@@ -20,6 +20,8 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -818,6 +821,82 @@ static void test_threads(void **state)
 	assert_int_equal(cw_threads_create(0, NULL), -EINVAL);
 }
 
+/* Two pools in a row on the same thread (the CPU-mask regression: the
+ * first pool pinned its creator and never gave its mask back, so the
+ * second saw one allowed CPU and ran every thread there).  Per pool of 2:
+ * each of the 2 tasks waits until both run at once (so each thread runs
+ * one) and records its thread's CPU mask: one CPU each, two different
+ * CPUs; after cw_threads_destroy the caller's mask is the one it had. */
+struct pinjob {
+	int arrived;
+	cpu_set_t mask[2];
+	int timed_out;
+};
+
+static void pintask(void *arg, int t, int n)
+{
+	struct pinjob *j = arg;
+	struct timespec t0, now;
+
+	(void)n;
+	__atomic_fetch_add(&j->arrived, 1, __ATOMIC_ACQ_REL);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (__atomic_load_n(&j->arrived, __ATOMIC_ACQUIRE) < 2) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - t0.tv_sec > 20) {
+			j->timed_out = 1;
+			break;
+		}
+	}
+	pthread_getaffinity_np(pthread_self(), sizeof(j->mask[t]),
+			       &j->mask[t]);
+}
+
+static cpu_set_t g_start_mask; /* the main thread's at start (main) */
+
+static void test_threads_two_pools(void **state)
+{
+	cpu_set_t before, after;
+
+	(void)state;
+	assert_int_equal(sched_getaffinity(0, sizeof(before), &before), 0);
+	/* the earlier pool tests gave the mask back too */
+	if (!CPU_EQUAL(&before, &g_start_mask))
+		fail_msg("the CPU mask at start not restored by the pools "
+			 "before (%d CPUs at start, %d now)",
+			 CPU_COUNT(&g_start_mask), CPU_COUNT(&before));
+	if (CPU_COUNT(&before) < 2)
+		skip(); /* one CPU: pools do not pin */
+	for (int pool = 0; pool < 2; pool++) {
+		struct cw_threads *p = NULL;
+		struct pinjob j;
+		int c0 = -1, c1 = -1;
+
+		memset(&j, 0, sizeof(j));
+		assert_int_equal(cw_threads_create(2, &p), 0);
+		cw_threads_run(p, pintask, &j, 2);
+		cw_threads_destroy(p);
+		assert_false(j.timed_out);
+		assert_int_equal(CPU_COUNT(&j.mask[0]), 1);
+		assert_int_equal(CPU_COUNT(&j.mask[1]), 1);
+		for (int c = 0; c < CPU_SETSIZE; c++) {
+			if (CPU_ISSET(c, &j.mask[0]))
+				c0 = c;
+			if (CPU_ISSET(c, &j.mask[1]))
+				c1 = c;
+		}
+		if (c0 == c1)
+			fail_msg("pool %d: both threads pinned to CPU %d",
+				 pool, c0);
+		assert_int_equal(sched_getaffinity(0, sizeof(after), &after),
+				 0);
+		if (!CPU_EQUAL(&before, &after))
+			fail_msg("pool %d: the caller's CPU mask not restored "
+				 "(%d CPUs before, %d after)", pool,
+				 CPU_COUNT(&before), CPU_COUNT(&after));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -829,8 +908,13 @@ int main(void)
 		cmocka_unit_test(test_p7_example),
 		cmocka_unit_test(test_p7_layout_every_element),
 		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_threads_two_pools),
 	};
 
+	if (sched_getaffinity(0, sizeof(g_start_mask), &g_start_mask) < 0) {
+		perror("sched_getaffinity");
+		return 1;
+	}
 	printf("fast kernel paths on this CPU: C%s%s\n",
 	       cw_kern_path_supported(CW_KERN_AVX2) ? ", AVX2+FMA+F16C" : "",
 	       cw_kern_path_supported(CW_KERN_AVX512) ?
