@@ -273,6 +273,9 @@ static const struct geom k_geoms[] = {
 	{ ST_DTYPE_F8_E4M3, 6, 48, 48 },     /* 32 + 16 per group; 4 + 2 rows */
 	{ ST_DTYPE_F8_E4M3, 5, 120, 40 },    /* 32 + 8 per group */
 	{ ST_DTYPE_F8_E4M3, 5, 5120, 32 },   /* V4.1's 32 x 32 blocks */
+	{ ST_DTYPE_F8_E4M3, 7, 1024, 128 },  /* the BF16 kernel: 4 + 3 rows */
+	{ ST_DTYPE_F8_E4M3, 5, 192, 96 },    /* groups across its 64-steps */
+	{ ST_DTYPE_F8_E4M3, 3, 320, 0 },     /* no scales */
 	{ ST_DTYPE_BF16, 6, 1024, 0 },
 	{ ST_DTYPE_BF16, 3, 77, 0 },
 	{ ST_DTYPE_BF16, 21, 77, 0 },       /* row blocks of 8 and 4 + tail */
@@ -293,7 +296,7 @@ static void check_one(const struct mat *m, const float *x, const char *what)
 	const int64_t R = v->rows, C = v->cols;
 	const struct cw_backend_ops *ref = cw_backend_cpu();
 	const struct cw_backend_ops *fc = cw_backend_cpu_fast_path(CW_KERN_C);
-	void *buf = malloc(cw_kern_act_bytes(C));
+	void *buf = malloc(cw_backend_cpu_fast()->act_bytes(C));
 	float *yr = malloc(sizeof(float) * R), *yc = malloc(sizeof(float) * R);
 	float *yp = malloc(sizeof(float) * R);
 	struct cw_act a;
@@ -390,7 +393,11 @@ static void check_one(const struct mat *m, const float *x, const char *what)
 						    !isfinite(l1) || l1 > 1e37);
 					continue;
 				}
-				if (!(fabs((double)yp[r] - yc[r]) <= 1e-5 * l1 + 1e-30))
+				/* BF16 path: + 2^-17 L1, the split of the
+				 * activations into two BF16 (cw_kern_bf16.c) */
+				if (!(fabs((double)yp[r] - yc[r]) <=
+				      (p == CW_KERN_AVX512BF16 ? 1e-5 + 0x1p-17 : 1e-5) *
+				      l1 + 1e-30))
 					fail_msg("%s path %s row %lld: %.9g vs C %.9g "
 						 "(L1 %.3g)", what, be->name,
 						 (long long)r, yp[r], yc[r], l1);
@@ -436,7 +443,9 @@ static void test_paths_random(void **state)
  * per token bit for bit, for 1..9 tokens (token groups of 4 and 3 plus
  * their remainders), every geometry, row sub-ranges, and activations with
  * all-zero vectors and adversarial values among them; on AVX2 the GEMM
- * kernel itself (not the per-token fallback) must take MXFP4, FP8, BF16. */
+ * kernel itself (not the per-token fallback) must take MXFP4, FP8, BF16,
+ * and the AVX-512 BF16 path's own kernels FP8 with columns a multiple of
+ * 64 and groups of 32. */
 static void test_gemm(void **state)
 {
 	static const int k_ns[] = { 1, 2, 3, 4, 5, 7, 9 };
@@ -445,7 +454,7 @@ static void test_gemm(void **state)
 	for (size_t i = 0; i < sizeof(k_geoms) / sizeof(k_geoms[0]); i++) {
 		const struct geom *g = &k_geoms[i];
 		const int64_t R = g->rows, C = g->cols;
-		const size_t ab = cw_kern_act_bytes(C);
+		const size_t ab = cw_backend_cpu_fast()->act_bytes(C);
 		struct mat m;
 		float *x = malloc(sizeof(float) * (size_t)C * 9);
 		unsigned char *buf = malloc(ab * 9);
@@ -472,6 +481,16 @@ static void test_gemm(void **state)
 					assert_int_equal(f(&m.v, a, 1, ys, 0, R), 1);
 				}
 			}
+		}
+		if (g->dt == ST_DTYPE_F8_E4M3 && C % 64 == 0 && g->group % 32 == 0 &&
+		    cw_kern_path_supported(CW_KERN_AVX512BF16)) {
+			cw_kern_mm_fn f = cw_kern_avx512bf16_mm(&m.v);
+
+			assert_ptr_not_equal(cw_kern_avx512bf16(&m.v),
+					     cw_kern_avx512(&m.v));
+			assert_ptr_not_equal(f, cw_kern_avx512_mm(&m.v));
+			cw_backend_cpu_fast()->act_prepare(x, C, g->dt, buf, &a[0]);
+			assert_int_equal(f(&m.v, a, 1, ys, 0, R), 1);
 		}
 		for (int p = CW_KERN_AUTO; p < CW_KERN_PATH_MAX; p++) {
 			const struct cw_backend_ops *be = cw_backend_cpu_fast_path(p);
@@ -533,7 +552,7 @@ static void test_avx512_equals_avx2(void **state)
 	for (size_t i = 0; i < sizeof(k_geoms) / sizeof(k_geoms[0]); i++) {
 		const struct geom *g = &k_geoms[i];
 		const int64_t R = g->rows, C = g->cols;
-		const size_t ab = cw_kern_act_bytes(C);
+		const size_t ab = cw_backend_cpu_fast()->act_bytes(C);
 		unsigned char *buf = malloc(ab * 9);
 		float *x = malloc(sizeof(float) * (size_t)C * 9);
 		float *y2 = malloc(sizeof(float) * (size_t)R * 9);
@@ -915,9 +934,11 @@ int main(void)
 		perror("sched_getaffinity");
 		return 1;
 	}
-	printf("fast kernel paths on this CPU: C%s%s\n",
+	printf("fast kernel paths on this CPU: C%s%s%s\n",
 	       cw_kern_path_supported(CW_KERN_AVX2) ? ", AVX2+FMA+F16C" : "",
 	       cw_kern_path_supported(CW_KERN_AVX512) ?
-		       ", AVX-512 (F/BW/VL/DQ/VNNI)" : "");
+		       ", AVX-512 (F/BW/VL/DQ/VNNI)" : "",
+	       cw_kern_path_supported(CW_KERN_AVX512BF16) ?
+		       ", AVX-512 VBMI+BF16 (FP8)" : "");
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
