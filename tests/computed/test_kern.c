@@ -642,6 +642,54 @@ static void expect_val(float got, float want, int exact, const char *what,
 		fail_msg("%s %d: %.9g, want %.9g", what, i, got, want);
 }
 
+/* Every FP8 E4M3 weight code (the store never writes the NaN codes 0x7f,
+ * 0xff) reads as st_e4m3_to_f32's value on every fast path, exactly: one
+ * row of 256 codes and a one-hot activation per column, with no scales and
+ * with a scale of 2 (the BF16 path's table, subnormals included). */
+static void test_fp8_every_code(void **state)
+{
+	uint8_t codes[256];
+	float x[256], y[4], scales[2] = { 2.0f, 2.0f };
+	unsigned char *buf = malloc(cw_backend_cpu_fast()->act_bytes(256));
+	int checked = 0;
+
+	(void)state;
+	for (int c = 0; c < 256; c++)
+		codes[c] = (c & 0x7f) == 0x7f ? 0 : (uint8_t)c;
+	for (int p = CW_KERN_C; p < CW_KERN_PATH_MAX; p++) {
+		const struct cw_backend_ops *be = cw_backend_cpu_fast_path(p);
+
+		if (!be)
+			continue;
+		for (int sc = 0; sc < 2; sc++) {
+			const struct cw_wview w = {
+				.dtype = ST_DTYPE_F8_E4M3, .data = codes,
+				.scales = sc ? (const uint8_t *)scales : NULL,
+				.rows = 1, .cols = 256, .group = sc ? 128 : 0,
+				.global_scale = 1.0f,
+			};
+			struct cw_act a;
+
+			for (int c = 0; c < 256; c++) {
+				const float want = st_e4m3_to_f32(codes[c]) *
+						   (sc ? 2.0f : 1.0f);
+
+				memset(x, 0, sizeof(x));
+				x[c] = 1.0f;
+				be->act_prepare(x, 256, ST_DTYPE_F8_E4M3, buf, &a);
+				be->matvec_act(&w, &a, y, 0, 1);
+				if (y[0] != want)
+					fail_msg("%s code 0x%02x%s: %.9g, want %.9g",
+						 be->name, codes[c],
+						 sc ? " scale 2" : "", y[0], want);
+				checked++;
+			}
+		}
+	}
+	free(buf);
+	assert_true(checked >= 2 * 256 * 2);
+}
+
 /* P5, the whole kind: every scale byte / value of each 4-bit format decodes
  * as the spec says on every path.  One block, element 0 = code 7 (+6), x =
  * e_0: y = 6 * scale. */
@@ -924,6 +972,7 @@ int main(void)
 		cmocka_unit_test(test_gemm),
 		cmocka_unit_test(test_avx512_equals_avx2),
 		cmocka_unit_test(test_p5_every_scale),
+		cmocka_unit_test(test_fp8_every_code),
 		cmocka_unit_test(test_p7_example),
 		cmocka_unit_test(test_p7_layout_every_element),
 		cmocka_unit_test(test_threads),
