@@ -11,7 +11,9 @@
  *    run of elements that share one weight scale and one activation block,
  *    then isum * (0.5 * weight scale * d) accumulated in float;
  *  - FP8 E4M3, BF16 and F32 weights: float32 activations, weights widened to
- *    float, fused multiply-add.
+ *    float, fused multiply-add; FP8 on AVX-512 BF16 CPUs (CW_KERN_AVX512BF16):
+ *    weights widened exactly to BF16, activations split into two BF16
+ *    (cw_kern_fp8_act_prepare), vdpbf16ps (cw_kern_bf16.c).
  * Each kernel exists as portable C (the reference the SIMD kernels are
  * tested against) and, on x86-64, as AVX2 + FMA + F16C; FP8 and MXFP4
  * also as AVX-512 (bit-identical to AVX2).  Results of the two
