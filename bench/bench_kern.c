@@ -7,9 +7,14 @@
  * same thread count.  With --batch N (N > 1) also the fast backends'
  * small-batch GEMM (matmul_act) for N tokens: GB/s of weights (each read
  * once for the N tokens) and the equivalent matvec GB/s (N times that).
+ * With --pool N only the thread pool's cost: N empty jobs of
+ * 4 tasks per thread (as a decode step's matvecs split), wall ns per job
+ * (median of 5 runs): the wake-up, claim and completion-barrier cost a
+ * decode step pays once per matvec.
  * Prints figures, asserts nothing.
  *
  * Usage: strata-bench-kern [--mib N] [--threads N] [--reps N] [--batch N]
+ *                          [--cols N] [--pool N]
  */
 #include <getopt.h>
 #include <time.h>
@@ -53,6 +58,39 @@ static void task(void *arg, int t, int n)
 		j->be->matvec_act(j->w, j->a, j->y, r0, r1);
 }
 
+static void empty_task(void *arg, int t, int n)
+{
+	(void)arg;
+	(void)t;
+	(void)n;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	const uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* --pool: wall ns per empty job of 4 tasks per thread, median of 5. */
+static void bench_pool(struct cw_threads *pool, int n_threads, int n_jobs)
+{
+	uint64_t ns[5];
+
+	for (int r = 0; r < 5; r++) {
+		const uint64_t t0 = st_now_ns();
+
+		for (int i = 0; i < n_jobs; i++)
+			cw_threads_run(pool, empty_task, NULL, 4 * n_threads);
+		ns[r] = st_now_ns() - t0;
+	}
+	qsort(ns, 5, sizeof(ns[0]), cmp_u64);
+	printf("thread pool, %d thread(s): %.0f ns per job (%d empty jobs of "
+	       "%d tasks, median of 5 runs; min %.0f, max %.0f)\n", n_threads,
+	       (double)ns[2] / n_jobs, n_jobs, 4 * n_threads,
+	       (double)ns[0] / n_jobs, (double)ns[4] / n_jobs);
+}
+
 int main(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -61,6 +99,7 @@ int main(int argc, char **argv)
 		{ "reps", required_argument, NULL, 'r' },
 		{ "batch", required_argument, NULL, 'b' },
 		{ "cols", required_argument, NULL, 'c' },
+		{ "pool", required_argument, NULL, 'p' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -72,7 +111,7 @@ int main(int argc, char **argv)
 		{ ST_DTYPE_BF16, 0, "BF16" },
 	};
 	int64_t C = 1024;
-	int mib = 256, n_threads = 1, reps = 3, batch = 1, c;
+	int mib = 256, n_threads = 1, reps = 3, batch = 1, pool_jobs = 0, c;
 	struct cw_threads *pool = NULL;
 	double bw = 0;
 
@@ -83,25 +122,33 @@ int main(int argc, char **argv)
 		case 'r': reps = atoi(optarg); break;
 		case 'b': batch = atoi(optarg); break;
 		case 'c': C = atoll(optarg); break;
+		case 'p': pool_jobs = atoi(optarg); break;
 		case 'h':
 			printf("Usage: strata-bench-kern [--mib N] [--threads N] "
-			       "[--reps N] [--batch N] [--cols N]\nmatvec GB/s per format and kernel "
+			       "[--reps N] [--batch N] [--cols N] [--pool N]\nmatvec GB/s per format and kernel "
 			       "path (matrices of N MiB, default 256; 1 for in-cache speed);\n"
 			       "--batch N: also the fast GEMM for N tokens (1..64);\n"
 			       "--cols N: columns per row (a multiple of 128, default 1024;\n"
-			       "5120 or 2304 for DeepSeek-V4.1's hidden and expert widths)\n");
+			       "5120 or 2304 for DeepSeek-V4.1's hidden and expert widths);\n"
+			       "--pool N: only the thread pool's cost per job (N empty jobs)\n");
 			return 0;
 		default: return 2;
 		}
 	}
 	if (mib < 1 || n_threads < 1 || n_threads > 256 || reps < 1 ||
-	    batch < 1 || batch > 64 || C < 128 || C % 128 || C > 65536) {
+	    batch < 1 || batch > 64 || C < 128 || C % 128 || C > 65536 ||
+	    pool_jobs < 0) {
 		fprintf(stderr, "strata-bench-kern: a count is out of range "
 			"(--cols: a multiple of 128 up to 65536); see --help\n");
 		return 2;
 	}
 	if (cw_threads_create(n_threads, &pool) < 0)
 		return 1;
+	if (pool_jobs) {
+		bench_pool(pool, n_threads, pool_jobs);
+		cw_threads_destroy(pool);
+		return 0;
+	}
 	st_membw_measure(n_threads, 1ull << 30, 5, &bw);
 	printf("read bandwidth, %d thread(s): %.1f GB/s (1 GiB, best of 5)\n",
 	       n_threads, bw);

@@ -58,6 +58,10 @@ struct cw_act {
 	int qgroup;          /* 16 or 32: q holds each run of qgroup
 			      * elements as its even elements, then its odd
 			      * ones (32 for MXFP4, 16 otherwise) */
+	const uint16_t *bf;  /* fast mode, FP8 weights: x 2^k split into three
+			      * BF16 per 64 columns (cw_kern_bf16.c;
+			      * cw_kern_fp8_act_prepare), or NULL */
+	float bf_unscale;    /* 2^-k */
 };
 
 enum cw_op {

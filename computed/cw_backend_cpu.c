@@ -724,6 +724,8 @@ static void cpu_act_prepare(const float *x, int64_t n, enum st_dtype dt,
 	ret->n = n;
 	ret->qabs = NULL;
 	ret->qgroup = 0;
+	ret->bf = NULL;
+	ret->bf_unscale = 1.0f;
 }
 
 static void cpu_matvec_act(const struct cw_wview *w, const struct cw_act *a,

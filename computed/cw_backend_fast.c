@@ -12,13 +12,16 @@
 #include <string.h>
 
 #include "cw_kern.h"
+#include "st_util.h"
 
 /* The kernel for w on `path` (CW_KERN_AUTO: the best one). */
 static cw_kern_fn pick(const struct cw_wview *w, enum cw_kern_path path)
 {
 	cw_kern_fn f = NULL;
 
-	if (path == CW_KERN_AVX512 || path == CW_KERN_AUTO)
+	if (path == CW_KERN_AVX512BF16 || path == CW_KERN_AUTO)
+		f = cw_kern_avx512bf16(w);
+	if (!f && (path == CW_KERN_AVX512 || path == CW_KERN_AUTO))
 		f = cw_kern_avx512(w);
 	if (!f && (path == CW_KERN_AVX2 || path == CW_KERN_AUTO))
 		f = cw_kern_avx2(w);
@@ -36,7 +39,7 @@ static int fast_supports(enum cw_op op, enum st_dtype dt)
 
 static size_t fast_act_bytes(int64_t n)
 {
-	return cw_kern_act_bytes(n);
+	return ST_MAX(cw_kern_act_bytes(n), cw_kern_fp8_act_bytes(n));
 }
 
 static int is_fp4(enum st_dtype dt)
@@ -45,7 +48,9 @@ static int is_fp4(enum st_dtype dt)
 	       dt == ST_DTYPE_E2M1_F16;
 }
 
-/* Quantizes only for 4-bit weights: the others take the floats. */
+/* Quantizes only for 4-bit weights: the others take the floats, FP8 also
+ * their BF16 split (every path prepares the same; only
+ * CW_KERN_AVX512BF16 reads it). */
 static void fast_act_prepare(const float *x, int64_t n, enum st_dtype dt,
 			     void *buf, struct cw_act *ret)
 {
@@ -60,6 +65,10 @@ static void fast_act_prepare(const float *x, int64_t n, enum st_dtype dt,
 	ret->n = n;
 	ret->qabs = NULL;
 	ret->qgroup = 0;
+	ret->bf = NULL;
+	ret->bf_unscale = 1.0f;
+	if (dt == ST_DTYPE_F8_E4M3)
+		cw_kern_fp8_act_prepare(x, n, buf, ret);
 }
 
 static void matvec_path(enum cw_kern_path path, const struct cw_wview *w,
@@ -89,8 +98,8 @@ static void run(enum cw_kern_path path, const struct cw_wview *w,
 static void matvec_path(enum cw_kern_path path, const struct cw_wview *w,
 			const float *x, float *y, int64_t r0, int64_t r1)
 {
-	_Alignas(32) unsigned char stack[16384 + 16384 / 32 * 4];
-	const size_t need = cw_kern_act_bytes(w->cols);
+	_Alignas(64) unsigned char stack[4 * 16384];
+	const size_t need = fast_act_bytes(w->cols);
 	void *buf = need <= sizeof(stack) ? stack : malloc(need);
 	struct cw_act a;
 
@@ -113,7 +122,9 @@ static void mm_path(enum cw_kern_path path, const struct cw_wview *w,
 {
 	cw_kern_mm_fn f = NULL;
 
-	if (path == CW_KERN_AVX512 || path == CW_KERN_AUTO)
+	if (path == CW_KERN_AVX512BF16 || path == CW_KERN_AUTO)
+		f = cw_kern_avx512bf16_mm(w);
+	if (!f && (path == CW_KERN_AVX512 || path == CW_KERN_AUTO))
 		f = cw_kern_avx512_mm(w);
 	if (!f && (path == CW_KERN_AVX2 || path == CW_KERN_AUTO))
 		f = cw_kern_avx2_mm(w);
@@ -157,6 +168,7 @@ FAST_PATH(CW_KERN_AUTO, auto)
 FAST_PATH(CW_KERN_C, c)
 FAST_PATH(CW_KERN_AVX2, avx2)
 FAST_PATH(CW_KERN_AVX512, avx512)
+FAST_PATH(CW_KERN_AVX512BF16, avx512bf16)
 
 const struct cw_backend_ops *cw_backend_cpu_fast(void)
 {
@@ -172,6 +184,7 @@ const struct cw_backend_ops *cw_backend_cpu_fast_path(int path)
 	case CW_KERN_C: return &k_ops_c;
 	case CW_KERN_AVX2: return &k_ops_avx2;
 	case CW_KERN_AVX512: return &k_ops_avx512;
+	case CW_KERN_AVX512BF16: return &k_ops_avx512bf16;
 	default: return NULL;
 	}
 }

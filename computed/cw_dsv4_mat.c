@@ -192,14 +192,19 @@ void cw_dsv4_mat_mv_pool(const struct cw_backend_ops *be,
 	struct cw_wview v = { .dtype = ST_DTYPE_F32, .data = m->w,
 			      .rows = m->rows, .cols = m->cols };
 	const struct cw_wview *w = m->codes ? &m->fv : &v;
+	const size_t need = be ? be->act_bytes(w->cols) : 0;
+	void *buf = NULL;
 	struct cw_act a;
 
 	if (!be || !pool || w->dtype == ST_DTYPE_MXFP4 ||
-	    w->dtype == ST_DTYPE_NVFP4 || w->dtype == ST_DTYPE_E2M1_F16) {
+	    w->dtype == ST_DTYPE_NVFP4 || w->dtype == ST_DTYPE_E2M1_F16 ||
+	    (need && !(buf = malloc(need)))) {
 		cw_dsv4_mat_mv(be, m, x, y);
 		return;
 	}
-	/* float activations for these formats: nothing to quantize */
-	be->act_prepare(x, w->cols, w->dtype, NULL, &a);
+	/* float activations for these formats, and for FP8 in fast mode
+	 * their BF16 split (cw_kern_fp8_act_prepare) in buf */
+	be->act_prepare(x, w->cols, w->dtype, buf, &a);
 	cw_dsv4_view_mv(be, pool, w, &a, y);
+	free(buf);
 }

@@ -581,6 +581,10 @@ int cw_kern_path_supported(enum cw_kern_path path)
 		       __builtin_cpu_supports("avx512vl") &&
 		       __builtin_cpu_supports("avx512dq") &&
 		       __builtin_cpu_supports("avx512vnni");
+	case CW_KERN_AVX512BF16:
+		return cw_kern_path_supported(CW_KERN_AVX512) &&
+		       __builtin_cpu_supports("avx512vbmi") &&
+		       __builtin_cpu_supports("avx512bf16");
 	default:
 		return 0;
 	}

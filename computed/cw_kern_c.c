@@ -71,6 +71,8 @@ void cw_kern_quantize_act(const float *x, int64_t n, int qgroup, void *buf,
 	ret->n = n;
 	ret->qabs = qa;
 	ret->qgroup = qgroup;
+	ret->bf = NULL;
+	ret->bf_unscale = 1.0f;
 }
 
 /* Elements per weight scale of a 4-bit view. */

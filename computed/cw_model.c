@@ -102,6 +102,8 @@ struct cw_model {
 	/* scratch, grown on demand for n tokens */
 	int cap_tokens;
 	float *x, *xn, *q, *kbuf, *vbuf, *att, *scores, *tmp;
+	float *att_kv;                     /* [att_tasks][head_dim] */
+	int att_tasks;                     /* attention's tasks per token */
 	const uint8_t **rowp;              /* KV row of each position */
 	float *rlogits, *rweights, *moe_out, *eg, *eu, *ea, *ey;
 	int *rexperts;
@@ -525,7 +527,9 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 static void free_scratch(struct cw_model *m)
 {
 	free(m->x); free(m->xn); free(m->q); free(m->kbuf); free(m->vbuf);
-	free(m->att); free(m->scores); free(m->tmp); free(m->rlogits);
+	free(m->att); free(m->scores); free(m->att_kv); free(m->tmp);
+	free(m->rlogits);
+	m->att_kv = NULL;
 	free(m->rowp);
 	m->rowp = NULL;
 	free(m->rweights); free(m->moe_out); free(m->eg); free(m->eu);
@@ -771,6 +775,16 @@ uint64_t cw_model_expert_bytes(const struct cw_model *m)
 	return m->store->n_layers ? b / (uint64_t)m->store->n_layers : 0;
 }
 
+/* The attention of one token runs as this many tasks over the pool, each
+ * a fixed range of heads (attend): a few per thread, so a thread the
+ * scheduler delays does not hold the step up; 1 without a pool. */
+static int attn_tasks(const struct cw_model *m)
+{
+	const int nt = cw_threads_count(m->pool);
+
+	return nt > 1 ? ST_MIN(m->cfg.n_heads, 2 * nt) : 1;
+}
+
 static int grow_scratch(struct cw_model *m, int n)
 {
 	const struct st_model_config *c = &m->cfg;
@@ -791,7 +805,12 @@ static int grow_scratch(struct cw_model *m, int n)
 	m->kbuf = malloc(sizeof(float) * n * kvd);
 	m->vbuf = malloc(sizeof(float) * n * kvd);
 	m->att = malloc(sizeof(float) * n * qd);
-	m->scores = malloc(sizeof(float) * ((size_t)c->max_position_embeddings + 1));
+	/* one score row and one K/V head row per attention task */
+	m->att_tasks = attn_tasks(m);
+	m->scores = malloc(sizeof(float) * (size_t)m->att_tasks *
+			   ((size_t)c->max_position_embeddings + 1));
+	m->att_kv = malloc(sizeof(float) * (size_t)m->att_tasks *
+			   (size_t)c->head_dim);
 	m->rowp = malloc(sizeof(*m->rowp) * ((size_t)c->max_position_embeddings + 1));
 	m->tmp = malloc(sizeof(float) * maxdim);
 	m->rlogits = malloc(sizeof(float) * E);
@@ -809,7 +828,8 @@ static int grow_scratch(struct cw_model *m, int n)
 		return -ENOMEM;
 	}
 	if (!m->x || !m->xn || !m->q || !m->kbuf || !m->vbuf || !m->att ||
-	    !m->scores || !m->rowp || !m->tmp || !m->rlogits || !m->rweights ||
+	    !m->scores || !m->att_kv || !m->rowp || !m->tmp || !m->rlogits ||
+	    !m->rweights ||
 	    !m->rexperts || !m->moe_out || !m->eg || !m->eu || !m->ea || !m->ey) {
 		free_scratch(m);
 		return -ENOMEM;
@@ -1002,57 +1022,91 @@ static int attn_rows(struct cw_model *m, uint32_t seq, int layer,
 	return 0;
 }
 
-/*
- * Attention of one query position over rows 0..pos of the layer's stream;
- * with dev set (the fake device: device addresses readable by the CPU)
- * the rows of device pages are read there, the same bytes as the host's.
- */
-static int attend(struct cw_model *m, uint32_t seq, int layer, uint32_t pos,
-		  const struct kvdev_view *dev, const float *q, float *out,
-		  struct st_diag *diag)
+struct attn_job {
+	struct cw_model *m;
+	uint32_t pos;
+	const float *q;
+	float *out;
+};
+
+/* Heads [n_heads * task / n_tasks, n_heads * (task + 1) / n_tasks) of one
+ * token's attention, with the task's own score and K/V rows.  Each head's
+ * arithmetic (dot products in element order, softmax with a double sum,
+ * weighted V sum in row order) does not depend on which task or thread
+ * runs it, so the output is bit-identical for any thread count. */
+static void attend_task(void *arg, int task, int n_tasks)
 {
+	const struct attn_job *j = arg;
+	struct cw_model *m = j->m;
 	const struct st_model_config *c = &m->cfg;
 	const int hd = c->head_dim;
 	const int group = c->n_heads / c->n_kv_heads;
 	const float scale = 1.0f / sqrtf((float)hd);
-	float *sc = m->scores, *kv = m->tmp; /* one head's K or V row */
+	const uint32_t pos = j->pos;
+	float *sc = m->scores +
+		    (size_t)task * ((size_t)c->max_position_embeddings + 1);
+	float *kv = m->att_kv + (size_t)task * hd; /* one head's K or V row */
+	const int h0 = c->n_heads * task / n_tasks,
+		  h1 = c->n_heads * (task + 1) / n_tasks;
+
+	for (int h = h0; h < h1; h++) {
+		const int kvh = h / group; /* GQA: MODEL_FAMILIES.md 0.7 */
+		const float *qh = j->q + (size_t)h * hd;
+		float *oh = j->out + (size_t)h * hd;
+		float mx = -INFINITY;
+		double sum = 0.0;
+
+		for (uint32_t r = 0; r <= pos; r++) {
+			float d = 0.0f;
+
+			cw_kvrow_read_head(&m->kvf, m->rowp[r], 0, kvh, kv);
+			for (int i = 0; i < hd; i++)
+				d += qh[i] * kv[i];
+			sc[r] = d * scale;
+			if (sc[r] > mx)
+				mx = sc[r];
+		}
+		for (uint32_t r = 0; r <= pos; r++) {
+			sc[r] = expf(sc[r] - mx);
+			sum += sc[r];
+		}
+		for (int i = 0; i < hd; i++)
+			oh[i] = 0.0f;
+		for (uint32_t r = 0; r <= pos; r++) {
+			const float p = (float)(sc[r] / sum);
+
+			cw_kvrow_read_head(&m->kvf, m->rowp[r], 1, kvh, kv);
+			for (int i = 0; i < hd; i++)
+				oh[i] += p * kv[i];
+		}
+	}
+}
+
+/*
+ * Attention of one query position over rows 0..pos of the layer's stream;
+ * with dev set (the fake device: device addresses readable by the CPU)
+ * the rows of device pages are read there, the same bytes as the host's.
+ * The heads are split over the pool (attend_task) from
+ * CW_ATTN_SPLIT_ROWS rows on (below, a job costs more than it saves).
+ */
+#define CW_ATTN_SPLIT_ROWS 32
+
+static int attend(struct cw_model *m, uint32_t seq, int layer, uint32_t pos,
+		  const struct kvdev_view *dev, const float *q, float *out,
+		  struct st_diag *diag)
+{
+	struct attn_job j = { m, pos, q, out };
 	int r;
 
 	/* the rows' addresses once for every head (page-table lookups) */
 	r = attn_rows(m, seq, layer, pos, dev, m->rowp, NULL, diag);
 	if (r < 0)
 		return r;
-	for (int h = 0; h < c->n_heads; h++) {
-		const int kvh = h / group; /* GQA: MODEL_FAMILIES.md 0.7 */
-		const float *qh = q + (size_t)h * hd;
-		float *oh = out + (size_t)h * hd;
-		float mx = -INFINITY;
-		double sum = 0.0;
-
-		for (uint32_t j = 0; j <= pos; j++) {
-			float d = 0.0f;
-
-			cw_kvrow_read_head(&m->kvf, m->rowp[j], 0, kvh, kv);
-			for (int i = 0; i < hd; i++)
-				d += qh[i] * kv[i];
-			sc[j] = d * scale;
-			if (sc[j] > mx)
-				mx = sc[j];
-		}
-		for (uint32_t j = 0; j <= pos; j++) {
-			sc[j] = expf(sc[j] - mx);
-			sum += sc[j];
-		}
-		for (int i = 0; i < hd; i++)
-			oh[i] = 0.0f;
-		for (uint32_t j = 0; j <= pos; j++) {
-			const float p = (float)(sc[j] / sum);
-
-			cw_kvrow_read_head(&m->kvf, m->rowp[j], 1, kvh, kv);
-			for (int i = 0; i < hd; i++)
-				oh[i] += p * kv[i];
-		}
-	}
+	if (m->att_tasks > 1 && pos + 1 >= CW_ATTN_SPLIT_ROWS)
+		cw_threads_run(m->pool, attend_task, &j, m->att_tasks);
+	else
+		for (int t = 0; t < m->att_tasks; t++)
+			attend_task(&j, t, m->att_tasks);
 	return 0;
 }
 

@@ -35,10 +35,22 @@ struct cw_threads {
 	int n_threads;
 	pthread_t *tids;
 	int *cpus;                 /* per thread, -1: not pinned */
+	/* the creating thread and its CPU mask before cw_threads_create
+	 * pinned it (restored by cw_threads_destroy on that thread, so a
+	 * later pool sees every allowed CPU again) */
+	pthread_t creator;
+	cpu_set_t creator_mask;
+	int creator_pinned;
 	pthread_mutex_t mu;
 	pthread_cond_t cv_job, cv_done;
 	struct cw_job ring[CW_RING];
 	atomic_int stop;
+	/* workers asleep on cv_job, and 1 while the caller sleeps on
+	 * cv_done: a job start or end takes the mutex only when someone
+	 * sleeps (both sides store, then load the other's flag, seq_cst:
+	 * one of the two always sees the other) */
+	_Alignas(64) atomic_int n_sleeping;
+	atomic_int caller_sleeping;
 	/* (generation << 32) | next task index of the current job */
 	_Alignas(64) atomic_uint_least64_t ctr;
 	/* tasks of the current job finished */
@@ -80,9 +92,9 @@ static void run_tasks(struct cw_threads *p, unsigned gen)
 				memory_order_acq_rel, memory_order_acquire))
 			continue;
 		fn(arg, (int)(uint32_t)c, n);
-		if (atomic_fetch_add_explicit(&p->done, 1,
-					      memory_order_acq_rel) + 1 == n) {
-			/* the last task: wake the caller if it sleeps */
+		if (atomic_fetch_add(&p->done, 1) + 1 == n &&
+		    atomic_load(&p->caller_sleeping)) {
+			/* the last task: wake the caller, which sleeps */
 			pthread_mutex_lock(&p->mu);
 			pthread_cond_signal(&p->cv_done);
 			pthread_mutex_unlock(&p->mu);
@@ -133,9 +145,11 @@ static void *worker(void *arg)
 		}
 		if (g == seen && !atomic_load(&p->stop)) {
 			pthread_mutex_lock(&p->mu);
+			atomic_fetch_add(&p->n_sleeping, 1);
 			while ((g = (unsigned)(atomic_load(&p->ctr) >> 32)) ==
 				       seen && !atomic_load(&p->stop))
 				pthread_cond_wait(&p->cv_job, &p->mu);
+			atomic_fetch_sub(&p->n_sleeping, 1);
 			pthread_mutex_unlock(&p->mu);
 		}
 		if (atomic_load(&p->stop))
@@ -188,7 +202,13 @@ int cw_threads_create(int n_threads, struct cw_threads **ret)
 	if (n_threads == 1 || n_cpus < n_threads)
 		for (int i = 0; i < 256; i++)
 			p->cpus[i] = -1;
-	pin(p->cpus[0]);
+	p->creator = pthread_self();
+	if (p->cpus[0] >= 0 &&
+	    pthread_getaffinity_np(p->creator, sizeof(p->creator_mask),
+				   &p->creator_mask) == 0) {
+		p->creator_pinned = 1;
+		pin(p->cpus[0]);
+	}
 	for (int i = 1; i < n_threads; i++) {
 		struct worker_arg *wa = malloc(sizeof(*wa));
 		int e;
@@ -225,6 +245,9 @@ void cw_threads_destroy(struct cw_threads *p)
 	pthread_mutex_destroy(&p->mu);
 	pthread_cond_destroy(&p->cv_job);
 	pthread_cond_destroy(&p->cv_done);
+	if (p->creator_pinned && pthread_equal(pthread_self(), p->creator))
+		(void)pthread_setaffinity_np(p->creator, sizeof(p->creator_mask),
+					     &p->creator_mask);
 	free(p->tids);
 	free(p->cpus);
 	free(p);
@@ -253,12 +276,13 @@ void cw_threads_run(struct cw_threads *p, cw_task_fn fn, void *arg,
 	atomic_store_explicit(&j->arg, arg, memory_order_relaxed);
 	atomic_store_explicit(&j->n_tasks, n_tasks, memory_order_relaxed);
 	atomic_store_explicit(&p->done, 0, memory_order_relaxed);
-	atomic_store_explicit(&p->ctr, (uint64_t)gen << 32,
-			      memory_order_release);
-	/* wake workers that went to sleep (no system call when none is) */
-	pthread_mutex_lock(&p->mu);
-	pthread_cond_broadcast(&p->cv_job);
-	pthread_mutex_unlock(&p->mu);
+	atomic_store(&p->ctr, (uint64_t)gen << 32);
+	/* wake workers that went to sleep (nothing when all spin) */
+	if (atomic_load(&p->n_sleeping)) {
+		pthread_mutex_lock(&p->mu);
+		pthread_cond_broadcast(&p->cv_job);
+		pthread_mutex_unlock(&p->mu);
+	}
 	run_tasks(p, gen);
 	for (int i = 0; atomic_load_explicit(&p->done, memory_order_acquire) <
 			n_tasks; i++) {
@@ -272,8 +296,10 @@ void cw_threads_run(struct cw_threads *p, cw_task_fn fn, void *arg,
 	}
 	if (atomic_load(&p->done) < n_tasks) {
 		pthread_mutex_lock(&p->mu);
+		atomic_store(&p->caller_sleeping, 1);
 		while (atomic_load(&p->done) < n_tasks)
 			pthread_cond_wait(&p->cv_done, &p->mu);
+		atomic_store(&p->caller_sleeping, 0);
 		pthread_mutex_unlock(&p->mu);
 	}
 }

@@ -17,10 +17,15 @@ typedef void (*cw_task_fn)(void *arg, int task, int n_tasks);
  * When the process may run on at least n_threads CPUs, thread i is pinned
  * to the i-th allowed CPU: workers at start, the calling thread (the one
  * that will call cw_threads_run) here; pinning failures are ignored.
- * Idle workers spin about 0.1 ms on a new job before sleeping.
+ * The calling thread's CPU mask from before is kept and given back by
+ * cw_threads_destroy (so a later pool sees every allowed CPU again).
+ * Idle workers spin about 0.1 ms on a new job before sleeping; a job's
+ * start and end take the mutex only when a thread sleeps.
  * *ret owned by the caller.  0, -EINVAL, -ENOMEM or -errno. */
 int cw_threads_create(int n_threads, struct cw_threads **ret);
-/* Stops and joins the workers.  NULL is fine. */
+/* Stops and joins the workers; called on the thread that created the
+ * pool, gives that thread back its CPU mask from before
+ * cw_threads_create.  NULL is fine. */
 void cw_threads_destroy(struct cw_threads *p);
 int cw_threads_count(const struct cw_threads *p);
 

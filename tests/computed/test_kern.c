@@ -20,6 +20,8 @@
  */
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -27,6 +29,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <cmocka.h>
 
@@ -270,6 +273,9 @@ static const struct geom k_geoms[] = {
 	{ ST_DTYPE_F8_E4M3, 6, 48, 48 },     /* 32 + 16 per group; 4 + 2 rows */
 	{ ST_DTYPE_F8_E4M3, 5, 120, 40 },    /* 32 + 8 per group */
 	{ ST_DTYPE_F8_E4M3, 5, 5120, 32 },   /* V4.1's 32 x 32 blocks */
+	{ ST_DTYPE_F8_E4M3, 7, 1024, 128 },  /* the BF16 kernel: 4 + 3 rows */
+	{ ST_DTYPE_F8_E4M3, 5, 192, 96 },    /* groups across its 64-steps */
+	{ ST_DTYPE_F8_E4M3, 3, 320, 0 },     /* no scales */
 	{ ST_DTYPE_BF16, 6, 1024, 0 },
 	{ ST_DTYPE_BF16, 3, 77, 0 },
 	{ ST_DTYPE_BF16, 21, 77, 0 },       /* row blocks of 8 and 4 + tail */
@@ -290,7 +296,7 @@ static void check_one(const struct mat *m, const float *x, const char *what)
 	const int64_t R = v->rows, C = v->cols;
 	const struct cw_backend_ops *ref = cw_backend_cpu();
 	const struct cw_backend_ops *fc = cw_backend_cpu_fast_path(CW_KERN_C);
-	void *buf = malloc(cw_kern_act_bytes(C));
+	void *buf = malloc(cw_backend_cpu_fast()->act_bytes(C));
 	float *yr = malloc(sizeof(float) * R), *yc = malloc(sizeof(float) * R);
 	float *yp = malloc(sizeof(float) * R);
 	struct cw_act a;
@@ -433,7 +439,9 @@ static void test_paths_random(void **state)
  * per token bit for bit, for 1..9 tokens (token groups of 4 and 3 plus
  * their remainders), every geometry, row sub-ranges, and activations with
  * all-zero vectors and adversarial values among them; on AVX2 the GEMM
- * kernel itself (not the per-token fallback) must take MXFP4, FP8, BF16. */
+ * kernel itself (not the per-token fallback) must take MXFP4, FP8, BF16,
+ * and the AVX-512 BF16 path's own kernels FP8 with columns a multiple of
+ * 64 and groups of 32. */
 static void test_gemm(void **state)
 {
 	static const int k_ns[] = { 1, 2, 3, 4, 5, 7, 9 };
@@ -442,7 +450,7 @@ static void test_gemm(void **state)
 	for (size_t i = 0; i < sizeof(k_geoms) / sizeof(k_geoms[0]); i++) {
 		const struct geom *g = &k_geoms[i];
 		const int64_t R = g->rows, C = g->cols;
-		const size_t ab = cw_kern_act_bytes(C);
+		const size_t ab = cw_backend_cpu_fast()->act_bytes(C);
 		struct mat m;
 		float *x = malloc(sizeof(float) * (size_t)C * 9);
 		unsigned char *buf = malloc(ab * 9);
@@ -469,6 +477,16 @@ static void test_gemm(void **state)
 					assert_int_equal(f(&m.v, a, 1, ys, 0, R), 1);
 				}
 			}
+		}
+		if (g->dt == ST_DTYPE_F8_E4M3 && C % 64 == 0 && g->group % 32 == 0 &&
+		    cw_kern_path_supported(CW_KERN_AVX512BF16)) {
+			cw_kern_mm_fn f = cw_kern_avx512bf16_mm(&m.v);
+
+			assert_ptr_not_equal(cw_kern_avx512bf16(&m.v),
+					     cw_kern_avx512(&m.v));
+			assert_ptr_not_equal(f, cw_kern_avx512_mm(&m.v));
+			cw_backend_cpu_fast()->act_prepare(x, C, g->dt, buf, &a[0]);
+			assert_int_equal(f(&m.v, a, 1, ys, 0, R), 1);
 		}
 		for (int p = CW_KERN_AUTO; p < CW_KERN_PATH_MAX; p++) {
 			const struct cw_backend_ops *be = cw_backend_cpu_fast_path(p);
@@ -530,7 +548,7 @@ static void test_avx512_equals_avx2(void **state)
 	for (size_t i = 0; i < sizeof(k_geoms) / sizeof(k_geoms[0]); i++) {
 		const struct geom *g = &k_geoms[i];
 		const int64_t R = g->rows, C = g->cols;
-		const size_t ab = cw_kern_act_bytes(C);
+		const size_t ab = cw_backend_cpu_fast()->act_bytes(C);
 		unsigned char *buf = malloc(ab * 9);
 		float *x = malloc(sizeof(float) * (size_t)C * 9);
 		float *y2 = malloc(sizeof(float) * (size_t)R * 9);
@@ -618,6 +636,58 @@ static void expect_val(float got, float want, int exact, const char *what,
 		    !(fabsf(got - want) <= 2e-6f * fabsf(want) ||
 		      fabsf(got - want) <= 0x1p-140f))
 		fail_msg("%s %d: %.9g, want %.9g", what, i, got, want);
+}
+
+/* Every FP8 E4M3 weight code (the store never writes the NaN codes 0x7f,
+ * 0xff) reads as st_e4m3_to_f32's value on every fast path, exactly: one
+ * row of 256 codes and a one-hot activation per column, with no scales and
+ * with a scale of 2 (the BF16 path's table, subnormals included); the hot
+ * value 1 and 1 + 2^-12 + 2^-20 (its product with any E4M3 value is exact
+ * in float; on the BF16 path it needs all three parts of the split). */
+static void test_fp8_every_code(void **state)
+{
+	uint8_t codes[256];
+	float x[256], y[4], scales[2] = { 2.0f, 2.0f };
+	unsigned char *buf = malloc(cw_backend_cpu_fast()->act_bytes(256));
+	int checked = 0;
+
+	(void)state;
+	for (int c = 0; c < 256; c++)
+		codes[c] = (c & 0x7f) == 0x7f ? 0 : (uint8_t)c;
+	for (int p = CW_KERN_C; p < CW_KERN_PATH_MAX; p++) {
+		const struct cw_backend_ops *be = cw_backend_cpu_fast_path(p);
+
+		if (!be)
+			continue;
+		for (int sc = 0; sc < 4; sc++) {
+			const float hot = sc & 2 ? 1.0f + 0x1p-12f + 0x1p-20f : 1.0f;
+
+			const struct cw_wview w = {
+				.dtype = ST_DTYPE_F8_E4M3, .data = codes,
+				.scales = sc & 1 ? (const uint8_t *)scales : NULL,
+				.rows = 1, .cols = 256, .group = sc & 1 ? 128 : 0,
+				.global_scale = 1.0f,
+			};
+			struct cw_act a;
+
+			for (int c = 0; c < 256; c++) {
+				const float want = st_e4m3_to_f32(codes[c]) *
+						   hot * (sc & 1 ? 2.0f : 1.0f);
+
+				memset(x, 0, sizeof(x));
+				x[c] = hot;
+				be->act_prepare(x, 256, ST_DTYPE_F8_E4M3, buf, &a);
+				be->matvec_act(&w, &a, y, 0, 1);
+				if (y[0] != want)
+					fail_msg("%s code 0x%02x x %.9g%s: %.9g, want %.9g",
+						 be->name, codes[c], hot,
+						 sc & 1 ? " scale 2" : "", y[0], want);
+				checked++;
+			}
+		}
+	}
+	free(buf);
+	assert_true(checked >= 2 * 256 * 4);
 }
 
 /* P5, the whole kind: every scale byte / value of each 4-bit format decodes
@@ -818,6 +888,82 @@ static void test_threads(void **state)
 	assert_int_equal(cw_threads_create(0, NULL), -EINVAL);
 }
 
+/* Two pools in a row on the same thread (the CPU-mask regression: the
+ * first pool pinned its creator and never gave its mask back, so the
+ * second saw one allowed CPU and ran every thread there).  Per pool of 2:
+ * each of the 2 tasks waits until both run at once (so each thread runs
+ * one) and records its thread's CPU mask: one CPU each, two different
+ * CPUs; after cw_threads_destroy the caller's mask is the one it had. */
+struct pinjob {
+	int arrived;
+	cpu_set_t mask[2];
+	int timed_out;
+};
+
+static void pintask(void *arg, int t, int n)
+{
+	struct pinjob *j = arg;
+	struct timespec t0, now;
+
+	(void)n;
+	__atomic_fetch_add(&j->arrived, 1, __ATOMIC_ACQ_REL);
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (__atomic_load_n(&j->arrived, __ATOMIC_ACQUIRE) < 2) {
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - t0.tv_sec > 20) {
+			j->timed_out = 1;
+			break;
+		}
+	}
+	pthread_getaffinity_np(pthread_self(), sizeof(j->mask[t]),
+			       &j->mask[t]);
+}
+
+static cpu_set_t g_start_mask; /* the main thread's at start (main) */
+
+static void test_threads_two_pools(void **state)
+{
+	cpu_set_t before, after;
+
+	(void)state;
+	assert_int_equal(sched_getaffinity(0, sizeof(before), &before), 0);
+	/* the earlier pool tests gave the mask back too */
+	if (!CPU_EQUAL(&before, &g_start_mask))
+		fail_msg("the CPU mask at start not restored by the pools "
+			 "before (%d CPUs at start, %d now)",
+			 CPU_COUNT(&g_start_mask), CPU_COUNT(&before));
+	if (CPU_COUNT(&before) < 2)
+		skip(); /* one CPU: pools do not pin */
+	for (int pool = 0; pool < 2; pool++) {
+		struct cw_threads *p = NULL;
+		struct pinjob j;
+		int c0 = -1, c1 = -1;
+
+		memset(&j, 0, sizeof(j));
+		assert_int_equal(cw_threads_create(2, &p), 0);
+		cw_threads_run(p, pintask, &j, 2);
+		cw_threads_destroy(p);
+		assert_false(j.timed_out);
+		assert_int_equal(CPU_COUNT(&j.mask[0]), 1);
+		assert_int_equal(CPU_COUNT(&j.mask[1]), 1);
+		for (int c = 0; c < CPU_SETSIZE; c++) {
+			if (CPU_ISSET(c, &j.mask[0]))
+				c0 = c;
+			if (CPU_ISSET(c, &j.mask[1]))
+				c1 = c;
+		}
+		if (c0 == c1)
+			fail_msg("pool %d: both threads pinned to CPU %d",
+				 pool, c0);
+		assert_int_equal(sched_getaffinity(0, sizeof(after), &after),
+				 0);
+		if (!CPU_EQUAL(&before, &after))
+			fail_msg("pool %d: the caller's CPU mask not restored "
+				 "(%d CPUs before, %d after)", pool,
+				 CPU_COUNT(&before), CPU_COUNT(&after));
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -826,14 +972,22 @@ int main(void)
 		cmocka_unit_test(test_gemm),
 		cmocka_unit_test(test_avx512_equals_avx2),
 		cmocka_unit_test(test_p5_every_scale),
+		cmocka_unit_test(test_fp8_every_code),
 		cmocka_unit_test(test_p7_example),
 		cmocka_unit_test(test_p7_layout_every_element),
 		cmocka_unit_test(test_threads),
+		cmocka_unit_test(test_threads_two_pools),
 	};
 
-	printf("fast kernel paths on this CPU: C%s%s\n",
+	if (sched_getaffinity(0, sizeof(g_start_mask), &g_start_mask) < 0) {
+		perror("sched_getaffinity");
+		return 1;
+	}
+	printf("fast kernel paths on this CPU: C%s%s%s\n",
 	       cw_kern_path_supported(CW_KERN_AVX2) ? ", AVX2+FMA+F16C" : "",
 	       cw_kern_path_supported(CW_KERN_AVX512) ?
-		       ", AVX-512 (F/BW/VL/DQ/VNNI)" : "");
+		       ", AVX-512 (F/BW/VL/DQ/VNNI)" : "",
+	       cw_kern_path_supported(CW_KERN_AVX512BF16) ?
+		       ", AVX-512 VBMI+BF16 (FP8)" : "");
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }

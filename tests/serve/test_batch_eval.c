@@ -8,11 +8,15 @@
  * every logits vector must be bit-identical (memcmp), so the greedy tokens
  * are too.  Real expertd and kvd daemons; F32 KV.
  *
- * Usage: test_batch_eval FIXTURE EXPERTS [KV [COMPUTE]]  (tiny-qwen3moe|
+ * Usage: test_batch_eval FIXTURE EXPERTS [KV [COMPUTE [THREADS]]]  (tiny-qwen3moe|
  * tiny-mixtral, bf16|mxfp4, f32|f16|bf16|fp8, reference|fast).  With a fast
  * KV dtype (not reference mode) the same exactness holds: batching changes
  * no per-token operation; so does fast compute mode (its small-batch GEMM
- * gives each token the matvec kernel's result bit for bit).
+ * gives each token the matvec kernel's result bit for bit).  With THREADS
+ * (> 1) the model is reopened with a pool of that many threads after the
+ * single-thread alone pass: its alone logits must equal the single-thread
+ * ones bit for bit (matvecs split by rows, attention by heads: fixed
+ * reductions), and the batched passes then run on the pool.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,6 +130,48 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		kv_client_seq_free(kv, q->seq);
+	}
+
+	/* the same alone, on a pool: bit-identical */
+	if (argc > 5 && atoi(argv[5]) > 1) {
+		int diffs = 0;
+
+		cw_model_close(m);
+		m = NULL;
+		mo.n_threads = atoi(argv[5]);
+		r = cw_model_open(store, es, kv, &mo, &m, &diag);
+		if (r < 0) {
+			printf("FAIL: reopen with %d threads: %s\n",
+			       mo.n_threads, diag.msg);
+			st_test_inst_stop(&inst);
+			return 1;
+		}
+		for (int i = 0; i < N_SEQ; i++) {
+			struct seqst *q = &s[i];
+
+			r = kv_client_seq_create(kv, &q->seq, &diag);
+			for (int d = 0; !r && d < N_DEC; d++) {
+				int pos = d ? q->n_prompt + d - 1 : 0;
+				int n = d ? 1 : q->n_prompt;
+
+				r = cw_model_eval(m, q->seq, (uint32_t)pos,
+						  q->ids + pos, n, NULL, lg,
+						  &diag);
+				if (!r && memcmp(lg, q->ref + (size_t)d * vocab,
+						 sizeof(float) * (size_t)vocab))
+					diffs++;
+			}
+			if (r < 0) {
+				printf("FAIL: %d-thread eval: %s\n",
+				       mo.n_threads, diag.msg);
+				return 1;
+			}
+			kv_client_seq_free(kv, q->seq);
+		}
+		CHECK(diffs == 0, "%d of %d logits vectors differ between 1 "
+		      "and %d threads", diffs, N_SEQ * N_DEC, mo.n_threads);
+		printf("%d threads: %d logits vectors bit-identical to 1 "
+		       "thread\n", mo.n_threads, N_SEQ * N_DEC - diffs);
 	}
 
 	/* together: two passes, the step's tokens in forward and reverse
