@@ -14,10 +14,12 @@
 #include "cli_cmds.h"
 #include "cli_device.h"
 #include "cli_instance.h"
+#include "cli_superv.h"
 #include "cw_client.h"
 #include "st_daemon.h"
 #include "st_iconf.h"
 #include "st_numa.h"
+#include "st_superv.h"
 #include "st_util.h"
 
 static void inst_usage(FILE *f, const char *cmd)
@@ -149,9 +151,10 @@ static int parse(int argc, char **argv, const char *cmd,
 {
 	static const struct option tier_opts[] = { CLI_TIER_LONGOPTS };
 	static struct cli_tier_args tier; /* outlives parse(): inst->tier */
-	struct option opts[N_FLAGS + 5 + sizeof(tier_opts) / sizeof(tier_opts[0])];
+	struct option opts[N_FLAGS + 7 + sizeof(tier_opts) / sizeof(tier_opts[0])];
 	struct st_diag diag = { "" };
 	int c, is_up = !strcmp(cmd, "up"), n = 0, any_tier = 0;
+	int no_supervise = 0, restart_limit = CLI_SUPERV_LIMIT;
 	const char *config = NULL;
 
 	for (size_t i = 0; i < N_FLAGS; i++)
@@ -171,6 +174,9 @@ static int parse(int argc, char **argv, const char *cmd,
 	opts[n++] = (struct option){ "config", required_argument, NULL, 'C' };
 	opts[n++] = (struct option){ "timeout", required_argument, NULL, 'T' };
 	opts[n++] = (struct option){ "help-config", no_argument, NULL, 'G' };
+	opts[n++] = (struct option){ "no-supervise", no_argument, NULL, 'S' };
+	opts[n++] = (struct option){ "restart-limit", required_argument, NULL,
+				     'L' };
 	opts[n++] = (struct option){ "help", no_argument, NULL, 'h' };
 	opts[n] = (struct option){ 0 };
 
@@ -202,6 +208,29 @@ static int parse(int argc, char **argv, const char *cmd,
 		case 'C': break;
 		case 'T': *timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 120; break;
 		case 'G': st_iconf_print_help(stdout); exit(0);
+		case 'S':
+		case 'L':
+			if (!is_up) {
+				inst_usage(stderr, cmd);
+				return 2;
+			}
+			if (c == 'S') {
+				no_supervise = 1;
+				break;
+			}
+			{
+				char *end;
+				long v = strtol(optarg, &end, 10);
+
+				if (end == optarg || *end || v < 0 || v > 1000) {
+					fprintf(stderr, "strata up: --restart-limit "
+						"'%s': give a count 0..1000 (0: "
+						"never restart)\n", optarg);
+					return 2;
+				}
+				restart_limit = (int)v;
+			}
+			break;
 		case 'h': inst_usage(stdout, cmd); exit(0);
 		case CLI_OPT_EVICT ... CLI_OPT_ENGRAM_CACHE:
 			if (!is_up) {
@@ -228,6 +257,8 @@ static int parse(int argc, char **argv, const char *cmd,
 		return 2;
 	}
 	memset(inst, 0, sizeof(*inst));
+	inst->no_supervise = no_supervise;
+	inst->restart_limit = restart_limit;
 	copy(inst->name, sizeof(inst->name), st_iconf_get(conf, "instance.name"));
 	copy(inst->run_dir, sizeof(inst->run_dir),
 	     st_iconf_get(conf, "instance.run_dir"));
@@ -437,16 +468,24 @@ int cli_cmd_up(int argc, char **argv)
 		r = 1;
 		goto out;
 	}
-	r = cli_instance_up(&inst, timeout_s, &diag);
+	r = inst.no_supervise ? cli_instance_up(&inst, timeout_s, &diag) :
+	    cli_superv_start(&inst, timeout_s, inst.restart_limit, &diag);
 	if (r < 0) {
 		fprintf(stderr, "strata up: %s\n", diag.msg);
 		cli_cache_hint(&inst, "strata up", diag.msg);
 		r = 1;
 		goto out;
 	}
-	printf("instance %s up: expertd %d, kvd %d, computed %d; run dir %s\n",
+	printf("instance %s up: expertd %d, kvd %d, computed %d; run dir %s%s\n",
 	       inst.name, inst.pid_expertd, inst.pid_kvd, inst.pid_computed,
-	       inst.run_dir);
+	       inst.run_dir, inst.no_supervise ? "" :
+	       "; a supervisor restarts a daemon that dies");
+	{
+		char url[160];
+
+		if (cli_instance_url(inst.run_dir, url, sizeof(url)) == 0)
+			printf("listening on %s\n", url);
+	}
 out:
 	free(conf);
 	return r;
@@ -524,9 +563,28 @@ int cli_cmd_down(int argc, char **argv)
 		       inst.name, inst.run_dir);
 		return 0;
 	}
+	/* the supervisor first: it would start again what we stop */
+	if (cli_superv_stop(inst.run_dir, 10000) > 0)
+		fprintf(stderr, "strata down: the supervisor did not stop on "
+			"SIGTERM and was killed\n");
 	r = cli_instance_down(&inst);
 	if (r < 0) {
 		fprintf(stderr, "strata down: %s\n", st_strerror(r));
+		return 1;
+	}
+	{
+		char state[4200];
+
+		st_run_path(inst.run_dir, "supervisor", "state", state,
+			    sizeof(state));
+		unlink(state);
+	}
+	if (cli_instance_state(&inst) > 0 || cli_superv_pid(inst.run_dir)) {
+		fprintf(stderr, "strata down: instance %s is still running "
+			"(%d of 3 daemons answer%s); see strata status "
+			"--instance %s\n", inst.name, cli_instance_state(&inst),
+			cli_superv_pid(inst.run_dir) ? ", its supervisor runs" :
+			"", inst.name);
 		return 1;
 	}
 	printf("instance %s down%s; logs kept in %s\n", inst.name,
@@ -616,7 +674,9 @@ int cli_cmd_status(int argc, char **argv)
 	struct cli_instance inst;
 	struct st_iconf *conf = malloc(sizeof(*conf));
 	const char *unused = NULL;
-	int timeout_s = 0, r, up = 0;
+	struct st_superv_state sv;
+	char url[160];
+	int timeout_s = 0, r, up = 0, have_sv;
 
 	if (!conf)
 		return 1;
@@ -624,21 +684,37 @@ int cli_cmd_status(int argc, char **argv)
 	free(conf);
 	if (r)
 		return r;
+	have_sv = st_superv_state_read(inst.run_dir, &sv) == 0;
 	printf("instance %s (run dir %s)\n", inst.name, inst.run_dir);
+	if (cli_instance_url(inst.run_dir, url, sizeof(url)) == 0)
+		printf("  listening on %s\n", url);
+	if (cli_superv_pid(inst.run_dir))
+		printf("  supervisor running, pid %d: restarts a daemon that "
+		       "dies\n", cli_superv_pid(inst.run_dir));
+	else
+		printf("  supervisor not running: nothing restarts a daemon "
+		       "that dies\n");
 	for (int i = 0; i < 3; i++) {
-		char ctl[4200];
+		char ctl[4200], extra[128] = "";
 		int32_t pid = 0;
 
+		if (have_sv && !strcmp(sv.d[i].name, names[i]) &&
+		    (sv.d[i].restarts || strcmp(sv.d[i].state, "running")))
+			snprintf(extra, sizeof(extra), "; %u restart%s, %s, "
+				 "last exit %s", sv.d[i].restarts,
+				 sv.d[i].restarts == 1 ? "" : "s",
+				 sv.d[i].state, sv.d[i].last_exit);
 		st_run_path(inst.run_dir, names[i], "ctl", ctl, sizeof(ctl));
 		if (st_path_exists(ctl) && st_daemon_ping(ctl, 1000, &pid) == 0) {
 			char a[32];
 
-			printf("  %-9s running, pid %d, peak RSS %s\n", names[i],
-			       pid, st_format_bytes(st_pid_peak_rss_bytes(pid),
-						    a, sizeof(a)));
+			printf("  %-9s running, pid %d, peak RSS %s%s\n",
+			       names[i], pid,
+			       st_format_bytes(st_pid_peak_rss_bytes(pid), a,
+					       sizeof(a)), extra);
 			up++;
 		} else {
-			printf("  %-9s not running\n", names[i]);
+			printf("  %-9s not running%s\n", names[i], extra);
 		}
 	}
 	print_placement(inst.name);

@@ -67,12 +67,17 @@ int st_run_path(const char *run_dir, const char *daemon, const char *suffix,
 int st_pidfile_write(const char *run_dir, const char *daemon)
 {
 	char path[4096], txt[32];
-	int n;
+	int n, r;
 
 	if (st_run_path(run_dir, daemon, "pid", path, sizeof(path)) < 0)
 		return -ENAMETOOLONG;
 	n = snprintf(txt, sizeof(txt), "%d\n", (int)getpid());
-	return st_write_file(path, txt, (size_t)n);
+	r = st_write_file(path, txt, (size_t)n);
+	/* a full file system leaves an empty file behind: a pid file that
+	 * names no process would make `strata down` miss this daemon */
+	if (r < 0)
+		unlink(path);
+	return r;
 }
 
 int st_pidfile_read(const char *run_dir, const char *daemon)

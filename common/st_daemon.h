@@ -34,7 +34,9 @@ int st_run_dir_prepare(const char *run_dir, struct st_diag *diag);
 int st_run_path(const char *run_dir, const char *daemon, const char *suffix,
 		char *buf, size_t len);
 
-/* Writes our pid into <run_dir>/<daemon>.pid.  0 or -errno. */
+/* Writes our pid into <run_dir>/<daemon>.pid.  0 or -errno (ENOSPC on a
+ * full file system, ...); on failure no pid file is left.  A daemon that
+ * cannot write it must not serve: nothing could find it to stop it. */
 int st_pidfile_write(const char *run_dir, const char *daemon);
 /* Reads the pid of a daemon from its pid file; 0 if absent/unreadable. */
 int st_pidfile_read(const char *run_dir, const char *daemon);
