@@ -584,6 +584,11 @@ int cli_instance_down(struct cli_instance *inst)
 		st_run_path(inst->run_dir, k_daemons[i], "lock", args,
 			    sizeof(args));
 		unlink(args);
+		if (i == 2) {
+			st_run_path(inst->run_dir, "supervisor", "url", args,
+				    sizeof(args));
+			unlink(args);
+		}
 	}
 	{
 		char key[4200];
@@ -726,6 +731,18 @@ int cli_instance_url(const char *run_dir, char *ret, size_t cap)
 
 	ret[0] = 0;
 	snprintf(inst.run_dir, sizeof(inst.run_dir), "%s", run_dir);
+	/* behind the supervisor's HTTP front computed's own port is
+	 * private: the front's URL is the instance's */
+	{
+		char path[4200], *txt = NULL;
+
+		st_run_path(run_dir, "supervisor", "url", path, sizeof(path));
+		if (st_read_file(path, &txt, NULL) == 0) {
+			snprintf(ret, cap, "%s", txt);
+			free(txt);
+			return 0;
+		}
+	}
 	r = load_args(&inst, "computed", argv, 40 + CLI_MAX_EXTRA_ARGS, &buf,
 		      &diag);
 	if (r < 0)

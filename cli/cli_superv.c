@@ -21,6 +21,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cli_proxy.h"
 #include "st_daemon.h"
 #include "st_log.h"
 #include "st_superv.h"
@@ -45,7 +46,15 @@ struct sv {
 	int timeout_s, limit, sigfd;
 	struct sv_daemon d[3];
 	struct st_superv_state st;
+	struct cli_proxy *proxy; /* the HTTP front, NULL without HTTP API */
+	char url[160];           /* its public URL */
 };
+
+/* The address the instance's HTTP API binds (computed's default). */
+static const char *bind_of(const struct cli_instance *inst)
+{
+	return inst->http_bind[0] ? inst->http_bind : "127.0.0.1";
+}
 
 /* What the supervisor tells `strata up` once the daemons answer. */
 struct sv_report {
@@ -271,8 +280,39 @@ static void run_child(struct cli_instance *inst, int timeout_s, int limit,
 	inst->stop_fd = st_stop_signals_open();
 	inst->has_stop_fd = inst->stop_fd >= 0;
 	rep.r = !s ? -ENOMEM : inst->stop_fd < 0 ? inst->stop_fd : 0;
+	if (rep.r == 0 && inst->http_port[0] && strcmp(inst->http_port, "0")) {
+		/* the HTTP front owns the public port; computed serves a
+		 * private one behind it (cli_proxy.h) */
+		int priv = 0;
+
+		snprintf(s->url, sizeof(s->url), "http://%s%s%s:%s",
+			 strchr(bind_of(inst), ':') ? "[" : "", bind_of(inst),
+			 strchr(bind_of(inst), ':') ? "]" : "", inst->http_port);
+		rep.r = cli_proxy_create(bind_of(inst), atoi(inst->http_port),
+					 &s->proxy, &priv, &diag);
+		if (rep.r == 0) {
+			snprintf(inst->http_port, sizeof(inst->http_port),
+				 "%d", priv);
+			snprintf(inst->http_bind, sizeof(inst->http_bind),
+				 "127.0.0.1");
+		}
+	}
 	if (rep.r == 0)
 		rep.r = cli_instance_up(inst, timeout_s, &diag);
+	if (rep.r == 0 && s->proxy) {
+		char path[4200];
+
+		st_run_path(inst->run_dir, "supervisor", "url", path,
+			    sizeof(path));
+		rep.r = st_write_file(path, s->url, strlen(s->url));
+		if (rep.r == 0)
+			rep.r = cli_proxy_start(s->proxy);
+		if (rep.r < 0) {
+			st_diag_set(&diag, rep.r, "HTTP front: %s: %s", path,
+				    st_strerror(rep.r));
+			cli_instance_down(inst);
+		}
+	}
 	if (rep.r == 0 &&
 	    (rep.r = st_pidfile_write(inst->run_dir, "supervisor")) < 0) {
 		st_diag_set(&diag, rep.r, "cannot write %s/supervisor.pid: %s "
@@ -332,6 +372,11 @@ static void run_child(struct cli_instance *inst, int timeout_s, int limit,
 		"(crash-loop limit %d)", inst->name, rep.pids[0], rep.pids[1],
 		rep.pids[2], limit);
 	supervise(s);
+	if (s->proxy)
+		st_info("HTTP front: %llu requests answered 503 "
+			"computed_restarting", (unsigned long long)
+			cli_proxy_n_retry_errors(s->proxy));
+	cli_proxy_destroy(s->proxy);
 	free(s);
 	_exit(0);
 }

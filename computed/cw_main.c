@@ -1093,6 +1093,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	cw_metrics_init(&d->metrics);
+	d->metrics.run_dir = d->run_dir;
 	r = cw_sched_create(d->model, d->tok, d->kv, &d->sopts, &d->metrics,
 			    &d->sched);
 	if (r < 0) {
