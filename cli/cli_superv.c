@@ -118,10 +118,10 @@ static int died(struct sv *s, int i, int *ret_clean, char *ret_how,
 }
 
 /* Delay before the next start after q quick deaths in a row: none for
- * the first (back within a second), then 250 ms doubling to 8 s. */
+ * the first two (back within a second), then 250 ms doubling to 8 s. */
 static uint64_t backoff_ns(int q)
 {
-	uint64_t ms = q <= 1 ? 0 : 250ull << (q - 2 < 6 ? q - 2 : 6);
+	uint64_t ms = q <= 2 ? 0 : 250ull << (q - 3 < 6 ? q - 3 : 6);
 
 	return (ms > SV_BACKOFF_MAX_MS ? SV_BACKOFF_MAX_MS : ms) * 1000000ull;
 }

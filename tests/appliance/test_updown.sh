@@ -117,7 +117,11 @@ for a in "--evict lru " "--admit precision " "--stats-half-life 100 "; do
 done
 
 # the [serve] keys reach computed, and its HTTP API answers
-tr '\0' ' ' <"$RUN/computed.args" | grep -q -- "--http-port $port .*--max-running 4 .*--chat-template none" ||
+# (computed serves a private port behind the supervisor's HTTP front,
+# which owns the configured one)
+grep -q "^listening on http://127.0.0.1:$port\$" "$TMP/up.out" ||
+	{ echo "FAIL: up does not print where it listens"; cat "$TMP/up.out"; fail=1; }
+tr '\0' ' ' <"$RUN/computed.args" | grep -q -- "--http-port [0-9]* --http-bind 127.0.0.1 .*--max-running 4 .*--chat-template none" ||
 	{ echo "FAIL: [serve] keys not passed to computed: $(tr '\0' ' ' <"$RUN/computed.args")"; fail=1; }
 # the model id: a given --store serves under the store's name ...
 curl -s "http://127.0.0.1:$port/v1/models" | grep -q '"id": *"store"' ||
