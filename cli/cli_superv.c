@@ -141,6 +141,20 @@ static int watch_one(struct sv *s, int i)
 			return 0;
 		snprintf(s->st.d[i].last_exit, sizeof(s->st.d[i].last_exit),
 			 "%s", how);
+		lock = cli_instance_lock_daemon(s->inst, name, 0);
+		if (lock == -EBUSY) {
+			/* `strata restart` stopped it and starts another,
+			 * which we adopt once it holds the lock no more */
+			st_info("%s (pid %d) stopped by strata restart", name,
+				d->pid);
+			d->pid = 0;
+			d->pending = 0;
+			set_state(s, i, "restarting");
+			save_state(s);
+			return 0;
+		}
+		if (lock >= 0)
+			close(lock);
 		if (now - d->started_ns < CLI_SUPERV_QUICK_S * 1000000000ull)
 			d->quick++;
 		else

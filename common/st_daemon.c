@@ -2,6 +2,7 @@
 #include "st_daemon.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -82,15 +83,23 @@ int st_pidfile_write(const char *run_dir, const char *daemon)
 
 int st_pidfile_read(const char *run_dir, const char *daemon)
 {
-	char path[4096], *txt;
-	int pid;
+	char path[4096], txt[32];
+	ssize_t n;
+	int fd, pid;
 
 	if (st_run_path(run_dir, daemon, "pid", path, sizeof(path)) < 0)
 		return 0;
-	if (st_read_file(path, &txt, NULL) < 0)
+	/* a bounded read: a pid file is a few digits, and what is there
+	 * instead (a device, a huge file) must not hang or flood us */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
 		return 0;
+	n = read(fd, txt, sizeof(txt) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	txt[n] = 0;
 	pid = atoi(txt);
-	free(txt);
 	return pid > 0 ? pid : 0;
 }
 
