@@ -43,6 +43,8 @@ struct cli_instance {
 	int tiers_only;          /* up: start expertd and kvd only (benchmarks
 				  * and tests run the model in-process) */
 	int no_supervise;        /* up: no supervisor (nothing restarts) */
+	int force_store;         /* up --force: a named store of another
+				  * model is replaced by --model's */
 	int restart_limit;       /* up: the supervisor's crash-loop limit */
 	int has_stop_fd, stop_fd; /* a signalfd (st_stop_signals_open) that
 				   * cancels a start waiting for readiness */

@@ -30,6 +30,7 @@ static void inst_usage(FILE *f, const char *cmd)
 "Usage: strata %s [--config FILE] [--instance NAME] [--run-dir DIR]%s\n"
 "\n", cmd, up ?
 	" (--model DIR | --store DIR)\n"
+	"                 [--force] [--no-supervise] [--restart-limit N]\n"
 	"                 [--experts FMT] [--keep-layers SPEC] [--scale-search S]\n"
 	"                 [--expert-offload on|off] [--host-budget B]\n"
 	"                 [--kv-budget B] [--kv-spill-budget B] [--kv-dtype T]\n"
@@ -151,10 +152,10 @@ static int parse(int argc, char **argv, const char *cmd,
 {
 	static const struct option tier_opts[] = { CLI_TIER_LONGOPTS };
 	static struct cli_tier_args tier; /* outlives parse(): inst->tier */
-	struct option opts[N_FLAGS + 7 + sizeof(tier_opts) / sizeof(tier_opts[0])];
+	struct option opts[N_FLAGS + 8 + sizeof(tier_opts) / sizeof(tier_opts[0])];
 	struct st_diag diag = { "" };
 	int c, is_up = !strcmp(cmd, "up"), n = 0, any_tier = 0;
-	int no_supervise = 0, restart_limit = CLI_SUPERV_LIMIT;
+	int no_supervise = 0, restart_limit = CLI_SUPERV_LIMIT, force = 0;
 	const char *config = NULL;
 
 	for (size_t i = 0; i < N_FLAGS; i++)
@@ -175,6 +176,7 @@ static int parse(int argc, char **argv, const char *cmd,
 	opts[n++] = (struct option){ "timeout", required_argument, NULL, 'T' };
 	opts[n++] = (struct option){ "help-config", no_argument, NULL, 'G' };
 	opts[n++] = (struct option){ "no-supervise", no_argument, NULL, 'S' };
+	opts[n++] = (struct option){ "force", no_argument, NULL, 'F' };
 	opts[n++] = (struct option){ "restart-limit", required_argument, NULL,
 				     'L' };
 	opts[n++] = (struct option){ "help", no_argument, NULL, 'h' };
@@ -208,6 +210,13 @@ static int parse(int argc, char **argv, const char *cmd,
 		case 'C': break;
 		case 'T': *timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 120; break;
 		case 'G': st_iconf_print_help(stdout); exit(0);
+		case 'F':
+			if (!is_up) {
+				inst_usage(stderr, cmd);
+				return 2;
+			}
+			force = 1;
+			break;
 		case 'S':
 		case 'L':
 			if (!is_up) {
@@ -258,6 +267,7 @@ static int parse(int argc, char **argv, const char *cmd,
 	}
 	memset(inst, 0, sizeof(*inst));
 	inst->no_supervise = no_supervise;
+	inst->force_store = force;
 	inst->restart_limit = restart_limit;
 	copy(inst->name, sizeof(inst->name), st_iconf_get(conf, "instance.name"));
 	copy(inst->run_dir, sizeof(inst->run_dir),
@@ -410,6 +420,10 @@ static int prepare_store(const struct st_iconf *conf, struct cli_instance *inst,
 		return 2;
 	}
 	inst->store_is_cache = !inst->store_dir[0];
+	if (model && inst->store_dir[0] && !inst->force_store &&
+	    st_path_exists(inst->store_dir) &&
+	    cli_store_refuse_other(inst->store_dir, model, who))
+		return 1;
 	if (!inst->store_dir[0] &&
 	    (r = cli_default_store_dir(model, experts, inst->store_dir,
 				       sizeof(inst->store_dir))) < 0) {
