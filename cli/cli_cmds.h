@@ -15,6 +15,7 @@ int cli_cmd_verify(int argc, char **argv);
 int cli_cmd_up(int argc, char **argv);
 int cli_cmd_down(int argc, char **argv);
 int cli_cmd_status(int argc, char **argv);
+int cli_cmd_ps(int argc, char **argv);
 int cli_cmd_perplexity(int argc, char **argv);
 int cli_cmd_info(int argc, char **argv);
 int cli_cmd_restart(int argc, char **argv);

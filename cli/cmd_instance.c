@@ -14,6 +14,7 @@
 #include "cli_cmds.h"
 #include "cli_device.h"
 #include "cli_instance.h"
+#include "cli_registry.h"
 #include "cli_superv.h"
 #include "cw_client.h"
 #include "st_daemon.h"
@@ -397,6 +398,12 @@ static int parse(int argc, char **argv, const char *cmd,
 				    "strata")) {
 		return 2;
 	}
+	/* down, status, restart: where `strata up` recorded the instance,
+	 * whatever run directory it was given */
+	if (!inst->run_dir[0] && !is_up &&
+	    cli_registry_lookup(inst->name, inst->run_dir,
+				sizeof(inst->run_dir)) < 0)
+		inst->run_dir[0] = 0;
 	if (!inst->run_dir[0])
 		st_run_dir_default(inst->name, inst->run_dir,
 				   sizeof(inst->run_dir));
@@ -500,6 +507,16 @@ int cli_cmd_up(int argc, char **argv)
 		if (cli_instance_url(inst.run_dir, url, sizeof(url)) == 0)
 			printf("listening on %s\n", url);
 	}
+	r = cli_registry_add(inst.name, inst.run_dir);
+	if (r < 0) {
+		char dir[4096] = "";
+
+		cli_registry_dir(dir, sizeof(dir));
+		fprintf(stderr, "strata up: cannot record the instance in %s: "
+			"%s; strata ps will not list it, and down/status need "
+			"--run-dir %s\n", dir, st_strerror(r), inst.run_dir);
+	}
+	r = 0;
 out:
 	free(conf);
 	return r;
@@ -575,6 +592,7 @@ int cli_cmd_down(int argc, char **argv)
 	if (!st_path_exists(inst.run_dir)) {
 		printf("instance %s is not running (no run directory %s)\n",
 		       inst.name, inst.run_dir);
+		cli_registry_remove(inst.name, inst.run_dir);
 		return 0;
 	}
 	/* the supervisor first: it would start again what we stop */
@@ -593,6 +611,7 @@ int cli_cmd_down(int argc, char **argv)
 			    sizeof(state));
 		unlink(state);
 	}
+	cli_registry_remove(inst.name, inst.run_dir);
 	if (cli_instance_state(&inst) > 0 || cli_superv_pid(inst.run_dir)) {
 		fprintf(stderr, "strata down: instance %s is still running "
 			"(%d of 3 daemons answer%s); see strata status "
