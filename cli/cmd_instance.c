@@ -40,7 +40,9 @@ static void inst_usage(FILE *f, const char *cmd)
 	"                 [--dense-format bf16|f32] [--compute reference|fast]\n"
 	"                 [--http-port N] [--http-bind ADDR] [--max-running N]\n"
 	"                 [--max-queued N] [--max-step-tokens N]\n"
-	"                 [--chat-template T] [--device-budget B]\n"
+	"                 [--chat-template auto|chatml|mixtral|deepseek|none]\n"
+	"                 [--model-name NAME] [--prefetch-depth D]\n"
+	"                 [--device-budget B]\n"
 	"                 [--device-kv-budget B] [--timeout SEC] [--help-config]\n"
 	"                 [expert-tier options: --evict, --hot-experts,\n"
 	"                 --state-dir, --prefetch-depth, ... as for strata run]" :
@@ -56,7 +58,16 @@ static void inst_usage(FILE *f, const char *cmd)
 			"node's cores and\nits shared memory to the node's "
 			"memory (strata topo shows the choice).\n"
 			"--http-port N serves the OpenAI-compatible HTTP API on "
-			"127.0.0.1:N\n(API key: $STRATA_API_KEY, if set).\n"
+			"127.0.0.1:N\n(API key: $STRATA_API_KEY, if set) "
+			"under --model-name NAME (default: the --model\n"
+			"directory's name) with --chat-template (default auto: "
+			"from the store's\ntokenizer_config.json).\n"
+			"A supervisor restarts a daemon that dies (back-off; "
+			"none after --restart-limit\nN deaths in a row, default "
+			"5; --no-supervise: none) and answers a request\n"
+			"computed dropped with 503 computed_restarting.  "
+			"--force: replace a --store\nthat holds another model "
+			"than --model.\n"
 			"--device-budget (25%%, 40GiB; 0 = the CPU) and "
 			"--device-kv-budget (bytes) size\ncomputed's device "
 			"expert slots and KV pages (CUDA builds; refused "
@@ -94,7 +105,8 @@ static const struct {
 	{ "expert-offload", "experts.offload" },
 	{ "host-budget", "experts.host_budget" },
 	{ "hot-experts", "experts.hot_experts" },
-	{ "prefetch-distance", "experts.prefetch_distance" },
+	{ "prefetch-depth", "experts.prefetch_depth" },
+	{ "prefetch-distance", "experts.prefetch_depth" }, /* the old name */
 	{ "loader-threads", "experts.loader_threads" },
 	{ "dense-format", "formats.attention" },
 	{ "kv-dtype", "kv.dtype" },            { "kv-budget", "kv.budget" },
@@ -321,10 +333,10 @@ static int parse(int argc, char **argv, const char *cmd,
 				return 2;
 			any_tier = 1;
 		}
-		if (st_iconf_is_set(conf, "experts.prefetch_distance")) {
+		if (st_iconf_is_set(conf, "experts.prefetch_depth")) {
 			if (cli_tier_opt(&tier, CLI_OPT_PREFETCH_DEPTH,
 					 st_iconf_get(conf,
-					 "experts.prefetch_distance")) < 0)
+					 "experts.prefetch_depth")) < 0)
 				return 2;
 			any_tier = 1;
 		}
@@ -469,7 +481,7 @@ int cli_cmd_up(int argc, char **argv)
 	if (!conf)
 		return 1;
 	/* conf lives until the daemons are started: inst.tier points
-	 * into it (experts.hot_experts, experts.prefetch_distance) */
+	 * into it (experts.hot_experts, experts.prefetch_depth) */
 	r = parse(argc, argv, "up", &inst, conf, &experts, &timeout_s);
 	if (r == 0)
 		r = prepare_store(conf, &inst, experts, "strata up");

@@ -60,6 +60,7 @@ store = $TMP/store
 [experts]
 host_budget = 50%
 loader_threads = 1
+# the old name of prefetch_depth, still read
 prefetch_distance = 1
 hot_experts = 2
 [kv]
