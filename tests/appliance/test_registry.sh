@@ -6,14 +6,9 @@
 #    pids), and `strata down --instance NAME` stops all of it (it used to
 #    say "not running", exit 0 and leave three daemons running);
 set -u
-unset MALLOC_PERTURB_
-STRATA="$STRATA_BUILD_DIR/cli/strata"
-MODEL="${STRATA_SHARED_DIR:-../shared}/fixtures/models/tiny-mixtral"
-if [ ! -d "$MODEL" ]; then
-	echo "fixture $MODEL missing"
-	[ "${CI:-}" = true ] && exit 1
-	exit 77
-fi
+. "$STRATA_SOURCE_DIR/tests/instance_env.sh"
+need_fixture tiny-mixtral
+MODEL="$FIXTURES/tiny-mixtral"
 TMP=$(mktemp -d /tmp/strata-registry-XXXXXX)
 export STRATA_REGISTRY_DIR="$TMP/registry"
 inst="reg_$$"
@@ -21,11 +16,10 @@ run="$TMP/elsewhere/run"
 fail=0
 trap '"$STRATA" down --instance "$inst" --run-dir "$run" >/dev/null 2>&1; rm -rf "$TMP"' EXIT
 trap 'exit 1' INT TERM HUP PIPE
-alive() { [ -r "/proc/$1/stat" ] && ! sed 's/.*) //' "/proc/$1/stat" | grep -q '^[ZX]'; }
 
 "$STRATA" convert --model "$MODEL" --out "$TMP/store" --experts bf16 >/dev/null 2>&1 ||
 	{ echo "FAIL: convert"; exit 1; }
-port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 cat >"$TMP/inst.conf" <<CONF
 [instance]
 name = $inst

@@ -17,17 +17,12 @@
 # back-off, up to 8 s: long runs give a RECOVER_S above that).  STRATA_FAULT_SEED=S replays the
 # order and the kill points.
 set -u
-unset MALLOC_PERTURB_
+. "$STRATA_SOURCE_DIR/tests/instance_env.sh"
+need_fixture tiny-mixtral
 N=${1:-2}
 LIMIT=${2:-5}
 RECOVER_S=${3:-5}
-STRATA="$STRATA_BUILD_DIR/cli/strata"
-MODEL="${STRATA_SHARED_DIR:-../shared}/fixtures/models/tiny-mixtral"
-if [ ! -d "$MODEL" ]; then
-	echo "fixture $MODEL missing"
-	[ "${CI:-}" = true ] && exit 1
-	exit 77
-fi
+MODEL="$FIXTURES/tiny-mixtral"
 command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
 seed=${STRATA_FAULT_SEED:-$(od -An -N2 -tu2 /dev/urandom | tr -d ' ')}
 echo "chaos: $N kills per daemon, seed $seed (STRATA_FAULT_SEED=$seed replays it)"
@@ -42,12 +37,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 1' INT TERM HUP PIPE
 
-alive() { [ -r "/proc/$1/stat" ] && ! sed 's/.*) //' "/proc/$1/stat" | grep -q '^[ZX]'; }
 now_ms() { date +%s%3N; }
 
 "$STRATA" convert --model "$MODEL" --out "$TMP/store" --experts bf16 >/dev/null 2>&1 ||
 	{ echo "FAIL: convert"; exit 1; }
-port=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$(free_port)
 "$STRATA" up --store "$TMP/store" --instance "$inst" --run-dir "$run" \
 	--host-budget 50% --http-port "$port" --restart-limit "$LIMIT" \
 	>"$TMP/up.out" 2>&1 || { echo "FAIL: strata up"; cat "$TMP/up.out"; exit 1; }

@@ -9,21 +9,15 @@
 #    (found through its socket), fails naming the pid file instead of
 #    printing "pid 0", and `strata down` then leaves nothing running.
 set -u
-unset MALLOC_PERTURB_
-STRATA="$STRATA_BUILD_DIR/cli/strata"
-MODEL="${STRATA_SHARED_DIR:-../shared}/fixtures/models/tiny-mixtral"
-if [ ! -d "$MODEL" ]; then
-	echo "fixture $MODEL missing"
-	[ "${CI:-}" = true ] && exit 1
-	exit 77
-fi
+. "$STRATA_SOURCE_DIR/tests/instance_env.sh"
+need_fixture tiny-mixtral
+MODEL="$FIXTURES/tiny-mixtral"
 TMP=$(mktemp -d /tmp/strata-pidfile-XXXXXX)
 inst="pidf_$$"
 run="$TMP/run"
 fail=0
 trap '"$STRATA" down --instance "$inst" --run-dir "$run" >/dev/null 2>&1; rm -rf "$TMP"' EXIT
 trap 'exit 1' INT TERM HUP PIPE
-alive() { [ -r "/proc/$1/stat" ] && ! sed 's/.*) //' "/proc/$1/stat" | grep -q '^[ZX]'; }
 # pids of the instance's processes (their command lines name it)
 procs() { pgrep -f -- "--instance $inst " || true; }
 

@@ -4,15 +4,9 @@
 # --force, and leave S as it was (they used to delete it and convert A in
 # its place); with --force, run replaces it; a store of A itself is used.
 set -u
-unset MALLOC_PERTURB_
-STRATA="$STRATA_BUILD_DIR/cli/strata"
-FIX="${STRATA_SHARED_DIR:-../shared}/fixtures/models"
-A="$FIX/tiny-qwen3moe" B="$FIX/tiny-mixtral"
-if [ ! -d "$A" ] || [ ! -d "$B" ]; then
-	echo "fixtures $A, $B missing"
-	[ "${CI:-}" = true ] && exit 1
-	exit 77
-fi
+. "$STRATA_SOURCE_DIR/tests/instance_env.sh"
+need_fixture tiny-qwen3moe tiny-mixtral
+A="$FIXTURES/tiny-qwen3moe" B="$FIXTURES/tiny-mixtral"
 TMP=$(mktemp -d /tmp/strata-storeother-XXXXXX)
 inst="sto_$$"
 trap '"$STRATA" down --instance "$inst" --run-dir "$TMP/run" >/dev/null 2>&1; rm -rf "$TMP"' EXIT
