@@ -24,6 +24,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "st_daemon.h"
 #include "st_log.h"
 #include "st_util.h"
 
@@ -49,6 +50,7 @@ struct px_conn {
 	int connecting;      /* backend connect(2) in progress */
 	int awaiting;        /* client bytes came after computed's last */
 	int answer;          /* we answer 503 (computed gone or down) */
+	int cw_pid;          /* computed's pid when the client came */
 	int closing;         /* close once c's pending bytes are written */
 	uint64_t linger_ns;  /* after our answer: close at this time */
 	uint32_t ev_c, ev_b; /* epoll interest now */
@@ -57,6 +59,7 @@ struct px_conn {
 
 struct cli_proxy {
 	int lfd, efd, stopfd, private_port;
+	char run_dir[4096];  /* computed's pid file is there */
 	pthread_t thread;
 	int started;
 	struct px_conn *conns;
@@ -119,13 +122,19 @@ static void backend_gone(struct cli_proxy *p, struct px_conn *c,
 			 int never_reached)
 {
 	size_t pending = c->b.len - c->b.off;
+	int cw = never_reached ? 0 : st_pidfile_read(p->run_dir, "computed");
 
-	if (pending) {
-		/* a response was under way: it can only be cut */
+	if (pending || (!never_reached && c->cw_pid > 0 && cw == c->cw_pid &&
+			st_pid_alive(cw))) {
+		/* a response under way can only be cut; and when the same
+		 * computed lives, it closed the connection on purpose (a
+		 * time-out, a limit): so do we, after what it sent */
 		memmove(c->b.buf, c->b.buf + c->b.off, pending);
 		c->b.off = 0;
 		c->b.len = pending;
-		drop_backend(p, c);
+		close(c->b.fd);
+		c->b.fd = -1;
+		c->ev_b = 0;
 		c->closing = 1;
 		return;
 	}
@@ -155,6 +164,22 @@ static void queue_answer(struct cli_proxy *p, struct px_conn *c)
 	c->b.len = (size_t)n;
 	c->linger_ns = st_now_ns() + PX_LINGER_MS * 1000000ull;
 	atomic_fetch_add(&p->n_retry, 1);
+}
+
+static void update(struct cli_proxy *p, struct px_conn *c);
+
+/* Computed's side ended: backend_gone, our answer queued, and the
+ * connection closed when nothing is left to send.  1 when closed. */
+static int gone(struct cli_proxy *p, struct px_conn *c, int never_reached)
+{
+	backend_gone(p, c, never_reached);
+	queue_answer(p, c);
+	if (c->closing && c->b.len == 0) {
+		conn_close(p, c);
+		return 1;
+	}
+	update(p, c);
+	return 0;
 }
 
 static void update(struct cli_proxy *p, struct px_conn *c)
@@ -188,6 +213,7 @@ static void new_conn(struct cli_proxy *p)
 		return;
 	}
 	c->c.fd = fd;
+	c->cw_pid = st_pidfile_read(p->run_dir, "computed");
 	c->next = p->conns;
 	if (p->conns)
 		p->conns->prev = c;
@@ -273,9 +299,7 @@ static void on_backend(struct cli_proxy *p, struct px_conn *c, uint32_t ev)
 		getsockopt(c->b.fd, SOL_SOCKET, SO_ERROR, &err, &l);
 		c->connecting = 0;
 		if (err) {
-			backend_gone(p, c, 1);
-			queue_answer(p, c);
-			update(p, c);
+			gone(p, c, 1);
 			return;
 		}
 		if (c->c.eof && c->c.len == 0)
@@ -283,9 +307,7 @@ static void on_backend(struct cli_proxy *p, struct px_conn *c, uint32_t ev)
 	}
 	if ((ev & EPOLLOUT) && c->c.len > c->c.off) {
 		if (flush(&c->c, c->b.fd) < 0) {
-			backend_gone(p, c, 0);
-			queue_answer(p, c);
-			update(p, c);
+			gone(p, c, 0);
 			return;
 		}
 		if (c->c.len == 0 && c->c.eof)
@@ -300,13 +322,7 @@ static void on_backend(struct cli_proxy *p, struct px_conn *c, uint32_t ev)
 			return;
 		}
 		if (n <= 0) {
-			backend_gone(p, c, 0);
-			queue_answer(p, c);
-			if (c->closing && c->b.len == 0) {
-				conn_close(p, c);
-				return;
-			}
-			update(p, c);
+			gone(p, c, 0);
 			return;
 		}
 		c->b.len = (size_t)n;
@@ -382,8 +398,9 @@ static int free_port(void)
 	return port;
 }
 
-int cli_proxy_create(const char *bind_addr, int port, struct cli_proxy **ret,
-		     int *ret_private_port, struct st_diag *diag)
+int cli_proxy_create(const char *bind_addr, int port, const char *run_dir,
+		     struct cli_proxy **ret, int *ret_private_port,
+		     struct st_diag *diag)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_NUMERICSERV | AI_PASSIVE };
@@ -396,6 +413,7 @@ int cli_proxy_create(const char *bind_addr, int port, struct cli_proxy **ret,
 	if (!p)
 		return st_diag_set(diag, -ENOMEM, "out of memory");
 	p->lfd = p->efd = p->stopfd = -1;
+	snprintf(p->run_dir, sizeof(p->run_dir), "%s", run_dir);
 	snprintf(ps, sizeof(ps), "%d", port);
 	r = getaddrinfo(bind_addr, ps, &hints, &ai);
 	if (r) {

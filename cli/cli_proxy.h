@@ -8,7 +8,9 @@
  * gets `503` with `Retry-After` and an OpenAI error object (code
  * `computed_restarting`) it can retry; a response already started (an SSE
  * stream) can only be cut, as HTTP allows nothing else.  A connection made
- * while computed is down gets the same 503 at once.
+ * while computed is down gets the same 503 at once.  When the computed
+ * that took the connection still lives, its closing it (time-outs,
+ * limits) is passed on as it is.
  *
  * The proxy does not parse HTTP beyond the first bytes of a response:
  * "a request waits" means the client sent bytes after the last byte
@@ -28,10 +30,12 @@ struct cli_proxy;
 /*
  * Binds the public listener bind_addr:port (IPv4 or IPv6 literal, or
  * "localhost") and picks a free private port on 127.0.0.1 for computed
- * (*ret_private_port).  Nothing runs yet.  0 with *ret (caller owns; see
+ * (*ret_private_port); run_dir: the instance's, where computed's pid file
+ * tells whether the computed a connection reached still lives (then its
+ * closing a connection is mirrored, not answered with 503).  Nothing runs yet.  0 with *ret (caller owns; see
  * cli_proxy_destroy), or negative with diag ("port in use" ...).
  */
-int cli_proxy_create(const char *bind_addr, int port,
+int cli_proxy_create(const char *bind_addr, int port, const char *run_dir,
 		     struct cli_proxy **ret, int *ret_private_port,
 		     struct st_diag *diag);
 

@@ -148,7 +148,9 @@ static int watch_one(struct sv *s, int i)
 			st_info("%s (pid %d) stopped by strata restart", name,
 				d->pid);
 			d->pid = 0;
-			d->pending = 0;
+			/* started again here should that restart fail */
+			d->pending = 1;
+			d->retry_ns = now;
 			set_state(s, i, "restarting");
 			save_state(s);
 			return 0;
@@ -303,7 +305,8 @@ static void run_child(struct cli_instance *inst, int timeout_s, int limit,
 			 strchr(bind_of(inst), ':') ? "[" : "", bind_of(inst),
 			 strchr(bind_of(inst), ':') ? "]" : "", inst->http_port);
 		rep.r = cli_proxy_create(bind_of(inst), atoi(inst->http_port),
-					 &s->proxy, &priv, &diag);
+					 inst->run_dir, &s->proxy, &priv,
+					 &diag);
 		if (rep.r == 0) {
 			snprintf(inst->http_port, sizeof(inst->http_port),
 				 "%d", priv);
@@ -405,6 +408,9 @@ int cli_superv_start(struct cli_instance *inst, int timeout_s,
 
 	if (pipe2(fds, O_CLOEXEC) < 0)
 		return st_diag_set(diag, -errno, "pipe: %s", strerror(errno));
+	/* nothing buffered may be written twice (by the child too) */
+	fflush(stdout);
+	fflush(stderr);
 	pid = fork();
 	if (pid < 0) {
 		close(fds[0]);

@@ -12,9 +12,9 @@
 
 #include "cli_instance.h"
 
-/* Default crash-loop limit: a daemon that died this many times in a row,
- * each within CLI_SUPERV_QUICK_S seconds of its start, is not started
- * again (as systemd's StartLimitBurst). */
+/* Default crash-loop limit: a daemon is restarted at most this many times
+ * in a row when each time it died within CLI_SUPERV_QUICK_S seconds of its
+ * start (as systemd's StartLimitBurst); the next such death ends it. */
 #define CLI_SUPERV_LIMIT 5
 #define CLI_SUPERV_QUICK_S 10
 

@@ -62,12 +62,12 @@ static void inst_usage(FILE *f, const char *cmd)
 			"under --model-name NAME (default: the --model\n"
 			"directory's name) with --chat-template (default auto: "
 			"from the store's\ntokenizer_config.json).\n"
-			"A supervisor restarts a daemon that dies (back-off; "
-			"none after --restart-limit\nN deaths in a row, default "
-			"5; --no-supervise: none) and answers a request\n"
-			"computed dropped with 503 computed_restarting.  "
-			"--force: replace a --store\nthat holds another model "
-			"than --model.\n"
+			"A supervisor restarts a daemon that dies (back-off; at "
+			"most --restart-limit N\ntimes in a row within 10 s of "
+			"its start, default 5; --no-supervise: none) and\n"
+			"answers a request computed dropped with 503 "
+			"computed_restarting.\n--force: replace a --store that "
+			"holds another model than --model.\n"
 			"--device-budget (25%%, 40GiB; 0 = the CPU) and "
 			"--device-kv-budget (bytes) size\ncomputed's device "
 			"expert slots and KV pages (CUDA builds; refused "
@@ -592,7 +592,7 @@ int cli_cmd_down(int argc, char **argv)
 	struct cli_instance inst;
 	struct st_iconf *conf = malloc(sizeof(*conf));
 	const char *unused = NULL;
-	int timeout_s = 0, r;
+	int timeout_s = 0, r, pids0[3], sv_pid;
 
 	if (!conf)
 		return 1;
@@ -601,6 +601,9 @@ int cli_cmd_down(int argc, char **argv)
 	if (r)
 		return r;
 	cli_instance_read_pids(&inst);
+	pids0[0] = inst.pid_expertd;
+	pids0[1] = inst.pid_kvd;
+	pids0[2] = inst.pid_computed;
 	if (!st_path_exists(inst.run_dir)) {
 		printf("instance %s is not running (no run directory %s)\n",
 		       inst.name, inst.run_dir);
@@ -608,6 +611,7 @@ int cli_cmd_down(int argc, char **argv)
 		return 0;
 	}
 	/* the supervisor first: it would start again what we stop */
+	sv_pid = cli_superv_pid(inst.run_dir);
 	if (cli_superv_stop(inst.run_dir, 10000) > 0)
 		fprintf(stderr, "strata down: the supervisor did not stop on "
 			"SIGTERM and was killed\n");
@@ -624,13 +628,28 @@ int cli_cmd_down(int argc, char **argv)
 		unlink(state);
 	}
 	cli_registry_remove(inst.name, inst.run_dir);
-	if (cli_instance_state(&inst) > 0 || cli_superv_pid(inst.run_dir)) {
-		fprintf(stderr, "strata down: instance %s is still running "
-			"(%d of 3 daemons answer%s); see strata status "
-			"--instance %s\n", inst.name, cli_instance_state(&inst),
-			cli_superv_pid(inst.run_dir) ? ", its supervisor runs" :
-			"", inst.name);
-		return 1;
+	{
+		/* what we were to stop: still alive is a failure */
+		int pids[4] = { pids0[0], pids0[1], pids0[2], sv_pid }, left = 0;
+		char which[160] = "";
+
+		for (int i = 0; i < 4; i++)
+			if (pids[i] > 0 && st_pid_alive(pids[i])) {
+				left++;
+				snprintf(which + strlen(which),
+					 sizeof(which) - strlen(which), " %s %d",
+					 i == 3 ? "supervisor" :
+					 i == 0 ? "expertd" : i == 1 ? "kvd" :
+					 "computed", pids[i]);
+			}
+		if (left || cli_instance_state(&inst) > 0) {
+			fprintf(stderr, "strata down: instance %s is still "
+				"running (%s%s); see strata status --instance "
+				"%s\n", inst.name, left ? "still alive:" :
+				"a daemon answers on its socket", which,
+				inst.name);
+			return 1;
+		}
 	}
 	printf("instance %s down%s; logs kept in %s\n", inst.name,
 	       r > 0 ? " (some daemons had to be killed)" : "", inst.run_dir);
@@ -657,9 +676,17 @@ int cli_cmd_restart(int argc, char **argv)
 		return 1;
 	}
 	cli_instance_read_pids(&inst);
-	printf("%s of instance %s restarted: pid %d\n", daemon, inst.name,
-	       daemon[0] == 'e' ? inst.pid_expertd : daemon[0] == 'k' ?
-	       inst.pid_kvd : inst.pid_computed);
+	r = daemon[0] == 'e' ? inst.pid_expertd : daemon[0] == 'k' ?
+	    inst.pid_kvd : inst.pid_computed;
+	if (r <= 0) {
+		/* a daemon that answers without a pid file: nothing could
+		 * stop it later */
+		fprintf(stderr, "strata restart: %s answers but left no pid "
+			"file in %s; strata down --instance %s stops it\n",
+			daemon, inst.run_dir, inst.name);
+		return 1;
+	}
+	printf("%s of instance %s restarted: pid %d\n", daemon, inst.name, r);
 	return 0;
 }
 
