@@ -8,6 +8,10 @@
  *   <run_dir>/<daemon>.ctl     REP socket (ipc)
  *   <run_dir>/<daemon>.evt     PUB socket (ipc)
  *   <run_dir>/<daemon>.pid     pid file, removed on clean exit
+ *   <run_dir>/<daemon>.args    the daemon's argv, for restarts (strata up)
+ *   <run_dir>/<daemon>.lock    held while the daemon is restarted
+ *   <run_dir>/supervisor.*     pid, log, state (st_superv.h) and url of
+ *                              the supervisor of `strata up`
  * Default run_dir: $STRATA_RUN_DIR, else /run/strata/<instance> when
  * writable (root), else $XDG_RUNTIME_DIR/strata/<instance>, else
  * /tmp/strata-<uid>/<instance>.
