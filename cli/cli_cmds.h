@@ -15,6 +15,7 @@ int cli_cmd_verify(int argc, char **argv);
 int cli_cmd_up(int argc, char **argv);
 int cli_cmd_down(int argc, char **argv);
 int cli_cmd_status(int argc, char **argv);
+int cli_cmd_ps(int argc, char **argv);
 int cli_cmd_perplexity(int argc, char **argv);
 int cli_cmd_info(int argc, char **argv);
 int cli_cmd_restart(int argc, char **argv);
@@ -50,6 +51,19 @@ int cli_convert(const char *model_dir, const char *store_dir,
  * files recorded in its manifest differ in size from those in model_dir now
  * (or one is missing), else 0. */
 int cli_store_stale(const char *store_dir, const char *model_dir);
+/* 1 if store_dir is a store of another model than the checkpoint in
+ * model_dir (their configs differ in architecture or shape: not a stale
+ * store of the same model), else 0 (also when either cannot be read).
+ * ret_store / ret_model: what each holds, for the message
+ * ("MixtralForCausalLM, 4 layers, hidden 64, vocab 32000"). */
+int cli_store_other_model(const char *store_dir, const char *model_dir,
+			  char *ret_store, size_t store_cap, char *ret_model,
+			  size_t model_cap);
+/* When store_dir holds another model than model_dir
+ * (cli_store_other_model): says so on stderr, naming both and --force,
+ * and returns 1; else 0. */
+int cli_store_refuse_other(const char *store_dir, const char *model_dir,
+			   const char *who);
 /* Checks options shared by several commands before anything starts:
  * instance name, budgets, KV dtype, expert format (any may be NULL).
  * Prints what is wrong, prefixed by `who`, and returns 1; else 0. */

@@ -164,6 +164,8 @@ static int spawn(const struct cli_instance *inst, const char *daemon,
 	return 0;
 }
 
+static int wait_exit(int pid, int timeout_ms);
+
 /* Waits until the daemon's REP socket answers PING, or it exits; a failure
  * quotes the last lines its log got since byte `from` (this start's). */
 static int wait_ready(const struct cli_instance *inst, const char *daemon,
@@ -176,6 +178,17 @@ static int wait_ready(const struct cli_instance *inst, const char *daemon,
 	while (st_now_ns() < deadline) {
 		int status;
 
+		if (inst->has_stop_fd && st_stop_signals_pending(inst->stop_fd)) {
+			/* the supervisor is told to stop while it starts a
+			 * daemon: nothing may be left half-started */
+			kill(pid, SIGTERM);
+			if (wait_exit(pid, 5000) < 0) {
+				kill(pid, SIGKILL);
+				wait_exit(pid, 5000);
+			}
+			return st_diag_set(diag, -ECANCELED, "stopped while "
+					   "%s was starting", daemon);
+		}
 		if (waitpid(pid, &status, WNOHANG) == pid) {
 			log_tail(inst->run_dir, daemon, from, tail, sizeof(tail));
 			return st_diag_set(diag, -ST_E_PEERGONE,
@@ -304,7 +317,8 @@ static void daemon_argv(struct cli_instance *inst, const char *daemon,
 /* <run_dir>/computed.apikey exists (empty, 0600) while computed runs with
  * an API key ($STRATA_API_KEY, which is never written down): restart
  * then wants the key again instead of opening the HTTP API. */
-static void note_api_key(const struct cli_instance *inst)
+static int note_api_key(const struct cli_instance *inst,
+			struct st_diag *diag)
 {
 	const char *key = getenv("STRATA_API_KEY");
 	char path[4200];
@@ -314,11 +328,16 @@ static void note_api_key(const struct cli_instance *inst)
 		int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
 			      0600);
 
-		if (fd >= 0)
-			close(fd);
+		/* without the mark a later restart would open the API to
+		 * anyone: no start without it */
+		if (fd < 0)
+			return st_diag_set(diag, -errno, "cannot create %s: "
+					   "%s", path, strerror(errno));
+		close(fd);
 	} else {
 		unlink(path);
 	}
+	return 0;
 }
 
 /* Starts one daemon with --instance/--run-dir, the store when it takes
@@ -333,7 +352,7 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 	daemon_argv(inst, daemon, argv);
 	r = save_args(inst, daemon, argv, diag);
 	if (r == 0 && !strcmp(daemon, "computed"))
-		note_api_key(inst);
+		r = note_api_key(inst, diag);
 	if (r == 0)
 		r = spawn(inst, daemon, argv, 1, ret_pid, diag); /* keep the
 							 * log of a crash */
@@ -528,6 +547,15 @@ static int stop_one(struct cli_instance *inst, int i)
 	if (!pid)
 		pid = st_pidfile_read(inst->run_dir, k_daemons[i]);
 	st_run_path(inst->run_dir, k_daemons[i], "ctl", ctl, sizeof(ctl));
+	if (!pid) {
+		/* no pid file (a failed write, a full file system): the
+		 * daemon that answers on the socket still says who it is */
+		int32_t p = 0;
+
+		if (st_path_exists(ctl) && st_daemon_ping(ctl, 1000, &p) == 0 &&
+		    p > 0)
+			pid = p;
+	}
 	if (pid && st_pid_alive(pid)) {
 		st_daemon_shutdown(ctl, 2000);
 		if (wait_exit(pid, 5000) < 0) {
@@ -562,6 +590,14 @@ int cli_instance_down(struct cli_instance *inst)
 		st_run_path(inst->run_dir, k_daemons[i], "args", args,
 			    sizeof(args));
 		unlink(args);
+		st_run_path(inst->run_dir, k_daemons[i], "lock", args,
+			    sizeof(args));
+		unlink(args);
+		if (i == 2) {
+			st_run_path(inst->run_dir, "supervisor", "url", args,
+				    sizeof(args));
+			unlink(args);
+		}
 	}
 	{
 		char key[4200];
@@ -606,8 +642,46 @@ static int load_args(const struct cli_instance *inst, const char *daemon,
 	return 0;
 }
 
+int cli_instance_lock_daemon(const struct cli_instance *inst,
+			     const char *daemon, int wait)
+{
+	char path[4200];
+	int fd, r;
+
+	if (st_run_path(inst->run_dir, daemon, "lock", path, sizeof(path)) < 0)
+		return -ENAMETOOLONG;
+	/* O_CLOEXEC: a daemon spawned meanwhile must not inherit the lock */
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -errno;
+	r = flock(fd, LOCK_EX | (wait ? 0 : LOCK_NB));
+	if (r < 0) {
+		r = errno == EWOULDBLOCK ? -EBUSY : -errno;
+		close(fd);
+		return r;
+	}
+	return fd;
+}
+
 int cli_instance_restart(struct cli_instance *inst, const char *daemon,
 			 int timeout_s, struct st_diag *diag)
+{
+	int lock, r;
+
+	if (cli_daemon_index(daemon) < 0)
+		return st_diag_set(diag, -EINVAL, "no daemon '%s' (expertd, kvd "
+				   "or computed)", daemon);
+	lock = cli_instance_lock_daemon(inst, daemon, 1);
+	if (lock < 0)
+		return st_diag_set(diag, lock, "cannot lock %s/%s.lock: %s",
+				   inst->run_dir, daemon, st_strerror(lock));
+	r = cli_instance_restart_locked(inst, daemon, timeout_s, diag);
+	close(lock);
+	return r;
+}
+
+int cli_instance_restart_locked(struct cli_instance *inst, const char *daemon,
+				int timeout_s, struct st_diag *diag)
 {
 	char *argv[40 + CLI_MAX_EXTRA_ARGS], *buf = NULL;
 	int i = cli_daemon_index(daemon), r;
@@ -643,15 +717,55 @@ int cli_instance_restart(struct cli_instance *inst, const char *daemon,
 			wait_exit(*pid_of(inst, i), 5000);
 	}
 	stop_one(inst, i);
-	if (i == 2)
-		note_api_key(inst);
+	r = i == 2 ? note_api_key(inst, diag) : 0;
 	from = log_size(inst, daemon);
-	r = spawn(inst, daemon, argv, 1, pid_of(inst, i), diag);
+	if (r == 0)
+		r = spawn(inst, daemon, argv, 1, pid_of(inst, i), diag);
 	if (r == 0)
 		r = wait_ready(inst, daemon, *pid_of(inst, i), from,
 			       timeout_s, diag);
 	if (r == 0)
 		echo_warnings(inst, daemon, from);
+	free(buf);
+	return r;
+}
+
+int cli_instance_url(const char *run_dir, char *ret, size_t cap)
+{
+	char *argv[40 + CLI_MAX_EXTRA_ARGS], *buf = NULL;
+	const char *port = NULL, *bind = "127.0.0.1";
+	struct cli_instance inst;
+	struct st_diag diag;
+	int r;
+
+	ret[0] = 0;
+	snprintf(inst.run_dir, sizeof(inst.run_dir), "%s", run_dir);
+	/* behind the supervisor's HTTP front computed's own port is
+	 * private: the front's URL is the instance's */
+	{
+		char path[4200], *txt = NULL;
+
+		st_run_path(run_dir, "supervisor", "url", path, sizeof(path));
+		if (st_read_file(path, &txt, NULL) == 0) {
+			snprintf(ret, cap, "%s", txt);
+			free(txt);
+			return 0;
+		}
+	}
+	r = load_args(&inst, "computed", argv, 40 + CLI_MAX_EXTRA_ARGS, &buf,
+		      &diag);
+	if (r < 0)
+		return r;
+	for (int a = 1; argv[a] && argv[a + 1]; a++) {
+		if (!strcmp(argv[a], "--http-port"))
+			port = argv[a + 1];
+		else if (!strcmp(argv[a], "--http-bind"))
+			bind = argv[a + 1];
+	}
+	r = port && strcmp(port, "0") ? 0 : -ENOENT;
+	if (r == 0)
+		snprintf(ret, cap, "http://%s%s%s:%s", strchr(bind, ':') ? "[" : "",
+			 bind, strchr(bind, ':') ? "]" : "", port);
 	free(buf);
 	return r;
 }

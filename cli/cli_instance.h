@@ -42,6 +42,12 @@ struct cli_instance {
 	const struct cli_tier_args *tier; /* extra daemon options, or NULL */
 	int tiers_only;          /* up: start expertd and kvd only (benchmarks
 				  * and tests run the model in-process) */
+	int no_supervise;        /* up: no supervisor (nothing restarts) */
+	int force_store;         /* up --force: a named store of another
+				  * model is replaced by --model's */
+	int restart_limit;       /* up: the supervisor's crash-loop limit */
+	int has_stop_fd, stop_fd; /* a signalfd (st_stop_signals_open) that
+				   * cancels a start waiting for readiness */
 };
 
 /* After a failure whose message msg names "strata convert" as the remedy
@@ -113,5 +119,26 @@ int cli_daemon_index(const char *daemon);
  */
 int cli_instance_restart(struct cli_instance *inst, const char *daemon,
 			 int timeout_s, struct st_diag *diag);
+
+/* As cli_instance_restart, with the daemon's restart lock
+ * (cli_instance_lock_daemon) already held by the caller. */
+int cli_instance_restart_locked(struct cli_instance *inst, const char *daemon,
+				int timeout_s, struct st_diag *diag);
+
+/*
+ * Takes <run_dir>/<daemon>.lock (flock, exclusive): held by whoever
+ * restarts the daemon (`strata restart`, the supervisor), so that the
+ * supervisor never restarts a daemon that `strata restart` is replacing.
+ * wait: block until free, else -EBUSY when held.  Returns the lock's fd
+ * (close it to release) or a negative code.
+ */
+int cli_instance_lock_daemon(const struct cli_instance *inst,
+			     const char *daemon, int wait);
+
+/* The base URL of the instance's HTTP API ("http://127.0.0.1:8080"), from
+ * the options computed was started with (<run_dir>/computed.args).  0,
+ * or -ENOENT when computed serves no HTTP API (or was not started by
+ * strata up); ret: cap bytes, "" on failure. */
+int cli_instance_url(const char *run_dir, char *ret, size_t cap);
 
 #endif

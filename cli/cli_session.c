@@ -46,6 +46,9 @@ static int prepare_store(const struct cli_session_opts *o, int sigfd,
 	if (!o->store) /* the API names the model, not its cached store */
 		cli_model_name_of(model_dir, inst->model_name,
 				  sizeof(inst->model_name));
+	if (o->store && o->model && !o->force && st_path_exists(o->store) &&
+	    cli_store_refuse_other(o->store, model_dir, o->who))
+		return 1;
 	if (st_path_exists(inst->store_dir) && o->model &&
 	    cli_store_stale(inst->store_dir, model_dir)) {
 		fprintf(stderr, "%s: %s is out of date (the checkpoint in %s "

@@ -10,6 +10,7 @@
 
 struct cli_session_opts {
 	const char *model, *store, *experts;     /* experts: "mxfp4" default */
+	int force;          /* a named store of another model is replaced */
 	const char *instance, *run_dir;          /* NULL: private instance */
 	const char *host_budget, *kv_budget, *kv_spill, *kv_dtype;
 	const char *compute;                     /* NULL: reference mode */

@@ -41,7 +41,7 @@ enum {
 	{ "no-prefetch", no_argument, NULL, CLI_OPT_NO_PREFETCH },           \
 	{ "prefetch-depth", required_argument, NULL, CLI_OPT_PREFETCH_DEPTH }, \
 	{ "prefetch-distance", required_argument, NULL,                      \
-	  CLI_OPT_PREFETCH_DEPTH }, /* strata up's name (its config key) */    \
+	  CLI_OPT_PREFETCH_DEPTH }, /* the old name, still accepted */         \
 	{ "route-trace", required_argument, NULL, CLI_OPT_ROUTE_TRACE },     \
 	{ "route-record", required_argument, NULL, CLI_OPT_ROUTE_RECORD },   \
 	{ "lookahead-measure", no_argument, NULL, CLI_OPT_LA_MEASURE },      \

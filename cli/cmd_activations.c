@@ -34,8 +34,10 @@ static void usage(FILE *f)
 "  --layer L         only layer L\n"
 "  --width N         bar width in characters (default 50)\n"
 "  --json            counts as JSON on stdout\n"
-"  --png FILE        draw the histogram (one panel row per layer) with\n"
-"                    gnuplot; skipped with a message when gnuplot is absent\n"
+"  --png FILE        draw a heat map with gnuplot: expert on x, layer on y,\n"
+"                    colour the expert's share of its layer's decayed\n"
+"                    activations; the colour bar marks the uniform share\n"
+"                    1/experts (skipped with a message without gnuplot)\n"
 "  -h, --help        this text\n");
 }
 
@@ -108,6 +110,10 @@ static int draw_png(const struct es_actstats *s, const char *png)
 	fprintf(g, "set xlabel 'expert'\nset ylabel 'layer'\n");
 	fprintf(g, "set xrange [-0.5:%u.5]\nset yrange [-0.5:%u.5]\n",
 		s->n_experts - 1, s->n_layers - 1);
+	/* above or below the uniform share is what the map is read for */
+	if (s->n_experts)
+		fprintf(g, "set cbtics add ('uniform 1/%u' %g)\n", s->n_experts,
+			1.0 / s->n_experts);
 	fprintf(g, "plot '%s' using 1:2:3 with image notitle\n", dat);
 	rc = pclose(g);
 	unlink(dat);

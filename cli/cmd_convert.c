@@ -622,3 +622,78 @@ int cli_cmd_verify(int argc, char **argv)
 	printf("%s: all checksums good\n", dir);
 	return 0;
 }
+
+int cli_store_refuse_other(const char *store_dir, const char *model_dir,
+			   const char *who)
+{
+	char a[256], b[256];
+
+	if (!cli_store_other_model(store_dir, model_dir, a, sizeof(a),
+				   b, sizeof(b)))
+		return 0;
+	fprintf(stderr, "%s: store %s holds another model (%s) than --model %s "
+		"(%s); converting would replace it: give another --store, or "
+		"--force to replace it\n", who, store_dir, a, model_dir, b);
+	return 1;
+}
+
+/* "MixtralForCausalLM, 4 layers, hidden 64, vocab 32000" of a config. */
+static void describe_config(json_t *c, char *ret, size_t cap)
+{
+	const char *arch = json_string_value(json_array_get(
+		json_object_get(c, "architectures"), 0));
+
+	snprintf(ret, cap, "%s, %lld layers, hidden %lld, vocab %lld",
+		 arch ? arch : json_string_value(json_object_get(c,
+		 "model_type")) ? json_string_value(json_object_get(c,
+		 "model_type")) : "unknown architecture",
+		 (long long)json_integer_value(json_object_get(c,
+						"num_hidden_layers")),
+		 (long long)json_integer_value(json_object_get(c, "hidden_size")),
+		 (long long)json_integer_value(json_object_get(c, "vocab_size")));
+}
+
+int cli_store_other_model(const char *store_dir, const char *model_dir,
+			  char *ret_store, size_t store_cap, char *ret_model,
+			  size_t model_cap)
+{
+	/* what tells models apart (a re-trained checkpoint of the same
+	 * model keeps them: that is a stale store, made again) */
+	static const char *const keys[] = {
+		"architectures", "model_type", "hidden_size",
+		"num_hidden_layers", "vocab_size", "intermediate_size",
+		"moe_intermediate_size", "num_local_experts", "num_experts",
+		"n_routed_experts", "num_attention_heads",
+		"num_key_value_heads",
+	};
+	char path[8300];
+	json_t *m, *sc = NULL, *mc;
+	int other = 0;
+
+	ret_store[0] = ret_model[0] = 0;
+	snprintf(path, sizeof(path), "%s/manifest.json", store_dir);
+	m = json_load_file(path, 0, NULL);
+	if (m) {
+		const char *txt = json_string_value(json_object_get(m, "config"));
+
+		sc = txt ? json_loads(txt, 0, NULL) :
+			   json_incref(json_object_get(m, "config"));
+	}
+	snprintf(path, sizeof(path), "%s/config.json", model_dir);
+	mc = json_load_file(path, 0, NULL);
+	if (sc && json_is_object(sc) && mc) {
+		for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+			json_t *a = json_object_get(sc, keys[i]),
+			       *b = json_object_get(mc, keys[i]);
+
+			if ((a || b) && !(a && b && json_equal(a, b)))
+				other = 1;
+		}
+		describe_config(sc, ret_store, store_cap);
+		describe_config(mc, ret_model, model_cap);
+	}
+	json_decref(sc);
+	json_decref(mc);
+	json_decref(m);
+	return other;
+}

@@ -14,10 +14,13 @@
 #include "cli_cmds.h"
 #include "cli_device.h"
 #include "cli_instance.h"
+#include "cli_registry.h"
+#include "cli_superv.h"
 #include "cw_client.h"
 #include "st_daemon.h"
 #include "st_iconf.h"
 #include "st_numa.h"
+#include "st_superv.h"
 #include "st_util.h"
 
 static void inst_usage(FILE *f, const char *cmd)
@@ -28,6 +31,7 @@ static void inst_usage(FILE *f, const char *cmd)
 "Usage: strata %s [--config FILE] [--instance NAME] [--run-dir DIR]%s\n"
 "\n", cmd, up ?
 	" (--model DIR | --store DIR)\n"
+	"                 [--force] [--no-supervise] [--restart-limit N]\n"
 	"                 [--experts FMT] [--keep-layers SPEC] [--scale-search S]\n"
 	"                 [--expert-offload on|off] [--host-budget B]\n"
 	"                 [--kv-budget B] [--kv-spill-budget B] [--kv-dtype T]\n"
@@ -36,7 +40,9 @@ static void inst_usage(FILE *f, const char *cmd)
 	"                 [--dense-format bf16|f32] [--compute reference|fast]\n"
 	"                 [--http-port N] [--http-bind ADDR] [--max-running N]\n"
 	"                 [--max-queued N] [--max-step-tokens N]\n"
-	"                 [--chat-template T] [--device-budget B]\n"
+	"                 [--chat-template auto|chatml|mixtral|deepseek|none]\n"
+	"                 [--model-name NAME] [--prefetch-depth D]\n"
+	"                 [--device-budget B]\n"
 	"                 [--device-kv-budget B] [--timeout SEC] [--help-config]\n"
 	"                 [expert-tier options: --evict, --hot-experts,\n"
 	"                 --state-dir, --prefetch-depth, ... as for strata run]" :
@@ -52,7 +58,16 @@ static void inst_usage(FILE *f, const char *cmd)
 			"node's cores and\nits shared memory to the node's "
 			"memory (strata topo shows the choice).\n"
 			"--http-port N serves the OpenAI-compatible HTTP API on "
-			"127.0.0.1:N\n(API key: $STRATA_API_KEY, if set).\n"
+			"127.0.0.1:N\n(API key: $STRATA_API_KEY, if set) "
+			"under --model-name NAME (default: the --model\n"
+			"directory's name) with --chat-template (default auto: "
+			"from the store's\ntokenizer_config.json).\n"
+			"A supervisor restarts a daemon that dies (back-off; at "
+			"most --restart-limit N\ntimes in a row within 10 s of "
+			"its start, default 5; --no-supervise: none) and\n"
+			"answers a request computed dropped with 503 "
+			"computed_restarting.\n--force: replace a --store that "
+			"holds another model than --model.\n"
 			"--device-budget (25%%, 40GiB; 0 = the CPU) and "
 			"--device-kv-budget (bytes) size\ncomputed's device "
 			"expert slots and KV pages (CUDA builds; refused "
@@ -90,7 +105,8 @@ static const struct {
 	{ "expert-offload", "experts.offload" },
 	{ "host-budget", "experts.host_budget" },
 	{ "hot-experts", "experts.hot_experts" },
-	{ "prefetch-distance", "experts.prefetch_distance" },
+	{ "prefetch-depth", "experts.prefetch_depth" },
+	{ "prefetch-distance", "experts.prefetch_depth" }, /* the old name */
 	{ "loader-threads", "experts.loader_threads" },
 	{ "dense-format", "formats.attention" },
 	{ "kv-dtype", "kv.dtype" },            { "kv-budget", "kv.budget" },
@@ -149,9 +165,10 @@ static int parse(int argc, char **argv, const char *cmd,
 {
 	static const struct option tier_opts[] = { CLI_TIER_LONGOPTS };
 	static struct cli_tier_args tier; /* outlives parse(): inst->tier */
-	struct option opts[N_FLAGS + 5 + sizeof(tier_opts) / sizeof(tier_opts[0])];
+	struct option opts[N_FLAGS + 8 + sizeof(tier_opts) / sizeof(tier_opts[0])];
 	struct st_diag diag = { "" };
 	int c, is_up = !strcmp(cmd, "up"), n = 0, any_tier = 0;
+	int no_supervise = 0, restart_limit = CLI_SUPERV_LIMIT, force = 0;
 	const char *config = NULL;
 
 	for (size_t i = 0; i < N_FLAGS; i++)
@@ -171,6 +188,10 @@ static int parse(int argc, char **argv, const char *cmd,
 	opts[n++] = (struct option){ "config", required_argument, NULL, 'C' };
 	opts[n++] = (struct option){ "timeout", required_argument, NULL, 'T' };
 	opts[n++] = (struct option){ "help-config", no_argument, NULL, 'G' };
+	opts[n++] = (struct option){ "no-supervise", no_argument, NULL, 'S' };
+	opts[n++] = (struct option){ "force", no_argument, NULL, 'F' };
+	opts[n++] = (struct option){ "restart-limit", required_argument, NULL,
+				     'L' };
 	opts[n++] = (struct option){ "help", no_argument, NULL, 'h' };
 	opts[n] = (struct option){ 0 };
 
@@ -202,6 +223,36 @@ static int parse(int argc, char **argv, const char *cmd,
 		case 'C': break;
 		case 'T': *timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 120; break;
 		case 'G': st_iconf_print_help(stdout); exit(0);
+		case 'F':
+			if (!is_up) {
+				inst_usage(stderr, cmd);
+				return 2;
+			}
+			force = 1;
+			break;
+		case 'S':
+		case 'L':
+			if (!is_up) {
+				inst_usage(stderr, cmd);
+				return 2;
+			}
+			if (c == 'S') {
+				no_supervise = 1;
+				break;
+			}
+			{
+				char *end;
+				long v = strtol(optarg, &end, 10);
+
+				if (end == optarg || *end || v < 0 || v > 1000) {
+					fprintf(stderr, "strata up: --restart-limit "
+						"'%s': give a count 0..1000 (0: "
+						"never restart)\n", optarg);
+					return 2;
+				}
+				restart_limit = (int)v;
+			}
+			break;
 		case 'h': inst_usage(stdout, cmd); exit(0);
 		case CLI_OPT_EVICT ... CLI_OPT_ENGRAM_CACHE:
 			if (!is_up) {
@@ -228,6 +279,9 @@ static int parse(int argc, char **argv, const char *cmd,
 		return 2;
 	}
 	memset(inst, 0, sizeof(*inst));
+	inst->no_supervise = no_supervise;
+	inst->force_store = force;
+	inst->restart_limit = restart_limit;
 	copy(inst->name, sizeof(inst->name), st_iconf_get(conf, "instance.name"));
 	copy(inst->run_dir, sizeof(inst->run_dir),
 	     st_iconf_get(conf, "instance.run_dir"));
@@ -279,10 +333,10 @@ static int parse(int argc, char **argv, const char *cmd,
 				return 2;
 			any_tier = 1;
 		}
-		if (st_iconf_is_set(conf, "experts.prefetch_distance")) {
+		if (st_iconf_is_set(conf, "experts.prefetch_depth")) {
 			if (cli_tier_opt(&tier, CLI_OPT_PREFETCH_DEPTH,
 					 st_iconf_get(conf,
-					 "experts.prefetch_distance")) < 0)
+					 "experts.prefetch_depth")) < 0)
 				return 2;
 			any_tier = 1;
 		}
@@ -356,6 +410,12 @@ static int parse(int argc, char **argv, const char *cmd,
 				    "strata")) {
 		return 2;
 	}
+	/* down, status, restart: where `strata up` recorded the instance,
+	 * whatever run directory it was given */
+	if (!inst->run_dir[0] && !is_up &&
+	    cli_registry_lookup(inst->name, inst->run_dir,
+				sizeof(inst->run_dir)) < 0)
+		inst->run_dir[0] = 0;
 	if (!inst->run_dir[0])
 		st_run_dir_default(inst->name, inst->run_dir,
 				   sizeof(inst->run_dir));
@@ -379,6 +439,10 @@ static int prepare_store(const struct st_iconf *conf, struct cli_instance *inst,
 		return 2;
 	}
 	inst->store_is_cache = !inst->store_dir[0];
+	if (model && inst->store_dir[0] && !inst->force_store &&
+	    st_path_exists(inst->store_dir) &&
+	    cli_store_refuse_other(inst->store_dir, model, who))
+		return 1;
 	if (!inst->store_dir[0] &&
 	    (r = cli_default_store_dir(model, experts, inst->store_dir,
 				       sizeof(inst->store_dir))) < 0) {
@@ -417,7 +481,7 @@ int cli_cmd_up(int argc, char **argv)
 	if (!conf)
 		return 1;
 	/* conf lives until the daemons are started: inst.tier points
-	 * into it (experts.hot_experts, experts.prefetch_distance) */
+	 * into it (experts.hot_experts, experts.prefetch_depth) */
 	r = parse(argc, argv, "up", &inst, conf, &experts, &timeout_s);
 	if (r == 0)
 		r = prepare_store(conf, &inst, experts, "strata up");
@@ -437,16 +501,34 @@ int cli_cmd_up(int argc, char **argv)
 		r = 1;
 		goto out;
 	}
-	r = cli_instance_up(&inst, timeout_s, &diag);
+	r = inst.no_supervise ? cli_instance_up(&inst, timeout_s, &diag) :
+	    cli_superv_start(&inst, timeout_s, inst.restart_limit, &diag);
 	if (r < 0) {
 		fprintf(stderr, "strata up: %s\n", diag.msg);
 		cli_cache_hint(&inst, "strata up", diag.msg);
 		r = 1;
 		goto out;
 	}
-	printf("instance %s up: expertd %d, kvd %d, computed %d; run dir %s\n",
+	printf("instance %s up: expertd %d, kvd %d, computed %d; run dir %s%s\n",
 	       inst.name, inst.pid_expertd, inst.pid_kvd, inst.pid_computed,
-	       inst.run_dir);
+	       inst.run_dir, inst.no_supervise ? "" :
+	       "; a supervisor restarts a daemon that dies");
+	{
+		char url[160];
+
+		if (cli_instance_url(inst.run_dir, url, sizeof(url)) == 0)
+			printf("listening on %s\n", url);
+	}
+	r = cli_registry_add(inst.name, inst.run_dir);
+	if (r < 0) {
+		char dir[4096] = "";
+
+		cli_registry_dir(dir, sizeof(dir));
+		fprintf(stderr, "strata up: cannot record the instance in %s: "
+			"%s; strata ps will not list it, and down/status need "
+			"--run-dir %s\n", dir, st_strerror(r), inst.run_dir);
+	}
+	r = 0;
 out:
 	free(conf);
 	return r;
@@ -510,7 +592,7 @@ int cli_cmd_down(int argc, char **argv)
 	struct cli_instance inst;
 	struct st_iconf *conf = malloc(sizeof(*conf));
 	const char *unused = NULL;
-	int timeout_s = 0, r;
+	int timeout_s = 0, r, pids0[3], sv_pid;
 
 	if (!conf)
 		return 1;
@@ -519,15 +601,55 @@ int cli_cmd_down(int argc, char **argv)
 	if (r)
 		return r;
 	cli_instance_read_pids(&inst);
+	pids0[0] = inst.pid_expertd;
+	pids0[1] = inst.pid_kvd;
+	pids0[2] = inst.pid_computed;
 	if (!st_path_exists(inst.run_dir)) {
 		printf("instance %s is not running (no run directory %s)\n",
 		       inst.name, inst.run_dir);
+		cli_registry_remove(inst.name, inst.run_dir);
 		return 0;
 	}
+	/* the supervisor first: it would start again what we stop */
+	sv_pid = cli_superv_pid(inst.run_dir);
+	if (cli_superv_stop(inst.run_dir, 10000) > 0)
+		fprintf(stderr, "strata down: the supervisor did not stop on "
+			"SIGTERM and was killed\n");
 	r = cli_instance_down(&inst);
 	if (r < 0) {
 		fprintf(stderr, "strata down: %s\n", st_strerror(r));
 		return 1;
+	}
+	{
+		char state[4200];
+
+		st_run_path(inst.run_dir, "supervisor", "state", state,
+			    sizeof(state));
+		unlink(state);
+	}
+	cli_registry_remove(inst.name, inst.run_dir);
+	{
+		/* what we were to stop: still alive is a failure */
+		int pids[4] = { pids0[0], pids0[1], pids0[2], sv_pid }, left = 0;
+		char which[160] = "";
+
+		for (int i = 0; i < 4; i++)
+			if (pids[i] > 0 && st_pid_alive(pids[i])) {
+				left++;
+				snprintf(which + strlen(which),
+					 sizeof(which) - strlen(which), " %s %d",
+					 i == 3 ? "supervisor" :
+					 i == 0 ? "expertd" : i == 1 ? "kvd" :
+					 "computed", pids[i]);
+			}
+		if (left || cli_instance_state(&inst) > 0) {
+			fprintf(stderr, "strata down: instance %s is still "
+				"running (%s%s); see strata status --instance "
+				"%s\n", inst.name, left ? "still alive:" :
+				"a daemon answers on its socket", which,
+				inst.name);
+			return 1;
+		}
 	}
 	printf("instance %s down%s; logs kept in %s\n", inst.name,
 	       r > 0 ? " (some daemons had to be killed)" : "", inst.run_dir);
@@ -554,9 +676,17 @@ int cli_cmd_restart(int argc, char **argv)
 		return 1;
 	}
 	cli_instance_read_pids(&inst);
-	printf("%s of instance %s restarted: pid %d\n", daemon, inst.name,
-	       daemon[0] == 'e' ? inst.pid_expertd : daemon[0] == 'k' ?
-	       inst.pid_kvd : inst.pid_computed);
+	r = daemon[0] == 'e' ? inst.pid_expertd : daemon[0] == 'k' ?
+	    inst.pid_kvd : inst.pid_computed;
+	if (r <= 0) {
+		/* a daemon that answers without a pid file: nothing could
+		 * stop it later */
+		fprintf(stderr, "strata restart: %s answers but left no pid "
+			"file in %s; strata down --instance %s stops it\n",
+			daemon, inst.run_dir, inst.name);
+		return 1;
+	}
+	printf("%s of instance %s restarted: pid %d\n", daemon, inst.name, r);
 	return 0;
 }
 
@@ -616,7 +746,9 @@ int cli_cmd_status(int argc, char **argv)
 	struct cli_instance inst;
 	struct st_iconf *conf = malloc(sizeof(*conf));
 	const char *unused = NULL;
-	int timeout_s = 0, r, up = 0;
+	struct st_superv_state sv;
+	char url[160];
+	int timeout_s = 0, r, up = 0, have_sv;
 
 	if (!conf)
 		return 1;
@@ -624,21 +756,37 @@ int cli_cmd_status(int argc, char **argv)
 	free(conf);
 	if (r)
 		return r;
+	have_sv = st_superv_state_read(inst.run_dir, &sv) == 0;
 	printf("instance %s (run dir %s)\n", inst.name, inst.run_dir);
+	if (cli_instance_url(inst.run_dir, url, sizeof(url)) == 0)
+		printf("  listening on %s\n", url);
+	if (cli_superv_pid(inst.run_dir))
+		printf("  supervisor running, pid %d: restarts a daemon that "
+		       "dies\n", cli_superv_pid(inst.run_dir));
+	else
+		printf("  supervisor not running: nothing restarts a daemon "
+		       "that dies\n");
 	for (int i = 0; i < 3; i++) {
-		char ctl[4200];
+		char ctl[4200], extra[128] = "";
 		int32_t pid = 0;
 
+		if (have_sv && !strcmp(sv.d[i].name, names[i]) &&
+		    (sv.d[i].restarts || strcmp(sv.d[i].state, "running")))
+			snprintf(extra, sizeof(extra), "; %u restart%s, %s, "
+				 "last exit %s", sv.d[i].restarts,
+				 sv.d[i].restarts == 1 ? "" : "s",
+				 sv.d[i].state, sv.d[i].last_exit);
 		st_run_path(inst.run_dir, names[i], "ctl", ctl, sizeof(ctl));
 		if (st_path_exists(ctl) && st_daemon_ping(ctl, 1000, &pid) == 0) {
 			char a[32];
 
-			printf("  %-9s running, pid %d, peak RSS %s\n", names[i],
-			       pid, st_format_bytes(st_pid_peak_rss_bytes(pid),
-						    a, sizeof(a)));
+			printf("  %-9s running, pid %d, peak RSS %s%s\n",
+			       names[i], pid,
+			       st_format_bytes(st_pid_peak_rss_bytes(pid), a,
+					       sizeof(a)), extra);
 			up++;
 		} else {
-			printf("  %-9s not running\n", names[i]);
+			printf("  %-9s not running%s\n", names[i], extra);
 		}
 	}
 	print_placement(inst.name);

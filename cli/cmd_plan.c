@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "cli_cmds.h"
 #include "cw_dsv4.h"
@@ -15,6 +16,11 @@
 #include "st_plan.h"
 #include "st_util.h"
 
+/* Share of each memory a plan may use by default (vLLM's
+ * gpu_memory_utilization default): the rest is the OS's and other
+ * processes' headroom. */
+#define PLAN_MEM_UTIL 0.9
+
 static void plan_usage(FILE *f)
 {
 	fprintf(f,
@@ -23,7 +29,8 @@ static void plan_usage(FILE *f)
 "                   [--context N] [--kv-dtype f32|f16|bf16|fp8]\n"
 "                   [--experts FMT] [--dense-format bf16|f16|f32|fp8]\n"
 "                   [--hot-experts N] [--host-budget B] [--kv-budget B]\n"
-"                   [--activations B] [--page-rows N] [--json]\n"
+"                   [--activations B] [--page-rows N] [--mem-util F]\n"
+"                   [--json]\n"
 "\n"
 "Prints, per tier (T0 GPU when --gpu is given, T1 host RAM, T2 NVMe), the\n"
 "dense weights, hot and warm experts, KV cache (the sum over the model's\n"
@@ -44,6 +51,9 @@ static void plan_usage(FILE *f)
 "model's max_position_embeddings), --kv-dtype f32, --experts mxfp4.\n"
 "--config FILE reads an instance config (docs/strata.conf.example); flags\n"
 "win over it.\n"
+"--mem-util F (default 0.9, as vLLM's gpu_memory_utilization): the share\n"
+"of --ram (default: the machine's memory) and --gpu the plan may use; the\n"
+"rest is kept for the OS and other processes, and the output says how much.\n"
 "\n"
 "Example (a 100B-parameter MoE on a 48 GB GPU):\n"
 "  strata plan --expert-params 100B --dense-params 10B --experts-count 64 \\\n"
@@ -233,6 +243,7 @@ int cli_cmd_plan(int argc, char **argv)
 		{ "head-dim", required_argument, NULL, 8 },
 		{ "hidden", required_argument, NULL, 9 },
 		{ "json", no_argument, NULL, 'j' },
+		{ "mem-util", required_argument, NULL, 'U' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -245,6 +256,8 @@ int cli_cmd_plan(int argc, char **argv)
 	uint64_t ep = 0, dp = 0, ap = 0, tmp;
 	int n_exp = 0, top_k = 0, layers = 0, kvh = 0, hd = 0, hidden = 0;
 	int json = 0, c, rc = 0, tmpi, ctx_given = 0;
+	double mem_util = PLAN_MEM_UTIL;
+	uint64_t ram_total = 0, gpu_total = 0;
 	char *const *args = argv;
 
 	st_plan_opts_default(&o);
@@ -335,6 +348,17 @@ int cli_cmd_plan(int argc, char **argv)
 		case 8: rc |= int_arg(opts[c + 14].name, optarg, &hd); break;
 		case 9: rc |= int_arg(opts[c + 14].name, optarg, &hidden); break;
 		case 'j': json = 1; break;
+		case 'U': {
+			char *end;
+
+			mem_util = strtod(optarg, &end);
+			if (end == optarg || *end || !(mem_util > 0.0) ||
+			    mem_util > 1.0)
+				rc = bad("--mem-util", optarg,
+					 "a share of memory above 0, at most 1 "
+					 "(0.9)");
+			break;
+		}
 		case 'h': plan_usage(stdout); free(conf); return 0;
 		default: plan_usage(stderr); free(conf); return 2;
 		}
@@ -379,6 +403,18 @@ int cli_cmd_plan(int argc, char **argv)
 	}
 	if (rc == 0)
 		cap_context(&m, &o, ctx_given);
+	/* headroom: the plan sizes to mem_util of each memory, never to
+	 * the last byte the OS and other processes need too */
+	ram_total = o.ram_bytes;
+	if (!ram_total) {
+		long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+
+		ram_total = pages > 0 && psz > 0 ?
+			    (uint64_t)pages * (uint64_t)psz : 0;
+	}
+	gpu_total = o.gpu_bytes;
+	o.ram_bytes = (uint64_t)((double)ram_total * mem_util);
+	o.gpu_bytes = (uint64_t)((double)gpu_total * mem_util);
 	if (rc == 0)
 		rc = st_plan_compute(&m, &o, &r, &diag);
 	if (rc < 0) {
@@ -389,6 +425,15 @@ int cli_cmd_plan(int argc, char **argv)
 	if (json)
 		st_plan_print_json(&m, &o, &r, stdout);
 	else {
+		printf("memory kept for the OS and other processes: %.0f %% "
+		       "(--mem-util %.2f): %.2f of %.2f GB RAM%s",
+		       100.0 * (1.0 - mem_util), mem_util,
+		       (double)(ram_total - o.ram_bytes) / 1e9,
+		       (double)ram_total / 1e9, gpu_total ? "," : "\n");
+		if (gpu_total)
+			printf(" %.2f of %.2f GB GPU\n",
+			       (double)(gpu_total - o.gpu_bytes) / 1e9,
+			       (double)gpu_total / 1e9);
 		st_plan_print(&m, &o, &r, stdout);
 		cw_dsv4_plan_print_doc(&m, &o, &r, stdout);
 	}

@@ -26,6 +26,7 @@
 
 struct run_opts {
 	const char *model, *store, *prompt, *prompt_file, *experts;
+	int force;                /* --force: --store may hold another model */
 	const char *instance, *run_dir;
 	const char *host_budget, *kv_budget, *kv_spill, *kv_dtype;
 	const char *compute;
@@ -57,6 +58,8 @@ static void run_usage(FILE *f)
 "  --model DIR          Hugging Face checkpoint (default: the embedded\n"
 "                       models/kjv-moe)\n"
 "  --store DIR          use (or create) this store instead of the cached one\n"
+"  --force              with --model: replace a --store that holds another\n"
+"                       model (refused without it)\n"
 "  --experts FMT        expert format when converting: mxfp4 (default),\n"
 "                       nvfp4, e2m1-g32, e2m1-g128, fp8, bf16, f32\n"
 "  --keep-layers SPEC   layers kept at another format, e.g. first,last=bf16\n"
@@ -109,6 +112,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 	static const struct option opts[] = {
 		{ "model", required_argument, NULL, 'm' },
 		{ "store", required_argument, NULL, 's' },
+		{ "force", no_argument, NULL, 'F' },
 		{ "experts", required_argument, NULL, 'e' },
 		{ "prompt", required_argument, NULL, 'p' },
 		{ "prompt-file", required_argument, NULL, 'P' },
@@ -153,6 +157,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		switch (c) {
 		case 'm': o->model = optarg; break;
 		case 's': o->store = optarg; break;
+		case 'F': o->force = 1; break;
 		case 'e': o->experts = optarg; break;
 		case 'p': o->prompt = optarg; break;
 		case 'P': o->prompt_file = optarg; break;
@@ -700,6 +705,7 @@ int cli_cmd_run(int argc, char **argv)
 	{
 		struct cli_session_opts so = {
 			.model = o.model, .store = o.store, .experts = o.experts,
+			.force = o.force,
 			.instance = o.instance, .run_dir = o.run_dir,
 			.host_budget = o.host_budget, .kv_budget = o.kv_budget,
 			.kv_spill = o.kv_spill,

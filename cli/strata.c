@@ -27,6 +27,7 @@ static void usage(FILE *f)
 "  up        start expertd, kvd and computed for an instance\n"
 "  down      stop an instance and remove its segments and sockets\n"
 "  status    show whether an instance runs, with its counters\n"
+"  ps        list the running instances: model, URL, pids, memory\n"
 "  perplexity  perplexity of a text file (and KL divergence against a base)\n"
 "  restart   stop one daemon of an instance and start it again\n"
 "  topo      NUMA nodes, cores, caches, GPUs and NVMe; the node to use\n"
@@ -51,6 +52,7 @@ int main(int argc, char **argv)
 		{ "run", cli_cmd_run },       { "convert", cli_cmd_convert },
 		{ "verify", cli_cmd_verify }, { "up", cli_cmd_up },
 		{ "down", cli_cmd_down },     { "status", cli_cmd_status },
+		{ "ps", cli_cmd_ps },
 		{ "perplexity", cli_cmd_perplexity },
 		{ "info", cli_cmd_info },
 		{ "restart", cli_cmd_restart }, { "topo", cli_cmd_topo },

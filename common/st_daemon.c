@@ -2,6 +2,7 @@
 #include "st_daemon.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -67,25 +68,38 @@ int st_run_path(const char *run_dir, const char *daemon, const char *suffix,
 int st_pidfile_write(const char *run_dir, const char *daemon)
 {
 	char path[4096], txt[32];
-	int n;
+	int n, r;
 
 	if (st_run_path(run_dir, daemon, "pid", path, sizeof(path)) < 0)
 		return -ENAMETOOLONG;
 	n = snprintf(txt, sizeof(txt), "%d\n", (int)getpid());
-	return st_write_file(path, txt, (size_t)n);
+	r = st_write_file(path, txt, (size_t)n);
+	/* a full file system leaves an empty file behind: a pid file that
+	 * names no process would make `strata down` miss this daemon */
+	if (r < 0)
+		unlink(path);
+	return r;
 }
 
 int st_pidfile_read(const char *run_dir, const char *daemon)
 {
-	char path[4096], *txt;
-	int pid;
+	char path[4096], txt[32];
+	ssize_t n;
+	int fd, pid;
 
 	if (st_run_path(run_dir, daemon, "pid", path, sizeof(path)) < 0)
 		return 0;
-	if (st_read_file(path, &txt, NULL) < 0)
+	/* a bounded read: a pid file is a few digits, and what is there
+	 * instead (a device, a huge file) must not hang or flood us */
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+	if (fd < 0)
 		return 0;
+	n = read(fd, txt, sizeof(txt) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	txt[n] = 0;
 	pid = atoi(txt);
-	free(txt);
 	return pid > 0 ? pid : 0;
 }
 

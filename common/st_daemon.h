@@ -8,6 +8,10 @@
  *   <run_dir>/<daemon>.ctl     REP socket (ipc)
  *   <run_dir>/<daemon>.evt     PUB socket (ipc)
  *   <run_dir>/<daemon>.pid     pid file, removed on clean exit
+ *   <run_dir>/<daemon>.args    the daemon's argv, for restarts (strata up)
+ *   <run_dir>/<daemon>.lock    held while the daemon is restarted
+ *   <run_dir>/supervisor.*     pid, log, state (st_superv.h) and url of
+ *                              the supervisor of `strata up`
  * Default run_dir: $STRATA_RUN_DIR, else /run/strata/<instance> when
  * writable (root), else $XDG_RUNTIME_DIR/strata/<instance>, else
  * /tmp/strata-<uid>/<instance>.
@@ -34,7 +38,9 @@ int st_run_dir_prepare(const char *run_dir, struct st_diag *diag);
 int st_run_path(const char *run_dir, const char *daemon, const char *suffix,
 		char *buf, size_t len);
 
-/* Writes our pid into <run_dir>/<daemon>.pid.  0 or -errno. */
+/* Writes our pid into <run_dir>/<daemon>.pid.  0 or -errno (ENOSPC on a
+ * full file system, ...); on failure no pid file is left.  A daemon that
+ * cannot write it must not serve: nothing could find it to stop it. */
 int st_pidfile_write(const char *run_dir, const char *daemon);
 /* Reads the pid of a daemon from its pid file; 0 if absent/unreadable. */
 int st_pidfile_read(const char *run_dir, const char *daemon);

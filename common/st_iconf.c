@@ -42,8 +42,8 @@ static const struct st_iconf_knob knobs[] = {
 	  "--hot-experts", 1, "experts per layer pinned in the host pool, "
 	  "ranked by activation statistics: a count, bytes, or auto (none "
 	  "pinned; eviction by --evict)" },
-	{ "experts", "prefetch_distance", ST_ICONF_INT, 0, 8, NULL, "2",
-	  "--prefetch-distance", 1, "layers of router look-ahead for expert "
+	{ "experts", "prefetch_depth", ST_ICONF_INT, 0, 8, NULL, "2",
+	  "--prefetch-depth", 1, "layers of router look-ahead for expert "
 	  "prefetch (0: off)" },
 	{ "experts", "loader_threads", ST_ICONF_INT, 1, 64, NULL, "4",
 	  "--loader-threads", 1, "expertd threads reading the store" },
@@ -52,7 +52,8 @@ static const struct st_iconf_knob knobs[] = {
 	  "router) in the store" },
 	{ "formats", "shared_experts", ST_ICONF_ENUM, 0, 0, "bf16|f32|fp8",
 	  "bf16", "--shared-experts-format", 0, "shared experts' format "
-	  "(families with shared experts are not run yet)" },
+	  "(Qwen2-MoE's gated shared expert, kept in dense.bin and run "
+	  "by computed; set it with strata convert --shared-experts)" },
 	{ "kv", "dtype", ST_ICONF_ENUM, 0, 0, "f32|f16|bf16|fp8", "f32",
 	  "--kv-dtype", 1, "KV rows: f32 (reference), f16, bf16, fp8 (E4M3)" },
 	{ "kv", "budget", ST_ICONF_BUDGET, 0, 0, NULL, "1GiB", "--kv-budget",
@@ -122,6 +123,9 @@ const struct st_iconf_knob *st_iconf_knobs(int *ret_n)
 
 static int find(const char *section, const char *key)
 {
+	/* keys renamed since: the old name still reads */
+	if (!strcmp(section, "experts") && !strcmp(key, "prefetch_distance"))
+		key = "prefetch_depth";
 	for (size_t i = 0; i < ST_ARRAY_SIZE(knobs); i++)
 		if (!strcmp(knobs[i].section, section) &&
 		    !strcmp(knobs[i].key, key))

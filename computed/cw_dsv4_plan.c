@@ -395,7 +395,8 @@ void cw_dsv4_plan_print_doc(const struct st_plan_model *m,
 			     m->hidden == 5120;
 
 	if (!strcmp(m->name, "deepseek_v4") && real_v4) {
-		fprintf(f, "\nMODEL_FAMILY_DEEPSEEK_V4.md (V4-Flash) says, next to "
+		fprintf(f, "\nDeepSeek-V4-Flash as released (its checkpoint and "
+			"docs/models/deepseek-v4-flash.config.json), next to "
 			"this plan:\n"
 			"  one expert 13,369,344 B (12.75 MiB)        plan: %llu B\n"
 			"  experts of 43 layers 137 GiB                plan: %.2f GiB\n"
@@ -427,7 +428,8 @@ void cw_dsv4_plan_print_doc(const struct st_plan_model *m,
 					      0.0);
 	}
 	if (!strcmp(m->name, "deepseek_v41") && real_v41) {
-		fprintf(f, "\nMODEL_FAMILY_DEEPSEEK_V4.md (V4.1-Flash) says, next "
+		fprintf(f, "\nDeepSeek-V4.1-Flash as released (its checkpoint and "
+			"docs/models/deepseek-v41-flash.config.json), next "
 			"to this plan:\n"
 			"  one expert 18,800,640 B (17.93 MiB)         plan: %llu B\n"
 			"  15,360 experts 288.8 GB                     plan: %.1f GB\n"

@@ -1093,6 +1093,7 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	cw_metrics_init(&d->metrics);
+	d->metrics.run_dir = d->run_dir;
 	r = cw_sched_create(d->model, d->tok, d->kv, &d->sopts, &d->metrics,
 			    &d->sched);
 	if (r < 0) {
@@ -1138,7 +1139,15 @@ int main(int argc, char **argv)
 		st_err("cannot bind %s: %s", path, st_strerror(r));
 		goto out;
 	}
-	st_pidfile_write(d->run_dir, "computed");
+	/* without its pid file nothing finds this computed to stop it
+	 * (strata down, restart): refuse to serve rather than run unseen */
+	r = st_pidfile_write(d->run_dir, "computed");
+	if (r < 0) {
+		st_err("cannot write the pid file %s/computed.pid: %s; free "
+		       "space in the run directory's file system and start "
+		       "again", d->run_dir, st_strerror(r));
+		goto out;
+	}
 	st_info("ready: store %s, instance %s, KV %s, compute %s, run dir %s",
 		d->store_dir, d->instance,
 		d->mopts.kv_dtype == ST_DTYPE_F32 ? "f32 (reference mode)" :

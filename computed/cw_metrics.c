@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cw_gen.h"
+#include "st_superv.h"
 #include "st_util.h"
 
 #define CW_WINDOW_NS (10ull * 1000000000ull) /* tokens/s window */
@@ -281,6 +282,32 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 	tb_printf(&b, "strata_daemon_up{daemon=\"computed\"} 1\n"
 		  "strata_daemon_up{daemon=\"expertd\"} %d\n"
 		  "strata_daemon_up{daemon=\"kvd\"} %d\n", x->es_ok, x->kv_ok);
+	{
+		/* the supervisor's counts (st_superv.h), when one runs */
+		struct st_superv_state sv;
+		int have = m->run_dir &&
+			   st_superv_state_read(m->run_dir, &sv) == 0;
+
+		tb_metric(&b, "strata_supervised", "gauge",
+			  "1 when a supervisor (strata up) restarts the "
+			  "instance's daemons", have);
+		if (have) {
+			tb_head(&b, "strata_daemon_restarts_total", "counter",
+				"restarts of the daemon by the supervisor after "
+				"it died");
+			for (int i = 0; i < ST_SUPERV_DAEMONS; i++)
+				tb_printf(&b, "strata_daemon_restarts_total"
+					  "{daemon=\"%s\"} %u\n", sv.d[i].name,
+					  sv.d[i].restarts);
+			tb_head(&b, "strata_daemon_gave_up", "gauge",
+				"1 when the supervisor stopped restarting the "
+				"daemon (crash loop)");
+			for (int i = 0; i < ST_SUPERV_DAEMONS; i++)
+				tb_printf(&b, "strata_daemon_gave_up"
+					  "{daemon=\"%s\"} %d\n", sv.d[i].name,
+					  !strcmp(sv.d[i].state, "gave-up"));
+		}
+	}
 	tb_head(&b, "strata_daemon_epoch", "gauge",
 		"epoch of the daemon's shared segment; it rises when the "
 		"daemon was restarted and re-validated it");

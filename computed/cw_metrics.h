@@ -44,6 +44,9 @@ struct cw_metrics {
 	struct cw_hist ttft, tpot, step_batch;
 	/* tokens/s over a sliding window: two halves of window_ns */
 	uint64_t win_start_ns, win_tokens, prev_win_tokens, prev_win_ns;
+	/* the instance's run directory (not owned; NULL: none), where the
+	 * supervisor's restart counts are read at render time */
+	const char *run_dir;
 };
 
 void cw_metrics_init(struct cw_metrics *m);

@@ -536,8 +536,10 @@ int main(int argc, char **argv)
 		r = es_engram_start(&d, &diag);
 	if (r == 0)
 		r = es_server_bind(&d, &diag);
-	if (r == 0)
-		r = st_pidfile_write(d.opt.run_dir, ES_DAEMON_NAME);
+	if (r == 0 && (r = st_pidfile_write(d.opt.run_dir, ES_DAEMON_NAME)) < 0)
+		st_diag_set(&diag, r, "cannot write the pid file %s/%s.pid (free "
+			    "space in the run directory's file system)",
+			    d.opt.run_dir, ES_DAEMON_NAME);
 	if (r < 0) {
 		st_err("cannot start: %s (%s)", diag.msg, st_strerror(r));
 		/* An adopted pool keeps its experts for the next try. */

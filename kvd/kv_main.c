@@ -291,8 +291,17 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	r = st_pidfile_write(cfg.run_dir, "kvd");
-	if (r < 0)
-		st_warn("pid file in %s: %s", cfg.run_dir, st_strerror(r));
+	if (r < 0) {
+		/* nothing could find this kvd to stop it: do not serve */
+		st_err("cannot write the pid file %s/kvd.pid: %s; free space "
+		       "in the run directory's file system and start again",
+		       cfg.run_dir, st_strerror(r));
+		srv->keep_pool = 1; /* computed's pages, for the next kvd */
+		kv_server_stop(srv);
+		free(srv);
+		close(sigfd);
+		return 1;
+	}
 	st_info("serving instance %s in %s (budget %llu bytes, spill budget "
 		"%llu bytes, %u sequences of up to %u rows)", cfg.instance,
 		cfg.run_dir, (unsigned long long)cfg.budget_bytes,

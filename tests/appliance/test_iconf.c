@@ -64,7 +64,7 @@ static void test_example_sets_every_key(void **state)
 			    "first,last=fp8");
 	assert_string_equal(st_iconf_get(c, "kv.page_rows"), "16");
 	assert_string_equal(st_iconf_get(c, "model.store"),
-			    "/srv/strata/mixtral-8x7b-mxfp4.strata");
+			    "/tmp/strata-example/kjv-moe-mxfp4.strata");
 	assert_string_equal(st_iconf_get(c, "plan.context"), "4096");
 	/* the example names the knobs not honoured yet in its comments, and
 	 * the table agrees on which they are */

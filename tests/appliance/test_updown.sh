@@ -60,6 +60,7 @@ store = $TMP/store
 [experts]
 host_budget = 50%
 loader_threads = 1
+# the old name of prefetch_depth, still read
 prefetch_distance = 1
 hot_experts = 2
 [kv]
@@ -117,7 +118,11 @@ for a in "--evict lru " "--admit precision " "--stats-half-life 100 "; do
 done
 
 # the [serve] keys reach computed, and its HTTP API answers
-tr '\0' ' ' <"$RUN/computed.args" | grep -q -- "--http-port $port .*--max-running 4 .*--chat-template none" ||
+# (computed serves a private port behind the supervisor's HTTP front,
+# which owns the configured one)
+grep -q "^listening on http://127.0.0.1:$port\$" "$TMP/up.out" ||
+	{ echo "FAIL: up does not print where it listens"; cat "$TMP/up.out"; fail=1; }
+tr '\0' ' ' <"$RUN/computed.args" | grep -q -- "--http-port [0-9]* --http-bind 127.0.0.1 .*--max-running 4 .*--chat-template none" ||
 	{ echo "FAIL: [serve] keys not passed to computed: $(tr '\0' ' ' <"$RUN/computed.args")"; fail=1; }
 # the model id: a given --store serves under the store's name ...
 curl -s "http://127.0.0.1:$port/v1/models" | grep -q '"id": *"store"' ||

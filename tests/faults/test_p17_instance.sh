@@ -1,8 +1,8 @@
 #!/bin/sh
 # PITFALLS P17 (shared memory after SIGKILL) for a whole instance through
 # the strata CLI, every segment owner at once:
-#  - ten cycles: kill -9 expertd, kvd and computed together (a crashed
-#    instance), `strata up` again: exactly one segment per pool, owned by
+#  - ten cycles: kill -9 the supervisor, expertd, kvd and computed
+#    together (a crashed instance), `strata up` again: exactly one segment per pool, owned by
 #    the new daemon (owner pid in the segment header = its pid file), epoch
 #    bumped, and the instance serves the same greedy text as before;
 #  - a segment whose owner is alive is never removed: `strata down` of the
@@ -51,7 +51,8 @@ want=$(gen) || { echo "FAIL: strata run"; cat "$TMP/run.err"; exit 1; }
 for i in 1 2 3 4 5 6 7 8 9 10; do
 	set -- $(hdr experts) $(hdr kv)
 	es_epoch=$2 kv_epoch=$4
-	kill -9 $(cat "$run/expertd.pid" "$run/kvd.pid" "$run/computed.pid")
+	# the supervisor too: the whole instance crashed
+	kill -9 $(cat "$run/supervisor.pid" "$run/expertd.pid" "$run/kvd.pid" "$run/computed.pid")
 	sleep 0.1
 	[ "$(nseg)" = 2 ] || { echo "FAIL: cycle $i: $(nseg) segments after kill -9"; fail=1; }
 	up
@@ -80,7 +81,7 @@ before="$(hdr experts) $(hdr kv)"
 got=$(gen) && [ "$got" = "$want" ] || { echo "FAIL: instance broken after the foreign down"; fail=1; }
 
 # kill -9 everything; `strata down` cleans up the dead instance
-kill -9 $(cat "$run/expertd.pid" "$run/kvd.pid" "$run/computed.pid")
+kill -9 $(cat "$run/supervisor.pid" "$run/expertd.pid" "$run/kvd.pid" "$run/computed.pid")
 sleep 0.1
 "$STRATA" down --instance "$inst" --run-dir "$run" >/dev/null 2>&1
 [ "$(nseg)" = 0 ] || { echo "FAIL: $(nseg) segments after strata down"; fail=1; }

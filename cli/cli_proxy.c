@@ -1,0 +1,490 @@
+/* cli_proxy.c — see cli_proxy.h.
+ *
+ * One thread, one epoll set, level-triggered.  Each connection pairs the
+ * client's socket with one to computed; each side has one buffer that is
+ * filled only when empty (so a slow reader holds its writer back: no
+ * unbounded buffering).  A connection whose reply is a 503 of ours reads
+ * and drops what the client still sends, answers once some request bytes
+ * came, then closes its writing side and lingers until the client closes
+ * (or LINGER_MS), so that the client reads the answer instead of a reset. */
+#include "cli_proxy.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "st_daemon.h"
+#include "st_log.h"
+#include "st_util.h"
+
+#define PX_BUF 16384
+#define PX_LINGER_MS 2000
+#define PX_MAX_CONNS 4096
+
+static const char k_body[] =
+	"{\"error\":{\"message\":\"computed (the compute worker) stopped "
+	"while this request ran or is starting again; retry the request in "
+	"a moment\",\"type\":\"server_error\",\"param\":null,"
+	"\"code\":\"computed_restarting\"}}\n";
+
+struct px_side {
+	int fd;
+	size_t len, off; /* bytes read from fd, waiting for the other side */
+	int eof;         /* fd read returned 0 */
+	char buf[PX_BUF];
+};
+
+struct px_conn {
+	struct px_side c, b; /* client; computed (backend) */
+	int connecting;      /* backend connect(2) in progress */
+	int awaiting;        /* client bytes came after computed's last */
+	int answer;          /* we answer 503 (computed gone or down) */
+	int cw_pid;          /* computed's pid when the client came */
+	int closing;         /* close once c's pending bytes are written */
+	uint64_t linger_ns;  /* after our answer: close at this time */
+	uint32_t ev_c, ev_b; /* epoll interest now */
+	struct px_conn *prev, *next;
+};
+
+struct cli_proxy {
+	int lfd, efd, stopfd, private_port;
+	char run_dir[4096];  /* computed's pid file is there */
+	pthread_t thread;
+	int started;
+	struct px_conn *conns;
+	int n_conns;
+	_Atomic uint64_t n_retry;
+};
+
+/* epoll data: the connection pointer, its low bit = backend side */
+static void *tag(struct px_conn *c, int backend)
+{
+	return (void *)((uintptr_t)c | (uintptr_t)backend);
+}
+
+static void set_ev(struct cli_proxy *p, int fd, uint32_t *cur, uint32_t want,
+		   void *data)
+{
+	struct epoll_event ev = { .events = want, .data.ptr = data };
+
+	if (fd < 0 || *cur == want)
+		return;
+	/* no interest: out of the set, or a hang-up (always reported)
+	 * would wake us for ever while the other side drains */
+	if (!want)
+		epoll_ctl(p->efd, EPOLL_CTL_DEL, fd, NULL);
+	else
+		epoll_ctl(p->efd, *cur ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd,
+			  &ev);
+	*cur = want;
+}
+
+static void conn_close(struct cli_proxy *p, struct px_conn *c)
+{
+	if (c->c.fd >= 0)
+		close(c->c.fd);
+	if (c->b.fd >= 0)
+		close(c->b.fd);
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		p->conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	p->n_conns--;
+	free(c);
+}
+
+static void drop_backend(struct cli_proxy *p, struct px_conn *c)
+{
+	(void)p;
+	if (c->b.fd >= 0)
+		close(c->b.fd); /* close removes it from the epoll set */
+	c->b.fd = -1;
+	c->ev_b = 0;
+	c->b.len = c->b.off = 0;
+}
+
+/* Computed is gone (or was never reached): answer 503 when a request
+ * waits (or when one comes), else close once the client has all it got. */
+static void backend_gone(struct cli_proxy *p, struct px_conn *c,
+			 int never_reached)
+{
+	size_t pending = c->b.len - c->b.off;
+	int cw = never_reached ? 0 : st_pidfile_read(p->run_dir, "computed");
+
+	if (pending || (!never_reached && c->cw_pid > 0 && cw == c->cw_pid &&
+			st_pid_alive(cw))) {
+		/* a response under way can only be cut; and when the same
+		 * computed lives, it closed the connection on purpose (a
+		 * time-out, a limit): so do we, after what it sent */
+		memmove(c->b.buf, c->b.buf + c->b.off, pending);
+		c->b.off = 0;
+		c->b.len = pending;
+		close(c->b.fd);
+		c->b.fd = -1;
+		c->ev_b = 0;
+		c->closing = 1;
+		return;
+	}
+	drop_backend(p, c);
+	if (c->awaiting || never_reached) {
+		c->answer = 1;
+		c->c.len = c->c.off = 0; /* the request goes nowhere now */
+	} else {
+		c->closing = 1;
+	}
+}
+
+/* Queues our 503 on the client side once request bytes came. */
+static void queue_answer(struct cli_proxy *p, struct px_conn *c)
+{
+	int n;
+
+	if (!c->answer || !c->awaiting || c->linger_ns || c->b.len)
+		return;
+	n = snprintf(c->b.buf, sizeof(c->b.buf),
+		     "HTTP/1.1 503 Service Unavailable\r\n"
+		     "Content-Type: application/json\r\n"
+		     "Retry-After: 2\r\nConnection: close\r\n"
+		     "Content-Length: %zu\r\n\r\n%s",
+		     sizeof(k_body) - 1, k_body);
+	c->b.off = 0;
+	c->b.len = (size_t)n;
+	c->linger_ns = st_now_ns() + PX_LINGER_MS * 1000000ull;
+	atomic_fetch_add(&p->n_retry, 1);
+}
+
+static void update(struct cli_proxy *p, struct px_conn *c);
+
+/* Computed's side ended: backend_gone, our answer queued, and the
+ * connection closed when nothing is left to send.  1 when closed. */
+static int gone(struct cli_proxy *p, struct px_conn *c, int never_reached)
+{
+	backend_gone(p, c, never_reached);
+	queue_answer(p, c);
+	if (c->closing && c->b.len == 0) {
+		conn_close(p, c);
+		return 1;
+	}
+	update(p, c);
+	return 0;
+}
+
+static void update(struct cli_proxy *p, struct px_conn *c)
+{
+	uint32_t ec = 0, eb = 0;
+
+	if (!c->c.eof && (c->answer ? 1 : c->c.len == 0) && !c->closing)
+		ec |= EPOLLIN;
+	if (c->b.len > c->b.off)
+		ec |= EPOLLOUT;
+	if (c->b.fd >= 0) {
+		if (c->connecting || c->c.len > c->c.off)
+			eb |= EPOLLOUT;
+		if (!c->connecting && !c->b.eof && c->b.len == 0)
+			eb |= EPOLLIN;
+	}
+	set_ev(p, c->c.fd, &c->ev_c, ec, tag(c, 0));
+	set_ev(p, c->b.fd, &c->ev_b, eb, tag(c, 1));
+}
+
+static void new_conn(struct cli_proxy *p)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	struct px_conn *c;
+	int fd = accept4(p->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), r;
+
+	if (fd < 0)
+		return;
+	if (p->n_conns >= PX_MAX_CONNS || !(c = calloc(1, sizeof(*c)))) {
+		close(fd);
+		return;
+	}
+	c->c.fd = fd;
+	c->cw_pid = st_pidfile_read(p->run_dir, "computed");
+	c->next = p->conns;
+	if (p->conns)
+		p->conns->prev = c;
+	p->conns = c;
+	p->n_conns++;
+	a.sin_port = htons((uint16_t)p->private_port);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	c->b.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	r = c->b.fd < 0 ? -1 : connect(c->b.fd, (struct sockaddr *)&a, sizeof(a));
+	if (r < 0 && c->b.fd >= 0 && errno == EINPROGRESS)
+		c->connecting = 1;
+	else if (r < 0)
+		backend_gone(p, c, 1);
+	update(p, c);
+}
+
+/* Writes side s's pending bytes to fd.  0, or -1 when fd failed. */
+static int flush(struct px_side *s, int fd)
+{
+	while (s->len > s->off) {
+		ssize_t w = send(fd, s->buf + s->off, s->len - s->off,
+				 MSG_NOSIGNAL);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w < 0)
+			return errno == EAGAIN ? 0 : -1;
+		s->off += (size_t)w;
+	}
+	s->len = s->off = 0;
+	return 0;
+}
+
+static void on_client(struct cli_proxy *p, struct px_conn *c, uint32_t ev)
+{
+	if (ev & EPOLLOUT) {
+		if (flush(&c->b, c->c.fd) < 0) {
+			conn_close(p, c);
+			return;
+		}
+		if (c->b.len == 0 && c->linger_ns)
+			shutdown(c->c.fd, SHUT_WR); /* our answer is out */
+		if (c->b.len == 0 && c->closing) {
+			conn_close(p, c);
+			return;
+		}
+	}
+	if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) &&
+	    (c->answer || c->c.len == 0)) {
+		char drop[PX_BUF];
+		int answering = c->answer;
+		ssize_t n = read(c->c.fd, answering ? drop : c->c.buf, PX_BUF);
+
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			goto out;
+		if (n <= 0) {
+			c->c.eof = 1;
+			if (n < 0 || answering || c->b.fd < 0) {
+				conn_close(p, c);
+				return;
+			}
+			if (c->c.len == 0 && !c->connecting)
+				shutdown(c->b.fd, SHUT_WR); /* half-close on */
+			goto out;
+		}
+		c->awaiting = 1;
+		if (!answering) {
+			c->c.len = (size_t)n;
+			c->c.off = 0;
+		}
+		queue_answer(p, c);
+	}
+out:
+	update(p, c);
+}
+
+static void on_backend(struct cli_proxy *p, struct px_conn *c, uint32_t ev)
+{
+	if (c->connecting && (ev & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
+		int err = 0;
+		socklen_t l = sizeof(err);
+
+		getsockopt(c->b.fd, SOL_SOCKET, SO_ERROR, &err, &l);
+		c->connecting = 0;
+		if (err) {
+			gone(p, c, 1);
+			return;
+		}
+		if (c->c.eof && c->c.len == 0)
+			shutdown(c->b.fd, SHUT_WR);
+	}
+	if ((ev & EPOLLOUT) && c->c.len > c->c.off) {
+		if (flush(&c->c, c->b.fd) < 0) {
+			gone(p, c, 0);
+			return;
+		}
+		if (c->c.len == 0 && c->c.eof)
+			shutdown(c->b.fd, SHUT_WR);
+	}
+	if ((ev & (EPOLLIN | EPOLLHUP | EPOLLERR)) && c->b.len == 0 &&
+	    c->b.fd >= 0) {
+		ssize_t n = read(c->b.fd, c->b.buf, PX_BUF);
+
+		if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
+			update(p, c);
+			return;
+		}
+		if (n <= 0) {
+			gone(p, c, 0);
+			return;
+		}
+		c->b.len = (size_t)n;
+		c->b.off = 0;
+		/* an interim "100 Continue" does not start the response */
+		if (!(n >= 12 && !memcmp(c->b.buf, "HTTP/1.1 100", 12)))
+			c->awaiting = 0;
+	}
+	update(p, c);
+}
+
+static void *px_thread(void *arg)
+{
+	struct cli_proxy *p = arg;
+	struct epoll_event evs[64];
+
+	for (;;) {
+		int n = epoll_wait(p->efd, evs, 64, 200);
+		uint64_t now;
+
+		for (int i = 0; i < n; i++) {
+			void *d = evs[i].data.ptr;
+
+			if (d == (void *)p) {
+				new_conn(p);
+			} else if (d == (void *)&p->stopfd) {
+				return NULL;
+			} else {
+				struct px_conn *c = (struct px_conn *)
+					((uintptr_t)d & ~(uintptr_t)1);
+
+				/* an earlier event of this batch may have
+				 * closed it: look it up */
+				struct px_conn *k = p->conns;
+
+				while (k && k != c)
+					k = k->next;
+				if (!k)
+					continue;
+				if ((uintptr_t)d & 1)
+					on_backend(p, c, evs[i].events);
+				else
+					on_client(p, c, evs[i].events);
+			}
+		}
+		now = st_now_ns();
+		for (struct px_conn *c = p->conns, *nx; c; c = nx) {
+			nx = c->next;
+			if (c->linger_ns && now > c->linger_ns)
+				conn_close(p, c);
+		}
+	}
+}
+
+/* A free port on 127.0.0.1 (bound and released: computed binds it next;
+ * another process taking it meanwhile makes computed's start fail
+ * loudly, and the supervisor tries again). */
+static int free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t l = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = -errno;
+
+	if (fd < 0)
+		return port;
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (bind(fd, (struct sockaddr *)&a, sizeof(a)) < 0 ||
+	    getsockname(fd, (struct sockaddr *)&a, &l) < 0)
+		port = -errno;
+	else
+		port = ntohs(a.sin_port);
+	close(fd);
+	return port;
+}
+
+int cli_proxy_create(const char *bind_addr, int port, const char *run_dir,
+		     struct cli_proxy **ret, int *ret_private_port,
+		     struct st_diag *diag)
+{
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
+				  .ai_flags = AI_NUMERICSERV | AI_PASSIVE };
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct cli_proxy *p = calloc(1, sizeof(*p));
+	struct addrinfo *ai = NULL;
+	char ps[16];
+	int one = 1, r;
+
+	if (!p)
+		return st_diag_set(diag, -ENOMEM, "out of memory");
+	p->lfd = p->efd = p->stopfd = -1;
+	snprintf(p->run_dir, sizeof(p->run_dir), "%s", run_dir);
+	snprintf(ps, sizeof(ps), "%d", port);
+	r = getaddrinfo(bind_addr, ps, &hints, &ai);
+	if (r) {
+		free(p);
+		return st_diag_set(diag, -EINVAL, "--http-bind %s: %s",
+				   bind_addr, gai_strerror(r));
+	}
+	p->lfd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+			0);
+	if (p->lfd < 0 ||
+	    setsockopt(p->lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+	    bind(p->lfd, ai->ai_addr, ai->ai_addrlen) < 0 ||
+	    listen(p->lfd, 512) < 0) {
+		r = -errno;
+		freeaddrinfo(ai);
+		cli_proxy_destroy(p);
+		return st_diag_set(diag, r, "cannot listen on %s port %d: %s%s",
+				   bind_addr, port, strerror(-r),
+				   r == -EADDRINUSE ? " (another process uses "
+				   "it: choose another --http-port)" : "");
+	}
+	freeaddrinfo(ai);
+	p->private_port = free_port();
+	p->efd = epoll_create1(EPOLL_CLOEXEC);
+	p->stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (p->private_port < 0 || p->efd < 0 || p->stopfd < 0) {
+		r = p->private_port < 0 ? p->private_port : -errno;
+		cli_proxy_destroy(p);
+		return st_diag_set(diag, r, "HTTP front: %s", st_strerror(r));
+	}
+	ev.data.ptr = p;
+	epoll_ctl(p->efd, EPOLL_CTL_ADD, p->lfd, &ev);
+	ev.data.ptr = &p->stopfd;
+	epoll_ctl(p->efd, EPOLL_CTL_ADD, p->stopfd, &ev);
+	*ret_private_port = p->private_port;
+	*ret = p;
+	return 0;
+}
+
+int cli_proxy_start(struct cli_proxy *p)
+{
+	int r = pthread_create(&p->thread, NULL, px_thread, p);
+
+	if (r)
+		return -r;
+	p->started = 1;
+	return 0;
+}
+
+uint64_t cli_proxy_n_retry_errors(struct cli_proxy *p)
+{
+	return p ? atomic_load(&p->n_retry) : 0;
+}
+
+void cli_proxy_destroy(struct cli_proxy *p)
+{
+	if (!p)
+		return;
+	if (p->started) {
+		uint64_t one = 1;
+
+		if (write(p->stopfd, &one, sizeof(one)) == sizeof(one))
+			pthread_join(p->thread, NULL);
+	}
+	while (p->conns)
+		conn_close(p, p->conns);
+	if (p->lfd >= 0)
+		close(p->lfd);
+	if (p->efd >= 0)
+		close(p->efd);
+	if (p->stopfd >= 0)
+		close(p->stopfd);
+	free(p);
+}
