@@ -4,7 +4,9 @@
  *
  * Three phases:
  *  1. check: config, every expert matrix and every dense role with its
- *     shape and dtype, tokenizer files; nothing is written before all pass;
+ *     shape and dtype, tokenizer files (loaded, ids within the
+ *     vocabulary), every float weight finite; nothing is written before
+ *     all pass;
  *  2. write into OUT.tmp-<pid>: dense.bin, experts-LLL.bin, the copied
  *     files, manifest.json last; every file fsynced, then the directory;
  *  3. publish: rename the temporary directory to OUT (atomic exchange with
@@ -37,6 +39,7 @@
 #include "st_gptq.h"
 #include "st_safetensors.h"
 #include "st_store.h"
+#include "st_tokenizer.h"
 #include "st_log.h"
 #include "st_util.h"
 
@@ -664,6 +667,89 @@ static int check_copied_files(struct conv *c)
 					   "needs the tokenizer)", c->model_dir,
 					   copied_files[i].name);
 		}
+	}
+	return 0;
+}
+
+/* The tokenizer must load as computed will load it, and its ids must
+ * index the embedding (vocab_size rows): a broken or mismatched
+ * tokenizer is refused here, not met by the first request. */
+static int check_tokenizer(struct conv *c)
+{
+	struct st_tokenizer *tok = NULL;
+	struct st_diag d = { "" };
+	int r = st_tokenizer_load(c->model_dir, &tok, &d);
+	int n;
+
+	if (r)
+		return st_diag_set(c->diag, r, "checkpoint %s: the tokenizer "
+				   "cannot be loaded: %s; fix or replace "
+				   "tokenizer.json / tokenizer_config.json "
+				   "(nothing was written)", c->model_dir, d.msg);
+	n = st_tokenizer_n_vocab(tok);
+	st_tokenizer_free(tok);
+	if (c->cfg.vocab_size > 0 && n > c->cfg.vocab_size)
+		return st_diag_set(c->diag, -ST_E_TOKENIZER, "checkpoint %s: "
+				   "tokenizer.json has token ids up to %d, but "
+				   "config.json vocab_size is %d (the embedding's "
+				   "rows): the tokenizer does not belong to these "
+				   "weights (nothing was written)", c->model_dir,
+				   n - 1, c->cfg.vocab_size);
+	return 0;
+}
+
+/* Index of the first NaN or infinity (all exponent bits set) among the n
+ * elements of a F32, F16 or BF16 tensor at src, or -1 (also for any
+ * other dtype: codes are kept as shipped). */
+static int64_t first_nonfinite(enum st_dtype dt, const uint8_t *src,
+			       uint64_t n, int *ret_nan)
+{
+	uint32_t mask, mant;
+	size_t es;
+
+	switch (dt) {
+	case ST_DTYPE_F32: mask = 0x7f800000u; mant = 0x007fffffu; es = 4; break;
+	case ST_DTYPE_F16: mask = 0x7c00u; mant = 0x03ffu; es = 2; break;
+	case ST_DTYPE_BF16: mask = 0x7f80u; mant = 0x007fu; es = 2; break;
+	default: return -1;
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t v = 0;
+
+		memcpy(&v, src + i * es, es); /* little-endian host */
+		if ((v & mask) == mask) {
+			*ret_nan = (v & mant) != 0;
+			return (int64_t)i;
+		}
+	}
+	return -1;
+}
+
+/* Every float tensor of the checkpoint holds finite values: a NaN or an
+ * infinity (a damaged download or export) would make every token's
+ * logits NaN, so the tensor, its file and the element are named. */
+static int check_finite(struct conv *c)
+{
+	for (int i = 0; i < c->ck->n_tensors; i++) {
+		const struct st_tensor_info *t = &c->ck->tensors[i];
+		int nan = 0;
+		int64_t k = first_nonfinite(t->dtype,
+					    st_checkpoint_data(c->ck, t),
+					    t->n_elems, &nan);
+		char where[64] = "";
+
+		if (k < 0)
+			continue;
+		if (t->n_dims == 2)
+			snprintf(where, sizeof(where), " [%" PRId64 ", %" PRId64
+				 "]", k / t->shape[1], k % t->shape[1]);
+		return st_diag_set(c->diag, -ST_E_FORMAT, "checkpoint %s: "
+				   "tensor %s (file %s) holds %s at element %"
+				   PRId64 "%s: the weights are damaged; "
+				   "re-download or re-export the checkpoint "
+				   "(nothing was written)", c->model_dir,
+				   t->name, c->ck->file_names[t->file_index],
+				   nan ? "a NaN" : "an infinity", k, where);
 	}
 	return 0;
 }
@@ -2196,9 +2282,10 @@ static int check_all_dsv4(struct conv *c)
 	c->is_attn = calloc((size_t)c->ck->n_tensors + 1, 1);
 	if (!c->is_expert || !c->is_attn)
 		return st_diag_set(c->diag, -ENOMEM, "out of memory");
-	if ((r = check_experts_dsv4(c)) || (r = check_dense_dsv4(c)))
+	if ((r = check_experts_dsv4(c)) || (r = check_dense_dsv4(c)) ||
+	    (r = check_copied_files(c)) || (r = check_tokenizer(c)))
 		return r;
-	return check_copied_files(c);
+	return check_finite(c);
 }
 
 /* Checkpoint bytes of the Engram tables (progress). */
@@ -2242,7 +2329,9 @@ static int check_all_dsv41(struct conv *c)
 	    (r = check_dense_dsv4(c)))
 		return r;
 	c->total += engram_bytes(c);
-	return check_copied_files(c);
+	if ((r = check_copied_files(c)) || (r = check_tokenizer(c)))
+		return r;
+	return check_finite(c);
 }
 
 /* The manifest's "skipped" list: the groups of checkpoint tensors a V4.1
@@ -2331,7 +2420,8 @@ static int check_all(struct conv *c)
 	if (!c->is_expert || !c->is_attn || !c->is_shexp)
 		return st_diag_set(c->diag, -ENOMEM, "out of memory");
 	if ((r = check_experts(c)) || (r = check_dense(c)) ||
-	    (r = check_copied_files(c)))
+	    (r = check_copied_files(c)) || (r = check_tokenizer(c)) ||
+	    (r = check_finite(c)))
 		return r;
 	for (int i = 0; i < c->ck->n_tensors; i++)
 		c->total += c->ck->tensors[i].n_bytes;
