@@ -44,6 +44,25 @@ static int push_special(struct ids *v, const struct st_tokenizer *tok,
 	return ids_push(v, &id, 1);
 }
 
+/* Encodes len bytes of text (never parsed for special tokens: P3; BOS
+ * and the like where add_special and the tokenizer adds them to any
+ * prompt) and appends the ids. */
+static int push_encoded(struct ids *v, const struct st_tokenizer *tok,
+			const char *s, size_t len, int add_special,
+			struct st_diag *diag)
+{
+	int32_t *out = NULL;
+	size_t n = 0;
+	int r = st_tokenizer_encode(tok, s, len, add_special, 0, &out, &n);
+
+	if (r < 0)
+		return st_diag_set(diag, r, "cannot encode a message: %s",
+				   st_strerror(r));
+	r = ids_push(v, out, n);
+	free(out);
+	return r;
+}
+
 /* Text of a segment: never parsed for special tokens (P3). */
 static int push_text(struct ids *v, const struct st_tokenizer *tok,
 		     const char *a, const char *b, const char *c,
@@ -51,8 +70,6 @@ static int push_text(struct ids *v, const struct st_tokenizer *tok,
 {
 	size_t la = strlen(a), lb = b ? strlen(b) : 0, lc = c ? strlen(c) : 0;
 	char *s = malloc(la + lb + lc + 1);
-	int32_t *out = NULL;
-	size_t n = 0;
 	int r;
 
 	if (!s)
@@ -67,13 +84,8 @@ static int push_text(struct ids *v, const struct st_tokenizer *tok,
 		free(s);
 		return 0;
 	}
-	r = st_tokenizer_encode(tok, s, la + lb + lc, 0, 0, &out, &n);
+	r = push_encoded(v, tok, s, la + lb + lc, 0, diag);
 	free(s);
-	if (r < 0)
-		return st_diag_set(diag, r, "cannot encode a message: %s",
-				   st_strerror(r));
-	r = ids_push(v, out, n);
-	free(out);
 	return r;
 }
 
@@ -328,8 +340,6 @@ static int encode_plain(const struct st_tokenizer *tok,
 	static const char *const label[3] = { "System", "User", "Assistant" };
 	size_t len = sizeof("Assistant:");
 	char *s, *p;
-	int32_t *out = NULL;
-	size_t n_out = 0;
 	int r;
 
 	for (int i = 0; i < n; i++)
@@ -341,13 +351,8 @@ static int encode_plain(const struct st_tokenizer *tok,
 		p += sprintf(p, "%s: %s\n\n", label[role_of(msgs[i].role)],
 			     msgs[i].content);
 	strcpy(p, "Assistant:");
-	r = st_tokenizer_encode(tok, s, strlen(s), 1, 0, &out, &n_out);
+	r = push_encoded(v, tok, s, strlen(s), 1, diag);
 	free(s);
-	if (r < 0)
-		return st_diag_set(diag, r, "cannot encode the messages: %s",
-				   st_strerror(r));
-	r = ids_push(v, out, n_out);
-	free(out);
 	return r;
 }
 

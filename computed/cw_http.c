@@ -518,27 +518,18 @@ static struct sock *sock_of(struct MHD_Connection *c)
 	return ci ? ci->socket_context : NULL;
 }
 
-/* The request on c is complete: no deadline while it is answered. */
-static void request_received(struct cw_http *h, struct MHD_Connection *c)
+/* receiving 0: the request on c is complete, no deadline while it is
+ * answered; 1: c waits for a (next) request, which must arrive within
+ * request_timeout_s. */
+static void request_state(struct cw_http *h, struct MHD_Connection *c,
+			  int receiving)
 {
 	struct sock *k = sock_of(c);
 
 	if (!k)
 		return;
 	pthread_mutex_lock(&h->socks_mu);
-	k->receiving = 0;
-	pthread_mutex_unlock(&h->socks_mu);
-}
-
-/* c waits for a (next) request: it has request_timeout_s to send it. */
-static void request_expect(struct cw_http *h, struct MHD_Connection *c)
-{
-	struct sock *k = sock_of(c);
-
-	if (!k)
-		return;
-	pthread_mutex_lock(&h->socks_mu);
-	k->receiving = 1;
+	k->receiving = receiving;
 	k->deadline_ns = st_now_ns() +
 			 (uint64_t)h->o.request_timeout_s * 1000000000ull;
 	pthread_mutex_unlock(&h->socks_mu);
@@ -686,7 +677,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		return MHD_YES;
 	}
 	/* the whole request is in: the request-time watchdog lets go */
-	request_received(h, c);
+	request_state(h, c, 0);
 	if (cs->too_large) {
 		char msg[128];
 
@@ -738,7 +729,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	}
 	/* a keep-alive connection: its next request has its own time */
 	if (c)
-		request_expect(cls, c);
+		request_state(cls, c, 1);
 }
 
 int cw_http_start(const struct cw_http_opts *o, struct cw_sched *sched,
