@@ -721,7 +721,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
 	struct conn *cs = *con_cls;
 
-	(void)c; (void)toe;
+	(void)toe;
 	if (cs) {
 		free(cs->body);
 		free(cs);

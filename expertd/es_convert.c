@@ -4,9 +4,8 @@
  *
  * Three phases:
  *  1. check: config, every expert matrix and every dense role with its
- *     shape and dtype, tokenizer files (loaded, ids within the
- *     vocabulary), every float weight finite; nothing is written before
- *     all pass;
+ *     shape and dtype, tokenizer files (loaded as computed loads them),
+ *     every float weight finite; nothing is written before all pass;
  *  2. write into OUT.tmp-<pid>: dense.bin, experts-LLL.bin, the copied
  *     files, manifest.json last; every file fsynced, then the directory;
  *  3. publish: rename the temporary directory to OUT (atomic exchange with
@@ -671,9 +670,10 @@ static int check_copied_files(struct conv *c)
 	return 0;
 }
 
-/* The tokenizer must load as computed will load it, and its ids must
- * index the embedding (vocab_size rows): a broken or mismatched
- * tokenizer is refused here, not met by the first request. */
+/* The tokenizer must load as computed will load it: a broken one is
+ * refused here, not met by the first request.  Ids beyond the
+ * embedding's vocab_size rows only warn: small test models keep a large
+ * model's tokenizer, and computed refuses such an id in a prompt. */
 static int check_tokenizer(struct conv *c)
 {
 	struct st_tokenizer *tok = NULL;
@@ -689,23 +689,62 @@ static int check_tokenizer(struct conv *c)
 	n = st_tokenizer_n_vocab(tok);
 	st_tokenizer_free(tok);
 	if (c->cfg.vocab_size > 0 && n > c->cfg.vocab_size)
-		return st_diag_set(c->diag, -ST_E_TOKENIZER, "checkpoint %s: "
-				   "tokenizer.json has token ids up to %d, but "
-				   "config.json vocab_size is %d (the embedding's "
-				   "rows): the tokenizer does not belong to these "
-				   "weights (nothing was written)", c->model_dir,
-				   n - 1, c->cfg.vocab_size);
+		st_warn("convert: %s: tokenizer.json has token ids up to %d, "
+			"but config.json vocab_size is %d (the embedding's "
+			"rows): prompts that encode to the ids beyond will be "
+			"refused; check that the tokenizer belongs to these "
+			"weights", c->model_dir, n - 1, c->cfg.vocab_size);
 	return 0;
+}
+
+/* Index of the first element of n (width-byte words at src) whose bits
+ * under mask are all set, or -1.  Blocks are tested branch-free first
+ * (the compiler vectorizes the OR), so a clean tensor costs one pass at
+ * memory speed. */
+#define NONFINITE_BLOCK 4096
+static int64_t first_all_ones(const uint8_t *src, uint64_t n, size_t width,
+			      uint32_t mask)
+{
+	for (uint64_t b = 0; b < n; b += NONFINITE_BLOCK) {
+		uint64_t e = ST_MIN(n, b + NONFINITE_BLOCK);
+		unsigned bad = 0;
+
+		if (width == 2) {
+			for (uint64_t i = b; i < e; i++) {
+				uint16_t v;
+
+				memcpy(&v, src + i * 2, 2);
+				bad |= (v & mask) == mask;
+			}
+		} else {
+			for (uint64_t i = b; i < e; i++) {
+				uint32_t v;
+
+				memcpy(&v, src + i * 4, 4);
+				bad |= (v & mask) == mask;
+			}
+		}
+		for (uint64_t i = b; bad && i < e; i++) {
+			uint32_t v = 0;
+
+			memcpy(&v, src + i * width, width); /* little-endian */
+			if ((v & mask) == mask)
+				return (int64_t)i;
+		}
+	}
+	return -1;
 }
 
 /* Index of the first NaN or infinity (all exponent bits set) among the n
  * elements of a F32, F16 or BF16 tensor at src, or -1 (also for any
- * other dtype: codes are kept as shipped). */
+ * other dtype: codes are kept as shipped); *ret_nan: a NaN (mantissa not
+ * zero) rather than an infinity. */
 static int64_t first_nonfinite(enum st_dtype dt, const uint8_t *src,
 			       uint64_t n, int *ret_nan)
 {
-	uint32_t mask, mant;
+	uint32_t mask, mant, v = 0;
 	size_t es;
+	int64_t k;
 
 	switch (dt) {
 	case ST_DTYPE_F32: mask = 0x7f800000u; mant = 0x007fffffu; es = 4; break;
@@ -713,16 +752,12 @@ static int64_t first_nonfinite(enum st_dtype dt, const uint8_t *src,
 	case ST_DTYPE_BF16: mask = 0x7f80u; mant = 0x007fu; es = 2; break;
 	default: return -1;
 	}
-	for (uint64_t i = 0; i < n; i++) {
-		uint32_t v = 0;
-
-		memcpy(&v, src + i * es, es); /* little-endian host */
-		if ((v & mask) == mask) {
-			*ret_nan = (v & mant) != 0;
-			return (int64_t)i;
-		}
+	k = first_all_ones(src, n, es, mask);
+	if (k >= 0) {
+		memcpy(&v, src + (uint64_t)k * es, es);
+		*ret_nan = (v & mant) != 0;
 	}
-	return -1;
+	return k;
 }
 
 /* Every float tensor of the checkpoint holds finite values: a NaN or an
