@@ -636,20 +636,42 @@ static void print_summary(const struct run_opts *o,
 	cli_tier_print(stderr, &tf);
 }
 
+/* A prompt is text: a NUL byte (a binary file, UTF-16 text) would cut it
+ * short without a word, so it is refused naming where it is.  txt NULL
+ * (out of memory) is refused too.  Returns txt, or NULL (txt freed). */
+static char *prompt_text(char *txt, size_t n, const char *path)
+{
+	const char *nul = txt ? memchr(txt, 0, n) : NULL;
+
+	if (!txt) {
+		fprintf(stderr, "strata run: out of memory reading the prompt\n");
+		return NULL;
+	}
+	if (nul) {
+		fprintf(stderr, "strata run: the prompt in %s has a NUL byte at "
+			"offset %zu: a prompt must be text (UTF-8), not a binary "
+			"or UTF-16 file\n", strcmp(path, "-") ? path :
+			"standard input", (size_t)(nul - txt));
+		free(txt);
+		return NULL;
+	}
+	return txt;
+}
+
 static char *read_prompt(const char *path)
 {
 	char *txt = NULL;
 	size_t n = 0, cap = 0;
 
 	if (strcmp(path, "-")) {
-		int r = st_read_file(path, &txt, NULL);
+		int r = st_read_file(path, &txt, &n);
 
 		if (r < 0) {
 			fprintf(stderr, "strata run: cannot read the prompt from "
 				"%s: %s\n", path, st_strerror(r));
 			return NULL;
 		}
-		return txt;
+		return prompt_text(txt, n, path);
 	}
 	for (;;) {
 		size_t got;
@@ -659,7 +681,7 @@ static char *read_prompt(const char *path)
 
 			if (!t) {
 				free(txt);
-				return NULL;
+				return prompt_text(NULL, 0, path);
 			}
 			txt = t;
 		}
@@ -669,7 +691,7 @@ static char *read_prompt(const char *path)
 			break;
 	}
 	txt[n] = 0;
-	return txt;
+	return prompt_text(txt, n, path);
 }
 
 int cli_cmd_run(int argc, char **argv)

@@ -26,6 +26,12 @@
 /* Upper bound for every size read from a config: keeps products such as
  * vocab x hidden far inside int64 and rejects absurd values early. */
 #define CFG_MAX_DIM (1 << 30)
+/* Structural counts: far above any released model (about 130 layers,
+ * 512 experts), low enough that the per-layer and per-expert tables a
+ * convert or a daemon allocates stay small; an absurd value is refused
+ * naming its key instead of failing later as "out of memory". */
+#define CFG_MAX_LAYERS 1024
+#define CFG_MAX_EXPERTS 4096
 
 struct family {
 	enum st_arch arch;
@@ -202,7 +208,7 @@ static int get_n_experts(const json_t *root, int *ret, const char *src,
 
 		if (absent(json_object_get(root, keys[i])))
 			continue;
-		r = get_int(root, keys[i], 1, 1, CFG_MAX_DIM, 0, &v, src,
+		r = get_int(root, keys[i], 1, 1, CFG_MAX_EXPERTS, 0, &v, src,
 			    diag);
 		if (r < 0)
 			return r;
@@ -451,7 +457,10 @@ static int parse_root(const json_t *root, const char *src,
 	} while (0)
 
 	INT_KEY("hidden_size", 1, 1, 0, hidden_size);
-	INT_KEY("num_hidden_layers", 1, 1, 0, n_layers);
+	r = get_int(root, "num_hidden_layers", 1, 1, CFG_MAX_LAYERS, 0,
+		    &cfg->n_layers, src, diag);
+	if (r < 0)
+		return r;
 	INT_KEY("num_attention_heads", 1, 1, 0, n_heads);
 	INT_KEY("num_key_value_heads", 1, 1, 0, n_kv_heads);
 	INT_KEY("vocab_size", 1, 1, 0, vocab_size);

@@ -89,9 +89,9 @@ static const struct st_iconf_knob knobs[] = {
 	  "--max-step-tokens", 1, "tokens per forward step: decode tokens, "
 	  "then prefill chunks" },
 	{ "serve", "chat_template", ST_ICONF_ENUM, 0, 0,
-	  "auto|chatml|mixtral|deepseek|none", "auto", "--chat-template", 1,
+	  "auto|chatml|mixtral|deepseek|plain|none", "auto", "--chat-template", 1,
 	  "chat template of /v1/chat/completions (auto: from the store's "
-	  "tokenizer_config.json)" },
+	  "tokenizer_config.json, else plain User:/Assistant: text)" },
 	{ "serve", "model_name", ST_ICONF_STR, 0, 0, NULL, "", "--model-name",
 	  1, "model id of the HTTP API (requests' \"model\", GET /v1/models; "
 	  "empty: the model directory's name, else the store's)" },

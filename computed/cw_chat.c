@@ -44,6 +44,25 @@ static int push_special(struct ids *v, const struct st_tokenizer *tok,
 	return ids_push(v, &id, 1);
 }
 
+/* Encodes len bytes of text (never parsed for special tokens: P3; BOS
+ * and the like where add_special and the tokenizer adds them to any
+ * prompt) and appends the ids. */
+static int push_encoded(struct ids *v, const struct st_tokenizer *tok,
+			const char *s, size_t len, int add_special,
+			struct st_diag *diag)
+{
+	int32_t *out = NULL;
+	size_t n = 0;
+	int r = st_tokenizer_encode(tok, s, len, add_special, 0, &out, &n);
+
+	if (r < 0)
+		return st_diag_set(diag, r, "cannot encode a message: %s",
+				   st_strerror(r));
+	r = ids_push(v, out, n);
+	free(out);
+	return r;
+}
+
 /* Text of a segment: never parsed for special tokens (P3). */
 static int push_text(struct ids *v, const struct st_tokenizer *tok,
 		     const char *a, const char *b, const char *c,
@@ -51,8 +70,6 @@ static int push_text(struct ids *v, const struct st_tokenizer *tok,
 {
 	size_t la = strlen(a), lb = b ? strlen(b) : 0, lc = c ? strlen(c) : 0;
 	char *s = malloc(la + lb + lc + 1);
-	int32_t *out = NULL;
-	size_t n = 0;
 	int r;
 
 	if (!s)
@@ -67,13 +84,8 @@ static int push_text(struct ids *v, const struct st_tokenizer *tok,
 		free(s);
 		return 0;
 	}
-	r = st_tokenizer_encode(tok, s, la + lb + lc, 0, 0, &out, &n);
+	r = push_encoded(v, tok, s, la + lb + lc, 0, diag);
 	free(s);
-	if (r < 0)
-		return st_diag_set(diag, r, "cannot encode a message: %s",
-				   st_strerror(r));
-	r = ids_push(v, out, n);
-	free(out);
 	return r;
 }
 
@@ -164,11 +176,12 @@ enum cw_chat_template cw_chat_detect(const char *dir)
 }
 
 static const char *const k_names[] = { "none", "chatml", "mixtral",
-				       "deepseek" };
+				       "deepseek", "plain" };
+#define N_TEMPLATES ((int)(sizeof(k_names) / sizeof(k_names[0])))
 
 int cw_chat_parse(const char *name, enum cw_chat_template *ret)
 {
-	for (int i = 0; i < 4; i++)
+	for (int i = 0; i < N_TEMPLATES; i++)
 		if (!strcmp(name, k_names[i])) {
 			*ret = (enum cw_chat_template)i;
 			return 0;
@@ -178,7 +191,7 @@ int cw_chat_parse(const char *name, enum cw_chat_template *ret)
 
 const char *cw_chat_name(enum cw_chat_template t)
 {
-	return (unsigned)t < 4 ? k_names[t] : "?";
+	return (unsigned)t < (unsigned)N_TEMPLATES ? k_names[t] : "?";
 }
 
 static int role_of(const char *r)
@@ -316,6 +329,33 @@ static int encode_deepseek(const struct st_tokenizer *tok,
 	return r;
 }
 
+/* "System: s\n\nUser: u\n\nAssistant: a\n\n...Assistant:" encoded as one
+ * text (never parsed for special tokens), with BOS where the tokenizer
+ * adds one to any prompt (tokenizer_config.json add_bos_token): the
+ * layout of plain-text dialogue a base model continues. */
+static int encode_plain(const struct st_tokenizer *tok,
+			const struct cw_chat_msg *msgs, int n, struct ids *v,
+			struct st_diag *diag)
+{
+	static const char *const label[3] = { "System", "User", "Assistant" };
+	size_t len = sizeof("Assistant:");
+	char *s, *p;
+	int r;
+
+	for (int i = 0; i < n; i++)
+		len += strlen(msgs[i].content) + 16;
+	s = p = malloc(len);
+	if (!s)
+		return -ENOMEM;
+	for (int i = 0; i < n; i++)
+		p += sprintf(p, "%s: %s\n\n", label[role_of(msgs[i].role)],
+			     msgs[i].content);
+	strcpy(p, "Assistant:");
+	r = push_encoded(v, tok, s, strlen(s), 1, diag);
+	free(s);
+	return r;
+}
+
 int cw_chat_encode(enum cw_chat_template t, const struct st_tokenizer *tok,
 		   const struct cw_chat_msg *msgs, int n, int32_t **ret_ids,
 		   size_t *ret_n, struct st_diag *diag)
@@ -341,13 +381,16 @@ int cw_chat_encode(enum cw_chat_template t, const struct st_tokenizer *tok,
 	case CW_CHAT_DEEPSEEK:
 		r = encode_deepseek(tok, msgs, n, &v, diag);
 		break;
+	case CW_CHAT_PLAIN:
+		r = encode_plain(tok, msgs, n, &v, diag);
+		break;
 	default:
 		return st_diag_set(diag, -ST_E_UNSUPPORTED,
 				   "this model has no chat template that "
 				   "strata knows (tokenizer_config.json "
 				   "chat_template); use /v1/completions, or "
 				   "start computed with --chat-template "
-				   "chatml|mixtral|deepseek");
+				   "chatml|mixtral|deepseek|plain");
 	}
 	if (r < 0) {
 		free(v.p);
@@ -355,5 +398,69 @@ int cw_chat_encode(enum cw_chat_template t, const struct st_tokenizer *tok,
 	}
 	*ret_ids = v.p;
 	*ret_n = v.n;
+	return 0;
+}
+
+int cw_chat_check(enum cw_chat_template t, const struct st_tokenizer *tok,
+		  struct st_diag *diag)
+{
+	/* every role, and an answer followed by another turn: each piece of
+	 * scaffolding a template has is rendered at least once */
+	static const struct cw_chat_msg probe[4] = {
+		{ "system", "s" }, { "user", "u" }, { "assistant", "a" },
+		{ "user", "v" },
+	};
+	int32_t *ids = NULL;
+	size_t n = 0;
+	int r;
+
+	if (t == CW_CHAT_NONE)
+		return 0;
+	r = cw_chat_encode(t, tok, probe, 4, &ids, &n, diag);
+	free(ids);
+	return r;
+}
+
+int cw_chat_resolve(const char *dir, const char *name,
+		    const struct st_tokenizer *tok,
+		    enum cw_chat_template *ret, char *ret_note,
+		    size_t note_cap, struct st_diag *diag)
+{
+	enum cw_chat_template t;
+	struct st_diag d = { "" };
+	int r;
+
+	ret_note[0] = 0;
+	if (name && name[0] && strcmp(name, "auto")) {
+		if (cw_chat_parse(name, &t) < 0)
+			return st_diag_set(diag, -EINVAL, "--chat-template must "
+					   "be chatml, mixtral, deepseek, "
+					   "plain or none, not '%s'", name);
+		r = cw_chat_check(t, tok, &d);
+		if (r < 0)
+			return st_diag_set(diag, r, "--chat-template %s cannot "
+					   "be used with this model: %s "
+					   "(--chat-template plain needs no "
+					   "special token)", name, d.msg);
+		*ret = t;
+		return 0;
+	}
+	t = cw_chat_detect(dir);
+	if (t == CW_CHAT_NONE) {
+		snprintf(ret_note, note_cap, "tokenizer_config.json has no "
+			 "chat template strata knows: chat uses the plain "
+			 "template (User: / Assistant: text)");
+		*ret = CW_CHAT_PLAIN;
+		return 0;
+	}
+	if (cw_chat_check(t, tok, &d) < 0) {
+		snprintf(ret_note, note_cap, "tokenizer_config.json's chat "
+			 "template (%s) cannot be used: %s; chat uses the plain "
+			 "template (User: / Assistant: text)", cw_chat_name(t),
+			 d.msg);
+		*ret = CW_CHAT_PLAIN;
+		return 0;
+	}
+	*ret = t;
 	return 0;
 }

@@ -1,8 +1,12 @@
 /*
  * cw_chat.h — chat templates of the supported model families, written in C
- * (no Jinja): Qwen / ChatML, Mixtral [INST], DeepSeek-V3.  The template is
- * chosen from tokenizer_config.json's chat_template when it is one of these
- * (or named with computed --chat-template).
+ * (no Jinja): Qwen / ChatML, Mixtral [INST], DeepSeek-V3, and "plain" (the
+ * default of a model without a chat template: "System: ..\n\nUser: ..\n\n
+ * Assistant:" as text, no special token beyond the tokenizer's own BOS
+ * rule, so every vocabulary supports it).  The template is chosen from
+ * tokenizer_config.json's chat_template when it is one of these (or named
+ * with computed --chat-template); cw_chat_resolve checks at start-up that
+ * the vocabulary has the chosen template's special tokens.
  *
  * Messages are rendered straight to token ids: the template's scaffolding
  * becomes the special tokens' ids, and every message's text is encoded as
@@ -23,7 +27,13 @@ enum cw_chat_template {
 	CW_CHAT_CHATML,    /* <|im_start|>role\ncontent<|im_end|>\n */
 	CW_CHAT_MIXTRAL,   /* <s>[INST] user [/INST]answer</s> */
 	CW_CHAT_DEEPSEEK,  /* <｜begin▁of▁sentence｜>system<｜User｜>..<｜Assistant｜> */
+	CW_CHAT_PLAIN,     /* User: content\n\nAssistant: (text only) */
 };
+
+/* The stop string a plain-template answer ends at (the next turn), added
+ * to a chat request's stops: a base model does not end its turn itself. */
+#define CW_CHAT_PLAIN_STOP "\nUser:"
+
 
 struct cw_chat_msg {
 	const char *role;     /* system, user or assistant (borrowed) */
@@ -34,7 +44,7 @@ struct cw_chat_msg {
  * the file, or its chat_template, is absent or none of the three. */
 enum cw_chat_template cw_chat_detect(const char *dir);
 
-/* "chatml", "mixtral", "deepseek" (and "none"): 0 or -EINVAL. */
+/* "chatml", "mixtral", "deepseek", "plain" (and "none"): 0 or -EINVAL. */
 int cw_chat_parse(const char *name, enum cw_chat_template *ret);
 const char *cw_chat_name(enum cw_chat_template t);
 
@@ -48,5 +58,27 @@ const char *cw_chat_name(enum cw_chat_template t);
 int cw_chat_encode(enum cw_chat_template t, const struct st_tokenizer *tok,
 		   const struct cw_chat_msg *msgs, int n, int32_t **ret_ids,
 		   size_t *ret_n, struct st_diag *diag);
+
+/*
+ * 0 when tok's vocabulary has every special token template t renders (a
+ * probe conversation of each role is encoded); -ST_E_UNSUPPORTED with
+ * diag naming the missing token otherwise (CW_CHAT_NONE always passes).
+ */
+int cw_chat_check(enum cw_chat_template t, const struct st_tokenizer *tok,
+		  struct st_diag *diag);
+
+/*
+ * The template computed serves chat with, chosen once at start-up:
+ * name (--chat-template; NULL or "" = auto) when given, which must be
+ * known and supported by tok's vocabulary (else -EINVAL /
+ * -ST_E_UNSUPPORTED with diag: the caller refuses to start); auto: the
+ * one tokenizer_config.json in dir names when the vocabulary supports it,
+ * else CW_CHAT_PLAIN (*ret_note then says why, for a warning; "" when
+ * there is nothing to say).  note: a buffer of note_cap bytes.
+ */
+int cw_chat_resolve(const char *dir, const char *name,
+		    const struct st_tokenizer *tok,
+		    enum cw_chat_template *ret, char *ret_note,
+		    size_t note_cap, struct st_diag *diag);
 
 #endif

@@ -12,6 +12,7 @@
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +26,23 @@
 #define CW_HTTP_PING_NS (2ull * 1000000000ull) /* SSE keep-alive comment */
 #define CW_HTTP_POLL_MS 50  /* checks for a disconnected client */
 #define CW_HTTP_DRAIN_BYTES (64ull << 20) /* oversized bodies read, dropped */
+#define CW_HTTP_PROBE_NS (1000000000ull) /* half-closed client: probe period */
+#define CW_HTTP_WATCH_MS 200 /* request-deadline checks */
+
+/*
+ * One TCP connection, from accept to close (MHD's socket context): the
+ * request-time watchdog ends a connection whose request (head and body)
+ * has not fully arrived CW_HTTP request_timeout_s after the connection
+ * opened or its previous response ended, so slow clients (a byte every
+ * few seconds, which resets any idle timer) cannot hold every slot.
+ */
+struct sock {
+	struct sock *prev, *next;        /* cw_http.socks, under socks_mu */
+	int fd;
+	int receiving;                   /* a request is being received */
+	int cut;                         /* the watchdog shut it down */
+	uint64_t deadline_ns;            /* ... by then */
+};
 
 struct cw_http {
 	struct cw_http_opts o;
@@ -36,6 +54,10 @@ struct cw_http {
 	struct kv_client *kv;
 	struct cw_metrics *metrics;
 	volatile int stopping;           /* cw_http_stop: end the waits */
+	pthread_mutex_t socks_mu;
+	struct sock *socks;              /* open connections */
+	pthread_t watch;
+	int watch_started;
 };
 
 /* Per connection: the request body as it arrives. */
@@ -43,6 +65,8 @@ struct conn {
 	char *body;
 	size_t len, cap;
 	int too_large;
+	int http11;                      /* HTTP/1.1: interim 1xx allowed */
+	uint64_t probe_ns;               /* last half-close probe */
 };
 
 /* A streaming response: SSE bytes produced from the request's events. */
@@ -56,9 +80,20 @@ struct stream {
 	uint64_t last_out_ns;
 };
 
-/* 1 when the client closed its side (or the socket failed). */
-static int client_gone(struct MHD_Connection *c)
+/*
+ * 1 when the client is gone: its connection was reset or failed.  A FIN
+ * alone (POLLRDHUP) is not that: a client may half-close after sending
+ * its request (shutdown(SHUT_WR), as `nc -N` does) and still read the
+ * answer.  A client that closed for good is told apart by sending it
+ * bytes, which its kernel answers with a reset (POLLERR/POLLHUP on a
+ * later poll): cs given (a whole response still to come on an HTTP/1.1
+ * connection), an interim "100 Continue", which HTTP/1.1 clients skip
+ * (RFC 9110 section 15.2), is sent once a second while the FIN stands;
+ * a stream (cs NULL) probes with its own events and keep-alive comments.
+ */
+static int client_gone(struct MHD_Connection *c, struct conn *cs)
 {
+	static const char probe[] = "HTTP/1.1 100 Continue\r\n\r\n";
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 	struct pollfd p;
@@ -70,7 +105,16 @@ static int client_gone(struct MHD_Connection *c)
 	p.revents = 0;
 	if (poll(&p, 1, 0) <= 0)
 		return 0;
-	return !!(p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+	if (p.revents & (POLLHUP | POLLERR | POLLNVAL))
+		return 1;
+	if ((p.revents & POLLRDHUP) && cs && cs->http11 &&
+	    st_now_ns() - cs->probe_ns >= CW_HTTP_PROBE_NS) {
+		cs->probe_ns = st_now_ns();
+		if (send(p.fd, probe, sizeof(probe) - 1,
+			 MSG_NOSIGNAL | MSG_DONTWAIT) < 0 && errno != EAGAIN)
+			return 1;
+	}
+	return 0;
 }
 
 static enum MHD_Result queue_text(struct cw_http *h, struct MHD_Connection *c,
@@ -277,7 +321,7 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		}
 		if (s->ended)
 			return MHD_CONTENT_READER_END_OF_STREAM;
-		if (s->h->stopping || client_gone(s->conn)) {
+		if (s->h->stopping || client_gone(s->conn, NULL)) {
 			cw_sched_cancel(s->g.req);
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		}
@@ -289,6 +333,11 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			if (chunk)
 				stream_data(s, chunk);
 			if (s->g.finished) {
+				json_t *u = cw_api_stream_usage(&s->h->api,
+								&s->g);
+
+				if (u)
+					stream_data(s, u);
 				stream_append(s, "data: [DONE]\n\n", 14);
 				s->ended = 1;
 			}
@@ -404,7 +453,7 @@ static enum MHD_Result do_generate(struct cw_http *h, struct MHD_Connection *c,
 				continue;
 		}
 		checked_ns = st_now_ns();
-		if (h->stopping || client_gone(c)) {
+		if (h->stopping || client_gone(c, cs)) {
 			cw_sched_release(g.req);
 			cw_api_gen_fini(&g);
 			cw_metrics_response(h->metrics, ep, 499);
@@ -421,6 +470,21 @@ static enum MHD_Result do_generate(struct cw_http *h, struct MHD_Connection *c,
 			return queue_error(h, c, ep, &err);
 		return queue_json(h, c, ep, 200, j);
 	}
+}
+
+/* GET /v1/models and /v1/models/{id}. */
+static enum MHD_Result do_models(struct cw_http *h, struct MHD_Connection *c,
+				 const char *url)
+{
+	struct cw_api_error err;
+	json_t *j;
+
+	if (!url[10])
+		return queue_json(h, c, CW_EP_MODELS, 200,
+				  cw_api_models_json(&h->api));
+	j = cw_api_model_json(&h->api, url + 11, &err);
+	return j ? queue_json(h, c, CW_EP_MODELS, 200, j) :
+		   queue_error(h, c, CW_EP_MODELS, &err);
 }
 
 /* Constant-time comparison of the bearer token with the key. */
@@ -445,13 +509,113 @@ static int auth_ok(const struct cw_http *h, struct MHD_Connection *c)
 	return diff == 0;
 }
 
+/* The connection's watchdog record (MHD's socket context), or NULL. */
+static struct sock *sock_of(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+
+	return ci ? ci->socket_context : NULL;
+}
+
+/* receiving 0: the request on c is complete, no deadline while it is
+ * answered; 1: c waits for a (next) request, which must arrive within
+ * request_timeout_s. */
+static void request_state(struct cw_http *h, struct MHD_Connection *c,
+			  int receiving)
+{
+	struct sock *k = sock_of(c);
+
+	if (!k)
+		return;
+	pthread_mutex_lock(&h->socks_mu);
+	k->receiving = receiving;
+	k->deadline_ns = st_now_ns() +
+			 (uint64_t)h->o.request_timeout_s * 1000000000ull;
+	pthread_mutex_unlock(&h->socks_mu);
+}
+
+/* MHD: a connection opened (record it, deadline set) or closed. */
+static void on_connection(void *cls, struct MHD_Connection *c,
+			  void **socket_context,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	struct cw_http *h = cls;
+	struct sock *k = *socket_context;
+
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci = MHD_get_connection_info(
+			c, MHD_CONNECTION_INFO_CONNECTION_FD);
+
+		k = calloc(1, sizeof(*k));
+		if (!k || !ci) {
+			free(k);
+			return; /* unwatched: the idle timeout still holds */
+		}
+		k->fd = ci->connect_fd;
+		k->receiving = 1;
+		k->deadline_ns = st_now_ns() +
+				 (uint64_t)h->o.request_timeout_s * 1000000000ull;
+		pthread_mutex_lock(&h->socks_mu);
+		k->next = h->socks;
+		if (h->socks)
+			h->socks->prev = k;
+		h->socks = k;
+		pthread_mutex_unlock(&h->socks_mu);
+		*socket_context = k;
+		return;
+	}
+	if (!k)
+		return;
+	pthread_mutex_lock(&h->socks_mu);
+	if (k->prev)
+		k->prev->next = k->next;
+	else
+		h->socks = k->next;
+	if (k->next)
+		k->next->prev = k->prev;
+	pthread_mutex_unlock(&h->socks_mu);
+	free(k);
+	*socket_context = NULL;
+}
+
+/* The request-time watchdog: shuts down (both ways) each connection
+ * past its deadline; MHD's thread of that connection then reads the end
+ * and closes it.  The fd stays open until then, so it is never another
+ * connection's. */
+static void *watch_main(void *arg)
+{
+	struct cw_http *h = arg;
+
+	while (!h->stopping) {
+		uint64_t now = st_now_ns();
+		int n_cut = 0;
+
+		pthread_mutex_lock(&h->socks_mu);
+		for (struct sock *k = h->socks; k; k = k->next)
+			if (k->receiving && !k->cut && now > k->deadline_ns) {
+				shutdown(k->fd, SHUT_RDWR);
+				k->cut = 1;
+				n_cut++;
+			}
+		pthread_mutex_unlock(&h->socks_mu);
+		if (n_cut)
+			st_info("http: closed %d connection(s) that did not "
+				"send a whole request within %d s "
+				"(--http-request-timeout)", n_cut,
+				h->o.request_timeout_s);
+		poll(NULL, 0, CW_HTTP_WATCH_MS);
+	}
+	return NULL;
+}
+
 static enum cw_metrics_endpoint endpoint_of(const char *url)
 {
 	if (!strcmp(url, "/v1/completions"))
 		return CW_EP_COMPLETIONS;
 	if (!strcmp(url, "/v1/chat/completions"))
 		return CW_EP_CHAT;
-	if (!strcmp(url, "/v1/models"))
+	if (!strcmp(url, "/v1/models") || !strncmp(url, "/v1/models/", 11))
 		return CW_EP_MODELS;
 	if (!strcmp(url, "/health"))
 		return CW_EP_HEALTH;
@@ -470,7 +634,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 	const enum cw_metrics_endpoint ep = endpoint_of(url);
 	const int post = !strcmp(method, "POST");
 
-	(void)version;
 	if (!cs) {
 		const char *cl;
 
@@ -478,6 +641,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		if (!cs)
 			return MHD_NO;
 		*con_cls = cs;
+		cs->http11 = !strcmp(version, MHD_HTTP_VERSION_1_1);
 		/* an announced oversized body: refused before it is sent when
 		 * the client waits for "100 Continue" or the body is absurd;
 		 * else read and dropped, so that the client, still sending,
@@ -512,6 +676,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		*upload_size = 0;
 		return MHD_YES;
 	}
+	/* the whole request is in: the request-time watchdog lets go */
+	request_state(h, c, 0);
 	if (cs->too_large) {
 		char msg[128];
 
@@ -519,7 +685,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 			 "(computed --max-body)", h->o.max_body_bytes);
 		return simple_error(h, c, ep, 413, "invalid_request_error", msg);
 	}
-	if (ep != CW_EP_HEALTH && !auth_ok(h, c))
+	if (ep != CW_EP_HEALTH && (ep != CW_EP_METRICS || h->o.metrics_auth) &&
+	    !auth_ok(h, c))
 		return simple_error(h, c, ep, 401, "invalid_request_error",
 				    "missing or wrong API key: send "
 				    "'Authorization: Bearer KEY'");
@@ -539,8 +706,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 					    "invalid_request_error",
 					    "use GET for this endpoint");
 		if (ep == CW_EP_MODELS)
-			return queue_json(h, c, ep, 200,
-					  cw_api_models_json(&h->api));
+			return do_models(h, c, url);
 		return ep == CW_EP_HEALTH ? do_health(h, c) : do_metrics(h, c);
 	default:
 		return simple_error(h, c, ep, 404, "invalid_request_error",
@@ -555,12 +721,15 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 {
 	struct conn *cs = *con_cls;
 
-	(void)cls; (void)c; (void)toe;
+	(void)toe;
 	if (cs) {
 		free(cs->body);
 		free(cs);
 		*con_cls = NULL;
 	}
+	/* a keep-alive connection: its next request has its own time */
+	if (c)
+		request_state(cls, c, 1);
 }
 
 int cw_http_start(const struct cw_http_opts *o, struct cw_sched *sched,
@@ -586,6 +755,12 @@ int cw_http_start(const struct cw_http_opts *o, struct cw_sched *sched,
 		h->o.max_body_bytes = 1 << 20;
 	if (h->o.max_connections <= 0)
 		h->o.max_connections = 256;
+	if (h->o.idle_timeout_s <= 0)
+		h->o.idle_timeout_s = 60;
+	if (h->o.request_timeout_s <= 0)
+		h->o.request_timeout_s = 30;
+	if (h->o.max_client_connections <= 0)
+		h->o.max_client_connections = 64;
 	h->sched = sched;
 	h->es = es;
 	h->kv = kv;
@@ -602,16 +777,34 @@ int cw_http_start(const struct cw_http_opts *o, struct cw_sched *sched,
 		return st_diag_set(diag, -EINVAL, "--http-bind '%s' is not an "
 				   "IPv4 address", o->bind_addr);
 	}
+	pthread_mutex_init(&h->socks_mu, NULL);
+	if (pthread_create(&h->watch, NULL, watch_main, h)) {
+		pthread_mutex_destroy(&h->socks_mu);
+		free(h);
+		return st_diag_set(diag, -EAGAIN, "cannot start the HTTP "
+				   "request watchdog thread");
+	}
+	h->watch_started = 1;
+	/* bounds against slow or idle clients, as production servers
+	 * have: no bytes for idle_timeout_s (MHD closes), the request not
+	 * in after request_timeout_s (watch_main), at most
+	 * max_client_connections per client address */
 	h->mhd = MHD_start_daemon(
 		MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD |
 		MHD_USE_POLL | MHD_USE_ERROR_LOG, (uint16_t)o->port, NULL, NULL,
 		on_request, h,
 		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned)h->o.max_connections,
-		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)600,
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+		(unsigned)h->o.max_client_connections,
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)h->o.idle_timeout_s,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
 		MHD_OPTION_END);
 	if (!h->mhd) {
+		h->stopping = 1;
+		pthread_join(h->watch, NULL);
+		pthread_mutex_destroy(&h->socks_mu);
 		free(h);
 		return st_diag_set(diag, -EADDRINUSE,
 				   "cannot listen on %s:%d (in use, or not "
@@ -629,5 +822,8 @@ void cw_http_stop(struct cw_http *h)
 		return;
 	h->stopping = 1;
 	MHD_stop_daemon(h->mhd);
+	if (h->watch_started)
+		pthread_join(h->watch, NULL);
+	pthread_mutex_destroy(&h->socks_mu);
 	free(h);
 }

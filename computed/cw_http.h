@@ -5,13 +5,17 @@
  *   POST /v1/completions       prompt -> text (stream: server-sent events)
  *   POST /v1/chat/completions  messages -> the model's chat template
  *   GET  /v1/models            the one model this instance serves
+ *   GET  /v1/models/{id}       that model (404 model_not_found otherwise)
  *   GET  /health               200 when computed, expertd and kvd answer
  *   GET  /metrics              Prometheus text (cw_metrics.h)
  *
  * Requests become generations of the scheduler (cw_sched.h).  A client
  * that disconnects cancels its generation (its KV pages are freed before
- * the scheduler's next step).  With an API key, every endpoint but /health
- * wants "Authorization: Bearer KEY".  Bad input gets an OpenAI-style error
+ * the scheduler's next step); one that only half-closes (shutdown
+ * SHUT_WR after its request) still gets its answer.  With an API key,
+ * every endpoint but /health and /metrics (unless metrics_auth) wants
+ * "Authorization: Bearer KEY".  Slow clients are bounded: per-address
+ * connections, idle time and the time to send a request.  Bad input gets an OpenAI-style error
  * object with 400, 401, 404, 405 or 413; a full queue 429; a daemon that is
  * down or shutting down 503.
  */
@@ -32,7 +36,13 @@ struct cw_http_opts {
 	const char *api_key;       /* NULL or "": no authentication */
 	const char *model_name;    /* id in /v1/models and responses */
 	size_t max_body_bytes;     /* larger request bodies get 413 */
-	int max_connections;
+	int max_connections;       /* open at once (MHD's limit) */
+	int max_client_connections; /* per client IP address (0: 64) */
+	int idle_timeout_s;        /* no bytes either way: closed (0: 60) */
+	int request_timeout_s;     /* a whole request must arrive within
+				    * this of the connection or the last
+				    * response (0: 30) */
+	int metrics_auth;          /* /metrics wants the API key too */
 	enum cw_chat_template chat;
 	const char *run_dir;       /* where expertd.ctl / kvd.ctl are */
 	struct cw_sched_opts sched; /* limits, for /metrics */

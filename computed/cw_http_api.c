@@ -52,13 +52,32 @@ json_t *cw_api_error_json(const struct cw_api_error *e)
 			 json_null());
 }
 
+/* The model object of /v1/models and /v1/models/{id}. */
+static json_t *model_json(const struct cw_api *api)
+{
+	return json_pack("{s:s,s:s,s:I,s:s,s:i}", "id", api->model_name,
+			 "object", "model", "created", (json_int_t)api->created,
+			 "owned_by", "strata", "max_model_len",
+			 cw_model_config(api->model)->max_position_embeddings);
+}
+
 json_t *cw_api_models_json(const struct cw_api *api)
 {
-	return json_pack("{s:s,s:[{s:s,s:s,s:I,s:s,s:i}]}", "object", "list",
-			 "data", "id", api->model_name, "object", "model",
-			 "created", (json_int_t)api->created, "owned_by",
-			 "strata", "max_model_len",
-			 cw_model_config(api->model)->max_position_embeddings);
+	return json_pack("{s:s,s:[o]}", "object", "list", "data",
+			 model_json(api));
+}
+
+json_t *cw_api_model_json(const struct cw_api *api, const char *id,
+			  struct cw_api_error *err)
+{
+	if (strcmp(id, api->model_name)) {
+		fail(err, 404, "invalid_request_error", "model",
+		     "model_not_found", "the model '%.200s' does not exist: "
+		     "this server serves '%s' (GET /v1/models)", id,
+		     api->model_name);
+		return NULL;
+	}
+	return model_json(api);
 }
 
 /* The optional "model" field names the served model (as GET /v1/models
@@ -128,6 +147,70 @@ static int get_bool(json_t *j, const char *key, int *v,
 	return 0;
 }
 
+/*
+ * Fields that ask for what strata does not do, answered with a 400
+ * rather than silently ignored: several choices (n > 1) and tool /
+ * function calling (a non-empty tools or functions list, or a
+ * tool_choice / function_call other than none / auto).  0 or -1.
+ */
+static int parse_unsupported(json_t *j, long long n, struct cw_api_error *e)
+{
+	static const char *const lists[2] = { "tools", "functions" };
+	static const char *const choices[2] = { "tool_choice",
+						"function_call" };
+
+	if (n > 1)
+		return fail(e, 400, "invalid_request_error", "n", NULL,
+			    "'n' %lld is not supported: strata returns one "
+			    "choice per request (n = 1); send %lld requests "
+			    "instead, they are batched on the server", n, n);
+	for (int i = 0; i < 2; i++) {
+		json_t *x = json_object_get(j, lists[i]);
+
+		if (x && !json_is_null(x) && !(json_is_array(x) &&
+					       !json_array_size(x)))
+			return fail(e, 400, "invalid_request_error", lists[i],
+				    NULL, "'%s' is not supported: strata does "
+				    "not call tools or functions; send the "
+				    "request without '%s'", lists[i],
+				    lists[i]);
+		x = json_object_get(j, choices[i]);
+		if (x && !json_is_null(x) && !(json_is_string(x) &&
+		    (!strcmp(json_string_value(x), "none") ||
+		     !strcmp(json_string_value(x), "auto"))))
+			return fail(e, 400, "invalid_request_error",
+				    choices[i], NULL, "'%s' is not "
+				    "supported: strata does not call tools or "
+				    "functions (only \"none\" or \"auto\")",
+				    choices[i]);
+	}
+	return 0;
+}
+
+/* stream_options: {"include_usage": bool}, only with stream true (as
+ * OpenAI and vLLM).  0 or -1. */
+static int parse_stream_options(json_t *j, struct cw_api_gen *g,
+				struct cw_api_error *e)
+{
+	json_t *x = json_object_get(j, "stream_options");
+	json_t *u;
+
+	if (!x || json_is_null(x))
+		return 0;
+	if (!g->stream)
+		return bad(e, "stream_options", "'stream_options' is only "
+			   "allowed with \"stream\": true");
+	if (!json_is_object(x))
+		return bad(e, "stream_options", "'stream_options' must be an "
+			   "object such as {\"include_usage\": true}");
+	u = json_object_get(x, "include_usage");
+	if (u && !json_is_null(u) && !json_is_boolean(u))
+		return bad(e, "stream_options", "'stream_options."
+			   "include_usage' must be true or false");
+	g->include_usage = json_is_true(u);
+	return 0;
+}
+
 /* Sampling, limits, stop strings, stream, logprobs. */
 static int parse_params(struct cw_api *api, json_t *j, int chat,
 			struct cw_gen_params *gp, struct cw_api_gen *g,
@@ -144,9 +227,11 @@ static int parse_params(struct cw_api *api, json_t *j, int chat,
 	    get_num(j, "temperature", 0.0, 2.0, &temp, e) ||
 	    get_num(j, "top_p", 0.0, 1.0, &top_p, e) ||
 	    get_int(j, "top_k", -1, 1 << 30, &top_k, e) ||
-	    get_int(j, "n", 1, 1, &n, e) ||
+	    get_int(j, "n", 1, 1 << 30, &n, e) ||
 	    get_int(j, "seed", INT64_MIN, INT64_MAX, &seed, e) ||
-	    get_bool(j, "stream", &g->stream, e))
+	    get_bool(j, "stream", &g->stream, e) ||
+	    parse_unsupported(j, n, e) ||
+	    parse_stream_options(j, g, e))
 		return -1;
 	if (json_object_get(j, "top_p") && top_p == 0.0)
 		return bad(e, "top_p", "'top_p' must be above 0");
@@ -224,6 +309,10 @@ static int parse_params(struct cw_api *api, json_t *j, int chat,
 		return bad(e, "stop", "'stop' must be a string or an array of "
 			   "strings");
 	}
+	/* a plain-template answer ends where the dialogue's next turn
+	 * would start (a base model does not end its turn by itself) */
+	if (chat && api->chat == CW_CHAT_PLAIN && gp->n_stop < CW_GEN_MAX_STOP)
+		gp->stop[gp->n_stop++] = CW_CHAT_PLAIN_STOP;
 	gp->max_tokens = (int)max_tokens;
 	gp->sampler.temperature = (float)temp;
 	gp->sampler.top_p = (float)top_p;
@@ -617,9 +706,19 @@ json_t *cw_api_stream_event(struct cw_api *api, struct cw_api_gen *g,
 			  g->chat ? "chat.completion.chunk" : "text_completion",
 			  "created", (json_int_t)time(NULL), "model",
 			  api->model_name, "choices", choice);
-	if (fin)
-		json_object_set_new(chunk, "usage", usage_json(g));
+	if (g->include_usage)
+		json_object_set_new(chunk, "usage", json_null());
 	return chunk;
+}
+
+json_t *cw_api_stream_usage(struct cw_api *api, const struct cw_api_gen *g)
+{
+	if (!g->include_usage || !g->finished || g->finish == CW_FINISH_ERROR)
+		return NULL;
+	return json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", g->id, "object",
+			 g->chat ? "chat.completion.chunk" : "text_completion",
+			 "created", (json_int_t)time(NULL), "model",
+			 api->model_name, "choices", "usage", usage_json(g));
 }
 
 void cw_api_collect_event(struct cw_api *api, struct cw_api_gen *g,

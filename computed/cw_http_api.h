@@ -37,6 +37,7 @@ struct cw_api_error {
 struct cw_api_gen {
 	struct cw_sched_req *req;         /* owned: cw_sched_release */
 	int chat, stream, logprobs, top_logprobs;
+	int include_usage;                /* stream_options.include_usage */
 	char id[64];
 	int sent_role;                    /* chat stream: role chunk sent */
 	int finished;
@@ -63,9 +64,15 @@ void cw_api_gen_fini(struct cw_api_gen *g);
 
 /* Stream: the chunk object for one event (new reference), or NULL when
  * there is nothing to send.  Sets g->finished on the last one (which
- * carries finish_reason and usage, or an error object). */
+ * carries finish_reason, or an error object).  With include_usage every
+ * chunk has "usage": null, as OpenAI's. */
 json_t *cw_api_stream_event(struct cw_api *api, struct cw_api_gen *g,
 			    const struct cw_sched_event *ev);
+
+/* Stream, once g->finished: the extra last chunk of
+ * stream_options.include_usage (empty choices, the usage counts; new
+ * reference), or NULL when the request did not ask for it or failed. */
+json_t *cw_api_stream_usage(struct cw_api *api, const struct cw_api_gen *g);
 
 /* Whole response: collects one event into g. */
 void cw_api_collect_event(struct cw_api *api, struct cw_api_gen *g,
@@ -77,6 +84,11 @@ int cw_api_final_json(struct cw_api *api, struct cw_api_gen *g, json_t **ret,
 		      struct cw_api_error *err);
 
 json_t *cw_api_error_json(const struct cw_api_error *e);
+/* GET /v1/models: the list of the one served model (new reference). */
 json_t *cw_api_models_json(const struct cw_api *api);
+/* GET /v1/models/{id}: the model object (new reference), or NULL with
+ * *err a 404 model_not_found when id is not the served model's name. */
+json_t *cw_api_model_json(const struct cw_api *api, const char *id,
+			  struct cw_api_error *err);
 
 #endif

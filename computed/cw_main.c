@@ -144,8 +144,10 @@ static void usage(FILE *f)
 "  --api-key KEY          require 'Authorization: Bearer KEY' (default:\n"
 "                         $STRATA_API_KEY; none when unset)\n"
 "  --model-name NAME      model id in the API (default: the store's name)\n"
-"  --chat-template T      chatml, mixtral or deepseek (default: from the\n"
-"                         store's tokenizer_config.json chat_template)\n"
+"  --chat-template T      chatml, mixtral, deepseek, plain or none (default:\n"
+"                         tokenizer_config.json's chat_template, else plain:\n"
+"                         'User: ..' / 'Assistant:' text); one whose special\n"
+"                         tokens the vocabulary lacks is refused at start\n"
 "  --max-running N        sequences decoding at once (default 32)\n"
 "  --max-queued N         requests waiting beyond those (default 256;\n"
 "                         more get HTTP 429)\n"
@@ -153,6 +155,15 @@ static void usage(FILE *f)
 "                         prefill chunks (default 128)\n"
 "  --max-body BYTES       largest HTTP request body (default 1048576;\n"
 "                         larger get HTTP 413)\n"
+"  --metrics-auth         /metrics wants the API key too (default: only\n"
+"                         the /v1 endpoints do, as vLLM)\n"
+"  --http-request-timeout SEC  a client must send its whole request within\n"
+"                         SEC of connecting or of its last response, else\n"
+"                         it is disconnected (default 30)\n"
+"  --http-idle-timeout SEC  a connection without a byte either way for SEC\n"
+"                         is closed (default 60)\n"
+"  --http-max-client-conns N  connections at once per client address\n"
+"                         (default 64; of 256 in all)\n"
 "  --version              print the version and exit\n"
 "  -h, --help             this text\n"
 "\n"
@@ -187,6 +198,10 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "max-queued", required_argument, NULL, 'Q' },
 		{ "max-step-tokens", required_argument, NULL, 'S' },
 		{ "max-body", required_argument, NULL, 'L' },
+		{ "metrics-auth", no_argument, NULL, 0x308 },
+		{ "http-request-timeout", required_argument, NULL, 0x309 },
+		{ "http-idle-timeout", required_argument, NULL, 0x30a },
+		{ "http-max-client-conns", required_argument, NULL, 0x30b },
 		{ "device-budget", required_argument, NULL, 0x306 },
 		{ "device-kv-budget", required_argument, NULL, 0x307 },
 		{ "help", no_argument, NULL, 'h' },
@@ -292,6 +307,28 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		case 0x305: d->ropts.oracle = 1; break;
 		case 0x306: d->device_budget = optarg; break;
 		case 0x307: d->device_kv_budget = optarg; break;
+		case 0x308: d->hopts.metrics_auth = 1; break;
+		case 0x309: case 0x30a: case 0x30b: {
+			char *end;
+			long long v = strtoll(optarg, &end, 10);
+			const char *name = c == 0x309 ? "http-request-timeout" :
+					   c == 0x30a ? "http-idle-timeout" :
+					   "http-max-client-conns";
+			long long hi = c == 0x30b ? 256 : 86400;
+
+			if (*end || v < 1 || v > hi) {
+				st_err("--%s must be 1..%lld, not '%s'", name,
+				       hi, optarg);
+				return -EINVAL;
+			}
+			if (c == 0x309)
+				d->hopts.request_timeout_s = (int)v;
+			else if (c == 0x30a)
+				d->hopts.idle_timeout_s = (int)v;
+			else
+				d->hopts.max_client_connections = (int)v;
+			break;
+		}
 		case 'P': case 'R': case 'Q': case 'S': case 'L': {
 			char *end;
 			long long v = strtoll(optarg, &end, 10);
@@ -325,9 +362,10 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		case 'T': {
 			enum cw_chat_template t;
 
-			if (cw_chat_parse(optarg, &t) < 0) {
+			if (strcmp(optarg, "auto") &&
+			    cw_chat_parse(optarg, &t) < 0) {
 				st_err("--chat-template must be chatml, mixtral, "
-				       "deepseek or none, not '%s'", optarg);
+				       "deepseek, plain or none, not '%s'", optarg);
 				return -EINVAL;
 			}
 			snprintf(d->chat_name, sizeof(d->chat_name), "%s", optarg);
@@ -1028,6 +1066,27 @@ int main(int argc, char **argv)
 		st_err("%s", diag.msg);
 		return 1;
 	}
+	/* the tokenizer and the chat template first: a template the
+	 * vocabulary cannot render is refused before anything starts, not
+	 * on every chat request */
+	r = st_tokenizer_load(d->store_dir, &d->tok, &diag);
+	if (r < 0) {
+		st_err("cannot load the tokenizer of %s: %s", d->store_dir,
+		       diag.msg);
+		goto out;
+	}
+	if (d->hopts.port) {
+		char note[1400];
+
+		r = cw_chat_resolve(d->store_dir, d->chat_name, d->tok,
+				    &d->hopts.chat, note, sizeof(note), &diag);
+		if (r < 0) {
+			st_err("%s", diag.msg);
+			goto out;
+		}
+		if (note[0])
+			st_info("%s", note);
+	}
 	r = connect_tiers(d);
 	if (r < 0)
 		goto out;
@@ -1086,12 +1145,6 @@ int main(int argc, char **argv)
 	r = setup_device(d);
 	if (r < 0)
 		goto out;
-	r = st_tokenizer_load(d->store_dir, &d->tok, &diag);
-	if (r < 0) {
-		st_err("cannot load the tokenizer of %s: %s", d->store_dir,
-		       diag.msg);
-		goto out;
-	}
 	cw_metrics_init(&d->metrics);
 	d->metrics.run_dir = d->run_dir;
 	r = cw_sched_create(d->model, d->tok, d->kv, &d->sopts, &d->metrics,
@@ -1101,11 +1154,8 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	if (d->hopts.port) {
-		enum cw_chat_template t = cw_chat_detect(d->store_dir);
+		const enum cw_chat_template t = d->hopts.chat;
 		const char *base = strrchr(d->store_dir, '/');
-
-		if (d->chat_name[0])
-			cw_chat_parse(d->chat_name, &t);
 		if (!d->model_name[0]) {
 			/* the store's name without ".strata" */
 			char *dot;
@@ -1117,7 +1167,6 @@ int main(int argc, char **argv)
 				*dot = 0;
 		}
 		d->hopts.model_name = d->model_name;
-		d->hopts.chat = t;
 		d->hopts.run_dir = d->run_dir;
 		d->hopts.sched = d->sopts;
 		r = cw_http_start(&d->hopts, d->sched, d->model, d->tok, d->es,

@@ -4,7 +4,8 @@
  *
  * Three phases:
  *  1. check: config, every expert matrix and every dense role with its
- *     shape and dtype, tokenizer files; nothing is written before all pass;
+ *     shape and dtype, tokenizer files (loaded as computed loads them),
+ *     every float weight finite; nothing is written before all pass;
  *  2. write into OUT.tmp-<pid>: dense.bin, experts-LLL.bin, the copied
  *     files, manifest.json last; every file fsynced, then the directory;
  *  3. publish: rename the temporary directory to OUT (atomic exchange with
@@ -37,6 +38,7 @@
 #include "st_gptq.h"
 #include "st_safetensors.h"
 #include "st_store.h"
+#include "st_tokenizer.h"
 #include "st_log.h"
 #include "st_util.h"
 
@@ -664,6 +666,125 @@ static int check_copied_files(struct conv *c)
 					   "needs the tokenizer)", c->model_dir,
 					   copied_files[i].name);
 		}
+	}
+	return 0;
+}
+
+/* The tokenizer must load as computed will load it: a broken one is
+ * refused here, not met by the first request.  Ids beyond the
+ * embedding's vocab_size rows only warn: small test models keep a large
+ * model's tokenizer, and computed refuses such an id in a prompt. */
+static int check_tokenizer(struct conv *c)
+{
+	struct st_tokenizer *tok = NULL;
+	struct st_diag d = { "" };
+	int r = st_tokenizer_load(c->model_dir, &tok, &d);
+	int n;
+
+	if (r)
+		return st_diag_set(c->diag, r, "checkpoint %s: the tokenizer "
+				   "cannot be loaded: %s; fix or replace "
+				   "tokenizer.json / tokenizer_config.json "
+				   "(nothing was written)", c->model_dir, d.msg);
+	n = st_tokenizer_n_vocab(tok);
+	st_tokenizer_free(tok);
+	if (c->cfg.vocab_size > 0 && n > c->cfg.vocab_size)
+		st_warn("convert: %s: tokenizer.json has token ids up to %d, "
+			"but config.json vocab_size is %d (the embedding's "
+			"rows): prompts that encode to the ids beyond will be "
+			"refused; check that the tokenizer belongs to these "
+			"weights", c->model_dir, n - 1, c->cfg.vocab_size);
+	return 0;
+}
+
+/* Index of the first element of n (width-byte words at src) whose bits
+ * under mask are all set, or -1.  Blocks are tested branch-free first
+ * (the compiler vectorizes the OR), so a clean tensor costs one pass at
+ * memory speed. */
+#define NONFINITE_BLOCK 4096
+static int64_t first_all_ones(const uint8_t *src, uint64_t n, size_t width,
+			      uint32_t mask)
+{
+	for (uint64_t b = 0; b < n; b += NONFINITE_BLOCK) {
+		uint64_t e = ST_MIN(n, b + NONFINITE_BLOCK);
+		unsigned bad = 0;
+
+		if (width == 2) {
+			for (uint64_t i = b; i < e; i++) {
+				uint16_t v;
+
+				memcpy(&v, src + i * 2, 2);
+				bad |= (v & mask) == mask;
+			}
+		} else {
+			for (uint64_t i = b; i < e; i++) {
+				uint32_t v;
+
+				memcpy(&v, src + i * 4, 4);
+				bad |= (v & mask) == mask;
+			}
+		}
+		for (uint64_t i = b; bad && i < e; i++) {
+			uint32_t v = 0;
+
+			memcpy(&v, src + i * width, width); /* little-endian */
+			if ((v & mask) == mask)
+				return (int64_t)i;
+		}
+	}
+	return -1;
+}
+
+/* Index of the first NaN or infinity (all exponent bits set) among the n
+ * elements of a F32, F16 or BF16 tensor at src, or -1 (also for any
+ * other dtype: codes are kept as shipped); *ret_nan: a NaN (mantissa not
+ * zero) rather than an infinity. */
+static int64_t first_nonfinite(enum st_dtype dt, const uint8_t *src,
+			       uint64_t n, int *ret_nan)
+{
+	uint32_t mask, mant, v = 0;
+	size_t es;
+	int64_t k;
+
+	switch (dt) {
+	case ST_DTYPE_F32: mask = 0x7f800000u; mant = 0x007fffffu; es = 4; break;
+	case ST_DTYPE_F16: mask = 0x7c00u; mant = 0x03ffu; es = 2; break;
+	case ST_DTYPE_BF16: mask = 0x7f80u; mant = 0x007fu; es = 2; break;
+	default: return -1;
+	}
+	k = first_all_ones(src, n, es, mask);
+	if (k >= 0) {
+		memcpy(&v, src + (uint64_t)k * es, es);
+		*ret_nan = (v & mant) != 0;
+	}
+	return k;
+}
+
+/* Every float tensor of the checkpoint holds finite values: a NaN or an
+ * infinity (a damaged download or export) would make every token's
+ * logits NaN, so the tensor, its file and the element are named. */
+static int check_finite(struct conv *c)
+{
+	for (int i = 0; i < c->ck->n_tensors; i++) {
+		const struct st_tensor_info *t = &c->ck->tensors[i];
+		int nan = 0;
+		int64_t k = first_nonfinite(t->dtype,
+					    st_checkpoint_data(c->ck, t),
+					    t->n_elems, &nan);
+		char where[64] = "";
+
+		if (k < 0)
+			continue;
+		if (t->n_dims == 2)
+			snprintf(where, sizeof(where), " [%" PRId64 ", %" PRId64
+				 "]", k / t->shape[1], k % t->shape[1]);
+		return st_diag_set(c->diag, -ST_E_FORMAT, "checkpoint %s: "
+				   "tensor %s (file %s) holds %s at element %"
+				   PRId64 "%s: the weights are damaged; "
+				   "re-download or re-export the checkpoint "
+				   "(nothing was written)", c->model_dir,
+				   t->name, c->ck->file_names[t->file_index],
+				   nan ? "a NaN" : "an infinity", k, where);
 	}
 	return 0;
 }
@@ -2196,9 +2317,10 @@ static int check_all_dsv4(struct conv *c)
 	c->is_attn = calloc((size_t)c->ck->n_tensors + 1, 1);
 	if (!c->is_expert || !c->is_attn)
 		return st_diag_set(c->diag, -ENOMEM, "out of memory");
-	if ((r = check_experts_dsv4(c)) || (r = check_dense_dsv4(c)))
+	if ((r = check_experts_dsv4(c)) || (r = check_dense_dsv4(c)) ||
+	    (r = check_copied_files(c)) || (r = check_tokenizer(c)))
 		return r;
-	return check_copied_files(c);
+	return check_finite(c);
 }
 
 /* Checkpoint bytes of the Engram tables (progress). */
@@ -2242,7 +2364,9 @@ static int check_all_dsv41(struct conv *c)
 	    (r = check_dense_dsv4(c)))
 		return r;
 	c->total += engram_bytes(c);
-	return check_copied_files(c);
+	if ((r = check_copied_files(c)) || (r = check_tokenizer(c)))
+		return r;
+	return check_finite(c);
 }
 
 /* The manifest's "skipped" list: the groups of checkpoint tensors a V4.1
@@ -2331,7 +2455,8 @@ static int check_all(struct conv *c)
 	if (!c->is_expert || !c->is_attn || !c->is_shexp)
 		return st_diag_set(c->diag, -ENOMEM, "out of memory");
 	if ((r = check_experts(c)) || (r = check_dense(c)) ||
-	    (r = check_copied_files(c)))
+	    (r = check_copied_files(c)) || (r = check_tokenizer(c)) ||
+	    (r = check_finite(c)))
 		return r;
 	for (int i = 0; i < c->ck->n_tensors; i++)
 		c->total += c->ck->tensors[i].n_bytes;

@@ -54,7 +54,8 @@ def one_level(inst, n_clients, args, rng):
             t0 = time.time()
             st, out = stream(inst, "/v1/completions", {
                 "prompt": prompt, "max_tokens": args.max_tokens,
-                "temperature": 0, "stream": True},
+                "temperature": 0, "stream": True,
+                "stream_options": {"include_usage": True}},
                 on_chunk=lambda i, p, t: times.append(t))
             ok = st == 200 and out and out[-1] == "[DONE]"
             n_tok = 0
@@ -63,7 +64,8 @@ def one_level(inst, n_clients, args, rng):
                 n_tok = last.get("usage", {}).get("completion_tokens", 0)
                 ok = n_tok > 0
             with lock:
-                results.append((ok, t0, times[:-1], n_tok))
+                # token chunks: neither the usage chunk nor [DONE]
+                results.append((ok, t0, times[:-2], n_tok))
 
     m0 = metrics(inst)
     t_start = time.time()

@@ -15,6 +15,12 @@ missing=""
 for p in $PKGS; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
 done
+# nodejs, npm: the serve-openai-client test npm-installs the official
+# `openai` client (tests/serve/openai-client/package-lock.json); a node
+# installed another way (nodesource, which bundles npm) is kept
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+	missing="$missing nodejs npm"
+fi
 if [ -z "$missing" ]; then
 	echo "setup: all packages present"
 	exit 0

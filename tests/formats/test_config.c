@@ -462,6 +462,21 @@ static void test_refusals(void **state)
 	assert_int_equal(parse_json(j, &c, &diag), 0);
 	json_decref(j);
 
+	/* absurd structural counts are refused naming their key (they once
+	 * passed, and a convert then failed with "out of memory") */
+	j = fixture_json("tiny-qwen3moe");
+	json_object_set_new(j, "num_hidden_layers", json_integer(1000000000));
+	expect_parse(j, -ST_E_CONFIG, "\"num_hidden_layers\" = 1000000000",
+		     "[1, 1024]");
+	json_object_set_new(j, "num_hidden_layers", json_integer(1024));
+	json_object_set_new(j, "num_experts", json_integer(1 << 20));
+	expect_parse(j, -ST_E_CONFIG, "\"num_experts\" = 1048576", "4096");
+	json_object_set_new(j, "num_experts", json_integer(4096));
+	assert_int_equal(parse_json(j, &c, &diag), 0);
+	assert_int_equal(c.n_layers, 1024);
+	assert_int_equal(c.n_experts, 4096);
+	json_decref(j);
+
 	/* mixtral: a window shorter than the context is refused, one as long
 	 * as the context is full attention */
 	j = fixture_json("tiny-mixtral");

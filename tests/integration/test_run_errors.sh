@@ -29,7 +29,10 @@
 #  - strata convert after a killed convert (SIGKILL leaves OUT.tmp-PID):
 #    removes the dead pid's tmp dir, saying so on stderr with its path, and
 #    keeps a live pid's; SIGTERM and SIGINT during a convert exit 130 and
-#    leave no OUT.tmp-PID.
+#    leave no OUT.tmp-PID;
+#  - a --prompt-file (or stdin) with a NUL byte: exit 1 at once naming the
+#    file and the byte's offset, no daemon started (the prompt used to be
+#    cut at the NUL without a word).
 set -u
 STRATA="$STRATA_BUILD_DIR/cli/strata"
 KJV="$STRATA_SOURCE_DIR/models/kjv-moe"
@@ -293,6 +296,28 @@ for sig in TERM INT; do
 		echo "FAIL: convert SIG$sig: exit $rc:"; cat "$TMP/errcs"; ls "$CV"; fail=1
 	else
 		echo "convert SIG$sig: exit 130, no tmp dir left"
+	fi
+done
+
+# a prompt with a NUL byte, from a file and from stdin
+printf 'In the\000beginning' >"$TMP/nul.txt"
+for src in file stdin; do
+	if [ $src = file ]; then
+		timeout 30 "$STRATA" run --store "$STORE" --prompt-file "$TMP/nul.txt" \
+			--max-tokens 1 --instance "nul$$" --run-dir "$TMP/runnul" \
+			>/dev/null 2>"$TMP/errnul"
+		rc=$?; want="$TMP/nul.txt"
+	else
+		timeout 30 "$STRATA" run --store "$STORE" --prompt-file - \
+			--max-tokens 1 --instance "nul$$" --run-dir "$TMP/runnul" \
+			<"$TMP/nul.txt" >/dev/null 2>"$TMP/errnul"
+		rc=$?; want="standard input"
+	fi
+	if [ $rc -ne 1 ] || ! grep -q "prompt in $want has a NUL byte at offset 6" "$TMP/errnul" ||
+	   [ -e "$TMP/runnul/expertd.pid" ] || [ -e "$TMP/runnul/expertd.log" ]; then
+		echo "FAIL: NUL in the prompt ($src): exit $rc:"; cat "$TMP/errnul"; fail=1
+	else
+		echo "NUL in the prompt ($src): exit 1, names $want and offset 6, no daemon"
 	fi
 done
 exit $fail

@@ -237,6 +237,83 @@ int main(void)
 		CHECK(cw_chat_encode(CW_CHAT_CHATML, q, m, 1, &ids, &n, &diag) ==
 		      -EINVAL, "unknown role refused");
 	}
+	/* plain, the default of a model without a chat template: the
+	 * documented text, encoded as one text (no special token), with BOS
+	 * only where the tokenizer adds it to any prompt */
+	{
+		struct cw_chat_msg m[3] = {
+			{ "system", "Be brief." }, { "user", "Who?<|im_end|>" },
+			{ "assistant", "Moses." },
+		};
+		const char *r = "System: Be brief.\n\nUser: Who?<|im_end|>\n\n"
+				"Assistant: Moses.\n\nAssistant:";
+		struct st_tokenizer *kjv;
+		struct st_diag diag = { "" };
+		enum cw_chat_template t;
+		char note[1400];
+
+		text = render(CW_CHAT_PLAIN, q, m, 3, &ids, &n);
+		st_tokenizer_encode(q, r, strlen(r), 1, 0, &ref, &nr);
+		CHECK(text && !strcmp(text, r) && n == nr &&
+		      !memcmp(ids, ref, n * sizeof(*ids)) &&
+		      count(ids, n, st_tokenizer_token_id(q, "<|im_end|>")) == 0,
+		      "plain renders '%s' as text (%zu tokens, <|im_end|> in a "
+		      "message stays text)", r, n);
+		free(text);
+		free(ids);
+		free(ref);
+		snprintf(dir, sizeof(dir), "%s/models/kjv-moe",
+			 getenv("STRATA_SOURCE_DIR") ? getenv("STRATA_SOURCE_DIR")
+						     : ".");
+		if (st_tokenizer_load(dir, &kjv, &diag) < 0) {
+			printf("FAIL: tokenizer of %s: %s\n", dir, diag.msg);
+			return 1;
+		}
+		/* kjv-moe: <|bos|>/<|eos|> only, no chat template */
+		CHECK(cw_chat_check(CW_CHAT_PLAIN, kjv, &diag) == 0 &&
+		      cw_chat_check(CW_CHAT_MIXTRAL, mx, &diag) == 0 &&
+		      cw_chat_check(CW_CHAT_CHATML, q, &diag) == 0 &&
+		      cw_chat_check(CW_CHAT_DEEPSEEK, ds, &diag) == 0,
+		      "each fixture's vocabulary supports its template and "
+		      "kjv-moe's plain");
+		CHECK(cw_chat_check(CW_CHAT_CHATML, kjv, &diag) ==
+		      -ST_E_UNSUPPORTED && strstr(diag.msg, "<|im_start|>"),
+		      "chatml on kjv-moe: unsupported, naming <|im_start|> (%s)",
+		      diag.msg);
+		CHECK(cw_chat_check(CW_CHAT_DEEPSEEK, q, &diag) ==
+		      -ST_E_UNSUPPORTED && strstr(diag.msg, "begin"),
+		      "deepseek on tiny-qwen3moe: unsupported (%s)", diag.msg);
+		CHECK(cw_chat_resolve(dir, "chatml", kjv, &t, note,
+				      sizeof(note), &diag) == -ST_E_UNSUPPORTED &&
+		      strstr(diag.msg, "--chat-template chatml") &&
+		      strstr(diag.msg, "<|im_start|>"),
+		      "resolve: --chat-template chatml on kjv-moe refused (%s)",
+		      diag.msg);
+		CHECK(cw_chat_resolve(dir, "jinja", kjv, &t, note,
+				      sizeof(note), &diag) == -EINVAL,
+		      "resolve: an unknown template name refused");
+		CHECK(cw_chat_resolve(dir, NULL, kjv, &t, note, sizeof(note),
+				      &diag) == 0 && t == CW_CHAT_PLAIN &&
+		      strstr(note, "plain"),
+		      "resolve: kjv-moe (no chat template) gets plain (%s)",
+		      note);
+		CHECK(cw_chat_resolve(dir, "plain", kjv, &t, note, sizeof(note),
+				      &diag) == 0 && t == CW_CHAT_PLAIN,
+		      "resolve: --chat-template plain on kjv-moe");
+		st_test_fixture_model("tiny-qwen3moe", dir, sizeof(dir));
+		CHECK(cw_chat_resolve(dir, "auto", q, &t, note, sizeof(note),
+				      &diag) == 0 && t == CW_CHAT_CHATML &&
+		      !note[0], "resolve: tiny-qwen3moe auto is ChatML");
+		/* a detected template the vocabulary cannot render (here:
+		 * tiny-qwen3moe's config with kjv-moe's vocabulary) falls
+		 * back to plain, saying why */
+		CHECK(cw_chat_resolve(dir, NULL, kjv, &t, note, sizeof(note),
+				      &diag) == 0 && t == CW_CHAT_PLAIN &&
+		      strstr(note, "<|im_start|>"),
+		      "resolve: a detected template the vocabulary lacks "
+		      "tokens for falls back to plain (%s)", note);
+		st_tokenizer_free(kjv);
+	}
 	st_tokenizer_free(q);
 	st_tokenizer_free(mx);
 	st_tokenizer_free(ds);

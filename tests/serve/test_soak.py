@@ -58,7 +58,9 @@ def main():
                 path = "/v1/completions"
             try:
                 if close or rng.random() < 0.6:
-                    st, out = stream(inst, path, dict(body, stream=True),
+                    st, out = stream(inst, path, dict(
+                        body, stream=True,
+                        stream_options={"include_usage": True}),
                                      on_chunk=(lambda i, p, t: False) if close else None)
                     if close:
                         good = st == 200 and len(out) == 1
@@ -66,8 +68,10 @@ def main():
                         n = 0
                     else:
                         good = st == 200 and out[-1] == "[DONE]"
-                        last = json.loads(out[-2]) if good else {}
-                        n = last.get("usage", {}).get("completion_tokens", 0)
+                        good = good and len(out) >= 3
+                        usage = json.loads(out[-2]) if good else {}
+                        last = json.loads(out[-3]) if good else {}
+                        n = (usage.get("usage") or {}).get("completion_tokens", 0)
                         good = good and last["choices"][0]["finish_reason"] in ("stop", "length")
                         kind = "ok"
                 else:

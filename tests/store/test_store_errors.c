@@ -3,7 +3,8 @@
  * loses nothing: corrupted records and files (checksums, verify), truncated
  * files, malformed manifests, converting over an existing store or into a
  * read-only place, a convert killed half-way, broken checkpoints (missing
- * tensor, wrong shape, unknown architecture, no tokenizer).
+ * tensor, wrong shape, unknown architecture, no tokenizer, a tokenizer that
+ * does not load, NaN / infinite weights).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +23,7 @@
 #include <jansson.h>
 
 #include "es_convert.h"
+#include "st_safetensors.h"
 #include "st_store.h"
 #include "st_util.h"
 #include "store_testlib.h"
@@ -729,6 +731,93 @@ static void expect_convert_error(const char *model, int err, const char *a,
 	assert_int_equal(tst_count_prefix(g_tmp, "out-broken"), 0);
 }
 
+/* Writes the BF16 bits `bits` over element k of tensor `name` in dir's
+ * model.safetensors (a rewritten copy, not a link). */
+static void poke_bf16(const char *dir, const char *name, uint64_t k,
+		      uint16_t bits)
+{
+	struct st_checkpoint *ck = NULL;
+	struct st_diag d = { { 0 } };
+	const struct st_tensor_info *t;
+	char path[4400];
+	uint64_t off;
+	int fd;
+
+	must(st_checkpoint_open(dir, &ck, &d), &d, "open the copy");
+	t = st_checkpoint_find(ck, name);
+	assert_non_null(t);
+	assert_int_equal(t->dtype, ST_DTYPE_BF16);
+	assert_true(k < t->n_elems);
+	off = t->file_offset + k * 2;
+	st_checkpoint_close(ck);
+	snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+	fd = open(path, O_WRONLY);
+	assert_true(fd >= 0);
+	assert_int_equal(pwrite(fd, &bits, 2, (off_t)off), 2);
+	close(fd);
+}
+
+/* NaN / infinite weights and broken tokenizers: refused by the checks,
+ * naming the tensor and its file (element, [row, col]) or the tokenizer
+ * file, with nothing written (no store, no temporary directory) and an
+ * existing store left as it was. */
+static void damaged_checkpoints(void **state)
+{
+	static const char *expert = "model.layers.1.block_sparse_moe.experts.3."
+				    "w1.weight";
+	char dir[4300], path[4400];
+	size_t len;
+	char *text;
+
+	(void)state;
+	broken_model("nan", NULL, NULL, NULL, NULL, dir, sizeof(dir));
+	poke_bf16(dir, expert, 64 * 5 + 7, 0x7fc0);
+	expect_convert_error(dir, -ST_E_FORMAT, expert, "a NaN at element 327");
+	expect_convert_error(dir, -ST_E_FORMAT, "file model.safetensors",
+			     "[5, 7]");
+	st_rm_rf(dir);
+
+	broken_model("inf", NULL, NULL, NULL, NULL, dir, sizeof(dir));
+	poke_bf16(dir, "model.norm.weight", 3, 0xff80); /* -inf */
+	expect_convert_error(dir, -ST_E_FORMAT, "model.norm.weight",
+			     "an infinity at element 3");
+	st_rm_rf(dir);
+
+	/* a large finite value is fine (only all-ones exponents refused) */
+	broken_model("big", NULL, NULL, NULL, NULL, dir, sizeof(dir));
+	poke_bf16(dir, "model.norm.weight", 3, 0x7f7f);
+	{
+		struct st_diag d = { { 0 } };
+		char out[4400];
+
+		snprintf(out, sizeof(out), "%s/big-store", g_tmp);
+		must(es_convert(dir, out, NULL, &d), &d, "largest finite bf16");
+		st_rm_rf(out);
+	}
+	st_rm_rf(dir);
+
+	/* tokenizer.json cut in half: does not load */
+	broken_model("halftok", "tokenizer.json", NULL, NULL, NULL, dir,
+		     sizeof(dir));
+	snprintf(path, sizeof(path), "%s/tokenizer.json", g_mixtral);
+	text = (char *)tst_read(path, &len);
+	snprintf(path, sizeof(path), "%s/tokenizer.json", dir);
+	tst_write(path, text, len / 2);
+	expect_convert_error(dir, -ST_E_TOKENIZER, "tokenizer.json",
+			     "cannot be loaded");
+	st_rm_rf(dir);
+
+	/* tokenizer_config.json that is not JSON */
+	broken_model("badtokcfg", "tokenizer_config.json", NULL, NULL, NULL,
+		     dir, sizeof(dir));
+	snprintf(path, sizeof(path), "%s/tokenizer_config.json", dir);
+	tst_write(path, "{\"bos_token\": ", 14);
+	expect_convert_error(dir, -ST_E_TOKENIZER, "tokenizer_config.json",
+			     "cannot be loaded");
+	free(text);
+	st_rm_rf(dir);
+}
+
 /* --- expert format options ---------------------------------------------- */
 
 /* Keep specs: what parses, what is refused (nothing appended then), the
@@ -928,6 +1017,7 @@ int main(void)
 		cmocka_unit_test(read_only_parent),
 		cmocka_unit_test(killed_convert),
 		cmocka_unit_test(broken_checkpoints),
+		cmocka_unit_test(damaged_checkpoints),
 		cmocka_unit_test(keep_specs),
 		cmocka_unit_test(format_options_refused),
 	};
