@@ -149,7 +149,8 @@ uint64_t cw_cu_matvec_weight_bytes(const struct cw_wview *w);
 int cw_cu_dequant_f32(const struct cw_wview *w, float *out_d, void *stream,
 		      struct st_diag *diag);
 
-/* A cuBLAS handle in pedantic float32 math (no TF32). */
+/* cuBLAS handles: pedantic float32 math (no TF32) for cw_cu_gemm_f32,
+ * default math (tensor cores) for the BF16 grouped GEMM. */
 struct cw_cu_blas;
 /* 0, -ENOMEM or -ST_E_CUBLAS. */
 int cw_cu_blas_new(struct cw_cu_blas **ret, struct st_diag *diag);
@@ -173,11 +174,13 @@ int cw_cu_gemm_f32(struct cw_cu_blas *b, const float *w_d, const float *x_d,
  * weight is dequantized to a BF16 tile (exact for MXFP4: E2M1 x E8M0 needs
  * 2 mantissa bits; NVFP4, E2M1_F16, FP8 and F32 weights round to 8 bits),
  * activations are rounded to BF16, and cuBLAS multiplies with float32
- * accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F).  Tolerance vs the exact
- * product of the dequantized weights and float32 x, S = sum_c |W x|:
- * |y - exact| <= (2^-8 + (cols + 64) * 2^-24) * S for MXFP4 and BF16
- * weights (x rounding, then an order-free float32 sum), 2^-7 * S + the
- * same for the other formats (weight rounding too).
+ * accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F, default math: tensor
+ * cores).  Tolerance vs the exact product of the dequantized weights and
+ * float32 x, S = sum_c |W x|: |y - exact| <= (2^-8 + (cols + 64) * 2^-22)
+ * * S for MXFP4 and BF16 weights (x rounding, then an order-free float32
+ * sum whose tensor-core additions may truncate rather than round: up to
+ * 4x the round-to-nearest float32 bound), 2^-7 * S + the same for the
+ * other formats (weight rounding too).
  */
 struct cw_cu_group {
 	const struct cw_wview *w;  /* [rows, cols], device pointers */

@@ -20,8 +20,11 @@ fail=0
 export NVCC GPU_CHECK_ARCH=sm_80 GPU_CHECK_JOBS=2 GPU_CHECK_DEADLINE=500
 export GPU_CHECK_BUNDLE="$TMP/bundle"
 unset OUT GPU_CHECK_OUT
-check() { # file, pattern, what
-	grep -q "$2" "$1" || { echo "FAIL: $3 (no '$2' in $(basename "$1")):"; tail -15 "$1"; fail=1; }
+check() { # file, pattern, what (the file's tail with the first failure)
+	grep -q "$2" "$1" && return 0
+	echo "FAIL: $3 (no '$2' in $(basename "$1"))"
+	[ $fail -eq 0 ] && tail -15 "$1"
+	fail=1
 }
 if [ -x "$B/tests/cuda/test_cuda_ipc" ]; then
 	# the bundle from this (already built) CUDA build
