@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -677,6 +678,36 @@ int st_cuda_stream_sync(void *stream, struct st_diag *diag)
 	e = cu.StreamSynchronize((cudaStream_t)stream);
 
 	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaStreamSynchronize");
+}
+
+int st_cuda_stream_wait(void *stream, int timeout_ms, struct st_diag *diag)
+{
+	const uint64_t t0 = st_now_ns();
+	uint64_t now;
+	cudaError_t e;
+
+	if (cu_ready(diag) < 0)
+		return cu_ready(diag);
+	if (cu.fake)
+		return 0;
+	for (;;) {
+		e = cu.StreamQuery((cudaStream_t)stream);
+		if (e != cudaErrorNotReady)
+			break;
+		now = st_now_ns();
+		if (now - t0 >= (uint64_t)timeout_ms * 1000000ull)
+			return st_diag_set(diag, -ST_E_TIMEOUT, "the device "
+					   "stream did not finish within %d "
+					   "ms (a copy event of a process "
+					   "that died?)", timeout_ms);
+		/* spin the first 20 ms (a decode layer's work), then
+		 * poll every millisecond */
+		if (now - t0 < 20000000ull)
+			sched_yield();
+		else
+			st_sleep_ns(1000000);
+	}
+	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaStreamQuery");
 }
 
 int st_cuda_memcpy_async(void *dst, const void *src, uint64_t bytes,

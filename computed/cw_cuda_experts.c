@@ -72,6 +72,8 @@ struct cw_cuda_experts {
 	size_t used;              /* floats of x_d / y_d taken */
 	size_t up;                /* floats of x_h [0, up) copied to x_d */
 	int failed;               /* this batch had an error: sync says so */
+	int hung;                 /* the stream never finished: its slots
+				   * stay pinned, its buffers allocated */
 	uint64_t n_device, n_cpu, n_syncs;
 	int warned;
 };
@@ -107,8 +109,14 @@ static void cw_cuda_experts_destroy(struct cw_cuda_experts *c)
 {
 	if (!c)
 		return;
-	if (c->stream)
-		st_cuda_stream_sync(c->stream, NULL);
+	if (c->hung || (c->stream &&
+			st_cuda_stream_wait(c->stream, ST_CUDA_STREAM_TIMEOUT_MS,
+					    NULL) < 0)) {
+		/* work may still run on the stream: nothing it reads or
+		 * writes is unpinned or freed */
+		free(c);
+		return;
+	}
 	for (int i = 0; i < c->n_q; i++) /* a batch never synced */
 		c->pool.unpin(c->dev, c->q[i].slot);
 	host_free(c->x_h);
@@ -341,16 +349,25 @@ static int cw_cuda_experts_sync(void *arg)
 	if (c->n_q && c->used)
 		r = st_cuda_memcpy_async(c->y_h, c->y_d, c->used * 4,
 					 c->stream, &diag);
-	if (c->n_q && st_cuda_stream_sync(c->stream, r ? NULL : &diag) < 0 &&
-	    r == 0)
-		r = -ST_E_CUDA;
+	if (c->n_q) {
+		const int w = st_cuda_stream_wait(c->stream,
+						  ST_CUDA_STREAM_TIMEOUT_MS,
+						  r ? NULL : &diag);
+
+		if (w == -ST_E_TIMEOUT)
+			c->hung = 1; /* fail_once below turns the path off */
+		if (w < 0 && r == 0)
+			r = -ST_E_CUDA;
+	}
 	for (int i = 0; i < c->n_q; i++) {
 		const struct cw_cuda_queued *e = &c->q[i];
 
 		for (int t = 0; t < e->n && r == 0 && !c->failed; t++)
 			memcpy(c->out[e->pair0 + t], c->y_h + e->off + t * H,
 			       H * 4);
-		c->pool.unpin(c->dev, e->slot);
+		/* a hung stream may still read the slot: the pin stays */
+		if (!c->hung)
+			c->pool.unpin(c->dev, e->slot);
 	}
 	if (r < 0)
 		fail_once(c, diag.msg);

@@ -39,6 +39,7 @@
 struct cw_cuda_experts;
 struct cw_cuda_attn;
 
+
 /* What computed lends the module: its device pool's pin and unpin
  * (cw_devpool.h), called with the pool given to create. */
 struct cw_cuda_pool_ops {
