@@ -626,8 +626,15 @@ int st_cuda_host_register(void *p, uint64_t bytes, struct st_diag *diag)
 
 	if (cu_ready(diag) < 0)
 		return cu_ready(diag);
-	if (cu.fake)
+	if (cu.fake) {
+		/* STRATA_CUDA_FAKE_PIN_MS: how long pinning takes (tests of
+		 * a slow registration of a large pool) */
+		const char *ms = getenv("STRATA_CUDA_FAKE_PIN_MS");
+
+		if (ms && atoi(ms) > 0)
+			st_sleep_ns((uint64_t)atoi(ms) * 1000000ull);
 		return 0;
+	}
 	e = cu.HostRegister(p, bytes, cudaHostRegisterPortable);
 
 	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaHostRegister");
