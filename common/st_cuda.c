@@ -687,6 +687,19 @@ int st_cuda_stream_sync(void *stream, struct st_diag *diag)
 	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaStreamSynchronize");
 }
 
+int st_cuda_context_check(struct st_diag *diag)
+{
+	size_t fr = 0, tot = 0;
+	cudaError_t e;
+
+	if (cu_ready(diag) < 0)
+		return cu_ready(diag);
+	if (cu.fake)
+		return 0;
+	e = cu.MemGetInfo(&fr, &tot);
+	return e == cudaSuccess ? 0 : cu_err(diag, e, "the CUDA context");
+}
+
 int st_cuda_stream_wait(void *stream, int timeout_ms, struct st_diag *diag)
 {
 	const uint64_t t0 = st_now_ns();

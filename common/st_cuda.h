@@ -145,6 +145,15 @@ int st_cuda_stream_sync(void *stream, struct st_diag *diag);
  * error of the queued work.  The fake device: 0 at once.
  */
 int st_cuda_stream_wait(void *stream, int timeout_ms, struct st_diag *diag);
+/*
+ * 0 while this process's CUDA context works; -ST_E_CUDA with the error
+ * when a sticky error broke it (every later call fails the same way: an
+ * importer that used a dead exporter's memory or events, which the CUDA
+ * documentation leaves undefined; issue 27).  Only a new process has a
+ * context again.  The fake device: 0.
+ */
+int st_cuda_context_check(struct st_diag *diag);
+
 /* How long computed waits for a stream of its device path (a layer's
  * experts or attention, a step's KV pages) before it gives that path up
  * and computes on the CPU. */

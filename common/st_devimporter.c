@@ -44,6 +44,17 @@ static void import_close(struct st_devimporter *m)
 	st_info("device pool %s: epoch %llu released (%d handles closed)",
 		m->tab_kind, (unsigned long long)m->st.epoch, n);
 	st_devimport_closed(&m->st);
+	/* a dead exporter's memory or events used after the driver freed
+	 * them may leave a sticky error: every later import would fail */
+	diag.msg[0] = 0;
+	if (st_cuda_built() && st_cuda_context_check(&diag) < 0) {
+		m->cuda_broken = 1;
+		snprintf(m->broken_msg, sizeof(m->broken_msg), "%s",
+			 diag.msg);
+		st_err("device pool %s: %s; this daemon cannot import a "
+		       "device pool again until it is restarted",
+		       m->tab_kind, diag.msg);
+	}
 }
 
 /* Maps (creating when needed) the slot table segment for n_slots. */
@@ -77,6 +88,11 @@ static int import_open(struct st_devimporter *m,
 {
 	int r, same;
 
+	if (m->cuda_broken)
+		return st_diag_set(diag, -ST_E_CUDA, "the %s importer's CUDA "
+				   "context broke when an earlier exporter "
+				   "died (%s): restart this daemon",
+				   m->tab_kind, m->broken_msg);
 	if (e->slot_bytes < m->min_slot_bytes)
 		return st_diag_set(diag, -ST_E_BUDGET,
 				   "device %s slots of %llu bytes are smaller "

@@ -39,6 +39,9 @@ struct st_devimporter {
 	pthread_t pin_thread;
 	int pin_started;               /* the thread was started */
 	_Atomic int host_state;        /* ST_DEVIMPORT_HOST_* */
+	/* a sticky CUDA error after an import closed: no import again */
+	int cuda_broken;
+	char broken_msg[256];
 	uint64_t min_slot_bytes;       /* refuse exports with smaller slots */
 	uint64_t slot_bytes;
 	uint32_t n_slots, n_events;
