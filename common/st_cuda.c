@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -625,8 +626,15 @@ int st_cuda_host_register(void *p, uint64_t bytes, struct st_diag *diag)
 
 	if (cu_ready(diag) < 0)
 		return cu_ready(diag);
-	if (cu.fake)
+	if (cu.fake) {
+		/* STRATA_CUDA_FAKE_PIN_MS: how long pinning takes (tests of
+		 * a slow registration of a large pool) */
+		const char *ms = getenv("STRATA_CUDA_FAKE_PIN_MS");
+
+		if (ms && atoi(ms) > 0)
+			st_sleep_ns((uint64_t)atoi(ms) * 1000000ull);
 		return 0;
+	}
 	e = cu.HostRegister(p, bytes, cudaHostRegisterPortable);
 
 	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaHostRegister");
@@ -677,6 +685,49 @@ int st_cuda_stream_sync(void *stream, struct st_diag *diag)
 	e = cu.StreamSynchronize((cudaStream_t)stream);
 
 	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaStreamSynchronize");
+}
+
+int st_cuda_context_check(struct st_diag *diag)
+{
+	size_t fr = 0, tot = 0;
+	cudaError_t e;
+
+	if (cu_ready(diag) < 0)
+		return cu_ready(diag);
+	if (cu.fake)
+		return 0;
+	e = cu.MemGetInfo(&fr, &tot);
+	return e == cudaSuccess ? 0 : cu_err(diag, e, "the CUDA context");
+}
+
+int st_cuda_stream_wait(void *stream, int timeout_ms, struct st_diag *diag)
+{
+	const uint64_t t0 = st_now_ns();
+	uint64_t now;
+	cudaError_t e;
+
+	if (cu_ready(diag) < 0)
+		return cu_ready(diag);
+	if (cu.fake)
+		return 0;
+	for (;;) {
+		e = cu.StreamQuery((cudaStream_t)stream);
+		if (e != cudaErrorNotReady)
+			break;
+		now = st_now_ns();
+		if (now - t0 >= (uint64_t)timeout_ms * 1000000ull)
+			return st_diag_set(diag, -ST_E_TIMEOUT, "the device "
+					   "stream did not finish within %d "
+					   "ms (a copy event of a process "
+					   "that died?)", timeout_ms);
+		/* spin the first 20 ms (a decode layer's work), then
+		 * poll every millisecond */
+		if (now - t0 < 20000000ull)
+			sched_yield();
+		else
+			st_sleep_ns(1000000);
+	}
+	return e == cudaSuccess ? 0 : cu_err(diag, e, "cudaStreamQuery");
 }
 
 int st_cuda_memcpy_async(void *dst, const void *src, uint64_t bytes,

@@ -135,6 +135,29 @@ void st_cuda_host_unregister(void *p);
 int st_cuda_stream_create(void **ret, struct st_diag *diag);
 void st_cuda_stream_destroy(void *stream);
 int st_cuda_stream_sync(void *stream, struct st_diag *diag);
+/*
+ * Waits for everything queued on stream, at most timeout_ms (issue 27):
+ * a stream that waits on an inter-process event whose recording process
+ * died may never finish, and a blocking sync would hang the caller.
+ * Polls cudaStreamQuery (yielding the first 20 ms, then every ms).
+ * 0; -ST_E_TIMEOUT when the stream is still busy (its work may still run
+ * later: keep its buffers and the slots it reads); -ST_E_CUDA on an
+ * error of the queued work.  The fake device: 0 at once.
+ */
+int st_cuda_stream_wait(void *stream, int timeout_ms, struct st_diag *diag);
+/*
+ * 0 while this process's CUDA context works; -ST_E_CUDA with the error
+ * when a sticky error broke it (every later call fails the same way: an
+ * importer that used a dead exporter's memory or events, which the CUDA
+ * documentation leaves undefined; issue 27).  Only a new process has a
+ * context again.  The fake device: 0.
+ */
+int st_cuda_context_check(struct st_diag *diag);
+
+/* How long computed waits for a stream of its device path (a layer's
+ * experts or attention, a step's KV pages) before it gives that path up
+ * and computes on the CPU. */
+#define ST_CUDA_STREAM_TIMEOUT_MS 10000
 /* cudaMemcpyAsync of bytes on stream, direction from the addresses
  * (unified addressing: host or device either side). */
 int st_cuda_memcpy_async(void *dst, const void *src, uint64_t bytes,

@@ -113,6 +113,16 @@ int st_cuda_stream_sync(void *stream, struct st_diag *diag)
 	return no_cuda(diag);
 }
 
+int st_cuda_context_check(struct st_diag *diag)
+{
+	return no_cuda(diag);
+}
+
+int st_cuda_stream_wait(void *stream, int timeout_ms, struct st_diag *diag)
+{
+	return no_cuda(diag);
+}
+
 int st_cuda_memcpy_async(void *dst, const void *src, uint64_t bytes,
 			 void *stream, struct st_diag *diag)
 {

@@ -44,6 +44,17 @@ static void import_close(struct st_devimporter *m)
 	st_info("device pool %s: epoch %llu released (%d handles closed)",
 		m->tab_kind, (unsigned long long)m->st.epoch, n);
 	st_devimport_closed(&m->st);
+	/* a dead exporter's memory or events used after the driver freed
+	 * them may leave a sticky error: every later import would fail */
+	diag.msg[0] = 0;
+	if (st_cuda_built() && st_cuda_context_check(&diag) < 0) {
+		m->cuda_broken = 1;
+		snprintf(m->broken_msg, sizeof(m->broken_msg), "%s",
+			 diag.msg);
+		st_err("device pool %s: %s; this daemon cannot import a "
+		       "device pool again until it is restarted",
+		       m->tab_kind, diag.msg);
+	}
 }
 
 /* Maps (creating when needed) the slot table segment for n_slots. */
@@ -77,6 +88,11 @@ static int import_open(struct st_devimporter *m,
 {
 	int r, same;
 
+	if (m->cuda_broken)
+		return st_diag_set(diag, -ST_E_CUDA, "the %s importer's CUDA "
+				   "context broke when an earlier exporter "
+				   "died (%s): restart this daemon",
+				   m->tab_kind, m->broken_msg);
 	if (e->slot_bytes < m->min_slot_bytes)
 		return st_diag_set(diag, -ST_E_BUDGET,
 				   "device %s slots of %llu bytes are smaller "
@@ -88,12 +104,7 @@ static int import_open(struct st_devimporter *m,
 	r = table_map(m, e->n_slots, diag);
 	if (r < 0)
 		return r;
-	if (m->host_base && !m->host_registered) {
-		r = st_cuda_host_register(m->host_base, m->host_bytes, diag);
-		if (r < 0)
-			return r;
-		m->host_registered = 1;
-	}
+	st_devimporter_host_ready(m); /* pinning starts in the background */
 	r = st_cuda_import_open(&m->cu, e, diag);
 	if (r < 0)
 		return r;
@@ -175,6 +186,45 @@ int st_devimporter_handle(struct st_devimporter *m, uint16_t type,
 	return 0;
 }
 
+static void *pin_main(void *arg)
+{
+	struct st_devimporter *m = arg;
+	struct st_diag diag = { "" };
+	const uint64_t t0 = st_now_ns();
+
+	if (st_cuda_host_register(m->host_base, m->host_bytes, &diag) == 0) {
+		st_info("%s: host pool of %.1f GiB pinned in %.1f s",
+			m->tab_kind, (double)m->host_bytes / (1 << 30),
+			(double)(st_now_ns() - t0) / 1e9);
+		atomic_store(&m->host_state, ST_DEVIMPORT_HOST_PINNED);
+	} else {
+		st_warn("%s: host pool not pinned (%s); device copies go "
+			"through pageable memory, slower", m->tab_kind,
+			diag.msg);
+		atomic_store(&m->host_state, ST_DEVIMPORT_HOST_FAILED);
+	}
+	return NULL;
+}
+
+int st_devimporter_host_ready(struct st_devimporter *m)
+{
+	if (!m->host_base || !m->host_bytes)
+		return 1;
+	if (!m->pin_started) {
+		atomic_store(&m->host_state, ST_DEVIMPORT_HOST_PINNING);
+		if (pthread_create(&m->pin_thread, NULL, pin_main, m) != 0) {
+			st_warn("%s: no thread to pin the host pool; device "
+				"copies go through pageable memory",
+				m->tab_kind);
+			atomic_store(&m->host_state,
+				     ST_DEVIMPORT_HOST_FAILED);
+			return 1;
+		}
+		m->pin_started = 1;
+	}
+	return atomic_load(&m->host_state) != ST_DEVIMPORT_HOST_PINNING;
+}
+
 int st_devimporter_tick(struct st_devimporter *m)
 {
 	if (st_devimport_plan_peer(&m->st, NULL, NULL) != ST_DEVIMPORT_CLOSE)
@@ -190,9 +240,13 @@ int st_devimporter_tick(struct st_devimporter *m)
 void st_devimporter_fini(struct st_devimporter *m, int destroy_table)
 {
 	import_close(m);
-	if (m->host_registered)
-		st_cuda_host_unregister(m->host_base);
-	m->host_registered = 0;
+	if (m->pin_started) {
+		pthread_join(m->pin_thread, NULL);
+		m->pin_started = 0;
+		if (atomic_load(&m->host_state) == ST_DEVIMPORT_HOST_PINNED)
+			st_cuda_host_unregister(m->host_base);
+	}
+	atomic_store(&m->host_state, ST_DEVIMPORT_HOST_NONE);
 	if (m->tab_shm.base) {
 		if (destroy_table)
 			st_shm_destroy(&m->tab_shm);

@@ -8,11 +8,14 @@
  * the device slot table segment /strata.<instance>.dev<kind>.
  *
  * What to copy and when is the daemon's (es_devpool.c for expertd).
- * One importer per daemon struct; single-threaded (the server thread).
+ * One importer per daemon struct; single-threaded (the server thread),
+ * but for the thread that pins the host pool (st_devimporter_host_ready).
  */
 #ifndef ST_DEVIMPORTER_H
 #define ST_DEVIMPORTER_H
 
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "st_cuda.h"
@@ -31,7 +34,14 @@ struct st_devimporter {
 	char tab_kind[16];             /* "devexperts", "devkv" */
 	void *host_base;               /* shared host pool to pin (or NULL) */
 	uint64_t host_bytes;
-	int host_registered;
+	/* the pinning of the host pool, in a thread of its own (issue 27:
+	 * tens of GiB take seconds, longer than an EXPORT may wait) */
+	pthread_t pin_thread;
+	int pin_started;               /* the thread was started */
+	_Atomic int host_state;        /* ST_DEVIMPORT_HOST_* */
+	/* a sticky CUDA error after an import closed: no import again */
+	int cuda_broken;
+	char broken_msg[256];
 	uint64_t min_slot_bytes;       /* refuse exports with smaller slots */
 	uint64_t slot_bytes;
 	uint32_t n_slots, n_events;
@@ -45,9 +55,17 @@ struct st_devimporter {
 	void *cb_ctx;
 };
 
+/* Where the pinning of the host pool stands. */
+enum {
+	ST_DEVIMPORT_HOST_NONE = 0,    /* not started */
+	ST_DEVIMPORT_HOST_PINNING = 1, /* cudaHostRegister running */
+	ST_DEVIMPORT_HOST_PINNED = 2,
+	ST_DEVIMPORT_HOST_FAILED = 3,  /* copies use pageable memory */
+};
+
 /* Sets up an importer of kind for instance (borrowed string); host_base /
- * host_bytes: the shared host pool copies read from or write to
- * (registered as pinned at the first import; NULL: none). */
+ * host_bytes: the shared host pool copies read from or write to (pinned
+ * in the background from the first import; NULL: none). */
 void st_devimporter_init(struct st_devimporter *m, uint32_t kind,
 			 const char *instance, void *host_base,
 			 uint64_t host_bytes);
@@ -66,6 +84,18 @@ int st_devimporter_handle(struct st_devimporter *m, uint16_t type,
 			  const uint8_t *payload, size_t len,
 			  struct st_wbuf *rep, int *ret_reset,
 			  struct st_diag *diag);
+
+/*
+ * 1 when copies between the host pool and the device may start: the pool
+ * is pinned, or pinning failed (copies then go through pageable memory:
+ * correct, slower), or there is no host pool; 0 while a background
+ * thread pins it (started here by the first call, and by the first
+ * import): the daemon keeps its copies for later meanwhile, so an EXPORT
+ * is answered without waiting for tens of GiB to be pinned.  host_base /
+ * host_bytes must not change once it was called with a pool.  Called from
+ * the daemon's main thread.
+ */
+int st_devimporter_host_ready(struct st_devimporter *m);
 
 /* Periodic: closes the import when the exporter's pid died (returns 1
  * then, so the daemon drops its map), else 0. */

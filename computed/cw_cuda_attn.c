@@ -37,6 +37,8 @@ struct cw_cuda_attn {
 	struct cw_cuda_buf stage, tab, q, out, scores;
 	uint64_t layers, failed;
 	int off;               /* refused after a failure */
+	int hung;              /* the stream never finished: its buffers
+				* stay allocated (it may still use them) */
 };
 
 static void buf_free(struct cw_cuda_buf *b)
@@ -117,7 +119,12 @@ void cw_cuda_attn_destroy(struct cw_cuda_attn *a)
 {
 	if (!a)
 		return;
-	st_cuda_stream_sync(a->stream, NULL);
+	if (a->hung || st_cuda_stream_wait(a->stream, ST_CUDA_STREAM_TIMEOUT_MS,
+					   NULL) < 0) {
+		/* work may still run on the stream: leave its buffers */
+		free(a);
+		return;
+	}
 	buf_free(&a->stage);
 	buf_free(&a->tab);
 	buf_free(&a->q);
@@ -216,15 +223,18 @@ int cw_cuda_attn_fn(void *arg, int layer, int n,
 	struct cw_cuda_attn *a = arg;
 	const size_t qd = (size_t)a->n_heads * a->fmt.head_dim;
 	struct st_diag diag = { "" };
-	int r;
+	int r, w;
 
 	if (a->off)
 		return -ST_E_CUDA;
 	r = attn_queue(a, n, toks, &diag);
 	/* the staging and the table are reused by the next layer: always
 	 * wait for this one (also after an error: nothing left in flight) */
-	if (st_cuda_stream_sync(a->stream, r == 0 ? &diag : NULL) < 0 &&
-	    r == 0)
+	w = st_cuda_stream_wait(a->stream, ST_CUDA_STREAM_TIMEOUT_MS,
+				r == 0 ? &diag : NULL);
+	if (w == -ST_E_TIMEOUT)
+		a->hung = 1;
+	if (w < 0 && r == 0)
 		r = -ST_E_CUDA;
 	if (r < 0) {
 		a->failed++;

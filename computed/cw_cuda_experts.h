@@ -7,12 +7,15 @@
  * routed expert of a step that is READY in a device slot, fn pins the
  * slot, makes the compute stream wait for that slot's copy event only (a
  * miss waits for its own expert only), and queues the expert's tokens
- * (staged in pinned memory), gate and up GEMVs (cw_cu_matvec), SwiGLU and
- * the down GEMV per token for decode, or the grouped BF16 GEMM
- * (cw_cu_gemm_grouped_bf16) for 8 tokens or more (prefill), its outputs
- * gathered into one device buffer; nothing waits.  The model computes the
- * experts not on the device on the CPU meanwhile (from the host pool, as
- * before), then calls sync once for the layer: one copy of the gathered
+ * (staged in pinned memory); an expert of 8 tokens or more (prefill) runs
+ * at once as grouped BF16 GEMMs (cw_cu_gemm_grouped_bf16), the decode
+ * experts of the group start together when the model says the group is
+ * complete (fn with expert -1): one copy of their tokens, one batched GEMV
+ * launch (cw_cu_matvec_batch) for every gate and up, one SwiGLU, one for
+ * every down; outputs gathered into one device buffer; nothing waits.
+ * The model computes the experts not on the device on the CPU meanwhile
+ * (from the host pool, as before), then calls sync once for the layer
+ * (which starts anything not yet started): one copy of the gathered
  * outputs to the host, one stream sync, the outputs scattered to the
  * model's rows, and only then the batch's slots unpinned (the stream has
  * passed their reads).  A batch past 1024 (token, expert) pairs is synced
@@ -35,6 +38,7 @@
 
 struct cw_cuda_experts;
 struct cw_cuda_attn;
+
 
 /* What computed lends the module: its device pool's pin and unpin
  * (cw_devpool.h), called with the pool given to create. */

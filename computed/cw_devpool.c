@@ -201,6 +201,7 @@ static int export_one(struct cw_devpool *p, struct pool_one *o,
 {
 	struct st_devpool_rep rep;
 	struct st_wbuf w;
+	uint64_t t0;
 	int r, idx;
 
 	if (o->lease < 0) {
@@ -212,6 +213,7 @@ static int export_one(struct cw_devpool *p, struct pool_one *o,
 	}
 	st_wbuf_init(&w);
 	st_devpool_export_encode(&w, &o->e);
+	t0 = st_now_ns();
 	r = w.err ? w.err : call(p, o, ST_MSG_DEV_EXPORT, &w, &rep, diag);
 	st_wbuf_fini(&w);
 	if (r < 0) {
@@ -235,10 +237,12 @@ static int export_one(struct cw_devpool *p, struct pool_one *o,
 	o->importer_pid = (int32_t)rep.importer_pid;
 	p->st.exports++;
 	st_info("device %s pool exported to %s (pid %u): epoch %llu, %u "
-		"slots of %llu bytes, %u handles open there",
-		st_devpool_kind_name(o->kind), o->daemon, rep.importer_pid,
-		(unsigned long long)o->e.epoch, o->e.n_slots,
-		(unsigned long long)o->e.slot_bytes, rep.handles_open);
+		"slots of %llu bytes, %u events, %u handles open there; "
+		"answered in %.1f ms", st_devpool_kind_name(o->kind), o->daemon,
+		rep.importer_pid, (unsigned long long)o->e.epoch,
+		o->e.n_slots, (unsigned long long)o->e.slot_bytes,
+		o->e.n_events, rep.handles_open,
+		(double)(st_now_ns() - t0) / 1e6);
 	return 0;
 }
 
@@ -246,8 +250,8 @@ static int alloc_one(struct cw_devpool *p, struct pool_one *o, uint32_t kind,
 		     const char *daemon, uint32_t n_slots, uint64_t slot_bytes,
 		     struct st_diag *diag)
 {
-	uint32_t n_events = n_slots < ST_DEVPOOL_MAX_EVENTS ?
-				    n_slots : ST_DEVPOOL_MAX_EVENTS;
+	uint32_t n_events = n_slots < ST_DEVPOOL_EVENT_LANES ?
+				    n_slots : ST_DEVPOOL_EVENT_LANES;
 	int r;
 
 	memset(o, 0, sizeof(*o));

@@ -13,6 +13,7 @@
 #include "st_cuda.h"
 #include "st_devimporter.h"
 #include "st_devpool.h"
+#include "st_log.h"
 #include "st_shm.h"
 #include "st_util.h"
 
@@ -24,6 +25,7 @@ struct cw_kvdev {
 	struct st_devslot_table *tab; /* NULL: not attached */
 	uint32_t tab_gen;             /* bumped on every attach */
 	uint32_t outstanding;         /* steps not released */
+	int hung;                     /* a step's stream never finished */
 	struct cw_kvdev_stats st;
 };
 
@@ -217,12 +219,23 @@ void cw_kvdev_release(struct cw_kvdev *k, struct cw_kvdev_step *st,
 {
 	if (!st->pages)
 		return;
-	if (stream)
-		(void)st_cuda_stream_sync(stream, NULL);
-	/* pins of a table mapped before a re-attach died with it */
-	for (uint32_t i = 0; i < st->n_pages; i++)
-		if (st->ptr[i] && k->tab && st->tab_gen == k->tab_gen)
-			st_devslot_unpin(k->tab, st->pages[i].slot);
+	/* a stream that never finishes (issue 27: it waits on a copy event
+	 * of a kvd that died mid-copy) may still read this step's pages:
+	 * they stay pinned.  Later steps queue no reads on it (the device
+	 * attention turned itself off), so their pages are unpinned without
+	 * waiting again. */
+	if (stream && !k->hung &&
+	    st_cuda_stream_wait(stream, ST_CUDA_STREAM_TIMEOUT_MS, NULL) < 0) {
+		k->hung = 1;
+		st_warn("device KV pages: the attention stream did not "
+			"finish; the step's %u pages stay pinned",
+			st->n_pages);
+	} else {
+		/* pins of a table mapped before a re-attach died with it */
+		for (uint32_t i = 0; i < st->n_pages; i++)
+			if (st->ptr[i] && k->tab && st->tab_gen == k->tab_gen)
+				st_devslot_unpin(k->tab, st->pages[i].slot);
+	}
 	if (k->outstanding)
 		k->outstanding--;
 	step_free(st);

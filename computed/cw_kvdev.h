@@ -133,8 +133,10 @@ int cw_kvdev_rows(const struct cw_kvdev_step *st, uint32_t i, uint32_t s,
 int cw_kvdev_mark_written(struct cw_kvdev *k, const struct cw_kvdev_step *st,
 			  uint32_t idx, uint64_t lo, uint64_t hi);
 
-/* Waits for stream (NULL: nothing to wait for), unpins every page of the
- * step and frees its arrays. */
+/* Waits for stream (NULL: nothing to wait for), at most
+ * ST_CUDA_STREAM_TIMEOUT_MS, unpins every page of the step and frees its
+ * arrays.  A stream that does not finish keeps that step's pages pinned
+ * (it may still read them) and is not waited for again. */
 void cw_kvdev_release(struct cw_kvdev *k, struct cw_kvdev_step *st,
 		      void *stream);
 

@@ -967,9 +967,11 @@ static int setup_device(struct cw_daemon *d)
 		st_err("device pools: %s", diag.msg);
 		return r;
 	}
-	if (st_cuda_is_fake()) {
+	if (st_cuda_is_fake() && !getenv("STRATA_CUDA_MODULE")) {
 		/* tests without a GPU: experts read from the (host) device
-		 * slots by the CPU backend */
+		 * slots by the CPU backend (a STRATA_CUDA_MODULE given with
+		 * the fake device takes the module's path below: the test of
+		 * its fallback) */
 		cw_model_set_expert_fn(d->model, cw_devpool_fake_fn,
 				       cw_devpool_fake_sync, d->dev);
 		st_info("GPU: the fake device of STRATA_CUDA_FAKE=1");
@@ -981,8 +983,17 @@ static int setup_device(struct cw_daemon *d)
 						 cfg->hidden_size,
 						 cfg->expert_inter, &diag);
 		if (r < 0) {
-			st_err("CUDA expert path: %s", diag.msg);
-			return r;
+			/* the device is there but its code path is not
+			 * (module, cuBLAS, staging): the CPU computes all, as
+			 * without a device, and the pools go back (revoked)
+			 * so expertd and kvd stop filling them */
+			st_warn("CUDA expert path unavailable (%s): computing "
+				"on the CPU", diag.msg);
+			cw_cuda_module_close(&d->cumod);
+			d->cuexp = NULL;
+			cw_devpool_close(d->dev, o.timeout_ms);
+			d->dev = NULL;
+			return 0;
 		}
 		cw_model_set_expert_fn(d->model, d->cumod.ops->fn,
 				       d->cumod.ops->sync, d->cuexp);

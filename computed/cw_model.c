@@ -1382,6 +1382,9 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 				view_bytes(&m->ks.views[3 * gi + 2]);
 		}
 		p0[gn] = np;
+		if (n_dev) /* the group is complete: the device may start */
+			m->expert_fn(m->expert_arg, layer, -1, NULL, NULL, 0,
+				     NULL, NULL);
 		j.m = m;
 		j.w = m->ks.views;
 		j.p0 = p0;

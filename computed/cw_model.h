@@ -70,6 +70,11 @@ typedef void (*cw_act_fn)(void *arg, int layer, int expert, const float *x,
  * out[t] and rec stay valid until that call returns (the arrays x and out
  * themselves only during the call) (the model calls it once per group of
  * experts it acquired, normally once per layer, before releasing them).
+ * After the last expert of a group the model calls it once more with
+ * expert -1, n 0 and NULL rec, w, x, out ("the group is complete: start
+ * the device work"), before computing the CPU's experts, so a device
+ * path may launch a group's experts together (issue 27); the return
+ * value of that call is ignored.
  */
 typedef int (*cw_expert_fn)(void *arg, int layer, int expert,
 			    const uint8_t *rec, const struct cw_wview w[3],

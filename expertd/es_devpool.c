@@ -220,8 +220,8 @@ static int stage(struct es_daemon *d, const struct es_dev_want *w)
 
 	if (on_device(p, w->ix, key))
 		return 1;
-	if (p->n_flight == ES_DEV_WANT_MAX)
-		return 0;
+	if (p->n_flight == ES_DEV_WANT_MAX || !st_devimporter_host_ready(&p->imp))
+		return 0; /* kept: the host pool is still being pinned */
 	/* pin the host record for the copy (es_pool.h pin protocol) */
 	hs = es_pool_try_pin(v, w->client, layer, expert, &gen);
 	if (hs < 0)

@@ -441,16 +441,17 @@ int kv_devpool_seq_device(struct kv_server *s, uint32_t client,
 				   "KV pool imported (computed exports one "
 				   "with --device-kv-budget in CUDA builds)");
 	}
-	if (!d->imp.host_registered) {
-		struct st_diag hd = { "" };
-
-		/* the pool appeared after the import: pin it now (a copy
-		 * from pageable memory would work, staged, only slower) */
-		if (st_cuda_host_register(s->shm.base, s->shm.size, &hd) == 0) {
-			d->imp.host_base = s->shm.base;
-			d->imp.host_bytes = s->shm.size;
-			d->imp.host_registered = 1;
-		}
+	if (!d->imp.host_base && s->have_pool) {
+		/* the pool appeared after the import */
+		d->imp.host_base = s->shm.base;
+		d->imp.host_bytes = s->shm.size;
+	}
+	if (!st_devimporter_host_ready(&d->imp)) {
+		/* no copy from or to the host pool while it is being
+		 * pinned: this step reads the host rows */
+		free(e);
+		return st_diag_set(diag, -ST_E_BUSY, "kvd is still pinning "
+				   "its host KV pool for the device");
 	}
 	r = map_fit(s, diag);
 	if (r == 0)

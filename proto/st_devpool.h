@@ -80,6 +80,11 @@ enum st_devpool_kind {
 #define ST_DEVPOOL_SLOT_ALIGN 256
 /* Most events one export may carry (fits ST_MSG_MAX_BYTES many times). */
 #define ST_DEVPOOL_MAX_EVENTS 8192
+/* Events computed creates per pool (issue 27): slots share them as lanes
+ * (slot % n_events), so a few suffice, and each is an inter-process event
+ * the importer opens inside its EXPORT handler: thousands of them would
+ * slow every export and press on per-process limits never exercised. */
+#define ST_DEVPOOL_EVENT_LANES 128
 #define ST_DEVPOOL_EXPORT_FIXED_BYTES (4 + 4 + 8 + ST_DEVPOOL_BUSID_BYTES + \
 				       8 + 8 + 4 + 4 + ST_DEVPOOL_HANDLE_BYTES)
 #define ST_DEVPOOL_REVOKE_BYTES (4 + 4 + 8)

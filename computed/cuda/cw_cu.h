@@ -74,8 +74,6 @@ double cw_cu_timer_stop_ms(struct cw_cu_timer *t);
 
 /* --- dequant-GEMV for decode (cw_cu_gemv.cu) --- */
 
-/* Threads that reduce one output row (the summation tree's width). */
-#define CW_CU_GEMV_THREADS 128
 
 /*
  * y_d[r] = sum_c W[r][c] * x_d[c] for r in [0, w->rows), x_d w->cols
@@ -88,13 +86,15 @@ double cw_cu_timer_stop_ms(struct cw_cu_timer *t);
  * +-inf, as on the CPU) and multiplied in float32 with fused multiply-add.
  * 16-byte aligned weights with cols % 32 == 0 (FP4; and a group that is a
  * multiple of 16), cols % 16 (FP8; group a multiple of 16), cols % 8 (BF16)
- * or cols % 4 (F32) take the vectorised path (16 bytes of weights per
- * thread per step); others a per-element path.  Wants rows < 2^31.
+ * or cols % 4 (F32), with x 16-byte aligned, take the vectorised path (16
+ * bytes of weights per lane per step, x staged in shared memory); others
+ * a per-element path.  A warp computes a row; wants rows < 2^31.
  *
  * Tolerance vs exact (double) products of the same dequantized weights,
  * S = sum_c |W[r][c] x[c]|: |y - exact| <= (ceil(cols / 128) + 64) *
- * 2^-24 * S (each of 128 threads sums its share in order, then a tree),
- * plus (cols + 64) * 2^-149 where products are subnormal.
+ * 2^-24 * S (each of a lane's 4 accumulators sums at most ceil(cols /
+ * 128) products in order, then 2 + 5 levels of a tree), plus (cols + 64)
+ * * 2^-149 where products are subnormal.
  * Against the CPU reference (8 lanes of cols/8 sequential sums) add that
  * one's (cols / 8 + 8) * 2^-24 * S.
  * Returns 0, -EINVAL (sizes, group, alignment of scales), or
@@ -102,6 +102,36 @@ double cw_cu_timer_stop_ms(struct cw_cu_timer *t);
  */
 int cw_cu_matvec(const struct cw_wview *w, const float *x_d, float *y_d,
 		 void *stream, struct st_diag *diag);
+
+/* One matrix of a batched GEMV launch, every pointer device memory:
+ * y[0 .. rows) = W x, W the codes at data with its scales (the layout of
+ * cw_wview) and NVFP4 tensor scale gscale. */
+struct cw_cu_gemv_job {
+	const uint8_t *data;
+	const uint8_t *scales;
+	const float *x;
+	float *y;
+	float gscale;
+};
+
+/*
+ * n GEMVs in one launch (issue 27: a layer's experts and tokens):
+ * y_d[i] = w[i] x_d[i] for i in [0, n), each exactly as cw_cu_matvec
+ * computes it (same bits, same tolerance).  Every w[i] (device pointers)
+ * must have job 0's dtype, rows, cols and group, and scales present in
+ * all or none; the 16-byte path is taken only when every job allows it.
+ * The job table is written to jobs_h (n entries, host memory: pinned for
+ * an asynchronous copy) and copied to jobs_d (device, n entries) on
+ * stream before the launch: the caller leaves jobs_h untouched until
+ * that copy has run (a stream sync) and jobs_d until the kernel has.
+ * n <= 65535.  0, -EINVAL (shapes differ, n), -ST_E_UNSUPPORTED or
+ * -ST_E_CUDA.
+ */
+int cw_cu_matvec_batch(const struct cw_wview *const *w,
+		       const float *const *x_d, float *const *y_d, int n,
+		       struct cw_cu_gemv_job *jobs_h,
+		       struct cw_cu_gemv_job *jobs_d, void *stream,
+		       struct st_diag *diag);
 
 /*
  * Bytes the GEMV of w reads from weights and scales per call (the
@@ -119,7 +149,8 @@ uint64_t cw_cu_matvec_weight_bytes(const struct cw_wview *w);
 int cw_cu_dequant_f32(const struct cw_wview *w, float *out_d, void *stream,
 		      struct st_diag *diag);
 
-/* A cuBLAS handle in pedantic float32 math (no TF32). */
+/* cuBLAS handles: pedantic float32 math (no TF32) for cw_cu_gemm_f32,
+ * default math (tensor cores) for the BF16 grouped GEMM. */
 struct cw_cu_blas;
 /* 0, -ENOMEM or -ST_E_CUBLAS. */
 int cw_cu_blas_new(struct cw_cu_blas **ret, struct st_diag *diag);
@@ -143,11 +174,13 @@ int cw_cu_gemm_f32(struct cw_cu_blas *b, const float *w_d, const float *x_d,
  * weight is dequantized to a BF16 tile (exact for MXFP4: E2M1 x E8M0 needs
  * 2 mantissa bits; NVFP4, E2M1_F16, FP8 and F32 weights round to 8 bits),
  * activations are rounded to BF16, and cuBLAS multiplies with float32
- * accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F).  Tolerance vs the exact
- * product of the dequantized weights and float32 x, S = sum_c |W x|:
- * |y - exact| <= (2^-8 + (cols + 64) * 2^-24) * S for MXFP4 and BF16
- * weights (x rounding, then an order-free float32 sum), 2^-7 * S + the
- * same for the other formats (weight rounding too).
+ * accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F, default math: tensor
+ * cores).  Tolerance vs the exact product of the dequantized weights and
+ * float32 x, S = sum_c |W x|: |y - exact| <= (2^-8 + (cols + 64) * 2^-22)
+ * * S for MXFP4 and BF16 weights (x rounding, then an order-free float32
+ * sum whose tensor-core additions may truncate rather than round: up to
+ * 4x the round-to-nearest float32 bound), 2^-7 * S + the same for the
+ * other formats (weight rounding too).
  */
 struct cw_cu_group {
 	const struct cw_wview *w;  /* [rows, cols], device pointers */

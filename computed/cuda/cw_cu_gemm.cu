@@ -2,7 +2,8 @@
  * cw_cu_gemm.cu — the first prefill path of the CUDA backend (cw_cu.h):
  * weights of any expert format dequantized on the device to float32
  * (bit-exact twins of st_formats' *_dequantize_row), and a float32 GEMM of
- * a batch of tokens by cuBLAS (cublasSgemm, no TF32).
+ * a batch of tokens by cuBLAS (cublasSgemm, no TF32), and the grouped
+ * BF16 GEMM of the prefill experts (cublasGemmEx on tensor cores).
  */
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -12,7 +13,8 @@
 #include "cw_cu_int.h"
 
 struct cw_cu_blas {
-	cublasHandle_t h;
+	cublasHandle_t h;    /* pedantic float32 (cw_cu_gemm_f32) */
+	cublasHandle_t h16;  /* default math: BF16 tensor cores (GemmEx) */
 };
 
 static int blas_err(struct st_diag *diag, cublasStatus_t s, const char *what)
@@ -33,9 +35,19 @@ int cw_cu_blas_new(struct cw_cu_blas **ret, struct st_diag *diag)
 	if (s == CUBLAS_STATUS_SUCCESS)
 		/* plain float32 arithmetic: no TF32 tensor-core rounding */
 		s = cublasSetMathMode(b->h, CUBLAS_PEDANTIC_MATH);
+	/* the BF16 GEMM under pedantic math would be kept off the tensor
+	 * cores (issue 27); its inputs are BF16 already, so default math
+	 * rounds nothing more, only the accumulation order and rounding
+	 * differ (cw_cu.h's bound) */
+	if (s == CUBLAS_STATUS_SUCCESS)
+		s = cublasCreate(&b->h16);
+	if (s == CUBLAS_STATUS_SUCCESS)
+		s = cublasSetMathMode(b->h16, CUBLAS_DEFAULT_MATH);
 	if (s != CUBLAS_STATUS_SUCCESS) {
 		if (b->h)
 			cublasDestroy(b->h);
+		if (b->h16)
+			cublasDestroy(b->h16);
 		free(b);
 		return blas_err(diag, s, "cublasCreate");
 	}
@@ -48,6 +60,7 @@ void cw_cu_blas_free(struct cw_cu_blas *b)
 	if (!b)
 		return;
 	cublasDestroy(b->h);
+	cublasDestroy(b->h16);
 	free(b);
 }
 
@@ -218,7 +231,7 @@ int cw_cu_gemm_grouped_bf16(struct cw_cu_blas *b, const struct cw_cu_group *g,
 				   "scratch of %zu bytes, %zu needed",
 				   scratch_bytes,
 				   cw_cu_gemm_grouped_scratch(g, n_groups));
-	s = cublasSetStream(b->h, (cudaStream_t)stream);
+	s = cublasSetStream(b->h16, (cudaStream_t)stream);
 	if (s != CUBLAS_STATUS_SUCCESS)
 		return blas_err(diag, s, "cublasSetStream");
 	for (int i = 0; i < n_groups; i++) {
@@ -254,7 +267,7 @@ int cw_cu_gemm_grouped_bf16(struct cw_cu_blas *b, const struct cw_cu_group *g,
 			return r;
 		/* Y^T [R, n] = W [R, C] X^T [C, n] in column-major terms, as
 		 * cw_cu_gemm_f32; BF16 inputs, float32 accumulation */
-		s = cublasGemmEx(b->h, CUBLAS_OP_T, CUBLAS_OP_N, (int)R,
+		s = cublasGemmEx(b->h16, CUBLAS_OP_T, CUBLAS_OP_N, (int)R,
 				 g[i].n_tok, (int)C, &one, wt, CUDA_R_16BF,
 				 (int)C, xt, CUDA_R_16BF, (int)C, &zero,
 				 g[i].y_d, CUDA_R_32F, (int)R,

@@ -252,6 +252,12 @@ static int acquire(struct cw_kvdev *k, uint32_t seq, uint32_t n_rows,
 	struct st_diag d = { "" };
 	int r = cw_kvdev_acquire(k, 1, &e, NULL, st, &d);
 
+	/* right after kvd's first import it may still be pinning its host
+	 * pool in the background (-ST_E_BUSY: computed reads host rows) */
+	for (int i = 0; r == -ST_E_BUSY && i < 500; i++) {
+		st_sleep_ns(10ull * 1000 * 1000);
+		r = cw_kvdev_acquire(k, 1, &e, NULL, st, &d);
+	}
 	if (r < 0)
 		printf("acquire: %s (%s)\n", d.msg, st_strerror(r));
 	return r;
