@@ -19,6 +19,10 @@
 #include "st_shm.h"
 #include "st_util.h"
 
+/* Room for a daemon's argv: its own options (computed has the most: 43
+ * with the program name), the tier options, the NULL. */
+#define CLI_DAEMON_ARGV_MAX (48 + CLI_MAX_EXTRA_ARGS)
+
 static const char *const k_daemons[3] = { "expertd", "kvd", "computed" };
 
 int cli_find_daemon(const char *name, char *buf, size_t len,
@@ -265,8 +269,8 @@ static void add_opt(char **argv, int *a, const char *opt, const char *val)
 	}
 }
 
-/* The argv of a daemon of inst (pointers into inst; at most 39 +
- * CLI_MAX_EXTRA_ARGS + NULL). */
+/* The argv of a daemon of inst (pointers into inst; at most
+ * CLI_DAEMON_ARGV_MAX entries with the NULL). */
 static void daemon_argv(struct cli_instance *inst, const char *daemon,
 			char **argv)
 {
@@ -302,6 +306,14 @@ static void daemon_argv(struct cli_instance *inst, const char *daemon,
 		add_opt(argv, &a, "--max-step-tokens", inst->max_step_tokens);
 		add_opt(argv, &a, "--chat-template", inst->chat_template);
 		add_opt(argv, &a, "--model-name", inst->model_name);
+		add_opt(argv, &a, "--http-request-timeout",
+			inst->http_request_timeout);
+		add_opt(argv, &a, "--http-idle-timeout",
+			inst->http_idle_timeout);
+		add_opt(argv, &a, "--http-max-client-conns",
+			inst->http_max_client_conns);
+		if (inst->metrics_auth)
+			argv[a++] = "--metrics-auth";
 		add_opt(argv, &a, "--device-budget", inst->device_budget);
 		add_opt(argv, &a, "--device-kv-budget",
 			inst->device_kv_budget);
@@ -345,7 +357,7 @@ static int note_api_key(const struct cli_instance *inst,
 static int start_one(struct cli_instance *inst, const char *daemon,
 		     int *ret_pid, int timeout_s, struct st_diag *diag)
 {
-	char *argv[40 + CLI_MAX_EXTRA_ARGS];
+	char *argv[CLI_DAEMON_ARGV_MAX];
 	off_t from = log_size(inst, daemon);
 	int r;
 
@@ -364,7 +376,7 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 int cli_instance_exec(struct cli_instance *inst, const char *daemon,
 		      struct st_diag *diag)
 {
-	char *argv[40 + CLI_MAX_EXTRA_ARGS], exe[4096];
+	char *argv[CLI_DAEMON_ARGV_MAX], exe[4096];
 	int r;
 
 	if (cli_daemon_index(daemon) < 0)
@@ -683,7 +695,7 @@ int cli_instance_restart(struct cli_instance *inst, const char *daemon,
 int cli_instance_restart_locked(struct cli_instance *inst, const char *daemon,
 				int timeout_s, struct st_diag *diag)
 {
-	char *argv[40 + CLI_MAX_EXTRA_ARGS], *buf = NULL;
+	char *argv[CLI_DAEMON_ARGV_MAX], *buf = NULL;
 	int i = cli_daemon_index(daemon), r;
 	off_t from;
 
@@ -703,7 +715,7 @@ int cli_instance_restart_locked(struct cli_instance *inst, const char *daemon,
 					   "key and restart again (without it "
 					   "the HTTP API would answer anyone)");
 	}
-	r = load_args(inst, daemon, argv, 40 + CLI_MAX_EXTRA_ARGS, &buf, diag);
+	r = load_args(inst, daemon, argv, CLI_DAEMON_ARGV_MAX, &buf, diag);
 	if (r < 0)
 		return r;
 	cli_instance_read_pids(inst);
@@ -732,7 +744,7 @@ int cli_instance_restart_locked(struct cli_instance *inst, const char *daemon,
 
 int cli_instance_url(const char *run_dir, char *ret, size_t cap)
 {
-	char *argv[40 + CLI_MAX_EXTRA_ARGS], *buf = NULL;
+	char *argv[CLI_DAEMON_ARGV_MAX], *buf = NULL;
 	const char *port = NULL, *bind = "127.0.0.1";
 	struct cli_instance inst;
 	struct st_diag diag;
@@ -752,7 +764,7 @@ int cli_instance_url(const char *run_dir, char *ret, size_t cap)
 			return 0;
 		}
 	}
-	r = load_args(&inst, "computed", argv, 40 + CLI_MAX_EXTRA_ARGS, &buf,
+	r = load_args(&inst, "computed", argv, CLI_DAEMON_ARGV_MAX, &buf,
 		      &diag);
 	if (r < 0)
 		return r;

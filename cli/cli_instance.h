@@ -33,6 +33,11 @@ struct cli_instance {
 	char max_step_tokens[16]; /* computed --max-step-tokens, "" = default */
 	char chat_template[16];  /* computed --chat-template, "" = auto */
 	char model_name[256];    /* computed --model-name, "" = its default */
+	int metrics_auth;        /* computed --metrics-auth */
+	char http_request_timeout[16]; /* computed's, "" = its default */
+	char http_idle_timeout[16];    /* computed's, "" = its default */
+	char http_max_client_conns[16]; /* computed's (or the HTTP front's
+					 * under a supervisor), "" = default */
 	int store_is_cache;      /* store_dir is strata's cache of a --model
 				  * checkpoint (made by convert, not named) */
 	char device_budget[64];  /* computed --device-budget, "" = default */

@@ -54,11 +54,13 @@ struct px_conn {
 	int closing;         /* close once c's pending bytes are written */
 	uint64_t linger_ns;  /* after our answer: close at this time */
 	uint32_t ev_c, ev_b; /* epoll interest now */
+	uint8_t peer[16];    /* the client's address (IPv4 as v4-mapped) */
 	struct px_conn *prev, *next;
 };
 
 struct cli_proxy {
 	int lfd, efd, stopfd, private_port;
+	int max_per_client;  /* connections at once per client address */
 	char run_dir[4096];  /* computed's pid file is there */
 	pthread_t thread;
 	int started;
@@ -200,19 +202,54 @@ static void update(struct cli_proxy *p, struct px_conn *c)
 	set_ev(p, c->b.fd, &c->ev_b, eb, tag(c, 1));
 }
 
+/* The 16-byte key of a client address: IPv6 as it is, IPv4 as
+ * v4-mapped IPv6 (so that a dual-stack listener counts one client once). */
+static void peer_key(const struct sockaddr_storage *ss, uint8_t key[16])
+{
+	memset(key, 0, 16);
+	if (ss->ss_family == AF_INET6) {
+		memcpy(key, &((const struct sockaddr_in6 *)ss)->sin6_addr, 16);
+	} else if (ss->ss_family == AF_INET) {
+		key[10] = key[11] = 0xff;
+		memcpy(key + 12, &((const struct sockaddr_in *)ss)->sin_addr, 4);
+	}
+}
+
+/* Connections open now from the address key (a linear scan: at most
+ * PX_MAX_CONNS, and only when a connection arrives). */
+static int conns_of(const struct cli_proxy *p, const uint8_t key[16])
+{
+	int n = 0;
+
+	for (const struct px_conn *c = p->conns; c; c = c->next)
+		n += !memcmp(c->peer, key, 16);
+	return n;
+}
+
 static void new_conn(struct cli_proxy *p)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
+	struct sockaddr_storage peer;
+	socklen_t plen = sizeof(peer);
 	struct px_conn *c;
-	int fd = accept4(p->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), r;
+	uint8_t key[16];
+	int fd = accept4(p->lfd, (struct sockaddr *)&peer, &plen,
+			 SOCK_NONBLOCK | SOCK_CLOEXEC), r;
 
 	if (fd < 0)
 		return;
-	if (p->n_conns >= PX_MAX_CONNS || !(c = calloc(1, sizeof(*c)))) {
+	peer_key(&peer, key);
+	/* computed behind the front sees every client as 127.0.0.1, so the
+	 * per-client limit is the front's (closed at once, as
+	 * libmicrohttpd does past its per-IP limit) */
+	if (p->n_conns >= PX_MAX_CONNS ||
+	    (p->max_per_client > 0 && conns_of(p, key) >= p->max_per_client) ||
+	    !(c = calloc(1, sizeof(*c)))) {
 		close(fd);
 		return;
 	}
 	c->c.fd = fd;
+	memcpy(c->peer, key, 16);
 	c->cw_pid = st_pidfile_read(p->run_dir, "computed");
 	c->next = p->conns;
 	if (p->conns)
@@ -399,8 +436,8 @@ static int free_port(void)
 }
 
 int cli_proxy_create(const char *bind_addr, int port, const char *run_dir,
-		     struct cli_proxy **ret, int *ret_private_port,
-		     struct st_diag *diag)
+		     int max_per_client, struct cli_proxy **ret,
+		     int *ret_private_port, struct st_diag *diag)
 {
 	struct addrinfo hints = { .ai_socktype = SOCK_STREAM,
 				  .ai_flags = AI_NUMERICSERV | AI_PASSIVE };
@@ -413,6 +450,7 @@ int cli_proxy_create(const char *bind_addr, int port, const char *run_dir,
 	if (!p)
 		return st_diag_set(diag, -ENOMEM, "out of memory");
 	p->lfd = p->efd = p->stopfd = -1;
+	p->max_per_client = max_per_client;
 	snprintf(p->run_dir, sizeof(p->run_dir), "%s", run_dir);
 	snprintf(ps, sizeof(ps), "%d", port);
 	r = getaddrinfo(bind_addr, ps, &hints, &ai);

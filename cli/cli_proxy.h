@@ -14,9 +14,11 @@
  *
  * The proxy does not parse HTTP beyond the first bytes of a response:
  * "a request waits" means the client sent bytes after the last byte
- * computed sent.  Limits and time-outs stay computed's (its side of each
- * connection closes, and the proxy closes the client's); the client
- * address computed sees is 127.0.0.1.
+ * computed sent.  Time-outs and the total connection limit stay
+ * computed's (its side of each connection closes, and the proxy closes
+ * the client's); the client address computed sees is 127.0.0.1, so the
+ * per-client connection limit is the proxy's, and computed runs behind
+ * it with none (--http-max-client-conns 0).
  */
 #ifndef CLI_PROXY_H
 #define CLI_PROXY_H
@@ -32,12 +34,15 @@ struct cli_proxy;
  * "localhost") and picks a free private port on 127.0.0.1 for computed
  * (*ret_private_port); run_dir: the instance's, where computed's pid file
  * tells whether the computed a connection reached still lives (then its
- * closing a connection is mirrored, not answered with 503).  Nothing runs yet.  0 with *ret (caller owns; see
+ * closing a connection is mirrored, not answered with 503);
+ * max_per_client: connections open at once from one client address
+ * (IPv4 and its v4-mapped IPv6 form count as one), more are closed at
+ * once; <= 0: no limit.  Nothing runs yet.  0 with *ret (caller owns; see
  * cli_proxy_destroy), or negative with diag ("port in use" ...).
  */
 int cli_proxy_create(const char *bind_addr, int port, const char *run_dir,
-		     struct cli_proxy **ret, int *ret_private_port,
-		     struct st_diag *diag);
+		     int max_per_client, struct cli_proxy **ret,
+		     int *ret_private_port, struct st_diag *diag);
 
 /* Starts forwarding in a thread of this process.  0 or negative. */
 int cli_proxy_start(struct cli_proxy *p);

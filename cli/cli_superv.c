@@ -305,9 +305,15 @@ static void run_child(struct cli_instance *inst, int timeout_s, int limit,
 			 strchr(bind_of(inst), ':') ? "[" : "", bind_of(inst),
 			 strchr(bind_of(inst), ':') ? "]" : "", inst->http_port);
 		rep.r = cli_proxy_create(bind_of(inst), atoi(inst->http_port),
-					 inst->run_dir, &s->proxy, &priv,
-					 &diag);
+					 inst->run_dir,
+					 inst->http_max_client_conns[0] ?
+					 atoi(inst->http_max_client_conns) : 64,
+					 &s->proxy, &priv, &diag);
 		if (rep.r == 0) {
+			/* every client is 127.0.0.1 to computed now: the
+			 * per-client limit is the front's */
+			snprintf(inst->http_max_client_conns,
+				 sizeof(inst->http_max_client_conns), "0");
 			snprintf(inst->http_port, sizeof(inst->http_port),
 				 "%d", priv);
 			snprintf(inst->http_bind, sizeof(inst->http_bind),

@@ -42,6 +42,8 @@ static void inst_usage(FILE *f, const char *cmd)
 	"                 [--max-queued N] [--max-step-tokens N]\n"
 	"                 [--chat-template auto|chatml|mixtral|deepseek|none]\n"
 	"                 [--model-name NAME] [--prefetch-depth D]\n"
+	"                 [--metrics-auth] [--http-request-timeout SEC]\n"
+	"                 [--http-idle-timeout SEC] [--http-max-client-conns N]\n"
 	"                 [--device-budget B]\n"
 	"                 [--device-kv-budget B] [--timeout SEC] [--help-config]\n"
 	"                 [expert-tier options: --evict, --hot-experts,\n"
@@ -121,6 +123,10 @@ static const struct {
 	{ "model-name", "serve.model_name" },
 	{ "device-budget", "device.budget" },
 	{ "device-kv-budget", "device.kv_budget" },
+	{ "http-request-timeout", "serve.http_request_timeout" },
+	{ "http-idle-timeout", "serve.http_idle_timeout" },
+	{ "http-max-client-conns", "serve.http_max_client_conns" },
+	{ "restart-limit", "supervisor.restart_limit" },
 };
 
 #define N_FLAGS (sizeof(k_flag_keys) / sizeof(k_flag_keys[0]))
@@ -168,7 +174,7 @@ static int parse(int argc, char **argv, const char *cmd,
 	struct option opts[N_FLAGS + 8 + sizeof(tier_opts) / sizeof(tier_opts[0])];
 	struct st_diag diag = { "" };
 	int c, is_up = !strcmp(cmd, "up"), n = 0, any_tier = 0;
-	int no_supervise = 0, restart_limit = CLI_SUPERV_LIMIT, force = 0;
+	int force = 0;
 	const char *config = NULL;
 
 	for (size_t i = 0; i < N_FLAGS; i++)
@@ -190,8 +196,7 @@ static int parse(int argc, char **argv, const char *cmd,
 	opts[n++] = (struct option){ "help-config", no_argument, NULL, 'G' };
 	opts[n++] = (struct option){ "no-supervise", no_argument, NULL, 'S' };
 	opts[n++] = (struct option){ "force", no_argument, NULL, 'F' };
-	opts[n++] = (struct option){ "restart-limit", required_argument, NULL,
-				     'L' };
+	opts[n++] = (struct option){ "metrics-auth", no_argument, NULL, 'M' };
 	opts[n++] = (struct option){ "help", no_argument, NULL, 'h' };
 	opts[n] = (struct option){ 0 };
 
@@ -231,27 +236,15 @@ static int parse(int argc, char **argv, const char *cmd,
 			force = 1;
 			break;
 		case 'S':
-		case 'L':
+		case 'M':
 			if (!is_up) {
 				inst_usage(stderr, cmd);
 				return 2;
 			}
-			if (c == 'S') {
-				no_supervise = 1;
-				break;
-			}
-			{
-				char *end;
-				long v = strtol(optarg, &end, 10);
-
-				if (end == optarg || *end || v < 0 || v > 1000) {
-					fprintf(stderr, "strata up: --restart-limit "
-						"'%s': give a count 0..1000 (0: "
-						"never restart)\n", optarg);
-					return 2;
-				}
-				restart_limit = (int)v;
-			}
+			/* switches without a value: the config's booleans */
+			st_iconf_set(conf, c == 'S' ? "supervisor.enabled" :
+				     "serve.metrics_auth",
+				     c == 'S' ? "off" : "on", &diag);
 			break;
 		case 'h': inst_usage(stdout, cmd); exit(0);
 		case CLI_OPT_EVICT ... CLI_OPT_ENGRAM_CACHE:
@@ -279,9 +272,10 @@ static int parse(int argc, char **argv, const char *cmd,
 		return 2;
 	}
 	memset(inst, 0, sizeof(*inst));
-	inst->no_supervise = no_supervise;
+	inst->no_supervise = !st_iconf_get_bool(conf, "supervisor.enabled");
 	inst->force_store = force;
-	inst->restart_limit = restart_limit;
+	inst->restart_limit = atoi(st_iconf_get(conf,
+						"supervisor.restart_limit"));
 	copy(inst->name, sizeof(inst->name), st_iconf_get(conf, "instance.name"));
 	copy(inst->run_dir, sizeof(inst->run_dir),
 	     st_iconf_get(conf, "instance.run_dir"));
@@ -291,10 +285,7 @@ static int parse(int argc, char **argv, const char *cmd,
 
 		copy(inst->store_dir, sizeof(inst->store_dir),
 		     st_iconf_get(conf, "model.store"));
-		if (!strcmp(st_iconf_get(conf, "experts.offload"), "off") ||
-		    !strcmp(st_iconf_get(conf, "experts.offload"), "false") ||
-		    !strcmp(st_iconf_get(conf, "experts.offload"), "no") ||
-		    !strcmp(st_iconf_get(conf, "experts.offload"), "0"))
+		if (!st_iconf_get_bool(conf, "experts.offload"))
 			copy(inst->host_budget, sizeof(inst->host_budget),
 			     "100%");
 		else
@@ -374,6 +365,20 @@ static int parse(int argc, char **argv, const char *cmd,
 			cli_model_name_of(st_iconf_get(conf, "model.path"),
 					  inst->model_name,
 					  sizeof(inst->model_name));
+		if (st_iconf_get_bool(conf, "serve.metrics_auth"))
+			inst->metrics_auth = 1;
+		if (st_iconf_is_set(conf, "serve.http_request_timeout"))
+			copy(inst->http_request_timeout,
+			     sizeof(inst->http_request_timeout),
+			     st_iconf_get(conf, "serve.http_request_timeout"));
+		if (st_iconf_is_set(conf, "serve.http_idle_timeout"))
+			copy(inst->http_idle_timeout,
+			     sizeof(inst->http_idle_timeout),
+			     st_iconf_get(conf, "serve.http_idle_timeout"));
+		if (st_iconf_is_set(conf, "serve.http_max_client_conns"))
+			copy(inst->http_max_client_conns,
+			     sizeof(inst->http_max_client_conns),
+			     st_iconf_get(conf, "serve.http_max_client_conns"));
 		if (strcmp(st_iconf_get(conf, "serve.chat_template"), "auto"))
 			copy(inst->chat_template, sizeof(inst->chat_template),
 			     st_iconf_get(conf, "serve.chat_template"));

@@ -95,6 +95,26 @@ static const struct st_iconf_knob knobs[] = {
 	{ "serve", "model_name", ST_ICONF_STR, 0, 0, NULL, "", "--model-name",
 	  1, "model id of the HTTP API (requests' \"model\", GET /v1/models; "
 	  "empty: the model directory's name, else the store's)" },
+	{ "serve", "metrics_auth", ST_ICONF_BOOL, 0, 0, NULL, "off",
+	  "--metrics-auth", 1, "/metrics wants the API key too (off: only "
+	  "the /v1 endpoints do, as vLLM)" },
+	{ "serve", "http_request_timeout", ST_ICONF_INT, 1, 86400, NULL, "30",
+	  "--http-request-timeout", 1, "seconds a client has to send its "
+	  "whole request after connecting or after its last response" },
+	{ "serve", "http_idle_timeout", ST_ICONF_INT, 1, 86400, NULL, "60",
+	  "--http-idle-timeout", 1, "seconds without a byte either way "
+	  "before a connection is closed" },
+	{ "serve", "http_max_client_conns", ST_ICONF_INT, 1, 256, NULL, "64",
+	  "--http-max-client-conns", 1, "HTTP connections at once per client "
+	  "address (more are closed at once)" },
+	{ "supervisor", "enabled", ST_ICONF_BOOL, 0, 0, NULL, "on",
+	  "--no-supervise", 1, "a supervisor restarts a daemon that dies "
+	  "and answers requests computed dropped with a retryable 503 "
+	  "(off: nothing restarts)" },
+	{ "supervisor", "restart_limit", ST_ICONF_INT, 0, 1000, NULL, "5",
+	  "--restart-limit", 1, "restarts in a row of a daemon that dies "
+	  "within 10 s of its start before the supervisor gives up (0: "
+	  "never restart)" },
 	{ "device", "gpu_budget", ST_ICONF_SIZE, 0, 0, NULL, "0", "--gpu", 0,
 	  "device memory (T0); the planner uses it, the CPU build has no "
 	  "device" },
@@ -275,6 +295,14 @@ const char *st_iconf_get(const struct st_iconf *c, const char *name)
 	int i = find_dotted(name);
 
 	return i < 0 ? NULL : c->val[i];
+}
+
+int st_iconf_get_bool(const struct st_iconf *c, const char *name)
+{
+	const char *v = st_iconf_get(c, name);
+
+	return v && (!strcmp(v, "on") || !strcmp(v, "true") ||
+		     !strcmp(v, "yes") || !strcmp(v, "1"));
 }
 
 int st_iconf_is_set(const struct st_iconf *c, const char *name)

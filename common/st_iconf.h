@@ -72,6 +72,10 @@ int st_iconf_set(struct st_iconf *c, const char *name, const char *value,
  * NULL when there is no such knob. */
 const char *st_iconf_get(const struct st_iconf *c, const char *name);
 
+/* 1 when the boolean knob "section.key" is on (on, true, yes, 1), else 0
+ * (also for no such knob). */
+int st_iconf_get_bool(const struct st_iconf *c, const char *name);
+
 /* 1 when "section.key" was set by the file or a flag. */
 int st_iconf_is_set(const struct st_iconf *c, const char *name);
 

@@ -759,7 +759,7 @@ int cw_http_start(const struct cw_http_opts *o, struct cw_sched *sched,
 		h->o.idle_timeout_s = 60;
 	if (h->o.request_timeout_s <= 0)
 		h->o.request_timeout_s = 30;
-	if (h->o.max_client_connections <= 0)
+	if (h->o.max_client_connections == 0)
 		h->o.max_client_connections = 64;
 	h->sched = sched;
 	h->es = es;
@@ -796,7 +796,8 @@ int cw_http_start(const struct cw_http_opts *o, struct cw_sched *sched,
 		MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned)h->o.max_connections,
 		MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-		(unsigned)h->o.max_client_connections,
+		(unsigned)(h->o.max_client_connections < 0 ? 0 :
+			   h->o.max_client_connections), /* 0: none */
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)h->o.idle_timeout_s,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
 		MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,

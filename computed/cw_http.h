@@ -37,7 +37,9 @@ struct cw_http_opts {
 	const char *model_name;    /* id in /v1/models and responses */
 	size_t max_body_bytes;     /* larger request bodies get 413 */
 	int max_connections;       /* open at once (MHD's limit) */
-	int max_client_connections; /* per client IP address (0: 64) */
+	int max_client_connections; /* per client IP address (0: 64;
+				     * < 0: none, behind a front that
+				     * limits) */
 	int idle_timeout_s;        /* no bytes either way: closed (0: 60) */
 	int request_timeout_s;     /* a whole request must arrive within
 				    * this of the connection or the last

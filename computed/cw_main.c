@@ -163,7 +163,8 @@ static void usage(FILE *f)
 "  --http-idle-timeout SEC  a connection without a byte either way for SEC\n"
 "                         is closed (default 60)\n"
 "  --http-max-client-conns N  connections at once per client address\n"
-"                         (default 64; of 256 in all)\n"
+"                         (default 64; of 256 in all; 0: none, for a front\n"
+"                         that limits, as strata up's)\n"
 "  --version              print the version and exit\n"
 "  -h, --help             this text\n"
 "\n"
@@ -316,9 +317,12 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 					   "http-max-client-conns";
 			long long hi = c == 0x30b ? 256 : 86400;
 
-			if (*end || v < 1 || v > hi) {
-				st_err("--%s must be 1..%lld, not '%s'", name,
-				       hi, optarg);
+			/* --http-max-client-conns 0: no per-client limit
+			 * (behind strata up's HTTP front, which limits) */
+			if (*end || end == optarg || v < (c == 0x30b ? 0 : 1) ||
+			    v > hi) {
+				st_err("--%s must be %d..%lld, not '%s'", name,
+				       c == 0x30b ? 0 : 1, hi, optarg);
 				return -EINVAL;
 			}
 			if (c == 0x309)
@@ -326,7 +330,8 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 			else if (c == 0x30a)
 				d->hopts.idle_timeout_s = (int)v;
 			else
-				d->hopts.max_client_connections = (int)v;
+				d->hopts.max_client_connections =
+					v ? (int)v : -1;
 			break;
 		}
 		case 'P': case 'R': case 'Q': case 'S': case 'L': {
