@@ -183,7 +183,7 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 
 /*
  * Per-sequence model state beyond kvd's pages (DeepSeek-V4 stores,
- * cw_model_dsv4.h: the V4 state lives in computed).  cw_model_seq_begin
+ * cw_model_dsv.h: the V4 / V4.1 state lives in computed).  cw_model_seq_begin
  * makes the state of KV sequence `seq` for at most max_tokens positions,
  * before its first eval; cw_model_seq_end frees it (call before freeing
  * the kvd sequence).  No-ops (0) for the other families.  Errors of
@@ -196,10 +196,10 @@ void cw_model_seq_end(struct cw_model *m, uint32_t seq);
  * Creates a KV sequence for a prompt of n_prompt ids and the model's state
  * for it: the other families kv_client_seq_create(_prefix) (prefix_cache
  * and n_prompt > 0: the prompt's cached full pages are mapped) then
- * cw_model_seq_begin(max_tokens); DeepSeek-V4 cw_v4serve_seq_create (the
- * state in kvd pages, prefix cache the same way; the V4 state publishes
- * the prompt's pages itself as it is evaluated; DeepSeek-V4.1 the same
- * through cw_v41serve_seq_create).  *ret_seq: the kvd
+ * cw_model_seq_begin(max_tokens); DeepSeek-V4 and V4.1
+ * cw_dsvserve_seq_create (the state in kvd pages, prefix cache the same
+ * way; the state publishes the prompt's pages itself as it is
+ * evaluated).  *ret_seq: the kvd
  * sequence; *ret_cached: prompt positions already in it (evaluate from
  * there).  Free with cw_model_seq_destroy.  Errors: kvd's
  * (kv_client_seq_create...), cw_model_seq_begin's, -ENOMEM.
