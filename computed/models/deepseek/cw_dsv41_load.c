@@ -8,12 +8,9 @@
 #include "cw_dsv_tensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "cw_engram_es.h"
 #include "cw_threads.h"
@@ -442,49 +439,16 @@ fail:
 	return r;
 }
 
-/* The record layout of every layer must be MXFP4 experts as the V4/V4.1
- * writer makes them: gate/up [inter, D], down [D, inter]. */
-static int check_store_experts(const struct st_store *s,
-			       const struct st_dsv41_config *c,
-			       struct st_diag *diag)
-{
-	for (int l = 0; l < s->n_layers; l++)
-		for (int k = 0; k < 3; k++) {
-			const struct st_store_matrix *x = &s->layers[l].mat[k];
-			int rows = k == 2 ? c->hidden_size : c->moe_inter;
-			int cols = k == 2 ? c->moe_inter : c->hidden_size;
-
-			if (x->fmt.dtype != ST_DTYPE_MXFP4 ||
-			    x->fmt.group != ST_MXFP4_BLOCK || x->rows != rows ||
-			    x->cols != cols)
-				return st_diag_set(diag, -ST_E_FORMAT,
-						   "store %s: layer %d expert matrix %d is not MXFP4 [%d, %d]: re-run strata convert",
-						   s->dir, l, k, rows, cols);
-		}
-	return 0;
-}
-
 /* expertd must serve this store's experts (and its Engram tables). */
 static int check_es(const struct st_store *s, const struct cw_dsv41_model *m,
 		    struct es_client *es, const char *store_dir,
 		    struct st_diag *diag)
 {
 	struct es_engram_info ei;
-	int r;
+	int r = cw_dsv_check_expertd(s, es, m->cfg.top_k, store_dir, diag);
 
-	if (!es || es_client_n_layers(es) != s->n_layers ||
-	    es_client_n_experts(es) != s->n_experts ||
-	    es_client_record_bytes(es) != s->record_bytes)
-		return st_diag_set(diag, -ST_E_CONFIG,
-				   "store %s: expertd %s this store (start expertd with --store %s)",
-				   store_dir, es ? "serves another store than" :
-				   "is needed to serve the experts of", store_dir);
-	if (es_client_n_slots(es) < m->cfg.top_k)
-		return st_diag_set(diag, -ST_E_LIMIT,
-				   "expertd's host budget holds %d experts, a token needs %d: raise --host-budget",
-				   es_client_n_slots(es), m->cfg.top_k);
-	if (!m->cfg.n_engram)
-		return 0;
+	if (r < 0 || !m->cfg.n_engram)
+		return r;
 	if ((r = es_client_engram_info(es, &ei, diag)) < 0)
 		return r;
 	if (ei.n_layers != m->cfg.n_engram)
@@ -521,9 +485,7 @@ int cw_dsv41_load_store_mode(const char *store_dir, struct es_client *es,
 	struct cw_dsv41_model *m = calloc(1, sizeof(*m));
 	struct st_store *s = NULL;
 	struct loader ld = { 0 };
-	uint8_t *map = MAP_FAILED;
-	char path[4300];
-	int r, fd = -1;
+	int r;
 
 	if (!m)
 		return st_diag_set(diag, -ENOMEM, "out of memory");
@@ -548,25 +510,11 @@ int cw_dsv41_load_store_mode(const char *store_dir, struct es_client *es,
 	m->hash = s->engram_hash; /* taken over from the store */
 	s->engram_hash = NULL;
 	if ((r = check_model(m, store_dir, diag)) < 0 ||
-	    (r = check_store_experts(s, &m->cfg, diag)) < 0 ||
-	    (r = check_es(s, m, es, store_dir, diag)) < 0)
+	    (r = cw_dsv_check_store_experts(s, m->cfg.hidden_size,
+					    m->cfg.moe_inter, diag)) < 0 ||
+	    (r = check_es(s, m, es, store_dir, diag)) < 0 ||
+	    (r = cw_dsv_src_map_store(&ld.s, s, diag)) < 0)
 		goto out;
-	st_store_path(s, s->dense_file, path, sizeof(path));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		r = st_diag_set(diag, -errno, "%s: %s", path, strerror(errno));
-		goto out;
-	}
-	if (s->dense_bytes) {
-		map = mmap(NULL, s->dense_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-		if (map == MAP_FAILED) {
-			r = st_diag_set(diag, -errno, "%s: mmap: %s", path,
-					strerror(errno));
-			goto out;
-		}
-	}
-	ld.s.st = s;
-	ld.s.dense = map;
 	ld.s.diag = diag;
 	ld.s.family = "DeepSeek-V4.1";
 	m->rec = calloc((size_t)s->n_layers, sizeof(*m->rec));
@@ -581,10 +529,7 @@ int cw_dsv41_load_store_mode(const char *store_dir, struct es_client *es,
 	m->prov.get_rows = cw_engram_es_get_rows;
 	m->prov.ctx = es;
 out:
-	if (map != MAP_FAILED && s)
-		munmap(map, s->dense_bytes);
-	if (fd >= 0)
-		close(fd);
+	cw_dsv_src_unmap(&ld.s);
 	st_store_close(s);
 	if (r < 0) {
 		cw_dsv41_free(m);

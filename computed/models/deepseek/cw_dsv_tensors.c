@@ -2,10 +2,14 @@
 #include "cw_dsv_tensors.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
+#include "es_client.h"
 #include "st_formats.h"
 
 const struct st_tensor_info *cw_dsv_src_lookup(struct cw_dsv_src *s,
@@ -200,5 +204,76 @@ int cw_dsv_src_mat16(struct cw_dsv_src *s, const char *name, int rows,
 	if (cw_dsv4_mat_keep_bf16(m, data) < 0)
 		return st_diag_set(s->diag, -ENOMEM, "out of memory (%s)",
 				   name);
+	return 0;
+}
+
+int cw_dsv_src_map_store(struct cw_dsv_src *s, const struct st_store *st,
+			 struct st_diag *diag)
+{
+	char path[4300];
+	void *map;
+	int fd, r = 0;
+
+	s->st = st;
+	st_store_path(st, st->dense_file, path, sizeof(path));
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return st_diag_set(diag, -errno, "%s: %s", path, strerror(errno));
+	if (st->dense_bytes) {
+		map = mmap(NULL, st->dense_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
+		if (map == MAP_FAILED) {
+			r = st_diag_set(diag, -errno, "%s: mmap: %s", path,
+					strerror(errno));
+		} else {
+			s->dense = map;
+			s->dense_len = st->dense_bytes;
+		}
+	}
+	close(fd); /* the mapping keeps the file */
+	return r;
+}
+
+void cw_dsv_src_unmap(struct cw_dsv_src *s)
+{
+	if (s->dense && s->dense_len)
+		munmap((void *)s->dense, s->dense_len);
+	s->dense = NULL;
+	s->dense_len = 0;
+}
+
+int cw_dsv_check_store_experts(const struct st_store *s, int hidden,
+			       int inter, struct st_diag *diag)
+{
+	for (int l = 0; l < s->n_layers; l++)
+		for (int k = 0; k < 3; k++) {
+			const struct st_store_matrix *x = &s->layers[l].mat[k];
+			int rows = k == 2 ? hidden : inter;
+			int cols = k == 2 ? inter : hidden;
+
+			if (x->fmt.dtype != ST_DTYPE_MXFP4 ||
+			    x->fmt.group != ST_MXFP4_BLOCK || x->rows != rows ||
+			    x->cols != cols)
+				return st_diag_set(diag, -ST_E_FORMAT,
+						   "store %s: layer %d expert matrix %d is not MXFP4 [%d, %d]: re-run strata convert",
+						   s->dir, l, k, rows, cols);
+		}
+	return 0;
+}
+
+int cw_dsv_check_expertd(const struct st_store *s, struct es_client *es,
+			 int top_k, const char *store_dir,
+			 struct st_diag *diag)
+{
+	if (!es || es_client_n_layers(es) != s->n_layers ||
+	    es_client_n_experts(es) != s->n_experts ||
+	    es_client_record_bytes(es) != s->record_bytes)
+		return st_diag_set(diag, -ST_E_CONFIG,
+				   "store %s: expertd %s this store (start expertd with --store %s)",
+				   store_dir, es ? "serves another store than" :
+				   "is needed to serve the experts of", store_dir);
+	if (es_client_n_slots(es) < top_k)
+		return st_diag_set(diag, -ST_E_LIMIT,
+				   "expertd's host budget holds %d experts, a token needs %d: raise --host-budget",
+				   es_client_n_slots(es), top_k);
 	return 0;
 }

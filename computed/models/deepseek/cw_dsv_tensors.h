@@ -36,6 +36,7 @@ struct cw_dsv_src {
 	const char *family;
 	struct st_diag *diag;
 	int fast;  /* CW_COMPUTE_FAST: FP8 codes and BF16 kept as stored */
+	size_t dense_len;  /* bytes mapped by cw_dsv_src_map_store */
 };
 
 /* Looks `name` up; NULL when absent.  data (may be NULL) gets the
@@ -87,5 +88,30 @@ int cw_dsv_src_mat_plain(struct cw_dsv_src *s, const char *name, int rows,
  * the fast backend's BF16 kernel), otherwise as cw_dsv_src_mat_plain. */
 int cw_dsv_src_mat16(struct cw_dsv_src *s, const char *name, int rows,
 		     int cols, struct cw_dsv4_mat *m);
+
+/*
+ * Makes the store st (borrowed; must outlive the source) the source of s:
+ * its dense.bin mapped read-only (nothing mapped when it is empty).
+ * Errors: -errno naming the file, with diag.  cw_dsv_src_unmap undoes it
+ * (also after a failure).
+ */
+int cw_dsv_src_map_store(struct cw_dsv_src *s, const struct st_store *st,
+			 struct st_diag *diag);
+void cw_dsv_src_unmap(struct cw_dsv_src *s);
+
+/* Every layer's expert record of store s must be the family's MXFP4
+ * experts (as its writer makes them): gate/up [inter, hidden], down
+ * [hidden, inter].  Errors: -ST_E_FORMAT naming the layer and matrix. */
+int cw_dsv_check_store_experts(const struct st_store *s, int hidden,
+			       int inter, struct st_diag *diag);
+
+/* expertd (es; NULL: none) must serve store s's experts (layers,
+ * experts, record size) with room for a token's top_k of them.
+ * Errors: -ST_E_CONFIG (another store, no expertd), -ST_E_LIMIT (host
+ * budget below top_k), with diag. */
+struct es_client;
+int cw_dsv_check_expertd(const struct st_store *s, struct es_client *es,
+			 int top_k, const char *store_dir,
+			 struct st_diag *diag);
 
 #endif
