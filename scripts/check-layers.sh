@@ -19,24 +19,6 @@ set -eu
 root=${1:-$(cd "$(dirname "$0")/.." && pwd)}
 cd "$root"
 
-# folder -> "rank group"; the group names the layer in messages
-layer_of() {
-	case $1 in
-	common|common/*) echo "0 common" ;;
-	proto|proto/*) echo "1 proto" ;;
-	expertd|expertd/*) echo "2 expertd" ;;
-	kvd|kvd/*) echo "2 kvd" ;;
-	computed/kernels|computed/kernels/*) echo "3 computed/kernels" ;;
-	computed/device|computed/device/*) echo "4 computed/device" ;;
-	computed/models|computed/models/*) echo "5 computed/models" ;;
-	computed/routing|computed/routing/*) echo "6 computed/routing" ;;
-	computed/serve|computed/serve/*) echo "7 computed/serve" ;;
-	cli|cli/*) echo "8 cli" ;;
-	bench|bench/*) echo "9 bench" ;;
-	*) echo "" ;;
-	esac
-}
-
 # common/ -> proto/ includes that predate the rule (DESIGN.md 10)
 known="common/st_plan.c:es_pool.h common/st_plan.c:kv_pool.h
 common/st_plan.c:kv_proto.h common/st_cuda.h:st_devpool.h
@@ -44,31 +26,42 @@ common/st_devimporter.h:st_devpool.h common/st_devimporter.h:st_proto.h
 common/st_msg.h:st_proto.h"
 
 dirs="common proto expertd kvd computed cli bench"
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-layers.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-# header name -> its folder
-find $dirs -name '*.h' | sed 's|^\(.*\)/\([^/]*\)$|\2 \1|' | sort >"$tmp/headers"
-n_bad=0
-n_inc=0
-for f in $(find $dirs \( -name '*.c' -o -name '*.h' -o -name '*.cu' \) | sort); do
-	set -- $(layer_of "$(dirname "$f")")
-	[ $# -eq 2 ] || continue
-	rank=$1
-	group=$2
-	for h in $(sed -n 's|^[[:space:]]*#[[:space:]]*include[[:space:]]*"\([^"]*\)".*|\1|p' "$f"); do
-		b=${h##*/}
-		d=$(awk -v h="$b" '$1 == h { print $2; exit }' "$tmp/headers")
-		[ -n "$d" ] || continue
-		n_inc=$((n_inc + 1))
-		set -- $(layer_of "$d")
-		[ $# -eq 2 ] || continue
-		if [ "$2" = "$group" ] || [ "$1" -lt "$rank" ]; then
-			continue
-		fi
-		case " $(echo $known) " in *" $f:$b "*) continue ;; esac
-		echo "$f: includes $d/$b (layer $1 $2, above or beside $rank $group)"
-		n_bad=$((n_bad + 1))
-	done
-done
-echo "$n_inc includes between layers' folders checked, $n_bad violations"
-[ "$n_bad" -eq 0 ]
+# one pass: "header folder" lines, then "file: include" lines, into awk
+{
+	find $dirs -name '*.h' | sed 's|^\(.*\)/\([^/]*\)$|H \2 \1|'
+	find $dirs \( -name '*.c' -o -name '*.h' -o -name '*.cu' \) -print0 |
+		xargs -0 grep -H '^[[:space:]]*#[[:space:]]*include[[:space:]]*"' |
+		sed 's|^\([^:]*\):[^"]*"\([^"]*\)".*|I \1 \2|'
+} | awk -v known="$(echo $known)" '
+function layer(d) {
+	if (d ~ /^common(\/|$)/) return "0 common"
+	if (d ~ /^proto(\/|$)/) return "1 proto"
+	if (d ~ /^expertd(\/|$)/) return "2 expertd"
+	if (d ~ /^kvd(\/|$)/) return "2 kvd"
+	if (d ~ /^computed\/kernels(\/|$)/) return "3 computed/kernels"
+	if (d ~ /^computed\/device(\/|$)/) return "4 computed/device"
+	if (d ~ /^computed\/models(\/|$)/) return "5 computed/models"
+	if (d ~ /^computed\/routing(\/|$)/) return "6 computed/routing"
+	if (d ~ /^computed\/serve(\/|$)/) return "7 computed/serve"
+	if (d ~ /^cli(\/|$)/) return "8 cli"
+	if (d ~ /^bench(\/|$)/) return "9 bench"
+	return ""
+}
+BEGIN { n = split(known, k, " "); for (i = 1; i <= n; i++) ok[k[i]] = 1 }
+$1 == "H" { hdir[$2] = $3; next }
+$1 == "I" {
+	f = $2; b = $3; sub(/.*\//, "", b)
+	if (!(b in hdir)) next
+	dir = f; sub(/\/[^\/]*$/, "", dir)
+	lf = layer(dir); lh = layer(hdir[b])
+	if (lf == "" || lh == "") next
+	n_inc++
+	split(lf, F, " "); split(lh, T, " ")
+	if (T[2] == F[2] || T[1] + 0 < F[1] + 0 || ((f ":" b) in ok)) next
+	printf "%s: includes %s/%s (layer %s, above or beside %s)\n", f, hdir[b], b, lh, lf
+	n_bad++
+}
+END {
+	printf "%d includes between layers\047 folders checked, %d violations\n", n_inc, n_bad
+	exit n_bad > 0
+}'
