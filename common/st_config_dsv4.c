@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "st_config_dsv.h"
 #include "st_util.h"
 
 /* Keys of the official config.json that the forward pass does not need. */
@@ -20,75 +21,34 @@ static const char *const ignored_keys[] = {
 	"quantization_config", "compress_ratios",
 };
 
-struct ikey { const char *key; int *dst; int min; };
-struct dkey { const char *key; double *dst; };
+/* The shared readers (st_config_dsv.h), naming V4 in their messages. */
+#define FAMILY "DeepSeek-V4"
 
-static int want_int(const json_t *root, const char *key, int min, int *ret,
+static int want_int(const json_t *o, const char *key, int min, int *ret,
 		    const char *src, struct st_diag *diag)
 {
-	const json_t *v = json_object_get(root, key);
-
-	if (!v)
-		return st_diag_set(diag, -ST_E_CONFIG,
-				   "%s: key \"%s\" missing (a DeepSeek-V4 config.json has it)",
-				   src, key);
-	if (!json_is_integer(v) || json_integer_value(v) < min ||
-	    json_integer_value(v) > (1 << 30))
-		return st_diag_set(diag, -ST_E_CONFIG,
-				   "%s: \"%s\" must be an integer >= %d", src,
-				   key, min);
-	*ret = (int)json_integer_value(v);
-	return 0;
+	return st_dsvcfg_want_int(o, key, min, ret, src, FAMILY, diag);
 }
 
-static int want_num(const json_t *root, const char *key, double *ret,
+static int want_num(const json_t *o, const char *key, double *ret,
 		    const char *src, struct st_diag *diag)
 {
-	const json_t *v = json_object_get(root, key);
-
-	if (!v)
-		return st_diag_set(diag, -ST_E_CONFIG,
-				   "%s: key \"%s\" missing (a DeepSeek-V4 config.json has it)",
-				   src, key);
-	if (!json_is_number(v))
-		return st_diag_set(diag, -ST_E_CONFIG,
-				   "%s: \"%s\" must be a number", src, key);
-	*ret = json_number_value(v);
-	return 0;
+	return st_dsvcfg_want_num(o, key, ret, src, FAMILY, diag);
 }
 
-static int want_str(const json_t *root, const char *key, const char *value,
+/* A required string key that must be `value`. */
+static int want_str(const json_t *o, const char *key, const char *value,
 		    const char *src, struct st_diag *diag)
 {
-	const json_t *v = json_object_get(root, key);
+	const char *const values[] = { value, NULL };
 
-	if (!v)
-		return st_diag_set(diag, -ST_E_CONFIG,
-				   "%s: key \"%s\" missing", src, key);
-	if (!json_is_string(v) || strcmp(json_string_value(v), value) != 0)
-		return st_diag_set(diag, -ST_E_UNSUPPORTED,
-				   "%s: \"%s\" is not \"%s\" (the only value strata implements for DeepSeek-V4)",
-				   src, key, value);
-	return 0;
-}
-
-static int want_bool(const json_t *root, const char *key, int *ret,
-		     const char *src, struct st_diag *diag)
-{
-	const json_t *v = json_object_get(root, key);
-
-	if (!v || !json_is_boolean(v))
-		return st_diag_set(diag, -ST_E_CONFIG,
-				   "%s: key \"%s\" missing or not true/false",
-				   src, key);
-	*ret = json_is_true(v);
-	return 0;
+	return st_dsvcfg_want_str(o, key, 1, values, src, FAMILY, diag);
 }
 
 static int parse_root(const json_t *root, const char *src,
 		      struct st_dsv4_config *c, struct st_diag *diag)
 {
-	const struct ikey ik[] = {
+	const struct st_dsvcfg_ikey ik[] = {
 		{ "hidden_size", &c->hidden_size, 1 },
 		{ "num_hidden_layers", &c->n_layers, 1 },
 		{ "num_nextn_predict_layers", &c->n_nextn, 0 },
@@ -114,7 +74,7 @@ static int parse_root(const json_t *root, const char *src,
 		{ "bos_token_id", &c->bos_token_id, 0 },
 		{ "eos_token_id", &c->eos_token_id, 0 },
 	};
-	const struct dkey dk[] = {
+	const struct st_dsvcfg_dkey dk[] = {
 		{ "routed_scaling_factor", &c->routed_scaling_factor },
 		{ "swiglu_limit", &c->swiglu_limit },
 		{ "hc_eps", &c->hc_eps },
@@ -151,16 +111,15 @@ static int parse_root(const json_t *root, const char *src,
 	    (r = want_str(root, "topk_method", "noaux_tc", src, diag)) < 0 ||
 	    (r = want_str(root, "hidden_act", "silu", src, diag)) < 0)
 		return r;
-	for (size_t i = 0; i < ST_ARRAY_SIZE(ik); i++)
-		if ((r = want_int(root, ik[i].key, ik[i].min, ik[i].dst, src,
-				  diag)) < 0)
-			return r;
-	for (size_t i = 0; i < ST_ARRAY_SIZE(dk); i++)
-		if ((r = want_num(root, dk[i].key, dk[i].dst, src, diag)) < 0)
-			return r;
-	if ((r = want_bool(root, "norm_topk_prob", &c->norm_topk_prob, src,
-			   diag)) < 0 ||
-	    (r = want_bool(root, "tie_word_embeddings", &tie, src, diag)) < 0 ||
+	if ((r = st_dsvcfg_want_ints(root, ik, ST_ARRAY_SIZE(ik), src, FAMILY,
+				     diag)) < 0 ||
+	    (r = st_dsvcfg_want_nums(root, dk, ST_ARRAY_SIZE(dk), src, FAMILY,
+				     diag)) < 0)
+		return r;
+	if ((r = st_dsvcfg_want_bool(root, "norm_topk_prob", &c->norm_topk_prob,
+				     src, diag)) < 0 ||
+	    (r = st_dsvcfg_want_bool(root, "tie_word_embeddings", &tie, src,
+				     diag)) < 0 ||
 	    (r = want_int(root, "num_key_value_heads", 1, &kv_heads, src,
 			  diag)) < 0)
 		return r;
@@ -267,14 +226,11 @@ static int parse_root(const json_t *root, const char *src,
 int st_dsv4_config_parse(const char *text, const char *source,
 			 struct st_dsv4_config *ret, struct st_diag *diag)
 {
-	json_error_t jerr;
-	json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
-	int r;
+	json_t *root;
+	int r = st_dsvcfg_loads(text, source, &root, diag);
 
-	if (!root)
-		return st_diag_set(diag, -ST_E_FORMAT,
-				   "%s: not valid JSON (line %d: %s)", source,
-				   jerr.line, jerr.text);
+	if (r < 0)
+		return r;
 	r = parse_root(root, source, ret, diag);
 	json_decref(root);
 	return r;
@@ -284,15 +240,11 @@ int st_dsv4_config_load(const char *dir, struct st_dsv4_config *ret,
 			struct st_diag *diag)
 {
 	char path[4096];
-	char *buf = NULL;
-	size_t len;
-	int r;
+	char *buf;
+	int r = st_dsvcfg_read(dir, &buf, path, sizeof(path), diag);
 
-	snprintf(path, sizeof(path), "%s/config.json", dir);
-	r = st_read_file(path, &buf, &len);
 	if (r < 0)
-		return st_diag_set(diag, r, "%s: cannot read: %s", path,
-				   st_strerror(r));
+		return r;
 	r = st_dsv4_config_parse(buf, path, ret, diag);
 	free(buf);
 	return r;
@@ -300,13 +252,9 @@ int st_dsv4_config_load(const char *dir, struct st_dsv4_config *ret,
 
 int st_dsv4_config_detect(const char *text)
 {
-	json_t *root = json_loads(text, 0, NULL);
-	const json_t *v = root ? json_object_get(root, "model_type") : NULL;
-	int yes = v && json_is_string(v) &&
-		  !strcmp(json_string_value(v), "deepseek_v4");
+	static const char *const types[] = { "deepseek_v4", NULL };
 
-	json_decref(root);
-	return yes;
+	return st_dsvcfg_detect(text, types);
 }
 
 void st_dsv4_expert_config(const struct st_dsv4_config *c,

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "st_config_dsv.h"
 #include "st_util.h"
 
 /* text_config keys the text forward pass does not need (checked elsewhere
@@ -37,41 +38,19 @@ static const char *const top_keys[] = {
 	"text_config", "vision_config", "expert_dtype",
 };
 
-struct ikey { const char *key; int *dst; int min; };
-struct dkey { const char *key; double *dst; };
+/* The shared readers (st_config_dsv.h), naming V4.1 in their messages. */
+#define FAMILY "DeepSeek-V4.1"
 
 static int want_int(const json_t *o, const char *key, int min, int *ret,
 		    const char *src, struct st_diag *diag)
 {
-	const json_t *v = json_object_get(o, key);
-
-	if (!v)
-		return st_diag_set(diag, -ST_E_CONFIG,
-				   "%s: key \"%s\" missing (a DeepSeek-V4.1 config.json has it)",
-				   src, key);
-	if (!json_is_integer(v) || json_integer_value(v) < min ||
-	    json_integer_value(v) > (1 << 30))
-		return st_diag_set(diag, -ST_E_CONFIG,
-				   "%s: \"%s\" must be an integer >= %d", src,
-				   key, min);
-	*ret = (int)json_integer_value(v);
-	return 0;
+	return st_dsvcfg_want_int(o, key, min, ret, src, FAMILY, diag);
 }
 
 static int want_num(const json_t *o, const char *key, double *ret,
 		    const char *src, struct st_diag *diag)
 {
-	const json_t *v = json_object_get(o, key);
-
-	if (!v)
-		return st_diag_set(diag, -ST_E_CONFIG,
-				   "%s: key \"%s\" missing (a DeepSeek-V4.1 config.json has it)",
-				   src, key);
-	if (!json_is_number(v))
-		return st_diag_set(diag, -ST_E_CONFIG,
-				   "%s: \"%s\" must be a number", src, key);
-	*ret = json_number_value(v);
-	return 0;
+	return st_dsvcfg_want_num(o, key, ret, src, FAMILY, diag);
 }
 
 /* A string key that must hold one of the values (NULL-terminated list);
@@ -80,21 +59,7 @@ static int want_str(const json_t *o, const char *key, int required,
 		    const char *const *values, const char *src,
 		    struct st_diag *diag)
 {
-	const json_t *v = json_object_get(o, key);
-
-	if (!v && !required)
-		return 0;
-	if (!v)
-		return st_diag_set(diag, -ST_E_CONFIG,
-				   "%s: key \"%s\" missing", src, key);
-	for (int i = 0; json_is_string(v) && values[i]; i++)
-		if (!strcmp(json_string_value(v), values[i]))
-			return 0;
-	return st_diag_set(diag, -ST_E_UNSUPPORTED,
-			   "%s: \"%s\" is %s%s%s, not \"%s\" (the only value strata implements for DeepSeek-V4.1)",
-			   src, key, json_is_string(v) ? "\"" : "",
-			   json_is_string(v) ? json_string_value(v) : "not a string",
-			   json_is_string(v) ? "\"" : "", values[0]);
+	return st_dsvcfg_want_str(o, key, required, values, src, FAMILY, diag);
 }
 
 /* An array of layer ids (each in [0, n_layers)) into flags[]; returns
@@ -132,7 +97,7 @@ static int want_layers(const json_t *o, const char *key, int n_layers,
 static int parse_text(const json_t *t, const char *src,
 		      struct st_dsv41_config *c, struct st_diag *diag)
 {
-	const struct ikey ik[] = {
+	const struct st_dsvcfg_ikey ik[] = {
 		{ "hidden_size", &c->hidden_size, 1 },
 		{ "num_hidden_layers", &c->n_layers, 1 },
 		{ "num_nextn_predict_layers", &c->n_nextn, 0 },
@@ -162,7 +127,7 @@ static int parse_text(const json_t *t, const char *src,
 		{ "engram_max_ngram_size", &c->engram_max_ngram, 2 },
 		{ "engram_compressed_vocab_size", &c->engram_compressed_vocab, 1 },
 	};
-	const struct dkey dk[] = {
+	const struct st_dsvcfg_dkey dk[] = {
 		{ "routed_scaling_factor", &c->routed_scaling_factor },
 		{ "gate_temp", &c->gate_temp },
 		{ "swiglu_limit", &c->swiglu_limit },
@@ -204,13 +169,12 @@ static int parse_text(const json_t *t, const char *src,
 	    (r = want_str(t, "scoring_func", 0, ssp, src, diag)) < 0 ||
 	    (r = want_str(t, "topk_method", 0, noaux, src, diag)) < 0)
 		return r;
-	for (size_t i = 0; i < ST_ARRAY_SIZE(ik); i++)
-		if ((r = want_int(t, ik[i].key, ik[i].min, ik[i].dst, src,
-				  diag)) < 0)
-			return r;
-	for (size_t i = 0; i < ST_ARRAY_SIZE(dk); i++)
-		if ((r = want_num(t, dk[i].key, dk[i].dst, src, diag)) < 0)
-			return r;
+	if ((r = st_dsvcfg_want_ints(t, ik, ST_ARRAY_SIZE(ik), src, FAMILY,
+				     diag)) < 0)
+		return r;
+	if ((r = st_dsvcfg_want_nums(t, dk, ST_ARRAY_SIZE(dk), src, FAMILY,
+				     diag)) < 0)
+		return r;
 	v = json_object_get(t, "norm_topk_prob");
 	c->norm_topk_prob = !v || json_is_true(v);
 	if (v && !json_is_boolean(v))
@@ -432,7 +396,7 @@ static int parse_root(const json_t *root, const char *src,
 	c->image_token_id = -1;
 	/* the top level is authoritative for ids; text_config repeats them */
 	{
-		const struct ikey ids[] = {
+		const struct st_dsvcfg_ikey ids[] = {
 			{ "bos_token_id", &c->bos_token_id, 0 },
 			{ "eos_token_id", &c->eos_token_id, 0 },
 			{ "pad_token_id", &c->pad_token_id, 0 },
@@ -481,14 +445,11 @@ static int parse_root(const json_t *root, const char *src,
 int st_dsv41_config_parse(const char *text, const char *source,
 			  struct st_dsv41_config *ret, struct st_diag *diag)
 {
-	json_error_t jerr;
-	json_t *root = json_loads(text, JSON_REJECT_DUPLICATES, &jerr);
-	int r;
+	json_t *root;
+	int r = st_dsvcfg_loads(text, source, &root, diag);
 
-	if (!root)
-		return st_diag_set(diag, -ST_E_FORMAT,
-				   "%s: not valid JSON (line %d: %s)", source,
-				   jerr.line, jerr.text);
+	if (r < 0)
+		return r;
 	r = parse_root(root, source, ret, diag);
 	json_decref(root);
 	return r;
@@ -498,15 +459,11 @@ int st_dsv41_config_load(const char *dir, struct st_dsv41_config *ret,
 			 struct st_diag *diag)
 {
 	char path[4096];
-	char *buf = NULL;
-	size_t len;
-	int r;
+	char *buf;
+	int r = st_dsvcfg_read(dir, &buf, path, sizeof(path), diag);
 
-	snprintf(path, sizeof(path), "%s/config.json", dir);
-	r = st_read_file(path, &buf, &len);
 	if (r < 0)
-		return st_diag_set(diag, r, "%s: cannot read: %s", path,
-				   st_strerror(r));
+		return r;
 	r = st_dsv41_config_parse(buf, path, ret, diag);
 	free(buf);
 	return r;
@@ -514,14 +471,10 @@ int st_dsv41_config_load(const char *dir, struct st_dsv41_config *ret,
 
 int st_dsv41_config_detect(const char *text)
 {
-	json_t *root = json_loads(text, 0, NULL);
-	const json_t *v = root ? json_object_get(root, "model_type") : NULL;
-	int yes = v && json_is_string(v) &&
-		  (!strcmp(json_string_value(v), "deepseek_v41") ||
-		   !strcmp(json_string_value(v), "deepseek_v4.1"));
+	static const char *const types[] = { "deepseek_v41", "deepseek_v4.1",
+					      NULL };
 
-	json_decref(root);
-	return yes;
+	return st_dsvcfg_detect(text, types);
 }
 
 int st_dsv41_kv_source_of(const struct st_dsv41_config *c, int l)

@@ -260,7 +260,7 @@ uint8_t *kv_client_row_writable(struct kv_client *c, uint32_t seq, int stream,
 				uint32_t row);
 
 /*
- * KV_MSG_SEQ_DEVICE (kv_devpage.h; used by computed/cw_kvdev.c): asks kvd
+ * KV_MSG_SEQ_DEVICE (kv_devpage.h; used by computed/device/cw_kvdev.c): asks kvd
  * to copy rows [0, e[i].n_rows) of every stream of e[i].seq into the
  * device KV page pool computed exported.  ret_pages (cap entries, the
  * caller's) gets kv_client_device_pages(c, n, e) entries, in the order

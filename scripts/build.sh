@@ -11,8 +11,8 @@ fi
 if [ "${1:-}" = --programs ]; then
 	shift
 	set -- cli/strata expertd/expertd kvd/kvd computed/computed "$@"
-	if ninja -C build -t query computed/cuda/libstrata_cw_cuda.so >/dev/null 2>&1; then
-		set -- "$@" computed/cuda/libstrata_cw_cuda.so
+	if ninja -C build -t query computed/device/cuda/libstrata_cw_cuda.so >/dev/null 2>&1; then
+		set -- "$@" computed/device/cuda/libstrata_cw_cuda.so
 	fi
 fi
 ninja -C build "$@"

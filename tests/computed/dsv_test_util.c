@@ -1,11 +1,13 @@
 /* dsv_test_util.c — see dsv_test_util.h. */
 #include "dsv_test_util.h"
 
+#include <dirent.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "es_client.h"
 #include "st_util.h"
@@ -276,4 +278,59 @@ void dsvt_compare_pos(struct dsvt_cmp *c, const float *a, const float *b,
 	c->top1_same += ta == dsvt_argmax(b, V);
 	c->identical += !memcmp(a, b, (size_t)V * sizeof(float));
 	c->n_pos++;
+}
+
+int dsvt_top1_ok(const json_t *rec, const float *lg, int V, double gap,
+		 int *ret_argmax)
+{
+	const json_t *top = json_object_get(rec, "top10");
+	int am = dsvt_argmax(lg, V);
+	int id0 = (int)json_integer_value(json_array_get(json_array_get(top, 0), 0));
+	int id1 = (int)json_integer_value(json_array_get(json_array_get(top, 1), 0));
+	double l0 = json_number_value(json_array_get(json_array_get(top, 0), 1));
+	double l1 = json_number_value(json_array_get(json_array_get(top, 1), 1));
+
+	if (ret_argmax)
+		*ret_argmax = am;
+	if (json_array_size(top) < 2)
+		return 0;
+	return am == id0 || (l0 - l1 < gap && am == id1);
+}
+
+int dsvt_copy_without(const char *dir, const char *file, const char *key,
+		      char *ret_dir, size_t cap)
+{
+	char src[4400], dst[4400];
+	struct dirent *e;
+	json_t *j;
+	DIR *d;
+
+	st_test_tmpdir(ret_dir, cap);
+	d = opendir(dir);
+	if (!d) {
+		perror(dir);
+		return -1;
+	}
+	while ((e = readdir(d))) {
+		if (e->d_name[0] == '.' || !strcmp(e->d_name, file))
+			continue;
+		snprintf(src, sizeof(src), "%s/%s", dir, e->d_name);
+		snprintf(dst, sizeof(dst), "%s/%s", ret_dir, e->d_name);
+		if (symlink(src, dst) < 0) {
+			perror(dst);
+			closedir(d);
+			return -1;
+		}
+	}
+	closedir(d);
+	j = dsvt_load_json(dir, file);
+	json_object_del(j, key);
+	snprintf(dst, sizeof(dst), "%s/%s", ret_dir, file);
+	if (json_dump_file(j, dst, JSON_COMPACT) < 0) {
+		fprintf(stderr, "%s: cannot write\n", dst);
+		json_decref(j);
+		return -1;
+	}
+	json_decref(j);
+	return 0;
 }

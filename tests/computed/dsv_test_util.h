@@ -137,4 +137,23 @@ int dsvt_expertd_open(struct st_test_inst *inst, const char *const *args,
  * file cannot be read. */
 char *dsvt_fixture_config(const char *fixture);
 
+/*
+ * Prompt-position argmax against a {top10, lse} record: 1 when the
+ * argmax of lg[V] is the reference's top-1 id, or, where the reference's
+ * top-1 leads its top-2 by less than gap (a near tie the tolerance may
+ * flip), its top-2 id; else 0.  *ret_argmax (may be NULL): the argmax.
+ */
+int dsvt_top1_ok(const json_t *rec, const float *lg, int V, double gap,
+		 int *ret_argmax);
+
+/*
+ * A temp copy of the model directory dir in which `file` (JSON) lacks
+ * the top-level key `key` (the reference files' optional blocks): every
+ * other entry of dir is a symlink to the original.  The copy's path into
+ * ret_dir[cap] (remove it with st_rm_rf).  0, or -1 with the reason
+ * printed.
+ */
+int dsvt_copy_without(const char *dir, const char *file, const char *key,
+		      char *ret_dir, size_t cap);
+
 #endif

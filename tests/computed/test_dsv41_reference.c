@@ -19,6 +19,15 @@
  *           weights, index selections, candidate blocks, stream RMS; the
  *           share of positions that agree is printed, and must be >= 90 %
  *           (QAT rounding flips move single positions, README).
+ *  nodebug  qat on a copy of the fixture whose reference.json lacks the
+ *           optional "debug" block: those checks skipped with a message,
+ *           the others as in qat (never a crash).
+ * In noqat, qat and nodebug, as the other families' reference tests do:
+ * at every prompt position the argmax is the reference's top-1 (or its
+ * top-2 where the two are closer than twice the logit tolerance; with
+ * QAT on, at >= 90 % of positions), and a free-running greedy generation
+ * (the model's own token fed back) equals the reference's greedy ids up
+ * to the step the gap rule above stops at.
  *  chunked  one-shot prefill of the longest case (p5, 169 tokens) against chunkings that
  *           cut ratio-2 groups and the window (1s; 3s; 2s; 7, 13, then
  *           5s; 64, 1, 104) and a prefill + decode: every position's
@@ -47,15 +56,18 @@
 
 #include "cw_dsv41.h"
 #include "dsv_test_util.h"
+#include "st_util.h"
 #include "test_util.h"
 
 static int n_fail;
 
-/* Per-position errors collected over a run. */
+/* Per-position errors collected over a run, and the argmax and
+ * free-running greedy agreements. */
 struct stats {
 	int n;
 	double *dlogit, *dlse;
 	double max_dlogit, max_dlse;
+	int top1_same, top1_total, free_same, free_total;
 };
 
 static void stats_add(struct stats *st, double dl, double ds)
@@ -78,6 +90,40 @@ static void must(int r, const struct st_diag *d, const char *what)
 		fprintf(stderr, "%s: %s\n", what, d->msg);
 		exit(1);
 	}
+}
+
+/* Free-running greedy generation of case cs (prompt ids[0..n)): the
+ * model's own argmax fed back; equal to the reference's greedy ids up to
+ * the first step whose top1_minus_top2 is below gap_rule (included).
+ * row: vocab_size floats of scratch. */
+static void free_greedy(const struct cw_dsv41_model *m, const json_t *cs,
+			const int32_t *ids, int n, struct stats *st,
+			double gap_rule, float *row)
+{
+	const int V = cw_dsv41_config(m)->vocab_size;
+	const char *name = json_string_value(json_object_get(cs, "name"));
+	const json_t *steps = json_object_get(cs, "continuation_steps");
+	const json_t *greedy = json_object_get(cs, "greedy_continuation");
+	int ns = (int)json_array_size(steps);
+	struct cw_dsv41_state *s;
+	struct st_diag d = { { 0 } };
+
+	must(cw_dsv41_state_new(m, n + ns + 1, &s), &d, "state");
+	must(cw_dsv41_eval(m, s, ids, n, 0, row, &d), &d, name);
+	for (int i = 0; i < ns; i++) {
+		int32_t tok = dsvt_argmax(row, V);
+		int32_t ref = (int32_t)json_integer_value(json_array_get(greedy, i));
+
+		st->free_total++;
+		st->free_same += tok == ref;
+		CHECK(tok == ref, "%s free-running step %d: %d, reference %d",
+		      name, i, tok, ref);
+		if (tok != ref || json_number_value(json_object_get(
+			json_array_get(steps, i), "top1_minus_top2")) < gap_rule)
+			break;
+		must(cw_dsv41_eval(m, s, &tok, 1, 0, row, &d), &d, name);
+	}
+	cw_dsv41_state_free(s);
 }
 
 /* One case: one-shot prefill with every position's logits, then the
@@ -107,12 +153,18 @@ static void run_case(const struct cw_dsv41_model *m, const json_t *cs,
 	cw_dsv41_set_debug(s, NULL);
 	for (int p = 0; p < n; p++) {
 		double dl, ds;
+		int am, ok = dsvt_top1_ok(json_array_get(pp, p),
+					  lg + (size_t)p * V, V, 2 * tol_l, &am);
 
 		dsvt_dist_err(json_array_get(pp, p), lg + (size_t)p * V, V, &dl, &ds);
 		stats_add(st, dl, ds);
 		CHECK(!strict || (dl <= tol_l && ds <= tol_s),
 		      "%s prompt pos %d: max|dlogit| %.3g, |dlse| %.3g", name,
 		      p, dl, ds);
+		st->top1_total++;
+		st->top1_same += ok;
+		CHECK(!strict || ok, "%s prompt pos %d: argmax %d, not the reference's top-1",
+		      name, p, am);
 	}
 	for (int i = 0; i < ns; i++) {
 		const json_t *stp = json_array_get(steps, i);
@@ -146,6 +198,7 @@ static void run_case(const struct cw_dsv41_model *m, const json_t *cs,
 		}
 	}
 	cw_dsv41_state_free(s);
+	free_greedy(m, cs, ids, n, st, gap_rule, lg);
 	free(lg);
 	free(ids);
 }
@@ -291,7 +344,8 @@ static void check_debug(const struct st_dsv41_config *c, const json_t *dj,
 	CHECK(agree("stream rms 2e-5 rel", ok, tot) >= 0.9, "stream rms");
 }
 
-static int mode_reference(struct cw_dsv41_model *m, const char *dir, int qat)
+static int mode_reference(struct cw_dsv41_model *m, const char *dir, int qat,
+			  int nodebug)
 {
 	const struct st_dsv41_config *c = cw_dsv41_config(m);
 	json_t *ref = dsvt_load_json(dir, qat ? "reference.json" : "reference_noqat.json");
@@ -300,12 +354,19 @@ static int mode_reference(struct cw_dsv41_model *m, const char *dir, int qat)
 	int g_same = 0, g_total = 0;
 	size_t i;
 
+	const char *dbg_prompt = json_string_value(json_object_get(
+		json_object_get(ref, "debug"), "prompt"));
+
 	if (cw_dsv41_set_qat(m, qat ? CW_DSV41_QAT_ALL : 0) < 0)
 		return 1;
+	if (qat && !dbg_prompt)
+		printf("reference.json has no \"debug\" block (or no debug prompt): the debug checks are skipped\n");
+	CHECK(!qat || nodebug || dbg_prompt, "reference.json has no debug block");
+	CHECK(!nodebug || !json_object_get(ref, "debug"),
+	      "the nodebug copy still has a debug block");
 	json_array_foreach(cases, i, cs) {
 		const char *name = json_string_value(json_object_get(cs, "name"));
-		int dbg_case = qat && !strcmp(name, json_string_value(json_object_get(
-				json_object_get(ref, "debug"), "prompt")));
+		int dbg_case = qat && dbg_prompt && !strcmp(name, dbg_prompt);
 		struct cw_dsv41_debug dbg = { 0 };
 		int n = (int)json_array_size(json_object_get(cs, "ids"));
 
@@ -340,6 +401,11 @@ static int mode_reference(struct cw_dsv41_model *m, const char *dir, int qat)
 	       &st);
 	printf("greedy tokens: %d / %d equal (compared up to the first step with top1-top2 < %g)\n",
 	       g_same, g_total, qat ? 0.1 : 1e-3);
+	printf("prompt positions: argmax equal to the reference's top-1 %d of %d; free-running greedy ids equal %d of %d (same rule)\n",
+	       st.top1_same, st.top1_total, st.free_same, st.free_total);
+	CHECK(st.top1_total > 0 && st.free_total > 0, "nothing compared");
+	CHECK(!qat || st.top1_same >= 0.9 * st.top1_total,
+	      "prompt argmax equal at fewer than 90 %% of positions");
 	if (qat) {
 		CHECK(dsvt_median(st.dlogit, st.n) <= 1e-3, "median max|dlogit| %.3g > 1e-3",
 		      dsvt_median(st.dlogit, st.n));
@@ -702,13 +768,21 @@ int main(int argc, char **argv)
 	struct cw_dsv41_model *m;
 	struct st_diag d = { { 0 } };
 	int r;
+	char nodebug_dir[4096] = "";
 
 	st_test_fixture_model("tiny-deepseek-v41", dir, sizeof(dir));
+	if (!strcmp(mode, "nodebug")) {
+		if (dsvt_copy_without(dir, "reference.json", "debug", nodebug_dir,
+				      sizeof(nodebug_dir)) < 0)
+			return 1;
+		snprintf(dir, sizeof(dir), "%s", nodebug_dir);
+		printf("fixture copy without the debug block: %s\n", dir);
+	}
 	must(cw_dsv41_load(dir, &m, &d), &d, dir);
 	if (!strcmp(mode, "noqat"))
-		r = mode_reference(m, dir, 0);
-	else if (!strcmp(mode, "qat"))
-		r = mode_reference(m, dir, 1);
+		r = mode_reference(m, dir, 0, 0);
+	else if (!strcmp(mode, "qat") || !strcmp(mode, "nodebug"))
+		r = mode_reference(m, dir, 1, nodebug_dir[0] != 0);
 	else if (!strcmp(mode, "chunked"))
 		r = mode_chunked(m, dir);
 	else if (!strcmp(mode, "ced"))
@@ -718,11 +792,13 @@ int main(int argc, char **argv)
 	else if (!strcmp(mode, "provider"))
 		r = mode_provider(m, dir);
 	else {
-		fprintf(stderr, "usage: %s noqat|qat|chunked|ced|replay|provider\n",
+		fprintf(stderr, "usage: %s noqat|qat|nodebug|chunked|ced|replay|provider\n",
 			argv[0]);
 		r = 2;
 	}
 	cw_dsv41_free(m);
+	if (nodebug_dir[0])
+		st_rm_rf(nodebug_dir);
 	if (n_fail)
 		fprintf(stderr, "%d checks failed\n", n_fail);
 	return r ? r : n_fail ? 1 : 0;

@@ -1,6 +1,6 @@
 /*
  * test_dsv4_plan.c — `strata plan` for DeepSeek-V4-Flash and V4.1-Flash
- * (computed/cw_dsv4_plan.c, common/st_plan.c) against independent
+ * (computed/models/deepseek/cw_dsv4_plan.c, common/st_plan.c) against independent
  * computations written out here from MODEL_FAMILY_DEEPSEEK_V4.md:
  *
  * V4-Flash (docs/models/deepseek-v4-flash.config.json, the doc's 2.1):

@@ -20,9 +20,17 @@
  * in the CSA layers at every position (exactly), and the RMS of the mHC
  * streams after every layer (relative 2e-5; the reference rounds to 6
  * significant digits).
+ * Also, as the other families' reference tests do: at every prompt
+ * position the argmax is the reference's top-1 (or its top-2 where the
+ * two are closer than twice the logit tolerance), and a free-running
+ * greedy generation (the model's own token fed back at each step) gives
+ * the reference's greedy_continuation.
  * With argument "qat" (all official round trips on), the reference values
  * are only reported (the reference has no round trips), the logits must
  * differ from them, and chunked prefill must still be bit-identical.
+ * With argument "nodebug" the same checks (but chunking) run on a copy of
+ * the fixture whose reference.json lacks the optional "debug" block: its
+ * checks are skipped with a message, never a crash.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -44,7 +52,10 @@ static double tol_logit, tol_lse, max_dlogit, max_dlse;
  * then only reported (its reference has none), while determinism across
  * chunkings is still required bit for bit. */
 static int qat_mode;
+/* argv[1] "nodebug": a reference.json without its "debug" block. */
+static int nodebug_mode;
 static int greedy_same, greedy_total;
+static int top1_same, top1_total, free_same, free_total;
 
 /* One {top10, lse} record against a logits row. */
 static void check_dist(const json_t *rec, const float *lg, int V,
@@ -202,6 +213,44 @@ static int prefill_chunked(struct cw_dsv4_model *m, const int32_t *ids,
 	return r;
 }
 
+/* Free-running greedy generation: prefill ids[0..n), then the model's own
+ * argmax fed back for as many steps as the reference's greedy ids gc;
+ * every id must equal the reference's (reported only with QAT on). */
+static void free_greedy(struct cw_dsv4_model *m, const int32_t *ids, int n,
+			const json_t *gc, const char *name, float *row)
+{
+	const struct st_dsv4_config *c = cw_dsv4_config(m);
+	struct cw_dsv4_state *s = NULL;
+	struct st_diag diag = { 0 };
+	int ng = (int)json_array_size(gc), same = 0, first_diff = -1;
+
+	if (cw_dsv4_state_new(m, n + ng, &s) < 0 ||
+	    cw_dsv4_eval(m, s, ids, n, 0, row, &diag) < 0) {
+		CHECK(0, "%s: free-running prefill: %s", name, diag.msg);
+		cw_dsv4_state_free(s);
+		return;
+	}
+	for (int i = 0; i < ng; i++) {
+		int32_t tok = dsvt_argmax(row, c->vocab_size);
+		int want = (int)json_integer_value(json_array_get(gc, i));
+
+		if (tok == want)
+			same++;
+		else if (first_diff < 0)
+			first_diff = i;
+		if (i + 1 < ng && cw_dsv4_eval(m, s, &tok, 1, 0, row, &diag) < 0) {
+			CHECK(0, "%s: free-running decode: %s", name, diag.msg);
+			break;
+		}
+	}
+	cw_dsv4_state_free(s);
+	free_same += same;
+	free_total += ng;
+	CHECK(qat_mode || same == ng,
+	      "%s: free-running greedy differs from the reference from step %d",
+	      name, first_diff);
+}
+
 int main(int argc, char **argv)
 {
 	char dir[4096], path[4200];
@@ -213,8 +262,17 @@ int main(int argc, char **argv)
 	size_t llen, ci;
 	struct st_tensor_info *lt = NULL;
 	int n_lt, r, V;
+	char nodebug_dir[4096] = "";
 
 	st_test_fixture_model("tiny-deepseek-v4", dir, sizeof(dir));
+	nodebug_mode = argc > 1 && strcmp(argv[1], "nodebug") == 0;
+	if (nodebug_mode) {
+		if (dsvt_copy_without(dir, "reference.json", "debug", nodebug_dir,
+				      sizeof(nodebug_dir)) < 0)
+			return 1;
+		snprintf(dir, sizeof(dir), "%s", nodebug_dir);
+		printf("fixture copy without the debug block: %s\n", dir);
+	}
 	r = cw_dsv4_load(dir, &m, &diag);
 	if (r < 0) {
 		fprintf(stderr, "load: %s\n", diag.msg);
@@ -244,6 +302,10 @@ int main(int argc, char **argv)
 	}
 	cases = (json_t *)dsvt_cases(ref, "reference.json");
 	dbg = json_object_get(ref, "debug");
+	if (!dbg)
+		printf("reference.json has no \"debug\" block: the routing, indexer and mHC checks are skipped\n");
+	CHECK(!nodebug_mode || !dbg, "the nodebug copy still has a debug block");
+	CHECK(nodebug_mode || dbg, "reference.json has no debug block");
 	json_array_foreach(cases, ci, cs) {
 		const char *name = json_string_value(json_object_get(cs, "name"));
 		const json_t *pp = json_object_get(cs, "prompt_positions");
@@ -257,8 +319,9 @@ int main(int argc, char **argv)
 		struct cw_dsv4_state *s = NULL;
 		struct cw_dsv4_debug d = { 0 };
 		const struct st_tensor_info *t = NULL;
-		int is_dbg = strcmp(name, json_string_value(
-					     json_object_get(dbg, "prompt"))) == 0;
+		const char *dbg_prompt = json_string_value(
+			json_object_get(dbg, "prompt"));
+		int is_dbg = dbg_prompt && strcmp(name, dbg_prompt) == 0;
 		double dl;
 
 		if (!lg || !one || !alt || !ids)
@@ -278,9 +341,18 @@ int main(int argc, char **argv)
 		CHECK(r == 0, "%s: eval: %s", name, diag.msg);
 		cw_dsv4_set_debug(s, NULL);
 		CHECK((int)json_array_size(pp) == n, "%s: prompt_positions", name);
-		for (int p = 0; p < n; p++)
+		for (int p = 0; p < n; p++) {
+			int am, ok = dsvt_top1_ok(json_array_get(pp, p),
+						  lg + (size_t)p * V, V,
+						  2 * tol_logit, &am);
+
 			check_dist(json_array_get(pp, p), lg + (size_t)p * V, V,
 				   name, "prompt", p);
+			top1_total++;
+			top1_same += ok;
+			CHECK(qat_mode || ok, "%s prompt pos %d: argmax %d, not the reference's top-1",
+			      name, p, am);
+		}
 		for (int i = 0; i < n_lt; i++)
 			if (strcmp(lt[i].name, name) == 0)
 				t = &lt[i];
@@ -302,7 +374,7 @@ int main(int argc, char **argv)
 		if (is_dbg && !qat_mode)
 			check_debug(m, ids, dbg, c, &d, n);
 		/* chunked and token-by-token prefill */
-		for (int sc = 0; sc < 4; sc++) {
+		for (int sc = 0; sc < (nodebug_mode ? 0 : 4); sc++) {
 			static const int sched[4][3] = { { 7, 13, 64 }, { 1 },
 							 { 5 }, { 3, 17, 2 } };
 			static const int nsched[4] = { 3, 1, 1, 3 };
@@ -338,6 +410,7 @@ int main(int argc, char **argv)
 			}
 		}
 		cw_dsv4_state_free(s);
+		free_greedy(m, ids, n, gc, name, one);
 		free(d.experts);
 		free(d.weights);
 		free(d.selected);
@@ -351,10 +424,15 @@ int main(int argc, char **argv)
 	       qat_mode ? "QAT on (KV FP8, indexer Hadamard+FP4, activations FP8): " : "",
 	       max_dlogit, tol_logit, max_dlse, tol_lse, greedy_same,
 	       greedy_total);
+	printf("prompt positions: argmax equal to the reference's top-1 %d of %d; free-running greedy ids equal to the reference %d of %d\n",
+	       top1_same, top1_total, free_same, free_total);
+	CHECK(top1_total > 0 && free_total > 0, "nothing compared");
 	st_tensor_infos_free(lt, n_lt);
 	free(lbuf);
 	json_decref(ref);
 	cw_dsv4_free(m);
+	if (nodebug_dir[0])
+		st_rm_rf(nodebug_dir);
 	if (n_fail)
 		fprintf(stderr, "%d checks failed\n", n_fail);
 	return n_fail ? 1 : 0;

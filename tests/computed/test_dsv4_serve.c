@@ -1,6 +1,6 @@
 /*
  * test_dsv4_serve.c — computed's V4 serving path (cw_model over a V4
- * store, cw_model_dsv4.c) against the in-process forward pass that reads
+ * store, cw_model_dsv.c) against the in-process forward pass that reads
  * model.safetensors (cw_dsv4_load), on ../shared tiny-deepseek-v4, with
  * a real expertd at a 25 % host budget and a real kvd holding the V4
  * states (cw_model_seq_create).

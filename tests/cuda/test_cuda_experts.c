@@ -1,6 +1,6 @@
 /*
  * test_cuda_experts.c — the layer-batched device expert path
- * (computed/cw_cuda_experts.c, loaded as computed loads it:
+ * (computed/device/cw_cuda_experts.c, loaded as computed loads it:
  * cw_cuda_module_open) on a GPU, with a mock device pool in place of
  * cw_devpool: expert records in one cudaMalloc, each slot with guard bytes
  * either side, uploaded on a second stream ("expertd") that records one

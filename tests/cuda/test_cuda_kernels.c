@@ -1,5 +1,5 @@
 /*
- * test_cuda_kernels.c — every CUDA kernel of computed/cuda (cw_cu.h)
+ * test_cuda_kernels.c — every CUDA kernel of computed/device/cuda (cw_cu.h)
  * against its CPU reference (cw_backend_cpu reference mode, cw_swiglu,
  * cw_route_topk) within the tolerance cw_cu.h states, on random and
  * adversarial inputs (all-zero blocks, the largest and NaN scales,

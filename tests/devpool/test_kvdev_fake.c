@@ -2,7 +2,7 @@
  * test_kvdev_fake.c — kvd copying KV pages in and out of the device KV
  * page pool (issue 10) on the fake device (STRATA_CUDA_FAKE=1: device
  * memory is host shared memory, copies are memcpy; st_cuda.h), with the
- * real kvd binary and computed's client side (computed/cw_kvdev.c).  This
+ * real kvd binary and computed's client side (computed/device/cw_kvdev.c).  This
  * process plays computed: it exports the pool itself (as cw_devpool does)
  * and reads device pages through their fake device addresses.
  *

@@ -1,6 +1,6 @@
 /*
  * cw_cuda_attn.c — attention over device KV pages (cw_cuda_experts.h
- * attn ops; cw_model.h cw_attn_fn); built into the CUDA module.
+ * attn ops; cw_device_ops.h cw_attn_fn); built into the CUDA module.
  *
  * One call per layer for the step's tokens: the rows that are host rows
  * (pages kvd could not place on the device, and the rows the step itself

@@ -414,7 +414,7 @@ static void attention(const struct cw_dsv4_model *m,
  * id (tid2eid), so expertd prefetches exactly what will be acquired; and,
  * with a look-ahead depth (cw_dsv4_set_prefetch_depth), the experts the
  * routers of the next score-routed layers pick on this layer's FFN input
- * b (gate look-ahead, as computed/cw_lookahead.c does for the other
+ * b (gate look-ahead, as computed/routing/cw_lookahead.c does for the other
  * families: an approximation, the next layers see a changed residual).
  * A refused report changes no result: warned once, counted. */
 static void route_report(const struct cw_dsv4_model *m,

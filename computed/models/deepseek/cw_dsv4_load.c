@@ -4,116 +4,36 @@
  * dequantised exactly to F32 (reference mode).
  */
 #include "cw_dsv4_int.h"
+#include "cw_dsv_tensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "es_client.h"
 #include "st_formats.h"
 #include "st_safetensors.h"
 #include "st_store.h"
 
-/* Where the tensors come from: the checkpoint (ck), or a V4 store's
- * dense.bin mapped at `dense` (st), whose entries look like checkpoint
- * tensors through tmp[] (two slots: a weight and its scale are found one
- * after the other and used together). */
+/* The loader: its tensor source (cw_dsv_tensors.h) and the config the
+ * shapes come from. */
 struct loader {
-	const struct st_checkpoint *ck;
-	const struct st_store *st;
-	const uint8_t *dense;
-	struct st_tensor_info tmp[2];
-	int tmp_i;
+	struct cw_dsv_src s;
 	const struct st_dsv4_config *c;
-	struct st_diag *diag;
-	int fast;  /* CW_COMPUTE_FAST: FP8 matrices kept as codes */
 };
 
-/* Looks `name` up in the loader's source; NULL when absent. */
-static const struct st_tensor_info *lookup(struct loader *ld, const char *name,
-					   const void **data)
-{
-	const struct st_store_tensor *st;
-	struct st_tensor_info *t;
-
-	if (!ld->st) {
-		const struct st_tensor_info *ct = st_checkpoint_find(ld->ck, name);
-
-		if (ct && data)
-			*data = st_checkpoint_data(ld->ck, ct);
-		return ct;
-	}
-	st = st_store_find_dense(ld->st, name);
-	if (!st)
-		return NULL;
-	t = &ld->tmp[ld->tmp_i];
-	ld->tmp_i ^= 1;
-	memset(t, 0, sizeof(*t));
-	t->name = st->name;
-	t->dtype = st->dtype;
-	t->n_dims = st->n_dims;
-	t->n_elems = 1;
-	for (int d = 0; d < st->n_dims; d++) {
-		t->shape[d] = st->shape[d];
-		t->n_elems *= (uint64_t)st->shape[d];
-	}
-	t->n_bytes = st->n_bytes;
-	if (data)
-		*data = ld->dense + st->offset;
-	return t;
-}
-
-/* Finds `name` and checks dtype and shape (d1 < 0: 1-D [d0]). */
 static int find(struct loader *ld, const char *name, enum st_dtype dt,
 		int64_t d0, int64_t d1, const struct st_tensor_info **ret,
 		const void **data)
 {
-	const struct st_tensor_info *t = lookup(ld, name, data);
-	int nd = d1 < 0 ? 1 : 2;
-
-	if (!t)
-		return st_diag_set(ld->diag, -ST_E_NOTFOUND,
-				   "tensor %s missing from the checkpoint (not a DeepSeek-V4 checkpoint in the official layout, or a different config)",
-				   name);
-	if (t->dtype != dt)
-		return st_diag_set(ld->diag, -ST_E_FORMAT,
-				   "tensor %s: dtype %s, expected %s", name,
-				   st_dtype_traits(t->dtype)->name,
-				   st_dtype_traits(dt)->name);
-	if (t->n_dims != nd || t->shape[0] != d0 ||
-	    (nd == 2 && t->shape[1] != d1))
-		return st_diag_set(ld->diag, -ST_E_FORMAT,
-				   "tensor %s: shape does not match the config (expected [%lld%s%lld])",
-				   name, (long long)d0, nd == 2 ? ", " : "",
-				   nd == 2 ? (long long)d1 : 0LL);
-	*ret = t;
-	return 0;
+	return cw_dsv_src_find(&ld->s, name, dt, d0, d1, ret, data);
 }
 
-/* A BF16 or F32 tensor (either accepted) of d0 (x d1) elements. */
 static int load_plain(struct loader *ld, const char *name, int64_t d0,
 		      int64_t d1, float **ret)
 {
-	const struct st_tensor_info *t = lookup(ld, name, NULL);
-	const void *data;
-	int r;
-
-	if (t && t->dtype != ST_DTYPE_BF16 && t->dtype != ST_DTYPE_F32)
-		return st_diag_set(ld->diag, -ST_E_FORMAT,
-				   "tensor %s: dtype %s, expected BF16 or F32",
-				   name, st_dtype_traits(t->dtype)->name);
-	r = find(ld, name, t ? t->dtype : ST_DTYPE_F32, d0, d1, &t, &data);
-	if (r < 0)
-		return r;
-	*ret = malloc(t->n_elems * sizeof(float));
-	if (!*ret)
-		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
-				   name);
-	return st_convert_to_f32(t->dtype, data, t->n_elems, *ret);
+	return cw_dsv_src_plain(&ld->s, name, d0, d1, ret);
 }
 
 static int load_fmt(struct loader *ld, const char *fmt, int a, int b,
@@ -125,127 +45,30 @@ static int load_fmt(struct loader *ld, const char *fmt, int a, int b,
 	return load_plain(ld, name, d0, d1, ret);
 }
 
-/* E8M0 byte 255 is NaN (OCP MX; PITFALLS P5): a checkpoint holding one
- * would give NaN weights, so it is refused as corrupt. */
-static int check_scales(struct loader *ld, const char *name,
-			const uint8_t *s, uint64_t n)
-{
-	for (uint64_t i = 0; i < n; i++)
-		if (s[i] == 255)
-			return st_diag_set(ld->diag, -ST_E_FORMAT,
-					   "tensor %s: scale byte %llu is 255 (E8M0 NaN): corrupt checkpoint, re-download it",
-					   name, (unsigned long long)i);
-	return 0;
-}
-
-/* Fast mode: the codes and expanded scales (cw_dsv4_mat_keep_fp8). */
-static int keep_fp8(struct loader *ld, const char *prefix, const uint8_t *w,
-		    const uint8_t *s, struct cw_dsv4_mat *m)
-{
-	if (cw_dsv4_mat_keep_fp8(m, w, s, ld->c->fp8_block[0],
-				 ld->c->fp8_block[1]) < 0)
-		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
-				   prefix);
-	return 0;
-}
-
-/* <prefix>.weight F8_E4M3 [rows, cols] + <prefix>.scale F8_E8M0 blocks. */
+/* FP8 in the config's blocks (cw_dsv_src_fp8). */
 static int load_fp8(struct loader *ld, const char *prefix, int rows, int cols,
 		    struct cw_dsv4_mat *m)
 {
-	const int b0 = ld->c->fp8_block[0], b1 = ld->c->fp8_block[1];
-	const struct st_tensor_info *tw, *ts;
-	const void *w, *s;
-	char name[256];
-	int r;
-
-	snprintf(name, sizeof(name), "%s.weight", prefix);
-	if ((r = find(ld, name, ST_DTYPE_F8_E4M3, rows, cols, &tw, &w)) < 0)
-		return r;
-	snprintf(name, sizeof(name), "%s.scale", prefix);
-	if ((r = find(ld, name, ST_DTYPE_F8_E8M0, (rows + b0 - 1) / b0,
-		      (cols + b1 - 1) / b1, &ts, &s)) < 0 ||
-	    (r = check_scales(ld, name, s, ts->n_elems)) < 0)
-		return r;
-	m->rows = rows;
-	m->cols = cols;
-	m->quantized = 1;
-	if (ld->fast)
-		return keep_fp8(ld, prefix, w, s, m);
-	m->w = malloc((size_t)rows * cols * sizeof(float));
-	if (!m->w)
-		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
-				   prefix);
-	cw_dsv4_fp8_dequant(w, s, rows, cols, b0, b1, m->w);
-	return 0;
+	return cw_dsv_src_fp8(&ld->s, prefix, rows, cols, ld->c->fp8_block[0],
+			      ld->c->fp8_block[1], m);
 }
 
-/* <prefix>.weight I8 [rows, cols/2] packed E2M1 (OCP nibble order) +
- * <prefix>.scale F8_E8M0 [rows, cols/32]: MXFP4, dequantised exactly. */
 static int load_fp4(struct loader *ld, const char *prefix, int rows, int cols,
 		    struct cw_dsv4_mat *m)
 {
-	const struct st_tensor_info *tw, *ts;
-	const uint8_t *w, *s;
-	char name[256];
-	int r;
-
-	if (cols % ST_MXFP4_BLOCK)
-		return st_diag_set(ld->diag, -ST_E_CONFIG,
-				   "%s: %d inputs, not a multiple of 32 (FP4 experts need it)",
-				   prefix, cols);
-	snprintf(name, sizeof(name), "%s.weight", prefix);
-	if ((r = find(ld, name, ST_DTYPE_I8, rows, cols / 2, &tw,
-		      (const void **)&w)) < 0)
-		return r;
-	snprintf(name, sizeof(name), "%s.scale", prefix);
-	if ((r = find(ld, name, ST_DTYPE_F8_E8M0, rows, cols / 32, &ts,
-		      (const void **)&s)) < 0 ||
-	    (r = check_scales(ld, name, s, ts->n_elems)) < 0)
-		return r;
-	m->rows = rows;
-	m->cols = cols;
-	m->quantized = 1;
-	m->w = malloc((size_t)rows * cols * sizeof(float));
-	if (!m->w)
-		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
-				   prefix);
-	for (int o = 0; o < rows; o++)
-		st_mxfp4_dequantize_row(w + (size_t)o * cols / 2,
-					s + (size_t)o * cols / 32, cols,
-					ST_FP4_LAYOUT_OCP,
-					m->w + (size_t)o * cols);
-	return 0;
+	return cw_dsv_src_mxfp4(&ld->s, prefix, rows, cols, m);
 }
 
 static int load_mat_plain(struct loader *ld, const char *name, int rows,
 			  int cols, struct cw_dsv4_mat *m)
 {
-	m->rows = rows;
-	m->cols = cols;
-	return load_plain(ld, name, rows, cols, &m->w);
+	return cw_dsv_src_mat_plain(&ld->s, name, rows, cols, m);
 }
 
-/* A matrix only fast mode's kernels multiply (compressors, LM head): in
- * fast mode a BF16 tensor stays BF16 (2 bytes per weight, the fast
- * backend's BF16 kernel), otherwise as load_mat_plain. */
 static int load_mat_fast16(struct loader *ld, const char *name, int rows,
 			   int cols, struct cw_dsv4_mat *m)
 {
-	const struct st_tensor_info *t = lookup(ld, name, NULL);
-	const void *data;
-	int r;
-
-	if (!ld->fast || !t || t->dtype != ST_DTYPE_BF16)
-		return load_mat_plain(ld, name, rows, cols, m);
-	if ((r = find(ld, name, ST_DTYPE_BF16, rows, cols, &t, &data)) < 0)
-		return r;
-	m->rows = rows;
-	m->cols = cols;
-	if (cw_dsv4_mat_keep_bf16(m, data) < 0)
-		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
-				   name);
-	return 0;
+	return cw_dsv_src_mat16(&ld->s, name, rows, cols, m);
 }
 
 static int load_comp(struct loader *ld, int l, const char *pfx, int ratio,
@@ -287,13 +110,13 @@ static int load_tid2eid(struct loader *ld, int l, struct cw_dsv4_layer *L)
 		return r;
 	L->tid2eid = malloc(n * sizeof(int32_t));
 	if (!L->tid2eid)
-		return st_diag_set(ld->diag, -ENOMEM, "out of memory");
+		return st_diag_set(ld->s.diag, -ENOMEM, "out of memory");
 	for (size_t i = 0; i < n; i++) {
 		int64_t v;
 
 		memcpy(&v, d + 8 * i, 8);
 		if (v < 0 || v >= c->n_experts)
-			return st_diag_set(ld->diag, -ST_E_FORMAT,
+			return st_diag_set(ld->s.diag, -ST_E_FORMAT,
 					   "%s: entry [%zu][%zu] = %lld is not an expert id in [0, %d)",
 					   name, i / c->top_k, i % c->top_k,
 					   (long long)v, c->n_experts);
@@ -378,13 +201,13 @@ static int load_layer(struct loader *ld, int l, struct cw_dsv4_layer *L)
 			     &L->gate_bias);
 	if (r < 0)
 		return r;
-	if (ld->st) /* routed experts: from expertd's pool at eval time */
+	if (ld->s.st) /* routed experts: from expertd's pool at eval time */
 		return 0;
 	L->ew1 = calloc(E, sizeof(*L->ew1));
 	L->ew2 = calloc(E, sizeof(*L->ew2));
 	L->ew3 = calloc(E, sizeof(*L->ew3));
 	if (!L->ew1 || !L->ew2 || !L->ew3)
-		return st_diag_set(ld->diag, -ENOMEM, "out of memory");
+		return st_diag_set(ld->s.diag, -ENOMEM, "out of memory");
 	for (int e = 0; e < E; e++) {
 		snprintf(p, sizeof(p), "layers.%d.ffn.experts.%d.w1", l, e);
 		if ((r = load_fp4(ld, p, c->moe_inter, D, &L->ew1[e])) < 0)
@@ -433,28 +256,6 @@ static int load_model(struct loader *ld, struct cw_dsv4_model *m)
 	return 0;
 }
 
-/* The record layout of every layer must be V4's MXFP4 experts (as the V4
- * writer makes them): gate/up [inter, D], down [D, inter]. */
-static int check_store_experts(const struct st_store *s,
-			       const struct st_dsv4_config *c,
-			       struct st_diag *diag)
-{
-	for (int l = 0; l < s->n_layers; l++)
-		for (int k = 0; k < 3; k++) {
-			const struct st_store_matrix *x = &s->layers[l].mat[k];
-			int rows = k == 2 ? c->hidden_size : c->moe_inter;
-			int cols = k == 2 ? c->moe_inter : c->hidden_size;
-
-			if (x->fmt.dtype != ST_DTYPE_MXFP4 ||
-			    x->fmt.group != ST_MXFP4_BLOCK || x->rows != rows ||
-			    x->cols != cols)
-				return st_diag_set(diag, -ST_E_FORMAT,
-						   "store %s: layer %d expert matrix %d is not MXFP4 [%d, %d]: re-run strata convert",
-						   s->dir, l, k, rows, cols);
-		}
-	return 0;
-}
-
 /* The model's compute mode and backend; -EINVAL for an unknown mode. */
 static int set_mode(struct cw_dsv4_model *m, struct loader *ld,
 		    enum cw_compute mode, struct st_diag *diag)
@@ -464,7 +265,7 @@ static int set_mode(struct cw_dsv4_model *m, struct loader *ld,
 				   (int)mode);
 	m->compute = mode;
 	m->be = mode == CW_COMPUTE_FAST ? cw_backend_cpu_fast() : NULL;
-	ld->fast = mode == CW_COMPUTE_FAST;
+	ld->s.fast = mode == CW_COMPUTE_FAST;
 	return 0;
 }
 
@@ -482,9 +283,7 @@ int cw_dsv4_load_store_mode(const char *store_dir, struct es_client *es,
 	struct cw_dsv4_model *m = calloc(1, sizeof(*m));
 	struct st_store *s = NULL;
 	struct loader ld = { 0 };
-	uint8_t *map = MAP_FAILED;
-	char path[4300];
-	int r, fd = -1;
+	int r;
 
 	if (!m)
 		return -ENOMEM;
@@ -498,40 +297,15 @@ int cw_dsv4_load_store_mode(const char *store_dir, struct es_client *es,
 		goto out;
 	}
 	m->cfg = s->dsv4;
-	if ((r = check_store_experts(s, &m->cfg, diag)) < 0)
+	/* the record layout of every layer must be V4's MXFP4 experts */
+	if ((r = cw_dsv_check_store_experts(s, m->cfg.hidden_size,
+					    m->cfg.moe_inter, diag)) < 0 ||
+	    (r = cw_dsv_check_expertd(s, es, m->cfg.top_k, store_dir,
+				      diag)) < 0 ||
+	    (r = cw_dsv_src_map_store(&ld.s, s, diag)) < 0)
 		goto out;
-	if (!es || es_client_n_layers(es) != s->n_layers ||
-	    es_client_n_experts(es) != s->n_experts ||
-	    es_client_record_bytes(es) != s->record_bytes) {
-		r = st_diag_set(diag, -ST_E_CONFIG,
-				"store %s: expertd %s this store (start expertd with --store %s)",
-				store_dir, es ? "serves another store than" :
-				"is needed to serve the experts of", store_dir);
-		goto out;
-	}
-	if (es_client_n_slots(es) < m->cfg.top_k) {
-		r = st_diag_set(diag, -ST_E_LIMIT,
-				"expertd's host budget holds %d experts, a token needs %d: raise --host-budget",
-				es_client_n_slots(es), m->cfg.top_k);
-		goto out;
-	}
-	st_store_path(s, s->dense_file, path, sizeof(path));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		r = st_diag_set(diag, -errno, "%s: %s", path, strerror(errno));
-		goto out;
-	}
-	if (s->dense_bytes) {
-		map = mmap(NULL, s->dense_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-		if (map == MAP_FAILED) {
-			r = st_diag_set(diag, -errno, "%s: mmap: %s", path,
-					strerror(errno));
-			goto out;
-		}
-	}
-	ld.st = s;
-	ld.dense = map;
-	ld.diag = diag;
+	ld.s.diag = diag;
+	ld.s.family = "DeepSeek-V4";
 	m->rec = calloc((size_t)s->n_layers, sizeof(*m->rec));
 	if (!m->rec) {
 		r = -ENOMEM;
@@ -542,10 +316,7 @@ int cw_dsv4_load_store_mode(const char *store_dir, struct es_client *es,
 		goto out;
 	m->es = es;
 out:
-	if (map != MAP_FAILED)
-		munmap(map, s->dense_bytes);
-	if (fd >= 0)
-		close(fd);
+	cw_dsv_src_unmap(&ld.s);
 	st_store_close(s);
 	if (r < 0) {
 		if (r == -ENOMEM)
@@ -577,8 +348,9 @@ int cw_dsv4_load_mode(const char *dir, enum cw_compute mode,
 	    (r = st_dsv4_config_load(dir, &m->cfg, diag)) < 0 ||
 	    (r = st_checkpoint_open(dir, &ck, diag)) < 0)
 		goto fail;
-	ld.ck = ck;
-	ld.diag = diag;
+	ld.s.ck = ck;
+	ld.s.diag = diag;
+	ld.s.family = "DeepSeek-V4";
 	if ((r = load_model(&ld, m)) < 0)
 		goto fail;
 	/* mtp.* (num_nextn_predict_layers) is not read: MTP speculation is

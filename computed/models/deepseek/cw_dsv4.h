@@ -111,7 +111,7 @@ int cw_dsv4_set_prefetch_depth(struct cw_dsv4_model *m, int depth);
  * cw_dsv4_load / cw_dsv4_load_store with a compute mode (DESIGN 6a).
  * CW_COMPUTE_REFERENCE is what those two do (bit-identical).
  * CW_COMPUTE_FAST runs the matvecs on the fast CPU backend's kernels
- * (cw_backend_cpu_fast, computed/cw_kern.h): the FP8 dense weights stay
+ * (cw_backend_cpu_fast, computed/kernels/cw_kern.h): the FP8 dense weights stay
  * E4M3 codes (1 byte per weight instead of 4) with one float scale per
  * (row, fp8_block[1] inputs), multiplied by float activations; the routed
  * experts of a store run straight from expertd's slot bytes (MXFP4 codes

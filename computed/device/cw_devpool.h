@@ -101,7 +101,7 @@ struct cw_devpool_stats {
 };
 
 /*
- * A cw_expert_fn and its cw_expert_sync_fn (cw_model.h; arg: the struct
+ * A cw_expert_fn and its cw_expert_sync_fn (cw_device_ops.h; arg: the struct
  * cw_devpool) for the fake device of st_cuda.h (STRATA_CUDA_FAKE=1, tests
  * without a GPU).  Like the CUDA module, fn only pins the expert's device
  * slot and queues it (0, leave it to the CPU path, when it is not in a

@@ -1,5 +1,5 @@
 /*
- * cw_cu_int.h — what the .cu files of computed/cuda share: error wrapping
+ * cw_cu_int.h — what the .cu files of computed/device/cuda share: error wrapping
  * and the exact decoders of the scale and code formats (device side twins
  * of st_formats.c, giving the same floats bit for bit).
  */

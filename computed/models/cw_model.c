@@ -19,8 +19,7 @@
 
 #include "cw_kvdev.h"
 #include "cw_kvrow.h"
-#include "cw_model_dsv4.h"
-#include "cw_model_dsv41.h"
+#include "cw_model_dsv.h"
 #include "cw_router.h"
 #include "cw_threads.h"
 #include "st_formats.h"
@@ -111,10 +110,8 @@ struct cw_model {
 	const float **mx_in;               /* [n] batched matvec inputs */
 	float **mx_out;                    /* [n] and outputs */
 	struct cw_shexp_scratch shx;       /* shared-expert step scratch */
-	struct cw_v4serve *v4;             /* owned: a DeepSeek-V4 store
-					    * (cw_model_dsv4.h), else NULL */
-	struct cw_v41serve *v41;           /* owned: a DeepSeek-V4.1 store
-					    * (cw_model_dsv41.h), else NULL */
+	struct cw_dsvserve *dsv;           /* owned: a DeepSeek-V4 or V4.1
+					    * store (cw_model_dsv.h), else NULL */
 };
 
 static void matvec(struct cw_model *m, const struct cw_wview *w,
@@ -433,12 +430,9 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 	m->cfg = m->store->cfg;
 	if (m->store->is_dsv4 || m->store->is_dsv41) {
 		/* V4, V4.1: their own forward passes behind this interface */
-		if (m->store->is_dsv41)
-			r = cw_v41serve_open(store_dir, es, kv, &m->opts,
-					     &m->v41, diag);
-		else
-			r = cw_v4serve_open(store_dir, es, kv, &m->opts,
-					    &m->v4, diag);
+		r = cw_dsvserve_open(m->store->is_dsv41 ? CW_DSV_REV_V41 :
+							  CW_DSV_REV_V4,
+				     store_dir, es, kv, &m->opts, &m->dsv, diag);
 		if (r < 0) {
 			cw_model_close(m);
 			return r;
@@ -552,8 +546,7 @@ void cw_model_close(struct cw_model *m)
 {
 	if (!m)
 		return;
-	cw_v4serve_close(m->v4);
-	cw_v41serve_close(m->v41);
+	cw_dsvserve_close(m->dsv);
 	free_scratch(m);
 	kscratch_free(&m->ks);
 	cw_threads_destroy(m->pool);
@@ -595,7 +588,7 @@ int cw_model_route_probe(struct cw_model *m, int layer, const float *h,
 	const struct st_model_config *c = &m->cfg;
 	const struct cw_layer_w *L;
 
-	if (layer < 0 || layer >= c->n_layers || m->v4 || m->v41)
+	if (layer < 0 || layer >= c->n_layers || m->dsv)
 		return -EINVAL;
 	L = &m->layers[layer];
 	if (!m->probe_xn) {
@@ -639,47 +632,40 @@ void cw_model_set_act_fn(struct cw_model *m, cw_act_fn fn, void *arg)
 
 void cw_model_read_stats(const struct cw_model *m, struct cw_read_stats *ret)
 {
-	if (m->v4)
-		cw_v4serve_read_stats(m->v4, ret);
-	else if (m->v41)
-		cw_v41serve_read_stats(m->v41, ret);
+	if (m->dsv)
+		cw_dsvserve_read_stats(m->dsv, ret);
 	else
 		*ret = m->rs;
 }
 
 int cw_model_is_dsv4(const struct cw_model *m)
 {
-	return m->v4 != NULL || m->v41 != NULL;
+	return m->dsv != NULL;
 }
 
 int cw_model_is_dsv41(const struct cw_model *m)
 {
-	return m->v41 != NULL;
+	return m->dsv != NULL && m->store->is_dsv41;
 }
 
 int cw_model_set_dsv_prefetch_depth(struct cw_model *m, int depth)
 {
-	if (m->v41)
-		return cw_v41serve_set_prefetch_depth(m->v41, depth);
-	if (m->v4)
-		return cw_v4serve_set_prefetch_depth(m->v4, depth);
+	if (m->dsv)
+		return cw_dsvserve_set_prefetch_depth(m->dsv, depth);
 	return -ST_E_UNSUPPORTED;
 }
 
 int cw_model_seq_begin(struct cw_model *m, uint32_t seq, int max_tokens,
 		       struct st_diag *diag)
 {
-	if (m->v41)
-		return cw_v41serve_seq_begin(m->v41, seq, max_tokens, diag);
-	return m->v4 ? cw_v4serve_seq_begin(m->v4, seq, max_tokens, diag) : 0;
+	return m->dsv ? cw_dsvserve_seq_begin(m->dsv, seq, max_tokens, diag) :
+			0;
 }
 
 void cw_model_seq_end(struct cw_model *m, uint32_t seq)
 {
-	if (m->v4)
-		cw_v4serve_seq_end(m->v4, seq);
-	if (m->v41)
-		cw_v41serve_seq_end(m->v41, seq);
+	if (m->dsv)
+		cw_dsvserve_seq_end(m->dsv, seq);
 }
 
 int cw_model_seq_create(struct cw_model *m, struct kv_client *kv,
@@ -690,12 +676,8 @@ int cw_model_seq_create(struct cw_model *m, struct kv_client *kv,
 	int r;
 
 	*ret_cached = 0;
-	if (m->v4)
-		return cw_v4serve_seq_create(m->v4, prompt, n_prompt,
-					     prefix_cache, ret_seq, ret_cached,
-					     diag);
-	if (m->v41)
-		return cw_v41serve_seq_create(m->v41, prompt, n_prompt,
+	if (m->dsv)
+		return cw_dsvserve_seq_create(m->dsv, prompt, n_prompt,
 					      prefix_cache, ret_seq, ret_cached,
 					      diag);
 	if (prefix_cache && n_prompt > 0)
@@ -714,10 +696,8 @@ int cw_model_seq_create(struct cw_model *m, struct kv_client *kv,
 void cw_model_seq_destroy(struct cw_model *m, struct kv_client *kv,
 			  uint32_t seq)
 {
-	if (m->v4 && cw_v4serve_seq_end(m->v4, seq))
+	if (m->dsv && cw_dsvserve_seq_end(m->dsv, seq))
 		return; /* its state freed the kvd sequence */
-	if (m->v41 && cw_v41serve_seq_end(m->v41, seq))
-		return; /* the same for V4.1 */
 	kv_client_seq_free(kv, seq);
 }
 
@@ -727,18 +707,10 @@ void cw_model_kv_bytes_per_token(const struct cw_model *m, uint64_t *ret_layout,
 	const uint64_t elt = m->opts.kv_dtype == ST_DTYPE_F32 ? 4 :
 			     m->opts.kv_dtype == ST_DTYPE_F8_E4M3 ? 1 : 2;
 
-	if (m->v4) {
-		/* the growing streams (F32 state); no textbook K/V formula
-		 * (0 says so) */
-		*ret_layout = (uint64_t)cw_dsv4_kv_bytes_per_token(
-			cw_v4serve_config(m->v4), 4);
-		*ret_formula = 0;
-		return;
-	}
-	if (m->v41) {
-		/* the V4.1 storage formats' growing KV (st_kvfmt_v41.h) */
-		*ret_layout = (uint64_t)cw_dsv41_kv_bytes_per_token(
-			cw_v41serve_config(m->v41));
+	if (m->dsv) {
+		/* the revision's growing KV (V4: F32 streams; V4.1: its
+		 * storage formats); no textbook K/V formula (0 says so) */
+		*ret_layout = cw_dsvserve_kv_bytes_per_token(m->dsv);
 		*ret_formula = 0;
 		return;
 	}
@@ -754,10 +726,8 @@ uint64_t cw_model_expert_bytes_layer(const struct cw_model *m, int layer)
 
 	if (layer < 0 || layer >= m->store->n_layers)
 		return 0;
-	if (m->v4)
-		return cw_v4serve_expert_bytes(m->v4);
-	if (m->v41)
-		return cw_v41serve_expert_bytes(m->v41);
+	if (m->dsv)
+		return cw_dsvserve_expert_bytes(m->dsv);
 	for (int i = 0; i < 3; i++) {
 		const struct st_store_matrix *mm = &m->store->layers[layer].mat[i];
 
@@ -1658,10 +1628,8 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 					   "token id %d outside the vocabulary "
 					   "(%d rows)", toks[t].id, c->vocab_size);
 	}
-	if (m->v4)
-		return cw_v4serve_eval_batch(m->v4, toks, n, diag);
-	if (m->v41)
-		return cw_v41serve_eval_batch(m->v41, toks, n, diag);
+	if (m->dsv)
+		return cw_dsvserve_eval_batch(m->dsv, toks, n, diag);
 	r = grow_scratch(m, n);
 	if (r < 0)
 		return st_diag_set(diag, r, "out of memory for %d tokens", n);

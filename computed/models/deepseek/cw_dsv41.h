@@ -86,7 +86,7 @@ void cw_dsv41_set_engram_prefetch(struct cw_dsv41_model *m, int on);
  * cw_dsv41_load / cw_dsv41_load_store with a compute mode (DESIGN 6a).
  * CW_COMPUTE_REFERENCE is what those two do (bit-identical).
  * CW_COMPUTE_FAST runs the matvecs on the fast CPU backend's kernels
- * (cw_backend_cpu_fast, computed/cw_kern.h), as V4's fast mode does: the
+ * (cw_backend_cpu_fast, computed/kernels/cw_kern.h), as V4's fast mode does: the
  * FP8 dense weights (attention, shared expert, indexer wq_b, Engram wkv)
  * stay E4M3 codes (1 byte per weight instead of 4) with one float scale
  * per (row, fp8_block[1] inputs), multiplied by float activations; the

@@ -5,14 +5,12 @@
  * (fast mode: FP8 codes, BF16); Engram tables kept FP8 either way.
  */
 #include "cw_dsv41_int.h"
+#include "cw_dsv_tensors.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "cw_engram_es.h"
 #include "cw_threads.h"
@@ -21,107 +19,24 @@
 #include "st_safetensors.h"
 #include "st_store.h"
 
-/* Where the tensors come from: the checkpoint (ck), or a V4.1 store's
- * dense.bin mapped at `dense` (st), whose entries look like checkpoint
- * tensors through tmp[] (two slots: a weight and its scale are used
- * together). */
+/* The loader: its tensor source (cw_dsv_tensors.h, with the used flags
+ * of the checkpoint's tensors) and the config the shapes come from. */
 struct loader {
-	const struct st_checkpoint *ck;
-	unsigned char *used;        /* [ck->n_tensors] */
-	const struct st_store *st;
-	const uint8_t *dense;
-	struct st_tensor_info tmp[2];
-	int tmp_i;
+	struct cw_dsv_src s;
 	const struct st_dsv41_config *c;
-	struct st_diag *diag;
-	int fast;  /* CW_COMPUTE_FAST: FP8 codes and BF16 kept as stored */
 };
 
-/* Looks `name` up in the loader's source; NULL when absent.  data (may be
- * NULL) gets the tensor's bytes. */
-static const struct st_tensor_info *lookup(struct loader *ld, const char *name,
-					   const void **data)
+static int load_plain(struct loader *ld, const char *name, int64_t d0,
+		      int64_t d1, float **ret)
 {
-	const struct st_store_tensor *st;
-	struct st_tensor_info *t;
-
-	if (!ld->st) {
-		const struct st_tensor_info *ct = st_checkpoint_find(ld->ck, name);
-
-		if (ct && data)
-			*data = st_checkpoint_data(ld->ck, ct);
-		return ct;
-	}
-	st = st_store_find_dense(ld->st, name);
-	if (!st)
-		return NULL;
-	t = &ld->tmp[ld->tmp_i];
-	ld->tmp_i ^= 1;
-	memset(t, 0, sizeof(*t));
-	t->name = st->name;
-	t->dtype = st->dtype;
-	t->n_dims = st->n_dims;
-	t->n_elems = 1;
-	for (int d = 0; d < st->n_dims; d++) {
-		t->shape[d] = st->shape[d];
-		t->n_elems *= (uint64_t)st->shape[d];
-	}
-	t->n_bytes = st->n_bytes;
-	if (data)
-		*data = ld->dense + st->offset;
-	return t;
+	return cw_dsv_src_plain(&ld->s, name, d0, d1, ret);
 }
 
 static int find(struct loader *ld, const char *name, enum st_dtype dt,
 		int64_t d0, int64_t d1, const struct st_tensor_info **ret,
 		const void **data)
 {
-	const void *bytes = NULL;
-	const struct st_tensor_info *t = lookup(ld, name, &bytes);
-	int nd = d1 < 0 ? 1 : 2;
-
-	if (!t)
-		return st_diag_set(ld->diag, -ST_E_NOTFOUND,
-				   "tensor %s missing from the checkpoint (not a DeepSeek-V4.1 checkpoint in the official layout, or a different config)",
-				   name);
-	if (t->dtype != dt)
-		return st_diag_set(ld->diag, -ST_E_FORMAT,
-				   "tensor %s: dtype %s, expected %s", name,
-				   st_dtype_traits(t->dtype)->name,
-				   st_dtype_traits(dt)->name);
-	if (t->n_dims != nd || t->shape[0] != d0 ||
-	    (nd == 2 && t->shape[1] != d1))
-		return st_diag_set(ld->diag, -ST_E_FORMAT,
-				   "tensor %s: shape does not match the config (expected [%lld%s%lld])",
-				   name, (long long)d0, nd == 2 ? ", " : "",
-				   nd == 2 ? (long long)d1 : 0LL);
-	if (!ld->st)
-		ld->used[t - ld->ck->tensors] = 1;
-	*ret = t;
-	*data = bytes;
-	return 0;
-}
-
-/* A BF16 or F32 tensor of d0 (x d1) elements. */
-static int load_plain(struct loader *ld, const char *name, int64_t d0,
-		      int64_t d1, float **ret)
-{
-	const struct st_tensor_info *t = lookup(ld, name, NULL);
-	const void *data;
-	int r;
-
-	if (t && t->dtype != ST_DTYPE_BF16 && t->dtype != ST_DTYPE_F32)
-		return st_diag_set(ld->diag, -ST_E_FORMAT,
-				   "tensor %s: dtype %s, expected BF16 or F32",
-				   name, st_dtype_traits(t->dtype)->name);
-	r = find(ld, name, t ? t->dtype : ST_DTYPE_F32, d0, d1, &t, &data);
-	if (r < 0)
-		return r;
-	*ret = malloc(t->n_elems * sizeof(float));
-	if (!*ret)
-		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
-				   name);
-	return st_convert_to_f32(t->dtype, data, t->n_elems, *ret);
+	return cw_dsv_src_find(&ld->s, name, dt, d0, d1, ret, data);
 }
 
 static int load_fmt(struct loader *ld, const char *fmt, int l, int64_t d0,
@@ -136,124 +51,48 @@ static int load_fmt(struct loader *ld, const char *fmt, int l, int64_t d0,
 static int load_mat_plain(struct loader *ld, const char *fmt, int l,
 			  int rows, int cols, struct cw_dsv4_mat *m)
 {
-	m->rows = rows;
-	m->cols = cols;
-	return load_fmt(ld, fmt, l, rows, cols, &m->w);
+	char name[256];
+
+	snprintf(name, sizeof(name), fmt, l);
+	return cw_dsv_src_mat_plain(&ld->s, name, rows, cols, m);
 }
 
-/* A BF16/F32 matrix the fast kernels multiply (compressor, index key
- * projection, LM head): in fast mode a BF16 tensor stays BF16 (2 bytes
- * per weight, the fast backend's BF16 kernel), otherwise as
- * load_mat_plain. */
 static int load_mat16(struct loader *ld, const char *fmt, int l, int rows,
 		      int cols, struct cw_dsv4_mat *m)
 {
-	const struct st_tensor_info *t;
-	const void *data;
 	char name[256];
-	int r;
 
 	snprintf(name, sizeof(name), fmt, l);
-	t = lookup(ld, name, NULL);
-	if (!ld->fast || !t || t->dtype != ST_DTYPE_BF16)
-		return load_mat_plain(ld, fmt, l, rows, cols, m);
-	if ((r = find(ld, name, ST_DTYPE_BF16, rows, cols, &t, &data)) < 0)
-		return r;
-	m->rows = rows;
-	m->cols = cols;
-	if (cw_dsv4_mat_keep_bf16(m, data) < 0)
-		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
-				   name);
-	return 0;
+	return cw_dsv_src_mat16(&ld->s, name, rows, cols, m);
 }
 
-/* E8M0 byte 255 is NaN (OCP MX; PITFALLS P5): refused as corrupt. */
 static int check_scales(struct loader *ld, const char *name,
 			const uint8_t *s, uint64_t n)
 {
-	for (uint64_t i = 0; i < n; i++)
-		if (s[i] == 255)
-			return st_diag_set(ld->diag, -ST_E_FORMAT,
-					   "tensor %s: scale byte %llu is 255 (E8M0 NaN): corrupt checkpoint, re-download it",
-					   name, (unsigned long long)i);
-	return 0;
+	return cw_dsv_src_check_scales(&ld->s, name, s, n);
 }
 
-/* <prefix>.weight F8_E4M3 [rows, cols] + <prefix>.scale F8_E8M0 blocks. */
+/* FP8 in the config's blocks (cw_dsv_src_fp8). */
 static int load_fp8(struct loader *ld, const char *prefix, int rows, int cols,
 		    struct cw_dsv4_mat *m)
 {
-	const int b0 = ld->c->fp8_block[0], b1 = ld->c->fp8_block[1];
-	const struct st_tensor_info *tw, *ts;
-	const void *w, *s;
-	char name[300];
-	int r;
-
-	snprintf(name, sizeof(name), "%s.weight", prefix);
-	if ((r = find(ld, name, ST_DTYPE_F8_E4M3, rows, cols, &tw, &w)) < 0)
-		return r;
-	snprintf(name, sizeof(name), "%s.scale", prefix);
-	if ((r = find(ld, name, ST_DTYPE_F8_E8M0, (rows + b0 - 1) / b0,
-		      (cols + b1 - 1) / b1, &ts, &s)) < 0 ||
-	    (r = check_scales(ld, name, s, ts->n_elems)) < 0)
-		return r;
-	m->rows = rows;
-	m->cols = cols;
-	m->quantized = 1;
-	if (ld->fast) { /* E4M3 codes on the fast kernel */
-		if (cw_dsv4_mat_keep_fp8(m, w, s, b0, b1) < 0)
-			return st_diag_set(ld->diag, -ENOMEM,
-					   "out of memory (%s)", prefix);
-		return 0;
-	}
-	m->w = malloc((size_t)rows * cols * sizeof(float));
-	if (!m->w)
-		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
-				   prefix);
-	cw_dsv4_fp8_dequant(w, s, rows, cols, b0, b1, m->w);
-	return 0;
+	return cw_dsv_src_fp8(&ld->s, prefix, rows, cols, ld->c->fp8_block[0],
+			      ld->c->fp8_block[1], m);
 }
 
-/* A routed-expert matrix: MXFP4 (I8 [rows, cols/2] + E8M0 [rows,
- * cols/32]) detected from the stored dtype; an FP8 one (the dense
- * format) is accepted too. */
+/* A routed-expert matrix: MXFP4 (cw_dsv_src_mxfp4) detected from the
+ * stored dtype; an FP8 one (the dense format) is accepted too. */
 static int load_expert(struct loader *ld, const char *prefix, int rows,
 		       int cols, struct cw_dsv4_mat *m)
 {
-	const struct st_tensor_info *tw, *ts;
-	const uint8_t *w, *s;
+	const struct st_tensor_info *tw;
 	char name[300];
-	int r;
 
 	snprintf(name, sizeof(name), "%s.weight", prefix);
-	tw = st_checkpoint_find(ld->ck, name);
+	tw = st_checkpoint_find(ld->s.ck, name);
 	if (tw && tw->dtype == ST_DTYPE_F8_E4M3)
 		return load_fp8(ld, prefix, rows, cols, m);
-	if (cols % ST_MXFP4_BLOCK)
-		return st_diag_set(ld->diag, -ST_E_CONFIG,
-				   "%s: %d inputs, not a multiple of 32 (FP4 experts need it)",
-				   prefix, cols);
-	if ((r = find(ld, name, ST_DTYPE_I8, rows, cols / 2, &tw,
-		      (const void **)&w)) < 0)
-		return r;
-	snprintf(name, sizeof(name), "%s.scale", prefix);
-	if ((r = find(ld, name, ST_DTYPE_F8_E8M0, rows, cols / 32, &ts,
-		      (const void **)&s)) < 0 ||
-	    (r = check_scales(ld, name, s, ts->n_elems)) < 0)
-		return r;
-	m->rows = rows;
-	m->cols = cols;
-	m->quantized = 1;
-	m->w = malloc((size_t)rows * cols * sizeof(float));
-	if (!m->w)
-		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
-				   prefix);
-	for (int o = 0; o < rows; o++)
-		st_mxfp4_dequantize_row(w + (size_t)o * cols / 2,
-					s + (size_t)o * cols / 32, cols,
-					ST_FP4_LAYOUT_OCP,
-					m->w + (size_t)o * cols);
-	return 0;
+	return cw_dsv_src_mxfp4(&ld->s, prefix, rows, cols, m);
 }
 
 /* Engram layer l (index ei): the FP8 table with per-row scales, wkv,
@@ -270,12 +109,12 @@ static int load_engram(struct loader *ld, int l, int ei,
 	int r;
 
 	if (hd % 32)
-		return st_diag_set(ld->diag, -ST_E_CONFIG,
+		return st_diag_set(ld->s.diag, -ST_E_CONFIG,
 				   "engram_head_dim %d is not a multiple of 32 (one scale per 32 columns)",
 				   hd);
 	L->ei = ei;
 	L->erows = c->engram_rows[ei];
-	if (ld->st) /* the table: engram.bin, read by expertd's Engram tier */
+	if (ld->s.st) /* the table: engram.bin, read by expertd's Engram tier */
 		goto mats;
 	snprintf(name, sizeof(name), "layers.%d.engram.embed.weight", l);
 	if ((r = find(ld, name, ST_DTYPE_F8_E4M3, L->erows, hd, &tw, &w)) < 0)
@@ -288,7 +127,7 @@ static int load_engram(struct loader *ld, int l, int ei,
 	L->etab = malloc(tw->n_bytes);
 	L->escale = malloc(ts->n_bytes);
 	if (!L->etab || !L->escale)
-		return st_diag_set(ld->diag, -ENOMEM, "out of memory (%s)",
+		return st_diag_set(ld->s.diag, -ENOMEM, "out of memory (%s)",
 				   name);
 	memcpy(L->etab, w, tw->n_bytes);
 	memcpy(L->escale, s, ts->n_bytes);
@@ -393,13 +232,13 @@ static int load_layer(struct loader *ld, int l, struct cw_dsv41_layer *L,
 		if (c->engram_layer[i] == l &&
 		    (r = load_engram(ld, l, i, L, rows_per_pos)) < 0)
 			return r;
-	if (ld->st) /* routed experts: from expertd's pool at eval time */
+	if (ld->s.st) /* routed experts: from expertd's pool at eval time */
 		return 0;
 	L->ew1 = calloc(E, sizeof(*L->ew1));
 	L->ew2 = calloc(E, sizeof(*L->ew2));
 	L->ew3 = calloc(E, sizeof(*L->ew3));
 	if (!L->ew1 || !L->ew2 || !L->ew3)
-		return st_diag_set(ld->diag, -ENOMEM, "out of memory");
+		return st_diag_set(ld->s.diag, -ENOMEM, "out of memory");
 	for (int e = 0; e < E; e++) {
 		snprintf(p, sizeof(p), "layers.%d.ffn.experts.%d.w1", l, e);
 		if ((r = load_expert(ld, p, c->moe_inter, D, &L->ew1[e])) < 0)
@@ -442,7 +281,7 @@ static int load_model(struct loader *ld, struct cw_dsv41_model *m)
 	m->freq_main = calloc(c->rope_dim / 2 + 1, sizeof(double));
 	m->freq_comp = calloc(c->rope_dim / 2 + 1, sizeof(double));
 	if (!m->layers || !m->freq_main || !m->freq_comp)
-		return st_diag_set(ld->diag, -ENOMEM, "out of memory");
+		return st_diag_set(ld->s.diag, -ENOMEM, "out of memory");
 	/* the rope is V4's (same keys, same YaRN) */
 	rc.rope_dim = c->rope_dim;
 	rc.rope_theta = c->rope_theta;
@@ -464,11 +303,11 @@ static int load_model(struct loader *ld, struct cw_dsv41_model *m)
 		if ((r = load_layer(ld, l, &m->layers[l],
 				    m->engram_rows_per_pos)) < 0)
 			return r;
-	for (int i = 0; !ld->st && i < ld->ck->n_tensors; i++)
-		if (!ld->used[i] && !skipped(ld->ck->tensors[i].name))
-			return st_diag_set(ld->diag, -ST_E_FORMAT,
+	for (int i = 0; !ld->s.st && i < ld->s.ck->n_tensors; i++)
+		if (!ld->s.used[i] && !skipped(ld->s.ck->tensors[i].name))
+			return st_diag_set(ld->s.diag, -ST_E_FORMAT,
 					   "tensor %s is not part of the DeepSeek-V4.1 text model this config describes (a different config or a newer variant?)",
-					   ld->ck->tensors[i].name);
+					   ld->s.ck->tensors[i].name);
 	return 0;
 }
 
@@ -543,7 +382,7 @@ static int set_mode(struct cw_dsv41_model *m, struct loader *ld,
 				   (int)mode);
 	m->compute = mode;
 	m->be = mode == CW_COMPUTE_FAST ? cw_backend_cpu_fast() : NULL;
-	ld->fast = mode == CW_COMPUTE_FAST;
+	ld->s.fast = mode == CW_COMPUTE_FAST;
 	return 0;
 }
 
@@ -579,46 +418,25 @@ int cw_dsv41_load_mode(const char *dir, enum cw_compute mode,
 		goto fail;
 	if ((r = st_checkpoint_open(dir, &ck, diag)) < 0)
 		goto fail;
-	ld.ck = ck;
-	ld.diag = diag;
-	ld.used = calloc(ck->n_tensors + 1, 1);
-	if (!ld.used) {
+	ld.s.ck = ck;
+	ld.s.diag = diag;
+	ld.s.family = "DeepSeek-V4.1";
+	ld.s.used = calloc(ck->n_tensors + 1, 1);
+	if (!ld.s.used) {
 		r = st_diag_set(diag, -ENOMEM, "out of memory");
 		goto fail;
 	}
 	if ((r = load_model(&ld, m)) < 0)
 		goto fail;
-	free(ld.used);
+	free(ld.s.used);
 	st_checkpoint_close(ck);
 	*ret = m;
 	return 0;
 fail:
-	free(ld.used);
+	free(ld.s.used);
 	st_checkpoint_close(ck);
 	cw_dsv41_free(m);
 	return r;
-}
-
-/* The record layout of every layer must be MXFP4 experts as the V4/V4.1
- * writer makes them: gate/up [inter, D], down [D, inter]. */
-static int check_store_experts(const struct st_store *s,
-			       const struct st_dsv41_config *c,
-			       struct st_diag *diag)
-{
-	for (int l = 0; l < s->n_layers; l++)
-		for (int k = 0; k < 3; k++) {
-			const struct st_store_matrix *x = &s->layers[l].mat[k];
-			int rows = k == 2 ? c->hidden_size : c->moe_inter;
-			int cols = k == 2 ? c->moe_inter : c->hidden_size;
-
-			if (x->fmt.dtype != ST_DTYPE_MXFP4 ||
-			    x->fmt.group != ST_MXFP4_BLOCK || x->rows != rows ||
-			    x->cols != cols)
-				return st_diag_set(diag, -ST_E_FORMAT,
-						   "store %s: layer %d expert matrix %d is not MXFP4 [%d, %d]: re-run strata convert",
-						   s->dir, l, k, rows, cols);
-		}
-	return 0;
 }
 
 /* expertd must serve this store's experts (and its Engram tables). */
@@ -627,21 +445,10 @@ static int check_es(const struct st_store *s, const struct cw_dsv41_model *m,
 		    struct st_diag *diag)
 {
 	struct es_engram_info ei;
-	int r;
+	int r = cw_dsv_check_expertd(s, es, m->cfg.top_k, store_dir, diag);
 
-	if (!es || es_client_n_layers(es) != s->n_layers ||
-	    es_client_n_experts(es) != s->n_experts ||
-	    es_client_record_bytes(es) != s->record_bytes)
-		return st_diag_set(diag, -ST_E_CONFIG,
-				   "store %s: expertd %s this store (start expertd with --store %s)",
-				   store_dir, es ? "serves another store than" :
-				   "is needed to serve the experts of", store_dir);
-	if (es_client_n_slots(es) < m->cfg.top_k)
-		return st_diag_set(diag, -ST_E_LIMIT,
-				   "expertd's host budget holds %d experts, a token needs %d: raise --host-budget",
-				   es_client_n_slots(es), m->cfg.top_k);
-	if (!m->cfg.n_engram)
-		return 0;
+	if (r < 0 || !m->cfg.n_engram)
+		return r;
 	if ((r = es_client_engram_info(es, &ei, diag)) < 0)
 		return r;
 	if (ei.n_layers != m->cfg.n_engram)
@@ -678,9 +485,7 @@ int cw_dsv41_load_store_mode(const char *store_dir, struct es_client *es,
 	struct cw_dsv41_model *m = calloc(1, sizeof(*m));
 	struct st_store *s = NULL;
 	struct loader ld = { 0 };
-	uint8_t *map = MAP_FAILED;
-	char path[4300];
-	int r, fd = -1;
+	int r;
 
 	if (!m)
 		return st_diag_set(diag, -ENOMEM, "out of memory");
@@ -705,26 +510,13 @@ int cw_dsv41_load_store_mode(const char *store_dir, struct es_client *es,
 	m->hash = s->engram_hash; /* taken over from the store */
 	s->engram_hash = NULL;
 	if ((r = check_model(m, store_dir, diag)) < 0 ||
-	    (r = check_store_experts(s, &m->cfg, diag)) < 0 ||
-	    (r = check_es(s, m, es, store_dir, diag)) < 0)
+	    (r = cw_dsv_check_store_experts(s, m->cfg.hidden_size,
+					    m->cfg.moe_inter, diag)) < 0 ||
+	    (r = check_es(s, m, es, store_dir, diag)) < 0 ||
+	    (r = cw_dsv_src_map_store(&ld.s, s, diag)) < 0)
 		goto out;
-	st_store_path(s, s->dense_file, path, sizeof(path));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0) {
-		r = st_diag_set(diag, -errno, "%s: %s", path, strerror(errno));
-		goto out;
-	}
-	if (s->dense_bytes) {
-		map = mmap(NULL, s->dense_bytes, PROT_READ, MAP_PRIVATE, fd, 0);
-		if (map == MAP_FAILED) {
-			r = st_diag_set(diag, -errno, "%s: mmap: %s", path,
-					strerror(errno));
-			goto out;
-		}
-	}
-	ld.st = s;
-	ld.dense = map;
-	ld.diag = diag;
+	ld.s.diag = diag;
+	ld.s.family = "DeepSeek-V4.1";
 	m->rec = calloc((size_t)s->n_layers, sizeof(*m->rec));
 	if (!m->rec) {
 		r = st_diag_set(diag, -ENOMEM, "out of memory");
@@ -737,10 +529,7 @@ int cw_dsv41_load_store_mode(const char *store_dir, struct es_client *es,
 	m->prov.get_rows = cw_engram_es_get_rows;
 	m->prov.ctx = es;
 out:
-	if (map != MAP_FAILED && s)
-		munmap(map, s->dense_bytes);
-	if (fd >= 0)
-		close(fd);
+	cw_dsv_src_unmap(&ld.s);
 	st_store_close(s);
 	if (r < 0) {
 		cw_dsv41_free(m);

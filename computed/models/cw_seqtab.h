@@ -1,8 +1,8 @@
 /*
  * cw_seqtab.h — the per-sequence states of a model that keeps one state
  * object per KV sequence and evaluates each sequence in order (the
- * DeepSeek-V4 and V4.1 serving adapters, cw_model_dsv4.c and
- * cw_model_dsv41.c), and the step loop they share.
+ * DeepSeek-V4-family serving adapter, cw_model_dsv.c: one table per
+ * revision's state type), and the step loop.
  *
  * The table maps kvd sequence ids to states (owned), made by the adapter
  * (a kvd-backed state: cw_seqtab_put) or here (a process-local one:

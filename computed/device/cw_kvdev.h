@@ -24,7 +24,7 @@
  *     cw_kvdev_open says -ENODEV and computed keeps reading host pages
  *     (kv_client_row): the CPU path is unchanged.
  *
- * Paged attention on the device (computed/cuda/cw_cu_attn.cu,
+ * Paged attention on the device (computed/device/cuda/cw_cu_attn.cu,
  * cw_cu_attend) takes an array of device row pointers: cw_kvdev_rows
  * builds it from a step (entry (i, s, p) of step.ptr[] is at
  * cw_kvdev_index(step, i, s, p), NULL for a page to read from the host pool

@@ -1118,7 +1118,7 @@ int main(int argc, char **argv)
 		int dsv_depth;
 
 		/* V4: no router hooks; hash-routed layers hint expertd
-		 * exactly from the token id (cw_model_dsv4.h) */
+		 * exactly from the token id (cw_model_dsv.h) */
 		if (d->ropts.trace_path || d->ropts.record_path ||
 		    d->ropts.oracle || d->ropts.measure) {
 			st_err("--route-trace, --route-record, "

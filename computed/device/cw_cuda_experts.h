@@ -3,7 +3,7 @@
  * 10): routed experts computed on the GPU straight from the device expert
  * slots expertd filled (cw_devpool.h), the rest of the step (attention,
  * dense layers, router) on the CPU backend for now.  It plugs into the
- * model as its cw_expert_fn and cw_expert_sync_fn (cw_model.h): for each
+ * model as its cw_expert_fn and cw_expert_sync_fn (cw_device_ops.h): for each
  * routed expert of a step that is READY in a device slot, fn pins the
  * slot, makes the compute stream wait for that slot's copy event only (a
  * miss waits for its own expert only), and queues the expert's tokens
@@ -32,8 +32,8 @@
 #include <stdint.h>
 
 #include "cw_backend.h"
+#include "cw_device_ops.h"
 #include "cw_devpool.h"
-#include "cw_model.h"
 #include "st_error.h"
 
 struct cw_cuda_experts;
@@ -74,7 +74,7 @@ struct cw_cuda_module_ops {
 	void (*counts)(const struct cw_cuda_experts *c, uint64_t *ret_device,
 		       uint64_t *ret_cpu);
 	/*
-	 * Attention over device KV pages (cw_cuda_attn.c; cw_model.h
+	 * Attention over device KV pages (cw_cuda_attn.c; cw_device_ops.h
 	 * cw_attn_fn, cw_model_set_kvdev):
 	 *   attn_create: for KV rows of kv_dtype (cw_kvrow.h) with n_heads
 	 *                query heads over n_kv_heads of head_dim floats;
