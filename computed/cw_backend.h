@@ -37,6 +37,9 @@ struct cw_wview {
 				* have their fixed 32 and 16 */
 	enum st_scale_type scale_type; /* informative: st_wformat_scale_type */
 	float global_scale;    /* NVFP4 per-tensor scale, multiplying form */
+	int il_rows;           /* MXFP4: ST_MXFP4IL_ROWS when the rows are
+				* interleaved (st_mxfp4il.h: stores of
+				* version 3), 0 row-major (every other view) */
 };
 
 /*

@@ -80,7 +80,8 @@ static void run(enum cw_kern_path path, const struct cw_wview *w,
 	cw_kern_fn f = pick(w, path);
 
 	if (is_fp4(w->dtype) &&
-	    (!a->q || (w->dtype != ST_DTYPE_MXFP4 && a->qgroup != 16))) {
+	    (!a->q || (w->dtype != ST_DTYPE_MXFP4 && a->qgroup != 16) ||
+	     (w->dtype == ST_DTYPE_MXFP4 && w->il_rows && a->qgroup != 32))) {
 		/* prepared for another dtype: quantize here */
 		matvec_path(path, w, a->x, y, r0, r1);
 		return;

@@ -119,6 +119,28 @@ size_t cw_kern_fp8_act_bytes(int64_t n);
 void cw_kern_fp8_act_prepare(const float *x, int64_t n, void *buf,
 			     struct cw_act *ret);
 
+/*
+ * Row-interleaved MXFP4 (w->il_rows set: st_mxfp4il.h, the expert layout of
+ * version-3 stores), activations quantized in runs of 32 (a->qgroup 32):
+ * cw_kern_il_c is the portable reference (cw_kern_il.c fixes the
+ * arithmetic: per row 4 float lane accumulators, one reduction at the
+ * end); the AVX2 (maddubs) and AVX-512 VNNI (vpdpbusd) kernels of
+ * cw_kern_il_x86.c give its results bit for bit, 8 rows per pass.  The
+ * GEMMs return 0 (nothing done) for activations not in runs of 32.  The
+ * path dispatchers (cw_kern_c, cw_kern_avx2, cw_kern_avx512 and their _mm)
+ * return these for interleaved views; x86-64 only for the SIMD ones.
+ */
+void cw_kern_il_c(const struct cw_wview *w, const struct cw_act *a, float *y,
+		  int64_t r0, int64_t r1);
+void cw_kern_il_avx2(const struct cw_wview *w, const struct cw_act *a,
+		     float *y, int64_t r0, int64_t r1);
+int cw_kern_il_mm_avx2(const struct cw_wview *w, const struct cw_act *a,
+		       int n, float *const *ys, int64_t r0, int64_t r1);
+void cw_kern_il_avx512(const struct cw_wview *w, const struct cw_act *a,
+		       float *y, int64_t r0, int64_t r1);
+int cw_kern_il_mm_avx512(const struct cw_wview *w, const struct cw_act *a,
+			 int n, float *const *ys, int64_t r0, int64_t r1);
+
 /* 1 if `path` can run on this CPU (CW_KERN_AUTO and CW_KERN_C always). */
 int cw_kern_path_supported(enum cw_kern_path path);
 

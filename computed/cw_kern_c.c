@@ -195,6 +195,7 @@ cw_kern_fn cw_kern_c(const struct cw_wview *w)
 {
 	switch (w->dtype) {
 	case ST_DTYPE_MXFP4:
+		return w->il_rows ? cw_kern_il_c : fp4_c;
 	case ST_DTYPE_NVFP4:
 		return fp4_c;
 	case ST_DTYPE_E2M1_F16:
