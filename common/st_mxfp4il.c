@@ -19,8 +19,10 @@ int st_mxfp4il_pack(const uint8_t *codes, const uint8_t *scales,
 		return -EINVAL;
 	for (int64_t r = 0; r < rows; r++)
 		for (int64_t b = 0; b < nb; b++) {
-			memcpy(ret_codes + st_mxfp4il_code_offset(rows, cols, r, b),
-			       codes + r * (cols / 2) + b * 16, 16);
+			for (int j = 0; j < 4; j++)
+				memcpy(ret_codes + st_mxfp4il_word_offset(
+					       rows, cols, r, b, j),
+				       codes + r * (cols / 2) + b * 16 + 4 * j, 4);
 			ret_scales[st_mxfp4il_scale_offset(rows, cols, r, b)] =
 				scales[r * nb + b];
 		}
@@ -32,8 +34,10 @@ void st_mxfp4il_unpack_row(const uint8_t *codes, const uint8_t *scales,
 			   uint8_t *ret_codes, uint8_t *ret_scales)
 {
 	for (int64_t b = 0; b < cols / 32; b++) {
-		memcpy(ret_codes + b * 16,
-		       codes + st_mxfp4il_code_offset(rows, cols, r, b), 16);
+		for (int j = 0; j < 4; j++)
+			memcpy(ret_codes + b * 16 + 4 * j,
+			       codes + st_mxfp4il_word_offset(rows, cols, r, b, j),
+			       4);
 		ret_scales[b] = scales[st_mxfp4il_scale_offset(rows, cols, r, b)];
 	}
 }
@@ -49,7 +53,10 @@ int st_mxfp4il_dequantize_row(const uint8_t *codes, const uint8_t *scales,
 	for (int64_t b = 0; b < cols / 32; b++) {
 		int e;
 
-		memcpy(c, codes + st_mxfp4il_code_offset(rows, cols, r, b), 16);
+		for (int j = 0; j < 4; j++)
+			memcpy(c + 4 * j,
+			       codes + st_mxfp4il_word_offset(rows, cols, r, b, j),
+			       4);
 		s = scales[st_mxfp4il_scale_offset(rows, cols, r, b)];
 		if ((e = st_mxfp4_dequantize_row(c, &s, 32, ST_FP4_LAYOUT_OCP,
 						 out + b * 32)))

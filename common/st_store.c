@@ -645,14 +645,14 @@ static int parse_matrix_format(const struct mctx *c, json_t *o,
 	if ((r = get_str(c, o, where, "layout", &str)))
 		return r;
 	*ret_il_rows = 0;
-	if (ret->dtype == ST_DTYPE_MXFP4 && !strcmp(str, "ocp-r8"))
+	if (ret->dtype == ST_DTYPE_MXFP4 && !strcmp(str, "ocp-r16"))
 		*ret_il_rows = ST_MXFP4IL_ROWS;
 	else if (strcmp(str, ret->dtype == ST_DTYPE_MXFP4 ||
 				  ret->dtype == ST_DTYPE_NVFP4 ||
 				  ret->dtype == ST_DTYPE_E2M1_F16 ? "ocp" :
 				  "row-major"))
 		return bad(c, -ST_E_FORMAT, "%s.layout: \"%s\" (this version "
-			   "reads \"ocp-r8\" or \"ocp\" for MXFP4, \"ocp\" "
+			   "reads \"ocp-r16\" or \"ocp\" for MXFP4, \"ocp\" "
 			   "for other 4-bit codes, \"row-major\" otherwise)",
 			   where, str);
 	want_scale = st_scale_type_name(st_wformat_scale_type(ret->dtype));
@@ -755,7 +755,7 @@ static int parse_layer(const struct mctx *c, json_t *o, int layer,
 		return bad(c, r, "%s: %s", where, d.msg);
 	for (int m = 0; m < 3; m++) {
 		if (il_rows[m] && ly->mat[m].cols % 32)
-			return bad(c, -ST_E_FORMAT, "%s.matrices[%d]: ocp-r8 "
+			return bad(c, -ST_E_FORMAT, "%s.matrices[%d]: ocp-r16 "
 				   "needs columns a multiple of 32, not %lld",
 				   where, m, (long long)ly->mat[m].cols);
 		ly->mat[m].il_rows = il_rows[m];

@@ -61,8 +61,8 @@
  *               "layers": [{"layer", "record_bytes",
  *                 "matrices": [{"name": "gate"|"up"|"down", "rows", "cols",
  *                   "format": "<format>" (st_wformat_parse spelling),
- *                   "layout": "ocp" (4-bit codes) | "ocp-r8" (MXFP4
- *                     rows interleaved by 8 per 32-column block,
+ *                   "layout": "ocp" (4-bit codes) | "ocp-r16" (MXFP4
+ *                     rows interleaved by 16 per 32-column block,
  *                     st_mxfp4il.h; what strata convert writes for MXFP4
  *                     since version 3) | "row-major",
  *                   quantized formats: "block" (elements per scale),
@@ -122,7 +122,7 @@
 
 #define ST_STORE_FORMAT "strata-store"
 /* 3: MXFP4 experts of converted (non-lossless) stores are row-interleaved
- * ("ocp-r8", st_mxfp4il.h); 2 is refused with the command that
+ * ("ocp-r16", st_mxfp4il.h); 2 is refused with the command that
  * re-converts (st_store_open). */
 #define ST_STORE_VERSION 3
 #define ST_STORE_RECORD_ALIGN 4096
@@ -139,7 +139,7 @@ struct st_store_matrix {
 	uint64_t data_offset, data_bytes;
 	uint64_t scale_offset, scale_bytes;     /* 0 for BF16/F32 */
 	uint64_t tscale_offset, tscale_bytes;   /* NVFP4: 4 (FP32), else 0 */
-	int il_rows; /* MXFP4 "ocp-r8": ST_MXFP4IL_ROWS (rows interleaved,
+	int il_rows; /* MXFP4 "ocp-r16": ST_MXFP4IL_ROWS (rows interleaved,
 		      * st_mxfp4il.h); 0: row-major ("ocp", "row-major").
 		      * Set from the manifest, not by st_store_layout. */
 };

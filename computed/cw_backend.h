@@ -58,6 +58,8 @@ struct cw_act {
 	const float *d;
 	int64_t n;
 	const uint8_t *qabs; /* |q|, same layout (fast mode; or NULL) */
+	const int32_t *qsum; /* per block of 32: the sum of its q (fast
+			      * mode; or NULL) */
 	int qgroup;          /* 16 or 32: q holds each run of qgroup
 			      * elements as its even elements, then its odd
 			      * ones (32 for MXFP4, 16 otherwise) */

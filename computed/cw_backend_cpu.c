@@ -763,6 +763,7 @@ static void cpu_act_prepare(const float *x, int64_t n, enum st_dtype dt,
 	ret->d = NULL;
 	ret->n = n;
 	ret->qabs = NULL;
+	ret->qsum = NULL;
 	ret->qgroup = 0;
 	ret->bf = NULL;
 	ret->bf_unscale = 1.0f;

@@ -1574,7 +1574,7 @@ static int matrix_json(const struct st_store_matrix *x, int m,
 	    (r = jset_int(o, "rows", (uint64_t)x->rows)) ||
 	    (r = jset_int(o, "cols", (uint64_t)x->cols)) ||
 	    (r = jset(o, "format", json_string(name))) ||
-	    (r = jset(o, "layout", json_string(x->il_rows ? "ocp-r8" :
+	    (r = jset(o, "layout", json_string(x->il_rows ? "ocp-r16" :
 					       fp4 ? "ocp" : "row-major"))))
 		return r;
 	if (scale &&

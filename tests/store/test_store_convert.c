@@ -240,13 +240,14 @@ static int check_record(const struct geom *g, const struct lay *y,
 
 				if (!strcmp(y->fmt, "mxfp4")) {
 					tst_ref_mxfp4_block(x + c0, &s8, codes, &n_ties);
-					/* version 3: rows interleaved by 8
-					 * (st_mxfp4il.h) */
-					ok = !memcmp(data + st_mxfp4il_code_offset(
-							     rows, cols, r, b),
-						     codes, 16) &&
-					     sc[st_mxfp4il_scale_offset(rows, cols,
+					/* version 3: rows interleaved by 16,
+					 * 4-byte words (st_mxfp4il.h) */
+					ok = sc[st_mxfp4il_scale_offset(rows, cols,
 									r, b)] == s8;
+					for (int j = 0; j < 4; j++)
+						ok &= !memcmp(data + st_mxfp4il_word_offset(
+								      rows, cols, r, b, j),
+							      codes + 4 * j, 4);
 				} else if (!strcmp(y->fmt, "nvfp4")) {
 					tst_ref_nvfp4_block(x + c0, global, &s8, codes);
 					ok = !memcmp(data + (r * cols + c0) / 2, codes, 8) &&
@@ -627,7 +628,7 @@ static void manifest_describes_format(void **state)
 	assert_string_equal(jstr(m0, "format"), "mxfp4");
 	assert_int_equal(json_integer_value(json_object_get(m0, "block")), 32);
 	assert_string_equal(jstr(m0, "scale"), "e8m0");
-	assert_string_equal(jstr(m0, "layout"), "ocp-r8");
+	assert_string_equal(jstr(m0, "layout"), "ocp-r16");
 	assert_string_equal(jstr(m0, "rounding"), "nearest-even, saturate "
 			    "\u00b16; scale 2^(floor(log2 amax) - 2)");
 	/* no absolute paths: the model directory appears nowhere */
