@@ -138,6 +138,13 @@ void cw_kern_il_avx2(const struct cw_wview *w, const struct cw_act *a,
 		     float *y, int64_t r0, int64_t r1);
 int cw_kern_il_mm_avx2(const struct cw_wview *w, const struct cw_act *a,
 		       int n, float *const *ys, int64_t r0, int64_t r1);
+/* The AVX2 kernels with AVX-VNNI's 256-bit vpdpbusd (same results; what
+ * cw_kern_avx2 returns for interleaved views where the CPU has it). */
+int cw_kern_il_has_avxvnni(void);
+void cw_kern_il_avxvnni(const struct cw_wview *w, const struct cw_act *a,
+			float *y, int64_t r0, int64_t r1);
+int cw_kern_il_mm_avxvnni(const struct cw_wview *w, const struct cw_act *a,
+			  int n, float *const *ys, int64_t r0, int64_t r1);
 void cw_kern_il_avx512(const struct cw_wview *w, const struct cw_act *a,
 		       float *y, int64_t r0, int64_t r1);
 int cw_kern_il_mm_avx512(const struct cw_wview *w, const struct cw_act *a,

@@ -33,6 +33,7 @@
 #include "st_util.h"
 
 #define IL2_TARGET "avx2,fma,f16c"
+#define ILV_TARGET "avx2,fma,f16c,avxvnni"
 #define IL5_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx2,fma,f16c"
 #define IL2I __attribute__((target(IL2_TARGET), always_inline)) static inline
 #define IL5I __attribute__((target(IL5_TARGET), always_inline)) static inline
@@ -105,7 +106,17 @@ static void il_run(il_group_fn group, const struct cw_wview *w,
 	}
 }
 
-/* --- AVX2 ---------------------------------------------------------------- */
+/* --- AVX2 and AVX-VNNI ------------------------------------------------------ */
+
+/* acc + the 4-byte dot products of the unsigned weight bytes w with the
+ * activation word qw in every lane (AVX-VNNI vpdpbusd, 256-bit).  Not
+ * always_inline: il_group2_t's plain-AVX2 copy holds the call in a branch
+ * that is dead there, the AVX-VNNI copy inlines it. */
+__attribute__((target(ILV_TARGET))) static inline __m256i
+il_dpbusd(__m256i acc, __m256i w, int32_t qw)
+{
+	return _mm256_dpbusd_avx_epi32(acc, w, _mm256_set1_epi32(qw));
+}
 
 /* 2^(e - 128) for 8 E8M0 bytes: 0.5 * E8M0 exactly (e = 0, 1: the
  * subnormals 2^-128, 2^-127; e = 255: NaN). */
@@ -124,8 +135,11 @@ IL2I __m256 il_half_scales(const uint8_t *s)
 	return _mm256_castsi256_ps(v);
 }
 
+/* VNNI: AVX-VNNI's 256-bit vpdpbusd for the int32 sums (the caller's
+ * target must include avxvnni), else maddubs + madd; the same integers. */
 IL2I void il_group2_t(const struct cw_wview *w, const struct cw_act *a,
-		      const int NT, float *const *ys, int64_t g0)
+		      const int NT, const int VNNI, float *const *ys,
+		      int64_t g0)
 {
 	const int64_t C = w->cols, nb = C / 32;
 	const uint8_t *gc = (const uint8_t *)w->data + g0 * (C / 2);
@@ -159,21 +173,36 @@ IL2I void il_group2_t(const struct cw_wview *w, const struct cw_act *a,
 			IL_UNROLL
 			for (int t = 0; t < NT; t++) {
 				const int8_t *q = a[t].q + 32 * b;
-				__m256i s[4];
+				__m256i s[4], is;
 
-				/* int16: two words' pair sums, |.| <= 4 * 3048 */
-				IL_UNROLL
-				for (int j = 0; j < 4; j++)
-					s[j] = _mm256_add_epi16(
-						_mm256_maddubs_epi16(wl[j],
-							_mm256_set1_epi32(il_qword(q, j))),
-						_mm256_maddubs_epi16(wh[j],
-							_mm256_set1_epi32(il_qword(q, 4 + j))));
-				const __m256i is = _mm256_add_epi32(
-					_mm256_add_epi32(
-						_mm256_madd_epi16(_mm256_add_epi16(s[0], s[1]), one),
-						_mm256_madd_epi16(_mm256_add_epi16(s[2], s[3]), one)),
-					_mm256_set1_epi32(-12 * a[t].qsum[b]));
+				if (VNNI) {
+					__m256i s0 = _mm256_set1_epi32(-12 * a[t].qsum[b]);
+					__m256i s1 = _mm256_setzero_si256();
+
+					IL_UNROLL
+					for (int j = 0; j < 4; j += 2) {
+						s0 = il_dpbusd(s0, wl[j], il_qword(q, j));
+						s0 = il_dpbusd(s0, wh[j], il_qword(q, 4 + j));
+						s1 = il_dpbusd(s1, wl[j + 1], il_qword(q, j + 1));
+						s1 = il_dpbusd(s1, wh[j + 1], il_qword(q, 5 + j));
+					}
+					is = _mm256_add_epi32(s0, s1);
+				} else {
+					/* int16: two words' pair sums,
+					 * |.| <= 4 * 3048 */
+					IL_UNROLL
+					for (int j = 0; j < 4; j++)
+						s[j] = _mm256_add_epi16(
+							_mm256_maddubs_epi16(wl[j],
+								_mm256_set1_epi32(il_qword(q, j))),
+							_mm256_maddubs_epi16(wh[j],
+								_mm256_set1_epi32(il_qword(q, 4 + j))));
+					is = _mm256_add_epi32(
+						_mm256_add_epi32(
+							_mm256_madd_epi16(_mm256_add_epi16(s[0], s[1]), one),
+							_mm256_madd_epi16(_mm256_add_epi16(s[2], s[3]), one)),
+						_mm256_set1_epi32(-12 * a[t].qsum[b]));
+				}
 
 				acc[t][h] = _mm256_fmadd_ps(
 					_mm256_cvtepi32_ps(is),
@@ -194,10 +223,22 @@ il_group2(const struct cw_wview *w, const struct cw_act *a, int nt,
 	  float *const *ys, int64_t g0)
 {
 	switch (nt) {
-	case 1: il_group2_t(w, a, 1, ys, g0); break;
-	case 2: il_group2_t(w, a, 2, ys, g0); break;
-	case 3: il_group2_t(w, a, 3, ys, g0); break;
-	default: il_group2_t(w, a, 4, ys, g0); break;
+	case 1: il_group2_t(w, a, 1, 0, ys, g0); break;
+	case 2: il_group2_t(w, a, 2, 0, ys, g0); break;
+	case 3: il_group2_t(w, a, 3, 0, ys, g0); break;
+	default: il_group2_t(w, a, 4, 0, ys, g0); break;
+	}
+}
+
+__attribute__((target(ILV_TARGET))) static void
+il_group2v(const struct cw_wview *w, const struct cw_act *a, int nt,
+	   float *const *ys, int64_t g0)
+{
+	switch (nt) {
+	case 1: il_group2_t(w, a, 1, 1, ys, g0); break;
+	case 2: il_group2_t(w, a, 2, 1, ys, g0); break;
+	case 3: il_group2_t(w, a, 3, 1, ys, g0); break;
+	default: il_group2_t(w, a, 4, 1, ys, g0); break;
 	}
 }
 
@@ -224,6 +265,31 @@ int cw_kern_il_mm_avx2(const struct cw_wview *w, const struct cw_act *a,
 	if (!il_acts_ok(a, n))
 		return 0;
 	il_run(il_group2, w, a, n, ys, r0, r1);
+	return 1;
+}
+
+int cw_kern_il_has_avxvnni(void)
+{
+	return __builtin_cpu_supports("avx2") &&
+	       __builtin_cpu_supports("fma") &&
+	       __builtin_cpu_supports("f16c") &&
+	       __builtin_cpu_supports("avxvnni");
+}
+
+void cw_kern_il_avxvnni(const struct cw_wview *w, const struct cw_act *a,
+			float *y, int64_t r0, int64_t r1)
+{
+	float *const ys[1] = { y };
+
+	il_run(il_group2v, w, a, 1, ys, r0, r1);
+}
+
+int cw_kern_il_mm_avxvnni(const struct cw_wview *w, const struct cw_act *a,
+			  int n, float *const *ys, int64_t r0, int64_t r1)
+{
+	if (!il_acts_ok(a, n))
+		return 0;
+	il_run(il_group2v, w, a, n, ys, r0, r1);
 	return 1;
 }
 

@@ -9,7 +9,7 @@
  *      |y - y_exact| <= sum_c |w_c| d_c / 2 * (1 + 1e-4) + 1e-5 * L1,
  *    and the row-major C kernel within 1e-5 * sum_c |w_c| (|x_c| + d_c / 2)
  *    (the same exact integer sums, another float summation order);
- *  - every SIMD path (AVX2, AVX-512 VNNI) equals the C reference bit for
+ *  - every SIMD path (AVX2, AVX-VNNI, AVX-512 VNNI) equals the C reference bit for
  *    bit (NaN where it is NaN), matvec and GEMM (1..9 tokens), on row
  *    ranges that cut groups, ragged shapes (rows not a multiple of 16, K not
  *    a multiple of 256), all 256 scale bytes, all-zero, tiny and huge
@@ -347,13 +347,24 @@ static void test_simd_paths(void **state)
 				memset(x + (size_t)4 * C, 0, sizeof(float) * (size_t)C);
 #if defined(__x86_64__) && defined(__GNUC__)
 				if (cw_kern_path_supported(CW_KERN_AVX2)) {
+					const int v = cw_kern_il_has_avxvnni();
+
 					assert_ptr_equal(cw_kern_avx2(&m.il),
-							 cw_kern_il_avx2);
+							 v ? cw_kern_il_avxvnni :
+							     cw_kern_il_avx2);
 					assert_ptr_equal(cw_kern_avx2_mm(&m.il),
-							 cw_kern_il_mm_avx2);
+							 v ? cw_kern_il_mm_avxvnni :
+							     cw_kern_il_mm_avx2);
 					check_path("avx2", cw_kern_il_avx2,
 						   cw_kern_il_mm_avx2, &m, x, 9);
 					ran |= 1;
+					if (v) {
+						check_path("avx-vnni",
+							   cw_kern_il_avxvnni,
+							   cw_kern_il_mm_avxvnni,
+							   &m, x, 9);
+						ran |= 4;
+					}
 				}
 				if (cw_kern_path_supported(CW_KERN_AVX512)) {
 					assert_ptr_equal(cw_kern_avx512(&m.il),
@@ -368,7 +379,8 @@ static void test_simd_paths(void **state)
 				free(x);
 				ilmat_free(&m);
 			}
-	print_message("SIMD paths compared: %s%s\n", ran & 1 ? "avx2 " : "",
+	print_message("SIMD paths compared: %s%s%s\n", ran & 1 ? "avx2 " : "",
+		      ran & 4 ? "avx-vnni " : "(no avx-vnni here) ",
 		      ran & 2 ? "avx512-vnni" : "(no avx512-vnni here)");
 }
 
