@@ -175,7 +175,8 @@ struct st_store {
 	struct st_model_config cfg;    /* V4: st_dsv4_expert_config */
 	int is_dsv4;                   /* 1: a DeepSeek-V4 store */
 	struct st_dsv4_config dsv4;    /* is_dsv4: the parsed config */
-	/* experts (4-bit codes always in ST_FP4_LAYOUT_OCP) */
+	/* experts (4-bit codes in OCP nibble order; MXFP4 rows interleaved
+	 * where st_store_matrix.il_rows says so) */
 	int n_layers, n_experts;
 	uint64_t record_bytes;         /* largest layer record: slot size */
 	struct st_store_layer *layers; /* owned, [n_layers] */
