@@ -27,6 +27,7 @@
 #include "cw_threads.h"
 #include "st_formats.h"
 #include "st_membw.h"
+#include "st_mxfp4il.h"
 #include "st_util.h"
 
 /* CPU time of this thread in ns (time the scheduler gave it). */
@@ -103,12 +104,13 @@ int main(int argc, char **argv)
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	static const struct { enum st_dtype dt; uint32_t group; const char *name; } fmts[] = {
-		{ ST_DTYPE_MXFP4, 0, "MXFP4" },
-		{ ST_DTYPE_NVFP4, 0, "NVFP4" },
-		{ ST_DTYPE_E2M1_F16, 32, "E2M1-F16 g32" },
-		{ ST_DTYPE_F8_E4M3, 128, "FP8 E4M3 g128" },
-		{ ST_DTYPE_BF16, 0, "BF16" },
+	static const struct { enum st_dtype dt; uint32_t group; const char *name; int il; } fmts[] = {
+		{ ST_DTYPE_MXFP4, 0, "MXFP4", 0 },
+		{ ST_DTYPE_MXFP4, 0, "MXFP4 ocp-r16", ST_MXFP4IL_ROWS },
+		{ ST_DTYPE_NVFP4, 0, "NVFP4", 0 },
+		{ ST_DTYPE_E2M1_F16, 32, "E2M1-F16 g32", 0 },
+		{ ST_DTYPE_F8_E4M3, 128, "FP8 E4M3 g128", 0 },
+		{ ST_DTYPE_BF16, 0, "BF16", 0 },
 	};
 	int64_t C = 1024;
 	int mib = 256, n_threads = 1, reps = 3, batch = 1, pool_jobs = 0, c;
@@ -198,6 +200,7 @@ int main(int argc, char **argv)
 		w.rows = rows;
 		w.cols = C;
 		w.group = fmts[f].group;
+		w.il_rows = fmts[f].il; /* random codes: any layout reads them */
 		w.scale_type = st_wformat_scale_type(wf.dtype);
 		w.global_scale = 1.0f;
 		for (int b = 0; bes[b]; b++)

@@ -623,7 +623,7 @@ static int parse_dense(const struct mctx *c, json_t *root, struct st_store *s)
  * spelling, block, scale type and layout must agree with each other. */
 static int parse_matrix_format(const struct mctx *c, json_t *o,
 			       const char *where, int m,
-			       struct st_wformat *ret)
+			       struct st_wformat *ret, int *ret_il_rows)
 {
 	const char *name = NULL, *fmt = NULL, *str = NULL;
 	const char *want_scale;
@@ -644,12 +644,17 @@ static int parse_matrix_format(const struct mctx *c, json_t *o,
 			   fmt);
 	if ((r = get_str(c, o, where, "layout", &str)))
 		return r;
-	if (strcmp(str, ret->dtype == ST_DTYPE_MXFP4 ||
-			     ret->dtype == ST_DTYPE_NVFP4 ||
-			     ret->dtype == ST_DTYPE_E2M1_F16 ? "ocp" : "row-major"))
+	*ret_il_rows = 0;
+	if (ret->dtype == ST_DTYPE_MXFP4 && !strcmp(str, "ocp-r16"))
+		*ret_il_rows = ST_MXFP4IL_ROWS;
+	else if (strcmp(str, ret->dtype == ST_DTYPE_MXFP4 ||
+				  ret->dtype == ST_DTYPE_NVFP4 ||
+				  ret->dtype == ST_DTYPE_E2M1_F16 ? "ocp" :
+				  "row-major"))
 		return bad(c, -ST_E_FORMAT, "%s.layout: \"%s\" (this version "
-			   "writes and reads \"ocp\" for 4-bit codes, "
-			   "\"row-major\" otherwise)", where, str);
+			   "reads \"ocp-r16\" or \"ocp\" for MXFP4, \"ocp\" "
+			   "for other 4-bit codes, \"row-major\" otherwise)",
+			   where, str);
 	want_scale = st_scale_type_name(st_wformat_scale_type(ret->dtype));
 	if (!want_scale)
 		return 0;
@@ -717,6 +722,7 @@ static int parse_layer(const struct mctx *c, json_t *o, int layer,
 {
 	struct st_store_layer *ly = &s->layers[layer];
 	struct st_wformat fmt[3];
+	int il_rows[3];
 	struct st_diag d = { { 0 } };
 	char where[64], want[64];
 	const char *name = NULL;
@@ -741,12 +747,19 @@ static int parse_layer(const struct mctx *c, json_t *o, int layer,
 
 		snprintf(w, sizeof(w), "%s.matrices[%d]", where, m);
 		if ((r = parse_matrix_format(c, json_array_get(mats, (size_t)m),
-					     w, m, &fmt[m])))
+					     w, m, &fmt[m], &il_rows[m])))
 			return r;
 	}
 	r = st_store_layout(&s->cfg, fmt, ly->mat, &rb, &d);
 	if (r)
 		return bad(c, r, "%s: %s", where, d.msg);
+	for (int m = 0; m < 3; m++) {
+		if (il_rows[m] && ly->mat[m].cols % 32)
+			return bad(c, -ST_E_FORMAT, "%s.matrices[%d]: ocp-r16 "
+				   "needs columns a multiple of 32, not %lld",
+				   where, m, (long long)ly->mat[m].cols);
+		ly->mat[m].il_rows = il_rows[m];
+	}
 	if (rb != ly->record_bytes)
 		return bad(c, -ST_E_FORMAT, "%s.record_bytes: %" PRIu64 ", but "
 			   "the config and formats give %" PRIu64, where,
@@ -900,6 +913,34 @@ void st_store_close(struct st_store *s)
 	free(s);
 }
 
+/* The command that makes the store at dir again from its checkpoint, with
+ * the expert policy and dense format its manifest names (the checkpoint
+ * directory is not recorded in a store: MODEL_DIR stands for it). */
+static void reconvert_command(const char *dir, json_t *root, char *buf,
+			      size_t len)
+{
+	json_t *pol = json_object_get(json_object_get(root, "experts"),
+				      "policy");
+	const char *def = json_string_value(json_object_get(pol, "default"));
+	const char *keep = json_string_value(json_object_get(pol, "keep"));
+	const char *att = json_string_value(json_object_get(pol, "attention"));
+	const char *ss = json_string_value(json_object_get(pol,
+							   "scale_search"));
+	const char *src = json_string_value(json_object_get(pol, "source"));
+	int lossless = src && !strncmp(src, "lossless", 8);
+
+	snprintf(buf, len, "strata convert --model MODEL_DIR --out %s --force"
+		 "%s%s%s%s%s%s%s%s (MODEL_DIR: the checkpoint it was made from)",
+		 dir, !lossless && def ? " --experts " : "",
+		 !lossless && def ? def : "",
+		 !lossless && keep && *keep ? " --keep-layers " : "",
+		 !lossless && keep && *keep ? keep : "",
+		 !lossless && ss && strcmp(ss, "none") ? " --scale-search " : "",
+		 !lossless && ss && strcmp(ss, "none") ? ss : "",
+		 !lossless && att && !strcmp(att, "fp8") ? " --dense fp8" : "",
+		 "");
+}
+
 static int open_parsed(const struct mctx *c, json_t *root, struct st_store *s)
 {
 	const char *fmt;
@@ -918,10 +959,16 @@ static int open_parsed(const struct mctx *c, json_t *root, struct st_store *s)
 	if (!v || !json_is_integer(v))
 		return bad(c, -ST_E_FORMAT, "version: missing or not an integer");
 	version = json_integer_value(v);
-	if (version != ST_STORE_VERSION)
+	if (version != ST_STORE_VERSION) {
+		char cmd[600];
+
+		reconvert_command(c->dir, root, cmd, sizeof(cmd));
 		return bad(c, -ST_E_VERSION, "store version %lld, this strata "
-			   "reads version %d; re-run strata convert",
-			   (long long)version, ST_STORE_VERSION);
+			   "reads version %d%s; re-run strata convert: %s",
+			   (long long)version, ST_STORE_VERSION,
+			   version == 2 ? " (MXFP4 experts now stored "
+			   "row-interleaved)" : "", cmd);
+	}
 	if ((r = parse_config(c, root, s)) || (r = parse_files(c, root, s)) ||
 	    (r = check_config_copy(c, s)) || (r = parse_dense(c, root, s)) ||
 	    (r = parse_experts(c, root, s)))

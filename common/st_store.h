@@ -61,7 +61,10 @@
  *               "layers": [{"layer", "record_bytes",
  *                 "matrices": [{"name": "gate"|"up"|"down", "rows", "cols",
  *                   "format": "<format>" (st_wformat_parse spelling),
- *                   "layout": "ocp" (4-bit codes) | "row-major",
+ *                   "layout": "ocp" (4-bit codes) | "ocp-r16" (MXFP4
+ *                     rows interleaved by 16 per 32-column block,
+ *                     st_mxfp4il.h; what strata convert writes for MXFP4
+ *                     since version 3) | "row-major",
  *                   quantized formats: "block" (elements per scale),
  *                     "scale": "e8m0"|"e4m3"|"f16"|"f32", "rounding",
  *                   "data_offset", "data_bytes",
@@ -115,9 +118,13 @@
 #include "st_engram_file.h"
 #include "st_error.h"
 #include "st_formats.h"
+#include "st_mxfp4il.h"
 
 #define ST_STORE_FORMAT "strata-store"
-#define ST_STORE_VERSION 2
+/* 3: MXFP4 experts of converted (non-lossless) stores are row-interleaved
+ * ("ocp-r16", st_mxfp4il.h); 2 is refused with the command that
+ * re-converts (st_store_open). */
+#define ST_STORE_VERSION 3
 #define ST_STORE_RECORD_ALIGN 4096
 #define ST_STORE_DENSE_ALIGN 4096
 #define ST_STORE_SECTION_ALIGN 64
@@ -132,6 +139,9 @@ struct st_store_matrix {
 	uint64_t data_offset, data_bytes;
 	uint64_t scale_offset, scale_bytes;     /* 0 for BF16/F32 */
 	uint64_t tscale_offset, tscale_bytes;   /* NVFP4: 4 (FP32), else 0 */
+	int il_rows; /* MXFP4 "ocp-r16": ST_MXFP4IL_ROWS (rows interleaved,
+		      * st_mxfp4il.h); 0: row-major ("ocp", "row-major").
+		      * Set from the manifest, not by st_store_layout. */
 };
 
 /* The record layout of one layer's expert file. */
@@ -165,7 +175,8 @@ struct st_store {
 	struct st_model_config cfg;    /* V4: st_dsv4_expert_config */
 	int is_dsv4;                   /* 1: a DeepSeek-V4 store */
 	struct st_dsv4_config dsv4;    /* is_dsv4: the parsed config */
-	/* experts (4-bit codes always in ST_FP4_LAYOUT_OCP) */
+	/* experts (4-bit codes in OCP nibble order; MXFP4 rows interleaved
+	 * where st_store_matrix.il_rows says so) */
 	int n_layers, n_experts;
 	uint64_t record_bytes;         /* largest layer record: slot size */
 	struct st_store_layer *layers; /* owned, [n_layers] */

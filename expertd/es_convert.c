@@ -1574,7 +1574,8 @@ static int matrix_json(const struct st_store_matrix *x, int m,
 	    (r = jset_int(o, "rows", (uint64_t)x->rows)) ||
 	    (r = jset_int(o, "cols", (uint64_t)x->cols)) ||
 	    (r = jset(o, "format", json_string(name))) ||
-	    (r = jset(o, "layout", json_string(fp4 ? "ocp" : "row-major"))))
+	    (r = jset(o, "layout", json_string(x->il_rows ? "ocp-r16" :
+					       fp4 ? "ocp" : "row-major"))))
 		return r;
 	if (scale &&
 	    ((r = jset_int(o, "block", x->fmt.group)) ||
@@ -1598,6 +1599,31 @@ static int matrix_json(const struct st_store_matrix *x, int m,
 	     (r = jset_int(o, "tensor_scale_offset", x->tscale_offset)) ||
 	     (r = jset_int(o, "tensor_scale_bytes", x->tscale_bytes))))
 		return r;
+	return 0;
+}
+
+/* Rewrites matrix x of a record, filled row-major, in its interleaved
+ * layout (x->il_rows set: st_mxfp4il.h); nothing for other matrices. */
+static int interleave_matrix(struct conv *c, const struct st_store_matrix *x,
+			     uint8_t *rec)
+{
+	uint8_t *tmp;
+	int r;
+
+	if (!x->il_rows)
+		return 0;
+	tmp = malloc(x->data_bytes + x->scale_bytes);
+	if (!tmp)
+		return st_diag_set(c->diag, -ENOMEM, "out of memory");
+	memcpy(tmp, rec + x->data_offset, x->data_bytes);
+	memcpy(tmp + x->data_bytes, rec + x->scale_offset, x->scale_bytes);
+	r = st_mxfp4il_pack(tmp, tmp + x->data_bytes, x->rows, x->cols,
+			    rec + x->data_offset, rec + x->scale_offset);
+	free(tmp);
+	if (r)
+		return st_diag_set(c->diag, r, "interleaving an MXFP4 matrix "
+				   "of %lld x %lld failed", (long long)x->rows,
+				   (long long)x->cols);
 	return 0;
 }
 
@@ -1644,7 +1670,8 @@ static int write_expert_layer(struct conv *c, int l, uint8_t *rec, float *row,
 				c->experts[((size_t)l * E + e) * 3 + m];
 
 			if ((r = fill_matrix(c, t, &ly->mat[m], l, e, m, rec,
-					     row)))
+					     row)) ||
+			    (r = interleave_matrix(c, &ly->mat[m], rec)))
 				goto fail;
 			src_bytes += t->n_bytes;
 		}
@@ -2046,6 +2073,16 @@ static int plan_layers(struct conv *c)
 			st_wformat_name(&f, name, sizeof(name));
 			return st_diag_set(c->diag, r, "layer %d (%s): %s", l,
 					   name, d.msg);
+		}
+		/* MXFP4 is written row-interleaved (st_mxfp4il.h) where the
+		 * rows allow it; lossless V4 records keep the checkpoint's
+		 * row-major bytes */
+		for (int m = 0; m < 3; m++) {
+			struct st_store_matrix *x = &c->layers[l].mat[m];
+
+			if (!c->dsv4 && x->fmt.dtype == ST_DTYPE_MXFP4 &&
+			    x->cols % 32 == 0)
+				x->il_rows = ST_MXFP4IL_ROWS;
 		}
 		c->record_bytes = ST_MAX(c->record_bytes,
 					 c->layers[l].record_bytes);

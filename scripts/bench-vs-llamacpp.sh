@@ -11,15 +11,15 @@
 # weight stream over the same pair's probe).  Not in CI: minutes per pair.
 #
 # Usage: scripts/bench-vs-llamacpp.sh [--pairs N] [--preset large|small]
-#          [--llama-formats LIST] [--runs N] [--work DIR]
+#          [--llama-formats LIST] [--runs N] [--work DIR] [--build DIR]
 set -eu
 cd "$(dirname "$0")/.."
 PY=/usr/bin/python3
-pairs=5 preset=large formats=MXFP4_MOE runs=3 work=bench-models
+pairs=5 preset=large formats=MXFP4_MOE runs=3 work=bench-models B=build
 usage() {
 	cat <<EOF
 Usage: scripts/bench-vs-llamacpp.sh [--pairs N] [--preset large|small]
-         [--llama-formats LIST] [--runs N] [--work DIR]
+         [--llama-formats LIST] [--runs N] [--work DIR] [--build DIR]
 strata vs llama.cpp on the same generated Qwen3-MoE weights (PEERS.md).
   --pairs N           interleaved pairs, odd ones strata first (default 5)
   --preset P          gen-moe-model.py preset (default large)
@@ -28,6 +28,9 @@ strata vs llama.cpp on the same generated Qwen3-MoE weights (PEERS.md).
                       Q4_0 also run, reported with their bytes per token)
   --runs N            repetitions inside each bench (default 3)
   --work DIR          models, stores and logs (default bench-models)
+  --build DIR         strata's build folder (default build; another one,
+                      e.g. a copy of an older build, gets its own store:
+                      before/after comparisons)
 llama.cpp: \$LLAMA_BIN, else ~/.cache/strata-peers/llama.cpp/build/bin, else
 built with ../shared/peers/build-llamacpp.sh.
 EOF
@@ -39,6 +42,7 @@ while [ $# -gt 0 ]; do
 	--llama-formats) formats=$2; shift 2 ;;
 	--runs) runs=$2; shift 2 ;;
 	--work) work=$2; shift 2 ;;
+	--build) B=${2%/}; shift 2 ;;
 	-h|--help) usage; exit 0 ;;
 	*) echo "bench-vs-llamacpp: unknown argument '$1'; see --help" >&2; exit 2 ;;
 	esac
@@ -54,22 +58,30 @@ if [ ! -x "$L/llama-bench" ]; then
 		exit 1
 	fi
 fi
-[ -x build/bench/strata-bench-decode ] || ./scripts/build.sh
+[ -x "$B/bench/strata-bench-decode" ] || [ "$B" != build ] || ./scripts/build.sh
+[ -x "$B/bench/strata-bench-decode" ] || { echo "bench-vs-llamacpp: no $B/bench/strata-bench-decode" >&2; exit 1; }
 $PY -c 'import numpy' 2>/dev/null || { echo "bench-vs-llamacpp: $PY needs numpy (apt-get install python3-numpy)" >&2; exit 1; }
 
 model=$work/qwen3moe-$preset
 store=$model.strata-mxfp4-fp8
+[ "$B" = build ] || store=$store-$(basename "$B")
+# a store of another store version (common/st_store.h) is made again
+want=$(sed -n 's/^#define ST_STORE_VERSION \([0-9]*\).*/\1/p' common/st_store.h)
+if [ "$B" = build ] && [ -f "$store/manifest.json" ] &&
+   ! grep -q "\"version\": $want," "$store/manifest.json"; then
+	rm -rf "$store"
+fi
 logs=$work/vs-llamacpp-$(date -u +%Y%m%dT%H%M%SZ)
 mkdir -p "$work" "$logs"
 [ -f "$model/config.json" ] || $PY scripts/gen-moe-model.py --preset "$preset" --out "$model"
-[ -d "$store" ] || build/cli/strata convert --model "$model" --out "$store" --experts mxfp4 --dense fp8
+[ -d "$store" ] || "$B/cli/strata" convert --model "$model" --out "$store" --experts mxfp4 --dense fp8
 [ -f "$model-BF16.gguf" ] || $PY ../shared/peers/hf2gguf.py "$model" "$model-BF16.gguf"
 for f in $(echo "$formats" | tr , ' '); do
 	[ -f "$model-$f.gguf" ] || "$L/llama-quantize" "$model-BF16.gguf" "$model-$f.gguf" "$f" >"$logs/quantize-$f.log" 2>&1
 done
 
 run_strata() {
-	build/bench/strata-bench-decode --model "$model" --store "$store" --dense fp8 \
+	"$B/bench/strata-bench-decode" --model "$model" --store "$store" --dense fp8 \
 		--compute fast --threads 1,2 --runs "$runs" >"$logs/strata-$1.txt" 2>&1
 }
 run_llama() {
@@ -82,7 +94,7 @@ i=1
 while [ "$i" -le "$pairs" ]; do
 	uptime >"$logs/load-$i.txt"
 	for t in 1 2; do
-		build/bench/strata-membw --threads $t --bytes 1GiB --passes 5 >"$logs/membw-$t-$i.txt"
+		"$B/bench/strata-membw" --threads $t --bytes 1GiB --passes 5 >"$logs/membw-$t-$i.txt"
 	done
 	if [ $((i % 2)) -eq 1 ]; then run_strata $i; run_llama $i; else run_llama $i; run_strata $i; fi
 	uptime >>"$logs/load-$i.txt"
@@ -136,7 +148,7 @@ f0 = formats[0]
 def ratio(k, t):
     a = med(S.get(t, {}).get(k, [])); b = med(S.get((f0, t), {}).get(k, []))
     return a / b if b else float("nan")
-print(f"(medians of {pairs} pairs; logs in {logs})")
+print(f"(medians of {pairs} pairs; logs in {logs}; load averages in load-*.txt)")
 print("vs llama.cpp: tg t1 %.2fx t2 %.2fx; pp t1 %.2fx t2 %.2fx; bw t1 %.0f%% t2 %.0f%%" % (
     ratio("tg", 1), ratio("tg", 2), ratio("pp", 1), ratio("pp", 2),
     med(S.get(1, {}).get("bwp", [])), med(S.get(2, {}).get("bwp", []))))

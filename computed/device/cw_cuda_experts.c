@@ -407,8 +407,12 @@ static int cw_cuda_experts_fn(void *arg, int layer, int expert,
 		}
 		return 0;
 	}
+	/* row-interleaved MXFP4 (version-3 stores of strata convert) stays
+	 * on the CPU: the device kernels read row-major codes (the lossless
+	 * DeepSeek-V4 records, which the hybrid path serves, are row-major) */
 	if (c->warned || n < 1 || n > CW_CUDA_MAX_TOKENS || w[0].rows != c->I ||
-	    w[0].cols != c->H || w[2].rows != c->H) {
+	    w[0].cols != c->H || w[2].rows != c->H || w[0].il_rows ||
+	    w[1].il_rows || w[2].il_rows) {
 		c->n_cpu++;
 		return 0;
 	}

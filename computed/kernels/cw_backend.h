@@ -37,6 +37,9 @@ struct cw_wview {
 				* have their fixed 32 and 16 */
 	enum st_scale_type scale_type; /* informative: st_wformat_scale_type */
 	float global_scale;    /* NVFP4 per-tensor scale, multiplying form */
+	int il_rows;           /* MXFP4: ST_MXFP4IL_ROWS when the rows are
+				* interleaved (st_mxfp4il.h: stores of
+				* version 3), 0 row-major (every other view) */
 };
 
 /*
@@ -55,6 +58,8 @@ struct cw_act {
 	const float *d;
 	int64_t n;
 	const uint8_t *qabs; /* |q|, same layout (fast mode; or NULL) */
+	const int32_t *qsum; /* per block of 32: the sum of its q (fast
+			      * mode; or NULL) */
 	int qgroup;          /* 16 or 32: q holds each run of qgroup
 			      * elements as its even elements, then its odd
 			      * ones (32 for MXFP4, 16 otherwise) */

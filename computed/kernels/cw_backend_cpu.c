@@ -6,9 +6,11 @@
 #include "cw_backend.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cw_kern.h"
+#include "st_mxfp4il.h"
 #include "st_util.h"
 
 static inline float bf16_to_f32(uint16_t h)
@@ -639,9 +641,45 @@ CW_KERNEL static void matvec_dq(const struct cw_wview *w, const float *x,
 	}
 }
 
+/* A row-interleaved MXFP4 view (w->il_rows, st_mxfp4il.h): each row
+ * copied out in row-major form and run through `fn` as a one-row view, so
+ * the result is the row-major kernel's bit for bit.  Rows of up to 16384
+ * columns on the stack, longer ones in a heap buffer (NaN if none). */
+static void matvec_mxfp4_il(const struct cw_wview *w, const float *x,
+			    float *y, int64_t r0, int64_t r1,
+			    void (*fn)(const struct cw_wview *, const float *,
+				       float *, int64_t, int64_t))
+{
+	_Alignas(64) uint8_t stack[16384 / 2 + 16384 / 32];
+	const size_t need = (size_t)w->cols / 2 + (size_t)w->cols / 32;
+	uint8_t *buf = need <= sizeof(stack) ? stack : malloc(need);
+	struct cw_wview row = *w;
+
+	if (!buf) {
+		for (int64_t r = r0; r < r1; r++)
+			y[r] = NAN;
+		return;
+	}
+	row.rows = 1;
+	row.il_rows = 0;
+	row.data = buf;
+	row.scales = buf + w->cols / 2;
+	for (int64_t r = r0; r < r1; r++) {
+		st_mxfp4il_unpack_row(w->data, w->scales, w->rows, w->cols, r,
+				      buf, buf + w->cols / 2);
+		fn(&row, x, y + r, 0, 1);
+	}
+	if (buf != stack)
+		free(buf);
+}
+
 static void cpu_matvec(const struct cw_wview *w, const float *x, float *y,
 		       int64_t r0, int64_t r1)
 {
+	if (w->dtype == ST_DTYPE_MXFP4 && w->il_rows) {
+		matvec_mxfp4_il(w, x, y, r0, r1, matvec_mxfp4);
+		return;
+	}
 	switch (w->dtype) {
 	case ST_DTYPE_F32: matvec_f32(w, x, y, r0, r1); break;
 	case ST_DTYPE_BF16: matvec_bf16(w, x, y, r0, r1); break;
@@ -660,7 +698,9 @@ static void cpu_matvec(const struct cw_wview *w, const float *x, float *y,
 static void cpu_matvec_generic(const struct cw_wview *w, const float *x,
 			       float *y, int64_t r0, int64_t r1)
 {
-	if (w->dtype == ST_DTYPE_MXFP4)
+	if (w->dtype == ST_DTYPE_MXFP4 && w->il_rows)
+		matvec_mxfp4_il(w, x, y, r0, r1, matvec_mxfp4_generic);
+	else if (w->dtype == ST_DTYPE_MXFP4)
 		matvec_mxfp4_generic(w, x, y, r0, r1);
 	else
 		cpu_matvec(w, x, y, r0, r1);
@@ -723,6 +763,7 @@ static void cpu_act_prepare(const float *x, int64_t n, enum st_dtype dt,
 	ret->d = NULL;
 	ret->n = n;
 	ret->qabs = NULL;
+	ret->qsum = NULL;
 	ret->qgroup = 0;
 	ret->bf = NULL;
 	ret->bf_unscale = 1.0f;

@@ -64,6 +64,7 @@ static void fast_act_prepare(const float *x, int64_t n, enum st_dtype dt,
 	ret->d = NULL;
 	ret->n = n;
 	ret->qabs = NULL;
+	ret->qsum = NULL;
 	ret->qgroup = 0;
 	ret->bf = NULL;
 	ret->bf_unscale = 1.0f;
@@ -80,7 +81,9 @@ static void run(enum cw_kern_path path, const struct cw_wview *w,
 	cw_kern_fn f = pick(w, path);
 
 	if (is_fp4(w->dtype) &&
-	    (!a->q || (w->dtype != ST_DTYPE_MXFP4 && a->qgroup != 16))) {
+	    (!a->q || (w->dtype != ST_DTYPE_MXFP4 && a->qgroup != 16) ||
+	     (w->dtype == ST_DTYPE_MXFP4 && w->il_rows &&
+	      (a->qgroup != 32 || !a->qsum)))) {
 		/* prepared for another dtype: quantize here */
 		matvec_path(path, w, a->x, y, r0, r1);
 		return;

@@ -46,8 +46,8 @@ enum cw_kern_path {
 };
 
 /* Bytes cw_kern_quantize_act needs for n activations: the int8 codes
- * and their magnitudes (n rounded up to a block each, tail zero) and one
- * float per block. */
+ * and their magnitudes (n rounded up to a block each, tail zero), one
+ * float (scale) and one int32 (sum of the codes) per block. */
 size_t cw_kern_act_bytes(int64_t n);
 
 /*
@@ -61,6 +61,8 @@ size_t cw_kern_act_bytes(int64_t n);
  */
 void cw_kern_quantize_act(const float *x, int64_t n, int qgroup, void *buf,
 			  struct cw_act *ret);
+/* (It also sets ret->qsum[b] = the sum of block b's 32 codes, which the
+ * row-interleaved MXFP4 kernels take off their offset weights.) */
 
 /* A fast matvec kernel: y[r] = W[r] . a for r in [r0, r1). */
 typedef void (*cw_kern_fn)(const struct cw_wview *w, const struct cw_act *a,
@@ -118,6 +120,35 @@ size_t cw_kern_fp8_act_bytes(int64_t n);
  * Touches no other field of *ret. */
 void cw_kern_fp8_act_prepare(const float *x, int64_t n, void *buf,
 			     struct cw_act *ret);
+
+/*
+ * Row-interleaved MXFP4 (w->il_rows set: st_mxfp4il.h, the expert layout of
+ * version-3 stores), activations quantized in runs of 32 (a->qgroup 32):
+ * cw_kern_il_c is the portable reference (cw_kern_il.c fixes the
+ * arithmetic: per row and block one exact int32 sum, one FMA into the
+ * row's float accumulator; no horizontal sum); the AVX2 (maddubs) and AVX-512 VNNI (vpdpbusd) kernels of
+ * cw_kern_il_x86.c give its results bit for bit, 16 rows per pass.  The
+ * GEMMs return 0 (nothing done) for activations not in runs of 32.  The
+ * path dispatchers (cw_kern_c, cw_kern_avx2, cw_kern_avx512 and their _mm)
+ * return these for interleaved views; x86-64 only for the SIMD ones.
+ */
+void cw_kern_il_c(const struct cw_wview *w, const struct cw_act *a, float *y,
+		  int64_t r0, int64_t r1);
+void cw_kern_il_avx2(const struct cw_wview *w, const struct cw_act *a,
+		     float *y, int64_t r0, int64_t r1);
+int cw_kern_il_mm_avx2(const struct cw_wview *w, const struct cw_act *a,
+		       int n, float *const *ys, int64_t r0, int64_t r1);
+/* The AVX2 kernels with AVX-VNNI's 256-bit vpdpbusd (same results; what
+ * cw_kern_avx2 returns for interleaved views where the CPU has it). */
+int cw_kern_il_has_avxvnni(void);
+void cw_kern_il_avxvnni(const struct cw_wview *w, const struct cw_act *a,
+			float *y, int64_t r0, int64_t r1);
+int cw_kern_il_mm_avxvnni(const struct cw_wview *w, const struct cw_act *a,
+			  int n, float *const *ys, int64_t r0, int64_t r1);
+void cw_kern_il_avx512(const struct cw_wview *w, const struct cw_act *a,
+		       float *y, int64_t r0, int64_t r1);
+int cw_kern_il_mm_avx512(const struct cw_wview *w, const struct cw_act *a,
+			 int n, float *const *ys, int64_t r0, int64_t r1);
 
 /* 1 if `path` can run on this CPU (CW_KERN_AUTO and CW_KERN_C always). */
 int cw_kern_path_supported(enum cw_kern_path path);

@@ -537,7 +537,11 @@ cw_kern_mm_fn cw_kern_avx2_mm(const struct cw_wview *w)
 	if (!cw_kern_path_supported(CW_KERN_AVX2))
 		return NULL;
 	switch (w->dtype) {
-	case ST_DTYPE_MXFP4: return mxfp4_mm_avx2;
+	case ST_DTYPE_MXFP4:
+		if (w->il_rows)
+			return cw_kern_il_has_avxvnni() ? cw_kern_il_mm_avxvnni :
+							  cw_kern_il_mm_avx2;
+		return mxfp4_mm_avx2;
 	case ST_DTYPE_F8_E4M3:
 		return !w->scales || !w->group || w->group % 8 == 0 ?
 			       fp8_mm_avx2 : NULL;
@@ -551,7 +555,11 @@ cw_kern_fn cw_kern_avx2(const struct cw_wview *w)
 	if (!cw_kern_path_supported(CW_KERN_AVX2))
 		return NULL;
 	switch (w->dtype) {
-	case ST_DTYPE_MXFP4: return mxfp4_avx2;
+	case ST_DTYPE_MXFP4:
+		if (w->il_rows)
+			return cw_kern_il_has_avxvnni() ? cw_kern_il_avxvnni :
+							  cw_kern_il_avx2;
+		return mxfp4_avx2;
 	case ST_DTYPE_NVFP4: return nvfp4_avx2;
 	case ST_DTYPE_E2M1_F16:
 		return w->group >= 16 && w->group % 16 == 0 ? e2m1f16_avx2 : NULL;

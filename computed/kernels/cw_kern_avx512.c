@@ -325,7 +325,8 @@ cw_kern_mm_fn cw_kern_avx512_mm(const struct cw_wview *w)
 	if (!cw_kern_path_supported(CW_KERN_AVX512))
 		return NULL;
 	switch (w->dtype) {
-	case ST_DTYPE_MXFP4: return mxfp4_mm_avx512;
+	case ST_DTYPE_MXFP4:
+		return w->il_rows ? cw_kern_il_mm_avx512 : mxfp4_mm_avx512;
 	case ST_DTYPE_F8_E4M3:
 		return !w->scales || !w->group || w->group % 8 == 0 ?
 			       fp8_mm_avx512 : NULL;
@@ -338,7 +339,8 @@ cw_kern_fn cw_kern_avx512(const struct cw_wview *w)
 	if (!cw_kern_path_supported(CW_KERN_AVX512))
 		return NULL;
 	switch (w->dtype) {
-	case ST_DTYPE_MXFP4: return mxfp4_avx512;
+	case ST_DTYPE_MXFP4:
+		return w->il_rows ? cw_kern_il_avx512 : mxfp4_avx512;
 	case ST_DTYPE_F8_E4M3:
 		return !w->scales || !w->group || w->group % 8 == 0 ?
 			       fp8_avx512 : NULL;

@@ -20,7 +20,8 @@ size_t cw_kern_act_bytes(int64_t n)
 {
 	const int64_t nb = (n + CW_QBLOCK - 1) / CW_QBLOCK;
 
-	return 2 * (size_t)nb * CW_QBLOCK + (size_t)nb * sizeof(float);
+	return 2 * (size_t)nb * CW_QBLOCK + (size_t)nb * sizeof(float) +
+	       (size_t)nb * sizeof(int32_t);
 }
 
 void cw_kern_quantize_act(const float *x, int64_t n, int qgroup, void *buf,
@@ -30,6 +31,7 @@ void cw_kern_quantize_act(const float *x, int64_t n, int qgroup, void *buf,
 	int8_t *q = buf;
 	uint8_t *qa = (uint8_t *)(q + nb * CW_QBLOCK);
 	float *d = (float *)(void *)(qa + nb * CW_QBLOCK);
+	int32_t *qsum = (int32_t *)(void *)(d + nb);
 
 	for (int64_t b = 0; b < nb; b++) {
 		const int64_t c0 = b * CW_QBLOCK,
@@ -65,11 +67,19 @@ void cw_kern_quantize_act(const float *x, int64_t n, int qgroup, void *buf,
 	}
 	for (int64_t i = 0; i < nb * CW_QBLOCK; i++)
 		qa[i] = (uint8_t)abs(q[i]);
+	for (int64_t b = 0; b < nb; b++) {
+		int32_t s = 0;
+
+		for (int i = 0; i < CW_QBLOCK; i++)
+			s += q[b * CW_QBLOCK + i];
+		qsum[b] = s;
+	}
 	ret->x = x;
 	ret->q = q;
 	ret->d = d;
 	ret->n = n;
 	ret->qabs = qa;
+	ret->qsum = qsum;
 	ret->qgroup = qgroup;
 	ret->bf = NULL;
 	ret->bf_unscale = 1.0f;
@@ -195,6 +205,7 @@ cw_kern_fn cw_kern_c(const struct cw_wview *w)
 {
 	switch (w->dtype) {
 	case ST_DTYPE_MXFP4:
+		return w->il_rows ? cw_kern_il_c : fp4_c;
 	case ST_DTYPE_NVFP4:
 		return fp4_c;
 	case ST_DTYPE_E2M1_F16:

@@ -1099,6 +1099,7 @@ static void expert_views(const struct cw_model *m, int layer,
 		ret[i].group = mm->fmt.group;
 		ret[i].scale_type = st_wformat_scale_type(mm->fmt.dtype);
 		ret[i].global_scale = 1.0f;
+		ret[i].il_rows = mm->il_rows;
 		if (mm->tscale_bytes)
 			memcpy(&ret[i].global_scale, rec + mm->tscale_offset,
 			       sizeof(float));

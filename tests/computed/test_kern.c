@@ -705,9 +705,9 @@ static void test_p5_every_scale(void **state)
 		for (int s = 0; s < 256; s++) {
 			uint8_t sc[2] = { (uint8_t)s, (uint8_t)s };
 			struct cw_wview mx = { ST_DTYPE_MXFP4, codes, sc, 1, 32, 0,
-						ST_SCALE_E8M0, 1.0f };
+						ST_SCALE_E8M0, 1.0f, 0 };
 			struct cw_wview nv = { ST_DTYPE_NVFP4, codes, sc, 1, 32, 0,
-						ST_SCALE_E4M3, 1.0f };
+						ST_SCALE_E4M3, 1.0f, 0 };
 
 			nv.global_scale = 1.0f;
 			be[k]->matvec(&mx, x, &y, 0, 1);
@@ -721,7 +721,7 @@ static void test_p5_every_scale(void **state)
 			uint16_t sc = (uint16_t)h;
 			struct cw_wview e2 = { ST_DTYPE_E2M1_F16, codes,
 					       (const uint8_t *)&sc, 1, 32, 32,
-					       ST_SCALE_F16, 1.0f };
+					       ST_SCALE_F16, 1.0f, 0 };
 			const float want = 6.0f * st_f16_to_f32(sc);
 
 			be[k]->matvec(&e2, x, &y, 0, 1);
@@ -740,7 +740,7 @@ static void test_p5_every_scale(void **state)
 		{
 			uint8_t sc = 124;
 			struct cw_wview mx = { ST_DTYPE_MXFP4, codes, &sc, 1, 32,
-					       0, ST_SCALE_E8M0, 1.0f };
+					       0, ST_SCALE_E8M0, 1.0f, 0 };
 
 			be[k]->matvec(&mx, x, &y, 0, 1);
 			expect_val(y, 0.75f, exact[k], be[k]->name, 124);
@@ -756,7 +756,7 @@ static void test_p7_example(void **state)
 	int exact[8], nb = backends(be, exact);
 	uint8_t codes[16] = { 0x72 }, sc = 128;
 	struct cw_wview v = { ST_DTYPE_MXFP4, codes, &sc, 1, 32, 0,
-			      ST_SCALE_E8M0, 1.0f };
+			      ST_SCALE_E8M0, 1.0f, 0 };
 
 	(void)state;
 	for (int k = 0; k < nb; k++)
@@ -816,7 +816,7 @@ static void test_quantize_act(void **state)
 	(void)state;
 	fill_row(x, n, 1);
 	x[5] = -3.0f;
-	assert_true(cw_kern_act_bytes(n) == 2 * 96 + 3 * 4);
+	assert_true(cw_kern_act_bytes(n) == 2 * 96 + 3 * 4 + 3 * 4); /* + block sums */
 	cw_kern_quantize_act(x, n, 16, buf, &a);
 	assert_true(a.n == n && a.x == x);
 	for (int64_t c = 0; c < n; c++) {

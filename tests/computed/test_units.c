@@ -380,7 +380,7 @@ static void check_format(enum st_dtype dt, uint32_t group, int64_t R,
 	uint8_t *codes = malloc((size_t)(R * C));
 	void *scales = malloc((size_t)(R * ng) * 4);
 	struct cw_wview v = { dt, codes, scales, R, C, group,
-			      st_wformat_scale_type(dt), 1.0f };
+			      st_wformat_scale_type(dt), 1.0f, 0 };
 	uint32_t seed = 4242 + (uint32_t)dt * 7 + group;
 
 	assert_true(R <= 8);

@@ -240,8 +240,14 @@ static int check_record(const struct geom *g, const struct lay *y,
 
 				if (!strcmp(y->fmt, "mxfp4")) {
 					tst_ref_mxfp4_block(x + c0, &s8, codes, &n_ties);
-					ok = !memcmp(data + (r * cols + c0) / 2, codes, 16) &&
-					     sc[r * ng + b] == s8;
+					/* version 3: rows interleaved by 16,
+					 * 4-byte words (st_mxfp4il.h) */
+					ok = sc[st_mxfp4il_scale_offset(rows, cols,
+									r, b)] == s8;
+					for (int j = 0; j < 4; j++)
+						ok &= !memcmp(data + st_mxfp4il_word_offset(
+								      rows, cols, r, b, j),
+							      codes + 4 * j, 4);
 				} else if (!strcmp(y->fmt, "nvfp4")) {
 					tst_ref_nvfp4_block(x + c0, global, &s8, codes);
 					ok = !memcmp(data + (r * cols + c0) / 2, codes, 8) &&
@@ -440,6 +446,10 @@ static void convert_and_check_keep(const char *model, const char *fmt,
 			assert_int_equal(ly->mat[m].rows, y[l].rows[m]);
 			assert_int_equal(ly->mat[m].cols, y[l].cols[m]);
 			assert_int_equal(ly->mat[m].data_offset, y[l].data_off[m]);
+			/* MXFP4 read back as interleaved, the rest row-major */
+			assert_int_equal(ly->mat[m].il_rows,
+					 strcmp(y[l].fmt, "mxfp4") ? 0 :
+					 ST_MXFP4IL_ROWS);
 			assert_int_equal(ly->mat[m].data_bytes, y[l].data_bytes[m]);
 			assert_int_equal(ly->mat[m].scale_offset, y[l].scale_off[m]);
 			assert_int_equal(ly->mat[m].scale_bytes, y[l].scale_bytes[m]);
@@ -608,7 +618,7 @@ static void manifest_describes_format(void **state)
 	root = json_load_file(path, JSON_REJECT_DUPLICATES, NULL);
 	assert_non_null(root);
 	assert_string_equal(jstr(root, "format"), "strata-store");
-	assert_int_equal(json_integer_value(json_object_get(root, "version")), 2);
+	assert_int_equal(json_integer_value(json_object_get(root, "version")), 3);
 	ex = json_object_get(root, "experts");
 	assert_string_equal(jstr(json_object_get(ex, "policy"), "default"),
 			    "mxfp4");
@@ -618,7 +628,7 @@ static void manifest_describes_format(void **state)
 	assert_string_equal(jstr(m0, "format"), "mxfp4");
 	assert_int_equal(json_integer_value(json_object_get(m0, "block")), 32);
 	assert_string_equal(jstr(m0, "scale"), "e8m0");
-	assert_string_equal(jstr(m0, "layout"), "ocp");
+	assert_string_equal(jstr(m0, "layout"), "ocp-r16");
 	assert_string_equal(jstr(m0, "rounding"), "nearest-even, saturate "
 			    "\u00b16; scale 2^(floor(log2 amax) - 2)");
 	/* no absolute paths: the model directory appears nowhere */

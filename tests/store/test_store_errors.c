@@ -282,7 +282,8 @@ static json_t *tensor0(json_t *root)
 }
 
 static void e_version(json_t *r) { json_object_set_new(r, "version", json_integer(1)); }
-static void e_version3(json_t *r) { json_object_set_new(r, "version", json_integer(3)); }
+static void e_version2(json_t *r) { json_object_set_new(r, "version", json_integer(2)); }
+static void e_version4(json_t *r) { json_object_set_new(r, "version", json_integer(4)); }
 static void e_format(json_t *r) { json_object_set_new(r, "format", json_string("gguf")); }
 static void e_record(json_t *r)
 {
@@ -367,6 +368,8 @@ static void e_mat_format(json_t *r)
 {
 	json_object_set_new(mat(r, 1, 0), "format", json_string("e2m1-g32"));
 	json_object_set_new(mat(r, 1, 0), "scale", json_string("f16"));
+	/* e2m1 codes are row-major ("ocp"); only MXFP4 is interleaved */
+	json_object_set_new(mat(r, 1, 0), "layout", json_string("ocp"));
 }
 static void e_mat_unknown(json_t *r)
 {
@@ -455,7 +458,13 @@ static void malformed_manifests(void **state)
 	manifest_case("notobject", NULL, "[1, 2]", -ST_E_FORMAT, "object");
 	manifest_case("version", e_version, NULL, -ST_E_VERSION,
 		      "re-run strata convert");
-	manifest_case("version3", e_version3, NULL, -ST_E_VERSION, "version 3");
+	manifest_case("version4", e_version4, NULL, -ST_E_VERSION, "version 4");
+	/* a version-2 store (row-major MXFP4) names the command that makes
+	 * it again, with the policy its manifest holds */
+	manifest_case("version2", e_version2, NULL, -ST_E_VERSION,
+		      "strata convert --model MODEL_DIR --out ");
+	manifest_case("version2b", e_version2, NULL, -ST_E_VERSION,
+		      "--force --experts mxfp4");
 	manifest_case("format", e_format, NULL, -ST_E_FORMAT, "strata-store");
 	manifest_case("record", e_record, NULL, -ST_E_FORMAT, "record_bytes");
 	manifest_case("nexperts", e_n_experts, NULL, -ST_E_FORMAT, "n_experts");

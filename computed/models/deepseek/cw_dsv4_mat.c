@@ -14,6 +14,7 @@
 
 #include "cw_threads.h"
 #include "st_formats.h"
+#include "st_mxfp4il.h"
 #include "st_util.h"
 
 int cw_dsv4_mat_keep_fp8(struct cw_dsv4_mat *m, const uint8_t *w,
@@ -130,6 +131,7 @@ struct cw_wview cw_dsv4_rec_view(const struct st_store_matrix *x,
 		.cols = x->cols,
 		.group = ST_MXFP4_BLOCK,
 		.scale_type = ST_SCALE_E8M0,
+		.il_rows = x->il_rows,
 	};
 }
 
@@ -139,12 +141,17 @@ void cw_dsv4_record_mat(const struct st_store_matrix *x, const uint8_t *rec,
 	const int rows = (int)x->rows, cols = (int)x->cols;
 
 	for (int o = 0; o < rows; o++)
-		st_mxfp4_dequantize_row(rec + x->data_offset +
-						(size_t)o * cols / 2,
-					rec + x->scale_offset +
-						(size_t)o * cols / ST_MXFP4_BLOCK,
-					cols, ST_FP4_LAYOUT_OCP,
-					w + (size_t)o * cols);
+		if (x->il_rows)
+			st_mxfp4il_dequantize_row(rec + x->data_offset,
+						  rec + x->scale_offset, rows,
+						  cols, o, w + (size_t)o * cols);
+		else
+			st_mxfp4_dequantize_row(rec + x->data_offset +
+							(size_t)o * cols / 2,
+						rec + x->scale_offset +
+							(size_t)o * cols / ST_MXFP4_BLOCK,
+						cols, ST_FP4_LAYOUT_OCP,
+						w + (size_t)o * cols);
 	memset(ret, 0, sizeof(*ret));
 	ret->rows = rows;
 	ret->cols = cols;
