@@ -200,7 +200,7 @@ static int hexval(char c)
 static int dec_step(const struct stk_decoder *dc, const struct stk_dec *d,
 		    const char *s, size_t len, int index, struct stk_buf *o)
 {
-	size_t i = 0;
+	size_t i = 0, at;
 	int r = 0;
 
 	switch (d->kind) {
@@ -214,13 +214,20 @@ static int dec_step(const struct stk_decoder *dc, const struct stk_dec *d,
 				return stk_buf_put(o, s, len);
 			i += l;
 		}
-		for (i = 0; !r && i < len;) {
+		/* one byte per character, so at most len bytes: room is made
+		 * once and the bytes are written in place */
+		at = o->len;
+		if ((r = stk_buf_put(o, s, len)))
+			return r;
+		o->len = at;
+		for (i = 0; i < len;) {
 			uint32_t cp;
 
 			i += stk_utf8_get(s + i, len - i, &cp);
-			r = stk_buf_putc(o, (char)dc->cp_byte[cp]);
+			o->p[o->len++] = (char)dc->cp_byte[cp];
 		}
-		return r;
+		o->p[o->len] = '\0';
+		return 0;
 	case STK_DEC_BYTEFALLBACK:
 		if (len == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' &&
 		    hexval(s[3]) >= 0 && hexval(s[4]) >= 0)
@@ -368,18 +375,23 @@ static int detok_push_buf(struct st_detok *d, int32_t id,
 	    (r = stk_buf_put(work, bytes->p + i, bytes->len - i)))
 		return r;
 	for (i = 0; i < work->len;) {
-		int l = stk_utf8_step((const uint8_t *)work->p + i,
-				      work->len - i);
+		size_t end = i;
+		int l = 0;
 
-		if (l == 0)
-			break;          /* incomplete: held back */
-		if (l > 0)
-			r = stk_buf_put(out, work->p + i, (size_t)l);
-		else
-			r = stk_buf_put(out, fffd, 3);
-		if (r)
+		/* a run of well-formed characters goes out in one copy */
+		while (end < work->len &&
+		       (l = stk_utf8_step((const uint8_t *)work->p + end,
+					  work->len - end)) > 0)
+			end += (size_t)l;
+		if (end > i && (r = stk_buf_put(out, work->p + i, end - i)))
 			return r;
-		i += (size_t)(l > 0 ? l : -l);
+		i = end;
+		if (i == work->len || l == 0)
+			break;          /* all out, or incomplete: held back */
+		/* ill-formed: -l bytes become one U+FFFD */
+		if ((r = stk_buf_put(out, fffd, 3)))
+			return r;
+		i += (size_t)-l;
 	}
 	/* commit: at most 3 bytes of an incomplete character remain */
 	d->n_pending = (int)(work->len - i);
