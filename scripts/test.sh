@@ -2,11 +2,12 @@
 # Runs every default test suite on a fresh Debian 12 machine (what CI
 # runs): installs packages, builds, runs `meson test` (everything but the
 # `slow` suite) and prints one line "N passed, N failed, N skipped".  Then
-# it builds what the unit and ipc suites need with ASan + UBSan
-# (scripts/test-sanitizers.sh, build-san), runs them and fails on any
-# failure or sanitizer report ("sanitizers: N passed, ..."); about as long
-# again as the default suites on 2 cores.  STRATA_SANITIZERS=0 leaves that
-# step out (a quick local run).
+# it builds the unit and ipc suites (less the whole-model numerical ones)
+# with ASan + UBSan (scripts/test-sanitizers.sh, build-san), runs them and
+# fails on any failure or sanitizer report ("sanitizers: N passed, ...");
+# that step takes about 0.65 times as long as the default suites (measured
+# side by side on 2 cores).  STRATA_SANITIZERS=0 leaves it out (a quick
+# local run).
 # Extra arguments go to both meson test runs (e.g. --suite unit).
 set -u
 cd "$(dirname "$0")/.."
