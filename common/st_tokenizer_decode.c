@@ -200,7 +200,7 @@ static int hexval(char c)
 static int dec_step(const struct stk_decoder *dc, const struct stk_dec *d,
 		    const char *s, size_t len, int index, struct stk_buf *o)
 {
-	size_t i = 0;
+	size_t i = 0, at;
 	int r = 0;
 
 	switch (d->kind) {
@@ -214,13 +214,20 @@ static int dec_step(const struct stk_decoder *dc, const struct stk_dec *d,
 				return stk_buf_put(o, s, len);
 			i += l;
 		}
-		for (i = 0; !r && i < len;) {
+		/* one byte per character, so at most len bytes: room is made
+		 * once and the bytes are written in place */
+		at = o->len;
+		if ((r = stk_buf_put(o, s, len)))
+			return r;
+		o->len = at;
+		for (i = 0; i < len;) {
 			uint32_t cp;
 
 			i += stk_utf8_get(s + i, len - i, &cp);
-			r = stk_buf_putc(o, (char)dc->cp_byte[cp]);
+			o->p[o->len++] = (char)dc->cp_byte[cp];
 		}
-		return r;
+		o->p[o->len] = '\0';
+		return 0;
 	case STK_DEC_BYTEFALLBACK:
 		if (len == 6 && !memcmp(s, "<0x", 3) && s[5] == '>' &&
 		    hexval(s[3]) >= 0 && hexval(s[4]) >= 0)
@@ -275,34 +282,51 @@ static int dec_step(const struct stk_decoder *dc, const struct stk_dec *d,
 	return stk_buf_put(o, s, len);
 }
 
-/* The bytes of one token string through the per-token decoder steps. */
-static int dec_token(const struct stk_decoder *dc, const char *tok, size_t len,
-		     int index, struct stk_buf *out)
+/*
+ * Work buffers of a decode, reused from token to token: a whole-text decode
+ * then allocates a few times in all instead of four times a token (under
+ * ASan each allocation costs more than the decoding).  Zeroed to start;
+ * scratch_free() releases them.
+ */
+struct dec_scratch {
+	struct stk_buf a, b;            /* dec_token's step input and output */
+	struct stk_buf bytes, work;     /* detok_push_buf's */
+};
+
+static void scratch_free(struct dec_scratch *s)
 {
-	struct stk_buf a = { 0 }, b = { 0 };
+	stk_buf_free(&s->a);
+	stk_buf_free(&s->b);
+	stk_buf_free(&s->bytes);
+	stk_buf_free(&s->work);
+}
+
+/* The bytes of one token string through the per-token decoder steps, into
+ * out (reset first); s->a and s->b are the steps' work buffers. */
+static int dec_token(const struct stk_decoder *dc, const char *tok, size_t len,
+		     int index, struct dec_scratch *s, struct stk_buf *out)
+{
 	int r;
 
 	out->len = 0;
-	if ((r = stk_buf_put(&a, tok, len)))
-		goto done;
+	s->a.len = 0;
+	if ((r = stk_buf_put(&s->a, tok, len)))
+		return r;
 	for (int i = 0; i < dc->n; i++) {
 		struct stk_buf sw;
 
-		b.len = 0;
-		if ((r = stk_buf_put(&b, "", 0)) ||
-		    (r = dec_step(dc, &dc->d[i], a.p, a.len, index, &b)))
-			goto done;
-		sw = a;
-		a = b;
-		b = sw;
+		s->b.len = 0;
+		if ((r = stk_buf_put(&s->b, "", 0)) ||
+		    (r = dec_step(dc, &dc->d[i], s->a.p, s->a.len, index,
+				  &s->b)))
+			return r;
+		sw = s->a;
+		s->a = s->b;
+		s->b = sw;
 	}
 	if (dc->join_space && index > 0 && (r = stk_buf_putc(out, ' ')))
-		goto done;
-	r = stk_buf_put(out, a.p, a.len);
-done:
-	stk_buf_free(&a);
-	stk_buf_free(&b);
-	return r;
+		return r;
+	return stk_buf_put(out, s->a.p, s->a.len);
 }
 
 /* ---- streaming --------------------------------------------------------- */
@@ -320,13 +344,15 @@ void st_detok_init(struct st_detok *d, const struct st_tokenizer *t,
 
 /*
  * Decodes one id and appends the completed characters to out; the detok
- * state is updated only on success.
+ * state is updated only on success.  s: work buffers (kept for the next
+ * call).
  */
-static int detok_push_buf(struct st_detok *d, int32_t id, struct stk_buf *out)
+static int detok_push_buf(struct st_detok *d, int32_t id,
+			  struct dec_scratch *s, struct stk_buf *out)
 {
 	const struct st_tokenizer *t = d->tok;
 	const struct stk_decoder *dc = &t->dec;
-	struct stk_buf bytes = { 0 }, work = { 0 };
+	struct stk_buf *bytes = &s->bytes, *work = &s->work;
 	const char *tok;
 	size_t len, i = 0, cl = strlen(dc->strip_content);
 	int strip_left = d->strip_left, r;
@@ -334,42 +360,45 @@ static int detok_push_buf(struct st_detok *d, int32_t id, struct stk_buf *out)
 	tok = stk_id_str(t, id, &len);
 	if (!tok || (d->skip_special && t->id_special[id]))
 		return 0;       /* no text: padding, unknown or skipped id */
-	if ((r = dec_token(dc, tok, len, d->n_emitted_tokens, &bytes)))
-		goto out;
+	if ((r = dec_token(dc, tok, len, d->n_emitted_tokens, s, bytes)))
+		return r;
 	/* whole-text Strip: drop leading content chars of the text */
-	while (strip_left > 0 && cl && bytes.len - i >= cl &&
-	       !memcmp(bytes.p + i, dc->strip_content, cl)) {
+	while (strip_left > 0 && cl && bytes->len - i >= cl &&
+	       !memcmp(bytes->p + i, dc->strip_content, cl)) {
 		i += cl;
 		strip_left--;
 	}
-	if (i < bytes.len)
+	if (i < bytes->len)
 		strip_left = 0;
-	if ((r = stk_buf_put(&work, d->pending, (size_t)d->n_pending)) ||
-	    (r = stk_buf_put(&work, bytes.p + i, bytes.len - i)))
-		goto out;
-	for (i = 0; i < work.len;) {
-		int l = stk_utf8_step((const uint8_t *)work.p + i,
-				      work.len - i);
+	work->len = 0;
+	if ((r = stk_buf_put(work, d->pending, (size_t)d->n_pending)) ||
+	    (r = stk_buf_put(work, bytes->p + i, bytes->len - i)))
+		return r;
+	for (i = 0; i < work->len;) {
+		size_t end = i;
+		int l = 0;
 
-		if (l == 0)
-			break;          /* incomplete: held back */
-		if (l > 0)
-			r = stk_buf_put(out, work.p + i, (size_t)l);
-		else
-			r = stk_buf_put(out, fffd, 3);
-		if (r)
-			goto out;
-		i += (size_t)(l > 0 ? l : -l);
+		/* a run of well-formed characters goes out in one copy */
+		while (end < work->len &&
+		       (l = stk_utf8_step((const uint8_t *)work->p + end,
+					  work->len - end)) > 0)
+			end += (size_t)l;
+		if (end > i && (r = stk_buf_put(out, work->p + i, end - i)))
+			return r;
+		i = end;
+		if (i == work->len || l == 0)
+			break;          /* all out, or incomplete: held back */
+		/* ill-formed: -l bytes become one U+FFFD */
+		if ((r = stk_buf_put(out, fffd, 3)))
+			return r;
+		i += (size_t)-l;
 	}
 	/* commit: at most 3 bytes of an incomplete character remain */
-	d->n_pending = (int)(work.len - i);
-	memcpy(d->pending, work.p + i, work.len - i);
+	d->n_pending = (int)(work->len - i);
+	memcpy(d->pending, work->p + i, work->len - i);
 	d->strip_left = strip_left;
 	d->n_emitted_tokens++;
-out:
-	stk_buf_free(&bytes);
-	stk_buf_free(&work);
-	return r;
+	return 0;
 }
 
 static int copy_out(const struct stk_buf *b, char *out, size_t cap)
@@ -385,18 +414,20 @@ static int copy_out(const struct stk_buf *b, char *out, size_t cap)
 int st_detok_push(struct st_detok *d, int32_t id, char *out, size_t cap)
 {
 	struct st_detok save;
+	struct dec_scratch s = { 0 };
 	struct stk_buf b = { 0 };
 	int r;
 
 	if (!d || !d->tok)
 		return -EINVAL;
 	save = *d;
-	r = detok_push_buf(d, id, &b);
+	r = detok_push_buf(d, id, &s, &b);
 	if (!r) {
 		r = copy_out(&b, out, cap);
 		if (r < 0)
 			*d = save;      /* nothing consumed on -ENOSPC */
 	}
+	scratch_free(&s);
 	stk_buf_free(&b);
 	return r;
 }
@@ -423,6 +454,7 @@ int st_tokenizer_decode(const struct st_tokenizer *t, const int32_t *ids,
 			size_t n, int skip_special, char **ret_text)
 {
 	struct st_detok d;
+	struct dec_scratch s = { 0 };
 	struct stk_buf b = { 0 };
 	int r = 0;
 
@@ -430,7 +462,8 @@ int st_tokenizer_decode(const struct st_tokenizer *t, const int32_t *ids,
 		return -EINVAL;
 	st_detok_init(&d, t, skip_special);
 	for (size_t i = 0; !r && i < n; i++)
-		r = detok_push_buf(&d, ids[i], &b);
+		r = detok_push_buf(&d, ids[i], &s, &b);
+	scratch_free(&s);
 	if (!r && d.n_pending)
 		r = stk_buf_put(&b, fffd, 3);
 	if (!r)

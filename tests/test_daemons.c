@@ -72,7 +72,8 @@ static void print_log(struct st_test_inst *t, const char *daemon)
 int st_test_daemon_start(struct st_test_inst *t, const char *daemon,
 			 const char *const *args, int timeout_s)
 {
-	uint64_t deadline = st_now_ns() + (uint64_t)timeout_s * 1000000000ull;
+	uint64_t deadline = st_now_ns() + (uint64_t)timeout_s *
+					  st_test_timeout_scale() * 1000000000ull;
 	char ctl[4200];
 	pid_t pid = spawn(t, daemon, args);
 
@@ -98,7 +99,8 @@ int st_test_daemon_start(struct st_test_inst *t, const char *daemon,
 		}
 		st_sleep_ns(20000000ull);
 	}
-	fprintf(stderr, "%s not ready in %d s\n", daemon, timeout_s);
+	fprintf(stderr, "%s not ready in %d s\n", daemon,
+		timeout_s * st_test_timeout_scale());
 	print_log(t, daemon);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
@@ -131,7 +133,7 @@ static void stop_one(int *pid)
 	if (*pid <= 0)
 		return;
 	kill(*pid, SIGTERM);
-	deadline = st_now_ns() + 10000000000ull;
+	deadline = st_now_ns() + 10000000000ull * st_test_timeout_scale();
 	while (st_now_ns() < deadline) {
 		if (waitpid(*pid, NULL, WNOHANG) == *pid) {
 			*pid = 0;

@@ -60,6 +60,18 @@ const char *st_test_build_dir(void)
 	return d && *d ? d : ".";
 }
 
+int st_test_timeout_scale(void)
+{
+	const char *v = getenv("STRATA_TIMEOUT_SCALE");
+	char *end;
+	long k;
+
+	if (!v || !*v)
+		return 1;
+	k = strtol(v, &end, 10);
+	return *end == '\0' && k >= 1 && k <= 20 ? (int)k : 1;
+}
+
 const char *st_test_tmpdir(char *buf, size_t len)
 {
 	const char *t = getenv("TMPDIR");

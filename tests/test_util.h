@@ -43,4 +43,10 @@ const char *st_test_tmpdir(char *buf, size_t len);
 /* A unique instance name for daemons started by a test ("t<pid>_<tag>"). */
 const char *st_test_instance(const char *tag, char *buf, size_t len);
 
+/* The factor a test multiplies its own time limits by (waits for a daemon
+ * to start or stop, deadlines on replies): STRATA_TIMEOUT_SCALE, an integer
+ * in [1, 20], set by meson to 3 in a sanitizer build (ASan + UBSan run the
+ * daemons 2-3 times slower); 1 when unset or not a number in range. */
+int st_test_timeout_scale(void);
+
 #endif

@@ -29,6 +29,13 @@ TMP=$(mktemp -d /tmp/strata-plan-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 fail=0
 TOL=${PLAN_TOL:-0.05}
+# An ASan build's RSS is mostly ASan's (shadow memory, quarantine,
+# redzones), which the plan does not model: there the runs and plans are
+# still made and checked to succeed, and the figures printed, not compared.
+if [ "${STRATA_SANITIZED:-0}" = 1 ]; then
+	TOL=none
+	echo "sanitizer build: RSS not compared with the plan (ASan's shadow memory is resident)"
+fi
 
 for m in kjv-moe tiny-mixtral tiny-qwen3moe; do
 	dir="$SHARED/fixtures/models/$m"
@@ -50,17 +57,19 @@ for m in kjv-moe tiny-mixtral tiny-qwen3moe; do
 	fi
 	$PY - "$m" "$TMP/run.json" "$TMP/plan.json" "$TOL" <<'PY' || fail=1
 import json, sys
-name, runf, planf, tol = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
+name, runf, planf = sys.argv[1], sys.argv[2], sys.argv[3]
+tol = None if sys.argv[4] == "none" else float(sys.argv[4])
 run = json.loads(open(runf).read().strip().splitlines()[-1])
 plan = json.load(open(planf))
 bad = 0
 for d in ("expertd", "kvd", "computed"):
     got, want = run["peak_rss_bytes"][d], plan["daemons"][d]
     err = (got - want) / want
-    ok = abs(err) <= tol
-    bad |= not ok
+    ok = tol is None or abs(err) <= tol
+    bad |= not ok or got <= 0 or want <= 0
     print("%-14s %-9s measured %9d  planned %9d  %+6.1f %%  %s" %
-          (name, d, got, want, 100 * err, "ok" if ok else "FAIL"))
+          (name, d, got, want, 100 * err,
+           "not compared" if tol is None else "ok" if ok else "FAIL"))
 print("%-14s experts loaded %d of %d slots" % (name, run["expert_pool"]["loads"],
       run["expert_pool"]["slots"]))
 sys.exit(1 if bad else 0)

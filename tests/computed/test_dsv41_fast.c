@@ -530,13 +530,15 @@ int main(int argc, char **argv)
 	struct es_client *es = NULL;
 	char msg[1024];
 	struct es_stats st = { 0 };
-	struct dsvt_cmp *c = calloc(1, sizeof(*c));
+	struct dsvt_cmp *c = NULL;
 	const struct st_dsv41_config *cf;
 	json_t *refj = NULL;
 	const json_t *cases;
 
 	if (argc > 3 && !strcmp(argv[1], "greedy"))
 		return greedy_main(argc, argv);
+	/* not before the greedy branch: it returns without freeing */
+	c = calloc(1, sizeof(*c));
 	st_test_fixture_model("tiny-deepseek-v41", dir, sizeof(dir));
 	st_test_tmpdir(tmp, sizeof(tmp));
 	snprintf(store, sizeof(store), "%s/store", tmp);
