@@ -339,6 +339,9 @@ uint64_t st_pid_rss_bytes(int pid)
 	return proc_status_kib(pid, "VmRSS:");
 }
 
+/* PF_EXITING of include/linux/sched.h: the task is in do_exit() */
+#define ST_PF_EXITING 0x4u
+
 int st_pid_alive(int pid)
 {
 	char path[64], stat_line[512];
@@ -350,15 +353,28 @@ int st_pid_alive(int pid)
 	alive = kill(pid, 0) == 0 || errno == EPERM;
 	if (!alive)
 		return 0;
-	/* a zombie (killed, not yet reaped) owns nothing any more */
+	/* a zombie (killed, not yet reaped) owns nothing any more, nor does
+	 * a process already in its exit path: the kernel sets PF_EXITING
+	 * (0x4 in field 9, "flags", of /proc/PID/stat; proc(5)) before it
+	 * closes the process's files, so a peer that reads EOF from a killed
+	 * process's socket finds it dead here, never "alive" */
 	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
 	f = fopen(path, "re");
 	if (f) {
 		if (fgets(stat_line, sizeof(stat_line), f)) {
 			char *rp = strrchr(stat_line, ')');
+			unsigned int flags = 0;
+			char state = 0;
 
-			if (rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X'))
-				alive = 0;
+			if (rp && rp[1] == ' ') {
+				state = rp[2];
+				if (sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %u",
+					   &flags) != 1)
+					flags = 0;
+				if (state == 'Z' || state == 'X' ||
+				    (flags & ST_PF_EXITING))
+					alive = 0;
+			}
 		}
 		fclose(f);
 	}

@@ -82,7 +82,9 @@ uint64_t st_pid_peak_rss_bytes(int pid);
 uint64_t st_pid_rss_bytes(int pid);
 
 /* True if process `pid` is alive: kill(pid, 0) succeeds (or fails with
- * EPERM) and it is not a zombie. */
+ * EPERM), it is not a zombie and it is not already exiting (PF_EXITING in
+ * /proc/PID/stat's flags: a killed process whose sockets may already have
+ * closed). */
 int st_pid_alive(int pid);
 
 /*

@@ -134,7 +134,25 @@ while read -r d delay_ms; do
 done <"$TMP/plan"
 echo "chaos: $cycle kills; $n_ok requests gave the reference tokens, $n_err a retryable 503; back after at most ${max_tier} ms (expertd, kvd), ${max_cw} ms (computed)"
 
-# every kill counted as a restart, in status and in /metrics
+# every kill counted as a restart, in status and in /metrics.  The
+# supervisor records a restart when its start command returns, which can be
+# a moment after the new daemon answers (what "back" above waited for): give
+# it up to 10 s to settle before asserting.
+want=$(awk '{ n[$1]++ } END { for (d in n) print d, n[d] }' "$TMP/plan")
+settle=0
+while [ $settle -lt 500 ]; do
+	"$STRATA" status --instance "$inst" --run-dir "$run" >"$TMP/status" 2>&1 ||
+		break
+	settled=1
+	while read -r d k; do
+		grep -q "^  $d .* $k restarts\?, running," "$TMP/status" || settled=0
+	done <<EOF2
+$want
+EOF2
+	[ $settled = 1 ] && break
+	settle=$((settle + 1))
+	sleep 0.02
+done
 "$STRATA" status --instance "$inst" --run-dir "$run" >"$TMP/status" 2>&1 ||
 	{ echo "FAIL: status after the kills"; cat "$TMP/status"; fail=1; }
 curl -s "http://127.0.0.1:$port/metrics" >"$TMP/metrics"
