@@ -154,6 +154,21 @@ static void moe_close(struct runner *r)
 		st_rm_rf(r->inst.run_dir);
 }
 
+/* After a DeepSeek eval: its error printed, or the last position's logits
+ * copied out of `all` (n x vocab floats) into `last` when all rows came. */
+static int eval_done(const struct runner *r, int rc, const struct st_diag *diag,
+		     int n, const float *all, float *last)
+{
+	if (rc < 0) {
+		fprintf(stderr, "eval: %s\n", diag->msg);
+		return rc;
+	}
+	if (all)
+		memcpy(last, all + (size_t)(n - 1) * r->vocab,
+		       sizeof(float) * (size_t)r->vocab);
+	return 0;
+}
+
 static int dsv4_begin(struct runner *r, int max_tokens)
 {
 	return cw_dsv4_state_new(r->m4, max_tokens, &r->s4);
@@ -166,14 +181,7 @@ static int dsv4_eval(struct runner *r, const int32_t *ids, int n, float *all,
 	int rc = cw_dsv4_eval(r->m4, r->s4, ids, n, all != NULL,
 			      all ? all : last, &diag);
 
-	if (rc < 0) {
-		fprintf(stderr, "eval: %s\n", diag.msg);
-		return rc;
-	}
-	if (all)
-		memcpy(last, all + (size_t)(n - 1) * r->vocab,
-		       sizeof(float) * (size_t)r->vocab);
-	return 0;
+	return eval_done(r, rc, &diag, n, all, last);
 }
 
 static void dsv4_end(struct runner *r)
@@ -194,14 +202,7 @@ static int dsv41_eval(struct runner *r, const int32_t *ids, int n, float *all,
 	int rc = cw_dsv41_eval(r->m41, r->s41, ids, n, all != NULL,
 			       all ? all : last, &diag);
 
-	if (rc < 0) {
-		fprintf(stderr, "eval: %s\n", diag.msg);
-		return rc;
-	}
-	if (all)
-		memcpy(last, all + (size_t)(n - 1) * r->vocab,
-		       sizeof(float) * (size_t)r->vocab);
-	return 0;
+	return eval_done(r, rc, &diag, n, all, last);
 }
 
 static void dsv41_end(struct runner *r)
