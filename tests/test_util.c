@@ -89,3 +89,20 @@ const char *st_test_instance(const char *tag, char *buf, size_t len)
 	snprintf(buf, len, "t%d_%s", (int)getpid(), tag);
 	return buf;
 }
+
+uint32_t st_test_rnd(uint64_t *state)
+{
+	*state ^= *state << 13;
+	*state ^= *state >> 7;
+	*state ^= *state << 17;
+	return (uint32_t)(*state >> 16);
+}
+
+float st_test_rndf(uint64_t *state)
+{
+	float s = 0;
+
+	for (int i = 0; i < 4; i++)
+		s += (float)(st_test_rnd(state) % 20001) / 10000.0f - 1.0f;
+	return s * 0.866f;
+}

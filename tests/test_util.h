@@ -9,6 +9,7 @@
 #define ST_TEST_UTIL_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 
 /* Exit code meson reads as "skipped". */
@@ -48,5 +49,14 @@ const char *st_test_instance(const char *tag, char *buf, size_t len);
  * in [1, 20], set by meson to 3 in a sanitizer build (ASan + UBSan run the
  * daemons 2-3 times slower); 1 when unset or not a number in range. */
 int st_test_timeout_scale(void);
+
+/* Deterministic test data: one xorshift64 step (Marsaglia 2003, shifts
+ * 13/7/17) of *state, the upper bits as a 32-bit value. *state must not
+ * be 0; the caller owns it (one per test file, so sequences stay fixed). */
+uint32_t st_test_rnd(uint64_t *state);
+
+/* A roughly normal float (mean 0, sd about 1: the sum of four uniform
+ * [-1, 1] draws of st_test_rnd, times 0.866). */
+float st_test_rndf(uint64_t *state);
 
 #endif

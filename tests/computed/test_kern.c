@@ -37,6 +37,7 @@
 #include "cw_kern.h"
 #include "cw_threads.h"
 #include "st_formats.h"
+#include "test_util.h"
 
 /* ---- test matrices ---- */
 
@@ -50,19 +51,12 @@ static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
 
 static uint32_t rnd(void)
 {
-	g_rng ^= g_rng << 13;
-	g_rng ^= g_rng >> 7;
-	g_rng ^= g_rng << 17;
-	return (uint32_t)(g_rng >> 16);
+	return st_test_rnd(&g_rng);
 }
 
 static float rndf(void) /* roughly normal, mean 0, sd 1 */
 {
-	float s = 0;
-
-	for (int i = 0; i < 4; i++)
-		s += (float)(rnd() % 20001) / 10000.0f - 1.0f;
-	return s * 0.866f;
+	return st_test_rndf(&g_rng);
 }
 
 /* Fills a row of floats: random, with (adversarial) all-zero, tiny and

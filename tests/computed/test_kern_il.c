@@ -35,24 +35,13 @@
 #include "st_formats.h"
 #include "st_mxfp4il.h"
 #include "st_util.h"
+#include "test_util.h"
 
 static uint64_t g_rng = 0x2545f4914f6cdd1dull;
 
-static uint32_t rnd(void)
-{
-	g_rng ^= g_rng << 13;
-	g_rng ^= g_rng >> 7;
-	g_rng ^= g_rng << 17;
-	return (uint32_t)(g_rng >> 16);
-}
-
 static float rndf(void) /* roughly normal, mean 0, sd 1 */
 {
-	float s = 0;
-
-	for (int i = 0; i < 4; i++)
-		s += (float)(rnd() % 20001) / 10000.0f - 1.0f;
-	return s * 0.866f;
+	return st_test_rndf(&g_rng);
 }
 
 /* Random floats; adversarial: all-zero, tiny and huge blocks. */
