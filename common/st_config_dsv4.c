@@ -46,7 +46,7 @@ static int want_str(const json_t *o, const char *key, const char *value,
 }
 
 static int parse_root(const json_t *root, const char *src,
-		      struct st_dsv4_config *c, struct st_diag *diag)
+		      struct st_dsv_config *c, struct st_diag *diag)
 {
 	const struct st_dsvcfg_ikey ik[] = {
 		{ "hidden_size", &c->hidden_size, 1 },
@@ -87,6 +87,8 @@ static int parse_root(const json_t *root, const char *src,
 	int r, kv_heads = 0, tie = 1;
 
 	memset(c, 0, sizeof(*c));
+	c->revision = ST_DSV_REV_V4;
+	c->candidate_source = -1; /* V4 has no CSA2 roles */
 	if (!json_is_object(root))
 		return st_diag_set(diag, -ST_E_FORMAT,
 				   "%s: not a JSON object", src);
@@ -187,10 +189,10 @@ static int parse_root(const json_t *root, const char *src,
 	c->fp8_block[1] = (int)json_integer_value(json_array_get(v, 1));
 	/* compress_ratios: one per layer, then one per MTP layer */
 	cr = json_object_get(root, "compress_ratios");
-	if (c->n_layers > ST_DSV4_MAX_LAYERS)
+	if (c->n_layers > ST_DSV_MAX_LAYERS)
 		return st_diag_set(diag, -ST_E_LIMIT,
 				   "%s: %d layers (at most %d)", src,
-				   c->n_layers, ST_DSV4_MAX_LAYERS);
+				   c->n_layers, ST_DSV_MAX_LAYERS);
 	if (!json_is_array(cr) ||
 	    json_array_size(cr) != (size_t)(c->n_layers + c->n_nextn))
 		return st_diag_set(diag, -ST_E_CONFIG,
@@ -224,7 +226,7 @@ static int parse_root(const json_t *root, const char *src,
 }
 
 int st_dsv4_config_parse(const char *text, const char *source,
-			 struct st_dsv4_config *ret, struct st_diag *diag)
+			 struct st_dsv_config *ret, struct st_diag *diag)
 {
 	json_t *root;
 	int r = st_dsvcfg_loads(text, source, &root, diag);
@@ -236,7 +238,7 @@ int st_dsv4_config_parse(const char *text, const char *source,
 	return r;
 }
 
-int st_dsv4_config_load(const char *dir, struct st_dsv4_config *ret,
+int st_dsv4_config_load(const char *dir, struct st_dsv_config *ret,
 			struct st_diag *diag)
 {
 	char path[4096];
@@ -257,7 +259,7 @@ int st_dsv4_config_detect(const char *text)
 	return st_dsvcfg_detect(text, types);
 }
 
-void st_dsv4_expert_config(const struct st_dsv4_config *c,
+void st_dsv4_expert_config(const struct st_dsv_config *c,
 			   struct st_model_config *ret)
 {
 	memset(ret, 0, sizeof(*ret));

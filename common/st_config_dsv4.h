@@ -11,38 +11,14 @@
 #define ST_CONFIG_DSV4_H
 
 #include "st_config.h"
+#include "st_config_dsv_family.h"
 #include "st_error.h"
 
-#define ST_DSV4_MAX_LAYERS 128
-
-struct st_dsv4_config {
-	int hidden_size;          /* D */
-	int n_layers;             /* num_hidden_layers (MTP layers not counted) */
-	int n_nextn;              /* num_nextn_predict_layers (MTP, skipped) */
-	int vocab_size;
-	int n_heads;              /* num_attention_heads */
-	int head_dim;             /* width of the single K=V latent and of a q head */
-	int rope_dim;             /* qk_rope_head_dim: the last rope_dim dims are roped */
-	int q_lora_rank;
-	int o_groups, o_lora_rank;
-	int sliding_window;       /* rows visible: the current one and W-1 before */
-	int compress_ratio[ST_DSV4_MAX_LAYERS]; /* 0 window only, 4 CSA, else HCA */
-	int index_n_heads, index_head_dim, index_topk;
-	int n_experts, top_k, n_shared, moe_inter;
-	int n_hash_layers;        /* layers [0, n) route by tid2eid */
-	int norm_topk_prob;
-	double routed_scaling_factor;
-	double swiglu_limit;
-	int hc_mult, hc_sinkhorn_iters;
-	double hc_eps, rms_norm_eps;
-	double rope_theta, compress_rope_theta;
-	/* YaRN of the compress rope (rope_scaling) */
-	double yarn_factor, yarn_beta_fast, yarn_beta_slow;
-	int yarn_orig_max_pos;
-	int max_position_embeddings;
-	int fp8_block[2];         /* quantization_config.weight_block_size [out, in] */
-	int bos_token_id, eos_token_id;
-};
+/* The family's one config struct (st_config_dsv_family.h), revision
+ * ST_DSV_REV_V4 when st_dsv4_config_parse fills it.  The V4 spelling
+ * stays for the store writer (expertd/es_convert.c), which names it. */
+#define ST_DSV4_MAX_LAYERS ST_DSV_MAX_LAYERS
+#define st_dsv4_config st_dsv_config
 
 /*
  * Parses V4 config.json text (NUL-terminated); `source` names it in
@@ -59,11 +35,11 @@ struct st_dsv4_config {
  * Returns 0, -ST_E_FORMAT (not JSON), -ST_E_CONFIG, -ST_E_UNSUPPORTED.
  */
 int st_dsv4_config_parse(const char *text, const char *source,
-			 struct st_dsv4_config *ret, struct st_diag *diag);
+			 struct st_dsv_config *ret, struct st_diag *diag);
 
 /* Reads <dir>/config.json and parses it (st_dsv4_config_parse).
  * Errors as there, plus -errno reading the file. */
-int st_dsv4_config_load(const char *dir, struct st_dsv4_config *ret,
+int st_dsv4_config_load(const char *dir, struct st_dsv_config *ret,
 			struct st_diag *diag);
 
 /*
@@ -81,7 +57,7 @@ int st_dsv4_config_detect(const char *text);
  * vocab_size, heads; arch 0 and model_type "deepseek_v4" (no Mixtral /
  * Qwen3 dense tensor roles: st_dense_tensor_name is not for V4).
  */
-void st_dsv4_expert_config(const struct st_dsv4_config *c,
+void st_dsv4_expert_config(const struct st_dsv_config *c,
 			   struct st_model_config *ret);
 
 #endif

@@ -95,7 +95,7 @@ static int want_layers(const json_t *o, const char *key, int n_layers,
 }
 
 static int parse_text(const json_t *t, const char *src,
-		      struct st_dsv41_config *c, struct st_diag *diag)
+		      struct st_dsv_config *c, struct st_diag *diag)
 {
 	const struct st_dsvcfg_ikey ik[] = {
 		{ "hidden_size", &c->hidden_size, 1 },
@@ -242,10 +242,10 @@ static int parse_text(const json_t *t, const char *src,
 				   "%s: rope_scaling factor %g < 1", src,
 				   c->yarn_factor);
 	/* layers */
-	if (c->n_layers > ST_DSV41_MAX_LAYERS)
+	if (c->n_layers > ST_DSV_MAX_LAYERS)
 		return st_diag_set(diag, -ST_E_LIMIT,
 				   "%s: %d layers (at most %d)", src,
-				   c->n_layers, ST_DSV41_MAX_LAYERS);
+				   c->n_layers, ST_DSV_MAX_LAYERS);
 	cr = json_object_get(t, "compress_ratios");
 	if (!json_is_array(cr) ||
 	    json_array_size(cr) != (size_t)(c->n_layers + c->n_nextn))
@@ -302,7 +302,7 @@ static int parse_text(const json_t *t, const char *src,
 				   src, c->candidate_source);
 	/* Engram */
 	n = want_layers(t, "engram_layer_ids", c->n_layers, NULL,
-			c->engram_layer, ST_DSV41_CONFIG_MAX_ENGRAM, src, diag);
+			c->engram_layer, ST_DSV_MAX_ENGRAM, src, diag);
 	if (n < 0)
 		return n;
 	c->n_engram = n;
@@ -358,7 +358,7 @@ static int parse_text(const json_t *t, const char *src,
 }
 
 static int parse_root(const json_t *root, const char *src,
-		      struct st_dsv41_config *c, struct st_diag *diag)
+		      struct st_dsv_config *c, struct st_diag *diag)
 {
 	static const char *const mt[] = { "deepseek_v41", "deepseek_v4.1",
 					  NULL };
@@ -371,6 +371,7 @@ static int parse_root(const json_t *root, const char *src,
 	int r;
 
 	memset(c, 0, sizeof(*c));
+	c->revision = ST_DSV_REV_V41;
 	if (!json_is_object(root))
 		return st_diag_set(diag, -ST_E_FORMAT,
 				   "%s: not a JSON object", src);
@@ -443,7 +444,7 @@ static int parse_root(const json_t *root, const char *src,
 }
 
 int st_dsv41_config_parse(const char *text, const char *source,
-			  struct st_dsv41_config *ret, struct st_diag *diag)
+			  struct st_dsv_config *ret, struct st_diag *diag)
 {
 	json_t *root;
 	int r = st_dsvcfg_loads(text, source, &root, diag);
@@ -455,7 +456,7 @@ int st_dsv41_config_parse(const char *text, const char *source,
 	return r;
 }
 
-int st_dsv41_config_load(const char *dir, struct st_dsv41_config *ret,
+int st_dsv41_config_load(const char *dir, struct st_dsv_config *ret,
 			 struct st_diag *diag)
 {
 	char path[4096];
@@ -477,7 +478,7 @@ int st_dsv41_config_detect(const char *text)
 	return st_dsvcfg_detect(text, types);
 }
 
-int st_dsv41_kv_source_of(const struct st_dsv41_config *c, int l)
+int st_dsv41_kv_source_of(const struct st_dsv_config *c, int l)
 {
 	if (l < 0 || l >= c->n_layers || !c->compress_ratio[l])
 		return -1;
@@ -487,7 +488,7 @@ int st_dsv41_kv_source_of(const struct st_dsv41_config *c, int l)
 	return -1;
 }
 
-int st_dsv41_index_source_of(const struct st_dsv41_config *c, int l)
+int st_dsv41_index_source_of(const struct st_dsv_config *c, int l)
 {
 	if (l < 0 || l >= c->n_layers || !c->compress_ratio[l])
 		return -1;
@@ -497,7 +498,7 @@ int st_dsv41_index_source_of(const struct st_dsv41_config *c, int l)
 	return -1;
 }
 
-int st_dsv41_last_kv_source(const struct st_dsv41_config *c)
+int st_dsv41_last_kv_source(const struct st_dsv_config *c)
 {
 	for (int j = c->n_layers - 1; j >= 0; j--)
 		if (c->kv_source[j])
@@ -505,7 +506,7 @@ int st_dsv41_last_kv_source(const struct st_dsv41_config *c)
 	return -1;
 }
 
-int st_dsv41_config_check_store(const struct st_dsv41_config *c,
+int st_dsv41_config_check_store(const struct st_dsv_config *c,
 				const char *src, struct st_diag *diag)
 {
 	if (c->hidden_size % 32 || c->moe_inter % 32)
@@ -529,7 +530,7 @@ int st_dsv41_config_check_store(const struct st_dsv41_config *c,
 	return 0;
 }
 
-void st_dsv41_expert_config(const struct st_dsv41_config *c,
+void st_dsv41_expert_config(const struct st_dsv_config *c,
 			    struct st_model_config *ret)
 {
 	memset(ret, 0, sizeof(*ret));
@@ -549,7 +550,7 @@ void st_dsv41_expert_config(const struct st_dsv41_config *c,
 	ret->eos_token_ids[0] = c->eos_token_id;
 }
 
-int st_dsv41_engram_index(const struct st_dsv41_config *c, int layer)
+int st_dsv41_engram_index(const struct st_dsv_config *c, int layer)
 {
 	for (int i = 0; i < c->n_engram; i++)
 		if (c->engram_layer[i] == layer)

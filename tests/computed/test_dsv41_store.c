@@ -1,9 +1,9 @@
 /*
  * test_dsv41_store.c — the DeepSeek-V4.1 forward pass from a strata store
- * (cw_dsv41_load_store: dense weights from dense.bin, routed experts from
+ * (cw_dsv_load_store: dense weights from dense.bin, routed experts from
  * a real expertd's host pool, Engram rows from its Engram tier with the
  * rows prefetched as soon as the tokens are known) against the in-memory
- * path that reads model.safetensors (cw_dsv41_load), on ../shared
+ * path that reads model.safetensors (cw_dsv_load), on ../shared
  * tiny-deepseek-v41.
  *
  * For every case of reference.json, its prompt followed by its greedy
@@ -39,10 +39,10 @@ static int n_fail;
 
 /* Every case: both models, chunk by chunk, all positions bit-identical.
  * Returns the number of positions compared. */
-static long compare_cases(const struct cw_dsv41_model *ref,
-			  const struct cw_dsv41_model *sm, json_t *cases)
+static long compare_cases(const struct cw_dsv_model *ref,
+			  const struct cw_dsv_model *sm, json_t *cases)
 {
-	const int V = cw_dsv41_config(ref)->vocab_size;
+	const int V = cw_dsv_config(ref)->vocab_size;
 	float *a = malloc((size_t)CHUNK * V * sizeof(float));
 	float *b = malloc((size_t)CHUNK * V * sizeof(float));
 	struct st_diag diag = { { 0 } };
@@ -96,17 +96,17 @@ out:
 	return compared;
 }
 
-static void run_budget(const char *store, struct cw_dsv41_model *ref,
+static void run_budget(const char *store, struct cw_dsv_model *ref,
 		       json_t *cases, const char *budget, unsigned qat)
 {
 	const char *args[] = { "--store", store, "--host-budget", budget,
 			       "--engram-cache", ENGRAM_CACHE, NULL };
-	const struct st_dsv41_config *c = cw_dsv41_config(ref);
+	const struct st_dsv_config *c = cw_dsv_config(ref);
 	struct st_test_inst inst;
 	struct st_diag diag = { { 0 } };
 	struct es_client *es = NULL;
 	char msg[1024];
-	struct cw_dsv41_model *sm = NULL;
+	struct cw_dsv_model *sm = NULL;
 	struct es_stats st = { 0 };
 	struct es_tier_stats ts = { 0 };
 	struct es_engram_stats en = { 0 };
@@ -118,11 +118,12 @@ static void run_budget(const char *store, struct cw_dsv41_model *ref,
 		CHECK(0, "%s (budget %s)", msg, budget);
 		goto out;
 	}
-	r = cw_dsv41_load_store(store, es, &sm, &diag);
-	CHECK(r == 0, "cw_dsv41_load_store: %s", diag.msg);
+	r = cw_dsv_load_store(store, es, ST_DSV_REV_V41, CW_COMPUTE_REFERENCE,
+			      &sm, &diag);
+	CHECK(r == 0, "cw_dsv_load_store: %s", diag.msg);
 	if (r)
 		goto out;
-	CHECK(cw_dsv41_set_qat(ref, qat) == 0 && cw_dsv41_set_qat(sm, qat) == 0,
+	CHECK(cw_dsv_set_qat(ref, qat) == 0 && cw_dsv_set_qat(sm, qat) == 0,
 	      "set_qat");
 	n = compare_cases(ref, sm, cases);
 	total = es_client_n_layers(es) * es_client_n_experts(es);
@@ -179,7 +180,7 @@ static void run_budget(const char *store, struct cw_dsv41_model *ref,
 		CHECK(st.evictions > 0, "no eviction at 25%%");
 	}
 out:
-	cw_dsv41_free(sm);
+	cw_dsv_free(sm);
 	es_client_close(es);
 	st_test_inst_stop(&inst);
 	st_rm_rf(inst.run_dir);
@@ -190,7 +191,7 @@ int main(void)
 	char dir[4096], tmp[4096], store[4200];
 	struct st_diag diag = { { 0 } };
 	struct es_convert_opts o;
-	struct cw_dsv41_model *ref = NULL;
+	struct cw_dsv_model *ref = NULL;
 	json_t *refj;
 
 	st_test_fixture_model("tiny-deepseek-v41", dir, sizeof(dir));
@@ -201,30 +202,33 @@ int main(void)
 		fprintf(stderr, "convert: %s\n", diag.msg);
 		return 1;
 	}
-	if (cw_dsv41_load(dir, &ref, &diag)) {
-		fprintf(stderr, "cw_dsv41_load: %s\n", diag.msg);
+	if (cw_dsv_load(dir, ST_DSV_REV_V41, CW_COMPUTE_REFERENCE, &ref,
+			&diag)) {
+		fprintf(stderr, "cw_dsv_load: %s\n", diag.msg);
 		return 1;
 	}
 	refj = dsvt_load_json(dir, "reference.json");
 	dsvt_cases(refj, "reference.json");
 	/* a V4.1 store without expertd is refused with a clear message */
 	{
-		struct cw_dsv41_model *x = NULL;
+		struct cw_dsv_model *x = NULL;
 
-		CHECK(cw_dsv41_load_store(store, NULL, &x, &diag) ==
+		CHECK(cw_dsv_load_store(store, NULL, ST_DSV_REV_V41,
+					CW_COMPUTE_REFERENCE, &x, &diag) ==
 			      -ST_E_CONFIG && strstr(diag.msg, "expertd"),
 		      "load_store without expertd: %s", diag.msg);
 	}
 	/* a V4 store is not taken for a V4.1 one */
 	{
 		char v4dir[4096], v4store[4200];
-		struct cw_dsv41_model *x = NULL;
+		struct cw_dsv_model *x = NULL;
 
 		st_test_fixture_model("tiny-deepseek-v4", v4dir, sizeof(v4dir));
 		snprintf(v4store, sizeof(v4store), "%s/store-v4", tmp);
 		CHECK(es_convert(v4dir, v4store, &o, &diag) == 0,
 		      "convert V4: %s", diag.msg);
-		CHECK(cw_dsv41_load_store(v4store, NULL, &x, &diag) ==
+		CHECK(cw_dsv_load_store(v4store, NULL, ST_DSV_REV_V41,
+					CW_COMPUTE_REFERENCE, &x, &diag) ==
 			      -ST_E_UNSUPPORTED &&
 			      strstr(diag.msg, "not a DeepSeek-V4.1 store"),
 		      "load_store of a V4 store: %s", diag.msg);
@@ -235,7 +239,7 @@ int main(void)
 		   CW_DSV41_QAT_ALL);
 	run_budget(store, ref, json_object_get(refj, "cases"), "25%", 0);
 	json_decref(refj);
-	cw_dsv41_free(ref);
+	cw_dsv_free(ref);
 	st_rm_rf(tmp);
 	return dsvt_finish(n_fail);
 }

@@ -1,8 +1,8 @@
 /*
  * test_dsv4_store.c — the DeepSeek-V4 forward pass from a strata store
- * (cw_dsv4_load_store: dense weights from dense.bin, routed experts from
+ * (cw_dsv_load_store: dense weights from dense.bin, routed experts from
  * a real expertd's host pool) against the in-process path that reads
- * model.safetensors (cw_dsv4_load), on ../shared tiny-deepseek-v4.
+ * model.safetensors (cw_dsv_load), on ../shared tiny-deepseek-v4.
  *
  * For every case of reference.json, its prompt followed by its greedy
  * continuation is evaluated by both models in chunks of 16 positions with
@@ -32,10 +32,10 @@ static int n_fail;
 
 /* Every case: both models, chunk by chunk, all positions bit-identical.
  * Returns the number of positions compared. */
-static long compare_cases(const struct cw_dsv4_model *ref,
-			  const struct cw_dsv4_model *sm, json_t *cases)
+static long compare_cases(const struct cw_dsv_model *ref,
+			  const struct cw_dsv_model *sm, json_t *cases)
 {
-	const int V = cw_dsv4_config(ref)->vocab_size;
+	const int V = cw_dsv_config(ref)->vocab_size;
 	float *a = malloc((size_t)CHUNK * V * sizeof(float));
 	float *b = malloc((size_t)CHUNK * V * sizeof(float));
 	struct st_diag diag = { { 0 } };
@@ -89,7 +89,7 @@ out:
 	return compared;
 }
 
-static void run_budget(const char *store, const struct cw_dsv4_model *ref,
+static void run_budget(const char *store, const struct cw_dsv_model *ref,
 		       json_t *cases, const char *budget, int reports)
 {
 	const char *args[] = { "--store", store, "--host-budget", budget, NULL };
@@ -97,10 +97,10 @@ static void run_budget(const char *store, const struct cw_dsv4_model *ref,
 	struct st_diag diag = { { 0 } };
 	struct es_client *es = NULL;
 	char msg[1024];
-	struct cw_dsv4_model *sm = NULL;
+	struct cw_dsv_model *sm = NULL;
 	struct es_stats st = { 0 };
 	struct es_tier_stats ts = { 0 };
-	const struct st_dsv4_config *c = cw_dsv4_config(ref);
+	const struct st_dsv_config *c = cw_dsv_config(ref);
 	int total, r, fails0 = n_fail, hint_layers = 0;
 	long n;
 
@@ -112,11 +112,12 @@ static void run_budget(const char *store, const struct cw_dsv4_model *ref,
 		CHECK(0, "%s (budget %s)", msg, budget);
 		goto out;
 	}
-	r = cw_dsv4_load_store(store, es, &sm, &diag);
-	CHECK(r == 0, "cw_dsv4_load_store: %s", diag.msg);
+	r = cw_dsv_load_store(store, es, ST_DSV_REV_V4, CW_COMPUTE_REFERENCE,
+			      &sm, &diag);
+	CHECK(r == 0, "cw_dsv_load_store: %s", diag.msg);
 	if (r)
 		goto out;
-	cw_dsv4_set_route_reports(sm, reports);
+	cw_dsv_set_route_reports(sm, reports);
 	n = compare_cases(ref, sm, cases);
 	total = es_client_n_layers(es) * es_client_n_experts(es);
 	CHECK(es_client_stats(es, &st) == 0, "stats");
@@ -154,7 +155,7 @@ static void run_budget(const char *store, const struct cw_dsv4_model *ref,
 		CHECK(st.evictions > 0, "no eviction at 25%%");
 	}
 out:
-	cw_dsv4_free(sm);
+	cw_dsv_free(sm);
 	es_client_close(es);
 	st_test_inst_stop(&inst);
 	st_rm_rf(inst.run_dir);
@@ -165,7 +166,7 @@ int main(void)
 	char dir[4096], tmp[4096], store[4200];
 	struct st_diag diag = { { 0 } };
 	struct es_convert_opts o;
-	struct cw_dsv4_model *ref = NULL;
+	struct cw_dsv_model *ref = NULL;
 	json_t *refj;
 
 	st_test_fixture_model("tiny-deepseek-v4", dir, sizeof(dir));
@@ -176,17 +177,19 @@ int main(void)
 		fprintf(stderr, "convert: %s\n", diag.msg);
 		return 1;
 	}
-	if (cw_dsv4_load(dir, &ref, &diag)) {
-		fprintf(stderr, "cw_dsv4_load: %s\n", diag.msg);
+	if (cw_dsv_load(dir, ST_DSV_REV_V4, CW_COMPUTE_REFERENCE, &ref,
+			&diag)) {
+		fprintf(stderr, "cw_dsv_load: %s\n", diag.msg);
 		return 1;
 	}
 	refj = dsvt_load_json(dir, "reference.json");
 	dsvt_cases(refj, "reference.json");
 	/* a V4 store without expertd is refused with a clear message */
 	{
-		struct cw_dsv4_model *x = NULL;
+		struct cw_dsv_model *x = NULL;
 
-		CHECK(cw_dsv4_load_store(store, NULL, &x, &diag) ==
+		CHECK(cw_dsv_load_store(store, NULL, ST_DSV_REV_V4,
+					CW_COMPUTE_REFERENCE, &x, &diag) ==
 			      -ST_E_CONFIG && strstr(diag.msg, "expertd"),
 		      "load_store without expertd: %s", diag.msg);
 	}
@@ -195,7 +198,7 @@ int main(void)
 	/* the same without routing reports and hints (figures to compare) */
 	run_budget(store, ref, json_object_get(refj, "cases"), "25%", 0);
 	json_decref(refj);
-	cw_dsv4_free(ref);
+	cw_dsv_free(ref);
 	st_rm_rf(tmp);
 	return dsvt_finish(n_fail);
 }

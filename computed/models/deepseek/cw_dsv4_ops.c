@@ -22,7 +22,7 @@ void cw_dsv4_rmsnorm(const float *x, const float *w, int n, double eps,
 		y[i] = (float)(x[i] * r * (w ? w[i] : 1.0f));
 }
 
-void cw_dsv4_rope_freqs(const struct st_dsv4_config *c, int compress,
+void cw_dsv4_rope_freqs(const struct st_dsv_config *c, int compress,
 			double *inv_freq)
 {
 	int d = c->rope_dim, half = d / 2;
