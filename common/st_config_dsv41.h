@@ -5,13 +5,12 @@
  * model in "text_config" (key set: ../shared/MODEL_FAMILY_DEEPSEEK_V4.md
  * section 3.1).  vision_config is accepted and ignored (text-only).
  *
- * It fills the family's one config struct (st_config_dsv_family.h):
  * V4.1's CSA2 layer roles (KV / index / candidate sources), Engram and
- * gate_temp are fields of their own there.
- *
- * The one reader of a V4.1 config.json: the forward pass, the store writer
- * (expertd/es_convert.c), the store reader (st_store.c, which keeps the
- * parsed config in struct st_store.dsv41) and the CLI all parse it here.
+ * gate_temp are fields of the family's one config struct, read by the
+ * family's one reader (st_config_dsv_family.h:
+ * st_dsv_config_parse, V4.1's own parts in st_config_dsv41.c); the V4.1
+ * spellings below stay for the callers that name V4.1 (the store writer
+ * in expertd/, the store reader, the CLI).
  */
 #ifndef ST_CONFIG_DSV41_H
 #define ST_CONFIG_DSV41_H
@@ -22,39 +21,34 @@
 #include "st_config_dsv_family.h"
 #include "st_error.h"
 
-/* The family's one config struct (st_config_dsv_family.h), revision
- * ST_DSV_REV_V41 when st_dsv41_config_parse fills it.  The V4.1
- * spelling stays for the store writer (expertd/), which names it. */
+/* The family's one config struct, revision ST_DSV_REV_V41 when read as
+ * a V4.1 config.  The V4.1 spellings stay for expertd/. */
 #define ST_DSV41_MAX_LAYERS ST_DSV_MAX_LAYERS
 #define ST_DSV41_CONFIG_MAX_ENGRAM ST_DSV_MAX_ENGRAM
 #define st_dsv41_config st_dsv_config
 
-/*
- * Parses V4.1 config.json text (NUL-terminated); `source` names it in
- * messages.  Top level: architectures, model_type "deepseek_v41", ids,
- * quantization_config (fmt e4m3 / scale_fmt ue8m0 when present, block
- * size), text_config (required), vision_config (ignored).  Every
- * text_config key is used or known to be irrelevant; an unknown key is
- * refused with -ST_E_CONFIG naming it, so a changed release does not load
- * silently wrong.  Validates the layer roles: every non-zero-ratio layer
- * has a preceding (or own) KV source of the same ratio and a preceding
- * index source; KV sources are index sources; the candidate source is an
- * index source of ratio 1; engram layers in range; engram_pad_id and
- * engram_pad_token_id (both spellings accepted) agree.
- * Returns 0, -ST_E_FORMAT (not JSON), -ST_E_CONFIG, -ST_E_UNSUPPORTED,
- * -ST_E_LIMIT (more than ST_DSV41_MAX_LAYERS layers).
- */
-int st_dsv41_config_parse(const char *text, const char *source,
-			  struct st_dsv_config *ret, struct st_diag *diag);
+/* st_dsv_config_parse (st_config_dsv_family.h) of a V4.1 config. */
+static inline int st_dsv41_config_parse(const char *text, const char *source,
+					struct st_dsv_config *ret,
+					struct st_diag *diag)
+{
+	return st_dsv_config_parse(text, source, ST_DSV_REV_V41, ret, diag);
+}
 
-/* Reads <dir>/config.json and parses it.  Errors as there, plus -errno
- * reading the file. */
-int st_dsv41_config_load(const char *dir, struct st_dsv_config *ret,
-			 struct st_diag *diag);
+/* st_dsv_config_load of a V4.1 config. */
+static inline int st_dsv41_config_load(const char *dir,
+				       struct st_dsv_config *ret,
+				       struct st_diag *diag)
+{
+	return st_dsv_config_load(dir, ST_DSV_REV_V41, ret, diag);
+}
 
 /* 1 if config.json text names a DeepSeek-V4.1 model (model_type
  * "deepseek_v41" or "deepseek_v4.1"), else 0. */
-int st_dsv41_config_detect(const char *text);
+static inline int st_dsv41_config_detect(const char *text)
+{
+	return st_dsv_config_detect(text) == ST_DSV_REV_V41;
+}
 
 /* The layer whose compressed KV layer l attends to (the nearest KV source
  * at or before l), -1 for a window-only layer. */
@@ -81,16 +75,12 @@ int st_dsv41_last_kv_source(const struct st_dsv_config *c);
 int st_dsv41_config_check_store(const struct st_dsv_config *c,
 				const char *source, struct st_diag *diag);
 
-/*
- * The routed-expert geometry in the form the store's record layout and
- * expertd read (struct st_model_config, zeroed first): model_type
- * "deepseek_v41", hidden_size, n_layers, vocab_size, n_experts, top_k,
- * expert_inter (moe_intermediate_size), max_position_embeddings, heads
- * (n_kv_heads 1: one shared K=V latent), BOS and the one EOS id.  arch 0:
- * no Mixtral / Qwen3 dense tensor roles.
- */
-void st_dsv41_expert_config(const struct st_dsv_config *c,
-			    struct st_model_config *ret);
+/* st_dsv_expert_config of a V4.1 config. */
+static inline void st_dsv41_expert_config(const struct st_dsv_config *c,
+					  struct st_model_config *ret)
+{
+	st_dsv_expert_config(c, ret);
+}
 
 /* Index of model layer `layer` among the Engram layers
  * (c->engram_layer[]), or -1 if it has no Engram. */

@@ -22,9 +22,7 @@
 #include "es_client.h"
 #include "es_proto.h"
 #include "kv_client.h"
-#include "st_formats.h"
 #include "st_log.h"
-#include "st_util.h"
 
 /* Row r of stream `kind` of layer l: process-local ring or array, or the
  * kvd page row (writable when `write`).  A row kvd does not map (spilled

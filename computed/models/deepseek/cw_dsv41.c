@@ -25,10 +25,8 @@
 #include "kv_client.h"
 #include "cw_engram_es.h"
 #include "es_client.h"
-#include "st_formats.h"
 #include "st_kvfmt_v41.h"
 #include "st_log.h"
-#include "st_util.h"
 
 /* The reference loop: the router and the indexer's head weights stay
  * reference code in both modes (routing and selections as reference
