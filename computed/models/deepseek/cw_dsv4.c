@@ -301,12 +301,9 @@ static void attention(const struct cw_dsv_model *m,
 		      float *out, int32_t *sel_out)
 {
 	const struct st_dsv_config *c = &m->cfg;
-	int H = c->n_heads, hd = c->head_dim, G = c->o_groups;
-	int R = c->o_lora_rank, W = c->sliding_window;
+	int W = c->sliding_window;
 	int lo = p - W + 1 < 0 ? 0 : (int)(p - W + 1);
 	int n_win = (int)p - lo + 1, n_vis = 0, n_sel = 0;
-	const double *fr = L->ratio ? m->freq_comp : m->freq_main;
-	float o[H * hd], t[G * R];
 
 	if (L->ratio)
 		n_vis = (int)((p + 1) / L->ratio);
@@ -332,16 +329,8 @@ static void attention(const struct cw_dsv_model *m,
 			rows[nr++] = srow(s, l, CW_DSV_COMP_ROWS, sel[j], 0);
 		for (int j = 0; sel_out && j < c->index_topk; j++)
 			sel_out[j] = j < n_sel ? sel[j] : -1;
-		for (int h = 0; h < H; h++) {
-			cw_dsv4_sink_attn(q + h * hd, rows, nr, hd, L->sink[h],
-					  o + h * hd);
-			cw_dsv4_rope(o + h * hd, hd, c->rope_dim / 2, fr, p, 1);
-		}
+		cw_dsv_attn_out(m, L, p, q, rows, nr, out);
 	}
-	for (int g = 0; g < G; g++)
-		cw_dsv_lin_rows(m, &L->wo_a, g * R, R,
-				o + (size_t)g * (H / G) * hd, t + g * R);
-	cw_dsv_lin(m, &L->wo_b, t, out);
 }
 
 /* Store mode, at the start of an eval: the tokens about to be evaluated
@@ -500,7 +489,6 @@ int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 			       D * sizeof(float));
 	for (int l = 0; l < c->n_layers; l++) {
 		const struct cw_dsv_layer *L = &m->layers[l];
-		const double *fr = L->ratio ? m->freq_comp : m->freq_main;
 
 		/* token by token: each reads only its own streams and what
 		 * earlier positions left in the layer's state */
@@ -521,27 +509,9 @@ int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 				cw_dsv_layer_hint(m, &s->run, l, p, u);
 			cw_dsv4_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps,
 					a);
-			cw_dsv_lin(m, &L->wq_a, a, qr);
-			cw_dsv4_rmsnorm(qr, L->q_norm, c->q_lora_rank,
-					c->rms_norm_eps, qr);
-			cw_dsv_lin(m, &L->wq_b, qr, q);
-			for (int h = 0; h < H; h++) {
-				cw_dsv4_rmsnorm(q + h * hd, NULL, hd,
-						c->rms_norm_eps, q + h * hd);
-				cw_dsv4_rope(q + h * hd, hd, c->rope_dim / 2,
-					     fr, p, 0);
-			}
-			{
-				float *kv = srow(s, l, CW_DSV_WINDOW, p, 1);
-
-				cw_dsv_lin(m, &L->wkv, a, kv);
-				cw_dsv4_rmsnorm(kv, L->kv_norm, hd,
-						c->rms_norm_eps, kv);
-				cw_dsv4_rope(kv, hd, c->rope_dim / 2, fr, p, 0);
-				if (m->qat & CW_DSV4_QAT_KV_FP8)
-					cw_dsv4_fp8_roundtrip(kv, hd - c->rope_dim,
-							      64);
-			}
+			cw_dsv_attn_query(m, L, p, a, qr, q);
+			cw_dsv_attn_kv(m, L, p, a,
+				       srow(s, l, CW_DSV_WINDOW, p, 1));
 			if (L->ratio)
 				comp_inputs(m, &L->comp, a, p,
 					    srow(s, l, CW_DSV_COMP_STATE, p, 1));

@@ -501,26 +501,18 @@ static int attention(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 	const struct st_dsv_config *c = &m->cfg;
 	const struct cw_dsv_layer *L = &m->layers[l];
 	struct cw_dsv41_lstate *ls = &s->ls[l];
-	const int H = c->n_heads, hd = c->head_dim, G = c->o_groups;
-	const int R = c->o_lora_rank, W = c->sliding_window;
-	const double *fr = L->ratio ? m->freq_comp : m->freq_main;
+	const int H = c->n_heads, hd = c->head_dim, W = c->sliding_window;
 	int64_t lo = p - W + 1 > ls->win_lo ? p - W + 1 : ls->win_lo;
-	float qr[c->q_lora_rank], q[H * hd], o[H * hd], tg[G * R];
+	float qr[c->q_lora_rank], q[H * hd];
 	int r = 0, n_sel = 0;
 	const int *sel = NULL;
 
-	cw_dsv_lin(m, &L->wq_a, a, qr);
-	cw_dsv4_rmsnorm(qr, L->q_norm, c->q_lora_rank, c->rms_norm_eps, qr);
-	cw_dsv_lin(m, &L->wq_b, qr, q);
-	for (int h = 0; h < H; h++) /* no per-head q norm in V4.1 */
-		cw_dsv4_rope(q + h * hd, hd, c->rope_dim / 2, fr, p, 0);
+	cw_dsv_attn_query(m, L, p, a, qr, q);
 	{
 		float kb[hd];
 		float *kv = row_begin(m, s, l, CW_DSV41_S_WINDOW, p, kb);
 
-		cw_dsv_lin(m, &L->wkv, a, kv);
-		cw_dsv4_rmsnorm(kv, L->kv_norm, hd, c->rms_norm_eps, kv);
-		cw_dsv4_rope(kv, hd, c->rope_dim / 2, fr, p, 0);
+		cw_dsv_attn_kv(m, L, p, a, kv);
 		r = row_end(m, s, l, CW_DSV41_S_WINDOW, p, kv);
 	}
 	if (r == 0 && c->kv_source[l] && !ck->replay)
@@ -548,16 +540,8 @@ static int attention(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 			rows[nr] = row_get(m, s, L->kv_src, CW_DSV41_S_CROW,
 					   sel[j], s->dec ? s->dec +
 						   (size_t)nr * hd : NULL);
-		for (int h = 0; h < H; h++) {
-			cw_dsv4_sink_attn(q + h * hd, rows, nr, hd, L->sink[h],
-					  o + h * hd);
-			cw_dsv4_rope(o + h * hd, hd, c->rope_dim / 2, fr, p, 1);
-		}
+		cw_dsv_attn_out(m, L, p, q, rows, nr, out);
 	}
-	for (int g = 0; g < G; g++)
-		cw_dsv_lin_rows(m, &L->wo_a, g * R, R,
-				o + (size_t)g * (H / G) * hd, tg + g * R);
-	cw_dsv_lin(m, &L->wo_b, tg, out);
 	return 0;
 }
 

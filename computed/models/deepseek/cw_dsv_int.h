@@ -176,6 +176,28 @@ void cw_dsv_lin_rows(const struct cw_dsv_model *m,
  * round trip): the inputs of FP8/FP4 matmuls take the FP8 trip. */
 int cw_dsv_act_fp8(const struct cw_dsv_model *m);
 
+/* ---- the attention site, where the revisions agree (cw_dsv_attn.c) ---- */
+
+struct cw_dsv_layer;
+
+/* Layer L's query for position p from a = attn_norm(u) [D]: qr
+ * [q_lora_rank] = q_norm(wq_a a), q [n_heads][head_dim] = wq_b qr (V4:
+ * each head RMS-normed, unweighted), each head roped. */
+void cw_dsv_attn_query(const struct cw_dsv_model *m,
+		       const struct cw_dsv_layer *L, int64_t p,
+		       const float *a, float *qr, float *q);
+/* Layer L's K=V row of position p [head_dim]: kv_norm(wkv a), roped; V4
+ * with CW_DSV4_QAT_KV_FP8: its nope dims through FP8 in blocks of 64. */
+void cw_dsv_attn_kv(const struct cw_dsv_model *m,
+		    const struct cw_dsv_layer *L, int64_t p, const float *a,
+		    float *kv);
+/* out [D]: each head's sink attention of q over rows[0..n_rows) (K = V,
+ * head_dim each), de-roped at p, through the grouped output projection
+ * (wo_a per group of heads, then wo_b). */
+void cw_dsv_attn_out(const struct cw_dsv_model *m,
+		     const struct cw_dsv_layer *L, int64_t p, const float *q,
+		     const float *const *rows, int n_rows, float *out);
+
 /* ---- the FFN site, both revisions (cw_dsv_moe.c) ---- */
 
 /* What the FFN site keeps in a sequence state: store-mode scratch (xw:
