@@ -381,18 +381,6 @@ out:
 	free(he);
 }
 
-/* Collapse of the streams with pre weights: u = sum_k pre_k X_k. */
-static void collapse(const float *X, const float *pre, int n, int D, float *u)
-{
-	for (int d = 0; d < D; d++) {
-		double acc = 0.0;
-
-		for (int k = 0; k < n; k++)
-			acc += (double)pre[k] * X[k * D + d];
-		u[d] = (float)acc;
-	}
-}
-
 static void head(const struct cw_dsv_model *m, const float *X, float *logits)
 {
 	const struct st_dsv_config *c = &m->cfg;
@@ -413,7 +401,7 @@ static void head(const struct cw_dsv_model *m, const float *X, float *logits)
 						     m->hc_head_base[k]))) +
 				 c->hc_eps);
 	}
-	collapse(X, pre, n, D, h);
+	cw_dsv4_collapse(X, pre, n, D, h);
 	cw_dsv4_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
 	cw_dsv_lin(m, &m->head, h, logits);
 }
@@ -503,7 +491,7 @@ int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 				       c->hc_sinkhorn_iters, c->hc_eps,
 				       c->rms_norm_eps, pp, pp + hc,
 				       pp + 2 * hc);
-			collapse(X + t * xs, pp, hc, D, u);
+			cw_dsv4_collapse(X + t * xs, pp, hc, D, u);
 			if (n == 1 && !L->tid2eid && m->es &&
 			    !m->no_route_reports && !m->no_layer_hints)
 				cw_dsv_layer_hint(m, &s->run, l, p, u);
@@ -565,7 +553,7 @@ int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 				       L->hc_ffn_base, L->hc_ffn_scale,
 				       c->hc_sinkhorn_iters, c->hc_eps,
 				       c->rms_norm_eps, pre, post, comb);
-			collapse(X + t * xs, pre, hc, D, u);
+			cw_dsv4_collapse(X + t * xs, pre, hc, D, u);
 			cw_dsv4_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, b);
 			if (dbg && s->dbg->experts && s->dbg->weights) {
 				dbg_ids = s->dbg->experts + dl * K;

@@ -208,6 +208,12 @@ void cw_dsv4_hc_pre(const float *X, int n, int D, const float *fn,
 		    double eps, double rms_eps, float *pre, float *post,
 		    float *comb);
 
+/* mHC collapse of the streams X [n][D] with pre weights pre [n]: u [D] =
+ * sum_k pre_k X_k, accumulated in double in stream order (V4's sites
+ * with their own pre, V4.1's with the lagged one). */
+void cw_dsv4_collapse(const float *X, const float *pre, int n, int D,
+		      float *u);
+
 /* mHC post: X'[j] = post[j] * y + sum_i comb[i][j] * X[i]; X updated in
  * place (n*D scratch inside). */
 void cw_dsv4_hc_post(float *X, int n, int D, const float *y,

@@ -591,18 +591,6 @@ static void step_hint(const struct cw_dsv_model *m,
 	}
 }
 
-/* u = sum_k pre_k X_k */
-static void collapse(const float *X, const float *pre, int n, int D, float *u)
-{
-	for (int d = 0; d < D; d++) {
-		double acc = 0.0;
-
-		for (int k = 0; k < n; k++)
-			acc += (double)pre[k] * X[k * D + d];
-		u[d] = (float)acc;
-	}
-}
-
 /* One layer for one token: Engram, attention site, FFN site. */
 static int layer_token(const struct cw_dsv_model *m,
 		       struct cw_dsv41_state *s, int l, int t,
@@ -626,7 +614,7 @@ static int layer_token(const struct cw_dsv_model *m,
 		/* the streams as they enter the layer, collapsed with the
 		 * lagged pre P (a guess: the FFN input adds the layer's
 		 * Engram and attention output) */
-		collapse(X, P, hc, D, u);
+		cw_dsv4_collapse(X, P, hc, D, u);
 		cw_dsv_layer_hint(m, &s->run, l, p, u);
 	}
 	if (L->ei >= 0 && (r = engram(m, s, L, p, X, t, diag)) < 0)
@@ -689,7 +677,7 @@ static void head(const struct cw_dsv_model *m, const float *X,
 	float h[D];
 
 	/* no hc_head: the last FFN site's pre collapses the streams */
-	collapse(X, P, c->hc_mult, D, h);
+	cw_dsv4_collapse(X, P, c->hc_mult, D, h);
 	cw_dsv4_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
 	cw_dsv_lin(m, &m->head, h, logits);
 }

@@ -99,11 +99,5 @@ void cw_dsv41_hc_site(const float *X, int n, int D, const float *lag_pre,
 {
 	cw_dsv4_hc_pre(X, n, D, fn, base, scale, iters, eps, rms_eps, pre,
 		       post, comb);
-	for (int d = 0; d < D; d++) {
-		double acc = 0.0;
-
-		for (int k = 0; k < n; k++)
-			acc += (double)lag_pre[k] * X[k * D + d];
-		u[d] = (float)acc;
-	}
+	cw_dsv4_collapse(X, lag_pre, n, D, u);
 }

@@ -326,3 +326,15 @@ void cw_dsv4_hadamard(float *x, int n)
 	for (int i = 0; i < n; i++)
 		x[i] = (float)(x[i] * k);
 }
+
+void cw_dsv4_collapse(const float *X, const float *pre, int n, int D,
+		      float *u)
+{
+	for (int d = 0; d < D; d++) {
+		double acc = 0.0;
+
+		for (int k = 0; k < n; k++)
+			acc += (double)pre[k] * X[k * D + d];
+		u[d] = (float)acc;
+	}
+}
