@@ -239,9 +239,9 @@ static int check_all(struct conv *c)
 	if ((r = st_read_file(path, &c->config_text, &c->config_len)))
 		return st_diag_set(c->diag, r, "%s: %s", path, strerror(-r));
 	if (st_dsv41_config_detect(c->config_text))
-		return es_cv_check_all_dsv41(c);
+		return es_cv_check_all_dsv(c, 1);
 	if (st_dsv4_config_detect(c->config_text))
-		return es_cv_check_all_dsv4(c);
+		return es_cv_check_all_dsv(c, 0);
 	if ((r = st_config_load(c->model_dir, &c->cfg, c->diag)))
 		return r;
 	if (c->o.shared_experts_set && !c->cfg.shared_inter)

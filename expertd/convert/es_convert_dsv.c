@@ -184,28 +184,32 @@ static int check_dense_dsv4(struct conv *c)
 	return 0;
 }
 
-int es_cv_check_all_dsv4(struct conv *c)
+/* Parses the config of revision V4 (v41 0) or V4.1 (v41 1) into c->v4 /
+ * c->v41 and c->cfg (the expert geometry plan_layers reads). */
+static int parse_config_dsv(struct conv *c, int v41)
 {
 	char path[4200];
 	int r;
 
 	snprintf(path, sizeof(path), "%s/config.json", c->model_dir);
 	c->dsv4 = 1;
-	if ((r = st_dsv4_config_parse(c->config_text, path, &c->v4, c->diag)) ||
-	    (r = check_opts_dsv4(c)))
+	c->dsv41 = v41;
+	if (!v41) {
+		if ((r = st_dsv4_config_parse(c->config_text, path, &c->v4,
+					      c->diag)))
+			return r;
+		st_dsv4_expert_config(&c->v4, &c->cfg);
+		return 0;
+	}
+	if ((r = st_dsv41_config_parse(c->config_text, path, &c->v41,
+				       c->diag)) ||
+	    (r = st_dsv41_config_check_store(&c->v41, path, c->diag)))
 		return r;
-	st_dsv4_expert_config(&c->v4, &c->cfg);
-	if ((r = es_cv_plan_layers(c)) ||
-	    (r = st_checkpoint_open(c->model_dir, &c->ck, c->diag)))
-		return r;
-	c->is_expert = calloc((size_t)c->ck->n_tensors + 1, 1);
-	c->is_attn = calloc((size_t)c->ck->n_tensors + 1, 1);
-	if (!c->is_expert || !c->is_attn)
-		return st_diag_set(c->diag, -ENOMEM, "out of memory");
-	if ((r = check_experts_dsv4(c)) || (r = check_dense_dsv4(c)) ||
-	    (r = es_cv_check_copied_files(c)) || (r = es_cv_check_tokenizer(c)))
-		return r;
-	return es_cv_check_finite(c);
+	st_dsv41_expert_config(&c->v41, &c->cfg);
+	/* the dense checks read the FP8 block from the V4 config */
+	c->v4.fp8_block[0] = c->v41.fp8_block[0];
+	c->v4.fp8_block[1] = c->v41.fp8_block[1];
+	return 0;
 }
 
 uint64_t es_cv_engram_bytes(const struct conv *c)
@@ -217,33 +221,26 @@ uint64_t es_cv_engram_bytes(const struct conv *c)
 	return n;
 }
 
-int es_cv_check_all_dsv41(struct conv *c)
+int es_cv_check_all_dsv(struct conv *c, int v41)
 {
-	char path[4200];
 	int r;
 
-	snprintf(path, sizeof(path), "%s/config.json", c->model_dir);
-	c->dsv4 = c->dsv41 = 1;
-	if ((r = st_dsv41_config_parse(c->config_text, path, &c->v41,
-					 c->diag)) ||
-	    (r = st_dsv41_config_check_store(&c->v41, path, c->diag)) ||
-	    (r = check_opts_dsv4(c)))
-		return r;
-	st_dsv41_expert_config(&c->v41, &c->cfg);
-	/* the dense checks read the FP8 block from the V4 config */
-	c->v4.fp8_block[0] = c->v41.fp8_block[0];
-	c->v4.fp8_block[1] = c->v41.fp8_block[1];
-	if ((r = es_cv_plan_layers(c)) ||
+	if ((r = parse_config_dsv(c, v41)) || (r = check_opts_dsv4(c)) ||
+	    (r = es_cv_plan_layers(c)) ||
 	    (r = st_checkpoint_open(c->model_dir, &c->ck, c->diag)))
 		return r;
 	c->is_expert = calloc((size_t)c->ck->n_tensors + 1, 1);
 	c->is_attn = calloc((size_t)c->ck->n_tensors + 1, 1);
 	if (!c->is_expert || !c->is_attn)
 		return st_diag_set(c->diag, -ENOMEM, "out of memory");
-	if ((r = check_experts_dsv4(c)) ||
-	    (r = es_engram_check(c->ck, &c->v41, c->model_dir, c->is_expert,
-				 &c->engram, c->diag)) ||
-	    (r = check_dense_dsv4(c)))
+	if ((r = check_experts_dsv4(c)))
+		return r;
+	/* V4.1: the Engram tables, found before the dense checks so that
+	 * they do not take them for unknown tensors */
+	if (v41 && (r = es_engram_check(c->ck, &c->v41, c->model_dir,
+					c->is_expert, &c->engram, c->diag)))
+		return r;
+	if ((r = check_dense_dsv4(c)))
 		return r;
 	c->total += es_cv_engram_bytes(c);
 	if ((r = es_cv_check_copied_files(c)) || (r = es_cv_check_tokenizer(c)))

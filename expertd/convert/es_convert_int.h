@@ -164,15 +164,14 @@ int es_cv_check_finite(struct conv *c);
 
 /* --- es_convert_dsv.c: phase 1, the DeepSeek-V4 family ----------------- */
 
-/* Phase 1 for a V4 checkpoint (config text already in c->config_text). */
-int es_cv_check_all_dsv4(struct conv *c);
+/* Phase 1 for a DeepSeek-V4-family checkpoint (config text already in
+ * c->config_text): V4 (v41 0), or V4.1 (v41 1: the V4 lossless path with
+ * the V4.1 geometry, plus the Engram tables and hash,
+ * es_convert_engram.c). */
+int es_cv_check_all_dsv(struct conv *c, int v41);
 
-/* Checkpoint bytes of the Engram tables (for progress). */
+/* Checkpoint bytes of the Engram tables (for progress; 0 without). */
 uint64_t es_cv_engram_bytes(const struct conv *c);
-
-/* Phase 1 for a V4.1 checkpoint: the V4 lossless path with the V4.1
- * geometry, plus the Engram tables and hash (es_convert_engram.c). */
-int es_cv_check_all_dsv41(struct conv *c);
 
 /* The manifest's "skipped" list: the groups of checkpoint tensors a V4.1
  * store leaves out, with their counts; -ENOMEM only. */
