@@ -10,7 +10,7 @@
  * family's one reader (st_config_dsv_family.h:
  * st_dsv_config_parse, V4.1's own parts in st_config_dsv41.c); the V4.1
  * spellings below stay for the callers that name V4.1 (the store writer
- * in expertd/, the store reader, the CLI).
+ * in expertd/convert/, the store reader, the CLI).
  */
 #ifndef ST_CONFIG_DSV41_H
 #define ST_CONFIG_DSV41_H

@@ -25,6 +25,10 @@
 # a file under build-san/sanitizer-logs, printed at the end.  Prints one
 # line "sanitizers: N passed, N failed, N skipped".  Extra arguments go to
 # meson test (more --suite / --no-suite options: the build follows them).
+#
+# --models (first argument): runs instead the suites left out above
+# (reference, fast, integration: whole models against their references;
+# about an hour on 2 cores), the slow suite's `sanitizers-models`.
 set -u
 cd "$(dirname "$0")/.."
 dir=build-san
@@ -36,8 +40,14 @@ if [ ! -f "$dir/build.ninja" ]; then
 fi
 # regenerate first (a changed meson.build) so the test list is current
 ninja -C "$dir" build.ninja >/dev/null || exit 1
-suites="--suite unit --suite ipc --no-suite slow --no-suite reference
-	--no-suite fast --no-suite integration"
+if [ "${1:-}" = --models ]; then
+	shift
+	suites="--suite reference --suite fast --suite integration
+		--no-suite slow"
+else
+	suites="--suite unit --suite ipc --no-suite slow --no-suite reference
+		--no-suite fast --no-suite integration"
+fi
 # shellcheck disable=SC2086  # one option a word
 targets=$(./scripts/test-targets.py "$dir" $suites "$@") || exit 1
 # shellcheck disable=SC2086  # one target a word
