@@ -12,7 +12,7 @@
  * expertd has loader threads, one expert record per request, up to
  * --raw-bytes), expertd (and kvd, unused) start on a private instance
  * with --host-budget B, and the model runs in this process
- * (cw_dsv4_load_store_mode, --compute fast by default: FP8 dense codes
+ * (cw_dsv_load_store, --compute fast by default: FP8 dense codes
  * and MXFP4 slot bytes on the fast kernels): a prompt of --prompt-tokens,
  * then --tokens greedy decode steps, timed.  At the first budget, a second
  * decode of the same tokens on the warm pool (no reads when the budget
@@ -22,7 +22,7 @@
  *   tok/s          decode tokens per second (wall clock)
  *   NVMe B/tok     bytes expertd read from the store per decoded token
  *   expert B/tok   expert record bytes the routed experts used per token
- *   dense B/tok    dense weight bytes per token (cw_dsv4_dense_bytes)
+ *   dense B/tok    dense weight bytes per token (cw_dsv_dense_bytes)
  *   stall          time in es_client_acquire / decode wall time
  *   hit rate       pool hits / (hits + misses)
  *   raw GB/s       the mean of two raw probes, before the daemons start
@@ -71,7 +71,7 @@ static void usage(FILE *f)
 "look-ahead hints for the next D layers; hash layers are hinted exactly).\n"
 "--no-step-hints: do not hint the next token's hash-routed layers' experts\n"
 "before its layer 0; --no-layer-hints: no hint of each score-routed layer's\n"
-"experts at the layer's start (cw_dsv4_set_layer_hints); --no-overlap: wait\n"
+"experts at the layer's start (cw_dsv_set_layer_hints); --no-overlap: wait\n"
 "for all top-k experts of a layer\n"
 "before computing any (all on by default; off to measure their effect).\n");
 }
@@ -107,14 +107,14 @@ static int argmax(const float *x, int n)
  * warm_ids.  The model's and expertd's counters are taken after the
  * prompt (rs0, t0s) and after the last step (rs1, t1s).  Returns wall ns
  * of the decode steps, or negative. */
-static int64_t decode(const struct cw_dsv4_model *m, struct es_client *es,
+static int64_t decode(const struct cw_dsv_model *m, struct es_client *es,
 		      const int32_t *prompt, int n_prompt, int n_tok,
 		      int32_t *ids, const int32_t *warm_ids,
-		      struct cw_dsv4_run_stats *rs0,
-		      struct cw_dsv4_run_stats *rs1, struct es_tier_stats *t0s,
+		      struct cw_dsv_run_stats *rs0,
+		      struct cw_dsv_run_stats *rs1, struct es_tier_stats *t0s,
 		      struct es_tier_stats *t1s, struct st_diag *diag)
 {
-	const int V = cw_dsv4_config(m)->vocab_size;
+	const int V = cw_dsv_config(m)->vocab_size;
 	float *logits = malloc((size_t)V * sizeof(float));
 	struct cw_dsv4_state *s = NULL;
 	int64_t r;
@@ -270,10 +270,10 @@ int main(int argc, char **argv)
 		struct cli_instance inst;
 		struct cli_tier_args tier = { 0 };
 		struct es_client *es = NULL;
-		struct cw_dsv4_model *m = NULL;
+		struct cw_dsv_model *m = NULL;
 		struct es_tier_stats a, b;
 		struct es_stats est;
-		struct cw_dsv4_run_stats r0, r1;
+		struct cw_dsv_run_stats r0, r1;
 		int64_t ns;
 		int r;
 
@@ -304,13 +304,14 @@ int main(int argc, char **argv)
 		r = es_client_open(inst.run_dir, inst.name, "bench", 120000, &es,
 				   &diag);
 		if (!r)
-			r = cw_dsv4_load_store_mode(store_dir, es, mode, &m, &diag);
+			r = cw_dsv_load_store(store_dir, es, ST_DSV_REV_V4,
+					      mode, &m, &diag);
 		if (!r) {
-			cw_dsv4_set_route_reports(m, hints);
-			cw_dsv4_set_decode_overlap(m, step_hints, overlap);
-			cw_dsv4_set_layer_hints(m, layer_hints);
+			cw_dsv_set_route_reports(m, hints);
+			cw_dsv_set_decode_overlap(m, step_hints, overlap);
+			cw_dsv_set_layer_hints(m, layer_hints);
 		}
-		if (!r && cw_dsv4_set_prefetch_depth(m, depth) < 0)
+		if (!r && cw_dsv_set_prefetch_depth(m, depth) < 0)
 			r = st_diag_set(&diag, -EINVAL, "--prefetch-depth "
 					"must be 0..8");
 		if (!r) {
@@ -325,7 +326,7 @@ int main(int argc, char **argv)
 			rr->tok_s = n_tok / (ns / 1e9);
 			rr->expert_bpt = (double)(r1.expert_bytes -
 						  r0.expert_bytes) / n_tok;
-			rr->dense_bpt = (double)cw_dsv4_dense_bytes(m);
+			rr->dense_bpt = (double)cw_dsv_dense_bytes(m);
 			rr->stall = (double)(r1.acquire_ns - r0.acquire_ns) /
 				    (double)ns;
 			rr->nvme_bpt = (double)dl / n_tok;
@@ -352,7 +353,7 @@ int main(int argc, char **argv)
 		}
 		if (!r) {
 			struct es_tier_stats w0, w1;
-			struct cw_dsv4_run_stats q0, q1;
+			struct cw_dsv_run_stats q0, q1;
 			int64_t wns;
 
 			/* warm pass: the same tokens again on the pool as the
@@ -368,7 +369,7 @@ int main(int argc, char **argv)
 		if (r)
 			fprintf(stderr, "bench: budget %d%%: %s\n", budgets[bi],
 				diag.msg);
-		cw_dsv4_free(m);
+		cw_dsv_free(m);
 		es_client_close(es);
 		cli_instance_down(&inst);
 		if (r)

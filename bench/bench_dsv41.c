@@ -14,7 +14,7 @@
  * again right after the decode), expertd (and kvd, unused) start on a
  * private instance with --host-budget B and
  * --engram-cache C, and the model runs in this process
- * (cw_dsv41_load_store_mode, --compute fast by default: FP8 dense codes,
+ * (cw_dsv_load_store, --compute fast by default: FP8 dense codes,
  * BF16 compressor / index keys / head and the experts' MXFP4 slot bytes
  * on the fast kernels, per-expert overlap and next-token step hints on):
  * a prompt of --prompt-tokens, then --tokens greedy decode steps, timed.
@@ -79,7 +79,7 @@ static void usage(FILE *f)
 "prefetch, no routing reports and so no expert hints; --no-step-hints: no\n"
 "step-named hint of the next token's first layers' experts;\n"
 "--no-layer-hints: no hint of each layer's experts at the layer's start\n"
-"(cw_dsv41_set_layer_hints); --no-overlap:\n"
+"(cw_dsv_set_layer_hints); --no-overlap:\n"
 "wait for all top-k experts of a layer before computing any (for A/B);\n"
 "--threads N: fast mode's matvecs split over N threads (default 1);\n"
 "--evict: expertd's eviction policy (default its own, lfru); --admit:\n"
@@ -92,7 +92,7 @@ static void usage(FILE *f)
 struct counters {
 	struct es_tier_stats t;
 	struct es_engram_stats e;
-	struct cw_dsv41_run_stats r;
+	struct cw_dsv_run_stats r;
 };
 
 /* What the command line sets for every budget. */
@@ -143,13 +143,13 @@ static int argmax(const float *x, int n)
  * (ids[] gets them, or they are forced from warm_ids); counters taken
  * after the prompt (c0) and after the last step (c1).  Returns the wall
  * ns of the decode steps, or negative. */
-static int64_t decode(const struct cw_dsv41_model *m, struct es_client *es,
+static int64_t decode(const struct cw_dsv_model *m, struct es_client *es,
 		      const int32_t *prompt, int n_prompt, int n_tok,
 		      int32_t *ids, const int32_t *warm_ids,
 		      struct counters *c0, struct counters *c1,
 		      struct st_diag *diag)
 {
-	const int V = cw_dsv41_config(m)->vocab_size;
+	const int V = cw_dsv_config(m)->vocab_size;
 	float *logits = malloc((size_t)V * sizeof(float));
 	struct cw_dsv41_state *s = NULL;
 	int64_t r;
@@ -214,7 +214,7 @@ static int run_budget(const struct st_store *st, const char *store_dir,
 	struct cli_instance inst;
 	struct cli_tier_args tier = { 0 };
 	struct es_client *es = NULL;
-	struct cw_dsv41_model *m = NULL;
+	struct cw_dsv_model *m = NULL;
 	struct counters a, b, w0, w1;
 	struct es_stats est;
 	int64_t ns;
@@ -252,19 +252,20 @@ static int run_budget(const struct st_store *st, const char *store_dir,
 	r = es_client_open(inst.run_dir, inst.name, "bench", 120000, &es,
 			   diag);
 	if (!r)
-		r = cw_dsv41_load_store_mode(store_dir, es, bo->mode, &m, diag);
-	if (!r && cw_dsv41_set_prefetch_depth(m, bo->depth) < 0)
+		r = cw_dsv_load_store(store_dir, es, ST_DSV_REV_V41, bo->mode,
+				      &m, diag);
+	if (!r && cw_dsv_set_prefetch_depth(m, bo->depth) < 0)
 		r = st_diag_set(diag, -EINVAL, "--prefetch-depth must be 0..8");
 	if (!r && cw_dsv41_set_threads(m, bo->threads) < 0)
 		r = st_diag_set(diag, -EINVAL, "--threads %d (fast mode only)",
 				bo->threads);
 	if (!r) {
-		const struct st_dsv41_config *c = cw_dsv41_config(m);
+		const struct st_dsv_config *c = cw_dsv_config(m);
 
-		cw_dsv41_set_route_reports(m, bo->prefetch);
+		cw_dsv_set_route_reports(m, bo->prefetch);
 		cw_dsv41_set_engram_prefetch(m, bo->prefetch);
-		cw_dsv41_set_decode_overlap(m, bo->step_hints, bo->overlap);
-		cw_dsv41_set_layer_hints(m, bo->layer_hints);
+		cw_dsv_set_decode_overlap(m, bo->step_hints, bo->overlap);
+		cw_dsv_set_layer_hints(m, bo->layer_hints);
 		ns = decode(m, es, prompt, n_prompt, n_tok, ids, NULL, &a, &b,
 			    diag);
 		r = ns < 0 ? (int)ns : 0;
@@ -279,7 +280,7 @@ static int run_budget(const struct st_store *st, const char *store_dir,
 			rr->misses = b.t.misses - a.t.misses;
 			rr->stall = (double)(b.r.acquire_ns - a.r.acquire_ns) /
 				    (double)ns;
-			rr->dense_bpt = (double)cw_dsv41_dense_bytes(m);
+			rr->dense_bpt = (double)cw_dsv_dense_bytes(m);
 			rr->pf_loads = b.t.prefetch_loads - a.t.prefetch_loads;
 			rr->pf_used = b.t.prefetch_used - a.t.prefetch_used;
 			rr->step_hints = b.t.step_hints - a.t.step_hints;
@@ -310,7 +311,7 @@ static int run_budget(const struct st_store *st, const char *store_dir,
 			}
 		}
 	}
-	cw_dsv41_free(m);
+	cw_dsv_free(m);
 	es_client_close(es);
 	cli_instance_down(&inst);
 	return r;

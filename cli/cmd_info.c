@@ -98,7 +98,7 @@ int cli_cmd_info(int argc, char **argv)
 		       s->dsv4.sliding_window, s->dsv4.hc_mult,
 		       s->dsv4.fp8_block[0], s->dsv4.fp8_block[1]);
 	if (s->is_dsv41) {
-		const struct st_dsv41_config *c = &s->dsv41;
+		const struct st_dsv_config *c = &s->dsv41;
 
 		printf("v4.1       %d shared expert, window %d, hc_mult %d, "
 		       "gate_temp %g, FP8 blocks %dx%d; lossless (MXFP4 "
@@ -125,9 +125,9 @@ int cli_cmd_info(int argc, char **argv)
 	}
 	if (s->is_dsv4) {
 		struct kv_stream_decl d[KV_MAX_STREAMS];
-		int n = cw_dsv4_kv_decl(&s->dsv4, 4, d, KV_MAX_STREAMS);
+		int n = cw_dsv_kv_decl(&s->dsv4, 0, 4, d, KV_MAX_STREAMS);
 
-		/* the declaration cw_dsv4_kv_declare sends to kvd */
+		/* the declaration cw_dsv_kv_declare sends to kvd */
 		printf("kv         %d streams; per token %.1f B of pooled rows "
 		       "and index keys (BF16 rows; F32: %.1f B), per sequence "
 		       "%s (window %d rows, compressor states; BF16)\n", n,

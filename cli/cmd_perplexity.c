@@ -266,7 +266,7 @@ static int load_cfg(const char *dir, struct st_model_config *cfg,
 		return st_config_load(dir, cfg, diag);
 	}
 	if (st_dsv41_config_detect(text)) {
-		struct st_dsv41_config *v41 = calloc(1, sizeof(*v41));
+		struct st_dsv_config *v41 = calloc(1, sizeof(*v41));
 
 		r = v41 ? st_dsv41_config_parse(text, path, v41, diag) :
 			  st_diag_set(diag, -ENOMEM, "out of memory");
@@ -274,7 +274,7 @@ static int load_cfg(const char *dir, struct st_model_config *cfg,
 			st_dsv41_expert_config(v41, cfg);
 		free(v41);
 	} else {
-		struct st_dsv4_config v4;
+		struct st_dsv_config v4;
 
 		r = st_dsv4_config_parse(text, path, &v4, diag);
 		if (r == 0)

@@ -147,12 +147,12 @@ static int apply_config(const struct st_iconf *c, struct st_plan_opts *o,
 }
 
 /* DeepSeek-V4: the KV streams exactly as the forward pass declares them
- * to kvd (cw_dsv4_streams: window, pooled rows, index keys, compressor
+ * to kvd (cw_dsv_streams: window, pooled rows, index keys, compressor
  * states), and their bytes per token and per sequence. */
 static void plan_dsv4_streams(const char *dir, struct st_plan_model *m,
 			      const struct st_plan_opts *o)
 {
-	struct st_dsv4_config c;
+	struct st_dsv_config c;
 	int eb = o->kv_dtype == ST_DTYPE_F32 ? 4 :
 		 o->kv_dtype == ST_DTYPE_F8_E4M3 ? 1 : 2;
 

@@ -1,11 +1,10 @@
 /*
- * st_config_dsv.h — what the DeepSeek-V4-family config readers share
- * (st_config_dsv4.c: V4's flat config.json; st_config_dsv41.c: V4.1's
- * composite one with text_config): typed key reads that name the family
- * in their messages, tables of integer and number keys, the JSON parse
- * and file read, and the model_type detection.  Each revision's reader
- * keeps only its key set and its checks; a new revision adds a reader of
- * its differences on the same plumbing.
+ * st_config_dsv.h — the plumbing of the DeepSeek-V4 family's config
+ * reader (st_config_dsv_read.c, one reader for every revision): typed key
+ * reads that name the family in their messages, tables of integer and
+ * number keys, the JSON parse and file read, the model_type detection,
+ * and what only V4.1 reads (st_config_dsv41.c).  A new revision adds a
+ * row to the reader's table and a file of what it alone has.
  */
 #ifndef ST_CONFIG_DSV_H
 #define ST_CONFIG_DSV_H
@@ -63,5 +62,31 @@ int st_dsvcfg_read(const char *dir, char **ret_text, char *path, size_t cap,
 /* 1 when text is JSON whose "model_type" is one of model_types
  * (NULL-terminated), else 0 (never an error). */
 int st_dsvcfg_detect(const char *text, const char *const *model_types);
+
+struct st_dsv_config;
+
+/* ---- V4.1's own parts (st_config_dsv41.c), in the reader's order ---- */
+
+/* The composite top level: only its known keys, model_type "deepseek_v41"
+ * (or "deepseek_v4.1"), expert_dtype "fp4" when present; *ret_text the
+ * "text_config" object (borrowed).  Errors: -ST_E_CONFIG,
+ * -ST_E_UNSUPPORTED, naming src. */
+int st_dsvcfg_v41_top(const json_t *root, const char *src,
+		      const json_t **ret_text, struct st_diag *diag);
+/* text_config t's routing: num_hash_layers 0 when present, gate_temp >
+ * 0 (read into c).  Errors: -ST_E_UNSUPPORTED, -ST_E_CONFIG. */
+int st_dsvcfg_v41_routing(const json_t *t, const char *src,
+			  struct st_dsv_config *c, struct st_diag *diag);
+/* text_config t's CSA2 layer roles (KV, index and candidate sources,
+ * checked against c->compress_ratio) and Engram layers into c.  Errors:
+ * -ST_E_CONFIG, -ST_E_LIMIT. */
+int st_dsvcfg_v41_layers(const json_t *t, const char *src,
+			 struct st_dsv_config *c, struct st_diag *diag);
+/* The ids (the top level authoritative, text_config repeating them;
+ * defaults bos 0, eos 1, pad 2, image -1) and the top level's
+ * tie_word_embeddings (false when present).  Errors: -ST_E_CONFIG,
+ * -ST_E_UNSUPPORTED. */
+int st_dsvcfg_v41_ids(const json_t *root, const json_t *t, const char *src,
+		      struct st_dsv_config *c, struct st_diag *diag);
 
 #endif

@@ -1,7 +1,10 @@
 /*
- * st_config_dsv4.h — the DeepSeek-V4 (model_type "deepseek_v4",
- * DeepseekV4ForCausalLM) configuration, read from its config.json
- * (key set: ../shared/MODEL_FAMILY_DEEPSEEK_V4.md section 2.1).
+ * st_config_dsv4.h — DeepSeek-V4 (model_type "deepseek_v4",
+ * DeepseekV4ForCausalLM) spellings of the family's one config reader
+ * (st_config_dsv_family.h: st_dsv_config_parse with revision
+ * ST_DSV_REV_V4; key set: ../shared/MODEL_FAMILY_DEEPSEEK_V4.md section
+ * 2.1).  They stay for the callers that name V4 (the store writer in
+ * expertd/, the store reader, the CLI).
  *
  * Kept apart from st_model_config (st_config.h): V4's attention (one K=V
  * latent, compressed streams), mHC and hash routing share nothing with the
@@ -11,77 +14,43 @@
 #define ST_CONFIG_DSV4_H
 
 #include "st_config.h"
+#include "st_config_dsv_family.h"
 #include "st_error.h"
 
-#define ST_DSV4_MAX_LAYERS 128
+/* The family's one config struct, revision ST_DSV_REV_V4 when read as a
+ * V4 config.  The V4 spelling stays for expertd/es_convert.c. */
+#define ST_DSV4_MAX_LAYERS ST_DSV_MAX_LAYERS
+#define st_dsv4_config st_dsv_config
 
-struct st_dsv4_config {
-	int hidden_size;          /* D */
-	int n_layers;             /* num_hidden_layers (MTP layers not counted) */
-	int n_nextn;              /* num_nextn_predict_layers (MTP, skipped) */
-	int vocab_size;
-	int n_heads;              /* num_attention_heads */
-	int head_dim;             /* width of the single K=V latent and of a q head */
-	int rope_dim;             /* qk_rope_head_dim: the last rope_dim dims are roped */
-	int q_lora_rank;
-	int o_groups, o_lora_rank;
-	int sliding_window;       /* rows visible: the current one and W-1 before */
-	int compress_ratio[ST_DSV4_MAX_LAYERS]; /* 0 window only, 4 CSA, else HCA */
-	int index_n_heads, index_head_dim, index_topk;
-	int n_experts, top_k, n_shared, moe_inter;
-	int n_hash_layers;        /* layers [0, n) route by tid2eid */
-	int norm_topk_prob;
-	double routed_scaling_factor;
-	double swiglu_limit;
-	int hc_mult, hc_sinkhorn_iters;
-	double hc_eps, rms_norm_eps;
-	double rope_theta, compress_rope_theta;
-	/* YaRN of the compress rope (rope_scaling) */
-	double yarn_factor, yarn_beta_fast, yarn_beta_slow;
-	int yarn_orig_max_pos;
-	int max_position_embeddings;
-	int fp8_block[2];         /* quantization_config.weight_block_size [out, in] */
-	int bos_token_id, eos_token_id;
-};
+/* st_dsv_config_parse of a V4 config (a V4.1 one is refused: its
+ * top-level keys are not V4's). */
+static inline int st_dsv4_config_parse(const char *text, const char *source,
+				       struct st_dsv_config *ret,
+				       struct st_diag *diag)
+{
+	return st_dsv_config_parse(text, source, ST_DSV_REV_V4, ret, diag);
+}
 
-/*
- * Parses V4 config.json text (NUL-terminated); `source` names it in
- * messages.  Every key of the official key set is either used or known to
- * be irrelevant (attention_dropout, initializer_range, torch_dtype, ...);
- * any other key is refused (-ST_E_CONFIG naming it), so a changed release
- * does not load silently wrong.  Missing keys: -ST_E_CONFIG naming the key.
- * Validates: model_type "deepseek_v4"; num_key_value_heads 1;
- * n_shared_experts 1; scoring_func "sqrtsoftplus"; topk_method "noaux_tc";
- * hidden_act "silu"; rope_scaling type "yarn"; tie_word_embeddings false;
- * compress_ratios with num_hidden_layers + num_nextn_predict_layers entries,
- * each 0, 4 or a multiple of 4 above 4; heads divisible by o_groups;
- * rope_dim even and <= head_dim and index_head_dim; positive sizes.
- * Returns 0, -ST_E_FORMAT (not JSON), -ST_E_CONFIG, -ST_E_UNSUPPORTED.
- */
-int st_dsv4_config_parse(const char *text, const char *source,
-			 struct st_dsv4_config *ret, struct st_diag *diag);
+/* st_dsv_config_load of a V4 config. */
+static inline int st_dsv4_config_load(const char *dir,
+				      struct st_dsv_config *ret,
+				      struct st_diag *diag)
+{
+	return st_dsv_config_load(dir, ST_DSV_REV_V4, ret, diag);
+}
 
-/* Reads <dir>/config.json and parses it (st_dsv4_config_parse).
- * Errors as there, plus -errno reading the file. */
-int st_dsv4_config_load(const char *dir, struct st_dsv4_config *ret,
-			struct st_diag *diag);
+/* 1 if config.json text names a DeepSeek-V4 model (model_type
+ * "deepseek_v4"), else 0. */
+static inline int st_dsv4_config_detect(const char *text)
+{
+	return st_dsv_config_detect(text) == ST_DSV_REV_V4;
+}
 
-/*
- * 1 if config.json text (NUL-terminated) names a DeepSeek-V4 model
- * (model_type "deepseek_v4"), 0 if not (or not JSON: the family parsers
- * then say what is wrong).  Lets the store writer and reader pick the V4
- * path before parsing.
- */
-int st_dsv4_config_detect(const char *text);
-
-/*
- * The routed-expert geometry of a V4 model in the form the store's record
- * layout and expertd read (struct st_model_config): hidden_size,
- * n_layers, n_experts, top_k, expert_inter (moe_intermediate_size),
- * vocab_size, heads; arch 0 and model_type "deepseek_v4" (no Mixtral /
- * Qwen3 dense tensor roles: st_dense_tensor_name is not for V4).
- */
-void st_dsv4_expert_config(const struct st_dsv4_config *c,
-			   struct st_model_config *ret);
+/* st_dsv_expert_config of a V4 config. */
+static inline void st_dsv4_expert_config(const struct st_dsv_config *c,
+					 struct st_model_config *ret)
+{
+	st_dsv_expert_config(c, ret);
+}
 
 #endif

@@ -174,7 +174,7 @@ struct st_store {
 	char *config_json;             /* owned, verbatim config.json */
 	struct st_model_config cfg;    /* V4: st_dsv4_expert_config */
 	int is_dsv4;                   /* 1: a DeepSeek-V4 store */
-	struct st_dsv4_config dsv4;    /* is_dsv4: the parsed config */
+	struct st_dsv_config dsv4;     /* is_dsv4: the parsed config */
 	/* experts (4-bit codes in OCP nibble order; MXFP4 rows interleaved
 	 * where st_store_matrix.il_rows says so) */
 	int n_layers, n_experts;
@@ -194,7 +194,7 @@ struct st_store {
 	struct st_store_file *files;   /* owned */
 	/* DeepSeek-V4.1 (config model_type "deepseek_v41"): is_dsv4 is 0 */
 	int is_dsv41;
-	struct st_dsv41_config dsv41;  /* is_dsv41: the embedded config, parsed */
+	struct st_dsv_config dsv41;    /* is_dsv41: the embedded config, parsed */
 	int n_engram;                  /* Engram layers (engram.bin) */
 	struct st_engram_layout *engram; /* owned, [n_engram], with xxh3 */
 	uint64_t engram_bytes;         /* size of engram.bin */

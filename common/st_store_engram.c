@@ -52,7 +52,7 @@ static int pread_full(int fd, void *buf, size_t len, uint64_t off)
  * implies (so a reader can trust either). */
 static int parse_layers(struct st_store *s, json_t *arr, struct st_diag *diag)
 {
-	const struct st_dsv41_config *g = &s->dsv41;
+	const struct st_dsv_config *g = &s->dsv41;
 	uint64_t next = 1;
 
 	if (!json_is_array(arr) || json_array_size(arr) != (size_t)g->n_engram)
@@ -148,7 +148,7 @@ int st_store_engram_parse(struct st_store *s, json_t *root,
 			  struct st_diag *diag)
 {
 	json_t *e = json_object_get(root, "engram"), *f, *hf;
-	const struct st_dsv41_config *g = &s->dsv41;
+	const struct st_dsv_config *g = &s->dsv41;
 	int64_t ids64[ST_DSV41_CONFIG_MAX_ENGRAM];
 	char path[4096];
 	int listed = 0, r;

@@ -221,7 +221,7 @@ int cw_model_is_dsv4(const struct cw_model *m);
 int cw_model_is_dsv41(const struct cw_model *m);
 /*
  * DeepSeek-V4 / V4.1 stores: the gate look-ahead depth of the model
- * (cw_dsv4_set_prefetch_depth / cw_dsv41_set_prefetch_depth: hint expertd
+ * (cw_dsv_set_prefetch_depth / cw_dsv_set_prefetch_depth: hint expertd
  * the experts the next `depth` layers' routers pick on the current layer's
  * FFN input; results unchanged).  Not during an eval.  0, -EINVAL for
  * depth outside [0, 8], -ST_E_UNSUPPORTED for other stores (they take the

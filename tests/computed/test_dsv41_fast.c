@@ -1,6 +1,6 @@
 /*
  * test_dsv41_fast.c — the DeepSeek-V4.1 forward pass in fast mode
- * (cw_dsv41_load_store_mode CW_COMPUTE_FAST: FP8 dense weights, Engram wkv
+ * (cw_dsv_load_store CW_COMPUTE_FAST: FP8 dense weights, Engram wkv
  * and indexer wq_b as E4M3 codes on the fast backend's kernel, BF16
  * compressor, index key projection and LM head on the BF16 kernel, routed
  * experts straight from a real expertd's slot bytes with int8
@@ -14,7 +14,7 @@
  *  1. Fast mode's data layout (FP8 codes with expanded E8M0 scales, BF16
  *     kept, MXFP4 views of the slot bytes) on the exact backend
  *     (cw_backend_cpu: float activations, exact weights), QAT off,
- *     against reference mode (cw_dsv41_load): only float vs double
+ *     against reference mode (cw_dsv_load): only float vs double
  *     summation differs, so top-1 equal everywhere and max |delta logit|
  *     <= 1e-3 x the spread (std) of the reference logits (a wrong offset,
  *     scale or nibble order moves logits by ~1 x std).
@@ -62,7 +62,7 @@
  *  4. Per-expert overlap off gives bit-identical logits to overlap on
  *     (outputs are summed in the fixed top-k order), and 3 threads to 1
  *     (rows split, each row one kernel reduction).
- *  5. Fast mode from the checkpoint (cw_dsv41_load_mode: no expertd,
+ *  5. Fast mode from the checkpoint (cw_dsv_load: no expertd,
  *     experts dequantized at load on the F32 kernel, no int8 step), QAT
  *     off: top-1 equal everywhere, max |delta logit| <= 1e-3 x std.
  * Usage: test_dsv41_fast (the checks above), or test_dsv41_fast greedy
@@ -203,11 +203,11 @@ static const struct cw_backend_ops sim_ops = {
 };
 
 /* Every case through both models in chunks, all positions compared. */
-static void run_all(const struct cw_dsv41_model *ref,
-		    const struct cw_dsv41_model *fm, const json_t *cases,
-		    struct dsvt_cmp *c, struct cw_dsv41_run_stats *rs)
+static void run_all(const struct cw_dsv_model *ref,
+		    const struct cw_dsv_model *fm, const json_t *cases,
+		    struct dsvt_cmp *c, struct cw_dsv_run_stats *rs)
 {
-	const int V = cw_dsv41_config(ref)->vocab_size;
+	const int V = cw_dsv_config(ref)->vocab_size;
 	float *a = malloc((size_t)CHUNK * V * sizeof(float));
 	float *b = malloc((size_t)CHUNK * V * sizeof(float));
 	struct st_diag diag = { { 0 } };
@@ -237,7 +237,7 @@ static void run_all(const struct cw_dsv41_model *ref,
 					    b + (size_t)t * V, V);
 		}
 		if (sb) {
-			struct cw_dsv41_run_stats x;
+			struct cw_dsv_run_stats x;
 
 			cw_dsv41_state_stats(sb, &x);
 			rs->experts_acquired += x.experts_acquired;
@@ -286,10 +286,10 @@ static void fx_err(const json_t *rec, const float *lg, int V,
 
 /* One case: one-shot prefill with every position's logits, then the
  * continuation decoded token by token, teacher-forced. */
-static void fx_case(const struct cw_dsv41_model *m, const json_t *cs,
+static void fx_case(const struct cw_dsv_model *m, const json_t *cs,
 		    struct fstats *f)
 {
-	const int V = cw_dsv41_config(m)->vocab_size;
+	const int V = cw_dsv_config(m)->vocab_size;
 	const json_t *pp = json_object_get(cs, "prompt_positions");
 	const json_t *steps = json_object_get(cs, "continuation_steps");
 	const json_t *greedy = json_object_get(cs, "greedy_continuation");
@@ -337,7 +337,7 @@ static void fx_case(const struct cw_dsv41_model *m, const json_t *cs,
 /* The fixture rule for fast mode (header, point 3): median max|dlogit|
  * <= med_max, lse within 0.1 at >= lse_share of the positions, greedy
  * equal at >= g_share of the decided steps. */
-static void fixture_pass(const struct cw_dsv41_model *fm, const char *dir,
+static void fixture_pass(const struct cw_dsv_model *fm, const char *dir,
 			 int qat, double med_max, double lse_share,
 			 double g_share)
 {
@@ -378,10 +378,10 @@ static void fixture_pass(const struct cw_dsv41_model *fm, const char *dir,
 
 /* One case evaluated with expert overlap on and off (threads 0), and
  * with 1 and 3 threads (threads 1): bit-identical. */
-static void overlap_pass(struct cw_dsv41_model *fm, const json_t *cs,
+static void overlap_pass(struct cw_dsv_model *fm, const json_t *cs,
 			 int threads)
 {
-	const int V = cw_dsv41_config(fm)->vocab_size;
+	const int V = cw_dsv_config(fm)->vocab_size;
 	int n;
 	int32_t *ids = dsvt_case_ids(cs, 1, &n, NULL);
 	float *a = malloc((size_t)n * V * sizeof(float));
@@ -395,13 +395,13 @@ static void overlap_pass(struct cw_dsv41_model *fm, const json_t *cs,
 		if (threads)
 			r = cw_dsv41_set_threads(fm, pass ? 3 : 1);
 		else
-			cw_dsv41_set_decode_overlap(fm, 1, !pass), r = 0;
+			cw_dsv_set_decode_overlap(fm, 1, !pass), r = 0;
 		r = r ? r : cw_dsv41_state_new(fm, n, &s);
 		r = r ? r : cw_dsv41_eval(fm, s, ids, n, 1, pass ? b : a, &d);
 		CHECK(r == 0, "overlap pass %d: %s", pass, d.msg);
 		cw_dsv41_state_free(s);
 	}
-	cw_dsv41_set_decode_overlap(fm, 1, 1);
+	cw_dsv_set_decode_overlap(fm, 1, 1);
 	CHECK(cw_dsv41_set_threads(fm, 1) == 0, "threads 1");
 	CHECK(!memcmp(a, b, (size_t)n * V * sizeof(float)),
 	      "logits with %s differ", threads ? "3 threads and 1" :
@@ -419,10 +419,10 @@ static void overlap_pass(struct cw_dsv41_model *fm, const json_t *cs,
  * bit-identical (a hint never changes a result), and expertd received
  * exactly (n_layers - 1) * top_k more step-named hint entries per token
  * with them on (layers 1.., one hint of top_k each). */
-static void layer_hint_pass(struct cw_dsv41_model *fm, struct es_client *es,
+static void layer_hint_pass(struct cw_dsv_model *fm, struct es_client *es,
 			    const json_t *cs)
 {
-	const struct st_dsv41_config *c = cw_dsv41_config(fm);
+	const struct st_dsv_config *c = cw_dsv_config(fm);
 	const int V = c->vocab_size;
 	int n;
 	int32_t *ids = dsvt_case_ids(cs, 1, &n, NULL);
@@ -436,7 +436,7 @@ static void layer_hint_pass(struct cw_dsv41_model *fm, struct es_client *es,
 		struct es_tier_stats t0, t1;
 		int r;
 
-		cw_dsv41_set_layer_hints(fm, pass);
+		cw_dsv_set_layer_hints(fm, pass);
 		r = cw_dsv41_state_new(fm, n, &s);
 		es_client_tier_stats(es, &t0);
 		for (int i = 0; r == 0 && i < n; i++)
@@ -447,7 +447,7 @@ static void layer_hint_pass(struct cw_dsv41_model *fm, struct es_client *es,
 		hints[pass] = t1.step_hints - t0.step_hints;
 		cw_dsv41_state_free(s);
 	}
-	cw_dsv41_set_layer_hints(fm, 1);
+	cw_dsv_set_layer_hints(fm, 1);
 	printf("layer-start hints off vs on: %d tokens one per eval, logits "
 	       "bit-identical: %s; step-named hint entries %llu vs %llu\n",
 	       n, memcmp(out[0], out[1], (size_t)n * V * sizeof(float)) ?
@@ -476,7 +476,7 @@ static int greedy_main(int argc, char **argv)
 	struct st_test_inst inst;
 	struct es_client *es = NULL;
 	char msg[1024];
-	struct cw_dsv41_model *m = NULL;
+	struct cw_dsv_model *m = NULL;
 	struct cw_dsv41_state *s = NULL;
 	float *lg = NULL;
 
@@ -488,11 +488,11 @@ static int greedy_main(int argc, char **argv)
 	r = dsvt_expertd_open(&inst, args, &es, msg, sizeof(msg));
 	if (r < 0)
 		fprintf(stderr, "%s\n", msg);
-	r = r < 0 ? r : cw_dsv41_load_store_mode(store, es, CW_COMPUTE_FAST,
-						 &m, &diag);
+	r = r < 0 ? r : cw_dsv_load_store(store, es, ST_DSV_REV_V41,
+					  CW_COMPUTE_FAST, &m, &diag);
 	r = r < 0 ? r : cw_dsv41_state_new(m, n + n_tok + 1, &s);
 	if (r == 0) {
-		const int V = cw_dsv41_config(m)->vocab_size;
+		const int V = cw_dsv_config(m)->vocab_size;
 
 		lg = malloc((size_t)V * sizeof(float));
 		r = lg ? cw_dsv41_eval(m, s, ids, n, 0, lg, &diag) : -ENOMEM;
@@ -510,7 +510,7 @@ static int greedy_main(int argc, char **argv)
 		fprintf(stderr, "greedy: %s\n", diag.msg);
 	free(lg);
 	cw_dsv41_state_free(s);
-	cw_dsv41_free(m);
+	cw_dsv_free(m);
 	es_client_close(es);
 	st_test_inst_stop(&inst);
 	st_rm_rf(inst.run_dir);
@@ -525,13 +525,13 @@ int main(int argc, char **argv)
 			       "--engram-cache", ENGRAM_CACHE, NULL };
 	struct st_diag diag = { { 0 } };
 	struct es_convert_opts o;
-	struct cw_dsv41_model *ref = NULL, *fm = NULL, *cm = NULL, *sm = NULL;
+	struct cw_dsv_model *ref = NULL, *fm = NULL, *cm = NULL, *sm = NULL;
 	struct st_test_inst inst;
 	struct es_client *es = NULL;
 	char msg[1024];
 	struct es_stats st = { 0 };
 	struct dsvt_cmp *c = NULL;
-	const struct st_dsv41_config *cf;
+	const struct st_dsv_config *cf;
 	json_t *refj = NULL;
 	const json_t *cases;
 
@@ -554,38 +554,41 @@ int main(int argc, char **argv)
 		fprintf(stderr, "convert %s: %s\n", dir, diag.msg);
 		return 1;
 	}
-	if (cw_dsv41_load(dir, &ref, &diag)) {
-		fprintf(stderr, "cw_dsv41_load: %s\n", diag.msg);
+	if (cw_dsv_load(dir, ST_DSV_REV_V41, CW_COMPUTE_REFERENCE, &ref,
+			&diag)) {
+		fprintf(stderr, "cw_dsv_load: %s\n", diag.msg);
 		return 1;
 	}
-	cf = cw_dsv41_config(ref);
+	cf = cw_dsv_config(ref);
 	st_test_inst_init(&inst, "dsv41f");
 	if (dsvt_expertd_open(&inst, args, &es, msg, sizeof(msg)) < 0) {
 		CHECK(0, "%s", msg);
 		goto out;
 	}
-	CHECK(cw_dsv41_load_store_mode(store, es, (enum cw_compute)7, &fm,
-				       &diag) == -EINVAL, "mode 7 accepted");
-	if (cw_dsv41_load_store_mode(store, es, CW_COMPUTE_FAST, &fm, &diag)) {
-		CHECK(0, "cw_dsv41_load_store_mode fast: %s", diag.msg);
+	CHECK(cw_dsv_load_store(store, es, ST_DSV_REV_V41, (enum cw_compute)7,
+				&fm, &diag) == -EINVAL, "mode 7 accepted");
+	if (cw_dsv_load_store(store, es, ST_DSV_REV_V41, CW_COMPUTE_FAST, &fm,
+			      &diag)) {
+		CHECK(0, "cw_dsv_load_store fast: %s", diag.msg);
 		goto out;
 	}
-	CHECK(cw_dsv41_compute(fm) == CW_COMPUTE_FAST &&
-	      cw_dsv41_compute(ref) == CW_COMPUTE_REFERENCE, "compute mode");
-	CHECK(cw_dsv41_set_backend(ref, cw_backend_cpu()) == -EINVAL,
+	CHECK(cw_dsv_compute(fm) == CW_COMPUTE_FAST &&
+	      cw_dsv_compute(ref) == CW_COMPUTE_REFERENCE, "compute mode");
+	CHECK(cw_dsv_set_backend(ref, cw_backend_cpu()) == -EINVAL,
 	      "set_backend on a reference model accepted");
 	/* FP8 weights as 1-byte codes (a quarter of F32), BF16 kept (half:
 	 * the LM head, [129280, 32], dominates the tiny model) */
 	printf("dense bytes per token: fast %llu, reference %llu\n",
-	       (unsigned long long)cw_dsv41_dense_bytes(fm),
-	       (unsigned long long)cw_dsv41_dense_bytes(ref));
-	CHECK(2 * cw_dsv41_dense_bytes(fm) <= cw_dsv41_dense_bytes(ref),
+	       (unsigned long long)cw_dsv_dense_bytes(fm),
+	       (unsigned long long)cw_dsv_dense_bytes(ref));
+	CHECK(2 * cw_dsv_dense_bytes(fm) <= cw_dsv_dense_bytes(ref),
 	      "fast dense bytes not at most half of reference's");
 	double top1[2] = { 0 };
 
 	/* the int8-activation model of the fast kernels (sim_ops) */
-	if (cw_dsv41_load_store_mode(store, es, CW_COMPUTE_FAST, &sm, &diag) ||
-	    cw_dsv41_set_backend(sm, &sim_ops)) {
+	if (cw_dsv_load_store(store, es, ST_DSV_REV_V41, CW_COMPUTE_FAST, &sm,
+			      &diag) ||
+	    cw_dsv_set_backend(sm, &sim_ops)) {
 		CHECK(0, "second fast model: %s", diag.msg);
 		goto out;
 	}
@@ -596,10 +599,10 @@ int main(int argc, char **argv)
 	for (int pass = 0; pass < 7; pass++) {
 		unsigned qat = pass == 1 || pass >= 5 ? CW_DSV41_QAT_ALL : 0;
 		int depth = pass == 1 ? 2 : 0;
-		const struct cw_dsv41_model *ma = pass == 3 || pass == 6 ? sm :
+		const struct cw_dsv_model *ma = pass == 3 || pass == 6 ? sm :
 									 ref;
-		const struct cw_dsv41_model *mb = pass == 4 ? sm : fm;
-		struct cw_dsv41_run_stats rs = { 0 };
+		const struct cw_dsv_model *mb = pass == 4 ? sm : fm;
+		struct cw_dsv_run_stats rs = { 0 };
 		struct es_tier_stats ts0, ts1;
 		double med, p90;
 		static const char *const what[] = {
@@ -613,14 +616,14 @@ int main(int argc, char **argv)
 		};
 
 		memset(c, 0, sizeof(*c));
-		CHECK(cw_dsv41_set_backend(fm, pass && pass != 5 ?
+		CHECK(cw_dsv_set_backend(fm, pass && pass != 5 ?
 						      cw_backend_cpu_fast() :
 						      cw_backend_cpu()) == 0,
 		      "set_backend");
-		CHECK(cw_dsv41_set_qat(ref, qat) == 0 &&
-		      cw_dsv41_set_qat(fm, qat) == 0 &&
-		      cw_dsv41_set_qat(sm, qat) == 0, "set_qat");
-		CHECK(cw_dsv41_set_prefetch_depth(fm, depth) == 0, "depth");
+		CHECK(cw_dsv_set_qat(ref, qat) == 0 &&
+		      cw_dsv_set_qat(fm, qat) == 0 &&
+		      cw_dsv_set_qat(sm, qat) == 0, "set_qat");
+		CHECK(cw_dsv_set_prefetch_depth(fm, depth) == 0, "depth");
 		es_client_tier_stats(es, &ts0);
 		run_all(ma, mb, cases, c, &rs);
 		es_client_tier_stats(es, &ts1);
@@ -720,11 +723,11 @@ int main(int argc, char **argv)
 		}
 	}
 	/* 3: the fast kernels against the fixture's references */
-	CHECK(cw_dsv41_set_backend(fm, cw_backend_cpu_fast()) == 0, "backend");
-	CHECK(cw_dsv41_set_prefetch_depth(fm, 0) == 0, "depth");
-	CHECK(cw_dsv41_set_qat(fm, 0) == 0, "qat");
+	CHECK(cw_dsv_set_backend(fm, cw_backend_cpu_fast()) == 0, "backend");
+	CHECK(cw_dsv_set_prefetch_depth(fm, 0) == 0, "depth");
+	CHECK(cw_dsv_set_qat(fm, 0) == 0, "qat");
 	fixture_pass(fm, dir, 0, 0.6, 0.9, 0.6);   /* [0.386, 0.980, 7/9] */
-	CHECK(cw_dsv41_set_qat(fm, CW_DSV41_QAT_ALL) == 0, "qat");
+	CHECK(cw_dsv_set_qat(fm, CW_DSV41_QAT_ALL) == 0, "qat");
 	fixture_pass(fm, dir, 1, 1.8, 0.7, 0.25);  /* [1.19, 0.825, 7/20] */
 	/* 4: overlap on/off */
 	overlap_pass(fm, json_array_get(cases, json_array_size(cases) - 1), 0);
@@ -734,10 +737,11 @@ int main(int argc, char **argv)
 	      cw_dsv41_set_threads(fm, 0) == -EINVAL, "bad thread counts");
 	/* 5: fast mode from the checkpoint (no expertd) */
 	memset(c, 0, sizeof(*c));
-	CHECK(cw_dsv41_set_qat(ref, 0) == 0, "qat");
-	if (cw_dsv41_load_mode(dir, CW_COMPUTE_FAST, &cm, &diag) == 0 &&
-	    cw_dsv41_set_qat(cm, 0) == 0) {
-		struct cw_dsv41_run_stats crs = { 0 };
+	CHECK(cw_dsv_set_qat(ref, 0) == 0, "qat");
+	if (cw_dsv_load(dir, ST_DSV_REV_V41, CW_COMPUTE_FAST, &cm,
+			&diag) == 0 &&
+	    cw_dsv_set_qat(cm, 0) == 0) {
+		struct cw_dsv_run_stats crs = { 0 };
 		double med;
 
 		run_all(ref, cm, cases, c, &crs);
@@ -748,7 +752,7 @@ int main(int argc, char **argv)
 		      c->n_pos, c->worst_rel);
 		CHECK(crs.experts_acquired == 0, "checkpoint mode used expertd");
 	} else {
-		CHECK(0, "cw_dsv41_load_mode fast: %s", diag.msg);
+		CHECK(0, "cw_dsv_load fast: %s", diag.msg);
 	}
 	CHECK(es_client_stats(es, &st) == 0, "stats");
 	printf("expertd at 25%%: %llu hits, %llu misses, %llu evictions\n",
@@ -756,13 +760,13 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.evictions);
 	CHECK(st.evictions > 0, "no eviction at 25%%");
 out:
-	cw_dsv41_free(cm);
-	cw_dsv41_free(sm);
-	cw_dsv41_free(fm);
+	cw_dsv_free(cm);
+	cw_dsv_free(sm);
+	cw_dsv_free(fm);
 	es_client_close(es);
 	st_test_inst_stop(&inst);
 	st_rm_rf(inst.run_dir);
-	cw_dsv41_free(ref);
+	cw_dsv_free(ref);
 	st_rm_rf(tmp);
 	json_decref(refj);
 	free(c);

@@ -60,7 +60,7 @@ static int n_fail;
 static struct dsvt_case cases[MAX_CASES];
 static int n_cases, V;
 static float *lbuf; /* [CHUNK_MAX][V] */
-static struct cw_dsv41_model *M;
+static struct cw_dsv_model *M;
 
 struct kvd {
 	struct st_test_inst t;
@@ -92,7 +92,7 @@ static int kvd_up(struct kvd *k, const char *tag, uint32_t B,
 	r = kv_client_open(k->t.run_dir, k->t.name, "dsv41", 20000, &k->kv,
 			   &d);
 	if (r == 0)
-		r = cw_dsv41_kv_declare(M, k->kv, B, 0, &d);
+		r = cw_dsv_kv_declare(M, k->kv, B, 0, &d);
 	CHECK(r == 0, "%s: open/declare: %s", tag, d.msg);
 	if (r == 0)
 		kv_client_set_restart_wait(k->kv, 20000);
@@ -175,7 +175,7 @@ static int reference_case(const struct dsvt_case *c, uint64_t *h)
 static uint64_t expect_pages(uint32_t B, int n, int chunk)
 {
 	struct kv_stream_decl d[KV_MAX_STREAMS];
-	int ns = cw_dsv41_kv_decl(cw_dsv41_config(M), CW_DSV41_QAT_ALL, d,
+	int ns = cw_dsv_kv_decl(cw_dsv_config(M), CW_DSV41_QAT_ALL, 4, d,
 				  KV_MAX_STREAMS);
 	uint32_t last = (uint32_t)((n - 1) / chunk * chunk);
 	uint64_t pages = 0;
@@ -191,10 +191,10 @@ static uint64_t expect_pages(uint32_t B, int n, int chunk)
 }
 
 /* Streams and bytes: the declaration against a count from the formats. */
-static void test_declaration(const struct st_dsv41_config *c)
+static void test_declaration(const struct st_dsv_config *c)
 {
 	struct kv_stream_decl d[KV_MAX_STREAMS];
-	int n = cw_dsv41_kv_decl(c, CW_DSV41_QAT_ALL, d, KV_MAX_STREAMS);
+	int n = cw_dsv_kv_decl(c, CW_DSV41_QAT_ALL, 4, d, KV_MAX_STREAMS);
 	int want = c->n_layers, nf;
 	double grow = 0, fixed = 0, g2 = 0, f2 = 0;
 	const double hd = c->head_dim, Id = c->index_head_dim;
@@ -230,10 +230,10 @@ static void test_declaration(const struct st_dsv41_config *c)
 	CHECK(fixed == f2, "declared %.0f B per sequence, expected %.0f",
 	      fixed, f2);
 	/* QAT off: F32 rows */
-	nf = cw_dsv41_kv_decl(c, 0, d, KV_MAX_STREAMS);
+	nf = cw_dsv_kv_decl(c, 0, 4, d, KV_MAX_STREAMS);
 	CHECK(nf == n && d[0].row_bytes == (uint32_t)(4 * c->head_dim),
 	      "QAT off: %d streams, window row %u B", nf, d[0].row_bytes);
-	CHECK(cw_dsv41_kv_decl(c, CW_DSV41_QAT_ALL, d, n - 1) == -ST_E_LIMIT,
+	CHECK(cw_dsv_kv_decl(c, CW_DSV41_QAT_ALL, 4, d, n - 1) == -ST_E_LIMIT,
 	      "a too-small declaration array accepted");
 	printf("declaration: %d kvd streams, %.2f B per token (FP4 compressed "
 	       "rows, FP4 index keys) + %.0f B per sequence (FP8 windows, "
@@ -294,7 +294,7 @@ static void test_noqat(void)
 	struct kvd k;
 	long pos = 0;
 
-	cw_dsv41_set_qat(M, 0);
+	cw_dsv_set_qat(M, 0);
 	if (kvd_up(&k, "v41nq", 5, "64MiB", NULL) < 0)
 		goto out;
 	for (int i = n_cases - 3; i < n_cases - 1; i++) {
@@ -322,14 +322,14 @@ static void test_noqat(void)
 		struct st_diag d = { { 0 } };
 		struct cw_dsv41_state *s = NULL;
 
-		cw_dsv41_set_qat(M, CW_DSV41_QAT_ALL);
+		cw_dsv_set_qat(M, CW_DSV41_QAT_ALL);
 		CHECK(cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) ==
 			      -ST_E_CONFIG && !s,
 		      "a state with other QAT flags than declared accepted");
 	}
 out:
 	kvd_down(&k);
-	cw_dsv41_set_qat(M, CW_DSV41_QAT_ALL);
+	cw_dsv_set_qat(M, CW_DSV41_QAT_ALL);
 }
 
 /* The CED shortcut (EXACT) on a kvd state: the layers after the last KV
@@ -632,7 +632,7 @@ static int local_replay(const struct dsvt_case *c, int n_pre, int n_rep,
 
 static void test_replay(void)
 {
-	const int W = cw_dsv41_config(M)->sliding_window;
+	const int W = cw_dsv_config(M)->sliding_window;
 	const uint32_t B = 4;
 	struct kvd k;
 	int n_ok = 0, n_differ = 0, n_whole = 0, n_run = 0;
@@ -704,16 +704,16 @@ int main(int argc, char **argv)
 {
 	char dir[4096];
 	struct st_diag diag = { { 0 } };
-	const struct st_dsv41_config *c;
+	const struct st_dsv_config *c;
 	json_t *refj;
 	const char *only = argc > 1 ? argv[1] : "all";
 
 	st_test_fixture_model("tiny-deepseek-v41", dir, sizeof(dir));
-	if (cw_dsv41_load(dir, &M, &diag)) {
-		fprintf(stderr, "cw_dsv41_load: %s\n", diag.msg);
+	if (cw_dsv_load(dir, ST_DSV_REV_V41, CW_COMPUTE_REFERENCE, &M, &diag)) {
+		fprintf(stderr, "cw_dsv_load: %s\n", diag.msg);
 		return 1;
 	}
-	c = cw_dsv41_config(M);
+	c = cw_dsv_config(M);
 	V = c->vocab_size;
 	refj = dsvt_load_json(dir, "reference.json");
 	/* shortest first: restart, spill, P10, P11 use the last ones */
@@ -751,6 +751,6 @@ int main(int argc, char **argv)
 	dsvt_cases_free(cases, n_cases);
 	free(lbuf);
 	json_decref(refj);
-	cw_dsv41_free(M);
+	cw_dsv_free(M);
 	return dsvt_finish(n_fail);
 }

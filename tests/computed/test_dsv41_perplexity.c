@@ -2,7 +2,7 @@
  * test_dsv41_perplexity.c — `strata perplexity` on a DeepSeek-V4.1 store
  * (../shared tiny-deepseek-v41 converted here), through the CLI and its
  * private expertd, kvd and computed, against an independent in-process
- * computation: the fixture's checkpoint loaded by cw_dsv41_load (no store,
+ * computation: the fixture's checkpoint loaded by cw_dsv_load (no store,
  * no daemons), the text tokenized here with the fixture's tokenizer, each
  * window evaluated from position 0 in a fresh state with the logits of
  * every position, log-softmax and NLL summed in double.
@@ -78,16 +78,17 @@ static int reference_nll(const char *model, const int32_t *ids, size_t n,
 			 double *nll, long *scored, int *windows,
 			 float *logp)
 {
-	struct cw_dsv41_model *m = NULL;
+	struct cw_dsv_model *m = NULL;
 	struct st_diag d = { { 0 } };
 	float *lg = NULL;
 	int V, r;
 
-	if ((r = cw_dsv41_load(model, &m, &d))) {
-		fprintf(stderr, "cw_dsv41_load: %s\n", d.msg);
+	if ((r = cw_dsv_load(model, ST_DSV_REV_V41, CW_COMPUTE_REFERENCE, &m,
+			     &d))) {
+		fprintf(stderr, "cw_dsv_load: %s\n", d.msg);
 		return r;
 	}
-	V = cw_dsv41_config(m)->vocab_size;
+	V = cw_dsv_config(m)->vocab_size;
 	lg = malloc(sizeof(float) * (size_t)V * WINDOW);
 	*nll = 0;
 	*scored = 0;
@@ -125,7 +126,7 @@ static int reference_nll(const char *model, const int32_t *ids, size_t n,
 	if (!lg)
 		r = -ENOMEM;
 	free(lg);
-	cw_dsv41_free(m);
+	cw_dsv_free(m);
 	return r;
 }
 
@@ -168,7 +169,7 @@ int main(void)
 	      "tokens of p4_harbour (%zu) differ from reference.json's ids "
 	      "without BOS (%zu)", n, n_want);
 	{
-		struct st_dsv41_config *c = calloc(1, sizeof(*c));
+		struct st_dsv_config *c = calloc(1, sizeof(*c));
 
 		if (!c || st_dsv41_config_load(model, c, &d)) {
 			fprintf(stderr, "config: %s\n", d.msg);

@@ -96,11 +96,11 @@ static void must(int r, const struct st_diag *d, const char *what)
  * model's own argmax fed back; equal to the reference's greedy ids up to
  * the first step whose top1_minus_top2 is below gap_rule (included).
  * row: vocab_size floats of scratch. */
-static void free_greedy(const struct cw_dsv41_model *m, const json_t *cs,
+static void free_greedy(const struct cw_dsv_model *m, const json_t *cs,
 			const int32_t *ids, int n, struct stats *st,
 			double gap_rule, float *row)
 {
-	const int V = cw_dsv41_config(m)->vocab_size;
+	const int V = cw_dsv_config(m)->vocab_size;
 	const char *name = json_string_value(json_object_get(cs, "name"));
 	const json_t *steps = json_object_get(cs, "continuation_steps");
 	const json_t *greedy = json_object_get(cs, "greedy_continuation");
@@ -130,12 +130,12 @@ static void free_greedy(const struct cw_dsv41_model *m, const json_t *cs,
  * continuation decoded token by token (teacher-forced).  strict: each
  * position within tol_l / tol_s; gap_rule: greedy compared up to the
  * first step with top1_minus_top2 below it.  Errors into st. */
-static void run_case(const struct cw_dsv41_model *m, const json_t *cs,
+static void run_case(const struct cw_dsv_model *m, const json_t *cs,
 		     struct stats *st, int strict, double tol_l, double tol_s,
 		     double gap_rule, int *g_same, int *g_total,
 		     struct cw_dsv41_debug *dbg)
 {
-	const struct st_dsv41_config *c = cw_dsv41_config(m);
+	const struct st_dsv_config *c = cw_dsv_config(m);
 	const int V = c->vocab_size;
 	const char *name = json_string_value(json_object_get(cs, "name"));
 	const json_t *pp = json_object_get(cs, "prompt_positions");
@@ -227,7 +227,7 @@ static int cmp_i(const void *a, const void *b)
 }
 
 /* p4's debug data against the reference's. */
-static void check_debug(const struct st_dsv41_config *c, const json_t *dj,
+static void check_debug(const struct st_dsv_config *c, const json_t *dj,
 			const struct cw_dsv41_debug *d, int n)
 {
 	const int L = c->n_layers, K = c->top_k, T = c->index_topk;
@@ -344,10 +344,10 @@ static void check_debug(const struct st_dsv41_config *c, const json_t *dj,
 	CHECK(agree("stream rms 2e-5 rel", ok, tot) >= 0.9, "stream rms");
 }
 
-static int mode_reference(struct cw_dsv41_model *m, const char *dir, int qat,
+static int mode_reference(struct cw_dsv_model *m, const char *dir, int qat,
 			  int nodebug)
 {
-	const struct st_dsv41_config *c = cw_dsv41_config(m);
+	const struct st_dsv_config *c = cw_dsv_config(m);
 	json_t *ref = dsvt_load_json(dir, qat ? "reference.json" : "reference_noqat.json");
 	const json_t *cases = json_object_get(ref, "cases"), *cs;
 	struct stats st = { 0 };
@@ -357,7 +357,7 @@ static int mode_reference(struct cw_dsv41_model *m, const char *dir, int qat,
 	const char *dbg_prompt = json_string_value(json_object_get(
 		json_object_get(ref, "debug"), "prompt"));
 
-	if (cw_dsv41_set_qat(m, qat ? CW_DSV41_QAT_ALL : 0) < 0)
+	if (cw_dsv_set_qat(m, qat ? CW_DSV41_QAT_ALL : 0) < 0)
 		return 1;
 	if (qat && !dbg_prompt)
 		printf("reference.json has no \"debug\" block (or no debug prompt): the debug checks are skipped\n");
@@ -424,10 +424,10 @@ static int mode_reference(struct cw_dsv41_model *m, const char *dir, int qat,
 
 /* Evaluates ids[0..n) in chunks of the sizes cuts[] (the last size
  * repeating), all positions' logits into lg. */
-static void eval_chunked(const struct cw_dsv41_model *m, const int32_t *ids,
+static void eval_chunked(const struct cw_dsv_model *m, const int32_t *ids,
 			 int n, const int *cuts, int n_cuts, float *lg)
 {
-	const int V = cw_dsv41_config(m)->vocab_size;
+	const int V = cw_dsv_config(m)->vocab_size;
 	struct cw_dsv41_state *s;
 	struct st_diag d = { { 0 } };
 	int done = 0, ci = 0;
@@ -463,7 +463,7 @@ static const json_t *longest_case(const json_t *ref)
 	return best;
 }
 
-static int mode_chunked(struct cw_dsv41_model *m, const char *dir)
+static int mode_chunked(struct cw_dsv_model *m, const char *dir)
 {
 	static const int c1[] = { 1 }, c3[] = { 3 }, c2[] = { 2 };
 	static const int c7[] = { 7, 13, 5 }, c64[] = { 64, 1, 104 };
@@ -473,7 +473,7 @@ static int mode_chunked(struct cw_dsv41_model *m, const char *dir)
 		{ c7, 3, "7, 13, 5s" }, { c64, 3, "64, 1, 104" },
 		{ c90, 2, "prefill 90 + decode" },
 	};
-	const int V = cw_dsv41_config(m)->vocab_size;
+	const int V = cw_dsv_config(m)->vocab_size;
 	json_t *ref = dsvt_load_json(dir, "reference.json");
 	const json_t *cs = longest_case(ref);
 	int n;
@@ -483,7 +483,7 @@ static int mode_chunked(struct cw_dsv41_model *m, const char *dir)
 	int full_n = n;
 
 	for (int qat = 0; qat < 2; qat++) {
-		cw_dsv41_set_qat(m, qat ? CW_DSV41_QAT_ALL : 0);
+		cw_dsv_set_qat(m, qat ? CW_DSV41_QAT_ALL : 0);
 		eval_chunked(m, ids, n, &full_n, 1, full);
 		for (size_t k = 0; k < sizeof(sch) / sizeof(sch[0]); k++) {
 			size_t diff = 0;
@@ -508,11 +508,11 @@ static int mode_chunked(struct cw_dsv41_model *m, const char *dir)
 
 /* Last-position logits after prefill (chunk size, ced on/off) and then the
  * continuation decoded; all rows into out [1 + n_cont][V]. */
-static void prefill_decode(const struct cw_dsv41_model *m, const int32_t *ids,
+static void prefill_decode(const struct cw_dsv_model *m, const int32_t *ids,
 			   int n, int chunk, int ced, const int32_t *cont,
 			   int n_cont, float *out)
 {
-	const int V = cw_dsv41_config(m)->vocab_size;
+	const int V = cw_dsv_config(m)->vocab_size;
 	struct cw_dsv41_state *s;
 	struct st_diag d = { { 0 } };
 
@@ -546,9 +546,9 @@ static double max_abs_diff(const float *a, const float *b, size_t n,
 	return mx;
 }
 
-static int mode_ced(struct cw_dsv41_model *m, const char *dir)
+static int mode_ced(struct cw_dsv_model *m, const char *dir)
 {
-	const int V = cw_dsv41_config(m)->vocab_size, NC = 8;
+	const int V = cw_dsv_config(m)->vocab_size, NC = 8;
 	json_t *ref = dsvt_load_json(dir, "reference.json");
 	const json_t *cases = json_object_get(ref, "cases"), *cs;
 	size_t ci;
@@ -613,11 +613,11 @@ static int mode_ced(struct cw_dsv41_model *m, const char *dir)
 
 /* max |dlogit| over decode steps after a prefix restored without its
  * window and rebuilt by replaying n_replay tokens (0: no rebuild). */
-static double replay_dev(const struct cw_dsv41_model *m, const int32_t *ids,
+static double replay_dev(const struct cw_dsv_model *m, const int32_t *ids,
 			 int n, int n_replay, const int32_t *cont, int n_cont,
 			 const float *full)
 {
-	const int V = cw_dsv41_config(m)->vocab_size;
+	const int V = cw_dsv_config(m)->vocab_size;
 	struct cw_dsv41_state *s;
 	struct st_diag d = { { 0 } };
 	float *lg = malloc((size_t)V * sizeof(float));
@@ -643,9 +643,9 @@ static double replay_dev(const struct cw_dsv41_model *m, const int32_t *ids,
 	return dev;
 }
 
-static int mode_replay(struct cw_dsv41_model *m, const char *dir)
+static int mode_replay(struct cw_dsv_model *m, const char *dir)
 {
-	const struct st_dsv41_config *c = cw_dsv41_config(m);
+	const struct st_dsv_config *c = cw_dsv_config(m);
 	const int V = c->vocab_size, NC = 8, W = c->sliding_window;
 	json_t *ref = dsvt_load_json(dir, "reference.json");
 	const json_t *cases = json_object_get(ref, "cases"), *cs;
@@ -699,7 +699,7 @@ static int mode_replay(struct cw_dsv41_model *m, const char *dir)
 
 /* A provider that forwards to the in-memory one and counts, or fails. */
 struct counting {
-	struct cw_dsv41_model *m;
+	struct cw_dsv_model *m;
 	int calls, rows, fail;
 };
 
@@ -719,9 +719,9 @@ static int counting_rows(void *ctx, int ei, const int64_t *row_ids, int n,
 /* The Engram row provider: a plugged-in one gives bit-identical logits
  * and is asked for rows_per_pos rows per position and Engram layer; its
  * error fails the eval with its code and message. */
-static int mode_provider(struct cw_dsv41_model *m, const char *dir)
+static int mode_provider(struct cw_dsv_model *m, const char *dir)
 {
-	const struct st_dsv41_config *c = cw_dsv41_config(m);
+	const struct st_dsv_config *c = cw_dsv_config(m);
 	const int V = c->vocab_size;
 	const int rpp = (c->engram_max_ngram - 1) * c->engram_n_heads;
 	json_t *ref = dsvt_load_json(dir, "reference.json");
@@ -765,7 +765,7 @@ int main(int argc, char **argv)
 {
 	const char *mode = argc > 1 ? argv[1] : "qat";
 	char dir[4096];
-	struct cw_dsv41_model *m;
+	struct cw_dsv_model *m;
 	struct st_diag d = { { 0 } };
 	int r;
 	char nodebug_dir[4096] = "";
@@ -778,7 +778,8 @@ int main(int argc, char **argv)
 		snprintf(dir, sizeof(dir), "%s", nodebug_dir);
 		printf("fixture copy without the debug block: %s\n", dir);
 	}
-	must(cw_dsv41_load(dir, &m, &d), &d, dir);
+	must(cw_dsv_load(dir, ST_DSV_REV_V41, CW_COMPUTE_REFERENCE, &m,
+			 &d), &d, dir);
 	if (!strcmp(mode, "noqat"))
 		r = mode_reference(m, dir, 0, 0);
 	else if (!strcmp(mode, "qat") || !strcmp(mode, "nodebug"))
@@ -796,7 +797,7 @@ int main(int argc, char **argv)
 			argv[0]);
 		r = 2;
 	}
-	cw_dsv41_free(m);
+	cw_dsv_free(m);
 	if (nodebug_dir[0])
 		st_rm_rf(nodebug_dir);
 	if (n_fail)

@@ -325,7 +325,7 @@ static void test_engram_gate(void **state)
 static void test_config_fixture(void **state)
 {
 	char *txt = dsvt_fixture_config("tiny-deepseek-v41");
-	struct st_dsv41_config c;
+	struct st_dsv_config c;
 	struct st_diag d = { { 0 } };
 
 	(void)state;
@@ -383,7 +383,7 @@ static void test_config_release(void **state)
 		" \"dspark_target_layer_ids\": [37, 38, 39], \"dspark_markov_rank\": 256,"
 		" \"dspark_n_routed_experts\": 128, \"dspark_num_experts_per_tok\": 3,"
 		" \"vocab_size\": 129280, \"hidden_act\": \"silu\"}}";
-	struct st_dsv41_config c;
+	struct st_dsv_config c;
 	struct st_diag d = { { 0 } };
 
 	(void)state;
@@ -405,14 +405,14 @@ static void test_config_release(void **state)
 	assert_true(cw_dsv41_kv_bytes_per_token(&c) == 890.0);
 	assert_true(cw_dsv41_window_bytes(&c) == 40.0 * 128 * 528);
 	{
-		/* kvd's declaration (cw_dsv41_kv_decl, QAT on): 40 windows,
+		/* kvd's declaration (cw_dsv_kv_decl, QAT on): 40 windows,
 		 * 4 sources x (rows, keys), 3 ratio-2 partial groups; the
 		 * growing streams sum to 890 B per token, counted here
 		 * independently from the element widths: a 512-wide E2M1
 		 * row 256 B + 512/16 E4M3 scales, a 128-wide E2M1 key 64 B
 		 * + 128/32 ue8m0 scales */
 		struct kv_stream_decl dc[KV_MAX_STREAMS];
-		int n = cw_dsv41_kv_decl(&c, CW_DSV41_QAT_ALL, dc,
+		int n = cw_dsv_kv_decl(&c, CW_DSV41_QAT_ALL, 4, dc,
 					 KV_MAX_STREAMS);
 		double grow = 0, fixed = 0;
 		const double src = 512 / 2 + 512 / 16 + 128 / 2 + 128 / 32;
@@ -441,7 +441,7 @@ static int parse_edited(const char *base, int tc, const char *key,
 {
 	json_t *root = json_loads(base, 0, NULL);
 	json_t *o = tc ? json_object_get(root, "text_config") : root;
-	struct st_dsv41_config c;
+	struct st_dsv_config c;
 	char *txt;
 	int r;
 
@@ -503,7 +503,7 @@ static void try_load(const char *fx, const char *key, const char *val,
 {
 	char tmp[4096], p[4300], q[4300], *txt = dsvt_fixture_config("tiny-deepseek-v41");
 	json_t *root = json_loads(txt, 0, NULL);
-	struct cw_dsv41_model *m = NULL;
+	struct cw_dsv_model *m = NULL;
 	struct st_diag d = { { 0 } };
 	FILE *f;
 	int r;
@@ -523,7 +523,7 @@ static void try_load(const char *fx, const char *key, const char *val,
 	assert_non_null(f);
 	json_dumpf(root, f, 0);
 	fclose(f);
-	r = cw_dsv41_load(tmp, &m, &d);
+	r = cw_dsv_load(tmp, ST_DSV_REV_V41, CW_COMPUTE_REFERENCE, &m, &d);
 	if (r != code || !strstr(d.msg, msg))
 		fail_msg("load with %s = %s: got %d \"%s\", want %d naming %s",
 			 key, val, r, d.msg, code, msg);
@@ -545,14 +545,15 @@ static void try_load(const char *fx, const char *key, const char *val,
 static void test_load_refusals(void **state)
 {
 	char fx[4096];
-	struct cw_dsv41_model *m = NULL;
+	struct cw_dsv_model *m = NULL;
 	struct st_diag d = { { 0 } };
 
 	(void)state;
 	st_test_fixture_model("tiny-deepseek-v41", fx, sizeof(fx));
 	/* the fixture loads */
-	assert_int_equal(cw_dsv41_load(fx, &m, &d), 0);
-	cw_dsv41_free(m);
+	assert_int_equal(cw_dsv_load(fx, ST_DSV_REV_V41, CW_COMPUTE_REFERENCE,
+				     &m, &d), 0);
+	cw_dsv_free(m);
 	/* a table size that is not the stored one */
 	try_load(fx, "engram_num_embeddings", "[660, 865]", -ST_E_CONFIG,
 		 "865");

@@ -1,9 +1,9 @@
 /*
  * test_dsv4_fast.c — the DeepSeek-V4 forward pass in fast mode
- * (cw_dsv4_load_store_mode CW_COMPUTE_FAST: FP8 dense weights as E4M3
+ * (cw_dsv_load_store CW_COMPUTE_FAST: FP8 dense weights as E4M3
  * codes on the fast backend's kernel, routed experts straight from a real
  * expertd's slot bytes with int8 activations) against reference mode
- * (cw_dsv4_load: exact F32 weights, double accumulation), which
+ * (cw_dsv_load: exact F32 weights, double accumulation), which
  * dsv4-reference-tiny holds to the fixture's reference logits.
  *
  * Usage: test_dsv4_fast [MODEL_DIR]
@@ -25,13 +25,13 @@
  *     median |delta log p(reference top-1)| <= 0.1, 90th percentile of
  *     max |delta logit| / std <= 0.6 (measured: 0.90, 0.038, 0.41), and
  *     not bit-identical to reference (the fast path really ran).
- * Then fast mode from the checkpoint (cw_dsv4_load_mode, no expertd:
+ * Then fast mode from the checkpoint (cw_dsv_load, no expertd:
  * experts dequantized at load on the F32 kernel, FP8 codes with float
  * activations): top-1 equal everywhere, max |delta logit| <= 1e-3 x std.
  * Store passes: every routed expert came through expertd (acquired = positions x
  * layers x top_k, bytes = acquired x record bytes); expertd runs at
  * --host-budget 25% and must have evicted.  Pass 2 also runs with the
- * gate look-ahead (cw_dsv4_set_prefetch_depth 2): the hints expertd
+ * gate look-ahead (cw_dsv_set_prefetch_depth 2): the hints expertd
  * counts must be the hash layers' exact ones plus top_k for each
  * score-routed layer among the next two of every layer, per position.
  */
@@ -55,11 +55,11 @@ static int n_fail;
 #define CHUNK 16
 
 /* One sequence through both models in chunks, all positions compared. */
-static void run_seq(const struct cw_dsv4_model *ref,
-		    const struct cw_dsv4_model *fm, const int32_t *ids, int n,
-		    struct dsvt_cmp *c, struct cw_dsv4_run_stats *rs)
+static void run_seq(const struct cw_dsv_model *ref,
+		    const struct cw_dsv_model *fm, const int32_t *ids, int n,
+		    struct dsvt_cmp *c, struct cw_dsv_run_stats *rs)
 {
-	const int V = cw_dsv4_config(ref)->vocab_size;
+	const int V = cw_dsv_config(ref)->vocab_size;
 	float *a = malloc((size_t)CHUNK * V * sizeof(float));
 	float *b = malloc((size_t)CHUNK * V * sizeof(float));
 	struct cw_dsv4_state *sa = NULL, *sb = NULL;
@@ -80,7 +80,7 @@ static void run_seq(const struct cw_dsv4_model *ref,
 			dsvt_compare_pos(c, a + (size_t)t * V, b + (size_t)t * V, V);
 	}
 	if (sb) {
-		struct cw_dsv4_run_stats x;
+		struct cw_dsv_run_stats x;
 
 		cw_dsv4_state_stats(sb, &x);
 		rs->experts_acquired += x.experts_acquired;
@@ -95,15 +95,15 @@ static void run_seq(const struct cw_dsv4_model *ref,
 
 /* The sequences: the fixture's cases (prompt + greedy continuation), or
  * one fixed 96-token sequence for another model (gen). */
-static void run_all(const struct cw_dsv4_model *ref,
-		    const struct cw_dsv4_model *fm, const char *dir, int gen,
-		    struct dsvt_cmp *c, struct cw_dsv4_run_stats *rs)
+static void run_all(const struct cw_dsv_model *ref,
+		    const struct cw_dsv_model *fm, const char *dir, int gen,
+		    struct dsvt_cmp *c, struct cw_dsv_run_stats *rs)
 {
 	json_t *refj, *cs;
 	size_t ci;
 
 	if (gen) {
-		const int V = cw_dsv4_config(ref)->vocab_size;
+		const int V = cw_dsv_config(ref)->vocab_size;
 		int32_t ids[96];
 
 		for (int i = 0; i < 96; i++)
@@ -131,9 +131,9 @@ static void run_all(const struct cw_dsv4_model *ref,
  * bit-identical (a hint never changes a result), and expertd received
  * exactly top_k more step-named hint entries per token and score-routed
  * layer with them on. */
-static void layer_hint_pass(struct cw_dsv4_model *fm, struct es_client *es)
+static void layer_hint_pass(struct cw_dsv_model *fm, struct es_client *es)
 {
-	const struct st_dsv4_config *c = cw_dsv4_config(fm);
+	const struct st_dsv_config *c = cw_dsv_config(fm);
 	const int V = c->vocab_size, n = 24;
 	const int scored = c->n_layers - (c->n_hash_layers < c->n_layers ?
 					  c->n_hash_layers : c->n_layers);
@@ -150,7 +150,7 @@ static void layer_hint_pass(struct cw_dsv4_model *fm, struct es_client *es)
 		struct es_tier_stats t0, t1;
 		int r;
 
-		cw_dsv4_set_layer_hints(fm, pass);
+		cw_dsv_set_layer_hints(fm, pass);
 		r = cw_dsv4_state_new(fm, n, &s);
 		es_client_tier_stats(es, &t0);
 		for (int i = 0; r == 0 && i < n; i++)
@@ -161,7 +161,7 @@ static void layer_hint_pass(struct cw_dsv4_model *fm, struct es_client *es)
 		hints[pass] = t1.step_hints - t0.step_hints;
 		cw_dsv4_state_free(s);
 	}
-	cw_dsv4_set_layer_hints(fm, 1);
+	cw_dsv_set_layer_hints(fm, 1);
 	CHECK(out[0] && out[1], "out of memory");
 	if (out[0] && out[1]) {
 		const int same = !memcmp(out[0], out[1],
@@ -191,8 +191,8 @@ int main(int argc, char **argv)
 	const char *args[] = { "--store", store, "--host-budget", "25%", NULL };
 	struct st_diag diag = { { 0 } };
 	struct es_convert_opts o;
-	struct cw_dsv4_model *ref = NULL, *fm = NULL;
-	struct cw_dsv4_run_stats rs = { 0 };
+	struct cw_dsv_model *ref = NULL, *fm = NULL;
+	struct cw_dsv_run_stats rs = { 0 };
 	struct st_test_inst inst;
 	struct es_client *es = NULL;
 	char msg[1024];
@@ -213,8 +213,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "convert %s: %s\n", dir, diag.msg);
 		return 1;
 	}
-	if (cw_dsv4_load(dir, &ref, &diag)) {
-		fprintf(stderr, "cw_dsv4_load: %s\n", diag.msg);
+	if (cw_dsv_load(dir, ST_DSV_REV_V4, CW_COMPUTE_REFERENCE, &ref,
+			&diag)) {
+		fprintf(stderr, "cw_dsv_load: %s\n", diag.msg);
 		return 1;
 	}
 	st_test_inst_init(&inst, "dsv4f");
@@ -223,19 +224,20 @@ int main(int argc, char **argv)
 		goto out;
 	}
 	/* an unknown mode is refused */
-	CHECK(cw_dsv4_load_store_mode(store, es, (enum cw_compute)7, &fm,
-				      &diag) == -EINVAL, "mode 7 accepted");
-	if (cw_dsv4_load_store_mode(store, es, CW_COMPUTE_FAST, &fm, &diag)) {
-		CHECK(0, "cw_dsv4_load_store_mode fast: %s", diag.msg);
+	CHECK(cw_dsv_load_store(store, es, ST_DSV_REV_V4, (enum cw_compute)7,
+				&fm, &diag) == -EINVAL, "mode 7 accepted");
+	if (cw_dsv_load_store(store, es, ST_DSV_REV_V4, CW_COMPUTE_FAST, &fm,
+			      &diag)) {
+		CHECK(0, "cw_dsv_load_store fast: %s", diag.msg);
 		goto out;
 	}
 	/* fast mode keeps FP8 weights as 1-byte codes */
-	CHECK(cw_dsv4_dense_bytes(fm) < cw_dsv4_dense_bytes(ref),
+	CHECK(cw_dsv_dense_bytes(fm) < cw_dsv_dense_bytes(ref),
 	      "fast dense bytes %llu not below reference %llu",
-	      (unsigned long long)cw_dsv4_dense_bytes(fm),
-	      (unsigned long long)cw_dsv4_dense_bytes(ref));
+	      (unsigned long long)cw_dsv_dense_bytes(fm),
+	      (unsigned long long)cw_dsv_dense_bytes(ref));
 	for (int pass = 0; pass < 2; pass++) {
-		const struct st_dsv4_config *cf = cw_dsv4_config(ref);
+		const struct st_dsv_config *cf = cw_dsv_config(ref);
 		long m;
 		double med, p90;
 
@@ -243,12 +245,12 @@ int main(int argc, char **argv)
 		memset(&rs, 0, sizeof(rs));
 		/* pass 0: fast mode's layout on the exact backend; 1: the
 		 * fast kernels */
-		CHECK(cw_dsv4_set_backend(fm, pass ? cw_backend_cpu_fast() :
+		CHECK(cw_dsv_set_backend(fm, pass ? cw_backend_cpu_fast() :
 						     cw_backend_cpu()) == 0,
 		      "set_backend");
 		/* pass 1 also with gate look-ahead hints (results do not
 		 * depend on them) */
-		CHECK(cw_dsv4_set_prefetch_depth(fm, pass ? 2 : 0) == 0,
+		CHECK(cw_dsv_set_prefetch_depth(fm, pass ? 2 : 0) == 0,
 		      "set_prefetch_depth");
 		es_client_tier_stats(es, &ts0);
 		run_all(ref, fm, dir, argc > 1, cp, &rs);
@@ -323,12 +325,13 @@ int main(int argc, char **argv)
 	 * kernel with float activations, experts dequantized at load on the
 	 * F32 kernel: no int8 step, so as close as the exact backend */
 	{
-		struct cw_dsv4_model *cm = NULL;
-		struct cw_dsv4_run_stats crs = { 0 };
+		struct cw_dsv_model *cm = NULL;
+		struct cw_dsv_run_stats crs = { 0 };
 
 		memset(cp, 0, sizeof(*cp));
-		CHECK(cw_dsv4_load_mode(dir, CW_COMPUTE_FAST, &cm, &diag) == 0,
-		      "cw_dsv4_load_mode fast: %s", diag.msg);
+		CHECK(cw_dsv_load(dir, ST_DSV_REV_V4, CW_COMPUTE_FAST, &cm,
+				  &diag) == 0,
+		      "cw_dsv_load fast: %s", diag.msg);
 		if (cm)
 			run_all(ref, cm, dir, argc > 1, cp, &crs);
 		printf("fast mode from the checkpoint vs reference over %ld "
@@ -339,7 +342,7 @@ int main(int argc, char **argv)
 		      "checkpoint fast mode: top-1 %ld/%ld, max |dlogit|/std "
 		      "%.2e > 1e-3", cp->top1_same, cp->n_pos, cp->worst_rel);
 		CHECK(crs.experts_acquired == 0, "checkpoint mode used expertd");
-		cw_dsv4_free(cm);
+		cw_dsv_free(cm);
 	}
 	CHECK(es_client_stats(es, &st) == 0, "stats");
 	printf("expertd at 25%%: %llu hits, %llu misses, %llu evictions\n",
@@ -347,11 +350,11 @@ int main(int argc, char **argv)
 	       (unsigned long long)st.evictions);
 	CHECK(st.evictions > 0, "no eviction at 25%%");
 out:
-	cw_dsv4_free(fm);
+	cw_dsv_free(fm);
 	es_client_close(es);
 	st_test_inst_stop(&inst);
 	st_rm_rf(inst.run_dir);
-	cw_dsv4_free(ref);
+	cw_dsv_free(ref);
 	st_rm_rf(tmp);
 	free(cp);
 	return dsvt_finish(n_fail);

@@ -60,7 +60,7 @@ static int n_fail;
 static struct dsvt_case cases[MAX_CASES];
 static int n_cases, V;
 static float *lbuf; /* [CHUNK_MAX][V] */
-static const struct cw_dsv4_model *M;
+static const struct cw_dsv_model *M;
 
 /* A kvd instance with one client that declared M's streams. */
 struct kvd {
@@ -92,7 +92,7 @@ static int kvd_up(struct kvd *k, const char *tag, uint32_t B,
 	}
 	r = kv_client_open(k->t.run_dir, k->t.name, "dsv4", 20000, &k->kv, &d);
 	if (r == 0)
-		r = cw_dsv4_kv_declare(M, k->kv, B, 0, &d);
+		r = cw_dsv_kv_declare(M, k->kv, B, 0, &d);
 	CHECK(r == 0, "%s: open/declare: %s", tag, d.msg);
 	if (r == 0)
 		kv_client_set_restart_wait(k->kv, 20000);
@@ -176,7 +176,7 @@ static void reference(void)
 static uint64_t expect_pages(uint32_t B, int n, int chunk)
 {
 	struct kv_stream_decl d[KV_MAX_STREAMS];
-	int ns = cw_dsv4_kv_decl(cw_dsv4_config(M), 4, d, KV_MAX_STREAMS);
+	int ns = cw_dsv_kv_decl(cw_dsv_config(M), 0, 4, d, KV_MAX_STREAMS);
 	uint32_t last = (uint32_t)((n - 1) / chunk * chunk);
 	uint64_t pages = 0;
 
@@ -510,7 +510,7 @@ out:
 }
 
 /* The serving combination: the model from a V4 store with its routed
- * experts from a real expertd (cw_dsv4_load_store, half the experts in
+ * experts from a real expertd (cw_dsv_load_store, half the experts in
  * the pool), the state in a real kvd of the same instance: two cases, each
  * evaluated and published chunk by chunk, then again from the warm prefix
  * cache, every position bit-identical to the reference. */
@@ -522,7 +522,7 @@ static void test_store(const char *model_dir)
 	const char *kv_args[] = { "--budget", "64MiB", NULL };
 	struct st_diag d = { { 0 } };
 	struct es_convert_opts o;
-	struct cw_dsv4_model *sm = NULL;
+	struct cw_dsv_model *sm = NULL;
 	struct es_client *es = NULL;
 	struct kvd k;
 	long pos = 0;
@@ -545,20 +545,21 @@ static void test_store(const char *model_dir)
 	}
 	r = es_client_open(k.t.run_dir, k.t.name, "dsv4", 20000, &es, &d);
 	if (r == 0)
-		r = cw_dsv4_load_store(store, es, &sm, &d);
+		r = cw_dsv_load_store(store, es, ST_DSV_REV_V4,
+				      CW_COMPUTE_REFERENCE, &sm, &d);
 	if (r == 0)
 		r = kv_client_open(k.t.run_dir, k.t.name, "dsv4", 20000, &k.kv,
 				   &d);
 	if (r == 0)
-		r = cw_dsv4_kv_declare(sm, k.kv, k.B, 0, &d);
+		r = cw_dsv_kv_declare(sm, k.kv, k.B, 0, &d);
 	CHECK(r == 0, "store + expertd + kvd: %s", d.msg);
 	if (r)
 		goto out;
 	/* the same model id as the checkpoint's model: the same rows */
-	CHECK(cw_dsv4_model_id(sm) == cw_dsv4_model_id(M),
+	CHECK(cw_dsv_model_id(sm) == cw_dsv_model_id(M),
 	      "store and checkpoint models have different ids");
 	{
-		const struct cw_dsv4_model *keep = M;
+		const struct cw_dsv_model *keep = M;
 
 		M = sm;
 		for (int i = 2; i <= 3 && i < n_cases; i++) {
@@ -575,20 +576,20 @@ static void test_store(const char *model_dir)
 	printf("store model, experts through expertd, state in kvd: %ld "
 	       "positions (cold and warm) bit-identical\n", pos);
 out:
-	cw_dsv4_free(sm);
+	cw_dsv_free(sm);
 	es_client_close(es);
 	kvd_down(&k);
 	st_rm_rf(tmp);
 }
 
 /* The declaration kvd gets, the planner's streams and the bytes per token
- * are the same figures (cw_dsv4_kv_decl, cw_dsv4_plan_streams,
+ * are the same figures (cw_dsv_kv_decl, cw_dsv4_plan_streams,
  * cw_dsv4_kv_bytes_per_token, cw_dsv4_fixed_bytes). */
-static void test_declaration(const struct st_dsv4_config *c)
+static void test_declaration(const struct st_dsv_config *c)
 {
 	struct kv_stream_decl d[KV_MAX_STREAMS];
 	struct st_plan_model pm;
-	int n = cw_dsv4_kv_decl(c, 4, d, KV_MAX_STREAMS), n_csa = 0, n_hca = 0;
+	int n = cw_dsv_kv_decl(c, 0, 4, d, KV_MAX_STREAMS), n_csa = 0, n_hca = 0;
 	double grow = 0, fixed = 0;
 
 	for (int l = 0; l < c->n_layers; l++) {
@@ -628,17 +629,17 @@ int main(void)
 {
 	char dir[4096];
 	struct st_diag diag = { { 0 } };
-	struct cw_dsv4_model *m = NULL;
-	const struct st_dsv4_config *c;
+	struct cw_dsv_model *m = NULL;
+	const struct st_dsv_config *c;
 	json_t *refj;
 
 	st_test_fixture_model("tiny-deepseek-v4", dir, sizeof(dir));
-	if (cw_dsv4_load(dir, &m, &diag)) {
-		fprintf(stderr, "cw_dsv4_load: %s\n", diag.msg);
+	if (cw_dsv_load(dir, ST_DSV_REV_V4, CW_COMPUTE_REFERENCE, &m, &diag)) {
+		fprintf(stderr, "cw_dsv_load: %s\n", diag.msg);
 		return 1;
 	}
 	M = m;
-	c = cw_dsv4_config(m);
+	c = cw_dsv_config(m);
 	V = c->vocab_size;
 	refj = dsvt_load_json(dir, "reference.json");
 	/* shortest first: restart, spill, P10, P11 use the last ones */
@@ -669,6 +670,6 @@ int main(void)
 	dsvt_cases_free(cases, n_cases);
 	free(lbuf);
 	json_decref(refj);
-	cw_dsv4_free(m);
+	cw_dsv_free(m);
 	return dsvt_finish(n_fail);
 }

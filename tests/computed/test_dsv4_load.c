@@ -34,9 +34,9 @@ static void write_or_die(const char *name, const void *buf, size_t len)
 
 /* Bad eval arguments leave the state as it was: the sequence then goes on
  * with the same logits as a fresh one. */
-static void check_eval_errors(struct cw_dsv4_model *m)
+static void check_eval_errors(struct cw_dsv_model *m)
 {
-	const struct st_dsv4_config *c = cw_dsv4_config(m);
+	const struct st_dsv_config *c = cw_dsv_config(m);
 	struct cw_dsv4_state *s = NULL, *f = NULL;
 	struct st_diag diag = { 0 };
 	int32_t ids[5] = { 0, 19923, 11, 4, 7 }, bad[2] = { 5, -1 };
@@ -67,9 +67,10 @@ static void check_eval_errors(struct cw_dsv4_model *m)
 /* Loads the temporary copy and checks the error and the message. */
 static void expect(const char *what, int err, const char *word)
 {
-	struct cw_dsv4_model *m = NULL;
+	struct cw_dsv_model *m = NULL;
 	struct st_diag diag = { 0 };
-	int r = cw_dsv4_load(tmp, &m, &diag);
+	int r = cw_dsv_load(tmp, ST_DSV_REV_V4, CW_COMPUTE_REFERENCE, &m,
+			    &diag);
 
 	CHECK(r == err, "%s: load returned %d (%s), expected %d", what, r,
 	      diag.msg, err);
@@ -77,7 +78,7 @@ static void expect(const char *what, int err, const char *word)
 	      "%s: message \"%s\" does not name %s", what, diag.msg, word);
 	if (r == 0) {
 		check_eval_errors(m);
-		cw_dsv4_free(m);
+		cw_dsv_free(m);
 	}
 	printf("%s: %s\n", what, r == 0 ? "loads" : diag.msg);
 }

@@ -213,7 +213,7 @@ static void test_fixture_store(void)
 		sum += s->dense[i].n_bytes;
 	EQ(m.dense_stored_bytes, sum);
 	EQ(m.record_stored_bytes, s->record_bytes);
-	/* the plan's streams are the forward pass's (cw_dsv4_streams): at
+	/* the plan's streams are the forward pass's (cw_dsv_streams): at
 	 * 1000 tokens in F32, the state cw_dsv4_state_new allocates */
 	{
 		struct st_plan_opts po;

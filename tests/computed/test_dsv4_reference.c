@@ -85,8 +85,8 @@ static void check_dist(const json_t *rec, const float *lg, int V,
 	      pos, l, json_number_value(json_object_get(rec, "lse")));
 }
 
-static void check_debug(const struct cw_dsv4_model *m, const int32_t *tok,
-			const json_t *dbg, const struct st_dsv4_config *c,
+static void check_debug(const struct cw_dsv_model *m, const int32_t *tok,
+			const json_t *dbg, const struct st_dsv_config *c,
 			const struct cw_dsv4_debug *d, int n)
 {
 	const json_t *re = json_object_get(dbg, "routed_experts");
@@ -191,7 +191,7 @@ static void check_debug(const struct cw_dsv4_model *m, const int32_t *tok,
 }
 
 /* Prefill in the given chunk sizes (the last repeats), last logits. */
-static int prefill_chunked(struct cw_dsv4_model *m, const int32_t *ids,
+static int prefill_chunked(struct cw_dsv_model *m, const int32_t *ids,
 			   int n, const int *chunks, int n_chunks, float *out)
 {
 	struct cw_dsv4_state *s;
@@ -216,10 +216,10 @@ static int prefill_chunked(struct cw_dsv4_model *m, const int32_t *ids,
 /* Free-running greedy generation: prefill ids[0..n), then the model's own
  * argmax fed back for as many steps as the reference's greedy ids gc;
  * every id must equal the reference's (reported only with QAT on). */
-static void free_greedy(struct cw_dsv4_model *m, const int32_t *ids, int n,
+static void free_greedy(struct cw_dsv_model *m, const int32_t *ids, int n,
 			const json_t *gc, const char *name, float *row)
 {
-	const struct st_dsv4_config *c = cw_dsv4_config(m);
+	const struct st_dsv_config *c = cw_dsv_config(m);
 	struct cw_dsv4_state *s = NULL;
 	struct st_diag diag = { 0 };
 	int ng = (int)json_array_size(gc), same = 0, first_diff = -1;
@@ -254,9 +254,9 @@ static void free_greedy(struct cw_dsv4_model *m, const int32_t *ids, int n,
 int main(int argc, char **argv)
 {
 	char dir[4096], path[4200];
-	struct cw_dsv4_model *m = NULL;
+	struct cw_dsv_model *m = NULL;
 	struct st_diag diag = { 0 };
-	const struct st_dsv4_config *c;
+	const struct st_dsv_config *c;
 	json_t *ref, *cases, *cs, *dbg;
 	char *lbuf = NULL;
 	size_t llen, ci;
@@ -273,15 +273,15 @@ int main(int argc, char **argv)
 		snprintf(dir, sizeof(dir), "%s", nodebug_dir);
 		printf("fixture copy without the debug block: %s\n", dir);
 	}
-	r = cw_dsv4_load(dir, &m, &diag);
+	r = cw_dsv_load(dir, ST_DSV_REV_V4, CW_COMPUTE_REFERENCE, &m, &diag);
 	if (r < 0) {
 		fprintf(stderr, "load: %s\n", diag.msg);
 		return 1;
 	}
-	c = cw_dsv4_config(m);
+	c = cw_dsv_config(m);
 	V = c->vocab_size;
 	qat_mode = argc > 1 && strcmp(argv[1], "qat") == 0;
-	if (qat_mode && cw_dsv4_set_qat(m, CW_DSV4_QAT_KV_FP8 |
+	if (qat_mode && cw_dsv_set_qat(m, CW_DSV4_QAT_KV_FP8 |
 					      CW_DSV4_QAT_INDEX_FP4 |
 					      CW_DSV4_QAT_ACT_FP8) < 0) {
 		fprintf(stderr, "cannot set QAT\n");
@@ -430,7 +430,7 @@ int main(int argc, char **argv)
 	st_tensor_infos_free(lt, n_lt);
 	free(lbuf);
 	json_decref(ref);
-	cw_dsv4_free(m);
+	cw_dsv_free(m);
 	if (nodebug_dir[0])
 		st_rm_rf(nodebug_dir);
 	if (n_fail)

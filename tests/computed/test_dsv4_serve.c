@@ -1,7 +1,7 @@
 /*
  * test_dsv4_serve.c — computed's V4 serving path (cw_model over a V4
  * store, cw_model_dsv.c) against the in-process forward pass that reads
- * model.safetensors (cw_dsv4_load), on ../shared tiny-deepseek-v4, with
+ * model.safetensors (cw_dsv_load), on ../shared tiny-deepseek-v4, with
  * a real expertd at a 25 % host budget and a real kvd holding the V4
  * states (cw_model_seq_create).
  *
@@ -88,7 +88,7 @@ int main(void)
 	char dir[4096], tmp[4096], store[4200];
 	struct st_diag diag = { { 0 } };
 	struct es_convert_opts o;
-	struct cw_dsv4_model *ref = NULL;
+	struct cw_dsv_model *ref = NULL;
 	struct cw_model_opts mo = { 0 };
 	struct st_test_inst inst;
 	struct es_client *es = NULL;
@@ -110,11 +110,12 @@ int main(void)
 		fprintf(stderr, "convert: %s\n", diag.msg);
 		return 1;
 	}
-	if (cw_dsv4_load(dir, &ref, &diag)) {
-		fprintf(stderr, "cw_dsv4_load: %s\n", diag.msg);
+	if (cw_dsv_load(dir, ST_DSV_REV_V4, CW_COMPUTE_REFERENCE, &ref,
+			&diag)) {
+		fprintf(stderr, "cw_dsv_load: %s\n", diag.msg);
 		return 1;
 	}
-	V = cw_dsv4_config(ref)->vocab_size;
+	V = cw_dsv_config(ref)->vocab_size;
 	refj = dsvt_load_json(dir, "reference.json");
 	dsvt_cases(refj, "reference.json");
 	/* the in-process forward: every position of every sequence */
@@ -149,7 +150,7 @@ int main(void)
 	if (!r)
 		r = kv_client_open(inst.run_dir, inst.name, "test", 10000, &kv,
 				   &diag);
-	/* F32 state only; fast compute loads (cw_dsv4_load_store_mode) */
+	/* F32 state only; fast compute loads (cw_dsv_load_store) */
 	if (!r) {
 		struct cw_model_opts bad = { .kv_dtype = ST_DTYPE_BF16 };
 		struct cw_model *x = NULL;
@@ -324,7 +325,7 @@ int main(void)
 		      "expected %llu", (unsigned long long)rs.tokens,
 		      (unsigned long long)total_tokens);
 		CHECK(rs.expert_bytes == total_tokens * es_client_n_layers(es) *
-				cw_dsv4_config(ref)->top_k *
+				cw_dsv_config(ref)->top_k *
 				es_client_record_bytes(es),
 		      "expert bytes %llu", (unsigned long long)rs.expert_bytes);
 		CHECK(es_client_stats(es, &st) == 0, "expertd stats");
@@ -352,7 +353,7 @@ int main(void)
 		free(s[i].ref);
 	free(rows);
 	json_decref(refj);
-	cw_dsv4_free(ref);
+	cw_dsv_free(ref);
 	st_rm_rf(tmp);
 	return dsvt_finish(n_fail);
 }

@@ -313,7 +313,7 @@ static void test_config_and_freqs(void **state)
 				   3.162278e-3, 1e-3, 3.162278e-4 };
 	const double comp_f[8] = { 1, 0.2236068, 0.05, 7.686484e-3, 9.375e-4,
 				   3.493856e-5, 7.8125e-6, 1.746928e-6 };
-	struct st_dsv4_config c;
+	struct st_dsv_config c;
 	struct st_diag diag = { 0 };
 	char *text = dsvt_fixture_config("tiny-deepseek-v4");
 	double f[8];
@@ -341,27 +341,27 @@ static void test_config_and_freqs(void **state)
  * rows (2.6) and its 5.6 MB BF16 window per sequence. */
 static void test_streams(void **state)
 {
-	struct st_dsv4_config c;
+	struct st_dsv_config c;
 	struct st_diag diag = { 0 };
-	struct cw_dsv4_stream s[CW_DSV4_MAX_STREAMS];
+	struct cw_dsv_stream s[CW_DSV_MAX_STREAMS];
 	char *text = dsvt_fixture_config("tiny-deepseek-v4");
 
 	(void)state;
 	assert_int_equal(st_dsv4_config_parse(text, "config.json", &c, &diag), 0);
 	free(text);
-	assert_int_equal(cw_dsv4_streams(&c, 0, s), 1);
-	assert_int_equal(s[0].kind, CW_DSV4_WINDOW);
+	assert_int_equal(cw_dsv_streams(&c, 0, s), 1);
+	assert_int_equal(s[0].kind, CW_DSV_WINDOW);
 	assert_int_equal(s[0].fixed_rows, 16);
-	assert_int_equal(cw_dsv4_streams(&c, 2, s), 5);
-	assert_int_equal(s[1].kind, CW_DSV4_COMP_ROWS);
+	assert_int_equal(cw_dsv_streams(&c, 2, s), 5);
+	assert_int_equal(s[1].kind, CW_DSV_COMP_ROWS);
 	assert_int_equal(s[1].rows_den, 4);
-	assert_int_equal(s[3].kind, CW_DSV4_INDEX_ROWS);
+	assert_int_equal(s[3].kind, CW_DSV_INDEX_ROWS);
 	assert_int_equal(s[3].row_elems, 32);
-	assert_int_equal(cw_dsv4_streams(&c, 3, s), 3);
+	assert_int_equal(cw_dsv_streams(&c, 3, s), 3);
 	assert_int_equal(s[1].rows_den, 16);
-	assert_int_equal(s[2].kind, CW_DSV4_COMP_STATE);
+	assert_int_equal(s[2].kind, CW_DSV_COMP_STATE);
 	assert_int_equal(s[2].fixed_rows, 16);
-	assert_int_equal(cw_dsv4_streams(&c, 6, s), -EINVAL);
+	assert_int_equal(cw_dsv_streams(&c, 6, s), -EINVAL);
 	/* F32: 2 CSA x (64 + 32) / 4 + 2 HCA x 64 / 16, times 4 bytes */
 	assert_true(cw_dsv4_kv_bytes_per_token(&c, 4) == 4.0 * (2 * 24 + 2 * 4));
 	/* V4-Flash */
@@ -401,7 +401,7 @@ static char *edit(const char *text, const char *from, const char *to)
 static void refuse(const char *text, const char *from, const char *to,
 		   int err, const char *word)
 {
-	struct st_dsv4_config c;
+	struct st_dsv_config c;
 	struct st_diag diag = { 0 };
 	char *t = edit(text, from, to);
 

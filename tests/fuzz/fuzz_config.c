@@ -40,8 +40,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	char *text = malloc(size + 1);
 	struct st_diag diag = { { 0 } };
 	struct st_model_config cfg;
-	struct st_dsv4_config c4;
-	struct st_dsv41_config c41;
+	struct st_dsv_config c4;
+	struct st_dsv_config c41;
 	int r;
 
 	if (!text)

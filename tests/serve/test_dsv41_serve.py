@@ -13,7 +13,7 @@ and computed:
     bytes on the fast kernels, int8 expert activations): not the
     reference's tokens (dsv41-fast-tiny states how far fast mode is from
     it on this chaotic fixture) but exactly fast mode's direct evaluation
-    of the same store (test_dsv41_fast greedy: cw_dsv41_load_store_mode
+    of the same store (test_dsv41_fast greedy: cw_dsv_load_store
     fast, process-local state, the prompt in one eval), every generated
     id equal: the served path (kvd state in the V4.1 formats, the
     scheduler's chunking) changes nothing; computed's log says compute

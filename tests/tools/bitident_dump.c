@@ -57,9 +57,9 @@ struct runner {
 	char tmp[4096];
 	uint32_t seq, pos;
 	/* dsv */
-	struct cw_dsv4_model *m4;
+	struct cw_dsv_model *m4;
 	struct cw_dsv4_state *s4;
-	struct cw_dsv41_model *m41;
+	struct cw_dsv_model *m41;
 	struct cw_dsv41_state *s41;
 };
 
@@ -219,22 +219,22 @@ static int dsv_open(struct runner *r, const char *dir, const char *kind)
 	int rc;
 
 	if (!strncmp(kind, "dsv41", 5)) {
-		rc = cw_dsv41_load_mode(dir, mode, &r->m41, &diag);
+		rc = cw_dsv_load(dir, ST_DSV_REV_V41, mode, &r->m41, &diag);
 		if (!rc && !strcmp(kind, "dsv41-noqat"))
-			rc = cw_dsv41_set_qat(r->m41, 0);
+			rc = cw_dsv_set_qat(r->m41, 0);
 		if (!rc)
-			r->vocab = (int)cw_dsv41_config(r->m41)->vocab_size;
+			r->vocab = (int)cw_dsv_config(r->m41)->vocab_size;
 		r->begin = dsv41_begin;
 		r->eval = dsv41_eval;
 		r->end = dsv41_end;
 	} else {
-		rc = cw_dsv4_load_mode(dir, mode, &r->m4, &diag);
+		rc = cw_dsv_load(dir, ST_DSV_REV_V4, mode, &r->m4, &diag);
 		if (!rc && !strcmp(kind, "dsv4-qat"))
-			rc = cw_dsv4_set_qat(r->m4, CW_DSV4_QAT_KV_FP8 |
+			rc = cw_dsv_set_qat(r->m4, CW_DSV4_QAT_KV_FP8 |
 							    CW_DSV4_QAT_INDEX_FP4 |
 							    CW_DSV4_QAT_ACT_FP8);
 		if (!rc)
-			r->vocab = (int)cw_dsv4_config(r->m4)->vocab_size;
+			r->vocab = (int)cw_dsv_config(r->m4)->vocab_size;
 		r->begin = dsv4_begin;
 		r->eval = dsv4_eval;
 		r->end = dsv4_end;
@@ -358,8 +358,8 @@ int main(int argc, char **argv)
 	}
 	if (r.model || r.inst.name[0])
 		moe_close(&r);
-	cw_dsv4_free(r.m4);
-	cw_dsv41_free(r.m41);
+	cw_dsv_free(r.m4);
+	cw_dsv_free(r.m41);
 	json_decref(ref);
 	if (rc < 0) {
 		fprintf(stderr, "%s %s: failed\n", argv[1], argv[2]);

@@ -22,9 +22,7 @@
 #include "es_client.h"
 #include "es_proto.h"
 #include "kv_client.h"
-#include "st_formats.h"
 #include "st_log.h"
-#include "st_util.h"
 
 /* Row r of stream `kind` of layer l: process-local ring or array, or the
  * kvd page row (writable when `write`).  A row kvd does not map (spilled
@@ -64,40 +62,6 @@ static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
 	cw_dsv4_mat_mv(NULL, m, x, y);
 }
 
-/* matvec in the model's mode (the fast backend's kernels in fast mode). */
-static void mv(const struct cw_dsv4_model *md, const struct cw_dsv4_mat *m,
-	       const float *x, float *y)
-{
-	cw_dsv4_mat_mv(md->be, m, x, y);
-}
-
-/* y = w x, with the ACT_FP8 round trip of x first when w was stored
- * FP8/FP4 and the model has it on. */
-static void lin(const struct cw_dsv4_model *md, const struct cw_dsv4_mat *w,
-		const float *x, float *y)
-{
-	if ((md->qat & CW_DSV4_QAT_ACT_FP8) && w->quantized) {
-		float xq[w->cols];
-
-		memcpy(xq, x, sizeof(xq));
-		cw_dsv4_fp8_roundtrip(xq, w->cols, md->cfg.fp8_block[1]);
-		mv(md, w, xq, y);
-	} else {
-		mv(md, w, x, y);
-	}
-}
-
-/* rows [r0, r0 + n) of m times x */
-static void lin_rows(const struct cw_dsv4_model *md,
-		     const struct cw_dsv4_mat *m, int r0, int n,
-		     const float *x, float *y)
-{
-	struct cw_dsv4_mat sub;
-
-	cw_dsv4_mat_rows(m, r0, n, &sub);
-	lin(md, &sub, x, y);
-}
-
 /* The indexer's QAT: Hadamard then E2M1 per 32 (n a power of two). */
 static void index_qat(float *x, int n)
 {
@@ -105,10 +69,10 @@ static void index_qat(float *x, int n)
 	cw_dsv4_fp4_roundtrip(x, n, 32);
 }
 
-int cw_dsv4_state_init(const struct cw_dsv4_model *m, int max_tokens,
+int cw_dsv4_state_init(const struct cw_dsv_model *m, int max_tokens,
 		       struct kv_client *kv, struct cw_dsv4_state **ret)
 {
-	const struct st_dsv4_config *c = &m->cfg;
+	const struct st_dsv_config *c = &m->cfg;
 	struct cw_dsv4_state *s = calloc(1, sizeof(*s));
 	int kvs = 0, widest = 1;
 
@@ -117,36 +81,22 @@ int cw_dsv4_state_init(const struct cw_dsv4_model *m, int max_tokens,
 	s->cap = max_tokens;
 	s->n_layers = c->n_layers;
 	s->kv = kv;
-	if (m->es && m->be) {
-		/* the largest need of the backends a fast model may run on
-		 * (cw_dsv4_set_backend may change it after this state) */
-		size_t need = cw_backend_cpu_fast()->act_bytes(c->hidden_size);
-
-		if (m->be->act_bytes(c->hidden_size) > need)
-			need = m->be->act_bytes(c->hidden_size);
-		s->xw = malloc(need ? need : 1);
-		if (!s->xw)
-			goto nomem;
-	} else if (m->es) {
-		s->xw = malloc((size_t)3 * c->moe_inter * c->hidden_size *
-			       sizeof(float));
-		if (!s->xw)
-			goto nomem;
-	}
+	if (cw_dsv_run_init(m, &s->run) < 0)
+		goto nomem;
 	s->ls = calloc(c->n_layers, sizeof(*s->ls));
 	if (!s->ls)
 		goto nomem;
 	/* allocated from the layer's stream declarations, so the planner's
 	 * figures (cw_dsv4_kv_bytes_per_token) describe this very state; in
-	 * kvd, stream i of the declaration (cw_dsv4_kv_decl) is the i-th
+	 * kvd, stream i of the declaration (cw_dsv_kv_decl) is the i-th
 	 * stream of the layers in order */
 	for (int l = 0; l < c->n_layers; l++) {
-		const struct cw_dsv4_layer *L = &m->layers[l];
+		const struct cw_dsv_layer *L = &m->layers[l];
 		struct cw_dsv4_lstate *ls = &s->ls[l];
-		struct cw_dsv4_stream st[CW_DSV4_MAX_STREAMS];
-		int ns = cw_dsv4_streams(c, l, st);
+		struct cw_dsv_stream st[CW_DSV_MAX_STREAMS];
+		int ns = cw_dsv_streams(c, l, st);
 
-		for (int k = 0; k < CW_DSV4_MAX_STREAMS; k++)
+		for (int k = 0; k < CW_DSV_MAX_STREAMS; k++)
 			ls->kvs[k] = -1;
 		for (int i = 0; i < ns; i++) {
 			size_t rows = st[i].rows_den ?
@@ -170,18 +120,18 @@ int cw_dsv4_state_init(const struct cw_dsv4_model *m, int max_tokens,
 		 * (a mismatch is a bug, not bad input) */
 		for (int i = 0; i < ns; i++) {
 			const struct cw_dsv4_comp *cp =
-				st[i].kind == CW_DSV4_COMP_STATE ? &L->comp :
-				st[i].kind == CW_DSV4_INDEX_STATE ? &L->icomp :
+				st[i].kind == CW_DSV_COMP_STATE ? &L->comp :
+				st[i].kind == CW_DSV_INDEX_STATE ? &L->icomp :
 								    NULL;
 
 			assert(!cp || (st[i].row_elems == 2 * cp->wkv.rows &&
 				       st[i].fixed_rows == comp_ring(cp)));
 		}
-		assert(!L->ratio || (ls->kvs[CW_DSV4_COMP_STATE] >= 0 &&
-				     ls->kvs[CW_DSV4_COMP_ROWS] >= 0));
+		assert(!L->ratio || (ls->kvs[CW_DSV_COMP_STATE] >= 0 &&
+				     ls->kvs[CW_DSV_COMP_ROWS] >= 0));
 		assert(!L->has_indexer ||
-		       (ls->kvs[CW_DSV4_INDEX_STATE] >= 0 &&
-			ls->kvs[CW_DSV4_INDEX_ROWS] >= 0));
+		       (ls->kvs[CW_DSV_INDEX_STATE] >= 0 &&
+			ls->kvs[CW_DSV_INDEX_ROWS] >= 0));
 	}
 	if (kv) {
 		s->zero_row = calloc((size_t)widest, sizeof(float));
@@ -197,7 +147,7 @@ nomem:
 	return max_tokens < 1 ? -EINVAL : -ENOMEM;
 }
 
-int cw_dsv4_state_new(const struct cw_dsv4_model *m, int max_tokens,
+int cw_dsv4_state_new(const struct cw_dsv_model *m, int max_tokens,
 		      struct cw_dsv4_state **ret)
 {
 	return cw_dsv4_state_init(m, max_tokens, NULL, ret);
@@ -209,11 +159,11 @@ void cw_dsv4_state_free(struct cw_dsv4_state *s)
 		return;
 	if (s->kv && s->seq)
 		kv_client_seq_free(s->kv, s->seq);
-	free(s->xw);
+	cw_dsv_run_fini(&s->run);
 	free(s->zero_row);
-	free(s->prompt);
+	free(s->pr.ids);
 	for (int l = 0; s->ls && l < s->n_layers; l++)
-		for (int k = 0; k < CW_DSV4_MAX_STREAMS; k++)
+		for (int k = 0; k < CW_DSV_MAX_STREAMS; k++)
 			free(s->ls[l].buf[k]);
 	free(s->ls);
 	free(s);
@@ -230,15 +180,15 @@ void cw_dsv4_set_debug(struct cw_dsv4_state *s, struct cw_dsv4_debug *dbg)
 }
 
 /* Compressor inputs of one token: c = wkv a, z = wgate a + ape[p mod m]. */
-static void comp_inputs(const struct cw_dsv4_model *m,
+static void comp_inputs(const struct cw_dsv_model *m,
 			const struct cw_dsv4_comp *cp, const float *a,
 			int64_t p, float *cz)
 {
 	int cols = cp->wkv.rows;
 	const float *ape = cp->ape + (size_t)(p % cp->ratio) * cols;
 
-	mv(m, &cp->wkv, a, cz);
-	mv(m, &cp->wgate, a, cz + cols);
+	cw_dsv_lin(m, &cp->wkv, a, cz);
+	cw_dsv_lin(m, &cp->wgate, a, cz + cols);
 	for (int j = 0; j < cols; j++)
 		cz[cols + j] += ape[j];
 }
@@ -249,11 +199,11 @@ static void comp_inputs(const struct cw_dsv4_model *m,
  * [4w - 4, 4w) and the second halves of [4w, 4w + 4).  Then the weighted
  * RMSNorm and the compress rope at position m w.
  */
-static void comp_row(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
+static void comp_row(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 		     int l, const struct cw_dsv4_comp *cp, int kind, int w,
 		     int indexer, float *out)
 {
-	const struct st_dsv4_config *c = &m->cfg;
+	const struct st_dsv_config *c = &m->cfg;
 	int cols = cp->wkv.rows, W = cp->width, ns = 0;
 	const float *cs[2 * cp->ratio], *zs[2 * cp->ratio];
 	int64_t mr = cp->ratio;
@@ -342,35 +292,18 @@ int cw_dsv4_index_select(const float *q, const float *omega, int n_heads,
 				 sel);
 }
 
-static void expert_ffn(const struct cw_dsv4_model *md,
-		       const struct cw_dsv4_mat *w1,
-		       const struct cw_dsv4_mat *w2,
-		       const struct cw_dsv4_mat *w3, const float *x,
-		       double limit, float *y)
-{
-	float g[w1->rows], u[w3->rows];
-
-	lin(md, w1, x, g);
-	lin(md, w3, x, u);
-	cw_dsv4_swiglu_clip(g, u, w1->rows, limit);
-	lin(md, w2, g, y);
-}
-
 /* Attention sublayer for one token at position p (a = attn_norm(u));
  * q/qr/iq/omega precomputed; out [D]. */
-static void attention(const struct cw_dsv4_model *m,
-		      const struct cw_dsv4_layer *L,
+static void attention(const struct cw_dsv_model *m,
+		      const struct cw_dsv_layer *L,
 		      struct cw_dsv4_state *s, int l, int64_t p,
 		      const float *q, const float *iq, const float *omega,
 		      float *out, int32_t *sel_out)
 {
-	const struct st_dsv4_config *c = &m->cfg;
-	int H = c->n_heads, hd = c->head_dim, G = c->o_groups;
-	int R = c->o_lora_rank, W = c->sliding_window;
+	const struct st_dsv_config *c = &m->cfg;
+	int W = c->sliding_window;
 	int lo = p - W + 1 < 0 ? 0 : (int)(p - W + 1);
 	int n_win = (int)p - lo + 1, n_vis = 0, n_sel = 0;
-	const double *fr = L->ratio ? m->freq_comp : m->freq_main;
-	float o[H * hd], t[G * R];
 
 	if (L->ratio)
 		n_vis = (int)((p + 1) / L->ratio);
@@ -380,12 +313,12 @@ static void attention(const struct cw_dsv4_model *m,
 		int nr = 0;
 
 		for (int j = lo; j <= p; j++)
-			rows[nr++] = srow(s, l, CW_DSV4_WINDOW, j, 0);
+			rows[nr++] = srow(s, l, CW_DSV_WINDOW, j, 0);
 		if (L->has_indexer) {
 			const float *keys[n_vis > 0 ? n_vis : 1];
 
 			for (int w = 0; w < n_vis; w++)
-				keys[w] = srow(s, l, CW_DSV4_INDEX_ROWS, w, 0);
+				keys[w] = srow(s, l, CW_DSV_INDEX_ROWS, w, 0);
 			n_sel = index_select_rows(iq, omega, c->index_n_heads,
 						  c->index_head_dim, keys,
 						  n_vis, c->index_topk, sel);
@@ -393,71 +326,11 @@ static void attention(const struct cw_dsv4_model *m,
 			for (n_sel = 0; n_sel < n_vis; n_sel++)
 				sel[n_sel] = n_sel;
 		for (int j = 0; j < n_sel; j++)
-			rows[nr++] = srow(s, l, CW_DSV4_COMP_ROWS, sel[j], 0);
+			rows[nr++] = srow(s, l, CW_DSV_COMP_ROWS, sel[j], 0);
 		for (int j = 0; sel_out && j < c->index_topk; j++)
 			sel_out[j] = j < n_sel ? sel[j] : -1;
-		for (int h = 0; h < H; h++) {
-			cw_dsv4_sink_attn(q + h * hd, rows, nr, hd, L->sink[h],
-					  o + h * hd);
-			cw_dsv4_rope(o + h * hd, hd, c->rope_dim / 2, fr, p, 1);
-		}
+		cw_dsv_attn_out(m, L, p, q, rows, nr, out);
 	}
-	for (int g = 0; g < G; g++)
-		lin_rows(m, &L->wo_a, g * R, R, o + (size_t)g * (H / G) * hd,
-			    t + g * R);
-	lin(m, &L->wo_b, t, out);
-}
-
-/* Store mode: reports layer l's routing of the token at position p to
- * expertd (activation statistics, hot set) with, as hints, the experts of
- * every later hash-routed layer: those are known exactly from the token
- * id (tid2eid), so expertd prefetches exactly what will be acquired; and,
- * with a look-ahead depth (cw_dsv4_set_prefetch_depth), the experts the
- * routers of the next score-routed layers pick on this layer's FFN input
- * b (gate look-ahead, as computed/routing/cw_lookahead.c does for the other
- * families: an approximation, the next layers see a changed residual).
- * A refused report changes no result: warned once, counted. */
-static void route_report(const struct cw_dsv4_model *m,
-			 struct cw_dsv4_state *s, int l, int64_t p,
-			 int32_t token, const int *eids, const float *b)
-{
-	const struct st_dsv4_config *c = &m->cfg;
-	const int K = c->top_k;
-	int n_later = c->n_hash_layers > l + 1 ? c->n_hash_layers - l - 1 : 0;
-	int cap = (n_later + m->prefetch_depth) * K + 1;
-	int hl[cap], he[cap], nh = 0;
-	struct st_diag d = { { 0 } };
-
-	for (int j = l + 1; j < c->n_hash_layers; j++) {
-		int32_t e[K];
-		int n = cw_dsv4_hash_experts(m, j, token, e);
-
-		for (int k = 0; k < n; k++) {
-			hl[nh] = j;
-			he[nh++] = e[k];
-		}
-	}
-	for (int j = l + 1; j <= l + m->prefetch_depth && j < c->n_layers;
-	     j++) {
-		const struct cw_dsv4_layer *J = &m->layers[j];
-		float logits[c->n_experts], w[K];
-		int32_t e[K];
-
-		if (J->tid2eid)
-			continue; /* hash layer: hinted exactly above */
-		matvec(&J->gate, b, logits);
-		cw_dsv4_route(logits, c->n_experts, K, NULL, J->gate_bias,
-			      c->norm_topk_prob, c->routed_scaling_factor, e,
-			      w);
-		for (int k = 0; k < K; k++) {
-			hl[nh] = j;
-			he[nh++] = e[k];
-		}
-	}
-	if (es_client_route(m->es, l, (uint32_t)p, 1, K, eids, nh, hl, he,
-			    &d) < 0 && s->route_failed++ == 0)
-		st_warn("routing report to expertd failed: %s (statistics and "
-			"prefetch degrade; results are unaffected)", d.msg);
 }
 
 /* Store mode, at the start of an eval: the tokens about to be evaluated
@@ -469,10 +342,10 @@ static void route_report(const struct cw_dsv4_model *m,
  * of the following ones (a prompt is evaluated layer by layer, so their
  * later hash layers are hinted by route_report as each layer is
  * reported).  A refused hint changes no result: warned once, counted. */
-static void step_hint(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
+static void step_hint(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 		      const int32_t *ids, int n)
 {
-	const struct st_dsv4_config *c = &m->cfg;
+	const struct st_dsv_config *c = &m->cfg;
 	const int K = c->top_k;
 	int nl = c->n_hash_layers < c->n_layers ? c->n_hash_layers :
 						  c->n_layers;
@@ -500,7 +373,7 @@ static void step_hint(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 		}
 	if (es_client_hint_step(m->es, (uint32_t)(s->len + n - 1), nh, hl, he,
 				&d) < 0 &&
-	    s->route_failed++ == 0)
+	    s->run.route_failed++ == 0)
 		st_warn("prefetch hint to expertd failed: %s (prefetch "
 			"degrades; results are unaffected)", d.msg);
 out:
@@ -508,228 +381,9 @@ out:
 	free(he);
 }
 
-/* Store mode, a one-token eval, at the start of score-routed layer L
- * (cw_dsv4_set_layer_hints): the layer's top-k on u, the attention site's
- * collapsed streams, under the layer's ffn_norm, to expertd as a step-
- * named hint for position p.  A refused hint changes no result: warned
- * once, counted. */
-static void layer_hint(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
-		       const struct cw_dsv4_layer *L, int64_t p,
-		       const float *u)
+static void head(const struct cw_dsv_model *m, const float *X, float *logits)
 {
-	const struct st_dsv4_config *c = &m->cfg;
-	const int K = c->top_k, D = c->hidden_size;
-	float b[D], logits[c->n_experts], w[K];
-	int hl[K], he[K];
-	int32_t e[K];
-	struct st_diag d = { { 0 } };
-
-	cw_dsv4_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, b);
-	matvec(&L->gate, b, logits);
-	cw_dsv4_route(logits, c->n_experts, K, NULL, L->gate_bias,
-		      c->norm_topk_prob, c->routed_scaling_factor, e, w);
-	for (int k = 0; k < K; k++) {
-		hl[k] = (int)(L - m->layers);
-		he[k] = e[k];
-	}
-	if (es_client_hint_step(m->es, (uint32_t)p, K, hl, he, &d) < 0 &&
-	    s->route_failed++ == 0)
-		st_warn("prefetch hint to expertd failed: %s (prefetch "
-			"degrades; results are unaffected)", d.msg);
-}
-
-/* One routed expert in fast mode, straight from its slot bytes: the
- * SwiGLU output quantized for w2; out = E(b) (act: b quantized once, int8
- * per 32, shared by every expert's w1 and w3). */
-static void expert_fast(const struct cw_dsv4_model *m,
-			const struct st_store_layer *ly, const uint8_t *rec,
-			const struct cw_act *act, float *out)
-{
-	const struct st_dsv4_config *c = &m->cfg;
-	const struct cw_backend_ops *be = m->be;
-	const int D = c->hidden_size, I = c->moe_inter;
-	struct cw_wview w1 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_GATE], rec);
-	struct cw_wview w3 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_UP], rec);
-	struct cw_wview w2 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_DOWN], rec);
-	float g[I], u[I];
-
-	be->matvec_act(&w1, act, g, 0, I);
-	be->matvec_act(&w3, act, u, 0, I);
-	cw_dsv4_swiglu_clip(g, u, I, c->swiglu_limit);
-	if (m->qat & CW_DSV4_QAT_ACT_FP8)
-		cw_dsv4_fp8_roundtrip(g, I, c->fp8_block[1]);
-	be->matvec(&w2, g, out, 0, D);
-}
-
-/* The MoE step of one token in store mode, computed per expert as its
- * slot becomes ready (es_client_acquire_each): the shared expert while
- * the misses load, each routed expert k into its own row out[k][D]; the
- * caller sums the rows in the fixed order k = 0..K-1, so the result does
- * not depend on the order of arrival. */
-struct moe_each {
-	const struct cw_dsv4_model *m;
-	struct cw_dsv4_state *s;
-	const struct cw_dsv4_layer *L;
-	const struct st_store_layer *ly;
-	const float *b;
-	const struct cw_act *act;   /* fast mode: b quantized */
-	float *y;                   /* shared expert's output */
-	float *out;                 /* [K][D] routed experts' outputs */
-	uint64_t fn_ns;             /* time spent computing in the calls */
-};
-
-static void moe_each_fn(void *arg, int k, const uint8_t *rec)
-{
-	struct moe_each *e = arg;
-	const struct cw_dsv4_model *m = e->m;
-	const struct st_dsv4_config *c = &m->cfg;
-	const int D = c->hidden_size;
-	const size_t mw = (size_t)c->moe_inter * D;
-	uint64_t t0 = st_now_ns();
-
-	if (k < 0) {
-		expert_ffn(m, &e->L->sh_w1, &e->L->sh_w2, &e->L->sh_w3, e->b,
-			   c->swiglu_limit, e->y);
-	} else if (m->be) {
-		expert_fast(m, e->ly, rec, e->act, e->out + (size_t)k * D);
-	} else {
-		struct cw_dsv4_mat w1, w2, w3;
-
-		cw_dsv4_record_mat(&e->ly->mat[ST_EXPERT_GATE], rec, e->s->xw, &w1);
-		cw_dsv4_record_mat(&e->ly->mat[ST_EXPERT_UP], rec, e->s->xw + mw, &w3);
-		cw_dsv4_record_mat(&e->ly->mat[ST_EXPERT_DOWN], rec, e->s->xw + 2 * mw,
-			   &w2);
-		expert_ffn(m, &w1, &w2, &w3, e->b, c->swiglu_limit,
-			   e->out + (size_t)k * D);
-	}
-	e->fn_ns += st_now_ns() - t0;
-}
-
-/* Store mode: the shared expert into y and the routed experts ids[0..K)
- * of layer l through expertd's pool (each computed as soon as its slot is
- * ready, released after use), weighted into y in the order k = 0..K-1. */
-static int moe_pool(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
-		    const struct cw_dsv4_layer *L, int l, int64_t p,
-		    int32_t token, const int32_t *ids, const float *wts,
-		    const float *b, float *y, struct st_diag *diag)
-{
-	const struct st_dsv4_config *c = &m->cfg;
-	const int K = c->top_k, D = c->hidden_size;
-	const struct st_store_layer *ly = &m->rec[l];
-	struct moe_each e = { m, s, L, ly, b, NULL, y, NULL, 0 };
-	struct cw_act act;
-	float bq[D];
-	int eids[K], r;
-	uint64_t t0;
-
-	for (int k = 0; k < K; k++)
-		eids[k] = ids[k];
-	if (!m->no_route_reports)
-		route_report(m, s, l, p, token, eids, b);
-	e.out = malloc((size_t)K * D * sizeof(float));
-	if (!e.out)
-		return st_diag_set(diag, -ENOMEM, "out of memory");
-	if (m->be) {
-		const float *x = b;
-
-		if (m->qat & CW_DSV4_QAT_ACT_FP8) {
-			memcpy(bq, b, sizeof(bq));
-			cw_dsv4_fp8_roundtrip(bq, D, c->fp8_block[1]);
-			x = bq;
-		}
-		m->be->act_prepare(x, D, ST_DTYPE_MXFP4,
-				   (unsigned char *)s->xw, &act);
-		e.act = &act;
-	}
-	t0 = st_now_ns();
-	if (m->no_expert_overlap) {
-		/* all top-k first, then compute (the shared expert before) */
-		const uint8_t *recs[K];
-
-		moe_each_fn(&e, -1, NULL);
-		t0 = st_now_ns();
-		r = es_client_acquire(m->es, l, K, eids, recs, diag);
-		s->st.acquire_ns += st_now_ns() - t0;
-		for (int k = 0; r == 0 && k < K; k++)
-			moe_each_fn(&e, k, recs[k]);
-	} else {
-		r = es_client_acquire_each(m->es, l, K, eids, moe_each_fn, &e,
-					   diag);
-		s->st.acquire_ns += st_now_ns() - t0 - e.fn_ns;
-	}
-	if (r < 0) {
-		free(e.out);
-		return r;
-	}
-	s->st.experts_acquired += K;
-	s->st.expert_bytes += (uint64_t)K * ly->record_bytes;
-	es_client_release(m->es, l, K, eids);
-	for (int k = 0; k < K; k++) {
-		const float *o = e.out + (size_t)k * D;
-
-		for (int d = 0; d < D; d++)
-			y[d] += wts[k] * o[d];
-	}
-	free(e.out);
-	return 0;
-}
-
-static int moe(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
-	       const struct cw_dsv4_layer *L, int64_t p, int32_t token,
-	       const float *b,
-	       float *y, int32_t *ids_out, float *w_out, struct st_diag *diag)
-{
-	const struct st_dsv4_config *c = &m->cfg;
-	int D = c->hidden_size, K = c->top_k;
-	float logits[c->n_experts], wts[K], tmp[D];
-	int32_t ids[K];
-
-	matvec(&L->gate, b, logits);
-	cw_dsv4_route(logits, c->n_experts, K,
-		      L->tid2eid ? L->tid2eid + (size_t)token * K : NULL,
-		      L->gate_bias, c->norm_topk_prob,
-		      c->routed_scaling_factor, ids, wts);
-	if (!m->es) /* store mode: while the misses load (moe_pool) */
-		expert_ffn(m, &L->sh_w1, &L->sh_w2, &L->sh_w3, b,
-			   c->swiglu_limit, y);
-	for (int k = 0; m->es && k < K; k++)
-		if (ids[k] < 0 || ids[k] >= c->n_experts)
-			return st_diag_set(diag, -EINVAL, "expert id %d", ids[k]);
-	if (m->es) {
-		int r = moe_pool(m, s, L, (int)(L - m->layers), p, token, ids,
-				 wts, b, y, diag);
-
-		if (r < 0)
-			return r;
-	}
-	for (int k = 0; !m->es && k < K; k++) {
-		expert_ffn(m, &L->ew1[ids[k]], &L->ew2[ids[k]], &L->ew3[ids[k]],
-			   b, c->swiglu_limit, tmp);
-		for (int d = 0; d < D; d++)
-			y[d] += wts[k] * tmp[d];
-	}
-	if (ids_out) {
-		memcpy(ids_out, ids, sizeof(ids));
-		memcpy(w_out, wts, sizeof(wts));
-	}
-	return 0;
-}
-
-/* Collapse of the streams with pre weights: u = sum_k pre_k X_k. */
-static void collapse(const float *X, const float *pre, int n, int D, float *u)
-{
-	for (int d = 0; d < D; d++) {
-		double acc = 0.0;
-
-		for (int k = 0; k < n; k++)
-			acc += (double)pre[k] * X[k * D + d];
-		u[d] = (float)acc;
-	}
-}
-
-static void head(const struct cw_dsv4_model *m, const float *X, float *logits)
-{
-	const struct st_dsv4_config *c = &m->cfg;
+	const struct st_dsv_config *c = &m->cfg;
 	int n = c->hc_mult, D = c->hidden_size, nd = n * D;
 	float pre[n], h[D];
 	double ss = 0.0, r;
@@ -747,47 +401,22 @@ static void head(const struct cw_dsv4_model *m, const float *X, float *logits)
 						     m->hc_head_base[k]))) +
 				 c->hc_eps);
 	}
-	collapse(X, pre, n, D, h);
+	cw_dsv4_collapse(X, pre, n, D, h);
 	cw_dsv4_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
-	mv(m, &m->head, h, logits);
+	cw_dsv_lin(m, &m->head, h, logits);
 }
 
 void cw_dsv4_state_stats(const struct cw_dsv4_state *s,
-			 struct cw_dsv4_run_stats *ret)
+			 struct cw_dsv_run_stats *ret)
 {
-	*ret = s->st;
+	*ret = s->run.st;
 }
 
-uint64_t cw_dsv4_lm_head_bytes(const struct cw_dsv4_model *m)
-{
-	return cw_dsv4_mat_bytes(&m->head);
-}
-
-uint64_t cw_dsv4_dense_bytes(const struct cw_dsv4_model *m)
-{
-	const struct st_dsv4_config *c = &m->cfg;
-	uint64_t n = cw_dsv4_mat_bytes(&m->head);
-
-	for (int l = 0; l < c->n_layers; l++) {
-		const struct cw_dsv4_layer *L = &m->layers[l];
-		const struct cw_dsv4_mat *x[] = {
-			&L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
-			&L->sh_w1, &L->sh_w2, &L->sh_w3, &L->gate,
-			&L->comp.wkv, &L->comp.wgate, &L->icomp.wkv,
-			&L->icomp.wgate, &L->iwq_b, &L->iweights,
-		};
-
-		for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++)
-			n += cw_dsv4_mat_bytes(x[i]);
-	}
-	return n;
-}
-
-int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
+int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 		 const int32_t *ids, int n, int all_positions, float *logits,
 		 struct st_diag *diag)
 {
-	const struct st_dsv4_config *c = &m->cfg;
+	const struct st_dsv_config *c = &m->cfg;
 	const int D = c->hidden_size, hc = c->hc_mult, H = c->n_heads;
 	const int hd = c->head_dim, IH = c->index_n_heads;
 	const int Id = c->index_head_dim, K = c->top_k;
@@ -847,8 +476,7 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 			       m->embed + (size_t)ids[t] * D,
 			       D * sizeof(float));
 	for (int l = 0; l < c->n_layers; l++) {
-		const struct cw_dsv4_layer *L = &m->layers[l];
-		const double *fr = L->ratio ? m->freq_comp : m->freq_main;
+		const struct cw_dsv_layer *L = &m->layers[l];
 
 		/* token by token: each reads only its own streams and what
 		 * earlier positions left in the layer's state */
@@ -863,43 +491,25 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 				       c->hc_sinkhorn_iters, c->hc_eps,
 				       c->rms_norm_eps, pp, pp + hc,
 				       pp + 2 * hc);
-			collapse(X + t * xs, pp, hc, D, u);
+			cw_dsv4_collapse(X + t * xs, pp, hc, D, u);
 			if (n == 1 && !L->tid2eid && m->es &&
 			    !m->no_route_reports && !m->no_layer_hints)
-				layer_hint(m, s, L, p, u);
+				cw_dsv_layer_hint(m, &s->run, l, p, u);
 			cw_dsv4_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps,
 					a);
-			lin(m, &L->wq_a, a, qr);
-			cw_dsv4_rmsnorm(qr, L->q_norm, c->q_lora_rank,
-					c->rms_norm_eps, qr);
-			lin(m, &L->wq_b, qr, q);
-			for (int h = 0; h < H; h++) {
-				cw_dsv4_rmsnorm(q + h * hd, NULL, hd,
-						c->rms_norm_eps, q + h * hd);
-				cw_dsv4_rope(q + h * hd, hd, c->rope_dim / 2,
-					     fr, p, 0);
-			}
-			{
-				float *kv = srow(s, l, CW_DSV4_WINDOW, p, 1);
-
-				lin(m, &L->wkv, a, kv);
-				cw_dsv4_rmsnorm(kv, L->kv_norm, hd,
-						c->rms_norm_eps, kv);
-				cw_dsv4_rope(kv, hd, c->rope_dim / 2, fr, p, 0);
-				if (m->qat & CW_DSV4_QAT_KV_FP8)
-					cw_dsv4_fp8_roundtrip(kv, hd - c->rope_dim,
-							      64);
-			}
+			cw_dsv_attn_query(m, L, p, a, qr, q);
+			cw_dsv_attn_kv(m, L, p, a,
+				       srow(s, l, CW_DSV_WINDOW, p, 1));
 			if (L->ratio)
 				comp_inputs(m, &L->comp, a, p,
-					    srow(s, l, CW_DSV4_COMP_STATE, p, 1));
+					    srow(s, l, CW_DSV_COMP_STATE, p, 1));
 			if (L->has_indexer) {
 				float *iq = IQ + (size_t)t * IH * Id;
 				float *om = OM + (size_t)t * IH;
 
 				comp_inputs(m, &L->icomp, a, p,
-					    srow(s, l, CW_DSV4_INDEX_STATE, p, 1));
-				lin(m, &L->iwq_b, qr, iq);
+					    srow(s, l, CW_DSV_INDEX_STATE, p, 1));
+				cw_dsv_lin(m, &L->iwq_b, qr, iq);
 				for (int h = 0; h < IH; h++) {
 					cw_dsv4_rope(iq + h * Id, Id,
 						     c->rope_dim / 2,
@@ -916,13 +526,13 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 			if (L->ratio && (p + 1) % L->ratio == 0) {
 				int w = (int)((p + 1) / L->ratio - 1);
 
-				comp_row(m, s, l, &L->comp, CW_DSV4_COMP_STATE,
+				comp_row(m, s, l, &L->comp, CW_DSV_COMP_STATE,
 					 w, 0,
-					 srow(s, l, CW_DSV4_COMP_ROWS, w, 1));
+					 srow(s, l, CW_DSV_COMP_ROWS, w, 1));
 				if (L->has_indexer)
 					comp_row(m, s, l, &L->icomp,
-						 CW_DSV4_INDEX_STATE, w, 1,
-						 srow(s, l, CW_DSV4_INDEX_ROWS,
+						 CW_DSV_INDEX_STATE, w, 1,
+						 srow(s, l, CW_DSV_INDEX_ROWS,
 						      w, 1));
 			}
 			float y[D], b[D], pre[hc], post[hc], comb[hc * hc];
@@ -943,14 +553,14 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 				       L->hc_ffn_base, L->hc_ffn_scale,
 				       c->hc_sinkhorn_iters, c->hc_eps,
 				       c->rms_norm_eps, pre, post, comb);
-			collapse(X + t * xs, pre, hc, D, u);
+			cw_dsv4_collapse(X + t * xs, pre, hc, D, u);
 			cw_dsv4_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, b);
 			if (dbg && s->dbg->experts && s->dbg->weights) {
 				dbg_ids = s->dbg->experts + dl * K;
 				dbg_w = s->dbg->weights + dl * K;
 			}
-			r = moe(m, s, L, p, ids[t], b, y, dbg_ids, dbg_w,
-				diag);
+			r = cw_dsv_moe(m, &s->run, l, p, ids[t], b, y,
+				       dbg_ids, dbg_w, diag);
 			if (r < 0)
 				goto out;
 			cw_dsv4_hc_post(X + t * xs, hc, D, y, post, comb);
@@ -980,8 +590,8 @@ int cw_dsv4_eval(const struct cw_dsv4_model *m, struct cw_dsv4_state *s,
 					      c->vocab_size);
 	}
 	s->len += n;
-	if (s->kv && s->prompt)
-		cw_dsv4_kv_after_eval(s, ids, n);
+	if (s->kv && s->pr.ids)
+		cw_dsv_kv_after_eval(s->kv, s->seq, &s->pr, s->len, ids, n, 1);
 out:
 	/* kvd took rows [len, len + n) as reserved: a windowed stream's
 	 * next reservation frees what lies before them */

@@ -14,7 +14,7 @@
  * what earlier positions left in the state, in a fixed order, so any
  * split of a sequence into chunks gives bit-identical values.
  */
-#include "cw_dsv41_int.h"
+#include "cw_dsv_int.h"
 
 #include <errno.h>
 #include <math.h>
@@ -25,10 +25,8 @@
 #include "kv_client.h"
 #include "cw_engram_es.h"
 #include "es_client.h"
-#include "st_formats.h"
 #include "st_kvfmt_v41.h"
 #include "st_log.h"
-#include "st_util.h"
 
 /* The reference loop: the router and the indexer's head weights stay
  * reference code in both modes (routing and selections as reference
@@ -38,29 +36,10 @@ static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
 	cw_dsv4_mat_mv(NULL, m, x, y);
 }
 
-/* y = m x in the model's mode (the fast backend's kernels in fast mode,
- * split over the model's threads). */
-static void mv(const struct cw_dsv41_model *md, const struct cw_dsv4_mat *m,
-	       const float *x, float *y)
-{
-	cw_dsv4_mat_mv_pool(md->be, md->pool, m, x, y);
-}
-
-/* rows [r0, r0 + n) of m times x, in the model's mode */
-static void mv_rows(const struct cw_dsv41_model *md,
-		    const struct cw_dsv4_mat *m, int r0, int n,
-		    const float *x, float *y)
-{
-	struct cw_dsv4_mat sub;
-
-	cw_dsv4_mat_rows(m, r0, n, &sub);
-	mv(md, &sub, x, y);
-}
-
-int cw_dsv41_state_init(const struct cw_dsv41_model *m, int max_tokens,
+int cw_dsv41_state_init(const struct cw_dsv_model *m, int max_tokens,
 			struct kv_client *kv, struct cw_dsv41_state **ret)
 {
-	const struct st_dsv41_config *c = &m->cfg;
+	const struct st_dsv_config *c = &m->cfg;
 	const int hd = c->head_dim, W = c->sliding_window;
 	struct cw_dsv41_state *s;
 	int kvs = 0;
@@ -90,27 +69,9 @@ int cw_dsv41_state_init(const struct cw_dsv41_model *m, int max_tokens,
 		if (!s->dec || !s->zero_row)
 			goto nomem;
 	}
-	/* kvd stream indices: the order of cw_dsv41_kv_decl */
-	if (m->es && m->be) {
-		/* the largest need of the backends a fast model may run on
-		 * (cw_dsv41_set_backend may change it after this state) */
-		size_t need = cw_backend_cpu_fast()->act_bytes(c->hidden_size);
-
-		if (m->be->act_bytes(c->hidden_size) > need)
-			need = m->be->act_bytes(c->hidden_size);
-		s->xw = malloc(need ? need : 1);
-		need = cw_backend_cpu_fast()->act_bytes(c->moe_inter);
-		if (m->be->act_bytes(c->moe_inter) > need)
-			need = m->be->act_bytes(c->moe_inter);
-		s->xw2 = malloc(need ? need : 1);
-		if (!s->xw || !s->xw2)
-			goto nomem;
-	} else if (m->es) {
-		s->xw = malloc((size_t)3 * c->moe_inter * c->hidden_size *
-			       sizeof(float));
-		if (!s->xw)
-			goto nomem;
-	}
+	if (cw_dsv_run_init(m, &s->run) < 0)
+		goto nomem;
+	/* kvd stream indices: the order of cw_dsv_kv_decl */
 	for (int l = 0; l < c->n_layers; l++) {
 		struct cw_dsv41_lstate *ls = &s->ls[l];
 		int mr = c->compress_ratio[l];
@@ -152,7 +113,7 @@ nomem:
 	return -ENOMEM;
 }
 
-int cw_dsv41_state_new(const struct cw_dsv41_model *m, int max_tokens,
+int cw_dsv41_state_new(const struct cw_dsv_model *m, int max_tokens,
 		       struct cw_dsv41_state **ret)
 {
 	return cw_dsv41_state_init(m, max_tokens, NULL, ret);
@@ -174,9 +135,8 @@ void cw_dsv41_state_free(struct cw_dsv41_state *s)
 	free(s->tokens);
 	free(s->dec);
 	free(s->zero_row);
-	free(s->prompt);
-	free(s->xw);
-	free(s->xw2);
+	free(s->pr.ids);
+	cw_dsv_run_fini(&s->run);
 	free(s);
 }
 
@@ -235,7 +195,7 @@ static int qat_store(int kind, float *x, size_t n, uint8_t *out)
 	}
 }
 
-static int kind_elems(const struct st_dsv41_config *c, int kind)
+static int kind_elems(const struct st_dsv_config *c, int kind)
 {
 	return kind == CW_DSV41_S_IKEY ? c->index_head_dim : c->head_dim;
 }
@@ -243,11 +203,11 @@ static int kind_elems(const struct st_dsv41_config *c, int kind)
 /* Where row r of `kind` of layer l is to be computed: the array row
  * (process-local; the window ring at r mod W), the replay ring (kvd,
  * window rows of a replayed prefix), or `scratch` (kvd). */
-static float *row_begin(const struct cw_dsv41_model *m,
+static float *row_begin(const struct cw_dsv_model *m,
 			struct cw_dsv41_state *s, int l, int kind, int64_t r,
 			float *scratch)
 {
-	const struct st_dsv41_config *c = &m->cfg;
+	const struct st_dsv_config *c = &m->cfg;
 	struct cw_dsv41_lstate *ls = &s->ls[l];
 
 	if (kind == CW_DSV41_S_WINDOW && (!s->kv || in_ov(s, r)))
@@ -261,7 +221,7 @@ static float *row_begin(const struct cw_dsv41_model *m,
 /* Stores row r computed at x (from row_begin): applies the stream's QAT
  * (in place when process-local) or writes the page row in its format.
  * 0, or -EINVAL (width not a multiple of the format's block). */
-static int row_end(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
+static int row_end(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 		   int l, int kind, int64_t r, float *x)
 {
 	const size_t n = (size_t)kind_elems(&m->cfg, kind);
@@ -281,11 +241,11 @@ static int row_end(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 
 /* Row r of `kind` of layer l for reading: the array row, or the page row
  * (F32 in place, or decoded into buf). */
-static const float *row_get(const struct cw_dsv41_model *m,
+static const float *row_get(const struct cw_dsv_model *m,
 			    struct cw_dsv41_state *s, int l, int kind,
 			    int64_t r, float *buf)
 {
-	const struct st_dsv41_config *c = &m->cfg;
+	const struct st_dsv_config *c = &m->cfg;
 	const size_t n = (size_t)kind_elems(c, kind);
 	const uint8_t *p;
 	int rc = 0;
@@ -316,7 +276,7 @@ static const float *row_get(const struct cw_dsv41_model *m,
 
 /* The group-input slot of position p of KV source l (2 hd floats):
  * process-local ring, or the page row (ratio > 1) / scratch (ratio 1). */
-static float *grp_slot(const struct cw_dsv41_model *m,
+static float *grp_slot(const struct cw_dsv_model *m,
 		       struct cw_dsv41_state *s, int l, int64_t p, int write)
 {
 	struct cw_dsv41_lstate *ls = &s->ls[l];
@@ -363,7 +323,7 @@ struct chunk {
 	int replay;      /* re-evaluation: no global-KV appends */
 	float *X;        /* [n][hc][D] */
 	float *P;        /* [n][hc] the previous site's pre */
-	int isx[ST_DSV41_MAX_LAYERS]; /* index source layer -> slot, -1 */
+	int isx[ST_DSV_MAX_LAYERS]; /* index source layer -> slot, -1 */
 	int *sel;        /* [index sources][n][index_topk] */
 	int *nsel;       /* [index sources][n] */
 	double *sc;      /* [positions] index scores (one query at a time) */
@@ -374,11 +334,11 @@ struct chunk {
 /* Engram before layer L's mixer: X (one token's hc x D streams) += gate
  * per stream times the value read from the table rows of the n-grams
  * ending at p. */
-static int engram(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
-		  const struct cw_dsv41_layer *L, int64_t p, float *X, int t,
+static int engram(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
+		  const struct cw_dsv_layer *L, int64_t p, float *X, int t,
 		  struct st_diag *diag)
 {
-	const struct st_dsv41_config *c = &m->cfg;
+	const struct st_dsv_config *c = &m->cfg;
 	const int D = c->hidden_size, hc = c->hc_mult;
 	const int rpp = m->engram_rows_per_pos, hd = c->engram_head_dim;
 	int64_t rows[rpp];
@@ -393,7 +353,7 @@ static int engram(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 	r = m->prov.get_rows(m->prov.ctx, L->ei, rows, rpp, E, diag);
 	if (r < 0)
 		return r;
-	mv(m, &L->ewkv, E, kv);
+	cw_dsv_lin(m, &L->ewkv, E, kv);
 	for (int k = 0; k < hc; k++) {
 		double g = cw_dsv41_engram_gate(X + k * D, L->eqk + k * D,
 						kv + k * D, D, c->rms_norm_eps);
@@ -415,20 +375,20 @@ static int engram(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 /* KV source: stores the token's group inputs and, when it closes group
  * g, appends the group's compressed row and index key (pooled, normed;
  * index key k_norm(wk latent), both roped at g m, with their QAT). */
-static int kv_source(const struct cw_dsv41_model *m,
+static int kv_source(const struct cw_dsv_model *m,
 		     struct cw_dsv41_state *s, int l, const float *a,
 		     int64_t p)
 {
-	const struct st_dsv41_config *c = &m->cfg;
-	const struct cw_dsv41_layer *L = &m->layers[l];
+	const struct st_dsv_config *c = &m->cfg;
+	const struct cw_dsv_layer *L = &m->layers[l];
 	const int hd = c->head_dim, Id = c->index_head_dim, mr = L->ratio;
 	float lat[hd], *slot = grp_slot(m, s, l, p, 1), sk[Id], sr[hd];
 	int64_t g;
 	int r = 0;
 
-	mv(m, &L->cwkv, a, slot);
+	cw_dsv_lin(m, &L->cwkv, a, slot);
 	if (mr > 1)
-		mv(m, &L->cwgate, a, slot + hd);
+		cw_dsv_lin(m, &L->cwgate, a, slot + hd);
 	if ((p + 1) % mr)
 		return 0;
 	g = (p + 1) / mr - 1;
@@ -448,7 +408,7 @@ static int kv_source(const struct cw_dsv41_model *m,
 		float *k = row_begin(m, s, l, CW_DSV41_S_IKEY, g, sk);
 
 		/* from the pre-rope latent */
-		mv(m, &L->iwk, lat, k);
+		cw_dsv_lin(m, &L->iwk, lat, k);
 		cw_dsv4_rmsnorm(k, L->iknorm, Id, c->rms_norm_eps, k);
 		cw_dsv4_rope(k, Id, c->rope_dim / 2, m->freq_comp, g * mr, 0);
 		r = row_end(m, s, l, CW_DSV41_S_IKEY, g, k);
@@ -468,13 +428,13 @@ static int kv_source(const struct cw_dsv41_model *m,
  * visible entries of its KV source's keys, the candidate blocks (the
  * candidate source) or the candidate mask (later index sources), and
  * the top-k, into ck->sel / nsel. */
-static int index_source(const struct cw_dsv41_model *m,
+static int index_source(const struct cw_dsv_model *m,
 			struct cw_dsv41_state *s, int l,
 			const float *a, const float *qr, int64_t p, int t,
 			struct chunk *ck)
 {
-	const struct st_dsv41_config *c = &m->cfg;
-	const struct cw_dsv41_layer *L = &m->layers[l];
+	const struct st_dsv_config *c = &m->cfg;
+	const struct cw_dsv_layer *L = &m->layers[l];
 	const int IH = c->index_n_heads, Id = c->index_head_dim;
 	const int nv = cw_dsv41_n_visible(p, L->ratio);
 	float iq[IH * Id], om[IH], kb[Id];
@@ -482,7 +442,7 @@ static int index_source(const struct cw_dsv41_model *m,
 	int r = 0, *sel = ck->sel + ((size_t)ck->isx[l] * ck->n + t) *
 					   c->index_topk;
 
-	mv(m, &L->iwq_b, qr, iq);
+	cw_dsv_lin(m, &L->iwq_b, qr, iq);
 	for (int h = 0; h < IH && r == 0; h++) {
 		cw_dsv4_rope(iq + h * Id, Id, c->rope_dim / 2, m->freq_comp, p,
 			     0);
@@ -531,50 +491,28 @@ static int index_source(const struct cw_dsv41_model *m,
 	return 0;
 }
 
-static void expert_ffn(const struct cw_dsv41_model *m,
-		       const struct cw_dsv4_mat *w1,
-		       const struct cw_dsv4_mat *w2,
-		       const struct cw_dsv4_mat *w3, const float *x,
-		       double limit, float *y)
-{
-	float g[w1->rows], u[w3->rows];
-
-	mv(m, w1, x, g);
-	mv(m, w3, x, u);
-	cw_dsv4_swiglu_clip(g, u, w1->rows, limit);
-	mv(m, w2, g, y);
-}
-
 /* Attention sublayer of layer l for token t at position p (a =
  * attn_norm(u)); writes the K=V row and the KV source's entries into the
  * state; out [D]. */
-static int attention(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
+static int attention(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 		     int l, const float *a, int64_t p, int t,
 		     struct chunk *ck, float *out)
 {
-	const struct st_dsv41_config *c = &m->cfg;
-	const struct cw_dsv41_layer *L = &m->layers[l];
+	const struct st_dsv_config *c = &m->cfg;
+	const struct cw_dsv_layer *L = &m->layers[l];
 	struct cw_dsv41_lstate *ls = &s->ls[l];
-	const int H = c->n_heads, hd = c->head_dim, G = c->o_groups;
-	const int R = c->o_lora_rank, W = c->sliding_window;
-	const double *fr = L->ratio ? m->freq_comp : m->freq_main;
+	const int H = c->n_heads, hd = c->head_dim, W = c->sliding_window;
 	int64_t lo = p - W + 1 > ls->win_lo ? p - W + 1 : ls->win_lo;
-	float qr[c->q_lora_rank], q[H * hd], o[H * hd], tg[G * R];
+	float qr[c->q_lora_rank], q[H * hd];
 	int r = 0, n_sel = 0;
 	const int *sel = NULL;
 
-	mv(m, &L->wq_a, a, qr);
-	cw_dsv4_rmsnorm(qr, L->q_norm, c->q_lora_rank, c->rms_norm_eps, qr);
-	mv(m, &L->wq_b, qr, q);
-	for (int h = 0; h < H; h++) /* no per-head q norm in V4.1 */
-		cw_dsv4_rope(q + h * hd, hd, c->rope_dim / 2, fr, p, 0);
+	cw_dsv_attn_query(m, L, p, a, qr, q);
 	{
 		float kb[hd];
 		float *kv = row_begin(m, s, l, CW_DSV41_S_WINDOW, p, kb);
 
-		mv(m, &L->wkv, a, kv);
-		cw_dsv4_rmsnorm(kv, L->kv_norm, hd, c->rms_norm_eps, kv);
-		cw_dsv4_rope(kv, hd, c->rope_dim / 2, fr, p, 0);
+		cw_dsv_attn_kv(m, L, p, a, kv);
 		r = row_end(m, s, l, CW_DSV41_S_WINDOW, p, kv);
 	}
 	if (r == 0 && c->kv_source[l] && !ck->replay)
@@ -602,65 +540,9 @@ static int attention(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 			rows[nr] = row_get(m, s, L->kv_src, CW_DSV41_S_CROW,
 					   sel[j], s->dec ? s->dec +
 						   (size_t)nr * hd : NULL);
-		for (int h = 0; h < H; h++) {
-			cw_dsv4_sink_attn(q + h * hd, rows, nr, hd, L->sink[h],
-					  o + h * hd);
-			cw_dsv4_rope(o + h * hd, hd, c->rope_dim / 2, fr, p, 1);
-		}
+		cw_dsv_attn_out(m, L, p, q, rows, nr, out);
 	}
-	for (int g = 0; g < G; g++)
-		mv_rows(m, &L->wo_a, g * R, R, o + (size_t)g * (H / G) * hd,
-			tg + g * R);
-	mv(m, &L->wo_b, tg, out);
 	return 0;
-}
-
-/* The experts layer j's router picks on FFN input b (logits / gate_temp,
- * sqrt-softplus + bias, top_k) into ids. */
-static void route_ids(const struct cw_dsv41_model *m, int j, const float *b,
-		      int32_t *ids, float *wts)
-{
-	const struct st_dsv41_config *c = &m->cfg;
-	const struct cw_dsv41_layer *J = &m->layers[j];
-	float logits[c->n_experts];
-
-	matvec(&J->gate, b, logits);
-	for (int e = 0; e < c->n_experts; e++)
-		logits[e] = (float)(logits[e] / c->gate_temp);
-	cw_dsv4_route(logits, c->n_experts, c->top_k, NULL, J->gate_bias,
-		      c->norm_topk_prob, c->routed_scaling_factor, ids, wts);
-}
-
-/* Store mode: reports layer l's routing of the token at position p to
- * expertd (activation statistics, hot set) with, as hints, the experts
- * the routers of the next prefetch_depth layers pick on this layer's FFN
- * input b (gate look-ahead: an approximation, the next layers see a
- * changed residual).  A refused report changes no result: warned once,
- * counted. */
-static void route_report(const struct cw_dsv41_model *m,
-			 struct cw_dsv41_state *s, int l, int64_t p,
-			 const int *eids, const float *b)
-{
-	const struct st_dsv41_config *c = &m->cfg;
-	const int K = c->top_k;
-	int cap = m->prefetch_depth * K + 1, hl[cap], he[cap], nh = 0;
-	struct st_diag d = { { 0 } };
-
-	for (int j = l + 1; j <= l + m->prefetch_depth && j < c->n_layers;
-	     j++) {
-		int32_t e[K];
-		float w[K];
-
-		route_ids(m, j, b, e, w);
-		for (int k = 0; k < K; k++) {
-			hl[nh] = j;
-			he[nh++] = e[k];
-		}
-	}
-	if (es_client_route(m->es, l, (uint32_t)p, 1, K, eids, nh, hl, he,
-			    &d) < 0 && s->route_failed++ == 0)
-		st_warn("routing report to expertd failed: %s (statistics and "
-			"prefetch degrade; results are unaffected)", d.msg);
 }
 
 /* Store mode, at the start of an eval: the token at position s->len is
@@ -672,10 +554,10 @@ static void route_report(const struct cw_dsv41_model *m,
  * so their reads start before layer 0 and are not dropped as stale after
  * the previous token's last layer.  A refused hint changes no result:
  * warned once, counted. */
-static void step_hint(const struct cw_dsv41_model *m,
+static void step_hint(const struct cw_dsv_model *m,
 		      struct cw_dsv41_state *s, int32_t token)
 {
-	const struct st_dsv41_config *c = &m->cfg;
+	const struct st_dsv_config *c = &m->cfg;
 	const int K = c->top_k, D = c->hidden_size;
 	int nl = m->prefetch_depth > 1 ? m->prefetch_depth : 1;
 	int cap, nh = 0;
@@ -695,7 +577,7 @@ static void step_hint(const struct cw_dsv41_model *m,
 			cw_dsv4_rmsnorm(m->embed + (size_t)token * D,
 					m->layers[j].ffn_norm, D,
 					c->rms_norm_eps, b);
-			route_ids(m, j, b, e, w);
+			cw_dsv_route(m, j, b, NULL, e, w);
 			for (int k = 0; k < K; k++) {
 				hl[nh] = j;
 				he[nh++] = e[k];
@@ -703,229 +585,19 @@ static void step_hint(const struct cw_dsv41_model *m,
 		}
 		if (es_client_hint_step(m->es, (uint32_t)s->len, nh, hl, he,
 					&d) < 0 &&
-		    s->route_failed++ == 0)
+		    s->run.route_failed++ == 0)
 			st_warn("prefetch hint to expertd failed: %s (prefetch "
 				"degrades; results are unaffected)", d.msg);
 	}
 }
 
-/* One routed expert in fast mode, straight from its slot bytes: out =
- * E(b) (act: b quantized once, int8 per 32, shared by every expert's w1
- * and w3; the SwiGLU output quantized for w2 by the kernel). */
-static void expert_fast(const struct cw_dsv41_model *m,
-			const struct st_store_layer *ly, const uint8_t *rec,
-			const struct cw_act *act, void *gbuf, float *out)
-{
-	const struct st_dsv41_config *c = &m->cfg;
-	const struct cw_backend_ops *be = m->be;
-	const int I = c->moe_inter;
-	struct cw_wview w1 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_GATE], rec);
-	struct cw_wview w3 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_UP], rec);
-	struct cw_wview w2 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_DOWN], rec);
-	float g[I], u[I];
-
-	struct cw_act ga;
-
-	cw_dsv4_view_mv(be, m->pool, &w1, act, g);
-	cw_dsv4_view_mv(be, m->pool, &w3, act, u);
-	cw_dsv4_swiglu_clip(g, u, I, c->swiglu_limit);
-	be->act_prepare(g, I, ST_DTYPE_MXFP4, gbuf, &ga);
-	cw_dsv4_view_mv(be, m->pool, &w2, &ga, out);
-}
-
-/* The MoE step of one token in store mode, computed per expert as its
- * slot becomes ready (es_client_acquire_each): the shared expert while
- * the misses load, each routed expert k into its own row out[k][D]; the
- * caller sums the rows in the fixed order k = 0..K-1, so the result does
- * not depend on the order of arrival. */
-struct moe_each {
-	const struct cw_dsv41_model *m;
-	struct cw_dsv41_state *s;
-	const struct cw_dsv41_layer *L;
-	const struct st_store_layer *ly;
-	const float *b;
-	const struct cw_act *act;   /* fast mode: b quantized */
-	void *gbuf;                 /* fast mode: scratch of the SwiGLU
-				     * output's quantization */
-	float *y;                   /* shared expert's output */
-	float *out;                 /* [K][D] routed experts' outputs */
-	uint64_t fn_ns;             /* time spent computing in the calls */
-};
-
-static void moe_each_fn(void *arg, int k, const uint8_t *rec)
-{
-	struct moe_each *e = arg;
-	const struct cw_dsv41_model *m = e->m;
-	const struct st_dsv41_config *c = &m->cfg;
-	const int D = c->hidden_size;
-	const size_t mw = (size_t)c->moe_inter * D;
-	uint64_t t0 = st_now_ns();
-
-	if (k < 0) {
-		expert_ffn(m, &e->L->sh_w1, &e->L->sh_w2, &e->L->sh_w3, e->b,
-			   c->swiglu_limit, e->y);
-	} else if (m->be) {
-		expert_fast(m, e->ly, rec, e->act, e->gbuf,
-			    e->out + (size_t)k * D);
-	} else {
-		struct cw_dsv4_mat w1, w2, w3;
-
-		cw_dsv4_record_mat(&e->ly->mat[ST_EXPERT_GATE], rec, e->s->xw,
-				   &w1);
-		cw_dsv4_record_mat(&e->ly->mat[ST_EXPERT_UP], rec,
-				   e->s->xw + mw, &w3);
-		cw_dsv4_record_mat(&e->ly->mat[ST_EXPERT_DOWN], rec,
-				   e->s->xw + 2 * mw, &w2);
-		expert_ffn(m, &w1, &w2, &w3, e->b, c->swiglu_limit,
-			   e->out + (size_t)k * D);
-	}
-	e->fn_ns += st_now_ns() - t0;
-}
-
-/* Store mode: the shared expert into y and the routed experts ids[0..K)
- * of layer l through expertd's pool (reported; each computed as soon as
- * its slot is ready, or all acquired first with expert overlap off;
- * released after use), weighted into y in the order k = 0..K-1. */
-static int moe_pool(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
-		    int l, int64_t p, const int32_t *ids, const float *wts,
-		    const float *b, float *y, struct st_diag *diag)
-{
-	const struct st_dsv41_config *c = &m->cfg;
-	const int K = c->top_k, D = c->hidden_size;
-	const struct st_store_layer *ly = &m->rec[l];
-	struct moe_each e = { m, s, &m->layers[l], ly, b, NULL, NULL, y, NULL,
-			      0 };
-	struct cw_act act;
-	int eids[K], r;
-	uint64_t t0;
-
-	for (int k = 0; k < K; k++)
-		eids[k] = ids[k];
-	if (!m->no_route_reports)
-		route_report(m, s, l, p, eids, b);
-	e.out = malloc((size_t)K * D * sizeof(float));
-	if (!e.out)
-		return st_diag_set(diag, -ENOMEM, "out of memory");
-	if (m->be) {
-		m->be->act_prepare(b, D, ST_DTYPE_MXFP4,
-				   (unsigned char *)s->xw, &act);
-		e.act = &act;
-		e.gbuf = s->xw2;
-	}
-	if (m->no_expert_overlap) {
-		/* all top-k first, then compute (the shared expert before) */
-		const uint8_t *recs[K];
-
-		moe_each_fn(&e, -1, NULL);
-		t0 = st_now_ns();
-		r = es_client_acquire(m->es, l, K, eids, recs, diag);
-		s->st.acquire_ns += st_now_ns() - t0;
-		for (int k = 0; r == 0 && k < K; k++)
-			moe_each_fn(&e, k, recs[k]);
-	} else {
-		t0 = st_now_ns();
-		r = es_client_acquire_each(m->es, l, K, eids, moe_each_fn, &e,
-					   diag);
-		s->st.acquire_ns += st_now_ns() - t0 - e.fn_ns;
-	}
-	if (r < 0) {
-		free(e.out);
-		return r;
-	}
-	s->st.experts_acquired += K;
-	s->st.expert_bytes += (uint64_t)K * ly->record_bytes;
-	es_client_release(m->es, l, K, eids);
-	for (int k = 0; k < K; k++) {
-		const float *o = e.out + (size_t)k * D;
-
-		for (int d = 0; d < D; d++)
-			y[d] += wts[k] * o[d];
-	}
-	free(e.out);
-	return 0;
-}
-
-static int moe(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
-	       int l, int64_t p, const float *b, float *y, int32_t *ids_out,
-	       float *w_out, struct st_diag *diag)
-{
-	const struct st_dsv41_config *c = &m->cfg;
-	const struct cw_dsv41_layer *L = &m->layers[l];
-	const int D = c->hidden_size, K = c->top_k;
-	float wts[K], tmp[D];
-	int32_t ids[K];
-
-	route_ids(m, l, b, ids, wts);
-	if (m->es) { /* the shared expert while the misses load */
-		int r = moe_pool(m, s, l, p, ids, wts, b, y, diag);
-
-		if (r < 0)
-			return r;
-	} else {
-		expert_ffn(m, &L->sh_w1, &L->sh_w2, &L->sh_w3, b,
-			   c->swiglu_limit, y);
-	}
-	for (int k = 0; !m->es && k < K; k++) {
-		expert_ffn(m, &L->ew1[ids[k]], &L->ew2[ids[k]],
-			   &L->ew3[ids[k]], b, c->swiglu_limit, tmp);
-		for (int d = 0; d < D; d++)
-			y[d] += wts[k] * tmp[d];
-	}
-	if (ids_out)
-		memcpy(ids_out, ids, sizeof(ids));
-	if (w_out)
-		memcpy(w_out, wts, sizeof(wts));
-	return 0;
-}
-
-/* u = sum_k pre_k X_k */
-static void collapse(const float *X, const float *pre, int n, int D, float *u)
-{
-	for (int d = 0; d < D; d++) {
-		double acc = 0.0;
-
-		for (int k = 0; k < n; k++)
-			acc += (double)pre[k] * X[k * D + d];
-		u[d] = (float)acc;
-	}
-}
-
-/* Store mode, a one-token eval, at the start of layer l (cw_dsv41_set_
- * layer_hints): layer l's top-k on the streams X as they enter the layer,
- * collapsed with the lagged pre P under the layer's ffn_norm, to expertd
- * as a step-named hint for position p.  A refused hint changes no result:
- * warned once, counted. */
-static void layer_hint(const struct cw_dsv41_model *m,
-		       struct cw_dsv41_state *s, int l, int64_t p,
-		       const float *X, const float *P)
-{
-	const struct st_dsv41_config *c = &m->cfg;
-	const int K = c->top_k, D = c->hidden_size;
-	int hl[K], he[K];
-	int32_t e[K];
-	float w[K], u[D];
-	struct st_diag d = { { 0 } };
-
-	collapse(X, P, c->hc_mult, D, u);
-	cw_dsv4_rmsnorm(u, m->layers[l].ffn_norm, D, c->rms_norm_eps, u);
-	route_ids(m, l, u, e, w);
-	for (int k = 0; k < K; k++) {
-		hl[k] = l;
-		he[k] = e[k];
-	}
-	if (es_client_hint_step(m->es, (uint32_t)p, K, hl, he, &d) < 0 &&
-	    s->route_failed++ == 0)
-		st_warn("prefetch hint to expertd failed: %s (prefetch "
-			"degrades; results are unaffected)", d.msg);
-}
-
 /* One layer for one token: Engram, attention site, FFN site. */
-static int layer_token(const struct cw_dsv41_model *m,
+static int layer_token(const struct cw_dsv_model *m,
 		       struct cw_dsv41_state *s, int l, int t,
 		       struct chunk *ck, struct st_diag *diag)
 {
-	const struct st_dsv41_config *c = &m->cfg;
-	const struct cw_dsv41_layer *L = &m->layers[l];
+	const struct st_dsv_config *c = &m->cfg;
+	const struct cw_dsv_layer *L = &m->layers[l];
 	const int D = c->hidden_size, hc = c->hc_mult;
 	const int64_t p = ck->p0 + t;
 	float *X = ck->X + (size_t)t * hc * D, *P = ck->P + (size_t)t * hc;
@@ -938,8 +610,13 @@ static int layer_token(const struct cw_dsv41_model *m,
 	int r;
 
 	if (m->es && !m->no_route_reports && !m->no_layer_hints &&
-	    ck->n == 1 && l > 0)
-		layer_hint(m, s, l, p, X, P);
+	    ck->n == 1 && l > 0) {
+		/* the streams as they enter the layer, collapsed with the
+		 * lagged pre P (a guess: the FFN input adds the layer's
+		 * Engram and attention output) */
+		cw_dsv4_collapse(X, P, hc, D, u);
+		cw_dsv_layer_hint(m, &s->run, l, p, u);
+	}
 	if (L->ei >= 0 && (r = engram(m, s, L, p, X, t, diag)) < 0)
 		return r;
 	/* collapsed with the previous site's pre (the lag) */
@@ -956,10 +633,13 @@ static int layer_token(const struct cw_dsv41_model *m,
 			 L->hc_ffn_scale, c->hc_sinkhorn_iters, c->hc_eps,
 			 c->rms_norm_eps, u, pre_f, post_f, comb_f);
 	cw_dsv4_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, a);
-	r = moe(m, s, l, p, a, y,
-		dbg && dbg->experts ? dbg->experts + dl * c->top_k : NULL,
-		dbg && dbg->weights ? dbg->weights + dl * c->top_k : NULL,
-		diag);
+	/* token 0: V4.1 routes no layer by token id */
+	r = cw_dsv_moe(m, &s->run, l, p, 0, a, y,
+		       dbg && dbg->experts ? dbg->experts + dl * c->top_k :
+					     NULL,
+		       dbg && dbg->weights ? dbg->weights + dl * c->top_k :
+					     NULL,
+		       diag);
 	if (r < 0)
 		return r;
 	cw_dsv4_hc_post(X, hc, D, y, post_f, comb_f);
@@ -989,27 +669,27 @@ static int layer_token(const struct cw_dsv41_model *m,
 	return 0;
 }
 
-static void head(const struct cw_dsv41_model *m, const float *X,
+static void head(const struct cw_dsv_model *m, const float *X,
 		 const float *P, float *logits)
 {
-	const struct st_dsv41_config *c = &m->cfg;
+	const struct st_dsv_config *c = &m->cfg;
 	const int D = c->hidden_size;
 	float h[D];
 
 	/* no hc_head: the last FFN site's pre collapses the streams */
-	collapse(X, P, c->hc_mult, D, h);
+	cw_dsv4_collapse(X, P, c->hc_mult, D, h);
 	cw_dsv4_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
-	mv(m, &m->head, h, logits);
+	cw_dsv_lin(m, &m->head, h, logits);
 }
 
 /* Runs tokens ids[0..n) at positions p0.. through every layer (the
  * layers after the last KV source on the last tokens only when the CED
  * shortcut is on); replay: no appends to the global KV. */
-static int run(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
+static int run(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 	       const int32_t *ids, int n, int64_t p0, int replay,
 	       int all_positions, float *logits, struct st_diag *diag)
 {
-	const struct st_dsv41_config *c = &m->cfg;
+	const struct st_dsv_config *c = &m->cfg;
 	const int D = c->hidden_size, hc = c->hc_mult;
 	const int last_src = st_dsv41_last_kv_source(c);
 	const int W = c->sliding_window;
@@ -1126,7 +806,7 @@ static int kv_end(struct cw_dsv41_state *s, int r, int from, int n,
  * p0 + n - 1 of every Engram layer as soon as their tokens are known (the
  * hash reads token ids only), so that the layers' fetches find them
  * cached or in flight.  A hint: a refusal is warned once and counted. */
-static void engram_prefetch(const struct cw_dsv41_model *m,
+static void engram_prefetch(const struct cw_dsv_model *m,
 			    struct cw_dsv41_state *s, int p0, int n)
 {
 	if (!m->es || !m->hash || m->no_engram_prefetch)
@@ -1143,11 +823,11 @@ static void engram_prefetch(const struct cw_dsv41_model *m,
 	}
 }
 
-int cw_dsv41_eval(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
+int cw_dsv41_eval(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 		  const int32_t *ids, int n, int all_positions, float *logits,
 		  struct st_diag *diag)
 {
-	const struct st_dsv41_config *c = &m->cfg;
+	const struct st_dsv_config *c = &m->cfg;
 	int r;
 
 	if (n < 1)
@@ -1195,13 +875,18 @@ int cw_dsv41_eval(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 	}
 	if (r == 0) {
 		s->len += n;
-		if (s->kv && s->prompt)
-			cw_dsv41_kv_after_eval(s, ids, n);
+		/* replayed window rows live outside the pages (the pages
+		 * hold other rows for them), and the CED shortcut leaves
+		 * window rows uncomputed: neither state's pages are
+		 * published */
+		if (s->kv && s->pr.ids)
+			cw_dsv_kv_after_eval(s->kv, s->seq, &s->pr, s->len,
+					     ids, n, !(s->ov_hi > 0 || s->ced));
 	}
 	return r;
 }
 
-int cw_dsv41_replay(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
+int cw_dsv41_replay(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 		    const int32_t *ids, int n, struct st_diag *diag)
 {
 	if (n < 1 || n > s->len)
@@ -1217,7 +902,7 @@ int cw_dsv41_replay(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 	if (s->kv) {
 		/* the prefix's window rows may be in shared pages: the
 		 * replayed ones go to per-state rings instead */
-		const struct st_dsv41_config *c = &m->cfg;
+		const struct st_dsv_config *c = &m->cfg;
 		int r;
 
 		for (int l = 0; l < s->n_layers; l++)
@@ -1246,32 +931,8 @@ int cw_dsv41_replay(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
 }
 
 void cw_dsv41_state_stats(const struct cw_dsv41_state *s,
-			  struct cw_dsv41_run_stats *ret)
+			  struct cw_dsv_run_stats *ret)
 {
-	*ret = s->st;
+	*ret = s->run.st;
 }
 
-uint64_t cw_dsv41_lm_head_bytes(const struct cw_dsv41_model *m)
-{
-	return cw_dsv4_mat_bytes(&m->head);
-}
-
-uint64_t cw_dsv41_dense_bytes(const struct cw_dsv41_model *m)
-{
-	const struct st_dsv41_config *c = &m->cfg;
-	uint64_t n = cw_dsv4_mat_bytes(&m->head);
-
-	for (int l = 0; l < c->n_layers; l++) {
-		const struct cw_dsv41_layer *L = &m->layers[l];
-		const struct cw_dsv4_mat *x[] = {
-			&L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
-			&L->cwkv, &L->cwgate, &L->iwk, &L->iwq_b,
-			&L->iweights, &L->gate, &L->sh_w1, &L->sh_w2,
-			&L->sh_w3, &L->ewkv,
-		};
-
-		for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++)
-			n += cw_dsv4_mat_bytes(x[i]);
-	}
-	return n;
-}

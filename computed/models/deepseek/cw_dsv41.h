@@ -25,101 +25,20 @@
 #include <stdint.h>
 
 #include "cw_backend.h"
+#include "cw_dsv.h"
 #include "st_config_dsv41.h"
 #include "st_error.h"
 
-struct cw_dsv41_model;
 struct cw_dsv41_state;
 
 /*
- * Loads config.json, engram_hash.json (when the config has Engram layers)
- * and model.safetensors (or shards) of `dir`, checking every tensor's
- * name, dtype and shape against the config: FP8 E4M3 with an F8_E8M0
- * ".scale" [ceil(out/b0), ceil(in/b1)] (b = weight_block_size), routed
- * experts detected as MXFP4 from their dtype and shape (I8 [out, in/2]
- * packed E2M1, low nibble the even element, + F8_E8M0 [out, in/32]),
- * Engram tables F8_E4M3 [rows, head_dim] with F8_E8M0 [rows, head_dim/32]
- * (one scale per 32 columns of each row), BF16/F32 others.  Tensors of
- * the vision tower, aligner, DSpark draft layers (mtp.*), image_* and
- * ffn.gate.bias_vl are skipped by name (text-only); any other tensor not
- * used is refused (-ST_E_FORMAT naming it).  An E8M0 byte 255 (NaN) is
- * refused as corrupt.  Owned by the caller (cw_dsv41_free).
- * Errors: -ST_E_CONFIG / -ST_E_FORMAT / -ST_E_NOTFOUND naming the tensor,
- * -ENOMEM, and those of st_checkpoint_open, st_dsv41_config_load and
- * st_engram_hash_load_json.
+ * Store mode, on by default, off only for measurements (the results are
+ * the same either way): the Engram prefetch of every evaluated position's
+ * rows (exact: the hash depends on token ids only) sent before the eval
+ * runs its layers.
  */
-int cw_dsv41_load(const char *dir, struct cw_dsv41_model **ret,
-		  struct st_diag *diag);
-/*
- * Loads a V4.1 model from a strata store (strata convert of a V4.1
- * checkpoint): the config from the store's manifest, the dense weights
- * from dense.bin (dequantised to F32 exactly as cw_dsv41_load does from
- * the checkpoint, so logits are bit-identical), the Engram hash from
- * engram_hash.bin; at eval time the routed experts from expertd's host
- * pool (es_client_acquire of each token's top-k per layer, dequantised
- * from the MXFP4 record, released after the layer) and the Engram rows
- * from expertd's Engram tier (cw_engram_es_get_rows, installed as the
- * provider; the rows of every position are prefetched as soon as its
- * token is known).  `es` (borrowed, must outlive the model; one eval at a
- * time) must serve this store.  QAT on, as cw_dsv41_load.
- * Errors: st_store_open's; -ST_E_UNSUPPORTED (not a V4.1 store);
- * -ST_E_FORMAT (expert records not MXFP4, no engram_hash.bin);
- * -ST_E_CONFIG (es missing or serving another store or other Engram
- * tables); -ST_E_LIMIT (the pool holds fewer than top_k experts); the
- * config parser's and loader's codes; es_client_engram_info's; -ENOMEM.
- */
-struct es_client;
-int cw_dsv41_load_store(const char *store_dir, struct es_client *es,
-			struct cw_dsv41_model **ret, struct st_diag *diag);
-/*
- * Store mode switches, both on by default, off only for measurements (the
- * results are the same either way): routing reports to expertd
- * (ES_MSG_ROUTE per layer and token: activation statistics, hot set;
- * V4.1 has no hash-routed layers, so no exact expert hints), and the
- * Engram prefetch of every evaluated position's rows (exact: the hash
- * depends on token ids only) sent before the eval runs its layers.
- */
-void cw_dsv41_set_route_reports(struct cw_dsv41_model *m, int on);
-void cw_dsv41_set_engram_prefetch(struct cw_dsv41_model *m, int on);
+void cw_dsv41_set_engram_prefetch(struct cw_dsv_model *m, int on);
 
-/*
- * cw_dsv41_load / cw_dsv41_load_store with a compute mode (DESIGN 6a).
- * CW_COMPUTE_REFERENCE is what those two do (bit-identical).
- * CW_COMPUTE_FAST runs the matvecs on the fast CPU backend's kernels
- * (cw_backend_cpu_fast, computed/kernels/cw_kern.h), as V4's fast mode does: the
- * FP8 dense weights (attention, shared expert, indexer wq_b, Engram wkv)
- * stay E4M3 codes (1 byte per weight instead of 4) with one float scale
- * per (row, fp8_block[1] inputs), multiplied by float activations; the
- * BF16 compressor (wkv, wgate), index key projection (indexer.wk) and LM
- * head stay BF16 (the BF16 kernel); the routed experts of a store run
- * straight from expertd's slot bytes (MXFP4 codes and E8M0 scales as
- * stored, activations int8 per 32, one quantization shared by the top-k
- * experts' w1 and w3), nothing dequantized per use (from a checkpoint
- * they are dequantized at load and run on the F32 kernel).  The router,
- * the indexer's head weights (weights_proj), mHC, norms, Engram gates,
- * attention, pooling and the QAT round trips stay reference code, so
- * routing and index selections match reference mode except near ties.
- * Not bit-identical to reference mode: tests/computed/test_dsv41_fast.c
- * states the tolerance.  Errors: as the functions without _mode, -EINVAL
- * for an unknown mode.
- */
-int cw_dsv41_load_mode(const char *dir, enum cw_compute mode,
-		       struct cw_dsv41_model **ret, struct st_diag *diag);
-int cw_dsv41_load_store_mode(const char *store_dir, struct es_client *es,
-			     enum cw_compute mode,
-			     struct cw_dsv41_model **ret,
-			     struct st_diag *diag);
-/* The compute mode the model was loaded in. */
-enum cw_compute cw_dsv41_compute(const struct cw_dsv41_model *m);
-/*
- * Fast mode's data layout on another backend than cw_backend_cpu_fast:
- * with cw_backend_cpu (exact dequantization on the fly, float
- * activations) the logits equal reference mode's but for the float
- * summation order (tests).  0, or -EINVAL unless m is a fast-mode model
- * and be is not NULL.
- */
-int cw_dsv41_set_backend(struct cw_dsv41_model *m,
-			 const struct cw_backend_ops *be);
 /*
  * Fast mode: the dense matvecs and the routed experts' matvecs split by
  * output rows over a pool of n_threads threads (cw_threads.h; the caller
@@ -128,75 +47,13 @@ int cw_dsv41_set_backend(struct cw_dsv41_model *m,
  * thread.  Not during an eval.  0; -EINVAL (n_threads < 1, or > 1 for a
  * reference-mode model); the pool's errors (-ENOMEM, -errno).
  */
-int cw_dsv41_set_threads(struct cw_dsv41_model *m, int n_threads);
+int cw_dsv41_set_threads(struct cw_dsv_model *m, int n_threads);
 
-/*
- * Store mode, both on by default (off only to measure what they bring;
- * the results are the same either way):
- *  step_hints: at the start of each eval the experts the first
- *    prefetch_depth layers (at least layer 0) are expected to use for the
- *    token about to be evaluated go to expertd as a step-named hint
- *    (es_client_hint_step, named by the token's position, so expertd
- *    keeps it past the previous token's last layer): each layer's router
- *    on the token's embedding under that layer's ffn_norm (a guess: the
- *    real FFN input adds the attention output; V4.1 has no hash-routed
- *    layers to hint exactly); needs routing reports on;
- *  expert_overlap: each routed expert is computed as soon as its slot is
- *    ready and the shared expert while the misses load
- *    (es_client_acquire_each), summed in the fixed top-k order.
- */
-void cw_dsv41_set_decode_overlap(struct cw_dsv41_model *m, int step_hints,
-				 int expert_overlap);
-
-/*
- * Store mode, on by default (off only to measure what it brings; results
- * are the same either way): layer-start hints.  In a one-token eval
- * (decode), at the start of each layer l > 0, before its Engram and
- * attention, layer l's router runs on the streams as they enter the layer
- * (collapsed with the lagged pre, under the layer's ffn_norm: a guess, the
- * FFN input adds the layer's Engram and attention output) and its top-k
- * go to expertd as a step-named hint for this position (es_client_hint_step),
- * so their reads start an attention's time before the router names the
- * misses.  On the V4.1-shaped benchmark model this guess names 58 % of
- * the routed experts (the gate look-ahead from the previous layer: 54 %),
- * and tokens/s rose 10 % at 50 and 25 % host budgets (docs/BENCHMARKS.md,
- * "Layer-start hints").  Needs routing reports on.
- */
-void cw_dsv41_set_layer_hints(struct cw_dsv41_model *m, int on);
-/*
- * Store mode, with routing reports on: each layer's report also hints the
- * experts the routers of the next `depth` layers pick on this layer's FFN
- * input (gate look-ahead, an approximation), so their loads overlap this
- * layer's compute.  0 (the default) hints nothing ahead.  Results are the
- * same either way.  0, or -EINVAL for depth outside [0, 8].
- */
-int cw_dsv41_set_prefetch_depth(struct cw_dsv41_model *m, int depth);
-
-/* Counters of a state's evals since cw_dsv41_state_new (store mode; all
- * zero otherwise): routed experts acquired from expertd, the time spent
- * waiting for them (es_client_acquire, less the experts' compute done
- * inside es_client_acquire_each) in ns, and the bytes of the expert
- * records used. */
-struct cw_dsv41_run_stats {
-	uint64_t experts_acquired;
-	uint64_t acquire_ns;
-	uint64_t expert_bytes;
-};
+/* The FFN counters of a state's evals since cw_dsv41_state_new
+ * (cw_dsv.h). */
 void cw_dsv41_state_stats(const struct cw_dsv41_state *s,
-			  struct cw_dsv41_run_stats *ret);
-/* Bytes of dense weights one token reads at their in-memory size (1 per
- * FP8 weight in fast mode, 2 per kept BF16, 4 per F32): every layer's
- * matrices but the routed experts, the mHC mixers and the Engram tables,
- * plus the LM head. */
-uint64_t cw_dsv41_dense_bytes(const struct cw_dsv41_model *m);
-/* Bytes of the LM head alone at its in-memory size (part of
- * cw_dsv41_dense_bytes), read once per position whose logits are made. */
-uint64_t cw_dsv41_lm_head_bytes(const struct cw_dsv41_model *m);
+			  struct cw_dsv_run_stats *ret);
 
-/* Frees the model and its hash (NULL is fine). */
-void cw_dsv41_free(struct cw_dsv41_model *m);
-/* The model's parsed config (borrowed, lives as long as the model). */
-const struct st_dsv41_config *cw_dsv41_config(const struct cw_dsv41_model *m);
 
 /*
  * QAT round trips (MODEL_FAMILY_DEEPSEEK_V4.md 3.7), all on by default
@@ -205,8 +62,8 @@ const struct st_dsv41_config *cw_dsv41_config(const struct cw_dsv41_model *m);
  *  WINDOW_FP8  every K=V row after rope: FP8 E4M3 / 32, ue8m0 scale;
  *  CROW_FP4    every compressed row after rope: E2M1 / 16, E4M3 scale;
  *  INDEX_FP4   index keys and indexer queries after rope: E2M1 / 32, ue8m0.
- * Set before evaluating; a state must not mix settings.
- * Returns 0 or -EINVAL (unknown flag).
+ * Set with cw_dsv_set_qat (cw_dsv.h) before evaluating; a state must not
+ * mix settings.
  */
 enum {
 	CW_DSV41_QAT_WINDOW_FP8 = 1,
@@ -214,7 +71,6 @@ enum {
 	CW_DSV41_QAT_INDEX_FP4 = 4,
 	CW_DSV41_QAT_ALL = 7,
 };
-int cw_dsv41_set_qat(struct cw_dsv41_model *m, unsigned flags);
 
 /*
  * Where Engram embedding rows come from.  get_rows fills out[n][head_dim]
@@ -236,7 +92,7 @@ int cw_dsv41_engram_rows_mem(void *ctx, int ei, const int64_t *row_ids,
 			     int n, float *out, struct st_diag *diag);
 /* Installs p (copied; NULL: the default: the in-memory table, or for a
  * store model expertd's Engram tier).  Not during an eval. */
-void cw_dsv41_set_engram_provider(struct cw_dsv41_model *m,
+void cw_dsv41_set_engram_provider(struct cw_dsv_model *m,
 				  const struct cw_dsv41_engram_provider *p);
 
 /*
@@ -246,11 +102,11 @@ void cw_dsv41_set_engram_provider(struct cw_dsv41_model *m,
  * sequence, the fixed window rings (every layer's W FP8 rows).  The
  * reference state itself keeps F32 rows.
  */
-double cw_dsv41_kv_bytes_per_token(const struct st_dsv41_config *c);
-double cw_dsv41_window_bytes(const struct st_dsv41_config *c);
+double cw_dsv41_kv_bytes_per_token(const struct st_dsv_config *c);
+double cw_dsv41_window_bytes(const struct st_dsv_config *c);
 
 /* A sequence state for at most max_tokens positions.  -EINVAL, -ENOMEM. */
-int cw_dsv41_state_new(const struct cw_dsv41_model *m, int max_tokens,
+int cw_dsv41_state_new(const struct cw_dsv_model *m, int max_tokens,
 		       struct cw_dsv41_state **ret);
 /* Frees a state (NULL is fine). */
 void cw_dsv41_state_free(struct cw_dsv41_state *s);
@@ -266,7 +122,7 @@ int cw_dsv41_state_len(const struct cw_dsv41_state *s);
  * the state is unchanged on the argument errors, undefined after a
  * provider error.
  */
-int cw_dsv41_eval(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
+int cw_dsv41_eval(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 		  const int32_t *ids, int n, int all_positions, float *logits,
 		  struct st_diag *diag);
 
@@ -312,7 +168,7 @@ int cw_dsv41_set_ced_shortcut(struct cw_dsv41_state *s, int mode);
  * that differs from the state's history); provider errors.
  */
 void cw_dsv41_state_drop_window(struct cw_dsv41_state *s);
-int cw_dsv41_replay(const struct cw_dsv41_model *m, struct cw_dsv41_state *s,
+int cw_dsv41_replay(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 		    const int32_t *ids, int n, struct st_diag *diag);
 
 /*
@@ -341,49 +197,12 @@ struct cw_dsv41_debug {
 };
 void cw_dsv41_set_debug(struct cw_dsv41_state *s, struct cw_dsv41_debug *dbg);
 
-/* ---- KV streams in kvd (cw_dsv41_kv.c; docs/DESIGN.md 3a) ---- */
+/* ---- KV streams in kvd (cw_dsv_kv.c; docs/DESIGN.md 3a) ---- */
 
 struct kv_client;
-struct kv_stream_decl;
 
 /*
- * kvd's declaration of the V4.1 state, layer by layer: every layer's
- * window (one row per token, the last sliding_window kept); a KV source
- * at ratio > 1 its open group's raw inputs (c then z, 2 head_dim F32, one
- * row per token, the last ratio kept); a KV source its compressed rows
- * and its index keys (one row per ratio tokens, all kept).  Row formats by
- * the QAT flags `qat` (CW_DSV41_QAT_*; st_kvfmt_v41.h): window FP8 E4M3/32
- * + ue8m0 (head_dim + head_dim/32 B), compressed rows E2M1/16 + E4M3
- * (head_dim/2 + head_dim/16 B), index keys E2M1/32 + ue8m0
- * (index_head_dim/2 + index_head_dim/32 B); a flag off: F32 rows.  With
- * CW_DSV41_QAT_ALL the growing streams sum to cw_dsv41_kv_bytes_per_token
- * (890 B per token for V4.1-Flash; model doc 3.8).  The Engram token
- * history is not a stream: the state keeps its ids (a prefix hit's are
- * the prompt's).  Returns the number of streams (out needs that many; max
- * its capacity), -ST_E_LIMIT, or -EINVAL (a KV source of ratio 0).
- */
-int cw_dsv41_kv_decl(const struct st_dsv41_config *c, unsigned qat,
-		     struct kv_stream_decl *out, int max);
-
-/* A prefix-cache model id for m (never 0): XXH3 of the config numbers,
- * the QAT flags (so the row formats) and samples of the embedding, head
- * and final norm. */
-uint64_t cw_dsv41_model_id(const struct cw_dsv41_model *m);
-
-/*
- * Declares m's streams (cw_dsv41_kv_decl with m's QAT flags: set them
- * before) to kvd through kv, page_rows tokens per page, and the model id
- * (0: cw_dsv41_model_id(m)).  Once per client before
- * cw_dsv41_state_new_kv.  Errors: kv_client_declare_model's
- * (-ST_E_CONFIG: kvd holds another declaration, -ST_E_BUDGET, ...),
- * -ST_E_LIMIT, -EINVAL.
- */
-int cw_dsv41_kv_declare(const struct cw_dsv41_model *m, struct kv_client *kv,
-			uint32_t page_rows, uint64_t model_id,
-			struct st_diag *diag);
-
-/*
- * A sequence state in kvd pages (kv declared with cw_dsv41_kv_declare;
+ * A sequence state in kvd pages (kv declared with cw_dsv_kv_declare;
  * borrowed, must outlive the state), as cw_dsv4_state_new_kv: prompt NULL
  * (n_prompt 0): an empty sequence; otherwise prefix mode: the longest
  * cached chain of the prompt's full pages is mapped, the state starts at
@@ -403,7 +222,7 @@ int cw_dsv41_kv_declare(const struct cw_dsv41_model *m, struct kv_client *kv,
  * no declaration of m with its current QAT flags), kv_client_seq_create
  * (_prefix)'s, the replay's, -ENOMEM.
  */
-int cw_dsv41_state_new_kv(const struct cw_dsv41_model *m, struct kv_client *kv,
+int cw_dsv41_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
 			  const int32_t *prompt, int n_prompt, int swa_replay,
 			  struct cw_dsv41_state **ret, struct st_diag *diag);
 

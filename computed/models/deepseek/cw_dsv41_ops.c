@@ -7,7 +7,6 @@
  */
 #include "cw_dsv41.h"
 #include "cw_dsv4.h"
-#include "st_kvfmt_v41.h"
 
 #include <math.h>
 #include <string.h>
@@ -100,29 +99,5 @@ void cw_dsv41_hc_site(const float *X, int n, int D, const float *lag_pre,
 {
 	cw_dsv4_hc_pre(X, n, D, fn, base, scale, iters, eps, rms_eps, pre,
 		       post, comb);
-	for (int d = 0; d < D; d++) {
-		double acc = 0.0;
-
-		for (int k = 0; k < n; k++)
-			acc += (double)lag_pre[k] * X[k * D + d];
-		u[d] = (float)acc;
-	}
-}
-
-double cw_dsv41_kv_bytes_per_token(const struct st_dsv41_config *c)
-{
-	double b = 0.0;
-
-	for (int l = 0; l < c->n_layers; l++)
-		if (c->kv_source[l] && c->compress_ratio[l] > 0)
-			b += (double)(st_kv41_crow_row_bytes(c->head_dim) +
-				      st_kv41_idx_row_bytes(c->index_head_dim)) /
-			     c->compress_ratio[l];
-	return b;
-}
-
-double cw_dsv41_window_bytes(const struct st_dsv41_config *c)
-{
-	return (double)c->n_layers * c->sliding_window *
-	       st_kv41_fp8_row_bytes(c->head_dim);
+	cw_dsv4_collapse(X, lag_pre, n, D, u);
 }

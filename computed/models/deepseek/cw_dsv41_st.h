@@ -10,10 +10,11 @@
 #include <stdint.h>
 
 #include "cw_dsv41.h"
+#include "cw_dsv_int.h"
 
 struct kv_client;
 
-/* The streams of one layer, in declaration order (cw_dsv41_kv_decl). */
+/* The streams of one layer, in declaration order (cw_dsv_kv_decl). */
 enum {
 	CW_DSV41_S_WINDOW = 0, /* K=V rows, per token, last W kept */
 	CW_DSV41_S_GROUP,      /* KV source at ratio > 1: raw c, z inputs */
@@ -61,25 +62,15 @@ struct cw_dsv41_state {
 			   * from the ls->kv rings (SWA replay, kvd state) */
 	float *dec;       /* decode scratch: [W + index_topk + 1][hd] */
 	float *zero_row;  /* what a missing row reads */
-	int32_t *prompt;  /* prefix mode: the prompt (owned) */
-	int n_prompt, groups_published;
-	float *xw;        /* store mode: one expert's 3 matrices, F32
-			   * (fast mode: the quantized activations) */
-	void *xw2;        /* fast store mode: the SwiGLU output quantized */
-	struct cw_dsv41_run_stats st;
-	int route_failed; /* store mode: routing reports expertd refused */
+	struct cw_dsv_prompt pr; /* prefix mode */
+	struct cw_dsv_run run;  /* the FFN site's (cw_dsv_moe.c) */
 	int prefetch_failed; /* store mode: Engram prefetches refused */
 };
 
-/* After a successful eval of ids[0..n) of a kvd state in prefix mode:
- * publishes the prompt's full pages reached so far (cw_dsv41_kv.c). */
-void cw_dsv41_kv_after_eval(struct cw_dsv41_state *s, const int32_t *ids,
-			    int n);
-
 /* A state: process-local (kv NULL, arrays for max_tokens positions) or in
  * kvd pages (kv, qat: the declared formats; streams indexed as
- * cw_dsv41_kv_decl; the caller sets seq).  -EINVAL, -ENOMEM. */
-int cw_dsv41_state_init(const struct cw_dsv41_model *m, int max_tokens,
+ * cw_dsv_kv_decl; the caller sets seq).  -EINVAL, -ENOMEM. */
+int cw_dsv41_state_init(const struct cw_dsv_model *m, int max_tokens,
 			struct kv_client *kv, struct cw_dsv41_state **ret);
 
 #endif

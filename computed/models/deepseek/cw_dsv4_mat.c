@@ -215,3 +215,34 @@ void cw_dsv4_mat_mv_pool(const struct cw_backend_ops *be,
 	cw_dsv4_view_mv(be, pool, w, &a, y);
 	free(buf);
 }
+
+/* V4 with CW_DSV4_QAT_ACT_FP8 (V4.1's flag 4 is another round trip). */
+int cw_dsv_act_fp8(const struct cw_dsv_model *m)
+{
+	return m->cfg.revision == ST_DSV_REV_V4 &&
+	       (m->qat & CW_DSV4_QAT_ACT_FP8);
+}
+
+void cw_dsv_lin(const struct cw_dsv_model *m, const struct cw_dsv4_mat *w,
+		const float *x, float *y)
+{
+	if (cw_dsv_act_fp8(m) && w->quantized) {
+		float xq[w->cols];
+
+		memcpy(xq, x, sizeof(xq));
+		cw_dsv4_fp8_roundtrip(xq, w->cols, m->cfg.fp8_block[1]);
+		cw_dsv4_mat_mv_pool(m->be, m->pool, w, xq, y);
+	} else {
+		cw_dsv4_mat_mv_pool(m->be, m->pool, w, x, y);
+	}
+}
+
+void cw_dsv_lin_rows(const struct cw_dsv_model *m,
+		     const struct cw_dsv4_mat *w, int r0, int n,
+		     const float *x, float *y)
+{
+	struct cw_dsv4_mat sub;
+
+	cw_dsv4_mat_rows(w, r0, n, &sub);
+	cw_dsv_lin(m, &sub, x, y);
+}

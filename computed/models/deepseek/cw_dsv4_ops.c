@@ -22,7 +22,7 @@ void cw_dsv4_rmsnorm(const float *x, const float *w, int n, double eps,
 		y[i] = (float)(x[i] * r * (w ? w[i] : 1.0f));
 }
 
-void cw_dsv4_rope_freqs(const struct st_dsv4_config *c, int compress,
+void cw_dsv4_rope_freqs(const struct st_dsv_config *c, int compress,
 			double *inv_freq)
 {
 	int d = c->rope_dim, half = d / 2;
@@ -325,4 +325,16 @@ void cw_dsv4_hadamard(float *x, int n)
 			}
 	for (int i = 0; i < n; i++)
 		x[i] = (float)(x[i] * k);
+}
+
+void cw_dsv4_collapse(const float *X, const float *pre, int n, int D,
+		      float *u)
+{
+	for (int d = 0; d < D; d++) {
+		double acc = 0.0;
+
+		for (int k = 0; k < n; k++)
+			acc += (double)pre[k] * X[k * D + d];
+		u[d] = (float)acc;
+	}
 }

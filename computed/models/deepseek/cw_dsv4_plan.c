@@ -4,7 +4,7 @@
  * them: dense weights in their checkpoint formats (FP8 E4M3 + E8M0 block
  * scales, BF16, F32, I64 tid2eid; MTP skipped), routed experts as the
  * store's MXFP4 records (st_store_layout), and the KV streams the forward
- * pass declares (cw_dsv4_streams, DESIGN 3a).  V4.1 from its config read
+ * pass declares (cw_dsv_streams, DESIGN 3a).  V4.1 from its config read
  * by st_config_dsv41 (the one V4.1 config reader) and
  * MODEL_FAMILY_DEEPSEEK_V4.md section 3: its tensor list (3.2), its cache
  * formats (3.7/3.8: FP8 window rows, FP4 compressed rows and index keys,
@@ -33,7 +33,7 @@ static uint64_t fp8_bytes(uint64_t out, uint64_t in, int b0, int b1,
 }
 
 /* V4 dense bytes as stored, or (params) parameter counts. */
-static void v4_dense(const struct st_dsv4_config *c, int params,
+static void v4_dense(const struct st_dsv_config *c, int params,
 		     uint64_t *ret_dense, uint64_t *ret_attn)
 {
 	const uint64_t D = c->hidden_size, V = c->vocab_size, hc = c->hc_mult;
@@ -89,28 +89,28 @@ static void v4_dense(const struct st_dsv4_config *c, int params,
 	*ret_attn = attn;
 }
 
-void cw_dsv4_plan_dense_bytes(const struct st_dsv4_config *c,
+void cw_dsv4_plan_dense_bytes(const struct st_dsv_config *c,
 			      uint64_t *ret_dense, uint64_t *ret_attn)
 {
 	v4_dense(c, 0, ret_dense, ret_attn);
 }
 
 /* Streams of all layers merged by shape (kind, row, pooling, window). */
-static int add_v4_streams(const struct st_dsv4_config *c,
+static int add_v4_streams(const struct st_dsv_config *c,
 			  struct st_plan_model *m, struct st_diag *diag)
 {
 	static const char *const kind_name[] = {
-		[CW_DSV4_WINDOW] = "window",
-		[CW_DSV4_COMP_ROWS] = "pooled",
-		[CW_DSV4_INDEX_ROWS] = "index",
-		[CW_DSV4_COMP_STATE] = "cstate",
-		[CW_DSV4_INDEX_STATE] = "istate",
+		[CW_DSV_WINDOW] = "window",
+		[CW_DSV_COMP_ROWS] = "pooled",
+		[CW_DSV_INDEX_ROWS] = "index",
+		[CW_DSV_COMP_STATE] = "cstate",
+		[CW_DSV_INDEX_STATE] = "istate",
 	};
 
 	m->n_streams = 0;
 	for (int l = 0; l < c->n_layers; l++) {
-		struct cw_dsv4_stream st[CW_DSV4_MAX_STREAMS];
-		int n = cw_dsv4_streams(c, l, st);
+		struct cw_dsv_stream st[CW_DSV_MAX_STREAMS];
+		int n = cw_dsv_streams(c, l, st);
 
 		for (int i = 0; i < n; i++) {
 			uint32_t tpr = st[i].rows_den ? (uint32_t)st[i].rows_den : 1;
@@ -149,7 +149,7 @@ static int add_v4_streams(const struct st_dsv4_config *c,
 static int plan_v4(const char *text, const char *source,
 		   struct st_plan_model *m, struct st_diag *diag)
 {
-	struct st_dsv4_config c;
+	struct st_dsv_config c;
 	struct st_model_config ec;
 	struct st_wformat f = { .dtype = ST_DTYPE_MXFP4, .group = 32 };
 	struct st_wformat f3[3] = { f, f, f };
@@ -191,7 +191,7 @@ static int plan_v4(const char *text, const char *source,
 static int plan_v41(const char *text, const char *source,
 		    struct st_plan_model *m, struct st_diag *diag)
 {
-	struct st_dsv41_config *c = calloc(1, sizeof(*c));
+	struct st_dsv_config *c = calloc(1, sizeof(*c));
 	uint64_t D, V, H, hd, QR, G, R, E, I, IH, Id, dense, attn;
 	int L, b, n_src2 = 0, n_src1 = 0, n_state = 0, r;
 

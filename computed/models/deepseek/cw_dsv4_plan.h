@@ -17,7 +17,7 @@
 /*
  * Fills *ret from config.json text (NUL-terminated; `source` names it in
  * messages) when its model_type is "deepseek_v4" (parsed strictly by
- * st_dsv4_config_parse; KV streams from cw_dsv4_streams, one row per
+ * st_dsv4_config_parse; KV streams from cw_dsv_streams, one row per
  * stream shape with the kvd row format of --kv-dtype; expert record from
  * st_store_layout as strata convert writes it; dense bytes from
  * cw_dsv4_plan_dense_bytes) or "deepseek_v41" (parsed strictly by
@@ -38,7 +38,7 @@ int cw_dsv4_plan_model(const char *text, const char *source,
  * (MODEL_FAMILY_DEEPSEEK_V4.md 2.3); *ret_attn the attention part
  * (attn.*: projections, norms, sink, compressors, indexer).
  */
-void cw_dsv4_plan_dense_bytes(const struct st_dsv4_config *c,
+void cw_dsv4_plan_dense_bytes(const struct st_dsv_config *c,
 			      uint64_t *ret_dense, uint64_t *ret_attn);
 
 /* Prints MODEL_FAMILY_DEEPSEEK_V4.md's figures for the real model next to

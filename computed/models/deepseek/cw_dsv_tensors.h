@@ -1,6 +1,6 @@
 /*
- * cw_dsv_tensors.h — where the DeepSeek-V4-family loaders (cw_dsv4_load.c,
- * cw_dsv41_load.c) get their tensors: the checkpoint in the official
+ * cw_dsv_tensors.h — where the DeepSeek-V4-family loader (cw_dsv_load*.c)
+ * gets its tensors: the checkpoint in the official
  * safetensors layout, or a strata store's dense.bin, looked up by name,
  * checked against the config's dtype and shape, and dequantised exactly
  * to F32 (reference mode) or kept as stored for the fast kernels (fast
@@ -13,7 +13,7 @@
 
 #include <stdint.h>
 
-#include "cw_dsv4_int.h"
+#include "cw_dsv_int.h"
 #include "st_safetensors.h"
 #include "st_store.h"
 

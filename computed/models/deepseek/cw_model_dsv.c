@@ -12,110 +12,53 @@
 #include "kv_client.h"
 #include "st_util.h"
 
-/* What the adapter needs of a revision's configuration. */
-struct dsv_dims {
-	int vocab_size, max_positions, n_layers, top_k;
-};
-
 /*
- * One revision of the family: its forward pass's entry points over its
- * model (dm) and state (st) objects, opaque here as in cw_seqtab.h.  The
+ * One revision of the family: its forward pass's entry points over the
+ * family's model (loaded, freed and switched by cw_dsv.h for every
+ * revision) and its state objects, opaque here as in cw_seqtab.h.  The
  * wrappers below are one line each; what a revision does differently
  * lives in its own files (cw_dsv4*.c, cw_dsv41*.c).
  */
 struct dsv_rev {
 	const char *name;          /* in messages: "V4", "V4.1" */
+	enum st_dsv_revision rev;  /* what cw_dsv_load_store must find */
 	const char *kv_why;        /* why the KV dtype must be F32 */
-	int (*load)(const char *store_dir, struct es_client *es,
-		    enum cw_compute mode, void **ret_dm, struct st_diag *diag);
 	/* fast mode's matvec threads; NULL: the revision has none */
-	int (*set_threads)(void *dm, int n_threads);
-	void (*free)(void *dm);
-	void (*dims)(const void *dm, struct dsv_dims *ret);
-	uint64_t (*head_bytes)(const void *dm);
-	uint64_t (*dense_bytes)(const void *dm);
-	uint64_t (*model_id)(const void *dm);
-	uint64_t (*kv_bytes_per_token)(const void *dm);
-	int (*kv_declare)(const void *dm, struct kv_client *kv,
-			  uint32_t page_rows, uint64_t id, struct st_diag *diag);
-	int (*set_prefetch_depth)(void *dm, int depth);
+	int (*set_threads)(struct cw_dsv_model *dm, int n_threads);
+	uint64_t (*kv_bytes_per_token)(const struct cw_dsv_model *dm);
 	/* a state in kvd pages (prefix: the prompt to map and publish) */
-	int (*state_new_kv)(const void *dm, struct kv_client *kv,
-			    const int32_t *prefix, int n_prefix, void **ret_st,
-			    struct st_diag *diag);
-	int (*state_new)(const void *dm, int max_tokens, void **ret_st);
+	int (*state_new_kv)(const struct cw_dsv_model *dm,
+			    struct kv_client *kv, const int32_t *prefix,
+			    int n_prefix, void **ret_st, struct st_diag *diag);
+	int (*state_new)(const struct cw_dsv_model *dm, int max_tokens,
+			 void **ret_st);
 	int (*state_len)(const void *st);
 	uint32_t (*state_seq)(const void *st);
 	void (*state_free)(void *st);
 	uint64_t (*state_acquire_ns)(const void *st);
-	int (*eval)(const void *dm, void *st, const int32_t *ids, int n,
-		    int all_positions, float *logits, struct st_diag *diag);
+	int (*eval)(const struct cw_dsv_model *dm, void *st,
+		    const int32_t *ids, int n, int all_positions, float *logits,
+		    struct st_diag *diag);
 };
 
 /* DeepSeek-V4 */
-static int v4_load(const char *store_dir, struct es_client *es,
-		   enum cw_compute mode, void **ret_dm, struct st_diag *diag)
-{
-	/* fast mode: FP8 dense as E4M3 codes, experts straight from the
-	 * slot bytes on the fast kernels (cw_dsv4_load_store_mode) */
-	return cw_dsv4_load_store_mode(store_dir, es, mode,
-				       (struct cw_dsv4_model **)ret_dm, diag);
-}
 
-static void v4_free(void *dm)
-{
-	cw_dsv4_free(dm);
-}
-
-static void v4_dims(const void *dm, struct dsv_dims *ret)
-{
-	const struct st_dsv4_config *c = cw_dsv4_config(dm);
-
-	*ret = (struct dsv_dims){ c->vocab_size, c->max_position_embeddings,
-				  c->n_layers, c->top_k };
-}
-
-static uint64_t v4_head_bytes(const void *dm)
-{
-	return cw_dsv4_lm_head_bytes(dm);
-}
-
-static uint64_t v4_dense_bytes(const void *dm)
-{
-	return cw_dsv4_dense_bytes(dm);
-}
-
-static uint64_t v4_model_id(const void *dm)
-{
-	return cw_dsv4_model_id(dm);
-}
-
-static uint64_t v4_kv_bytes_per_token(const void *dm)
+static uint64_t v4_kv_bytes_per_token(const struct cw_dsv_model *dm)
 {
 	/* the growing streams of F32 rows */
-	return (uint64_t)cw_dsv4_kv_bytes_per_token(cw_dsv4_config(dm), 4);
+	return (uint64_t)cw_dsv4_kv_bytes_per_token(cw_dsv_config(dm), 4);
 }
 
-static int v4_kv_declare(const void *dm, struct kv_client *kv,
-			 uint32_t page_rows, uint64_t id, struct st_diag *diag)
-{
-	return cw_dsv4_kv_declare(dm, kv, page_rows, id, diag);
-}
-
-static int v4_set_prefetch_depth(void *dm, int depth)
-{
-	return cw_dsv4_set_prefetch_depth(dm, depth);
-}
-
-static int v4_state_new_kv(const void *dm, struct kv_client *kv,
-			   const int32_t *prefix, int n_prefix, void **ret_st,
-			   struct st_diag *diag)
+static int v4_state_new_kv(const struct cw_dsv_model *dm,
+			   struct kv_client *kv, const int32_t *prefix,
+			   int n_prefix, void **ret_st, struct st_diag *diag)
 {
 	return cw_dsv4_state_new_kv(dm, kv, prefix, n_prefix,
 				    (struct cw_dsv4_state **)ret_st, diag);
 }
 
-static int v4_state_new(const void *dm, int max_tokens, void **ret_st)
+static int v4_state_new(const struct cw_dsv_model *dm, int max_tokens,
+			void **ret_st)
 {
 	return cw_dsv4_state_new(dm, max_tokens,
 				 (struct cw_dsv4_state **)ret_st);
@@ -138,83 +81,30 @@ static void v4_state_free(void *st)
 
 static uint64_t v4_state_acquire_ns(const void *st)
 {
-	struct cw_dsv4_run_stats s;
+	struct cw_dsv_run_stats s;
 
 	cw_dsv4_state_stats(st, &s);
 	return s.acquire_ns;
 }
 
-static int v4_eval(const void *dm, void *st, const int32_t *ids, int n,
-		   int all_positions, float *logits, struct st_diag *diag)
+static int v4_eval(const struct cw_dsv_model *dm, void *st,
+		   const int32_t *ids, int n, int all_positions, float *logits,
+		   struct st_diag *diag)
 {
 	return cw_dsv4_eval(dm, st, ids, n, all_positions, logits, diag);
 }
 
 /* DeepSeek-V4.1 */
-static int v41_load(const char *store_dir, struct es_client *es,
-		    enum cw_compute mode, void **ret_dm, struct st_diag *diag)
-{
-	/* fast mode: FP8 dense as E4M3 codes, BF16 compressor / index
-	 * keys / head, experts straight from the slot bytes on the fast
-	 * kernels (cw_dsv41_load_store_mode) */
-	return cw_dsv41_load_store_mode(store_dir, es, mode,
-					(struct cw_dsv41_model **)ret_dm, diag);
-}
 
-static int v41_set_threads(void *dm, int n_threads)
-{
-	return cw_dsv41_set_threads(dm, n_threads);
-}
-
-static void v41_free(void *dm)
-{
-	cw_dsv41_free(dm);
-}
-
-static void v41_dims(const void *dm, struct dsv_dims *ret)
-{
-	const struct st_dsv41_config *c = cw_dsv41_config(dm);
-
-	*ret = (struct dsv_dims){ c->vocab_size, c->max_position_embeddings,
-				  c->n_layers, c->top_k };
-}
-
-static uint64_t v41_head_bytes(const void *dm)
-{
-	return cw_dsv41_lm_head_bytes(dm);
-}
-
-static uint64_t v41_dense_bytes(const void *dm)
-{
-	return cw_dsv41_dense_bytes(dm);
-}
-
-static uint64_t v41_model_id(const void *dm)
-{
-	return cw_dsv41_model_id(dm);
-}
-
-static uint64_t v41_kv_bytes_per_token(const void *dm)
+static uint64_t v41_kv_bytes_per_token(const struct cw_dsv_model *dm)
 {
 	/* the V4.1 storage formats' growing KV (st_kvfmt_v41.h) */
-	return (uint64_t)cw_dsv41_kv_bytes_per_token(cw_dsv41_config(dm));
+	return (uint64_t)cw_dsv41_kv_bytes_per_token(cw_dsv_config(dm));
 }
 
-static int v41_kv_declare(const void *dm, struct kv_client *kv,
-			  uint32_t page_rows, uint64_t id, struct st_diag *diag)
-{
-	/* the V4.1 streams in the V4.1 formats, with the store's QAT flags */
-	return cw_dsv41_kv_declare(dm, kv, page_rows, id, diag);
-}
-
-static int v41_set_prefetch_depth(void *dm, int depth)
-{
-	return cw_dsv41_set_prefetch_depth(dm, depth);
-}
-
-static int v41_state_new_kv(const void *dm, struct kv_client *kv,
-			    const int32_t *prefix, int n_prefix, void **ret_st,
-			    struct st_diag *diag)
+static int v41_state_new_kv(const struct cw_dsv_model *dm,
+			    struct kv_client *kv, const int32_t *prefix,
+			    int n_prefix, void **ret_st, struct st_diag *diag)
 {
 	/* swa_replay 0: a prefix hit maps the window rows the entry carries
 	 * (exact, bit-identical to evaluating the prompt cold); the state
@@ -224,7 +114,8 @@ static int v41_state_new_kv(const void *dm, struct kv_client *kv,
 				     (struct cw_dsv41_state **)ret_st, diag);
 }
 
-static int v41_state_new(const void *dm, int max_tokens, void **ret_st)
+static int v41_state_new(const struct cw_dsv_model *dm, int max_tokens,
+			 void **ret_st)
 {
 	return cw_dsv41_state_new(dm, max_tokens,
 				  (struct cw_dsv41_state **)ret_st);
@@ -247,40 +138,39 @@ static void v41_state_free(void *st)
 
 static uint64_t v41_state_acquire_ns(const void *st)
 {
-	struct cw_dsv41_run_stats s;
+	struct cw_dsv_run_stats s;
 
 	cw_dsv41_state_stats(st, &s);
 	return s.acquire_ns;
 }
 
-static int v41_eval(const void *dm, void *st, const int32_t *ids, int n,
-		    int all_positions, float *logits, struct st_diag *diag)
+static int v41_eval(const struct cw_dsv_model *dm, void *st,
+		    const int32_t *ids, int n, int all_positions, float *logits,
+		    struct st_diag *diag)
 {
 	return cw_dsv41_eval(dm, st, ids, n, all_positions, logits, diag);
 }
 
 static const struct dsv_rev k_revs[] = {
 	[CW_DSV_REV_V4] = {
-		"V4", "F32 rows", v4_load, NULL, v4_free, v4_dims,
-		v4_head_bytes, v4_dense_bytes, v4_model_id,
-		v4_kv_bytes_per_token, v4_kv_declare, v4_set_prefetch_depth,
-		v4_state_new_kv, v4_state_new, v4_state_len, v4_state_seq,
-		v4_state_free, v4_state_acquire_ns, v4_eval,
+		"V4", ST_DSV_REV_V4, "F32 rows", NULL, v4_kv_bytes_per_token,
+		v4_state_new_kv, v4_state_new,
+		v4_state_len, v4_state_seq, v4_state_free, v4_state_acquire_ns,
+		v4_eval,
 	},
 	[CW_DSV_REV_V41] = {
-		"V4.1", "its own formats (F32 activations)", v41_load,
-		v41_set_threads, v41_free, v41_dims, v41_head_bytes,
-		v41_dense_bytes, v41_model_id, v41_kv_bytes_per_token,
-		v41_kv_declare, v41_set_prefetch_depth, v41_state_new_kv,
-		v41_state_new, v41_state_len, v41_state_seq, v41_state_free,
-		v41_state_acquire_ns, v41_eval,
+		"V4.1", ST_DSV_REV_V41, "its own formats (F32 activations)",
+		cw_dsv41_set_threads, v41_kv_bytes_per_token,
+		v41_state_new_kv, v41_state_new, v41_state_len,
+		v41_state_seq, v41_state_free, v41_state_acquire_ns,
+		v41_eval,
 	},
 };
 
 struct cw_dsvserve {
 	const struct dsv_rev *rev;
-	void *dm;                   /* owned: the revision's model */
-	struct dsv_dims dims;
+	struct cw_dsv_model *dm;    /* owned */
+	const struct st_dsv_config *cfg; /* dm's */
 	struct es_client *es;       /* borrowed */
 	struct kv_client *kv;       /* borrowed, may be NULL */
 	struct cw_seqtab tab;       /* per-sequence states */
@@ -350,7 +240,11 @@ int cw_dsvserve_open(enum cw_dsv_rev rev, const char *store_dir,
 	v->rev = rv;
 	v->es = es;
 	v->kv = kv;
-	r = rv->load(store_dir, es, opts->compute, &v->dm, diag);
+	/* fast mode: FP8 dense as E4M3 codes (V4.1: BF16 compressor, index
+	 * keys and head), experts straight from the slot bytes on the fast
+	 * kernels */
+	r = cw_dsv_load_store(store_dir, es, rv->rev, opts->compute, &v->dm,
+			      diag);
 	/* fast mode: the matvecs over opts->n_threads (--threads) */
 	if (!r && rv->set_threads && opts->compute == CW_COMPUTE_FAST &&
 	    opts->n_threads > 1 &&
@@ -358,11 +252,12 @@ int cw_dsvserve_open(enum cw_dsv_rev rev, const char *store_dir,
 		st_diag_set(diag, r, "cannot start %d threads",
 			    opts->n_threads);
 	if (!r) {
-		rv->dims(v->dm, &v->dims);
-		cw_seqtab_init(&v->tab, &k_tab_ops[rev], v, v->dims.vocab_size,
-			       ST_MIN(CW_DSV_LAZY_TOKENS, v->dims.max_positions));
-		v->head_bytes = rv->head_bytes(v->dm);
-		v->dense_bytes = rv->dense_bytes(v->dm) - v->head_bytes;
+		v->cfg = cw_dsv_config(v->dm);
+		cw_seqtab_init(&v->tab, &k_tab_ops[rev], v, v->cfg->vocab_size,
+			       ST_MIN(CW_DSV_LAZY_TOKENS,
+				      v->cfg->max_position_embeddings));
+		v->head_bytes = cw_dsv_lm_head_bytes(v->dm);
+		v->dense_bytes = cw_dsv_dense_bytes(v->dm) - v->head_bytes;
 	}
 	if (!r && kv) {
 		/* the revision's streams; the prefix-cache id also names the
@@ -370,12 +265,14 @@ int cw_dsvserve_open(enum cw_dsv_rev rev, const char *store_dir,
 		struct {
 			uint64_t model, es_store;
 			uint32_t page_rows, pad;
-		} id = { rv->model_id(v->dm),
+		} id = { cw_dsv_model_id(v->dm),
 			 es ? es_client_store_id(es) : 0,
 			 opts->page_rows ? opts->page_rows : 16, 0 };
 
-		r = rv->kv_declare(v->dm, kv, id.page_rows,
-				   st_xxh3(&id, sizeof(id)) | 1, diag);
+		/* V4: F32 rows; V4.1: its formats, with the store's QAT
+		 * flags */
+		r = cw_dsv_kv_declare(v->dm, kv, id.page_rows,
+				      st_xxh3(&id, sizeof(id)) | 1, diag);
 	}
 	if (r < 0) {
 		cw_dsvserve_close(v);
@@ -391,7 +288,7 @@ void cw_dsvserve_close(struct cw_dsvserve *v)
 		return;
 	if (v->dm) {
 		cw_seqtab_fini(&v->tab);
-		v->rev->free(v->dm);
+		cw_dsv_free(v->dm);
 	}
 	free(v);
 }
@@ -446,14 +343,14 @@ int cw_dsvserve_eval_batch(struct cw_dsvserve *v,
 	int r = cw_seqtab_eval_batch(&v->tab, toks, n, &done, diag);
 
 	v->rs.tokens += done;
-	v->rs.expert_bytes += done * (uint64_t)v->dims.n_layers *
-			      (uint64_t)v->dims.top_k * rec;
+	v->rs.expert_bytes += done * (uint64_t)v->cfg->n_layers *
+			      (uint64_t)v->cfg->top_k * rec;
 	return r;
 }
 
 int cw_dsvserve_set_prefetch_depth(struct cw_dsvserve *v, int depth)
 {
-	return v->rev->set_prefetch_depth(v->dm, depth);
+	return cw_dsv_set_prefetch_depth(v->dm, depth);
 }
 
 void cw_dsvserve_read_stats(const struct cw_dsvserve *v,
