@@ -25,6 +25,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "es_daemon.h"
@@ -61,6 +63,16 @@ struct es_loader {
 	char **fail_msg;
 };
 
+/* CPU time of the calling thread, ns (0 if the clock fails). */
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) < 0)
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static void load_one(struct es_loader *l, const struct es_load *job)
 {
 	struct es_pool *p = l->pool;
@@ -68,9 +80,11 @@ static void load_one(struct es_loader *l, const struct es_load *job)
 	uint32_t expert = es_key_expert(job->key);
 	size_t ix = es_pool_index(&p->v, layer, expert);
 	struct st_diag diag = { "" };
-	uint64_t t0 = st_now_ns();
+	uint64_t t0 = st_now_ns(), sum_ns = 0, cpu0 = thread_cpu_ns();
+	struct rusage ru0, ru1;
 	int r;
 
+	getrusage(RUSAGE_THREAD, &ru0);
 	if (l->delay_ms > 0)
 		st_sleep_ns((uint64_t)l->delay_ms * 1000000ull);
 	pthread_mutex_lock(&l->mu);
@@ -78,22 +92,31 @@ static void load_one(struct es_loader *l, const struct es_load *job)
 		l->busy_since = st_now_ns();
 	pthread_mutex_unlock(&l->mu);
 	t0 = st_now_ns();
-	r = st_store_read_record(l->store, l->fds[layer], (int)layer,
-				 (int)expert, es_pool_record(&p->v, job->slot),
-				 &diag);
+	r = st_store_read_record_timed(l->store, l->fds[layer], (int)layer,
+				       (int)expert,
+				       es_pool_record(&p->v, job->slot),
+				       &sum_ns, &diag);
 	if (r == -ST_E_CHECKSUM) {
 		/* A transient bad read (or a bad cached page) passes the second
 		 * time; a corrupt record fails again and is refused. */
 		atomic_fetch_add(&p->v.hdr->c.rereads, 1);
 		st_warn("layer %u expert %u: %s; reading it again", layer,
 			expert, diag.msg);
-		r = st_store_read_record(l->store, l->fds[layer], (int)layer,
-					 (int)expert,
-					 es_pool_record(&p->v, job->slot),
-					 &diag);
+		r = st_store_read_record_timed(l->store, l->fds[layer],
+					       (int)layer, (int)expert,
+					       es_pool_record(&p->v, job->slot),
+					       &sum_ns, &diag);
 	}
 	atomic_fetch_add(&p->v.hdr->c.loads, 1);
 	atomic_fetch_add(&p->v.hdr->c.load_ns, st_now_ns() - t0);
+	atomic_fetch_add(&p->v.hdr->c.checksum_ns, sum_ns);
+	atomic_fetch_add(&p->v.hdr->c.loader_cpu_ns, thread_cpu_ns() - cpu0);
+	if (getrusage(RUSAGE_THREAD, &ru1) == 0) {
+		atomic_fetch_add(&p->v.hdr->c.loader_minflt,
+				 (uint64_t)(ru1.ru_minflt - ru0.ru_minflt));
+		atomic_fetch_add(&p->v.hdr->c.loader_majflt,
+				 (uint64_t)(ru1.ru_majflt - ru0.ru_majflt));
+	}
 	pthread_mutex_lock(&l->mu);
 	if (--l->reading == 0)
 		atomic_fetch_add(&p->v.hdr->c.io_busy_ns,
