@@ -274,8 +274,12 @@ int es_loader_start(struct es_loader **ret, struct es_pool *p,
 	}
 	for (int i = 0; i < n_threads && !r; i++) {
 		r = -pthread_create(&l->threads[i], NULL, loader_main, l);
-		if (r == 0)
+		if (r == 0) {
+			/* named, so top -H, perf and the tests tell them from
+			 * the server thread */
+			pthread_setname_np(l->threads[i], "es-loader");
 			l->n_threads++;
+		}
 		else
 			st_diag_set(diag, r, "cannot start loader thread: %s",
 				    st_strerror(r));
