@@ -21,6 +21,7 @@ enum cw_phase {
 	CW_PHASE_DENSE = 0,  /* attention, mHC, norms, routers, Engram math */
 	CW_PHASE_EXPERTS,    /* shared and routed experts (their kernels) */
 	CW_PHASE_HEAD,       /* final norm and LM head */
+	CW_PHASE_KV,         /* kvd round trips (page reservations, pins) */
 	CW_PHASE_N
 };
 

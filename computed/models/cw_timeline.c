@@ -54,6 +54,7 @@ void cw_tl_row_make(const struct cw_tl_snap *a, const struct cw_tl_snap *b,
 	/* the ACQUIREs' round trips are inside the waits */
 	ret->ipc_ms = d_ms(a->ct.rpc_ns - a->ct.acquire_rpc_ns,
 			   b->ct.rpc_ns - b->ct.acquire_rpc_ns);
+	ret->kv_ms = d_ms(a->phase_ns[CW_PHASE_KV], b->phase_ns[CW_PHASE_KV]);
 	ret->other_ms = ret->wall_ms - cw_tl_row_sum_ms(ret);
 	ret->minflt = d_n(a->self.minflt, b->self.minflt);
 	ret->majflt = d_n(a->self.majflt, b->self.majflt);
@@ -70,14 +71,14 @@ void cw_tl_row_make(const struct cw_tl_snap *a, const struct cw_tl_snap *b,
 double cw_tl_row_sum_ms(const struct cw_tl_row *r)
 {
 	return r->dense_ms + r->experts_ms + r->head_ms + r->stall_demand_ms +
-	       r->stall_inflight_ms + r->ipc_ms;
+	       r->stall_inflight_ms + r->ipc_ms + r->kv_ms;
 }
 
 int cw_tl_write_header(FILE *f)
 {
 	if (fprintf(f, "run\tpass\ttoken\twall_ms\tdense_ms\texperts_ms\t"
 		    "head_ms\tstall_demand_ms\tstall_inflight_ms\tipc_ms\t"
-		    "other_ms\tminflt\tmajflt\tes_minflt\tes_majflt\t"
+		    "kv_ms\tother_ms\tminflt\tmajflt\tes_minflt\tes_majflt\t"
 		    "es_cpu_ms\tloader_cpu_ms\tchecksum_ms\tloader_minflt\t"
 		    "loads\tload_mb\n") < 0)
 		return -EIO;
@@ -88,10 +89,10 @@ int cw_tl_write_row(FILE *f, const char *run, const char *pass, int token,
 		    const struct cw_tl_row *r)
 {
 	if (fprintf(f, "%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t"
-		    "%.3f\t%llu\t%llu\t%llu\t%llu\t%.1f\t%.3f\t%.3f\t%llu\t"
+		    "%.3f\t%.3f\t%llu\t%llu\t%llu\t%llu\t%.1f\t%.3f\t%.3f\t%llu\t"
 		    "%llu\t%.1f\n", run, pass, token, r->wall_ms, r->dense_ms,
 		    r->experts_ms, r->head_ms, r->stall_demand_ms,
-		    r->stall_inflight_ms, r->ipc_ms, r->other_ms,
+		    r->stall_inflight_ms, r->ipc_ms, r->kv_ms, r->other_ms,
 		    (unsigned long long)r->minflt,
 		    (unsigned long long)r->majflt,
 		    (unsigned long long)r->es_minflt,

@@ -14,6 +14,7 @@
  *                  prefetch not ready yet)
  *     ipc          expertd round trips outside the waits (routing reports,
  *                  hints, Engram fetches)
+ *     kv           kvd round trips the model marks (CW_PHASE_KV)
  *     other        wall less all of the above (embedding, kvd, the
  *                  caller's own work): should be small
  *   counters of the step (not time columns):
@@ -45,7 +46,7 @@ struct cw_tl_snap {
 
 struct cw_tl_row {
 	double wall_ms, dense_ms, experts_ms, head_ms;
-	double stall_demand_ms, stall_inflight_ms, ipc_ms, other_ms;
+	double stall_demand_ms, stall_inflight_ms, ipc_ms, kv_ms, other_ms;
 	uint64_t minflt, majflt, es_minflt, es_majflt;
 	double es_cpu_ms, loader_cpu_ms, checksum_ms;
 	uint64_t loader_minflt, loads;

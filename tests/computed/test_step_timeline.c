@@ -91,8 +91,8 @@ static void test_tsv(const struct cw_tl_row *row)
 	if (f)
 		fclose(f);
 	nl = buf ? strchr(buf, '\n') : NULL;
-	CHECK(nl && count_fields(buf) == 21 && count_fields(nl + 1) == 21,
-	      "TSV: %d header fields, %d row fields (want 21)",
+	CHECK(nl && count_fields(buf) == 22 && count_fields(nl + 1) == 22,
+	      "TSV: %d header fields, %d row fields (want 22)",
 	      buf ? count_fields(buf) : 0, nl ? count_fields(nl + 1) : 0);
 	free(buf);
 }
@@ -154,7 +154,8 @@ static void test_run(const char *store)
 		       (unsigned long long)row.loads);
 		CHECK(row.dense_ms >= 0 && row.experts_ms >= 0 &&
 		      row.head_ms >= 0 && row.stall_demand_ms >= 0 &&
-		      row.stall_inflight_ms >= 0 && row.ipc_ms >= 0,
+		      row.stall_inflight_ms >= 0 && row.ipc_ms >= 0 &&
+		      row.kv_ms >= 0,
 		      "token %d: a negative column", i);
 		/* the columns are parts of the wall time: their sum may not
 		 * exceed it (clock reads: a few us of slack) */
