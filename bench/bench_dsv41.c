@@ -67,7 +67,7 @@ static void usage(FILE *f)
 "                          [--no-step-hints] [--no-layer-hints]\n"
 "                          [--no-overlap] [--threads N]\n"
 "                          [--evict lru|lfru] [--admit precision|frequency]\n"
-"                          [--timeline FILE]\n"
+"                          [--timeline FILE] [--loader-nice N]\n"
 "\n"
 "DeepSeek-V4.1 decode through expertd at each host expert budget (%% of\n"
 "all experts) with an Engram row cache of --engram-cache bytes: decode\n"
@@ -90,7 +90,8 @@ static void usage(FILE *f)
 "token (cw_timeline.h: where its wall time went, page faults, expertd's\n"
 "loader CPU and checksum time) as TSV, first and warm pass of each budget;\n"
 "scripts/plot-timeline.gp draws it.  The per-pass means are printed\n"
-"either way.\n");
+"either way; --loader-nice N: expertd's loader threads N lower in\n"
+"priority than the daemon (default: its own default).\n");
 }
 
 /* --- one run ------------------------------------------------------------- */
@@ -111,6 +112,7 @@ struct bench_opts {
 	enum cw_compute mode;
 	uint64_t raw_bytes;
 	FILE *timeline;      /* --timeline: per-token TSV, or NULL */
+	const char *loader_nice; /* expertd --loader-nice (NULL: its own) */
 };
 
 static void snap(struct es_client *es, const struct cw_dsv41_state *s,
@@ -324,6 +326,10 @@ static int run_budget(const struct st_store *st, const char *store_dir,
 		tier.es[tier.n_es++] = "--admit";
 		tier.es[tier.n_es++] = bo->admit;
 	}
+	if (bo->loader_nice) {
+		tier.es[tier.n_es++] = "--loader-nice";
+		tier.es[tier.n_es++] = bo->loader_nice;
+	}
 	inst.tier = &tier;
 	if ((r = cli_instance_up(&inst, 300, diag)) < 0)
 		return r;
@@ -416,6 +422,7 @@ int main(int argc, char **argv)
 		{ "evict", required_argument, NULL, 'V' },
 		{ "admit", required_argument, NULL, 'A' },
 		{ "timeline", required_argument, NULL, 't' },
+		{ "loader-nice", required_argument, NULL, 'N' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -423,7 +430,7 @@ int main(int argc, char **argv)
 	int n_tok = 8, n_prompt = 8, c;
 	const char *store_dir = NULL;
 	struct bench_opts bo = { "64MiB", NULL, NULL, 4, 1, 1, 1, 1, 1, 1,
-				 CW_COMPUTE_FAST, 1ull << 30, NULL };
+				 CW_COMPUTE_FAST, 1ull << 30, NULL, NULL };
 	const char *timeline = NULL;
 	uint64_t cache_b;
 	struct run_result res[MAX_BUDGETS];
@@ -482,6 +489,7 @@ int main(int argc, char **argv)
 			bo.admit = optarg;
 			break;
 		case 't': timeline = optarg; break;
+		case 'N': bo.loader_nice = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}

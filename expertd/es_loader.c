@@ -43,6 +43,7 @@ struct es_loader {
 	const struct st_store *store;    /* borrowed */
 	int *fds;                        /* [n_layers] expert files */
 	int delay_ms;
+	int nice;                        /* > 0: each thread's own nice */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct es_load *ring;            /* [cap] demand misses */
@@ -148,6 +149,12 @@ static void *loader_main(void *arg)
 {
 	struct es_loader *l = arg;
 
+	/* Linux: a thread's nice is its own (setpriority on its tid) */
+	if (l->nice > 0 &&
+	    setpriority(PRIO_PROCESS, (id_t)gettid(), l->nice) < 0)
+		st_warn("loader thread: cannot lower its priority by %d: %s",
+			l->nice, strerror(errno));
+
 	for (;;) {
 		struct es_load job;
 		int pre = 0;
@@ -207,7 +214,7 @@ static void loader_free(struct es_loader *l)
 
 int es_loader_start(struct es_loader **ret, struct es_pool *p,
 		    const struct st_store *store, int n_threads, int delay_ms,
-		    int direct, struct st_diag *diag)
+		    int direct, int nice, struct st_diag *diag)
 {
 	uint64_t n_keys = (uint64_t)store->n_layers * store->n_experts;
 	struct es_loader *l = calloc(1, sizeof(*l));
@@ -219,6 +226,7 @@ int es_loader_start(struct es_loader **ret, struct es_pool *p,
 	l->pool = p;
 	l->store = store;
 	l->delay_ms = delay_ms;
+	l->nice = nice;
 	l->cap = p->v.n_slots;
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
