@@ -12,7 +12,8 @@
  *    of a full pool afterwards takes (almost) no page fault in the client
  *    (without the mapping: about one per 8-16 pages);
  *  - the loader threads are there under their name, es-loader, one per
- *    --loader-threads.
+ *    --loader-threads, and with --loader-nice N they run N lower in
+ *    priority than the daemon's other threads (/proc/PID/task/TID/stat).
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -154,15 +155,42 @@ static void test_pool_resident(void **state)
 	es_client_close(c);
 }
 
-static void test_loader_names(void **state)
+/* Field 19 (nice) of /proc/PID/task/TID/stat. */
+static int task_nice(const char *task_dir)
+{
+	char path[400], line[1024], *p;
+	int nice = -100;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/stat", task_dir);
+	f = fopen(path, "re");
+	assert_non_null(f);
+	p = fgets(line, sizeof(line), f);
+	fclose(f);
+	assert_non_null(p);
+	p = strrchr(line, ')');
+	assert_non_null(p);
+	/* fields 3..18 then 19 */
+	assert_int_equal(sscanf(p + 1, " %*c %*d %*d %*d %*d %*d %*u %*u %*u "
+				"%*u %*u %*u %*u %*d %*d %*d %d", &nice), 1);
+	return nice;
+}
+
+static void test_loader_threads(void **state)
 {
 	char path[64], comm[64];
 	struct dirent *d;
 	DIR *dir;
-	int n = 0;
+	int n = 0, n_other = 0, base, want;
 
 	assert_int_equal(es_h_start(&H, "--host-budget", "25%",
-				    "--loader-threads", "3", NULL), 0);
+				    "--loader-threads", "3",
+				    "--loader-nice", "7", NULL), 0);
+	/* relative to the daemon's main thread (the tests may run niced) */
+	snprintf(path, sizeof(path), "/proc/%d/task/%d", (int)H.pid,
+		 (int)H.pid);
+	base = task_nice(path);
+	want = base + 7 > 19 ? 19 : base + 7;
 	snprintf(path, sizeof(path), "/proc/%d/task", (int)H.pid);
 	dir = opendir(path);
 	assert_non_null(dir);
@@ -177,19 +205,27 @@ static void test_loader_names(void **state)
 		if (!f)
 			continue;
 		if (fgets(comm, sizeof(comm), f) &&
-		    !strcmp(comm, "es-loader\n"))
+		    !strcmp(comm, "es-loader\n")) {
 			n++;
+			p2[strlen(p2) - 5] = 0; /* the task directory */
+			assert_int_equal(task_nice(p2), want);
+		} else {
+			n_other++;
+			p2[strlen(p2) - 5] = 0;
+			assert_int_equal(task_nice(p2), base);
+		}
 		fclose(f);
 	}
 	closedir(dir);
 	assert_int_equal(n, 3);
+	assert_true(n_other >= 1); /* the server thread */
 }
 
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_pool_resident, test_teardown),
-		cmocka_unit_test_teardown(test_loader_names, test_teardown),
+		cmocka_unit_test_teardown(test_loader_threads, test_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
