@@ -149,11 +149,19 @@ static void *loader_main(void *arg)
 {
 	struct es_loader *l = arg;
 
-	/* Linux: a thread's nice is its own (setpriority on its tid) */
-	if (l->nice > 0 &&
-	    setpriority(PRIO_PROCESS, (id_t)gettid(), l->nice) < 0)
-		st_warn("loader thread: cannot lower its priority by %d: %s",
-			l->nice, strerror(errno));
+	/* Linux: a thread's nice is its own (setpriority on its tid);
+	 * relative to the daemon's, which may run niced already */
+	if (l->nice > 0) {
+		int cur;
+
+		errno = 0;
+		cur = getpriority(PRIO_PROCESS, (id_t)gettid());
+		if ((cur == -1 && errno) ||
+		    setpriority(PRIO_PROCESS, (id_t)gettid(),
+				ST_MIN(cur + l->nice, 19)) < 0)
+			st_warn("loader thread: cannot lower its priority by "
+				"%d: %s", l->nice, strerror(errno));
+	}
 
 	for (;;) {
 		struct es_load job;
