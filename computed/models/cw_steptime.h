@@ -7,7 +7,10 @@
  * columns of their own, so nothing is counted twice).
  *
  * Cheap: one clock_gettime(CLOCK_MONOTONIC) and a few relaxed atomic
- * loads per switch.  One clock per sequence state, used by one thread.
+ * loads per switch.  One clock per model or sequence state, switched by
+ * the thread that steps it.  The client's counters are the handle's, all
+ * threads together: a round trip another thread makes on the same handle
+ * meanwhile (a stats request) is taken from the phase and shows as ipc.
  */
 #ifndef CW_STEPTIME_H
 #define CW_STEPTIME_H
