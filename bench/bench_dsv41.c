@@ -178,6 +178,7 @@ static void tl_add(struct cw_tl_row *s, const struct cw_tl_row *r)
 	s->loader_minflt += r->loader_minflt;
 	s->loads += r->loads;
 	s->load_mb += r->load_mb;
+	s->rpcs += r->rpcs;
 }
 
 /* One summary line: the pass's mean per token. */
@@ -188,17 +189,17 @@ static void tl_print(const struct tl_pass *tp)
 
 	printf("timeline %s %s, ms per token (mean of %d): wall %.1f = dense "
 	       "%.1f + experts %.1f + head %.1f + stall demand %.1f + stall "
-	       "in flight %.1f + ipc %.1f + kvd %.1f + other %.1f; faults/token: "
-	       "this "
-	       "process %.0f minor %.1f major, expertd %.0f minor %.1f major; "
-	       "expertd CPU %.1f ms (loaders %.1f, checksums %.1f); loads "
-	       "%.1f (%.1f MB)\n", tp->run, tp->pass, tp->n, s->wall_ms / n,
+	       "in flight %.1f + ipc %.1f + kvd %.1f + other %.1f; "
+	       "faults/token: this process %.0f minor %.1f major, expertd "
+	       "%.0f minor %.1f major; expertd CPU %.1f ms (loaders %.1f, "
+	       "checksums %.1f); loads %.1f (%.1f MB); expertd round trips "
+	       "%.1f\n", tp->run, tp->pass, tp->n, s->wall_ms / n,
 	       s->dense_ms / n, s->experts_ms / n, s->head_ms / n,
 	       s->stall_demand_ms / n, s->stall_inflight_ms / n,
-	       s->ipc_ms / n, s->kv_ms / n, s->other_ms / n, s->minflt / n, s->majflt / n,
-	       s->es_minflt / n, s->es_majflt / n, s->es_cpu_ms / n,
-	       s->loader_cpu_ms / n, s->checksum_ms / n, s->loads / n,
-	       s->load_mb / n);
+	       s->ipc_ms / n, s->kv_ms / n, s->other_ms / n, s->minflt / n,
+	       s->majflt / n, s->es_minflt / n, s->es_majflt / n,
+	       s->es_cpu_ms / n, s->loader_cpu_ms / n, s->checksum_ms / n,
+	       s->loads / n, s->load_mb / n, s->rpcs / n);
 }
 
 /* Decodes n_tok greedy tokens after prompt[0..n_prompt) on a new state

@@ -66,6 +66,7 @@ void cw_tl_row_make(const struct cw_tl_snap *a, const struct cw_tl_snap *b,
 	ret->loader_minflt = d_n(a->ts.loader_minflt, b->ts.loader_minflt);
 	ret->loads = d_n(a->ts.loads, b->ts.loads);
 	ret->load_mb = (double)d_n(a->ts.load_bytes, b->ts.load_bytes) / 1e6;
+	ret->rpcs = d_n(a->ct.rpcs, b->ct.rpcs);
 }
 
 double cw_tl_row_sum_ms(const struct cw_tl_row *r)
@@ -80,7 +81,7 @@ int cw_tl_write_header(FILE *f)
 		    "head_ms\tstall_demand_ms\tstall_inflight_ms\tipc_ms\t"
 		    "kv_ms\tother_ms\tminflt\tmajflt\tes_minflt\tes_majflt\t"
 		    "es_cpu_ms\tloader_cpu_ms\tchecksum_ms\tloader_minflt\t"
-		    "loads\tload_mb\n") < 0)
+		    "loads\tload_mb\trpcs\n") < 0)
 		return -EIO;
 	return 0;
 }
@@ -90,7 +91,7 @@ int cw_tl_write_row(FILE *f, const char *run, const char *pass, int token,
 {
 	if (fprintf(f, "%s\t%s\t%d\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t%.3f\t"
 		    "%.3f\t%.3f\t%llu\t%llu\t%llu\t%llu\t%.1f\t%.3f\t%.3f\t%llu\t"
-		    "%llu\t%.1f\n", run, pass, token, r->wall_ms, r->dense_ms,
+		    "%llu\t%.1f\t%llu\n", run, pass, token, r->wall_ms, r->dense_ms,
 		    r->experts_ms, r->head_ms, r->stall_demand_ms,
 		    r->stall_inflight_ms, r->ipc_ms, r->kv_ms, r->other_ms,
 		    (unsigned long long)r->minflt,
@@ -99,7 +100,8 @@ int cw_tl_write_row(FILE *f, const char *run, const char *pass, int token,
 		    (unsigned long long)r->es_majflt, r->es_cpu_ms,
 		    r->loader_cpu_ms, r->checksum_ms,
 		    (unsigned long long)r->loader_minflt,
-		    (unsigned long long)r->loads, r->load_mb) < 0)
+		    (unsigned long long)r->loads, r->load_mb,
+		    (unsigned long long)r->rpcs) < 0)
 		return -EIO;
 	return 0;
 }

@@ -25,6 +25,7 @@
  *     checksum_ms               loader wall time verifying records (XXH3)
  *     loader_minflt             faults the loader threads took in loads
  *     loads, load_mb            expert records read, MB
+ *     rpcs                      expertd round trips (all kinds)
  */
 #ifndef CW_TIMELINE_H
 #define CW_TIMELINE_H
@@ -51,6 +52,7 @@ struct cw_tl_row {
 	double es_cpu_ms, loader_cpu_ms, checksum_ms;
 	uint64_t loader_minflt, loads;
 	double load_mb;
+	uint64_t rpcs;
 };
 
 /*

@@ -2,7 +2,7 @@
 # strata run --timeline FILE (issue 25) on the kjv-moe fixture at a 50 %
 # expert budget, greedy, 16 tokens with --ignore-eos: computed writes one
 # TSV row per forward step (the prompt, then 15 decode steps).  Checks:
-#  - 22 named columns, 16 rows (1 prefill + 15 decode);
+#  - 23 named columns, 16 rows (1 prefill + 15 decode);
 #  - every time column >= 0, per step they never exceed the wall time,
 #    and over the run they add up to it within 5 % ("other", what no
 #    counter explains, is small);
@@ -37,7 +37,7 @@ def bad(msg):
     global fail
     print("FAIL:", msg)
     fail = 1
-if len(head) != 22 or head[:4] != ["run", "pass", "token", "wall_ms"]:
+if len(head) != 23 or head[:4] != ["run", "pass", "token", "wall_ms"]:
     bad("header %r" % head)
 if len(rows) != 16:
     bad("%d rows, want 16" % len(rows))
