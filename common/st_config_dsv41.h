@@ -9,7 +9,7 @@
  * candidate sources), Engram and gate_temp have no V4 counterpart.
  *
  * The one reader of a V4.1 config.json: the forward pass, the store writer
- * (expertd/es_convert.c), the store reader (st_store.c, which keeps the
+ * (expertd/convert/), the store reader (st_store.c, which keeps the
  * parsed config in struct st_store.dsv41) and the CLI all parse it here.
  */
 #ifndef ST_CONFIG_DSV41_H

@@ -4,7 +4,7 @@
  * st_store_open trusts nothing in manifest.json: every number is range
  * checked, the embedded config is parsed again and the expert geometry and
  * record layout are recomputed from it (st_store_layout, shared with the
- * writer in expertd/es_convert.c) and compared, and every listed file must
+ * writer in expertd/convert/) and compared, and every listed file must
  * exist with the size the manifest gives.  Checksums are checked when data
  * is read (st_store_read_record) or all at once (st_store_verify).
  */

@@ -37,7 +37,7 @@ static void convert(const char *out, const char *fmt, const char *ss)
 
 /* The policy says `want`; every matrix of every layer says `mat_want`
  * (FP8 matrices keep plain scales even when the policy asks for a search:
- * es_convert.c effective_search). */
+ * expertd/convert/es_convert_opts.c, es_cv_effective_search). */
 static void check_manifest(const char *dir, const char *want,
 			   const char *mat_want)
 {
