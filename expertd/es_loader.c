@@ -44,6 +44,8 @@ struct es_loader {
 	int *fds;                        /* [n_layers] expert files */
 	int delay_ms;
 	int nice;                        /* > 0: each thread's own nice */
+	int n_started;                   /* threads named and niced (mu) */
+	pthread_cond_t started_cv;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	struct es_load *ring;            /* [cap] demand misses */
@@ -149,6 +151,9 @@ static void *loader_main(void *arg)
 {
 	struct es_loader *l = arg;
 
+	/* named, so top -H, perf and the tests tell them from the server
+	 * thread */
+	pthread_setname_np(pthread_self(), "es-loader");
 	/* Linux: a thread's nice is its own (setpriority on its tid);
 	 * relative to the daemon's, which may run niced already */
 	if (l->nice > 0) {
@@ -162,6 +167,10 @@ static void *loader_main(void *arg)
 			st_warn("loader thread: cannot lower its priority by "
 				"%d: %s", l->nice, strerror(errno));
 	}
+	pthread_mutex_lock(&l->mu);
+	l->n_started++;
+	pthread_cond_broadcast(&l->started_cv);
+	pthread_mutex_unlock(&l->mu);
 
 	for (;;) {
 		struct es_load job;
@@ -217,6 +226,7 @@ static void loader_free(struct es_loader *l)
 	free(l->threads);
 	pthread_mutex_destroy(&l->mu);
 	pthread_cond_destroy(&l->cv);
+	pthread_cond_destroy(&l->started_cv);
 	free(l);
 }
 
@@ -238,6 +248,7 @@ int es_loader_start(struct es_loader **ret, struct es_pool *p,
 	l->cap = p->v.n_slots;
 	pthread_mutex_init(&l->mu, NULL);
 	pthread_cond_init(&l->cv, NULL);
+	pthread_cond_init(&l->started_cv, NULL);
 	l->fds = malloc(sizeof(int) * (size_t)store->n_layers);
 	l->ring = calloc(l->cap, sizeof(*l->ring));
 	l->pring = calloc(l->cap, sizeof(*l->pring));
@@ -290,12 +301,8 @@ int es_loader_start(struct es_loader **ret, struct es_pool *p,
 	}
 	for (int i = 0; i < n_threads && !r; i++) {
 		r = -pthread_create(&l->threads[i], NULL, loader_main, l);
-		if (r == 0) {
-			/* named, so top -H, perf and the tests tell them from
-			 * the server thread */
-			pthread_setname_np(l->threads[i], "es-loader");
+		if (r == 0)
 			l->n_threads++;
-		}
 		else
 			st_diag_set(diag, r, "cannot start loader thread: %s",
 				    st_strerror(r));
@@ -304,6 +311,12 @@ int es_loader_start(struct es_loader **ret, struct es_pool *p,
 		es_loader_stop(l);
 		return r;
 	}
+	/* the daemon serves once every loader runs as it should (name,
+	 * priority) */
+	pthread_mutex_lock(&l->mu);
+	while (l->n_started < l->n_threads)
+		pthread_cond_wait(&l->started_cv, &l->mu);
+	pthread_mutex_unlock(&l->mu);
 	*ret = l;
 	return 0;
 }
