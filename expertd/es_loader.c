@@ -85,9 +85,11 @@ static void load_one(struct es_loader *l, const struct es_load *job)
 	struct st_diag diag = { "" };
 	uint64_t t0 = st_now_ns(), sum_ns = 0, cpu0 = thread_cpu_ns();
 	struct rusage ru0, ru1;
+	/* the faults of this load, when the kernel tells (it always does
+	 * on Linux >= 2.6.26; without, the counters just stay put) */
+	int have_ru = getrusage(RUSAGE_THREAD, &ru0) == 0;
 	int r;
 
-	getrusage(RUSAGE_THREAD, &ru0);
 	if (l->delay_ms > 0)
 		st_sleep_ns((uint64_t)l->delay_ms * 1000000ull);
 	pthread_mutex_lock(&l->mu);
@@ -114,7 +116,7 @@ static void load_one(struct es_loader *l, const struct es_load *job)
 	atomic_fetch_add(&p->v.hdr->c.load_ns, st_now_ns() - t0);
 	atomic_fetch_add(&p->v.hdr->c.checksum_ns, sum_ns);
 	atomic_fetch_add(&p->v.hdr->c.loader_cpu_ns, thread_cpu_ns() - cpu0);
-	if (getrusage(RUSAGE_THREAD, &ru1) == 0) {
+	if (have_ru && getrusage(RUSAGE_THREAD, &ru1) == 0) {
 		atomic_fetch_add(&p->v.hdr->c.loader_minflt,
 				 (uint64_t)(ru1.ru_minflt - ru0.ru_minflt));
 		atomic_fetch_add(&p->v.hdr->c.loader_majflt,
@@ -152,8 +154,8 @@ static void *loader_main(void *arg)
 	struct es_loader *l = arg;
 
 	/* named, so top -H, perf and the tests tell them from the server
-	 * thread */
-	pthread_setname_np(pthread_self(), "es-loader");
+	 * thread (cosmetic: a name that does not take changes nothing) */
+	(void)pthread_setname_np(pthread_self(), "es-loader");
 	/* Linux: a thread's nice is its own (setpriority on its tid);
 	 * relative to the daemon's, which may run niced already */
 	if (l->nice > 0) {

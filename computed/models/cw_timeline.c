@@ -20,10 +20,11 @@ void cw_tl_snap_take(struct cw_tl_snap *ret, const struct cw_steptime *tl,
 
 		es_client_timing(es, &ret->ct);
 		es_client_tier_stats(es, &ret->ts);
+		/* unreadable (expertd gone): zeros, its columns read 0 */
 		if (pid > 0)
-			st_procstat_read(pid, &ret->es);
+			(void)st_procstat_read(pid, &ret->es);
 	}
-	st_procstat_read(0, &ret->self);
+	(void)st_procstat_read(0, &ret->self);
 }
 
 /* b - a in ms, 0 when a counter went backwards (a restarted expertd). */
