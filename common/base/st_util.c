@@ -14,7 +14,11 @@
 #include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
-#if defined(__x86_64__) && __has_include(<xxh_x86dispatch.h>)
+/* XXH3_64bits_dispatch (see st_xxh3) where libxxhash is linked; a build
+ * with header-only xxhash (XXH_INLINE_ALL: scripts/gpu-check's standalone
+ * way) uses the inlined XXH3 instead. */
+#if defined(__x86_64__) && !defined(XXH_INLINE_ALL) && \
+	__has_include(<xxh_x86dispatch.h>)
 #include <xxh_x86dispatch.h>
 #define ST_XXH3_64 XXH3_64bits_dispatch
 #else
