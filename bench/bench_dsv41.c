@@ -48,6 +48,7 @@
 #include "bench_raw.h"
 #include "cli_instance.h"
 #include "cw_dsv41.h"
+#include "cw_timeline.h"
 #include "es_client.h"
 #include "st_daemon.h"
 #include "st_store.h"
@@ -66,6 +67,7 @@ static void usage(FILE *f)
 "                          [--no-step-hints] [--no-layer-hints]\n"
 "                          [--no-overlap] [--threads N]\n"
 "                          [--evict lru|lfru] [--admit precision|frequency]\n"
+"                          [--timeline FILE] [--loader-nice N]\n"
 "\n"
 "DeepSeek-V4.1 decode through expertd at each host expert budget (%% of\n"
 "all experts) with an Engram row cache of --engram-cache bytes: decode\n"
@@ -84,7 +86,12 @@ static void usage(FILE *f)
 "--threads N: fast mode's matvecs split over N threads (default 1);\n"
 "--evict: expertd's eviction policy (default its own, lfru); --admit:\n"
 "expertd's admission of look-ahead prefetches under lfru (default its\n"
-"own, frequency).\n");
+"own, frequency); --timeline FILE: the step timeline of every decoded\n"
+"token (cw_timeline.h: where its wall time went, page faults, expertd's\n"
+"loader CPU and checksum time) as TSV, first and warm pass of each budget;\n"
+"scripts/plot-timeline.gp draws it.  The per-pass means are printed\n"
+"either way; --loader-nice N: expertd's loader threads N lower in\n"
+"priority than the daemon (default: its own default).\n");
 }
 
 /* --- one run ------------------------------------------------------------- */
@@ -104,6 +111,8 @@ struct bench_opts {
 	int layer_hints;
 	enum cw_compute mode;
 	uint64_t raw_bytes;
+	FILE *timeline;      /* --timeline: per-token TSV, or NULL */
+	const char *loader_nice; /* expertd --loader-nice (NULL: its own) */
 };
 
 static void snap(struct es_client *es, const struct cw_dsv41_state *s,
@@ -139,6 +148,60 @@ static int argmax(const float *x, int n)
 	return b;
 }
 
+/* The step timeline of one decode (--timeline): rows to f (or none),
+ * their sums for the summary. */
+struct tl_pass {
+	FILE *f;             /* NULL: no TSV */
+	const char *run, *pass;
+	struct cw_tl_row sum; /* column sums over the pass's tokens */
+	int n;
+};
+
+static void tl_add(struct cw_tl_row *s, const struct cw_tl_row *r)
+{
+	s->wall_ms += r->wall_ms;
+	s->dense_ms += r->dense_ms;
+	s->experts_ms += r->experts_ms;
+	s->head_ms += r->head_ms;
+	s->stall_demand_ms += r->stall_demand_ms;
+	s->stall_inflight_ms += r->stall_inflight_ms;
+	s->ipc_ms += r->ipc_ms;
+	s->kv_ms += r->kv_ms;
+	s->other_ms += r->other_ms;
+	s->minflt += r->minflt;
+	s->majflt += r->majflt;
+	s->es_minflt += r->es_minflt;
+	s->es_majflt += r->es_majflt;
+	s->es_cpu_ms += r->es_cpu_ms;
+	s->loader_cpu_ms += r->loader_cpu_ms;
+	s->checksum_ms += r->checksum_ms;
+	s->loader_minflt += r->loader_minflt;
+	s->loads += r->loads;
+	s->load_mb += r->load_mb;
+	s->rpcs += r->rpcs;
+}
+
+/* One summary line: the pass's mean per token. */
+static void tl_print(const struct tl_pass *tp)
+{
+	const struct cw_tl_row *s = &tp->sum;
+	double n = tp->n > 0 ? tp->n : 1;
+
+	printf("timeline %s %s, ms per token (mean of %d): wall %.1f = dense "
+	       "%.1f + experts %.1f + head %.1f + stall demand %.1f + stall "
+	       "in flight %.1f + ipc %.1f + kvd %.1f + other %.1f; "
+	       "faults/token: this process %.0f minor %.1f major, expertd "
+	       "%.0f minor %.1f major; expertd CPU %.1f ms (loaders %.1f, "
+	       "checksums %.1f); loads %.1f (%.1f MB); expertd round trips "
+	       "%.1f\n", tp->run, tp->pass, tp->n, s->wall_ms / n,
+	       s->dense_ms / n, s->experts_ms / n, s->head_ms / n,
+	       s->stall_demand_ms / n, s->stall_inflight_ms / n,
+	       s->ipc_ms / n, s->kv_ms / n, s->other_ms / n, s->minflt / n,
+	       s->majflt / n, s->es_minflt / n, s->es_majflt / n,
+	       s->es_cpu_ms / n, s->loader_cpu_ms / n, s->checksum_ms / n,
+	       s->loads / n, s->load_mb / n, s->rpcs / n);
+}
+
 /* Decodes n_tok greedy tokens after prompt[0..n_prompt) on a new state
  * (ids[] gets them, or they are forced from warm_ids); counters taken
  * after the prompt (c0) and after the last step (c1).  Returns the wall
@@ -147,11 +210,14 @@ static int64_t decode(const struct cw_dsv_model *m, struct es_client *es,
 		      const int32_t *prompt, int n_prompt, int n_tok,
 		      int32_t *ids, const int32_t *warm_ids,
 		      struct counters *c0, struct counters *c1,
-		      struct st_diag *diag)
+		      struct tl_pass *tp, struct st_diag *diag)
 {
 	const int V = cw_dsv_config(m)->vocab_size;
 	float *logits = malloc((size_t)V * sizeof(float));
 	struct cw_dsv41_state *s = NULL;
+	struct cw_steptime tl;
+	struct cw_tl_snap sa, sb;
+	struct cw_tl_row row;
 	int64_t r;
 	uint64_t t0;
 	int32_t tok;
@@ -160,6 +226,8 @@ static int64_t decode(const struct cw_dsv_model *m, struct es_client *es,
 		free(logits);
 		return st_diag_set(diag, -ENOMEM, "out of memory");
 	}
+	cw_steptime_init(&tl, es);
+	cw_dsv41_set_steptime(s, &tl);
 	r = cw_dsv41_eval(m, s, prompt, n_prompt, 0, logits, diag);
 	if (r < 0)
 		goto out;
@@ -171,9 +239,16 @@ static int64_t decode(const struct cw_dsv_model *m, struct es_client *es,
 			tok = warm_ids[i];
 		else
 			ids[i] = tok;
+		cw_tl_snap_take(&sa, &tl, es);
 		r = cw_dsv41_eval(m, s, &tok, 1, 0, logits, diag);
 		if (r < 0)
 			goto out;
+		cw_tl_snap_take(&sb, &tl, es);
+		cw_tl_row_make(&sa, &sb, &row);
+		tl_add(&tp->sum, &row);
+		tp->n++;
+		if (tp->f)
+			cw_tl_write_row(tp->f, tp->run, tp->pass, i, &row);
 		tok = argmax(logits, V);
 		fprintf(stderr, "\rbench-dsv41: token %d/%d", i + 1, n_tok);
 	}
@@ -217,11 +292,17 @@ static int run_budget(const struct st_store *st, const char *store_dir,
 	struct cw_dsv_model *m = NULL;
 	struct counters a, b, w0, w1;
 	struct es_stats est;
+	char run[16];
+	struct tl_pass tp_cold = { .f = bo->timeline, .run = run,
+				  .pass = "first" };
+	struct tl_pass tp_warm = { .f = bo->timeline, .run = run,
+				  .pass = "warm" };
 	int64_t ns;
 	int r;
 
 	memset(rr, 0, sizeof(*rr));
 	rr->budget_pct = pct;
+	snprintf(run, sizeof(run), "%d%%", pct);
 	bench_make_cold(st, 1, 0);
 	rr->raw_before = bench_raw_bandwidth(st, bo->loaders, bo->raw_bytes);
 	rr->raw_gbps = rr->raw_before;
@@ -246,6 +327,10 @@ static int run_budget(const struct st_store *st, const char *store_dir,
 		tier.es[tier.n_es++] = "--admit";
 		tier.es[tier.n_es++] = bo->admit;
 	}
+	if (bo->loader_nice) {
+		tier.es[tier.n_es++] = "--loader-nice";
+		tier.es[tier.n_es++] = bo->loader_nice;
+	}
 	inst.tier = &tier;
 	if ((r = cli_instance_up(&inst, 300, diag)) < 0)
 		return r;
@@ -267,7 +352,7 @@ static int run_budget(const struct st_store *st, const char *store_dir,
 		cw_dsv_set_decode_overlap(m, bo->step_hints, bo->overlap);
 		cw_dsv_set_layer_hints(m, bo->layer_hints);
 		ns = decode(m, es, prompt, n_prompt, n_tok, ids, NULL, &a, &b,
-			    diag);
+			    &tp_cold, diag);
 		r = ns < 0 ? (int)ns : 0;
 		if (!r) {
 			rr->tok_s = n_tok / (ns / 1e9);
@@ -303,12 +388,14 @@ static int run_budget(const struct st_store *st, const char *store_dir,
 			rr->n_slots = est.n_slots;
 			/* warm: the same tokens on the pool as left */
 			ns = decode(m, es, prompt, n_prompt, n_tok, ids, ids,
-				    &w0, &w1, diag);
+				    &w0, &w1, &tp_warm, diag);
 			if (ns > 0) {
 				rr->warm_tok_s = n_tok / (ns / 1e9);
 				rr->warm_missed = w1.t.misses != w0.t.misses ||
 						  w1.e.misses != w0.e.misses;
 			}
+			tl_print(&tp_cold);
+			tl_print(&tp_warm);
 		}
 	}
 	cw_dsv_free(m);
@@ -336,6 +423,8 @@ int main(int argc, char **argv)
 		{ "threads", required_argument, NULL, 'T' },
 		{ "evict", required_argument, NULL, 'V' },
 		{ "admit", required_argument, NULL, 'A' },
+		{ "timeline", required_argument, NULL, 't' },
+		{ "loader-nice", required_argument, NULL, 'N' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -343,7 +432,8 @@ int main(int argc, char **argv)
 	int n_tok = 8, n_prompt = 8, c;
 	const char *store_dir = NULL;
 	struct bench_opts bo = { "64MiB", NULL, NULL, 4, 1, 1, 1, 1, 1, 1,
-				 CW_COMPUTE_FAST, 1ull << 30 };
+				 CW_COMPUTE_FAST, 1ull << 30, NULL, NULL };
+	const char *timeline = NULL;
 	uint64_t cache_b;
 	struct run_result res[MAX_BUDGETS];
 	struct st_store *st = NULL;
@@ -400,6 +490,8 @@ int main(int argc, char **argv)
 			}
 			bo.admit = optarg;
 			break;
+		case 't': timeline = optarg; break;
+		case 'N': bo.loader_nice = optarg; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -409,6 +501,14 @@ int main(int argc, char **argv)
 	    st_parse_size(bo.cache, &cache_b) < 0) {
 		usage(stderr);
 		return 2;
+	}
+	if (timeline) {
+		bo.timeline = fopen(timeline, "we");
+		if (!bo.timeline || cw_tl_write_header(bo.timeline) < 0) {
+			fprintf(stderr, "bench-dsv41: cannot write %s: %s\n",
+				timeline, strerror(errno));
+			return 1;
+		}
 	}
 	if (st_store_open(store_dir, &st, &diag) < 0) {
 		fprintf(stderr, "bench-dsv41: %s\n", diag.msg);
@@ -510,5 +610,10 @@ int main(int argc, char **argv)
 	       st_peak_rss_bytes() / (double)(1ull << 30));
 	free(ids);
 	st_store_close(st);
+	if (bo.timeline && fclose(bo.timeline) != 0) {
+		fprintf(stderr, "bench-dsv41: cannot write %s: %s\n", timeline,
+			strerror(errno));
+		return 1;
+	}
 	return 0;
 }

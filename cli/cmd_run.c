@@ -42,6 +42,8 @@ struct run_opts {
 	char experts_spec[512];
 	int timeout_s;
 	struct cli_tier_args tier;
+	const char *timeline;     /* --timeline FILE, or NULL */
+	char timeline_abs[4096];  /* its absolute path, for computed */
 };
 
 static void run_usage(FILE *f)
@@ -103,8 +105,65 @@ CLI_TIER_HELP
 "Output:\n"
 "  --json               print the summary as JSON on stdout after the text\n"
 "  --quiet              no summary\n"
+"  --timeline FILE      the step timeline: one TSV row per forward step\n"
+"                       (wall time split into dense, experts, head, expert\n"
+"                       waits, round trips; page faults; expertd's loader\n"
+"                       CPU), written by computed; draw it with\n"
+"                       gnuplot -e \"tl='FILE'\" scripts/plot-timeline.gp.\n"
+"                       Only when strata run starts computed (a running\n"
+"                       --instance keeps its options: computed --timeline)\n"
 "  -h, --help           this text\n",
 		CW_PROTO_MAX_NSTOP);
+}
+
+/* --timeline FILE: computed writes it (its own working directory may
+ * differ), so it gets the absolute path. */
+static int timeline_arg(struct run_opts *o)
+{
+	const char *f = o->timeline;
+	char cwd[2048];
+
+	if (f[0] == '/')
+		snprintf(o->timeline_abs, sizeof(o->timeline_abs), "%s", f);
+	else if (getcwd(cwd, sizeof(cwd)))
+		snprintf(o->timeline_abs, sizeof(o->timeline_abs), "%s/%s",
+			 cwd, f);
+	else
+		return -1;
+	if (o->tier.n_cw + 2 > CLI_MAX_EXTRA_ARGS) {
+		fprintf(stderr, "strata run: too many computed options\n");
+		return -1;
+	}
+	o->tier.cw[o->tier.n_cw++] = "--timeline";
+	o->tier.cw[o->tier.n_cw++] = o->timeline_abs;
+	/* never report an older run's file as this one's (a running
+	 * instance keeps its computed's options and writes none) */
+	if (unlink(o->timeline_abs) < 0 && errno != ENOENT) {
+		fprintf(stderr, "strata run: --timeline %s: %s\n", f,
+			strerror(errno));
+		return -1;
+	}
+	return 0;
+}
+
+/* After the run: where the timeline is and how many steps it holds. */
+static void timeline_note(const struct run_opts *o)
+{
+	FILE *f = fopen(o->timeline_abs, "re");
+	char line[1024];
+	int n = -1;
+
+	if (!f) {
+		fprintf(stderr, "strata run: no step timeline in %s: %s (see "
+			"computed's log)\n", o->timeline_abs, strerror(errno));
+		return;
+	}
+	while (fgets(line, sizeof(line), f))
+		n += strchr(line, '\n') != NULL;
+	fclose(f);
+	fprintf(stderr, "strata run: step timeline of %d steps in %s (draw: "
+		"gnuplot -e \"tl='%s'\" scripts/plot-timeline.gp)\n", n,
+		o->timeline, o->timeline);
 }
 
 static int parse(struct run_opts *o, int argc, char **argv)
@@ -140,6 +199,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "quiet", no_argument, NULL, 'Q' },
+		{ "timeline", required_argument, NULL, 'W' },
 		CLI_TIER_LONGOPTS,
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -238,6 +298,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		case 'T': o->timeout_s = atoi(optarg) > 0 ? atoi(optarg) : 120; break;
 		case 'j': o->json = 1; break;
 		case 'Q': o->quiet = 1; break;
+		case 'W': o->timeline = optarg; break;
 		case 'h': run_usage(stdout); exit(0);
 		case CLI_OPT_EVICT ... CLI_OPT_ENGRAM_CACHE:
 			if (cli_tier_opt(&o->tier, c, optarg) < 0)
@@ -263,6 +324,8 @@ static int parse(struct run_opts *o, int argc, char **argv)
 	}
 	if (cli_check_device(o->device_budget, o->device_kv_budget,
 			     "strata run"))
+		return 2;
+	if (o->timeline && timeline_arg(o) < 0)
 		return 2;
 	return cli_check_common(o->instance, o->host_budget, o->kv_budget,
 				o->kv_dtype, o->experts, "strata run") ? 2 : 0;
@@ -785,6 +848,8 @@ stop:
 	cw_client_close(cw);
 	cli_session_stop(&inst, rc, o.keep, o.instance || o.run_dir,
 			 "strata run");
+	if (o.timeline && rc == 0 && !o.quiet)
+		timeline_note(&o);
 	if (sigfd >= 0) {
 		if (rc != 0 && st_stop_signals_pending(sigfd))
 			rc = 130;

@@ -1068,7 +1068,15 @@ static int pread_full(int fd, void *buf, size_t len, uint64_t off)
 int st_store_read_record(const struct st_store *s, int fd, int layer,
 			 int expert, void *buf, struct st_diag *diag)
 {
-	uint64_t want, got, rb;
+	return st_store_read_record_timed(s, fd, layer, expert, buf, NULL,
+					  diag);
+}
+
+int st_store_read_record_timed(const struct st_store *s, int fd, int layer,
+			       int expert, void *buf, uint64_t *sum_ns,
+			       struct st_diag *diag)
+{
+	uint64_t want, got, rb, t0;
 	const char *file;
 	int r;
 
@@ -1087,7 +1095,10 @@ int st_store_read_record(const struct st_store *s, int fd, int layer,
 				   r == -EIO ? " (file shorter than the manifest "
 				   "says?)" : "");
 	want = s->expert_xxh3[(size_t)layer * s->n_experts + expert];
+	t0 = sum_ns ? st_now_ns() : 0;
 	got = st_xxh3(buf, rb);
+	if (sum_ns)
+		*sum_ns += st_now_ns() - t0;
 	if (rb < s->record_bytes)
 		memset((uint8_t *)buf + rb, 0, s->record_bytes - rb);
 	if (got != want)

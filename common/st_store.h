@@ -258,6 +258,11 @@ int st_store_path(const struct st_store *s, const char *base, char *buf,
  */
 int st_store_read_record(const struct st_store *s, int fd, int layer,
 			 int expert, void *buf, struct st_diag *diag);
+/* st_store_read_record, adding the wall ns spent verifying the checksum
+ * to *sum_ns when sum_ns is not NULL (expertd's step-timeline counters). */
+int st_store_read_record_timed(const struct st_store *s, int fd, int layer,
+			       int expert, void *buf, uint64_t *sum_ns,
+			       struct st_diag *diag);
 
 /*
  * Re-checks every checksum of a store (dense tensors, expert records and

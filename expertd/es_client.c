@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "es_client_int.h"
@@ -63,6 +64,11 @@ struct es_client {
 	pthread_mutex_t mu;         /* ledger */
 	struct es_ledger_ent *ledger; /* [n_slots] */
 	struct es_client_engram *engram; /* es_client_engram.c, lazily */
+	struct {                    /* es_client_timing (step timeline) */
+		_Atomic uint64_t rpcs, rpc_ns, acquire_rpc_ns;
+		_Atomic uint64_t wait_demand_ns, wait_inflight_ns;
+		_Atomic uint64_t waits_demand, waits_inflight;
+	} tm;
 };
 
 /* A pending or held pin of one acquire call. */
@@ -73,6 +79,29 @@ struct acq_item {
 	uint32_t gen;
 	int ready;
 };
+
+#ifdef MADV_POPULATE_READ
+#define ES_MADV_POPULATE_READ MADV_POPULATE_READ
+#else
+#define ES_MADV_POPULATE_READ 22 /* Linux 5.14 */
+#endif
+
+/*
+ * Maps every page of the attached pool into this process's page tables
+ * now.  expertd allocated them when it made the pool (es_pool.c), but each
+ * process that maps a shared segment takes its own page fault on the first
+ * touch of each page: without this, the first use of every slot cost the
+ * compute thread one fault per few pages of the record (about 570 per
+ * 17.9 MiB record, measured with the step timeline, issue 25), in the
+ * middle of the expert's kernel.  Best effort: a kernel without
+ * MADV_POPULATE_READ (before 5.14) faults them in on first use as before.
+ */
+static void map_pool_pages(struct es_client *c)
+{
+	if (madvise(c->shm.base, c->shm.size, ES_MADV_POPULATE_READ) < 0)
+		st_debug("cannot map the expert pool's pages ahead: %s",
+			 strerror(errno));
+}
 
 /* The expertd process is alive (and not a zombie). */
 static int peer_alive(int32_t pid)
@@ -126,10 +155,10 @@ static int resume_locked(struct es_client *c, struct st_diag *diag);
  * success *ret_buf (owned by the caller) holds the reply and *ret_p /
  * *ret_len its payload.
  */
-static int rpc_locked(struct es_client *c, uint16_t type,
-		      const struct st_wbuf *pl, void **ret_buf,
-		      const uint8_t **ret_p, size_t *ret_len,
-		      struct st_diag *diag)
+static int rpc_locked_once(struct es_client *c, uint16_t type,
+			   const struct st_wbuf *pl, void **ret_buf,
+			   const uint8_t **ret_p, size_t *ret_len,
+			   struct st_diag *diag)
 {
 	uint64_t id = c->next_request_id++;
 	uint64_t deadline = st_now_ns() + (uint64_t)c->timeout_ms * 1000000ull;
@@ -223,6 +252,21 @@ transport:
 	return st_diag_set(diag, r, "%s to expertd at %s failed: %s",
 			   es_proto_type_name(type), c->ctl_path,
 			   st_strerror(r));
+}
+
+/* rpc_locked_once, its round trip counted in c->tm (whatever the end). */
+static int rpc_locked(struct es_client *c, uint16_t type,
+		      const struct st_wbuf *pl, void **ret_buf,
+		      const uint8_t **ret_p, size_t *ret_len,
+		      struct st_diag *diag)
+{
+	uint64_t t0 = st_now_ns();
+	int r = rpc_locked_once(c, type, pl, ret_buf, ret_p, ret_len, diag);
+
+	atomic_fetch_add_explicit(&c->tm.rpcs, 1, memory_order_relaxed);
+	atomic_fetch_add_explicit(&c->tm.rpc_ns, st_now_ns() - t0,
+				  memory_order_relaxed);
+	return r;
 }
 
 static int rpc(struct es_client *c, uint16_t type, const struct st_wbuf *pl,
@@ -431,6 +475,7 @@ int es_client_open(const char *run_dir, const char *instance, const char *name,
 				"from expertd's HELLO", shm_name);
 	if (r < 0)
 		goto fail_bye;
+	map_pool_pages(c);
 	c->epoch = atomic_load(&c->v.shm->epoch);
 	c->ledger = calloc(c->v.n_slots, sizeof(*c->ledger));
 	if (!c->ledger) {
@@ -534,6 +579,7 @@ static int acquire_misses(struct es_client *c, int layer, struct acq_item *it,
 	void *buf = NULL;
 	const uint8_t *p;
 	size_t len;
+	uint64_t t0;
 	int r;
 
 	for (int i = 0; i < n; i++)
@@ -550,8 +596,11 @@ static int acquire_misses(struct es_client *c, int layer, struct acq_item *it,
 	 * so reconcile() below never mistakes another thread's fresh pins
 	 * for leftovers. */
 	pthread_mutex_lock(&c->rpc_mu);
+	t0 = st_now_ns();
 	r = w.err ? w.err :
 		    rpc_locked(c, ES_MSG_ACQUIRE, &w, &buf, &p, &len, diag);
+	atomic_fetch_add_explicit(&c->tm.acquire_rpc_ns, st_now_ns() - t0,
+				  memory_order_relaxed);
 	st_wbuf_fini(&w);
 	if (r == -ST_E_PEERGONE || r == -ST_E_TIMEOUT)
 		reconcile(c, layer, ids, m);
@@ -621,22 +670,30 @@ struct acq_each {
 	const int *idx;
 	uint8_t *done;
 	int *idle_done;
+	uint64_t *fn_ns;   /* time spent in fn (not waiting) */
 };
 
 static void each_ready(struct es_client *c, const struct acq_each *ea,
 		       int i, int32_t slot)
 {
+	uint64_t t0;
+
 	if (!ea || ea->done[i])
 		return;
 	ea->done[i] = 1;
+	t0 = st_now_ns();
 	ea->fn(ea->arg, ea->idx[i], es_pool_record(&c->v, (uint32_t)slot));
+	*ea->fn_ns += st_now_ns() - t0;
 }
 
 static void each_idle(const struct acq_each *ea)
 {
 	if (ea && !*ea->idle_done) {
+		uint64_t t0 = st_now_ns();
+
 		*ea->idle_done = 1;
 		ea->fn(ea->arg, -1, NULL);
+		*ea->fn_ns += st_now_ns() - t0;
 	}
 }
 
@@ -646,8 +703,8 @@ static int acquire_once(struct es_client *c, int layer, int n,
 {
 	struct acq_item *it;
 	uint64_t t0 = st_now_ns(), deadline, next_alive_check;
-	uint64_t sleep_ns = 0;
-	int r = 0, n_ready = 0, failed_expert = -1;
+	uint64_t sleep_ns = 0, t_slow = 0, fn0 = 0;
+	int r = 0, n_ready = 0, failed_expert = -1, demand = -1;
 
 	if (!c || !experts || (!ret_records && !ea) || layer < 0 ||
 	    (uint32_t)layer >= c->v.n_layers || n <= 0 ||
@@ -698,7 +755,21 @@ static int acquire_once(struct es_client *c, int layer, int n,
 		if (it[i].ready)
 			each_ready(c, ea, i, it[i].slot);
 
-	/* Slow path: one message for every miss, then wait for READY. */
+	/* Slow path: one message for every miss, then wait for READY.  The
+	 * wait (less the caller's work in fn) is counted for the step
+	 * timeline: as a demand wait when an expert had no slot yet, else
+	 * as a wait for a load already in flight (a prefetch not ready). */
+	if (n_ready < n) {
+		demand = 0;
+		for (int i = 0; i < n; i++)
+			if (!it[i].ready &&
+			    es_pool_slot_of(&c->v, es_pool_index(
+					&c->v, (uint32_t)layer,
+					(uint32_t)experts[i])) < 0)
+				demand = 1;
+		t_slow = st_now_ns();
+		fn0 = ea ? *ea->fn_ns : 0;
+	}
 	while (n_ready < n) {
 		int need_rpc = 0;
 
@@ -777,6 +848,16 @@ static int acquire_once(struct es_client *c, int layer, int n,
 			st_sleep_ns(sleep_ns);
 			sleep_ns = ST_MIN(sleep_ns * 2, 500000ull);
 		}
+	}
+	if (demand >= 0) {
+		uint64_t w = st_now_ns() - t_slow - (ea ? *ea->fn_ns - fn0 : 0);
+
+		atomic_fetch_add_explicit(demand ? &c->tm.wait_demand_ns :
+					  &c->tm.wait_inflight_ns, w,
+					  memory_order_relaxed);
+		atomic_fetch_add_explicit(demand ? &c->tm.waits_demand :
+					  &c->tm.waits_inflight, 1,
+					  memory_order_relaxed);
 	}
 	if (r < 0) {
 		drop_items(c, it, n);
@@ -962,13 +1043,15 @@ int es_client_acquire_each(struct es_client *c, int layer, int n,
 	int ids[n > 0 ? n : 1], idx[n > 0 ? n : 1];
 	uint8_t done[n > 0 ? n : 1], all_done[n > 0 ? n : 1];
 	int idle_done = 0;
+	uint64_t fn_ns = 0;
 
 	if (!fn || n <= 0 || n > ES_ACQUIRE_MAX_N)
 		return st_diag_set(diag, -EINVAL, "es_client_acquire_each: n "
 				   "%d or no function", n);
 	memset(all_done, 0, (size_t)n);
 	for (;;) {
-		struct acq_each ea = { fn, arg, idx, done, &idle_done };
+		struct acq_each ea = { fn, arg, idx, done, &idle_done,
+				       &fn_ns };
 		int m = 0, r;
 
 		for (int i = 0; i < n; i++)
@@ -1076,6 +1159,26 @@ void es_client_tier_stats(struct es_client *c, struct es_tier_stats *ret)
 	ret->load_bytes = atomic_load(&k->load_bytes);
 	ret->load_ns = atomic_load(&k->load_ns);
 	ret->checksum_failures = atomic_load(&k->checksum_failures);
+	ret->loader_cpu_ns = atomic_load(&k->loader_cpu_ns);
+	ret->checksum_ns = atomic_load(&k->checksum_ns);
+	ret->loader_minflt = atomic_load(&k->loader_minflt);
+	ret->loader_majflt = atomic_load(&k->loader_majflt);
+}
+
+void es_client_timing(const struct es_client *c, struct es_client_timing *ret)
+{
+	ret->rpcs = atomic_load(&c->tm.rpcs);
+	ret->rpc_ns = atomic_load(&c->tm.rpc_ns);
+	ret->acquire_rpc_ns = atomic_load(&c->tm.acquire_rpc_ns);
+	ret->wait_demand_ns = atomic_load(&c->tm.wait_demand_ns);
+	ret->wait_inflight_ns = atomic_load(&c->tm.wait_inflight_ns);
+	ret->waits_demand = atomic_load(&c->tm.waits_demand);
+	ret->waits_inflight = atomic_load(&c->tm.waits_inflight);
+}
+
+int32_t es_client_owner_pid(const struct es_client *c)
+{
+	return c && c->shm.base ? owner_pid(c) : 0;
 }
 
 int es_client_route(struct es_client *c, int layer, uint32_t pos,

@@ -166,10 +166,37 @@ struct es_tier_stats {
 	uint64_t io_busy_ns;       /* wall time with a read in flight */
 	uint64_t hits, misses, evictions, loads, load_bytes, load_ns;
 	uint64_t checksum_failures;
+	/* the loader threads' own cost (issue 25): CPU time (ns) and page
+	 * faults taken in loads, wall ns verifying checksums (in load_ns) */
+	uint64_t loader_cpu_ns, checksum_ns, loader_minflt, loader_majflt;
 };
 
 /* Fills *ret from the mapped pool header.  Never fails. */
 void es_client_tier_stats(struct es_client *c, struct es_tier_stats *ret);
+
+/* Where this handle's time went (monotonic over its life, all threads;
+ * ns of CLOCK_MONOTONIC; the step timeline of issue 25). */
+struct es_client_timing {
+	uint64_t rpcs;             /* request/reply round trips, all kinds */
+	uint64_t rpc_ns;           /* their time, from send to reply */
+	uint64_t acquire_rpc_ns;   /* of rpc_ns: ACQUIREs of misses (also in
+				    * the waits below) */
+	uint64_t wait_demand_ns;   /* acquires that had to ask for an expert
+				    * with no slot: the whole wait, the
+				    * ACQUIRE round trip included, less the
+				    * caller's work during it (acquire_each) */
+	uint64_t wait_inflight_ns; /* acquires whose missing experts all had
+				    * a slot already (a load in flight, e.g.
+				    * a prefetch not ready yet) */
+	uint64_t waits_demand, waits_inflight; /* acquires of each kind */
+};
+
+/* Copies the handle's timing counters into *ret.  Never fails. */
+void es_client_timing(const struct es_client *c, struct es_client_timing *ret);
+
+/* The pid of the expertd that owns the mapped pool (its header), 0 when
+ * c is NULL or not attached. */
+int32_t es_client_owner_pid(const struct es_client *c);
 
 /*
  * Reports the routing of `layer` for tokens pos .. pos+n_tokens-1

@@ -74,6 +74,7 @@ struct es_opts {
 	char run_dir[1024];
 	const char *budget_text;      /* NULL: 100% */
 	int loader_threads;
+	int loader_nice;              /* --loader-nice: 0 = the daemon's */
 	int test_load_delay_ms;       /* fault injection for tests, 0 = off */
 	int test_proto_version;       /* tests: refuse HELLO as this version */
 	int no_verify_adopted;        /* skip re-hashing READY slots on adopt */
@@ -194,11 +195,14 @@ struct es_loader;
  * O_DIRECT when `direct` (records are 4 KiB-aligned in the file and in the
  * pool) falling back to buffered reads where the file system refuses it.
  * A record whose checksum fails is read once more before it is refused.
- * delay_ms > 0 sleeps that long before each read (tests only).
+ * delay_ms > 0 sleeps that long before each read (tests only).  nice > 0:
+ * each thread lowers its own priority by that much (setpriority on its
+ * tid), so the compute threads of a small machine win the cores from the
+ * loaders' checksums; a failure to do so is logged, not fatal.
  */
 int es_loader_start(struct es_loader **ret, struct es_pool *p,
 		    const struct st_store *store, int n_threads, int delay_ms,
-		    int direct, struct st_diag *diag);
+		    int direct, int nice, struct st_diag *diag);
 
 /* Queues a load of `key` into LOADING slot s (a demand miss: served before
  * every prefetch).  Never blocks on I/O. */

@@ -50,6 +50,7 @@ enum {
 	OPT_PF_INFLIGHT,
 	OPT_NO_DIRECT,
 	OPT_ENGRAM_CACHE,
+	OPT_LOADER_NICE,
 };
 
 static const struct es_optdef es_optdefs[] = {
@@ -71,6 +72,10 @@ static const struct es_optdef es_optdefs[] = {
 	{ "loader-threads", 't', "N",
 	  "threads reading the store: reads in flight\n"
 	  "(default: 4, max 64)" },
+	{ "loader-nice", OPT_LOADER_NICE, "N",
+	  "lower the loader threads' priority by N (1..19):\n"
+	  "compute threads win the cores from their checksums\n"
+	  "(default 0: the daemon's priority)" },
 	{ "evict", OPT_EVICT, "lru|lfru",
 	  "eviction policy of unpinned slots: least\n"
 	  "recently used, or least decayed activation\n"
@@ -228,6 +233,11 @@ static int parse_args(int argc, char **argv, struct es_opts *o)
 			if (parse_int("loader-threads", optarg, 1,
 				      ES_MAX_LOADER_THREADS,
 				      &o->loader_threads) < 0)
+				return -EINVAL;
+			break;
+		case OPT_LOADER_NICE:
+			if (parse_int("loader-nice", optarg, 0, 19,
+				      &o->loader_nice) < 0)
 				return -EINVAL;
 			break;
 		case OPT_TEST_LOAD_DELAY:
@@ -531,7 +541,8 @@ int main(int argc, char **argv)
 		r = es_loader_start(&d.loader, &d.pool, d.store,
 				    d.opt.loader_threads,
 				    d.opt.test_load_delay_ms,
-				    !d.opt.no_direct_io, &diag);
+				    !d.opt.no_direct_io, d.opt.loader_nice,
+				    &diag);
 	if (r == 0)
 		r = es_engram_start(&d, &diag);
 	if (r == 0)

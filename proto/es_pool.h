@@ -118,6 +118,15 @@ struct es_pool_counters {
 					    * is the tier's read bandwidth */
 	_Atomic uint64_t step_hints;       /* step-named hinted entries (ROUTE
 					    * with hint_pos; not in hints) */
+	/* the loader threads' own cost (step timeline, issue 25) */
+	_Atomic uint64_t loader_cpu_ns;    /* CPU time of the loader threads
+					    * in loads (CLOCK_THREAD_CPUTIME_ID:
+					    * what they take from compute) */
+	_Atomic uint64_t checksum_ns;      /* wall time verifying records
+					    * (XXH3), part of load_ns */
+	_Atomic uint64_t loader_minflt;    /* page faults the loader threads
+					    * took in loads (RUSAGE_THREAD) */
+	_Atomic uint64_t loader_majflt;
 };
 
 struct es_pool_header {

@@ -6,6 +6,7 @@
  * out = h + MoE(RMSNorm_post(h)); then RMSNorm_final and lm_head.
  */
 #include "cw_model.h"
+#include "cw_steptime.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -82,6 +83,7 @@ struct cw_model {
 	cw_route_fn route_fn;
 	void *route_arg;
 	struct cw_route_hooks hooks;
+	struct cw_steptime *tl;          /* borrowed: step timeline, or NULL */
 	float *probe_xn, *probe_logits;    /* look-ahead scratch */
 	float probe_w[CW_MAX_EXPERTS];
 	cw_act_fn act_fn;
@@ -1653,10 +1655,14 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 		}
 		want[i] = ST_MAX(want[i], toks[t].pos + 1);
 	}
+	cw_steptime_phase(m->tl, CW_PHASE_KV);
 	r = kv_client_seq_reserve(m->kv, n_seqs, seqs, want, diag);
+	cw_steptime_phase(m->tl, CW_PHASE_DENSE);
 	free(seqs);
-	if (r < 0)
+	if (r < 0) {
+		cw_steptime_phase(m->tl, CW_PHASE_NONE);
 		return r;
+	}
 	if (m->kvdev)
 		kvdev_step_begin(m, toks, n, &kd);
 	else
@@ -1669,6 +1675,7 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 	for (int l = 0; l < c->n_layers; l++) {
 		const struct cw_layer_w *L = &m->layers[l];
 
+		cw_steptime_phase(m->tl, CW_PHASE_DENSE);
 		/* attention: q, k, v for every token (each weight read
 		 * once for the step), K/V rows into kvd */
 		for (int t = 0; t < n; t++) {
@@ -1764,6 +1771,7 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 
 		/* MoE: route every token, then the experts in pool-sized
 		 * groups, then the weighted sum in top-k order */
+		cw_steptime_phase(m->tl, CW_PHASE_EXPERTS);
 		for (int t = 0; t < n; t++) {
 			float *xn = m->xn + (size_t)t * H;
 
@@ -1814,6 +1822,7 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 			}
 		}
 	}
+	cw_steptime_phase(m->tl, CW_PHASE_HEAD);
 	{
 		int n_out = 0;
 
@@ -1836,7 +1845,13 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 	r = 0;
 out:
 	kvdev_step_end(m, &kd);
+	cw_steptime_phase(m->tl, CW_PHASE_NONE);
 	return r;
+}
+
+void cw_model_set_steptime(struct cw_model *m, struct cw_steptime *tl)
+{
+	m->tl = tl;
 }
 
 int cw_model_eval(struct cw_model *m, uint32_t seq, uint32_t pos0,

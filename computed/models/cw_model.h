@@ -132,6 +132,15 @@ void cw_model_set_expert_fn(struct cw_model *m, cw_expert_fn fn,
 			    cw_expert_sync_fn sync, void *arg);
 
 /*
+ * Times m's steps by phase on tl (cw_steptime.h: dense, experts, head,
+ * kvd; borrowed, must outlive its use; NULL: off).  The families of this
+ * file only: a DeepSeek-V4/V4.1 store's steps are not split into phases
+ * (strata-bench-dsv41 --timeline times those in process).
+ */
+struct cw_steptime;
+void cw_model_set_steptime(struct cw_model *m, struct cw_steptime *tl);
+
+/*
  * Runs n tokens ids[0..n) of KV sequence `seq` at positions pos0 .. pos0+n-1
  * (rows 0 .. pos0-1 must already be in the sequence's pages).  Reserves the
  * KV rows with one batched kvd request, writes K/V, and produces logits:

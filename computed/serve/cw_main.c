@@ -29,6 +29,7 @@
 #include "cw_sampler.h"
 #include "cw_routing.h"
 #include "cw_sched.h"
+#include "cw_timeline.h"
 #include "es_client.h"
 #include "kv_client.h"
 #include "st_build_config.h"
@@ -90,6 +91,10 @@ struct cw_daemon {
 	struct cw_cuda_experts *cuexp;
 	struct cw_kvdev *kvdev;       /* device KV pages for attention */
 	struct cw_cuda_attn *cuattn;  /* the module's attention, real GPU */
+	/* --timeline FILE: the step timeline (issue 25, cw_timeline.h) */
+	const char *timeline_path;
+	FILE *timeline;
+	struct cw_steptime steptime;
 };
 
 static void usage(FILE *f)
@@ -165,6 +170,11 @@ static void usage(FILE *f)
 "  --http-max-client-conns N  connections at once per client address\n"
 "                         (default 64; of 256 in all; 0: none, for a front\n"
 "                         that limits, as strata up's)\n"
+"  --timeline FILE        the step timeline: one TSV row per forward step\n"
+"                         (cw_timeline.h: where its wall time went, page\n"
+"                         faults, expertd's loader CPU; the phases of the\n"
+"                         non-DeepSeek families), for `strata run\n"
+"                         --timeline` and scripts/plot-timeline.gp\n"
 "  --version              print the version and exit\n"
 "  -h, --help             this text\n"
 "\n"
@@ -205,6 +215,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "http-max-client-conns", required_argument, NULL, 0x30b },
 		{ "device-budget", required_argument, NULL, 0x306 },
 		{ "device-kv-budget", required_argument, NULL, 0x307 },
+		{ "timeline", required_argument, NULL, 0x30c },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -309,6 +320,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		case 0x306: d->device_budget = optarg; break;
 		case 0x307: d->device_kv_budget = optarg; break;
 		case 0x308: d->hopts.metrics_auth = 1; break;
+		case 0x30c: d->timeline_path = optarg; break;
 		case 0x309: case 0x30a: case 0x30b: {
 			char *end;
 			long long v = strtoll(optarg, &end, 10);
@@ -1161,6 +1173,21 @@ int main(int argc, char **argv)
 	r = setup_device(d);
 	if (r < 0)
 		goto out;
+	if (d->timeline_path) {
+		d->timeline = fopen(d->timeline_path, "we");
+		if (!d->timeline || cw_tl_write_header(d->timeline) < 0 ||
+		    fflush(d->timeline) != 0) {
+			r = -errno;
+			st_err("--timeline %s: %s", d->timeline_path,
+			       strerror(errno));
+			goto out;
+		}
+		cw_steptime_init(&d->steptime, d->es);
+		cw_model_set_steptime(d->model, &d->steptime);
+		d->sopts.timeline = d->timeline;
+		d->sopts.tl = &d->steptime;
+		d->sopts.es = d->es;
+	}
 	cw_metrics_init(&d->metrics);
 	d->metrics.run_dir = d->run_dir;
 	r = cw_sched_create(d->model, d->tok, d->kv, &d->sopts, &d->metrics,
@@ -1236,6 +1263,14 @@ out:
 	cw_sched_destroy(d->sched);
 	if (d->sched)
 		cw_metrics_fini(&d->metrics);
+	if (d->timeline) {
+		if (d->model)
+			cw_model_set_steptime(d->model, NULL);
+		if (fclose(d->timeline) != 0)
+			st_err("--timeline %s: %s", d->timeline_path,
+			       strerror(errno));
+		d->timeline = NULL;
+	}
 	st_sock_close(&d->rep);
 	st_run_path(d->run_dir, "computed", "ctl", path, sizeof(path));
 	if (d->rep.url[0])

@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cw_timeline.h"
 #include "st_log.h"
 #include "st_util.h"
 
@@ -53,6 +54,7 @@ struct cw_sched {
 	struct cw_sched_req **breq;   /* per request in the step */
 	int *bn;                      /* its token count */
 	uint32_t *pins;
+	int n_tl_steps;               /* steps written to o.timeline */
 };
 
 static void abs_deadline(struct timespec *ts, int timeout_ms)
@@ -254,7 +256,9 @@ static int eval_step(struct cw_sched *s, struct cw_batch_tok *toks, int n,
 		if (cw_gen_pin_steps(reqs[i]->gen))
 			s->pins[n_pins++] = cw_gen_seq(reqs[i]->gen);
 	if (n_pins) {
+		cw_steptime_phase(s->o.tl, CW_PHASE_KV);
 		r = kv_client_seq_pin(s->kv, n_pins, s->pins, NULL, diag);
+		cw_steptime_phase(s->o.tl, CW_PHASE_NONE);
 		if (r < 0)
 			return r;
 	}
@@ -262,13 +266,38 @@ static int eval_step(struct cw_sched *s, struct cw_batch_tok *toks, int n,
 	r = cw_model_eval_batch(s->model, toks, n, diag);
 	pthread_mutex_unlock(&s->model_lock);
 	if (n_pins) {
-		int u = kv_client_seq_unpin(s->kv, n_pins, s->pins,
-					    r < 0 ? NULL : diag);
+		int u;
 
+		cw_steptime_phase(s->o.tl, CW_PHASE_KV);
+		u = kv_client_seq_unpin(s->kv, n_pins, s->pins,
+					r < 0 ? NULL : diag);
+		cw_steptime_phase(s->o.tl, CW_PHASE_NONE);
 		if (r == 0)
 			r = u;
 	}
 	return r;
+}
+
+/* The step timeline's row of one step (o.timeline set): decode, prefill
+ * or mixed tokens of n_reqs sequences. */
+static void timeline_row(struct cw_sched *s, const struct cw_tl_snap *a,
+			 int n_reqs, int n_prefill)
+{
+	struct cw_tl_snap b;
+	struct cw_tl_row row;
+	char run[32];
+
+	cw_tl_snap_take(&b, s->o.tl, s->o.es);
+	cw_tl_row_make(a, &b, &row);
+	snprintf(run, sizeof(run), "seqs=%d", n_reqs);
+	if (cw_tl_write_row(s->o.timeline, run, !n_prefill ? "decode" :
+			    n_prefill == n_reqs ? "prefill" : "mixed",
+			    s->n_tl_steps++, &row) < 0 ||
+	    fflush(s->o.timeline) != 0) {
+		st_warn("cannot write the step timeline: %s (stopped)",
+			strerror(errno));
+		s->o.timeline = NULL;
+	}
 }
 
 /* One scheduler step over the running list.  Returns the number of tokens
@@ -277,6 +306,8 @@ static int step(struct cw_sched *s)
 {
 	struct st_diag diag = { "" };
 	int budget = s->o.max_step_tokens, n = 0, n_reqs = 0, n_sampled = 0;
+	int n_prefill = 0;
+	struct cw_tl_snap tl0;
 	uint64_t t0, dt;
 	int r;
 
@@ -307,6 +338,7 @@ static int step(struct cw_sched *s)
 				continue;
 			s->breq[n_reqs] = q;
 			s->bn[n_reqs++] = k;
+			n_prefill += pass;
 			n += k;
 			n_sampled += want;
 			budget -= k;
@@ -314,9 +346,13 @@ static int step(struct cw_sched *s)
 	}
 	if (!n)
 		return 0;
+	if (s->o.timeline)
+		cw_tl_snap_take(&tl0, s->o.tl, s->o.es);
 	t0 = st_now_ns();
 	r = eval_step(s, s->toks, n, s->breq, n_reqs, &diag);
 	dt = st_now_ns() - t0;
+	if (s->o.timeline)
+		timeline_row(s, &tl0, n_reqs, n_prefill);
 	if (r < 0 && n_reqs > 1) {
 		/* find the culprit: each request alone (rows written twice
 		 * hold the same values) */

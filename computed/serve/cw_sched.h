@@ -24,6 +24,7 @@
 #define CW_SCHED_H
 
 #include <stdint.h>
+#include <stdio.h>
 
 #include "cw_gen.h"
 #include "cw_metrics.h"
@@ -32,6 +33,12 @@ struct cw_sched_opts {
 	int max_running;      /* sequences decoding at once (default 32) */
 	int max_queued;       /* requests waiting for admission (default 256) */
 	int max_step_tokens;  /* tokens per forward step (default 128) */
+	/* step timeline (issue 25; all borrowed, NULL: off): one TSV row
+	 * per step to `timeline` (cw_timeline.h), phases from `tl` (which
+	 * the caller also set on the model), expertd's counters from es */
+	FILE *timeline;
+	struct cw_steptime *tl;
+	struct es_client *es;
 };
 
 /* One output event of a request. */

@@ -24,6 +24,7 @@
 #include "cw_dsv41_st.h"
 #include "kv_client.h"
 #include "cw_engram_es.h"
+#include "cw_steptime.h"
 #include "es_client.h"
 #include "st_kvfmt_v41.h"
 #include "st_log.h"
@@ -299,6 +300,11 @@ int cw_dsv41_state_len(const struct cw_dsv41_state *s)
 void cw_dsv41_set_debug(struct cw_dsv41_state *s, struct cw_dsv41_debug *dbg)
 {
 	s->dbg = dbg;
+}
+
+void cw_dsv41_set_steptime(struct cw_dsv41_state *s, struct cw_steptime *tl)
+{
+	s->tl = tl;
 }
 
 int cw_dsv41_set_ced_shortcut(struct cw_dsv41_state *s, int mode)
@@ -609,6 +615,7 @@ static int layer_token(const struct cw_dsv_model *m,
 	size_t dl = (size_t)t * c->n_layers + l;
 	int r;
 
+	cw_steptime_phase(s->tl, CW_PHASE_DENSE);
 	if (m->es && !m->no_route_reports && !m->no_layer_hints &&
 	    ck->n == 1 && l > 0) {
 		/* the streams as they enter the layer, collapsed with the
@@ -633,6 +640,7 @@ static int layer_token(const struct cw_dsv_model *m,
 			 L->hc_ffn_scale, c->hc_sinkhorn_iters, c->hc_eps,
 			 c->rms_norm_eps, u, pre_f, post_f, comb_f);
 	cw_dsv4_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, a);
+	cw_steptime_phase(s->tl, CW_PHASE_EXPERTS);
 	/* token 0: V4.1 routes no layer by token id */
 	r = cw_dsv_moe(m, &s->run, l, p, 0, a, y,
 		       dbg && dbg->experts ? dbg->experts + dl * c->top_k :
@@ -640,6 +648,7 @@ static int layer_token(const struct cw_dsv_model *m,
 		       dbg && dbg->weights ? dbg->weights + dl * c->top_k :
 					     NULL,
 		       diag);
+	cw_steptime_phase(s->tl, CW_PHASE_DENSE);
 	if (r < 0)
 		return r;
 	cw_dsv4_hc_post(X, hc, D, y, post_f, comb_f);
@@ -738,6 +747,7 @@ static int run(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 			if ((r = layer_token(m, s, l, t, &ck, diag)) < 0)
 				goto out;
 	}
+	cw_steptime_phase(s->tl, CW_PHASE_HEAD);
 	if (logits)
 		for (int t = all_positions ? 0 : n - 1; t < n; t++)
 			head(m, ck.X + (size_t)t * hc * D,
@@ -745,6 +755,7 @@ static int run(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 			     logits + (size_t)(all_positions ? t : 0) *
 					      c->vocab_size);
 out:
+	cw_steptime_phase(s->tl, CW_PHASE_NONE);
 	free(ck.X);
 	free(ck.P);
 	free(ck.sel);

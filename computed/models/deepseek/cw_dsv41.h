@@ -197,6 +197,11 @@ struct cw_dsv41_debug {
 };
 void cw_dsv41_set_debug(struct cw_dsv41_state *s, struct cw_dsv41_debug *dbg);
 
+/* Times s's evals by phase on tl (cw_steptime.h: dense, experts, head;
+ * borrowed, must outlive its use; NULL: off). */
+struct cw_steptime;
+void cw_dsv41_set_steptime(struct cw_dsv41_state *s, struct cw_steptime *tl);
+
 /* ---- KV streams in kvd (cw_dsv_kv.c; docs/DESIGN.md 3a) ---- */
 
 struct kv_client;

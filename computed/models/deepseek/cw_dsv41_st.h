@@ -52,6 +52,7 @@ struct cw_dsv41_state {
 	struct cw_dsv41_lstate *ls;
 	int n_layers;
 	struct cw_dsv41_debug *dbg;
+	struct cw_steptime *tl;  /* borrowed, NULL: no step timeline */
 	/* kvd state: kv NULL for the process-local one */
 	struct kv_client *kv;
 	uint32_t seq;
