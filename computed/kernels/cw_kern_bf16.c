@@ -47,11 +47,10 @@
  * Memory: the four rows of a pass are four streams 1 row apart, which the
  * hardware prefetchers followed at about a third of the read bandwidth
  * there (5.3 of 16 GB/s out of cache); each step prefetches the same
- * columns of the next pass's rows into L2 (8.1-8.9 GB/s; into L1: 7.9-8.1).
+ * columns of the next pass's rows into L2 (8.1-8.9 GB/s; into L1: 7.9-8.1;
+ * past the last row too: a prefetch never faults).
  */
 #include "cw_kern.h"
-
-#include <string.h>
 
 #include "st_util.h"
 

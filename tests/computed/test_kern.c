@@ -642,7 +642,8 @@ static void expect_val(float got, float want, int exact, const char *what,
  * row of 256 codes and a one-hot activation per column, with no scales and
  * with a scale of 2 (the BF16 path's table, subnormals included); the hot
  * value 1 and 1 + 2^-12 + 2^-20 (its product with any E4M3 value is exact
- * in float; on the BF16 path it needs all three parts of the split). */
+ * in float; an activation rounded to fewer than 21 significant bits, as a
+ * two-part BF16 split would be, fails it). */
 static void test_fp8_every_code(void **state)
 {
 	uint8_t codes[256];
