@@ -13,8 +13,10 @@
  * decode step pays once per matvec.
  * Prints figures, asserts nothing.
  *
+ * With --format S only the formats whose name starts with S (e.g. FP8).
+ *
  * Usage: strata-bench-kern [--mib N] [--threads N] [--reps N] [--batch N]
- *                          [--cols N] [--pool N]
+ *                          [--cols N] [--pool N] [--format S]
  */
 #include <getopt.h>
 #include <time.h>
@@ -101,6 +103,7 @@ int main(int argc, char **argv)
 		{ "batch", required_argument, NULL, 'b' },
 		{ "cols", required_argument, NULL, 'c' },
 		{ "pool", required_argument, NULL, 'p' },
+		{ "format", required_argument, NULL, 'f' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -114,6 +117,7 @@ int main(int argc, char **argv)
 	};
 	int64_t C = 1024;
 	int mib = 256, n_threads = 1, reps = 3, batch = 1, pool_jobs = 0, c;
+	const char *only = "";
 	struct cw_threads *pool = NULL;
 	double bw = 0;
 
@@ -125,14 +129,16 @@ int main(int argc, char **argv)
 		case 'b': batch = atoi(optarg); break;
 		case 'c': C = atoll(optarg); break;
 		case 'p': pool_jobs = atoi(optarg); break;
+		case 'f': only = optarg; break;
 		case 'h':
 			printf("Usage: strata-bench-kern [--mib N] [--threads N] "
-			       "[--reps N] [--batch N] [--cols N] [--pool N]\nmatvec GB/s per format and kernel "
+			       "[--reps N] [--batch N] [--cols N] [--pool N] [--format S]\nmatvec GB/s per format and kernel "
 			       "path (matrices of N MiB, default 256; 1 for in-cache speed);\n"
 			       "--batch N: also the fast GEMM for N tokens (1..64);\n"
 			       "--cols N: columns per row (a multiple of 128, default 1024;\n"
 			       "5120 or 2304 for DeepSeek-V4.1's hidden and expert widths);\n"
-			       "--pool N: only the thread pool's cost per job (N empty jobs)\n");
+			       "--pool N: only the thread pool's cost per job (N empty jobs);\n"
+			       "--format S: only the formats whose name starts with S (FP8, MXFP4, ...)\n");
 			return 0;
 		default: return 2;
 		}
@@ -167,6 +173,10 @@ int main(int argc, char **argv)
 			cw_backend_cpu() };
 		int nbe = 1;
 
+		if (strncmp(fmts[f].name, only, strlen(only)) != 0) {
+			free(x);
+			continue;
+		}
 		for (int p = CW_KERN_C; p < CW_KERN_PATH_MAX; p++)
 			if (cw_backend_cpu_fast_path(p))
 				bes[nbe++] = cw_backend_cpu_fast_path(p);

@@ -63,10 +63,10 @@ struct cw_act {
 	int qgroup;          /* 16 or 32: q holds each run of qgroup
 			      * elements as its even elements, then its odd
 			      * ones (32 for MXFP4, 16 otherwise) */
-	const uint16_t *bf;  /* fast mode, FP8 weights: x 2^k split into three
-			      * BF16 per 64 columns (cw_kern_bf16.c;
-			      * cw_kern_fp8_act_prepare), or NULL */
-	float bf_unscale;    /* 2^-k */
+	const float *xp;     /* fast mode, FP8 weights: x in the lane order of
+			      * the AVX-512 VBMI kernel, per 64 columns
+			      * (cw_kern_bf16.c; cw_kern_fp8_act_prepare),
+			      * or NULL */
 };
 
 enum cw_op {

@@ -765,8 +765,7 @@ static void cpu_act_prepare(const float *x, int64_t n, enum st_dtype dt,
 	ret->qabs = NULL;
 	ret->qsum = NULL;
 	ret->qgroup = 0;
-	ret->bf = NULL;
-	ret->bf_unscale = 1.0f;
+	ret->xp = NULL;
 }
 
 static void cpu_matvec_act(const struct cw_wview *w, const struct cw_act *a,

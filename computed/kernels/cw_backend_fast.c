@@ -49,8 +49,8 @@ static int is_fp4(enum st_dtype dt)
 }
 
 /* Quantizes only for 4-bit weights: the others take the floats, FP8 also
- * their BF16 split (every path prepares the same; only
- * CW_KERN_AVX512BF16 reads it). */
+ * a copy in the AVX-512 VBMI kernel's lane order (every path prepares the
+ * same; only CW_KERN_AVX512BF16 reads it). */
 static void fast_act_prepare(const float *x, int64_t n, enum st_dtype dt,
 			     void *buf, struct cw_act *ret)
 {
@@ -66,8 +66,7 @@ static void fast_act_prepare(const float *x, int64_t n, enum st_dtype dt,
 	ret->qabs = NULL;
 	ret->qsum = NULL;
 	ret->qgroup = 0;
-	ret->bf = NULL;
-	ret->bf_unscale = 1.0f;
+	ret->xp = NULL;
 	if (dt == ST_DTYPE_F8_E4M3)
 		cw_kern_fp8_act_prepare(x, n, buf, ret);
 }

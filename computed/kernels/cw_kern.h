@@ -11,9 +11,10 @@
  *    run of elements that share one weight scale and one activation block,
  *    then isum * (0.5 * weight scale * d) accumulated in float;
  *  - FP8 E4M3, BF16 and F32 weights: float32 activations, weights widened to
- *    float, fused multiply-add; FP8 on AVX-512 BF16 CPUs (CW_KERN_AVX512BF16):
- *    weights widened exactly to BF16, activations split into three BF16
- *    (cw_kern_fp8_act_prepare), vdpbf16ps (cw_kern_bf16.c).
+ *    float, fused multiply-add; FP8 on AVX-512 VBMI + BF16 CPUs
+ *    (CW_KERN_AVX512BF16): weights widened exactly through a table of
+ *    their BF16 bit patterns, activations in the kernel's lane order
+ *    (cw_kern_fp8_act_prepare; cw_kern_bf16.c).
  * Each kernel exists as portable C (the reference the SIMD kernels are
  * tested against) and, on x86-64, as AVX2 + FMA + F16C; FP8 and MXFP4
  * also as AVX-512 (bit-identical to AVX2).  Results of the two
@@ -38,10 +39,11 @@ enum cw_kern_path {
 	CW_KERN_AVX512,   /* AVX-512 F/BW/VL/DQ/VNNI for FP8 and MXFP4 (the
 			   * AVX2 kernels for the rest), bit-identical to
 			   * CW_KERN_AVX2 */
-	CW_KERN_AVX512BF16, /* CW_KERN_AVX512 plus AVX-512 VBMI + BF16 for
-			     * FP8 E4M3 (exact weights, activations split
-			     * exactly into three BF16: exact products, only
-			     * the summation order differs; cw_kern_bf16.c) */
+	CW_KERN_AVX512BF16, /* CW_KERN_AVX512 plus, on CPUs with AVX-512
+			     * VBMI + BF16, its own FP8 E4M3 kernel (exact
+			     * weights by a BF16 table, float FMAs: exact
+			     * products, only the summation order differs;
+			     * cw_kern_bf16.c) */
 	CW_KERN_PATH_MAX
 };
 
@@ -101,22 +103,21 @@ cw_kern_mm_fn cw_kern_avx2_mm(const struct cw_wview *w);
  * E4M3, the AVX2 one for BF16), or NULL. */
 cw_kern_mm_fn cw_kern_avx512_mm(const struct cw_wview *w);
 
-/* FP8 E4M3 on AVX-512 BF16 (cw_kern_bf16.c) for views with columns a
+/* FP8 E4M3 on AVX-512 VBMI (cw_kern_bf16.c) for views with columns a
  * multiple of 64 and scale groups a multiple of 32 (or none); the AVX-512
  * path's kernel for any other view; NULL where the CPU lacks AVX-512
- * F/BW/VL/DQ/VNNI/VBMI/BF16.  Activations must carry the BF16 split
+ * F/BW/VL/DQ/VNNI/VBMI/BF16.  Activations must carry the reordered copy
  * (cw_kern_fp8_act_prepare; the matvec otherwise runs the AVX-512 FP8
  * kernel, the GEMM returns 0). */
 cw_kern_fn cw_kern_avx512bf16(const struct cw_wview *w);
 cw_kern_mm_fn cw_kern_avx512bf16_mm(const struct cw_wview *w);
 
-/* Bytes cw_kern_fp8_act_prepare needs for n activations: three BF16 per
+/* Bytes cw_kern_fp8_act_prepare needs for n activations: one float per
  * element, n rounded up to 64. */
 size_t cw_kern_fp8_act_bytes(int64_t n);
-/* Sets ret->bf (in buf: cw_kern_fp8_act_bytes(n) bytes, 2-byte aligned)
- * to the exact BF16 split of x 2^k = hi + mid + lo (per 64 columns: hi of
- * the A then the B words, then mid, then lo; the tail zero) and ret->bf_unscale = 2^-k, k
- * putting max |x| (finite elements) in [0.5, 1), within [-125, 125].
+/* Sets ret->xp (in buf: cw_kern_fp8_act_bytes(n) bytes, 4-byte aligned)
+ * to the n floats x (borrowed, read here only) reordered per 64 columns
+ * into the lane order of cw_kern_bf16.c's kernel (the tail zero).
  * Touches no other field of *ret. */
 void cw_kern_fp8_act_prepare(const float *x, int64_t n, void *buf,
 			     struct cw_act *ret);

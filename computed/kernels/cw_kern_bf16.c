@@ -1,125 +1,98 @@
 /*
- * cw_kern_bf16.c — the FP8 E4M3 dense kernels on AVX-512 BF16 (path
- * CW_KERN_AVX512BF16): weights exact, activations split exactly into three
- * BF16, dot products with vdpbf16ps, 64 weights per step.  Every other
- * view, and FP8 views this file does not take, go to the AVX-512 path.
+ * cw_kern_bf16.c — the FP8 E4M3 dense kernels of path CW_KERN_AVX512BF16
+ * (CPUs with AVX-512 VBMI and BF16): weights widened exactly through a
+ * table of their BF16 bit patterns, float32 fused multiply-adds against
+ * the float32 activations, 64 weights per step, 4 rows per pass.  Every
+ * other view, and FP8 views this file does not take, go to the AVX-512
+ * path.
  *
  * Weights: every E4M3 value is a BF16 value (3 mantissa bits, exponents
  * 2^-9 .. 2^8), so a 128-entry table of the BF16 bit patterns of the
  * magnitudes (subnormals included) widens them exactly: two vpermi2b
  * look up the low and the high byte of 64 codes at once (the instruction
  * reads the low 7 bits of each index: the sign bit is ignored and ORed back
- * into the high byte), two byte unpacks make 2 x 32 BF16 words.  The
- * unpacks interleave per 128-bit lane, so word vector A holds columns
- * 16 l + 0..7 of lane l, B columns 16 l + 8..15; the activations are
- * stored in that order (cw_kern_fp8_act_prepare).
+ * into the high byte), two byte unpacks make 2 x 32 BF16 words, and as
+ * the upper half of a float32 each word is the weight as a float: per
+ * 32-bit lane one shift left by 16 (the even word) and one mask (the odd
+ * word) give four vectors of 16 exact float weights.  The unpacks
+ * interleave per 128-bit lane, so vector v (0..3) lane j = 4 l + q holds
+ * column 16 l + 2 q + (v & 1) + 8 (v >> 1) of the step; the activations
+ * are stored in that order (cw_kern_fp8_act_prepare).
  *
- * Activations: x is scaled by 2^k (exact; k puts max |x| in [0.5, 1), so
- * neither huge nor tiny vectors meet vdpbf16ps's flush of subnormals
- * to zero or an overflow the float dot product would not have) and split
- * x 2^k = hi + mid + lo, three BF16 rounded to nearest even, each from the
- * exact float residual of the ones before: 3 x 8 significand bits hold
- * all 24 of a float, so the split is exact (a two-BF16 split, 2^-18 per
- * element, flipped the discrete choices of the V4.1 fixture: top-1 505 of
- * 527 against the int8-activation model in dsv41-fast-tiny).  Each product
- * of two BF16 is exact in float, so per row only the float summation order
- * differs from the C kernel (and terms below 2^-100 max|x| |w| flush):
- * tests/computed/test_kern.c checks 1e-5 sum |w x|, the other SIMD paths'
- * bound.
+ * Exactness: the weights are exact and each product is exact inside the
+ * fused multiply-add, so per row only the float rounding of the sums
+ * differs from the C kernel (which rounds each product, then adds in
+ * column order): tests/computed/test_kern.c checks 1e-5 sum |w x|, the
+ * other SIMD paths' bound, every E4M3 code times a 21-bit activation
+ * exactly, and every column against its weight and group scale exactly.
  *
- * Scales: per 64 columns the six vdpbf16ps (lo, mid, hi; A and B each)
- * start from zero, then one FMA adds them times the scale of each 32-column
- * half (lanes 0-7: columns 0-31 of the step, lanes 8-15: 32-63), so any
- * scale group that is a multiple of 32 works (DeepSeek-V4's 128, V4.1's
- * 32 x 32 blocks).  y = lane sum * 2^-k.  The GEMM does the same
+ * Why not vdpbf16ps (this file's first version: activations split exactly
+ * into three BF16, six vdpbf16ps per 64 weights): on the 2-vCPU Intel
+ * AVX-512 BF16 machine of issue 19 that kernel ran 11-13 GB/s in cache
+ * whatever its dependency chains (one chain of six per row step or three
+ * independent ones per row: the same), i.e. vdpbf16ps throughput bound,
+ * below the AVX-512 fp16-widening FMA kernel (17-20); the same table
+ * decode with four FMAs runs 21-27 (docs/BENCHMARKS.md, issue 19).  On
+ * Zen 5 the FMA form needs 4 floating-point-pipe operations per row step
+ * instead of 7.
+ *
+ * Scales: per row the FMAs of a scale period accumulate from zero, then
+ * one FMA adds them times the scale: a period is one scale group where
+ * the group is a multiple of 64 columns (DeepSeek-V4's 128), else one
+ * 64-column step whose two 32-column halves (lanes 0-7: columns 0-31,
+ * lanes 8-15: 32-63) each take their group's scale, so any group that is
+ * a multiple of 32 works (V4.1's 32 x 32 blocks).  The GEMM does the same
  * operations per (row, token), so it equals the matvec bit for bit.
+ *
+ * Memory: the four rows of a pass are four streams 1 row apart, which the
+ * hardware prefetchers followed at about a third of the read bandwidth
+ * there (5.3 of 16 GB/s out of cache); each step prefetches the same
+ * columns of the next pass's rows into L2 (8.1-8.9 GB/s; into L1: 7.9-8.1;
+ * past the last row too: a prefetch never faults).
  */
 #include "cw_kern.h"
 
-#include <math.h>
-#include <string.h>
-
 #include "st_util.h"
 
-/* ---- the activation split (portable C: every path prepares it) ---- */
+/* ---- the activation order (portable C: every path prepares it) ---- */
 
-/* float to BF16 bits, round to nearest even (NaN kept quiet). */
-static uint16_t bf16_rne(float f)
+/* Column (within its 64-column step) of lane j of vector v. */
+static int fp8_col(int v, int j)
 {
-	uint32_t u;
-
-	memcpy(&u, &f, 4);
-	if ((u & 0x7fffffffu) > 0x7f800000u)
-		return (uint16_t)((u >> 16) | 0x40);
-	u += 0x7fffu + ((u >> 16) & 1);
-	return (uint16_t)(u >> 16);
-}
-
-static float bf16_f(uint16_t h)
-{
-	const uint32_t u = (uint32_t)h << 16;
-	float f;
-
-	memcpy(&f, &u, 4);
-	return f;
-}
-
-/* Word i of the A (B: + 8) half of a 64-column step: column 16 (i / 8) +
- * i % 8 (the lane order of the byte unpacks). */
-static int64_t bf_col(int i, int half)
-{
-	return 16 * (i / 8) + (i % 8) + 8 * half;
+	return 16 * (j / 4) + 2 * (j % 4) + (v & 1) + 8 * (v >> 1);
 }
 
 size_t cw_kern_fp8_act_bytes(int64_t n)
 {
-	return (size_t)((n + 63) / 64) * 64 * 3 * sizeof(uint16_t);
+	return (size_t)((n + 63) / 64) * 64 * sizeof(float);
 }
 
 void cw_kern_fp8_act_prepare(const float *x, int64_t n, void *buf,
 			     struct cw_act *ret)
 {
-	const int64_t ns = (n + 63) / 64;
-	uint16_t *bf = buf;
-	float amax = 0.0f, s;
-	int e = 0, k = 0;
+	float *xp = buf;
 
-	for (int64_t c = 0; c < n; c++)
-		if (fabsf(x[c]) > amax && isfinite(x[c]))
-			amax = fabsf(x[c]);
-	if (amax > 0.0f) {
-		(void)frexpf(amax, &e); /* amax = m 2^e, m in [0.5, 1) */
-		k = ST_MAX(-125, ST_MIN(125, -e));
-	}
-	s = ldexpf(1.0f, k);
-	for (int64_t st = 0; st < ns; st++) {
-		uint16_t *p = bf + st * 192;
+	for (int64_t st = 0; st * 64 < n; st++)
+		for (int v = 0; v < 4; v++)
+			for (int j = 0; j < 16; j++) {
+				const int64_t c = st * 64 + fp8_col(v, j);
 
-		for (int half = 0; half < 2; half++)
-			for (int i = 0; i < 32; i++) {
-				const int64_t c = st * 64 + bf_col(i, half);
-				const float v = c < n ? x[c] * s : 0.0f;
-				const uint16_t hi = bf16_rne(v);
-				/* the residuals are exact in float */
-				const float r1 = isfinite(v) ? v - bf16_f(hi) : 0.0f;
-				const uint16_t mid = bf16_rne(r1);
-
-				p[32 * half + i] = hi;
-				p[64 + 32 * half + i] = mid;
-				p[128 + 32 * half + i] = bf16_rne(r1 - bf16_f(mid));
+				xp[st * 64 + 16 * v + j] = c < n ? x[c] : 0.0f;
 			}
-	}
-	ret->bf = bf;
-	ret->bf_unscale = ldexpf(1.0f, -k);
+	ret->xp = xp;
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
 
-#define K6_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi,avx512bf16"
+#define K6_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx512vbmi"
 #define K6 __attribute__((target(K6_TARGET)))
 #define K6I __attribute__((target(K6_TARGET), always_inline)) static inline
 #define MM_UNROLL _Pragma("GCC unroll 8")
+
+/* Rows a pass reads ahead of itself (prefetched into L2, see above):
+ * 2-4 and 8-32 rows measured alike, 4 the best by a little. */
+#define CW_FP8_PF_ROWS 4
 
 /* The BF16 bit patterns of the E4M3 magnitudes 0..127, low bytes then high
  * bytes (e.g. code 1 = 2^-9: 0x3b00; 0x7e = 448: 0x43e0).  Code 0x7f, NaN
@@ -171,50 +144,77 @@ K6I void e4m3_bf16x64(const uint8_t *p, __m512i *wa, __m512i *wb)
 	*wb = _mm512_unpackhi_epi8(lo, hi);
 }
 
-K6I __m512 dp(__m512 acc, __m512i w, __m512i x)
-{
-	return _mm512_dpbf16_ps(acc, (__m512bh)w, (__m512bh)x);
-}
-
 /* Rows [r, r + NR) for one token or one row for NT tokens (one of NR, NT
  * is 1): NR rows share each activation load, NT tokens each weight
  * decode; every (row, token) sees the same operations. */
-K6I void fp8b_blk(const uint8_t *codes, const float *sc, int64_t C,
+K6I void fp8f_blk(const uint8_t *codes, const float *sc, int64_t C,
 		  int64_t G, int64_t ng, const struct cw_act *a, int64_t r,
 		  const int NR, const int NT, float *const *ys)
 {
 	const int64_t hpg = G / 32; /* 32-column halves per scale group */
-	int64_t gh = 0, left = hpg; /* group of the step's first half */
+	const int64_t period = G % 64 == 0 ? G : 64;
+	const __m512i hmask = _mm512_set1_epi32((int)0xffff0000u);
+	int64_t gh = 0, left = hpg; /* group of the period's first half */
 	__m512 acc[4];
 
 	MM_UNROLL
 	for (int i = 0; i < NR * NT; i++)
 		acc[i] = _mm512_setzero_ps();
-	for (int64_t c = 0; c < C; c += 64) {
-		/* the groups of the two halves, without a division */
-		const int64_t g0 = gh, g1 = left > 1 ? gh : gh + 1;
-		__m512i xh0[4], xh1[4], xm0[4], xm1[4], xl0[4], xl1[4];
+	for (int64_t c = 0; c < C;) {
+		const int64_t ce = ST_MIN(c + period, C);
+		int64_t g0 = gh, g1 = gh; /* the groups of the two halves */
+		__m512 gs[4];
 
-		for (left -= 2; left <= 0; left += hpg)
+		if (G % 64 == 0) {
 			gh++;
-
+		} else { /* one step: advance two halves, no division */
+			g1 = left > 1 ? gh : gh + 1;
+			for (left -= 2; left <= 0; left += hpg)
+				gh++;
+		}
 		MM_UNROLL
-		for (int k = 0; k < NT; k++) {
-			const uint16_t *p = a[k].bf + 3 * c;
+		for (int i = 0; i < NR * NT; i++)
+			gs[i] = _mm512_setzero_ps();
+		for (; c < ce; c += 64) {
+			__m512 x0[4], x1[4], x2[4], x3[4];
 
-			xh0[k] = _mm512_loadu_si512((const void *)p);
-			xh1[k] = _mm512_loadu_si512((const void *)(p + 32));
-			xm0[k] = _mm512_loadu_si512((const void *)(p + 64));
-			xm1[k] = _mm512_loadu_si512((const void *)(p + 96));
-			xl0[k] = _mm512_loadu_si512((const void *)(p + 128));
-			xl1[k] = _mm512_loadu_si512((const void *)(p + 160));
+			MM_UNROLL
+			for (int k = 0; k < NT; k++) {
+				const float *p = a[k].xp + c;
+
+				x0[k] = _mm512_loadu_ps(p);
+				x1[k] = _mm512_loadu_ps(p + 16);
+				x2[k] = _mm512_loadu_ps(p + 32);
+				x3[k] = _mm512_loadu_ps(p + 48);
+			}
+			MM_UNROLL
+			for (int i = 0; i < NR; i++) {
+				const uint8_t *rc = codes + (r + i) * C + c;
+				__m512i wa, wb;
+				__m512 f0, f1, f2, f3;
+
+				_mm_prefetch((const char *)rc + CW_FP8_PF_ROWS * C,
+					     _MM_HINT_T1);
+				e4m3_bf16x64(rc, &wa, &wb);
+				f0 = _mm512_castsi512_ps(_mm512_slli_epi32(wa, 16));
+				f1 = _mm512_castsi512_ps(_mm512_and_si512(wa, hmask));
+				f2 = _mm512_castsi512_ps(_mm512_slli_epi32(wb, 16));
+				f3 = _mm512_castsi512_ps(_mm512_and_si512(wb, hmask));
+				MM_UNROLL
+				for (int k = 0; k < NT; k++) {
+					__m512 g = gs[i + k];
+
+					g = _mm512_fmadd_ps(f0, x0[k], g);
+					g = _mm512_fmadd_ps(f1, x1[k], g);
+					g = _mm512_fmadd_ps(f2, x2[k], g);
+					gs[i + k] = _mm512_fmadd_ps(f3, x3[k], g);
+				}
+			}
 		}
 		MM_UNROLL
 		for (int i = 0; i < NR; i++) {
-			__m512i wa, wb;
 			__m512 s = _mm512_set1_ps(1.0f);
 
-			e4m3_bf16x64(codes + (r + i) * C + c, &wa, &wb);
 			if (sc) {
 				const float *rs = sc + (r + i) * ng;
 
@@ -223,24 +223,16 @@ K6I void fp8b_blk(const uint8_t *codes, const float *sc, int64_t C,
 					_mm512_set1_ps(rs[g1]));
 			}
 			MM_UNROLL
-			for (int k = 0; k < NT; k++) {
-				__m512 g = dp(_mm512_setzero_ps(), wa, xl0[k]);
-
-				g = dp(g, wb, xl1[k]);
-				g = dp(g, wa, xm0[k]);
-				g = dp(g, wb, xm1[k]);
-				g = dp(g, wa, xh0[k]);
-				g = dp(g, wb, xh1[k]);
-				acc[i + k] = _mm512_fmadd_ps(g, s, acc[i + k]);
-			}
+			for (int k = 0; k < NT; k++)
+				acc[i + k] = _mm512_fmadd_ps(gs[i + k], s,
+							     acc[i + k]);
 		}
 	}
 	MM_UNROLL
 	for (int i = 0; i < NR; i++)
 		MM_UNROLL
 		for (int k = 0; k < NT; k++)
-			ys[k][r + i] = _mm512_reduce_add_ps(acc[i + k]) *
-				       a[k].bf_unscale;
+			ys[k][r + i] = _mm512_reduce_add_ps(acc[i + k]);
 }
 
 /* 1 if the kernels take w: columns a multiple of 64, scale groups a
@@ -251,7 +243,7 @@ static int takes(const struct cw_wview *w)
 	       (!w->scales || !w->group || w->group % 32 == 0);
 }
 
-K6 static void fp8_bf16(const struct cw_wview *w, const struct cw_act *a,
+K6 static void fp8_vbmi(const struct cw_wview *w, const struct cw_act *a,
 			float *y, int64_t r0, int64_t r1)
 {
 	const int64_t C = w->cols, G = w->scales && w->group ? w->group : C;
@@ -261,17 +253,17 @@ K6 static void fp8_bf16(const struct cw_wview *w, const struct cw_act *a,
 	float *const ys[1] = { y };
 	int64_t r = r0;
 
-	if (!a->bf) { /* prepared for another dtype */
+	if (!a->xp) { /* prepared for another dtype */
 		cw_kern_avx512(w)(w, a, y, r0, r1);
 		return;
 	}
 	for (; r + 4 <= r1; r += 4)
-		fp8b_blk(w->data, sc, C, G, ng, a, r, 4, 1, ys);
+		fp8f_blk(w->data, sc, C, G, ng, a, r, 4, 1, ys);
 	for (; r < r1; r++)
-		fp8b_blk(w->data, sc, C, G, ng, a, r, 1, 1, ys);
+		fp8f_blk(w->data, sc, C, G, ng, a, r, 1, 1, ys);
 }
 
-K6 static int fp8_mm_bf16(const struct cw_wview *w, const struct cw_act *a,
+K6 static int fp8_mm_vbmi(const struct cw_wview *w, const struct cw_act *a,
 			  int n, float *const *ys, int64_t r0, int64_t r1)
 {
 	const int64_t C = w->cols, G = w->scales && w->group ? w->group : C;
@@ -280,17 +272,17 @@ K6 static int fp8_mm_bf16(const struct cw_wview *w, const struct cw_act *a,
 				      NULL;
 
 	for (int t = 0; t < n; t++)
-		if (!a[t].bf)
+		if (!a[t].xp)
 			return 0;
 	for (int64_t r = r0; r < r1; r++)
 		for (int t = 0; t < n; t += 4) {
 			float *const *yt = ys + t;
 
 			switch (ST_MIN(4, n - t)) {
-			case 4: fp8b_blk(w->data, sc, C, G, ng, a + t, r, 1, 4, yt); break;
-			case 3: fp8b_blk(w->data, sc, C, G, ng, a + t, r, 1, 3, yt); break;
-			case 2: fp8b_blk(w->data, sc, C, G, ng, a + t, r, 1, 2, yt); break;
-			default: fp8b_blk(w->data, sc, C, G, ng, a + t, r, 1, 1, yt); break;
+			case 4: fp8f_blk(w->data, sc, C, G, ng, a + t, r, 1, 4, yt); break;
+			case 3: fp8f_blk(w->data, sc, C, G, ng, a + t, r, 1, 3, yt); break;
+			case 2: fp8f_blk(w->data, sc, C, G, ng, a + t, r, 1, 2, yt); break;
+			default: fp8f_blk(w->data, sc, C, G, ng, a + t, r, 1, 1, yt); break;
 			}
 		}
 	return 1;
@@ -300,14 +292,14 @@ cw_kern_fn cw_kern_avx512bf16(const struct cw_wview *w)
 {
 	if (!cw_kern_path_supported(CW_KERN_AVX512BF16))
 		return NULL;
-	return takes(w) ? fp8_bf16 : cw_kern_avx512(w);
+	return takes(w) ? fp8_vbmi : cw_kern_avx512(w);
 }
 
 cw_kern_mm_fn cw_kern_avx512bf16_mm(const struct cw_wview *w)
 {
 	if (!cw_kern_path_supported(CW_KERN_AVX512BF16))
 		return NULL;
-	return takes(w) ? fp8_mm_bf16 : cw_kern_avx512_mm(w);
+	return takes(w) ? fp8_mm_vbmi : cw_kern_avx512_mm(w);
 }
 
 #else /* not x86-64 GCC/Clang */

@@ -81,8 +81,7 @@ void cw_kern_quantize_act(const float *x, int64_t n, int qgroup, void *buf,
 	ret->qabs = qa;
 	ret->qsum = qsum;
 	ret->qgroup = qgroup;
-	ret->bf = NULL;
-	ret->bf_unscale = 1.0f;
+	ret->xp = NULL;
 }
 
 /* Elements per weight scale of a 4-bit view. */

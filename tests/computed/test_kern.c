@@ -270,6 +270,11 @@ static const struct geom k_geoms[] = {
 	{ ST_DTYPE_F8_E4M3, 7, 1024, 128 },  /* the BF16 kernel: 4 + 3 rows */
 	{ ST_DTYPE_F8_E4M3, 5, 192, 96 },    /* groups across its 64-steps */
 	{ ST_DTYPE_F8_E4M3, 3, 320, 0 },     /* no scales */
+	{ ST_DTYPE_F8_E4M3, 5, 64, 64 },     /* one 64-step per group */
+	{ ST_DTYPE_F8_E4M3, 9, 640, 160 },   /* 5 halves per group: groups
+					      * end mid-step; 4 + 4 + 1 rows */
+	{ ST_DTYPE_F8_E4M3, 1, 128, 32 },    /* one row: no 4-row pass */
+	{ ST_DTYPE_F8_E4M3, 6, 2048, 512 },  /* 8 steps per group */
 	{ ST_DTYPE_BF16, 6, 1024, 0 },
 	{ ST_DTYPE_BF16, 3, 77, 0 },
 	{ ST_DTYPE_BF16, 21, 77, 0 },       /* row blocks of 8 and 4 + tail */
@@ -637,7 +642,8 @@ static void expect_val(float got, float want, int exact, const char *what,
  * row of 256 codes and a one-hot activation per column, with no scales and
  * with a scale of 2 (the BF16 path's table, subnormals included); the hot
  * value 1 and 1 + 2^-12 + 2^-20 (its product with any E4M3 value is exact
- * in float; on the BF16 path it needs all three parts of the split). */
+ * in float; an activation rounded to fewer than 21 significant bits, as a
+ * two-part BF16 split would be, fails it). */
 static void test_fp8_every_code(void **state)
 {
 	uint8_t codes[256];
@@ -682,6 +688,84 @@ static void test_fp8_every_code(void **state)
 	}
 	free(buf);
 	assert_true(checked >= 2 * 256 * 4);
+}
+
+/* Every column of FP8 views the AVX-512 VBMI kernel takes (and those it
+ * leaves to the AVX-512 path) lands on its own weight and its own group's
+ * scale on every path, exactly: random codes, a different power-of-two
+ * scale per (row, group), one-hot activations (one exact product, the
+ * rest zeros), so y[r] must equal deq[r][c] * x_c exactly.  Catches a
+ * wrong lane order of the reordered activations or a wrong group of a
+ * 32-column half, which the L1-bound comparisons could hide in noise. */
+static void test_fp8_columns_exact(void **state)
+{
+	static const struct geom k_g[] = {
+		{ ST_DTYPE_F8_E4M3, 5, 192, 32 },  /* halves of different groups */
+		{ ST_DTYPE_F8_E4M3, 5, 320, 160 }, /* groups end mid-step */
+		{ ST_DTYPE_F8_E4M3, 4, 256, 64 },
+		{ ST_DTYPE_F8_E4M3, 6, 384, 128 },
+		{ ST_DTYPE_F8_E4M3, 3, 128, 0 },   /* no scales */
+		{ ST_DTYPE_F8_E4M3, 3, 120, 40 },  /* the AVX-512 path's */
+	};
+	int checked = 0;
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(k_g) / sizeof(k_g[0]); i++) {
+		const struct geom *g = &k_g[i];
+		const int64_t R = g->rows, C = g->cols;
+		const int64_t ng = g->group ? (C + g->group - 1) / g->group : 1;
+		uint8_t *codes = malloc((size_t)(R * C));
+		float *sc = malloc(sizeof(float) * (size_t)(R * ng));
+		float *x = calloc((size_t)C, sizeof(float)), y[8];
+		unsigned char *buf = malloc(cw_backend_cpu_fast()->act_bytes(C));
+		const struct cw_wview w = {
+			.dtype = ST_DTYPE_F8_E4M3, .data = codes,
+			.scales = g->group ? (const uint8_t *)sc : NULL,
+			.rows = R, .cols = C, .group = g->group,
+			.global_scale = 1.0f,
+		};
+
+		for (int64_t k = 0; k < R * C; k++) {
+			codes[k] = (uint8_t)(rnd() & 0xff);
+			if ((codes[k] & 0x7f) == 0x7f) /* NaN: never stored */
+				codes[k] = 0x3a;
+		}
+		for (int64_t k = 0; k < R * ng; k++)
+			sc[k] = ldexpf(1.0f, (int)(k % 11) - 5);
+		for (int p = CW_KERN_C; p < CW_KERN_PATH_MAX; p++) {
+			const struct cw_backend_ops *be = cw_backend_cpu_fast_path(p);
+
+			if (!be)
+				continue;
+			for (int64_t c = 0; c < C; c++) {
+				struct cw_act a;
+
+				x[c] = 1.0f + 0x1p-9f;
+				be->act_prepare(x, C, ST_DTYPE_F8_E4M3, buf, &a);
+				be->matvec_act(&w, &a, y, 0, R);
+				for (int64_t r = 0; r < R; r++) {
+					const float want =
+						st_e4m3_to_f32(codes[r * C + c]) * x[c] *
+						(g->group ? sc[r * ng + c / g->group] : 1.0f);
+
+					/* == : a -0 weight sums to +0 */
+					if (y[r] != want)
+						fail_msg("%s %lldx%lld g%u row %lld col %lld: "
+							 "%.9g, want %.9g", be->name,
+							 (long long)R, (long long)C, g->group,
+							 (long long)r, (long long)c, y[r], want);
+					checked++;
+				}
+				x[c] = 0.0f;
+			}
+		}
+		free(codes);
+		free(sc);
+		free(x);
+		free(buf);
+	}
+	assert_true(checked >= 2 * (5 * 192 + 5 * 320 + 4 * 256 + 6 * 384 +
+				    3 * 128 + 3 * 120));
 }
 
 /* P5, the whole kind: every scale byte / value of each 4-bit format decodes
@@ -967,6 +1051,7 @@ int main(void)
 		cmocka_unit_test(test_avx512_equals_avx2),
 		cmocka_unit_test(test_p5_every_scale),
 		cmocka_unit_test(test_fp8_every_code),
+		cmocka_unit_test(test_fp8_columns_exact),
 		cmocka_unit_test(test_p7_example),
 		cmocka_unit_test(test_p7_layout_every_element),
 		cmocka_unit_test(test_threads),
