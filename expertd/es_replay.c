@@ -208,7 +208,8 @@ static double base_score(const struct sim *s, uint32_t key, uint32_t p,
 }
 
 /* scan policies: the free resident key of pool p with the smallest score
- * (ties: least recently used), else the fallback; -1 when none may go.
+ * (ties: least recently used, then the smaller key, as the heap orders
+ * them), else the fallback; -1 when none may go.
  * With draft foresight the keys the draft window shows rank above all
  * others (class 1), the one believed used farthest ahead first. */
 static int scan_victim(struct sim *s, uint32_t p, size_t step,
@@ -234,7 +235,8 @@ static int scan_victim(struct sim *s, uint32_t p, size_t step,
 			sc = base_score(s, key, p, step);
 		}
 		if (best < 0 || cls < best_cls || (cls == best_cls &&
-		    (sc < best_sc || (sc == best_sc && lru < best_lru)))) {
+		    (sc < best_sc || (sc == best_sc && (lru < best_lru ||
+		     (lru == best_lru && key < (uint32_t)best)))))) {
 			best = (int)key;
 			best_cls = cls;
 			best_sc = sc;
