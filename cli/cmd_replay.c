@@ -249,9 +249,10 @@ static int parse_draft(struct replay_opts *o, const char *text,
 				p->draft_accept = acc;
 				p->draft_per_step = step;
 				snprintf(p->name, sizeof(p->name),
-					 "draft-%s-%ld@%.2f%s%s", pt, len, acc,
-					 step ? "/step" : "",
-					 o->draft_prefetch ? "+pf" : "");
+					 "draft-%s-%ld@%.2f%s%s%s", pt, len,
+					 acc, step ? "/step" : "",
+					 o->draft_prefetch ? "+pf" : "",
+					 o->draft_no_wrong ? "-nw" : "");
 				snprintf(p->sees, sizeof(p->sees),
 					 "drafts %ld@%.2f%s", len, acc,
 					 step ? " step" : "");
