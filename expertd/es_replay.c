@@ -222,15 +222,18 @@ static int scan_victim(struct sim *s, uint32_t p, size_t step,
 	for (uint32_t i = s->poff[p]; i < s->poff[p] + s->count[p]; i++) {
 		uint32_t key = s->rlist[i];
 		double sc, lru = s->m.k[key].score;
+		uint64_t pos;
 		int cls = 0;
 
 		if (victim_class(s, key, step) != VC_FREE) {
 			s->aside[n_aside++] = key;
 			continue;
 		}
-		if (s->draft && es_rdraft_known(&s->dr, key)) {
+		if (s->draft && es_rdraft_lookup(&s->dr, key,
+						 s->m.t->steps[step].layer,
+						 &pos)) {
 			cls = 1;
-			sc = -(double)s->dr.pos[key];
+			sc = -(double)pos;
 		} else {
 			sc = base_score(s, key, p, step);
 		}

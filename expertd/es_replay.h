@@ -30,7 +30,9 @@
  * ACCEPT given all before it were; a fixed-seed hash, so every policy sees
  * the same draws).  The policy then knows the true routing of the accepted
  * positions and, for each rejected one, the routing of a different token of
- * the trace (what a wrong draft would show).  Known experts are evicted only
+ * the trace (what a wrong draft would show); the current token's later
+ * layers are known when an earlier draft showed the token as accepted.
+ * Known experts are evicted only
  * when nothing else can be, the one believed used farthest ahead first
  * (Belady within the known window, the base policy beyond it, as future-N);
  * with draft_prefetch the next token's believed experts at the current layer

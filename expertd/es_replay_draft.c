@@ -12,6 +12,11 @@
  * uniformly from the trace, as a wrong draft token would (its routing is the
  * target's routing of a token that is not the one that comes next).
  *
+ * The current token's own routing at its later layers is known too when an
+ * earlier draft showed it as accepted (sliding: the previous token's draft
+ * accepted its first position; per step: every token of the accepted
+ * prefix), never for a token no draft predicted.
+ *
  * Schedules: sliding (a new draft at every token, the window always the
  * next LEN tokens) or per verify step (a draft at g, the next one at
  * g + A + 1, the token after the accepted prefix; within the step the
@@ -79,7 +84,9 @@ int es_rdraft_init(struct es_rdraft *d, const struct es_trace *t,
 	d->tok_first = calloc(t->n_tokens ? t->n_tokens : 1,
 			      sizeof(*d->tok_first));
 	d->tok_n = calloc(t->n_tokens ? t->n_tokens : 1, sizeof(*d->tok_n));
-	if (!d->known || !d->pos || !d->tok_first || !d->tok_n) {
+	d->cur_step = calloc((size_t)t->n_layers, sizeof(*d->cur_step));
+	if (!d->known || !d->pos || !d->tok_first || !d->tok_n ||
+	    !d->cur_step) {
 		es_rdraft_fini(d);
 		return -ENOMEM;
 	}
@@ -105,6 +112,7 @@ void es_rdraft_fini(struct es_rdraft *d)
 	free(d->pos);
 	free(d->tok_first);
 	free(d->tok_n);
+	free(d->cur_step);
 	memset(d, 0, sizeof(*d));
 }
 
@@ -147,6 +155,20 @@ void es_rdraft_token(struct es_rdraft *d, uint32_t token,
 	const struct es_trace *t = d->t;
 	uint32_t j0;
 
+	/* This token was shown as accepted by the draft made before it:
+	 * sliding, the previous token's draft accepted its first position;
+	 * per step, the token lies in the accepted prefix (not the step's
+	 * first token, which no draft predicted).  A rejected guess for it
+	 * is known to be wrong by now. */
+	d->cur = token;
+	d->cur_known = d->have && token > d->g && token - d->g <= d->a &&
+		(d->per_step || token == d->g + 1);
+	for (int l = 0; l < t->n_layers; l++)
+		d->cur_step[l] = -1;
+	if (d->cur_known)
+		for (uint32_t s = d->tok_first[token];
+		     s < d->tok_first[token] + d->tok_n[token]; s++)
+			d->cur_step[t->steps[s].layer] = (int32_t)s;
 	if (!d->per_step || !d->have || token >= d->next_g) {
 		make_draft(d, token, st);
 		d->next_g = token + d->a + 1;
@@ -181,6 +203,30 @@ void es_rdraft_token(struct es_rdraft *d, uint32_t token,
 			}
 		}
 	}
+}
+
+int es_rdraft_lookup(const struct es_rdraft *d, uint32_t key, int layer,
+		     uint64_t *ret_pos)
+{
+	const struct es_trace *t = d->t;
+	uint32_t kl = key / (uint32_t)t->n_experts;
+
+	if (d->cur_known && (int)kl > layer && d->cur_step[kl] >= 0) {
+		const struct es_trace_step *ts = &t->steps[d->cur_step[kl]];
+		uint16_t id = (uint16_t)(key % (uint32_t)t->n_experts);
+
+		for (int k = 0; k < ts->n; k++)
+			if (t->ids[ts->first + k] == id) {
+				*ret_pos = (uint64_t)d->cur *
+					(uint64_t)t->n_layers + kl;
+				return 1;
+			}
+	}
+	if (d->known[key] == d->stamp) {
+		*ret_pos = d->pos[key];
+		return 1;
+	}
+	return 0;
 }
 
 long es_rdraft_next_step(const struct es_rdraft *d, uint32_t token,

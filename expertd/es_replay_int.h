@@ -72,6 +72,11 @@ struct es_rdraft {
 	uint32_t g, a, next_g;
 	uint32_t src[ES_REPLAY_MAX_DRAFT + 1];
 	int have;               /* a draft has been made */
+	/* the current token: known when an earlier draft showed it as
+	 * accepted; then cur_step[layer] is its step at each layer (-1) */
+	uint32_t cur;
+	int cur_known;
+	int32_t *cur_step;      /* [n_layers] */
 };
 
 /* Sets up d for trace t (zeroed first).  -EINVAL with a message when the
@@ -82,16 +87,19 @@ int es_rdraft_init(struct es_rdraft *d, const struct es_trace *t,
 		   struct st_diag *diag);
 void es_rdraft_fini(struct es_rdraft *d);
 
-/* Called at the first step of `token`: makes a new draft where the schedule
- * says so (counted in st) and rebuilds the known window for this token. */
+/* Called at the first step of `token`: notes whether an earlier draft
+ * showed this token as accepted (then its routing at its later layers is
+ * known), makes a new draft where the schedule says so (counted in st) and
+ * rebuilds the known window of drafted tokens. */
 void es_rdraft_token(struct es_rdraft *d, uint32_t token,
 		     struct es_replay_stats *st);
 
-/* Is key in the known window at the current token? */
-static inline int es_rdraft_known(const struct es_rdraft *d, uint32_t key)
-{
-	return d->known && d->known[key] == d->stamp;
-}
+/* Does the draft knowledge at step `layer` of the current token show key
+ * used ahead?  1 with *ret_pos its virtual step (token * n_layers + layer;
+ * the current token's own later layers first, then the drafted tokens),
+ * else 0. */
+int es_rdraft_lookup(const struct es_rdraft *d, uint32_t key, int layer,
+		     uint64_t *ret_pos);
 
 /* The step of the trace whose experts the draft shows for the token after
  * `token` at layer `layer`, or -1 (none known). */

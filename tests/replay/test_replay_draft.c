@@ -3,7 +3,7 @@
  * hand-made traces with hand-computed counts: the sliding and per-step
  * schedules, the prefetch of drafted experts (a load, never a free hit);
  * the limits the issue sets: with every draft accepted the sliding window
- * is future-LEN, with none accepted and no wrong guesses it is the plain
+ * is future-LEN (both splits), with none accepted and no wrong guesses it is the plain
  * online policy; the realised acceptance follows ACCEPT; and the invariants
  * on a long random trace (never more resident than slots, pinned never
  * evicted, hits + misses = accesses).  Never fewer loads than Belady:
@@ -136,15 +136,15 @@ static void random_trace(struct es_trace *t, int n_tok, int n_lay, int n_exp,
 	free(ids);
 }
 
-/* ACCEPT 1 with a new draft at every token knows the next LEN tokens: on a
- * one-layer trace (and per layer on any trace, where the current token's
- * later layers live in other pools) that is exactly future-LEN, hist
- * beyond the window. */
+/* ACCEPT 1 with a new draft at every token knows the next LEN tokens and,
+ * every token having been drafted and accepted, the current token's later
+ * layers: exactly what future-LEN sees, hist beyond the window, in both
+ * pool splits. */
 static void test_accept_one_is_future(void **state)
 {
 	for (int it = 0; it < 6; it++) {
 		struct es_trace t;
-		int layers = it < 3 ? 1 : 3, per_layer = it >= 3;
+		int layers = it < 2 ? 1 : 3, per_layer = it % 2;
 
 		random_trace(&t, 300, layers, 12, 2, 40u + (unsigned)it);
 		for (int len = 1; len <= 3; len++) {
