@@ -114,6 +114,11 @@ struct sim {
 	struct hent *aside_ent;    /* [n_slots] */
 	struct es_rdraft dr;       /* draft foresight (draft: 1) */
 	int draft;
+	uint32_t *pf_prev, *pf_cur; /* draft prefetches made during the
+				    * previous / current token */
+	uint32_t n_pf_prev, n_pf_cur, cap_pf;
+	uint32_t *pf_for;          /* per key: the token it was prefetched
+				    * for */
 	struct es_replay_stats *st;
 };
 
@@ -444,9 +449,34 @@ static int draft_prefetch(struct sim *s, size_t i, double tok)
 			break;
 		s->st->prefetch_loads++;
 		s->prefetched[key] = 1;
+		if (s->n_pf_cur < s->cap_pf)
+			s->pf_cur[s->n_pf_cur++] = key;
+		s->pf_for[key] = st->token + 1;
 		e = touch(s, key, i, t->steps[x].first + j, tok, 1);
 	}
 	return e;
+}
+
+/* At a token's first step: a draft prefetch made two tokens ago was for
+ * the token that has just ended; if that token did not use it (a wrong or
+ * late guess) its load has long landed and it becomes an ordinary resident
+ * expert, no longer protected as loading (it is not counted as wasted: it
+ * may still be used later). */
+static void draft_prefetch_expire(struct sim *s, uint32_t token)
+{
+	uint32_t *tmp = s->pf_prev;
+
+	for (uint32_t i = 0; i < s->n_pf_prev; i++) {
+		uint32_t key = s->pf_prev[i];
+
+		/* not if prefetched again since, for a later token */
+		if (s->pf_for[key] < token)
+			s->prefetched[key] = 0;
+	}
+	s->pf_prev = s->pf_cur;
+	s->n_pf_prev = s->n_pf_cur;
+	s->pf_cur = tmp;
+	s->n_pf_cur = 0;
 }
 
 static void sim_free(struct sim *s)
@@ -467,6 +497,9 @@ static void sim_free(struct sim *s)
 	free(s->m.k);
 	free((void *)s->m.next_use);
 	free(s->aside);
+	free(s->pf_prev);
+	free(s->pf_cur);
+	free(s->pf_for);
 	free(s->aside_ent);
 	free(s->rlist);
 	free(s->rpos);
@@ -553,6 +586,19 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 		if (e < 0)
 			goto out;
 		s.draft = 1;
+		if (o->draft_prefetch) {
+			/* one token's prefetches: at most one step's
+			 * experts per layer */
+			s.cap_pf = (uint32_t)t->n_layers *
+				(uint32_t)t->top_k;
+			s.pf_prev = calloc(s.cap_pf, sizeof(*s.pf_prev));
+			s.pf_cur = calloc(s.cap_pf, sizeof(*s.pf_cur));
+			s.pf_for = calloc(n_keys, sizeof(*s.pf_for));
+			if (!s.pf_prev || !s.pf_cur || !s.pf_for) {
+				e = -ENOMEM;
+				goto out;
+			}
+		}
 	}
 	if (p == ES_RP_HIST || p == ES_RP_FUTURE || p == ES_RP_2Q || s.draft) {
 		s.scan = 1;
@@ -589,8 +635,11 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 
 		for (int j = 0; j < st->n; j++)
 			s.pin[base + t->ids[st->first + j]] = (uint32_t)i + 1;
-		if (s.draft && (i == 0 || st->token != st[-1].token))
+		if (s.draft && (i == 0 || st->token != st[-1].token)) {
 			es_rdraft_token(&s.dr, st->token, ret);
+			if (o->draft_prefetch)
+				draft_prefetch_expire(&s, st->token);
+		}
 		if (p == ES_RP_HIST || p == ES_RP_FUTURE)
 			es_rhist_visit(&s.m, st->layer, t->ids + st->first,
 				       st->n);
