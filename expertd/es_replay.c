@@ -424,7 +424,7 @@ fail:
 
 /* Draft prefetch at the end of step i: loads the experts the draft shows
  * for the next token at this step's layer (a load each, as for la-*; no
- * room without evicting a pinned, seen or awaiting key: dropped). */
+ * room without evicting a pinned or awaiting key: dropped). */
 static int draft_prefetch(struct sim *s, size_t i, double tok)
 {
 	const struct es_trace *t = s->m.t;
