@@ -20,7 +20,7 @@
 
 #define DEFAULT_READ_GBPS 6.0 /* one PCIe 4.0 x4 NVMe drive, sequential */
 #define MAX_BUDGETS 16
-#define MAX_POLICIES 32
+#define MAX_POLICIES 160
 
 static void usage(FILE *f)
 {
@@ -42,12 +42,25 @@ static void usage(FILE *f)
 "  --slots LIST       pool sizes in experts instead, e.g. 64,128\n"
 "  --split MODE       global (one pool over all layers), per-layer (the\n"
 "                     slots split evenly over the layers) or both (default)\n"
-"  --policy LIST      lru, lru2, lfu, lfud, lrfu, hist, 2q, la-POLICY (the\n"
-"                     look-ahead variant), or all (default: every policy and\n"
-"                     its look-ahead variant); belady is always shown\n"
+"  --policy LIST      lru, lru2, lfu, lfud, lrfu, hist, 2q, lstale,\n"
+"                     la-POLICY (the look-ahead variant), or all (default:\n"
+"                     every policy and its look-ahead variant); belady is\n"
+"                     always shown\n"
 "  --future LIST      also rows future-N (not online: Belady within the next\n"
 "                     N tokens, hist beyond): how much foresight a target\n"
 "                     needs, e.g. --future 0,1,4\n"
+"  --draft LIST       also rows draft-POLICY-LEN@ACCEPT: the policy told what\n"
+"                     speculative drafts of LEN tokens would reveal, each\n"
+"                     draft token accepted with probability ACCEPT (default\n"
+"                     %.2f, DeepSeek-V3's MTP); e.g. --draft 1,2:0.7\n"
+"  --draft-policy L   base policies of the draft rows (default hist)\n"
+"  --draft-schedule S token (a new draft at every token), step (one per\n"
+"                     verify step: the next after the accepted prefix) or\n"
+"                     both (default)\n"
+"  --draft-no-wrong   rejected draft positions reveal nothing (default: the\n"
+"                     routing of a random other token, as a wrong draft)\n"
+"  --draft-prefetch   also load the next token's drafted experts ahead\n"
+"  --draft-seed N     seed of the acceptance draws (default fixed)\n"
 "  --lookahead D      layers the la-* policies see ahead of the current one,\n"
 "                     the same token's next D layers (default 1)\n"
 "  --no-prefetch      la-* policies only protect what they see; they do not\n"
@@ -66,14 +79,18 @@ static void usage(FILE *f)
 "\n"
 "Example:\n"
 "  strata replay ../shared/fixtures/traces/ngavhane__moe-beyond/*.csv\n",
-		DEFAULT_READ_GBPS);
+		ES_REPLAY_DRAFT_ACCEPT_DEFAULT, DEFAULT_READ_GBPS);
 }
 
 struct pol {
 	int base;     /* enum es_replay_policy */
 	int la;       /* look-ahead variant */
 	int window;   /* future: tokens seen ahead */
-	char name[24];
+	int draft_len; /* draft rows: tokens per draft (0: not a draft row) */
+	double draft_accept;
+	int draft_per_step;
+	char name[48];
+	char sees[32];
 };
 
 struct replay_opts {
@@ -84,6 +101,9 @@ struct replay_opts {
 	struct pol pols[MAX_POLICIES];
 	int n_pols;
 	int lookahead, prefetch, json;
+	int draft_no_wrong, draft_prefetch;
+	int name_w, sees_w;     /* text table: column widths */
+	uint64_t draft_seed;
 	uint64_t expert_bytes;
 	double read_gbps;
 };
@@ -135,8 +155,8 @@ static int parse_policies(struct replay_opts *o, const char *text)
 		}
 		if (b < 0 || (la && b == ES_RP_BELADY)) {
 			fprintf(stderr, "strata replay: unknown policy '%s%s' "
-				"(lru, lru2, lfu, lfud, lrfu, hist, 2q, belady, "
-				"la-POLICY or all)\n", la ? "la-" : "", tok);
+				"(lru, lru2, lfu, lfud, lrfu, hist, 2q, lstale, "
+				"belady, la-POLICY or all)\n", la ? "la-" : "", tok);
 			return -1;
 		}
 		if (b != ES_RP_BELADY && add_pol(o, b, la) < 0) {
@@ -167,6 +187,77 @@ static int parse_future(struct replay_opts *o, const char *text)
 		p->base = ES_RP_FUTURE;
 		p->window = (int)w;
 		snprintf(p->name, sizeof(p->name), "future-%ld", w);
+	}
+	return 0;
+}
+
+/* --draft LIST x --draft-policy LIST x the schedules: one row each. */
+static int parse_draft(struct replay_opts *o, const char *text,
+		       const char *policies, const char *schedule)
+{
+	char buf[512], pbuf[256], *save = NULL, *tok;
+	int sched_token = !strcmp(schedule, "token") ||
+			  !strcmp(schedule, "both");
+	int sched_step = !strcmp(schedule, "step") || !strcmp(schedule, "both");
+
+	if (!sched_token && !sched_step) {
+		fprintf(stderr, "strata replay: --draft-schedule '%s': use "
+			"token, step or both\n", schedule);
+		return -1;
+	}
+	snprintf(buf, sizeof(buf), "%s", text);
+	for (tok = strtok_r(buf, ",", &save); tok;
+	     tok = strtok_r(NULL, ",", &save)) {
+		char *end, *psave = NULL, *pt;
+		long len = strtol(tok, &end, 10);
+		double acc = ES_REPLAY_DRAFT_ACCEPT_DEFAULT;
+
+		if (*end == ':')
+			acc = strtod(end + 1, &end);
+		if (*end || len < 1 || len > ES_REPLAY_MAX_DRAFT ||
+		    !(acc >= 0.0 && acc <= 1.0)) {
+			fprintf(stderr, "strata replay: --draft '%s': a list of "
+				"LEN[:ACCEPT], LEN 1 to %d, ACCEPT in [0, 1] "
+				"(e.g. 1,2:0.7)\n", text, ES_REPLAY_MAX_DRAFT);
+			return -1;
+		}
+		snprintf(pbuf, sizeof(pbuf), "%s", policies);
+		for (pt = strtok_r(pbuf, ",", &psave); pt;
+		     pt = strtok_r(NULL, ",", &psave)) {
+			int b = es_replay_policy_parse(pt);
+
+			if (b < 0 || b == ES_RP_BELADY || b == ES_RP_FUTURE) {
+				fprintf(stderr, "strata replay: --draft-policy "
+					"'%s': an online policy (lru, lru2, "
+					"lfu, lfud, lrfu, hist, 2q, lstale)\n",
+					pt);
+				return -1;
+			}
+			for (int step = 0; step <= 1; step++) {
+				struct pol *p;
+
+				if (step ? !sched_step : !sched_token)
+					continue;
+				if (o->n_pols == MAX_POLICIES) {
+					fprintf(stderr, "strata replay: too "
+						"many policies\n");
+					return -1;
+				}
+				p = &o->pols[o->n_pols++];
+				p->base = b;
+				p->draft_len = (int)len;
+				p->draft_accept = acc;
+				p->draft_per_step = step;
+				snprintf(p->name, sizeof(p->name),
+					 "draft-%s-%ld@%.2f%s%s%s", pt, len,
+					 acc, step ? "/step" : "",
+					 o->draft_prefetch ? "+pf" : "",
+					 o->draft_no_wrong ? "-nw" : "");
+				snprintf(p->sees, sizeof(p->sees),
+					 "drafts %ld@%.2f%s", len, acc,
+					 step ? " step" : "");
+			}
+		}
 	}
 	return 0;
 }
@@ -210,6 +301,7 @@ bad:
 }
 
 struct result {
+	const struct pol *pol;   /* NULL: belady */
 	const char *policy;
 	const char *online;
 	int split_layer;
@@ -251,8 +343,8 @@ static void print_row(const struct result *r, const struct replay_opts *o)
 	uint64_t loads = s->misses + s->prefetch_loads;
 	char b[32];
 
-	printf("  %-10s %-12s %8.4f %10llu %10llu %10llu %7.3f", r->policy,
-	       r->online, s->accesses ? (double)s->hits / (double)s->accesses :
+	printf("  %-*s %-*s %8.4f %10llu %10llu %10llu %7.3f", o->name_w,
+	       r->policy, o->sees_w, r->online, s->accesses ? (double)s->hits / (double)s->accesses :
 	       0.0, (unsigned long long)loads, (unsigned long long)s->misses,
 	       (unsigned long long)s->prefetch_loads, r->ratio);
 	if (o->expert_bytes)
@@ -289,6 +381,18 @@ static json_t *result_json(const struct result *r,
 	if (j)
 		json_object_set_new(j, "prefetch_wasted",
 				    json_integer((json_int_t)s->prefetch_wasted));
+	if (j && r->pol && r->pol->draft_len) {
+		json_object_set_new(j, "draft_len",
+				    json_integer(r->pol->draft_len));
+		json_object_set_new(j, "draft_accept",
+				    json_real(r->pol->draft_accept));
+		json_object_set_new(j, "draft_schedule", json_string(
+			r->pol->draft_per_step ? "step" : "token"));
+		json_object_set_new(j, "draft_events",
+				    json_integer((json_int_t)s->draft_events));
+		json_object_set_new(j, "draft_accepted", json_integer(
+			(json_int_t)s->draft_accepted));
+	}
 	if (j && o->expert_bytes) {
 		json_object_set_new(j, "bytes_moved",
 				    json_integer((json_int_t)(loads *
@@ -314,6 +418,7 @@ static int run_all(const struct es_trace *t, const struct replay_opts *o,
 		splits[n_splits++] = 1;
 	if (!o->json)
 		print_header(t, n_paths, first, o);
+
 	for (int si = 0; si < n_splits && !rc; si++)
 		for (int b = 0; b < o->n_budgets && !rc; b++) {
 			struct es_replay_opts ro = {
@@ -352,8 +457,9 @@ static int run_all(const struct es_trace *t, const struct replay_opts *o,
 				if (splits[si])
 					printf(" (%u per layer)",
 					       ro.n_slots / (uint32_t)t->n_layers);
-				printf(":\n  %-10s %-12s %8s %10s %10s %10s %7s "
-				       "%11s %9s\n", "policy", "online",
+				printf(":\n  %-*s %-*s %8s %10s %10s %10s %7s "
+				       "%11s %9s\n", o->name_w, "policy",
+				       o->sees_w, "online",
 				       "hit rate", "loads", "demand", "prefetch",
 				       "xBelady", "bytes moved", "stall s");
 				print_row(&bel, o);
@@ -362,6 +468,7 @@ static int run_all(const struct es_trace *t, const struct replay_opts *o,
 			}
 			for (int pi = 0; pi < o->n_pols; pi++) {
 				struct result r = {
+					.pol = &o->pols[pi],
 					.policy = o->pols[pi].name,
 					.online = o->pols[pi].la ? la_tag :
 						  "past only",
@@ -377,6 +484,17 @@ static int run_all(const struct es_trace *t, const struct replay_opts *o,
 					snprintf(seen, sizeof(seen), "sees %d tok",
 						 o->pols[pi].window);
 					r.online = seen;
+				}
+				if (o->pols[pi].draft_len) {
+					po.draft_len = o->pols[pi].draft_len;
+					po.draft_accept =
+						o->pols[pi].draft_accept;
+					po.draft_per_step =
+						o->pols[pi].draft_per_step;
+					po.draft_no_wrong = o->draft_no_wrong;
+					po.draft_prefetch = o->draft_prefetch;
+					po.draft_seed = o->draft_seed;
+					r.online = o->pols[pi].sees;
 				}
 				if (isatty(2) && !o->json)
 					fprintf(stderr, "  replaying %s...\r",
@@ -432,6 +550,12 @@ int cli_cmd_replay(int argc, char **argv)
 		{ "store", required_argument, NULL, 'S' },
 		{ "read-gbps", required_argument, NULL, 'g' },
 		{ "future", required_argument, NULL, 'f' },
+		{ "draft", required_argument, NULL, 'D' },
+		{ "draft-policy", required_argument, NULL, 'Q' },
+		{ "draft-schedule", required_argument, NULL, 'C' },
+		{ "draft-no-wrong", no_argument, NULL, 'W' },
+		{ "draft-prefetch", no_argument, NULL, 'F' },
+		{ "draft-seed", required_argument, NULL, 'R' },
 		{ "json", no_argument, NULL, 'j' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
@@ -440,6 +564,7 @@ int cli_cmd_replay(int argc, char **argv)
 				 .lookahead = 1, .prefetch = 1,
 				 .read_gbps = DEFAULT_READ_GBPS };
 	const char *store = NULL, *policies = "all", *future = NULL;
+	const char *draft = NULL, *draft_pols = "hist", *draft_sched = "both";
 	struct es_trace t;
 	struct st_diag diag = { "" };
 	int c, e, store_layers = 0, store_experts = 0;
@@ -508,6 +633,30 @@ int cli_cmd_replay(int argc, char **argv)
 		case 'f':
 			future = optarg;
 			break;
+		case 'D':
+			draft = optarg;
+			break;
+		case 'Q':
+			draft_pols = optarg;
+			break;
+		case 'C':
+			draft_sched = optarg;
+			break;
+		case 'W':
+			o.draft_no_wrong = 1;
+			break;
+		case 'F':
+			o.draft_prefetch = 1;
+			break;
+		case 'R':
+			o.draft_seed = strtoull(optarg, &end, 0);
+			if (*end || !o.draft_seed) {
+				fprintf(stderr, "strata replay: --draft-seed "
+					"'%s' is not a positive integer\n",
+					optarg);
+				return 2;
+			}
+			break;
 		case 'j':
 			o.json = 1;
 			break;
@@ -525,7 +674,8 @@ int cli_cmd_replay(int argc, char **argv)
 		return 2;
 	}
 	if (parse_policies(&o, policies) < 0 ||
-	    (future && parse_future(&o, future) < 0))
+	    (future && parse_future(&o, future) < 0) ||
+	    (draft && parse_draft(&o, draft, draft_pols, draft_sched) < 0))
 		return 2;
 	if (store) {
 		struct st_store *s = NULL;
@@ -554,6 +704,17 @@ int cli_cmd_replay(int argc, char **argv)
 			"layers x %d experts, the trace %d x %d; only its expert "
 			"size is used\n", store_layers, store_experts,
 			t.n_layers, t.n_experts);
+	o.name_w = 10;
+	o.sees_w = 12;
+	for (int pi = 0; pi < o.n_pols; pi++) {
+		int n = (int)strlen(o.pols[pi].name),
+		    m = (int)strlen(o.pols[pi].sees);
+
+		if (n > o.name_w)
+			o.name_w = n;
+		if (m > o.sees_w)
+			o.sees_w = m;
+	}
 	e = run_all(&t, &o, argc - optind, argv[optind]);
 	es_trace_fini(&t);
 	return e;

@@ -15,7 +15,8 @@
 #include "es_replay_int.h"
 
 static const char *const policy_names[] = {
-	"lru", "lru2", "lfu", "lfud", "lrfu", "hist", "2q", "belady", "future",
+	"lru", "lru2", "lfu", "lfud", "lrfu", "hist", "2q", "lstale", "belady",
+	"future",
 };
 _Static_assert(sizeof(policy_names) / sizeof(policy_names[0]) == ES_RP_N_BASE,
 	       "one name per policy");
@@ -111,6 +112,13 @@ struct sim {
 				    * rlist[poff[p] .. poff[p] + count[p]) */
 	uint32_t *aside;           /* [n_slots] victim search scratch */
 	struct hent *aside_ent;    /* [n_slots] */
+	struct es_rdraft dr;       /* draft foresight (draft: 1) */
+	int draft;
+	uint32_t *pf_prev, *pf_cur; /* draft prefetches made during the
+				    * previous / current token */
+	uint32_t n_pf_prev, n_pf_cur, cap_pf;
+	uint32_t *pf_for;          /* per key: the token it was prefetched
+				    * for */
 	struct es_replay_stats *st;
 };
 
@@ -187,32 +195,58 @@ static int fallback_victim(const struct sim *s, const uint32_t *keys,
 	return -1;
 }
 
+/* The base policy's current score of a resident key of pool p (smaller:
+ * evicted first); the heap policies' scores are fixed between touches. */
+static double base_score(const struct sim *s, uint32_t key, uint32_t p,
+			 size_t step)
+{
+	switch (s->m.p) {
+	case ES_RP_FUTURE:
+		return es_rpol_future_score(&s->m, key, step);
+	case ES_RP_2Q:
+		return es_r2q_score(&s->m, key, p);
+	case ES_RP_HIST:
+		return es_rhist_score(&s->m, key);
+	default:
+		return s->m.k[key].score;
+	}
+}
+
 /* scan policies: the free resident key of pool p with the smallest score
- * (ties: least recently used), else the fallback; -1 when none may go. */
+ * (ties: least recently used, then the smaller key, as the heap orders
+ * them), else the fallback; -1 when none may go.
+ * With draft foresight the keys the draft window shows rank above all
+ * others (class 1), the one believed used farthest ahead first. */
 static int scan_victim(struct sim *s, uint32_t p, size_t step,
 		       int for_prefetch)
 {
 	double best_sc = 0, best_lru = 0;
-	int best = -1;
+	int best = -1, best_cls = 0;
 	size_t n_aside = 0;
 
 	for (uint32_t i = s->poff[p]; i < s->poff[p] + s->count[p]; i++) {
 		uint32_t key = s->rlist[i];
 		double sc, lru = s->m.k[key].score;
+		uint64_t pos;
+		int cls = 0;
 
 		if (victim_class(s, key, step) != VC_FREE) {
 			s->aside[n_aside++] = key;
 			continue;
 		}
-		if (s->m.p == ES_RP_FUTURE)
-			sc = es_rpol_future_score(&s->m, key, step);
-		else if (s->m.p == ES_RP_2Q)
-			sc = es_r2q_score(&s->m, key, p);
-		else
-			sc = es_rhist_score(&s->m, key);
-		if (best < 0 || sc < best_sc ||
-		    (sc == best_sc && lru < best_lru)) {
+		if (s->draft && es_rdraft_lookup(&s->dr, key,
+						 s->m.t->steps[step].layer,
+						 &pos)) {
+			cls = 1;
+			sc = -(double)pos;
+		} else {
+			sc = base_score(s, key, p, step);
+		}
+		if (best < 0 || cls < best_cls || (cls == best_cls &&
+		    (sc < best_sc || (sc == best_sc && (lru < best_lru ||
+		     (lru == best_lru && key < (uint32_t)best)))))) {
 			best = (int)key;
+			best_cls = cls;
 			best_sc = sc;
 			best_lru = lru;
 		}
@@ -388,6 +422,63 @@ fail:
 	return NULL;
 }
 
+/* Draft prefetch at the end of step i: loads the experts the draft shows
+ * for the next token at this step's layer (a load each, as for la-*; no
+ * room without evicting a pinned or awaiting key: dropped). */
+static int draft_prefetch(struct sim *s, size_t i, double tok)
+{
+	const struct es_trace *t = s->m.t;
+	const struct es_trace_step *st = &t->steps[i];
+	long x = es_rdraft_next_step(&s->dr, st->token, st->layer);
+	int e = 0;
+
+	if (x < 0)
+		return 0;
+	for (int j = 0; j < t->steps[x].n && !e; j++) {
+		uint32_t key = (uint32_t)st->layer * (uint32_t)t->n_experts +
+			t->ids[t->steps[x].first + j];
+
+		if (s->resident[key])
+			continue;
+		e = load(s, key, i, 1);
+		if (e == -ST_E_BUSY) {
+			e = 0;
+			continue;
+		}
+		if (e)
+			break;
+		s->st->prefetch_loads++;
+		s->prefetched[key] = 1;
+		if (s->n_pf_cur < s->cap_pf)
+			s->pf_cur[s->n_pf_cur++] = key;
+		s->pf_for[key] = st->token + 1;
+		e = touch(s, key, i, t->steps[x].first + j, tok, 1);
+	}
+	return e;
+}
+
+/* At a token's first step: a draft prefetch made two tokens ago was for
+ * the token that has just ended; if that token did not use it (a wrong or
+ * late guess) its load has long landed and it becomes an ordinary resident
+ * expert, no longer protected as loading (it is not counted as wasted: it
+ * may still be used later). */
+static void draft_prefetch_expire(struct sim *s, uint32_t token)
+{
+	uint32_t *tmp = s->pf_prev;
+
+	for (uint32_t i = 0; i < s->n_pf_prev; i++) {
+		uint32_t key = s->pf_prev[i];
+
+		/* not if prefetched again since, for a later token */
+		if (s->pf_for[key] < token)
+			s->prefetched[key] = 0;
+	}
+	s->pf_prev = s->pf_cur;
+	s->n_pf_prev = s->n_pf_cur;
+	s->pf_cur = tmp;
+	s->n_pf_cur = 0;
+}
+
 static void sim_free(struct sim *s)
 {
 	if (s->heaps)
@@ -406,10 +497,14 @@ static void sim_free(struct sim *s)
 	free(s->m.k);
 	free((void *)s->m.next_use);
 	free(s->aside);
+	free(s->pf_prev);
+	free(s->pf_cur);
+	free(s->pf_for);
 	free(s->aside_ent);
 	free(s->rlist);
 	free(s->rpos);
 	free(s->poff);
+	es_rdraft_fini(&s->dr);
 	es_rhist_fini(&s->m);
 	es_r2q_fini(&s->m);
 }
@@ -431,6 +526,10 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 		return st_diag_set(diag, -EINVAL, "the trace has no steps");
 	if (!o->n_slots)
 		return st_diag_set(diag, -EINVAL, "a pool of 0 slots");
+	if (o->draft_len && (p == ES_RP_BELADY || p == ES_RP_FUTURE ||
+			     d > 0))
+		return st_diag_set(diag, -EINVAL, "draft foresight goes with "
+				   "an online policy without look-ahead");
 	n_keys = (uint32_t)t->n_layers * (uint32_t)t->n_experts;
 	if (oc.n_slots > n_keys)
 		oc.n_slots = n_keys; /* more than every expert is pointless */
@@ -482,7 +581,26 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 		e = -ENOMEM;
 		goto out;
 	}
-	if (p == ES_RP_HIST || p == ES_RP_FUTURE || p == ES_RP_2Q) {
+	if (o->draft_len) {
+		e = es_rdraft_init(&s.dr, t, o, n_keys, diag);
+		if (e < 0)
+			goto out;
+		s.draft = 1;
+		if (o->draft_prefetch) {
+			/* one token's prefetches: at most one step's
+			 * experts per layer */
+			s.cap_pf = (uint32_t)t->n_layers *
+				(uint32_t)t->top_k;
+			s.pf_prev = calloc(s.cap_pf, sizeof(*s.pf_prev));
+			s.pf_cur = calloc(s.cap_pf, sizeof(*s.pf_cur));
+			s.pf_for = calloc(n_keys, sizeof(*s.pf_for));
+			if (!s.pf_prev || !s.pf_cur || !s.pf_for) {
+				e = -ENOMEM;
+				goto out;
+			}
+		}
+	}
+	if (p == ES_RP_HIST || p == ES_RP_FUTURE || p == ES_RP_2Q || s.draft) {
 		s.scan = 1;
 		s.rlist = calloc(o->n_slots, sizeof(*s.rlist));
 		s.rpos = calloc(n_keys, sizeof(*s.rpos));
@@ -517,7 +635,12 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 
 		for (int j = 0; j < st->n; j++)
 			s.pin[base + t->ids[st->first + j]] = (uint32_t)i + 1;
-		if (s.scan && p != ES_RP_2Q)
+		if (s.draft && (i == 0 || st->token != st[-1].token)) {
+			es_rdraft_token(&s.dr, st->token, ret);
+			if (o->draft_prefetch)
+				draft_prefetch_expire(&s, st->token);
+		}
+		if (p == ES_RP_HIST || p == ES_RP_FUTURE)
 			es_rhist_visit(&s.m, st->layer, t->ids + st->first,
 				       st->n);
 		if (d > 0) {
@@ -584,6 +707,8 @@ int es_replay_run(const struct es_trace *t, enum es_replay_policy p,
 				x = s.next_layer[x];
 			}
 		}
+		if (s.draft && o->draft_prefetch && !e)
+			e = draft_prefetch(&s, i, tok);
 	}
 	if (e == -ST_E_BUSY)
 		st_diag_set(diag, e, "every slot of a pool is pinned by one "

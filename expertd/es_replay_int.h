@@ -25,7 +25,9 @@ struct es_rkey {
 	double last2;     /* access clock at the use before (LRU-2) */
 	double crf;       /* log2 of the decayed use count (LFUD, LRFU) */
 	double tok;       /* token time of the last use (fractional) */
-	uint64_t count;   /* uses (LFU) */
+	double ivl;       /* lstale: mean reuse interval in tokens (0: not
+			   * reused since loaded) */
+	uint64_t count;   /* uses (LFU; lstale: uses since loaded) */
 	uint32_t next;    /* future: step of the next use, or UINT32_MAX */
 };
 
@@ -50,6 +52,59 @@ struct es_rsim {
 	uint64_t *q_pushes;     /* [pools] A1out pushes so far */
 	const uint32_t *q_cap;  /* [pools] slots */
 };
+
+/* Draft foresight (es_replay_draft.c): the window of believed routing a
+ * policy knows at the current token.  A key is known while known[key] ==
+ * stamp; pos[key] is the virtual step (token * n_layers + layer) at which
+ * the draft says it is used first (farther: evicted first). */
+struct es_rdraft {
+	const struct es_trace *t;
+	int len, per_step, no_wrong;
+	double accept;
+	uint64_t seed;
+	uint32_t *known;        /* [n_keys] stamp */
+	uint64_t *pos;          /* [n_keys] virtual step of first believed use */
+	uint32_t stamp;
+	uint32_t *tok_first;    /* [n_tokens] first step of each token */
+	uint16_t *tok_n;        /* [n_tokens] its steps */
+	/* the current draft: made at token g, A accepted, src[j] the token
+	 * whose routing position j (1..len) shows (UINT32_MAX: none) */
+	uint32_t g, a, next_g;
+	uint32_t src[ES_REPLAY_MAX_DRAFT + 1];
+	int have;               /* a draft has been made */
+	/* the current token: known when an earlier draft showed it as
+	 * accepted; then cur_step[layer] is its step at each layer (-1) */
+	uint32_t cur;
+	int cur_known;
+	int32_t *cur_step;      /* [n_layers] */
+};
+
+/* Sets up d for trace t (zeroed first).  -EINVAL with a message when the
+ * options are out of range or the trace is batched (a draft needs tokens in
+ * order, each token's steps together), -ENOMEM. */
+int es_rdraft_init(struct es_rdraft *d, const struct es_trace *t,
+		   const struct es_replay_opts *o, uint32_t n_keys,
+		   struct st_diag *diag);
+void es_rdraft_fini(struct es_rdraft *d);
+
+/* Called at the first step of `token`: notes whether an earlier draft
+ * showed this token as accepted (then its routing at its later layers is
+ * known), makes a new draft where the schedule says so (counted in st) and
+ * rebuilds the known window of drafted tokens. */
+void es_rdraft_token(struct es_rdraft *d, uint32_t token,
+		     struct es_replay_stats *st);
+
+/* Does the draft knowledge at step `layer` of the current token show key
+ * used ahead?  1 with *ret_pos its virtual step (token * n_layers + layer;
+ * the current token's own later layers first, then the drafted tokens),
+ * else 0. */
+int es_rdraft_lookup(const struct es_rdraft *d, uint32_t key, int layer,
+		     uint64_t *ret_pos);
+
+/* The step of the trace whose experts the draft shows for the token after
+ * `token` at layer `layer`, or -1 (none known). */
+long es_rdraft_next_step(const struct es_rdraft *d, uint32_t token,
+			 int layer);
 
 /* Computes and stores the new score of `key` touched at step `s`, id index
  * `occ` (index into t->ids) and token time `tok`; prefetch: loaded ahead,

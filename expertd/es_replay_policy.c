@@ -13,6 +13,18 @@
  *           Trans. Computers 2001; between LRU and LFU)
  *   hist    learned probability of use soon (es_replay_hist.c; scanned)
  *   2q      2Q's two lists (es_replay_2q.c; scanned)
+ *   lstale  Least-Stale (Hoang, Jaiswal, Samragh and Cho, "SpecMD: A
+ *           Comprehensive Study On Speculative Expert Prefetching", arXiv
+ *           2602.03921, 2026): evicts the expert whose predicted next use
+ *           is farthest, predicted next use = last use + its mean reuse
+ *           interval (at least 1 token).  The paper's own text was not
+ *           readable here (only its abstract); the details are those two
+ *           independent public replays attribute to it, and are guesses:
+ *           the interval is an exponential average, 3/4 old + 1/4 new,
+ *           seeded by the first interval; time is the token number; an
+ *           expert not reused since it was loaded counts an interval of 1
+ *           (predicted next use: the next token); its history is dropped
+ *           when it is evicted; ties go to the smaller (layer, expert).
  *   belady  minus the step of the next use (never used again: -inf)
  *
  * Decayed counts are kept in log2: C(t) = 1 + C(t0) 2^(-(t - t0)/H); the
@@ -84,6 +96,21 @@ void es_rpol_touch(struct es_rsim *m, uint32_t key, size_t s, size_t occ,
 	case ES_RP_LRFU:
 		k->score = decayed(k, tok, LRFU_HALF_LIFE_TOKENS, !prefetch);
 		break;
+	case ES_RP_LSTALE:
+		if (!prefetch) {
+			if (k->count) {
+				double iv = tok - k->tok;
+
+				k->ivl = k->ivl > 0 ? 0.75 * k->ivl + 0.25 * iv
+						    : iv;
+			}
+			k->count++;
+			k->tok = tok;
+		} else if (!k->count) {
+			k->tok = tok; /* loaded ahead: its load is its age */
+		}
+		k->score = -(k->tok + (k->ivl > 1.0 ? k->ivl : 1.0));
+		break;
 	case ES_RP_FUTURE:
 		k->next = m->next_use[occ];
 		k->score = now; /* recency, for ties */
@@ -116,7 +143,10 @@ void es_rpol_evict(struct es_rsim *m, uint32_t key)
 {
 	/* LFU and the decayed counts keep their history across evictions
 	 * (an expert's popularity does not reset because the pool dropped
-	 * it); LRU-2 keeps its last two uses likewise.  Nothing to do. */
-	(void)m;
-	(void)key;
+	 * it); LRU-2 keeps its last two uses likewise.  Least-Stale keeps its
+	 * reuse interval only while the expert is resident. */
+	if (m->p == ES_RP_LSTALE) {
+		m->k[key].count = 0;
+		m->k[key].ivl = 0;
+	}
 }

@@ -4,7 +4,8 @@
  * random traces (few experts, few slots, one or two layers, top-1 to top-3,
  * global and per-layer pools), as does future-N when N covers the whole
  * trace; and no online policy, with or without
- * look-ahead prefetch, ever loads fewer experts than Belady.
+ * look-ahead prefetch or draft foresight, ever loads fewer experts than
+ * Belady.
  *
  * The exhaustive search follows the replay's rules (es_replay.h): a step's
  * experts are all pinned during the step, a miss loads one expert and, when
@@ -236,6 +237,24 @@ static void test_online_never_beats_belady(void **state)
 					assert_int_equal(st.hits + st.misses,
 							 st.accesses);
 				}
+			/* draft foresight (wrong guesses, prefetch) */
+			for (int v = 0; v < 4 && p != ES_RP_FUTURE; v++) {
+				struct es_replay_opts o = {
+					.n_slots = slots,
+					.per_layer = per_layer,
+					.draft_len = 1 + v % 3,
+					.draft_accept = v < 2 ? 0.9 : 0.5,
+					.draft_per_step = v & 1,
+					.draft_prefetch = v >= 2 };
+				struct es_replay_stats st;
+
+				assert_int_equal(es_replay_run(&t, p, &o, &st,
+							       NULL), 0);
+				assert_true(st.misses + st.prefetch_loads >=
+					    bel.misses);
+				assert_false(st.over_capacity);
+				assert_false(st.pinned_evicted);
+			}
 		}
 		es_trace_fini(&t);
 	}

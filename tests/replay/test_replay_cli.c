@@ -3,7 +3,8 @@
  * routing trace: the JSON it prints holds Belady and every policy for each
  * split and pool size, accesses = tokens x layers x top-k from the
  * fixture's README, Belady's loads the fewest; and a file in no known
- * format fails with exit 1 and a message naming the file and line.
+ * format fails with exit 1 and a message naming the file and line; the
+ * --draft rows (ACCEPT 1 equals future-LEN per layer).
  * Skips (77) when ../shared is absent.
  */
 #include <setjmp.h>
@@ -81,6 +82,54 @@ static void test_json(void **state)
 	json_decref(root);
 }
 
+/* --draft rows: per layer, drafts of 1 token all accepted, one at every
+ * token, load exactly as future-1; the JSON carries the draft's figures;
+ * a bad --draft is refused with exit 2. */
+static void test_draft(void **state)
+{
+	char args[8192], out[4200], err[4200];
+	json_error_t je;
+	json_t *root, *res;
+	long long fut = -1, drf = -1, events = -1, accepted = -1;
+
+	snprintf(out, sizeof(out), "%s/draft.json", tmp);
+	snprintf(err, sizeof(err), "%s/err.txt", tmp);
+	snprintf(args, sizeof(args), "'%s/routing-valid-small.jsonl' "
+		 "--slots 24 --split per-layer --policy hist --future 1 "
+		 "--draft 1:1 --draft-schedule token --json", model_dir);
+	assert_int_equal(run(args, out, err), 0);
+	root = json_load_file(out, 0, &je);
+	assert_non_null(root);
+	res = json_object_get(root, "results");
+	for (size_t i = 0; i < json_array_size(res); i++) {
+		json_t *r = json_array_get(res, i);
+		const char *p = json_string_value(json_object_get(r, "policy"));
+		long long loads = json_integer_value(json_object_get(r,
+								     "loads"));
+
+		if (!strcmp(p, "future-1"))
+			fut = loads;
+		if (!strcmp(p, "draft-hist-1@1.00")) {
+			drf = loads;
+			events = json_integer_value(json_object_get(r,
+				"draft_events"));
+			accepted = json_integer_value(json_object_get(r,
+				"draft_accepted"));
+		}
+	}
+	assert_true(fut > 0);
+	assert_int_equal(drf, fut);
+	/* a draft at every token of the stream, all accepted but where the
+	 * next token is past the trace's end */
+	assert_int_equal(events, json_integer_value(json_object_get(root,
+								    "tokens")));
+	assert_int_equal(accepted, events - 1);
+	json_decref(root);
+	snprintf(args, sizeof(args), "'%s/routing-valid-small.jsonl' "
+		 "--draft 2:1.5", model_dir);
+	assert_int_equal(run(args, out, err), 2);
+}
+
 static void test_errors(void **state)
 {
 	char args[8192], out[4200], err[4200], bad[4200], *text = NULL;
@@ -109,6 +158,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_json),
+		cmocka_unit_test(test_draft),
 		cmocka_unit_test(test_errors),
 	};
 	int r;

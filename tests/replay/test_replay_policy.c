@@ -1,6 +1,6 @@
 /*
  * test_replay_policy.c — the replay's policies on hand-made traces with
- * hand-computed results (LRU, LFU, Belady, the look-ahead prefetch
+ * hand-computed results (LRU, LFU, 2Q, Least-Stale, Belady, the look-ahead prefetch
  * accounting), the pool split, and the invariants every policy keeps on a
  * long random trace: never more resident than slots, a step's experts are
  * never evicted during the step (PITFALLS P12 in the replay: a pinned slot is
@@ -80,6 +80,24 @@ static void test_2q_by_hand(void **state)
 	rt_build(&t, 11, 1, 6, 1, ids);
 	assert_int_equal(run(&t, ES_RP_2Q, 4, 0, 0, 0).misses, 10);
 	assert_int_equal(run(&t, ES_RP_LRU, 4, 0, 0, 0).misses, 9);
+	es_trace_fini(&t);
+}
+
+/* Least-Stale (as implemented: predicted next use = last use + mean reuse
+ * interval, at least 1; the farthest goes), one layer, top-1, 2 slots:
+ * 0 1 0 1 2 0 2 0.  t0 0m (next 0+1); t1 1m (1+1); t2 0h (interval 2:
+ * 2+2); t3 1h (3+2); t4 2m: 1's 5 is farther than 0's 4, 1 goes (2: 4+1);
+ * t5 0h (interval 3/4 2 + 1/4 3 = 2.25: 7.25); t6 2h; t7 0h: 3 misses,
+ * Belady's 3.  LRU evicts 0 at t4 and misses 4 times. */
+static void test_lstale_by_hand(void **state)
+{
+	static const uint16_t ids[] = { 0, 1, 0, 1, 2, 0, 2, 0 };
+	struct es_trace t;
+
+	rt_build(&t, 8, 1, 3, 1, ids);
+	assert_int_equal(run(&t, ES_RP_LSTALE, 2, 0, 0, 0).misses, 3);
+	assert_int_equal(run(&t, ES_RP_LRU, 2, 0, 0, 0).misses, 4);
+	assert_int_equal(run(&t, ES_RP_BELADY, 2, 0, 0, 0).misses, 3);
 	es_trace_fini(&t);
 }
 
@@ -237,6 +255,7 @@ int main(void)
 		cmocka_unit_test(test_lru_and_belady_by_hand),
 		cmocka_unit_test(test_lfu_by_hand),
 		cmocka_unit_test(test_2q_by_hand),
+		cmocka_unit_test(test_lstale_by_hand),
 		cmocka_unit_test(test_pins_respected),
 		cmocka_unit_test(test_prefetch_counts_as_load),
 		cmocka_unit_test(test_prefetch_never_evicts_pending),
