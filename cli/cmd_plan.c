@@ -10,7 +10,7 @@
 
 #include "cli_cmds.h"
 #include "cw_dsv4.h"
-#include "cw_dsv4_plan.h"
+#include "cw_dsv_plan.h"
 #include "cw_kvrow.h"
 #include "st_iconf.h"
 #include "st_plan.h"
@@ -167,7 +167,7 @@ static void plan_dsv4_streams(const char *dir, struct st_plan_model *m,
 }
 
 /* DeepSeek-V4 / V4.1 (model_type deepseek_v4, deepseek_v41): their exact
- * stored sizes and KV streams (cw_dsv4_plan.h) replace the generic
+ * stored sizes and KV streams (cw_dsv_plan.h) replace the generic
  * description; other models are left as they are. */
 static int plan_dsv4(const char *model, struct st_plan_model *m,
 		     struct st_diag *diag)

@@ -1,6 +1,6 @@
 /*
  * test_dsv4_plan.c — `strata plan` for DeepSeek-V4-Flash and V4.1-Flash
- * (computed/models/deepseek/cw_dsv4_plan.c, common/st_plan.c) against independent
+ * (computed/models/deepseek/cw_dsv_plan.c, common/st_plan.c) against independent
  * computations written out here from MODEL_FAMILY_DEEPSEEK_V4.md:
  *
  * V4-Flash (docs/models/deepseek-v4-flash.config.json, the doc's 2.1):
@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "cw_dsv4.h"
-#include "cw_dsv4_plan.h"
+#include "cw_dsv_plan.h"
 #include "dsv_test_util.h"
 #include "es_convert.h"
 #include "st_store.h"

@@ -1,6 +1,6 @@
 /*
  * test_dsv4_units.c — the pieces of the DeepSeek-V4 forward pass
- * (cw_dsv4_ops.c, st_config_dsv4.c) against values computed independently
+ * (cw_dsv_ops.c, st_config_dsv4.c) against values computed independently
  * here: the indexer's selection (ties), Sinkhorn mixing and the mHC combine orientation, the hash and score
  * routers, clipped SwiGLU, FP8 block-scaled dequantisation, softmax
  * pooling of a compressor window, interleaved partial RoPE and the YaRN

@@ -178,7 +178,7 @@ int cw_dsv4_state_publish(struct cw_dsv4_state *s, const int32_t *ids, int n,
 /* kvd sequence handle of a kvd state (0 for a process-local one). */
 uint32_t cw_dsv4_state_seq(const struct cw_dsv4_state *s);
 
-/* ---- pieces (cw_dsv4_ops.c), exposed for the unit tests ---- */
+/* ---- pieces (cw_dsv_ops.c), exposed for the unit tests ---- */
 
 /* Weighted RMSNorm y = w * x / sqrt(mean(x^2) + eps); w NULL: unweighted.
  * In place allowed. */

@@ -3,7 +3,7 @@
  * that V4 does not have (cw_dsv41.h; formulas:
  * MODEL_FAMILY_DEEPSEEK_V4.md 3.3 and 3.5).  The shared ones (RMSNorm,
  * rope, mHC mixer, router, SwiGLU, pooling, sink attention) are V4's, in
- * cw_dsv4_ops.c.
+ * cw_dsv_ops.c.
  */
 #include "cw_dsv41.h"
 #include "cw_dsv4.h"

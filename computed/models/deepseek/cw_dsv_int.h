@@ -3,7 +3,7 @@
  * computed/models/deepseek): one model struct and one layer struct for
  * every revision (cfg.revision says which; a field a revision does not
  * have stays zero / NULL), the matrix type both compute modes share, and
- * the matrix helpers (cw_dsv4_mat.c).  Matrices are row-major
+ * the matrix helpers (cw_dsv_mat.c).  Matrices are row-major
  * [rows][cols]: dequantised F32 in reference mode; in fast mode the FP8
  * ones stay E4M3 codes with expanded scales and the BF16 ones the fast
  * kernels multiply (compressors, index key projection, LM head) BF16.
@@ -114,7 +114,7 @@ struct cw_dsv_model {
 	struct cw_threads *pool;       /* fast mode: cw_dsv41_set_threads */
 };
 
-/* ---- matrices in both compute modes (cw_dsv4_mat.c; V4 and V4.1) ---- */
+/* ---- matrices in both compute modes (cw_dsv_mat.c; V4 and V4.1) ---- */
 
 /* Fast mode: m (rows, cols set) keeps the E4M3 codes w [rows][cols] as
  * they are and one float scale per (row, block of b1 inputs), 2^(S[r /

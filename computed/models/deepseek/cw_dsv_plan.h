@@ -1,11 +1,11 @@
 /*
- * cw_dsv4_plan.h — DeepSeek-V4-Flash / V4.1-Flash for `strata plan`
+ * cw_dsv_plan.h — DeepSeek-V4-Flash / V4.1-Flash for `strata plan`
  * (common/st_plan.h): the exact stored sizes and KV streams of these
  * models, which the planner's generic config.json reader only
  * approximates.
  */
-#ifndef CW_DSV4_PLAN_H
-#define CW_DSV4_PLAN_H
+#ifndef CW_DSV_PLAN_H
+#define CW_DSV_PLAN_H
 
 #include <stdint.h>
 #include <stdio.h>

@@ -1,5 +1,5 @@
 /*
- * cw_dsv4_plan.c — DeepSeek-V4-Flash and V4.1-Flash described for the
+ * cw_dsv_plan.c — DeepSeek-V4-Flash and V4.1-Flash described for the
  * capacity planner (common/st_plan.h), exactly as strata stores and runs
  * them: dense weights in their checkpoint formats (FP8 E4M3 + E8M0 block
  * scales, BF16, F32, I64 tid2eid; MTP skipped), routed experts as the
@@ -10,7 +10,7 @@
  * formats (3.7/3.8: FP8 window rows, FP4 compressed rows and index keys,
  * 890 B per token) and its Engram tables (on NVMe).
  */
-#include "cw_dsv4_plan.h"
+#include "cw_dsv_plan.h"
 
 #include <errno.h>
 #include <jansson.h>
