@@ -182,7 +182,7 @@ static int plan_dsv4(const char *model, struct st_plan_model *m,
 		snprintf(path, sizeof(path), "%s", model);
 	if (st_read_file(path, &text, &len) < 0)
 		return 0; /* st_plan_model_load read it; nothing to add */
-	r = cw_dsv4_plan_model(text, path, &v, diag);
+	r = cw_dsv_plan_model(text, path, &v, diag);
 	free(text);
 	if (r == -ST_E_UNSUPPORTED)
 		return 0;
@@ -435,7 +435,7 @@ int cli_cmd_plan(int argc, char **argv)
 			       (double)(gpu_total - o.gpu_bytes) / 1e9,
 			       (double)gpu_total / 1e9);
 		st_plan_print(&m, &o, &r, stdout);
-		cw_dsv4_plan_print_doc(&m, &o, &r, stdout);
+		cw_dsv_plan_print_doc(&m, &o, &r, stdout);
 	}
 	free(conf);
 	return r.fits ? 0 : 3;

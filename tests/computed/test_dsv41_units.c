@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "cw_dsv4.h"
+#include "cw_dsv_ops.h"
 #include "cw_dsv41.h"
 #include "dsv_test_util.h"
 #include "kv_pool.h"
@@ -251,7 +252,7 @@ static void test_select(void **state)
 	assert_int_equal(cw_dsv41_select(sc, 0, 3, sel), 0);
 }
 
-/* The site's mixes are V4's (cw_dsv4_hc_pre) and its input is the lagged
+/* The site's mixes are V4's (cw_dsv_hc_pre) and its input is the lagged
  * pre's collapse, computed here directly; with a one-hot lag (before
  * layer 0) it is stream 0 itself. */
 static void test_hc_site_lag(void **state)
@@ -273,7 +274,7 @@ static void test_hc_site_lag(void **state)
 		base[i] = dsvt_prand(&st);
 	cw_dsv41_hc_site(X, n, D, lag, fn, base, scale, 20, 1e-6, 1e-20, u,
 			 pre, post, comb);
-	cw_dsv4_hc_pre(X, n, D, fn, base, scale, 20, 1e-6, 1e-20, pre4, post4,
+	cw_dsv_hc_pre(X, n, D, fn, base, scale, 20, 1e-6, 1e-20, pre4, post4,
 		       comb4);
 	assert_memory_equal(pre, pre4, sizeof(pre));
 	assert_memory_equal(post, post4, sizeof(post));

@@ -57,7 +57,7 @@ static int load(const char *file, struct st_plan_model *m)
 		CHECK(0, "cannot read %s", path);
 		return -1;
 	}
-	r = cw_dsv4_plan_model(text, path, m, &d);
+	r = cw_dsv_plan_model(text, path, m, &d);
 	CHECK(r == 0, "%s: %s", path, d.msg);
 	free(text);
 	return r;
@@ -208,7 +208,7 @@ static void test_fixture_store(void)
 	}
 	snprintf(path, sizeof(path), "%s/config.json", dir);
 	CHECK(st_read_file(path, &text, &len) == 0, "read %s", path);
-	CHECK(text && cw_dsv4_plan_model(text, path, &m, &d) == 0, "%s", d.msg);
+	CHECK(text && cw_dsv_plan_model(text, path, &m, &d) == 0, "%s", d.msg);
 	for (int i = 0; i < s->n_dense; i++)
 		sum += s->dense[i].n_bytes;
 	EQ(m.dense_stored_bytes, sum);

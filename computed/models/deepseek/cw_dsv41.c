@@ -31,9 +31,9 @@
 /* The reference loop: the router and the indexer's head weights stay
  * reference code in both modes (routing and selections as reference
  * mode's but near ties). */
-static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
+static void matvec(const struct cw_dsv_mat *m, const float *x, float *y)
 {
-	cw_dsv4_mat_mv(NULL, m, x, y);
+	cw_dsv_mat_mv(NULL, m, x, y);
 }
 
 int cw_dsv41_state_init(const struct cw_dsv_model *m, int max_tokens,
@@ -399,25 +399,25 @@ static int kv_source(const struct cw_dsv_model *m,
 			cs[i] = grp_slot(m, s, l, g * mr + i, 0);
 			zs[i] = cs[i] + hd;
 		}
-		cw_dsv4_pool(cs, zs, mr, hd, lat);
+		cw_dsv_pool(cs, zs, mr, hd, lat);
 	} else {
 		memcpy(lat, slot, sizeof(lat));
 	}
-	cw_dsv4_rmsnorm(lat, L->cnorm, hd, c->rms_norm_eps, lat);
+	cw_dsv_rmsnorm(lat, L->cnorm, hd, c->rms_norm_eps, lat);
 	{
 		float *k = row_begin(m, s, l, CW_DSV41_S_IKEY, g, sk);
 
 		/* from the pre-rope latent */
 		cw_dsv_lin(m, &L->iwk, lat, k);
-		cw_dsv4_rmsnorm(k, L->iknorm, Id, c->rms_norm_eps, k);
-		cw_dsv4_rope(k, Id, c->rope_dim / 2, m->freq_comp, g * mr, 0);
+		cw_dsv_rmsnorm(k, L->iknorm, Id, c->rms_norm_eps, k);
+		cw_dsv_rope(k, Id, c->rope_dim / 2, m->freq_comp, g * mr, 0);
 		r = row_end(m, s, l, CW_DSV41_S_IKEY, g, k);
 	}
 	{
 		float *row = row_begin(m, s, l, CW_DSV41_S_CROW, g, sr);
 
 		memcpy(row, lat, sizeof(lat));
-		cw_dsv4_rope(row, hd, c->rope_dim / 2, m->freq_comp, g * mr, 0);
+		cw_dsv_rope(row, hd, c->rope_dim / 2, m->freq_comp, g * mr, 0);
 		if (r == 0)
 			r = row_end(m, s, l, CW_DSV41_S_CROW, g, row);
 	}
@@ -444,7 +444,7 @@ static int index_source(const struct cw_dsv_model *m,
 
 	cw_dsv_lin(m, &L->iwq_b, qr, iq);
 	for (int h = 0; h < IH && r == 0; h++) {
-		cw_dsv4_rope(iq + h * Id, Id, c->rope_dim / 2, m->freq_comp, p,
+		cw_dsv_rope(iq + h * Id, Id, c->rope_dim / 2, m->freq_comp, p,
 			     0);
 		if (m->qat & CW_DSV41_QAT_INDEX_FP4)
 			r = st_kv41_idx_roundtrip(iq + h * Id, Id);
@@ -574,7 +574,7 @@ static void step_hint(const struct cw_dsv_model *m,
 			int32_t e[K];
 			float w[K];
 
-			cw_dsv4_rmsnorm(m->embed + (size_t)token * D,
+			cw_dsv_rmsnorm(m->embed + (size_t)token * D,
 					m->layers[j].ffn_norm, D,
 					c->rms_norm_eps, b);
 			cw_dsv_route(m, j, b, NULL, e, w);
@@ -614,7 +614,7 @@ static int layer_token(const struct cw_dsv_model *m,
 		/* the streams as they enter the layer, collapsed with the
 		 * lagged pre P (a guess: the FFN input adds the layer's
 		 * Engram and attention output) */
-		cw_dsv4_collapse(X, P, hc, D, u);
+		cw_dsv_collapse(X, P, hc, D, u);
 		cw_dsv_layer_hint(m, &s->run, l, p, u);
 	}
 	if (L->ei >= 0 && (r = engram(m, s, L, p, X, t, diag)) < 0)
@@ -623,16 +623,16 @@ static int layer_token(const struct cw_dsv_model *m,
 	cw_dsv41_hc_site(X, hc, D, P, L->hc_attn_fn, L->hc_attn_base,
 			 L->hc_attn_scale, c->hc_sinkhorn_iters, c->hc_eps,
 			 c->rms_norm_eps, u, pre_a, post_a, comb_a);
-	cw_dsv4_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps, a);
+	cw_dsv_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps, a);
 	r = attention(m, s, l, a, p, t, ck, y);
 	if (r < 0)
 		return st_diag_set(diag, r, "layer %d position %lld: QAT row width not a multiple of its block",
 				   l, (long long)p);
-	cw_dsv4_hc_post(X, hc, D, y, post_a, comb_a);
+	cw_dsv_hc_post(X, hc, D, y, post_a, comb_a);
 	cw_dsv41_hc_site(X, hc, D, pre_a, L->hc_ffn_fn, L->hc_ffn_base,
 			 L->hc_ffn_scale, c->hc_sinkhorn_iters, c->hc_eps,
 			 c->rms_norm_eps, u, pre_f, post_f, comb_f);
-	cw_dsv4_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, a);
+	cw_dsv_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, a);
 	/* token 0: V4.1 routes no layer by token id */
 	r = cw_dsv_moe(m, &s->run, l, p, 0, a, y,
 		       dbg && dbg->experts ? dbg->experts + dl * c->top_k :
@@ -642,7 +642,7 @@ static int layer_token(const struct cw_dsv_model *m,
 		       diag);
 	if (r < 0)
 		return r;
-	cw_dsv4_hc_post(X, hc, D, y, post_f, comb_f);
+	cw_dsv_hc_post(X, hc, D, y, post_f, comb_f);
 	memcpy(P, pre_f, sizeof(pre_f));
 	if (dbg && dbg->selected && c->index_source[l]) {
 		const int *sel = ck->sel + ((size_t)ck->isx[l] * ck->n + t) *
@@ -677,8 +677,8 @@ static void head(const struct cw_dsv_model *m, const float *X,
 	float h[D];
 
 	/* no hc_head: the last FFN site's pre collapses the streams */
-	cw_dsv4_collapse(X, P, c->hc_mult, D, h);
-	cw_dsv4_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
+	cw_dsv_collapse(X, P, c->hc_mult, D, h);
+	cw_dsv_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
 	cw_dsv_lin(m, &m->head, h, logits);
 }
 

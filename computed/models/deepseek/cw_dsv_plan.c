@@ -89,7 +89,7 @@ static void v4_dense(const struct st_dsv_config *c, int params,
 	*ret_attn = attn;
 }
 
-void cw_dsv4_plan_dense_bytes(const struct st_dsv_config *c,
+void cw_dsv_plan_dense_bytes(const struct st_dsv_config *c,
 			      uint64_t *ret_dense, uint64_t *ret_attn)
 {
 	v4_dense(c, 0, ret_dense, ret_attn);
@@ -178,7 +178,7 @@ static int plan_v4(const char *text, const char *source,
 	if ((r = st_store_layout(&ec, f3, mat, &rb, diag)) < 0)
 		return r;
 	m->record_stored_bytes = rb;
-	cw_dsv4_plan_dense_bytes(&c, &m->dense_stored_bytes,
+	cw_dsv_plan_dense_bytes(&c, &m->dense_stored_bytes,
 				 &m->attn_stored_bytes);
 	v4_dense(&c, 1, &m->dense_params, &m->attn_params);
 	return add_v4_streams(&c, m, diag);
@@ -340,7 +340,7 @@ static int plan_v41(const char *text, const char *source,
 	return 0;
 }
 
-int cw_dsv4_plan_model(const char *text, const char *source,
+int cw_dsv_plan_model(const char *text, const char *source,
 		       struct st_plan_model *ret, struct st_diag *diag)
 {
 	json_error_t jerr;
@@ -378,7 +378,7 @@ static uint64_t window_bytes(const struct st_plan_model *m, enum st_dtype dt)
 	return sum;
 }
 
-void cw_dsv4_plan_print_doc(const struct st_plan_model *m,
+void cw_dsv_plan_print_doc(const struct st_plan_model *m,
 			    const struct st_plan_opts *o,
 			    const struct st_plan_result *r, FILE *f)
 {
