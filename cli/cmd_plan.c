@@ -156,7 +156,7 @@ static void plan_dsv4_streams(const char *dir, struct st_plan_model *m,
 	int eb = o->kv_dtype == ST_DTYPE_F32 ? 4 :
 		 o->kv_dtype == ST_DTYPE_F8_E4M3 ? 1 : 2;
 
-	if (st_dsv4_config_load(dir, &c, NULL) < 0 ||
+	if (st_dsv_config_load(dir, ST_DSV_REV_V4, &c, NULL) < 0 ||
 	    cw_dsv4_plan_streams(&c, m) < 0)
 		return;
 	fprintf(stderr, "strata plan: DeepSeek-V4 KV streams as declared to "

@@ -330,8 +330,9 @@ static void test_config_fixture(void **state)
 	struct st_diag d = { { 0 } };
 
 	(void)state;
-	assert_int_equal(st_dsv41_config_parse(txt, "config.json", &c, &d), 0);
-	assert_true(st_dsv41_config_detect(txt));
+	assert_int_equal(st_dsv_config_parse(txt, "config.json",
+					     ST_DSV_REV_V41, &c, &d), 0);
+	assert_true(st_dsv_config_detect(txt) == ST_DSV_REV_V41);
 	assert_int_equal(c.hidden_size, 32);
 	assert_int_equal(c.n_layers, 10);
 	assert_int_equal(c.compress_ratio[6], 1);
@@ -388,7 +389,8 @@ static void test_config_release(void **state)
 	struct st_diag d = { { 0 } };
 
 	(void)state;
-	assert_int_equal(st_dsv41_config_parse(txt, "release", &c, &d), 0);
+	assert_int_equal(st_dsv_config_parse(txt, "release",
+					     ST_DSV_REV_V41, &c, &d), 0);
 	assert_int_equal(c.n_layers, 40);
 	assert_int_equal(st_dsv41_kv_source_of(&c, 19), 14);
 	assert_int_equal(st_dsv41_kv_source_of(&c, 39), 20);
@@ -451,7 +453,7 @@ static int parse_edited(const char *base, int tc, const char *key,
 	else
 		json_object_del(o, key);
 	txt = json_dumps(root, 0);
-	r = st_dsv41_config_parse(txt, "edited", &c, d);
+	r = st_dsv_config_parse(txt, "edited", ST_DSV_REV_V41, &c, d);
 	free(txt);
 	json_decref(root);
 	return r;

@@ -24,7 +24,7 @@
 #include "cw_dsv4.h"
 #include "cw_dsv_ops.h"
 #include "dsv_test_util.h"
-#include "st_config_dsv4.h"
+#include "st_config_dsv_family.h"
 #include "st_util.h"
 #include "test_util.h"
 
@@ -320,7 +320,8 @@ static void test_config_and_freqs(void **state)
 	double f[8];
 
 	(void)state;
-	assert_int_equal(st_dsv4_config_parse(text, "config.json", &c, &diag), 0);
+	assert_int_equal(st_dsv_config_parse(text, "config.json",
+					     ST_DSV_REV_V4, &c, &diag), 0);
 	assert_int_equal(c.n_layers, 6);
 	assert_int_equal(c.compress_ratio[2], 4);
 	assert_int_equal(c.compress_ratio[3], 16);
@@ -348,7 +349,8 @@ static void test_streams(void **state)
 	char *text = dsvt_fixture_config("tiny-deepseek-v4");
 
 	(void)state;
-	assert_int_equal(st_dsv4_config_parse(text, "config.json", &c, &diag), 0);
+	assert_int_equal(st_dsv_config_parse(text, "config.json",
+					     ST_DSV_REV_V4, &c, &diag), 0);
 	free(text);
 	assert_int_equal(cw_dsv_streams(&c, 0, s), 1);
 	assert_int_equal(s[0].kind, CW_DSV_WINDOW);
@@ -406,7 +408,8 @@ static void refuse(const char *text, const char *from, const char *to,
 	struct st_diag diag = { 0 };
 	char *t = edit(text, from, to);
 
-	assert_int_equal(st_dsv4_config_parse(t, "config.json", &c, &diag), err);
+	assert_int_equal(st_dsv_config_parse(t, "config.json",
+					     ST_DSV_REV_V4, &c, &diag), err);
 	if (!strstr(diag.msg, word))
 		fail_msg("message \"%s\" does not name \"%s\"", diag.msg, word);
 	free(t);

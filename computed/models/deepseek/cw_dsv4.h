@@ -26,7 +26,7 @@
 
 #include "cw_backend.h"
 #include "cw_dsv.h"
-#include "st_config_dsv4.h"
+#include "st_config_dsv_family.h"
 #include "st_error.h"
 
 struct cw_dsv4_state;

@@ -19,7 +19,7 @@
 #include "cw_engram_es.h"
 #include "cw_threads.h"
 #include "es_client.h"
-#include "st_config_dsv4.h"
+#include "st_config_dsv_family.h"
 #include "st_config_dsv41.h"
 #include "st_engram_hash.h"
 #include "st_safetensors.h"
@@ -281,7 +281,7 @@ static enum st_dsv_revision detect_dir(const char *dir)
 
 	snprintf(path, sizeof(path), "%s/config.json", dir);
 	if (st_read_file(path, &text, &len) == 0 &&
-	    st_dsv41_config_detect(text))
+	    (st_dsv_config_detect(text) == ST_DSV_REV_V41))
 		rev = ST_DSV_REV_V41;
 	free(text);
 	return rev;
@@ -298,7 +298,7 @@ static int open_v41(const char *dir, struct cw_dsv_model *m,
 	m->qat = CW_DSV41_QAT_ALL;
 	m->prov.get_rows = cw_dsv41_engram_rows_mem;
 	m->prov.ctx = m;
-	if ((r = st_dsv41_config_load(dir, &m->cfg, diag)) < 0)
+	if ((r = st_dsv_config_load(dir, ST_DSV_REV_V41, &m->cfg, diag)) < 0)
 		return r;
 	snprintf(path, sizeof(path), "%s/engram_hash.json", dir);
 	if (m->cfg.n_engram &&
@@ -322,7 +322,7 @@ int cw_dsv_load(const char *dir, enum st_dsv_revision want,
 	if (rev == ST_DSV_REV_V41)
 		r = open_v41(dir, m, diag);
 	else
-		r = st_dsv4_config_load(dir, &m->cfg, diag);
+		r = st_dsv_config_load(dir, ST_DSV_REV_V4, &m->cfg, diag);
 	if (r < 0 || (r = st_checkpoint_open(dir, &ck, diag)) < 0)
 		goto fail;
 	ld.s.ck = ck;

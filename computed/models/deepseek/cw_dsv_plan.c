@@ -157,7 +157,8 @@ static int plan_v4(const char *text, const char *source,
 	uint64_t rb;
 	int r;
 
-	if ((r = st_dsv4_config_parse(text, source, &c, diag)) < 0)
+	if ((r = st_dsv_config_parse(text, source,
+				     ST_DSV_REV_V4, &c, diag)) < 0)
 		return r;
 	memset(m, 0, sizeof(*m));
 	snprintf(m->name, sizeof(m->name), "deepseek_v4");
@@ -174,7 +175,7 @@ static int plan_v4(const char *text, const char *source,
 	m->max_context = c.max_position_embeddings;
 	m->expert_params = (uint64_t)c.n_layers * c.n_experts * 3ull *
 			   c.hidden_size * c.moe_inter;
-	st_dsv4_expert_config(&c, &ec);
+	st_dsv_expert_config(&c, &ec);
 	if ((r = st_store_layout(&ec, f3, mat, &rb, diag)) < 0)
 		return r;
 	m->record_stored_bytes = rb;
@@ -186,7 +187,7 @@ static int plan_v4(const char *text, const char *source,
 
 /* --- V4.1 ------------------------------------------------------------------ */
 
-/* The V4.1 model from its config (st_dsv41_config_parse, the one V4.1
+/* The V4.1 model from its config (st_dsv_config_parse, the one V4.1
  * config reader; the store-only checks of st_dsv41_config_check_store). */
 static int plan_v41(const char *text, const char *source,
 		    struct st_plan_model *m, struct st_diag *diag)
@@ -197,7 +198,7 @@ static int plan_v41(const char *text, const char *source,
 
 	if (!c)
 		return st_diag_set(diag, -ENOMEM, "out of memory");
-	if ((r = st_dsv41_config_parse(text, source, c, diag)) ||
+	if ((r = st_dsv_config_parse(text, source, ST_DSV_REV_V41, c, diag)) ||
 	    (r = st_dsv41_config_check_store(c, source, diag))) {
 		free(c);
 		return r;

@@ -10,18 +10,18 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "st_config_dsv4.h"
+#include "st_config_dsv_family.h"
 #include "st_error.h"
 #include "st_plan.h"
 
 /*
  * Fills *ret from config.json text (NUL-terminated; `source` names it in
  * messages) when its model_type is "deepseek_v4" (parsed strictly by
- * st_dsv4_config_parse; KV streams from cw_dsv_streams, one row per
+ * st_dsv_config_parse; KV streams from cw_dsv_streams, one row per
  * stream shape with the kvd row format of --kv-dtype; expert record from
  * st_store_layout as strata convert writes it; dense bytes from
  * cw_dsv_plan_dense_bytes) or "deepseek_v41" (parsed strictly by
- * st_dsv41_config_parse and st_dsv41_config_check_store; V4.1's own KV
+ * st_dsv_config_parse and st_dsv41_config_check_store; V4.1's own KV
  * formats, MODEL_FAMILY_DEEPSEEK_V4.md 3.7-3.8, with fixed row bytes;
  * Engram tables as NVMe-only bytes).
  * Returns 0; -ST_E_UNSUPPORTED for another model_type (the caller keeps
