@@ -34,15 +34,15 @@ static float *srow(struct cw_dsv4_state *s, int l, int kind, int64_t r,
 	struct cw_dsv4_lstate *ls = &s->ls[l];
 	uint8_t *p;
 
-	if (!s->kv)
+	if (!s->q.kv)
 		return ls->buf[kind] +
 		       (size_t)(ls->ring[kind] ? r % ls->ring[kind] : r) *
 			       ls->elems[kind];
-	p = write ? kv_client_row_writable(s->kv, s->seq, ls->kvs[kind],
+	p = write ? kv_client_row_writable(s->q.kv, s->q.seq, ls->kvs[kind],
 					   (uint32_t)r) :
-		    kv_client_row(s->kv, s->seq, ls->kvs[kind], (uint32_t)r);
+		    kv_client_row(s->q.kv, s->q.seq, ls->kvs[kind], (uint32_t)r);
 	if (!p) {
-		s->row_missing = 1;
+		s->q.row_missing = 1;
 		return s->zero_row;
 	}
 	return (float *)(void *)p;
@@ -80,7 +80,7 @@ int cw_dsv4_state_init(const struct cw_dsv_model *m, int max_tokens,
 		goto nomem;
 	s->cap = max_tokens;
 	s->n_layers = c->n_layers;
-	s->kv = kv;
+	s->q.kv = kv;
 	if (cw_dsv_run_init(m, &s->run) < 0)
 		goto nomem;
 	s->ls = calloc(c->n_layers, sizeof(*s->ls));
@@ -142,7 +142,7 @@ int cw_dsv4_state_init(const struct cw_dsv_model *m, int max_tokens,
 	return 0;
 nomem:
 	if (s)
-		s->kv = NULL; /* no sequence yet */
+		s->q.kv = NULL; /* no sequence yet */
 	cw_dsv4_state_free(s);
 	return max_tokens < 1 ? -EINVAL : -ENOMEM;
 }
@@ -157,8 +157,8 @@ void cw_dsv4_state_free(struct cw_dsv4_state *s)
 {
 	if (!s)
 		return;
-	if (s->kv && s->seq)
-		kv_client_seq_free(s->kv, s->seq);
+	if (s->q.kv && s->q.seq)
+		kv_client_seq_free(s->q.kv, s->q.seq);
 	cw_dsv_run_fini(&s->run);
 	free(s->zero_row);
 	free(s->pr.ids);
@@ -423,7 +423,8 @@ int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 	const size_t xs = (size_t)hc * D;
 	float *X = NULL, *A = NULL, *Q = NULL, *IQ = NULL, *OM = NULL;
 	float *PP = NULL;
-	int r = 0, pinned = 0, reserved = 0;
+	const int p0 = s->len;
+	int r = 0;
 
 	if (n < 1)
 		return 0;
@@ -438,28 +439,11 @@ int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 					   ids[t], c->vocab_size);
 	if (m->es && !m->no_route_reports && !m->no_step_hints)
 		step_hint(m, s, ids, n);
-	if (s->kv && s->failed)
-		return st_diag_set(diag, -ST_E_STALE,
-				   "kvd sequence 0x%x: an earlier eval failed "
-				   "part way (rows written, window pages "
-				   "possibly freed); free the state and start "
-				   "again", s->seq);
-	if (s->kv) {
-		/* pinned while it computes (pinning restores spilled
-		 * pages; no spill meanwhile), room for the n new tokens in
-		 * every stream (pooled streams: their pages by token) */
-		uint32_t rows = (uint32_t)(s->len + n);
-
-		r = kv_client_seq_pin(s->kv, 1, &s->seq, NULL, diag);
-		if (r < 0)
-			return r;
-		pinned = 1;
-		r = kv_client_seq_reserve(s->kv, 1, &s->seq, &rows, diag);
-		if (r < 0)
-			goto out;
-		s->row_missing = 0;
-		reserved = 1;
-	}
+	/* pinned while it computes, room for the n new tokens in every
+	 * stream (pooled streams: their pages by token) */
+	if (s->q.kv &&
+	    (r = cw_dsv_kv_begin(&s->q, (uint32_t)(s->len + n), diag)) < 0)
+		return r;
 	X = malloc((size_t)n * xs * sizeof(float));
 	A = malloc((size_t)n * D * sizeof(float));
 	Q = malloc((size_t)n * H * hd * sizeof(float));
@@ -574,15 +558,8 @@ int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 			}
 		}
 	}
-	if (s->kv && s->row_missing) {
-		r = st_diag_set(diag, -ST_E_STALE,
-				"kvd sequence 0x%x: a row of positions %d..%d "
-				"was not mapped writable/resident in its pages "
-				"(kvd state inconsistent; free the sequence and "
-				"start it again)", s->seq, s->len,
-				s->len + n - 1);
-		goto out;
-	}
+	if (s->q.kv && s->q.row_missing)
+		goto out; /* cw_dsv_kv_end fails the eval */
 	if (logits) {
 		for (int t = all_positions ? 0 : n - 1; t < n; t++)
 			head(m, X + t * xs,
@@ -590,20 +567,14 @@ int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 					      c->vocab_size);
 	}
 	s->len += n;
-	if (s->kv && s->pr.ids)
-		cw_dsv_kv_after_eval(s->kv, s->seq, &s->pr, s->len, ids, n, 1);
+	if (s->q.kv && s->pr.ids)
+		cw_dsv_kv_after_eval(s->q.kv, s->q.seq, &s->pr, s->len, ids, n, 1);
 out:
 	/* kvd took rows [len, len + n) as reserved: a windowed stream's
-	 * next reservation frees what lies before them */
-	if (reserved && r < 0)
-		s->failed = 1;
-	if (pinned) {
-		struct st_diag d2 = { { 0 } };
-		int r2 = kv_client_seq_unpin(s->kv, 1, &s->seq, &d2);
-
-		if (r2 < 0 && r == 0)
-			r = st_diag_set(diag, r2, "%s", d2.msg);
-	}
+	 * next reservation frees what lies before them, so a failure
+	 * marks the state failed (cw_dsv_kv_end) */
+	if (s->q.kv)
+		r = cw_dsv_kv_end(&s->q, r, p0, n, diag);
 	free(X);
 	free(A);
 	free(Q);

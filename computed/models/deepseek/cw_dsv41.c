@@ -51,7 +51,7 @@ int cw_dsv41_state_init(const struct cw_dsv_model *m, int max_tokens,
 		return -ENOMEM;
 	s->cap = max_tokens;
 	s->n_layers = c->n_layers;
-	s->kv = kv;
+	s->q.kv = kv;
 	s->qat = m->qat;
 	/* a kvd state's history grows with it (cw_dsv41_eval) */
 	s->tok_cap = kv ? 256 : max_tokens;
@@ -108,7 +108,7 @@ int cw_dsv41_state_init(const struct cw_dsv_model *m, int max_tokens,
 	*ret = s;
 	return 0;
 nomem:
-	s->kv = NULL; /* no sequence yet */
+	s->q.kv = NULL; /* no sequence yet */
 	cw_dsv41_state_free(s);
 	return -ENOMEM;
 }
@@ -123,8 +123,8 @@ void cw_dsv41_state_free(struct cw_dsv41_state *s)
 {
 	if (!s)
 		return;
-	if (s->kv && s->seq)
-		kv_client_seq_free(s->kv, s->seq);
+	if (s->q.kv && s->q.seq)
+		kv_client_seq_free(s->q.kv, s->q.seq);
 	for (int l = 0; s->ls && l < s->n_layers; l++) {
 		free(s->ls[l].kv);
 		free(s->ls[l].grp);
@@ -161,12 +161,12 @@ static uint8_t *prow(struct cw_dsv41_state *s, int l, int kind, int64_t r,
 		     int write)
 {
 	int st = s->ls[l].kvs[kind];
-	uint8_t *p = write ? kv_client_row_writable(s->kv, s->seq, st,
+	uint8_t *p = write ? kv_client_row_writable(s->q.kv, s->q.seq, st,
 						    (uint32_t)r) :
-			     kv_client_row(s->kv, s->seq, st, (uint32_t)r);
+			     kv_client_row(s->q.kv, s->q.seq, st, (uint32_t)r);
 
 	if (!p)
-		s->row_missing = 1;
+		s->q.row_missing = 1;
 	return p;
 }
 
@@ -210,9 +210,9 @@ static float *row_begin(const struct cw_dsv_model *m,
 	const struct st_dsv_config *c = &m->cfg;
 	struct cw_dsv41_lstate *ls = &s->ls[l];
 
-	if (kind == CW_DSV41_S_WINDOW && (!s->kv || in_ov(s, r)))
+	if (kind == CW_DSV41_S_WINDOW && (!s->q.kv || in_ov(s, r)))
 		return ls->kv + (size_t)(r % c->sliding_window) * c->head_dim;
-	if (s->kv)
+	if (s->q.kv)
 		return scratch;
 	return (kind == CW_DSV41_S_CROW ? ls->crow : ls->ikey) +
 	       (size_t)r * kind_elems(c, kind);
@@ -225,10 +225,10 @@ static int row_end(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 		   int l, int kind, int64_t r, float *x)
 {
 	const size_t n = (size_t)kind_elems(&m->cfg, kind);
-	const int q = (s->kv ? s->qat : m->qat) & kind_qat(kind);
+	const int q = (s->q.kv ? s->qat : m->qat) & kind_qat(kind);
 	uint8_t *p;
 
-	if (!s->kv || (kind == CW_DSV41_S_WINDOW && in_ov(s, r)))
+	if (!s->q.kv || (kind == CW_DSV41_S_WINDOW && in_ov(s, r)))
 		return q ? qat_store(kind, x, n, NULL) : 0;
 	p = prow(s, l, kind, r, 1);
 	if (!p)
@@ -250,7 +250,7 @@ static const float *row_get(const struct cw_dsv_model *m,
 	const uint8_t *p;
 	int rc = 0;
 
-	if (!s->kv || (kind == CW_DSV41_S_WINDOW && in_ov(s, r)))
+	if (!s->q.kv || (kind == CW_DSV41_S_WINDOW && in_ov(s, r)))
 		return row_begin(m, s, l, kind, r, NULL);
 	p = prow(s, l, kind, r, 0);
 	if (!p)
@@ -268,7 +268,7 @@ static const float *row_get(const struct cw_dsv_model *m,
 		rc = st_kv41_idx_decode(p, p + n / 2, n, buf);
 	}
 	if (rc < 0) { /* widths were checked by the encode: a bug */
-		s->row_missing = 1;
+		s->q.row_missing = 1;
 		return s->zero_row;
 	}
 	return buf;
@@ -283,7 +283,7 @@ static float *grp_slot(const struct cw_dsv_model *m,
 	const int mr = m->layers[l].ratio;
 	uint8_t *q;
 
-	if (!s->kv)
+	if (!s->q.kv)
 		return ls->grp + (size_t)(p % mr) * 2 * m->cfg.head_dim;
 	if (mr == 1)
 		return ls->grp;
@@ -755,53 +755,6 @@ out:
 	return r;
 }
 
-/* kvd state: pins the sequence (restoring spilled pages) and, rows > 0,
- * reserves its first `rows` positions in every stream. */
-static int kv_begin(struct cw_dsv41_state *s, uint32_t rows,
-		    struct st_diag *diag)
-{
-	int r;
-
-	if (s->failed)
-		return st_diag_set(diag, -ST_E_STALE,
-				   "kvd sequence 0x%x: an earlier eval failed part way (rows written, window pages possibly freed); free the state and start again",
-				   s->seq);
-	r = kv_client_seq_pin(s->kv, 1, &s->seq, NULL, diag);
-	if (r < 0)
-		return r;
-	if (rows) {
-		r = kv_client_seq_reserve(s->kv, 1, &s->seq, &rows, diag);
-		if (r < 0) {
-			struct st_diag d2 = { { 0 } };
-
-			kv_client_seq_unpin(s->kv, 1, &s->seq, &d2);
-			return r;
-		}
-	}
-	s->row_missing = 0;
-	return 0;
-}
-
-/* kvd state, after kv_begin: the eval's code r (a missing row makes it
- * -ST_E_STALE), unpinned; a failure marks the state failed. */
-static int kv_end(struct cw_dsv41_state *s, int r, int from, int n,
-		  struct st_diag *diag)
-{
-	struct st_diag d2 = { { 0 } };
-	int r2;
-
-	if (r == 0 && s->row_missing)
-		r = st_diag_set(diag, -ST_E_STALE,
-				"kvd sequence 0x%x: a row of positions %d..%d was not mapped writable/resident in its pages (kvd state inconsistent; free the sequence and start it again)",
-				s->seq, from, from + n - 1);
-	if (r < 0)
-		s->failed = 1;
-	r2 = kv_client_seq_unpin(s->kv, 1, &s->seq, &d2);
-	if (r2 < 0 && r == 0)
-		r = st_diag_set(diag, r2, "%s", d2.msg);
-	return r;
-}
-
 /* Store mode: asks expertd for the Engram rows of positions p0 ..
  * p0 + n - 1 of every Engram layer as soon as their tokens are known (the
  * hash reads token ids only), so that the layers' fetches find them
@@ -854,17 +807,18 @@ int cw_dsv41_eval(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 		s->tokens = t;
 		s->tok_cap = nc;
 	}
-	if (s->kv && (r = kv_begin(s, (uint32_t)(s->len + n), diag)) < 0)
+	if (s->q.kv &&
+	    (r = cw_dsv_kv_begin(&s->q, (uint32_t)(s->len + n), diag)) < 0)
 		return r;
 	memcpy(s->tokens + s->len, ids, (size_t)n * sizeof(int32_t));
 	engram_prefetch(m, s, s->len, n);
 	if (m->es && !m->no_route_reports && !m->no_step_hints)
 		step_hint(m, s, ids[0]);
 	r = run(m, s, ids, n, s->len, 0, all_positions, logits, diag);
-	if (s->kv) {
-		int ok = r == 0 && !s->row_missing;
+	if (s->q.kv) {
+		int ok = r == 0 && !s->q.row_missing;
 
-		r = kv_end(s, r, s->len, n, diag);
+		r = cw_dsv_kv_end(&s->q, r, s->len, n, diag);
 		/* only the unpin failed: the rows are written and the logits
 		 * stand, so the state moves on (a retry of the same run is
 		 * then a replay for the caller, not a second evaluation) */
@@ -879,8 +833,8 @@ int cw_dsv41_eval(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 		 * hold other rows for them), and the CED shortcut leaves
 		 * window rows uncomputed: neither state's pages are
 		 * published */
-		if (s->kv && s->pr.ids)
-			cw_dsv_kv_after_eval(s->kv, s->seq, &s->pr, s->len,
+		if (s->q.kv && s->pr.ids)
+			cw_dsv_kv_after_eval(s->q.kv, s->q.seq, &s->pr, s->len,
 					     ids, n, !(s->ov_hi > 0 || s->ced));
 	}
 	return r;
@@ -899,7 +853,7 @@ int cw_dsv41_replay(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 					   "replay token %d (id %d) is not the prefix's token at position %d (id %d)",
 					   t, ids[t], s->len - n + t,
 					   s->tokens[s->len - n + t]);
-	if (s->kv) {
+	if (s->q.kv) {
 		/* the prefix's window rows may be in shared pages: the
 		 * replayed ones go to per-state rings instead */
 		const struct st_dsv_config *c = &m->cfg;
@@ -915,13 +869,13 @@ int cw_dsv41_replay(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 		if (s->ov_hi != s->len || s->ov_lo > s->len - n)
 			s->ov_lo = s->len - n;
 		s->ov_hi = s->len;
-		if ((r = kv_begin(s, 0, diag)) < 0)
+		if ((r = cw_dsv_kv_begin(&s->q, 0, diag)) < 0)
 			return r;
 		for (int l = 0; l < s->n_layers; l++)
 			if (s->ls[l].win_lo > s->len - n)
 				s->ls[l].win_lo = s->len - n;
 		r = run(m, s, ids, n, s->len - n, 1, 0, NULL, diag);
-		return kv_end(s, r, s->len - n, n, diag);
+		return cw_dsv_kv_end(&s->q, r, s->len - n, n, diag);
 	}
 	/* a replay rebuilds the rows from its first position on */
 	for (int l = 0; l < s->n_layers; l++)

@@ -247,9 +247,40 @@ int cw_dsv_run_init(const struct cw_dsv_model *m, struct cw_dsv_run *run);
 /* Frees run's scratch (a zeroed run is fine). */
 void cw_dsv_run_fini(struct cw_dsv_run *run);
 
-/* ---- a kvd state's prefix mode, both revisions (cw_dsv_kv.c) ---- */
+/* ---- a kvd state: its sequence, the eval's bracket and the prefix
+ * mode, every revision (cw_dsv_kv.c) ---- */
 
 struct kv_client;
+
+/*
+ * A state's kvd sequence (kv NULL: a process-local state) and the one
+ * bracket every revision's eval runs its layers in: cw_dsv_kv_begin pins
+ * the sequence (restoring spilled pages; no spill meanwhile) and, rows >
+ * 0, reserves its first `rows` positions in every stream; the eval reads
+ * and writes its rows, setting row_missing where kvd mapped none;
+ * cw_dsv_kv_end unpins it.  An eval that fails after its reservation
+ * leaves rows of the chunk written and window pages possibly freed: the
+ * state is marked failed and every later begin refuses it.
+ */
+struct cw_dsv_kvseq {
+	struct kv_client *kv;
+	uint32_t seq;
+	int row_missing;  /* a row kvd did not map during this eval */
+	int failed;       /* an eval failed after its reservation */
+};
+
+/* Pins q's sequence and (rows > 0) reserves rows [0, rows) in every
+ * stream; clears row_missing.  Errors: -ST_E_STALE (an earlier eval
+ * failed part way), kv_client_seq_pin's and _reserve's (then unpinned
+ * again; the state is not marked failed). */
+int cw_dsv_kv_begin(struct cw_dsv_kvseq *q, uint32_t rows,
+		    struct st_diag *diag);
+
+/* After cw_dsv_kv_begin: returns the eval's code r, -ST_E_STALE if r is 0
+ * but a row of positions [from, from + n) was missing, or the unpin's
+ * error if r was 0; r < 0 (after the row check) marks q failed. */
+int cw_dsv_kv_end(struct cw_dsv_kvseq *q, int r, int from, int n,
+		  struct st_diag *diag);
 
 /* The prompt a kvd state publishes in the prefix cache: its ids (owned;
  * NULL: not in prefix mode), how many of them the evals matched so far,
