@@ -26,7 +26,7 @@
 #include "kv_client.h"
 #include "st_calib.h"
 #include "st_config.h"
-#include "st_config_dsv4.h"
+#include "st_config_dsv_family.h"
 #include "st_config_dsv41.h"
 #include "st_daemon.h"
 #include "st_safetensors.h"
@@ -223,8 +223,8 @@ int cli_cmd_calibrate(int argc, char **argv)
 
 		snprintf(path, sizeof(path), "%s/config.json", model);
 		if (st_read_file(path, &cj, &cl) == 0) {
-			v4 = st_dsv4_config_detect(cj);
-			v41 = st_dsv41_config_detect(cj);
+			v4 = st_dsv_config_detect(cj) == ST_DSV_REV_V4;
+			v41 = st_dsv_config_detect(cj) == ST_DSV_REV_V41;
 		}
 		free(cj);
 		if (v4 || v41) {

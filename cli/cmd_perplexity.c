@@ -25,7 +25,7 @@
 #include "cli_session.h"
 #include "cw_client.h"
 #include "st_config.h"
-#include "st_config_dsv4.h"
+#include "st_config_dsv_family.h"
 #include "st_config_dsv41.h"
 #include "st_daemon.h"
 #include "st_tokenizer.h"
@@ -261,24 +261,26 @@ static int load_cfg(const char *dir, struct st_model_config *cfg,
 
 	snprintf(path, sizeof(path), "%s/config.json", dir);
 	if (st_read_file(path, &text, &len) < 0 ||
-	    (!st_dsv41_config_detect(text) && !st_dsv4_config_detect(text))) {
+	    (st_dsv_config_detect(text) != ST_DSV_REV_V41 &&
+	     st_dsv_config_detect(text) != ST_DSV_REV_V4)) {
 		free(text);
 		return st_config_load(dir, cfg, diag);
 	}
-	if (st_dsv41_config_detect(text)) {
+	if (st_dsv_config_detect(text) == ST_DSV_REV_V41) {
 		struct st_dsv_config *v41 = calloc(1, sizeof(*v41));
 
-		r = v41 ? st_dsv41_config_parse(text, path, v41, diag) :
+		r = v41 ? st_dsv_config_parse(text, path,
+					      ST_DSV_REV_V41, v41, diag) :
 			  st_diag_set(diag, -ENOMEM, "out of memory");
 		if (r == 0)
-			st_dsv41_expert_config(v41, cfg);
+			st_dsv_expert_config(v41, cfg);
 		free(v41);
 	} else {
 		struct st_dsv_config v4;
 
-		r = st_dsv4_config_parse(text, path, &v4, diag);
+		r = st_dsv_config_parse(text, path, ST_DSV_REV_V4, &v4, diag);
 		if (r == 0)
-			st_dsv4_expert_config(&v4, cfg);
+			st_dsv_expert_config(&v4, cfg);
 	}
 	free(text);
 	return r;

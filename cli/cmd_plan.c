@@ -10,7 +10,7 @@
 
 #include "cli_cmds.h"
 #include "cw_dsv4.h"
-#include "cw_dsv4_plan.h"
+#include "cw_dsv_plan.h"
 #include "cw_kvrow.h"
 #include "st_iconf.h"
 #include "st_plan.h"
@@ -156,7 +156,7 @@ static void plan_dsv4_streams(const char *dir, struct st_plan_model *m,
 	int eb = o->kv_dtype == ST_DTYPE_F32 ? 4 :
 		 o->kv_dtype == ST_DTYPE_F8_E4M3 ? 1 : 2;
 
-	if (st_dsv4_config_load(dir, &c, NULL) < 0 ||
+	if (st_dsv_config_load(dir, ST_DSV_REV_V4, &c, NULL) < 0 ||
 	    cw_dsv4_plan_streams(&c, m) < 0)
 		return;
 	fprintf(stderr, "strata plan: DeepSeek-V4 KV streams as declared to "
@@ -167,7 +167,7 @@ static void plan_dsv4_streams(const char *dir, struct st_plan_model *m,
 }
 
 /* DeepSeek-V4 / V4.1 (model_type deepseek_v4, deepseek_v41): their exact
- * stored sizes and KV streams (cw_dsv4_plan.h) replace the generic
+ * stored sizes and KV streams (cw_dsv_plan.h) replace the generic
  * description; other models are left as they are. */
 static int plan_dsv4(const char *model, struct st_plan_model *m,
 		     struct st_diag *diag)
@@ -182,7 +182,7 @@ static int plan_dsv4(const char *model, struct st_plan_model *m,
 		snprintf(path, sizeof(path), "%s", model);
 	if (st_read_file(path, &text, &len) < 0)
 		return 0; /* st_plan_model_load read it; nothing to add */
-	r = cw_dsv4_plan_model(text, path, &v, diag);
+	r = cw_dsv_plan_model(text, path, &v, diag);
 	free(text);
 	if (r == -ST_E_UNSUPPORTED)
 		return 0;
@@ -435,7 +435,7 @@ int cli_cmd_plan(int argc, char **argv)
 			       (double)(gpu_total - o.gpu_bytes) / 1e9,
 			       (double)gpu_total / 1e9);
 		st_plan_print(&m, &o, &r, stdout);
-		cw_dsv4_plan_print_doc(&m, &o, &r, stdout);
+		cw_dsv_plan_print_doc(&m, &o, &r, stdout);
 	}
 	free(conf);
 	return r.fits ? 0 : 3;

@@ -7,10 +7,10 @@
  *
  * V4.1's CSA2 layer roles (KV / index / candidate sources), Engram and
  * gate_temp are fields of the family's one config struct, read by the
- * family's one reader (st_config_dsv_family.h:
- * st_dsv_config_parse, V4.1's own parts in st_config_dsv41.c); the V4.1
- * spellings below stay for the callers that name V4.1 (the store writer
- * in expertd/convert/, the store reader, the CLI).
+ * family's one reader (st_config_dsv_family.h: st_dsv_config_parse with
+ * ST_DSV_REV_V41, V4.1's own parts in st_config_dsv41.c).  Declared here
+ * is what only V4.1 has: its layer roles, the store's extra checks and
+ * the Engram layer index.
  */
 #ifndef ST_CONFIG_DSV41_H
 #define ST_CONFIG_DSV41_H
@@ -20,35 +20,6 @@
 #include "st_config.h"
 #include "st_config_dsv_family.h"
 #include "st_error.h"
-
-/* The family's one config struct, revision ST_DSV_REV_V41 when read as
- * a V4.1 config.  The V4.1 spellings stay for expertd/. */
-#define ST_DSV41_MAX_LAYERS ST_DSV_MAX_LAYERS
-#define ST_DSV41_CONFIG_MAX_ENGRAM ST_DSV_MAX_ENGRAM
-#define st_dsv41_config st_dsv_config
-
-/* st_dsv_config_parse (st_config_dsv_family.h) of a V4.1 config. */
-static inline int st_dsv41_config_parse(const char *text, const char *source,
-					struct st_dsv_config *ret,
-					struct st_diag *diag)
-{
-	return st_dsv_config_parse(text, source, ST_DSV_REV_V41, ret, diag);
-}
-
-/* st_dsv_config_load of a V4.1 config. */
-static inline int st_dsv41_config_load(const char *dir,
-				       struct st_dsv_config *ret,
-				       struct st_diag *diag)
-{
-	return st_dsv_config_load(dir, ST_DSV_REV_V41, ret, diag);
-}
-
-/* 1 if config.json text names a DeepSeek-V4.1 model (model_type
- * "deepseek_v41" or "deepseek_v4.1"), else 0. */
-static inline int st_dsv41_config_detect(const char *text)
-{
-	return st_dsv_config_detect(text) == ST_DSV_REV_V41;
-}
 
 /* The layer whose compressed KV layer l attends to (the nearest KV source
  * at or before l), -1 for a window-only layer. */
@@ -63,7 +34,7 @@ int st_dsv41_index_source_of(const struct st_dsv_config *c, int l);
 int st_dsv41_last_kv_source(const struct st_dsv_config *c);
 
 /*
- * What a strata store of this model needs on top of st_dsv41_config_parse
+ * What a strata store of this model needs on top of st_dsv_config_parse
  * (the store writer and reader call it; the forward pass does not need
  * it): hidden_size and moe_intermediate_size multiples of 32 (MXFP4
  * experts: one E8M0 scale per 32 inputs), engram_head_dim a multiple of 32
@@ -74,13 +45,6 @@ int st_dsv41_last_kv_source(const struct st_dsv_config *c);
  */
 int st_dsv41_config_check_store(const struct st_dsv_config *c,
 				const char *source, struct st_diag *diag);
-
-/* st_dsv_expert_config of a V4.1 config. */
-static inline void st_dsv41_expert_config(const struct st_dsv_config *c,
-					  struct st_model_config *ret)
-{
-	st_dsv_expert_config(c, ret);
-}
 
 /* Index of model layer `layer` among the Engram layers
  * (c->engram_layer[]), or -1 if it has no Engram. */

@@ -7,8 +7,8 @@
  * one (text_config).  The loader, forward pass and store code of the
  * family take this one type and switch on the revision where a revision
  * differs.  A field a revision does not have is zero (candidate_source:
- * -1).  st_config_dsv4.h and st_config_dsv41.h keep each revision's
- * spelling of the reader and V4.1's queries.
+ * -1).  What only V4.1 has (its layer roles, store checks, Engram index)
+ * is declared in st_config_dsv41.h.
  */
 #ifndef ST_CONFIG_DSV_FAMILY_H
 #define ST_CONFIG_DSV_FAMILY_H

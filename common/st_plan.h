@@ -66,7 +66,7 @@ struct st_plan_model {
 	uint64_t tokenizer_kept_bytes; /* RSS still held after the load (the
 					* parse's freed heap included) */
 	/* models stored losslessly in their own formats (DeepSeek-V4: FP8 +
-	 * E8M0, BF16, F32, MXFP4 experts; computed/models/deepseek/cw_dsv4_plan.c): when
+	 * E8M0, BF16, F32, MXFP4 experts; computed/models/deepseek/cw_dsv_plan.c): when
 	 * nonzero these replace the sizes derived from the parameter counts
 	 * and --dense-format / --experts */
 	uint64_t dense_stored_bytes, attn_stored_bytes, record_stored_bytes;

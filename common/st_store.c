@@ -265,9 +265,9 @@ static int parse_config(const struct mctx *c, json_t *root, struct st_store *s)
 	s->config_json = strdup(text);
 	if (!s->config_json)
 		return -ENOMEM;
-	if (st_dsv41_config_detect(text)) {
-		r = st_dsv41_config_parse(text, "manifest.json config",
-					  &s->dsv41, &d);
+	if (st_dsv_config_detect(text) == ST_DSV_REV_V41) {
+		r = st_dsv_config_parse(text, "manifest.json config",
+					ST_DSV_REV_V41, &s->dsv41, &d);
 		if (!r)
 			r = st_dsv41_config_check_store(&s->dsv41,
 							"manifest.json config",
@@ -275,16 +275,16 @@ static int parse_config(const struct mctx *c, json_t *root, struct st_store *s)
 		if (r)
 			return bad(c, r, "embedded config: %s", d.msg);
 		s->is_dsv41 = 1;
-		st_dsv41_expert_config(&s->dsv41, &s->cfg);
+		st_dsv_expert_config(&s->dsv41, &s->cfg);
 		return 0;
 	}
-	if (st_dsv4_config_detect(text)) {
-		r = st_dsv4_config_parse(text, "manifest.json config",
-					 &s->dsv4, &d);
+	if (st_dsv_config_detect(text) == ST_DSV_REV_V4) {
+		r = st_dsv_config_parse(text, "manifest.json config",
+					ST_DSV_REV_V4, &s->dsv4, &d);
 		if (r)
 			return bad(c, r, "embedded config: %s", d.msg);
 		s->is_dsv4 = 1;
-		st_dsv4_expert_config(&s->dsv4, &s->cfg);
+		st_dsv_expert_config(&s->dsv4, &s->cfg);
 		return 0;
 	}
 	r = st_config_parse(text, "manifest.json config", &s->cfg, &d);

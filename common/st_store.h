@@ -113,7 +113,7 @@
 #include <stdint.h>
 
 #include "st_config.h"
-#include "st_config_dsv4.h"
+#include "st_config_dsv_family.h"
 #include "st_config_dsv41.h"
 #include "st_engram_file.h"
 #include "st_error.h"
@@ -172,7 +172,7 @@ struct st_store_file {
 struct st_store {
 	char *dir;                     /* owned */
 	char *config_json;             /* owned, verbatim config.json */
-	struct st_model_config cfg;    /* V4: st_dsv4_expert_config */
+	struct st_model_config cfg;    /* V4: st_dsv_expert_config */
 	int is_dsv4;                   /* 1: a DeepSeek-V4 store */
 	struct st_dsv_config dsv4;     /* is_dsv4: the parsed config */
 	/* experts (4-bit codes in OCP nibble order; MXFP4 rows interleaved

@@ -149,7 +149,7 @@ int st_store_engram_parse(struct st_store *s, json_t *root,
 {
 	json_t *e = json_object_get(root, "engram"), *f, *hf;
 	const struct st_dsv_config *g = &s->dsv41;
-	int64_t ids64[ST_DSV41_CONFIG_MAX_ENGRAM];
+	int64_t ids64[ST_DSV_MAX_ENGRAM];
 	char path[4096];
 	int listed = 0, r;
 

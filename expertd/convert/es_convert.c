@@ -238,9 +238,9 @@ static int check_all(struct conv *c)
 	snprintf(path, sizeof(path), "%s/config.json", c->model_dir);
 	if ((r = st_read_file(path, &c->config_text, &c->config_len)))
 		return st_diag_set(c->diag, r, "%s: %s", path, strerror(-r));
-	if (st_dsv41_config_detect(c->config_text))
+	if (st_dsv_config_detect(c->config_text) == ST_DSV_REV_V41)
 		return es_cv_check_all_dsv(c, 1);
-	if (st_dsv4_config_detect(c->config_text))
+	if (st_dsv_config_detect(c->config_text) == ST_DSV_REV_V4)
 		return es_cv_check_all_dsv(c, 0);
 	if ((r = st_config_load(c->model_dir, &c->cfg, c->diag)))
 		return r;

@@ -195,17 +195,19 @@ static int parse_config_dsv(struct conv *c, int v41)
 	c->dsv4 = 1;
 	c->dsv41 = v41;
 	if (!v41) {
-		if ((r = st_dsv4_config_parse(c->config_text, path, &c->v4,
+		if ((r = st_dsv_config_parse(c->config_text, path,
+					     ST_DSV_REV_V4, &c->v4,
 					      c->diag)))
 			return r;
-		st_dsv4_expert_config(&c->v4, &c->cfg);
+		st_dsv_expert_config(&c->v4, &c->cfg);
 		return 0;
 	}
-	if ((r = st_dsv41_config_parse(c->config_text, path, &c->v41,
+	if ((r = st_dsv_config_parse(c->config_text, path,
+				     ST_DSV_REV_V41, &c->v41,
 				       c->diag)) ||
 	    (r = st_dsv41_config_check_store(&c->v41, path, c->diag)))
 		return r;
-	st_dsv41_expert_config(&c->v41, &c->cfg);
+	st_dsv_expert_config(&c->v41, &c->cfg);
 	/* the dense checks read the FP8 block from the V4 config */
 	c->v4.fp8_block[0] = c->v41.fp8_block[0];
 	c->v4.fp8_block[1] = c->v41.fp8_block[1];

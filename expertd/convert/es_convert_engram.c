@@ -110,11 +110,11 @@ static int find(const struct st_checkpoint *ck, const char *name,
 }
 
 int es_engram_check(const struct st_checkpoint *ck,
-		    const struct st_dsv41_config *g, const char *model_dir,
+		    const struct st_dsv_config *g, const char *model_dir,
 		    uint8_t *mark, struct es_engram_plan *ret,
 		    struct st_diag *diag)
 {
-	int64_t rows64[ST_DSV41_CONFIG_MAX_ENGRAM];
+	int64_t rows64[ST_DSV_MAX_ENGRAM];
 	uint64_t next = 1;
 	char path[4200];
 	int r;

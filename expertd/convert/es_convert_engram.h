@@ -62,7 +62,7 @@ struct es_engram_plan {
  * (dtype / shape), the hash loader's codes; diag names the tensor / file.
  */
 int es_engram_check(const struct st_checkpoint *ck,
-		    const struct st_dsv41_config *g, const char *model_dir,
+		    const struct st_dsv_config *g, const char *model_dir,
 		    uint8_t *mark, struct es_engram_plan *ret,
 		    struct st_diag *diag);
 

@@ -17,7 +17,7 @@
 #include "st_build_config.h"
 #include "st_calib.h"
 #include "st_config.h"
-#include "st_config_dsv4.h"
+#include "st_config_dsv_family.h"
 #include "st_safetensors.h"
 #include "st_store.h"
 #include "st_tokenizer.h"
@@ -76,12 +76,12 @@ struct conv {
 
 	/* DeepSeek-V4 (config model_type "deepseek_v4"): lossless store */
 	int dsv4;
-	struct st_dsv4_config v4;
+	struct st_dsv_config v4;
 	const struct st_tensor_info **v4_scales; /* like experts: E8M0 */
 	/* DeepSeek-V4.1 (model_type "deepseek_v41"): the V4 path plus the
 	 * Engram tables (es_convert_engram.c); dsv4 is set too */
 	int dsv41;
-	struct st_dsv41_config v41;
+	struct st_dsv_config v41;
 	struct es_engram_plan engram;
 	int skipped[ES_V41_N_SKIP];         /* tensors per skipped group */
 

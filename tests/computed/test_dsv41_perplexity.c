@@ -171,7 +171,7 @@ int main(void)
 	{
 		struct st_dsv_config *c = calloc(1, sizeof(*c));
 
-		if (!c || st_dsv41_config_load(model, c, &d)) {
+		if (!c || st_dsv_config_load(model, ST_DSV_REV_V41, c, &d)) {
 			fprintf(stderr, "config: %s\n", d.msg);
 			return 1;
 		}

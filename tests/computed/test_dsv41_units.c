@@ -29,6 +29,7 @@
 #include <cmocka.h>
 
 #include "cw_dsv4.h"
+#include "cw_dsv_ops.h"
 #include "cw_dsv41.h"
 #include "dsv_test_util.h"
 #include "kv_pool.h"
@@ -251,7 +252,7 @@ static void test_select(void **state)
 	assert_int_equal(cw_dsv41_select(sc, 0, 3, sel), 0);
 }
 
-/* The site's mixes are V4's (cw_dsv4_hc_pre) and its input is the lagged
+/* The site's mixes are V4's (cw_dsv_hc_pre) and its input is the lagged
  * pre's collapse, computed here directly; with a one-hot lag (before
  * layer 0) it is stream 0 itself. */
 static void test_hc_site_lag(void **state)
@@ -273,7 +274,7 @@ static void test_hc_site_lag(void **state)
 		base[i] = dsvt_prand(&st);
 	cw_dsv41_hc_site(X, n, D, lag, fn, base, scale, 20, 1e-6, 1e-20, u,
 			 pre, post, comb);
-	cw_dsv4_hc_pre(X, n, D, fn, base, scale, 20, 1e-6, 1e-20, pre4, post4,
+	cw_dsv_hc_pre(X, n, D, fn, base, scale, 20, 1e-6, 1e-20, pre4, post4,
 		       comb4);
 	assert_memory_equal(pre, pre4, sizeof(pre));
 	assert_memory_equal(post, post4, sizeof(post));
@@ -329,8 +330,9 @@ static void test_config_fixture(void **state)
 	struct st_diag d = { { 0 } };
 
 	(void)state;
-	assert_int_equal(st_dsv41_config_parse(txt, "config.json", &c, &d), 0);
-	assert_true(st_dsv41_config_detect(txt));
+	assert_int_equal(st_dsv_config_parse(txt, "config.json",
+					     ST_DSV_REV_V41, &c, &d), 0);
+	assert_true(st_dsv_config_detect(txt) == ST_DSV_REV_V41);
 	assert_int_equal(c.hidden_size, 32);
 	assert_int_equal(c.n_layers, 10);
 	assert_int_equal(c.compress_ratio[6], 1);
@@ -387,7 +389,8 @@ static void test_config_release(void **state)
 	struct st_diag d = { { 0 } };
 
 	(void)state;
-	assert_int_equal(st_dsv41_config_parse(txt, "release", &c, &d), 0);
+	assert_int_equal(st_dsv_config_parse(txt, "release",
+					     ST_DSV_REV_V41, &c, &d), 0);
 	assert_int_equal(c.n_layers, 40);
 	assert_int_equal(st_dsv41_kv_source_of(&c, 19), 14);
 	assert_int_equal(st_dsv41_kv_source_of(&c, 39), 20);
@@ -450,7 +453,7 @@ static int parse_edited(const char *base, int tc, const char *key,
 	else
 		json_object_del(o, key);
 	txt = json_dumps(root, 0);
-	r = st_dsv41_config_parse(txt, "edited", &c, d);
+	r = st_dsv_config_parse(txt, "edited", ST_DSV_REV_V41, &c, d);
 	free(txt);
 	json_decref(root);
 	return r;

@@ -1,6 +1,6 @@
 /*
  * test_dsv4_plan.c — `strata plan` for DeepSeek-V4-Flash and V4.1-Flash
- * (computed/models/deepseek/cw_dsv4_plan.c, common/st_plan.c) against independent
+ * (computed/models/deepseek/cw_dsv_plan.c, common/st_plan.c) against independent
  * computations written out here from MODEL_FAMILY_DEEPSEEK_V4.md:
  *
  * V4-Flash (docs/models/deepseek-v4-flash.config.json, the doc's 2.1):
@@ -31,7 +31,7 @@
 #include <string.h>
 
 #include "cw_dsv4.h"
-#include "cw_dsv4_plan.h"
+#include "cw_dsv_plan.h"
 #include "dsv_test_util.h"
 #include "es_convert.h"
 #include "st_store.h"
@@ -57,7 +57,7 @@ static int load(const char *file, struct st_plan_model *m)
 		CHECK(0, "cannot read %s", path);
 		return -1;
 	}
-	r = cw_dsv4_plan_model(text, path, m, &d);
+	r = cw_dsv_plan_model(text, path, m, &d);
 	CHECK(r == 0, "%s: %s", path, d.msg);
 	free(text);
 	return r;
@@ -208,7 +208,7 @@ static void test_fixture_store(void)
 	}
 	snprintf(path, sizeof(path), "%s/config.json", dir);
 	CHECK(st_read_file(path, &text, &len) == 0, "read %s", path);
-	CHECK(text && cw_dsv4_plan_model(text, path, &m, &d) == 0, "%s", d.msg);
+	CHECK(text && cw_dsv_plan_model(text, path, &m, &d) == 0, "%s", d.msg);
 	for (int i = 0; i < s->n_dense; i++)
 		sum += s->dense[i].n_bytes;
 	EQ(m.dense_stored_bytes, sum);

@@ -1,6 +1,6 @@
 /*
  * test_dsv4_units.c — the pieces of the DeepSeek-V4 forward pass
- * (cw_dsv4_ops.c, st_config_dsv4.c) against values computed independently
+ * (cw_dsv_ops.c, st_config_dsv4.c) against values computed independently
  * here: the indexer's selection (ties), Sinkhorn mixing and the mHC combine orientation, the hash and score
  * routers, clipped SwiGLU, FP8 block-scaled dequantisation, softmax
  * pooling of a compressor window, interleaved partial RoPE and the YaRN
@@ -22,8 +22,9 @@
 #include <cmocka.h>
 
 #include "cw_dsv4.h"
+#include "cw_dsv_ops.h"
 #include "dsv_test_util.h"
-#include "st_config_dsv4.h"
+#include "st_config_dsv_family.h"
 #include "st_util.h"
 #include "test_util.h"
 
@@ -59,7 +60,7 @@ static void test_sinkhorn_and_post(void **state)
 		fn[i] = 0.3f * dsvt_prand(&st);
 	for (int i = 0; i < NMU; i++)
 		base[i] = dsvt_prand(&st);
-	cw_dsv4_hc_pre(X, n, D, fn, base, scale, iters, eps, rms, pre, post,
+	cw_dsv_hc_pre(X, n, D, fn, base, scale, iters, eps, rms, pre, post,
 		       comb);
 	for (int i = 0; i < n * D; i++)
 		ss += (double)X[i] * X[i];
@@ -116,7 +117,7 @@ static void test_sinkhorn_and_post(void **state)
 		for (int d = 0; d < D; d++)
 			Y[d] = dsvt_prand(&st);
 		memcpy(Xn, X, sizeof(X));
-		cw_dsv4_hc_post(Xn, n, D, Y, post, comb);
+		cw_dsv_hc_post(Xn, n, D, Y, post, comb);
 		for (int j = 0; j < n; j++)
 			for (int d = 0; d < D; d++) {
 				double e = post[j] * Y[d];
@@ -143,22 +144,22 @@ static void test_routers(void **state)
 	(void)state;
 	for (int e = 0; e < 4; e++)
 		s[e] = sqrt(log(1.0 + exp((double)lg[e])));
-	cw_dsv4_route(lg, 4, 2, hash, NULL, 1, 1.5, ids, w);
+	cw_dsv_route_topk(lg, 4, 2, hash, NULL, 1, 1.5, ids, w);
 	assert_int_equal(ids[0], 3);
 	assert_int_equal(ids[1], 1);
 	assert_true(fabs(w[0] - s[3] / (s[3] + s[1]) * 1.5) < 1e-6);
 	assert_true(fabs(w[1] - s[1] / (s[3] + s[1]) * 1.5) < 1e-6);
 	/* without bias: experts 2 then 0; with it: 1 (s 0.69 + 2) then 2 */
-	cw_dsv4_route(lg, 4, 2, NULL, NULL, 1, 1.5, ids, w);
+	cw_dsv_route_topk(lg, 4, 2, NULL, NULL, 1, 1.5, ids, w);
 	assert_int_equal(ids[0], 2);
 	assert_int_equal(ids[1], 0);
-	cw_dsv4_route(lg, 4, 2, NULL, bias, 1, 1.5, ids, w);
+	cw_dsv_route_topk(lg, 4, 2, NULL, bias, 1, 1.5, ids, w);
 	assert_int_equal(ids[0], 1);
 	assert_int_equal(ids[1], 2);
 	assert_true(fabs(w[0] - s[1] / (s[1] + s[2]) * 1.5) < 1e-6);
 	assert_true(fabs(w[1] - s[2] / (s[1] + s[2]) * 1.5) < 1e-6);
 	/* not normalised: scaled scores */
-	cw_dsv4_route(lg, 4, 2, NULL, bias, 0, 1.5, ids, w);
+	cw_dsv_route_topk(lg, 4, 2, NULL, bias, 0, 1.5, ids, w);
 	assert_true(fabs(w[0] - s[1] * 1.5) < 1e-6);
 }
 
@@ -171,7 +172,7 @@ static void test_swiglu_clip(void **state)
 				 silu(1.0) * 0.5, silu(2.0) * -1.5 };
 
 	(void)state;
-	cw_dsv4_swiglu_clip(g, u, 4, 2.0);
+	cw_dsv_swiglu_clip(g, u, 4, 2.0);
 	for (int i = 0; i < 4; i++)
 		assert_true(fabs(g[i] - want[i]) < 1e-6);
 }
@@ -191,7 +192,7 @@ static void test_fp8_blocks(void **state)
 	float out[15];
 
 	(void)state;
-	cw_dsv4_fp8_dequant(codes, sc, 3, 5, 2, 2, out);
+	cw_dsv_fp8_dequant(codes, sc, 3, 5, 2, 2, out);
 	for (int o = 0; o < 3; o++)
 		for (int i = 0; i < 5; i++)
 			assert_true(out[o * 5 + i] ==
@@ -210,7 +211,7 @@ static void test_pool(void **state)
 	double f0 = exp(5), f1 = exp(0), f2 = exp(-5);
 
 	(void)state;
-	cw_dsv4_pool(c, z, 3, 2, out);
+	cw_dsv_pool(c, z, 3, 2, out);
 	assert_true(fabs(out[0] - (e0 * 1 + e1 * 2 + e2 * 3) / (e0 + e1 + e2)) < 1e-5);
 	assert_true(fabs(out[1] - (f0 * 10 + f1 * 20 + f2 * 30) / (f0 + f1 + f2)) < 1e-4);
 }
@@ -222,11 +223,11 @@ static void test_rope(void **state)
 	const double f[2] = { 1.0, 0.5 };
 
 	(void)state;
-	cw_dsv4_rope(x, 6, 2, f, 3, 0);
+	cw_dsv_rope(x, 6, 2, f, 3, 0);
 	assert_true(x[0] == 5 && x[1] == 6);
 	assert_true(fabs(x[2] - cos(3.0)) < 1e-6 && fabs(x[3] - sin(3.0)) < 1e-6);
 	assert_true(fabs(x[4] + 2 * sin(1.5)) < 1e-6 && fabs(x[5] - 2 * cos(1.5)) < 1e-6);
-	cw_dsv4_rope(x, 6, 2, f, 3, 1);
+	cw_dsv_rope(x, 6, 2, f, 3, 1);
 	assert_true(fabs(x[2] - 1) < 1e-6 && fabs(x[3]) < 1e-6);
 	assert_true(fabs(x[4]) < 1e-6 && fabs(x[5] - 2) < 1e-6);
 }
@@ -241,7 +242,7 @@ static void test_sink_attn(void **state)
 	double den = exp(s0) + exp(s1) + exp(sk);
 
 	(void)state;
-	cw_dsv4_sink_attn(q, rows, 2, 2, (float)sk, o);
+	cw_dsv_sink_attn(q, rows, 2, 2, (float)sk, o);
 	assert_true(fabs(o[0] - (exp(s0) * 2) / den) < 1e-6);
 	assert_true(fabs(o[1] - (exp(s0) * 1 + exp(s1) * 3) / den) < 1e-6);
 }
@@ -289,19 +290,19 @@ static void test_qat_roundtrips(void **state)
 
 	(void)state;
 	/* block 4: scale 4 (250 -> 256, 0.075 -> 0.078125); block 2: 2^-7 */
-	cw_dsv4_fp8_roundtrip(a, 6, 4);
+	cw_dsv_fp8_roundtrip(a, 6, 4);
 	for (int i = 0; i < 6; i++)
 		assert_true(a[i] == a_want[i]);
-	cw_dsv4_fp8_roundtrip(z, 3, 64);
+	cw_dsv_fp8_roundtrip(z, 3, 64);
 	assert_true(z[0] == 0 && z[2] == 0);
 	/* scale 0.5: 6, 2.2 -> 2, 0.8 -> 1, -0.4 -> -0.5 */
-	cw_dsv4_fp4_roundtrip(b, 4, 4);
+	cw_dsv_fp4_roundtrip(b, 4, 4);
 	for (int i = 0; i < 4; i++)
 		assert_true(b[i] == b_want[i]);
-	cw_dsv4_hadamard(h, 4);
+	cw_dsv_hadamard(h, 4);
 	for (int i = 0; i < 4; i++)
 		assert_true(fabsf(h[i] - h_want[i]) < 1e-6f);
-	cw_dsv4_hadamard(h, 4); /* its own inverse */
+	cw_dsv_hadamard(h, 4); /* its own inverse */
 	for (int i = 0; i < 4; i++)
 		assert_true(fabsf(h[i] - (float)(i + 1)) < 1e-6f);
 }
@@ -319,17 +320,18 @@ static void test_config_and_freqs(void **state)
 	double f[8];
 
 	(void)state;
-	assert_int_equal(st_dsv4_config_parse(text, "config.json", &c, &diag), 0);
+	assert_int_equal(st_dsv_config_parse(text, "config.json",
+					     ST_DSV_REV_V4, &c, &diag), 0);
 	assert_int_equal(c.n_layers, 6);
 	assert_int_equal(c.compress_ratio[2], 4);
 	assert_int_equal(c.compress_ratio[3], 16);
 	assert_int_equal(c.fp8_block[0], 16);
 	assert_true(c.swiglu_limit == 2.0);
 	assert_int_equal(c.rope_dim, 16);
-	cw_dsv4_rope_freqs(&c, 0, f);
+	cw_dsv_rope_freqs(&c, 0, f);
 	for (int i = 0; i < 8; i++)
 		assert_true(fabs(f[i] - main_f[i]) <= 1e-6 * main_f[i] + 1e-12);
-	cw_dsv4_rope_freqs(&c, 1, f);
+	cw_dsv_rope_freqs(&c, 1, f);
 	for (int i = 0; i < 8; i++)
 		assert_true(fabs(f[i] - comp_f[i]) <= 1e-6 * comp_f[i] + 1e-12);
 	free(text);
@@ -347,7 +349,8 @@ static void test_streams(void **state)
 	char *text = dsvt_fixture_config("tiny-deepseek-v4");
 
 	(void)state;
-	assert_int_equal(st_dsv4_config_parse(text, "config.json", &c, &diag), 0);
+	assert_int_equal(st_dsv_config_parse(text, "config.json",
+					     ST_DSV_REV_V4, &c, &diag), 0);
 	free(text);
 	assert_int_equal(cw_dsv_streams(&c, 0, s), 1);
 	assert_int_equal(s[0].kind, CW_DSV_WINDOW);
@@ -405,7 +408,8 @@ static void refuse(const char *text, const char *from, const char *to,
 	struct st_diag diag = { 0 };
 	char *t = edit(text, from, to);
 
-	assert_int_equal(st_dsv4_config_parse(t, "config.json", &c, &diag), err);
+	assert_int_equal(st_dsv_config_parse(t, "config.json",
+					     ST_DSV_REV_V4, &c, &diag), err);
 	if (!strstr(diag.msg, word))
 		fail_msg("message \"%s\" does not name \"%s\"", diag.msg, word);
 	free(t);

@@ -9,7 +9,7 @@
 
 #include "fuzz.h"
 #include "st_config.h"
-#include "st_config_dsv4.h"
+#include "st_config_dsv_family.h"
 #include "st_config_dsv41.h"
 
 static void check_mixtral(const struct st_model_config *c)
@@ -56,11 +56,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		FUZZ_CHECK(diag.msg[0], "mixtral/qwen: error %d, no message", r);
 
 	memset(&diag, 0, sizeof(diag));
-	r = st_dsv4_config_parse(text, "config.json", &c4, &diag);
+	r = st_dsv_config_parse(text, "config.json", ST_DSV_REV_V4, &c4, &diag);
 	FUZZ_CHECK(r == 0 || diag.msg[0], "dsv4: error %d, no message", r);
 
 	memset(&diag, 0, sizeof(diag));
-	r = st_dsv41_config_parse(text, "config.json", &c41, &diag);
+	r = st_dsv_config_parse(text, "config.json",
+				ST_DSV_REV_V41, &c41, &diag);
 	FUZZ_CHECK(r == 0 || diag.msg[0], "dsv41: error %d, no message", r);
 
 	free(text);

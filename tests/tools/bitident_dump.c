@@ -33,7 +33,7 @@
 #include "es_client.h"
 #include "es_convert.h"
 #include "kv_client.h"
-#include "st_config_dsv4.h"
+#include "st_config_dsv_family.h"
 #include "st_config_dsv41.h"
 #include "st_util.h"
 #include "test_daemons.h"

@@ -52,7 +52,7 @@ struct es_client;
  * (CW_DSV41_QAT_ALL), V4 with none.  Owned by the caller (cw_dsv_free).
  * Errors: -ST_E_CONFIG / -ST_E_FORMAT / -ST_E_NOTFOUND naming the tensor,
  * -EINVAL (unknown mode), -ENOMEM, and those of st_checkpoint_open, the
- * config readers (st_dsv4_config_load, st_dsv41_config_load) and
+ * config reader (st_dsv_config_load with the revision) and
  * st_engram_hash_load_json.
  */
 int cw_dsv_load(const char *dir, enum st_dsv_revision want,

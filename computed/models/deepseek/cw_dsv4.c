@@ -34,15 +34,15 @@ static float *srow(struct cw_dsv4_state *s, int l, int kind, int64_t r,
 	struct cw_dsv4_lstate *ls = &s->ls[l];
 	uint8_t *p;
 
-	if (!s->kv)
+	if (!s->q.kv)
 		return ls->buf[kind] +
 		       (size_t)(ls->ring[kind] ? r % ls->ring[kind] : r) *
 			       ls->elems[kind];
-	p = write ? kv_client_row_writable(s->kv, s->seq, ls->kvs[kind],
+	p = write ? kv_client_row_writable(s->q.kv, s->q.seq, ls->kvs[kind],
 					   (uint32_t)r) :
-		    kv_client_row(s->kv, s->seq, ls->kvs[kind], (uint32_t)r);
+		    kv_client_row(s->q.kv, s->q.seq, ls->kvs[kind], (uint32_t)r);
 	if (!p) {
-		s->row_missing = 1;
+		s->q.row_missing = 1;
 		return s->zero_row;
 	}
 	return (float *)(void *)p;
@@ -50,23 +50,23 @@ static float *srow(struct cw_dsv4_state *s, int l, int kind, int64_t r,
 
 /* Tokens of compressor inputs a layer keeps: CSA rows pool the previous
  * window too. */
-static int comp_ring(const struct cw_dsv4_comp *cp)
+static int comp_ring(const struct cw_dsv_comp *cp)
 {
 	return cp->overlap ? 2 * cp->ratio : cp->ratio;
 }
 
 /* The reference loop (routers, indexer head weights: reference code in
  * both modes). */
-static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
+static void matvec(const struct cw_dsv_mat *m, const float *x, float *y)
 {
-	cw_dsv4_mat_mv(NULL, m, x, y);
+	cw_dsv_mat_mv(NULL, m, x, y);
 }
 
 /* The indexer's QAT: Hadamard then E2M1 per 32 (n a power of two). */
 static void index_qat(float *x, int n)
 {
-	cw_dsv4_hadamard(x, n);
-	cw_dsv4_fp4_roundtrip(x, n, 32);
+	cw_dsv_hadamard(x, n);
+	cw_dsv_fp4_roundtrip(x, n, 32);
 }
 
 int cw_dsv4_state_init(const struct cw_dsv_model *m, int max_tokens,
@@ -80,7 +80,7 @@ int cw_dsv4_state_init(const struct cw_dsv_model *m, int max_tokens,
 		goto nomem;
 	s->cap = max_tokens;
 	s->n_layers = c->n_layers;
-	s->kv = kv;
+	s->q.kv = kv;
 	if (cw_dsv_run_init(m, &s->run) < 0)
 		goto nomem;
 	s->ls = calloc(c->n_layers, sizeof(*s->ls));
@@ -119,7 +119,7 @@ int cw_dsv4_state_init(const struct cw_dsv_model *m, int max_tokens,
 		/* the declarations agree with the code's own ring sizes
 		 * (a mismatch is a bug, not bad input) */
 		for (int i = 0; i < ns; i++) {
-			const struct cw_dsv4_comp *cp =
+			const struct cw_dsv_comp *cp =
 				st[i].kind == CW_DSV_COMP_STATE ? &L->comp :
 				st[i].kind == CW_DSV_INDEX_STATE ? &L->icomp :
 								    NULL;
@@ -142,7 +142,7 @@ int cw_dsv4_state_init(const struct cw_dsv_model *m, int max_tokens,
 	return 0;
 nomem:
 	if (s)
-		s->kv = NULL; /* no sequence yet */
+		s->q.kv = NULL; /* no sequence yet */
 	cw_dsv4_state_free(s);
 	return max_tokens < 1 ? -EINVAL : -ENOMEM;
 }
@@ -157,8 +157,8 @@ void cw_dsv4_state_free(struct cw_dsv4_state *s)
 {
 	if (!s)
 		return;
-	if (s->kv && s->seq)
-		kv_client_seq_free(s->kv, s->seq);
+	if (s->q.kv && s->q.seq)
+		kv_client_seq_free(s->q.kv, s->q.seq);
 	cw_dsv_run_fini(&s->run);
 	free(s->zero_row);
 	free(s->pr.ids);
@@ -181,7 +181,7 @@ void cw_dsv4_set_debug(struct cw_dsv4_state *s, struct cw_dsv4_debug *dbg)
 
 /* Compressor inputs of one token: c = wkv a, z = wgate a + ape[p mod m]. */
 static void comp_inputs(const struct cw_dsv_model *m,
-			const struct cw_dsv4_comp *cp, const float *a,
+			const struct cw_dsv_comp *cp, const float *a,
 			int64_t p, float *cz)
 {
 	int cols = cp->wkv.rows;
@@ -200,7 +200,7 @@ static void comp_inputs(const struct cw_dsv_model *m,
  * RMSNorm and the compress rope at position m w.
  */
 static void comp_row(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
-		     int l, const struct cw_dsv4_comp *cp, int kind, int w,
+		     int l, const struct cw_dsv_comp *cp, int kind, int w,
 		     int indexer, float *out)
 {
 	const struct st_dsv_config *c = &m->cfg;
@@ -227,14 +227,14 @@ static void comp_row(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 		}
 	}
 #undef SLOT
-	cw_dsv4_pool(cs, zs, ns, W, out);
-	cw_dsv4_rmsnorm(out, cp->norm, W, c->rms_norm_eps, out);
-	cw_dsv4_rope(out, W, c->rope_dim / 2, m->freq_comp,
+	cw_dsv_pool(cs, zs, ns, W, out);
+	cw_dsv_rmsnorm(out, cp->norm, W, c->rms_norm_eps, out);
+	cw_dsv_rope(out, W, c->rope_dim / 2, m->freq_comp,
 		     (int64_t)cp->ratio * w, 0);
 	if (indexer && (m->qat & CW_DSV4_QAT_INDEX_FP4))
 		index_qat(out, W);
 	else if (!indexer && (m->qat & CW_DSV4_QAT_KV_FP8))
-		cw_dsv4_fp8_roundtrip(out, W - c->rope_dim, 64);
+		cw_dsv_fp8_roundtrip(out, W - c->rope_dim, 64);
 }
 
 /* cw_dsv4_index_select over key rows given as pointers (the same sums in
@@ -401,8 +401,8 @@ static void head(const struct cw_dsv_model *m, const float *X, float *logits)
 						     m->hc_head_base[k]))) +
 				 c->hc_eps);
 	}
-	cw_dsv4_collapse(X, pre, n, D, h);
-	cw_dsv4_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
+	cw_dsv_collapse(X, pre, n, D, h);
+	cw_dsv_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
 	cw_dsv_lin(m, &m->head, h, logits);
 }
 
@@ -423,7 +423,8 @@ int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 	const size_t xs = (size_t)hc * D;
 	float *X = NULL, *A = NULL, *Q = NULL, *IQ = NULL, *OM = NULL;
 	float *PP = NULL;
-	int r = 0, pinned = 0, reserved = 0;
+	const int p0 = s->len;
+	int r = 0;
 
 	if (n < 1)
 		return 0;
@@ -438,28 +439,11 @@ int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 					   ids[t], c->vocab_size);
 	if (m->es && !m->no_route_reports && !m->no_step_hints)
 		step_hint(m, s, ids, n);
-	if (s->kv && s->failed)
-		return st_diag_set(diag, -ST_E_STALE,
-				   "kvd sequence 0x%x: an earlier eval failed "
-				   "part way (rows written, window pages "
-				   "possibly freed); free the state and start "
-				   "again", s->seq);
-	if (s->kv) {
-		/* pinned while it computes (pinning restores spilled
-		 * pages; no spill meanwhile), room for the n new tokens in
-		 * every stream (pooled streams: their pages by token) */
-		uint32_t rows = (uint32_t)(s->len + n);
-
-		r = kv_client_seq_pin(s->kv, 1, &s->seq, NULL, diag);
-		if (r < 0)
-			return r;
-		pinned = 1;
-		r = kv_client_seq_reserve(s->kv, 1, &s->seq, &rows, diag);
-		if (r < 0)
-			goto out;
-		s->row_missing = 0;
-		reserved = 1;
-	}
+	/* pinned while it computes, room for the n new tokens in every
+	 * stream (pooled streams: their pages by token) */
+	if (s->q.kv &&
+	    (r = cw_dsv_kv_begin(&s->q, (uint32_t)(s->len + n), diag)) < 0)
+		return r;
 	X = malloc((size_t)n * xs * sizeof(float));
 	A = malloc((size_t)n * D * sizeof(float));
 	Q = malloc((size_t)n * H * hd * sizeof(float));
@@ -486,16 +470,16 @@ int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 			float u[D], qr[c->q_lora_rank], *a = A + (size_t)t * D;
 			float *q = Q + (size_t)t * H * hd;
 
-			cw_dsv4_hc_pre(X + t * xs, hc, D, L->hc_attn_fn,
+			cw_dsv_hc_pre(X + t * xs, hc, D, L->hc_attn_fn,
 				       L->hc_attn_base, L->hc_attn_scale,
 				       c->hc_sinkhorn_iters, c->hc_eps,
 				       c->rms_norm_eps, pp, pp + hc,
 				       pp + 2 * hc);
-			cw_dsv4_collapse(X + t * xs, pp, hc, D, u);
+			cw_dsv_collapse(X + t * xs, pp, hc, D, u);
 			if (n == 1 && !L->tid2eid && m->es &&
 			    !m->no_route_reports && !m->no_layer_hints)
 				cw_dsv_layer_hint(m, &s->run, l, p, u);
-			cw_dsv4_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps,
+			cw_dsv_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps,
 					a);
 			cw_dsv_attn_query(m, L, p, a, qr, q);
 			cw_dsv_attn_kv(m, L, p, a,
@@ -511,7 +495,7 @@ int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 					    srow(s, l, CW_DSV_INDEX_STATE, p, 1));
 				cw_dsv_lin(m, &L->iwq_b, qr, iq);
 				for (int h = 0; h < IH; h++) {
-					cw_dsv4_rope(iq + h * Id, Id,
+					cw_dsv_rope(iq + h * Id, Id,
 						     c->rope_dim / 2,
 						     m->freq_comp, p, 0);
 					if (m->qat & CW_DSV4_QAT_INDEX_FP4)
@@ -547,14 +531,14 @@ int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 			attention(m, L, s, l, p, Q + (size_t)t * H * hd,
 				  IQ + (size_t)t * IH * Id,
 				  OM + (size_t)t * IH, y, dbg_sel);
-			cw_dsv4_hc_post(X + t * xs, hc, D, y, pp + hc,
+			cw_dsv_hc_post(X + t * xs, hc, D, y, pp + hc,
 					pp + 2 * hc);
-			cw_dsv4_hc_pre(X + t * xs, hc, D, L->hc_ffn_fn,
+			cw_dsv_hc_pre(X + t * xs, hc, D, L->hc_ffn_fn,
 				       L->hc_ffn_base, L->hc_ffn_scale,
 				       c->hc_sinkhorn_iters, c->hc_eps,
 				       c->rms_norm_eps, pre, post, comb);
-			cw_dsv4_collapse(X + t * xs, pre, hc, D, u);
-			cw_dsv4_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, b);
+			cw_dsv_collapse(X + t * xs, pre, hc, D, u);
+			cw_dsv_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, b);
 			if (dbg && s->dbg->experts && s->dbg->weights) {
 				dbg_ids = s->dbg->experts + dl * K;
 				dbg_w = s->dbg->weights + dl * K;
@@ -563,7 +547,7 @@ int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 				       dbg_ids, dbg_w, diag);
 			if (r < 0)
 				goto out;
-			cw_dsv4_hc_post(X + t * xs, hc, D, y, post, comb);
+			cw_dsv_hc_post(X + t * xs, hc, D, y, post, comb);
 			if (dbg && s->dbg->stream_rms) {
 				double ss = 0.0;
 
@@ -574,15 +558,8 @@ int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 			}
 		}
 	}
-	if (s->kv && s->row_missing) {
-		r = st_diag_set(diag, -ST_E_STALE,
-				"kvd sequence 0x%x: a row of positions %d..%d "
-				"was not mapped writable/resident in its pages "
-				"(kvd state inconsistent; free the sequence and "
-				"start it again)", s->seq, s->len,
-				s->len + n - 1);
-		goto out;
-	}
+	if (s->q.kv && s->q.row_missing)
+		goto out; /* cw_dsv_kv_end fails the eval */
 	if (logits) {
 		for (int t = all_positions ? 0 : n - 1; t < n; t++)
 			head(m, X + t * xs,
@@ -590,20 +567,14 @@ int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
 					      c->vocab_size);
 	}
 	s->len += n;
-	if (s->kv && s->pr.ids)
-		cw_dsv_kv_after_eval(s->kv, s->seq, &s->pr, s->len, ids, n, 1);
+	if (s->q.kv && s->pr.ids)
+		cw_dsv_kv_after_eval(s->q.kv, s->q.seq, &s->pr, s->len, ids, n, 1);
 out:
 	/* kvd took rows [len, len + n) as reserved: a windowed stream's
-	 * next reservation frees what lies before them */
-	if (reserved && r < 0)
-		s->failed = 1;
-	if (pinned) {
-		struct st_diag d2 = { { 0 } };
-		int r2 = kv_client_seq_unpin(s->kv, 1, &s->seq, &d2);
-
-		if (r2 < 0 && r == 0)
-			r = st_diag_set(diag, r2, "%s", d2.msg);
-	}
+	 * next reservation frees what lies before them, so a failure
+	 * marks the state failed (cw_dsv_kv_end) */
+	if (s->q.kv)
+		r = cw_dsv_kv_end(&s->q, r, p0, n, diag);
 	free(X);
 	free(A);
 	free(Q);

@@ -32,9 +32,9 @@
 /* The reference loop: the router and the indexer's head weights stay
  * reference code in both modes (routing and selections as reference
  * mode's but near ties). */
-static void matvec(const struct cw_dsv4_mat *m, const float *x, float *y)
+static void matvec(const struct cw_dsv_mat *m, const float *x, float *y)
 {
-	cw_dsv4_mat_mv(NULL, m, x, y);
+	cw_dsv_mat_mv(NULL, m, x, y);
 }
 
 int cw_dsv41_state_init(const struct cw_dsv_model *m, int max_tokens,
@@ -52,7 +52,7 @@ int cw_dsv41_state_init(const struct cw_dsv_model *m, int max_tokens,
 		return -ENOMEM;
 	s->cap = max_tokens;
 	s->n_layers = c->n_layers;
-	s->kv = kv;
+	s->q.kv = kv;
 	s->qat = m->qat;
 	/* a kvd state's history grows with it (cw_dsv41_eval) */
 	s->tok_cap = kv ? 256 : max_tokens;
@@ -109,7 +109,7 @@ int cw_dsv41_state_init(const struct cw_dsv_model *m, int max_tokens,
 	*ret = s;
 	return 0;
 nomem:
-	s->kv = NULL; /* no sequence yet */
+	s->q.kv = NULL; /* no sequence yet */
 	cw_dsv41_state_free(s);
 	return -ENOMEM;
 }
@@ -124,8 +124,8 @@ void cw_dsv41_state_free(struct cw_dsv41_state *s)
 {
 	if (!s)
 		return;
-	if (s->kv && s->seq)
-		kv_client_seq_free(s->kv, s->seq);
+	if (s->q.kv && s->q.seq)
+		kv_client_seq_free(s->q.kv, s->q.seq);
 	for (int l = 0; s->ls && l < s->n_layers; l++) {
 		free(s->ls[l].kv);
 		free(s->ls[l].grp);
@@ -162,12 +162,12 @@ static uint8_t *prow(struct cw_dsv41_state *s, int l, int kind, int64_t r,
 		     int write)
 {
 	int st = s->ls[l].kvs[kind];
-	uint8_t *p = write ? kv_client_row_writable(s->kv, s->seq, st,
+	uint8_t *p = write ? kv_client_row_writable(s->q.kv, s->q.seq, st,
 						    (uint32_t)r) :
-			     kv_client_row(s->kv, s->seq, st, (uint32_t)r);
+			     kv_client_row(s->q.kv, s->q.seq, st, (uint32_t)r);
 
 	if (!p)
-		s->row_missing = 1;
+		s->q.row_missing = 1;
 	return p;
 }
 
@@ -211,9 +211,9 @@ static float *row_begin(const struct cw_dsv_model *m,
 	const struct st_dsv_config *c = &m->cfg;
 	struct cw_dsv41_lstate *ls = &s->ls[l];
 
-	if (kind == CW_DSV41_S_WINDOW && (!s->kv || in_ov(s, r)))
+	if (kind == CW_DSV41_S_WINDOW && (!s->q.kv || in_ov(s, r)))
 		return ls->kv + (size_t)(r % c->sliding_window) * c->head_dim;
-	if (s->kv)
+	if (s->q.kv)
 		return scratch;
 	return (kind == CW_DSV41_S_CROW ? ls->crow : ls->ikey) +
 	       (size_t)r * kind_elems(c, kind);
@@ -226,10 +226,10 @@ static int row_end(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 		   int l, int kind, int64_t r, float *x)
 {
 	const size_t n = (size_t)kind_elems(&m->cfg, kind);
-	const int q = (s->kv ? s->qat : m->qat) & kind_qat(kind);
+	const int q = (s->q.kv ? s->qat : m->qat) & kind_qat(kind);
 	uint8_t *p;
 
-	if (!s->kv || (kind == CW_DSV41_S_WINDOW && in_ov(s, r)))
+	if (!s->q.kv || (kind == CW_DSV41_S_WINDOW && in_ov(s, r)))
 		return q ? qat_store(kind, x, n, NULL) : 0;
 	p = prow(s, l, kind, r, 1);
 	if (!p)
@@ -251,7 +251,7 @@ static const float *row_get(const struct cw_dsv_model *m,
 	const uint8_t *p;
 	int rc = 0;
 
-	if (!s->kv || (kind == CW_DSV41_S_WINDOW && in_ov(s, r)))
+	if (!s->q.kv || (kind == CW_DSV41_S_WINDOW && in_ov(s, r)))
 		return row_begin(m, s, l, kind, r, NULL);
 	p = prow(s, l, kind, r, 0);
 	if (!p)
@@ -269,7 +269,7 @@ static const float *row_get(const struct cw_dsv_model *m,
 		rc = st_kv41_idx_decode(p, p + n / 2, n, buf);
 	}
 	if (rc < 0) { /* widths were checked by the encode: a bug */
-		s->row_missing = 1;
+		s->q.row_missing = 1;
 		return s->zero_row;
 	}
 	return buf;
@@ -284,7 +284,7 @@ static float *grp_slot(const struct cw_dsv_model *m,
 	const int mr = m->layers[l].ratio;
 	uint8_t *q;
 
-	if (!s->kv)
+	if (!s->q.kv)
 		return ls->grp + (size_t)(p % mr) * 2 * m->cfg.head_dim;
 	if (mr == 1)
 		return ls->grp;
@@ -405,25 +405,25 @@ static int kv_source(const struct cw_dsv_model *m,
 			cs[i] = grp_slot(m, s, l, g * mr + i, 0);
 			zs[i] = cs[i] + hd;
 		}
-		cw_dsv4_pool(cs, zs, mr, hd, lat);
+		cw_dsv_pool(cs, zs, mr, hd, lat);
 	} else {
 		memcpy(lat, slot, sizeof(lat));
 	}
-	cw_dsv4_rmsnorm(lat, L->cnorm, hd, c->rms_norm_eps, lat);
+	cw_dsv_rmsnorm(lat, L->cnorm, hd, c->rms_norm_eps, lat);
 	{
 		float *k = row_begin(m, s, l, CW_DSV41_S_IKEY, g, sk);
 
 		/* from the pre-rope latent */
 		cw_dsv_lin(m, &L->iwk, lat, k);
-		cw_dsv4_rmsnorm(k, L->iknorm, Id, c->rms_norm_eps, k);
-		cw_dsv4_rope(k, Id, c->rope_dim / 2, m->freq_comp, g * mr, 0);
+		cw_dsv_rmsnorm(k, L->iknorm, Id, c->rms_norm_eps, k);
+		cw_dsv_rope(k, Id, c->rope_dim / 2, m->freq_comp, g * mr, 0);
 		r = row_end(m, s, l, CW_DSV41_S_IKEY, g, k);
 	}
 	{
 		float *row = row_begin(m, s, l, CW_DSV41_S_CROW, g, sr);
 
 		memcpy(row, lat, sizeof(lat));
-		cw_dsv4_rope(row, hd, c->rope_dim / 2, m->freq_comp, g * mr, 0);
+		cw_dsv_rope(row, hd, c->rope_dim / 2, m->freq_comp, g * mr, 0);
 		if (r == 0)
 			r = row_end(m, s, l, CW_DSV41_S_CROW, g, row);
 	}
@@ -450,7 +450,7 @@ static int index_source(const struct cw_dsv_model *m,
 
 	cw_dsv_lin(m, &L->iwq_b, qr, iq);
 	for (int h = 0; h < IH && r == 0; h++) {
-		cw_dsv4_rope(iq + h * Id, Id, c->rope_dim / 2, m->freq_comp, p,
+		cw_dsv_rope(iq + h * Id, Id, c->rope_dim / 2, m->freq_comp, p,
 			     0);
 		if (m->qat & CW_DSV41_QAT_INDEX_FP4)
 			r = st_kv41_idx_roundtrip(iq + h * Id, Id);
@@ -580,7 +580,7 @@ static void step_hint(const struct cw_dsv_model *m,
 			int32_t e[K];
 			float w[K];
 
-			cw_dsv4_rmsnorm(m->embed + (size_t)token * D,
+			cw_dsv_rmsnorm(m->embed + (size_t)token * D,
 					m->layers[j].ffn_norm, D,
 					c->rms_norm_eps, b);
 			cw_dsv_route(m, j, b, NULL, e, w);
@@ -621,7 +621,7 @@ static int layer_token(const struct cw_dsv_model *m,
 		/* the streams as they enter the layer, collapsed with the
 		 * lagged pre P (a guess: the FFN input adds the layer's
 		 * Engram and attention output) */
-		cw_dsv4_collapse(X, P, hc, D, u);
+		cw_dsv_collapse(X, P, hc, D, u);
 		cw_dsv_layer_hint(m, &s->run, l, p, u);
 	}
 	if (L->ei >= 0 && (r = engram(m, s, L, p, X, t, diag)) < 0)
@@ -630,16 +630,16 @@ static int layer_token(const struct cw_dsv_model *m,
 	cw_dsv41_hc_site(X, hc, D, P, L->hc_attn_fn, L->hc_attn_base,
 			 L->hc_attn_scale, c->hc_sinkhorn_iters, c->hc_eps,
 			 c->rms_norm_eps, u, pre_a, post_a, comb_a);
-	cw_dsv4_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps, a);
+	cw_dsv_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps, a);
 	r = attention(m, s, l, a, p, t, ck, y);
 	if (r < 0)
 		return st_diag_set(diag, r, "layer %d position %lld: QAT row width not a multiple of its block",
 				   l, (long long)p);
-	cw_dsv4_hc_post(X, hc, D, y, post_a, comb_a);
+	cw_dsv_hc_post(X, hc, D, y, post_a, comb_a);
 	cw_dsv41_hc_site(X, hc, D, pre_a, L->hc_ffn_fn, L->hc_ffn_base,
 			 L->hc_ffn_scale, c->hc_sinkhorn_iters, c->hc_eps,
 			 c->rms_norm_eps, u, pre_f, post_f, comb_f);
-	cw_dsv4_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, a);
+	cw_dsv_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, a);
 	cw_steptime_phase(s->tl, CW_PHASE_EXPERTS);
 	/* token 0: V4.1 routes no layer by token id */
 	r = cw_dsv_moe(m, &s->run, l, p, 0, a, y,
@@ -651,7 +651,7 @@ static int layer_token(const struct cw_dsv_model *m,
 	cw_steptime_phase(s->tl, CW_PHASE_DENSE);
 	if (r < 0)
 		return r;
-	cw_dsv4_hc_post(X, hc, D, y, post_f, comb_f);
+	cw_dsv_hc_post(X, hc, D, y, post_f, comb_f);
 	memcpy(P, pre_f, sizeof(pre_f));
 	if (dbg && dbg->selected && c->index_source[l]) {
 		const int *sel = ck->sel + ((size_t)ck->isx[l] * ck->n + t) *
@@ -686,8 +686,8 @@ static void head(const struct cw_dsv_model *m, const float *X,
 	float h[D];
 
 	/* no hc_head: the last FFN site's pre collapses the streams */
-	cw_dsv4_collapse(X, P, c->hc_mult, D, h);
-	cw_dsv4_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
+	cw_dsv_collapse(X, P, c->hc_mult, D, h);
+	cw_dsv_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
 	cw_dsv_lin(m, &m->head, h, logits);
 }
 
@@ -766,53 +766,6 @@ out:
 	return r;
 }
 
-/* kvd state: pins the sequence (restoring spilled pages) and, rows > 0,
- * reserves its first `rows` positions in every stream. */
-static int kv_begin(struct cw_dsv41_state *s, uint32_t rows,
-		    struct st_diag *diag)
-{
-	int r;
-
-	if (s->failed)
-		return st_diag_set(diag, -ST_E_STALE,
-				   "kvd sequence 0x%x: an earlier eval failed part way (rows written, window pages possibly freed); free the state and start again",
-				   s->seq);
-	r = kv_client_seq_pin(s->kv, 1, &s->seq, NULL, diag);
-	if (r < 0)
-		return r;
-	if (rows) {
-		r = kv_client_seq_reserve(s->kv, 1, &s->seq, &rows, diag);
-		if (r < 0) {
-			struct st_diag d2 = { { 0 } };
-
-			kv_client_seq_unpin(s->kv, 1, &s->seq, &d2);
-			return r;
-		}
-	}
-	s->row_missing = 0;
-	return 0;
-}
-
-/* kvd state, after kv_begin: the eval's code r (a missing row makes it
- * -ST_E_STALE), unpinned; a failure marks the state failed. */
-static int kv_end(struct cw_dsv41_state *s, int r, int from, int n,
-		  struct st_diag *diag)
-{
-	struct st_diag d2 = { { 0 } };
-	int r2;
-
-	if (r == 0 && s->row_missing)
-		r = st_diag_set(diag, -ST_E_STALE,
-				"kvd sequence 0x%x: a row of positions %d..%d was not mapped writable/resident in its pages (kvd state inconsistent; free the sequence and start it again)",
-				s->seq, from, from + n - 1);
-	if (r < 0)
-		s->failed = 1;
-	r2 = kv_client_seq_unpin(s->kv, 1, &s->seq, &d2);
-	if (r2 < 0 && r == 0)
-		r = st_diag_set(diag, r2, "%s", d2.msg);
-	return r;
-}
-
 /* Store mode: asks expertd for the Engram rows of positions p0 ..
  * p0 + n - 1 of every Engram layer as soon as their tokens are known (the
  * hash reads token ids only), so that the layers' fetches find them
@@ -865,17 +818,18 @@ int cw_dsv41_eval(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 		s->tokens = t;
 		s->tok_cap = nc;
 	}
-	if (s->kv && (r = kv_begin(s, (uint32_t)(s->len + n), diag)) < 0)
+	if (s->q.kv &&
+	    (r = cw_dsv_kv_begin(&s->q, (uint32_t)(s->len + n), diag)) < 0)
 		return r;
 	memcpy(s->tokens + s->len, ids, (size_t)n * sizeof(int32_t));
 	engram_prefetch(m, s, s->len, n);
 	if (m->es && !m->no_route_reports && !m->no_step_hints)
 		step_hint(m, s, ids[0]);
 	r = run(m, s, ids, n, s->len, 0, all_positions, logits, diag);
-	if (s->kv) {
-		int ok = r == 0 && !s->row_missing;
+	if (s->q.kv) {
+		int ok = r == 0 && !s->q.row_missing;
 
-		r = kv_end(s, r, s->len, n, diag);
+		r = cw_dsv_kv_end(&s->q, r, s->len, n, diag);
 		/* only the unpin failed: the rows are written and the logits
 		 * stand, so the state moves on (a retry of the same run is
 		 * then a replay for the caller, not a second evaluation) */
@@ -890,8 +844,8 @@ int cw_dsv41_eval(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 		 * hold other rows for them), and the CED shortcut leaves
 		 * window rows uncomputed: neither state's pages are
 		 * published */
-		if (s->kv && s->pr.ids)
-			cw_dsv_kv_after_eval(s->kv, s->seq, &s->pr, s->len,
+		if (s->q.kv && s->pr.ids)
+			cw_dsv_kv_after_eval(s->q.kv, s->q.seq, &s->pr, s->len,
 					     ids, n, !(s->ov_hi > 0 || s->ced));
 	}
 	return r;
@@ -910,7 +864,7 @@ int cw_dsv41_replay(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 					   "replay token %d (id %d) is not the prefix's token at position %d (id %d)",
 					   t, ids[t], s->len - n + t,
 					   s->tokens[s->len - n + t]);
-	if (s->kv) {
+	if (s->q.kv) {
 		/* the prefix's window rows may be in shared pages: the
 		 * replayed ones go to per-state rings instead */
 		const struct st_dsv_config *c = &m->cfg;
@@ -926,13 +880,13 @@ int cw_dsv41_replay(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 		if (s->ov_hi != s->len || s->ov_lo > s->len - n)
 			s->ov_lo = s->len - n;
 		s->ov_hi = s->len;
-		if ((r = kv_begin(s, 0, diag)) < 0)
+		if ((r = cw_dsv_kv_begin(&s->q, 0, diag)) < 0)
 			return r;
 		for (int l = 0; l < s->n_layers; l++)
 			if (s->ls[l].win_lo > s->len - n)
 				s->ls[l].win_lo = s->len - n;
 		r = run(m, s, ids, n, s->len - n, 1, 0, NULL, diag);
-		return kv_end(s, r, s->len - n, n, diag);
+		return cw_dsv_kv_end(&s->q, r, s->len - n, n, diag);
 	}
 	/* a replay rebuilds the rows from its first position on */
 	for (int l = 0; l < s->n_layers; l++)

@@ -282,7 +282,7 @@ double cw_dsv41_engram_gate(const float *x, const float *qk, const float *key,
 /*
  * One mHC site of V4.1's single pass (MODEL_FAMILY_DEEPSEEK_V4.md 3.3.1):
  * this site's mixes of the streams X [n][D] (pre [n], post [n], comb
- * [n][n], row = source stream; V4's formulas, cw_dsv4_hc_pre) and its
+ * [n][n], row = source stream; V4's formulas, cw_dsv_hc_pre) and its
  * sublayer input u [D] = sum_k lag_pre[k] X[k], collapsed with the
  * *previous* site's pre (one-hot on stream 0 before layer 0; the
  * attention site's pre at the FFN site), not its own.

@@ -3,10 +3,10 @@
  * that V4 does not have (cw_dsv41.h; formulas:
  * MODEL_FAMILY_DEEPSEEK_V4.md 3.3 and 3.5).  The shared ones (RMSNorm,
  * rope, mHC mixer, router, SwiGLU, pooling, sink attention) are V4's, in
- * cw_dsv4_ops.c.
+ * cw_dsv_ops.c.
  */
 #include "cw_dsv41.h"
-#include "cw_dsv4.h"
+#include "cw_dsv_ops.h"
 
 #include <math.h>
 #include <string.h>
@@ -97,7 +97,7 @@ void cw_dsv41_hc_site(const float *X, int n, int D, const float *lag_pre,
 		      int iters, double eps, double rms_eps, float *u,
 		      float *pre, float *post, float *comb)
 {
-	cw_dsv4_hc_pre(X, n, D, fn, base, scale, iters, eps, rms_eps, pre,
+	cw_dsv_hc_pre(X, n, D, fn, base, scale, iters, eps, rms_eps, pre,
 		       post, comb);
-	cw_dsv4_collapse(X, lag_pre, n, D, u);
+	cw_dsv_collapse(X, lag_pre, n, D, u);
 }

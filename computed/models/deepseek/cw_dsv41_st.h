@@ -53,12 +53,9 @@ struct cw_dsv41_state {
 	int n_layers;
 	struct cw_dsv41_debug *dbg;
 	struct cw_steptime *tl;  /* borrowed, NULL: no step timeline */
-	/* kvd state: kv NULL for the process-local one */
-	struct kv_client *kv;
-	uint32_t seq;
+	/* kvd state: q.kv NULL for the process-local one */
+	struct cw_dsv_kvseq q;
 	unsigned qat;     /* the QAT flags the streams were declared with */
-	int row_missing;  /* a row kvd did not map during this eval */
-	int failed;       /* an eval failed after its reservation */
 	int ov_lo, ov_hi; /* window rows of positions [ov_lo, ov_hi) come
 			   * from the ls->kv rings (SWA replay, kvd state) */
 	float *dec;       /* decode scratch: [W + index_topk + 1][hd] */

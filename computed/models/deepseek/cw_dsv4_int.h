@@ -41,11 +41,8 @@ struct cw_dsv4_state {
 	struct cw_dsv4_debug *dbg;
 	struct cw_dsv_run run;  /* the FFN site's (cw_dsv_moe.c) */
 	/* kvd state (cw_dsv4_state_new_kv): the sequence's rows are in kvd
-	 * pages; kv NULL for the process-local state */
-	struct kv_client *kv;
-	uint32_t seq;
-	int row_missing;  /* a row kvd did not map during this eval */
-	int failed;       /* an eval failed after its reservation */
+	 * pages; q.kv NULL for the process-local state */
+	struct cw_dsv_kvseq q;
 	/* prefix mode (cw_dsv4_state_new_kv with a prompt) */
 	struct cw_dsv_prompt pr;
 	float *zero_row;  /* what a missing row reads (never used for a

@@ -29,14 +29,14 @@ void cw_dsv_attn_query(const struct cw_dsv_model *m,
 	const double *fr = freqs(m, L);
 
 	cw_dsv_lin(m, &L->wq_a, a, qr);
-	cw_dsv4_rmsnorm(qr, L->q_norm, c->q_lora_rank, c->rms_norm_eps, qr);
+	cw_dsv_rmsnorm(qr, L->q_norm, c->q_lora_rank, c->rms_norm_eps, qr);
 	cw_dsv_lin(m, &L->wq_b, qr, q);
 	for (int h = 0; h < H; h++) {
 		/* V4 norms each head (unweighted); V4.1 does not */
 		if (c->revision == ST_DSV_REV_V4)
-			cw_dsv4_rmsnorm(q + h * hd, NULL, hd, c->rms_norm_eps,
+			cw_dsv_rmsnorm(q + h * hd, NULL, hd, c->rms_norm_eps,
 					q + h * hd);
-		cw_dsv4_rope(q + h * hd, hd, c->rope_dim / 2, fr, p, 0);
+		cw_dsv_rope(q + h * hd, hd, c->rope_dim / 2, fr, p, 0);
 	}
 }
 
@@ -48,12 +48,12 @@ void cw_dsv_attn_kv(const struct cw_dsv_model *m,
 	const int hd = c->head_dim;
 
 	cw_dsv_lin(m, &L->wkv, a, kv);
-	cw_dsv4_rmsnorm(kv, L->kv_norm, hd, c->rms_norm_eps, kv);
-	cw_dsv4_rope(kv, hd, c->rope_dim / 2, freqs(m, L), p, 0);
+	cw_dsv_rmsnorm(kv, L->kv_norm, hd, c->rms_norm_eps, kv);
+	cw_dsv_rope(kv, hd, c->rope_dim / 2, freqs(m, L), p, 0);
 	/* V4's KV_FP8 round trip of the nope dims (V4.1's window format is
 	 * applied where the row is stored) */
 	if (c->revision == ST_DSV_REV_V4 && (m->qat & CW_DSV4_QAT_KV_FP8))
-		cw_dsv4_fp8_roundtrip(kv, hd - c->rope_dim, 64);
+		cw_dsv_fp8_roundtrip(kv, hd - c->rope_dim, 64);
 }
 
 void cw_dsv_attn_out(const struct cw_dsv_model *m,
@@ -67,9 +67,9 @@ void cw_dsv_attn_out(const struct cw_dsv_model *m,
 	float o[H * hd], t[G * R];
 
 	for (int h = 0; h < H; h++) {
-		cw_dsv4_sink_attn(q + h * hd, rows, n_rows, hd, L->sink[h],
+		cw_dsv_sink_attn(q + h * hd, rows, n_rows, hd, L->sink[h],
 				  o + h * hd);
-		cw_dsv4_rope(o + h * hd, hd, c->rope_dim / 2, fr, p, 1);
+		cw_dsv_rope(o + h * hd, hd, c->rope_dim / 2, fr, p, 1);
 	}
 	for (int g = 0; g < G; g++)
 		cw_dsv_lin_rows(m, &L->wo_a, g * R, R,

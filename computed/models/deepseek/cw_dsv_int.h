@@ -3,7 +3,7 @@
  * computed/models/deepseek): one model struct and one layer struct for
  * every revision (cfg.revision says which; a field a revision does not
  * have stays zero / NULL), the matrix type both compute modes share, and
- * the matrix helpers (cw_dsv4_mat.c).  Matrices are row-major
+ * the matrix helpers (cw_dsv_mat.c).  Matrices are row-major
  * [rows][cols]: dequantised F32 in reference mode; in fast mode the FP8
  * ones stay E4M3 codes with expanded scales and the BF16 ones the fast
  * kernels multiply (compressors, index key projection, LM head) BF16.
@@ -16,14 +16,15 @@
 
 #include "cw_backend.h"
 #include "cw_dsv.h"
-#include "cw_dsv4.h"  /* the pieces both forward passes use */
+#include "cw_dsv4.h"
+#include "cw_dsv_ops.h"  /* the pieces both forward passes use */
 #include "cw_dsv41.h"
 #include "st_store.h"
 
 struct st_engram_hash;
 struct cw_threads;
 
-struct cw_dsv4_mat {
+struct cw_dsv_mat {
 	int rows, cols;
 	float *w;
 	int quantized;  /* stored FP8 or FP4: its input gets the ACT_FP8 trip */
@@ -38,9 +39,9 @@ struct cw_dsv4_mat {
 
 /* One compressor (main or indexer).  CSA (ratio 4, overlap): wkv/wgate
  * give 2*width values per token (series a, then b); HCA: width. */
-struct cw_dsv4_comp {
+struct cw_dsv_comp {
 	int ratio, overlap, width;
-	struct cw_dsv4_mat wkv, wgate;
+	struct cw_dsv_mat wkv, wgate;
 	float *ape;   /* [ratio][cols of wkv] */
 	float *norm;  /* [width] */
 };
@@ -52,24 +53,24 @@ struct cw_dsv_layer {
 	float *attn_norm, *ffn_norm;
 	float *hc_attn_fn, *hc_attn_base, *hc_attn_scale;
 	float *hc_ffn_fn, *hc_ffn_base, *hc_ffn_scale;
-	struct cw_dsv4_mat wq_a, wq_b, wkv, wo_a, wo_b;
+	struct cw_dsv_mat wq_a, wq_b, wkv, wo_a, wo_b;
 	float *q_norm, *kv_norm, *sink;
 	/* the indexer's query projection and head weights (V4: CSA layers;
 	 * V4.1: index sources) */
-	struct cw_dsv4_mat iwq_b, iweights;
-	struct cw_dsv4_mat gate;
+	struct cw_dsv_mat iwq_b, iweights;
+	struct cw_dsv_mat gate;
 	float *gate_bias;          /* score-routed layers */
-	struct cw_dsv4_mat sh_w1, sh_w2, sh_w3;
-	struct cw_dsv4_mat *ew1, *ew2, *ew3; /* [n_experts]; NULL: store */
+	struct cw_dsv_mat sh_w1, sh_w2, sh_w3;
+	struct cw_dsv_mat *ew1, *ew2, *ew3; /* [n_experts]; NULL: store */
 	/* ---- V4 (cw_dsv_load_attn.c) ---- */
-	struct cw_dsv4_comp comp;  /* ratio != 0 */
+	struct cw_dsv_comp comp;  /* ratio != 0 */
 	int has_indexer;           /* ratio 4 */
-	struct cw_dsv4_comp icomp;
+	struct cw_dsv_comp icomp;
 	int32_t *tid2eid;          /* hash layers: [vocab][top_k] */
 	/* ---- V4.1 (cw_dsv_load_attn.c, cw_dsv_load_engram.c) ---- */
 	int kv_src, idx_src;        /* layers whose KV / top-k it uses, -1 */
 	/* KV source: compressor (wgate only at ratio > 1) and index keys */
-	struct cw_dsv4_mat cwkv, cwgate, iwk;
+	struct cw_dsv_mat cwkv, cwgate, iwk;
 	float *cnorm, *iknorm;
 	/* Engram (ei >= 0; V4 layers: 0 and no table): table FP8
 	 * [rows][head_dim] + E8M0 [rows][head_dim / 32], wkv [(hc+1) D]
@@ -77,14 +78,14 @@ struct cw_dsv_layer {
 	int ei;
 	uint8_t *etab, *escale;
 	int64_t erows;
-	struct cw_dsv4_mat ewkv;
+	struct cw_dsv_mat ewkv;
 	float *eqk;
 };
 
 struct cw_dsv_model {
 	struct st_dsv_config cfg;      /* cfg.revision: which release */
 	float *embed, *norm;           /* [vocab][D], [D] */
-	struct cw_dsv4_mat head;       /* [vocab][D] (fast mode: BF16) */
+	struct cw_dsv_mat head;       /* [vocab][D] (fast mode: BF16) */
 	struct cw_dsv_layer *layers;
 	double *freq_main, *freq_comp; /* [rope_dim/2] */
 	unsigned qat;                  /* CW_DSV4_QAT_* or CW_DSV41_QAT_* */
@@ -114,63 +115,63 @@ struct cw_dsv_model {
 	struct cw_threads *pool;       /* fast mode: cw_dsv41_set_threads */
 };
 
-/* ---- matrices in both compute modes (cw_dsv4_mat.c; V4 and V4.1) ---- */
+/* ---- matrices in both compute modes (cw_dsv_mat.c; V4 and V4.1) ---- */
 
 /* Fast mode: m (rows, cols set) keeps the E4M3 codes w [rows][cols] as
  * they are and one float scale per (row, block of b1 inputs), 2^(S[r /
  * b0][g] - 127) from the E8M0 blocks s [ceil(rows/b0)][ceil(cols/b1)], so
  * the fast backend's F8_E4M3 kernel (group b1) computes with exactly the
- * weights cw_dsv4_fp8_dequant gives.  Owned by m (cw_dsv4_mat_free).
+ * weights cw_dsv_fp8_dequant gives.  Owned by m (cw_dsv_mat_free).
  * 0 or -ENOMEM. */
-int cw_dsv4_mat_keep_fp8(struct cw_dsv4_mat *m, const uint8_t *w,
+int cw_dsv_mat_keep_fp8(struct cw_dsv_mat *m, const uint8_t *w,
 			 const uint8_t *s, int b0, int b1);
 /* Fast mode: m (rows, cols set) keeps a BF16 [rows][cols] tensor (2 bytes
  * per weight, the fast backend's BF16 kernel).  0 or -ENOMEM. */
-int cw_dsv4_mat_keep_bf16(struct cw_dsv4_mat *m, const void *data);
+int cw_dsv_mat_keep_bf16(struct cw_dsv_mat *m, const void *data);
 /* y[rows] = m x[cols]: be NULL, the reference loop (F32 weights, one
  * double accumulation per row in input order); otherwise be's matvec on
  * the kept codes (fv) or, for a matrix kept as floats, its F32 kernel. */
-void cw_dsv4_mat_mv(const struct cw_backend_ops *be,
-		    const struct cw_dsv4_mat *m, const float *x, float *y);
+void cw_dsv_mat_mv(const struct cw_backend_ops *be,
+		    const struct cw_dsv_mat *m, const float *x, float *y);
 /* y = w a on be, split by output rows over pool (NULL or one thread: on
  * the calling thread) when w is large enough to pay for it (>= 64 rows,
  * >= 64 Ki weights; 4 tasks per thread, row boundaries on multiples of
  * 16).  Each row is still one be->matvec_act reduction, so y does not
  * depend on the thread count. */
 struct cw_threads;
-void cw_dsv4_view_mv(const struct cw_backend_ops *be, struct cw_threads *pool,
+void cw_dsv_view_mv(const struct cw_backend_ops *be, struct cw_threads *pool,
 		     const struct cw_wview *w, const struct cw_act *a,
 		     float *y);
-/* cw_dsv4_mat_mv split over pool as cw_dsv4_view_mv (be NULL, pool NULL
- * or a 4-bit matrix: cw_dsv4_mat_mv itself).  Same results. */
-void cw_dsv4_mat_mv_pool(const struct cw_backend_ops *be,
-			 struct cw_threads *pool, const struct cw_dsv4_mat *m,
+/* cw_dsv_mat_mv split over pool as cw_dsv_view_mv (be NULL, pool NULL
+ * or a 4-bit matrix: cw_dsv_mat_mv itself).  Same results. */
+void cw_dsv_mat_mv_pool(const struct cw_backend_ops *be,
+			 struct cw_threads *pool, const struct cw_dsv_mat *m,
 			 const float *x, float *y);
 /* sub = rows [r0, r0 + n) of m (borrowed views, nothing owned). */
-void cw_dsv4_mat_rows(const struct cw_dsv4_mat *m, int r0, int n,
-		      struct cw_dsv4_mat *sub);
+void cw_dsv_mat_rows(const struct cw_dsv_mat *m, int r0, int n,
+		      struct cw_dsv_mat *sub);
 /* In-memory bytes of m: 4 per F32 weight, 2 per BF16, 1 per FP8 code. */
-uint64_t cw_dsv4_mat_bytes(const struct cw_dsv4_mat *x);
+uint64_t cw_dsv_mat_bytes(const struct cw_dsv_mat *x);
 /* Frees what m owns (w, codes, fscale); m may be zeroed or half built. */
-void cw_dsv4_mat_free(struct cw_dsv4_mat *x);
+void cw_dsv_mat_free(struct cw_dsv_mat *x);
 /* The view of expert matrix x in an expertd record rec (MXFP4 codes and
  * E8M0 scales where the store's layout puts them; borrowed from the
  * slot). */
-struct cw_wview cw_dsv4_rec_view(const struct st_store_matrix *x,
+struct cw_wview cw_dsv_rec_view(const struct st_store_matrix *x,
 				 const uint8_t *rec);
 /* Expert matrix x of record rec dequantised exactly into w (rows x cols
  * floats, the caller's), *ret a borrowed F32 matrix over w. */
-void cw_dsv4_record_mat(const struct st_store_matrix *x, const uint8_t *rec,
-			float *w, struct cw_dsv4_mat *ret);
+void cw_dsv_record_mat(const struct st_store_matrix *x, const uint8_t *rec,
+			float *w, struct cw_dsv_mat *ret);
 
 /* y = w x in the model's mode (the fast backend's kernels in fast mode,
  * split over the model's threads), with V4's ACT_FP8 round trip of x
  * first when w was stored FP8/FP4 and the model has it on. */
-void cw_dsv_lin(const struct cw_dsv_model *m, const struct cw_dsv4_mat *w,
+void cw_dsv_lin(const struct cw_dsv_model *m, const struct cw_dsv_mat *w,
 		const float *x, float *y);
 /* cw_dsv_lin on rows [r0, r0 + n) of w (y [n]). */
 void cw_dsv_lin_rows(const struct cw_dsv_model *m,
-		     const struct cw_dsv4_mat *w, int r0, int n,
+		     const struct cw_dsv_mat *w, int r0, int n,
 		     const float *x, float *y);
 /* V4 with CW_DSV4_QAT_ACT_FP8 on (V4.1's flag of that value is another
  * round trip): the inputs of FP8/FP4 matmuls take the FP8 trip. */
@@ -246,9 +247,40 @@ int cw_dsv_run_init(const struct cw_dsv_model *m, struct cw_dsv_run *run);
 /* Frees run's scratch (a zeroed run is fine). */
 void cw_dsv_run_fini(struct cw_dsv_run *run);
 
-/* ---- a kvd state's prefix mode, both revisions (cw_dsv_kv.c) ---- */
+/* ---- a kvd state: its sequence, the eval's bracket and the prefix
+ * mode, every revision (cw_dsv_kv.c) ---- */
 
 struct kv_client;
+
+/*
+ * A state's kvd sequence (kv NULL: a process-local state) and the one
+ * bracket every revision's eval runs its layers in: cw_dsv_kv_begin pins
+ * the sequence (restoring spilled pages; no spill meanwhile) and, rows >
+ * 0, reserves its first `rows` positions in every stream; the eval reads
+ * and writes its rows, setting row_missing where kvd mapped none;
+ * cw_dsv_kv_end unpins it.  An eval that fails after its reservation
+ * leaves rows of the chunk written and window pages possibly freed: the
+ * state is marked failed and every later begin refuses it.
+ */
+struct cw_dsv_kvseq {
+	struct kv_client *kv;
+	uint32_t seq;
+	int row_missing;  /* a row kvd did not map during this eval */
+	int failed;       /* an eval failed after its reservation */
+};
+
+/* Pins q's sequence and (rows > 0) reserves rows [0, rows) in every
+ * stream; clears row_missing.  Errors: -ST_E_STALE (an earlier eval
+ * failed part way), kv_client_seq_pin's and _reserve's (then unpinned
+ * again; the state is not marked failed). */
+int cw_dsv_kv_begin(struct cw_dsv_kvseq *q, uint32_t rows,
+		    struct st_diag *diag);
+
+/* After cw_dsv_kv_begin: returns the eval's code r, -ST_E_STALE if r is 0
+ * but a row of positions [from, from + n) was missing, or the unpin's
+ * error if r was 0; r < 0 (after the row check) marks q failed. */
+int cw_dsv_kv_end(struct cw_dsv_kvseq *q, int r, int from, int n,
+		  struct st_diag *diag);
 
 /* The prompt a kvd state publishes in the prefix cache: its ids (owned;
  * NULL: not in prefix mode), how many of them the evals matched so far,

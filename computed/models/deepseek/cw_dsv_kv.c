@@ -4,7 +4,8 @@
  * docs/DESIGN.md 3a and 9; V4.1's formats: st_kvfmt_v41.h, model doc
  * 3.7-3.8): the declaration of every revision's streams
  * (cw_dsv_streams.c), the prefix-cache model id, the kvd sequence with
- * its prefix mode, and each revision's state_new_kv.
+ * its prefix mode, the pin/reserve/unpin bracket every revision's eval
+ * runs in (cw_dsv_kv_begin / _end), and each revision's state_new_kv.
  *
  * The forward passes read and write every row through one accessor, so
  * each is the same code for the process-local and the kvd state; V4.1
@@ -143,6 +144,49 @@ int cw_dsv_kv_seq_create(struct kv_client *kv, const int32_t *prompt,
 	return 0;
 }
 
+int cw_dsv_kv_begin(struct cw_dsv_kvseq *q, uint32_t rows,
+		    struct st_diag *diag)
+{
+	int r;
+
+	if (q->failed)
+		return st_diag_set(diag, -ST_E_STALE,
+				   "kvd sequence 0x%x: an earlier eval failed part way (rows written, window pages possibly freed); free the state and start again",
+				   q->seq);
+	r = kv_client_seq_pin(q->kv, 1, &q->seq, NULL, diag);
+	if (r < 0)
+		return r;
+	if (rows) {
+		r = kv_client_seq_reserve(q->kv, 1, &q->seq, &rows, diag);
+		if (r < 0) {
+			struct st_diag d2 = { { 0 } };
+
+			kv_client_seq_unpin(q->kv, 1, &q->seq, &d2);
+			return r;
+		}
+	}
+	q->row_missing = 0;
+	return 0;
+}
+
+int cw_dsv_kv_end(struct cw_dsv_kvseq *q, int r, int from, int n,
+		  struct st_diag *diag)
+{
+	struct st_diag d2 = { { 0 } };
+	int r2;
+
+	if (r == 0 && q->row_missing)
+		r = st_diag_set(diag, -ST_E_STALE,
+				"kvd sequence 0x%x: a row of positions %d..%d was not mapped writable/resident in its pages (kvd state inconsistent; free the sequence and start it again)",
+				q->seq, from, from + n - 1);
+	if (r < 0)
+		q->failed = 1;
+	r2 = kv_client_seq_unpin(q->kv, 1, &q->seq, &d2);
+	if (r2 < 0 && r == 0)
+		r = st_diag_set(diag, r2, "%s", d2.msg);
+	return r;
+}
+
 void cw_dsv_kv_after_eval(struct kv_client *kv, uint32_t seq,
 			  struct cw_dsv_prompt *p, int len, const int32_t *ids,
 			  int n, int publishable)
@@ -205,7 +249,7 @@ int cw_dsv4_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
 	r = cw_dsv4_state_init(m, INT_MAX, kv, &s);
 	if (r < 0)
 		return st_diag_set(diag, r, "out of memory");
-	r = cw_dsv_kv_seq_create(kv, prompt, n_prompt, &s->seq, &cached,
+	r = cw_dsv_kv_seq_create(kv, prompt, n_prompt, &s->q.seq, &cached,
 				 &s->pr, diag);
 	if (r < 0) {
 		cw_dsv4_state_free(s);
@@ -219,12 +263,12 @@ int cw_dsv4_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
 int cw_dsv4_state_publish(struct cw_dsv4_state *s, const int32_t *ids, int n,
 			  struct st_diag *diag)
 {
-	return cw_dsv_kv_publish(s->kv, s->seq, s->len, ids, n, NULL, diag);
+	return cw_dsv_kv_publish(s->q.kv, s->q.seq, s->len, ids, n, NULL, diag);
 }
 
 uint32_t cw_dsv4_state_seq(const struct cw_dsv4_state *s)
 {
-	return s->kv ? s->seq : 0;
+	return s->q.kv ? s->q.seq : 0;
 }
 
 /* ---- V4.1 ---- */
@@ -279,7 +323,7 @@ int cw_dsv41_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
 	r = cw_dsv41_state_init(m, INT_MAX, kv, &s);
 	if (r < 0)
 		return st_diag_set(diag, r, "out of memory");
-	r = cw_dsv_kv_seq_create(kv, prompt, n_prompt, &s->seq, &cached,
+	r = cw_dsv_kv_seq_create(kv, prompt, n_prompt, &s->q.seq, &cached,
 				 &s->pr, diag);
 	if (r == 0 && (int)cached > s->tok_cap) {
 		int32_t *t = realloc(s->tokens, sizeof(int32_t) * cached);
@@ -320,7 +364,7 @@ int cw_dsv41_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
 int cw_dsv41_state_publish(struct cw_dsv41_state *s, const int32_t *ids,
 			   int n, struct st_diag *diag)
 {
-	return cw_dsv_kv_publish(s->kv, s->seq, s->len, ids, n,
+	return cw_dsv_kv_publish(s->q.kv, s->q.seq, s->len, ids, n,
 				 s->ov_hi > 0 || s->ced ?
 				 "the state's window was rebuilt by SWA replay "
 				 "or skipped by the CED shortcut (rows not in "
@@ -331,5 +375,5 @@ int cw_dsv41_state_publish(struct cw_dsv41_state *s, const int32_t *ids,
 
 uint32_t cw_dsv41_state_seq(const struct cw_dsv41_state *s)
 {
-	return s->kv ? s->seq : 0;
+	return s->q.kv ? s->q.seq : 0;
 }

@@ -15,10 +15,11 @@
 #include <string.h>
 
 #include "cw_dsv4.h"
+#include "cw_dsv_ops.h"
 #include "cw_engram_es.h"
 #include "cw_threads.h"
 #include "es_client.h"
-#include "st_config_dsv4.h"
+#include "st_config_dsv_family.h"
 #include "st_config_dsv41.h"
 #include "st_engram_hash.h"
 #include "st_safetensors.h"
@@ -35,14 +36,14 @@ int cw_dsv_ld_vec(struct cw_dsv_loader *ld, const char *fmt, int l,
 }
 
 int cw_dsv_ld_fp8(struct cw_dsv_loader *ld, const char *prefix, int rows,
-		  int cols, struct cw_dsv4_mat *m)
+		  int cols, struct cw_dsv_mat *m)
 {
 	return cw_dsv_src_fp8(&ld->s, prefix, rows, cols, ld->c->fp8_block[0],
 			      ld->c->fp8_block[1], m);
 }
 
 int cw_dsv_ld_mat16(struct cw_dsv_loader *ld, const char *fmt, int l,
-		    int rows, int cols, struct cw_dsv4_mat *m)
+		    int rows, int cols, struct cw_dsv_mat *m)
 {
 	char name[256];
 
@@ -51,7 +52,7 @@ int cw_dsv_ld_mat16(struct cw_dsv_loader *ld, const char *fmt, int l,
 }
 
 int cw_dsv_ld_mat_plain(struct cw_dsv_loader *ld, const char *fmt, int l,
-			int rows, int cols, struct cw_dsv4_mat *m)
+			int rows, int cols, struct cw_dsv_mat *m)
 {
 	char name[256];
 
@@ -67,7 +68,7 @@ static const char *family_name(enum st_dsv_revision rev)
 /* A routed-expert matrix: MXFP4 (cw_dsv_src_mxfp4); V4.1 accepts an FP8
  * one (the dense format) too, detected from the stored dtype. */
 static int load_expert(struct cw_dsv_loader *ld, const char *prefix,
-		       int rows, int cols, struct cw_dsv4_mat *m)
+		       int rows, int cols, struct cw_dsv_mat *m)
 {
 	const struct st_tensor_info *tw;
 	char name[300];
@@ -220,8 +221,8 @@ static int load_model(struct cw_dsv_loader *ld, struct cw_dsv_model *m)
 	m->freq_comp = calloc(c->rope_dim / 2 + 1, sizeof(double));
 	if (!m->layers || !m->freq_main || !m->freq_comp)
 		return st_diag_set(ld->s.diag, -ENOMEM, "out of memory");
-	cw_dsv4_rope_freqs(c, 0, m->freq_main);
-	cw_dsv4_rope_freqs(c, 1, m->freq_comp);
+	cw_dsv_rope_freqs(c, 0, m->freq_main);
+	cw_dsv_rope_freqs(c, 1, m->freq_comp);
 	if ((r = cw_dsv_src_plain(&ld->s, "embed.weight", c->vocab_size, D,
 				  &m->embed)) < 0 ||
 	    (r = cw_dsv_src_mat16(&ld->s, "head.weight", c->vocab_size, D,
@@ -280,7 +281,7 @@ static enum st_dsv_revision detect_dir(const char *dir)
 
 	snprintf(path, sizeof(path), "%s/config.json", dir);
 	if (st_read_file(path, &text, &len) == 0 &&
-	    st_dsv41_config_detect(text))
+	    (st_dsv_config_detect(text) == ST_DSV_REV_V41))
 		rev = ST_DSV_REV_V41;
 	free(text);
 	return rev;
@@ -297,7 +298,7 @@ static int open_v41(const char *dir, struct cw_dsv_model *m,
 	m->qat = CW_DSV41_QAT_ALL;
 	m->prov.get_rows = cw_dsv41_engram_rows_mem;
 	m->prov.ctx = m;
-	if ((r = st_dsv41_config_load(dir, &m->cfg, diag)) < 0)
+	if ((r = st_dsv_config_load(dir, ST_DSV_REV_V41, &m->cfg, diag)) < 0)
 		return r;
 	snprintf(path, sizeof(path), "%s/engram_hash.json", dir);
 	if (m->cfg.n_engram &&
@@ -321,7 +322,7 @@ int cw_dsv_load(const char *dir, enum st_dsv_revision want,
 	if (rev == ST_DSV_REV_V41)
 		r = open_v41(dir, m, diag);
 	else
-		r = st_dsv4_config_load(dir, &m->cfg, diag);
+		r = st_dsv_config_load(dir, ST_DSV_REV_V4, &m->cfg, diag);
 	if (r < 0 || (r = st_checkpoint_open(dir, &ck, diag)) < 0)
 		goto fail;
 	ld.s.ck = ck;
@@ -427,17 +428,17 @@ out:
 	return 0;
 }
 
-static void free_comp(struct cw_dsv4_comp *cp)
+static void free_comp(struct cw_dsv_comp *cp)
 {
-	cw_dsv4_mat_free(&cp->wkv);
-	cw_dsv4_mat_free(&cp->wgate);
+	cw_dsv_mat_free(&cp->wkv);
+	cw_dsv_mat_free(&cp->wgate);
 	free(cp->ape);
 	free(cp->norm);
 }
 
 static void free_layer(struct cw_dsv_layer *L, int n_experts)
 {
-	struct cw_dsv4_mat *mats[] = {
+	struct cw_dsv_mat *mats[] = {
 		&L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b, &L->cwkv,
 		&L->cwgate, &L->iwk, &L->iwq_b, &L->iweights, &L->gate,
 		&L->sh_w1, &L->sh_w2, &L->sh_w3, &L->ewkv,
@@ -450,7 +451,7 @@ static void free_layer(struct cw_dsv_layer *L, int n_experts)
 	};
 
 	for (size_t i = 0; i < sizeof(mats) / sizeof(mats[0]); i++)
-		cw_dsv4_mat_free(mats[i]);
+		cw_dsv_mat_free(mats[i]);
 	for (size_t i = 0; i < sizeof(vecs) / sizeof(vecs[0]); i++)
 		free(vecs[i]);
 	free_comp(&L->comp);
@@ -458,11 +459,11 @@ static void free_layer(struct cw_dsv_layer *L, int n_experts)
 	free(L->tid2eid);
 	for (int e = 0; e < n_experts; e++) {
 		if (L->ew1)
-			cw_dsv4_mat_free(&L->ew1[e]);
+			cw_dsv_mat_free(&L->ew1[e]);
 		if (L->ew2)
-			cw_dsv4_mat_free(&L->ew2[e]);
+			cw_dsv_mat_free(&L->ew2[e]);
 		if (L->ew3)
-			cw_dsv4_mat_free(&L->ew3[e]);
+			cw_dsv_mat_free(&L->ew3[e]);
 	}
 	free(L->ew1);
 	free(L->ew2);
@@ -479,7 +480,7 @@ void cw_dsv_free(struct cw_dsv_model *m)
 		free_layer(&m->layers[l], m->cfg.n_experts);
 	free(m->layers);
 	free(m->embed);
-	cw_dsv4_mat_free(&m->head);
+	cw_dsv_mat_free(&m->head);
 	free(m->norm);
 	free(m->hc_head_fn);
 	free(m->hc_head_base);

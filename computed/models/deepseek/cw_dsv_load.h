@@ -31,15 +31,15 @@ int cw_dsv_ld_vec(struct cw_dsv_loader *ld, const char *fmt, int l,
 /* FP8 matrix prefix (".weight" + ".scale") [rows][cols] in the config's
  * blocks (cw_dsv_src_fp8) into m. */
 int cw_dsv_ld_fp8(struct cw_dsv_loader *ld, const char *prefix, int rows,
-		  int cols, struct cw_dsv4_mat *m);
+		  int cols, struct cw_dsv_mat *m);
 /* BF16/F32 matrix fmt (layer l put in) [rows][cols], kept BF16 in fast
  * mode (cw_dsv_src_mat16). */
 int cw_dsv_ld_mat16(struct cw_dsv_loader *ld, const char *fmt, int l,
-		    int rows, int cols, struct cw_dsv4_mat *m);
+		    int rows, int cols, struct cw_dsv_mat *m);
 /* BF16/F32 matrix fmt (layer l put in) [rows][cols], always F32
  * (cw_dsv_src_mat_plain: routers, indexer head weights). */
 int cw_dsv_ld_mat_plain(struct cw_dsv_loader *ld, const char *fmt, int l,
-			int rows, int cols, struct cw_dsv4_mat *m);
+			int rows, int cols, struct cw_dsv_mat *m);
 
 /* V4 layer l's compressor (ratio != 0) and, at ratio 4 (CSA), its
  * indexer: compressor, wq_b, weights_proj (cw_dsv_load_attn.c). */

@@ -14,7 +14,7 @@
 /* One V4 compressor (main or indexer).  CSA (ratio 4, overlap): wkv and
  * wgate give 2*width values per token; HCA: width. */
 static int load_comp(struct cw_dsv_loader *ld, int l, const char *pfx,
-		     int ratio, int width, struct cw_dsv4_comp *cp)
+		     int ratio, int width, struct cw_dsv_comp *cp)
 {
 	const int D = ld->c->hidden_size;
 	int cols = ratio == 4 ? 2 * width : width;

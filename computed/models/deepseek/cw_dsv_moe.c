@@ -30,24 +30,24 @@ void cw_dsv_route(const struct cw_dsv_model *m, int l, const float *b,
 
 	/* the reference loop in both modes: routing as reference mode's
 	 * but near ties */
-	cw_dsv4_mat_mv(NULL, &L->gate, b, logits);
+	cw_dsv_mat_mv(NULL, &L->gate, b, logits);
 	if (c->revision == ST_DSV_REV_V41)
 		for (int e = 0; e < c->n_experts; e++)
 			logits[e] = (float)(logits[e] / c->gate_temp);
-	cw_dsv4_route(logits, c->n_experts, c->top_k, hash_ids, L->gate_bias,
+	cw_dsv_route_topk(logits, c->n_experts, c->top_k, hash_ids, L->gate_bias,
 		      c->norm_topk_prob, c->routed_scaling_factor, ids, wts);
 }
 
 static void expert_ffn(const struct cw_dsv_model *m,
-		       const struct cw_dsv4_mat *w1,
-		       const struct cw_dsv4_mat *w2,
-		       const struct cw_dsv4_mat *w3, const float *x, float *y)
+		       const struct cw_dsv_mat *w1,
+		       const struct cw_dsv_mat *w2,
+		       const struct cw_dsv_mat *w3, const float *x, float *y)
 {
 	float g[w1->rows], u[w3->rows];
 
 	cw_dsv_lin(m, w1, x, g);
 	cw_dsv_lin(m, w3, x, u);
-	cw_dsv4_swiglu_clip(g, u, w1->rows, m->cfg.swiglu_limit);
+	cw_dsv_swiglu_clip(g, u, w1->rows, m->cfg.swiglu_limit);
 	cw_dsv_lin(m, w2, g, y);
 }
 
@@ -63,25 +63,25 @@ static void expert_fast(const struct cw_dsv_model *m,
 	const struct st_dsv_config *c = &m->cfg;
 	const struct cw_backend_ops *be = m->be;
 	const int D = c->hidden_size, I = c->moe_inter;
-	struct cw_wview w1 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_GATE], rec);
-	struct cw_wview w3 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_UP], rec);
-	struct cw_wview w2 = cw_dsv4_rec_view(&ly->mat[ST_EXPERT_DOWN], rec);
+	struct cw_wview w1 = cw_dsv_rec_view(&ly->mat[ST_EXPERT_GATE], rec);
+	struct cw_wview w3 = cw_dsv_rec_view(&ly->mat[ST_EXPERT_UP], rec);
+	struct cw_wview w2 = cw_dsv_rec_view(&ly->mat[ST_EXPERT_DOWN], rec);
 	float g[I], u[I];
 	struct cw_act ga;
 
 	if (c->revision == ST_DSV_REV_V41) {
-		cw_dsv4_view_mv(be, m->pool, &w1, act, g);
-		cw_dsv4_view_mv(be, m->pool, &w3, act, u);
-		cw_dsv4_swiglu_clip(g, u, I, c->swiglu_limit);
+		cw_dsv_view_mv(be, m->pool, &w1, act, g);
+		cw_dsv_view_mv(be, m->pool, &w3, act, u);
+		cw_dsv_swiglu_clip(g, u, I, c->swiglu_limit);
 		be->act_prepare(g, I, ST_DTYPE_MXFP4, gbuf, &ga);
-		cw_dsv4_view_mv(be, m->pool, &w2, &ga, out);
+		cw_dsv_view_mv(be, m->pool, &w2, &ga, out);
 		return;
 	}
 	be->matvec_act(&w1, act, g, 0, I);
 	be->matvec_act(&w3, act, u, 0, I);
-	cw_dsv4_swiglu_clip(g, u, I, c->swiglu_limit);
+	cw_dsv_swiglu_clip(g, u, I, c->swiglu_limit);
 	if (cw_dsv_act_fp8(m))
-		cw_dsv4_fp8_roundtrip(g, I, c->fp8_block[1]);
+		cw_dsv_fp8_roundtrip(g, I, c->fp8_block[1]);
 	be->matvec(&w2, g, out, 0, D);
 }
 
@@ -118,12 +118,12 @@ static void moe_each_fn(void *arg, int k, const uint8_t *rec)
 		expert_fast(m, e->ly, rec, e->act, e->run->xw2,
 			    e->out + (size_t)k * D);
 	} else {
-		struct cw_dsv4_mat w1, w2, w3;
+		struct cw_dsv_mat w1, w2, w3;
 
-		cw_dsv4_record_mat(&e->ly->mat[ST_EXPERT_GATE], rec, xw, &w1);
-		cw_dsv4_record_mat(&e->ly->mat[ST_EXPERT_UP], rec, xw + mw,
+		cw_dsv_record_mat(&e->ly->mat[ST_EXPERT_GATE], rec, xw, &w1);
+		cw_dsv_record_mat(&e->ly->mat[ST_EXPERT_UP], rec, xw + mw,
 				   &w3);
-		cw_dsv4_record_mat(&e->ly->mat[ST_EXPERT_DOWN], rec,
+		cw_dsv_record_mat(&e->ly->mat[ST_EXPERT_DOWN], rec,
 				   xw + 2 * mw, &w2);
 		expert_ffn(m, &w1, &w2, &w3, e->b, e->out + (size_t)k * D);
 	}
@@ -206,7 +206,7 @@ static int moe_pool(const struct cw_dsv_model *m, struct cw_dsv_run *run,
 
 		if (cw_dsv_act_fp8(m)) {
 			memcpy(bq, b, sizeof(bq));
-			cw_dsv4_fp8_roundtrip(bq, D, c->fp8_block[1]);
+			cw_dsv_fp8_roundtrip(bq, D, c->fp8_block[1]);
 			x = bq;
 		}
 		m->be->act_prepare(x, D, ST_DTYPE_MXFP4,
@@ -295,7 +295,7 @@ void cw_dsv_layer_hint(const struct cw_dsv_model *m, struct cw_dsv_run *run,
 	int32_t e[K];
 	struct st_diag d = { { 0 } };
 
-	cw_dsv4_rmsnorm(u, m->layers[l].ffn_norm, D, c->rms_norm_eps, b);
+	cw_dsv_rmsnorm(u, m->layers[l].ffn_norm, D, c->rms_norm_eps, b);
 	cw_dsv_route(m, l, b, NULL, e, w);
 	for (int k = 0; k < K; k++) {
 		hl[k] = l;
@@ -348,16 +348,16 @@ void cw_dsv_run_fini(struct cw_dsv_run *run)
 
 uint64_t cw_dsv_lm_head_bytes(const struct cw_dsv_model *m)
 {
-	return cw_dsv4_mat_bytes(&m->head);
+	return cw_dsv_mat_bytes(&m->head);
 }
 
 uint64_t cw_dsv_dense_bytes(const struct cw_dsv_model *m)
 {
-	uint64_t n = cw_dsv4_mat_bytes(&m->head);
+	uint64_t n = cw_dsv_mat_bytes(&m->head);
 
 	for (int l = 0; l < m->cfg.n_layers; l++) {
 		const struct cw_dsv_layer *L = &m->layers[l];
-		const struct cw_dsv4_mat *x[] = {
+		const struct cw_dsv_mat *x[] = {
 			&L->wq_a, &L->wq_b, &L->wkv, &L->wo_a, &L->wo_b,
 			&L->sh_w1, &L->sh_w2, &L->sh_w3, &L->gate,
 			&L->iwq_b, &L->iweights,
@@ -369,7 +369,7 @@ uint64_t cw_dsv_dense_bytes(const struct cw_dsv_model *m)
 		};
 
 		for (size_t i = 0; i < sizeof(x) / sizeof(x[0]); i++)
-			n += cw_dsv4_mat_bytes(x[i]);
+			n += cw_dsv_mat_bytes(x[i]);
 	}
 	return n;
 }

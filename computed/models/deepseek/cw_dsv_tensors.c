@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "cw_dsv_ops.h"
 #include "es_client.h"
 #include "st_formats.h"
 
@@ -110,7 +111,7 @@ int cw_dsv_src_check_scales(struct cw_dsv_src *s, const char *name,
 }
 
 int cw_dsv_src_fp8(struct cw_dsv_src *s, const char *prefix, int rows,
-		   int cols, int b0, int b1, struct cw_dsv4_mat *m)
+		   int cols, int b0, int b1, struct cw_dsv_mat *m)
 {
 	const struct st_tensor_info *tw, *ts;
 	const void *w, *sc;
@@ -130,7 +131,7 @@ int cw_dsv_src_fp8(struct cw_dsv_src *s, const char *prefix, int rows,
 	m->cols = cols;
 	m->quantized = 1;
 	if (s->fast) { /* E4M3 codes on the fast kernel */
-		if (cw_dsv4_mat_keep_fp8(m, w, sc, b0, b1) < 0)
+		if (cw_dsv_mat_keep_fp8(m, w, sc, b0, b1) < 0)
 			return st_diag_set(s->diag, -ENOMEM,
 					   "out of memory (%s)", prefix);
 		return 0;
@@ -139,12 +140,12 @@ int cw_dsv_src_fp8(struct cw_dsv_src *s, const char *prefix, int rows,
 	if (!m->w)
 		return st_diag_set(s->diag, -ENOMEM, "out of memory (%s)",
 				   prefix);
-	cw_dsv4_fp8_dequant(w, sc, rows, cols, b0, b1, m->w);
+	cw_dsv_fp8_dequant(w, sc, rows, cols, b0, b1, m->w);
 	return 0;
 }
 
 int cw_dsv_src_mxfp4(struct cw_dsv_src *s, const char *prefix, int rows,
-		     int cols, struct cw_dsv4_mat *m)
+		     int cols, struct cw_dsv_mat *m)
 {
 	const struct st_tensor_info *tw, *ts;
 	const uint8_t *w, *sc;
@@ -180,7 +181,7 @@ int cw_dsv_src_mxfp4(struct cw_dsv_src *s, const char *prefix, int rows,
 }
 
 int cw_dsv_src_mat_plain(struct cw_dsv_src *s, const char *name, int rows,
-			 int cols, struct cw_dsv4_mat *m)
+			 int cols, struct cw_dsv_mat *m)
 {
 	m->rows = rows;
 	m->cols = cols;
@@ -188,7 +189,7 @@ int cw_dsv_src_mat_plain(struct cw_dsv_src *s, const char *name, int rows,
 }
 
 int cw_dsv_src_mat16(struct cw_dsv_src *s, const char *name, int rows,
-		     int cols, struct cw_dsv4_mat *m)
+		     int cols, struct cw_dsv_mat *m)
 {
 	const struct st_tensor_info *t = cw_dsv_src_lookup(s, name, NULL);
 	const void *data;
@@ -201,7 +202,7 @@ int cw_dsv_src_mat16(struct cw_dsv_src *s, const char *name, int rows,
 		return r;
 	m->rows = rows;
 	m->cols = cols;
-	if (cw_dsv4_mat_keep_bf16(m, data) < 0)
+	if (cw_dsv_mat_keep_bf16(m, data) < 0)
 		return st_diag_set(s->diag, -ENOMEM, "out of memory (%s)",
 				   name);
 	return 0;

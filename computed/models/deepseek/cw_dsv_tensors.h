@@ -63,12 +63,12 @@ int cw_dsv_src_check_scales(struct cw_dsv_src *s, const char *name,
 
 /*
  * <prefix>.weight F8_E4M3 [rows, cols] + <prefix>.scale F8_E8M0 in
- * blocks of b0 x b1 into m: dequantised exactly (cw_dsv4_fp8_dequant), or
- * in fast mode the codes and expanded scales (cw_dsv4_mat_keep_fp8).
+ * blocks of b0 x b1 into m: dequantised exactly (cw_dsv_fp8_dequant), or
+ * in fast mode the codes and expanded scales (cw_dsv_mat_keep_fp8).
  * Errors: as find, -ST_E_FORMAT (a NaN scale), -ENOMEM.
  */
 int cw_dsv_src_fp8(struct cw_dsv_src *s, const char *prefix, int rows,
-		   int cols, int b0, int b1, struct cw_dsv4_mat *m);
+		   int cols, int b0, int b1, struct cw_dsv_mat *m);
 
 /*
  * <prefix>.weight I8 [rows, cols/2] packed E2M1 (OCP nibble order) +
@@ -77,17 +77,17 @@ int cw_dsv_src_fp8(struct cw_dsv_src *s, const char *prefix, int rows,
  * -ST_E_FORMAT (a NaN scale), -ENOMEM.
  */
 int cw_dsv_src_mxfp4(struct cw_dsv_src *s, const char *prefix, int rows,
-		     int cols, struct cw_dsv4_mat *m);
+		     int cols, struct cw_dsv_mat *m);
 
 /* A BF16/F32 [rows, cols] matrix as F32 into m (cw_dsv_src_plain). */
 int cw_dsv_src_mat_plain(struct cw_dsv_src *s, const char *name, int rows,
-			 int cols, struct cw_dsv4_mat *m);
+			 int cols, struct cw_dsv_mat *m);
 
 /* A matrix the fast kernels multiply (compressors, index key projection,
  * LM head): in fast mode a BF16 tensor stays BF16 (2 bytes per weight,
  * the fast backend's BF16 kernel), otherwise as cw_dsv_src_mat_plain. */
 int cw_dsv_src_mat16(struct cw_dsv_src *s, const char *name, int rows,
-		     int cols, struct cw_dsv4_mat *m);
+		     int cols, struct cw_dsv_mat *m);
 
 /*
  * Makes the store st (borrowed; must outlive the source) the source of s:

@@ -1,6 +1,6 @@
 /*
- * cw_dsv4_mat.c — the weight matrices of the DeepSeek-V4 family (V4 and
- * V4.1; struct cw_dsv4_mat, cw_dsv4_int.h) in both compute modes: kept as
+ * cw_dsv_mat.c — the weight matrices of the DeepSeek-V4 family (V4 and
+ * V4.1; struct cw_dsv_mat, cw_dsv4_int.h) in both compute modes: kept as
  * F32 (reference mode) or as stored (fast mode: FP8 E4M3 codes with
  * expanded scales, BF16), multiplied by the exact double-accumulating
  * loop or the fast backend's kernels, and the expert matrices of an
@@ -17,7 +17,7 @@
 #include "st_mxfp4il.h"
 #include "st_util.h"
 
-int cw_dsv4_mat_keep_fp8(struct cw_dsv4_mat *m, const uint8_t *w,
+int cw_dsv_mat_keep_fp8(struct cw_dsv_mat *m, const uint8_t *w,
 			 const uint8_t *s, int b0, int b1)
 {
 	const int ng = (m->cols + b1 - 1) / b1;
@@ -43,7 +43,7 @@ int cw_dsv4_mat_keep_fp8(struct cw_dsv4_mat *m, const uint8_t *w,
 	return 0;
 }
 
-int cw_dsv4_mat_keep_bf16(struct cw_dsv4_mat *m, const void *data)
+int cw_dsv_mat_keep_bf16(struct cw_dsv_mat *m, const void *data)
 {
 	m->codes = malloc((size_t)m->rows * m->cols * 2);
 	if (!m->codes)
@@ -58,8 +58,8 @@ int cw_dsv4_mat_keep_bf16(struct cw_dsv4_mat *m, const void *data)
 	return 0;
 }
 
-void cw_dsv4_mat_mv(const struct cw_backend_ops *be,
-		    const struct cw_dsv4_mat *m, const float *x, float *y)
+void cw_dsv_mat_mv(const struct cw_backend_ops *be,
+		    const struct cw_dsv_mat *m, const float *x, float *y)
 {
 	if (be) {
 		struct cw_wview v = { .dtype = ST_DTYPE_F32, .data = m->w,
@@ -78,8 +78,8 @@ void cw_dsv4_mat_mv(const struct cw_backend_ops *be,
 	}
 }
 
-void cw_dsv4_mat_rows(const struct cw_dsv4_mat *m, int r0, int n,
-		      struct cw_dsv4_mat *sub)
+void cw_dsv_mat_rows(const struct cw_dsv_mat *m, int r0, int n,
+		      struct cw_dsv_mat *sub)
 {
 	memset(sub, 0, sizeof(*sub));
 	sub->rows = n;
@@ -103,14 +103,14 @@ void cw_dsv4_mat_rows(const struct cw_dsv4_mat *m, int r0, int n,
 	}
 }
 
-uint64_t cw_dsv4_mat_bytes(const struct cw_dsv4_mat *x)
+uint64_t cw_dsv_mat_bytes(const struct cw_dsv_mat *x)
 {
 	return (uint64_t)x->rows * x->cols *
 	       (!x->codes ? sizeof(float) :
 		x->fv.dtype == ST_DTYPE_BF16 ? 2 : 1);
 }
 
-void cw_dsv4_mat_free(struct cw_dsv4_mat *x)
+void cw_dsv_mat_free(struct cw_dsv_mat *x)
 {
 	free(x->w);
 	free(x->codes);
@@ -120,7 +120,7 @@ void cw_dsv4_mat_free(struct cw_dsv4_mat *x)
 	x->fscale = NULL;
 }
 
-struct cw_wview cw_dsv4_rec_view(const struct st_store_matrix *x,
+struct cw_wview cw_dsv_rec_view(const struct st_store_matrix *x,
 				 const uint8_t *rec)
 {
 	return (struct cw_wview){
@@ -135,8 +135,8 @@ struct cw_wview cw_dsv4_rec_view(const struct st_store_matrix *x,
 	};
 }
 
-void cw_dsv4_record_mat(const struct st_store_matrix *x, const uint8_t *rec,
-			float *w, struct cw_dsv4_mat *ret)
+void cw_dsv_record_mat(const struct st_store_matrix *x, const uint8_t *rec,
+			float *w, struct cw_dsv_mat *ret)
 {
 	const int rows = (int)x->rows, cols = (int)x->cols;
 
@@ -179,7 +179,7 @@ static void mv_task(void *arg, int task, int n_tasks)
 		j->be->matvec_act(j->w, j->a, j->y, r0, r1);
 }
 
-void cw_dsv4_view_mv(const struct cw_backend_ops *be, struct cw_threads *pool,
+void cw_dsv_view_mv(const struct cw_backend_ops *be, struct cw_threads *pool,
 		     const struct cw_wview *w, const struct cw_act *a,
 		     float *y)
 {
@@ -192,8 +192,8 @@ void cw_dsv4_view_mv(const struct cw_backend_ops *be, struct cw_threads *pool,
 		be->matvec_act(w, a, y, 0, w->rows);
 }
 
-void cw_dsv4_mat_mv_pool(const struct cw_backend_ops *be,
-			 struct cw_threads *pool, const struct cw_dsv4_mat *m,
+void cw_dsv_mat_mv_pool(const struct cw_backend_ops *be,
+			 struct cw_threads *pool, const struct cw_dsv_mat *m,
 			 const float *x, float *y)
 {
 	struct cw_wview v = { .dtype = ST_DTYPE_F32, .data = m->w,
@@ -206,13 +206,13 @@ void cw_dsv4_mat_mv_pool(const struct cw_backend_ops *be,
 	if (!be || !pool || w->dtype == ST_DTYPE_MXFP4 ||
 	    w->dtype == ST_DTYPE_NVFP4 || w->dtype == ST_DTYPE_E2M1_F16 ||
 	    (need && !(buf = malloc(need)))) {
-		cw_dsv4_mat_mv(be, m, x, y);
+		cw_dsv_mat_mv(be, m, x, y);
 		return;
 	}
 	/* float activations for these formats, and for FP8 in fast mode
 	 * their BF16 split (cw_kern_fp8_act_prepare) in buf */
 	be->act_prepare(x, w->cols, w->dtype, buf, &a);
-	cw_dsv4_view_mv(be, pool, w, &a, y);
+	cw_dsv_view_mv(be, pool, w, &a, y);
 	free(buf);
 }
 
@@ -223,26 +223,26 @@ int cw_dsv_act_fp8(const struct cw_dsv_model *m)
 	       (m->qat & CW_DSV4_QAT_ACT_FP8);
 }
 
-void cw_dsv_lin(const struct cw_dsv_model *m, const struct cw_dsv4_mat *w,
+void cw_dsv_lin(const struct cw_dsv_model *m, const struct cw_dsv_mat *w,
 		const float *x, float *y)
 {
 	if (cw_dsv_act_fp8(m) && w->quantized) {
 		float xq[w->cols];
 
 		memcpy(xq, x, sizeof(xq));
-		cw_dsv4_fp8_roundtrip(xq, w->cols, m->cfg.fp8_block[1]);
-		cw_dsv4_mat_mv_pool(m->be, m->pool, w, xq, y);
+		cw_dsv_fp8_roundtrip(xq, w->cols, m->cfg.fp8_block[1]);
+		cw_dsv_mat_mv_pool(m->be, m->pool, w, xq, y);
 	} else {
-		cw_dsv4_mat_mv_pool(m->be, m->pool, w, x, y);
+		cw_dsv_mat_mv_pool(m->be, m->pool, w, x, y);
 	}
 }
 
 void cw_dsv_lin_rows(const struct cw_dsv_model *m,
-		     const struct cw_dsv4_mat *w, int r0, int n,
+		     const struct cw_dsv_mat *w, int r0, int n,
 		     const float *x, float *y)
 {
-	struct cw_dsv4_mat sub;
+	struct cw_dsv_mat sub;
 
-	cw_dsv4_mat_rows(w, r0, n, &sub);
+	cw_dsv_mat_rows(w, r0, n, &sub);
 	cw_dsv_lin(m, &sub, x, y);
 }

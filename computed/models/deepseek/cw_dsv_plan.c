@@ -1,5 +1,5 @@
 /*
- * cw_dsv4_plan.c — DeepSeek-V4-Flash and V4.1-Flash described for the
+ * cw_dsv_plan.c — DeepSeek-V4-Flash and V4.1-Flash described for the
  * capacity planner (common/st_plan.h), exactly as strata stores and runs
  * them: dense weights in their checkpoint formats (FP8 E4M3 + E8M0 block
  * scales, BF16, F32, I64 tid2eid; MTP skipped), routed experts as the
@@ -10,7 +10,7 @@
  * formats (3.7/3.8: FP8 window rows, FP4 compressed rows and index keys,
  * 890 B per token) and its Engram tables (on NVMe).
  */
-#include "cw_dsv4_plan.h"
+#include "cw_dsv_plan.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -89,7 +89,7 @@ static void v4_dense(const struct st_dsv_config *c, int params,
 	*ret_attn = attn;
 }
 
-void cw_dsv4_plan_dense_bytes(const struct st_dsv_config *c,
+void cw_dsv_plan_dense_bytes(const struct st_dsv_config *c,
 			      uint64_t *ret_dense, uint64_t *ret_attn)
 {
 	v4_dense(c, 0, ret_dense, ret_attn);
@@ -157,7 +157,8 @@ static int plan_v4(const char *text, const char *source,
 	uint64_t rb;
 	int r;
 
-	if ((r = st_dsv4_config_parse(text, source, &c, diag)) < 0)
+	if ((r = st_dsv_config_parse(text, source,
+				     ST_DSV_REV_V4, &c, diag)) < 0)
 		return r;
 	memset(m, 0, sizeof(*m));
 	snprintf(m->name, sizeof(m->name), "deepseek_v4");
@@ -174,11 +175,11 @@ static int plan_v4(const char *text, const char *source,
 	m->max_context = c.max_position_embeddings;
 	m->expert_params = (uint64_t)c.n_layers * c.n_experts * 3ull *
 			   c.hidden_size * c.moe_inter;
-	st_dsv4_expert_config(&c, &ec);
+	st_dsv_expert_config(&c, &ec);
 	if ((r = st_store_layout(&ec, f3, mat, &rb, diag)) < 0)
 		return r;
 	m->record_stored_bytes = rb;
-	cw_dsv4_plan_dense_bytes(&c, &m->dense_stored_bytes,
+	cw_dsv_plan_dense_bytes(&c, &m->dense_stored_bytes,
 				 &m->attn_stored_bytes);
 	v4_dense(&c, 1, &m->dense_params, &m->attn_params);
 	return add_v4_streams(&c, m, diag);
@@ -186,7 +187,7 @@ static int plan_v4(const char *text, const char *source,
 
 /* --- V4.1 ------------------------------------------------------------------ */
 
-/* The V4.1 model from its config (st_dsv41_config_parse, the one V4.1
+/* The V4.1 model from its config (st_dsv_config_parse, the one V4.1
  * config reader; the store-only checks of st_dsv41_config_check_store). */
 static int plan_v41(const char *text, const char *source,
 		    struct st_plan_model *m, struct st_diag *diag)
@@ -197,7 +198,7 @@ static int plan_v41(const char *text, const char *source,
 
 	if (!c)
 		return st_diag_set(diag, -ENOMEM, "out of memory");
-	if ((r = st_dsv41_config_parse(text, source, c, diag)) ||
+	if ((r = st_dsv_config_parse(text, source, ST_DSV_REV_V41, c, diag)) ||
 	    (r = st_dsv41_config_check_store(c, source, diag))) {
 		free(c);
 		return r;
@@ -340,7 +341,7 @@ static int plan_v41(const char *text, const char *source,
 	return 0;
 }
 
-int cw_dsv4_plan_model(const char *text, const char *source,
+int cw_dsv_plan_model(const char *text, const char *source,
 		       struct st_plan_model *ret, struct st_diag *diag)
 {
 	json_error_t jerr;
@@ -378,7 +379,7 @@ static uint64_t window_bytes(const struct st_plan_model *m, enum st_dtype dt)
 	return sum;
 }
 
-void cw_dsv4_plan_print_doc(const struct st_plan_model *m,
+void cw_dsv_plan_print_doc(const struct st_plan_model *m,
 			    const struct st_plan_opts *o,
 			    const struct st_plan_result *r, FILE *f)
 {

@@ -1,16 +1,16 @@
 /*
- * cw_dsv4_ops.c — the numeric pieces of the DeepSeek-V4 forward pass
+ * cw_dsv_ops.c — the numeric pieces of the DeepSeek-V4 forward pass
  * (cw_dsv4.h; formulas: MODEL_FAMILY_DEEPSEEK_V4.md 2.4-2.5).  Reference
  * mode: float32 storage, double accumulation.
  */
-#include "cw_dsv4.h"
+#include "cw_dsv_ops.h"
 
 #include <math.h>
 #include <string.h>
 
 #include "st_formats.h"
 
-void cw_dsv4_rmsnorm(const float *x, const float *w, int n, double eps,
+void cw_dsv_rmsnorm(const float *x, const float *w, int n, double eps,
 		     float *y)
 {
 	double ss = 0.0, r;
@@ -22,7 +22,7 @@ void cw_dsv4_rmsnorm(const float *x, const float *w, int n, double eps,
 		y[i] = (float)(x[i] * r * (w ? w[i] : 1.0f));
 }
 
-void cw_dsv4_rope_freqs(const struct st_dsv_config *c, int compress,
+void cw_dsv_rope_freqs(const struct st_dsv_config *c, int compress,
 			double *inv_freq)
 {
 	int d = c->rope_dim, half = d / 2;
@@ -59,7 +59,7 @@ void cw_dsv4_rope_freqs(const struct st_dsv_config *c, int compress,
 	}
 }
 
-void cw_dsv4_rope(float *x, int dim, int n_pairs, const double *inv_freq,
+void cw_dsv_rope(float *x, int dim, int n_pairs, const double *inv_freq,
 		  int64_t pos, int inverse)
 {
 	float *t = x + dim - 2 * n_pairs;
@@ -79,7 +79,7 @@ static double sigmoid(double x)
 	return 1.0 / (1.0 + exp(-x));
 }
 
-void cw_dsv4_hc_pre(const float *X, int n, int D, const float *fn,
+void cw_dsv_hc_pre(const float *X, int n, int D, const float *fn,
 		    const float *base, const float *scale, int iters,
 		    double eps, double rms_eps, float *pre, float *post,
 		    float *comb)
@@ -144,7 +144,7 @@ void cw_dsv4_hc_pre(const float *X, int n, int D, const float *fn,
 			comb[i * n + j] = (float)M[i][j];
 }
 
-void cw_dsv4_hc_post(float *X, int n, int D, const float *y,
+void cw_dsv_hc_post(float *X, int n, int D, const float *y,
 		     const float *post, const float *comb)
 {
 	float old[n * D];
@@ -165,7 +165,7 @@ static double softplus(double x)
 	return x > 30 ? x : log1p(exp(x));
 }
 
-void cw_dsv4_route(const float *logits, int n_experts, int top_k,
+void cw_dsv_route_topk(const float *logits, int n_experts, int top_k,
 		   const int32_t *hash_ids, const float *bias, int normalise,
 		   double scale, int32_t *ids, float *weights)
 {
@@ -201,7 +201,7 @@ void cw_dsv4_route(const float *logits, int n_experts, int top_k,
 					  s[ids[k]]) * scale);
 }
 
-void cw_dsv4_swiglu_clip(float *g, const float *u, int n, double limit)
+void cw_dsv_swiglu_clip(float *g, const float *u, int n, double limit)
 {
 	for (int i = 0; i < n; i++) {
 		double a = g[i] < limit ? g[i] : limit;
@@ -211,7 +211,7 @@ void cw_dsv4_swiglu_clip(float *g, const float *u, int n, double limit)
 	}
 }
 
-void cw_dsv4_pool(const float *const *c, const float *const *z, int n_slots,
+void cw_dsv_pool(const float *const *c, const float *const *z, int n_slots,
 		  int width, float *out)
 {
 	for (int j = 0; j < width; j++) {
@@ -230,7 +230,7 @@ void cw_dsv4_pool(const float *const *c, const float *const *z, int n_slots,
 	}
 }
 
-void cw_dsv4_sink_attn(const float *q, const float *const *rows, int n_rows,
+void cw_dsv_sink_attn(const float *q, const float *const *rows, int n_rows,
 		       int dim, float sink, float *out)
 {
 	double sc[n_rows > 0 ? n_rows : 1], mx = sink, den, acc[dim];
@@ -258,7 +258,7 @@ void cw_dsv4_sink_attn(const float *q, const float *const *rows, int n_rows,
 		out[i] = (float)(acc[i] / den);
 }
 
-void cw_dsv4_fp8_dequant(const uint8_t *w, const uint8_t *scale, int rows,
+void cw_dsv_fp8_dequant(const uint8_t *w, const uint8_t *scale, int rows,
 			 int cols, int b0, int b1, float *out)
 {
 	int sc = (cols + b1 - 1) / b1;
@@ -271,7 +271,7 @@ void cw_dsv4_fp8_dequant(const uint8_t *w, const uint8_t *scale, int rows,
 						     i / b1]);
 }
 
-void cw_dsv4_fp8_roundtrip(float *x, int n, int block)
+void cw_dsv_fp8_roundtrip(float *x, int n, int block)
 {
 	for (int b0 = 0; b0 < n; b0 += block) {
 		int b1 = b0 + block < n ? b0 + block : n;
@@ -291,7 +291,7 @@ void cw_dsv4_fp8_roundtrip(float *x, int n, int block)
 	}
 }
 
-void cw_dsv4_fp4_roundtrip(float *x, int n, int block)
+void cw_dsv_fp4_roundtrip(float *x, int n, int block)
 {
 	for (int b0 = 0; b0 < n; b0 += block) {
 		int b1 = b0 + block < n ? b0 + block : n;
@@ -311,7 +311,7 @@ void cw_dsv4_fp4_roundtrip(float *x, int n, int block)
 	}
 }
 
-void cw_dsv4_hadamard(float *x, int n)
+void cw_dsv_hadamard(float *x, int n)
 {
 	double k = 1.0 / sqrt((double)n);
 
@@ -327,7 +327,7 @@ void cw_dsv4_hadamard(float *x, int n)
 		x[i] = (float)(x[i] * k);
 }
 
-void cw_dsv4_collapse(const float *X, const float *pre, int n, int D,
+void cw_dsv_collapse(const float *X, const float *pre, int n, int D,
 		      float *u)
 {
 	for (int d = 0; d < D; d++) {
