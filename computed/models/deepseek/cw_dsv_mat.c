@@ -210,7 +210,8 @@ void cw_dsv_mat_mv_pool(const struct cw_backend_ops *be,
 		return;
 	}
 	/* float activations for these formats, and for FP8 in fast mode
-	 * their BF16 split (cw_kern_fp8_act_prepare) in buf */
+	 * their copy in the BF16 kernel's lane order
+	 * (cw_kern_fp8_act_prepare) in buf */
 	be->act_prepare(x, w->cols, w->dtype, buf, &a);
 	cw_dsv_view_mv(be, pool, w, &a, y);
 	free(buf);
