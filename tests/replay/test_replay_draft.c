@@ -31,13 +31,8 @@ static struct es_replay_stats run_draft(const struct es_trace *t,
 				    .draft_per_step = per_step,
 				    .draft_no_wrong = no_wrong,
 				    .draft_prefetch = prefetch };
-	struct es_replay_stats st;
 
-	assert_int_equal(es_replay_run(t, p, &o, &st, NULL), 0);
-	assert_int_equal(st.hits + st.misses, st.accesses);
-	assert_false(st.over_capacity);
-	assert_false(st.pinned_evicted);
-	return st;
+	return rt_run(t, p, &o);
 }
 
 static struct es_replay_stats run_plain(const struct es_trace *t,

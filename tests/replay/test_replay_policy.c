@@ -22,13 +22,8 @@ static struct es_replay_stats run(const struct es_trace *t,
 {
 	struct es_replay_opts o = { .n_slots = slots, .per_layer = per_layer,
 				    .lookahead = d, .prefetch = prefetch };
-	struct es_replay_stats st;
 
-	assert_int_equal(es_replay_run(t, p, &o, &st, NULL), 0);
-	assert_int_equal(st.hits + st.misses, st.accesses);
-	assert_false(st.over_capacity);
-	assert_false(st.pinned_evicted);
-	return st;
+	return rt_run(t, p, &o);
 }
 
 /* One layer, top-1, 2 slots: 0 1 2 0 1 3 0.
