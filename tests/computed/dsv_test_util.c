@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "es_client.h"
+#include "es_convert.h"
 #include "st_util.h"
 #include "test_daemons.h"
 #include "test_util.h"
@@ -332,5 +333,21 @@ int dsvt_copy_without(const char *dir, const char *file, const char *key,
 		return -1;
 	}
 	json_decref(j);
+	return 0;
+}
+
+int dsvt_convert_tmp(const char *dir, char *tmp, size_t tcap, char *store,
+		     size_t scap)
+{
+	struct st_diag diag = { { 0 } };
+	struct es_convert_opts o;
+
+	st_test_tmpdir(tmp, tcap);
+	snprintf(store, scap, "%s/store", tmp);
+	es_convert_opts_init(&o);
+	if (es_convert(dir, store, &o, &diag)) {
+		fprintf(stderr, "convert %s: %s\n", dir, diag.msg);
+		return -1;
+	}
 	return 0;
 }

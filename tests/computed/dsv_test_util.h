@@ -156,4 +156,13 @@ int dsvt_top1_ok(const json_t *rec, const float *lg, int V, double gap,
 int dsvt_copy_without(const char *dir, const char *file, const char *key,
 		      char *ret_dir, size_t cap);
 
+/*
+ * Converts the checkpoint in dir with the default options into a store
+ * at <tmp>/store, tmp a new temp directory (its path into tmp[tcap], the
+ * store's into store[scap]; remove tmp with st_rm_rf).  0, or -1 with
+ * the converter's message printed.
+ */
+int dsvt_convert_tmp(const char *dir, char *tmp, size_t tcap, char *store,
+		     size_t scap);
+
 #endif

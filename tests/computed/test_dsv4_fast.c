@@ -190,7 +190,6 @@ int main(int argc, char **argv)
 	char dir[4096], tmp[4096], store[4200];
 	const char *args[] = { "--store", store, "--host-budget", "25%", NULL };
 	struct st_diag diag = { { 0 } };
-	struct es_convert_opts o;
 	struct cw_dsv_model *ref = NULL, *fm = NULL;
 	struct cw_dsv_run_stats rs = { 0 };
 	struct st_test_inst inst;
@@ -206,13 +205,8 @@ int main(int argc, char **argv)
 		st_test_fixture_model("tiny-deepseek-v4", dir, sizeof(dir));
 	if (!cp)
 		return 1;
-	st_test_tmpdir(tmp, sizeof(tmp));
-	snprintf(store, sizeof(store), "%s/store", tmp);
-	es_convert_opts_init(&o);
-	if (es_convert(dir, store, &o, &diag)) {
-		fprintf(stderr, "convert %s: %s\n", dir, diag.msg);
+	if (dsvt_convert_tmp(dir, tmp, sizeof(tmp), store, sizeof(store)))
 		return 1;
-	}
 	if (cw_dsv_load(dir, ST_DSV_REV_V4, CW_COMPUTE_REFERENCE, &ref,
 			&diag)) {
 		fprintf(stderr, "cw_dsv_load: %s\n", diag.msg);

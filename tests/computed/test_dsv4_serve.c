@@ -87,7 +87,6 @@ int main(void)
 	const char *kv_args[] = { NULL };
 	char dir[4096], tmp[4096], store[4200];
 	struct st_diag diag = { { 0 } };
-	struct es_convert_opts o;
 	struct cw_dsv_model *ref = NULL;
 	struct cw_model_opts mo = { 0 };
 	struct st_test_inst inst;
@@ -103,13 +102,8 @@ int main(void)
 	int V, r;
 
 	st_test_fixture_model("tiny-deepseek-v4", dir, sizeof(dir));
-	st_test_tmpdir(tmp, sizeof(tmp));
-	snprintf(store, sizeof(store), "%s/store", tmp);
-	es_convert_opts_init(&o);
-	if (es_convert(dir, store, &o, &diag)) {
-		fprintf(stderr, "convert: %s\n", diag.msg);
+	if (dsvt_convert_tmp(dir, tmp, sizeof(tmp), store, sizeof(store)))
 		return 1;
-	}
 	if (cw_dsv_load(dir, ST_DSV_REV_V4, CW_COMPUTE_REFERENCE, &ref,
 			&diag)) {
 		fprintf(stderr, "cw_dsv_load: %s\n", diag.msg);

@@ -311,7 +311,6 @@ int main(int argc, char **argv)
 								      NULL;
 	char dir[4096], tmp[4096], store[4200];
 	struct st_diag diag = { { 0 } };
-	struct es_convert_opts o;
 	struct cw_dsv_model *ref = NULL;
 	json_t *refj, *cases;
 
@@ -320,13 +319,8 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	st_test_fixture_model(rv->fixture, dir, sizeof(dir));
-	st_test_tmpdir(tmp, sizeof(tmp));
-	snprintf(store, sizeof(store), "%s/store", tmp);
-	es_convert_opts_init(&o);
-	if (es_convert(dir, store, &o, &diag)) {
-		fprintf(stderr, "convert: %s\n", diag.msg);
+	if (dsvt_convert_tmp(dir, tmp, sizeof(tmp), store, sizeof(store)))
 		return 1;
-	}
 	if (cw_dsv_load(dir, rv->rev, CW_COMPUTE_REFERENCE, &ref, &diag)) {
 		fprintf(stderr, "cw_dsv_load: %s\n", diag.msg);
 		return 1;
@@ -346,10 +340,12 @@ int main(int argc, char **argv)
 	if (rv->rev == ST_DSV_REV_V41) {
 		/* a V4 store is not taken for a V4.1 one */
 		char v4dir[4096], v4store[4200];
+		struct es_convert_opts o;
 		struct cw_dsv_model *x = NULL;
 
 		st_test_fixture_model("tiny-deepseek-v4", v4dir, sizeof(v4dir));
 		snprintf(v4store, sizeof(v4store), "%s/store-v4", tmp);
+		es_convert_opts_init(&o);
 		CHECK(es_convert(v4dir, v4store, &o, &diag) == 0,
 		      "convert V4: %s", diag.msg);
 		CHECK(cw_dsv_load_store(v4store, NULL, ST_DSV_REV_V41,

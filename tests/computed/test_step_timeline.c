@@ -220,18 +220,11 @@ out:
 int main(void)
 {
 	char dir[4096], tmp[4096], store[4200];
-	struct st_diag diag = { { 0 } };
-	struct es_convert_opts o;
 
 	test_phase_clock();
 	st_test_fixture_model("tiny-deepseek-v41", dir, sizeof(dir));
-	st_test_tmpdir(tmp, sizeof(tmp));
-	snprintf(store, sizeof(store), "%s/store", tmp);
-	es_convert_opts_init(&o);
-	if (es_convert(dir, store, &o, &diag)) {
-		fprintf(stderr, "convert: %s\n", diag.msg);
+	if (dsvt_convert_tmp(dir, tmp, sizeof(tmp), store, sizeof(store)))
 		return 1;
-	}
 	test_run(store);
 	st_rm_rf(tmp);
 	return dsvt_finish(n_fail);
