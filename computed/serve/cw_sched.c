@@ -256,8 +256,20 @@ static int eval_step(struct cw_sched *s, struct cw_batch_tok *toks, int n,
 		if (cw_gen_pin_steps(reqs[i]->gen))
 			s->pins[n_pins++] = cw_gen_seq(reqs[i]->gen);
 	if (n_pins) {
+		int missing = 0;
+		uint64_t t0;
+
+		/* sequences with spilled pages now: this pin restores them
+		 * while the step waits (from shared memory, no message) */
+		for (int i = 0; i < n_pins; i++)
+			missing += kv_client_seq_resident(s->kv,
+							  s->pins[i]) == 0;
 		cw_steptime_phase(s->o.tl, CW_PHASE_KV);
+		t0 = st_now_ns();
 		r = kv_client_seq_pin(s->kv, n_pins, s->pins, NULL, diag);
+		if (s->metrics)
+			cw_metrics_kv_pin(s->metrics, st_now_ns() - t0,
+					  missing);
 		cw_steptime_phase(s->o.tl, CW_PHASE_NONE);
 		if (r < 0)
 			return r;
