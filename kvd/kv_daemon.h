@@ -503,6 +503,10 @@ struct kv_server {
 	 * a little between requests */
 	uint32_t *prefetch;
 	uint32_t n_prefetch, cap_prefetch;
+	/* sequences to restore ahead of the step (KV_RESIDENCY_AHEAD,
+	 * kv_ahead.c), a little between requests */
+	struct kv_ahead_entry *ahead;
+	uint32_t n_ahead, cap_ahead;
 	int recv_timeout_ms;            /* current one of rep */
 	struct kv_devpool *dev;         /* device KV pool (kv_devpool.h),
 					 * NULL until computed exports one */
@@ -510,6 +514,29 @@ struct kv_server {
 
 /* Pages restored in the background per loop turn (at most). */
 #define KV_PREFETCH_STEP_BYTES (32u << 20)
+
+/*
+ * Restores ahead of the step (kv_ahead.c; KV_RESIDENCY_AHEAD): the queue
+ * of spilled sequences a client's next step will pin.  kv_ahead_queue
+ * replaces `client`'s queued sequences with those of seqs[0..n) that have
+ * spilled pages; status[i] gets 0 or the code of sequence i
+ * (-ST_E_NOTFOUND, -EPERM, -ST_E_CHECKSUM); returns the first failure's
+ * code (message in diag) or 0.  kv_ahead_step restores up to
+ * KV_PREFETCH_STEP_BYTES of the first queued sequence (s->n_ahead > 0),
+ * spilling pages of sequences neither pinned nor queued to make room and
+ * keeping a headroom of the pool free; a sequence is dropped from the
+ * queue when whole, gone, failed, or when no room can be made (its pin
+ * restores it).  kv_ahead_fini frees the queue.
+ */
+struct kv_ahead_entry {
+	uint32_t seq;
+	uint32_t client;
+};
+
+int kv_ahead_queue(struct kv_server *s, uint32_t client, uint32_t n,
+		   const uint32_t *seqs, int32_t *status, struct st_diag *diag);
+void kv_ahead_step(struct kv_server *s);
+void kv_ahead_fini(struct kv_server *s);
 
 /*
  * Starts kvd: adopts the pool segment of a killed kvd if one is there

@@ -5,7 +5,7 @@ several times kvd's page budget, spill on, all decoding at once.
 Starts expertd, kvd (--budget B --spill-budget) and computed (--http-port)
 on a private instance over the kjv-moe fixture (converted once into
 $STRATA_CACHE_DIR), then runs --seqs greedy streaming /v1/completions
-requests at once (distinct prompts of about --prompt-tokens tokens,
+requests at once (distinct prompts of --prompt-words words, ~1.27 tokens each,
 --max-tokens new tokens each) and prints per run: generated tokens/s over
 the whole batch, the steps' wait for kvd pins and the part of it spent on
 pins that had spilled pages to restore (the restore stall, from /metrics
@@ -18,7 +18,7 @@ the medians are printed last:
          from the commit before restore-ahead) with no such option
 Prints figures, never asserts.
 
-  scripts/bench-kv-restore.py [--seqs 32] [--prompt-tokens 200]
+  scripts/bench-kv-restore.py [--seqs 32] [--prompt-words 150]
       [--max-tokens 48] [--kv-ratio 4] [--modes on,off] [--runs 3]
       [--today-computed PATH]
 
@@ -85,18 +85,19 @@ def one_run(store, mode, args, budget):
     lock = threading.Lock()
 
     def client(i):
-        words = [WORDS[(i * 7 + k) % len(WORDS)] for k in range(args.prompt_tokens)]
+        words = [WORDS[(i * 7 + k) % len(WORDS)] for k in range(args.prompt_words)]
         prompt = "%d %s" % (i, " ".join(words))
         st, out = stream(inst, "/v1/completions", {
             "prompt": prompt, "max_tokens": args.max_tokens,
             "temperature": 0, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}}, timeout=1200)
-        n = 0
+        n = pt = 0
         ok = st == 200 and out and out[-1] == "[DONE]"
         if ok:
-            n = json.loads(out[-2]).get("usage", {}).get("completion_tokens", 0)
+            u = json.loads(out[-2]).get("usage", {})
+            n, pt = u.get("completion_tokens", 0), u.get("prompt_tokens", 0)
         with lock:
-            results.append((ok, n))
+            results.append((ok, n, pt))
 
     try:
         m0 = metrics(inst)
@@ -114,10 +115,11 @@ def one_run(store, mode, args, budget):
     def d(k):
         return m1.get(k, 0.0) - m0.get(k, 0.0)
 
-    tokens = sum(n for _, n in results)
+    tokens = sum(r[1] for r in results)
     spill = d('strata_bytes_moved_total{link="host_to_nvme",kind="kv"}')
     rest = d('strata_bytes_moved_total{link="nvme_to_host",kind="kv"}')
-    return {"mode": mode, "errors": sum(1 for ok, _ in results if not ok),
+    return {"mode": mode, "errors": sum(1 for r in results if not r[0]),
+            "prompt_tokens": statistics.mean(r[2] for r in results),
             "tokens": tokens, "wall_s": wall, "tok_s": tokens / wall,
             "steps": d("strata_steps_total"),
             "step_s": d("strata_step_seconds_total") or
@@ -133,8 +135,8 @@ def one_run(store, mode, args, budget):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--seqs", type=int, default=32)
-    ap.add_argument("--prompt-tokens", type=int, default=200,
-                    help="prompt words (about one token each)")
+    ap.add_argument("--prompt-words", type=int, default=150,
+                    help="prompt words (kjv-moe: ~1.27 tokens each)")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--kv-ratio", type=float, default=4.0,
                     help="the batch's KV bytes / kvd's budget")
@@ -149,13 +151,14 @@ def main():
     cache = os.environ.get("STRATA_CACHE_DIR", os.path.expanduser("~/.cache/strata"))
     os.makedirs(cache, exist_ok=True)
     store = convert(model, os.path.join(cache, "kjv-moe-kvbench-bf16.strata"), "bf16")
-    kv = args.seqs * (args.prompt_tokens + args.max_tokens) * kv_bytes_per_token(model)
+    seq_tokens = int(args.prompt_words * 1.27) + args.max_tokens
+    kv = args.seqs * seq_tokens * kv_bytes_per_token(model)
     budget = int(kv / args.kv_ratio) // 4096 * 4096
     modes = args.modes.split(",")
     if "today" in modes and not args.today_computed:
         ap.error("mode today needs --today-computed PATH")
     print("%d sequences x ~%d tokens: KV %.1f MiB, kvd budget %.2f MiB (1/%.1f)"
-          % (args.seqs, args.prompt_tokens + args.max_tokens, kv / 2**20,
+          % (args.seqs, seq_tokens, kv / 2**20,
              budget / 2**20, args.kv_ratio))
     print("%-6s %6s %7s %8s %6s %8s %8s %8s %7s %9s %9s %6s" % (
         "mode", "errors", "tokens", "tok/s", "steps", "step s", "pin s",

@@ -33,6 +33,12 @@ struct cw_sched_opts {
 	int max_running;      /* sequences decoding at once (default 32) */
 	int max_queued;       /* requests waiting for admission (default 256) */
 	int max_step_tokens;  /* tokens per forward step (default 128) */
+	/* kvd may spill (issue 24, cw_kvahead.h): a step pins at most half
+	 * of what kvd's pool leaves to steps, running sequences take turns;
+	 * 1: kvd restores the next step's sequences while this one computes
+	 * (--kv-restore-ahead on, cw_main's default), 0: each step's pin
+	 * restores its own */
+	int kv_restore_ahead;
 	/* step timeline (issue 25; all borrowed, NULL: off): one TSV row
 	 * per step to `timeline` (cw_timeline.h), phases from `tl` (which
 	 * the caller also set on the model), expertd's counters from es */

@@ -1,0 +1,73 @@
+/* cw_kvahead.c — KV page budget of a step and restores ahead; see
+ * cw_kvahead.h. */
+#include "cw_kvahead.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_client.h"
+
+int cw_kvahead_init(struct cw_kvahead *a, struct kv_client *kv, int on,
+		    int max_running)
+{
+	memset(a, 0, sizeof(*a));
+	a->kv = kv;
+	a->on = on;
+	a->cap_pages = UINT64_MAX;
+	a->cap_ask = max_running > 0 ? max_running : 1;
+	a->ask = calloc((size_t)a->cap_ask, sizeof(*a->ask));
+	return a->ask ? 0 : -ENOMEM;
+}
+
+void cw_kvahead_fini(struct cw_kvahead *a)
+{
+	free(a->ask);
+	a->ask = NULL;
+}
+
+uint64_t cw_kvahead_cap(struct cw_kvahead *a)
+{
+	struct kv_stats st;
+	uint64_t left;
+
+	if (a->known || !a->kv)
+		return a->cap_pages;
+	if (kv_client_stats(a->kv, &st) < 0 || st.n_pages == 0 ||
+	    st.page_rows == 0 || st.n_streams == 0)
+		return UINT64_MAX; /* not declared yet: ask again */
+	a->known = 1;
+	a->n_streams = st.n_streams;
+	a->page_rows = st.page_rows;
+	if (st.spill_budget_bytes == 0)
+		return a->cap_pages; /* nothing ever leaves: no cap */
+	left = st.n_pages - st.n_pages / 8 - st.n_streams;
+	if (left > st.n_pages)
+		left = 0; /* a pool of a few pages */
+	a->cap_pages = left / 2;
+	return a->cap_pages;
+}
+
+uint64_t cw_kvahead_pages(const struct cw_kvahead *a, uint64_t n_rows)
+{
+	if (!a->page_rows)
+		return 0;
+	return (uint64_t)a->n_streams *
+	       ((n_rows + a->page_rows - 1) / a->page_rows);
+}
+
+int cw_kvahead_ask(struct cw_kvahead *a, int n, const uint32_t *seqs,
+		   struct st_diag *diag)
+{
+	int k = 0, r;
+
+	if (!a->on || !a->kv)
+		return 0;
+	for (int i = 0; i < n && k < a->cap_ask; i++)
+		if (kv_client_seq_resident(a->kv, seqs[i]) == 0)
+			a->ask[k++] = seqs[i];
+	if (k == 0)
+		return 0;
+	r = kv_client_seq_restore_ahead(a->kv, k, a->ask, NULL, diag);
+	return r < 0 ? r : k;
+}
