@@ -365,9 +365,10 @@ static int order_running(struct cw_sched *s)
  * step = 1: the step to run: marks its requests in_step and fills s->toks,
  * s->breq, s->bn; *ret_n gets its tokens, *ret_prefill its prefilling
  * requests; returns the number of requests.  step = 0: the step after it,
- * as far as it can be told now (requests in_step left out, consumers'
- * room not checked): fills s->next_seqs with the sequences kvd may spill
- * and returns their count.  *ret_skip (step = 1) gets the order index of the
+ * as far as it can be told now (the rotation moved on, consumers' room
+ * not checked, requests in_step counted at their present input): fills
+ * s->next_seqs with its sequences that kvd may spill and that are not
+ * in_step (those are pinned) and returns their count.  *ret_skip (step = 1) gets the order index of the
  * first request left out for the cap, or -1.
  */
 static int pick(struct cw_sched *s, int n_order, uint64_t cap, int step,
@@ -384,8 +385,6 @@ static int pick(struct cw_sched *s, int n_order, uint64_t cap, int step,
 			int want, room = 1, k, spills;
 
 			if (!q->gen || (cw_gen_n_generated(q->gen) == 0) != pass)
-				continue;
-			if (!step && q->in_step)
 				continue;
 			if (step) {
 				pthread_mutex_lock(&s->lock);
@@ -411,7 +410,9 @@ static int pick(struct cw_sched *s, int n_order, uint64_t cap, int step,
 			}
 			budget -= k;
 			if (!step) {
-				if (spills)
+				/* this step's are pinned now: nothing to
+				 * restore, but they take their part */
+				if (spills && !q->in_step)
 					s->next_seqs[n_reqs++] =
 						cw_gen_seq(q->gen);
 				continue;
