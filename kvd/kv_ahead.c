@@ -14,7 +14,9 @@
  * can be made without touching what is pinned.  A restored sequence is
  * touched (most recently used), so that a reservation that must spill
  * takes other pages first.  Each new request of a client replaces that
- * client's queue: it is the plan for the next step.
+ * client's queue: it is the plan for the next step.  Entries restored stay
+ * in the queue (done) until then, so that restoring the plan's last
+ * sequences never spills its first ones.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -35,6 +37,8 @@ static uint64_t kv_ahead_headroom(const struct kv_pool *p)
 /* Drops queue entry q (order kept). */
 static void ahead_drop(struct kv_server *s, uint32_t q)
 {
+	if (!s->ahead[q].done)
+		s->n_ahead_pending--;
 	s->n_ahead--;
 	memmove(s->ahead + q, s->ahead + q + 1,
 		sizeof(*s->ahead) * (s->n_ahead - q));
@@ -46,9 +50,11 @@ int kv_ahead_queue(struct kv_server *s, uint32_t client, uint32_t n,
 	struct kv_pool *p = &s->pool;
 	int first = 0;
 
-	/* the client's earlier plan is over */
+	/* the client's earlier plan is over (and entries of sequences
+	 * freed since, a dead client's too, go) */
 	for (uint32_t q = 0; q < s->n_ahead;)
-		if (s->ahead[q].client == client)
+		if (s->ahead[q].client == client ||
+		    kv_seq_lookup(p, s->ahead[q].seq) < 0)
 			ahead_drop(s, q);
 		else
 			q++;
@@ -97,6 +103,7 @@ int kv_ahead_queue(struct kv_server *s, uint32_t client, uint32_t n,
 		}
 		s->ahead[s->n_ahead++] = (struct kv_ahead_entry){
 			.seq = seqs[i], .client = client };
+		s->n_ahead_pending++;
 	}
 	return first;
 }
@@ -104,18 +111,26 @@ int kv_ahead_queue(struct kv_server *s, uint32_t client, uint32_t n,
 void kv_ahead_step(struct kv_server *s)
 {
 	struct kv_pool *p = &s->pool;
-	uint32_t handle = s->ahead[0].seq, stamp, want;
+	uint32_t q0 = 0, handle, stamp, want;
 	uint64_t free_now, head = kv_ahead_headroom(p);
 	struct st_diag d = { "" };
-	int idx = kv_seq_lookup(p, handle), done = 1;
+	int idx, done = 1;
+
+	while (q0 < s->n_ahead && s->ahead[q0].done)
+		q0++;
+	if (q0 == s->n_ahead)
+		return;
+	handle = s->ahead[q0].seq;
+	idx = kv_seq_lookup(p, handle);
 
 	if (idx >= 0 && p->seqs[idx].n_spilled &&
 	    !(atomic_load(&p->seqs[idx].flags) & KV_SEQ_F_FAILED)) {
 		want = (uint32_t)ST_MAX(1u, KV_PREFETCH_STEP_BYTES /
 						    p->lay.slot_bytes);
 		want = ST_MIN(want, p->seqs[idx].n_spilled);
-		/* every sequence queued ahead is kept: none makes room for
-		 * another (nor do pinned ones: make_room skips them) */
+		/* every sequence of the plans queued is kept, those already
+		 * back too: none makes room for another (nor do pinned ones:
+		 * make_room skips them) */
 		stamp = kv_mark_begin(p);
 		for (uint32_t q = 0; q < s->n_ahead; q++) {
 			int j = kv_seq_lookup(p, s->ahead[q].seq);
@@ -138,13 +153,16 @@ void kv_ahead_step(struct kv_server *s)
 			done = p->seqs[idx].n_spilled == 0;
 		}
 	}
-	if (done)
-		ahead_drop(s, 0);
+	if (done) {
+		/* kept, marked done, until the client's next plan */
+		s->ahead[q0].done = 1;
+		s->n_ahead_pending--;
+	}
 }
 
 void kv_ahead_fini(struct kv_server *s)
 {
 	free(s->ahead);
 	s->ahead = NULL;
-	s->n_ahead = s->cap_ahead = 0;
+	s->n_ahead = s->cap_ahead = s->n_ahead_pending = 0;
 }

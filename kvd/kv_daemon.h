@@ -507,6 +507,7 @@ struct kv_server {
 	 * kv_ahead.c), a little between requests */
 	struct kv_ahead_entry *ahead;
 	uint32_t n_ahead, cap_ahead;
+	uint32_t n_ahead_pending;       /* entries not yet done */
 	int recv_timeout_ms;            /* current one of rep */
 	struct kv_devpool *dev;         /* device KV pool (kv_devpool.h),
 					 * NULL until computed exports one */
@@ -522,15 +523,17 @@ struct kv_server {
  * spilled pages; status[i] gets 0 or the code of sequence i
  * (-ST_E_NOTFOUND, -EPERM, -ST_E_CHECKSUM); returns the first failure's
  * code (message in diag) or 0.  kv_ahead_step restores up to
- * KV_PREFETCH_STEP_BYTES of the first queued sequence (s->n_ahead > 0),
- * spilling pages of sequences neither pinned nor queued to make room and
- * keeping a headroom of the pool free; a sequence is dropped from the
- * queue when whole, gone, failed, or when no room can be made (its pin
- * restores it).  kv_ahead_fini frees the queue.
+ * KV_PREFETCH_STEP_BYTES of the first pending sequence
+ * (s->n_ahead_pending > 0), spilling pages of sequences neither pinned nor
+ * queued to make room and keeping a headroom of the pool free; a sequence
+ * is done when whole, gone, failed, or when no room can be made (its pin
+ * restores it), and stays queued (protected) until the client's next
+ * request.  kv_ahead_fini frees the queue.
  */
 struct kv_ahead_entry {
 	uint32_t seq;
 	uint32_t client;
+	int done;       /* restored (or given up); kept as part of the plan */
 };
 
 int kv_ahead_queue(struct kv_server *s, uint32_t client, uint32_t n,

@@ -939,7 +939,8 @@ int kv_server_poll(struct kv_server *s)
 	void *buf = NULL;
 	size_t len = 0;
 	uint64_t now;
-	int r, want = s->n_prefetch || s->n_ahead ? 0 : KV_RECV_TIMEOUT_MS;
+	int r, want = s->n_prefetch || s->n_ahead_pending ?
+			      0 : KV_RECV_TIMEOUT_MS;
 
 	/* background restores pending: look for a request, do not wait */
 	if (want != s->recv_timeout_ms &&
@@ -953,7 +954,7 @@ int kv_server_poll(struct kv_server *s)
 		st_warn("receive on %s: %s", s->ctl_path, st_strerror(r));
 		st_sleep_ns(10ull * 1000 * 1000);
 	}
-	if (s->n_ahead && s->have_pool) {
+	if (s->n_ahead_pending && s->have_pool) {
 		kv_devpool_quiesce(s);
 		kv_ahead_step(s);
 	} else if (s->n_prefetch && s->have_pool) {
