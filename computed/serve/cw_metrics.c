@@ -150,6 +150,13 @@ void cw_metrics_kv_ahead(struct cw_metrics *m, int n)
 	pthread_mutex_unlock(&m->lock);
 }
 
+void cw_metrics_kv_deferred(struct cw_metrics *m, int n)
+{
+	pthread_mutex_lock(&m->lock);
+	m->kv_deferred_seqs += (uint64_t)(n > 0 ? n : 0);
+	pthread_mutex_unlock(&m->lock);
+}
+
 /* A growing text buffer. */
 struct tbuf {
 	char *p;
@@ -225,7 +232,7 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 		      char **ret)
 {
 	struct tbuf b = { 0 };
-	uint64_t now = st_now_ns(), kv_pin[6];
+	uint64_t now = st_now_ns(), kv_pin[7];
 	double tps;
 
 	b.cap = 16384;
@@ -392,6 +399,7 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 	kv_pin[3] = m->kv_stalls;
 	kv_pin[4] = m->kv_stall_seqs;
 	kv_pin[5] = m->kv_ahead_seqs;
+	kv_pin[6] = m->kv_deferred_seqs;
 	pthread_mutex_unlock(&m->lock);
 	tb_metric(&b, "strata_kv_pin_seconds_total", "counter",
 		  "time steps waited for kvd to pin their sequences",
@@ -411,6 +419,9 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 	tb_metric(&b, "strata_kv_restore_ahead_seqs_total", "counter",
 		  "sequences asked to restore ahead of their step",
 		  (double)kv_pin[5]);
+	tb_metric(&b, "strata_kv_restore_deferred_seqs_total", "counter",
+		  "sequences left to the next step while kvd restored them",
+		  (double)kv_pin[6]);
 	tb_metric(&b, "strata_prefix_cache_lookups_total", "counter",
 		  "prefix-cache lookups (kvd)", (double)x->kv_prefix_lookups);
 	tb_metric(&b, "strata_prefix_cache_rows_reused_total", "counter",

@@ -46,7 +46,7 @@ struct cw_metrics {
 	 * every pin, and the pins that found a sequence with spilled pages
 	 * (the restore stall); sequences asked to restore ahead */
 	uint64_t kv_pin_ns, kv_pins, kv_stall_ns, kv_stalls;
-	uint64_t kv_stall_seqs, kv_ahead_seqs;
+	uint64_t kv_stall_seqs, kv_ahead_seqs, kv_deferred_seqs;
 	/* tokens/s over a sliding window: two halves of window_ns */
 	uint64_t win_start_ns, win_tokens, prev_win_tokens, prev_win_ns;
 	/* the instance's run directory (not owned; NULL: none), where the
@@ -85,6 +85,9 @@ void cw_metrics_kv_pin(struct cw_metrics *m, uint64_t pin_ns, int n_missing);
 
 /* n sequences were asked to restore ahead of the step that runs them. */
 void cw_metrics_kv_ahead(struct cw_metrics *m, int n);
+
+/* n sequences were left to the next step: kvd was still restoring them. */
+void cw_metrics_kv_deferred(struct cw_metrics *m, int n);
 
 /* Figures read from outside at render time. */
 struct cw_metrics_ext {

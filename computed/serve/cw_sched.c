@@ -362,6 +362,8 @@ static int order_running(struct cw_sched *s)
  * sequence first, then prefill chunks, at most max_step_tokens tokens and,
  * for sequences kvd may spill, at most `cap` KV pages (the pages of the
  * rows each holds after the step; the first sequence always goes).
+ * With restore-ahead on, a sequence with spilled pages but the first in
+ * the order is left out (*ret_deferred counts them): kvd is restoring it.
  * step = 1: the step to run: marks its requests in_step and fills s->toks,
  * s->breq, s->bn; *ret_n gets its tokens, *ret_prefill its prefilling
  * requests; returns the number of requests.  step = 0: the step after it,
@@ -369,10 +371,10 @@ static int order_running(struct cw_sched *s)
  * not checked, requests in_step counted at their present input): fills
  * s->next_seqs with its sequences that kvd may spill and that are not
  * in_step (those are pinned) and returns their count.  *ret_skip (step = 1) gets the order index of the
- * first request left out for the cap, or -1.
+ * first request left out for the cap or deferred, or -1.
  */
 static int pick(struct cw_sched *s, int n_order, uint64_t cap, int step,
-		int *ret_n, int *ret_prefill, int *ret_skip)
+		int *ret_n, int *ret_prefill, int *ret_skip, int *ret_deferred)
 {
 	int budget = s->o.max_step_tokens, n = 0, n_reqs = 0, skip = -1;
 	uint64_t used = 0;
@@ -397,6 +399,17 @@ static int pick(struct cw_sched *s, int n_order, uint64_t cap, int step,
 			if (k <= 0)
 				continue;
 			spills = cw_gen_pin_steps(q->gen);
+			/* a step pins what is back: a sequence kvd is still
+			 * restoring waits for the next step, where it comes
+			 * first (and the step waits for it if it must) */
+			if (step && spills && s->kva.on && j > 0 && n_reqs &&
+			    kv_client_seq_resident(s->kv, cw_gen_seq(q->gen)) ==
+				    0) {
+				if (skip < 0 || j < skip)
+					skip = j;
+				(*ret_deferred)++;
+				continue;
+			}
 			if (spills && cap != UINT64_MAX) {
 				uint64_t pg = cw_kvahead_pages(&s->kva,
 							       pos + (uint64_t)k);
@@ -449,12 +462,14 @@ static int pick(struct cw_sched *s, int n_order, uint64_t cap, int step,
 static int build_step(struct cw_sched *s, int *ret_n, int *ret_sampled,
 		      int *ret_prefill)
 {
-	int n_order = order_running(s), n_reqs, skip = -1, n_dummy;
+	int n_order = order_running(s), n_reqs, skip = -1, n_dummy, n_def = 0;
 	uint64_t cap = cw_kvahead_cap(&s->kva);
 
 	*ret_n = *ret_sampled = *ret_prefill = 0;
 	s->n_next = 0;
-	n_reqs = pick(s, n_order, cap, 1, ret_n, ret_prefill, &skip);
+	n_reqs = pick(s, n_order, cap, 1, ret_n, ret_prefill, &skip, &n_def);
+	if (n_def && s->metrics)
+		cw_metrics_kv_deferred(s->metrics, n_def);
 	for (int i = 0; i < *ret_n; i++)
 		*ret_sampled += s->toks[i].logits != NULL;
 	if (skip < 0 || !n_reqs)
@@ -463,7 +478,7 @@ static int build_step(struct cw_sched *s, int *ret_n, int *ret_sampled,
 	n_order = order_running(s);
 	if (s->kva.on)
 		s->n_next = pick(s, n_order, cap, 0, &n_dummy, &n_dummy,
-				 &n_dummy);
+				 &n_dummy, &n_dummy);
 	return n_reqs;
 }
 
