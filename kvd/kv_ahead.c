@@ -2,7 +2,7 @@
  * kv_ahead.c — restores ahead of the step (KV_RESIDENCY_AHEAD, issue 24
  * item 1): computed's scheduler names the sequences its next step will run
  * while the current step computes, and kvd brings their spilled pages back
- * between requests, a few MiB per loop turn, so that the next step's pin
+ * between requests, 512 KiB per loop turn, so that the next step's pin
  * finds them in the pool.
  *
  * Unlike KV_RESIDENCY_PREFETCH (free pages only), a restore ahead may make
@@ -25,6 +25,10 @@
 #include "kv_daemon.h"
 #include "st_log.h"
 #include "st_util.h"
+
+/* Bytes restored per loop turn: small, so that a request (the step's pin
+ * or reservation) that comes meanwhile waits little. */
+#define KV_AHEAD_STEP_BYTES (512u << 10)
 
 /* Pages kept free for the current step: 1/KV_AHEAD_HEADROOM of the pool. */
 #define KV_AHEAD_HEADROOM 8
@@ -125,7 +129,7 @@ void kv_ahead_step(struct kv_server *s)
 
 	if (idx >= 0 && p->seqs[idx].n_spilled &&
 	    !(atomic_load(&p->seqs[idx].flags) & KV_SEQ_F_FAILED)) {
-		want = (uint32_t)ST_MAX(1u, KV_PREFETCH_STEP_BYTES /
+		want = (uint32_t)ST_MAX(1u, KV_AHEAD_STEP_BYTES /
 						    p->lay.slot_bytes);
 		want = ST_MIN(want, p->seqs[idx].n_spilled);
 		/* every sequence of the plans queued is kept, those already
