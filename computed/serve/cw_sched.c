@@ -362,21 +362,24 @@ static int order_running(struct cw_sched *s)
  * sequence first, then prefill chunks, at most max_step_tokens tokens and,
  * for sequences kvd may spill, at most `cap` KV pages (the pages of the
  * rows each holds after the step; the first sequence always goes).
- * With restore-ahead on, a sequence with spilled pages but the first in
- * the order is left out (*ret_deferred counts them): kvd is restoring it.
  * step = 1: the step to run: marks its requests in_step and fills s->toks,
  * s->breq, s->bn; *ret_n gets its tokens, *ret_prefill its prefilling
- * requests; returns the number of requests.  step = 0: the step after it,
- * as far as it can be told now (the rotation moved on, consumers' room
- * not checked, requests in_step counted at their present input): fills
- * s->next_seqs with its sequences that kvd may spill and that are not
- * in_step (those are pinned) and returns their count.  *ret_skip (step = 1) gets the order index of the
- * first request left out for the cap or deferred, or -1.
+ * requests, *ret_skip the order index of the first decode left out, else
+ * of the first prefill left out (or -1); returns the number of requests.  step = 2: the same, but a
+ * sequence with spilled pages, unless first in the order, is left out
+ * (deferred, counted in *ret_deferred): kvd is restoring it ahead.
+ * step = 0: the step after it, as far as it can be told now (the rotation
+ * moved on, consumers' room not checked, requests in_step counted at
+ * their present input): fills s->next_seqs with its sequences that kvd
+ * may spill and that are not in_step (those are pinned) and returns their
+ * count.
  */
-static int pick(struct cw_sched *s, int n_order, uint64_t cap, int step,
-		int *ret_n, int *ret_prefill, int *ret_skip, int *ret_deferred)
+static int pick_one(struct cw_sched *s, int n_order, uint64_t cap, int step,
+		    int *ret_n, int *ret_prefill, int *ret_skip,
+		    int *ret_deferred)
 {
-	int budget = s->o.max_step_tokens, n = 0, n_reqs = 0, skip = -1;
+	int budget = s->o.max_step_tokens, n = 0, n_reqs = 0;
+	int skip[2] = { -1, -1 }; /* per pass */
 	uint64_t used = 0;
 
 	for (int pass = 0; pass < 2; pass++) {
@@ -399,29 +402,31 @@ static int pick(struct cw_sched *s, int n_order, uint64_t cap, int step,
 			if (k <= 0)
 				continue;
 			spills = cw_gen_pin_steps(q->gen);
-			/* a step pins what is back: a sequence kvd is still
-			 * restoring waits for the next step, where it comes
-			 * first (and the step waits for it if it must) */
-			if (step && spills && s->kva.on && j > 0 && n_reqs &&
-			    kv_client_seq_resident(s->kv, cw_gen_seq(q->gen)) ==
-				    0) {
-				if (skip < 0 || j < skip)
-					skip = j;
-				(*ret_deferred)++;
-				continue;
-			}
 			if (spills && cap != UINT64_MAX) {
 				uint64_t pg = cw_kvahead_pages(&s->kva,
 							       pos + (uint64_t)k);
 
-				if (n_reqs && used + pg > cap) {
-					if (skip < 0 || j < skip)
-						skip = j;
+				if ((n_reqs || used) && used + pg > cap) {
+					if (skip[pass] < 0)
+						skip[pass] = j;
 					continue;
 				}
 				used += pg;
 			}
 			budget -= k;
+			/* a step pins what is back: a sequence kvd is still
+			 * restoring waits for the next step, where it comes
+			 * first (and the step waits for it if it must); its
+			 * pages and tokens stay counted, so that no sequence
+			 * past the rotation's window takes its place */
+			if (step == 2 && spills && j > 0 &&
+			    kv_client_seq_resident(s->kv, cw_gen_seq(q->gen)) ==
+				    0) {
+				if (skip[pass] < 0)
+					skip[pass] = j;
+				(*ret_deferred)++;
+				continue;
+			}
 			if (!step) {
 				/* this step's are pinned now: nothing to
 				 * restore, but they take their part */
@@ -445,8 +450,27 @@ static int pick(struct cw_sched *s, int n_order, uint64_t cap, int step,
 		}
 	}
 	if (step) {
+		/* the rotation moves past the decodes that ran; prefills
+		 * move it only when every decode ran */
 		*ret_n = n;
-		*ret_skip = skip;
+		*ret_skip = skip[0] >= 0 ? skip[0] : skip[1];
+	}
+	return n_reqs;
+}
+
+/* pick_one, and when step = 2 deferred every sequence, again with
+ * step = 1. */
+static int pick(struct cw_sched *s, int n_order, uint64_t cap, int step,
+		int *ret_n, int *ret_prefill, int *ret_skip, int *ret_deferred)
+{
+	int n_reqs = pick_one(s, n_order, cap, step, ret_n, ret_prefill,
+			      ret_skip, ret_deferred);
+
+	/* everything deferred: run what there is rather than nothing */
+	if (step == 2 && n_reqs == 0 && *ret_deferred) {
+		*ret_deferred = 0;
+		n_reqs = pick_one(s, n_order, cap, 1, ret_n, ret_prefill,
+				  ret_skip, ret_deferred);
 	}
 	return n_reqs;
 }
@@ -467,7 +491,8 @@ static int build_step(struct cw_sched *s, int *ret_n, int *ret_sampled,
 
 	*ret_n = *ret_sampled = *ret_prefill = 0;
 	s->n_next = 0;
-	n_reqs = pick(s, n_order, cap, 1, ret_n, ret_prefill, &skip, &n_def);
+	n_reqs = pick(s, n_order, cap, s->kva.on ? 2 : 1, ret_n, ret_prefill,
+		      &skip, &n_def);
 	if (n_def && s->metrics)
 		cw_metrics_kv_deferred(s->metrics, n_def);
 	for (int i = 0; i < *ret_n; i++)
