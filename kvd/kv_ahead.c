@@ -84,8 +84,6 @@ int kv_ahead_queue(struct kv_server *s, uint32_t client, uint32_t n,
 			first = first ? first : r;
 			continue;
 		}
-		if (p->seqs[idx].n_spilled == 0)
-			continue;
 		for (uint32_t q = 0; q < s->n_ahead; q++)
 			dup |= s->ahead[q].seq == seqs[i];
 		if (dup)
@@ -105,9 +103,11 @@ int kv_ahead_queue(struct kv_server *s, uint32_t client, uint32_t n,
 			s->ahead = a;
 			s->cap_ahead = cap;
 		}
+		/* one already whole is kept (done) as part of the plan */
 		s->ahead[s->n_ahead++] = (struct kv_ahead_entry){
-			.seq = seqs[i], .client = client };
-		s->n_ahead_pending++;
+			.seq = seqs[i], .client = client,
+			.done = p->seqs[idx].n_spilled == 0 };
+		s->n_ahead_pending += p->seqs[idx].n_spilled != 0;
 	}
 	return first;
 }

@@ -244,8 +244,10 @@ int kv_client_seq_prefetch(struct kv_client *c, int n, const uint32_t *seqs,
  * (the current step's) nor of one queued ahead, and it keeps about 1/8 of
  * the pool free for the current step's reservations.  A sequence it
  * cannot make room for without those is given up (kv_client_seq_pin
- * restores it).  Each call replaces this client's earlier list.  Replies
- * at once; statuses and errors as kv_client_seq_prefetch.
+ * restores it).  Each call replaces this client's earlier list; sequences
+ * of the list already whole (or restored since) are kept from being
+ * spilled for the others until then.  Replies at once; statuses and
+ * errors as kv_client_seq_prefetch.
  */
 int kv_client_seq_restore_ahead(struct kv_client *c, int n,
 				const uint32_t *seqs, int32_t *ret_status,

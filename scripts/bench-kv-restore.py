@@ -75,6 +75,13 @@ def kv_bytes_per_token(model_dir):
     return c["num_hidden_layers"] * 2 * c["num_key_value_heads"] * hd * 4
 
 
+def cpu_s(pid):
+    """User + system CPU seconds of a live process."""
+    with open("/proc/%d/stat" % pid) as f:
+        v = f.read().rsplit(")", 1)[1].split()
+    return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def one_run(store, mode, args, budget):
     cargs = ["--threads", str(args.threads), "--compute", args.compute,
              "--max-running", str(args.seqs), "--max-queued", "1024"]
@@ -106,6 +113,7 @@ def one_run(store, mode, args, budget):
 
     try:
         m0 = metrics(inst)
+        c0 = {d: cpu_s(inst.procs[d].pid) for d in ("kvd", "computed")}
         t0 = time.time()
         ts = [threading.Thread(target=client, args=(i,)) for i in range(args.seqs)]
         for t in ts:
@@ -114,6 +122,7 @@ def one_run(store, mode, args, budget):
             t.join()
         wall = time.time() - t0
         m1 = metrics(inst)
+        cpu = {d: cpu_s(inst.procs[d].pid) - c0[d] for d in c0}
     finally:
         inst.stop()
 
@@ -134,6 +143,8 @@ def one_run(store, mode, args, budget):
             "stalls": d("strata_kv_restore_stalls_total"),
             "ahead_seqs": d("strata_kv_restore_ahead_seqs_total"),
             "spill_mib": spill / 2**20, "restore_mib": rest / 2**20,
+            "cpu_kvd_s": cpu["kvd"], "cpu_computed_s": cpu["computed"],
+            "deferred": d("strata_kv_restore_deferred_seqs_total"),
             "load1": os.getloadavg()[0]}
 
 
@@ -165,27 +176,32 @@ def main():
     print("%d sequences x ~%d tokens: KV %.1f MiB, kvd budget %.2f MiB (1/%.1f)"
           % (args.seqs, seq_tokens, kv / 2**20,
              budget / 2**20, args.kv_ratio))
-    print("%-6s %6s %7s %8s %6s %8s %8s %8s %7s %9s %9s %6s" % (
+    print("%-6s %6s %7s %8s %6s %8s %8s %8s %7s %9s %9s %7s %7s %6s" % (
         "mode", "errors", "tokens", "tok/s", "steps", "step s", "pin s",
-        "stall s", "stalls", "spill MiB", "rest. MiB", "load1"))
+        "stall s", "stalls", "spill MiB", "rest. MiB", "kvd cpu", "cw cpu",
+        "load1"))
     rows = {m: [] for m in modes}
     for _ in range(args.runs):
         for m in modes:
             r = one_run(os.path.abspath(store), m, args, budget)
             rows[m].append(r)
-            print("%-6s %6d %7d %8.1f %6d %8.2f %8.3f %8.3f %7d %9.1f %9.1f %6.2f" % (
+            print("%-6s %6d %7d %8.1f %6d %8.2f %8.3f %8.3f %7d %9.1f %9.1f %7.2f %7.2f %6.2f" % (
                 m, r["errors"], r["tokens"], r["tok_s"], r["steps"],
                 r["step_s"], r["pin_s"], r["stall_s"], r["stalls"],
-                r["spill_mib"], r["restore_mib"], r["load1"]), flush=True)
+                r["spill_mib"], r["restore_mib"], r["cpu_kvd_s"],
+                r["cpu_computed_s"], r["load1"]), flush=True)
             if args.json:
                 print(json.dumps(r), flush=True)
     print("medians over %d runs:" % args.runs)
     for m in modes:
         med = {k: statistics.median(r[k] for r in rows[m])
-               for k in ("tok_s", "pin_s", "stall_s", "restore_mib", "load1")}
+               for k in ("tok_s", "pin_s", "stall_s", "restore_mib",
+                         "cpu_kvd_s", "cpu_computed_s", "load1")}
         print("  %-6s tok/s %.1f  pin %.3f s  stall %.3f s  restored %.1f MiB  "
-              "load1 %.2f" % (m, med["tok_s"], med["pin_s"], med["stall_s"],
-                              med["restore_mib"], med["load1"]))
+              "CPU kvd %.2f s computed %.2f s  load1 %.2f" % (
+                  m, med["tok_s"], med["pin_s"], med["stall_s"],
+                  med["restore_mib"], med["cpu_kvd_s"], med["cpu_computed_s"],
+                  med["load1"]))
     return 0
 
 

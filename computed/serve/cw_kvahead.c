@@ -2,28 +2,16 @@
  * cw_kvahead.h. */
 #include "cw_kvahead.h"
 
-#include <errno.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "kv_client.h"
 
-int cw_kvahead_init(struct cw_kvahead *a, struct kv_client *kv, int on,
-		    int max_running)
+void cw_kvahead_init(struct cw_kvahead *a, struct kv_client *kv, int on)
 {
 	memset(a, 0, sizeof(*a));
 	a->kv = kv;
 	a->on = on;
 	a->cap_pages = UINT64_MAX;
-	a->cap_ask = max_running > 0 ? max_running : 1;
-	a->ask = calloc((size_t)a->cap_ask, sizeof(*a->ask));
-	return a->ask ? 0 : -ENOMEM;
-}
-
-void cw_kvahead_fini(struct cw_kvahead *a)
-{
-	free(a->ask);
-	a->ask = NULL;
 }
 
 uint64_t cw_kvahead_cap(struct cw_kvahead *a)
@@ -61,13 +49,12 @@ int cw_kvahead_ask(struct cw_kvahead *a, int n, const uint32_t *seqs,
 {
 	int k = 0, r;
 
-	if (!a->on || !a->kv)
+	if (!a->on || !a->kv || n <= 0)
 		return 0;
-	for (int i = 0; i < n && k < a->cap_ask; i++)
-		if (kv_client_seq_resident(a->kv, seqs[i]) == 0)
-			a->ask[k++] = seqs[i];
-	if (k == 0)
-		return 0;
-	r = kv_client_seq_restore_ahead(a->kv, k, a->ask, NULL, diag);
+	for (int i = 0; i < n; i++)
+		k += kv_client_seq_resident(a->kv, seqs[i]) == 0;
+	/* all of them: kvd keeps those already back from being spilled to
+	 * make room for the others */
+	r = kv_client_seq_restore_ahead(a->kv, n, seqs, NULL, diag);
 	return r < 0 ? r : k;
 }

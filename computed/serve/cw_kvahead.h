@@ -29,17 +29,11 @@ struct cw_kvahead {
 	int known;                 /* kvd's geometry read (after DECLARE) */
 	uint64_t cap_pages;        /* KV pages of one step; UINT64_MAX: none */
 	uint32_t n_streams, page_rows;
-	uint32_t *ask;             /* sequences sent (cap_ask entries) */
-	int cap_ask;
 };
 
-/* Sets a up over kv (borrowed; NULL: no kvd, no cap) for steps of at
- * most max_running sequences; on: restore ahead.  0 or -ENOMEM. */
-int cw_kvahead_init(struct cw_kvahead *a, struct kv_client *kv, int on,
-		    int max_running);
-
-/* Frees what init allocated.  a may be zeroed. */
-void cw_kvahead_fini(struct cw_kvahead *a);
+/* Sets a up over kv (borrowed; NULL: no kvd, no cap); on: restore
+ * ahead.  Nothing to free. */
+void cw_kvahead_init(struct cw_kvahead *a, struct kv_client *kv, int on);
 
 /*
  * KV pages one step may pin: (n_pages - n_pages / 8 - n_streams) / 2 of
@@ -56,10 +50,10 @@ uint64_t cw_kvahead_pages(const struct cw_kvahead *a, uint64_t n_rows);
 
 /*
  * Asks kvd to restore seqs[0..n) ahead of the step that will run them (a
- * no-op when off): those with spilled pages now are sent (none: nothing
- * is sent, and kvd's earlier list stays, harmless).  Returns the number
- * sent, or a negative code with diag (kvd gone; the step's pin will say it
- * again, so the caller may ignore it).
+ * no-op when off; replaces the earlier list): kvd restores those with
+ * spilled pages and keeps those already back.  Returns the number that
+ * had spilled pages, or a negative code with diag (kvd gone; the step's
+ * pin will say it again, so the caller may ignore it).
  */
 int cw_kvahead_ask(struct cw_kvahead *a, int n, const uint32_t *seqs,
 		   struct st_diag *diag);

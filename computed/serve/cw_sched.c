@@ -63,6 +63,7 @@ struct cw_sched {
 	struct cw_kvahead kva;
 	struct cw_sched_req **order;  /* max_running */
 	int rr;
+	int win_steps;                /* steps since the rotation moved */
 	uint32_t *next_seqs;          /* the next step's, to restore ahead */
 	int n_next;                   /* sent after this step's pin */
 };
@@ -340,6 +341,13 @@ static void timeline_row(struct cw_sched *s, const struct cw_tl_snap *a,
 	}
 }
 
+/* Steps a window of sequences runs before the rotation moves on, when
+ * not all running sequences fit kvd's pool: each move restores a window's
+ * pages, so a longer one moves fewer bytes per token (and gives a restore
+ * ahead that many steps to bring the next window back), at the price of
+ * the others' wait. */
+#define CW_SCHED_KV_WINDOW_STEPS 8
+
 /* Fills s->order with the running list rotated by s->rr (which it keeps
  * below the count).  Returns the count. */
 static int order_running(struct cw_sched *s)
@@ -477,10 +485,10 @@ static int pick(struct cw_sched *s, int n_order, uint64_t cap, int step,
 
 /*
  * Builds the next step.  When the KV cap left sequences out, the rotation
- * starts at the first of them next time, and s->next_seqs / n_next name
- * the sequences of that next step, for eval_step to ask kvd to restore
- * ahead once this step's are pinned (before, a restore ahead could make
- * room with them).  Returns the step's request count (*ret_n tokens,
+ * starts at the first of them after CW_SCHED_KV_WINDOW_STEPS steps, and
+ * s->next_seqs / n_next name the sequences of that next window, for
+ * eval_step to ask kvd to restore ahead once this step's are pinned
+ * (before, a restore ahead could make room with them).  Returns the step's request count (*ret_n tokens,
  * *ret_sampled of them sampled, *ret_prefill requests prefilling).
  */
 static int build_step(struct cw_sched *s, int *ret_n, int *ret_sampled,
@@ -488,6 +496,7 @@ static int build_step(struct cw_sched *s, int *ret_n, int *ret_sampled,
 {
 	int n_order = order_running(s), n_reqs, skip = -1, n_dummy, n_def = 0;
 	uint64_t cap = cw_kvahead_cap(&s->kva);
+	int rr;
 
 	*ret_n = *ret_sampled = *ret_prefill = 0;
 	s->n_next = 0;
@@ -497,13 +506,24 @@ static int build_step(struct cw_sched *s, int *ret_n, int *ret_sampled,
 		cw_metrics_kv_deferred(s->metrics, n_def);
 	for (int i = 0; i < *ret_n; i++)
 		*ret_sampled += s->toks[i].logits != NULL;
-	if (skip < 0 || !n_reqs)
+	if (skip < 0 || !n_reqs) {
+		s->win_steps = 0;
 		return n_reqs;
+	}
+	/* the window of the rotation that comes next, from where this step
+	 * left sequences out; the rotation moves there after
+	 * CW_SCHED_KV_WINDOW_STEPS steps of this one */
+	rr = s->rr;
 	s->rr += skip;
-	n_order = order_running(s);
-	if (s->kva.on)
+	if (s->kva.on) {
+		n_order = order_running(s);
 		s->n_next = pick(s, n_order, cap, 0, &n_dummy, &n_dummy,
 				 &n_dummy, &n_dummy);
+	}
+	if (++s->win_steps < CW_SCHED_KV_WINDOW_STEPS)
+		s->rr = rr;
+	else
+		s->win_steps = 0;
 	return n_reqs;
 }
 
@@ -662,15 +682,13 @@ int cw_sched_create(struct cw_model *model, const struct st_tokenizer *tok,
 	s->next_seqs = calloc((size_t)s->o.max_running,
 			      sizeof(*s->next_seqs));
 	if (!s->toks || !s->breq || !s->bn || !s->pins || !s->order ||
-	    !s->next_seqs ||
-	    cw_kvahead_init(&s->kva, kv, s->o.kv_restore_ahead,
-			    s->o.max_running) < 0) {
+	    !s->next_seqs) {
 		free(s->toks); free(s->breq); free(s->bn); free(s->pins);
 		free(s->order); free(s->next_seqs);
-		cw_kvahead_fini(&s->kva);
 		free(s);
 		return -ENOMEM;
 	}
+	cw_kvahead_init(&s->kva, kv, s->o.kv_restore_ahead);
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->model_lock, NULL);
 	pthread_condattr_init(&ca);
@@ -726,7 +744,6 @@ void cw_sched_destroy(struct cw_sched *s)
 	pthread_mutex_destroy(&s->model_lock);
 	free(s->toks); free(s->breq); free(s->bn); free(s->pins);
 	free(s->order); free(s->next_seqs);
-	cw_kvahead_fini(&s->kva);
 	free(s);
 }
 
