@@ -373,8 +373,9 @@ static int order_running(struct cw_sched *s)
  * step = 1: the step to run: marks its requests in_step and fills s->toks,
  * s->breq, s->bn; *ret_n gets its tokens, *ret_prefill its prefilling
  * requests, *ret_skip the order index of the first decode left out, else
- * of the first prefill left out (or -1); returns the number of requests.  step = 2: the same, but a
- * sequence with spilled pages, unless first in the order, is left out
+ * of the first prefill left out (or -1); returns the number of requests.
+ * step = 2: the same, but a sequence with spilled pages, unless first in
+ * the order, is left out
  * (deferred, counted in *ret_deferred): kvd is restoring it ahead.
  * step = 0: the step after it, as far as it can be told now (the rotation
  * moved on, consumers' room not checked, requests in_step counted at
@@ -397,7 +398,8 @@ static int pick_one(struct cw_sched *s, int n_order, uint64_t cap, int step,
 			uint32_t pos;
 			int want, room = 1, k, spills;
 
-			if (!q->gen || (cw_gen_n_generated(q->gen) == 0) != pass)
+			if (!q->gen ||
+			    (cw_gen_n_generated(q->gen) == 0) != pass)
 				continue;
 			if (step) {
 				pthread_mutex_lock(&s->lock);
@@ -406,13 +408,14 @@ static int pick_one(struct cw_sched *s, int n_order, uint64_t cap, int step,
 			}
 			if (!room)
 				continue;
-			k = cw_gen_next_input(q->gen, budget, &pos, &ids, &want);
+			k = cw_gen_next_input(q->gen, budget, &pos, &ids,
+					      &want);
 			if (k <= 0)
 				continue;
 			spills = cw_gen_pin_steps(q->gen);
 			if (spills && cap != UINT64_MAX) {
-				uint64_t pg = cw_kvahead_pages(&s->kva,
-							       pos + (uint64_t)k);
+				uint64_t pg = cw_kvahead_pages(
+					&s->kva, pos + (uint64_t)k);
 
 				if ((n_reqs || used) && used + pg > cap) {
 					if (skip[pass] < 0)
@@ -488,8 +491,9 @@ static int pick(struct cw_sched *s, int n_order, uint64_t cap, int step,
  * starts at the first of them after CW_SCHED_KV_WINDOW_STEPS steps, and
  * s->next_seqs / n_next name the sequences of that next window, for
  * eval_step to ask kvd to restore ahead once this step's are pinned
- * (before, a restore ahead could make room with them).  Returns the step's request count (*ret_n tokens,
- * *ret_sampled of them sampled, *ret_prefill requests prefilling).
+ * (before, a restore ahead could make room with them).  Returns the
+ * step's request count (*ret_n tokens, *ret_sampled of them sampled,
+ * *ret_prefill requests prefilling).
  */
 static int build_step(struct cw_sched *s, int *ret_n, int *ret_sampled,
 		      int *ret_prefill)
