@@ -2,7 +2,7 @@
  * kv_ahead.c — restores ahead of the step (KV_RESIDENCY_AHEAD, issue 24
  * item 1): computed's scheduler names the sequences its next step will run
  * while the current step computes, and kvd brings their spilled pages back
- * between requests, 512 KiB per loop turn, so that the next step's pin
+ * between requests, 4 MiB per loop turn, so that the next step's pin
  * finds them in the pool.
  *
  * Unlike KV_RESIDENCY_PREFETCH (free pages only), a restore ahead may make
@@ -26,9 +26,11 @@
 #include "st_log.h"
 #include "st_util.h"
 
-/* Bytes restored per loop turn: small, so that a request (the step's pin
- * or reservation) that comes meanwhile waits little. */
-#define KV_AHEAD_STEP_BYTES (512u << 10)
+/* Bytes restored per loop turn: a request (the step's pin or reservation)
+ * that comes meanwhile waits for at most one turn, and each turn is a few
+ * I/O requests (on the VM of docs/BENCHMARKS.md, 512 KiB turns cost kvd
+ * twice the CPU per byte in system calls and device notifications). */
+#define KV_AHEAD_STEP_BYTES (4u << 20)
 
 /* Pages kept free for the current step: 1/KV_AHEAD_HEADROOM of the pool. */
 #define KV_AHEAD_HEADROOM 8

@@ -523,7 +523,7 @@ struct kv_server {
  * are queued done: kept from being spilled for the others); status[i]
  * gets 0 or the code of sequence i (-ST_E_NOTFOUND, -EPERM,
  * -ST_E_CHECKSUM); returns the first failure's code (message in diag) or
- * 0.  kv_ahead_step restores up to 512 KiB of the first pending sequence
+ * 0.  kv_ahead_step restores up to 4 MiB of the first pending sequence
  * (s->n_ahead_pending > 0), spilling pages of sequences neither pinned nor
  * queued to make room and keeping a headroom of the pool free; a sequence
  * is done when whole, gone, failed, or when no room can be made (its pin
