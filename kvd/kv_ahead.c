@@ -29,7 +29,8 @@
 /* Bytes restored per loop turn: a request (the step's pin or reservation)
  * that comes meanwhile waits for at most one turn, and each turn is a few
  * I/O requests (on the VM of docs/BENCHMARKS.md, 512 KiB turns cost kvd
- * twice the CPU per byte in system calls and device notifications). */
+ * 1.4-1.7x the CPU per byte of 4 MiB ones, in system calls and device
+ * notifications). */
 #define KV_AHEAD_STEP_BYTES (4u << 20)
 
 /* Pages kept free for the current step: 1/KV_AHEAD_HEADROOM of the pool. */
