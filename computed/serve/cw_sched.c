@@ -375,8 +375,8 @@ static int order_running(struct cw_sched *s)
  * requests, *ret_skip the order index of the first decode left out, else
  * of the first prefill left out (or -1); returns the number of requests.
  * step = 2: the same, but a sequence with spilled pages, unless first in
- * the order, is left out
- * (deferred, counted in *ret_deferred): kvd is restoring it ahead.
+ * the order, is left out (deferred, counted in *ret_deferred): kvd is
+ * restoring it ahead.
  * step = 0: the step after it, as far as it can be told now (the rotation
  * moved on, consumers' room not checked, requests in_step counted at
  * their present input): fills s->next_seqs with its sequences that kvd

@@ -8,8 +8,12 @@
  * max_step_tokens tokens: one decode token of every running sequence first,
  * then prefill chunks of admitted prompts in admission order with what is
  * left, so a long prompt never stalls running decodes for more than one
- * step.  The step is one cw_model_eval_batch: each expert's weights are
- * read once for all tokens routed to it.  Each request gets its output as
+ * step.  When kvd has a spill file, a step also holds at most half of
+ * kvd's pool in KV pages, and running sequences that do not fit take turns
+ * in windows of a few steps, the next window restored by kvd while the
+ * current one computes (cw_kvahead.h, --kv-restore-ahead).  The step is
+ * one cw_model_eval_batch: each expert's weights are read once for all
+ * tokens routed to it.  Each request gets its output as
  * a queue of events (one per sampled token, the last one carrying the
  * finish reason) that its consumer pops from another thread.
  *
