@@ -19,8 +19,13 @@ uint64_t cw_kvahead_cap(struct cw_kvahead *a)
 	struct kv_stats st;
 	uint64_t left;
 
-	if (a->known || !a->kv)
+	if (!a->kv)
 		return a->cap_pages;
+	if (a->known && kv_client_reconnects(a->kv) == a->reconnects)
+		return a->cap_pages;
+	a->known = 0;
+	a->cap_pages = UINT64_MAX;
+	a->reconnects = kv_client_reconnects(a->kv);
 	if (kv_client_stats(a->kv, &st) < 0 || st.n_pages == 0 ||
 	    st.page_rows == 0 || st.n_streams == 0)
 		return UINT64_MAX; /* not declared yet: ask again */

@@ -27,6 +27,7 @@ struct cw_kvahead {
 	struct kv_client *kv;      /* borrowed */
 	int on;                    /* restore ahead (--kv-restore-ahead) */
 	int known;                 /* kvd's geometry read (after DECLARE) */
+	uint32_t reconnects;       /* kv_client_reconnects when read */
 	uint64_t cap_pages;        /* KV pages of one step; UINT64_MAX: none */
 	uint32_t n_streams, page_rows;
 };
@@ -40,7 +41,8 @@ void cw_kvahead_init(struct cw_kvahead *a, struct kv_client *kv, int on);
  * kvd's pool (kv_client_seq_restore_ahead's headroom, then room for the
  * next step beside this one), or UINT64_MAX when kvd has no spill budget
  * (everything stays in the pool: no cap) or cannot tell.  Asks kvd (one
- * STATS) until it has a declared pool, then never again.
+ * STATS) until it has a declared pool, then again only after the client
+ * reconnected to a restarted kvd (whose budget may differ).
  */
 uint64_t cw_kvahead_cap(struct cw_kvahead *a);
 
