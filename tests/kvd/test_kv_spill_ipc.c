@@ -9,8 +9,8 @@
  * figures; a clean stop removes the spill file; a prefetch restores in
  * the background, without a further request, and never spills; a restore
  * ahead (issue 24) spills idle sequences to make room but never a pinned
- * one, gives up when only pinned pages could make room, and loses no
- * spilled page.
+ * one, gives up when only pinned pages could make room, loses no spilled
+ * page, and never spills a sequence of its plan for another.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -455,6 +455,40 @@ static void test_restore_ahead(void **state)
 	kv_client_close(c);
 }
 
+/* A plan's sequences already back are kept from being spilled for the
+ * plan's others: with room for one sequence and the headroom, a plan of
+ * two restores the first and gives the second up (a restore that spilled
+ * the first to bring back the second would gain nothing). */
+static void test_restore_ahead_plan(void **state)
+{
+	struct kvd_inst *k = *state;
+	struct kv_client *c;
+	uint32_t seqs[NSEQ];
+	struct st_diag d;
+	int32_t status[2];
+
+	assert_int_equal(kvd_start(k, NULL), 0);
+	c = open_declared(k);
+	interleave(c, seqs);
+	assert_int_equal(kv_client_seq_resident(c, seqs[0]), 0);
+	assert_int_equal(kv_client_seq_resident(c, seqs[1]), 0);
+	assert_int_equal(kv_client_seq_restore_ahead(c, 2, seqs, status, &d),
+			 0);
+	assert_true(wait_resident(c, seqs[0]));
+	st_sleep_ns(200 * 1000 * 1000);
+	assert_int_equal(kv_client_seq_resident(c, seqs[0]), 1);
+	assert_int_equal(kv_client_seq_resident(c, seqs[1]), 0);
+	assert_int_equal(rows_differ(c, seqs[0], ROWS, 1), 0);
+	/* a new plan replaces it: seqs[0] is fair game now */
+	assert_int_equal(kv_client_seq_restore_ahead(c, 1, &seqs[1], status,
+						     &d),
+			 0);
+	assert_true(wait_resident(c, seqs[1]));
+	assert_int_equal(kv_client_seq_resident(c, seqs[0]), 0);
+	assert_int_equal(rows_differ(c, seqs[1], ROWS, 2), 0);
+	kv_client_close(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -465,6 +499,8 @@ int main(void)
 						teardown),
 		cmocka_unit_test_setup_teardown(test_prefetch, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_restore_ahead, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_restore_ahead_plan, setup,
 						teardown),
 	};
 
