@@ -8,10 +8,11 @@
  * Unlike KV_RESIDENCY_PREFETCH (free pages only), a restore ahead may make
  * room: it spills pages of sequences that are neither pinned (the current
  * step's: kv_pool_make_room never takes those) nor queued ahead
- * themselves, least recently used first.  It keeps KV_AHEAD_HEADROOM of
- * the pool free for the current step's reservations, and gives a sequence
- * up (its pin restores it, counted as a stall by computed) when no room
- * can be made without touching what is pinned.  A restored sequence is
+ * themselves, least recently used first.  It keeps 1/KV_AHEAD_HEADROOM of
+ * the pool (and a page per stream) free for the current step's
+ * reservations, and gives a sequence up (its pin restores it, counted as
+ * a stall by computed) when no room can be made without touching what is
+ * pinned.  A restored sequence is
  * touched (most recently used), so that a reservation that must spill
  * takes other pages first.  Each new request of a client replaces that
  * client's queue: it is the plan for the next step.  Entries restored stay
