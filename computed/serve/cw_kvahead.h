@@ -30,11 +30,17 @@ struct cw_kvahead {
 	uint32_t reconnects;       /* kv_client_reconnects when read */
 	uint64_t cap_pages;        /* KV pages of one step; UINT64_MAX: none */
 	uint32_t n_streams, page_rows;
+	uint32_t *sent;            /* the list kvd holds (cap_sent entries) */
+	int n_sent, cap_sent;
 };
 
-/* Sets a up over kv (borrowed; NULL: no kvd, no cap); on: restore
- * ahead.  Nothing to free. */
-void cw_kvahead_init(struct cw_kvahead *a, struct kv_client *kv, int on);
+/* Sets a up over kv (borrowed; NULL: no kvd, no cap) for lists of at
+ * most max_seqs sequences; on: restore ahead.  0 or -ENOMEM. */
+int cw_kvahead_init(struct cw_kvahead *a, struct kv_client *kv, int on,
+		    int max_seqs);
+
+/* Frees what init allocated; a zeroed a is fine. */
+void cw_kvahead_fini(struct cw_kvahead *a);
 
 /*
  * KV pages one step may pin: (n_pages - n_pages / 8 - n_streams) / 2 of
@@ -51,11 +57,13 @@ uint64_t cw_kvahead_cap(struct cw_kvahead *a);
 uint64_t cw_kvahead_pages(const struct cw_kvahead *a, uint64_t n_rows);
 
 /*
- * Asks kvd to restore seqs[0..n) ahead of the step that will run them (a
- * no-op when off; replaces the earlier list): kvd restores those with
- * spilled pages and keeps those already back.  Returns the number that
- * had spilled pages, or a negative code with diag (kvd gone; the step's
- * pin will say it again, so the caller may ignore it).
+ * Asks kvd to restore seqs[0..n) (n at most max_seqs) ahead of the step
+ * that will run them (a no-op when off; replaces the earlier list): kvd
+ * restores those with spilled pages and keeps those already back.  The
+ * same list as the last one sent is not sent again (a request would wait
+ * behind kvd's background restoring).  Returns the number that had spilled
+ * pages when sent (0 when not sent), or a negative code with diag (kvd
+ * gone; the step's pin will say it again, so the caller may ignore it).
  */
 int cw_kvahead_ask(struct cw_kvahead *a, int n, const uint32_t *seqs,
 		   struct st_diag *diag);

@@ -686,13 +686,15 @@ int cw_sched_create(struct cw_model *model, const struct st_tokenizer *tok,
 	s->next_seqs = calloc((size_t)s->o.max_running,
 			      sizeof(*s->next_seqs));
 	if (!s->toks || !s->breq || !s->bn || !s->pins || !s->order ||
-	    !s->next_seqs) {
+	    !s->next_seqs ||
+	    cw_kvahead_init(&s->kva, kv, s->o.kv_restore_ahead,
+			    s->o.max_running) < 0) {
 		free(s->toks); free(s->breq); free(s->bn); free(s->pins);
 		free(s->order); free(s->next_seqs);
+		cw_kvahead_fini(&s->kva);
 		free(s);
 		return -ENOMEM;
 	}
-	cw_kvahead_init(&s->kva, kv, s->o.kv_restore_ahead);
 	pthread_mutex_init(&s->lock, NULL);
 	pthread_mutex_init(&s->model_lock, NULL);
 	pthread_condattr_init(&ca);
@@ -748,6 +750,7 @@ void cw_sched_destroy(struct cw_sched *s)
 	pthread_mutex_destroy(&s->model_lock);
 	free(s->toks); free(s->breq); free(s->bn); free(s->pins);
 	free(s->order); free(s->next_seqs);
+	cw_kvahead_fini(&s->kva);
 	free(s);
 }
 
