@@ -417,7 +417,8 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 		  "sequences a step found with spilled pages",
 		  (double)kv_pin[4]);
 	tb_metric(&b, "strata_kv_restore_ahead_seqs_total", "counter",
-		  "sequences asked to restore ahead of their step",
+		  "sequences with spilled pages in the restore-ahead plans "
+		  "sent to kvd",
 		  (double)kv_pin[5]);
 	tb_metric(&b, "strata_kv_restore_deferred_seqs_total", "counter",
 		  "sequences left to the next step while kvd restored them",
