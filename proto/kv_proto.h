@@ -83,6 +83,10 @@ enum kv_residency_op {
 	KV_RESIDENCY_UNPIN = 3,   /* no longer running (may be spilled) */
 	KV_RESIDENCY_PREFETCH = 4,/* restore in the background, into free
 				   * pages only; the reply does not wait */
+	KV_RESIDENCY_AHEAD = 5,   /* restore in the background for the next
+				   * step, spilling idle sequences (never
+				   * pinned ones); replaces the client's
+				   * earlier AHEAD; the reply does not wait */
 };
 
 struct kv_msg_hello {
