@@ -34,12 +34,10 @@
  * notifications). */
 #define KV_AHEAD_STEP_BYTES (4u << 20)
 
-/* Pages kept free for the current step: 1/KV_AHEAD_HEADROOM of the pool. */
-#define KV_AHEAD_HEADROOM 8
-
+/* Pages kept free for the current step (the rule both sides share). */
 static uint64_t kv_ahead_headroom(const struct kv_pool *p)
 {
-	return p->lay.n_pages / KV_AHEAD_HEADROOM + p->lay.n_streams;
+	return kv_ahead_headroom_pages(p->lay.n_pages, p->lay.n_streams);
 }
 
 /* Drops queue entry q (order kept). */

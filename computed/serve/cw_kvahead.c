@@ -48,7 +48,8 @@ uint64_t cw_kvahead_cap(struct cw_kvahead *a)
 	a->page_rows = st.page_rows;
 	if (st.spill_budget_bytes == 0)
 		return a->cap_pages; /* nothing ever leaves: no cap */
-	left = st.n_pages - st.n_pages / 8 - st.n_streams;
+	left = st.n_pages -
+	       kv_ahead_headroom_pages(st.n_pages, st.n_streams);
 	if (left > st.n_pages)
 		left = 0; /* a pool of a few pages */
 	a->cap_pages = left / 2;
