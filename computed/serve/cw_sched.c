@@ -209,8 +209,13 @@ static int has_room(const struct cw_sched_req *r)
 	return r->ev_n < r->max_pending;
 }
 
+static int post_result(struct cw_sched *s, struct cw_sched_req *r, int len,
+		       const struct cw_sched_event *pe, const char *text,
+		       const struct st_diag *diag, uint64_t now);
+
 /* Feeds one request's evaluated tokens back to its generation and posts
- * what it produced; retires it when it finished. */
+ * what it produced (a step that verified drafts may produce several
+ * tokens: one event each); retires it when it finished. */
 static void advance(struct cw_sched *s, struct cw_sched_req *r, int n,
 		    uint64_t step_ns, uint64_t now)
 {
@@ -221,14 +226,30 @@ static void advance(struct cw_sched *s, struct cw_sched_req *r, int n,
 
 	len = cw_gen_advance(r->gen, n, step_ns, text, sizeof(text), &e.token,
 			     &e.finish, &diag);
+	while (post_result(s, r, len, &e, text, &diag, now) &&
+	       cw_gen_n_pending(r->gen) > 0) {
+		e = (struct cw_sched_event){ .token = -1 };
+		len = cw_gen_emit_pending(r->gen, text, sizeof(text), &e.token,
+					  &e.finish, &diag);
+	}
+}
+
+/* Posts one result of cw_gen_advance / cw_gen_emit_pending (len: its
+ * return); 1 while the request goes on, 0 once retired. */
+static int post_result(struct cw_sched *s, struct cw_sched_req *r, int len,
+		       const struct cw_sched_event *pe, const char *text,
+		       const struct st_diag *diag, uint64_t now)
+{
+	struct cw_sched_event e = *pe;
+
 	if (len < 0) {
-		struct cw_sched_event ee = error_event(len, diag.msg);
+		struct cw_sched_event ee = error_event(len, diag->msg);
 
 		retire(s, r, CW_FINISH_ERROR, 0, &ee, "");
-		return;
+		return 0;
 	}
 	if (e.token < 0 && e.finish == CW_FINISH_NONE)
-		return; /* a prefill chunk that did not end the prompt */
+		return 1; /* a prefill chunk that did not end the prompt */
 	if (e.token >= 0) {
 		e.lp = *cw_gen_last_logprob(r->gen);
 		if (!r->t_first)
@@ -237,12 +258,13 @@ static void advance(struct cw_sched *s, struct cw_sched_req *r, int n,
 	}
 	if (e.finish != CW_FINISH_NONE) {
 		retire(s, r, e.finish, 0, &e, text);
-		return;
+		return 0;
 	}
 	pthread_mutex_lock(&s->lock);
 	r->n_gen = cw_gen_n_generated(r->gen);
 	post_locked(s, r, &e, text);
 	pthread_mutex_unlock(&s->lock);
+	return 1;
 }
 
 /* Evaluates the step's tokens; pins the sequences kvd may spill. */
@@ -331,8 +353,8 @@ static int step(struct cw_sched *s)
 				s->toks[n + i].seq = cw_gen_seq(q->gen);
 				s->toks[n + i].pos = pos + (uint32_t)i;
 				s->toks[n + i].id = ids[i];
-				s->toks[n + i].logits = want && i == k - 1 ?
-					cw_gen_logits(q->gen) : NULL;
+				s->toks[n + i].logits =
+					cw_gen_input_logits(q->gen, i, k, want);
 			}
 			if (k <= 0)
 				continue;
