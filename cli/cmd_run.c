@@ -43,6 +43,8 @@ struct run_opts {
 	int timeout_s;
 	struct cli_tier_args tier;
 	const char *timeline;     /* --timeline FILE, or NULL */
+	int draft_max;            /* --speculate / --draft-max; -1: computed's
+				   * default */
 	char timeline_abs[4096];  /* its absolute path, for computed */
 };
 
@@ -80,6 +82,11 @@ static void run_usage(FILE *f)
 "  --raw                no BOS, and special tokens in the prompt are text\n"
 "  --no-prefix-cache    compute the whole prompt even when kvd holds pages\n"
 "                       of the same prefix (the output is the same)\n"
+"  --speculate S        speculative decoding: off, ngram or ngram:K (up to\n"
+"                       K prompt-lookup draft tokens verified per step,\n"
+"                       1..16; ngram = ngram:4); greedy output unchanged;\n"
+"                       default: computed's (off); DeepSeek-V4/V4.1: off\n"
+"  --draft-max K        the same as --speculate ngram:K (0 = off)\n"
 "Budgets and modes:\n"
 "  --host-budget B      expertd host pool: bytes (8GiB) or percent of all\n"
 "                       experts (25%%); default: all experts\n"
@@ -183,6 +190,8 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		{ "stop", required_argument, NULL, 'x' },
 		{ "ignore-eos", no_argument, NULL, 'E' },
 		{ "no-prefix-cache", no_argument, NULL, 'N' },
+		{ "speculate", required_argument, NULL, 0x501 },
+		{ "draft-max", required_argument, NULL, 0x502 },
 		{ "keep-layers", required_argument, NULL, 'L' },
 		{ "scale-search", required_argument, NULL, 'Z' },
 		{ "raw", no_argument, NULL, 'R' },
@@ -211,6 +220,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 	o->experts = "mxfp4";
 	o->prompt = "In the beginning";
 	o->max_tokens = 64;
+	o->draft_max = -1;
 	o->top_p = 1.0f;
 	o->timeout_s = 120;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -282,6 +292,27 @@ static int parse(struct run_opts *o, int argc, char **argv)
 			break;
 		case 'E': o->ignore_eos = 1; break;
 		case 'N': o->no_prefix_cache = 1; break;
+		case 0x501: /* after cli_tiers.h's CLI_OPT_* */
+			if (cw_draft_parse(optarg, &o->draft_max) < 0) {
+				fprintf(stderr, "strata run: --speculate '%s': "
+					"use off, ngram or ngram:K (K 1..%d)\n",
+					optarg, CW_DRAFT_MAX);
+				return 2;
+			}
+			break;
+		case 0x502: {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+
+			if (*end || end == optarg || v < 0 ||
+			    v > CW_DRAFT_MAX) {
+				fprintf(stderr, "strata run: --draft-max '%s': "
+					"use 0..%d\n", optarg, CW_DRAFT_MAX);
+				return 2;
+			}
+			o->draft_max = (int)v;
+			break;
+		}
 		case 'L': o->keep_spec = optarg; break;
 		case 'Z': o->scale_search = optarg; break;
 		case 'R': o->raw = 1; break;
@@ -410,6 +441,8 @@ static int generate(struct cw_client *cw, const struct run_opts *o,
 		m.flags |= CW_GEN_F_IGNORE_EOS;
 	if (o->no_prefix_cache)
 		m.flags |= CW_GEN_F_NO_PREFIX_CACHE;
+	if (o->draft_max >= 0)
+		m.flags |= (uint32_t)(o->draft_max + 1) << CW_GEN_F_DRAFT_SHIFT;
 	m.n_stop = (uint32_t)o->n_stop;
 	for (int i = 0; i < o->n_stop; i++)
 		m.stop[i] = (char *)o->stop[i];

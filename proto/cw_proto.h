@@ -51,6 +51,10 @@ enum cw_msg_type {
 #define CW_GEN_F_PARSE_SPECIAL 2u /* recognise special tokens in the prompt */
 #define CW_GEN_F_IGNORE_EOS 4u
 #define CW_GEN_F_NO_PREFIX_CACHE 8u /* compute the whole prompt */
+/* Bits 8..13: speculative decoding's draft length D: 0 = computed's
+ * default (--speculate), D + 1 = D draft tokens per step (1: off). */
+#define CW_GEN_F_DRAFT_SHIFT 8
+#define CW_GEN_F_DRAFT_MASK (0x3fu << CW_GEN_F_DRAFT_SHIFT)
 
 struct cw_gen_start_msg {
 	uint32_t max_tokens;

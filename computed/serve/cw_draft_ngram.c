@@ -2,6 +2,7 @@
 #include "cw_draft_ngram.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Most recent start j < n - g with ids[j..j+g) equal to the last g ids,
@@ -37,5 +38,27 @@ int cw_draft_ngram(const int32_t *ids, int n, int min_ngram, int max_ngram,
 		memcpy(ret_draft, ids + j + g, sizeof(int32_t) * (size_t)k);
 		return k;
 	}
+	return 0;
+}
+
+int cw_draft_parse(const char *spec, int *ret_draft_max)
+{
+	char *end;
+	long k;
+
+	if (!strcmp(spec, "off")) {
+		*ret_draft_max = 0;
+		return 0;
+	}
+	if (!strcmp(spec, "ngram")) {
+		*ret_draft_max = CW_DRAFT_DEFAULT_K;
+		return 0;
+	}
+	if (strncmp(spec, "ngram:", 6) != 0)
+		return -EINVAL;
+	k = strtol(spec + 6, &end, 10);
+	if (end == spec + 6 || *end || k < 1 || k > CW_DRAFT_MAX)
+		return -EINVAL;
+	*ret_draft_max = (int)k;
 	return 0;
 }

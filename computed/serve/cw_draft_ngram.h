@@ -18,6 +18,7 @@
 #define CW_DRAFT_MAX 16        /* draft tokens per step at most */
 #define CW_DRAFT_NGRAM_MAX 3   /* longest n-gram matched (default) */
 #define CW_DRAFT_NGRAM_MIN 1   /* shortest n-gram matched (default) */
+#define CW_DRAFT_DEFAULT_K 4   /* `ngram` without a length */
 
 /*
  * Proposes up to max_draft tokens into ret_draft[max_draft] from
@@ -32,5 +33,12 @@
  */
 int cw_draft_ngram(const int32_t *ids, int n, int min_ngram, int max_ngram,
 		   int max_draft, int32_t *ret_draft);
+
+/*
+ * Parses a --speculate value: "off" (0), "ngram" (CW_DRAFT_DEFAULT_K) or
+ * "ngram:K" (K draft tokens, 1..CW_DRAFT_MAX) into *ret_draft_max.
+ * 0 or -EINVAL (the caller names the option).
+ */
+int cw_draft_parse(const char *spec, int *ret_draft_max);
 
 #endif

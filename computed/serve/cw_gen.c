@@ -118,6 +118,8 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
 		cw_gen_free(g);
 		return st_diag_set(diag, r, "invalid sampling parameters");
 	}
+	if (g->p.draft_max == CW_DRAFT_DEFAULT)
+		g->p.draft_max = 0;
 	if (g->p.draft_max < 0 || g->p.draft_max > CW_DRAFT_MAX) {
 		cw_gen_free(g);
 		return st_diag_set(diag, -EINVAL, "draft_max must be 0..%d",

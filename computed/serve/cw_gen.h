@@ -21,6 +21,7 @@
 #define CW_GEN_MAX_STOP 4
 #define CW_PREFILL_CHUNK 256 /* prompt tokens per forward call */
 #define CW_GEN_MAX_TOP 5     /* top_logprobs at most */
+#define CW_DRAFT_DEFAULT (-1) /* cw_gen_params.draft_max: the server's */
 
 enum cw_finish {
 	CW_FINISH_NONE = 0,
@@ -49,7 +50,9 @@ struct cw_gen_params {
 	int draft_max;                    /* speculative decoding: up to this
 					   * many prompt-lookup draft tokens
 					   * verified per step (0: off;
-					   * 0..CW_DRAFT_MAX); ignored (off)
+					   * 0..CW_DRAFT_MAX; CW_DRAFT_DEFAULT:
+					   * the scheduler's default, off for
+					   * cw_gen itself); ignored (off)
 					   * for DeepSeek-V4/V4.1 stores */
 };
 

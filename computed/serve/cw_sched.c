@@ -588,6 +588,8 @@ int cw_sched_submit(struct cw_sched *s, const int32_t *ids, size_t n_ids,
 		return -ENOMEM;
 	r->s = s;
 	r->p = *p;
+	if (r->p.draft_max == CW_DRAFT_DEFAULT)
+		r->p.draft_max = s->o.draft_max;
 	r->max_pending = max_pending > 0 ? max_pending : 1;
 	r->ids = malloc(sizeof(int32_t) * n_ids);
 	if (!r->ids) {

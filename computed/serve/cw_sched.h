@@ -33,6 +33,8 @@ struct cw_sched_opts {
 	int max_running;      /* sequences decoding at once (default 32) */
 	int max_queued;       /* requests waiting for admission (default 256) */
 	int max_step_tokens;  /* tokens per forward step (default 128) */
+	int draft_max;        /* draft tokens of requests that ask for
+			       * CW_DRAFT_DEFAULT (0: no speculation) */
 	/* step timeline (issue 25; all borrowed, NULL: off): one TSV row
 	 * per step to `timeline` (cw_timeline.h), phases from `tl` (which
 	 * the caller also set on the model), expertd's counters from es */
