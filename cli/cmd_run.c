@@ -530,6 +530,14 @@ static double r3(double v)
 	return round(v * 1000.0) / 1000.0;
 }
 
+/* Tokens per decode step of a run (1 + accepted drafts per step; the
+ * prefill's sample not counted); 0 without decode steps. */
+static double spec_tokens_per_step(const struct cw_stats_wire *d)
+{
+	return d->spec_steps ? 1.0 + (double)d->spec_accepted /
+					     (double)d->spec_steps : 0.0;
+}
+
 static void print_summary(const struct run_opts *o,
 			  const struct cli_instance *inst,
 			  const struct run_result *res,
@@ -566,6 +574,10 @@ static void print_summary(const struct run_opts *o,
 	d.en_hits -= s0->en_hits;
 	d.en_misses -= s0->en_misses;
 	d.en_read_bytes -= s0->en_read_bytes;
+	d.spec_steps -= s0->spec_steps;
+	d.spec_verify_steps -= s0->spec_verify_steps;
+	d.spec_drafted -= s0->spec_drafted;
+	d.spec_accepted -= s0->spec_accepted;
 	hit = d.es_hits + d.es_misses ?
 		      (double)d.es_hits / (double)(d.es_hits + d.es_misses) : 0;
 	if (o->json) {
@@ -618,6 +630,18 @@ static void print_summary(const struct run_opts *o,
 					      res->n_prompt + res->n_gen ?
 				d.kv_pages_peak * d.kv_page_bytes /
 					(res->n_prompt + res->n_gen) : 0)));
+		/* speculative decoding (issue 22): expert bytes per
+		 * generated token include the prompt's (prefill) reads */
+		json_object_set_new(j, "speculation", json_pack(
+			"{s:i, s:I, s:I, s:I, s:I, s:f, s:f}",
+			"draft_max", o->draft_max,
+			"decode_steps", (json_int_t)d.spec_steps,
+			"verify_steps", (json_int_t)d.spec_verify_steps,
+			"draft_tokens", (json_int_t)d.spec_drafted,
+			"accepted_tokens", (json_int_t)d.spec_accepted,
+			"tokens_per_step", r3(spec_tokens_per_step(&d)),
+			"expert_bytes_per_token", r3(res->n_gen ?
+				(double)d.expert_bytes / res->n_gen : 0.0)));
 		if (d.en_lookups)
 			json_object_set_new(j, "engram", json_pack(
 				"{s:I, s:I, s:I, s:f, s:I, s:f, s:f}",
@@ -718,6 +742,20 @@ static void print_summary(const struct run_opts *o,
 		st_format_bytes(d.expert_bytes, a, sizeof(a)),
 		st_format_bytes(d.dense_bytes, b, sizeof(b)),
 		st_format_bytes(d.lm_head_bytes, c, sizeof(c)));
+	if (d.spec_verify_steps)
+		fprintf(stderr, "speculation        %llu of %llu draft tokens "
+			"accepted (%.1f%%) in %llu of %llu decode steps: %.2f "
+			"tokens per step; expert bytes %s per generated token "
+			"(prompt included)\n",
+			(unsigned long long)d.spec_accepted,
+			(unsigned long long)d.spec_drafted,
+			100.0 * (double)d.spec_accepted /
+				(double)(d.spec_drafted ? d.spec_drafted : 1),
+			(unsigned long long)d.spec_verify_steps,
+			(unsigned long long)d.spec_steps,
+			spec_tokens_per_step(&d),
+			st_format_bytes(res->n_gen ? d.expert_bytes / res->n_gen :
+						     0, a, sizeof(a)));
 	if (d.en_lookups) /* DeepSeek-V4.1: expertd's Engram tier */
 		fprintf(stderr, "Engram rows        %llu lookups, hits %llu, "
 			"misses %llu (hit rate %.1f%%), %s read, block read "

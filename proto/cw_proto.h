@@ -100,6 +100,10 @@ struct cw_stats_wire {
 	/* expertd's Engram tier (DeepSeek-V4.1 stores; zeros otherwise) */
 	uint64_t en_lookups, en_hits, en_misses, en_read_bytes;
 	uint64_t en_lat_p50_ns, en_lat_p99_ns;
+	/* speculative decoding of ended generations (cw_metrics_spec):
+	 * decode steps, those that verified drafts, draft tokens verified
+	 * and accepted */
+	uint64_t spec_steps, spec_verify_steps, spec_drafted, spec_accepted;
 };
 
 void cw_gen_start_msg_free(struct cw_gen_start_msg *m);

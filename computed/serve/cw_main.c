@@ -770,6 +770,10 @@ static int handle_stats(struct cw_daemon *d, const struct st_msg_header *h)
 	s.n_generations = d->metrics.gen_started;
 	s.prompt_tokens = d->metrics.prompt_tokens;
 	s.generated_tokens = d->metrics.generated_tokens;
+	s.spec_steps = d->metrics.spec_steps;
+	s.spec_verify_steps = d->metrics.spec_verify_steps;
+	s.spec_drafted = d->metrics.spec_drafted;
+	s.spec_accepted = d->metrics.spec_accepted;
 	s.prefill_ns = d->metrics.gen_prefill_ns;
 	s.decode_ns = d->metrics.gen_decode_ns;
 	pthread_mutex_unlock(&d->metrics.lock);

@@ -131,6 +131,17 @@ static struct cw_sched_event error_event(int err, const char *msg)
  * generation (and so its KV sequence), then posts its last event (so a
  * client that sees the end finds the pages already freed) and drops the
  * scheduler's ref. */
+/* Tokens of generation g beyond one per sampling step: the accepted
+ * drafts it returned (cw_metrics_step counted one token per step). */
+static uint64_t spec_extra_tokens(const struct cw_gen *g,
+				  const struct cw_gen_spec_stats *sp)
+{
+	uint64_t n = (uint64_t)cw_gen_n_generated(g);
+	uint64_t sampled = sp->steps + (n > 0); /* + the prefill's sample */
+
+	return n > sampled ? n - sampled : 0;
+}
+
 static void retire(struct cw_sched *s, struct cw_sched_req *r,
 		   enum cw_finish fin, int aborted,
 		   const struct cw_sched_event *last, const char *text)
@@ -144,10 +155,17 @@ static void retire(struct cw_sched *s, struct cw_sched_req *r,
 		*pp = r->next;
 	if (r->gen) {
 		r->n_gen = cw_gen_n_generated(r->gen);
-		if (s->metrics)
+		if (s->metrics) {
+			struct cw_gen_spec_stats sp;
+
 			cw_metrics_gen_times(s->metrics,
 					     cw_gen_prefill_ns(r->gen),
 					     cw_gen_decode_ns(r->gen));
+			cw_gen_spec_stats(r->gen, &sp);
+			cw_metrics_spec(s->metrics, sp.steps, sp.spec_steps,
+					sp.drafted, sp.accepted,
+					spec_extra_tokens(r->gen, &sp));
+		}
 		cw_gen_free(r->gen);
 		r->gen = NULL;
 	}
@@ -404,6 +422,8 @@ static int step(struct cw_sched *s)
 		retire(s, s->breq[0], CW_FINISH_ERROR, 0, &e, "");
 		return n;
 	}
+	/* tokens past the first of a step that verified drafts are counted
+	 * when their generation ends (cw_metrics_spec) */
 	if (s->metrics)
 		cw_metrics_step(s->metrics, n, n_sampled, dt);
 	for (int i = 0; i < n_reqs; i++)
