@@ -55,6 +55,7 @@ enum cw_msg_type {
  * default (--speculate), D + 1 = D draft tokens per step (1: off). */
 #define CW_GEN_F_DRAFT_SHIFT 8
 #define CW_GEN_F_DRAFT_MASK (0x3fu << CW_GEN_F_DRAFT_SHIFT)
+#define CW_PROTO_MAX_DRAFT 16 /* draft tokens at most (CW_DRAFT_MAX) */
 
 struct cw_gen_start_msg {
 	uint32_t max_tokens;

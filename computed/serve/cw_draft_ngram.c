@@ -1,5 +1,9 @@
 /* cw_draft_ngram.c — see cw_draft_ngram.h. */
 #include "cw_draft_ngram.h"
+#include "cw_proto.h"
+
+_Static_assert(CW_DRAFT_MAX == CW_PROTO_MAX_DRAFT,
+	       "GEN_START's draft field carries CW_DRAFT_MAX");
 
 #include <errno.h>
 #include <stdlib.h>
