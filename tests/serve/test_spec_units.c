@@ -82,10 +82,21 @@ static void test_ngram(void)
  * fails one seed in a thousand, the seed is fixed */
 #define CHI2_CRIT_7 24.32
 
-/* Draws DRAWS tokens with cw_sampler_verify(draft) and tests them against
- * the distribution p that sampler params sp give for logits. */
-static void chi2_case(const float *logits, const struct cw_sampler_params *sp,
-		      int draft, const char *what)
+/* A wrong rule, to show the test has power: on a rejection, draw from
+ * the whole of p (the draft included) instead of p without the draft. */
+static int naive_verify(struct cw_sampler *s, const float *logits, int n,
+			int draft, double p_draft)
+{
+	if (cw_sampler_uniform(s) < p_draft)
+		return draft;
+	return cw_sampler_sample(s, logits, n);
+}
+
+/* Draws DRAWS tokens with cw_sampler_verify(draft) (naive: naive_verify)
+ * and tests them against the distribution p that sampler params sp give
+ * for logits; returns the chi-square statistic. */
+static double chi2_run(const float *logits, const struct cw_sampler_params *sp,
+		       int draft, int naive, const char *what)
 {
 	struct cw_sampler s;
 	double p[NV], mx = -INFINITY, z = 0.0, chi2 = 0.0, acc_rate;
@@ -118,12 +129,13 @@ static void chi2_case(const float *logits, const struct cw_sampler_params *sp,
 
 	cw_sampler_init(&s, sp);
 	for (int i = 0; i < DRAWS; i++) {
-		int t = cw_sampler_verify(&s, logits, NV, draft);
+		int t = naive ? naive_verify(&s, logits, NV, draft, p[draft]) :
+				cw_sampler_verify(&s, logits, NV, draft);
 
 		if (t < 0 || t >= NV) {
 			CHECK(0, "%s: verify returned %d", what, t);
 			cw_sampler_fini(&s);
-			return;
+			return 0.0;
 		}
 		cnt[t]++;
 		accepted += t == draft;
@@ -145,13 +157,20 @@ static void chi2_case(const float *logits, const struct cw_sampler_params *sp,
 	{
 		double crit = df == 7 ? CHI2_CRIT_7 : df == 4 ? 18.47 : 0.0;
 
-		CHECK(crit > 0 && chi2 < crit, "%s: chi-square %.2f over %.2f "
-		      "(df %d)", what, chi2, crit, df);
+		CHECK(crit > 0 && (naive || chi2 < crit), "%s: chi-square "
+		      "%.2f over %.2f (df %d)", what, chi2, crit, df);
 		acc_rate = (double)accepted / DRAWS;
 		printf("%s: chi2 %.2f (df %d, critical %.2f at p=0.001), "
 		       "accepted %.4f of drafts (p(draft) %.4f)\n", what,
 		       chi2, df, crit, acc_rate, p[draft]);
 	}
+	return chi2;
+}
+
+static void chi2_case(const float *logits, const struct cw_sampler_params *sp,
+		      int draft, const char *what)
+{
+	chi2_run(logits, sp, draft, 0, what);
 }
 
 static void test_verify(void)
@@ -168,6 +187,11 @@ static void test_verify(void)
 	chi2_case(lg, &t1, 5, "T=1, draft an unlikely token");
 	chi2_case(lg, &t07k5, 3, "T=0.7 top-k 5, draft outside top-k");
 	chi2_case(lg, &t07k5, 4, "T=0.7 top-k 5, draft inside top-k");
+	/* the wrong residual (p itself) over-draws the draft: 0.37 + 0.63 x
+	 * 0.37 = 0.60 instead of 0.37, far past the critical value */
+	CHECK(chi2_run(lg, &t1, 0, 1, "naive rule (must fail)") >
+		      10 * CHI2_CRIT_7,
+	      "the chi-square test does not tell the naive rule apart");
 	cw_sampler_init(&s, &greedy);
 	CHECK(cw_sampler_verify(&s, lg, NV, 0) == 0 &&
 	      cw_sampler_verify(&s, lg, NV, 4) == 0,
