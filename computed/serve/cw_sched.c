@@ -340,13 +340,33 @@ static void timeline_row(struct cw_sched *s, const struct cw_tl_snap *a,
 	}
 }
 
+/* Sequences of the running list that are decoding. */
+static int n_decoding(const struct cw_sched *s)
+{
+	int n = 0;
+
+	for (const struct cw_sched_req *q = s->running; q; q = q->next)
+		n += cw_gen_n_generated(q->gen) > 0;
+	return n;
+}
+
+/* Tokens a decoding sequence may take of the step's budget: its own and
+ * drafts, leaving one for each of the *dec_left decoding sequences after
+ * it (drafts never crowd another sequence's token out of a step). */
+static int draft_budget(int budget, int *dec_left)
+{
+	if (*dec_left > 0)
+		(*dec_left)--;
+	return ST_MAX(1, budget - *dec_left);
+}
+
 /* One scheduler step over the running list.  Returns the number of tokens
  * computed (0: nothing could run). */
 static int step(struct cw_sched *s)
 {
 	struct st_diag diag = { "" };
 	int budget = s->o.max_step_tokens, n = 0, n_reqs = 0, n_sampled = 0;
-	int n_prefill = 0;
+	int n_prefill = 0, dec_left = n_decoding(s);
 	struct cw_tl_snap tl0;
 	uint64_t t0, dt;
 	int r;
@@ -366,7 +386,9 @@ static int step(struct cw_sched *s)
 			pthread_mutex_unlock(&s->lock);
 			if (!room)
 				continue;
-			k = cw_gen_next_input(q->gen, budget, &pos, &ids, &want);
+			k = cw_gen_next_input(q->gen, pass ? budget :
+					      draft_budget(budget, &dec_left),
+					      &pos, &ids, &want);
 			for (int i = 0; i < k; i++) {
 				s->toks[n + i].seq = cw_gen_seq(q->gen);
 				s->toks[n + i].pos = pos + (uint32_t)i;

@@ -15,6 +15,11 @@
  *     (the logits after the prompt) pass a chi-square goodness-of-fit test
  *     against softmax(logits / T): drafts = the argmax and the 5th token
  *     (fixtures with a vocabulary of at most 4096: kjv-moe);
+ *  3b. through the scheduler (cw_sched: continuous batching, one
+ *     event per token), four requests at once with draft lengths 0, 1, 3
+ *     and 4 and a step budget of 7 tokens (drafts are cut so that every
+ *     decoding sequence keeps its token in each step): each one's greedy
+ *     ids are those of 1;
  *  4. DeepSeek-V4/V4.1 stores cannot verify drafts (their state evaluates
  *     each position once): draft_max falls back to 0 and the output is the
  *     plain greedy one.
@@ -30,6 +35,7 @@
 #include "cw_gen.h"
 #include "cw_model.h"
 #include "cw_sampler.h"
+#include "cw_sched.h"
 #include "es_client.h"
 #include "es_convert.h"
 #include "kv_client.h"
@@ -142,6 +148,66 @@ static int generate(struct env *e, const struct cw_sampler_params *sp,
 	cw_gen_spec_stats(g, &out->st);
 	cw_gen_free(g);
 	return r < 0 ? r : 0;
+}
+
+/* 3b: four greedy requests at once through the scheduler; each must
+ * give ref's ids. */
+static void sched_case(struct env *e, const struct run *ref)
+{
+	const int drafts[4] = { 0, 1, 3, 4 };
+	struct cw_sched_opts so = { .max_running = 4, .max_queued = 8,
+				    .max_step_tokens = 7 };
+	struct cw_sched_req *req[4] = { 0 };
+	struct st_diag diag = { "" };
+	struct cw_sched *s = NULL;
+	int32_t *ids = NULL;
+	size_t n_ids = 0;
+	int r;
+
+	r = st_tokenizer_encode(e->tok, PROMPT, strlen(PROMPT), 1, 0, &ids,
+				&n_ids);
+	if (!r)
+		r = cw_sched_create(e->m, e->tok, e->kv, &so, NULL, &s);
+	for (int i = 0; !r && i < 4; i++) {
+		struct cw_gen_params p = { .max_tokens = MAX_NEW,
+					   .add_special = 1, .ignore_eos = 1,
+					   .draft_max = drafts[i] };
+
+		r = cw_sched_submit(s, ids, n_ids, &p, 4, &req[i], &diag);
+	}
+	if (r < 0) {
+		CHECK(0, "scheduler setup: %s (%d)", diag.msg, r);
+		goto out;
+	}
+	for (int i = 0; i < 4; i++) {
+		struct cw_sched_event ev;
+		int n = 0, diff = -1;
+
+		while (cw_sched_next_event(req[i], 60000, &ev) == 1) {
+			if (ev.token >= 0) {
+				if (n >= MAX_NEW || ev.token != ref->ids[n])
+					diff = diff < 0 ? n : diff;
+				n++;
+			}
+			free(ev.text);
+			if (ev.finish != CW_FINISH_NONE) {
+				CHECK(ev.finish == CW_FINISH_LENGTH,
+				      "request %d ended with %d: %s", i,
+				      ev.finish, ev.err_msg);
+				break;
+			}
+		}
+		CHECK(n == MAX_NEW && diff < 0, "scheduler, draft_max %d: %d "
+		      "tokens, first difference at %d", drafts[i], n, diff);
+	}
+	printf("scheduler: 4 requests (draft_max 0, 1, 3, 4; steps of 7 "
+	       "tokens) gave the greedy ids\n");
+out:
+	for (int i = 0; i < 4; i++)
+		if (req[i])
+			cw_sched_release(req[i]);
+	cw_sched_destroy(s);
+	free(ids);
 }
 
 /* chi-square critical value at p = 0.001 for df degrees of freedom, by
@@ -300,6 +366,7 @@ int main(int argc, char **argv)
 	if (!strcmp(fixture, "kjv-moe"))
 		CHECK(b.st.accepted > 0, "kjv-moe quoting its prompt "
 		      "accepted no draft token");
+	sched_case(&e, &a);
 
 	/* 3: sampling with drafts, and the distribution it keeps */
 	if (generate(&e, &t08, DRAFT, &c, NULL, vocab) < 0)
