@@ -7,6 +7,7 @@
 # cache after the first).  Prints per budget the medians of decode tokens/s,
 # expert bytes read per generated token, tokens per decode step and the
 # acceptance, and checks that greedy ids are identical off and on.
+# Expert bytes per decode token: (reads - the prompt's) / (tokens - 1).
 # Reference mode, experts MXFP4.
 #   scripts/bench-spec.sh [N] [K] [MAX_TOKENS]
 set -eu
@@ -28,6 +29,10 @@ TXT
 $S convert --model "$MODEL" --out "$TMP/kjv.strata" >/dev/null 2>&1 ||
 	$S run --model "$MODEL" --store "$TMP/kjv.strata" --prompt x \
 		--max-tokens 1 --quiet >/dev/null 2>&1
+# the prompt's expert reads alone (one token: the prefill's sample), to
+# price decode tokens (reads are counted per matvec, at any budget)
+$S run --store "$TMP/kjv.strata" --prompt-file "$TMP/prompt.txt" \
+	--max-tokens 1 --json --quiet 2>/dev/null | tail -1 >"$TMP/prefill.json"
 for b in 100% 50% 25%; do
 	for i in $(seq 1 "$N"); do
 		for sp in off "ngram:$K"; do
@@ -43,9 +48,12 @@ done
 import json, statistics as st, sys
 d, n, k = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 med = st.median
+pre = json.load(open(f"{d}/prefill.json"))["expert_bytes_read"]
+def dec_bytes(r):
+    return (r["expert_bytes_read"] - pre) / max(1, r["generated_tokens"] - 1)
 print(f"kjv-moe, prompt {json.load(open(f'{d}/100-off-1.json'))['prompt_tokens']} "
       f"tokens, greedy, {n} interleaved pairs per budget, medians")
-print("budget  mode      tok/s   expert B/tok  tok/step  accepted  ids")
+print("budget  mode      tok/s   expert B/decode tok  tok/step  accepted  ids")
 for b in ("100", "50", "25"):
     rows = {}
     for sp in ("off", f"ngram{k}"):
@@ -58,7 +66,7 @@ for b in ("100", "50", "25"):
         acc = sum(x["accepted_tokens"] for x in s)
         dr = sum(x["draft_tokens"] for x in s)
         print(f"{b:>5}%  {sp:8} {med(r['decode_tokens_per_s'] for r in rs):7.1f} "
-              f"{med(x['expert_bytes_per_token'] for x in s):13.0f} "
+              f"{med(dec_bytes(r) for r in rs):20.0f} "
               f"{med(x['tokens_per_step'] for x in s):9.2f} "
               f"{(acc / dr if dr else 0):9.2f}  {'same' if same else 'DIFFER'}")
     on, off = rows[f"ngram{k}"], rows["off"]
