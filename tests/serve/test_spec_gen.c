@@ -24,8 +24,10 @@
  *     each position once): draft_max falls back to 0 and the output is the
  *     plain greedy one.
  *
- * Usage: test_spec_gen FIXTURE (kjv-moe, tiny-mixtral, tiny-qwen3moe,
- * tiny-deepseek-v4, tiny-deepseek-v41).  Prints the acceptance figures.
+ * Usage: test_spec_gen FIXTURE [COMPUTE] (kjv-moe, tiny-mixtral,
+ * tiny-qwen3moe, tiny-deepseek-v4, tiny-deepseek-v41; reference (default)
+ * or fast: its batched steps are bit-identical to one-token steps too,
+ * DESIGN.md 6a).  Prints the acceptance figures.
  */
 #include <math.h>
 #include <stdio.h>
@@ -292,6 +294,10 @@ int main(int argc, char **argv)
 	float *lg0;
 	int vocab, r, same = 0;
 
+	if (argc > 2 && cw_compute_parse(argv[2], &mo.compute) < 0) {
+		printf("FAIL: bad compute mode %s\n", argv[2]);
+		return 1;
+	}
 	st_test_fixture_model(fixture, model_dir, sizeof(model_dir));
 	st_test_tmpdir(tmp, sizeof(tmp));
 	snprintf(store, sizeof(store), "%s/store", tmp);
