@@ -76,6 +76,9 @@ int kv_seq_truncate(struct kv_pool *p, uint32_t client, uint32_t seq,
 		if (r < 0)
 			return r;
 	}
+	/* n_rows first: a kvd killed before the pages below are given back
+	 * adopts the pool with the entries past n_rows dropped and the
+	 * reference counts recounted (kv_pool_adopt) */
 	atomic_store_explicit(&p->seqs[idx].n_rows, n_rows,
 			      memory_order_release);
 	for (uint32_t s = 0; s < p->lay.n_streams; s++)
