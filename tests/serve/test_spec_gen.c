@@ -9,7 +9,9 @@
  *     position, each bit-identical to a one-token step, DESIGN.md 6a);
  *  2. after every step the sequence holds exactly the rows of the tokens
  *     kept (prompt + generated - 1: rejected rows were cut back in kvd)
- *     and kvd holds no page beyond them;
+ *     and kvd holds no page beyond them; with the prefix cache on (the
+ *     runs after the first map the prompt's full pages the first one
+ *     published, and roll back past them);
  *  3. sampling (T 0.8, fixed seed) runs with drafts verified, and
  *     cw_sampler_verify's tokens on this model's next-token distribution
  *     (the logits after the prompt) pass a chi-square goodness-of-fit test
@@ -69,6 +71,7 @@ struct run {
 	int n;
 	struct cw_gen_spec_stats st;
 	int draft_max;
+	int n_cached;    /* prompt rows mapped from the prefix cache */
 };
 
 struct env {
@@ -93,7 +96,8 @@ static int generate(struct env *e, const struct cw_sampler_params *sp,
 	struct cw_gen_params p = { .max_tokens = MAX_NEW, .sampler = *sp,
 				   .add_special = 1, .ignore_eos = 1,
 				   .logprobs = 1, .top_logprobs = 5,
-				   .draft_max = draft_max };
+				   .draft_max = draft_max,
+				   .prefix_cache = 1 };
 	struct st_diag diag = { "" };
 	struct cw_gen *g = NULL;
 	uint32_t B = kv_client_page_rows(e->kv);
@@ -108,6 +112,7 @@ static int generate(struct env *e, const struct cw_sampler_params *sp,
 		return r;
 	}
 	out->draft_max = cw_gen_draft_max(g);
+	out->n_cached = cw_gen_n_cached(g);
 	out->n = 0;
 	for (;;) {
 		enum cw_finish fin;
@@ -361,6 +366,8 @@ int main(int argc, char **argv)
 		      b.draft_max);
 		goto out;
 	}
+	CHECK(b.n_cached > 0, "the run with drafts mapped no prompt page "
+	      "from the prefix cache");
 	CHECK(b.draft_max == DRAFT && b.st.spec_steps > 0 && b.st.drafted > 0,
 	      "no drafts were verified (draft_max %d, %llu steps)",
 	      b.draft_max, (unsigned long long)b.st.spec_steps);
