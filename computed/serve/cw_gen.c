@@ -34,6 +34,7 @@ struct cw_gen {
 	uint64_t prefill_ns, decode_ns;
 	/* speculative decoding (issue 22) */
 	int draft_max;                   /* 0: off */
+	int draft_cur;                   /* this step's limit, 1..draft_max */
 	int n_draft;                     /* drafts in ids after the last
 					  * sampled token, for the next step */
 	int32_t pend[CW_DRAFT_MAX + 1];  /* tokens a step accepted ... */
@@ -128,6 +129,7 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
 	/* a DeepSeek-V4/V4.1 state evaluates each position once (its
 	 * compressors and windows cannot be rolled back): no drafts */
 	g->draft_max = cw_model_is_dsv4(model) ? 0 : g->p.draft_max;
+	g->draft_cur = g->draft_max;
 	if (g->p.top_logprobs < 0 || g->p.top_logprobs > CW_GEN_MAX_TOP) {
 		cw_gen_free(g);
 		return st_diag_set(diag, -EINVAL, "top_logprobs must be 0..%d",
@@ -248,12 +250,13 @@ float *cw_gen_input_logits(struct cw_gen *g, int i, int n, int want)
 }
 
 /* Proposes the drafts of the next step after the last sampled token:
- * prompt-lookup over the sequence so far, at most the tokens still to
- * generate minus one (the step's own sample comes on top). */
+ * prompt-lookup over the sequence so far, at most draft_cur and the
+ * tokens still to generate minus one (the step's own sample comes on
+ * top). */
 static void propose_drafts(struct cw_gen *g)
 {
 	int len = g->n_prompt + g->n_gen;
-	int lim = ST_MIN(g->draft_max, g->max_tokens - g->n_gen - 1);
+	int lim = ST_MIN(g->draft_cur, g->max_tokens - g->n_gen - 1);
 	int k;
 
 	g->n_draft = 0;
@@ -337,6 +340,13 @@ static int verify_step(struct cw_gen *g, int n, struct st_diag *diag)
 		g->spec.spec_steps++;
 		g->spec.drafted += (uint64_t)(n - 1);
 		g->spec.accepted += (uint64_t)(cnt - 1);
+		/* the draft length follows the acceptance: + 2 after a step
+		 * that accepted every draft, - 1 (not below 1) after one that
+		 * rejected some (the "heuristic" schedule of Hugging Face
+		 * transformers' assisted generation); it depends on the
+		 * tokens only, so a seed still gives the same output */
+		g->draft_cur = cnt == n ? ST_MIN(g->draft_max, g->draft_cur + 2) :
+					  ST_MAX(1, g->draft_cur - 1);
 	}
 	if (cnt < n) {
 		/* rows base-1 .. base+cnt-2 hold the last sampled token and

@@ -49,7 +49,10 @@ struct cw_gen_params {
 					   * kept per sampled token */
 	int draft_max;                    /* speculative decoding: up to this
 					   * many prompt-lookup draft tokens
-					   * verified per step (0: off;
+					   * verified per step (the limit
+					   * follows the acceptance: + 2 after
+					   * all accepted, - 1 after a
+					   * rejection, 1..draft_max; 0: off;
 					   * 0..CW_DRAFT_MAX; CW_DRAFT_DEFAULT:
 					   * the scheduler's default, off for
 					   * cw_gen itself); ignored (off)
