@@ -27,7 +27,7 @@ struct cw_gen {
 	struct cw_stopbuf stops;         /* stop strings over the text */
 	struct cw_sampler sampler;
 	struct st_detok detok;
-	float *logits;                   /* (1 + CW_DRAFT_MAX) x vocab_size:
+	float *logits;                   /* (1 + draft_max) x vocab_size:
 					  * row i for token i of a decode
 					  * input, owned */
 	enum cw_finish finish;
@@ -319,6 +319,9 @@ static int verify_step(struct cw_gen *g, int n, struct st_diag *diag)
 	const int base = g->n_prompt + g->n_gen; /* ids[base + i]: draft i */
 	int cnt = 0, r;
 
+	if (n < 1 || n > 1 + g->draft_max)
+		return st_diag_set(diag, -EINVAL, "a decode step of %d tokens "
+				   "(at most 1 + %d drafts)", n, g->draft_max);
 	for (int i = 0; i < n; i++) {
 		const float *lg = g->logits + (size_t)i * (size_t)vocab;
 		int32_t d = i < n - 1 ? g->ids[base + i] : -1;

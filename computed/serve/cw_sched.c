@@ -127,10 +127,6 @@ static struct cw_sched_event error_event(int err, const char *msg)
 	return e;
 }
 
-/* Removes r from the running list (scheduler thread), frees its
- * generation (and so its KV sequence), then posts its last event (so a
- * client that sees the end finds the pages already freed) and drops the
- * scheduler's ref. */
 /* Tokens of generation g beyond one per sampling step: the accepted
  * drafts it returned (cw_metrics_step counted one token per step). */
 static uint64_t spec_extra_tokens(const struct cw_gen *g,
@@ -142,6 +138,10 @@ static uint64_t spec_extra_tokens(const struct cw_gen *g,
 	return n > sampled ? n - sampled : 0;
 }
 
+/* Removes r from the running list (scheduler thread), frees its
+ * generation (and so its KV sequence), then posts its last event (so a
+ * client that sees the end finds the pages already freed) and drops the
+ * scheduler's ref. */
 static void retire(struct cw_sched *s, struct cw_sched_req *r,
 		   enum cw_finish fin, int aborted,
 		   const struct cw_sched_event *last, const char *text)
@@ -227,31 +227,6 @@ static int has_room(const struct cw_sched_req *r)
 	return r->ev_n < r->max_pending;
 }
 
-static int post_result(struct cw_sched *s, struct cw_sched_req *r, int len,
-		       const struct cw_sched_event *pe, const char *text,
-		       const struct st_diag *diag, uint64_t now);
-
-/* Feeds one request's evaluated tokens back to its generation and posts
- * what it produced (a step that verified drafts may produce several
- * tokens: one event each); retires it when it finished. */
-static void advance(struct cw_sched *s, struct cw_sched_req *r, int n,
-		    uint64_t step_ns, uint64_t now)
-{
-	struct st_diag diag = { "" };
-	struct cw_sched_event e = { .token = -1 };
-	char text[2048];
-	int len;
-
-	len = cw_gen_advance(r->gen, n, step_ns, text, sizeof(text), &e.token,
-			     &e.finish, &diag);
-	while (post_result(s, r, len, &e, text, &diag, now) &&
-	       cw_gen_n_pending(r->gen) > 0) {
-		e = (struct cw_sched_event){ .token = -1 };
-		len = cw_gen_emit_pending(r->gen, text, sizeof(text), &e.token,
-					  &e.finish, &diag);
-	}
-}
-
 /* Posts one result of cw_gen_advance / cw_gen_emit_pending (len: its
  * return); 1 while the request goes on, 0 once retired. */
 static int post_result(struct cw_sched *s, struct cw_sched_req *r, int len,
@@ -283,6 +258,27 @@ static int post_result(struct cw_sched *s, struct cw_sched_req *r, int len,
 	post_locked(s, r, &e, text);
 	pthread_mutex_unlock(&s->lock);
 	return 1;
+}
+
+/* Feeds one request's evaluated tokens back to its generation and posts
+ * what it produced (a step that verified drafts may produce several
+ * tokens: one event each); retires it when it finished. */
+static void advance(struct cw_sched *s, struct cw_sched_req *r, int n,
+		    uint64_t step_ns, uint64_t now)
+{
+	struct st_diag diag = { "" };
+	struct cw_sched_event e = { .token = -1 };
+	char text[2048];
+	int len;
+
+	len = cw_gen_advance(r->gen, n, step_ns, text, sizeof(text), &e.token,
+			     &e.finish, &diag);
+	while (post_result(s, r, len, &e, text, &diag, now) &&
+	       cw_gen_n_pending(r->gen) > 0) {
+		e = (struct cw_sched_event){ .token = -1 };
+		len = cw_gen_emit_pending(r->gen, text, sizeof(text), &e.token,
+					  &e.finish, &diag);
+	}
 }
 
 /* Evaluates the step's tokens; pins the sequences kvd may spill. */
