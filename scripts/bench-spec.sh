@@ -41,6 +41,8 @@ for b in 100% 50% 25%; do
 				--max-tokens "$MAXT" --ignore-eos --host-budget "$b" \
 				--speculate "$sp" --json --quiet 2>/dev/null |
 				tail -1 >"$TMP/$tag.json"
+			[ -s "$TMP/$tag.json" ] || { echo "bench-spec: strata run" \
+				"--host-budget $b --speculate $sp failed" >&2; exit 1; }
 		done
 	done
 done
