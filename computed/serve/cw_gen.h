@@ -130,8 +130,9 @@ float *cw_gen_input_logits(struct cw_gen *g, int i, int n, int want);
 uint32_t cw_gen_seq(const struct cw_gen *g);
 int cw_gen_pin_steps(const struct cw_gen *g);
 /* The vocab_size logits buffer of the next sample (owned by g); after a
- * step, the logits that step sampled from (tests compare them bit for bit),
- * valid until the next step or cw_gen_free. */
+ * step, the logits that step sampled from (tests compare them bit for bit;
+ * a step that verified drafts: those of its first position), valid until
+ * the next step or cw_gen_free. */
 float *cw_gen_logits(struct cw_gen *g);
 
 /*

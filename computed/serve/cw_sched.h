@@ -5,10 +5,11 @@
  * a queue.  One scheduler thread owns the forward pass: between two steps
  * it admits queued requests (up to max_running sequences), drops cancelled
  * ones (freeing their KV pages at once), and builds one step of at most
- * max_step_tokens tokens: one decode token of every running sequence first,
- * then prefill chunks of admitted prompts in admission order with what is
- * left, so a long prompt never stalls running decodes for more than one
- * step.  The step is one cw_model_eval_batch: each expert's weights are
+ * max_step_tokens tokens: one decode token of every running sequence first
+ * (with speculative decoding also its draft tokens, cut so that every
+ * decoding sequence keeps its own), then prefill chunks of admitted
+ * prompts in admission order with what is left, so a long prompt never
+ * stalls running decodes for more than one step.  The step is one cw_model_eval_batch: each expert's weights are
  * read once for all tokens routed to it.  Each request gets its output as
  * a queue of events (one per sampled token, the last one carrying the
  * finish reason) that its consumer pops from another thread.
