@@ -754,8 +754,9 @@ static void print_summary(const struct run_opts *o,
 			(unsigned long long)d.spec_verify_steps,
 			(unsigned long long)d.spec_steps,
 			spec_tokens_per_step(&d),
-			st_format_bytes(res->n_gen ? d.expert_bytes / res->n_gen :
-						     0, a, sizeof(a)));
+			st_format_bytes(res->n_gen ?
+						d.expert_bytes / res->n_gen : 0,
+					a, sizeof(a)));
 	if (d.en_lookups) /* DeepSeek-V4.1: expertd's Engram tier */
 		fprintf(stderr, "Engram rows        %llu lookups, hits %llu, "
 			"misses %llu (hit rate %.1f%%), %s read, block read "

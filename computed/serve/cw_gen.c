@@ -348,8 +348,9 @@ static int verify_step(struct cw_gen *g, int n, struct st_diag *diag)
 		 * rejected some (the "heuristic" schedule of Hugging Face
 		 * transformers' assisted generation); it depends on the
 		 * tokens only, so a seed still gives the same output */
-		g->draft_cur = cnt == n ? ST_MIN(g->draft_max, g->draft_cur + 2) :
-					  ST_MAX(1, g->draft_cur - 1);
+		g->draft_cur = cnt == n ?
+				       ST_MIN(g->draft_max, g->draft_cur + 2) :
+				       ST_MAX(1, g->draft_cur - 1);
 	}
 	if (cnt < n) {
 		/* rows base-1 .. base+cnt-2 hold the last sampled token and
@@ -465,8 +466,9 @@ int cw_gen_emit_pending(struct cw_gen *g, char *out, size_t cap,
 	if (g->finish != CW_FINISH_NONE || i >= g->n_pend)
 		return 0;
 	g->i_pend++;
-	r = emit_token(g, g->pend[i], g->logits + (size_t)g->pend_row[i] * vocab,
-		       out, cap, ret_token, ret_finish);
+	r = emit_token(g, g->pend[i],
+		       g->logits + (size_t)g->pend_row[i] * vocab, out, cap,
+		       ret_token, ret_finish);
 	if (r < 0) {
 		g->finish = CW_FINISH_ERROR;
 		*ret_finish = g->finish;

@@ -9,10 +9,11 @@
  * (with speculative decoding also its draft tokens, cut so that every
  * decoding sequence keeps its own), then prefill chunks of admitted
  * prompts in admission order with what is left, so a long prompt never
- * stalls running decodes for more than one step.  The step is one cw_model_eval_batch: each expert's weights are
- * read once for all tokens routed to it.  Each request gets its output as
- * a queue of events (one per sampled token, the last one carrying the
- * finish reason) that its consumer pops from another thread.
+ * stalls running decodes for more than one step.  The step is one
+ * cw_model_eval_batch: each expert's weights are read once for all tokens
+ * routed to it.  Each request gets its output as a queue of events (one
+ * per sampled token, the last one carrying the finish reason) that its
+ * consumer pops from another thread.
  *
  * In reference mode a request's logits and tokens do not depend on what
  * else runs with it (cw_model_eval_batch is per-token exact).
