@@ -304,6 +304,7 @@ static void daemon_argv(struct cli_instance *inst, const char *daemon,
 		add_opt(argv, &a, "--max-running", inst->max_running);
 		add_opt(argv, &a, "--max-queued", inst->max_queued);
 		add_opt(argv, &a, "--max-step-tokens", inst->max_step_tokens);
+		add_opt(argv, &a, "--speculate", inst->speculate);
 		add_opt(argv, &a, "--chat-template", inst->chat_template);
 		add_opt(argv, &a, "--model-name", inst->model_name);
 		add_opt(argv, &a, "--http-request-timeout",

@@ -40,6 +40,7 @@ static void inst_usage(FILE *f, const char *cmd)
 	"                 [--dense-format bf16|f32] [--compute reference|fast]\n"
 	"                 [--http-port N] [--http-bind ADDR] [--max-running N]\n"
 	"                 [--max-queued N] [--max-step-tokens N]\n"
+	"                 [--speculate off|ngram|ngram:K]\n"
 	"                 [--chat-template auto|chatml|mixtral|deepseek|none]\n"
 	"                 [--model-name NAME] [--prefetch-depth D]\n"
 	"                 [--metrics-auth] [--http-request-timeout SEC]\n"
@@ -119,6 +120,7 @@ static const struct {
 	{ "max-running", "serve.max_running" },
 	{ "max-queued", "serve.max_queued" },
 	{ "max-step-tokens", "serve.max_step_tokens" },
+	{ "speculate", "serve.speculate" },
 	{ "chat-template", "serve.chat_template" },
 	{ "model-name", "serve.model_name" },
 	{ "device-budget", "device.budget" },
@@ -357,6 +359,9 @@ static int parse(int argc, char **argv, const char *cmd,
 			copy(inst->max_step_tokens,
 			     sizeof(inst->max_step_tokens),
 			     st_iconf_get(conf, "serve.max_step_tokens"));
+		if (st_iconf_is_set(conf, "serve.speculate"))
+			copy(inst->speculate, sizeof(inst->speculate),
+			     st_iconf_get(conf, "serve.speculate"));
 		if (st_iconf_get(conf, "serve.model_name")[0])
 			copy(inst->model_name, sizeof(inst->model_name),
 			     st_iconf_get(conf, "serve.model_name"));

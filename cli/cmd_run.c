@@ -43,6 +43,8 @@ struct run_opts {
 	int timeout_s;
 	struct cli_tier_args tier;
 	const char *timeline;     /* --timeline FILE, or NULL */
+	int draft_max;            /* --speculate / --draft-max; -1: computed's
+				   * default */
 	char timeline_abs[4096];  /* its absolute path, for computed */
 };
 
@@ -80,6 +82,11 @@ static void run_usage(FILE *f)
 "  --raw                no BOS, and special tokens in the prompt are text\n"
 "  --no-prefix-cache    compute the whole prompt even when kvd holds pages\n"
 "                       of the same prefix (the output is the same)\n"
+"  --speculate S        speculative decoding: off, ngram or ngram:K (up to\n"
+"                       K prompt-lookup draft tokens verified per step,\n"
+"                       1..16; ngram = ngram:4); greedy output unchanged;\n"
+"                       default: computed's (off); DeepSeek-V4/V4.1: off\n"
+"  --draft-max K        the same as --speculate ngram:K (0 = off)\n"
 "Budgets and modes:\n"
 "  --host-budget B      expertd host pool: bytes (8GiB) or percent of all\n"
 "                       experts (25%%); default: all experts\n"
@@ -183,6 +190,8 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		{ "stop", required_argument, NULL, 'x' },
 		{ "ignore-eos", no_argument, NULL, 'E' },
 		{ "no-prefix-cache", no_argument, NULL, 'N' },
+		{ "speculate", required_argument, NULL, 0x501 },
+		{ "draft-max", required_argument, NULL, 0x502 },
 		{ "keep-layers", required_argument, NULL, 'L' },
 		{ "scale-search", required_argument, NULL, 'Z' },
 		{ "raw", no_argument, NULL, 'R' },
@@ -211,6 +220,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 	o->experts = "mxfp4";
 	o->prompt = "In the beginning";
 	o->max_tokens = 64;
+	o->draft_max = -1;
 	o->top_p = 1.0f;
 	o->timeout_s = 120;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -282,6 +292,27 @@ static int parse(struct run_opts *o, int argc, char **argv)
 			break;
 		case 'E': o->ignore_eos = 1; break;
 		case 'N': o->no_prefix_cache = 1; break;
+		case 0x501: /* after cli_tiers.h's CLI_OPT_* */
+			if (cw_draft_parse(optarg, &o->draft_max) < 0) {
+				fprintf(stderr, "strata run: --speculate '%s': "
+					"use off, ngram or ngram:K (K 1..%d)\n",
+					optarg, CW_DRAFT_MAX);
+				return 2;
+			}
+			break;
+		case 0x502: {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+
+			if (*end || end == optarg || v < 0 ||
+			    v > CW_DRAFT_MAX) {
+				fprintf(stderr, "strata run: --draft-max '%s': "
+					"use 0..%d\n", optarg, CW_DRAFT_MAX);
+				return 2;
+			}
+			o->draft_max = (int)v;
+			break;
+		}
 		case 'L': o->keep_spec = optarg; break;
 		case 'Z': o->scale_search = optarg; break;
 		case 'R': o->raw = 1; break;
@@ -410,6 +441,8 @@ static int generate(struct cw_client *cw, const struct run_opts *o,
 		m.flags |= CW_GEN_F_IGNORE_EOS;
 	if (o->no_prefix_cache)
 		m.flags |= CW_GEN_F_NO_PREFIX_CACHE;
+	if (o->draft_max >= 0)
+		m.flags |= (uint32_t)(o->draft_max + 1) << CW_GEN_F_DRAFT_SHIFT;
 	m.n_stop = (uint32_t)o->n_stop;
 	for (int i = 0; i < o->n_stop; i++)
 		m.stop[i] = (char *)o->stop[i];
@@ -497,6 +530,14 @@ static double r3(double v)
 	return round(v * 1000.0) / 1000.0;
 }
 
+/* Tokens per decode step of a run (1 + accepted drafts per step; the
+ * prefill's sample not counted); 0 without decode steps. */
+static double spec_tokens_per_step(const struct cw_stats_wire *d)
+{
+	return d->spec_steps ? 1.0 + (double)d->spec_accepted /
+					     (double)d->spec_steps : 0.0;
+}
+
 static void print_summary(const struct run_opts *o,
 			  const struct cli_instance *inst,
 			  const struct run_result *res,
@@ -533,6 +574,10 @@ static void print_summary(const struct run_opts *o,
 	d.en_hits -= s0->en_hits;
 	d.en_misses -= s0->en_misses;
 	d.en_read_bytes -= s0->en_read_bytes;
+	d.spec_steps -= s0->spec_steps;
+	d.spec_verify_steps -= s0->spec_verify_steps;
+	d.spec_drafted -= s0->spec_drafted;
+	d.spec_accepted -= s0->spec_accepted;
 	hit = d.es_hits + d.es_misses ?
 		      (double)d.es_hits / (double)(d.es_hits + d.es_misses) : 0;
 	if (o->json) {
@@ -585,6 +630,18 @@ static void print_summary(const struct run_opts *o,
 					      res->n_prompt + res->n_gen ?
 				d.kv_pages_peak * d.kv_page_bytes /
 					(res->n_prompt + res->n_gen) : 0)));
+		/* speculative decoding (issue 22): expert bytes per
+		 * generated token include the prompt's (prefill) reads */
+		json_object_set_new(j, "speculation", json_pack(
+			"{s:i, s:I, s:I, s:I, s:I, s:f, s:f}",
+			"draft_max", o->draft_max,
+			"decode_steps", (json_int_t)d.spec_steps,
+			"verify_steps", (json_int_t)d.spec_verify_steps,
+			"draft_tokens", (json_int_t)d.spec_drafted,
+			"accepted_tokens", (json_int_t)d.spec_accepted,
+			"tokens_per_step", r3(spec_tokens_per_step(&d)),
+			"expert_bytes_per_token", r3(res->n_gen ?
+				(double)d.expert_bytes / res->n_gen : 0.0)));
 		if (d.en_lookups)
 			json_object_set_new(j, "engram", json_pack(
 				"{s:I, s:I, s:I, s:f, s:I, s:f, s:f}",
@@ -685,6 +742,21 @@ static void print_summary(const struct run_opts *o,
 		st_format_bytes(d.expert_bytes, a, sizeof(a)),
 		st_format_bytes(d.dense_bytes, b, sizeof(b)),
 		st_format_bytes(d.lm_head_bytes, c, sizeof(c)));
+	if (d.spec_verify_steps)
+		fprintf(stderr, "speculation        %llu of %llu draft tokens "
+			"accepted (%.1f%%) in %llu of %llu decode steps: %.2f "
+			"tokens per step; expert bytes %s per generated token "
+			"(prompt included)\n",
+			(unsigned long long)d.spec_accepted,
+			(unsigned long long)d.spec_drafted,
+			100.0 * (double)d.spec_accepted /
+				(double)(d.spec_drafted ? d.spec_drafted : 1),
+			(unsigned long long)d.spec_verify_steps,
+			(unsigned long long)d.spec_steps,
+			spec_tokens_per_step(&d),
+			st_format_bytes(res->n_gen ?
+						d.expert_bytes / res->n_gen : 0,
+					a, sizeof(a)));
 	if (d.en_lookups) /* DeepSeek-V4.1: expertd's Engram tier */
 		fprintf(stderr, "Engram rows        %llu lookups, hits %llu, "
 			"misses %llu (hit rate %.1f%%), %s read, block read "

@@ -577,6 +577,22 @@ int kv_client_seq_fork(struct kv_client *c, uint32_t src, uint32_t n_rows,
 	return r;
 }
 
+int kv_client_seq_truncate(struct kv_client *c, uint32_t seq,
+			   uint32_t n_rows, struct st_diag *diag)
+{
+	struct kv_msg_truncate m = { seq, n_rows };
+	struct st_wbuf w;
+	int r;
+
+	st_wbuf_init(&w);
+	kv_proto_encode_truncate(&w, &m);
+	pthread_mutex_lock(&c->lock);
+	r = rpc(c, KV_MSG_SEQ_TRUNCATE, &w, NULL, NULL, NULL, diag);
+	pthread_mutex_unlock(&c->lock);
+	st_wbuf_fini(&w);
+	return r;
+}
+
 int kv_client_seq_free(struct kv_client *c, uint32_t seq)
 {
 	struct st_wbuf w;

@@ -166,6 +166,18 @@ int kv_client_seq_reserve(struct kv_client *c, int n, const uint32_t *seqs,
 int kv_client_seq_fork(struct kv_client *c, uint32_t src, uint32_t n_rows,
 		       uint32_t *ret_dst, struct st_diag *diag);
 
+/*
+ * Cuts seq back to its first n_rows rows (speculative decoding: the rows
+ * of rejected draft tokens are rolled back): its length becomes n_rows
+ * and every page past the last row is freed; reserve again before writing
+ * past it.  Errors: -ST_E_NOTFOUND, -EPERM (another client's sequence, or
+ * rows at or past n_rows were published to the prefix cache),
+ * -ST_E_LIMIT (n_rows more than it holds), -ST_E_UNSUPPORTED (the
+ * declaration has a windowed stream), -ST_E_CHECKSUM (failed sequence).
+ */
+int kv_client_seq_truncate(struct kv_client *c, uint32_t seq,
+			   uint32_t n_rows, struct st_diag *diag);
+
 /* Frees a sequence and drops its page references.  -ST_E_NOTFOUND,
  * -EPERM. */
 int kv_client_seq_free(struct kv_client *c, uint32_t seq);

@@ -226,6 +226,16 @@ uint8_t *kv_page_data(const struct kv_pool *p, uint32_t page);
  * kv_seq_free: drops a sequence's references and spill slots.
  * -ST_E_NOTFOUND, -EPERM.
  * kv_seq_free_client: frees every sequence of a client; returns how many.
+ *
+ * kv_seq_truncate (kv_truncate.c): cuts a sequence back to n_rows rows
+ * (at most what it holds; equal: nothing happens), giving back every page
+ * past its last row (restored first when spilled).  Rolls back the rows
+ * of rejected draft tokens (speculative decoding).  -ST_E_NOTFOUND,
+ * -EPERM (another client's sequence, or a page at or past row n_rows
+ * is published: a prefix-cache entry cannot be rolled back),
+ * -ST_E_LIMIT (n_rows more than it holds), -ST_E_UNSUPPORTED (a windowed
+ * stream: pages before the window are gone), -ST_E_CHECKSUM (failed
+ * sequence), restore errors.
  */
 int kv_seq_create(struct kv_pool *p, uint32_t client, int32_t pid,
 		  uint64_t request_id, int dedupe, uint32_t *ret_seq,
@@ -238,6 +248,8 @@ int kv_seq_fork(struct kv_pool *p, uint32_t client, int32_t pid,
 int kv_seq_free(struct kv_pool *p, uint32_t client, uint32_t seq,
 		struct st_diag *diag);
 int kv_seq_free_client(struct kv_pool *p, uint32_t client);
+int kv_seq_truncate(struct kv_pool *p, uint32_t client, uint32_t seq,
+		    uint32_t n_rows, struct st_diag *diag);
 
 /* Index of a valid LIVE handle, or -ST_E_NOTFOUND. */
 int kv_seq_lookup(const struct kv_pool *p, uint32_t seq);

@@ -633,6 +633,7 @@ static void handle_seq(struct kv_server *s, const struct st_msg_header *h,
 {
 	struct kv_reserve_entry *e = NULL;
 	struct kv_msg_fork f;
+	struct kv_msg_truncate t;
 	uint32_t n, seq;
 	int r;
 
@@ -667,6 +668,12 @@ static void handle_seq(struct kv_server *s, const struct st_msg_header *h,
 		r = kv_proto_decode_seq(p, len, &seq, &rp->diag);
 		if (r == 0)
 			r = kv_seq_free(&s->pool, c->id, seq, &rp->diag);
+		break;
+	case KV_MSG_SEQ_TRUNCATE:
+		r = kv_proto_decode_truncate(p, len, &t, &rp->diag);
+		if (r == 0)
+			r = kv_seq_truncate(&s->pool, c->id, t.seq, t.n_rows,
+					    &rp->diag);
 		break;
 	case KV_MSG_SEQ_CREATE_PREFIX:
 	case KV_MSG_SEQ_PUBLISH:
@@ -841,6 +848,7 @@ static void handle(struct kv_server *s, const uint8_t *buf, size_t len)
 	case KV_MSG_SEQ_RESERVE:
 	case KV_MSG_SEQ_FORK:
 	case KV_MSG_SEQ_FREE:
+	case KV_MSG_SEQ_TRUNCATE:
 	case KV_MSG_SEQ_CREATE_PREFIX:
 	case KV_MSG_SEQ_PUBLISH:
 	case KV_MSG_SEQ_RESIDENCY:

@@ -51,6 +51,11 @@ enum cw_msg_type {
 #define CW_GEN_F_PARSE_SPECIAL 2u /* recognise special tokens in the prompt */
 #define CW_GEN_F_IGNORE_EOS 4u
 #define CW_GEN_F_NO_PREFIX_CACHE 8u /* compute the whole prompt */
+/* Bits 8..13: speculative decoding's draft length D: 0 = computed's
+ * default (--speculate), D + 1 = D draft tokens per step (1: off). */
+#define CW_GEN_F_DRAFT_SHIFT 8
+#define CW_GEN_F_DRAFT_MASK (0x3fu << CW_GEN_F_DRAFT_SHIFT)
+#define CW_PROTO_MAX_DRAFT 16 /* draft tokens at most (CW_DRAFT_MAX) */
 
 struct cw_gen_start_msg {
 	uint32_t max_tokens;
@@ -96,6 +101,10 @@ struct cw_stats_wire {
 	/* expertd's Engram tier (DeepSeek-V4.1 stores; zeros otherwise) */
 	uint64_t en_lookups, en_hits, en_misses, en_read_bytes;
 	uint64_t en_lat_p50_ns, en_lat_p99_ns;
+	/* speculative decoding of ended generations (cw_metrics_spec):
+	 * decode steps, those that verified drafts, draft tokens verified
+	 * and accepted */
+	uint64_t spec_steps, spec_verify_steps, spec_drafted, spec_accepted;
 };
 
 void cw_gen_start_msg_free(struct cw_gen_start_msg *m);

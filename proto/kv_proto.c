@@ -279,6 +279,30 @@ int kv_proto_decode_fork(const uint8_t *p, size_t len, struct kv_msg_fork *ret,
 	return 0;
 }
 
+void kv_proto_encode_truncate(struct st_wbuf *w,
+			      const struct kv_msg_truncate *m)
+{
+	st_wbuf_u32(w, m->seq);
+	st_wbuf_u32(w, m->n_rows);
+}
+
+int kv_proto_decode_truncate(const uint8_t *p, size_t len,
+			     struct kv_msg_truncate *ret,
+			     struct st_diag *diag)
+{
+	struct st_rbuf r;
+
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u32(&r, &ret->seq) || st_rbuf_u32(&r, &ret->n_rows))
+		return short_payload("SEQ_TRUNCATE", len, diag);
+	if (rbuf_end(&r, "SEQ_TRUNCATE", diag) < 0)
+		return -ST_E_PROTO;
+	if (ret->seq == 0)
+		return st_diag_set(diag, -ST_E_PROTO,
+				   "SEQ_TRUNCATE: sequence 0 is never valid");
+	return 0;
+}
+
 void kv_proto_encode_seq(struct st_wbuf *w, uint32_t seq)
 {
 	st_wbuf_u32(w, seq);

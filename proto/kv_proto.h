@@ -25,6 +25,7 @@
  *   KV_MSG_SEQ_RESERVE u32 n, n x {u32 seq, u32 n_rows}    reply -
  *   KV_MSG_SEQ_FORK    u32 src, u32 n_rows      reply u32 seq
  *   KV_MSG_SEQ_FREE    u32 seq                  reply -
+ *   KV_MSG_SEQ_TRUNCATE u32 seq, u32 n_rows     reply -
  *   KV_MSG_SEQ_CREATE_PREFIX  u64 model_id, u32 n_ids, n_ids x i32 id
  *              reply   u32 seq, u32 n_cached (rows mapped from the cache)
  *   KV_MSG_SEQ_PUBLISH u32 seq, u64 model_id, u32 n_ids, n_ids x i32 id
@@ -63,6 +64,7 @@ enum kv_msg_type {
 	KV_MSG_SEQ_PUBLISH,
 	KV_MSG_SEQ_RESIDENCY,
 	KV_MSG_SEQ_DEVICE,       /* device KV pages: kv_devpage.h */
+	KV_MSG_SEQ_TRUNCATE,     /* roll back rows (speculative decoding) */
 
 	KV_EVT_EPOCH = ST_MSG_KV_FIRST + 0x40,
 	KV_EVT_SHUTDOWN,
@@ -145,6 +147,11 @@ struct kv_reserve_entry {
 
 struct kv_msg_fork {
 	uint32_t src;
+	uint32_t n_rows;
+};
+
+struct kv_msg_truncate {
+	uint32_t seq;
 	uint32_t n_rows;
 };
 
@@ -257,6 +264,13 @@ int kv_proto_decode_entries(const char *what, const uint8_t *p, size_t len,
 void kv_proto_encode_fork(struct st_wbuf *w, const struct kv_msg_fork *m);
 int kv_proto_decode_fork(const uint8_t *p, size_t len, struct kv_msg_fork *ret,
 			 struct st_diag *diag);
+
+/* SEQ_TRUNCATE: seq non-zero (-ST_E_PROTO otherwise). */
+void kv_proto_encode_truncate(struct st_wbuf *w,
+			      const struct kv_msg_truncate *m);
+int kv_proto_decode_truncate(const uint8_t *p, size_t len,
+			     struct kv_msg_truncate *ret,
+			     struct st_diag *diag);
 
 /* One u32 sequence handle (SEQ_CREATE and SEQ_FORK replies, SEQ_FREE). */
 void kv_proto_encode_seq(struct st_wbuf *w, uint32_t seq);

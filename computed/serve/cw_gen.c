@@ -27,9 +27,21 @@ struct cw_gen {
 	struct cw_stopbuf stops;         /* stop strings over the text */
 	struct cw_sampler sampler;
 	struct st_detok detok;
-	float *logits;                   /* vocab_size, owned */
+	float *logits;                   /* (1 + draft_max) x vocab_size:
+					  * row i for token i of a decode
+					  * input, owned */
 	enum cw_finish finish;
 	uint64_t prefill_ns, decode_ns;
+	/* speculative decoding (issue 22) */
+	int draft_max;                   /* 0: off */
+	int draft_cur;                   /* this step's limit, 1..draft_max */
+	int n_draft;                     /* drafts in ids after the last
+					  * sampled token, for the next step */
+	int32_t pend[CW_DRAFT_MAX + 1];  /* tokens a step accepted ... */
+	int pend_row[CW_DRAFT_MAX + 1];  /* ... their logits rows */
+	int n_pend, i_pend;              /* pend[i_pend..n_pend) not yet
+					  * returned */
+	struct cw_gen_spec_stats spec;
 };
 
 int cw_gen_n_prompt(const struct cw_gen *g) { return g->n_prompt; }
@@ -39,6 +51,13 @@ int cw_gen_n_cached(const struct cw_gen *g) { return (int)g->n_cached; }
 const int32_t *cw_gen_prompt_ids(const struct cw_gen *g) { return g->ids; }
 uint64_t cw_gen_prefill_ns(const struct cw_gen *g) { return g->prefill_ns; }
 uint64_t cw_gen_decode_ns(const struct cw_gen *g) { return g->decode_ns; }
+int cw_gen_draft_max(const struct cw_gen *g) { return g->draft_max; }
+int cw_gen_n_pending(const struct cw_gen *g) { return g->n_pend - g->i_pend; }
+
+void cw_gen_spec_stats(const struct cw_gen *g, struct cw_gen_spec_stats *ret)
+{
+	*ret = g->spec;
+}
 
 void cw_gen_free(struct cw_gen *g)
 {
@@ -100,6 +119,17 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
 		cw_gen_free(g);
 		return st_diag_set(diag, r, "invalid sampling parameters");
 	}
+	if (g->p.draft_max == CW_DRAFT_DEFAULT)
+		g->p.draft_max = 0;
+	if (g->p.draft_max < 0 || g->p.draft_max > CW_DRAFT_MAX) {
+		cw_gen_free(g);
+		return st_diag_set(diag, -EINVAL, "draft_max must be 0..%d",
+				   CW_DRAFT_MAX);
+	}
+	/* a DeepSeek-V4/V4.1 state evaluates each position once (its
+	 * compressors and windows cannot be rolled back): no drafts */
+	g->draft_max = cw_model_is_dsv4(model) ? 0 : g->p.draft_max;
+	g->draft_cur = g->draft_max;
 	if (g->p.top_logprobs < 0 || g->p.top_logprobs > CW_GEN_MAX_TOP) {
 		cw_gen_free(g);
 		return st_diag_set(diag, -EINVAL, "top_logprobs must be 0..%d",
@@ -127,7 +157,8 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
 	}
 	g->cap_ids = (int)n_ids + g->max_tokens + 1;
 	g->ids = malloc(sizeof(int32_t) * (size_t)g->cap_ids);
-	g->logits = malloc(sizeof(float) * (size_t)c->vocab_size);
+	g->logits = malloc(sizeof(float) * (size_t)c->vocab_size *
+			   (size_t)(1 + g->draft_max));
 	if (!g->ids || !g->logits) {
 		cw_gen_free(g);
 		return -ENOMEM;
@@ -190,7 +221,8 @@ int cw_gen_next_input(const struct cw_gen *g, int max_n, uint32_t *ret_pos,
 {
 	int n;
 
-	if (g->finish != CW_FINISH_NONE || g->max_tokens == 0 || max_n <= 0)
+	if (g->finish != CW_FINISH_NONE || g->max_tokens == 0 || max_n <= 0 ||
+	    cw_gen_n_pending(g) > 0)
 		return 0;
 	if (g->n_done < g->n_prompt) {
 		n = ST_MIN(max_n, g->n_prompt - g->n_done);
@@ -199,17 +231,47 @@ int cw_gen_next_input(const struct cw_gen *g, int max_n, uint32_t *ret_pos,
 		*ret_want_logits = g->n_done + n == g->n_prompt;
 		return n;
 	}
+	/* the last sampled token, then the drafts proposed after it */
 	*ret_pos = (uint32_t)(g->n_prompt + g->n_gen - 1);
 	*ret_ids = g->ids + *ret_pos;
 	*ret_want_logits = 1;
-	return 1;
+	return 1 + ST_MIN(g->n_draft, max_n - 1);
+}
+
+float *cw_gen_input_logits(struct cw_gen *g, int i, int n, int want)
+{
+	size_t vocab = (size_t)cw_model_config(g->model)->vocab_size;
+
+	if (!want || i < 0 || i >= n)
+		return NULL;
+	if (g->n_done < g->n_prompt)
+		return i == n - 1 ? g->logits : NULL;
+	return i <= g->draft_max ? g->logits + (size_t)i * vocab : NULL;
+}
+
+/* Proposes the drafts of the next step after the last sampled token:
+ * prompt-lookup over the sequence so far, at most draft_cur and the
+ * tokens still to generate minus one (the step's own sample comes on
+ * top). */
+static void propose_drafts(struct cw_gen *g)
+{
+	int len = g->n_prompt + g->n_gen;
+	int lim = ST_MIN(g->draft_cur, g->max_tokens - g->n_gen - 1);
+	int k;
+
+	g->n_draft = 0;
+	if (lim <= 0 || g->finish != CW_FINISH_NONE)
+		return;
+	k = cw_draft_ngram(g->ids, len, CW_DRAFT_NGRAM_MIN, CW_DRAFT_NGRAM_MAX,
+			   lim, g->ids + len);
+	g->n_draft = k > 0 ? k : 0;
 }
 
 /* Log-probability of the sampled token and the top alternatives, from
  * the raw logits (log-sum-exp accumulated in double). */
-static void note_logprob(struct cw_gen *g, int vocab, int32_t tok)
+static void note_logprob(struct cw_gen *g, const float *lg, int vocab,
+			 int32_t tok)
 {
-	const float *lg = g->logits;
 	double mx = -INFINITY, sum = 0.0;
 	float lse;
 	int k = g->p.top_logprobs;
@@ -242,13 +304,71 @@ static void note_logprob(struct cw_gen *g, int vocab, int32_t tok)
 		g->lp.top_logprob[j] = lg[g->lp.top_id[j]] - lse;
 }
 
+/*
+ * Verifies a decode step of n tokens (the last sampled one and n - 1
+ * drafts; n 1: plain sampling) from the logits rows 0..n-1: accepts drafts
+ * while the sampler agrees (cw_sampler_verify: greedy argmax, or the
+ * speculative sampling rule), then the token of the first disagreeing
+ * position (or, all accepted, of the last row) ends the step.  The
+ * accepted tokens go to pend[]; the KV rows of rejected drafts are cut
+ * back in kvd.  0 or a negative code (sampler, kvd).
+ */
+static int verify_step(struct cw_gen *g, int n, struct st_diag *diag)
+{
+	const int vocab = cw_model_config(g->model)->vocab_size;
+	const int base = g->n_prompt + g->n_gen; /* ids[base + i]: draft i */
+	int cnt = 0, r;
+
+	if (n < 1 || n > 1 + g->draft_max)
+		return st_diag_set(diag, -EINVAL, "a decode step of %d tokens "
+				   "(at most 1 + %d drafts)", n, g->draft_max);
+	for (int i = 0; i < n; i++) {
+		const float *lg = g->logits + (size_t)i * (size_t)vocab;
+		int32_t d = i < n - 1 ? g->ids[base + i] : -1;
+
+		r = d >= 0 ? cw_sampler_verify(&g->sampler, lg, vocab, d) :
+			     cw_sampler_sample(&g->sampler, lg, vocab);
+		if (r < 0)
+			return st_diag_set(diag, r, "sampling failed: %s",
+					   st_strerror(r));
+		g->pend[cnt] = r;
+		g->pend_row[cnt++] = i;
+		if (r != d)
+			break;
+	}
+	g->n_pend = cnt;
+	g->i_pend = 0;
+	g->n_draft = 0;
+	if (n > 1) {
+		g->spec.spec_steps++;
+		g->spec.drafted += (uint64_t)(n - 1);
+		g->spec.accepted += (uint64_t)(cnt - 1);
+		/* the draft length follows the acceptance: + 2 after a step
+		 * that accepted every draft, - 1 (not below 1) after one that
+		 * rejected some (the "heuristic" schedule of Hugging Face
+		 * transformers' assisted generation); it depends on the
+		 * tokens only, so a seed still gives the same output */
+		g->draft_cur = cnt == n ?
+				       ST_MIN(g->draft_max, g->draft_cur + 2) :
+				       ST_MAX(1, g->draft_cur - 1);
+	}
+	if (cnt < n) {
+		/* rows base-1 .. base+cnt-2 hold the last sampled token and
+		 * the accepted drafts: the sequence is base + cnt - 1 rows */
+		r = kv_client_seq_truncate(g->kv, g->seq,
+					   (uint32_t)(base + cnt - 1), diag);
+		if (r < 0)
+			return r;
+		g->spec.rollbacks++;
+	}
+	return 0;
+}
+
 int cw_gen_advance(struct cw_gen *g, int n, uint64_t step_ns, char *out,
 		   size_t cap, int32_t *ret_token, enum cw_finish *ret_finish,
 		   struct st_diag *diag)
 {
-	const struct st_model_config *c = cw_model_config(g->model);
-	char piece[512];
-	int32_t tok;
+	int decode = g->n_done >= g->n_prompt;
 	int r;
 
 	*ret_token = -1;
@@ -265,6 +385,8 @@ int cw_gen_advance(struct cw_gen *g, int n, uint64_t step_ns, char *out,
 		g->prefill_ns += step_ns;
 	else
 		g->decode_ns += step_ns;
+	if (decode)
+		g->spec.steps++;
 	if (g->n_done < g->n_prompt) {
 		g->n_done += n;
 		if (g->n_done < g->n_prompt)
@@ -279,12 +401,28 @@ int cw_gen_advance(struct cw_gen *g, int n, uint64_t step_ns, char *out,
 				goto fail;
 		}
 	}
-	r = cw_sampler_sample(&g->sampler, g->logits, c->vocab_size);
+	r = verify_step(g, decode ? n : 1, diag);
 	if (r < 0)
 		goto fail;
-	tok = r;
+	return cw_gen_emit_pending(g, out, cap, ret_token, ret_finish, diag);
+fail:
+	g->finish = CW_FINISH_ERROR;
+	*ret_finish = g->finish;
+	return r;
+}
+
+/* Records token tok (sampled from logits lg) as generated and releases
+ * its text: EOS, max_tokens and stop strings end the generation. */
+static int emit_token(struct cw_gen *g, int32_t tok, const float *lg,
+		      char *out, size_t cap, int32_t *ret_token,
+		      enum cw_finish *ret_finish)
+{
+	const struct st_model_config *c = cw_model_config(g->model);
+	char piece[512];
+	int n, r;
+
 	if (g->p.logprobs)
-		note_logprob(g, c->vocab_size, tok);
+		note_logprob(g, lg, c->vocab_size, tok);
 	g->ids[g->n_prompt + g->n_gen] = tok;
 	g->n_gen++;
 	*ret_token = tok;
@@ -302,21 +440,46 @@ int cw_gen_advance(struct cw_gen *g, int n, uint64_t step_ns, char *out,
 						     CW_FINISH_LENGTH;
 		}
 	}
-	if (n < 0) {
-		r = n;
-		goto fail;
-	}
+	if (n < 0)
+		return n;
 	r = cw_stopbuf_push(&g->stops, piece, (size_t)n,
 			    g->finish != CW_FINISH_NONE, out, cap);
 	if (r < 0)
-		goto fail;
+		return r;
 	if (g->stops.stopped)
 		g->finish = CW_FINISH_STOP;
 	*ret_finish = g->finish;
 	return r;
-fail:
-	g->finish = CW_FINISH_ERROR;
+}
+
+int cw_gen_emit_pending(struct cw_gen *g, char *out, size_t cap,
+			int32_t *ret_token, enum cw_finish *ret_finish,
+			struct st_diag *diag)
+{
+	size_t vocab = (size_t)cw_model_config(g->model)->vocab_size;
+	int i = g->i_pend, r;
+
+	(void)diag;
+	*ret_token = -1;
+	out[0] = 0;
 	*ret_finish = g->finish;
+	if (g->finish != CW_FINISH_NONE || i >= g->n_pend)
+		return 0;
+	g->i_pend++;
+	r = emit_token(g, g->pend[i],
+		       g->logits + (size_t)g->pend_row[i] * vocab, out, cap,
+		       ret_token, ret_finish);
+	if (r < 0) {
+		g->finish = CW_FINISH_ERROR;
+		*ret_finish = g->finish;
+		return r;
+	}
+	/* a finish drops what is left; else the next step's drafts come
+	 * once every accepted token is out */
+	if (g->finish != CW_FINISH_NONE || g->i_pend == g->n_pend) {
+		g->n_pend = g->i_pend = 0;
+		propose_drafts(g);
+	}
 	return r;
 }
 
@@ -330,6 +493,9 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 
 	*ret_token = -1;
 	out[0] = 0;
+	if (cw_gen_n_pending(g) > 0)
+		return cw_gen_emit_pending(g, out, cap, ret_token, ret_finish,
+					   diag);
 	if (g->finish != CW_FINISH_NONE || g->max_tokens == 0)
 		return cw_gen_advance(g, 0, 0, out, cap, ret_token, ret_finish,
 				      diag);
@@ -338,11 +504,15 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 	r = g->pin_steps ? kv_client_seq_pin(g->kv, 1, &g->seq, NULL, diag) : 0;
 	if (r < 0)
 		goto fail;
-	/* the whole prompt (in chunks) or one decode token */
+	/* the whole prompt (in chunks) or a decode step (the last token
+	 * and its drafts: logits at every position) */
 	do {
+		int decode = g->n_done >= g->n_prompt;
+
 		n = cw_gen_next_input(g, CW_PREFILL_CHUNK, &pos, &ids, &want);
-		r = cw_model_eval(g->model, g->seq, pos, ids, n, NULL,
-				  want ? g->logits : NULL, diag);
+		r = cw_model_eval(g->model, g->seq, pos, ids, n,
+				  decode ? g->logits : NULL,
+				  !decode && want ? g->logits : NULL, diag);
 		if (r < 0)
 			break;
 		if (!want)

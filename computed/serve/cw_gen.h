@@ -13,6 +13,7 @@
 
 #include <stdint.h>
 
+#include "cw_draft_ngram.h"
 #include "cw_model.h"
 #include "cw_sampler.h"
 #include "st_tokenizer.h"
@@ -20,6 +21,7 @@
 #define CW_GEN_MAX_STOP 4
 #define CW_PREFILL_CHUNK 256 /* prompt tokens per forward call */
 #define CW_GEN_MAX_TOP 5     /* top_logprobs at most */
+#define CW_DRAFT_DEFAULT (-1) /* cw_gen_params.draft_max: the server's */
 
 enum cw_finish {
 	CW_FINISH_NONE = 0,
@@ -45,6 +47,26 @@ struct cw_gen_params {
 					   * vocabulary per token) */
 	int top_logprobs;                 /* 0..CW_GEN_MAX_TOP alternatives
 					   * kept per sampled token */
+	int draft_max;                    /* speculative decoding: up to this
+					   * many prompt-lookup draft tokens
+					   * verified per step (the limit
+					   * follows the acceptance: + 2 after
+					   * all accepted, - 1 after a
+					   * rejection, 1..draft_max; 0: off;
+					   * 0..CW_DRAFT_MAX; CW_DRAFT_DEFAULT:
+					   * the scheduler's default, off for
+					   * cw_gen itself); ignored (off)
+					   * for DeepSeek-V4/V4.1 stores */
+};
+
+/* Speculative decoding figures of a generation (issue 22). */
+struct cw_gen_spec_stats {
+	uint64_t steps;          /* decode steps (with or without drafts) */
+	uint64_t spec_steps;     /* decode steps that verified drafts */
+	uint64_t drafted;        /* draft tokens verified */
+	uint64_t accepted;       /* of them accepted */
+	uint64_t rollbacks;      /* steps whose rejected rows were cut back
+				  * in kvd */
 };
 
 /* Log-probabilities of the last sampled token under the model's
@@ -87,34 +109,65 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
  * cw_gen_advance.
  *
  * cw_gen_next_input: at most max_n tokens still to run: prompt rows not
- * yet computed (prefill, in chunks) or the last sampled token (decode, 1).
+ * yet computed (prefill, in chunks) or the last sampled token (decode, 1),
+ * followed, with speculation on (draft_max > 0), by up to
+ * min(draft_max, max_n - 1) draft tokens to verify in the same step.
  * *ret_pos is the position of the first, *ret_ids the ids (borrowed).
- * *ret_want_logits is 1 when the last of them needs logits (it completes
- * the prompt or is a decode step); they go into cw_gen_logits(g).
- * Returns the count, 0 once finished.
+ * *ret_want_logits is 1 when logits are needed (the last token completes
+ * the prompt, or a decode step: logits at every position); the buffer of
+ * token i of the input is cw_gen_input_logits(g, i, n, want).  Returns the
+ * count, 0 once finished (or while accepted tokens are still pending:
+ * cw_gen_n_pending).
  */
 int cw_gen_next_input(const struct cw_gen *g, int max_n, uint32_t *ret_pos,
 		      const int32_t **ret_ids, int *ret_want_logits);
+/* The vocab_size logits buffer (owned by g) for token i of an input of n
+ * tokens from cw_gen_next_input (want its *ret_want_logits), or NULL when
+ * that token's logits are not needed. */
+float *cw_gen_input_logits(struct cw_gen *g, int i, int n, int want);
 /* The KV sequence, and whether it must be pinned while computing (kvd may
  * spill idle sequences). */
 uint32_t cw_gen_seq(const struct cw_gen *g);
 int cw_gen_pin_steps(const struct cw_gen *g);
 /* The vocab_size logits buffer of the next sample (owned by g); after a
- * step, the logits that step sampled from (tests compare them bit for bit),
- * valid until the next step or cw_gen_free. */
+ * step, the logits that step sampled from (tests compare them bit for bit;
+ * a step that verified drafts: those of its first position), valid until
+ * the next step or cw_gen_free. */
 float *cw_gen_logits(struct cw_gen *g);
 
 /*
  * After the n tokens of cw_gen_next_input were evaluated (logits in
- * cw_gen_logits(g) when wanted): while the prompt is not complete, records
- * them and returns 0 with *ret_token -1; else samples, publishes the
- * prompt's pages to the prefix cache (after the prefill), and returns the
- * released text as cw_gen_step does.  step_ns (the step's wall time) is
- * added to the prefill or decode time.  Errors as cw_gen_step.
+ * cw_gen_input_logits when wanted): while the prompt is not complete,
+ * records them and returns 0 with *ret_token -1; else samples, publishes
+ * the prompt's pages to the prefix cache (after the prefill), and returns
+ * the released text as cw_gen_step does.  step_ns (the step's wall time) is
+ * added to the prefill or decode time.
+ * A decode step with drafts (n > 1) is verified: greedy keeps the longest
+ * prefix of drafts equal to the argmax at each position, sampling runs
+ * cw_sampler_verify on each in turn (the speculative sampling rule); the
+ * first rejected position's token (or, all accepted, the next one) ends
+ * the step.  The KV rows of rejected drafts are cut back in kvd
+ * (kv_client_seq_truncate).  The first token is returned here, the others
+ * are pending: take them with cw_gen_emit_pending before the next input.
+ * Errors as cw_gen_step.
  */
 int cw_gen_advance(struct cw_gen *g, int n, uint64_t step_ns, char *out,
 		   size_t cap, int32_t *ret_token, enum cw_finish *ret_finish,
 		   struct st_diag *diag);
+
+/* Tokens a verified step accepted that were not returned yet. */
+int cw_gen_n_pending(const struct cw_gen *g);
+/* Returns the next pending token as cw_gen_advance returns one (text in
+ * out, *ret_token, *ret_finish); a finish (EOS, stop, length) drops the
+ * rest.  0 bytes and *ret_token -1 when none is pending.  Errors as
+ * cw_gen_step. */
+int cw_gen_emit_pending(struct cw_gen *g, char *out, size_t cap,
+			int32_t *ret_token, enum cw_finish *ret_finish,
+			struct st_diag *diag);
+/* The draft length in use (draft_max, or 0 where the model family cannot
+ * verify drafts) and the speculation figures so far. */
+int cw_gen_draft_max(const struct cw_gen *g);
+void cw_gen_spec_stats(const struct cw_gen *g, struct cw_gen_spec_stats *ret);
 
 /* Ends the generation with CW_FINISH_ERROR (a failed batch step). */
 void cw_gen_fail(struct cw_gen *g);
@@ -124,7 +177,8 @@ const struct cw_gen_logprob *cw_gen_last_logprob(const struct cw_gen *g);
 
 /*
  * Produces the next token by itself (one sequence, no scheduler).  The
- * first call runs the prefill.  Writes the
+ * first call runs the prefill; with speculation a step may accept several
+ * tokens, which the next calls return without evaluating.  Writes the
  * text that became final into out (cap bytes, NUL-terminated; cap >= 1024
  * recommended) and returns its length, with *ret_token the id sampled (-1
  * if none) and *ret_finish the finish reason (CW_FINISH_NONE while going on).

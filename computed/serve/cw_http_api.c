@@ -319,6 +319,7 @@ static int parse_params(struct cw_api *api, json_t *j, int chat,
 	gp->sampler.top_k = top_k > 0 ? (int)top_k : 0;
 	gp->sampler.seed = (uint64_t)seed;
 	gp->prefix_cache = 1;
+	gp->draft_max = CW_DRAFT_DEFAULT; /* computed --speculate */
 	gp->logprobs = g->logprobs;
 	gp->top_logprobs = g->logprobs ? g->top_logprobs : 0;
 	return 0;

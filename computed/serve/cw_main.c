@@ -163,6 +163,13 @@ static void usage(FILE *f)
 "                         on (default): kvd restores the next step's\n"
 "                         spilled pages while this step computes; off:\n"
 "                         each step's pin restores them, the step waiting\n"
+"                         for them\n"
+"  --speculate S          speculative decoding: off (default), ngram or\n"
+"                         ngram:K (up to K prompt-lookup draft tokens\n"
+"                         verified per step, 1..16; ngram = ngram:4); greedy\n"
+"                         output unchanged, sampling keeps its distribution;\n"
+"                         DeepSeek-V4/V4.1 stores: always off\n"
+"  --draft-max K          the same as --speculate ngram:K (0 = off)\n"
 "  --max-body BYTES       largest HTTP request body (default 1048576;\n"
 "                         larger get HTTP 413)\n"
 "  --metrics-auth         /metrics wants the API key too (default: only\n"
@@ -222,6 +229,8 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "device-kv-budget", required_argument, NULL, 0x307 },
 		{ "timeline", required_argument, NULL, 0x30c },
 		{ "kv-restore-ahead", required_argument, NULL, 0x30d },
+		{ "speculate", required_argument, NULL, 0x30e },
+		{ "draft-max", required_argument, NULL, 0x30f },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -388,6 +397,27 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 				d->hopts.max_body_bytes = (size_t)v;
 			break;
 		}
+		case 0x30e:
+			if (cw_draft_parse(optarg, &d->sopts.draft_max) < 0) {
+				st_err("--speculate must be off, ngram or "
+				       "ngram:K (K 1..%d), not '%s'",
+				       CW_DRAFT_MAX, optarg);
+				return -EINVAL;
+			}
+			break;
+		case 0x30f: {
+			char *end;
+			long v = strtol(optarg, &end, 10);
+
+			if (*end || end == optarg || v < 0 ||
+			    v > CW_DRAFT_MAX) {
+				st_err("--draft-max must be 0..%d, not '%s'",
+				       CW_DRAFT_MAX, optarg);
+				return -EINVAL;
+			}
+			d->sopts.draft_max = (int)v;
+			break;
+		}
 		case 'B': d->hopts.bind_addr = optarg; break;
 		case 'A': d->hopts.api_key = optarg; break;
 		case 'M': snprintf(d->model_name, sizeof(d->model_name), "%s", optarg); break;
@@ -519,6 +549,8 @@ static int handle_gen_start(struct cw_daemon *d, const struct st_msg_header *h,
 	gp.parse_special = !!(m.flags & CW_GEN_F_PARSE_SPECIAL);
 	gp.ignore_eos = !!(m.flags & CW_GEN_F_IGNORE_EOS);
 	gp.prefix_cache = !(m.flags & CW_GEN_F_NO_PREFIX_CACHE);
+	gp.draft_max = (int)((m.flags & CW_GEN_F_DRAFT_MASK) >>
+			     CW_GEN_F_DRAFT_SHIFT) - 1; /* 0: default (-1) */
 	r = st_tokenizer_encode(d->tok, m.prompt, strlen(m.prompt),
 				gp.add_special, gp.parse_special, &ids, &n_ids);
 	if (r < 0)
@@ -754,6 +786,10 @@ static int handle_stats(struct cw_daemon *d, const struct st_msg_header *h)
 	s.n_generations = d->metrics.gen_started;
 	s.prompt_tokens = d->metrics.prompt_tokens;
 	s.generated_tokens = d->metrics.generated_tokens;
+	s.spec_steps = d->metrics.spec_steps;
+	s.spec_verify_steps = d->metrics.spec_verify_steps;
+	s.spec_drafted = d->metrics.spec_drafted;
+	s.spec_accepted = d->metrics.spec_accepted;
 	s.prefill_ns = d->metrics.gen_prefill_ns;
 	s.decode_ns = d->metrics.gen_decode_ns;
 	pthread_mutex_unlock(&d->metrics.lock);
@@ -1205,6 +1241,10 @@ int main(int argc, char **argv)
 	}
 	cw_metrics_init(&d->metrics);
 	d->metrics.run_dir = d->run_dir;
+	if (d->sopts.draft_max && cw_model_is_dsv4(d->model))
+		st_info("speculative decoding is off for this DeepSeek-V4 "
+			"store: its state evaluates each position once, so "
+			"rejected drafts could not be rolled back");
 	r = cw_sched_create(d->model, d->tok, d->kv, &d->sopts, &d->metrics,
 			    &d->sched);
 	if (r < 0) {

@@ -109,6 +109,19 @@ void cw_metrics_gen_times(struct cw_metrics *m, uint64_t prefill_ns,
 	pthread_mutex_unlock(&m->lock);
 }
 
+void cw_metrics_spec(struct cw_metrics *m, uint64_t steps,
+		     uint64_t verify_steps, uint64_t drafted,
+		     uint64_t accepted, uint64_t extra_tokens)
+{
+	pthread_mutex_lock(&m->lock);
+	m->generated_tokens += extra_tokens;
+	m->spec_steps += steps;
+	m->spec_verify_steps += verify_steps;
+	m->spec_drafted += drafted;
+	m->spec_accepted += accepted;
+	pthread_mutex_unlock(&m->lock);
+}
+
 void cw_metrics_step(struct cw_metrics *m, int n_tokens, int n_sampled,
 		     uint64_t step_ns)
 {
@@ -278,6 +291,17 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 		      (double)(now - m->win_start_ns);
 	tb_metric(&b, "strata_generation_tokens_per_second", "gauge",
 		  "tokens sampled per second over the last window (10 s)", tps);
+	tb_metric(&b, "strata_spec_decode_steps_total", "counter",
+		  "decode steps of ended generations (one per sequence and "
+		  "forward step)", (double)m->spec_steps);
+	tb_metric(&b, "strata_spec_verify_steps_total", "counter",
+		  "of them steps that verified prompt-lookup drafts",
+		  (double)m->spec_verify_steps);
+	tb_metric(&b, "strata_spec_draft_tokens_total", "counter",
+		  "draft tokens verified", (double)m->spec_drafted);
+	tb_metric(&b, "strata_spec_accepted_tokens_total", "counter",
+		  "draft tokens accepted (tokens per decode step = 1 + "
+		  "accepted / decode steps)", (double)m->spec_accepted);
 	tb_metric(&b, "strata_steps_total", "counter",
 		  "forward steps of the scheduler", (double)m->steps);
 	tb_metric(&b, "strata_step_tokens_total", "counter",

@@ -41,6 +41,8 @@ struct cw_metrics {
 	uint64_t prompt_tokens, cached_prompt_tokens, generated_tokens;
 	uint64_t steps, step_tokens, step_ns;
 	uint64_t gen_prefill_ns, gen_decode_ns; /* summed over generations */
+	/* speculative decoding (cw_gen_spec_stats of ended generations) */
+	uint64_t spec_steps, spec_verify_steps, spec_drafted, spec_accepted;
 	struct cw_hist ttft, tpot, step_batch;
 	/* a step's wait for kvd to pin its sequences (cw_sched.c):
 	 * every pin, and the pins that found a sequence with spilled pages
@@ -72,6 +74,14 @@ void cw_metrics_gen_end(struct cw_metrics *m, int finish, int aborted,
  * time; batched steps count for each of their requests). */
 void cw_metrics_gen_times(struct cw_metrics *m, uint64_t prefill_ns,
 			  uint64_t decode_ns);
+/* Speculative decoding figures of one generation that ended: decode
+ * steps, those that verified drafts, draft tokens verified and accepted
+ * (issue 22), and extra_tokens, the tokens it returned beyond one per
+ * sampling step (added to the tokens generated: cw_metrics_step counts
+ * one per sequence sampled). */
+void cw_metrics_spec(struct cw_metrics *m, uint64_t steps,
+		     uint64_t verify_steps, uint64_t drafted,
+		     uint64_t accepted, uint64_t extra_tokens);
 /* One forward step of n_tokens tokens, n_sampled of them sampled. */
 void cw_metrics_step(struct cw_metrics *m, int n_tokens, int n_sampled,
 		     uint64_t step_ns);

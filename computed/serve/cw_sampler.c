@@ -86,14 +86,15 @@ static int cmp_desc(const void *a, const void *b, void *arg)
 	return ia - ib;
 }
 
-int cw_sampler_sample(struct cw_sampler *s, const float *logits, int n)
+/* The distribution cw_sampler_sample draws from: s->prob[s->idx[i]] for
+ * i < *ret_m, unnormalised, *ret_sum their total.  0 or -ENOMEM. */
+static int sampler_dist(struct cw_sampler *s, const float *logits, int n,
+			int *ret_m, double *ret_sum)
 {
 	float mx = -INFINITY;
-	double sum = 0.0, acc = 0.0, u;
+	double sum = 0.0;
 	int m = n;
 
-	if (s->p.temperature <= 0.0f)
-		return cw_argmax(logits, n);
 	if (s->cap < n) {
 		free(s->idx);
 		free(s->prob);
@@ -133,6 +134,21 @@ int cw_sampler_sample(struct cw_sampler *s, const float *logits, int n)
 	sum = 0.0;
 	for (int i = 0; i < m; i++)
 		sum += s->prob[s->idx[i]];
+	*ret_m = m;
+	*ret_sum = sum;
+	return 0;
+}
+
+int cw_sampler_sample(struct cw_sampler *s, const float *logits, int n)
+{
+	double sum, acc = 0.0, u;
+	int m, r;
+
+	if (s->p.temperature <= 0.0f)
+		return cw_argmax(logits, n);
+	r = sampler_dist(s, logits, n, &m, &sum);
+	if (r < 0)
+		return r;
 	u = cw_sampler_uniform(s) * sum;
 	for (int i = 0; i < m; i++) {
 		acc += s->prob[s->idx[i]];
@@ -140,4 +156,37 @@ int cw_sampler_sample(struct cw_sampler *s, const float *logits, int n)
 			return s->idx[i];
 	}
 	return s->idx[m - 1];
+}
+
+int cw_sampler_verify(struct cw_sampler *s, const float *logits, int n,
+		      int32_t draft)
+{
+	double sum, px = 0.0, acc = 0.0, u;
+	int m, r, last = -1;
+
+	if (draft < 0 || draft >= n)
+		return -EINVAL;
+	if (s->p.temperature <= 0.0f)
+		return cw_argmax(logits, n);
+	r = sampler_dist(s, logits, n, &m, &sum);
+	if (r < 0)
+		return r;
+	for (int i = 0; i < m; i++)
+		if (s->idx[i] == draft)
+			px = s->prob[draft];
+	/* accept with probability p(draft) = px / sum */
+	if (cw_sampler_uniform(s) * sum < px)
+		return draft;
+	/* rejected: the residual p - q is p without the draft (px < sum
+	 * here, or the draw above could not have failed) */
+	u = cw_sampler_uniform(s) * (sum - px);
+	for (int i = 0; i < m; i++) {
+		if (s->idx[i] == draft)
+			continue;
+		last = s->idx[i];
+		acc += s->prob[last];
+		if (u < acc)
+			return last;
+	}
+	return last >= 0 ? last : draft;
 }

@@ -31,6 +31,23 @@ void cw_sampler_fini(struct cw_sampler *s);
 /* Picks a token from logits[0..n).  Returns the id (>= 0) or -ENOMEM. */
 int cw_sampler_sample(struct cw_sampler *s, const float *logits, int n);
 
+/*
+ * Speculative sampling of one position against a deterministic draft
+ * token (Leviathan et al. 2023, "Fast Inference from Transformers via
+ * Speculative Decoding", Algorithm 1; Chen et al. 2023): with p the
+ * distribution cw_sampler_sample draws from (temperature, top-k, top-p
+ * applied to logits[0..n)) and a draft that proposed `draft` with
+ * probability 1 (q a point mass, as n-gram drafts are), the draft is
+ * accepted with probability min(1, p(draft) / q(draft)) = p(draft); on a
+ * rejection the token is drawn from the residual max(0, p - q)
+ * renormalised, which is p with `draft` removed.  The token returned is
+ * then distributed exactly as p.  Greedy (temperature <= 0): the argmax.
+ * Returns the token (== draft when accepted) or -ENOMEM; -EINVAL for a
+ * draft outside [0, n).
+ */
+int cw_sampler_verify(struct cw_sampler *s, const float *logits, int n,
+		      int32_t draft);
+
 /* Argmax with ties to the lower id. */
 int cw_argmax(const float *logits, int n);
 

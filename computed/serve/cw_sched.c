@@ -138,6 +138,17 @@ static struct cw_sched_event error_event(int err, const char *msg)
 	return e;
 }
 
+/* Tokens of generation g beyond one per sampling step: the accepted
+ * drafts it returned (cw_metrics_step counted one token per step). */
+static uint64_t spec_extra_tokens(const struct cw_gen *g,
+				  const struct cw_gen_spec_stats *sp)
+{
+	uint64_t n = (uint64_t)cw_gen_n_generated(g);
+	uint64_t sampled = sp->steps + (n > 0); /* + the prefill's sample */
+
+	return n > sampled ? n - sampled : 0;
+}
+
 /* Removes r from the running list (scheduler thread), frees its
  * generation (and so its KV sequence), then posts its last event (so a
  * client that sees the end finds the pages already freed) and drops the
@@ -155,10 +166,17 @@ static void retire(struct cw_sched *s, struct cw_sched_req *r,
 		*pp = r->next;
 	if (r->gen) {
 		r->n_gen = cw_gen_n_generated(r->gen);
-		if (s->metrics)
+		if (s->metrics) {
+			struct cw_gen_spec_stats sp;
+
 			cw_metrics_gen_times(s->metrics,
 					     cw_gen_prefill_ns(r->gen),
 					     cw_gen_decode_ns(r->gen));
+			cw_gen_spec_stats(r->gen, &sp);
+			cw_metrics_spec(s->metrics, sp.steps, sp.spec_steps,
+					sp.drafted, sp.accepted,
+					spec_extra_tokens(r->gen, &sp));
+		}
 		cw_gen_free(r->gen);
 		r->gen = NULL;
 	}
@@ -220,8 +238,42 @@ static int has_room(const struct cw_sched_req *r)
 	return r->ev_n < r->max_pending;
 }
 
+/* Posts one result of cw_gen_advance / cw_gen_emit_pending (len: its
+ * return); 1 while the request goes on, 0 once retired. */
+static int post_result(struct cw_sched *s, struct cw_sched_req *r, int len,
+		       const struct cw_sched_event *pe, const char *text,
+		       const struct st_diag *diag, uint64_t now)
+{
+	struct cw_sched_event e = *pe;
+
+	if (len < 0) {
+		struct cw_sched_event ee = error_event(len, diag->msg);
+
+		retire(s, r, CW_FINISH_ERROR, 0, &ee, "");
+		return 0;
+	}
+	if (e.token < 0 && e.finish == CW_FINISH_NONE)
+		return 1; /* a prefill chunk that did not end the prompt */
+	if (e.token >= 0) {
+		e.lp = *cw_gen_last_logprob(r->gen);
+		if (!r->t_first)
+			r->t_first = now;
+		r->t_last = now;
+	}
+	if (e.finish != CW_FINISH_NONE) {
+		retire(s, r, e.finish, 0, &e, text);
+		return 0;
+	}
+	pthread_mutex_lock(&s->lock);
+	r->n_gen = cw_gen_n_generated(r->gen);
+	post_locked(s, r, &e, text);
+	pthread_mutex_unlock(&s->lock);
+	return 1;
+}
+
 /* Feeds one request's evaluated tokens back to its generation and posts
- * what it produced; retires it when it finished. */
+ * what it produced (a step that verified drafts may produce several
+ * tokens: one event each); retires it when it finished. */
 static void advance(struct cw_sched *s, struct cw_sched_req *r, int n,
 		    uint64_t step_ns, uint64_t now)
 {
@@ -232,28 +284,12 @@ static void advance(struct cw_sched *s, struct cw_sched_req *r, int n,
 
 	len = cw_gen_advance(r->gen, n, step_ns, text, sizeof(text), &e.token,
 			     &e.finish, &diag);
-	if (len < 0) {
-		struct cw_sched_event ee = error_event(len, diag.msg);
-
-		retire(s, r, CW_FINISH_ERROR, 0, &ee, "");
-		return;
+	while (post_result(s, r, len, &e, text, &diag, now) &&
+	       cw_gen_n_pending(r->gen) > 0) {
+		e = (struct cw_sched_event){ .token = -1 };
+		len = cw_gen_emit_pending(r->gen, text, sizeof(text), &e.token,
+					  &e.finish, &diag);
 	}
-	if (e.token < 0 && e.finish == CW_FINISH_NONE)
-		return; /* a prefill chunk that did not end the prompt */
-	if (e.token >= 0) {
-		e.lp = *cw_gen_last_logprob(r->gen);
-		if (!r->t_first)
-			r->t_first = now;
-		r->t_last = now;
-	}
-	if (e.finish != CW_FINISH_NONE) {
-		retire(s, r, e.finish, 0, &e, text);
-		return;
-	}
-	pthread_mutex_lock(&s->lock);
-	r->n_gen = cw_gen_n_generated(r->gen);
-	post_locked(s, r, &e, text);
-	pthread_mutex_unlock(&s->lock);
 }
 
 /* Asks kvd to restore the next step's sequences (s->next_seqs) while
@@ -341,6 +377,26 @@ static void timeline_row(struct cw_sched *s, const struct cw_tl_snap *a,
 	}
 }
 
+/* Sequences of the running list that are decoding. */
+static int n_decoding(const struct cw_sched *s)
+{
+	int n = 0;
+
+	for (const struct cw_sched_req *q = s->running; q; q = q->next)
+		n += cw_gen_n_generated(q->gen) > 0;
+	return n;
+}
+
+/* Tokens a decoding sequence may take of the step's budget: its own and
+ * drafts, leaving one for each of the *dec_left decoding sequences after
+ * it (drafts never crowd another sequence's token out of a step). */
+static int draft_budget(int budget, int *dec_left)
+{
+	if (*dec_left > 0)
+		(*dec_left)--;
+	return ST_MAX(1, budget - *dec_left);
+}
+
 /* Steps a window of sequences runs before the rotation moves on, when
  * not all running sequences fit kvd's pool: each move restores a window's
  * pages, so a longer one moves fewer bytes per token (and gives a restore
@@ -388,6 +444,7 @@ static int pick_one(struct cw_sched *s, int n_order, uint64_t cap, int step,
 		    int *ret_deferred)
 {
 	int budget = s->o.max_step_tokens, n = 0, n_reqs = 0;
+	int dec_left = n_decoding(s);
 	int skip[2] = { -1, -1 }; /* per pass */
 	uint64_t used = 0;
 
@@ -408,8 +465,9 @@ static int pick_one(struct cw_sched *s, int n_order, uint64_t cap, int step,
 			}
 			if (!room)
 				continue;
-			k = cw_gen_next_input(q->gen, budget, &pos, &ids,
-					      &want);
+			k = cw_gen_next_input(q->gen, pass ? budget :
+					      draft_budget(budget, &dec_left),
+					      &pos, &ids, &want);
 			if (k <= 0)
 				continue;
 			spills = cw_gen_pin_steps(q->gen);
@@ -450,8 +508,8 @@ static int pick_one(struct cw_sched *s, int n_order, uint64_t cap, int step,
 				s->toks[n + i].seq = cw_gen_seq(q->gen);
 				s->toks[n + i].pos = pos + (uint32_t)i;
 				s->toks[n + i].id = ids[i];
-				s->toks[n + i].logits = want && i == k - 1 ?
-					cw_gen_logits(q->gen) : NULL;
+				s->toks[n + i].logits =
+					cw_gen_input_logits(q->gen, i, k, want);
 			}
 			q->in_step = 1;
 			s->breq[n_reqs] = q;
@@ -583,6 +641,8 @@ static int step(struct cw_sched *s)
 		retire(s, s->breq[0], CW_FINISH_ERROR, 0, &e, "");
 		return n;
 	}
+	/* tokens past the first of a step that verified drafts are counted
+	 * when their generation ends (cw_metrics_spec) */
 	if (s->metrics)
 		cw_metrics_step(s->metrics, n, n_sampled, dt);
 	for (int i = 0; i < n_reqs; i++)
@@ -777,6 +837,8 @@ int cw_sched_submit(struct cw_sched *s, const int32_t *ids, size_t n_ids,
 		return -ENOMEM;
 	r->s = s;
 	r->p = *p;
+	if (r->p.draft_max == CW_DRAFT_DEFAULT)
+		r->p.draft_max = s->o.draft_max;
 	r->max_pending = max_pending > 0 ? max_pending : 1;
 	r->ids = malloc(sizeof(int32_t) * n_ids);
 	if (!r->ids) {

@@ -5,17 +5,19 @@
  * a queue.  One scheduler thread owns the forward pass: between two steps
  * it admits queued requests (up to max_running sequences), drops cancelled
  * ones (freeing their KV pages at once), and builds one step of at most
- * max_step_tokens tokens: one decode token of every running sequence first,
- * then prefill chunks of admitted prompts in admission order with what is
- * left, so a long prompt never stalls running decodes for more than one
- * step.  When kvd has a spill file, a step also holds at most half of
- * kvd's pool in KV pages, and running sequences that do not fit take turns
- * in windows of a few steps, the next window restored by kvd while the
- * current one computes (cw_kvahead.h, --kv-restore-ahead).  The step is
- * one cw_model_eval_batch: each expert's weights are read once for all
- * tokens routed to it.  Each request gets its output as
- * a queue of events (one per sampled token, the last one carrying the
- * finish reason) that its consumer pops from another thread.
+ * max_step_tokens tokens: one decode token of every running sequence first
+ * (with speculative decoding also its draft tokens, cut so that every
+ * decoding sequence keeps its own), then prefill chunks of admitted
+ * prompts in admission order with what is left, so a long prompt never
+ * stalls running decodes for more than one step.  When kvd has a spill
+ * file, a step also holds at most half of kvd's pool in KV pages, and
+ * running sequences that do not fit take turns in windows of a few steps,
+ * the next window restored by kvd while the current one computes
+ * (cw_kvahead.h, --kv-restore-ahead).  The step is one
+ * cw_model_eval_batch: each expert's weights are read once for all tokens
+ * routed to it.  Each request gets its output as a queue of events (one
+ * per sampled token, the last one carrying the finish reason) that its
+ * consumer pops from another thread.
  *
  * In reference mode a request's logits and tokens do not depend on what
  * else runs with it (cw_model_eval_batch is per-token exact).
@@ -43,6 +45,8 @@ struct cw_sched_opts {
 	 * (--kv-restore-ahead on, cw_main's default), 0: each step's pin
 	 * restores its own */
 	int kv_restore_ahead;
+	int draft_max;        /* draft tokens of requests that ask for
+			       * CW_DRAFT_DEFAULT (0: no speculation) */
 	/* step timeline (issue 25; all borrowed, NULL: off): one TSV row
 	 * per step to `timeline` (cw_timeline.h), phases from `tl` (which
 	 * the caller also set on the model), expertd's counters from es */

@@ -155,6 +155,13 @@ int main(void)
 	CHECK(call_payload(&s, CW_MSG_GEN_START, w.data, w.len) == -ST_E_PROTO,
 	      "unknown flag accepted");
 	st_wbuf_fini(&w);
+	/* a draft length past CW_PROTO_MAX_DRAFT (field D + 1) */
+	gen_start_payload(&w, 4, 0, 1,
+			  (CW_PROTO_MAX_DRAFT + 2u) << CW_GEN_F_DRAFT_SHIFT, 0,
+			  "hello");
+	CHECK(call_payload(&s, CW_MSG_GEN_START, w.data, w.len) == -ST_E_PROTO,
+	      "draft length %d accepted", CW_PROTO_MAX_DRAFT + 1);
+	st_wbuf_fini(&w);
 	gen_start_payload(&w, 4, 0, 1, 0, 5, "hello");
 	CHECK(call_payload(&s, CW_MSG_GEN_START, w.data, w.len) == -ST_E_PROTO,
 	      "5 stop strings accepted");

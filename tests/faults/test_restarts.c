@@ -23,11 +23,14 @@
  * restart it with `strata restart ...`"; an expertd that comes back with a
  * new pool (it was stopped cleanly) is reported at once (restart computed).
  *
- * Usage: test_restarts FIXTURE N_KILLS [MAX_TOKENS [spill]]
+ * Usage: test_restarts FIXTURE N_KILLS [MAX_TOKENS [spill|spec]]
  *   N_KILLS kills of expertd, then as many of kvd (interleaved).  The seed
  *   is printed; STRATA_FAULT_SEED=N replays a run.  "spill": kvd runs with
  *   a spill budget, so computed pins and unpins its sequence every step
- *   (two more kvd requests per step for the kills to land in).
+ *   (two more kvd requests per step for the kills to land in).  "spec":
+ *   speculative decoding (prompt-lookup drafts, up to 4 per step): steps
+ *   of several tokens and the roll-backs of rejected rows (SEQ_TRUNCATE)
+ *   for the kills to land in; the undisturbed run speculates the same.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -78,6 +81,7 @@ struct fx {
 	const char *es_args[8], *kv_args[6];
 	int spill;                /* kvd with a spill budget: computed pins
 				   * its sequence around every step */
+	int draft_max;            /* speculative decoding (0: off) */
 	struct es_client *es;
 	struct kv_client *kv;
 	struct cw_model *model;
@@ -147,6 +151,7 @@ static int run_gen(struct fx *f, int compare, const char *what,
 	gp.sampler.temperature = 0.0f;
 	gp.ignore_eos = 1;
 	gp.prefix_cache = 0;
+	gp.draft_max = f->draft_max;
 	atomic_store(&f->step, 0);
 	r = cw_gen_start(f->model, f->tok, f->kv, PROMPT, strlen(PROMPT), &gp,
 			 &g, diag);
@@ -544,6 +549,7 @@ int main(int argc, char **argv)
 	n_kills = atoi(argv[2]);
 	f.max_tokens = argc > 3 ? atoi(argv[3]) : 12;
 	f.spill = argc > 4 && !strcmp(argv[4], "spill");
+	f.draft_max = argc > 4 && !strcmp(argv[4], "spec") ? 4 : 0;
 	if (n_kills < 1 || f.max_tokens < 3 || f.max_tokens > 256)
 		return 2;
 	rng = flt_seed();

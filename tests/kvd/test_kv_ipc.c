@@ -715,6 +715,7 @@ static void test_malformed(void **state)
 			KV_MSG_SEQ_CREATE, KV_MSG_SEQ_RESERVE, KV_MSG_SEQ_FORK,
 			KV_MSG_SEQ_FREE, KV_MSG_SEQ_CREATE_PREFIX,
 			KV_MSG_SEQ_PUBLISH, KV_MSG_SEQ_RESIDENCY, 0x0209,
+			KV_MSG_SEQ_TRUNCATE,
 			0x0100
 		};
 		size_t len = lcg_next(&state_) % 64;

@@ -1330,6 +1330,66 @@ static void test_cache_refcount_threads(void **state)
 	tpool_free(t);
 }
 
+
+/* ---- truncation (speculative decoding's roll-back) -------------------- */
+
+/* A sequence of 10 rows (pages of 4) cut back to 5: pages 2 of each stream
+ * freed, rows 0..4 kept, n_rows 5; a reservation grows it again with fresh
+ * pages; cutting to its length is a no-op, past it -ST_E_LIMIT; another
+ * client's sequence -EPERM; a cut into published rows is refused (-EPERM)
+ * and one after them works, the published groups staying cached. */
+static void test_truncate(void **state)
+{
+	const uint32_t rb[2] = { 16, 24 }, B = 4;
+	struct tpool *t = tpool_new(2, rb, B, 40, 8, 64);
+	uint32_t a, pub, cached;
+	struct st_diag d;
+
+	(void)state;
+	kv_seq_create(&t->p, 1, 1, 0, 0, &a, &d);
+	assert_int_equal(reserve1(t, 1, a, 10, &d), 0);
+	for (uint32_t s = 0; s < 2; s++)
+		for (uint32_t r = 0; r < 10; r++)
+			for (uint32_t i = 0; i < rb[s]; i++)
+				row_ptr(t, a, s, r)[i] = pattern(3, s, r, i);
+	assert_int_equal(used(t), 6);
+	assert_int_equal(kv_seq_truncate(&t->p, 1, a, 5, &d), 0);
+	assert_int_equal(atomic_load(&t->p.seqs[kv_seq_index(a)].n_rows), 5);
+	assert_int_equal(used(t), 4);
+	for (uint32_t s = 0; s < 2; s++) {
+		assert_int_equal(seq_pages(t, a, s), 2);
+		for (uint32_t r = 0; r < 5; r++)
+			for (uint32_t i = 0; i < rb[s]; i++)
+				assert_int_equal(row_ptr(t, a, s, r)[i],
+						 pattern(3, s, r, i));
+	}
+	/* to a page boundary: page 1 goes too */
+	assert_int_equal(kv_seq_truncate(&t->p, 1, a, 4, &d), 0);
+	assert_int_equal(used(t), 2);
+	assert_int_equal(kv_seq_truncate(&t->p, 1, a, 4, &d), 0);
+	assert_int_equal(kv_seq_truncate(&t->p, 1, a, 5, &d), -ST_E_LIMIT);
+	assert_int_equal(kv_seq_truncate(&t->p, 2, a, 2, &d), -EPERM);
+	assert_int_equal(kv_seq_truncate(&t->p, 1, 0x100007, 2, &d),
+			 -ST_E_NOTFOUND);
+	assert_int_equal(reserve1(t, 1, a, 9, &d), 0);
+	assert_int_equal(used(t), 6);
+	assert_int_equal(kv_seq_free(&t->p, 1, a, &d), 0);
+	assert_int_equal(used(t), 0);
+
+	/* 10 rows published as 2 groups (rows 0..7): cutting to 7 would
+	 * roll back a published row; to 8 or 9 leaves the cache whole */
+	pub = computed_seq(t, 10, 1, MODEL, &cached);
+	assert_int_equal(t->p.cache.n_groups, 2);
+	assert_int_equal(kv_seq_truncate(&t->p, 1, pub, 7, &d), -EPERM);
+	assert_int_equal(atomic_load(&t->p.seqs[kv_seq_index(pub)].n_rows),
+			 10);
+	assert_int_equal(kv_seq_truncate(&t->p, 1, pub, 8, &d), 0);
+	assert_int_equal(seq_pages(t, pub, 0), 2);
+	assert_int_equal(t->p.cache.n_groups, 2);
+	assert_int_equal(kv_seq_free(&t->p, 1, pub, &d), 0);
+	tpool_free(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1347,6 +1407,7 @@ int main(void)
 		cmocka_unit_test(test_cache_evict),
 		cmocka_unit_test(test_cow),
 		cmocka_unit_test(test_cache_refcount_threads),
+		cmocka_unit_test(test_truncate),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

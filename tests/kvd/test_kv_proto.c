@@ -46,6 +46,11 @@ static int dec_fork(const uint8_t *p, size_t n, void *o)
 	return kv_proto_decode_fork(p, n, o, NULL);
 }
 
+static int dec_truncate(const uint8_t *p, size_t n, void *o)
+{
+	return kv_proto_decode_truncate(p, n, o, NULL);
+}
+
 static int dec_stats(const uint8_t *p, size_t n, void *o)
 {
 	return kv_proto_decode_stats(p, n, o);
@@ -253,6 +258,26 @@ static void test_seq_messages(void **state)
 	assert_int_equal(fo.n_rows, 17);
 	check_prefixes(&w, dec_fork, &fo);
 	st_wbuf_fini(&w);
+
+	{
+		struct kv_msg_truncate t = { 0x400007, 33 }, to;
+
+		st_wbuf_init(&w);
+		kv_proto_encode_truncate(&w, &t);
+		assert_int_equal(w.len, 8);
+		assert_int_equal(kv_proto_decode_truncate(w.data, w.len, &to,
+							  &d), 0);
+		assert_int_equal(to.seq, 0x400007);
+		assert_int_equal(to.n_rows, 33);
+		check_prefixes(&w, dec_truncate, &to);
+		st_wbuf_fini(&w);
+		t.seq = 0;
+		st_wbuf_init(&w);
+		kv_proto_encode_truncate(&w, &t);
+		assert_int_equal(kv_proto_decode_truncate(w.data, w.len, &to,
+							  &d), -ST_E_PROTO);
+		st_wbuf_fini(&w);
+	}
 
 	st_wbuf_init(&w);
 	kv_proto_encode_seq(&w, 0xabc00001);
