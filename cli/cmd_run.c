@@ -29,6 +29,7 @@ struct run_opts {
 	int force;                /* --force: --store may hold another model */
 	const char *instance, *run_dir;
 	const char *host_budget, *kv_budget, *kv_spill, *kv_dtype;
+	const char *kv_remote;
 	const char *compute;
 	const char *device_budget, *device_kv_budget;
 	int max_tokens;
@@ -85,6 +86,8 @@ static void run_usage(FILE *f)
 "                       experts (25%%); default: all experts\n"
 "  --kv-budget B        kvd page pool in bytes (default: kvd's)\n"
 "  --kv-spill-budget B  let kvd spill idle KV pages to a file of this size\n"
+"  --kv-remote URL      share prefix-cache pages through a Redis,\n"
+"                       redis://HOST:PORT/DB (kvd --remote-kv)\n"
 "  --kv-dtype T         f32 (reference mode, default), f16, bf16, fp8\n"
 CLI_TIER_HELP
 "  --compute MODE       reference (exact, default) or fast (int8\n"
@@ -189,6 +192,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		{ "host-budget", required_argument, NULL, 'b' },
 		{ "kv-budget", required_argument, NULL, 'B' },
 		{ "kv-spill-budget", required_argument, NULL, 'O' },
+		{ "kv-remote", required_argument, NULL, 0x100 + 'r' },
 		{ "kv-dtype", required_argument, NULL, 'K' },
 		{ "compute", required_argument, NULL, 'C' },
 		{ "device-budget", required_argument, NULL, 'D' },
@@ -288,6 +292,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		case 'b': o->host_budget = optarg; break;
 		case 'B': o->kv_budget = optarg; break;
 		case 'O': o->kv_spill = optarg; break;
+		case 0x100 + 'r': o->kv_remote = optarg; break;
 		case 'K': o->kv_dtype = optarg; break;
 		case 'C': o->compute = optarg; break;
 		case 'D': o->device_budget = optarg; break;
@@ -793,7 +798,7 @@ int cli_cmd_run(int argc, char **argv)
 			.force = o.force,
 			.instance = o.instance, .run_dir = o.run_dir,
 			.host_budget = o.host_budget, .kv_budget = o.kv_budget,
-			.kv_spill = o.kv_spill,
+			.kv_spill = o.kv_spill, .kv_remote = o.kv_remote,
 			.kv_dtype = o.kv_dtype, .timeout_s = o.timeout_s,
 			.compute = o.compute, .who = "strata run", .tier = &o.tier,
 			.device_budget = o.device_budget,
