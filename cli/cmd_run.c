@@ -533,6 +533,11 @@ static void print_summary(const struct run_opts *o,
 	d.kv_prefix_lookups -= s0->kv_prefix_lookups;
 	d.kv_prefix_rows_reused -= s0->kv_prefix_rows_reused;
 	d.kv_spill_pages_total -= s0->kv_spill_pages_total;
+	d.kv_remote_hits -= s0->kv_remote_hits;
+	d.kv_remote_misses -= s0->kv_remote_misses;
+	d.kv_remote_bytes_in -= s0->kv_remote_bytes_in;
+	d.kv_remote_bytes_out -= s0->kv_remote_bytes_out;
+	d.kv_remote_errors -= s0->kv_remote_errors;
 	d.kv_restore_pages_total -= s0->kv_restore_pages_total;
 	d.en_lookups -= s0->en_lookups;
 	d.en_hits -= s0->en_hits;
@@ -581,6 +586,14 @@ static void print_summary(const struct run_opts *o,
 				    json_integer((json_int_t)d.kv_spill_pages_total));
 		json_object_set_new(j, "kv_pages_restored",
 				    json_integer((json_int_t)d.kv_restore_pages_total));
+		if (d.kv_remote_on)
+			json_object_set_new(j, "kv_remote", json_pack(
+				"{s:I, s:I, s:I, s:I, s:I}",
+				"hits", (json_int_t)d.kv_remote_hits,
+				"misses", (json_int_t)d.kv_remote_misses,
+				"bytes_in", (json_int_t)d.kv_remote_bytes_in,
+				"bytes_out", (json_int_t)d.kv_remote_bytes_out,
+				"errors", (json_int_t)d.kv_remote_errors));
 		/* rows: the layout's bytes per token; pages: kvd pages at the
 		 * peak per token of this run (0 when the instance was not
 		 * ours: its peak is not this run's) */
@@ -686,6 +699,14 @@ static void print_summary(const struct run_opts *o,
 		(unsigned long long)d.kv_prefix_rows_reused,
 		(unsigned long long)d.kv_spill_pages_total,
 		(unsigned long long)d.kv_restore_pages_total);
+	if (d.kv_remote_on)
+		fprintf(stderr, "remote KV tier     %llu page groups restored, "
+			"%llu misses, %s in, %s out, %llu errors\n",
+			(unsigned long long)d.kv_remote_hits,
+			(unsigned long long)d.kv_remote_misses,
+			st_format_bytes(d.kv_remote_bytes_in, a, sizeof(a)),
+			st_format_bytes(d.kv_remote_bytes_out, b, sizeof(b)),
+			(unsigned long long)d.kv_remote_errors);
 	fprintf(stderr, "weights read       experts %s, dense %s, LM head %s\n",
 		st_format_bytes(d.expert_bytes, a, sizeof(a)),
 		st_format_bytes(d.dense_bytes, b, sizeof(b)),

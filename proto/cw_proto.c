@@ -81,7 +81,9 @@ int cw_gen_start_msg_decode(const uint8_t *p, size_t len,
 	X(es_prefetch_wasted) X(es_hints) X(es_hints_dropped) X(es_hot_slots)  \
 	X(es_direct_io) X(la_pred1) X(la_hit1) X(la_pred2) X(la_hit2)          \
 	X(la_pred3) X(la_hit3) X(es_io_busy_ns) X(en_lookups) X(en_hits)       \
-	X(en_misses) X(en_read_bytes) X(en_lat_p50_ns) X(en_lat_p99_ns)
+	X(en_misses) X(en_read_bytes) X(en_lat_p50_ns) X(en_lat_p99_ns)      \
+	X(kv_remote_on) X(kv_remote_hits) X(kv_remote_misses)                  \
+	X(kv_remote_bytes_in) X(kv_remote_bytes_out) X(kv_remote_errors)
 
 void cw_stats_wire_encode(struct st_wbuf *w, const struct cw_stats_wire *s)
 {

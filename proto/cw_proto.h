@@ -96,6 +96,10 @@ struct cw_stats_wire {
 	/* expertd's Engram tier (DeepSeek-V4.1 stores; zeros otherwise) */
 	uint64_t en_lookups, en_hits, en_misses, en_read_bytes;
 	uint64_t en_lat_p50_ns, en_lat_p99_ns;
+	/* kvd's remote KV tier (kv_remote_on 1 with --remote-kv; counters
+	 * since kvd started: hit/miss lookups, value bytes, errors) */
+	uint64_t kv_remote_on, kv_remote_hits, kv_remote_misses;
+	uint64_t kv_remote_bytes_in, kv_remote_bytes_out, kv_remote_errors;
 };
 
 void cw_gen_start_msg_free(struct cw_gen_start_msg *m);

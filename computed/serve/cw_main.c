@@ -785,6 +785,12 @@ static int handle_stats(struct cw_daemon *d, const struct st_msg_header *h)
 		s.kv_prefix_rows_reused = kv.prefix_rows_reused;
 		s.kv_spill_pages_total = kv.spill_pages_total;
 		s.kv_restore_pages_total = kv.restore_pages_total;
+		s.kv_remote_on = kv.remote_on;
+		s.kv_remote_hits = kv.remote_hits;
+		s.kv_remote_misses = kv.remote_misses;
+		s.kv_remote_bytes_in = kv.remote_bytes_in;
+		s.kv_remote_bytes_out = kv.remote_bytes_out;
+		s.kv_remote_errors = kv.remote_errors;
 	}
 	st_wbuf_init(&w);
 	cw_stats_wire_encode(&w, &s);
