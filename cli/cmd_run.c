@@ -38,7 +38,7 @@ struct run_opts {
 	uint64_t seed;
 	int n_stop;
 	const char *stop[CW_PROTO_MAX_NSTOP];
-	int raw, ignore_eos, keep, json, quiet, no_prefix_cache;
+	int raw, ignore_eos, keep, json, quiet, no_prefix_cache, kv_private;
 	const char *keep_spec, *scale_search;
 	char experts_spec[512];
 	int timeout_s;
@@ -88,6 +88,8 @@ static void run_usage(FILE *f)
 "  --kv-spill-budget B  let kvd spill idle KV pages to a file of this size\n"
 "  --kv-remote URL      share prefix-cache pages through a Redis,\n"
 "                       redis://HOST:PORT/DB (kvd --remote-kv)\n"
+"  --kv-private         a private prompt: its pages are never published to\n"
+"                       the remote tier (kvd --remote-kv-share-private 0)\n"
 "  --kv-dtype T         f32 (reference mode, default), f16, bf16, fp8\n"
 CLI_TIER_HELP
 "  --compute MODE       reference (exact, default) or fast (int8\n"
@@ -193,6 +195,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		{ "kv-budget", required_argument, NULL, 'B' },
 		{ "kv-spill-budget", required_argument, NULL, 'O' },
 		{ "kv-remote", required_argument, NULL, 0x100 + 'r' },
+		{ "kv-private", no_argument, NULL, 0x100 + 'p' },
 		{ "kv-dtype", required_argument, NULL, 'K' },
 		{ "compute", required_argument, NULL, 'C' },
 		{ "device-budget", required_argument, NULL, 'D' },
@@ -293,6 +296,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		case 'B': o->kv_budget = optarg; break;
 		case 'O': o->kv_spill = optarg; break;
 		case 0x100 + 'r': o->kv_remote = optarg; break;
+		case 0x100 + 'p': o->kv_private = 1; break;
 		case 'K': o->kv_dtype = optarg; break;
 		case 'C': o->compute = optarg; break;
 		case 'D': o->device_budget = optarg; break;
@@ -415,6 +419,8 @@ static int generate(struct cw_client *cw, const struct run_opts *o,
 		m.flags |= CW_GEN_F_IGNORE_EOS;
 	if (o->no_prefix_cache)
 		m.flags |= CW_GEN_F_NO_PREFIX_CACHE;
+	if (o->kv_private)
+		m.flags |= CW_GEN_F_KV_PRIVATE;
 	m.n_stop = (uint32_t)o->n_stop;
 	for (int i = 0; i < o->n_stop; i++)
 		m.stop[i] = (char *)o->stop[i];

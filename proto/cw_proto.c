@@ -50,7 +50,7 @@ int cw_gen_start_msg_decode(const uint8_t *p, size_t len,
 	if (e || m->n_stop > CW_PROTO_MAX_NSTOP || !isfinite(m->temperature) ||
 	    m->temperature < 0 || m->temperature > 100 ||
 	    !isfinite(m->top_p) || m->top_p < 0 || m->top_p > 1 ||
-	    m->top_k < 0 || (m->flags & ~15u) || m->max_tokens > (1u << 24))
+	    m->top_k < 0 || (m->flags & ~31u) || m->max_tokens > (1u << 24))
 		return -ST_E_PROTO;
 	for (uint32_t i = 0; i < m->n_stop; i++) {
 		e = st_rbuf_str(&r, CW_PROTO_MAX_STOP, &m->stop[i]);

@@ -51,6 +51,8 @@ enum cw_msg_type {
 #define CW_GEN_F_PARSE_SPECIAL 2u /* recognise special tokens in the prompt */
 #define CW_GEN_F_IGNORE_EOS 4u
 #define CW_GEN_F_NO_PREFIX_CACHE 8u /* compute the whole prompt */
+#define CW_GEN_F_KV_PRIVATE 16u   /* keep the prompt's KV pages out of
+				   * kvd's remote KV tier */
 
 struct cw_gen_start_msg {
 	uint32_t max_tokens;

@@ -504,6 +504,7 @@ static int handle_gen_start(struct cw_daemon *d, const struct st_msg_header *h,
 	gp.parse_special = !!(m.flags & CW_GEN_F_PARSE_SPECIAL);
 	gp.ignore_eos = !!(m.flags & CW_GEN_F_IGNORE_EOS);
 	gp.prefix_cache = !(m.flags & CW_GEN_F_NO_PREFIX_CACHE);
+	gp.kv_private = !!(m.flags & CW_GEN_F_KV_PRIVATE);
 	r = st_tokenizer_encode(d->tok, m.prompt, strlen(m.prompt),
 				gp.add_special, gp.parse_special, &ids, &n_ids);
 	if (r < 0)

@@ -10,6 +10,7 @@
 #    value: each rejected (error counter, a kvd log line), the same ids, and
 #    the rejected key deleted, so the next publish replaces it (the run
 #    after hits it, then meets the next corrupted value);
+#  - a private prompt (--kv-private): nothing published;
 #  - Redis flushed: misses, no error, same ids;
 #  - Redis full (maxmemory + noeviction): the publish is refused (error,
 #    log line), same ids;
@@ -135,6 +136,16 @@ same_ids foreign
 check foreign "a foreign value rejected" \
 	"d['kv_remote']['hits'] == 0 and d['kv_remote']['errors'] >= 1"
 logged foreign "not a strata KV value"
+
+# a private prompt (--kv-private, KV_PUBLISH_F_PRIVATE): nothing published
+rcli flushall >/dev/null
+run private --kv-remote "$URL" --kv-private
+same_ids private
+check private "a private prompt's pages stay local" \
+	"d['kv_remote']['bytes_out'] == 0 and d['kv_remote']['errors'] == 0"
+KEYS=$(rcli --scan --pattern 'strata:kv:1:*' | wc -l)
+if [ "$KEYS" -eq 0 ]; then echo "ok: private: no key in Redis"; else
+	echo "FAIL: private: $KEYS keys in Redis"; fail=1; fi
 
 # flushed: a plain miss
 rcli flushall >/dev/null
