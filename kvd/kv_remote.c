@@ -227,7 +227,8 @@ static void ok(struct kv_remote *rm)
 
 /* ---- publish -------------------------------------------------------------- */
 
-/* Publishes groups [0, n) of one batch (n <= BATCH_GROUPS). */
+/* Publishes groups [0, n) of one batch (n <= BATCH_GROUPS, their values
+ * at most BATCH_BYTES unless one alone is larger). */
 static uint32_t publish_batch(struct kv_pool *p, struct kv_remote *rm,
 			      uint32_t n, const uint64_t *keys,
 			      const uint32_t *pages)
@@ -297,12 +298,14 @@ uint32_t kv_remote_publish(struct kv_pool *p, uint32_t n,
 			   const uint64_t *keys, const uint32_t *pages)
 {
 	struct kv_remote *rm = p->remote;
-	uint32_t done = 0, sent = 0;
+	uint32_t done = 0, sent = 0, batch;
 
 	if (!rm)
 		return 0;
+	batch = (uint32_t)ST_MAX(1ull, ST_MIN((uint64_t)BATCH_GROUPS,
+					      BATCH_BYTES / value_len(p)));
 	while (done < n && (rm->conn || st_now_ns() >= rm->retry_ns)) {
-		uint32_t m = ST_MIN(n - done, BATCH_GROUPS);
+		uint32_t m = ST_MIN(n - done, batch);
 		uint64_t errs = rm->stats.errors;
 
 		sent += publish_batch(p, rm, m, keys + done,

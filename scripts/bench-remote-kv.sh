@@ -87,7 +87,8 @@ used = [l.split(":")[1].strip() for l in used.splitlines()
 print(f"model {model}: long prompt {b[0]['prompt_tokens']} tokens "
       f"(shared prefix: {b[0]['prefix_rows_reused']} rows mapped by B)")
 print(f"node A published {a.get('kv_remote', {}).get('bytes_out', 0)} bytes "
-      f"to Redis (used memory {used[0] if used else '?'})")
+      f"to Redis (used memory {used[0] if used else '?'}); A's TTFT, computing "
+      f"and publishing: {a['ttft_ms']:.2f} ms")
 print(f"node B read {rk.get('bytes_in', 0)} bytes from Redis "
       f"({rk.get('hits', 0)} page groups, {rk.get('errors', 0)} errors)")
 print(f"TTFT median of {n}: B (remote tier) {tb:.2f} ms "
