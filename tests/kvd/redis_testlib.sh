@@ -26,9 +26,9 @@ redis_free_port() {
 	/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
-redis_start() { # DIR [options]
+redis_start() { # DIR [options]; REDIS_PORT_WANT=N: that port (a restart)
 	_rdir=$1; shift
-	REDIS_PORT=$(redis_free_port)
+	REDIS_PORT=${REDIS_PORT_WANT:-$(redis_free_port)}
 	redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --save "" \
 		--appendonly no --dir "$_rdir" --logfile "$_rdir/redis-$REDIS_PORT.log" \
 		"$@" >/dev/null 2>&1 &

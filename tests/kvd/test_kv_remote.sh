@@ -12,6 +12,9 @@
 #    after hits it, then meets the next corrupted value);
 #  - a private prompt (--kv-private): nothing published;
 #  - Redis flushed: misses, no error, same ids;
+#  - a running instance (strata up): /metrics counts the hits and bytes;
+#    Redis restarted under kvd's open connection: an error and the same ids,
+#    then a reconnect after the back-off (a miss, published, no error);
 #  - Redis full (maxmemory + noeviction): the publish is refused (error,
 #    log line), same ids;
 #  - Redis paused (SIGSTOP): the lookup times out within --remote-kv's
@@ -25,7 +28,7 @@ need_redis
 KJV="$STRATA_SOURCE_DIR/models/kjv-moe"
 PY=/usr/bin/python3
 TMP=$(mktemp -d /tmp/strata-kvremote-XXXXXX)
-trap 'redis_stop; rm -rf "$TMP"' EXIT
+trap '"$STRATA" down --instance "kr$$m" --run-dir "$TMP/run-m" >/dev/null 2>&1; redis_stop; rm -rf "$TMP"' EXIT
 export STRATA_CACHE_DIR="$TMP/cache"
 # about 150 tokens: 9 full pages of 16 rows, and room for 24 more tokens in
 # kjv-moe's 256-token context
@@ -77,6 +80,14 @@ logged() { # NAME PATTERN
 	fi
 }
 
+# two other prompts of about the same length, for the running instance
+PROMPT=$(tail -c +3001 "$KJV/valid.txt" | head -c 520)
+run base2
+IDS2=$(jget base2 "d['ids']")
+PROMPT=$(tail -c +6001 "$KJV/valid.txt" | head -c 520)
+run base3
+IDS3=$(jget base3 "d['ids']")
+PROMPT=$(head -c 520 "$KJV/valid.txt")
 run base
 IDS0=$(jget base "d['ids']")
 NP=$(jget base "d['prompt_tokens']")
@@ -153,6 +164,56 @@ run flushed --kv-remote "$URL"
 same_ids flushed
 check flushed "a miss, no error" \
 	"d['kv_remote']['hits'] == 0 and d['kv_remote']['misses'] >= 1 and d['kv_remote']['errors'] == 0"
+
+# a running instance (strata up): /metrics carries the tier's counters;
+# Redis restarted under its open connection: the first call fails (an
+# error, same ids), the next one after the back-off reconnects
+PORT=$(free_port)
+"$STRATA" up --model "$KJV" --store "$TMP/kjv" --experts bf16 \
+	--instance "kr$$m" --run-dir "$TMP/run-m" --http-port "$PORT" \
+	--kv-remote "$URL" >"$TMP/up.out" 2>&1 ||
+	{ echo "FAIL: strata up --kv-remote"; cat "$TMP/up.out"; fail=1; }
+ask() { # NAME: the running instance, $PROMPT
+	"$STRATA" run --instance "kr$$m" --run-dir "$TMP/run-m" \
+		--prompt "$PROMPT" --max-tokens 24 --ignore-eos --json \
+		>"$TMP/$1.out" 2>"$TMP/$1.err" ||
+		{ echo "FAIL: strata run ($1) on the running instance"
+		  cat "$TMP/$1.err"; fail=1; }
+}
+ask served
+same_ids served
+check served "hits through a running instance" "d['kv_remote']['hits'] == $G"
+M=$(curl -s "http://127.0.0.1:$PORT/metrics")
+if echo "$M" | grep -q "^strata_kv_remote_lookups_total{result=\"hit\"} $G\$" &&
+   echo "$M" | grep -q '^strata_kv_remote_bytes_total{dir="in"} [1-9]' &&
+   echo "$M" | grep -q '^strata_kv_remote_errors_total 0$'; then
+	echo "ok: /metrics: $G remote hits, bytes in, no error"
+else
+	echo "FAIL: /metrics lacks the remote tier's counters"
+	echo "$M" | grep kv_remote; fail=1
+fi
+REDIS_PORT_WANT=$REDIS_PORT
+redis_stop
+redis_start "$TMP" || exit 1
+REDIS_PORT_WANT=
+PROMPT=$(tail -c +3001 "$KJV/valid.txt" | head -c 520)
+ask restarted
+if [ "$(jget restarted "d['ids']")" = "$IDS2" ]; then
+	echo "ok: restarted: the same ids as without the tier"
+else echo "FAIL: restarted: ids differ"; fail=1; fi
+check restarted "the broken connection counted as an error" \
+	"d['kv_remote']['errors'] >= 1 and d['kv_remote']['hits'] == 0"
+logged m "connection lost\|remote KV tier 127.0.0.1"
+sleep 1.2  # past the first back-off
+PROMPT=$(tail -c +6001 "$KJV/valid.txt" | head -c 520)
+ask reconnected
+if [ "$(jget reconnected "d['ids']")" = "$IDS3" ]; then
+	echo "ok: reconnected: the same ids as without the tier"
+else echo "FAIL: reconnected: ids differ"; fail=1; fi
+check reconnected "reconnected after the back-off: a miss, published, no new error" \
+	"d['kv_remote']['errors'] == 0 and d['kv_remote']['misses'] >= 1 and d['kv_remote']['bytes_out'] > 0"
+"$STRATA" down --instance "kr$$m" --run-dir "$TMP/run-m" >/dev/null 2>&1
+PROMPT=$(head -c 520 "$KJV/valid.txt")
 
 # full: maxmemory just above what Redis uses now, no eviction
 rcli flushall >/dev/null
