@@ -6,6 +6,7 @@
 #  - the greedy ids with the tier equal those without it; the first run
 #    publishes (bytes out, one key per full page group), a second instance
 #    restores every group (hits = rows reused / page_rows) and reads bytes;
+#  - another KV dtype on the same Redis: other keys, no hit, no error;
 #  - corrupted value bytes, another value format under our key, a foreign
 #    value: each rejected (error counter, a kvd log line), the same ids, and
 #    the rejected key deleted, so the next publish replaces it (the run
@@ -109,6 +110,16 @@ run b --kv-remote "$URL"
 same_ids b
 check b "every group restored from Redis" \
 	"d['kv_remote']['hits'] == $G and d['prefix_rows_reused'] == $G * 16 and d['kv_remote']['bytes_in'] > 0 and d['kv_remote']['errors'] == 0"
+
+# another KV dtype (f16 rows: another model id and row size) on the same
+# Redis: other keys, so no hit and nothing rejected; its own ids
+run base16 --kv-dtype f16
+run dtype16 --kv-dtype f16 --kv-remote "$URL"
+if [ "$(jget dtype16 "d['ids']")" = "$(jget base16 "d['ids']")" ]; then
+	echo "ok: dtype16: the same ids as f16 without the tier"
+else echo "FAIL: dtype16: ids differ from f16 without the tier"; fail=1; fi
+check dtype16 "f32 pages never mapped into an f16 pool" \
+	"d['kv_remote']['hits'] == 0 and d['kv_remote']['errors'] == 0 and d['prefix_rows_reused'] == 0"
 
 # corrupted bytes at the end of every value (page data: checksum)
 for k in $(rcli --scan --pattern 'strata:kv:1:*'); do
