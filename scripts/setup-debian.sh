@@ -32,7 +32,10 @@ SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
 echo "setup: installing$missing"
 $SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing; then
+	echo "setup: apt-get could not install:$missing (Debian 12 main has them all)" >&2
+	exit 1
+fi
 # the redis-server package starts a system-wide service on port 6379; the
 # tests start their own instances, so it is not left running (a failure to
 # stop it is reported, not fatal: a container without an init system)
