@@ -7,6 +7,7 @@
 #    publishes (bytes out, one key per full page group), a second instance
 #    restores every group (hits = rows reused / page_rows) and reads bytes;
 #  - another KV dtype on the same Redis: other keys, no hit, no error;
+#  - a valid value of another prefix copied under a key: rejected (key);
 #  - corrupted value bytes, another value format under our key, a foreign
 #    value: each rejected (error counter, a kvd log line), the same ids, and
 #    the rejected key deleted, so the next publish replaces it (the run
@@ -110,6 +111,15 @@ run b --kv-remote "$URL"
 same_ids b
 check b "every group restored from Redis" \
 	"d['kv_remote']['hits'] == $G and d['prefix_rows_reused'] == $G * 16 and d['kv_remote']['bytes_in'] > 0 and d['kv_remote']['errors'] == 0"
+
+# a valid value of another prefix under a key (owner/key check): copied
+set -- $(rcli --scan --pattern 'strata:kv:1:*' | head -n 2)
+rcli copy "$1" "$2" replace >/dev/null
+run keyswap --kv-remote "$URL"
+same_ids keyswap
+check keyswap "another prefix's value rejected, the chain cut there" \
+	"d['kv_remote']['errors'] == 1 and d['kv_remote']['hits'] < $G and d['prefix_rows_reused'] == 16 * d['kv_remote']['hits']"
+logged keyswap "prefix key differs"
 
 # another KV dtype (f16 rows: another model id and row size) on the same
 # Redis: other keys, so no hit and nothing rejected; its own ids
