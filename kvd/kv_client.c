@@ -745,6 +745,13 @@ int kv_client_seq_prefetch(struct kv_client *c, int n, const uint32_t *seqs,
 	return residency(c, KV_RESIDENCY_PREFETCH, n, seqs, ret_status, diag);
 }
 
+int kv_client_seq_restore_ahead(struct kv_client *c, int n,
+				const uint32_t *seqs, int32_t *ret_status,
+				struct st_diag *diag)
+{
+	return residency(c, KV_RESIDENCY_AHEAD, n, seqs, ret_status, diag);
+}
+
 uint64_t kv_client_device_pages(const struct kv_client *c, int n,
 				const struct kv_reserve_entry *e)
 {

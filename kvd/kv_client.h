@@ -251,6 +251,23 @@ int kv_client_seq_unpin(struct kv_client *c, int n, const uint32_t *seqs,
 int kv_client_seq_prefetch(struct kv_client *c, int n, const uint32_t *seqs,
 			   int32_t *ret_status, struct st_diag *diag);
 
+/*
+ * Restore ahead of the step (issue 24): seqs are the sequences the
+ * client's next step will pin; kvd restores their spilled pages in the
+ * background while the current step computes, and, unlike a prefetch, may
+ * spill pages of other sequences to make room: never of a pinned sequence
+ * (the current step's) nor of one queued ahead, and it keeps about 1/8 of
+ * the pool free for the current step's reservations.  A sequence it
+ * cannot make room for without those is given up (kv_client_seq_pin
+ * restores it).  Each call replaces this client's earlier list; sequences
+ * of the list already whole (or restored since) are kept from being
+ * spilled for the others until then.  Replies at once; statuses and
+ * errors as kv_client_seq_prefetch.
+ */
+int kv_client_seq_restore_ahead(struct kv_client *c, int n,
+				const uint32_t *seqs, int32_t *ret_status,
+				struct st_diag *diag);
+
 /* 1 when every page of seq is in the pool, 0 when some are spilled,
  * -ST_E_CHECKSUM when the sequence failed, -ST_E_NOTFOUND. */
 int kv_client_seq_resident(struct kv_client *c, uint32_t seq);

@@ -519,6 +519,11 @@ struct kv_server {
 	 * a little between requests */
 	uint32_t *prefetch;
 	uint32_t n_prefetch, cap_prefetch;
+	/* sequences to restore ahead of the step (KV_RESIDENCY_AHEAD,
+	 * kv_ahead.c), a little between requests */
+	struct kv_ahead_entry *ahead;
+	uint32_t n_ahead, cap_ahead;
+	uint32_t n_ahead_pending;       /* entries not yet done */
 	int recv_timeout_ms;            /* current one of rep */
 	struct kv_devpool *dev;         /* device KV pool (kv_devpool.h),
 					 * NULL until computed exports one */
@@ -529,6 +534,31 @@ struct kv_server {
 
 /* Pages restored in the background per loop turn (at most). */
 #define KV_PREFETCH_STEP_BYTES (32u << 20)
+
+/*
+ * Restores ahead of the step (kv_ahead.c; KV_RESIDENCY_AHEAD): the queue
+ * of sequences a client's next step will pin.  kv_ahead_queue replaces
+ * `client`'s queued sequences with seqs[0..n) (those with no spilled page
+ * are queued done: kept from being spilled for the others); status[i]
+ * gets 0 or the code of sequence i (-ST_E_NOTFOUND, -EPERM,
+ * -ST_E_CHECKSUM); returns the first failure's code (message in diag) or
+ * 0.  kv_ahead_step restores up to 4 MiB of the first pending sequence
+ * (s->n_ahead_pending > 0), spilling pages of sequences neither pinned nor
+ * queued to make room and keeping a headroom of the pool free; a sequence
+ * is done when whole, gone, failed, or when no room can be made (its pin
+ * restores it), and stays queued (protected) until the client's next
+ * request.  kv_ahead_fini frees the queue.
+ */
+struct kv_ahead_entry {
+	uint32_t seq;
+	uint32_t client;
+	int done;       /* restored (or given up); kept as part of the plan */
+};
+
+int kv_ahead_queue(struct kv_server *s, uint32_t client, uint32_t n,
+		   const uint32_t *seqs, int32_t *status, struct st_diag *diag);
+void kv_ahead_step(struct kv_server *s);
+void kv_ahead_fini(struct kv_server *s);
 
 /*
  * Starts kvd: adopts the pool segment of a killed kvd if one is there

@@ -626,6 +626,8 @@ static int handle_residency(struct kv_server *s, struct kv_client_entry *c,
 	}
 	if (m.op == KV_RESIDENCY_PREFETCH)
 		r = prefetch_queue(s, c, m.n, m.seqs, status, &rp->diag);
+	else if (m.op == KV_RESIDENCY_AHEAD)
+		r = kv_ahead_queue(s, c->id, m.n, m.seqs, status, &rp->diag);
 	else
 		r = kv_seq_residency(&s->pool, c->id, m.op, m.n, m.seqs,
 				     status, &rp->diag);
@@ -959,7 +961,8 @@ int kv_server_poll(struct kv_server *s)
 	void *buf = NULL;
 	size_t len = 0;
 	uint64_t now;
-	int r, want = s->n_prefetch ? 0 : KV_RECV_TIMEOUT_MS;
+	int r, want = s->n_prefetch || s->n_ahead_pending ?
+			      0 : KV_RECV_TIMEOUT_MS;
 
 	/* background restores pending: look for a request, do not wait */
 	if (want != s->recv_timeout_ms &&
@@ -973,7 +976,10 @@ int kv_server_poll(struct kv_server *s)
 		st_warn("receive on %s: %s", s->ctl_path, st_strerror(r));
 		st_sleep_ns(10ull * 1000 * 1000);
 	}
-	if (s->n_prefetch && s->have_pool) {
+	if (s->n_ahead_pending && s->have_pool) {
+		kv_devpool_quiesce(s);
+		kv_ahead_step(s);
+	} else if (s->n_prefetch && s->have_pool) {
 		kv_devpool_quiesce(s);
 		prefetch_step(s);
 	}
@@ -1013,4 +1019,5 @@ void kv_server_stop(struct kv_server *s)
 	free(s->prefetch);
 	s->prefetch = NULL;
 	s->n_prefetch = s->cap_prefetch = 0;
+	kv_ahead_fini(s);
 }

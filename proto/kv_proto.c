@@ -509,7 +509,7 @@ int kv_proto_decode_residency(const uint8_t *p, size_t len,
 	st_rbuf_init(&r, p, len);
 	if (st_rbuf_u32(&r, &ret->op) || st_rbuf_u32(&r, &ret->n))
 		return short_payload("SEQ_RESIDENCY", len, diag);
-	if (ret->op < KV_RESIDENCY_RESTORE || ret->op > KV_RESIDENCY_PREFETCH)
+	if (ret->op < KV_RESIDENCY_RESTORE || ret->op > KV_RESIDENCY_AHEAD)
 		return st_diag_set(diag, -ST_E_PROTO,
 				   "SEQ_RESIDENCY: operation %u unknown",
 				   ret->op);

@@ -93,7 +93,27 @@ enum kv_residency_op {
 	KV_RESIDENCY_UNPIN = 3,   /* no longer running (may be spilled) */
 	KV_RESIDENCY_PREFETCH = 4,/* restore in the background, into free
 				   * pages only; the reply does not wait */
+	KV_RESIDENCY_AHEAD = 5,   /* restore in the background for the next
+				   * step, spilling idle sequences (never
+				   * pinned ones); replaces the client's
+				   * earlier AHEAD; the reply does not wait */
 };
+
+/**
+ * kv_ahead_headroom_pages - pages a restore ahead leaves free for the
+ * current step: 1/8 of the pool plus one per stream (a sequence's partial
+ * last page).  kvd's restore-ahead stops there (kvd/kv_ahead.c) and the
+ * scheduler sizes its steps from the rest (computed/serve/cw_kvahead.c), so
+ * both sides use this one rule.
+ * @n_pages: pages in kvd's pool (all streams).
+ * @n_streams: KV streams of the declared model.
+ * Returns: a page count (may exceed n_pages for a pool of a few pages).
+ */
+static inline uint64_t kv_ahead_headroom_pages(uint64_t n_pages,
+					       uint64_t n_streams)
+{
+	return n_pages / 8 + n_streams;
+}
 
 struct kv_msg_hello {
 	uint32_t pid;

@@ -158,6 +158,11 @@ static void usage(FILE *f)
 "                         more get HTTP 429)\n"
 "  --max-step-tokens N    tokens per forward step: decode tokens, then\n"
 "                         prefill chunks (default 128)\n"
+"  --kv-restore-ahead on|off  with a kvd spill file, steps pin at most half\n"
+"                         of kvd's pool and running sequences take turns;\n"
+"                         on (default): kvd restores the next step's\n"
+"                         spilled pages while this step computes; off:\n"
+"                         each step's pin restores them, the step waiting\n"
 "  --max-body BYTES       largest HTTP request body (default 1048576;\n"
 "                         larger get HTTP 413)\n"
 "  --metrics-auth         /metrics wants the API key too (default: only\n"
@@ -216,6 +221,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "device-budget", required_argument, NULL, 0x306 },
 		{ "device-kv-budget", required_argument, NULL, 0x307 },
 		{ "timeline", required_argument, NULL, 0x30c },
+		{ "kv-restore-ahead", required_argument, NULL, 0x30d },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -235,6 +241,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 	d->sopts.max_running = 32;
 	d->sopts.max_queued = 256;
 	d->sopts.max_step_tokens = 128;
+	d->sopts.kv_restore_ahead = 1;
 	d->hopts.bind_addr = "127.0.0.1";
 	d->hopts.api_key = getenv("STRATA_API_KEY");
 	d->hopts.max_body_bytes = 1 << 20;
@@ -321,6 +328,14 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		case 0x307: d->device_kv_budget = optarg; break;
 		case 0x308: d->hopts.metrics_auth = 1; break;
 		case 0x30c: d->timeline_path = optarg; break;
+		case 0x30d:
+			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
+				st_err("--kv-restore-ahead must be on or off, "
+				       "not '%s'", optarg);
+				return -EINVAL;
+			}
+			d->sopts.kv_restore_ahead = !strcmp(optarg, "on");
+			break;
 		case 0x309: case 0x30a: case 0x30b: {
 			char *end;
 			long long v = strtoll(optarg, &end, 10);

@@ -130,6 +130,33 @@ void cw_metrics_step(struct cw_metrics *m, int n_tokens, int n_sampled,
 	pthread_mutex_unlock(&m->lock);
 }
 
+void cw_metrics_kv_pin(struct cw_metrics *m, uint64_t pin_ns, int n_missing)
+{
+	pthread_mutex_lock(&m->lock);
+	m->kv_pins++;
+	m->kv_pin_ns += pin_ns;
+	if (n_missing > 0) {
+		m->kv_stalls++;
+		m->kv_stall_ns += pin_ns;
+		m->kv_stall_seqs += (uint64_t)n_missing;
+	}
+	pthread_mutex_unlock(&m->lock);
+}
+
+void cw_metrics_kv_ahead(struct cw_metrics *m, int n)
+{
+	pthread_mutex_lock(&m->lock);
+	m->kv_ahead_seqs += (uint64_t)(n > 0 ? n : 0);
+	pthread_mutex_unlock(&m->lock);
+}
+
+void cw_metrics_kv_deferred(struct cw_metrics *m, int n)
+{
+	pthread_mutex_lock(&m->lock);
+	m->kv_deferred_seqs += (uint64_t)(n > 0 ? n : 0);
+	pthread_mutex_unlock(&m->lock);
+}
+
 /* A growing text buffer. */
 struct tbuf {
 	char *p;
@@ -205,7 +232,7 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 		      char **ret)
 {
 	struct tbuf b = { 0 };
-	uint64_t now = st_now_ns();
+	uint64_t now = st_now_ns(), kv_pin[7];
 	double tps;
 
 	b.cap = 16384;
@@ -365,6 +392,37 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 		  (unsigned long long)x->kv_spilled_pages);
 	tb_metric(&b, "strata_kv_page_bytes", "gauge", "bytes of one KV page",
 		  (double)x->kv_page_bytes);
+	pthread_mutex_lock(&m->lock);
+	kv_pin[0] = m->kv_pin_ns;
+	kv_pin[1] = m->kv_pins;
+	kv_pin[2] = m->kv_stall_ns;
+	kv_pin[3] = m->kv_stalls;
+	kv_pin[4] = m->kv_stall_seqs;
+	kv_pin[5] = m->kv_ahead_seqs;
+	kv_pin[6] = m->kv_deferred_seqs;
+	pthread_mutex_unlock(&m->lock);
+	tb_metric(&b, "strata_kv_pin_seconds_total", "counter",
+		  "time steps waited for kvd to pin their sequences",
+		  (double)kv_pin[0] / 1e9);
+	tb_metric(&b, "strata_kv_pins_total", "counter",
+		  "pins of a step's sequences", (double)kv_pin[1]);
+	tb_metric(&b, "strata_kv_restore_stall_seconds_total", "counter",
+		  "time steps waited on pins that had spilled pages to "
+		  "restore (the KV restore stall)",
+		  (double)kv_pin[2] / 1e9);
+	tb_metric(&b, "strata_kv_restore_stalls_total", "counter",
+		  "pins that found a sequence with spilled pages",
+		  (double)kv_pin[3]);
+	tb_metric(&b, "strata_kv_restore_stall_seqs_total", "counter",
+		  "sequences a step found with spilled pages",
+		  (double)kv_pin[4]);
+	tb_metric(&b, "strata_kv_restore_ahead_seqs_total", "counter",
+		  "sequences with spilled pages in the restore-ahead plans "
+		  "sent to kvd",
+		  (double)kv_pin[5]);
+	tb_metric(&b, "strata_kv_restore_deferred_seqs_total", "counter",
+		  "sequences left to the next step while kvd restored them",
+		  (double)kv_pin[6]);
 	tb_metric(&b, "strata_prefix_cache_lookups_total", "counter",
 		  "prefix-cache lookups (kvd)", (double)x->kv_prefix_lookups);
 	tb_metric(&b, "strata_prefix_cache_rows_reused_total", "counter",

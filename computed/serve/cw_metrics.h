@@ -42,6 +42,11 @@ struct cw_metrics {
 	uint64_t steps, step_tokens, step_ns;
 	uint64_t gen_prefill_ns, gen_decode_ns; /* summed over generations */
 	struct cw_hist ttft, tpot, step_batch;
+	/* a step's wait for kvd to pin its sequences (cw_sched.c):
+	 * every pin, and the pins that found a sequence with spilled pages
+	 * (the restore stall); sequences asked to restore ahead */
+	uint64_t kv_pin_ns, kv_pins, kv_stall_ns, kv_stalls;
+	uint64_t kv_stall_seqs, kv_ahead_seqs, kv_deferred_seqs;
 	/* tokens/s over a sliding window: two halves of window_ns */
 	uint64_t win_start_ns, win_tokens, prev_win_tokens, prev_win_ns;
 	/* the instance's run directory (not owned; NULL: none), where the
@@ -70,6 +75,19 @@ void cw_metrics_gen_times(struct cw_metrics *m, uint64_t prefill_ns,
 /* One forward step of n_tokens tokens, n_sampled of them sampled. */
 void cw_metrics_step(struct cw_metrics *m, int n_tokens, int n_sampled,
 		     uint64_t step_ns);
+
+/*
+ * One pin of a step's sequences (cw_sched.c): pin_ns its wall time,
+ * n_missing the sequences that had spilled pages when it was sent (> 0:
+ * the step stalled on restores, and pin_ns counts as stall).
+ */
+void cw_metrics_kv_pin(struct cw_metrics *m, uint64_t pin_ns, int n_missing);
+
+/* n sequences were asked to restore ahead of the step that runs them. */
+void cw_metrics_kv_ahead(struct cw_metrics *m, int n);
+
+/* n sequences were left to the next step: kvd was still restoring them. */
+void cw_metrics_kv_deferred(struct cw_metrics *m, int n);
 
 /* Figures read from outside at render time. */
 struct cw_metrics_ext {

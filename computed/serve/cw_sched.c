@@ -8,6 +8,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cw_kvahead.h"
 #include "cw_timeline.h"
 #include "st_log.h"
 #include "st_util.h"
@@ -29,6 +30,7 @@ struct cw_sched_req {
 	int n_prompt, n_gen, max_tokens;
 	/* scheduler thread only: */
 	uint64_t t_submit, t_first, t_last;
+	int in_step;                 /* picked for the step being built */
 	struct cw_sched_req *next;   /* queue or running list */
 };
 
@@ -55,6 +57,15 @@ struct cw_sched {
 	int *bn;                      /* its token count */
 	uint32_t *pins;
 	int n_tl_steps;               /* steps written to o.timeline */
+	/* KV pages of a step when kvd may spill (cw_kvahead.h): the
+	 * running list rotated by rr, so that sequences left out of a step
+	 * for the cap come first in the next */
+	struct cw_kvahead kva;
+	struct cw_sched_req **order;  /* max_running */
+	int rr;
+	int win_steps;                /* steps since the rotation moved */
+	uint32_t *next_seqs;          /* the next step's, to restore ahead */
+	int n_next;                   /* sent after this step's pin */
 };
 
 static void abs_deadline(struct timespec *ts, int timeout_ms)
@@ -245,6 +256,23 @@ static void advance(struct cw_sched *s, struct cw_sched_req *r, int n,
 	pthread_mutex_unlock(&s->lock);
 }
 
+/* Asks kvd to restore the next step's sequences (s->next_seqs) while
+ * this one computes; a failure only costs the next pin its wait. */
+static void ask_ahead(struct cw_sched *s)
+{
+	struct st_diag d = { "" };
+	int r;
+
+	if (s->n_next <= 0)
+		return;
+	r = cw_kvahead_ask(&s->kva, s->n_next, s->next_seqs, &d);
+	s->n_next = 0;
+	if (r < 0)
+		st_debug("restore ahead: %s", d.msg);
+	else if (r > 0 && s->metrics)
+		cw_metrics_kv_ahead(s->metrics, r);
+}
+
 /* Evaluates the step's tokens; pins the sequences kvd may spill. */
 static int eval_step(struct cw_sched *s, struct cw_batch_tok *toks, int n,
 		     struct cw_sched_req **reqs, int n_reqs,
@@ -256,12 +284,25 @@ static int eval_step(struct cw_sched *s, struct cw_batch_tok *toks, int n,
 		if (cw_gen_pin_steps(reqs[i]->gen))
 			s->pins[n_pins++] = cw_gen_seq(reqs[i]->gen);
 	if (n_pins) {
+		int missing = 0;
+		uint64_t t0;
+
+		/* sequences with spilled pages now: this pin restores them
+		 * while the step waits (from shared memory, no message) */
+		for (int i = 0; i < n_pins; i++)
+			missing += kv_client_seq_resident(s->kv,
+							  s->pins[i]) == 0;
 		cw_steptime_phase(s->o.tl, CW_PHASE_KV);
+		t0 = st_now_ns();
 		r = kv_client_seq_pin(s->kv, n_pins, s->pins, NULL, diag);
+		if (s->metrics)
+			cw_metrics_kv_pin(s->metrics, st_now_ns() - t0,
+					  missing);
 		cw_steptime_phase(s->o.tl, CW_PHASE_NONE);
 		if (r < 0)
 			return r;
 	}
+	ask_ahead(s);
 	pthread_mutex_lock(&s->model_lock);
 	r = cw_model_eval_batch(s->model, toks, n, diag);
 	pthread_mutex_unlock(&s->model_lock);
@@ -300,33 +341,111 @@ static void timeline_row(struct cw_sched *s, const struct cw_tl_snap *a,
 	}
 }
 
-/* One scheduler step over the running list.  Returns the number of tokens
- * computed (0: nothing could run). */
-static int step(struct cw_sched *s)
-{
-	struct st_diag diag = { "" };
-	int budget = s->o.max_step_tokens, n = 0, n_reqs = 0, n_sampled = 0;
-	int n_prefill = 0;
-	struct cw_tl_snap tl0;
-	uint64_t t0, dt;
-	int r;
+/* Steps a window of sequences runs before the rotation moves on, when
+ * not all running sequences fit kvd's pool: each move restores a window's
+ * pages, so a longer one moves fewer bytes per token (and gives a restore
+ * ahead that many steps to bring the next window back), at the price of
+ * the others' wait. */
+#define CW_SCHED_KV_WINDOW_STEPS 8
 
-	/* decode tokens first, then prefill chunks (admission order) */
+/* Fills s->order with the running list rotated by s->rr (which it keeps
+ * below the count).  Returns the count. */
+static int order_running(struct cw_sched *s)
+{
+	struct cw_sched_req *q;
+	int n = 0, k = 0;
+
+	for (q = s->running; q && n < s->o.max_running; q = q->next)
+		n++;
+	if (n == 0)
+		return 0;
+	s->rr %= n;
+	for (q = s->running; q && k < n; q = q->next, k++)
+		s->order[(k - s->rr + n) % n] = q;
+	return n;
+}
+
+/*
+ * Picks a step from s->order[0..n_order): one decode token of every
+ * sequence first, then prefill chunks, at most max_step_tokens tokens and,
+ * for sequences kvd may spill, at most `cap` KV pages (the pages of the
+ * rows each holds after the step; the first sequence always goes).
+ * step = 1: the step to run: marks its requests in_step and fills s->toks,
+ * s->breq, s->bn; *ret_n gets its tokens, *ret_prefill its prefilling
+ * requests, *ret_skip the order index of the first decode left out, else
+ * of the first prefill left out (or -1); returns the number of requests.
+ * step = 2: the same, but a sequence with spilled pages, unless first in
+ * the order, is left out (deferred, counted in *ret_deferred): kvd is
+ * restoring it ahead.
+ * step = 0: the step after it, as far as it can be told now (the rotation
+ * moved on, consumers' room not checked, requests in_step counted at
+ * their present input): fills s->next_seqs with its sequences that kvd
+ * may spill and that are not in_step (those are pinned) and returns their
+ * count.
+ */
+static int pick_one(struct cw_sched *s, int n_order, uint64_t cap, int step,
+		    int *ret_n, int *ret_prefill, int *ret_skip,
+		    int *ret_deferred)
+{
+	int budget = s->o.max_step_tokens, n = 0, n_reqs = 0;
+	int skip[2] = { -1, -1 }; /* per pass */
+	uint64_t used = 0;
+
 	for (int pass = 0; pass < 2; pass++) {
-		for (struct cw_sched_req *q = s->running; q && budget > 0;
-		     q = q->next) {
+		for (int j = 0; j < n_order && budget > 0; j++) {
+			struct cw_sched_req *q = s->order[j];
 			const int32_t *ids;
 			uint32_t pos;
-			int want, room, k;
+			int want, room = 1, k, spills;
 
-			if ((cw_gen_n_generated(q->gen) == 0) != pass)
+			if (!q->gen ||
+			    (cw_gen_n_generated(q->gen) == 0) != pass)
 				continue;
-			pthread_mutex_lock(&s->lock);
-			room = has_room(q);
-			pthread_mutex_unlock(&s->lock);
+			if (step) {
+				pthread_mutex_lock(&s->lock);
+				room = has_room(q);
+				pthread_mutex_unlock(&s->lock);
+			}
 			if (!room)
 				continue;
-			k = cw_gen_next_input(q->gen, budget, &pos, &ids, &want);
+			k = cw_gen_next_input(q->gen, budget, &pos, &ids,
+					      &want);
+			if (k <= 0)
+				continue;
+			spills = cw_gen_pin_steps(q->gen);
+			if (spills && cap != UINT64_MAX) {
+				uint64_t pg = cw_kvahead_pages(
+					&s->kva, pos + (uint64_t)k);
+
+				if ((n_reqs || used) && used + pg > cap) {
+					if (skip[pass] < 0)
+						skip[pass] = j;
+					continue;
+				}
+				used += pg;
+			}
+			budget -= k;
+			/* a step pins what is back: a sequence kvd is still
+			 * restoring waits for the next step, where it comes
+			 * first (and the step waits for it if it must); its
+			 * pages and tokens stay counted, so that no sequence
+			 * past the rotation's window takes its place */
+			if (step == 2 && spills && j > 0 &&
+			    kv_client_seq_resident(s->kv, cw_gen_seq(q->gen)) ==
+				    0) {
+				if (skip[pass] < 0)
+					skip[pass] = j;
+				(*ret_deferred)++;
+				continue;
+			}
+			if (!step) {
+				/* this step's are pinned now: nothing to
+				 * restore, but they take their part */
+				if (spills && !q->in_step)
+					s->next_seqs[n_reqs++] =
+						cw_gen_seq(q->gen);
+				continue;
+			}
 			for (int i = 0; i < k; i++) {
 				s->toks[n + i].seq = cw_gen_seq(q->gen);
 				s->toks[n + i].pos = pos + (uint32_t)i;
@@ -334,16 +453,98 @@ static int step(struct cw_sched *s)
 				s->toks[n + i].logits = want && i == k - 1 ?
 					cw_gen_logits(q->gen) : NULL;
 			}
-			if (k <= 0)
-				continue;
+			q->in_step = 1;
 			s->breq[n_reqs] = q;
 			s->bn[n_reqs++] = k;
-			n_prefill += pass;
+			*ret_prefill += pass;
 			n += k;
-			n_sampled += want;
-			budget -= k;
 		}
 	}
+	if (step) {
+		/* the rotation moves past the decodes that ran; prefills
+		 * move it only when every decode ran */
+		*ret_n = n;
+		*ret_skip = skip[0] >= 0 ? skip[0] : skip[1];
+	}
+	return n_reqs;
+}
+
+/* pick_one, and when step = 2 deferred every sequence, again with
+ * step = 1. */
+static int pick(struct cw_sched *s, int n_order, uint64_t cap, int step,
+		int *ret_n, int *ret_prefill, int *ret_skip, int *ret_deferred)
+{
+	int n_reqs = pick_one(s, n_order, cap, step, ret_n, ret_prefill,
+			      ret_skip, ret_deferred);
+
+	/* everything deferred: run what there is rather than nothing */
+	if (step == 2 && n_reqs == 0 && *ret_deferred) {
+		*ret_deferred = 0;
+		n_reqs = pick_one(s, n_order, cap, 1, ret_n, ret_prefill,
+				  ret_skip, ret_deferred);
+	}
+	return n_reqs;
+}
+
+/*
+ * Builds the next step.  When the KV cap left sequences out, the rotation
+ * starts at the first of them after CW_SCHED_KV_WINDOW_STEPS steps, and
+ * s->next_seqs / n_next name the sequences of that next window, for
+ * eval_step to ask kvd to restore ahead once this step's are pinned
+ * (before, a restore ahead could make room with them).  Returns the
+ * step's request count (*ret_n tokens, *ret_sampled of them sampled,
+ * *ret_prefill requests prefilling).
+ */
+static int build_step(struct cw_sched *s, int *ret_n, int *ret_sampled,
+		      int *ret_prefill)
+{
+	int n_order = order_running(s), n_reqs, skip = -1, n_dummy, n_def = 0;
+	uint64_t cap = cw_kvahead_cap(&s->kva);
+	int rr;
+
+	*ret_n = *ret_sampled = *ret_prefill = 0;
+	s->n_next = 0;
+	n_reqs = pick(s, n_order, cap, s->kva.on ? 2 : 1, ret_n, ret_prefill,
+		      &skip, &n_def);
+	if (n_def && s->metrics)
+		cw_metrics_kv_deferred(s->metrics, n_def);
+	for (int i = 0; i < *ret_n; i++)
+		*ret_sampled += s->toks[i].logits != NULL;
+	if (skip < 0 || !n_reqs) {
+		s->win_steps = 0;
+		return n_reqs;
+	}
+	/* the window of the rotation that comes next, from where this step
+	 * left sequences out; the rotation moves there after
+	 * CW_SCHED_KV_WINDOW_STEPS steps of this one */
+	rr = s->rr;
+	s->rr += skip;
+	if (s->kva.on) {
+		n_order = order_running(s);
+		s->n_next = pick(s, n_order, cap, 0, &n_dummy, &n_dummy,
+				 &n_dummy, &n_dummy);
+	}
+	if (++s->win_steps < CW_SCHED_KV_WINDOW_STEPS)
+		s->rr = rr;
+	else
+		s->win_steps = 0;
+	return n_reqs;
+}
+
+/* One scheduler step over the running list.  Returns the number of tokens
+ * computed (0: nothing could run). */
+static int step(struct cw_sched *s)
+{
+	struct st_diag diag = { "" };
+	int n = 0, n_reqs = 0, n_sampled = 0;
+	int n_prefill = 0;
+	struct cw_tl_snap tl0;
+	uint64_t t0, dt;
+	int r;
+
+	n_reqs = build_step(s, &n, &n_sampled, &n_prefill);
+	for (int i = 0; i < n_reqs; i++)
+		s->breq[i]->in_step = 0;
 	if (!n)
 		return 0;
 	if (s->o.timeline)
@@ -481,8 +682,16 @@ int cw_sched_create(struct cw_model *model, const struct st_tokenizer *tok,
 	s->breq = calloc((size_t)s->o.max_running, sizeof(*s->breq));
 	s->bn = calloc((size_t)s->o.max_running, sizeof(*s->bn));
 	s->pins = calloc((size_t)s->o.max_running, sizeof(*s->pins));
-	if (!s->toks || !s->breq || !s->bn || !s->pins) {
+	s->order = calloc((size_t)s->o.max_running, sizeof(*s->order));
+	s->next_seqs = calloc((size_t)s->o.max_running,
+			      sizeof(*s->next_seqs));
+	if (!s->toks || !s->breq || !s->bn || !s->pins || !s->order ||
+	    !s->next_seqs ||
+	    cw_kvahead_init(&s->kva, kv, s->o.kv_restore_ahead,
+			    s->o.max_running) < 0) {
 		free(s->toks); free(s->breq); free(s->bn); free(s->pins);
+		free(s->order); free(s->next_seqs);
+		cw_kvahead_fini(&s->kva);
 		free(s);
 		return -ENOMEM;
 	}
@@ -540,6 +749,8 @@ void cw_sched_destroy(struct cw_sched *s)
 	pthread_mutex_destroy(&s->lock);
 	pthread_mutex_destroy(&s->model_lock);
 	free(s->toks); free(s->breq); free(s->bn); free(s->pins);
+	free(s->order); free(s->next_seqs);
+	cw_kvahead_fini(&s->kva);
 	free(s);
 }
 

@@ -8,8 +8,12 @@
  * max_step_tokens tokens: one decode token of every running sequence first,
  * then prefill chunks of admitted prompts in admission order with what is
  * left, so a long prompt never stalls running decodes for more than one
- * step.  The step is one cw_model_eval_batch: each expert's weights are
- * read once for all tokens routed to it.  Each request gets its output as
+ * step.  When kvd has a spill file, a step also holds at most half of
+ * kvd's pool in KV pages, and running sequences that do not fit take turns
+ * in windows of a few steps, the next window restored by kvd while the
+ * current one computes (cw_kvahead.h, --kv-restore-ahead).  The step is
+ * one cw_model_eval_batch: each expert's weights are read once for all
+ * tokens routed to it.  Each request gets its output as
  * a queue of events (one per sampled token, the last one carrying the
  * finish reason) that its consumer pops from another thread.
  *
@@ -33,6 +37,12 @@ struct cw_sched_opts {
 	int max_running;      /* sequences decoding at once (default 32) */
 	int max_queued;       /* requests waiting for admission (default 256) */
 	int max_step_tokens;  /* tokens per forward step (default 128) */
+	/* kvd may spill (issue 24, cw_kvahead.h): a step pins at most half
+	 * of what kvd's pool leaves to steps, running sequences take turns;
+	 * 1: kvd restores the next step's sequences while this one computes
+	 * (--kv-restore-ahead on, cw_main's default), 0: each step's pin
+	 * restores its own */
+	int kv_restore_ahead;
 	/* step timeline (issue 25; all borrowed, NULL: off): one TSV row
 	 * per step to `timeline` (cw_timeline.h), phases from `tl` (which
 	 * the caller also set on the model), expertd's counters from es */

@@ -657,7 +657,8 @@ static void test_malformed(void **state)
 	assert_int_equal(raw32(&r, KV_MSG_SEQ_RESIDENCY, 1, 1), -ST_E_PROTO);
 	assert_int_equal(raw32(&r, KV_MSG_SEQ_RESIDENCY, 3, 0, 1, seq),
 			 -ST_E_PROTO);
-	assert_int_equal(raw32(&r, KV_MSG_SEQ_RESIDENCY, 3, 5, 1, seq),
+	assert_int_equal(raw32(&r, KV_MSG_SEQ_RESIDENCY, 3,
+			       KV_RESIDENCY_AHEAD + 1, 1, seq),
 			 -ST_E_PROTO);
 	assert_int_equal(raw32(&r, KV_MSG_SEQ_RESIDENCY, 2, 1, 0), -ST_E_PROTO);
 	assert_int_equal(raw32(&r, KV_MSG_SEQ_RESIDENCY, 3, 1, 1, 0),

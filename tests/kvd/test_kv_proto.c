@@ -453,7 +453,8 @@ static void test_prefix_messages(void **state)
 	free(ro.seqs);
 	check_prefixes(&w, dec_residency, &ro);
 	st_wbuf_fini(&w);
-	for (uint32_t op = 0; op <= 5; op += 5) {
+	for (uint32_t op = 0; op <= KV_RESIDENCY_AHEAD + 1;
+	     op += KV_RESIDENCY_AHEAD + 1) {
 		rm.op = op;
 		st_wbuf_init(&w);
 		kv_proto_encode_residency(&w, &rm);

@@ -7,7 +7,10 @@
  * that owned it (the others restore intact); when every page is pinned a
  * request gets -ST_E_BUDGET naming the budgets; STATS reports the spill
  * figures; a clean stop removes the spill file; a prefetch restores in
- * the background, without a further request, and never spills.
+ * the background, without a further request, and never spills; a restore
+ * ahead (issue 24) spills idle sequences to make room but never a pinned
+ * one, gives up when only pinned pages could make room, loses no spilled
+ * page, and never spills a sequence of its plan for another.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -359,6 +362,133 @@ static void test_prefetch(void **state)
 	kv_client_close(c);
 }
 
+/* Rows [0, rows) of x hold tag's pattern and x has no spilled page. */
+static void assert_intact(struct kv_client *c, uint32_t x, uint32_t rows,
+			  uint32_t tag)
+{
+	assert_int_equal(kv_client_seq_resident(c, x), 1);
+	assert_int_equal(rows_differ(c, x, rows, tag), 0);
+}
+
+/* Waits up to 5 s for seq to be whole in the pool; 1 when it is. */
+static int wait_resident(struct kv_client *c, uint32_t seq)
+{
+	uint64_t t0 = st_now_ns();
+
+	while (kv_client_seq_resident(c, seq) != 1) {
+		if (st_now_ns() - t0 > 5000000000ull)
+			return 0;
+		st_sleep_ns(1000000);
+	}
+	return 1;
+}
+
+static void test_restore_ahead(void **state)
+{
+	struct kvd_inst *k = *state;
+	struct kv_client *c;
+	uint32_t seqs[NSEQ], x, n8 = 8;
+	struct kv_stats st0, st;
+	struct st_diag d;
+	int32_t status[2];
+
+	assert_int_equal(kvd_start(k, NULL), 0);
+	c = open_declared(k);
+	/* 8 sequences of 16 pages in a pool of 32: 6 or more spilled */
+	interleave(c, seqs);
+	assert_int_equal(kv_client_seq_resident(c, seqs[0]), 0);
+	/* the step now running: x, 4 pages, pinned */
+	assert_int_equal(kv_client_seq_create(c, &x, &d), 0);
+	assert_int_equal(kv_client_seq_pin(c, 1, &x, NULL, &d), 0);
+	assert_int_equal(kv_client_seq_reserve(c, 1, &x, &n8, &d), 0);
+	for (uint32_t r = 0; r < 8; r++)
+		write_row(c, x, r, 99);
+	assert_int_equal(kv_client_stats(c, &st0), 0);
+	/* seqs[0] needs 16 pages + the headroom (32 / 8 + 2): only by
+	 * spilling an idle sequence, never x */
+	assert_int_equal(kv_client_seq_restore_ahead(c, 1, &seqs[0], status,
+						     &d),
+			 0);
+	assert_int_equal(status[0], 0);
+	assert_true(wait_resident(c, seqs[0]));
+	assert_int_equal(kv_client_stats(c, &st), 0);
+	assert_true(st.spill_pages_total > st0.spill_pages_total);
+	assert_true(st.restore_pages_total >= st0.restore_pages_total + 16);
+	assert_intact(c, x, 8, 99);
+	assert_int_equal(rows_differ(c, seqs[0], ROWS, 1), 0);
+	/* pinned now: x (4 pages) and seqs[0] (16), 12 pages left, fewer
+	 * than seqs[1]'s 16 and the headroom: given up, nothing pinned
+	 * moves, seqs[1] stays in the file */
+	assert_int_equal(kv_client_seq_pin(c, 1, &seqs[0], NULL, &d), 0);
+	assert_int_equal(kv_client_seq_resident(c, seqs[1]), 0);
+	assert_int_equal(kv_client_seq_restore_ahead(c, 1, &seqs[1], status,
+						     &d),
+			 0);
+	st_sleep_ns(200 * 1000 * 1000);
+	assert_int_equal(kv_client_seq_resident(c, seqs[1]), 0);
+	assert_intact(c, x, 8, 99);
+	assert_intact(c, seqs[0], ROWS, 1);
+	/* a request for an unknown sequence: its status, the others go on */
+	{
+		uint32_t two[2] = { seqs[1], 0x7fff1234u };
+
+		assert_int_equal(kv_client_seq_restore_ahead(c, 2, two, status,
+							     &d),
+				 -ST_E_NOTFOUND);
+		assert_int_equal(status[0], 0);
+		assert_int_equal(status[1], -ST_E_NOTFOUND);
+	}
+	/* unpinned: every sequence comes back whole, one at a time */
+	assert_int_equal(kv_client_seq_unpin(c, 1, &seqs[0], &d), 0);
+	assert_int_equal(kv_client_seq_unpin(c, 1, &x, &d), 0);
+	for (int i = 0; i < NSEQ; i++) {
+		assert_int_equal(kv_client_seq_restore(c, 1, &seqs[i], status,
+						       &d),
+				 0);
+		assert_int_equal(rows_differ(c, seqs[i], ROWS, (uint32_t)i + 1),
+				 0);
+	}
+	assert_int_equal(kv_client_seq_restore(c, 1, &x, status, &d), 0);
+	assert_int_equal(rows_differ(c, x, 8, 99), 0);
+	assert_int_equal(kv_client_stats(c, &st), 0);
+	assert_int_equal(st.restore_failures, 0);
+	kv_client_close(c);
+}
+
+/* A plan's sequences already back are kept from being spilled for the
+ * plan's others: with room for one sequence and the headroom, a plan of
+ * two restores the first and gives the second up (a restore that spilled
+ * the first to bring back the second would gain nothing). */
+static void test_restore_ahead_plan(void **state)
+{
+	struct kvd_inst *k = *state;
+	struct kv_client *c;
+	uint32_t seqs[NSEQ];
+	struct st_diag d;
+	int32_t status[2];
+
+	assert_int_equal(kvd_start(k, NULL), 0);
+	c = open_declared(k);
+	interleave(c, seqs);
+	assert_int_equal(kv_client_seq_resident(c, seqs[0]), 0);
+	assert_int_equal(kv_client_seq_resident(c, seqs[1]), 0);
+	assert_int_equal(kv_client_seq_restore_ahead(c, 2, seqs, status, &d),
+			 0);
+	assert_true(wait_resident(c, seqs[0]));
+	st_sleep_ns(200 * 1000 * 1000);
+	assert_int_equal(kv_client_seq_resident(c, seqs[0]), 1);
+	assert_int_equal(kv_client_seq_resident(c, seqs[1]), 0);
+	assert_int_equal(rows_differ(c, seqs[0], ROWS, 1), 0);
+	/* a new plan replaces it: seqs[0] is fair game now */
+	assert_int_equal(kv_client_seq_restore_ahead(c, 1, &seqs[1], status,
+						     &d),
+			 0);
+	assert_true(wait_resident(c, seqs[1]));
+	assert_int_equal(kv_client_seq_resident(c, seqs[0]), 0);
+	assert_int_equal(rows_differ(c, seqs[1], ROWS, 2), 0);
+	kv_client_close(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -368,6 +498,10 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_pinned_budget, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_prefetch, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_restore_ahead, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_restore_ahead_plan, setup,
+						teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

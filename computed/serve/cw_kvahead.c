@@ -1,0 +1,89 @@
+/* cw_kvahead.c — KV page budget of a step and restores ahead; see
+ * cw_kvahead.h. */
+#include "cw_kvahead.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kv_client.h"
+
+int cw_kvahead_init(struct cw_kvahead *a, struct kv_client *kv, int on,
+		    int max_seqs)
+{
+	memset(a, 0, sizeof(*a));
+	a->kv = kv;
+	a->on = on;
+	a->cap_pages = UINT64_MAX;
+	a->cap_sent = max_seqs > 0 ? max_seqs : 1;
+	a->sent = calloc((size_t)a->cap_sent, sizeof(*a->sent));
+	return a->sent ? 0 : -ENOMEM;
+}
+
+void cw_kvahead_fini(struct cw_kvahead *a)
+{
+	free(a->sent);
+	a->sent = NULL;
+	a->n_sent = 0;
+}
+
+uint64_t cw_kvahead_cap(struct cw_kvahead *a)
+{
+	struct kv_stats st;
+	uint64_t left;
+
+	if (!a->kv)
+		return a->cap_pages;
+	if (a->known && kv_client_reconnects(a->kv) == a->reconnects)
+		return a->cap_pages;
+	a->known = 0;
+	a->cap_pages = UINT64_MAX;
+	a->n_sent = 0; /* a restarted kvd holds no list */
+	a->reconnects = kv_client_reconnects(a->kv);
+	if (kv_client_stats(a->kv, &st) < 0 || st.n_pages == 0 ||
+	    st.page_rows == 0 || st.n_streams == 0)
+		return UINT64_MAX; /* not declared yet: ask again */
+	a->known = 1;
+	a->n_streams = st.n_streams;
+	a->page_rows = st.page_rows;
+	if (st.spill_budget_bytes == 0)
+		return a->cap_pages; /* nothing ever leaves: no cap */
+	left = st.n_pages -
+	       kv_ahead_headroom_pages(st.n_pages, st.n_streams);
+	if (left > st.n_pages)
+		left = 0; /* a pool of a few pages */
+	a->cap_pages = left / 2;
+	return a->cap_pages;
+}
+
+uint64_t cw_kvahead_pages(const struct cw_kvahead *a, uint64_t n_rows)
+{
+	if (!a->page_rows)
+		return 0;
+	return (uint64_t)a->n_streams *
+	       ((n_rows + a->page_rows - 1) / a->page_rows);
+}
+
+int cw_kvahead_ask(struct cw_kvahead *a, int n, const uint32_t *seqs,
+		   struct st_diag *diag)
+{
+	int k = 0, r;
+
+	if (!a->on || !a->kv || n <= 0 || n > a->cap_sent)
+		return 0;
+	if (n == a->n_sent && !memcmp(seqs, a->sent, sizeof(*seqs) * n))
+		return 0;
+	for (int i = 0; i < n; i++)
+		k += kv_client_seq_resident(a->kv, seqs[i]) == 0;
+	/* all of them: kvd keeps those already back from being spilled to
+	 * make room for the others */
+	r = kv_client_seq_restore_ahead(a->kv, n, seqs, NULL, diag);
+	a->n_sent = 0;
+	if (r < 0 && r != -ST_E_NOTFOUND && r != -ST_E_CHECKSUM)
+		return r;
+	/* kvd holds the list (a sequence unknown or failed is left out
+	 * of it, the others kept) */
+	memcpy(a->sent, seqs, sizeof(*seqs) * n);
+	a->n_sent = n;
+	return r < 0 ? r : k;
+}

@@ -1,0 +1,71 @@
+/*
+ * cw_kvahead.h — the scheduler's view of kvd's page budget when kvd may
+ * spill (issue 24 item 1).
+ *
+ * With a spill file, the sequences a step pins must fit kvd's pool, and
+ * the sequences of the next step must fit beside them so that kvd can
+ * restore them while the step computes (kv_client_seq_restore_ahead).
+ * cw_sched therefore caps the KV pages of one step at half of what kvd
+ * leaves to steps (its pool less the headroom a restore ahead keeps free,
+ * kv_client.h), rotates the running sequences through the steps, and, with
+ * restore-ahead on, names the next step's sequences to kvd before it
+ * evaluates the current one.  The cap is the same with restore-ahead off,
+ * so that the two differ only in when pages come back.
+ *
+ * Scheduler thread only.
+ */
+#ifndef CW_KVAHEAD_H
+#define CW_KVAHEAD_H
+
+#include <stdint.h>
+
+#include "st_error.h"
+
+struct kv_client;
+
+struct cw_kvahead {
+	struct kv_client *kv;      /* borrowed */
+	int on;                    /* restore ahead (--kv-restore-ahead) */
+	int known;                 /* kvd's geometry read (after DECLARE) */
+	uint32_t reconnects;       /* kv_client_reconnects when read */
+	uint64_t cap_pages;        /* KV pages of one step; UINT64_MAX: none */
+	uint32_t n_streams, page_rows;
+	uint32_t *sent;            /* the list kvd holds (cap_sent entries) */
+	int n_sent, cap_sent;
+};
+
+/* Sets a up over kv (borrowed; NULL: no kvd, no cap) for lists of at
+ * most max_seqs sequences; on: restore ahead.  0 or -ENOMEM. */
+int cw_kvahead_init(struct cw_kvahead *a, struct kv_client *kv, int on,
+		    int max_seqs);
+
+/* Frees what init allocated; a zeroed a is fine. */
+void cw_kvahead_fini(struct cw_kvahead *a);
+
+/*
+ * KV pages one step may pin: (n_pages - n_pages / 8 - n_streams) / 2 of
+ * kvd's pool (kv_client_seq_restore_ahead's headroom, then room for the
+ * next step beside this one), or UINT64_MAX when kvd has no spill budget
+ * (everything stays in the pool: no cap) or cannot tell.  Asks kvd (one
+ * STATS) until it has a declared pool, then again only after the client
+ * reconnected to a restarted kvd (whose budget may differ).
+ */
+uint64_t cw_kvahead_cap(struct cw_kvahead *a);
+
+/* KV pages of a sequence holding n_rows rows (tokens) in every stream:
+ * n_streams x ceil(n_rows / page_rows).  0 before the geometry is known. */
+uint64_t cw_kvahead_pages(const struct cw_kvahead *a, uint64_t n_rows);
+
+/*
+ * Asks kvd to restore seqs[0..n) (n at most max_seqs) ahead of the step
+ * that will run them (a no-op when off; replaces the earlier list): kvd
+ * restores those with spilled pages and keeps those already back.  The
+ * same list as the last one sent is not sent again (a request would wait
+ * behind kvd's background restoring).  Returns the number that had spilled
+ * pages when sent (0 when not sent), or a negative code with diag (kvd
+ * gone; the step's pin will say it again, so the caller may ignore it).
+ */
+int cw_kvahead_ask(struct cw_kvahead *a, int n, const uint32_t *seqs,
+		   struct st_diag *diag);
+
+#endif

@@ -1,0 +1,209 @@
+#!/usr/bin/python3
+"""KV restore-ahead benchmark (issue 24 item 1): many sequences whose KV is
+several times kvd's page budget, spill on, all decoding at once.
+
+Starts expertd, kvd (--budget B --spill-budget) and computed (--http-port)
+on a private instance over the kjv-moe fixture (converted once into
+$STRATA_CACHE_DIR), then runs --seqs greedy streaming /v1/completions
+requests at once (distinct prompts of --prompt-words words, ~1.27 tokens each,
+--max-tokens new tokens each) and prints per run: generated tokens/s over
+the whole batch, the steps' wait for kvd pins and the part of it spent on
+pins that had spilled pages to restore (the restore stall, from /metrics
+strata_kv_restore_stall_seconds_total), KV bytes spilled and restored, and
+the 1-minute load average.  Modes run interleaved, --runs times each, and
+the medians are printed last:
+  on     computed --kv-restore-ahead on (the default)
+  off    computed --kv-restore-ahead off
+  today  another computed binary (--today-computed PATH; e.g. one built
+         from the commit before restore-ahead) with no such option
+Prints figures, never asserts.
+
+  scripts/bench-kv-restore.py [--seqs 32] [--prompt-words 20]
+      [--max-tokens 200] [--kv-ratio 4] [--modes on,off] [--runs 3]
+      [--today-computed PATH]
+
+The KV budget is the batch's KV bytes (--seqs x (prompt + max_tokens)
+tokens x the model's bytes per token) / --kv-ratio.  kjv-moe holds 256
+tokens of context, so 32 x ~225 tokens stand for the issue's
+32 x 2,000: the ratio of KV to budget, not the length, is what spills.
+Short prompts and long generations (the defaults) keep all the sequences
+live at once, so their KV really is --kv-ratio times the budget; with long
+prompts and few new tokens (e.g. --prompt-words 150 --max-tokens 48) the
+scheduler's page cap lets sequences run to the end a few at a time and
+little spills.
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "serve"))
+os.environ.setdefault("STRATA_BUILD_DIR", os.path.join(HERE, "..", "build"))
+from serve_harness import Instance, convert, fixture, metrics, stream  # noqa: E402
+
+WORDS = ("in the beginning god created the heaven and the earth and the "
+         "earth was without form and void and darkness was upon the face "
+         "of the deep").split()
+
+
+class BenchInstance(Instance):
+    """An Instance whose computed may be another binary."""
+
+    def __init__(self, *a, computed_bin=None, **kw):
+        super().__init__(*a, **kw)
+        self.computed_bin = computed_bin
+
+    def start_daemon(self, d):
+        if d != "computed" or not self.computed_bin:
+            return super().start_daemon(d)
+        import subprocess
+        log = open(os.path.join(self.tmp, d + ".log"), "a")
+        self.procs[d] = subprocess.Popen(
+            [self.computed_bin, "--instance", self.name, "--run-dir",
+             self.run_dir] + self.args[d], stdout=log,
+            stderr=subprocess.STDOUT)
+
+
+def kv_bytes_per_token(model_dir):
+    """f32 K and V rows of every layer (computed's default --kv-dtype)."""
+    c = json.load(open(os.path.join(model_dir, "config.json")))
+    hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    return c["num_hidden_layers"] * 2 * c["num_key_value_heads"] * hd * 4
+
+
+def cpu_s(pid):
+    """User + system CPU seconds of a live process."""
+    with open("/proc/%d/stat" % pid) as f:
+        v = f.read().rsplit(")", 1)[1].split()
+    return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_run(store, mode, args, budget):
+    cargs = ["--threads", str(args.threads), "--compute", args.compute,
+             "--max-running", str(args.seqs), "--max-queued", "1024"]
+    if mode in ("on", "off"):
+        cargs += ["--kv-restore-ahead", mode]
+    inst = BenchInstance(store, tag="bkr", computed_args=cargs,
+                         kvd_args=["--budget", str(budget),
+                                   "--spill-budget", str(64 << 20)],
+                         computed_bin=args.today_computed
+                         if mode == "today" else None)
+    inst.start(timeout_s=300)
+    results = []
+    lock = threading.Lock()
+
+    def client(i):
+        words = [WORDS[(i * 7 + k) % len(WORDS)] for k in range(args.prompt_words)]
+        prompt = "%d %s" % (i, " ".join(words))
+        st, out = stream(inst, "/v1/completions", {
+            "prompt": prompt, "max_tokens": args.max_tokens,
+            "temperature": 0, "ignore_eos": True, "stream": True,
+            "stream_options": {"include_usage": True}}, timeout=1200)
+        n = pt = 0
+        ok = st == 200 and out and out[-1] == "[DONE]"
+        if ok:
+            u = json.loads(out[-2]).get("usage", {})
+            n, pt = u.get("completion_tokens", 0), u.get("prompt_tokens", 0)
+        with lock:
+            results.append((ok, n, pt))
+
+    try:
+        m0 = metrics(inst)
+        c0 = {d: cpu_s(inst.procs[d].pid) for d in ("kvd", "computed")}
+        t0 = time.time()
+        ts = [threading.Thread(target=client, args=(i,)) for i in range(args.seqs)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+        wall = time.time() - t0
+        m1 = metrics(inst)
+        cpu = {d: cpu_s(inst.procs[d].pid) - c0[d] for d in c0}
+    finally:
+        inst.stop()
+
+    def d(k):
+        return m1.get(k, 0.0) - m0.get(k, 0.0)
+
+    tokens = sum(r[1] for r in results)
+    spill = d('strata_bytes_moved_total{link="host_to_nvme",kind="kv"}')
+    rest = d('strata_bytes_moved_total{link="nvme_to_host",kind="kv"}')
+    return {"mode": mode, "errors": sum(1 for r in results if not r[0]),
+            "prompt_tokens": statistics.mean(r[2] for r in results),
+            "tokens": tokens, "wall_s": wall, "tok_s": tokens / wall,
+            "steps": d("strata_steps_total"),
+            "step_s": d("strata_step_seconds_total") or
+            d("strata_step_seconds_sum"),
+            "pin_s": d("strata_kv_pin_seconds_total"),
+            "stall_s": d("strata_kv_restore_stall_seconds_total"),
+            "stalls": d("strata_kv_restore_stalls_total"),
+            "ahead_seqs": d("strata_kv_restore_ahead_seqs_total"),
+            "spill_mib": spill / 2**20, "restore_mib": rest / 2**20,
+            "cpu_kvd_s": cpu["kvd"], "cpu_computed_s": cpu["computed"],
+            "deferred": d("strata_kv_restore_deferred_seqs_total"),
+            "load1": os.getloadavg()[0]}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--seqs", type=int, default=32)
+    ap.add_argument("--prompt-words", type=int, default=20,
+                    help="prompt words (kjv-moe: ~1.27 tokens each)")
+    ap.add_argument("--max-tokens", type=int, default=200)
+    ap.add_argument("--kv-ratio", type=float, default=4.0,
+                    help="the batch's KV bytes / kvd's budget")
+    ap.add_argument("--modes", default="on,off")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1, help="computed --threads")
+    ap.add_argument("--compute", default="fast", choices=("reference", "fast"))
+    ap.add_argument("--today-computed", help="computed binary for mode today")
+    ap.add_argument("--json", action="store_true", help="also print JSON lines")
+    args = ap.parse_args()
+    model = fixture("kjv-moe")
+    cache = os.environ.get("STRATA_CACHE_DIR", os.path.expanduser("~/.cache/strata"))
+    os.makedirs(cache, exist_ok=True)
+    store = convert(model, os.path.join(cache, "kjv-moe-kvbench-bf16.strata"), "bf16")
+    seq_tokens = int(args.prompt_words * 1.27) + args.max_tokens
+    kv = args.seqs * seq_tokens * kv_bytes_per_token(model)
+    budget = int(kv / args.kv_ratio) // 4096 * 4096
+    modes = args.modes.split(",")
+    if "today" in modes and not args.today_computed:
+        ap.error("mode today needs --today-computed PATH")
+    print("%d sequences x ~%d tokens: KV %.1f MiB, kvd budget %.2f MiB (1/%.1f)"
+          % (args.seqs, seq_tokens, kv / 2**20,
+             budget / 2**20, args.kv_ratio))
+    print("%-6s %6s %7s %8s %6s %8s %8s %8s %7s %9s %9s %7s %7s %6s" % (
+        "mode", "errors", "tokens", "tok/s", "steps", "step s", "pin s",
+        "stall s", "stalls", "spill MiB", "rest. MiB", "kvd cpu", "cw cpu",
+        "load1"))
+    rows = {m: [] for m in modes}
+    for _ in range(args.runs):
+        for m in modes:
+            r = one_run(os.path.abspath(store), m, args, budget)
+            rows[m].append(r)
+            print("%-6s %6d %7d %8.1f %6d %8.2f %8.3f %8.3f %7d %9.1f %9.1f %7.2f %7.2f %6.2f" % (
+                m, r["errors"], r["tokens"], r["tok_s"], r["steps"],
+                r["step_s"], r["pin_s"], r["stall_s"], r["stalls"],
+                r["spill_mib"], r["restore_mib"], r["cpu_kvd_s"],
+                r["cpu_computed_s"], r["load1"]), flush=True)
+            if args.json:
+                print(json.dumps(r), flush=True)
+    print("medians over %d runs:" % args.runs)
+    for m in modes:
+        med = {k: statistics.median(r[k] for r in rows[m])
+               for k in ("tok_s", "pin_s", "stall_s", "restore_mib",
+                         "cpu_kvd_s", "cpu_computed_s", "load1")}
+        print("  %-6s tok/s %.1f  pin %.3f s  stall %.3f s  restored %.1f MiB  "
+              "CPU kvd %.2f s computed %.2f s  load1 %.2f" % (
+                  m, med["tok_s"], med["pin_s"], med["stall_s"],
+                  med["restore_mib"], med["cpu_kvd_s"], med["cpu_computed_s"],
+                  med["load1"]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
