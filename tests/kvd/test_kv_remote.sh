@@ -15,6 +15,7 @@
 #  - a private prompt (--kv-private): nothing published;
 #  - Redis flushed: misses, no error, same ids;
 #  - a running instance (strata up): /metrics counts the hits and bytes;
+#    the HTTP request field "kv_private": true publishes nothing;
 #    Redis restarted under kvd's open connection: an error and the same ids,
 #    then a reconnect after the back-off (a miss, published, no error);
 #  - Redis full (maxmemory + noeviction): the publish is refused (error,
@@ -213,6 +214,30 @@ else
 	echo "FAIL: /metrics lacks the remote tier's counters"
 	echo "$M" | grep kv_remote; fail=1
 fi
+# the HTTP request field kv_private: its prompt publishes nothing, a plain
+# one does (bytes out on /metrics)
+out_bytes() {
+	curl -s "http://127.0.0.1:$PORT/metrics" |
+		sed -n 's/^strata_kv_remote_bytes_total{dir="out"} //p'
+}
+complete() { # TEXT-OFFSET PRIVATE(true|false)
+	body=$($PY -c 'import json,sys; print(json.dumps({"prompt": open(sys.argv[1]).read()[int(sys.argv[2]):int(sys.argv[2]) + 520], "max_tokens": 2, "kv_private": sys.argv[3] == "true"}))' "$KJV/valid.txt" "$1" "$2")
+	curl -s -o /dev/null -w '%{http_code}' -H 'Content-Type: application/json' \
+		-d "$body" "http://127.0.0.1:$PORT/v1/completions"
+}
+o0=$(out_bytes)
+c1=$(complete 9000 true)
+o1=$(out_bytes)
+c2=$(complete 12000 false)
+o2=$(out_bytes)
+if [ "$c1" = 200 ] && [ "$c2" = 200 ] && [ "$o1" = "$o0" ] &&
+   [ "${o2:-0}" -gt "${o1:-0}" ]; then
+	echo "ok: HTTP kv_private: nothing published ($o0 -> $o1 bytes out), a plain prompt published ($o2)"
+else
+	echo "FAIL: HTTP kv_private: status $c1/$c2, bytes out $o0 -> $o1 -> $o2"
+	fail=1
+fi
+
 REDIS_PORT_WANT=$REDIS_PORT
 redis_stop
 redis_start "$TMP" || exit 1
