@@ -98,7 +98,7 @@ int cli_session_start(const struct cli_session_opts *o, int sigfd,
 	if (running == 3) {
 		cli_instance_read_pids(inst);
 		if (o->model || o->store || o->host_budget || o->kv_budget ||
-		    o->kv_spill ||
+		    o->kv_spill || o->kv_remote ||
 		    o->kv_dtype || o->compute || o->device_budget ||
 		    o->device_kv_budget || strcmp(o->experts, "mxfp4") ||
 		    (o->tier && (o->tier->n_es || o->tier->n_cw)))
@@ -121,6 +121,8 @@ int cli_session_start(const struct cli_session_opts *o, int sigfd,
 		 o->kv_budget ? o->kv_budget : "");
 	snprintf(inst->kv_spill, sizeof(inst->kv_spill), "%s",
 		 o->kv_spill ? o->kv_spill : "");
+	snprintf(inst->kv_remote, sizeof(inst->kv_remote), "%s",
+		 o->kv_remote ? o->kv_remote : "");
 	snprintf(inst->kv_dtype, sizeof(inst->kv_dtype), "%s",
 		 o->kv_dtype ? o->kv_dtype : "");
 	inst->tier = o->tier;

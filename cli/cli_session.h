@@ -13,6 +13,7 @@ struct cli_session_opts {
 	int force;          /* a named store of another model is replaced */
 	const char *instance, *run_dir;          /* NULL: private instance */
 	const char *host_budget, *kv_budget, *kv_spill, *kv_dtype;
+	const char *kv_remote;   /* kvd --remote-kv URL, NULL: off */
 	const char *compute;                     /* NULL: reference mode */
 	const char *device_budget, *device_kv_budget; /* NULL: computed's */
 	int timeout_s;

@@ -29,6 +29,7 @@ struct run_opts {
 	int force;                /* --force: --store may hold another model */
 	const char *instance, *run_dir;
 	const char *host_budget, *kv_budget, *kv_spill, *kv_dtype;
+	const char *kv_remote;
 	const char *compute;
 	const char *device_budget, *device_kv_budget;
 	int max_tokens;
@@ -37,7 +38,7 @@ struct run_opts {
 	uint64_t seed;
 	int n_stop;
 	const char *stop[CW_PROTO_MAX_NSTOP];
-	int raw, ignore_eos, keep, json, quiet, no_prefix_cache;
+	int raw, ignore_eos, keep, json, quiet, no_prefix_cache, kv_private;
 	const char *keep_spec, *scale_search;
 	char experts_spec[512];
 	int timeout_s;
@@ -92,6 +93,10 @@ static void run_usage(FILE *f)
 "                       experts (25%%); default: all experts\n"
 "  --kv-budget B        kvd page pool in bytes (default: kvd's)\n"
 "  --kv-spill-budget B  let kvd spill idle KV pages to a file of this size\n"
+"  --kv-remote URL      share prefix-cache pages through a Redis,\n"
+"                       redis://HOST:PORT/DB (kvd --remote-kv)\n"
+"  --kv-private         a private prompt: its pages are never published to\n"
+"                       the remote tier (kvd --remote-kv-share-private 0)\n"
 "  --kv-dtype T         f32 (reference mode, default), f16, bf16, fp8\n"
 CLI_TIER_HELP
 "  --compute MODE       reference (exact, default) or fast (int8\n"
@@ -198,6 +203,8 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		{ "host-budget", required_argument, NULL, 'b' },
 		{ "kv-budget", required_argument, NULL, 'B' },
 		{ "kv-spill-budget", required_argument, NULL, 'O' },
+		{ "kv-remote", required_argument, NULL, 0x100 + 'r' },
+		{ "kv-private", no_argument, NULL, 0x100 + 'p' },
 		{ "kv-dtype", required_argument, NULL, 'K' },
 		{ "compute", required_argument, NULL, 'C' },
 		{ "device-budget", required_argument, NULL, 'D' },
@@ -319,6 +326,8 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		case 'b': o->host_budget = optarg; break;
 		case 'B': o->kv_budget = optarg; break;
 		case 'O': o->kv_spill = optarg; break;
+		case 0x100 + 'r': o->kv_remote = optarg; break;
+		case 0x100 + 'p': o->kv_private = 1; break;
 		case 'K': o->kv_dtype = optarg; break;
 		case 'C': o->compute = optarg; break;
 		case 'D': o->device_budget = optarg; break;
@@ -443,6 +452,8 @@ static int generate(struct cw_client *cw, const struct run_opts *o,
 		m.flags |= CW_GEN_F_NO_PREFIX_CACHE;
 	if (o->draft_max >= 0)
 		m.flags |= (uint32_t)(o->draft_max + 1) << CW_GEN_F_DRAFT_SHIFT;
+	if (o->kv_private)
+		m.flags |= CW_GEN_F_KV_PRIVATE;
 	m.n_stop = (uint32_t)o->n_stop;
 	for (int i = 0; i < o->n_stop; i++)
 		m.stop[i] = (char *)o->stop[i];
@@ -569,6 +580,11 @@ static void print_summary(const struct run_opts *o,
 	d.kv_prefix_lookups -= s0->kv_prefix_lookups;
 	d.kv_prefix_rows_reused -= s0->kv_prefix_rows_reused;
 	d.kv_spill_pages_total -= s0->kv_spill_pages_total;
+	d.kv_remote_hits -= s0->kv_remote_hits;
+	d.kv_remote_misses -= s0->kv_remote_misses;
+	d.kv_remote_bytes_in -= s0->kv_remote_bytes_in;
+	d.kv_remote_bytes_out -= s0->kv_remote_bytes_out;
+	d.kv_remote_errors -= s0->kv_remote_errors;
 	d.kv_restore_pages_total -= s0->kv_restore_pages_total;
 	d.en_lookups -= s0->en_lookups;
 	d.en_hits -= s0->en_hits;
@@ -621,6 +637,14 @@ static void print_summary(const struct run_opts *o,
 				    json_integer((json_int_t)d.kv_spill_pages_total));
 		json_object_set_new(j, "kv_pages_restored",
 				    json_integer((json_int_t)d.kv_restore_pages_total));
+		if (d.kv_remote_on)
+			json_object_set_new(j, "kv_remote", json_pack(
+				"{s:I, s:I, s:I, s:I, s:I}",
+				"hits", (json_int_t)d.kv_remote_hits,
+				"misses", (json_int_t)d.kv_remote_misses,
+				"bytes_in", (json_int_t)d.kv_remote_bytes_in,
+				"bytes_out", (json_int_t)d.kv_remote_bytes_out,
+				"errors", (json_int_t)d.kv_remote_errors));
 		/* rows: the layout's bytes per token; pages: kvd pages at the
 		 * peak per token of this run (0 when the instance was not
 		 * ours: its peak is not this run's) */
@@ -738,6 +762,14 @@ static void print_summary(const struct run_opts *o,
 		(unsigned long long)d.kv_prefix_rows_reused,
 		(unsigned long long)d.kv_spill_pages_total,
 		(unsigned long long)d.kv_restore_pages_total);
+	if (d.kv_remote_on)
+		fprintf(stderr, "remote KV tier     %llu page groups restored, "
+			"%llu misses, %s in, %s out, %llu errors\n",
+			(unsigned long long)d.kv_remote_hits,
+			(unsigned long long)d.kv_remote_misses,
+			st_format_bytes(d.kv_remote_bytes_in, a, sizeof(a)),
+			st_format_bytes(d.kv_remote_bytes_out, b, sizeof(b)),
+			(unsigned long long)d.kv_remote_errors);
 	fprintf(stderr, "weights read       experts %s, dense %s, LM head %s\n",
 		st_format_bytes(d.expert_bytes, a, sizeof(a)),
 		st_format_bytes(d.dense_bytes, b, sizeof(b)),
@@ -865,7 +897,7 @@ int cli_cmd_run(int argc, char **argv)
 			.force = o.force,
 			.instance = o.instance, .run_dir = o.run_dir,
 			.host_budget = o.host_budget, .kv_budget = o.kv_budget,
-			.kv_spill = o.kv_spill,
+			.kv_spill = o.kv_spill, .kv_remote = o.kv_remote,
 			.kv_dtype = o.kv_dtype, .timeout_s = o.timeout_s,
 			.compute = o.compute, .who = "strata run", .tier = &o.tier,
 			.device_budget = o.device_budget,

@@ -65,6 +65,9 @@ static const struct st_iconf_knob knobs[] = {
 	{ "kv", "spill_budget", ST_ICONF_SIZE, 0, 0, NULL, "0",
 	  "--kv-spill-budget", 1, "bytes of the KV spill file (0: no "
 	  "spilling)" },
+	{ "kv", "remote", ST_ICONF_STR, 0, 0, NULL, "", "--kv-remote", 1,
+	  "redis://HOST:PORT/DB: kvd shares full prefix-cache pages with "
+	  "other nodes through this Redis (empty: off)" },
 	{ "kv", "max_seqs", ST_ICONF_INT, 1, 1024, NULL, "64", "--max-seqs",
 	  1, "sequences live at once" },
 	{ "compute", "threads", ST_ICONF_INT, 0, 256, NULL, "0", "--threads",

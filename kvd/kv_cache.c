@@ -281,6 +281,15 @@ int kv_cache_acquire(struct kv_pool *p, uint64_t key, uint32_t *ret_pages)
 
 int kv_cache_publish(struct kv_pool *p, uint64_t key, const uint32_t *pages)
 {
+	int r = kv_cache_insert(p, key, pages);
+
+	if (r > 0)
+		atomic_fetch_add(&p->stats.prefix_published, 1);
+	return r;
+}
+
+int kv_cache_insert(struct kv_pool *p, uint64_t key, const uint32_t *pages)
+{
 	struct kv_cache *c = &p->cache;
 	uint32_t ns = p->lay.n_streams, g;
 
@@ -309,7 +318,6 @@ int kv_cache_publish(struct kv_pool *p, uint64_t key, const uint32_t *pages)
 		atomic_store(&p->pages[pages[s]].key, key);
 	}
 	pthread_mutex_unlock(&p->lock);
-	atomic_fetch_add(&p->stats.prefix_published, 1);
 	return 1;
 }
 
@@ -523,6 +531,11 @@ int kv_seq_create_prefix(struct kv_pool *p, uint32_t client, int32_t pid,
 		for (uint32_t s = 0; s < ns; s++)
 			kv_table_set(p, (uint32_t)idx, s, hit, pages[s]);
 	}
+	/* the rest of the chain from the remote tier, when it has it */
+	if (hit < max_groups && p->remote)
+		hit += kv_remote_restore_chain(p, (uint32_t)idx, hit,
+					       keys + hit, max_groups - hit,
+					       stamp);
 	free(keys);
 	atomic_store(&p->seqs[idx].n_rows, hit * B);
 	atomic_store_explicit(&p->seqs[idx].state, KV_SEQ_LIVE,
@@ -541,10 +554,21 @@ int kv_seq_publish(struct kv_pool *p, uint32_t client, uint32_t seq,
 		   uint64_t model_id, const int32_t *ids, uint32_t n_ids,
 		   struct st_diag *diag)
 {
+	return kv_seq_publish_flags(p, client, seq, model_id, ids, n_ids, 0,
+				    diag);
+}
+
+int kv_seq_publish_flags(struct kv_pool *p, uint32_t client, uint32_t seq,
+			 uint64_t model_id, const int32_t *ids, uint32_t n_ids,
+			 uint32_t flags, struct st_diag *diag)
+{
 	const uint32_t B = p->lay.page_rows, ns = p->lay.n_streams;
 	uint32_t full = n_ids / B, pages[KV_MAX_STREAMS], rows;
 	uint64_t *keys;
+	uint32_t *rpages = NULL, n_remote = 0;
 	int idx = kv_seq_lookup(p, seq), r, n = 0;
+	int remote = p->remote && (!(flags & KV_PUBLISH_F_PRIVATE) ||
+				   p->remote->cfg.share_private);
 
 	if (idx < 0)
 		return st_diag_set(diag, -ST_E_NOTFOUND,
@@ -577,6 +601,10 @@ int kv_seq_publish(struct kv_pool *p, uint32_t client, uint32_t seq,
 		free(keys);
 		return r;
 	}
+	/* the newly published groups' keys, in place, and pages, for the
+	 * remote tier (no memory: local publish only) */
+	if (remote)
+		rpages = malloc(sizeof(uint32_t) * full * ns);
 	kv_seq_touch(p, (uint32_t)idx);
 	for (uint32_t i = 0; i < full; i++) {
 		int resident = 1, same = 1;
@@ -600,7 +628,16 @@ int kv_seq_publish(struct kv_pool *p, uint32_t client, uint32_t seq,
 		if (r == -EEXIST)
 			break; /* these pages hold other tokens' rows */
 		n += r > 0;
+		if (r > 0 && rpages) {
+			keys[n_remote] = keys[i]; /* n_remote <= i */
+			memcpy(rpages + (size_t)n_remote * ns, pages,
+			       sizeof(uint32_t) * ns);
+			n_remote++;
+		}
 	}
+	if (n_remote)
+		kv_remote_publish(p, n_remote, keys, rpages);
+	free(rpages);
 	free(keys);
 	return n;
 }

@@ -620,9 +620,10 @@ int kv_client_seq_create_prefix(struct kv_client *c, const int32_t *ids,
 				uint32_t n_ids, uint32_t *ret_seq,
 				uint32_t *ret_n_cached, struct st_diag *diag)
 {
-	struct kv_msg_prefix m = { 0, c->model_id,
-				   ST_MIN(n_ids, (uint32_t)KV_PROTO_MAX_IDS),
-				   (int32_t *)ids };
+	struct kv_msg_prefix m = {
+		.model_id = c->model_id,
+		.n_ids = ST_MIN(n_ids, (uint32_t)KV_PROTO_MAX_IDS),
+		.ids = (int32_t *)ids };
 	struct kv_msg_prefix_reply out;
 	struct st_wbuf w;
 	const uint8_t *p;
@@ -657,9 +658,16 @@ int kv_client_seq_publish(struct kv_client *c, uint32_t seq,
 			  const int32_t *ids, uint32_t n_ids,
 			  struct st_diag *diag)
 {
+	return kv_client_seq_publish_flags(c, seq, ids, n_ids, 0, diag);
+}
+
+int kv_client_seq_publish_flags(struct kv_client *c, uint32_t seq,
+				const int32_t *ids, uint32_t n_ids,
+				uint32_t flags, struct st_diag *diag)
+{
 	struct kv_msg_prefix m = { seq, c->model_id,
 				   ST_MIN(n_ids, (uint32_t)KV_PROTO_MAX_IDS),
-				   (int32_t *)ids };
+				   (int32_t *)ids, flags };
 	struct st_wbuf w;
 	const uint8_t *p;
 	uint32_t n = 0;
@@ -1010,6 +1018,14 @@ int kv_client_stats(struct kv_client *c, struct kv_stats *ret)
 	ret->restore_failures = m.restore_failures;
 	ret->spill_direct = m.spill_direct;
 	ret->n_pinned = m.n_pinned;
+	ret->remote_on = m.remote_on;
+	ret->remote_hits = m.remote_hits;
+	ret->remote_misses = m.remote_misses;
+	ret->remote_bytes_in = m.remote_bytes_in;
+	ret->remote_bytes_out = m.remote_bytes_out;
+	ret->remote_errors = m.remote_errors;
+	ret->remote_published = m.remote_published;
+	ret->remote_rejected = m.remote_rejected;
 	return 0;
 }
 

@@ -87,6 +87,15 @@ struct kv_stats {
 	uint64_t restore_failures;   /* pages that failed their checks */
 	uint32_t spill_direct;       /* 1: the spill file uses O_DIRECT */
 	uint32_t n_pinned;           /* sequences pinned as running */
+	/* remote KV tier (kvd --remote-kv; counters since kvd started) */
+	uint32_t remote_on;          /* 1 when kvd runs with the tier */
+	uint64_t remote_hits;        /* page groups restored from it */
+	uint64_t remote_misses;      /* lookups that found nothing there */
+	uint64_t remote_bytes_in;    /* value bytes read from it */
+	uint64_t remote_bytes_out;   /* value bytes written to it */
+	uint64_t remote_errors;      /* failed calls and rejected values */
+	uint64_t remote_published;   /* page groups written to it */
+	uint64_t remote_rejected;    /* values that failed their checks */
 };
 
 /* Connects to kvd of the instance (run_dir), registers as `name` (at most
@@ -211,6 +220,12 @@ int kv_client_seq_create_prefix(struct kv_client *c, const int32_t *ids,
 int kv_client_seq_publish(struct kv_client *c, uint32_t seq,
 			  const int32_t *ids, uint32_t n_ids,
 			  struct st_diag *diag);
+/* The same with KV_PUBLISH_F_* flags (kv_proto.h): KV_PUBLISH_F_PRIVATE
+ * keeps the pages out of kvd's remote KV tier (--remote-kv).  Errors as
+ * kv_client_seq_publish, and -ST_E_PROTO from a kvd that predates flags. */
+int kv_client_seq_publish_flags(struct kv_client *c, uint32_t seq,
+				const int32_t *ids, uint32_t n_ids,
+				uint32_t flags, struct st_diag *diag);
 
 /*
  * Batched (n at most KV_PROTO_MAX_RESERVE): brings every spilled page of

@@ -16,6 +16,7 @@
 
 #include "kv_pool.h"
 #include "kv_proto.h"
+#include "kv_remote.h"
 #include "st_error.h"
 #include "st_msg.h"
 #include "st_shm.h"
@@ -116,6 +117,10 @@ struct kv_pool {
 	 * wrote, kv_devpool.h) reaches the host page first.  NULL: none. */
 	void (*page_sync)(void *ctx, uint32_t page);
 	void *page_sync_ctx;
+
+	/* The remote KV tier (kv_remote.h), borrowed from kvd's server;
+	 * NULL: off. */
+	struct kv_remote *remote;
 };
 
 /* kv_pool.page_sync of page, when set. */
@@ -297,6 +302,9 @@ int kv_cache_acquire(struct kv_pool *p, uint64_t key, uint32_t *ret_pages);
  * page already belongs to a group under another key.  Thread-safe.
  */
 int kv_cache_publish(struct kv_pool *p, uint64_t key, const uint32_t *pages);
+/* kv_cache_publish without counting a publish (a group restored from the
+ * remote tier, kv_remote.c).  Same returns. */
+int kv_cache_insert(struct kv_pool *p, uint64_t key, const uint32_t *pages);
 
 /* Drops the least recently used idle resident group (its pages go back on
  * the free list, their keys cleared: the key finds nothing any more).
@@ -363,6 +371,13 @@ int kv_seq_create_prefix(struct kv_pool *p, uint32_t client, int32_t pid,
 int kv_seq_publish(struct kv_pool *p, uint32_t client, uint32_t seq,
 		   uint64_t model_id, const int32_t *ids, uint32_t n_ids,
 		   struct st_diag *diag);
+/* The same with KV_PUBLISH_F_* flags (kv_proto.h): the groups newly
+ * published locally also go to the remote tier (p->remote) unless
+ * KV_PUBLISH_F_PRIVATE is set and the tier does not share private
+ * sequences (--remote-kv-share-private). */
+int kv_seq_publish_flags(struct kv_pool *p, uint32_t client, uint32_t seq,
+			 uint64_t model_id, const int32_t *ids, uint32_t n_ids,
+			 uint32_t flags, struct st_diag *diag);
 
 /* ---- spill (kv_spill.c) ------------------------------------------------- */
 
@@ -497,6 +512,7 @@ struct kv_config {
 	char spill_file[4096];           /* "" = <run_dir>/kvd.spill */
 	char numa[16];                   /* --numa text, "" = no binding */
 	struct st_numa_policy numa_policy; /* resolved by main */
+	struct kv_remote_config remote;  /* --remote-kv*: url "" = off */
 };
 
 struct kv_server {
@@ -523,6 +539,9 @@ struct kv_server {
 	int recv_timeout_ms;            /* current one of rep */
 	struct kv_devpool *dev;         /* device KV pool (kv_devpool.h),
 					 * NULL until computed exports one */
+	struct kv_remote remote;        /* the remote KV tier; pool.remote
+					 * points here when cfg.remote.url */
+	int have_remote;
 };
 
 /* Pages restored in the background per loop turn (at most). */

@@ -66,6 +66,28 @@ static const struct opt opts[] = {
 	  sizeof(((struct kv_config *)0)->spill_file), 0, 0, NULL,
 	  "the spill file (put it on NVMe; removed when kvd stops cleanly, "
 	  "kept for a restarted kvd); default RUN_DIR/kvd.spill" },
+	{ "remote-kv", OPT_STR, offsetof(struct kv_config, remote.url),
+	  sizeof(((struct kv_config *)0)->remote.url), 0, 0, NULL,
+	  "redis://HOST[:PORT][/DB]: share full prefix-cache pages with other "
+	  "nodes through this Redis (or Valkey); a local miss looks there "
+	  "before recomputing; any failure means local recompute (default: "
+	  "off)" },
+	{ "remote-kv-ttl", OPT_U32, offsetof(struct kv_config, remote.ttl_s),
+	  0, 1, 30u * 24 * 3600, "3600",
+	  "seconds a published page group lives in the remote tier (each "
+	  "publish of it renews it)" },
+	{ "remote-kv-budget", OPT_SIZE,
+	  offsetof(struct kv_config, remote.budget_bytes), 0, 1, UINT64_MAX,
+	  "1GiB",
+	  "bytes this kvd may publish to the remote tier per TTL period "
+	  "(bounds its footprint there)" },
+	{ "remote-kv-timeout", OPT_U32,
+	  offsetof(struct kv_config, remote.timeout_ms), 0, 1, 10000, "100",
+	  "milliseconds that bound the remote tier's connect and each "
+	  "command; after a failure it is skipped for 1 s, doubling to 30 s" },
+	{ "remote-kv-share-private", OPT_U32,
+	  offsetof(struct kv_config, remote.share_private), 0, 0, 1, "0",
+	  "1: publish pages of private sequences to the remote tier too" },
 	{ "numa", OPT_STR, offsetof(struct kv_config, numa),
 	  sizeof(((struct kv_config *)0)->numa), 0, 0, NULL,
 	  "auto, interleave or a node number: bind threads to the node's "
@@ -78,12 +100,12 @@ static void usage(FILE *f)
 		   "The strata KV page daemon (version %s): owns the KV page "
 		   "pool of an instance.\n\n", ST_VERSION);
 	for (size_t i = 0; i < ST_ARRAY_SIZE(opts); i++)
-		fprintf(f, "  --%-18s %s%s%s%s\n", opts[i].name, opts[i].help,
+		fprintf(f, "  --%-24s %s%s%s%s\n", opts[i].name, opts[i].help,
 			opts[i].def ? " (default " : "",
 			opts[i].def ? opts[i].def : "",
 			opts[i].def ? ")" : "");
-	fprintf(f, "  --%-18s %s\n", "version", "print the version and exit");
-	fprintf(f, "  -h, --%-14s %s\n", "help", "this text");
+	fprintf(f, "  --%-24s %s\n", "version", "print the version and exit");
+	fprintf(f, "  -h, --%-20s %s\n", "help", "this text");
 }
 
 static int set_opt(struct kv_config *cfg, const struct opt *o,
@@ -307,6 +329,13 @@ int main(int argc, char **argv)
 		cfg.run_dir, (unsigned long long)cfg.budget_bytes,
 		(unsigned long long)cfg.spill_budget_bytes, cfg.max_seqs,
 		cfg.max_rows_per_seq);
+	if (cfg.remote.url[0])
+		st_info("remote KV tier %s: TTL %u s, budget %llu bytes per "
+			"TTL, timeout %u ms, private sequences %s", cfg.remote.url,
+			cfg.remote.ttl_s,
+			(unsigned long long)cfg.remote.budget_bytes,
+			cfg.remote.timeout_ms,
+			cfg.remote.share_private ? "shared" : "kept local");
 	st_sd_notify_ready("serving KV pages");
 	while (!kv_server_poll(srv))
 		if (st_stop_signals_pending(sigfd)) {

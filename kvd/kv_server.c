@@ -208,6 +208,7 @@ static int pool_take(struct kv_server *s, int adopted,
 	/* device-written rows reach a page before kvd reads it */
 	s->pool.page_sync = kv_devpool_page_sync;
 	s->pool.page_sync_ctx = s;
+	s->pool.remote = s->have_remote ? &s->remote : NULL;
 	if (adopted)
 		clients_from_pool(s);
 	return 0;
@@ -427,6 +428,18 @@ static void handle_stats(struct kv_server *s, struct kv_reply *rp)
 	m.pool_id = pool_id(s);
 	m.pid = (int32_t)getpid();
 	m.n_clients = s->clients.n;
+	if (s->have_remote) {
+		const struct kv_remote_stats *rs = &s->remote.stats;
+
+		m.remote_on = 1;
+		m.remote_hits = rs->hits;
+		m.remote_misses = rs->misses;
+		m.remote_bytes_in = rs->bytes_in;
+		m.remote_bytes_out = rs->bytes_out;
+		m.remote_errors = rs->errors;
+		m.remote_published = rs->published;
+		m.remote_rejected = rs->rejected;
+	}
 	kv_proto_encode_stats(&rp->w, &m);
 }
 
@@ -480,8 +493,8 @@ static int handle_prefix(struct kv_server *s, const struct st_msg_header *h,
 	if (r < 0)
 		return r;
 	if (publish) {
-		r = kv_seq_publish(&s->pool, c->id, m.seq, m.model_id, m.ids,
-				   m.n_ids, &rp->diag);
+		r = kv_seq_publish_flags(&s->pool, c->id, m.seq, m.model_id,
+					 m.ids, m.n_ids, m.flags, &rp->diag);
 		if (r >= 0) {
 			kv_proto_encode_u32(&rp->w, (uint32_t)r);
 			r = 0;
@@ -906,6 +919,14 @@ int kv_server_start(struct kv_server *s, const struct kv_config *cfg,
 			sizeof(s->evt_path)) < 0)
 		return st_diag_set(diag, -ENAMETOOLONG, "run directory path "
 				   "too long: %s", cfg->run_dir);
+	if (cfg->remote.url[0]) {
+		r = kv_remote_init(&s->remote, &cfg->remote, diag);
+		if (r < 0) {
+			kv_clients_fini(&s->clients);
+			return r;
+		}
+		s->have_remote = 1;
+	}
 	r = pool_adopt_existing(s, diag);
 	if (r < 0)
 		goto fail;
@@ -938,6 +959,7 @@ fail:
 		st_shm_detach(&s->shm);
 		s->have_pool = 0;
 	}
+	kv_remote_fini(&s->remote);
 	kv_clients_fini(&s->clients);
 	return r;
 }
@@ -1000,6 +1022,7 @@ void kv_server_stop(struct kv_server *s)
 		st_shm_destroy(&s->shm);
 		s->have_pool = 0;
 	}
+	kv_remote_fini(&s->remote);
 	kv_clients_fini(&s->clients);
 	free(s->prefetch);
 	s->prefetch = NULL;

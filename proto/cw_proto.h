@@ -51,6 +51,8 @@ enum cw_msg_type {
 #define CW_GEN_F_PARSE_SPECIAL 2u /* recognise special tokens in the prompt */
 #define CW_GEN_F_IGNORE_EOS 4u
 #define CW_GEN_F_NO_PREFIX_CACHE 8u /* compute the whole prompt */
+#define CW_GEN_F_KV_PRIVATE 16u   /* keep the prompt's KV pages out of
+				   * kvd's remote KV tier */
 /* Bits 8..13: speculative decoding's draft length D: 0 = computed's
  * default (--speculate), D + 1 = D draft tokens per step (1: off). */
 #define CW_GEN_F_DRAFT_SHIFT 8
@@ -105,6 +107,10 @@ struct cw_stats_wire {
 	 * decode steps, those that verified drafts, draft tokens verified
 	 * and accepted */
 	uint64_t spec_steps, spec_verify_steps, spec_drafted, spec_accepted;
+	/* kvd's remote KV tier (kv_remote_on 1 with --remote-kv; counters
+	 * since kvd started: hit/miss lookups, value bytes, errors) */
+	uint64_t kv_remote_on, kv_remote_hits, kv_remote_misses;
+	uint64_t kv_remote_bytes_in, kv_remote_bytes_out, kv_remote_errors;
 };
 
 void cw_gen_start_msg_free(struct cw_gen_start_msg *m);

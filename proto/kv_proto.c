@@ -362,6 +362,15 @@ void kv_proto_encode_stats(struct st_wbuf *w, const struct kv_msg_stats *m)
 	st_wbuf_u64(w, m->restore_failures);
 	st_wbuf_u32(w, m->spill_direct);
 	st_wbuf_u32(w, m->n_pinned);
+	st_wbuf_u32(w, m->remote_on);
+	st_wbuf_u32(w, 0);
+	st_wbuf_u64(w, m->remote_hits);
+	st_wbuf_u64(w, m->remote_misses);
+	st_wbuf_u64(w, m->remote_bytes_in);
+	st_wbuf_u64(w, m->remote_bytes_out);
+	st_wbuf_u64(w, m->remote_errors);
+	st_wbuf_u64(w, m->remote_published);
+	st_wbuf_u64(w, m->remote_rejected);
 }
 
 int kv_proto_decode_stats(const uint8_t *p, size_t len,
@@ -407,6 +416,15 @@ int kv_proto_decode_stats(const uint8_t *p, size_t len,
 	e |= st_rbuf_u64(&r, &m->restore_failures);
 	e |= st_rbuf_u32(&r, &m->spill_direct);
 	e |= st_rbuf_u32(&r, &m->n_pinned);
+	e |= st_rbuf_u32(&r, &m->remote_on);
+	e |= st_rbuf_u32(&r, &m->reserved0);
+	e |= st_rbuf_u64(&r, &m->remote_hits);
+	e |= st_rbuf_u64(&r, &m->remote_misses);
+	e |= st_rbuf_u64(&r, &m->remote_bytes_in);
+	e |= st_rbuf_u64(&r, &m->remote_bytes_out);
+	e |= st_rbuf_u64(&r, &m->remote_errors);
+	e |= st_rbuf_u64(&r, &m->remote_published);
+	e |= st_rbuf_u64(&r, &m->remote_rejected);
 	if (e || st_rbuf_left(&r))
 		return -ST_E_PROTO;
 	return 0;
@@ -421,6 +439,8 @@ void kv_proto_encode_prefix(struct st_wbuf *w, int has_seq,
 	st_wbuf_u32(w, m->n_ids);
 	for (uint32_t i = 0; i < m->n_ids; i++)
 		st_wbuf_i32(w, m->ids[i]);
+	if (has_seq && m->flags)
+		st_wbuf_u32(w, m->flags);
 }
 
 int kv_proto_decode_prefix(const uint8_t *p, size_t len, int has_seq,
@@ -443,7 +463,8 @@ int kv_proto_decode_prefix(const uint8_t *p, size_t len, int has_seq,
 		return st_diag_set(diag, -ST_E_LIMIT,
 				   "%s: %u token ids, at most %d per request",
 				   what, ret->n_ids, (int)KV_PROTO_MAX_IDS);
-	if (st_rbuf_left(&r) != (size_t)ret->n_ids * 4)
+	if (st_rbuf_left(&r) != (size_t)ret->n_ids * 4 &&
+	    (!has_seq || st_rbuf_left(&r) != (size_t)ret->n_ids * 4 + 4))
 		return st_diag_set(diag, -ST_E_PROTO,
 				   "%s: %u ids need %zu more bytes, got %zu",
 				   what, ret->n_ids, (size_t)ret->n_ids * 4,
@@ -453,6 +474,15 @@ int kv_proto_decode_prefix(const uint8_t *p, size_t len, int has_seq,
 		return -ENOMEM;
 	for (uint32_t i = 0; i < ret->n_ids; i++)
 		st_rbuf_i32(&r, &ret->ids[i]);
+	if (st_rbuf_left(&r)) {
+		st_rbuf_u32(&r, &ret->flags);
+		if (ret->flags & ~(uint32_t)KV_PUBLISH_F_ALL) {
+			free(ret->ids);
+			ret->ids = NULL;
+			return st_diag_set(diag, -ST_E_PROTO, "%s: unknown "
+					   "flags 0x%x", what, ret->flags);
+		}
+	}
 	return 0;
 }
 

@@ -29,6 +29,7 @@
  *   KV_MSG_SEQ_CREATE_PREFIX  u64 model_id, u32 n_ids, n_ids x i32 id
  *              reply   u32 seq, u32 n_cached (rows mapped from the cache)
  *   KV_MSG_SEQ_PUBLISH u32 seq, u64 model_id, u32 n_ids, n_ids x i32 id
+ *                      [, u32 flags (KV_PUBLISH_F_*; absent = 0)]
  *              reply   u32 groups newly published
  *   KV_MSG_SEQ_RESIDENCY  u32 op (KV_RESIDENCY_*), u32 n, n x u32 seq
  *              reply   u32 n, n x i32 status (0 or a negative code each),
@@ -77,6 +78,15 @@ enum kv_msg_type {
 /* Token ids per CREATE_PREFIX / PUBLISH request (4 bytes each, within
  * ST_MSG_MAX_BYTES): longer prompts send their first KV_PROTO_MAX_IDS ids. */
 #define KV_PROTO_MAX_IDS ((ST_MSG_MAX_BYTES - 4096) / 4)
+
+/* SEQ_PUBLISH flags. */
+enum kv_publish_flag {
+	/* a private sequence: its pages go to the local prefix cache only,
+	 * never to kvd's remote KV tier (unless kvd runs with
+	 * --remote-kv-share-private) */
+	KV_PUBLISH_F_PRIVATE = 1u << 0,
+};
+#define KV_PUBLISH_F_ALL KV_PUBLISH_F_PRIVATE
 
 /* SEQ_RESIDENCY operations. */
 enum kv_residency_op {
@@ -162,6 +172,7 @@ struct kv_msg_prefix {
 	uint64_t model_id;
 	uint32_t n_ids;
 	int32_t *ids;
+	uint32_t flags;          /* PUBLISH: KV_PUBLISH_F_* */
 };
 
 struct kv_msg_prefix_reply {
@@ -216,6 +227,16 @@ struct kv_msg_stats {
 	uint64_t restore_failures;   /* pages that failed their checks */
 	uint32_t spill_direct;       /* 1 when the spill file uses O_DIRECT */
 	uint32_t n_pinned;           /* sequences pinned as running */
+	/* remote KV tier (kvd --remote-kv, kv_remote.h) */
+	uint32_t remote_on;          /* 1 when kvd runs with the tier */
+	uint32_t reserved0;
+	uint64_t remote_hits;        /* groups restored from it */
+	uint64_t remote_misses;      /* lookups that found nothing there */
+	uint64_t remote_bytes_in;
+	uint64_t remote_bytes_out;
+	uint64_t remote_errors;      /* failed calls, rejected values */
+	uint64_t remote_published;   /* groups written to it */
+	uint64_t remote_rejected;    /* values that failed their checks */
 };
 
 /* Encoders append a payload to w (not reset; sticky w->err).  Decoders read
@@ -278,7 +299,9 @@ int kv_proto_decode_seq(const uint8_t *p, size_t len, uint32_t *ret_seq,
 			struct st_diag *diag);
 
 /* CREATE_PREFIX (has_seq 0) and PUBLISH (has_seq 1): n_ids
- * 1..KV_PROTO_MAX_IDS (-ST_E_LIMIT above), PUBLISH's seq non-zero. */
+ * 1..KV_PROTO_MAX_IDS (-ST_E_LIMIT above), PUBLISH's seq non-zero;
+ * PUBLISH's flags are sent only when non-zero, and unknown flag bits are
+ * -ST_E_PROTO. */
 void kv_proto_encode_prefix(struct st_wbuf *w, int has_seq,
 			    const struct kv_msg_prefix *m);
 int kv_proto_decode_prefix(const uint8_t *p, size_t len, int has_seq,

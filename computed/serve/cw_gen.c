@@ -395,8 +395,10 @@ int cw_gen_advance(struct cw_gen *g, int n, uint64_t step_ns, char *out,
 		 * requests with the same prefix (a V4 state published them
 		 * as they were evaluated: its window pages go as it moves) */
 		if (g->p.prefix_cache && !cw_model_is_dsv4(g->model)) {
-			r = kv_client_seq_publish(g->kv, g->seq, g->ids,
-						  (uint32_t)g->n_prompt, diag);
+			r = kv_client_seq_publish_flags(
+				g->kv, g->seq, g->ids, (uint32_t)g->n_prompt,
+				g->p.kv_private ? KV_PUBLISH_F_PRIVATE : 0,
+				diag);
 			if (r < 0)
 				goto fail;
 		}

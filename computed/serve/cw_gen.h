@@ -42,6 +42,9 @@ struct cw_gen_params {
 	int ignore_eos;
 	int prefix_cache;                 /* map cached prompt pages from kvd
 					   * and publish this prompt's */
+	int kv_private;                   /* a private prompt: its pages stay
+					   * out of kvd's remote KV tier
+					   * (KV_PUBLISH_F_PRIVATE) */
 	int logprobs;                     /* compute the sampled token's
 					   * log-probability (a pass over the
 					   * vocabulary per token) */

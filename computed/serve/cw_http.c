@@ -242,6 +242,12 @@ static enum MHD_Result do_metrics(struct cw_http *h, struct MHD_Connection *c)
 		x.kv_prefix_lookups = kv.prefix_lookups;
 		x.kv_prefix_rows_reused = kv.prefix_rows_reused;
 		x.kv_epoch = kv.epoch;
+		x.kv_remote_on = kv.remote_on != 0;
+		x.kv_remote_hits = kv.remote_hits;
+		x.kv_remote_misses = kv.remote_misses;
+		x.kv_remote_bytes_in = kv.remote_bytes_in;
+		x.kv_remote_bytes_out = kv.remote_bytes_out;
+		x.kv_remote_errors = kv.remote_errors;
 	}
 	cw_model_read_stats(h->api.model, &rs);
 	x.expert_bytes = rs.expert_bytes;

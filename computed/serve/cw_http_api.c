@@ -230,6 +230,7 @@ static int parse_params(struct cw_api *api, json_t *j, int chat,
 	    get_int(j, "n", 1, 1 << 30, &n, e) ||
 	    get_int(j, "seed", INT64_MIN, INT64_MAX, &seed, e) ||
 	    get_bool(j, "stream", &g->stream, e) ||
+	    get_bool(j, "kv_private", &gp->kv_private, e) ||
 	    parse_unsupported(j, n, e) ||
 	    parse_stream_options(j, g, e))
 		return -1;

@@ -551,6 +551,7 @@ static int handle_gen_start(struct cw_daemon *d, const struct st_msg_header *h,
 	gp.prefix_cache = !(m.flags & CW_GEN_F_NO_PREFIX_CACHE);
 	gp.draft_max = (int)((m.flags & CW_GEN_F_DRAFT_MASK) >>
 			     CW_GEN_F_DRAFT_SHIFT) - 1; /* 0: default (-1) */
+	gp.kv_private = !!(m.flags & CW_GEN_F_KV_PRIVATE);
 	r = st_tokenizer_encode(d->tok, m.prompt, strlen(m.prompt),
 				gp.add_special, gp.parse_special, &ids, &n_ids);
 	if (r < 0)
@@ -836,6 +837,12 @@ static int handle_stats(struct cw_daemon *d, const struct st_msg_header *h)
 		s.kv_prefix_rows_reused = kv.prefix_rows_reused;
 		s.kv_spill_pages_total = kv.spill_pages_total;
 		s.kv_restore_pages_total = kv.restore_pages_total;
+		s.kv_remote_on = kv.remote_on;
+		s.kv_remote_hits = kv.remote_hits;
+		s.kv_remote_misses = kv.remote_misses;
+		s.kv_remote_bytes_in = kv.remote_bytes_in;
+		s.kv_remote_bytes_out = kv.remote_bytes_out;
+		s.kv_remote_errors = kv.remote_errors;
 	}
 	st_wbuf_init(&w);
 	cw_stats_wire_encode(&w, &s);

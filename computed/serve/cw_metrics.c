@@ -452,6 +452,29 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 	tb_metric(&b, "strata_prefix_cache_rows_reused_total", "counter",
 		  "KV rows mapped from the prefix cache (kvd)",
 		  (double)x->kv_prefix_rows_reused);
+	if (x->kv_remote_on) {
+		/* kvd's remote KV tier (kvd --remote-kv, kv_remote.h) */
+		tb_head(&b, "strata_kv_remote_lookups_total", "counter",
+			"prefix-cache groups looked up in the remote KV tier "
+			"(result=hit: restored; miss: a lookup that found none)");
+		tb_printf(&b, "strata_kv_remote_lookups_total{result=\"hit\"} "
+			  "%llu\n"
+			  "strata_kv_remote_lookups_total{result=\"miss\"} "
+			  "%llu\n",
+			  (unsigned long long)x->kv_remote_hits,
+			  (unsigned long long)x->kv_remote_misses);
+		tb_head(&b, "strata_kv_remote_bytes_total", "counter",
+			"value bytes read from (in) and written to (out) the "
+			"remote KV tier");
+		tb_printf(&b, "strata_kv_remote_bytes_total{dir=\"in\"} %llu\n"
+			  "strata_kv_remote_bytes_total{dir=\"out\"} %llu\n",
+			  (unsigned long long)x->kv_remote_bytes_in,
+			  (unsigned long long)x->kv_remote_bytes_out);
+		tb_metric(&b, "strata_kv_remote_errors_total", "counter",
+			  "remote KV tier failures (connect, timeout, refused "
+			  "write, rejected value): each a local recompute",
+			  (double)x->kv_remote_errors);
+	}
 	/* prefetch (gate look-ahead hints, expertd): precision = used /
 	 * loaded by a hint, recall = used / (used + demand misses), as in
 	 * the run summary (cli_tiers.c) */

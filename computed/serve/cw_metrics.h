@@ -113,6 +113,10 @@ struct cw_metrics_ext {
 	uint64_t kv_pages_used, kv_pages_total, kv_pages_peak, kv_page_bytes;
 	uint64_t kv_spilled_pages, kv_spill_total, kv_restore_total;
 	uint64_t kv_prefix_lookups, kv_prefix_rows_reused, kv_epoch;
+	/* kvd's remote KV tier (kv_remote_on: kvd runs with --remote-kv) */
+	int kv_remote_on;
+	uint64_t kv_remote_hits, kv_remote_misses, kv_remote_bytes_in;
+	uint64_t kv_remote_bytes_out, kv_remote_errors;
 	/* computed's model */
 	uint64_t expert_bytes, dense_bytes, lm_head_bytes, expert_stall_ns;
 	/* expertd's Engram tier (DeepSeek-V4.1 stores; engram_ok: read) */

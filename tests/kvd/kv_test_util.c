@@ -37,10 +37,17 @@ static pid_t spawn(const struct kvd_inst *k, const char *run_dir)
 	snprintf(path, sizeof(path), "%s/kvd/kvd", st_test_build_dir());
 	pid = fork();
 	if (pid == 0) {
-		execl(path, "kvd", "--instance", k->name, "--run-dir", run_dir,
-		      "--budget", k->budget, "--max-seqs", k->max_seqs,
-		      "--max-rows-per-seq", k->max_rows, "--spill-budget",
-		      k->spill_budget[0] ? k->spill_budget : "0", (char *)NULL);
+		const char *argv[32] = {
+			"kvd", "--instance", k->name, "--run-dir", run_dir,
+			"--budget", k->budget, "--max-seqs", k->max_seqs,
+			"--max-rows-per-seq", k->max_rows, "--spill-budget",
+			k->spill_budget[0] ? k->spill_budget : "0" };
+		int a = 13;
+
+		for (int i = 0; i < 8 && k->extra[i]; i++)
+			argv[a++] = k->extra[i];
+		argv[a] = NULL;
+		execv(path, (char *const *)argv);
 		fprintf(stderr, "exec %s: %s\n", path, strerror(errno));
 		_exit(127);
 	}

@@ -18,6 +18,7 @@ struct kvd_inst {
 	char max_seqs[16];
 	char max_rows[16];
 	char spill_budget[32]; /* --spill-budget ("0": none) */
+	const char *extra[8];  /* more options, NULL-terminated (borrowed) */
 };
 
 /* Fills k with a fresh instance name (tag) and run directory; no daemon. */

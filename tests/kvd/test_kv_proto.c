@@ -297,7 +297,9 @@ static void test_stats_and_text(void **state)
 {
 	struct kv_msg_stats s = { 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 111, -12, 13,
 				  14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
-				  25, 26, 27, 28, 29, 30, 31, 32, 33, 1, 35 },
+				  25, 26, 27, 28, 29, 30, 31, 32, 33, 1, 35,
+				  /* remote tier: on, reserved 0, counters */
+				  1, 0, 36, 37, 38, 39, 40, 41, 42 },
 			    o;
 	struct st_wbuf w;
 	struct st_diag d;
@@ -373,7 +375,8 @@ static int dec_residency(const uint8_t *p, size_t n, void *o)
 static void test_prefix_messages(void **state)
 {
 	int32_t ids[5] = { 7, -1, 0, 2147483647, 42 };
-	struct kv_msg_prefix m = { 0x100003, 0x1122334455667788ull, 5, ids }, o;
+	struct kv_msg_prefix m = { 0x100003, 0x1122334455667788ull, 5, ids,
+				   0 }, o;
 	struct kv_msg_prefix_reply pr = { 0x200001, 48 }, pro;
 	uint32_t seqs[3] = { 0x100001, 0x100002, 0x300004 }, u;
 	struct kv_msg_residency rm = { KV_RESIDENCY_PIN, 3, seqs }, ro;
@@ -396,13 +399,39 @@ static void test_prefix_messages(void **state)
 		assert_memory_equal(o.ids, ids, sizeof(ids));
 		kv_msg_prefix_fini(&o);
 		check_prefixes(&w, has_seq ? dec_prefix1 : dec_prefix0, &o);
-		st_wbuf_i32(&w, 1); /* one id too many */
+		/* one id too many (PUBLISH: two, one more u32 is its flags) */
+		st_wbuf_i32(&w, 1);
+		if (has_seq)
+			st_wbuf_i32(&w, 1);
 		assert_int_equal(kv_proto_decode_prefix(w.data, w.len, has_seq,
 							&o, &d),
 				 -ST_E_PROTO);
 		assert_null(o.ids);
 		st_wbuf_fini(&w);
 	}
+	/* PUBLISH's optional flags: sent when set, 0 when absent, unknown
+	 * bits refused */
+	m.flags = KV_PUBLISH_F_PRIVATE;
+	st_wbuf_init(&w);
+	kv_proto_encode_prefix(&w, 1, &m);
+	assert_int_equal(w.len, 4 + 8 + 4 + 5 * 4 + 4);
+	assert_int_equal(kv_proto_decode_prefix(w.data, w.len, 1, &o, &d), 0);
+	assert_int_equal(o.flags, KV_PUBLISH_F_PRIVATE);
+	assert_memory_equal(o.ids, ids, sizeof(ids));
+	kv_msg_prefix_fini(&o);
+	st_wbuf_fini(&w);
+	st_wbuf_init(&w);
+	kv_proto_encode_prefix(&w, 0, &m); /* CREATE_PREFIX: no flags */
+	assert_int_equal(w.len, 8 + 4 + 5 * 4);
+	st_wbuf_fini(&w);
+	m.flags = 0x80;
+	st_wbuf_init(&w);
+	kv_proto_encode_prefix(&w, 1, &m);
+	assert_int_equal(kv_proto_decode_prefix(w.data, w.len, 1, &o, &d),
+			 -ST_E_PROTO);
+	assert_null(o.ids);
+	st_wbuf_fini(&w);
+	m.flags = 0;
 	m.n_ids = 0;
 	st_wbuf_init(&w);
 	kv_proto_encode_prefix(&w, 0, &m);
