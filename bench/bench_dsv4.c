@@ -43,7 +43,7 @@
 
 #include "bench_raw.h"
 #include "cli_instance.h"
-#include "cw_dsv4.h"
+#include "cw_dsv.h"
 #include "es_client.h"
 #include "st_daemon.h"
 #include "st_store.h"
@@ -116,19 +116,19 @@ static int64_t decode(const struct cw_dsv_model *m, struct es_client *es,
 {
 	const int V = cw_dsv_config(m)->vocab_size;
 	float *logits = malloc((size_t)V * sizeof(float));
-	struct cw_dsv4_state *s = NULL;
+	struct cw_dsv_state *s = NULL;
 	int64_t r;
 	uint64_t t0;
 	int32_t tok;
 
-	if (!logits || cw_dsv4_state_new(m, n_prompt + n_tok + 1, &s) < 0) {
+	if (!logits || cw_dsv_state_new(m, n_prompt + n_tok + 1, &s) < 0) {
 		free(logits);
 		return st_diag_set(diag, -ENOMEM, "out of memory");
 	}
-	r = cw_dsv4_eval(m, s, prompt, n_prompt, 0, logits, diag);
+	r = cw_dsv_eval(m, s, prompt, n_prompt, 0, logits, diag);
 	if (r < 0)
 		goto out;
-	cw_dsv4_state_stats(s, rs0);
+	cw_dsv_state_stats(s, rs0);
 	es_client_tier_stats(es, t0s);
 	t0 = st_now_ns();
 	tok = argmax(logits, V);
@@ -137,16 +137,16 @@ static int64_t decode(const struct cw_dsv_model *m, struct es_client *es,
 			tok = warm_ids[i];
 		else
 			ids[i] = tok;
-		r = cw_dsv4_eval(m, s, &tok, 1, 0, logits, diag);
+		r = cw_dsv_eval(m, s, &tok, 1, 0, logits, diag);
 		if (r < 0)
 			goto out;
 		tok = argmax(logits, V);
 	}
 	r = (int64_t)(st_now_ns() - t0);
-	cw_dsv4_state_stats(s, rs1);
+	cw_dsv_state_stats(s, rs1);
 	es_client_tier_stats(es, t1s);
 out:
-	cw_dsv4_state_free(s);
+	cw_dsv_state_free(s);
 	free(logits);
 	return r;
 }

@@ -47,7 +47,8 @@
 
 #include "bench_raw.h"
 #include "cli_instance.h"
-#include "cw_dsv41.h"
+#include "st_config_dsv41.h"
+#include "cw_dsv.h"
 #include "cw_timeline.h"
 #include "es_client.h"
 #include "st_daemon.h"
@@ -115,12 +116,12 @@ struct bench_opts {
 	const char *loader_nice; /* expertd --loader-nice (NULL: its own) */
 };
 
-static void snap(struct es_client *es, const struct cw_dsv41_state *s,
+static void snap(struct es_client *es, const struct cw_dsv_state *s,
 		 struct counters *c)
 {
 	struct st_diag d = { { 0 } };
 
-	cw_dsv41_state_stats(s, &c->r);
+	cw_dsv_state_stats(s, &c->r);
 	es_client_tier_stats(es, &c->t);
 	if (es_client_engram_stats(es, &c->e, &d) < 0)
 		memset(&c->e, 0, sizeof(c->e));
@@ -214,7 +215,7 @@ static int64_t decode(const struct cw_dsv_model *m, struct es_client *es,
 {
 	const int V = cw_dsv_config(m)->vocab_size;
 	float *logits = malloc((size_t)V * sizeof(float));
-	struct cw_dsv41_state *s = NULL;
+	struct cw_dsv_state *s = NULL;
 	struct cw_steptime tl;
 	struct cw_tl_snap sa, sb;
 	struct cw_tl_row row;
@@ -222,13 +223,13 @@ static int64_t decode(const struct cw_dsv_model *m, struct es_client *es,
 	uint64_t t0;
 	int32_t tok;
 
-	if (!logits || cw_dsv41_state_new(m, n_prompt + n_tok + 1, &s) < 0) {
+	if (!logits || cw_dsv_state_new(m, n_prompt + n_tok + 1, &s) < 0) {
 		free(logits);
 		return st_diag_set(diag, -ENOMEM, "out of memory");
 	}
 	cw_steptime_init(&tl, es);
-	cw_dsv41_set_steptime(s, &tl);
-	r = cw_dsv41_eval(m, s, prompt, n_prompt, 0, logits, diag);
+	cw_dsv_set_steptime(s, &tl);
+	r = cw_dsv_eval(m, s, prompt, n_prompt, 0, logits, diag);
 	if (r < 0)
 		goto out;
 	snap(es, s, c0);
@@ -240,7 +241,7 @@ static int64_t decode(const struct cw_dsv_model *m, struct es_client *es,
 		else
 			ids[i] = tok;
 		cw_tl_snap_take(&sa, &tl, es);
-		r = cw_dsv41_eval(m, s, &tok, 1, 0, logits, diag);
+		r = cw_dsv_eval(m, s, &tok, 1, 0, logits, diag);
 		if (r < 0)
 			goto out;
 		cw_tl_snap_take(&sb, &tl, es);
@@ -256,7 +257,7 @@ static int64_t decode(const struct cw_dsv_model *m, struct es_client *es,
 	r = (int64_t)(st_now_ns() - t0);
 	snap(es, s, c1);
 out:
-	cw_dsv41_state_free(s);
+	cw_dsv_state_free(s);
 	free(logits);
 	return r;
 }

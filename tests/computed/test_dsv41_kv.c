@@ -1,6 +1,6 @@
 /*
  * test_dsv41_kv.c — the DeepSeek-V4.1 sequence state in a real kvd's pages,
- * in the V4.1 storage formats (cw_dsv41_state_new_kv), against the
+ * in the V4.1 storage formats (cw_dsv_state_new_kv), against the
  * process-local reference state, on ../shared tiny-deepseek-v41 (compress
  * ratios 0,0,2,2,2,2,1,1,1,1, KV sources 2, 4, 6, window 16; QAT on).
  *
@@ -42,7 +42,8 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "cw_dsv41.h"
+#include "st_config_dsv41.h"
+#include "cw_dsv.h"
 #include "dsv_test_util.h"
 #include "kv_client.h"
 #include "kv_pool.h"
@@ -112,7 +113,7 @@ static int publish_each; /* run_span publishes after every chunk */
 /* Evaluates positions [from, to) of case c on s in chunks of `chunk`,
  * each position's logits against the reference hashes h (NULL: c->h).
  * Returns 0, or -1 (eval failed or a position differed). */
-static int run_span_h(struct cw_dsv41_state *s, const struct dsvt_case *c,
+static int run_span_h(struct cw_dsv_state *s, const struct dsvt_case *c,
 		      const uint64_t *h, int from, int to, int chunk,
 		      const char *what)
 {
@@ -120,13 +121,13 @@ static int run_span_h(struct cw_dsv41_state *s, const struct dsvt_case *c,
 
 	for (int p = from; p < to; p += chunk) {
 		int k = to - p < chunk ? to - p : chunk;
-		int r = cw_dsv41_eval(M, s, c->ids + p, k, 1, lbuf, &d);
+		int r = cw_dsv_eval(M, s, c->ids + p, k, 1, lbuf, &d);
 
 		CHECK(r == 0, "%s %s: eval at %d: %s", what, c->name, p,
 		      d.msg);
 		if (r)
 			return -1;
-		if (publish_each && cw_dsv41_state_publish(s, c->ids, p + k,
+		if (publish_each && cw_dsv_state_publish(s, c->ids, p + k,
 							   &d) < 0) {
 			CHECK(0, "%s %s: publish at %d: %s", what, c->name,
 			      p + k, d.msg);
@@ -143,7 +144,7 @@ static int run_span_h(struct cw_dsv41_state *s, const struct dsvt_case *c,
 	return 0;
 }
 
-static int run_span(struct cw_dsv41_state *s, const struct dsvt_case *c,
+static int run_span(struct cw_dsv_state *s, const struct dsvt_case *c,
 		    int from, int to, int chunk, const char *what)
 {
 	return run_span_h(s, c, NULL, from, to, chunk, what);
@@ -154,18 +155,18 @@ static int run_span(struct cw_dsv41_state *s, const struct dsvt_case *c,
 static int reference_case(const struct dsvt_case *c, uint64_t *h)
 {
 	struct st_diag d = { { 0 } };
-	struct cw_dsv41_state *s = NULL;
-	int r = cw_dsv41_state_new(M, c->n, &s);
+	struct cw_dsv_state *s = NULL;
+	int r = cw_dsv_state_new(M, c->n, &s);
 
 	for (int p = 0; r == 0 && p < c->n; p += CHUNK_MAX) {
 		int k = c->n - p < CHUNK_MAX ? c->n - p : CHUNK_MAX;
 
-		r = cw_dsv41_eval(M, s, c->ids + p, k, 1, lbuf, &d);
+		r = cw_dsv_eval(M, s, c->ids + p, k, 1, lbuf, &d);
 		for (int t = 0; r == 0 && t < k; t++)
 			h[p + t] = st_xxh3(lbuf + (size_t)t * V, (size_t)V * 4);
 	}
 	CHECK(r == 0, "reference %s: %s", c->name, d.msg);
-	cw_dsv41_state_free(s);
+	cw_dsv_state_free(s);
 	return r;
 }
 
@@ -252,8 +253,8 @@ static void test_plain(uint32_t B)
 		goto out;
 	for (int i = 0; i < n_cases; i++) {
 		struct st_diag d = { { 0 } };
-		struct cw_dsv41_state *s = NULL;
-		int r = cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d);
+		struct cw_dsv_state *s = NULL;
+		int r = cw_dsv_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d);
 
 		CHECK(r == 0, "new_kv: %s", d.msg);
 		if (r)
@@ -278,7 +279,7 @@ static void test_plain(uint32_t B)
 				       (double)st.pages_used * st.page_bytes /
 					       cases[i].n);
 		}
-		cw_dsv41_state_free(s);
+		cw_dsv_state_free(s);
 	}
 	CHECK(kv_client_stats(k.kv, &st) == 0 && st.pages_used == 0 &&
 	      st.n_seqs == 0, "B=%u: pages or sequences left after free", B);
@@ -299,7 +300,7 @@ static void test_noqat(void)
 		goto out;
 	for (int i = n_cases - 3; i < n_cases - 1; i++) {
 		struct st_diag d = { { 0 } };
-		struct cw_dsv41_state *s = NULL;
+		struct cw_dsv_state *s = NULL;
 		uint64_t *h = calloc((size_t)cases[i].n, sizeof(uint64_t)),
 			 *hq = cases[i].h;
 
@@ -309,21 +310,21 @@ static void test_noqat(void)
 		}
 		CHECK(h[cases[i].n - 1] != hq[cases[i].n - 1],
 		      "QAT off gives the QAT logits (%s)", cases[i].name);
-		CHECK(cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) == 0,
+		CHECK(cw_dsv_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) == 0,
 		      "new_kv: %s", d.msg);
 		if (s && run_span_h(s, &cases[i], h, 0, cases[i].n, 6,
 				    "noqat") == 0)
 			pos += cases[i].n;
-		cw_dsv41_state_free(s);
+		cw_dsv_state_free(s);
 		free(h);
 	}
 	printf("QAT off (F32 rows): %ld positions bit-identical\n", pos);
 	{	/* QAT back on: the F32 declaration no longer fits */
 		struct st_diag d = { { 0 } };
-		struct cw_dsv41_state *s = NULL;
+		struct cw_dsv_state *s = NULL;
 
 		cw_dsv_set_qat(M, CW_DSV41_QAT_ALL);
-		CHECK(cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) ==
+		CHECK(cw_dsv_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) ==
 			      -ST_E_CONFIG && !s,
 		      "a state with other QAT flags than declared accepted");
 	}
@@ -345,14 +346,14 @@ static void test_ced(void)
 	for (int i = n_cases - 2; i < n_cases; i++) {
 		const struct dsvt_case *c = &cases[i];
 		struct st_diag d = { { 0 } };
-		struct cw_dsv41_state *s = NULL;
-		int r = cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d);
+		struct cw_dsv_state *s = NULL;
+		int r = cw_dsv_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d);
 
 		n_run++;
 		if (r == 0)
 			r = cw_dsv41_set_ced_shortcut(s, CW_DSV41_CED_EXACT);
 		if (r == 0)
-			r = cw_dsv41_eval(M, s, c->ids, c->n_prompt, 0, lbuf,
+			r = cw_dsv_eval(M, s, c->ids, c->n_prompt, 0, lbuf,
 					  &d);
 		CHECK(r == 0, "CED %s: %s", c->name, d.msg);
 		if (r == 0 && st_xxh3(lbuf, (size_t)V * 4) !=
@@ -364,7 +365,7 @@ static void test_ced(void)
 			cw_dsv41_set_ced_shortcut(s, CW_DSV41_CED_OFF);
 		if (r == 0 && run_span(s, c, c->n_prompt, c->n, 1, "CED") == 0)
 			ok++;
-		cw_dsv41_state_free(s);
+		cw_dsv_state_free(s);
 	}
 	CHECK(ok == n_run, "CED: %d of %d cases", ok, n_run);
 	printf("CED shortcut (exact) on a kvd state: %d prompts, last logits "
@@ -392,11 +393,11 @@ static void test_restart(void)
 		goto out;
 	for (int i = n_cases - 2; i < n_cases; i++) {
 		struct st_diag d = { { 0 } };
-		struct cw_dsv41_state *s = NULL;
+		struct cw_dsv_state *s = NULL;
 		const struct dsvt_case *c = &cases[i];
 		int half = c->n / 2 | 1; /* odd: a ratio-2 group open */
 
-		CHECK(cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) == 0,
+		CHECK(cw_dsv_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) == 0,
 		      "new_kv: %s", d.msg);
 		if (!s)
 			break;
@@ -404,7 +405,7 @@ static void test_restart(void)
 		    restart_kvd(&k) == 0 &&
 		    run_span(s, c, half, c->n, 5, "restart") == 0)
 			done++;
-		cw_dsv41_state_free(s);
+		cw_dsv_state_free(s);
 	}
 	CHECK(done == 2, "restart: %d of 2 sequences went on", done);
 	CHECK(kv_client_reconnects(k.kv) >= 2, "client reconnected %u times",
@@ -420,7 +421,7 @@ out:
 
 static void test_spill(void)
 {
-	struct cw_dsv41_state *s[N_SPILL] = { 0 };
+	struct cw_dsv_state *s[N_SPILL] = { 0 };
 	const struct dsvt_case *c = &cases[n_cases - 1];
 	struct st_diag d = { { 0 } };
 	struct kv_stats st = { 0 };
@@ -432,7 +433,7 @@ static void test_spill(void)
 	if (kvd_up(&k, "v41sp", 16, "2MiB", "64MiB") < 0)
 		goto out;
 	for (int i = 0; i < N_SPILL; i++) {
-		CHECK(cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s[i], &d) ==
+		CHECK(cw_dsv_state_new_kv(M, k.kv, NULL, 0, 0, &s[i], &d) ==
 			      0, "new_kv: %s", d.msg);
 		ok &= s[i] != NULL;
 	}
@@ -458,42 +459,42 @@ static void test_spill(void)
 	CHECK(st.spill_pages_total > 0 && st.restore_pages_total > 0,
 	      "nothing spilled and restored");
 	for (int i = 0; i < N_SPILL; i++)
-		cw_dsv41_state_free(s[i]);
+		cw_dsv_state_free(s[i]);
 out:
 	kvd_down(&k);
 }
 
 /* Prompt of n ids from case c, sent twice (second from the cache): the
  * first evaluates publish_n ids in chunks, published by prefix mode or,
- * explicit, by cw_dsv41_state_publish after each chunk.  Returns the rows
+ * explicit, by cw_dsv_state_publish after each chunk.  Returns the rows
  * mapped the second time, or -1. */
 static int twice(struct kvd *k, const struct dsvt_case *c, int n, int publish_n,
 		 int chunk, int explicit)
 {
 	struct st_diag d = { { 0 } };
-	struct cw_dsv41_state *a = NULL, *b = NULL;
+	struct cw_dsv_state *a = NULL, *b = NULL;
 	int cached = -1, r;
 
-	r = cw_dsv41_state_new_kv(M, k->kv, explicit ? NULL : c->ids,
+	r = cw_dsv_state_new_kv(M, k->kv, explicit ? NULL : c->ids,
 				  explicit ? 0 : publish_n, 0, &a, &d);
 	CHECK(r == 0, "new_kv: %s", d.msg);
 	if (r)
 		return -1;
 	publish_each = explicit;
-	r = run_span(a, c, cw_dsv41_state_len(a), publish_n, chunk, "first");
+	r = run_span(a, c, cw_dsv_state_len(a), publish_n, chunk, "first");
 	publish_each = 0;
 	if (r)
 		goto out;
-	r = cw_dsv41_state_new_kv(M, k->kv, c->ids, n, 0, &b, &d);
+	r = cw_dsv_state_new_kv(M, k->kv, c->ids, n, 0, &b, &d);
 	CHECK(r == 0, "new_kv (warm): %s", d.msg);
 	if (r)
 		goto out;
-	r = cw_dsv41_state_len(b);
+	r = cw_dsv_state_len(b);
 	if (run_span(b, c, r, n, chunk, "warm") == 0)
 		cached = r;
 out:
-	cw_dsv41_state_free(a);
-	cw_dsv41_state_free(b);
+	cw_dsv_state_free(a);
+	cw_dsv_state_free(b);
 	return cached;
 }
 
@@ -565,13 +566,13 @@ static void test_p11(void)
 {
 	const struct dsvt_case *c = &cases[n_cases - 1];
 	struct st_diag d = { { 0 } };
-	struct cw_dsv41_state *s = NULL;
+	struct cw_dsv_state *s = NULL;
 	struct kv_stats st;
 	struct kvd k;
 
 	if (kvd_up(&k, "v41p11", 4, "64MiB", NULL) < 0)
 		goto out;
-	CHECK(cw_dsv41_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) == 0,
+	CHECK(cw_dsv_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) == 0,
 	      "new: %s", d.msg);
 	if (!s)
 		goto out;
@@ -592,9 +593,9 @@ static void test_p11(void)
 	      (unsigned long long)st.pages_used, st.n_streams);
 	/* the CED shortcut leaves window rows uncomputed: no publishing */
 	cw_dsv41_set_ced_shortcut(s, CW_DSV41_CED_EXACT);
-	CHECK(cw_dsv41_state_publish(s, c->ids, 8, &d) == -EINVAL,
+	CHECK(cw_dsv_state_publish(s, c->ids, 8, &d) == -EINVAL,
 	      "a state with the CED shortcut on published");
-	cw_dsv41_state_free(s);
+	cw_dsv_state_free(s);
 	CHECK(kv_client_stats(k.kv, &st) == 0 && st.pages_used == 0,
 	      "after free: %llu pages used", (unsigned long long)st.pages_used);
 	printf("P11 B=4: 8 tokens -> 2 pages per stream, 9 -> 3 (partial "
@@ -609,11 +610,11 @@ static int local_replay(const struct dsvt_case *c, int n_pre, int n_rep,
 			uint64_t *h)
 {
 	struct st_diag d = { { 0 } };
-	struct cw_dsv41_state *s = NULL;
-	int r = cw_dsv41_state_new(M, c->n, &s);
+	struct cw_dsv_state *s = NULL;
+	int r = cw_dsv_state_new(M, c->n, &s);
 
 	if (r == 0)
-		r = cw_dsv41_eval(M, s, c->ids, n_pre, 0, NULL, &d);
+		r = cw_dsv_eval(M, s, c->ids, n_pre, 0, NULL, &d);
 	if (r == 0) {
 		cw_dsv41_state_drop_window(s);
 		r = cw_dsv41_replay(M, s, c->ids + n_pre - n_rep, n_rep, &d);
@@ -621,12 +622,12 @@ static int local_replay(const struct dsvt_case *c, int n_pre, int n_rep,
 	for (int p = n_pre; r == 0 && p < c->n; p += CHUNK_MAX) {
 		int k = c->n - p < CHUNK_MAX ? c->n - p : CHUNK_MAX;
 
-		r = cw_dsv41_eval(M, s, c->ids + p, k, 1, lbuf, &d);
+		r = cw_dsv_eval(M, s, c->ids + p, k, 1, lbuf, &d);
 		for (int t = 0; r == 0 && t < k; t++)
 			h[p + t] = st_xxh3(lbuf + (size_t)t * V, (size_t)V * 4);
 	}
 	CHECK(r == 0, "local replay %s: %s", c->name, d.msg);
-	cw_dsv41_state_free(s);
+	cw_dsv_state_free(s);
 	return r;
 }
 
@@ -642,7 +643,7 @@ static void test_replay(void)
 	for (int i = 0; i < n_cases; i++) {
 		const struct dsvt_case *c = &cases[i];
 		struct st_diag d = { { 0 } };
-		struct cw_dsv41_state *a = NULL, *b = NULL, *e = NULL;
+		struct cw_dsv_state *a = NULL, *b = NULL, *e = NULL;
 		uint64_t *h = calloc((size_t)c->n, sizeof(uint64_t));
 		int pre, differ = 0;
 
@@ -653,15 +654,15 @@ static void test_replay(void)
 		}
 		n_run++;
 		/* publish the prompt's pages */
-		CHECK(cw_dsv41_state_new_kv(M, k.kv, c->ids, c->n_prompt, 0,
+		CHECK(cw_dsv_state_new_kv(M, k.kv, c->ids, c->n_prompt, 0,
 					    &a, &d) == 0, "new: %s", d.msg);
 		if (a)
-			run_span(a, c, cw_dsv41_state_len(a), c->n_prompt, 16,
+			run_span(a, c, cw_dsv_state_len(a), c->n_prompt, 16,
 				 "replay-first");
 		/* the model's way: window rebuilt from the last W tokens */
-		CHECK(cw_dsv41_state_new_kv(M, k.kv, c->ids, c->n, W, &b,
+		CHECK(cw_dsv_state_new_kv(M, k.kv, c->ids, c->n, W, &b,
 					    &d) == 0, "new (replay): %s", d.msg);
-		pre = b ? cw_dsv41_state_len(b) : 0;
+		pre = b ? cw_dsv_state_len(b) : 0;
 		CHECK(pre == c->n_prompt / (int)B * (int)B,
 		      "replay %s: %d rows from the cache", c->name, pre);
 		if (b && local_replay(c, pre, W, h) == 0 &&
@@ -670,21 +671,21 @@ static void test_replay(void)
 		for (int p = pre; p < c->n; p++)
 			differ += h[p] != c->h[p];
 		n_differ += differ > 0;
-		CHECK(cw_dsv41_state_publish(b, c->ids, pre, &d) == -EINVAL,
+		CHECK(cw_dsv_state_publish(b, c->ids, pre, &d) == -EINVAL,
 		      "a replayed state published");
 		/* replaying the whole prefix is exact */
-		CHECK(cw_dsv41_state_new_kv(M, k.kv, c->ids, c->n, c->n, &e,
+		CHECK(cw_dsv_state_new_kv(M, k.kv, c->ids, c->n, c->n, &e,
 					    &d) == 0, "new (whole): %s", d.msg);
-		if (e && run_span(e, c, cw_dsv41_state_len(e), c->n, 7,
+		if (e && run_span(e, c, cw_dsv_state_len(e), c->n, 7,
 				  "replay-whole") == 0)
 			n_whole++;
 		printf("SWA replay %s: %d cached, last %d replayed: %d of %d "
 		       "positions differ from the full computation "
 		       "(approximate), all bit-identical to the process-local "
 		       "replay\n", c->name, pre, W, differ, c->n - pre);
-		cw_dsv41_state_free(a);
-		cw_dsv41_state_free(b);
-		cw_dsv41_state_free(e);
+		cw_dsv_state_free(a);
+		cw_dsv_state_free(b);
+		cw_dsv_state_free(e);
 		free(h);
 	}
 	CHECK(n_run >= 2 && n_ok == n_run && n_whole == n_run,

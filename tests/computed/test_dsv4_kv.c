@@ -1,6 +1,6 @@
 /*
  * test_dsv4_kv.c — the DeepSeek-V4 sequence state in a real kvd's pages
- * (cw_dsv4_state_new_kv) against the process-local reference state, on
+ * (cw_dsv_state_new_kv) against the process-local reference state, on
  * ../shared tiny-deepseek-v4 (compress ratios 0,0,4,16,4,16, window 16).
  *
  * The reference: every case of reference.json (prompt + greedy
@@ -40,7 +40,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
-#include "cw_dsv4.h"
+#include "cw_dsv.h"
 #include "dsv_test_util.h"
 #include "es_client.h"
 #include "es_convert.h"
@@ -112,21 +112,21 @@ static void kvd_down(struct kvd *k)
  * Returns 0, or -1 (eval failed or a position differed). */
 static int publish_each;  /* run_span publishes after every chunk */
 
-static int run_span(struct cw_dsv4_state *s, const struct dsvt_case *c, int from,
+static int run_span(struct cw_dsv_state *s, const struct dsvt_case *c, int from,
 		    int to, int chunk, const char *what)
 {
 	struct st_diag d = { { 0 } };
 
 	for (int p = from; p < to; p += chunk) {
 		int k = to - p < chunk ? to - p : chunk;
-		int r = cw_dsv4_eval(M, s, c->ids + p, k, 1, lbuf, &d);
+		int r = cw_dsv_eval(M, s, c->ids + p, k, 1, lbuf, &d);
 
 		CHECK(r == 0, "%s %s: eval at %d: %s", what, c->name, p,
 		      d.msg);
 		if (r)
 			return -1;
 		/* before the next eval frees the out-of-window pages */
-		if (publish_each && cw_dsv4_state_publish(s, c->ids, p + k,
+		if (publish_each && cw_dsv_state_publish(s, c->ids, p + k,
 							  &d) < 0) {
 			CHECK(0, "%s %s: publish at %d: %s", what, c->name,
 			      p + k, d.msg);
@@ -149,16 +149,16 @@ static void reference(void)
 
 	for (int i = 0; i < n_cases; i++) {
 		struct dsvt_case *c = &cases[i];
-		struct cw_dsv4_state *s = NULL;
+		struct cw_dsv_state *s = NULL;
 
-		if (cw_dsv4_state_new(M, c->n, &s) < 0) {
+		if (cw_dsv_state_new(M, c->n, &s) < 0) {
 			CHECK(0, "state");
 			return;
 		}
 		for (int p = 0; p < c->n; p += CHUNK_MAX) {
 			int k = c->n - p < CHUNK_MAX ? c->n - p : CHUNK_MAX;
 
-			if (cw_dsv4_eval(M, s, c->ids + p, k, 1, lbuf, &d)) {
+			if (cw_dsv_eval(M, s, c->ids + p, k, 1, lbuf, &d)) {
 				CHECK(0, "reference %s: %s", c->name, d.msg);
 				break;
 			}
@@ -166,7 +166,7 @@ static void reference(void)
 				c->h[p + t] = st_xxh3(lbuf + (size_t)t * V,
 						      (size_t)V * 4);
 		}
-		cw_dsv4_state_free(s);
+		cw_dsv_state_free(s);
 	}
 }
 
@@ -202,8 +202,8 @@ static void test_plain(uint32_t B)
 		goto out;
 	for (int i = 0; i < n_cases; i++) {
 		struct st_diag d = { { 0 } };
-		struct cw_dsv4_state *s = NULL;
-		int r = cw_dsv4_state_new_kv(M, k.kv, NULL, 0, &s, &d);
+		struct cw_dsv_state *s = NULL;
+		int r = cw_dsv_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d);
 
 		CHECK(r == 0, "new_kv: %s", d.msg);
 		if (r)
@@ -234,7 +234,7 @@ static void test_plain(uint32_t B)
 				       (double)st.pages_used * st.page_bytes /
 					       cases[i].n);
 		}
-		cw_dsv4_state_free(s);
+		cw_dsv_state_free(s);
 	}
 	CHECK(kv_client_stats(k.kv, &st) == 0 && st.pages_used == 0 &&
 	      st.n_seqs == 0, "B=%u: pages or sequences left after free", B);
@@ -264,11 +264,11 @@ static void test_restart(void)
 	/* the two longest cases */
 	for (int i = n_cases - 2; i < n_cases; i++) {
 		struct st_diag d = { { 0 } };
-		struct cw_dsv4_state *s = NULL;
+		struct cw_dsv_state *s = NULL;
 		const struct dsvt_case *c = &cases[i];
 		int half = c->n / 2 + 1; /* not on a page boundary */
 
-		CHECK(cw_dsv4_state_new_kv(M, k.kv, NULL, 0, &s, &d) == 0,
+		CHECK(cw_dsv_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) == 0,
 		      "new_kv: %s", d.msg);
 		if (!s)
 			break;
@@ -276,7 +276,7 @@ static void test_restart(void)
 		    restart_kvd(&k) == 0 &&
 		    run_span(s, c, half, c->n, 5, "restart") == 0)
 			done++;
-		cw_dsv4_state_free(s);
+		cw_dsv_state_free(s);
 	}
 	CHECK(done == 2, "restart: %d of 2 sequences went on", done);
 	CHECK(kv_client_reconnects(k.kv) >= 2, "client reconnected %u times",
@@ -295,7 +295,7 @@ out:
  * running one: spilled pages must come back). */
 static void test_spill(void)
 {
-	struct cw_dsv4_state *s[N_SPILL] = { 0 };
+	struct cw_dsv_state *s[N_SPILL] = { 0 };
 	const struct dsvt_case *c = &cases[n_cases - 1];
 	struct st_diag d = { { 0 } };
 	struct kv_stats st = { 0 };
@@ -311,7 +311,7 @@ static void test_spill(void)
 	if (kvd_up(&k, "v4sp", 16, "4MiB", "64MiB") < 0)
 		goto out;
 	for (int i = 0; i < N_SPILL; i++) {
-		CHECK(cw_dsv4_state_new_kv(M, k.kv, NULL, 0, &s[i], &d) == 0,
+		CHECK(cw_dsv_state_new_kv(M, k.kv, NULL, 0, 0, &s[i], &d) == 0,
 		      "new_kv: %s", d.msg);
 		ok &= s[i] != NULL;
 	}
@@ -337,43 +337,43 @@ static void test_spill(void)
 	CHECK(st.spill_pages_total > 0 && st.restore_pages_total > 0,
 	      "nothing spilled and restored");
 	for (int i = 0; i < N_SPILL; i++)
-		cw_dsv4_state_free(s[i]);
+		cw_dsv_state_free(s[i]);
 out:
 	kvd_down(&k);
 }
 
 /* Prompt of n ids from case c, sent twice (second from the cache): the
  * first evaluates publish_n ids in chunks, its full pages published by
- * prefix mode (cw_dsv4_state_new_kv with the prompt) or, explicit, by
- * cw_dsv4_state_publish after each chunk of a state made without one.
+ * prefix mode (cw_dsv_state_new_kv with the prompt) or, explicit, by
+ * cw_dsv_state_publish after each chunk of a state made without one.
  * Returns the rows mapped the second time, or -1. */
 static int twice(struct kvd *k, const struct dsvt_case *c, int n, int publish_n,
 		 int chunk, int explicit)
 {
 	struct st_diag d = { { 0 } };
-	struct cw_dsv4_state *a = NULL, *b = NULL;
+	struct cw_dsv_state *a = NULL, *b = NULL;
 	int cached = -1, r;
 
-	r = cw_dsv4_state_new_kv(M, k->kv, explicit ? NULL : c->ids,
-				 explicit ? 0 : publish_n, &a, &d);
+	r = cw_dsv_state_new_kv(M, k->kv, explicit ? NULL : c->ids,
+				 explicit ? 0 : publish_n, 0, &a, &d);
 	CHECK(r == 0, "new_kv: %s", d.msg);
 	if (r)
 		return -1;
 	publish_each = explicit;
-	r = run_span(a, c, cw_dsv4_state_len(a), publish_n, chunk, "first");
+	r = run_span(a, c, cw_dsv_state_len(a), publish_n, chunk, "first");
 	publish_each = 0;
 	if (r)
 		goto out;
-	r = cw_dsv4_state_new_kv(M, k->kv, c->ids, n, &b, &d);
+	r = cw_dsv_state_new_kv(M, k->kv, c->ids, n, 0, &b, &d);
 	CHECK(r == 0, "new_kv (warm): %s", d.msg);
 	if (r)
 		goto out;
-	r = cw_dsv4_state_len(b);
+	r = cw_dsv_state_len(b);
 	if (run_span(b, c, r, n, chunk, "warm") == 0)
 		cached = r;
 out:
-	cw_dsv4_state_free(a);
-	cw_dsv4_state_free(b);
+	cw_dsv_state_free(a);
+	cw_dsv_state_free(b);
 	return cached;
 }
 
@@ -449,7 +449,7 @@ static void test_publish_guard(void)
 {
 	const struct dsvt_case *c = &cases[n_cases - 1], *o = &cases[n_cases - 2];
 	struct st_diag d = { { 0 } };
-	struct cw_dsv4_state *a = NULL, *b = NULL;
+	struct cw_dsv_state *a = NULL, *b = NULL;
 	struct kv_stats st;
 	struct kvd k;
 
@@ -457,19 +457,19 @@ static void test_publish_guard(void)
 		goto out;
 	CHECK(memcmp(c->ids + 1, o->ids + 1, 4 * sizeof(int32_t)) != 0,
 	      "the two cases share their first tokens");
-	CHECK(cw_dsv4_state_new_kv(M, k.kv, c->ids, 12, &a, &d) == 0,
+	CHECK(cw_dsv_state_new_kv(M, k.kv, c->ids, 12, 0, &a, &d) == 0,
 	      "new: %s", d.msg);
 	if (a)
 		CHECK(run_span(a, o, 0, 12, 12, "guard") == 0, "other ids");
 	CHECK(kv_client_stats(k.kv, &st) == 0 && st.prefix_published == 0,
 	      "%llu groups published from ids that are not the prompt's",
 	      (unsigned long long)st.prefix_published);
-	CHECK(cw_dsv4_state_new_kv(M, k.kv, c->ids, 12, &b, &d) == 0 &&
-	      cw_dsv4_state_len(b) == 0, "the wrong rows were found");
+	CHECK(cw_dsv_state_new_kv(M, k.kv, c->ids, 12, 0, &b, &d) == 0 &&
+	      cw_dsv_state_len(b) == 0, "the wrong rows were found");
 	printf("prefix mode: rows of other ids than the prompt's are never "
 	       "published\n");
-	cw_dsv4_state_free(a);
-	cw_dsv4_state_free(b);
+	cw_dsv_state_free(a);
+	cw_dsv_state_free(b);
 out:
 	kvd_down(&k);
 }
@@ -478,13 +478,13 @@ static void test_p11(void)
 {
 	const struct dsvt_case *c = &cases[n_cases - 1];
 	struct st_diag d = { { 0 } };
-	struct cw_dsv4_state *s = NULL;
+	struct cw_dsv_state *s = NULL;
 	struct kv_stats st;
 	struct kvd k;
 
 	if (kvd_up(&k, "v4p11", 4, "64MiB", NULL) < 0)
 		goto out;
-	CHECK(cw_dsv4_state_new_kv(M, k.kv, NULL, 0, &s, &d) == 0, "new: %s",
+	CHECK(cw_dsv_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) == 0, "new: %s",
 	      d.msg);
 	if (!s)
 		goto out;
@@ -495,13 +495,13 @@ static void test_p11(void)
 	      (unsigned long long)st.pages_used, st.n_streams);
 	/* a ratio-4 row per page, both complete; the ratio-16 stream's
 	 * rows are not there yet: row 0 completes at token 15 (page 3) */
-	CHECK(kv_client_seq_rows(k.kv, cw_dsv4_state_seq(s)) == 8, "rows");
+	CHECK(kv_client_seq_rows(k.kv, cw_dsv_state_seq(s)) == 8, "rows");
 	CHECK(run_span(s, c, 8, 9, 1, "P11") == 0, "9th token");
 	CHECK(kv_client_stats(k.kv, &st) == 0 &&
 	      st.pages_used == 3ull * st.n_streams,
 	      "9 tokens, B = 4: %llu pages, expected 3 per stream x %u",
 	      (unsigned long long)st.pages_used, st.n_streams);
-	cw_dsv4_state_free(s);
+	cw_dsv_state_free(s);
 	CHECK(kv_client_stats(k.kv, &st) == 0 && st.pages_used == 0,
 	      "after free: %llu pages used", (unsigned long long)st.pages_used);
 	printf("P11 B=4: 8 tokens -> 2 pages per stream, 9 -> 3, free -> 0\n");

@@ -5,7 +5,7 @@
  * rope, mHC mixer, router, SwiGLU, pooling, sink attention) are V4's, in
  * cw_dsv_ops.c.
  */
-#include "cw_dsv41.h"
+#include "cw_dsv.h"
 #include "cw_dsv_ops.h"
 
 #include <math.h>

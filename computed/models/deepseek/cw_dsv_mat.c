@@ -6,7 +6,7 @@
  * loop or the fast backend's kernels, and the expert matrices of an
  * expertd slot (MXFP4 records) as views or dequantised.
  */
-#include "cw_dsv4_int.h"
+#include "cw_dsv_int.h"
 
 #include <errno.h>
 #include <stdlib.h>
