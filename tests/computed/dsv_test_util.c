@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cw_dsv.h"
 #include "es_client.h"
 #include "es_convert.h"
 #include "st_util.h"
@@ -350,4 +351,59 @@ int dsvt_convert_tmp(const char *dir, char *tmp, size_t tcap, char *store,
 		return -1;
 	}
 	return 0;
+}
+
+void dsvt_layer_hint_pass(int *n_fail, struct cw_dsv_model *fm,
+			  struct es_client *es, const int32_t *ids, int n,
+			  int hinted)
+{
+	const struct st_dsv_config *c = cw_dsv_config(fm);
+	const int V = c->vocab_size;
+	float *out[2] = { malloc((size_t)n * V * sizeof(float)),
+			  malloc((size_t)n * V * sizeof(float)) };
+	uint64_t hints[2] = { 0, 0 };
+	struct st_diag d = { { 0 } };
+	int same;
+
+	for (int pass = 0; pass < 2 && out[0] && out[1]; pass++) {
+		struct cw_dsv_state *s = NULL;
+		struct es_tier_stats t0, t1;
+		int r;
+
+		cw_dsv_set_layer_hints(fm, pass);
+		r = cw_dsv_state_new(fm, n, &s);
+		es_client_tier_stats(es, &t0);
+		for (int i = 0; r == 0 && i < n; i++)
+			r = cw_dsv_eval(fm, s, ids + i, 1, 1,
+					out[pass] + (size_t)i * V, &d);
+		es_client_tier_stats(es, &t1);
+		if (r != 0)
+			dsvt_fail(n_fail, __FILE__, __LINE__,
+				  "layer-hint pass %d: %s", pass, d.msg);
+		hints[pass] = t1.step_hints - t0.step_hints;
+		cw_dsv_state_free(s);
+	}
+	cw_dsv_set_layer_hints(fm, 1);
+	if (!out[0] || !out[1]) {
+		dsvt_fail(n_fail, __FILE__, __LINE__, "out of memory");
+		goto out;
+	}
+	same = !memcmp(out[0], out[1], (size_t)n * V * sizeof(float));
+	printf("layer-start hints off vs on: %d tokens one per eval, logits "
+	       "bit-identical: %s; step-named hint entries %llu vs %llu\n",
+	       n, same ? "yes" : "no", (unsigned long long)hints[0],
+	       (unsigned long long)hints[1]);
+	if (!same)
+		dsvt_fail(n_fail, __FILE__, __LINE__,
+			  "logits with layer-start hints off and on differ");
+	if (hints[1] - hints[0] !=
+	    (uint64_t)n * (uint64_t)hinted * (uint64_t)c->top_k)
+		dsvt_fail(n_fail, __FILE__, __LINE__,
+			  "layer-start hint entries: %llu more with them on, "
+			  "expected %d x %d x %d",
+			  (unsigned long long)(hints[1] - hints[0]), n, hinted,
+			  c->top_k);
+out:
+	free(out[0]);
+	free(out[1]);
 }

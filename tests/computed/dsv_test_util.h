@@ -165,4 +165,20 @@ int dsvt_copy_without(const char *dir, const char *file, const char *key,
 int dsvt_convert_tmp(const char *dir, char *tmp, size_t tcap, char *store,
 		     size_t scap);
 
+struct cw_dsv_model;
+
+/*
+ * Layer-start hints (cw_dsv_set_layer_hints) off, then on, over ids[0..n)
+ * evaluated one token per eval on a fresh state of fm (a store model
+ * served by expertd es), every position's logits kept: both passes'
+ * logits bit-identical (a hint never changes a result), and expertd's
+ * step-named hint entries with them on exceed those with them off by
+ * exactly n x hinted x top_k (hinted: the layers that send a layer-start
+ * hint per token).  Failures counted in *n_fail (as CHECK); the figures
+ * printed.  Leaves the hints on.
+ */
+void dsvt_layer_hint_pass(int *n_fail, struct cw_dsv_model *fm,
+			  struct es_client *es, const int32_t *ids, int n,
+			  int hinted);
+
 #endif

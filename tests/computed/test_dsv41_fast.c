@@ -423,47 +423,14 @@ static void overlap_pass(struct cw_dsv_model *fm, const json_t *cs,
 static void layer_hint_pass(struct cw_dsv_model *fm, struct es_client *es,
 			    const json_t *cs)
 {
-	const struct st_dsv_config *c = cw_dsv_config(fm);
-	const int V = c->vocab_size;
 	int n;
 	int32_t *ids = dsvt_case_ids(cs, 1, &n, NULL);
-	float *out[2] = { malloc((size_t)n * V * sizeof(float)),
-			  malloc((size_t)n * V * sizeof(float)) };
-	uint64_t hints[2] = { 0, 0 };
-	struct st_diag d = { { 0 } };
 
-	for (int pass = 0; pass < 2; pass++) {
-		struct cw_dsv_state *s = NULL;
-		struct es_tier_stats t0, t1;
-		int r;
-
-		cw_dsv_set_layer_hints(fm, pass);
-		r = cw_dsv_state_new(fm, n, &s);
-		es_client_tier_stats(es, &t0);
-		for (int i = 0; r == 0 && i < n; i++)
-			r = cw_dsv_eval(fm, s, ids + i, 1, 1,
-					  out[pass] + (size_t)i * V, &d);
-		es_client_tier_stats(es, &t1);
-		CHECK(r == 0, "layer-hint pass %d: %s", pass, d.msg);
-		hints[pass] = t1.step_hints - t0.step_hints;
-		cw_dsv_state_free(s);
-	}
-	cw_dsv_set_layer_hints(fm, 1);
-	printf("layer-start hints off vs on: %d tokens one per eval, logits "
-	       "bit-identical: %s; step-named hint entries %llu vs %llu\n",
-	       n, memcmp(out[0], out[1], (size_t)n * V * sizeof(float)) ?
-	       "no" : "yes", (unsigned long long)hints[0],
-	       (unsigned long long)hints[1]);
-	CHECK(!memcmp(out[0], out[1], (size_t)n * V * sizeof(float)),
-	      "logits with layer-start hints off and on differ");
-	CHECK(hints[1] - hints[0] ==
-	      (uint64_t)n * (uint64_t)(c->n_layers - 1) * (uint64_t)c->top_k,
-	      "layer-start hint entries: %llu more with them on, expected "
-	      "%d x %d x %d", (unsigned long long)(hints[1] - hints[0]), n,
-	      c->n_layers - 1, c->top_k);
+	CHECK(ids != NULL, "case ids");
+	if (ids)
+		dsvt_layer_hint_pass(&n_fail, fm, es, ids, n,
+				     cw_dsv_config(fm)->n_layers - 1);
 	free(ids);
-	free(out[0]);
-	free(out[1]);
 }
 
 /* The greedy mode (header). */

@@ -138,51 +138,11 @@ static void layer_hint_pass(struct cw_dsv_model *fm, struct es_client *es)
 	const int scored = c->n_layers - (c->n_hash_layers < c->n_layers ?
 					  c->n_hash_layers : c->n_layers);
 	int32_t ids[24];
-	float *out[2] = { malloc((size_t)n * V * sizeof(float)),
-			  malloc((size_t)n * V * sizeof(float)) };
-	uint64_t hints[2] = { 0, 0 };
-	struct st_diag d = { { 0 } };
 
 	for (int i = 0; i < n; i++)
 		ids[i] = (int32_t)((i * 7919u + 13u) % (unsigned)V);
-	for (int pass = 0; pass < 2 && out[0] && out[1]; pass++) {
-		struct cw_dsv_state *s = NULL;
-		struct es_tier_stats t0, t1;
-		int r;
-
-		cw_dsv_set_layer_hints(fm, pass);
-		r = cw_dsv_state_new(fm, n, &s);
-		es_client_tier_stats(es, &t0);
-		for (int i = 0; r == 0 && i < n; i++)
-			r = cw_dsv_eval(fm, s, ids + i, 1, 1,
-					 out[pass] + (size_t)i * V, &d);
-		es_client_tier_stats(es, &t1);
-		CHECK(r == 0, "layer-hint pass %d: %s", pass, d.msg);
-		hints[pass] = t1.step_hints - t0.step_hints;
-		cw_dsv_state_free(s);
-	}
-	cw_dsv_set_layer_hints(fm, 1);
-	CHECK(out[0] && out[1], "out of memory");
-	if (out[0] && out[1]) {
-		const int same = !memcmp(out[0], out[1],
-					 (size_t)n * V * sizeof(float));
-
-		printf("layer-start hints off vs on: %d tokens one per eval, "
-		       "logits bit-identical: %s; step-named hint entries %llu "
-		       "vs %llu\n", n, same ? "yes" : "no",
-		       (unsigned long long)hints[0],
-		       (unsigned long long)hints[1]);
-		CHECK(same, "logits with layer-start hints off and on differ");
-		CHECK(scored > 0, "the fixture has no score-routed layer");
-		CHECK(hints[1] - hints[0] ==
-		      (uint64_t)n * (uint64_t)scored * (uint64_t)c->top_k,
-		      "layer-start hint entries: %llu more with them on, "
-		      "expected %d x %d x %d",
-		      (unsigned long long)(hints[1] - hints[0]), n, scored,
-		      c->top_k);
-	}
-	free(out[0]);
-	free(out[1]);
+	CHECK(scored > 0, "the fixture has no score-routed layer");
+	dsvt_layer_hint_pass(&n_fail, fm, es, ids, n, scored);
 }
 
 int main(int argc, char **argv)
