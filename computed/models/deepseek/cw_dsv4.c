@@ -194,7 +194,6 @@ static int index_select_rows(const float *q, const float *omega, int n_heads,
 			     int top_k, int *sel)
 {
 	double sc[n_vis > 0 ? n_vis : 1];
-	unsigned char used[n_vis > 0 ? n_vis : 1];
 
 	if (n_vis <= top_k) {
 		for (int w = 0; w < n_vis; w++)
@@ -214,20 +213,10 @@ static int index_select_rows(const float *q, const float *omega, int n_heads,
 			s += omega[h] * (d > 0 ? d : 0.0);
 		}
 		sc[w] = s;
-		used[w] = 0;
 	}
-	for (int j = 0; j < top_k; j++) {
-		int best = -1;
-
-		for (int w = 0; w < n_vis; w++)
-			if (!used[w] && (best < 0 || sc[w] > sc[best]))
-				best = w;
-		used[best] = 1;
-	}
-	for (int w = 0, j = 0; w < n_vis; w++)
-		if (used[w])
-			sel[j++] = w;
-	return top_k;
+	/* the top_k, ties to the lower row, sorted (the scores are finite:
+	 * the family's one top-k) */
+	return cw_dsv41_select(sc, n_vis, top_k, sel);
 }
 
 int cw_dsv4_index_select(const float *q, const float *omega, int n_heads,

@@ -125,7 +125,8 @@ int cw_dsv41_candidate_blocks(const double *sc, int n_vis, int block_size,
 			      int topk_blocks, int *blocks);
 
 /*
- * Top-k selection from index scores sc[0..n_vis): the top min(top_k,
+ * Top-k selection from index scores sc[0..n_vis) (V4.1's index sources
+ * and V4's indexer): the top min(top_k,
  * n_vis) entries, ties to the lower entry, picks with score -inf dropped;
  * sel gets them sorted; returns their count.
  */
