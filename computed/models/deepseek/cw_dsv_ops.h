@@ -126,9 +126,9 @@ int cw_dsv41_candidate_blocks(const double *sc, int n_vis, int block_size,
 
 /*
  * Top-k selection from index scores sc[0..n_vis) (V4.1's index sources
- * and V4's indexer): the top min(top_k,
- * n_vis) entries, ties to the lower entry, picks with score -inf dropped;
- * sel gets them sorted; returns their count.
+ * and V4's indexer): the top min(top_k, n_vis) entries, ties to the lower
+ * entry, picks with score -inf dropped; sel gets them sorted; returns
+ * their count.
  */
 int cw_dsv41_select(const double *sc, int n_vis, int top_k, int *sel);
 
