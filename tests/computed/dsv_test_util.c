@@ -407,3 +407,43 @@ out:
 	free(out[0]);
 	free(out[1]);
 }
+
+int dsvt_free_greedy(const struct cw_dsv_model *m, const int32_t *ids, int n,
+		     const json_t *greedy, const json_t *steps,
+		     double gap_rule, float *row, int *ret_same,
+		     int *ret_diff, int32_t *ret_tok, struct st_diag *diag)
+{
+	const int V = cw_dsv_config(m)->vocab_size;
+	const int ng = (int)json_array_size(steps ? steps : greedy);
+	struct cw_dsv_state *s = NULL;
+	int r, i;
+
+	*ret_same = 0;
+	*ret_diff = -1;
+	r = cw_dsv_state_new(m, n + ng + 1, &s);
+	if (r == 0)
+		r = cw_dsv_eval(m, s, ids, n, 0, row, diag);
+	for (i = 0; r == 0 && i < ng; i++) {
+		int32_t tok = dsvt_argmax(row, V);
+		int32_t want = (int32_t)json_integer_value(
+			json_array_get(greedy, i));
+
+		if (tok == want) {
+			++*ret_same;
+		} else if (*ret_diff < 0) {
+			*ret_diff = i;
+			*ret_tok = tok;
+		}
+		if (steps && (tok != want ||
+			      json_number_value(json_object_get(
+				      json_array_get(steps, i),
+				      "top1_minus_top2")) < gap_rule)) {
+			i++;
+			break;
+		}
+		if (i + 1 < ng)
+			r = cw_dsv_eval(m, s, &tok, 1, 0, row, diag);
+	}
+	cw_dsv_state_free(s);
+	return r < 0 ? r : i;
+}

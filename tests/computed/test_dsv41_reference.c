@@ -101,30 +101,21 @@ static void free_greedy(const struct cw_dsv_model *m, const json_t *cs,
 			const int32_t *ids, int n, struct stats *st,
 			double gap_rule, float *row)
 {
-	const int V = cw_dsv_config(m)->vocab_size;
 	const char *name = json_string_value(json_object_get(cs, "name"));
-	const json_t *steps = json_object_get(cs, "continuation_steps");
 	const json_t *greedy = json_object_get(cs, "greedy_continuation");
-	int ns = (int)json_array_size(steps);
-	struct cw_dsv_state *s;
 	struct st_diag d = { { 0 } };
+	int32_t tok = -1;
+	int same, diff;
+	int nc = dsvt_free_greedy(m, ids, n, greedy,
+				  json_object_get(cs, "continuation_steps"),
+				  gap_rule, row, &same, &diff, &tok, &d);
 
-	must(cw_dsv_state_new(m, n + ns + 1, &s), &d, "state");
-	must(cw_dsv_eval(m, s, ids, n, 0, row, &d), &d, name);
-	for (int i = 0; i < ns; i++) {
-		int32_t tok = dsvt_argmax(row, V);
-		int32_t ref = (int32_t)json_integer_value(json_array_get(greedy, i));
-
-		st->free_total++;
-		st->free_same += tok == ref;
-		CHECK(tok == ref, "%s free-running step %d: %d, reference %d",
-		      name, i, tok, ref);
-		if (tok != ref || json_number_value(json_object_get(
-			json_array_get(steps, i), "top1_minus_top2")) < gap_rule)
-			break;
-		must(cw_dsv_eval(m, s, &tok, 1, 0, row, &d), &d, name);
-	}
-	cw_dsv_state_free(s);
+	must(nc, &d, name);
+	st->free_total += nc;
+	st->free_same += same;
+	CHECK(diff < 0, "%s free-running step %d: %d, reference %d", name,
+	      diff, tok, diff < 0 ? -1 :
+	      (int)json_integer_value(json_array_get(greedy, diff)));
 }
 
 /* One case: one-shot prefill with every position's logits, then the

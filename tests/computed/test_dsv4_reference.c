@@ -219,31 +219,16 @@ static int prefill_chunked(struct cw_dsv_model *m, const int32_t *ids,
 static void free_greedy(struct cw_dsv_model *m, const int32_t *ids, int n,
 			const json_t *gc, const char *name, float *row)
 {
-	const struct st_dsv_config *c = cw_dsv_config(m);
-	struct cw_dsv_state *s = NULL;
 	struct st_diag diag = { 0 };
-	int ng = (int)json_array_size(gc), same = 0, first_diff = -1;
+	int32_t tok = -1;
+	int same, first_diff;
+	int ng = dsvt_free_greedy(m, ids, n, gc, NULL, 0, row, &same,
+				  &first_diff, &tok, &diag);
 
-	if (cw_dsv_state_new(m, n + ng, &s) < 0 ||
-	    cw_dsv_eval(m, s, ids, n, 0, row, &diag) < 0) {
-		CHECK(0, "%s: free-running prefill: %s", name, diag.msg);
-		cw_dsv_state_free(s);
+	if (ng < 0) {
+		CHECK(0, "%s: free-running greedy: %s", name, diag.msg);
 		return;
 	}
-	for (int i = 0; i < ng; i++) {
-		int32_t tok = dsvt_argmax(row, c->vocab_size);
-		int want = (int)json_integer_value(json_array_get(gc, i));
-
-		if (tok == want)
-			same++;
-		else if (first_diff < 0)
-			first_diff = i;
-		if (i + 1 < ng && cw_dsv_eval(m, s, &tok, 1, 0, row, &diag) < 0) {
-			CHECK(0, "%s: free-running decode: %s", name, diag.msg);
-			break;
-		}
-	}
-	cw_dsv_state_free(s);
 	free_same += same;
 	free_total += ng;
 	CHECK(qat_mode || same == ng,
