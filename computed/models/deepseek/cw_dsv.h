@@ -107,7 +107,8 @@ int cw_dsv_set_backend(struct cw_dsv_model *m,
 
 /*
  * The revision's QAT round trips (V4: CW_DSV4_QAT_*, off by default;
- * V4.1: CW_DSV41_QAT_*, all on by default; what each does: below).  Set before evaluating; a state must not mix settings.
+ * V4.1: CW_DSV41_QAT_*, all on by default; what each does: below).
+ * Set before evaluating; a state must not mix settings.
  * Returns 0, -EINVAL (a flag the revision does not have),
  * -ST_E_UNSUPPORTED (V4's INDEX_FP4 with an index_head_dim that is not a
  * power of two: the Hadamard transform needs one).
@@ -353,7 +354,7 @@ int cw_dsv_kv_declare(const struct cw_dsv_model *m, struct kv_client *kv,
 		      uint32_t page_rows, uint64_t model_id,
 		      struct st_diag *diag);
 
-/* ---- sequence states in kvd (cw_dsv_kv.c, DESIGN 3a, docs/DESIGN.md 9) ---- */
+/* ---- sequence states in kvd (cw_dsv_kv.c; docs/DESIGN.md 3a, 9) ---- */
 
 /*
  * A sequence state whose streams live in kvd pages (kv declared with
@@ -415,7 +416,8 @@ int cw_dsv_state_publish(struct cw_dsv_state *s, const int32_t *ids, int n,
 /* kvd sequence handle of a kvd state (0 for a process-local one). */
 uint32_t cw_dsv_state_seq(const struct cw_dsv_state *s);
 
-/* ---- DeepSeek-V4's own (cw_dsv4.c, cw_dsv_streams.c, cw_dsv_load_attn.c) ---- */
+/* ---- DeepSeek-V4's own (cw_dsv4.c, cw_dsv_streams.c,
+ * cw_dsv_load_attn.c) ---- */
 
 /*
  * The official inference code's quantisation round trips (not in HF, not

@@ -11,9 +11,10 @@
  * closes (before its own attention: a ratio-1 source's token sees its own
  * entry), the index source's selection (published for the layers up to
  * the next source; CSA2: cw_dsv41_csa2.c), attention, mHC post, the FFN
- * mixer, the collapse with the attention site's pre, MoE, mHC post.  Each token reads only its own values and
- * what earlier positions left in the state, in a fixed order, so any
- * split of a sequence into chunks gives bit-identical values.
+ * mixer, the collapse with the attention site's pre, MoE, mHC post.  Each
+ * token reads only its own values and what earlier positions left in the
+ * state, in a fixed order, so any split of a sequence into chunks gives
+ * bit-identical values.
  */
 #include "cw_dsv41_int.h"
 
