@@ -438,13 +438,6 @@ static int v4_layer_token(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 	if (r < 0)
 		return r;
 	cw_dsv_hc_post(X, hc, D, y, post, comb);
-	if (dbg && s->dbg->stream_rms) {
-		double ss = 0.0;
-
-		for (int i = 0; i < hc * D; i++)
-			ss += (double)X[i] * X[i];
-		s->dbg->stream_rms[dl] = (float)sqrt(ss / (hc * D));
-	}
 	return 0;
 }
 

@@ -251,13 +251,6 @@ static int layer_token(const struct cw_dsv_model *m,
 				j < ck->ncand[t] ?
 					ck->cand[(size_t)t * c->candidate_topk_blocks + j] :
 					-1;
-	if (dbg && dbg->stream_rms) {
-		double ss = 0.0;
-
-		for (int i = 0; i < hc * D; i++)
-			ss += (double)X[i] * X[i];
-		dbg->stream_rms[dl] = (float)sqrt(ss / (hc * D));
-	}
 	return 0;
 }
 

@@ -15,6 +15,7 @@
 #include "cw_dsv_state.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,6 +66,16 @@ static int chunk_init(const struct cw_dsv_model *m, struct cw_dsv_chunk *ck)
 	return 0;
 }
 
+/* Debug: the RMS over the n stream values of one token after a layer. */
+static float stream_rms(const float *X, int n)
+{
+	double ss = 0.0;
+
+	for (int i = 0; i < n; i++)
+		ss += (double)X[i] * X[i];
+	return (float)sqrt(ss / n);
+}
+
 int cw_dsv_run(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 	       const int32_t *ids, int n, int64_t p0, int replay,
 	       int all_positions, float *logits, struct st_diag *diag)
@@ -97,9 +108,15 @@ int cw_dsv_run(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 		}
 		if (t0 > 0) /* rows before t0 are not computed: unseen */
 			s->ls[l].win_lo = p0 + t0;
-		for (int t = t0; t < n; t++)
+		for (int t = t0; t < n; t++) {
 			if ((r = s->rev->layer_token(m, s, l, t, &ck, diag)) < 0)
 				goto out;
+			if (s->dbg && s->dbg->stream_rms &&
+			    t < s->dbg->max_tokens)
+				s->dbg->stream_rms[(size_t)t * c->n_layers + l] =
+					stream_rms(ck.X + (size_t)t * hc * D,
+						   hc * D);
+		}
 	}
 	if (s->q.kv && s->q.row_missing)
 		goto out; /* cw_dsv_kv_end fails the eval */
