@@ -447,3 +447,28 @@ int dsvt_free_greedy(const struct cw_dsv_model *m, const int32_t *ids, int n,
 	cw_dsv_state_free(s);
 	return r < 0 ? r : i;
 }
+
+int dsvt_eval_chunked(const struct cw_dsv_model *m, const int32_t *ids,
+		      int n, const int *cuts, int n_cuts, int all_positions,
+		      float *out, struct st_diag *diag)
+{
+	const int V = cw_dsv_config(m)->vocab_size;
+	struct cw_dsv_state *s;
+	int r, done = 0, ci = 0;
+
+	if ((r = cw_dsv_state_new(m, n, &s)) < 0)
+		return st_diag_set(diag, r, "state of %d tokens", n);
+	while (done < n && r == 0) {
+		int k = cuts[ci < n_cuts ? ci : n_cuts - 1];
+
+		ci++;
+		if (k > n - done)
+			k = n - done;
+		r = cw_dsv_eval(m, s, ids + done, k, all_positions,
+				out + (all_positions ? (size_t)done * V : 0),
+				diag);
+		done += k;
+	}
+	cw_dsv_state_free(s);
+	return r;
+}

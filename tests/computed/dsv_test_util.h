@@ -195,6 +195,17 @@ int dsvt_free_greedy(const struct cw_dsv_model *m, const int32_t *ids, int n,
 		     double gap_rule, float *row, int *ret_same,
 		     int *ret_diff, int32_t *ret_tok, struct st_diag *diag);
 
+/*
+ * Evaluates ids[0..n) on a new state of m in chunks of cuts[0], cuts[1],
+ * ... (the last repeated; a chunk cut to what is left): the chunking the
+ * reference tests hold bit-identical to a one-shot prefill.  out: with
+ * all_positions every position's logits [n][vocab_size], else the last
+ * position's [vocab_size].  0 or the eval's negative code with diag.
+ */
+int dsvt_eval_chunked(const struct cw_dsv_model *m, const int32_t *ids,
+		      int n, const int *cuts, int n_cuts, int all_positions,
+		      float *out, struct st_diag *diag);
+
 void dsvt_layer_hint_pass(int *n_fail, struct cw_dsv_model *fm,
 			  struct es_client *es, const int32_t *ids, int n,
 			  int hinted);

@@ -419,23 +419,10 @@ static int mode_reference(struct cw_dsv_model *m, const char *dir, int qat,
 static void eval_chunked(const struct cw_dsv_model *m, const int32_t *ids,
 			 int n, const int *cuts, int n_cuts, float *lg)
 {
-	const int V = cw_dsv_config(m)->vocab_size;
-	struct cw_dsv_state *s;
 	struct st_diag d = { { 0 } };
-	int done = 0, ci = 0;
 
-	must(cw_dsv_state_new(m, n, &s), &d, "state");
-	while (done < n) {
-		int k = cuts[ci < n_cuts ? ci : n_cuts - 1];
-
-		ci++;
-		if (k > n - done)
-			k = n - done;
-		must(cw_dsv_eval(m, s, ids + done, k, 1, lg + (size_t)done * V,
-				   &d), &d, "chunked eval");
-		done += k;
-	}
-	cw_dsv_state_free(s);
+	must(dsvt_eval_chunked(m, ids, n, cuts, n_cuts, 1, lg, &d), &d,
+	     "chunked eval");
 }
 
 /* The case with the most prompt tokens. */

@@ -190,29 +190,6 @@ static void check_debug(const struct cw_dsv_model *m, const int32_t *tok,
 	       checked);
 }
 
-/* Prefill in the given chunk sizes (the last repeats), last logits. */
-static int prefill_chunked(struct cw_dsv_model *m, const int32_t *ids,
-			   int n, const int *chunks, int n_chunks, float *out)
-{
-	struct cw_dsv_state *s;
-	struct st_diag diag = { 0 };
-	int r, at = 0, ci = 0;
-
-	if ((r = cw_dsv_state_new(m, n, &s)) < 0)
-		return r;
-	while (at < n && r == 0) {
-		int k = chunks[ci < n_chunks ? ci : n_chunks - 1];
-
-		ci++;
-		if (k > n - at)
-			k = n - at;
-		r = cw_dsv_eval(m, s, ids + at, k, 0, out, &diag);
-		at += k;
-	}
-	cw_dsv_state_free(s);
-	return r;
-}
-
 /* Free-running greedy generation: prefill ids[0..n), then the model's own
  * argmax fed back for as many steps as the reference's greedy ids gc;
  * every id must equal the reference's (reported only with QAT on). */
@@ -364,7 +341,8 @@ int main(int argc, char **argv)
 							 { 5 }, { 3, 17, 2 } };
 			static const int nsched[4] = { 3, 1, 1, 3 };
 
-			r = prefill_chunked(m, ids, n, sched[sc], nsched[sc], alt);
+			r = dsvt_eval_chunked(m, ids, n, sched[sc], nsched[sc], 0,
+					      alt, &diag);
 			CHECK(r == 0, "%s: chunked prefill %d failed", name, sc);
 			/* reference mode: bit for bit (DESIGN 6a) */
 			CHECK(r != 0 || memcmp(alt, lg + (size_t)(n - 1) * V,
