@@ -560,7 +560,7 @@ double cw_dsv41_window_bytes(const struct st_dsv_config *c);
  *             prompt longer than 2414 tokens saves work).
  * With either, only the last position's logits exist, so an eval with
  * all_positions is refused (-EINVAL).  Off by default; returns 0 or
- * -EINVAL for an unknown mode.
+ * -EINVAL for an unknown mode or a mode other than OFF on a V4 state.
  */
 enum {
 	CW_DSV41_CED_OFF = 0,
@@ -580,8 +580,9 @@ int cw_dsv41_set_ced_shortcut(struct cw_dsv_state *s, int mode);
  * attends only to the replayed rows before it, not to the dropped ones,
  * so the rebuilt rows differ from the exact ones (the report calls this
  * "a graceful, inexpensive degradation"); replaying the whole prefix
- * (n = len) is exact.  Errors: -EINVAL (n out of [1, len], a token id
- * that differs from the state's history); provider errors.
+ * (n = len) is exact.  Errors: -EINVAL (a V4 state, n out of [1, len], a
+ * token id that differs from the state's history); provider errors.
+ * drop_window on a V4 state has no effect.
  */
 void cw_dsv41_state_drop_window(struct cw_dsv_state *s);
 int cw_dsv41_replay(const struct cw_dsv_model *m, struct cw_dsv_state *s,
