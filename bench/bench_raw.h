@@ -1,7 +1,8 @@
 /*
- * bench_raw.h — what the tier benchmarks (strata-bench-dsv4, -dsv41)
- * measure the store's NVMe tier against: the raw O_DIRECT read bandwidth
- * of the expert files, and making the store's files cold between runs.
+ * bench_raw.h — what the tier benchmark (strata-bench-dsv, every
+ * DeepSeek-V4 revision) measures the store's NVMe tier against: the raw
+ * O_DIRECT read bandwidth of the expert files, and making the store's
+ * files cold between runs.
  */
 #ifndef BENCH_RAW_H
 #define BENCH_RAW_H

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli_cmds.h"
-#include "cw_dsv4.h"
+#include "cw_dsv.h"
 #include "kv_pool.h"
 #include "st_store.h"
 #include "st_util.h"

@@ -9,7 +9,7 @@
 #include <unistd.h>
 
 #include "cli_cmds.h"
-#include "cw_dsv4.h"
+#include "cw_dsv.h"
 #include "cw_dsv_plan.h"
 #include "cw_kvrow.h"
 #include "st_iconf.h"

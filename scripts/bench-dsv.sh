@@ -14,10 +14,10 @@
 #       model (scripts/gen-v41-engram-model.py --flash-layers: real
 #       per-layer shapes and formats, fewer layers and experts, Engram
 #       tables larger than the host Engram cache), converts it, runs
-#       strata-bench-dsv41 (decode tok/s at each host budget, expert and
+#       strata-bench-dsv (decode tok/s at each host budget, expert and
 #       Engram bytes read per token, the I/O-bound limit from the raw
 #       O_DIRECT bandwidth measured in the same run) and deletes the model
-#       and its store.  BENCH-ARGS go to strata-bench-dsv41 (e.g.
+#       and its store.  BENCH-ARGS go to strata-bench-dsv (e.g.
 #       --compute reference, --no-step-hints --no-overlap,
 #       --prefetch-depth 2); fast compute by default.  Disk: about
 #       2 x (1.1 GiB + layers x experts x 17.9 MiB + table-gib) in DIR
@@ -103,7 +103,7 @@ PY
 }
 
 bench_v41() {
-	BENCH=$BUILD/bench/strata-bench-dsv41
+	BENCH=$BUILD/bench/strata-bench-dsv
 	[ -x "$BENCH" ] || die "build first ($BENCH missing)"
 	if [ -z "$DIR" ]; then
 		DIR=$(mktemp -d /tmp/strata-v41bench-XXXXXX)

@@ -17,7 +17,7 @@ tokenizer_config.json are copied from --tokenizer-from (default: the
 tiny-deepseek-v41 fixture).
 
 With --flash-layers N (issue 11: the V4.1 serving benchmark,
-bench/strata-bench-dsv41) it writes a V4.1-Flash-shaped model instead:
+bench/strata-bench-dsv) it writes a V4.1-Flash-shaped model instead:
 every layer has the real per-layer shapes and formats of
 ../shared/MODEL_FAMILY_DEEPSEEK_V4.md 3.1-3.2 (hidden 5120, 64 heads of
 512, q_lora 1280, o_groups 8 x 1024, FP8 E4M3 dense in 32 x 32 blocks, mHC

@@ -1,5 +1,5 @@
 # Draws a step timeline (strata run --timeline FILE, computed --timeline,
-# strata-bench-dsv41 --timeline; columns in computed/models/cw_timeline.h)
+# strata-bench-dsv --timeline; columns in computed/models/cw_timeline.h)
 # as stacked bars, one per step (decoded token): where its wall time went.
 #
 # usage: gnuplot -e "tl='FILE'; out='timeline.png'" scripts/plot-timeline.gp

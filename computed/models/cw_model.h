@@ -135,7 +135,7 @@ void cw_model_set_expert_fn(struct cw_model *m, cw_expert_fn fn,
  * Times m's steps by phase on tl (cw_steptime.h: dense, experts, head,
  * kvd; borrowed, must outlive its use; NULL: off).  The families of this
  * file only: a DeepSeek-V4/V4.1 store's steps are not split into phases
- * (strata-bench-dsv41 --timeline times those in process).
+ * (strata-bench-dsv --timeline times those in process).
  */
 struct cw_steptime;
 void cw_model_set_steptime(struct cw_model *m, struct cw_steptime *tl);

@@ -183,7 +183,7 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
 
 		g->pin_steps = kv_client_stats(kv, &ks) < 0 ||
 			       ks.spill_budget_bytes > 0;
-		/* a V4 eval pins its sequence itself (cw_dsv4_eval) */
+		/* a V4 eval pins its sequence itself (cw_dsv_eval) */
 		if (cw_model_is_dsv4(model))
 			g->pin_steps = 0;
 	}

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "cw_dsv.h"
 #include "es_client.h"
 #include "es_convert.h"
 #include "st_util.h"
@@ -350,4 +351,124 @@ int dsvt_convert_tmp(const char *dir, char *tmp, size_t tcap, char *store,
 		return -1;
 	}
 	return 0;
+}
+
+void dsvt_layer_hint_pass(int *n_fail, struct cw_dsv_model *fm,
+			  struct es_client *es, const int32_t *ids, int n,
+			  int hinted)
+{
+	const struct st_dsv_config *c = cw_dsv_config(fm);
+	const int V = c->vocab_size;
+	float *out[2] = { malloc((size_t)n * V * sizeof(float)),
+			  malloc((size_t)n * V * sizeof(float)) };
+	uint64_t hints[2] = { 0, 0 };
+	struct st_diag d = { { 0 } };
+	int same;
+
+	for (int pass = 0; pass < 2 && out[0] && out[1]; pass++) {
+		struct cw_dsv_state *s = NULL;
+		struct es_tier_stats t0, t1;
+		int r;
+
+		cw_dsv_set_layer_hints(fm, pass);
+		r = cw_dsv_state_new(fm, n, &s);
+		es_client_tier_stats(es, &t0);
+		for (int i = 0; r == 0 && i < n; i++)
+			r = cw_dsv_eval(fm, s, ids + i, 1, 1,
+					out[pass] + (size_t)i * V, &d);
+		es_client_tier_stats(es, &t1);
+		if (r != 0)
+			dsvt_fail(n_fail, __FILE__, __LINE__,
+				  "layer-hint pass %d: %s", pass, d.msg);
+		hints[pass] = t1.step_hints - t0.step_hints;
+		cw_dsv_state_free(s);
+	}
+	cw_dsv_set_layer_hints(fm, 1);
+	if (!out[0] || !out[1]) {
+		dsvt_fail(n_fail, __FILE__, __LINE__, "out of memory");
+		goto out;
+	}
+	same = !memcmp(out[0], out[1], (size_t)n * V * sizeof(float));
+	printf("layer-start hints off vs on: %d tokens one per eval, logits "
+	       "bit-identical: %s; step-named hint entries %llu vs %llu\n",
+	       n, same ? "yes" : "no", (unsigned long long)hints[0],
+	       (unsigned long long)hints[1]);
+	if (!same)
+		dsvt_fail(n_fail, __FILE__, __LINE__,
+			  "logits with layer-start hints off and on differ");
+	if (hints[1] - hints[0] !=
+	    (uint64_t)n * (uint64_t)hinted * (uint64_t)c->top_k)
+		dsvt_fail(n_fail, __FILE__, __LINE__,
+			  "layer-start hint entries: %llu more with them on, "
+			  "expected %d x %d x %d",
+			  (unsigned long long)(hints[1] - hints[0]), n, hinted,
+			  c->top_k);
+out:
+	free(out[0]);
+	free(out[1]);
+}
+
+int dsvt_free_greedy(const struct cw_dsv_model *m, const int32_t *ids, int n,
+		     const json_t *greedy, const json_t *steps,
+		     double gap_rule, float *row, int *ret_same,
+		     int *ret_diff, int32_t *ret_tok, struct st_diag *diag)
+{
+	const int V = cw_dsv_config(m)->vocab_size;
+	const int ng = (int)json_array_size(steps ? steps : greedy);
+	struct cw_dsv_state *s = NULL;
+	int r, i;
+
+	*ret_same = 0;
+	*ret_diff = -1;
+	r = cw_dsv_state_new(m, n + ng + 1, &s);
+	if (r == 0)
+		r = cw_dsv_eval(m, s, ids, n, 0, row, diag);
+	for (i = 0; r == 0 && i < ng; i++) {
+		int32_t tok = dsvt_argmax(row, V);
+		int32_t want = (int32_t)json_integer_value(
+			json_array_get(greedy, i));
+
+		if (tok == want) {
+			++*ret_same;
+		} else if (*ret_diff < 0) {
+			*ret_diff = i;
+			*ret_tok = tok;
+		}
+		if (steps && (tok != want ||
+			      json_number_value(json_object_get(
+				      json_array_get(steps, i),
+				      "top1_minus_top2")) < gap_rule)) {
+			i++;
+			break;
+		}
+		if (i + 1 < ng)
+			r = cw_dsv_eval(m, s, &tok, 1, 0, row, diag);
+	}
+	cw_dsv_state_free(s);
+	return r < 0 ? r : i;
+}
+
+int dsvt_eval_chunked(const struct cw_dsv_model *m, const int32_t *ids,
+		      int n, const int *cuts, int n_cuts, int all_positions,
+		      float *out, struct st_diag *diag)
+{
+	const int V = cw_dsv_config(m)->vocab_size;
+	struct cw_dsv_state *s;
+	int r, done = 0, ci = 0;
+
+	if ((r = cw_dsv_state_new(m, n, &s)) < 0)
+		return st_diag_set(diag, r, "state of %d tokens", n);
+	while (done < n && r == 0) {
+		int k = cuts[ci < n_cuts ? ci : n_cuts - 1];
+
+		ci++;
+		if (k > n - done)
+			k = n - done;
+		r = cw_dsv_eval(m, s, ids + done, k, all_positions,
+				out + (all_positions ? (size_t)done * V : 0),
+				diag);
+		done += k;
+	}
+	cw_dsv_state_free(s);
+	return r;
 }

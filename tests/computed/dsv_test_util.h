@@ -165,4 +165,49 @@ int dsvt_copy_without(const char *dir, const char *file, const char *key,
 int dsvt_convert_tmp(const char *dir, char *tmp, size_t tcap, char *store,
 		     size_t scap);
 
+struct cw_dsv_model;
+struct st_diag;
+
+/*
+ * Layer-start hints (cw_dsv_set_layer_hints) off, then on, over ids[0..n)
+ * evaluated one token per eval on a fresh state of fm (a store model
+ * served by expertd es), every position's logits kept: both passes'
+ * logits bit-identical (a hint never changes a result), and expertd's
+ * step-named hint entries with them on exceed those with them off by
+ * exactly n x hinted x top_k (hinted: the layers that send a layer-start
+ * hint per token).  Failures counted in *n_fail (as CHECK); the figures
+ * printed.  Leaves the hints on.
+ */
+/*
+ * Free-running greedy generation on m (the DeepSeek reference tests; as
+ * the other families' tests do): prefill ids[0..n), then the model's own
+ * argmax fed back, each step's id compared with the reference's greedy
+ * ids greedy[i] (a JSON array), for every step of greedy or, steps not
+ * NULL (the reference's continuation_steps), up to the first step whose
+ * top1_minus_top2 is below gap_rule (included) or the first id that
+ * differs.  row: vocab_size floats of scratch.  Returns the steps
+ * compared (*ret_same: how many equal; *ret_diff: the first that
+ * differs, -1 if none; *ret_tok there: the model's id), or a negative
+ * code with diag when an eval failed.
+ */
+int dsvt_free_greedy(const struct cw_dsv_model *m, const int32_t *ids, int n,
+		     const json_t *greedy, const json_t *steps,
+		     double gap_rule, float *row, int *ret_same,
+		     int *ret_diff, int32_t *ret_tok, struct st_diag *diag);
+
+/*
+ * Evaluates ids[0..n) on a new state of m in chunks of cuts[0], cuts[1],
+ * ... (the last repeated; a chunk cut to what is left): the chunking the
+ * reference tests hold bit-identical to a one-shot prefill.  out: with
+ * all_positions every position's logits [n][vocab_size], else the last
+ * position's [vocab_size].  0 or the eval's negative code with diag.
+ */
+int dsvt_eval_chunked(const struct cw_dsv_model *m, const int32_t *ids,
+		      int n, const int *cuts, int n_cuts, int all_positions,
+		      float *out, struct st_diag *diag);
+
+void dsvt_layer_hint_pass(int *n_fail, struct cw_dsv_model *fm,
+			  struct es_client *es, const int32_t *ids, int n,
+			  int hinted);
+
 #endif

@@ -81,7 +81,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_dsv41.h"
+#include "st_config_dsv41.h"
+#include "cw_dsv.h"
 #include "dsv_test_util.h"
 #include "es_client.h"
 #include "es_convert.h"
@@ -215,18 +216,18 @@ static void run_all(const struct cw_dsv_model *ref,
 	size_t ci;
 
 	json_array_foreach(cases, ci, cs) {
-		struct cw_dsv41_state *sa = NULL, *sb = NULL;
+		struct cw_dsv_state *sa = NULL, *sb = NULL;
 		int n;
 		int32_t *ids = dsvt_case_ids(cs, 1, &n, NULL);
 
-		CHECK(a && b && cw_dsv41_state_new(ref, n, &sa) == 0 &&
-		      cw_dsv41_state_new(fm, n, &sb) == 0, "state");
+		CHECK(a && b && cw_dsv_state_new(ref, n, &sa) == 0 &&
+		      cw_dsv_state_new(fm, n, &sb) == 0, "state");
 		for (int p = 0; sa && sb && p < n; p += CHUNK) {
 			int k = n - p < CHUNK ? n - p : CHUNK;
-			int r = cw_dsv41_eval(ref, sa, ids + p, k, 1, a, &diag);
+			int r = cw_dsv_eval(ref, sa, ids + p, k, 1, a, &diag);
 
 			CHECK(r == 0, "reference eval: %s", diag.msg);
-			r = r ? r : cw_dsv41_eval(fm, sb, ids + p, k, 1, b,
+			r = r ? r : cw_dsv_eval(fm, sb, ids + p, k, 1, b,
 						  &diag);
 			CHECK(r == 0, "fast eval: %s", diag.msg);
 			if (r)
@@ -239,13 +240,13 @@ static void run_all(const struct cw_dsv_model *ref,
 		if (sb) {
 			struct cw_dsv_run_stats x;
 
-			cw_dsv41_state_stats(sb, &x);
+			cw_dsv_state_stats(sb, &x);
 			rs->experts_acquired += x.experts_acquired;
 			rs->expert_bytes += x.expert_bytes;
 			rs->acquire_ns += x.acquire_ns;
 		}
-		cw_dsv41_state_free(sa);
-		cw_dsv41_state_free(sb);
+		cw_dsv_state_free(sa);
+		cw_dsv_state_free(sb);
 		free(ids);
 	}
 	free(a);
@@ -297,14 +298,14 @@ static void fx_case(const struct cw_dsv_model *m, const json_t *cs,
 	int n = (int)json_array_size(jids), ns = (int)json_array_size(steps);
 	int32_t ids[n];
 	float *lg = malloc((size_t)n * V * sizeof(float));
-	struct cw_dsv41_state *s = NULL;
+	struct cw_dsv_state *s = NULL;
 	struct st_diag d = { { 0 } };
 	int gap_ok = 1, r;
 
 	for (int i = 0; i < n; i++)
 		ids[i] = (int32_t)json_integer_value(json_array_get(jids, i));
-	r = cw_dsv41_state_new(m, n + ns + 1, &s);
-	r = r ? r : cw_dsv41_eval(m, s, ids, n, 1, lg, &d);
+	r = cw_dsv_state_new(m, n + ns + 1, &s);
+	r = r ? r : cw_dsv_eval(m, s, ids, n, 1, lg, &d);
 	CHECK(r == 0, "fixture case eval: %s", d.msg);
 	for (int p = 0; r == 0 && p < n; p++)
 		fx_err(json_array_get(pp, p), lg + (size_t)p * V, V, f);
@@ -317,7 +318,7 @@ static void fx_case(const struct cw_dsv_model *m, const json_t *cs,
 			int32_t prev = (int32_t)json_integer_value(
 				json_array_get(greedy, i - 1));
 
-			r = cw_dsv41_eval(m, s, &prev, 1, 0, lg, &d);
+			r = cw_dsv_eval(m, s, &prev, 1, 0, lg, &d);
 			CHECK(r == 0, "fixture decode: %s", d.msg);
 			if (r)
 				break;
@@ -330,7 +331,7 @@ static void fx_case(const struct cw_dsv_model *m, const json_t *cs,
 				gap_ok = 0;
 		}
 	}
-	cw_dsv41_state_free(s);
+	cw_dsv_state_free(s);
 	free(lg);
 }
 
@@ -389,17 +390,17 @@ static void overlap_pass(struct cw_dsv_model *fm, const json_t *cs,
 	struct st_diag d = { { 0 } };
 
 	for (int pass = 0; pass < 2; pass++) {
-		struct cw_dsv41_state *s = NULL;
+		struct cw_dsv_state *s = NULL;
 		int r;
 
 		if (threads)
 			r = cw_dsv41_set_threads(fm, pass ? 3 : 1);
 		else
 			cw_dsv_set_decode_overlap(fm, 1, !pass), r = 0;
-		r = r ? r : cw_dsv41_state_new(fm, n, &s);
-		r = r ? r : cw_dsv41_eval(fm, s, ids, n, 1, pass ? b : a, &d);
+		r = r ? r : cw_dsv_state_new(fm, n, &s);
+		r = r ? r : cw_dsv_eval(fm, s, ids, n, 1, pass ? b : a, &d);
 		CHECK(r == 0, "overlap pass %d: %s", pass, d.msg);
-		cw_dsv41_state_free(s);
+		cw_dsv_state_free(s);
 	}
 	cw_dsv_set_decode_overlap(fm, 1, 1);
 	CHECK(cw_dsv41_set_threads(fm, 1) == 0, "threads 1");
@@ -422,47 +423,14 @@ static void overlap_pass(struct cw_dsv_model *fm, const json_t *cs,
 static void layer_hint_pass(struct cw_dsv_model *fm, struct es_client *es,
 			    const json_t *cs)
 {
-	const struct st_dsv_config *c = cw_dsv_config(fm);
-	const int V = c->vocab_size;
 	int n;
 	int32_t *ids = dsvt_case_ids(cs, 1, &n, NULL);
-	float *out[2] = { malloc((size_t)n * V * sizeof(float)),
-			  malloc((size_t)n * V * sizeof(float)) };
-	uint64_t hints[2] = { 0, 0 };
-	struct st_diag d = { { 0 } };
 
-	for (int pass = 0; pass < 2; pass++) {
-		struct cw_dsv41_state *s = NULL;
-		struct es_tier_stats t0, t1;
-		int r;
-
-		cw_dsv_set_layer_hints(fm, pass);
-		r = cw_dsv41_state_new(fm, n, &s);
-		es_client_tier_stats(es, &t0);
-		for (int i = 0; r == 0 && i < n; i++)
-			r = cw_dsv41_eval(fm, s, ids + i, 1, 1,
-					  out[pass] + (size_t)i * V, &d);
-		es_client_tier_stats(es, &t1);
-		CHECK(r == 0, "layer-hint pass %d: %s", pass, d.msg);
-		hints[pass] = t1.step_hints - t0.step_hints;
-		cw_dsv41_state_free(s);
-	}
-	cw_dsv_set_layer_hints(fm, 1);
-	printf("layer-start hints off vs on: %d tokens one per eval, logits "
-	       "bit-identical: %s; step-named hint entries %llu vs %llu\n",
-	       n, memcmp(out[0], out[1], (size_t)n * V * sizeof(float)) ?
-	       "no" : "yes", (unsigned long long)hints[0],
-	       (unsigned long long)hints[1]);
-	CHECK(!memcmp(out[0], out[1], (size_t)n * V * sizeof(float)),
-	      "logits with layer-start hints off and on differ");
-	CHECK(hints[1] - hints[0] ==
-	      (uint64_t)n * (uint64_t)(c->n_layers - 1) * (uint64_t)c->top_k,
-	      "layer-start hint entries: %llu more with them on, expected "
-	      "%d x %d x %d", (unsigned long long)(hints[1] - hints[0]), n,
-	      c->n_layers - 1, c->top_k);
+	CHECK(ids != NULL, "case ids");
+	if (ids)
+		dsvt_layer_hint_pass(&n_fail, fm, es, ids, n,
+				     cw_dsv_config(fm)->n_layers - 1);
 	free(ids);
-	free(out[0]);
-	free(out[1]);
 }
 
 /* The greedy mode (header). */
@@ -477,7 +445,7 @@ static int greedy_main(int argc, char **argv)
 	struct es_client *es = NULL;
 	char msg[1024];
 	struct cw_dsv_model *m = NULL;
-	struct cw_dsv41_state *s = NULL;
+	struct cw_dsv_state *s = NULL;
 	float *lg = NULL;
 
 	if (n < 1 || n_tok < 1 || !ids)
@@ -490,26 +458,26 @@ static int greedy_main(int argc, char **argv)
 		fprintf(stderr, "%s\n", msg);
 	r = r < 0 ? r : cw_dsv_load_store(store, es, ST_DSV_REV_V41,
 					  CW_COMPUTE_FAST, &m, &diag);
-	r = r < 0 ? r : cw_dsv41_state_new(m, n + n_tok + 1, &s);
+	r = r < 0 ? r : cw_dsv_state_new(m, n + n_tok + 1, &s);
 	if (r == 0) {
 		const int V = cw_dsv_config(m)->vocab_size;
 
 		lg = malloc((size_t)V * sizeof(float));
-		r = lg ? cw_dsv41_eval(m, s, ids, n, 0, lg, &diag) : -ENOMEM;
+		r = lg ? cw_dsv_eval(m, s, ids, n, 0, lg, &diag) : -ENOMEM;
 		printf("[");
 		for (int i = 0; r == 0 && i < n_tok; i++) {
 			int32_t t = dsvt_argmax(lg, V);
 
 			printf("%s%d", i ? ", " : "", t);
 			if (i + 1 < n_tok)
-				r = cw_dsv41_eval(m, s, &t, 1, 0, lg, &diag);
+				r = cw_dsv_eval(m, s, &t, 1, 0, lg, &diag);
 		}
 		printf("]\n");
 	}
 	if (r < 0)
 		fprintf(stderr, "greedy: %s\n", diag.msg);
 	free(lg);
-	cw_dsv41_state_free(s);
+	cw_dsv_state_free(s);
 	cw_dsv_free(m);
 	es_client_close(es);
 	st_test_inst_stop(&inst);

@@ -29,7 +29,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_dsv41.h"
+#include "st_config_dsv41.h"
+#include "cw_dsv.h"
 #include "dsv_test_util.h"
 #include "es_convert.h"
 #include "st_tokenizer.h"
@@ -95,17 +96,17 @@ static int reference_nll(const char *model, const int32_t *ids, size_t n,
 	*windows = 0;
 	for (size_t w0 = 0; lg && w0 < n; w0 += WINDOW) {
 		int k = (int)(n - w0 < WINDOW ? n - w0 : WINDOW);
-		struct cw_dsv41_state *s = NULL;
+		struct cw_dsv_state *s = NULL;
 
 		if (k < 2)
 			break;
-		if ((r = cw_dsv41_state_new(m, k, &s)) ||
-		    (r = cw_dsv41_eval(m, s, ids + w0, k, 1, lg, &d))) {
+		if ((r = cw_dsv_state_new(m, k, &s)) ||
+		    (r = cw_dsv_eval(m, s, ids + w0, k, 1, lg, &d))) {
 			fprintf(stderr, "eval: %s\n", d.msg);
-			cw_dsv41_state_free(s);
+			cw_dsv_state_free(s);
 			break;
 		}
-		cw_dsv41_state_free(s);
+		cw_dsv_state_free(s);
 		for (int p = 0; p + 1 < k; p++) {
 			const float *row = lg + (size_t)p * V;
 			double mx = row[0], sum = 0, lse;

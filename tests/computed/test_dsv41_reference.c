@@ -54,7 +54,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_dsv41.h"
+#include "st_config_dsv41.h"
+#include "cw_dsv.h"
 #include "dsv_test_util.h"
 #include "st_util.h"
 #include "test_util.h"
@@ -100,30 +101,21 @@ static void free_greedy(const struct cw_dsv_model *m, const json_t *cs,
 			const int32_t *ids, int n, struct stats *st,
 			double gap_rule, float *row)
 {
-	const int V = cw_dsv_config(m)->vocab_size;
 	const char *name = json_string_value(json_object_get(cs, "name"));
-	const json_t *steps = json_object_get(cs, "continuation_steps");
 	const json_t *greedy = json_object_get(cs, "greedy_continuation");
-	int ns = (int)json_array_size(steps);
-	struct cw_dsv41_state *s;
 	struct st_diag d = { { 0 } };
+	int32_t tok = -1;
+	int same, diff;
+	int nc = dsvt_free_greedy(m, ids, n, greedy,
+				  json_object_get(cs, "continuation_steps"),
+				  gap_rule, row, &same, &diff, &tok, &d);
 
-	must(cw_dsv41_state_new(m, n + ns + 1, &s), &d, "state");
-	must(cw_dsv41_eval(m, s, ids, n, 0, row, &d), &d, name);
-	for (int i = 0; i < ns; i++) {
-		int32_t tok = dsvt_argmax(row, V);
-		int32_t ref = (int32_t)json_integer_value(json_array_get(greedy, i));
-
-		st->free_total++;
-		st->free_same += tok == ref;
-		CHECK(tok == ref, "%s free-running step %d: %d, reference %d",
-		      name, i, tok, ref);
-		if (tok != ref || json_number_value(json_object_get(
-			json_array_get(steps, i), "top1_minus_top2")) < gap_rule)
-			break;
-		must(cw_dsv41_eval(m, s, &tok, 1, 0, row, &d), &d, name);
-	}
-	cw_dsv41_state_free(s);
+	must(nc, &d, name);
+	st->free_total += nc;
+	st->free_same += same;
+	CHECK(diff < 0, "%s free-running step %d: %d, reference %d", name,
+	      diff, tok, diff < 0 ? -1 :
+	      (int)json_integer_value(json_array_get(greedy, diff)));
 }
 
 /* One case: one-shot prefill with every position's logits, then the
@@ -133,7 +125,7 @@ static void free_greedy(const struct cw_dsv_model *m, const json_t *cs,
 static void run_case(const struct cw_dsv_model *m, const json_t *cs,
 		     struct stats *st, int strict, double tol_l, double tol_s,
 		     double gap_rule, int *g_same, int *g_total,
-		     struct cw_dsv41_debug *dbg)
+		     struct cw_dsv_debug *dbg)
 {
 	const struct st_dsv_config *c = cw_dsv_config(m);
 	const int V = c->vocab_size;
@@ -141,16 +133,16 @@ static void run_case(const struct cw_dsv_model *m, const json_t *cs,
 	const json_t *pp = json_object_get(cs, "prompt_positions");
 	const json_t *steps = json_object_get(cs, "continuation_steps");
 	const json_t *greedy = json_object_get(cs, "greedy_continuation");
-	struct cw_dsv41_state *s;
+	struct cw_dsv_state *s;
 	struct st_diag d = { { 0 } };
 	int n, ns = (int)json_array_size(steps), greedy_ok = 1;
 	int32_t *ids = dsvt_case_ids(cs, 0, &n, NULL);
 	float *lg = malloc((size_t)n * V * sizeof(float));
 
-	must(cw_dsv41_state_new(m, n + ns + 1, &s), &d, "state");
-	cw_dsv41_set_debug(s, dbg);
-	must(cw_dsv41_eval(m, s, ids, n, 1, lg, &d), &d, name);
-	cw_dsv41_set_debug(s, NULL);
+	must(cw_dsv_state_new(m, n + ns + 1, &s), &d, "state");
+	cw_dsv_set_debug(s, dbg);
+	must(cw_dsv_eval(m, s, ids, n, 1, lg, &d), &d, name);
+	cw_dsv_set_debug(s, NULL);
 	for (int p = 0; p < n; p++) {
 		double dl, ds;
 		int am, ok = dsvt_top1_ok(json_array_get(pp, p),
@@ -176,7 +168,7 @@ static void run_case(const struct cw_dsv_model *m, const json_t *cs,
 			int32_t prev = (int32_t)json_integer_value(
 				json_array_get(greedy, i - 1));
 
-			must(cw_dsv41_eval(m, s, &prev, 1, 0, lg, &d), &d,
+			must(cw_dsv_eval(m, s, &prev, 1, 0, lg, &d), &d,
 			     name);
 		}
 		if (i > 0) {
@@ -197,7 +189,7 @@ static void run_case(const struct cw_dsv_model *m, const json_t *cs,
 				greedy_ok = 0;
 		}
 	}
-	cw_dsv41_state_free(s);
+	cw_dsv_state_free(s);
 	free_greedy(m, cs, ids, n, st, gap_rule, lg);
 	free(lg);
 	free(ids);
@@ -228,7 +220,7 @@ static int cmp_i(const void *a, const void *b)
 
 /* p4's debug data against the reference's. */
 static void check_debug(const struct st_dsv_config *c, const json_t *dj,
-			const struct cw_dsv41_debug *d, int n)
+			const struct cw_dsv_debug *d, int n)
 {
 	const int L = c->n_layers, K = c->top_k, T = c->index_topk;
 	const int rpp = (c->engram_max_ngram - 1) * c->engram_n_heads;
@@ -367,7 +359,7 @@ static int mode_reference(struct cw_dsv_model *m, const char *dir, int qat,
 	json_array_foreach(cases, i, cs) {
 		const char *name = json_string_value(json_object_get(cs, "name"));
 		int dbg_case = qat && dbg_prompt && !strcmp(name, dbg_prompt);
-		struct cw_dsv41_debug dbg = { 0 };
+		struct cw_dsv_debug dbg = { 0 };
 		int n = (int)json_array_size(json_object_get(cs, "ids"));
 
 		if (dbg_case) {
@@ -427,23 +419,10 @@ static int mode_reference(struct cw_dsv_model *m, const char *dir, int qat,
 static void eval_chunked(const struct cw_dsv_model *m, const int32_t *ids,
 			 int n, const int *cuts, int n_cuts, float *lg)
 {
-	const int V = cw_dsv_config(m)->vocab_size;
-	struct cw_dsv41_state *s;
 	struct st_diag d = { { 0 } };
-	int done = 0, ci = 0;
 
-	must(cw_dsv41_state_new(m, n, &s), &d, "state");
-	while (done < n) {
-		int k = cuts[ci < n_cuts ? ci : n_cuts - 1];
-
-		ci++;
-		if (k > n - done)
-			k = n - done;
-		must(cw_dsv41_eval(m, s, ids + done, k, 1, lg + (size_t)done * V,
-				   &d), &d, "chunked eval");
-		done += k;
-	}
-	cw_dsv41_state_free(s);
+	must(dsvt_eval_chunked(m, ids, n, cuts, n_cuts, 1, lg, &d), &d,
+	     "chunked eval");
 }
 
 /* The case with the most prompt tokens. */
@@ -513,21 +492,21 @@ static void prefill_decode(const struct cw_dsv_model *m, const int32_t *ids,
 			   int n_cont, float *out)
 {
 	const int V = cw_dsv_config(m)->vocab_size;
-	struct cw_dsv41_state *s;
+	struct cw_dsv_state *s;
 	struct st_diag d = { { 0 } };
 
-	must(cw_dsv41_state_new(m, n + n_cont, &s), &d, "state");
+	must(cw_dsv_state_new(m, n + n_cont, &s), &d, "state");
 	cw_dsv41_set_ced_shortcut(s, ced);
 	for (int done = 0; done < n; done += chunk) {
 		int k = n - done < chunk ? n - done : chunk;
 
-		must(cw_dsv41_eval(m, s, ids + done, k, 0, out, &d), &d,
+		must(cw_dsv_eval(m, s, ids + done, k, 0, out, &d), &d,
 		     "prefill");
 	}
 	for (int i = 0; i < n_cont; i++)
-		must(cw_dsv41_eval(m, s, cont + i, 1, 0,
+		must(cw_dsv_eval(m, s, cont + i, 1, 0,
 				   out + (size_t)(i + 1) * V, &d), &d, "decode");
-	cw_dsv41_state_free(s);
+	cw_dsv_state_free(s);
 }
 
 static double max_abs_diff(const float *a, const float *b, size_t n,
@@ -593,18 +572,18 @@ static int mode_ced(struct cw_dsv_model *m, const char *dir)
 		free(b);
 	}
 	{	/* all-position logits are refused with the shortcut on */
-		struct cw_dsv41_state *s;
+		struct cw_dsv_state *s;
 		struct st_diag d = { { 0 } };
 		int32_t id = 0;
 		float *lg = malloc((size_t)V * sizeof(float));
 
-		must(cw_dsv41_state_new(m, 4, &s), &d, "state");
+		must(cw_dsv_state_new(m, 4, &s), &d, "state");
 		CHECK(cw_dsv41_set_ced_shortcut(s, 3) == -EINVAL,
 		      "unknown CED mode accepted");
 		cw_dsv41_set_ced_shortcut(s, CW_DSV41_CED_EXACT);
-		CHECK(cw_dsv41_eval(m, s, &id, 1, 1, lg, &d) == -EINVAL,
+		CHECK(cw_dsv_eval(m, s, &id, 1, 1, lg, &d) == -EINVAL,
 		      "all-position logits accepted with the CED shortcut");
-		cw_dsv41_state_free(s);
+		cw_dsv_state_free(s);
 		free(lg);
 	}
 	json_decref(ref);
@@ -618,19 +597,19 @@ static double replay_dev(const struct cw_dsv_model *m, const int32_t *ids,
 			 const float *full)
 {
 	const int V = cw_dsv_config(m)->vocab_size;
-	struct cw_dsv41_state *s;
+	struct cw_dsv_state *s;
 	struct st_diag d = { { 0 } };
 	float *lg = malloc((size_t)V * sizeof(float));
 	double dev = 0.0;
 
-	must(cw_dsv41_state_new(m, n + n_cont, &s), &d, "state");
-	must(cw_dsv41_eval(m, s, ids, n, 0, NULL, &d), &d, "prefill");
+	must(cw_dsv_state_new(m, n + n_cont, &s), &d, "state");
+	must(cw_dsv_eval(m, s, ids, n, 0, NULL, &d), &d, "prefill");
 	cw_dsv41_state_drop_window(s);
 	if (n_replay)
 		must(cw_dsv41_replay(m, s, ids + n - n_replay, n_replay, &d),
 		     &d, "replay");
 	for (int i = 0; i < n_cont; i++) {
-		must(cw_dsv41_eval(m, s, cont + i, 1, 0, lg, &d), &d, "decode");
+		must(cw_dsv_eval(m, s, cont + i, 1, 0, lg, &d), &d, "decode");
 		for (int v = 0; v < V; v++) {
 			double e = fabs(lg[v] - full[(size_t)(i + 1) * V + v]);
 
@@ -638,7 +617,7 @@ static double replay_dev(const struct cw_dsv_model *m, const int32_t *ids,
 				dev = e;
 		}
 	}
-	cw_dsv41_state_free(s);
+	cw_dsv_state_free(s);
 	free(lg);
 	return dev;
 }
@@ -681,17 +660,17 @@ static int mode_replay(struct cw_dsv_model *m, const char *dir)
 		free(full);
 	}
 	{	/* a replay with tokens that are not the prefix's is refused */
-		struct cw_dsv41_state *s;
+		struct cw_dsv_state *s;
 		struct st_diag d = { { 0 } };
 		int32_t ids[3] = { 0, 5, 7 }, bad = 6;
 
-		must(cw_dsv41_state_new(m, 8, &s), &d, "state");
-		must(cw_dsv41_eval(m, s, ids, 3, 0, NULL, &d), &d, "eval");
+		must(cw_dsv_state_new(m, 8, &s), &d, "state");
+		must(cw_dsv_eval(m, s, ids, 3, 0, NULL, &d), &d, "eval");
 		CHECK(cw_dsv41_replay(m, s, &bad, 1, &d) == -EINVAL,
 		      "replay of a foreign token accepted");
 		CHECK(cw_dsv41_replay(m, s, ids, 4, &d) == -EINVAL,
 		      "replay longer than the state accepted");
-		cw_dsv41_state_free(s);
+		cw_dsv_state_free(s);
 	}
 	json_decref(ref);
 	return 0;
@@ -728,7 +707,7 @@ static int mode_provider(struct cw_dsv_model *m, const char *dir)
 	const json_t *cs = longest_case(ref);
 	struct counting cnt = { .m = m };
 	struct cw_dsv41_engram_provider prov = { counting_rows, &cnt };
-	struct cw_dsv41_state *s;
+	struct cw_dsv_state *s;
 	struct st_diag d = { { 0 } };
 	int n;
 	int32_t *ids = dsvt_case_ids(cs, 0, &n, NULL);
@@ -747,12 +726,12 @@ static int mode_provider(struct cw_dsv_model *m, const char *dir)
 	printf("engram provider: %d calls, %d rows for %d positions, %zu logits differ from the in-memory tables\n",
 	       cnt.calls, cnt.rows, n, nd);
 	cnt.fail = 1;
-	must(cw_dsv41_state_new(m, n, &s), &d, "state");
-	CHECK(cw_dsv41_eval(m, s, ids, n, 0, b, &d) == -EIO &&
+	must(cw_dsv_state_new(m, n, &s), &d, "state");
+	CHECK(cw_dsv_eval(m, s, ids, n, 0, b, &d) == -EIO &&
 	      strstr(d.msg, "engram tier"),
 	      "a failing provider did not fail the eval with its error (%s)",
 	      d.msg);
-	cw_dsv41_state_free(s);
+	cw_dsv_state_free(s);
 	cw_dsv41_set_engram_provider(m, NULL);
 	free(a);
 	free(b);

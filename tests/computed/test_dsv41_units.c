@@ -28,9 +28,8 @@
 
 #include <cmocka.h>
 
-#include "cw_dsv4.h"
+#include "cw_dsv.h"
 #include "cw_dsv_ops.h"
-#include "cw_dsv41.h"
 #include "dsv_test_util.h"
 #include "kv_pool.h"
 #include "st_config_dsv41.h"

@@ -42,7 +42,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_dsv4.h"
+#include "cw_dsv.h"
 #include "dsv_test_util.h"
 #include "es_client.h"
 #include "es_convert.h"
@@ -62,17 +62,17 @@ static void run_seq(const struct cw_dsv_model *ref,
 	const int V = cw_dsv_config(ref)->vocab_size;
 	float *a = malloc((size_t)CHUNK * V * sizeof(float));
 	float *b = malloc((size_t)CHUNK * V * sizeof(float));
-	struct cw_dsv4_state *sa = NULL, *sb = NULL;
+	struct cw_dsv_state *sa = NULL, *sb = NULL;
 	struct st_diag diag = { { 0 } };
 
-	CHECK(a && b && cw_dsv4_state_new(ref, n, &sa) == 0 &&
-	      cw_dsv4_state_new(fm, n, &sb) == 0, "state");
+	CHECK(a && b && cw_dsv_state_new(ref, n, &sa) == 0 &&
+	      cw_dsv_state_new(fm, n, &sb) == 0, "state");
 	for (int p = 0; sa && sb && p < n; p += CHUNK) {
 		int k = n - p < CHUNK ? n - p : CHUNK;
-		int r = cw_dsv4_eval(ref, sa, ids + p, k, 1, a, &diag);
+		int r = cw_dsv_eval(ref, sa, ids + p, k, 1, a, &diag);
 
 		CHECK(r == 0, "reference eval: %s", diag.msg);
-		r = r ? r : cw_dsv4_eval(fm, sb, ids + p, k, 1, b, &diag);
+		r = r ? r : cw_dsv_eval(fm, sb, ids + p, k, 1, b, &diag);
 		CHECK(r == 0, "fast eval: %s", diag.msg);
 		if (r)
 			break;
@@ -82,13 +82,13 @@ static void run_seq(const struct cw_dsv_model *ref,
 	if (sb) {
 		struct cw_dsv_run_stats x;
 
-		cw_dsv4_state_stats(sb, &x);
+		cw_dsv_state_stats(sb, &x);
 		rs->experts_acquired += x.experts_acquired;
 		rs->expert_bytes += x.expert_bytes;
 		rs->acquire_ns += x.acquire_ns;
 	}
-	cw_dsv4_state_free(sa);
-	cw_dsv4_state_free(sb);
+	cw_dsv_state_free(sa);
+	cw_dsv_state_free(sb);
 	free(a);
 	free(b);
 }
@@ -138,51 +138,11 @@ static void layer_hint_pass(struct cw_dsv_model *fm, struct es_client *es)
 	const int scored = c->n_layers - (c->n_hash_layers < c->n_layers ?
 					  c->n_hash_layers : c->n_layers);
 	int32_t ids[24];
-	float *out[2] = { malloc((size_t)n * V * sizeof(float)),
-			  malloc((size_t)n * V * sizeof(float)) };
-	uint64_t hints[2] = { 0, 0 };
-	struct st_diag d = { { 0 } };
 
 	for (int i = 0; i < n; i++)
 		ids[i] = (int32_t)((i * 7919u + 13u) % (unsigned)V);
-	for (int pass = 0; pass < 2 && out[0] && out[1]; pass++) {
-		struct cw_dsv4_state *s = NULL;
-		struct es_tier_stats t0, t1;
-		int r;
-
-		cw_dsv_set_layer_hints(fm, pass);
-		r = cw_dsv4_state_new(fm, n, &s);
-		es_client_tier_stats(es, &t0);
-		for (int i = 0; r == 0 && i < n; i++)
-			r = cw_dsv4_eval(fm, s, ids + i, 1, 1,
-					 out[pass] + (size_t)i * V, &d);
-		es_client_tier_stats(es, &t1);
-		CHECK(r == 0, "layer-hint pass %d: %s", pass, d.msg);
-		hints[pass] = t1.step_hints - t0.step_hints;
-		cw_dsv4_state_free(s);
-	}
-	cw_dsv_set_layer_hints(fm, 1);
-	CHECK(out[0] && out[1], "out of memory");
-	if (out[0] && out[1]) {
-		const int same = !memcmp(out[0], out[1],
-					 (size_t)n * V * sizeof(float));
-
-		printf("layer-start hints off vs on: %d tokens one per eval, "
-		       "logits bit-identical: %s; step-named hint entries %llu "
-		       "vs %llu\n", n, same ? "yes" : "no",
-		       (unsigned long long)hints[0],
-		       (unsigned long long)hints[1]);
-		CHECK(same, "logits with layer-start hints off and on differ");
-		CHECK(scored > 0, "the fixture has no score-routed layer");
-		CHECK(hints[1] - hints[0] ==
-		      (uint64_t)n * (uint64_t)scored * (uint64_t)c->top_k,
-		      "layer-start hint entries: %llu more with them on, "
-		      "expected %d x %d x %d",
-		      (unsigned long long)(hints[1] - hints[0]), n, scored,
-		      c->top_k);
-	}
-	free(out[0]);
-	free(out[1]);
+	CHECK(scored > 0, "the fixture has no score-routed layer");
+	dsvt_layer_hint_pass(&n_fail, fm, es, ids, n, scored);
 }
 
 int main(int argc, char **argv)

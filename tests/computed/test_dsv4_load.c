@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_dsv4.h"
+#include "cw_dsv.h"
 #include "dsv_test_util.h"
 #include "st_safetensors.h"
 #include "st_util.h"
@@ -37,29 +37,29 @@ static void write_or_die(const char *name, const void *buf, size_t len)
 static void check_eval_errors(struct cw_dsv_model *m)
 {
 	const struct st_dsv_config *c = cw_dsv_config(m);
-	struct cw_dsv4_state *s = NULL, *f = NULL;
+	struct cw_dsv_state *s = NULL, *f = NULL;
 	struct st_diag diag = { 0 };
 	int32_t ids[5] = { 0, 19923, 11, 4, 7 }, bad[2] = { 5, -1 };
 	float *a = malloc((size_t)c->vocab_size * 4);
 	float *b = malloc((size_t)c->vocab_size * 4);
 
-	CHECK(cw_dsv4_state_new(m, 4, &s) == 0, "state");
-	CHECK(cw_dsv4_state_new(m, 4, &f) == 0, "state");
-	CHECK(cw_dsv4_eval(m, s, ids, 2, 0, a, &diag) == 0, "eval");
-	CHECK(cw_dsv4_eval(m, s, ids + 2, 3, 0, a, &diag) == -ST_E_LIMIT,
+	CHECK(cw_dsv_state_new(m, 4, &s) == 0, "state");
+	CHECK(cw_dsv_state_new(m, 4, &f) == 0, "state");
+	CHECK(cw_dsv_eval(m, s, ids, 2, 0, a, &diag) == 0, "eval");
+	CHECK(cw_dsv_eval(m, s, ids + 2, 3, 0, a, &diag) == -ST_E_LIMIT,
 	      "eval past the state's capacity not refused");
-	CHECK(cw_dsv4_eval(m, s, bad, 2, 0, a, &diag) == -EINVAL,
+	CHECK(cw_dsv_eval(m, s, bad, 2, 0, a, &diag) == -EINVAL,
 	      "token id -1 not refused");
 	bad[1] = c->vocab_size;
-	CHECK(cw_dsv4_eval(m, s, bad, 2, 0, a, &diag) == -EINVAL,
+	CHECK(cw_dsv_eval(m, s, bad, 2, 0, a, &diag) == -EINVAL,
 	      "token id vocab_size not refused");
-	CHECK(cw_dsv4_state_len(s) == 2, "state length changed by errors");
-	CHECK(cw_dsv4_eval(m, s, ids + 2, 2, 0, a, &diag) == 0, "eval");
-	CHECK(cw_dsv4_eval(m, f, ids, 4, 0, b, &diag) == 0, "eval");
+	CHECK(cw_dsv_state_len(s) == 2, "state length changed by errors");
+	CHECK(cw_dsv_eval(m, s, ids + 2, 2, 0, a, &diag) == 0, "eval");
+	CHECK(cw_dsv_eval(m, f, ids, 4, 0, b, &diag) == 0, "eval");
 	CHECK(memcmp(a, b, (size_t)c->vocab_size * 4) == 0,
 	      "logits after refused evals differ from a fresh sequence");
-	cw_dsv4_state_free(s);
-	cw_dsv4_state_free(f);
+	cw_dsv_state_free(s);
+	cw_dsv_state_free(f);
 	free(a);
 	free(b);
 }

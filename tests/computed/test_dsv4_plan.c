@@ -30,7 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_dsv4.h"
+#include "cw_dsv.h"
 #include "cw_dsv_plan.h"
 #include "dsv_test_util.h"
 #include "es_convert.h"
@@ -214,7 +214,7 @@ static void test_fixture_store(void)
 	EQ(m.dense_stored_bytes, sum);
 	EQ(m.record_stored_bytes, s->record_bytes);
 	/* the plan's streams are the forward pass's (cw_dsv_streams): at
-	 * 1000 tokens in F32, the state cw_dsv4_state_new allocates */
+	 * 1000 tokens in F32, the state cw_dsv_state_new allocates */
 	{
 		struct st_plan_opts po;
 		struct st_plan_result r;

@@ -39,7 +39,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_dsv4.h"
+#include "cw_dsv.h"
 #include "dsv_test_util.h"
 #include "st_safetensors.h"
 #include "st_util.h"
@@ -87,7 +87,7 @@ static void check_dist(const json_t *rec, const float *lg, int V,
 
 static void check_debug(const struct cw_dsv_model *m, const int32_t *tok,
 			const json_t *dbg, const struct st_dsv_config *c,
-			const struct cw_dsv4_debug *d, int n)
+			const struct cw_dsv_debug *d, int n)
 {
 	const json_t *re = json_object_get(dbg, "routed_experts");
 	const json_t *rw = json_object_get(dbg, "routed_weights");
@@ -190,60 +190,22 @@ static void check_debug(const struct cw_dsv_model *m, const int32_t *tok,
 	       checked);
 }
 
-/* Prefill in the given chunk sizes (the last repeats), last logits. */
-static int prefill_chunked(struct cw_dsv_model *m, const int32_t *ids,
-			   int n, const int *chunks, int n_chunks, float *out)
-{
-	struct cw_dsv4_state *s;
-	struct st_diag diag = { 0 };
-	int r, at = 0, ci = 0;
-
-	if ((r = cw_dsv4_state_new(m, n, &s)) < 0)
-		return r;
-	while (at < n && r == 0) {
-		int k = chunks[ci < n_chunks ? ci : n_chunks - 1];
-
-		ci++;
-		if (k > n - at)
-			k = n - at;
-		r = cw_dsv4_eval(m, s, ids + at, k, 0, out, &diag);
-		at += k;
-	}
-	cw_dsv4_state_free(s);
-	return r;
-}
-
 /* Free-running greedy generation: prefill ids[0..n), then the model's own
  * argmax fed back for as many steps as the reference's greedy ids gc;
  * every id must equal the reference's (reported only with QAT on). */
 static void free_greedy(struct cw_dsv_model *m, const int32_t *ids, int n,
 			const json_t *gc, const char *name, float *row)
 {
-	const struct st_dsv_config *c = cw_dsv_config(m);
-	struct cw_dsv4_state *s = NULL;
 	struct st_diag diag = { 0 };
-	int ng = (int)json_array_size(gc), same = 0, first_diff = -1;
+	int32_t tok = -1;
+	int same, first_diff;
+	int ng = dsvt_free_greedy(m, ids, n, gc, NULL, 0, row, &same,
+				  &first_diff, &tok, &diag);
 
-	if (cw_dsv4_state_new(m, n + ng, &s) < 0 ||
-	    cw_dsv4_eval(m, s, ids, n, 0, row, &diag) < 0) {
-		CHECK(0, "%s: free-running prefill: %s", name, diag.msg);
-		cw_dsv4_state_free(s);
+	if (ng < 0) {
+		CHECK(0, "%s: free-running greedy: %s", name, diag.msg);
 		return;
 	}
-	for (int i = 0; i < ng; i++) {
-		int32_t tok = dsvt_argmax(row, c->vocab_size);
-		int want = (int)json_integer_value(json_array_get(gc, i));
-
-		if (tok == want)
-			same++;
-		else if (first_diff < 0)
-			first_diff = i;
-		if (i + 1 < ng && cw_dsv4_eval(m, s, &tok, 1, 0, row, &diag) < 0) {
-			CHECK(0, "%s: free-running decode: %s", name, diag.msg);
-			break;
-		}
-	}
-	cw_dsv4_state_free(s);
 	free_same += same;
 	free_total += ng;
 	CHECK(qat_mode || same == ng,
@@ -316,8 +278,8 @@ int main(int argc, char **argv)
 		float *lg = malloc((size_t)n * V * sizeof(float));
 		float *one = malloc((size_t)V * sizeof(float));
 		float *alt = malloc((size_t)V * sizeof(float));
-		struct cw_dsv4_state *s = NULL;
-		struct cw_dsv4_debug d = { 0 };
+		struct cw_dsv_state *s = NULL;
+		struct cw_dsv_debug d = { 0 };
 		const struct st_tensor_info *t = NULL;
 		const char *dbg_prompt = json_string_value(
 			json_object_get(dbg, "prompt"));
@@ -327,19 +289,19 @@ int main(int argc, char **argv)
 		if (!lg || !one || !alt || !ids)
 			return 1;
 		ng -= n; /* ids: the prompt, then the greedy continuation */
-		CHECK(cw_dsv4_state_new(m, n + ng, &s) == 0, "state");
+		CHECK(cw_dsv_state_new(m, n + ng, &s) == 0, "state");
 		if (is_dbg) {
 			d.max_tokens = n;
 			d.experts = calloc((size_t)n * c->n_layers * c->top_k, 4);
 			d.weights = calloc((size_t)n * c->n_layers * c->top_k, 4);
 			d.selected = calloc((size_t)n * c->n_layers * c->index_topk, 4);
 			d.stream_rms = calloc((size_t)n * c->n_layers, 4);
-			cw_dsv4_set_debug(s, &d);
+			cw_dsv_set_debug(s, &d);
 		}
 		/* full-sequence prefill */
-		r = cw_dsv4_eval(m, s, ids, n, 1, lg, &diag);
+		r = cw_dsv_eval(m, s, ids, n, 1, lg, &diag);
 		CHECK(r == 0, "%s: eval: %s", name, diag.msg);
-		cw_dsv4_set_debug(s, NULL);
+		cw_dsv_set_debug(s, NULL);
 		CHECK((int)json_array_size(pp) == n, "%s: prompt_positions", name);
 		for (int p = 0; p < n; p++) {
 			int am, ok = dsvt_top1_ok(json_array_get(pp, p),
@@ -379,7 +341,8 @@ int main(int argc, char **argv)
 							 { 5 }, { 3, 17, 2 } };
 			static const int nsched[4] = { 3, 1, 1, 3 };
 
-			r = prefill_chunked(m, ids, n, sched[sc], nsched[sc], alt);
+			r = dsvt_eval_chunked(m, ids, n, sched[sc], nsched[sc], 0,
+					      alt, &diag);
 			CHECK(r == 0, "%s: chunked prefill %d failed", name, sc);
 			/* reference mode: bit for bit (DESIGN 6a) */
 			CHECK(r != 0 || memcmp(alt, lg + (size_t)(n - 1) * V,
@@ -404,12 +367,12 @@ int main(int argc, char **argv)
 			greedy_same += tok == want;
 			ids[n + i] = want;
 			if (i + 1 < ng) {
-				r = cw_dsv4_eval(m, s, &ids[n + i], 1, 0, one,
+				r = cw_dsv_eval(m, s, &ids[n + i], 1, 0, one,
 						 &diag);
 				CHECK(r == 0, "%s: decode: %s", name, diag.msg);
 			}
 		}
-		cw_dsv4_state_free(s);
+		cw_dsv_state_free(s);
 		free_greedy(m, ids, n, gc, name, one);
 		free(d.experts);
 		free(d.weights);

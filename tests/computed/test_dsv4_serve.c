@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_dsv4.h"
+#include "cw_dsv.h"
 #include "cw_model.h"
 #include "dsv_test_util.h"
 #include "es_client.h"
@@ -114,7 +114,7 @@ int main(void)
 	dsvt_cases(refj, "reference.json");
 	/* the in-process forward: every position of every sequence */
 	for (int i = 0; i < N_SEQ; i++) {
-		struct cw_dsv4_state *st = NULL;
+		struct cw_dsv_state *st = NULL;
 
 		if (load_case(json_object_get(refj, "cases"), cases_used[i],
 			      &s[i]) < 0) {
@@ -123,13 +123,13 @@ int main(void)
 			return 1;
 		}
 		s[i].ref = malloc(sizeof(float) * (size_t)s[i].n * V);
-		if (!s[i].ref || cw_dsv4_state_new(ref, s[i].n, &st) ||
-		    cw_dsv4_eval(ref, st, s[i].ids, s[i].n, 1, s[i].ref,
+		if (!s[i].ref || cw_dsv_state_new(ref, s[i].n, &st) ||
+		    cw_dsv_eval(ref, st, s[i].ids, s[i].n, 1, s[i].ref,
 				 &diag)) {
 			fprintf(stderr, "in-process forward: %s\n", diag.msg);
 			return 1;
 		}
-		cw_dsv4_state_free(st);
+		cw_dsv_state_free(st);
 	}
 	rows = malloc(sizeof(float) * (size_t)N_SEQ * CHUNK * V);
 

@@ -21,7 +21,7 @@
 
 #include <cmocka.h>
 
-#include "cw_dsv4.h"
+#include "cw_dsv.h"
 #include "cw_dsv_ops.h"
 #include "dsv_test_util.h"
 #include "st_config_dsv_family.h"

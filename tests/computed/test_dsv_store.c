@@ -30,8 +30,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_dsv4.h"
-#include "cw_dsv41.h"
+#include "cw_dsv.h"
+#include "st_config_dsv41.h"
 #include "dsv_test_util.h"
 #include "es_client.h"
 #include "es_convert.h"
@@ -58,37 +58,37 @@ struct rev {
 static int v4_state_new(const struct cw_dsv_model *m, int max_tokens,
 			void **ret)
 {
-	return cw_dsv4_state_new(m, max_tokens, (struct cw_dsv4_state **)ret);
+	return cw_dsv_state_new(m, max_tokens, (struct cw_dsv_state **)ret);
 }
 
 static int v4_eval(const struct cw_dsv_model *m, void *s, const int32_t *ids,
 		   int n, float *logits, struct st_diag *diag)
 {
-	return cw_dsv4_eval(m, s, ids, n, 1, logits, diag);
+	return cw_dsv_eval(m, s, ids, n, 1, logits, diag);
 }
 
 static void v4_state_free(void *s)
 {
-	cw_dsv4_state_free(s);
+	cw_dsv_state_free(s);
 }
 
 static int v41_state_new(const struct cw_dsv_model *m, int max_tokens,
 			 void **ret)
 {
-	return cw_dsv41_state_new(m, max_tokens,
-				  (struct cw_dsv41_state **)ret);
+	return cw_dsv_state_new(m, max_tokens,
+				  (struct cw_dsv_state **)ret);
 }
 
 static int v41_eval(const struct cw_dsv_model *m, void *s,
 		    const int32_t *ids, int n, float *logits,
 		    struct st_diag *diag)
 {
-	return cw_dsv41_eval(m, s, ids, n, 1, logits, diag);
+	return cw_dsv_eval(m, s, ids, n, 1, logits, diag);
 }
 
 static void v41_state_free(void *s)
 {
-	cw_dsv41_state_free(s);
+	cw_dsv_state_free(s);
 }
 
 static const struct rev k_v4 = { ST_DSV_REV_V4, "tiny-deepseek-v4", "dsv4s",

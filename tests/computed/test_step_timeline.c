@@ -21,7 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_dsv41.h"
+#include "st_config_dsv41.h"
+#include "cw_dsv.h"
 #include "cw_timeline.h"
 #include "dsv_test_util.h"
 #include "es_client.h"
@@ -105,7 +106,7 @@ static void test_run(const char *store)
 	struct st_diag diag = { { 0 } };
 	struct es_client *es = NULL;
 	struct cw_dsv_model *m = NULL;
-	struct cw_dsv41_state *s = NULL;
+	struct cw_dsv_state *s = NULL;
 	struct cw_steptime tl;
 	struct cw_tl_snap a, b, first;
 	struct cw_tl_row row, sum = { 0 };
@@ -127,18 +128,18 @@ static void test_run(const char *store)
 	}
 	V = cw_dsv_config(m)->vocab_size;
 	logits = malloc((size_t)V * sizeof(float));
-	CHECK(logits && cw_dsv41_state_new(m, N_TOK + 1, &s) == 0, "state");
+	CHECK(logits && cw_dsv_state_new(m, N_TOK + 1, &s) == 0, "state");
 	if (!logits || !s)
 		goto out;
 	cw_steptime_init(&tl, es);
-	cw_dsv41_set_steptime(s, &tl);
+	cw_dsv_set_steptime(s, &tl);
 	es_client_timing(es, &t0);
 	cw_tl_snap_take(&first, &tl, es);
 	for (int i = 0; i < N_TOK; i++) {
 		double sum_ms;
 
 		cw_tl_snap_take(&a, &tl, es);
-		if (cw_dsv41_eval(m, s, &tok, 1, 0, logits, &diag) < 0) {
+		if (cw_dsv_eval(m, s, &tok, 1, 0, logits, &diag) < 0) {
 			CHECK(0, "eval %d: %s", i, diag.msg);
 			goto out;
 		}
@@ -209,7 +210,7 @@ static void test_run(const char *store)
 	      (unsigned long long)b.self.cpu_ns);
 	test_tsv(&row);
 out:
-	cw_dsv41_state_free(s);
+	cw_dsv_state_free(s);
 	free(logits);
 	cw_dsv_free(m);
 	es_client_close(es);

@@ -194,7 +194,7 @@ def test_http(inst, cases, run_text):
     # every V4 request asked kvd's prefix cache (its state is in kvd
     # pages); prompts of at most one full page (p1: 16 tokens, pages of
     # 16) leave nothing to reuse: the last prompt token is always computed
-    # (reuse itself: test_dsv4_kv_serve.py)
+    # (reuse itself: test_dsv_kv_serve.py)
     check(m["strata_prefix_cache_lookups_total"] >= 6 and
           m["strata_prefix_cache_rows_reused_total"] <= 16,
           "/metrics: %d prefix-cache lookups for V4, %d rows reused"

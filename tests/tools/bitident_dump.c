@@ -26,8 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_dsv4.h"
-#include "cw_dsv41.h"
+#include "cw_dsv.h"
 #include "cw_model.h"
 #include "cw_sampler.h"
 #include "es_client.h"
@@ -58,9 +57,9 @@ struct runner {
 	uint32_t seq, pos;
 	/* dsv */
 	struct cw_dsv_model *m4;
-	struct cw_dsv4_state *s4;
+	struct cw_dsv_state *s4;
 	struct cw_dsv_model *m41;
-	struct cw_dsv41_state *s41;
+	struct cw_dsv_state *s41;
 };
 
 static int moe_begin(struct runner *r, int max_tokens)
@@ -171,14 +170,14 @@ static int eval_done(const struct runner *r, int rc, const struct st_diag *diag,
 
 static int dsv4_begin(struct runner *r, int max_tokens)
 {
-	return cw_dsv4_state_new(r->m4, max_tokens, &r->s4);
+	return cw_dsv_state_new(r->m4, max_tokens, &r->s4);
 }
 
 static int dsv4_eval(struct runner *r, const int32_t *ids, int n, float *all,
 		     float *last)
 {
 	struct st_diag diag = { "" };
-	int rc = cw_dsv4_eval(r->m4, r->s4, ids, n, all != NULL,
+	int rc = cw_dsv_eval(r->m4, r->s4, ids, n, all != NULL,
 			      all ? all : last, &diag);
 
 	return eval_done(r, rc, &diag, n, all, last);
@@ -186,20 +185,20 @@ static int dsv4_eval(struct runner *r, const int32_t *ids, int n, float *all,
 
 static void dsv4_end(struct runner *r)
 {
-	cw_dsv4_state_free(r->s4);
+	cw_dsv_state_free(r->s4);
 	r->s4 = NULL;
 }
 
 static int dsv41_begin(struct runner *r, int max_tokens)
 {
-	return cw_dsv41_state_new(r->m41, max_tokens, &r->s41);
+	return cw_dsv_state_new(r->m41, max_tokens, &r->s41);
 }
 
 static int dsv41_eval(struct runner *r, const int32_t *ids, int n, float *all,
 		      float *last)
 {
 	struct st_diag diag = { "" };
-	int rc = cw_dsv41_eval(r->m41, r->s41, ids, n, all != NULL,
+	int rc = cw_dsv_eval(r->m41, r->s41, ids, n, all != NULL,
 			       all ? all : last, &diag);
 
 	return eval_done(r, rc, &diag, n, all, last);
@@ -207,7 +206,7 @@ static int dsv41_eval(struct runner *r, const int32_t *ids, int n, float *all,
 
 static void dsv41_end(struct runner *r)
 {
-	cw_dsv41_state_free(r->s41);
+	cw_dsv_state_free(r->s41);
 	r->s41 = NULL;
 }
 

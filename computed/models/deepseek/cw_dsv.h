@@ -2,9 +2,11 @@
  * cw_dsv.h — the DeepSeek-V4 family's model: one loader and one model
  * object for every revision (V4: model_type "deepseek_v4"; V4.1-Flash
  * text model: "deepseek_v41"), chosen by the checkpoint's or the store's
- * config (st_config_dsv_family.h: cfg.revision).  The forward pass of a
- * revision is in cw_dsv4.h / cw_dsv41.h; what they share of the model's
- * life (loading, compute mode, store-mode switches, freeing) is here.
+ * config (st_config_dsv_family.h: cfg.revision), and one sequence state
+ * and forward pass (cw_dsv_eval) in which a revision's differences are
+ * switches: V4's QAT flags and hash routing; V4.1's single-pass mHC,
+ * CSA2, FP4 main KV formats, Engram, the CED shortcut and SWA replay
+ * (functions named cw_dsv4_* / cw_dsv41_* are the revision's own).
  *
  * Semantics: ../shared/MODEL_FAMILY_DEEPSEEK_V4.md sections 2 (V4) and 3
  * (V4.1).  Reference mode: F32 activations (dot products accumulated in
@@ -105,8 +107,8 @@ int cw_dsv_set_backend(struct cw_dsv_model *m,
 
 /*
  * The revision's QAT round trips (V4: CW_DSV4_QAT_*, off by default;
- * V4.1: CW_DSV41_QAT_*, all on by default; what each does: cw_dsv4.h,
- * cw_dsv41.h).  Set before evaluating; a state must not mix settings.
+ * V4.1: CW_DSV41_QAT_*, all on by default; what each does: below).
+ * Set before evaluating; a state must not mix settings.
  * Returns 0, -EINVAL (a flag the revision does not have),
  * -ST_E_UNSUPPORTED (V4's INDEX_FP4 with an index_head_dim that is not a
  * power of two: the Hadamard transform needs one).
@@ -185,6 +187,82 @@ uint64_t cw_dsv_dense_bytes(const struct cw_dsv_model *m);
 /* Bytes of the LM head alone at its in-memory size (part of
  * cw_dsv_dense_bytes), read once per position whose logits are made. */
 uint64_t cw_dsv_lm_head_bytes(const struct cw_dsv_model *m);
+
+/* ---- the sequence state and the forward pass (cw_dsv_state.c,
+ * cw_dsv_eval.c; the revisions' layers: cw_dsv4.c, cw_dsv41.c) ---- */
+
+/*
+ * A sequence state: per layer the revision's streams (DESIGN 3a).  V4: a
+ * ring of the last sliding_window K=V rows, the compressors' partial
+ * windows (raw per-token inputs: 2m tokens for CSA, m for HCA), and the
+ * compressed and indexer rows (growing).  V4.1: the window ring, and per
+ * KV source its open group's inputs, compressed rows and index keys; the
+ * token ids (Engram's hash).  Process-local arrays (cw_dsv_state_new) or
+ * kvd pages (cw_dsv_state_new_kv).  Tokens are evaluated one after the
+ * other within each layer, so full prefill, any chunking and
+ * token-by-token decode give bit-identical logits.
+ */
+struct cw_dsv_state;
+
+/* A process-local sequence state for at most max_tokens positions.
+ * -EINVAL (max_tokens < 1), -ENOMEM. */
+int cw_dsv_state_new(const struct cw_dsv_model *m, int max_tokens,
+		     struct cw_dsv_state **ret);
+/* Frees a state (NULL is fine); a kvd state's sequence too. */
+void cw_dsv_state_free(struct cw_dsv_state *s);
+/* Positions already evaluated. */
+int cw_dsv_state_len(const struct cw_dsv_state *s);
+/* The FFN counters of a state's evals since it was made. */
+void cw_dsv_state_stats(const struct cw_dsv_state *s,
+			struct cw_dsv_run_stats *ret);
+
+/*
+ * Evaluates tokens ids[0..n) at the state's next positions and appends
+ * them to it.  logits: if all_positions, n rows of vocab_size floats, else
+ * one row (the last token's).  NULL skips the head.
+ * Errors: -ST_E_LIMIT (past max_tokens), -EINVAL (token id out of range;
+ * V4.1: all_positions with the CED shortcut on); the state is unchanged
+ * on these.  V4.1's Engram provider's code (the state is then
+ * undefined).  Errors past the checks (expertd's, kvd's for a kvd state:
+ * -ST_E_PEERGONE, -ST_E_BUDGET, -ST_E_STALE) may leave rows of the chunk
+ * written: the state is then unusable.
+ */
+int cw_dsv_eval(const struct cw_dsv_model *m, struct cw_dsv_state *s,
+		const int32_t *ids, int n, int all_positions, float *logits,
+		struct st_diag *diag);
+
+/*
+ * Debug record of the evals while set (NULL to skip), indexed by the
+ * token's place t in the eval's chunk (t < max_tokens); arrays owned by
+ * the caller, any may be NULL:
+ *  experts, weights  [t][n_layers][top_k] routed ids and weights;
+ *  selected     [t][n_layers][index_topk] the compressed rows / entries
+ *               chosen (V4: CSA layers; V4.1: index sources), sorted, -1
+ *               after the last;
+ *  stream_rms   [t][n_layers]: RMS over the hc_mult x D stream values
+ *               after the layer;
+ *  V4.1 only:
+ *  engram_rows  [t][n_engram][rows per position] table-local row ids;
+ *  engram_gates [t][n_engram][hc_mult];
+ *  cand_blocks  [t][candidate_topk_blocks] (the candidate source's
+ *               blocks, sorted, -1 after the last).
+ */
+struct cw_dsv_debug {
+	int max_tokens;
+	int32_t *experts;
+	float *weights;
+	int32_t *selected;
+	float *stream_rms;
+	int64_t *engram_rows;
+	float *engram_gates;
+	int32_t *cand_blocks;
+};
+void cw_dsv_set_debug(struct cw_dsv_state *s, struct cw_dsv_debug *dbg);
+
+/* Times s's evals by phase on tl (cw_steptime.h: dense, experts, head;
+ * borrowed, must outlive its use; NULL: off). */
+struct cw_steptime;
+void cw_dsv_set_steptime(struct cw_dsv_state *s, struct cw_steptime *tl);
 
 /* ---- KV streams (DESIGN 3a; cw_dsv_streams.c, cw_dsv_kv.c) ---- */
 
@@ -275,5 +353,239 @@ uint64_t cw_dsv_model_id(const struct cw_dsv_model *m);
 int cw_dsv_kv_declare(const struct cw_dsv_model *m, struct kv_client *kv,
 		      uint32_t page_rows, uint64_t model_id,
 		      struct st_diag *diag);
+
+/* ---- sequence states in kvd (cw_dsv_kv.c; docs/DESIGN.md 3a, 9) ---- */
+
+/*
+ * A sequence state whose streams live in kvd pages (kv declared with
+ * cw_dsv_kv_declare with m's current QAT flags; borrowed, must outlive
+ * the state).  prompt NULL (or n_prompt 0): an empty sequence, no prefix
+ * cache.  Otherwise (prefix mode) the prefix cache is asked for the
+ * prompt: the longest chain of published full pages of the same leading
+ * ids is mapped and the state starts at that length (cw_dsv_state_len: a
+ * multiple of page_rows, at most n_prompt - 1; the caller evaluates
+ * prompt[len..n_prompt), in any chunks), and after every eval the
+ * prompt's full pages reached so far are published (before the next eval
+ * could free their window pages; only while the evaluated ids are the
+ * prompt's; generated tokens are not published; a refused publish is
+ * warned about and ends publishing for the state, the logits are
+ * unaffected).  Each cw_dsv_eval pins the sequence (restoring spilled
+ * pages), reserves its new tokens, computes and unpins it, so an idle
+ * state may be spilled by kvd (and, as kvd's windowed streams do, frees
+ * the window and compressor-state pages that fell out of the window
+ * unless published: publish each chunk's full pages before the next eval
+ * to keep the whole chain cacheable; an eval that fails after its
+ * reservation leaves the state unusable: free it, -ST_E_STALE after);
+ * after a kvd restart the client re-registers and the state goes on (set
+ * kv_client_set_restart_wait).  The length is limited by kvd's
+ * --max-rows-per-seq (-ST_E_LIMIT from the eval).  cw_dsv_state_free
+ * frees the kvd sequence.  With the same QAT flags the logits are
+ * bit-identical to cw_dsv_state_new's.
+ * swa_replay (V4.1, model doc 3.6; V4: must be 0): 0, the exact default:
+ * a prefix hit maps the window rows the prefix entry carries; n > 0, the
+ * model's way: after a prefix hit the window is dropped and rebuilt by
+ * replaying the hit's last min(n, len) tokens (cw_dsv41_replay;
+ * approximate unless n >= len; the model uses n = sliding_window).  A
+ * replayed state, or one with the CED shortcut on, publishes nothing
+ * (its pages lack window rows).
+ * Errors: -EINVAL (no kv, bad prompt, swa_replay < 0 or > 0 for V4),
+ * -ST_E_CONFIG (V4.1: kv holds no declaration of m with its current QAT
+ * flags), kv_client_seq_create(_prefix)'s, the replay's, -ENOMEM.
+ */
+int cw_dsv_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
+			const int32_t *prompt, int n_prompt, int swa_replay,
+			struct cw_dsv_state **ret, struct st_diag *diag);
+
+/*
+ * Publishes the full pages of a kvd state's first n tokens (ids[0..n),
+ * the tokens it was evaluated on; n <= cw_dsv_state_len) in the prefix
+ * cache (what prefix mode does by itself for the prompt; for a state made
+ * without a prompt, call it after each eval: the next eval frees the
+ * window pages of unpublished groups).  Every page of every stream of a
+ * group covers the same tokens, and the window and compressor-state
+ * streams are per-token, so a group chain ending at token kB carries
+ * exactly the window rows and partial compressor inputs a sequence needs
+ * to go on from kB.  Returns the page groups newly published (>= 0);
+ * -EINVAL (a process-local state, n out of [1, len], a V4.1 state rebuilt
+ * by SWA replay or with the CED shortcut on); kv_client_seq_publish's
+ * errors.
+ */
+int cw_dsv_state_publish(struct cw_dsv_state *s, const int32_t *ids, int n,
+			 struct st_diag *diag);
+
+/* kvd sequence handle of a kvd state (0 for a process-local one). */
+uint32_t cw_dsv_state_seq(const struct cw_dsv_state *s);
+
+/* ---- DeepSeek-V4's own (cw_dsv4.c, cw_dsv_streams.c,
+ * cw_dsv_load_attn.c) ---- */
+
+/*
+ * The official inference code's quantisation round trips (not in HF, not
+ * in the fixture's reference; MODEL_FAMILY_DEEPSEEK_V4.md 2.4 "QAT round
+ * trips"), off by default (reference mode):
+ *  KV_FP8     the nope dims of every window K=V row (after rope) and every
+ *             compressed row (after norm and rope) through FP8 E4M3 in
+ *             blocks of 64 with a power-of-two scale (ds4
+ *             dsv4_fp8_kv_quantize_row_inplace_cpu);
+ *  INDEX_FP4  indexer queries and keys (after rope) through a
+ *             Walsh-Hadamard transform (1/sqrt(n)) then E2M1 in blocks of
+ *             32 with a power-of-two scale (ds4
+ *             dsv4_indexer_qat_row_inplace_cpu);
+ *  ACT_FP8    the input of every FP8/FP4 matmul through E4M3 in blocks of
+ *             weight_block_size[1] elements (official act_quant; the block
+ *             for the real model is 128 [unconfirmed for other configs]).
+ * Set with cw_dsv_set_qat (cw_dsv.h) before evaluating; a state must not
+ * mix settings.
+ */
+enum {
+	CW_DSV4_QAT_KV_FP8 = 1,
+	CW_DSV4_QAT_INDEX_FP4 = 2,
+	CW_DSV4_QAT_ACT_FP8 = 4,
+};
+
+/*
+ * The experts a hash-routed layer (layer < num_hash_layers) uses for
+ * `token`, known before the token is evaluated (exact prefetch, issue 9
+ * item 4): top_k ids from tid2eid into ids.  Returns top_k, 0 for a
+ * score-routed layer, -EINVAL for a layer or token out of range.
+ */
+int cw_dsv4_hash_experts(const struct cw_dsv_model *m, int layer,
+			 int32_t token, int32_t *ids);
+
+/* KV bytes per token of the growing streams of all layers, with rows of
+ * elem_bytes per element (2 for BF16 rows, 4 for the F32 reference). */
+double cw_dsv4_kv_bytes_per_token(const struct st_dsv_config *c,
+				  int elem_bytes);
+
+/* Fixed bytes per sequence (windows and compressor states, all layers). */
+double cw_dsv4_fixed_bytes(const struct st_dsv_config *c, int elem_bytes);
+
+/*
+ * The planner's view of the same declaration (st_plan.h): m's KV streams
+ * replaced by the layers' cw_dsv_streams grouped by kind and ratio
+ * ("window", "pooled/4", "index", "comp-state/4", "index-state",
+ * "pooled/128", "comp-state/128": a fixed stream as a window of per-token
+ * rows), so st_plan_kv_bytes sums exactly what the state holds.  0, or
+ * -ST_E_LIMIT (more groups than ST_PLAN_MAX_STREAMS; m unchanged).
+ */
+struct st_plan_model;
+int cw_dsv4_plan_streams(const struct st_dsv_config *c,
+			 struct st_plan_model *m);
+
+/* ---- DeepSeek-V4.1's own (cw_dsv41*.c, cw_dsv_load*.c, cw_dsv_eval.c) ---- */
+
+/*
+ * Store mode, on by default, off only for measurements (the results are
+ * the same either way): the Engram prefetch of every evaluated position's
+ * rows (exact: the hash depends on token ids only) sent before the eval
+ * runs its layers.
+ */
+void cw_dsv41_set_engram_prefetch(struct cw_dsv_model *m, int on);
+
+/*
+ * Fast mode: the dense matvecs and the routed experts' matvecs split by
+ * output rows over a pool of n_threads threads (cw_threads.h; the caller
+ * is one of them), each output row still one kernel reduction, so the
+ * logits do not depend on n_threads.  1 (the default): on the calling
+ * thread.  Not during an eval.  0; -EINVAL (n_threads < 1, or > 1 for a
+ * reference-mode model); the pool's errors (-ENOMEM, -errno).
+ */
+int cw_dsv41_set_threads(struct cw_dsv_model *m, int n_threads);
+
+/*
+ * QAT round trips (MODEL_FAMILY_DEEPSEEK_V4.md 3.7), all on by default
+ * (they are the model's semantics; off is a debug mode for strict checks
+ * against reference_noqat.json):
+ *  WINDOW_FP8  every K=V row after rope: FP8 E4M3 / 32, ue8m0 scale;
+ *  CROW_FP4    every compressed row after rope: E2M1 / 16, E4M3 scale;
+ *  INDEX_FP4   index keys and indexer queries after rope: E2M1 / 32, ue8m0.
+ * Set with cw_dsv_set_qat (cw_dsv.h) before evaluating; a state must not
+ * mix settings.
+ */
+enum {
+	CW_DSV41_QAT_WINDOW_FP8 = 1,
+	CW_DSV41_QAT_CROW_FP4 = 2,
+	CW_DSV41_QAT_INDEX_FP4 = 4,
+	CW_DSV41_QAT_ALL = 7,
+};
+
+/*
+ * Where Engram embedding rows come from.  get_rows fills out[n][head_dim]
+ * (engram_head_dim floats per row, dequantised: E4M3 x 2^(scale - 127)
+ * per 32 columns) with rows row_ids[0..n) of the table of Engram layer
+ * index `ei` (0..n_engram-1, config engram_layer[ei]); row ids are
+ * table-local (the hash's offsets added).  Returns 0 or a negative code
+ * with diag set; the eval then fails with it.  The default reads the
+ * table loaded in memory; expertd's NVMe Engram tier plugs in here.
+ */
+struct cw_dsv41_engram_provider {
+	int (*get_rows)(void *ctx, int ei, const int64_t *row_ids, int n,
+			float *out, struct st_diag *diag);
+	void *ctx;
+};
+/* The in-memory default's get_rows; ctx is the model (a provider may
+ * fall back to it).  -EINVAL for a row outside the table. */
+int cw_dsv41_engram_rows_mem(void *ctx, int ei, const int64_t *row_ids,
+			     int n, float *out, struct st_diag *diag);
+/* Installs p (copied; NULL: the default: the in-memory table, or for a
+ * store model expertd's Engram tier).  Not during an eval. */
+void cw_dsv41_set_engram_provider(struct cw_dsv_model *m,
+				  const struct cw_dsv41_engram_provider *p);
+
+/*
+ * KV bytes in the V4.1 storage formats (st_kvfmt_v41.h; model doc 3.8):
+ * per token, the growing global KV (every KV source's compressed row and
+ * index key, divided by its ratio: 890 B for V4.1-Flash), and per
+ * sequence, the fixed window rings (every layer's W FP8 rows).  The
+ * reference state itself keeps F32 rows.
+ */
+double cw_dsv41_kv_bytes_per_token(const struct st_dsv_config *c);
+double cw_dsv41_window_bytes(const struct st_dsv_config *c);
+
+/*
+ * CED prefill shortcut (MODEL_FAMILY_DEEPSEEK_V4.md 3.4): the layers after
+ * the last KV source own nothing but window KV, so a prefill need not run
+ * them on every token.  Modes:
+ *  CW_DSV41_CED_WINDOW  they run on the last sliding_window tokens of each
+ *             eval only (vLLM decoder_replay_layers; "the last 128 rows"
+ *             of the model doc).  Approximate: the first of those tokens
+ *             see a window truncated to the rows computed, so the rings
+ *             and logits differ from the full computation; decode steps
+ *             keep seeing the truncated rows until they slide out;
+ *  CW_DSV41_CED_EXACT   they run on the dependency cone of the last
+ *             window instead: the k-th layer from the end on the last
+ *             W + k (W - 1) tokens.  The window rings and the last
+ *             position's logits are bit-identical to the full
+ *             computation (V4.1-Flash: 19 decoder layers, W 128, so a
+ *             prompt longer than 2414 tokens saves work).
+ * With either, only the last position's logits exist, so an eval with
+ * all_positions is refused (-EINVAL).  Off by default; returns 0 or
+ * -EINVAL for an unknown mode or a mode other than OFF on a V4 state.
+ */
+enum {
+	CW_DSV41_CED_OFF = 0,
+	CW_DSV41_CED_EXACT = 1,
+	CW_DSV41_CED_WINDOW = 2,
+};
+int cw_dsv41_set_ced_shortcut(struct cw_dsv_state *s, int mode);
+
+/*
+ * SWA bounded replay (MODEL_FAMILY_DEEPSEEK_V4.md 3.6).  After a prefix
+ * hit the global KV (compressed rows, index keys, partial groups, token
+ * history) is restored but not the window KV; cw_dsv41_state_drop_window
+ * forgets every window row (as such a restore leaves the state), and
+ * cw_dsv41_replay rebuilds the rings by re-evaluating the prefix's last
+ * n tokens ids[0..n) (positions len-n .. len-1) without appending to the
+ * global KV.  Approximate by the model's definition: a replayed token
+ * attends only to the replayed rows before it, not to the dropped ones,
+ * so the rebuilt rows differ from the exact ones (the report calls this
+ * "a graceful, inexpensive degradation"); replaying the whole prefix
+ * (n = len) is exact.  Errors: -EINVAL (a V4 state, n out of [1, len], a
+ * token id that differs from the state's history); provider errors.
+ * drop_window on a V4 state has no effect.
+ */
+void cw_dsv41_state_drop_window(struct cw_dsv_state *s);
+int cw_dsv41_replay(const struct cw_dsv_model *m, struct cw_dsv_state *s,
+		    const int32_t *ids, int n, struct st_diag *diag);
 
 #endif

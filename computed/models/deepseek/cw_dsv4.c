@@ -1,17 +1,17 @@
 /*
- * cw_dsv4.c — DeepSeek-V4 forward pass over a sequence state (cw_dsv4.h).
- * Formulas: MODEL_FAMILY_DEEPSEEK_V4.md 2.5 (HF modeling_deepseek_v4.py).
+ * cw_dsv4.c — DeepSeek-V4's layer (cw_dsv_state.h: struct cw_dsv_rev; the
+ * loop over layers and tokens: cw_dsv_eval.c).  Formulas:
+ * MODEL_FAMILY_DEEPSEEK_V4.md 2.5 (HF modeling_deepseek_v4.py).
  *
- * A chunk of n tokens is evaluated layer by layer and, within a layer,
- * token by token: mHC pre, projections, the K=V row into the window ring,
- * the compressor inputs into their partial window, the compressed rows the
- * token closes (before its own attention: it sees them), the attention
- * over what is visible at its position, mHC post, the MoE sublayer.  Each
- * token reads only its own values and what earlier positions left in the
- * state, in a fixed order, so any split of a sequence into chunks gives
- * bit-identical values.
+ * One token through one layer: mHC pre, projections, the K=V row into the
+ * window ring, the compressor inputs into their partial window, the
+ * compressed rows the token closes (before its own attention: it sees
+ * them), the attention over what is visible at its position, mHC post,
+ * the MoE sublayer.  Each token reads only its own values and what
+ * earlier positions left in the state, in a fixed order, so any split of
+ * a sequence into chunks gives bit-identical values.
  */
-#include "cw_dsv4_int.h"
+#include "cw_dsv_state.h"
 
 #include <assert.h>
 #include <errno.h>
@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_steptime.h"
 #include "es_client.h"
 #include "es_proto.h"
 #include "kv_client.h"
@@ -28,10 +29,10 @@
  * kvd page row (writable when `write`).  A row kvd does not map (spilled
  * despite the pin, shared where a write was due: a bug, not input) sets
  * row_missing and gives a scratch row, so the eval fails cleanly. */
-static float *srow(struct cw_dsv4_state *s, int l, int kind, int64_t r,
+static float *srow(struct cw_dsv_state *s, int l, int kind, int64_t r,
 		   int write)
 {
-	struct cw_dsv4_lstate *ls = &s->ls[l];
+	struct cw_dsv_lstate *ls = &s->ls[l];
 	uint8_t *p;
 
 	if (!s->q.kv)
@@ -69,35 +70,22 @@ static void index_qat(float *x, int n)
 	cw_dsv_fp4_roundtrip(x, n, 32);
 }
 
-int cw_dsv4_state_init(const struct cw_dsv_model *m, int max_tokens,
-		       struct kv_client *kv, struct cw_dsv4_state **ret)
+/* V4's streams of every layer, allocated from the layer's stream
+ * declarations, so the planner's figures (cw_dsv4_kv_bytes_per_token)
+ * describe this very state; in kvd, stream i of the declaration
+ * (cw_dsv_kv_decl) is the i-th stream of the layers in order. */
+static int v4_state_init(const struct cw_dsv_model *m, struct cw_dsv_state *s,
+			 int max_tokens)
 {
 	const struct st_dsv_config *c = &m->cfg;
-	struct cw_dsv4_state *s = calloc(1, sizeof(*s));
 	int kvs = 0, widest = 1;
 
-	if (!s || max_tokens < 1)
-		goto nomem;
-	s->cap = max_tokens;
-	s->n_layers = c->n_layers;
-	s->q.kv = kv;
-	if (cw_dsv_run_init(m, &s->run) < 0)
-		goto nomem;
-	s->ls = calloc(c->n_layers, sizeof(*s->ls));
-	if (!s->ls)
-		goto nomem;
-	/* allocated from the layer's stream declarations, so the planner's
-	 * figures (cw_dsv4_kv_bytes_per_token) describe this very state; in
-	 * kvd, stream i of the declaration (cw_dsv_kv_decl) is the i-th
-	 * stream of the layers in order */
 	for (int l = 0; l < c->n_layers; l++) {
 		const struct cw_dsv_layer *L = &m->layers[l];
-		struct cw_dsv4_lstate *ls = &s->ls[l];
+		struct cw_dsv_lstate *ls = &s->ls[l];
 		struct cw_dsv_stream st[CW_DSV_MAX_STREAMS];
 		int ns = cw_dsv_streams(c, l, st);
 
-		for (int k = 0; k < CW_DSV_MAX_STREAMS; k++)
-			ls->kvs[k] = -1;
 		for (int i = 0; i < ns; i++) {
 			size_t rows = st[i].rows_den ?
 					      (size_t)max_tokens / st[i].rows_den + 1 :
@@ -109,12 +97,12 @@ int cw_dsv4_state_init(const struct cw_dsv_model *m, int max_tokens,
 			ls->kvs[k] = kvs++;
 			widest = st[i].row_elems > widest ? st[i].row_elems :
 							    widest;
-			if (kv)
+			if (s->q.kv)
 				continue;
 			ls->buf[k] = malloc(rows * st[i].row_elems *
 					    sizeof(float));
 			if (!ls->buf[k])
-				goto nomem;
+				return -ENOMEM;
 		}
 		/* the declarations agree with the code's own ring sizes
 		 * (a mismatch is a bug, not bad input) */
@@ -133,50 +121,12 @@ int cw_dsv4_state_init(const struct cw_dsv_model *m, int max_tokens,
 		       (ls->kvs[CW_DSV_INDEX_STATE] >= 0 &&
 			ls->kvs[CW_DSV_INDEX_ROWS] >= 0));
 	}
-	if (kv) {
+	if (s->q.kv) {
 		s->zero_row = calloc((size_t)widest, sizeof(float));
 		if (!s->zero_row)
-			goto nomem;
+			return -ENOMEM;
 	}
-	*ret = s;
 	return 0;
-nomem:
-	if (s)
-		s->q.kv = NULL; /* no sequence yet */
-	cw_dsv4_state_free(s);
-	return max_tokens < 1 ? -EINVAL : -ENOMEM;
-}
-
-int cw_dsv4_state_new(const struct cw_dsv_model *m, int max_tokens,
-		      struct cw_dsv4_state **ret)
-{
-	return cw_dsv4_state_init(m, max_tokens, NULL, ret);
-}
-
-void cw_dsv4_state_free(struct cw_dsv4_state *s)
-{
-	if (!s)
-		return;
-	if (s->q.kv && s->q.seq)
-		kv_client_seq_free(s->q.kv, s->q.seq);
-	cw_dsv_run_fini(&s->run);
-	free(s->zero_row);
-	free(s->pr.ids);
-	for (int l = 0; s->ls && l < s->n_layers; l++)
-		for (int k = 0; k < CW_DSV_MAX_STREAMS; k++)
-			free(s->ls[l].buf[k]);
-	free(s->ls);
-	free(s);
-}
-
-int cw_dsv4_state_len(const struct cw_dsv4_state *s)
-{
-	return s->len;
-}
-
-void cw_dsv4_set_debug(struct cw_dsv4_state *s, struct cw_dsv4_debug *dbg)
-{
-	s->dbg = dbg;
 }
 
 /* Compressor inputs of one token: c = wkv a, z = wgate a + ape[p mod m]. */
@@ -199,7 +149,7 @@ static void comp_inputs(const struct cw_dsv_model *m,
  * [4w - 4, 4w) and the second halves of [4w, 4w + 4).  Then the weighted
  * RMSNorm and the compress rope at position m w.
  */
-static void comp_row(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
+static void comp_row(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 		     int l, const struct cw_dsv_comp *cp, int kind, int w,
 		     int indexer, float *out)
 {
@@ -244,7 +194,6 @@ static int index_select_rows(const float *q, const float *omega, int n_heads,
 			     int top_k, int *sel)
 {
 	double sc[n_vis > 0 ? n_vis : 1];
-	unsigned char used[n_vis > 0 ? n_vis : 1];
 
 	if (n_vis <= top_k) {
 		for (int w = 0; w < n_vis; w++)
@@ -264,20 +213,10 @@ static int index_select_rows(const float *q, const float *omega, int n_heads,
 			s += omega[h] * (d > 0 ? d : 0.0);
 		}
 		sc[w] = s;
-		used[w] = 0;
 	}
-	for (int j = 0; j < top_k; j++) {
-		int best = -1;
-
-		for (int w = 0; w < n_vis; w++)
-			if (!used[w] && (best < 0 || sc[w] > sc[best]))
-				best = w;
-		used[best] = 1;
-	}
-	for (int w = 0, j = 0; w < n_vis; w++)
-		if (used[w])
-			sel[j++] = w;
-	return top_k;
+	/* the top_k, ties to the lower row, sorted (the scores are finite:
+	 * the family's one top-k) */
+	return cw_dsv41_select(sc, n_vis, top_k, sel);
 }
 
 int cw_dsv4_index_select(const float *q, const float *omega, int n_heads,
@@ -296,7 +235,7 @@ int cw_dsv4_index_select(const float *q, const float *omega, int n_heads,
  * q/qr/iq/omega precomputed; out [D]. */
 static void attention(const struct cw_dsv_model *m,
 		      const struct cw_dsv_layer *L,
-		      struct cw_dsv4_state *s, int l, int64_t p,
+		      struct cw_dsv_state *s, int l, int64_t p,
 		      const float *q, const float *iq, const float *omega,
 		      float *out, int32_t *sel_out)
 {
@@ -342,7 +281,7 @@ static void attention(const struct cw_dsv_model *m,
  * of the following ones (a prompt is evaluated layer by layer, so their
  * later hash layers are hinted by route_report as each layer is
  * reported).  A refused hint changes no result: warned once, counted. */
-static void step_hint(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
+static void step_hint(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 		      const int32_t *ids, int n)
 {
 	const struct st_dsv_config *c = &m->cfg;
@@ -381,13 +320,17 @@ out:
 	free(he);
 }
 
-static void head(const struct cw_dsv_model *m, const float *X, float *logits)
+/* The logits of one token: hc_head collapses the streams (P, the lagged
+ * pre, is V4.1's). */
+static void head(const struct cw_dsv_model *m, const float *X,
+		 const float *P, float *logits)
 {
 	const struct st_dsv_config *c = &m->cfg;
 	int n = c->hc_mult, D = c->hidden_size, nd = n * D;
 	float pre[n], h[D];
 	double ss = 0.0, r;
 
+	(void)P;
 	for (int i = 0; i < nd; i++)
 		ss += (double)X[i] * X[i];
 	r = 1.0 / sqrt(ss / nd + c->rms_norm_eps);
@@ -406,180 +349,101 @@ static void head(const struct cw_dsv_model *m, const float *X, float *logits)
 	cw_dsv_lin(m, &m->head, h, logits);
 }
 
-void cw_dsv4_state_stats(const struct cw_dsv4_state *s,
-			 struct cw_dsv_run_stats *ret)
+
+/* Store mode, before the layers run (cw_dsv_rev.before_eval). */
+static void v4_before_eval(const struct cw_dsv_model *m,
+			   struct cw_dsv_state *s, const int32_t *ids, int n)
 {
-	*ret = s->run.st;
+	if (m->es && !m->no_route_reports && !m->no_step_hints)
+		step_hint(m, s, ids, n);
 }
 
-int cw_dsv4_eval(const struct cw_dsv_model *m, struct cw_dsv4_state *s,
-		 const int32_t *ids, int n, int all_positions, float *logits,
-		 struct st_diag *diag)
+/* Layer l for token t of the chunk (cw_dsv_rev.layer_token). */
+static int v4_layer_token(const struct cw_dsv_model *m, struct cw_dsv_state *s,
+			  int l, int t, struct cw_dsv_chunk *ck,
+			  struct st_diag *diag)
 {
 	const struct st_dsv_config *c = &m->cfg;
+	const struct cw_dsv_layer *L = &m->layers[l];
 	const int D = c->hidden_size, hc = c->hc_mult, H = c->n_heads;
 	const int hd = c->head_dim, IH = c->index_n_heads;
 	const int Id = c->index_head_dim, K = c->top_k;
-	const size_t xs = (size_t)hc * D;
-	float *X = NULL, *A = NULL, *Q = NULL, *IQ = NULL, *OM = NULL;
-	float *PP = NULL;
-	const int p0 = s->len;
-	int r = 0;
+	const int64_t p = ck->p0 + t;
+	float *X = ck->X + (size_t)t * hc * D;
+	float pp[2 * hc + hc * hc], u[D], qr[c->q_lora_rank], a[D];
+	float q[H * hd], iq[IH * Id], om[IH];
+	float y[D], b[D], pre[hc], post[hc], comb[hc * hc];
+	int32_t *dbg_ids = NULL, *dbg_sel = NULL;
+	float *dbg_w = NULL;
+	int dbg = s->dbg && t < s->dbg->max_tokens;
+	size_t dl = (size_t)t * c->n_layers + l;
+	int r;
 
-	if (n < 1)
-		return 0;
-	if (s->len + n > s->cap)
-		return st_diag_set(diag, -ST_E_LIMIT,
-				   "sequence of %d tokens exceeds the state's %d",
-				   s->len + n, s->cap);
-	for (int t = 0; t < n; t++)
-		if (ids[t] < 0 || ids[t] >= c->vocab_size)
-			return st_diag_set(diag, -EINVAL,
-					   "token id %d out of range [0, %d)",
-					   ids[t], c->vocab_size);
-	if (m->es && !m->no_route_reports && !m->no_step_hints)
-		step_hint(m, s, ids, n);
-	/* pinned while it computes, room for the n new tokens in every
-	 * stream (pooled streams: their pages by token) */
-	if (s->q.kv &&
-	    (r = cw_dsv_kv_begin(&s->q, (uint32_t)(s->len + n), diag)) < 0)
-		return r;
-	X = malloc((size_t)n * xs * sizeof(float));
-	A = malloc((size_t)n * D * sizeof(float));
-	Q = malloc((size_t)n * H * hd * sizeof(float));
-	IQ = malloc((size_t)n * IH * Id * sizeof(float));
-	OM = malloc((size_t)n * IH * sizeof(float));
-	PP = malloc((size_t)n * (2 * hc + hc * hc) * sizeof(float));
-	if (!X || !A || !Q || !IQ || !OM || !PP) {
-		r = st_diag_set(diag, -ENOMEM, "out of memory");
-		goto out;
-	}
-	for (int t = 0; t < n; t++)
-		for (int k = 0; k < hc; k++)
-			memcpy(X + t * xs + (size_t)k * D,
-			       m->embed + (size_t)ids[t] * D,
-			       D * sizeof(float));
-	for (int l = 0; l < c->n_layers; l++) {
-		const struct cw_dsv_layer *L = &m->layers[l];
-
-		/* token by token: each reads only its own streams and what
-		 * earlier positions left in the layer's state */
-		for (int t = 0; t < n; t++) {
-			int64_t p = s->len + t;
-			float *pp = PP + (size_t)t * (2 * hc + hc * hc);
-			float u[D], qr[c->q_lora_rank], *a = A + (size_t)t * D;
-			float *q = Q + (size_t)t * H * hd;
-
-			cw_dsv_hc_pre(X + t * xs, hc, D, L->hc_attn_fn,
-				       L->hc_attn_base, L->hc_attn_scale,
-				       c->hc_sinkhorn_iters, c->hc_eps,
-				       c->rms_norm_eps, pp, pp + hc,
-				       pp + 2 * hc);
-			cw_dsv_collapse(X + t * xs, pp, hc, D, u);
-			if (n == 1 && !L->tid2eid && m->es &&
-			    !m->no_route_reports && !m->no_layer_hints)
-				cw_dsv_layer_hint(m, &s->run, l, p, u);
-			cw_dsv_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps,
-					a);
-			cw_dsv_attn_query(m, L, p, a, qr, q);
-			cw_dsv_attn_kv(m, L, p, a,
-				       srow(s, l, CW_DSV_WINDOW, p, 1));
-			if (L->ratio)
-				comp_inputs(m, &L->comp, a, p,
-					    srow(s, l, CW_DSV_COMP_STATE, p, 1));
-			if (L->has_indexer) {
-				float *iq = IQ + (size_t)t * IH * Id;
-				float *om = OM + (size_t)t * IH;
-
-				comp_inputs(m, &L->icomp, a, p,
-					    srow(s, l, CW_DSV_INDEX_STATE, p, 1));
-				cw_dsv_lin(m, &L->iwq_b, qr, iq);
-				for (int h = 0; h < IH; h++) {
-					cw_dsv_rope(iq + h * Id, Id,
-						     c->rope_dim / 2,
-						     m->freq_comp, p, 0);
-					if (m->qat & CW_DSV4_QAT_INDEX_FP4)
-						index_qat(iq + h * Id, Id);
-				}
-				matvec(&L->iweights, a, om);
-				for (int h = 0; h < IH; h++)
-					om[h] = (float)(om[h] / sqrt((double)IH));
-			}
-			/* a token closing a window emits its row before
-			 * its own attention (it sees that row) */
-			if (L->ratio && (p + 1) % L->ratio == 0) {
-				int w = (int)((p + 1) / L->ratio - 1);
-
-				comp_row(m, s, l, &L->comp, CW_DSV_COMP_STATE,
-					 w, 0,
-					 srow(s, l, CW_DSV_COMP_ROWS, w, 1));
-				if (L->has_indexer)
-					comp_row(m, s, l, &L->icomp,
-						 CW_DSV_INDEX_STATE, w, 1,
-						 srow(s, l, CW_DSV_INDEX_ROWS,
-						      w, 1));
-			}
-			float y[D], b[D], pre[hc], post[hc], comb[hc * hc];
-			int32_t *dbg_ids = NULL, *dbg_sel = NULL;
-			float *dbg_w = NULL;
-			int dbg = s->dbg && t < s->dbg->max_tokens;
-			size_t dl = (size_t)t * c->n_layers + l;
-
-			if (dbg && s->dbg->selected && L->has_indexer)
-				dbg_sel = s->dbg->selected +
-					  dl * c->index_topk;
-			attention(m, L, s, l, p, Q + (size_t)t * H * hd,
-				  IQ + (size_t)t * IH * Id,
-				  OM + (size_t)t * IH, y, dbg_sel);
-			cw_dsv_hc_post(X + t * xs, hc, D, y, pp + hc,
-					pp + 2 * hc);
-			cw_dsv_hc_pre(X + t * xs, hc, D, L->hc_ffn_fn,
-				       L->hc_ffn_base, L->hc_ffn_scale,
-				       c->hc_sinkhorn_iters, c->hc_eps,
-				       c->rms_norm_eps, pre, post, comb);
-			cw_dsv_collapse(X + t * xs, pre, hc, D, u);
-			cw_dsv_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, b);
-			if (dbg && s->dbg->experts && s->dbg->weights) {
-				dbg_ids = s->dbg->experts + dl * K;
-				dbg_w = s->dbg->weights + dl * K;
-			}
-			r = cw_dsv_moe(m, &s->run, l, p, ids[t], b, y,
-				       dbg_ids, dbg_w, diag);
-			if (r < 0)
-				goto out;
-			cw_dsv_hc_post(X + t * xs, hc, D, y, post, comb);
-			if (dbg && s->dbg->stream_rms) {
-				double ss = 0.0;
-
-				for (size_t i = 0; i < xs; i++)
-					ss += (double)X[t * xs + i] *
-					      X[t * xs + i];
-				s->dbg->stream_rms[dl] = (float)sqrt(ss / xs);
-			}
+	cw_steptime_phase(s->tl, CW_PHASE_DENSE);
+	cw_dsv_hc_pre(X, hc, D, L->hc_attn_fn, L->hc_attn_base,
+		       L->hc_attn_scale, c->hc_sinkhorn_iters, c->hc_eps,
+		       c->rms_norm_eps, pp, pp + hc, pp + 2 * hc);
+	cw_dsv_collapse(X, pp, hc, D, u);
+	if (ck->n == 1 && !L->tid2eid && m->es && !m->no_route_reports &&
+	    !m->no_layer_hints)
+		cw_dsv_layer_hint(m, &s->run, l, p, u);
+	cw_dsv_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps, a);
+	cw_dsv_attn_query(m, L, p, a, qr, q);
+	cw_dsv_attn_kv(m, L, p, a, srow(s, l, CW_DSV_WINDOW, p, 1));
+	if (L->ratio)
+		comp_inputs(m, &L->comp, a, p,
+			    srow(s, l, CW_DSV_COMP_STATE, p, 1));
+	if (L->has_indexer) {
+		comp_inputs(m, &L->icomp, a, p,
+			    srow(s, l, CW_DSV_INDEX_STATE, p, 1));
+		cw_dsv_lin(m, &L->iwq_b, qr, iq);
+		for (int h = 0; h < IH; h++) {
+			cw_dsv_rope(iq + h * Id, Id, c->rope_dim / 2,
+				     m->freq_comp, p, 0);
+			if (m->qat & CW_DSV4_QAT_INDEX_FP4)
+				index_qat(iq + h * Id, Id);
 		}
+		matvec(&L->iweights, a, om);
+		for (int h = 0; h < IH; h++)
+			om[h] = (float)(om[h] / sqrt((double)IH));
 	}
-	if (s->q.kv && s->q.row_missing)
-		goto out; /* cw_dsv_kv_end fails the eval */
-	if (logits) {
-		for (int t = all_positions ? 0 : n - 1; t < n; t++)
-			head(m, X + t * xs,
-			     logits + (size_t)(all_positions ? t : 0) *
-					      c->vocab_size);
+	/* a token closing a window emits its row before its own attention
+	 * (it sees that row) */
+	if (L->ratio && (p + 1) % L->ratio == 0) {
+		int w = (int)((p + 1) / L->ratio - 1);
+
+		comp_row(m, s, l, &L->comp, CW_DSV_COMP_STATE, w, 0,
+			 srow(s, l, CW_DSV_COMP_ROWS, w, 1));
+		if (L->has_indexer)
+			comp_row(m, s, l, &L->icomp, CW_DSV_INDEX_STATE, w, 1,
+				 srow(s, l, CW_DSV_INDEX_ROWS, w, 1));
 	}
-	s->len += n;
-	if (s->q.kv && s->pr.ids)
-		cw_dsv_kv_after_eval(s->q.kv, s->q.seq, &s->pr, s->len, ids, n, 1);
-out:
-	/* kvd took rows [len, len + n) as reserved: a windowed stream's
-	 * next reservation frees what lies before them, so a failure
-	 * marks the state failed (cw_dsv_kv_end) */
-	if (s->q.kv)
-		r = cw_dsv_kv_end(&s->q, r, p0, n, diag);
-	free(X);
-	free(A);
-	free(Q);
-	free(IQ);
-	free(OM);
-	free(PP);
-	return r;
+	if (dbg && s->dbg->selected && L->has_indexer)
+		dbg_sel = s->dbg->selected + dl * c->index_topk;
+	attention(m, L, s, l, p, q, iq, om, y, dbg_sel);
+	cw_dsv_hc_post(X, hc, D, y, pp + hc, pp + 2 * hc);
+	cw_dsv_hc_pre(X, hc, D, L->hc_ffn_fn, L->hc_ffn_base, L->hc_ffn_scale,
+		       c->hc_sinkhorn_iters, c->hc_eps, c->rms_norm_eps, pre,
+		       post, comb);
+	cw_dsv_collapse(X, pre, hc, D, u);
+	cw_dsv_rmsnorm(u, L->ffn_norm, D, c->rms_norm_eps, b);
+	if (dbg && s->dbg->experts && s->dbg->weights) {
+		dbg_ids = s->dbg->experts + dl * K;
+		dbg_w = s->dbg->weights + dl * K;
+	}
+	cw_steptime_phase(s->tl, CW_PHASE_EXPERTS);
+	r = cw_dsv_moe(m, &s->run, l, p, ck->ids[t], b, y, dbg_ids, dbg_w,
+		       diag);
+	cw_steptime_phase(s->tl, CW_PHASE_DENSE);
+	if (r < 0)
+		return r;
+	cw_dsv_hc_post(X, hc, D, y, post, comb);
+	return 0;
 }
+
+const struct cw_dsv_rev cw_dsv4_rev = {
+	.state_init = v4_state_init,
+	.before_eval = v4_before_eval,
+	.layer_token = v4_layer_token,
+	.head = head,
+};

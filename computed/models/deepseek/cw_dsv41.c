@@ -1,66 +1,42 @@
 /*
- * cw_dsv41.c — DeepSeek-V4.1 forward pass over a sequence state
- * (cw_dsv41.h).  Formulas: MODEL_FAMILY_DEEPSEEK_V4.md 3.3-3.6 (HF
+ * cw_dsv41.c — DeepSeek-V4.1's layer (cw_dsv_state.h: struct cw_dsv_rev;
+ * the loop over layers and tokens, the CED shortcut and SWA replay:
+ * cw_dsv_eval.c).  Formulas: MODEL_FAMILY_DEEPSEEK_V4.md 3.3-3.6 (HF
  * modeling_deepseek_v41.py, cache path); the tiny-deepseek-v41 README.
  *
- * A chunk of n tokens is evaluated layer by layer and, within a layer,
- * token by token: Engram (its layers), the attention mixer, the collapse
- * with the previous site's pre, projections, the K=V row into the window
- * ring, the KV source's group inputs and the group it closes (before its
- * own attention: a ratio-1 source's token sees its own entry), the index
- * source's selection (published for the layers up to the next source),
- * attention, mHC post, the FFN mixer, the collapse with the attention
- * site's pre, MoE, mHC post.  Each token reads only its own values and
- * what earlier positions left in the state, in a fixed order, so any
- * split of a sequence into chunks gives bit-identical values.
+ * One token through one layer: Engram (its layers; cw_dsv41_engram.c),
+ * the attention mixer, the collapse with the previous site's pre
+ * (single-pass mHC), projections, the K=V row into the window ring (its
+ * format: cw_dsv41_rows.c), the KV source's group inputs and the group it
+ * closes (before its own attention: a ratio-1 source's token sees its own
+ * entry), the index source's selection (published for the layers up to
+ * the next source; CSA2: cw_dsv41_csa2.c), attention, mHC post, the FFN
+ * mixer, the collapse with the attention site's pre, MoE, mHC post.  Each
+ * token reads only its own values and what earlier positions left in the
+ * state, in a fixed order, so any split of a sequence into chunks gives
+ * bit-identical values.
  */
-#include "cw_dsv_int.h"
+#include "cw_dsv41_int.h"
 
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_dsv41_st.h"
-#include "kv_client.h"
-#include "cw_engram_es.h"
 #include "cw_steptime.h"
 #include "es_client.h"
-#include "st_kvfmt_v41.h"
 #include "st_log.h"
 
-/* The reference loop: the router and the indexer's head weights stay
- * reference code in both modes (routing and selections as reference
- * mode's but near ties). */
-static void matvec(const struct cw_dsv_mat *m, const float *x, float *y)
-{
-	cw_dsv_mat_mv(NULL, m, x, y);
-}
-
-int cw_dsv41_state_init(const struct cw_dsv_model *m, int max_tokens,
-			struct kv_client *kv, struct cw_dsv41_state **ret)
+/* V4.1's per-layer state and kvd scratch (cw_dsv_rev.state_init); kvd
+ * stream indices in the order of cw_dsv_kv_decl. */
+static int v41_state_init(const struct cw_dsv_model *m,
+			  struct cw_dsv_state *s, int max_tokens)
 {
 	const struct st_dsv_config *c = &m->cfg;
 	const int hd = c->head_dim, W = c->sliding_window;
-	struct cw_dsv41_state *s;
 	int kvs = 0;
 
-	if (max_tokens < 1)
-		return -EINVAL;
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		return -ENOMEM;
-	s->cap = max_tokens;
-	s->n_layers = c->n_layers;
-	s->q.kv = kv;
-	s->qat = m->qat;
-	/* a kvd state's history grows with it (cw_dsv41_eval) */
-	s->tok_cap = kv ? 256 : max_tokens;
-	s->tokens = malloc((size_t)s->tok_cap * sizeof(int32_t));
-	s->ls = calloc(c->n_layers, sizeof(*s->ls));
-	if (!s->tokens || !s->ls)
-		goto nomem;
-	if (kv) {
+	if (s->q.kv) {
 		size_t w = (size_t)(hd > c->index_head_dim ? hd :
 			    c->index_head_dim);
 
@@ -68,17 +44,12 @@ int cw_dsv41_state_init(const struct cw_dsv_model *m, int max_tokens,
 				sizeof(float));
 		s->zero_row = calloc(2 * w, sizeof(float));
 		if (!s->dec || !s->zero_row)
-			goto nomem;
+			return -ENOMEM;
 	}
-	if (cw_dsv_run_init(m, &s->run) < 0)
-		goto nomem;
-	/* kvd stream indices: the order of cw_dsv_kv_decl */
 	for (int l = 0; l < c->n_layers; l++) {
-		struct cw_dsv41_lstate *ls = &s->ls[l];
+		struct cw_dsv_lstate *ls = &s->ls[l];
 		int mr = c->compress_ratio[l];
 
-		for (int k = 0; k < CW_DSV41_S_N; k++)
-			ls->kvs[k] = -1;
 		ls->kvs[CW_DSV41_S_WINDOW] = kvs++;
 		if (c->kv_source[l]) {
 			if (mr > 1)
@@ -86,16 +57,16 @@ int cw_dsv41_state_init(const struct cw_dsv_model *m, int max_tokens,
 			ls->kvs[CW_DSV41_S_CROW] = kvs++;
 			ls->kvs[CW_DSV41_S_IKEY] = kvs++;
 		}
-		if (kv) {
+		if (s->q.kv) {
 			/* scratch for a ratio-1 source's group input */
 			if (c->kv_source[l] &&
 			    !(ls->grp = malloc((size_t)2 * hd * sizeof(float))))
-				goto nomem;
+				return -ENOMEM;
 			continue;
 		}
 		ls->kv = malloc((size_t)W * hd * sizeof(float));
 		if (!ls->kv)
-			goto nomem;
+			return -ENOMEM;
 		if (!c->kv_source[l])
 			continue;
 		ls->grp = malloc((size_t)mr * 2 * hd * sizeof(float));
@@ -104,409 +75,21 @@ int cw_dsv41_state_init(const struct cw_dsv_model *m, int max_tokens,
 		ls->ikey = malloc(((size_t)max_tokens / mr + 1) *
 				  c->index_head_dim * sizeof(float));
 		if (!ls->grp || !ls->crow || !ls->ikey)
-			goto nomem;
+			return -ENOMEM;
 	}
-	*ret = s;
-	return 0;
-nomem:
-	s->q.kv = NULL; /* no sequence yet */
-	cw_dsv41_state_free(s);
-	return -ENOMEM;
-}
-
-int cw_dsv41_state_new(const struct cw_dsv_model *m, int max_tokens,
-		       struct cw_dsv41_state **ret)
-{
-	return cw_dsv41_state_init(m, max_tokens, NULL, ret);
-}
-
-void cw_dsv41_state_free(struct cw_dsv41_state *s)
-{
-	if (!s)
-		return;
-	if (s->q.kv && s->q.seq)
-		kv_client_seq_free(s->q.kv, s->q.seq);
-	for (int l = 0; s->ls && l < s->n_layers; l++) {
-		free(s->ls[l].kv);
-		free(s->ls[l].grp);
-		free(s->ls[l].crow);
-		free(s->ls[l].ikey);
-	}
-	free(s->ls);
-	free(s->tokens);
-	free(s->dec);
-	free(s->zero_row);
-	free(s->pr.ids);
-	cw_dsv_run_fini(&s->run);
-	free(s);
-}
-
-/*
- * Row access.  The forward reads and writes every row of the state through
- * these, so the process-local and the kvd state run the same code.  In
- * kvd, a row lives in the sequence's page row (row p of a per-token stream
- * is position p's; of a pooled one, group p), stored in the V4.1 format of
- * its stream when its QAT flag is on (st_kvfmt_v41.h: encoded bytes,
- * decoded on read; decode(encode(x)) is the QAT round trip the
- * process-local state applies, so both give the same bits) and as F32
- * otherwise.  A row kvd does not map sets row_missing and reads zeros: the
- * eval then fails.
- */
-/* A kvd state's window row of position r is in the replay rings. */
-static int in_ov(const struct cw_dsv41_state *s, int64_t r)
-{
-	return r >= s->ov_lo && r < s->ov_hi;
-}
-
-static uint8_t *prow(struct cw_dsv41_state *s, int l, int kind, int64_t r,
-		     int write)
-{
-	int st = s->ls[l].kvs[kind];
-	uint8_t *p = write ? kv_client_row_writable(s->q.kv, s->q.seq, st,
-						    (uint32_t)r) :
-			     kv_client_row(s->q.kv, s->q.seq, st, (uint32_t)r);
-
-	if (!p)
-		s->q.row_missing = 1;
-	return p;
-}
-
-/* The QAT flag of a stream kind (0: stored as F32). */
-static unsigned kind_qat(int kind)
-{
-	return kind == CW_DSV41_S_WINDOW ? CW_DSV41_QAT_WINDOW_FP8 :
-	       kind == CW_DSV41_S_CROW   ? CW_DSV41_QAT_CROW_FP4 :
-	       kind == CW_DSV41_S_IKEY   ? CW_DSV41_QAT_INDEX_FP4 : 0;
-}
-
-/* Encodes/rounds row x (n elements) of `kind` in its QAT format:
- * in place (process-local) or into the page bytes `out`. */
-static int qat_store(int kind, float *x, size_t n, uint8_t *out)
-{
-	switch (kind) {
-	case CW_DSV41_S_WINDOW:
-		return out ? st_kv41_fp8_encode(x, n, out, out + n) :
-			     st_kv41_fp8_roundtrip(x, n);
-	case CW_DSV41_S_CROW:
-		return out ? st_kv41_crow_encode(x, n, out, out + n / 2) :
-			     st_kv41_crow_roundtrip(x, n);
-	default:
-		return out ? st_kv41_idx_encode(x, n, out, out + n / 2) :
-			     st_kv41_idx_roundtrip(x, n);
-	}
-}
-
-static int kind_elems(const struct st_dsv_config *c, int kind)
-{
-	return kind == CW_DSV41_S_IKEY ? c->index_head_dim : c->head_dim;
-}
-
-/* Where row r of `kind` of layer l is to be computed: the array row
- * (process-local; the window ring at r mod W), the replay ring (kvd,
- * window rows of a replayed prefix), or `scratch` (kvd). */
-static float *row_begin(const struct cw_dsv_model *m,
-			struct cw_dsv41_state *s, int l, int kind, int64_t r,
-			float *scratch)
-{
-	const struct st_dsv_config *c = &m->cfg;
-	struct cw_dsv41_lstate *ls = &s->ls[l];
-
-	if (kind == CW_DSV41_S_WINDOW && (!s->q.kv || in_ov(s, r)))
-		return ls->kv + (size_t)(r % c->sliding_window) * c->head_dim;
-	if (s->q.kv)
-		return scratch;
-	return (kind == CW_DSV41_S_CROW ? ls->crow : ls->ikey) +
-	       (size_t)r * kind_elems(c, kind);
-}
-
-/* Stores row r computed at x (from row_begin): applies the stream's QAT
- * (in place when process-local) or writes the page row in its format.
- * 0, or -EINVAL (width not a multiple of the format's block). */
-static int row_end(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
-		   int l, int kind, int64_t r, float *x)
-{
-	const size_t n = (size_t)kind_elems(&m->cfg, kind);
-	const int q = (s->q.kv ? s->qat : m->qat) & kind_qat(kind);
-	uint8_t *p;
-
-	if (!s->q.kv || (kind == CW_DSV41_S_WINDOW && in_ov(s, r)))
-		return q ? qat_store(kind, x, n, NULL) : 0;
-	p = prow(s, l, kind, r, 1);
-	if (!p)
-		return 0;
-	if (q)
-		return qat_store(kind, x, n, p);
-	memcpy(p, x, n * sizeof(float));
-	return 0;
-}
-
-/* Row r of `kind` of layer l for reading: the array row, or the page row
- * (F32 in place, or decoded into buf). */
-static const float *row_get(const struct cw_dsv_model *m,
-			    struct cw_dsv41_state *s, int l, int kind,
-			    int64_t r, float *buf)
-{
-	const struct st_dsv_config *c = &m->cfg;
-	const size_t n = (size_t)kind_elems(c, kind);
-	const uint8_t *p;
-	int rc = 0;
-
-	if (!s->q.kv || (kind == CW_DSV41_S_WINDOW && in_ov(s, r)))
-		return row_begin(m, s, l, kind, r, NULL);
-	p = prow(s, l, kind, r, 0);
-	if (!p)
-		return s->zero_row;
-	if (!(s->qat & kind_qat(kind)))
-		return (const float *)(const void *)p;
-	switch (kind) {
-	case CW_DSV41_S_WINDOW:
-		rc = st_kv41_fp8_decode(p, p + n, n, buf);
-		break;
-	case CW_DSV41_S_CROW:
-		rc = st_kv41_crow_decode(p, p + n / 2, n, buf);
-		break;
-	default:
-		rc = st_kv41_idx_decode(p, p + n / 2, n, buf);
-	}
-	if (rc < 0) { /* widths were checked by the encode: a bug */
-		s->q.row_missing = 1;
-		return s->zero_row;
-	}
-	return buf;
-}
-
-/* The group-input slot of position p of KV source l (2 hd floats):
- * process-local ring, or the page row (ratio > 1) / scratch (ratio 1). */
-static float *grp_slot(const struct cw_dsv_model *m,
-		       struct cw_dsv41_state *s, int l, int64_t p, int write)
-{
-	struct cw_dsv41_lstate *ls = &s->ls[l];
-	const int mr = m->layers[l].ratio;
-	uint8_t *q;
-
-	if (!s->q.kv)
-		return ls->grp + (size_t)(p % mr) * 2 * m->cfg.head_dim;
-	if (mr == 1)
-		return ls->grp;
-	q = prow(s, l, CW_DSV41_S_GROUP, p, write);
-	return q ? (float *)(void *)q : s->zero_row;
-}
-
-int cw_dsv41_state_len(const struct cw_dsv41_state *s)
-{
-	return s->len;
-}
-
-void cw_dsv41_set_debug(struct cw_dsv41_state *s, struct cw_dsv41_debug *dbg)
-{
-	s->dbg = dbg;
-}
-
-void cw_dsv41_set_steptime(struct cw_dsv41_state *s, struct cw_steptime *tl)
-{
-	s->tl = tl;
-}
-
-int cw_dsv41_set_ced_shortcut(struct cw_dsv41_state *s, int mode)
-{
-	if (mode < CW_DSV41_CED_OFF || mode > CW_DSV41_CED_WINDOW)
-		return -EINVAL;
-	s->ced = mode;
-	return 0;
-}
-
-void cw_dsv41_state_drop_window(struct cw_dsv41_state *s)
-{
-	for (int l = 0; l < s->n_layers; l++)
-		s->ls[l].win_lo = s->len;
-}
-
-/* What one eval shares between its layers: per token, the streams, the
- * lagged pre, and the index sources' selections and candidate blocks. */
-struct chunk {
-	int n;           /* tokens */
-	int64_t p0;      /* position of token 0 */
-	int replay;      /* re-evaluation: no global-KV appends */
-	float *X;        /* [n][hc][D] */
-	float *P;        /* [n][hc] the previous site's pre */
-	int isx[ST_DSV_MAX_LAYERS]; /* index source layer -> slot, -1 */
-	int *sel;        /* [index sources][n][index_topk] */
-	int *nsel;       /* [index sources][n] */
-	double *sc;      /* [positions] index scores (one query at a time) */
-	int *cand;       /* [n][candidate_topk_blocks] */
-	int *ncand;      /* [n] */
-};
-
-/* Engram before layer L's mixer: X (one token's hc x D streams) += gate
- * per stream times the value read from the table rows of the n-grams
- * ending at p. */
-static int engram(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
-		  const struct cw_dsv_layer *L, int64_t p, float *X, int t,
-		  struct st_diag *diag)
-{
-	const struct st_dsv_config *c = &m->cfg;
-	const int D = c->hidden_size, hc = c->hc_mult;
-	const int rpp = m->engram_rows_per_pos, hd = c->engram_head_dim;
-	int64_t rows[rpp];
-	float E[rpp * hd], kv[(hc + 1) * D];
-	int r;
-
-	r = st_engram_hash_rows(m->hash, L->ei, s->tokens, (int)p, rows);
-	if (r < 0)
-		return st_diag_set(diag, r,
-				   "engram layer %d: hashing position %lld failed",
-				   c->engram_layer[L->ei], (long long)p);
-	r = m->prov.get_rows(m->prov.ctx, L->ei, rows, rpp, E, diag);
-	if (r < 0)
-		return r;
-	cw_dsv_lin(m, &L->ewkv, E, kv);
-	for (int k = 0; k < hc; k++) {
-		double g = cw_dsv41_engram_gate(X + k * D, L->eqk + k * D,
-						kv + k * D, D, c->rms_norm_eps);
-
-		for (int d = 0; d < D; d++)
-			X[k * D + d] = (float)(X[k * D + d] +
-					       g * kv[hc * D + d]);
-		if (s->dbg && s->dbg->engram_gates && t < s->dbg->max_tokens)
-			s->dbg->engram_gates[((size_t)t * c->n_engram + L->ei) *
-						     hc + k] = (float)g;
-	}
-	if (s->dbg && s->dbg->engram_rows && t < s->dbg->max_tokens)
-		memcpy(s->dbg->engram_rows +
-			       ((size_t)t * c->n_engram + L->ei) * rpp,
-		       rows, sizeof(rows));
-	return 0;
-}
-
-/* KV source: stores the token's group inputs and, when it closes group
- * g, appends the group's compressed row and index key (pooled, normed;
- * index key k_norm(wk latent), both roped at g m, with their QAT). */
-static int kv_source(const struct cw_dsv_model *m,
-		     struct cw_dsv41_state *s, int l, const float *a,
-		     int64_t p)
-{
-	const struct st_dsv_config *c = &m->cfg;
-	const struct cw_dsv_layer *L = &m->layers[l];
-	const int hd = c->head_dim, Id = c->index_head_dim, mr = L->ratio;
-	float lat[hd], *slot = grp_slot(m, s, l, p, 1), sk[Id], sr[hd];
-	int64_t g;
-	int r = 0;
-
-	cw_dsv_lin(m, &L->cwkv, a, slot);
-	if (mr > 1)
-		cw_dsv_lin(m, &L->cwgate, a, slot + hd);
-	if ((p + 1) % mr)
-		return 0;
-	g = (p + 1) / mr - 1;
-	if (mr > 1) {
-		const float *cs[mr], *zs[mr];
-
-		for (int i = 0; i < mr; i++) {
-			cs[i] = grp_slot(m, s, l, g * mr + i, 0);
-			zs[i] = cs[i] + hd;
-		}
-		cw_dsv_pool(cs, zs, mr, hd, lat);
-	} else {
-		memcpy(lat, slot, sizeof(lat));
-	}
-	cw_dsv_rmsnorm(lat, L->cnorm, hd, c->rms_norm_eps, lat);
-	{
-		float *k = row_begin(m, s, l, CW_DSV41_S_IKEY, g, sk);
-
-		/* from the pre-rope latent */
-		cw_dsv_lin(m, &L->iwk, lat, k);
-		cw_dsv_rmsnorm(k, L->iknorm, Id, c->rms_norm_eps, k);
-		cw_dsv_rope(k, Id, c->rope_dim / 2, m->freq_comp, g * mr, 0);
-		r = row_end(m, s, l, CW_DSV41_S_IKEY, g, k);
-	}
-	{
-		float *row = row_begin(m, s, l, CW_DSV41_S_CROW, g, sr);
-
-		memcpy(row, lat, sizeof(lat));
-		cw_dsv_rope(row, hd, c->rope_dim / 2, m->freq_comp, g * mr, 0);
-		if (r == 0)
-			r = row_end(m, s, l, CW_DSV41_S_CROW, g, row);
-	}
-	return r;
-}
-
-/* Index source at layer l for token t (position p): scores of the
- * visible entries of its KV source's keys, the candidate blocks (the
- * candidate source) or the candidate mask (later index sources), and
- * the top-k, into ck->sel / nsel. */
-static int index_source(const struct cw_dsv_model *m,
-			struct cw_dsv41_state *s, int l,
-			const float *a, const float *qr, int64_t p, int t,
-			struct chunk *ck)
-{
-	const struct st_dsv_config *c = &m->cfg;
-	const struct cw_dsv_layer *L = &m->layers[l];
-	const int IH = c->index_n_heads, Id = c->index_head_dim;
-	const int nv = cw_dsv41_n_visible(p, L->ratio);
-	float iq[IH * Id], om[IH], kb[Id];
-	double *sc = ck->sc;
-	int r = 0, *sel = ck->sel + ((size_t)ck->isx[l] * ck->n + t) *
-					   c->index_topk;
-
-	cw_dsv_lin(m, &L->iwq_b, qr, iq);
-	for (int h = 0; h < IH && r == 0; h++) {
-		cw_dsv_rope(iq + h * Id, Id, c->rope_dim / 2, m->freq_comp, p,
-			     0);
-		if (m->qat & CW_DSV41_QAT_INDEX_FP4)
-			r = st_kv41_idx_roundtrip(iq + h * Id, Id);
-	}
-	if (r < 0)
-		return r;
-	matvec(&L->iweights, a, om);
-	for (int e = 0; e < nv; e++) {
-		const float *k = row_get(m, s, L->kv_src, CW_DSV41_S_IKEY, e,
-					 kb);
-		double acc = 0.0;
-
-		for (int h = 0; h < IH; h++) {
-			double d = 0.0;
-
-			for (int i = 0; i < Id; i++)
-				d += (double)iq[h * Id + i] * k[i];
-			d /= sqrt((double)Id);
-			acc += om[h] / sqrt((double)IH) * (d > 0 ? d : 0.0);
-		}
-		sc[e] = acc;
-	}
-	if (l == c->candidate_source) {
-		ck->ncand[t] = cw_dsv41_candidate_blocks(
-			sc, nv, c->candidate_block_size,
-			c->candidate_topk_blocks,
-			ck->cand + (size_t)t * c->candidate_topk_blocks);
-	} else if (c->candidate_source >= 0 && l > c->candidate_source &&
-		   L->kv_src == m->layers[c->candidate_source].kv_src) {
-		const int *cb = ck->cand + (size_t)t * c->candidate_topk_blocks;
-		const int B = c->candidate_block_size;
-
-		for (int e = 0; e < nv; e++) {
-			int in = 0;
-
-			for (int j = 0; j < ck->ncand[t] && !in; j++)
-				in = e / B == cb[j];
-			if (!in)
-				sc[e] = -INFINITY;
-		}
-	}
-	ck->nsel[(size_t)ck->isx[l] * ck->n + t] =
-		cw_dsv41_select(sc, nv, c->index_topk, sel);
 	return 0;
 }
 
 /* Attention sublayer of layer l for token t at position p (a =
  * attn_norm(u)); writes the K=V row and the KV source's entries into the
  * state; out [D]. */
-static int attention(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
+static int attention(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 		     int l, const float *a, int64_t p, int t,
-		     struct chunk *ck, float *out)
+		     struct cw_dsv_chunk *ck, float *out)
 {
 	const struct st_dsv_config *c = &m->cfg;
 	const struct cw_dsv_layer *L = &m->layers[l];
-	struct cw_dsv41_lstate *ls = &s->ls[l];
+	struct cw_dsv_lstate *ls = &s->ls[l];
 	const int H = c->n_heads, hd = c->head_dim, W = c->sliding_window;
 	int64_t lo = p - W + 1 > ls->win_lo ? p - W + 1 : ls->win_lo;
 	float qr[c->q_lora_rank], q[H * hd];
@@ -516,15 +99,15 @@ static int attention(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 	cw_dsv_attn_query(m, L, p, a, qr, q);
 	{
 		float kb[hd];
-		float *kv = row_begin(m, s, l, CW_DSV41_S_WINDOW, p, kb);
+		float *kv = cw_dsv41_row_begin(m, s, l, CW_DSV41_S_WINDOW, p, kb);
 
 		cw_dsv_attn_kv(m, L, p, a, kv);
-		r = row_end(m, s, l, CW_DSV41_S_WINDOW, p, kv);
+		r = cw_dsv41_row_end(m, s, l, CW_DSV41_S_WINDOW, p, kv);
 	}
 	if (r == 0 && c->kv_source[l] && !ck->replay)
-		r = kv_source(m, s, l, a, p);
+		r = cw_dsv41_kv_source(m, s, l, a, p);
 	if (r == 0 && c->index_source[l])
-		r = index_source(m, s, l, a, qr, p, t, ck);
+		r = cw_dsv41_index_source(m, s, l, a, qr, p, t, ck);
 	if (r < 0)
 		return r;
 	if (L->ratio) {
@@ -539,11 +122,11 @@ static int attention(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
 
 		/* decoded (kvd) rows go to s->dec, one slot each */
 		for (int64_t j = lo; j <= p; j++, nr++)
-			rows[nr] = row_get(m, s, l, CW_DSV41_S_WINDOW, j,
+			rows[nr] = cw_dsv41_row_get(m, s, l, CW_DSV41_S_WINDOW, j,
 					   s->dec ? s->dec + (size_t)nr * hd :
 						    NULL);
 		for (int j = 0; j < n_sel; j++, nr++)
-			rows[nr] = row_get(m, s, L->kv_src, CW_DSV41_S_CROW,
+			rows[nr] = cw_dsv41_row_get(m, s, L->kv_src, CW_DSV41_S_CROW,
 					   sel[j], s->dec ? s->dec +
 						   (size_t)nr * hd : NULL);
 		cw_dsv_attn_out(m, L, p, q, rows, nr, out);
@@ -561,7 +144,7 @@ static int attention(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
  * the previous token's last layer.  A refused hint changes no result:
  * warned once, counted. */
 static void step_hint(const struct cw_dsv_model *m,
-		      struct cw_dsv41_state *s, int32_t token)
+		      struct cw_dsv_state *s, int32_t token)
 {
 	const struct st_dsv_config *c = &m->cfg;
 	const int K = c->top_k, D = c->hidden_size;
@@ -599,8 +182,8 @@ static void step_hint(const struct cw_dsv_model *m,
 
 /* One layer for one token: Engram, attention site, FFN site. */
 static int layer_token(const struct cw_dsv_model *m,
-		       struct cw_dsv41_state *s, int l, int t,
-		       struct chunk *ck, struct st_diag *diag)
+		       struct cw_dsv_state *s, int l, int t,
+		       struct cw_dsv_chunk *ck, struct st_diag *diag)
 {
 	const struct st_dsv_config *c = &m->cfg;
 	const struct cw_dsv_layer *L = &m->layers[l];
@@ -610,7 +193,7 @@ static int layer_token(const struct cw_dsv_model *m,
 	float pre_a[hc], post_a[hc], comb_a[hc * hc];
 	float pre_f[hc], post_f[hc], comb_f[hc * hc];
 	float u[D], a[D], y[D];
-	struct cw_dsv41_debug *dbg = s->dbg && t < s->dbg->max_tokens ?
+	struct cw_dsv_debug *dbg = s->dbg && t < s->dbg->max_tokens ?
 					     s->dbg : NULL;
 	size_t dl = (size_t)t * c->n_layers + l;
 	int r;
@@ -624,7 +207,7 @@ static int layer_token(const struct cw_dsv_model *m,
 		cw_dsv_collapse(X, P, hc, D, u);
 		cw_dsv_layer_hint(m, &s->run, l, p, u);
 	}
-	if (L->ei >= 0 && (r = engram(m, s, L, p, X, t, diag)) < 0)
+	if (L->ei >= 0 && (r = cw_dsv41_engram(m, s, L, p, X, t, diag)) < 0)
 		return r;
 	/* collapsed with the previous site's pre (the lag) */
 	cw_dsv41_hc_site(X, hc, D, P, L->hc_attn_fn, L->hc_attn_base,
@@ -668,13 +251,6 @@ static int layer_token(const struct cw_dsv_model *m,
 				j < ck->ncand[t] ?
 					ck->cand[(size_t)t * c->candidate_topk_blocks + j] :
 					-1;
-	if (dbg && dbg->stream_rms) {
-		double ss = 0.0;
-
-		for (int i = 0; i < hc * D; i++)
-			ss += (double)X[i] * X[i];
-		dbg->stream_rms[dl] = (float)sqrt(ss / (hc * D));
-	}
 	return 0;
 }
 
@@ -691,213 +267,21 @@ static void head(const struct cw_dsv_model *m, const float *X,
 	cw_dsv_lin(m, &m->head, h, logits);
 }
 
-/* Runs tokens ids[0..n) at positions p0.. through every layer (the
- * layers after the last KV source on the last tokens only when the CED
- * shortcut is on); replay: no appends to the global KV. */
-static int run(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
-	       const int32_t *ids, int n, int64_t p0, int replay,
-	       int all_positions, float *logits, struct st_diag *diag)
+/* Store mode, before the layers run (cw_dsv_rev.before_eval): the Engram
+ * prefetch of the chunk's positions, then the step hint of its first
+ * token. */
+static void v41_before_eval(const struct cw_dsv_model *m,
+			    struct cw_dsv_state *s, const int32_t *ids, int n)
 {
-	const struct st_dsv_config *c = &m->cfg;
-	const int D = c->hidden_size, hc = c->hc_mult;
-	const int last_src = st_dsv41_last_kv_source(c);
-	const int W = c->sliding_window;
-	struct chunk ck = { .n = n, .p0 = p0, .replay = replay };
-	int r = 0, n_isrc = 0;
-
-	ck.X = malloc((size_t)n * hc * D * sizeof(float));
-	ck.P = calloc((size_t)n * hc, sizeof(float));
-
-	for (int l = 0; l < c->n_layers; l++)
-		ck.isx[l] = c->index_source[l] ? n_isrc++ : -1;
-	ck.sel = malloc(((size_t)n_isrc * n * c->index_topk + 1) * sizeof(int));
-	ck.nsel = calloc((size_t)n_isrc * n + 1, sizeof(int));
-	ck.sc = malloc(((size_t)p0 + n + 1) * sizeof(double));
-	ck.cand = malloc((size_t)n * c->candidate_topk_blocks * sizeof(int));
-	ck.ncand = calloc(n, sizeof(int));
-	if (!ck.X || !ck.P || !ck.sel || !ck.nsel || !ck.sc || !ck.cand ||
-	    !ck.ncand) {
-		r = st_diag_set(diag, -ENOMEM, "out of memory");
-		goto out;
-	}
-	for (int t = 0; t < n; t++) {
-		for (int k = 0; k < hc; k++)
-			memcpy(ck.X + ((size_t)t * hc + k) * D,
-			       m->embed + (size_t)ids[t] * D,
-			       D * sizeof(float));
-		ck.P[(size_t)t * hc] = 1.0f; /* one-hot on stream 0 */
-	}
-	for (int l = 0; l < c->n_layers; l++) {
-		int t0 = 0;
-
-		/* CED: past the last KV source a layer owns only window KV
-		 * (model doc 3.4).  WINDOW: the last W tokens only;
-		 * EXACT: the dependency cone of the last W rows of the last
-		 * layer, W - 1 tokens more per layer before it. */
-		if (s->ced && !replay && last_src >= 0 && l > last_src) {
-			int64_t k = c->n_layers - 1 - l;
-			int64_t need = s->ced == CW_DSV41_CED_WINDOW ?
-					       W : W + k * (W - 1);
-
-			t0 = n > need ? (int)(n - need) : 0;
-		}
-		if (t0 > 0) /* rows before t0 are not computed: unseen */
-			s->ls[l].win_lo = p0 + t0;
-		for (int t = t0; t < n; t++)
-			if ((r = layer_token(m, s, l, t, &ck, diag)) < 0)
-				goto out;
-	}
-	cw_steptime_phase(s->tl, CW_PHASE_HEAD);
-	if (logits)
-		for (int t = all_positions ? 0 : n - 1; t < n; t++)
-			head(m, ck.X + (size_t)t * hc * D,
-			     ck.P + (size_t)t * hc,
-			     logits + (size_t)(all_positions ? t : 0) *
-					      c->vocab_size);
-out:
-	cw_steptime_phase(s->tl, CW_PHASE_NONE);
-	free(ck.X);
-	free(ck.P);
-	free(ck.sel);
-	free(ck.nsel);
-	free(ck.sc);
-	free(ck.cand);
-	free(ck.ncand);
-	return r;
-}
-
-/* Store mode: asks expertd for the Engram rows of positions p0 ..
- * p0 + n - 1 of every Engram layer as soon as their tokens are known (the
- * hash reads token ids only), so that the layers' fetches find them
- * cached or in flight.  A hint: a refusal is warned once and counted. */
-static void engram_prefetch(const struct cw_dsv_model *m,
-			    struct cw_dsv41_state *s, int p0, int n)
-{
-	if (!m->es || !m->hash || m->no_engram_prefetch)
-		return;
-	for (int t = 0; t < n; t++) {
-		struct st_diag d = { { 0 } };
-
-		if (cw_engram_es_prefetch_token(m->es, m->hash, s->tokens,
-						p0 + t, 0, &d) < 0 &&
-		    s->prefetch_failed++ == 0)
-			st_warn("Engram prefetch to expertd failed: %s "
-				"(lookups may wait for reads; results are "
-				"unaffected)", d.msg);
-	}
-}
-
-int cw_dsv41_eval(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
-		  const int32_t *ids, int n, int all_positions, float *logits,
-		  struct st_diag *diag)
-{
-	const struct st_dsv_config *c = &m->cfg;
-	int r;
-
-	if (n < 1)
-		return 0;
-	if (s->len + n > s->cap)
-		return st_diag_set(diag, -ST_E_LIMIT,
-				   "sequence of %d tokens exceeds the state's %d",
-				   s->len + n, s->cap);
-	if (s->ced && all_positions && logits)
-		return st_diag_set(diag, -EINVAL,
-				   "all-position logits with the CED prefill shortcut on (it computes the last position only)");
-	for (int t = 0; t < n; t++)
-		if (ids[t] < 0 || ids[t] >= c->vocab_size)
-			return st_diag_set(diag, -EINVAL,
-					   "token id %d out of range [0, %d)",
-					   ids[t], c->vocab_size);
-	if (s->len + n > s->tok_cap) { /* kvd state: the history grows */
-		int nc = s->len + n > 2 * s->tok_cap ? s->len + n :
-						       2 * s->tok_cap;
-		int32_t *t = realloc(s->tokens, (size_t)nc * sizeof(int32_t));
-
-		if (!t)
-			return st_diag_set(diag, -ENOMEM, "out of memory");
-		s->tokens = t;
-		s->tok_cap = nc;
-	}
-	if (s->q.kv &&
-	    (r = cw_dsv_kv_begin(&s->q, (uint32_t)(s->len + n), diag)) < 0)
-		return r;
-	memcpy(s->tokens + s->len, ids, (size_t)n * sizeof(int32_t));
-	engram_prefetch(m, s, s->len, n);
+	cw_dsv41_engram_prefetch(m, s, s->len, n);
 	if (m->es && !m->no_route_reports && !m->no_step_hints)
 		step_hint(m, s, ids[0]);
-	r = run(m, s, ids, n, s->len, 0, all_positions, logits, diag);
-	if (s->q.kv) {
-		int ok = r == 0 && !s->q.row_missing;
-
-		r = cw_dsv_kv_end(&s->q, r, s->len, n, diag);
-		/* only the unpin failed: the rows are written and the logits
-		 * stand, so the state moves on (a retry of the same run is
-		 * then a replay for the caller, not a second evaluation) */
-		if (ok && r < 0) {
-			s->len += n;
-			return r;
-		}
-	}
-	if (r == 0) {
-		s->len += n;
-		/* replayed window rows live outside the pages (the pages
-		 * hold other rows for them), and the CED shortcut leaves
-		 * window rows uncomputed: neither state's pages are
-		 * published */
-		if (s->q.kv && s->pr.ids)
-			cw_dsv_kv_after_eval(s->q.kv, s->q.seq, &s->pr, s->len,
-					     ids, n, !(s->ov_hi > 0 || s->ced));
-	}
-	return r;
 }
 
-int cw_dsv41_replay(const struct cw_dsv_model *m, struct cw_dsv41_state *s,
-		    const int32_t *ids, int n, struct st_diag *diag)
-{
-	if (n < 1 || n > s->len)
-		return st_diag_set(diag, -EINVAL,
-				   "replay of %d tokens: the state holds %d",
-				   n, s->len);
-	for (int t = 0; t < n; t++)
-		if (ids[t] != s->tokens[s->len - n + t])
-			return st_diag_set(diag, -EINVAL,
-					   "replay token %d (id %d) is not the prefix's token at position %d (id %d)",
-					   t, ids[t], s->len - n + t,
-					   s->tokens[s->len - n + t]);
-	if (s->q.kv) {
-		/* the prefix's window rows may be in shared pages: the
-		 * replayed ones go to per-state rings instead */
-		const struct st_dsv_config *c = &m->cfg;
-		int r;
-
-		for (int l = 0; l < s->n_layers; l++)
-			if (!s->ls[l].kv &&
-			    !(s->ls[l].kv = malloc((size_t)c->sliding_window *
-						   c->head_dim *
-						   sizeof(float))))
-				return st_diag_set(diag, -ENOMEM,
-						   "out of memory");
-		if (s->ov_hi != s->len || s->ov_lo > s->len - n)
-			s->ov_lo = s->len - n;
-		s->ov_hi = s->len;
-		if ((r = cw_dsv_kv_begin(&s->q, 0, diag)) < 0)
-			return r;
-		for (int l = 0; l < s->n_layers; l++)
-			if (s->ls[l].win_lo > s->len - n)
-				s->ls[l].win_lo = s->len - n;
-		r = run(m, s, ids, n, s->len - n, 1, 0, NULL, diag);
-		return cw_dsv_kv_end(&s->q, r, s->len - n, n, diag);
-	}
-	/* a replay rebuilds the rows from its first position on */
-	for (int l = 0; l < s->n_layers; l++)
-		if (s->ls[l].win_lo > s->len - n)
-			s->ls[l].win_lo = s->len - n;
-	return run(m, s, ids, n, s->len - n, 1, 0, NULL, diag);
-}
-
-void cw_dsv41_state_stats(const struct cw_dsv41_state *s,
-			  struct cw_dsv_run_stats *ret)
-{
-	*ret = s->run.st;
-}
+const struct cw_dsv_rev cw_dsv41_rev = {
+	.state_init = v41_state_init,
+	.before_eval = v41_before_eval,
+	.layer_token = layer_token,
+	.head = head,
+};
 

@@ -1,11 +1,11 @@
 /*
  * cw_dsv41_ops.c — the numeric pieces of the DeepSeek-V4.1 forward pass
- * that V4 does not have (cw_dsv41.h; formulas:
+ * that V4 does not have (cw_dsv_ops.h; formulas:
  * MODEL_FAMILY_DEEPSEEK_V4.md 3.3 and 3.5).  The shared ones (RMSNorm,
  * rope, mHC mixer, router, SwiGLU, pooling, sink attention) are V4's, in
  * cw_dsv_ops.c.
  */
-#include "cw_dsv41.h"
+#include "cw_dsv.h"
 #include "cw_dsv_ops.h"
 
 #include <math.h>

@@ -10,7 +10,7 @@
  */
 #include "cw_dsv_int.h"
 
-#include "cw_dsv4.h"
+#include "cw_dsv.h"
 
 /* The rope frequencies of layer L: the compress rope's where it
  * compresses. */

@@ -16,9 +16,7 @@
 
 #include "cw_backend.h"
 #include "cw_dsv.h"
-#include "cw_dsv4.h"
 #include "cw_dsv_ops.h"  /* the pieces both forward passes use */
-#include "cw_dsv41.h"
 #include "st_store.h"
 
 struct st_engram_hash;

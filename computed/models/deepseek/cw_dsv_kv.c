@@ -1,11 +1,11 @@
 /*
  * cw_dsv_kv.c — the DeepSeek-V4 family's sequence state in kvd pages
- * (cw_dsv.h, cw_dsv4.h, cw_dsv41.h "KV streams in kvd"; design:
+ * (cw_dsv.h "sequence states in kvd"; design:
  * docs/DESIGN.md 3a and 9; V4.1's formats: st_kvfmt_v41.h, model doc
  * 3.7-3.8): the declaration of every revision's streams
  * (cw_dsv_streams.c), the prefix-cache model id, the kvd sequence with
  * its prefix mode, the pin/reserve/unpin bracket every revision's eval
- * runs in (cw_dsv_kv_begin / _end), and each revision's state_new_kv.
+ * runs in (cw_dsv_kv_begin / _end), and the state in kvd (cw_dsv_state_new_kv).
  *
  * The forward passes read and write every row through one accessor, so
  * each is the same code for the process-local and the kvd state; V4.1
@@ -14,8 +14,7 @@
  * the process-local state's.
  */
 #include "cw_dsv_int.h"
-#include "cw_dsv41_st.h"
-#include "cw_dsv4_int.h"
+#include "cw_dsv_state.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -231,47 +230,7 @@ int cw_dsv_kv_publish(struct kv_client *kv, uint32_t seq, int len,
 	return kv_client_seq_publish(kv, seq, ids, (uint32_t)n, diag);
 }
 
-/* ---- V4 ---- */
-
-int cw_dsv4_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
-			 const int32_t *prompt, int n_prompt,
-			 struct cw_dsv4_state **ret, struct st_diag *diag)
-{
-	struct cw_dsv4_state *s = NULL;
-	uint32_t cached = 0;
-	int r;
-
-	if (!kv)
-		return st_diag_set(diag, -EINVAL, "no kvd client");
-	if (n_prompt < 0 || (n_prompt > 0 && !prompt))
-		return st_diag_set(diag, -EINVAL, "bad prompt (%d ids)",
-				   n_prompt);
-	r = cw_dsv4_state_init(m, INT_MAX, kv, &s);
-	if (r < 0)
-		return st_diag_set(diag, r, "out of memory");
-	r = cw_dsv_kv_seq_create(kv, prompt, n_prompt, &s->q.seq, &cached,
-				 &s->pr, diag);
-	if (r < 0) {
-		cw_dsv4_state_free(s);
-		return r;
-	}
-	s->len = (int)cached;
-	*ret = s;
-	return 0;
-}
-
-int cw_dsv4_state_publish(struct cw_dsv4_state *s, const int32_t *ids, int n,
-			  struct st_diag *diag)
-{
-	return cw_dsv_kv_publish(s->q.kv, s->q.seq, s->len, ids, n, NULL, diag);
-}
-
-uint32_t cw_dsv4_state_seq(const struct cw_dsv4_state *s)
-{
-	return s->q.kv ? s->q.seq : 0;
-}
-
-/* ---- V4.1 ---- */
+/* ---- the state in kvd, every revision ---- */
 
 /* kv holds m's declaration with m's current QAT flags (the rows are
  * written in those formats; a mismatch would overrun page rows). */
@@ -298,29 +257,36 @@ static int check_decl(const struct cw_dsv_model *m, struct kv_client *kv,
 	return 0;
 }
 
-int cw_dsv41_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
-			  const int32_t *prompt, int n_prompt, int swa_replay,
-			  struct cw_dsv41_state **ret, struct st_diag *diag)
+int cw_dsv_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
+			const int32_t *prompt, int n_prompt, int swa_replay,
+			struct cw_dsv_state **ret, struct st_diag *diag)
 {
-	struct cw_dsv41_state *s = NULL;
+	const int v41 = m->cfg.revision == ST_DSV_REV_V41;
+	struct cw_dsv_state *s = NULL;
 	uint32_t cached = 0;
 	int r;
 
 	if (!kv)
 		return st_diag_set(diag, -EINVAL, "no kvd client");
-	if (n_prompt < 0 || (n_prompt > 0 && !prompt) || swa_replay < 0)
+	if (n_prompt < 0 || (n_prompt > 0 && !prompt) || swa_replay < 0 ||
+	    (swa_replay > 0 && !v41))
 		return st_diag_set(diag, -EINVAL,
-				   "bad prompt (%d ids) or SWA replay (%d)",
+				   "bad prompt (%d ids) or SWA replay (%d; V4.1 only)",
 				   n_prompt, swa_replay);
-	for (int i = 0; i < n_prompt; i++)
-		if (prompt[i] < 0 || prompt[i] >= m->cfg.vocab_size)
-			return st_diag_set(diag, -EINVAL,
-					   "prompt token %d: id %d out of range [0, %d)",
-					   i, prompt[i], m->cfg.vocab_size);
-	r = check_decl(m, kv, diag);
-	if (r < 0)
-		return r;
-	r = cw_dsv41_state_init(m, INT_MAX, kv, &s);
+	if (v41) {
+		/* the Engram history is the prompt's ids; the rows are
+		 * written in the declared QAT formats */
+		for (int i = 0; i < n_prompt; i++)
+			if (prompt[i] < 0 || prompt[i] >= m->cfg.vocab_size)
+				return st_diag_set(diag, -EINVAL,
+						   "prompt token %d: id %d out of range [0, %d)",
+						   i, prompt[i],
+						   m->cfg.vocab_size);
+		r = check_decl(m, kv, diag);
+		if (r < 0)
+			return r;
+	}
+	r = cw_dsv_state_init(m, INT_MAX, kv, &s);
 	if (r < 0)
 		return st_diag_set(diag, r, "out of memory");
 	r = cw_dsv_kv_seq_create(kv, prompt, n_prompt, &s->q.seq, &cached,
@@ -336,10 +302,10 @@ int cw_dsv41_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
 		}
 	}
 	if (r < 0) {
-		cw_dsv41_state_free(s);
+		cw_dsv_state_free(s);
 		return r;
 	}
-	/* the Engram history of the mapped prefix: its ids */
+	/* the token history of the mapped prefix: its ids */
 	if (cached)
 		memcpy(s->tokens, prompt, sizeof(int32_t) * cached);
 	s->len = (int)cached;
@@ -353,7 +319,7 @@ int cw_dsv41_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
 		cw_dsv41_state_drop_window(s);
 		r = cw_dsv41_replay(m, s, s->tokens + s->len - n, n, diag);
 		if (r < 0) {
-			cw_dsv41_state_free(s);
+			cw_dsv_state_free(s);
 			return r;
 		}
 	}
@@ -361,8 +327,8 @@ int cw_dsv41_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
 	return 0;
 }
 
-int cw_dsv41_state_publish(struct cw_dsv41_state *s, const int32_t *ids,
-			   int n, struct st_diag *diag)
+int cw_dsv_state_publish(struct cw_dsv_state *s, const int32_t *ids, int n,
+			 struct st_diag *diag)
 {
 	return cw_dsv_kv_publish(s->q.kv, s->q.seq, s->len, ids, n,
 				 s->ov_hi > 0 || s->ced ?
@@ -373,7 +339,7 @@ int cw_dsv41_state_publish(struct cw_dsv41_state *s, const int32_t *ids,
 				 diag);
 }
 
-uint32_t cw_dsv41_state_seq(const struct cw_dsv41_state *s)
+uint32_t cw_dsv_state_seq(const struct cw_dsv_state *s)
 {
 	return s->q.kv ? s->q.seq : 0;
 }

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_dsv4.h"
+#include "cw_dsv.h"
 #include "cw_dsv_ops.h"
 #include "cw_engram_es.h"
 #include "cw_threads.h"

@@ -1,12 +1,12 @@
 /*
  * cw_dsv_mat.c — the weight matrices of the DeepSeek-V4 family (V4 and
- * V4.1; struct cw_dsv_mat, cw_dsv4_int.h) in both compute modes: kept as
+ * V4.1; struct cw_dsv_mat, cw_dsv_int.h) in both compute modes: kept as
  * F32 (reference mode) or as stored (fast mode: FP8 E4M3 codes with
  * expanded scales, BF16), multiplied by the exact double-accumulating
  * loop or the fast backend's kernels, and the expert matrices of an
  * expertd slot (MXFP4 records) as views or dequantised.
  */
-#include "cw_dsv4_int.h"
+#include "cw_dsv_int.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_dsv4.h"
+#include "cw_dsv.h"
 #include "es_client.h"
 #include "st_log.h"
 #include "st_util.h"

@@ -1,6 +1,6 @@
 /*
  * cw_dsv_ops.c — the numeric pieces of the DeepSeek-V4 forward pass
- * (cw_dsv4.h; formulas: MODEL_FAMILY_DEEPSEEK_V4.md 2.4-2.5).  Reference
+ * (cw_dsv_ops.h; formulas: MODEL_FAMILY_DEEPSEEK_V4.md 2.4-2.5).  Reference
  * mode: float32 storage, double accumulation.
  */
 #include "cw_dsv_ops.h"

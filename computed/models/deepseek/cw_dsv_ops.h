@@ -92,4 +92,66 @@ void cw_dsv_hadamard(float *x, int n);
 void cw_dsv_fp8_dequant(const uint8_t *w, const uint8_t *scale, int rows,
 			 int cols, int b0, int b1, float *out);
 
+/* ---- V4's indexer (cw_dsv4.c), exposed for the unit tests ---- */
+
+/*
+ * Lightning-indexer selection for one query: score of visible row w is
+ * sum_h omega[h] * ReLU(q[h] . key[w] / sqrt(dim)) (omega already scaled
+ * by n_heads^-1/2); keeps the top_k rows (all when n_vis <= top_k), ties
+ * to the lower row index.  sel gets the chosen rows in ascending order;
+ * returns their count.
+ */
+int cw_dsv4_index_select(const float *q, const float *omega, int n_heads,
+			 int dim, const float *keys, int n_vis, int top_k,
+			 int *sel);
+
+/* ---- pieces (cw_dsv41_ops.c), exposed for the unit tests ---- */
+
+/* Index entries visible to the query at position p of a layer of
+ * compress ratio m: floor((p + 1) / m) (an entry covers tokens
+ * [e m, e m + m), visible once complete; at m = 1 the current token's
+ * own entry included). */
+int cw_dsv41_n_visible(int64_t p, int m);
+
+/*
+ * Candidate blocks (two-level top-k) from the index scores sc[0..n_vis)
+ * of the candidate-source layer: a block is block_size consecutive
+ * entries, its score the max of its entries; the block holding the newest
+ * entry (n_vis - 1) is always kept (pinned); the others by score,
+ * ties to the lower block.  blocks gets the chosen ids, sorted; returns
+ * their count (min(topk_blocks, number of blocks)).
+ */
+int cw_dsv41_candidate_blocks(const double *sc, int n_vis, int block_size,
+			      int topk_blocks, int *blocks);
+
+/*
+ * Top-k selection from index scores sc[0..n_vis) (V4.1's index sources
+ * and V4's indexer): the top min(top_k, n_vis) entries, ties to the lower
+ * entry, picks with score -inf dropped; sel gets them sorted; returns
+ * their count.
+ */
+int cw_dsv41_select(const double *sc, int n_vis, int top_k, int *sel);
+
+/*
+ * Engram gate of one stream (MODEL_FAMILY_DEEPSEEK_V4.md 3.5):
+ * dot = sum_j x[j] qk[j] key[j] * rsqrt(mean(x^2) + eps) *
+ * rsqrt(mean(key^2) + eps) / sqrt(D), gate = sigmoid(sign(dot) *
+ * sqrt(max(|dot|, 1e-6))); qk = q_weight * k_weight of the stream.
+ */
+double cw_dsv41_engram_gate(const float *x, const float *qk, const float *key,
+			    int D, double eps);
+
+/*
+ * One mHC site of V4.1's single pass (MODEL_FAMILY_DEEPSEEK_V4.md 3.3.1):
+ * this site's mixes of the streams X [n][D] (pre [n], post [n], comb
+ * [n][n], row = source stream; V4's formulas, cw_dsv_hc_pre) and its
+ * sublayer input u [D] = sum_k lag_pre[k] X[k], collapsed with the
+ * *previous* site's pre (one-hot on stream 0 before layer 0; the
+ * attention site's pre at the FFN site), not its own.
+ */
+void cw_dsv41_hc_site(const float *X, int n, int D, const float *lag_pre,
+		      const float *fn, const float *base, const float *scale,
+		      int iters, double eps, double rms_eps, float *u,
+		      float *pre, float *post, float *comb);
+
 #endif

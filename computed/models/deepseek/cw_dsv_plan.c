@@ -18,7 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_dsv4.h"
+#include "cw_dsv.h"
 #include "st_config_dsv41.h"
 #include "st_store.h"
 #include "st_util.h"

@@ -7,8 +7,7 @@
  * process-local states have exactly these streams.
  */
 #include "cw_dsv.h"
-#include "cw_dsv4.h"
-#include "cw_dsv41.h"
+#include "cw_dsv.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -4,7 +4,7 @@
  * pass's Engram row provider.
  *
  * cw_engram_es_get_rows has exactly the signature of the provider's
- * get_rows (struct cw_dsv41_engram_provider in cw_dsv41.h: fn pointer +
+ * get_rows (struct cw_dsv41_engram_provider in cw_dsv.h: fn pointer +
  * ctx), with ctx a struct es_client *:
  *     struct cw_dsv41_engram_provider p = { cw_engram_es_get_rows, es };
  *     cw_dsv41_set_engram_provider(model, &p);

@@ -5,19 +5,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cw_dsv4.h"
-#include "cw_dsv41.h"
+#include "cw_dsv.h"
 #include "cw_seqtab.h"
 #include "es_client.h"
 #include "kv_client.h"
 #include "st_util.h"
 
 /*
- * One revision of the family: its forward pass's entry points over the
- * family's model (loaded, freed and switched by cw_dsv.h for every
- * revision) and its state objects, opaque here as in cw_seqtab.h.  The
- * wrappers below are one line each; what a revision does differently
- * lives in its own files (cw_dsv4*.c, cw_dsv41*.c).
+ * What differs between the revisions in serving: names in messages, the
+ * KV bytes a token adds, and fast mode's matvec threads.  The state, its
+ * eval and the kvd sequence are the family's one (cw_dsv.h).
  */
 struct dsv_rev {
 	const char *name;          /* in messages: "V4", "V4.1" */
@@ -26,22 +23,7 @@ struct dsv_rev {
 	/* fast mode's matvec threads; NULL: the revision has none */
 	int (*set_threads)(struct cw_dsv_model *dm, int n_threads);
 	uint64_t (*kv_bytes_per_token)(const struct cw_dsv_model *dm);
-	/* a state in kvd pages (prefix: the prompt to map and publish) */
-	int (*state_new_kv)(const struct cw_dsv_model *dm,
-			    struct kv_client *kv, const int32_t *prefix,
-			    int n_prefix, void **ret_st, struct st_diag *diag);
-	int (*state_new)(const struct cw_dsv_model *dm, int max_tokens,
-			 void **ret_st);
-	int (*state_len)(const void *st);
-	uint32_t (*state_seq)(const void *st);
-	void (*state_free)(void *st);
-	uint64_t (*state_acquire_ns)(const void *st);
-	int (*eval)(const struct cw_dsv_model *dm, void *st,
-		    const int32_t *ids, int n, int all_positions, float *logits,
-		    struct st_diag *diag);
 };
-
-/* DeepSeek-V4 */
 
 static uint64_t v4_kv_bytes_per_token(const struct cw_dsv_model *dm)
 {
@@ -49,123 +31,43 @@ static uint64_t v4_kv_bytes_per_token(const struct cw_dsv_model *dm)
 	return (uint64_t)cw_dsv4_kv_bytes_per_token(cw_dsv_config(dm), 4);
 }
 
-static int v4_state_new_kv(const struct cw_dsv_model *dm,
-			   struct kv_client *kv, const int32_t *prefix,
-			   int n_prefix, void **ret_st, struct st_diag *diag)
-{
-	return cw_dsv4_state_new_kv(dm, kv, prefix, n_prefix,
-				    (struct cw_dsv4_state **)ret_st, diag);
-}
-
-static int v4_state_new(const struct cw_dsv_model *dm, int max_tokens,
-			void **ret_st)
-{
-	return cw_dsv4_state_new(dm, max_tokens,
-				 (struct cw_dsv4_state **)ret_st);
-}
-
-static int v4_state_len(const void *st)
-{
-	return cw_dsv4_state_len(st);
-}
-
-static uint32_t v4_state_seq(const void *st)
-{
-	return cw_dsv4_state_seq(st);
-}
-
-static void v4_state_free(void *st)
-{
-	cw_dsv4_state_free(st);
-}
-
-static uint64_t v4_state_acquire_ns(const void *st)
-{
-	struct cw_dsv_run_stats s;
-
-	cw_dsv4_state_stats(st, &s);
-	return s.acquire_ns;
-}
-
-static int v4_eval(const struct cw_dsv_model *dm, void *st,
-		   const int32_t *ids, int n, int all_positions, float *logits,
-		   struct st_diag *diag)
-{
-	return cw_dsv4_eval(dm, st, ids, n, all_positions, logits, diag);
-}
-
-/* DeepSeek-V4.1 */
-
 static uint64_t v41_kv_bytes_per_token(const struct cw_dsv_model *dm)
 {
 	/* the V4.1 storage formats' growing KV (st_kvfmt_v41.h) */
 	return (uint64_t)cw_dsv41_kv_bytes_per_token(cw_dsv_config(dm));
 }
 
-static int v41_state_new_kv(const struct cw_dsv_model *dm,
-			    struct kv_client *kv, const int32_t *prefix,
-			    int n_prefix, void **ret_st, struct st_diag *diag)
+static const struct dsv_rev k_revs[] = {
+	[CW_DSV_REV_V4] = { "V4", ST_DSV_REV_V4, "F32 rows", NULL,
+			    v4_kv_bytes_per_token },
+	[CW_DSV_REV_V41] = { "V4.1", ST_DSV_REV_V41,
+			     "its own formats (F32 activations)",
+			     cw_dsv41_set_threads, v41_kv_bytes_per_token },
+};
+
+/* The state table's (cw_seqtab.h) view of a state, opaque there. */
+static int state_len(const void *st)
 {
-	/* swa_replay 0: a prefix hit maps the window rows the entry carries
-	 * (exact, bit-identical to evaluating the prompt cold); the state
-	 * fills the Engram token history of the mapped prefix from the
-	 * prompt */
-	return cw_dsv41_state_new_kv(dm, kv, prefix, n_prefix, 0,
-				     (struct cw_dsv41_state **)ret_st, diag);
+	return cw_dsv_state_len(st);
 }
 
-static int v41_state_new(const struct cw_dsv_model *dm, int max_tokens,
-			 void **ret_st)
+static uint32_t state_seq(const void *st)
 {
-	return cw_dsv41_state_new(dm, max_tokens,
-				  (struct cw_dsv41_state **)ret_st);
+	return cw_dsv_state_seq(st);
 }
 
-static int v41_state_len(const void *st)
+static void state_free(void *st)
 {
-	return cw_dsv41_state_len(st);
+	cw_dsv_state_free(st);
 }
 
-static uint32_t v41_state_seq(const void *st)
-{
-	return cw_dsv41_state_seq(st);
-}
-
-static void v41_state_free(void *st)
-{
-	cw_dsv41_state_free(st);
-}
-
-static uint64_t v41_state_acquire_ns(const void *st)
+static uint64_t state_acquire_ns(const void *st)
 {
 	struct cw_dsv_run_stats s;
 
-	cw_dsv41_state_stats(st, &s);
+	cw_dsv_state_stats(st, &s);
 	return s.acquire_ns;
 }
-
-static int v41_eval(const struct cw_dsv_model *dm, void *st,
-		    const int32_t *ids, int n, int all_positions, float *logits,
-		    struct st_diag *diag)
-{
-	return cw_dsv41_eval(dm, st, ids, n, all_positions, logits, diag);
-}
-
-static const struct dsv_rev k_revs[] = {
-	[CW_DSV_REV_V4] = {
-		"V4", ST_DSV_REV_V4, "F32 rows", NULL, v4_kv_bytes_per_token,
-		v4_state_new_kv, v4_state_new,
-		v4_state_len, v4_state_seq, v4_state_free, v4_state_acquire_ns,
-		v4_eval,
-	},
-	[CW_DSV_REV_V41] = {
-		"V4.1", ST_DSV_REV_V41, "its own formats (F32 activations)",
-		cw_dsv41_set_threads, v41_kv_bytes_per_token,
-		v41_state_new_kv, v41_state_new, v41_state_len,
-		v41_state_seq, v41_state_free, v41_state_acquire_ns,
-		v41_eval,
-	},
-};
 
 struct cw_dsvserve {
 	const struct dsv_rev *rev;
@@ -187,7 +89,8 @@ static int tab_new_local(const void *model, int max_tokens, void **ret)
 	const struct cw_dsvserve *v = model;
 
 	*ret = NULL;
-	return v->rev->state_new(v->dm, max_tokens, ret);
+	return cw_dsv_state_new(v->dm, max_tokens,
+				(struct cw_dsv_state **)ret);
 }
 
 static int tab_eval(const void *model, void *st, const int32_t *ids, int n,
@@ -197,9 +100,9 @@ static int tab_eval(const void *model, void *st, const int32_t *ids, int n,
 	 * grow here, from the one thread that steps the sequences
 	 * (cw_seqtab.h) */
 	struct cw_dsvserve *v = (struct cw_dsvserve *)model;
-	uint64_t a = v->rev->state_acquire_ns(st);
-	int r = v->rev->eval(v->dm, st, ids, n, all_positions, logits, diag);
-	uint64_t b = v->rev->state_acquire_ns(st);
+	uint64_t a = state_acquire_ns(st);
+	int r = cw_dsv_eval(v->dm, st, ids, n, all_positions, logits, diag);
+	uint64_t b = state_acquire_ns(st);
 
 	/* the stall: time in es_client_acquire (the state's counter) */
 	cw_seqtab_count_eval(&v->rs, b - a, r >= 0, n, all_positions,
@@ -207,13 +110,13 @@ static int tab_eval(const void *model, void *st, const int32_t *ids, int n,
 	return r;
 }
 
-/* cw_seqtab's ops take the state alone for len, seq and free: one row
- * per revision, sharing new_local and eval through the adapter. */
+/* cw_seqtab's ops take the state alone for len, seq and free; the
+ * revision's name for its messages. */
 static const struct cw_seqtab_ops k_tab_ops[] = {
-	[CW_DSV_REV_V4] = { "V4", v4_state_len, v4_state_seq, v4_state_free,
+	[CW_DSV_REV_V4] = { "V4", state_len, state_seq, state_free,
 			    tab_new_local, tab_eval },
-	[CW_DSV_REV_V41] = { "V4.1", v41_state_len, v41_state_seq,
-			     v41_state_free, tab_new_local, tab_eval },
+	[CW_DSV_REV_V41] = { "V4.1", state_len, state_seq, state_free,
+			     tab_new_local, tab_eval },
 };
 
 int cw_dsvserve_open(enum cw_dsv_rev rev, const char *store_dir,
@@ -302,7 +205,7 @@ int cw_dsvserve_seq_create(struct cw_dsvserve *v, const int32_t *prompt,
 			   int n_prompt, int prefix_cache, uint32_t *ret_seq,
 			   uint32_t *ret_cached, struct st_diag *diag)
 {
-	void *st = NULL;
+	struct cw_dsv_state *st = NULL;
 	uint32_t seq;
 	int r;
 
@@ -310,12 +213,17 @@ int cw_dsvserve_seq_create(struct cw_dsvserve *v, const int32_t *prompt,
 		return st_diag_set(diag, -EINVAL, "%s sequence: no kvd client "
 				   "(the model was opened without kvd)",
 				   v->rev->name);
-	r = v->rev->state_new_kv(v->dm, v->kv, prefix_cache ? prompt : NULL,
-				 prefix_cache ? n_prompt : 0, &st, diag);
+	/* swa_replay 0: a prefix hit maps the window rows the entry
+	 * carries (exact, bit-identical to evaluating the prompt cold); a
+	 * V4.1 state fills the Engram token history of the mapped prefix
+	 * from the prompt */
+	r = cw_dsv_state_new_kv(v->dm, v->kv, prefix_cache ? prompt : NULL,
+				prefix_cache ? n_prompt : 0, 0,
+				&st, diag);
 	if (r < 0)
 		return r;
-	seq = v->rev->state_seq(st);
-	*ret_cached = (uint32_t)v->rev->state_len(st);
+	seq = state_seq(st);
+	*ret_cached = (uint32_t)state_len(st);
 	r = cw_seqtab_put(&v->tab, seq, st, diag);
 	if (r < 0)
 		return r; /* st (and its kvd sequence) freed */

@@ -3,12 +3,12 @@
  * issue 11) behind the cw_model interface, so that generation (cw_gen),
  * the scheduler, the request API, SCORE and HTTP run the family
  * unchanged.  One adapter for every revision: what differs between
- * revisions (the forward pass's entry points, V4.1's compute threads,
- * its KV storage formats, its Engram history on a prefix hit) is one row
- * of a small per-revision table in cw_model_dsv.c; a new revision adds a
- * row, not a copy.
+ * revisions (names, V4.1's compute threads, its KV storage formats) is
+ * one row of a small per-revision table in cw_model_dsv.c; a new
+ * revision adds a row, not a copy.
  *
- * The forward pass is the revision's eval (cw_dsv4_eval, cw_dsv41_eval)
+ * The forward pass is the family's one (cw_dsv_eval; the revision's
+ * layer chosen by the store's config)
  * in the model options' compute mode (reference: F32 activations and
  * state, exact dequantisation, DESIGN 6a; fast: the fast CPU kernels on
  * FP8 codes and the experts' slot bytes) with the dense weights from the

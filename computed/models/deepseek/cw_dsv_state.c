@@ -1,0 +1,98 @@
+/*
+ * cw_dsv_state.c — the DeepSeek-V4 family's sequence state, every
+ * revision (cw_dsv_state.h): making, freeing and the accessors; the
+ * revision's per-layer streams are allocated by its state_init.
+ */
+#include "cw_dsv_state.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+#include "kv_client.h"
+
+int cw_dsv_state_init(const struct cw_dsv_model *m, int max_tokens,
+		      struct kv_client *kv, struct cw_dsv_state **ret)
+{
+	const struct st_dsv_config *c = &m->cfg;
+	struct cw_dsv_state *s;
+
+	if (max_tokens < 1)
+		return -EINVAL;
+	s = calloc(1, sizeof(*s));
+	if (!s)
+		return -ENOMEM;
+	s->rev = c->revision == ST_DSV_REV_V41 ? &cw_dsv41_rev : &cw_dsv4_rev;
+	s->cap = max_tokens;
+	s->n_layers = c->n_layers;
+	s->q.kv = kv;
+	s->qat = m->qat;
+	/* a kvd state's history grows with it (cw_dsv_eval) */
+	s->tok_cap = kv ? 256 : max_tokens;
+	s->tokens = malloc((size_t)s->tok_cap * sizeof(int32_t));
+	s->ls = calloc(c->n_layers, sizeof(*s->ls));
+	if (!s->tokens || !s->ls || cw_dsv_run_init(m, &s->run) < 0)
+		goto nomem;
+	for (int l = 0; l < c->n_layers; l++)
+		for (int k = 0; k < CW_DSV_MAX_STREAMS; k++)
+			s->ls[l].kvs[k] = -1;
+	if (s->rev->state_init(m, s, max_tokens) < 0)
+		goto nomem;
+	*ret = s;
+	return 0;
+nomem:
+	s->q.kv = NULL; /* no sequence yet */
+	cw_dsv_state_free(s);
+	return -ENOMEM;
+}
+
+int cw_dsv_state_new(const struct cw_dsv_model *m, int max_tokens,
+		     struct cw_dsv_state **ret)
+{
+	return cw_dsv_state_init(m, max_tokens, NULL, ret);
+}
+
+void cw_dsv_state_free(struct cw_dsv_state *s)
+{
+	if (!s)
+		return;
+	if (s->q.kv && s->q.seq)
+		kv_client_seq_free(s->q.kv, s->q.seq);
+	cw_dsv_run_fini(&s->run);
+	for (int l = 0; s->ls && l < s->n_layers; l++) {
+		struct cw_dsv_lstate *ls = &s->ls[l];
+
+		for (int k = 0; k < CW_DSV_MAX_STREAMS; k++)
+			free(ls->buf[k]);
+		free(ls->kv);
+		free(ls->grp);
+		free(ls->crow);
+		free(ls->ikey);
+	}
+	free(s->ls);
+	free(s->tokens);
+	free(s->dec);
+	free(s->zero_row);
+	free(s->pr.ids);
+	free(s);
+}
+
+int cw_dsv_state_len(const struct cw_dsv_state *s)
+{
+	return s->len;
+}
+
+void cw_dsv_state_stats(const struct cw_dsv_state *s,
+			struct cw_dsv_run_stats *ret)
+{
+	*ret = s->run.st;
+}
+
+void cw_dsv_set_debug(struct cw_dsv_state *s, struct cw_dsv_debug *dbg)
+{
+	s->dbg = dbg;
+}
+
+void cw_dsv_set_steptime(struct cw_dsv_state *s, struct cw_steptime *tl)
+{
+	s->tl = tl;
+}
