@@ -41,6 +41,7 @@
 
 #include "kv_pool.h"
 #include "kv_proto.h"
+#include "kv_session_proto.h"
 #include "st_error.h"
 
 struct kv_client;
@@ -226,6 +227,37 @@ int kv_client_seq_publish(struct kv_client *c, uint32_t seq,
 int kv_client_seq_publish_flags(struct kv_client *c, uint32_t seq,
 				const int32_t *ids, uint32_t n_ids,
 				uint32_t flags, struct st_diag *diag);
+
+/*
+ * Saved sessions (kvd/kv_session.h, kv_session_proto.h).  save: the
+ * cached page groups of ids[0..n_ids) (a conversation whose rows were
+ * published: kv_client_seq_publish) go to kvd's session file `name`,
+ * stamped with `id` (model, store, KV dtype, page size, model id);
+ * *ret_groups gets the groups saved (rows = groups x page_rows).
+ * load: checks the whole file, refuses another model, store, KV dtype,
+ * page size or declaration by name (-ST_E_CONFIG) and a corrupt file
+ * (-ST_E_CHECKSUM, -ST_E_FORMAT; nothing used), then puts its groups in
+ * the prefix cache: a kv_client_seq_create_prefix of a prompt starting with
+ * *ret_ids (malloc'd, the caller frees; *ret_n_ids of them) maps
+ * *ret_rows rows.  list: at most cap entries into ret.  remove: deletes
+ * it.  Names: kv_session_name_ok (-EINVAL otherwise).  Other errors:
+ * -ST_E_NOTFOUND (no such session, or nothing cached to save),
+ * -ST_E_PEERGONE, -errno of kvd's file I/O; diag says what.
+ */
+int kv_client_session_save(struct kv_client *c, const char *name,
+			   const struct kv_session_ident *id,
+			   const int32_t *ids, uint32_t n_ids,
+			   uint32_t *ret_groups, struct st_diag *diag);
+int kv_client_session_load(struct kv_client *c, const char *name,
+			   const struct kv_session_ident *id,
+			   uint32_t *ret_placed, uint32_t *ret_rows,
+			   int32_t **ret_ids, uint32_t *ret_n_ids,
+			   struct st_diag *diag);
+int kv_client_session_list(struct kv_client *c, uint32_t cap,
+			   struct kv_session_info *ret, uint32_t *ret_n,
+			   struct st_diag *diag);
+int kv_client_session_remove(struct kv_client *c, const char *name,
+			     struct st_diag *diag);
 
 /*
  * Batched (n at most KV_PROTO_MAX_RESERVE): brings every spilled page of

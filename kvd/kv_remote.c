@@ -158,6 +158,28 @@ static const char *value_check(const struct kv_pool *p, uint64_t key,
 	return NULL;
 }
 
+size_t kv_group_value_len(const struct kv_pool *p)
+{
+	return value_len(p);
+}
+
+void kv_group_value_encode(const struct kv_pool *p, uint64_t key,
+			   const uint32_t *pages, uint8_t *v)
+{
+	value_encode(p, key, decl_hash(p), pages, v);
+}
+
+const char *kv_group_value_check(const struct kv_pool *p, uint64_t key,
+				 const uint8_t *v, size_t len)
+{
+	return value_check(p, key, decl_hash(p), v, len);
+}
+
+uint64_t kv_pool_decl_hash(const struct kv_pool *p)
+{
+	return decl_hash(p);
+}
+
 /* ---- connection ----------------------------------------------------------- */
 
 int kv_remote_init(struct kv_remote *rm, const struct kv_remote_config *cfg,
