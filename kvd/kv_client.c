@@ -1163,3 +1163,8 @@ int kv_client_shutdown(struct kv_client *c)
 	pthread_mutex_unlock(&c->lock);
 	return r;
 }
+
+uint64_t kv_client_model_id(const struct kv_client *c)
+{
+	return c->model_id;
+}

@@ -361,6 +361,8 @@ int64_t kv_client_seq_rows(struct kv_client *c, uint32_t seq);
 /* Geometry after a declaration: rows per page, and row bytes of a stream
  * (0 when not declared / out of range). */
 uint32_t kv_client_page_rows(const struct kv_client *c);
+/* The prefix-cache model id declared (kv_client_declare_model; 0: none). */
+uint64_t kv_client_model_id(const struct kv_client *c);
 uint32_t kv_client_row_bytes(const struct kv_client *c, int stream);
 
 /*

@@ -353,8 +353,8 @@ int kv_session_load(struct kv_pool *p, const char *dir, const char *name,
 				   vl * (size_t)p->lay.max_pages_per_seq,
 		     &f, &len);
 	if (r == -ENOENT)
-		return st_diag_set(diag, -ST_E_NOTFOUND, "no session '%s' "
-				   "(strata session ls)", name);
+		return st_diag_set(diag, -ST_E_NOTFOUND, "session '%s' does "
+				   "not exist (strata session ls)", name);
 	if (r < 0)
 		return st_diag_set(diag, r, "session '%s': reading %s: %s",
 				   name, path, st_strerror(r));
@@ -473,8 +473,8 @@ int kv_session_remove(const char *dir, const char *name,
 	if (unlink(path) < 0) {
 		r = -errno;
 		if (r == -ENOENT)
-			return st_diag_set(diag, -ST_E_NOTFOUND, "no session "
-					   "'%s'", name);
+			return st_diag_set(diag, -ST_E_NOTFOUND, "session "
+					   "'%s' does not exist", name);
 		return st_diag_set(diag, r, "removing session '%s': %s", name,
 				   st_strerror(r));
 	}

@@ -5,6 +5,7 @@
  * cw_http.h.
  */
 #include "cw_http.h"
+#include "cw_session.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -493,6 +494,42 @@ static enum MHD_Result do_models(struct cw_http *h, struct MHD_Connection *c,
 		   queue_error(h, c, CW_EP_MODELS, &err);
 }
 
+/* /v1/sessions (GET), /v1/sessions/NAME (DELETE), /v1/sessions/NAME/load
+ * (POST): cw_session.h. */
+static enum MHD_Result do_sessions(struct cw_http *h, struct MHD_Connection *c,
+				   const char *url, const char *method)
+{
+	char name[80] = "";
+	struct st_diag d = { "" };
+	int load = 0, status;
+	json_t *j;
+
+	if (url[12] == '/') {
+		const char *n = url + 13, *slash = strchr(n, '/');
+		size_t len = slash ? (size_t)(slash - n) : strlen(n);
+
+		if (len >= sizeof(name) || (slash && strcmp(slash, "/load")))
+			return simple_error(h, c, CW_EP_OTHER, 404,
+					    "invalid_request_error",
+					    "no such endpoint; see "
+					    "/v1/sessions");
+		memcpy(name, n, len);
+		name[len] = 0;
+		load = slash != NULL;
+	}
+	if (!h->kv || !h->o.sched.session)
+		return simple_error(h, c, CW_EP_OTHER, 503, "server_error",
+				    "sessions need kvd (computed runs "
+				    "without it)");
+	j = cw_session_http(h->kv, h->o.sched.session, method,
+			    url[12] == '/' ? name : NULL, load, &status, &d);
+	if (j)
+		return queue_json(h, c, CW_EP_OTHER, 200, j);
+	return simple_error(h, c, CW_EP_OTHER, status,
+			    status >= 500 ? "server_error" :
+					    "invalid_request_error", d.msg);
+}
+
 /* Constant-time comparison of the bearer token with the key. */
 static int auth_ok(const struct cw_http *h, struct MHD_Connection *c)
 {
@@ -696,6 +733,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		return simple_error(h, c, ep, 401, "invalid_request_error",
 				    "missing or wrong API key: send "
 				    "'Authorization: Bearer KEY'");
+	if (!strcmp(url, "/v1/sessions") || !strncmp(url, "/v1/sessions/", 13))
+		return do_sessions(h, c, url, method);
 	switch (ep) {
 	case CW_EP_COMPLETIONS:
 	case CW_EP_CHAT:
@@ -718,6 +757,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		return simple_error(h, c, ep, 404, "invalid_request_error",
 				    "no such endpoint; see /v1/completions, "
 				    "/v1/chat/completions, /v1/models, "
+				    "/v1/sessions, "
 				    "/health, /metrics");
 	}
 }

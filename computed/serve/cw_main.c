@@ -29,6 +29,7 @@
 #include "cw_sampler.h"
 #include "cw_routing.h"
 #include "cw_sched.h"
+#include "cw_session.h"
 #include "cw_timeline.h"
 #include "es_client.h"
 #include "kv_client.h"
@@ -81,6 +82,7 @@ struct cw_daemon {
 	struct cw_http_opts hopts;
 	char chat_name[32];
 	char model_name[256];
+	struct kv_session_ident session_ident; /* saved sessions */
 	struct cw_metrics metrics;
 	struct cw_sched *sched;
 	struct cw_http *http;
@@ -1252,6 +1254,28 @@ int main(int argc, char **argv)
 		st_info("speculative decoding is off for this DeepSeek-V4 "
 			"store: its state evaluates each position once, so "
 			"rejected drafts could not be rolled back");
+	if (!d->model_name[0]) {
+		/* the store's name without ".strata" */
+		const char *base = strrchr(d->store_dir, '/');
+		char *dot;
+
+		snprintf(d->model_name, sizeof(d->model_name), "%.200s",
+			 base && base[1] ? base + 1 : d->store_dir);
+		dot = strstr(d->model_name, ".strata");
+		if (dot && dot != d->model_name && !dot[7])
+			*dot = 0;
+	}
+	if (d->kv) {
+		/* what a saved session must match (cw_session.h) */
+		r = cw_session_ident(d->model, d->kv, d->model_name,
+				     (uint32_t)d->mopts.kv_dtype,
+				     &d->session_ident, &diag);
+		if (r < 0) {
+			st_err("%s", diag.msg);
+			goto out;
+		}
+		d->sopts.session = &d->session_ident;
+	}
 	r = cw_sched_create(d->model, d->tok, d->kv, &d->sopts, &d->metrics,
 			    &d->sched);
 	if (r < 0) {
@@ -1260,17 +1284,6 @@ int main(int argc, char **argv)
 	}
 	if (d->hopts.port) {
 		const enum cw_chat_template t = d->hopts.chat;
-		const char *base = strrchr(d->store_dir, '/');
-		if (!d->model_name[0]) {
-			/* the store's name without ".strata" */
-			char *dot;
-
-			snprintf(d->model_name, sizeof(d->model_name), "%.200s",
-				 base && base[1] ? base + 1 : d->store_dir);
-			dot = strstr(d->model_name, ".strata");
-			if (dot && dot != d->model_name && !dot[7])
-				*dot = 0;
-		}
 		d->hopts.model_name = d->model_name;
 		d->hopts.run_dir = d->run_dir;
 		d->hopts.sched = d->sopts;

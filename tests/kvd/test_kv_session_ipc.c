@@ -217,7 +217,7 @@ static void test_save_load(void **state)
 	assert_int_equal(kv_client_session_load(c, "conv-1", &id, &placed,
 						&rows, &got, &n_got, &d),
 			 -ST_E_NOTFOUND);
-	assert_non_null(strstr(d.msg, "no session 'conv-1'"));
+	assert_non_null(strstr(d.msg, "session 'conv-1' does not exist"));
 	assert_int_equal(kv_client_session_remove(c, "conv-1", &d),
 			 -ST_E_NOTFOUND);
 	kv_client_close(c);
