@@ -174,3 +174,28 @@ json_t *cw_session_http(struct kv_client *kv,
 		    "{\"save\": NAME})");
 	return NULL;
 }
+
+json_t *cw_session_save_ids(struct kv_client *kv,
+			    const struct kv_session_ident *id,
+			    const char *name, const int32_t *ids, int n_ids,
+			    int *ret_status, struct st_diag *diag)
+{
+	uint32_t groups = 0;
+	int r;
+
+	*ret_status = 200;
+	if (n_ids <= 0) {
+		*ret_status = 400;
+		st_diag_set(diag, -EINVAL, "session '%s': an empty "
+			    "conversation", name);
+		return NULL;
+	}
+	r = kv_client_session_save(kv, name, id, ids, (uint32_t)n_ids,
+				   &groups, diag);
+	if (r < 0) {
+		*ret_status = status_of(r);
+		return NULL;
+	}
+	return json_pack("{s:s,s:s,s:I}", "id", name, "object", "session",
+			 "rows", (json_int_t)groups * id->page_rows);
+}

@@ -67,4 +67,13 @@ json_t *cw_session_http(struct kv_client *kv,
 			const char *name, int load, int *ret_status,
 			struct st_diag *diag);
 
+/* Saves the cached pages of the conversation ids[0..n_ids) (computed
+ * before on this instance) as session `name` (CW_MSG_SESSION SAVE, strata
+ * session save): {"id","object":"session","rows"}, or NULL with
+ * *ret_status and diag as cw_session_http. */
+json_t *cw_session_save_ids(struct kv_client *kv,
+			    const struct kv_session_ident *id,
+			    const char *name, const int32_t *ids, int n_ids,
+			    int *ret_status, struct st_diag *diag);
+
 #endif

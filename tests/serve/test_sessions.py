@@ -11,14 +11,18 @@
     for bit; without the load nothing is mapped;
   - GET /v1/sessions lists it (rows, bytes, model); POST
     /v1/sessions/NAME/load; DELETE removes it, a load then answers 404;
+  - strata session save (a computed prompt's cached pages), ls, rm, load
+    on the running instance;
   - refused by name with a 400 naming what differs: another served model
     name, another KV dtype (bf16), another page size (8); a corrupted copy
     of the file (checksum: nothing used); a name with a path in it.
 
 Figures printed: the saved file's bytes and rows.
 """
+import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -28,6 +32,8 @@ from serve_harness import Instance, convert, metrics, request  # noqa
 SRC = os.environ.get("STRATA_SOURCE_DIR",
                      os.path.join(os.path.dirname(__file__), "..", ".."))
 KJV = os.path.join(SRC, "models", "kjv-moe")
+STRATA = os.path.join(os.environ.get("STRATA_BUILD_DIR", "build"), "cli",
+                      "strata")
 REUSED = "strata_prefix_cache_rows_reused_total"
 PAGE_ROWS = 16
 FAILS = []
@@ -126,6 +132,26 @@ def main():
         st, j = request(b, "POST", "/v1/sessions/conv-1/load")
         check(st == 200 and j.get("rows") == rows,
               "POST /v1/sessions/conv-1/load: %s %s" % (st, j))
+
+        # the CLI on the running instance (computed's control socket)
+        def cli(*args):
+            r = subprocess.run([STRATA, "session"] + list(args) +
+                               ["--instance", b.name, "--run-dir",
+                                b.run_dir], capture_output=True, text=True,
+                               timeout=60)
+            return r.returncode, r.stdout + r.stderr
+        rc, out = cli("save", "cli-1", "--prompt", turn2)
+        want = n2 // PAGE_ROWS * PAGE_ROWS
+        check(rc == 0 and "session 'cli-1' saved: %d rows" % want in out,
+              "strata session save: the cached pages of a prompt the "
+              "instance computed (%d rows): %s" % (want, out.strip()))
+        rc, out = cli("ls", "--json")
+        ids = [e["id"] for e in json.loads(out)["data"]] if rc == 0 else []
+        check(ids == ["cli-1", "conv-1"], "strata session ls: %s" % ids)
+        rc, out = cli("rm", "cli-1")
+        rc2, out2 = cli("load", "cli-1")
+        check(rc == 0 and rc2 == 1 and "does not exist" in out2,
+              "strata session rm, then load: %s" % out2.strip())
 
         # a corrupted copy: refused, nothing used
         data = bytearray(open(os.path.join(sdir, "conv-1.kvs"), "rb").read())
