@@ -17,6 +17,11 @@
     name, another KV dtype (bf16), another page size (8); a corrupted copy
     of the file (checksum: nothing used); a name with a path in it.
 
+  - DeepSeek-V4 and V4.1 (../shared tiny-deepseek-v4/v41; skipped where
+    absent): a session of the first turn's prompt pages, every stream of
+    the state, resumed after a whole-instance restart gives the
+    uninterrupted run's text and log-probabilities bit for bit.
+
 Figures printed: the saved file's bytes and rows.
 """
 import json
@@ -34,6 +39,7 @@ SRC = os.environ.get("STRATA_SOURCE_DIR",
 KJV = os.path.join(SRC, "models", "kjv-moe")
 STRATA = os.path.join(os.environ.get("STRATA_BUILD_DIR", "build"), "cli",
                       "strata")
+SHARED = os.environ.get("STRATA_SHARED_DIR", "../shared")
 REUSED = "strata_prefix_cache_rows_reused_total"
 PAGE_ROWS = 16
 FAILS = []
@@ -182,12 +188,56 @@ def main():
             refused(c, "conv-1", says)
             c.stop()
             insts.remove(c)
+        for rev in ("v4", "v41"):
+            test_dsv(rev, tmp, insts)
     finally:
         for i in insts:
             i.stop()
         shutil.rmtree(tmp, ignore_errors=True)
     print("%d failure(s)" % len(FAILS))
     return 1 if FAILS else 0
+
+
+def test_dsv(rev, tmp, insts):
+    """DeepSeek-V4 / V4.1: a session of the prompt's pages (every stream:
+    compressed, indexer, window and compressor-input rows) resumed after a
+    whole-instance restart equals the uninterrupted run bit for bit."""
+    model = os.path.join(SHARED, "fixtures", "models",
+                         "tiny-deepseek-" + rev)
+    if not os.path.isdir(model):
+        print("skip: %s: fixture %s not found (needs ../shared)"
+              % (rev, model))
+        return
+    with open(os.path.join(model, "reference.json")) as f:
+        case = {c["name"]: c for c in json.load(f)["cases"]}["p5_code"]
+    sdir = os.path.join(tmp, "sessions-" + rev)
+    store = convert(model, os.path.join(tmp, "store-" + rev),
+                    experts="mxfp4")
+    a = start(store, sdir, rev + "sa")
+    insts.append(a)
+    st, _, _, n1, _, j = complete(a, case["text"], 8,
+                                  session={"save": rev + "-conv"})
+    if not check(st == 200, "%s: the first turn, saved: %s" % (rev, st)):
+        print(j)
+        return
+    turn2 = case["text"] + "\n\n# merge_sorted([1, 3], [2]) == [1, 2, 3]\n"
+    st, t2, lp2, _, reused_a, _ = complete(a, turn2, 16)
+    a.stop()
+    insts.remove(a)
+    b = start(store, sdir, rev + "sb")
+    insts.append(b)
+    st, t2r, lp2r, _, reused_b, j = complete(
+        b, turn2, 16, session={"load": rev + "-conv"})
+    want = n1 // PAGE_ROWS * PAGE_ROWS
+    check(st == 200 and reused_b == want and reused_a == want,
+          "%s: after the restart the session gave %d rows (the first "
+          "turn's prompt pages: %d; uninterrupted %d)"
+          % (rev, reused_b, want, reused_a))
+    check(t2r == t2 and lp2r == lp2, "%s: resumed greedy text and "
+          "log-probabilities equal the uninterrupted run's bit for bit"
+          % rev)
+    b.stop()
+    insts.remove(b)
 
 
 def json_msg(j):
