@@ -12,7 +12,8 @@
   - GET /v1/sessions lists it (rows, bytes, model); POST
     /v1/sessions/NAME/load; DELETE removes it, a load then answers 404;
   - strata session save (a computed prompt's cached pages), ls, rm, load
-    on the running instance;
+    on the running instance; strata up --kv-session-dir hands kvd the
+    directory (session ls lists what is there);
   - refused by name with a 400 naming what differs: another served model
     name, another KV dtype (bf16), another page size (8); a corrupted copy
     of the file (checksum: nothing used); a name with a path in it.
@@ -188,6 +189,25 @@ def main():
             refused(c, "conv-1", says)
             c.stop()
             insts.remove(c)
+        # strata up --kv-session-dir: kvd keeps them there
+        name, rd = "sesu%d" % os.getpid(), os.path.join(tmp, "run-up")
+        r = subprocess.run([STRATA, "up", "--store", store, "--instance",
+                            name, "--run-dir", rd, "--kv-session-dir", sdir,
+                            "--no-supervise"], capture_output=True,
+                           text=True, timeout=120)
+        if check(r.returncode == 0, "strata up --kv-session-dir: %d"
+                 % r.returncode):
+            r2 = subprocess.run([STRATA, "session", "ls", "--json",
+                                 "--instance", name, "--run-dir", rd],
+                                capture_output=True, text=True, timeout=60)
+            check(r2.returncode == 0 and '"conv-1"' in r2.stdout,
+                  "strata session ls on it lists conv-1: %s"
+                  % (r2.stdout + r2.stderr).strip())
+        else:
+            print(r.stdout + r.stderr)
+        subprocess.run([STRATA, "down", "--instance", name, "--run-dir",
+                        rd], capture_output=True, timeout=60)
+
         for rev in ("v4", "v41"):
             test_dsv(rev, tmp, insts)
     finally:
