@@ -136,4 +136,19 @@ const char *kv_group_value_check(const struct kv_pool *p, uint64_t key,
 				 const uint8_t *v, size_t len);
 uint64_t kv_pool_decl_hash(const struct kv_pool *p);
 
+/*
+ * Whole values under a key of their own (saved sessions, kv_session.h),
+ * with the tier's bounds and back-off (a failure is counted, logged and
+ * drops the connection).  put: SET key EX ttl_s; 0 or negative.  get: 1
+ * with *ret (malloc'd, the caller's) and *ret_len, 0 when the key is
+ * absent, negative on failure.  del: 1 when the key existed (it is gone),
+ * 0 when it did not, negative on failure.  -ST_E_PEERGONE while backing
+ * off or unconnected.
+ */
+int kv_remote_blob_put(struct kv_remote *rm, const char *key,
+		       const uint8_t *buf, size_t len, uint32_t ttl_s);
+int kv_remote_blob_get(struct kv_remote *rm, const char *key, uint8_t **ret,
+		       size_t *ret_len);
+int kv_remote_blob_del(struct kv_remote *rm, const char *key);
+
 #endif

@@ -587,7 +587,8 @@ static int handle_session(struct kv_server *s, const uint8_t *p, size_t len,
 		break;
 	}
 	default:
-		r = kv_session_remove(dir, m.name, &rp->diag);
+		r = kv_session_remove(s->pool.remote, dir, m.name,
+				      &rp->diag);
 		break;
 	}
 	kv_msg_session_fini(&m);

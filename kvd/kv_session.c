@@ -18,6 +18,7 @@
 #include "kv_daemon.h"
 #include "kv_remote.h"
 #include "st_formats.h"
+#include "st_log.h"
 #include "st_util.h"
 
 #define HDR_BYTES 144u
@@ -54,6 +55,12 @@ static uint64_t get_u64(const uint8_t *q)
 	for (int b = 0; b < 8; b++)
 		v |= (uint64_t)q[b] << (8 * b);
 	return v;
+}
+
+/* The remote tier's key of session name (kv_session.h). */
+static void remote_key(const char *name, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "strata:session:%u:%s", KV_SESSION_FORMAT, name);
 }
 
 static int path_of(const char *dir, const char *name, char *buf, size_t cap,
@@ -173,6 +180,16 @@ int kv_session_save(struct kv_pool *p, const char *dir, const char *name,
 		st_diag_set(diag, r, "session '%s': writing %s: %s", name,
 			    path, st_strerror(r));
 		goto out;
+	}
+	if (p->remote) {
+		char key[128];
+
+		remote_key(name, key, sizeof(key));
+		r = kv_remote_blob_put(p->remote, key, buf, len,
+				       KV_SESSION_REMOTE_TTL_S);
+		if (r < 0)
+			st_warn("session '%s': saved in %s, not in the remote "
+				"KV tier (%s)", name, dir, st_strerror(r));
 	}
 	*ret_groups = got;
 	r = 0;
@@ -341,7 +358,7 @@ int kv_session_load(struct kv_pool *p, const char *dir, const char *name,
 	uint8_t *f = NULL;
 	const uint8_t *vals;
 	char path[4400];
-	size_t len = 0;
+	size_t len = 0, max;
 	int r;
 
 	*ret_placed = *ret_rows = *ret_n_ids = 0;
@@ -349,9 +366,29 @@ int kv_session_load(struct kv_pool *p, const char *dir, const char *name,
 	r = path_of(dir, name, path, sizeof(path), diag);
 	if (r < 0)
 		return r;
-	r = read_all(path, HDR_BYTES + (size_t)KV_PROTO_MAX_IDS * 4 +
-				   vl * (size_t)p->lay.max_pages_per_seq,
-		     &f, &len);
+	max = HDR_BYTES + (size_t)KV_PROTO_MAX_IDS * 4 +
+	      vl * (size_t)p->lay.max_pages_per_seq;
+	r = read_all(path, max, &f, &len);
+	if (r == -ENOENT && p->remote) {
+		/* not on this node's disk: another node may have saved it */
+		char key[128];
+
+		remote_key(name, key, sizeof(key));
+		r = kv_remote_blob_get(p->remote, key, &f, &len);
+		if (r == 1 && len > max) {
+			free(f);
+			f = NULL;
+			return st_diag_set(diag, -ST_E_FORMAT, "session '%s' in "
+					   "the remote KV tier: %zu bytes, more "
+					   "than this pool's sessions take",
+					   name, len);
+		}
+		if (r == 1)
+			st_info("session '%s': read from the remote KV tier "
+				"(%zu bytes)", name, len);
+		else
+			r = -ENOENT;
+	}
 	if (r == -ENOENT)
 		return st_diag_set(diag, -ST_E_NOTFOUND, "session '%s' does "
 				   "not exist (strata session ls)", name);
@@ -462,21 +499,38 @@ int kv_session_list(const char *dir, struct kv_session_info *ret,
 	return (int)n;
 }
 
-int kv_session_remove(const char *dir, const char *name,
-		      struct st_diag *diag)
+int kv_session_remove(struct kv_remote *remote, const char *dir,
+		      const char *name, struct st_diag *diag)
 {
 	char path[4400];
-	int r = path_of(dir, name, path, sizeof(path), diag);
+	int found = 0, r = path_of(dir, name, path, sizeof(path), diag);
 
 	if (r < 0)
 		return r;
 	if (unlink(path) < 0) {
 		r = -errno;
-		if (r == -ENOENT)
-			return st_diag_set(diag, -ST_E_NOTFOUND, "session "
-					   "'%s' does not exist", name);
-		return st_diag_set(diag, r, "removing session '%s': %s", name,
-				   st_strerror(r));
+		if (r != -ENOENT)
+			return st_diag_set(diag, r, "removing session '%s': "
+					   "%s", name, st_strerror(r));
+	} else {
+		found = 1;
 	}
+	if (remote) {
+		char key[128];
+		int d;
+
+		remote_key(name, key, sizeof(key));
+		d = kv_remote_blob_del(remote, key);
+		if (d < 0)
+			return st_diag_set(diag, d, "session '%s': %s; the "
+					   "remote KV tier could not remove "
+					   "its copy (%s)", name, found ?
+					   "removed here" : "not here",
+					   st_strerror(d));
+		found |= d;
+	}
+	if (!found)
+		return st_diag_set(diag, -ST_E_NOTFOUND, "session '%s' does "
+				   "not exist", name);
 	return 0;
 }

@@ -29,6 +29,12 @@
  *   format, prefix key, declaration hash, per stream length and XXH3-64).
  * Written with st_write_file_durable (temporary file, fsync, rename, fsync
  * of the directory): a crash leaves the old file or the new one.
+ *
+ * With kvd's remote KV tier (--remote-kv), a saved session's file bytes
+ * also go to "strata:session:<format>:<name>" (KV_SESSION_REMOTE_TTL_S):
+ * a load that finds no file here reads them there (another node saved
+ * it) and checks them exactly as a file; rm removes both.  A failure of
+ * the tier never fails a save (the file is written; logged).
  */
 #ifndef KV_SESSION_H
 #define KV_SESSION_H
@@ -39,15 +45,20 @@
 #include "st_error.h"
 
 struct kv_pool;
+struct kv_remote;
 
 #define KV_SESSION_FORMAT 1u
 #define KV_SESSION_SUFFIX ".kvs"
+/* Time to live of a session's copy in the remote tier (30 days; saving it
+ * again renews it). */
+#define KV_SESSION_REMOTE_TTL_S (30u * 24 * 3600)
 
 /*
  * Saves the groups of ids[0..n_ids) of model id->model_id that are in
  * p's prefix cache (spilled ones restored first), in chain order up to the
  * first missing, as `dir`/name.kvs (dir created, mode 0700; replaced
- * whole).  *ret_groups gets the count.  Errors: -EINVAL (bad name, ident
+ * whole; also to the remote tier when p has one).  *ret_groups gets the
+ * count.  Errors: -EINVAL (bad name, ident
  * page_rows not the pool's), -ST_E_NOTFOUND (not one group cached: publish
  * the conversation first), -ENOMEM, -errno of the write; diag says which.
  */
@@ -82,8 +93,10 @@ int kv_session_load(struct kv_pool *p, const char *dir, const char *name,
 int kv_session_list(const char *dir, struct kv_session_info *ret,
 		    uint32_t cap);
 
-/* Removes a session.  0, -EINVAL (bad name), -ST_E_NOTFOUND, -errno. */
-int kv_session_remove(const char *dir, const char *name,
-		      struct st_diag *diag);
+/* Removes a session: its file, and its copy in the remote tier when
+ * remote (may be NULL) is kvd's.  0, -EINVAL (bad name), -ST_E_NOTFOUND
+ * (in neither), -errno, the tier's error. */
+int kv_session_remove(struct kv_remote *remote, const char *dir,
+		      const char *name, struct st_diag *diag);
 
 #endif

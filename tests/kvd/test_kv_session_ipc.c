@@ -8,6 +8,10 @@
  * dtype, page size or stream declaration is refused with an error naming
  * what differs; a corrupted or truncated file is refused and nothing of it
  * is used; names that could leave the directory are refused; ls and rm.
+ * With the remote KV tier (a real redis-server on a free loopback port;
+ * that case is skipped without one): node A's saved session loads in node
+ * B that has no file of it, a corrupted value is refused, rm removes the
+ * Redis copy.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -15,17 +19,22 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kv_client.h"
 #include "kv_test_util.h"
 #include "st_formats.h"
+#include "st_redis.h"
 #include "st_util.h"
 
 #define MODEL 0x5eed5eed12345678ull
@@ -41,6 +50,7 @@ static const uint32_t rb[2] = { 64, 32 };
 
 struct fix {
 	char dir[256];    /* the shared --session-dir */
+	pid_t redis;      /* test_remote's redis-server, 0: none */
 };
 
 static int setup(void **state)
@@ -58,6 +68,10 @@ static int teardown(void **state)
 {
 	struct fix *f = *state;
 
+	if (f->redis > 0) {
+		kill(f->redis, SIGTERM);
+		waitpid(f->redis, NULL, 0);
+	}
 	st_rm_rf(f->dir);
 	free(f);
 	return 0;
@@ -99,8 +113,10 @@ static uint8_t pattern(uint32_t s, uint32_t r, uint32_t i)
 	return (uint8_t)(s * 31 + r * 7 + i + 5);
 }
 
-/* The conversation ids[N_IDS] written (every row) and published. */
-static void compute(struct kv_client *c, const int32_t *ids)
+/* The conversation ids[N_IDS] written (every row) and published with
+ * flags (KV_PUBLISH_F_PRIVATE: not to the remote tier's prefix keys). */
+static void compute_flags(struct kv_client *c, const int32_t *ids,
+			  uint32_t flags)
 {
 	struct st_diag d = { { 0 } };
 	uint32_t seq, cached, n = N_IDS;
@@ -117,8 +133,14 @@ static void compute(struct kv_client *c, const int32_t *ids)
 			for (uint32_t i = 0; i < rb[s]; i++)
 				p[i] = pattern(s, r, i);
 		}
-	assert_int_equal(kv_client_seq_publish(c, seq, ids, N_IDS, &d), 3);
+	assert_int_equal(kv_client_seq_publish_flags(c, seq, ids, N_IDS, flags,
+						     &d), 3);
 	assert_int_equal(kv_client_seq_free(c, seq), 0);
+}
+
+static void compute(struct kv_client *c, const int32_t *ids)
+{
+	compute_flags(c, ids, 0);
 }
 
 /* Rows mapped by a prompt of ids; when 12, checked byte for byte. */
@@ -224,21 +246,28 @@ static void test_save_load(void **state)
 	kvd_cleanup(&b);
 }
 
-/* Load of conv-1 with ident id into client c: the error, and diag must
- * contain `says`. */
-static void refused(struct kv_client *c, const struct kv_session_ident *id,
-		    int err, const char *says)
+/* Load of session `name` with ident id into client c: the error, and
+ * diag must contain `says`. */
+static void refused_name(struct kv_client *c, const char *name,
+			 const struct kv_session_ident *id, int err,
+			 const char *says)
 {
 	struct st_diag d = { { 0 } };
 	int32_t *got = NULL;
 	uint32_t placed = 9, rows, n_got;
 
-	assert_int_equal(kv_client_session_load(c, "conv-1", id, &placed,
+	assert_int_equal(kv_client_session_load(c, name, id, &placed,
 						&rows, &got, &n_got, &d), err);
 	assert_int_equal(placed, 0);
 	assert_null(got);
 	if (!strstr(d.msg, says))
 		fail_msg("'%s' does not say '%s'", d.msg, says);
+}
+
+static void refused(struct kv_client *c, const struct kv_session_ident *id,
+		    int err, const char *says)
+{
+	refused_name(c, "conv-1", id, err, says);
 }
 
 static void test_refused(void **state)
@@ -344,12 +373,140 @@ static void test_names(void **state)
 	kvd_cleanup(&b);
 }
 
+/* ---- the remote tier (a real redis-server; skipped without one) ---- */
+
+static uint16_t free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t n = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	uint16_t port = 0;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &n) == 0)
+		port = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+/* kvd with its own session directory `sub` of f->dir and the tier. */
+static void start_remote(struct kvd_inst *k, const char *tag,
+			 const struct fix *f, const char *sub, char *dir,
+			 const char *url)
+{
+	snprintf(dir, 300, "%s/%s", f->dir, sub);
+	kvd_inst_init(k, tag);
+	k->extra[0] = "--session-dir";
+	k->extra[1] = dir;
+	k->extra[2] = "--remote-kv";
+	k->extra[3] = url;
+	k->extra[4] = "--remote-kv-timeout";
+	k->extra[5] = "2000";
+	assert_int_equal(kvd_start(k, NULL), 0);
+}
+
+static void test_remote(void **state)
+{
+	struct fix *f = *state;
+	struct kvd_inst a, b, c;
+	struct kv_client *ca, *cb, *cc;
+	struct kv_session_ident id = ident();
+	struct st_diag d = { { 0 } };
+	struct st_redis_url u;
+	struct st_redis *rd = NULL;
+	int32_t ids[N_IDS], *got = NULL;
+	uint32_t groups, placed, rows, n_got;
+	char url[64], port[16], da[300], db[300], dc[300];
+	const char *key = "strata:session:1:shared-1";
+	uint8_t *val = NULL;
+	size_t len = 0;
+	pid_t redis;
+
+	if (system("command -v redis-server >/dev/null 2>&1") != 0) {
+		printf("skip: redis-server not installed: no remote-tier "
+		       "session test\n");
+		return;
+	}
+	snprintf(port, sizeof(port), "%u", free_port());
+	snprintf(url, sizeof(url), "redis://127.0.0.1:%s/0", port);
+	redis = fork();
+	f->redis = redis;
+	if (redis == 0) {
+		execlp("redis-server", "redis-server", "--port", port, "--bind",
+		       "127.0.0.1", "--save", "", "--appendonly", "no",
+		       "--loglevel", "warning", (char *)NULL);
+		_exit(127);
+	}
+	assert_true(redis > 0);
+	assert_int_equal(st_redis_url_parse(url, &u, NULL), 0);
+	for (int i = 0; i < 200 && !rd; i++)
+		if (st_redis_open(&u, 200, &rd, NULL) < 0)
+			st_sleep_ns(20 * 1000 * 1000);
+	assert_non_null(rd);
+
+	/* node A saves: its file, and the value in Redis */
+	ids_of(ids);
+	start_remote(&a, "ssra", f, "node-a", da, url);
+	ca = client(&a, rb, PAGE_ROWS);
+	/* private: the prefix pages stay out of the tier, so rows mapped
+	 * elsewhere can only come from the session */
+	compute_flags(ca, ids, KV_PUBLISH_F_PRIVATE);
+	assert_int_equal(kv_client_session_save(ca, "shared-1", &id, ids,
+						N_IDS, &groups, &d), 0);
+	assert_int_equal(groups, 3);
+	assert_int_equal(st_redis_get(rd, 1, &key, &val, &len, &d), 0);
+	assert_non_null(val);
+	assert_int_equal(len, FILE_BYTES);
+	kv_client_close(ca);
+	kvd_cleanup(&a);
+
+	/* node B, no file of it: loads it from Redis, rows byte for byte */
+	start_remote(&b, "ssrb", f, "node-b", db, url);
+	cb = client(&b, rb, PAGE_ROWS);
+	assert_int_equal(kv_client_session_load(cb, "shared-1", &id, &placed,
+						&rows, &got, &n_got, &d), 0);
+	assert_int_equal(placed, 3);
+	assert_int_equal(rows, 12);
+	free(got);
+	assert_int_equal(mapped(cb, ids), 12);
+
+	/* a corrupted value in Redis: refused, nothing used */
+	start_remote(&c, "ssrc", f, "node-c", dc, url);
+	cc = client(&c, rb, PAGE_ROWS);
+	val[len - 3] ^= 0x40;
+	assert_int_equal(st_redis_set(rd, 1, &key,
+				      (const uint8_t *const *)&val, &len, 60,
+				      &d), 1);
+	refused_name(cc, "shared-1", &id, -ST_E_CHECKSUM, "checksum mismatch");
+	assert_int_equal(mapped(cc, ids), 0);
+	free(val);
+
+	/* rm on B (no file there) removes the Redis copy: C finds none */
+	assert_int_equal(kv_client_session_remove(cb, "shared-1", &d), 0);
+	assert_int_equal(kv_client_session_load(cc, "shared-1", &id, &placed,
+						&rows, &got, &n_got, &d),
+			 -ST_E_NOTFOUND);
+	assert_int_equal(kv_client_session_remove(cb, "shared-1", &d),
+			 -ST_E_NOTFOUND);
+	kv_client_close(cb);
+	kv_client_close(cc);
+	kvd_cleanup(&b);
+	kvd_cleanup(&c);
+	st_redis_close(rd);
+	kill(redis, SIGTERM);
+	waitpid(redis, NULL, 0);
+	f->redis = 0;
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_save_load),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_names),
+		cmocka_unit_test(test_remote),
 	};
 
 	return cmocka_run_group_tests(tests, setup, teardown);
