@@ -163,7 +163,8 @@ int cli_cmd_session(int argc, char **argv)
 	r = cw_client_open(rd, timeout_s * 1000, &cw, &diag);
 	if (r == 0)
 		r = cw_client_session(cw, op, name,
-				      CW_GEN_F_ADD_SPECIAL,
+				      CW_GEN_F_ADD_SPECIAL |
+				      CW_GEN_F_PARSE_SPECIAL,
 				      text ? text : prompt ? prompt : "",
 				      &answer, &diag);
 	cw_client_close(cw);

@@ -509,6 +509,15 @@ static int encode_messages(struct cw_api *api, json_t *j, int32_t **ret_ids,
 	return r < 0 ? -1 : 0;
 }
 
+int cw_api_encode_conversation(struct cw_api *api, json_t *j,
+			       int32_t **ret_ids, size_t *ret_n,
+			       struct cw_api_error *err)
+{
+	if (json_object_get(j, "messages"))
+		return encode_messages(api, j, ret_ids, ret_n, err);
+	return encode_prompt(api, j, ret_ids, ret_n, err);
+}
+
 int cw_api_gen_start(struct cw_api *api, struct cw_sched *sched, int chat,
 		     const char *body, size_t len, struct cw_api_gen *g,
 		     struct cw_api_error *err)

@@ -139,7 +139,7 @@ json_t *cw_session_http(struct kv_client *kv,
 		*ret_status = name ? 400 : 405;
 		if (!name)
 			st_diag_set(diag, -EINVAL, "use GET /v1/sessions, "
-				    "POST /v1/sessions/NAME/load or DELETE "
+				    "POST /v1/sessions/NAME[/load] or DELETE "
 				    "/v1/sessions/NAME");
 		return NULL;
 	}
@@ -169,9 +169,8 @@ json_t *cw_session_http(struct kv_client *kv,
 	}
 	*ret_status = 405;
 	st_diag_set(diag, -EINVAL, "use GET /v1/sessions, POST "
-		    "/v1/sessions/NAME/load or DELETE /v1/sessions/NAME (a "
-		    "session is saved by a request field \"session\": "
-		    "{\"save\": NAME})");
+		    "/v1/sessions/NAME (save; body: the conversation), POST "
+		    "/v1/sessions/NAME/load or DELETE /v1/sessions/NAME");
 	return NULL;
 }
 

@@ -10,7 +10,8 @@
     greedy text and log-probabilities equal the uninterrupted run's bit
     for bit; without the load nothing is mapped;
   - GET /v1/sessions lists it (rows, bytes, model); POST
-    /v1/sessions/NAME/load; DELETE removes it, a load then answers 404;
+    /v1/sessions/NAME/load; POST /v1/sessions/NAME with a prompt saves its
+    cached rows; DELETE removes it, a load then answers 404;
   - strata session save (a computed prompt's cached pages), ls, rm, load
     on the running instance; strata up --kv-session-dir hands kvd the
     directory (session ls lists what is there);
@@ -152,6 +153,12 @@ def main():
         check(rc == 0 and "session 'cli-1' saved: %d rows" % want in out,
               "strata session save: the cached pages of a prompt the "
               "instance computed (%d rows): %s" % (want, out.strip()))
+        st, j = request(b, "POST", "/v1/sessions/http-1", {"prompt": turn2})
+        check(st == 200 and j.get("rows") == want,
+              "POST /v1/sessions/http-1 with the prompt saves its %d "
+              "cached rows: %s %s" % (want, st, j))
+        st, j = request(b, "DELETE", "/v1/sessions/http-1")
+        check(st == 200, "DELETE /v1/sessions/http-1: %s" % st)
         rc, out = cli("ls", "--json")
         ids = [e["id"] for e in json.loads(out)["data"]] if rc == 0 else []
         check(ids == ["cli-1", "conv-1"], "strata session ls: %s" % ids)
