@@ -8,7 +8,8 @@
     continuation with "session": {"load": NAME} maps the saved rows (the
     prefix-cache counter counts at least the prompt's full pages) and its
     greedy text and log-probabilities equal the uninterrupted run's bit
-    for bit; without the load nothing is mapped;
+    for bit; without the load nothing is mapped; the same after kvd alone
+    was restarted (a new, empty pool under a running computed);
   - GET /v1/sessions lists it (rows, bytes, model); POST
     /v1/sessions/NAME/load; POST /v1/sessions/NAME with a prompt saves its
     cached rows; DELETE removes it, a load then answers 404;
@@ -29,6 +30,7 @@ Figures printed: the saved file's bytes and rows.
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -137,6 +139,17 @@ def main():
               "pages, %d)" % (reused_r, n1 // PAGE_ROWS * PAGE_ROWS))
         check(t2r == t2 and lp2r == lp2, "resumed greedy text and "
               "log-probabilities equal the uninterrupted run's bit for bit")
+        # kvd alone restarted (SIGTERM: its pool and cache are gone),
+        # computed goes on: the session loads into the new pool
+        b.procs["kvd"].send_signal(signal.SIGTERM)
+        b.procs["kvd"].wait(15)
+        b.start_daemon("kvd")
+        st, t2k, lp2k, _, reused_k, j = complete(
+            b, turn2, 24, session={"load": "conv-1"})
+        check(st == 200 and reused_k == reused_r and t2k == t2 and
+              lp2k == lp2, "after kvd alone restarted: the session's %d "
+              "rows mapped, greedy text and log-probabilities equal the "
+              "uninterrupted run's (%s)" % (reused_k, st))
         st, j = request(b, "POST", "/v1/sessions/conv-1/load")
         check(st == 200 and j.get("rows") == rows,
               "POST /v1/sessions/conv-1/load: %s %s" % (st, j))
