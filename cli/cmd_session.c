@@ -56,7 +56,8 @@ static void print_answer(uint32_t op, const char *txt, int json)
 	}
 	if (op == KV_SESSION_LIST) {
 		data = json_object_get(j, "data");
-		printf("%-32s %8s %12s  %s\n", "NAME", "ROWS", "BYTES", "MODEL");
+		printf("%-32s %8s %12s  %s\n", "NAME", "ROWS", "BYTES",
+		       "MODEL");
 		json_array_foreach(data, i, e)
 			printf("%-32s %8lld %12lld  %s\n",
 			       json_string_value(json_object_get(e, "id")),

@@ -284,8 +284,9 @@ static int check_header(const struct kv_pool *p, const char *name,
 	if (get_u32(h + 44) != id->page_rows ||
 	    get_u32(h + 44) != p->lay.page_rows)
 		return st_diag_set(diag, -ST_E_CONFIG, "session '%s' has a "
-				   "page size of %u rows; this instance uses %u",
-				   name, get_u32(h + 44), p->lay.page_rows);
+				   "page size of %u rows; this instance uses "
+				   "%u", name, get_u32(h + 44),
+				   p->lay.page_rows);
 	if (get_u64(h + 16) != id->model_id)
 		return st_diag_set(diag, -ST_E_CONFIG, "session '%s': another "
 				   "model id (%016" PRIx64 ", this instance's "
@@ -378,10 +379,10 @@ int kv_session_load(struct kv_pool *p, const char *dir, const char *name,
 		if (r == 1 && len > max) {
 			free(f);
 			f = NULL;
-			return st_diag_set(diag, -ST_E_FORMAT, "session '%s' in "
-					   "the remote KV tier: %zu bytes, more "
-					   "than this pool's sessions take",
-					   name, len);
+			return st_diag_set(diag, -ST_E_FORMAT, "session '%s' "
+					   "in the remote KV tier: %zu bytes, "
+					   "more than this pool's sessions "
+					   "take", name, len);
 		}
 		if (r == 1)
 			st_info("session '%s': read from the remote KV tier "
