@@ -3,14 +3,18 @@
  * (cw_draft_price.h, issue 22 §3): E[a|k,p], the argmax of expected
  * tokens per second for given p and step costs (0 included), the
  * acceptance estimate, the time model's line through the steps seen, the
- * probes while off and on, and --speculate auto[:K] parsing.  The
+ * probes while off and on, --speculate auto[:K] parsing, and the
+ * figures /metrics renders (cw_metrics_spec_price).  The
  * expected values are worked out by hand in the comments.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cw_draft_price.h"
+#include "cw_metrics.h"
 
 static int fails;
 
@@ -195,6 +199,42 @@ static void test_parse(void)
 	      "auto:17 accepted");
 }
 
+/* /metrics: two ended generations' figures add up */
+static void test_metrics(void)
+{
+	struct cw_metrics m;
+	struct cw_metrics_ext x = { 0 };
+	uint64_t h1[CW_DRAFT_MAX + 1] = { 0 }, h2[CW_DRAFT_MAX + 1] = { 0 };
+	char *txt = NULL;
+
+	h1[0] = 3;
+	h1[2] = 5;
+	h2[2] = 1;
+	h2[4] = 7;
+	cw_metrics_init(&m);
+	cw_metrics_spec_price(&m, 1000, 300, 11, h1);
+	cw_metrics_spec_price(&m, 20, 4, 2, h2);
+	CHECK(cw_metrics_render(&m, &x, &txt) == 0 && txt, "render failed");
+	if (txt) {
+		CHECK(strstr(txt, "strata_spec_expert_bytes_total{steps="
+				  "\"verify\"} 1020\n") != NULL,
+		      "verify bytes 1000 + 20 not rendered");
+		CHECK(strstr(txt, "strata_spec_expert_bytes_total{steps="
+				  "\"plain\"} 304\n") != NULL,
+		      "plain bytes 300 + 4 not rendered");
+		CHECK(strstr(txt, "strata_spec_verify_step_tokens_total 13\n") !=
+			      NULL, "verify step tokens 11 + 2 not rendered");
+		CHECK(strstr(txt, "strata_spec_draft_limit_steps_total{limit="
+				  "\"0\"} 3\n") != NULL, "limit 0: 3");
+		CHECK(strstr(txt, "strata_spec_draft_limit_steps_total{limit="
+				  "\"2\"} 6\n") != NULL, "limit 2: 5 + 1");
+		CHECK(strstr(txt, "strata_spec_draft_limit_steps_total{limit="
+				  "\"4\"} 7\n") != NULL, "limit 4: 7");
+	}
+	free(txt);
+	cw_metrics_fini(&m);
+}
+
 int main(void)
 {
 	test_expected();
@@ -203,6 +243,7 @@ int main(void)
 	test_line();
 	test_next();
 	test_parse();
+	test_metrics();
 	if (fails) {
 		printf("%d failure(s)\n", fails);
 		return 1;
