@@ -222,8 +222,9 @@ static void test_metrics(void)
 		CHECK(strstr(txt, "strata_spec_expert_bytes_total{steps="
 				  "\"plain\"} 304\n") != NULL,
 		      "plain bytes 300 + 4 not rendered");
-		CHECK(strstr(txt, "strata_spec_verify_step_tokens_total 13\n") !=
-			      NULL, "verify step tokens 11 + 2 not rendered");
+		CHECK(strstr(txt, "strata_spec_verify_step_tokens_total "
+				  "13\n") != NULL,
+		      "verify step tokens 11 + 2 not rendered");
 		CHECK(strstr(txt, "strata_spec_draft_limit_steps_total{limit="
 				  "\"0\"} 3\n") != NULL, "limit 0: 3");
 		CHECK(strstr(txt, "strata_spec_draft_limit_steps_total{limit="
