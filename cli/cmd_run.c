@@ -46,6 +46,7 @@ struct run_opts {
 	const char *timeline;     /* --timeline FILE, or NULL */
 	int draft_max;            /* --speculate / --draft-max; -1: computed's
 				   * default */
+	int draft_price;          /* --speculate auto[:K] */
 	char timeline_abs[4096];  /* its absolute path, for computed */
 };
 
@@ -86,7 +87,9 @@ static void run_usage(FILE *f)
 "  --speculate S        speculative decoding: off, ngram or ngram:K (up to\n"
 "                       K prompt-lookup draft tokens verified per step,\n"
 "                       1..16; ngram = ngram:4); greedy output unchanged;\n"
-"                       default: computed's (off); DeepSeek-V4/V4.1: off\n"
+"                       default: computed's (off); DeepSeek-V4/V4.1: off;\n"
+"                       auto or auto:K: the length (0..K) priced in step\n"
+"                       time and expert bytes, off where drafts do not pay\n"
 "  --draft-max K        the same as --speculate ngram:K (0 = off)\n"
 "Budgets and modes:\n"
 "  --host-budget B      expertd host pool: bytes (8GiB) or percent of all\n"
@@ -300,9 +303,11 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		case 'E': o->ignore_eos = 1; break;
 		case 'N': o->no_prefix_cache = 1; break;
 		case 0x501: /* after cli_tiers.h's CLI_OPT_* */
-			if (cw_draft_parse(optarg, &o->draft_max) < 0) {
+			if (cw_draft_parse_mode(optarg, &o->draft_max,
+						&o->draft_price) < 0) {
 				fprintf(stderr, "strata run: --speculate '%s': "
-					"use off, ngram or ngram:K (K 1..%d)\n",
+					"use off, ngram, ngram:K, auto or "
+					"auto:K (K 1..%d)\n",
 					optarg, CW_DRAFT_MAX);
 				return 2;
 			}
@@ -318,6 +323,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 				return 2;
 			}
 			o->draft_max = (int)v;
+			o->draft_price = 0;
 			break;
 		}
 		case 'L': o->keep_spec = optarg; break;
@@ -452,6 +458,8 @@ static int generate(struct cw_client *cw, const struct run_opts *o,
 		m.flags |= CW_GEN_F_NO_PREFIX_CACHE;
 	if (o->draft_max >= 0)
 		m.flags |= (uint32_t)(o->draft_max + 1) << CW_GEN_F_DRAFT_SHIFT;
+	if (o->draft_max > 0 && o->draft_price)
+		m.flags |= CW_GEN_F_DRAFT_PRICE;
 	if (o->kv_private)
 		m.flags |= CW_GEN_F_KV_PRIVATE;
 	m.n_stop = (uint32_t)o->n_stop;
@@ -543,6 +551,25 @@ static double r3(double v)
 
 /* Tokens per decode step of a run (1 + accepted drafts per step; the
  * prefill's sample not counted); 0 without decode steps. */
+/* Expert bytes per token of decode steps (0 without tokens). */
+static double spec_bytes_per_token(uint64_t bytes, uint64_t tokens)
+{
+	return tokens ? (double)bytes / (double)tokens : 0.0;
+}
+
+/* Decode steps that verified no draft (one token each). */
+static uint64_t spec_plain_steps(const struct cw_stats_wire *d)
+{
+	return d->spec_steps - d->spec_verify_steps;
+}
+
+/* The mean draft limit chosen per decode step. */
+static double spec_limit_mean(const struct cw_stats_wire *d)
+{
+	return d->spec_steps ? (double)d->spec_limit_sum /
+				       (double)d->spec_steps : 0.0;
+}
+
 static double spec_tokens_per_step(const struct cw_stats_wire *d)
 {
 	return d->spec_steps ? 1.0 + (double)d->spec_accepted /
@@ -594,6 +621,11 @@ static void print_summary(const struct run_opts *o,
 	d.spec_verify_steps -= s0->spec_verify_steps;
 	d.spec_drafted -= s0->spec_drafted;
 	d.spec_accepted -= s0->spec_accepted;
+	d.spec_bytes_verify -= s0->spec_bytes_verify;
+	d.spec_bytes_plain -= s0->spec_bytes_plain;
+	d.spec_tokens_verify -= s0->spec_tokens_verify;
+	d.spec_limit_sum -= s0->spec_limit_sum;
+	d.spec_limit_off -= s0->spec_limit_off;
 	hit = d.es_hits + d.es_misses ?
 		      (double)d.es_hits / (double)(d.es_hits + d.es_misses) : 0;
 	if (o->json) {
@@ -657,15 +689,25 @@ static void print_summary(const struct run_opts *o,
 		/* speculative decoding (issue 22): expert bytes per
 		 * generated token include the prompt's (prefill) reads */
 		json_object_set_new(j, "speculation", json_pack(
-			"{s:i, s:I, s:I, s:I, s:I, s:f, s:f}",
+			"{s:i, s:b, s:I, s:I, s:I, s:I, s:f, s:f, s:f, s:f, "
+			"s:f, s:I}",
 			"draft_max", o->draft_max,
+			"priced", o->draft_price,
 			"decode_steps", (json_int_t)d.spec_steps,
 			"verify_steps", (json_int_t)d.spec_verify_steps,
 			"draft_tokens", (json_int_t)d.spec_drafted,
 			"accepted_tokens", (json_int_t)d.spec_accepted,
 			"tokens_per_step", r3(spec_tokens_per_step(&d)),
 			"expert_bytes_per_token", r3(res->n_gen ?
-				(double)d.expert_bytes / res->n_gen : 0.0)));
+				(double)d.expert_bytes / res->n_gen : 0.0),
+			"expert_bytes_per_token_verify",
+			r3(spec_bytes_per_token(d.spec_bytes_verify,
+						d.spec_tokens_verify)),
+			"expert_bytes_per_token_plain",
+			r3(spec_bytes_per_token(d.spec_bytes_plain,
+						spec_plain_steps(&d))),
+			"draft_limit_mean", r3(spec_limit_mean(&d)),
+			"off_steps", (json_int_t)d.spec_limit_off));
 		if (d.en_lookups)
 			json_object_set_new(j, "engram", json_pack(
 				"{s:I, s:I, s:I, s:f, s:I, s:f, s:f}",
@@ -789,6 +831,22 @@ static void print_summary(const struct run_opts *o,
 			st_format_bytes(res->n_gen ?
 						d.expert_bytes / res->n_gen : 0,
 					a, sizeof(a)));
+	if (d.spec_verify_steps || d.spec_limit_off)
+		fprintf(stderr, "speculation price  expert bytes per token: "
+			"%s in steps with drafts, %s without; draft length "
+			"chosen %.2f on average, off in %llu of %llu decode "
+			"steps\n",
+			st_format_bytes((uint64_t)spec_bytes_per_token(
+						d.spec_bytes_verify,
+						d.spec_tokens_verify),
+					a, sizeof(a)),
+			st_format_bytes((uint64_t)spec_bytes_per_token(
+						d.spec_bytes_plain,
+						spec_plain_steps(&d)),
+					b, sizeof(b)),
+			spec_limit_mean(&d),
+			(unsigned long long)d.spec_limit_off,
+			(unsigned long long)d.spec_steps);
 	if (d.en_lookups) /* DeepSeek-V4.1: expertd's Engram tier */
 		fprintf(stderr, "Engram rows        %llu lookups, hits %llu, "
 			"misses %llu (hit rate %.1f%%), %s read, block read "

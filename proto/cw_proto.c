@@ -50,7 +50,8 @@ int cw_gen_start_msg_decode(const uint8_t *p, size_t len,
 	if (e || m->n_stop > CW_PROTO_MAX_NSTOP || !isfinite(m->temperature) ||
 	    m->temperature < 0 || m->temperature > 100 ||
 	    !isfinite(m->top_p) || m->top_p < 0 || m->top_p > 1 ||
-	    m->top_k < 0 || (m->flags & ~(31u | CW_GEN_F_DRAFT_MASK)) ||
+	    m->top_k < 0 || (m->flags & ~(31u | CW_GEN_F_DRAFT_MASK |
+				       CW_GEN_F_DRAFT_PRICE)) ||
 	    ((m->flags & CW_GEN_F_DRAFT_MASK) >> CW_GEN_F_DRAFT_SHIFT) >
 		    CW_PROTO_MAX_DRAFT + 1 ||
 	    m->max_tokens > (1u << 24))
@@ -86,6 +87,8 @@ int cw_gen_start_msg_decode(const uint8_t *p, size_t len,
 	X(la_pred3) X(la_hit3) X(es_io_busy_ns) X(en_lookups) X(en_hits)       \
 	X(en_misses) X(en_read_bytes) X(en_lat_p50_ns) X(en_lat_p99_ns)        \
 	X(spec_steps) X(spec_verify_steps) X(spec_drafted) X(spec_accepted)    \
+	X(spec_bytes_verify) X(spec_bytes_plain) X(spec_tokens_verify)         \
+	X(spec_limit_sum) X(spec_limit_off)                                    \
 	X(kv_remote_on) X(kv_remote_hits) X(kv_remote_misses)                  \
 	X(kv_remote_bytes_in) X(kv_remote_bytes_out) X(kv_remote_errors)
 

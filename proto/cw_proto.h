@@ -65,6 +65,9 @@ enum cw_msg_type {
 #define CW_GEN_F_DRAFT_SHIFT 8
 #define CW_GEN_F_DRAFT_MASK (0x3fu << CW_GEN_F_DRAFT_SHIFT)
 #define CW_PROTO_MAX_DRAFT 16 /* draft tokens at most (CW_DRAFT_MAX) */
+/* With a draft length D >= 1 in bits 8..13: price it (up to D) in step
+ * time and expert bytes (cw_draft_price.h) instead of the schedule. */
+#define CW_GEN_F_DRAFT_PRICE (1u << 14)
 
 struct cw_gen_start_msg {
 	uint32_t max_tokens;
@@ -114,6 +117,11 @@ struct cw_stats_wire {
 	 * decode steps, those that verified drafts, draft tokens verified
 	 * and accepted */
 	uint64_t spec_steps, spec_verify_steps, spec_drafted, spec_accepted;
+	/* priced in bytes: expert bytes of decode steps with drafts and
+	 * without, tokens of the former, the sum of the draft limits chosen
+	 * per decode step and the steps whose limit was 0 */
+	uint64_t spec_bytes_verify, spec_bytes_plain, spec_tokens_verify;
+	uint64_t spec_limit_sum, spec_limit_off;
 	/* kvd's remote KV tier (kv_remote_on 1 with --remote-kv; counters
 	 * since kvd started: hit/miss lookups, value bytes, errors) */
 	uint64_t kv_remote_on, kv_remote_hits, kv_remote_misses;

@@ -6,6 +6,7 @@ _Static_assert(CW_DRAFT_MAX == CW_PROTO_MAX_DRAFT,
 	       "GEN_START's draft field carries CW_DRAFT_MAX");
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,4 +66,26 @@ int cw_draft_parse(const char *spec, int *ret_draft_max)
 		return -EINVAL;
 	*ret_draft_max = (int)k;
 	return 0;
+}
+
+int cw_draft_parse_mode(const char *spec, int *ret_draft_max,
+			int *ret_priced)
+{
+	char buf[32];
+	int r;
+
+	if (strcmp(spec, "auto") && strncmp(spec, "auto:", 5)) {
+		r = cw_draft_parse(spec, ret_draft_max);
+		if (r == 0)
+			*ret_priced = 0;
+		return r;
+	}
+	/* auto[:K] reads as ngram[:K] */
+	if (strlen(spec) >= sizeof(buf) - 1)
+		return -EINVAL;
+	snprintf(buf, sizeof(buf), "ngram%s", spec + 4);
+	r = cw_draft_parse(buf, ret_draft_max);
+	if (r == 0)
+		*ret_priced = 1;
+	return r;
 }

@@ -41,4 +41,13 @@ int cw_draft_ngram(const int32_t *ids, int n, int min_ngram, int max_ngram,
  */
 int cw_draft_parse(const char *spec, int *ret_draft_max);
 
+/*
+ * As cw_draft_parse, also accepting "auto" (CW_DRAFT_DEFAULT_K) and
+ * "auto:K": n-gram drafts of up to K tokens whose length is priced in
+ * step time and expert bytes (cw_draft_price.h), *ret_priced 1 (else 0).
+ * 0 or -EINVAL.
+ */
+int cw_draft_parse_mode(const char *spec, int *ret_draft_max,
+			int *ret_priced);
+
 #endif

@@ -42,6 +42,11 @@ struct cw_gen {
 	int n_pend, i_pend;              /* pend[i_pend..n_pend) not yet
 					  * returned */
 	struct cw_gen_spec_stats spec;
+	/* priced draft length (cw_draft_price.h), and the step's figures */
+	int price_on;
+	struct cw_draft_price price;
+	int step_limit;                  /* the limit of the coming step */
+	uint64_t step_ns, step_bytes;    /* of the step being advanced */
 };
 
 int cw_gen_n_prompt(const struct cw_gen *g) { return g->n_prompt; }
@@ -130,6 +135,8 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
 	 * compressors and windows cannot be rolled back): no drafts */
 	g->draft_max = cw_model_is_dsv4(model) ? 0 : g->p.draft_max;
 	g->draft_cur = g->draft_max;
+	g->price_on = g->p.draft_price && g->draft_max > 0 &&
+		      cw_draft_price_init(&g->price, g->draft_max) == 0;
 	if (g->p.top_logprobs < 0 || g->p.top_logprobs > CW_GEN_MAX_TOP) {
 		cw_gen_free(g);
 		return st_diag_set(diag, -EINVAL, "top_logprobs must be 0..%d",
@@ -260,7 +267,14 @@ static void propose_drafts(struct cw_gen *g)
 	int k;
 
 	g->n_draft = 0;
-	if (lim <= 0 || g->finish != CW_FINISH_NONE)
+	if (g->finish != CW_FINISH_NONE)
+		return;
+	if (g->price_on) {
+		g->draft_cur = cw_draft_price_next(&g->price);
+		lim = ST_MIN(g->draft_cur, g->max_tokens - g->n_gen - 1);
+	}
+	g->step_limit = lim > 0 ? lim : 0;
+	if (lim <= 0)
 		return;
 	k = cw_draft_ngram(g->ids, len, CW_DRAFT_NGRAM_MIN, CW_DRAFT_NGRAM_MAX,
 			   lim, g->ids + len);
@@ -304,6 +318,34 @@ static void note_logprob(struct cw_gen *g, const float *lg, int vocab,
 		g->lp.top_logprob[j] = lg[g->lp.top_id[j]] - lse;
 }
 
+void cw_gen_note_step_bytes(struct cw_gen *g, uint64_t expert_bytes)
+{
+	g->step_bytes = expert_bytes;
+}
+
+/* The figures of a decode step of n tokens that produced cnt (its drafts
+ * are n - 1, cnt - 1 of them accepted), and the priced model's note. */
+static void note_step_price(struct cw_gen *g, int n, int cnt)
+{
+	struct cw_gen_spec_stats *sp = &g->spec;
+
+	sp->limit_sum += (uint64_t)g->step_limit;
+	sp->limit_hist[g->step_limit]++;
+	if (n > 1) {
+		sp->spec_steps++;
+		sp->drafted += (uint64_t)(n - 1);
+		sp->accepted += (uint64_t)(cnt - 1);
+		sp->bytes_verify += g->step_bytes;
+		sp->tokens_verify += (uint64_t)cnt;
+	} else {
+		sp->bytes_plain += g->step_bytes;
+	}
+	/* n <= 1 + draft_max (checked by the caller): in range */
+	if (g->price_on)
+		(void)cw_draft_price_note(&g->price, n - 1, cnt - 1,
+					  g->step_ns, g->step_bytes);
+}
+
 /*
  * Verifies a decode step of n tokens (the last sampled one and n - 1
  * drafts; n 1: plain sampling) from the logits rows 0..n-1: accepts drafts
@@ -339,10 +381,7 @@ static int verify_step(struct cw_gen *g, int n, struct st_diag *diag)
 	g->n_pend = cnt;
 	g->i_pend = 0;
 	g->n_draft = 0;
-	if (n > 1) {
-		g->spec.spec_steps++;
-		g->spec.drafted += (uint64_t)(n - 1);
-		g->spec.accepted += (uint64_t)(cnt - 1);
+	if (n > 1 && !g->price_on) {
 		/* the draft length follows the acceptance: + 2 after a step
 		 * that accepted every draft, - 1 (not below 1) after one that
 		 * rejected some (the "heuristic" schedule of Hugging Face
@@ -381,6 +420,7 @@ int cw_gen_advance(struct cw_gen *g, int n, uint64_t step_ns, char *out,
 		*ret_finish = g->finish;
 		return 0;
 	}
+	g->step_ns = step_ns;
 	if (g->n_gen == 0)
 		g->prefill_ns += step_ns;
 	else
@@ -406,6 +446,9 @@ int cw_gen_advance(struct cw_gen *g, int n, uint64_t step_ns, char *out,
 	r = verify_step(g, decode ? n : 1, diag);
 	if (r < 0)
 		goto fail;
+	if (decode)
+		note_step_price(g, n, g->n_pend);
+	g->step_bytes = 0;
 	return cw_gen_emit_pending(g, out, cap, ret_token, ret_finish, diag);
 fail:
 	g->finish = CW_FINISH_ERROR;
@@ -489,6 +532,7 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 		enum cw_finish *ret_finish, struct st_diag *diag)
 {
 	uint64_t t0 = st_now_ns();
+	struct cw_read_stats rs0, rs1;
 	const int32_t *ids;
 	uint32_t pos;
 	int r = 0, n, want;
@@ -508,6 +552,7 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 		goto fail;
 	/* the whole prompt (in chunks) or a decode step (the last token
 	 * and its drafts: logits at every position) */
+	cw_model_read_stats(g->model, &rs0);
 	do {
 		int decode = g->n_done >= g->n_prompt;
 
@@ -530,6 +575,8 @@ int cw_gen_step(struct cw_gen *g, char *out, size_t cap, int32_t *ret_token,
 	}
 	if (r < 0)
 		goto fail;
+	cw_model_read_stats(g->model, &rs1);
+	cw_gen_note_step_bytes(g, rs1.expert_bytes - rs0.expert_bytes);
 	return cw_gen_advance(g, n, st_now_ns() - t0, out, cap, ret_token,
 			      ret_finish, diag);
 fail:

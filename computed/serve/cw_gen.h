@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "cw_draft_ngram.h"
+#include "cw_draft_price.h"
 #include "cw_model.h"
 #include "cw_sampler.h"
 #include "st_tokenizer.h"
@@ -60,6 +61,10 @@ struct cw_gen_params {
 					   * the scheduler's default, off for
 					   * cw_gen itself); ignored (off)
 					   * for DeepSeek-V4/V4.1 stores */
+	int draft_price;                  /* 1: the draft length is priced
+					   * instead (cw_draft_price.h:
+					   * 0..draft_max, 0 off with probes);
+					   * 0: the schedule above */
 	/* saved sessions (cw_session.h; names as kv_session_name_ok, ""
 	 * = none): the scheduler loads session_load into kvd's prefix
 	 * cache before the generation starts and saves the conversation
@@ -76,6 +81,14 @@ struct cw_gen_spec_stats {
 	uint64_t accepted;       /* of them accepted */
 	uint64_t rollbacks;      /* steps whose rejected rows were cut back
 				  * in kvd */
+	/* priced in bytes (issue 22 §3): expert bytes read by the decode
+	 * steps with drafts and by those without (cw_gen_note_step_bytes),
+	 * the tokens the former produced (the latter produce one each),
+	 * and the draft limit chosen per decode step (0: none) */
+	uint64_t bytes_verify, bytes_plain;
+	uint64_t tokens_verify;
+	uint64_t limit_sum;                   /* sum of the limits */
+	uint64_t limit_hist[CW_DRAFT_MAX + 1]; /* decode steps per limit */
 };
 
 /* Log-probabilities of the last sampled token under the model's
@@ -177,6 +190,12 @@ int cw_gen_emit_pending(struct cw_gen *g, char *out, size_t cap,
  * verify drafts) and the speculation figures so far. */
 int cw_gen_draft_max(const struct cw_gen *g);
 void cw_gen_spec_stats(const struct cw_gen *g, struct cw_gen_spec_stats *ret);
+
+/* The expert bytes the coming cw_gen_advance's step read
+ * (cw_read_stats.expert_bytes after - before; a batched step's whole
+ * count): the speculation figures and the priced draft length use it.
+ * Not called: 0. */
+void cw_gen_note_step_bytes(struct cw_gen *g, uint64_t expert_bytes);
 
 /* Ends the generation with CW_FINISH_ERROR (a failed batch step). */
 void cw_gen_fail(struct cw_gen *g);

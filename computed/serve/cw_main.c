@@ -170,7 +170,10 @@ static void usage(FILE *f)
 "                         ngram:K (up to K prompt-lookup draft tokens\n"
 "                         verified per step, 1..16; ngram = ngram:4); greedy\n"
 "                         output unchanged, sampling keeps its distribution;\n"
-"                         DeepSeek-V4/V4.1 stores: always off\n"
+"                         DeepSeek-V4/V4.1 stores: always off; auto or\n"
+"                         auto:K: the length (0..K) priced per request in\n"
+"                         step time and expert bytes, off where drafts do\n"
+"                         not pay, with periodic probes\n"
 "  --draft-max K          the same as --speculate ngram:K (0 = off)\n"
 "  --max-body BYTES       largest HTTP request body (default 1048576;\n"
 "                         larger get HTTP 413)\n"
@@ -400,9 +403,11 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 			break;
 		}
 		case 0x30e:
-			if (cw_draft_parse(optarg, &d->sopts.draft_max) < 0) {
-				st_err("--speculate must be off, ngram or "
-				       "ngram:K (K 1..%d), not '%s'",
+			if (cw_draft_parse_mode(optarg, &d->sopts.draft_max,
+						&d->sopts.draft_price) < 0) {
+				st_err("--speculate must be off, ngram, "
+				       "ngram:K, auto or auto:K (K 1..%d), "
+				       "not '%s'",
 				       CW_DRAFT_MAX, optarg);
 				return -EINVAL;
 			}
@@ -418,6 +423,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 				return -EINVAL;
 			}
 			d->sopts.draft_max = (int)v;
+			d->sopts.draft_price = 0;
 			break;
 		}
 		case 'B': d->hopts.bind_addr = optarg; break;
@@ -553,6 +559,7 @@ static int handle_gen_start(struct cw_daemon *d, const struct st_msg_header *h,
 	gp.prefix_cache = !(m.flags & CW_GEN_F_NO_PREFIX_CACHE);
 	gp.draft_max = (int)((m.flags & CW_GEN_F_DRAFT_MASK) >>
 			     CW_GEN_F_DRAFT_SHIFT) - 1; /* 0: default (-1) */
+	gp.draft_price = !!(m.flags & CW_GEN_F_DRAFT_PRICE);
 	gp.kv_private = !!(m.flags & CW_GEN_F_KV_PRIVATE);
 	r = st_tokenizer_encode(d->tok, m.prompt, strlen(m.prompt),
 				gp.add_special, gp.parse_special, &ids, &n_ids);
@@ -860,6 +867,12 @@ static int handle_stats(struct cw_daemon *d, const struct st_msg_header *h)
 	s.spec_verify_steps = d->metrics.spec_verify_steps;
 	s.spec_drafted = d->metrics.spec_drafted;
 	s.spec_accepted = d->metrics.spec_accepted;
+	s.spec_bytes_verify = d->metrics.spec_bytes_verify;
+	s.spec_bytes_plain = d->metrics.spec_bytes_plain;
+	s.spec_tokens_verify = d->metrics.spec_tokens_verify;
+	for (int k = 0; k <= CW_DRAFT_MAX; k++)
+		s.spec_limit_sum += (uint64_t)k * d->metrics.spec_limit_hist[k];
+	s.spec_limit_off = d->metrics.spec_limit_hist[0];
 	s.prefill_ns = d->metrics.gen_prefill_ns;
 	s.decode_ns = d->metrics.gen_decode_ns;
 	pthread_mutex_unlock(&d->metrics.lock);

@@ -122,6 +122,19 @@ void cw_metrics_spec(struct cw_metrics *m, uint64_t steps,
 	pthread_mutex_unlock(&m->lock);
 }
 
+void cw_metrics_spec_price(struct cw_metrics *m, uint64_t bytes_verify,
+			   uint64_t bytes_plain, uint64_t tokens_verify,
+			   const uint64_t *limit_hist)
+{
+	pthread_mutex_lock(&m->lock);
+	m->spec_bytes_verify += bytes_verify;
+	m->spec_bytes_plain += bytes_plain;
+	m->spec_tokens_verify += tokens_verify;
+	for (int k = 0; k <= CW_DRAFT_MAX; k++)
+		m->spec_limit_hist[k] += limit_hist[k];
+	pthread_mutex_unlock(&m->lock);
+}
+
 void cw_metrics_step(struct cw_metrics *m, int n_tokens, int n_sampled,
 		     uint64_t step_ns)
 {
@@ -302,6 +315,23 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 	tb_metric(&b, "strata_spec_accepted_tokens_total", "counter",
 		  "draft tokens accepted (tokens per decode step = 1 + "
 		  "accepted / decode steps)", (double)m->spec_accepted);
+	tb_metric(&b, "strata_spec_verify_step_tokens_total", "counter",
+		  "tokens produced by decode steps that verified drafts "
+		  "(accepted drafts + 1 each)", (double)m->spec_tokens_verify);
+	tb_head(&b, "strata_spec_expert_bytes_total", "counter",
+		"expert bytes read by decode steps with drafts (steps=verify; "
+		"per accepted token: / strata_spec_verify_step_tokens_total) "
+		"and without (steps=plain; one token each)");
+	tb_printf(&b, "strata_spec_expert_bytes_total{steps=\"verify\"} "
+		  "%llu\nstrata_spec_expert_bytes_total{steps=\"plain\"} "
+		  "%llu\n", (unsigned long long)m->spec_bytes_verify,
+		  (unsigned long long)m->spec_bytes_plain);
+	tb_head(&b, "strata_spec_draft_limit_steps_total", "counter",
+		"decode steps by the draft length chosen for them (0: none)");
+	for (int k = 0; k <= CW_DRAFT_MAX; k++)
+		tb_printf(&b, "strata_spec_draft_limit_steps_total"
+			  "{limit=\"%d\"} %llu\n", k,
+			  (unsigned long long)m->spec_limit_hist[k]);
 	tb_metric(&b, "strata_steps_total", "counter",
 		  "forward steps of the scheduler", (double)m->steps);
 	tb_metric(&b, "strata_step_tokens_total", "counter",

@@ -13,6 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cw_draft_ngram.h"
+
 #define CW_HIST_BUCKETS 14
 
 /* A cumulative histogram with fixed upper bounds in seconds. */
@@ -43,6 +45,8 @@ struct cw_metrics {
 	uint64_t gen_prefill_ns, gen_decode_ns; /* summed over generations */
 	/* speculative decoding (cw_gen_spec_stats of ended generations) */
 	uint64_t spec_steps, spec_verify_steps, spec_drafted, spec_accepted;
+	uint64_t spec_bytes_verify, spec_bytes_plain, spec_tokens_verify;
+	uint64_t spec_limit_hist[CW_DRAFT_MAX + 1];
 	struct cw_hist ttft, tpot, step_batch;
 	/* a step's wait for kvd to pin its sequences (cw_sched.c):
 	 * every pin, and the pins that found a sequence with spilled pages
@@ -82,6 +86,13 @@ void cw_metrics_gen_times(struct cw_metrics *m, uint64_t prefill_ns,
 void cw_metrics_spec(struct cw_metrics *m, uint64_t steps,
 		     uint64_t verify_steps, uint64_t drafted,
 		     uint64_t accepted, uint64_t extra_tokens);
+/* Speculation priced in bytes, of one generation that ended
+ * (cw_gen_spec_stats): expert bytes of its decode steps with drafts and
+ * without, the tokens the former produced, and limit_hist[k] the decode
+ * steps whose chosen draft limit was k (CW_DRAFT_MAX + 1 counts). */
+void cw_metrics_spec_price(struct cw_metrics *m, uint64_t bytes_verify,
+			   uint64_t bytes_plain, uint64_t tokens_verify,
+			   const uint64_t *limit_hist);
 /* One forward step of n_tokens tokens, n_sampled of them sampled. */
 void cw_metrics_step(struct cw_metrics *m, int n_tokens, int n_sampled,
 		     uint64_t step_ns);

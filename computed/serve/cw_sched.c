@@ -217,6 +217,9 @@ static void retire(struct cw_sched *s, struct cw_sched_req *r,
 			cw_metrics_spec(s->metrics, sp.steps, sp.spec_steps,
 					sp.drafted, sp.accepted,
 					spec_extra_tokens(r->gen, &sp));
+			cw_metrics_spec_price(s->metrics, sp.bytes_verify,
+					      sp.bytes_plain, sp.tokens_verify,
+					      sp.limit_hist);
 		}
 		if (r->p.session_save[0] && fin != CW_FINISH_ERROR &&
 		    !aborted && last)
@@ -643,6 +646,7 @@ static int step(struct cw_sched *s)
 	int n = 0, n_reqs = 0, n_sampled = 0;
 	int n_prefill = 0;
 	struct cw_tl_snap tl0;
+	struct cw_read_stats rs0, rs1;
 	uint64_t t0, dt;
 	int r;
 
@@ -653,6 +657,7 @@ static int step(struct cw_sched *s)
 		return 0;
 	if (s->o.timeline)
 		cw_tl_snap_take(&tl0, s->o.tl, s->o.es);
+	cw_model_read_stats(s->model, &rs0);
 	t0 = st_now_ns();
 	r = eval_step(s, s->toks, n, s->breq, n_reqs, &diag);
 	dt = st_now_ns() - t0;
@@ -691,9 +696,16 @@ static int step(struct cw_sched *s)
 	 * when their generation ends (cw_metrics_spec) */
 	if (s->metrics)
 		cw_metrics_step(s->metrics, n, n_sampled, dt);
+	/* the step's expert bytes, to every request in it: each waited for
+	 * the whole step (speculation figures, priced draft length) */
+	cw_model_read_stats(s->model, &rs1);
 	for (int i = 0; i < n_reqs; i++)
-		if (s->breq[i])
+		if (s->breq[i]) {
+			cw_gen_note_step_bytes(s->breq[i]->gen,
+					       rs1.expert_bytes -
+						       rs0.expert_bytes);
 			advance(s, s->breq[i], s->bn[i], dt, st_now_ns());
+		}
 	return n;
 }
 
@@ -883,8 +895,10 @@ int cw_sched_submit(struct cw_sched *s, const int32_t *ids, size_t n_ids,
 		return -ENOMEM;
 	r->s = s;
 	r->p = *p;
-	if (r->p.draft_max == CW_DRAFT_DEFAULT)
+	if (r->p.draft_max == CW_DRAFT_DEFAULT) {
 		r->p.draft_max = s->o.draft_max;
+		r->p.draft_price = s->o.draft_price;
+	}
 	r->max_pending = max_pending > 0 ? max_pending : 1;
 	r->ids = malloc(sizeof(int32_t) * n_ids);
 	if (!r->ids) {

@@ -48,6 +48,8 @@ struct cw_sched_opts {
 	int kv_restore_ahead;
 	int draft_max;        /* draft tokens of requests that ask for
 			       * CW_DRAFT_DEFAULT (0: no speculation) */
+	int draft_price;      /* their draft length priced in step time and
+			       * expert bytes (cw_draft_price.h) */
 	/* step timeline (issue 25; all borrowed, NULL: off): one TSV row
 	 * per step to `timeline` (cw_timeline.h), phases from `tl` (which
 	 * the caller also set on the model), expertd's counters from es */
