@@ -24,6 +24,7 @@ int cli_cmd_topo(int argc, char **argv);
 int cli_cmd_plan(int argc, char **argv);
 int cli_cmd_replay(int argc, char **argv);
 int cli_cmd_calibrate(int argc, char **argv);
+int cli_cmd_session(int argc, char **argv);
 
 /* Helpers shared by the commands (cmd_convert.c). */
 /* Default store directory for a model dir and expert format, under

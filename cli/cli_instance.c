@@ -294,6 +294,7 @@ static void daemon_argv(struct cli_instance *inst, const char *daemon,
 		add_opt(argv, &a, "--budget", inst->kv_budget);
 		add_opt(argv, &a, "--spill-budget", inst->kv_spill);
 		add_opt(argv, &a, "--remote-kv", inst->kv_remote);
+		add_opt(argv, &a, "--session-dir", inst->kv_session_dir);
 		add_opt(argv, &a, "--max-seqs", inst->max_seqs);
 	} else {
 		add_opt(argv, &a, "--kv-dtype", inst->kv_dtype);

@@ -20,6 +20,7 @@ struct cli_instance {
 	char kv_budget[64];      /* kvd --budget, "" = its default */
 	char kv_spill[64];       /* kvd --spill-budget, "" = no spilling */
 	char kv_remote[512];     /* kvd --remote-kv, "" = no remote tier */
+	char kv_session_dir[4096]; /* kvd --session-dir, "" = its default */
 	char kv_dtype[16];       /* computed --kv-dtype */
 	char numa[16];           /* every daemon's --numa, "" = no binding */
 	char loader_threads[16]; /* expertd --loader-threads, "" = default */

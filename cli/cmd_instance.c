@@ -36,6 +36,7 @@ static void inst_usage(FILE *f, const char *cmd)
 	"                 [--expert-offload on|off] [--host-budget B]\n"
 	"                 [--kv-budget B] [--kv-spill-budget B] [--kv-dtype T]\n"
 	"                 [--kv-remote redis://HOST:PORT/DB]\n"
+	"                 [--kv-session-dir DIR]\n"
 	"                 [--numa auto|N|interleave|off] [--loader-threads N]\n"
 	"                 [--max-seqs N] [--page-rows N] [--threads N]\n"
 	"                 [--dense-format bf16|f32] [--compute reference|fast]\n"
@@ -116,6 +117,7 @@ static const struct {
 	{ "kv-dtype", "kv.dtype" },            { "kv-budget", "kv.budget" },
 	{ "kv-spill-budget", "kv.spill_budget" },
 	{ "kv-remote", "kv.remote" },
+	{ "kv-session-dir", "kv.session_dir" },
 	{ "page-rows", "kv.page_rows" },       { "max-seqs", "kv.max_seqs" },
 	{ "threads", "compute.threads" },      { "compute", "compute.mode" },
 	{ "http-port", "serve.http_port" },    { "http-bind", "serve.http_bind" },
@@ -302,6 +304,8 @@ static int parse(int argc, char **argv, const char *cmd,
 			     st_iconf_get(conf, "kv.spill_budget"));
 		copy(inst->kv_remote, sizeof(inst->kv_remote),
 		     st_iconf_get(conf, "kv.remote"));
+		copy(inst->kv_session_dir, sizeof(inst->kv_session_dir),
+		     st_iconf_get(conf, "kv.session_dir"));
 		copy(inst->kv_dtype, sizeof(inst->kv_dtype),
 		     st_iconf_get(conf, "kv.dtype"));
 		copy(inst->numa, sizeof(inst->numa),

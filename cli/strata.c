@@ -37,6 +37,8 @@ static void usage(FILE *f)
 "  replay    replay a routing trace through expert-residency policies\n"
 "  calibrate activation statistics of a text for the calibrated FP4 scale\n"
 "            search (strata convert --calibrate)\n"
+"  session   saved conversations' KV of a running instance: save, load, ls,\n"
+"            rm (resumed after restarts)\n"
 "\n"
 "Example:\n"
 "  strata run --model models/kjv-moe --prompt 'In the beginning' --max-tokens 48\n",
@@ -60,6 +62,7 @@ int main(int argc, char **argv)
 		{ "activations", cli_cmd_activations },
 		{ "replay", cli_cmd_replay },
 		{ "calibrate", cli_cmd_calibrate },
+		{ "session", cli_cmd_session },
 	};
 
 	st_log_set_name("strata");

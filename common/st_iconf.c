@@ -68,6 +68,9 @@ static const struct st_iconf_knob knobs[] = {
 	{ "kv", "remote", ST_ICONF_STR, 0, 0, NULL, "", "--kv-remote", 1,
 	  "redis://HOST:PORT/DB: kvd shares full prefix-cache pages with "
 	  "other nodes through this Redis (empty: off)" },
+	{ "kv", "session_dir", ST_ICONF_STR, 0, 0, NULL, "",
+	  "--kv-session-dir", 1, "where kvd keeps saved sessions (empty: "
+	  "RUN_DIR/sessions)" },
 	{ "kv", "max_seqs", ST_ICONF_INT, 1, 1024, NULL, "64", "--max-seqs",
 	  1, "sequences live at once" },
 	{ "compute", "threads", ST_ICONF_INT, 0, 256, NULL, "0", "--threads",

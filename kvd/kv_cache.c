@@ -471,6 +471,25 @@ void kv_cache_drop_busy(struct kv_pool *p, uint32_t g)
 
 /* ---- sequences ---------------------------------------------------------- */
 
+int kv_cache_acquire_resident(struct kv_pool *p, uint64_t key,
+			      uint32_t stamp, uint32_t *ret_pages,
+			      struct st_diag *diag)
+{
+	int r = kv_cache_acquire(p, key, ret_pages);
+
+	if (r == 2) {
+		uint32_t g;
+
+		pthread_mutex_lock(&p->lock);
+		g = kv_cache_find_locked(p, key);
+		pthread_mutex_unlock(&p->lock);
+		take_spilled(p, g);
+		r = kv_cache_restore_group(p, g, stamp, ret_pages, diag);
+		r = r < 0 ? r : 1;
+	}
+	return r;
+}
+
 int kv_seq_create_prefix(struct kv_pool *p, uint32_t client, int32_t pid,
 			 uint64_t request_id, int dedupe, uint64_t model_id,
 			 const int32_t *ids, uint32_t n_ids, uint32_t *ret_seq,

@@ -695,6 +695,131 @@ int kv_client_seq_publish_flags(struct kv_client *c, uint32_t seq,
 	return (int)n;
 }
 
+/* One KV_MSG_SESSION round trip; the reply payload in *ret_buf/p/len. */
+static int session_rpc(struct kv_client *c, uint32_t op, const char *name,
+		       const struct kv_session_ident *id, const int32_t *ids,
+		       uint32_t n_ids, void **ret_buf, const uint8_t **ret_p,
+		       size_t *ret_len, struct st_diag *diag)
+{
+	struct kv_msg_session m = { .op = op, .n_ids = n_ids,
+				    .ids = (int32_t *)ids };
+	struct st_wbuf w;
+	int r;
+
+	if (name && !kv_session_name_ok(name, diag))
+		return -EINVAL;
+	snprintf(m.name, sizeof(m.name), "%s", name ? name : "");
+	if (id)
+		m.ident = *id;
+	st_wbuf_init(&w);
+	kv_proto_encode_session(&w, &m);
+	pthread_mutex_lock(&c->lock);
+	r = rpc(c, KV_MSG_SESSION, &w, ret_buf, ret_p, ret_len, diag);
+	pthread_mutex_unlock(&c->lock);
+	st_wbuf_fini(&w);
+	return r;
+}
+
+int kv_client_session_save(struct kv_client *c, const char *name,
+			   const struct kv_session_ident *id,
+			   const int32_t *ids, uint32_t n_ids,
+			   uint32_t *ret_groups, struct st_diag *diag)
+{
+	const uint8_t *p;
+	void *buf;
+	size_t len;
+	struct st_rbuf rb;
+	uint32_t rows;
+	int r;
+
+	*ret_groups = 0;
+	if (n_ids == 0 || n_ids > KV_PROTO_MAX_IDS)
+		return st_diag_set(diag, -ST_E_LIMIT, "session save: %u token "
+				   "ids (1 to %d)", n_ids,
+				   (int)KV_PROTO_MAX_IDS);
+	r = session_rpc(c, KV_SESSION_SAVE, name, id, ids, n_ids, &buf, &p,
+			&len, diag);
+	if (r < 0)
+		return r;
+	st_rbuf_init(&rb, p, len);
+	if (st_rbuf_u32(&rb, ret_groups) || st_rbuf_u32(&rb, &rows) ||
+	    st_rbuf_left(&rb))
+		r = st_diag_set(diag, -ST_E_PROTO, "kvd: malformed SESSION "
+				"reply");
+	free(buf);
+	return r;
+}
+
+int kv_client_session_load(struct kv_client *c, const char *name,
+			   const struct kv_session_ident *id,
+			   uint32_t *ret_placed, uint32_t *ret_rows,
+			   int32_t **ret_ids, uint32_t *ret_n_ids,
+			   struct st_diag *diag)
+{
+	const uint8_t *p;
+	void *buf;
+	size_t len;
+	struct st_rbuf rb;
+	uint32_t n = 0;
+	int32_t *ids = NULL;
+	int r;
+
+	*ret_placed = *ret_rows = *ret_n_ids = 0;
+	*ret_ids = NULL;
+	r = session_rpc(c, KV_SESSION_LOAD, name, id, NULL, 0, &buf, &p, &len,
+			diag);
+	if (r < 0)
+		return r;
+	st_rbuf_init(&rb, p, len);
+	if (st_rbuf_u32(&rb, ret_placed) || st_rbuf_u32(&rb, ret_rows) ||
+	    st_rbuf_u32(&rb, &n) || n > KV_PROTO_MAX_IDS ||
+	    st_rbuf_left(&rb) != (size_t)n * 4) {
+		free(buf);
+		return st_diag_set(diag, -ST_E_PROTO, "kvd: malformed SESSION "
+				   "reply");
+	}
+	ids = malloc(sizeof(int32_t) * (n ? n : 1));
+	if (!ids) {
+		free(buf);
+		return -ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		st_rbuf_i32(&rb, &ids[i]);
+	free(buf);
+	*ret_ids = ids;
+	*ret_n_ids = n;
+	return 0;
+}
+
+int kv_client_session_list(struct kv_client *c, uint32_t cap,
+			   struct kv_session_info *ret, uint32_t *ret_n,
+			   struct st_diag *diag)
+{
+	const uint8_t *p;
+	void *buf;
+	size_t len;
+	int r;
+
+	*ret_n = 0;
+	r = session_rpc(c, KV_SESSION_LIST, NULL, NULL, NULL, 0, &buf, &p,
+			&len, diag);
+	if (r < 0)
+		return r;
+	r = kv_proto_decode_session_list(p, len, cap, ret, ret_n);
+	free(buf);
+	if (r < 0)
+		return st_diag_set(diag, r, "kvd: malformed SESSION LIST "
+				   "reply (or more than %u sessions)", cap);
+	return 0;
+}
+
+int kv_client_session_remove(struct kv_client *c, const char *name,
+			     struct st_diag *diag)
+{
+	return session_rpc(c, KV_SESSION_REMOVE, name, NULL, NULL, 0, NULL,
+			   NULL, NULL, diag);
+}
+
 static int residency(struct kv_client *c, uint32_t op, int n,
 		     const uint32_t *seqs, int32_t *ret_status,
 		     struct st_diag *diag)
@@ -1037,4 +1162,9 @@ int kv_client_shutdown(struct kv_client *c)
 	r = rpc(c, ST_MSG_SHUTDOWN, NULL, NULL, NULL, NULL, NULL);
 	pthread_mutex_unlock(&c->lock);
 	return r;
+}
+
+uint64_t kv_client_model_id(const struct kv_client *c)
+{
+	return c->model_id;
 }

@@ -41,6 +41,7 @@
 
 #include "kv_pool.h"
 #include "kv_proto.h"
+#include "kv_session_proto.h"
 #include "st_error.h"
 
 struct kv_client;
@@ -228,6 +229,37 @@ int kv_client_seq_publish_flags(struct kv_client *c, uint32_t seq,
 				uint32_t flags, struct st_diag *diag);
 
 /*
+ * Saved sessions (kvd/kv_session.h, kv_session_proto.h).  save: the
+ * cached page groups of ids[0..n_ids) (a conversation whose rows were
+ * published: kv_client_seq_publish) go to kvd's session file `name`,
+ * stamped with `id` (model, store, KV dtype, page size, model id);
+ * *ret_groups gets the groups saved (rows = groups x page_rows).
+ * load: checks the whole file, refuses another model, store, KV dtype,
+ * page size or declaration by name (-ST_E_CONFIG) and a corrupt file
+ * (-ST_E_CHECKSUM, -ST_E_FORMAT; nothing used), then puts its groups in
+ * the prefix cache: a kv_client_seq_create_prefix of a prompt starting with
+ * *ret_ids (malloc'd, the caller frees; *ret_n_ids of them) maps
+ * *ret_rows rows.  list: at most cap entries into ret.  remove: deletes
+ * it.  Names: kv_session_name_ok (-EINVAL otherwise).  Other errors:
+ * -ST_E_NOTFOUND (no such session, or nothing cached to save),
+ * -ST_E_PEERGONE, -errno of kvd's file I/O; diag says what.
+ */
+int kv_client_session_save(struct kv_client *c, const char *name,
+			   const struct kv_session_ident *id,
+			   const int32_t *ids, uint32_t n_ids,
+			   uint32_t *ret_groups, struct st_diag *diag);
+int kv_client_session_load(struct kv_client *c, const char *name,
+			   const struct kv_session_ident *id,
+			   uint32_t *ret_placed, uint32_t *ret_rows,
+			   int32_t **ret_ids, uint32_t *ret_n_ids,
+			   struct st_diag *diag);
+int kv_client_session_list(struct kv_client *c, uint32_t cap,
+			   struct kv_session_info *ret, uint32_t *ret_n,
+			   struct st_diag *diag);
+int kv_client_session_remove(struct kv_client *c, const char *name,
+			     struct st_diag *diag);
+
+/*
  * Batched (n at most KV_PROTO_MAX_RESERVE): brings every spilled page of
  * seqs[i] back into the pool, each checked (length, owner, XXH3) before it
  * is used.  kv_client_seq_pin does the same and marks the sequences
@@ -329,6 +361,8 @@ int64_t kv_client_seq_rows(struct kv_client *c, uint32_t seq);
 /* Geometry after a declaration: rows per page, and row bytes of a stream
  * (0 when not declared / out of range). */
 uint32_t kv_client_page_rows(const struct kv_client *c);
+/* The prefix-cache model id declared (kv_client_declare_model; 0: none). */
+uint64_t kv_client_model_id(const struct kv_client *c);
 uint32_t kv_client_row_bytes(const struct kv_client *c, int stream);
 
 /*

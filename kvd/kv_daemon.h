@@ -294,6 +294,13 @@ void kv_cache_fini(struct kv_pool *p);
  * kv_cache_restore_group).  Thread-safe.
  */
 int kv_cache_acquire(struct kv_pool *p, uint64_t key, uint32_t *ret_pages);
+/* kv_cache_acquire that brings a spilled group back first (batch stamp
+ * `stamp`, room made as for a restore): 1 with the pages referenced, 0
+ * when the key is not cached (or busy), or the restore's negative code
+ * (the group is then dropped from the cache).  kvd's thread only. */
+int kv_cache_acquire_resident(struct kv_pool *p, uint64_t key,
+			      uint32_t stamp, uint32_t *ret_pages,
+			      struct st_diag *diag);
 
 /*
  * Publishes a group: pages[n_streams] (referenced, full, one per stream)
@@ -510,6 +517,7 @@ struct kv_config {
 	uint32_t test_proto_version;     /* tests: refuse HELLO as this one */
 	uint64_t spill_budget_bytes;     /* 0: no spilling */
 	char spill_file[4096];           /* "" = <run_dir>/kvd.spill */
+	char session_dir[4096];          /* "" = sessions/ beside it */
 	char numa[16];                   /* --numa text, "" = no binding */
 	struct st_numa_policy numa_policy; /* resolved by main */
 	struct kv_remote_config remote;  /* --remote-kv*: url "" = off */

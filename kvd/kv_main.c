@@ -66,6 +66,10 @@ static const struct opt opts[] = {
 	  sizeof(((struct kv_config *)0)->spill_file), 0, 0, NULL,
 	  "the spill file (put it on NVMe; removed when kvd stops cleanly, "
 	  "kept for a restarted kvd); default RUN_DIR/kvd.spill" },
+	{ "session-dir", OPT_STR, offsetof(struct kv_config, session_dir),
+	  sizeof(((struct kv_config *)0)->session_dir), 0, 0, NULL,
+	  "where saved sessions are kept (NAME.kvs, strata session); "
+	  "default: a directory 'sessions' beside the spill file" },
 	{ "remote-kv", OPT_STR, offsetof(struct kv_config, remote.url),
 	  sizeof(((struct kv_config *)0)->remote.url), 0, 0, NULL,
 	  "redis://HOST[:PORT][/DB]: share full prefix-cache pages with other "

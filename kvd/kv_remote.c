@@ -158,6 +158,28 @@ static const char *value_check(const struct kv_pool *p, uint64_t key,
 	return NULL;
 }
 
+size_t kv_group_value_len(const struct kv_pool *p)
+{
+	return value_len(p);
+}
+
+void kv_group_value_encode(const struct kv_pool *p, uint64_t key,
+			   const uint32_t *pages, uint8_t *v)
+{
+	value_encode(p, key, decl_hash(p), pages, v);
+}
+
+const char *kv_group_value_check(const struct kv_pool *p, uint64_t key,
+				 const uint8_t *v, size_t len)
+{
+	return value_check(p, key, decl_hash(p), v, len);
+}
+
+uint64_t kv_pool_decl_hash(const struct kv_pool *p)
+{
+	return decl_hash(p);
+}
+
 /* ---- connection ----------------------------------------------------------- */
 
 int kv_remote_init(struct kv_remote *rm, const struct kv_remote_config *cfg,
@@ -315,6 +337,68 @@ uint32_t kv_remote_publish(struct kv_pool *p, uint32_t n,
 		done += m;
 	}
 	return sent;
+}
+
+/* ---- whole values (saved sessions) --------------------------------------- */
+
+int kv_remote_blob_put(struct kv_remote *rm, const char *key,
+		       const uint8_t *buf, size_t len, uint32_t ttl_s)
+{
+	struct st_redis *c = conn(rm);
+	struct st_diag d = { { 0 } };
+	int r;
+
+	if (!c)
+		return -ST_E_PEERGONE;
+	r = st_redis_set(c, 1, &key, &buf, &len, ttl_s, &d);
+	if (r < 0) {
+		fail(rm, "SET of a session", &d);
+		return r;
+	}
+	ok(rm);
+	rm->stats.bytes_out += len;
+	return 0;
+}
+
+int kv_remote_blob_get(struct kv_remote *rm, const char *key, uint8_t **ret,
+		       size_t *ret_len)
+{
+	struct st_redis *c = conn(rm);
+	struct st_diag d = { { 0 } };
+	int r;
+
+	*ret = NULL;
+	*ret_len = 0;
+	if (!c)
+		return -ST_E_PEERGONE;
+	r = st_redis_get(c, 1, &key, ret, ret_len, &d);
+	if (r < 0) {
+		fail(rm, "GET of a session", &d);
+		return r;
+	}
+	ok(rm);
+	rm->stats.bytes_in += *ret_len;
+	return *ret != NULL;
+}
+
+int kv_remote_blob_del(struct kv_remote *rm, const char *key)
+{
+	struct st_redis *c = conn(rm);
+	struct st_diag d = { { 0 } };
+	uint8_t exists = 0;
+	int r;
+
+	if (!c)
+		return -ST_E_PEERGONE;
+	r = st_redis_touch(c, 1, &key, 60, &exists, &d);
+	if (r >= 0)
+		r = st_redis_del(c, key, &d);
+	if (r < 0) {
+		fail(rm, "DEL of a session", &d);
+		return r;
+	}
+	ok(rm);
+	return exists;
 }
 
 /* ---- restore -------------------------------------------------------------- */

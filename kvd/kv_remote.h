@@ -120,4 +120,35 @@ uint32_t kv_remote_restore_chain(struct kv_pool *p, uint32_t idx,
 int kv_remote_key(const struct kv_pool *p, uint64_t key, char *buf,
 		  size_t cap);
 
+/*
+ * The tier's value format, also the group record of a saved session
+ * (kv_session.h): kv_group_value_len is a value's size in bytes for pool
+ * p; kv_group_value_encode writes group (key, pages[n_streams]) into v
+ * (that many bytes; the pages resident and synced); kv_group_value_check
+ * says why value v (len bytes) may not be used as group `key` of p (a
+ * static string), or returns NULL when every field and checksum holds.
+ * kv_pool_decl_hash: XXH3 of page_rows and the stream declarations.
+ */
+size_t kv_group_value_len(const struct kv_pool *p);
+void kv_group_value_encode(const struct kv_pool *p, uint64_t key,
+			   const uint32_t *pages, uint8_t *v);
+const char *kv_group_value_check(const struct kv_pool *p, uint64_t key,
+				 const uint8_t *v, size_t len);
+uint64_t kv_pool_decl_hash(const struct kv_pool *p);
+
+/*
+ * Whole values under a key of their own (saved sessions, kv_session.h),
+ * with the tier's bounds and back-off (a failure is counted, logged and
+ * drops the connection).  put: SET key EX ttl_s; 0 or negative.  get: 1
+ * with *ret (malloc'd, the caller's) and *ret_len, 0 when the key is
+ * absent, negative on failure.  del: 1 when the key existed (it is gone),
+ * 0 when it did not, negative on failure.  -ST_E_PEERGONE while backing
+ * off or unconnected.
+ */
+int kv_remote_blob_put(struct kv_remote *rm, const char *key,
+		       const uint8_t *buf, size_t len, uint32_t ttl_s);
+int kv_remote_blob_get(struct kv_remote *rm, const char *key, uint8_t **ret,
+		       size_t *ret_len);
+int kv_remote_blob_del(struct kv_remote *rm, const char *key);
+
 #endif

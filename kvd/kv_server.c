@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kv_daemon.h"
+#include "kv_session.h"
 #include "kv_devpool.h"
 #include "st_daemon.h"
 #include "st_log.h"
@@ -71,6 +72,22 @@ static void spill_path(const struct kv_server *s, char *buf, size_t len)
 		snprintf(buf, len, "%s", s->cfg.spill_file);
 	else
 		snprintf(buf, len, "%s/kvd.spill", s->cfg.run_dir);
+}
+
+/* Saved sessions: --session-dir, or "sessions" beside the spill file. */
+static void session_dir(const struct kv_server *s, char *buf, size_t len)
+{
+	char spill[4200], *slash;
+
+	if (s->cfg.session_dir[0]) {
+		snprintf(buf, len, "%s", s->cfg.session_dir);
+		return;
+	}
+	spill_path(s, spill, sizeof(spill));
+	slash = strrchr(spill, '/');
+	if (slash)
+		*slash = 0;
+	snprintf(buf, len, "%s/sessions", slash ? spill : ".");
 }
 
 /* Registers, as clients, the owners of the sequences of an adopted pool, so
@@ -511,6 +528,73 @@ static int handle_prefix(struct kv_server *s, const struct st_msg_header *h,
 	return r;
 }
 
+/* KV_MSG_SESSION (kv_session_proto.h): save, load, list, remove. */
+static int handle_session(struct kv_server *s, const uint8_t *p, size_t len,
+			  struct kv_reply *rp)
+{
+	struct kv_msg_session m;
+	char dir[4300];
+	uint32_t groups, rows, n_ids;
+	int32_t *ids = NULL;
+	int r = kv_proto_decode_session(p, len, &m, &rp->diag);
+
+	if (r < 0)
+		return r;
+	session_dir(s, dir, sizeof(dir));
+	switch (m.op) {
+	case KV_SESSION_SAVE:
+		r = kv_session_save(&s->pool, dir, m.name, &m.ident, m.ids,
+				    m.n_ids, &groups, &rp->diag);
+		if (r == 0) {
+			st_info("session '%s' saved: %u page groups (%u "
+				"rows) in %s", m.name, groups,
+				groups * s->pool.lay.page_rows, dir);
+			kv_proto_encode_u32(&rp->w, groups);
+			kv_proto_encode_u32(&rp->w,
+					    groups * s->pool.lay.page_rows);
+		}
+		break;
+	case KV_SESSION_LOAD:
+		r = kv_session_load(&s->pool, dir, m.name, &m.ident, &groups,
+				    &rows, &ids, &n_ids, &rp->diag);
+		if (r == 0) {
+			st_info("session '%s' loaded: %u rows, %u page groups "
+				"placed in the prefix cache", m.name, rows,
+				groups);
+			kv_proto_encode_u32(&rp->w, groups);
+			kv_proto_encode_u32(&rp->w, rows);
+			kv_proto_encode_u32(&rp->w, n_ids);
+			for (uint32_t i = 0; i < n_ids; i++)
+				st_wbuf_i32(&rp->w, ids[i]);
+		} else {
+			st_warn("%s", rp->diag.msg);
+		}
+		free(ids);
+		break;
+	case KV_SESSION_LIST: {
+		struct kv_session_info *v =
+			calloc(KV_SESSION_MAX_LIST, sizeof(*v));
+
+		r = v ? kv_session_list(dir, v, KV_SESSION_MAX_LIST) : -ENOMEM;
+		if (r >= 0) {
+			kv_proto_encode_session_list(&rp->w, (uint32_t)r, v);
+			r = 0;
+		} else {
+			st_diag_set(&rp->diag, r, "listing sessions in %s: %s",
+				    dir, st_strerror(r));
+		}
+		free(v);
+		break;
+	}
+	default:
+		r = kv_session_remove(s->pool.remote, dir, m.name,
+				      &rp->diag);
+		break;
+	}
+	kv_msg_session_fini(&m);
+	return r;
+}
+
 /* ---- background restores (KV_RESIDENCY_PREFETCH) ---------------------- */
 
 /* Queues the client's sequences that have spilled pages; each gets status
@@ -695,6 +779,9 @@ static void handle_seq(struct kv_server *s, const struct st_msg_header *h,
 	case KV_MSG_SEQ_RESIDENCY:
 		r = handle_residency(s, c, p, len, rp);
 		break;
+	case KV_MSG_SESSION:
+		r = handle_session(s, p, len, rp);
+		break;
 	default:
 		r = -ST_E_PROTO;
 		break;
@@ -865,6 +952,7 @@ static void handle(struct kv_server *s, const uint8_t *buf, size_t len)
 	case KV_MSG_SEQ_CREATE_PREFIX:
 	case KV_MSG_SEQ_PUBLISH:
 	case KV_MSG_SEQ_RESIDENCY:
+	case KV_MSG_SESSION:
 		handle_seq(s, &h, c, p, plen, &rp);
 		break;
 	case KV_MSG_SEQ_DEVICE:

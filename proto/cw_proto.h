@@ -23,6 +23,12 @@
  *                   (n_scored x vocab float32, row i predicts id i+1) is
  *                   written to <run_dir>/<dump_name> (bulk data never
  *                   travels in messages).
+ * CW_MSG_SESSION    request: u32 op (KV_SESSION_*, kv_session_proto.h),
+ *                   str name (empty for LIST), u32 flags (CW_GEN_F_ADD_SPECIAL,
+ *                   CW_GEN_F_PARSE_SPECIAL: how SAVE encodes the prompt),
+ *                   str prompt (SAVE: the conversation whose cached KV
+ *                   pages are saved; else empty)
+ *                   reply:   str JSON, as /v1/sessions answers (cw_session.h)
  * ST_MSG_STATS      reply:   struct cw_stats_wire (below, field by field)
  * Error replies carry status < 0 and a str message as payload.
  */
@@ -38,6 +44,7 @@ enum cw_msg_type {
 	CW_MSG_GEN_NEXT = ST_MSG_CW_FIRST + 2,
 	CW_MSG_GEN_END = ST_MSG_CW_FIRST + 3,
 	CW_MSG_SCORE = ST_MSG_CW_FIRST + 4,
+	CW_MSG_SESSION = ST_MSG_CW_FIRST + 5, /* saved sessions */
 };
 
 #define CW_PROTO_MAX_SCORE 8192

@@ -34,6 +34,8 @@
  *   KV_MSG_SEQ_RESIDENCY  u32 op (KV_RESIDENCY_*), u32 n, n x u32 seq
  *              reply   u32 n, n x i32 status (0 or a negative code each),
  *                      [u32 length + text of the first failure]
+ *   KV_MSG_SESSION     save, load, list, remove a named session
+ *                      (kv_session_proto.h)
  *   KV_MSG_SEQ_DEVICE  u32 n, n x {u32 seq, u32 n_rows}  (kv_devpage.h)
  *              reply   u64 epoch, u32 n_pages, n_pages x {u32 page,
  *                      u32 slot, u64 key}
@@ -66,6 +68,7 @@ enum kv_msg_type {
 	KV_MSG_SEQ_RESIDENCY,
 	KV_MSG_SEQ_DEVICE,       /* device KV pages: kv_devpage.h */
 	KV_MSG_SEQ_TRUNCATE,     /* roll back rows (speculative decoding) */
+	KV_MSG_SESSION,          /* saved sessions: kv_session_proto.h */
 
 	KV_EVT_EPOCH = ST_MSG_KV_FIRST + 0x40,
 	KV_EVT_SHUTDOWN,

@@ -226,6 +226,35 @@ int cw_client_stats(struct cw_client *c, struct cw_stats_wire *ret)
 	return r;
 }
 
+int cw_client_session(struct cw_client *c, uint32_t op, const char *name,
+		      uint32_t flags, const char *prompt, char **ret_json,
+		      struct st_diag *diag)
+{
+	struct st_wbuf w;
+	struct st_rbuf rb;
+	void *buf = NULL;
+	const uint8_t *p;
+	size_t n;
+	int r;
+
+	*ret_json = NULL;
+	st_wbuf_init(&w);
+	st_wbuf_u32(&w, op);
+	st_wbuf_str(&w, name);
+	st_wbuf_u32(&w, flags);
+	st_wbuf_str(&w, prompt);
+	r = call(c, CW_MSG_SESSION, &w, &buf, &p, &n, diag);
+	st_wbuf_fini(&w);
+	if (r == 0) {
+		st_rbuf_init(&rb, p, n);
+		if (st_rbuf_str(&rb, 16u << 20, ret_json) < 0)
+			r = st_diag_set(diag, -ST_E_PROTO, "computed: "
+					"malformed SESSION reply");
+	}
+	free(buf);
+	return r;
+}
+
 int cw_client_shutdown(struct cw_client *c)
 {
 	void *buf;

@@ -59,6 +59,14 @@ int cw_client_score(struct cw_client *c, const int32_t *ids, uint32_t n,
 
 int cw_client_stats(struct cw_client *c, struct cw_stats_wire *ret);
 
+/* CW_MSG_SESSION (cw_proto.h): op KV_SESSION_*, name ("" for LIST),
+ * prompt and flags for SAVE ("" and 0 otherwise).  *ret_json (malloc'd,
+ * the caller's) gets computed's JSON answer.  0, or the error with
+ * computed's message in diag (-ST_E_NOTFOUND: no such session). */
+int cw_client_session(struct cw_client *c, uint32_t op, const char *name,
+		      uint32_t flags, const char *prompt, char **ret_json,
+		      struct st_diag *diag);
+
 int cw_client_shutdown(struct cw_client *c);
 
 #endif

@@ -65,6 +65,12 @@ struct cw_gen_params {
 					   * instead (cw_draft_price.h:
 					   * 0..draft_max, 0 off with probes);
 					   * 0: the schedule above */
+	/* saved sessions (cw_session.h; names as kv_session_name_ok, ""
+	 * = none): the scheduler loads session_load into kvd's prefix
+	 * cache before the generation starts and saves the conversation
+	 * (prompt and generated rows) as session_save after it ends */
+	char session_load[65];
+	char session_save[65];
 };
 
 /* Speculative decoding figures of a generation (issue 22). */

@@ -5,6 +5,7 @@
  * cw_http.h.
  */
 #include "cw_http.h"
+#include "cw_session.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -493,6 +494,79 @@ static enum MHD_Result do_models(struct cw_http *h, struct MHD_Connection *c,
 		   queue_error(h, c, CW_EP_MODELS, &err);
 }
 
+/* POST /v1/sessions/NAME: saves the cached KV of the conversation in the
+ * body ({"prompt": ...} or {"messages": [...]}). */
+static enum MHD_Result session_save(struct cw_http *h, struct MHD_Connection *c,
+				    const struct conn *cs, const char *name)
+{
+	struct cw_api_error err;
+	struct st_diag d = { "" };
+	json_t *b = cs->body ? json_loads(cs->body, 0, NULL) : NULL, *j;
+	int32_t *ids = NULL;
+	size_t n = 0;
+	int status;
+
+	if (!json_is_object(b)) {
+		json_decref(b);
+		return simple_error(h, c, CW_EP_OTHER, 400,
+				    "invalid_request_error", "the body must "
+				    "be a JSON object with the conversation: "
+				    "'prompt' or 'messages'");
+	}
+	if (cw_api_encode_conversation(&h->api, b, &ids, &n, &err) < 0) {
+		json_decref(b);
+		return queue_error(h, c, CW_EP_OTHER, &err);
+	}
+	json_decref(b);
+	j = cw_session_save_ids(h->kv, h->o.sched.session, name, ids, (int)n,
+				&status, &d);
+	free(ids);
+	if (j)
+		return queue_json(h, c, CW_EP_OTHER, 200, j);
+	return simple_error(h, c, CW_EP_OTHER, status,
+			    status >= 500 ? "server_error" :
+					    "invalid_request_error", d.msg);
+}
+
+/* /v1/sessions (GET), /v1/sessions/NAME (POST: save; DELETE),
+ * /v1/sessions/NAME/load (POST): cw_session.h. */
+static enum MHD_Result do_sessions(struct cw_http *h, struct MHD_Connection *c,
+				   const struct conn *cs, const char *url,
+				   const char *method)
+{
+	char name[80] = "";
+	struct st_diag d = { "" };
+	int load = 0, status;
+	json_t *j;
+
+	if (url[12] == '/') {
+		const char *n = url + 13, *slash = strchr(n, '/');
+		size_t len = slash ? (size_t)(slash - n) : strlen(n);
+
+		if (len >= sizeof(name) || (slash && strcmp(slash, "/load")))
+			return simple_error(h, c, CW_EP_OTHER, 404,
+					    "invalid_request_error",
+					    "no such endpoint; see "
+					    "/v1/sessions");
+		memcpy(name, n, len);
+		name[len] = 0;
+		load = slash != NULL;
+	}
+	if (!h->kv || !h->o.sched.session)
+		return simple_error(h, c, CW_EP_OTHER, 503, "server_error",
+				    "sessions need kvd (computed runs "
+				    "without it)");
+	if (url[12] == '/' && !load && !strcmp(method, "POST"))
+		return session_save(h, c, cs, name);
+	j = cw_session_http(h->kv, h->o.sched.session, method,
+			    url[12] == '/' ? name : NULL, load, &status, &d);
+	if (j)
+		return queue_json(h, c, CW_EP_OTHER, 200, j);
+	return simple_error(h, c, CW_EP_OTHER, status,
+			    status >= 500 ? "server_error" :
+					    "invalid_request_error", d.msg);
+}
+
 /* Constant-time comparison of the bearer token with the key. */
 static int auth_ok(const struct cw_http *h, struct MHD_Connection *c)
 {
@@ -696,6 +770,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		return simple_error(h, c, ep, 401, "invalid_request_error",
 				    "missing or wrong API key: send "
 				    "'Authorization: Bearer KEY'");
+	if (!strcmp(url, "/v1/sessions") || !strncmp(url, "/v1/sessions/", 13))
+		return do_sessions(h, c, cs, url, method);
 	switch (ep) {
 	case CW_EP_COMPLETIONS:
 	case CW_EP_CHAT:
@@ -718,6 +794,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c,
 		return simple_error(h, c, ep, 404, "invalid_request_error",
 				    "no such endpoint; see /v1/completions, "
 				    "/v1/chat/completions, /v1/models, "
+				    "/v1/sessions, "
 				    "/health, /metrics");
 	}
 }

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kv_session_proto.h"
 #include "st_util.h"
 
 #define CW_API_DEFAULT_MAX_TOKENS 16   /* completions, as OpenAI's */
@@ -148,6 +149,42 @@ static int get_bool(json_t *j, const char *key, int *v,
 }
 
 /*
+ * "session": {"load": NAME, "save": NAME} (cw_session.h): names checked
+ * here (kv_session_name_ok), unknown keys refused.  0 or -1.
+ */
+static int parse_session(json_t *j, struct cw_gen_params *gp,
+			 struct cw_api_error *e)
+{
+	json_t *x = json_object_get(j, "session"), *v;
+	const char *k;
+
+	if (!x || json_is_null(x))
+		return 0;
+	if (!json_is_object(x))
+		return bad(e, "session", "'session' must be an object: "
+			   "{\"load\": NAME, \"save\": NAME}");
+	json_object_foreach(x, k, v) {
+		char *dst = !strcmp(k, "load") ? gp->session_load :
+			    !strcmp(k, "save") ? gp->session_save : NULL;
+		struct st_diag d = { "" };
+
+		if (!dst)
+			return fail(e, 400, "invalid_request_error", "session",
+				    NULL, "'session' takes 'load' and 'save', "
+				    "not '%.64s'", k);
+		if (!json_is_string(v) ||
+		    !kv_session_name_ok(json_string_value(v), &d))
+			return fail(e, 400, "invalid_request_error", "session",
+				    NULL, "'session.%s': %s", k,
+				    json_is_string(v) ? d.msg :
+				    "must be a string");
+		snprintf(dst, sizeof(gp->session_save), "%s",
+			 json_string_value(v));
+	}
+	return 0;
+}
+
+/*
  * Fields that ask for what strata does not do, answered with a 400
  * rather than silently ignored: several choices (n > 1) and tool /
  * function calling (a non-empty tools or functions list, or a
@@ -231,6 +268,7 @@ static int parse_params(struct cw_api *api, json_t *j, int chat,
 	    get_int(j, "seed", INT64_MIN, INT64_MAX, &seed, e) ||
 	    get_bool(j, "stream", &g->stream, e) ||
 	    get_bool(j, "kv_private", &gp->kv_private, e) ||
+	    parse_session(j, gp, e) ||
 	    parse_unsupported(j, n, e) ||
 	    parse_stream_options(j, g, e))
 		return -1;
@@ -471,6 +509,15 @@ static int encode_messages(struct cw_api *api, json_t *j, int32_t **ret_ids,
 	return r < 0 ? -1 : 0;
 }
 
+int cw_api_encode_conversation(struct cw_api *api, json_t *j,
+			       int32_t **ret_ids, size_t *ret_n,
+			       struct cw_api_error *err)
+{
+	if (json_object_get(j, "messages"))
+		return encode_messages(api, j, ret_ids, ret_n, err);
+	return encode_prompt(api, j, ret_ids, ret_n, err);
+}
+
 int cw_api_gen_start(struct cw_api *api, struct cw_sched *sched, int chat,
 		     const char *body, size_t len, struct cw_api_gen *g,
 		     struct cw_api_error *err)
@@ -646,7 +693,14 @@ static void note_end(struct cw_api_gen *g, const struct cw_sched_event *ev)
 
 static void error_of(const struct cw_api_gen *g, struct cw_api_error *e)
 {
-	if (g->err == -ST_E_BUDGET || g->err == -ST_E_PEERGONE ||
+	if (!strncmp(g->err_msg, "session '", 9) &&
+	    g->err != -ST_E_PEERGONE && g->err != -ST_E_BUDGET)
+		/* a session named by the request: missing (404), refused
+		 * (another model, store, KV dtype, page size; corrupt) */
+		fail(e, g->err == -ST_E_NOTFOUND ? 404 : 400,
+		     "invalid_request_error", "session", NULL, "%s (%s)",
+		     g->err_msg, st_strerror(g->err));
+	else if (g->err == -ST_E_BUDGET || g->err == -ST_E_PEERGONE ||
 	    g->err == -ST_E_BUSY)
 		fail(e, 503, "server_error", NULL, NULL,
 		     "the generation failed: %s (%s)", g->err_msg,

@@ -57,6 +57,17 @@ struct cw_api_gen {
  * Returns 0 with *g filled, or -1 with *err (400 malformed / invalid
  * field, 429 queue full, 503 shutting down).
  */
+/*
+ * The token ids of a conversation as a request body gives it: "messages"
+ * rendered with the chat template (ending with the assistant's turn, as
+ * /v1/chat/completions encodes them), else "prompt" (a string or token
+ * ids, as /v1/completions).  *ret_ids malloc'd, the caller's.  0, or -1
+ * with err filled (400).  (POST /v1/sessions/NAME, cw_session.h.)
+ */
+int cw_api_encode_conversation(struct cw_api *api, json_t *j,
+			       int32_t **ret_ids, size_t *ret_n,
+			       struct cw_api_error *err);
+
 int cw_api_gen_start(struct cw_api *api, struct cw_sched *sched, int chat,
 		     const char *body, size_t len, struct cw_api_gen *g,
 		     struct cw_api_error *err);

@@ -29,6 +29,7 @@
 #include "cw_sampler.h"
 #include "cw_routing.h"
 #include "cw_sched.h"
+#include "cw_session.h"
 #include "cw_timeline.h"
 #include "es_client.h"
 #include "kv_client.h"
@@ -81,6 +82,7 @@ struct cw_daemon {
 	struct cw_http_opts hopts;
 	char chat_name[32];
 	char model_name[256];
+	struct kv_session_ident session_ident; /* saved sessions */
 	struct cw_metrics metrics;
 	struct cw_sched *sched;
 	struct cw_http *http;
@@ -704,6 +706,73 @@ static int dump_logprobs(const struct cw_daemon *d, const char *name,
 	return r;
 }
 
+/* CW_MSG_SESSION (strata session): the JSON of /v1/sessions. */
+static int handle_session(struct cw_daemon *d, const struct st_msg_header *h,
+			  const uint8_t *p)
+{
+	struct st_diag diag = { "" };
+	struct st_rbuf rb;
+	struct st_wbuf w;
+	uint32_t op, flags;
+	char *name = NULL, *prompt = NULL, *txt;
+	int32_t *ids = NULL;
+	size_t n_ids = 0;
+	int status = 500, r;
+	json_t *j = NULL;
+
+	st_rbuf_init(&rb, p, h->payload_len);
+	if (st_rbuf_u32(&rb, &op) < 0 ||
+	    st_rbuf_str(&rb, KV_SESSION_NAME_BYTES, &name) < 0 ||
+	    st_rbuf_u32(&rb, &flags) < 0 ||
+	    st_rbuf_str(&rb, CW_PROTO_MAX_PROMPT, &prompt) < 0 ||
+	    st_rbuf_left(&rb) || op < KV_SESSION_SAVE ||
+	    op > KV_SESSION_REMOVE) {
+		free(name);
+		free(prompt);
+		return reply_error(d, h, -ST_E_PROTO,
+				   "malformed SESSION message");
+	}
+	if (!d->kv || !d->sopts.session) {
+		st_diag_set(&diag, -ST_E_UNSUPPORTED, "sessions need kvd");
+		status = 503;
+	} else if (op == KV_SESSION_SAVE) {
+		r = st_tokenizer_encode(d->tok, prompt, strlen(prompt),
+					!!(flags & CW_GEN_F_ADD_SPECIAL),
+					!!(flags & CW_GEN_F_PARSE_SPECIAL),
+					&ids, &n_ids);
+		if (r < 0)
+			st_diag_set(&diag, r, "cannot encode the prompt: %s",
+				    st_strerror(r));
+		else
+			j = cw_session_save_ids(d->kv, d->sopts.session, name,
+						ids, (int)n_ids, &status,
+						&diag);
+	} else {
+		j = cw_session_http(d->kv, d->sopts.session,
+				    op == KV_SESSION_LIST ? "GET" :
+				    op == KV_SESSION_LOAD ? "POST" : "DELETE",
+				    op == KV_SESSION_LIST ? NULL : name,
+				    op == KV_SESSION_LOAD, &status, &diag);
+	}
+	free(name);
+	free(prompt);
+	free(ids);
+	if (!j)
+		return reply_error(d, h, status == 404 ? -ST_E_NOTFOUND :
+				   status < 500 ? -EINVAL : -ST_E_PEERGONE,
+				   diag.msg);
+	txt = json_dumps(j, JSON_COMPACT);
+	json_decref(j);
+	if (!txt)
+		return reply_error(d, h, -ENOMEM, "out of memory");
+	st_wbuf_init(&w);
+	st_wbuf_str(&w, txt);
+	r = st_rpc_reply(&d->rep, h, 0, w.data, w.len);
+	st_wbuf_fini(&w);
+	free(txt);
+	return r;
+}
+
 static int handle_score(struct cw_daemon *d, const struct st_msg_header *h,
 			const uint8_t *p)
 {
@@ -909,6 +978,9 @@ static void handle_message(struct cw_daemon *d, const uint8_t *buf, size_t len)
 		break;
 	case CW_MSG_SCORE:
 		handle_score(d, &h, p);
+		break;
+	case CW_MSG_SESSION:
+		handle_session(d, &h, p);
 		break;
 	default:
 		reply_error(d, &h, -ST_E_PROTO, "unknown message type");
@@ -1265,6 +1337,28 @@ int main(int argc, char **argv)
 		st_info("speculative decoding is off for this DeepSeek-V4 "
 			"store: its state evaluates each position once, so "
 			"rejected drafts could not be rolled back");
+	if (!d->model_name[0]) {
+		/* the store's name without ".strata" */
+		const char *base = strrchr(d->store_dir, '/');
+		char *dot;
+
+		snprintf(d->model_name, sizeof(d->model_name), "%.200s",
+			 base && base[1] ? base + 1 : d->store_dir);
+		dot = strstr(d->model_name, ".strata");
+		if (dot && dot != d->model_name && !dot[7])
+			*dot = 0;
+	}
+	if (d->kv) {
+		/* what a saved session must match (cw_session.h) */
+		r = cw_session_ident(d->model, d->kv, d->model_name,
+				     (uint32_t)d->mopts.kv_dtype,
+				     &d->session_ident, &diag);
+		if (r < 0) {
+			st_err("%s", diag.msg);
+			goto out;
+		}
+		d->sopts.session = &d->session_ident;
+	}
 	r = cw_sched_create(d->model, d->tok, d->kv, &d->sopts, &d->metrics,
 			    &d->sched);
 	if (r < 0) {
@@ -1273,17 +1367,6 @@ int main(int argc, char **argv)
 	}
 	if (d->hopts.port) {
 		const enum cw_chat_template t = d->hopts.chat;
-		const char *base = strrchr(d->store_dir, '/');
-		if (!d->model_name[0]) {
-			/* the store's name without ".strata" */
-			char *dot;
-
-			snprintf(d->model_name, sizeof(d->model_name), "%.200s",
-				 base && base[1] ? base + 1 : d->store_dir);
-			dot = strstr(d->model_name, ".strata");
-			if (dot && dot != d->model_name && !dot[7])
-				*dot = 0;
-		}
 		d->hopts.model_name = d->model_name;
 		d->hopts.run_dir = d->run_dir;
 		d->hopts.sched = d->sopts;

@@ -1,5 +1,6 @@
 /* cw_sched.c — continuous batching; see cw_sched.h. */
 #include "cw_sched.h"
+#include "cw_session.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -149,6 +150,45 @@ static uint64_t spec_extra_tokens(const struct cw_gen *g,
 	return n > sampled ? n - sampled : 0;
 }
 
+/* Saves the conversation of r's generation (still alive) as session
+ * r->p.session_save: the last event, or on failure *err (filled) naming
+ * why, so the client learns the session was not saved. */
+static const struct cw_sched_event *
+session_save(struct cw_sched *s, struct cw_sched_req *r,
+	     const struct cw_sched_event *last, struct cw_sched_event *err)
+{
+	struct st_diag diag = { "" };
+	const int n_prompt = cw_gen_n_prompt(r->gen);
+	const int n_gen = cw_gen_n_generated(r->gen);
+	const int dsv = cw_model_is_dsv4(s->model);
+	/* rows written: every token fed; the last sampled one never was
+	 * (a V4 state published its prompt's pages itself) */
+	const int n_rows = dsv ? n_prompt :
+			   n_prompt + (n_gen > 0 ? n_gen - 1 : 0);
+	int rc = s->o.session ?
+		cw_session_save(s->kv, s->o.session, r->p.session_save,
+				cw_gen_seq(r->gen), cw_gen_prompt_ids(r->gen),
+				n_prompt + n_gen, n_rows, !dsv, NULL, &diag) :
+		st_diag_set(&diag, -ST_E_UNSUPPORTED, "sessions need kvd");
+
+	if (rc == 0)
+		return last;
+	st_warn("%s", diag.msg);
+	*err = error_event(rc, diag.msg);
+	return err;
+}
+
+/* Loads session r->p.session_load before r starts.  0 or the error. */
+static int session_load(struct cw_sched *s, struct cw_sched_req *r,
+			struct st_diag *diag)
+{
+	if (!s->o.session)
+		return st_diag_set(diag, -ST_E_UNSUPPORTED, "session '%s': "
+				   "sessions need kvd", r->p.session_load);
+	return cw_session_load(s->kv, s->o.session, r->p.session_load, NULL,
+			       diag);
+}
+
 /* Removes r from the running list (scheduler thread), frees its
  * generation (and so its KV sequence), then posts its last event (so a
  * client that sees the end finds the pages already freed) and drops the
@@ -158,6 +198,7 @@ static void retire(struct cw_sched *s, struct cw_sched_req *r,
 		   const struct cw_sched_event *last, const char *text)
 {
 	struct cw_sched_req **pp = &s->running;
+	struct cw_sched_event save_ev;
 	uint64_t ttft = 0, tpot = 0;
 
 	while (*pp && *pp != r)
@@ -180,6 +221,9 @@ static void retire(struct cw_sched *s, struct cw_sched_req *r,
 					      sp.bytes_plain, sp.tokens_verify,
 					      sp.limit_hist);
 		}
+		if (r->p.session_save[0] && fin != CW_FINISH_ERROR &&
+		    !aborted && last)
+			last = session_save(s, r, last, &save_ev);
 		cw_gen_free(r->gen);
 		r->gen = NULL;
 	}
@@ -206,8 +250,10 @@ static void admit(struct cw_sched *s, struct cw_sched_req *r)
 	struct cw_sched_req **pp = &s->running;
 	int rc;
 
-	rc = cw_gen_start_ids(s->model, s->tok, s->kv, r->ids, r->n_ids, &r->p,
-			      &r->gen, &diag);
+	rc = r->p.session_load[0] ? session_load(s, r, &diag) : 0;
+	if (rc == 0)
+		rc = cw_gen_start_ids(s->model, s->tok, s->kv, r->ids,
+				      r->n_ids, &r->p, &r->gen, &diag);
 	while (*pp)
 		pp = &(*pp)->next;
 	r->next = NULL;

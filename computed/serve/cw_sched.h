@@ -34,6 +34,7 @@
 
 #include "cw_gen.h"
 #include "cw_metrics.h"
+#include "kv_session_proto.h"
 
 struct cw_sched_opts {
 	int max_running;      /* sequences decoding at once (default 32) */
@@ -55,6 +56,9 @@ struct cw_sched_opts {
 	FILE *timeline;
 	struct cw_steptime *tl;
 	struct es_client *es;
+	/* saved sessions (cw_session.h; borrowed, NULL: requests naming a
+	 * session are refused) */
+	const struct kv_session_ident *session;
 };
 
 /* One output event of a request. */

@@ -14,7 +14,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <errno.h>
+#include <stdio.h>
+
 #include "kv_proto.h"
+#include "kv_session_proto.h"
 #include "st_util.h"
 
 /* Every prefix of a valid payload is refused (and never read past). */
@@ -544,6 +548,81 @@ static uint64_t ref_key(uint64_t parent, const int32_t *ids, uint32_t n,
 	return h ? h : 1;
 }
 
+/* KV_MSG_SESSION (kv_session_proto.h): round trip, every cut refused, the
+ * ids only with SAVE, bad names, the LIST reply. */
+static void test_session_messages(void **state)
+{
+	int32_t ids[3] = { 5, -7, 1 << 30 };
+	struct kv_msg_session m = { .op = KV_SESSION_SAVE, .name = "chat-1",
+				    .ident = { 0x1111222233334444ull,
+					       0x5555666677778888ull, 3, 16,
+					       "kjv-moe" },
+				    .n_ids = 3, .ids = ids }, o;
+	struct kv_session_info v[2] = { { "a", 32, 4096, "kjv" },
+					{ "b.v2", 0, 144, "" } }, vo[2];
+	struct st_wbuf w;
+	struct st_diag d;
+	uint32_t n;
+
+	(void)state;
+	st_wbuf_init(&w);
+	kv_proto_encode_session(&w, &m);
+	/* op, name, 2 x u64, 2 x u32, model, n_ids, ids */
+	assert_int_equal(w.len, 4 + 4 + 6 + 16 + 8 + 4 + 7 + 4 + 12);
+	assert_int_equal(kv_proto_decode_session(w.data, w.len, &o, &d), 0);
+	assert_int_equal(o.op, KV_SESSION_SAVE);
+	assert_string_equal(o.name, "chat-1");
+	assert_true(o.ident.model_id == 0x1111222233334444ull);
+	assert_true(o.ident.store_id == 0x5555666677778888ull);
+	assert_int_equal(o.ident.kv_dtype, 3);
+	assert_int_equal(o.ident.page_rows, 16);
+	assert_string_equal(o.ident.model, "kjv-moe");
+	assert_int_equal(o.n_ids, 3);
+	assert_memory_equal(o.ids, ids, sizeof(ids));
+	kv_msg_session_fini(&o);
+	for (size_t cut = 0; cut < w.len; cut++)
+		assert_int_not_equal(kv_proto_decode_session(w.data, cut, &o,
+							     &d), 0);
+	st_wbuf_fini(&w);
+	/* a LOAD with ids, a SAVE without, a path as a name */
+	m.op = KV_SESSION_LOAD;
+	st_wbuf_init(&w);
+	kv_proto_encode_session(&w, &m);
+	assert_int_equal(kv_proto_decode_session(w.data, w.len, &o, &d),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+	m.op = KV_SESSION_SAVE;
+	m.n_ids = 0;
+	st_wbuf_init(&w);
+	kv_proto_encode_session(&w, &m);
+	assert_int_equal(kv_proto_decode_session(w.data, w.len, &o, &d),
+			 -ST_E_PROTO);
+	st_wbuf_fini(&w);
+	m.op = KV_SESSION_REMOVE;
+	snprintf(m.name, sizeof(m.name), "../etc");
+	st_wbuf_init(&w);
+	kv_proto_encode_session(&w, &m);
+	assert_int_equal(kv_proto_decode_session(w.data, w.len, &o, &d),
+			 -EINVAL);
+	assert_non_null(strstr(d.msg, "starts with '.'"));
+	st_wbuf_fini(&w);
+	/* LIST reply */
+	st_wbuf_init(&w);
+	kv_proto_encode_session_list(&w, 2, v);
+	assert_int_equal(kv_proto_decode_session_list(w.data, w.len, 2, vo,
+						      &n), 0);
+	assert_int_equal(n, 2);
+	assert_string_equal(vo[1].name, "b.v2");
+	assert_int_equal(vo[0].n_rows, 32);
+	assert_true(vo[0].file_bytes == 4096);
+	assert_string_equal(vo[0].model, "kjv");
+	assert_int_equal(kv_proto_decode_session_list(w.data, w.len, 1, vo,
+						      &n), -ST_E_PROTO);
+	st_wbuf_fini(&w);
+	assert_int_equal(kv_session_name_ok("a/b", NULL), 0);
+	assert_int_equal(kv_session_name_ok("A-z_0.9", NULL), 1);
+}
+
 static void test_prefix_keys(void **state)
 {
 	enum { B = 4, P = 5 };
@@ -597,6 +676,7 @@ int main(void)
 		cmocka_unit_test(test_stats_and_text),
 		cmocka_unit_test(test_prefix_messages),
 		cmocka_unit_test(test_prefix_keys),
+		cmocka_unit_test(test_session_messages),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

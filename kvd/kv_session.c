@@ -1,0 +1,537 @@
+/*
+ * kv_session.c — saved sessions (kv_session.h): the file format, saving
+ * the cached groups of a conversation, checking a file whole before
+ * loading it into the prefix cache, listing and removing.
+ */
+#include "kv_session.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kv_daemon.h"
+#include "kv_remote.h"
+#include "st_formats.h"
+#include "st_log.h"
+#include "st_util.h"
+
+#define HDR_BYTES 144u
+#define MODEL_OFF 56u
+#define SUM_OFF 136u
+
+static const uint8_t k_magic[8] = { 's', 't', 'r', 'a', 't', 'a', 'S', 'S' };
+
+static void put_u32(uint8_t *q, uint32_t v)
+{
+	for (int b = 0; b < 4; b++)
+		q[b] = (uint8_t)(v >> (8 * b));
+}
+
+static void put_u64(uint8_t *q, uint64_t v)
+{
+	for (int b = 0; b < 8; b++)
+		q[b] = (uint8_t)(v >> (8 * b));
+}
+
+static uint32_t get_u32(const uint8_t *q)
+{
+	uint32_t v = 0;
+
+	for (int b = 0; b < 4; b++)
+		v |= (uint32_t)q[b] << (8 * b);
+	return v;
+}
+
+static uint64_t get_u64(const uint8_t *q)
+{
+	uint64_t v = 0;
+
+	for (int b = 0; b < 8; b++)
+		v |= (uint64_t)q[b] << (8 * b);
+	return v;
+}
+
+/* The remote tier's key of session name (kv_session.h). */
+static void remote_key(const char *name, char *buf, size_t cap)
+{
+	snprintf(buf, cap, "strata:session:%u:%s", KV_SESSION_FORMAT, name);
+}
+
+static int path_of(const char *dir, const char *name, char *buf, size_t cap,
+		   struct st_diag *diag)
+{
+	if (!kv_session_name_ok(name, diag))
+		return -EINVAL;
+	if ((size_t)snprintf(buf, cap, "%s/%s%s", dir, name,
+			     KV_SESSION_SUFFIX) >= cap)
+		return st_diag_set(diag, -ENAMETOOLONG, "session directory "
+				   "path too long");
+	return 0;
+}
+
+/* XXH3 of the header's first SUM_OFF bytes followed by the ids. */
+static uint64_t header_sum(const uint8_t *h, const uint8_t *ids,
+			   uint32_t n_ids)
+{
+	size_t n = SUM_OFF + (size_t)n_ids * 4;
+	uint8_t *b = malloc(n);
+	uint64_t s;
+
+	if (!b)
+		return 0;
+	memcpy(b, h, SUM_OFF);
+	memcpy(b + SUM_OFF, ids, (size_t)n_ids * 4);
+	s = st_xxh3(b, n);
+	free(b);
+	return s;
+}
+
+static const char *dtype_name(uint32_t dt)
+{
+	const struct st_dtype_traits *t = st_dtype_traits((enum st_dtype)dt);
+
+	return t ? t->name : "unknown";
+}
+
+int kv_session_save(struct kv_pool *p, const char *dir, const char *name,
+		    const struct kv_session_ident *id, const int32_t *ids,
+		    uint32_t n_ids, uint32_t *ret_groups,
+		    struct st_diag *diag)
+{
+	const uint32_t B = p->lay.page_rows, ns = p->lay.n_streams;
+	const size_t vl = kv_group_value_len(p);
+	uint32_t n_full = n_ids / B, got = 0, pages[KV_MAX_STREAMS], stamp;
+	uint64_t *keys = NULL;
+	uint8_t *buf = NULL;
+	char path[4400];
+	size_t len;
+	int r;
+
+	*ret_groups = 0;
+	r = path_of(dir, name, path, sizeof(path), diag);
+	if (r < 0)
+		return r;
+	if (id->page_rows != B)
+		return st_diag_set(diag, -EINVAL, "session '%s': page size %u "
+				   "rows given, kvd's pool has %u", name,
+				   id->page_rows, B);
+	if (n_full == 0)
+		return st_diag_set(diag, -ST_E_NOTFOUND, "session '%s': %u "
+				   "token ids fill no page of %u rows; "
+				   "nothing to save", name, n_ids, B);
+	n_full = ST_MIN(n_full, p->lay.max_pages_per_seq);
+	keys = malloc(sizeof(uint64_t) * n_full);
+	len = HDR_BYTES + (size_t)n_ids * 4 + vl * n_full;
+	buf = calloc(1, len);
+	if (!keys || !buf) {
+		r = -ENOMEM;
+		goto out;
+	}
+	r = kv_prefix_keys(ids, B, id->model_id, n_full, keys);
+	if (r < 0)
+		goto out;
+	stamp = kv_mark_begin(p);
+	for (; got < n_full; got++) {
+		uint8_t *v = buf + HDR_BYTES + (size_t)n_ids * 4 + vl * got;
+
+		r = kv_cache_acquire_resident(p, keys[got], stamp, pages,
+					      NULL);
+		if (r != 1)
+			break;
+		for (uint32_t s = 0; s < ns; s++)
+			kv_pool_page_sync(p, pages[s]);
+		kv_group_value_encode(p, keys[got], pages, v);
+		for (uint32_t s = 0; s < ns; s++)
+			kv_page_unref(p, pages[s]);
+	}
+	if (got == 0) {
+		r = st_diag_set(diag, -ST_E_NOTFOUND, "session '%s': the "
+				"conversation's first page is not in kvd's "
+				"prefix cache (publish its rows first)", name);
+		goto out;
+	}
+	memcpy(buf, k_magic, 8);
+	put_u32(buf + 8, KV_SESSION_FORMAT);
+	put_u32(buf + 12, ns);
+	put_u64(buf + 16, id->model_id);
+	put_u64(buf + 24, id->store_id);
+	put_u64(buf + 32, kv_pool_decl_hash(p));
+	put_u32(buf + 40, id->kv_dtype);
+	put_u32(buf + 44, B);
+	put_u32(buf + 48, got);
+	put_u32(buf + 52, n_ids);
+	memcpy(buf + MODEL_OFF, id->model, strnlen(id->model, 63));
+	put_u64(buf + 120, vl);
+	for (uint32_t i = 0; i < n_ids; i++)
+		put_u32(buf + HDR_BYTES + 4 * (size_t)i, (uint32_t)ids[i]);
+	put_u64(buf + SUM_OFF, header_sum(buf, buf + HDR_BYTES, n_ids));
+	/* groups past the first one missing are not written */
+	len = HDR_BYTES + (size_t)n_ids * 4 + vl * got;
+	r = st_mkdir_p(dir, 0700);
+	if (r == 0)
+		r = st_write_file_durable(path, buf, len, 0600);
+	if (r < 0) {
+		st_diag_set(diag, r, "session '%s': writing %s: %s", name,
+			    path, st_strerror(r));
+		goto out;
+	}
+	if (p->remote) {
+		char key[128];
+
+		remote_key(name, key, sizeof(key));
+		r = kv_remote_blob_put(p->remote, key, buf, len,
+				       KV_SESSION_REMOTE_TTL_S);
+		if (r < 0)
+			st_warn("session '%s': saved in %s, not in the remote "
+				"KV tier (%s)", name, dir, st_strerror(r));
+	}
+	*ret_groups = got;
+	r = 0;
+out:
+	free(keys);
+	free(buf);
+	return r;
+}
+
+/* Reads a whole file (at most max bytes) into *ret (malloc'd). */
+static int read_all(const char *path, size_t max, uint8_t **ret,
+		    size_t *ret_len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	uint8_t *b;
+	size_t got = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size > max) {
+		int e = errno;
+
+		close(fd);
+		return (uint64_t)st.st_size > max ? -EFBIG : -e;
+	}
+	b = malloc((size_t)st.st_size + 1);
+	if (!b) {
+		close(fd);
+		return -ENOMEM;
+	}
+	while (got < (size_t)st.st_size) {
+		ssize_t n = read(fd, b + got, (size_t)st.st_size - got);
+
+		if (n <= 0) {
+			int e = n < 0 ? -errno : -EIO;
+
+			free(b);
+			close(fd);
+			return e;
+		}
+		got += (size_t)n;
+	}
+	close(fd);
+	*ret = b;
+	*ret_len = got;
+	return 0;
+}
+
+/* Checks header h (len bytes of file) against the ident and the pool; 0
+ * or the error with diag naming what differs. */
+static int check_header(const struct kv_pool *p, const char *name,
+			const uint8_t *h, size_t len,
+			const struct kv_session_ident *id,
+			struct st_diag *diag)
+{
+	char model[KV_SESSION_MODEL_BYTES + 1];
+	uint32_t n_ids, n_groups;
+
+	if (len < HDR_BYTES || memcmp(h, k_magic, 8))
+		return st_diag_set(diag, -ST_E_FORMAT, "session '%s': not a "
+				   "strata session file", name);
+	if (get_u32(h + 8) != KV_SESSION_FORMAT)
+		return st_diag_set(diag, -ST_E_VERSION, "session '%s': format "
+				   "%u, this kvd reads %u", name,
+				   get_u32(h + 8), KV_SESSION_FORMAT);
+	n_groups = get_u32(h + 48);
+	n_ids = get_u32(h + 52);
+	if (n_ids > KV_PROTO_MAX_IDS ||
+	    len < HDR_BYTES + (size_t)n_ids * 4 ||
+	    get_u64(h + SUM_OFF) != header_sum(h, h + HDR_BYTES, n_ids))
+		return st_diag_set(diag, -ST_E_CHECKSUM, "session '%s': "
+				   "header checksum mismatch (corrupt file); "
+				   "nothing loaded", name);
+	memcpy(model, h + MODEL_OFF, KV_SESSION_MODEL_BYTES);
+	model[KV_SESSION_MODEL_BYTES] = 0;
+	if (strcmp(model, id->model))
+		return st_diag_set(diag, -ST_E_CONFIG, "session '%s' is of "
+				   "model '%s'; this instance serves '%s'",
+				   name, model, id->model);
+	if (get_u64(h + 24) != id->store_id)
+		return st_diag_set(diag, -ST_E_CONFIG, "session '%s' was "
+				   "computed from another store of '%s' "
+				   "(store id %016" PRIx64 ", this instance's "
+				   "%016" PRIx64 ": other weights or experts)",
+				   name, model, get_u64(h + 24), id->store_id);
+	if (get_u32(h + 40) != id->kv_dtype)
+		return st_diag_set(diag, -ST_E_CONFIG, "session '%s' has KV "
+				   "dtype %s; this instance uses %s", name,
+				   dtype_name(get_u32(h + 40)),
+				   dtype_name(id->kv_dtype));
+	if (get_u32(h + 44) != id->page_rows ||
+	    get_u32(h + 44) != p->lay.page_rows)
+		return st_diag_set(diag, -ST_E_CONFIG, "session '%s' has a "
+				   "page size of %u rows; this instance uses "
+				   "%u", name, get_u32(h + 44),
+				   p->lay.page_rows);
+	if (get_u64(h + 16) != id->model_id)
+		return st_diag_set(diag, -ST_E_CONFIG, "session '%s': another "
+				   "model id (%016" PRIx64 ", this instance's "
+				   "%016" PRIx64 ")", name, get_u64(h + 16),
+				   id->model_id);
+	if (get_u32(h + 12) != p->lay.n_streams ||
+	    get_u64(h + 32) != kv_pool_decl_hash(p))
+		return st_diag_set(diag, -ST_E_CONFIG, "session '%s': another "
+				   "KV stream declaration (%u streams, this "
+				   "pool %u)", name, get_u32(h + 12),
+				   p->lay.n_streams);
+	if (get_u64(h + 120) != kv_group_value_len(p) ||
+	    len != HDR_BYTES + (size_t)n_ids * 4 +
+			   kv_group_value_len(p) * n_groups ||
+	    n_groups == 0 || (uint64_t)n_groups * p->lay.page_rows > n_ids)
+		return st_diag_set(diag, -ST_E_FORMAT, "session '%s': file "
+				   "length %zu does not match its header "
+				   "(truncated?); nothing loaded", name, len);
+	return 0;
+}
+
+/* Places one verified value as an idle cached group (fresh pages). */
+static int place(struct kv_pool *p, uint64_t key, const uint8_t *v,
+		 uint32_t stamp, struct st_diag *diag)
+{
+	const uint32_t ns = p->lay.n_streams;
+	const uint8_t *data = v + 40 + 16 * (size_t)ns;
+	uint32_t pages[KV_MAX_STREAMS], k;
+	int r = 0;
+
+	if (ns > kv_pool_free_pages(p)) {
+		r = kv_pool_make_room(p, ns, stamp, "loading a session", diag);
+		if (r < 0)
+			return r;
+	}
+	for (k = 0; k < ns; k++) {
+		r = kv_page_alloc(p, k, &pages[k]);
+		if (r < 0)
+			goto undo;
+	}
+	for (uint32_t s = 0; s < ns; s++) {
+		uint32_t sl = get_u32(v + 40 + 16 * (size_t)s);
+
+		memcpy(kv_page_data(p, pages[s]), data, sl);
+		data += sl;
+	}
+	r = kv_cache_insert(p, key, pages);
+	if (r < 0)
+		goto undo;
+	/* our references go: the group stays cached, idle (or the pages are
+	 * freed when the key was cached meanwhile, r == 0) */
+	for (uint32_t s = 0; s < ns; s++)
+		kv_page_unref(p, pages[s]);
+	return r;
+undo:
+	for (uint32_t i = 0; i < k; i++)
+		kv_page_unref(p, pages[i]);
+	return r;
+}
+
+int kv_session_load(struct kv_pool *p, const char *dir, const char *name,
+		    const struct kv_session_ident *id, uint32_t *ret_placed,
+		    uint32_t *ret_rows, int32_t **ret_ids,
+		    uint32_t *ret_n_ids, struct st_diag *diag)
+{
+	const size_t vl = kv_group_value_len(p);
+	uint32_t n_groups, n_ids, placed = 0, stamp;
+	uint64_t *keys = NULL;
+	int32_t *ids = NULL;
+	uint8_t *f = NULL;
+	const uint8_t *vals;
+	char path[4400];
+	size_t len = 0, max;
+	int r;
+
+	*ret_placed = *ret_rows = *ret_n_ids = 0;
+	*ret_ids = NULL;
+	r = path_of(dir, name, path, sizeof(path), diag);
+	if (r < 0)
+		return r;
+	max = HDR_BYTES + (size_t)KV_PROTO_MAX_IDS * 4 +
+	      vl * (size_t)p->lay.max_pages_per_seq;
+	r = read_all(path, max, &f, &len);
+	if (r == -ENOENT && p->remote) {
+		/* not on this node's disk: another node may have saved it */
+		char key[128];
+
+		remote_key(name, key, sizeof(key));
+		r = kv_remote_blob_get(p->remote, key, &f, &len);
+		if (r == 1 && len > max) {
+			free(f);
+			f = NULL;
+			return st_diag_set(diag, -ST_E_FORMAT, "session '%s' "
+					   "in the remote KV tier: %zu bytes, "
+					   "more than this pool's sessions "
+					   "take", name, len);
+		}
+		if (r == 1)
+			st_info("session '%s': read from the remote KV tier "
+				"(%zu bytes)", name, len);
+		else
+			r = -ENOENT;
+	}
+	if (r == -ENOENT)
+		return st_diag_set(diag, -ST_E_NOTFOUND, "session '%s' does "
+				   "not exist (strata session ls)", name);
+	if (r < 0)
+		return st_diag_set(diag, r, "session '%s': reading %s: %s",
+				   name, path, st_strerror(r));
+	r = check_header(p, name, f, len, id, diag);
+	if (r < 0)
+		goto out;
+	n_groups = get_u32(f + 48);
+	n_ids = get_u32(f + 52);
+	ids = malloc(sizeof(int32_t) * n_ids);
+	keys = malloc(sizeof(uint64_t) * n_groups);
+	if (!ids || !keys) {
+		r = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < n_ids; i++)
+		ids[i] = (int32_t)get_u32(f + HDR_BYTES + 4 * (size_t)i);
+	r = kv_prefix_keys(ids, p->lay.page_rows, id->model_id, n_groups,
+			   keys);
+	if (r < 0)
+		goto out;
+	vals = f + HDR_BYTES + (size_t)n_ids * 4;
+	/* every group is checked before any is used */
+	for (uint32_t g = 0; g < n_groups; g++) {
+		const char *why = kv_group_value_check(p, keys[g],
+						       vals + vl * g, vl);
+
+		if (why) {
+			r = st_diag_set(diag, -ST_E_CHECKSUM, "session '%s': "
+					"page group %u of %u: %s (corrupt "
+					"file); nothing loaded", name, g,
+					n_groups, why);
+			goto out;
+		}
+	}
+	stamp = kv_mark_begin(p);
+	for (uint32_t g = 0; g < n_groups; g++) {
+		r = place(p, keys[g], vals + vl * g, stamp, diag);
+		if (r < 0)
+			goto out;
+		placed += (uint32_t)r;
+	}
+	*ret_rows = n_groups * p->lay.page_rows;
+	*ret_ids = ids;
+	*ret_n_ids = n_ids;
+	ids = NULL;
+	r = 0;
+out:
+	*ret_placed = placed;
+	free(ids);
+	free(keys);
+	free(f);
+	return r;
+}
+
+static int info_cmp(const void *a, const void *b)
+{
+	return strcmp(((const struct kv_session_info *)a)->name,
+		      ((const struct kv_session_info *)b)->name);
+}
+
+int kv_session_list(const char *dir, struct kv_session_info *ret,
+		    uint32_t cap)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	uint32_t n = 0;
+
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	while (n < cap && (e = readdir(d))) {
+		size_t l = strlen(e->d_name), sl = strlen(KV_SESSION_SUFFIX);
+		struct kv_session_info *it = &ret[n];
+		uint8_t h[HDR_BYTES];
+		char path[4400];
+		struct stat st;
+		int fd;
+
+		if (l <= sl || strcmp(e->d_name + l - sl, KV_SESSION_SUFFIX) ||
+		    l - sl > KV_SESSION_NAME_BYTES)
+			continue;
+		memset(it, 0, sizeof(*it));
+		memcpy(it->name, e->d_name, l - sl);
+		if (!kv_session_name_ok(it->name, NULL))
+			continue;
+		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		if (fstat(fd, &st) == 0)
+			it->file_bytes = (uint64_t)st.st_size;
+		if (read(fd, h, sizeof(h)) == (ssize_t)sizeof(h) &&
+		    !memcmp(h, k_magic, 8)) {
+			it->n_rows = get_u32(h + 48) * get_u32(h + 44);
+			memcpy(it->model, h + MODEL_OFF,
+			       KV_SESSION_MODEL_BYTES);
+			for (char *c = it->model; *c; c++)
+				if (*c < 0x20 || *c == 0x7f)
+					*c = '?';
+		}
+		close(fd);
+		n++;
+	}
+	closedir(d);
+	qsort(ret, n, sizeof(*ret), info_cmp);
+	return (int)n;
+}
+
+int kv_session_remove(struct kv_remote *remote, const char *dir,
+		      const char *name, struct st_diag *diag)
+{
+	char path[4400];
+	int found = 0, r = path_of(dir, name, path, sizeof(path), diag);
+
+	if (r < 0)
+		return r;
+	if (unlink(path) < 0) {
+		r = -errno;
+		if (r != -ENOENT)
+			return st_diag_set(diag, r, "removing session '%s': "
+					   "%s", name, st_strerror(r));
+	} else {
+		found = 1;
+	}
+	if (remote) {
+		char key[128];
+		int d;
+
+		remote_key(name, key, sizeof(key));
+		d = kv_remote_blob_del(remote, key);
+		if (d < 0)
+			return st_diag_set(diag, d, "session '%s': %s; the "
+					   "remote KV tier could not remove "
+					   "its copy (%s)", name, found ?
+					   "removed here" : "not here",
+					   st_strerror(d));
+		found |= d;
+	}
+	if (!found)
+		return st_diag_set(diag, -ST_E_NOTFOUND, "session '%s' does "
+				   "not exist", name);
+	return 0;
+}
