@@ -87,7 +87,8 @@ int cw_gen_start_msg_decode(const uint8_t *p, size_t len,
 	X(en_misses) X(en_read_bytes) X(en_lat_p50_ns) X(en_lat_p99_ns)        \
 	X(spec_steps) X(spec_verify_steps) X(spec_drafted) X(spec_accepted)    \
 	X(kv_remote_on) X(kv_remote_hits) X(kv_remote_misses)                  \
-	X(kv_remote_bytes_in) X(kv_remote_bytes_out) X(kv_remote_errors)
+	X(kv_remote_bytes_in) X(kv_remote_bytes_out) X(kv_remote_errors)      \
+	X(dsv_math)
 
 void cw_stats_wire_encode(struct st_wbuf *w, const struct cw_stats_wire *s)
 {
