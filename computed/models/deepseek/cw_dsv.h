@@ -508,6 +508,31 @@ int cw_dsv4_plan_streams(const struct st_dsv_config *c,
 void cw_dsv41_set_engram_prefetch(struct cw_dsv_model *m, int on);
 
 /*
+ * Which index keys a V4.1 index source of ratio > 1 (the tiny fixture's
+ * and the release's layers 2, 8, 14) scores at a one-token decode step
+ * (an eval of one token at p > 0) whose token pair is incomplete
+ * ((p + 1) % ratio != 0):
+ *  CW_DSV41_DECODE_IKEYS_OWN          its own KV source's keys, as at
+ *                                     prefill (the default; docs/DESIGN.md
+ *                                     "DeepSeek-V4 math vs the official
+ *                                     code", item 3: why);
+ *  CW_DSV41_DECODE_IKEYS_LAST_SOURCE  the first (p + 1) / ratio keys of
+ *                                     the last KV source layer (the
+ *                                     release's layer 20), what the
+ *                                     issue-28 transcription reads in the
+ *                                     shipped official decode path (its
+ *                                     shared index keys last written by
+ *                                     that layer).
+ * Prefill and chunked evals are unchanged.  Set before evaluating.
+ * 0, -EINVAL (a V4 model, an unknown mode).
+ */
+enum {
+	CW_DSV41_DECODE_IKEYS_OWN = 0,
+	CW_DSV41_DECODE_IKEYS_LAST_SOURCE = 1,
+};
+int cw_dsv41_set_decode_index_keys(struct cw_dsv_model *m, int mode);
+
+/*
  * Fast mode: the dense matvecs and the routed experts' matvecs split by
  * output rows over a pool of n_threads threads (cw_threads.h; the caller
  * is one of them), each output row still one kernel reduction, so the

@@ -94,6 +94,11 @@ struct cw_dsv_model {
 	struct es_client *es;
 	struct st_store_layer *rec;
 	int no_route_reports;          /* cw_dsv_set_route_reports(m, 0) */
+	/* V4.1, cw_dsv41_set_decode_index_keys LAST_SOURCE: the last KV
+	 * source layer whose index keys ratio > 1 index sources score at
+	 * one-token decode steps with an open group; -1 (default): their
+	 * own KV source's */
+	int v41_decode_ikey_layer;
 	int prefetch_depth;            /* cw_dsv_set_prefetch_depth */
 	int no_step_hints;             /* cw_dsv_set_decode_overlap */
 	int no_expert_overlap;         /* cw_dsv_set_decode_overlap */

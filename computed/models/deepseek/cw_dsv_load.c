@@ -336,6 +336,7 @@ int cw_dsv_load(const char *dir, enum st_dsv_revision want,
 	if ((r = load_model(&ld, m)) < 0)
 		goto fail;
 	m->qat = cw_dsv_qat_official(m);
+	m->v41_decode_ikey_layer = -1;
 	free(ld.s.used);
 	st_checkpoint_close(ck);
 	*ret = m;
@@ -412,6 +413,7 @@ int cw_dsv_load_store(const char *store_dir, struct es_client *es,
 	if ((r = load_model(&ld, m)) < 0)
 		goto out;
 	m->qat = cw_dsv_qat_official(m);
+	m->v41_decode_ikey_layer = -1;
 	m->es = es;
 	if (v41) {
 		m->prov.get_rows = cw_engram_es_get_rows;
@@ -518,6 +520,22 @@ int cw_dsv_set_qat(struct cw_dsv_model *m, unsigned flags)
 	if ((flags & CW_DSV4_QAT_INDEX_FP4) && (d & (d - 1)))
 		return -ST_E_UNSUPPORTED; /* Hadamard needs a power of two */
 	m->qat = flags;
+	return 0;
+}
+
+int cw_dsv41_set_decode_index_keys(struct cw_dsv_model *m, int mode)
+{
+	int last = -1;
+
+	if (m->cfg.revision != ST_DSV_REV_V41 ||
+	    (mode != CW_DSV41_DECODE_IKEYS_OWN &&
+	     mode != CW_DSV41_DECODE_IKEYS_LAST_SOURCE))
+		return -EINVAL;
+	for (int l = 0; l < m->cfg.n_layers; l++)
+		if (m->cfg.kv_source[l])
+			last = l;
+	m->v41_decode_ikey_layer =
+		mode == CW_DSV41_DECODE_IKEYS_LAST_SOURCE ? last : -1;
 	return 0;
 }
 
