@@ -461,7 +461,7 @@ int main(int argc, char **argv)
 	for (int mi = 0; !r && mi < n_modes; mi++)
 		for (int ti = 0; !r && ti < n_threads; ti++) {
 			struct cw_model_opts mo = { ST_DTYPE_F32, 16, threads[ti],
-						    modes[mi] };
+						    modes[mi], 0 };
 			struct conf_result *cr = &res[n_res];
 
 			/* the bandwidth again right before this
@@ -492,7 +492,7 @@ int main(int argc, char **argv)
 		     b = strtok_r(NULL, ",", &save)) {
 			struct cw_model_opts mo = { ST_DTYPE_F32, 16,
 						    threads[0],
-						    CW_COMPUTE_REFERENCE };
+						    CW_COMPUTE_REFERENCE, 0 };
 			struct conf_result dr = { 0 };
 
 			printf("device budget %s (routed experts on the GPU "

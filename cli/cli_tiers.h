@@ -30,6 +30,7 @@ enum {
 	CLI_OPT_NO_PREFETCH, CLI_OPT_PREFETCH_DEPTH, CLI_OPT_ROUTE_TRACE,
 	CLI_OPT_ROUTE_RECORD, CLI_OPT_LA_MEASURE, CLI_OPT_NO_DIRECT,
 	CLI_OPT_LOADERS, CLI_OPT_ORACLE, CLI_OPT_HALF_LIFE, CLI_OPT_ADMIT,
+	CLI_OPT_EXACT_MATH,
 	CLI_OPT_ENGRAM_CACHE, /* last: callers take EVICT ... ENGRAM_CACHE */
 };
 
@@ -49,6 +50,7 @@ enum {
 	{ "loader-threads", required_argument, NULL, CLI_OPT_LOADERS },      \
 	{ "lookahead-oracle", no_argument, NULL, CLI_OPT_ORACLE },           \
 	{ "stats-half-life", required_argument, NULL, CLI_OPT_HALF_LIFE },  \
+	{ "exact-math", no_argument, NULL, CLI_OPT_EXACT_MATH },             \
 	{ "engram-cache", required_argument, NULL, CLI_OPT_ENGRAM_CACHE }
 
 #define CLI_TIER_HELP \
@@ -69,7 +71,10 @@ enum {
 "  --route-record FILE  write the routing applied as a JSONL trace\n" \
 "  --lookahead-oracle   benchmarks: prefetch hints from the --route-trace\n" \
 "  --engram-cache B     DeepSeek-V4.1: expertd's host cache of Engram rows,\n" \
-"                       bytes (default: expertd's)\n"
+"                       bytes (default: expertd's)\n" \
+"  --exact-math         DeepSeek-V4/V4.1: computed without the official\n" \
+"                       code's quantization round trips (the fixtures'\n" \
+"                       strict references; default: the official math)\n"
 
 /* Handles option `code` (CLI_OPT_*) with argument arg.  Returns 1 when it
  * was a tier option, 0 if not, -1 (message printed) when the lists are

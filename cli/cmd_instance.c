@@ -47,7 +47,7 @@ static void inst_usage(FILE *f, const char *cmd)
 	"                 [--model-name NAME] [--prefetch-depth D]\n"
 	"                 [--metrics-auth] [--http-request-timeout SEC]\n"
 	"                 [--http-idle-timeout SEC] [--http-max-client-conns N]\n"
-	"                 [--device-budget B]\n"
+	"                 [--device-budget B] [--exact-math]\n"
 	"                 [--device-kv-budget B] [--timeout SEC] [--help-config]\n"
 	"                 [expert-tier options: --evict, --hot-experts,\n"
 	"                 --state-dir, --prefetch-depth, ... as for strata run]" :

@@ -543,6 +543,15 @@ static int generate(struct cw_client *cw, const struct run_opts *o,
 	return r;
 }
 
+/* The name of computed's DeepSeek math (CW_STATS_MATH_*; NULL: not a
+ * DeepSeek-V4/V4.1 store). */
+static const char *math_name(uint64_t m)
+{
+	return m == CW_STATS_MATH_OFFICIAL ? "official" :
+	       m == CW_STATS_MATH_EXACT ? "exact" :
+	       m == CW_STATS_MATH_CUSTOM ? "custom" : NULL;
+}
+
 /* Rounds to 3 decimals for the JSON summary. */
 static double r3(double v)
 {
@@ -662,6 +671,10 @@ static void print_summary(const struct run_opts *o,
 		json_object_set_new(j, "text", json_stringn(res->text ? res->text : "",
 							    res->text_len));
 		json_object_set_new(j, "instance", json_string(inst->name));
+		/* DeepSeek-V4/V4.1: which math computed ran (issue 28) */
+		if (math_name(d.dsv_math))
+			json_object_set_new(j, "math",
+					    json_string(math_name(d.dsv_math)));
 		cli_tier_json(j, &tf);
 		json_object_set_new(j, "prefix_rows_reused",
 				    json_integer((json_int_t)d.kv_prefix_rows_reused));
@@ -799,6 +812,14 @@ static void print_summary(const struct run_opts *o,
 				", FP8 scales included" : "",
 			(unsigned long long)d.kv_formula_bytes_per_token);
 	}
+	if (math_name(d.dsv_math))
+		fprintf(stderr, "math               %s (DeepSeek-V4/V4.1: %s)\n",
+			math_name(d.dsv_math),
+			d.dsv_math == CW_STATS_MATH_EXACT ?
+			"no quantization round trip, --exact-math" :
+			d.dsv_math == CW_STATS_MATH_OFFICIAL ?
+			"the official code's quantization round trips" :
+			"a custom set of round trips");
 	fprintf(stderr, "prefix cache       %llu prompt rows reused; KV pages "
 		"spilled %llu, restored %llu\n",
 		(unsigned long long)d.kv_prefix_rows_reused,

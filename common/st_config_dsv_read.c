@@ -247,58 +247,71 @@ static int model_choices(const json_t *t, int v41, const char *src,
 	return 0;
 }
 
-/* rope_scaling: YaRN of the compress rope.  V4 states beta_fast and
- * beta_slow; V4.1's release omits them (HF defaults 32 and 1) and may
- * carry mscale keys (unused: no mscale). */
+/* The official ModelArgs defaults of the rope_scaling keys (V4-Flash
+ * inference/model.py at 60d8d70, index file id 70831076062: rope_factor
+ * 40, original_seq_len 0, beta_fast 32, beta_slow 1; no mscale field,
+ * precompute_freqs_cis applies no mscale). */
+#define DSV_YARN_FACTOR 40.0
+#define DSV_YARN_BETA_FAST 32.0
+#define DSV_YARN_BETA_SLOW 1.0
+#define DSV_YARN_ORIG_MAX_POS 0 /* 0: no YaRN (official: seq_len 0) */
+
+/* An optional number of rs: *ret keeps its default when key is absent. */
+static int opt_num(const json_t *rs, const char *key, double *ret,
+		   const char *src, const struct rev *rv, struct st_diag *diag)
+{
+	if (!json_object_get(rs, key))
+		return 0;
+	return st_dsvcfg_want_num(rs, key, ret, src, rv->family, diag);
+}
+
+/* rope_scaling: YaRN of the compress rope.  Every key may be omitted, the
+ * object too: an absent key takes the official ModelArgs default above
+ * (no YaRN without original_max_position_embeddings, as the official
+ * code); "type"/"rope_type", when given, must be "yarn"; "mscale" and
+ * "mscale_all_dim" are accepted and unused (the official code has no
+ * mscale: MODEL_FAMILY_DEEPSEEK_V4.md 2.4).  Other keys are refused. */
 static int rope_scaling(const json_t *t, const struct rev *rv, int v41,
 			const char *src, struct st_dsv_config *c,
 			struct st_diag *diag)
 {
-	static const char *const yarn[] = { "yarn", NULL };
 	const json_t *rs = json_object_get(t, "rope_scaling"), *v;
 	const char *key;
 	int r;
 
+	(void)v41;
+	c->yarn_factor = DSV_YARN_FACTOR;
+	c->yarn_beta_fast = DSV_YARN_BETA_FAST;
+	c->yarn_beta_slow = DSV_YARN_BETA_SLOW;
+	c->yarn_orig_max_pos = DSV_YARN_ORIG_MAX_POS;
+	if (!rs || json_is_null(rs))
+		return 0;
 	if (!json_is_object(rs))
 		return st_diag_set(diag, -ST_E_CONFIG,
-				   "%s: \"rope_scaling\" missing or not an object",
+				   "%s: \"rope_scaling\" is not an object", src);
+	v = json_object_get(rs, "type");
+	if (!v)
+		v = json_object_get(rs, "rope_type");
+	if (v && (!json_is_string(v) ||
+		  strcmp(json_string_value(v), "yarn") != 0))
+		return st_diag_set(diag, -ST_E_UNSUPPORTED,
+				   "%s: rope_scaling type is not \"yarn\"",
 				   src);
-	if (v41) {
-		if ((r = st_dsvcfg_want_str(rs, json_object_get(rs, "type") ?
-						    "type" : "rope_type",
-					    1, yarn, src, rv->family,
-					    diag)) < 0)
-			return r;
-	} else {
-		v = json_object_get(rs, "type");
-		if (!v)
-			v = json_object_get(rs, "rope_type");
-		if (!json_is_string(v) ||
-		    strcmp(json_string_value(v), "yarn") != 0)
-			return st_diag_set(diag, -ST_E_UNSUPPORTED,
-					   "%s: rope_scaling type is not \"yarn\"",
-					   src);
-	}
-	c->yarn_beta_fast = 32;
-	c->yarn_beta_slow = 1;
-	if ((r = st_dsvcfg_want_num(rs, "factor", &c->yarn_factor, src,
-				    rv->family, diag)) < 0 ||
-	    ((!v41 || json_object_get(rs, "beta_fast")) &&
-	     (r = st_dsvcfg_want_num(rs, "beta_fast", &c->yarn_beta_fast, src,
-				     rv->family, diag)) < 0) ||
-	    ((!v41 || json_object_get(rs, "beta_slow")) &&
-	     (r = st_dsvcfg_want_num(rs, "beta_slow", &c->yarn_beta_slow, src,
-				     rv->family, diag)) < 0) ||
-	    (r = st_dsvcfg_want_int(rs, "original_max_position_embeddings", 1,
-				    &c->yarn_orig_max_pos, src, rv->family,
-				    diag)) < 0)
+	if ((r = opt_num(rs, "factor", &c->yarn_factor, src, rv, diag)) < 0 ||
+	    (r = opt_num(rs, "beta_fast", &c->yarn_beta_fast, src, rv,
+			 diag)) < 0 ||
+	    (r = opt_num(rs, "beta_slow", &c->yarn_beta_slow, src, rv,
+			 diag)) < 0 ||
+	    (json_object_get(rs, "original_max_position_embeddings") &&
+	     (r = st_dsvcfg_want_int(rs, "original_max_position_embeddings",
+				     1, &c->yarn_orig_max_pos, src,
+				     rv->family, diag)) < 0))
 		return r;
 	json_object_foreach((json_t *)rs, key, v) {
 		if (strcmp(key, "type") && strcmp(key, "rope_type") &&
 		    strcmp(key, "factor") && strcmp(key, "beta_fast") &&
-		    strcmp(key, "beta_slow") &&
-		    (!v41 || (strcmp(key, "mscale") &&
-			      strcmp(key, "mscale_all_dim"))) &&
+		    strcmp(key, "beta_slow") && strcmp(key, "mscale") &&
+		    strcmp(key, "mscale_all_dim") &&
 		    strcmp(key, "original_max_position_embeddings"))
 			return st_diag_set(diag, -ST_E_CONFIG,
 					   "%s: unknown rope_scaling key \"%s\"",
@@ -308,6 +321,10 @@ static int rope_scaling(const json_t *t, const struct rev *rv, int v41,
 		return st_diag_set(diag, -ST_E_CONFIG,
 				   "%s: rope_scaling factor %g < 1", src,
 				   c->yarn_factor);
+	if (!(c->yarn_beta_fast > 0) || !(c->yarn_beta_slow > 0))
+		return st_diag_set(diag, -ST_E_CONFIG,
+				   "%s: rope_scaling beta_fast %g / beta_slow %g not > 0",
+				   src, c->yarn_beta_fast, c->yarn_beta_slow);
 	return 0;
 }
 

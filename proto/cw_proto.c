@@ -90,7 +90,8 @@ int cw_gen_start_msg_decode(const uint8_t *p, size_t len,
 	X(spec_bytes_verify) X(spec_bytes_plain) X(spec_tokens_verify)         \
 	X(spec_limit_sum) X(spec_limit_off)                                    \
 	X(kv_remote_on) X(kv_remote_hits) X(kv_remote_misses)                  \
-	X(kv_remote_bytes_in) X(kv_remote_bytes_out) X(kv_remote_errors)
+	X(kv_remote_bytes_in) X(kv_remote_bytes_out) X(kv_remote_errors)      \
+	X(dsv_math)
 
 void cw_stats_wire_encode(struct st_wbuf *w, const struct cw_stats_wire *s)
 {

@@ -126,6 +126,16 @@ struct cw_stats_wire {
 	 * since kvd started: hit/miss lookups, value bytes, errors) */
 	uint64_t kv_remote_on, kv_remote_hits, kv_remote_misses;
 	uint64_t kv_remote_bytes_in, kv_remote_bytes_out, kv_remote_errors;
+	/* DeepSeek-V4/V4.1 stores: the math the model computes
+	 * (CW_STATS_MATH_*); 0 for other stores */
+	uint64_t dsv_math;
+};
+
+enum {
+	CW_STATS_MATH_NONE = 0,     /* not a DeepSeek-V4/V4.1 store */
+	CW_STATS_MATH_OFFICIAL = 1, /* the official round trips (default) */
+	CW_STATS_MATH_EXACT = 2,    /* --exact-math: none */
+	CW_STATS_MATH_CUSTOM = 3,   /* another set (tests) */
 };
 
 void cw_gen_start_msg_free(struct cw_gen_start_msg *m);

@@ -12,8 +12,10 @@
 # the logits rows at prompt positions 0 and n-1 and at the first and last
 # greedy step.  Models: tiny-qwen3moe, tiny-mixtral, kjv-moe (expert
 # formats BF16 and MXFP4 in reference mode, MXFP4 in fast mode, through
-# real expertd and kvd), tiny-deepseek-v4 (reference, QAT, fast),
-# tiny-deepseek-v41 (QAT, no QAT, fast), and with numpy the generated
+# real expertd and kvd), tiny-deepseek-v4 (exact math, QAT, fast exact),
+# tiny-deepseek-v41 (KV QAT, no QAT, fast KV QAT: flags set explicitly,
+# not the load defaults, which issue 28 made the official math), and
+# with numpy the generated
 # models of scripts/gen-moe-model.py and gen-dsv4-model.py (fixed seeds).
 # Needs a built tree (scripts/build.sh) and ../shared.
 # Exit: 0 (compare: every file identical), 1 (a difference, a missing

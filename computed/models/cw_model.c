@@ -650,6 +650,11 @@ int cw_model_is_dsv41(const struct cw_model *m)
 	return m->dsv != NULL && m->store->is_dsv41;
 }
 
+const char *cw_model_dsv_math(const struct cw_model *m)
+{
+	return m->dsv ? cw_dsvserve_math(m->dsv) : NULL;
+}
+
 int cw_model_set_dsv_prefetch_depth(struct cw_model *m, int depth)
 {
 	if (m->dsv)

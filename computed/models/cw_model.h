@@ -78,6 +78,12 @@ struct cw_model_opts {
 	int n_threads;            /* matvec threads (1 = reference single) */
 	enum cw_compute compute;  /* CW_COMPUTE_REFERENCE (0, default) or
 				   * CW_COMPUTE_FAST (cw_backend.h) */
+	int exact_math;           /* DeepSeek-V4/V4.1: 0 (default) the
+				   * official code's quantization round
+				   * trips, 1 none (--exact-math: the
+				   * fixtures' strict references;
+				   * cw_dsv_set_qat); other families:
+				   * ignored (no round trips) */
 };
 
 /*
@@ -228,6 +234,9 @@ void cw_model_seq_destroy(struct cw_model *m, struct kv_client *kv,
  * cw_model_is_dsv41: 1 for a V4.1 store only. */
 int cw_model_is_dsv4(const struct cw_model *m);
 int cw_model_is_dsv41(const struct cw_model *m);
+/* DeepSeek-V4 / V4.1 stores: "official" or "exact" (cw_dsv_math_name:
+ * the math the model computes, opts.exact_math); NULL for other stores. */
+const char *cw_model_dsv_math(const struct cw_model *m);
 /*
  * DeepSeek-V4 / V4.1 stores: the gate look-ahead depth of the model
  * (cw_dsv_set_prefetch_depth / cw_dsv_set_prefetch_depth: hint expertd

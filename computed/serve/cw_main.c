@@ -118,6 +118,9 @@ static void usage(FILE *f)
 "                         fp8 (E4M3, one scale per row and KV head)\n"
 "  --compute MODE         reference (exact, default) or fast (int8\n"
 "                         activations for FP4 experts, SIMD kernels, FMA)\n"
+"  --exact-math           DeepSeek-V4/V4.1: none of the official code's\n"
+"                         quantization round trips (the fixtures' strict\n"
+"                         references); default: the official math\n"
 "  --page-rows N          KV rows per page (default 16)\n"
 "  --connect-timeout SEC  wait this long for expertd/kvd (default 30)\n"
 "  --restart-wait SEC     when expertd or kvd dies, wait this long for it to\n"
@@ -236,6 +239,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "kv-restore-ahead", required_argument, NULL, 0x30d },
 		{ "speculate", required_argument, NULL, 0x30e },
 		{ "draft-max", required_argument, NULL, 0x30f },
+		{ "exact-math", no_argument, NULL, 0x310 },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -426,6 +430,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 			d->sopts.draft_price = 0;
 			break;
 		}
+		case 0x310: d->mopts.exact_math = 1; break;
 		case 'B': d->hopts.bind_addr = optarg; break;
 		case 'A': d->hopts.api_key = optarg; break;
 		case 'M': snprintf(d->model_name, sizeof(d->model_name), "%s", optarg); break;
@@ -883,6 +888,13 @@ static int handle_stats(struct cw_daemon *d, const struct st_msg_header *h)
 	cw_routing_stats(d->routing, d->es, &s);
 	cw_model_kv_bytes_per_token(d->model, &s.kv_bytes_per_token,
 				    &s.kv_formula_bytes_per_token);
+	if (cw_model_dsv_math(d->model)) {
+		const char *mn = cw_model_dsv_math(d->model);
+
+		s.dsv_math = !strcmp(mn, "official") ? CW_STATS_MATH_OFFICIAL :
+			     !strcmp(mn, "exact") ? CW_STATS_MATH_EXACT :
+						     CW_STATS_MATH_CUSTOM;
+	}
 	if (es_client_stats(d->es, &es) == 0) {
 		s.es_pid = es.pid;
 		s.es_hits = es.hits;
@@ -1296,17 +1308,19 @@ int main(int argc, char **argv)
 			    d->ropts.prefetch_depth : 0;
 		d->ropts.prefetch_depth = 0;
 		if (cw_model_is_dsv41(d->model))
-			st_info("DeepSeek-V4.1 store: %s mode, sequences "
-				"stepped one after the other, Engram rows "
-				"prefetched as tokens are known, step hints "
-				"and gate look-ahead depth %d, state in kvd "
-				"pages (prefix cache, spill, restarts)",
-				cw_compute_name(d->mopts.compute), dsv_depth);
+			st_info("DeepSeek-V4.1 store: %s mode, %s math, "
+				"sequences stepped one after the other, Engram "
+				"rows prefetched as tokens are known, step "
+				"hints and gate look-ahead depth %d, state in "
+				"kvd pages (prefix cache, spill, restarts)",
+				cw_compute_name(d->mopts.compute),
+				cw_model_dsv_math(d->model), dsv_depth);
 		else
-			st_info("DeepSeek-V4 store: sequences stepped one "
-				"after the other, exact prefetch hints for the "
-				"hash-routed layers, state in kvd pages (prefix "
-				"cache, spill, restarts)");
+			st_info("DeepSeek-V4 store: %s math, sequences "
+				"stepped one after the other, exact prefetch "
+				"hints for the hash-routed layers, state in kvd "
+				"pages (prefix cache, spill, restarts)",
+				cw_model_dsv_math(d->model));
 	}
 	r = cw_routing_open(d->model, d->es, &d->ropts, &d->routing, &diag);
 	if (r < 0) {

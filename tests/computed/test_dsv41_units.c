@@ -544,6 +544,63 @@ static void try_load(const char *fx, const char *key, const char *val,
 	free(txt);
 }
 
+/* The decode index-key switch (issue 28 item 3): LAST_SOURCE changes
+ * only one-token decode steps of the ratio-2 index sources (layers 2, 4)
+ * whose pair is open: a 21-token prefill and the decode step at p = 21
+ * (pair closed) are bit-identical to the default, the step at p = 22
+ * (pair open; 11 visible keys > index_topk 6, so the scores pick) is
+ * not.  A V4 model refuses the switch (dsv4 tests: not loaded here). */
+static void test_decode_index_keys(void **state)
+{
+	enum { NP = 21 };
+	char fx[4096];
+	struct cw_dsv_model *m = NULL;
+	struct cw_dsv_state *s[2] = { NULL, NULL };
+	struct st_diag d = { { 0 } };
+	int32_t ids[NP + 2];
+	float *lg[2];
+	size_t V;
+
+	(void)state;
+	st_test_fixture_model("tiny-deepseek-v41", fx, sizeof(fx));
+	assert_int_equal(cw_dsv_load(fx, ST_DSV_REV_V41, CW_COMPUTE_REFERENCE,
+				     &m, &d), 0);
+	assert_int_equal(cw_dsv41_set_decode_index_keys(m, 7), -EINVAL);
+	V = (size_t)cw_dsv_config(m)->vocab_size;
+	lg[0] = malloc(V * sizeof(float));
+	lg[1] = malloc(V * sizeof(float));
+	assert_non_null(lg[0]);
+	assert_non_null(lg[1]);
+	for (int i = 0; i < NP + 2; i++)
+		ids[i] = 1000 + 4099 * i;
+	for (int k = 0; k < 2; k++) {
+		assert_int_equal(cw_dsv41_set_decode_index_keys(m, k ?
+				 CW_DSV41_DECODE_IKEYS_LAST_SOURCE :
+				 CW_DSV41_DECODE_IKEYS_OWN), 0);
+		assert_int_equal(cw_dsv_state_new(m, 64, &s[k]), 0);
+		assert_int_equal(cw_dsv_eval(m, s[k], ids, NP, 0, lg[k], &d), 0);
+	}
+	assert_memory_equal(lg[0], lg[1], V * sizeof(float));
+	for (int step = 0; step < 2; step++) {
+		for (int k = 0; k < 2; k++) {
+			assert_int_equal(cw_dsv41_set_decode_index_keys(m, k ?
+					 CW_DSV41_DECODE_IKEYS_LAST_SOURCE :
+					 CW_DSV41_DECODE_IKEYS_OWN), 0);
+			assert_int_equal(cw_dsv_eval(m, s[k], ids + NP + step,
+						     1, 0, lg[k], &d), 0);
+		}
+		if (step == 0) /* p = 21: the pair closes */
+			assert_memory_equal(lg[0], lg[1], V * sizeof(float));
+		else /* p = 22: open pair, layer 6's keys */
+			assert_true(memcmp(lg[0], lg[1], V * sizeof(float)));
+	}
+	cw_dsv_state_free(s[0]);
+	cw_dsv_state_free(s[1]);
+	free(lg[0]);
+	free(lg[1]);
+	cw_dsv_free(m);
+}
+
 static void test_load_refusals(void **state)
 {
 	char fx[4096];
@@ -585,6 +642,7 @@ int main(void)
 		cmocka_unit_test(test_config_release),
 		cmocka_unit_test(test_config_refusals),
 		cmocka_unit_test(test_load_refusals),
+		cmocka_unit_test(test_decode_index_keys),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -431,8 +431,91 @@ static void test_config_refusals(void **state)
 	       "compress_ratios");
 	refuse(text, "      16\n    ]", "      16,\n      32\n    ]",
 	       -ST_E_CONFIG, "weight_block_size");
-	refuse(text, "\"factor\": 16,", "\"factor\": 16, \"mscale\": 1,",
-	       -ST_E_CONFIG, "mscale");
+	refuse(text, "\"factor\": 16,", "\"factor\": 16, \"scale\": 1,",
+	       -ST_E_CONFIG, "scale");
+	refuse(text, "\"type\": \"yarn\"", "\"type\": \"linear\"",
+	       -ST_E_UNSUPPORTED, "yarn");
+	refuse(text, "\"beta_slow\": 1,", "\"beta_slow\": 0,", -ST_E_CONFIG,
+	       "beta_slow");
+	free(text);
+}
+
+/* The fixture's config with `from` replaced by `to`, parsed (must load). */
+static void parse_edited(const char *text, const char *from, const char *to,
+			 struct st_dsv_config *c)
+{
+	struct st_diag diag = { 0 };
+	char *t = edit(text, from, to);
+
+	if (st_dsv_config_parse(t, "config.json", ST_DSV_REV_V4, c, &diag))
+		fail_msg("%s -> %s: %s", from, to, diag.msg);
+	free(t);
+}
+
+/* rope_scaling keys a release may omit take the official ModelArgs
+ * defaults (inference/model.py: rope_factor 40, original_seq_len 0 = no
+ * YaRN, beta_fast 32, beta_slow 1; no mscale), one key at a time; each
+ * first set to another value so the default is seen to replace it. */
+static void test_rope_scaling_defaults(void **state)
+{
+	char *text = dsvt_fixture_config("tiny-deepseek-v4");
+	struct st_dsv_config c;
+	double f[8], plain[8];
+
+	(void)state;
+	/* given values are read */
+	parse_edited(text, "\"beta_fast\": 32,", "\"beta_fast\": 8,", &c);
+	assert_true(c.yarn_beta_fast == 8);
+	parse_edited(text, "\"beta_slow\": 1,", "\"beta_slow\": 2,", &c);
+	assert_true(c.yarn_beta_slow == 2);
+	/* beta_fast absent: 32 */
+	parse_edited(text, "\"beta_fast\": 32,", "", &c);
+	assert_true(c.yarn_beta_fast == 32 && c.yarn_factor == 16);
+	/* beta_slow absent: 1 */
+	parse_edited(text, "\"beta_slow\": 1,", "", &c);
+	assert_true(c.yarn_beta_slow == 1 && c.yarn_beta_fast == 32);
+	/* factor absent: 40 */
+	parse_edited(text, "\"factor\": 16,", "", &c);
+	assert_true(c.yarn_factor == 40);
+	assert_int_equal(c.yarn_orig_max_pos, 4096);
+	/* type absent: YaRN all the same */
+	parse_edited(text, ",\n    \"type\": \"yarn\"", "", &c);
+	assert_int_equal(c.yarn_orig_max_pos, 4096);
+	assert_true(c.yarn_factor == 16);
+	/* mscale, mscale_all_dim: accepted, unused (the frequencies are the
+	 * fixture's) */
+	parse_edited(text, "\"factor\": 16,",
+		     "\"factor\": 16, \"mscale\": 0.707, "
+		     "\"mscale_all_dim\": 0.707,", &c);
+	assert_true(c.yarn_factor == 16);
+	cw_dsv_rope_freqs(&c, 1, f);
+	assert_true(fabs(f[4] - 9.375e-4) <= 1e-6 * 9.375e-4);
+	/* original_max_position_embeddings absent: 0, no YaRN: the compress
+	 * rope is plain compress_rope_theta powers */
+	parse_edited(text, "\"original_max_position_embeddings\": 4096,", "",
+		     &c);
+	assert_int_equal(c.yarn_orig_max_pos, 0);
+	cw_dsv_rope_freqs(&c, 1, f);
+	for (int i = 0; i < 8; i++)
+		plain[i] = 1.0 / pow(c.compress_rope_theta, 2.0 * i / 16);
+	for (int i = 0; i < 8; i++)
+		assert_true(fabs(f[i] - plain[i]) <= 1e-12 * plain[i]);
+	assert_true(fabs(f[4] - 9.375e-4) > 1e-5); /* YaRN changed it */
+	/* the whole object absent: all defaults, no YaRN */
+	{
+		const char *p = strstr(text, "\"rope_scaling\"");
+		const char *e = p ? strstr(p, "},") : NULL;
+		char from[512];
+
+		assert_non_null(e);
+		assert_true((size_t)(e + 2 - p) < sizeof(from));
+		memcpy(from, p, (size_t)(e + 2 - p));
+		from[e + 2 - p] = 0;
+		parse_edited(text, from, "", &c);
+		assert_int_equal(c.yarn_orig_max_pos, 0);
+		assert_true(c.yarn_factor == 40 && c.yarn_beta_fast == 32 &&
+			    c.yarn_beta_slow == 1);
+	}
 	free(text);
 }
 
@@ -450,6 +533,7 @@ int main(void)
 		cmocka_unit_test(test_qat_roundtrips),
 		cmocka_unit_test(test_config_and_freqs),
 		cmocka_unit_test(test_config_refusals),
+		cmocka_unit_test(test_rope_scaling_defaults),
 		cmocka_unit_test(test_streams),
 	};
 

@@ -390,6 +390,7 @@ static void test_noqat(void)
 {
 	struct kvd k;
 	long pos = 0;
+	const unsigned q0 = cw_dsv_qat(M); /* the load default */
 
 	cw_dsv_set_qat(M, 0);
 	if (kvd_up(&k, "v41nq", 5, "64MiB", NULL) < 0)
@@ -419,14 +420,14 @@ static void test_noqat(void)
 		struct st_diag d = { { 0 } };
 		struct cw_dsv_state *s = NULL;
 
-		cw_dsv_set_qat(M, CW_DSV41_QAT_ALL);
+		cw_dsv_set_qat(M, q0);
 		CHECK(cw_dsv_state_new_kv(M, k.kv, NULL, 0, 0, &s, &d) ==
 			      -ST_E_CONFIG && !s,
 		      "a state with other QAT flags than declared accepted");
 	}
 out:
 	kvd_down(&k);
-	cw_dsv_set_qat(M, CW_DSV41_QAT_ALL);
+	cw_dsv_set_qat(M, q0);
 }
 
 /* The CED shortcut (EXACT) on a kvd state: the layers after the last KV

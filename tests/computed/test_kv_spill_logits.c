@@ -43,7 +43,8 @@ static int run_once(const char *store, const int32_t *ids, int vocab,
 	struct es_client *es = NULL;
 	struct kv_client *kv = NULL;
 	struct cw_model *m = NULL;
-	struct cw_model_opts mo = { ST_DTYPE_F32, 16, 1, CW_COMPUTE_REFERENCE };
+	struct cw_model_opts mo = { ST_DTYPE_F32, 16, 1, CW_COMPUTE_REFERENCE,
+				    0 };
 	const char *es_args[] = { "--store", store, NULL };
 	const char *kv_args[6] = { "--budget", budget, NULL, NULL, NULL };
 	uint32_t seqs[N_SEQ];
@@ -102,7 +103,8 @@ static int prefix_check(const char *store, const int32_t *ids, int vocab)
 	struct es_client *es = NULL;
 	struct kv_client *kv = NULL;
 	struct cw_model *m = NULL;
-	struct cw_model_opts mo = { ST_DTYPE_F32, 16, 1, CW_COMPUTE_REFERENCE };
+	struct cw_model_opts mo = { ST_DTYPE_F32, 16, 1, CW_COMPUTE_REFERENCE,
+				    0 };
 	const char *es_args[] = { "--store", store, NULL };
 	uint32_t a, b, c, cached = 0, cached_c = 0;
 	float *la = malloc(sizeof(float) * 120 * (size_t)vocab);

@@ -241,7 +241,7 @@ static int setup(struct ctx *c, const char *host_budget)
 {
 	struct es_convert_opts o;
 	struct st_diag diag = { "" };
-	struct cw_model_opts mo = { c->kv_dtype, 16, 1, c->compute };
+	struct cw_model_opts mo = { c->kv_dtype, 16, 1, c->compute, 0 };
 	const char *es_args[6] = { "--store", c->store_dir, NULL, NULL, NULL };
 	const char *kv_args[4] = { "--budget", "256MiB", NULL };
 	int r;
@@ -804,7 +804,7 @@ int main(int argc, char **argv)
 		check_batching(&c, json_object_get(json_array_get(
 			json_object_get(ref, "prompts"), 0), "ids"));
 	if (argc > 3 && !strcmp(argv[3], "threads")) {
-		struct cw_model_opts mo2 = { ST_DTYPE_F32, 16, 2, c.compute };
+		struct cw_model_opts mo2 = { ST_DTYPE_F32, 16, 2, c.compute, 0 };
 		struct cw_model *m1 = c.model, *m2 = NULL;
 		struct st_diag diag = { "" };
 		json_t *prompts = json_object_get(ref, "prompts");

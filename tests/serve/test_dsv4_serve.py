@@ -53,7 +53,7 @@ def strata_run(model, store, tmp, case, budget, compute="reference"):
          "--store", store, "--prompt", case["text"], "--max-tokens",
          str(len(case["greedy_continuation"])), "--ignore-eos",
          "--host-budget", budget, "--compute", compute, "--json",
-         "--instance",
+         "--exact-math", "--instance",
          "v4run%d" % os.getpid(), "--run-dir", os.path.join(tmp, "run-" +
                                                             budget[:-1])],
         capture_output=True, text=True, timeout=300,
@@ -63,6 +63,12 @@ def strata_run(model, store, tmp, case, budget, compute="reference"):
         print(r.stderr[-3000:])
         return None
     j = json.loads(r.stdout.strip().splitlines()[-1])
+    # the strict reference is the exact math (issue 28: --exact-math;
+    # the default is the official code's round trips)
+    check(j.get("math") == "exact" and
+          "math               exact" in r.stderr,
+          "strata run --exact-math: the summary says math exact (JSON %s)"
+          % j.get("math"))
     if compute == "fast":
         # fast mode (int8 activations on the FP8/MXFP4 kernels) is not
         # exact: dsv4-fast-tiny states its tolerance per position; here the
@@ -213,7 +219,8 @@ def main():
     strata_run(model, store, tmp, p1, "100%")
     j = strata_run(model, store, tmp, p1, "25%")
     strata_run(model, store, tmp, p1, "50%", compute="fast")
-    inst = Instance(store, tag="v4h", expertd_args=["--host-budget", "25%"])
+    inst = Instance(store, tag="v4h", expertd_args=["--host-budget", "25%"],
+                    computed_args=["--exact-math"])
     try:
         inst.start()
         test_http(inst, cases, j["text"] if j else None)

@@ -219,8 +219,8 @@ def test_spill(store, want):
     and log-probabilities of its run in the large pool, exactly)."""
     pool = "4MiB" if REV == "v4" else \
         os.environ.get("STRATA_TEST_V41_POOL", "2MiB")
-    inst = Instance(store, tag=REV + "sp", kvd_args=[
-        "--budget", pool, "--spill-budget", "64MiB"])
+    inst = Instance(store, tag=REV + "sp", computed_args=exact(),
+                    kvd_args=["--budget", pool, "--spill-budget", "64MiB"])
     try:
         inst.start()
         res = {}
@@ -277,7 +277,8 @@ def test_step_failure(store):
     pool = "2MiB" if REV == "v4" else \
         os.environ.get("STRATA_TEST_V41_SMALL_POOL", "1MiB")
     label = "a 2 MiB pool" if REV == "v4" else "the small pool"
-    inst = Instance(store, tag=REV + "sf", kvd_args=["--budget", pool])
+    inst = Instance(store, tag=REV + "sf", computed_args=exact(),
+                    kvd_args=["--budget", pool])
     try:
         inst.start()
         st, j = completion(inst, p2, max_tokens=n_gen)
@@ -323,6 +324,13 @@ def test_step_failure(store):
 
 CASES = {}
 REV = "v4"
+
+
+def exact():
+    """computed's math: V4 compares with the strict reference (the exact
+    math, --exact-math, issue 28); V4.1 with its own cold runs, in the
+    default official math."""
+    return ["--exact-math"] if REV == "v4" else []
 NAME = "V4"
 
 
@@ -340,7 +348,7 @@ def main():
     store = convert(model, os.path.join(tmp, "store"), experts="mxfp4")
     p5, p4 = CASES["p5_code"], CASES["p4_harbour"]
     want = {}
-    inst = Instance(store, tag=REV + "kv")
+    inst = Instance(store, tag=REV + "kv", computed_args=exact())
     try:
         inst.start()
         if REV == "v4":

@@ -11,8 +11,11 @@
  *         strata convert into a temp store, real expertd and kvd, the
  *         reference or fast forward pass of cw_model.c);
  *         dsv4, dsv4-qat, dsv4-fast (cw_dsv4 from the checkpoint, no
- *         daemons; -qat: every official round trip on);
- *         dsv41, dsv41-noqat, dsv41-fast (cw_dsv41 from the checkpoint).
+ *         daemons; exact math but -qat: every official round trip on);
+ *         dsv41, dsv41-noqat, dsv41-fast (cw_dsv41 from the checkpoint;
+ *         the three KV round trips, CW_DSV41_QAT_ALL, but -noqat: exact
+ *         math).  The flags are set explicitly, not the load defaults
+ *         (issue 28 changed those), so the dumps stay comparable.
  * For prompt i it writes OUT_PREFIX.p<i>.ids (int32, native order: the
  * prompt, then BITIDENT_GREEDY generated ids) and OUT_PREFIX.p<i>.logits
  * (float32 rows of vocab_size, native order: prompt positions 0 and n-1,
@@ -102,7 +105,8 @@ static int moe_open(struct runner *r, const char *dir, const char *variant)
 {
 	struct es_convert_opts o;
 	struct st_diag diag = { "" };
-	struct cw_model_opts mo = { ST_DTYPE_F32, 16, 1, CW_COMPUTE_REFERENCE };
+	struct cw_model_opts mo = { ST_DTYPE_F32, 16, 1, CW_COMPUTE_REFERENCE,
+				    0 };
 	char store[4200];
 	const char *es_args[] = { "--store", store, NULL };
 	const char *kv_args[] = { "--budget", "256MiB", NULL };
@@ -219,8 +223,10 @@ static int dsv_open(struct runner *r, const char *dir, const char *kind)
 
 	if (!strncmp(kind, "dsv41", 5)) {
 		rc = cw_dsv_load(dir, ST_DSV_REV_V41, mode, &r->m41, &diag);
-		if (!rc && !strcmp(kind, "dsv41-noqat"))
-			rc = cw_dsv_set_qat(r->m41, 0);
+		if (!rc)
+			rc = cw_dsv_set_qat(r->m41,
+					    strcmp(kind, "dsv41-noqat") ?
+					    CW_DSV41_QAT_ALL : 0);
 		if (!rc)
 			r->vocab = (int)cw_dsv_config(r->m41)->vocab_size;
 		r->begin = dsv41_begin;
@@ -228,10 +234,9 @@ static int dsv_open(struct runner *r, const char *dir, const char *kind)
 		r->end = dsv41_end;
 	} else {
 		rc = cw_dsv_load(dir, ST_DSV_REV_V4, mode, &r->m4, &diag);
-		if (!rc && !strcmp(kind, "dsv4-qat"))
-			rc = cw_dsv_set_qat(r->m4, CW_DSV4_QAT_KV_FP8 |
-							    CW_DSV4_QAT_INDEX_FP4 |
-							    CW_DSV4_QAT_ACT_FP8);
+		if (!rc)
+			rc = cw_dsv_set_qat(r->m4, strcmp(kind, "dsv4-qat") ?
+					    0 : CW_DSV4_QAT_OFFICIAL);
 		if (!rc)
 			r->vocab = (int)cw_dsv_config(r->m4)->vocab_size;
 		r->begin = dsv4_begin;

@@ -50,8 +50,11 @@ struct es_client;
  * mHC, norms, Engram gates, attention, pooling and the QAT round trips
  * stay reference code.  Not bit-identical to reference mode:
  * tests/computed/test_dsv4_fast.c and test_dsv41_fast.c state the
- * tolerance.  V4.1 starts with every QAT round trip on
- * (CW_DSV41_QAT_ALL), V4 with none.  Owned by the caller (cw_dsv_free).
+ * tolerance.  Both revisions start in the official math
+ * (cw_dsv_qat_official: every round trip the official inference code
+ * applies; docs/DESIGN.md "DeepSeek-V4 math vs the official code");
+ * cw_dsv_set_qat(m, 0) is the exact math of the fixtures' strict
+ * references.  Owned by the caller (cw_dsv_free).
  * Errors: -ST_E_CONFIG / -ST_E_FORMAT / -ST_E_NOTFOUND naming the tensor,
  * -EINVAL (unknown mode), -ENOMEM, and those of st_checkpoint_open, the
  * config reader (st_dsv_config_load with the revision) and
@@ -106,14 +109,27 @@ int cw_dsv_set_backend(struct cw_dsv_model *m,
 		       const struct cw_backend_ops *be);
 
 /*
- * The revision's QAT round trips (V4: CW_DSV4_QAT_*, off by default;
- * V4.1: CW_DSV41_QAT_*, all on by default; what each does: below).
- * Set before evaluating; a state must not mix settings.
+ * The revision's QAT round trips (V4: CW_DSV4_QAT_*; V4.1:
+ * CW_DSV41_QAT_*; what each does: below).  A model starts with
+ * cw_dsv_qat_official(m); 0 is the exact math (no round trip: the
+ * fixtures' strict references, `--exact-math` of computed and strata
+ * run).  Set before evaluating; a state must not mix settings.
  * Returns 0, -EINVAL (a flag the revision does not have),
  * -ST_E_UNSUPPORTED (V4's INDEX_FP4 with an index_head_dim that is not a
  * power of two: the Hadamard transform needs one).
  */
 int cw_dsv_set_qat(struct cw_dsv_model *m, unsigned flags);
+/* The QAT flags m computes with now. */
+unsigned cw_dsv_qat(const struct cw_dsv_model *m);
+/*
+ * The flags of the official inference code for m's revision and config
+ * (V4: CW_DSV4_QAT_OFFICIAL, less INDEX_FP4 where index_head_dim is not
+ * a power of two; V4.1: CW_DSV41_QAT_OFFICIAL), the default at load.
+ */
+unsigned cw_dsv_qat_official(const struct cw_dsv_model *m);
+/* The name of m's math for summaries: "official" (the flags of
+ * cw_dsv_qat_official), "exact" (none) or "custom" (any other set). */
+const char *cw_dsv_math_name(const struct cw_dsv_model *m);
 
 /*
  * Store mode: whether each layer's routing is reported to expertd
@@ -421,8 +437,10 @@ uint32_t cw_dsv_state_seq(const struct cw_dsv_state *s);
 
 /*
  * The official inference code's quantisation round trips (not in HF, not
- * in the fixture's reference; MODEL_FAMILY_DEEPSEEK_V4.md 2.4 "QAT round
- * trips"), off by default (reference mode):
+ * in the fixture's strict reference; MODEL_FAMILY_DEEPSEEK_V4.md 2.4 "QAT
+ * round trips"; the official V4-Flash inference/model.py at 60d8d70,
+ * index file id 70831076062), all on by default (CW_DSV4_QAT_OFFICIAL),
+ * off in exact math:
  *  KV_FP8     the nope dims of every window K=V row (after rope) and every
  *             compressed row (after norm and rope) through FP8 E4M3 in
  *             blocks of 64 with a power-of-two scale (ds4
@@ -432,8 +450,14 @@ uint32_t cw_dsv_state_seq(const struct cw_dsv_state *s);
  *             32 with a power-of-two scale (ds4
  *             dsv4_indexer_qat_row_inplace_cpu);
  *  ACT_FP8    the input of every FP8/FP4 matmul through E4M3 in blocks of
- *             weight_block_size[1] elements (official act_quant; the block
- *             for the real model is 128 [unconfirmed for other configs]).
+ *             weight_block_size[1] elements (official linear() ->
+ *             act_quant; the block for the real model is 128): wq_a,
+ *             wq_b, wkv, wo_b, the indexer's wq_b, the shared and routed
+ *             experts; not wo_a (official Attention.forward: a BF16
+ *             einsum on the unquantized heads), not the BF16/F32 router,
+ *             compressors and weights_proj.  A routed expert's SwiGLU
+ *             output is multiplied by its routing weight before the trip
+ *             of w2's input (official Expert.forward).
  * Set with cw_dsv_set_qat (cw_dsv.h) before evaluating; a state must not
  * mix settings.
  */
@@ -441,6 +465,7 @@ enum {
 	CW_DSV4_QAT_KV_FP8 = 1,
 	CW_DSV4_QAT_INDEX_FP4 = 2,
 	CW_DSV4_QAT_ACT_FP8 = 4,
+	CW_DSV4_QAT_OFFICIAL = 7,
 };
 
 /*
@@ -483,6 +508,31 @@ int cw_dsv4_plan_streams(const struct st_dsv_config *c,
 void cw_dsv41_set_engram_prefetch(struct cw_dsv_model *m, int on);
 
 /*
+ * Which index keys a V4.1 index source of ratio > 1 (the tiny fixture's
+ * and the release's layers 2, 8, 14) scores at a one-token decode step
+ * (an eval of one token at p > 0) whose token pair is incomplete
+ * ((p + 1) % ratio != 0):
+ *  CW_DSV41_DECODE_IKEYS_OWN          its own KV source's keys, as at
+ *                                     prefill (the default; docs/DESIGN.md
+ *                                     "DeepSeek-V4 math vs the official
+ *                                     code", item 3: why);
+ *  CW_DSV41_DECODE_IKEYS_LAST_SOURCE  the first (p + 1) / ratio keys of
+ *                                     the last KV source layer (the
+ *                                     release's layer 20), what the
+ *                                     issue-28 transcription reads in the
+ *                                     shipped official decode path (its
+ *                                     shared index keys last written by
+ *                                     that layer).
+ * Prefill and chunked evals are unchanged.  Set before evaluating.
+ * 0, -EINVAL (a V4 model, an unknown mode).
+ */
+enum {
+	CW_DSV41_DECODE_IKEYS_OWN = 0,
+	CW_DSV41_DECODE_IKEYS_LAST_SOURCE = 1,
+};
+int cw_dsv41_set_decode_index_keys(struct cw_dsv_model *m, int mode);
+
+/*
  * Fast mode: the dense matvecs and the routed experts' matvecs split by
  * output rows over a pool of n_threads threads (cw_threads.h; the caller
  * is one of them), each output row still one kernel reduction, so the
@@ -494,11 +544,20 @@ int cw_dsv41_set_threads(struct cw_dsv_model *m, int n_threads);
 
 /*
  * QAT round trips (MODEL_FAMILY_DEEPSEEK_V4.md 3.7), all on by default
- * (they are the model's semantics; off is a debug mode for strict checks
- * against reference_noqat.json):
+ * (CW_DSV41_QAT_OFFICIAL: they are the model's semantics; 0 is the exact
+ * math of the strict checks against reference_noqat.json):
  *  WINDOW_FP8  every K=V row after rope: FP8 E4M3 / 32, ue8m0 scale;
  *  CROW_FP4    every compressed row after rope: E2M1 / 16, E4M3 scale;
- *  INDEX_FP4   index keys and indexer queries after rope: E2M1 / 32, ue8m0.
+ *  INDEX_FP4   index keys and indexer queries after rope: E2M1 / 32, ue8m0;
+ *  ACT_FP8     the input of every FP8/FP4 matmul through E4M3 in blocks of
+ *              weight_block_size[1] (32), where V4's ACT_FP8 applies it
+ *              (not wo_a; the routing weight before w2's trip).  From the
+ *              issue-28 transcription of the official V4.1 code and ATOM's
+ *              V4.1 model (V4's MoE stack and Linear with a 32 block,
+ *              index file id 66772560054); the official V4.1 model.py was
+ *              not read here, so this flag alone can be turned off.
+ * CW_DSV41_QAT_ALL is the three KV round trips, the set the fixture's
+ * reference.json was generated with (no activation trip).
  * Set with cw_dsv_set_qat (cw_dsv.h) before evaluating; a state must not
  * mix settings.
  */
@@ -507,6 +566,8 @@ enum {
 	CW_DSV41_QAT_CROW_FP4 = 2,
 	CW_DSV41_QAT_INDEX_FP4 = 4,
 	CW_DSV41_QAT_ALL = 7,
+	CW_DSV41_QAT_ACT_FP8 = 8,
+	CW_DSV41_QAT_OFFICIAL = 15,
 };
 
 /*

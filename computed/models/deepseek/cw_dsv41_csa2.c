@@ -75,6 +75,12 @@ int cw_dsv41_index_source(const struct cw_dsv_model *m,
 	const struct cw_dsv_layer *L = &m->layers[l];
 	const int IH = c->index_n_heads, Id = c->index_head_dim;
 	const int nv = cw_dsv41_n_visible(p, L->ratio);
+	/* the keys scored: its KV source's; with the LAST_SOURCE switch, at
+	 * a one-token decode step with an open group, the last KV source's
+	 * (cw_dsv41_set_decode_index_keys) */
+	const int ksrc = m->v41_decode_ikey_layer >= 0 && ck->n == 1 &&
+			 p > 0 && L->ratio > 1 && (p + 1) % L->ratio ?
+			 m->v41_decode_ikey_layer : L->kv_src;
 	float iq[IH * Id], om[IH], kb[Id];
 	double *sc = ck->sc;
 	int r = 0, *sel = ck->sel + ((size_t)ck->isx[l] * ck->n + t) *
@@ -93,8 +99,8 @@ int cw_dsv41_index_source(const struct cw_dsv_model *m,
 	 * but near ties) */
 	cw_dsv_mat_mv(NULL, &L->iweights, a, om);
 	for (int e = 0; e < nv; e++) {
-		const float *k = cw_dsv41_row_get(m, s, L->kv_src, CW_DSV41_S_IKEY, e,
-					 kb);
+		const float *k = cw_dsv41_row_get(m, s, ksrc, CW_DSV41_S_IKEY,
+						  e, kb);
 		double acc = 0.0;
 
 		for (int h = 0; h < IH; h++) {

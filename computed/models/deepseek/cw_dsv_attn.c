@@ -71,8 +71,12 @@ void cw_dsv_attn_out(const struct cw_dsv_model *m,
 				  o + h * hd);
 		cw_dsv_rope(o + h * hd, hd, c->rope_dim / 2, fr, p, 1);
 	}
+	/* wo_a's input takes no activation trip: the official V4 code's
+	 * BF16 einsum (inference/model.py Attention.forward, index file id
+	 * 70831076062); wo_b's does (RowParallelLinear -> linear) */
 	for (int g = 0; g < G; g++)
-		cw_dsv_lin_rows(m, &L->wo_a, g * R, R,
-				o + (size_t)g * (H / G) * hd, t + g * R);
+		cw_dsv_lin_rows_noact(m, &L->wo_a, g * R, R,
+				      o + (size_t)g * (H / G) * hd,
+				      t + g * R);
 	cw_dsv_lin(m, &L->wo_b, t, out);
 }

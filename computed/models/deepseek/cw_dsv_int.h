@@ -94,6 +94,11 @@ struct cw_dsv_model {
 	struct es_client *es;
 	struct st_store_layer *rec;
 	int no_route_reports;          /* cw_dsv_set_route_reports(m, 0) */
+	/* V4.1, cw_dsv41_set_decode_index_keys LAST_SOURCE: the last KV
+	 * source layer whose index keys ratio > 1 index sources score at
+	 * one-token decode steps with an open group; -1 (default): their
+	 * own KV source's */
+	int v41_decode_ikey_layer;
 	int prefetch_depth;            /* cw_dsv_set_prefetch_depth */
 	int no_step_hints;             /* cw_dsv_set_decode_overlap */
 	int no_expert_overlap;         /* cw_dsv_set_decode_overlap */
@@ -171,8 +176,16 @@ void cw_dsv_lin(const struct cw_dsv_model *m, const struct cw_dsv_mat *w,
 void cw_dsv_lin_rows(const struct cw_dsv_model *m,
 		     const struct cw_dsv_mat *w, int r0, int n,
 		     const float *x, float *y);
-/* V4 with CW_DSV4_QAT_ACT_FP8 on (V4.1's flag of that value is another
- * round trip): the inputs of FP8/FP4 matmuls take the FP8 trip. */
+/* cw_dsv_lin_rows without the activation trip: wo_a, which the official
+ * V4 code runs as a BF16 einsum on the unquantized head outputs
+ * (inference/model.py Attention.forward, "wo_a is FP8 in checkpoint;
+ * ... using BF16"; index file id 70831076062). */
+void cw_dsv_lin_rows_noact(const struct cw_dsv_model *m,
+			   const struct cw_dsv_mat *w, int r0, int n,
+			   const float *x, float *y);
+/* V4's CW_DSV4_QAT_ACT_FP8 or V4.1's CW_DSV41_QAT_ACT_FP8 on: the inputs
+ * of FP8/FP4 matmuls take the FP8 trip (blocks of fp8_block[1]) and a
+ * routed expert's SwiGLU output is weighted before w2's trip. */
 int cw_dsv_act_fp8(const struct cw_dsv_model *m);
 
 /* ---- the attention site, where the revisions agree (cw_dsv_attn.c) ---- */

@@ -295,7 +295,6 @@ static int open_v41(const char *dir, struct cw_dsv_model *m,
 	char path[4096];
 	int r;
 
-	m->qat = CW_DSV41_QAT_ALL;
 	m->prov.get_rows = cw_dsv41_engram_rows_mem;
 	m->prov.ctx = m;
 	if ((r = st_dsv_config_load(dir, ST_DSV_REV_V41, &m->cfg, diag)) < 0)
@@ -336,6 +335,8 @@ int cw_dsv_load(const char *dir, enum st_dsv_revision want,
 	}
 	if ((r = load_model(&ld, m)) < 0)
 		goto fail;
+	m->qat = cw_dsv_qat_official(m);
+	m->v41_decode_ikey_layer = -1;
 	free(ld.s.used);
 	st_checkpoint_close(ck);
 	*ret = m;
@@ -381,7 +382,6 @@ int cw_dsv_load_store(const char *store_dir, struct es_client *es,
 		goto out;
 	v41 = m->cfg.revision == ST_DSV_REV_V41;
 	if (v41) {
-		m->qat = CW_DSV41_QAT_ALL;
 		if (m->cfg.n_engram && !s->engram_hash) {
 			r = st_diag_set(diag, -ST_E_FORMAT,
 					"store %s: no Engram hash (engram_hash.bin): re-run strata convert",
@@ -412,6 +412,8 @@ int cw_dsv_load_store(const char *store_dir, struct es_client *es,
 	memcpy(m->rec, s->layers, (size_t)s->n_layers * sizeof(*m->rec));
 	if ((r = load_model(&ld, m)) < 0)
 		goto out;
+	m->qat = cw_dsv_qat_official(m);
+	m->v41_decode_ikey_layer = -1;
 	m->es = es;
 	if (v41) {
 		m->prov.get_rows = cw_engram_es_get_rows;
@@ -508,18 +510,58 @@ int cw_dsv_set_qat(struct cw_dsv_model *m, unsigned flags)
 	int d = m->cfg.index_head_dim;
 
 	if (m->cfg.revision == ST_DSV_REV_V41) {
-		if (flags & ~(unsigned)CW_DSV41_QAT_ALL)
+		if (flags & ~(unsigned)CW_DSV41_QAT_OFFICIAL)
 			return -EINVAL;
 		m->qat = flags;
 		return 0;
 	}
-	if (flags & ~(unsigned)(CW_DSV4_QAT_KV_FP8 | CW_DSV4_QAT_INDEX_FP4 |
-				CW_DSV4_QAT_ACT_FP8))
+	if (flags & ~(unsigned)CW_DSV4_QAT_OFFICIAL)
 		return -EINVAL;
 	if ((flags & CW_DSV4_QAT_INDEX_FP4) && (d & (d - 1)))
 		return -ST_E_UNSUPPORTED; /* Hadamard needs a power of two */
 	m->qat = flags;
 	return 0;
+}
+
+int cw_dsv41_set_decode_index_keys(struct cw_dsv_model *m, int mode)
+{
+	int last = -1;
+
+	if (m->cfg.revision != ST_DSV_REV_V41 ||
+	    (mode != CW_DSV41_DECODE_IKEYS_OWN &&
+	     mode != CW_DSV41_DECODE_IKEYS_LAST_SOURCE))
+		return -EINVAL;
+	for (int l = 0; l < m->cfg.n_layers; l++)
+		if (m->cfg.kv_source[l])
+			last = l;
+	m->v41_decode_ikey_layer =
+		mode == CW_DSV41_DECODE_IKEYS_LAST_SOURCE ? last : -1;
+	return 0;
+}
+
+unsigned cw_dsv_qat(const struct cw_dsv_model *m)
+{
+	return m->qat;
+}
+
+unsigned cw_dsv_qat_official(const struct cw_dsv_model *m)
+{
+	int d = m->cfg.index_head_dim;
+
+	if (m->cfg.revision == ST_DSV_REV_V41)
+		return CW_DSV41_QAT_OFFICIAL;
+	/* the official rotate_activation needs a power of two; a config
+	 * without one (none released) keeps the other trips */
+	if (d & (d - 1))
+		return CW_DSV4_QAT_OFFICIAL & ~(unsigned)CW_DSV4_QAT_INDEX_FP4;
+	return CW_DSV4_QAT_OFFICIAL;
+}
+
+const char *cw_dsv_math_name(const struct cw_dsv_model *m)
+{
+	if (!m->qat)
+		return "exact";
+	return m->qat == cw_dsv_qat_official(m) ? "official" : "custom";
 }
 
 int cw_dsv_set_backend(struct cw_dsv_model *m,

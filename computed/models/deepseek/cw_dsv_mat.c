@@ -217,11 +217,12 @@ void cw_dsv_mat_mv_pool(const struct cw_backend_ops *be,
 	free(buf);
 }
 
-/* V4 with CW_DSV4_QAT_ACT_FP8 (V4.1's flag 4 is another round trip). */
+/* V4's CW_DSV4_QAT_ACT_FP8 or V4.1's CW_DSV41_QAT_ACT_FP8 (the values
+ * differ: V4.1's 4 is its indexer trip). */
 int cw_dsv_act_fp8(const struct cw_dsv_model *m)
 {
-	return m->cfg.revision == ST_DSV_REV_V4 &&
-	       (m->qat & CW_DSV4_QAT_ACT_FP8);
+	return (m->qat & (m->cfg.revision == ST_DSV_REV_V41 ?
+			  CW_DSV41_QAT_ACT_FP8 : CW_DSV4_QAT_ACT_FP8)) != 0;
 }
 
 void cw_dsv_lin(const struct cw_dsv_model *m, const struct cw_dsv_mat *w,
@@ -236,6 +237,16 @@ void cw_dsv_lin(const struct cw_dsv_model *m, const struct cw_dsv_mat *w,
 	} else {
 		cw_dsv_mat_mv_pool(m->be, m->pool, w, x, y);
 	}
+}
+
+void cw_dsv_lin_rows_noact(const struct cw_dsv_model *m,
+			   const struct cw_dsv_mat *w, int r0, int n,
+			   const float *x, float *y)
+{
+	struct cw_dsv_mat sub;
+
+	cw_dsv_mat_rows(w, r0, n, &sub);
+	cw_dsv_mat_mv_pool(m->be, m->pool, &sub, x, y);
 }
 
 void cw_dsv_lin_rows(const struct cw_dsv_model *m,

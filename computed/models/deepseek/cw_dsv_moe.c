@@ -6,9 +6,9 @@
  * 3.3), from memory or from expertd's pool (store mode: routing reports
  * with look-ahead hints, each expert computed as its slot becomes ready),
  * in reference or fast mode; and the byte counts of the dense weights.
- * What a revision does differently is a switch on cfg.revision: V4's FP8
- * activation round trip (CW_DSV4_QAT_ACT_FP8), V4.1's threads and the
- * quantized SwiGLU output of its fast experts.
+ * What a revision does differently is a switch on cfg.revision: the FP8
+ * activation round trip's flag (CW_DSV4_QAT_ACT_FP8, CW_DSV41_QAT_ACT_FP8),
+ * V4.1's threads and the quantized SwiGLU output of its fast experts.
  */
 #include "cw_dsv_int.h"
 
@@ -38,27 +38,53 @@ void cw_dsv_route(const struct cw_dsv_model *m, int l, const float *b,
 		      c->norm_topk_prob, c->routed_scaling_factor, ids, wts);
 }
 
+/* With the activation trip on (cw_dsv_act_fp8), a routed expert's
+ * SwiGLU output is multiplied by its routing weight w *before* w2's input
+ * trip, as the official Expert.forward does (x = weights * x, then
+ * self.w2(x): inference/model.py, index file id 70831076062), and the
+ * caller adds the output unweighted; in exact math the caller weights
+ * the output (the order of the strict references). */
+static void pre_weight(const struct cw_dsv_model *m, float *g, int n, float w)
+{
+	if (!cw_dsv_act_fp8(m))
+		return;
+	for (int i = 0; i < n; i++)
+		g[i] *= w;
+}
+
+/* The weight the caller multiplies expert k's output by. */
+static float post_weight(const struct cw_dsv_model *m, float w)
+{
+	return cw_dsv_act_fp8(m) ? 1.0f : w;
+}
+
+/* y = E(x) of one expert (w: its routing weight, 1 for the shared
+ * expert; applied before w2 with the activation trip, see pre_weight). */
 static void expert_ffn(const struct cw_dsv_model *m,
 		       const struct cw_dsv_mat *w1,
 		       const struct cw_dsv_mat *w2,
-		       const struct cw_dsv_mat *w3, const float *x, float *y)
+		       const struct cw_dsv_mat *w3, float w, const float *x,
+		       float *y)
 {
 	float g[w1->rows], u[w3->rows];
 
 	cw_dsv_lin(m, w1, x, g);
 	cw_dsv_lin(m, w3, x, u);
 	cw_dsv_swiglu_clip(g, u, w1->rows, m->cfg.swiglu_limit);
+	pre_weight(m, g, w1->rows, w);
 	cw_dsv_lin(m, w2, g, y);
 }
 
 /* One routed expert in fast mode, straight from its slot bytes: out =
  * E(b) (act: b quantized once, int8 per 32, shared by every expert's w1
- * and w3).  V4: the float SwiGLU output (after its ACT_FP8 trip) times
- * w2; V4.1: the SwiGLU output quantized in gbuf, the rows split over the
- * model's threads. */
+ * and w3; w its routing weight, see pre_weight).  With the activation
+ * trip the SwiGLU output is weighted and takes the FP8 trip; then V4: the
+ * float output times w2; V4.1: quantized in gbuf, the rows split over
+ * the model's threads. */
 static void expert_fast(const struct cw_dsv_model *m,
 			const struct st_store_layer *ly, const uint8_t *rec,
-			const struct cw_act *act, void *gbuf, float *out)
+			const struct cw_act *act, float w, void *gbuf,
+			float *out)
 {
 	const struct st_dsv_config *c = &m->cfg;
 	const struct cw_backend_ops *be = m->be;
@@ -73,6 +99,10 @@ static void expert_fast(const struct cw_dsv_model *m,
 		cw_dsv_view_mv(be, m->pool, &w1, act, g);
 		cw_dsv_view_mv(be, m->pool, &w3, act, u);
 		cw_dsv_swiglu_clip(g, u, I, c->swiglu_limit);
+		if (cw_dsv_act_fp8(m)) {
+			pre_weight(m, g, I, w);
+			cw_dsv_fp8_roundtrip(g, I, c->fp8_block[1]);
+		}
 		be->act_prepare(g, I, ST_DTYPE_MXFP4, gbuf, &ga);
 		cw_dsv_view_mv(be, m->pool, &w2, &ga, out);
 		return;
@@ -80,8 +110,10 @@ static void expert_fast(const struct cw_dsv_model *m,
 	be->matvec_act(&w1, act, g, 0, I);
 	be->matvec_act(&w3, act, u, 0, I);
 	cw_dsv_swiglu_clip(g, u, I, c->swiglu_limit);
-	if (cw_dsv_act_fp8(m))
+	if (cw_dsv_act_fp8(m)) {
+		pre_weight(m, g, I, w);
 		cw_dsv_fp8_roundtrip(g, I, c->fp8_block[1]);
+	}
 	be->matvec(&w2, g, out, 0, D);
 }
 
@@ -96,6 +128,7 @@ struct moe_each {
 	const struct cw_dsv_layer *L;
 	const struct st_store_layer *ly;
 	const float *b;
+	const float *wts;           /* [K] routing weights */
 	const struct cw_act *act;   /* fast mode: b quantized */
 	float *y;                   /* shared expert's output */
 	float *out;                 /* [K][D] routed experts' outputs */
@@ -112,10 +145,10 @@ static void moe_each_fn(void *arg, int k, const uint8_t *rec)
 	uint64_t t0 = st_now_ns();
 
 	if (k < 0) {
-		expert_ffn(m, &e->L->sh_w1, &e->L->sh_w2, &e->L->sh_w3, e->b,
-			   e->y);
+		expert_ffn(m, &e->L->sh_w1, &e->L->sh_w2, &e->L->sh_w3, 1.0f,
+			   e->b, e->y);
 	} else if (m->be) {
-		expert_fast(m, e->ly, rec, e->act, e->run->xw2,
+		expert_fast(m, e->ly, rec, e->act, e->wts[k], e->run->xw2,
 			    e->out + (size_t)k * D);
 	} else {
 		struct cw_dsv_mat w1, w2, w3;
@@ -125,7 +158,8 @@ static void moe_each_fn(void *arg, int k, const uint8_t *rec)
 				   &w3);
 		cw_dsv_record_mat(&e->ly->mat[ST_EXPERT_DOWN], rec,
 				   xw + 2 * mw, &w2);
-		expert_ffn(m, &w1, &w2, &w3, e->b, e->out + (size_t)k * D);
+		expert_ffn(m, &w1, &w2, &w3, e->wts[k], e->b,
+			   e->out + (size_t)k * D);
 	}
 	e->fn_ns += st_now_ns() - t0;
 }
@@ -188,7 +222,8 @@ static int moe_pool(const struct cw_dsv_model *m, struct cw_dsv_run *run,
 	const struct st_dsv_config *c = &m->cfg;
 	const int K = c->top_k, D = c->hidden_size;
 	const struct st_store_layer *ly = &m->rec[l];
-	struct moe_each e = { m, run, &m->layers[l], ly, b, NULL, y, NULL, 0 };
+	struct moe_each e = { m, run, &m->layers[l], ly, b, wts, NULL, y, NULL,
+			      0 };
 	struct cw_act act;
 	float bq[D];
 	int eids[K], r;
@@ -238,9 +273,10 @@ static int moe_pool(const struct cw_dsv_model *m, struct cw_dsv_run *run,
 	es_client_release(m->es, l, K, eids);
 	for (int k = 0; k < K; k++) {
 		const float *o = e.out + (size_t)k * D;
+		const float wk = post_weight(m, wts[k]);
 
 		for (int d = 0; d < D; d++)
-			y[d] += wts[k] * o[d];
+			y[d] += wk * o[d];
 	}
 	free(e.out);
 	return 0;
@@ -270,13 +306,15 @@ int cw_dsv_moe(const struct cw_dsv_model *m, struct cw_dsv_run *run, int l,
 		if (r < 0)
 			return r;
 	} else {
-		expert_ffn(m, &L->sh_w1, &L->sh_w2, &L->sh_w3, b, y);
+		expert_ffn(m, &L->sh_w1, &L->sh_w2, &L->sh_w3, 1.0f, b, y);
 	}
 	for (int k = 0; !m->es && k < K; k++) {
+		const float wk = post_weight(m, wts[k]);
+
 		expert_ffn(m, &L->ew1[ids[k]], &L->ew2[ids[k]],
-			   &L->ew3[ids[k]], b, tmp);
+			   &L->ew3[ids[k]], wts[k], b, tmp);
 		for (int d = 0; d < D; d++)
-			y[d] += wts[k] * tmp[d];
+			y[d] += wk * tmp[d];
 	}
 	if (ids_out)
 		memcpy(ids_out, ids, sizeof(ids));

@@ -30,7 +30,9 @@ void cw_dsv_rope_freqs(const struct st_dsv_config *c, int compress,
 
 	for (int i = 0; i < half; i++)
 		inv_freq[i] = 1.0 / pow(base, 2.0 * i / d);
-	if (!compress)
+	/* no YaRN without original_max_position_embeddings (the official
+	 * precompute_freqs_cis: original_seq_len 0) */
+	if (!compress || c->yarn_orig_max_pos <= 0)
 		return;
 	/* YaRN (HF modeling_rope_utils._compute_yarn_parameters, truncate):
 	 * correction dims from original_max_position_embeddings. */

@@ -154,6 +154,10 @@ int cw_dsvserve_open(enum cw_dsv_rev rev, const char *store_dir,
 	    (r = rv->set_threads(v->dm, opts->n_threads)) < 0)
 		st_diag_set(diag, r, "cannot start %d threads",
 			    opts->n_threads);
+	/* --exact-math: no round trip (before the KV declaration: the V4.1
+	 * row formats and the prefix-cache identity follow the flags) */
+	if (!r && opts->exact_math && (r = cw_dsv_set_qat(v->dm, 0)) < 0)
+		st_diag_set(diag, r, "cannot select the exact math");
 	if (!r) {
 		v->cfg = cw_dsv_config(v->dm);
 		cw_seqtab_init(&v->tab, &k_tab_ops[rev], v, v->cfg->vocab_size,
@@ -183,6 +187,11 @@ int cw_dsvserve_open(enum cw_dsv_rev rev, const char *store_dir,
 	}
 	*ret = v;
 	return 0;
+}
+
+const char *cw_dsvserve_math(const struct cw_dsvserve *v)
+{
+	return cw_dsv_math_name(v->dm);
 }
 
 void cw_dsvserve_close(struct cw_dsvserve *v)

@@ -73,6 +73,9 @@ int cw_dsvserve_open(enum cw_dsv_rev rev, const char *store_dir,
 		     struct cw_dsvserve **ret, struct st_diag *diag);
 /* Frees v and its model and states (NULL is fine). */
 void cw_dsvserve_close(struct cw_dsvserve *v);
+/* The math v's model computes: "official" (the default) or "exact"
+ * (opts->exact_math at open), cw_dsv_math_name. */
+const char *cw_dsvserve_math(const struct cw_dsvserve *v);
 
 /* The growing KV bytes per token of the revision's layout (V4: its
  * streams of F32 rows, cw_dsv4_kv_bytes_per_token; V4.1: its storage
