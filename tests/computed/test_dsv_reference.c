@@ -245,11 +245,13 @@ static void run_case(const struct cw_dsv_model *m, const json_t *cs,
 			      name, i, dl, ds);
 		}
 		if (greedy_ok) {
+			int32_t am = dsvt_argmax(row, V);
+
 			(*g_total)++;
-			*g_same += dsvt_argmax(row, V) == ref;
-			CHECK(!ru->greedy_strict || dsvt_argmax(row, V) == ref,
+			*g_same += am == ref;
+			CHECK(!ru->greedy_strict || am == ref,
 			      "%s step %d: greedy token %d, reference %d", name,
-			      i, dsvt_argmax(row, V), ref);
+			      i, am, ref);
 			if (json_number_value(json_object_get(stp, "top1_minus_top2")) <
 			    ru->gap_rule)
 				greedy_ok = 0;
