@@ -13,6 +13,9 @@
  *    and refusals naming the key;
  *  - the loader: a config that does not match the tensors is refused
  *    naming the tensor (needs ../shared).
+ * Not one test with test_dsv4_units.c: that file tests the pieces V4 and
+ * V4.1 share and V4's own, this one only V4.1's own functions; no check
+ * is run on both revisions, so there is nothing to parameterise.
  */
 #include <errno.h>
 #include <jansson.h>

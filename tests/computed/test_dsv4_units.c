@@ -8,6 +8,10 @@
  * config.json refusals, the KV stream declarations, and the optional QAT
  * round trips (FP8 E4M3 and E2M1 with power-of-two block scales,
  * Hadamard).
+ * Not one test with test_dsv41_units.c: that file tests V4.1's own
+ * functions (its KV formats, CSA2, single-pass mHC, Engram, its config
+ * keys), this one the pieces V4 and V4.1 share and V4's own; no check is
+ * run on both revisions, so there is nothing to parameterise.
  */
 #include <errno.h>
 #include <math.h>

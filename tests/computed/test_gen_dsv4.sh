@@ -1,12 +1,12 @@
 #!/bin/sh
 # test_gen_dsv4.sh — scripts/gen-dsv4-model.py --small writes a V4
 # checkpoint in the official layout that strata convert stores, strata
-# verify accepts, and cw_dsv4 loads and runs (test_dsv4_fast DIR: fast mode
+# verify accepts, and cw_dsv loads and runs (test_dsv_fast v4 DIR: fast mode
 # through a real expertd against reference mode, its tolerance); the same
 # seed writes byte-identical files, another seed different ones; --layers /
 # --experts / --fraction give the sizes they say (--dry-run).
 #
-# Usage: test_gen_dsv4.sh TEST_DSV4_FAST STRATA
+# Usage: test_gen_dsv4.sh TEST_DSV_FAST STRATA
 # Skips (77) without numpy or the tokenizer fixture, unless CI=true.
 set -u
 
@@ -64,5 +64,5 @@ echo "$out" | grep -q "43 layers x 64 experts" || fail "--fraction 0.25 --layers
 "$strata" convert --model "$tmp/m" --out "$tmp/store" >/dev/null ||
 	fail "strata convert of the generated model"
 "$strata" verify "$tmp/store" >/dev/null || fail "strata verify"
-"$test_fast" "$tmp/m" || fail "test_dsv4_fast on the generated model"
+"$test_fast" v4 "$tmp/m" || fail "test_dsv_fast v4 on the generated model"
 echo "ok: generated V4 checkpoint converts, verifies and runs"

@@ -49,8 +49,7 @@ struct es_client;
  * matrices on the F32 kernel; the router, the indexer's head weights,
  * mHC, norms, Engram gates, attention, pooling and the QAT round trips
  * stay reference code.  Not bit-identical to reference mode:
- * tests/computed/test_dsv4_fast.c and test_dsv41_fast.c state the
- * tolerance.  Both revisions start in the official math
+ * tests/computed/test_dsv_fast.c states the tolerance per revision.  Both revisions start in the official math
  * (cw_dsv_qat_official: every round trip the official inference code
  * applies; docs/DESIGN.md "DeepSeek-V4 math vs the official code");
  * cw_dsv_set_qat(m, 0) is the exact math of the fixtures' strict
