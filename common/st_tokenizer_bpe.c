@@ -6,11 +6,12 @@
  * lookup; characters missing from the vocabulary become <0xXX> byte tokens
  * with byte_fallback, else the unk token, fused when fuse_unk), then the
  * adjacent pair with the lowest merge rank is merged, leftmost first on a
- * tie, until no pair merges.  The pairs wait in a binary heap keyed by
- * (rank, position) over a doubly linked list of symbols, so a word of n
- * symbols costs O(n log n); entries made stale by an earlier merge are
- * skipped when popped, exactly as HF's Word::merge_all does (which matters:
- * the order of merges decides the result).
+ * tie, until no pair merges.  The pairs wait in a heap keyed by
+ * (rank, position) (st_tokenizer_heap.h) over a doubly linked list of
+ * symbols, so a word of n symbols costs O(n log n); entries made stale by
+ * an earlier merge are skipped when popped, exactly as HF's
+ * Word::merge_all does (which matters: the order of merges decides the
+ * result).
  */
 #include "st_tokenizer_int.h"
 
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "st_tokenizer_heap.h"
 #include "st_util.h"
 
 static char *opt_str(json_t *o, const char *key)
@@ -170,42 +172,26 @@ struct sym {
 	int32_t prev, next;
 };
 
-struct hent {
-	uint32_t rank, pos;
-	int32_t new_id;
-};
-
 struct word {
 	struct sym *s;
 	size_t n, cap;
-	struct hent *h;
-	size_t nh, caph;
 	struct sym *s_local;    /* on the caller's stack: never realloc'd */
-	struct hent *h_local;
+	struct stk_heap h;      /* merge candidates (st_tokenizer_heap.h) */
 };
-
-/* Doubles an array that may still be the caller's stack buffer. */
-static void *grow2(void *p, const void *local, size_t *cap, size_t elem)
-{
-	size_t c = *cap * 2;
-	void *q = p == local ? malloc(c * elem) : realloc(p, c * elem);
-
-	if (!q)
-		return NULL;
-	if (p == local)
-		memcpy(q, p, *cap * elem);
-	*cap = c;
-	return q;
-}
 
 static int word_add(struct word *w, int32_t id)
 {
 	if (w->n == w->cap) {
-		struct sym *s = grow2(w->s, w->s_local, &w->cap, sizeof(*s));
+		size_t c = w->cap * 2;
+		struct sym *s = w->s == w->s_local ? malloc(c * sizeof(*s)) :
+			realloc(w->s, c * sizeof(*s));
 
 		if (!s)
 			return -ENOMEM;
+		if (w->s == w->s_local)
+			memcpy(s, w->s, w->n * sizeof(*s));
 		w->s = s;
+		w->cap = c;
 	}
 	w->s[w->n].id = id;
 	w->s[w->n].prev = (int32_t)w->n - 1;
@@ -216,74 +202,21 @@ static int word_add(struct word *w, int32_t id)
 	return 0;
 }
 
-static int hent_less(const struct hent *a, const struct hent *b)
-{
-	return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
-}
-
-static int heap_push(struct word *w, uint32_t rank, uint32_t pos,
-		     int32_t new_id)
-{
-	size_t i;
-
-	if (w->nh == w->caph) {
-		struct hent *h = grow2(w->h, w->h_local, &w->caph, sizeof(*h));
-
-		if (!h)
-			return -ENOMEM;
-		w->h = h;
-	}
-	i = w->nh++;
-	w->h[i].rank = rank;
-	w->h[i].pos = pos;
-	w->h[i].new_id = new_id;
-	while (i > 0) {
-		size_t p = (i - 1) / 2;
-		struct hent t;
-
-		if (!hent_less(&w->h[i], &w->h[p]))
-			break;
-		t = w->h[i];
-		w->h[i] = w->h[p];
-		w->h[p] = t;
-		i = p;
-	}
-	return 0;
-}
-
-static struct hent heap_pop(struct word *w)
-{
-	struct hent top = w->h[0];
-	size_t i = 0;
-
-	w->h[0] = w->h[--w->nh];
-	for (;;) {
-		size_t l = 2 * i + 1, r = l + 1, m = i;
-		struct hent t;
-
-		if (l < w->nh && hent_less(&w->h[l], &w->h[m]))
-			m = l;
-		if (r < w->nh && hent_less(&w->h[r], &w->h[m]))
-			m = r;
-		if (m == i)
-			break;
-		t = w->h[i];
-		w->h[i] = w->h[m];
-		w->h[m] = t;
-		i = m;
-	}
-	return top;
-}
-
-static int push_pair(const struct stk_bpe *m, struct word *w, int32_t pos)
+/* Queues the pair starting at symbol pos, if it merges (in heap order when
+ * ordered, else appended for stk_heap_make). */
+static int push_pair(const struct stk_bpe *m, struct word *w, int32_t pos,
+		     int ordered)
 {
 	uint32_t rank;
 	int32_t nid, nx = w->s[pos].next;
+	uint64_t key;
 
 	if (nx < 0 ||
 	    !stk_pairmap_get(&m->merges, w->s[pos].id, w->s[nx].id, &rank, &nid))
 		return 0;
-	return heap_push(w, rank, (uint32_t)pos, nid);
+	key = (uint64_t)rank << 32 | (uint32_t)pos;
+	return ordered ? stk_heap_push(&w->h, key, nid) :
+			 stk_heap_append(&w->h, key, nid);
 }
 
 static int merge_all(const struct stk_bpe *m, struct word *w)
@@ -291,28 +224,31 @@ static int merge_all(const struct stk_bpe *m, struct word *w)
 	int r;
 
 	for (size_t i = 0; i + 1 < w->n; i++)
-		if ((r = push_pair(m, w, (int32_t)i)))
+		if ((r = push_pair(m, w, (int32_t)i, 0)))
 			return r;
-	while (w->nh) {
-		struct hent top = heap_pop(w);
-		struct sym *a = &w->s[top.pos];
+	stk_heap_make(&w->h);
+	while (w->h.n) {
+		struct stk_cand top = stk_heap_pop(&w->h);
+		int32_t pos = (int32_t)(uint32_t)top.key;
+		struct sym *a = &w->s[pos];
 		uint32_t rank;
 		int32_t nid, nx = a->next;
 
 		if (a->id < 0 || nx < 0)
 			continue;
-		/* stale entry: the pair at pos changed since it was queued */
+		/* stale entry: the pair at pos changed since it was queued
+		 * (HF compares the new ids, not the ranks: keep that) */
 		if (!stk_pairmap_get(&m->merges, a->id, w->s[nx].id, &rank,
 				     &nid) || nid != top.new_id)
 			continue;
 		a->id = top.new_id;
 		a->next = w->s[nx].next;
 		if (a->next >= 0)
-			w->s[a->next].prev = (int32_t)top.pos;
+			w->s[a->next].prev = pos;
 		w->s[nx].id = -1;
-		if (a->prev >= 0 && (r = push_pair(m, w, a->prev)))
+		if (a->prev >= 0 && (r = push_pair(m, w, a->prev, 1)))
 			return r;
-		if ((r = push_pair(m, w, (int32_t)top.pos)))
+		if ((r = push_pair(m, w, pos, 1)))
 			return r;
 	}
 	return 0;
@@ -361,8 +297,8 @@ int stk_bpe_word(const struct stk_bpe *m, const char *wd, size_t len,
 		 struct stk_ids *out)
 {
 	struct sym s_local[64];
-	struct hent h_local[128];
-	struct word w = { s_local, 0, 64, h_local, 0, 128, s_local, h_local };
+	struct stk_cand h_local[128];
+	struct word w = { s_local, 0, 64, s_local, { 0 } };
 	struct stk_buf tmp = { 0 };
 	int32_t unk = -1;       /* pending (possibly fused) unk */
 	size_t i = 0;
@@ -370,6 +306,7 @@ int stk_bpe_word(const struct stk_bpe *m, const char *wd, size_t len,
 
 	if (!len)
 		return 0;
+	stk_heap_init_local(&w.h, h_local, 128);
 	if (m->ignore_merges) {
 		int32_t id = stk_strmap_get(&m->vocab, wd, len);
 
@@ -424,8 +361,7 @@ int stk_bpe_word(const struct stk_bpe *m, const char *wd, size_t len,
 out:
 	if (w.s != s_local)
 		free(w.s);
-	if (w.h != h_local)
-		free(w.h);
+	stk_heap_free(&w.h);
 	stk_buf_free(&tmp);
 	return r;
 }

@@ -413,13 +413,21 @@ static int copy_out(const struct stk_buf *b, char *out, size_t cap)
 
 int st_detok_push(struct st_detok *d, int32_t id, char *out, size_t cap)
 {
+	/* one token's work fits on the stack (tokens are short; a longer
+	 * one moves its buffers to the heap): no allocation per token */
+	char sa[256], sb[256], sbytes[256], swork[256], sout[256];
 	struct st_detok save;
-	struct dec_scratch s = { 0 };
-	struct stk_buf b = { 0 };
+	struct dec_scratch s;
+	struct stk_buf b;
 	int r;
 
 	if (!d || !d->tok)
 		return -EINVAL;
+	stk_buf_init_local(&s.a, sa, sizeof(sa));
+	stk_buf_init_local(&s.b, sb, sizeof(sb));
+	stk_buf_init_local(&s.bytes, sbytes, sizeof(sbytes));
+	stk_buf_init_local(&s.work, swork, sizeof(swork));
+	stk_buf_init_local(&b, sout, sizeof(sout));
 	save = *d;
 	r = detok_push_buf(d, id, &s, &b);
 	if (!r) {
@@ -434,11 +442,13 @@ int st_detok_push(struct st_detok *d, int32_t id, char *out, size_t cap)
 
 int st_detok_flush(struct st_detok *d, char *out, size_t cap)
 {
-	struct stk_buf b = { 0 };
+	char sout[16];
+	struct stk_buf b;
 	int r = 0;
 
 	if (!d)
 		return -EINVAL;
+	stk_buf_init_local(&b, sout, sizeof(sout));
 	/* a held-back incomplete character is one ill-formed subpart */
 	if (d->n_pending)
 		r = stk_buf_put(&b, fffd, 3);

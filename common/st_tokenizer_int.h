@@ -36,11 +36,20 @@
 
 /* ---- growable byte buffer and id vector ------------------------------- */
 
+/* A zeroed stk_buf is empty and grows on the heap.  One set up with
+ * stk_buf_init_local() starts in the caller's storage and moves to the heap
+ * only when that is outgrown, so short-lived buffers on hot paths (a token
+ * of the streaming detokenizer, a word of the pre-tokenizer) cost no
+ * allocation.  stk_buf_free() frees only what is on the heap. */
 struct stk_buf {
 	char *p;
 	size_t len, cap;
+	char *local;            /* the caller's storage, or NULL */
 };
 
+/* Starts b empty in storage (cap bytes, owned by the caller, which must
+ * outlive b's use; cap 0 is a zeroed buffer). */
+void stk_buf_init_local(struct stk_buf *b, char *storage, size_t cap);
 int stk_buf_put(struct stk_buf *b, const void *src, size_t n);
 int stk_buf_putc(struct stk_buf *b, char c);
 void stk_buf_free(struct stk_buf *b);
