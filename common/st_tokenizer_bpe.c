@@ -202,54 +202,68 @@ static int word_add(struct word *w, int32_t id)
 	return 0;
 }
 
-/* Queues the pair starting at symbol pos, if it merges (in heap order when
- * ordered, else appended for stk_heap_make). */
-static int push_pair(const struct stk_bpe *m, struct word *w, int32_t pos,
-		     int ordered)
+/* The merge candidate of the pair starting at symbol pos: 1 with *key and
+ * *nid set, or 0 when there is no pair there or it does not merge. */
+static int pair_cand(const struct stk_bpe *m, const struct word *w,
+		     int32_t pos, uint64_t *key, int32_t *nid)
 {
 	uint32_t rank;
-	int32_t nid, nx = w->s[pos].next;
-	uint64_t key;
+	int32_t nx = w->s[pos].next;
 
 	if (nx < 0 ||
-	    !stk_pairmap_get(&m->merges, w->s[pos].id, w->s[nx].id, &rank, &nid))
+	    !stk_pairmap_get(&m->merges, w->s[pos].id, w->s[nx].id, &rank, nid))
 		return 0;
-	key = (uint64_t)rank << 32 | (uint32_t)pos;
-	return ordered ? stk_heap_push(&w->h, key, nid) :
-			 stk_heap_append(&w->h, key, nid);
+	*key = (uint64_t)rank << 32 | (uint32_t)pos;
+	return 1;
 }
 
 static int merge_all(const struct stk_bpe *m, struct word *w)
 {
+	uint64_t key;
+	int32_t nid;
 	int r;
 
 	for (size_t i = 0; i + 1 < w->n; i++)
-		if ((r = push_pair(m, w, (int32_t)i, 0)))
+		if (pair_cand(m, w, (int32_t)i, &key, &nid) &&
+		    (r = stk_heap_append(&w->h, key, nid)))
 			return r;
 	stk_heap_make(&w->h);
 	while (w->h.n) {
-		struct stk_cand top = stk_heap_pop(&w->h);
+		struct stk_cand top = w->h.p[0];
 		int32_t pos = (int32_t)(uint32_t)top.key;
 		struct sym *a = &w->s[pos];
 		uint32_t rank;
-		int32_t nid, nx = a->next;
+		int32_t nx = a->next;
+		int queued = 0;
 
-		if (a->id < 0 || nx < 0)
-			continue;
 		/* stale entry: the pair at pos changed since it was queued
 		 * (HF compares the new ids, not the ranks: keep that) */
-		if (!stk_pairmap_get(&m->merges, a->id, w->s[nx].id, &rank,
-				     &nid) || nid != top.new_id)
+		if (a->id < 0 || nx < 0 ||
+		    !stk_pairmap_get(&m->merges, a->id, w->s[nx].id, &rank,
+				     &nid) || nid != top.new_id) {
+			stk_heap_pop(&w->h);
 			continue;
+		}
 		a->id = top.new_id;
 		a->next = w->s[nx].next;
 		if (a->next >= 0)
 			w->s[a->next].prev = pos;
 		w->s[nx].id = -1;
-		if (a->prev >= 0 && (r = push_pair(m, w, a->prev, 1)))
-			return r;
-		if ((r = push_pair(m, w, pos, 1)))
-			return r;
+		/* the new pairs with both neighbours: the first takes the
+		 * popped entry's place */
+		if (a->prev >= 0 && pair_cand(m, w, a->prev, &key, &nid)) {
+			stk_heap_replace_top(&w->h, key, nid);
+			queued = 1;
+		}
+		if (pair_cand(m, w, pos, &key, &nid)) {
+			if (!queued)
+				stk_heap_replace_top(&w->h, key, nid);
+			else if ((r = stk_heap_push(&w->h, key, nid)))
+				return r;
+			queued = 1;
+		}
+		if (!queued)
+			stk_heap_pop(&w->h);
 	}
 	return 0;
 }

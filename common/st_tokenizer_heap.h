@@ -154,4 +154,14 @@ static inline struct stk_cand stk_heap_pop(struct stk_heap *h)
 	return top;
 }
 
+/* Replaces the entry with the smallest key by (key, new_id): a pop and a
+ * push in one sift (the merge loop's step); h must not be empty. */
+static inline void stk_heap_replace_top(struct stk_heap *h, uint64_t key,
+					int32_t new_id)
+{
+	h->p[0].key = key;
+	h->p[0].new_id = new_id;
+	stk_heap_sift_down(h, 0);
+}
+
 #endif
