@@ -201,6 +201,63 @@ static double now_s(void)
 	return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* FNV-1a over the ids: a short fingerprint to compare builds with. */
+static uint32_t ids_hash(const int32_t *ids, size_t n)
+{
+	uint32_t h = 2166136261u;
+
+	for (size_t i = 0; i < n; i++)
+		for (int k = 0; k < 4; k++) {
+			h ^= (uint8_t)((uint32_t)ids[i] >> (8 * k));
+			h *= 16777619u;
+		}
+	return h;
+}
+
+/* FNV-1a over n bytes. */
+static uint32_t ids_hash_bytes(const char *p, size_t n)
+{
+	uint32_t h = 2166136261u;
+
+	for (size_t i = 0; i < n; i++) {
+		h ^= (uint8_t)p[i];
+		h *= 16777619u;
+	}
+	return h;
+}
+
+/* Prints the decoded text of ids (skip_special as given) as its length
+ * and FNV-1a hash, whole (st_tokenizer_decode) and streamed (st_detok). */
+static void dump_decode(const struct st_tokenizer *tok, const int32_t *ids,
+			size_t n, int skip_special)
+{
+	char *text = NULL, piece[256];
+	struct st_detok d;
+	uint32_t h = 2166136261u;
+	size_t len = 0;
+	int r = st_tokenizer_decode(tok, ids, n, skip_special, &text);
+
+	printf("decode: %d %zu %08x\n", r, r ? 0 : strlen(text),
+	       r ? 0 : ids_hash_bytes(text, strlen(text)));
+	free(text);
+	st_detok_init(&d, tok, skip_special);
+	for (size_t i = 0; i <= n; i++) {
+		int m = i < n ? st_detok_push(&d, ids[i], piece, sizeof(piece)) :
+				st_detok_flush(&d, piece, sizeof(piece));
+
+		if (m < 0) {
+			printf("stream: id %zu: %d\n", i, m);
+			return;
+		}
+		for (int k = 0; k < m; k++) {
+			h ^= (uint8_t)piece[k];
+			h *= 16777619u;
+		}
+		len += (size_t)m;
+	}
+	printf("stream: %zu %08x\n", len, h);
+}
+
 static int dump(const char *dir, const struct st_tokenizer *tok,
 		const struct text *t)
 {
@@ -215,22 +272,12 @@ static int dump(const char *dir, const struct st_tokenizer *tok,
 		for (size_t i = 0; !r && i < n; i++)
 			printf("%d%c", ids[i], i % 32 == 31 || i + 1 == n ?
 			       '\n' : ' ');
+		/* and the decoder, whole and streamed, on those ids */
+		if (!r)
+			dump_decode(tok, ids, n, mode);
 		free(ids);
 	}
 	return 0;
-}
-
-/* FNV-1a over the ids: a short fingerprint to compare builds with. */
-static uint32_t ids_hash(const int32_t *ids, size_t n)
-{
-	uint32_t h = 2166136261u;
-
-	for (size_t i = 0; i < n; i++)
-		for (int k = 0; k < 4; k++) {
-			h ^= (uint8_t)((uint32_t)ids[i] >> (8 * k));
-			h *= 16777619u;
-		}
-	return h;
 }
 
 static int bench(const char *dir, const struct st_tokenizer *tok,

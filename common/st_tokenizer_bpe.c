@@ -153,6 +153,12 @@ int stk_bpe_load(struct stk_bpe *m, json_t *model, struct st_diag *diag)
 		snprintf(name, sizeof(name), "<0x%02X>", b);
 		m->byte_ids[b] = stk_strmap_get(&m->vocab, name, 6);
 	}
+	for (uint32_t cp = 0; cp < STK_CHAR_IDS; cp++) {
+		char c[4];
+
+		m->char_ids[cp] = stk_strmap_get(&m->vocab, c,
+						 stk_utf8_put(cp, c));
+	}
 	return 0;
 }
 
@@ -268,14 +274,20 @@ static int merge_all(const struct stk_bpe *m, struct word *w)
 	return 0;
 }
 
-/* Looks up one character (with the word's prefix/suffix rules). */
+/* Looks up one character, code point cp encoded as c[0..l) (with the
+ * word's prefix/suffix rules). */
 static int32_t char_id(const struct stk_bpe *m, const char *c, size_t l,
-		       int first, int last, struct stk_buf *tmp)
+		       uint32_t cp, int first, int last, struct stk_buf *tmp)
 {
 	int r;
 
-	if ((first || !m->cont_prefix) && (!last || !m->eow_suffix))
+	if ((first || !m->cont_prefix) && (!last || !m->eow_suffix)) {
+		/* l checks that c is cp's own encoding (not a replaced
+		 * invalid byte) */
+		if (cp < STK_CHAR_IDS && l == (cp < 0x80 ? 1u : 2u))
+			return m->char_ids[cp];
 		return stk_strmap_get(&m->vocab, c, l);
+	}
 	tmp->len = 0;
 	if ((!first && m->cont_prefix &&
 	     (r = stk_buf_put(tmp, m->cont_prefix, strlen(m->cont_prefix)))) ||
@@ -331,7 +343,7 @@ int stk_bpe_word(const struct stk_bpe *m, const char *wd, size_t len,
 		uint32_t cp;
 		size_t l = stk_utf8_get(wd + i, len - i, &cp);
 		int first = i == 0, last = i + l >= len;
-		int32_t id = char_id(m, wd + i, l, first, last, &tmp);
+		int32_t id = char_id(m, wd + i, l, cp, first, last, &tmp);
 
 		i += l;
 		if (id < -1) {

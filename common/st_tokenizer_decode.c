@@ -353,8 +353,8 @@ static int detok_push_buf(struct st_detok *d, int32_t id,
 	const struct st_tokenizer *t = d->tok;
 	const struct stk_decoder *dc = &t->dec;
 	struct stk_buf *bytes = &s->bytes, *work = &s->work;
-	const char *tok;
-	size_t len, i = 0, cl = strlen(dc->strip_content);
+	const char *tok, *src;
+	size_t len, n, i = 0, cl = strlen(dc->strip_content);
 	int strip_left = d->strip_left, r;
 
 	tok = stk_id_str(t, id, &len);
@@ -370,23 +370,29 @@ static int detok_push_buf(struct st_detok *d, int32_t id,
 	}
 	if (i < bytes->len)
 		strip_left = 0;
-	work->len = 0;
-	if ((r = stk_buf_put(work, d->pending, (size_t)d->n_pending)) ||
-	    (r = stk_buf_put(work, bytes->p + i, bytes->len - i)))
-		return r;
-	for (i = 0; i < work->len;) {
+	/* the held-back bytes go first (most tokens have none: no copy) */
+	src = bytes->p + i;
+	n = bytes->len - i;
+	if (d->n_pending) {
+		work->len = 0;
+		if ((r = stk_buf_put(work, d->pending, (size_t)d->n_pending)) ||
+		    (r = stk_buf_put(work, src, n)))
+			return r;
+		src = work->p;
+		n = work->len;
+	}
+	for (i = 0; i < n;) {
 		size_t end = i;
 		int l = 0;
 
 		/* a run of well-formed characters goes out in one copy */
-		while (end < work->len &&
-		       (l = stk_utf8_step((const uint8_t *)work->p + end,
-					  work->len - end)) > 0)
+		while (end < n && (l = stk_utf8_step((const uint8_t *)src + end,
+						     n - end)) > 0)
 			end += (size_t)l;
-		if (end > i && (r = stk_buf_put(out, work->p + i, end - i)))
+		if (end > i && (r = stk_buf_put(out, src + i, end - i)))
 			return r;
 		i = end;
-		if (i == work->len || l == 0)
+		if (i == n || l == 0)
 			break;          /* all out, or incomplete: held back */
 		/* ill-formed: -l bytes become one U+FFFD */
 		if ((r = stk_buf_put(out, fffd, 3)))
@@ -394,8 +400,8 @@ static int detok_push_buf(struct st_detok *d, int32_t id,
 		i += (size_t)-l;
 	}
 	/* commit: at most 3 bytes of an incomplete character remain */
-	d->n_pending = (int)(work->len - i);
-	memcpy(d->pending, work->p + i, work->len - i);
+	d->n_pending = (int)(n - i);
+	memcpy(d->pending, src + i, n - i);
 	d->strip_left = strip_left;
 	d->n_emitted_tokens++;
 	return 0;

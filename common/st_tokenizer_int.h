@@ -211,6 +211,8 @@ int stk_text_pretokenize(const struct stk_text *tx, const char *s, size_t len,
 
 /* ---- BPE model (st_tokenizer_bpe.c) ------------------------------------ */
 
+#define STK_CHAR_IDS 0x800      /* code points with a char_ids entry */
+
 struct stk_bpe {
 	struct stk_strmap vocab;
 	struct stk_pairmap merges;
@@ -219,6 +221,10 @@ struct stk_bpe {
 	char *cont_prefix;      /* continuing_subword_prefix or NULL */
 	char *eow_suffix;       /* end_of_word_suffix or NULL */
 	int32_t byte_ids[256];  /* ids of <0xXX> tokens, -1 if absent */
+	/* id of each one-character token below U+0800 (ASCII, GPT-2's byte
+	 * characters, most alphabets), -1 if absent: a word's characters are
+	 * looked up here instead of hashed (the vocabulary says the same) */
+	int32_t char_ids[STK_CHAR_IDS];
 	int32_t max_id;         /* largest id in the vocabulary */
 };
 
