@@ -6,11 +6,12 @@
  * lookup; characters missing from the vocabulary become <0xXX> byte tokens
  * with byte_fallback, else the unk token, fused when fuse_unk), then the
  * adjacent pair with the lowest merge rank is merged, leftmost first on a
- * tie, until no pair merges.  The pairs wait in a binary heap keyed by
- * (rank, position) over a doubly linked list of symbols, so a word of n
- * symbols costs O(n log n); entries made stale by an earlier merge are
- * skipped when popped, exactly as HF's Word::merge_all does (which matters:
- * the order of merges decides the result).
+ * tie, until no pair merges.  The pairs wait in a heap keyed by
+ * (rank, position) (st_tokenizer_heap.h) over a doubly linked list of
+ * symbols, so a word of n symbols costs O(n log n); entries made stale by
+ * an earlier merge are skipped when popped, exactly as HF's
+ * Word::merge_all does (which matters: the order of merges decides the
+ * result).
  */
 #include "st_tokenizer_int.h"
 
@@ -19,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "st_tokenizer_heap.h"
 #include "st_util.h"
 
 static char *opt_str(json_t *o, const char *key)
@@ -151,6 +153,12 @@ int stk_bpe_load(struct stk_bpe *m, json_t *model, struct st_diag *diag)
 		snprintf(name, sizeof(name), "<0x%02X>", b);
 		m->byte_ids[b] = stk_strmap_get(&m->vocab, name, 6);
 	}
+	for (uint32_t cp = 0; cp < STK_CHAR_IDS; cp++) {
+		char c[4];
+
+		m->char_ids[cp] = stk_strmap_get(&m->vocab, c,
+						 stk_utf8_put(cp, c));
+	}
 	return 0;
 }
 
@@ -170,42 +178,26 @@ struct sym {
 	int32_t prev, next;
 };
 
-struct hent {
-	uint32_t rank, pos;
-	int32_t new_id;
-};
-
 struct word {
 	struct sym *s;
 	size_t n, cap;
-	struct hent *h;
-	size_t nh, caph;
 	struct sym *s_local;    /* on the caller's stack: never realloc'd */
-	struct hent *h_local;
+	struct stk_heap h;      /* merge candidates (st_tokenizer_heap.h) */
 };
-
-/* Doubles an array that may still be the caller's stack buffer. */
-static void *grow2(void *p, const void *local, size_t *cap, size_t elem)
-{
-	size_t c = *cap * 2;
-	void *q = p == local ? malloc(c * elem) : realloc(p, c * elem);
-
-	if (!q)
-		return NULL;
-	if (p == local)
-		memcpy(q, p, *cap * elem);
-	*cap = c;
-	return q;
-}
 
 static int word_add(struct word *w, int32_t id)
 {
 	if (w->n == w->cap) {
-		struct sym *s = grow2(w->s, w->s_local, &w->cap, sizeof(*s));
+		size_t c = w->cap * 2;
+		struct sym *s = w->s == w->s_local ? malloc(c * sizeof(*s)) :
+			realloc(w->s, c * sizeof(*s));
 
 		if (!s)
 			return -ENOMEM;
+		if (w->s == w->s_local)
+			memcpy(s, w->s, w->n * sizeof(*s));
 		w->s = s;
+		w->cap = c;
 	}
 	w->s[w->n].id = id;
 	w->s[w->n].prev = (int32_t)w->n - 1;
@@ -216,116 +208,86 @@ static int word_add(struct word *w, int32_t id)
 	return 0;
 }
 
-static int hent_less(const struct hent *a, const struct hent *b)
-{
-	return a->rank < b->rank || (a->rank == b->rank && a->pos < b->pos);
-}
-
-static int heap_push(struct word *w, uint32_t rank, uint32_t pos,
-		     int32_t new_id)
-{
-	size_t i;
-
-	if (w->nh == w->caph) {
-		struct hent *h = grow2(w->h, w->h_local, &w->caph, sizeof(*h));
-
-		if (!h)
-			return -ENOMEM;
-		w->h = h;
-	}
-	i = w->nh++;
-	w->h[i].rank = rank;
-	w->h[i].pos = pos;
-	w->h[i].new_id = new_id;
-	while (i > 0) {
-		size_t p = (i - 1) / 2;
-		struct hent t;
-
-		if (!hent_less(&w->h[i], &w->h[p]))
-			break;
-		t = w->h[i];
-		w->h[i] = w->h[p];
-		w->h[p] = t;
-		i = p;
-	}
-	return 0;
-}
-
-static struct hent heap_pop(struct word *w)
-{
-	struct hent top = w->h[0];
-	size_t i = 0;
-
-	w->h[0] = w->h[--w->nh];
-	for (;;) {
-		size_t l = 2 * i + 1, r = l + 1, m = i;
-		struct hent t;
-
-		if (l < w->nh && hent_less(&w->h[l], &w->h[m]))
-			m = l;
-		if (r < w->nh && hent_less(&w->h[r], &w->h[m]))
-			m = r;
-		if (m == i)
-			break;
-		t = w->h[i];
-		w->h[i] = w->h[m];
-		w->h[m] = t;
-		i = m;
-	}
-	return top;
-}
-
-static int push_pair(const struct stk_bpe *m, struct word *w, int32_t pos)
+/* The merge candidate of the pair starting at symbol pos: 1 with *key and
+ * *nid set, or 0 when there is no pair there or it does not merge. */
+static int pair_cand(const struct stk_bpe *m, const struct word *w,
+		     int32_t pos, uint64_t *key, int32_t *nid)
 {
 	uint32_t rank;
-	int32_t nid, nx = w->s[pos].next;
+	int32_t nx = w->s[pos].next;
 
 	if (nx < 0 ||
-	    !stk_pairmap_get(&m->merges, w->s[pos].id, w->s[nx].id, &rank, &nid))
+	    !stk_pairmap_get(&m->merges, w->s[pos].id, w->s[nx].id, &rank, nid))
 		return 0;
-	return heap_push(w, rank, (uint32_t)pos, nid);
+	*key = (uint64_t)rank << 32 | (uint32_t)pos;
+	return 1;
 }
 
 static int merge_all(const struct stk_bpe *m, struct word *w)
 {
+	uint64_t key;
+	int32_t nid;
 	int r;
 
 	for (size_t i = 0; i + 1 < w->n; i++)
-		if ((r = push_pair(m, w, (int32_t)i)))
+		if (pair_cand(m, w, (int32_t)i, &key, &nid) &&
+		    (r = stk_heap_append(&w->h, key, nid)))
 			return r;
-	while (w->nh) {
-		struct hent top = heap_pop(w);
-		struct sym *a = &w->s[top.pos];
+	stk_heap_make(&w->h);
+	while (w->h.n) {
+		struct stk_cand top = w->h.p[0];
+		int32_t pos = (int32_t)(uint32_t)top.key;
+		struct sym *a = &w->s[pos];
 		uint32_t rank;
-		int32_t nid, nx = a->next;
+		int32_t nx = a->next;
+		int queued = 0;
 
-		if (a->id < 0 || nx < 0)
+		/* stale entry: the pair at pos changed since it was queued
+		 * (HF compares the new ids, not the ranks: keep that) */
+		if (a->id < 0 || nx < 0 ||
+		    !stk_pairmap_get(&m->merges, a->id, w->s[nx].id, &rank,
+				     &nid) || nid != top.new_id) {
+			stk_heap_pop(&w->h);
 			continue;
-		/* stale entry: the pair at pos changed since it was queued */
-		if (!stk_pairmap_get(&m->merges, a->id, w->s[nx].id, &rank,
-				     &nid) || nid != top.new_id)
-			continue;
+		}
 		a->id = top.new_id;
 		a->next = w->s[nx].next;
 		if (a->next >= 0)
-			w->s[a->next].prev = (int32_t)top.pos;
+			w->s[a->next].prev = pos;
 		w->s[nx].id = -1;
-		if (a->prev >= 0 && (r = push_pair(m, w, a->prev)))
-			return r;
-		if ((r = push_pair(m, w, (int32_t)top.pos)))
-			return r;
+		/* the new pairs with both neighbours: the first takes the
+		 * popped entry's place */
+		if (a->prev >= 0 && pair_cand(m, w, a->prev, &key, &nid)) {
+			stk_heap_replace_top(&w->h, key, nid);
+			queued = 1;
+		}
+		if (pair_cand(m, w, pos, &key, &nid)) {
+			if (!queued)
+				stk_heap_replace_top(&w->h, key, nid);
+			else if ((r = stk_heap_push(&w->h, key, nid)))
+				return r;
+			queued = 1;
+		}
+		if (!queued)
+			stk_heap_pop(&w->h);
 	}
 	return 0;
 }
 
-/* Looks up one character (with the word's prefix/suffix rules). */
+/* Looks up one character, code point cp encoded as c[0..l) (with the
+ * word's prefix/suffix rules). */
 static int32_t char_id(const struct stk_bpe *m, const char *c, size_t l,
-		       int first, int last, struct stk_buf *tmp)
+		       uint32_t cp, int first, int last, struct stk_buf *tmp)
 {
 	int r;
 
-	if ((first || !m->cont_prefix) && (!last || !m->eow_suffix))
+	if ((first || !m->cont_prefix) && (!last || !m->eow_suffix)) {
+		/* l checks that c is cp's own encoding (not a replaced
+		 * invalid byte) */
+		if (cp < STK_CHAR_IDS && l == (cp < 0x80 ? 1u : 2u))
+			return m->char_ids[cp];
 		return stk_strmap_get(&m->vocab, c, l);
+	}
 	tmp->len = 0;
 	if ((!first && m->cont_prefix &&
 	     (r = stk_buf_put(tmp, m->cont_prefix, strlen(m->cont_prefix)))) ||
@@ -361,8 +323,8 @@ int stk_bpe_word(const struct stk_bpe *m, const char *wd, size_t len,
 		 struct stk_ids *out)
 {
 	struct sym s_local[64];
-	struct hent h_local[128];
-	struct word w = { s_local, 0, 64, h_local, 0, 128, s_local, h_local };
+	struct stk_cand h_local[128];
+	struct word w = { s_local, 0, 64, s_local, { 0 } };
 	struct stk_buf tmp = { 0 };
 	int32_t unk = -1;       /* pending (possibly fused) unk */
 	size_t i = 0;
@@ -370,6 +332,7 @@ int stk_bpe_word(const struct stk_bpe *m, const char *wd, size_t len,
 
 	if (!len)
 		return 0;
+	stk_heap_init_local(&w.h, h_local, 128);
 	if (m->ignore_merges) {
 		int32_t id = stk_strmap_get(&m->vocab, wd, len);
 
@@ -380,7 +343,7 @@ int stk_bpe_word(const struct stk_bpe *m, const char *wd, size_t len,
 		uint32_t cp;
 		size_t l = stk_utf8_get(wd + i, len - i, &cp);
 		int first = i == 0, last = i + l >= len;
-		int32_t id = char_id(m, wd + i, l, first, last, &tmp);
+		int32_t id = char_id(m, wd + i, l, cp, first, last, &tmp);
 
 		i += l;
 		if (id < -1) {
@@ -424,8 +387,7 @@ int stk_bpe_word(const struct stk_bpe *m, const char *wd, size_t len,
 out:
 	if (w.s != s_local)
 		free(w.s);
-	if (w.h != h_local)
-		free(w.h);
+	stk_heap_free(&w.h);
 	stk_buf_free(&tmp);
 	return r;
 }

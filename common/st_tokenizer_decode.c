@@ -353,8 +353,8 @@ static int detok_push_buf(struct st_detok *d, int32_t id,
 	const struct st_tokenizer *t = d->tok;
 	const struct stk_decoder *dc = &t->dec;
 	struct stk_buf *bytes = &s->bytes, *work = &s->work;
-	const char *tok;
-	size_t len, i = 0, cl = strlen(dc->strip_content);
+	const char *tok, *src;
+	size_t len, n, i = 0, cl = strlen(dc->strip_content);
 	int strip_left = d->strip_left, r;
 
 	tok = stk_id_str(t, id, &len);
@@ -370,23 +370,29 @@ static int detok_push_buf(struct st_detok *d, int32_t id,
 	}
 	if (i < bytes->len)
 		strip_left = 0;
-	work->len = 0;
-	if ((r = stk_buf_put(work, d->pending, (size_t)d->n_pending)) ||
-	    (r = stk_buf_put(work, bytes->p + i, bytes->len - i)))
-		return r;
-	for (i = 0; i < work->len;) {
+	/* the held-back bytes go first (most tokens have none: no copy) */
+	src = bytes->p + i;
+	n = bytes->len - i;
+	if (d->n_pending) {
+		work->len = 0;
+		if ((r = stk_buf_put(work, d->pending, (size_t)d->n_pending)) ||
+		    (r = stk_buf_put(work, src, n)))
+			return r;
+		src = work->p;
+		n = work->len;
+	}
+	for (i = 0; i < n;) {
 		size_t end = i;
 		int l = 0;
 
 		/* a run of well-formed characters goes out in one copy */
-		while (end < work->len &&
-		       (l = stk_utf8_step((const uint8_t *)work->p + end,
-					  work->len - end)) > 0)
+		while (end < n && (l = stk_utf8_step((const uint8_t *)src + end,
+						     n - end)) > 0)
 			end += (size_t)l;
-		if (end > i && (r = stk_buf_put(out, work->p + i, end - i)))
+		if (end > i && (r = stk_buf_put(out, src + i, end - i)))
 			return r;
 		i = end;
-		if (i == work->len || l == 0)
+		if (i == n || l == 0)
 			break;          /* all out, or incomplete: held back */
 		/* ill-formed: -l bytes become one U+FFFD */
 		if ((r = stk_buf_put(out, fffd, 3)))
@@ -394,8 +400,8 @@ static int detok_push_buf(struct st_detok *d, int32_t id,
 		i += (size_t)-l;
 	}
 	/* commit: at most 3 bytes of an incomplete character remain */
-	d->n_pending = (int)(work->len - i);
-	memcpy(d->pending, work->p + i, work->len - i);
+	d->n_pending = (int)(n - i);
+	memcpy(d->pending, src + i, n - i);
 	d->strip_left = strip_left;
 	d->n_emitted_tokens++;
 	return 0;
@@ -413,13 +419,21 @@ static int copy_out(const struct stk_buf *b, char *out, size_t cap)
 
 int st_detok_push(struct st_detok *d, int32_t id, char *out, size_t cap)
 {
+	/* one token's work fits on the stack (tokens are short; a longer
+	 * one moves its buffers to the heap): no allocation per token */
+	char sa[256], sb[256], sbytes[256], swork[256], sout[256];
 	struct st_detok save;
-	struct dec_scratch s = { 0 };
-	struct stk_buf b = { 0 };
+	struct dec_scratch s;
+	struct stk_buf b;
 	int r;
 
 	if (!d || !d->tok)
 		return -EINVAL;
+	stk_buf_init_local(&s.a, sa, sizeof(sa));
+	stk_buf_init_local(&s.b, sb, sizeof(sb));
+	stk_buf_init_local(&s.bytes, sbytes, sizeof(sbytes));
+	stk_buf_init_local(&s.work, swork, sizeof(swork));
+	stk_buf_init_local(&b, sout, sizeof(sout));
 	save = *d;
 	r = detok_push_buf(d, id, &s, &b);
 	if (!r) {
@@ -434,11 +448,13 @@ int st_detok_push(struct st_detok *d, int32_t id, char *out, size_t cap)
 
 int st_detok_flush(struct st_detok *d, char *out, size_t cap)
 {
-	struct stk_buf b = { 0 };
+	char sout[16];
+	struct stk_buf b;
 	int r = 0;
 
 	if (!d)
 		return -EINVAL;
+	stk_buf_init_local(&b, sout, sizeof(sout));
 	/* a held-back incomplete character is one ill-formed subpart */
 	if (d->n_pending)
 		r = stk_buf_put(&b, fffd, 3);

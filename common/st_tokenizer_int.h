@@ -14,7 +14,8 @@
  *
  * Every component is loaded once and immutable afterwards, so one tokenizer
  * can be used from several threads at once.  There is no word cache: the
- * heap-based merge is fast enough (1 MB of text in well under a second).
+ * heap-based merge is fast enough (1 MiB of prose in 0.07-0.36 s of CPU,
+ * docs/BENCHMARKS.md "Tokenizer encode").
  */
 #ifndef ST_TOKENIZER_INT_H
 #define ST_TOKENIZER_INT_H
@@ -36,11 +37,20 @@
 
 /* ---- growable byte buffer and id vector ------------------------------- */
 
+/* A zeroed stk_buf is empty and grows on the heap.  One set up with
+ * stk_buf_init_local() starts in the caller's storage and moves to the heap
+ * only when that is outgrown, so short-lived buffers on hot paths (a token
+ * of the streaming detokenizer, a word of the pre-tokenizer) cost no
+ * allocation.  stk_buf_free() frees only what is on the heap. */
 struct stk_buf {
 	char *p;
 	size_t len, cap;
+	char *local;            /* the caller's storage, or NULL */
 };
 
+/* Starts b empty in storage (cap bytes, owned by the caller, which must
+ * outlive b's use; cap 0 is a zeroed buffer). */
+void stk_buf_init_local(struct stk_buf *b, char *storage, size_t cap);
 int stk_buf_put(struct stk_buf *b, const void *src, size_t n);
 int stk_buf_putc(struct stk_buf *b, char c);
 void stk_buf_free(struct stk_buf *b);
@@ -202,6 +212,8 @@ int stk_text_pretokenize(const struct stk_text *tx, const char *s, size_t len,
 
 /* ---- BPE model (st_tokenizer_bpe.c) ------------------------------------ */
 
+#define STK_CHAR_IDS 0x800      /* code points with a char_ids entry */
+
 struct stk_bpe {
 	struct stk_strmap vocab;
 	struct stk_pairmap merges;
@@ -210,6 +222,10 @@ struct stk_bpe {
 	char *cont_prefix;      /* continuing_subword_prefix or NULL */
 	char *eow_suffix;       /* end_of_word_suffix or NULL */
 	int32_t byte_ids[256];  /* ids of <0xXX> tokens, -1 if absent */
+	/* id of each one-character token below U+0800 (ASCII, GPT-2's byte
+	 * characters, most alphabets), -1 if absent: a word's characters are
+	 * looked up here instead of hashed (the vocabulary says the same) */
+	int32_t char_ids[STK_CHAR_IDS];
 	int32_t max_id;         /* largest id in the vocabulary */
 };
 

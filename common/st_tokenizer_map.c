@@ -36,12 +36,32 @@ static int grow(void **p, size_t *cap, size_t need, size_t elem)
 	return 0;
 }
 
+void stk_buf_init_local(struct stk_buf *b, char *storage, size_t cap)
+{
+	b->p = b->local = storage;
+	b->len = 0;
+	b->cap = cap;
+	if (cap)
+		storage[0] = '\0';
+}
+
 int stk_buf_put(struct stk_buf *b, const void *src, size_t n)
 {
-	/* one spare byte so the text can always be NUL-terminated */
-	int r = grow((void **)&b->p, &b->cap, b->len + n + 1, 1);
+	int r;
 
-	if (r)
+	/* still in the caller's storage and about to outgrow it: move to
+	 * the heap (grow() must never realloc the caller's storage) */
+	if (b->local && b->p == b->local && b->len + n + 1 > b->cap) {
+		char *q = malloc(b->cap);
+
+		if (!q)
+			return -ENOMEM;
+		if (b->len)
+			memcpy(q, b->p, b->len);
+		b->p = q;
+	}
+	/* one spare byte so the text can always be NUL-terminated */
+	if ((r = grow((void **)&b->p, &b->cap, b->len + n + 1, 1)))
 		return r;
 	if (n)
 		memcpy(b->p + b->len, src, n);
@@ -57,7 +77,8 @@ int stk_buf_putc(struct stk_buf *b, char c)
 
 void stk_buf_free(struct stk_buf *b)
 {
-	free(b->p);
+	if (b->p != b->local)
+		free(b->p);
 	memset(b, 0, sizeof(*b));
 }
 

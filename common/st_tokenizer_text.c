@@ -674,69 +674,82 @@ int stk_text_normalize(const struct stk_text *tx, const char *s, size_t len,
 
 /* ---- pre-tokenizers ---------------------------------------------------- */
 
+/*
+ * Work space of one stk_text_pretokenize() call, reused from piece to
+ * piece (a pre-tokenizer step runs once per piece, and pieces are words:
+ * allocating per piece cost more than the splitting).
+ */
+struct pre_scratch {
+	pcre2_match_data *md;
+	struct cuts c;
+	struct stk_pieces parts;        /* ByteLevel: the GPT-2 split */
+	struct stk_buf buf;             /* ByteLevel prefix, Metaspace text */
+};
+
 /* ByteLevel on one piece: prefix space, GPT-2 split, bytes -> code points */
 static int pre_bytelevel(const struct stk_text *tx, const struct stk_pre *p,
-			 const char *s, size_t len, pcre2_match_data *md,
-			 struct cuts *c, struct stk_pieces *out)
+			 const char *s, size_t len, struct pre_scratch *w,
+			 struct stk_pieces *out)
 {
-	struct stk_pieces parts = { 0 };
-	struct stk_buf pre = { 0 };
+	struct stk_pieces *parts = &w->parts;
+	struct stk_buf *pre = &w->buf;
 	int r = 0;
 
+	parts->text.len = 0;
+	parts->n = 0;
 	if (p->add_prefix_space && (len == 0 || s[0] != ' ')) {
-		if ((r = stk_buf_putc(&pre, ' ')) ||
-		    (r = stk_buf_put(&pre, s, len)))
-			goto out;
-		s = pre.p;
-		len = pre.len;
+		pre->len = 0;
+		if ((r = stk_buf_putc(pre, ' ')) ||
+		    (r = stk_buf_put(pre, s, len)))
+			return r;
+		s = pre->p;
+		len = pre->len;
 	}
 	if (p->use_regex)
 		r = split_piece(tx->gpt2_re, NULL, STK_SPLIT_ISOLATED, 0, s,
-				len, md, c, &parts);
+				len, w->md, &w->c, parts);
 	else if (len)
-		r = stk_pieces_add_text(&parts, s, len);
-	for (size_t i = 0; !r && i < parts.n; i++) {
-		const uint8_t *u = (const uint8_t *)parts.text.p + parts.p[i].off;
+		r = stk_pieces_add_text(parts, s, len);
+	for (size_t i = 0; !r && i < parts->n; i++) {
+		const uint8_t *u = (const uint8_t *)parts->text.p +
+				   parts->p[i].off;
 		size_t off = out->text.len;
 
-		for (size_t j = 0; !r && j < parts.p[i].len; j++)
+		for (size_t j = 0; !r && j < parts->p[i].len; j++)
 			r = stk_buf_put(&out->text, tx->byte_chars[u[j]],
 					tx->byte_nchars[u[j]]);
 		if (!r)
 			r = stk_pieces_add(out, off, out->text.len - off);
 	}
-out:
-	stk_pieces_free(&parts);
-	stk_buf_free(&pre);
 	return r;
 }
 
 static int pre_metaspace(const struct stk_pre *p, const char *s, size_t len,
-			 int first, pcre2_match_data *md, struct cuts *c,
+			 int first, struct pre_scratch *w,
 			 struct stk_pieces *out)
 {
-	struct stk_buf b = { 0 };
+	struct stk_buf *b = &w->buf;
 	size_t rl = strlen(p->rep);
 	int r = 0;
 
+	b->len = 0;
 	if (p->prepend == STK_PREPEND_ALWAYS ||
 	    (p->prepend == STK_PREPEND_FIRST && first)) {
 		/* the test is on the text after ' ' -> replacement */
 		if (!(len && (s[0] == ' ' ||
 			      (len >= rl && !memcmp(s, p->rep, rl)))))
-			r = stk_buf_put(&b, p->rep, rl);
+			r = stk_buf_put(b, p->rep, rl);
 	}
 	for (size_t i = 0; !r && i < len; i++)
-		r = s[i] == ' ' ? stk_buf_put(&b, p->rep, rl)
-				: stk_buf_putc(&b, s[i]);
-	if (!r && b.len) {
+		r = s[i] == ' ' ? stk_buf_put(b, p->rep, rl)
+				: stk_buf_putc(b, s[i]);
+	if (!r && b->len) {
 		if (p->split)
 			r = split_piece(NULL, p->rep, STK_SPLIT_MERGED_NEXT, 0,
-					b.p, b.len, md, c, out);
+					b->p, b->len, w->md, &w->c, out);
 		else
-			r = stk_pieces_add_text(out, b.p, b.len);
+			r = stk_pieces_add_text(out, b->p, b->len);
 	}
-	stk_buf_free(&b);
 	return r;
 }
 
@@ -744,11 +757,10 @@ int stk_text_pretokenize(const struct stk_text *tx, const char *s, size_t len,
 			 int first, struct stk_pieces *out)
 {
 	struct stk_pieces a = { 0 }, b = { 0 };
-	struct cuts c = { 0 };
-	pcre2_match_data *md = pcre2_match_data_create(1, NULL);
+	struct pre_scratch w = { 0 };
 	int r;
 
-	if (!md)
+	if (!(w.md = pcre2_match_data_create(1, NULL)))
 		return -ENOMEM;
 	if ((r = stk_pieces_add_text(&a, s, len)))
 		goto out;
@@ -765,14 +777,15 @@ int stk_text_pretokenize(const struct stk_text *tx, const char *s, size_t len,
 			switch (p->kind) {
 			case STK_PRE_SPLIT:
 				r = split_piece(p->re, p->literal, p->behavior,
-						p->invert, ps, pl, md, &c, &b);
+						p->invert, ps, pl, w.md, &w.c,
+						&b);
 				break;
 			case STK_PRE_BYTELEVEL:
-				r = pre_bytelevel(tx, p, ps, pl, md, &c, &b);
+				r = pre_bytelevel(tx, p, ps, pl, &w, &b);
 				break;
 			case STK_PRE_METASPACE:
 				r = pre_metaspace(p, ps, pl, first && j == 0,
-						  md, &c, &b);
+						  &w, &b);
 				break;
 			}
 		}
@@ -788,7 +801,9 @@ int stk_text_pretokenize(const struct stk_text *tx, const char *s, size_t len,
 out:
 	stk_pieces_free(&a);
 	stk_pieces_free(&b);
-	free(c.p);
-	pcre2_match_data_free(md);
+	stk_pieces_free(&w.parts);
+	stk_buf_free(&w.buf);
+	free(w.c.p);
+	pcre2_match_data_free(w.md);
 	return r;
 }
