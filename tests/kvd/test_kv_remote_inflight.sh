@@ -24,7 +24,10 @@
 #    PAUSE_TTFT_MS (--remote-kv-timeout 100 ms bounds each Redis call
 #    and the first failure backs off 1 s, so kvd never waits on a stopped
 #    Redis for long);
-#  - after the round M answers a plain request (kvd responsive).
+#  - after the round M answers a plain request at once (kvd responsive),
+#    and within its back-off its tier looks up again with no new error;
+#  - in all, M restored groups from Redis and published (/metrics), so the
+#    faults met both paths.
 # The fault moments come from a seed, printed; STRATA_FAULT_SEED=S replays
 # a run.  An argument ROUNDS (default 1: each fault once) repeats them (the slow
 # suite's soak).
@@ -55,7 +58,7 @@ cleanup() {
 trap cleanup EXIT
 export STRATA_CACHE_DIR="$TMP/cache"
 fail=0
-echo "seed $SEED (STRATA_FAULT_SEED=$SEED replays it), $ROUNDS round(s) of kill, pause, fill, flush, corrupt"
+echo "seed $SEED (STRATA_FAULT_SEED=$SEED replays it), $ROUNDS round(s) of flush, fill, corrupt, pause, kill"
 
 redis_start "$TMP" || exit 1
 URL=$REDIS_URL
@@ -89,6 +92,11 @@ jget() { # FILE EXPR (d: the JSON summary)
 	$PY -c "import json,sys; d=json.loads(open(sys.argv[1]).read().strip().splitlines()[-1]); print($2)" "$1" 2>/dev/null
 }
 secs() { printf '%d.%03d' $(($1 / 1000)) $(($1 % 1000)); }  # MS -> seconds
+lookups() { # hits + misses
+	curl -s "http://127.0.0.1:$MPORT/metrics" |
+		sed -n 's/^strata_kv_remote_lookups_total{result="[a-z]*"} //p' |
+		awk '{ n += $1 } END { print n + 0 }'
+}
 errors() {
 	curl -s "http://127.0.0.1:$MPORT/metrics" |
 		sed -n 's/^strata_kv_remote_errors_total //p'
@@ -101,7 +109,7 @@ DELAYS=$($PY -c 'import random, sys; r = random.Random(int(sys.argv[1])); print(
 round=0
 set -- $DELAYS
 for r in $(seq 1 "$ROUNDS"); do
-for fault in kill pause fill flush corrupt; do
+for fault in flush fill corrupt pause kill; do
 	round=$((round + 1)); delay=$1; shift
 	D="$TMP/r$round"; mkdir -p "$D"
 	# REQS + 2 prompts, each with its own 400-character prefix region
@@ -200,18 +208,51 @@ for fault in kill pause fill flush corrupt; do
 	# back to a working Redis for the next round
 	case $fault in
 	kill) REDIS_PORT_WANT=$REDIS_PORT; redis_start "$TMP" || exit 1
-	      REDIS_PORT_WANT= ;;
+	      REDIS_PORT_WANT=
+	      # P's connection died with Redis: its next call fails and backs
+	      # off 1 s; spend that now, so P publishes the next round's
+	      # prefixes (kill comes last in a round of faults for the same
+	      # reason)
+	      if [ "$round" -lt $((5 * ROUNDS)) ]; then
+		      ask pub "$D/prime" "$(prompt $((base + 5400)) 310000)"
+		      sleep 1.1
+	      fi ;;
 	fill) rcli config set maxmemory 0 >/dev/null ;;
 	esac
 	rcli flushall >/dev/null
-	# kvd responsive: a plain request (no tier call while backing off)
-	ask m "$D/after" "$(prompt $((base + 5000)) 300000)"
-	if [ "$(cat "$D/after.rc")" = 0 ]; then
-		echo "ok: $fault: M answers after the fault ($(jget "$D/after" "d['ttft_ms']") ms TTFT)"
+	# kvd responsive: it answers at once; then, after its back-off, its
+	# tier works again (a lookup counted, no new error) before the next
+	# round, whose faults must meet a live tier; each try a new prefix
+	e2=$(errors); k=0; back=no
+	while [ $k -lt 16 ]; do
+		l0=$(lookups)
+		ask m "$D/after$k" "$(prompt $((base + 5000 + k * 50)) 300000)"
+		if [ "$(cat "$D/after$k.rc")" != 0 ]; then
+			echo "FAIL: $fault: M did not answer after the fault"
+			fail=1; break
+		fi
+		[ $k -eq 0 ] && echo "ok: $fault: M answers after the fault ($(jget "$D/after0" "d['ttft_ms']") ms TTFT)"
+		if [ "$(lookups)" -gt "$l0" ] && [ "$(errors)" = "$e2" ]; then
+			back=yes; break
+		fi
+		e2=$(errors); k=$((k + 1)); sleep 0.5
+	done
+	if [ $back = yes ]; then
+		echo "ok: $fault: M's tier back after $k tries"
 	else
-		echo "FAIL: $fault: M did not answer after the fault"; fail=1
+		echo "FAIL: $fault: M's tier not back after the fault"; fail=1
 	fi
 done
 done
+# the paths the faults were meant to hit were taken: M restored groups from
+# Redis (hits) and published (bytes out)
+M=$(curl -s "http://127.0.0.1:$MPORT/metrics")
+hits=$(echo "$M" | sed -n 's/^strata_kv_remote_lookups_total{result="hit"} //p')
+out=$(echo "$M" | sed -n 's/^strata_kv_remote_bytes_total{dir="out"} //p')
+if [ "${hits:-0}" -gt 0 ] && [ "${out:-0}" -gt 0 ]; then
+	echo "ok: M restored $hits page groups from Redis and published $out bytes in all"
+else
+	echo "FAIL: M restored ${hits:-?} groups and published ${out:-?} bytes"; fail=1
+fi
 [ $fail -eq 0 ] && echo "all in-flight fault checks passed"
 exit $fail
