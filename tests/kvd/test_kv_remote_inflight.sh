@@ -56,6 +56,8 @@ cleanup() {
 	rm -rf "$TMP"
 }
 trap cleanup EXIT
+# meson's time limit (SIGTERM) or ^C: exit, so the instances go down too
+trap 'exit 1' INT TERM
 export STRATA_CACHE_DIR="$TMP/cache"
 fail=0
 echo "seed $SEED (STRATA_FAULT_SEED=$SEED replays it), $ROUNDS round(s) of flush, fill, corrupt, pause, kill"
