@@ -12,9 +12,11 @@
 # greedy; B's and C's tokens are compared.
 #   scripts/bench-remote-kv.sh [MODEL_DIR] [WORDS] [N]
 # MODEL_DIR defaults to models/kjv-moe, whose 256-token context bounds the
-# shared prefix (WORDS 235 gives 240 tokens); a model with a longer
-# context (bench-models/qwen3moe-large, scripts/gen-moe-model.py) takes
-# WORDS 700 for about 1000 tokens.
+# shared prefix (WORDS 235 gives 240 tokens); the issue's 1000-token
+# prefix needs a longer context: the tiny-qwen3moe fixture (40960 tokens,
+# the Qwen3 tokenizer) with WORDS 1000 gives a 1040-token prompt, 1024
+# rows shared (../shared/fixtures/models/tiny-qwen3moe 1000 5), as does a
+# model of scripts/gen-moe-model.py (the same tokenizer).
 set -eu
 cd "$(dirname "$0")/.."
 MODEL=${1:-models/kjv-moe}
