@@ -27,6 +27,7 @@ if [ ! -d "$SHARED/fixtures/models/kjv-moe" ]; then
 fi
 TMP=$(mktemp -d /tmp/strata-plan-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
+trap 'exit 1' INT TERM  # a killed test (meson's timeout) cleans up too
 fail=0
 TOL=${PLAN_TOL:-0.05}
 # An ASan build's RSS is mostly ASan's (shadow memory, quarantine,

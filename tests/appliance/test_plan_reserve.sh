@@ -17,6 +17,7 @@ need=$("$STRATA" plan --model "$M" --ram 100GB --mem-util 1 --host-budget 100% -
 ram=$((need * 100 / 95))
 out=$(mktemp /tmp/strata-planres-XXXXXX)
 trap 'rm -f "$out"' EXIT
+trap 'exit 1' INT TERM  # a killed test (meson's timeout) cleans up too
 "$STRATA" plan --model "$M" --ram "$ram" --host-budget 100% >"$out" 2>&1
 rc=$?
 [ $rc = 3 ] && grep -q "^verdict: DOES NOT FIT" "$out" ||

@@ -11,6 +11,7 @@ STRATA="$STRATA_BUILD_DIR/cli/strata"
 PY=/usr/bin/python3
 TMP=$(mktemp -d /tmp/strata-units-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
+trap 'exit 1' INT TERM  # a killed test (meson's timeout) cleans up too
 fail=0
 inst="un$$"
 

@@ -34,6 +34,7 @@ tokdir=$shared/fixtures/models/tiny-deepseek-v4
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-gendsv4.XXXXXX") || fail "mktemp"
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM  # a killed test (meson's timeout) cleans up too
 
 "$py" "$gen" --small --out "$tmp/m" --tokenizer-from "$tokdir" ||
 	fail "gen-dsv4-model.py --small"

@@ -21,6 +21,7 @@ cleanup() {
 }
 trap cleanup EXIT
 [ -n "${KEEP_TMP:-}" ] && trap - EXIT
+trap 'exit 1' INT TERM  # a killed test (meson's timeout) cleans up too
 fail=0
 PROMPT="And God said, Let there be light"
 "$B/cli/strata" convert --model "$SRC/models/kjv-moe" --out "$TMP/store" \

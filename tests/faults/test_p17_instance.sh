@@ -23,6 +23,7 @@ inst="p17_$$"
 run="$TMP/run"
 fail=0
 trap 'kill -9 $(cat "$run"/*.pid 2>/dev/null) 2>/dev/null; "$STRATA" down --instance "$inst" --run-dir "$run" >/dev/null 2>&1; rm -rf "$TMP"' EXIT
+trap 'exit 1' INT TERM  # a killed test (meson's timeout) cleans up too
 
 # owner pid and epoch of /dev/shm/strata.<inst>.<kind> (st_shm_header:
 # owner_pid at byte 96, epoch at 104)

@@ -16,6 +16,7 @@ KJV="$STRATA_SOURCE_DIR/models/kjv-moe"
 PY=/usr/bin/python3
 TMP=$(mktemp -d /tmp/strata-cal-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
+trap 'exit 1' INT TERM  # a killed test (meson's timeout) cleans up too
 export STRATA_CACHE_DIR="$TMP/cache"
 fail=0
 bad() { echo "FAIL: $*"; fail=1; }

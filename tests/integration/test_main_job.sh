@@ -23,6 +23,7 @@ if [ ! -d "$SHARED/fixtures/models/tiny-mixtral" ]; then
 fi
 TMP=$(mktemp -d /tmp/strata-int-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
+trap 'exit 1' INT TERM  # a killed test (meson's timeout) cleans up too
 fail=0
 
 check_clean() { # instance run_dir

@@ -13,6 +13,7 @@ KJV="$STRATA_SOURCE_DIR/models/kjv-moe"
 PY=/usr/bin/python3
 TMP=$(mktemp -d /tmp/strata-ppl-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
+trap 'exit 1' INT TERM  # a killed test (meson's timeout) cleans up too
 export STRATA_CACHE_DIR="$TMP/cache"
 fail=0
 

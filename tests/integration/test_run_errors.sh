@@ -39,6 +39,7 @@ KJV="$STRATA_SOURCE_DIR/models/kjv-moe"
 PY=/usr/bin/python3
 TMP=$(mktemp -d /tmp/strata-runerr-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
+trap 'exit 1' INT TERM  # a killed test (meson's timeout) cleans up too
 fail=0
 STORE="$TMP/store"
 "$STRATA" convert --model "$KJV" --out "$STORE" >/dev/null 2>"$TMP/conv.err" ||

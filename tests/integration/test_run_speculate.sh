@@ -18,6 +18,7 @@ MD="$SHARED/fixtures/models/kjv-moe"
 [ -d "$MD" ] || { echo "SKIP: $MD not found (needs ../shared)"; exit 77; }
 TMP=$(mktemp -d /tmp/strata-runspec-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
+trap 'exit 1' INT TERM  # a killed test (meson's timeout) cleans up too
 P="In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep. In the beginning God created the heaven and the earth. And the earth was without form, and void; and darkness was upon the face of the deep. In the beginning God created the"
 fail=0
 for sp in "--speculate off" "--speculate ngram:4" "--draft-max 2" \

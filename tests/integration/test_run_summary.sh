@@ -20,6 +20,7 @@ PY=/usr/bin/python3
 	{ echo "SKIP: $SHARED/fixtures not found (needs ../shared)"; exit 77; }
 TMP=$(mktemp -d /tmp/strata-runsum-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
+trap 'exit 1' INT TERM  # a killed test (meson's timeout) cleans up too
 fail=0
 for m in v4 v41; do
 	MD="$SHARED/fixtures/models/tiny-deepseek-$m"

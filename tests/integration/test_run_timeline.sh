@@ -18,6 +18,7 @@ MD="$SHARED/fixtures/models/kjv-moe"
 [ -d "$MD" ] || { echo "SKIP: $MD not found (needs ../shared)"; exit 77; }
 TMP=$(mktemp -d /tmp/strata-runtl-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
+trap 'exit 1' INT TERM  # a killed test (meson's timeout) cleans up too
 timeout 120 "$STRATA" run --model "$MD" --store "$TMP/store" \
 	--prompt "In the beginning" --max-tokens 16 --ignore-eos \
 	--host-budget 50% --timeline "$TMP/tl.tsv" \

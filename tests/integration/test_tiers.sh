@@ -29,6 +29,7 @@ if [ ! -f "$ROUTING" ]; then
 fi
 TMP=$(mktemp -d /tmp/strata-tiers-XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
+trap 'exit 1' INT TERM  # a killed test (meson's timeout) cleans up too
 export STRATA_CACHE_DIR="$TMP/cache"
 PROMPT=$($PY -c "import json,sys; print(json.load(open(sys.argv[1]))['prompts'][4]['text'], end='')" "$KJV/reference.json")
 fail=0

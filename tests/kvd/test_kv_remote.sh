@@ -32,6 +32,7 @@ KJV="$STRATA_SOURCE_DIR/models/kjv-moe"
 PY=/usr/bin/python3
 TMP=$(mktemp -d /tmp/strata-kvremote-XXXXXX)
 trap '"$STRATA" down --instance "kr$$m" --run-dir "$TMP/run-m" >/dev/null 2>&1; redis_stop; rm -rf "$TMP"' EXIT
+trap 'exit 1' INT TERM  # a killed test (meson's timeout) cleans up too
 export STRATA_CACHE_DIR="$TMP/cache"
 # about 150 tokens: 9 full pages of 16 rows, and room for 24 more tokens in
 # kjv-moe's 256-token context

@@ -12,6 +12,7 @@ check=$src/scripts/check-layers.sh
 "$check" "$src" || fail "the source tree has layer violations (above)"
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/strata-layers-test.XXXXXX") || fail mktemp
 trap 'rm -rf "$tmp"' EXIT
+trap 'exit 1' INT TERM  # a killed test (meson's timeout) cleans up too
 for d in common proto expertd kvd computed cli bench; do
 	cp -R "$src/$d" "$tmp/$d" || fail "copy $d"
 done
