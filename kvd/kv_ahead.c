@@ -65,22 +65,10 @@ int kv_ahead_queue(struct kv_server *s, uint32_t client, uint32_t n,
 		else
 			q++;
 	for (uint32_t i = 0; i < n; i++) {
-		int idx = kv_seq_lookup(p, seqs[i]);
-		int r = 0, dup = 0;
+		int idx = kv_seq_check_owned(p, seqs[i], client, 1,
+					     first ? NULL : diag);
+		int r = idx < 0 ? idx : 0, dup = 0;
 
-		if (idx < 0)
-			r = st_diag_set(first ? NULL : diag, -ST_E_NOTFOUND,
-					"sequence 0x%x is unknown or was freed",
-					seqs[i]);
-		else if (p->seqs[idx].owner_client != client)
-			r = st_diag_set(first ? NULL : diag, -EPERM,
-					"sequence 0x%x belongs to another "
-					"client", seqs[i]);
-		else if (atomic_load(&p->seqs[idx].flags) & KV_SEQ_F_FAILED)
-			r = st_diag_set(first ? NULL : diag, -ST_E_CHECKSUM,
-					"sequence 0x%x failed earlier (a "
-					"spilled page of it was lost); free it",
-					seqs[i]);
 		status[i] = r;
 		if (r < 0) {
 			first = first ? first : r;

@@ -258,6 +258,16 @@ int kv_seq_truncate(struct kv_pool *p, uint32_t client, uint32_t seq,
 
 /* Index of a valid LIVE handle, or -ST_E_NOTFOUND. */
 int kv_seq_lookup(const struct kv_pool *p, uint32_t seq);
+/*
+ * The index of sequence seq for a residency request of client (restore,
+ * pin, prefetch, restore ahead): >= 0, or -ST_E_NOTFOUND (unknown or
+ * freed), -EPERM (another client's) or, with check_failed, -ST_E_CHECKSUM
+ * (a spilled page of it was lost: the client must free it), each with a
+ * message naming the sequence in diag (NULL: no message).
+ */
+int kv_seq_check_owned(const struct kv_pool *p, uint32_t seq,
+		       uint32_t client, int check_failed,
+		       struct st_diag *diag);
 /* Table entry of (seq index, stream, page index): a page id, KV_PAGE_NONE,
  * KV_PAGE_LOST or KV_PAGE_SPILLED | slot. */
 uint32_t kv_seq_page(const struct kv_pool *p, uint32_t idx, uint32_t stream,

@@ -292,6 +292,26 @@ int kv_seq_lookup(const struct kv_pool *p, uint32_t seq)
 	return (int)idx;
 }
 
+int kv_seq_check_owned(const struct kv_pool *p, uint32_t seq,
+		       uint32_t client, int check_failed,
+		       struct st_diag *diag)
+{
+	int idx = kv_seq_lookup(p, seq);
+
+	if (idx < 0)
+		return st_diag_set(diag, -ST_E_NOTFOUND, "sequence 0x%x is "
+				   "unknown or was freed", seq);
+	if (p->seqs[idx].owner_client != client)
+		return st_diag_set(diag, -EPERM, "sequence 0x%x belongs to "
+				   "another client", seq);
+	if (check_failed &&
+	    (atomic_load(&p->seqs[idx].flags) & KV_SEQ_F_FAILED))
+		return st_diag_set(diag, -ST_E_CHECKSUM, "sequence 0x%x "
+				   "failed earlier (a spilled page of it was "
+				   "lost); free it", seq);
+	return idx;
+}
+
 uint32_t kv_seq_page(const struct kv_pool *p, uint32_t idx, uint32_t stream,
 		     uint32_t page_index)
 {

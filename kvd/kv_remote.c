@@ -13,6 +13,7 @@
 #include "kv_daemon.h"
 #include "kv_remote.h"
 #include "st_log.h"
+#include "st_le.h"
 #include "st_util.h"
 
 #define BACKOFF_MIN_NS (1000ull * 1000 * 1000)
@@ -26,49 +27,19 @@ static const uint8_t k_magic[8] = { 's', 't', 'r', 'a', 't', 'a', 'K', 'V' };
 
 /* ---- value format -------------------------------------------------------- */
 
-static void put_u32(uint8_t *q, uint32_t v)
-{
-	for (int b = 0; b < 4; b++)
-		q[b] = (uint8_t)(v >> (8 * b));
-}
-
-static void put_u64(uint8_t *q, uint64_t v)
-{
-	for (int b = 0; b < 8; b++)
-		q[b] = (uint8_t)(v >> (8 * b));
-}
-
-static uint32_t get_u32(const uint8_t *q)
-{
-	uint32_t v = 0;
-
-	for (int b = 0; b < 4; b++)
-		v |= (uint32_t)q[b] << (8 * b);
-	return v;
-}
-
-static uint64_t get_u64(const uint8_t *q)
-{
-	uint64_t v = 0;
-
-	for (int b = 0; b < 8; b++)
-		v |= (uint64_t)q[b] << (8 * b);
-	return v;
-}
-
 /* XXH3 of page_rows and the stream declarations as explicit LE bytes. */
 static uint64_t decl_hash(const struct kv_pool *p)
 {
 	uint8_t buf[8 + 16 * KV_MAX_STREAMS], *q = buf;
 
-	put_u32(q, p->lay.page_rows);
-	put_u32(q + 4, p->lay.n_streams);
+	st_put_le32(q, p->lay.page_rows);
+	st_put_le32(q + 4, p->lay.n_streams);
 	q += 8;
 	for (uint32_t s = 0; s < p->lay.n_streams; s++, q += 16) {
-		put_u32(q, p->streams[s].row_bytes);
-		put_u32(q + 4, p->streams[s].tokens_per_row);
-		put_u32(q + 8, p->streams[s].window_rows);
-		put_u32(q + 12, p->streams[s].flags);
+		st_put_le32(q, p->streams[s].row_bytes);
+		st_put_le32(q + 4, p->streams[s].tokens_per_row);
+		st_put_le32(q + 8, p->streams[s].window_rows);
+		st_put_le32(q + 12, p->streams[s].flags);
 	}
 	return st_xxh3(buf, (size_t)(q - buf));
 }
@@ -108,20 +79,20 @@ static void value_encode(const struct kv_pool *p, uint64_t key, uint64_t dh,
 	uint8_t *data = v + header_len(p);
 
 	memcpy(v, k_magic, 8);
-	put_u32(v + 8, KV_REMOTE_FORMAT);
-	put_u32(v + 12, p->lay.n_streams);
-	put_u64(v + 16, key);
-	put_u64(v + 24, dh);
-	put_u32(v + 32, p->lay.page_rows);
-	put_u32(v + 36, (uint32_t)header_len(p));
+	st_put_le32(v + 8, KV_REMOTE_FORMAT);
+	st_put_le32(v + 12, p->lay.n_streams);
+	st_put_le64(v + 16, key);
+	st_put_le64(v + 24, dh);
+	st_put_le32(v + 32, p->lay.page_rows);
+	st_put_le32(v + 36, (uint32_t)header_len(p));
 	for (uint32_t s = 0; s < p->lay.n_streams; s++) {
 		uint32_t len = stream_len(p, s);
 		uint8_t *h = v + 40 + 16 * (size_t)s;
 
 		memcpy(data, kv_page_data(p, pages[s]), len);
-		put_u32(h, len);
-		put_u32(h + 4, 0);
-		put_u64(h + 8, st_xxh3(data, len));
+		st_put_le32(h, len);
+		st_put_le32(h + 4, 0);
+		st_put_le64(h + 8, st_xxh3(data, len));
 		data += len;
 	}
 }
@@ -134,24 +105,24 @@ static const char *value_check(const struct kv_pool *p, uint64_t key,
 
 	if (len < 40 || memcmp(v, k_magic, 8))
 		return "not a strata KV value (magic)";
-	if (get_u32(v + 8) != KV_REMOTE_FORMAT)
+	if (st_get_le32(v + 8) != KV_REMOTE_FORMAT)
 		return "another value format (another strata version)";
-	if (len != value_len(p) || get_u32(v + 12) != p->lay.n_streams ||
-	    get_u32(v + 32) != p->lay.page_rows ||
-	    get_u32(v + 36) != header_len(p))
+	if (len != value_len(p) || st_get_le32(v + 12) != p->lay.n_streams ||
+	    st_get_le32(v + 32) != p->lay.page_rows ||
+	    st_get_le32(v + 36) != header_len(p))
 		return "the value's length or shape differs";
-	if (get_u64(v + 16) != key)
+	if (st_get_le64(v + 16) != key)
 		return "the value's prefix key differs";
-	if (get_u64(v + 24) != dh)
+	if (st_get_le64(v + 24) != dh)
 		return "the value's stream declaration differs";
 	data = v + header_len(p);
 	for (uint32_t s = 0; s < p->lay.n_streams; s++) {
 		const uint8_t *h = v + 40 + 16 * (size_t)s;
 		uint32_t sl = stream_len(p, s);
 
-		if (get_u32(h) != sl)
+		if (st_get_le32(h) != sl)
 			return "a stream's length differs";
-		if (get_u64(h + 8) != st_xxh3(data, sl))
+		if (st_get_le64(h + 8) != st_xxh3(data, sl))
 			return "checksum mismatch";
 		data += sl;
 	}

@@ -19,6 +19,7 @@
 #include "kv_remote.h"
 #include "st_formats.h"
 #include "st_log.h"
+#include "st_le.h"
 #include "st_util.h"
 
 #define HDR_BYTES 144u
@@ -26,36 +27,6 @@
 #define SUM_OFF 136u
 
 static const uint8_t k_magic[8] = { 's', 't', 'r', 'a', 't', 'a', 'S', 'S' };
-
-static void put_u32(uint8_t *q, uint32_t v)
-{
-	for (int b = 0; b < 4; b++)
-		q[b] = (uint8_t)(v >> (8 * b));
-}
-
-static void put_u64(uint8_t *q, uint64_t v)
-{
-	for (int b = 0; b < 8; b++)
-		q[b] = (uint8_t)(v >> (8 * b));
-}
-
-static uint32_t get_u32(const uint8_t *q)
-{
-	uint32_t v = 0;
-
-	for (int b = 0; b < 4; b++)
-		v |= (uint32_t)q[b] << (8 * b);
-	return v;
-}
-
-static uint64_t get_u64(const uint8_t *q)
-{
-	uint64_t v = 0;
-
-	for (int b = 0; b < 8; b++)
-		v |= (uint64_t)q[b] << (8 * b);
-	return v;
-}
 
 /* The remote tier's key of session name (kv_session.h). */
 static void remote_key(const char *name, char *buf, size_t cap)
@@ -157,20 +128,20 @@ int kv_session_save(struct kv_pool *p, const char *dir, const char *name,
 		goto out;
 	}
 	memcpy(buf, k_magic, 8);
-	put_u32(buf + 8, KV_SESSION_FORMAT);
-	put_u32(buf + 12, ns);
-	put_u64(buf + 16, id->model_id);
-	put_u64(buf + 24, id->store_id);
-	put_u64(buf + 32, kv_pool_decl_hash(p));
-	put_u32(buf + 40, id->kv_dtype);
-	put_u32(buf + 44, B);
-	put_u32(buf + 48, got);
-	put_u32(buf + 52, n_ids);
+	st_put_le32(buf + 8, KV_SESSION_FORMAT);
+	st_put_le32(buf + 12, ns);
+	st_put_le64(buf + 16, id->model_id);
+	st_put_le64(buf + 24, id->store_id);
+	st_put_le64(buf + 32, kv_pool_decl_hash(p));
+	st_put_le32(buf + 40, id->kv_dtype);
+	st_put_le32(buf + 44, B);
+	st_put_le32(buf + 48, got);
+	st_put_le32(buf + 52, n_ids);
 	memcpy(buf + MODEL_OFF, id->model, strnlen(id->model, 63));
-	put_u64(buf + 120, vl);
+	st_put_le64(buf + 120, vl);
 	for (uint32_t i = 0; i < n_ids; i++)
-		put_u32(buf + HDR_BYTES + 4 * (size_t)i, (uint32_t)ids[i]);
-	put_u64(buf + SUM_OFF, header_sum(buf, buf + HDR_BYTES, n_ids));
+		st_put_le32(buf + HDR_BYTES + 4 * (size_t)i, (uint32_t)ids[i]);
+	st_put_le64(buf + SUM_OFF, header_sum(buf, buf + HDR_BYTES, n_ids));
 	/* groups past the first one missing are not written */
 	len = HDR_BYTES + (size_t)n_ids * 4 + vl * got;
 	r = st_mkdir_p(dir, 0700);
@@ -252,15 +223,15 @@ static int check_header(const struct kv_pool *p, const char *name,
 	if (len < HDR_BYTES || memcmp(h, k_magic, 8))
 		return st_diag_set(diag, -ST_E_FORMAT, "session '%s': not a "
 				   "strata session file", name);
-	if (get_u32(h + 8) != KV_SESSION_FORMAT)
+	if (st_get_le32(h + 8) != KV_SESSION_FORMAT)
 		return st_diag_set(diag, -ST_E_VERSION, "session '%s': format "
 				   "%u, this kvd reads %u", name,
-				   get_u32(h + 8), KV_SESSION_FORMAT);
-	n_groups = get_u32(h + 48);
-	n_ids = get_u32(h + 52);
+				   st_get_le32(h + 8), KV_SESSION_FORMAT);
+	n_groups = st_get_le32(h + 48);
+	n_ids = st_get_le32(h + 52);
 	if (n_ids > KV_PROTO_MAX_IDS ||
 	    len < HDR_BYTES + (size_t)n_ids * 4 ||
-	    get_u64(h + SUM_OFF) != header_sum(h, h + HDR_BYTES, n_ids))
+	    st_get_le64(h + SUM_OFF) != header_sum(h, h + HDR_BYTES, n_ids))
 		return st_diag_set(diag, -ST_E_CHECKSUM, "session '%s': "
 				   "header checksum mismatch (corrupt file); "
 				   "nothing loaded", name);
@@ -270,35 +241,36 @@ static int check_header(const struct kv_pool *p, const char *name,
 		return st_diag_set(diag, -ST_E_CONFIG, "session '%s' is of "
 				   "model '%s'; this instance serves '%s'",
 				   name, model, id->model);
-	if (get_u64(h + 24) != id->store_id)
+	if (st_get_le64(h + 24) != id->store_id)
 		return st_diag_set(diag, -ST_E_CONFIG, "session '%s' was "
 				   "computed from another store of '%s' "
 				   "(store id %016" PRIx64 ", this instance's "
 				   "%016" PRIx64 ": other weights or experts)",
-				   name, model, get_u64(h + 24), id->store_id);
-	if (get_u32(h + 40) != id->kv_dtype)
+				   name, model, st_get_le64(h + 24),
+				   id->store_id);
+	if (st_get_le32(h + 40) != id->kv_dtype)
 		return st_diag_set(diag, -ST_E_CONFIG, "session '%s' has KV "
 				   "dtype %s; this instance uses %s", name,
-				   dtype_name(get_u32(h + 40)),
+				   dtype_name(st_get_le32(h + 40)),
 				   dtype_name(id->kv_dtype));
-	if (get_u32(h + 44) != id->page_rows ||
-	    get_u32(h + 44) != p->lay.page_rows)
+	if (st_get_le32(h + 44) != id->page_rows ||
+	    st_get_le32(h + 44) != p->lay.page_rows)
 		return st_diag_set(diag, -ST_E_CONFIG, "session '%s' has a "
 				   "page size of %u rows; this instance uses "
-				   "%u", name, get_u32(h + 44),
+				   "%u", name, st_get_le32(h + 44),
 				   p->lay.page_rows);
-	if (get_u64(h + 16) != id->model_id)
+	if (st_get_le64(h + 16) != id->model_id)
 		return st_diag_set(diag, -ST_E_CONFIG, "session '%s': another "
 				   "model id (%016" PRIx64 ", this instance's "
-				   "%016" PRIx64 ")", name, get_u64(h + 16),
+				   "%016" PRIx64 ")", name, st_get_le64(h + 16),
 				   id->model_id);
-	if (get_u32(h + 12) != p->lay.n_streams ||
-	    get_u64(h + 32) != kv_pool_decl_hash(p))
+	if (st_get_le32(h + 12) != p->lay.n_streams ||
+	    st_get_le64(h + 32) != kv_pool_decl_hash(p))
 		return st_diag_set(diag, -ST_E_CONFIG, "session '%s': another "
 				   "KV stream declaration (%u streams, this "
-				   "pool %u)", name, get_u32(h + 12),
+				   "pool %u)", name, st_get_le32(h + 12),
 				   p->lay.n_streams);
-	if (get_u64(h + 120) != kv_group_value_len(p) ||
+	if (st_get_le64(h + 120) != kv_group_value_len(p) ||
 	    len != HDR_BYTES + (size_t)n_ids * 4 +
 			   kv_group_value_len(p) * n_groups ||
 	    n_groups == 0 || (uint64_t)n_groups * p->lay.page_rows > n_ids)
@@ -328,7 +300,7 @@ static int place(struct kv_pool *p, uint64_t key, const uint8_t *v,
 			goto undo;
 	}
 	for (uint32_t s = 0; s < ns; s++) {
-		uint32_t sl = get_u32(v + 40 + 16 * (size_t)s);
+		uint32_t sl = st_get_le32(v + 40 + 16 * (size_t)s);
 
 		memcpy(kv_page_data(p, pages[s]), data, sl);
 		data += sl;
@@ -399,8 +371,8 @@ int kv_session_load(struct kv_pool *p, const char *dir, const char *name,
 	r = check_header(p, name, f, len, id, diag);
 	if (r < 0)
 		goto out;
-	n_groups = get_u32(f + 48);
-	n_ids = get_u32(f + 52);
+	n_groups = st_get_le32(f + 48);
+	n_ids = st_get_le32(f + 52);
 	ids = malloc(sizeof(int32_t) * n_ids);
 	keys = malloc(sizeof(uint64_t) * n_groups);
 	if (!ids || !keys) {
@@ -408,7 +380,7 @@ int kv_session_load(struct kv_pool *p, const char *dir, const char *name,
 		goto out;
 	}
 	for (uint32_t i = 0; i < n_ids; i++)
-		ids[i] = (int32_t)get_u32(f + HDR_BYTES + 4 * (size_t)i);
+		ids[i] = (int32_t)st_get_le32(f + HDR_BYTES + 4 * (size_t)i);
 	r = kv_prefix_keys(ids, p->lay.page_rows, id->model_id, n_groups,
 			   keys);
 	if (r < 0)
@@ -485,7 +457,7 @@ int kv_session_list(const char *dir, struct kv_session_info *ret,
 			it->file_bytes = (uint64_t)st.st_size;
 		if (read(fd, h, sizeof(h)) == (ssize_t)sizeof(h) &&
 		    !memcmp(h, k_magic, 8)) {
-			it->n_rows = get_u32(h + 48) * get_u32(h + 44);
+			it->n_rows = st_get_le32(h + 48) * st_get_le32(h + 44);
 			memcpy(it->model, h + MODEL_OFF,
 			       KV_SESSION_MODEL_BYTES);
 			for (char *c = it->model; *c; c++)
