@@ -3,18 +3,21 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "kv_proto.h"
 #include "st_msg.h"
+#include "st_redis.h"
 #include "st_util.h"
 #include "test_util.h"
 
@@ -269,4 +272,64 @@ int kvd_fixture_teardown(void **state)
 	kvd_cleanup(k);
 	free(k);
 	return 0;
+}
+
+/* A loopback TCP port free now (0: none found). */
+static uint16_t free_port(void)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET };
+	socklen_t n = sizeof(a);
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	uint16_t port = 0;
+
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
+	    getsockname(fd, (struct sockaddr *)&a, &n) == 0)
+		port = ntohs(a.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+int kvt_redis_start(struct kvt_redis *r)
+{
+	struct st_redis_url u;
+	struct st_redis *c = NULL;
+	char port[16];
+
+	memset(r, 0, sizeof(*r));
+	r->port = free_port();
+	if (!r->port)
+		return -1;
+	snprintf(port, sizeof(port), "%u", r->port);
+	snprintf(r->url, sizeof(r->url), "redis://127.0.0.1:%u/0", r->port);
+	r->pid = fork();
+	if (r->pid == 0) {
+		execlp("redis-server", "redis-server", "--port", port, "--bind",
+		       "127.0.0.1", "--save", "", "--appendonly", "no",
+		       "--loglevel", "warning", (char *)NULL);
+		_exit(127);
+	}
+	if (r->pid < 0 || st_redis_url_parse(r->url, &u, NULL) < 0) {
+		kvt_redis_stop(r);
+		return -1;
+	}
+	for (int i = 0; i < 200 && !c; i++)
+		if (st_redis_open(&u, 200, &c, NULL) < 0)
+			st_sleep_ns(20 * 1000 * 1000);
+	if (!c) {
+		kvt_redis_stop(r);
+		return -1;
+	}
+	st_redis_close(c);
+	return 0;
+}
+
+void kvt_redis_stop(struct kvt_redis *r)
+{
+	if (r->pid > 0) {
+		kill(r->pid, SIGTERM);
+		waitpid(r->pid, NULL, 0);
+	}
+	r->pid = 0;
 }

@@ -65,4 +65,20 @@ uint32_t kvd_table_entry(const char *name, uint32_t seq, uint32_t stream,
 /* Flips one bit of byte `off` of a file (fsync'ed).  0 or -1. */
 int kvd_flip_byte(const char *path, uint64_t off);
 
+/* A test's own redis-server (the remote KV tier's tests): on a free
+ * loopback port, no persistence. */
+struct kvt_redis {
+	pid_t pid;            /* 0 when not running */
+	uint16_t port;
+	char url[64];         /* redis://127.0.0.1:PORT/0 */
+};
+
+/* Starts r's redis-server and waits until it answers (up to 4 s).  0, or
+ * -1 (no free port, cannot fork, or it never answered: not installed?),
+ * with nothing left running. */
+int kvt_redis_start(struct kvt_redis *r);
+
+/* Stops r's redis-server (SIGTERM, waited for); nothing when not running. */
+void kvt_redis_stop(struct kvt_redis *r);
+
 #endif

@@ -14,14 +14,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -38,54 +35,15 @@
 static const uint32_t rb[2] = { 64, 32 };
 
 struct fix {
-	pid_t redis;
-	char url[64];
-	uint16_t port;
+	struct kvt_redis redis;
 };
-
-static uint16_t free_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t n = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	uint16_t port = 0;
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &n) == 0)
-		port = ntohs(a.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return port;
-}
 
 static int setup(void **state)
 {
 	struct fix *f = calloc(1, sizeof(*f));
-	char port[16];
-	struct st_redis_url u;
-	struct st_redis *r = NULL;
 
 	assert_non_null(f);
-	f->port = free_port();
-	assert_true(f->port > 0);
-	snprintf(port, sizeof(port), "%u", f->port);
-	snprintf(f->url, sizeof(f->url), "redis://127.0.0.1:%u/0", f->port);
-	f->redis = fork();
-	if (f->redis == 0) {
-		execlp("redis-server", "redis-server", "--port", port, "--bind",
-		       "127.0.0.1", "--save", "", "--appendonly", "no",
-		       "--loglevel", "warning", (char *)NULL);
-		_exit(127);
-	}
-	assert_true(f->redis > 0);
-	assert_int_equal(st_redis_url_parse(f->url, &u, NULL), 0);
-	for (int i = 0; i < 200 && !r; i++) {
-		if (st_redis_open(&u, 200, &r, NULL) < 0)
-			st_sleep_ns(20 * 1000 * 1000);
-	}
-	assert_non_null(r);
-	st_redis_close(r);
+	assert_int_equal(kvt_redis_start(&f->redis), 0);
 	*state = f;
 	return 0;
 }
@@ -94,8 +52,7 @@ static int teardown(void **state)
 {
 	struct fix *f = *state;
 
-	kill(f->redis, SIGTERM);
-	waitpid(f->redis, NULL, 0);
+	kvt_redis_stop(&f->redis);
 	free(f);
 	return 0;
 }
@@ -106,7 +63,7 @@ static void start(struct kvd_inst *k, const char *tag, const struct fix *f,
 {
 	kvd_inst_init(k, tag);
 	k->extra[0] = "--remote-kv";
-	k->extra[1] = f->url;
+	k->extra[1] = f->redis.url;
 	k->extra[2] = more;
 	k->extra[3] = more ? more_val : NULL;
 	assert_int_equal(kvd_start(k, NULL), 0);

@@ -19,14 +19,11 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include <arpa/inet.h>
 #include <errno.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -50,7 +47,7 @@ static const uint32_t rb[2] = { 64, 32 };
 
 struct fix {
 	char dir[256];    /* the shared --session-dir */
-	pid_t redis;      /* test_remote's redis-server, 0: none */
+	struct kvt_redis redis; /* test_remote's redis-server */
 };
 
 static int setup(void **state)
@@ -68,10 +65,7 @@ static int teardown(void **state)
 {
 	struct fix *f = *state;
 
-	if (f->redis > 0) {
-		kill(f->redis, SIGTERM);
-		waitpid(f->redis, NULL, 0);
-	}
+	kvt_redis_stop(&f->redis);
 	st_rm_rf(f->dir);
 	free(f);
 	return 0;
@@ -375,22 +369,6 @@ static void test_names(void **state)
 
 /* ---- the remote tier (a real redis-server; skipped without one) ---- */
 
-static uint16_t free_port(void)
-{
-	struct sockaddr_in a = { .sin_family = AF_INET };
-	socklen_t n = sizeof(a);
-	int fd = socket(AF_INET, SOCK_STREAM, 0);
-	uint16_t port = 0;
-
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0 &&
-	    getsockname(fd, (struct sockaddr *)&a, &n) == 0)
-		port = ntohs(a.sin_port);
-	if (fd >= 0)
-		close(fd);
-	return port;
-}
-
 /* kvd with its own session directory `sub` of f->dir and the tier. */
 static void start_remote(struct kvd_inst *k, const char *tag,
 			 const struct fix *f, const char *sub, char *dir,
@@ -418,32 +396,21 @@ static void test_remote(void **state)
 	struct st_redis *rd = NULL;
 	int32_t ids[N_IDS], *got = NULL;
 	uint32_t groups, placed, rows, n_got;
-	char url[64], port[16], da[300], db[300], dc[300];
+	char da[300], db[300], dc[300];
+	const char *url;
 	const char *key = "strata:session:1:shared-1";
 	uint8_t *val = NULL;
 	size_t len = 0;
-	pid_t redis;
 
 	if (system("command -v redis-server >/dev/null 2>&1") != 0) {
 		printf("skip: redis-server not installed: no remote-tier "
 		       "session test\n");
 		return;
 	}
-	snprintf(port, sizeof(port), "%u", free_port());
-	snprintf(url, sizeof(url), "redis://127.0.0.1:%s/0", port);
-	redis = fork();
-	f->redis = redis;
-	if (redis == 0) {
-		execlp("redis-server", "redis-server", "--port", port, "--bind",
-		       "127.0.0.1", "--save", "", "--appendonly", "no",
-		       "--loglevel", "warning", (char *)NULL);
-		_exit(127);
-	}
-	assert_true(redis > 0);
+	assert_int_equal(kvt_redis_start(&f->redis), 0);
+	url = f->redis.url;
 	assert_int_equal(st_redis_url_parse(url, &u, NULL), 0);
-	for (int i = 0; i < 200 && !rd; i++)
-		if (st_redis_open(&u, 200, &rd, NULL) < 0)
-			st_sleep_ns(20 * 1000 * 1000);
+	assert_int_equal(st_redis_open(&u, 200, &rd, NULL), 0);
 	assert_non_null(rd);
 
 	/* node A saves: its file, and the value in Redis */
@@ -495,9 +462,7 @@ static void test_remote(void **state)
 	kvd_cleanup(&b);
 	kvd_cleanup(&c);
 	st_redis_close(rd);
-	kill(redis, SIGTERM);
-	waitpid(redis, NULL, 0);
-	f->redis = 0;
+	kvt_redis_stop(&f->redis);
 }
 
 int main(void)
