@@ -852,7 +852,9 @@ static void print_summary(const struct run_opts *o,
 			st_format_bytes(res->n_gen ?
 						d.expert_bytes / res->n_gen : 0,
 					a, sizeof(a)));
-	if (d.spec_verify_steps || d.spec_limit_off)
+	/* the price line when drafts were asked for (a plain run's steps
+	 * all count as draft length 0) */
+	if (d.spec_verify_steps || (o->draft_max > 0 && o->draft_price))
 		fprintf(stderr, "speculation price  expert bytes per token: "
 			"%s in steps with drafts, %s without; draft length "
 			"chosen %.2f on average, off in %llu of %llu decode "
