@@ -44,7 +44,9 @@ REQS=6            # requests started before the fault
 STAGGER=40        # ms between their starts
 TOKENS=96         # each: ~145 prompt tokens, 96 decoded (context 256)
 PAUSE_MS=1500     # how long a SIGSTOPped Redis stays stopped
-PAUSE_TTFT_MS=1000  # 10x --remote-kv-timeout: two timed-out calls and load
+# 10x --remote-kv-timeout: two timed-out calls and load; times the
+# project's timeout scale (3 under the sanitizers, tests/meson.build)
+PAUSE_TTFT_MS=$((1000 * ${STRATA_TIMEOUT_SCALE:-1}))
 TMP=$(mktemp -d /tmp/strata-kvinflight-XXXXXX)
 I=ki$$
 cleanup() {
