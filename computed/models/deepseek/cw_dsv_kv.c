@@ -133,12 +133,14 @@ int cw_dsv_kv_seq_create(struct kv_client *kv, const int32_t *prompt,
 	if (r < 0 || n_prompt <= 0)
 		return r;
 	/* ids past KV_PROTO_MAX_IDS are not sent: not published */
-	p->n = n_prompt < (int)KV_PROTO_MAX_IDS ? n_prompt :
-						  (int)KV_PROTO_MAX_IDS;
-	p->ids = malloc(sizeof(int32_t) * (size_t)p->n);
+	p->n_prompt = n_prompt < (int)KV_PROTO_MAX_IDS ? n_prompt :
+							 (int)KV_PROTO_MAX_IDS;
+	p->ids = malloc(sizeof(int32_t) * (size_t)p->n_prompt);
 	if (!p->ids)
 		return st_diag_set(diag, -ENOMEM, "out of memory");
-	memcpy(p->ids, prompt, sizeof(int32_t) * (size_t)p->n);
+	memcpy(p->ids, prompt, sizeof(int32_t) * (size_t)p->n_prompt);
+	/* the mapped prefix: the prompt's ids, published already */
+	p->n = (int)*ret_cached;
 	p->groups_published = (int)(*ret_cached / kv_client_page_rows(kv));
 	return 0;
 }
@@ -187,32 +189,36 @@ int cw_dsv_kv_end(struct cw_dsv_kvseq *q, int r, int from, int n,
 }
 
 void cw_dsv_kv_after_eval(struct kv_client *kv, uint32_t seq,
-			  struct cw_dsv_prompt *p, int len, const int32_t *ids,
-			  int n, int publishable)
+			  struct cw_dsv_prompt *p, const int32_t *tokens,
+			  int len, int publishable)
 {
 	const int B = (int)kv_client_page_rows(kv);
-	int from = len - n, upto;
+	const int max = (int)KV_PROTO_MAX_IDS;
 	struct st_diag d = { { 0 } };
 
 	/* only rows computed from the prompt's own ids are published under
-	 * its keys: a different token ends the publishable prefix there */
-	for (int t = 0; t < n && from + t < p->n; t++)
-		if (ids[t] != p->ids[from + t]) {
-			p->n = from + t;
+	 * its keys (a different token ends the publishable prefix there);
+	 * past the prompt, every token the state was fed (decode feeds each
+	 * sampled token once: no rollback in this family) */
+	while (!p->ended && p->n < len && p->n < max) {
+		if (p->n < p->n_prompt && tokens[p->n] != p->ids[p->n]) {
+			p->ended = 1;
 			break;
 		}
-	upto = len < p->n ? len : p->n;
-	if (B < 1 || upto / B <= p->groups_published || !publishable)
+		p->n++;
+	}
+	if (B < 1 || p->n / B <= p->groups_published || !publishable)
 		return;
-	if (kv_client_seq_publish(kv, seq, p->ids, (uint32_t)upto, &d) < 0) {
+	if (kv_client_seq_publish(kv, seq, tokens, (uint32_t)p->n, &d) < 0) {
 		/* the logits stand; only the cache misses these pages */
 		st_warn("prefix cache: publishing %d tokens of kvd sequence "
-			"0x%x failed: %s (no more publishing for it)", upto,
+			"0x%x failed: %s (no more publishing for it)", p->n,
 			seq, d.msg);
-		p->n = 0;
+		p->ended = 1;
+		p->groups_published = INT_MAX;
 		return;
 	}
-	p->groups_published = upto / B;
+	p->groups_published = p->n / B;
 }
 
 int cw_dsv_kv_publish(struct kv_client *kv, uint32_t seq, int len,
