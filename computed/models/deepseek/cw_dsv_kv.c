@@ -280,23 +280,24 @@ int cw_dsv_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
 				   "bad prompt (%d ids) or SWA replay (%d; V4.1 only)",
 				   n_prompt, swa_replay);
 	if (v41) {
-		/* the Engram history is the prompt's ids; the rows are
-		 * written in the declared QAT formats */
+		/* the Engram history is the prompt's ids */
 		for (int i = 0; i < n_prompt; i++)
 			if (prompt[i] < 0 || prompt[i] >= m->cfg.vocab_size)
 				return st_diag_set(diag, -EINVAL,
 						   "prompt token %d: id %d out of range [0, %d)",
 						   i, prompt[i],
 						   m->cfg.vocab_size);
-		r = check_decl(m, kv, diag);
-		if (r < 0)
-			return r;
 	}
 	r = cw_dsv_state_init(m, INT_MAX, kv, &s);
 	if (r < 0)
 		return st_diag_set(diag, r, "out of memory");
 	r = cw_dsv_kv_seq_create(kv, prompt, n_prompt, &s->q.seq, &cached,
 				 &s->pr, diag);
+	/* V4.1: the rows are written in the declared QAT formats.  Checked
+	 * after the create: a kvd restarted with a new pool is attached
+	 * again (the client re-declares) by the first request, not before */
+	if (r == 0 && v41)
+		r = check_decl(m, kv, diag);
 	if (r == 0 && (int)cached > s->tok_cap) {
 		int32_t *t = realloc(s->tokens, sizeof(int32_t) * cached);
 
