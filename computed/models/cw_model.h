@@ -213,8 +213,8 @@ void cw_model_seq_end(struct cw_model *m, uint32_t seq);
  * and n_prompt > 0: the prompt's cached full pages are mapped) then
  * cw_model_seq_begin(max_tokens); DeepSeek-V4 and V4.1
  * cw_dsvserve_seq_create (the state in kvd pages, prefix cache the same
- * way; the state publishes the prompt's pages itself as it is
- * evaluated).  *ret_seq: the kvd
+ * way; the state publishes the full pages of the prompt and of the
+ * generated tokens fed to it itself as it is evaluated).  *ret_seq: the kvd
  * sequence; *ret_cached: prompt positions already in it (evaluate from
  * there).  Free with cw_model_seq_destroy.  Errors: kvd's
  * (kv_client_seq_create...), cw_model_seq_begin's, -ENOMEM.

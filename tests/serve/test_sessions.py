@@ -293,8 +293,9 @@ def test_dsv(rev, tmp, insts):
           "%s: the session holds %d rows, the full pages of %d prompt and "
           "%d generated tokens (the prompt's alone: %d): %s"
           % (rev, rows, n1, n_gen - 1, n1 // PAGE_ROWS * PAGE_ROWS, ent))
-    print("figures: %s session: %d rows, %d bytes"
-          % (rev, rows, os.path.getsize(os.path.join(sdir, name + ".kvs"))))
+    print("figures: %s session: %s rows, %d bytes"
+          % (rev, ent[0]["rows"] if ent else "?",
+             os.path.getsize(os.path.join(sdir, name + ".kvs"))))
     turn2 = case["text"] + t1 + \
         "\n\n# merge_sorted([1, 3], [2]) == [1, 2, 3]\n"
     st, t2, lp2, _, reused_a, _ = complete(a, turn2, 16)
