@@ -45,6 +45,9 @@
  *            continuation fed one token per eval) published as decode
  *            crosses each page boundary: prompt + continuation maps every
  *            full page of them (B: the first P10 size and the prefix one);
+ *            a private state (KV_PUBLISH_F_PRIVATE) publishes nothing to
+ *            kvd's remote tier (a real redis-server; skipped without
+ *            one), a plain one does;
  *            V4.1: SWA bounded replay on a prefix hit (swa_replay = W,
  *            the model's way): bit-identical to the process-local state
  *            that drops its window and replays the same tokens, and not
@@ -69,6 +72,8 @@
 #include "es_convert.h"
 #include "kv_client.h"
 #include "kv_pool.h"
+#include "kv_proto.h"
+#include "../kvd/kv_test_util.h"
 #include "st_config_dsv41.h"
 #include "st_kvfmt_v41.h"
 #include "st_plan.h"
@@ -124,6 +129,8 @@ struct kvd {
 	uint32_t B;
 };
 
+static const char *kvd_remote; /* kvd_up: --remote-kv URL, or NULL */
+
 static int kvd_up(struct kvd *k, const char *tag, uint32_t B,
 		  const char *budget, const char *spill)
 {
@@ -137,6 +144,10 @@ static int kvd_up(struct kvd *k, const char *tag, uint32_t B,
 	if (spill) {
 		k->args[n++] = "--spill-budget";
 		k->args[n++] = spill;
+	}
+	if (kvd_remote) {
+		k->args[n++] = "--remote-kv";
+		k->args[n++] = kvd_remote;
 	}
 	k->args[n] = NULL;
 	st_test_inst_init(&k->t, tag);
@@ -732,6 +743,75 @@ out:
 	kvd_down(&k);
 }
 
+/* A private state (KV_PUBLISH_F_PRIVATE, the request field kv_private)
+ * keeps its pages out of kvd's remote KV tier: a kvd with a real
+ * redis-server as the tier; a state in prefix mode for one case, private,
+ * fed its prompt and continuation, publishes its groups in the local cache
+ * and none to the tier; then a plain one for another case publishes its
+ * groups to both (the tier works). */
+static void test_private(void)
+{
+	const struct dsvt_case *c = &cases[n_cases - 2], *o = &cases[n_cases - 1];
+	const uint32_t B = R->prefix_B;
+	struct st_diag d = { { 0 } };
+	struct cw_dsv_state *a = NULL, *b = NULL;
+	struct kv_stats s0, s1, s2;
+	struct kvt_redis redis;
+	struct kvd k;
+	char tag[32];
+
+	if (kvt_redis_start(&redis) < 0) {
+		printf("SKIP private: no redis-server (the remote tier's "
+		       "check needs one)\n");
+		return;
+	}
+	kvd_remote = redis.url;
+	snprintf(tag, sizeof(tag), "%spv", R->name);
+	if (kvd_up(&k, tag, B, "64MiB", NULL) < 0)
+		goto out;
+	CHECK(kv_client_stats(k.kv, &s0) == 0 && s0.remote_on == 1,
+	      "kvd runs without the remote tier");
+	CHECK(cw_dsv_state_new_kv(M, k.kv, c->ids, c->n_prompt, 0, &a, &d) ==
+		      0 && cw_dsv_state_set_publish_flags(
+				   a, KV_PUBLISH_F_PRIVATE) == 0,
+	      "new (private): %s", d.msg);
+	CHECK(cw_dsv_state_set_publish_flags(a, 0x80) == -EINVAL,
+	      "an unknown publish flag accepted");
+	if (a && run_span(a, c, 0, c->n_prompt, R->prefix_chunk,
+			  "private") == 0)
+		run_span(a, c, c->n_prompt, c->n - 1, 1, "private decode");
+	CHECK(kv_client_stats(k.kv, &s1) == 0 &&
+	      s1.prefix_published - s0.prefix_published ==
+		      (uint64_t)((c->n - 1) / (int)B) &&
+	      s1.remote_published == s0.remote_published,
+	      "private: %llu groups published, %llu to the remote tier "
+	      "(expected %d and 0)",
+	      (unsigned long long)(s1.prefix_published - s0.prefix_published),
+	      (unsigned long long)(s1.remote_published - s0.remote_published),
+	      (c->n - 1) / (int)B);
+	CHECK(cw_dsv_state_new_kv(M, k.kv, o->ids, o->n_prompt, 0, &b, &d) ==
+		      0, "new: %s", d.msg);
+	if (b)
+		run_span(b, o, 0, o->n_prompt, R->prefix_chunk, "public");
+	CHECK(kv_client_stats(k.kv, &s2) == 0 &&
+	      s2.remote_published - s1.remote_published ==
+		      (uint64_t)(o->n_prompt / (int)B) &&
+	      s2.remote_published > s1.remote_published,
+	      "not private: %llu groups to the remote tier, expected %d",
+	      (unsigned long long)(s2.remote_published - s1.remote_published),
+	      o->n_prompt / (int)B);
+	printf("private state: %llu groups published locally, none to the "
+	       "remote tier; a plain one: %llu to it\n",
+	       (unsigned long long)(s1.prefix_published - s0.prefix_published),
+	       (unsigned long long)(s2.remote_published - s1.remote_published));
+	cw_dsv_state_free(a);
+	cw_dsv_state_free(b);
+out:
+	kvd_down(&k);
+	kvd_remote = NULL;
+	kvt_redis_stop(&redis);
+}
+
 /* Prefix mode publishes only rows computed from the prompt's own ids: a
  * state made for one prompt but fed other ids publishes nothing, and a
  * later sequence with that prompt maps nothing. */
@@ -1050,6 +1130,7 @@ int main(int argc, char **argv)
 			test_p10(R->p10_B[i]);
 		test_generated(R->p10_B[0]);
 		test_generated(R->prefix_B);
+		test_private();
 		if (R->rev == ST_DSV_REV_V41)
 			test_replay();
 	}

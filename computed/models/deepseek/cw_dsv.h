@@ -432,6 +432,11 @@ int cw_dsv_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
 int cw_dsv_state_publish(struct cw_dsv_state *s, const int32_t *ids, int n,
 			 struct st_diag *diag);
 
+/* KV_PUBLISH_F_* flags (kv_proto.h) of every publish prefix mode does
+ * from now on: KV_PUBLISH_F_PRIVATE keeps the pages out of kvd's remote KV
+ * tier (a private request).  0, or -EINVAL for an unknown flag. */
+int cw_dsv_state_set_publish_flags(struct cw_dsv_state *s, uint32_t flags);
+
 /* kvd sequence handle of a kvd state (0 for a process-local one). */
 uint32_t cw_dsv_state_seq(const struct cw_dsv_state *s);
 

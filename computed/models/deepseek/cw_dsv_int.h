@@ -300,11 +300,13 @@ int cw_dsv_kv_end(struct cw_dsv_kvseq *q, int r, int from, int n,
  * publishable prefix so far (positions evaluated on the prompt's own ids,
  * then every later one), capped at KV_PROTO_MAX_IDS; ended: a fed id
  * differed from the prompt's or a publish failed, n grows no more; and
- * the page groups already published. */
+ * the page groups already published; flags: KV_PUBLISH_F_* of every
+ * publish (cw_dsv_state_set_publish_flags). */
 struct cw_dsv_prompt {
 	int32_t *ids;
 	int n_prompt, n, groups_published;
 	int ended;
+	uint32_t flags;
 };
 
 /*

@@ -209,7 +209,8 @@ void cw_dsv_kv_after_eval(struct kv_client *kv, uint32_t seq,
 	}
 	if (B < 1 || p->n / B <= p->groups_published || !publishable)
 		return;
-	if (kv_client_seq_publish(kv, seq, tokens, (uint32_t)p->n, &d) < 0) {
+	if (kv_client_seq_publish_flags(kv, seq, tokens, (uint32_t)p->n,
+					p->flags, &d) < 0) {
 		/* the logits stand; only the cache misses these pages */
 		st_warn("prefix cache: publishing %d tokens of kvd sequence "
 			"0x%x failed: %s (no more publishing for it)", p->n,
@@ -344,6 +345,14 @@ int cw_dsv_state_publish(struct cw_dsv_state *s, const int32_t *ids, int n,
 				 "its pages); only states of the full "
 				 "computation publish" : NULL,
 				 diag);
+}
+
+int cw_dsv_state_set_publish_flags(struct cw_dsv_state *s, uint32_t flags)
+{
+	if (flags & ~(uint32_t)KV_PUBLISH_F_ALL)
+		return -EINVAL;
+	s->pr.flags = flags;
+	return 0;
 }
 
 uint32_t cw_dsv_state_seq(const struct cw_dsv_state *s)
