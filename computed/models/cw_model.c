@@ -677,7 +677,8 @@ void cw_model_seq_end(struct cw_model *m, uint32_t seq)
 
 int cw_model_seq_create(struct cw_model *m, struct kv_client *kv,
 			const int32_t *prompt, int n_prompt, int prefix_cache,
-			int max_tokens, uint32_t *ret_seq, uint32_t *ret_cached,
+			uint32_t publish_flags, int max_tokens,
+			uint32_t *ret_seq, uint32_t *ret_cached,
 			struct st_diag *diag)
 {
 	int r;
@@ -685,8 +686,8 @@ int cw_model_seq_create(struct cw_model *m, struct kv_client *kv,
 	*ret_cached = 0;
 	if (m->dsv)
 		return cw_dsvserve_seq_create(m->dsv, prompt, n_prompt,
-					      prefix_cache, ret_seq, ret_cached,
-					      diag);
+					      prefix_cache, publish_flags,
+					      ret_seq, ret_cached, diag);
 	if (prefix_cache && n_prompt > 0)
 		r = kv_client_seq_create_prefix(kv, prompt, (uint32_t)n_prompt,
 						ret_seq, ret_cached, diag);

@@ -213,15 +213,18 @@ void cw_model_seq_end(struct cw_model *m, uint32_t seq);
  * and n_prompt > 0: the prompt's cached full pages are mapped) then
  * cw_model_seq_begin(max_tokens); DeepSeek-V4 and V4.1
  * cw_dsvserve_seq_create (the state in kvd pages, prefix cache the same
- * way; the state publishes the prompt's pages itself as it is
- * evaluated).  *ret_seq: the kvd
+ * way; the state publishes the full pages of the prompt and of the
+ * generated tokens fed to it itself as it is evaluated, with the
+ * KV_PUBLISH_F_* publish_flags; the other families ignore them: their
+ * caller publishes).  *ret_seq: the kvd
  * sequence; *ret_cached: prompt positions already in it (evaluate from
  * there).  Free with cw_model_seq_destroy.  Errors: kvd's
  * (kv_client_seq_create...), cw_model_seq_begin's, -ENOMEM.
  */
 int cw_model_seq_create(struct cw_model *m, struct kv_client *kv,
 			const int32_t *prompt, int n_prompt, int prefix_cache,
-			int max_tokens, uint32_t *ret_seq, uint32_t *ret_cached,
+			uint32_t publish_flags, int max_tokens,
+			uint32_t *ret_seq, uint32_t *ret_cached,
 			struct st_diag *diag);
 /* Frees a sequence of cw_model_seq_create: the model's state and the kvd
  * sequence (kv, the client it was made with). */

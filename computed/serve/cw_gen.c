@@ -175,7 +175,9 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
 	/* the positions it may evaluate: the prompt, then each sampled
 	 * token but the last */
 	r = cw_model_seq_create(model, kv, g->ids, g->n_prompt,
-				g->p.prefix_cache, g->n_prompt + g->max_tokens,
+				g->p.prefix_cache,
+				g->p.kv_private ? KV_PUBLISH_F_PRIVATE : 0,
+				g->n_prompt + g->max_tokens,
 				&g->seq, &g->n_cached, diag);
 	if (r < 0) {
 		cw_gen_free(g);

@@ -809,8 +809,8 @@ static int handle_score(struct cw_daemon *d, const struct st_msg_header *h,
 	}
 	for (uint32_t i = 0; i < n; i++)
 		st_rbuf_i32(&rb, &ids[i]);
-	r = cw_model_seq_create(d->model, d->kv, ids, (int)n, 0, (int)n, &seq,
-				&cached, &diag);
+	r = cw_model_seq_create(d->model, d->kv, ids, (int)n, 0, 0, (int)n,
+				&seq, &cached, &diag);
 	if (r == 0) {
 		/* the scheduler's thread uses the model too */
 		cw_sched_model_lock(d->sched);

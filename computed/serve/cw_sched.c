@@ -161,10 +161,9 @@ session_save(struct cw_sched *s, struct cw_sched_req *r,
 	const int n_prompt = cw_gen_n_prompt(r->gen);
 	const int n_gen = cw_gen_n_generated(r->gen);
 	const int dsv = cw_model_is_dsv4(s->model);
-	/* rows written: every token fed; the last sampled one never was
-	 * (a V4 state published its prompt's pages itself) */
-	const int n_rows = dsv ? n_prompt :
-			   n_prompt + (n_gen > 0 ? n_gen - 1 : 0);
+	/* rows written: every token fed; the last sampled one never was (a
+	 * V4 state published their full pages itself as it went) */
+	const int n_rows = n_prompt + (n_gen > 0 ? n_gen - 1 : 0);
 	int rc = s->o.session ?
 		cw_session_save(s->kv, s->o.session, r->p.session_save,
 				cw_gen_seq(r->gen), cw_gen_prompt_ids(r->gen),

@@ -37,7 +37,8 @@ int cw_session_ident(const struct cw_model *m, struct kv_client *kv,
 /*
  * Saves the conversation ids[0..n_ids) of sequence seq (n_rows of them
  * written to kvd: their full pages are published first, unless publish is
- * 0 — a DeepSeek-V4 state publishes its own) as session `name`.
+ * 0 — a DeepSeek-V4 state published them itself as it went) as session
+ * `name`.
  * *ret_rows (may be NULL) gets the rows saved.  Errors as
  * kv_client_session_save and kv_client_seq_publish, diag naming the
  * session.

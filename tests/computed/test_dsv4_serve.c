@@ -176,7 +176,7 @@ int main(void)
 		uint32_t cached = 99;
 
 		r = cw_model_seq_create(m, kv, s[i].ids, s[i].n_prompt, i == 2,
-					s[i].n, &s[i].seq, &cached, &diag);
+					0, s[i].n, &s[i].seq, &cached, &diag);
 		CHECK(r == 0 && cached == 0, "sequence %d: %s (%u cached)", i,
 		      diag.msg, cached);
 	}
@@ -255,8 +255,8 @@ int main(void)
 		int n;
 
 		kv_client_stats(kv, &k0);
-		r = cw_model_seq_create(m, kv, q->ids, q->n_prompt, 1, q->n,
-					&seq, &cached, &diag);
+		r = cw_model_seq_create(m, kv, q->ids, q->n_prompt, 1, 0,
+					q->n, &seq, &cached, &diag);
 		kv_client_stats(kv, &k1);
 		CHECK(r == 0 && cached == want && want > 0 &&
 			      k1.prefix_rows_reused - k0.prefix_rows_reused ==

@@ -41,7 +41,13 @@
  *            (V4: 4, 6, 8, 16, crossing the ratio-4 and ratio-16 windows;
  *            V4.1: 3, 4): prompts of B-1, B, B+1, 2B, 2B+1 tokens, each
  *            sent twice: the second maps exactly 0, 0, B, B, 2B rows and
- *            gives the same logits;
+ *            gives the same logits; generated tokens (a prompt, then its
+ *            continuation fed one token per eval) published as decode
+ *            crosses each page boundary: prompt + continuation maps every
+ *            full page of them (B: the first P10 size and the prefix one);
+ *            a private state (KV_PUBLISH_F_PRIVATE) publishes nothing to
+ *            kvd's remote tier (a real redis-server; skipped without
+ *            one), a plain one does;
  *            V4.1: SWA bounded replay on a prefix hit (swa_replay = W,
  *            the model's way): bit-identical to the process-local state
  *            that drops its window and replays the same tokens, and not
@@ -66,6 +72,8 @@
 #include "es_convert.h"
 #include "kv_client.h"
 #include "kv_pool.h"
+#include "kv_proto.h"
+#include "../kvd/kv_test_util.h"
 #include "st_config_dsv41.h"
 #include "st_kvfmt_v41.h"
 #include "st_plan.h"
@@ -121,6 +129,8 @@ struct kvd {
 	uint32_t B;
 };
 
+static const char *kvd_remote; /* kvd_up: --remote-kv URL, or NULL */
+
 static int kvd_up(struct kvd *k, const char *tag, uint32_t B,
 		  const char *budget, const char *spill)
 {
@@ -134,6 +144,10 @@ static int kvd_up(struct kvd *k, const char *tag, uint32_t B,
 	if (spill) {
 		k->args[n++] = "--spill-budget";
 		k->args[n++] = spill;
+	}
+	if (kvd_remote) {
+		k->args[n++] = "--remote-kv";
+		k->args[n++] = kvd_remote;
 	}
 	k->args[n] = NULL;
 	st_test_inst_init(&k->t, tag);
@@ -580,8 +594,13 @@ out:
  * prefix mode (cw_dsv_state_new_kv with the prompt) or, explicit, by
  * cw_dsv_state_publish after each chunk of a state made without one.
  * Returns the rows mapped the second time, or -1. */
+/* Evaluates c's first publish_n ids on a new state (prefix mode unless
+ * explicit: then published after every chunk) in chunks of `chunk`, then
+ * its ids up to feed_n one per eval (decode: each sampled token fed once),
+ * then c's first n ids on a second state from the cache.  Returns the rows
+ * the second state mapped, or -1 (an eval failed or a logit differed). */
 static int twice(struct kvd *k, const struct dsvt_case *c, int n, int publish_n,
-		 int chunk, int explicit)
+		 int feed_n, int chunk, int explicit)
 {
 	struct st_diag d = { { 0 } };
 	struct cw_dsv_state *a = NULL, *b = NULL;
@@ -594,6 +613,8 @@ static int twice(struct kvd *k, const struct dsvt_case *c, int n, int publish_n,
 		return -1;
 	publish_each = explicit;
 	r = run_span(a, c, cw_dsv_state_len(a), publish_n, chunk, "first");
+	if (r == 0)
+		r = run_span(a, c, publish_n, feed_n, 1, "decode");
 	publish_each = 0;
 	if (r)
 		goto out;
@@ -628,7 +649,8 @@ static void test_prefix(void)
 
 		if (want > c->n - 1)
 			want = (c->n - 1) / (int)B * (int)B;
-		got = twice(&k, c, c->n, c->n_prompt, R->prefix_chunk, 0);
+		got = twice(&k, c, c->n, c->n_prompt, c->n_prompt,
+			    R->prefix_chunk, 0);
 		CHECK(got == want, "prefix %s: %d rows mapped, expected %d",
 		      c->name, got, want);
 		if (got >= 0) {
@@ -667,7 +689,7 @@ static void test_p10(uint32_t B)
 
 		if (lens[i] < 1 || lens[i] > c->n)
 			continue;
-		got = twice(&k, c, lens[i], lens[i], R->p10_chunk,
+		got = twice(&k, c, lens[i], lens[i], lens[i], R->p10_chunk,
 			    B == R->p10_explicit[0] || B == R->p10_explicit[1]);
 		CHECK(got == want[i], "P10 B=%u, %d tokens: %d rows from the "
 		      "cache, expected %d", B, lens[i], got, want[i]);
@@ -676,6 +698,118 @@ static void test_p10(uint32_t B)
 	printf(": second answers bit-identical\n");
 out:
 	kvd_down(&k);
+}
+
+/* Prefix mode publishes the generated tokens' rows too: a state made for
+ * the longest case's prompt, then fed its greedy continuation one token
+ * per eval but the last (as a server does), publishes the full pages of
+ * every token it was fed as decode crosses each page boundary (before the
+ * next reservation frees their window rows); a second state for prompt +
+ * continuation maps all of them (the chain unbroken: no window page was
+ * freed unpublished) and gives the reference's logits after them. */
+static void test_generated(uint32_t B)
+{
+	const struct dsvt_case *c = &cases[n_cases - 1];
+	const int fed = c->n - 1;
+	const int want = fed / (int)B * (int)B;
+	struct kv_stats st;
+	struct kvd k;
+	char tag[32];
+	int got;
+
+	snprintf(tag, sizeof(tag), "%sgen%u", R->name, B);
+	if (kvd_up(&k, tag, B, "64MiB", NULL) < 0)
+		goto out;
+	if (want <= c->n_prompt / (int)B * (int)B) {
+		CHECK(0, "case %s: its continuation crosses no page boundary "
+		      "at B = %u", c->name, B);
+		goto out;
+	}
+	got = twice(&k, c, c->n, c->n_prompt, fed, R->prefix_chunk, 0);
+	CHECK(got == want, "generated B=%u %s: %d rows mapped, expected %d "
+	      "(%d prompt and %d generated tokens fed)", B, c->name, got,
+	      want, c->n_prompt, fed - c->n_prompt);
+	/* the first state's fed/B groups, then the second state's own past
+	 * them: all n/B of c */
+	CHECK(kv_client_stats(k.kv, &st) == 0 &&
+	      st.prefix_published == (uint64_t)(c->n / (int)B),
+	      "generated B=%u: %llu groups published, expected %d", B,
+	      (unsigned long long)st.prefix_published, c->n / (int)B);
+	printf("generated tokens published, B=%u: %s %d prompt + %d fed "
+	       "tokens, the continuation mapped %d rows (prompt alone: %d), "
+	       "bit-identical after them\n", B, c->name, c->n_prompt,
+	       fed - c->n_prompt, got, c->n_prompt / (int)B * (int)B);
+out:
+	kvd_down(&k);
+}
+
+/* A private state (KV_PUBLISH_F_PRIVATE, the request field kv_private)
+ * keeps its pages out of kvd's remote KV tier: a kvd with a real
+ * redis-server as the tier; a state in prefix mode for one case, private,
+ * fed its prompt and continuation, publishes its groups in the local cache
+ * and none to the tier; then a plain one for another case publishes its
+ * groups to both (the tier works). */
+static void test_private(void)
+{
+	const struct dsvt_case *c = &cases[n_cases - 2], *o = &cases[n_cases - 1];
+	const uint32_t B = R->prefix_B;
+	struct st_diag d = { { 0 } };
+	struct cw_dsv_state *a = NULL, *b = NULL;
+	struct kv_stats s0, s1, s2;
+	struct kvt_redis redis;
+	struct kvd k;
+	char tag[32];
+
+	if (kvt_redis_start(&redis) < 0) {
+		printf("SKIP private: no redis-server (the remote tier's "
+		       "check needs one)\n");
+		return;
+	}
+	kvd_remote = redis.url;
+	snprintf(tag, sizeof(tag), "%spv", R->name);
+	if (kvd_up(&k, tag, B, "64MiB", NULL) < 0)
+		goto out;
+	CHECK(kv_client_stats(k.kv, &s0) == 0 && s0.remote_on == 1,
+	      "kvd runs without the remote tier");
+	CHECK(cw_dsv_state_new_kv(M, k.kv, c->ids, c->n_prompt, 0, &a, &d) ==
+		      0 && cw_dsv_state_set_publish_flags(
+				   a, KV_PUBLISH_F_PRIVATE) == 0,
+	      "new (private): %s", d.msg);
+	CHECK(cw_dsv_state_set_publish_flags(a, 0x80) == -EINVAL,
+	      "an unknown publish flag accepted");
+	if (a && run_span(a, c, 0, c->n_prompt, R->prefix_chunk,
+			  "private") == 0)
+		run_span(a, c, c->n_prompt, c->n - 1, 1, "private decode");
+	CHECK(kv_client_stats(k.kv, &s1) == 0 &&
+	      s1.prefix_published - s0.prefix_published ==
+		      (uint64_t)((c->n - 1) / (int)B) &&
+	      s1.remote_published == s0.remote_published,
+	      "private: %llu groups published, %llu to the remote tier "
+	      "(expected %d and 0)",
+	      (unsigned long long)(s1.prefix_published - s0.prefix_published),
+	      (unsigned long long)(s1.remote_published - s0.remote_published),
+	      (c->n - 1) / (int)B);
+	CHECK(cw_dsv_state_new_kv(M, k.kv, o->ids, o->n_prompt, 0, &b, &d) ==
+		      0, "new: %s", d.msg);
+	if (b)
+		run_span(b, o, 0, o->n_prompt, R->prefix_chunk, "public");
+	CHECK(kv_client_stats(k.kv, &s2) == 0 &&
+	      s2.remote_published - s1.remote_published ==
+		      (uint64_t)(o->n_prompt / (int)B) &&
+	      s2.remote_published > s1.remote_published,
+	      "not private: %llu groups to the remote tier, expected %d",
+	      (unsigned long long)(s2.remote_published - s1.remote_published),
+	      o->n_prompt / (int)B);
+	printf("private state: %llu groups published locally, none to the "
+	       "remote tier; a plain one: %llu to it\n",
+	       (unsigned long long)(s1.prefix_published - s0.prefix_published),
+	       (unsigned long long)(s2.remote_published - s1.remote_published));
+	cw_dsv_state_free(a);
+	cw_dsv_state_free(b);
+out:
+	kvd_down(&k);
+	kvd_remote = NULL;
+	kvt_redis_stop(&redis);
 }
 
 /* Prefix mode publishes only rows computed from the prompt's own ids: a
@@ -915,7 +1049,8 @@ static void test_store(const char *model_dir)
 		M = sm;
 		for (int i = 2; i <= 3 && i < n_cases; i++) {
 			const struct dsvt_case *c = &cases[i];
-			int got = twice(&k, c, c->n, c->n_prompt, 9, 0);
+			int got = twice(&k, c, c->n, c->n_prompt,
+					c->n_prompt, 9, 0);
 
 			CHECK(got == c->n_prompt / 8 * 8, "store %s: %d rows "
 			      "from the cache, expected %d", c->name, got,
@@ -993,6 +1128,9 @@ int main(int argc, char **argv)
 		test_prefix();
 		for (int i = 0; i < 4 && R->p10_B[i]; i++)
 			test_p10(R->p10_B[i]);
+		test_generated(R->p10_B[0]);
+		test_generated(R->prefix_B);
+		test_private();
 		if (R->rev == ST_DSV_REV_V41)
 			test_replay();
 	}

@@ -89,6 +89,19 @@ class Instance:
                 t0 = time.time()
                 while not os.path.exists(ctl) and time.time() - t0 < timeout_s:
                     time.sleep(0.05)
+        return self.wait_ready(timeout_s)
+
+    def restart_computed(self, sig=signal.SIGKILL, timeout_s=60):
+        """computed alone stopped (SIGKILL: a crash) and started again
+        under the running expertd and kvd; returns once it serves."""
+        p = self.procs["computed"]
+        p.send_signal(sig)
+        p.wait(15)
+        self.start_daemon("computed")
+        return self.wait_ready(timeout_s)
+
+    def wait_ready(self, timeout_s=60):
+        """Waits for computed's GET /health to answer 200."""
         t0 = time.time()
         while time.time() - t0 < timeout_s:
             try:

@@ -20,12 +20,20 @@
     name, another KV dtype (bf16), another page size (8); a corrupted copy
     of the file (checksum: nothing used); a name with a path in it.
 
-  - DeepSeek-V4 and V4.1 (../shared tiny-deepseek-v4/v41; skipped where
-    absent): a session of the first turn's prompt pages, every stream of
-    the state, resumed after a whole-instance restart gives the
-    uninterrupted run's text and log-probabilities bit for bit.
+  - computed alone restarted (SIGKILL) under the running expertd and
+    kvd: the session loaded, the continuation equals the uninterrupted
+    run's bit for bit;
 
-Figures printed: the saved file's bytes and rows.
+  - DeepSeek-V4 and V4.1 (../shared tiny-deepseek-v4/v41; skipped where
+    absent): the session of the first turn holds the full pages of its
+    prompt and generated tokens (every stream of the state; the row count
+    asserted); a second turn whose prompt carries the first turn's answer
+    maps all of them; resumed after computed alone and after the whole
+    instance restarted it gives the uninterrupted run's text and
+    log-probabilities bit for bit, and so does the cold computation after
+    kvd alone restarted (nothing mapped).
+
+Figures printed: the saved files' bytes and rows.
 """
 import json
 import os
@@ -150,6 +158,16 @@ def main():
               lp2k == lp2, "after kvd alone restarted: the session's %d "
               "rows mapped, greedy text and log-probabilities equal the "
               "uninterrupted run's (%s)" % (reused_k, st))
+        # computed alone restarted (SIGKILL: a crash) under the same
+        # running expertd and kvd: the session loads, the continuation is
+        # the uninterrupted one
+        b.restart_computed()
+        st, t2m, lp2m, _, reused_m, j = complete(
+            b, turn2, 24, session={"load": "conv-1"})
+        check(st == 200 and reused_m == reused_r and t2m == t2 and
+              lp2m == lp2, "after computed alone restarted (SIGKILL): %d "
+              "rows mapped, greedy text and log-probabilities equal the "
+              "uninterrupted run's (%s)" % (reused_m, st))
         st, j = request(b, "POST", "/v1/sessions/conv-1/load")
         check(st == 200 and j.get("rows") == rows,
               "POST /v1/sessions/conv-1/load: %s %s" % (st, j))
@@ -239,9 +257,13 @@ def main():
 
 
 def test_dsv(rev, tmp, insts):
-    """DeepSeek-V4 / V4.1: a session of the prompt's pages (every stream:
-    compressed, indexer, window and compressor-input rows) resumed after a
-    whole-instance restart equals the uninterrupted run bit for bit."""
+    """DeepSeek-V4 / V4.1: the session holds the full pages of the prompt
+    and the generated tokens (every stream: compressed, indexer, window
+    and compressor-input rows); a second turn whose prompt carries the
+    first turn's answer maps them; resumed after computed alone and after
+    the whole instance restarted, and computed cold after kvd alone
+    restarted (nothing mapped), it equals the uninterrupted run bit for
+    bit."""
     model = os.path.join(SHARED, "fixtures", "models",
                          "tiny-deepseek-" + rev)
     if not os.path.isdir(model):
@@ -253,29 +275,62 @@ def test_dsv(rev, tmp, insts):
     sdir = os.path.join(tmp, "sessions-" + rev)
     store = convert(model, os.path.join(tmp, "store-" + rev),
                     experts="mxfp4")
+    name, n_gen = rev + "-conv", 8
     a = start(store, sdir, rev + "sa")
     insts.append(a)
-    st, _, _, n1, _, j = complete(a, case["text"], 8,
-                                  session={"save": rev + "-conv"})
+    st, t1, _, n1, _, j = complete(a, case["text"], n_gen,
+                                   session={"save": name})
     if not check(st == 200, "%s: the first turn, saved: %s" % (rev, st)):
         print(j)
         return
-    turn2 = case["text"] + "\n\n# merge_sorted([1, 3], [2]) == [1, 2, 3]\n"
+    # every token fed: the prompt and the generated ones but the last
+    rows = (n1 + n_gen - 1) // PAGE_ROWS * PAGE_ROWS
+    st, ls = request(a, "GET", "/v1/sessions")
+    ent = [e for e in ls.get("data", []) if e["id"] == name] \
+        if st == 200 else []
+    check(len(ent) == 1 and ent[0]["rows"] == rows and
+          rows > n1 // PAGE_ROWS * PAGE_ROWS,
+          "%s: the session holds %d rows, the full pages of %d prompt and "
+          "%d generated tokens (the prompt's alone: %d): %s"
+          % (rev, rows, n1, n_gen - 1, n1 // PAGE_ROWS * PAGE_ROWS, ent))
+    print("figures: %s session: %s rows, %d bytes"
+          % (rev, ent[0]["rows"] if ent else "?",
+             os.path.getsize(os.path.join(sdir, name + ".kvs"))))
+    turn2 = case["text"] + t1 + \
+        "\n\n# merge_sorted([1, 3], [2]) == [1, 2, 3]\n"
     st, t2, lp2, _, reused_a, _ = complete(a, turn2, 16)
+    check(st == 200 and reused_a == rows,
+          "%s: the second turn (the first one's answer in its prompt) "
+          "mapped %d rows: the prompt's and the answer's full pages, %d"
+          % (rev, reused_a, rows))
+    a.restart_computed()
+    st, t2m, lp2m, _, reused_m, _ = complete(a, turn2, 16,
+                                             session={"load": name})
+    check(st == 200 and reused_m >= rows and t2m == t2 and lp2m == lp2,
+          "%s: after computed alone restarted (SIGKILL): %d rows mapped, "
+          "greedy text and log-probabilities equal the uninterrupted "
+          "run's (%s)" % (rev, reused_m, st))
     a.stop()
     insts.remove(a)
     b = start(store, sdir, rev + "sb")
     insts.append(b)
-    st, t2r, lp2r, _, reused_b, j = complete(
-        b, turn2, 16, session={"load": rev + "-conv"})
-    want = n1 // PAGE_ROWS * PAGE_ROWS
-    check(st == 200 and reused_b == want and reused_a == want,
-          "%s: after the restart the session gave %d rows (the first "
-          "turn's prompt pages: %d; uninterrupted %d)"
-          % (rev, reused_b, want, reused_a))
+    st, t2r, lp2r, _, reused_b, j = complete(b, turn2, 16,
+                                             session={"load": name})
+    check(st == 200 and reused_b == rows,
+          "%s: after the restart the session gave %d rows (expected %d)"
+          % (rev, reused_b, rows))
     check(t2r == t2 and lp2r == lp2, "%s: resumed greedy text and "
           "log-probabilities equal the uninterrupted run's bit for bit"
           % rev)
+    # kvd alone restarted: an empty pool, nothing mapped; the cold
+    # computation gives the same text and log-probabilities
+    b.procs["kvd"].send_signal(signal.SIGTERM)
+    b.procs["kvd"].wait(15)
+    b.start_daemon("kvd")
+    st, t2c, lp2c, _, reused_c, _ = complete(b, turn2, 16)
+    check(st == 200 and reused_c == 0 and t2c == t2 and lp2c == lp2,
+          "%s: computed cold after kvd alone restarted (%d rows mapped): "
+          "the same greedy text and log-probabilities" % (rev, reused_c))
     b.stop()
     insts.remove(b)
 

@@ -379,12 +379,14 @@ int cw_dsv_kv_declare(const struct cw_dsv_model *m, struct kv_client *kv,
  * prompt: the longest chain of published full pages of the same leading
  * ids is mapped and the state starts at that length (cw_dsv_state_len: a
  * multiple of page_rows, at most n_prompt - 1; the caller evaluates
- * prompt[len..n_prompt), in any chunks), and after every eval the
- * prompt's full pages reached so far are published (before the next eval
- * could free their window pages; only while the evaluated ids are the
- * prompt's; generated tokens are not published; a refused publish is
- * warned about and ends publishing for the state, the logits are
- * unaffected).  Each cw_dsv_eval pins the sequence (restoring spilled
+ * prompt[len..n_prompt), in any chunks), and after every eval the full
+ * pages reached so far are published (before the next eval could free
+ * their window pages): the prompt's while the evaluated ids are the
+ * prompt's (an id that differs ends publishing there), then those of
+ * every token fed after the prompt (generated tokens, decode crossing a
+ * page boundary), the first KV_PROTO_MAX_IDS ids at most; a refused
+ * publish is warned about and ends publishing for the state, the logits
+ * are unaffected.  Each cw_dsv_eval pins the sequence (restoring spilled
  * pages), reserves its new tokens, computes and unpins it, so an idle
  * state may be spilled by kvd (and, as kvd's windowed streams do, frees
  * the window and compressor-state pages that fell out of the window
@@ -405,7 +407,9 @@ int cw_dsv_kv_declare(const struct cw_dsv_model *m, struct kv_client *kv,
  * (its pages lack window rows).
  * Errors: -EINVAL (no kv, bad prompt, swa_replay < 0 or > 0 for V4),
  * -ST_E_CONFIG (V4.1: kv holds no declaration of m with its current QAT
- * flags), kv_client_seq_create(_prefix)'s, the replay's, -ENOMEM.
+ * flags; checked after the sequence is created, which attaches a client
+ * whose kvd restarted with a new pool again), kv_client_seq_create
+ * (_prefix)'s, the replay's, -ENOMEM.
  */
 int cw_dsv_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
 			const int32_t *prompt, int n_prompt, int swa_replay,
@@ -427,6 +431,11 @@ int cw_dsv_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
  */
 int cw_dsv_state_publish(struct cw_dsv_state *s, const int32_t *ids, int n,
 			 struct st_diag *diag);
+
+/* KV_PUBLISH_F_* flags (kv_proto.h) of every publish prefix mode does
+ * from now on: KV_PUBLISH_F_PRIVATE keeps the pages out of kvd's remote KV
+ * tier (a private request).  0, or -EINVAL for an unknown flag. */
+int cw_dsv_state_set_publish_flags(struct cw_dsv_state *s, uint32_t flags);
 
 /* kvd sequence handle of a kvd state (0 for a process-local one). */
 uint32_t cw_dsv_state_seq(const struct cw_dsv_state *s);

@@ -194,8 +194,9 @@ int cw_dsv_eval(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 		 * leaves window rows uncomputed: neither state's pages are
 		 * published */
 		if (s->q.kv && s->pr.ids)
-			cw_dsv_kv_after_eval(s->q.kv, s->q.seq, &s->pr, s->len,
-					     ids, n, !(s->ov_hi > 0 || s->ced));
+			cw_dsv_kv_after_eval(s->q.kv, s->q.seq, &s->pr,
+					     s->tokens, s->len,
+					     !(s->ov_hi > 0 || s->ced));
 	}
 	return r;
 }

@@ -293,12 +293,20 @@ int cw_dsv_kv_begin(struct cw_dsv_kvseq *q, uint32_t rows,
 int cw_dsv_kv_end(struct cw_dsv_kvseq *q, int r, int from, int n,
 		  struct st_diag *diag);
 
-/* The prompt a kvd state publishes in the prefix cache: its ids (owned;
- * NULL: not in prefix mode), how many of them the evals matched so far,
- * and the page groups already published. */
+/* What a kvd state in prefix mode publishes in the prefix cache: the
+ * prompt's ids (owned; NULL: not in prefix mode; n_prompt of them, the
+ * first KV_PROTO_MAX_IDS), then the ids the state was fed after them (its
+ * generated tokens, read from the state's token history); n: the
+ * publishable prefix so far (positions evaluated on the prompt's own ids,
+ * then every later one), capped at KV_PROTO_MAX_IDS; ended: a fed id
+ * differed from the prompt's or a publish failed, n grows no more; and
+ * the page groups already published; flags: KV_PUBLISH_F_* of every
+ * publish (cw_dsv_state_set_publish_flags). */
 struct cw_dsv_prompt {
 	int32_t *ids;
-	int n, groups_published;
+	int n_prompt, n, groups_published;
+	int ended;
+	uint32_t flags;
 };
 
 /*
@@ -314,16 +322,21 @@ int cw_dsv_kv_seq_create(struct kv_client *kv, const int32_t *prompt,
 			 struct cw_dsv_prompt *p, struct st_diag *diag);
 
 /*
- * After a successful eval of ids[0..n) at positions [len - n, len) of a
- * kvd state in prefix mode: a token that is not the prompt's ends the
- * publishable prefix there; the prompt's full pages reached so far are
- * published (kv_client_seq_publish), unless `publishable` is 0 (V4.1: a
- * state whose window rows are not in its pages).  A refused publish is
- * warned about and ends publishing for the state (the logits stand).
+ * After a successful eval of a kvd state in prefix mode whose token
+ * history is tokens[0..len): the positions from p->n on join the
+ * publishable prefix while they hold the prompt's ids (one that differs
+ * ends it there) and, past the prompt, whatever the state was fed (its
+ * generated tokens), up to KV_PROTO_MAX_IDS; the full pages of the
+ * publishable prefix reached so far are published
+ * (kv_client_seq_publish), unless `publishable` is 0 (V4.1: a state whose
+ * window rows are not in its pages).  Called after every eval, so each
+ * page is published before the next eval's reservation could free its
+ * window rows (3a).  A refused publish is warned about and ends
+ * publishing for the state (the logits stand).
  */
 void cw_dsv_kv_after_eval(struct kv_client *kv, uint32_t seq,
-			  struct cw_dsv_prompt *p, int len, const int32_t *ids,
-			  int n, int publishable);
+			  struct cw_dsv_prompt *p, const int32_t *tokens,
+			  int len, int publishable);
 
 /*
  * Publishes the full pages of the first n tokens (ids[0..n)) of a state

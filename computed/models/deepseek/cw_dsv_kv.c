@@ -133,12 +133,14 @@ int cw_dsv_kv_seq_create(struct kv_client *kv, const int32_t *prompt,
 	if (r < 0 || n_prompt <= 0)
 		return r;
 	/* ids past KV_PROTO_MAX_IDS are not sent: not published */
-	p->n = n_prompt < (int)KV_PROTO_MAX_IDS ? n_prompt :
-						  (int)KV_PROTO_MAX_IDS;
-	p->ids = malloc(sizeof(int32_t) * (size_t)p->n);
+	p->n_prompt = n_prompt < (int)KV_PROTO_MAX_IDS ? n_prompt :
+							 (int)KV_PROTO_MAX_IDS;
+	p->ids = malloc(sizeof(int32_t) * (size_t)p->n_prompt);
 	if (!p->ids)
 		return st_diag_set(diag, -ENOMEM, "out of memory");
-	memcpy(p->ids, prompt, sizeof(int32_t) * (size_t)p->n);
+	memcpy(p->ids, prompt, sizeof(int32_t) * (size_t)p->n_prompt);
+	/* the mapped prefix: the prompt's ids, published already */
+	p->n = (int)*ret_cached;
 	p->groups_published = (int)(*ret_cached / kv_client_page_rows(kv));
 	return 0;
 }
@@ -187,32 +189,37 @@ int cw_dsv_kv_end(struct cw_dsv_kvseq *q, int r, int from, int n,
 }
 
 void cw_dsv_kv_after_eval(struct kv_client *kv, uint32_t seq,
-			  struct cw_dsv_prompt *p, int len, const int32_t *ids,
-			  int n, int publishable)
+			  struct cw_dsv_prompt *p, const int32_t *tokens,
+			  int len, int publishable)
 {
 	const int B = (int)kv_client_page_rows(kv);
-	int from = len - n, upto;
+	const int max = (int)KV_PROTO_MAX_IDS;
 	struct st_diag d = { { 0 } };
 
 	/* only rows computed from the prompt's own ids are published under
-	 * its keys: a different token ends the publishable prefix there */
-	for (int t = 0; t < n && from + t < p->n; t++)
-		if (ids[t] != p->ids[from + t]) {
-			p->n = from + t;
+	 * its keys (a different token ends the publishable prefix there);
+	 * past the prompt, every token the state was fed (decode feeds each
+	 * sampled token once: no rollback in this family) */
+	while (!p->ended && p->n < len && p->n < max) {
+		if (p->n < p->n_prompt && tokens[p->n] != p->ids[p->n]) {
+			p->ended = 1;
 			break;
 		}
-	upto = len < p->n ? len : p->n;
-	if (B < 1 || upto / B <= p->groups_published || !publishable)
+		p->n++;
+	}
+	if (B < 1 || p->n / B <= p->groups_published || !publishable)
 		return;
-	if (kv_client_seq_publish(kv, seq, p->ids, (uint32_t)upto, &d) < 0) {
+	if (kv_client_seq_publish_flags(kv, seq, tokens, (uint32_t)p->n,
+					p->flags, &d) < 0) {
 		/* the logits stand; only the cache misses these pages */
 		st_warn("prefix cache: publishing %d tokens of kvd sequence "
-			"0x%x failed: %s (no more publishing for it)", upto,
+			"0x%x failed: %s (no more publishing for it)", p->n,
 			seq, d.msg);
-		p->n = 0;
+		p->ended = 1;
+		p->groups_published = INT_MAX;
 		return;
 	}
-	p->groups_published = upto / B;
+	p->groups_published = p->n / B;
 }
 
 int cw_dsv_kv_publish(struct kv_client *kv, uint32_t seq, int len,
@@ -274,23 +281,24 @@ int cw_dsv_state_new_kv(const struct cw_dsv_model *m, struct kv_client *kv,
 				   "bad prompt (%d ids) or SWA replay (%d; V4.1 only)",
 				   n_prompt, swa_replay);
 	if (v41) {
-		/* the Engram history is the prompt's ids; the rows are
-		 * written in the declared QAT formats */
+		/* the Engram history is the prompt's ids */
 		for (int i = 0; i < n_prompt; i++)
 			if (prompt[i] < 0 || prompt[i] >= m->cfg.vocab_size)
 				return st_diag_set(diag, -EINVAL,
 						   "prompt token %d: id %d out of range [0, %d)",
 						   i, prompt[i],
 						   m->cfg.vocab_size);
-		r = check_decl(m, kv, diag);
-		if (r < 0)
-			return r;
 	}
 	r = cw_dsv_state_init(m, INT_MAX, kv, &s);
 	if (r < 0)
 		return st_diag_set(diag, r, "out of memory");
 	r = cw_dsv_kv_seq_create(kv, prompt, n_prompt, &s->q.seq, &cached,
 				 &s->pr, diag);
+	/* V4.1: the rows are written in the declared QAT formats.  Checked
+	 * after the create: a kvd restarted with a new pool is attached
+	 * again (the client re-declares) by the first request, not before */
+	if (r == 0 && v41)
+		r = check_decl(m, kv, diag);
 	if (r == 0 && (int)cached > s->tok_cap) {
 		int32_t *t = realloc(s->tokens, sizeof(int32_t) * cached);
 
@@ -337,6 +345,14 @@ int cw_dsv_state_publish(struct cw_dsv_state *s, const int32_t *ids, int n,
 				 "its pages); only states of the full "
 				 "computation publish" : NULL,
 				 diag);
+}
+
+int cw_dsv_state_set_publish_flags(struct cw_dsv_state *s, uint32_t flags)
+{
+	if (flags & ~(uint32_t)KV_PUBLISH_F_ALL)
+		return -EINVAL;
+	s->pr.flags = flags;
+	return 0;
 }
 
 uint32_t cw_dsv_state_seq(const struct cw_dsv_state *s)

@@ -211,7 +211,8 @@ uint64_t cw_dsvserve_kv_bytes_per_token(const struct cw_dsvserve *v)
 }
 
 int cw_dsvserve_seq_create(struct cw_dsvserve *v, const int32_t *prompt,
-			   int n_prompt, int prefix_cache, uint32_t *ret_seq,
+			   int n_prompt, int prefix_cache,
+			   uint32_t publish_flags, uint32_t *ret_seq,
 			   uint32_t *ret_cached, struct st_diag *diag)
 {
 	struct cw_dsv_state *st = NULL;
@@ -231,6 +232,11 @@ int cw_dsvserve_seq_create(struct cw_dsvserve *v, const int32_t *prompt,
 				&st, diag);
 	if (r < 0)
 		return r;
+	if (cw_dsv_state_set_publish_flags(st, publish_flags) < 0) {
+		cw_dsv_state_free(st);
+		return st_diag_set(diag, -EINVAL, "unknown publish flags 0x%x",
+				   publish_flags);
+	}
 	seq = state_seq(st);
 	*ret_cached = (uint32_t)state_len(st);
 	r = cw_seqtab_put(&v->tab, seq, st, diag);

@@ -86,15 +86,17 @@ uint64_t cw_dsvserve_kv_bytes_per_token(const struct cw_dsvserve *v);
  * Creates a kvd sequence with its state in kvd pages for a prompt of
  * n_prompt ids.  prefix_cache: the prompt's cached pages are mapped
  * (*ret_cached: the positions already evaluated, a multiple of the page
- * size, < n_prompt; the caller evaluates from there) and its full pages
- * are published as they are evaluated; else *ret_cached = 0 and nothing
+ * size, < n_prompt; the caller evaluates from there) and the full pages
+ * of the prompt and of the tokens fed after it are published as they are
+ * evaluated, with the KV_PUBLISH_F_* publish_flags; else *ret_cached = 0 and nothing
  * is published.  *ret_seq: the kvd sequence id, freed with the state by
  * cw_dsvserve_seq_end.  Thread-safe.  Errors: -EINVAL (opened without
  * kvd), the revision's state_new_kv's (kvd: -ST_E_BUDGET,
  * -ST_E_PEERGONE ...), -ENOMEM.
  */
 int cw_dsvserve_seq_create(struct cw_dsvserve *v, const int32_t *prompt,
-			   int n_prompt, int prefix_cache, uint32_t *ret_seq,
+			   int n_prompt, int prefix_cache,
+			   uint32_t publish_flags, uint32_t *ret_seq,
 			   uint32_t *ret_cached, struct st_diag *diag);
 
 /*
