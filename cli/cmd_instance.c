@@ -810,7 +810,7 @@ int cli_cmd_status(int argc, char **argv)
 	print_placement(inst.name);
 	if (up == 3) {
 		struct cw_client *cw;
-		struct cw_stats_wire s;
+		struct cw_stats_wire s = { 0 };
 		struct st_diag diag;
 
 		if (cw_client_open(inst.run_dir, 5000, &cw, &diag) == 0) {
@@ -834,6 +834,9 @@ int cli_cmd_status(int argc, char **argv)
 				cli_tier_figures(&z, &s, &tf);
 				cli_tier_print(stdout, &tf);
 			}
+			/* the NVMe queue's classes since its segment was made */
+			if (s.io_on)
+				cli_io_print(stdout, &s);
 			cw_client_close(cw);
 		}
 	}

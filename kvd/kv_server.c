@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kv_daemon.h"
+#include "st_ioq.h"
 #include "kv_session.h"
 #include "kv_devpool.h"
 #include "st_daemon.h"
@@ -206,6 +207,17 @@ static int pool_take(struct kv_server *s, int adopted,
 
 		spill_path(s, path, sizeof(path));
 		r = kv_spill_open(&s->pool, path, adopted, diag);
+		if (r == 0) {
+			/* spill and restore share the NVMe queue with
+			 * expertd's reads (st_ioq.h); without it they run */
+			struct st_diag qd = { "" };
+
+			if (st_ioq_open(&s->pool.spill.ioq, s->cfg.instance,
+					"kvd", &qd) < 0)
+				st_warn("no I/O queue (spill and restore not "
+					"ordered with expertd's reads): %s",
+					qd.msg);
+		}
 		if (r < 0) {
 			kv_pool_fini(&s->pool);
 			if (adopted)
