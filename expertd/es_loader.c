@@ -88,6 +88,10 @@ static int read_record(struct es_loader *l, uint32_t layer, uint32_t expert,
 	int r;
 
 	st_ioq_begin(l->ioq, cls, &op);
+	/* tests: a slow device (inside the I/O, so that a kill -9 meanwhile
+	 * leaves it in flight in the I/O queue) */
+	if (l->delay_ms > 0)
+		st_sleep_ns((uint64_t)l->delay_ms * 1000000ull);
 	r = st_store_read_record_timed(l->store, l->fds[layer], (int)layer,
 				       (int)expert,
 				       es_pool_record(&l->pool->v, slot),
@@ -112,8 +116,6 @@ static void load_one(struct es_loader *l, const struct es_load *job,
 	int have_ru = getrusage(RUSAGE_THREAD, &ru0) == 0;
 	int r;
 
-	if (l->delay_ms > 0)
-		st_sleep_ns((uint64_t)l->delay_ms * 1000000ull);
 	pthread_mutex_lock(&l->mu);
 	if (l->reading++ == 0)
 		l->busy_since = st_now_ns();
