@@ -379,49 +379,67 @@ static struct st_ioq_ctr *ctr(struct st_ioq *q, int cls)
 	return &q->seg->slot[q->slot].c[cls];
 }
 
-int st_ioq_try_begin(struct st_ioq *q, int cls, struct st_ioq_op *op)
+static int valid_class(int cls)
+{
+	return cls >= 0 && cls < ST_IOQ_N ? cls : ST_IOQ_DEMAND;
+}
+
+/* st_ioq_try_begin with the urgency prio (gauges, deferral); totals go
+ * to cls. */
+static int try_begin(struct st_ioq *q, int cls, int prio,
+		     struct st_ioq_op *op)
 {
 	uint64_t now = st_now_ns();
 
-	if (cls < 0 || cls >= ST_IOQ_N)
-		cls = ST_IOQ_DEMAND;
 	if (op->state == 0) {
 		memset(op, 0, sizeof(*op));
-		op->cls = cls;
+		op->cls = valid_class(cls);
+		op->prio = valid_class(prio);
 		op->state = 1;
 		op->t_queued = now;
 		if (q)
-			atomic_fetch_add(&ctr(q, cls)->waiting, 1);
+			atomic_fetch_add(&ctr(q, op->prio)->waiting, 1);
 	}
-	cls = op->cls;
-	if (q && q->enabled && cls > ST_IOQ_DEMAND &&
-	    pressure(q, cls, now) > q->depth) {
+	prio = op->prio;
+	if (q && q->enabled && prio > ST_IOQ_DEMAND &&
+	    pressure(q, prio, now) > q->depth) {
 		if (now - op->t_queued < q->bound_ns) {
 			op->deferred = 1;
 			return -EAGAIN;
 		}
 		op->deferred = 1;
-		atomic_fetch_add(&ctr(q, cls)->bound_hits, 1);
+		atomic_fetch_add(&ctr(q, op->cls)->bound_hits, 1);
 	}
 	if (q) {
-		struct st_ioq_ctr *c = ctr(q, cls);
+		struct st_ioq_ctr *g = ctr(q, prio);
 
 		/* in flight before it leaves waiting: a peer never sees the
 		 * class idle in between */
-		atomic_fetch_add(&c->inflight, 1);
-		atomic_fetch_sub(&c->waiting, 1);
+		atomic_fetch_add(&g->inflight, 1);
+		atomic_fetch_sub(&g->waiting, 1);
 		if (op->deferred)
-			atomic_fetch_add(&c->deferred, 1);
+			atomic_fetch_add(&ctr(q, op->cls)->deferred, 1);
 	}
 	op->state = 2;
 	op->t_start = now;
 	return 0;
 }
 
+int st_ioq_try_begin(struct st_ioq *q, int cls, struct st_ioq_op *op)
+{
+	return try_begin(q, cls, cls, op);
+}
+
 void st_ioq_begin(struct st_ioq *q, int cls, struct st_ioq_op *op)
 {
+	st_ioq_begin_prio(q, cls, cls, op);
+}
+
+void st_ioq_begin_prio(struct st_ioq *q, int cls, int prio,
+		       struct st_ioq_op *op)
+{
 	op->state = 0;
-	while (st_ioq_try_begin(q, cls, op) == -EAGAIN) {
+	while (try_begin(q, cls, prio, op) == -EAGAIN) {
 		uint64_t left = op->t_queued + q->bound_ns - st_now_ns();
 
 		/* left wraps past the bound: the next try goes */
@@ -432,9 +450,9 @@ void st_ioq_begin(struct st_ioq *q, int cls, struct st_ioq_op *op)
 void st_ioq_cancel(struct st_ioq *q, struct st_ioq_op *op)
 {
 	if (op->state == 1 && q)
-		atomic_fetch_sub(&ctr(q, op->cls)->waiting, 1);
+		atomic_fetch_sub(&ctr(q, op->prio)->waiting, 1);
 	if (op->state == 2 && q)
-		atomic_fetch_sub(&ctr(q, op->cls)->inflight, 1);
+		atomic_fetch_sub(&ctr(q, op->prio)->inflight, 1);
 	op->state = 0;
 }
 
@@ -455,7 +473,7 @@ void st_ioq_end(struct st_ioq *q, struct st_ioq_op *op, uint64_t bytes)
 	atomic_fetch_add(&c->bytes, bytes);
 	atomic_fetch_add(&c->wait_ns, op->t_start - op->t_queued);
 	atomic_fetch_add(&c->io_ns, now - op->t_start);
-	atomic_fetch_sub(&c->inflight, 1);
+	atomic_fetch_sub(&ctr(q, op->prio)->inflight, 1);
 }
 
 /* ---- totals ------------------------------------------------------------- */

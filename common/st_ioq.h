@@ -98,7 +98,9 @@ struct st_ioq;
 
 /* One I/O between st_ioq_begin and st_ioq_end (caller's storage). */
 struct st_ioq_op {
-	int cls;
+	int cls;          /* what it is: its totals' class */
+	int prio;         /* how urgent: the class it waits and counts as
+			   * waiting / in flight for (st_ioq_begin_prio) */
 	int state;        /* 0 none, 1 waiting, 2 in flight */
 	int deferred;
 	uint64_t t_queued, t_start;
@@ -136,6 +138,14 @@ uint64_t st_ioq_bound_ns(const struct st_ioq *q);
  * counts it in flight.  op is filled for st_ioq_end.  q NULL: only op.
  */
 void st_ioq_begin(struct st_ioq *q, int cls, struct st_ioq_op *op);
+
+/*
+ * st_ioq_begin for an I/O of class cls (its totals) that is as urgent as
+ * class prio (its deferral and the gauges others defer to): a KV spill a
+ * step's pin waits for is a spill with the urgency of a restore.
+ */
+void st_ioq_begin_prio(struct st_ioq *q, int cls, int prio,
+		       struct st_ioq_op *op);
 
 /*
  * The same without sleeping, for an event loop: the first call counts op

@@ -1072,12 +1072,18 @@ int kv_server_poll(struct kv_server *s)
 		st_warn("receive on %s: %s", s->ctl_path, st_strerror(r));
 		st_sleep_ns(10ull * 1000 * 1000);
 	}
+	/* between requests, no client waits: the spills these make are
+	 * the I/O queue's least urgent class (kv_spill.background) */
 	if (s->n_ahead_pending && s->have_pool) {
 		kv_devpool_quiesce(s);
+		s->pool.spill.background = 1;
 		kv_ahead_step(s);
+		s->pool.spill.background = 0;
 	} else if (s->n_prefetch && s->have_pool) {
 		kv_devpool_quiesce(s);
+		s->pool.spill.background = 1;
 		prefetch_step(s);
+		s->pool.spill.background = 0;
 	}
 	now = st_now_ns();
 	if (now - s->last_reap_ns >= KV_REAP_INTERVAL_NS) {

@@ -254,9 +254,10 @@ static int io_full_raw(int fd, struct iovec *iov, int cnt, off_t off,
 
 /* The whole of iov at `off`, looping over short transfers, as one I/O
  * of the instance's queue (q, NULL: none): a write is a spill, a read a
- * restore; its bytes counted when it succeeded. */
-static int io_full(struct st_ioq *q, int fd, struct iovec *iov, int cnt,
-		   off_t off, int write)
+ * restore; its bytes counted when it succeeded.  A spill a request waits
+ * for (!background) waits only for what a restore waits for. */
+static int io_full(struct st_ioq *q, int background, int fd,
+		   struct iovec *iov, int cnt, off_t off, int write)
 {
 	struct st_ioq_op op;
 	uint64_t bytes = 0;
@@ -264,7 +265,9 @@ static int io_full(struct st_ioq *q, int fd, struct iovec *iov, int cnt,
 
 	for (int i = 0; i < cnt; i++)
 		bytes += iov[i].iov_len;
-	st_ioq_begin(q, write ? ST_IOQ_KV_SPILL : ST_IOQ_KV_RESTORE, &op);
+	st_ioq_begin_prio(q, write ? ST_IOQ_KV_SPILL : ST_IOQ_KV_RESTORE,
+			  write && background ? ST_IOQ_KV_SPILL :
+						ST_IOQ_KV_RESTORE, &op);
 	r = io_full_raw(fd, iov, cnt, off, write);
 	st_ioq_end(q, &op, r == 0 ? bytes : 0);
 	return r;
@@ -356,8 +359,8 @@ static void *mover_run(void *arg)
 			b++;
 		}
 		run_iov(p, v + a, b - a, m->write, iov);
-		e = io_full(sp->ioq, sp->fd, iov, (int)(b - a), off,
-			    m->write);
+		e = io_full(sp->ioq, sp->background, sp->fd, iov,
+			    (int)(b - a), off, m->write);
 		if (e == -EINVAL && sp->direct) {
 			/* the filesystem took O_DIRECT at open but refuses
 			 * this transfer: go on buffered */
@@ -367,8 +370,8 @@ static void *mover_run(void *arg)
 			    fcntl(sp->fd, F_SETFL, fl & ~O_DIRECT) == 0) {
 				sp->direct = 0;
 				run_iov(p, v + a, b - a, m->write, iov);
-				e = io_full(sp->ioq, sp->fd, iov,
-					    (int)(b - a), off, m->write);
+				e = io_full(sp->ioq, sp->background, sp->fd,
+					    iov, (int)(b - a), off, m->write);
 			}
 		}
 		if (e < 0 && m->write) {

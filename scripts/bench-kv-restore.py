@@ -146,6 +146,9 @@ def one_run(store, mode, args, budget, ioq="on"):
     for c in IOQ_CLASSES:
         io[c + "_mib"] = d('strata_io_bytes_total{class="%s"}' % c) / 2**20
         io[c + "_wait_s"] = d('strata_io_wait_seconds_total{class="%s"}' % c)
+        ops = d('strata_io_ops_total{class="%s"}' % c)
+        io[c + "_io_ms"] = (1e3 * d('strata_io_seconds_total{class="%s"}' % c)
+                            / ops if ops else 0.0)
     tokens = sum(r[1] for r in results)
     spill = d('strata_bytes_moved_total{link="host_to_nvme",kind="kv"}')
     rest = d('strata_bytes_moved_total{link="nvme_to_host",kind="kv"}')
@@ -226,14 +229,16 @@ def main():
                for k in ("tok_s", "pin_s", "stall_s", "restore_mib",
                          "cpu_kvd_s", "cpu_computed_s", "load1") +
                tuple(c + "_wait_s" for c in IOQ_CLASSES) +
-               tuple(c + "_mib" for c in IOQ_CLASSES)}
+               tuple(c + "_mib" for c in IOQ_CLASSES) +
+               tuple(c + "_io_ms" for c in IOQ_CLASSES)}
         print("  %-10s tok/s %.1f  pin %.3f s  stall %.3f s  restored %.1f MiB  "
               "CPU kvd %.2f s computed %.2f s  load1 %.2f" % (
                   "%s/%s" % m, med["tok_s"], med["pin_s"], med["stall_s"],
                   med["restore_mib"], med["cpu_kvd_s"], med["cpu_computed_s"],
                   med["load1"]))
         print("  %-10s io: %s" % ("", "; ".join(
-            "%s %.1f MiB wait %.3f s" % (c, med[c + "_mib"], med[c + "_wait_s"])
+            "%s %.1f MiB wait %.3f s, %.2f ms per I/O" % (
+                c, med[c + "_mib"], med[c + "_wait_s"], med[c + "_io_ms"])
             for c in IOQ_CLASSES)))
     return 0
 

@@ -522,6 +522,20 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 			tb_printf(&b, "strata_io_wait_seconds_total{class="
 				  "\"%s\"} %.6f\n", st_ioq_class_name(k),
 				  (double)x->io.wait_ns[k] / 1e9);
+		tb_head(&b, "strata_io_ops_total", "counter",
+			"I/Os (reads or writes of up to 8 MiB) by class");
+		for (int k = 0; k < ST_IOQ_N; k++)
+			tb_printf(&b, "strata_io_ops_total{class=\"%s\"} "
+				  "%llu\n", st_ioq_class_name(k),
+				  (unsigned long long)x->io.ops[k]);
+		tb_head(&b, "strata_io_seconds_total", "counter",
+			"time from the start of each I/O to its end (after "
+			"any wait; an expert record's includes its checksum), "
+			"by class");
+		for (int k = 0; k < ST_IOQ_N; k++)
+			tb_printf(&b, "strata_io_seconds_total{class=\"%s\"} "
+				  "%.6f\n", st_ioq_class_name(k),
+				  (double)x->io.io_ns[k] / 1e9);
 	}
 	/* prefetch (gate look-ahead hints, expertd): precision = used /
 	 * loaded by a hint, recall = used / (used + demand misses), as in

@@ -165,6 +165,24 @@ static void test_order(void)
 		ST_TEST_CHECK(!st_ioq_pressure(a, ST_IOQ_PREFETCH));
 	}
 
+	/* a spill a request waits for (urgency of a restore): a prefetch in
+	 * flight does not hold it back, it holds a prefetch back, and its
+	 * totals are a spill's */
+	{
+		struct st_ioq_op op;
+
+		h = (struct holder){ .q = a, .cls = ST_IOQ_PREFETCH,
+				     .hold_ns = 30 * MS };
+		start_holder(&th, &h);
+		st_ioq_begin_prio(b, ST_IOQ_KV_SPILL, ST_IOQ_KV_RESTORE, &op);
+		ST_TEST_CHECK(!op.deferred);
+		pthread_join(th, NULL);
+		ST_TEST_CHECK(st_ioq_pressure(a, ST_IOQ_PREFETCH));
+		ST_TEST_CHECK(!st_ioq_pressure(a, ST_IOQ_KV_RESTORE));
+		st_ioq_end(b, &op, 100);
+		ST_TEST_CHECK(!st_ioq_pressure(a, ST_IOQ_PREFETCH));
+	}
+
 	/* totals: what the ends said, by class */
 	{
 		struct st_ioq_totals t, u;
@@ -176,7 +194,8 @@ static void test_order(void)
 		/* demand: 3 holders of 4096 + 1 timed of 8192 */
 		ST_TEST_CHECK(t.ops[ST_IOQ_DEMAND] == 4);
 		ST_TEST_CHECK(t.bytes[ST_IOQ_DEMAND] == 3 * 4096 + 8192);
-		ST_TEST_CHECK(t.bytes[ST_IOQ_KV_SPILL] == 4096 + 2 * 8192);
+		ST_TEST_CHECK(t.bytes[ST_IOQ_KV_SPILL] == 4096 + 2 * 8192 + 100);
+		ST_TEST_CHECK(t.bytes[ST_IOQ_PREFETCH] == 8192 + 4096);
 		ST_TEST_CHECK(t.bytes[ST_IOQ_KV_RESTORE] == 8192);
 		ST_TEST_CHECK(t.ops[ST_IOQ_KV_RESTORE] == 2);
 		ST_TEST_CHECK(t.bound_hits[ST_IOQ_KV_SPILL] == 1);
