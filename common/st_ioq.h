@@ -59,6 +59,14 @@ enum st_ioq_class {
 #define ST_IOQ_POLL_NS 50000ull             /* re-check every 50 us */
 #define ST_IOQ_LIVE_CHECK_NS 100000000ull   /* a peer's pid: every 100 ms */
 
+/* The daemons' --help paragraph on the queue's environment. */
+#define ST_IOQ_ENV_HELP                                                       \
+	"environment: NVMe reads and writes of expertd and kvd share one "   \
+	"I/O queue per\ninstance (demand expert reads, then KV restores, "    \
+	"prefetches, KV spills);\nSTRATA_IOQ=off counts them by class "       \
+	"without ordering them, STRATA_IOQ_BOUND_US\n(default 2000) is the "  \
+	"longest one I/O waits for more urgent ones.\n"
+
 /* One class of one process (64 bytes). */
 struct st_ioq_ctr {
 	_Atomic uint64_t waiting;   /* gauge: in st_ioq_begin */

@@ -170,7 +170,8 @@ static void usage(FILE *f)
 		"\nexpertd exits 0 on SIGTERM/SIGINT or a SHUTDOWN request, "
 		"after removing its\nsegment, sockets and pid file; after "
 		"SIGKILL the next expertd of the same\ninstance and store "
-		"adopts the segment and keeps its experts.\n");
+		"adopts the segment and keeps its experts.\n\n"
+		ST_IOQ_ENV_HELP);
 }
 
 static int parse_int(const char *opt, const char *text, int lo, int hi,
