@@ -19,9 +19,9 @@
 #include "st_shm.h"
 #include "st_util.h"
 
-/* Room for a daemon's argv: its own options (computed has the most: 43
+/* Room for a daemon's argv: its own options (computed has the most: 45
  * with the program name), the tier options, the NULL. */
-#define CLI_DAEMON_ARGV_MAX (48 + CLI_MAX_EXTRA_ARGS)
+#define CLI_DAEMON_ARGV_MAX (52 + CLI_MAX_EXTRA_ARGS)
 
 static const char *const k_daemons[3] = { "expertd", "kvd", "computed" };
 
@@ -307,6 +307,8 @@ static void daemon_argv(struct cli_instance *inst, const char *daemon,
 		add_opt(argv, &a, "--max-queued", inst->max_queued);
 		add_opt(argv, &a, "--max-step-tokens", inst->max_step_tokens);
 		add_opt(argv, &a, "--speculate", inst->speculate);
+		add_opt(argv, &a, "--kv-restore-ahead",
+			inst->kv_restore_ahead);
 		add_opt(argv, &a, "--chat-template", inst->chat_template);
 		add_opt(argv, &a, "--model-name", inst->model_name);
 		add_opt(argv, &a, "--http-request-timeout",

@@ -34,6 +34,8 @@ struct cli_instance {
 	char max_queued[16];     /* computed --max-queued, "" = default */
 	char max_step_tokens[16]; /* computed --max-step-tokens, "" = default */
 	char speculate[16];      /* computed --speculate, "" = default (off) */
+	char kv_restore_ahead[8]; /* computed --kv-restore-ahead on|off, "" =
+				   * its default (on) */
 	char chat_template[16];  /* computed --chat-template, "" = auto */
 	char model_name[256];    /* computed --model-name, "" = its default */
 	int metrics_auth;        /* computed --metrics-auth */

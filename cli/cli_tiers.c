@@ -4,8 +4,12 @@
  */
 #include "cli_tiers.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
+
+#include "st_ioq.h"
+#include "st_util.h"
 
 /* arg is one of the '|'-separated words of choices. */
 static int one_of(const char *arg, const char *choices)
@@ -206,4 +210,51 @@ void cli_tier_json(json_t *obj, const struct cli_tier_figures *t)
 					  json_null());
 	json_object_set_new(j, "lookahead_recall", la);
 	json_object_set_new(obj, "tiers", j);
+}
+
+/* ---- the I/O queue (st_ioq.h) ---- */
+
+/* Class k's bytes and wait in d. */
+static void io_class(const struct cw_stats_wire *d, int k, uint64_t *bytes,
+		     uint64_t *wait_ns)
+{
+	const uint64_t b[ST_IOQ_N] = { d->io_bytes_demand,
+		d->io_bytes_kv_restore, d->io_bytes_prefetch,
+		d->io_bytes_kv_spill };
+	const uint64_t w[ST_IOQ_N] = { d->io_wait_demand_ns,
+		d->io_wait_kv_restore_ns, d->io_wait_prefetch_ns,
+		d->io_wait_kv_spill_ns };
+
+	*bytes = b[k];
+	*wait_ns = w[k];
+}
+
+json_t *cli_io_json(const struct cw_stats_wire *d)
+{
+	json_t *j = json_object();
+
+	for (int k = 0; k < ST_IOQ_N; k++) {
+		uint64_t b, w;
+
+		io_class(d, k, &b, &w);
+		json_object_set_new(j, st_ioq_class_name(k), json_pack(
+			"{s:I, s:f}", "bytes", (json_int_t)b, "wait_ms",
+			round((double)w / 1e3) / 1e3));
+	}
+	return j;
+}
+
+void cli_io_print(FILE *f, const struct cw_stats_wire *d)
+{
+	fprintf(f, "io                 ");
+	for (int k = 0; k < ST_IOQ_N; k++) {
+		uint64_t b, w;
+		char a[32];
+
+		io_class(d, k, &b, &w);
+		fprintf(f, "%s%s %s wait %.1f ms", k ? "; " : "",
+			st_ioq_class_name(k), st_format_bytes(b, a, sizeof(a)),
+			(double)w / 1e6);
+	}
+	fprintf(f, "\n");
 }

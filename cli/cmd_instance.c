@@ -35,6 +35,7 @@ static void inst_usage(FILE *f, const char *cmd)
 	"                 [--experts FMT] [--keep-layers SPEC] [--scale-search S]\n"
 	"                 [--expert-offload on|off] [--host-budget B]\n"
 	"                 [--kv-budget B] [--kv-spill-budget B] [--kv-dtype T]\n"
+	"                 [--kv-restore-ahead on|off]\n"
 	"                 [--kv-remote redis://HOST:PORT/DB]\n"
 	"                 [--kv-session-dir DIR]\n"
 	"                 [--numa auto|N|interleave|off] [--loader-threads N]\n"
@@ -116,6 +117,7 @@ static const struct {
 	{ "dense-format", "formats.attention" },
 	{ "kv-dtype", "kv.dtype" },            { "kv-budget", "kv.budget" },
 	{ "kv-spill-budget", "kv.spill_budget" },
+	{ "kv-restore-ahead", "kv.restore_ahead" },
 	{ "kv-remote", "kv.remote" },
 	{ "kv-session-dir", "kv.session_dir" },
 	{ "page-rows", "kv.page_rows" },       { "max-seqs", "kv.max_seqs" },
@@ -367,6 +369,12 @@ static int parse(int argc, char **argv, const char *cmd,
 			copy(inst->max_step_tokens,
 			     sizeof(inst->max_step_tokens),
 			     st_iconf_get(conf, "serve.max_step_tokens"));
+		if (st_iconf_is_set(conf, "kv.restore_ahead"))
+			/* computed takes on|off; the config also true, yes.. */
+			copy(inst->kv_restore_ahead,
+			     sizeof(inst->kv_restore_ahead),
+			     st_iconf_get_bool(conf, "kv.restore_ahead") ?
+				     "on" : "off");
 		if (st_iconf_is_set(conf, "serve.speculate"))
 			copy(inst->speculate, sizeof(inst->speculate),
 			     st_iconf_get(conf, "serve.speculate"));
@@ -810,7 +818,7 @@ int cli_cmd_status(int argc, char **argv)
 	print_placement(inst.name);
 	if (up == 3) {
 		struct cw_client *cw;
-		struct cw_stats_wire s;
+		struct cw_stats_wire s = { 0 };
 		struct st_diag diag;
 
 		if (cw_client_open(inst.run_dir, 5000, &cw, &diag) == 0) {
@@ -834,6 +842,9 @@ int cli_cmd_status(int argc, char **argv)
 				cli_tier_figures(&z, &s, &tf);
 				cli_tier_print(stdout, &tf);
 			}
+			/* the NVMe queue's classes since its segment was made */
+			if (s.io_on)
+				cli_io_print(stdout, &s);
 			cw_client_close(cw);
 		}
 	}

@@ -635,6 +635,19 @@ static void print_summary(const struct run_opts *o,
 	d.spec_tokens_verify -= s0->spec_tokens_verify;
 	d.spec_limit_sum -= s0->spec_limit_sum;
 	d.spec_limit_off -= s0->spec_limit_off;
+	/* the I/O queue's totals never go down (st_ioq.h), but a segment
+	 * made again (every daemon of it stopped meanwhile) starts over:
+	 * clamped, not wrapped */
+#define IO_DELTA(f) d.f = s1->f >= s0->f ? s1->f - s0->f : s1->f
+	IO_DELTA(io_bytes_demand);
+	IO_DELTA(io_bytes_kv_restore);
+	IO_DELTA(io_bytes_prefetch);
+	IO_DELTA(io_bytes_kv_spill);
+	IO_DELTA(io_wait_demand_ns);
+	IO_DELTA(io_wait_kv_restore_ns);
+	IO_DELTA(io_wait_prefetch_ns);
+	IO_DELTA(io_wait_kv_spill_ns);
+#undef IO_DELTA
 	hit = d.es_hits + d.es_misses ?
 		      (double)d.es_hits / (double)(d.es_hits + d.es_misses) : 0;
 	if (o->json) {
@@ -676,6 +689,8 @@ static void print_summary(const struct run_opts *o,
 			json_object_set_new(j, "math",
 					    json_string(math_name(d.dsv_math)));
 		cli_tier_json(j, &tf);
+		if (d.io_on)
+			json_object_set_new(j, "io", cli_io_json(&d));
 		json_object_set_new(j, "prefix_rows_reused",
 				    json_integer((json_int_t)d.kv_prefix_rows_reused));
 		json_object_set_new(j, "kv_pages_spilled",
@@ -833,6 +848,8 @@ static void print_summary(const struct run_opts *o,
 			st_format_bytes(d.kv_remote_bytes_in, a, sizeof(a)),
 			st_format_bytes(d.kv_remote_bytes_out, b, sizeof(b)),
 			(unsigned long long)d.kv_remote_errors);
+	if (d.io_on)
+		cli_io_print(stderr, &d);
 	fprintf(stderr, "weights read       experts %s, dense %s, LM head %s\n",
 		st_format_bytes(d.expert_bytes, a, sizeof(a)),
 		st_format_bytes(d.dense_bytes, b, sizeof(b)),

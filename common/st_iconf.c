@@ -65,6 +65,10 @@ static const struct st_iconf_knob knobs[] = {
 	{ "kv", "spill_budget", ST_ICONF_SIZE, 0, 0, NULL, "0",
 	  "--kv-spill-budget", 1, "bytes of the KV spill file (0: no "
 	  "spilling)" },
+	{ "kv", "restore_ahead", ST_ICONF_BOOL, 0, 0, NULL, "on",
+	  "--kv-restore-ahead", 1, "with a spill file: computed names the "
+	  "next step's sequences and kvd restores their spilled pages while "
+	  "the current step runs (off: each step's pin restores them)" },
 	{ "kv", "remote", ST_ICONF_STR, 0, 0, NULL, "", "--kv-remote", 1,
 	  "redis://HOST:PORT/DB: kvd shares full prefix-cache pages with "
 	  "other nodes through this Redis (empty: off)" },

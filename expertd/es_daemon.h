@@ -188,6 +188,7 @@ int es_policy_parse(const char *name, enum es_evict_policy *ret);
 /* ---- es_loader.c ---- */
 
 struct es_loader;
+struct st_ioq;
 
 /*
  * Starts n_threads loader threads reading records of `store` into pool p
@@ -199,10 +200,14 @@ struct es_loader;
  * each thread lowers its own priority by that much (setpriority on its
  * tid), so the compute threads of a small machine win the cores from the
  * loaders' checksums; a failure to do so is logged, not fatal.
+ * ioq (borrowed, NULL: none): every record read goes through the
+ * instance's I/O queue (st_ioq.h), class ST_IOQ_DEMAND for a demand miss,
+ * ST_IOQ_PREFETCH for a prefetch, with the record's bytes.
  */
 int es_loader_start(struct es_loader **ret, struct es_pool *p,
 		    const struct st_store *store, int n_threads, int delay_ms,
-		    int direct, int nice, struct st_diag *diag);
+		    int direct, int nice, struct st_ioq *ioq,
+		    struct st_diag *diag);
 
 /* Queues a load of `key` into LOADING slot s (a demand miss: served before
  * every prefetch).  Never blocks on I/O. */
@@ -295,6 +300,8 @@ struct es_daemon {
 	double pf_used, pf_wasted;     /* prefetches used / unused,
 					* decayed per event (admit()) */
 	struct es_engram *engram;      /* V4.1 Engram tier, NULL: none */
+	struct st_ioq *ioq;            /* the instance's I/O queue (st_ioq.h),
+					* NULL: none (I/O unarbitrated) */
 	struct es_devpool *dev;        /* device expert pool (es_devpool.h),
 					* NULL until computed exports one */
 };

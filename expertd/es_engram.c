@@ -39,6 +39,7 @@
 #include "es_daemon.h"
 #include "es_engram_proto.h"
 #include "st_engram_file.h"
+#include "st_ioq.h"
 #include "st_log.h"
 #include "st_util.h"
 
@@ -83,6 +84,7 @@ struct eg_inflight {
 	int32_t entry;               /* -1: free */
 	uint8_t *buf;                /* 4 KiB aligned */
 	uint64_t t0;
+	struct st_ioq_op op;         /* its place in the I/O queue */
 };
 
 #define EG_ENTRY_OVERHEAD (sizeof(struct eg_entry) + 2 * sizeof(int32_t))
@@ -106,6 +108,12 @@ struct es_engram {
 	struct eg_inflight inf[EG_QD];
 	int n_inflight;
 	uint8_t *bounce;             /* synchronous reads */
+	/* the instance's I/O queue (borrowed, NULL: none): a read is of
+	 * class DEMAND when a FETCH waits for its row, else PREFETCH; the
+	 * head of readq waits in head_op while the queue defers it */
+	struct st_ioq *ioq;
+	struct st_ioq_op head_op;
+	int deferred;                /* submit stopped at a deferred head */
 #ifdef ST_HAVE_LIBURING
 	struct io_uring ring;
 	int have_ring;
@@ -233,8 +241,14 @@ static int read_block_sync(struct es_engram *e, uint64_t blk, uint8_t *buf)
 {
 	for (int tries = 0; tries < 2; tries++) {
 		uint64_t t0 = st_now_ns();
-		ssize_t n = pread(e->fd, buf, ST_ENGRAM_BLOCK_BYTES,
-				  (off_t)(blk * ST_ENGRAM_BLOCK_BYTES));
+		struct st_ioq_op op;
+		ssize_t n;
+
+		st_ioq_begin(e->ioq, ST_IOQ_DEMAND, &op);
+		n = pread(e->fd, buf, ST_ENGRAM_BLOCK_BYTES,
+			  (off_t)(blk * ST_ENGRAM_BLOCK_BYTES));
+		st_ioq_end(e->ioq, &op, n == ST_ENGRAM_BLOCK_BYTES ? (uint64_t)n
+								     : 0);
 
 		atomic_fetch_add_explicit(&e->hdr->reads, 1, memory_order_relaxed);
 		atomic_fetch_add_explicit(&e->hdr->lat_hist[es_engram_lat_bucket(
@@ -397,14 +411,23 @@ static void complete(struct es_engram *e, int32_t x, int res,
 
 static void submit(struct es_engram *e)
 {
+	e->deferred = 0;
 	while (e->rq_len && e->n_inflight < EG_QD) {
 		uint32_t x = e->readq[e->rq_head];
 		struct eg_entry *en = &e->ent[x];
 		const struct st_engram_layout *l = lay(e, EG_KEY_LI(en->key));
 		uint64_t off = st_engram_row_block(l, EG_KEY_ROW(en->key)) *
 			       ST_ENGRAM_BLOCK_BYTES;
-		int k;
+		int k, cls = en->waiters ? ST_IOQ_DEMAND : ST_IOQ_PREFETCH;
 
+		/* a prefetch row a FETCH now waits for is demand: it stops
+		 * waiting as a prefetch */
+		if (e->head_op.state && e->head_op.cls != cls)
+			st_ioq_cancel(e->ioq, &e->head_op);
+		if (st_ioq_try_begin(e->ioq, cls, &e->head_op) == -EAGAIN) {
+			e->deferred = 1; /* rows behind it wait too */
+			break;
+		}
 		e->rq_head = (e->rq_head + 1) % e->cap;
 		e->rq_len--;
 		for (k = 0; k < EG_QD && e->inf[k].entry >= 0; k++)
@@ -412,6 +435,8 @@ static void submit(struct es_engram *e)
 		en->state = EG_READING;
 		e->inf[k].entry = (int32_t)x;
 		e->inf[k].t0 = st_now_ns();
+		e->inf[k].op = e->head_op;
+		e->head_op.state = 0;
 #ifdef ST_HAVE_LIBURING
 		if (e->have_ring) {
 			struct io_uring_sqe *sqe = io_uring_get_sqe(&e->ring);
@@ -429,6 +454,8 @@ static void submit(struct es_engram *e)
 			ssize_t n = pread(e->fd, e->inf[k].buf,
 					  ST_ENGRAM_BLOCK_BYTES, (off_t)off);
 
+			st_ioq_end(e->ioq, &e->inf[k].op,
+				   n == ST_ENGRAM_BLOCK_BYTES ? (uint64_t)n : 0);
 			e->inf[k].entry = -1;
 			complete(e, (int32_t)x, n < 0 ? -errno : (int)n,
 				 e->inf[k].buf, e->inf[k].t0);
@@ -454,6 +481,8 @@ static void reap(struct es_engram *e, int wait)
 		int32_t x = e->inf[k].entry;
 
 		io_uring_cqe_seen(&e->ring, cqe);
+		st_ioq_end(e->ioq, &e->inf[k].op,
+			   res == ST_ENGRAM_BLOCK_BYTES ? (uint64_t)res : 0);
 		e->inf[k].entry = -1;
 		e->n_inflight--;
 		complete(e, x, res, e->inf[k].buf, e->inf[k].t0);
@@ -498,7 +527,12 @@ static void *engine_main(void *arg)
 		if (e->n_inflight)
 			reap(e, 1);
 #endif
+		/* the I/O queue defers the head and nothing is in flight to
+		 * wait for: poll it again shortly (bounded by st_ioq) */
+		if (e->deferred && !e->n_inflight)
+			st_sleep_ns(ST_IOQ_POLL_NS);
 	}
+	st_ioq_cancel(e->ioq, &e->head_op);
 	return NULL;
 }
 
@@ -584,6 +618,7 @@ int es_engram_start(struct es_daemon *d, struct st_diag *diag)
 	if (!e)
 		return -ENOMEM;
 	e->store = s;
+	e->ioq = d->ioq;
 	e->fd = -1;
 	for (int i = 0; i < s->n_engram; i++)
 		e->row_bytes_max = ST_MAX(e->row_bytes_max, s->engram[i].row_bytes);

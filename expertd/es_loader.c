@@ -30,6 +30,7 @@
 #include <unistd.h>
 
 #include "es_daemon.h"
+#include "st_ioq.h"
 #include "st_log.h"
 #include "st_util.h"
 
@@ -41,6 +42,7 @@ struct es_load {
 struct es_loader {
 	struct es_pool *pool;            /* borrowed */
 	const struct st_store *store;    /* borrowed */
+	struct st_ioq *ioq;              /* borrowed, NULL: none */
 	int *fds;                        /* [n_layers] expert files */
 	int delay_ms;
 	int nice;                        /* > 0: each thread's own nice */
@@ -76,7 +78,31 @@ static uint64_t thread_cpu_ns(void)
 	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-static void load_one(struct es_loader *l, const struct es_load *job)
+/* One read of a record into its slot, through the I/O queue as class cls
+ * (its bytes counted when the read returned them, checksum or not). */
+static int read_record(struct es_loader *l, uint32_t layer, uint32_t expert,
+		       uint32_t slot, int cls, uint64_t *sum_ns,
+		       struct st_diag *diag)
+{
+	struct st_ioq_op op;
+	int r;
+
+	st_ioq_begin(l->ioq, cls, &op);
+	/* tests: a slow device (inside the I/O, so that a kill -9 meanwhile
+	 * leaves it in flight in the I/O queue) */
+	if (l->delay_ms > 0)
+		st_sleep_ns((uint64_t)l->delay_ms * 1000000ull);
+	r = st_store_read_record_timed(l->store, l->fds[layer], (int)layer,
+				       (int)expert,
+				       es_pool_record(&l->pool->v, slot),
+				       sum_ns, diag);
+	st_ioq_end(l->ioq, &op, r == 0 || r == -ST_E_CHECKSUM ?
+		   l->store->layers[layer].record_bytes : 0);
+	return r;
+}
+
+static void load_one(struct es_loader *l, const struct es_load *job,
+		     int cls)
 {
 	struct es_pool *p = l->pool;
 	uint32_t layer = es_key_layer(job->key);
@@ -90,27 +116,20 @@ static void load_one(struct es_loader *l, const struct es_load *job)
 	int have_ru = getrusage(RUSAGE_THREAD, &ru0) == 0;
 	int r;
 
-	if (l->delay_ms > 0)
-		st_sleep_ns((uint64_t)l->delay_ms * 1000000ull);
 	pthread_mutex_lock(&l->mu);
 	if (l->reading++ == 0)
 		l->busy_since = st_now_ns();
 	pthread_mutex_unlock(&l->mu);
 	t0 = st_now_ns();
-	r = st_store_read_record_timed(l->store, l->fds[layer], (int)layer,
-				       (int)expert,
-				       es_pool_record(&p->v, job->slot),
-				       &sum_ns, &diag);
+	r = read_record(l, layer, expert, job->slot, cls, &sum_ns, &diag);
 	if (r == -ST_E_CHECKSUM) {
 		/* A transient bad read (or a bad cached page) passes the second
 		 * time; a corrupt record fails again and is refused. */
 		atomic_fetch_add(&p->v.hdr->c.rereads, 1);
 		st_warn("layer %u expert %u: %s; reading it again", layer,
 			expert, diag.msg);
-		r = st_store_read_record_timed(l->store, l->fds[layer],
-					       (int)layer, (int)expert,
-					       es_pool_record(&p->v, job->slot),
-					       &sum_ns, &diag);
+		r = read_record(l, layer, expert, job->slot, cls, &sum_ns,
+				&diag);
 	}
 	atomic_fetch_add(&p->v.hdr->c.loads, 1);
 	atomic_fetch_add(&p->v.hdr->c.load_ns, st_now_ns() - t0);
@@ -197,7 +216,7 @@ static void *loader_main(void *arg)
 			pre = 1;
 		}
 		pthread_mutex_unlock(&l->mu);
-		load_one(l, &job);
+		load_one(l, &job, pre ? ST_IOQ_PREFETCH : ST_IOQ_DEMAND);
 		if (pre) {
 			pthread_mutex_lock(&l->mu);
 			l->p_active--;
@@ -234,7 +253,8 @@ static void loader_free(struct es_loader *l)
 
 int es_loader_start(struct es_loader **ret, struct es_pool *p,
 		    const struct st_store *store, int n_threads, int delay_ms,
-		    int direct, int nice, struct st_diag *diag)
+		    int direct, int nice, struct st_ioq *ioq,
+		    struct st_diag *diag)
 {
 	uint64_t n_keys = (uint64_t)store->n_layers * store->n_experts;
 	struct es_loader *l = calloc(1, sizeof(*l));
@@ -245,6 +265,7 @@ int es_loader_start(struct es_loader **ret, struct es_pool *p,
 		return -ENOMEM;
 	l->pool = p;
 	l->store = store;
+	l->ioq = ioq;
 	l->delay_ms = delay_ms;
 	l->nice = nice;
 	l->cap = p->v.n_slots;

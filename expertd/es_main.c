@@ -23,6 +23,7 @@
 #include "st_log.h"
 #include "st_numa.h"
 #include "st_sdnotify.h"
+#include "st_ioq.h"
 #include "st_store_id.h"
 #include "st_util.h"
 
@@ -169,7 +170,8 @@ static void usage(FILE *f)
 		"\nexpertd exits 0 on SIGTERM/SIGINT or a SHUTDOWN request, "
 		"after removing its\nsegment, sockets and pid file; after "
 		"SIGKILL the next expertd of the same\ninstance and store "
-		"adopts the segment and keeps its experts.\n");
+		"adopts the segment and keeps its experts.\n\n"
+		ST_IOQ_ENV_HELP);
 }
 
 static int parse_int(const char *opt, const char *text, int lo, int hi,
@@ -413,6 +415,8 @@ static void daemon_fini(struct es_daemon *d, int destroy_pool)
 	es_loader_stop(d->loader);
 	d->loader = NULL;
 	es_engram_stop(d, destroy_pool);
+	st_ioq_close(d->ioq); /* after every thread that reads */
+	d->ioq = NULL;
 	es_tiers_fini(d);
 	es_devpool_fini(d, destroy_pool);
 	if (d->pool.shm.base)
@@ -534,6 +538,16 @@ int main(int argc, char **argv)
 		st_warn("expert pool stays where the kernel puts it: %s",
 			diag.msg);
 
+	/* expert and Engram reads share the NVMe queue with kvd's spill
+	 * and restore (st_ioq.h); without it they just run */
+	{
+		struct st_diag qd = { "" };
+
+		if (st_ioq_open(&d.ioq, d.opt.instance, ES_DAEMON_NAME,
+				&qd) < 0)
+			st_warn("no I/O queue (reads not ordered with kvd's): "
+				"%s", qd.msg);
+	}
 	r = resolve_hot(&d, &diag);
 	if (r == 0)
 		r = es_tiers_init(&d, &diag);
@@ -542,7 +556,7 @@ int main(int argc, char **argv)
 				    d.opt.loader_threads,
 				    d.opt.test_load_delay_ms,
 				    !d.opt.no_direct_io, d.opt.loader_nice,
-				    &diag);
+				    d.ioq, &diag);
 	if (r == 0)
 		r = es_engram_start(&d, &diag);
 	if (r == 0)

@@ -68,6 +68,14 @@ struct kv_spill {
 	uint32_t *free_slots;    /* stack, lowest slot on top */
 	uint64_t n_free_slots;
 	uint8_t *bounce;         /* KV_SPILL_IO_BYTES, 4 KiB aligned */
+	/* the instance's I/O queue (st_ioq.h), NULL: none; owned (closed
+	 * by kv_spill_close).  Writes are ST_IOQ_KV_SPILL, reads
+	 * ST_IOQ_KV_RESTORE (a pin's and a restore ahead alike).  A write
+	 * made while `background` is 0 (for a request: a client waits for
+	 * the room) is as urgent as a restore; 1 (kvd's loop restoring ahead
+	 * or prefetching between requests) the least urgent class. */
+	struct st_ioq *ioq;
+	int background;
 };
 
 /* Largest single read or write of the spill file. */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "kv_daemon.h"
+#include "st_ioq.h"
 #include "st_build_config.h"
 #include "st_daemon.h"
 #include "st_log.h"
@@ -110,6 +111,7 @@ static void usage(FILE *f)
 			opts[i].def ? ")" : "");
 	fprintf(f, "  --%-24s %s\n", "version", "print the version and exit");
 	fprintf(f, "  -h, --%-20s %s\n", "help", "this text");
+	fprintf(f, "\n%s", ST_IOQ_ENV_HELP);
 }
 
 static int set_opt(struct kv_config *cfg, const struct opt *o,

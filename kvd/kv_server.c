@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "kv_daemon.h"
+#include "st_ioq.h"
 #include "kv_session.h"
 #include "kv_devpool.h"
 #include "st_daemon.h"
@@ -206,6 +207,17 @@ static int pool_take(struct kv_server *s, int adopted,
 
 		spill_path(s, path, sizeof(path));
 		r = kv_spill_open(&s->pool, path, adopted, diag);
+		if (r == 0) {
+			/* spill and restore share the NVMe queue with
+			 * expertd's reads (st_ioq.h); without it they run */
+			struct st_diag qd = { "" };
+
+			if (st_ioq_open(&s->pool.spill.ioq, s->cfg.instance,
+					"kvd", &qd) < 0)
+				st_warn("no I/O queue (spill and restore not "
+					"ordered with expertd's reads): %s",
+					qd.msg);
+		}
 		if (r < 0) {
 			kv_pool_fini(&s->pool);
 			if (adopted)
@@ -1060,12 +1072,18 @@ int kv_server_poll(struct kv_server *s)
 		st_warn("receive on %s: %s", s->ctl_path, st_strerror(r));
 		st_sleep_ns(10ull * 1000 * 1000);
 	}
+	/* between requests, no client waits: the spills these make are
+	 * the I/O queue's least urgent class (kv_spill.background) */
 	if (s->n_ahead_pending && s->have_pool) {
 		kv_devpool_quiesce(s);
+		s->pool.spill.background = 1;
 		kv_ahead_step(s);
+		s->pool.spill.background = 0;
 	} else if (s->n_prefetch && s->have_pool) {
 		kv_devpool_quiesce(s);
+		s->pool.spill.background = 1;
 		prefetch_step(s);
+		s->pool.spill.background = 0;
 	}
 	now = st_now_ns();
 	if (now - s->last_reap_ns >= KV_REAP_INTERVAL_NS) {

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "kv_daemon.h"
+#include "st_ioq.h"
 #include "st_log.h"
 #include "st_util.h"
 
@@ -132,6 +133,8 @@ void kv_spill_close(struct kv_pool *p, int remove_file)
 			unlink(sp->path);
 	}
 	sp->fd = -1;
+	st_ioq_close(sp->ioq);
+	sp->ioq = NULL;
 	free(sp->bounce);
 	free(sp->free_slots);
 	sp->bounce = NULL;
@@ -221,7 +224,8 @@ static int page_direct(const struct kv_pool *p, uint32_t page)
 }
 
 /* The whole of iov at `off`, looping over short transfers. */
-static int io_full(int fd, struct iovec *iov, int cnt, off_t off, int write)
+static int io_full_raw(int fd, struct iovec *iov, int cnt, off_t off,
+		       int write)
 {
 	while (cnt > 0) {
 		ssize_t n = write ? pwritev(fd, iov, cnt, off) :
@@ -246,6 +250,27 @@ static int io_full(int fd, struct iovec *iov, int cnt, off_t off, int write)
 		}
 	}
 	return 0;
+}
+
+/* The whole of iov at `off`, looping over short transfers, as one I/O
+ * of the instance's queue (q, NULL: none): a write is a spill, a read a
+ * restore; its bytes counted when it succeeded.  A spill a request waits
+ * for (!background) waits only for what a restore waits for. */
+static int io_full(struct st_ioq *q, int background, int fd,
+		   struct iovec *iov, int cnt, off_t off, int write)
+{
+	struct st_ioq_op op;
+	uint64_t bytes = 0;
+	int r;
+
+	for (int i = 0; i < cnt; i++)
+		bytes += iov[i].iov_len;
+	st_ioq_begin_prio(q, write ? ST_IOQ_KV_SPILL : ST_IOQ_KV_RESTORE,
+			  write && background ? ST_IOQ_KV_SPILL :
+						ST_IOQ_KV_RESTORE, &op);
+	r = io_full_raw(fd, iov, cnt, off, write);
+	st_ioq_end(q, &op, r == 0 ? bytes : 0);
+	return r;
 }
 
 /* The iovecs of run v[0..cnt): a page straight from the segment when it
@@ -334,7 +359,8 @@ static void *mover_run(void *arg)
 			b++;
 		}
 		run_iov(p, v + a, b - a, m->write, iov);
-		e = io_full(sp->fd, iov, (int)(b - a), off, m->write);
+		e = io_full(sp->ioq, sp->background, sp->fd, iov,
+			    (int)(b - a), off, m->write);
 		if (e == -EINVAL && sp->direct) {
 			/* the filesystem took O_DIRECT at open but refuses
 			 * this transfer: go on buffered */
@@ -344,8 +370,8 @@ static void *mover_run(void *arg)
 			    fcntl(sp->fd, F_SETFL, fl & ~O_DIRECT) == 0) {
 				sp->direct = 0;
 				run_iov(p, v + a, b - a, m->write, iov);
-				e = io_full(sp->fd, iov, (int)(b - a), off,
-					    m->write);
+				e = io_full(sp->ioq, sp->background, sp->fd,
+					    iov, (int)(b - a), off, m->write);
 			}
 		}
 		if (e < 0 && m->write) {

@@ -91,7 +91,9 @@ int cw_gen_start_msg_decode(const uint8_t *p, size_t len,
 	X(spec_limit_sum) X(spec_limit_off)                                    \
 	X(kv_remote_on) X(kv_remote_hits) X(kv_remote_misses)                  \
 	X(kv_remote_bytes_in) X(kv_remote_bytes_out) X(kv_remote_errors)      \
-	X(dsv_math)
+	X(dsv_math) X(io_on) X(io_bytes_demand) X(io_bytes_kv_restore)         \
+	X(io_bytes_prefetch) X(io_bytes_kv_spill) X(io_wait_demand_ns)         \
+	X(io_wait_kv_restore_ns) X(io_wait_prefetch_ns) X(io_wait_kv_spill_ns)
 
 void cw_stats_wire_encode(struct st_wbuf *w, const struct cw_stats_wire *s)
 {

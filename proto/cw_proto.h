@@ -129,6 +129,15 @@ struct cw_stats_wire {
 	/* DeepSeek-V4/V4.1 stores: the math the model computes
 	 * (CW_STATS_MATH_*); 0 for other stores */
 	uint64_t dsv_math;
+	/* the instance's I/O queue (st_ioq.h), totals of expertd and kvd
+	 * since the segment was made: per class (ST_IOQ_DEMAND, _KV_RESTORE,
+	 * _PREFETCH, _KV_SPILL) bytes moved and ns deferred by the queue;
+	 * io_on 1 when the segment exists */
+	uint64_t io_on;
+	uint64_t io_bytes_demand, io_bytes_kv_restore, io_bytes_prefetch;
+	uint64_t io_bytes_kv_spill;
+	uint64_t io_wait_demand_ns, io_wait_kv_restore_ns, io_wait_prefetch_ns;
+	uint64_t io_wait_kv_spill_ns;
 };
 
 enum {

@@ -16,11 +16,18 @@ the medians are printed last:
   off    computed --kv-restore-ahead off
   today  another computed binary (--today-computed PATH; e.g. one built
          from the commit before restore-ahead) with no such option
+Each mode may run with the I/O queue's priorities on and off (issue 24
+item 3, common/st_ioq.h): --ioq on,off runs every mode under STRATA_IOQ=on
+and STRATA_IOQ=off (daemons' environment; off counts I/O by class without
+ordering it), and --host-budget B makes expertd stream experts from the
+store (a share of the experts, e.g. 50%), so that expert reads and KV
+spill/restore share the device.  Each run prints the queue's per-class
+bytes and wait (strata_io_bytes_total, strata_io_wait_seconds_total).
 Prints figures, never asserts.
 
   scripts/bench-kv-restore.py [--seqs 32] [--prompt-words 20]
       [--max-tokens 200] [--kv-ratio 4] [--modes on,off] [--runs 3]
-      [--today-computed PATH]
+      [--today-computed PATH] [--ioq on|off|on,off] [--host-budget B]
 
 The KV budget is the batch's KV bytes (--seqs x (prompt + max_tokens)
 tokens x the model's bytes per token) / --kv-ratio.  kjv-moe holds 256
@@ -82,14 +89,20 @@ def cpu_s(pid):
     return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def one_run(store, mode, args, budget):
+IOQ_CLASSES = ("demand", "kv-restore", "prefetch", "kv-spill")
+
+
+def one_run(store, mode, args, budget, ioq="on"):
     cargs = ["--threads", str(args.threads), "--compute", args.compute,
              "--max-running", str(args.seqs), "--max-queued", "1024"]
     if mode in ("on", "off"):
         cargs += ["--kv-restore-ahead", mode]
+    os.environ["STRATA_IOQ"] = ioq  # the daemons' environment
     inst = BenchInstance(store, tag="bkr", computed_args=cargs,
                          kvd_args=["--budget", str(budget),
                                    "--spill-budget", str(64 << 20)],
+                         expertd_args=(["--host-budget", args.host_budget]
+                                       if args.host_budget else []),
                          computed_bin=args.today_computed
                          if mode == "today" else None)
     inst.start(timeout_s=300)
@@ -129,10 +142,18 @@ def one_run(store, mode, args, budget):
     def d(k):
         return m1.get(k, 0.0) - m0.get(k, 0.0)
 
+    io = {}
+    for c in IOQ_CLASSES:
+        io[c + "_mib"] = d('strata_io_bytes_total{class="%s"}' % c) / 2**20
+        io[c + "_wait_s"] = d('strata_io_wait_seconds_total{class="%s"}' % c)
+        ops = d('strata_io_ops_total{class="%s"}' % c)
+        io[c + "_io_ms"] = (1e3 * d('strata_io_seconds_total{class="%s"}' % c)
+                            / ops if ops else 0.0)
     tokens = sum(r[1] for r in results)
     spill = d('strata_bytes_moved_total{link="host_to_nvme",kind="kv"}')
     rest = d('strata_bytes_moved_total{link="nvme_to_host",kind="kv"}')
-    return {"mode": mode, "errors": sum(1 for r in results if not r[0]),
+    return {"mode": mode, "ioq": ioq, **io,
+            "errors": sum(1 for r in results if not r[0]),
             "prompt_tokens": statistics.mean(r[2] for r in results),
             "tokens": tokens, "wall_s": wall, "tok_s": tokens / wall,
             "steps": d("strata_steps_total"),
@@ -162,6 +183,11 @@ def main():
     ap.add_argument("--compute", default="fast", choices=("reference", "fast"))
     ap.add_argument("--today-computed", help="computed binary for mode today")
     ap.add_argument("--json", action="store_true", help="also print JSON lines")
+    ap.add_argument("--ioq", default="on",
+                    help="I/O queue priorities: on, off or on,off (each mode "
+                    "under each)")
+    ap.add_argument("--host-budget",
+                    help="expertd --host-budget (default: all experts)")
     args = ap.parse_args()
     model = fixture("kjv-moe")
     cache = os.environ.get("STRATA_CACHE_DIR", os.path.expanduser("~/.cache/strata"))
@@ -170,38 +196,50 @@ def main():
     seq_tokens = int(args.prompt_words * 1.27) + args.max_tokens
     kv = args.seqs * seq_tokens * kv_bytes_per_token(model)
     budget = int(kv / args.kv_ratio) // 4096 * 4096
-    modes = args.modes.split(",")
-    if "today" in modes and not args.today_computed:
+    modes = [(m, q) for m in args.modes.split(",")
+             for q in args.ioq.split(",")]
+    if any(q not in ("on", "off") for _, q in modes):
+        ap.error("--ioq takes on, off or on,off")
+    if any(m == "today" for m, _ in modes) and not args.today_computed:
         ap.error("mode today needs --today-computed PATH")
     print("%d sequences x ~%d tokens: KV %.1f MiB, kvd budget %.2f MiB (1/%.1f)"
           % (args.seqs, seq_tokens, kv / 2**20,
              budget / 2**20, args.kv_ratio))
-    print("%-6s %6s %7s %8s %6s %8s %8s %8s %7s %9s %9s %7s %7s %6s" % (
-        "mode", "errors", "tokens", "tok/s", "steps", "step s", "pin s",
+    print("%-10s %6s %7s %8s %6s %8s %8s %8s %7s %9s %9s %7s %7s %6s  %s" % (
+        "mode/ioq", "errors", "tokens", "tok/s", "steps", "step s", "pin s",
         "stall s", "stalls", "spill MiB", "rest. MiB", "kvd cpu", "cw cpu",
-        "load1"))
+        "load1", "io MiB/wait s by class"))
     rows = {m: [] for m in modes}
     for _ in range(args.runs):
         for m in modes:
-            r = one_run(os.path.abspath(store), m, args, budget)
+            r = one_run(os.path.abspath(store), m[0], args, budget, m[1])
             rows[m].append(r)
-            print("%-6s %6d %7d %8.1f %6d %8.2f %8.3f %8.3f %7d %9.1f %9.1f %7.2f %7.2f %6.2f" % (
-                m, r["errors"], r["tokens"], r["tok_s"], r["steps"],
+            print("%-10s %6d %7d %8.1f %6d %8.2f %8.3f %8.3f %7d %9.1f %9.1f %7.2f %7.2f %6.2f  %s" % (
+                "%s/%s" % m, r["errors"], r["tokens"], r["tok_s"], r["steps"],
                 r["step_s"], r["pin_s"], r["stall_s"], r["stalls"],
                 r["spill_mib"], r["restore_mib"], r["cpu_kvd_s"],
-                r["cpu_computed_s"], r["load1"]), flush=True)
+                r["cpu_computed_s"], r["load1"],
+                " ".join("%s %.1f/%.3f" % (c, r[c + "_mib"], r[c + "_wait_s"])
+                         for c in IOQ_CLASSES)), flush=True)
             if args.json:
                 print(json.dumps(r), flush=True)
     print("medians over %d runs:" % args.runs)
     for m in modes:
         med = {k: statistics.median(r[k] for r in rows[m])
                for k in ("tok_s", "pin_s", "stall_s", "restore_mib",
-                         "cpu_kvd_s", "cpu_computed_s", "load1")}
-        print("  %-6s tok/s %.1f  pin %.3f s  stall %.3f s  restored %.1f MiB  "
+                         "cpu_kvd_s", "cpu_computed_s", "load1") +
+               tuple(c + "_wait_s" for c in IOQ_CLASSES) +
+               tuple(c + "_mib" for c in IOQ_CLASSES) +
+               tuple(c + "_io_ms" for c in IOQ_CLASSES)}
+        print("  %-10s tok/s %.1f  pin %.3f s  stall %.3f s  restored %.1f MiB  "
               "CPU kvd %.2f s computed %.2f s  load1 %.2f" % (
-                  m, med["tok_s"], med["pin_s"], med["stall_s"],
+                  "%s/%s" % m, med["tok_s"], med["pin_s"], med["stall_s"],
                   med["restore_mib"], med["cpu_kvd_s"], med["cpu_computed_s"],
                   med["load1"]))
+        print("  %-10s io: %s" % ("", "; ".join(
+            "%s %.1f MiB wait %.3f s, %.2f ms per I/O" % (
+                c, med[c + "_mib"], med[c + "_wait_s"], med[c + "_io_ms"])
+            for c in IOQ_CLASSES)))
     return 0
 
 

@@ -21,6 +21,7 @@
 
 #include "cw_http_api.h"
 #include "st_daemon.h"
+#include "st_ioq.h"
 #include "st_log.h"
 #include "st_util.h"
 
@@ -249,6 +250,11 @@ static enum MHD_Result do_metrics(struct cw_http *h, struct MHD_Connection *c)
 		x.kv_remote_bytes_in = kv.remote_bytes_in;
 		x.kv_remote_bytes_out = kv.remote_bytes_out;
 		x.kv_remote_errors = kv.remote_errors;
+	}
+	if (h->o.instance) {
+		struct st_diag d = { { 0 } };
+
+		x.io_on = st_ioq_read_totals(h->o.instance, &x.io, &d) == 0;
 	}
 	cw_model_read_stats(h->api.model, &rs);
 	x.expert_bytes = rs.expert_bytes;

@@ -32,6 +32,8 @@
 
 struct cw_http_opts {
 	const char *bind_addr;     /* IPv4 address, default 127.0.0.1 */
+	const char *instance;      /* for the I/O queue's totals (NULL:
+				    * none in /metrics) */
 	int port;                  /* TCP port (0: none) */
 	const char *api_key;       /* NULL or "": no authentication */
 	const char *model_name;    /* id in /v1/models and responses */

@@ -36,6 +36,7 @@
 #include "st_build_config.h"
 #include "st_cuda.h"
 #include "st_daemon.h"
+#include "st_ioq.h"
 #include "st_log.h"
 #include "st_msg.h"
 #include "st_numa.h"
@@ -261,6 +262,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 	d->sopts.max_step_tokens = 128;
 	d->sopts.kv_restore_ahead = 1;
 	d->hopts.bind_addr = "127.0.0.1";
+	d->hopts.instance = d->instance;
 	d->hopts.api_key = getenv("STRATA_API_KEY");
 	d->hopts.max_body_bytes = 1 << 20;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -918,6 +920,24 @@ static int handle_stats(struct cw_daemon *d, const struct st_msg_header *h)
 			s.en_read_bytes = en.read_bytes;
 			s.en_lat_p50_ns = en.lat_p50_ns;
 			s.en_lat_p99_ns = en.lat_p99_ns;
+		}
+	}
+	{
+		/* the I/O queue of expertd and kvd (st_ioq.h): absent until
+		 * one of them opened it */
+		struct st_ioq_totals io;
+		struct st_diag dg = { { 0 } };
+
+		if (st_ioq_read_totals(d->instance, &io, &dg) == 0) {
+			s.io_on = 1;
+			s.io_bytes_demand = io.bytes[ST_IOQ_DEMAND];
+			s.io_bytes_kv_restore = io.bytes[ST_IOQ_KV_RESTORE];
+			s.io_bytes_prefetch = io.bytes[ST_IOQ_PREFETCH];
+			s.io_bytes_kv_spill = io.bytes[ST_IOQ_KV_SPILL];
+			s.io_wait_demand_ns = io.wait_ns[ST_IOQ_DEMAND];
+			s.io_wait_kv_restore_ns = io.wait_ns[ST_IOQ_KV_RESTORE];
+			s.io_wait_prefetch_ns = io.wait_ns[ST_IOQ_PREFETCH];
+			s.io_wait_kv_spill_ns = io.wait_ns[ST_IOQ_KV_SPILL];
 		}
 	}
 	if (kv_client_stats(d->kv, &kv) == 0) {

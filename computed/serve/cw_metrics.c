@@ -505,6 +505,38 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 			  "write, rejected value): each a local recompute",
 			  (double)x->kv_remote_errors);
 	}
+	if (x->io_on) {
+		/* the NVMe queue shared by expertd and kvd (st_ioq.h) */
+		tb_head(&b, "strata_io_bytes_total", "counter",
+			"bytes read or written on the NVMe tier by I/O class "
+			"(demand, kv-restore, prefetch, kv-spill; expertd and "
+			"kvd)");
+		for (int k = 0; k < ST_IOQ_N; k++)
+			tb_printf(&b, "strata_io_bytes_total{class=\"%s\"} "
+				  "%llu\n", st_ioq_class_name(k),
+				  (unsigned long long)x->io.bytes[k]);
+		tb_head(&b, "strata_io_wait_seconds_total", "counter",
+			"time I/Os were deferred behind more urgent classes, "
+			"by class");
+		for (int k = 0; k < ST_IOQ_N; k++)
+			tb_printf(&b, "strata_io_wait_seconds_total{class="
+				  "\"%s\"} %.6f\n", st_ioq_class_name(k),
+				  (double)x->io.wait_ns[k] / 1e9);
+		tb_head(&b, "strata_io_ops_total", "counter",
+			"I/Os (reads or writes of up to 8 MiB) by class");
+		for (int k = 0; k < ST_IOQ_N; k++)
+			tb_printf(&b, "strata_io_ops_total{class=\"%s\"} "
+				  "%llu\n", st_ioq_class_name(k),
+				  (unsigned long long)x->io.ops[k]);
+		tb_head(&b, "strata_io_seconds_total", "counter",
+			"time from the start of each I/O to its end (after "
+			"any wait; an expert record's includes its checksum), "
+			"by class");
+		for (int k = 0; k < ST_IOQ_N; k++)
+			tb_printf(&b, "strata_io_seconds_total{class=\"%s\"} "
+				  "%.6f\n", st_ioq_class_name(k),
+				  (double)x->io.io_ns[k] / 1e9);
+	}
 	/* prefetch (gate look-ahead hints, expertd): precision = used /
 	 * loaded by a hint, recall = used / (used + demand misses), as in
 	 * the run summary (cli_tiers.c) */

@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "cw_draft_ngram.h"
+#include "st_ioq.h"
 
 #define CW_HIST_BUCKETS 14
 
@@ -128,6 +129,9 @@ struct cw_metrics_ext {
 	int kv_remote_on;
 	uint64_t kv_remote_hits, kv_remote_misses, kv_remote_bytes_in;
 	uint64_t kv_remote_bytes_out, kv_remote_errors;
+	/* the instance's I/O queue (st_ioq.h); io_on 0: no segment */
+	int io_on;
+	struct st_ioq_totals io;
 	/* computed's model */
 	uint64_t expert_bytes, dense_bytes, lm_head_bytes, expert_stall_ns;
 	/* expertd's Engram tier (DeepSeek-V4.1 stores; engram_ok: read) */

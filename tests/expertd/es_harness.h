@@ -72,6 +72,10 @@ const uint8_t *es_h_ref(const struct es_h *h, int layer, int expert);
 /* Number of /dev/shm entries named strata.<inst>.* */
 int es_h_count_segments(const struct es_h *h);
 
+/* What a running (or killed) expertd of an instance of its own leaves
+ * there: the expert pool and the I/O queue (st_ioq.h). */
+#define ES_H_SEGMENTS 2
+
 /* Maps the pool segment for inspection (st_shm_attach + view).  0 or
  * negative. */
 int es_h_attach(const struct es_h *h, struct st_shm *shm,

@@ -297,7 +297,7 @@ static void test_restart_adopt(void **state)
 	assert_true(loads == 4);
 
 	es_h_kill9(&H);
-	assert_int_equal(es_h_count_segments(&H), 1);
+	assert_int_equal(es_h_count_segments(&H), ES_H_SEGMENTS);
 	/* expertd is down: resident experts still hit on the fast path, a
 	 * miss reports the dead peer */
 	acquire_check(a, 0, 2, ids + 1);
@@ -306,7 +306,7 @@ static void test_restart_adopt(void **state)
 			 -ST_E_PEERGONE);
 
 	assert_int_equal(es_h_start(&H, NULL), 0);
-	assert_int_equal(es_h_count_segments(&H), 1);
+	assert_int_equal(es_h_count_segments(&H), ES_H_SEGMENTS);
 	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
 	assert_int_equal(atomic_load(&v.shm->owner_pid), H.pid);
 	assert_true(atomic_load(&v.shm->epoch) == 2);
@@ -396,7 +396,7 @@ static void test_restart_cycles(void **state)
 		es_h_kill9(&H);
 		assert_int_equal(es_h_start(&H, "--host-budget", "50%", NULL),
 				 0);
-		assert_int_equal(es_h_count_segments(&H), 1);
+		assert_int_equal(es_h_count_segments(&H), ES_H_SEGMENTS);
 		assert_int_equal(es_h_attach(&H, &shm, &v), 0);
 		assert_int_equal(atomic_load(&v.shm->owner_pid), H.pid);
 		assert_true(atomic_load(&v.shm->epoch) == (uint64_t)i + 2);
@@ -411,7 +411,7 @@ static void test_restart_cycles(void **state)
 	 * replaced, not adopted */
 	es_h_kill9(&H);
 	assert_int_equal(es_h_start(&H, "--host-budget", "25%", NULL), 0);
-	assert_int_equal(es_h_count_segments(&H), 1);
+	assert_int_equal(es_h_count_segments(&H), ES_H_SEGMENTS);
 	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
 	assert_true(atomic_load(&v.shm->epoch) == 1);
 	assert_int_equal(atomic_load(&v.shm->owner_pid), H.pid);
@@ -444,7 +444,7 @@ static void test_live_owner_refused(void **state)
 	assert_int_equal(code, 1);
 	assert_non_null(strstr(err, "already serving"));
 	/* untouched: same owner, same epoch, still serving */
-	assert_int_equal(es_h_count_segments(&H), 1);
+	assert_int_equal(es_h_count_segments(&H), ES_H_SEGMENTS);
 	assert_int_equal(es_h_attach(&H, &shm, &v), 0);
 	assert_int_equal(atomic_load(&v.shm->owner_pid), first);
 	assert_true(atomic_load(&v.shm->epoch) == 1);
