@@ -1,40 +1,48 @@
 #!/usr/bin/python3
-"""A second, independent oracle for DeepSeek-V4 (issue 28): numpy, float64.
+"""A second, independent oracle for DeepSeek-V4 and V4.1 (issue 28): numpy.
 
-Written from the official V4-Flash inference code's semantics, not from
-strata's C code nor from the model document:
-  - inference/model.py, upstream deepseek-ai/DeepSeek-V4-Flash commit 60d8d70
-    (index file id 70831076062);
-  - inference/kernel.py's act_quant / fp4_act_quant / fp8_gemm / fp4_gemm /
-    sparse_attn / hc_split_sinkhorn kernels (the fp4 note, id 60864417075,
-    and the vendored kernel.py at the same commit, id 60445807715).
-Each function below names the official function or module it follows.
+Written from the official inference code's semantics, not from strata's C
+code nor from the model document:
+  - V4: inference/model.py, upstream deepseek-ai/DeepSeek-V4-Flash commit
+    60d8d70 (index file id 70831076062), and its kernel.py's act_quant /
+    fp4_act_quant / fp8_gemm / fp4_gemm / sparse_attn / hc_split_sinkhorn
+    (the fp4 note, id 60864417075; the vendored kernel.py, id 60445807715);
+  - V4.1 (the official model.py could not be read): ATOM's V4.1 eager
+    reference (id 66772560054) and the published port of V4.1's model.py
+    (id 68851935069); see the V4.1 section below.
+Each function or class below names the official one it follows.
 
 All arithmetic is float64 except the quantization round trips the official
-code applies (its "QAT" simulation and FP8/FP4 linears), which are computed
-bit-exactly as the kernels define them:
-  - act_quant(..., inplace=True): FP8 E4M3 round trip with a power-of-two
-    (ue8m0) scale per block, on the window and compressed KV's non-rope dims
-    (blocks of 64) and on the input of every linear whose weight is FP8 or
-    FP4 (official `linear`, blocks of `block_size` = 128);
-  - fp4_act_quant(..., inplace=True): E2M1 round trip per 32 after the
-    Hadamard rotation, on the indexer's q and its compressor's keys.
+code applies (its "QAT" simulation and its FP8/FP4 linears), which are
+computed exactly as the kernels define them:
+  - act_quant(..., inplace=True): FP8 E4M3 with a power-of-two (ue8m0) scale
+    per block: V4 on the window / compressed KV's non-rope dims (blocks of
+    64), V4.1 on the whole window row (blocks of 32); on the input of every
+    linear whose weight is FP8 or FP4 (official `linear`: blocks of 128 in
+    V4, of the weight block's width, 32, in V4.1);
+  - fp4_act_quant(..., inplace=True): E2M1 per 32 with a power-of-two
+    scale: V4 after the Hadamard rotation on the indexer's q and keys, V4.1
+    on its indexer's q and keys (no rotation);
+  - V4.1's compressed KV: E2M1 per 16 with an E4M3 scale.
 The official code keeps BF16 activations between ops; this oracle does not
-(float64 throughout), which is the one deliberate difference: see
-docs/DESIGN.md, "A second oracle".
+(float64 throughout), the one deliberate difference (docs/DESIGN.md, "A
+second oracle").
 
 Adaptation to the tiny fixtures: the official `block_size` (128) and the KV
 block (64) assert that the width divides; the tiny model's widths (32, 48,
 64, 80, 96) are below them, so a block is min(block, width) there: one
 block per row (a kernel over ceildiv(N, block) blocks with a partial last
 block gives the same).  Weight dequantisation uses the checkpoint's
-`weight_block_size` ([16, 16] in the tiny fixture).
+`weight_block_size`.
 
 Usage:
   scripts/dsv-oracle.py MODEL_DIR OUT.json [--cases a,b,...] [--steps N]
-MODEL_DIR holds config.json, model.safetensors and reference.json (the case
-ids are taken from there; the oracle never reads the reference's logits).
-Needs Debian's python3 and python3-numpy only.
+      [--exact | --no-act-trip] [--decode-all]
+MODEL_DIR holds config.json, model.safetensors, reference.json (the case
+ids are taken from there; the oracle never reads the reference's logits)
+and, for V4.1, engram_hash.json.  --exact and --no-act-trip are checks of
+the oracle against the fixtures' own references (docs/DESIGN.md), not the
+official math.  Needs Debian's python3 and python3-numpy only.
 """
 
 import argparse
