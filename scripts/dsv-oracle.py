@@ -1206,12 +1206,21 @@ def main():
     out = {
         "generator": "scripts/dsv-oracle.py " + " ".join(sys.argv[1:]),
         "model": os.path.basename(os.path.normpath(a.model_dir)),
-        "follows": "official DeepSeek-V4-Flash inference/model.py at upstream 60d8d70 "
-                   "(index id 70831076062) and its kernel.py (ids 60864417075, 60445807715): "
-                   "round trips on, float64 otherwise",
-        "math": "official (act_quant FP8 ue8m0 blocks of 128 on FP8/FP4 linear inputs, "
-                "blocks of 64 on window/compressed KV non-rope dims; Hadamard + FP4/32 on "
-                "indexer q and keys; routing weight before w2; wo_a without act_quant)",
+        "follows": ("ATOM's V4.1 eager reference (index id 66772560054) and the port of V4.1's "
+                    "inference/model.py (id 68851935069), V4's kernel.py semantics (ids 60864417075, "
+                    "60445807715) where they keep V4's: round trips on, float64 otherwise" if v41 else
+                    "official DeepSeek-V4-Flash inference/model.py at upstream 60d8d70 "
+                    "(index id 70831076062) and its kernel.py (ids 60864417075, 60445807715): "
+                    "round trips on, float64 otherwise"),
+        "math": ("official (FP8 ue8m0 per 32 on FP8/FP4 linear inputs and on the whole window KV "
+                 "row; compressed KV E2M1 per 16 with E4M3 scales; FP4/32 on indexer q and keys; "
+                 "routing weight before w2; wo_a without the trip)" if v41 else
+                 "official (act_quant FP8 ue8m0 blocks of 128 on FP8/FP4 linear inputs, "
+                 "blocks of 64 on window/compressed KV non-rope dims; Hadamard + FP4/32 on "
+                 "indexer q and keys; routing weight before w2; wo_a without act_quant)"),
+        **({"check": "--exact: every round trip off (a check of the oracle, not the official math)"}
+           if a.exact else {"check": "--no-act-trip: no FP8 trip on linear inputs (a check of "
+                                     "the oracle, not the official math)"} if a.no_act_trip else {}),
         "fragile_positions": "per case, [position, margin]: the positions where a rounding "
                              "(E4M3/E2M1 midpoint, power-of-two scale boundary) or a top-k choice "
                              "(indexer, candidate blocks, router) lies within a relative margin "

@@ -1260,6 +1260,9 @@ static int mode_oracle(struct cw_dsv_model *m, const char *fixture, int v41)
 	model = json_string_value(json_object_get(ref, "model"));
 	CHECK(model && !strcmp(model, fixture), "oracle file is for %s, not %s",
 	      model ? model : "(none)", fixture);
+	/* made with --exact / --no-act-trip: a check, not the official math */
+	CHECK(!json_object_get(ref, "check"), "oracle file made for a check (%s)",
+	      json_string_value(json_object_get(ref, "check")));
 	/* the default at load is the official math, the oracle's */
 	CHECK(cw_dsv_qat(m) == (v41 ? CW_DSV41_QAT_OFFICIAL : CW_DSV4_QAT_OFFICIAL) &&
 	      !strcmp(cw_dsv_math_name(m), "official"),
