@@ -1091,8 +1091,8 @@ static int mode_reference(struct cw_dsv_model *m, const char *dir, int v41,
  * position 31 (wo_b's input 3.3e-7 relative from an E4M3 midpoint, logits
  * then off by up to 0.224), tiny-deepseek-v41 p5_code position 60 (an
  * element 9.5e-8 from a midpoint, up to 2.6); rounding that one element
- * the other way in the oracle brings each case within 1.2e-6 / 4.9e-6 of
- * strata at every position.  The oracle lists such knife edges per case
+ * the other way in the oracle brings the case within 4.9e-6 (V4) /
+ * 1.2e-6 (V4.1) of strata at every position.  The oracle lists such knife edges per case
  * ("fragile_positions", margin below 1e-5).  So, per case, in order of
  * position (prompt, then the teacher-forced continuation):
  *  - until the first position that is not within ORACLE_TIGHT (each top-10
@@ -1155,10 +1155,11 @@ static void oracle_pos(const json_t *cs, const json_t *rec, const float *lg,
 		int q = oracle_fragile_before(cs, p);
 
 		*div = p;
-		printf("%s: leaves the oracle at position %d (max|dlogit| %.3g, |dlse| %.3g, argmax %s)%s%d\n",
-		       name, p, dl, ds, ok ? "equal" : "differs",
-		       q >= 0 ? ": a rounding knife edge at position " : "",
-		       q);
+		printf("%s: leaves the oracle at position %d (max|dlogit| %.3g, |dlse| %.3g, argmax %s)",
+		       name, p, dl, ds, ok ? "equal" : "differs");
+		if (q >= 0)
+			printf(": a rounding knife edge at position %d", q);
+		printf("\n");
 		CHECK(q >= 0, "%s pos %d: max|dlogit| %.3g, |dlse| %.3g, argmax %d, with no rounding within %g of a boundary at or up to %d positions before",
 		      name, p, dl, ds, am, ORACLE_FRAGILE, ORACLE_REACH);
 	} else if (*div >= 0) {
