@@ -5,6 +5,12 @@
 #    `strata status --instance NAME` and `strata ps` find it (URL, model,
 #    pids), and `strata down --instance NAME` stops all of it (it used to
 #    say "not running", exit 0 and leave three daemons running);
+#  - `strata run --instance NAME` uses it there (the registry), starting
+#    nothing and making no run directory in the default place; a start
+#    that fails (no registry entry: a second set of daemons for a served
+#    instance) removes the run directory it made;
+#  - kill -9 of the supervisor: status and ps say "supervisor dead" (not
+#    "listening on", not "running") and what to run; down still stops it.
 set -u
 . "$STRATA_SOURCE_DIR/tests/instance_env.sh"
 need_fixture tiny-mixtral
@@ -47,6 +53,38 @@ case "$line" in
 *) echo "FAIL: strata ps: '$line'"; cat "$TMP/ps"; fail=1 ;;
 esac
 
+STRATA_RUN_DIR="$TMP/default-run" "$STRATA" run --instance "$inst" \
+	--max-tokens 2 --quiet >/dev/null 2>"$TMP/run.err" ||
+	{ echo "FAIL: strata run --instance $inst"; cat "$TMP/run.err"; fail=1; }
+grep -q "using running instance '$inst'" "$TMP/run.err" ||
+	{ echo "FAIL: strata run did not use the running instance"; cat "$TMP/run.err"; fail=1; }
+[ -e "$TMP/default-run" ] &&
+	{ echo "FAIL: strata run --instance made $TMP/default-run"; fail=1; }
+STRATA_REGISTRY_DIR="$TMP/no-registry" STRATA_RUN_DIR="$TMP/fail-run" \
+	"$STRATA" run --instance "$inst" --store "$TMP/store" --max-tokens 2 \
+	--quiet >/dev/null 2>"$TMP/run2.err" &&
+	{ echo "FAIL: a second set of daemons for $inst started"; fail=1; }
+grep -q "another expertd is serving" "$TMP/run2.err" ||
+	{ echo "FAIL: the failed start does not say why"; cat "$TMP/run2.err"; fail=1; }
+[ -e "$TMP/fail-run" ] &&
+	{ echo "FAIL: the failed strata run left $TMP/fail-run behind"; ls "$TMP/fail-run"; fail=1; }
+
+svpid=$(cat "$run/supervisor.pid")
+kill -9 "$svpid"
+i=0
+while alive "$svpid" && [ $i -lt 50 ]; do sleep 0.1; i=$((i + 1)); done
+"$STRATA" status --instance "$inst" >"$TMP/status2" 2>&1
+grep -q "supervisor dead (pid $svpid)" "$TMP/status2" &&
+	grep -q "strata down --instance $inst && strata up" "$TMP/status2" &&
+	grep -q "not answering on http://127.0.0.1:$port" "$TMP/status2" ||
+	{ echo "FAIL: status after kill -9 of the supervisor"; cat "$TMP/status2"; fail=1; }
+grep -q "listening on" "$TMP/status2" &&
+	{ echo "FAIL: status says listening with the supervisor dead"; fail=1; }
+"$STRATA" ps >"$TMP/ps2" 2>&1
+grep -q "^$inst  *sv-dead " "$TMP/ps2" &&
+	grep -q "^$inst: supervisor dead (pid $svpid)" "$TMP/ps2" ||
+	{ echo "FAIL: ps after kill -9 of the supervisor"; cat "$TMP/ps2"; fail=1; }
+
 "$STRATA" down --instance "$inst" >"$TMP/down" 2>&1 ||
 	{ echo "FAIL: down --instance"; cat "$TMP/down"; fail=1; }
 grep -q "not running" "$TMP/down" && { echo "FAIL: down says not running"; cat "$TMP/down"; fail=1; }
@@ -55,5 +93,5 @@ for p in $pids; do
 	alive "$p" && { echo "FAIL: process $p still runs after down --instance"; fail=1; }
 done
 "$STRATA" ps | grep -q "^$inst " && { echo "FAIL: ps still lists the instance"; fail=1; }
-[ $fail = 0 ] && echo "ok: status, ps and down find an instance by name in another run dir"
+[ $fail = 0 ] && echo "ok: status, ps, run and down find an instance by name in another run dir; a dead supervisor is said"
 exit $fail
