@@ -9,6 +9,7 @@
 #    nothing and making no run directory in the default place; a start
 #    that fails (no registry entry: a second set of daemons for a served
 #    instance) removes the run directory it made;
+#  - started with STRATA_IOQ=off: status's io line says "priorities off";
 #  - kill -9 of the supervisor: status and ps say "supervisor dead" (not
 #    "listening on", not "running") and what to run; down still stops it.
 set -u
@@ -38,7 +39,7 @@ host_budget = 50%
 http_port = $port
 model_name = tinymix
 CONF
-"$STRATA" up --config "$TMP/inst.conf" >"$TMP/up.out" 2>&1 ||
+STRATA_IOQ=off "$STRATA" up --config "$TMP/inst.conf" >"$TMP/up.out" 2>&1 ||
 	{ echo "FAIL: strata up --config"; cat "$TMP/up.out"; exit 1; }
 pids="$(cat "$run/supervisor.pid" "$run/expertd.pid" "$run/kvd.pid" "$run/computed.pid")"
 
@@ -46,6 +47,9 @@ pids="$(cat "$run/supervisor.pid" "$run/expertd.pid" "$run/kvd.pid" "$run/comput
 	{ echo "FAIL: status --instance does not find the instance"; cat "$TMP/status"; fail=1; }
 grep -q "run dir $run" "$TMP/status" && grep -q "listening on http://127.0.0.1:$port" "$TMP/status" ||
 	{ echo "FAIL: status does not show the run dir and URL"; cat "$TMP/status"; fail=1; }
+# STRATA_IOQ=off (the daemons' environment): the io line says so
+grep -q "^io  *priorities off (STRATA_IOQ=off: counted, not ordered); demand .*(wait: total over the class's I/Os)$" "$TMP/status" ||
+	{ echo "FAIL: status does not say the I/O priorities are off"; cat "$TMP/status"; fail=1; }
 "$STRATA" ps >"$TMP/ps" 2>&1 || { echo "FAIL: strata ps"; fail=1; }
 line=$(grep "^$inst " "$TMP/ps")
 case "$line" in
