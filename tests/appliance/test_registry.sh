@@ -9,7 +9,8 @@
 #    nothing and making no run directory in the default place; a start
 #    that fails (no registry entry: a second set of daemons for a served
 #    instance) removes the run directory it made;
-#  - started with STRATA_IOQ=off: status's io line says "priorities off";
+#  - started with STRATA_IOQ=off: status's io line says "priorities off",
+#    /metrics has strata_io_ordered 0;
 #  - kill -9 of the supervisor: status and ps say "supervisor dead" (not
 #    "listening on", not "running") and what to run; down still stops it.
 set -u
@@ -50,6 +51,10 @@ grep -q "run dir $run" "$TMP/status" && grep -q "listening on http://127.0.0.1:$
 # STRATA_IOQ=off (the daemons' environment): the io line says so
 grep -q "^io  *priorities off (STRATA_IOQ=off: counted, not ordered); demand .*(wait: total over the class's I/Os)$" "$TMP/status" ||
 	{ echo "FAIL: status does not say the I/O priorities are off"; cat "$TMP/status"; fail=1; }
+/usr/bin/python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())' \
+	"http://127.0.0.1:$port/metrics" >"$TMP/metrics" 2>&1
+grep -q "^strata_io_ordered 0$" "$TMP/metrics" && grep -q "^strata_io_bytes_total{class=\"demand\"} " "$TMP/metrics" ||
+	{ echo "FAIL: /metrics lacks strata_io_ordered 0 or the io series"; grep "strata_io\|rror" "$TMP/metrics"; fail=1; }
 "$STRATA" ps >"$TMP/ps" 2>&1 || { echo "FAIL: strata ps"; fail=1; }
 line=$(grep "^$inst " "$TMP/ps")
 case "$line" in
