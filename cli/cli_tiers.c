@@ -261,7 +261,7 @@ void cli_io_print(FILE *f, const struct cw_stats_wire *d)
 	};
 
 	fprintf(f, "io                 priorities %s%s; ", io_priorities(d),
-		d->io_on < sizeof(why) / sizeof(why[0]) && why[d->io_on] ?
+		d->io_on < ST_ARRAY_SIZE(why) && why[d->io_on] ?
 			why[d->io_on] : "");
 	for (int k = 0; k < ST_IOQ_N; k++) {
 		uint64_t b, w;
