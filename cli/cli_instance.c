@@ -4,12 +4,15 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netdb.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -785,4 +788,50 @@ int cli_instance_url(const char *run_dir, char *ret, size_t cap)
 			 bind, strchr(bind, ':') ? "]" : "", port);
 	free(buf);
 	return r;
+}
+
+int cli_url_answers(const char *url, int timeout_ms)
+{
+	char host[128], port[16];
+	const char *h = strstr(url, "://"), *end, *colon;
+	struct addrinfo hints = { 0 }, *ai = NULL;
+	int ok = 0;
+
+	h = h ? h + 3 : url;
+	if (*h == '[') {
+		end = strchr(++h, ']');
+		colon = end && end[1] == ':' ? end + 1 : NULL;
+	} else {
+		colon = strrchr(h, ':');
+		end = colon;
+	}
+	if (!end || !colon || (size_t)(end - h) >= sizeof(host) ||
+	    strlen(colon + 1) >= sizeof(port))
+		return 0;
+	memcpy(host, h, (size_t)(end - h));
+	host[end - h] = 0;
+	snprintf(port, sizeof(port), "%.*s", (int)strcspn(colon + 1, "/"),
+		 colon + 1);
+	hints.ai_socktype = SOCK_STREAM;
+	if (getaddrinfo(host, port, &hints, &ai) != 0)
+		return 0;
+	for (struct addrinfo *a = ai; a && !ok; a = a->ai_next) {
+		int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK |
+				SOCK_CLOEXEC, a->ai_protocol);
+		struct pollfd p = { .fd = fd, .events = POLLOUT };
+		int err = 0;
+		socklen_t el = sizeof(err);
+
+		if (fd < 0)
+			continue;
+		if (connect(fd, a->ai_addr, a->ai_addrlen) == 0)
+			ok = 1;
+		else if (errno == EINPROGRESS && poll(&p, 1, timeout_ms) == 1 &&
+			 getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &el) == 0 &&
+			 err == 0)
+			ok = 1;
+		close(fd);
+	}
+	freeaddrinfo(ai);
+	return ok;
 }

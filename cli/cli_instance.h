@@ -151,4 +151,9 @@ int cli_instance_lock_daemon(const struct cli_instance *inst,
  * strata up); ret: cap bytes, "" on failure. */
 int cli_instance_url(const char *run_dir, char *ret, size_t cap);
 
+/* 1 when a TCP connection to url's host and port ("http://HOST:PORT",
+ * "http://[V6]:PORT") is accepted within timeout_ms, else 0 (refused,
+ * timed out, unparsable).  Opens and closes one connection: no request. */
+int cli_url_answers(const char *url, int timeout_ms);
+
 #endif

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli_cmds.h"
+#include "cli_registry.h"
 #include "st_daemon.h"
 #include "st_util.h"
 
@@ -73,15 +74,19 @@ int cli_session_start(const struct cli_session_opts *o, int sigfd,
 		      struct cli_instance *inst)
 {
 	struct st_diag diag = { "" };
-	int running = 0, r;
+	int running = 0, made_dir, r;
 
 	if (o->instance)
 		snprintf(inst->name, sizeof(inst->name), "%s", o->instance);
 	else
 		snprintf(inst->name, sizeof(inst->name), "run-%d", (int)getpid());
+	/* a named instance is where strata up recorded it (the registry,
+	 * as strata status finds it), whatever run directory it got */
 	if (o->run_dir)
 		snprintf(inst->run_dir, sizeof(inst->run_dir), "%s", o->run_dir);
-	else
+	else if (!o->instance ||
+		 cli_registry_lookup(inst->name, inst->run_dir,
+				     sizeof(inst->run_dir)) < 0)
 		st_run_dir_default(inst->name, inst->run_dir,
 				   sizeof(inst->run_dir));
 	if (o->instance) {
@@ -134,10 +139,17 @@ int cli_session_start(const struct cli_session_opts *o, int sigfd,
 		 o->device_kv_budget ? o->device_kv_budget : "");
 	fprintf(stderr, "%s: starting expertd, kvd, computed (instance %s, "
 		"run dir %s)\n", o->who, inst->name, inst->run_dir);
+	made_dir = !st_path_exists(inst->run_dir);
 	r = cli_instance_up(inst, o->timeout_s, &diag);
 	if (r < 0) {
 		fprintf(stderr, "%s: %s\n", o->who, diag.msg);
 		cli_cache_hint(inst, o->who, diag.msg);
+		/* what this start made goes (cli_instance_up stopped what it
+		 * started): its message above says why */
+		if (made_dir && st_rm_rf(inst->run_dir) == 0)
+			fprintf(stderr, "%s: removed the run directory %s it "
+				"made\n", o->who, inst->run_dir);
+		inst->started_by_us = 0;
 		return 1;
 	}
 	return 0;

@@ -461,6 +461,22 @@ int cli_superv_pid(const char *run_dir)
 	return pid > 0 && st_pid_alive(pid) ? pid : 0;
 }
 
+int cli_superv_dead_pid(const char *run_dir)
+{
+	int pid = st_pidfile_read(run_dir, "supervisor");
+
+	return pid > 0 && !st_pid_alive(pid) ? pid : 0;
+}
+
+void cli_superv_dead_hint(FILE *f, const char *indent, const char *name,
+			  int dead_pid)
+{
+	fprintf(f, "supervisor dead (pid %d): its HTTP port is closed and "
+		"nothing restarts a\n%sdaemon that dies; run `strata down "
+		"--instance %s && strata up --instance %s ...`\n%s(the options "
+		"it was started with)\n", dead_pid, indent, name, name, indent);
+}
+
 int cli_superv_stop(const char *run_dir, int timeout_ms)
 {
 	int pid = cli_superv_pid(run_dir), killed = 0;

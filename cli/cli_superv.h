@@ -39,4 +39,20 @@ int cli_superv_stop(const char *run_dir, int timeout_ms);
 /* Pid of the live supervisor of the instance at run_dir, else 0. */
 int cli_superv_pid(const char *run_dir);
 
+/*
+ * The pid that <run_dir>/supervisor.pid names when that process is gone
+ * (killed: a kill -9 leaves its pid file, a clean stop removes it), else 0
+ * (no supervisor was started there, or it lives).  A dead supervisor
+ * takes the instance's public HTTP port with it (it is the front,
+ * cli_proxy.h) and restarts nothing; a new one cannot adopt the daemons
+ * (they are not its children), so the way back is strata down + up.
+ */
+int cli_superv_dead_pid(const char *run_dir);
+
+/* Writes to f what to do about the dead supervisor dead_pid of instance
+ * `name` ("supervisor dead (pid N): ...", three lines, the second and
+ * third indented by `indent`; the caller writes the first's prefix). */
+void cli_superv_dead_hint(FILE *f, const char *indent, const char *name,
+			  int dead_pid);
+
 #endif

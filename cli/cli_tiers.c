@@ -229,10 +229,18 @@ static void io_class(const struct cw_stats_wire *d, int k, uint64_t *bytes,
 	*wait_ns = w[k];
 }
 
+/* d->io_on (st_ioq_mode) as "on", "off" (STRATA_IOQ=off), "mixed". */
+static const char *io_priorities(const struct cw_stats_wire *d)
+{
+	return d->io_on == ST_IOQ_MODE_UNORDERED ? "off" :
+	       d->io_on == ST_IOQ_MODE_MIXED ? "mixed" : "on";
+}
+
 json_t *cli_io_json(const struct cw_stats_wire *d)
 {
 	json_t *j = json_object();
 
+	json_object_set_new(j, "priorities", json_string(io_priorities(d)));
 	for (int k = 0; k < ST_IOQ_N; k++) {
 		uint64_t b, w;
 
@@ -246,7 +254,15 @@ json_t *cli_io_json(const struct cw_stats_wire *d)
 
 void cli_io_print(FILE *f, const struct cw_stats_wire *d)
 {
-	fprintf(f, "io                 ");
+	static const char *const why[] = {
+		[ST_IOQ_MODE_UNORDERED] = " (STRATA_IOQ=off: counted, not "
+					  "ordered)",
+		[ST_IOQ_MODE_MIXED] = " (a daemon runs with STRATA_IOQ=off)",
+	};
+
+	fprintf(f, "io                 priorities %s%s; ", io_priorities(d),
+		d->io_on < ST_ARRAY_SIZE(why) && why[d->io_on] ?
+			why[d->io_on] : "");
 	for (int k = 0; k < ST_IOQ_N; k++) {
 		uint64_t b, w;
 		char a[32];
@@ -256,5 +272,5 @@ void cli_io_print(FILE *f, const struct cw_stats_wire *d)
 			st_ioq_class_name(k), st_format_bytes(b, a, sizeof(a)),
 			(double)w / 1e6);
 	}
-	fprintf(f, "\n");
+	fprintf(f, " (wait: total over the class's I/Os)\n");
 }

@@ -116,10 +116,12 @@ void cli_tier_print(FILE *f, const struct cli_tier_figures *t);
 /* Adds "tiers": {...} to a JSON summary object. */
 void cli_tier_json(json_t *obj, const struct cli_tier_figures *t);
 
-/* The NVMe I/O queue's line ("io  demand 12.3 MiB wait 4.1 ms; kv-restore
- * ...; prefetch ...; kv-spill ...") from d's io_* counters (deltas of a
- * run, or totals), and the same as {"demand": {"bytes", "wait_ms"}, ...}
- * for JSON.  Callers print it only when d->io_on. */
+/* The NVMe I/O queue's line ("io  priorities on; demand 12.3 MiB wait
+ * 4.1 ms; kv-restore ...; prefetch ...; kv-spill ... (wait: total over the
+ * class's I/Os)") from d's io_* counters (deltas of a run, or totals) and
+ * d->io_on (st_ioq_mode: "priorities off" with STRATA_IOQ=off), and the
+ * same as {"priorities": "on", "demand": {"bytes", "wait_ms"}, ...} for
+ * JSON.  Callers print it only when d->io_on. */
 void cli_io_print(FILE *f, const struct cw_stats_wire *d);
 json_t *cli_io_json(const struct cw_stats_wire *d);
 

@@ -19,6 +19,7 @@
 #include "cw_client.h"
 #include "st_daemon.h"
 #include "st_iconf.h"
+#include "st_ioq.h"
 #include "st_numa.h"
 #include "st_superv.h"
 #include "st_util.h"
@@ -79,7 +80,10 @@ static void inst_usage(FILE *f, const char *cmd)
 			"expert slots and KV pages (CUDA builds; refused "
 			"without\nCUDA or a device; default: every expert "
 			"within 80%% of free device memory\nwhen a device is "
-			"present).\n");
+			"present).\n--kv-restore-ahead on|off (default on): "
+			"with a spill file, kvd restores the next\nstep's "
+			"spilled KV pages while this step computes (off: each "
+			"step waits for\nthem).\n\n%s", ST_IOQ_ENV_HELP);
 	else if (!strcmp(cmd, "down"))
 		fprintf(f, "Stops the instance's daemons (computed first), "
 			"then removes its sockets,\npid files and shared-memory "
@@ -784,11 +788,22 @@ int cli_cmd_status(int argc, char **argv)
 		return r;
 	have_sv = st_superv_state_read(inst.run_dir, &sv) == 0;
 	printf("instance %s (run dir %s)\n", inst.name, inst.run_dir);
-	if (cli_instance_url(inst.run_dir, url, sizeof(url)) == 0)
-		printf("  listening on %s\n", url);
+	if (cli_instance_url(inst.run_dir, url, sizeof(url)) == 0) {
+		/* the URL is a recorded fact; whether it answers is checked */
+		if (cli_url_answers(url, 1000))
+			printf("  listening on %s\n", url);
+		else
+			printf("  not answering on %s (nothing accepts a "
+			       "connection there)\n", url);
+	}
 	if (cli_superv_pid(inst.run_dir))
 		printf("  supervisor running, pid %d: restarts a daemon that "
 		       "dies\n", cli_superv_pid(inst.run_dir));
+	else if (cli_superv_dead_pid(inst.run_dir)) {
+		printf("  ");
+		cli_superv_dead_hint(stdout, "  ", inst.name,
+				     cli_superv_dead_pid(inst.run_dir));
+	}
 	else
 		printf("  supervisor not running: nothing restarts a daemon "
 		       "that dies\n");

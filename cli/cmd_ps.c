@@ -63,7 +63,11 @@ int cli_cmd_ps(int argc, char **argv)
 	char dir[4096];
 	struct dirent *de;
 	DIR *d;
-	int n = 0;
+	int n = 0, n_dead = 0;
+	struct {
+		int pid;
+		char name[sizeof(((struct cli_instance *)0)->name)];
+	} dead[16];
 
 	if (argc > 1) {
 		int help = !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h");
@@ -87,7 +91,7 @@ int cli_cmd_ps(int argc, char **argv)
 		struct cli_instance inst;
 		char url[160], model[256], procs[512], a[32];
 		size_t pl = 0;
-		int up;
+		int up, dead_sv;
 
 		if (de->d_name[0] == '.' || strstr(de->d_name, ".tmp-") ||
 		    strlen(de->d_name) >= sizeof(inst.name))
@@ -120,13 +124,26 @@ int cli_cmd_ps(int argc, char **argv)
 						       st_format_bytes(rss_bytes(pid),
 								       a, sizeof(a)));
 		}
+		/* a dead supervisor took the public port (its front) along:
+		 * said after the table */
+		dead_sv = cli_superv_dead_pid(inst.run_dir);
+		if (dead_sv && n_dead < (int)ST_ARRAY_SIZE(dead)) {
+			dead[n_dead].pid = dead_sv;
+			memcpy(dead[n_dead++].name, inst.name,
+			       sizeof(inst.name));
+		}
 		printf("%-16s %-8s %-20s %-28s %s\n", inst.name,
-		       up == 3 ? "running" : up ? "partial" : "stopped", model,
+		       dead_sv ? "sv-dead" : up == 3 ? "running" :
+		       up ? "partial" : "stopped", model,
 		       url, procs[0] ? procs : "-");
 		n++;
 	}
 	closedir(d);
 	if (!n)
 		printf("(none)\n");
+	for (int i = 0; i < n_dead; i++) {
+		printf("%s: ", dead[i].name);
+		cli_superv_dead_hint(stdout, "  ", dead[i].name, dead[i].pid);
+	}
 	return 0;
 }

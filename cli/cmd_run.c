@@ -22,6 +22,7 @@
 #include "cw_client.h"
 #include "cw_gen.h"
 #include "st_daemon.h"
+#include "st_ioq.h"
 #include "st_util.h"
 
 struct run_opts {
@@ -129,6 +130,7 @@ CLI_TIER_HELP
 "                       --instance keeps its options: computed --timeline)\n"
 "  -h, --help           this text\n",
 		CW_PROTO_MAX_NSTOP);
+	fprintf(f, "\n%s", ST_IOQ_ENV_HELP);
 }
 
 /* --timeline FILE: computed writes it (its own working directory may

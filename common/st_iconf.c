@@ -251,10 +251,10 @@ static int check(const struct st_iconf_knob *k, const char *v,
 				   "integer in [%lld, %lld]", k->section, k->key,
 				   v, (long long)k->min, (long long)k->max);
 	case ST_ICONF_BOOL:
-		if (in_choices("on|off|true|false|yes|no|1|0", v))
+		if (st_parse_bool(v) >= 0)
 			return 0;
-		return st_diag_set(diag, -EINVAL, "key %s.%s: '%s' must be on "
-				   "or off", k->section, k->key, v);
+		return st_diag_set(diag, -EINVAL, "key %s.%s: '%s' must be "
+				   ST_BOOL_WORDS, k->section, k->key, v);
 	case ST_ICONF_ENUM:
 		if (in_choices(k->choices, v))
 			return 0;
@@ -320,8 +320,7 @@ int st_iconf_get_bool(const struct st_iconf *c, const char *name)
 {
 	const char *v = st_iconf_get(c, name);
 
-	return v && (!strcmp(v, "on") || !strcmp(v, "true") ||
-		     !strcmp(v, "yes") || !strcmp(v, "1"));
+	return v && st_parse_bool(v) == 1;
 }
 
 int st_iconf_is_set(const struct st_iconf *c, const char *name)

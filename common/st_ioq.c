@@ -10,6 +10,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "st_log.h"
 #include "st_util.h"
 
 /* What this process last found about a peer slot (racy by design: at
@@ -46,49 +47,45 @@ const char *st_ioq_class_name(int cls)
 
 /* ---- options ------------------------------------------------------------ */
 
-static int env_u64(const char *name, uint64_t max, uint64_t *val,
-		   struct st_diag *diag)
+/* One bad setting: a warning naming it, its value and the default used
+ * (as STRATA_LOG does), never a daemon without its queue. */
+static void env_u64(const char *name, uint64_t max, uint64_t *val)
 {
 	const char *e = getenv(name);
 	char *end;
 	unsigned long long v;
 
 	if (!e || !*e)
-		return 0;
+		return;
 	errno = 0;
 	v = strtoull(e, &end, 10);
-	if (errno || *end || e[0] == '-' || v > max)
-		return st_diag_set(diag, -EINVAL,
-				   "%s=%s: want a whole number from 0 to "
-				   "%llu; unset it for the default", name, e,
-				   (unsigned long long)max);
+	if (errno || end == e || *end || e[0] == '-' || v > max) {
+		st_warn("%s=%s is not a whole number from 0 to %llu; using "
+			"the default %llu", name, e, (unsigned long long)max,
+			(unsigned long long)*val);
+		return;
+	}
 	*val = v;
-	return 0;
 }
 
-static int read_env(struct st_ioq *q, struct st_diag *diag)
+static void read_env(struct st_ioq *q)
 {
 	const char *e = getenv("STRATA_IOQ");
 	uint64_t us = ST_IOQ_DEFAULT_BOUND_NS / 1000;
-	int r;
 
 	q->enabled = 1;
 	if (e && *e) {
 		if (!strcmp(e, "off") || !strcmp(e, "0"))
 			q->enabled = 0;
 		else if (strcmp(e, "on") && strcmp(e, "1"))
-			return st_diag_set(diag, -EINVAL,
-					   "STRATA_IOQ=%s: want on or off (off: "
-					   "I/O classes are counted, not "
-					   "ordered)", e);
+			st_warn("STRATA_IOQ=%s is not on or off; using the "
+				"default on (off: I/O classes are counted, not "
+				"ordered)", e);
 	}
-	r = env_u64("STRATA_IOQ_BOUND_US", ST_IOQ_MAX_BOUND_NS / 1000, &us,
-		    diag);
-	if (r < 0)
-		return r;
+	env_u64("STRATA_IOQ_BOUND_US", ST_IOQ_MAX_BOUND_NS / 1000, &us);
 	q->bound_ns = us * 1000;
 	q->depth = 0;
-	return env_u64("STRATA_IOQ_DEPTH", 1024, &q->depth, diag);
+	env_u64("STRATA_IOQ_DEPTH", 1024, &q->depth);
 }
 
 /* ---- the segment -------------------------------------------------------- */
@@ -205,6 +202,7 @@ static int slot_take(struct st_ioq *q, const char *who)
 		if (!atomic_compare_exchange_strong(&s->pid, &pid, q->pid))
 			continue;
 		slot_retire(g, s);
+		atomic_store(&s->flags, q->enabled ? 0u : ST_IOQ_SLOT_UNORDERED);
 		atomic_store(&s->start_ticks, ticks);
 		memset(s->name, 0, sizeof(s->name));
 		snprintf(s->name, sizeof(s->name), "%s", who);
@@ -223,10 +221,10 @@ int st_ioq_open(struct st_ioq **ret, const char *instance, const char *who,
 	*ret = NULL;
 	if (!q)
 		return st_diag_set(diag, -ENOMEM, "out of memory");
-	r = read_env(q, diag);
+	read_env(q);
 	q->pid = (int32_t)getpid();
 	snprintf(q->instance, sizeof(q->instance), "%s", instance);
-	for (int tries = 0; r == 0; tries++) {
+	for (int tries = 0;; tries++) {
 		int fd;
 
 		r = attach_or_make(&q->shm, instance, diag);
@@ -496,6 +494,25 @@ static void seg_totals(struct st_ioq_seg *g, struct st_ioq_totals *t)
 		for (int i = 0; i < ST_IOQ_SLOTS; i++)
 			add_ctr(t, k, &g->slot[i].c[k]);
 	}
+	for (int i = 0; i < ST_IOQ_SLOTS; i++) {
+		struct st_ioq_slot *s = &g->slot[i];
+		int32_t pid = atomic_load(&s->pid);
+
+		if (!pid || !st_pid_alive_since(pid,
+						atomic_load(&s->start_ticks)))
+			continue;
+		if (atomic_load(&s->flags) & ST_IOQ_SLOT_UNORDERED)
+			t->unordered++;
+		else
+			t->ordered++;
+	}
+}
+
+int st_ioq_mode(const struct st_ioq_totals *t)
+{
+	if (t->unordered && t->ordered)
+		return ST_IOQ_MODE_MIXED;
+	return t->unordered ? ST_IOQ_MODE_UNORDERED : ST_IOQ_MODE_ORDERED;
 }
 
 void st_ioq_totals(const struct st_ioq *q, struct st_ioq_totals *t)

@@ -32,7 +32,12 @@
  *
  * Switch: STRATA_IOQ=off in a daemon's environment turns its deferral off
  * (counting stays), for comparisons; STRATA_IOQ_BOUND_US (default 2000)
- * and STRATA_IOQ_DEPTH (default 0) set the bound and depth.
+ * and STRATA_IOQ_DEPTH (default 0) set the bound and depth.  A value that
+ * is none of these (STRATA_IOQ=bogus, STRATA_IOQ_BOUND_US=abc, -5 or above
+ * the cap) is a warning naming the variable, its value and the default
+ * used, as for STRATA_LOG: the daemon keeps its queue.  Each slot records
+ * whether its process orders (flags), so that strata status and the run
+ * summary can say "priorities off" (st_ioq_mode).
  */
 #ifndef ST_IOQ_H
 #define ST_IOQ_H
@@ -59,13 +64,24 @@ enum st_ioq_class {
 #define ST_IOQ_POLL_NS 50000ull             /* re-check every 50 us */
 #define ST_IOQ_LIVE_CHECK_NS 100000000ull   /* a peer's pid: every 100 ms */
 
-/* The daemons' --help paragraph on the queue's environment. */
+/* The --help paragraph on the queue's environment (the daemons, strata
+ * run and strata up: one text). */
 #define ST_IOQ_ENV_HELP                                                       \
 	"environment: NVMe reads and writes of expertd and kvd share one "   \
 	"I/O queue per\ninstance (demand expert reads, then KV restores, "    \
 	"prefetches, KV spills);\nSTRATA_IOQ=off counts them by class "       \
-	"without ordering them, STRATA_IOQ_BOUND_US\n(default 2000) is the "  \
-	"longest one I/O waits for more urgent ones.\n"
+	"without ordering them, STRATA_IOQ_BOUND_US\n(default 2000, at most " \
+	"20000) is the longest one I/O waits for more urgent\nones; a bad "   \
+	"value is a warning and its default is used.\n"
+
+/* st_ioq_slot.flags: the process runs with STRATA_IOQ=off. */
+#define ST_IOQ_SLOT_UNORDERED 1u
+
+/* st_ioq_mode: every live process orders its I/O (or none is live), none
+ * does (STRATA_IOQ=off), some do. */
+#define ST_IOQ_MODE_ORDERED 1
+#define ST_IOQ_MODE_UNORDERED 2
+#define ST_IOQ_MODE_MIXED 3
 
 /* One class of one process (64 bytes). */
 struct st_ioq_ctr {
@@ -81,7 +97,7 @@ struct st_ioq_ctr {
 
 struct st_ioq_slot {
 	_Atomic int32_t pid;        /* 0: free */
-	uint32_t reserved;
+	_Atomic uint32_t flags;     /* ST_IOQ_SLOT_* of the process */
 	_Atomic uint64_t start_ticks; /* of pid (st_pid_start_ticks) */
 	char name[16];              /* "expertd", "kvd" */
 	uint8_t pad[32];
@@ -100,6 +116,7 @@ struct st_ioq_seg {
 struct st_ioq_totals {
 	uint64_t ops[ST_IOQ_N], bytes[ST_IOQ_N], wait_ns[ST_IOQ_N];
 	uint64_t io_ns[ST_IOQ_N], deferred[ST_IOQ_N], bound_hits[ST_IOQ_N];
+	unsigned ordered, unordered; /* live slots with deferral on / off */
 };
 
 struct st_ioq;
@@ -120,8 +137,8 @@ const char *st_ioq_class_name(int cls);
 /*
  * Opens (making it when absent) the instance's queue and takes a slot for
  * this process, named `who` (up to 15 characters).  Reads STRATA_IOQ,
- * STRATA_IOQ_BOUND_US and STRATA_IOQ_DEPTH (a bad value: -EINVAL, saying
- * which).  *ret gets a handle for every thread of the process (free with
+ * STRATA_IOQ_BOUND_US and STRATA_IOQ_DEPTH (a bad value: a warning on the
+ * log naming it, and its default).  *ret gets a handle for every thread of the process (free with
  * st_ioq_close).  -ENOSPC when every slot belongs to a live process, the
  * st_shm_attach/st_shm_create codes otherwise; message in diag.  A
  * caller may go on without a queue (NULL handle) after logging it.
@@ -172,6 +189,9 @@ void st_ioq_end(struct st_ioq *q, struct st_ioq_op *op, uint64_t bytes);
 
 /* Whether an I/O of class cls would be deferred now (no counting). */
 int st_ioq_pressure(struct st_ioq *q, int cls);
+
+/* ST_IOQ_MODE_* of t's live processes (ORDERED when none is live). */
+int st_ioq_mode(const struct st_ioq_totals *t);
 
 /* Totals of the segment q is attached to. */
 void st_ioq_totals(const struct st_ioq *q, struct st_ioq_totals *t);

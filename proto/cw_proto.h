@@ -132,7 +132,8 @@ struct cw_stats_wire {
 	/* the instance's I/O queue (st_ioq.h), totals of expertd and kvd
 	 * since the segment was made: per class (ST_IOQ_DEMAND, _KV_RESTORE,
 	 * _PREFETCH, _KV_SPILL) bytes moved and ns deferred by the queue;
-	 * io_on 1 when the segment exists */
+	 * io_on 0 when there is no segment, else its st_ioq_mode
+	 * (ST_IOQ_MODE_ORDERED 1, _UNORDERED 2: STRATA_IOQ=off, _MIXED 3) */
 	uint64_t io_on;
 	uint64_t io_bytes_demand, io_bytes_kv_restore, io_bytes_prefetch;
 	uint64_t io_bytes_kv_spill;

@@ -86,6 +86,20 @@ int st_parse_size(const char *text, uint64_t *ret_bytes)
 	return 0;
 }
 
+int st_parse_bool(const char *text)
+{
+	static const char *const on[] = { "on", "true", "yes", "1" };
+	static const char *const off[] = { "off", "false", "no", "0" };
+
+	for (size_t i = 0; text && i < ST_ARRAY_SIZE(on); i++) {
+		if (!strcmp(text, on[i]))
+			return 1;
+		if (!strcmp(text, off[i]))
+			return 0;
+	}
+	return -EINVAL;
+}
+
 int st_parse_budget(const char *text, uint64_t *ret_bytes, double *ret_percent)
 {
 	size_t n;

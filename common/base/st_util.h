@@ -36,6 +36,16 @@ int st_parse_size(const char *text, uint64_t *ret_bytes);
  */
 int st_parse_budget(const char *text, uint64_t *ret_bytes, double *ret_percent);
 
+/* The words st_parse_bool accepts, for messages: "must be ST_BOOL_WORDS". */
+#define ST_BOOL_WORDS "on or off (also true/false, yes/no, 1/0)"
+
+/*
+ * Parses a boolean the way the instance config file does (st_iconf.h) and
+ * every on|off flag should: on, true, yes, 1 -> 1; off, false, no, 0 -> 0
+ * (lower case, exactly); anything else (ON, bogus, "") -> -EINVAL.
+ */
+int st_parse_bool(const char *text);
+
 /* Formats `bytes` as "1.50 GiB" into buf (size len).  Returns buf. */
 char *st_format_bytes(uint64_t bytes, char *buf, size_t len);
 

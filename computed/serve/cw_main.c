@@ -349,12 +349,12 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		case 0x308: d->hopts.metrics_auth = 1; break;
 		case 0x30c: d->timeline_path = optarg; break;
 		case 0x30d:
-			if (strcmp(optarg, "on") && strcmp(optarg, "off")) {
-				st_err("--kv-restore-ahead must be on or off, "
-				       "not '%s'", optarg);
+			if (st_parse_bool(optarg) < 0) {
+				st_err("--kv-restore-ahead '%s': must be "
+				       ST_BOOL_WORDS, optarg);
 				return -EINVAL;
 			}
-			d->sopts.kv_restore_ahead = !strcmp(optarg, "on");
+			d->sopts.kv_restore_ahead = st_parse_bool(optarg);
 			break;
 		case 0x309: case 0x30a: case 0x30b: {
 			char *end;
@@ -929,7 +929,7 @@ static int handle_stats(struct cw_daemon *d, const struct st_msg_header *h)
 		struct st_diag dg = { { 0 } };
 
 		if (st_ioq_read_totals(d->instance, &io, &dg) == 0) {
-			s.io_on = 1;
+			s.io_on = (uint64_t)st_ioq_mode(&io);
 			s.io_bytes_demand = io.bytes[ST_IOQ_DEMAND];
 			s.io_bytes_kv_restore = io.bytes[ST_IOQ_KV_RESTORE];
 			s.io_bytes_prefetch = io.bytes[ST_IOQ_PREFETCH];

@@ -536,6 +536,11 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 			tb_printf(&b, "strata_io_seconds_total{class=\"%s\"} "
 				  "%.6f\n", st_ioq_class_name(k),
 				  (double)x->io.io_ns[k] / 1e9);
+		tb_metric(&b, "strata_io_ordered", "gauge",
+			  "1: every live expertd and kvd orders its I/O by "
+			  "class; 0: some run with STRATA_IOQ=off (counted, "
+			  "not ordered)",
+			  st_ioq_mode(&x->io) == ST_IOQ_MODE_ORDERED ? 1 : 0);
 	}
 	/* prefetch (gate look-ahead hints, expertd): precision = used /
 	 * loaded by a hint, recall = used / (used + demand misses), as in

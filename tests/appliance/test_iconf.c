@@ -177,12 +177,46 @@ static void test_flags_win(void **state)
 	free(c);
 }
 
+/* Booleans: one parser (st_parse_bool) for the file, the flags and
+ * computed; its refusal lists every word it takes. */
+static void test_bools(void **state)
+{
+	struct st_iconf *c = conf_new();
+	struct st_diag d = { "" };
+	static const char *const yes[] = { "on", "true", "yes", "1" };
+	static const char *const no[] = { "off", "false", "no", "0" };
+
+	(void)state;
+	for (int i = 0; i < 4; i++) {
+		assert_int_equal(st_parse_bool(yes[i]), 1);
+		assert_int_equal(st_parse_bool(no[i]), 0);
+		assert_int_equal(st_iconf_set(c, "kv.restore_ahead", no[i],
+					      &d), 0);
+		assert_false(st_iconf_get_bool(c, "kv.restore_ahead"));
+		assert_int_equal(st_iconf_set(c, "kv.restore_ahead", yes[i],
+					      &d), 0);
+		assert_true(st_iconf_get_bool(c, "kv.restore_ahead"));
+	}
+	assert_int_equal(st_parse_bool("ON"), -EINVAL);
+	assert_int_equal(st_parse_bool("bogus"), -EINVAL);
+	assert_int_equal(st_parse_bool(""), -EINVAL);
+	assert_int_equal(st_parse_bool(NULL), -EINVAL);
+	assert_int_equal(st_iconf_set(c, "kv.restore_ahead", "ON", &d),
+			 -EINVAL);
+	assert_non_null(strstr(d.msg, "'ON'"));
+	assert_non_null(strstr(d.msg, "true/false, yes/no, 1/0"));
+	/* refused: the value before stays */
+	assert_true(st_iconf_get_bool(c, "kv.restore_ahead"));
+	free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_example_sets_every_key),
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_flags_win),
+		cmocka_unit_test(test_bools),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

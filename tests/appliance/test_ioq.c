@@ -222,18 +222,20 @@ static void test_off(void)
 	int def;
 	uint64_t w;
 
-	setenv("STRATA_IOQ", "maybe", 1);
-	ST_TEST_CHECK(st_ioq_open(&a, inst, "x", &d) == -EINVAL);
-	ST_TEST_CHECK(strstr(d.msg, "STRATA_IOQ=maybe") != NULL);
-	setenv("STRATA_IOQ", "on", 1);
-	setenv("STRATA_IOQ_BOUND_US", "-5", 1);
-	ST_TEST_CHECK(st_ioq_open(&a, inst, "x", &d) == -EINVAL);
-	unsetenv("STRATA_IOQ_BOUND_US");
+	(void)d;
 	ST_TEST_CHECK(open_q(&a, "expertd") == 0);
 	setenv("STRATA_IOQ", "off", 1);
 	ST_TEST_CHECK(open_q(&b, "kvd") == 0);
 	unsetenv("STRATA_IOQ");
 	ST_TEST_CHECK(!st_ioq_enabled(b));
+	{
+		/* what strata status reads: one process orders, one not */
+		struct st_ioq_totals t;
+
+		ST_TEST_CHECK(st_ioq_read_totals(inst, &t, &d) == 0);
+		ST_TEST_CHECK(t.ordered == 1 && t.unordered == 1);
+		ST_TEST_CHECK(st_ioq_mode(&t) == ST_IOQ_MODE_MIXED);
+	}
 	h = (struct holder){ .q = a, .cls = ST_IOQ_DEMAND, .hold_ns = 50 * MS };
 	start_holder(&th, &h);
 	w = timed_io(b, ST_IOQ_KV_SPILL, &def);
@@ -248,6 +250,66 @@ static void test_off(void)
 	}
 	st_ioq_close(b);
 	st_ioq_close(a);
+}
+
+/* st_ioq_open with one bad setting: still a queue (never "no queue"),
+ * with the default, and a warning on stderr naming the variable, its
+ * value and the default. */
+static void check_bad_env(const char *name, const char *val, int enabled,
+			  uint64_t bound_ns, const char *dflt)
+{
+	struct st_ioq *q = NULL;
+	char path[] = "/tmp/test_ioq_errXXXXXX", buf[1024] = "", want[128];
+	int fd = mkstemp(path), saved = dup(2);
+	ssize_t n;
+
+	setenv(name, val, 1);
+	fflush(stderr);
+	dup2(fd, 2);
+	ST_TEST_CHECK(open_q(&q, "expertd") == 0);
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	unsetenv(name);
+	n = pread(fd, buf, sizeof(buf) - 1, 0);
+	buf[n > 0 ? n : 0] = 0;
+	close(fd);
+	unlink(path);
+	snprintf(want, sizeof(want), "%s=%s", name, val);
+	ST_TEST_CHECK(q != NULL);
+	if (!q)
+		return;
+	ST_TEST_CHECK(strstr(buf, want) != NULL);
+	ST_TEST_CHECK(strstr(buf, dflt) != NULL);
+	ST_TEST_CHECK(st_ioq_enabled(q) == enabled);
+	ST_TEST_CHECK(st_ioq_bound_ns(q) == bound_ns);
+	{
+		struct st_ioq_totals t;
+		struct st_diag d = { "" };
+
+		ST_TEST_CHECK(st_ioq_read_totals(inst, &t, &d) == 0);
+		ST_TEST_CHECK(st_ioq_mode(&t) == (enabled ?
+			ST_IOQ_MODE_ORDERED : ST_IOQ_MODE_UNORDERED));
+	}
+	st_ioq_close(q);
+}
+
+static void test_bad_env(void)
+{
+	check_bad_env("STRATA_IOQ", "bogus", 1, 2 * MS, "default on");
+	check_bad_env("STRATA_IOQ_BOUND_US", "abc", 1, 2 * MS,
+		      "default 2000");
+	check_bad_env("STRATA_IOQ_BOUND_US", "-5", 1, 2 * MS, "default 2000");
+	check_bad_env("STRATA_IOQ_BOUND_US", "99999999999999999999", 1,
+		      2 * MS, "default 2000");
+	check_bad_env("STRATA_IOQ_BOUND_US", "20001", 1, 2 * MS,
+		      "default 2000");
+	check_bad_env("STRATA_IOQ_DEPTH", "x", 1, 2 * MS, "default 0");
+	/* a bad bound with STRATA_IOQ=off: off stays off */
+	setenv("STRATA_IOQ", "off", 1);
+	check_bad_env("STRATA_IOQ_BOUND_US", "abc", 0, 2 * MS,
+		      "default 2000");
+	unsetenv("STRATA_IOQ");
 }
 
 static void test_dead(void)
@@ -332,6 +394,7 @@ int main(void)
 	slack = 40 * MS * (uint64_t)st_test_timeout_scale();
 	test_order();
 	test_off();
+	test_bad_env();
 	test_dead();
 	if (failures)
 		printf("%d check(s) failed\n", failures);

@@ -1,12 +1,13 @@
 #!/bin/sh
 # `strata up --kv-restore-ahead on|off` (issue 24 item 1) reaches computed:
-#  - `strata up --help` lists it; a bad value is refused (exit 2) naming
-#    the option, before any daemon starts;
+#  - `strata up --help` lists and explains it; a bad value is refused
+#    (exit 2) naming the option, before any daemon starts, and the message
+#    (up's and computed's) lists the words accepted (st_parse_bool);
 #  - `--kv-restore-ahead off` with a spill file: computed runs with
 #    "--kv-restore-ahead off" (its /proc cmdline and computed.args, kept
 #    for `strata restart`), and generates;
 #  - the config key kv.restore_ahead = no gives computed "off" (computed
-#    takes on|off only); not given, computed gets no flag (its default on).
+#    takes the same words); not given, computed gets no flag (its default on).
 set -u
 . "$STRATA_SOURCE_DIR/tests/instance_env.sh"
 need_fixture tiny-mixtral
@@ -20,6 +21,19 @@ trap 'exit 1' INT TERM HUP PIPE
 
 "$STRATA" up --help 2>&1 | grep -q -- "--kv-restore-ahead on|off" ||
 	{ echo "FAIL: strata up --help does not list --kv-restore-ahead"; fail=1; }
+"$STRATA" up --help 2>&1 | grep -q -- "--kv-restore-ahead on|off (default on): " ||
+	{ echo "FAIL: strata up --help does not explain --kv-restore-ahead"; fail=1; }
+# the refusal lists what is accepted (st_parse_bool's words), in up and
+# in computed alike
+"$STRATA" up --model "$MODEL" --instance "$I" --run-dir "$R" \
+	--kv-restore-ahead ON >/dev/null 2>"$TMP/e0"
+rc=$?
+[ $rc -eq 2 ] && grep -q "'ON' must be on or off (also true/false, yes/no, 1/0)" "$TMP/e0" ||
+	{ echo "FAIL: strata up --kv-restore-ahead ON: rc $rc"; cat "$TMP/e0"; fail=1; }
+"$STRATA_BUILD_DIR/computed/computed" --kv-restore-ahead ON >/dev/null 2>"$TMP/e0c"
+rc=$?
+[ $rc -ne 0 ] && grep -q "'ON': must be on or off (also true/false, yes/no, 1/0)" "$TMP/e0c" ||
+	{ echo "FAIL: computed --kv-restore-ahead ON: rc $rc"; cat "$TMP/e0c"; fail=1; }
 "$STRATA" up --model "$MODEL" --instance "$I" --run-dir "$R" \
 	--kv-restore-ahead sometimes >/dev/null 2>"$TMP/e1"
 rc=$?
