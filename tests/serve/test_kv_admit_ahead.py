@@ -48,8 +48,8 @@ P = text("and", 48, 5)                 # A's prompt: D's starts with it
 REQS = {
     "A": (P, 2),
     "E": (text("behold", 110, 7), 120),  # fills the pool: P spills
-    "B": (text("1", 4, 3), 30),
-    "C": (text("2", 4, 11), 30),
+    "B": (text("1", 4, 3), 40),
+    "C": (text("2", 4, 11), 40),
     "D": (P + " " + text("light", 6, 2), 8),
 }
 
