@@ -43,6 +43,7 @@ struct cw_sched_req {
 	 * its admission (ask_admit; computed once) */
 	uint64_t *pkeys;
 	int n_pkeys, pkeys_done, named;
+	int named_now;               /* first named by the latest ask_admit */
 	struct cw_sched_req *next;   /* queue or running list */
 };
 
@@ -411,9 +412,11 @@ static void req_prefix_keys(struct cw_sched *s, struct cw_sched_req *r)
  * head of the queue, within the KV pages of one step (the first always),
  * so that kvd restores their spilled groups while steps compute and
  * their admission's lookup maps them without waiting.  The plan goes
- * (n_chains 0) once no request waits.
+ * (n_chains 0) once no request waits.  Returns the groups kvd found
+ * spilled in a plan it was sent now (0: none, or the plan unchanged);
+ * requests first named by this call have named_now set.
  */
-static void ask_admit(struct cw_sched *s)
+static int ask_admit(struct cw_sched *s)
 {
 	uint64_t cap = cw_kvahead_cap(&s->kva), pages = 0;
 	uint32_t ns = s->kva.n_streams, n_keys = 0;
@@ -422,7 +425,7 @@ static void ask_admit(struct cw_sched *s)
 
 	if (!s->kva.on || s->kva.pfx_off || !s->kva.known ||
 	    cw_model_is_dsv4(s->model))
-		return;
+		return 0;
 	want = n_ending(s);
 	pthread_mutex_lock(&s->lock);
 	want = ST_MAX(1, want + s->o.max_running - s->n_running);
@@ -437,6 +440,7 @@ static void ask_admit(struct cw_sched *s)
 		struct cw_sched_req *q = s->adm[i];
 		uint32_t k;
 
+		q->named_now = 0;
 		if (!q->pkeys_done)
 			req_prefix_keys(s, q);
 		k = (uint32_t)ST_MIN((uint32_t)q->n_pkeys,
@@ -451,6 +455,7 @@ static void ask_admit(struct cw_sched *s)
 		n_keys += k;
 		pages += (uint64_t)k * ns;
 		fresh += !q->named;
+		q->named_now = !q->named;
 		q->named = 1;
 	}
 	pthread_mutex_lock(&s->lock);
@@ -463,6 +468,7 @@ static void ask_admit(struct cw_sched *s)
 		st_debug("restore ahead of queued requests: %s", d.msg);
 	else if ((r > 0 || fresh) && s->metrics)
 		cw_metrics_kv_admit_ahead(s->metrics, fresh, r);
+	return r > 0 ? r : 0;
 }
 
 /* Evaluates the step's tokens; pins the sequences kvd may spill. */
@@ -495,7 +501,7 @@ static int eval_step(struct cw_sched *s, struct cw_batch_tok *toks, int n,
 			return r;
 	}
 	ask_ahead(s);
-	ask_admit(s);
+	(void)ask_admit(s);
 	pthread_mutex_lock(&s->model_lock);
 	r = cw_model_eval_batch(s->model, toks, n, diag);
 	pthread_mutex_unlock(&s->model_lock);
@@ -818,12 +824,24 @@ static void *sched_main(void *arg)
 	while (!s->stop) {
 		struct cw_sched_req *admits = NULL, **tail = &admits;
 		struct cw_sched_req *cancels[64];
-		int n_cancel = 0;
+		int n_cancel = 0, hold = 0;
 
+		/* a request that would be admitted now while others run is
+		 * named to kvd first: when its cached prefix is spilled, it
+		 * waits one step (kvd restores the prefix meanwhile) instead
+		 * of every running sequence waiting for its lookup's restore */
+		if (s->running && s->queue_head &&
+		    s->n_running < s->o.max_running && s->kva.on) {
+			pthread_mutex_unlock(&s->lock);
+			hold = ask_admit(s) > 0;
+			pthread_mutex_lock(&s->lock);
+		}
 		/* admit */
 		while (s->queue_head && s->n_running < s->o.max_running) {
 			struct cw_sched_req *r = s->queue_head;
 
+			if (hold && r->named_now)
+				break; /* the next turn admits it */
 			s->queue_head = r->next;
 			if (!s->queue_head)
 				s->queue_tail = NULL;
