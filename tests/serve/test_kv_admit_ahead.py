@@ -9,7 +9,9 @@ spilled groups while B and C compute, and D's admission maps them without
 reading the spill file: kvd's count of groups a lookup restored itself
 stays 0 and its count of groups restored ahead is above 0.  With it off,
 D's admission restores them itself (count above 0: the check that fails
-without the mechanism).  Every request's greedy tokens and logprobs
+without the mechanism).  With --max-running 3 (mode on-free) D finds a
+free place: the scheduler names it first and admits it a step later, so
+its admission restores nothing either.  Every request's greedy tokens and logprobs
 (printed with 17 digits) equal a run whose budget holds everything (no
 spill), bit for bit, on and off.
 """
@@ -54,9 +56,9 @@ REQS = {
 }
 
 
-def run(store, budget, ahead):
+def run(store, budget, ahead, max_running=2):
     cargs = ["--compute", "reference", "--threads", "1",
-             "--max-running", "2", "--kv-restore-ahead", ahead]
+             "--max-running", str(max_running), "--kv-restore-ahead", ahead]
     kargs = ["--budget", str(budget), "--spill-budget", str(64 << 20)]
     inst = Instance(store, tag="kadm", computed_args=cargs, kvd_args=kargs)
     inst.start(timeout_s=120)
@@ -110,8 +112,10 @@ def main():
                                                       ref[k][3]))
     check(all(ref[k][3] > 0 for k in REQS),
           "reference: every request generated")
-    for mode in ("on", "off"):
-        got, m0, m, running = run(store, POOL_PAGES * PAGE_BYTES, mode)
+    for mode in ("on", "off", "on-free"):
+        got, m0, m, running = run(store, POOL_PAGES * PAGE_BYTES,
+                                  mode.split("-")[0],
+                                  3 if "free" in mode else 2)
         spilled = m0.get('strata_bytes_moved_total{link="host_to_nvme",'
                          'kind="kv"}', 0)
         ahead_g = m.get("strata_kv_prefix_restore_ahead_groups_total", -1)
@@ -125,15 +129,16 @@ def main():
               (mode, running))
         check(reused >= 48, "%s: D mapped %d rows of A's prefix" %
               (mode, reused))
-        if mode == "on":
-            check(named >= 1, "on: %d queued requests named ahead" % named)
+        if mode.startswith("on"):
+            check(named >= 1, "%s: %d queued requests named ahead" %
+                  (mode, named))
             check(ahead_g > 0 and ahead_b > 0,
-                  "on: kvd restored %d groups (%d bytes) of D's prefix "
-                  "ahead of its admission" % (ahead_g, ahead_b))
-            check(adm_g == 0, "on: D's admission restored %d groups "
+                  "%s: kvd restored %d groups (%d bytes) of D's prefix "
+                  "ahead of its admission" % (mode, ahead_g, ahead_b))
+            check(adm_g == 0, "%s: D's admission restored %d groups "
                   "itself (stall %.4f s)" % (
-                      adm_g, m.get("strata_kv_admission_restore_stall_"
-                                   "seconds_total", -1)))
+                      mode, adm_g, m.get("strata_kv_admission_restore_"
+                                         "stall_seconds_total", -1)))
         else:
             check(named == 0 and ahead_g == 0,
                   "off: nothing named (%d) or restored ahead (%d)" %
