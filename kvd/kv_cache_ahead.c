@@ -123,16 +123,19 @@ int kv_pfx_ahead_set(struct kv_pool *p, uint32_t client, uint32_t n_chains,
 			if (broken)
 				continue;
 			/* held by the earlier plan: the hold moves here */
-			for (uint32_t i = 0; i < old && !r; i++)
-				if (pl->v[i].client == client &&
-				    pl->v[i].key == keys[k] &&
-				    pl->v[i].state == KV_PFX_HELD) {
-					memcpy(pages, pl->pages + (size_t)i * ns,
-					       sizeof(uint32_t) * ns);
-					pl->v[i].state = KV_PFX_SKIPPED;
-					pl->held_pages -= ns;
-					r = 1;
-				}
+			for (uint32_t i = 0; i < old && !r; i++) {
+				const uint32_t *held = pl->pages +
+						       (size_t)i * ns;
+
+				if (pl->v[i].client != client ||
+				    pl->v[i].key != keys[k] ||
+				    pl->v[i].state != KV_PFX_HELD)
+					continue;
+				memcpy(pages, held, sizeof(uint32_t) * ns);
+				pl->v[i].state = KV_PFX_SKIPPED;
+				pl->held_pages -= ns;
+				r = 1;
+			}
 			if (!r)
 				r = kv_cache_acquire(p, keys[k], pages);
 			if (r == 1) {

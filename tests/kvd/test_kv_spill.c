@@ -589,11 +589,14 @@ static uint64_t held_refs(struct kv_pool *p)
 {
 	uint64_t n = 0;
 
-	for (uint32_t i = 0; i < p->pfx.n; i++)
-		if (p->pfx.v[i].state == KV_PFX_HELD)
-			for (uint32_t s = 0; s < p->lay.n_streams; s++)
-				n += atomic_load(&p->pages[p->pfx.pages[
-					i * p->lay.n_streams + s]].refcount) > 0;
+	for (uint32_t i = 0; i < p->pfx.n; i++) {
+		const uint32_t *pg = p->pfx.pages + i * p->lay.n_streams;
+
+		if (p->pfx.v[i].state != KV_PFX_HELD)
+			continue;
+		for (uint32_t s = 0; s < p->lay.n_streams; s++)
+			n += atomic_load(&p->pages[pg[s]].refcount) > 0;
+	}
 	return n;
 }
 
