@@ -43,7 +43,7 @@ struct cw_sched_req {
 	 * its admission (ask_admit; computed once) */
 	uint64_t *pkeys;
 	int n_pkeys, pkeys_done, named;
-	int named_now;               /* first named by the latest ask_admit */
+	uint64_t named_turn;         /* the ask_admit that first named it */
 	struct cw_sched_req *next;   /* queue or running list */
 };
 
@@ -83,6 +83,7 @@ struct cw_sched {
 	struct cw_sched_req **adm;    /* max_running */
 	uint32_t *adm_chain;          /* max_running */
 	uint64_t *adm_keys;           /* KV_PROTO_MAX_AHEAD_KEYS */
+	uint64_t admit_turn;          /* ask_admit calls */
 };
 
 static void abs_deadline(struct timespec *ts, int timeout_ms)
@@ -414,7 +415,7 @@ static void req_prefix_keys(struct cw_sched *s, struct cw_sched_req *r)
  * their admission's lookup maps them without waiting.  The plan goes
  * (n_chains 0) once no request waits.  Returns the groups kvd found
  * spilled in a plan it was sent now (0: none, or the plan unchanged);
- * requests first named by this call have named_now set.
+ * requests first named by this call get named_turn = s->admit_turn.
  */
 static int ask_admit(struct cw_sched *s)
 {
@@ -426,6 +427,7 @@ static int ask_admit(struct cw_sched *s)
 	if (!s->kva.on || s->kva.pfx_off || !s->kva.known ||
 	    cw_model_is_dsv4(s->model))
 		return 0;
+	s->admit_turn++;
 	want = n_ending(s);
 	pthread_mutex_lock(&s->lock);
 	want = ST_MAX(1, want + s->o.max_running - s->n_running);
@@ -440,7 +442,6 @@ static int ask_admit(struct cw_sched *s)
 		struct cw_sched_req *q = s->adm[i];
 		uint32_t k;
 
-		q->named_now = 0;
 		if (!q->pkeys_done)
 			req_prefix_keys(s, q);
 		k = (uint32_t)ST_MIN((uint32_t)q->n_pkeys,
@@ -454,8 +455,9 @@ static int ask_admit(struct cw_sched *s)
 		s->adm_chain[n_chains++] = k;
 		n_keys += k;
 		pages += (uint64_t)k * ns;
+		if (!q->named)
+			q->named_turn = s->admit_turn;
 		fresh += !q->named;
-		q->named_now = !q->named;
 		q->named = 1;
 	}
 	pthread_mutex_lock(&s->lock);
@@ -840,7 +842,7 @@ static void *sched_main(void *arg)
 		while (s->queue_head && s->n_running < s->o.max_running) {
 			struct cw_sched_req *r = s->queue_head;
 
-			if (hold && r->named_now)
+			if (hold && r->named && r->named_turn == s->admit_turn)
 				break; /* the next turn admits it */
 			s->queue_head = r->next;
 			if (!s->queue_head)
