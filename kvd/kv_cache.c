@@ -536,6 +536,9 @@ int kv_seq_create_prefix(struct kv_pool *p, uint32_t client, int32_t pid,
 	for (hit = 0; hit < max_groups; hit++) {
 		r = kv_cache_acquire(p, keys[hit], pages);
 		if (r == 2) {
+			/* the request waits for this read (what restoring
+			 * queued requests' prefixes ahead avoids) */
+			uint64_t t0 = st_now_ns();
 			uint32_t g;
 
 			pthread_mutex_lock(&p->lock);
@@ -544,6 +547,8 @@ int kv_seq_create_prefix(struct kv_pool *p, uint32_t client, int32_t pid,
 			take_spilled(p, g);
 			r = kv_cache_restore_group(p, g, stamp, pages, NULL)
 				    == 0;
+			p->stats.pfx_lookup_restores += (uint64_t)r;
+			p->stats.pfx_lookup_restore_ns += st_now_ns() - t0;
 		}
 		if (r != 1)
 			break;

@@ -695,6 +695,70 @@ int kv_client_seq_publish_flags(struct kv_client *c, uint32_t seq,
 	return (int)n;
 }
 
+int kv_client_prefix_keys(struct kv_client *c, const int32_t *ids,
+			  uint32_t n_ids, uint64_t *ret_keys, uint32_t cap)
+{
+	uint32_t B, n;
+	int r;
+
+	pthread_mutex_lock(&c->lock);
+	B = c->attached ? c->lay.page_rows : 0;
+	/* what kv_seq_create_prefix maps at most: the ids sent, the last
+	 * one computed again, within a sequence's pages and rows */
+	n = ST_MIN(n_ids, (uint32_t)KV_PROTO_MAX_IDS);
+	n = B && n ? (n - 1) / B : 0;
+	if (B) {
+		n = ST_MIN(n, c->lay.max_pages_per_seq);
+		n = ST_MIN(n, c->lay.max_rows_per_seq / B);
+	}
+	pthread_mutex_unlock(&c->lock);
+	n = ST_MIN(n, cap);
+	if (!c->model_id || n == 0)
+		return 0;
+	r = kv_prefix_keys(ids, B, c->model_id, n, ret_keys);
+	return r < 0 ? r : (int)n;
+}
+
+int kv_client_prefix_ahead(struct kv_client *c, uint32_t n_chains,
+			   const uint32_t *chain_len, const uint64_t *keys,
+			   uint32_t *ret_spilled, struct st_diag *diag)
+{
+	struct kv_msg_prefix_ahead m = { n_chains, (uint32_t *)chain_len, 0,
+					 (uint64_t *)keys };
+	struct st_wbuf w;
+	const uint8_t *p;
+	uint32_t spilled = 0, held = 0;
+	struct st_rbuf rb;
+	void *buf;
+	size_t len;
+	int r;
+
+	for (uint32_t i = 0; i < n_chains; i++)
+		m.n_keys += chain_len[i];
+	if (m.n_keys > KV_PROTO_MAX_AHEAD_KEYS)
+		return st_diag_set(diag, -ST_E_LIMIT, "kv prefix ahead: %u "
+				   "keys, at most %d", m.n_keys,
+				   KV_PROTO_MAX_AHEAD_KEYS);
+	st_wbuf_init(&w);
+	kv_proto_encode_prefix_ahead(&w, &m);
+	pthread_mutex_lock(&c->lock);
+	r = rpc(c, KV_MSG_PREFIX_AHEAD, &w, &buf, &p, &len, diag);
+	pthread_mutex_unlock(&c->lock);
+	st_wbuf_fini(&w);
+	if (r < 0)
+		return r;
+	st_rbuf_init(&rb, p, len);
+	r = st_rbuf_u32(&rb, &spilled) || st_rbuf_u32(&rb, &held) ||
+	    st_rbuf_left(&rb);
+	free(buf);
+	if (r)
+		return st_diag_set(diag, -ST_E_PROTO, "kvd: malformed "
+				   "PREFIX_AHEAD reply");
+	if (ret_spilled)
+		*ret_spilled = spilled;
+	return (int)ST_MIN(held, (uint32_t)INT32_MAX);
+}
+
 /* One KV_MSG_SESSION round trip; the reply payload in *ret_buf/p/len. */
 static int session_rpc(struct kv_client *c, uint32_t op, const char *name,
 		       const struct kv_session_ident *id, const int32_t *ids,
@@ -1151,6 +1215,10 @@ int kv_client_stats(struct kv_client *c, struct kv_stats *ret)
 	ret->remote_errors = m.remote_errors;
 	ret->remote_published = m.remote_published;
 	ret->remote_rejected = m.remote_rejected;
+	ret->prefix_ahead_groups = m.prefix_ahead_groups;
+	ret->prefix_ahead_bytes = m.prefix_ahead_bytes;
+	ret->prefix_lookup_restores = m.prefix_lookup_restores;
+	ret->prefix_lookup_restore_ns = m.prefix_lookup_restore_ns;
 	return 0;
 }
 

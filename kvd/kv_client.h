@@ -97,6 +97,14 @@ struct kv_stats {
 	uint64_t remote_errors;      /* failed calls and rejected values */
 	uint64_t remote_published;   /* page groups written to it */
 	uint64_t remote_rejected;    /* values that failed their checks */
+	/* queued requests' prefixes (kv_client_prefix_ahead; since kvd
+	 * started) */
+	uint64_t prefix_ahead_groups;      /* groups restored ahead */
+	uint64_t prefix_ahead_bytes;       /* their spill-file bytes */
+	uint64_t prefix_lookup_restores;   /* groups a prefix lookup had to
+					    * restore itself (its request
+					    * waited) */
+	uint64_t prefix_lookup_restore_ns; /* time those took */
 };
 
 /* Connects to kvd of the instance (run_dir), registers as `name` (at most
@@ -227,6 +235,36 @@ int kv_client_seq_publish(struct kv_client *c, uint32_t seq,
 int kv_client_seq_publish_flags(struct kv_client *c, uint32_t seq,
 				const int32_t *ids, uint32_t n_ids,
 				uint32_t flags, struct st_diag *diag);
+
+/*
+ * The prefix-cache keys a kv_client_seq_create_prefix of ids[0..n_ids)
+ * would look up (kv_prefix_keys over the ids sent, (n - 1) / page_rows
+ * full pages within a sequence's limits), at most cap of them, into
+ * ret_keys.  Returns their count (0 before a declaration with a model id)
+ * or -ENOMEM.  Thread-safe.
+ */
+int kv_client_prefix_keys(struct kv_client *c, const int32_t *ids,
+			  uint32_t n_ids, uint64_t *ret_keys, uint32_t cap);
+
+/*
+ * Restore ahead of admission (issue 24): the prefix-cache chains of the
+ * requests the client will admit next (chain_len[0..n_chains), keys in
+ * chain order, from kv_client_prefix_keys).  kvd restores the spilled
+ * groups among them in the background, after the sequences of a
+ * kv_client_seq_restore_ahead and only into free pages and pages of idle
+ * cached groups (never spilling a sequence's page), keeping the same
+ * headroom free, and holds every group of the plan that is resident (a
+ * reference per page) until this client's next call leaves it out or the
+ * pool has no other room; a chain ends at its first key not cached.  Each
+ * call replaces the client's earlier plan (n_chains 0: none).  Replies at
+ * once: returns the groups held now (>= 0), *ret_spilled (may be NULL)
+ * those being restored.  Errors: -ST_E_LIMIT (more than
+ * KV_PROTO_MAX_AHEAD_KEYS keys), -ST_E_PROTO (a kvd that predates the
+ * message: "unknown message type"), -ST_E_PEERGONE.
+ */
+int kv_client_prefix_ahead(struct kv_client *c, uint32_t n_chains,
+			   const uint32_t *chain_len, const uint64_t *keys,
+			   uint32_t *ret_spilled, struct st_diag *diag);
 
 /*
  * Saved sessions (kvd/kv_session.h, kv_session_proto.h).  save: the

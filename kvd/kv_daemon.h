@@ -78,6 +78,35 @@ struct kv_spill {
 	int background;
 };
 
+/*
+ * The prefix-cache groups of requests a client will admit soon
+ * (KV_MSG_PREFIX_AHEAD, kv_cache_ahead.c): one entry per key, in chain
+ * order; a group resident (found so, or restored ahead) is held: kvd keeps
+ * one reference on each of its pages (pages[entry * n_streams ..]), so
+ * that neither a restore ahead nor a step spills or evicts it before the
+ * request's lookup maps it.  kvd's private memory: a restarted kvd has no
+ * plan and no holds (adoption recounts references from the tables).
+ */
+struct kv_pfx_entry {
+	uint64_t key;
+	uint32_t client;
+	uint8_t first;           /* first key of its chain */
+	uint8_t state;           /* enum kv_pfx_state */
+};
+
+enum kv_pfx_state {
+	KV_PFX_PENDING = 0,      /* spilled when named: to restore */
+	KV_PFX_HELD = 1,         /* resident, referenced by the plan */
+	KV_PFX_SKIPPED = 2,      /* not cached, given up or released */
+};
+
+struct kv_pfx_plan {
+	struct kv_pfx_entry *v;
+	uint32_t *pages;         /* [cap * n_streams] of HELD entries */
+	uint32_t n, cap, n_pending;
+	uint64_t held_pages;
+};
+
 /* Largest single read or write of the spill file. */
 #define KV_SPILL_IO_BYTES (8u << 20)
 
@@ -95,6 +124,11 @@ struct kv_pool_stats {
 	uint64_t restore_bytes_total;
 	uint64_t restore_ns_total;
 	uint64_t restore_failures;
+	/* queued requests' prefixes (kv_cache_ahead.c) */
+	uint64_t pfx_ahead_groups;       /* restored ahead */
+	uint64_t pfx_lookup_restores;    /* restored by a lookup itself */
+	uint64_t pfx_lookup_restore_ns;
+	uint64_t pfx_released;           /* holds dropped for room */
 };
 
 struct kv_pool {
@@ -117,6 +151,7 @@ struct kv_pool {
 	uint32_t mark_stamp;
 
 	struct kv_cache cache;
+	struct kv_pfx_plan pfx;          /* PREFIX_AHEAD (kv_cache_ahead.c) */
 	struct kv_spill spill;
 	struct kv_pool_stats stats;
 
@@ -403,6 +438,44 @@ int kv_seq_publish(struct kv_pool *p, uint32_t client, uint32_t seq,
 int kv_seq_publish_flags(struct kv_pool *p, uint32_t client, uint32_t seq,
 			 uint64_t model_id, const int32_t *ids, uint32_t n_ids,
 			 uint32_t flags, struct st_diag *diag);
+
+/* ---- queued requests' prefixes (kv_cache_ahead.c) ----------------------- */
+
+/*
+ * Replaces client's prefix plan with the chains of keys given
+ * (chain_len[0..n_chains), keys in chain order): a key still held by the
+ * client's earlier plan keeps its hold, the earlier plan's other holds are
+ * dropped; along each chain, a resident group is held at once, a spilled
+ * one queued for kv_pfx_ahead_step, and the chain ends at the first key
+ * not cached (a lookup stops there too).  *ret_spilled / *ret_held get the
+ * counts.  0 or -ENOMEM (the earlier plan is then dropped: nothing held).
+ */
+int kv_pfx_ahead_set(struct kv_pool *p, uint32_t client, uint32_t n_chains,
+		     const uint32_t *chain_len, const uint64_t *keys,
+		     uint32_t *ret_spilled, uint32_t *ret_held);
+
+/*
+ * Restores the first pending group of the plans (p->pfx.n_pending > 0),
+ * into free pages and pages of idle cached groups only (spilled or
+ * dropped, least recently used first; never a sequence's page), keeping
+ * `head` pages of them available afterwards: when the pool has no such
+ * room the group is given up, with the rest of its chain (the lookup
+ * restores it).  A restored group is held.  Counted in
+ * p->stats.pfx_ahead_groups.
+ */
+void kv_pfx_ahead_step(struct kv_pool *p, uint64_t head);
+
+/* Drops client's plan and its holds (BYE, a dead client). */
+void kv_pfx_ahead_drop_client(struct kv_pool *p, uint32_t client);
+
+/* Drops every hold (entries become SKIPPED): what kv_pool_make_room does
+ * before it would fail for lack of room, so that a plan never costs a
+ * request its pages.  Returns the pages released (counted in
+ * p->stats.pfx_released as groups). */
+uint64_t kv_pfx_ahead_release_all(struct kv_pool *p);
+
+/* Frees the plan's memory without touching references (pool going). */
+void kv_pfx_ahead_fini(struct kv_pool *p);
 
 /* ---- spill (kv_spill.c) ------------------------------------------------- */
 

@@ -107,6 +107,7 @@ void kv_pool_fini(struct kv_pool *p)
 	if (!p)
 		return;
 	kv_spill_close(p, 0);
+	kv_pfx_ahead_fini(p);
 	kv_cache_fini(p);
 	free(p->free_pages);
 	free(p->free_seqs);
@@ -853,6 +854,7 @@ int kv_seq_free_client(struct kv_pool *p, uint32_t client)
 {
 	int n = 0;
 
+	kv_pfx_ahead_drop_client(p, client);
 	for (uint32_t i = 0; i < p->lay.max_seqs; i++) {
 		struct kv_seq_entry *e = &p->seqs[i];
 

@@ -419,6 +419,11 @@ static void stats_cache_spill(struct kv_pool *p, struct kv_msg_stats *m)
 	m->restore_bytes_total = st->restore_bytes_total;
 	m->restore_ns_total = st->restore_ns_total;
 	m->restore_failures = st->restore_failures;
+	m->prefix_ahead_groups = st->pfx_ahead_groups;
+	m->prefix_ahead_bytes = st->pfx_ahead_groups * p->lay.n_streams *
+				p->lay.slot_bytes;
+	m->prefix_lookup_restores = st->pfx_lookup_restores;
+	m->prefix_lookup_restore_ns = st->pfx_lookup_restore_ns;
 	m->spill_direct = p->spill.fd >= 0 && p->spill.direct;
 	for (uint32_t i = 0; i < p->lay.max_seqs; i++)
 		if (atomic_load(&p->seqs[i].state) == KV_SEQ_LIVE &&
@@ -692,6 +697,29 @@ static void prefetch_step(struct kv_server *s)
 	}
 }
 
+/* PREFIX_AHEAD: the client's plan of queued requests' prefixes
+ * (kv_cache_ahead.c); the reply counts the groups to restore and held. */
+static int handle_prefix_ahead(struct kv_server *s, struct kv_client_entry *c,
+			       const uint8_t *p, size_t len,
+			       struct kv_reply *rp)
+{
+	struct kv_msg_prefix_ahead m;
+	uint32_t spilled, held;
+	int r = kv_proto_decode_prefix_ahead(p, len, &m, &rp->diag);
+
+	if (r < 0)
+		return r;
+	r = kv_pfx_ahead_set(&s->pool, c->id, m.n_chains, m.chain_len,
+			     m.keys, &spilled, &held);
+	kv_msg_prefix_ahead_fini(&m);
+	if (r < 0)
+		return st_diag_set(&rp->diag, r, "PREFIX_AHEAD: no memory "
+				   "for the plan");
+	kv_proto_encode_u32(&rp->w, spilled);
+	kv_proto_encode_u32(&rp->w, held);
+	return 0;
+}
+
 /* SEQ_RESIDENCY: the reply's status is 0 and it carries every sequence's
  * status and the text of the first failure. */
 static int handle_residency(struct kv_server *s, struct kv_client_entry *c,
@@ -781,6 +809,9 @@ static void handle_seq(struct kv_server *s, const struct st_msg_header *h,
 		break;
 	case KV_MSG_SESSION:
 		r = handle_session(s, p, len, rp);
+		break;
+	case KV_MSG_PREFIX_AHEAD:
+		r = handle_prefix_ahead(s, c, p, len, rp);
 		break;
 	default:
 		r = -ST_E_PROTO;
@@ -953,6 +984,7 @@ static void handle(struct kv_server *s, const uint8_t *buf, size_t len)
 	case KV_MSG_SEQ_PUBLISH:
 	case KV_MSG_SEQ_RESIDENCY:
 	case KV_MSG_SESSION:
+	case KV_MSG_PREFIX_AHEAD:
 		handle_seq(s, &h, c, p, plen, &rp);
 		break;
 	case KV_MSG_SEQ_DEVICE:
@@ -1057,7 +1089,8 @@ int kv_server_poll(struct kv_server *s)
 	void *buf = NULL;
 	size_t len = 0;
 	uint64_t now;
-	int r, want = s->n_prefetch || s->n_ahead_pending ?
+	int r, want = s->n_prefetch || s->n_ahead_pending ||
+			      (s->have_pool && s->pool.pfx.n_pending) ?
 			      0 : KV_RECV_TIMEOUT_MS;
 
 	/* background restores pending: look for a request, do not wait */
@@ -1078,6 +1111,14 @@ int kv_server_poll(struct kv_server *s)
 		kv_devpool_quiesce(s);
 		s->pool.spill.background = 1;
 		kv_ahead_step(s);
+		s->pool.spill.background = 0;
+	} else if (s->have_pool && s->pool.pfx.n_pending) {
+		/* queued requests' prefixes: after the next step's
+		 * sequences, never spilling a sequence's page */
+		kv_devpool_quiesce(s);
+		s->pool.spill.background = 1;
+		kv_pfx_ahead_step(&s->pool, kv_ahead_headroom_pages(
+			s->pool.lay.n_pages, s->pool.lay.n_streams));
 		s->pool.spill.background = 0;
 	} else if (s->n_prefetch && s->have_pool) {
 		kv_devpool_quiesce(s);

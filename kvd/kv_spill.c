@@ -606,8 +606,8 @@ out:
 	free(slots);
 }
 
-int kv_pool_make_room(struct kv_pool *p, uint64_t need, uint32_t stamp,
-		      const char *what, struct st_diag *diag)
+static int make_room_once(struct kv_pool *p, uint64_t need, uint32_t stamp,
+			  const char *what, struct st_diag *diag)
 {
 	const uint32_t ns = p->lay.n_streams;
 	uint64_t free_now, idle, short_, spillable = 0, usable, count = 0;
@@ -733,6 +733,22 @@ out:
 	free(cand);
 	free(v);
 	free(slots);
+	return r;
+}
+
+int kv_pool_make_room(struct kv_pool *p, uint64_t need, uint32_t stamp,
+		      const char *what, struct st_diag *diag)
+{
+	int r = make_room_once(p, need, stamp, what, diag);
+
+	/* the groups held for queued requests (kv_cache_ahead.c) never cost
+	 * a request its room: they go, then the room is looked for again */
+	if (r == -ST_E_BUDGET && p->pfx.held_pages &&
+	    kv_pfx_ahead_release_all(p)) {
+		st_debug("%s: queued requests' prefixes released for room",
+			 what);
+		r = make_room_once(p, need, stamp, what, diag);
+	}
 	return r;
 }
 

@@ -371,6 +371,10 @@ void kv_proto_encode_stats(struct st_wbuf *w, const struct kv_msg_stats *m)
 	st_wbuf_u64(w, m->remote_errors);
 	st_wbuf_u64(w, m->remote_published);
 	st_wbuf_u64(w, m->remote_rejected);
+	st_wbuf_u64(w, m->prefix_ahead_groups);
+	st_wbuf_u64(w, m->prefix_ahead_bytes);
+	st_wbuf_u64(w, m->prefix_lookup_restores);
+	st_wbuf_u64(w, m->prefix_lookup_restore_ns);
 }
 
 int kv_proto_decode_stats(const uint8_t *p, size_t len,
@@ -425,6 +429,10 @@ int kv_proto_decode_stats(const uint8_t *p, size_t len,
 	e |= st_rbuf_u64(&r, &m->remote_errors);
 	e |= st_rbuf_u64(&r, &m->remote_published);
 	e |= st_rbuf_u64(&r, &m->remote_rejected);
+	e |= st_rbuf_u64(&r, &m->prefix_ahead_groups);
+	e |= st_rbuf_u64(&r, &m->prefix_ahead_bytes);
+	e |= st_rbuf_u64(&r, &m->prefix_lookup_restores);
+	e |= st_rbuf_u64(&r, &m->prefix_lookup_restore_ns);
 	if (e || st_rbuf_left(&r))
 		return -ST_E_PROTO;
 	return 0;
@@ -561,6 +569,93 @@ int kv_proto_decode_residency(const uint8_t *p, size_t len,
 					   "SEQ_RESIDENCY: entry %u: sequence "
 					   "0 is never valid", i);
 		}
+	}
+	return 0;
+}
+
+void kv_proto_encode_prefix_ahead(struct st_wbuf *w,
+				  const struct kv_msg_prefix_ahead *m)
+{
+	uint32_t k = 0;
+
+	st_wbuf_u32(w, m->n_chains);
+	for (uint32_t c = 0; c < m->n_chains; c++) {
+		st_wbuf_u32(w, m->chain_len[c]);
+		for (uint32_t i = 0; i < m->chain_len[c]; i++)
+			st_wbuf_u64(w, m->keys[k++]);
+	}
+}
+
+void kv_msg_prefix_ahead_fini(struct kv_msg_prefix_ahead *m)
+{
+	free(m->chain_len);
+	free(m->keys);
+	memset(m, 0, sizeof(*m));
+}
+
+int kv_proto_decode_prefix_ahead(const uint8_t *p, size_t len,
+				 struct kv_msg_prefix_ahead *ret,
+				 struct st_diag *diag)
+{
+	struct st_rbuf r;
+	uint32_t n;
+
+	memset(ret, 0, sizeof(*ret));
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u32(&r, &n))
+		return short_payload("PREFIX_AHEAD", len, diag);
+	if (n > KV_PROTO_MAX_AHEAD_KEYS)
+		return st_diag_set(diag, -ST_E_LIMIT, "PREFIX_AHEAD: %u "
+				   "chains, at most %d keys per request", n,
+				   KV_PROTO_MAX_AHEAD_KEYS);
+	/* each chain takes at least 12 bytes: n is bounded by len too */
+	if (st_rbuf_left(&r) < (size_t)n * 12)
+		return short_payload("PREFIX_AHEAD", len, diag);
+	ret->chain_len = malloc(sizeof(uint32_t) * (n ? n : 1));
+	ret->keys = malloc(sizeof(uint64_t) * (st_rbuf_left(&r) / 8 + 1));
+	if (!ret->chain_len || !ret->keys) {
+		kv_msg_prefix_ahead_fini(ret);
+		return -ENOMEM;
+	}
+	for (uint32_t c = 0; c < n; c++) {
+		uint32_t k;
+
+		if (st_rbuf_u32(&r, &k) || k == 0 ||
+		    st_rbuf_left(&r) < (size_t)k * 8) {
+			kv_msg_prefix_ahead_fini(ret);
+			return st_diag_set(diag, -ST_E_PROTO, "PREFIX_AHEAD: "
+					   "chain %u of %u: %s", c, n,
+					   k == 0 ? "no keys" :
+					   "keys missing (payload too short)");
+		}
+		if (ret->n_keys + k > KV_PROTO_MAX_AHEAD_KEYS) {
+			kv_msg_prefix_ahead_fini(ret);
+			return st_diag_set(diag, -ST_E_LIMIT, "PREFIX_AHEAD: "
+					   "more than %d keys",
+					   KV_PROTO_MAX_AHEAD_KEYS);
+		}
+		ret->chain_len[c] = k;
+		for (uint32_t i = 0; i < k; i++) {
+			uint64_t key;
+
+			st_rbuf_u64(&r, &key);
+			if (key == 0) {
+				kv_msg_prefix_ahead_fini(ret);
+				return st_diag_set(diag, -ST_E_PROTO,
+						   "PREFIX_AHEAD: chain %u: "
+						   "key %u is 0 (never "
+						   "valid)", c, i);
+			}
+			ret->keys[ret->n_keys++] = key;
+		}
+		ret->n_chains = c + 1;
+	}
+	if (st_rbuf_left(&r)) {
+		size_t left = st_rbuf_left(&r);
+
+		kv_msg_prefix_ahead_fini(ret);
+		return st_diag_set(diag, -ST_E_PROTO, "PREFIX_AHEAD: %zu "
+				   "bytes after the last chain", left);
 	}
 	return 0;
 }

@@ -36,6 +36,11 @@
  *                      [u32 length + text of the first failure]
  *   KV_MSG_SESSION     save, load, list, remove a named session
  *                      (kv_session_proto.h)
+ *   KV_MSG_PREFIX_AHEAD  u32 n_chains, n_chains x {u32 n_keys,
+ *                      n_keys x u64 key}  (prefix-cache chains of queued
+ *                      requests, kv_prefix_keys; n_chains 0 drops the plan)
+ *              reply   u32 n_spilled (groups kvd will restore),
+ *                      u32 n_held (groups resident and held now)
  *   KV_MSG_SEQ_DEVICE  u32 n, n x {u32 seq, u32 n_rows}  (kv_devpage.h)
  *              reply   u64 epoch, u32 n_pages, n_pages x {u32 page,
  *                      u32 slot, u64 key}
@@ -69,6 +74,10 @@ enum kv_msg_type {
 	KV_MSG_SEQ_DEVICE,       /* device KV pages: kv_devpage.h */
 	KV_MSG_SEQ_TRUNCATE,     /* roll back rows (speculative decoding) */
 	KV_MSG_SESSION,          /* saved sessions: kv_session_proto.h */
+	KV_MSG_PREFIX_AHEAD,     /* restore queued requests' cached prefixes
+				  * ahead of their admission (issue 24); a
+				  * kvd that predates it answers
+				  * -ST_E_PROTO "unknown message type" */
 
 	KV_EVT_EPOCH = ST_MSG_KV_FIRST + 0x40,
 	KV_EVT_SHUTDOWN,
@@ -81,6 +90,9 @@ enum kv_msg_type {
 /* Token ids per CREATE_PREFIX / PUBLISH request (4 bytes each, within
  * ST_MSG_MAX_BYTES): longer prompts send their first KV_PROTO_MAX_IDS ids. */
 #define KV_PROTO_MAX_IDS ((ST_MSG_MAX_BYTES - 4096) / 4)
+
+/* Keys per PREFIX_AHEAD request (8 bytes each: 128 KiB). */
+#define KV_PROTO_MAX_AHEAD_KEYS 16384
 
 /* SEQ_PUBLISH flags. */
 enum kv_publish_flag {
@@ -190,6 +202,16 @@ struct kv_msg_residency {
 	uint32_t *seqs;
 };
 
+/* PREFIX_AHEAD: chains of prefix-cache keys (each chain the keys of one
+ * prompt's full pages, in order: kv_prefix_keys); owned after a
+ * successful decode (kv_msg_prefix_ahead_fini). */
+struct kv_msg_prefix_ahead {
+	uint32_t n_chains;
+	uint32_t *chain_len;     /* [n_chains], each >= 1 */
+	uint32_t n_keys;         /* sum of chain_len */
+	uint64_t *keys;          /* [n_keys], none 0 */
+};
+
 /* STATS reply: fixed fields in this order. */
 struct kv_msg_stats {
 	uint64_t budget_bytes;
@@ -240,6 +262,11 @@ struct kv_msg_stats {
 	uint64_t remote_errors;      /* failed calls, rejected values */
 	uint64_t remote_published;   /* groups written to it */
 	uint64_t remote_rejected;    /* values that failed their checks */
+	/* queued requests' prefixes (PREFIX_AHEAD, kv_cache_ahead.c) */
+	uint64_t prefix_ahead_groups;   /* groups restored ahead */
+	uint64_t prefix_ahead_bytes;    /* their spill-file bytes */
+	uint64_t prefix_lookup_restores;/* groups a lookup restored itself */
+	uint64_t prefix_lookup_restore_ns; /* time those took */
 };
 
 /* Encoders append a payload to w (not reset; sticky w->err).  Decoders read
@@ -327,6 +354,16 @@ void kv_proto_encode_status_list(struct st_wbuf *w, uint32_t n,
 				 const int32_t *status, const char *text);
 int kv_proto_decode_status_list(const uint8_t *p, size_t len, uint32_t n,
 				int32_t *ret_status, struct st_diag *diag);
+
+/* PREFIX_AHEAD: n_chains 0..KV_PROTO_MAX_AHEAD_KEYS, every chain at least
+ * one key, at most KV_PROTO_MAX_AHEAD_KEYS keys in all (-ST_E_LIMIT), no
+ * key 0 (-ST_E_PROTO). */
+void kv_proto_encode_prefix_ahead(struct st_wbuf *w,
+				  const struct kv_msg_prefix_ahead *m);
+int kv_proto_decode_prefix_ahead(const uint8_t *p, size_t len,
+				 struct kv_msg_prefix_ahead *ret,
+				 struct st_diag *diag);
+void kv_msg_prefix_ahead_fini(struct kv_msg_prefix_ahead *m);
 
 /* One u32 (PUBLISH reply). */
 void kv_proto_encode_u32(struct st_wbuf *w, uint32_t v);

@@ -23,11 +23,21 @@ ordering it), and --host-budget B makes expertd stream experts from the
 store (a share of the experts, e.g. 50%), so that expert reads and KV
 spill/restore share the device.  Each run prints the queue's per-class
 bytes and wait (strata_io_bytes_total, strata_io_wait_seconds_total).
+Queued requests that share spilled prefixes (restore ahead of admission):
+--shared-prefixes K gives the requests K long prompt prefixes (request i
+starts with prefix i mod K, then 4 words of its own) and --max-running R
+below --seqs keeps requests in the queue; one request per prefix runs
+first (max_tokens 1, not measured) so that every prefix is in kvd's
+prefix cache, and with K above R idle prefixes spill while others run.
+Each run then also prints kvd's prefix groups restored ahead of an
+admission and those an admission had to restore itself, and the time
+admissions waited for them (strata_kv_admission_restore_stall_seconds_total).
 Prints figures, never asserts.
 
   scripts/bench-kv-restore.py [--seqs 32] [--prompt-words 20]
       [--max-tokens 200] [--kv-ratio 4] [--modes on,off] [--runs 3]
       [--today-computed PATH] [--ioq on|off|on,off] [--host-budget B]
+      [--shared-prefixes K --max-running R]
 
 The KV budget is the batch's KV bytes (--seqs x (prompt + max_tokens)
 tokens x the model's bytes per token) / --kv-ratio.  kjv-moe holds 256
@@ -94,7 +104,8 @@ IOQ_CLASSES = ("demand", "kv-restore", "prefetch", "kv-spill")
 
 def one_run(store, mode, args, budget, ioq="on"):
     cargs = ["--threads", str(args.threads), "--compute", args.compute,
-             "--max-running", str(args.seqs), "--max-queued", "1024"]
+             "--max-running", str(args.max_running or args.seqs),
+             "--max-queued", "1024"]
     if mode in ("on", "off"):
         cargs += ["--kv-restore-ahead", mode]
     os.environ["STRATA_IOQ"] = ioq  # the daemons' environment
@@ -109,11 +120,25 @@ def one_run(store, mode, args, budget, ioq="on"):
     results = []
     lock = threading.Lock()
 
+    def prompt_of(i):
+        if not args.shared_prefixes:
+            words = [WORDS[(i * 7 + k) % len(WORDS)]
+                     for k in range(args.prompt_words)]
+            return "%d %s" % (i, " ".join(words))
+        k = i % args.shared_prefixes
+        words = [WORDS[(k * 7 + j) % len(WORDS)]
+                 for j in range(max(1, args.prompt_words - 4))]
+        own = [WORDS[(i * 5 + j) % len(WORDS)] for j in range(4)]
+        return "%d %s %d %s" % (k, " ".join(words), i, " ".join(own))
+
+    def warm(k):
+        stream(inst, "/v1/completions", {
+            "prompt": prompt_of(k), "max_tokens": 1, "temperature": 0,
+            "stream": True}, timeout=1200)
+
     def client(i):
-        words = [WORDS[(i * 7 + k) % len(WORDS)] for k in range(args.prompt_words)]
-        prompt = "%d %s" % (i, " ".join(words))
         st, out = stream(inst, "/v1/completions", {
-            "prompt": prompt, "max_tokens": args.max_tokens,
+            "prompt": prompt_of(i), "max_tokens": args.max_tokens,
             "temperature": 0, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}}, timeout=1200)
         n = pt = 0
@@ -125,6 +150,13 @@ def one_run(store, mode, args, budget, ioq="on"):
             results.append((ok, n, pt))
 
     try:
+        # every shared prefix in kvd's prefix cache first (not measured)
+        ws = [threading.Thread(target=warm, args=(k,))
+              for k in range(args.shared_prefixes)]
+        for t in ws:
+            t.start()
+        for t in ws:
+            t.join()
         m0 = metrics(inst)
         c0 = {d: cpu_s(inst.procs[d].pid) for d in ("kvd", "computed")}
         t0 = time.time()
@@ -166,6 +198,11 @@ def one_run(store, mode, args, budget, ioq="on"):
             "spill_mib": spill / 2**20, "restore_mib": rest / 2**20,
             "cpu_kvd_s": cpu["kvd"], "cpu_computed_s": cpu["computed"],
             "deferred": d("strata_kv_restore_deferred_seqs_total"),
+            "admit_stall_s":
+            d("strata_kv_admission_restore_stall_seconds_total"),
+            "admit_groups": d("strata_kv_admission_restore_groups_total"),
+            "ahead_groups":
+            d("strata_kv_prefix_restore_ahead_groups_total"),
             "load1": os.getloadavg()[0]}
 
 
@@ -188,6 +225,11 @@ def main():
                     "under each)")
     ap.add_argument("--host-budget",
                     help="expertd --host-budget (default: all experts)")
+    ap.add_argument("--shared-prefixes", type=int, default=0,
+                    help="K long prompt prefixes shared by the requests "
+                    "(0: distinct prompts)")
+    ap.add_argument("--max-running", type=int, default=0,
+                    help="computed --max-running (default: --seqs)")
     args = ap.parse_args()
     model = fixture("kjv-moe")
     cache = os.environ.get("STRATA_CACHE_DIR", os.path.expanduser("~/.cache/strata"))
@@ -205,20 +247,21 @@ def main():
     print("%d sequences x ~%d tokens: KV %.1f MiB, kvd budget %.2f MiB (1/%.1f)"
           % (args.seqs, seq_tokens, kv / 2**20,
              budget / 2**20, args.kv_ratio))
-    print("%-10s %6s %7s %8s %6s %8s %8s %8s %7s %9s %9s %7s %7s %6s  %s" % (
+    print("%-10s %6s %7s %8s %6s %8s %8s %8s %7s %9s %9s %7s %7s %6s %8s %6s %6s  %s" % (
         "mode/ioq", "errors", "tokens", "tok/s", "steps", "step s", "pin s",
         "stall s", "stalls", "spill MiB", "rest. MiB", "kvd cpu", "cw cpu",
-        "load1", "io MiB/wait s by class"))
+        "load1", "adm st s", "adm g", "ahd g", "io MiB/wait s by class"))
     rows = {m: [] for m in modes}
     for _ in range(args.runs):
         for m in modes:
             r = one_run(os.path.abspath(store), m[0], args, budget, m[1])
             rows[m].append(r)
-            print("%-10s %6d %7d %8.1f %6d %8.2f %8.3f %8.3f %7d %9.1f %9.1f %7.2f %7.2f %6.2f  %s" % (
+            print("%-10s %6d %7d %8.1f %6d %8.2f %8.3f %8.3f %7d %9.1f %9.1f %7.2f %7.2f %6.2f %8.3f %6d %6d  %s" % (
                 "%s/%s" % m, r["errors"], r["tokens"], r["tok_s"], r["steps"],
                 r["step_s"], r["pin_s"], r["stall_s"], r["stalls"],
                 r["spill_mib"], r["restore_mib"], r["cpu_kvd_s"],
-                r["cpu_computed_s"], r["load1"],
+                r["cpu_computed_s"], r["load1"], r["admit_stall_s"],
+                r["admit_groups"], r["ahead_groups"],
                 " ".join("%s %.1f/%.3f" % (c, r[c + "_mib"], r[c + "_wait_s"])
                          for c in IOQ_CLASSES)), flush=True)
             if args.json:
@@ -227,7 +270,8 @@ def main():
     for m in modes:
         med = {k: statistics.median(r[k] for r in rows[m])
                for k in ("tok_s", "pin_s", "stall_s", "restore_mib",
-                         "cpu_kvd_s", "cpu_computed_s", "load1") +
+                         "cpu_kvd_s", "cpu_computed_s", "load1",
+                         "admit_stall_s", "admit_groups", "ahead_groups") +
                tuple(c + "_wait_s" for c in IOQ_CLASSES) +
                tuple(c + "_mib" for c in IOQ_CLASSES) +
                tuple(c + "_io_ms" for c in IOQ_CLASSES)}
@@ -236,6 +280,9 @@ def main():
                   "%s/%s" % m, med["tok_s"], med["pin_s"], med["stall_s"],
                   med["restore_mib"], med["cpu_kvd_s"], med["cpu_computed_s"],
                   med["load1"]))
+        print("  %-10s admissions: stall %.4f s, %d groups restored by "
+              "them, %d ahead" % ("", med["admit_stall_s"],
+                                  med["admit_groups"], med["ahead_groups"]))
         print("  %-10s io: %s" % ("", "; ".join(
             "%s %.1f MiB wait %.3f s, %.2f ms per I/O" % (
                 c, med[c + "_mib"], med[c + "_wait_s"], med[c + "_io_ms"])

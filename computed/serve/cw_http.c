@@ -243,6 +243,10 @@ static enum MHD_Result do_metrics(struct cw_http *h, struct MHD_Connection *c)
 		x.kv_restore_total = kv.restore_pages_total;
 		x.kv_prefix_lookups = kv.prefix_lookups;
 		x.kv_prefix_rows_reused = kv.prefix_rows_reused;
+		x.kv_prefix_ahead_groups = kv.prefix_ahead_groups;
+		x.kv_prefix_ahead_bytes = kv.prefix_ahead_bytes;
+		x.kv_admit_restores = kv.prefix_lookup_restores;
+		x.kv_admit_restore_ns = kv.prefix_lookup_restore_ns;
 		x.kv_epoch = kv.epoch;
 		x.kv_remote_on = kv.remote_on != 0;
 		x.kv_remote_hits = kv.remote_hits;

@@ -7,6 +7,8 @@
 #include <string.h>
 
 #include "kv_client.h"
+#include "st_log.h"
+#include "st_util.h"
 
 int cw_kvahead_init(struct cw_kvahead *a, struct kv_client *kv, int on,
 		    int max_seqs)
@@ -39,6 +41,7 @@ uint64_t cw_kvahead_cap(struct cw_kvahead *a)
 	a->known = 0;
 	a->cap_pages = UINT64_MAX;
 	a->n_sent = 0; /* a restarted kvd holds no list */
+	a->pfx_sent = 0;
 	a->reconnects = kv_client_reconnects(a->kv);
 	if (kv_client_stats(a->kv, &st) < 0 || st.n_pages == 0 ||
 	    st.page_rows == 0 || st.n_streams == 0)
@@ -86,4 +89,33 @@ int cw_kvahead_ask(struct cw_kvahead *a, int n, const uint32_t *seqs,
 	memcpy(a->sent, seqs, sizeof(*seqs) * n);
 	a->n_sent = n;
 	return r < 0 ? r : k;
+}
+
+int cw_kvahead_ask_prefix(struct cw_kvahead *a, uint32_t n_chains,
+			  const uint32_t *chain_len, const uint64_t *keys,
+			  struct st_diag *diag)
+{
+	uint64_t h = 0, n_keys = 0;
+	uint32_t spilled = 0;
+	int r;
+
+	if (!a->on || !a->kv || a->pfx_off)
+		return 0;
+	for (uint32_t i = 0; i < n_chains; i++)
+		n_keys += chain_len[i];
+	if (n_chains)
+		h = (st_xxh3(chain_len, sizeof(*chain_len) * n_chains) ^
+		     st_xxh3(keys, sizeof(*keys) * n_keys)) | 1;
+	if (h == a->pfx_sent)
+		return 0;
+	r = kv_client_prefix_ahead(a->kv, n_chains, chain_len, keys,
+				   &spilled, diag);
+	if (r == -ST_E_PROTO) {
+		st_info("kvd does not restore queued requests' prefixes ahead "
+			"(%s); their admissions restore them", diag->msg);
+		a->pfx_off = 1;
+		return 0;
+	}
+	a->pfx_sent = r < 0 ? 0 : h;
+	return r < 0 ? r : (int)spilled;
 }

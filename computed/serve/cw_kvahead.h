@@ -32,6 +32,9 @@ struct cw_kvahead {
 	uint32_t n_streams, page_rows;
 	uint32_t *sent;            /* the list kvd holds (cap_sent entries) */
 	int n_sent, cap_sent;
+	/* queued requests' prefixes (kv_client_prefix_ahead) */
+	uint64_t pfx_sent;         /* hash of the plan kvd holds; 0: none */
+	int pfx_off;               /* kvd predates PREFIX_AHEAD */
 };
 
 /* Sets a up over kv (borrowed; NULL: no kvd, no cap) for lists of at
@@ -67,5 +70,18 @@ uint64_t cw_kvahead_pages(const struct cw_kvahead *a, uint64_t n_rows);
  */
 int cw_kvahead_ask(struct cw_kvahead *a, int n, const uint32_t *seqs,
 		   struct st_diag *diag);
+
+/*
+ * Asks kvd to restore ahead, and hold, the prefix-cache chains of the
+ * queued requests the scheduler will admit next (chain_len[0..n_chains),
+ * keys from kv_client_prefix_keys; n_chains 0: none any more).  A no-op
+ * when off, when the plan is the one kvd holds, and from the first
+ * -ST_E_PROTO on (a kvd that predates the message: logged once).
+ * Returns the groups kvd found spilled (0 when not sent), or a negative
+ * code with diag (kvd gone: the admission's lookup restores them).
+ */
+int cw_kvahead_ask_prefix(struct cw_kvahead *a, uint32_t n_chains,
+			  const uint32_t *chain_len, const uint64_t *keys,
+			  struct st_diag *diag);
 
 #endif

@@ -176,6 +176,15 @@ void cw_metrics_kv_ahead(struct cw_metrics *m, int n)
 	pthread_mutex_unlock(&m->lock);
 }
 
+void cw_metrics_kv_admit_ahead(struct cw_metrics *m, int n_reqs,
+			       int n_spilled)
+{
+	pthread_mutex_lock(&m->lock);
+	m->kv_admit_ahead_reqs += (uint64_t)(n_reqs > 0 ? n_reqs : 0);
+	m->kv_admit_ahead_spilled += (uint64_t)(n_spilled > 0 ? n_spilled : 0);
+	pthread_mutex_unlock(&m->lock);
+}
+
 void cw_metrics_kv_deferred(struct cw_metrics *m, int n)
 {
 	pthread_mutex_lock(&m->lock);
@@ -258,7 +267,7 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 		      char **ret)
 {
 	struct tbuf b = { 0 };
-	uint64_t now = st_now_ns(), kv_pin[7];
+	uint64_t now = st_now_ns(), kv_pin[9];
 	double tps;
 
 	b.cap = 16384;
@@ -454,6 +463,8 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 	kv_pin[4] = m->kv_stall_seqs;
 	kv_pin[5] = m->kv_ahead_seqs;
 	kv_pin[6] = m->kv_deferred_seqs;
+	kv_pin[7] = m->kv_admit_ahead_reqs;
+	kv_pin[8] = m->kv_admit_ahead_spilled;
 	pthread_mutex_unlock(&m->lock);
 	tb_metric(&b, "strata_kv_pin_seconds_total", "counter",
 		  "time steps waited for kvd to pin their sequences",
@@ -477,6 +488,25 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 	tb_metric(&b, "strata_kv_restore_deferred_seqs_total", "counter",
 		  "sequences left to the next step while kvd restored them",
 		  (double)kv_pin[6]);
+	tb_metric(&b, "strata_kv_admit_ahead_requests_total", "counter",
+		  "queued requests whose cached prefixes were named to kvd to "
+		  "restore ahead of their admission", (double)kv_pin[7]);
+	tb_metric(&b, "strata_kv_admit_ahead_spilled_groups_total", "counter",
+		  "prefix-cache groups kvd found spilled in those plans",
+		  (double)kv_pin[8]);
+	tb_metric(&b, "strata_kv_prefix_restore_ahead_groups_total", "counter",
+		  "prefix-cache groups of queued requests kvd restored ahead "
+		  "of their admission", (double)x->kv_prefix_ahead_groups);
+	tb_metric(&b, "strata_kv_prefix_restore_ahead_bytes_total", "counter",
+		  "spill-file bytes of those groups",
+		  (double)x->kv_prefix_ahead_bytes);
+	tb_metric(&b, "strata_kv_admission_restore_groups_total", "counter",
+		  "prefix-cache groups a request's admission found spilled "
+		  "and restored itself (the admission waited)",
+		  (double)x->kv_admit_restores);
+	tb_metric(&b, "strata_kv_admission_restore_stall_seconds_total",
+		  "counter", "time admissions waited for those restores (kvd)",
+		  (double)x->kv_admit_restore_ns / 1e9);
 	tb_metric(&b, "strata_prefix_cache_lookups_total", "counter",
 		  "prefix-cache lookups (kvd)", (double)x->kv_prefix_lookups);
 	tb_metric(&b, "strata_prefix_cache_rows_reused_total", "counter",

@@ -54,6 +54,10 @@ struct cw_metrics {
 	 * (the restore stall); sequences asked to restore ahead */
 	uint64_t kv_pin_ns, kv_pins, kv_stall_ns, kv_stalls;
 	uint64_t kv_stall_seqs, kv_ahead_seqs, kv_deferred_seqs;
+	/* queued requests whose prefixes were named to kvd ahead of their
+	 * admission (cw_kvahead_ask_prefix), and the groups kvd found
+	 * spilled in those plans */
+	uint64_t kv_admit_ahead_reqs, kv_admit_ahead_spilled;
 	/* tokens/s over a sliding window: two halves of window_ns */
 	uint64_t win_start_ns, win_tokens, prev_win_tokens, prev_win_ns;
 	/* the instance's run directory (not owned; NULL: none), where the
@@ -108,6 +112,11 @@ void cw_metrics_kv_pin(struct cw_metrics *m, uint64_t pin_ns, int n_missing);
 /* n sequences were asked to restore ahead of the step that runs them. */
 void cw_metrics_kv_ahead(struct cw_metrics *m, int n);
 
+/* n_reqs queued requests were named to kvd ahead of their admission for
+ * the first time, in a plan where kvd found n_spilled groups spilled. */
+void cw_metrics_kv_admit_ahead(struct cw_metrics *m, int n_reqs,
+			       int n_spilled);
+
 /* n sequences were left to the next step: kvd was still restoring them. */
 void cw_metrics_kv_deferred(struct cw_metrics *m, int n);
 
@@ -125,6 +134,11 @@ struct cw_metrics_ext {
 	uint64_t kv_pages_used, kv_pages_total, kv_pages_peak, kv_page_bytes;
 	uint64_t kv_spilled_pages, kv_spill_total, kv_restore_total;
 	uint64_t kv_prefix_lookups, kv_prefix_rows_reused, kv_epoch;
+	/* queued requests' prefixes: groups (and bytes) kvd restored ahead
+	 * of their admission; groups an admission's lookup restored itself,
+	 * and the time it waited for them */
+	uint64_t kv_prefix_ahead_groups, kv_prefix_ahead_bytes;
+	uint64_t kv_admit_restores, kv_admit_restore_ns;
 	/* kvd's remote KV tier (kv_remote_on: kvd runs with --remote-kv) */
 	int kv_remote_on;
 	uint64_t kv_remote_hits, kv_remote_misses, kv_remote_bytes_in;

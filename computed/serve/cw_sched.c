@@ -14,6 +14,13 @@
 #include "st_log.h"
 #include "st_util.h"
 
+/* Steps a window of sequences runs before the rotation moves on, when
+ * not all running sequences fit kvd's pool: each move restores a window's
+ * pages, so a longer one moves fewer bytes per token (and gives a restore
+ * ahead that many steps to bring the next window back), at the price of
+ * the others' wait. */
+#define CW_SCHED_KV_WINDOW_STEPS 8
+
 struct cw_sched_req {
 	struct cw_sched *s;
 	int32_t *ids;                /* prompt, owned (freed at admission) */
@@ -32,6 +39,11 @@ struct cw_sched_req {
 	/* scheduler thread only: */
 	uint64_t t_submit, t_first, t_last;
 	int in_step;                 /* picked for the step being built */
+	/* queued: its prompt's prefix-cache keys, named to kvd ahead of
+	 * its admission (ask_admit; computed once) */
+	uint64_t *pkeys;
+	int n_pkeys, pkeys_done, named;
+	uint64_t named_turn;         /* the ask_admit that first named it */
 	struct cw_sched_req *next;   /* queue or running list */
 };
 
@@ -67,6 +79,11 @@ struct cw_sched {
 	int win_steps;                /* steps since the rotation moved */
 	uint32_t *next_seqs;          /* the next step's, to restore ahead */
 	int n_next;                   /* sent after this step's pin */
+	/* queued requests' prefixes named ahead (ask_admit) */
+	struct cw_sched_req **adm;    /* max_running */
+	uint32_t *adm_chain;          /* max_running */
+	uint64_t *adm_keys;           /* KV_PROTO_MAX_AHEAD_KEYS */
+	uint64_t admit_turn;          /* ask_admit calls */
 };
 
 static void abs_deadline(struct timespec *ts, int timeout_ms)
@@ -88,6 +105,7 @@ static void req_free(struct cw_sched_req *r)
 	for (int i = 0; i < CW_GEN_MAX_STOP; i++)
 		free(r->stop[i]);
 	free(r->ids);
+	free(r->pkeys);
 	free(r);
 }
 
@@ -357,6 +375,104 @@ static void ask_ahead(struct cw_sched *s)
 		cw_metrics_kv_ahead(s->metrics, r);
 }
 
+/* Running requests that may end within a window of steps (their token
+ * limit that close): each makes a place for a queued request. */
+static int n_ending(const struct cw_sched *s)
+{
+	int n = 0;
+
+	for (const struct cw_sched_req *q = s->running; q; q = q->next)
+		n += q->gen && q->max_tokens - cw_gen_n_generated(q->gen) <=
+				       CW_SCHED_KV_WINDOW_STEPS;
+	return n;
+}
+
+/* The prefix-cache keys of queued request r's prompt (scheduler thread;
+ * r->ids stays until its admission, which is this thread's). */
+static void req_prefix_keys(struct cw_sched *s, struct cw_sched_req *r)
+{
+	uint32_t B = kv_client_page_rows(s->kv);
+	size_t cap = B ? r->n_ids / B + 1 : 0;
+	int n;
+
+	r->pkeys_done = 1;
+	if (!cap || !r->p.prefix_cache)
+		return;
+	r->pkeys = malloc(sizeof(*r->pkeys) * cap);
+	if (!r->pkeys)
+		return; /* its admission's lookup restores what it needs */
+	n = kv_client_prefix_keys(s->kv, r->ids, (uint32_t)r->n_ids, r->pkeys,
+				  (uint32_t)ST_MIN(cap, (size_t)UINT32_MAX));
+	r->n_pkeys = n > 0 ? n : 0;
+}
+
+/*
+ * Names to kvd the prefix-cache chains of the queued requests the next
+ * admissions will take (cw_kvahead_ask_prefix): as many as there are free
+ * places and running requests that may end within a window, at least the
+ * head of the queue, within the KV pages of one step (the first always),
+ * so that kvd restores their spilled groups while steps compute and
+ * their admission's lookup maps them without waiting.  The plan goes
+ * (n_chains 0) once no request waits.  Returns the groups kvd found
+ * spilled in a plan it was sent now (0: none, or the plan unchanged);
+ * requests first named by this call get named_turn = s->admit_turn.
+ */
+static int ask_admit(struct cw_sched *s)
+{
+	uint64_t cap = cw_kvahead_cap(&s->kva), pages = 0;
+	uint32_t ns = s->kva.n_streams, n_keys = 0;
+	int want, n = 0, n_chains = 0, fresh = 0, r;
+	struct st_diag d = { "" };
+
+	if (!s->kva.on || s->kva.pfx_off || !s->kva.known ||
+	    cw_model_is_dsv4(s->model))
+		return 0;
+	s->admit_turn++;
+	want = n_ending(s);
+	pthread_mutex_lock(&s->lock);
+	want = ST_MAX(1, want + s->o.max_running - s->n_running);
+	for (struct cw_sched_req *q = s->queue_head; q && n < want;
+	     q = q->next)
+		if (!q->cancelled && q->p.prefix_cache && q->ids) {
+			q->refs++; /* kept while named (a cancel unlinks it) */
+			s->adm[n++] = q;
+		}
+	pthread_mutex_unlock(&s->lock);
+	for (int i = 0; i < n; i++) {
+		struct cw_sched_req *q = s->adm[i];
+		uint32_t k;
+
+		if (!q->pkeys_done)
+			req_prefix_keys(s, q);
+		k = (uint32_t)ST_MIN((uint32_t)q->n_pkeys,
+				     KV_PROTO_MAX_AHEAD_KEYS - n_keys);
+		if (k && cap != UINT64_MAX && n_chains &&
+		    pages + (uint64_t)k * ns > cap)
+			break; /* one step's pages at most */
+		if (!k)
+			continue;
+		memcpy(s->adm_keys + n_keys, q->pkeys, sizeof(uint64_t) * k);
+		s->adm_chain[n_chains++] = k;
+		n_keys += k;
+		pages += (uint64_t)k * ns;
+		if (!q->named)
+			q->named_turn = s->admit_turn;
+		fresh += !q->named;
+		q->named = 1;
+	}
+	pthread_mutex_lock(&s->lock);
+	for (int i = 0; i < n; i++)
+		req_unref_locked(s->adm[i]);
+	pthread_mutex_unlock(&s->lock);
+	r = cw_kvahead_ask_prefix(&s->kva, (uint32_t)n_chains, s->adm_chain,
+				  s->adm_keys, &d);
+	if (r < 0)
+		st_debug("restore ahead of queued requests: %s", d.msg);
+	else if ((r > 0 || fresh) && s->metrics)
+		cw_metrics_kv_admit_ahead(s->metrics, fresh, r);
+	return r > 0 ? r : 0;
+}
+
 /* Evaluates the step's tokens; pins the sequences kvd may spill. */
 static int eval_step(struct cw_sched *s, struct cw_batch_tok *toks, int n,
 		     struct cw_sched_req **reqs, int n_reqs,
@@ -387,6 +503,7 @@ static int eval_step(struct cw_sched *s, struct cw_batch_tok *toks, int n,
 			return r;
 	}
 	ask_ahead(s);
+	(void)ask_admit(s);
 	pthread_mutex_lock(&s->model_lock);
 	r = cw_model_eval_batch(s->model, toks, n, diag);
 	pthread_mutex_unlock(&s->model_lock);
@@ -444,13 +561,6 @@ static int draft_budget(int budget, int *dec_left)
 		(*dec_left)--;
 	return ST_MAX(1, budget - *dec_left);
 }
-
-/* Steps a window of sequences runs before the rotation moves on, when
- * not all running sequences fit kvd's pool: each move restores a window's
- * pages, so a longer one moves fewer bytes per token (and gives a restore
- * ahead that many steps to bring the next window back), at the price of
- * the others' wait. */
-#define CW_SCHED_KV_WINDOW_STEPS 8
 
 /* Fills s->order with the running list rotated by s->rr (which it keeps
  * below the count).  Returns the count. */
@@ -716,12 +826,24 @@ static void *sched_main(void *arg)
 	while (!s->stop) {
 		struct cw_sched_req *admits = NULL, **tail = &admits;
 		struct cw_sched_req *cancels[64];
-		int n_cancel = 0;
+		int n_cancel = 0, hold = 0;
 
+		/* a request that would be admitted now while others run is
+		 * named to kvd first: when its cached prefix is spilled, it
+		 * waits one step (kvd restores the prefix meanwhile) instead
+		 * of every running sequence waiting for its lookup's restore */
+		if (s->running && s->queue_head &&
+		    s->n_running < s->o.max_running && s->kva.on) {
+			pthread_mutex_unlock(&s->lock);
+			hold = ask_admit(s) > 0;
+			pthread_mutex_lock(&s->lock);
+		}
 		/* admit */
 		while (s->queue_head && s->n_running < s->o.max_running) {
 			struct cw_sched_req *r = s->queue_head;
 
+			if (hold && r->named && r->named_turn == s->admit_turn)
+				break; /* the next turn admits it */
 			s->queue_head = r->next;
 			if (!s->queue_head)
 				s->queue_tail = NULL;
@@ -802,12 +924,19 @@ int cw_sched_create(struct cw_model *model, const struct st_tokenizer *tok,
 	s->order = calloc((size_t)s->o.max_running, sizeof(*s->order));
 	s->next_seqs = calloc((size_t)s->o.max_running,
 			      sizeof(*s->next_seqs));
+	s->adm = calloc((size_t)s->o.max_running, sizeof(*s->adm));
+	s->adm_chain = calloc((size_t)s->o.max_running,
+			      sizeof(*s->adm_chain));
+	s->adm_keys = kv ? calloc(KV_PROTO_MAX_AHEAD_KEYS,
+				  sizeof(*s->adm_keys)) : NULL;
 	if (!s->toks || !s->breq || !s->bn || !s->pins || !s->order ||
-	    !s->next_seqs ||
+	    !s->next_seqs || !s->adm || !s->adm_chain ||
+	    (kv && !s->adm_keys) ||
 	    cw_kvahead_init(&s->kva, kv, s->o.kv_restore_ahead,
 			    s->o.max_running) < 0) {
 		free(s->toks); free(s->breq); free(s->bn); free(s->pins);
 		free(s->order); free(s->next_seqs);
+		free(s->adm); free(s->adm_chain); free(s->adm_keys);
 		cw_kvahead_fini(&s->kva);
 		free(s);
 		return -ENOMEM;
@@ -867,6 +996,7 @@ void cw_sched_destroy(struct cw_sched *s)
 	pthread_mutex_destroy(&s->model_lock);
 	free(s->toks); free(s->breq); free(s->bn); free(s->pins);
 	free(s->order); free(s->next_seqs);
+	free(s->adm); free(s->adm_chain); free(s->adm_keys);
 	cw_kvahead_fini(&s->kva);
 	free(s);
 }

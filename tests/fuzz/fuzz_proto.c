@@ -100,6 +100,7 @@ static void fuzz_kv(int which, const uint8_t *p, size_t len)
 	struct kv_reserve_entry *ents = NULL;
 	struct kv_msg_prefix pf;
 	struct kv_msg_residency res;
+	struct kv_msg_prefix_ahead pa;
 	int32_t status[64];
 	uint32_t n, v;
 
@@ -144,6 +145,21 @@ static void fuzz_kv(int which, const uint8_t *p, size_t len)
 			for (uint32_t i = 0; i < res.n; i++)
 				v = res.seqs[i];
 			free(res.seqs);
+		}
+		/* the other list of a client's plan (PREFIX_AHEAD), on the
+		 * same bytes: the seed corpus keeps its decoder numbers */
+		if (kv_proto_decode_prefix_ahead(p, len, &pa, &diag) == 0) {
+			uint32_t k = 0;
+
+			for (uint32_t c = 0; c < pa.n_chains; c++)
+				k += pa.chain_len[c];
+			FUZZ_CHECK(k == pa.n_keys &&
+				   k <= KV_PROTO_MAX_AHEAD_KEYS,
+				   "%u keys in chains, %u counted", k,
+				   pa.n_keys);
+			for (uint32_t i = 0; i < pa.n_keys; i++)
+				FUZZ_CHECK(pa.keys[i] != 0, "key %u is 0", i);
+			kv_msg_prefix_ahead_fini(&pa);
 		}
 		break;
 	case 14:

@@ -303,7 +303,9 @@ static void test_stats_and_text(void **state)
 				  14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
 				  25, 26, 27, 28, 29, 30, 31, 32, 33, 1, 35,
 				  /* remote tier: on, reserved 0, counters */
-				  1, 0, 36, 37, 38, 39, 40, 41, 42 },
+				  1, 0, 36, 37, 38, 39, 40, 41, 42,
+				  /* queued requests' prefixes */
+				  43, 44, 45, 46 },
 			    o;
 	struct st_wbuf w;
 	struct st_diag d;
@@ -374,6 +376,87 @@ static int dec_residency(const uint8_t *p, size_t n, void *o)
 	free(m->seqs);
 	m->seqs = NULL;
 	return r;
+}
+
+static int dec_prefix_ahead(const uint8_t *p, size_t n, void *o)
+{
+	int r = kv_proto_decode_prefix_ahead(p, n, o, NULL);
+
+	kv_msg_prefix_ahead_fini(o);
+	return r;
+}
+
+/* PREFIX_AHEAD: chains of keys round-trip; truncations, an empty chain, a
+ * key 0, bytes after the last chain and too many keys are refused; no
+ * chain at all (the plan dropped) is valid. */
+static void test_prefix_ahead_message(void **state)
+{
+	uint32_t len[2] = { 3, 1 };
+	uint64_t keys[4] = { 0x1111222233334444ull, 5, UINT64_MAX, 9 };
+	struct kv_msg_prefix_ahead m = { 2, len, 4, keys }, o;
+	struct st_wbuf w;
+	struct st_diag d;
+
+	(void)state;
+	st_wbuf_init(&w);
+	kv_proto_encode_prefix_ahead(&w, &m);
+	assert_int_equal(w.len, 4 + 2 * 4 + 4 * 8);
+	assert_int_equal(kv_proto_decode_prefix_ahead(w.data, w.len, &o, &d),
+			 0);
+	assert_int_equal(o.n_chains, 2);
+	assert_int_equal(o.n_keys, 4);
+	assert_memory_equal(o.chain_len, len, sizeof(len));
+	assert_memory_equal(o.keys, keys, sizeof(keys));
+	kv_msg_prefix_ahead_fini(&o);
+	check_prefixes(&w, dec_prefix_ahead, &o);
+	st_wbuf_u8(&w, 0);
+	assert_int_equal(kv_proto_decode_prefix_ahead(w.data, w.len, &o, &d),
+			 -ST_E_PROTO);
+	assert_non_null(strstr(d.msg, "after the last chain"));
+	st_wbuf_fini(&w);
+
+	keys[2] = 0;
+	st_wbuf_init(&w);
+	kv_proto_encode_prefix_ahead(&w, &m);
+	assert_int_equal(kv_proto_decode_prefix_ahead(w.data, w.len, &o, &d),
+			 -ST_E_PROTO);
+	assert_non_null(strstr(d.msg, "key 2 is 0"));
+	st_wbuf_fini(&w);
+	keys[2] = 3;
+
+	/* an empty chain */
+	st_wbuf_init(&w);
+	st_wbuf_u32(&w, 2);
+	st_wbuf_u32(&w, 1);
+	st_wbuf_u64(&w, 7);
+	st_wbuf_u32(&w, 0);
+	st_wbuf_u64(&w, 8);
+	assert_int_equal(kv_proto_decode_prefix_ahead(w.data, w.len, &o, &d),
+			 -ST_E_PROTO);
+	assert_non_null(strstr(d.msg, "chain 1 of 2: no keys"));
+	st_wbuf_fini(&w);
+
+	/* no chain: valid, the plan dropped */
+	m.n_chains = 0;
+	st_wbuf_init(&w);
+	kv_proto_encode_prefix_ahead(&w, &m);
+	assert_int_equal(w.len, 4);
+	assert_int_equal(kv_proto_decode_prefix_ahead(w.data, w.len, &o, &d),
+			 0);
+	assert_int_equal(o.n_chains, 0);
+	assert_int_equal(o.n_keys, 0);
+	kv_msg_prefix_ahead_fini(&o);
+	st_wbuf_fini(&w);
+
+	/* one key more than a request takes */
+	st_wbuf_init(&w);
+	st_wbuf_u32(&w, 1);
+	st_wbuf_u32(&w, KV_PROTO_MAX_AHEAD_KEYS + 1);
+	for (uint32_t i = 0; i <= KV_PROTO_MAX_AHEAD_KEYS; i++)
+		st_wbuf_u64(&w, i + 1);
+	assert_int_equal(kv_proto_decode_prefix_ahead(w.data, w.len, &o, &d),
+			 -ST_E_LIMIT);
+	st_wbuf_fini(&w);
 }
 
 static void test_prefix_messages(void **state)
@@ -675,6 +758,7 @@ int main(void)
 		cmocka_unit_test(test_seq_messages),
 		cmocka_unit_test(test_stats_and_text),
 		cmocka_unit_test(test_prefix_messages),
+		cmocka_unit_test(test_prefix_ahead_message),
 		cmocka_unit_test(test_prefix_keys),
 		cmocka_unit_test(test_session_messages),
 	};

@@ -582,6 +582,134 @@ static void test_cache_groups(void **state)
 	tpool_free(t);
 }
 
+/* ---- queued requests' prefixes (kv_cache_ahead.c) ----------------------- */
+
+/* Pages of the pool referenced by the held entries of the plan. */
+static uint64_t held_refs(struct kv_pool *p)
+{
+	uint64_t n = 0;
+
+	for (uint32_t i = 0; i < p->pfx.n; i++) {
+		const uint32_t *pg = p->pfx.pages + i * p->lay.n_streams;
+
+		if (p->pfx.v[i].state != KV_PFX_HELD)
+			continue;
+		for (uint32_t s = 0; s < p->lay.n_streams; s++)
+			n += atomic_load(&p->pages[pg[s]].refcount) > 0;
+	}
+	return n;
+}
+
+static void test_prefix_ahead(void **state)
+{
+	const uint32_t rb[2] = { 1024, 256 };
+	struct tpool *t = tpool_new(2, rb, 4, 12, 16, 4, 64);
+	struct kv_pool *p = &t->p;
+	uint32_t a, b, big, cached, sp, held, chains[2] = { 2, 1 };
+	uint64_t keys[3], restored;
+	int32_t ids[32], other[8];
+	struct st_diag d;
+
+	(void)state;
+	/* prompt 1's two groups published, then spilled by a sequence of
+	 * client 1 that takes the whole pool */
+	prompt(ids, 32, 1);
+	prompt(other, 8, 2);
+	assert_int_equal(kv_seq_create_prefix(p, 1, 1, 0, 0, MODEL, ids, 9, &a,
+					      &cached, &d),
+			 0);
+	assert_int_equal(reserve1(p, a, 9, &d), 0);
+	write_rows(p, a, 0, 9, 5);
+	assert_int_equal(kv_seq_publish(p, 1, a, MODEL, ids, 9, &d), 2);
+	assert_int_equal(kv_seq_free(p, 1, a, &d), 0);
+	kv_seq_create(p, 1, 1, 0, 0, &big, &d);
+	assert_int_equal(reserve1(p, big, 24, &d), 0);
+	assert_int_equal(p->cache.spilled_groups, 2);
+	assert_int_equal(kv_prefix_keys(ids, 4, MODEL, 2, keys), 0);
+	assert_int_equal(kv_prefix_keys(other, 4, MODEL, 1, keys + 2), 0);
+
+	/* client 2's plan: prompt 1's chain (spilled) and a chain never
+	 * cached (ends at once) */
+	assert_int_equal(kv_pfx_ahead_set(p, 2, 2, chains, keys, &sp, &held),
+			 0);
+	assert_int_equal(sp, 2);
+	assert_int_equal(held, 0);
+	assert_int_equal(p->pfx.n, 3);
+	assert_int_equal(p->pfx.n_pending, 2);
+	/* no room but a sequence's pages: given up, nothing spilled for it,
+	 * the rest of the chain too */
+	kv_pfx_ahead_step(p, 0);
+	assert_int_equal(p->pfx.n_pending, 0);
+	assert_int_equal(spilled_entries(p, big), 0);
+	assert_int_equal(p->cache.spilled_groups, 2);
+	assert_int_equal(p->stats.pfx_ahead_groups, 0);
+
+	/* room now: the same plan again restores both, within the headroom
+	 * (12 free pages, 4 kept), and holds them */
+	assert_int_equal(kv_seq_free(p, 1, big, &d), 0);
+	assert_int_equal(kv_pfx_ahead_set(p, 2, 2, chains, keys, &sp, &held),
+			 0);
+	assert_int_equal(sp, 2);
+	restored = p->stats.restore_pages_total;
+	kv_pfx_ahead_step(p, 4);
+	kv_pfx_ahead_step(p, 4);
+	assert_int_equal(p->pfx.n_pending, 0);
+	assert_int_equal(p->stats.pfx_ahead_groups, 2);
+	assert_int_equal(p->stats.restore_pages_total, restored + 4);
+	assert_int_equal(p->cache.spilled_groups, 0);
+	assert_int_equal(p->pfx.held_pages, 4);
+	assert_int_equal(held_refs(p), 4);
+	assert_int_equal(p->cache.idle_pages, 0); /* held: not idle */
+
+	/* the lookup of the admitted request maps them without a read,
+	 * rows intact */
+	restored = p->stats.restore_pages_total;
+	assert_int_equal(kv_seq_create_prefix(p, 2, 1, 0, 0, MODEL, ids, 12,
+					      &b, &cached, &d),
+			 0);
+	assert_int_equal(cached, 8);
+	assert_int_equal(p->stats.pfx_lookup_restores, 0);
+	assert_int_equal(p->stats.restore_pages_total, restored);
+	assert_int_equal(rows_differ(p, b, 8, 5), 0);
+	/* the plan dropped: the holds go, the sequence keeps its pages */
+	assert_int_equal(kv_pfx_ahead_set(p, 2, 0, chains, keys, &sp, &held),
+			 0);
+	assert_int_equal(p->pfx.n, 0);
+	assert_int_equal(p->pfx.held_pages, 0);
+	assert_int_equal(rows_differ(p, b, 8, 5), 0);
+	assert_int_equal(kv_seq_free(p, 2, b, &d), 0);
+	assert_int_equal(p->cache.idle_pages, 4);
+
+	/* resident groups are held at once; a reservation with no other
+	 * room releases the holds rather than fail */
+	assert_int_equal(kv_pfx_ahead_set(p, 2, 1, chains, keys, &sp, &held),
+			 0);
+	assert_int_equal(sp, 0);
+	assert_int_equal(held, 2);
+	assert_int_equal(p->cache.idle_pages, 0);
+	kv_seq_create(p, 1, 1, 0, 0, &big, &d);
+	assert_int_equal(reserve1(p, big, 20, &d), 0); /* 10 of 12 pages */
+	assert_int_equal(p->stats.pfx_released, 2);
+	assert_int_equal(p->pfx.held_pages, 0);
+	assert_int_equal(p->pfx.v[0].state, KV_PFX_SKIPPED);
+	write_rows(p, big, 0, 20, 6);
+	assert_int_equal(kv_seq_free(p, 1, big, &d), 0);
+
+	/* a client that goes takes its plan and holds with it */
+	assert_int_equal(kv_pfx_ahead_set(p, 3, 1, chains, keys, &sp, &held),
+			 0);
+	assert_int_equal(sp + held, 2);
+	kv_pfx_ahead_step(p, 4);
+	assert_true(p->pfx.held_pages > 0);
+	kv_seq_free_client(p, 3);
+	assert_int_equal(p->pfx.n, 2); /* client 2's entries stay */
+	assert_int_equal(p->pfx.held_pages, 0);
+	kv_seq_free_client(p, 2);
+	assert_int_equal(p->pfx.n, 0);
+	check_slots(p);
+	tpool_free(t);
+}
+
 /* ---- adoption ----------------------------------------------------------- */
 
 /* What a kill -9 leaves: the segment's bytes and the spill file, copied
@@ -740,6 +868,7 @@ int main(void)
 		cmocka_unit_test(test_slot_reuse),
 		cmocka_unit_test(test_pinned_and_limits),
 		cmocka_unit_test(test_cache_groups),
+		cmocka_unit_test(test_prefix_ahead),
 		cmocka_unit_test(test_adopt),
 	};
 

@@ -10,7 +10,9 @@
  * the background, without a further request, and never spills; a restore
  * ahead (issue 24) spills idle sequences to make room but never a pinned
  * one, gives up when only pinned pages could make room, loses no spilled
- * page, and never spills a sequence of its plan for another.
+ * page, and never spills a sequence of its plan for another; a queued
+ * request's spilled prefix named ahead (PREFIX_AHEAD) is back before its
+ * lookup, which then reads nothing from the spill file.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -489,6 +491,77 @@ static void test_restore_ahead_plan(void **state)
 	kv_client_close(c);
 }
 
+/* Restore ahead of admission: a published prefix spilled by a sequence
+ * that took the whole pool comes back once named (kv_client_prefix_keys:
+ * the keys the lookup computes), so the lookup maps it without a restore
+ * of its own; an empty plan drops the holds. */
+static void test_prefix_ahead(void **state)
+{
+	struct kvd_inst *k = *state;
+	struct kv_client *c;
+	int32_t ids[13];
+	uint32_t a, y, n13 = 13, n64 = 64, cached, n3 = 3, spilled = 99;
+	uint64_t keys[16], t0;
+	struct kv_stats st;
+	struct st_diag d;
+
+	assert_int_equal(kvd_start(k, NULL), 0);
+	c = open_declared(k);
+	for (int i = 0; i < 13; i++)
+		ids[i] = 1000 + i;
+	/* 3 groups (12 rows) published, then idle */
+	assert_int_equal(kv_client_seq_create_prefix(c, ids, 13, &a, &cached,
+						     &d),
+			 0);
+	assert_int_equal(cached, 0);
+	assert_int_equal(kv_client_seq_reserve(c, 1, &a, &n13, &d), 0);
+	for (uint32_t r = 0; r < 13; r++)
+		write_row(c, a, r, 7);
+	assert_int_equal(kv_client_seq_publish(c, a, ids, 13, &d), 3);
+	assert_int_equal(kv_client_seq_free(c, a), 0);
+	/* a sequence of the whole pool (32 pages): the idle groups spill */
+	assert_int_equal(kv_client_seq_create(c, &y, &d), 0);
+	assert_int_equal(kv_client_seq_reserve(c, 1, &y, &n64, &d), 0);
+	assert_int_equal(kv_client_seq_free(c, y), 0);
+	assert_int_equal(kv_client_stats(c, &st), 0);
+	assert_true(st.spill_pages_total >= 6);
+	/* the keys of a lookup: (n - 1) / page_rows full pages, at most cap */
+	assert_int_equal(kv_client_prefix_keys(c, ids, 12, keys, 16), 2);
+	assert_int_equal(kv_client_prefix_keys(c, ids, 13, keys, 1), 1);
+	assert_int_equal(kv_client_prefix_keys(c, ids, 13, keys, 16), 3);
+	assert_int_equal(kv_client_prefix_ahead(c, 1, &n3, keys, &spilled, &d),
+			 0);
+	assert_int_equal(spilled, 3);
+	t0 = st_now_ns();
+	do {
+		assert_int_equal(kv_client_stats(c, &st), 0);
+		if (st.prefix_ahead_groups == 3)
+			break;
+		st_sleep_ns(1000000);
+	} while (st_now_ns() - t0 < 5000000000ull);
+	assert_int_equal(st.prefix_ahead_groups, 3);
+	assert_int_equal(st.prefix_ahead_bytes, 3 * 2 * st.slot_bytes);
+	/* the same plan again: all three held, none to restore */
+	assert_int_equal(kv_client_prefix_ahead(c, 1, &n3, keys, &spilled, &d),
+			 3);
+	assert_int_equal(spilled, 0);
+	/* the lookup maps them without reading the file, rows intact */
+	assert_int_equal(kv_client_seq_create_prefix(c, ids, 13, &a, &cached,
+						     &d),
+			 0);
+	assert_int_equal(cached, 12);
+	assert_int_equal(rows_differ(c, a, 12, 7), 0);
+	assert_int_equal(kv_client_stats(c, &st), 0);
+	assert_int_equal(st.prefix_lookup_restores, 0);
+	assert_int_equal(st.restore_failures, 0);
+	/* no plan: nothing held */
+	assert_int_equal(kv_client_prefix_ahead(c, 0, &n3, keys, &spilled, &d),
+			 0);
+	assert_int_equal(spilled, 0);
+	assert_int_equal(rows_differ(c, a, 12, 7), 0);
+	kv_client_close(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -501,6 +574,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_restore_ahead, setup,
 						teardown),
 		cmocka_unit_test_setup_teardown(test_restore_ahead_plan, setup,
+						teardown),
+		cmocka_unit_test_setup_teardown(test_prefix_ahead, setup,
 						teardown),
 	};
 
