@@ -536,6 +536,8 @@ int kv_session_load(struct kv_pool *p, const char *dir, const char *name,
 	if (r == -ENOENT)
 		return st_diag_set(diag, -ST_E_NOTFOUND, "session '%s' does "
 				   "not exist (strata session ls)", name);
+	if (r == -ENOTDIR) /* why names the directory */
+		return st_diag_set(diag, r, "session '%s': %s", name, why);
 	if (r < 0)
 		return st_diag_set(diag, r, "session '%s': reading %s: %s",
 				   name, path, why);
