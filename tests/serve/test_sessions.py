@@ -105,6 +105,13 @@ def refused(inst, name, says, status=400):
           "load refused (%d %s): %s" % (st, err.get("type"), msg))
 
 
+def cached(j):
+    """usage.prompt_tokens_details.cached_tokens of a response (None when
+    absent)."""
+    return j.get("usage", {}).get("prompt_tokens_details",
+                                  {}).get("cached_tokens")
+
+
 def tiny_save(inst, sdir):
     """A save that cannot be done (3 or so ids fill no page) does not take
     the completion away: 200, text and finish_reason, the failed save
@@ -174,6 +181,10 @@ def bad_dir(store, tmp, prompt):
     check(r.returncode == 2 and "is not a directory" in r.stderr and
           path in r.stderr, "strata up --kv-session-dir FILE refused: %d %s"
           % (r.returncode, r.stderr.strip()))
+    if r.returncode == 0:  # it came up: take it down again
+        subprocess.run([STRATA, "down", "--instance", "sesx%d" % os.getpid(),
+                        "--run-dir", os.path.join(tmp, "run-x")],
+                       capture_output=True, timeout=60)
 
 
 def main():
@@ -196,14 +207,14 @@ def main():
         rows = (n1 + 24 - 1) // PAGE_ROWS * PAGE_ROWS
         check(j.get("session") == {"name": "conv-1", "saved": True,
                                    "rows": rows, "replaced": False} and
-              j["usage"]["prompt_tokens_details"]["cached_tokens"] == 0,
+              cached(j) == 0,
               "the save confirmed beside the completion: %s, cached_tokens "
               "%s" % (j.get("session"), j["usage"]))
         tiny_save(a, sdir)
         turn2 = prompt + t1 + more
         st, t2, lp2, n2, reused_a, j = complete(a, turn2, 24)
         check(st == 200 and n2 > n1 and reused_a > 0 and
-              j["usage"]["prompt_tokens_details"]["cached_tokens"] ==
+              cached(j) ==
               reused_a, "the second turn on the same instance (%d prompt "
               "tokens, %d rows reused = usage's cached_tokens)"
               % (n2, reused_a))
@@ -236,7 +247,7 @@ def main():
         if not check(st == 200, "the second turn after the restart with "
                      "the session loaded: %s" % st):
             print(j)
-        check(j["usage"]["prompt_tokens_details"]["cached_tokens"] ==
+        check(cached(j) ==
               reused_r, "usage.prompt_tokens_details.cached_tokens %s: the "
               "rows the loaded session gave (%d)" % (j["usage"], reused_r))
         check(reused_r >= n1 // PAGE_ROWS * PAGE_ROWS and
