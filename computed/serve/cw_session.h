@@ -12,6 +12,9 @@
  * request starts, so a prompt that begins with the conversation (as an
  * OpenAI client resends the whole history) maps its rows instead of
  * recomputing them.  Both may be given (load, continue, save again).
+ * A save that fails (too few rows, kvd's directory) does not fail the
+ * finished completion: its outcome, saved or why not, is reported beside
+ * it (cw_sched_req_save, the response's "session" object).
  */
 #ifndef CW_SESSION_H
 #define CW_SESSION_H
