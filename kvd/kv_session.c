@@ -170,6 +170,8 @@ int kv_session_save(struct kv_pool *p, const char *dir, const char *name,
 				"not replace it", name, path, why);
 		goto out;
 	}
+	if (r == -ENOMEM)
+		goto out;
 	if (r != -ENOENT)
 		replaced = r == 0 ? (int32_t)old_rows : 0;
 	r = st_write_file_durable(path, buf, len, 0600);
@@ -224,11 +226,16 @@ static int open_file(const char *dir, const char *path, int *ret_fd,
 			snprintf(why, cap, "%s", st_strerror(r));
 		return r;
 	}
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		r = S_ISDIR(st.st_mode) ? -EISDIR : -EPERM;
-		snprintf(why, cap, "not a regular file");
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		snprintf(why, cap, "%s", st_strerror(r));
 		close(fd);
 		return r;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(why, cap, "not a regular file");
+		close(fd);
+		return S_ISDIR(st.st_mode) ? -EISDIR : -EPERM;
 	}
 	*ret_fd = fd;
 	*ret_size = (uint64_t)st.st_size;
