@@ -513,6 +513,20 @@ int cli_cmd_up(int argc, char **argv)
 	/* conf lives until the daemons are started: inst.tier points
 	 * into it (experts.hot_experts, experts.prefetch_depth) */
 	r = parse(argc, argv, "up", &inst, conf, &experts, &timeout_s);
+	if (r == 0 && inst.kv_session_dir[0]) {
+		struct stat st;
+
+		/* kvd creates a missing one; a file there would fail every
+		 * save and load later, so it is refused now */
+		if (stat(inst.kv_session_dir, &st) == 0 &&
+		    !S_ISDIR(st.st_mode)) {
+			fprintf(stderr, "strata up: --kv-session-dir %s exists "
+				"and is not a directory; name a directory (it "
+				"is created when missing)\n",
+				inst.kv_session_dir);
+			r = 2;
+		}
+	}
 	if (r == 0)
 		r = prepare_store(conf, &inst, experts, "strata up");
 	if (r)

@@ -29,10 +29,13 @@ static void usage(FILE *f)
 "every stream of the model, kept in kvd's session directory (kvd\n"
 "--session-dir, default RUN_DIR/sessions) and usable after kvd, computed\n"
 "or the whole instance restarted.\n"
-"  ls    the sessions: name, rows, bytes, model\n"
+"  ls    the sessions: name, rows, bytes, model; a file kvd cannot load\n"
+"        (corrupt, truncated, a symbolic link, another format) shows as\n"
+"        corrupt (WHY)\n"
 "  save  saves the KV the instance holds in its prefix cache for the\n"
 "        conversation TEXT (a prompt it computed before: every full page\n"
-"        of rows); HTTP clients save with the request field\n"
+"        of rows); a session of that name is replaced (said so, with its\n"
+"        old row count); HTTP clients save with the request field\n"
 "        \"session\": {\"save\": NAME}, which includes the generated tokens\n"
 "  load  puts the session's pages in kvd's prefix cache: a request whose\n"
 "        prompt starts with the conversation maps them instead of\n"
@@ -58,24 +61,39 @@ static void print_answer(uint32_t op, const char *txt, int json)
 		data = json_object_get(j, "data");
 		printf("%-32s %8s %12s  %s\n", "NAME", "ROWS", "BYTES",
 		       "MODEL");
-		json_array_foreach(data, i, e)
-			printf("%-32s %8lld %12lld  %s\n",
-			       json_string_value(json_object_get(e, "id")),
-			       (long long)json_integer_value(
-				       json_object_get(e, "rows")),
-			       (long long)json_integer_value(
-				       json_object_get(e, "bytes")),
-			       json_string_value(json_object_get(e, "model")));
+		json_array_foreach(data, i, e) {
+			const char *id = json_string_value(
+				json_object_get(e, "id"));
+			const char *bad = json_string_value(
+				json_object_get(e, "corrupt"));
+			long long bytes = (long long)json_integer_value(
+				json_object_get(e, "bytes"));
+
+			if (bad)
+				printf("%-32s %8s %12lld  corrupt (%s)\n", id,
+				       "-", bytes, bad);
+			else
+				printf("%-32s %8lld %12lld  %s\n", id,
+				       (long long)json_integer_value(
+					       json_object_get(e, "rows")),
+				       bytes, json_string_value(
+					       json_object_get(e, "model")));
+		}
 	} else if (op == KV_SESSION_REMOVE) {
 		printf("session '%s' removed\n",
 		       json_string_value(json_object_get(j, "id")));
 	} else {
-		printf("session '%s' %s: %lld rows\n",
+		printf("session '%s' %s: %lld rows",
 		       json_string_value(json_object_get(j, "id")),
 		       op == KV_SESSION_SAVE ? "saved" : "loaded into the "
 		       "prefix cache",
 		       (long long)json_integer_value(
 			       json_object_get(j, "rows")));
+		if (json_is_true(json_object_get(j, "replaced")))
+			printf(" (replaced the old session of %lld rows)",
+			       (long long)json_integer_value(
+				       json_object_get(j, "replaced_rows")));
+		printf("\n");
 	}
 	json_decref(j);
 }

@@ -787,16 +787,20 @@ static int session_rpc(struct kv_client *c, uint32_t op, const char *name,
 int kv_client_session_save(struct kv_client *c, const char *name,
 			   const struct kv_session_ident *id,
 			   const int32_t *ids, uint32_t n_ids,
-			   uint32_t *ret_groups, struct st_diag *diag)
+			   uint32_t *ret_groups, int32_t *ret_replaced,
+			   struct st_diag *diag)
 {
 	const uint8_t *p;
 	void *buf;
 	size_t len;
 	struct st_rbuf rb;
 	uint32_t rows;
+	int32_t replaced = -1;
 	int r;
 
 	*ret_groups = 0;
+	if (ret_replaced)
+		*ret_replaced = -1;
 	if (n_ids == 0 || n_ids > KV_PROTO_MAX_IDS)
 		return st_diag_set(diag, -ST_E_LIMIT, "session save: %u token "
 				   "ids (1 to %d)", n_ids,
@@ -807,9 +811,11 @@ int kv_client_session_save(struct kv_client *c, const char *name,
 		return r;
 	st_rbuf_init(&rb, p, len);
 	if (st_rbuf_u32(&rb, ret_groups) || st_rbuf_u32(&rb, &rows) ||
-	    st_rbuf_left(&rb))
+	    st_rbuf_i32(&rb, &replaced) || st_rbuf_left(&rb))
 		r = st_diag_set(diag, -ST_E_PROTO, "kvd: malformed SESSION "
 				"reply");
+	else if (ret_replaced)
+		*ret_replaced = replaced;
 	free(buf);
 	return r;
 }

@@ -271,13 +271,16 @@ int kv_client_prefix_ahead(struct kv_client *c, uint32_t n_chains,
  * cached page groups of ids[0..n_ids) (a conversation whose rows were
  * published: kv_client_seq_publish) go to kvd's session file `name`,
  * stamped with `id` (model, store, KV dtype, page size, model id);
- * *ret_groups gets the groups saved (rows = groups x page_rows).
+ * *ret_groups gets the groups saved (rows = groups x page_rows);
+ * *ret_replaced (may be NULL) -1, or the rows of the session of that name
+ * it replaced (0: that file was corrupt).
  * load: checks the whole file, refuses another model, store, KV dtype,
  * page size or declaration by name (-ST_E_CONFIG) and a corrupt file
  * (-ST_E_CHECKSUM, -ST_E_FORMAT; nothing used), then puts its groups in
  * the prefix cache: a kv_client_seq_create_prefix of a prompt starting with
  * *ret_ids (malloc'd, the caller frees; *ret_n_ids of them) maps
- * *ret_rows rows.  list: at most cap entries into ret.  remove: deletes
+ * *ret_rows rows.  list: at most cap entries into ret (a corrupt file
+ * or link listed with kv_session_info.bad set).  remove: deletes
  * it.  Names: kv_session_name_ok (-EINVAL otherwise).  Other errors:
  * -ST_E_NOTFOUND (no such session, or nothing cached to save),
  * -ST_E_PEERGONE, -errno of kvd's file I/O; diag says what.
@@ -285,7 +288,8 @@ int kv_client_prefix_ahead(struct kv_client *c, uint32_t n_chains,
 int kv_client_session_save(struct kv_client *c, const char *name,
 			   const struct kv_session_ident *id,
 			   const int32_t *ids, uint32_t n_ids,
-			   uint32_t *ret_groups, struct st_diag *diag);
+			   uint32_t *ret_groups, int32_t *ret_replaced,
+			   struct st_diag *diag);
 int kv_client_session_load(struct kv_client *c, const char *name,
 			   const struct kv_session_ident *id,
 			   uint32_t *ret_placed, uint32_t *ret_rows,

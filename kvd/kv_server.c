@@ -552,7 +552,7 @@ static int handle_session(struct kv_server *s, const uint8_t *p, size_t len,
 	struct kv_msg_session m;
 	char dir[4300];
 	uint32_t groups, rows, n_ids;
-	int32_t *ids = NULL;
+	int32_t *ids = NULL, replaced = -1;
 	int r = kv_proto_decode_session(p, len, &m, &rp->diag);
 
 	if (r < 0)
@@ -561,14 +561,18 @@ static int handle_session(struct kv_server *s, const uint8_t *p, size_t len,
 	switch (m.op) {
 	case KV_SESSION_SAVE:
 		r = kv_session_save(&s->pool, dir, m.name, &m.ident, m.ids,
-				    m.n_ids, &groups, &rp->diag);
+				    m.n_ids, &groups, &replaced, &rp->diag);
 		if (r == 0) {
 			st_info("session '%s' saved: %u page groups (%u "
-				"rows) in %s", m.name, groups,
-				groups * s->pool.lay.page_rows, dir);
+				"rows) in %s%s", m.name, groups,
+				groups * s->pool.lay.page_rows, dir,
+				replaced >= 0 ? ", replacing the old one" : "");
 			kv_proto_encode_u32(&rp->w, groups);
 			kv_proto_encode_u32(&rp->w,
 					    groups * s->pool.lay.page_rows);
+			st_wbuf_i32(&rp->w, replaced);
+		} else {
+			st_warn("%s", rp->diag.msg);
 		}
 		break;
 	case KV_SESSION_LOAD:

@@ -63,6 +63,9 @@ static uint64_t header_sum(const uint8_t *h, const uint8_t *ids,
 	return s;
 }
 
+static int peek_file(const char *dir, const char *path, uint32_t *ret_rows,
+		     char *model, uint64_t *ret_size, char *why, size_t cap);
+
 static const char *dtype_name(uint32_t dt)
 {
 	const struct st_dtype_traits *t = st_dtype_traits((enum st_dtype)dt);
@@ -73,18 +76,22 @@ static const char *dtype_name(uint32_t dt)
 int kv_session_save(struct kv_pool *p, const char *dir, const char *name,
 		    const struct kv_session_ident *id, const int32_t *ids,
 		    uint32_t n_ids, uint32_t *ret_groups,
-		    struct st_diag *diag)
+		    int32_t *ret_replaced, struct st_diag *diag)
 {
 	const uint32_t B = p->lay.page_rows, ns = p->lay.n_streams;
 	const size_t vl = kv_group_value_len(p);
 	uint32_t n_full = n_ids / B, got = 0, pages[KV_MAX_STREAMS], stamp;
 	uint64_t *keys = NULL;
 	uint8_t *buf = NULL;
-	char path[4400];
+	char path[4400], why[256];
+	uint32_t old_rows = 0;
+	int32_t replaced = -1;
 	size_t len;
 	int r;
 
 	*ret_groups = 0;
+	if (ret_replaced)
+		*ret_replaced = -1;
 	r = path_of(dir, name, path, sizeof(path), diag);
 	if (r < 0)
 		return r;
@@ -145,8 +152,29 @@ int kv_session_save(struct kv_pool *p, const char *dir, const char *name,
 	/* groups past the first one missing are not written */
 	len = HDR_BYTES + (size_t)n_ids * 4 + vl * got;
 	r = st_mkdir_p(dir, 0700);
-	if (r == 0)
-		r = st_write_file_durable(path, buf, len, 0600);
+	if (r < 0) {
+		st_diag_set(diag, r, "session '%s': the session directory %s "
+			    "(kvd --session-dir) is not a usable directory: "
+			    "%s", name, dir, st_strerror(r));
+		goto out;
+	}
+	/* an old session of that name is replaced (what save means), and
+	 * said so; a link or other non-regular file there is left alone */
+	r = peek_file(dir, path, &old_rows, NULL, NULL, why, sizeof(why));
+	if (r == -ENOTDIR) {
+		st_diag_set(diag, r, "session '%s': %s", name, why);
+		goto out;
+	}
+	if (r == -ELOOP || r == -EPERM || r == -EISDIR) {
+		r = st_diag_set(diag, -EEXIST, "session '%s': %s: %s; kvd does "
+				"not replace it", name, path, why);
+		goto out;
+	}
+	if (r == -ENOMEM)
+		goto out;
+	if (r != -ENOENT)
+		replaced = r == 0 ? (int32_t)old_rows : 0;
+	r = st_write_file_durable(path, buf, len, 0600);
 	if (r < 0) {
 		st_diag_set(diag, r, "session '%s': writing %s: %s", name,
 			    path, st_strerror(r));
@@ -163,6 +191,8 @@ int kv_session_save(struct kv_pool *p, const char *dir, const char *name,
 				"KV tier (%s)", name, dir, st_strerror(r));
 	}
 	*ret_groups = got;
+	if (ret_replaced)
+		*ret_replaced = replaced;
 	r = 0;
 out:
 	free(keys);
@@ -170,44 +200,198 @@ out:
 	return r;
 }
 
-/* Reads a whole file (at most max bytes) into *ret (malloc'd). */
-static int read_all(const char *path, size_t max, uint8_t **ret,
-		    size_t *ret_len)
+/*
+ * Opens session file path for reading without following a symbolic link
+ * (O_NOFOLLOW; O_NONBLOCK so that a FIFO does not block) and refuses
+ * anything but a regular file.  The descriptor in *ret_fd, its size in
+ * *ret_size; or -errno with why in buf: -ELOOP a symbolic link, -EISDIR
+ * / -EPERM not a regular file, -ENOTDIR the directory is not one.
+ */
+static int open_file(const char *dir, const char *path, int *ret_fd,
+		     uint64_t *ret_size, char *why, size_t cap)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
 	struct stat st;
-	uint8_t *b;
+	int r;
+
+	if (fd < 0) {
+		r = -errno;
+		if (r == -ELOOP)
+			snprintf(why, cap, "a symbolic link: kvd does not "
+				 "follow links in its session directory");
+		else if (r == -ENOTDIR)
+			snprintf(why, cap, "the session directory %s is not a "
+				 "directory (kvd --session-dir)", dir);
+		else
+			snprintf(why, cap, "%s", st_strerror(r));
+		return r;
+	}
+	if (fstat(fd, &st) < 0) {
+		r = -errno;
+		snprintf(why, cap, "%s", st_strerror(r));
+		close(fd);
+		return r;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(why, cap, "not a regular file");
+		close(fd);
+		return S_ISDIR(st.st_mode) ? -EISDIR : -EPERM;
+	}
+	*ret_fd = fd;
+	*ret_size = (uint64_t)st.st_size;
+	return 0;
+}
+
+/* Reads up to n bytes at the start of fd into b; the count or -errno. */
+static ssize_t read_up_to(int fd, uint8_t *b, size_t n)
+{
 	size_t got = 0;
 
-	if (fd < 0)
-		return -errno;
-	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size > max) {
-		int e = errno;
+	while (got < n) {
+		ssize_t k = read(fd, b + got, n - got);
 
-		close(fd);
-		return (uint64_t)st.st_size > max ? -EFBIG : -e;
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -errno;
+		if (k == 0)
+			break;
+		got += (size_t)k;
 	}
-	b = malloc((size_t)st.st_size + 1);
+	return (ssize_t)got;
+}
+
+/*
+ * What is wrong with a session file of `size` bytes whose first `have`
+ * bytes are h (the header and, when `have` allows, the ids), checked in
+ * this order: magic, room for the ids the header counts, the header
+ * checksum (before any field is believed), format, size against the
+ * header (ids, group value bytes x groups), groups within the ids.  0, or
+ * -ST_E_FORMAT / -ST_E_CHECKSUM / -ST_E_VERSION with a short reason in
+ * why ("header checksum mismatch", "size N, header says M", ...).
+ */
+static int file_problem(const uint8_t *h, size_t have, uint64_t size,
+			char *why, size_t cap)
+{
+	uint32_t n_ids, n_groups, rows;
+	uint64_t want;
+
+	if (size < HDR_BYTES || have < HDR_BYTES || memcmp(h, k_magic, 8)) {
+		snprintf(why, cap, "not a strata session file");
+		return -ST_E_FORMAT;
+	}
+	n_ids = st_get_le32(h + 52);
+	if (n_ids > KV_PROTO_MAX_IDS ||
+	    size < HDR_BYTES + (uint64_t)n_ids * 4 ||
+	    have < HDR_BYTES + (size_t)n_ids * 4) {
+		snprintf(why, cap, "size %" PRIu64 ", header says at least "
+			 "%" PRIu64, size, HDR_BYTES + (uint64_t)n_ids * 4);
+		return -ST_E_FORMAT;
+	}
+	if (st_get_le64(h + SUM_OFF) != header_sum(h, h + HDR_BYTES, n_ids)) {
+		snprintf(why, cap, "header checksum mismatch");
+		return -ST_E_CHECKSUM;
+	}
+	if (st_get_le32(h + 8) != KV_SESSION_FORMAT) {
+		snprintf(why, cap, "format %u, this kvd reads %u",
+			 st_get_le32(h + 8), KV_SESSION_FORMAT);
+		return -ST_E_VERSION;
+	}
+	n_groups = st_get_le32(h + 48);
+	rows = st_get_le32(h + 44);
+	want = HDR_BYTES + (uint64_t)n_ids * 4 +
+	       st_get_le64(h + 120) * n_groups;
+	if (size != want) {
+		snprintf(why, cap, "size %" PRIu64 ", header says %" PRIu64,
+			 size, want);
+		return -ST_E_FORMAT;
+	}
+	if (n_groups == 0 || rows == 0 || (uint64_t)n_groups * rows > n_ids) {
+		snprintf(why, cap, "header: %u page groups of %u rows for %u "
+			 "token ids", n_groups, rows, n_ids);
+		return -ST_E_FORMAT;
+	}
+	return 0;
+}
+
+/* Reads an opened session file whole (at most max bytes) into *ret
+ * (malloc'd); closes fd. */
+static int read_all(int fd, uint64_t size, size_t max, uint8_t **ret,
+		    size_t *ret_len)
+{
+	uint8_t *b;
+	ssize_t got;
+
+	if (size > max) {
+		close(fd);
+		return -EFBIG;
+	}
+	b = malloc((size_t)size + 1);
 	if (!b) {
 		close(fd);
 		return -ENOMEM;
 	}
-	while (got < (size_t)st.st_size) {
-		ssize_t n = read(fd, b + got, (size_t)st.st_size - got);
+	got = read_up_to(fd, b, (size_t)size);
+	close(fd);
+	if (got < 0 || (uint64_t)got != size) {
+		free(b);
+		return got < 0 ? (int)got : -EIO;
+	}
+	*ret = b;
+	*ret_len = (size_t)size;
+	return 0;
+}
 
-		if (n <= 0) {
-			int e = n < 0 ? -errno : -EIO;
+/*
+ * Reads the header and ids of the session file at path (opened as
+ * open_file) and checks them (file_problem).  *ret_rows gets its rows.
+ * 0, or an error with why: -ENOENT (none), open_file's, file_problem's.
+ */
+static int peek_file(const char *dir, const char *path, uint32_t *ret_rows,
+		     char *model, uint64_t *ret_size, char *why, size_t cap)
+{
+	uint8_t h[HDR_BYTES], *b = NULL;
+	uint64_t size = 0;
+	size_t have;
+	ssize_t got;
+	int fd, r;
 
-			free(b);
+	*ret_rows = 0;
+	r = open_file(dir, path, &fd, &size, why, cap);
+	if (ret_size)
+		*ret_size = size;
+	if (r < 0)
+		return r;
+	got = read_up_to(fd, h, sizeof(h));
+	have = got > 0 ? (size_t)got : 0;
+	if (have == HDR_BYTES && !memcmp(h, k_magic, 8) &&
+	    st_get_le32(h + 52) <= KV_PROTO_MAX_IDS &&
+	    size >= HDR_BYTES + (uint64_t)st_get_le32(h + 52) * 4) {
+		size_t n = HDR_BYTES + (size_t)st_get_le32(h + 52) * 4;
+
+		b = malloc(n);
+		if (!b) {
 			close(fd);
-			return e;
+			return -ENOMEM;
 		}
-		got += (size_t)n;
+		memcpy(b, h, HDR_BYTES);
+		got = read_up_to(fd, b + HDR_BYTES, n - HDR_BYTES);
+		have = got >= 0 ? HDR_BYTES + (size_t)got : HDR_BYTES;
 	}
 	close(fd);
-	*ret = b;
-	*ret_len = got;
-	return 0;
+	r = file_problem(b ? b : h, have, size, why, cap);
+	if (r == 0) {
+		*ret_rows = st_get_le32(h + 48) * st_get_le32(h + 44);
+		if (model) {
+			memcpy(model, h + MODEL_OFF, KV_SESSION_MODEL_BYTES);
+			model[KV_SESSION_MODEL_BYTES] = 0;
+			for (char *c = model; *c; c++)
+				if (*c < 0x20 || *c == 0x7f)
+					*c = '?';
+		}
+	}
+	free(b);
+	return r;
 }
 
 /* Checks header h (len bytes of file) against the ident and the pool; 0
@@ -217,24 +401,14 @@ static int check_header(const struct kv_pool *p, const char *name,
 			const struct kv_session_ident *id,
 			struct st_diag *diag)
 {
-	char model[KV_SESSION_MODEL_BYTES + 1];
-	uint32_t n_ids, n_groups;
+	char model[KV_SESSION_MODEL_BYTES + 1], why[160];
+	int r = file_problem(h, len, len, why, sizeof(why));
 
-	if (len < HDR_BYTES || memcmp(h, k_magic, 8))
-		return st_diag_set(diag, -ST_E_FORMAT, "session '%s': not a "
-				   "strata session file", name);
-	if (st_get_le32(h + 8) != KV_SESSION_FORMAT)
-		return st_diag_set(diag, -ST_E_VERSION, "session '%s': format "
-				   "%u, this kvd reads %u", name,
-				   st_get_le32(h + 8), KV_SESSION_FORMAT);
-	n_groups = st_get_le32(h + 48);
-	n_ids = st_get_le32(h + 52);
-	if (n_ids > KV_PROTO_MAX_IDS ||
-	    len < HDR_BYTES + (size_t)n_ids * 4 ||
-	    st_get_le64(h + SUM_OFF) != header_sum(h, h + HDR_BYTES, n_ids))
-		return st_diag_set(diag, -ST_E_CHECKSUM, "session '%s': "
-				   "header checksum mismatch (corrupt file); "
-				   "nothing loaded", name);
+	if (r == -ST_E_VERSION)
+		return st_diag_set(diag, r, "session '%s': %s", name, why);
+	if (r < 0)
+		return st_diag_set(diag, r, "session '%s': %s (corrupt file); "
+				   "nothing loaded", name, why);
 	memcpy(model, h + MODEL_OFF, KV_SESSION_MODEL_BYTES);
 	model[KV_SESSION_MODEL_BYTES] = 0;
 	if (strcmp(model, id->model))
@@ -270,13 +444,11 @@ static int check_header(const struct kv_pool *p, const char *name,
 				   "KV stream declaration (%u streams, this "
 				   "pool %u)", name, st_get_le32(h + 12),
 				   p->lay.n_streams);
-	if (st_get_le64(h + 120) != kv_group_value_len(p) ||
-	    len != HDR_BYTES + (size_t)n_ids * 4 +
-			   kv_group_value_len(p) * n_groups ||
-	    n_groups == 0 || (uint64_t)n_groups * p->lay.page_rows > n_ids)
-		return st_diag_set(diag, -ST_E_FORMAT, "session '%s': file "
-				   "length %zu does not match its header "
-				   "(truncated?); nothing loaded", name, len);
+	if (st_get_le64(h + 120) != kv_group_value_len(p))
+		return st_diag_set(diag, -ST_E_CONFIG, "session '%s': another "
+				   "KV stream declaration (%" PRIu64 " bytes a "
+				   "page group, this pool %zu)", name,
+				   st_get_le64(h + 120), kv_group_value_len(p));
 	return 0;
 }
 
@@ -330,9 +502,10 @@ int kv_session_load(struct kv_pool *p, const char *dir, const char *name,
 	int32_t *ids = NULL;
 	uint8_t *f = NULL;
 	const uint8_t *vals;
-	char path[4400];
+	char path[4400], why[256] = "";
+	uint64_t size = 0;
 	size_t len = 0, max;
-	int r;
+	int r, fd = -1;
 
 	*ret_placed = *ret_rows = *ret_n_ids = 0;
 	*ret_ids = NULL;
@@ -341,7 +514,12 @@ int kv_session_load(struct kv_pool *p, const char *dir, const char *name,
 		return r;
 	max = HDR_BYTES + (size_t)KV_PROTO_MAX_IDS * 4 +
 	      vl * (size_t)p->lay.max_pages_per_seq;
-	r = read_all(path, max, &f, &len);
+	r = open_file(dir, path, &fd, &size, why, sizeof(why));
+	if (r == 0) {
+		r = read_all(fd, size, max, &f, &len);
+		if (r < 0)
+			snprintf(why, sizeof(why), "%s", st_strerror(r));
+	}
 	if (r == -ENOENT && p->remote) {
 		/* not on this node's disk: another node may have saved it */
 		char key[128];
@@ -365,9 +543,11 @@ int kv_session_load(struct kv_pool *p, const char *dir, const char *name,
 	if (r == -ENOENT)
 		return st_diag_set(diag, -ST_E_NOTFOUND, "session '%s' does "
 				   "not exist (strata session ls)", name);
+	if (r == -ENOTDIR) /* why names the directory */
+		return st_diag_set(diag, r, "session '%s': %s", name, why);
 	if (r < 0)
 		return st_diag_set(diag, r, "session '%s': reading %s: %s",
-				   name, path, st_strerror(r));
+				   name, path, why);
 	r = check_header(p, name, f, len, id, diag);
 	if (r < 0)
 		goto out;
@@ -437,10 +617,8 @@ int kv_session_list(const char *dir, struct kv_session_info *ret,
 	while (n < cap && (e = readdir(d))) {
 		size_t l = strlen(e->d_name), sl = strlen(KV_SESSION_SUFFIX);
 		struct kv_session_info *it = &ret[n];
-		uint8_t h[HDR_BYTES];
 		char path[4400];
-		struct stat st;
-		int fd;
+		int r;
 
 		if (l <= sl || strcmp(e->d_name + l - sl, KV_SESSION_SUFFIX) ||
 		    l - sl > KV_SESSION_NAME_BYTES)
@@ -450,21 +628,19 @@ int kv_session_list(const char *dir, struct kv_session_info *ret,
 		if (!kv_session_name_ok(it->name, NULL))
 			continue;
 		snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
-		fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		if (fstat(fd, &st) == 0)
-			it->file_bytes = (uint64_t)st.st_size;
-		if (read(fd, h, sizeof(h)) == (ssize_t)sizeof(h) &&
-		    !memcmp(h, k_magic, 8)) {
-			it->n_rows = st_get_le32(h + 48) * st_get_le32(h + 44);
-			memcpy(it->model, h + MODEL_OFF,
-			       KV_SESSION_MODEL_BYTES);
-			for (char *c = it->model; *c; c++)
-				if (*c < 0x20 || *c == 0x7f)
-					*c = '?';
+		r = peek_file(dir, path, &it->n_rows, it->model,
+			      &it->file_bytes, it->bad, sizeof(it->bad));
+		if (r == -ENOENT)
+			continue; /* removed meanwhile */
+		if (r == -ENOMEM) {
+			closedir(d);
+			return r;
 		}
-		close(fd);
+		if (r == 0)
+			it->bad[0] = 0;
+		else if (!it->bad[0])
+			snprintf(it->bad, sizeof(it->bad), "%s",
+				 st_strerror(r));
 		n++;
 	}
 	closedir(d);
@@ -477,9 +653,17 @@ int kv_session_remove(struct kv_remote *remote, const char *dir,
 {
 	char path[4400];
 	int found = 0, r = path_of(dir, name, path, sizeof(path), diag);
+	struct stat st;
 
 	if (r < 0)
 		return r;
+	if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode))
+		return st_diag_set(diag, S_ISLNK(st.st_mode) ? -ELOOP : -EPERM,
+				   "removing session '%s': %s is %s, not a "
+				   "session file kvd wrote; kvd leaves it "
+				   "(remove it by hand)", name, path,
+				   S_ISLNK(st.st_mode) ? "a symbolic link" :
+				   "not a regular file");
 	if (unlink(path) < 0) {
 		r = -errno;
 		if (r != -ENOENT)

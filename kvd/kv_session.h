@@ -56,20 +56,25 @@ struct kv_remote;
 /*
  * Saves the groups of ids[0..n_ids) of model id->model_id that are in
  * p's prefix cache (spilled ones restored first), in chain order up to the
- * first missing, as `dir`/name.kvs (dir created, mode 0700; replaced
- * whole; also to the remote tier when p has one).  *ret_groups gets the
- * count.  Errors: -EINVAL (bad name, ident
- * page_rows not the pool's), -ST_E_NOTFOUND (not one group cached: publish
- * the conversation first), -ENOMEM, -errno of the write; diag says which.
+ * first missing, as `dir`/name.kvs (dir created, mode 0700; an existing
+ * session of that name replaced whole; also to the remote tier when p has
+ * one).  *ret_groups gets the count; *ret_replaced (may be NULL) -1 when
+ * there was no file of that name, else the rows of the session replaced
+ * (0: it was corrupt).  Errors: -EINVAL (bad name, ident page_rows not the
+ * pool's), -ST_E_NOTFOUND (not one group cached: publish the conversation
+ * first), -EEXIST (the name is a symbolic link or not a regular file:
+ * left alone), -ENOTDIR and other -errno of the directory or the write
+ * (diag names the directory), -ENOMEM; diag says which.
  */
 int kv_session_save(struct kv_pool *p, const char *dir, const char *name,
 		    const struct kv_session_ident *id, const int32_t *ids,
 		    uint32_t n_ids, uint32_t *ret_groups,
-		    struct st_diag *diag);
+		    int32_t *ret_replaced, struct st_diag *diag);
 
 /*
- * Loads `dir`/name.kvs: the whole file is checked before anything is used
- * (magic, format, header checksum, the ident field by field — model,
+ * Loads `dir`/name.kvs (not through a symbolic link: -ELOOP; a regular
+ * file only): the whole file is checked before anything is used
+ * (magic, header checksum, format, size against the header, the ident field by field — model,
  * store, KV dtype, page size, model id — and the stream declaration
  * against pool p, each group's prefix key recomputed from the ids and its
  * value checked: lengths and XXH3 of every stream); then each group not
@@ -87,15 +92,20 @@ int kv_session_load(struct kv_pool *p, const char *dir, const char *name,
 		    uint32_t *ret_rows, int32_t **ret_ids,
 		    uint32_t *ret_n_ids, struct st_diag *diag);
 
-/* Lists the sessions in dir (by name, at most cap, headers read but not
- * checked: a corrupt file still lists; LOAD checks).  Returns the count
- * (0 when dir does not exist) or -errno. */
+/* Lists the sessions in dir (by name, at most cap).  Each file is opened
+ * without following links and its magic, header checksum, format and
+ * size (against its header) checked: one that fails lists with
+ * kv_session_info.bad saying why (a symbolic link, not a regular file,
+ * "header checksum mismatch", "size N, header says M"...) and no rows or
+ * model; the group values are checked by LOAD.  Returns the count (0 when
+ * dir does not exist) or -errno (-ENOTDIR: dir is not a directory). */
 int kv_session_list(const char *dir, struct kv_session_info *ret,
 		    uint32_t cap);
 
 /* Removes a session: its file, and its copy in the remote tier when
- * remote (may be NULL) is kvd's.  0, -EINVAL (bad name), -ST_E_NOTFOUND
- * (in neither), -errno, the tier's error. */
+ * remote (may be NULL) is kvd's.  A symbolic link or other non-regular
+ * file of that name is left alone (-ELOOP / -EPERM).  0, -EINVAL (bad
+ * name), -ST_E_NOTFOUND (in neither), -errno, the tier's error. */
 int kv_session_remove(struct kv_remote *remote, const char *dir,
 		      const char *name, struct st_diag *diag);
 

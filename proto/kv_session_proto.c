@@ -130,6 +130,7 @@ void kv_proto_encode_session_list(struct st_wbuf *w, uint32_t n,
 		st_wbuf_u32(w, v[i].n_rows);
 		st_wbuf_u64(w, v[i].file_bytes);
 		st_wbuf_str(w, v[i].model);
+		st_wbuf_str(w, v[i].bad);
 	}
 }
 
@@ -147,7 +148,8 @@ int kv_proto_decode_session_list(const uint8_t *p, size_t len, uint32_t cap,
 		if (read_str(&r, ret[i].name, sizeof(ret[i].name)) ||
 		    st_rbuf_u32(&r, &ret[i].n_rows) ||
 		    st_rbuf_u64(&r, &ret[i].file_bytes) ||
-		    read_str(&r, ret[i].model, sizeof(ret[i].model)))
+		    read_str(&r, ret[i].model, sizeof(ret[i].model)) ||
+		    read_str(&r, ret[i].bad, sizeof(ret[i].bad)))
 			return -ST_E_PROTO;
 	if (st_rbuf_left(&r))
 		return -ST_E_PROTO;

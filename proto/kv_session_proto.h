@@ -11,12 +11,16 @@
  *   u32 n_ids, n_ids x i32 id   (SAVE: the conversation's ids, >= 1;
  *                                other ops: 0)
  * Replies:
- *   SAVE    u32 groups saved, u32 rows saved (groups x page_rows)
+ *   SAVE    u32 groups saved, u32 rows saved (groups x page_rows),
+ *           i32 rows of the session it replaced (-1: none of that name;
+ *           0: the old file was corrupt)
  *   LOAD    u32 groups placed in the prefix cache (not counting those
  *           already there), u32 rows the session holds, u32 n_ids,
  *           n_ids x i32 (the session's token ids)
  *   LIST    u32 n, n x {u32 length + name, u32 rows, u64 file bytes,
- *           u32 length + model name}   (ident ignored; ops other than
+ *           u32 length + model name, u32 length + why the file is
+ *           unusable (empty: a good session; else rows 0, no model)}
+ *           (ident ignored; ops other than
  *           SAVE and LOAD send an empty name except REMOVE)
  *   REMOVE  -
  */
@@ -39,6 +43,7 @@ enum kv_session_op {
 #define KV_SESSION_NAME_BYTES 64   /* a name's length at most */
 #define KV_SESSION_MODEL_BYTES 63  /* a model name's length at most */
 #define KV_SESSION_MAX_LIST 256    /* entries of a LIST reply at most */
+#define KV_SESSION_WHY_BYTES 127   /* a LIST entry's reason at most */
 
 /* What a session was computed with; a session loads only where every field
  * is the same (kvd names the first that differs). */
@@ -66,6 +71,9 @@ struct kv_session_info {
 	uint32_t n_rows;
 	uint64_t file_bytes;
 	char model[KV_SESSION_MODEL_BYTES + 1];
+	/* "" for a good session, else why its file is unusable (corrupt,
+	 * a symbolic link, another format: kv_session.h) */
+	char bad[KV_SESSION_WHY_BYTES + 1];
 };
 
 /*

@@ -68,7 +68,9 @@ struct cw_gen_params {
 	/* saved sessions (cw_session.h; names as kv_session_name_ok, ""
 	 * = none): the scheduler loads session_load into kvd's prefix
 	 * cache before the generation starts and saves the conversation
-	 * (prompt and generated rows) as session_save after it ends */
+	 * (prompt and generated rows) as session_save after it ends
+	 * (the outcome in cw_sched_req_save; a failed save does not fail
+	 * the generation) */
 	char session_load[65];
 	char session_save[65];
 };

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "cw_session.h"
 #include "kv_session_proto.h"
 #include "st_util.h"
 
@@ -572,6 +573,7 @@ int cw_api_gen_start(struct cw_api *api, struct cw_sched *sched, int chat,
 	if (r < 0)
 		return -1;
 	g->n_prompt = (int)n_ids;
+	snprintf(g->save_name, sizeof(g->save_name), "%s", gp.session_save);
 	snprintf(g->id, sizeof(g->id), "%s-%lx", chat ? "chatcmpl" : "cmpl",
 		 __atomic_add_fetch(&api->next_id, 1, __ATOMIC_RELAXED));
 	return 0;
@@ -672,11 +674,41 @@ static json_t *new_cmpl_lp(void)
 			 "top_logprobs", "text_offset");
 }
 
+/* usage, with OpenAI's prompt_tokens_details.cached_tokens: the prompt
+ * rows mapped from kvd's prefix cache (a loaded session's among them). */
 static json_t *usage_json(const struct cw_api_gen *g)
 {
-	return json_pack("{s:i,s:i,s:i}", "prompt_tokens", g->n_prompt,
-			 "completion_tokens", g->n_completion, "total_tokens",
-			 g->n_prompt + g->n_completion);
+	return json_pack("{s:i,s:i,s:i,s:{s:i}}", "prompt_tokens",
+			 g->n_prompt, "completion_tokens", g->n_completion,
+			 "total_tokens", g->n_prompt + g->n_completion,
+			 "prompt_tokens_details", "cached_tokens",
+			 g->n_cached);
+}
+
+/* The outcome of the request's session save (cw_sched_req_save):
+ * {"name","saved":true,"rows","replaced"[,"replaced_rows"]} or
+ * {"name","saved":false,"error"}; NULL when no save was asked (new
+ * reference). */
+static json_t *session_json(const struct cw_api_gen *g)
+{
+	struct cw_sched_save v;
+	json_t *j;
+
+	if (!g->save_name[0])
+		return NULL;
+	cw_sched_req_save(g->req, &v);
+	if (v.state == 0)
+		return NULL;
+	if (v.state < 0)
+		return json_pack("{s:s,s:b,s:s}", "name", g->save_name,
+				 "saved", 0, "error", v.msg);
+	j = json_pack("{s:s,s:b,s:I,s:b}", "name", g->save_name, "saved", 1,
+		      "rows", (json_int_t)v.rows, "replaced",
+		      v.replaced >= 0);
+	if (j && v.replaced >= 0)
+		json_object_set_new(j, "replaced_rows",
+				    json_integer(v.replaced));
+	return j;
 }
 
 /* Records the end of a generation from its last event. */
@@ -689,17 +721,22 @@ static void note_end(struct cw_api_gen *g, const struct cw_sched_event *ev)
 	g->err = ev->err;
 	snprintf(g->err_msg, sizeof(g->err_msg), "%s", ev->err_msg);
 	g->n_completion = cw_sched_req_n_generated(g->req);
+	g->n_cached = cw_sched_req_n_cached(g->req);
 }
 
 static void error_of(const struct cw_api_gen *g, struct cw_api_error *e)
 {
-	if (!strncmp(g->err_msg, "session '", 9) &&
-	    g->err != -ST_E_PEERGONE && g->err != -ST_E_BUDGET)
+	int st = cw_session_status(g->err);
+
+	if (!strncmp(g->err_msg, "session '", 9) && st < 500)
 		/* a session named by the request: missing (404), refused
-		 * (another model, store, KV dtype, page size; corrupt) */
-		fail(e, g->err == -ST_E_NOTFOUND ? 404 : 400,
-		     "invalid_request_error", "session", NULL, "%s (%s)",
-		     g->err_msg, st_strerror(g->err));
+		 * (another model, store, KV dtype, page size; corrupt:
+		 * 400); the message says why once */
+		fail(e, st, "invalid_request_error", "session", NULL, "%s",
+		     g->err_msg);
+	else if (!strncmp(g->err_msg, "session '", 9))
+		/* the server's fault (its session directory, kvd) */
+		fail(e, st, "server_error", NULL, NULL, "%s", g->err_msg);
 	else if (g->err == -ST_E_BUDGET || g->err == -ST_E_PEERGONE ||
 	    g->err == -ST_E_BUSY)
 		fail(e, 503, "server_error", NULL, NULL,
@@ -762,8 +799,14 @@ json_t *cw_api_stream_event(struct cw_api *api, struct cw_api_gen *g,
 			  g->chat ? "chat.completion.chunk" : "text_completion",
 			  "created", (json_int_t)time(NULL), "model",
 			  api->model_name, "choices", choice);
-	if (g->include_usage)
+	if (chunk && g->include_usage)
 		json_object_set_new(chunk, "usage", json_null());
+	if (chunk && fin && g->save_name[0]) {
+		json_t *sj = session_json(g);
+
+		if (sj)
+			json_object_set_new(chunk, "session", sj);
+	}
 	return chunk;
 }
 
@@ -771,10 +814,17 @@ json_t *cw_api_stream_usage(struct cw_api *api, const struct cw_api_gen *g)
 {
 	if (!g->include_usage || !g->finished || g->finish == CW_FINISH_ERROR)
 		return NULL;
-	return json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", g->id, "object",
-			 g->chat ? "chat.completion.chunk" : "text_completion",
-			 "created", (json_int_t)time(NULL), "model",
-			 api->model_name, "choices", "usage", usage_json(g));
+	json_t *chunk = json_pack("{s:s,s:s,s:I,s:s,s:[],s:o}", "id", g->id,
+				  "object", g->chat ? "chat.completion.chunk" :
+				  "text_completion", "created",
+				  (json_int_t)time(NULL), "model",
+				  api->model_name, "choices", "usage",
+				  usage_json(g));
+	json_t *sj = chunk ? session_json(g) : NULL;
+
+	if (sj)
+		json_object_set_new(chunk, "session", sj);
+	return chunk;
 }
 
 void cw_api_collect_event(struct cw_api *api, struct cw_api_gen *g,
@@ -831,5 +881,11 @@ int cw_api_final_json(struct cw_api *api, struct cw_api_gen *g, json_t **ret,
 			 "created", (json_int_t)time(NULL), "model",
 			 api->model_name, "choices", choice, "usage",
 			 usage_json(g));
+	if (*ret) {
+		json_t *sj = session_json(g);
+
+		if (sj)
+			json_object_set_new(*ret, "session", sj);
+	}
 	return *ret ? 0 : -1;
 }

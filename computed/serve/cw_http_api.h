@@ -45,6 +45,8 @@ struct cw_api_gen {
 	int err;                          /* finish ERROR: its code */
 	char err_msg[1024];               /* as cw_sched_event's */
 	int n_prompt, n_completion;
+	int n_cached;                     /* prompt rows from the prefix cache */
+	char save_name[65];               /* "session": {"save"} or "" */
 	/* whole (non-stream) response */
 	char *text;
 	size_t text_len;
@@ -75,8 +77,11 @@ void cw_api_gen_fini(struct cw_api_gen *g);
 
 /* Stream: the chunk object for one event (new reference), or NULL when
  * there is nothing to send.  Sets g->finished on the last one (which
- * carries finish_reason, or an error object).  With include_usage every
- * chunk has "usage": null, as OpenAI's. */
+ * carries finish_reason, or an error object, and with a session save
+ * "session": {"name","saved":true,"rows","replaced"[,"replaced_rows"]} or
+ * {"name","saved":false,"error"}: a failed save does not fail the
+ * completion).  With include_usage every chunk has "usage": null, as
+ * OpenAI's, and the usage chunk repeats "session". */
 json_t *cw_api_stream_event(struct cw_api *api, struct cw_api_gen *g,
 			    const struct cw_sched_event *ev);
 
@@ -90,7 +95,9 @@ void cw_api_collect_event(struct cw_api *api, struct cw_api_gen *g,
 			  const struct cw_sched_event *ev);
 
 /* Whole response once g->finished: *ret the response object (new
- * reference), or -1 with *err when the generation failed. */
+ * reference; usage.prompt_tokens_details.cached_tokens the prompt rows
+ * mapped from the prefix cache; "session" as the stream's last chunk when
+ * the request saved one), or -1 with *err when the generation failed. */
 int cw_api_final_json(struct cw_api *api, struct cw_api_gen *g, json_t **ret,
 		      struct cw_api_error *err);
 

@@ -35,7 +35,8 @@ struct cw_sched_req {
 	int done;                    /* the last event was posted */
 	int cancelled, released;
 	int refs;                    /* consumer + scheduler */
-	int n_prompt, n_gen, max_tokens;
+	int n_prompt, n_gen, max_tokens, n_cached;
+	struct cw_sched_save save;   /* written before the last event */
 	/* scheduler thread only: */
 	uint64_t t_submit, t_first, t_last;
 	int in_step;                 /* picked for the step being built */
@@ -169,11 +170,10 @@ static uint64_t spec_extra_tokens(const struct cw_gen *g,
 }
 
 /* Saves the conversation of r's generation (still alive) as session
- * r->p.session_save: the last event, or on failure *err (filled) naming
- * why, so the client learns the session was not saved. */
-static const struct cw_sched_event *
-session_save(struct cw_sched *s, struct cw_sched_req *r,
-	     const struct cw_sched_event *last, struct cw_sched_event *err)
+ * r->p.session_save into r->save (saved, or why not: a failed save does
+ * not take the finished completion away, the client reads the outcome
+ * beside it). */
+static void session_save(struct cw_sched *s, struct cw_sched_req *r)
 {
 	struct st_diag diag = { "" };
 	const int n_prompt = cw_gen_n_prompt(r->gen);
@@ -182,17 +182,21 @@ session_save(struct cw_sched *s, struct cw_sched_req *r,
 	/* rows written: every token fed; the last sampled one never was (a
 	 * V4 state published their full pages itself as it went) */
 	const int n_rows = n_prompt + (n_gen > 0 ? n_gen - 1 : 0);
+	struct cw_sched_save *v = &r->save;
 	int rc = s->o.session ?
 		cw_session_save(s->kv, s->o.session, r->p.session_save,
 				cw_gen_seq(r->gen), cw_gen_prompt_ids(r->gen),
-				n_prompt + n_gen, n_rows, !dsv, NULL, &diag) :
-		st_diag_set(&diag, -ST_E_UNSUPPORTED, "sessions need kvd");
+				n_prompt + n_gen, n_rows, !dsv, &v->rows,
+				&v->replaced, &diag) :
+		st_diag_set(&diag, -ST_E_UNSUPPORTED, "session '%s': sessions "
+			    "need kvd", r->p.session_save);
 
-	if (rc == 0)
-		return last;
-	st_warn("%s", diag.msg);
-	*err = error_event(rc, diag.msg);
-	return err;
+	v->state = rc == 0 ? 1 : -1;
+	v->err = rc;
+	if (rc < 0) {
+		st_warn("%s", diag.msg);
+		snprintf(v->msg, sizeof(v->msg), "%s", diag.msg);
+	}
 }
 
 /* Loads session r->p.session_load before r starts.  0 or the error. */
@@ -215,7 +219,6 @@ static void retire(struct cw_sched *s, struct cw_sched_req *r,
 		   const struct cw_sched_event *last, const char *text)
 {
 	struct cw_sched_req **pp = &s->running;
-	struct cw_sched_event save_ev;
 	uint64_t ttft = 0, tpot = 0;
 
 	while (*pp && *pp != r)
@@ -240,7 +243,7 @@ static void retire(struct cw_sched *s, struct cw_sched_req *r,
 		}
 		if (r->p.session_save[0] && fin != CW_FINISH_ERROR &&
 		    !aborted && last)
-			last = session_save(s, r, last, &save_ev);
+			session_save(s, r);
 		cw_gen_free(r->gen);
 		r->gen = NULL;
 	}
@@ -285,6 +288,9 @@ static void admit(struct cw_sched *s, struct cw_sched_req *r)
 	free(r->ids);
 	r->ids = NULL;
 	r->max_tokens = cw_gen_max_tokens(r->gen);
+	pthread_mutex_lock(&s->lock);
+	r->n_cached = cw_gen_n_cached(r->gen);
+	pthread_mutex_unlock(&s->lock);
 	if (s->metrics)
 		cw_metrics_gen_start(s->metrics, cw_gen_n_prompt(r->gen),
 				     cw_gen_n_cached(r->gen));
@@ -1109,6 +1115,24 @@ int cw_sched_next_event(struct cw_sched_req *req, int timeout_ms,
 int cw_sched_req_n_prompt(const struct cw_sched_req *req)
 {
 	return req->n_prompt;
+}
+
+int cw_sched_req_n_cached(const struct cw_sched_req *req)
+{
+	int n;
+
+	pthread_mutex_lock(&req->s->lock);
+	n = req->n_cached;
+	pthread_mutex_unlock(&req->s->lock);
+	return n;
+}
+
+void cw_sched_req_save(const struct cw_sched_req *req,
+		       struct cw_sched_save *ret)
+{
+	pthread_mutex_lock(&req->s->lock);
+	*ret = req->save;
+	pthread_mutex_unlock(&req->s->lock);
 }
 
 int cw_sched_req_n_generated(const struct cw_sched_req *req)

@@ -108,9 +108,30 @@ int cw_sched_submit(struct cw_sched *s, const int32_t *ids, size_t n_ids,
 int cw_sched_next_event(struct cw_sched_req *req, int timeout_ms,
 			struct cw_sched_event *ev);
 
-/* Counts of req (valid once finished; n_prompt from the start). */
+/* Counts of req (valid once finished; n_prompt from the start).
+ * n_cached: the prompt rows its generation mapped from kvd's prefix cache
+ * (what /metrics' prefix-cache rows-reused counter adds for it). */
 int cw_sched_req_n_prompt(const struct cw_sched_req *req);
 int cw_sched_req_n_generated(const struct cw_sched_req *req);
+int cw_sched_req_n_cached(const struct cw_sched_req *req);
+
+/* What became of a request's session save (cw_gen_params.session_save):
+ * a failed save does not fail the finished generation, it is reported
+ * here beside it. */
+struct cw_sched_save {
+	int state;          /* 0: none asked, or the generation failed;
+			     * 1 saved; -1 not saved */
+	uint32_t rows;      /* saved: the rows the session holds */
+	int32_t replaced;   /* saved: -1, or the rows of the old session of
+			     * that name it replaced (0: a corrupt file) */
+	int err;            /* not saved: the error code */
+	char msg[512];      /*   and its message */
+};
+
+/* Copies req's save outcome into *ret (valid once its last event was
+ * popped). */
+void cw_sched_req_save(const struct cw_sched_req *req,
+		       struct cw_sched_save *ret);
 int cw_sched_req_max_tokens(const struct cw_sched_req *req);
 
 /* Cancels req: the scheduler drops it before its next step and frees its

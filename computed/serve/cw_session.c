@@ -36,13 +36,15 @@ int cw_session_ident(const struct cw_model *m, struct kv_client *kv,
 int cw_session_save(struct kv_client *kv, const struct kv_session_ident *id,
 		    const char *name, uint32_t seq, const int32_t *ids,
 		    int n_ids, int n_rows, int publish, uint32_t *ret_rows,
-		    struct st_diag *diag)
+		    int32_t *ret_replaced, struct st_diag *diag)
 {
 	uint32_t groups = 0;
 	int r;
 
 	if (ret_rows)
 		*ret_rows = 0;
+	if (ret_replaced)
+		*ret_replaced = -1;
 	n_rows = ST_MIN(n_rows, n_ids);
 	if (n_rows <= 0)
 		return st_diag_set(diag, -EINVAL, "session '%s': no rows to "
@@ -53,7 +55,7 @@ int cw_session_save(struct kv_client *kv, const struct kv_session_ident *id,
 			return r;
 	}
 	r = kv_client_session_save(kv, name, id, ids, (uint32_t)n_rows,
-				   &groups, diag);
+				   &groups, ret_replaced, diag);
 	if (r < 0)
 		return r;
 	if (ret_rows)
@@ -78,8 +80,7 @@ int cw_session_load(struct kv_client *kv, const struct kv_session_ident *id,
 	return r;
 }
 
-/* HTTP status of a session error. */
-static int status_of(int r)
+int cw_session_status(int r)
 {
 	switch (r) {
 	case -EINVAL:
@@ -121,17 +122,24 @@ json_t *cw_session_http(struct kv_client *kv,
 					   diag);
 		if (r < 0) {
 			free(v);
-			*ret_status = status_of(r);
+			*ret_status = cw_session_status(r);
 			return NULL;
 		}
 		data = json_array();
-		for (uint32_t i = 0; i < n; i++)
-			json_array_append_new(data, json_pack(
+		for (uint32_t i = 0; i < n; i++) {
+			json_t *e = json_pack(
 				"{s:s,s:s,s:I,s:I,s:s}", "id", v[i].name,
 				"object", "session", "rows",
 				(json_int_t)v[i].n_rows, "bytes",
 				(json_int_t)v[i].file_bytes, "model",
-				v[i].model));
+				v[i].model);
+
+			/* a file that cannot be loaded says why */
+			if (v[i].bad[0])
+				json_object_set_new(e, "corrupt",
+						    json_string(v[i].bad));
+			json_array_append_new(data, e);
+		}
 		free(v);
 		return json_pack("{s:s,s:o}", "object", "list", "data", data);
 	}
@@ -146,7 +154,7 @@ json_t *cw_session_http(struct kv_client *kv,
 	if (!strcmp(method, "DELETE") && !load) {
 		r = kv_client_session_remove(kv, name, diag);
 		if (r < 0) {
-			*ret_status = status_of(r);
+			*ret_status = cw_session_status(r);
 			return NULL;
 		}
 		return json_pack("{s:s,s:s,s:b}", "id", name, "object",
@@ -160,7 +168,7 @@ json_t *cw_session_http(struct kv_client *kv,
 					   &n_ids, diag);
 		free(ids);
 		if (r < 0) {
-			*ret_status = status_of(r);
+			*ret_status = cw_session_status(r);
 			return NULL;
 		}
 		return json_pack("{s:s,s:s,s:I,s:I}", "id", name, "object",
@@ -180,6 +188,8 @@ json_t *cw_session_save_ids(struct kv_client *kv,
 			    int *ret_status, struct st_diag *diag)
 {
 	uint32_t groups = 0;
+	int32_t replaced = -1;
+	json_t *j;
 	int r;
 
 	*ret_status = 200;
@@ -190,11 +200,16 @@ json_t *cw_session_save_ids(struct kv_client *kv,
 		return NULL;
 	}
 	r = kv_client_session_save(kv, name, id, ids, (uint32_t)n_ids,
-				   &groups, diag);
+				   &groups, &replaced, diag);
 	if (r < 0) {
-		*ret_status = status_of(r);
+		*ret_status = cw_session_status(r);
 		return NULL;
 	}
-	return json_pack("{s:s,s:s,s:I}", "id", name, "object", "session",
-			 "rows", (json_int_t)groups * id->page_rows);
+	j = json_pack("{s:s,s:s,s:I,s:b}", "id", name, "object", "session",
+		      "rows", (json_int_t)groups * id->page_rows, "replaced",
+		      replaced >= 0);
+	if (j && replaced >= 0)
+		json_object_set_new(j, "replaced_rows",
+				    json_integer(replaced));
+	return j;
 }

@@ -641,8 +641,9 @@ static void test_session_messages(void **state)
 					       0x5555666677778888ull, 3, 16,
 					       "kjv-moe" },
 				    .n_ids = 3, .ids = ids }, o;
-	struct kv_session_info v[2] = { { "a", 32, 4096, "kjv" },
-					{ "b.v2", 0, 144, "" } }, vo[2];
+	struct kv_session_info v[2] = {
+		{ "a", 32, 4096, "kjv", "" },
+		{ "b.v2", 0, 144, "", "header checksum mismatch" } }, vo[2];
 	struct st_wbuf w;
 	struct st_diag d;
 	uint32_t n;
@@ -699,6 +700,8 @@ static void test_session_messages(void **state)
 	assert_int_equal(vo[0].n_rows, 32);
 	assert_true(vo[0].file_bytes == 4096);
 	assert_string_equal(vo[0].model, "kjv");
+	assert_string_equal(vo[0].bad, "");
+	assert_string_equal(vo[1].bad, "header checksum mismatch");
 	assert_int_equal(kv_proto_decode_session_list(w.data, w.len, 1, vo,
 						      &n), -ST_E_PROTO);
 	st_wbuf_fini(&w);

@@ -7,7 +7,9 @@
  * ids maps its rows byte for byte.  A session of another model, store, KV
  * dtype, page size or stream declaration is refused with an error naming
  * what differs; a corrupted or truncated file is refused and nothing of it
- * is used; names that could leave the directory are refused; ls and rm.
+ * is used; names that could leave the directory are refused; ls and rm;
+ * ls lists corrupt files as such, links are never followed, saving over
+ * a name says what it replaced.
  * With the remote KV tier (a real redis-server on a free loopback port;
  * that case is skipped without one): node A's saved session loads in node
  * B that has no file of it, a corrupted value is refused, rm removes the
@@ -180,7 +182,7 @@ static void save_one(const struct fix *f)
 	c = client(&a, rb, PAGE_ROWS);
 	compute(c, ids);
 	assert_int_equal(kv_client_session_save(c, "conv-1", &id, ids, N_IDS,
-						&groups, &d), 0);
+						&groups, NULL, &d), 0);
 	assert_int_equal(groups, 3);
 	snprintf(path, sizeof(path), "%s/conv-1.kvs", f->dir);
 	assert_int_equal(stat(path, &st), 0);
@@ -325,8 +327,14 @@ static void test_refused(void **state)
 	assert_int_equal(kvd_flip_byte(path, 144 + 4 * 5), 0);
 	refused(c, &id, -ST_E_CHECKSUM, "header checksum mismatch");
 	assert_int_equal(kvd_flip_byte(path, 144 + 4 * 5), 0);
+	/* a flipped byte in the format field is corruption, not another
+	 * format: the checksum is checked before any field is believed */
+	assert_int_equal(kvd_flip_byte(path, 9), 0);
+	refused(c, &id, -ST_E_CHECKSUM, "header checksum mismatch (corrupt "
+		"file)");
+	assert_int_equal(kvd_flip_byte(path, 9), 0);
 	assert_int_equal(truncate(path, FILE_BYTES - 1), 0);
-	refused(c, &id, -ST_E_FORMAT, "does not match its header");
+	refused(c, &id, -ST_E_FORMAT, "size 1563, header says 1564");
 	assert_int_equal(mapped(c, ids), 0);
 	kv_client_close(c);
 	kvd_cleanup(&b);
@@ -352,7 +360,8 @@ static void test_names(void **state)
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		assert_int_equal(kv_session_name_ok(bad[i], NULL), 0);
 		assert_int_equal(kv_client_session_save(c, bad[i], &id, ids,
-							N_IDS, &groups, &d),
+							N_IDS, &groups, NULL,
+							&d),
 				 -EINVAL);
 		assert_int_equal(kv_client_session_remove(c, bad[i], &d),
 				 -EINVAL);
@@ -360,9 +369,169 @@ static void test_names(void **state)
 	assert_int_equal(kv_session_name_ok("chat_2026-12.v1", NULL), 1);
 	/* nothing cached: nothing to save, no file */
 	assert_int_equal(kv_client_session_save(c, "empty", &id, ids, N_IDS,
-						&groups, &d), -ST_E_NOTFOUND);
+						&groups, NULL, &d),
+			 -ST_E_NOTFOUND);
 	assert_int_equal(groups, 0);
 	assert_non_null(strstr(d.msg, "not in kvd's prefix cache"));
+	kv_client_close(c);
+	kvd_cleanup(&b);
+}
+
+/* Copies the first n bytes of file `from` to `to` (n = -1: all), then
+ * appends `extra` bytes of 0x5a. */
+static void copy_file(const char *from, const char *to, long n, int extra)
+{
+	FILE *a = fopen(from, "rb"), *b = fopen(to, "wb");
+	int c;
+
+	assert_non_null(a);
+	assert_non_null(b);
+	while ((n < 0 || n-- > 0) && (c = fgetc(a)) != EOF)
+		fputc(c, b);
+	while (extra-- > 0)
+		fputc(0x5a, b);
+	fclose(a);
+	fclose(b);
+}
+
+/* The LIST entry of `name` in v[n] (fails when absent). */
+static const struct kv_session_info *entry(const struct kv_session_info *v,
+					   uint32_t n, const char *name)
+{
+	for (uint32_t i = 0; i < n; i++)
+		if (!strcmp(v[i].name, name))
+			return &v[i];
+	fail_msg("no entry '%s' in the list", name);
+	return v; /* not reached */
+}
+
+/* Saving over a name says what it replaced; ls checks every file
+ * (corrupt, truncated, grown, another format byte, empty, garbage) and
+ * lists a bad one as such, never as a session; kvd does not follow a
+ * symbolic link in its session directory (ls, load, rm, save); a
+ * --session-dir that is a regular file fails saves, loads and lists with
+ * an error naming it. */
+static void test_files(void **state)
+{
+	struct fix *f = *state;
+	struct kvd_inst b;
+	struct kv_client *c;
+	struct kv_session_ident id = ident();
+	struct kv_session_info v[16];
+	const struct kv_session_info *e;
+	struct st_diag d = { { 0 } };
+	int32_t ids[N_IDS], replaced = 7;
+	uint32_t groups = 0, n = 0;
+	char dir[300], p[400], q[400], tgt[400], link[400];
+	FILE *fp;
+
+	ids_of(ids);
+	snprintf(dir, sizeof(dir), "%s/files", f->dir);
+	assert_int_equal(mkdir(dir, 0700), 0);
+	kvd_inst_init(&b, "ssh");
+	b.extra[0] = "--session-dir";
+	b.extra[1] = dir;
+	assert_int_equal(kvd_start(&b, NULL), 0);
+	c = client(&b, rb, PAGE_ROWS);
+	compute(c, ids);
+	assert_int_equal(kv_client_session_save(c, "conv-1", &id, ids, N_IDS,
+						&groups, &replaced, &d), 0);
+	assert_int_equal(replaced, -1);
+	/* the same name again: replaced, with the old session's rows */
+	assert_int_equal(kv_client_session_save(c, "conv-1", &id, ids, N_IDS,
+						&groups, &replaced, &d), 0);
+	assert_int_equal(groups, 3);
+	assert_int_equal(replaced, 12);
+
+	snprintf(p, sizeof(p), "%s/conv-1.kvs", dir);
+	snprintf(q, sizeof(q), "%s/cut.kvs", dir);
+	copy_file(p, q, FILE_BYTES / 2, 0);
+	snprintf(q, sizeof(q), "%s/grown.kvs", dir);
+	copy_file(p, q, -1, 1);
+	snprintf(q, sizeof(q), "%s/fmt.kvs", dir);
+	copy_file(p, q, -1, 0);
+	assert_int_equal(kvd_flip_byte(q, 9), 0);
+	snprintf(q, sizeof(q), "%s/empty.kvs", dir);
+	copy_file(p, q, 0, 0);
+	snprintf(q, sizeof(q), "%s/junk.kvs", dir);
+	copy_file(p, q, 0, 300);
+	/* a link to a good session file, and one to a file outside */
+	snprintf(link, sizeof(link), "%s/link.kvs", dir);
+	assert_int_equal(symlink(p, link), 0);
+	snprintf(tgt, sizeof(tgt), "%s/outside", f->dir);
+	fp = fopen(tgt, "w");
+	assert_non_null(fp);
+	fputs("root:x:0:0\n", fp);
+	fclose(fp);
+	snprintf(q, sizeof(q), "%s/passwd.kvs", dir);
+	assert_int_equal(symlink(tgt, q), 0);
+
+	assert_int_equal(kv_client_session_list(c, 16, v, &n, &d), 0);
+	assert_int_equal(n, 8);
+	e = entry(v, n, "conv-1");
+	assert_string_equal(e->bad, "");
+	assert_int_equal(e->n_rows, 12);
+	e = entry(v, n, "cut");
+	assert_string_equal(e->bad, "size 782, header says 1564");
+	assert_int_equal(e->n_rows, 0);
+	assert_string_equal(e->model, "");
+	e = entry(v, n, "grown");
+	assert_string_equal(e->bad, "size 1565, header says 1564");
+	assert_int_equal(e->n_rows, 0);
+	e = entry(v, n, "fmt");
+	assert_string_equal(e->bad, "header checksum mismatch");
+	e = entry(v, n, "empty");
+	assert_string_equal(e->bad, "not a strata session file");
+	e = entry(v, n, "junk");
+	assert_string_equal(e->bad, "not a strata session file");
+	e = entry(v, n, "link");
+	assert_non_null(strstr(e->bad, "a symbolic link"));
+	assert_int_equal(e->n_rows, 0);
+	e = entry(v, n, "passwd");
+	assert_non_null(strstr(e->bad, "a symbolic link"));
+
+	refused_name(c, "link", &id, -ELOOP, "a symbolic link");
+	refused_name(c, "grown", &id, -ST_E_FORMAT, "size 1565, header says "
+		     "1564 (corrupt file)");
+	refused_name(c, "fmt", &id, -ST_E_CHECKSUM, "header checksum "
+		     "mismatch");
+	assert_int_equal(mapped(c, ids), 12); /* conv-1's own, computed */
+	/* rm and save leave a link alone (and what it points to) */
+	assert_int_equal(kv_client_session_remove(c, "link", &d), -ELOOP);
+	assert_non_null(strstr(d.msg, "a symbolic link"));
+	assert_int_equal(access(link, F_OK), 0);
+	assert_int_equal(kv_client_session_save(c, "passwd", &id, ids, N_IDS,
+						&groups, &replaced, &d),
+			 -EEXIST);
+	assert_non_null(strstr(d.msg, "a symbolic link"));
+	fp = fopen(tgt, "r");
+	assert_non_null(fp);
+	assert_non_null(fgets(q, sizeof(q), fp));
+	fclose(fp);
+	assert_string_equal(q, "root:x:0:0\n");
+	/* a corrupt file of that name is replaced (0 old rows) */
+	assert_int_equal(kv_client_session_save(c, "cut", &id, ids, N_IDS,
+						&groups, &replaced, &d), 0);
+	assert_int_equal(replaced, 0);
+	kv_client_close(c);
+	kvd_cleanup(&b);
+
+	/* --session-dir a regular file: every operation names it */
+	snprintf(q, sizeof(q), "%s/a-file", f->dir);
+	copy_file(p, q, 0, 10);
+	kvd_inst_init(&b, "ssi");
+	b.extra[0] = "--session-dir";
+	b.extra[1] = q;
+	assert_int_equal(kvd_start(&b, NULL), 0);
+	c = client(&b, rb, PAGE_ROWS);
+	compute(c, ids);
+	assert_true(kv_client_session_save(c, "conv-1", &id, ids, N_IDS,
+					   &groups, &replaced, &d) < 0);
+	assert_non_null(strstr(d.msg, q));
+	assert_non_null(strstr(d.msg, "is not a directory"));
+	refused_name(c, "conv-1", &id, -ENOTDIR, "is not a directory");
+	assert_int_equal(kv_client_session_list(c, 16, v, &n, &d), -ENOTDIR);
+	assert_non_null(strstr(d.msg, q));
 	kv_client_close(c);
 	kvd_cleanup(&b);
 }
@@ -421,7 +590,7 @@ static void test_remote(void **state)
 	 * elsewhere can only come from the session */
 	compute_flags(ca, ids, KV_PUBLISH_F_PRIVATE);
 	assert_int_equal(kv_client_session_save(ca, "shared-1", &id, ids,
-						N_IDS, &groups, &d), 0);
+						N_IDS, &groups, NULL, &d), 0);
 	assert_int_equal(groups, 3);
 	assert_int_equal(st_redis_get(rd, 1, &key, &val, &len, &d), 0);
 	assert_non_null(val);
@@ -471,6 +640,7 @@ int main(void)
 		cmocka_unit_test(test_save_load),
 		cmocka_unit_test(test_refused),
 		cmocka_unit_test(test_names),
+		cmocka_unit_test(test_files),
 		cmocka_unit_test(test_remote),
 	};
 

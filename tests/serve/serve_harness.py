@@ -218,6 +218,21 @@ def stream(inst, path, body, key=None, timeout=300, on_chunk=None):
     return r.status, out
 
 
+def usage_counts(u):
+    """The token counts of a usage object, without
+    prompt_tokens_details.cached_tokens (what the prefix cache gave: a
+    repeated prompt maps rows the first run left, so it differs between
+    runs of the same request); that one checked within [0, prompt_tokens].
+    """
+    if not isinstance(u, dict):
+        return u
+    c = u.get("prompt_tokens_details", {}).get("cached_tokens", 0)
+    ok = isinstance(c, int) and 0 <= c <= u.get("prompt_tokens", 0)
+    return dict({k: u.get(k) for k in ("prompt_tokens", "completion_tokens",
+                                        "total_tokens")},
+                cached_ok=ok)
+
+
 def metrics(inst):
     """/metrics as {'name{labels}': value}."""
     st, text = request(inst, "GET", "/metrics")

@@ -16,9 +16,20 @@
   - strata session save (a computed prompt's cached pages), ls, rm, load
     on the running instance; strata up --kv-session-dir hands kvd the
     directory (session ls lists what is there);
-  - refused by name with a 400 naming what differs: another served model
-    name, another KV dtype (bf16), another page size (8); a corrupted copy
-    of the file (checksum: nothing used); a name with a path in it.
+  - refused by name with a 400 naming what differs (once): another served
+    model name, another KV dtype (bf16), another page size (8); a
+    corrupted copy of the file (checksum: nothing used); a name with a
+    path in it;
+  - a save that cannot be done (too few rows) leaves the completion whole,
+    streamed or not, the failed save reported beside it ("session"); a
+    save is confirmed there, saving over a name says it replaced it (CLI
+    and POST); usage.prompt_tokens_details.cached_tokens equals the rows
+    the prefix cache gave (the metric);
+  - ls (GET and CLI) lists a cut file and a symbolic link as corrupt
+    (WHY), a load of the link is a 500 (not followed);
+  - kvd's session directory a regular file: saves fail naming it (the
+    completion still 200), POST save, load and list are 500 server_error
+    naming it; strata up refuses such a --kv-session-dir.
 
   - computed alone restarted (SIGKILL) under the running expertd and
     kvd: the session loaded, the continuation equals the uninterrupted
@@ -44,7 +55,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import Instance, convert, metrics, request  # noqa
+from serve_harness import Instance, convert, metrics, request, stream  # noqa
 
 SRC = os.environ.get("STRATA_SOURCE_DIR",
                      os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -84,10 +95,96 @@ def start(store, sdir, tag, computed_args=()):
 
 
 def refused(inst, name, says, status=400):
+    """A load refused with status, its message saying `says` once (a
+    4xx an invalid_request_error on 'session', a 5xx a server_error)."""
     st, _, _, _, _, j = complete(inst, "And", 2, session={"load": name})
-    msg = j.get("error", {}).get("message", "") if isinstance(j, dict) \
-        else str(j)
-    check(st == status and says in msg, "load refused (%d): %s" % (st, msg))
+    err = j.get("error", {}) if isinstance(j, dict) else {}
+    msg = err.get("message", str(j))
+    kind = "server_error" if status >= 500 else "invalid_request_error"
+    check(st == status and msg.count(says) == 1 and err.get("type") == kind,
+          "load refused (%d %s): %s" % (st, err.get("type"), msg))
+
+
+def cached(j):
+    """usage.prompt_tokens_details.cached_tokens of a response (None when
+    absent)."""
+    return j.get("usage", {}).get("prompt_tokens_details",
+                                  {}).get("cached_tokens")
+
+
+def tiny_save(inst, sdir):
+    """A save that cannot be done (3 or so ids fill no page) does not take
+    the completion away: 200, text and finish_reason, the failed save
+    beside it; streamed, the last token and the finish chunk (carrying
+    the same outcome) come before [DONE], no error event."""
+    body = {"prompt": "hi", "max_tokens": 2, "temperature": 0,
+            "session": {"save": "tiny"}}
+    st, j = request(inst, "POST", "/v1/completions", body)
+    ch = j["choices"][0] if st == 200 else {}
+    ses = j.get("session", {}) if st == 200 else {}
+    check(st == 200 and ch.get("finish_reason") in ("length", "stop") and
+          j["usage"]["completion_tokens"] >= 1 and
+          ses.get("name") == "tiny" and ses.get("saved") is False and
+          "fill no page" in ses.get("error", "") and
+          not os.path.exists(os.path.join(sdir, "tiny.kvs")),
+          "a save that cannot be done: the completion whole (%s, %r, %s), "
+          "the save's outcome beside it: %s" % (st, ch.get("text"),
+                                               ch.get("finish_reason"), ses))
+    st, chunks = stream(inst, "/v1/completions", dict(body, stream=True))
+    objs = [json.loads(c) for c in chunks if c != "[DONE]"]
+    fin = [o for o in objs if o.get("choices") and
+           o["choices"][0].get("finish_reason")]
+    text = "".join(o["choices"][0]["text"] for o in objs
+                   if o.get("choices"))
+    check(st == 200 and chunks[-1:] == ["[DONE]"] and
+          not any("error" in o for o in objs) and len(fin) == 1 and
+          fin[0].get("session", {}).get("saved") is False and
+          "fill no page" in fin[0]["session"].get("error", "") and
+          text == ch.get("text"),
+          "streamed: the whole text (%r), the finish chunk with the save's "
+          "outcome, then [DONE]: %s" % (text, fin[-1:]))
+
+
+def bad_dir(store, tmp, prompt):
+    """kvd's --session-dir a regular file: the completion still comes back
+    (its save reported failed, naming the directory); saves, loads and
+    lists are 500 server_error naming it; strata up refuses such a
+    --kv-session-dir at start."""
+    path = os.path.join(tmp, "not-a-dir")
+    open(path, "w").write("x")
+    c = start(store, path, "sesf")
+    try:
+        st, _, _, _, _, j = complete(c, prompt, 2, session={"save": "s"})
+        ses = j.get("session", {}) if st == 200 else {}
+        check(st == 200 and ses.get("saved") is False and
+              path in ses.get("error", "") and
+              "not a directory" in ses.get("error", ""),
+              "session dir a file: the completion (%s), its save failed "
+              "naming the directory: %s" % (st, ses))
+        st, j = request(c, "POST", "/v1/sessions/s", {"prompt": prompt})
+        err = j.get("error", {}) if isinstance(j, dict) else {}
+        check(st == 500 and err.get("type") == "server_error" and
+              path in err.get("message", ""),
+              "session dir a file: POST /v1/sessions/s: %s %s" % (st, err))
+        st, j = request(c, "GET", "/v1/sessions")
+        err = j.get("error", {}) if isinstance(j, dict) else {}
+        check(st == 500 and path in err.get("message", ""),
+              "session dir a file: GET /v1/sessions: %s %s" % (st, err))
+        refused(c, "s", path, 500)
+    finally:
+        c.stop()
+    r = subprocess.run([STRATA, "up", "--store", store, "--instance",
+                        "sesx%d" % os.getpid(), "--run-dir",
+                        os.path.join(tmp, "run-x"), "--kv-session-dir",
+                        path, "--no-supervise"], capture_output=True,
+                       text=True, timeout=60)
+    check(r.returncode == 2 and "is not a directory" in r.stderr and
+          path in r.stderr, "strata up --kv-session-dir FILE refused: %d %s"
+          % (r.returncode, r.stderr.strip()))
+    if r.returncode == 0:  # it came up: take it down again
+        subprocess.run([STRATA, "down", "--instance", "sesx%d" % os.getpid(),
+                        "--run-dir", os.path.join(tmp, "run-x")],
+                       capture_output=True, timeout=60)
 
 
 def main():
@@ -107,14 +204,23 @@ def main():
         if not check(st == 200, "the first turn, saved: %s" % st):
             print(j)
             return 1
+        rows = (n1 + 24 - 1) // PAGE_ROWS * PAGE_ROWS
+        check(j.get("session") == {"name": "conv-1", "saved": True,
+                                   "rows": rows, "replaced": False} and
+              cached(j) == 0,
+              "the save confirmed beside the completion: %s, cached_tokens "
+              "%s" % (j.get("session"), j["usage"]))
+        tiny_save(a, sdir)
         turn2 = prompt + t1 + more
-        st, t2, lp2, n2, reused_a, _ = complete(a, turn2, 24)
-        check(st == 200 and n2 > n1, "the second turn on the same "
-              "instance (%d prompt tokens, %d rows reused)" % (n2, reused_a))
+        st, t2, lp2, n2, reused_a, j = complete(a, turn2, 24)
+        check(st == 200 and n2 > n1 and reused_a > 0 and
+              cached(j) ==
+              reused_a, "the second turn on the same instance (%d prompt "
+              "tokens, %d rows reused = usage's cached_tokens)"
+              % (n2, reused_a))
         st, ls = request(a, "GET", "/v1/sessions")
         ent = [e for e in ls.get("data", []) if e["id"] == "conv-1"] \
             if st == 200 else []
-        rows = (n1 + 24 - 1) // PAGE_ROWS * PAGE_ROWS
         check(len(ent) == 1 and ent[0]["rows"] == rows and
               ent[0]["model"] == "kjv" and
               ent[0]["bytes"] == os.path.getsize(
@@ -141,6 +247,9 @@ def main():
         if not check(st == 200, "the second turn after the restart with "
                      "the session loaded: %s" % st):
             print(j)
+        check(cached(j) ==
+              reused_r, "usage.prompt_tokens_details.cached_tokens %s: the "
+              "rows the loaded session gave (%d)" % (j["usage"], reused_r))
         check(reused_r >= n1 // PAGE_ROWS * PAGE_ROWS and
               reused_r % PAGE_ROWS == 0,
               "it mapped %d saved rows (at least the first turn's prompt "
@@ -181,13 +290,23 @@ def main():
             return r.returncode, r.stdout + r.stderr
         rc, out = cli("save", "cli-1", "--prompt", turn2)
         want = n2 // PAGE_ROWS * PAGE_ROWS
-        check(rc == 0 and "session 'cli-1' saved: %d rows" % want in out,
+        check(rc == 0 and "session 'cli-1' saved: %d rows\n" % want == out,
               "strata session save: the cached pages of a prompt the "
               "instance computed (%d rows): %s" % (want, out.strip()))
+        rc, out = cli("save", "cli-1", "--prompt", turn2)
+        check(rc == 0 and "saved: %d rows (replaced the old session of %d "
+              "rows)" % (want, want) in out,
+              "strata session save again says it replaced: %s" % out.strip())
         st, j = request(b, "POST", "/v1/sessions/http-1", {"prompt": turn2})
-        check(st == 200 and j.get("rows") == want,
+        check(st == 200 and j.get("rows") == want and
+              j.get("replaced") is False,
               "POST /v1/sessions/http-1 with the prompt saves its %d "
               "cached rows: %s %s" % (want, st, j))
+        st, j = request(b, "POST", "/v1/sessions/http-1", {"prompt": turn2})
+        check(st == 200 and j.get("replaced") is True and
+              j.get("replaced_rows") == want,
+              "POST /v1/sessions/http-1 again: replaced, %d old rows: %s"
+              % (want, j))
         st, j = request(b, "DELETE", "/v1/sessions/http-1")
         check(st == 200, "DELETE /v1/sessions/http-1: %s" % st)
         rc, out = cli("ls", "--json")
@@ -197,6 +316,32 @@ def main():
         rc2, out2 = cli("load", "cli-1")
         check(rc == 0 and rc2 == 1 and "does not exist" in out2,
               "strata session rm, then load: %s" % out2.strip())
+
+        # ls checks each file: a cut one and a link (never followed) are
+        # listed as what they are, not as sessions
+        data = open(os.path.join(sdir, "conv-1.kvs"), "rb").read()
+        open(os.path.join(sdir, "cut.kvs"), "wb").write(
+            data[:len(data) // 2])
+        os.symlink("/etc/passwd", os.path.join(sdir, "link.kvs"))
+        st, ls = request(b, "GET", "/v1/sessions")
+        ent = {e["id"]: e for e in ls.get("data", [])} if st == 200 else {}
+        cut, lnk = ent.get("cut", {}), ent.get("link", {})
+        check(cut.get("corrupt") == "size %d, header says %d"
+              % (len(data) // 2, len(data)) and cut.get("rows") == 0 and
+              "symbolic link" in lnk.get("corrupt", "") and
+              lnk.get("rows") == 0 and "corrupt" not in ent.get("conv-1", {}),
+              "GET /v1/sessions lists a cut file and a link as corrupt: "
+              "%s %s" % (cut, lnk))
+        rc, out = cli("ls")
+        check(rc == 0 and "corrupt (size %d, header says %d)"
+              % (len(data) // 2, len(data)) in out and
+              "corrupt (a symbolic link" in out,
+              "strata session ls shows them as corrupt (WHY): %s" % out)
+        refused(b, "link", "symbolic link", 500)
+        refused(b, "cut", "size %d, header says %d (corrupt file)"
+                % (len(data) // 2, len(data)))
+        os.remove(os.path.join(sdir, "cut.kvs"))
+        os.remove(os.path.join(sdir, "link.kvs"))
 
         # a corrupted copy: refused, nothing used
         data = bytearray(open(os.path.join(sdir, "conv-1.kvs"), "rb").read())
@@ -246,6 +391,7 @@ def main():
         subprocess.run([STRATA, "down", "--instance", name, "--run-dir",
                         rd], capture_output=True, timeout=60)
 
+        bad_dir(store, tmp, prompt)
         for rev in ("v4", "v41"):
             test_dsv(rev, tmp, insts)
     finally:
