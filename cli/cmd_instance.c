@@ -518,6 +518,13 @@ int cli_cmd_up(int argc, char **argv)
 	if (r)
 		goto out;
 	r = cli_instance_state(&inst);
+	/* the daemons answering in the run dir may be another instance's:
+	 * name it, not this one */
+	if (cli_instance_check_owner(&inst, r, &diag) < 0) {
+		fprintf(stderr, "strata up: %s\n", diag.msg);
+		r = 1;
+		goto out;
+	}
 	if (r == 3) {
 		fprintf(stderr, "strata up: instance '%s' is already running\n",
 			inst.name);

@@ -572,7 +572,8 @@ int cw_api_gen_start(struct cw_api *api, struct cw_sched *sched, int chat,
 	if (r < 0)
 		return -1;
 	g->n_prompt = (int)n_ids;
-	snprintf(g->id, sizeof(g->id), "%s-%lx", chat ? "chatcmpl" : "cmpl",
+	snprintf(g->id, sizeof(g->id), "%s-%016llx%lx",
+		 chat ? "chatcmpl" : "cmpl", (unsigned long long)api->id_prefix,
 		 __atomic_add_fetch(&api->next_id, 1, __ATOMIC_RELAXED));
 	return 0;
 }
