@@ -143,6 +143,10 @@ static int watch_one(struct sv *s, int i)
 			 "%s", how);
 		lock = cli_instance_lock_daemon(s->inst, name, 0);
 		if (lock == -EBUSY) {
+			/* a deliberate stop, not a crash: said as such */
+			snprintf(s->st.d[i].last_exit,
+				 sizeof(s->st.d[i].last_exit), "%s",
+				 ST_SUPERV_EXIT_RESTART);
 			/* `strata restart` stopped it and starts another,
 			 * which we adopt once it holds the lock no more */
 			st_info("%s (pid %d) stopped by strata restart", name,
