@@ -285,7 +285,8 @@ static void backend_gone(struct cli_proxy *p, struct px_conn *c,
 	int same = !never_reached && c->cw_pid > 0 && cw == c->cw_pid &&
 		   st_pid_alive(cw);
 
-	if (!never_reached && !same && resp_cut_clean(&c->resp)) {
+	if (!never_reached && !same && !c->awaiting &&
+	    resp_cut_clean(&c->resp)) {
 		/* an SSE stream computed's end cut between events: what it
 		 * sent, then our error event and the stream's end, so that
 		 * the client sees an error, not a short answer */
