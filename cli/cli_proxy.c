@@ -547,7 +547,9 @@ static void on_backend(struct cli_proxy *p, struct px_conn *c, uint32_t ev)
 		}
 		c->b.len = (size_t)n;
 		c->b.off = 0;
-		if (c->awaiting) /* a response starts */
+		/* a response starts (after an interim 100 the tracker
+		 * already waits for the next head: not reset mid-head) */
+		if (c->awaiting && c->resp.state != PR_HEAD)
 			resp_begin(&c->resp);
 		resp_feed(&c->resp, c->b.buf, (size_t)n);
 		/* an interim "100 Continue" does not start the response */
