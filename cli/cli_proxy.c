@@ -41,12 +41,22 @@ static const char k_body[] =
 
 /* The SSE event a stream cut by computed's end gets (OpenAI's shape of
  * an error in a stream: the openai clients raise it as an APIError);
- * no "data: [DONE]" follows, so the stream does not look complete. */
-static const char k_sse_event[] =
+ * no "data: [DONE]" follows, so the stream does not look complete.
+ * [0]: computed died (kill -9, a crash; the supervisor restarts it);
+ * [1]: the computed that took the connection lives and closed the stream
+ * before its end, which it does only when it stops (strata restart,
+ * strata down; a request deadline never applies to a stream). */
+static const char *const k_sse_event[2] = {
 	"data: {\"error\":{\"message\":\"computed (the compute worker) "
 	"stopped while this stream ran and restarted: the response is cut "
 	"short; retry the request\",\"type\":\"server_error\",\"param\":"
-	"null,\"code\":\"computed_restarting\"}}\n\n";
+	"null,\"code\":\"computed_restarting\"}}\n\n",
+	"data: {\"error\":{\"message\":\"computed (the compute worker) is "
+	"stopping (strata restart or strata down) and ended this stream "
+	"before its end: the response is cut short; retry the request\","
+	"\"type\":\"server_error\",\"param\":null,\"code\":"
+	"\"computed_stopping\"}}\n\n",
+};
 
 struct px_side {
 	int fd;
@@ -285,23 +295,23 @@ static void backend_gone(struct cli_proxy *p, struct px_conn *c,
 	int same = !never_reached && c->cw_pid > 0 && cw == c->cw_pid &&
 		   st_pid_alive(cw);
 
-	if (!never_reached && !same && !c->awaiting &&
-	    resp_cut_clean(&c->resp)) {
+	if (!never_reached && !c->awaiting && resp_cut_clean(&c->resp)) {
 		/* an SSE stream computed's end cut between events: what it
 		 * sent, then our error event and the stream's end, so that
 		 * the client sees an error, not a short answer */
+		const char *ev = k_sse_event[same];
+
 		memmove(c->b.buf, c->b.buf + c->b.off, pending);
 		c->b.off = 0;
 		c->b.len = pending;
 		if (c->resp.chunked)
 			c->b.len += (size_t)snprintf(
 				c->b.buf + pending, sizeof(c->b.buf) - pending,
-				"%zx\r\n%s\r\n0\r\n\r\n",
-				sizeof(k_sse_event) - 1, k_sse_event);
+				"%zx\r\n%s\r\n0\r\n\r\n", strlen(ev), ev);
 		else
 			c->b.len += (size_t)snprintf(
 				c->b.buf + pending, sizeof(c->b.buf) - pending,
-				"%s", k_sse_event);
+				"%s", ev);
 		c->resp.state = PR_OTHER;
 		close(c->b.fd);
 		c->b.fd = -1;

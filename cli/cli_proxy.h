@@ -8,12 +8,14 @@
  * gets `503` with `Retry-After` and an OpenAI error object (code
  * `computed_restarting`) it can retry.  A response already started can
  * only be cut, with one exception: an SSE stream (text/event-stream, 200)
- * whose computed died between two events gets an SSE error event in
- * OpenAI's shape (`data: {"error": {..., "code": "computed_restarting"}}`,
- * no `data: [DONE]`) and a clean end (the last chunk), so that a client
- * (the openai libraries raise APIError) sees an error, not a short answer;
- * one cut inside an event (rare: computed writes whole events) is only
- * cut, which HTTP clients report as an incomplete body.  A connection made
+ * that computed's side ends between two events before its end gets an SSE
+ * error event in OpenAI's shape (`data: {"error": {..., "code":
+ * "computed_restarting"}}` when computed died, "computed_stopping" when
+ * the computed that took it lives: it stops, as under strata restart; no
+ * `data: [DONE]`) and a clean end (the last chunk), so that a client (the
+ * openai libraries raise APIError) sees an error, not a short answer; one
+ * cut inside an event (rare: computed writes whole events) is only cut,
+ * which HTTP clients report as an incomplete body.  A connection made
  * while computed is down gets the same 503 at once.  When the computed
  * that took the connection still lives, its closing it (time-outs,
  * limits) is passed on as it is.
@@ -58,8 +60,8 @@ int cli_proxy_start(struct cli_proxy *p);
  * before a response (for the supervisor's log).  Thread-safe. */
 uint64_t cli_proxy_n_retry_errors(struct cli_proxy *p);
 
-/* SSE streams ended with our error event because computed died while
- * they ran (for the supervisor's log).  Thread-safe. */
+/* SSE streams ended with our error event because computed died or
+ * stopped while they ran (for the supervisor's log).  Thread-safe. */
 uint64_t cli_proxy_n_cut_streams(struct cli_proxy *p);
 
 /* Stops the thread (if started), closes every connection and the

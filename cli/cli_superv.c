@@ -401,10 +401,10 @@ static void run_child(struct cli_instance *inst, int timeout_s, int limit,
 	supervise(s);
 	if (s->proxy)
 		st_info("HTTP front: %llu requests answered 503 "
-			"computed_restarting, %llu streams ended with a "
-			"computed_restarting error event", (unsigned long long)
-			cli_proxy_n_retry_errors(s->proxy), (unsigned long long)
-			cli_proxy_n_cut_streams(s->proxy));
+			"computed_restarting, %llu streams ended with an "
+			"error event (computed died or stopped)",
+			(unsigned long long)cli_proxy_n_retry_errors(s->proxy),
+			(unsigned long long)cli_proxy_n_cut_streams(s->proxy));
 	cli_proxy_destroy(s->proxy);
 	free(s);
 	_exit(0);

@@ -11,7 +11,10 @@
  *    the event alone); no "data: [DONE]";
  *  - cut inside an event, inside a chunk, a stream already complete (last
  *    chunk sent), a JSON response: the bytes sent, nothing added;
- *  - an interim "100 Continue" before the stream: the event still added.
+ *  - an interim "100 Continue" before the stream: the event still added;
+ *  - with a computed pid file naming a live process (this one): the
+ *    computed that took the stream lives and ended it (it stops): the
+ *    event says computed_stopping instead.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -25,6 +28,7 @@
 #include <unistd.h>
 
 #include "cli_proxy.h"
+#include "st_daemon.h"
 #include "st_util.h"
 #include "test_util.h"
 
@@ -40,7 +44,8 @@ struct tcase {
 	const char *name;
 	const char *resp;   /* what the fake computed sends, then closes */
 	int byte_by_byte;
-	int want;           /* 0: nothing added; 1: chunked event; 2: bare */
+	int want;           /* 0: nothing added; 1: chunked event; 2: bare;
+			     * 3: chunked, computed_stopping */
 };
 
 static int port_of(int fd)
@@ -147,7 +152,11 @@ static void run_case(int front_port, int backend_lfd, const struct tcase *t)
 		char *end = NULL;
 		unsigned long len = strtoul(a, &end, 16);
 
-		if (t->want == 1) {
+		const char *code = t->want == 3 ?
+			"\"code\":\"computed_stopping\"" :
+			"\"code\":\"computed_restarting\"";
+
+		if (t->want != 2) {
 			/* "<hex>\r\n<event>\r\n0\r\n\r\n" */
 			bad = !end || strncmp(end, "\r\n", 2);
 			ev = bad ? a : end + 2;
@@ -158,7 +167,7 @@ static void run_case(int front_port, int backend_lfd, const struct tcase *t)
 		}
 		bad = bad || strncmp(ev, "data: {\"error\":{", 16) ||
 		      strncmp(ev + len - 4, "}}\n\n", 4) ||
-		      !memmem(ev, len, "\"code\":\"computed_restarting\"", 28) ||
+		      !memmem(ev, len, code, strlen(code)) ||
 		      !memmem(ev, len, "\"type\":\"server_error\"", 21) ||
 		      memmem(got, n, "[DONE]", 6);
 	}
@@ -213,8 +222,18 @@ int main(void)
 	lfd = listen_on(priv);
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
 		run_case(front_port, lfd, &cases[i]);
-	ST_TEST_CHECK(cli_proxy_n_cut_streams(p) == 5);
-	printf("streams ended with the error event: %llu (want 5)\n",
+	{
+		/* computed's pid file names a live process (us) */
+		static const struct tcase live = {
+			"a live computed ended the stream between events",
+			HEAD_CHUNKED "22\r\n" EV1 "\r\n", 1, 3 };
+
+		ST_TEST_CHECK(st_pidfile_write(run_dir, "computed") == 0);
+		run_case(front_port, lfd, &live);
+		st_pidfile_remove(run_dir, "computed");
+	}
+	ST_TEST_CHECK(cli_proxy_n_cut_streams(p) == 6);
+	printf("streams ended with the error event: %llu (want 6)\n",
 	       (unsigned long long)cli_proxy_n_cut_streams(p));
 	cli_proxy_destroy(p);
 	close(lfd);

@@ -12,7 +12,9 @@ stop.  Checks, each on values that could be wrong:
     installs it): iterating the stream raises APIError with code
     computed_restarting after the chunks that came, instead of ending as
     if complete;
-  - the supervisor brings computed back (/health 200) after each kill.
+  - the supervisor brings computed back (/health 200) after each kill;
+  - `strata restart computed` mid-stream: the same clean end, with code
+    computed_stopping (the computed that took it ended it on purpose).
 Skips (77) after the raw checks when node/npm or the client's install is
 missing (the client check did not run then).
 """
@@ -65,10 +67,17 @@ def wait_health(port, old_pid, run, timeout_s=60):
     return None
 
 
-def raw_stream_cut(port, run):
-    """Streams, kills computed after KILL_AFTER events, reads to the end.
-    Returns (events as strings, error of the read or None, the pid
-    killed or None)."""
+def kill9(run):
+    """kill -9 of computed; its pid."""
+    pid = computed_pid(run)
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def raw_stream_cut(port, run, action=kill9):
+    """Streams, runs action(run) (returns computed's pid it stopped) after
+    KILL_AFTER events, reads to the end.  Returns (events as strings,
+    error of the read or None, the pid stopped or None)."""
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
     c.request("POST", "/v1/completions", body=json.dumps(BODY).encode(),
               headers={"Content-Type": "application/json"})
@@ -88,8 +97,7 @@ def raw_stream_cut(port, run):
                 if ev.startswith("data: "):
                     events.append(ev[6:])
             if killed is None and len(events) >= KILL_AFTER:
-                killed = computed_pid(run)
-                os.kill(killed, signal.SIGKILL)
+                killed = action(run)
     except (http.client.IncompleteRead, OSError) as e:
         err = repr(e)
     c.close()
@@ -124,6 +132,34 @@ console.log(JSON.stringify(out));
 """
 
 
+def check_cut(events, err, killed, codes, what):
+    """The checks of a cut stream: ends cleanly with one error event whose
+    code is in codes, after completion chunks, no [DONE]."""
+    print("raw (%s): %d events, last %r, read error %s" %
+          (what, len(events), events[-1:] and events[-1][:300], err))
+    check(killed is not None, "%s: the stream ran past %d events, computed "
+          "stopped mid-stream" % (what, KILL_AFTER))
+    check(err is None, "%s: the cut stream's chunked body ends cleanly "
+          "(last chunk, no IncompleteRead)" % what)
+    check("[DONE]" not in events, "%s: no data: [DONE] after the cut" % what)
+    last = {}
+    try:
+        last = json.loads(events[-1]) if events else {}
+    except ValueError:
+        pass
+    e = last.get("error") if isinstance(last, dict) else None
+    check(isinstance(e, dict) and e.get("code") in codes and
+          e.get("type") == "server_error" and
+          "retry the request" in e.get("message", ""),
+          "%s: the stream ends with an OpenAI error event, code in %s (%r)"
+          % (what, codes, e))
+    ok_chunks = [x for x in events[:-1] if x != "[DONE]"]
+    check(len(ok_chunks) >= KILL_AFTER and all(
+        "choices" in json.loads(x) for x in ok_chunks),
+        "%s: the %d chunks before it are completion chunks"
+        % (what, len(ok_chunks)))
+
+
 def main():
     model = fixture("tiny-mixtral")
     tmp = tempfile.mkdtemp(prefix="strata-cut-")
@@ -142,28 +178,10 @@ def main():
                      (up.stdout + up.stderr).strip()[-500:]):
             return 1
         events, err, killed = raw_stream_cut(port, run)
-        print("raw: %d events, last %r, read error %s" %
-              (len(events), events[-1:] and events[-1][:300], err))
-        check(killed is not None, "the stream ran past %d events, computed "
-              "killed mid-stream" % KILL_AFTER)
-        check(err is None, "the cut stream's chunked body ends cleanly "
-              "(last chunk, no IncompleteRead)")
-        check("[DONE]" not in events, "no data: [DONE] after the cut")
-        last = {}
-        try:
-            last = json.loads(events[-1]) if events else {}
-        except ValueError:
-            pass
-        e = last.get("error") if isinstance(last, dict) else None
-        check(isinstance(e, dict) and e.get("code") == "computed_restarting"
-              and e.get("type") == "server_error" and
-              "restarted" in e.get("message", ""),
-              "the stream ends with an OpenAI error event, code "
-              "computed_restarting (%r)" % e)
-        ok_chunks = [x for x in events[:-1] if x != "[DONE]"]
-        check(len(ok_chunks) >= KILL_AFTER and all(
-            "choices" in json.loads(x) for x in ok_chunks),
-            "the %d chunks before it are completion chunks" % len(ok_chunks))
+        check_cut(events, err, killed, ("computed_restarting",), "kill -9")
+        e = json.loads(events[-1]).get("error", {}) if events else {}
+        check("restarted" in e.get("message", ""),
+              "kill -9: the message says computed restarted")
         dt = wait_health(port, killed, run) if killed else None
         check(dt is not None, "computed back after the kill (%s s)" % dt)
 
@@ -200,6 +218,30 @@ def main():
                   "on the cut stream (%s)" % o)
             check(wait_health(port, old, run) is not None,
                   "computed back after the second kill")
+
+        # `strata restart computed` mid-stream: computed stops on purpose
+        # (its stream thread ends the response early): the same event,
+        # code computed_stopping (computed_restarting when it was gone
+        # before the front looked)
+        restarts = []
+
+        def restart(run_dir):
+            pid = computed_pid(run_dir)
+            restarts.append(subprocess.Popen(
+                [STRATA, "restart", "computed", "--instance", inst,
+                 "--run-dir", run_dir], env=env, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True))
+            return pid
+
+        events, err, stopped = raw_stream_cut(port, run, restart)
+        out = restarts[0].communicate(timeout=120)[0] if restarts else ""
+        check(not restarts or restarts[0].returncode == 0,
+              "strata restart computed (%s)" % out.strip()[-300:])
+        check_cut(events, err, stopped,
+                  ("computed_stopping", "computed_restarting"),
+                  "strata restart computed")
+        check(wait_health(port, stopped, run) is not None,
+              "computed back after strata restart")
     finally:
         subprocess.run([STRATA, "down", "--instance", inst, "--run-dir", run],
                        env=env, capture_output=True, timeout=120)
