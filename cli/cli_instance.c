@@ -430,6 +430,8 @@ int cli_instance_up(struct cli_instance *inst, int timeout_s,
 	r = cli_instance_state(inst);
 	if (r > 0) {
 		close(lock);
+		if (cli_instance_check_owner(inst, r, diag) < 0)
+			return -EEXIST;
 		return st_diag_set(diag, -EEXIST, "instance '%s' is already "
 				   "running (%d of 3 daemons answer); strata "
 				   "down --instance %s stops it", inst->name,
@@ -475,6 +477,58 @@ int cli_instance_state(const struct cli_instance *inst)
 			up++;
 	}
 	return up;
+}
+
+/* The --instance of the first daemon answering in run_dir into ret.
+ * 0, or -ENOENT. */
+static int instance_owner(const char *run_dir, char *ret, size_t cap)
+{
+	for (int i = 0; i < 3; i++) {
+		char ctl[4200], path[64], cmd[8192];
+		int32_t pid = 0;
+		ssize_t n;
+		int fd;
+
+		st_run_path(run_dir, k_daemons[i], "ctl", ctl, sizeof(ctl));
+		if (!st_path_exists(ctl) ||
+		    st_daemon_ping(ctl, 1000, &pid) != 0 || pid <= 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/cmdline", (int)pid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		n = read(fd, cmd, sizeof(cmd) - 1);
+		close(fd);
+		if (n <= 0)
+			continue;
+		cmd[n] = 0;
+		/* NUL-separated arguments: "--instance" then the name */
+		for (char *a = cmd; a < cmd + n; a += strlen(a) + 1) {
+			char *v = a + strlen(a) + 1;
+
+			if (!strcmp(a, "--instance") && v < cmd + n && *v) {
+				snprintf(ret, cap, "%s", v);
+				return 0;
+			}
+		}
+	}
+	return -ENOENT;
+}
+
+int cli_instance_check_owner(const struct cli_instance *inst, int up,
+			     struct st_diag *diag)
+{
+	char owner[64];
+
+	if (up <= 0 ||
+	    instance_owner(inst->run_dir, owner, sizeof(owner)) < 0 ||
+	    !strcmp(owner, inst->name))
+		return 0;
+	return st_diag_set(diag, -EEXIST, "run dir %s is held by instance "
+			   "'%s' (%d of 3 of its daemons answer there): give "
+			   "'%s' another --run-dir, or stop '%s' first with "
+			   "'strata down --instance %s'", inst->run_dir, owner,
+			   up, inst->name, owner, owner);
 }
 
 int cli_instance_running(const struct cli_instance *inst)

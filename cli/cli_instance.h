@@ -100,6 +100,16 @@ int cli_instance_down(struct cli_instance *inst);
 /* How many of the instance's three daemons answer PING (0..3). */
 int cli_instance_state(const struct cli_instance *inst);
 
+/*
+ * When the up (> 0) daemons that answer in inst's run dir are another
+ * instance's (the --instance of the first answering daemon's command
+ * line, /proc/<pid>/cmdline): -EEXIST with diag naming that instance and
+ * what to do (another --run-dir, or stop it).  0 when they are inst's own
+ * or their name cannot be read (the caller's "already running" holds).
+ */
+int cli_instance_check_owner(const struct cli_instance *inst, int up,
+			     struct st_diag *diag);
+
 /* 1 if computed of the instance answers PING (ready), else 0. */
 int cli_instance_running(const struct cli_instance *inst);
 

@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -31,6 +32,7 @@
 #define PX_BUF 16384
 #define PX_LINGER_MS 2000
 #define PX_MAX_CONNS 4096
+#define PX_TAIL 512 /* room after a full buffer for our SSE error event */
 
 static const char k_body[] =
 	"{\"error\":{\"message\":\"computed (the compute worker) stopped "
@@ -38,11 +40,49 @@ static const char k_body[] =
 	"a moment\",\"type\":\"server_error\",\"param\":null,"
 	"\"code\":\"computed_restarting\"}}\n";
 
+/* The SSE event a stream cut by computed's end gets (OpenAI's shape of
+ * an error in a stream: the openai clients raise it as an APIError);
+ * no "data: [DONE]" follows, so the stream does not look complete.
+ * [0]: computed died (kill -9, a crash; the supervisor restarts it);
+ * [1]: the computed that took the connection lives and closed the stream
+ * before its end, which it does only when it stops (strata restart,
+ * strata down; a request deadline never applies to a stream). */
+static const char *const k_sse_event[2] = {
+	"data: {\"error\":{\"message\":\"computed (the compute worker) "
+	"stopped while this stream ran and restarted: the response is cut "
+	"short; retry the request\",\"type\":\"server_error\",\"param\":"
+	"null,\"code\":\"computed_restarting\"}}\n\n",
+	"data: {\"error\":{\"message\":\"computed (the compute worker) is "
+	"stopping (strata restart or strata down) and ended this stream "
+	"before its end: the response is cut short; retry the request\","
+	"\"type\":\"server_error\",\"param\":null,\"code\":"
+	"\"computed_stopping\"}}\n\n",
+};
+
 struct px_side {
 	int fd;
 	size_t len, off; /* bytes read from fd, waiting for the other side */
 	int eof;         /* fd read returned 0 */
-	char buf[PX_BUF];
+	char buf[PX_BUF + PX_TAIL]; /* reads fill at most PX_BUF */
+};
+
+/* How far computed's current response went, read from its bytes as they
+ * pass (nothing is changed): enough to know whether an SSE stream is at
+ * an event boundary, where an event of ours can be added. */
+enum px_rstate { PR_NONE, PR_HEAD, PR_SSE, PR_OTHER };
+enum px_cstate { PC_SIZE, PC_EXT, PC_DATA, PC_DATA_END, PC_LAST };
+
+struct px_resp {
+	enum px_rstate state;
+	int status;           /* of the head being read, 0 before its line */
+	int sse, chunked;     /* text/event-stream; Transfer-Encoding chunked */
+	char line[128];       /* a head line's start (enough to match) */
+	size_t line_len;
+	enum px_cstate cs;    /* chunked framing (PR_SSE with chunked) */
+	int size_digits;      /* hex digits read of the chunk-size line */
+	uint64_t chunk_left;  /* data bytes left in this chunk */
+	int ev_open;          /* SSE: a line of an undispatched event came */
+	int line_start;       /* SSE: at the start of a line */
 };
 
 struct px_conn {
@@ -55,6 +95,7 @@ struct px_conn {
 	uint64_t linger_ns;  /* after our answer: close at this time */
 	uint32_t ev_c, ev_b; /* epoll interest now */
 	uint8_t peer[16];    /* the client's address (IPv4 as v4-mapped) */
+	struct px_resp resp; /* computed's response under way */
 	struct px_conn *prev, *next;
 };
 
@@ -67,6 +108,7 @@ struct cli_proxy {
 	struct px_conn *conns;
 	int n_conns;
 	_Atomic uint64_t n_retry;
+	_Atomic uint64_t n_cut;
 };
 
 /* epoll data: the connection pointer, its low bit = backend side */
@@ -90,6 +132,132 @@ static void set_ev(struct cli_proxy *p, int fd, uint32_t *cur, uint32_t want,
 		epoll_ctl(p->efd, *cur ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, fd,
 			  &ev);
 	*cur = want;
+}
+
+static void resp_begin(struct px_resp *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->state = PR_HEAD;
+	r->line_start = 1;
+}
+
+/* A head line (no line end): the status line, or the two headers that
+ * matter; a blank line ends the head. */
+static void resp_head_line(struct px_resp *r)
+{
+	const char *l = r->line;
+
+	if (r->line_len == 0) {
+		if (r->status >= 100 && r->status < 200) {
+			resp_begin(r); /* an interim response: the real follows */
+			return;
+		}
+		r->state = r->sse && r->status == 200 ? PR_SSE : PR_OTHER;
+		return;
+	}
+	if (!r->status) {
+		if (r->line_len >= 12 && !strncmp(l, "HTTP/1.", 7))
+			r->status = atoi(l + 9);
+		if (r->status <= 0)
+			r->state = PR_OTHER; /* not HTTP as we know it */
+		return;
+	}
+	if (!strncasecmp(l, "content-type:", 13))
+		r->sse = strstr(l + 13, "text/event-stream") != NULL;
+	else if (!strncasecmp(l, "transfer-encoding:", 18))
+		r->chunked = strstr(l + 18, "chunked") != NULL;
+}
+
+/* One byte of the event stream itself (CR ignored: LF ends lines). */
+static void resp_sse_byte(struct px_resp *r, char ch)
+{
+	if (ch == '\r')
+		return;
+	if (ch == '\n') {
+		if (r->line_start)
+			r->ev_open = 0; /* a blank line dispatches the event */
+		r->line_start = 1;
+	} else {
+		r->line_start = 0;
+		r->ev_open = 1;
+	}
+}
+
+static int hexval(char ch)
+{
+	if (ch >= '0' && ch <= '9')
+		return ch - '0';
+	ch = (char)(ch | 0x20);
+	return ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : -1;
+}
+
+/* Reads n bytes computed sent (as the client will get them). */
+static void resp_feed(struct px_resp *r, const char *b, size_t n)
+{
+	for (size_t i = 0; i < n && r->state != PR_OTHER &&
+			   r->state != PR_NONE; i++) {
+		char ch = b[i];
+
+		if (r->state == PR_HEAD) {
+			if (ch == '\n') {
+				resp_head_line(r);
+				r->line_len = 0;
+			} else if (ch != '\r' &&
+				   r->line_len < sizeof(r->line) - 1) {
+				r->line[r->line_len++] = ch;
+				r->line[r->line_len] = 0;
+			}
+			continue;
+		}
+		if (!r->chunked) { /* close-delimited: all bytes are the body */
+			resp_sse_byte(r, ch);
+			continue;
+		}
+		switch (r->cs) {
+		case PC_SIZE:
+		case PC_EXT:
+			if (ch == '\n') {
+				r->cs = r->chunk_left ? PC_DATA : PC_LAST;
+				r->size_digits = 0;
+			} else if (r->cs == PC_SIZE && hexval(ch) >= 0 &&
+				   r->size_digits < 15) {
+				r->chunk_left = r->chunk_left * 16 +
+						(uint64_t)hexval(ch);
+				r->size_digits++;
+			} else if (ch != '\r') {
+				r->cs = PC_EXT; /* extensions: ignored */
+				r->size_digits++;
+			}
+			break;
+		case PC_DATA: {
+			size_t k = n - i < r->chunk_left ? n - i :
+				   (size_t)r->chunk_left;
+
+			for (size_t j = 0; j < k; j++)
+				resp_sse_byte(r, b[i + j]);
+			r->chunk_left -= k;
+			i += k - 1;
+			if (!r->chunk_left)
+				r->cs = PC_DATA_END;
+			break;
+		}
+		case PC_DATA_END:
+			if (ch == '\n')
+				r->cs = PC_SIZE;
+			break;
+		case PC_LAST: /* the last chunk came: the stream is whole */
+			r->state = PR_OTHER;
+			break;
+		}
+	}
+}
+
+/* 1 when the response is an SSE stream cut at an event boundary (and a
+ * chunk boundary): an event of ours can follow and end it cleanly. */
+static int resp_cut_clean(const struct px_resp *r)
+{
+	return r->state == PR_SSE && !r->ev_open && r->line_start &&
+	       (!r->chunked || (r->cs == PC_SIZE && r->size_digits == 0));
 }
 
 static void conn_close(struct cli_proxy *p, struct px_conn *c)
@@ -125,9 +293,35 @@ static void backend_gone(struct cli_proxy *p, struct px_conn *c,
 {
 	size_t pending = c->b.len - c->b.off;
 	int cw = never_reached ? 0 : st_pidfile_read(p->run_dir, "computed");
+	int same = !never_reached && c->cw_pid > 0 && cw == c->cw_pid &&
+		   st_pid_alive(cw);
 
-	if (pending || (!never_reached && c->cw_pid > 0 && cw == c->cw_pid &&
-			st_pid_alive(cw))) {
+	if (!never_reached && !c->awaiting && resp_cut_clean(&c->resp)) {
+		/* an SSE stream computed's end cut between events: what it
+		 * sent, then our error event and the stream's end, so that
+		 * the client sees an error, not a short answer */
+		const char *ev = k_sse_event[same];
+
+		memmove(c->b.buf, c->b.buf + c->b.off, pending);
+		c->b.off = 0;
+		c->b.len = pending;
+		if (c->resp.chunked)
+			c->b.len += (size_t)snprintf(
+				c->b.buf + pending, sizeof(c->b.buf) - pending,
+				"%zx\r\n%s\r\n0\r\n\r\n", strlen(ev), ev);
+		else
+			c->b.len += (size_t)snprintf(
+				c->b.buf + pending, sizeof(c->b.buf) - pending,
+				"%s", ev);
+		c->resp.state = PR_OTHER;
+		close(c->b.fd);
+		c->b.fd = -1;
+		c->ev_b = 0;
+		c->closing = 1;
+		atomic_fetch_add(&p->n_cut, 1);
+		return;
+	}
+	if (pending || same) {
 		/* a response under way can only be cut; and when the same
 		 * computed lives, it closed the connection on purpose (a
 		 * time-out, a limit): so do we, after what it sent */
@@ -364,6 +558,11 @@ static void on_backend(struct cli_proxy *p, struct px_conn *c, uint32_t ev)
 		}
 		c->b.len = (size_t)n;
 		c->b.off = 0;
+		/* a response starts (after an interim 100 the tracker
+		 * already waits for the next head: not reset mid-head) */
+		if (c->awaiting && c->resp.state != PR_HEAD)
+			resp_begin(&c->resp);
+		resp_feed(&c->resp, c->b.buf, (size_t)n);
 		/* an interim "100 Continue" does not start the response */
 		if (!(n >= 12 && !memcmp(c->b.buf, "HTTP/1.1 100", 12)))
 			c->awaiting = 0;
@@ -504,6 +703,11 @@ int cli_proxy_start(struct cli_proxy *p)
 uint64_t cli_proxy_n_retry_errors(struct cli_proxy *p)
 {
 	return p ? atomic_load(&p->n_retry) : 0;
+}
+
+uint64_t cli_proxy_n_cut_streams(struct cli_proxy *p)
+{
+	return p ? atomic_load(&p->n_cut) : 0;
 }
 
 void cli_proxy_destroy(struct cli_proxy *p)

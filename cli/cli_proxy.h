@@ -6,14 +6,23 @@
  * client's connection.  When computed's side of a connection ends while a
  * request waits for its response (no response byte sent yet), the client
  * gets `503` with `Retry-After` and an OpenAI error object (code
- * `computed_restarting`) it can retry; a response already started (an SSE
- * stream) can only be cut, as HTTP allows nothing else.  A connection made
+ * `computed_restarting`) it can retry.  A response already started can
+ * only be cut, with one exception: an SSE stream (text/event-stream, 200)
+ * that computed's side ends between two events before its end gets an SSE
+ * error event in OpenAI's shape (`data: {"error": {..., "code":
+ * "computed_restarting"}}` when computed died, "computed_stopping" when
+ * the computed that took it lives: it stops, as under strata restart; no
+ * `data: [DONE]`) and a clean end (the last chunk), so that a client (the
+ * openai libraries raise APIError) sees an error, not a short answer; one
+ * cut inside an event (rare: computed writes whole events) is only cut,
+ * which HTTP clients report as an incomplete body.  A connection made
  * while computed is down gets the same 503 at once.  When the computed
  * that took the connection still lives, its closing it (time-outs,
  * limits) is passed on as it is.
  *
- * The proxy does not parse HTTP beyond the first bytes of a response:
- * "a request waits" means the client sent bytes after the last byte
+ * The proxy parses no request, and of a response only its head (status,
+ * Content-Type, Transfer-Encoding) and an SSE stream's chunk and event
+ * boundaries, forwarding every byte unchanged: "a request waits" means the client sent bytes after the last byte
  * computed sent.  Time-outs and the total connection limit stay
  * computed's (its side of each connection closes, and the proxy closes
  * the client's); the client address computed sees is 127.0.0.1, so the
@@ -50,6 +59,10 @@ int cli_proxy_start(struct cli_proxy *p);
 /* Connections the proxy answered with 503 because computed's side ended
  * before a response (for the supervisor's log).  Thread-safe. */
 uint64_t cli_proxy_n_retry_errors(struct cli_proxy *p);
+
+/* SSE streams ended with our error event because computed died or
+ * stopped while they ran (for the supervisor's log).  Thread-safe. */
+uint64_t cli_proxy_n_cut_streams(struct cli_proxy *p);
 
 /* Stops the thread (if started), closes every connection and the
  * listener, frees p.  NULL is fine. */

@@ -143,6 +143,10 @@ static int watch_one(struct sv *s, int i)
 			 "%s", how);
 		lock = cli_instance_lock_daemon(s->inst, name, 0);
 		if (lock == -EBUSY) {
+			/* a deliberate stop, not a crash: said as such */
+			snprintf(s->st.d[i].last_exit,
+				 sizeof(s->st.d[i].last_exit), "%s",
+				 ST_SUPERV_EXIT_RESTART);
 			/* `strata restart` stopped it and starts another,
 			 * which we adopt once it holds the lock no more */
 			st_info("%s (pid %d) stopped by strata restart", name,
@@ -397,8 +401,10 @@ static void run_child(struct cli_instance *inst, int timeout_s, int limit,
 	supervise(s);
 	if (s->proxy)
 		st_info("HTTP front: %llu requests answered 503 "
-			"computed_restarting", (unsigned long long)
-			cli_proxy_n_retry_errors(s->proxy));
+			"computed_restarting, %llu streams ended with an "
+			"error event (computed died or stopped)",
+			(unsigned long long)cli_proxy_n_retry_errors(s->proxy),
+			(unsigned long long)cli_proxy_n_cut_streams(s->proxy));
 	cli_proxy_destroy(s->proxy);
 	free(s);
 	_exit(0);

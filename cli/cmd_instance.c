@@ -532,6 +532,13 @@ int cli_cmd_up(int argc, char **argv)
 	if (r)
 		goto out;
 	r = cli_instance_state(&inst);
+	/* the daemons answering in the run dir may be another instance's:
+	 * name it, not this one */
+	if (cli_instance_check_owner(&inst, r, &diag) < 0) {
+		fprintf(stderr, "strata up: %s\n", diag.msg);
+		r = 1;
+		goto out;
+	}
 	if (r == 3) {
 		fprintf(stderr, "strata up: instance '%s' is already running\n",
 			inst.name);
@@ -784,6 +791,26 @@ static void print_placement(const char *instance)
 	closedir(d);
 }
 
+/* What status says of a daemon from the supervisor's state into buf
+ * ("" when nothing is worth saying: running, never restarted).  A
+ * daemon `strata restart` stopped is said to be restarted by it, not
+ * "0 restarts, restarting, last exit exit-0". */
+static void describe_superv(const struct st_superv_daemon *d, char *buf,
+			    size_t len)
+{
+	int cmd = !strcmp(d->last_exit, ST_SUPERV_EXIT_RESTART);
+
+	buf[0] = 0;
+	if (cmd && !strcmp(d->state, "restarting"))
+		snprintf(buf, len, "; being restarted by strata restart (%u "
+			 "restart%s after a crash)", d->restarts,
+			 d->restarts == 1 ? "" : "s");
+	else if (d->restarts || strcmp(d->state, "running"))
+		snprintf(buf, len, "; %u restart%s, %s, last exit %s",
+			 d->restarts, d->restarts == 1 ? "" : "s", d->state,
+			 cmd ? "by strata restart" : d->last_exit);
+}
+
 int cli_cmd_status(int argc, char **argv)
 {
 	static const char *names[3] = { "expertd", "kvd", "computed" };
@@ -825,12 +852,8 @@ int cli_cmd_status(int argc, char **argv)
 		char ctl[4200], extra[128] = "";
 		int32_t pid = 0;
 
-		if (have_sv && !strcmp(sv.d[i].name, names[i]) &&
-		    (sv.d[i].restarts || strcmp(sv.d[i].state, "running")))
-			snprintf(extra, sizeof(extra), "; %u restart%s, %s, "
-				 "last exit %s", sv.d[i].restarts,
-				 sv.d[i].restarts == 1 ? "" : "s",
-				 sv.d[i].state, sv.d[i].last_exit);
+		if (have_sv && !strcmp(sv.d[i].name, names[i]))
+			describe_superv(&sv.d[i], extra, sizeof(extra));
 		st_run_path(inst.run_dir, names[i], "ctl", ctl, sizeof(ctl));
 		if (st_path_exists(ctl) && st_daemon_ping(ctl, 1000, &pid) == 0) {
 			char a[32];

@@ -8,7 +8,9 @@
  *   <daemon> <pid> <restarts> <state> <last-exit>
  * state: running | restarting | stopped (exited cleanly, not restarted) |
  * gave-up (crash-loop limit reached); last-exit: "-", "exit-N",
- * "signal-N" or "gone" (a daemon not started by the supervisor).  The file
+ * "signal-N", "gone" (a daemon not started by the supervisor) or
+ * "strata-restart" (stopped by `strata restart`, which starts the next
+ * one; not counted in restarts).  The file
  * is replaced whole (rename), so a reader never sees half of it.
  */
 #ifndef ST_SUPERV_H
@@ -17,6 +19,8 @@
 #include <stdint.h>
 
 #define ST_SUPERV_DAEMONS 3
+/* last-exit of a daemon `strata restart` stopped (a deliberate restart) */
+#define ST_SUPERV_EXIT_RESTART "strata-restart"
 
 struct st_superv_daemon {
 	char name[16];       /* expertd, kvd, computed */

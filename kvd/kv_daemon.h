@@ -330,8 +330,18 @@ int kv_seq_find_request(const struct kv_pool *p, uint32_t client,
 void kv_seq_touch(struct kv_pool *p, uint32_t idx);
 /* A new mark stamp: p->mark[2 * idx] == stamp marks idx as in the batch. */
 uint32_t kv_mark_begin(struct kv_pool *p);
+/* -ST_E_BUDGET with diag: `what` needs `need` more pages, `avail` are free
+ * or can be made free; the advice names --spill-budget only when spilling
+ * is off or the spill file has fewer free slots than are missing. */
 int kv_budget_error(const struct kv_pool *p, uint64_t need, uint64_t avail,
 		    const char *what, struct st_diag *diag);
+/* -ST_E_BUDGET with diag: one sequence of `rows` rows needs `want` pages
+ * per stream, more than the max_pages_per_seq one sequence may hold; says
+ * how much the sequence needs and the option that raises the cap
+ * (kvd --budget, or --max-rows-per-seq where that caps it).  A running
+ * sequence is pinned, so the spill budget is never the remedy here. */
+int kv_seq_cap_error(const struct kv_pool *p, uint32_t rows, uint32_t want,
+		     struct st_diag *diag);
 
 /* ---- prefix cache (kv_cache.c) ----------------------------------------- */
 

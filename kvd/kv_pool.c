@@ -435,8 +435,13 @@ int kv_budget_error(const struct kv_pool *p, uint64_t need, uint64_t avail,
 		    const char *what, struct st_diag *diag)
 {
 	char b1[32], b2[32], b3[32], spill[320] = "";
-	uint64_t more = (need > avail ? need - avail : 0) * p->lay.page_bytes;
+	uint64_t missing = need > avail ? need - avail : 0;
+	uint64_t more = missing * p->lay.page_bytes;
 	uint64_t want = p->lay.budget_bytes + more;
+	/* raising the spill budget helps only when spilling is off or the
+	 * spill file is short of slots; with free slots the pages are held
+	 * by pinned (running) sequences, which never spill */
+	int spill_helps = !p->lay.n_slots || p->spill.n_free_slots < missing;
 
 	if (p->lay.n_slots) {
 		uint64_t pinned = 0;
@@ -463,15 +468,53 @@ int kv_budget_error(const struct kv_pool *p, uint64_t need, uint64_t avail,
 			   "%llu bytes, %llu are free or can be made free%s; "
 			   "the KV budget of %s holds %llu pages: raise kvd "
 			   "--budget (strata: --kv-budget) to at least %llu "
-			   "bytes (%s), raise kvd --spill-budget, or free or "
-			   "unpin sequences", what,
+			   "bytes (%s), %sor free or unpin sequences", what,
 			   (unsigned long long)need,
 			   (unsigned long long)p->lay.page_bytes,
 			   (unsigned long long)avail, spill,
 			   st_format_bytes(p->lay.budget_bytes, b1, sizeof(b1)),
 			   (unsigned long long)p->lay.n_pages,
 			   (unsigned long long)want,
-			   st_format_bytes(want, b2, sizeof(b2)));
+			   st_format_bytes(want, b2, sizeof(b2)),
+			   spill_helps ? "raise kvd --spill-budget (strata: "
+			   "--kv-spill-budget), " : "");
+}
+
+int kv_seq_cap_error(const struct kv_pool *p, uint32_t rows, uint32_t want,
+		     struct st_diag *diag)
+{
+	const struct kv_layout *l = &p->lay;
+	uint64_t pages = (uint64_t)want * l->n_streams;
+	uint64_t bytes = pages * l->page_bytes;
+	char b1[32], b2[32], b3[32];
+
+	/* the cap is the smaller of --max-rows-per-seq's pages and the
+	 * budget's pages per stream (kv_pool_layout in kv_proto.c) */
+	if (kv_pages_for_rows(l->max_rows_per_seq, l->page_rows) <= want)
+		return st_diag_set(diag, -ST_E_BUDGET,
+				   "a sequence of %u rows is longer than kvd "
+				   "--max-rows-per-seq %u allows: raise it, "
+				   "or ask for fewer tokens", rows,
+				   l->max_rows_per_seq);
+	return st_diag_set(diag, -ST_E_BUDGET,
+			   "KV budget too small for one sequence: a sequence "
+			   "of %u rows needs %u pages per stream, %llu pages "
+			   "of %llu bytes in all (%s), but the KV budget of %s "
+			   "(%llu pages, %u streams) lets one sequence hold %u "
+			   "pages per stream.  A running sequence's pages are "
+			   "pinned and never spilled, so the spill budget does "
+			   "not help: raise kvd --budget (strata: --kv-budget) "
+			   "to at least %llu bytes (each %u rows more need "
+			   "%s more), or ask for fewer tokens",
+			   rows, want, (unsigned long long)pages,
+			   (unsigned long long)l->page_bytes,
+			   st_format_bytes(bytes, b1, sizeof(b1)),
+			   st_format_bytes(l->budget_bytes, b2, sizeof(b2)),
+			   (unsigned long long)l->n_pages, l->n_streams,
+			   l->max_pages_per_seq, (unsigned long long)bytes,
+			   l->page_rows,
+			   st_format_bytes((uint64_t)l->n_streams *
+					   l->page_bytes, b3, sizeof(b3)));
 }
 
 /* Gives back the pages of sequence idx at positions [from, to) of every
@@ -646,19 +689,7 @@ int kv_seq_reserve(struct kv_pool *p, uint32_t client, uint32_t n,
 		uint32_t want = kv_pages_for_rows(target[u], B);
 
 		if (want > p->lay.max_pages_per_seq) {
-			char what[96];
-
-			/* one sequence may use at most its share of the
-			 * pool: its pages per stream are capped */
-			snprintf(what, sizeof(what),
-				 "a sequence of %u rows (%u pages per stream, "
-				 "more than one sequence may hold)",
-				 target[u], want);
-			r = kv_budget_error(
-				p, (uint64_t)want * p->lay.n_streams,
-				(uint64_t)p->lay.max_pages_per_seq *
-					p->lay.n_streams,
-				what, diag);
+			r = kv_seq_cap_error(p, target[u], want, diag);
 			goto out;
 		}
 		fresh += (uint64_t)(want - have) * p->lay.n_streams;

@@ -129,9 +129,14 @@ int kv_session_save(struct kv_pool *p, const char *dir, const char *name,
 			kv_page_unref(p, pages[s]);
 	}
 	if (got == 0) {
-		r = st_diag_set(diag, -ST_E_NOTFOUND, "session '%s': the "
-				"conversation's first page is not in kvd's "
-				"prefix cache (publish its rows first)", name);
+		r = st_diag_set(diag, -ST_E_NOTFOUND, "session '%s': this "
+				"conversation's KV is not cached: nothing was "
+				"generated from it on this instance yet, or "
+				"its pages were evicted since; run a "
+				"completion of exactly this prompt (or these "
+				"messages) first, then save again, or save it "
+				"in that request with \"session\": "
+				"{\"save\": \"%s\"}", name, name);
 		goto out;
 	}
 	memcpy(buf, k_magic, 8);

@@ -863,6 +863,7 @@ int cw_http_start(const struct cw_http_opts *o, struct cw_sched *sched,
 	h->api.chat = o->chat;
 	h->api.model_name = h->model_name;
 	h->api.created = (long)time(NULL);
+	h->api.id_prefix = st_random_id();
 	sa.sin_family = AF_INET;
 	sa.sin_port = htons((uint16_t)o->port);
 	if (inet_pton(AF_INET, h->bind_addr, &sa.sin_addr) != 1) {

@@ -574,7 +574,8 @@ int cw_api_gen_start(struct cw_api *api, struct cw_sched *sched, int chat,
 		return -1;
 	g->n_prompt = (int)n_ids;
 	snprintf(g->save_name, sizeof(g->save_name), "%s", gp.session_save);
-	snprintf(g->id, sizeof(g->id), "%s-%lx", chat ? "chatcmpl" : "cmpl",
+	snprintf(g->id, sizeof(g->id), "%s-%016llx%lx",
+		 chat ? "chatcmpl" : "cmpl", (unsigned long long)api->id_prefix,
 		 __atomic_add_fetch(&api->next_id, 1, __ATOMIC_RELAXED));
 	return 0;
 }

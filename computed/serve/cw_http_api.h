@@ -10,6 +10,7 @@
 
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #include "cw_chat.h"
 #include "cw_model.h"
@@ -21,7 +22,11 @@ struct cw_api {
 	enum cw_chat_template chat;
 	const char *model_name;           /* borrowed */
 	long created;                     /* unix time of /v1/models */
-	unsigned long next_id;            /* completion ids (atomic) */
+	/* completion ids: "cmpl-" / "chatcmpl-" then id_prefix (random per
+	 * computed start: st_random_id) and next_id (atomic), both as hex,
+	 * so that no two starts or instances give the same id */
+	uint64_t id_prefix;
+	unsigned long next_id;
 };
 
 /* An OpenAI-style error: {"error": {message, type, param, code}}. */

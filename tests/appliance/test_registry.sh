@@ -11,6 +11,9 @@
 #    instance) removes the run directory it made;
 #  - started with STRATA_IOQ=off: status's io line says "priorities off",
 #    /metrics has strata_io_ordered 0;
+#  - `strata up --instance OTHER --run-dir <this instance's run dir>`
+#    fails naming this instance as the holder of the folder (it used to
+#    say "instance 'OTHER' is already running");
 #  - kill -9 of the supervisor: status and ps say "supervisor dead" (not
 #    "listening on", not "running") and what to run; down still stops it.
 set -u
@@ -62,6 +65,13 @@ case "$line" in
 *) echo "FAIL: strata ps: '$line'"; cat "$TMP/ps"; fail=1 ;;
 esac
 
+other="other_$$"
+"$STRATA" up --instance "$other" --run-dir "$run" --store "$TMP/store" \
+	--http-port "$(free_port)" >"$TMP/up2.out" 2>&1 &&
+	{ echo "FAIL: up of $other in $inst's run dir succeeded"; fail=1; }
+grep -q "run dir $run is held by instance '$inst'" "$TMP/up2.out" &&
+	! grep -q "'$other' is already running" "$TMP/up2.out" ||
+	{ echo "FAIL: up in another instance's run dir does not name it"; cat "$TMP/up2.out"; fail=1; }
 STRATA_RUN_DIR="$TMP/default-run" "$STRATA" run --instance "$inst" \
 	--max-tokens 2 --quiet >/dev/null 2>"$TMP/run.err" ||
 	{ echo "FAIL: strata run --instance $inst"; cat "$TMP/run.err"; fail=1; }

@@ -7,7 +7,10 @@
 #  - `strata restart kvd` then starts it and the supervisor takes it over:
 #    killed once more it is restarted again (and counted);
 #  - `strata restart computed` under the supervisor: one new computed, not
-#    two (the supervisor adopts the one restart started).
+#    two (the supervisor adopts the one restart started); the supervisor
+#    records the stop as "strata-restart", not as an exit-0 crash, and
+#    status words a daemon in that state as being restarted by strata
+#    restart (it used to say "0 restarts, restarting, last exit exit-0").
 set -u
 . "$STRATA_SOURCE_DIR/tests/instance_env.sh"
 need_fixture tiny-mixtral
@@ -61,5 +64,17 @@ sleep 1
 n=$(pgrep -f -- "^computed .*--instance $inst " | wc -l)
 [ "$n" = 1 ] && [ "$new" != "$old" ] && [ "$(cat "$run/computed.pid")" = "$new" ] ||
 	{ echo "FAIL: after strata restart computed: $n computed, pid $old -> $new -> $(cat "$run/computed.pid")"; fail=1; }
+grep -q "^computed $new 0 running strata-restart$" "$run/supervisor.state" ||
+	{ echo "FAIL: the supervisor did not record a deliberate restart:"; cat "$run/supervisor.state"; fail=1; }
+st computed | grep -q "exit-0" && { echo "FAIL: status after strata restart: $(st computed)"; fail=1; }
+# the moment between the stop and the adoption, as the supervisor writes
+# it: status's words for it (a run dir with only that state file)
+mkdir "$TMP/fake"
+printf 'expertd 0 0 running -\nkvd 0 2 running signal-9\ncomputed 0 0 restarting strata-restart\n' \
+	>"$TMP/fake/supervisor.state"
+"$STRATA" status --instance "fake_$$" --run-dir "$TMP/fake" >"$TMP/fake.out" 2>&1
+grep -q "^  computed  not running; being restarted by strata restart (0 restarts after a crash)$" "$TMP/fake.out" &&
+	grep -q "^  kvd       not running; 2 restarts, running, last exit signal-9$" "$TMP/fake.out" ||
+	{ echo "FAIL: status of a daemon strata restart is restarting:"; cat "$TMP/fake.out"; fail=1; }
 [ $fail = 0 ] && echo "ok: crash-loop limit, restart hand-over"
 exit $fail

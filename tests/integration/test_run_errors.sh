@@ -19,6 +19,12 @@
 #    failed start quotes only its own log lines (the log is appended to);
 #  - kvd's warning about a spill file on tmpfs (logged after computed
 #    connects) is echoed by strata run;
+#  - a KV budget too small for one (pinned, running) sequence, with a
+#    spill budget: exit 1 saying one sequence needs more than the budget
+#    lets it hold, the --kv-budget that fixes it (pages x page bytes as
+#    stated) and no advice to raise --spill-budget (it used to give that,
+#    with an empty spill file); a re-run at the --kv-budget named gets the
+#    sequence past the rows it stopped at;
 #  - a STRATA_CACHE_DIR that cannot be created: exit 1 naming the cache
 #    and STRATA_CACHE_DIR (it used to blame the model directory);
 #  - strata plan refuses "--context 4k" and the like (exit 2);
@@ -193,6 +199,43 @@ if [ -d /dev/shm ] && [ -w /dev/shm ]; then
 	fi
 else
 	echo "SKIP (check 4c only): no writable /dev/shm"
+fi
+
+# 4d. a KV budget too small for one sequence (pinned while it runs): the
+# advice follows the cause, and the budget it names is enough for it
+"$STRATA" run --store "$STORE" --prompt "And it came to pass" --max-tokens 200 \
+	--kv-budget 256KiB --kv-spill-budget 64MiB --instance "rkb$$" \
+	--run-dir "$TMP/runkb" >/dev/null 2>"$TMP/errkb"
+rc=$?
+$PY - "$TMP/errkb" "$rc" <<'PY' >"$TMP/kbnext" || fail=1
+import re, sys
+err, rc = open(sys.argv[1]).read(), int(sys.argv[2])
+m = re.search(r"KV budget too small for one sequence: a sequence of (\d+) rows "
+              r"needs (\d+) pages per stream, (\d+) pages of (\d+) bytes in all "
+              r".*raise kvd --budget \(strata: --kv-budget\) to at least (\d+) bytes", err)
+if rc != 1 or not m:
+    sys.stderr.write("FAIL: too small a KV budget: exit %d:\n%s" % (rc, err)); sys.exit(1)
+rows, per, pages, pb, need = map(int, m.groups())
+if "raise kvd --spill-budget" in err or pages * pb != need or need <= 256 * 1024:
+    sys.stderr.write("FAIL: too small a KV budget: wrong advice or figures "
+                     "(%d x %d != %d?):\n%s" % (pages, pb, need, err)); sys.exit(1)
+print(rows, need)
+PY
+if [ -s "$TMP/kbnext" ]; then
+	read -r kbrows kbneed <"$TMP/kbnext"
+	"$STRATA" run --store "$STORE" --prompt "And it came to pass" --max-tokens 200 \
+		--kv-budget "$kbneed" --kv-spill-budget 64MiB --instance "rkc$$" \
+		--run-dir "$TMP/runkc" >/dev/null 2>"$TMP/errkc"
+	rc=$?
+	$PY - "$TMP/errkc" "$rc" "$kbrows" <<'PY' || fail=1
+import re, sys
+err, rc, rows = open(sys.argv[1]).read(), int(sys.argv[2]), int(sys.argv[3])
+m = re.search(r"a sequence of (\d+) rows", err)
+if rc != 0 and (not m or int(m.group(1)) <= rows):
+    sys.stderr.write("FAIL: the --kv-budget named did not get past %d rows:\n%s" % (rows, err)); sys.exit(1)
+print("ok: too small a KV budget: advice names --kv-budget (not --spill-budget); "
+      "the budget named gets past %d rows (exit %d)" % (rows, rc))
+PY
 fi
 
 # 5. an uncreatable store cache

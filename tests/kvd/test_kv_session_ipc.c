@@ -372,7 +372,12 @@ static void test_names(void **state)
 						&groups, NULL, &d),
 			 -ST_E_NOTFOUND);
 	assert_int_equal(groups, 0);
-	assert_non_null(strstr(d.msg, "not in kvd's prefix cache"));
+	/* says what to do: run the conversation first (was "publish its
+	 * rows first", which a user cannot act on) */
+	assert_non_null(strstr(d.msg, "KV is not cached"));
+	assert_non_null(strstr(d.msg, "run a completion of exactly this "
+			       "prompt"));
+	assert_null(strstr(d.msg, "publish"));
 	kv_client_close(c);
 	kvd_cleanup(&b);
 }

@@ -304,7 +304,7 @@ def test_step_failure(store):
         bst, bj = big[0] if big else (0, {})
         msg = bj.get("error", {}).get("message", "") \
             if isinstance(bj, dict) else ""
-        check(bst >= 400 and "KV pool exhausted" in msg,
+        check(bst >= 400 and "KV budget too small for one sequence" in msg,
               "p5_code in %s fails with the pool's error (%s: %s)"
               % (label, bst, msg[:120]))
         check("retrying them one by one" in inst.log("computed"),

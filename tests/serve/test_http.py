@@ -19,6 +19,8 @@ http.client).  Checks, each on values that could be wrong:
     request abandoned, a queued request abandoned: the scheduler drops
     them, KV pages used return to the baseline, aborted counts them; a
     request that finished is never counted as aborted;
+  - completion ids: "cmpl-"/"chatcmpl-" and hex, unique within a run and
+    across a computed restart (kill -9 and start again);
   - errors: 400 for each malformed or invalid body (never 500), 401 without
     or with a wrong API key (no generation started), 404, 405, 413 (by
     Content-Length and chunked), 429 when the queue is full, 503 /health
@@ -319,6 +321,26 @@ def test_cancel(inst):
           "P15 a finished request is not counted as aborted; pages freed")
 
 
+def test_ids_across_restart(inst):
+    """Completion ids stay unique when computed starts again (its counter
+    starts over; the random per-start prefix does not repeat)."""
+    body = {"prompt": "Hello", "max_tokens": 2, "temperature": 0}
+    chat = {"messages": [{"role": "user", "content": "Hi"}],
+            "max_tokens": 2, "temperature": 0}
+    ids = []
+    for _ in range(2):
+        for path, b, pre in (("/v1/completions", body, "cmpl-"),
+                             ("/v1/chat/completions", chat, "chatcmpl-")):
+            st, j = request(inst, "POST", path, b)
+            i = j.get("id", "") if st == 200 and isinstance(j, dict) else ""
+            check(re.fullmatch(re.escape(pre) + "[0-9a-f]{17,}", i) is not None,
+                  "%s id %r has the shape %s<hex>" % (path, i, pre))
+            ids.append(i.split("-", 1)[-1])
+        inst.restart_computed()
+    check(len(set(ids)) == len(ids),
+          "completion ids unique across a computed restart: %s" % ids)
+
+
 def test_errors(inst, cfg):
     bad = [
         ("malformed JSON", b"{\"prompt\": \"x\",", "/v1/completions"),
@@ -531,6 +553,7 @@ def main():
         test_stop(inst)
         test_batched_equals_alone(inst)
         test_cancel(inst)
+        test_ids_across_restart(inst)
         test_errors(inst, cfg)
     finally:
         inst.stop()

@@ -12,7 +12,8 @@
     was restarted (a new, empty pool under a running computed);
   - GET /v1/sessions lists it (rows, bytes, model); POST
     /v1/sessions/NAME/load; POST /v1/sessions/NAME with a prompt saves its
-    cached rows; DELETE removes it, a load then answers 404;
+    cached rows; DELETE removes it, a load then answers 404; saving a
+    conversation nothing ran answers 404 saying to run it first;
   - strata session save (a computed prompt's cached pages), ls, rm, load
     on the running instance; strata up --kv-session-dir hands kvd the
     directory (session ls lists what is there);
@@ -356,6 +357,13 @@ def main():
         st, j = request(b, "DELETE", "/v1/sessions/bad")
         check(st == 200 and j.get("deleted") is True, "DELETE: %s" % j)
         refused(b, "bad", "does not exist", 404)
+        # saving a conversation nothing ran: 404 saying what to do
+        st, j = request(b, "POST", "/v1/sessions/never",
+                        {"prompt": text[2000:2400]})
+        check(st == 404 and "run a completion of exactly this prompt" in
+              json_msg(j) and '"session": {"save": "never"}' in json_msg(j),
+              "saving a conversation never run: 404 with what to do "
+              "(%s %s)" % (st, json_msg(j)))
         b.stop()
         insts.remove(b)
 
