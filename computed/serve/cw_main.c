@@ -1246,8 +1246,10 @@ int main(int argc, char **argv)
 	mallopt(M_MMAP_THRESHOLD, 256 * 1024);
 	mallopt(M_ARENA_MAX, 4);
 	r = parse_args(d, argc, argv);
-	if (r < 0)
+	if (r < 0) {
+		free(d); /* parse_args keeps pointers into argv only */
 		return 2;
+	}
 	{
 		struct st_numa_policy np;
 		char what[160];
@@ -1255,6 +1257,7 @@ int main(int argc, char **argv)
 		if (st_numa_daemon_setup(d->numa, &np, what, sizeof(what),
 					 &diag) < 0) {
 			st_err("%s", diag.msg);
+			free(d);
 			return 1;
 		}
 		if (what[0])
@@ -1263,11 +1266,14 @@ int main(int argc, char **argv)
 	d->sigfd = st_stop_signals_open();
 	if (d->sigfd < 0) {
 		st_err("signalfd: %s", st_strerror(d->sigfd));
+		free(d);
 		return 1;
 	}
 	r = st_run_dir_prepare(d->run_dir, &diag);
 	if (r < 0) {
 		st_err("%s", diag.msg);
+		close(d->sigfd);
+		free(d);
 		return 1;
 	}
 	/* the tokenizer and the chat template first: a template the
