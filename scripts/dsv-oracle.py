@@ -1083,8 +1083,8 @@ class Model41:
         qc = top.get("quantization_config", {})
         self.wblock = qc.get("weight_block_size", [128, 128])
         # activation trip on FP8/FP4 linears: blocks of the weight block's
-        # input width (strata's reading; ATOM quantizes per 1x128, its TODO
-        # notes the [32, 32] spec is missing; power-of-two scales make the
+        # input width (strata's reading; ATOM quantizes per 1x128 and its
+        # source says the [32, 32] spec is not handled yet; power-of-two scales make the
         # two differ only through subnormal codes)
         self.act_block = self.wblock[1]
         self.eps = c["rms_norm_eps"]

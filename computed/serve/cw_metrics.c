@@ -238,6 +238,23 @@ static void tb_head(struct tbuf *b, const char *name, const char *type,
 	tb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
+/* One counter family of the I/O queue (st_ioq.h) with a sample per class:
+ * v[k] as an integer, or with ns set as seconds (v in ns). */
+static void tb_io_class(struct tbuf *b, const char *name, const char *help,
+			const uint64_t v[ST_IOQ_N], int ns)
+{
+	tb_head(b, name, "counter", help);
+	for (int k = 0; k < ST_IOQ_N; k++) {
+		if (ns)
+			tb_printf(b, "%s{class=\"%s\"} %.6f\n", name,
+				  st_ioq_class_name(k), (double)v[k] / 1e9);
+		else
+			tb_printf(b, "%s{class=\"%s\"} %llu\n", name,
+				  st_ioq_class_name(k),
+				  (unsigned long long)v[k]);
+	}
+}
+
 static void tb_metric(struct tbuf *b, const char *name, const char *type,
 		      const char *help, double v)
 {
@@ -537,35 +554,20 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 	}
 	if (x->io_on) {
 		/* the NVMe queue shared by expertd and kvd (st_ioq.h) */
-		tb_head(&b, "strata_io_bytes_total", "counter",
-			"bytes read or written on the NVMe tier by I/O class "
-			"(demand, kv-restore, prefetch, kv-spill; expertd and "
-			"kvd)");
-		for (int k = 0; k < ST_IOQ_N; k++)
-			tb_printf(&b, "strata_io_bytes_total{class=\"%s\"} "
-				  "%llu\n", st_ioq_class_name(k),
-				  (unsigned long long)x->io.bytes[k]);
-		tb_head(&b, "strata_io_wait_seconds_total", "counter",
-			"time I/Os were deferred behind more urgent classes, "
-			"by class");
-		for (int k = 0; k < ST_IOQ_N; k++)
-			tb_printf(&b, "strata_io_wait_seconds_total{class="
-				  "\"%s\"} %.6f\n", st_ioq_class_name(k),
-				  (double)x->io.wait_ns[k] / 1e9);
-		tb_head(&b, "strata_io_ops_total", "counter",
-			"I/Os (reads or writes of up to 8 MiB) by class");
-		for (int k = 0; k < ST_IOQ_N; k++)
-			tb_printf(&b, "strata_io_ops_total{class=\"%s\"} "
-				  "%llu\n", st_ioq_class_name(k),
-				  (unsigned long long)x->io.ops[k]);
-		tb_head(&b, "strata_io_seconds_total", "counter",
-			"time from the start of each I/O to its end (after "
-			"any wait; an expert record's includes its checksum), "
-			"by class");
-		for (int k = 0; k < ST_IOQ_N; k++)
-			tb_printf(&b, "strata_io_seconds_total{class=\"%s\"} "
-				  "%.6f\n", st_ioq_class_name(k),
-				  (double)x->io.io_ns[k] / 1e9);
+		tb_io_class(&b, "strata_io_bytes_total",
+			    "bytes read or written on the NVMe tier by I/O "
+			    "class (demand, kv-restore, prefetch, kv-spill; "
+			    "expertd and kvd)", x->io.bytes, 0);
+		tb_io_class(&b, "strata_io_wait_seconds_total",
+			    "time I/Os were deferred behind more urgent "
+			    "classes, by class", x->io.wait_ns, 1);
+		tb_io_class(&b, "strata_io_ops_total",
+			    "I/Os (reads or writes of up to 8 MiB) by class",
+			    x->io.ops, 0);
+		tb_io_class(&b, "strata_io_seconds_total",
+			    "time from the start of each I/O to its end (after "
+			    "any wait; an expert record's includes its "
+			    "checksum), by class", x->io.io_ns, 1);
 		tb_metric(&b, "strata_io_ordered", "gauge",
 			  "1: every live expertd and kvd orders its I/O by "
 			  "class; 0: some run with STRATA_IOQ=off (counted, "
