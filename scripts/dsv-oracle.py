@@ -496,6 +496,30 @@ class Indexer:
         return out
 
 
+def attn_weights(a, m, layer):
+    """The weights and shapes both revisions' Attention.__init__ load alike
+    (model.py Attention.__init__: wq_a, q_norm, wq_b, wkv, kv_norm, wo_a in
+    dtype=bfloat16, wo_b, attn_sink), set on a; returns (cfg, tensors,
+    prefix)."""
+    c, st = m.cfg, m.st
+    p = f"layers.{layer}.attn"
+    a.m = m
+    a.ratio = c["compress_ratios"][layer]
+    a.n_heads, a.hd = c["num_attention_heads"], c["head_dim"]
+    a.groups, a.o_rank = c["o_groups"], c["o_lora_rank"]
+    a.win = c["sliding_window"]
+    a.sink = st.get(p + ".attn_sink")
+    a.wq_a = load_weight(st, p + ".wq_a", m)
+    a.q_norm = st.get(p + ".q_norm.weight")
+    a.wq_b = load_weight(st, p + ".wq_b", m)
+    a.wkv = load_weight(st, p + ".wkv", m)
+    a.kv_norm = st.get(p + ".kv_norm.weight")
+    a.wo_a = load_weight(st, p + ".wo_a", m)[0]
+    a.wo_b = load_weight(st, p + ".wo_b", m)
+    a.scale = a.hd ** -0.5
+    return c, st, p
+
+
 class Attention:
     """model.py Attention: low-rank q (wq_a, q_norm, wq_b, per-head RMS),
     one K=V latent (wkv, kv_norm, RoPE, FP8 non-rope dims) over a sliding
@@ -504,22 +528,7 @@ class Attention:
     output; grouped wo_a (BF16 einsum, no act_quant) and wo_b."""
 
     def __init__(self, m, layer):
-        c, st = m.cfg, m.st
-        p = f"layers.{layer}.attn"
-        self.m = m
-        self.ratio = c["compress_ratios"][layer]
-        self.n_heads, self.hd = c["num_attention_heads"], c["head_dim"]
-        self.groups, self.o_rank = c["o_groups"], c["o_lora_rank"]
-        self.win = c["sliding_window"]
-        self.sink = st.get(p + ".attn_sink")
-        self.wq_a = load_weight(st, p + ".wq_a", m)
-        self.q_norm = st.get(p + ".q_norm.weight")
-        self.wq_b = load_weight(st, p + ".wq_b", m)
-        self.wkv = load_weight(st, p + ".wkv", m)
-        self.kv_norm = st.get(p + ".kv_norm.weight")
-        self.wo_a = load_weight(st, p + ".wo_a", m)[0]  # dtype=bfloat16 in Attention.__init__
-        self.wo_b = load_weight(st, p + ".wo_b", m)
-        self.scale = self.hd ** -0.5
+        c, st, p = attn_weights(self, m, layer)
         # compress layers: compress_rope_theta with YaRN; window-only: rope_theta, no YaRN
         if self.ratio:
             self.freqs = precompute_freqs(m.rd, m.original_seq_len, m.compress_theta,
@@ -912,22 +921,7 @@ class Attention41:
     sink softmax; inverse RoPE; wo_a (BF16 einsum) and wo_b."""
 
     def __init__(self, m, layer):
-        c, st = m.cfg, m.st
-        p = f"layers.{layer}.attn"
-        self.m = m
-        self.ratio = c["compress_ratios"][layer]
-        self.n_heads, self.hd = c["num_attention_heads"], c["head_dim"]
-        self.groups, self.o_rank = c["o_groups"], c["o_lora_rank"]
-        self.win = c["sliding_window"]
-        self.sink = st.get(p + ".attn_sink")
-        self.wq_a = load_weight(st, p + ".wq_a", m)
-        self.q_norm = st.get(p + ".q_norm.weight")
-        self.wq_b = load_weight(st, p + ".wq_b", m)
-        self.wkv = load_weight(st, p + ".wkv", m)
-        self.kv_norm = st.get(p + ".kv_norm.weight")
-        self.wo_a = load_weight(st, p + ".wo_a", m)[0]
-        self.wo_b = load_weight(st, p + ".wo_b", m)
-        self.scale = self.hd ** -0.5
+        c, st, p = attn_weights(self, m, layer)
         if self.ratio:
             self.freqs = precompute_freqs(m.rd, m.original_seq_len, m.compress_theta,
                                           m.rope_factor, m.beta_fast, m.beta_slow)
