@@ -90,79 +90,6 @@ static void read_env(struct st_ioq *q)
 
 /* ---- the segment -------------------------------------------------------- */
 
-/* Attaches to the instance's segment, making it when there is none.  A
- * segment without its magic may be one being made: waited for a while,
- * then removed as left by a creator that died. */
-static int attach_or_make(struct st_shm *shm, const char *instance,
-			  struct st_diag *diag)
-{
-	for (int tries = 0; tries < 200; tries++) {
-		struct st_diag local = { "" };
-		int r = st_shm_attach(shm, instance, ST_IOQ_KIND, ST_IOQ_LAYOUT,
-				      0, &local);
-
-		if (r == 0 && shm->size >= sizeof(struct st_ioq_seg))
-			return 0;
-		if (r == 0) {
-			st_shm_detach(shm);
-			r = -ST_E_FORMAT;
-		}
-		if (r == -ENOENT) {
-			r = st_shm_create(shm, instance, ST_IOQ_KIND,
-					  ST_IOQ_LAYOUT, 1,
-					  sizeof(struct st_ioq_seg));
-			if (r == 0)
-				return 0;
-			if (r == -EEXIST)
-				continue; /* another daemon made it first */
-			return st_diag_set(diag, r, "cannot make the I/O queue "
-					   "segment /dev/shm/strata.%s.%s: %s",
-					   instance, ST_IOQ_KIND,
-					   st_strerror(r));
-		}
-		if (r == -ST_E_BADMAGIC && tries < 20) {
-			st_sleep_ns(1000000ull); /* its creator may be busy */
-			continue;
-		}
-		if (r == -ST_E_BADMAGIC || r == -ST_E_VERSION ||
-		    r == -ST_E_FORMAT) {
-			r = st_shm_remove_stale(instance, ST_IOQ_KIND, diag);
-			if (r < 0)
-				return r;
-			continue;
-		}
-		return st_diag_set(diag, r, "%s", local.msg[0] ? local.msg :
-				   st_strerror(r));
-	}
-	return st_diag_set(diag, -EAGAIN, "the I/O queue segment of instance "
-			   "'%s' keeps changing; try again", instance);
-}
-
-/* flock on the segment's name, so that taking a slot and a last close's
- * unlink never interleave: returns the locked descriptor, or -ENOENT when
- * the name is gone or now names another segment than q's (pool_id). */
-static int seg_lock(const struct st_ioq *q)
-{
-	struct st_shm_header h;
-	int fd = shm_open(q->shm.name, O_RDWR | O_CLOEXEC, 0600);
-
-	if (fd < 0)
-		return -errno;
-	if (flock(fd, LOCK_EX) < 0 ||
-	    pread(fd, &h, sizeof(h), 0) != (ssize_t)sizeof(h) ||
-	    h.pool_id != q->seg->h.pool_id) {
-		close(fd);
-		return -ENOENT;
-	}
-	return fd;
-}
-
-static void seg_unlock(int fd)
-{
-	flock(fd, LOCK_UN);
-	close(fd);
-}
-
 /* Moves slot s's totals into retired and zeroes its gauges. */
 static void slot_retire(struct st_ioq_seg *g, struct st_ioq_slot *s)
 {
@@ -227,11 +154,14 @@ int st_ioq_open(struct st_ioq **ret, const char *instance, const char *who,
 	for (int tries = 0;; tries++) {
 		int fd;
 
-		r = attach_or_make(&q->shm, instance, diag);
+		r = st_shm_attach_or_make(&q->shm, instance, ST_IOQ_KIND,
+					  ST_IOQ_LAYOUT,
+					  sizeof(struct st_ioq_seg),
+					  "I/O queue", diag);
 		if (r < 0)
 			break;
 		q->seg = q->shm.base;
-		fd = seg_lock(q);
+		fd = st_shm_name_lock(&q->shm, 0);
 		if (fd == -ENOENT && tries < 20) {
 			/* removed by a last close meanwhile: again */
 			st_shm_detach(&q->shm);
@@ -246,7 +176,7 @@ int st_ioq_open(struct st_ioq **ret, const char *instance, const char *who,
 		if (r == 0 &&
 		    !st_pid_alive(atomic_load(&q->seg->h.owner_pid)))
 			atomic_store(&q->seg->h.owner_pid, q->pid);
-		seg_unlock(fd);
+		st_shm_name_unlock(fd);
 		if (r < 0)
 			r = st_diag_set(diag, r, "%s: all %d slots are held by "
 					"live processes; stop some (strata ps)",
@@ -270,7 +200,7 @@ void st_ioq_close(struct st_ioq *q)
 	if (!q)
 		return;
 	g = q->seg;
-	fd = seg_lock(q);
+	fd = st_shm_name_lock(&q->shm, 0);
 	slot_retire(g, &g->slot[q->slot]);
 	atomic_store(&g->slot[q->slot].pid, 0);
 	for (int i = 0; i < ST_IOQ_SLOTS; i++) {
@@ -288,7 +218,7 @@ void st_ioq_close(struct st_ioq *q)
 	if (fd >= 0 && !others)
 		shm_unlink(q->shm.name);
 	if (fd >= 0)
-		seg_unlock(fd);
+		st_shm_name_unlock(fd);
 	st_shm_detach(&q->shm);
 	free(q);
 }

@@ -156,6 +156,32 @@ int st_shm_lock(const char *instance, const char *daemon, int *ret_fd,
  * had opened the removed file notices and takes a fresh one. */
 void st_shm_unlock(const char *instance, const char *daemon, int fd);
 
+/*
+ * For a segment shared by peers (no owner: the I/O queue, the memory
+ * ledger): attaches to /strata.<instance>.<kind>, making it (size bytes,
+ * zero-filled, layout_hash 1) when absent.  A segment without its magic
+ * may be one being made: waited for a while, then removed as left by a
+ * creator that died; one of another layout or too small is removed (when
+ * no live process owns it) and made anew.  Returns 1 when this call made
+ * it, 0 when it attached, or a negative code with diag naming `what`
+ * ("I/O queue").
+ */
+int st_shm_attach_or_make(struct st_shm *shm, const char *instance,
+			  const char *kind, uint32_t layout_version,
+			  size_t size, const char *what, struct st_diag *diag);
+
+/*
+ * flock(2) on the name of attached segment shm, so that a peer taking its
+ * place and a last close's unlink never interleave.  Returns the locked
+ * descriptor (release with st_shm_name_unlock), -ENOENT when the name is
+ * gone or now names another segment (pool_id), -EBUSY when nonblock and
+ * another process holds it, or -errno.
+ */
+int st_shm_name_lock(const struct st_shm *shm, int nonblock);
+
+/* Releases a lock of st_shm_name_lock (fd < 0: nothing). */
+void st_shm_name_unlock(int fd);
+
 /* Unmaps (does not unlink).  Safe on a zeroed struct. */
 void st_shm_detach(struct st_shm *shm);
 
