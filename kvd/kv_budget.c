@@ -25,16 +25,19 @@
 
 #define KV_BUDGET_HOST_PAGE 4096u
 
-void kv_pool_set_allowed(struct kv_pool *p, uint64_t pages)
+void kv_pool_set_allowed(struct kv_pool *p, uint64_t pages,
+			 uint64_t pinned_pages)
 {
-	uint64_t held;
+	uint64_t held, a;
 
 	pthread_mutex_lock(&p->lock);
-	p->allowed_pages = ST_MIN(pages, p->lay.n_pages);
-	/* pages granted over the target shrink with what is held beyond it */
+	a = p->allowed_pages = ST_MIN(pages, p->lay.n_pages);
+	/* pages granted over the target last while pinned pages need them
+	 * and are held */
 	held = p->lay.n_pages - p->n_free;
-	p->over_pages = ST_MIN(p->over_pages, held > p->allowed_pages ?
-					      held - p->allowed_pages : 0);
+	p->over_pages = ST_MIN(p->over_pages, held > a ? held - a : 0);
+	p->over_pages = ST_MIN(p->over_pages,
+			       pinned_pages > a ? pinned_pages - a : 0);
 	pthread_mutex_unlock(&p->lock);
 }
 

@@ -593,7 +593,8 @@ int kv_cache_restore_group(struct kv_pool *p, uint32_t g, uint32_t stamp,
  * Under --memory-budget kvd's pages share host memory with expertd's
  * slots (st_ledger.h).  kv_pool_set_allowed sets the pages the pool may
  * hold (target bytes / page_bytes, at most n_pages) and trims over_pages
- * to what is still held beyond it.  kv_pool_held_pages: pages not free
+ * to what is still held beyond it and what pinned_pages (pinned now,
+ * kv_budget_gauges) still need beyond it.  kv_pool_held_pages: pages not free
  * (sequences' and idle cached ones).
  *
  * kv_pool_shrink: frees pages until those held are at most the limit
@@ -614,7 +615,8 @@ int kv_cache_restore_group(struct kv_pool *p, uint32_t g, uint32_t stamp,
  * run of free pages; the segment is a tmpfs mapping).  Returns the bytes
  * released.  Pages allocated again read zeros until written.
  */
-void kv_pool_set_allowed(struct kv_pool *p, uint64_t pages);
+void kv_pool_set_allowed(struct kv_pool *p, uint64_t pages,
+			 uint64_t pinned_pages);
 uint64_t kv_pool_held_pages(struct kv_pool *p);
 int kv_pool_shrink(struct kv_pool *p, struct st_diag *diag);
 int kv_pool_make_room_pinned(struct kv_pool *p, uint64_t need, uint32_t stamp,
