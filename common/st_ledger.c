@@ -73,6 +73,17 @@ static void seg_reset(struct st_ledger_seg *g, uint64_t total)
 	atomic_store(&g->step, step_of(total));
 }
 
+/* The header's owner is what `strata down` checks before it removes a
+ * dead instance's segments: a live side holds it (taken when the one named
+ * is dead, handed on by a clean close). */
+static void take_owner(struct st_ledger_seg *g, int32_t pid)
+{
+	int32_t o = atomic_load(&g->h.owner_pid);
+
+	if (o != pid && !st_pid_alive(o))
+		atomic_compare_exchange_strong(&g->h.owner_pid, &o, pid);
+}
+
 /* Under the name lock: checks and takes `side` and gives it its target. */
 static int join(struct st_ledger *l, const char *instance, uint64_t total,
 		uint64_t floor, uint64_t cap, uint64_t unit,
@@ -147,6 +158,7 @@ static int join(struct st_ledger *l, const char *instance, uint64_t total,
 	(void)st_pid_start_ticks(l->pid, &ticks);
 	atomic_store(&me->start_ticks, ticks);
 	atomic_store(&me->pid, l->pid);
+	take_owner(g, l->pid);
 	return 0;
 }
 
@@ -213,6 +225,10 @@ void st_ledger_close(struct st_ledger *l)
 	fd = st_shm_name_lock(&l->shm, 0);
 	if (atomic_load(&g->side[l->side].pid) == l->pid)
 		atomic_store(&g->side[l->side].pid, 0);
+	if (atomic_load(&g->h.owner_pid) == l->pid &&
+	    rec_live(&g->side[!l->side]))
+		atomic_store(&g->h.owner_pid,
+			     atomic_load(&g->side[!l->side].pid));
 	/* the last one out removes it (under the lock: no opener is between
 	 * its attach and its join) */
 	if (fd >= 0 && !rec_live(&g->side[!l->side]))
@@ -451,6 +467,7 @@ int st_ledger_tick(struct st_ledger *l, uint64_t now_ns,
 	fd = st_shm_name_lock(&l->shm, 1);
 	if (fd < 0)
 		return 0;
+	take_owner(g, l->pid);
 	view_of(g, &v, 0);
 	st_ledger_decide(&v, &l->prm, now_ns, &a);
 	changed = apply(l, &a, now_ns, &m);
