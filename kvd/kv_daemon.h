@@ -22,6 +22,8 @@
 #include "st_shm.h"
 #include "st_numa.h"
 
+struct st_ledger;
+
 /* ---- the page pool (kv_pool.c) ----------------------------------------- */
 
 /* Where a cached group is (kv_cache.c). */
@@ -756,6 +758,8 @@ struct kv_config {
 	char instance[64];
 	char run_dir[4096];
 	uint64_t budget_bytes;
+	int budget_given;                /* --budget on the command line */
+	uint64_t memory_budget_bytes;    /* --memory-budget; 0: none */
 	uint32_t max_seqs;
 	uint32_t max_rows_per_seq;
 	uint32_t test_proto_version;     /* tests: refuse HELLO as this one */
@@ -794,7 +798,32 @@ struct kv_server {
 	struct kv_remote remote;        /* the remote KV tier; pool.remote
 					 * points here when cfg.remote.url */
 	int have_remote;
+	/* --memory-budget (kv_budget_ledger.c); NULL: none */
+	struct st_ledger *ledger;
+	struct kv_budget_rates ledger_rates;
+	uint64_t ledger_ns;             /* last tick */
+	uint64_t ledger_warn_ns;        /* last "target not reached" */
 };
+
+/*
+ * The shared memory budget (kv_budget_ledger.c).  kv_ledger_pool_budget:
+ * the page data bytes the pool is made for (--memory-budget M, the cap,
+ * when given, else --budget).  kv_ledger_join (the pool made or adopted):
+ * joins the instance's ledger as ST_LEDGER_KV with floor = --budget when
+ * given, else one sequence's pages (max_pages_per_seq in every stream);
+ * cap = min(n_pages x page_bytes, M); unit = page_bytes; sets the pool's
+ * allowed pages from the target.  0 (nothing without --memory-budget),
+ * -ST_E_CONFIG (floor above cap) or st_ledger_open's codes, with diag.
+ * kv_ledger_tick (each loop turn; acts every 20 ms): the arbiter when due,
+ * then the target obeyed (kv_pool_set_allowed, kv_pool_shrink,
+ * kv_pool_release_free) and the gauges and values reported.
+ * kv_ledger_leave: closes the ledger (its target kept for a successor).
+ */
+struct kv_config;
+uint64_t kv_ledger_pool_budget(const struct kv_config *cfg);
+int kv_ledger_join(struct kv_server *s, struct st_diag *diag);
+void kv_ledger_tick(struct kv_server *s, uint64_t now_ns);
+void kv_ledger_leave(struct kv_server *s);
 
 /* Pages restored in the background per loop turn (at most). */
 #define KV_PREFETCH_STEP_BYTES (32u << 20)
