@@ -474,6 +474,25 @@ int kv_budget_error(const struct kv_pool *p, uint64_t need, uint64_t avail,
 		snprintf(spill, sizeof(spill),
 			 " (spilling is off: kvd --spill-budget 0)");
 	}
+	if (kv_pool_limit_locked(p) < p->lay.n_pages)
+		/* under a shared memory budget (kv_budget.c): only a
+		 * pinned sequence's step goes over the target */
+		return st_diag_set(diag, -ST_E_BUDGET,
+				   "KV pool exhausted: %s needs %llu more "
+				   "pages of %llu bytes, %llu are free or can "
+				   "be made free%s; the shared memory budget "
+				   "gives kv %llu of the pool's %llu pages now "
+				   "(the rest is expertd's): raise "
+				   "--memory-budget, or the KV floor (kvd "
+				   "--budget, strata --kv-budget), %sor free "
+				   "or unpin sequences", what,
+				   (unsigned long long)need,
+				   (unsigned long long)p->lay.page_bytes,
+				   (unsigned long long)avail, spill,
+				   (unsigned long long)kv_pool_limit_locked(p),
+				   (unsigned long long)p->lay.n_pages,
+				   spill_helps ? "raise kvd --spill-budget "
+				   "(strata: --kv-spill-budget), " : "");
 	return st_diag_set(diag, -ST_E_BUDGET,
 			   "KV pool exhausted: %s needs %llu more pages of "
 			   "%llu bytes, %llu are free or can be made free%s; "

@@ -590,6 +590,8 @@ static void test_memory_target(void **state)
 	assert_int_equal(spilled_entries(p, seq[0]), 0);
 	assert_int_equal(restore1(p, KV_RESIDENCY_RESTORE, seq[3], &d),
 			 -ST_E_BUDGET); /* not running: no grant */
+	assert_non_null(strstr(d.msg, "gives kv 6 of the pool's 32 pages"));
+	assert_non_null(strstr(d.msg, "--memory-budget"));
 	assert_int_equal(restore1(p, KV_RESIDENCY_PIN, seq[3], &d), 0);
 	assert_int_equal(p->over_pages, 6);
 	assert_int_equal(kv_pool_held_pages(p), 12);
