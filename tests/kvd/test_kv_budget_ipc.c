@@ -40,6 +40,9 @@
 #define ROWS 32
 #define KIB 1024ull
 #define MS 1000000ull
+#ifndef KILLS
+#define KILLS 3
+#endif
 
 /* 2 streams, pages of 4 rows: 4 KiB (+ 2 KiB used of 4) per page */
 static const uint32_t rb[2] = { 1024, 512 };
@@ -263,11 +266,13 @@ static void test_flip(void **state)
 	assert_true(st.spill_pages_total > 0);
 	assert_int_equal(st.restore_failures, 0);
 
-	/* kill -9 while kvd has to shrink (a move from kv pending, its used
-	 * bytes above its target), start again.  The test process runs the
-	 * arbiter too (either side's tick may), so a move it starts leaves
-	 * kvd up to one tick of its own with more than the target. */
-	{
+	/* KILLS times: kill -9 while kvd has to shrink (a move from kv
+	 * pending, its used bytes above its target), start again.  The test
+	 * process runs the arbiter too (either side's tick may), so a move
+	 * it starts leaves kvd up to one tick of its own with more than the
+	 * target; the kill comes 0 to 3 ms later, so that it lands before
+	 * or during kvd's spills. */
+	for (int cycle = 0; cycle < KILLS; cycle++) {
 		int killed = 0;
 		uint32_t j = 0;
 
@@ -277,6 +282,8 @@ static void test_flip(void **state)
 			if (v.pending && v.pend_from == ST_LEDGER_KV &&
 			    v.side[ST_LEDGER_KV].used >
 				    v.side[ST_LEDGER_KV].target) {
+				st_sleep_ns((st_now_ns() / 1000) % 3000 *
+					    1000);
 				kvd_kill(k, SIGKILL);
 				killed = 1;
 				break;
@@ -290,24 +297,27 @@ static void test_flip(void **state)
 		print_message("killed with kv at %llu bytes, target %llu\n",
 			      (unsigned long long)v.side[ST_LEDGER_KV].used,
 			      (unsigned long long)v.side[ST_LEDGER_KV].target);
+		assert_int_equal(kvd_start(k, NULL), 0);
+		/* the restarted kvd keeps its side's target, gets within it */
+		for (t0 = st_now_ns();; st_sleep_ns(10 * MS)) {
+			st_ledger_view(l, &v);
+			if (v.side[ST_LEDGER_KV].live &&
+			    v.side[ST_LEDGER_KV].used <=
+				    v.side[ST_LEDGER_KV].target)
+				break;
+			if (st_now_ns() - t0 > 3000 * MS)
+				fail_msg("restarted kvd: %llu bytes used, "
+					 "target %llu",
+					 (unsigned long long)
+						 v.side[ST_LEDGER_KV].used,
+					 (unsigned long long)
+						 v.side[ST_LEDGER_KV].target);
+		}
+		memset(&w, 0, sizeof(w));
+		read_back(c, seqs, l, k->name, &w, "after kill -9");
+		assert_int_equal(kv_client_stats(c, &st), 0);
+		assert_int_equal(st.restore_failures, 0);
 	}
-	assert_int_equal(kvd_start(k, NULL), 0);
-	/* the restarted kvd keeps its side's target and gets within it */
-	for (t0 = st_now_ns();; st_sleep_ns(10 * MS)) {
-		st_ledger_view(l, &v);
-		if (v.side[ST_LEDGER_KV].live &&
-		    v.side[ST_LEDGER_KV].used <= v.side[ST_LEDGER_KV].target)
-			break;
-		if (st_now_ns() - t0 > 3000 * MS)
-			fail_msg("restarted kvd: %llu bytes used, target %llu",
-				 (unsigned long long)v.side[ST_LEDGER_KV].used,
-				 (unsigned long long)
-					 v.side[ST_LEDGER_KV].target);
-	}
-	memset(&w, 0, sizeof(w));
-	read_back(c, seqs, l, k->name, &w, "after kill -9");
-	assert_int_equal(kv_client_stats(c, &st), 0);
-	assert_int_equal(st.restore_failures, 0);
 	for (int i = 0; i < NSEQ; i++)
 		assert_int_equal(kv_client_seq_free(c, seqs[i]), 0);
 	kv_client_close(c);
