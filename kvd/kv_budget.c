@@ -135,7 +135,11 @@ uint64_t kv_pool_release_free(struct kv_pool *p)
 	uint64_t bytes = 0, i = 0;
 
 	pthread_mutex_lock(&p->lock);
-	if (p->n_released >= p->n_free) {
+	/* only while the pages that may hold memory (all but the released
+	 * ones) are more than the limit: a page freed under it keeps its
+	 * memory for the next allocation */
+	if (p->n_released >= p->n_free ||
+	    n - p->n_released <= kv_pool_limit_locked(p)) {
 		pthread_mutex_unlock(&p->lock);
 		return 0;
 	}

@@ -612,10 +612,12 @@ int kv_cache_restore_group(struct kv_pool *p, uint32_t g, uint32_t stamp,
  * can within the whole pool (the cap), the shortfall is granted as
  * over_pages (reported to the ledger as `over`) instead of failing.
  *
- * kv_pool_release_free: gives the memory of free pages not yet released
- * back to the OS (madvise MADV_REMOVE of the whole 4 KiB pages of each
- * run of free pages; the segment is a tmpfs mapping).  Returns the bytes
- * released.  Pages allocated again read zeros until written.
+ * kv_pool_release_free: when the pages not released are more than the
+ * limit, gives the memory of every free page not yet released back to
+ * the OS (madvise MADV_REMOVE of the whole 4 KiB pages of each run of free
+ * pages; the segment is a tmpfs mapping), so that the pool's data holds
+ * at most about the limit in RAM.  Returns the bytes released.  Pages
+ * allocated again read zeros until written.
  */
 void kv_pool_set_allowed(struct kv_pool *p, uint64_t pages,
 			 uint64_t pinned_pages);

@@ -270,8 +270,9 @@ static void test_flip(void **state)
 	 * pending, its used bytes above its target), start again.  The test
 	 * process runs the arbiter too (either side's tick may), so a move
 	 * it starts leaves kvd up to one tick of its own with more than the
-	 * target; the kill comes 0 to 3 ms later, so that it lands before
-	 * or during kvd's spills. */
+	 * target; a request wakes kvd and the kill comes 0 to 25 ms later
+	 * (kvd acts every 20 ms), so that it lands before, during or after
+	 * kvd's spills. */
 	for (int cycle = 0; cycle < KILLS; cycle++) {
 		int killed = 0;
 		uint32_t j = 0;
@@ -282,7 +283,9 @@ static void test_flip(void **state)
 			if (v.pending && v.pend_from == ST_LEDGER_KV &&
 			    v.side[ST_LEDGER_KV].used >
 				    v.side[ST_LEDGER_KV].target) {
-				st_sleep_ns((st_now_ns() / 1000) % 3000 *
+				/* a request wakes kvd: its tick shrinks */
+				assert_int_equal(kv_client_stats(c, &st), 0);
+				st_sleep_ns((st_now_ns() / 1000) % 25000 *
 					    1000);
 				kvd_kill(k, SIGKILL);
 				killed = 1;
