@@ -571,6 +571,22 @@ static void test_memory_target(void **state)
 	assert_int_equal(spilled_entries(p, seq[1]), 4);
 	assert_int_equal(spilled_entries(p, seq[2]), 4);
 	check_slots(p);
+	/* the gauges: seq[0] pinned, seq[3] queued (its 4 pages count as
+	 * wanted), seq[1] and seq[2] in the spill file */
+	{
+		struct kv_budget_gauges g;
+
+		kv_budget_gauges(p, st_now_ns(), 0, &seq[3], 1, &g);
+		assert_int_equal(g.held, 8);
+		assert_int_equal(g.pinned, 4);
+		assert_int_equal(g.spilled, 8);
+		assert_int_equal(g.working, 8);
+		assert_int_equal(g.over, 0);
+		/* everything used within the hour is working set */
+		kv_budget_gauges(p, st_now_ns(), 3600000000000ull, NULL, 0,
+				 &g);
+		assert_int_equal(g.working, 16);
+	}
 	/* the freed pages' memory is back with the OS */
 	assert_int_equal(kv_pool_release_free(p), 24 * 4096);
 	assert_int_equal(resident_bytes(p->data, 32 * 4096), 8 * 4096);
