@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -76,6 +77,12 @@ static int setup(void **state)
 
 static int teardown(void **state)
 {
+	struct kvd_inst *k = *state;
+	char name[128];
+
+	/* a test that failed midway left its side of the ledger */
+	if (st_shm_name(k->name, ST_LEDGER_KIND, name, sizeof(name)) == 0)
+		shm_unlink(name);
 	return kvd_fixture_teardown(state);
 }
 
