@@ -316,7 +316,7 @@ static void handle_acquire(struct es_daemon *d, const struct st_msg_header *h,
 				atomic_fetch_add(&v->hdr->c.hits, 1);
 			continue;
 		}
-		s = es_pool_alloc_slot(pool, &evicted);
+		s = es_pool_alloc_slot(pool, 1, &evicted);
 		if (s < 0) {
 			r = s;
 			st_diag_set(&diag, r, "layer %u expert %u: all %u "
@@ -612,6 +612,9 @@ int es_server_run(struct es_daemon *d)
 		want = es_tiers_tick(d);
 		r = es_devpool_tick(d);
 		if (r >= 0 && r < want)
+			want = r;
+		r = es_budget_tick(d); /* --memory-budget: obey, report */
+		if (r < want)
 			want = r;
 		if (want != wait_ms && st_sock_set_recv_timeout(&d->rep,
 								want) == 0)
