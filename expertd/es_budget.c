@@ -255,8 +255,13 @@ int es_budget_tick(struct es_daemon *d)
 	apply_target(d);
 	rb = d->pool.geom.record_bytes;
 	used = es_pool_slots_used(&d->pool);
-	if (used > d->pool.allowed)
-		shrink(d, &used);
+	if (used > d->pool.allowed) {
+		uint32_t n = shrink(d, &used);
+
+		st_debug("memory target: %u experts evicted, %" PRIu64
+			 " slots in use of %u allowed", n, used,
+			 d->pool.allowed);
+	}
 	if (used <= d->pool.allowed)
 		d->pool.went_over = 0;
 	for (uint32_t s = 0; s < v->n_slots; s++)
