@@ -113,7 +113,8 @@ static uint32_t shrink(struct es_daemon *d, uint64_t *used)
 {
 	struct es_pool *p = &d->pool;
 	struct es_pool_view *v = &p->v;
-	uint8_t *skip = NULL;
+	int32_t *order = NULL;
+	int n_order = 0;
 	uint32_t n = 0;
 
 	for (uint32_t s = 0; s < v->n_slots && *used > p->allowed; s++) {
@@ -128,27 +129,26 @@ static uint32_t shrink(struct es_daemon *d, uint64_t *used)
 			n++;
 		}
 	}
-	while (*used > p->allowed) {
-		int hot, s = es_policy_pick(p->ev, v, skip, &hot);
+	if (*used > p->allowed) {
+		/* candidates in the policy's order, one scan of the pool */
+		order = malloc(sizeof(int32_t) * v->n_slots);
+		n_order = order ? es_policy_rank(p->ev, v, order, v->n_slots) :
+				  0;
+	}
+	for (int i = 0; i < n_order && *used > p->allowed; i++) {
+		uint32_t s = (uint32_t)order[i];
 
-		if (s < 0)
-			break; /* the rest is pinned or loading: wait */
-		if (es_pool_slot_try_evict(p, (uint32_t)s) < 0) {
-			/* pinned between the choice and the CAS */
-			if (!skip && !(skip = calloc(v->n_slots, 1)))
-				break;
-			skip[s] = 1;
-			continue;
-		}
+		if (es_pool_slot_try_evict(p, s) < 0)
+			continue; /* pinned since the ranking */
 		atomic_fetch_add(&v->hdr->c.evictions, 1);
-		es_tiers_evicting(d, (uint32_t)s);
+		es_tiers_evicting(d, s);
 		/* EVICTING and unpinned: no client reads it (pin protocol) */
-		release(d, (uint32_t)s);
-		es_pool_slot_clear(p, (uint32_t)s);
+		release(d, s);
+		es_pool_slot_clear(p, s);
 		(*used)--;
 		n++;
 	}
-	free(skip);
+	free(order);
 	d->budget.shrink_evictions += n;
 	return n;
 }

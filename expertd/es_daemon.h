@@ -201,6 +201,17 @@ int es_policy_pick(const struct es_evict_ctx *ev,
 		   const struct es_pool_view *v, const uint8_t *skip,
 		   int *ret_hot);
 
+/*
+ * Eviction order of the whole pool in one pass: the READY unpinned slots
+ * in the order successive es_policy_pick calls would return them (neither
+ * hot nor protected first, each group by the policy's score, then last
+ * use; hot and protected ones left out under ev->strict; ev NULL: LRU),
+ * at most max into ret[].  Returns how many, or -ENOMEM.  For evicting
+ * many slots at once (es_budget.c) without a scan of the pool per victim.
+ */
+int es_policy_rank(const struct es_evict_ctx *ev,
+		   const struct es_pool_view *v, int32_t *ret, uint32_t max);
+
 /* Parses --evict NAME ("lru", "lfru").  0 or -EINVAL. */
 int es_policy_parse(const char *name, enum es_evict_policy *ret);
 

@@ -163,8 +163,11 @@ int es_pool_alloc_slot(struct es_pool *p, int need, int *ret_evicted)
 
 		if (atomic_load(&sl->state) != ES_SLOT_EMPTY)
 			used++;
-		else if (empty < 0 && es_slot_pin_sum(sl) == 0)
+		else if (empty < 0 && es_slot_pin_sum(sl) == 0) {
 			empty = (int)s;
+			if (!p->allowed)
+				return empty; /* no memory target */
+		}
 	}
 	/* below the memory target: an EMPTY slot costs nothing to take */
 	if (empty >= 0 && used < allowed)

@@ -186,7 +186,10 @@ static void handle_stats(struct es_daemon *d, const struct st_msg_header *h)
 	s.slots_used = es_pool_slots_used(&d->pool);
 	s.record_bytes = d->pool.geom.record_bytes;
 	s.pool_bytes = d->pool.shm.size;
-	s.budget_bytes = d->pool.v.hdr->budget_bytes;
+	/* under --memory-budget: the slots the experts' share allows now */
+	s.budget_bytes = d->pool.allowed ? (uint64_t)d->pool.allowed *
+						   d->pool.geom.record_bytes :
+					   d->pool.v.hdr->budget_bytes;
 	s.hits = atomic_load(&c->hits);
 	s.misses = atomic_load(&c->misses);
 	s.evictions = atomic_load(&c->evictions);

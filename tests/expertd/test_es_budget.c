@@ -320,6 +320,95 @@ static void test_release_record(void **state)
 	mpool_close(&m);
 }
 
+/* What decides a victim's place: hot or protected (returned), the LFRU
+ * count (or 0), the last use. */
+static int rank_key(const struct es_evict_ctx *ev,
+		    const struct es_pool_view *v, int s, double *ret_primary,
+		    uint64_t *ret_last)
+{
+	uint64_t key = atomic_load(&v->slots[s].key);
+	uint32_t e = es_key_expert(key);
+
+	*ret_primary = ev->policy == ES_EVICT_LFRU ?
+			       es_actstats_value(ev->stats, 0, e) : 0;
+	*ret_last = atomic_load(&v->slots[s].last_use_ns);
+	return ev->hot_key[e] || ev->protect[s];
+}
+
+/* es_policy_rank gives the order of successive es_policy_pick calls
+ * (each victim skipped for the next), LRU and LFRU with hot and protected
+ * slots, pinned, LOADING and FAILED ones left out. */
+static void test_rank(void **state)
+{
+	struct mpool m;
+	struct es_actstats st;
+	struct es_evict_ctx ev;
+	uint8_t hot[8] = { 0 }, prot[4] = { 0 }, skip[4];
+	int32_t order[4];
+
+	srand(7);
+	for (int t = 0; t < 200; t++) {
+		int n, k = 0, hotf;
+
+		mpool_open(&m);
+		assert_int_equal(es_actstats_init(&st, 1, 8, 4.0, 1), 0);
+		memset(&ev, 0, sizeof(ev));
+		ev.policy = t % 2 ? ES_EVICT_LFRU : ES_EVICT_LRU;
+		ev.stats = &st;
+		ev.hot_key = hot;
+		ev.protect = prot;
+		ev.strict = t % 5 == 0;
+		for (int e = 0; e < 8; e++) {
+			hot[e] = (uint8_t)(rand() % 4 == 0);
+			for (int j = rand() % 3; j > 0; j--)
+				es_actstats_add(&st, 0, (uint32_t)e);
+		}
+		for (int s = 0; s < 4; s++) {
+			int kind = rand() % 6;
+
+			prot[s] = (uint8_t)(rand() % 4 == 0);
+			if (kind == 0)
+				continue; /* EMPTY */
+			es_pool_slot_assign(&m.p, (uint32_t)s,
+					    es_key(0, (uint32_t)(2 * s +
+								 rand() % 2)));
+			if (kind == 1)
+				continue; /* LOADING */
+			es_pool_slot_publish(&m.p, (uint32_t)s,
+					     kind == 2 ? -ST_E_CHECKSUM : 0);
+			atomic_store(&m.p.v.slots[s].last_use_ns,
+				     (uint64_t)(rand() % 3));
+			if (kind == 3)
+				atomic_store(&m.p.v.slots[s].pins[1], 1);
+		}
+		n = es_policy_rank(&ev, &m.p.v, order, 4);
+		memset(skip, 0, sizeof(skip));
+		for (;;) {
+			int s = es_policy_pick(&ev, &m.p.v, skip, &hotf);
+
+			if (s < 0)
+				break;
+			assert_true(k < n);
+			/* equal scores may come in either order: compare
+			 * what decides, not the slot number */
+			if (order[k] != s) {
+				double pa, pb;
+				uint64_t la, lb;
+				int ha = rank_key(&ev, &m.p.v, order[k], &pa,
+						  &la);
+				int hb = rank_key(&ev, &m.p.v, s, &pb, &lb);
+
+				assert_true(ha == hb && pa == pb && la == lb);
+			}
+			skip[order[k]] = 1;
+			k++;
+		}
+		assert_int_equal(k, n);
+		es_actstats_fini(&st);
+		mpool_close(&m);
+	}
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -329,6 +418,7 @@ int main(void)
 		cmocka_unit_test(test_slots),
 		cmocka_unit_test(test_alloc_allowed),
 		cmocka_unit_test(test_release_record),
+		cmocka_unit_test(test_rank),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
