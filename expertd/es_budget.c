@@ -142,9 +142,12 @@ static uint32_t shrink(struct es_daemon *d, uint64_t *used)
 			continue; /* pinned since the ranking */
 		atomic_fetch_add(&v->hdr->c.evictions, 1);
 		es_tiers_evicting(d, s);
-		/* EVICTING and unpinned: no client reads it (pin protocol) */
-		release(d, s);
+		/* won unpinned (pin protocol): EMPTY first, then its pages
+		 * go; a kill between the two leaves an EMPTY slot with data,
+		 * which the successor gives back (es_budget_open), never a
+		 * kept record with holes (adoption keeps EVICTING slots) */
 		es_pool_slot_clear(p, s);
+		release(d, s);
 		(*used)--;
 		n++;
 	}

@@ -171,8 +171,8 @@ int es_pool_alloc_slot(struct es_pool *p, int need, int *ret_evicted);
 
 /* Gives the memory of slot s's record back to the OS (MADV_REMOVE: the
  * shared tmpfs pages are freed, the range reads as zeros).  The slot must
- * be EVICTING (won by the caller) or EMPTY, not being loaded.  0 or
- * -errno. */
+ * be EMPTY (cleared first: an adopting successor keeps EVICTING slots'
+ * records) and not assigned since.  Server thread.  0 or -errno. */
 int es_pool_release_record(struct es_pool *p, uint32_t s);
 
 /* Drops every pin of client table entry c (BYE or death). */

@@ -303,8 +303,8 @@ static void test_release_record(void **state)
 	load(&m, 2, 4);
 	assert_int_equal(fstat(m.fd, &st0), 0);
 	assert_int_equal(es_pool_slot_try_evict(&m.p, 1), 0);
-	assert_int_equal(es_pool_release_record(&m.p, 1), 0);
 	es_pool_slot_clear(&m.p, 1);
+	assert_int_equal(es_pool_release_record(&m.p, 1), 0);
 	assert_int_equal(fstat(m.fd, &st1), 0);
 	printf("segment blocks %lld -> %lld (record %d bytes)\n",
 	       (long long)st0.st_blocks, (long long)st1.st_blocks, RB);
