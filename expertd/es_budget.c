@@ -147,6 +147,9 @@ static uint32_t shrink(struct es_daemon *d, uint64_t *used)
 		 * which the successor gives back (es_budget_open), never a
 		 * kept record with holes (adoption keeps EVICTING slots) */
 		es_pool_slot_clear(p, s);
+		if (d->opt.test_shrink_delay_ms > 0) /* tests: kills land */
+			st_sleep_ns((uint64_t)d->opt.test_shrink_delay_ms *
+				    1000000ull);
 		release(d, s);
 		(*used)--;
 		n++;

@@ -76,6 +76,8 @@ struct es_opts {
 	int loader_threads;
 	int loader_nice;              /* --loader-nice: 0 = the daemon's */
 	int test_load_delay_ms;       /* fault injection for tests, 0 = off */
+	int test_shrink_delay_ms;     /* tests: sleep between a shrink's
+				       * clear and its MADV_REMOVE, 0 = off */
 	int test_proto_version;       /* tests: refuse HELLO as this version */
 	int no_verify_adopted;        /* skip re-hashing READY slots on adopt */
 	const char *numa;             /* --numa: NULL = no binding */

@@ -53,6 +53,7 @@ enum {
 	OPT_ENGRAM_CACHE,
 	OPT_LOADER_NICE,
 	OPT_MEMORY_BUDGET,
+	OPT_TEST_SHRINK_DELAY,
 };
 
 static const struct es_optdef es_optdefs[] = {
@@ -127,6 +128,9 @@ static const struct es_optdef es_optdefs[] = {
 	  "protocol version N would" },
 	{ "test-load-delay-ms", OPT_TEST_LOAD_DELAY, "MS",
 	  "testing only: sleep MS before each record read" },
+	{ "test-shrink-delay-ms", OPT_TEST_SHRINK_DELAY, "MS",
+	  "testing only: sleep MS in each eviction of a\n"
+	  "shrink to the memory target (kills land in it)" },
 	{ "numa", OPT_NUMA, "auto|N|interleave",
 	  "bind threads to a NUMA node's cores and the\n"
 	  "pool to its memory (default: no binding)" },
@@ -255,6 +259,11 @@ static int parse_args(int argc, char **argv, struct es_opts *o)
 		case OPT_TEST_LOAD_DELAY:
 			if (parse_int("test-load-delay-ms", optarg, 0, 60000,
 				      &o->test_load_delay_ms) < 0)
+				return -EINVAL;
+			break;
+		case OPT_TEST_SHRINK_DELAY:
+			if (parse_int("test-shrink-delay-ms", optarg, 0, 60000,
+				      &o->test_shrink_delay_ms) < 0)
 				return -EINVAL;
 			break;
 		case OPT_TEST_PROTO_VERSION:
