@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "es_client.h"
 #include "es_harness.h"
@@ -186,8 +187,12 @@ static void observe(struct obs *o)
 		o->over_since = now;
 	if (now - o->over_since > SETTLE_NS &&
 	    now - o->target_since > SETTLE_NS) {
-		fprintf(stderr, "%u slots in use for %.0f ms, the target %llu "
-			"allows %u, %u unpinned READY ones\n", used1,
+		struct timespec ts;
+
+		clock_gettime(CLOCK_REALTIME, &ts);
+		fprintf(stderr, "at %lld.%03ld: %u slots in use for %.0f ms, "
+			"the target %llu allows %u, %u unpinned READY ones\n",
+			(long long)ts.tv_sec, ts.tv_nsec / 1000000, used1,
 			(double)(now - o->over_since) / 1e6,
 			(unsigned long long)t, allowed, evictable);
 		fail();
@@ -379,7 +384,11 @@ static void test_kill_mid_shrink(void **state)
 	/* the held record survived the kill and the adoption */
 	check_record(held, 0, 0);
 	before_settled = o.settled;
-	o.want_settle = 1; /* the target as the killed one left it */
+	/* the successor has SETTLE_NS from now to obey the target the
+	 * killed one left */
+	o.want_settle = 1;
+	o.over_since = 0;
+	o.target_since = st_now_ns();
 	churn(&o, c, held, st_now_ns() + 2500000000ull, NULL);
 	st_ledger_view(o.kv, &lv);
 	printf("%u acquires after the restart, %u shrinks, %u settled; "
@@ -397,6 +406,50 @@ static void test_kill_mid_shrink(void **state)
 	assert_int_equal(es_h_stop(&H), 0);
 }
 
+/* Bad budgets: refused at start with a message that says what to do. */
+static void test_bad_budgets(void **state)
+{
+	struct st_diag diag = { "" };
+	struct st_ledger *kv = NULL;
+	char err[4096];
+
+	assert_int_equal(es_h_run_fail(&H, err, sizeof(err),
+				       "--memory-budget", "lots", NULL), 1);
+	assert_non_null(strstr(err, "--memory-budget 'lots' is not a byte "
+				    "size"));
+	/* 40 KiB records, top-k 2 */
+	assert_int_equal(es_h_run_fail(&H, err, sizeof(err),
+				       "--memory-budget", "64KiB", NULL), 1);
+	assert_non_null(strstr(err, "cannot hold one layer's top-k"));
+	assert_int_equal(es_h_run_fail(&H, err, sizeof(err),
+				       "--memory-budget", "1MiB",
+				       "--host-budget", "2MiB", NULL), 1);
+	assert_non_null(strstr(err, "--host-budget 2MiB (the experts' floor"));
+	assert_non_null(strstr(err, "lower --host-budget or raise "
+				    "--memory-budget"));
+	/* a live KV side with another budget */
+	assert_int_equal(st_ledger_open(&kv, H.inst, ST_LEDGER_KV, 2 * M_BYTES,
+					0, M_BYTES, 4096, &diag), 0);
+	assert_int_equal(es_h_run_fail(&H, err, sizeof(err),
+				       "--memory-budget", M_TEXT, NULL), 1);
+	if (!strstr(err, "give this daemon the same --memory-budget"))
+		fprintf(stderr, "stderr was: %s\n", err);
+	assert_non_null(strstr(err, "cannot join the memory budget"));
+	assert_non_null(strstr(err, "give this daemon the same --memory-budget"));
+	st_ledger_close(kv);
+	/* what the refused ones made is gone: no pool segment, no pid file */
+	{
+		char path[300];
+		struct stat st;
+
+		snprintf(path, sizeof(path), "/dev/shm/strata.%s.experts",
+			 H.inst);
+		assert_int_not_equal(stat(path, &st), 0);
+		es_h_path(&H, "pid", path, sizeof(path));
+		assert_int_not_equal(stat(path, &st), 0);
+	}
+}
+
 static int test_teardown(void **state)
 {
 	es_h_reset(&H);
@@ -408,6 +461,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_oscillate, test_teardown),
 		cmocka_unit_test_teardown(test_kill_mid_shrink, test_teardown),
+		cmocka_unit_test_teardown(test_bad_budgets, test_teardown),
 	};
 
 	return cmocka_run_group_tests(tests, group_setup, group_teardown);
