@@ -169,14 +169,15 @@ static int have_free_slot(const struct es_daemon *d)
 
 	for (uint32_t s = 0; s < v->n_slots; s++) {
 		uint32_t st = atomic_load(&v->slots[s].state);
-		int unpinned = es_slot_pin_sum(&v->slots[s]) == 0;
 
-		if (st == ES_SLOT_FAILED && unpinned)
-			return 1;
-		if (st == ES_SLOT_EMPTY)
-			empty |= unpinned;
-		else
+		if (st != ES_SLOT_EMPTY)
 			used++;
+		if ((st != ES_SLOT_EMPTY && st != ES_SLOT_FAILED) ||
+		    es_slot_pin_sum(&v->slots[s]) != 0)
+			continue;
+		if (st == ES_SLOT_FAILED || !d->pool.allowed)
+			return 1; /* no target: any free slot will do */
+		empty = 1;
 	}
 	return empty && used < allowed;
 }
