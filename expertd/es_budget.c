@@ -22,6 +22,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "es_daemon.h"
 #include "st_ioq.h"
@@ -159,6 +160,32 @@ static uint32_t shrink(struct es_daemon *d, uint64_t *used)
 	return n;
 }
 
+/*
+ * Gives back the pages of EMPTY slots when the segment holds more than
+ * the tables and the slots in use (two records of slack): a client that
+ * mapped a record (es_client.c, MADV_POPULATE_READ at open) just as it was
+ * given back faults its pages in again.  One stat per call; a sweep is a
+ * madvise per EMPTY slot (cheap on holes).  Server thread: no EMPTY slot
+ * is assigned meanwhile.
+ */
+static void sweep(struct es_daemon *d, uint64_t used)
+{
+	struct es_pool_view *v = &d->pool.v;
+	uint64_t head = (uint64_t)(v->data - (uint8_t *)d->pool.shm.base);
+	char path[160];
+	struct stat st;
+
+	if (snprintf(path, sizeof(path), "/dev/shm%s", d->pool.shm.name) >=
+		    (int)sizeof(path) ||
+	    stat(path, &st) < 0 ||
+	    (uint64_t)st.st_blocks * 512 <=
+		    head + (used + 2) * d->pool.geom.record_bytes)
+		return;
+	for (uint32_t s = 0; s < v->n_slots; s++)
+		if (atomic_load(&v->slots[s].state) == ES_SLOT_EMPTY)
+			release(d, s);
+}
+
 /* Cost of one demand miss (ns): the I/O queue's demand reads, io_ns per
  * op (instance-wide, expert records and Engram rows), else a record read
  * at 1 GB/s (1 byte per ns). */
@@ -276,6 +303,7 @@ int es_budget_tick(struct es_daemon *d)
 			pinned++;
 	es_budget_rate_update(&b->tps, d->stats.tokens, now);
 	if (now >= b->next_value_ns) {
+		sweep(d, used);
 		compute_values(d, used);
 		b->next_value_ns = now + ES_BUDGET_VALUE_MS * 1000000ull;
 	}

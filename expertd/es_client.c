@@ -106,7 +106,9 @@ static void map_pool_pages(struct es_client *c)
 	/* A sparse pool (expertd --memory-budget) has pages only where a
 	 * slot holds a record: a read fault on a hole of tmpfs would
 	 * allocate it, so only the tables and the records in use are
-	 * mapped; later loads fault in on first use. */
+	 * mapped; later loads fault in on first use.  (A record given back
+	 * while this maps it gets pages again; expertd's sweep returns
+	 * them, es_budget.c.) */
 	if (snprintf(path, sizeof(path), "/dev/shm%s", c->shm.name) <
 		    (int)sizeof(path) &&
 	    stat(path, &st) == 0 &&
