@@ -21,6 +21,7 @@
  *  - the segment's allocated blocks follow the slots in use (never more
  *    than the tables plus the slots in use and two in flight), and drop
  *    by at least 16 records after a shrink from a full pool;
+ *  - pages of EMPTY slots faulted in by a reader are given back again;
  *  - kill -9 of expertd in the middle of a shrink (--test-shrink-delay-ms
  *    20: the kill finds more slots in use than the target allows), and a
  *    restart with the same budget and --no-verify-adopted: the pool is
@@ -406,6 +407,50 @@ static void test_kill_mid_shrink(void **state)
 	assert_int_equal(es_h_stop(&H), 0);
 }
 
+/* Pages of EMPTY slots that come back (a reader faulted them in) are
+ * given back again by expertd's sweep. */
+static void test_sweep(void **state)
+{
+	struct obs o;
+	volatile uint8_t sink = 0;
+	long long b0, b1, b2 = 0;
+	uint32_t n = 0;
+	uint64_t deadline;
+
+	memset(&o, 0, sizeof(o));
+	unsetenv("STRATA_LEDGER_FLIP_MS");
+	assert_int_equal(es_h_start(&H, "--memory-budget", M_TEXT, NULL), 0);
+	setenv("STRATA_LEDGER_FLIP_MS", "50", 1);
+	obs_attach(&o);
+	b0 = seg_blocks_bytes(&o);
+	/* read every page of 8 EMPTY slots: tmpfs allocates them */
+	for (uint32_t s = 0; s < o.v.n_slots && n < 8; s++) {
+		const uint8_t *rec = es_pool_record(&o.v, s);
+
+		if (atomic_load(&o.v.slots[s].state) != ES_SLOT_EMPTY)
+			continue;
+		for (uint64_t off = 0; off < H.record_bytes; off += 4096)
+			sink ^= rec[off];
+		n++;
+	}
+	b1 = seg_blocks_bytes(&o);
+	printf("segment %lld bytes, %lld after reading 8 EMPTY slots "
+	       "(sink %u)\n", b0, b1, (unsigned)sink);
+	assert_int_equal(n, 8);
+	assert_true(b1 - b0 >= (long long)(6 * H.record_bytes));
+	deadline = st_now_ns() + 3000000000ull;
+	while (st_now_ns() < deadline) {
+		b2 = seg_blocks_bytes(&o);
+		if (b2 <= b0)
+			break;
+		st_sleep_ns(20000000);
+	}
+	printf("given back: %lld bytes\n", b2);
+	assert_true(b2 <= b0);
+	obs_detach(&o);
+	assert_int_equal(es_h_stop(&H), 0);
+}
+
 /* Bad budgets: refused at start with a message that says what to do. */
 static void test_bad_budgets(void **state)
 {
@@ -461,6 +506,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_teardown(test_oscillate, test_teardown),
 		cmocka_unit_test_teardown(test_kill_mid_shrink, test_teardown),
+		cmocka_unit_test_teardown(test_sweep, test_teardown),
 		cmocka_unit_test_teardown(test_bad_budgets, test_teardown),
 	};
 
