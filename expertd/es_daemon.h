@@ -9,6 +9,8 @@
  *   es_loader.c   loader threads: store record -> slot, checksum verified
  *   es_clients.c  the client table: register, look up, reap dead clients
  *   es_server.c   the REP loop and message handlers, events on PUB
+ *   es_budget.c   --memory-budget: the share of one host budget with kvd
+ *                 (st_ledger.h), obeyed and valued (es_budget_value.c)
  *
  * Threads: one server thread (main) does every change of keys, the index,
  * the client table and the READY<->EVICTING transitions; N loader threads
