@@ -13,8 +13,8 @@
  *   layer's top-k, holds them, so expertd never has to go over).
  *
  * Checks, from the pool segment itself (not from what expertd reports):
- *  - no pinned slot is ever evicted: every acquired record, and the two
- *    held ones at every turn, equal the store's record byte for byte;
+ *  - no pinned slot is ever evicted: every acquired record, and the held
+ *    one at every turn, equal the store's record byte for byte;
  *  - the slots in use never stay above what the target allows for more
  *    than 250 ms while an unpinned READY slot could be evicted (a shrink
  *    settles), and shrinks are seen to settle;
@@ -55,7 +55,8 @@ static struct es_h H;
 
 static int group_setup(void **state)
 {
-	setenv("STRATA_LOG", getenv("ES_BUDGET_DEBUG") ? "debug" : "info", 1); /* expertd's log is checked */
+	/* expertd's log is checked (ES_BUDGET_DEBUG=1: debug) */
+	setenv("STRATA_LOG", getenv("ES_BUDGET_DEBUG") ? "debug" : "info", 1);
 	setenv("STRATA_LEDGER_FLIP_MS", "50", 1);
 	setenv("STRATA_LEDGER_STEP", "50%", 1);
 	return es_h_init(&H, "kjv-moe", "esbud") < 0 ? -1 : 0;
