@@ -452,6 +452,98 @@ static uint64_t pool_segment_bytes(const struct st_plan_model *m,
 	return r->ram_warm;
 }
 
+/* Bytes of whole expert records --host-budget gives expertd (a share: n
+ * = all records x pct / 100, as expertd; bytes: rounded down to records);
+ * 0 when it gives none (host_budget and host_budget_pct 0). */
+static uint64_t host_budget_records(const struct st_plan_opts *o,
+				    const struct st_plan_result *r)
+{
+	uint64_t rec = ST_MAX(r->record_bytes, 1);
+
+	if (o->host_budget_pct > 0)
+		return (uint64_t)((double)(r->experts_all / rec) *
+				  o->host_budget_pct / 100.0 + 1e-9) * rec;
+	return o->host_budget / rec * rec;
+}
+
+/* Tokens of context `bytes` of KV hold, all sequences together: bytes /
+ * kv_per_token, or for pooled rows (DeepSeek-V4: a token costs a fraction
+ * of a row) one sequence's windows and compressor states first, then
+ * kv_growth_per_token per token. */
+static uint64_t kv_tokens(const struct st_plan_model *m,
+			  const struct st_plan_result *r, uint64_t bytes)
+{
+	for (int i = 0; i < m->n_streams; i++)
+		if (m->streams[i].tokens_per_row > 1 &&
+		    r->kv_growth_per_token > 0)
+			return bytes > r->kv_fixed ?
+				(uint64_t)((double)(bytes - r->kv_fixed) /
+					   r->kv_growth_per_token) : 0;
+	return r->kv_per_token ? bytes / r->kv_per_token : 0;
+}
+
+/* Clamps v to [lo, hi] (lo wins over hi). */
+static uint64_t clamp_u64(uint64_t v, uint64_t lo, uint64_t hi)
+{
+	return v < lo ? lo : v > hi ? ST_MAX(hi, lo) : v;
+}
+
+/* The shared budget's section of the plan (st_plan_shared in st_plan.h,
+ * where the rules are written); r's expert and KV figures are computed.
+ * 0, or -ST_E_BUDGET with diag when the floors exceed the budget. */
+static int plan_shared(const struct st_plan_model *m,
+		       const struct st_plan_opts *o, struct st_plan_result *r,
+		       struct st_diag *diag)
+{
+	struct st_plan_shared *sh = &r->shared;
+	uint64_t M = o->memory_budget;
+	char a[32], b[32], c[32];
+
+	sh->total = M;
+	sh->floor[0] = host_budget_records(o, r);
+	if (!sh->floor[0])
+		sh->floor[0] = r->record_bytes * (uint64_t)m->top_k;
+	sh->floor[1] = o->kv_budget ? o->kv_budget :
+		       st_plan_kv_bytes(m, o->kv_dtype, (uint64_t)o->context);
+	if (sh->floor[0] + sh->floor[1] > M)
+		return st_diag_set(diag, -ST_E_BUDGET, "--memory-budget %s is "
+				   "below the floors of its two sides: experts "
+				   "%s (%s) + KV %s (%s); give at least %s "
+				   "(%llu bytes)", st_format_bytes(M, a,
+				   sizeof(a)), st_format_bytes(sh->floor[0], b,
+				   sizeof(b)), o->host_budget ||
+				   o->host_budget_pct > 0 ? "--host-budget" :
+				   "one layer's top-k experts",
+				   st_format_bytes(sh->floor[1], c, sizeof(c)),
+				   o->kv_budget ? "--kv-budget" :
+				   "one sequence of --context tokens",
+				   st_format_bytes(sh->floor[0] + sh->floor[1],
+						   a, sizeof(a)),
+				   (unsigned long long)(sh->floor[0] +
+							sh->floor[1]));
+	sh->cap[0] = ST_MIN(r->experts_all, M);
+	sh->cap[1] = M;
+	/* expertd joins first: half, clamped; kvd what is left, clamped,
+	 * taking from the experts down to their floor for its own */
+	sh->start[0] = clamp_u64(M / 2, sh->floor[0], sh->cap[0]);
+	sh->start[1] = clamp_u64(M - sh->start[0], sh->floor[1], sh->cap[1]);
+	if (sh->start[0] + sh->start[1] > M)
+		sh->start[0] = M - sh->start[1];
+	for (int s = 0; s < 2; s++) {
+		sh->min[s] = sh->floor[s];
+		sh->max[s] = ST_MIN(sh->cap[s], M - sh->floor[1 - s]);
+	}
+	for (int i = 0; i < 3; i++) {
+		const uint64_t *v = i == 0 ? sh->start : i == 1 ? sh->min :
+				    sh->max;
+
+		sh->experts_pct[i] = r->experts_all ?
+			100.0 * (double)v[0] / (double)r->experts_all : 0.0;
+		sh->kv_tokens[i] = kv_tokens(m, r, v[1]);
+	}
+	return 0;
+}
+
 int st_plan_compute(const struct st_plan_model *m,
 		    const struct st_plan_opts *o, struct st_plan_result *r,
 		    struct st_diag *diag)
@@ -611,14 +703,10 @@ int st_plan_compute(const struct st_plan_model *m,
 		uint64_t want = r->experts_all - ST_MIN(r->gpu_hot, r->experts_all);
 		uint64_t rec = ST_MAX(r->record_bytes, 1);
 
-		if (o->host_budget_pct > 0) {
-			/* expertd: n_slots = all records x pct / 100 */
-			uint64_t n = (uint64_t)((double)(r->experts_all / rec) *
-						o->host_budget_pct / 100.0 + 1e-9);
-
-			r->ram_warm = ST_MIN(n * rec, want);
-		} else if (o->host_budget) {
-			r->ram_warm = ST_MIN(o->host_budget / rec * rec, want);
+		if (o->host_budget_pct > 0 || o->host_budget) {
+			/* expertd: n_slots = all records x pct / 100, or
+			 * the bytes' whole records */
+			r->ram_warm = ST_MIN(host_budget_records(o, r), want);
 		} else {
 			/* as much as fits; the rest streams from the store */
 			uint64_t room = r->ram_avail > fixed ?
@@ -689,20 +777,7 @@ int st_plan_compute(const struct st_plan_model *m,
 				r->rec_kv_budget = r->kv;
 		}
 	}
-	r->rec_max_tokens = r->kv_per_token ?
-		r->rec_kv_budget / r->kv_per_token : 0;
-	for (int i = 0; i < m->n_streams; i++)
-		if (m->streams[i].tokens_per_row > 1 &&
-		    r->kv_growth_per_token > 0) {
-			/* pooled rows (DeepSeek-V4): a token costs a
-			 * fraction of a row; one sequence's windows and
-			 * compressor states come first */
-			r->rec_max_tokens = r->rec_kv_budget > r->kv_fixed ?
-				(uint64_t)((double)(r->rec_kv_budget -
-						    r->kv_fixed) /
-					   r->kv_growth_per_token) : 0;
-			break;
-		}
+	r->rec_max_tokens = kv_tokens(m, r, r->rec_kv_budget);
 	r->fits = r->ram_margin >= 0 && (!o->gpu_bytes || r->gpu_margin >= 0);
 	/* expertd must hold one layer's top-k experts (es_pool.c) */
 	if (m->n_experts && r->ram_warm < r->record_bytes * (uint64_t)m->top_k &&
@@ -710,7 +785,7 @@ int st_plan_compute(const struct st_plan_model *m,
 		r->fits = 0;
 	if (o->gpu_bytes && r->hot_experts < m->top_k && m->n_experts)
 		r->fits = 0; /* no layer's top-k fits on the device */
-	return 0;
+	return o->memory_budget ? plan_shared(m, o, r, diag) : 0;
 }
 
 /* --- output ---------------------------------------------------------------- */
@@ -732,6 +807,33 @@ static const char *dtname(enum st_dtype dt)
 	case ST_DTYPE_BF16: return "bf16";
 	case ST_DTYPE_F8_E4M3: return "fp8";
 	default: return "?";
+	}
+}
+
+/* The shared budget's section (--memory-budget). */
+static void print_shared(const struct st_plan_shared *sh, FILE *f)
+{
+	static const char *const what[3] = { "start", "least", "most" };
+	char a[64], b[64];
+
+	fprintf(f, "\nshared host budget %s (--memory-budget): moved between "
+		"the expert pool and\n  the KV pages by measured value, "
+		"within each side's floor and cap\n",
+		gb(sh->total, a, sizeof(a)));
+	fprintf(f, "  experts floor    %s, cap %s\n",
+		gb(sh->floor[0], a, sizeof(a)), gb(sh->cap[0], b, sizeof(b)));
+	fprintf(f, "  KV floor         %s, cap %s\n",
+		gb(sh->floor[1], a, sizeof(a)), gb(sh->cap[1], b, sizeof(b)));
+	for (int i = 0; i < 3; i++) {
+		const uint64_t *v = i == 0 ? sh->start : i == 1 ? sh->min :
+				    sh->max;
+
+		/* the start is a split; least / most are each side's own
+		 * extreme (the other side then at its most / least) */
+		fprintf(f, "  %-6s experts  %s = %.1f %% of the experts;  KV "
+			"%s = %" PRIu64 " tokens of context\n", what[i],
+			gb(v[0], a, sizeof(a)), sh->experts_pct[i],
+			gb(v[1], b, sizeof(b)), sh->kv_tokens[i]);
 	}
 }
 
@@ -832,6 +934,8 @@ void st_plan_print(const struct st_plan_model *m, const struct st_plan_opts *o,
 		fprintf(f, "computed %s\n",
 			st_format_bytes(r->d.computed, a, sizeof(a)));
 	}
+	if (o->memory_budget)
+		print_shared(&r->shared, f);
 	fprintf(f, "\nverdict: %s\n", r->fits ? "FITS" : "DOES NOT FIT");
 	fprintf(f, "recommendations:\n");
 	if (o->gpu_bytes)
@@ -890,7 +994,33 @@ int st_plan_print_json(const struct st_plan_model *m,
 
 	if (!j)
 		return -ENOMEM;
-	(void)o;
+	if (o->memory_budget) {
+		const struct st_plan_shared *sh = &r->shared;
+		json_t *sj = json_pack("{s:I}", "total", (json_int_t)sh->total);
+		static const char *const side[2] = { "experts", "kv" };
+
+		for (int s = 0; s < 2; s++)
+			json_object_set_new(sj, side[s], json_pack(
+				"{s:I, s:I, s:I, s:I, s:I}",
+				"floor", (json_int_t)sh->floor[s],
+				"cap", (json_int_t)sh->cap[s],
+				"start", (json_int_t)sh->start[s],
+				"min", (json_int_t)sh->min[s],
+				"max", (json_int_t)sh->max[s]));
+		json_object_set_new(json_object_get(sj, "experts"), "pct",
+				    json_pack("{s:f, s:f, s:f}",
+					      "start", sh->experts_pct[0],
+					      "min", sh->experts_pct[1],
+					      "max", sh->experts_pct[2]));
+		json_object_set_new(json_object_get(sj, "kv"), "tokens",
+				    json_pack("{s:I, s:I, s:I}",
+					      "start",
+					      (json_int_t)sh->kv_tokens[0],
+					      "min", (json_int_t)sh->kv_tokens[1],
+					      "max",
+					      (json_int_t)sh->kv_tokens[2]));
+		json_object_set_new(j, "shared", sj);
+	}
 	json_dumpf(j, f, JSON_COMPACT);
 	fputc('\n', f);
 	json_decref(j);
