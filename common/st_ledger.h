@@ -111,7 +111,7 @@ struct st_ledger_rec {
 	_Atomic uint64_t moves_in, moves_out;   /* completed moves */
 	_Atomic uint64_t bytes_in, bytes_out;   /* their bytes */
 	_Atomic uint64_t cancelled;   /* moves from it that were cancelled */
-	uint8_t pad[8];
+	uint8_t pad[56];
 };
 
 /* One logged move. */
