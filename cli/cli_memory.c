@@ -12,7 +12,7 @@ int cli_check_memory(const char *memory, const char *host_floor,
 {
 	uint64_t m = 0, host = 0, kv = 0;
 	double pct = 0;
-	char a[32], b[32], c[32];
+	char a[32], b[32], c[32], d[32];
 
 	if (ret_bytes)
 		*ret_bytes = 0;
@@ -44,15 +44,25 @@ int cli_check_memory(const char *memory, const char *host_floor,
 	if (kv_floor && kv_floor[0] && st_parse_size(kv_floor, &kv) < 0)
 		kv = 0;
 	if (host + kv > m) {
-		fprintf(stderr, "%s: --memory-budget %s is below the floors "
-			"it must hold: --host-budget %s + --kv-budget %s; give "
-			"at least %s (%llu bytes), or lower the floors (with "
-			"--memory-budget they are the least each side gets)\n",
-			who, st_format_bytes(m, a, sizeof(a)),
-			st_format_bytes(host, b, sizeof(b)),
-			st_format_bytes(kv, c, sizeof(c)),
-			st_format_bytes(host + kv, a, sizeof(a)),
-			(unsigned long long)(host + kv));
+		char floors[128];
+
+		if (host && kv)
+			snprintf(floors, sizeof(floors), "--host-budget %s + "
+				 "--kv-budget %s", st_format_bytes(host, b,
+				 sizeof(b)), st_format_bytes(kv, c, sizeof(c)));
+		else
+			snprintf(floors, sizeof(floors), "%s %s", host ?
+				 "--host-budget" : "--kv-budget",
+				 st_format_bytes(host + kv, b, sizeof(b)));
+		fprintf(stderr, "%s: --memory-budget %s is below the floor%s "
+			"it must hold (%s); give at least %s (%llu bytes), or "
+			"lower %s (with --memory-budget a side's budget is "
+			"the least it gets)\n", who,
+			st_format_bytes(m, a, sizeof(a)),
+			host && kv ? "s" : "", floors,
+			st_format_bytes(host + kv, d, sizeof(d)),
+			(unsigned long long)(host + kv),
+			host && kv ? "them" : "it");
 		return 2;
 	}
 	return 0;

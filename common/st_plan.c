@@ -497,7 +497,7 @@ static int plan_shared(const struct st_plan_model *m,
 {
 	struct st_plan_shared *sh = &r->shared;
 	uint64_t M = o->memory_budget;
-	char a[32], b[32], c[32];
+	char a[32], b[32], c[32], d[32];
 
 	sh->total = M;
 	sh->floor[0] = host_budget_records(o, r);
@@ -518,7 +518,7 @@ static int plan_shared(const struct st_plan_model *m,
 				   o->kv_budget ? "--kv-budget" :
 				   "one sequence of --context tokens",
 				   st_format_bytes(sh->floor[0] + sh->floor[1],
-						   a, sizeof(a)),
+						   d, sizeof(d)),
 				   (unsigned long long)(sh->floor[0] +
 							sh->floor[1]));
 	sh->cap[0] = ST_MIN(r->experts_all, M);
@@ -813,7 +813,6 @@ static const char *dtname(enum st_dtype dt)
 /* The shared budget's section (--memory-budget). */
 static void print_shared(const struct st_plan_shared *sh, FILE *f)
 {
-	static const char *const what[3] = { "start", "least", "most" };
 	char a[64], b[64];
 
 	fprintf(f, "\nshared host budget %s (--memory-budget): moved between "
@@ -824,17 +823,18 @@ static void print_shared(const struct st_plan_shared *sh, FILE *f)
 		gb(sh->floor[0], a, sizeof(a)), gb(sh->cap[0], b, sizeof(b)));
 	fprintf(f, "  KV floor         %s, cap %s\n",
 		gb(sh->floor[1], a, sizeof(a)), gb(sh->cap[1], b, sizeof(b)));
-	for (int i = 0; i < 3; i++) {
-		const uint64_t *v = i == 0 ? sh->start : i == 1 ? sh->min :
-				    sh->max;
-
-		/* the start is a split; least / most are each side's own
-		 * extreme (the other side then at its most / least) */
-		fprintf(f, "  %-6s experts  %s = %.1f %% of the experts;  KV "
-			"%s = %" PRIu64 " tokens of context\n", what[i],
-			gb(v[0], a, sizeof(a)), sh->experts_pct[i],
-			gb(v[1], b, sizeof(b)), sh->kv_tokens[i]);
-	}
+	fprintf(f, "  starting split   experts %s = %.1f %% of the experts, "
+		"KV %s = %" PRIu64 " tokens of context\n",
+		gb(sh->start[0], a, sizeof(a)), sh->experts_pct[0],
+		gb(sh->start[1], b, sizeof(b)), sh->kv_tokens[0]);
+	fprintf(f, "  experts range    %.1f %% .. %.1f %% of the experts "
+		"(%s .. %s)\n", sh->experts_pct[1], sh->experts_pct[2],
+		st_format_bytes(sh->min[0], a, sizeof(a)),
+		st_format_bytes(sh->max[0], b, sizeof(b)));
+	fprintf(f, "  KV range         %" PRIu64 " .. %" PRIu64 " tokens of "
+		"context (%s .. %s)\n", sh->kv_tokens[1], sh->kv_tokens[2],
+		st_format_bytes(sh->min[1], a, sizeof(a)),
+		st_format_bytes(sh->max[1], b, sizeof(b)));
 }
 
 void st_plan_print(const struct st_plan_model *m, const struct st_plan_opts *o,
