@@ -864,9 +864,9 @@ static void status_memory(const char *instance, json_t *j)
 		json_object_set_new(j, "memory", cli_memory_json(v,
 								 st_now_ns()));
 	else if (r == 0)
-		cli_memory_print(stdout, "  ", v, st_now_ns());
+		cli_memory_print(stdout, "", v, st_now_ns());
 	else if (r != -ENOENT && !j)
-		printf("  memory             the shared budget's ledger cannot "
+		printf("memory             the shared budget's ledger cannot "
 		       "be read: %s\n", diag.msg);
 	free(v);
 }

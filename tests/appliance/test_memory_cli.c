@@ -449,7 +449,7 @@ static void test_ledger_render(void)
 	free(out);
 	r = run_status(tmpl, "", &out);
 	CHECK(r == 3 && out &&
-	      strstr(out, "  memory             budget 64.00 MiB shared"));
+	      strstr(out, "\nmemory             budget 64.00 MiB shared"));
 	free(out);
 
 	/* gone: no ledger, no "memory" */

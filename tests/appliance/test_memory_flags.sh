@@ -75,13 +75,13 @@ fi
 	{ echo "FAIL: convert"; exit 1; }
 PORT=$(free_port)
 "$STRATA" up --store "$TMP/store" --instance "$I" --run-dir "$R" \
-	--memory-budget 64MiB --http-port "$PORT" >"$TMP/up.log" 2>&1 ||
-	{ echo "FAIL: strata up --memory-budget 64MiB"; tail -5 "$TMP/up.log"; exit 1; }
+	--memory-budget 256MiB --http-port "$PORT" >"$TMP/up.log" 2>&1 ||
+	{ echo "FAIL: strata up --memory-budget 256MiB"; tail -5 "$TMP/up.log"; exit 1; }
 # flag_of FILE FLAG: the value after FLAG in a NUL-separated argv
 flag_of() { tr '\0' '\n' <"$1" | grep -A1 -x -- "$2" | tail -1; }
 for d in expertd kvd; do
-	[ "$(flag_of "$R/$d.args" --memory-budget)" = 64MiB ] ||
-		{ echo "FAIL: $d.args lacks --memory-budget 64MiB"; fail=1; }
+	[ "$(flag_of "$R/$d.args" --memory-budget)" = 256MiB ] ||
+		{ echo "FAIL: $d.args lacks --memory-budget 256MiB"; fail=1; }
 done
 tr '\0' '\n' <"$R/kvd.args" | grep -qx -- "--budget" &&
 	{ echo "FAIL: kvd got a --budget floor nobody asked for"; fail=1; }
@@ -94,10 +94,10 @@ tr '\0' '\n' <"$R/expertd.args" | grep -qx -- "--host-budget" &&
 import json, sys
 j = json.load(open(sys.argv[1]))
 m = j.get("memory")
-ok = (m is not None and m["budget_bytes"] == 64 << 20 and
+ok = (m is not None and m["budget_bytes"] == 256 << 20 and
       all(m["sides"][s]["live"] for s in ("experts", "kv")) and
       m["sides"]["experts"]["target_bytes"] + m["sides"]["kv"]["target_bytes"]
-      <= 64 << 20 and j["running"] == 3)
+      <= 256 << 20 and j["running"] == 3)
 if not ok:
     print("FAIL: status --json memory:", json.dumps(m))
 sys.exit(0 if ok else 1)
@@ -106,7 +106,7 @@ EOF
 import sys, urllib.request
 t = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1],
                            timeout=10).read().decode()
-ok = ("\nstrata_memory_budget_bytes 67108864\n" in t and
+ok = ("\nstrata_memory_budget_bytes 268435456\n" in t and
       'strata_memory_target_bytes{side="kv"}' in t and
       'strata_memory_moves_total{from="experts",to="kv"}' in t)
 if not ok:
@@ -117,7 +117,7 @@ EOF
 	--ignore-eos >"$TMP/run.json" 2>"$TMP/run.err" ||
 	{ echo "FAIL: strata run on the instance"; tail -5 "$TMP/run.err"; fail=1; }
 tail -1 "$TMP/run.json" | /usr/bin/python3 -c 'import json,sys
-sys.exit(0 if json.load(sys.stdin).get("memory", {}).get("budget_bytes") == 64 << 20 else 1)' ||
+sys.exit(0 if json.load(sys.stdin).get("memory", {}).get("budget_bytes") == 256 << 20 else 1)' ||
 	{ echo "FAIL: run summary JSON lacks the memory budget"; tail -1 "$TMP/run.json"; fail=1; }
 "$STRATA" down --instance "$I" --run-dir "$R" >/dev/null 2>&1
 
@@ -126,7 +126,7 @@ ids() { tail -1 "$1" | /usr/bin/python3 -c 'import json,sys; print(json.load(sys
 "$STRATA" run --store "$TMP/store" --max-tokens 16 --ignore-eos --json \
 	--quiet >"$TMP/a.json" 2>"$TMP/a.err" &&
 "$STRATA" run --store "$TMP/store" --max-tokens 16 --ignore-eos --json \
-	--quiet --memory-budget 64MiB >"$TMP/b.json" 2>"$TMP/b.err" ||
+	--quiet --memory-budget 256MiB >"$TMP/b.json" 2>"$TMP/b.err" ||
 	{ echo "FAIL: private runs"; tail -3 "$TMP/a.err" "$TMP/b.err"; fail=1; }
 [ "$(ids "$TMP/a.json")" = "$(ids "$TMP/b.json")" ] ||
 	{ echo "FAIL: greedy tokens differ with --memory-budget"; fail=1; }
