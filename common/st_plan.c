@@ -384,11 +384,14 @@ static uint64_t wformat_bytes(const struct st_wformat *f, uint64_t n)
 }
 
 /* KV pool geometry kvd would build for this plan (metadata bytes and
- * page bytes), with kvd's default max_seqs and rows per sequence. */
+ * page bytes), with kvd's default max_seqs and rows per sequence.
+ * ret_seq_bytes (may be NULL): the pages of one sequence of the pool's
+ * longest (max_pages_per_seq in every stream), kvd's floor under
+ * --memory-budget without --budget (kvd/kv_budget_ledger.c). */
 static void kv_geometry(const struct st_plan_model *m,
 			const struct st_plan_opts *o, uint64_t kv_budget,
 			uint64_t *ret_meta, uint64_t *ret_private,
-			uint64_t *ret_page_bytes)
+			uint64_t *ret_page_bytes, uint64_t *ret_seq_bytes)
 {
 	struct kv_stream_decl decl[256];
 	struct kv_layout lay;
@@ -397,6 +400,8 @@ static void kv_geometry(const struct st_plan_model *m,
 	*ret_meta = 0;
 	*ret_private = 0;
 	*ret_page_bytes = 0;
+	if (ret_seq_bytes)
+		*ret_seq_bytes = 0;
 	for (int i = 0; i < m->n_streams; i++)
 		for (uint32_t l = 0; l < m->streams[i].n_layers && n < 256; l++) {
 			decl[n].row_bytes = (uint32_t)stream_row_bytes(
@@ -429,6 +434,9 @@ static void kv_geometry(const struct st_plan_model *m,
 			       12ull * lay.max_seqs;
 	}
 	*ret_page_bytes = lay.page_bytes;
+	if (ret_seq_bytes)
+		*ret_seq_bytes = (uint64_t)lay.max_pages_per_seq *
+				 lay.n_streams * lay.page_bytes;
 }
 
 /* Bytes of expertd's pool segment holding r->ram_warm of experts: records
@@ -503,8 +511,17 @@ static int plan_shared(const struct st_plan_model *m,
 	sh->floor[0] = host_budget_records(o, r);
 	if (!sh->floor[0])
 		sh->floor[0] = r->record_bytes * (uint64_t)m->top_k;
-	sh->floor[1] = o->kv_budget ? o->kv_budget :
-		       st_plan_kv_bytes(m, o->kv_dtype, (uint64_t)o->context);
+	{
+		/* kvd's: --budget in whole pages, or one sequence of its
+		 * pool's longest, the pool made for M (kvd sizes its
+		 * segment for its cap) */
+		uint64_t meta, priv, pb;
+
+		kv_geometry(m, o, M, &meta, &priv, &pb, &sh->floor[1]);
+		if (o->kv_budget)
+			sh->floor[1] = pb ? ST_ALIGN_UP(o->kv_budget, pb) :
+					    o->kv_budget;
+	}
 	if (sh->floor[0] + sh->floor[1] > M)
 		return st_diag_set(diag, -ST_E_BUDGET, "--memory-budget %s is "
 				   "below the floors of its two sides: experts "
@@ -516,7 +533,7 @@ static int plan_shared(const struct st_plan_model *m,
 				   "one layer's top-k experts",
 				   st_format_bytes(sh->floor[1], c, sizeof(c)),
 				   o->kv_budget ? "--kv-budget" :
-				   "one sequence of --context tokens",
+				   "one sequence of kvd's longest",
 				   st_format_bytes(sh->floor[0] + sh->floor[1],
 						   d, sizeof(d)),
 				   (unsigned long long)(sh->floor[0] +
@@ -666,7 +683,7 @@ int st_plan_compute(const struct st_plan_model *m,
 		if (!kv_budget)
 			kv_budget = 1ull << 30; /* kvd's default */
 		kv_geometry(m, o, kv_budget, &r->d.kv_meta_bytes,
-			    &r->d.kv_private_bytes, &page_bytes);
+			    &r->d.kv_private_bytes, &page_bytes, NULL);
 		if (page_bytes) {
 			uint64_t pages = 0;
 

@@ -115,8 +115,11 @@ struct st_plan_daemons {
  * plan: index 0 is the experts' side (expertd's slots), 1 the KV side
  * (kvd's pages), as st_ledger.h's sides.  All bytes.
  *   floor: --host-budget (whole records) or else top_k records (expertd's
- *          geometry check); --kv-budget or else the KV of one sequence of
- *          --context tokens (kvd's check, at the plan's context).
+ *          geometry check); --kv-budget (whole pages) or else kvd's: the
+ *          pages of one
+ *          sequence of its pool's longest (kvd's default 32768 rows per
+ *          sequence, fewer when a pool made for M holds fewer), in every
+ *          stream.
  *   cap:   all experts' records, and M, each at most M.
  *   start: st_ledger_open's split as the launcher starts the daemons
  *          (expertd first): experts get M / 2 clamped to [floor, cap],

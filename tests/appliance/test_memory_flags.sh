@@ -54,12 +54,17 @@ refused "memory.budget = 50%" "key memory.budget: '50%' is a share" \
 	"$STRATA" up --config "$TMP/share.conf" --model "$MODEL" --instance "$I" --run-dir "$R"
 [ -e "$R/expertd.pid" ] && { echo "FAIL: a daemon started despite a bad value"; fail=1; }
 
-"$STRATA" plan --model "$MODEL" --memory-budget 64MiB >"$TMP/plan" 2>&1 ||
-	{ echo "FAIL: strata plan --memory-budget 64MiB"; cat "$TMP/plan"; fail=1; }
-for p in "shared host budget 0.07 GB (64.00 MiB)" "starting split" \
+"$STRATA" plan --model "$MODEL" --memory-budget 256MiB >"$TMP/plan" 2>&1 ||
+	{ echo "FAIL: strata plan --memory-budget 256MiB"; cat "$TMP/plan"; fail=1; }
+for p in "shared host budget 0.27 GB (256.00 MiB)" "starting split" \
 	 "experts range" "KV range"; do
 	grep -q "$p" "$TMP/plan" || { echo "FAIL: plan lacks '$p'"; cat "$TMP/plan"; fail=1; }
 done
+# 64 MiB is below kvd's floor on this model (one sequence of its longest)
+"$STRATA" plan --model "$MODEL" --memory-budget 64MiB >/dev/null 2>"$TMP/err"
+rc=$?
+[ $rc -eq 1 ] && grep -q "give at least 64.06 MiB" "$TMP/err" ||
+	{ echo "FAIL: plan --memory-budget 64MiB: rc $rc"; cat "$TMP/err"; fail=1; }
 
 # the rest needs daemons that take the flag
 ES="$STRATA_BUILD_DIR/expertd/expertd"
@@ -90,7 +95,10 @@ tr '\0' '\n' <"$R/expertd.args" | grep -qx -- "--host-budget" &&
 
 "$STRATA" status --instance "$I" --run-dir "$R" --json >"$TMP/status.json" ||
 	{ echo "FAIL: strata status --json"; cat "$TMP/status.json"; fail=1; }
-/usr/bin/python3 - "$TMP/status.json" <<'EOF' || fail=1
+"$STRATA" plan --store "$TMP/store" --memory-budget 256MiB --json \
+	>"$TMP/plan.json" 2>/dev/null ||
+	{ echo "FAIL: strata plan --store --json"; fail=1; }
+/usr/bin/python3 - "$TMP/status.json" "$TMP/plan.json" <<'EOF' || fail=1
 import json, sys
 j = json.load(open(sys.argv[1]))
 m = j.get("memory")
@@ -100,6 +108,16 @@ ok = (m is not None and m["budget_bytes"] == 256 << 20 and
       <= 256 << 20 and j["running"] == 3)
 if not ok:
     print("FAIL: status --json memory:", json.dumps(m))
+# before any move the split is the one the plan predicts
+p = json.loads(open(sys.argv[2]).read().splitlines()[-1])["shared"]
+if ok and m["moves"] == 0:
+    for s in ("experts", "kv"):
+        for k, pk in (("target_bytes", "start"), ("floor_bytes", "floor"),
+                      ("cap_bytes", "cap")):
+            if m["sides"][s][k] != p[s][pk]:
+                print("FAIL: %s %s %d, the plan said %d" %
+                      (s, k, m["sides"][s][k], p[s][pk]))
+                ok = False
 sys.exit(0 if ok else 1)
 EOF
 /usr/bin/python3 - "$PORT" <<'EOF' || fail=1
