@@ -318,10 +318,13 @@ static int parse(int argc, char **argv, const char *cmd,
 		static char spec[512]; /* the combined spec outlives parse() */
 		const char *keep = st_iconf_get(conf, "experts.keep_layers");
 
-		/* a shared budget (memory.budget): the separate budgets
-		 * become floors, so only those asked for are passed (their
+		uint64_t shared = 0;
+
+		/* a shared budget (memory.budget, a size st_iconf checked;
+		 * 0 in any spelling is none): the separate budgets become
+		 * floors, so only those asked for are passed (their
 		 * defaults, 100% and 1GiB, would be floors nobody chose) */
-		int shared = strcmp(st_iconf_get(conf, "memory.budget"), "0");
+		st_parse_size(st_iconf_get(conf, "memory.budget"), &shared);
 
 		copy(inst->store_dir, sizeof(inst->store_dir),
 		     st_iconf_get(conf, "model.store"));
