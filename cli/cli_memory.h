@@ -33,8 +33,9 @@ int cli_check_memory(const char *memory, const char *host_floor,
 
 /*
  * One logged move as text relative to now_ns (st_now_ns's clock):
- * "12 s ago: 512 MiB kv -> experts, gain 3.1e+06 > loss 0 (value)".
- * Cancelled moves and grants say so.  ret: cap bytes.
+ * "12 s ago: 512 MiB kv -> experts, gain 3.1e+06 > loss 0 (value)"
+ * ("gain G, loss L (flip)" for moves not made by value).  Cancelled moves
+ * and grants say so.  ret: cap bytes.
  */
 void cli_memory_move_text(const struct st_ledger_move *m, uint64_t now_ns,
 			  char *ret, size_t cap);
