@@ -115,11 +115,11 @@ void cli_memory_move_text(const struct st_ledger_move *m, uint64_t now_ns,
 			 side_name(m->from), side_name(m->to),
 			 why_name(m->why));
 	else /* by value: the comparison that moved it; else the values */
-		snprintf(ret, cap, "%.0f s ago: %s %s -> %s, gain %.2g %s "
+		snprintf(ret, cap, "%.0f s ago: %s %s -> %s, gain %.2g%s "
 			 "loss %.2g (%s)", ago, a, side_name(m->from),
 			 side_name(m->to), m->gain,
 			 m->why != ST_LEDGER_WHY_VALUE ? "," :
-			 m->gain > m->loss ? ">" : "<=", m->loss,
+			 m->gain > m->loss ? " >" : " <=", m->loss,
 			 why_name(m->why));
 }
 

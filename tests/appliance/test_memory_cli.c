@@ -203,6 +203,45 @@ static void test_plan(void)
 	CHECK(rc == -ST_E_BUDGET && strstr(d.msg, "give at least"));
 }
 
+/* Moves of each kind as text (hand-made: the arbiter makes these only
+ * under timing the test cannot force cheaply). */
+static void test_move_text(void)
+{
+	struct st_ledger_move m = { 0 };
+	char t[256];
+	uint64_t now = 100ull * 1000 * MS;
+
+	m.t_ns = now - 12 * 1000 * MS;
+	m.kind = ST_LEDGER_MOVE_DONE;
+	m.why = ST_LEDGER_WHY_VALUE;
+	m.from = ST_LEDGER_KV;
+	m.to = ST_LEDGER_EXPERTS;
+	m.bytes = 512 * MiB;
+	m.gain = 3.1e6;
+	m.loss = 0;
+	cli_memory_move_text(&m, now, t, sizeof(t));
+	CHECK(!strcmp(t, "12 s ago: 512.00 MiB kv -> experts, gain 3.1e+06 > "
+		      "loss 0 (value)"));
+	m.why = ST_LEDGER_WHY_FLIP;
+	cli_memory_move_text(&m, now, t, sizeof(t));
+	CHECK(!strcmp(t, "12 s ago: 512.00 MiB kv -> experts, gain 3.1e+06, "
+		      "loss 0 (flip)"));
+	m.kind = ST_LEDGER_MOVE_CANCELLED;
+	m.why = ST_LEDGER_WHY_VALUE;
+	cli_memory_move_text(&m, now, t, sizeof(t));
+	CHECK(!strcmp(t, "12 s ago: 512.00 MiB kv -> experts cancelled (the "
+		      "donor could not free it in time; value)"));
+	m.kind = ST_LEDGER_MOVE_GRANT;
+	m.why = ST_LEDGER_WHY_UNASSIGNED;
+	cli_memory_move_text(&m, now, t, sizeof(t));
+	CHECK(!strcmp(t, "12 s ago: 512.00 MiB unassigned -> experts "
+		      "(unassigned)"));
+	/* a side out of range (shared memory another process writes) */
+	m.to = 7;
+	cli_memory_move_text(&m, now, t, sizeof(t));
+	CHECK(strstr(t, "-> ?"));
+}
+
 static void report(struct st_ledger *l, uint64_t used, uint64_t pinned,
 		   double gain, double loss)
 {
@@ -475,6 +514,7 @@ int main(void)
 	test_check();
 	test_argv();
 	test_plan();
+	test_move_text();
 	test_ledger_render();
 	if (failures)
 		printf("%d check(s) failed\n", failures);
