@@ -13,6 +13,7 @@
 #include "kv_pool.h"
 #include "kv_proto.h"
 #include "st_config.h"
+#include "st_ledger.h"
 #include "st_store.h"
 #include "st_tokenizer.h"
 #include "st_util.h"
@@ -491,11 +492,6 @@ static uint64_t kv_tokens(const struct st_plan_model *m,
 }
 
 /* Clamps v to [lo, hi] (lo wins over hi). */
-static uint64_t clamp_u64(uint64_t v, uint64_t lo, uint64_t hi)
-{
-	return v < lo ? lo : v > hi ? ST_MAX(hi, lo) : v;
-}
-
 /* The shared budget's section of the plan (st_plan_shared in st_plan.h,
  * where the rules are written); r's expert and KV figures are computed.
  * 0, or -ST_E_BUDGET with diag when the floors exceed the budget. */
@@ -540,10 +536,12 @@ static int plan_shared(const struct st_plan_model *m,
 							sh->floor[1]));
 	sh->cap[0] = ST_MIN(r->experts_all, M);
 	sh->cap[1] = M;
-	/* expertd joins first: half, clamped; kvd what is left, clamped,
-	 * taking from the experts down to their floor for its own */
-	sh->start[0] = clamp_u64(M / 2, sh->floor[0], sh->cap[0]);
-	sh->start[1] = clamp_u64(M - sh->start[0], sh->floor[1], sh->cap[1]);
+	/* expertd joins first, then kvd (st_ledger_open's rule), taking from
+	 * the experts down to their floor for its own */
+	sh->start[0] = st_ledger_join_target(M, sh->floor[0], sh->cap[0], 0,
+					     0, 0);
+	sh->start[1] = st_ledger_join_target(M, sh->floor[1], sh->cap[1], 0,
+					     sh->cap[0], sh->start[0]);
 	if (sh->start[0] + sh->start[1] > M)
 		sh->start[0] = M - sh->start[1];
 	for (int s = 0; s < 2; s++) {
