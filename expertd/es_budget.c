@@ -35,7 +35,7 @@ int es_budget_geom(const struct st_store *s, uint64_t store_id,
 		   struct es_pool_geom *ret, uint64_t *ret_floor,
 		   uint64_t *ret_cap, struct st_diag *diag)
 {
-	uint64_t m = 0, n_keys, cap_slots, floor_slots;
+	uint64_t m = 0, n_keys, cap_slots, floor_slots, rb;
 	char b1[32], b2[32];
 	int r;
 
@@ -49,6 +49,7 @@ int es_budget_geom(const struct st_store *s, uint64_t store_id,
 				   "a byte size (e.g. 6GiB, 512MiB, 1048576)",
 				   mem_text);
 	n_keys = (uint64_t)ret->n_layers * ret->n_experts;
+	rb = ret->record_bytes;
 	floor_slots = host_text ? ret->n_slots : ret->top_k;
 	cap_slots = ST_MIN(m / ret->record_bytes, n_keys);
 	if (cap_slots > INT32_MAX)
@@ -59,22 +60,20 @@ int es_budget_geom(const struct st_store *s, uint64_t store_id,
 			"--memory-budget %s cannot hold one layer's top-k of "
 			"%u experts (%s); give at least that plus kvd's floor",
 			mem_text, ret->top_k,
-			st_format_bytes((uint64_t)ret->top_k * ret->record_bytes,
-					b1, sizeof(b1)));
+			st_format_bytes((uint64_t)ret->top_k * rb, b1,
+					sizeof(b1)));
 	if (floor_slots > cap_slots)
 		return st_diag_set(
 			diag, -ST_E_CONFIG,
-			"--host-budget %s (the experts' floor, %s) is above what "
-			"--memory-budget %s lets them hold (%s); lower "
+			"--host-budget %s (the experts' floor, %s) is above "
+			"what --memory-budget %s lets them hold (%s); lower "
 			"--host-budget or raise --memory-budget", host_text,
-			st_format_bytes(floor_slots * ret->record_bytes, b1,
-					sizeof(b1)),
+			st_format_bytes(floor_slots * rb, b1, sizeof(b1)),
 			mem_text,
-			st_format_bytes(cap_slots * ret->record_bytes, b2,
-					sizeof(b2)));
+			st_format_bytes(cap_slots * rb, b2, sizeof(b2)));
 	ret->n_slots = (uint32_t)cap_slots;
-	*ret_floor = floor_slots * ret->record_bytes;
-	*ret_cap = cap_slots * ret->record_bytes;
+	*ret_floor = floor_slots * rb;
+	*ret_cap = cap_slots * rb;
 	return 0;
 }
 

@@ -154,7 +154,8 @@ static void test_rates(void **state)
 	assert_true(es_budget_rate_tps(&r) == 0);
 	for (int k = 1; k <= 30; k++) {
 		tokens += k <= 20 ? 50 : 0;
-		es_budget_rate_update(&r, tokens, t0 + (uint64_t)k * 1000000000ull);
+		es_budget_rate_update(&r, tokens,
+				      t0 + (uint64_t)k * 1000000000ull);
 	}
 	/* closed form: each second's tokens and length weighted by
 	 * exp(-age / tau), age = 30 - k */

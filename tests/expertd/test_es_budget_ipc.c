@@ -481,7 +481,8 @@ static void test_bad_budgets(void **state)
 	if (!strstr(err, "give this daemon the same --memory-budget"))
 		fprintf(stderr, "stderr was: %s\n", err);
 	assert_non_null(strstr(err, "cannot join the memory budget"));
-	assert_non_null(strstr(err, "give this daemon the same --memory-budget"));
+	assert_non_null(strstr(err, "give this daemon the same "
+				    "--memory-budget"));
 	st_ledger_close(kv);
 	/* what the refused ones made is gone: no pool segment, no pid file */
 	{
