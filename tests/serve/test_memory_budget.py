@@ -65,8 +65,9 @@ def run(store, shared, kill=None):
     cargs = ["--compute", "reference", "--threads", "1",
              "--max-running", str(N), "--restart-wait", "60"]
     if shared:
-        kargs = ["--memory-budget", str(shared),
-                 "--spill-budget", str(64 << 20)]
+        # kvd's floor is one sequence of its longest: kjv-moe's 256
+        kargs = ["--memory-budget", str(shared), "--max-rows-per-seq",
+                 "256", "--spill-budget", str(64 << 20)]
         eargs = ["--memory-budget", str(shared)]
     else:
         kargs = ["--budget", str(64 << 20)]
