@@ -22,10 +22,6 @@
 #include "st_shm.h"
 #include "st_util.h"
 
-/* Room for a daemon's argv: its own options (computed has the most: 45
- * with the program name), the tier options, the NULL. */
-#define CLI_DAEMON_ARGV_MAX (52 + CLI_MAX_EXTRA_ARGS)
-
 static const char *const k_daemons[3] = { "expertd", "kvd", "computed" };
 
 int cli_find_daemon(const char *name, char *buf, size_t len,
@@ -272,10 +268,8 @@ static void add_opt(char **argv, int *a, const char *opt, const char *val)
 	}
 }
 
-/* The argv of a daemon of inst (pointers into inst; at most
- * CLI_DAEMON_ARGV_MAX entries with the NULL). */
-static void daemon_argv(struct cli_instance *inst, const char *daemon,
-			char **argv)
+void cli_instance_argv(struct cli_instance *inst, const char *daemon,
+		       char **argv)
 {
 	const char *const *extra = NULL;
 	int a = 0;
@@ -292,9 +286,11 @@ static void daemon_argv(struct cli_instance *inst, const char *daemon,
 	add_opt(argv, &a, "--numa", inst->numa);
 	if (!strcmp(daemon, "expertd")) {
 		add_opt(argv, &a, "--host-budget", inst->host_budget);
+		add_opt(argv, &a, "--memory-budget", inst->memory_budget);
 		add_opt(argv, &a, "--loader-threads", inst->loader_threads);
 	} else if (!strcmp(daemon, "kvd")) {
 		add_opt(argv, &a, "--budget", inst->kv_budget);
+		add_opt(argv, &a, "--memory-budget", inst->memory_budget);
 		add_opt(argv, &a, "--spill-budget", inst->kv_spill);
 		add_opt(argv, &a, "--remote-kv", inst->kv_remote);
 		add_opt(argv, &a, "--session-dir", inst->kv_session_dir);
@@ -369,7 +365,7 @@ static int start_one(struct cli_instance *inst, const char *daemon,
 	off_t from = log_size(inst, daemon);
 	int r;
 
-	daemon_argv(inst, daemon, argv);
+	cli_instance_argv(inst, daemon, argv);
 	r = save_args(inst, daemon, argv, diag);
 	if (r == 0 && !strcmp(daemon, "computed"))
 		r = note_api_key(inst, diag);
@@ -395,7 +391,7 @@ int cli_instance_exec(struct cli_instance *inst, const char *daemon,
 		r = cli_find_daemon(daemon, exe, sizeof(exe), diag);
 	if (r < 0)
 		return r;
-	daemon_argv(inst, daemon, argv);
+	cli_instance_argv(inst, daemon, argv);
 	r = save_args(inst, daemon, argv, diag);
 	if (r < 0)
 		return r;

@@ -18,6 +18,9 @@ struct cli_instance {
 	char store_dir[4096];
 	char host_budget[64];    /* expertd --host-budget, "" = its default */
 	char kv_budget[64];      /* kvd --budget, "" = its default */
+	char memory_budget[64];  /* expertd's and kvd's --memory-budget (one
+				  * budget shared by both; host_budget and
+				  * kv_budget are then floors), "" = none */
 	char kv_spill[64];       /* kvd --spill-budget, "" = no spilling */
 	char kv_remote[512];     /* kvd --remote-kv, "" = no remote tier */
 	char kv_session_dir[4096]; /* kvd --session-dir, "" = its default */
@@ -124,6 +127,18 @@ void cli_instance_read_pids(struct cli_instance *inst);
  */
 int cli_instance_exec(struct cli_instance *inst, const char *daemon,
 		      struct st_diag *diag);
+
+/* Room for a daemon's argv (cli_instance_argv): its own options
+ * (computed has the most: 45 with the program name), the tier options,
+ * the NULL. */
+#define CLI_DAEMON_ARGV_MAX (52 + CLI_MAX_EXTRA_ARGS)
+
+/* The argv of a daemon ("expertd", "kvd", "computed") of inst: its name,
+ * then the options inst gives it, NULL-terminated (at most
+ * CLI_DAEMON_ARGV_MAX entries).  The strings are inst's (or static):
+ * valid while inst is. */
+void cli_instance_argv(struct cli_instance *inst, const char *daemon,
+		       char **argv);
 
 /* Index of a daemon name ("expertd", "kvd", "computed") or -1. */
 int cli_daemon_index(const char *daemon);

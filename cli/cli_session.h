@@ -13,6 +13,8 @@ struct cli_session_opts {
 	int force;          /* a named store of another model is replaced */
 	const char *instance, *run_dir;          /* NULL: private instance */
 	const char *host_budget, *kv_budget, *kv_spill, *kv_dtype;
+	const char *memory_budget; /* shared by expertd and kvd (their
+				    * budgets then floors), NULL: none */
 	const char *kv_remote;   /* kvd --remote-kv URL, NULL: off */
 	const char *compute;                     /* NULL: reference mode */
 	const char *device_budget, *device_kv_budget; /* NULL: computed's */

@@ -2,6 +2,7 @@
  * launcher for a named instance, configured by flags and/or an instance
  * config file (st_iconf.h). */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <sys/mman.h>
@@ -14,6 +15,7 @@
 #include "cli_cmds.h"
 #include "cli_device.h"
 #include "cli_instance.h"
+#include "cli_memory.h"
 #include "cli_registry.h"
 #include "cli_superv.h"
 #include "cw_client.h"
@@ -35,7 +37,8 @@ static void inst_usage(FILE *f, const char *cmd)
 	"                 [--force] [--no-supervise] [--restart-limit N]\n"
 	"                 [--experts FMT] [--keep-layers SPEC] [--scale-search S]\n"
 	"                 [--expert-offload on|off] [--host-budget B]\n"
-	"                 [--kv-budget B] [--kv-spill-budget B] [--kv-dtype T]\n"
+	"                 [--kv-budget B] [--memory-budget B]\n"
+	"                 [--kv-spill-budget B] [--kv-dtype T]\n"
 	"                 [--kv-restore-ahead on|off]\n"
 	"                 [--kv-remote redis://HOST:PORT/DB]\n"
 	"                 [--kv-session-dir DIR]\n"
@@ -53,7 +56,8 @@ static void inst_usage(FILE *f, const char *cmd)
 	"                 [--device-kv-budget B] [--timeout SEC] [--help-config]\n"
 	"                 [expert-tier options: --evict, --hot-experts,\n"
 	"                 --state-dir, --prefetch-depth, ... as for strata run]" :
-	!strcmp(cmd, "restart") ? " DAEMON [--timeout SEC]" : "");
+	!strcmp(cmd, "restart") ? " DAEMON [--timeout SEC]" :
+	!strcmp(cmd, "status") ? " [--json]" : "");
 	if (up)
 		fprintf(f, "Starts expertd, kvd and computed for the instance "
 			"(converting the model first\nif it has no store) and "
@@ -83,7 +87,13 @@ static void inst_usage(FILE *f, const char *cmd)
 			"present).\n--kv-restore-ahead on|off (default on): "
 			"with a spill file, kvd restores the next\nstep's "
 			"spilled KV pages while this step computes (off: each "
-			"step waits for\nthem).\n\n%s", ST_IOQ_ENV_HELP);
+			"step waits for\nthem).\n--memory-budget B (bytes, "
+			"e.g. 24GiB; not a share): one host budget\nshared by "
+			"expertd's expert slots and kvd's KV pages, moved "
+			"between them by\nmeasured value; --host-budget and "
+			"--kv-budget, when given, are then each\nside's floor "
+			"(strata status shows the split and its moves).\n\n%s",
+			ST_IOQ_ENV_HELP);
 	else if (!strcmp(cmd, "down"))
 		fprintf(f, "Stops the instance's daemons (computed first), "
 			"then removes its sockets,\npid files and shared-memory "
@@ -97,7 +107,10 @@ static void inst_usage(FILE *f, const char *cmd)
 	else
 		fprintf(f, "Says whether each daemon of the instance runs, "
 			"prints computed's counters\nand where each shared-"
-			"memory segment's pages are (NUMA node, move_pages).\n");
+			"memory segment's pages are (NUMA node, move_pages);\n"
+			"with --memory-budget, the split of the shared budget, "
+			"its values and its\nlast moves.  --json: the same as "
+			"one JSON object on stdout.\n");
 	fprintf(f, "\nDefault instance: %s.  Default run dir: "
 		"$STRATA_RUN_DIR, /run/strata/NAME (root)\nor "
 		"$XDG_RUNTIME_DIR/strata/NAME.\n", ST_DEFAULT_INSTANCE);
@@ -120,6 +133,7 @@ static const struct {
 	{ "loader-threads", "experts.loader_threads" },
 	{ "dense-format", "formats.attention" },
 	{ "kv-dtype", "kv.dtype" },            { "kv-budget", "kv.budget" },
+	{ "memory-budget", "memory.budget" },
 	{ "kv-spill-budget", "kv.spill_budget" },
 	{ "kv-restore-ahead", "kv.restore_ahead" },
 	{ "kv-remote", "kv.remote" },
@@ -153,12 +167,6 @@ static void copy(char *dst, size_t len, const char *src)
 	snprintf(dst, len, "%s", src ? src : "");
 }
 
-/*
- * Parses the command line of up/down/status/restart into conf (after the
- * --config file) and fills inst from it.  *ret_arg: restart's DAEMON, or
- * up's expert-format spec (cli_experts_spec; static storage).
- * 0, 2 (usage error, printed), or exits 0 after --help.
- */
 /* 1 when v (device.kv_budget) is the knob's default size (st_iconf's
  * table), 0 otherwise or when either does not parse. */
 static int kv_budget_is_default(const char *v)
@@ -177,13 +185,20 @@ static int kv_budget_is_default(const char *v)
 	return same;
 }
 
+/*
+ * Parses the command line of up/down/status/restart into conf (after the
+ * --config file) and fills inst from it.  *ret_arg: restart's DAEMON, or
+ * up's expert-format spec (cli_experts_spec; static storage).  *ret_json
+ * (status only; NULL for the others, which refuse --json): 1 with --json.
+ * 0, 2 (usage error, printed), or exits 0 after --help.
+ */
 static int parse(int argc, char **argv, const char *cmd,
 		 struct cli_instance *inst, struct st_iconf *conf,
-		 const char **ret_arg, int *timeout_s)
+		 const char **ret_arg, int *timeout_s, int *ret_json)
 {
 	static const struct option tier_opts[] = { CLI_TIER_LONGOPTS };
 	static struct cli_tier_args tier; /* outlives parse(): inst->tier */
-	struct option opts[N_FLAGS + 8 + sizeof(tier_opts) / sizeof(tier_opts[0])];
+	struct option opts[N_FLAGS + 9 + sizeof(tier_opts) / sizeof(tier_opts[0])];
 	struct st_diag diag = { "" };
 	int c, is_up = !strcmp(cmd, "up"), n = 0, any_tier = 0;
 	int force = 0;
@@ -209,6 +224,7 @@ static int parse(int argc, char **argv, const char *cmd,
 	opts[n++] = (struct option){ "no-supervise", no_argument, NULL, 'S' };
 	opts[n++] = (struct option){ "force", no_argument, NULL, 'F' };
 	opts[n++] = (struct option){ "metrics-auth", no_argument, NULL, 'M' };
+	opts[n++] = (struct option){ "json", no_argument, NULL, 'J' };
 	opts[n++] = (struct option){ "help", no_argument, NULL, 'h' };
 	opts[n] = (struct option){ 0 };
 
@@ -258,6 +274,13 @@ static int parse(int argc, char **argv, const char *cmd,
 				     "serve.metrics_auth",
 				     c == 'S' ? "off" : "on", &diag);
 			break;
+		case 'J':
+			if (!ret_json) {
+				inst_usage(stderr, cmd);
+				return 2;
+			}
+			*ret_json = 1;
+			break;
 		case 'h': inst_usage(stdout, cmd); exit(0);
 		case CLI_OPT_EVICT ... CLI_OPT_ENGRAM_CACHE:
 			if (!is_up) {
@@ -295,16 +318,28 @@ static int parse(int argc, char **argv, const char *cmd,
 		static char spec[512]; /* the combined spec outlives parse() */
 		const char *keep = st_iconf_get(conf, "experts.keep_layers");
 
+		uint64_t shared = 0;
+
+		/* a shared budget (memory.budget, a size st_iconf checked;
+		 * 0 in any spelling is none): the separate budgets become
+		 * floors, so only those asked for are passed (their
+		 * defaults, 100% and 1GiB, would be floors nobody chose) */
+		st_parse_size(st_iconf_get(conf, "memory.budget"), &shared);
+
 		copy(inst->store_dir, sizeof(inst->store_dir),
 		     st_iconf_get(conf, "model.store"));
+		if (shared)
+			copy(inst->memory_budget, sizeof(inst->memory_budget),
+			     st_iconf_get(conf, "memory.budget"));
 		if (!st_iconf_get_bool(conf, "experts.offload"))
 			copy(inst->host_budget, sizeof(inst->host_budget),
 			     "100%");
-		else
+		else if (!shared || st_iconf_is_set(conf, "experts.host_budget"))
 			copy(inst->host_budget, sizeof(inst->host_budget),
 			     st_iconf_get(conf, "experts.host_budget"));
-		copy(inst->kv_budget, sizeof(inst->kv_budget),
-		     st_iconf_get(conf, "kv.budget"));
+		if (!shared || st_iconf_is_set(conf, "kv.budget"))
+			copy(inst->kv_budget, sizeof(inst->kv_budget),
+			     st_iconf_get(conf, "kv.budget"));
 		if (strcmp(st_iconf_get(conf, "kv.spill_budget"), "0"))
 			copy(inst->kv_spill, sizeof(inst->kv_spill),
 			     st_iconf_get(conf, "kv.spill_budget"));
@@ -428,11 +463,14 @@ static int parse(int argc, char **argv, const char *cmd,
 			copy(inst->device_kv_budget,
 			     sizeof(inst->device_kv_budget),
 			     st_iconf_get(conf, "device.kv_budget"));
-		if (cli_check_common(inst->name, inst->host_budget,
-				     inst->kv_budget, inst->kv_dtype, spec,
-				     "strata up") ||
+		if (cli_check_common(inst->name, inst->host_budget[0] ?
+				     inst->host_budget : NULL,
+				     inst->kv_budget[0] ? inst->kv_budget : NULL,
+				     inst->kv_dtype, spec, "strata up") ||
 		    cli_check_device(inst->device_budget,
-				     inst->device_kv_budget, "strata up"))
+				     inst->device_kv_budget, "strata up") ||
+		    cli_check_memory(inst->memory_budget, inst->host_budget,
+				     inst->kv_budget, "strata up", NULL))
 			return 2;
 		st_iconf_warn_unhonoured(conf, stderr, "strata up");
 		*ret_arg = spec;
@@ -512,7 +550,7 @@ int cli_cmd_up(int argc, char **argv)
 		return 1;
 	/* conf lives until the daemons are started: inst.tier points
 	 * into it (experts.hot_experts, experts.prefetch_depth) */
-	r = parse(argc, argv, "up", &inst, conf, &experts, &timeout_s);
+	r = parse(argc, argv, "up", &inst, conf, &experts, &timeout_s, NULL);
 	if (r == 0 && inst.kv_session_dir[0]) {
 		struct stat st;
 
@@ -613,7 +651,8 @@ int cli_cmd_exec(int argc, char **argv)
 	}
 	daemon = argv[1];
 	argv[1] = argv[0];
-	r = parse(argc - 1, argv + 1, "up", &inst, conf, &experts, &timeout_s);
+	r = parse(argc - 1, argv + 1, "up", &inst, conf, &experts, &timeout_s,
+		  NULL);
 	if (r == 0 && !strcmp(daemon, "expertd")) {
 		r = prepare_store(conf, &inst, experts, "strata exec");
 	} else if (r == 0 && !strcmp(daemon, "computed") && !inst.store_dir[0]) {
@@ -647,7 +686,7 @@ int cli_cmd_down(int argc, char **argv)
 
 	if (!conf)
 		return 1;
-	r = parse(argc, argv, "down", &inst, conf, &unused, &timeout_s);
+	r = parse(argc, argv, "down", &inst, conf, &unused, &timeout_s, NULL);
 	free(conf);
 	if (r)
 		return r;
@@ -717,7 +756,8 @@ int cli_cmd_restart(int argc, char **argv)
 
 	if (!conf)
 		return 1;
-	r = parse(argc, argv, "restart", &inst, conf, &daemon, &timeout_s);
+	r = parse(argc, argv, "restart", &inst, conf, &daemon, &timeout_s,
+		  NULL);
 	free(conf);
 	if (r)
 		return r;
@@ -811,6 +851,29 @@ static void describe_superv(const struct st_superv_daemon *d, char *buf,
 			 cmd ? "by strata restart" : d->last_exit);
 }
 
+/* The shared memory budget of the instance (st_ledger.h) for status:
+ * printed, or put in j as "memory" (j non-NULL).  Nothing when the
+ * instance shares no budget; a ledger that cannot be read is said so. */
+static void status_memory(const char *instance, json_t *j)
+{
+	struct st_ledger_view *v = malloc(sizeof(*v));
+	struct st_diag diag = { "" };
+	int r;
+
+	if (!v)
+		return;
+	r = st_ledger_read(instance, v, &diag);
+	if (r == 0 && j)
+		json_object_set_new(j, "memory", cli_memory_json(v,
+								 st_now_ns()));
+	else if (r == 0)
+		cli_memory_print(stdout, "", v, st_now_ns());
+	else if (r != -ENOENT && !j)
+		printf("memory             the shared budget's ledger cannot "
+		       "be read: %s\n", diag.msg);
+	free(v);
+}
+
 int cli_cmd_status(int argc, char **argv)
 {
 	static const char *names[3] = { "expertd", "kvd", "computed" };
@@ -819,25 +882,48 @@ int cli_cmd_status(int argc, char **argv)
 	const char *unused = NULL;
 	struct st_superv_state sv;
 	char url[160];
-	int timeout_s = 0, r, up = 0, have_sv;
+	int timeout_s = 0, r, up = 0, have_sv, json = 0;
+	json_t *j = NULL, *jd = NULL;
 
 	if (!conf)
 		return 1;
-	r = parse(argc, argv, "status", &inst, conf, &unused, &timeout_s);
+	r = parse(argc, argv, "status", &inst, conf, &unused, &timeout_s,
+		  &json);
 	free(conf);
 	if (r)
 		return r;
+	if (json) {
+		/* --json: the same facts as one object on stdout */
+		j = json_pack("{s:s, s:s}", "instance", inst.name, "run_dir",
+			      inst.run_dir);
+		jd = json_object();
+		if (!j || !jd) {
+			json_decref(j);
+			json_decref(jd);
+			return 1;
+		}
+		json_object_set_new(j, "daemons", jd);
+	}
 	have_sv = st_superv_state_read(inst.run_dir, &sv) == 0;
-	printf("instance %s (run dir %s)\n", inst.name, inst.run_dir);
+	if (!j)
+		printf("instance %s (run dir %s)\n", inst.name, inst.run_dir);
 	if (cli_instance_url(inst.run_dir, url, sizeof(url)) == 0) {
 		/* the URL is a recorded fact; whether it answers is checked */
-		if (cli_url_answers(url, 1000))
+		int answers = cli_url_answers(url, 1000);
+
+		if (j)
+			json_object_set_new(j, "url", json_pack(
+				"{s:s, s:b}", "url", url, "answers", answers));
+		else if (answers)
 			printf("  listening on %s\n", url);
 		else
 			printf("  not answering on %s (nothing accepts a "
 			       "connection there)\n", url);
 	}
-	if (cli_superv_pid(inst.run_dir))
+	if (j)
+		json_object_set_new(j, "supervisor_pid", json_integer(
+			cli_superv_pid(inst.run_dir)));
+	else if (cli_superv_pid(inst.run_dir))
 		printf("  supervisor running, pid %d: restarts a daemon that "
 		       "dies\n", cli_superv_pid(inst.run_dir));
 	else if (cli_superv_dead_pid(inst.run_dir)) {
@@ -851,30 +937,40 @@ int cli_cmd_status(int argc, char **argv)
 	for (int i = 0; i < 3; i++) {
 		char ctl[4200], extra[128] = "";
 		int32_t pid = 0;
+		int running;
 
 		if (have_sv && !strcmp(sv.d[i].name, names[i]))
 			describe_superv(&sv.d[i], extra, sizeof(extra));
 		st_run_path(inst.run_dir, names[i], "ctl", ctl, sizeof(ctl));
-		if (st_path_exists(ctl) && st_daemon_ping(ctl, 1000, &pid) == 0) {
+		running = st_path_exists(ctl) &&
+			  st_daemon_ping(ctl, 1000, &pid) == 0;
+		up += running;
+		if (j) {
+			json_object_set_new(jd, names[i], json_pack(
+				"{s:b, s:i, s:I}", "running", running, "pid",
+				running ? (int)pid : 0, "peak_rss_bytes",
+				(json_int_t)(running ?
+					st_pid_peak_rss_bytes(pid) : 0)));
+		} else if (running) {
 			char a[32];
 
 			printf("  %-9s running, pid %d, peak RSS %s%s\n",
 			       names[i], pid,
 			       st_format_bytes(st_pid_peak_rss_bytes(pid), a,
 					       sizeof(a)), extra);
-			up++;
 		} else {
 			printf("  %-9s not running%s\n", names[i], extra);
 		}
 	}
-	print_placement(inst.name);
+	if (!j)
+		print_placement(inst.name);
 	if (up == 3) {
 		struct cw_client *cw;
 		struct cw_stats_wire s = { 0 };
 		struct st_diag diag;
 
 		if (cw_client_open(inst.run_dir, 5000, &cw, &diag) == 0) {
-			if (cw_client_stats(cw, &s) == 0)
+			if (!j && cw_client_stats(cw, &s) == 0) {
 				printf("  generations %llu, prompt tokens %llu, "
 				       "generated %llu; experts hits %llu misses "
 				       "%llu evictions %llu; KV pages %llu/%llu\n",
@@ -886,19 +982,51 @@ int cli_cmd_status(int argc, char **argv)
 				       (unsigned long long)s.es_evictions,
 				       (unsigned long long)s.kv_pages_used,
 				       (unsigned long long)s.kv_n_pages);
-			{
-				/* tier figures since the daemons started */
-				struct cw_stats_wire z = { 0 };
-				struct cli_tier_figures tf;
+				{
+					/* tier figures since the daemons
+					 * started */
+					struct cw_stats_wire z = { 0 };
+					struct cli_tier_figures tf;
 
-				cli_tier_figures(&z, &s, &tf);
-				cli_tier_print(stdout, &tf);
+					cli_tier_figures(&z, &s, &tf);
+					cli_tier_print(stdout, &tf);
+				}
+				/* the NVMe queue's classes since its segment
+				 * was made */
+				if (s.io_on)
+					cli_io_print(stdout, &s);
+			} else if (j && cw_client_stats(cw, &s) == 0) {
+				json_object_set_new(j, "stats", json_pack(
+					"{s:I, s:I, s:I, s:I, s:I, s:I, s:I, "
+					"s:I}", "generations",
+					(json_int_t)s.n_generations,
+					"prompt_tokens",
+					(json_int_t)s.prompt_tokens,
+					"generated_tokens",
+					(json_int_t)s.generated_tokens,
+					"expert_hits", (json_int_t)s.es_hits,
+					"expert_misses",
+					(json_int_t)s.es_misses,
+					"expert_evictions",
+					(json_int_t)s.es_evictions,
+					"kv_pages_used",
+					(json_int_t)s.kv_pages_used,
+					"kv_pages", (json_int_t)s.kv_n_pages));
+				if (s.io_on)
+					json_object_set_new(j, "io",
+							    cli_io_json(&s));
 			}
-			/* the NVMe queue's classes since its segment was made */
-			if (s.io_on)
-				cli_io_print(stdout, &s);
 			cw_client_close(cw);
 		}
+	}
+	/* the shared budget next to the I/O queue: both are the two tier
+	 * daemons' shared segments, readable with any daemon down */
+	status_memory(inst.name, j);
+	if (j) {
+		json_object_set_new(j, "running", json_integer(up));
+		json_dumpf(j, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10));
+		printf("\n");
+		json_decref(j);
 	}
 	return up == 3 ? 0 : 3;
 }

@@ -29,6 +29,7 @@ static void plan_usage(FILE *f)
 "                   [--context N] [--kv-dtype f32|f16|bf16|fp8]\n"
 "                   [--experts FMT] [--dense-format bf16|f16|f32|fp8]\n"
 "                   [--hot-experts N] [--host-budget B] [--kv-budget B]\n"
+"                   [--memory-budget B]\n"
 "                   [--activations B] [--page-rows N] [--mem-util F]\n"
 "                   [--json]\n"
 "\n"
@@ -49,6 +50,11 @@ static void plan_usage(FILE *f)
 "Sizes take KiB/MiB/GiB (powers of 1024) or kB/MB/GB (powers of 1000).\n"
 "Defaults as strata run/up: --batch 1, --context 4096 (capped to the\n"
 "model's max_position_embeddings), --kv-dtype f32, --experts mxfp4.\n"
+"--memory-budget B (bytes, not a share): one host budget shared by the\n"
+"expert pool and the KV pages (strata up --memory-budget); the plan shows\n"
+"each side's floor (--host-budget / --kv-budget, else the least it runs\n"
+"with) and cap, the starting split, and what each side holds at the\n"
+"extremes (experts: %% of all experts; KV: tokens of context).\n"
 "--config FILE reads an instance config (docs/strata.conf.example); flags\n"
 "win over it.\n"
 "--mem-util F (default 0.9, as vLLM's gpu_memory_utilization): the share\n"
@@ -137,6 +143,7 @@ static int apply_config(const struct st_iconf *c, struct st_plan_opts *o,
 	if (st_iconf_is_set(c, "experts.host_budget"))
 		st_parse_budget(st_iconf_get(c, "experts.host_budget"),
 				&o->host_budget, &o->host_budget_pct);
+	st_parse_size(st_iconf_get(c, "memory.budget"), &o->memory_budget);
 	if (st_iconf_is_set(c, "kv.budget") &&
 	    st_parse_budget(st_iconf_get(c, "kv.budget"), &v, &pct) == 0 && v)
 		o->kv_budget = v;
@@ -244,6 +251,7 @@ int cli_cmd_plan(int argc, char **argv)
 		{ "hidden", required_argument, NULL, 9 },
 		{ "json", no_argument, NULL, 'j' },
 		{ "mem-util", required_argument, NULL, 'U' },
+		{ "memory-budget", required_argument, NULL, 'M' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -324,6 +332,15 @@ int cli_cmd_plan(int argc, char **argv)
 		case 'V':
 			if (st_parse_size(optarg, &o.kv_budget) < 0)
 				rc = bad("--kv-budget", optarg, "not a size");
+			break;
+		case 'M':
+			if (strchr(optarg, '%'))
+				rc = bad("--memory-budget", optarg, "a share "
+					 "is not accepted: give bytes of host "
+					 "memory (24GiB)");
+			else if (st_parse_size(optarg, &o.memory_budget) < 0)
+				rc = bad("--memory-budget", optarg, "not a size "
+					 "(24GiB)");
 			break;
 		case 'A':
 			if (st_parse_size(optarg, &o.activations) < 0)

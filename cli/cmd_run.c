@@ -18,6 +18,7 @@
 #include "cli_cmds.h"
 #include "cli_instance.h"
 #include "cli_device.h"
+#include "cli_memory.h"
 #include "cli_session.h"
 #include "cw_client.h"
 #include "cw_gen.h"
@@ -30,6 +31,7 @@ struct run_opts {
 	int force;                /* --force: --store may hold another model */
 	const char *instance, *run_dir;
 	const char *host_budget, *kv_budget, *kv_spill, *kv_dtype;
+	const char *memory_budget;
 	const char *kv_remote;
 	const char *compute;
 	const char *device_budget, *device_kv_budget;
@@ -96,6 +98,11 @@ static void run_usage(FILE *f)
 "  --host-budget B      expertd host pool: bytes (8GiB) or percent of all\n"
 "                       experts (25%%); default: all experts\n"
 "  --kv-budget B        kvd page pool in bytes (default: kvd's)\n"
+"  --memory-budget B    one host budget in bytes (24GiB; not a share) shared\n"
+"                       by the expert pool and the KV pages, moved between\n"
+"                       them by measured value; --host-budget and\n"
+"                       --kv-budget, when given, are then each side's floor;\n"
+"                       the summary shows the split and its moves\n"
 "  --kv-spill-budget B  let kvd spill idle KV pages to a file of this size\n"
 "  --kv-remote URL      share prefix-cache pages through a Redis,\n"
 "                       redis://HOST:PORT/DB (kvd --remote-kv)\n"
@@ -207,6 +214,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		{ "raw", no_argument, NULL, 'R' },
 		{ "host-budget", required_argument, NULL, 'b' },
 		{ "kv-budget", required_argument, NULL, 'B' },
+		{ "memory-budget", required_argument, NULL, 0x100 + 'M' },
 		{ "kv-spill-budget", required_argument, NULL, 'O' },
 		{ "kv-remote", required_argument, NULL, 0x100 + 'r' },
 		{ "kv-private", no_argument, NULL, 0x100 + 'p' },
@@ -333,6 +341,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		case 'R': o->raw = 1; break;
 		case 'b': o->host_budget = optarg; break;
 		case 'B': o->kv_budget = optarg; break;
+		case 0x100 + 'M': o->memory_budget = optarg; break;
 		case 'O': o->kv_spill = optarg; break;
 		case 0x100 + 'r': o->kv_remote = optarg; break;
 		case 0x100 + 'p': o->kv_private = 1; break;
@@ -371,7 +380,9 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		return 2;
 	}
 	if (cli_check_device(o->device_budget, o->device_kv_budget,
-			     "strata run"))
+			     "strata run") ||
+	    cli_check_memory(o->memory_budget, o->host_budget, o->kv_budget,
+			     "strata run", NULL))
 		return 2;
 	if (o->timeline && timeline_arg(o) < 0)
 		return 2;
@@ -587,11 +598,33 @@ static double spec_tokens_per_step(const struct cw_stats_wire *d)
 					     (double)d->spec_steps : 0.0;
 }
 
+/* The instance's shared memory budget at the end of the run (st_ledger.h;
+ * malloc'd, the caller frees), or NULL when it shares none. */
+static struct st_ledger_view *run_memory(const struct cli_instance *inst)
+{
+	struct st_ledger_view *v = malloc(sizeof(*v));
+	struct st_diag diag = { "" };
+	int r;
+
+	if (!v)
+		return NULL;
+	r = st_ledger_read(inst->name, v, &diag);
+	if (r < 0 && r != -ENOENT)
+		fprintf(stderr, "strata run: the shared budget's ledger cannot "
+			"be read: %s\n", diag.msg);
+	if (r < 0) {
+		free(v);
+		return NULL;
+	}
+	return v;
+}
+
 static void print_summary(const struct run_opts *o,
 			  const struct cli_instance *inst,
 			  const struct run_result *res,
 			  const struct cw_stats_wire *s0,
-			  const struct cw_stats_wire *s1, int have_stats)
+			  const struct cw_stats_wire *s1, int have_stats,
+			  const struct st_ledger_view *mem)
 {
 	struct cw_stats_wire d = *s1; /* this run's share of the counters */
 	uint64_t rss_es = st_pid_peak_rss_bytes(s1->es_pid ? s1->es_pid : inst->pid_expertd);
@@ -693,6 +726,9 @@ static void print_summary(const struct run_opts *o,
 		cli_tier_json(j, &tf);
 		if (d.io_on)
 			json_object_set_new(j, "io", cli_io_json(&d));
+		if (mem)
+			json_object_set_new(j, "memory",
+					    cli_memory_json(mem, st_now_ns()));
 		json_object_set_new(j, "prefix_rows_reused",
 				    json_integer((json_int_t)d.kv_prefix_rows_reused));
 		json_object_set_new(j, "kv_pages_spilled",
@@ -852,6 +888,8 @@ static void print_summary(const struct run_opts *o,
 			(unsigned long long)d.kv_remote_errors);
 	if (d.io_on)
 		cli_io_print(stderr, &d);
+	if (mem)
+		cli_memory_print(stderr, "", mem, st_now_ns());
 	fprintf(stderr, "weights read       experts %s, dense %s, LM head %s\n",
 		st_format_bytes(d.expert_bytes, a, sizeof(a)),
 		st_format_bytes(d.dense_bytes, b, sizeof(b)),
@@ -997,6 +1035,7 @@ int cli_cmd_run(int argc, char **argv)
 			.force = o.force,
 			.instance = o.instance, .run_dir = o.run_dir,
 			.host_budget = o.host_budget, .kv_budget = o.kv_budget,
+			.memory_budget = o.memory_budget,
 			.kv_spill = o.kv_spill, .kv_remote = o.kv_remote,
 			.kv_dtype = o.kv_dtype, .timeout_s = o.timeout_s,
 			.compute = o.compute, .who = "strata run", .tier = &o.tier,
@@ -1043,7 +1082,12 @@ int cli_cmd_run(int argc, char **argv)
 	    cw_client_stats(cw, &s1) < 0)
 		have_stats = 0;
 	if (r == 0) {
-		print_summary(&o, &inst, &res, &s0, &s1, have_stats);
+		/* before the daemons stop: the last one closing the ledger
+		 * removes it */
+		struct st_ledger_view *mem = run_memory(&inst);
+
+		print_summary(&o, &inst, &res, &s0, &s1, have_stats, mem);
+		free(mem);
 		rc = 0;
 	} else if (res.interrupted) {
 		rc = 130;

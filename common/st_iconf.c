@@ -54,6 +54,11 @@ static const struct st_iconf_knob knobs[] = {
 	  "bf16", "--shared-experts-format", 0, "shared experts' format "
 	  "(Qwen2-MoE's gated shared expert, kept in dense.bin and run "
 	  "by computed; set it with strata convert --shared-experts)" },
+	{ "memory", "budget", ST_ICONF_SIZE, 0, 0, NULL, "0",
+	  "--memory-budget", 1, "one host memory budget shared by expertd's "
+	  "expert slots and kvd's KV pages, moved between them by measured "
+	  "value (0: none, each has its own); experts.host_budget and "
+	  "kv.budget, when set, become each side's floor" },
 	{ "kv", "dtype", ST_ICONF_ENUM, 0, 0, "f32|f16|bf16|fp8", "f32",
 	  "--kv-dtype", 1, "KV rows: f32 (reference), f16, bf16, fp8 (E4M3)" },
 	{ "kv", "budget", ST_ICONF_BUDGET, 0, 0, NULL, "1GiB", "--kv-budget",
@@ -232,6 +237,11 @@ static int check(const struct st_iconf_knob *k, const char *v,
 	case ST_ICONF_SIZE:
 		if (st_parse_size(v, &bytes) == 0)
 			return 0;
+		if (strchr(v, '%'))
+			return st_diag_set(diag, -EINVAL, "key %s.%s: '%s' is a "
+					   "share; this key takes bytes (e.g. "
+					   "64GiB, 512MiB, 1048576)",
+					   k->section, k->key, v);
 		return st_diag_set(diag, -EINVAL, "key %s.%s: '%s' is not a "
 				   "size (e.g. 64GiB, 512MiB, 1048576)",
 				   k->section, k->key, v);

@@ -84,6 +84,23 @@ static void take_owner(struct st_ledger_seg *g, int32_t pid)
 		atomic_compare_exchange_strong(&g->h.owner_pid, &o, pid);
 }
 
+uint64_t st_ledger_join_target(uint64_t total, uint64_t floor, uint64_t cap,
+			       uint64_t kept, uint64_t other_cap,
+			       uint64_t other_target)
+{
+	uint64_t t = kept;
+
+	if (!t) /* the side's first owner: half, or what the other leaves */
+		t = other_cap ? (other_target < total ? total - other_target :
+							0) :
+				total / 2;
+	if (t < floor)
+		t = floor;
+	if (t > cap)
+		t = cap;
+	return t;
+}
+
 /* Under the name lock: checks and takes `side` and gives it its target. */
 static int join(struct st_ledger *l, const char *instance, uint64_t total,
 		uint64_t floor, uint64_t cap, uint64_t unit,
@@ -94,7 +111,7 @@ static int join(struct st_ledger *l, const char *instance, uint64_t total,
 	struct st_ledger_rec *other = &g->side[!l->side];
 	int other_live = rec_live(other);
 	uint64_t have = atomic_load(&g->total), t, to, ticks = 0;
-	char b1[32], b2[32], b3[32];
+	char b1[32], b2[32], b3[32], b4[32];
 
 	if (atomic_load(&me->pid) != l->pid && rec_live(me))
 		return st_diag_set(diag, -EBUSY,
@@ -135,18 +152,13 @@ static int join(struct st_ledger *l, const char *instance, uint64_t total,
 			st_ledger_side_name(l->side),
 			st_format_bytes(to, b3, sizeof(b3)),
 			st_ledger_side_name(!l->side),
-			st_format_bytes(floor + to, b3, sizeof(b3)));
+			st_format_bytes(floor + to, b4, sizeof(b4)));
 	atomic_store(&me->floor, floor);
 	atomic_store(&me->cap, cap);
 	atomic_store(&me->unit, unit);
-	t = atomic_load(&me->target);
-	if (!t) /* the side's first owner: half, or what the other leaves */
-		t = atomic_load(&other->cap) ?
-			    total - atomic_load(&other->target) : total / 2;
-	if (t < floor)
-		t = floor;
-	if (t > cap)
-		t = cap;
+	t = st_ledger_join_target(total, floor, cap, atomic_load(&me->target),
+				  atomic_load(&other->cap),
+				  atomic_load(&other->target));
 	if (t + atomic_load(&other->target) > total) {
 		/* our floor needs more than the other leaves: take it (the
 		 * floors fit, checked above); the other side shrinks to it */

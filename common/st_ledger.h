@@ -224,6 +224,18 @@ void st_ledger_decide(const struct st_ledger_view *v,
 		      struct st_ledger_action *a);
 
 /*
+ * The target a side gets when it joins (st_ledger_open's rule, bytes):
+ * `kept` when its previous owner left one (a restart; 0: none), else what
+ * the other side leaves (total - other_target), or half of total when the
+ * other side has not joined (other_cap 0); clamped to [floor, cap].  When
+ * that and other_target add up to more than total, the other side gets
+ * total minus it (the floors fit: st_ledger_open checks them).
+ */
+uint64_t st_ledger_join_target(uint64_t total, uint64_t floor, uint64_t cap,
+			       uint64_t kept, uint64_t other_cap,
+			       uint64_t other_target);
+
+/*
  * Joins the instance's ledger as the owner of `side` (the daemon's start):
  * makes the segment when absent (total bytes; step from STRATA_LEDGER_STEP,
  * default total / 16), or attaches.  floor and cap (bytes) bound what the

@@ -13,6 +13,7 @@
 #include "kv_pool.h"
 #include "kv_proto.h"
 #include "st_config.h"
+#include "st_ledger.h"
 #include "st_store.h"
 #include "st_tokenizer.h"
 #include "st_util.h"
@@ -384,11 +385,14 @@ static uint64_t wformat_bytes(const struct st_wformat *f, uint64_t n)
 }
 
 /* KV pool geometry kvd would build for this plan (metadata bytes and
- * page bytes), with kvd's default max_seqs and rows per sequence. */
+ * page bytes), with kvd's default max_seqs and rows per sequence.
+ * ret_seq_bytes (may be NULL): the pages of one sequence of the pool's
+ * longest (max_pages_per_seq in every stream), kvd's floor under
+ * --memory-budget without --budget (kvd/kv_budget_ledger.c). */
 static void kv_geometry(const struct st_plan_model *m,
 			const struct st_plan_opts *o, uint64_t kv_budget,
 			uint64_t *ret_meta, uint64_t *ret_private,
-			uint64_t *ret_page_bytes)
+			uint64_t *ret_page_bytes, uint64_t *ret_seq_bytes)
 {
 	struct kv_stream_decl decl[256];
 	struct kv_layout lay;
@@ -397,6 +401,8 @@ static void kv_geometry(const struct st_plan_model *m,
 	*ret_meta = 0;
 	*ret_private = 0;
 	*ret_page_bytes = 0;
+	if (ret_seq_bytes)
+		*ret_seq_bytes = 0;
 	for (int i = 0; i < m->n_streams; i++)
 		for (uint32_t l = 0; l < m->streams[i].n_layers && n < 256; l++) {
 			decl[n].row_bytes = (uint32_t)stream_row_bytes(
@@ -429,6 +435,9 @@ static void kv_geometry(const struct st_plan_model *m,
 			       12ull * lay.max_seqs;
 	}
 	*ret_page_bytes = lay.page_bytes;
+	if (ret_seq_bytes)
+		*ret_seq_bytes = (uint64_t)lay.max_pages_per_seq *
+				 lay.n_streams * lay.page_bytes;
 }
 
 /* Bytes of expertd's pool segment holding r->ram_warm of experts: records
@@ -450,6 +459,104 @@ static uint64_t pool_segment_bytes(const struct st_plan_model *m,
 	if (g.n_slots && es_pool_layout_compute(&g, &lay) == 0)
 		return lay.total_bytes;
 	return r->ram_warm;
+}
+
+/* Bytes of whole expert records --host-budget gives expertd (a share: n
+ * = all records x pct / 100, as expertd; bytes: rounded down to records);
+ * 0 when it gives none (host_budget and host_budget_pct 0). */
+static uint64_t host_budget_records(const struct st_plan_opts *o,
+				    const struct st_plan_result *r)
+{
+	uint64_t rec = ST_MAX(r->record_bytes, 1);
+
+	if (o->host_budget_pct > 0)
+		return (uint64_t)((double)(r->experts_all / rec) *
+				  o->host_budget_pct / 100.0 + 1e-9) * rec;
+	return o->host_budget / rec * rec;
+}
+
+/* Tokens of context `bytes` of KV hold, all sequences together: bytes /
+ * kv_per_token, or for pooled rows (DeepSeek-V4: a token costs a fraction
+ * of a row) one sequence's windows and compressor states first, then
+ * kv_growth_per_token per token. */
+static uint64_t kv_tokens(const struct st_plan_model *m,
+			  const struct st_plan_result *r, uint64_t bytes)
+{
+	for (int i = 0; i < m->n_streams; i++)
+		if (m->streams[i].tokens_per_row > 1 &&
+		    r->kv_growth_per_token > 0)
+			return bytes > r->kv_fixed ?
+				(uint64_t)((double)(bytes - r->kv_fixed) /
+					   r->kv_growth_per_token) : 0;
+	return r->kv_per_token ? bytes / r->kv_per_token : 0;
+}
+
+/* Clamps v to [lo, hi] (lo wins over hi). */
+/* The shared budget's section of the plan (st_plan_shared in st_plan.h,
+ * where the rules are written); r's expert and KV figures are computed.
+ * 0, or -ST_E_BUDGET with diag when the floors exceed the budget. */
+static int plan_shared(const struct st_plan_model *m,
+		       const struct st_plan_opts *o, struct st_plan_result *r,
+		       struct st_diag *diag)
+{
+	struct st_plan_shared *sh = &r->shared;
+	uint64_t M = o->memory_budget;
+	char a[32], b[32], c[32], d[32];
+
+	sh->total = M;
+	sh->floor[0] = host_budget_records(o, r);
+	if (!sh->floor[0])
+		sh->floor[0] = r->record_bytes * (uint64_t)m->top_k;
+	{
+		/* kvd's: --budget in whole pages, or one sequence of its
+		 * pool's longest, the pool made for M (kvd sizes its
+		 * segment for its cap) */
+		uint64_t meta, priv, pb;
+
+		kv_geometry(m, o, M, &meta, &priv, &pb, &sh->floor[1]);
+		if (o->kv_budget)
+			sh->floor[1] = pb ? ST_ALIGN_UP(o->kv_budget, pb) :
+					    o->kv_budget;
+	}
+	if (sh->floor[0] + sh->floor[1] > M)
+		return st_diag_set(diag, -ST_E_BUDGET, "--memory-budget %s is "
+				   "below the floors of its two sides: experts "
+				   "%s (%s) + KV %s (%s); give at least %s "
+				   "(%llu bytes)", st_format_bytes(M, a,
+				   sizeof(a)), st_format_bytes(sh->floor[0], b,
+				   sizeof(b)), o->host_budget ||
+				   o->host_budget_pct > 0 ? "--host-budget" :
+				   "one layer's top-k experts",
+				   st_format_bytes(sh->floor[1], c, sizeof(c)),
+				   o->kv_budget ? "--kv-budget" :
+				   "one sequence of kvd's longest",
+				   st_format_bytes(sh->floor[0] + sh->floor[1],
+						   d, sizeof(d)),
+				   (unsigned long long)(sh->floor[0] +
+							sh->floor[1]));
+	sh->cap[0] = ST_MIN(r->experts_all, M);
+	sh->cap[1] = M;
+	/* expertd joins first, then kvd (st_ledger_open's rule), taking from
+	 * the experts down to their floor for its own */
+	sh->start[0] = st_ledger_join_target(M, sh->floor[0], sh->cap[0], 0,
+					     0, 0);
+	sh->start[1] = st_ledger_join_target(M, sh->floor[1], sh->cap[1], 0,
+					     sh->cap[0], sh->start[0]);
+	if (sh->start[0] + sh->start[1] > M)
+		sh->start[0] = M - sh->start[1];
+	for (int s = 0; s < 2; s++) {
+		sh->min[s] = sh->floor[s];
+		sh->max[s] = ST_MIN(sh->cap[s], M - sh->floor[1 - s]);
+	}
+	for (int i = 0; i < 3; i++) {
+		const uint64_t *v = i == 0 ? sh->start : i == 1 ? sh->min :
+				    sh->max;
+
+		sh->experts_pct[i] = r->experts_all ?
+			100.0 * (double)v[0] / (double)r->experts_all : 0.0;
+		sh->kv_tokens[i] = kv_tokens(m, r, v[1]);
+	}
+	return 0;
 }
 
 int st_plan_compute(const struct st_plan_model *m,
@@ -574,7 +681,7 @@ int st_plan_compute(const struct st_plan_model *m,
 		if (!kv_budget)
 			kv_budget = 1ull << 30; /* kvd's default */
 		kv_geometry(m, o, kv_budget, &r->d.kv_meta_bytes,
-			    &r->d.kv_private_bytes, &page_bytes);
+			    &r->d.kv_private_bytes, &page_bytes, NULL);
 		if (page_bytes) {
 			uint64_t pages = 0;
 
@@ -611,14 +718,10 @@ int st_plan_compute(const struct st_plan_model *m,
 		uint64_t want = r->experts_all - ST_MIN(r->gpu_hot, r->experts_all);
 		uint64_t rec = ST_MAX(r->record_bytes, 1);
 
-		if (o->host_budget_pct > 0) {
-			/* expertd: n_slots = all records x pct / 100 */
-			uint64_t n = (uint64_t)((double)(r->experts_all / rec) *
-						o->host_budget_pct / 100.0 + 1e-9);
-
-			r->ram_warm = ST_MIN(n * rec, want);
-		} else if (o->host_budget) {
-			r->ram_warm = ST_MIN(o->host_budget / rec * rec, want);
+		if (o->host_budget_pct > 0 || o->host_budget) {
+			/* expertd: n_slots = all records x pct / 100, or
+			 * the bytes' whole records */
+			r->ram_warm = ST_MIN(host_budget_records(o, r), want);
 		} else {
 			/* as much as fits; the rest streams from the store */
 			uint64_t room = r->ram_avail > fixed ?
@@ -689,20 +792,7 @@ int st_plan_compute(const struct st_plan_model *m,
 				r->rec_kv_budget = r->kv;
 		}
 	}
-	r->rec_max_tokens = r->kv_per_token ?
-		r->rec_kv_budget / r->kv_per_token : 0;
-	for (int i = 0; i < m->n_streams; i++)
-		if (m->streams[i].tokens_per_row > 1 &&
-		    r->kv_growth_per_token > 0) {
-			/* pooled rows (DeepSeek-V4): a token costs a
-			 * fraction of a row; one sequence's windows and
-			 * compressor states come first */
-			r->rec_max_tokens = r->rec_kv_budget > r->kv_fixed ?
-				(uint64_t)((double)(r->rec_kv_budget -
-						    r->kv_fixed) /
-					   r->kv_growth_per_token) : 0;
-			break;
-		}
+	r->rec_max_tokens = kv_tokens(m, r, r->rec_kv_budget);
 	r->fits = r->ram_margin >= 0 && (!o->gpu_bytes || r->gpu_margin >= 0);
 	/* expertd must hold one layer's top-k experts (es_pool.c) */
 	if (m->n_experts && r->ram_warm < r->record_bytes * (uint64_t)m->top_k &&
@@ -710,7 +800,7 @@ int st_plan_compute(const struct st_plan_model *m,
 		r->fits = 0;
 	if (o->gpu_bytes && r->hot_experts < m->top_k && m->n_experts)
 		r->fits = 0; /* no layer's top-k fits on the device */
-	return 0;
+	return o->memory_budget ? plan_shared(m, o, r, diag) : 0;
 }
 
 /* --- output ---------------------------------------------------------------- */
@@ -733,6 +823,33 @@ static const char *dtname(enum st_dtype dt)
 	case ST_DTYPE_F8_E4M3: return "fp8";
 	default: return "?";
 	}
+}
+
+/* The shared budget's section (--memory-budget). */
+static void print_shared(const struct st_plan_shared *sh, FILE *f)
+{
+	char a[64], b[64];
+
+	fprintf(f, "\nshared host budget %s (--memory-budget): moved between "
+		"the expert pool and\n  the KV pages by measured value, "
+		"within each side's floor and cap\n",
+		gb(sh->total, a, sizeof(a)));
+	fprintf(f, "  experts floor    %s, cap %s\n",
+		gb(sh->floor[0], a, sizeof(a)), gb(sh->cap[0], b, sizeof(b)));
+	fprintf(f, "  KV floor         %s, cap %s\n",
+		gb(sh->floor[1], a, sizeof(a)), gb(sh->cap[1], b, sizeof(b)));
+	fprintf(f, "  starting split   experts %s = %.1f %% of the experts, "
+		"KV %s = %" PRIu64 " tokens of context\n",
+		gb(sh->start[0], a, sizeof(a)), sh->experts_pct[0],
+		gb(sh->start[1], b, sizeof(b)), sh->kv_tokens[0]);
+	fprintf(f, "  experts range    %.1f %% .. %.1f %% of the experts "
+		"(%s .. %s)\n", sh->experts_pct[1], sh->experts_pct[2],
+		st_format_bytes(sh->min[0], a, sizeof(a)),
+		st_format_bytes(sh->max[0], b, sizeof(b)));
+	fprintf(f, "  KV range         %" PRIu64 " .. %" PRIu64 " tokens of "
+		"context (%s .. %s)\n", sh->kv_tokens[1], sh->kv_tokens[2],
+		st_format_bytes(sh->min[1], a, sizeof(a)),
+		st_format_bytes(sh->max[1], b, sizeof(b)));
 }
 
 void st_plan_print(const struct st_plan_model *m, const struct st_plan_opts *o,
@@ -832,6 +949,8 @@ void st_plan_print(const struct st_plan_model *m, const struct st_plan_opts *o,
 		fprintf(f, "computed %s\n",
 			st_format_bytes(r->d.computed, a, sizeof(a)));
 	}
+	if (o->memory_budget)
+		print_shared(&r->shared, f);
 	fprintf(f, "\nverdict: %s\n", r->fits ? "FITS" : "DOES NOT FIT");
 	fprintf(f, "recommendations:\n");
 	if (o->gpu_bytes)
@@ -890,7 +1009,33 @@ int st_plan_print_json(const struct st_plan_model *m,
 
 	if (!j)
 		return -ENOMEM;
-	(void)o;
+	if (o->memory_budget) {
+		const struct st_plan_shared *sh = &r->shared;
+		json_t *sj = json_pack("{s:I}", "total", (json_int_t)sh->total);
+		static const char *const side[2] = { "experts", "kv" };
+
+		for (int s = 0; s < 2; s++)
+			json_object_set_new(sj, side[s], json_pack(
+				"{s:I, s:I, s:I, s:I, s:I}",
+				"floor", (json_int_t)sh->floor[s],
+				"cap", (json_int_t)sh->cap[s],
+				"start", (json_int_t)sh->start[s],
+				"min", (json_int_t)sh->min[s],
+				"max", (json_int_t)sh->max[s]));
+		json_object_set_new(json_object_get(sj, "experts"), "pct",
+				    json_pack("{s:f, s:f, s:f}",
+					      "start", sh->experts_pct[0],
+					      "min", sh->experts_pct[1],
+					      "max", sh->experts_pct[2]));
+		json_object_set_new(json_object_get(sj, "kv"), "tokens",
+				    json_pack("{s:I, s:I, s:I}",
+					      "start",
+					      (json_int_t)sh->kv_tokens[0],
+					      "min", (json_int_t)sh->kv_tokens[1],
+					      "max",
+					      (json_int_t)sh->kv_tokens[2]));
+		json_object_set_new(j, "shared", sj);
+	}
 	json_dumpf(j, f, JSON_COMPACT);
 	fputc('\n', f);
 	json_decref(j);

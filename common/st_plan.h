@@ -90,6 +90,10 @@ struct st_plan_opts {
 	double host_budget_pct;  /* or a share of all experts (0 = unused),
 				  * as expertd --host-budget 25% */
 	uint64_t kv_budget;      /* kvd budget; 0 = what batch x context needs */
+	uint64_t memory_budget;  /* one host budget shared by the expert pool
+				  * and the KV pages (--memory-budget);
+				  * host_budget and kv_budget are then its
+				  * floors; 0 = none */
 	uint64_t activations;    /* activations and buffers; 0 = estimate */
 	uint32_t page_rows;      /* KV rows per page (16) */
 };
@@ -104,6 +108,33 @@ struct st_plan_daemons {
 	uint64_t kv_touched;     /* KV page bytes of batch x context */
 	uint64_t dense_bytes;    /* computed's copy of the dense weights */
 	uint64_t work_bytes;     /* computed's activations and scratch */
+};
+
+/*
+ * The shared host budget (--memory-budget M, common/st_ledger.h) of a
+ * plan: index 0 is the experts' side (expertd's slots), 1 the KV side
+ * (kvd's pages), as st_ledger.h's sides.  All bytes.
+ *   floor: --host-budget (whole records) or else top_k records (expertd's
+ *          geometry check); --kv-budget (whole pages) or else kvd's: the
+ *          pages of one
+ *          sequence of its pool's longest (kvd's default 32768 rows per
+ *          sequence, fewer when a pool made for M holds fewer), in every
+ *          stream.
+ *   cap:   all experts' records, and M, each at most M.
+ *   start: st_ledger_open's split as the launcher starts the daemons
+ *          (expertd first): experts get M / 2 clamped to [floor, cap],
+ *          KV what that leaves clamped to [floor, cap], taken from the
+ *          experts down to their floor when the KV floor needs it.
+ *   min/max: what each side holds at the extremes of the split (its
+ *          floor; M less the other's floor, at most its cap).
+ */
+struct st_plan_shared {
+	uint64_t total;
+	uint64_t floor[2], cap[2], start[2], min[2], max[2];
+	double experts_pct[3];   /* start, min, max: % of all experts */
+	uint64_t kv_tokens[3];   /* start, min, max: tokens of context the
+				  * KV side holds (st_plan_result's
+				  * rec_max_tokens rule) */
 };
 
 struct st_plan_result {
@@ -139,6 +170,7 @@ struct st_plan_result {
 	uint64_t rec_max_tokens; /* batch x context that fits */
 	uint64_t rec_host_budget;
 	struct st_plan_daemons d;
+	struct st_plan_shared shared; /* with o->memory_budget, else zeros */
 };
 
 /*
@@ -188,7 +220,9 @@ uint64_t st_plan_kv_bytes(const struct st_plan_model *m, enum st_dtype dt,
 
 /*
  * Computes the plan.  0, or -EINVAL with diag (batch/context < 1, a KV
- * dtype or expert format strata has no size for, a model without layers).
+ * dtype or expert format strata has no size for, a model without layers),
+ * or -ST_E_BUDGET with diag when o->memory_budget is below the two
+ * sides' floors (the message names them and the least budget).
  */
 int st_plan_compute(const struct st_plan_model *m,
 		    const struct st_plan_opts *o, struct st_plan_result *ret,

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "es_client_int.h"
@@ -98,9 +99,38 @@ struct acq_item {
  */
 static void map_pool_pages(struct es_client *c)
 {
+	char path[160];
+	struct stat st;
+	size_t head;
+
+	/* A sparse pool (expertd --memory-budget) has pages only where a
+	 * slot holds a record: a read fault on a hole of tmpfs would
+	 * allocate it, so only the tables and the records in use are
+	 * mapped; later loads fault in on first use.  (A record given back
+	 * while this maps it gets pages again; expertd's sweep returns
+	 * them, es_budget.c.) */
+	if (snprintf(path, sizeof(path), "/dev/shm%s", c->shm.name) <
+		    (int)sizeof(path) &&
+	    stat(path, &st) == 0 &&
+	    (uint64_t)st.st_blocks * 512 < (uint64_t)st.st_size) {
+		head = (size_t)(c->v.data - (uint8_t *)c->shm.base);
+		if (madvise(c->shm.base, head, ES_MADV_POPULATE_READ) < 0)
+			goto fail;
+		for (uint32_t s = 0; s < c->v.n_slots; s++)
+			if (atomic_load(&c->v.slots[s].state) ==
+				    ES_SLOT_READY &&
+			    madvise(es_pool_record(&c->v, s),
+				    c->v.record_bytes,
+				    ES_MADV_POPULATE_READ) < 0)
+				goto fail;
+		return;
+	}
 	if (madvise(c->shm.base, c->shm.size, ES_MADV_POPULATE_READ) < 0)
-		st_debug("cannot map the expert pool's pages ahead: %s",
-			 strerror(errno));
+		goto fail;
+	return;
+fail:
+	st_debug("cannot map the expert pool's pages ahead: %s",
+		 strerror(errno));
 }
 
 /* The expertd process is alive (and not a zombie). */

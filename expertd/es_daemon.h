@@ -9,6 +9,8 @@
  *   es_loader.c   loader threads: store record -> slot, checksum verified
  *   es_clients.c  the client table: register, look up, reap dead clients
  *   es_server.c   the REP loop and message handlers, events on PUB
+ *   es_budget.c   --memory-budget: the share of one host budget with kvd
+ *                 (st_ledger.h), obeyed and valued (es_budget_value.c)
  *
  * Threads: one server thread (main) does every change of keys, the index,
  * the client table and the READY<->EVICTING transitions; N loader threads
@@ -76,6 +78,8 @@ struct es_opts {
 	int loader_threads;
 	int loader_nice;              /* --loader-nice: 0 = the daemon's */
 	int test_load_delay_ms;       /* fault injection for tests, 0 = off */
+	int test_shrink_delay_ms;     /* tests: sleep between a shrink's
+				       * clear and its MADV_REMOVE, 0 = off */
 	int test_proto_version;       /* tests: refuse HELLO as this version */
 	int no_verify_adopted;        /* skip re-hashing READY slots on adopt */
 	const char *numa;             /* --numa: NULL = no binding */
@@ -90,6 +94,7 @@ struct es_opts {
 	int prefetch_inflight;        /* --prefetch-inflight */
 	int no_direct_io;             /* --no-direct-io: buffered reads */
 	const char *engram_cache_text; /* --engram-cache (V4.1 stores) */
+	const char *memory_budget_text; /* --memory-budget: NULL = none */
 };
 
 /* ---- es_pool.c ---- */
@@ -101,6 +106,13 @@ struct es_pool {
 	struct es_pool_geom geom;
 	struct es_pool_layout layout;
 	int adopted;                  /* 1 if taken over from a dead owner */
+	int sparse;                   /* --memory-budget: sized for the cap,
+				       * slots' pages given back when freed */
+	uint32_t allowed;             /* slots the memory target allows
+				       * (es_budget.c); 0: all n_slots */
+	int went_over;                /* a demand load took a slot beyond
+				       * `allowed` (every other was pinned or
+				       * loading); es_budget.c clears it */
 	const struct es_evict_ctx *ev; /* eviction inputs, NULL: LRU */
 	/* pidfd of each registered client (-1: none; then kill(pid, 0) and
 	 * /proc decide).  Unlike a pid, a pidfd sees a zombie as dead and is
@@ -117,7 +129,8 @@ int es_pool_geom_from_budget(const struct st_store *s, uint64_t store_id,
 			     struct st_diag *diag);
 
 /*
- * Creates the pool segment, or adopts the one a killed expertd of the same
+ * Creates the pool segment (sparse: without huge pages or pre-faulting,
+ * for --memory-budget), or adopts the one a killed expertd of the same
  * store and geometry left (epoch bumped; LOADING/EVICTING/FAILED slots
  * discarded to EMPTY; READY slots kept when their record still matches the
  * store's checksum unless no_verify; dead clients' pins and entries
@@ -126,7 +139,7 @@ int es_pool_geom_from_budget(const struct st_store *s, uint64_t store_id,
  */
 int es_pool_open(struct es_pool *p, const char *instance,
 		 const struct es_pool_geom *g, const struct st_store *store,
-		 int no_verify, struct st_diag *diag);
+		 int no_verify, int sparse, struct st_diag *diag);
 
 /* Unmaps; with destroy also unlinks the segment (clean shutdown). */
 void es_pool_close(struct es_pool *p, int destroy);
@@ -150,11 +163,21 @@ void es_pool_slot_publish(struct es_pool *p, uint32_t s, int err);
  */
 int es_pool_slot_try_evict(struct es_pool *p, uint32_t s);
 
-/* Finds a slot for a new key: an EMPTY unpinned one, else an unpinned
- * FAILED one, else the policy's eviction victim.  Returns the slot (EMPTY
- * or EVICTING, not yet assigned; *ret_evicted 1 when a READY record was
- * evicted) or -ST_E_BUSY when every slot is pinned or loading. */
-int es_pool_alloc_slot(struct es_pool *p, int *ret_evicted);
+/* Finds a slot for a new key: an EMPTY unpinned one while fewer than
+ * p->allowed slots are in use (not EMPTY), else an unpinned FAILED one,
+ * else the policy's eviction victim; when none of those exists and `need`
+ * (a client waits for the expert) an EMPTY one beyond p->allowed (sets
+ * p->went_over).  Returns the slot (EMPTY or EVICTING, not yet assigned;
+ * *ret_evicted 1 when a READY record was evicted) or -ST_E_BUSY when
+ * every slot is pinned or loading (or, without need, every slot that the
+ * target allows). */
+int es_pool_alloc_slot(struct es_pool *p, int need, int *ret_evicted);
+
+/* Gives the memory of slot s's record back to the OS (MADV_REMOVE: the
+ * shared tmpfs pages are freed, the range reads as zeros).  The slot must
+ * be EMPTY (cleared first: an adopting successor keeps EVICTING slots'
+ * records) and not assigned since.  Server thread.  0 or -errno. */
+int es_pool_release_record(struct es_pool *p, uint32_t s);
 
 /* Drops every pin of client table entry c (BYE or death). */
 void es_pool_clear_pins(struct es_pool *p, int c);
@@ -181,6 +204,17 @@ int es_policy_pick_victim(const struct es_pool_view *v, const uint8_t *skip);
 int es_policy_pick(const struct es_evict_ctx *ev,
 		   const struct es_pool_view *v, const uint8_t *skip,
 		   int *ret_hot);
+
+/*
+ * Eviction order of the whole pool in one pass: the READY unpinned slots
+ * in the order successive es_policy_pick calls would return them (neither
+ * hot nor protected first, each group by the policy's score, then last
+ * use; hot and protected ones left out under ev->strict; ev NULL: LRU),
+ * at most max into ret[].  Returns how many, or -ENOMEM.  For evicting
+ * many slots at once (es_budget.c) without a scan of the pool per victim.
+ */
+int es_policy_rank(const struct es_evict_ctx *ev,
+		   const struct es_pool_view *v, int32_t *ret, uint32_t max);
 
 /* Parses --evict NAME ("lru", "lfru").  0 or -EINVAL. */
 int es_policy_parse(const char *name, enum es_evict_policy *ret);
@@ -266,6 +300,120 @@ int es_clients_reap(struct es_pool *p);
 /* Number of registered clients. */
 uint32_t es_clients_count(const struct es_pool *p);
 
+/* ---- es_budget.c, es_budget_value.c (--memory-budget) ---- */
+
+struct st_ledger;
+struct es_daemon;
+
+/* Time constant of the decayed token rate (s). */
+#define ES_BUDGET_RATE_TAU_S 10.0
+/* How often the server loop obeys the target and reports (ms), and how
+ * often the values are recomputed (they sort every expert). */
+#define ES_BUDGET_TICK_MS 50
+#define ES_BUDGET_VALUE_MS 500
+
+/* Tokens per second, decayed: tok_w and time_w are the tokens and seconds
+ * of the past, each weighted by exp(-age / ES_BUDGET_RATE_TAU_S). */
+struct es_budget_rate {
+	double tok_w, time_w;
+	uint64_t last_tokens, last_ns;
+};
+
+/* The daemon's share of one host memory budget (st_ledger.h). */
+struct es_budget {
+	struct st_ledger *l;       /* NULL: no --memory-budget */
+	uint64_t total;            /* --memory-budget, bytes */
+	uint64_t floor, cap;       /* bytes: whole slots */
+	uint64_t target;           /* the ledger's, last seen */
+	uint64_t next_tick_ns, next_value_ns;
+	double gain, loss;         /* last computed, ns/s per GiB */
+	double miss_ns;            /* demand-miss cost they used */
+	struct es_budget_rate tps;
+	double *rate;              /* [n_layers * n_experts] scratch */
+	uint8_t *resident;         /* [n_layers * n_experts] scratch */
+	uint64_t shrink_evictions; /* experts evicted to meet a target */
+	int release_warned;        /* MADV_REMOVE failure logged once */
+};
+
+/*
+ * Pool geometry under --memory-budget mem_text (a byte size): slots for
+ * the cap, min(M, every expert's record); *ret_floor the bytes of
+ * --host-budget host_text (a size or share of all experts; NULL: one
+ * layer's top-k records), *ret_cap the cap's bytes (whole slots both).
+ * Errors with diag: -EINVAL (a value that does not parse), -ST_E_BUDGET
+ * (M below top-k records), -ST_E_CONFIG (floor above the cap), the codes
+ * of es_pool_geom_from_budget.
+ */
+int es_budget_geom(const struct st_store *s, uint64_t store_id,
+		   const char *mem_text, const char *host_text,
+		   struct es_pool_geom *ret, uint64_t *ret_floor,
+		   uint64_t *ret_cap, struct st_diag *diag);
+
+/* Slots a target of `target` bytes allows: target / record_bytes, at
+ * least top_k (a token's layer must fit), at most n_slots. */
+uint32_t es_budget_slots(uint64_t target, uint64_t record_bytes,
+			 uint32_t top_k, uint32_t n_slots);
+
+/*
+ * Joins the instance's ledger as ST_LEDGER_EXPERTS (after es_pool_open,
+ * before the loaders start) when --memory-budget was given, else does
+ * nothing: applies the target (d->pool.allowed) and gives back the memory
+ * of every EMPTY slot (an adopted pool's discarded ones).  0 or the codes
+ * of st_ledger_open with diag.
+ */
+int es_budget_open(struct es_daemon *d, uint64_t total, uint64_t floor,
+		   uint64_t cap, struct st_diag *diag);
+
+/*
+ * The server loop's periodic work under --memory-budget (every
+ * ES_BUDGET_TICK_MS): runs the ledger (st_ledger_tick), applies the
+ * target, evicts unpinned experts until the slots in use fit it (pin
+ * protocol; pinned and LOADING slots are never touched; their memory
+ * given back), and reports used, pinned, over, gain and loss.  Returns
+ * the ms until it wants to run again (INT32_MAX without a budget).
+ */
+int es_budget_tick(struct es_daemon *d);
+
+/* Leaves the ledger (a clean exit) and frees.  No-op without a budget. */
+void es_budget_close(struct es_daemon *d);
+
+/* Updates the decayed token rate with the statistics' token count at
+ * now_ns (st_now_ns).  A count below the last one restarts it. */
+void es_budget_rate_update(struct es_budget_rate *r, uint64_t tokens,
+			   uint64_t now_ns);
+
+/* Tokens per second: tok_w / time_w (0 before two samples). */
+double es_budget_rate_tps(const struct es_budget_rate *r);
+
+/* Activations per second of every expert, rate[l * n_experts + e]: its
+ * decayed count over the decayed token window (es_actstats_rate) times
+ * tps, the decayed tokens per second. */
+void es_budget_rates(const struct es_actstats *st, double tps, double *rate);
+
+/*
+ * Marginal value of expert memory, in ns of stall per second of wall
+ * time per GiB (st_ledger.h's unit), for step_bytes more and less:
+ *
+ *   gain = sum of rate[] of the experts ranked n_free .. n_free + s - 1
+ *          by rate among those not resident (the n_free free slots take
+ *          the first n_free anyway)
+ *          x miss_ns / (step_bytes / 2^30)
+ *   loss = sum of rate[] of the s - min(s, n_free) least active resident
+ *          experts (the free slots are given up first, at no cost)
+ *          x miss_ns / (step_bytes / 2^30)
+ *
+ * rate[i]: activations per second of expert i (es_budget.c: its decayed
+ * count / the decayed token window x the decayed tokens per second);
+ * resident[i]: 1 when its key holds a slot; s: slots step_bytes holds
+ * (step_bytes / record_bytes, at least 1); miss_ns: the measured time of
+ * one demand read.  An activation of an expert outside the pool is a
+ * demand miss costing miss_ns of stall, so rate x miss_ns is ns of stall
+ * per second.  0 or -ENOMEM.
+ */
+int es_budget_value(const double *rate, const uint8_t *resident, size_t n,
+		    uint64_t n_free, uint64_t s, double miss_ns,
+		    uint64_t step_bytes, double *ret_gain, double *ret_loss);
+
 /* ---- es_server.c ---- */
 
 struct es_daemon {
@@ -304,6 +452,7 @@ struct es_daemon {
 					* NULL: none (I/O unarbitrated) */
 	struct es_devpool *dev;        /* device expert pool (es_devpool.h),
 					* NULL until computed exports one */
+	struct es_budget budget;       /* --memory-budget (es_budget.c) */
 };
 
 /* ---- es_engram.c (DeepSeek-V4.1 stores: the Engram tier) ---- */

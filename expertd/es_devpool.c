@@ -62,9 +62,15 @@ static int dev_create(struct es_daemon *d, struct st_diag *diag)
 	}
 	for (i = 0; i < nk; i++)
 		p->dev_of[i] = -1;
-	/* the host pool's records, registered as pinned at the first import */
+	/* the host pool's records, registered as pinned at the first import;
+	 * not a sparse pool (--memory-budget): pinning would fault in every
+	 * slot, and a record whose pages are given back (MADV_REMOVE) would
+	 * stay pinned in the driver, which would then copy the stale pages;
+	 * its copies go through pageable memory (correct, slower) */
 	st_devimporter_init(&p->imp, ST_DEVPOOL_EXPERTS, d->opt.instance,
-			    v->data, (uint64_t)v->n_slots * v->record_bytes);
+			    d->pool.sparse ? NULL : v->data,
+			    d->pool.sparse ? 0 :
+			    (uint64_t)v->n_slots * v->record_bytes);
 	d->dev = p;
 	return 0;
 }

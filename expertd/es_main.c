@@ -52,6 +52,8 @@ enum {
 	OPT_NO_DIRECT,
 	OPT_ENGRAM_CACHE,
 	OPT_LOADER_NICE,
+	OPT_MEMORY_BUDGET,
+	OPT_TEST_SHRINK_DELAY,
 };
 
 static const struct es_optdef es_optdefs[] = {
@@ -69,7 +71,15 @@ static const struct es_optdef es_optdefs[] = {
 	  "host memory for experts: a size (64GiB,\n"
 	  "512MiB, 1048576) or a share of all experts\n"
 	  "(25%); must hold one layer's top-k experts\n"
-	  "(default: 100%)" },
+	  "(default: 100%); with --memory-budget: the\n"
+	  "experts' floor (default: top-k experts)" },
+	{ "memory-budget", OPT_MEMORY_BUDGET, "BYTES",
+	  "host memory shared with kvd (e.g. 6GiB): an\n"
+	  "arbiter moves it between expert slots and KV\n"
+	  "pages by measured value; the pool is sized for\n"
+	  "min(BYTES, all experts) and holds at most the\n"
+	  "experts' share, giving evicted slots' memory\n"
+	  "back (default: none, --host-budget is fixed)" },
 	{ "loader-threads", 't', "N",
 	  "threads reading the store: reads in flight\n"
 	  "(default: 4, max 64)" },
@@ -118,6 +128,9 @@ static const struct es_optdef es_optdefs[] = {
 	  "protocol version N would" },
 	{ "test-load-delay-ms", OPT_TEST_LOAD_DELAY, "MS",
 	  "testing only: sleep MS before each record read" },
+	{ "test-shrink-delay-ms", OPT_TEST_SHRINK_DELAY, "MS",
+	  "testing only: sleep MS in each eviction of a\n"
+	  "shrink to the memory target (kills land in it)" },
 	{ "numa", OPT_NUMA, "auto|N|interleave",
 	  "bind threads to a NUMA node's cores and the\n"
 	  "pool to its memory (default: no binding)" },
@@ -231,6 +244,7 @@ static int parse_args(int argc, char **argv, struct es_opts *o)
 		case 'i': o->instance = optarg; break;
 		case 'r': run_dir = optarg; break;
 		case 'b': o->budget_text = optarg; break;
+		case OPT_MEMORY_BUDGET: o->memory_budget_text = optarg; break;
 		case 't':
 			if (parse_int("loader-threads", optarg, 1,
 				      ES_MAX_LOADER_THREADS,
@@ -245,6 +259,11 @@ static int parse_args(int argc, char **argv, struct es_opts *o)
 		case OPT_TEST_LOAD_DELAY:
 			if (parse_int("test-load-delay-ms", optarg, 0, 60000,
 				      &o->test_load_delay_ms) < 0)
+				return -EINVAL;
+			break;
+		case OPT_TEST_SHRINK_DELAY:
+			if (parse_int("test-shrink-delay-ms", optarg, 0, 60000,
+				      &o->test_shrink_delay_ms) < 0)
 				return -EINVAL;
 			break;
 		case OPT_TEST_PROTO_VERSION:
@@ -418,6 +437,7 @@ static void daemon_fini(struct es_daemon *d, int destroy_pool)
 	st_ioq_close(d->ioq); /* after every thread that reads */
 	d->ioq = NULL;
 	es_tiers_fini(d);
+	es_budget_close(d);
 	es_devpool_fini(d, destroy_pool);
 	if (d->pool.shm.base)
 		es_pool_close(&d->pool, destroy_pool);
@@ -434,6 +454,7 @@ int main(int argc, char **argv)
 {
 	struct es_daemon d;
 	struct es_pool_geom geom;
+	uint64_t mem_floor = 0, mem_cap = 0, mem_total = 0;
 	struct st_diag diag = { "" };
 	char b1[32], b2[32];
 	int r, other;
@@ -474,9 +495,18 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	r = st_store_id(d.store, &d.store_id, &diag);
-	if (r == 0)
+	if (r == 0 && d.opt.memory_budget_text) {
+		/* one budget with kvd: the pool sized for the experts' cap */
+		r = es_budget_geom(d.store, d.store_id,
+				   d.opt.memory_budget_text, d.opt.budget_text,
+				   &geom, &mem_floor, &mem_cap, &diag);
+		if (r == 0)
+			(void)st_parse_size(d.opt.memory_budget_text,
+					    &mem_total);
+	} else if (r == 0) {
 		r = es_pool_geom_from_budget(d.store, d.store_id,
 					     d.opt.budget_text, &geom, &diag);
+	}
 	if (r < 0) {
 		st_err("%s", diag.msg);
 		daemon_fini(&d, 0);
@@ -521,7 +551,8 @@ int main(int argc, char **argv)
 		}
 	}
 	r = es_pool_open(&d.pool, d.opt.instance, &geom, d.store,
-			 d.opt.no_verify_adopted, &diag);
+			 d.opt.no_verify_adopted, d.opt.memory_budget_text != NULL,
+			 &diag);
 	if (r < 0) {
 		if (r == -EBUSY)
 			st_err("%s: another expertd is serving instance '%s'; "
@@ -547,6 +578,13 @@ int main(int argc, char **argv)
 				&qd) < 0)
 			st_warn("no I/O queue (reads not ordered with kvd's): "
 				"%s", qd.msg);
+	}
+	/* the ledger's target before anything loads (warm-up obeys it) */
+	r = es_budget_open(&d, mem_total, mem_floor, mem_cap, &diag);
+	if (r < 0) {
+		st_err("cannot join the memory budget: %s", diag.msg);
+		daemon_fini(&d, !d.pool.adopted);
+		return 1;
 	}
 	r = resolve_hot(&d, &diag);
 	if (r == 0)

@@ -8,8 +8,9 @@
  * are passed over while any other candidate exists.  Pinned, LOADING and
  * EVICTING slots are never candidates (PITFALLS P12).
  */
-#include <string.h>
 #include <errno.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "es_daemon.h"
 
@@ -116,4 +117,65 @@ int es_policy_pick(const struct es_evict_ctx *ev,
 		}
 	}
 	return -1;
+}
+
+struct rank_ent {
+	int pass;         /* 0: neither hot nor protected, 1: either */
+	double primary;
+	uint64_t last;
+	int32_t slot;
+};
+
+static int rank_cmp(const void *a, const void *b)
+{
+	const struct rank_ent *x = a, *y = b;
+
+	if (x->pass != y->pass)
+		return x->pass - y->pass;
+	if (x->primary != y->primary)
+		return x->primary < y->primary ? -1 : 1;
+	if (x->last != y->last)
+		return x->last < y->last ? -1 : 1;
+	return x->slot - y->slot;
+}
+
+int es_policy_rank(const struct es_evict_ctx *ev,
+		   const struct es_pool_view *v, int32_t *ret, uint32_t max)
+{
+	static const struct es_evict_ctx lru = { .policy = ES_EVICT_LRU };
+	struct rank_ent *e;
+	uint32_t n = 0;
+
+	if (!ev)
+		ev = &lru;
+	e = malloc(sizeof(*e) * (v->n_slots ? v->n_slots : 1));
+	if (!e)
+		return -ENOMEM;
+	for (uint32_t s = 0; s < v->n_slots; s++) {
+		struct es_slot *sl = &v->slots[s];
+		uint64_t key;
+
+		if (atomic_load(&sl->state) != ES_SLOT_READY ||
+		    es_slot_pin_sum(sl) != 0)
+			continue;
+		key = atomic_load(&sl->key);
+		e[n].pass = (ev->protect && ev->protect[s]) ||
+			    (ev->hot_key && key != ES_KEY_NONE &&
+			     es_key_layer(key) < v->n_layers &&
+			     es_key_expert(key) < v->n_experts &&
+			     ev->hot_key[es_pool_index(v, es_key_layer(key),
+						       es_key_expert(key))]);
+		if (ev->strict && e[n].pass)
+			continue;
+		score_of(ev, v, sl, &e[n].primary, &e[n].last);
+		e[n].slot = (int32_t)s;
+		n++;
+	}
+	qsort(e, n, sizeof(*e), rank_cmp);
+	if (n > max)
+		n = max;
+	for (uint32_t i = 0; i < n; i++)
+		ret[i] = e[i].slot;
+	free(e);
+	return (int)n;
 }

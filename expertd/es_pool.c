@@ -149,20 +149,29 @@ int es_pool_slot_try_evict(struct es_pool *p, uint32_t s)
 	return 0;
 }
 
-int es_pool_alloc_slot(struct es_pool *p, int *ret_evicted)
+int es_pool_alloc_slot(struct es_pool *p, int need, int *ret_evicted)
 {
 	struct es_pool_view *v = &p->v;
+	uint32_t allowed = p->allowed ? p->allowed : v->n_slots;
+	uint64_t used = 0;
 	uint8_t *skip = NULL;
-	int r = -ST_E_BUSY;
+	int r = -ST_E_BUSY, empty = -1;
 
 	*ret_evicted = 0;
 	for (uint32_t s = 0; s < v->n_slots; s++) {
 		struct es_slot *sl = &v->slots[s];
 
-		if (atomic_load(&sl->state) == ES_SLOT_EMPTY &&
-		    es_slot_pin_sum(sl) == 0)
-			return (int)s;
+		if (atomic_load(&sl->state) != ES_SLOT_EMPTY)
+			used++;
+		else if (empty < 0 && es_slot_pin_sum(sl) == 0) {
+			empty = (int)s;
+			if (!p->allowed)
+				return empty; /* no memory target */
+		}
 	}
+	/* below the memory target: an EMPTY slot costs nothing to take */
+	if (empty >= 0 && used < allowed)
+		return empty;
 	for (uint32_t s = 0; s < v->n_slots; s++) {
 		struct es_slot *sl = &v->slots[s];
 
@@ -198,7 +207,25 @@ int es_pool_alloc_slot(struct es_pool *p, int *ret_evicted)
 		skip[s] = 1;
 	}
 	free(skip);
+	/* every used slot is pinned or loading: a demand load goes over the
+	 * memory target rather than fail (the owner reports it as `over`) */
+	if (r == -ST_E_BUSY && need && empty >= 0 &&
+	    es_slot_pin_sum(&v->slots[empty]) == 0) {
+		p->went_over = 1;
+		r = empty;
+	}
 	return r;
+}
+
+int es_pool_release_record(struct es_pool *p, uint32_t s)
+{
+	void *rec = es_pool_record(&p->v, s);
+
+	/* records are 4 KiB multiples at a 2 MiB-aligned offset (es_pool.h),
+	 * so the range is whole pages */
+	if (madvise(rec, p->v.record_bytes, MADV_REMOVE) < 0)
+		return -errno;
+	return 0;
 }
 
 void es_pool_clear_pins(struct es_pool *p, int c)
@@ -300,7 +327,7 @@ static uint32_t pool_recover(struct es_pool *p, const struct st_store *store,
 
 int es_pool_open(struct es_pool *p, const char *instance,
 		 const struct es_pool_geom *g, const struct st_store *store,
-		 int no_verify, struct st_diag *diag)
+		 int no_verify, int sparse, struct st_diag *diag)
 {
 	int r, adopted;
 
@@ -355,21 +382,26 @@ int es_pool_open(struct es_pool *p, const char *instance,
 		 * "advise" or "within_size"): fewer pages for every O_DIRECT
 		 * read to pin and for every client to map.  Best effort:
 		 * ignored when shmem_enabled is "never". */
-		if (madvise(p->v.data, p->layout.data_bytes, MADV_HUGEPAGE) < 0)
+		if (!sparse &&
+		    madvise(p->v.data, p->layout.data_bytes, MADV_HUGEPAGE) < 0)
 			st_debug("no huge pages for the pool's slots: %s",
 				 strerror(errno));
 		/* Allocate the slots' pages now, so an O_DIRECT read into a
 		 * slot does not also fault in and zero its pages (measured:
 		 * twice the time of a read into resident memory).  Best
-		 * effort: older kernels lack MADV_POPULATE_WRITE. */
-		if (madvise(p->v.data, p->layout.data_bytes,
-			    ES_MADV_POPULATE_WRITE) < 0)
+		 * effort: older kernels lack MADV_POPULATE_WRITE.  A sparse
+		 * pool (--memory-budget: sized for its cap, only slots that
+		 * hold data may cost memory) does neither: a huge page would
+		 * outlive the hole punched in one of its records. */
+		if (!sparse && madvise(p->v.data, p->layout.data_bytes,
+				       ES_MADV_POPULATE_WRITE) < 0)
 			st_debug("cannot pre-fault the pool's slots: %s",
 				 strerror(errno));
 	} else {
 		pool_recover(p, store, no_verify);
 	}
 	p->adopted = adopted;
+	p->sparse = sparse;
 	return adopted;
 }
 

@@ -186,7 +186,10 @@ static void handle_stats(struct es_daemon *d, const struct st_msg_header *h)
 	s.slots_used = es_pool_slots_used(&d->pool);
 	s.record_bytes = d->pool.geom.record_bytes;
 	s.pool_bytes = d->pool.shm.size;
-	s.budget_bytes = d->pool.v.hdr->budget_bytes;
+	/* under --memory-budget: the slots the experts' share allows now */
+	s.budget_bytes = d->pool.allowed ? (uint64_t)d->pool.allowed *
+						   d->pool.geom.record_bytes :
+					   d->pool.v.hdr->budget_bytes;
 	s.hits = atomic_load(&c->hits);
 	s.misses = atomic_load(&c->misses);
 	s.evictions = atomic_load(&c->evictions);
@@ -316,7 +319,7 @@ static void handle_acquire(struct es_daemon *d, const struct st_msg_header *h,
 				atomic_fetch_add(&v->hdr->c.hits, 1);
 			continue;
 		}
-		s = es_pool_alloc_slot(pool, &evicted);
+		s = es_pool_alloc_slot(pool, 1, &evicted);
 		if (s < 0) {
 			r = s;
 			st_diag_set(&diag, r, "layer %u expert %u: all %u "
@@ -612,6 +615,9 @@ int es_server_run(struct es_daemon *d)
 		want = es_tiers_tick(d);
 		r = es_devpool_tick(d);
 		if (r >= 0 && r < want)
+			want = r;
+		r = es_budget_tick(d); /* --memory-budget: obey, report */
+		if (r < want)
 			want = r;
 		if (want != wait_ms && st_sock_set_recv_timeout(&d->rep,
 								want) == 0)

@@ -57,7 +57,9 @@ static uint64_t n_keys(const struct es_daemon *d)
 static int hot_per_layer(const struct es_daemon *d)
 {
 	const struct es_pool_geom *g = &d->pool.geom;
-	int64_t room = (int64_t)g->n_slots - 2 * (int64_t)g->top_k;
+	/* under --memory-budget: the slots the target allows now */
+	uint32_t slots = d->pool.allowed ? d->pool.allowed : g->n_slots;
+	int64_t room = (int64_t)slots - 2 * (int64_t)g->top_k;
 	int n = d->opt.hot_experts;
 
 	if (n <= 0 || room <= 0)
@@ -156,19 +158,28 @@ int es_tiers_init(struct es_daemon *d, struct st_diag *diag)
 	return 0;
 }
 
-/* A free slot (EMPTY or FAILED, unpinned) exists. */
+/* A free slot exists: an unpinned FAILED one, or an unpinned EMPTY one
+ * while fewer slots than the memory target allows are in use. */
 static int have_free_slot(const struct es_daemon *d)
 {
 	const struct es_pool_view *v = &d->pool.v;
+	uint32_t allowed = d->pool.allowed ? d->pool.allowed : v->n_slots;
+	uint64_t used = 0;
+	int empty = 0;
 
 	for (uint32_t s = 0; s < v->n_slots; s++) {
 		uint32_t st = atomic_load(&v->slots[s].state);
 
-		if ((st == ES_SLOT_EMPTY || st == ES_SLOT_FAILED) &&
-		    es_slot_pin_sum(&v->slots[s]) == 0)
-			return 1;
+		if (st != ES_SLOT_EMPTY)
+			used++;
+		if ((st != ES_SLOT_EMPTY && st != ES_SLOT_FAILED) ||
+		    es_slot_pin_sum(&v->slots[s]) != 0)
+			continue;
+		if (st == ES_SLOT_FAILED || !d->pool.allowed)
+			return 1; /* no target: any free slot will do */
+		empty = 1;
 	}
-	return 0;
+	return empty && used < allowed;
 }
 
 /* Per-event decay of the prefetch precision counts (about the last 256
@@ -251,7 +262,7 @@ static int start_load(struct es_daemon *d, size_t ix, int prefetch)
 		prefetch_ctx(d, 1);
 	else
 		d->ev.strict = 1;
-	s = es_pool_alloc_slot(p, &evicted);
+	s = es_pool_alloc_slot(p, 0, &evicted);
 	prefetch_ctx(d, 0);
 	if (s < 0)
 		return s;

@@ -259,6 +259,7 @@ static enum MHD_Result do_metrics(struct cw_http *h, struct MHD_Connection *c)
 		struct st_diag d = { { 0 } };
 
 		x.io_on = st_ioq_read_totals(h->o.instance, &x.io, &d) == 0;
+		x.mem_on = st_ledger_read(h->o.instance, &x.mem, &d) == 0;
 	}
 	cw_model_read_stats(h->api.model, &rs);
 	x.expert_bytes = rs.expert_bytes;

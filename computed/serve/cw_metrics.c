@@ -262,6 +262,76 @@ static void tb_metric(struct tbuf *b, const char *name, const char *type,
 	tb_printf(b, "%s %.17g\n", name, v);
 }
 
+/* One family of the shared memory budget (st_ledger.h) with a sample per
+ * side: v[s] of side s. */
+static void tb_mem_side(struct tbuf *b, const char *name, const char *type,
+			const char *help, const uint64_t v[ST_LEDGER_SIDES])
+{
+	tb_head(b, name, type, help);
+	for (int s = 0; s < ST_LEDGER_SIDES; s++)
+		tb_printf(b, "%s{side=\"%s\"} %llu\n", name,
+			  st_ledger_side_name(s), (unsigned long long)v[s]);
+}
+
+/* One counter family of the budget's moves by direction: v[s] of the
+ * moves whose donor was side s (two sides: from s to the other). */
+static void tb_mem_dir(struct tbuf *b, const char *name, const char *help,
+		       const uint64_t v[ST_LEDGER_SIDES])
+{
+	tb_head(b, name, "counter", help);
+	for (int s = 0; s < ST_LEDGER_SIDES; s++)
+		tb_printf(b, "%s{from=\"%s\",to=\"%s\"} %llu\n", name,
+			  st_ledger_side_name(s),
+			  st_ledger_side_name(ST_LEDGER_SIDES - 1 - s),
+			  (unsigned long long)v[s]);
+}
+
+/* The shared memory budget's families (x->mem_on: the instance has one). */
+static void tb_memory(struct tbuf *b, const struct st_ledger_view *v)
+{
+	uint64_t target[ST_LEDGER_SIDES], used[ST_LEDGER_SIDES];
+	uint64_t pinned[ST_LEDGER_SIDES], moves[ST_LEDGER_SIDES];
+	uint64_t bytes[ST_LEDGER_SIDES], cancelled[ST_LEDGER_SIDES];
+
+	_Static_assert(ST_LEDGER_SIDES == 2, "tb_mem_dir: two sides");
+	for (int s = 0; s < ST_LEDGER_SIDES; s++) {
+		target[s] = v->side[s].target;
+		used[s] = v->side[s].used;
+		pinned[s] = v->side[s].pinned;
+		moves[s] = v->side[s].moves_out;
+		bytes[s] = v->side[s].bytes_out;
+		cancelled[s] = v->side[s].cancelled;
+	}
+	tb_metric(b, "strata_memory_budget_bytes", "gauge",
+		  "host memory shared by expertd's expert slots and kvd's KV "
+		  "pages (--memory-budget)", (double)v->total);
+	tb_mem_side(b, "strata_memory_target_bytes", "gauge",
+		    "bytes each side may hold now (the arbiter's split)",
+		    target);
+	tb_mem_side(b, "strata_memory_used_bytes", "gauge",
+		    "bytes of each side's slots or pages that hold data",
+		    used);
+	tb_mem_side(b, "strata_memory_pinned_bytes", "gauge",
+		    "of those, bytes pinned now (cannot be given up)", pinned);
+	tb_head(b, "strata_memory_value", "gauge",
+		"each side's marginal value of one step of bytes, ns of stall "
+		"per second per GiB: gain (one step more), loss (one step "
+		"less)");
+	for (int s = 0; s < ST_LEDGER_SIDES; s++)
+		tb_printf(b, "strata_memory_value{side=\"%s\",kind=\"gain\"} "
+			  "%.17g\nstrata_memory_value{side=\"%s\","
+			  "kind=\"loss\"} %.17g\n", st_ledger_side_name(s),
+			  v->side[s].gain, st_ledger_side_name(s),
+			  v->side[s].loss);
+	tb_mem_dir(b, "strata_memory_moves_total", "completed moves of the "
+		   "budget from one side to the other", moves);
+	tb_mem_dir(b, "strata_memory_moved_bytes_total", "bytes those moves "
+		   "gave from one side to the other", bytes);
+	tb_mem_side(b, "strata_memory_moves_cancelled_total", "counter",
+		    "moves from each side cancelled: it could not free the "
+		    "bytes in time (pinned)", cancelled);
+}
+
 static void tb_hist(struct tbuf *b, const char *name, const char *help,
 		    const struct cw_hist *h, const double *bounds)
 {
@@ -574,6 +644,8 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 			  "not ordered)",
 			  st_ioq_mode(&x->io) == ST_IOQ_MODE_ORDERED ? 1 : 0);
 	}
+	if (x->mem_on)
+		tb_memory(&b, &x->mem);
 	/* prefetch (gate look-ahead hints, expertd): precision = used /
 	 * loaded by a hint, recall = used / (used + demand misses), as in
 	 * the run summary (cli_tiers.c) */

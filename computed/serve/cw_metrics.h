@@ -15,6 +15,7 @@
 
 #include "cw_draft_ngram.h"
 #include "st_ioq.h"
+#include "st_ledger.h"
 
 #define CW_HIST_BUCKETS 14
 
@@ -146,6 +147,10 @@ struct cw_metrics_ext {
 	/* the instance's I/O queue (st_ioq.h); io_on 0: no segment */
 	int io_on;
 	struct st_ioq_totals io;
+	/* the instance's shared memory budget (st_ledger.h); mem_on 0: the
+	 * instance shares none (no ledger) */
+	int mem_on;
+	struct st_ledger_view mem;
 	/* computed's model */
 	uint64_t expert_bytes, dense_bytes, lm_head_bytes, expert_stall_ns;
 	/* expertd's Engram tier (DeepSeek-V4.1 stores; engram_ok: read) */

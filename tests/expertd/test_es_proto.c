@@ -541,13 +541,13 @@ static void test_alloc_order(void **state)
 	assert_int_equal(es_pool_view_init(base, l.total_bytes, 1, &p.v, NULL),
 			 0);
 	for (uint32_t i = 0; i < 4; i++) {
-		s = es_pool_alloc_slot(&p, &ev);
+		s = es_pool_alloc_slot(&p, 1, &ev);
 		assert_int_equal(s, (int)i);
 		assert_int_equal(ev, 0);
 		es_pool_slot_assign(&p, (uint32_t)s, es_key(0, i));
 	}
 	/* all LOADING: nothing to give */
-	assert_int_equal(es_pool_alloc_slot(&p, &ev), -ST_E_BUSY);
+	assert_int_equal(es_pool_alloc_slot(&p, 1, &ev), -ST_E_BUSY);
 	es_pool_slot_publish(&p, 0, 0);
 	es_pool_slot_publish(&p, 1, 0);
 	es_pool_slot_publish(&p, 2, -ST_E_CHECKSUM);
@@ -557,26 +557,26 @@ static void test_alloc_order(void **state)
 	atomic_store(&p.v.slots[3].last_use_ns, 200);
 	atomic_store(&p.v.slots[1].pins[5], 1); /* LRU but pinned */
 	/* FAILED first (reclaimed, unindexed) */
-	s = es_pool_alloc_slot(&p, &ev);
+	s = es_pool_alloc_slot(&p, 1, &ev);
 	assert_int_equal(s, 2);
 	assert_int_equal(ev, 0);
 	assert_int_equal(atomic_load(&p.v.slot_of[2]), -1);
 	es_pool_slot_assign(&p, 2, es_key(0, 6));
 	/* then the least recently used unpinned READY: 3 (1 is pinned) */
-	s = es_pool_alloc_slot(&p, &ev);
+	s = es_pool_alloc_slot(&p, 1, &ev);
 	assert_int_equal(s, 3);
 	assert_int_equal(ev, 1);
 	assert_int_equal(atomic_load(&p.v.slots[3].state), ES_SLOT_EVICTING);
 	es_pool_slot_clear(&p, 3);
 	assert_int_equal(atomic_load(&p.v.slot_of[3]), -1);
 	es_pool_slot_assign(&p, 3, es_key(0, 7));
-	s = es_pool_alloc_slot(&p, &ev);
+	s = es_pool_alloc_slot(&p, 1, &ev);
 	assert_int_equal(s, 0);
 	es_pool_slot_publish(&p, 0, 0); /* EVICTING back for the test */
 	atomic_store(&p.v.slots[0].state, ES_SLOT_READY);
 	atomic_store(&p.v.slots[0].pins[0], 2);
 	/* 0 and 1 pinned, 2 and 3 loading */
-	assert_int_equal(es_pool_alloc_slot(&p, &ev), -ST_E_BUSY);
+	assert_int_equal(es_pool_alloc_slot(&p, 1, &ev), -ST_E_BUSY);
 	assert_int_equal(atomic_load(&p.v.slots[0].state), ES_SLOT_READY);
 	free(base);
 }

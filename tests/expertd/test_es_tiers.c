@@ -264,9 +264,9 @@ static void test_policy(void **state)
 	assert_int_equal(es_policy_pick(&ev, &p.v, NULL, &hotf), -1);
 	/* through the allocator, with the pool using the context */
 	p.ev = &ev;
-	assert_int_equal(es_pool_alloc_slot(&p, &hotf), -ST_E_BUSY);
+	assert_int_equal(es_pool_alloc_slot(&p, 1, &hotf), -ST_E_BUSY);
 	ev.strict = 0;
-	s = es_pool_alloc_slot(&p, &hotf);
+	s = es_pool_alloc_slot(&p, 1, &hotf);
 	assert_int_equal(s, 4);
 	assert_int_equal(hotf, 1); /* evicted */
 	assert_int_equal(atomic_load(&p.v.slots[4].state), ES_SLOT_EVICTING);
@@ -428,7 +428,7 @@ static void *stress_evictor(void *arg)
 		es_actstats_tokens(&S->st, 1);
 		if (atomic_load(&p->v.slot_of[e]) >= 0)
 			continue;
-		s = es_pool_alloc_slot(p, &ev);
+		s = es_pool_alloc_slot(p, 1, &ev);
 		if (s < 0) {
 			atomic_fetch_add(&S->busy, 1);
 			sched_yield();
