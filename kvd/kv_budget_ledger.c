@@ -159,7 +159,7 @@ void kv_ledger_tick(struct kv_server *s, uint64_t now)
 	kv_budget_rates_update(&s->ledger_rates, &o);
 	rep.used = g.held * pb;
 	rep.pinned = g.pinned * pb;
-	rep.over = g.over * pb;
+	rep.over = p->over_pages * pb; /* as kv_pool_set_allowed left it */
 	rep.gain = kv_budget_gain(&s->ledger_rates, &o, step);
 	rep.loss = kv_budget_loss(&s->ledger_rates, &o, step);
 	st_ledger_report(s->ledger, &rep);
