@@ -1,18 +1,19 @@
 /*
  * test_kv_budget_ipc.c — the real kvd under one memory budget (issue 24
- * items 2 and 4; suite fault): kvd runs with --memory-budget and
- * STRATA_LEDGER_FLIP_MS=50, the test process holds the ledger's experts
- * side (st_ledger_open as ST_LEDGER_EXPERTS, using nothing), so the
- * arbiter moves a step back and forth every ~100 ms while a client runs
- * several sequences one step at a time (pin, reserve a row, write it,
- * unpin).  Checked: every row of a pinned sequence is resident and as
+ * items 2 and 4; suites ipc and fault).  kvd runs with --memory-budget
+ * and STRATA_LEDGER_FLIP_MS=50, the test process holds the ledger's
+ * experts side (st_ledger_open as ST_LEDGER_EXPERTS, using nothing), so
+ * the arbiter moves a step back and forth every ~100 ms while a client
+ * runs several sequences one step at a time (pin, reserve a row, write
+ * it, unpin).  Checked: every row of a pinned sequence is resident and as
  * written at every step (no pinned page spilled), every row of every
  * sequence reads back as written at the end (no spilled page lost), kvd's
  * used bytes are within its target once a shrink settles, the segment's
- * allocated blocks go down after a shrink; then kvd is killed with
- * SIGKILL while it shrinks, started again: it adopts pool and spill file,
- * keeps its target and gets within it, and every row reads back as
- * written.
+ * allocated blocks go down after a shrink; then, three times, kvd is
+ * killed with SIGKILL while a shrink is due, started again: it adopts
+ * pool and spill file, keeps its target and gets within it, and every row
+ * reads back as written.  The floor: --budget, or one sequence's pages
+ * without it; a --budget above --memory-budget is refused.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -337,10 +338,38 @@ static void test_flip(void **state)
 	assert_int_equal(st_ledger_read(k->name, &v, &d), -ENOENT);
 }
 
+/* Without --budget the KV floor is one sequence of the pool's longest
+ * (16 pages per stream x 2 streams x 4 KiB); a --budget above
+ * --memory-budget is refused before anything starts. */
+static void test_floor(void **state)
+{
+	struct kvd_inst *k = *state;
+	struct st_ledger *l = NULL;
+	struct st_ledger_view v;
+	struct st_diag d = { { 0 } };
+	struct kv_client *c;
+
+	k->budget[0] = 0;
+	if (st_ledger_open(&l, k->name, ST_LEDGER_EXPERTS, 256 * KIB, 64 * KIB,
+			   128 * KIB, 4 * KIB, &d) < 0)
+		fail_msg("ledger: %s", d.msg);
+	assert_int_equal(kvd_start(k, NULL), 0);
+	c = open_declared(k);
+	st_ledger_view(l, &v);
+	assert_int_equal(v.side[ST_LEDGER_KV].floor, 128 * KIB);
+	assert_int_equal(v.side[ST_LEDGER_KV].target, 128 * KIB);
+	kv_client_close(c);
+	assert_int_equal(WEXITSTATUS(kvd_kill(k, SIGTERM)), 0);
+	st_ledger_close(l);
+	snprintf(k->budget, sizeof(k->budget), "512KiB");
+	assert_int_equal(kvd_run_expect_exit(k, k->run_dir, 5000), 2);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_flip, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_floor, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
