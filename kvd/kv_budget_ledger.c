@@ -116,7 +116,8 @@ void kv_ledger_tick(struct kv_server *s, uint64_t now)
 	uint64_t target, step, released;
 	uint32_t *q, nq;
 
-	if (!s->ledger || !s->have_pool || now - s->ledger_ns < KV_LEDGER_TICK_NS)
+	if (!s->ledger || !s->have_pool ||
+	    now - s->ledger_ns < KV_LEDGER_TICK_NS)
 		return;
 	s->ledger_ns = now;
 	st_ledger_tick(s->ledger, now, NULL); /* the ledger logs moves */

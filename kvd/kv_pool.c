@@ -733,8 +733,8 @@ int kv_seq_reserve(struct kv_pool *p, uint32_t client, uint32_t n,
 	if (need > kv_pool_free_pages(p)) {
 		/* a running sequence's step goes over the memory target
 		 * rather than fail (kv_budget.c) */
-		r = pinned ? kv_pool_make_room_pinned(p, need, stamp,
-						      "this reservation", diag) :
+		r = pinned ? kv_pool_make_room_pinned(
+				     p, need, stamp, "this reservation", diag) :
 			     kv_pool_make_room(p, need, stamp,
 					       "this reservation", diag);
 		if (r < 0)
