@@ -455,7 +455,12 @@ static void handle_stats(struct kv_server *s, struct kv_reply *rp)
 		const struct kv_layout *l = &s->pool.lay;
 		const struct kv_pool_counters *c = &s->pool.info->counters;
 
-		m.budget_bytes = l->budget_bytes;
+		/* under a shared memory budget: the share the target
+		 * allows now (n_pages stays the pool's) */
+		m.budget_bytes = s->ledger ?
+			(s->pool.allowed_pages + s->pool.over_pages) *
+				l->page_bytes :
+			l->budget_bytes;
 		m.pool_bytes = s->shm.size;
 		m.page_bytes = l->page_bytes;
 		m.page_rows = l->page_rows;

@@ -358,6 +358,14 @@ static void test_floor(void **state)
 	st_ledger_view(l, &v);
 	assert_int_equal(v.side[ST_LEDGER_KV].floor, 128 * KIB);
 	assert_int_equal(v.side[ST_LEDGER_KV].target, 128 * KIB);
+	/* STATS: the share the target allows, of a pool made for M */
+	{
+		struct kv_stats st;
+
+		assert_int_equal(kv_client_stats(c, &st), 0);
+		assert_int_equal(st.budget_bytes, 128 * KIB);
+		assert_int_equal(st.n_pages, 64);
+	}
 	kv_client_close(c);
 	assert_int_equal(WEXITSTATUS(kvd_kill(k, SIGTERM)), 0);
 	st_ledger_close(l);
