@@ -22,6 +22,8 @@
 #include "st_shm.h"
 #include "st_numa.h"
 
+struct st_ledger;
+
 /* ---- the page pool (kv_pool.c) ----------------------------------------- */
 
 /* Where a cached group is (kv_cache.c). */
@@ -164,7 +166,38 @@ struct kv_pool {
 	/* The remote KV tier (kv_remote.h), borrowed from kvd's server;
 	 * NULL: off. */
 	struct kv_remote *remote;
+
+	/* The memory target (kv_budget.c, --memory-budget): pages beyond
+	 * allowed_pages + over_pages are never handed out (kv_page_alloc
+	 * and kv_pool_make_room see them as taken).  allowed_pages is
+	 * n_pages without a shared budget; over_pages are pages granted
+	 * beyond it because a pinned sequence's step would have failed
+	 * otherwise.  Written by kvd's thread under p->lock. */
+	uint64_t allowed_pages;
+	uint64_t over_pages;
+	/* [n_pages]: 1 for a free page whose memory was given back to the
+	 * OS (MADV_REMOVE); cleared when the page is allocated. */
+	uint8_t *released;
+	uint64_t n_released;
+	uint64_t reserves;               /* kv_seq_reserve calls (steps) */
 };
+
+/* Pages held beyond which no page is handed out (p->lock held). */
+static inline uint64_t kv_pool_limit_locked(const struct kv_pool *p)
+{
+	uint64_t lim = p->allowed_pages + p->over_pages;
+
+	return lim < p->lay.n_pages ? lim : p->lay.n_pages;
+}
+
+/* Free pages an allocation may take now under the memory target
+ * (p->lock held): the free list less the pages past the limit. */
+static inline uint64_t kv_pool_free_locked(const struct kv_pool *p)
+{
+	uint64_t hidden = p->lay.n_pages - kv_pool_limit_locked(p);
+
+	return p->n_free > hidden ? p->n_free - hidden : 0;
+}
 
 /* kv_pool.page_sync of page, when set. */
 static inline void kv_pool_page_sync(struct kv_pool *p, uint32_t page)
@@ -556,6 +589,120 @@ void kv_spill_slot_free(struct kv_pool *p, uint32_t slot);
 int kv_cache_restore_group(struct kv_pool *p, uint32_t g, uint32_t stamp,
 			   uint32_t *ret_pages, struct st_diag *diag);
 
+/* ---- the memory target (kv_budget.c) ------------------------------------ */
+
+/*
+ * Under --memory-budget kvd's pages share host memory with expertd's
+ * slots (st_ledger.h).  kv_pool_set_allowed sets the pages the pool may
+ * hold (target bytes / page_bytes, at most n_pages) and trims over_pages
+ * to what is still held beyond it and what pinned_pages (pinned now,
+ * kv_budget_gauges) still need beyond it.  kv_pool_held_pages: pages not free
+ * (sequences' and idle cached ones).
+ *
+ * kv_pool_shrink: frees pages until those held are at most the limit
+ * (allowed + over): idle cached groups go to the spill file while it has
+ * free slots, then pages of sequences neither pinned nor failed are
+ * spilled (least recently used first, kv_pool_make_room), then idle
+ * cached groups left are dropped.  Never a pinned page, never a spilled
+ * page lost.  0, -ST_E_BUDGET (pinned or referenced pages alone exceed
+ * the limit; nothing is spilled then) with diag, or a spill I/O error.
+ *
+ * kv_pool_make_room_pinned: kv_pool_make_room for a step of pinned
+ * (running) sequences: when the room cannot be made within the limit but
+ * can within the whole pool (the cap), the shortfall is granted as
+ * over_pages (reported to the ledger as `over`) instead of failing.
+ *
+ * kv_pool_release_free: when the pages not released are more than the
+ * limit, gives the memory of every free page not yet released back to
+ * the OS (madvise MADV_REMOVE of the whole 4 KiB pages of each run of free
+ * pages; the segment is a tmpfs mapping), so that the pool's data holds
+ * at most about the limit in RAM.  Returns the bytes released.  Pages
+ * allocated again read zeros until written.
+ */
+void kv_pool_set_allowed(struct kv_pool *p, uint64_t pages,
+			 uint64_t pinned_pages);
+uint64_t kv_pool_held_pages(struct kv_pool *p);
+int kv_pool_shrink(struct kv_pool *p, struct st_diag *diag);
+int kv_pool_make_room_pinned(struct kv_pool *p, uint64_t need, uint32_t stamp,
+			     const char *what, struct st_diag *diag);
+uint64_t kv_pool_release_free(struct kv_pool *p);
+
+/* What the pool holds, in pages (kv_budget_gauges). */
+struct kv_budget_gauges {
+	uint64_t held;     /* not free */
+	uint64_t pinned;   /* resident pages of pinned sequences */
+	uint64_t working;  /* all pages (resident or spilled) of sequences
+			    * pinned, queued or used within recent_ns */
+	uint64_t spilled;  /* spill slots in use (sequences' and cached) */
+	uint64_t over;     /* over_pages */
+};
+
+/*
+ * Fills *g at now_ns; queued[0..n_queued) are handles of sequences the
+ * next steps will pin (kvd's restore-ahead queue).  Pages of a sequence =
+ * pages_for_rows(n_rows) x n_streams (a windowed stream's dropped pages
+ * counted too: an upper bound); pinned is clamped to held.  kvd's thread.
+ */
+void kv_budget_gauges(struct kv_pool *p, uint64_t now_ns, uint64_t recent_ns,
+		      const uint32_t *queued, uint32_t n_queued,
+		      struct kv_budget_gauges *g);
+
+/*
+ * The marginal value of KV memory (st_ledger_report's gain and loss, in ns
+ * of stall per second of wall time per GiB, for `step` bytes):
+ *
+ *   R = restore ns per second of wall time, decayed: each update at dt ns
+ *       after the last, R += (1 - exp(-dt / KV_BUDGET_DECAY_NS)) x
+ *       (restore ns since the last update x 1e9 / dt - R); kvd's own
+ *       restore timing (kv_pool_stats.restore_ns_total: sequences and
+ *       spilled prefix groups, on demand and ahead).  The step rate
+ *       (kv_seq_reserve calls per second) is decayed the same way.
+ *   gain = R x min(1, step / S) / (step / GiB), S = spilled bytes (spill
+ *       slots in use x page bytes): each GiB more keeps that share of the
+ *       spilled working set resident; 0 when nothing is spilled.
+ *   loss = 0 while target - step >= W (W = working pages x page bytes:
+ *       running, queued and recently used sequences' pages: slack);
+ *       else D x c x steps/s / (step / GiB), D = min(step, W - (target -
+ *       step)) the bytes that would have to be spilled and restored every
+ *       step, c = measured restore ns per byte (spill ns per byte before
+ *       any restore); KV_BUDGET_LOSS_NO_SPILL when spilling is off or
+ *       nothing was timed yet (W cannot be given up).
+ *
+ * Prefix-cache hits are counted (STATS prefix_pages_hit) but the
+ * recompute time a hit saves is computed's, not measured by kvd: idle
+ * cached pages add no value here (they go first when kvd shrinks).
+ */
+#define KV_BUDGET_DECAY_NS 5000000000ull  /* 5 s */
+#define KV_BUDGET_MIN_DT_NS 1000000ull    /* updates closer are skipped */
+#define KV_BUDGET_RECENT_NS 1000000000ull /* "recently used": 1 s */
+#define KV_BUDGET_GIB 1073741824.0
+#define KV_BUDGET_LOSS_NO_SPILL 1e15
+
+struct kv_budget_obs {
+	uint64_t now_ns;
+	uint64_t restore_ns, restore_bytes; /* cumulative */
+	uint64_t spill_ns, spill_bytes;     /* cumulative */
+	uint64_t steps;                     /* cumulative reservations */
+	uint64_t spilled_bytes;             /* S */
+	uint64_t working_bytes;             /* W */
+	uint64_t target;                    /* bytes */
+	int can_spill;
+};
+
+struct kv_budget_rates {
+	int primed;            /* the first update only records */
+	uint64_t last_ns, restore_ns, steps;
+	double restore_rate;   /* R, ns per s */
+	double step_rate;      /* steps per s */
+};
+
+void kv_budget_rates_update(struct kv_budget_rates *r,
+			    const struct kv_budget_obs *o);
+double kv_budget_gain(const struct kv_budget_rates *r,
+		      const struct kv_budget_obs *o, uint64_t step);
+double kv_budget_loss(const struct kv_budget_rates *r,
+		      const struct kv_budget_obs *o, uint64_t step);
+
 /* ---- clients (kv_clients.c) -------------------------------------------- */
 
 struct kv_client_entry {
@@ -613,6 +760,8 @@ struct kv_config {
 	char instance[64];
 	char run_dir[4096];
 	uint64_t budget_bytes;
+	int budget_given;                /* --budget on the command line */
+	uint64_t memory_budget_bytes;    /* --memory-budget; 0: none */
 	uint32_t max_seqs;
 	uint32_t max_rows_per_seq;
 	uint32_t test_proto_version;     /* tests: refuse HELLO as this one */
@@ -651,7 +800,32 @@ struct kv_server {
 	struct kv_remote remote;        /* the remote KV tier; pool.remote
 					 * points here when cfg.remote.url */
 	int have_remote;
+	/* --memory-budget (kv_budget_ledger.c); NULL: none */
+	struct st_ledger *ledger;
+	struct kv_budget_rates ledger_rates;
+	uint64_t ledger_ns;             /* last tick */
+	uint64_t ledger_warn_ns;        /* last "target not reached" */
 };
+
+/*
+ * The shared memory budget (kv_budget_ledger.c).  kv_ledger_pool_budget:
+ * the page data bytes the pool is made for (--memory-budget M, the cap,
+ * when given, else --budget).  kv_ledger_join (the pool made or adopted):
+ * joins the instance's ledger as ST_LEDGER_KV with floor = --budget when
+ * given, else one sequence's pages (max_pages_per_seq in every stream);
+ * cap = min(n_pages x page_bytes, M); unit = page_bytes; sets the pool's
+ * allowed pages from the target.  0 (nothing without --memory-budget),
+ * -ST_E_CONFIG (floor above cap) or st_ledger_open's codes, with diag.
+ * kv_ledger_tick (each loop turn; acts every 20 ms): the arbiter when due,
+ * then the target obeyed (kv_pool_set_allowed, kv_pool_shrink,
+ * kv_pool_release_free) and the gauges and values reported.
+ * kv_ledger_leave: closes the ledger (its target kept for a successor).
+ */
+struct kv_config;
+uint64_t kv_ledger_pool_budget(const struct kv_config *cfg);
+int kv_ledger_join(struct kv_server *s, struct st_diag *diag);
+void kv_ledger_tick(struct kv_server *s, uint64_t now_ns);
+void kv_ledger_leave(struct kv_server *s);
 
 /* Pages restored in the background per loop turn (at most). */
 #define KV_PREFETCH_STEP_BYTES (32u << 20)

@@ -26,6 +26,23 @@ struct kv_devpool {
 
 static void before_reset(void *ctx, struct st_devimporter *m);
 
+/*
+ * The host KV pool (the whole segment) is what page copies read and
+ * write: pinned at the first import (or the first request after the pool
+ * appeared).  Not a sparse pool (--memory-budget): pinning would fault in
+ * every page, and a page whose memory is given back (MADV_REMOVE,
+ * kv_budget.c) would stay pinned in the driver, which would then copy
+ * the stale page; its copies go through pageable memory (correct,
+ * slower).
+ */
+static void host_pool_set(struct kv_server *s, struct kv_devpool *d)
+{
+	if (d->imp.host_base || !s->have_pool || s->cfg.memory_budget_bytes)
+		return;
+	d->imp.host_base = s->shm.base;
+	d->imp.host_bytes = s->shm.size;
+}
+
 static struct kv_devpool *dev_get(struct kv_server *s, struct st_diag *diag)
 {
 	struct kv_devpool *d = s->dev;
@@ -37,12 +54,8 @@ static struct kv_devpool *dev_get(struct kv_server *s, struct st_diag *diag)
 		st_diag_set(diag, -ENOMEM, "out of memory");
 		return NULL;
 	}
-	/* the host KV pool (the whole segment) is what page copies read and
-	 * write: pinned at the first import (or the first request after the
-	 * pool appeared) */
-	st_devimporter_init(&d->imp, ST_DEVPOOL_KV, s->cfg.instance,
-			    s->have_pool ? s->shm.base : NULL,
-			    s->have_pool ? s->shm.size : 0);
+	st_devimporter_init(&d->imp, ST_DEVPOOL_KV, s->cfg.instance, NULL, 0);
+	host_pool_set(s, d);
 	d->imp.before_reset = before_reset;
 	d->imp.cb_ctx = s;
 	s->dev = d;
@@ -228,10 +241,7 @@ int kv_devpool_handle(struct kv_server *s, uint16_t type, const uint8_t *p,
 	if (!d)
 		return -ENOMEM;
 	kv_devpool_quiesce(s);
-	if (!d->imp.host_base && s->have_pool) {
-		d->imp.host_base = s->shm.base;
-		d->imp.host_bytes = s->shm.size;
-	}
+	host_pool_set(s, d);
 	/* a slot must hold a whole page */
 	d->imp.min_slot_bytes = s->have_pool ? s->pool.lay.page_bytes : 0;
 	if (type == ST_MSG_DEV_REVOKE && st_devimporter_active(&d->imp) &&
@@ -441,11 +451,7 @@ int kv_devpool_seq_device(struct kv_server *s, uint32_t client,
 				   "KV pool imported (computed exports one "
 				   "with --device-kv-budget in CUDA builds)");
 	}
-	if (!d->imp.host_base && s->have_pool) {
-		/* the pool appeared after the import */
-		d->imp.host_base = s->shm.base;
-		d->imp.host_bytes = s->shm.size;
-	}
+	host_pool_set(s, d); /* the pool may have appeared after the import */
 	if (!st_devimporter_host_ready(&d->imp)) {
 		/* no copy from or to the host pool while it is being
 		 * pinned: this step reads the host rows */

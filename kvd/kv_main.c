@@ -46,7 +46,15 @@ static const struct opt opts[] = {
 	  "bytes of KV page data (e.g. 8GiB, or 25% of physical memory); "
 	  "pages = budget / (page_rows x largest row_bytes; pooled streams: "
 	  "their rows per page); page tables and "
-	  "metadata come on top" },
+	  "metadata come on top.  With --memory-budget: the KV side's floor "
+	  "(default then: one sequence of --max-rows-per-seq rows)" },
+	{ "memory-budget", OPT_SIZE,
+	  offsetof(struct kv_config, memory_budget_bytes), 0, 0, UINT64_MAX,
+	  "0",
+	  "bytes of host memory shared with expertd's --memory-budget (the "
+	  "same value on both, e.g. 48GiB): the pool is made for all of it "
+	  "(sparse) and holds at most the share the instance's ledger gives "
+	  "it, moved by measured value; 0 = off (fixed --budget)" },
 	{ "max-seqs", OPT_U32, offsetof(struct kv_config, max_seqs), 0, 1,
 	  KV_MAX_SEQS, "64", "sequences that may be live at once" },
 	{ "max-rows-per-seq", OPT_U32,
@@ -211,6 +219,8 @@ static int parse_args(int argc, char **argv, struct kv_config *cfg)
 			fprintf(stderr, "kvd: --%s needs a value\n", o->name);
 			return -EINVAL;
 		}
+		if (!strcmp(o->name, "budget"))
+			cfg->budget_given = 1;
 		if (set_opt(cfg, o, val) < 0) {
 			fprintf(stderr, "kvd: --%s: invalid value '%s'", o->name,
 				val);
@@ -221,6 +231,15 @@ static int parse_args(int argc, char **argv, struct kv_config *cfg)
 			fprintf(stderr, "\n");
 			return -EINVAL;
 		}
+	}
+	if (cfg->memory_budget_bytes && cfg->budget_given &&
+	    cfg->budget_bytes > cfg->memory_budget_bytes) {
+		fprintf(stderr, "kvd: --budget %llu bytes (the KV floor) is "
+			"more than --memory-budget %llu bytes: lower --budget "
+			"or raise --memory-budget\n",
+			(unsigned long long)cfg->budget_bytes,
+			(unsigned long long)cfg->memory_budget_bytes);
+		return -EINVAL;
 	}
 	if (st_shm_name(cfg->instance, KV_POOL_KIND, name, sizeof(name)) < 0) {
 		fprintf(stderr, "kvd: --instance '%s': use 1..48 characters "
@@ -330,9 +349,10 @@ int main(int argc, char **argv)
 		close(sigfd);
 		return 1;
 	}
-	st_info("serving instance %s in %s (budget %llu bytes, spill budget "
+	st_info("serving instance %s in %s (%s %llu bytes, spill budget "
 		"%llu bytes, %u sequences of up to %u rows)", cfg.instance,
-		cfg.run_dir, (unsigned long long)cfg.budget_bytes,
+		cfg.run_dir, cfg.memory_budget_bytes ? "memory budget" :
+		"budget", (unsigned long long)kv_ledger_pool_budget(&cfg),
 		(unsigned long long)cfg.spill_budget_bytes, cfg.max_seqs,
 		cfg.max_rows_per_seq);
 	if (cfg.remote.url[0])

@@ -93,8 +93,10 @@ static int pool_bind(struct kv_pool *p, void *base, size_t size,
 	p->free_pages = malloc(sizeof(uint32_t) * (lay->n_pages ? lay->n_pages : 1));
 	p->free_seqs = malloc(sizeof(uint32_t) * lay->max_seqs);
 	p->mark = calloc(lay->max_seqs, sizeof(uint32_t) * 2);
+	p->released = calloc(lay->n_pages ? lay->n_pages : 1, 1);
+	p->allowed_pages = lay->n_pages;
 	pthread_mutex_init(&p->lock, NULL);
-	if (!p->free_pages || !p->free_seqs || !p->mark ||
+	if (!p->free_pages || !p->free_seqs || !p->mark || !p->released ||
 	    kv_cache_init(p) < 0) {
 		kv_pool_fini(p);
 		return -ENOMEM;
@@ -112,6 +114,7 @@ void kv_pool_fini(struct kv_pool *p)
 	free(p->free_pages);
 	free(p->free_seqs);
 	free(p->mark);
+	free(p->released);
 	if (p->base)
 		pthread_mutex_destroy(&p->lock);
 	memset(p, 0, sizeof(*p));
@@ -166,13 +169,18 @@ int kv_page_alloc(struct kv_pool *p, uint32_t stream, uint32_t *ret_page)
 	if (stream >= p->lay.n_streams)
 		return -EINVAL;
 	pthread_mutex_lock(&p->lock);
-	if (p->n_free == 0)
-		kv_cache_evict_lru_locked(p);
-	if (p->n_free == 0) {
+	/* under a memory target one group may not be enough */
+	while (kv_pool_free_locked(p) == 0 && kv_cache_evict_lru_locked(p))
+		;
+	if (kv_pool_free_locked(p) == 0) {
 		pthread_mutex_unlock(&p->lock);
 		return -ST_E_BUDGET;
 	}
 	id = p->free_pages[--p->n_free];
+	if (p->released[id]) {
+		p->released[id] = 0;
+		p->n_released--;
+	}
 	m = &p->pages[id];
 	m->stream = stream;
 	atomic_store(&m->key, 0);
@@ -257,17 +265,20 @@ uint64_t kv_pool_free_pages(struct kv_pool *p)
 	uint64_t n;
 
 	pthread_mutex_lock(&p->lock);
-	n = p->n_free;
+	n = kv_pool_free_locked(p);
 	pthread_mutex_unlock(&p->lock);
 	return n;
 }
 
 uint64_t kv_pool_avail_pages(struct kv_pool *p)
 {
-	uint64_t n;
+	uint64_t n, held;
 
 	pthread_mutex_lock(&p->lock);
-	n = p->n_free + p->cache.idle_pages;
+	/* idle cached pages count once the pages over the limit went */
+	n = kv_pool_limit_locked(p) + p->cache.idle_pages;
+	held = p->lay.n_pages - p->n_free;
+	n = n > held ? n - held : 0;
 	pthread_mutex_unlock(&p->lock);
 	return n;
 }
@@ -463,6 +474,25 @@ int kv_budget_error(const struct kv_pool *p, uint64_t need, uint64_t avail,
 		snprintf(spill, sizeof(spill),
 			 " (spilling is off: kvd --spill-budget 0)");
 	}
+	if (kv_pool_limit_locked(p) < p->lay.n_pages)
+		/* under a shared memory budget (kv_budget.c): only a
+		 * pinned sequence's step goes over the target */
+		return st_diag_set(diag, -ST_E_BUDGET,
+				   "KV pool exhausted: %s needs %llu more "
+				   "pages of %llu bytes, %llu are free or can "
+				   "be made free%s; the shared memory budget "
+				   "gives kv %llu of the pool's %llu pages now "
+				   "(the rest is expertd's): raise "
+				   "--memory-budget, or the KV floor (kvd "
+				   "--budget, strata --kv-budget), %sor free "
+				   "or unpin sequences", what,
+				   (unsigned long long)need,
+				   (unsigned long long)p->lay.page_bytes,
+				   (unsigned long long)avail, spill,
+				   (unsigned long long)kv_pool_limit_locked(p),
+				   (unsigned long long)p->lay.n_pages,
+				   spill_helps ? "raise kvd --spill-budget "
+				   "(strata: --kv-spill-budget), " : "");
 	return st_diag_set(diag, -ST_E_BUDGET,
 			   "KV pool exhausted: %s needs %llu more pages of "
 			   "%llu bytes, %llu are free or can be made free%s; "
@@ -632,10 +662,11 @@ int kv_seq_reserve(struct kv_pool *p, uint32_t client, uint32_t n,
 	const uint32_t B = p->lay.page_rows;
 	uint32_t *uniq, *target, n_uniq = 0, done = 0, stamp;
 	uint64_t need = 0, fresh = 0;
-	int r = 0;
+	int r = 0, pinned = 0;
 
 	if (n == 0)
 		return 0;
+	p->reserves++;
 	uniq = malloc(sizeof(uint32_t) * n * 2);
 	if (!uniq)
 		return -ENOMEM;
@@ -692,13 +723,20 @@ int kv_seq_reserve(struct kv_pool *p, uint32_t client, uint32_t n,
 			r = kv_seq_cap_error(p, target[u], want, diag);
 			goto out;
 		}
+		pinned |= !!(atomic_load(&p->seqs[uniq[u]].flags) &
+			     KV_SEQ_F_PINNED);
 		fresh += (uint64_t)(want - have) * p->lay.n_streams;
 		need += (uint64_t)(want - have) * p->lay.n_streams +
 			p->seqs[uniq[u]].n_spilled +
 			cow_pages(p, uniq[u], target[u]);
 	}
 	if (need > kv_pool_free_pages(p)) {
-		r = kv_pool_make_room(p, need, stamp, "this reservation", diag);
+		/* a running sequence's step goes over the memory target
+		 * rather than fail (kv_budget.c) */
+		r = pinned ? kv_pool_make_room_pinned(
+				     p, need, stamp, "this reservation", diag) :
+			     kv_pool_make_room(p, need, stamp,
+					       "this reservation", diag);
 		if (r < 0)
 			goto out;
 	}

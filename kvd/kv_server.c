@@ -191,7 +191,7 @@ static int pool_take(struct kv_server *s, int adopted,
 				"bytes until it is released (kvd stopped "
 				"cleanly)", s->shm.name,
 				(unsigned long long)rl.spill_budget_bytes);
-		if (rl.budget_bytes != s->cfg.budget_bytes ||
+		if (rl.budget_bytes != kv_ledger_pool_budget(&s->cfg) ||
 		    rl.max_seqs != s->cfg.max_seqs ||
 		    rl.max_rows_per_seq != s->cfg.max_rows_per_seq)
 			st_warn("kv pool %s keeps the geometry it was made with "
@@ -234,6 +234,17 @@ static int pool_take(struct kv_server *s, int adopted,
 	}
 	s->have_pool = 1;
 	s->layout_hash = hash;
+	/* --memory-budget: the pool's share of host memory from the ledger */
+	r = kv_ledger_join(s, diag);
+	if (r < 0) {
+		kv_pool_fini(&s->pool);
+		s->have_pool = 0;
+		if (adopted)
+			st_shm_detach(&s->shm);
+		else
+			st_shm_destroy(&s->shm);
+		return r;
+	}
 	/* device-written rows reach a page before kvd reads it */
 	s->pool.page_sync = kv_devpool_page_sync;
 	s->pool.page_sync_ctx = s;
@@ -309,7 +320,7 @@ static int pool_create(struct kv_server *s, const struct kv_msg_declare *m,
 	int r;
 
 	r = kv_layout_compute_spill(m->streams, m->n_streams, m->page_rows,
-				    s->cfg.budget_bytes,
+				    kv_ledger_pool_budget(&s->cfg),
 				    s->cfg.spill_budget_bytes, s->cfg.max_seqs,
 				    s->cfg.max_rows_per_seq, &lay, diag);
 	if (r < 0)
@@ -444,7 +455,12 @@ static void handle_stats(struct kv_server *s, struct kv_reply *rp)
 		const struct kv_layout *l = &s->pool.lay;
 		const struct kv_pool_counters *c = &s->pool.info->counters;
 
-		m.budget_bytes = l->budget_bytes;
+		/* under a shared memory budget: the share the target
+		 * allows now (n_pages stays the pool's) */
+		m.budget_bytes = s->ledger ?
+			(s->pool.allowed_pages + s->pool.over_pages) *
+				l->page_bytes :
+			l->budget_bytes;
 		m.pool_bytes = s->shm.size;
 		m.page_bytes = l->page_bytes;
 		m.page_rows = l->page_rows;
@@ -1078,6 +1094,7 @@ int kv_server_start(struct kv_server *s, const struct kv_config *cfg,
 	return 0;
 fail:
 	/* An adopted pool stays for the next kvd: detach, never remove. */
+	kv_ledger_leave(s);
 	if (s->have_pool) {
 		kv_pool_fini(&s->pool);
 		st_shm_detach(&s->shm);
@@ -1131,6 +1148,7 @@ int kv_server_poll(struct kv_server *s)
 		s->pool.spill.background = 0;
 	}
 	now = st_now_ns();
+	kv_ledger_tick(s, now);
 	if (now - s->last_reap_ns >= KV_REAP_INTERVAL_NS) {
 		kv_devpool_quiesce(s);
 		reap_clients(s);
@@ -1143,6 +1161,7 @@ int kv_server_poll(struct kv_server *s)
 void kv_server_stop(struct kv_server *s)
 {
 	publish(s, KV_EVT_SHUTDOWN, NULL, 0);
+	kv_ledger_leave(s);
 	kv_devpool_fini(s, !s->keep_pool);
 	st_sock_close(&s->rep);
 	st_sock_close(&s->pub);

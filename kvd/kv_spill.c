@@ -611,19 +611,23 @@ static int make_room_once(struct kv_pool *p, uint64_t need, uint32_t stamp,
 {
 	const uint32_t ns = p->lay.n_streams;
 	uint64_t free_now, idle, short_, spillable = 0, usable, count = 0;
-	uint64_t t0 = st_now_ns();
+	uint64_t hidden, t0 = st_now_ns();
 	struct cand *cand = NULL;
 	struct kv_spill_io *v = NULL;
 	uint32_t *slots = NULL, n_cand = 0;
 	int r = 0;
 
+	/* free pages past the memory target's limit (kv_budget.c) are not
+	 * free: they count as wanted too (need 0 just shrinks the pool) */
 	pthread_mutex_lock(&p->lock);
+	hidden = p->lay.n_pages - kv_pool_limit_locked(p);
 	free_now = p->n_free;
 	idle = p->cache.idle_pages;
 	pthread_mutex_unlock(&p->lock);
-	if (free_now >= need)
+	if (free_now >= need + hidden)
 		return 0;
-	short_ = need - free_now;
+	short_ = need + hidden - free_now;
+	free_now = free_now > hidden ? free_now - hidden : 0;
 	if (short_ <= idle) {
 		/* idle cached groups cover it: spill them while the file
 		 * has room, the allocation drops the rest */
@@ -955,11 +959,15 @@ int kv_seq_residency(struct kv_pool *p, uint32_t client, uint32_t op,
 	}
 	if (need > kv_pool_free_pages(p)) {
 		struct st_diag d;
-		int r = kv_pool_make_room(p, need, stamp,
-					  op == KV_RESIDENCY_PIN ?
-						  "pinning these sequences" :
+		/* a pin is a step's: over the memory target rather than
+		 * fail (kv_budget.c) */
+		int r = op == KV_RESIDENCY_PIN ?
+				kv_pool_make_room_pinned(
+					p, need, stamp,
+					"pinning these sequences", &d) :
+				kv_pool_make_room(p, need, stamp,
 						  "restoring these sequences",
-					  &d);
+						  &d);
 
 		if (r < 0) {
 			for (uint32_t i = 0; i < n; i++)

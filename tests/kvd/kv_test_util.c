@@ -42,10 +42,15 @@ static pid_t spawn(const struct kvd_inst *k, const char *run_dir)
 	if (pid == 0) {
 		const char *argv[32] = {
 			"kvd", "--instance", k->name, "--run-dir", run_dir,
-			"--budget", k->budget, "--max-seqs", k->max_seqs,
+			"--max-seqs", k->max_seqs,
 			"--max-rows-per-seq", k->max_rows, "--spill-budget",
 			k->spill_budget[0] ? k->spill_budget : "0" };
-		int a = 13;
+		int a = 11;
+
+		if (k->budget[0]) { /* "": kvd's default */
+			argv[a++] = "--budget";
+			argv[a++] = k->budget;
+		}
 
 		for (int i = 0; i < 8 && k->extra[i]; i++)
 			argv[a++] = k->extra[i];

@@ -14,7 +14,7 @@ struct kvd_inst {
 	char name[64];        /* instance */
 	char run_dir[4096];
 	pid_t pid;            /* 0 when not running */
-	char budget[32];
+	char budget[32];      /* --budget ("": not given) */
 	char max_seqs[16];
 	char max_rows[16];
 	char spill_budget[32]; /* --spill-budget ("0": none) */

@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "kv_daemon.h"
@@ -70,9 +71,10 @@ static struct tpool *tpool_new(uint32_t n_streams, const uint32_t *row_bytes,
 	assert_int_equal(t->lay.n_pages, n_pages);
 	assert_int_equal(t->lay.n_slots, n_slots);
 	assert_int_equal(t->lay.slot_bytes, sb);
-	t->mem = aligned_alloc(ST_SHM_PAGE, t->lay.total_bytes);
-	assert_non_null(t->mem);
-	memset(t->mem, 0, t->lay.total_bytes);
+	/* shared memory, as kvd's segment: MADV_REMOVE gives pages back */
+	t->mem = mmap(NULL, t->lay.total_bytes, PROT_READ | PROT_WRITE,
+		      MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	assert_true(t->mem != MAP_FAILED);
 	assert_int_equal(kv_pool_format(&t->p, t->mem, t->lay.total_bytes,
 					&t->lay, t->streams),
 			 0);
@@ -87,7 +89,7 @@ static void tpool_free(struct tpool *t)
 {
 	kv_spill_close(&t->p, 1);
 	kv_pool_fini(&t->p);
-	free(t->mem);
+	munmap(t->mem, t->lay.total_bytes);
 	st_rm_rf(t->dir);
 	free(t);
 }
@@ -504,6 +506,157 @@ static void test_pinned_and_limits(void **state)
 	tpool_free(t);
 }
 
+/* ---- the memory target (kv_budget.c) ------------------------------------ */
+
+/* Resident host pages of [a, a + len) (mincore of the shared mapping). */
+static uint64_t resident_bytes(const uint8_t *a, uint64_t len)
+{
+	unsigned char v[64];
+
+	assert_true(len / 4096 <= sizeof(v));
+	assert_int_equal(mincore((void *)a, len, v), 0);
+	for (uint64_t i = 0, n = 0;; i++) {
+		if (i == len / 4096)
+			return n * 4096;
+		n += v[i] & 1;
+	}
+}
+
+static uint64_t pinned_now(struct kv_pool *p)
+{
+	struct kv_budget_gauges g;
+
+	kv_budget_gauges(p, st_now_ns(), 0, NULL, 0, &g);
+	return g.pinned;
+}
+
+/*
+ * Pages held follow the target: a shrink spills idle sequences' pages
+ * (least recently used first) but never a pinned one; freed pages'
+ * memory goes back to the OS; allocations stay within the target; a
+ * pinned sequence's step goes over it (over_pages) rather than fail, and
+ * the grant ends once the pins go; every row comes back as written.
+ */
+static void test_memory_target(void **state)
+{
+	const uint32_t rb[1] = { 1024 };
+	/* pages of 4 rows x 1024 bytes = 4 KiB: one host page each */
+	struct tpool *t = tpool_new(1, rb, 4, 32, 128, NSEQ, 64);
+	struct kv_pool *p = &t->p;
+	uint32_t seq[4];
+	struct st_diag d;
+	uint64_t held;
+
+	(void)state;
+	for (uint32_t i = 0; i < 4; i++) {
+		assert_int_equal(kv_seq_create(p, 1, 1, 0, 0, &seq[i], &d), 0);
+		assert_int_equal(reserve1(p, seq[i], 16, &d), 0);
+		write_rows(p, seq[i], 0, 16, i + 1);
+	}
+	assert_int_equal(kv_pool_held_pages(p), 16);
+	assert_int_equal(resident_bytes(p->data, 32 * 4096), 16 * 4096);
+	/* seq[0] runs; the target drops to 8 pages */
+	assert_int_equal(restore1(p, KV_RESIDENCY_PIN, seq[0], &d), 0);
+	assert_int_equal(pinned_now(p), 4);
+	kv_pool_set_allowed(p, 8, 4);
+	assert_int_equal(kv_pool_free_pages(p), 0);
+	if (kv_pool_shrink(p, &d) < 0)
+		fail_msg("shrink: %s", d.msg);
+	held = kv_pool_held_pages(p);
+	assert_true(held <= 8);
+	assert_int_equal(held, 8); /* no more spilled than needed */
+	assert_int_equal(spilled_entries(p, seq[0]), 0);
+	assert_int_equal(rows_differ(p, seq[0], 16, 1), 0);
+	/* seq[1] was the least recently used: it went first */
+	assert_int_equal(spilled_entries(p, seq[1]), 4);
+	assert_int_equal(spilled_entries(p, seq[2]), 4);
+	check_slots(p);
+	/* the gauges: seq[0] pinned, seq[3] queued (its 4 pages count as
+	 * wanted), seq[1] and seq[2] in the spill file */
+	{
+		struct kv_budget_gauges g;
+
+		kv_budget_gauges(p, st_now_ns(), 0, &seq[3], 1, &g);
+		assert_int_equal(g.held, 8);
+		assert_int_equal(g.pinned, 4);
+		assert_int_equal(g.spilled, 8);
+		assert_int_equal(g.working, 8);
+		assert_int_equal(g.over, 0);
+		/* everything used within the hour is working set */
+		kv_budget_gauges(p, st_now_ns(), 3600000000000ull, NULL, 0,
+				 &g);
+		assert_int_equal(g.working, 16);
+	}
+	/* the freed pages' memory is back with the OS */
+	assert_int_equal(kv_pool_release_free(p), 24 * 4096);
+	assert_int_equal(resident_bytes(p->data, 32 * 4096), 8 * 4096);
+	assert_int_equal(kv_pool_release_free(p), 0); /* nothing new */
+	/* a target of 12: an idle sequence grows within it, others spill */
+	kv_pool_set_allowed(p, 12, 4);
+	assert_int_equal(reserve1(p, seq[3], 32, &d), 0);
+	write_rows(p, seq[3], 16, 32, 4);
+	assert_int_equal(kv_pool_held_pages(p), 12);
+	assert_int_equal(p->over_pages, 0);
+	/* a pinned sequence that cannot fit goes over instead of failing:
+	 * seq[0] (4) + seq[3] (8) pinned with a target of 6 pages */
+	kv_pool_set_allowed(p, 6, pinned_now(p));
+	if (kv_pool_shrink(p, &d) < 0)
+		fail_msg("shrink to 6: %s", d.msg);
+	assert_true(kv_pool_held_pages(p) <= 6);
+	assert_int_equal(spilled_entries(p, seq[0]), 0);
+	assert_int_equal(restore1(p, KV_RESIDENCY_RESTORE, seq[3], &d),
+			 -ST_E_BUDGET); /* not running: no grant */
+	assert_non_null(strstr(d.msg, "gives kv 6 of the pool's 32 pages"));
+	assert_non_null(strstr(d.msg, "--memory-budget"));
+	assert_int_equal(restore1(p, KV_RESIDENCY_PIN, seq[3], &d), 0);
+	assert_int_equal(p->over_pages, 6);
+	assert_int_equal(kv_pool_held_pages(p), 12);
+	assert_int_equal(rows_differ(p, seq[3], 32, 4), 0);
+	assert_int_equal(reserve1(p, seq[0], 20, &d), 0); /* + 1 page */
+	write_rows(p, seq[0], 16, 20, 1);
+	assert_int_equal(p->over_pages, 7);
+	/* a shrink keeps what is granted while the pins hold */
+	kv_pool_set_allowed(p, 6, pinned_now(p));
+	assert_int_equal(kv_pool_shrink(p, &d), 0);
+	assert_int_equal(kv_pool_held_pages(p), 13);
+	assert_int_equal(spilled_entries(p, seq[0]), 0);
+	assert_int_equal(spilled_entries(p, seq[3]), 0);
+	/* unpinned, the grant ends and the pages over the target spill */
+	assert_int_equal(restore1(p, KV_RESIDENCY_UNPIN, seq[3], &d), 0);
+	kv_pool_set_allowed(p, 6, pinned_now(p));
+	assert_int_equal(p->over_pages, 0);
+	if (kv_pool_shrink(p, &d) < 0)
+		fail_msg("shrink after unpin: %s", d.msg);
+	assert_true(kv_pool_held_pages(p) <= 6);
+	assert_int_equal(spilled_entries(p, seq[0]), 0);
+	check_slots(p);
+	/* every pinned page in the way: the shrink fails, nothing moves */
+	kv_pool_set_allowed(p, 2, pinned_now(p));
+	assert_int_equal(kv_pool_shrink(p, &d), -ST_E_BUDGET);
+	assert_int_equal(spilled_entries(p, seq[0]), 0);
+	assert_int_equal(restore1(p, KV_RESIDENCY_UNPIN, seq[0], &d), 0);
+	/* every row back as written, one sequence at a time (pinned: over
+	 * the 6-page target for the 8-page one) */
+	kv_pool_set_allowed(p, 6, 0);
+	for (uint32_t i = 0; i < 4; i++) {
+		uint32_t rows = i == 0 ? 20 : i == 3 ? 32 : 16;
+
+		assert_int_equal(restore1(p, KV_RESIDENCY_PIN, seq[i], &d), 0);
+		assert_int_equal(rows_differ(p, seq[i], rows, i + 1), 0);
+		assert_int_equal(restore1(p, KV_RESIDENCY_UNPIN, seq[i], &d),
+				 0);
+		kv_pool_set_allowed(p, 6, 0);
+		assert_int_equal(kv_pool_shrink(p, &d), 0);
+		assert_true(kv_pool_held_pages(p) <= 6);
+	}
+	assert_int_equal(p->stats.restore_failures, 0);
+	check_slots(p);
+	for (uint32_t i = 0; i < 4; i++)
+		assert_int_equal(kv_seq_free(p, 1, seq[i], &d), 0);
+	assert_int_equal(p->spill.n_free_slots, 128);
+	tpool_free(t);
+}
+
 /* ---- prefix-cache groups ----------------------------------------------- */
 
 static void prompt(int32_t *ids, uint32_t n, uint32_t tag)
@@ -870,6 +1023,7 @@ int main(void)
 		cmocka_unit_test(test_corrupt_slot),
 		cmocka_unit_test(test_slot_reuse),
 		cmocka_unit_test(test_pinned_and_limits),
+		cmocka_unit_test(test_memory_target),
 		cmocka_unit_test(test_cache_groups),
 		cmocka_unit_test(test_prefix_ahead),
 		cmocka_unit_test(test_adopt),
