@@ -111,7 +111,9 @@ def split_of(m):
 def one_run(store, mode, args, budget):
     cargs = ["--threads", str(args.threads), "--compute", args.compute,
              "--max-running", str(args.sessions), "--max-queued", "1024"]
-    kargs = ["--spill-budget", str(256 << 20)]
+    # kvd's floor under a shared budget is one sequence of its longest:
+    # kjv-moe's context (256) in every mode
+    kargs = ["--spill-budget", str(256 << 20), "--max-rows-per-seq", "256"]
     if mode == "shared":
         eargs = ["--memory-budget", str(budget)]
         kargs += ["--memory-budget", str(budget)]
