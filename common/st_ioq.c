@@ -47,27 +47,6 @@ const char *st_ioq_class_name(int cls)
 
 /* ---- options ------------------------------------------------------------ */
 
-/* One bad setting: a warning naming it, its value and the default used
- * (as STRATA_LOG does), never a daemon without its queue. */
-static void env_u64(const char *name, uint64_t max, uint64_t *val)
-{
-	const char *e = getenv(name);
-	char *end;
-	unsigned long long v;
-
-	if (!e || !*e)
-		return;
-	errno = 0;
-	v = strtoull(e, &end, 10);
-	if (errno || end == e || *end || e[0] == '-' || v > max) {
-		st_warn("%s=%s is not a whole number from 0 to %llu; using "
-			"the default %llu", name, e, (unsigned long long)max,
-			(unsigned long long)*val);
-		return;
-	}
-	*val = v;
-}
-
 static void read_env(struct st_ioq *q)
 {
 	const char *e = getenv("STRATA_IOQ");
@@ -82,10 +61,10 @@ static void read_env(struct st_ioq *q)
 				"default on (off: I/O classes are counted, not "
 				"ordered)", e);
 	}
-	env_u64("STRATA_IOQ_BOUND_US", ST_IOQ_MAX_BOUND_NS / 1000, &us);
+	st_env_u64("STRATA_IOQ_BOUND_US", 0, ST_IOQ_MAX_BOUND_NS / 1000, &us);
 	q->bound_ns = us * 1000;
 	q->depth = 0;
-	env_u64("STRATA_IOQ_DEPTH", 1024, &q->depth);
+	st_env_u64("STRATA_IOQ_DEPTH", 0, 1024, &q->depth);
 }
 
 /* ---- the segment -------------------------------------------------------- */

@@ -4,9 +4,6 @@
  */
 #include "st_ledger.h"
 
-#include <errno.h>
-#include <stdlib.h>
-
 #include "st_log.h"
 
 static const char *const k_side[ST_LEDGER_SIDES] = { "experts", "kv" };
@@ -16,27 +13,14 @@ const char *st_ledger_side_name(int side)
 	return side >= 0 && side < ST_LEDGER_SIDES ? k_side[side] : NULL;
 }
 
-/* A millisecond setting from the environment: *ns unchanged (its default)
- * when unset; a warning naming it when it is not a whole number of ms
- * from 1 to max_ms. */
-static void env_ms(const char *name, uint64_t max_ms, uint64_t *ns)
+/* A millisecond setting from the environment into *ns (st_env_u64: a
+ * bad value is a warning and the default stays). */
+static void env_ms(const char *name, uint64_t *ns)
 {
-	const char *e = getenv(name);
-	char *end;
-	unsigned long long v;
+	uint64_t ms = *ns / 1000000ull;
 
-	if (!e || !*e)
-		return;
-	errno = 0;
-	v = strtoull(e, &end, 10);
-	if (errno || end == e || *end || e[0] == '-' || v == 0 || v > max_ms) {
-		st_warn("%s=%s is not a whole number of milliseconds from 1 "
-			"to %llu; using the default %llu", name, e,
-			(unsigned long long)max_ms,
-			(unsigned long long)(*ns / 1000000ull));
-		return;
-	}
-	*ns = v * 1000000ull;
+	if (st_env_u64(name, 1, 3600000ull, &ms))
+		*ns = ms * 1000000ull;
 }
 
 void st_ledger_params_default(struct st_ledger_params *p)
@@ -47,8 +31,8 @@ void st_ledger_params_default(struct st_ledger_params *p)
 	p->flip_ns = 0;
 	p->hysteresis = ST_LEDGER_HYSTERESIS;
 	p->min_gain = ST_LEDGER_MIN_GAIN;
-	env_ms("STRATA_LEDGER_DWELL_MS", 3600000ull, &p->dwell_ns);
-	env_ms("STRATA_LEDGER_FLIP_MS", 3600000ull, &p->flip_ns);
+	env_ms("STRATA_LEDGER_DWELL_MS", &p->dwell_ns);
+	env_ms("STRATA_LEDGER_FLIP_MS", &p->flip_ns);
 }
 
 static uint64_t min_u64(uint64_t a, uint64_t b)

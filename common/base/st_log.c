@@ -1,6 +1,7 @@
 /* st_log.c — see st_log.h. */
 #include "st_log.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -69,4 +70,24 @@ void st_log(enum st_log_level level, const char *fmt, ...)
 		line[n] = 0;
 	}
 	fwrite(line, 1, n, stderr);
+}
+
+int st_env_u64(const char *name, uint64_t min, uint64_t max, uint64_t *val)
+{
+	const char *e = getenv(name);
+	char *end;
+	unsigned long long v;
+
+	if (!e || !*e)
+		return 0;
+	errno = 0;
+	v = strtoull(e, &end, 10);
+	if (errno || end == e || *end || e[0] == '-' || v < min || v > max) {
+		st_warn("%s=%s is not a whole number from %llu to %llu; using "
+			"the default %llu", name, e, (unsigned long long)min,
+			(unsigned long long)max, (unsigned long long)*val);
+		return 0;
+	}
+	*val = v;
+	return 1;
 }

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "st_iconf.h"
+#include "st_util.h"
 #include "test_util.h"
 
 static struct st_iconf *conf_new(void)
