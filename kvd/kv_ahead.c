@@ -34,10 +34,14 @@
  * notifications). */
 #define KV_AHEAD_STEP_BYTES (4u << 20)
 
-/* Pages kept free for the current step (the rule both sides share). */
-static uint64_t kv_ahead_headroom(const struct kv_pool *p)
+uint64_t kv_ahead_headroom(struct kv_pool *p)
 {
-	return kv_ahead_headroom_pages(p->lay.n_pages, p->lay.n_streams);
+	uint64_t lim;
+
+	pthread_mutex_lock(&p->lock);
+	lim = kv_pool_limit_locked(p);
+	pthread_mutex_unlock(&p->lock);
+	return kv_ahead_headroom_pages(lim, p->lay.n_streams);
 }
 
 /* Drops queue entry q (order kept). */

@@ -853,6 +853,11 @@ struct kv_ahead_entry {
 int kv_ahead_queue(struct kv_server *s, uint32_t client, uint32_t n,
 		   const uint32_t *seqs, int32_t *status, struct st_diag *diag);
 void kv_ahead_step(struct kv_server *s);
+
+/* Pages a restore ahead leaves free for the current step
+ * (kv_ahead_headroom_pages) of the pages the pool may hold now: its
+ * target's under a shared memory budget.  Takes p->lock. */
+uint64_t kv_ahead_headroom(struct kv_pool *p);
 void kv_ahead_fini(struct kv_server *s);
 
 /*

@@ -1138,8 +1138,7 @@ int kv_server_poll(struct kv_server *s)
 		 * sequences, never spilling a sequence's page */
 		kv_devpool_quiesce(s);
 		s->pool.spill.background = 1;
-		kv_pfx_ahead_step(&s->pool, kv_ahead_headroom_pages(
-			s->pool.lay.n_pages, s->pool.lay.n_streams));
+		kv_pfx_ahead_step(&s->pool, kv_ahead_headroom(&s->pool));
 		s->pool.spill.background = 0;
 	} else if (s->n_prefetch && s->have_pool) {
 		kv_devpool_quiesce(s);

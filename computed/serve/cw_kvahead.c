@@ -32,16 +32,19 @@ void cw_kvahead_fini(struct cw_kvahead *a)
 uint64_t cw_kvahead_cap(struct cw_kvahead *a)
 {
 	struct kv_stats st;
-	uint64_t left;
+	uint64_t left, pages;
 
 	if (!a->kv)
 		return a->cap_pages;
-	if (a->known && kv_client_reconnects(a->kv) == a->reconnects)
+	if (a->known && kv_client_reconnects(a->kv) == a->reconnects &&
+	    (!a->shared || st_now_ns() < a->next_ns))
 		return a->cap_pages;
+	if (!a->known || kv_client_reconnects(a->kv) != a->reconnects) {
+		a->n_sent = 0; /* a restarted kvd holds no list */
+		a->pfx_sent = 0;
+	}
 	a->known = 0;
 	a->cap_pages = UINT64_MAX;
-	a->n_sent = 0; /* a restarted kvd holds no list */
-	a->pfx_sent = 0;
 	a->reconnects = kv_client_reconnects(a->kv);
 	if (kv_client_stats(a->kv, &st) < 0 || st.n_pages == 0 ||
 	    st.page_rows == 0 || st.n_streams == 0)
@@ -51,9 +54,16 @@ uint64_t cw_kvahead_cap(struct cw_kvahead *a)
 	a->page_rows = st.page_rows;
 	if (st.spill_budget_bytes == 0)
 		return a->cap_pages; /* nothing ever leaves: no cap */
-	left = st.n_pages -
-	       kv_ahead_headroom_pages(st.n_pages, st.n_streams);
-	if (left > st.n_pages)
+	pages = st.n_pages;
+	a->shared = st.page_bytes &&
+		    st.budget_bytes / st.page_bytes < st.n_pages;
+	if (a->shared) {
+		/* the share kvd's target allows now */
+		pages = st.budget_bytes / st.page_bytes;
+		a->next_ns = st_now_ns() + CW_KVAHEAD_SHARED_NS;
+	}
+	left = pages - kv_ahead_headroom_pages(pages, st.n_streams);
+	if (left > pages)
 		left = 0; /* a pool of a few pages */
 	a->cap_pages = left / 2;
 	return a->cap_pages;

