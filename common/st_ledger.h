@@ -16,7 +16,8 @@
  * of a demand miss; kvd: the restore time of spilled pages of sequences
  * that run or wait).  A move needs the receiver's gain above the donor's
  * loss by the hysteresis factor, leaves both sides within their floors and
- * caps, and waits `dwell` after the previous move.
+ * caps, and waits `dwell` after the previous move; a gain k times that bar
+ * moves k steps at once (at most ST_LEDGER_MAX_STEPS).
  *
  * A move has two phases so the sum of what both sides hold never exceeds
  * M: the arbiter lowers the donor's target and notes the move as pending;
@@ -53,7 +54,7 @@
  * makes its arbiter ignore the values and move `step` bytes back and forth
  * every N ms (within floors and caps): the budget oscillates (issue 24
  * item 4).  STRATA_LEDGER_STEP (bytes, or a percentage of M, default
- * 1/16 of M) and STRATA_LEDGER_DWELL_MS (default 500) tune the arbiter; a
+ * 1/16 of M) and STRATA_LEDGER_DWELL_MS (default 250) tune the arbiter; a
  * bad value is a warning and its default is used.
  */
 #ifndef ST_LEDGER_H
@@ -75,7 +76,8 @@ enum st_ledger_side {
 #define ST_LEDGER_LAYOUT 1
 #define ST_LEDGER_LOG 64                       /* moves kept in the ring */
 #define ST_LEDGER_INTERVAL_NS 100000000ull     /* the arbiter: every 100 ms */
-#define ST_LEDGER_DWELL_NS 500000000ull        /* between moves by value */
+#define ST_LEDGER_DWELL_NS 250000000ull        /* between moves by value */
+#define ST_LEDGER_MAX_STEPS 4  /* steps one move by value may take */
 #define ST_LEDGER_MOVE_TIMEOUT_NS 5000000000ull /* a donor's time to shrink */
 #define ST_LEDGER_STALE_NS 3000000000ull       /* values older: no move */
 #define ST_LEDGER_HYSTERESIS 0.25  /* gain must beat loss by 25 % ... */
@@ -213,7 +215,10 @@ void st_ledger_params_default(struct st_ledger_params *p);
  * target gets that much (rounded up to step) from the other at once; after
  * p->dwell_ns (p->flip_ns in flip mode: back and forth, why FLIP) a move of
  * step bytes from the side whose loss is lowest to the side whose gain is
- * highest when gain > loss * (1 + hysteresis) + min_gain, both sides live
+ * highest when gain > bar = loss * (1 + hysteresis) + min_gain (k steps,
+ * k = floor(gain / bar) up to ST_LEDGER_MAX_STEPS, when the gain is k
+ * times the bar: a split far from its balance gets there in fewer
+ * moves), both sides live
  * with values fresher than p->stale_ns, the donor staying at or above its
  * floor and the receiver at or below its cap (the step is cut to fit;
  * less than one unit of either side: no move).  Fills *a (act NONE when

@@ -159,11 +159,17 @@ void st_ledger_decide(const struct st_ledger_view *v,
 		for (int from = 0; from < ST_LEDGER_SIDES; from++) {
 			double gain = v->side[!from].gain;
 			double loss = v->side[from].loss;
-			uint64_t b;
+			double bar = loss * (1.0 + p->hysteresis) + p->min_gain;
+			uint64_t b, k;
 
-			if (!(gain > loss * (1.0 + p->hysteresis) + p->min_gain))
+			if (!(gain > bar))
 				continue;
-			b = room(v, from, !from, v->step);
+			/* a gain far above the bar moves up to
+			 * ST_LEDGER_MAX_STEPS steps at once: k = gain / bar */
+			k = gain >= bar * ST_LEDGER_MAX_STEPS ?
+				    ST_LEDGER_MAX_STEPS :
+				    (uint64_t)(gain / bar);
+			b = room(v, from, !from, v->step * (k ? k : 1));
 			if (b && gain - loss > best) {
 				best = gain - loss;
 				best_from = from;

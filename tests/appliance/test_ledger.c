@@ -64,14 +64,23 @@ static void test_decide(void)
 	p.hysteresis = 0.25;
 	p.min_gain = 1e5;
 
-	/* by value: kv's gain 3e6 beats experts' loss 1e6 x 1.25 + 1e5 */
+	/* by value: kv's gain 2e6 beats experts' loss 1e6 x 1.25 + 1e5 =
+	 * 1.35e6 (less than twice: one step) */
 	base_view(&v, now);
-	v.side[1].gain = 3e6;
+	v.side[1].gain = 2e6;
 	v.side[0].loss = 1e6;
 	st_ledger_decide(&v, &p, now, &a);
 	CHECK(a.act == ST_LEDGER_ACT_START && a.from == 0 && a.to == 1 &&
 	      a.bytes == 512 * MiB && a.why == ST_LEDGER_WHY_VALUE &&
-	      a.gain == 3e6 && a.loss == 1e6);
+	      a.gain == 2e6 && a.loss == 1e6);
+	/* 2.7e6 = twice the bar: two steps; 6e6 (4.4x): at most four */
+	v.side[1].gain = 2.7e6;
+	st_ledger_decide(&v, &p, now, &a);
+	CHECK(a.act == ST_LEDGER_ACT_START && a.bytes == 1024 * MiB);
+	v.side[1].gain = 6e6;
+	st_ledger_decide(&v, &p, now, &a);
+	CHECK(a.act == ST_LEDGER_ACT_START &&
+	      a.bytes == ST_LEDGER_MAX_STEPS * 512 * MiB);
 	/* within the hysteresis: 1.3e6 < 1e6 x 1.25 + 1e5 = 1.35e6 */
 	v.side[1].gain = 1.3e6;
 	st_ledger_decide(&v, &p, now, &a);
@@ -88,7 +97,7 @@ static void test_decide(void)
 	v.side[0].loss = 4e6; /* 2e6 < 4e6: no kv move */
 	st_ledger_decide(&v, &p, now, &a);
 	CHECK(a.act == ST_LEDGER_ACT_START && a.from == 1 && a.to == 0 &&
-	      a.bytes == 512 * MiB);
+	      a.bytes == 4 * 512 * MiB); /* 5e6 / (0 + 1e5): four steps */
 	/* the dwell: the last move 400 ms ago */
 	v.last_move_ns = now - 400 * MS;
 	st_ledger_decide(&v, &p, now, &a);
@@ -253,7 +262,7 @@ static void test_segment(void)
 
 	/* a move in two phases: kv values bytes, experts hold them idle */
 	now = st_now_ns();
-	report(e, 3 * GiB, 0, 1e5);
+	report(e, 3 * GiB, 0, 2e6);
 	report(k, 5 * GiB, 4e6, 0);
 	/* the first tick: the arbiter is due, the dwell since the start
 	 * passed, kv's gain beats experts' loss: the move starts (not yet
@@ -267,10 +276,10 @@ static void test_segment(void)
 	CHECK(st_ledger_tick(k, now + 400 * MS, &m) == 0);
 	CHECK(st_ledger_target(k) == 5 * GiB);
 	/* it shrank: the receiver gets the bytes, the move is logged */
-	report(e, 3 * GiB - 512 * MiB, 0, 1e5);
+	report(e, 3 * GiB - 512 * MiB, 0, 2e6);
 	CHECK(st_ledger_tick(e, now + 600 * MS, &m) == 1);
 	CHECK(m.kind == ST_LEDGER_MOVE_DONE && m.from == 0 && m.to == 1 &&
-	      m.bytes == 512 * MiB && m.gain == 4e6 && m.loss == 1e5 &&
+	      m.bytes == 512 * MiB && m.gain == 4e6 && m.loss == 2e6 &&
 	      m.target[1] == 5 * GiB + 512 * MiB);
 	CHECK(st_ledger_target(k) == 5 * GiB + 512 * MiB);
 	/* what a reader sees */
@@ -283,7 +292,7 @@ static void test_segment(void)
 		      v.side[1].bytes_in == 512 * MiB &&
 		      v.side[0].bytes_out == 512 * MiB);
 		CHECK(v.side[0].live && v.side[1].live);
-		CHECK(v.side[1].gain == 4e6 && v.side[0].loss == 1e5);
+		CHECK(v.side[1].gain == 4e6 && v.side[0].loss == 2e6);
 	}
 
 	/* a random walk of values and shrinking: the invariants hold (the

@@ -334,7 +334,7 @@ static void check_status_json(const char *out)
 	CHECK(json_real_value(json_object_get(json_object_get(json_object_get(
 		mem, "sides"), "kv"), "gain")) == 5e6);
 	CHECK(json_real_value(json_object_get(json_object_get(json_object_get(
-		mem, "sides"), "experts"), "loss")) == 200.0);
+		mem, "sides"), "experts"), "loss")) == 2e6);
 	CHECK(json_is_true(json_object_get(json_object_get(json_object_get(
 		mem, "sides"), "experts"), "live")));
 	log = json_object_get(mem, "log");
@@ -350,7 +350,7 @@ static void check_status_json(const char *out)
 	CHECK(jint(last, "bytes") == (json_int_t)(4 * MiB));
 	CHECK(jint(last, "target.kv") == (json_int_t)(36 * MiB));
 	CHECK(json_real_value(json_object_get(last, "gain")) == 5e6 &&
-	      json_real_value(json_object_get(last, "loss")) == 200.0);
+	      json_real_value(json_object_get(last, "loss")) == 2e6);
 	json_decref(j);
 }
 
@@ -384,7 +384,7 @@ static void check_metrics(const struct st_ledger_view *v)
 		CHECK(has_sample(txt, "strata_memory_value{side=\"experts\",kind=\"gain\"}",
 				 "1000"));
 		CHECK(has_sample(txt, "strata_memory_value{side=\"experts\",kind=\"loss\"}",
-				 "200"));
+				 "2000000"));
 		CHECK(has_sample(txt, "strata_memory_value{side=\"kv\",kind=\"gain\"}",
 				 "5000000"));
 		CHECK(has_sample(txt, "strata_memory_value{side=\"kv\",kind=\"loss\"}",
@@ -444,15 +444,15 @@ static void test_ledger_render(void)
 		return;
 	}
 	CHECK(st_ledger_target(e) == 32 * MiB && st_ledger_target(k) == 32 * MiB);
-	/* kv's gain 5e6 beats experts' loss 200 x 1.25 + 1e5: a move of
-	 * one step (64 MiB / 16) starts, and completes once experts used
+	/* kv's gain 5e6 beats experts' loss 2e6 x 1.25 + 1e5 = 2.6e6 (less
+	 * than twice: one step, 64 MiB / 16): a move starts, and completes once experts used
 	 * no more than its new target */
-	report(e, 30 * MiB, 2 * MiB, 1e3, 200);
+	report(e, 30 * MiB, 2 * MiB, 1e3, 2e6);
 	report(k, 20 * MiB, 1 * MiB, 5e6, 1e5);
 	now = st_now_ns();
 	CHECK(st_ledger_tick(e, now, &m) == 1);
 	CHECK(st_ledger_target(e) == 28 * MiB);
-	report(e, 27 * MiB, 2 * MiB, 1e3, 200);
+	report(e, 27 * MiB, 2 * MiB, 1e3, 2e6);
 	CHECK(st_ledger_tick(k, now + 200 * MS, &m) == 1 &&
 	      m.kind == ST_LEDGER_MOVE_DONE);
 	CHECK(st_ledger_target(k) == 36 * MiB);
@@ -477,7 +477,7 @@ static void test_ledger_render(void)
 			     "per GiB); in 1 (4.00 MiB), out 0 (0 B), 0 "
 			     "cancelled\n"));
 		CHECK(strstr(txt, "    moves            0 s ago: 4.00 MiB "
-			     "experts -> kv, gain 5e+06 > loss 2e+02 "
+			     "experts -> kv, gain 5e+06 > loss 2e+06 "
 			     "(value)\n"));
 		if (failures)
 			printf("text:\n%s", txt);
