@@ -8,8 +8,8 @@ together, M below what both need (--share of the experts' records plus the
 sessions' KV), and runs two phases back to back in the same instance:
   A  sessions: --sessions conversations at once, --turns turns each (a turn
      sends the whole conversation so far plus --turn-words new words and
-     generates --turn-tokens tokens): KV-heavy (many live sequences, their
-     prefixes cached between turns);
+     generates --turn-tokens tokens), --rounds times with new conversations:
+     KV-heavy (many live sequences, their prefixes cached between turns);
   B  generation: --gens single long generations one after another
      (--gen-tokens tokens each): expert-heavy (one sequence, every layer's
      top-k experts, the store read for what the pool lacks).
@@ -24,7 +24,8 @@ both phases' time) against every fixed split, and the load average.
 Prints figures, never asserts.
 
   scripts/bench-memory-budget.py [--runs 3] [--splits 20,35,50,65,80]
-      [--budget-share 0.5] [--sessions 16] [--turns 4] [--gens 4]
+      [--budget-share 0.5] [--sessions 32] [--turns 4] [--rounds 3]
+      [--gens 16] [--gen-tokens 200]
 """
 import argparse
 import json
@@ -79,12 +80,14 @@ def phase_sessions(inst, args):
         with lock:
             got.append(n)
 
-    ts = [threading.Thread(target=session, args=(s,))
-          for s in range(args.sessions)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    for r in range(args.rounds):
+        ts = [threading.Thread(target=session,
+                               args=(r * args.sessions + s,))
+              for s in range(args.sessions)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
     return sum(got)
 
 
@@ -159,11 +162,13 @@ def main():
                     help="fixed splits: experts' %% of M")
     ap.add_argument("--budget-share", type=float, default=0.5,
                     help="M as a share of experts + sessions' KV")
-    ap.add_argument("--sessions", type=int, default=16)
+    ap.add_argument("--sessions", type=int, default=32)
     ap.add_argument("--turns", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="phase A: rounds of --sessions new conversations")
     ap.add_argument("--turn-words", type=int, default=20)
     ap.add_argument("--turn-tokens", type=int, default=30)
-    ap.add_argument("--gens", type=int, default=4)
+    ap.add_argument("--gens", type=int, default=16)
     ap.add_argument("--gen-tokens", type=int, default=200)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--compute", default="fast",
