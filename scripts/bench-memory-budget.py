@@ -38,18 +38,8 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "serve"))
 os.environ.setdefault("STRATA_BUILD_DIR", os.path.join(HERE, "..", "build"))
-from serve_harness import Instance, convert, fixture, metrics, request  # noqa: E402
-
-WORDS = ("in the beginning god created the heaven and the earth and the "
-         "earth was without form and void and darkness was upon the face "
-         "of the deep").split()
-
-
-def kv_bytes_per_token(model_dir):
-    """f32 K and V rows of every layer (computed's default --kv-dtype)."""
-    c = json.load(open(os.path.join(model_dir, "config.json")))
-    hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-    return c["num_hidden_layers"] * 2 * c["num_key_value_heads"] * hd * 4
+from serve_harness import (WORDS, Instance, convert, fixture,  # noqa: E402
+                           kv_bytes_per_token, metrics, request)
 
 
 def expert_bytes(store):

@@ -18,7 +18,6 @@ client.  Prints figures, never asserts.
 import argparse
 import os
 import random
-import statistics
 import sys
 import threading
 import time

@@ -1,7 +1,9 @@
 """Helpers for the serving tests and the load benchmark: start real
 expertd, kvd and computed (with its HTTP API) on a private instance, talk
-HTTP to it, read /metrics.  Used by tests/serve/test_http.py,
-tests/serve/test_soak.py and scripts/bench-serve.py."""
+HTTP to it, read /metrics; the tests' check()/FAILS, the prompt words
+(WORDS, GENESIS) and kv_bytes_per_token().  Used by the Python tests in
+tests/serve/ and by scripts/bench-serve.py, scripts/bench-kv-restore.py and
+scripts/bench-memory-budget.py."""
 import http.client
 import json
 import os
@@ -14,6 +16,45 @@ import time
 
 BUILD = os.environ.get("STRATA_BUILD_DIR", "build")
 SHARED = os.environ.get("STRATA_SHARED_DIR", "../shared")
+
+# Genesis 1:1-2 (KJV), lower case, no punctuation: the words prompts are
+# made of.  Prompts index these tuples modulo their length, so the length
+# is part of every prompt (and of its token count): do not extend them.
+GENESIS = tuple(("in the beginning god created the heaven and the earth "
+                 "and the earth was without form and void and darkness was "
+                 "upon the face of the deep and the spirit of god moved "
+                 "upon the face of the waters").split())
+# its first 27 words, to "the deep": the KV restore and memory budget
+# tests' and benchmarks' vocabulary
+WORDS = GENESIS[:27]
+
+# Failed checks of this process, in order (check() appends; a test's
+# main() prints their count and exits 1 when any).  One list per process:
+# a test importing another test's functions shares it.
+FAILS = []
+
+
+def check(cond, what):
+    """Records one test check: prints "ok: WHAT" or "FAIL: WHAT" on stdout
+    and appends WHAT to FAILS when cond is false.  Returns cond (truthy or
+    not, unchanged) so that a caller can skip what depends on it.  Safe
+    from several threads (list.append)."""
+    print("ok:" if cond else "FAIL:", what)
+    if not cond:
+        FAILS.append(what)
+    return cond
+
+
+def kv_bytes_per_token(model_dir):
+    """KV bytes of one token in computed's default --kv-dtype (f32): K and
+    V rows of every layer, num_hidden_layers x 2 x num_key_value_heads x
+    head_dim x 4, from model_dir's config.json (head_dim, else hidden_size
+    / num_attention_heads).  Raises OSError / KeyError / ValueError on a
+    missing or malformed config.json."""
+    with open(os.path.join(model_dir, "config.json")) as f:
+        c = json.load(f)
+    hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
+    return c["num_hidden_layers"] * 2 * c["num_key_value_heads"] * hd * 4
 
 
 def skip_or_fail(msg):

@@ -60,9 +60,9 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import Instance, convert, fixture, metrics, stream  # noqa
-from test_dsv_serve import (FAILS, check, close, completion,  # noqa
-                            ref_logprobs)
+from serve_harness import (FAILS, Instance, check, convert, fixture,  # noqa
+                           metrics, stream)
+from test_dsv_serve import close, completion, ref_logprobs  # noqa
 
 PAGE_ROWS = 16  # computed's default --page-rows
 REUSED = "strata_prefix_cache_rows_reused_total"

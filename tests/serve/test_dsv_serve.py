@@ -54,10 +54,9 @@ import tempfile
 import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import (BUILD, Instance, convert, fixture, metrics,  # noqa
-                           request, stream)
+from serve_harness import (BUILD, FAILS, Instance, check, convert,  # noqa
+                           fixture, metrics, request, stream)
 
-FAILS = []
 # V4: the fixture's tolerance_suggested: logits 3e-4, log-sum-exp 2e-5
 TOL = 3e-4 + 2e-5
 ENGRAM_CACHE = "49000"  # 500 rows of 66 + 32 bytes: < 1524 rows
@@ -67,13 +66,6 @@ REVS = {
     "v41": dict(fixture="tiny-deepseek-v41", tol=1e-3,
                 engram=["--engram-cache", ENGRAM_CACHE]),
 }
-
-
-def check(cond, what):
-    print(("ok: " if cond else "FAIL: ") + what)
-    if not cond:
-        FAILS.append(what)
-    return cond
 
 
 def ref_logprobs(case):

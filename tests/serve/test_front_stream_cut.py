@@ -30,20 +30,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from serve_harness import BUILD, convert, fixture, free_port  # noqa: E402
+from serve_harness import (BUILD, FAILS, check, convert, fixture,  # noqa: E402
+                           free_port)
 
-FAILS = []
 STRATA = os.path.join(BUILD, "cli", "strata")
 BODY = {"prompt": "And God said", "max_tokens": 3000, "temperature": 0,
         "stream": True}
 KILL_AFTER = 3  # data events received before the kill
-
-
-def check(cond, what):
-    print(("ok: " if cond else "FAIL: ") + what)
-    if not cond:
-        FAILS.append(what)
-    return cond
 
 
 def computed_pid(run):

@@ -36,21 +36,10 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import (BUILD, Instance, convert, fixture, metrics,  # noqa
-                           request, stream, usage_counts)
+from serve_harness import (BUILD, FAILS, Instance, check, convert,  # noqa
+                           fixture, metrics, request, stream, usage_counts)
 
 KEY = "test-key-123"
-FAILS = []
-
-
-
-def check(cond, what):
-    if cond:
-        print("ok:", what)
-    else:
-        print("FAIL:", what)
-        FAILS.append(what)
-    return cond
 
 
 def curl(inst, *args):

@@ -30,19 +30,11 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from serve_harness import (BUILD, Instance, convert, metrics, request,  # noqa
-                           stream)
+from serve_harness import (BUILD, FAILS, Instance, check, convert,  # noqa
+                           metrics, request, stream)
 
 KEY = "clients-key"
-FAILS = []
 REQ_TIMEOUT_S = 3
-
-
-def check(cond, what):
-    print(("ok: " if cond else "FAIL: ") + what)
-    if not cond:
-        FAILS.append(what)
-    return cond
 
 
 def raw_exchange(inst, body, version="1.1", shut_wr=True, path="/v1/completions"):

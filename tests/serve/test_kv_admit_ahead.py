@@ -25,26 +25,15 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import Instance, convert, fixture, metrics, request  # noqa
+from serve_harness import (FAILS, GENESIS, Instance, check, convert,  # noqa
+                           fixture, metrics, request)
 
-WORDS = ("in the beginning god created the heaven and the earth and the "
-         "earth was without form and void and darkness was upon the face "
-         "of the deep and the spirit of god moved upon the face of the "
-         "waters").split()
 PAGE_BYTES = 16 * 2 * 2 * 32 * 4   # page_rows x K and V of 2 heads, F32
 POOL_PAGES = 96                    # kvd --budget in pages (6 streams)
-FAILS = []
-
-
-def check(cond, what):
-    print(("ok: " if cond else "FAIL: ") + what)
-    if not cond:
-        FAILS.append(what)
-    return cond
 
 
 def text(tag, n, shift):
-    return "%s %s" % (tag, " ".join(WORDS[(k * shift + 3) % len(WORDS)]
+    return "%s %s" % (tag, " ".join(GENESIS[(k * shift + 3) % len(GENESIS)]
                                     for k in range(n)))
 
 

@@ -25,29 +25,12 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import Instance, convert, fixture, metrics, request  # noqa
+from serve_harness import (FAILS, WORDS, Instance, check, convert,  # noqa
+                           fixture, kv_bytes_per_token, metrics, request)
 
 N = 16
 PROMPT_WORDS = 20
 MAX_TOKENS = 100
-WORDS = ("in the beginning god created the heaven and the earth and the "
-         "earth was without form and void and darkness was upon the face "
-         "of the deep").split()
-FAILS = []
-
-
-def check(cond, what):
-    print(("ok: " if cond else "FAIL: ") + what)
-    if not cond:
-        FAILS.append(what)
-    return cond
-
-
-def kv_bytes_per_token(model_dir):
-    """F32 K and V rows of every layer (computed's default --kv-dtype)."""
-    c = json.load(open(os.path.join(model_dir, "config.json")))
-    hd = c.get("head_dim") or c["hidden_size"] // c["num_attention_heads"]
-    return c["num_hidden_layers"] * 2 * c["num_key_value_heads"] * hd * 4
 
 
 def store_expert_bytes(store):

@@ -22,19 +22,11 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from serve_harness import (BUILD, Instance, convert, request,  # noqa: E402
-                           usage_counts)
+from serve_harness import (BUILD, FAILS, Instance, check, convert,  # noqa: E402
+                           request, usage_counts)
 
 KEY = "openai-client-key"
-FAILS = []
 
-
-
-def check(cond, what):
-    print(("ok: " if cond else "FAIL: ") + what)
-    if not cond:
-        FAILS.append(what)
-    return cond
 
 
 def skip(msg):

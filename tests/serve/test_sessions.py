@@ -56,7 +56,8 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import Instance, convert, metrics, request, stream  # noqa
+from serve_harness import (FAILS, Instance, check, convert, metrics,  # noqa
+                           request, stream)
 
 SRC = os.environ.get("STRATA_SOURCE_DIR",
                      os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -66,14 +67,6 @@ STRATA = os.path.join(os.environ.get("STRATA_BUILD_DIR", "build"), "cli",
 SHARED = os.environ.get("STRATA_SHARED_DIR", "../shared")
 REUSED = "strata_prefix_cache_rows_reused_total"
 PAGE_ROWS = 16
-FAILS = []
-
-
-def check(cond, what):
-    print(("ok: " if cond else "FAIL: ") + what)
-    if not cond:
-        FAILS.append(what)
-    return cond
 
 
 def complete(inst, prompt, n, **extra):
