@@ -935,7 +935,7 @@ class Attention41:
         self.window = []
 
     def forward(self, x, start_pos, shared):
-        m, rd, win, ratio = self.m, self.m.rd, self.win, self.ratio
+        m, win, ratio = self.m, self.win, self.ratio
         s = x.shape[0]
         pos = np.arange(start_pos, start_pos + s)
         qr = rms_norm(linear(x, self.wq_a), self.q_norm, m.eps)
