@@ -525,8 +525,13 @@ void kv_pfx_ahead_fini(struct kv_pool *p);
 /*
  * Opens the spill file of a pool with n_slots > 0 (no-op otherwise).  A
  * new pool (adopted 0) creates or truncates `path` and reserves
- * n_slots * slot_bytes; an adopted pool opens the existing file (creating
- * an empty one if it is gone: the pages it held then fail their checks).
+ * n_slots * slot_bytes; an adopted pool opens the existing file.  When
+ * that file is gone (removed while no kvd held it: a cleaned /tmp or run
+ * directory), the pages it held are lost: a new one is made, every
+ * spilled entry becomes KV_PAGE_LOST (its sequence FAILED), spilled cached
+ * groups are dropped, every slot is freed, and a warning says so, rather
+ * than a checksum mismatch at each restore.  A file cut short keeps what
+ * it holds; the pages past its end fail their checks when restored.
  * O_DIRECT when the filesystem allows it.  Builds the free slot list from
  * the slot records.  0, or a negative code with diag naming the file.
  */

@@ -46,6 +46,57 @@ static size_t bounce_bytes(const struct kv_pool *p)
 	return ST_MAX((size_t)KV_SPILL_IO_BYTES, (size_t)p->lay.slot_bytes);
 }
 
+/*
+ * An adopted pool whose spill file was removed while no kvd held it open
+ * (a cleaned /tmp or run directory): what its slot records describe is
+ * gone.  Every spilled entry of a sequence becomes
+ * KV_PAGE_LOST (the sequence FAILED, as adoption does with a record that
+ * does not match), spilled cached groups are dropped and every slot is
+ * freed, now rather than at each restore as a checksum mismatch.  Needs
+ * the free slot list.  Logs what was lost and why.
+ */
+static void spill_lost_all(struct kv_pool *p, const char *path,
+			   const char *why)
+{
+	uint64_t pages = 0, groups = 0;
+	uint32_t seqs = 0;
+
+	for (uint32_t idx = 0; idx < p->lay.max_seqs; idx++) {
+		struct kv_seq_entry *e = &p->seqs[idx];
+		uint32_t n = 0;
+
+		if (atomic_load(&e->state) != KV_SEQ_LIVE)
+			continue;
+		for (uint32_t s = 0; s < p->lay.n_streams; s++)
+			for (uint32_t pi = 0; pi < p->lay.max_pages_per_seq;
+			     pi++)
+				if (kv_entry_is_spilled(
+					    kv_table_get(p, idx, s, pi))) {
+					kv_table_set(p, idx, s, pi,
+						     KV_PAGE_LOST);
+					n++;
+				}
+		if (n) {
+			e->n_spilled = 0;
+			atomic_fetch_or(&e->flags, KV_SEQ_F_FAILED);
+			pages += n;
+			seqs++;
+		}
+	}
+	while (kv_cache_drop_spilled_lru(p))
+		groups++;
+	for (uint64_t i = 0; i < p->lay.n_slots; i++)
+		kv_spill_slot_free(p, (uint32_t)i);
+	if (pages || groups)
+		st_warn("spill file %s %s since the kv pool spilled to it (a "
+			"removed run directory or a cleaned /tmp?): %llu "
+			"spilled pages of %u sequences and %llu cached prefix "
+			"groups are lost; those sequences failed (free them); "
+			"keep --spill-file where nothing else cleans up",
+			path, why, (unsigned long long)pages, seqs,
+			(unsigned long long)groups);
+}
+
 int kv_spill_open(struct kv_pool *p, const char *path, int adopted,
 		  struct st_diag *diag)
 {
@@ -53,6 +104,7 @@ int kv_spill_open(struct kv_pool *p, const char *path, int adopted,
 	uint64_t size = p->lay.n_slots * p->lay.slot_bytes;
 	int flags = O_RDWR | O_CREAT | O_CLOEXEC | (adopted ? 0 : O_TRUNC);
 	struct stat st;
+	const char *lost = NULL;
 	int fd, r;
 
 	if (p->lay.n_slots == 0)
@@ -60,6 +112,10 @@ int kv_spill_open(struct kv_pool *p, const char *path, int adopted,
 	if (strlen(path) >= sizeof(sp->path))
 		return st_diag_set(diag, -ENAMETOOLONG,
 				   "spill file path too long: %s", path);
+	/* an adopted pool's file must still be there (one cut short keeps
+	 * what it still holds: the pages past its end fail their checks) */
+	if (adopted && stat(path, &st) < 0 && errno == ENOENT)
+		lost = "was removed";
 	sp->direct = 1;
 	fd = open(path, flags | O_DIRECT, 0600);
 	if (fd < 0 && errno == EINVAL) {
@@ -120,6 +176,8 @@ int kv_spill_open(struct kv_pool *p, const char *path, int adopted,
 			sp->free_slots[sp->n_free_slots++] = (uint32_t)i;
 	sp->fd = fd;
 	snprintf(sp->path, sizeof(sp->path), "%s", path);
+	if (lost)
+		spill_lost_all(p, path, lost);
 	return 0;
 }
 

@@ -885,6 +885,72 @@ static void *crash_copy(struct tpool *t, int n, char *ret_path, size_t len)
 	return copy;
 }
 
+/*
+ * A crash copy of t adopted with its spill file removed, as a cleaned /tmp
+ * or run directory leaves it: at kv_spill_open every sequence that had spilled pages is FAILED,
+ * its spilled entries KV_PAGE_LOST, every slot free (not only at a
+ * restore, as a checksum mismatch); the others restore whole and what is
+ * spilled to make room for them comes back.
+ */
+static void lost_file_adopt(struct tpool *t, const uint32_t *seqs, int n)
+{
+	struct kv_adopt_report rep;
+	struct kv_pool q;
+	struct st_diag d;
+	char path[4300];
+	void *copy = crash_copy(t, n, path, sizeof(path));
+	int had[NSEQ], failed = 0, fine = 0;
+
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(kv_pool_adopt(&q, copy, t->lay.total_bytes, &t->lay,
+				       t->streams, &rep),
+			 0);
+	assert_int_equal(rep.seqs_failed, 0); /* the records match */
+	for (int i = 0; i < NSEQ; i++)
+		had[i] = q.seqs[kv_seq_index(seqs[i])].n_spilled > 0;
+	assert_int_equal(kv_spill_open(&q, path, 1, &d), 0);
+	assert_int_equal(q.spill.n_free_slots, t->lay.n_slots);
+	for (int i = 0; i < NSEQ; i++) {
+		uint32_t idx = kv_seq_index(seqs[i]);
+		int lost = 0;
+
+		for (uint32_t s = 0; s < t->lay.n_streams; s++)
+			for (uint32_t pi = 0; pi < 4; pi++) {
+				uint32_t e = kv_seq_page(&q, idx, s, pi);
+
+				assert_false(kv_entry_is_spilled(e));
+				lost += e == KV_PAGE_LOST;
+			}
+		assert_int_equal(!!(atomic_load(&q.seqs[idx].flags) &
+				    KV_SEQ_F_FAILED),
+				 had[i]);
+		assert_int_equal(lost > 0, had[i]);
+		assert_int_equal(q.seqs[idx].n_spilled, 0);
+	}
+	check_slots(&q);
+	for (int i = 0; i < NSEQ; i++) {
+		int r = restore1(&q, KV_RESIDENCY_RESTORE, seqs[i], &d);
+
+		if (had[i]) {
+			assert_int_equal(r, -ST_E_CHECKSUM);
+			assert_non_null(strstr(d.msg, "failed earlier"));
+			failed++;
+		} else {
+			assert_int_equal(r, 0);
+			assert_int_equal(rows_differ(&q, seqs[i], 16,
+						     (uint32_t)i + 1),
+					 0);
+			fine++;
+		}
+	}
+	assert_true(failed > 0);
+	assert_true(fine > 0);
+	check_slots(&q);
+	kv_spill_close(&q, 1);
+	kv_pool_fini(&q);
+	free(copy);
+}
+
 static void test_adopt(void **state)
 {
 	const uint32_t rb[2] = { 1024, 128 };
@@ -975,43 +1041,9 @@ static void test_adopt(void **state)
 	kv_pool_fini(&q);
 	free(copy);
 
-	/* 3: the spill file is gone (another disk, a cleaned /tmp): every
-	 * sequence with spilled pages fails cleanly when restored; the
-	 * others work on */
-	copy = crash_copy(t, 3, path, sizeof(path));
-	assert_int_equal(unlink(path), 0);
-	assert_int_equal(kv_pool_adopt(&q, copy, t->lay.total_bytes, &t->lay,
-				       t->streams, &rep),
-			 0);
-	assert_int_equal(kv_spill_open(&q, path, 1, &d), 0);
-	{
-		int failed = 0, fine = 0, had[NSEQ];
-
-		/* what was spilled at the crash is lost; what this loop
-		 * spills (to make room) comes back */
-		for (int i = 0; i < NSEQ; i++)
-			had[i] = q.seqs[kv_seq_index(seqs[i])].n_spilled > 0;
-		for (int i = 0; i < NSEQ; i++) {
-			int r = restore1(&q, KV_RESIDENCY_RESTORE, seqs[i], &d);
-
-			if (had[i]) {
-				assert_int_equal(r, -ST_E_CHECKSUM);
-				failed++;
-			} else {
-				assert_int_equal(r, 0);
-				assert_int_equal(rows_differ(&q, seqs[i], 16,
-							     (uint32_t)i + 1),
-						 0);
-				fine++;
-			}
-		}
-		assert_true(failed > 0);
-		assert_true(fine > 0);
-	}
-	check_slots(&q);
-	kv_spill_close(&q, 1);
-	kv_pool_fini(&q);
-	free(copy);
+	/* 3: the spill file is gone (another disk, a cleaned /tmp or run
+	 * directory) */
+	lost_file_adopt(t, seqs, 3);
 	tpool_free(t);
 }
 
