@@ -49,14 +49,13 @@ static size_t bounce_bytes(const struct kv_pool *p)
 /*
  * An adopted pool whose spill file was removed while no kvd held it open
  * (a cleaned /tmp or run directory): what its slot records describe is
- * gone.  Every spilled entry of a sequence becomes
- * KV_PAGE_LOST (the sequence FAILED, as adoption does with a record that
- * does not match), spilled cached groups are dropped and every slot is
- * freed, now rather than at each restore as a checksum mismatch.  Needs
- * the free slot list.  Logs what was lost and why.
+ * gone.  Every spilled entry of a sequence becomes KV_PAGE_LOST (the
+ * sequence FAILED, as adoption does with a record that does not match),
+ * spilled cached groups are dropped and every slot is freed, now rather
+ * than at each restore as a checksum mismatch.  Needs the free slot list.
+ * Logs what was lost.
  */
-static void spill_lost_all(struct kv_pool *p, const char *path,
-			   const char *why)
+static void spill_lost_all(struct kv_pool *p, const char *path)
 {
 	uint64_t pages = 0, groups = 0;
 	uint32_t seqs = 0;
@@ -88,12 +87,12 @@ static void spill_lost_all(struct kv_pool *p, const char *path,
 	for (uint64_t i = 0; i < p->lay.n_slots; i++)
 		kv_spill_slot_free(p, (uint32_t)i);
 	if (pages || groups)
-		st_warn("spill file %s %s since the kv pool spilled to it (a "
-			"removed run directory or a cleaned /tmp?): %llu "
-			"spilled pages of %u sequences and %llu cached prefix "
-			"groups are lost; those sequences failed (free them); "
-			"keep --spill-file where nothing else cleans up",
-			path, why, (unsigned long long)pages, seqs,
+		st_warn("spill file %s was removed since the kv pool spilled "
+			"to it (a removed run directory or a cleaned /tmp?): "
+			"%llu spilled pages of %u sequences and %llu cached "
+			"prefix groups are lost; those sequences failed (free "
+			"them); keep --spill-file where nothing else cleans up",
+			path, (unsigned long long)pages, seqs,
 			(unsigned long long)groups);
 }
 
@@ -104,8 +103,7 @@ int kv_spill_open(struct kv_pool *p, const char *path, int adopted,
 	uint64_t size = p->lay.n_slots * p->lay.slot_bytes;
 	int flags = O_RDWR | O_CREAT | O_CLOEXEC | (adopted ? 0 : O_TRUNC);
 	struct stat st;
-	const char *lost = NULL;
-	int fd, r;
+	int fd, r, lost = 0;
 
 	if (p->lay.n_slots == 0)
 		return 0;
@@ -115,7 +113,7 @@ int kv_spill_open(struct kv_pool *p, const char *path, int adopted,
 	/* an adopted pool's file must still be there (one cut short keeps
 	 * what it still holds: the pages past its end fail their checks) */
 	if (adopted && stat(path, &st) < 0 && errno == ENOENT)
-		lost = "was removed";
+		lost = 1;
 	sp->direct = 1;
 	fd = open(path, flags | O_DIRECT, 0600);
 	if (fd < 0 && errno == EINVAL) {
@@ -177,7 +175,7 @@ int kv_spill_open(struct kv_pool *p, const char *path, int adopted,
 	sp->fd = fd;
 	snprintf(sp->path, sizeof(sp->path), "%s", path);
 	if (lost)
-		spill_lost_all(p, path, lost);
+		spill_lost_all(p, path);
 	return 0;
 }
 

@@ -887,10 +887,10 @@ static void *crash_copy(struct tpool *t, int n, char *ret_path, size_t len)
 
 /*
  * A crash copy of t adopted with its spill file removed, as a cleaned /tmp
- * or run directory leaves it: at kv_spill_open every sequence that had spilled pages is FAILED,
- * its spilled entries KV_PAGE_LOST, every slot free (not only at a
- * restore, as a checksum mismatch); the others restore whole and what is
- * spilled to make room for them comes back.
+ * or run directory leaves it: at kv_spill_open every sequence that had
+ * spilled pages is FAILED, its spilled entries KV_PAGE_LOST, every slot
+ * free (not only at a restore, as a checksum mismatch); the others restore
+ * whole and what is spilled to make room for them comes back.
  */
 static void lost_file_adopt(struct tpool *t, const uint32_t *seqs, int n)
 {
