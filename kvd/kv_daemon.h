@@ -167,6 +167,16 @@ struct kv_pool {
 	 * NULL: off. */
 	struct kv_remote *remote;
 
+	/* Tests only (NULL in kvd): where a kill -9 may cut a spill's or a
+	 * restore's bookkeeping.  Called with restore 0 (kv_pool_make_room)
+	 * or 1 (kv_seq_restore_some) and step = 3 x entries done + 0 before
+	 * the next entry, + 1 after its slot record (spill) or its table
+	 * entry (restore), + 2 after its table entry (spill) or its slot's
+	 * release (restore); nonzero stops right there with -ECANCELED,
+	 * leaving segment and file as a killed kvd would. */
+	int (*test_cut)(void *ctx, int restore, uint32_t step);
+	void *test_cut_ctx;
+
 	/* The memory target (kv_budget.c, --memory-budget): pages beyond
 	 * allowed_pages + over_pages are never handed out (kv_page_alloc
 	 * and kv_pool_make_room see them as taken).  allowed_pages is

@@ -528,6 +528,13 @@ static uint32_t stream_length(const struct kv_pool *p, uint32_t s)
 	       p->streams[s].row_bytes;
 }
 
+/* p->test_cut at `step` (0: go on). */
+static int spill_cut(const struct kv_pool *p, int restore, uint64_t step)
+{
+	return p->test_cut &&
+	       p->test_cut(p->test_cut_ctx, restore, (uint32_t)step);
+}
+
 static void slot_record(struct kv_pool *p, const struct kv_spill_io *v)
 {
 	struct kv_spill_slot *r = &p->spill.slots[v->slot];
@@ -779,16 +786,25 @@ static int make_room_once(struct kv_pool *p, uint64_t need, uint32_t stamp,
 		goto out;
 	}
 	for (uint64_t i = 0; i < count; i++) {
+		if (spill_cut(p, 0, 3 * i))
+			goto cut;
 		slot_record(p, &v[i]);
+		if (spill_cut(p, 0, 3 * i + 1))
+			goto cut;
 		kv_table_set(p, v[i].idx, v[i].stream, v[i].page_index,
 			     KV_PAGE_SPILLED | v[i].slot);
 		__atomic_add_fetch(&p->seqs[v[i].idx].n_spilled, 1,
 				   __ATOMIC_RELEASE);
+		if (spill_cut(p, 0, 3 * i + 2))
+			goto cut;
 		kv_page_unref(p, v[i].page);
 	}
 	p->stats.spill_pages_total += count;
 	p->stats.spill_bytes_total += count * p->lay.slot_bytes;
 	p->stats.spill_ns_total += st_now_ns() - t0;
+	goto out;
+cut:
+	r = -ECANCELED;
 out:
 	free(cand);
 	free(v);
@@ -879,6 +895,8 @@ int kv_seq_restore_some(struct kv_pool *p, uint32_t idx, uint32_t stamp,
 	for (uint32_t i = 0; i < k; i++) {
 		const char *why = slot_check(p, &v[i]);
 
+		if (spill_cut(p, 1, 3 * (uint64_t)i))
+			goto cut;
 		if (!why) {
 			kv_table_set(p, idx, v[i].stream, v[i].page_index,
 				     v[i].page);
@@ -900,13 +918,20 @@ int kv_seq_restore_some(struct kv_pool *p, uint32_t idx, uint32_t stamp,
 						v[i].stream, v[i].slot,
 						p->spill.path, why);
 		}
+		if (spill_cut(p, 1, 3 * (uint64_t)i + 1))
+			goto cut;
 		kv_spill_slot_free(p, v[i].slot);
+		if (spill_cut(p, 1, 3 * (uint64_t)i + 2))
+			goto cut;
 		__atomic_store_n(&e->n_spilled, e->n_spilled - 1,
 				 __ATOMIC_RELEASE);
 	}
 	p->stats.restore_ns_total += st_now_ns() - t0;
 	free(v);
 	return r;
+cut:
+	free(v);
+	return -ECANCELED;
 nomem:
 	for (uint32_t i = 0; i < k; i++)
 		kv_page_unref(p, v[i].page);
