@@ -167,6 +167,16 @@ struct kv_pool {
 	 * NULL: off. */
 	struct kv_remote *remote;
 
+	/* Tests only (NULL in kvd): where a kill -9 may cut a spill's or a
+	 * restore's bookkeeping.  Called with restore 0 (kv_pool_make_room)
+	 * or 1 (kv_seq_restore_some) and step = 3 x entries done + 0 before
+	 * the next entry, + 1 after its slot record (spill) or its table
+	 * entry (restore), + 2 after its table entry (spill) or its slot's
+	 * release (restore); nonzero stops right there with -ECANCELED,
+	 * leaving segment and file as a killed kvd would. */
+	int (*test_cut)(void *ctx, int restore, uint32_t step);
+	void *test_cut_ctx;
+
 	/* The memory target (kv_budget.c, --memory-budget): pages beyond
 	 * allowed_pages + over_pages are never handed out (kv_page_alloc
 	 * and kv_pool_make_room see them as taken).  allowed_pages is
@@ -525,8 +535,13 @@ void kv_pfx_ahead_fini(struct kv_pool *p);
 /*
  * Opens the spill file of a pool with n_slots > 0 (no-op otherwise).  A
  * new pool (adopted 0) creates or truncates `path` and reserves
- * n_slots * slot_bytes; an adopted pool opens the existing file (creating
- * an empty one if it is gone: the pages it held then fail their checks).
+ * n_slots * slot_bytes; an adopted pool opens the existing file.  When
+ * that file is gone (removed while no kvd held it: a cleaned /tmp or run
+ * directory), the pages it held are lost: a new one is made, every
+ * spilled entry becomes KV_PAGE_LOST (its sequence FAILED), spilled cached
+ * groups are dropped, every slot is freed, and a warning says so, rather
+ * than a checksum mismatch at each restore.  A file cut short keeps what
+ * it holds; the pages past its end fail their checks when restored.
  * O_DIRECT when the filesystem allows it.  Builds the free slot list from
  * the slot records.  0, or a negative code with diag naming the file.
  */

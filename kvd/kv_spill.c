@@ -46,6 +46,56 @@ static size_t bounce_bytes(const struct kv_pool *p)
 	return ST_MAX((size_t)KV_SPILL_IO_BYTES, (size_t)p->lay.slot_bytes);
 }
 
+/*
+ * An adopted pool whose spill file was removed while no kvd held it open
+ * (a cleaned /tmp or run directory): what its slot records describe is
+ * gone.  Every spilled entry of a sequence becomes KV_PAGE_LOST (the
+ * sequence FAILED, as adoption does with a record that does not match),
+ * spilled cached groups are dropped and every slot is freed, now rather
+ * than at each restore as a checksum mismatch.  Needs the free slot list.
+ * Logs what was lost.
+ */
+static void spill_lost_all(struct kv_pool *p, const char *path)
+{
+	uint64_t pages = 0, groups = 0;
+	uint32_t seqs = 0;
+
+	for (uint32_t idx = 0; idx < p->lay.max_seqs; idx++) {
+		struct kv_seq_entry *e = &p->seqs[idx];
+		uint32_t n = 0;
+
+		if (atomic_load(&e->state) != KV_SEQ_LIVE)
+			continue;
+		for (uint32_t s = 0; s < p->lay.n_streams; s++)
+			for (uint32_t pi = 0; pi < p->lay.max_pages_per_seq;
+			     pi++)
+				if (kv_entry_is_spilled(
+					    kv_table_get(p, idx, s, pi))) {
+					kv_table_set(p, idx, s, pi,
+						     KV_PAGE_LOST);
+					n++;
+				}
+		if (n) {
+			e->n_spilled = 0;
+			atomic_fetch_or(&e->flags, KV_SEQ_F_FAILED);
+			pages += n;
+			seqs++;
+		}
+	}
+	while (kv_cache_drop_spilled_lru(p))
+		groups++;
+	for (uint64_t i = 0; i < p->lay.n_slots; i++)
+		kv_spill_slot_free(p, (uint32_t)i);
+	if (pages || groups)
+		st_warn("spill file %s was removed since the kv pool spilled "
+			"to it (a removed run directory or a cleaned /tmp?): "
+			"%llu spilled pages of %u sequences and %llu cached "
+			"prefix groups are lost; those sequences failed (free "
+			"them); keep --spill-file where nothing else cleans up",
+			path, (unsigned long long)pages, seqs,
+			(unsigned long long)groups);
+}
+
 int kv_spill_open(struct kv_pool *p, const char *path, int adopted,
 		  struct st_diag *diag)
 {
@@ -53,13 +103,17 @@ int kv_spill_open(struct kv_pool *p, const char *path, int adopted,
 	uint64_t size = p->lay.n_slots * p->lay.slot_bytes;
 	int flags = O_RDWR | O_CREAT | O_CLOEXEC | (adopted ? 0 : O_TRUNC);
 	struct stat st;
-	int fd, r;
+	int fd, r, lost = 0;
 
 	if (p->lay.n_slots == 0)
 		return 0;
 	if (strlen(path) >= sizeof(sp->path))
 		return st_diag_set(diag, -ENAMETOOLONG,
 				   "spill file path too long: %s", path);
+	/* an adopted pool's file must still be there (one cut short keeps
+	 * what it still holds: the pages past its end fail their checks) */
+	if (adopted && stat(path, &st) < 0 && errno == ENOENT)
+		lost = 1;
 	sp->direct = 1;
 	fd = open(path, flags | O_DIRECT, 0600);
 	if (fd < 0 && errno == EINVAL) {
@@ -120,6 +174,8 @@ int kv_spill_open(struct kv_pool *p, const char *path, int adopted,
 			sp->free_slots[sp->n_free_slots++] = (uint32_t)i;
 	sp->fd = fd;
 	snprintf(sp->path, sizeof(sp->path), "%s", path);
+	if (lost)
+		spill_lost_all(p, path);
 	return 0;
 }
 
@@ -472,6 +528,13 @@ static uint32_t stream_length(const struct kv_pool *p, uint32_t s)
 	       p->streams[s].row_bytes;
 }
 
+/* p->test_cut at `step` (0: go on). */
+static int spill_cut(const struct kv_pool *p, int restore, uint64_t step)
+{
+	return p->test_cut &&
+	       p->test_cut(p->test_cut_ctx, restore, (uint32_t)step);
+}
+
 static void slot_record(struct kv_pool *p, const struct kv_spill_io *v)
 {
 	struct kv_spill_slot *r = &p->spill.slots[v->slot];
@@ -723,16 +786,25 @@ static int make_room_once(struct kv_pool *p, uint64_t need, uint32_t stamp,
 		goto out;
 	}
 	for (uint64_t i = 0; i < count; i++) {
+		if (spill_cut(p, 0, 3 * i))
+			goto cut;
 		slot_record(p, &v[i]);
+		if (spill_cut(p, 0, 3 * i + 1))
+			goto cut;
 		kv_table_set(p, v[i].idx, v[i].stream, v[i].page_index,
 			     KV_PAGE_SPILLED | v[i].slot);
 		__atomic_add_fetch(&p->seqs[v[i].idx].n_spilled, 1,
 				   __ATOMIC_RELEASE);
+		if (spill_cut(p, 0, 3 * i + 2))
+			goto cut;
 		kv_page_unref(p, v[i].page);
 	}
 	p->stats.spill_pages_total += count;
 	p->stats.spill_bytes_total += count * p->lay.slot_bytes;
 	p->stats.spill_ns_total += st_now_ns() - t0;
+	goto out;
+cut:
+	r = -ECANCELED;
 out:
 	free(cand);
 	free(v);
@@ -823,6 +895,8 @@ int kv_seq_restore_some(struct kv_pool *p, uint32_t idx, uint32_t stamp,
 	for (uint32_t i = 0; i < k; i++) {
 		const char *why = slot_check(p, &v[i]);
 
+		if (spill_cut(p, 1, 3 * (uint64_t)i))
+			goto cut;
 		if (!why) {
 			kv_table_set(p, idx, v[i].stream, v[i].page_index,
 				     v[i].page);
@@ -844,13 +918,20 @@ int kv_seq_restore_some(struct kv_pool *p, uint32_t idx, uint32_t stamp,
 						v[i].stream, v[i].slot,
 						p->spill.path, why);
 		}
+		if (spill_cut(p, 1, 3 * (uint64_t)i + 1))
+			goto cut;
 		kv_spill_slot_free(p, v[i].slot);
+		if (spill_cut(p, 1, 3 * (uint64_t)i + 2))
+			goto cut;
 		__atomic_store_n(&e->n_spilled, e->n_spilled - 1,
 				 __ATOMIC_RELEASE);
 	}
 	p->stats.restore_ns_total += st_now_ns() - t0;
 	free(v);
 	return r;
+cut:
+	free(v);
+	return -ECANCELED;
 nomem:
 	for (uint32_t i = 0; i < k; i++)
 		kv_page_unref(p, v[i].page);

@@ -278,9 +278,14 @@ static void test_flip(void **state)
 	 * pending, its used bytes above its target), start again.  The test
 	 * process runs the arbiter too (either side's tick may), so a move
 	 * it starts leaves kvd up to one tick of its own with more than the
-	 * target; a request wakes kvd and the kill comes 0 to 25 ms later
-	 * (kvd acts every 20 ms), so that it lands before, during or after
-	 * kvd's spills. */
+	 * target; a request wakes kvd and the kill comes 0 to 25 ms later.
+	 * kvd acts at most every 20 ms and waits up to 100 ms for a request,
+	 * so right after the loop's requests that kill nearly always finds
+	 * it before its shrink; every other cycle the request comes 30 ms
+	 * after the last one (kvd's tick due: it shrinks right after the
+	 * reply) and the kill 0 to 3 ms later, during kvd's spill writes or
+	 * just after.  Each cut point of the bookkeeping itself:
+	 * test_kv_spill test_adopt_cut. */
 	for (int cycle = 0; cycle < KILLS; cycle++) {
 		int killed = 0;
 		uint32_t j = 0;
@@ -292,9 +297,11 @@ static void test_flip(void **state)
 			    v.side[ST_LEDGER_KV].used >
 				    v.side[ST_LEDGER_KV].target) {
 				/* a request wakes kvd: its tick shrinks */
+				if (cycle % 2)
+					st_sleep_ns(30 * MS);
 				assert_int_equal(kv_client_stats(c, &st), 0);
-				st_sleep_ns((st_now_ns() / 1000) % 25000 *
-					    1000);
+				st_sleep_ns((st_now_ns() / 1000) %
+					    (cycle % 2 ? 3000 : 25000) * 1000);
 				kvd_kill(k, SIGKILL);
 				killed = 1;
 				break;

@@ -8,7 +8,9 @@
  * are never spilled and a request that cannot be served names --budget and
  * --spill-budget; idle prefix-cache groups spill and come back verified;
  * a pool adopted after a kill -9 restores what it had spilled, or fails
- * the sequences whose spilled pages are gone, cleanly.
+ * the sequences whose spilled pages are gone, cleanly, at adoption when
+ * the spill file was removed; a kill -9 at any point of a spill's or a
+ * restore's bookkeeping (kv_pool.test_cut) loses no page.
  *
  * The spill file lives in a private temporary directory (O_DIRECT when the
  * filesystem takes it; the test runs either way).
@@ -885,6 +887,72 @@ static void *crash_copy(struct tpool *t, int n, char *ret_path, size_t len)
 	return copy;
 }
 
+/*
+ * A crash copy of t adopted with its spill file removed, as a cleaned /tmp
+ * or run directory leaves it: at kv_spill_open every sequence that had
+ * spilled pages is FAILED, its spilled entries KV_PAGE_LOST, every slot
+ * free (not only at a restore, as a checksum mismatch); the others restore
+ * whole and what is spilled to make room for them comes back.
+ */
+static void lost_file_adopt(struct tpool *t, const uint32_t *seqs, int n)
+{
+	struct kv_adopt_report rep;
+	struct kv_pool q;
+	struct st_diag d;
+	char path[4300];
+	void *copy = crash_copy(t, n, path, sizeof(path));
+	int had[NSEQ], failed = 0, fine = 0;
+
+	assert_int_equal(unlink(path), 0);
+	assert_int_equal(kv_pool_adopt(&q, copy, t->lay.total_bytes, &t->lay,
+				       t->streams, &rep),
+			 0);
+	assert_int_equal(rep.seqs_failed, 0); /* the records match */
+	for (int i = 0; i < NSEQ; i++)
+		had[i] = q.seqs[kv_seq_index(seqs[i])].n_spilled > 0;
+	assert_int_equal(kv_spill_open(&q, path, 1, &d), 0);
+	assert_int_equal(q.spill.n_free_slots, t->lay.n_slots);
+	for (int i = 0; i < NSEQ; i++) {
+		uint32_t idx = kv_seq_index(seqs[i]);
+		int lost = 0;
+
+		for (uint32_t s = 0; s < t->lay.n_streams; s++)
+			for (uint32_t pi = 0; pi < 4; pi++) {
+				uint32_t e = kv_seq_page(&q, idx, s, pi);
+
+				assert_false(kv_entry_is_spilled(e));
+				lost += e == KV_PAGE_LOST;
+			}
+		assert_int_equal(!!(atomic_load(&q.seqs[idx].flags) &
+				    KV_SEQ_F_FAILED),
+				 had[i]);
+		assert_int_equal(lost > 0, had[i]);
+		assert_int_equal(q.seqs[idx].n_spilled, 0);
+	}
+	check_slots(&q);
+	for (int i = 0; i < NSEQ; i++) {
+		int r = restore1(&q, KV_RESIDENCY_RESTORE, seqs[i], &d);
+
+		if (had[i]) {
+			assert_int_equal(r, -ST_E_CHECKSUM);
+			assert_non_null(strstr(d.msg, "failed earlier"));
+			failed++;
+		} else {
+			assert_int_equal(r, 0);
+			assert_int_equal(rows_differ(&q, seqs[i], 16,
+						     (uint32_t)i + 1),
+					 0);
+			fine++;
+		}
+	}
+	assert_true(failed > 0);
+	assert_true(fine > 0);
+	check_slots(&q);
+	kv_spill_close(&q, 1);
+	kv_pool_fini(&q);
+	free(copy);
+}
+
 static void test_adopt(void **state)
 {
 	const uint32_t rb[2] = { 1024, 128 };
@@ -975,44 +1043,105 @@ static void test_adopt(void **state)
 	kv_pool_fini(&q);
 	free(copy);
 
-	/* 3: the spill file is gone (another disk, a cleaned /tmp): every
-	 * sequence with spilled pages fails cleanly when restored; the
-	 * others work on */
-	copy = crash_copy(t, 3, path, sizeof(path));
-	assert_int_equal(unlink(path), 0);
-	assert_int_equal(kv_pool_adopt(&q, copy, t->lay.total_bytes, &t->lay,
-				       t->streams, &rep),
-			 0);
-	assert_int_equal(kv_spill_open(&q, path, 1, &d), 0);
-	{
-		int failed = 0, fine = 0, had[NSEQ];
+	/* 3: the spill file is gone (another disk, a cleaned /tmp or run
+	 * directory) */
+	lost_file_adopt(t, seqs, 3);
+	tpool_free(t);
+}
 
-		/* what was spilled at the crash is lost; what this loop
-		 * spills (to make room) comes back */
-		for (int i = 0; i < NSEQ; i++)
-			had[i] = q.seqs[kv_seq_index(seqs[i])].n_spilled > 0;
-		for (int i = 0; i < NSEQ; i++) {
-			int r = restore1(&q, KV_RESIDENCY_RESTORE, seqs[i], &d);
+/* ---- kill -9 mid-move ---------------------------------------------------- */
 
-			if (had[i]) {
-				assert_int_equal(r, -ST_E_CHECKSUM);
-				failed++;
-			} else {
+struct cut {
+	int restore;  /* which bookkeeping (kv_pool.test_cut) */
+	uint32_t at;  /* the step to stop at */
+	int hit;
+};
+
+static int cut_at(void *ctx, int restore, uint32_t step)
+{
+	struct cut *c = ctx;
+
+	if (restore != c->restore || step != c->at)
+		return 0;
+	c->hit = 1;
+	return 1;
+}
+
+/*
+ * A kill -9 at every point of a spill's bookkeeping (before an entry's
+ * slot record, between it and the table entry, before the page is freed)
+ * and of a restore's (before an entry's table entry, before its slot is
+ * freed, before the count), in a restore of a spilled sequence that has
+ * to spill others first: the pool adopted from what the kill left (the
+ * segment's bytes and the spill file) has consistent slots, fails no
+ * sequence, and every row of every sequence reads back as written.
+ */
+static void test_adopt_cut(void **state)
+{
+	const uint32_t rb[2] = { 1024, 128 };
+	uint32_t cuts[2] = { 0, 0 };
+
+	(void)state;
+	for (int restore = 0; restore <= 1; restore++)
+		for (uint32_t at = 0;; at++) {
+			struct tpool *t = tpool_new(2, rb, 4, 32, 128, NSEQ,
+						    64);
+			struct cut c = { restore, at, 0 };
+			struct kv_adopt_report rep;
+			struct kv_pool q;
+			struct st_diag d;
+			uint32_t seqs[NSEQ], victim = NSEQ;
+			char path[4300];
+			void *copy;
+			int r;
+
+			interleave(t, seqs, 16);
+			for (uint32_t i = 0; i < NSEQ && victim == NSEQ; i++)
+				if (spilled_entries(&t->p, seqs[i]) ==
+				    2 * 4)
+					victim = i;
+			assert_int_not_equal(victim, NSEQ);
+			assert_int_equal(kv_pool_free_pages(&t->p), 0);
+			t->p.test_cut = cut_at;
+			t->p.test_cut_ctx = &c;
+			r = restore1(&t->p, KV_RESIDENCY_RESTORE,
+				     seqs[victim], &d);
+			t->p.test_cut = NULL;
+			if (!c.hit) { /* past the last step: done */
 				assert_int_equal(r, 0);
+				tpool_free(t);
+				break;
+			}
+			assert_int_equal(r, -ECANCELED);
+			cuts[restore]++;
+			copy = crash_copy(t, 1, path, sizeof(path));
+			assert_int_equal(kv_pool_adopt(&q, copy,
+						       t->lay.total_bytes,
+						       &t->lay, t->streams,
+						       &rep),
+					 0);
+			assert_int_equal(rep.seqs_kept, NSEQ);
+			assert_int_equal(rep.seqs_failed, 0);
+			assert_int_equal(kv_spill_open(&q, path, 1, &d), 0);
+			check_slots(&q);
+			for (int i = 0; i < NSEQ; i++) {
+				if (restore1(&q, KV_RESIDENCY_RESTORE, seqs[i],
+					     &d) < 0)
+					fail_msg("cut %d at %u: restore %d: %s",
+						 restore, at, i, d.msg);
 				assert_int_equal(rows_differ(&q, seqs[i], 16,
 							     (uint32_t)i + 1),
 						 0);
-				fine++;
 			}
+			check_slots(&q);
+			kv_spill_close(&q, 0);
+			kv_pool_fini(&q);
+			free(copy);
+			tpool_free(t);
 		}
-		assert_true(failed > 0);
-		assert_true(fine > 0);
-	}
-	check_slots(&q);
-	kv_spill_close(&q, 1);
-	kv_pool_fini(&q);
-	free(copy);
-	tpool_free(t);
+	/* 8 pages spilled to make room, 8 restored: 3 steps each */
+	assert_int_equal(cuts[0], 3 * 8);
+	assert_int_equal(cuts[1], 3 * 8);
 }
 
 int main(void)
@@ -1027,6 +1156,7 @@ int main(void)
 		cmocka_unit_test(test_cache_groups),
 		cmocka_unit_test(test_prefix_ahead),
 		cmocka_unit_test(test_adopt),
+		cmocka_unit_test(test_adopt_cut),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
