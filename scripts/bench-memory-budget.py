@@ -17,7 +17,8 @@ Modes, interleaved --runs times: `shared` (expertd and kvd
 --memory-budget M: the arbiter moves bytes by value) and `fixed:P` for each
 P in --splits (expertd --host-budget P % of M, kvd --budget the rest).
 Prints per run and phase: generated tokens/s (tokens over the phase's wall
-time), expert bytes read from the store, KV bytes restored, and for
+time), expert bytes read from the store, KV bytes restored, each daemon's
+CPU seconds, and for
 `shared` the split at the phase's end and the moves; then medians, each
 phase's best fixed split, shared / best per phase and overall (tokens over
 both phases' time) against every fixed split, and the load average.
@@ -94,6 +95,16 @@ def phase_generations(inst, args):
     return n
 
 
+DAEMONS = ("expertd", "kvd", "computed")
+
+
+def cpu_s(pid):
+    """User + system CPU seconds of a live process."""
+    with open("/proc/%d/stat" % pid) as f:
+        v = f.read().rsplit(")", 1)[1].split()
+    return (int(v[11]) + int(v[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def split_of(m):
     return (m.get('strata_memory_target_bytes{side="experts"}', 0),
             m.get('strata_memory_target_bytes{side="kv"}', 0),
@@ -121,10 +132,12 @@ def one_run(store, mode, args, budget):
     try:
         for name, fn in (("A", phase_sessions), ("B", phase_generations)):
             m0 = metrics(inst)
+            c0 = {d: cpu_s(inst.procs[d].pid) for d in DAEMONS}
             t0 = time.time()
             n = fn(inst, args)
             wall = time.time() - t0
             m1 = metrics(inst)
+            cpu = {d: cpu_s(inst.procs[d].pid) - c0[d] for d in DAEMONS}
 
             def d(k):
                 return m1.get(k, 0.0) - m0.get(k, 0.0)
@@ -136,7 +149,8 @@ def one_run(store, mode, args, budget):
                 "kv_restore_mib": d('strata_bytes_moved_total{link='
                                     '"nvme_to_host",kind="kv"}') / 2**20,
                 "experts_mib": te / 2**20, "kv_mib": tk / 2**20,
-                "moves": mv - split_of(m0)[2]}
+                "moves": mv - split_of(m0)[2],
+                "cpu": cpu}
     finally:
         inst.stop()
     out["tok_s"] = (out["A"]["tokens"] + out["B"]["tokens"]) / \
@@ -197,6 +211,9 @@ def main():
                       r["A"]["expert_mib"], r["B"]["expert_mib"],
                       r["A"]["kv_restore_mib"], r["B"]["kv_restore_mib"],
                       r["load1"]), flush=True)
+            print("%-9s CPU s A/B: %s" % ("", ", ".join(
+                "%s %.2f/%.2f" % (d, r["A"]["cpu"][d], r["B"]["cpu"][d])
+                for d in DAEMONS)), flush=True)
             if args.json:
                 print(json.dumps(r), flush=True)
     med = {m: {"A": statistics.median(r["A"]["tok_s"] for r in rows[m]),
