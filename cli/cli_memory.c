@@ -36,6 +36,14 @@ int cli_check_memory(const char *memory, const char *host_floor,
 		*ret_bytes = m;
 	if (!m)
 		return 0;
+	{
+		struct st_diag dg = { "" };
+
+		if (st_ledger_check_total(m, &dg) < 0) {
+			fprintf(stderr, "%s: %s\n", who, dg.msg);
+			return 2;
+		}
+	}
 	/* a share of the experts is resolved by expertd (st_ledger_open
 	 * refuses floors above the total, naming both) */
 	if (host_floor && host_floor[0] &&

@@ -13,6 +13,7 @@
 #include "cw_dsv_plan.h"
 #include "cw_kvrow.h"
 #include "st_iconf.h"
+#include "st_ledger.h"
 #include "st_plan.h"
 #include "st_util.h"
 
@@ -390,6 +391,11 @@ int cli_cmd_plan(int argc, char **argv)
 		snprintf(v, sizeof(v), "%d", o.batch < 1 ? o.batch : o.context);
 		rc = bad(o.batch < 1 ? "--batch" : "--context", v,
 			 "must be at least 1");
+	}
+	if (!rc && o.memory_budget &&
+	    st_ledger_check_total(o.memory_budget, &diag) < 0) {
+		fprintf(stderr, "strata plan: %s\n", diag.msg);
+		rc = 2;
 	}
 	if (rc) {
 		free(conf);

@@ -18,6 +18,8 @@ struct st_ledger {
 	int side;
 	int32_t pid;
 	struct st_ledger_params prm;
+	uint64_t total, floor, cap;   /* as joined */
+	int warned;                   /* the inconsistent segment was said */
 };
 
 _Static_assert(sizeof(struct st_ledger_rec) % 64 == 0, "records 64-aligned");
@@ -214,6 +216,9 @@ int st_ledger_open(struct st_ledger **ret, const char *instance, int side,
 			break;
 		}
 		r = join(l, instance, total, floor, cap, unit, diag);
+		l->total = total;
+		l->floor = floor;
+		l->cap = cap;
 		st_shm_name_unlock(fd);
 		break;
 	}
@@ -252,7 +257,55 @@ void st_ledger_close(struct st_ledger *l)
 
 uint64_t st_ledger_target(const struct st_ledger *l)
 {
-	return l ? atomic_load(&l->seg->side[l->side].target) : UINT64_MAX;
+	uint64_t t;
+
+	if (!l)
+		return UINT64_MAX;
+	t = atomic_load(&l->seg->side[l->side].target);
+	if (t > l->cap)
+		t = l->cap;
+	if (t > l->total)
+		t = l->total;
+	return t < l->floor ? l->floor : t;
+}
+
+int st_ledger_check_total(uint64_t total, struct st_diag *diag)
+{
+	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
+	uint64_t ram;
+	char a[32], b[32];
+
+	if (pages <= 0 || psz <= 0)
+		return 0; /* unknown: nothing to check against */
+	ram = (uint64_t)pages * (uint64_t)psz;
+	if (total <= ram)
+		return 0;
+	return st_diag_set(diag, -ST_E_BUDGET,
+			   "--memory-budget %s is more than this machine's "
+			   "memory (%s): expert slots and KV pages both live "
+			   "in RAM; give at most %s, less what the dense "
+			   "weights and the daemons need",
+			   st_format_bytes(total, a, sizeof(a)),
+			   st_format_bytes(ram, b, sizeof(b)), b);
+}
+
+/* Why view v (read from l's segment) cannot be acted on, or NULL. */
+static const char *inconsistent(const struct st_ledger *l,
+				const struct st_ledger_view *v)
+{
+	if (v->total != l->total)
+		return "its total is not the one this daemon joined with";
+	if (!v->step || v->step > v->total)
+		return "its step is 0 or above its total";
+	if (v->pend_from >= ST_LEDGER_SIDES || v->pending > v->total)
+		return "its pending move is out of range";
+	for (int s = 0; s < ST_LEDGER_SIDES; s++)
+		if (v->side[s].target > v->total ||
+		    v->side[s].floor > v->side[s].cap)
+			return "a side's target or floor is out of range";
+	if (v->side[0].target + v->side[1].target + v->pending > v->total)
+		return "its targets add up to more than its total";
+	return NULL;
 }
 
 uint64_t st_ledger_total(const struct st_ledger *l)
@@ -463,6 +516,7 @@ int st_ledger_tick(struct st_ledger *l, uint64_t now_ns,
 	struct st_ledger_view v;
 	struct st_ledger_action a;
 	struct st_ledger_move m;
+	const char *why;
 	uint64_t last;
 	int fd, changed;
 
@@ -481,6 +535,16 @@ int st_ledger_tick(struct st_ledger *l, uint64_t now_ns,
 		return 0;
 	take_owner(g, l->pid);
 	view_of(g, &v, 0);
+	why = inconsistent(l, &v);
+	if (why) {
+		if (!l->warned)
+			st_warn("memory ledger %s is inconsistent (%s): the "
+				"split stays as it is; restarting both expertd "
+				"and kvd makes it anew", l->shm.name, why);
+		l->warned = 1;
+		st_shm_name_unlock(fd);
+		return 0;
+	}
 	st_ledger_decide(&v, &l->prm, now_ns, &a);
 	changed = apply(l, &a, now_ns, &m);
 	st_shm_name_unlock(fd);

@@ -229,6 +229,14 @@ void st_ledger_decide(const struct st_ledger_view *v,
 		      struct st_ledger_action *a);
 
 /*
+ * Checks a --memory-budget of `total` bytes against this machine's RAM
+ * (sysconf: physical pages x page size): expert slots and KV pages both
+ * live in RAM, so a total above it would end with the kernel killing a
+ * daemon.  0, or -ST_E_BUDGET with diag naming both sizes.
+ */
+int st_ledger_check_total(uint64_t total, struct st_diag *diag);
+
+/*
  * The target a side gets when it joins (st_ledger_open's rule, bytes):
  * `kept` when its previous owner left one (a restart; 0: none), else what
  * the other side leaves (total - other_target), or half of total when the
@@ -263,8 +271,9 @@ int st_ledger_open(struct st_ledger **ret, const char *instance, int side,
  * side to close removes the segment.  NULL: no-op. */
 void st_ledger_close(struct st_ledger *l);
 
-/* Bytes this side may hold now (the owner frees units down to it).
- * NULL: UINT64_MAX. */
+/* Bytes this side may hold now (the owner frees units down to it),
+ * within the floor and cap it joined with (a segment written by anything
+ * but the arbiter cannot give it more).  NULL: UINT64_MAX. */
 uint64_t st_ledger_target(const struct st_ledger *l);
 
 /* The segment's total and step (bytes); 0 for NULL. */
@@ -279,6 +288,9 @@ void st_ledger_report(struct st_ledger *l, const struct st_ledger_report *r);
  * The owner's periodic call (its server loop, at least every 100 ms): runs
  * the arbiter when due and no other process runs it now, applying
  * st_ledger_decide's action to the segment and logging a move (st_info:
+ * a segment whose figures do not add up — another total than the one
+ * joined, targets above it, a step of 0 or above it — is left as it is,
+ * with one warning, so the split stays where it was:
  * "memory: 512 MiB kv -> experts (gain ... > loss ...)").  Returns 1 when
  * this call changed a target (*ret_move, may be NULL, gets the logged
  * move), else 0.  NULL: 0.

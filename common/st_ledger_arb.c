@@ -75,6 +75,14 @@ void st_ledger_decide(const struct st_ledger_view *v,
 		      struct st_ledger_action *a)
 {
 	uint64_t sum = v->side[0].target + v->side[1].target;
+	/* a step below a unit of either side could never move anything */
+	uint64_t step = v->step;
+
+	for (int s = 0; s < ST_LEDGER_SIDES; s++)
+		if (step < v->side[s].unit)
+			step = v->side[s].unit;
+	if (!step)
+		step = 1;
 
 	*a = (struct st_ledger_action){ .act = ST_LEDGER_ACT_NONE };
 	/* 1. a move under way: complete it once the donor shrank */
@@ -116,7 +124,7 @@ void st_ledger_decide(const struct st_ledger_view *v,
 	}
 	/* 3. a side over its target (a step would have failed): at once */
 	for (int to = 0; to < ST_LEDGER_SIDES; to++) {
-		uint64_t want, step = v->step ? v->step : 1, b;
+		uint64_t want, b;
 
 		if (!v->side[to].over || !v->side[to].live)
 			continue;
@@ -135,10 +143,10 @@ void st_ledger_decide(const struct st_ledger_view *v,
 
 		if (now_ns < v->last_move_ns + p->flip_ns)
 			return;
-		b = room(v, from, !from, v->step);
+		b = room(v, from, !from, step);
 		if (!b) {
 			from = !from;
-			b = room(v, from, !from, v->step);
+			b = room(v, from, !from, step);
 		}
 		if (b)
 			start(a, from, ST_LEDGER_WHY_FLIP, b, 0, 0);
@@ -169,7 +177,7 @@ void st_ledger_decide(const struct st_ledger_view *v,
 			k = gain >= bar * ST_LEDGER_MAX_STEPS ?
 				    ST_LEDGER_MAX_STEPS :
 				    (uint64_t)(gain / bar);
-			b = room(v, from, !from, v->step * (k ? k : 1));
+			b = room(v, from, !from, step * (k ? k : 1));
 			if (b && gain - loss > best) {
 				best = gain - loss;
 				best_from = from;

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "es_daemon.h"
+#include "st_ledger.h"
 #include "es_devpool.h"
 #include "st_build_config.h"
 #include "st_daemon.h"
@@ -495,6 +496,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	r = st_store_id(d.store, &d.store_id, &diag);
+	if (r == 0 && d.opt.memory_budget_text &&
+	    st_parse_size(d.opt.memory_budget_text, &mem_total) == 0)
+		r = st_ledger_check_total(mem_total, &diag);
 	if (r == 0 && d.opt.memory_budget_text) {
 		/* one budget with kvd: the pool sized for the experts' cap */
 		r = es_budget_geom(d.store, d.store_id,

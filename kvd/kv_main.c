@@ -13,6 +13,7 @@
 
 #include "kv_daemon.h"
 #include "st_ioq.h"
+#include "st_ledger.h"
 #include "st_build_config.h"
 #include "st_daemon.h"
 #include "st_log.h"
@@ -308,6 +309,34 @@ int main(int argc, char **argv)
 		}
 		if (what[0])
 			st_info("NUMA placement: %s", what);
+	}
+	if (cfg.memory_budget_bytes) {
+		/* at start, not at the first DECLARE (when kvd joins the
+		 * ledger): RAM, and a live expertd's other total */
+		struct st_ledger_view lv;
+		struct st_diag ld = { "" };
+		char b1[32], b2[32];
+
+		r = st_ledger_check_total(cfg.memory_budget_bytes, &diag);
+		if (r == 0 && st_ledger_read(cfg.instance, &lv, &ld) == 0 &&
+		    lv.total && lv.total != cfg.memory_budget_bytes &&
+		    lv.side[ST_LEDGER_EXPERTS].live)
+			r = st_diag_set(
+				&diag, -ST_E_CONFIG,
+				"instance '%s' shares %s between experts and "
+				"KV (the running expertd, pid %d, has "
+				"--memory-budget %llu); give kvd the same "
+				"--memory-budget, not %s, or stop the instance "
+				"first (strata down)", cfg.instance,
+				st_format_bytes(lv.total, b1, sizeof(b1)),
+				(int)lv.side[ST_LEDGER_EXPERTS].pid,
+				(unsigned long long)lv.total,
+				st_format_bytes(cfg.memory_budget_bytes, b2,
+						sizeof(b2)));
+		if (r < 0) {
+			st_err("%s", diag.msg);
+			return 1;
+		}
 	}
 	/* held for our life: no other kvd of the instance checks or adopts
 	 * its segments meanwhile (the pid file is no lock) */

@@ -9,6 +9,7 @@
  * by st_ledger_read, and the last close removing the segment.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,6 +178,15 @@ static void test_decide(void)
 	st_ledger_decide(&v, &p, now, &a);
 	CHECK(a.act == ST_LEDGER_ACT_START && a.from == 0 && a.to == 1 &&
 	      a.bytes == 1 * GiB && a.why == ST_LEDGER_WHY_OVER);
+
+	/* a step below a unit of either side moves a unit (1 B: no move
+	 * could ever be made) */
+	base_view(&v, now);
+	v.step = 1;
+	v.side[1].gain = 2e6;
+	v.side[0].loss = 1e6;
+	st_ledger_decide(&v, &p, now, &a);
+	CHECK(a.act == ST_LEDGER_ACT_START && a.bytes == 16 * MiB);
 
 	/* flip mode: back and forth every flip_ns, ignoring the values */
 	p.flip_ns = 50 * MS;
@@ -348,6 +358,56 @@ static void test_segment(void)
 
 			waitpid(pid, &st, 0);
 			CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+		}
+	}
+
+	/* a segment scribbled over: the target stays within what the side
+	 * joined with, and the arbiter leaves it alone */
+	{
+		char path[256];
+		int fd;
+		struct st_ledger_seg *g = MAP_FAILED;
+
+		snprintf(path, sizeof(path), "/dev/shm/strata.%s.%s", inst,
+			 ST_LEDGER_KIND);
+		fd = open(path, O_RDWR);
+		if (fd >= 0)
+			g = mmap(NULL, sizeof(*g), PROT_READ | PROT_WRITE,
+				 MAP_SHARED, fd, 0);
+		CHECK(g != MAP_FAILED);
+		if (g != MAP_FAILED) {
+			uint64_t n0 = atomic_load(&g->n_moves);
+
+			atomic_store(&g->side[0].target, 1ull << 62);
+			atomic_store(&g->side[1].target, 3);
+			/* experts: cap 6 GiB; kv: floor 5 GiB */
+			CHECK(st_ledger_target(e) == 6 * GiB);
+			CHECK(st_ledger_target(k) == 5 * GiB);
+			report(e, 1 * GiB, 0, 0);
+			report(k, 1 * GiB, 9e9, 0);
+			CHECK(st_ledger_tick(e, st_now_ns() + 10000 * MS,
+					     &m) == 0);
+			CHECK(atomic_load(&g->n_moves) == n0 &&
+			      atomic_load(&g->side[1].target) == 3);
+			munmap(g, sizeof(*g));
+		}
+		if (fd >= 0)
+			close(fd);
+	}
+
+	/* more than this machine's RAM is refused, naming it */
+	{
+		long pages = sysconf(_SC_PHYS_PAGES);
+		long psz = sysconf(_SC_PAGESIZE);
+		struct st_diag d2 = { "" };
+
+		if (pages > 0 && psz > 0) {
+			uint64_t ram = (uint64_t)pages * (uint64_t)psz;
+
+			CHECK(st_ledger_check_total(ram + 4096, &d2) ==
+				      -ST_E_BUDGET &&
+			      strstr(d2.msg, "more than this machine's memory"));
+			CHECK(st_ledger_check_total(ram / 2, &d2) == 0);
 		}
 	}
 

@@ -1,9 +1,10 @@
 #!/bin/sh
 # `--memory-budget` of the launcher (issue 24 items 2 and 5):
-#  - strata up, run and plan list it in --help; a share ("50%"), a word
-#    and a budget below the floors given with it (--host-budget +
-#    --kv-budget) are refused (exit 2) before any daemon starts, the last
-#    naming the least budget; so is memory.budget = 50% in a config file;
+#  - strata up, run and plan list it in --help; a share ("50%"), a word,
+#    a budget above the machine's RAM and a budget below the floors given
+#    with it (--host-budget + --kv-budget) are refused (exit 2) before any
+#    daemon starts, the last naming the least budget; so is memory.budget
+#    = 50% in a config file;
 #  - strata plan --memory-budget shows the floors, caps, starting split
 #    and ranges (the numbers are test_memory_cli's);
 #  - with daemons that take it (expertd and kvd --help list it; else this
@@ -47,6 +48,10 @@ refused "run --memory-budget lots" "not a size" \
 refused "up below the floors" "give at least 1.28 GiB (1375731712 bytes)" \
 	"$STRATA" up --model "$MODEL" --instance "$I" --run-dir "$R" \
 	--memory-budget 1GiB --host-budget 800MiB --kv-budget 512MiB
+refused "up --memory-budget 100TiB" "more than this machine's memory" \
+	"$STRATA" up --model "$MODEL" --instance "$I" --run-dir "$R" --memory-budget 100TiB
+refused "plan --memory-budget 100TiB" "more than this machine's memory" \
+	"$STRATA" plan --model "$MODEL" --memory-budget 100TiB
 refused "plan --memory-budget 5%" "a share is not accepted" \
 	"$STRATA" plan --model "$MODEL" --memory-budget 5%
 printf '[memory]\nbudget = 50%%\n' >"$TMP/share.conf"

@@ -463,6 +463,10 @@ static void test_bad_budgets(void **state)
 				       "--memory-budget", "lots", NULL), 1);
 	assert_non_null(strstr(err, "--memory-budget 'lots' is not a byte "
 				    "size"));
+	/* more than the machine's RAM */
+	assert_int_equal(es_h_run_fail(&H, err, sizeof(err),
+				       "--memory-budget", "100TiB", NULL), 1);
+	assert_non_null(strstr(err, "more than this machine's memory"));
 	/* 40 KiB records, top-k 2 */
 	assert_int_equal(es_h_run_fail(&H, err, sizeof(err),
 				       "--memory-budget", "64KiB", NULL), 1);

@@ -347,7 +347,8 @@ static void test_flip(void **state)
 
 /* Without --budget the KV floor is one sequence of the pool's longest
  * (16 pages per stream x 2 streams x 4 KiB); a --budget above
- * --memory-budget is refused before anything starts. */
+ * --memory-budget, and another --memory-budget than a live expertd's,
+ * are refused before anything starts. */
 static void test_floor(void **state)
 {
 	struct kvd_inst *k = *state;
@@ -378,6 +379,14 @@ static void test_floor(void **state)
 	st_ledger_close(l);
 	snprintf(k->budget, sizeof(k->budget), "512KiB");
 	assert_int_equal(kvd_run_expect_exit(k, k->run_dir, 5000), 2);
+	/* a live experts side with another total: refused at start (it
+	 * was only at the first DECLARE, when kvd joins the ledger) */
+	k->budget[0] = 0;
+	if (st_ledger_open(&l, k->name, ST_LEDGER_EXPERTS, 512 * KIB, 64 * KIB,
+			   128 * KIB, 4 * KIB, &d) < 0)
+		fail_msg("ledger: %s", d.msg);
+	assert_int_equal(kvd_run_expect_exit(k, k->run_dir, 5000), 1);
+	st_ledger_close(l);
 }
 
 int main(void)
