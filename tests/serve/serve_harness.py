@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 BUILD = os.environ.get("STRATA_BUILD_DIR", "build")
@@ -283,4 +284,39 @@ def metrics(inst):
         if line and not line.startswith("#"):
             k, v = line.rsplit(" ", 1)
             out[k] = float(v)
+    return out
+
+
+def greedy_batch(inst, n, prompt_words, max_tokens, kill=None,
+                 kill_after=1.0):
+    """n greedy /v1/completions at once (request i: "i" and prompt_words
+    words of WORDS from 7 i on), logprobs 1; with kill ("kvd", "expertd")
+    that daemon is killed (SIGKILL) kill_after s in and started again.
+    Returns per request (text, logprobs as sorted JSON, completion tokens),
+    or ("HTTP <status> <body>", "", 0) for a failed one."""
+    out = [None] * n
+
+    def client(i):
+        prompt = "%d %s" % (i, " ".join(WORDS[(i * 7 + k) % len(WORDS)]
+                                        for k in range(prompt_words)))
+        st, body = request(inst, "POST", "/v1/completions", {
+            "prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+            "logprobs": 1}, timeout=300)
+        if st == 200:
+            ch = body["choices"][0]
+            out[i] = (ch["text"], json.dumps(ch["logprobs"], sort_keys=True),
+                      body["usage"]["completion_tokens"])
+        else:
+            out[i] = ("HTTP %d %s" % (st, body), "", 0)
+
+    ts = [threading.Thread(target=client, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    if kill:
+        time.sleep(kill_after)
+        inst.procs[kill].kill()
+        inst.procs[kill].wait()
+        inst.start_daemon(kill)
+    for t in ts:
+        t.join()
     return out

@@ -11,16 +11,13 @@ restore (bytes moved both ways); with restore-ahead on, sequences were
 asked ahead of their step; with it off, none were; the killed kvd's
 successor adopted the pool.
 """
-import json
 import os
 import sys
 import tempfile
-import threading
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import (FAILS, WORDS, Instance, check, convert,  # noqa
-                           fixture, kv_bytes_per_token, metrics, request)
+from serve_harness import (FAILS, Instance, check, convert, greedy_batch,  # noqa
+                           fixture, kv_bytes_per_token, metrics)
 
 N = 16
 PROMPT_WORDS = 20
@@ -37,32 +34,9 @@ def run(store, budget, ahead, kill_after=None):
         kargs += ["--spill-budget", str(64 << 20)]
     inst = Instance(store, tag="kra", computed_args=cargs, kvd_args=kargs)
     inst.start(timeout_s=120)
-    out = [None] * N
-
-    def client(i):
-        prompt = "%d %s" % (i, " ".join(WORDS[(i * 7 + k) % len(WORDS)]
-                                        for k in range(PROMPT_WORDS)))
-        st, body = request(inst, "POST", "/v1/completions", {
-            "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
-            "logprobs": 1}, timeout=300)
-        if st == 200:
-            ch = body["choices"][0]
-            out[i] = (ch["text"], json.dumps(ch["logprobs"], sort_keys=True),
-                      body["usage"]["completion_tokens"])
-        else:
-            out[i] = ("HTTP %d %s" % (st, body), "", 0)
-
     try:
-        ts = [threading.Thread(target=client, args=(i,)) for i in range(N)]
-        for t in ts:
-            t.start()
-        if kill_after:
-            time.sleep(kill_after)
-            inst.procs["kvd"].kill()
-            inst.procs["kvd"].wait()
-            inst.start_daemon("kvd")
-        for t in ts:
-            t.join()
+        out = greedy_batch(inst, N, PROMPT_WORDS, MAX_TOKENS,
+                           "kvd" if kill_after else None, kill_after or 0)
         m = metrics(inst)
     finally:
         inst.stop()

@@ -17,16 +17,14 @@ Checks, on values that could be wrong: the flip runs moved bytes both ways
 than its target (no move pending) and the targets sum to at most M; KV
 spilled in the run moved by value (the arbiter gives experts most of M).
 """
-import json
 import os
 import sys
 import tempfile
-import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import (FAILS, WORDS, Instance, check, convert,  # noqa
-                           fixture, kv_bytes_per_token, metrics, request)
+from serve_harness import (FAILS, Instance, check, convert, greedy_batch,  # noqa
+                           fixture, kv_bytes_per_token, metrics)
 
 N = 16
 PROMPT_WORDS = 20
@@ -58,32 +56,8 @@ def run(store, shared, kill=None):
     inst = Instance(store, tag="mbt", computed_args=cargs, kvd_args=kargs,
                     expertd_args=eargs)
     inst.start(timeout_s=120)
-    out = [None] * N
-
-    def client(i):
-        prompt = "%d %s" % (i, " ".join(WORDS[(i * 7 + k) % len(WORDS)]
-                                        for k in range(PROMPT_WORDS)))
-        st, body = request(inst, "POST", "/v1/completions", {
-            "prompt": prompt, "max_tokens": MAX_TOKENS, "temperature": 0,
-            "logprobs": 1}, timeout=300)
-        if st == 200:
-            ch = body["choices"][0]
-            out[i] = (ch["text"], json.dumps(ch["logprobs"], sort_keys=True),
-                      body["usage"]["completion_tokens"])
-        else:
-            out[i] = ("HTTP %d %s" % (st, body), "", 0)
-
     try:
-        ts = [threading.Thread(target=client, args=(i,)) for i in range(N)]
-        for t in ts:
-            t.start()
-        if kill:
-            time.sleep(1.0)
-            inst.procs[kill].kill()
-            inst.procs[kill].wait()
-            inst.start_daemon(kill)
-        for t in ts:
-            t.join()
+        out = greedy_batch(inst, N, PROMPT_WORDS, MAX_TOKENS, kill)
         time.sleep(0.5)  # a last shrink settles (the arbiter: 100 ms)
         m = metrics(inst)
     finally:
