@@ -14,6 +14,8 @@
  * Prints figures, asserts nothing.
  *
  * With --format S only the formats whose name starts with S (e.g. FP8).
+ * The matrices live in huge-page advised memory as computed's dense
+ * weights do (st_hugemem.h); STRATA_HUGE_PAGES=0 gives 4 KiB pages.
  *
  * Usage: strata-bench-kern [--mib N] [--threads N] [--reps N] [--batch N]
  *                          [--cols N] [--pool N] [--format S]
@@ -28,6 +30,7 @@
 #include "cw_kern.h"
 #include "cw_threads.h"
 #include "st_formats.h"
+#include "st_hugemem.h"
 #include "st_membw.h"
 #include "st_mxfp4il.h"
 #include "st_util.h"
@@ -187,9 +190,16 @@ int main(int argc, char **argv)
 		st_wformat_matrix_bytes(&wf, 1, C, &db, &sb, &tb);
 		per_row = db + sb;
 		rows = (int64_t)((uint64_t)mib << 20) / (int64_t)per_row;
-		data = malloc((size_t)(db * rows));
+		/* as computed keeps weights: huge-page advised memory
+		 * (STRATA_HUGE_PAGES=0: 4 KiB pages, for comparison) */
+		if (st_hugemem_alloc((size_t)(db * rows), (void **)&data) < 0)
+			data = NULL;
 		scales = sb ? malloc((size_t)(sb * rows)) : NULL;
 		y = malloc(sizeof(float) * rows);
+		if (!data || !x || !y || (sb && !scales)) {
+			fprintf(stderr, "strata-bench-kern: out of memory\n");
+			return 1;
+		}
 		/* random codes; scales in a harmless range */
 		for (uint64_t i = 0; i < db * rows; i++)
 			data[i] = (unsigned char)((i * 2654435761u) >> 13) & 0x77;
@@ -257,7 +267,7 @@ int main(int argc, char **argv)
 			free(abuf);
 			free(yb);
 		}
-		free(data);
+		st_hugemem_free(data, (size_t)(db * rows));
 		free(scales);
 		free(x);
 		free(y);

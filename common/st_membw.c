@@ -22,7 +22,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -32,6 +31,7 @@
 #endif
 
 #include "st_error.h"
+#include "st_hugemem.h"
 #include "st_util.h"
 
 #define ST_MEMBW_FILL_MUL 0x9E3779B97F4A7C15ull /* odd: every word differs */
@@ -390,7 +390,7 @@ int st_membw_measure_kernel(enum st_membw_kernel kernel, int n_threads,
 {
 	struct membw_run run = { 0 };
 	struct membw_worker *w = NULL;
-	unsigned char *buf = MAP_FAILED;
+	unsigned char *buf = NULL;
 	int *order = NULL, n_order, n_started = 0, i, p, r;
 	uint64_t slice_bytes, best_ns = UINT64_MAX;
 
@@ -405,13 +405,11 @@ int st_membw_measure_kernel(enum st_membw_kernel kernel, int n_threads,
 	slice_bytes = bytes / (uint64_t)n_threads / ST_MEMBW_SLICE_ALIGN *
 		      ST_MEMBW_SLICE_ALIGN;
 
-	buf = mmap(NULL, (size_t)bytes, PROT_READ | PROT_WRITE,
-		   MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-	if (buf == MAP_FAILED)
+	/* in huge pages, as computed keeps the weights it streams (4 KiB
+	 * pages would lower the figure by about a quarter on some machines;
+	 * STRATA_HUGE_PAGES=0 measures that) */
+	if (st_hugemem_alloc((size_t)bytes, (void **)&buf) < 0)
 		return -ENOMEM;
-	/* Huge pages cut TLB misses, which would otherwise lower the figure
-	 * on some machines; advice only, so failure is ignored. */
-	(void)madvise(buf, (size_t)bytes, MADV_HUGEPAGE);
 
 	order = calloc(CPU_SETSIZE, sizeof(*order));
 	w = calloc((size_t)n_threads, sizeof(*w));
@@ -474,7 +472,7 @@ join:
 out:
 	free(w);
 	free(order);
-	munmap(buf, (size_t)bytes);
+	st_hugemem_free(buf, (size_t)bytes);
 	return r;
 }
 

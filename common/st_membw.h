@@ -62,8 +62,8 @@ int st_membw_sum(enum st_membw_kernel kernel, const void *buf, size_t n_bytes,
  *            runs from the first thread's start to the last thread's end.
  * ret_gbps   read bandwidth in GB/s (1e9 bytes per second) of the best pass.
  *
- * Allocates (anonymous mmap, transparent huge pages advised) and frees the
- * buffer itself; blocks for roughly one fill plus `passes` reads.
+ * Allocates (st_hugemem_alloc: huge pages advised unless
+ * STRATA_HUGE_PAGES=0) and frees the buffer itself; blocks for roughly one fill plus `passes` reads.
  * Returns 0; -EINVAL for arguments out of range; -ENOMEM if the buffer
  * cannot be mapped; -EAGAIN (or another negative errno) if threads cannot be
  * created; -EIO if a slice's sum differs from the fill pattern's (a kernel

@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 
 #include "es_daemon.h"
+#include "st_hugemem.h"
 #include "st_log.h"
 #include "st_util.h"
 
@@ -325,6 +326,23 @@ static uint32_t pool_recover(struct es_pool *p, const struct st_store *store,
 #define ES_MADV_POPULATE_WRITE 23 /* Linux 5.14 */
 #endif
 
+/* The slots are in 4 KiB pages because /dev/shm is mounted without
+ * huge=: said once, as a warning where it costs (a pool of 1 GiB or more),
+ * else at info level. */
+#define ES_SMALL_PAGES_FMT                                                    \
+	"the expert pool (%.2f GiB) is in 4 KiB pages: /dev/shm is mounted "  \
+	"without huge=advise; CPU expert kernels stream faster from huge "    \
+	"pages (as root: mount -o remount,huge=advise /dev/shm; "             \
+	"docs/TROUBLESHOOTING.md)"
+
+static void pool_note_small_pages(uint64_t bytes)
+{
+	if (bytes >= (1ull << 30))
+		st_warn(ES_SMALL_PAGES_FMT, (double)bytes / (1ull << 30));
+	else
+		st_info(ES_SMALL_PAGES_FMT, (double)bytes / (1ull << 30));
+}
+
 int es_pool_open(struct es_pool *p, const char *instance,
 		 const struct es_pool_geom *g, const struct st_store *store,
 		 int no_verify, int sparse, struct st_diag *diag)
@@ -377,15 +395,21 @@ int es_pool_open(struct es_pool *p, const char *instance,
 			return st_diag_set(diag, r, "cannot format the expert "
 					   "pool: %s", st_strerror(r));
 		}
-		/* Huge pages where the kernel gives them to shared memory
-		 * (/sys/kernel/mm/transparent_hugepage/shmem_enabled
-		 * "advise" or "within_size"): fewer pages for every O_DIRECT
-		 * read to pin and for every client to map.  Best effort:
-		 * ignored when shmem_enabled is "never". */
-		if (!sparse &&
-		    madvise(p->v.data, p->layout.data_bytes, MADV_HUGEPAGE) < 0)
-			st_debug("no huge pages for the pool's slots: %s",
-				 strerror(errno));
+		/* Huge pages where /dev/shm's tmpfs gives them (mount option
+		 * huge=advise, always or within_size; st_hugemem.h): fewer
+		 * pages for every O_DIRECT read to pin and for every client
+		 * to map, and the CPU expert kernels stream faster (the
+		 * hardware prefetchers stop at 4 KiB page boundaries:
+		 * docs/BENCHMARKS.md "Weights in huge pages").  Best effort:
+		 * 4 KiB pages where the mount says never (its default). */
+		if (!sparse) {
+			if (madvise(p->v.data, p->layout.data_bytes,
+				    MADV_HUGEPAGE) < 0)
+				st_debug("no huge pages for the pool's slots: "
+					 "%s", strerror(errno));
+			else if (st_hugemem_shm_policy(NULL) == 0)
+				pool_note_small_pages(p->layout.data_bytes);
+		}
 		/* Allocate the slots' pages now, so an O_DIRECT read into a
 		 * slot does not also fault in and zero its pages (measured:
 		 * twice the time of a read into resident memory).  Best

@@ -24,6 +24,7 @@
 #include "cw_router.h"
 #include "cw_threads.h"
 #include "st_formats.h"
+#include "st_hugemem.h"
 #include "st_log.h"
 #include "st_store_id.h"
 #include "st_util.h"
@@ -71,7 +72,7 @@ struct cw_model {
 	struct es_client *es;              /* borrowed */
 	struct kv_client *kv;              /* borrowed */
 	struct cw_model_opts opts;
-	uint8_t *dense_map;                /* owned mapping */
+	uint8_t *dense_map;                /* owned: dense.bin (st_hugemem) */
 	size_t dense_len;
 	struct cw_wview embed, lm_head;
 	const void *final_norm;
@@ -218,31 +219,25 @@ static int bind_dense(struct cw_model *m, enum st_dense_role role, int layer,
 	return 0;
 }
 
+/* Reads dense.bin into huge-page advised memory (st_hugemem.h: the
+ * kernels stream it every token, and a page-cache mapping is in 4 KiB
+ * pages, which the hardware prefetchers stop at). */
 static int map_dense(struct cw_model *m, struct st_diag *diag)
 {
 	char path[4096];
-	struct stat st;
-	int fd;
+	void *buf;
+	int r;
 
 	st_store_path(m->store, m->store->dense_file, path, sizeof(path));
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return st_diag_set(diag, -errno, "%s: %s", path,
-				   strerror(errno));
-	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size != m->store->dense_bytes) {
-		close(fd);
-		return st_diag_set(diag, -ST_E_FORMAT,
-				   "%s: size differs from the manifest; re-run "
+	if (m->store->dense_bytes == 0)
+		return st_diag_set(diag, -ST_E_FORMAT, "%s: empty; re-run "
 				   "strata convert", path);
-	}
-	m->dense_len = (size_t)st.st_size;
-	m->dense_map = mmap(NULL, m->dense_len, PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	if (m->dense_map == MAP_FAILED) {
-		m->dense_map = NULL;
-		return st_diag_set(diag, -errno, "mmap %s: %s", path,
-				   strerror(errno));
-	}
+	r = st_hugemem_read_file(path, (size_t)m->store->dense_bytes, &buf,
+				 diag);
+	if (r < 0)
+		return r;
+	m->dense_map = buf;
+	m->dense_len = (size_t)m->store->dense_bytes;
 	return 0;
 }
 
@@ -453,8 +448,19 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 			    m->opts.n_threads);
 	if (!r)
 		r = map_dense(m, diag);
-	if (!r)
+	if (!r) {
+		uint64_t db = 0;
+		long long huge = 0;
+		int adv = cw_model_dense_pages(m, &db, &huge);
+
+		st_info("dense weights: %.1f MiB, %s (%.1f MiB in huge pages)",
+			(double)db / 1048576.0,
+			adv == 1 ? "huge pages advised" :
+			adv == 0 ? "4 KiB pages (STRATA_HUGE_PAGES=0)" :
+				   "page size unknown",
+			(double)huge / 1048576.0);
 		r = verify_dense(m, diag);
+	}
 	if (!r)
 		r = bind_all(m, diag);
 	if (!r && kscratch_init(m) < 0)
@@ -553,8 +559,7 @@ void cw_model_close(struct cw_model *m)
 	kscratch_free(&m->ks);
 	cw_threads_destroy(m->pool);
 	free(m->layers);
-	if (m->dense_map)
-		munmap(m->dense_map, m->dense_len);
+	st_hugemem_free(m->dense_map, m->dense_len);
 	st_store_close(m->store);
 	free(m);
 }
@@ -751,6 +756,23 @@ uint64_t cw_model_expert_bytes(const struct cw_model *m)
 	for (int l = 0; l < m->store->n_layers; l++)
 		b += cw_model_expert_bytes_layer(m, l);
 	return m->store->n_layers ? b / (uint64_t)m->store->n_layers : 0;
+}
+
+int cw_model_dense_pages(const struct cw_model *m, uint64_t *ret_bytes,
+			 long long *ret_huge)
+{
+	long long huge;
+	int adv;
+
+	if (m->dsv || !m->dense_map)
+		return -ENOTSUP;
+	adv = st_hugemem_advised(m->dense_map);
+	if (adv < 0)
+		return adv;
+	huge = st_hugemem_huge_bytes(m->dense_map);
+	*ret_bytes = m->dense_len;
+	*ret_huge = huge < 0 ? 0 : huge;
+	return adv;
 }
 
 /* The attention of one token runs as this many tasks over the pool, each

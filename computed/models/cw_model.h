@@ -269,4 +269,15 @@ uint64_t cw_model_expert_bytes_layer(const struct cw_model *m, int layer);
 /* The same averaged over the layers (rounded down). */
 uint64_t cw_model_expert_bytes(const struct cw_model *m);
 
+/*
+ * Where the dense weights (dense.bin: attention, norms, embedding, LM
+ * head) live: *ret_bytes their size, *ret_huge the bytes of them in
+ * transparent huge pages now (st_hugemem.h).  Returns 1 when their memory
+ * is advised MADV_HUGEPAGE, 0 when not (STRATA_HUGE_PAGES=0), negative
+ * errno when /proc/self/smaps cannot tell, -ENOTSUP for the DeepSeek-V4
+ * family (its matrices are kept one by one, cw_dsv_mat.c).
+ */
+int cw_model_dense_pages(const struct cw_model *m, uint64_t *ret_bytes,
+			 long long *ret_huge);
+
 #endif

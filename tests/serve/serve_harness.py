@@ -197,9 +197,9 @@ class Instance:
         """The process's own memory: anonymous RSS.  Not counted: shared
         memory (the KV and expert pools are kvd's and expertd's segments,
         bounded by their budgets; computed's RSS counts the pool pages it
-        has touched, which grows until every page was used once) and file
-        pages (dense.bin mapped read-only: embedding rows are touched as
-        new token ids appear)."""
+        has touched, which grows until every page was used once).  dense.bin
+        is read whole into computed's own memory at start (st_hugemem), so
+        it is in the baseline and does not grow."""
         return self.rss_kib(d, "RssAnon")
 
 

@@ -28,6 +28,7 @@
 #include "es_client.h"
 #include "es_convert.h"
 #include "kv_client.h"
+#include "st_hugemem.h"
 #include "st_util.h"
 #include "test_daemons.h"
 #include "test_util.h"
@@ -101,6 +102,21 @@ int main(int argc, char **argv)
 		printf("FAIL: setup: %s\n", diag.msg);
 		st_test_inst_stop(&inst);
 		return 1;
+	}
+	/* dense.bin in its own huge-page advised mapping from ST_HUGEMEM_MIN
+	 * bytes on (st_hugemem.h), in malloc's heap below */
+	{
+		uint64_t db = 0;
+		long long huge = -1;
+		int adv = cw_model_dense_pages(m, &db, &huge);
+
+		if (adv != (db >= ST_HUGEMEM_MIN) || db == 0 || huge < 0) {
+			printf("FAIL: dense weights %llu bytes: advised %d, "
+			       "%lld bytes in huge pages\n",
+			       (unsigned long long)db, adv, huge);
+			st_test_inst_stop(&inst);
+			return 1;
+		}
 	}
 	vocab = cw_model_config(m)->vocab_size;
 	lg = malloc(sizeof(float) * (size_t)vocab);

@@ -14,6 +14,7 @@
 
 #include "cw_threads.h"
 #include "st_formats.h"
+#include "st_hugemem.h"
 #include "st_mxfp4il.h"
 #include "st_util.h"
 
@@ -22,9 +23,12 @@ int cw_dsv_mat_keep_fp8(struct cw_dsv_mat *m, const uint8_t *w,
 {
 	const int ng = (m->cols + b1 - 1) / b1;
 
-	m->codes = malloc((size_t)m->rows * m->cols);
+	/* the codes in huge-page advised memory: streamed every token */
+	if (st_hugemem_alloc((size_t)m->rows * m->cols, (void **)&m->codes) <
+	    0)
+		return -ENOMEM;
 	m->fscale = malloc((size_t)m->rows * ng * sizeof(float));
-	if (!m->codes || !m->fscale)
+	if (!m->fscale)
 		return -ENOMEM;
 	memcpy(m->codes, w, (size_t)m->rows * m->cols);
 	for (int r = 0; r < m->rows; r++)
@@ -45,8 +49,8 @@ int cw_dsv_mat_keep_fp8(struct cw_dsv_mat *m, const uint8_t *w,
 
 int cw_dsv_mat_keep_bf16(struct cw_dsv_mat *m, const void *data)
 {
-	m->codes = malloc((size_t)m->rows * m->cols * 2);
-	if (!m->codes)
+	if (st_hugemem_alloc((size_t)m->rows * m->cols * 2,
+			     (void **)&m->codes) < 0)
 		return -ENOMEM;
 	memcpy(m->codes, data, (size_t)m->rows * m->cols * 2);
 	m->fv = (struct cw_wview){
@@ -113,7 +117,9 @@ uint64_t cw_dsv_mat_bytes(const struct cw_dsv_mat *x)
 void cw_dsv_mat_free(struct cw_dsv_mat *x)
 {
 	free(x->w);
-	free(x->codes);
+	if (x->codes) /* kept by cw_dsv_mat_keep_* (st_hugemem) */
+		st_hugemem_free(x->codes, (size_t)x->rows * x->cols *
+					  (x->fv.dtype == ST_DTYPE_BF16 ? 2 : 1));
 	free(x->fscale);
 	x->w = NULL;
 	x->codes = NULL;
