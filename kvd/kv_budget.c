@@ -266,3 +266,11 @@ double kv_budget_loss(const struct kv_budget_rates *r,
 	return deficit * per_byte * r->step_rate /
 	       ((double)step / KV_BUDGET_GIB);
 }
+
+double kv_budget_wait_gain(uint64_t wait_bytes, uint64_t step)
+{
+	if (step == 0 || wait_bytes == 0)
+		return 0;
+	return KV_BUDGET_WAIT_GAIN * (double)ST_MIN(step, wait_bytes) /
+	       (double)step;
+}

@@ -161,7 +161,12 @@ void kv_ledger_tick(struct kv_server *s, uint64_t now)
 	rep.used = g.held * pb;
 	rep.pinned = g.pinned * pb;
 	rep.over = p->over_pages * pb; /* as kv_pool_set_allowed left it */
-	rep.gain = kv_budget_gain(&s->ledger_rates, &o, step);
+	/* restores of spilled pages saved, and requests waiting in
+	 * clients' queues for pages (spilling off: they wait, not fail) */
+	rep.gain = kv_budget_gain(&s->ledger_rates, &o, step) +
+		   kv_budget_wait_gain(kv_clients_demand(&s->clients, now) *
+					       pb,
+				       step);
 	rep.loss = kv_budget_loss(&s->ledger_rates, &o, step);
 	st_ledger_report(s->ledger, &rep);
 }

@@ -593,6 +593,21 @@ int kv_client_seq_truncate(struct kv_client *c, uint32_t seq,
 	return r;
 }
 
+int kv_client_demand(struct kv_client *c, uint64_t pages,
+		     struct st_diag *diag)
+{
+	struct st_wbuf w;
+	int r;
+
+	st_wbuf_init(&w);
+	kv_proto_encode_demand(&w, pages);
+	pthread_mutex_lock(&c->lock);
+	r = rpc(c, KV_MSG_DEMAND, &w, NULL, NULL, NULL, diag);
+	pthread_mutex_unlock(&c->lock);
+	st_wbuf_fini(&w);
+	return r;
+}
+
 int kv_client_seq_free(struct kv_client *c, uint32_t seq)
 {
 	struct st_wbuf w;

@@ -279,6 +279,24 @@ int kv_proto_decode_fork(const uint8_t *p, size_t len, struct kv_msg_fork *ret,
 	return 0;
 }
 
+void kv_proto_encode_demand(struct st_wbuf *w, uint64_t pages)
+{
+	st_wbuf_u64(w, pages);
+}
+
+int kv_proto_decode_demand(const uint8_t *p, size_t len, uint64_t *ret,
+			   struct st_diag *diag)
+{
+	struct st_rbuf r;
+
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u64(&r, ret))
+		return short_payload("DEMAND", len, diag);
+	if (rbuf_end(&r, "DEMAND", diag) < 0)
+		return -ST_E_PROTO;
+	return 0;
+}
+
 void kv_proto_encode_truncate(struct st_wbuf *w,
 			      const struct kv_msg_truncate *m)
 {

@@ -39,9 +39,18 @@ struct cw_kvahead {
 	 * the cap is read again every CW_KVAHEAD_SHARED_NS */
 	int shared;
 	uint64_t next_ns;
+	/* admission by pages without spilling (cw_kvahead_room) and the
+	 * demand waiting for them named to kvd (cw_kvahead_demand) */
+	int spill;                 /* kvd has a spill budget */
+	uint64_t demand_sent;      /* pages last named; 0: none */
+	uint64_t demand_ns;        /* when */
+	int demand_off;            /* kvd predates KV_MSG_DEMAND */
 };
 
 #define CW_KVAHEAD_SHARED_NS 200000000ull
+/* waiting demand is named to kvd again this often while it lasts (kvd
+ * forgets a client's demand after KV_DEMAND_STALE_NS, kv_daemon.h) */
+#define CW_KVAHEAD_DEMAND_NS 500000000ull
 
 /* Sets a up over kv (borrowed; NULL: no kvd, no cap) for lists of at
  * most max_seqs sequences; on: restore ahead.  0 or -ENOMEM. */
@@ -67,6 +76,32 @@ uint64_t cw_kvahead_cap(struct cw_kvahead *a);
 /* KV pages of a sequence holding n_rows rows (tokens) in every stream:
  * n_streams x ceil(n_rows / page_rows).  0 before the geometry is known. */
 uint64_t cw_kvahead_pages(const struct cw_kvahead *a, uint64_t n_rows);
+
+/*
+ * The admission budget when kvd never spills (issue 24: requests wait in
+ * the queue instead of failing with "KV pool exhausted"): one STATS; on
+ * success *ret_limit = the pages kvd's pool may hold now (n_pages, or
+ * under a shared memory budget the share its target allows: STATS
+ * budget_bytes / page_bytes) and *ret_used = pages referenced by
+ * sequences (idle cached pages are not: kvd evicts them for room), and
+ * returns 1.  Returns 0 when admission by pages does not apply (no kvd,
+ * geometry unknown, kvd may spill: the spill path's cap governs), or a
+ * negative code (kvd gone: the caller admits as before, kvd's own error
+ * then speaks).
+ */
+int cw_kvahead_room(struct cw_kvahead *a, uint64_t *ret_limit,
+		    uint64_t *ret_used);
+
+/*
+ * Names to kvd the KV pages queued requests wait for (pages 0: none any
+ * more), the demand kvd's share of a shared memory budget weighs
+ * (KV_MSG_DEMAND, kv_budget_wait_gain).  Sent when it changes and again
+ * every CW_KVAHEAD_DEMAND_NS while not 0; a no-op without kvd and from
+ * the first -ST_E_PROTO on (a kvd that predates the message: logged
+ * once).  0, or a negative code with diag (kvd gone: ignorable).
+ */
+int cw_kvahead_demand(struct cw_kvahead *a, uint64_t pages,
+		      struct st_diag *diag);
 
 /*
  * Asks kvd to restore seqs[0..n) (n at most max_seqs) ahead of the step

@@ -45,6 +45,7 @@ struct cw_sched_req {
 	uint64_t *pkeys;
 	int n_pkeys, pkeys_done, named;
 	uint64_t named_turn;         /* the ask_admit that first named it */
+	int kv_waited;               /* waited for KV pages (counted once) */
 	struct cw_sched_req *next;   /* queue or running list */
 };
 
@@ -479,6 +480,55 @@ static int ask_admit(struct cw_sched *s)
 	return r > 0 ? r : 0;
 }
 
+/* KV pages queued request r takes by its end: its prompt and max_tokens
+ * (cut to the context as cw_gen_start cuts it), prefix-cache hits
+ * ignored (counted as new pages: an upper bound). */
+static uint64_t req_kv_pages(const struct cw_sched *s,
+			     const struct cw_sched_req *r)
+{
+	const int ctx = cw_model_config(s->model)->max_position_embeddings;
+	int64_t mt = ST_MAX(r->p.max_tokens, 0);
+
+	if (mt > (int64_t)ctx - (int64_t)r->n_ids)
+		mt = ST_MAX((int64_t)ctx - (int64_t)r->n_ids, 0);
+	return cw_kvahead_pages(&s->kva, (uint64_t)r->n_ids + (uint64_t)mt);
+}
+
+/*
+ * Admission by KV pages when kvd never spills (issue 24): the pages a
+ * queued request may take now, kvd's limit less the pages in use less
+ * the growth still ahead of every running request (the pages of its
+ * prompt and max_tokens less those its sequence holds now; shared
+ * prefix pages count in both, so they cancel).  1 with *ret_room, or 0
+ * when admission by pages does not apply (kvd may spill, a V4 model
+ * whose windowed and compressed streams this does not count, no kvd,
+ * kvd unreadable: admissions as before).  Scheduler thread.
+ */
+static int kv_room(struct cw_sched *s, uint64_t *ret_room)
+{
+	uint64_t limit, used, growth = 0;
+
+	if (!s->kv || cw_model_is_dsv4(s->model) ||
+	    cw_kvahead_room(&s->kva, &limit, &used) <= 0)
+		return 0;
+	for (const struct cw_sched_req *q = s->running; q; q = q->next) {
+		int64_t rows;
+		uint64_t end, held;
+
+		if (!q->gen)
+			continue;
+		rows = kv_client_seq_rows(s->kv, cw_gen_seq(q->gen));
+		end = cw_kvahead_pages(&s->kva,
+				       (uint64_t)cw_gen_n_prompt(q->gen) +
+					       (uint64_t)q->max_tokens);
+		held = cw_kvahead_pages(&s->kva,
+					rows > 0 ? (uint64_t)rows : 0);
+		growth += end > held ? end - held : 0;
+	}
+	*ret_room = limit > used + growth ? limit - used - growth : 0;
+	return 1;
+}
+
 /* Evaluates the step's tokens; pins the sequences kvd may spill. */
 static int eval_step(struct cw_sched *s, struct cw_batch_tok *toks, int n,
 		     struct cw_sched_req **reqs, int n_reqs,
@@ -832,7 +882,9 @@ static void *sched_main(void *arg)
 	while (!s->stop) {
 		struct cw_sched_req *admits = NULL, **tail = &admits;
 		struct cw_sched_req *cancels[64];
-		int n_cancel = 0, hold = 0;
+		int n_cancel = 0, hold = 0, by_pages = 0, new_wait = 0;
+		uint64_t room = UINT64_MAX, wait_pages = 0;
+		struct st_diag dd = { "" };
 
 		/* a request that would be admitted now while others run is
 		 * named to kvd first: when its cached prefix is spilled, it
@@ -844,12 +896,38 @@ static void *sched_main(void *arg)
 			hold = ask_admit(s) > 0;
 			pthread_mutex_lock(&s->lock);
 		}
+		/* without spilling, a request is admitted only when kvd's
+		 * pool holds its pages beside the running ones' to their
+		 * end; the others wait in the queue (issue 24) */
+		if (s->queue_head && s->n_running < s->o.max_running) {
+			pthread_mutex_unlock(&s->lock);
+			by_pages = kv_room(s, &room);
+			pthread_mutex_lock(&s->lock);
+		}
 		/* admit */
 		while (s->queue_head && s->n_running < s->o.max_running) {
 			struct cw_sched_req *r = s->queue_head;
+			uint64_t need = by_pages ? req_kv_pages(s, r) : 0;
 
 			if (hold && r->named && r->named_turn == s->admit_turn)
 				break; /* the next turn admits it */
+			/* alone it goes anyway: kvd then says whether it
+			 * can ever fit */
+			if (by_pages && need > room && s->n_running > 0) {
+				int n = 0;
+
+				/* the waiting demand: the queue's requests
+				 * that running ones' places would take */
+				for (struct cw_sched_req *q = r;
+				     q && n < s->o.max_running;
+				     q = q->next, n++)
+					wait_pages += req_kv_pages(s, q);
+				wait_pages -= ST_MIN(wait_pages, room);
+				new_wait = !r->kv_waited;
+				r->kv_waited = 1;
+				break;
+			}
+			room -= ST_MIN(room, need);
 			s->queue_head = r->next;
 			if (!s->queue_head)
 				s->queue_tail = NULL;
@@ -860,6 +938,11 @@ static void *sched_main(void *arg)
 			tail = &r->next;
 		}
 		pthread_mutex_unlock(&s->lock);
+		if (by_pages && s->metrics)
+			cw_metrics_kv_admit_wait(s->metrics, new_wait,
+						 wait_pages);
+		if (cw_kvahead_demand(&s->kva, wait_pages, &dd) < 0)
+			st_debug("KV demand of queued requests: %s", dd.msg);
 		while (admits) {
 			struct cw_sched_req *r = admits;
 
@@ -886,8 +969,9 @@ static void *sched_main(void *arg)
 
 			abs_deadline(&ts, 100);
 			pthread_mutex_lock(&s->lock);
-			if (!s->stop && !(s->queue_head &&
-					  s->n_running < s->o.max_running))
+			if (!s->stop && (wait_pages ||
+					 !(s->queue_head &&
+					   s->n_running < s->o.max_running)))
 				pthread_cond_timedwait(&s->cond_work, &s->lock,
 						       &ts);
 			continue;

@@ -2,7 +2,8 @@
  * test_kv_budget.c — the marginal value kvd reports to the memory ledger
  * (kv_budget.c; suite unit): on small synthetic cases whose figures are
  * worked out by hand below, the decayed restore rate, the gain of `step`
- * bytes more and the loss of `step` bytes less.
+ * bytes more and the loss of `step` bytes less; the gain of requests
+ * waiting for pages (KV_MSG_DEMAND) and the clients' demand it sums.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -111,12 +112,53 @@ static void test_loss(void **state)
 	assert_true(kv_budget_loss(&r, &o, GIB) == 0);
 }
 
+static void test_wait_gain(void **state)
+{
+	(void)state;
+	/* nothing waits, or no step: no gain */
+	assert_true(kv_budget_wait_gain(0, GIB) == 0);
+	assert_true(kv_budget_wait_gain(GIB, 0) == 0);
+	/* 3 GiB wait, a step of 1 GiB: all of it used, 1e9 ns/s per GiB */
+	assert_true(fabs(kv_budget_wait_gain(3 * GIB, GIB) - 1e9) < 1e-6);
+	/* 256 MiB wait, a step of 1 GiB: a quarter used, 2.5e8 */
+	assert_true(fabs(kv_budget_wait_gain(GIB / 4, GIB) - 2.5e8) < 1e-6);
+	/* demand beyond the step: the same value per GiB at any step */
+	assert_true(fabs(kv_budget_wait_gain(3 * GIB, GIB / 2) - 1e9) < 1e-6);
+}
+
+static void test_clients_demand(void **state)
+{
+	struct kv_client_entry e[3];
+	struct kv_clients cl = { .v = e, .n = 3, .cap = 3 };
+	const uint64_t now = 100 * S_NS;
+
+	(void)state;
+	memset(e, 0, sizeof(e));
+	assert_true(kv_clients_demand(&cl, now) == 0);
+	e[0].demand_pages = 40;
+	e[0].demand_ns = now - S_NS;
+	e[1].demand_pages = 2;
+	e[1].demand_ns = now;
+	/* said too long ago: forgotten */
+	e[2].demand_pages = 1000;
+	e[2].demand_ns = now - KV_DEMAND_STALE_NS - 1;
+	assert_true(kv_clients_demand(&cl, now) == 42);
+	/* just within the time */
+	e[2].demand_ns = now - KV_DEMAND_STALE_NS;
+	assert_true(kv_clients_demand(&cl, now) == 1042);
+	/* a stamp from the future (clock read before now) is not counted */
+	e[1].demand_ns = now + 1;
+	assert_true(kv_clients_demand(&cl, now) == 1040);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rates),
 		cmocka_unit_test(test_gain),
 		cmocka_unit_test(test_loss),
+		cmocka_unit_test(test_wait_gain),
+		cmocka_unit_test(test_clients_demand),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -55,6 +55,11 @@ static int dec_truncate(const uint8_t *p, size_t n, void *o)
 	return kv_proto_decode_truncate(p, n, o, NULL);
 }
 
+static int dec_demand(const uint8_t *p, size_t n, void *o)
+{
+	return kv_proto_decode_demand(p, n, o, NULL);
+}
+
 static int dec_stats(const uint8_t *p, size_t n, void *o)
 {
 	return kv_proto_decode_stats(p, n, o);
@@ -280,6 +285,23 @@ static void test_seq_messages(void **state)
 		kv_proto_encode_truncate(&w, &t);
 		assert_int_equal(kv_proto_decode_truncate(w.data, w.len, &to,
 							  &d), -ST_E_PROTO);
+		st_wbuf_fini(&w);
+	}
+
+	{
+		/* DEMAND: one u64; a longer payload is refused */
+		uint64_t pages = 0;
+
+		st_wbuf_init(&w);
+		kv_proto_encode_demand(&w, 0x1234567890ull);
+		assert_int_equal(w.len, 8);
+		assert_int_equal(kv_proto_decode_demand(w.data, w.len, &pages,
+							&d), 0);
+		assert_true(pages == 0x1234567890ull);
+		check_prefixes(&w, dec_demand, &pages);
+		st_wbuf_u8(&w, 0);
+		assert_int_equal(kv_proto_decode_demand(w.data, w.len, &pages,
+							&d), -ST_E_PROTO);
 		st_wbuf_fini(&w);
 	}
 
