@@ -267,10 +267,14 @@ double kv_budget_loss(const struct kv_budget_rates *r,
 	       ((double)step / KV_BUDGET_GIB);
 }
 
-double kv_budget_wait_gain(uint64_t wait_bytes, uint64_t step)
+double kv_budget_wait_gain(uint64_t wait_bytes, uint32_t n_reqs,
+			   uint64_t step)
 {
-	if (step == 0 || wait_bytes == 0)
+	double share;
+
+	if (step == 0 || wait_bytes == 0 || n_reqs == 0)
 		return 0;
-	return KV_BUDGET_WAIT_GAIN * (double)ST_MIN(step, wait_bytes) /
-	       (double)step;
+	share = ST_MIN(1.0, (double)step / (double)wait_bytes);
+	return (double)n_reqs * KV_BUDGET_WAIT_NS_PER_S * share /
+	       ((double)step / KV_BUDGET_GIB);
 }

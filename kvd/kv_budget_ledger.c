@@ -113,8 +113,8 @@ void kv_ledger_tick(struct kv_server *s, uint64_t now)
 	struct kv_budget_gauges g;
 	struct kv_budget_obs o;
 	struct st_diag d = { "" };
-	uint64_t target, step, released;
-	uint32_t *q, nq;
+	uint64_t target, step, released, wait;
+	uint32_t *q, nq, n_wait;
 
 	if (!s->ledger || !s->have_pool ||
 	    now - s->ledger_ns < KV_LEDGER_TICK_NS)
@@ -163,10 +163,9 @@ void kv_ledger_tick(struct kv_server *s, uint64_t now)
 	rep.over = p->over_pages * pb; /* as kv_pool_set_allowed left it */
 	/* restores of spilled pages saved, and requests waiting in
 	 * clients' queues for pages (spilling off: they wait, not fail) */
+	wait = kv_clients_demand(&s->clients, now, &n_wait);
 	rep.gain = kv_budget_gain(&s->ledger_rates, &o, step) +
-		   kv_budget_wait_gain(kv_clients_demand(&s->clients, now) *
-					       pb,
-				       step);
+		   kv_budget_wait_gain(wait * pb, n_wait, step);
 	rep.loss = kv_budget_loss(&s->ledger_rates, &o, step);
 	st_ledger_report(s->ledger, &rep);
 }

@@ -151,17 +151,22 @@ static char proc_state(int32_t pid)
 	return p && p[1] == ' ' ? p[2] : 0;
 }
 
-uint64_t kv_clients_demand(const struct kv_clients *cl, uint64_t now_ns)
+uint64_t kv_clients_demand(const struct kv_clients *cl, uint64_t now_ns,
+			   uint32_t *ret_reqs)
 {
 	uint64_t n = 0;
+	uint32_t reqs = 0;
 
 	for (uint32_t i = 0; i < cl->n; i++) {
 		const struct kv_client_entry *e = &cl->v[i];
 
 		if (e->demand_pages && now_ns >= e->demand_ns &&
-		    now_ns - e->demand_ns <= KV_DEMAND_STALE_NS)
+		    now_ns - e->demand_ns <= KV_DEMAND_STALE_NS) {
 			n += e->demand_pages;
+			reqs += e->demand_reqs;
+		}
 	}
+	*ret_reqs = reqs;
 	return n;
 }
 

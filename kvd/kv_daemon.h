@@ -692,11 +692,11 @@ void kv_budget_gauges(struct kv_pool *p, uint64_t now_ns, uint64_t recent_ns,
 #define KV_BUDGET_RECENT_NS 1000000000ull /* "recently used": 1 s */
 #define KV_BUDGET_GIB 1073741824.0
 #define KV_BUDGET_LOSS_NO_SPILL 1e15
-/* a GiB of KV pages that queued requests wait for (KV_MSG_DEMAND) is
- * worth this much stall per second: at least one request stalled the
- * whole time (1 s/s); KV_DEMAND_STALE_NS: a client's demand not said
- * again within it is forgotten (the client gone or stuck) */
-#define KV_BUDGET_WAIT_GAIN 1e9
+/* a request waiting in a client's queue for KV pages (KV_MSG_DEMAND)
+ * stalls the whole time: 1e9 ns per second each; KV_DEMAND_STALE_NS: a
+ * client's demand not said again within it is forgotten (the client gone
+ * or stuck) */
+#define KV_BUDGET_WAIT_NS_PER_S 1e9
 #define KV_DEMAND_STALE_NS 2000000000ull
 
 struct kv_budget_obs {
@@ -725,15 +725,18 @@ double kv_budget_loss(const struct kv_budget_rates *r,
 		      const struct kv_budget_obs *o, uint64_t step);
 
 /*
- * The gain of `step` bytes more for requests waiting in clients' queues
- * for wait_bytes of KV pages (spilling off: they wait rather than fail,
- * and without this kvd's gain would be 0 while they wait):
- *   KV_BUDGET_WAIT_GAIN x min(step, wait_bytes) / step   (ns/s per GiB)
- * the share of the step the waiting demand would use, at
- * KV_BUDGET_WAIT_GAIN per GiB.  0 when nothing waits or step is 0.
- * kv_ledger_tick reports kv_budget_gain + this.
+ * The gain of `step` bytes more for n_reqs requests waiting in clients'
+ * queues for wait_bytes (D) of KV pages (spilling off: they wait rather
+ * than fail, and kv_budget_gain is 0 as nothing is spilled), in the units
+ * and the form of kv_budget_gain:
+ *   gain = n_reqs x KV_BUDGET_WAIT_NS_PER_S x min(1, step / D)
+ *          / (step / GiB)
+ * the stall of the waiting requests, the share of it the step admits
+ * (their pages in proportion), per GiB.  0 when nothing waits or step is
+ * 0.  kv_ledger_tick reports kv_budget_gain + this.
  */
-double kv_budget_wait_gain(uint64_t wait_bytes, uint64_t step);
+double kv_budget_wait_gain(uint64_t wait_bytes, uint32_t n_reqs,
+			   uint64_t step);
 
 /* ---- clients (kv_clients.c) -------------------------------------------- */
 
@@ -750,9 +753,10 @@ struct kv_client_entry {
 	uint8_t *last_reply;
 	size_t last_reply_len;
 	int adopted;                     /* rebuilt from a killed kvd's pool */
-	/* KV pages its queued requests wait for (KV_MSG_DEMAND), and when
-	 * it said so (st_now_ns) */
+	/* KV pages its queued requests wait for, how many requests
+	 * (KV_MSG_DEMAND), and when it said so (st_now_ns) */
 	uint64_t demand_pages, demand_ns;
+	uint32_t demand_reqs;
 };
 
 struct kv_clients {
@@ -763,9 +767,11 @@ struct kv_clients {
 
 #define KV_MAX_CLIENTS 1024
 
-/* Pages the registered clients' queued requests wait for (their
- * KV_MSG_DEMAND said within KV_DEMAND_STALE_NS of now). */
-uint64_t kv_clients_demand(const struct kv_clients *cl, uint64_t now_ns);
+/* Pages the registered clients' queued requests wait for, and in
+ * *ret_reqs how many requests (their KV_MSG_DEMAND said within
+ * KV_DEMAND_STALE_NS of now). */
+uint64_t kv_clients_demand(const struct kv_clients *cl, uint64_t now_ns,
+			   uint32_t *ret_reqs);
 
 /* Empty registry; ids start at a random value so that a client of an
  * earlier kvd is not mistaken for a new one. */

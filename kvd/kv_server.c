@@ -833,11 +833,17 @@ static void handle_seq(struct kv_server *s, const struct st_msg_header *h,
 	case KV_MSG_PREFIX_AHEAD:
 		r = handle_prefix_ahead(s, c, p, len, rp);
 		break;
-	case KV_MSG_DEMAND:
-		r = kv_proto_decode_demand(p, len, &c->demand_pages,
-					   &rp->diag);
-		c->demand_ns = st_now_ns();
+	case KV_MSG_DEMAND: {
+		struct kv_msg_demand m;
+
+		r = kv_proto_decode_demand(p, len, &m, &rp->diag);
+		if (r == 0) {
+			c->demand_pages = m.pages;
+			c->demand_reqs = m.n_reqs;
+			c->demand_ns = st_now_ns();
+		}
 		break;
+	}
 	default:
 		r = -ST_E_PROTO;
 		break;

@@ -279,18 +279,19 @@ int kv_proto_decode_fork(const uint8_t *p, size_t len, struct kv_msg_fork *ret,
 	return 0;
 }
 
-void kv_proto_encode_demand(struct st_wbuf *w, uint64_t pages)
+void kv_proto_encode_demand(struct st_wbuf *w, const struct kv_msg_demand *m)
 {
-	st_wbuf_u64(w, pages);
+	st_wbuf_u64(w, m->pages);
+	st_wbuf_u32(w, m->n_reqs);
 }
 
-int kv_proto_decode_demand(const uint8_t *p, size_t len, uint64_t *ret,
-			   struct st_diag *diag)
+int kv_proto_decode_demand(const uint8_t *p, size_t len,
+			   struct kv_msg_demand *ret, struct st_diag *diag)
 {
 	struct st_rbuf r;
 
 	st_rbuf_init(&r, p, len);
-	if (st_rbuf_u64(&r, ret))
+	if (st_rbuf_u64(&r, &ret->pages) || st_rbuf_u32(&r, &ret->n_reqs))
 		return short_payload("DEMAND", len, diag);
 	if (rbuf_end(&r, "DEMAND", diag) < 0)
 		return -ST_E_PROTO;

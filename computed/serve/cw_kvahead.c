@@ -101,7 +101,7 @@ int cw_kvahead_room(struct cw_kvahead *a, uint64_t *ret_limit,
 	return 1;
 }
 
-int cw_kvahead_demand(struct cw_kvahead *a, uint64_t pages,
+int cw_kvahead_demand(struct cw_kvahead *a, uint64_t pages, uint32_t n_reqs,
 		      struct st_diag *diag)
 {
 	uint64_t now = st_now_ns();
@@ -109,10 +109,12 @@ int cw_kvahead_demand(struct cw_kvahead *a, uint64_t pages,
 
 	if (!a->kv || a->demand_off)
 		return 0;
-	if (pages == a->demand_sent &&
+	if (!pages)
+		n_reqs = 0;
+	if (pages == a->demand_sent && n_reqs == a->demand_reqs &&
 	    (!pages || now - a->demand_ns < CW_KVAHEAD_DEMAND_NS))
 		return 0;
-	r = kv_client_demand(a->kv, pages, diag);
+	r = kv_client_demand(a->kv, pages, n_reqs, diag);
 	if (r == -ST_E_PROTO) {
 		st_info("kvd does not take the KV demand of queued requests "
 			"(%s); its share of a memory budget does not weigh "
@@ -123,6 +125,7 @@ int cw_kvahead_demand(struct cw_kvahead *a, uint64_t pages,
 	if (r < 0)
 		return r;
 	a->demand_sent = pages;
+	a->demand_reqs = n_reqs;
 	a->demand_ns = now;
 	return 0;
 }

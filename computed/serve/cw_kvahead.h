@@ -43,6 +43,7 @@ struct cw_kvahead {
 	 * demand waiting for them named to kvd (cw_kvahead_demand) */
 	int spill;                 /* kvd has a spill budget */
 	uint64_t demand_sent;      /* pages last named; 0: none */
+	uint32_t demand_reqs;      /* requests last named */
 	uint64_t demand_ns;        /* when */
 	int demand_off;            /* kvd predates KV_MSG_DEMAND */
 };
@@ -93,14 +94,14 @@ int cw_kvahead_room(struct cw_kvahead *a, uint64_t *ret_limit,
 		    uint64_t *ret_used);
 
 /*
- * Names to kvd the KV pages queued requests wait for (pages 0: none any
- * more), the demand kvd's share of a shared memory budget weighs
+ * Names to kvd the KV pages n_reqs queued requests wait for (pages 0: none
+ * any more), the demand kvd's share of a shared memory budget weighs
  * (KV_MSG_DEMAND, kv_budget_wait_gain).  Sent when it changes and again
  * every CW_KVAHEAD_DEMAND_NS while not 0; a no-op without kvd and from
  * the first -ST_E_PROTO on (a kvd that predates the message: logged
  * once).  0, or a negative code with diag (kvd gone: ignorable).
  */
-int cw_kvahead_demand(struct cw_kvahead *a, uint64_t pages,
+int cw_kvahead_demand(struct cw_kvahead *a, uint64_t pages, uint32_t n_reqs,
 		      struct st_diag *diag);
 
 /*

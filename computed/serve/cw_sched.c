@@ -883,6 +883,7 @@ static void *sched_main(void *arg)
 		struct cw_sched_req *admits = NULL, **tail = &admits;
 		struct cw_sched_req *cancels[64];
 		int n_cancel = 0, hold = 0, by_pages = 0, new_wait = 0;
+		int n_wait = 0;
 		uint64_t room = UINT64_MAX, wait_pages = 0;
 		struct st_diag dd = { "" };
 
@@ -914,13 +915,12 @@ static void *sched_main(void *arg)
 			/* alone it goes anyway: kvd then says whether it
 			 * can ever fit */
 			if (by_pages && need > room && s->n_running > 0) {
-				int n = 0;
-
 				/* the waiting demand: the queue's requests
-				 * that running ones' places would take */
+				 * the free places would take */
 				for (struct cw_sched_req *q = r;
-				     q && n < s->o.max_running;
-				     q = q->next, n++)
+				     q && n_wait < s->o.max_running -
+							   s->n_running;
+				     q = q->next, n_wait++)
 					wait_pages += req_kv_pages(s, q);
 				wait_pages -= ST_MIN(wait_pages, room);
 				new_wait = !r->kv_waited;
@@ -941,7 +941,8 @@ static void *sched_main(void *arg)
 		if (by_pages && s->metrics)
 			cw_metrics_kv_admit_wait(s->metrics, new_wait,
 						 wait_pages);
-		if (cw_kvahead_demand(&s->kva, wait_pages, &dd) < 0)
+		if (cw_kvahead_demand(&s->kva, wait_pages, (uint32_t)n_wait,
+				      &dd) < 0)
 			st_debug("KV demand of queued requests: %s", dd.msg);
 		while (admits) {
 			struct cw_sched_req *r = admits;

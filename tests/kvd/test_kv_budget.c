@@ -116,14 +116,21 @@ static void test_wait_gain(void **state)
 {
 	(void)state;
 	/* nothing waits, or no step: no gain */
-	assert_true(kv_budget_wait_gain(0, GIB) == 0);
-	assert_true(kv_budget_wait_gain(GIB, 0) == 0);
-	/* 3 GiB wait, a step of 1 GiB: all of it used, 1e9 ns/s per GiB */
-	assert_true(fabs(kv_budget_wait_gain(3 * GIB, GIB) - 1e9) < 1e-6);
-	/* 256 MiB wait, a step of 1 GiB: a quarter used, 2.5e8 */
-	assert_true(fabs(kv_budget_wait_gain(GIB / 4, GIB) - 2.5e8) < 1e-6);
-	/* demand beyond the step: the same value per GiB at any step */
-	assert_true(fabs(kv_budget_wait_gain(3 * GIB, GIB / 2) - 1e9) < 1e-6);
+	assert_true(kv_budget_wait_gain(0, 0, GIB) == 0);
+	assert_true(kv_budget_wait_gain(GIB, 3, 0) == 0);
+	/* 2 requests wait for 4 GiB, a step of 1 GiB admits a quarter of
+	 * their 2e9 ns/s stall: 5e8 ns/s per GiB */
+	assert_true(fabs(kv_budget_wait_gain(4 * GIB, 2, GIB) - 5e8) < 1e-6);
+	/* a step of 512 MiB: an eighth, per half GiB: the same 5e8 */
+	assert_true(fabs(kv_budget_wait_gain(4 * GIB, 2, GIB / 2) - 5e8) <
+		    1e-6);
+	/* 3 requests wait for 64 MiB, a step of 1 GiB admits them all:
+	 * 3e9 ns/s per GiB */
+	assert_true(fabs(kv_budget_wait_gain(64 << 20, 3, GIB) - 3e9) < 1e-6);
+	/* a step of 1 MiB of those 64 MiB: 3e9 / 64 per 1/1024 GiB = 4.8e10
+	 * (small models: few bytes admit a request, worth much per GiB) */
+	assert_true(fabs(kv_budget_wait_gain(64 << 20, 3, 1 << 20) - 4.8e10) <
+		    1e-3);
 }
 
 static void test_clients_demand(void **state)
@@ -131,24 +138,28 @@ static void test_clients_demand(void **state)
 	struct kv_client_entry e[3];
 	struct kv_clients cl = { .v = e, .n = 3, .cap = 3 };
 	const uint64_t now = 100 * S_NS;
+	uint32_t reqs = 99;
 
 	(void)state;
 	memset(e, 0, sizeof(e));
-	assert_true(kv_clients_demand(&cl, now) == 0);
+	assert_true(kv_clients_demand(&cl, now, &reqs) == 0 && reqs == 0);
 	e[0].demand_pages = 40;
+	e[0].demand_reqs = 4;
 	e[0].demand_ns = now - S_NS;
 	e[1].demand_pages = 2;
+	e[1].demand_reqs = 1;
 	e[1].demand_ns = now;
 	/* said too long ago: forgotten */
 	e[2].demand_pages = 1000;
+	e[2].demand_reqs = 10;
 	e[2].demand_ns = now - KV_DEMAND_STALE_NS - 1;
-	assert_true(kv_clients_demand(&cl, now) == 42);
+	assert_true(kv_clients_demand(&cl, now, &reqs) == 42 && reqs == 5);
 	/* just within the time */
 	e[2].demand_ns = now - KV_DEMAND_STALE_NS;
-	assert_true(kv_clients_demand(&cl, now) == 1042);
+	assert_true(kv_clients_demand(&cl, now, &reqs) == 1042 && reqs == 15);
 	/* a stamp from the future (clock read before now) is not counted */
 	e[1].demand_ns = now + 1;
-	assert_true(kv_clients_demand(&cl, now) == 1040);
+	assert_true(kv_clients_demand(&cl, now, &reqs) == 1040 && reqs == 14);
 }
 
 int main(void)

@@ -289,18 +289,19 @@ static void test_seq_messages(void **state)
 	}
 
 	{
-		/* DEMAND: one u64; a longer payload is refused */
-		uint64_t pages = 0;
+		/* DEMAND: u64 pages, u32 requests; a longer payload is refused */
+		struct kv_msg_demand dm = { 0x1234567890ull, 7 }, dmo;
 
 		st_wbuf_init(&w);
-		kv_proto_encode_demand(&w, 0x1234567890ull);
-		assert_int_equal(w.len, 8);
-		assert_int_equal(kv_proto_decode_demand(w.data, w.len, &pages,
+		kv_proto_encode_demand(&w, &dm);
+		assert_int_equal(w.len, 12);
+		assert_int_equal(kv_proto_decode_demand(w.data, w.len, &dmo,
 							&d), 0);
-		assert_true(pages == 0x1234567890ull);
-		check_prefixes(&w, dec_demand, &pages);
+		assert_true(dmo.pages == 0x1234567890ull);
+		assert_int_equal(dmo.n_reqs, 7);
+		check_prefixes(&w, dec_demand, &dmo);
 		st_wbuf_u8(&w, 0);
-		assert_int_equal(kv_proto_decode_demand(w.data, w.len, &pages,
+		assert_int_equal(kv_proto_decode_demand(w.data, w.len, &dmo,
 							&d), -ST_E_PROTO);
 		st_wbuf_fini(&w);
 	}
