@@ -113,7 +113,7 @@ void kv_ledger_tick(struct kv_server *s, uint64_t now)
 	struct kv_budget_gauges g;
 	struct kv_budget_obs o;
 	struct st_diag d = { "" };
-	uint64_t target, step, released, wait;
+	uint64_t target, step, released, wait, grow;
 	uint32_t *q, nq, n_wait;
 
 	if (!s->ledger || !s->have_pool ||
@@ -154,7 +154,10 @@ void kv_ledger_tick(struct kv_server *s, uint64_t now)
 	o.spill_bytes = p->stats.spill_bytes_total;
 	o.steps = p->reserves;
 	o.spilled_bytes = g.spilled * pb;
-	o.working_bytes = g.working * pb;
+	/* pages running requests of clients without spilling will still
+	 * take (KV_MSG_DEMAND) are working set too: they cannot wait */
+	wait = kv_clients_demand(&s->clients, now, &n_wait, &grow);
+	o.working_bytes = (g.working + grow) * pb;
 	o.target = target;
 	o.can_spill = p->spill.fd >= 0;
 	kv_budget_rates_update(&s->ledger_rates, &o);
@@ -163,7 +166,6 @@ void kv_ledger_tick(struct kv_server *s, uint64_t now)
 	rep.over = p->over_pages * pb; /* as kv_pool_set_allowed left it */
 	/* restores of spilled pages saved, and requests waiting in
 	 * clients' queues for pages (spilling off: they wait, not fail) */
-	wait = kv_clients_demand(&s->clients, now, &n_wait);
 	rep.gain = kv_budget_gain(&s->ledger_rates, &o, step) +
 		   kv_budget_wait_gain(wait * pb, n_wait, step);
 	rep.loss = kv_budget_loss(&s->ledger_rates, &o, step);

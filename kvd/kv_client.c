@@ -594,9 +594,9 @@ int kv_client_seq_truncate(struct kv_client *c, uint32_t seq,
 }
 
 int kv_client_demand(struct kv_client *c, uint64_t pages, uint32_t n_reqs,
-		     struct st_diag *diag)
+		     uint64_t grow, struct st_diag *diag)
 {
-	struct kv_msg_demand m = { pages, n_reqs };
+	struct kv_msg_demand m = { pages, n_reqs, grow };
 	struct st_wbuf w;
 	int r;
 

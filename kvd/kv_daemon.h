@@ -626,6 +626,8 @@ int kv_cache_restore_group(struct kv_pool *p, uint32_t g, uint32_t stamp,
  * (running) sequences: when the room cannot be made within the limit but
  * can within the whole pool (the cap), the shortfall is granted as
  * over_pages (reported to the ledger as `over`) instead of failing.
+ * kv_seq_reserve uses it for pinned sequences and, without a spill file,
+ * for every sequence (none can leave the pool).
  *
  * kv_pool_release_free: when the pages not released are more than the
  * limit, gives the memory of every free page not yet released back to
@@ -645,7 +647,8 @@ uint64_t kv_pool_release_free(struct kv_pool *p);
 /* What the pool holds, in pages (kv_budget_gauges). */
 struct kv_budget_gauges {
 	uint64_t held;     /* not free */
-	uint64_t pinned;   /* resident pages of pinned sequences */
+	uint64_t pinned;   /* resident pages of pinned sequences (of every
+			    * sequence without a spill file) */
 	uint64_t working;  /* all pages (resident or spilled) of sequences
 			    * pinned, queued or used within recent_ns */
 	uint64_t spilled;  /* spill slots in use (sequences' and cached) */
@@ -753,9 +756,10 @@ struct kv_client_entry {
 	uint8_t *last_reply;
 	size_t last_reply_len;
 	int adopted;                     /* rebuilt from a killed kvd's pool */
-	/* KV pages its queued requests wait for, how many requests
-	 * (KV_MSG_DEMAND), and when it said so (st_now_ns) */
-	uint64_t demand_pages, demand_ns;
+	/* KV pages its queued requests wait for, how many requests, the
+	 * pages its running requests may still take (KV_MSG_DEMAND), and
+	 * when it said so (st_now_ns) */
+	uint64_t demand_pages, demand_grow, demand_ns;
 	uint32_t demand_reqs;
 };
 
@@ -768,10 +772,11 @@ struct kv_clients {
 #define KV_MAX_CLIENTS 1024
 
 /* Pages the registered clients' queued requests wait for, and in
- * *ret_reqs how many requests (their KV_MSG_DEMAND said within
+ * *ret_reqs how many requests, in *ret_grow the pages their running
+ * requests may still take (their KV_MSG_DEMAND said within
  * KV_DEMAND_STALE_NS of now). */
 uint64_t kv_clients_demand(const struct kv_clients *cl, uint64_t now_ns,
-			   uint32_t *ret_reqs);
+			   uint32_t *ret_reqs, uint64_t *ret_grow);
 
 /* Empty registry; ids start at a random value so that a client of an
  * earlier kvd is not mistaken for a new one. */

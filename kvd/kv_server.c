@@ -840,6 +840,7 @@ static void handle_seq(struct kv_server *s, const struct st_msg_header *h,
 		if (r == 0) {
 			c->demand_pages = m.pages;
 			c->demand_reqs = m.n_reqs;
+			c->demand_grow = m.grow;
 			c->demand_ns = st_now_ns();
 		}
 		break;

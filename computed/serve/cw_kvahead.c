@@ -102,19 +102,21 @@ int cw_kvahead_room(struct cw_kvahead *a, uint64_t *ret_limit,
 }
 
 int cw_kvahead_demand(struct cw_kvahead *a, uint64_t pages, uint32_t n_reqs,
-		      struct st_diag *diag)
+		      uint64_t grow, struct st_diag *diag)
 {
 	uint64_t now = st_now_ns();
-	int r;
+	int same, quiet, r;
 
 	if (!a->kv || a->demand_off)
 		return 0;
 	if (!pages)
 		n_reqs = 0;
-	if (pages == a->demand_sent && n_reqs == a->demand_reqs &&
-	    (!pages || now - a->demand_ns < CW_KVAHEAD_DEMAND_NS))
+	same = pages == a->demand_sent && n_reqs == a->demand_reqs;
+	quiet = now - a->demand_ns < CW_KVAHEAD_DEMAND_NS;
+	if (same && (grow == a->demand_grow || quiet) &&
+	    (quiet || (!pages && !grow)))
 		return 0;
-	r = kv_client_demand(a->kv, pages, n_reqs, diag);
+	r = kv_client_demand(a->kv, pages, n_reqs, grow, diag);
 	if (r == -ST_E_PROTO) {
 		st_info("kvd does not take the KV demand of queued requests "
 			"(%s); its share of a memory budget does not weigh "
@@ -126,6 +128,7 @@ int cw_kvahead_demand(struct cw_kvahead *a, uint64_t pages, uint32_t n_reqs,
 		return r;
 	a->demand_sent = pages;
 	a->demand_reqs = n_reqs;
+	a->demand_grow = grow;
 	a->demand_ns = now;
 	return 0;
 }

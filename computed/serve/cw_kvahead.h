@@ -44,14 +44,16 @@ struct cw_kvahead {
 	int spill;                 /* kvd has a spill budget */
 	uint64_t demand_sent;      /* pages last named; 0: none */
 	uint32_t demand_reqs;      /* requests last named */
+	uint64_t demand_grow;      /* running requests' growth last named */
 	uint64_t demand_ns;        /* when */
 	int demand_off;            /* kvd predates KV_MSG_DEMAND */
 };
 
 #define CW_KVAHEAD_SHARED_NS 200000000ull
-/* waiting demand is named to kvd again this often while it lasts (kvd
- * forgets a client's demand after KV_DEMAND_STALE_NS, kv_daemon.h) */
-#define CW_KVAHEAD_DEMAND_NS 500000000ull
+/* the demand is named to kvd at most this often while only the running
+ * requests' growth changes, and again after it while not 0 (kvd forgets
+ * a client's demand after KV_DEMAND_STALE_NS, kv_daemon.h) */
+#define CW_KVAHEAD_DEMAND_NS 100000000ull
 
 /* Sets a up over kv (borrowed; NULL: no kvd, no cap) for lists of at
  * most max_seqs sequences; on: restore ahead.  0 or -ENOMEM. */
@@ -94,15 +96,18 @@ int cw_kvahead_room(struct cw_kvahead *a, uint64_t *ret_limit,
 		    uint64_t *ret_used);
 
 /*
- * Names to kvd the KV pages n_reqs queued requests wait for (pages 0: none
- * any more), the demand kvd's share of a shared memory budget weighs
- * (KV_MSG_DEMAND, kv_budget_wait_gain).  Sent when it changes and again
- * every CW_KVAHEAD_DEMAND_NS while not 0; a no-op without kvd and from
- * the first -ST_E_PROTO on (a kvd that predates the message: logged
- * once).  0, or a negative code with diag (kvd gone: ignorable).
+ * Names to kvd the KV pages n_reqs queued requests wait for (pages 0: none)
+ * and the pages the running requests may still take (grow: their prompt
+ * and max_tokens less what they hold), the demand kvd's share of a shared
+ * memory budget weighs (KV_MSG_DEMAND: kv_budget_wait_gain; grow counts
+ * as working set in its loss).  Sent when the waiting figures change, when
+ * only grow does at most every CW_KVAHEAD_DEMAND_NS, and again after it
+ * while not all 0; a no-op without kvd and from the first -ST_E_PROTO on
+ * (a kvd that predates the message: logged once).  0, or a negative code
+ * with diag (kvd gone: ignorable).
  */
 int cw_kvahead_demand(struct cw_kvahead *a, uint64_t pages, uint32_t n_reqs,
-		      struct st_diag *diag);
+		      uint64_t grow, struct st_diag *diag);
 
 /*
  * Asks kvd to restore seqs[0..n) (n at most max_seqs) ahead of the step

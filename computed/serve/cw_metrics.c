@@ -196,7 +196,7 @@ void cw_metrics_kv_admit_wait(struct cw_metrics *m, int new_wait,
 			      uint64_t pages)
 {
 	pthread_mutex_lock(&m->lock);
-	m->kv_admit_waits += new_wait > 0;
+	m->kv_admit_waits += (uint64_t)(new_wait > 0 ? new_wait : 0);
 	m->kv_admit_wait_pages = pages;
 	pthread_mutex_unlock(&m->lock);
 }

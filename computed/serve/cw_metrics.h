@@ -125,8 +125,8 @@ void cw_metrics_kv_admit_ahead(struct cw_metrics *m, int n_reqs,
 /* n sequences were left to the next step: kvd was still restoring them. */
 void cw_metrics_kv_deferred(struct cw_metrics *m, int n);
 
-/* A queued request began waiting for KV pages (new_wait 1: counted once
- * per request); pages: what the queue waits for now (0: nothing). */
+/* new_wait queued requests began waiting for KV pages (each counted
+ * once); pages: what the queue waits for now (0: nothing). */
 void cw_metrics_kv_admit_wait(struct cw_metrics *m, int new_wait,
 			      uint64_t pages);
 

@@ -494,23 +494,23 @@ static uint64_t req_kv_pages(const struct cw_sched *s,
 	return cw_kvahead_pages(&s->kva, (uint64_t)r->n_ids + (uint64_t)mt);
 }
 
-/*
- * Admission by KV pages when kvd never spills (issue 24): the pages a
- * queued request may take now, kvd's limit less the pages in use less
- * the growth still ahead of every running request (the pages of its
- * prompt and max_tokens less those its sequence holds now; shared
- * prefix pages count in both, so they cancel).  1 with *ret_room, or 0
- * when admission by pages does not apply (kvd may spill, a V4 model
- * whose windowed and compressed streams this does not count, no kvd,
- * kvd unreadable: admissions as before).  Scheduler thread.
- */
-static int kv_room(struct cw_sched *s, uint64_t *ret_room)
+/* Does admission by KV pages apply (kvd known and without a spill file,
+ * not a V4 model, whose windowed and compressed streams it does not
+ * count)?  Scheduler thread. */
+static int kv_by_pages(struct cw_sched *s)
 {
-	uint64_t limit, used, growth = 0;
+	(void)cw_kvahead_cap(&s->kva); /* kvd's geometry and spill budget */
+	return s->kv && s->kva.known && !s->kva.spill &&
+	       !cw_model_is_dsv4(s->model);
+}
 
-	if (!s->kv || cw_model_is_dsv4(s->model) ||
-	    cw_kvahead_room(&s->kva, &limit, &used) <= 0)
-		return 0;
+/* The KV pages the running requests may still take: per request, the
+ * pages of its prompt and max_tokens less those its sequence holds now
+ * (shared prefix pages count in both, so they cancel). */
+static uint64_t kv_growth(struct cw_sched *s)
+{
+	uint64_t growth = 0;
+
 	for (const struct cw_sched_req *q = s->running; q; q = q->next) {
 		int64_t rows;
 		uint64_t end, held;
@@ -525,6 +525,21 @@ static int kv_room(struct cw_sched *s, uint64_t *ret_room)
 					rows > 0 ? (uint64_t)rows : 0);
 		growth += end > held ? end - held : 0;
 	}
+	return growth;
+}
+
+/*
+ * Admission by KV pages when kvd never spills (issue 24): the pages a
+ * queued request may take now, kvd's limit less the pages in use less
+ * `growth` (kv_growth).  1 with *ret_room, or 0 when kvd cannot be read
+ * (admissions as before: kvd's own error speaks).  Scheduler thread.
+ */
+static int kv_room(struct cw_sched *s, uint64_t growth, uint64_t *ret_room)
+{
+	uint64_t limit, used;
+
+	if (cw_kvahead_room(&s->kva, &limit, &used) <= 0)
+		return 0;
 	*ret_room = limit > used + growth ? limit - used - growth : 0;
 	return 1;
 }
@@ -883,8 +898,8 @@ static void *sched_main(void *arg)
 		struct cw_sched_req *admits = NULL, **tail = &admits;
 		struct cw_sched_req *cancels[64];
 		int n_cancel = 0, hold = 0, by_pages = 0, new_wait = 0;
-		int n_wait = 0;
-		uint64_t room = UINT64_MAX, wait_pages = 0;
+		int n_wait = 0, kv_pages = kv_by_pages(s);
+		uint64_t room = UINT64_MAX, wait_pages = 0, growth = 0;
 		struct st_diag dd = { "" };
 
 		/* a request that would be admitted now while others run is
@@ -900,9 +915,15 @@ static void *sched_main(void *arg)
 		/* without spilling, a request is admitted only when kvd's
 		 * pool holds its pages beside the running ones' to their
 		 * end; the others wait in the queue (issue 24) */
-		if (s->queue_head && s->n_running < s->o.max_running) {
+		if (kv_pages) {
 			pthread_mutex_unlock(&s->lock);
-			by_pages = kv_room(s, &room);
+			growth = kv_growth(s);
+			pthread_mutex_lock(&s->lock);
+		}
+		if (kv_pages && s->queue_head &&
+		    s->n_running < s->o.max_running) {
+			pthread_mutex_unlock(&s->lock);
+			by_pages = kv_room(s, growth, &room);
 			pthread_mutex_lock(&s->lock);
 		}
 		/* admit */
@@ -920,14 +941,16 @@ static void *sched_main(void *arg)
 				for (struct cw_sched_req *q = r;
 				     q && n_wait < s->o.max_running -
 							   s->n_running;
-				     q = q->next, n_wait++)
+				     q = q->next, n_wait++) {
 					wait_pages += req_kv_pages(s, q);
+					new_wait += !q->kv_waited;
+					q->kv_waited = 1;
+				}
 				wait_pages -= ST_MIN(wait_pages, room);
-				new_wait = !r->kv_waited;
-				r->kv_waited = 1;
 				break;
 			}
 			room -= ST_MIN(room, need);
+			growth += need; /* admitted: its pages lie ahead */
 			s->queue_head = r->next;
 			if (!s->queue_head)
 				s->queue_tail = NULL;
@@ -941,8 +964,9 @@ static void *sched_main(void *arg)
 		if (by_pages && s->metrics)
 			cw_metrics_kv_admit_wait(s->metrics, new_wait,
 						 wait_pages);
-		if (cw_kvahead_demand(&s->kva, wait_pages, (uint32_t)n_wait,
-				      &dd) < 0)
+		if (kv_pages &&
+		    cw_kvahead_demand(&s->kva, wait_pages, (uint32_t)n_wait,
+				      growth, &dd) < 0)
 			st_debug("KV demand of queued requests: %s", dd.msg);
 		while (admits) {
 			struct cw_sched_req *r = admits;

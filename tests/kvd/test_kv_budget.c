@@ -139,27 +139,34 @@ static void test_clients_demand(void **state)
 	struct kv_clients cl = { .v = e, .n = 3, .cap = 3 };
 	const uint64_t now = 100 * S_NS;
 	uint32_t reqs = 99;
+	uint64_t grow = 99;
 
 	(void)state;
 	memset(e, 0, sizeof(e));
-	assert_true(kv_clients_demand(&cl, now, &reqs) == 0 && reqs == 0);
+	assert_true(kv_clients_demand(&cl, now, &reqs, &grow) == 0 &&
+		    reqs == 0 && grow == 0);
 	e[0].demand_pages = 40;
 	e[0].demand_reqs = 4;
 	e[0].demand_ns = now - S_NS;
 	e[1].demand_pages = 2;
 	e[1].demand_reqs = 1;
+	e[1].demand_grow = 30;
 	e[1].demand_ns = now;
 	/* said too long ago: forgotten */
 	e[2].demand_pages = 1000;
 	e[2].demand_reqs = 10;
+	e[2].demand_grow = 7;
 	e[2].demand_ns = now - KV_DEMAND_STALE_NS - 1;
-	assert_true(kv_clients_demand(&cl, now, &reqs) == 42 && reqs == 5);
+	assert_true(kv_clients_demand(&cl, now, &reqs, &grow) == 42 &&
+		    reqs == 5 && grow == 30);
 	/* just within the time */
 	e[2].demand_ns = now - KV_DEMAND_STALE_NS;
-	assert_true(kv_clients_demand(&cl, now, &reqs) == 1042 && reqs == 15);
+	assert_true(kv_clients_demand(&cl, now, &reqs, &grow) == 1042 &&
+		    reqs == 15 && grow == 37);
 	/* a stamp from the future (clock read before now) is not counted */
 	e[1].demand_ns = now + 1;
-	assert_true(kv_clients_demand(&cl, now, &reqs) == 1040 && reqs == 14);
+	assert_true(kv_clients_demand(&cl, now, &reqs, &grow) == 1040 &&
+		    reqs == 14 && grow == 7);
 }
 
 int main(void)

@@ -289,16 +289,17 @@ static void test_seq_messages(void **state)
 	}
 
 	{
-		/* DEMAND: u64 pages, u32 requests; a longer payload is refused */
-		struct kv_msg_demand dm = { 0x1234567890ull, 7 }, dmo;
+		/* DEMAND: u64 pages, u32 requests, u64 grow; longer is refused */
+		struct kv_msg_demand dm = { 0x1234567890ull, 7, 0x55 }, dmo;
 
 		st_wbuf_init(&w);
 		kv_proto_encode_demand(&w, &dm);
-		assert_int_equal(w.len, 12);
+		assert_int_equal(w.len, 20);
 		assert_int_equal(kv_proto_decode_demand(w.data, w.len, &dmo,
 							&d), 0);
 		assert_true(dmo.pages == 0x1234567890ull);
 		assert_int_equal(dmo.n_reqs, 7);
+		assert_true(dmo.grow == 0x55);
 		check_prefixes(&w, dec_demand, &dmo);
 		st_wbuf_u8(&w, 0);
 		assert_int_equal(kv_proto_decode_demand(w.data, w.len, &dmo,
