@@ -12,6 +12,11 @@
  * evaluates the current one.  The cap is the same with restore-ahead off,
  * so that the two differ only in when pages come back.
  *
+ * Without a spill file there is no step cap: cw_sched admits a queued
+ * request only when kvd's pool holds its prompt and max_tokens beside
+ * the running ones' (cw_kvahead_room), and names the waiting demand to
+ * kvd (cw_kvahead_demand) for its share of a shared memory budget.
+ *
  * Scheduler thread only.
  */
 #ifndef CW_KVAHEAD_H
