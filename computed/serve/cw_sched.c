@@ -898,7 +898,7 @@ static void *sched_main(void *arg)
 		struct cw_sched_req *admits = NULL, **tail = &admits;
 		struct cw_sched_req *cancels[64];
 		int n_cancel = 0, hold = 0, by_pages = 0, new_wait = 0;
-		int n_wait = 0, kv_pages = kv_by_pages(s);
+		int n_wait = 0, kv_pages;
 		uint64_t room = UINT64_MAX, wait_pages = 0, growth = 0;
 		struct st_diag dd = { "" };
 
@@ -915,11 +915,11 @@ static void *sched_main(void *arg)
 		/* without spilling, a request is admitted only when kvd's
 		 * pool holds its pages beside the running ones' to their
 		 * end; the others wait in the queue (issue 24) */
-		if (kv_pages) {
-			pthread_mutex_unlock(&s->lock);
+		pthread_mutex_unlock(&s->lock);
+		kv_pages = kv_by_pages(s); /* may ask kvd: not under the lock */
+		if (kv_pages)
 			growth = kv_growth(s);
-			pthread_mutex_lock(&s->lock);
-		}
+		pthread_mutex_lock(&s->lock);
 		if (kv_pages && s->queue_head &&
 		    s->n_running < s->o.max_running) {
 			pthread_mutex_unlock(&s->lock);
@@ -961,7 +961,7 @@ static void *sched_main(void *arg)
 			tail = &r->next;
 		}
 		pthread_mutex_unlock(&s->lock);
-		if (by_pages && s->metrics)
+		if (kv_pages && s->metrics)
 			cw_metrics_kv_admit_wait(s->metrics, new_wait,
 						 wait_pages);
 		if (kv_pages &&
