@@ -79,7 +79,7 @@ uint64_t cw_kvahead_pages(const struct cw_kvahead *a, uint64_t n_rows)
 }
 
 int cw_kvahead_room(struct cw_kvahead *a, uint64_t *ret_limit,
-		    uint64_t *ret_used)
+		    uint64_t *ret_used, uint64_t *ret_pool)
 {
 	struct kv_stats st;
 	uint64_t limit;
@@ -98,6 +98,7 @@ int cw_kvahead_room(struct cw_kvahead *a, uint64_t *ret_limit,
 	limit = ST_MIN(st.n_pages, st.budget_bytes / st.page_bytes);
 	*ret_limit = limit;
 	*ret_used = st.pages_used;
+	*ret_pool = st.n_pages;
 	return 1;
 }
 

@@ -90,15 +90,15 @@ uint64_t cw_kvahead_pages(const struct cw_kvahead *a, uint64_t n_rows);
  * the queue instead of failing with "KV pool exhausted"): one STATS; on
  * success *ret_limit = the pages kvd's pool may hold now (n_pages, or
  * under a shared memory budget the share its target allows: STATS
- * budget_bytes / page_bytes) and *ret_used = pages referenced by
- * sequences (idle cached pages are not: kvd evicts them for room), and
- * returns 1.  Returns 0 when admission by pages does not apply (no kvd,
+ * budget_bytes / page_bytes), *ret_used = pages referenced by sequences
+ * (idle cached pages are not: kvd evicts them for room) and *ret_pool =
+ * the pool's pages (what the share may grow to), and returns 1.  Returns 0 when admission by pages does not apply (no kvd,
  * geometry unknown, kvd may spill: the spill path's cap governs), or a
  * negative code (kvd gone: the caller admits as before, kvd's own error
  * then speaks).
  */
 int cw_kvahead_room(struct cw_kvahead *a, uint64_t *ret_limit,
-		    uint64_t *ret_used);
+		    uint64_t *ret_used, uint64_t *ret_pool);
 
 /*
  * Names to kvd the KV pages n_reqs queued requests wait for (pages 0: none)

@@ -531,17 +531,32 @@ static uint64_t kv_growth(struct cw_sched *s)
 /*
  * Admission by KV pages when kvd never spills (issue 24): the pages a
  * queued request may take now, kvd's limit less the pages in use less
- * `growth` (kv_growth).  1 with *ret_room, or 0 when kvd cannot be read
- * (admissions as before: kvd's own error speaks).  Scheduler thread.
+ * `growth` (kv_growth), and in *ret_pool the pool's pages.  1 with
+ * *ret_room, or 0 when kvd cannot be read (admissions as before: kvd's
+ * own error speaks).  Scheduler thread.
  */
-static int kv_room(struct cw_sched *s, uint64_t growth, uint64_t *ret_room)
+static int kv_room(struct cw_sched *s, uint64_t growth, uint64_t *ret_room,
+		   uint64_t *ret_pool)
 {
 	uint64_t limit, used;
 
-	if (cw_kvahead_room(&s->kva, &limit, &used) <= 0)
+	if (cw_kvahead_room(&s->kva, &limit, &used, ret_pool) <= 0)
 		return 0;
 	*ret_room = limit > used + growth ? limit - used - growth : 0;
 	return 1;
+}
+
+/* Fails queued request r (under s->lock), unlinked by the caller, with
+ * err and msg: its last event, and the scheduler's reference dropped. */
+static void fail_queued_locked(struct cw_sched *s, struct cw_sched_req *r,
+			       int err, const char *msg)
+{
+	struct cw_sched_event e = error_event(err, msg);
+
+	if (post_locked(s, r, &e, "") < 0)
+		r->done = 1; /* the consumer sees the end by time-out */
+	req_unref_locked(r);
+	pthread_cond_broadcast(&s->cond_out);
 }
 
 /* Evaluates the step's tokens; pins the sequences kvd may spill. */
@@ -899,7 +914,7 @@ static void *sched_main(void *arg)
 		struct cw_sched_req *cancels[64];
 		int n_cancel = 0, hold = 0, by_pages = 0, new_wait = 0;
 		int n_wait = 0, kv_pages;
-		uint64_t room = UINT64_MAX, wait_pages = 0, growth = 0;
+		uint64_t room = UINT64_MAX, wait_pages = 0, growth = 0, pool = 0;
 		struct st_diag dd = { "" };
 
 		/* a request that would be admitted now while others run is
@@ -923,7 +938,7 @@ static void *sched_main(void *arg)
 		if (kv_pages && s->queue_head &&
 		    s->n_running < s->o.max_running) {
 			pthread_mutex_unlock(&s->lock);
-			by_pages = kv_room(s, growth, &room);
+			by_pages = kv_room(s, growth, &room, &pool);
 			pthread_mutex_lock(&s->lock);
 		}
 		/* admit */
@@ -933,8 +948,33 @@ static void *sched_main(void *arg)
 
 			if (hold && r->named && r->named_turn == s->admit_turn)
 				break; /* the next turn admits it */
-			/* alone it goes anyway: kvd then says whether it
-			 * can ever fit */
+			if (by_pages && need > pool) {
+				/* not even the whole pool would hold it */
+				char msg[sizeof(((struct cw_sched_event *)0)
+							->err_msg)];
+
+				snprintf(msg, sizeof(msg),
+					 "KV pool exhausted: the prompt (%zu "
+					 "tokens) and max_tokens (%lld) need "
+					 "%llu KV pages, kvd's pool holds %llu "
+					 "and spilling is off: lower max_tokens "
+					 "or raise kvd --budget (strata: "
+					 "--kv-budget, or --memory-budget)",
+					 r->n_ids,
+					 (long long)ST_MAX(r->p.max_tokens, 0),
+					 (unsigned long long)need,
+					 (unsigned long long)pool);
+				s->queue_head = r->next;
+				if (!s->queue_head)
+					s->queue_tail = NULL;
+				s->n_queued--;
+				r->next = NULL;
+				fail_queued_locked(s, r, -ST_E_BUDGET, msg);
+				continue;
+			}
+			/* alone (none running) it goes anyway: under a
+			 * shared budget its reservation goes over kvd's
+			 * share, which then grows */
 			if (by_pages && need > room && s->n_running > 0) {
 				/* the waiting demand: the queue's requests
 				 * the free places would take */

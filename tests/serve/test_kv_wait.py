@@ -12,6 +12,10 @@ max_tokens each):
                from experts to KV by value while requests waited (the
                move log of `strata status --json`: why "value", kv's
                gain above experts' loss).
+  too-big      a kvd holding one request: one whose prompt and max_tokens
+               not even the empty pool holds is answered 503 at once,
+               naming the pages it needs and the pool's, while a request
+               that fits, sent beside it, answers 200 as run alone.
 Before the fix the pressure run failed requests with HTTP 503 "KV pool
 exhausted" (STRATA_BUILD_DIR pointing at an older build shows it).
 """
@@ -20,11 +24,12 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import (BUILD, FAILS, Instance, check, convert,  # noqa
-                           fixture, greedy_batch, kv_bytes_per_token,
-                           metrics)
+from serve_harness import (BUILD, FAILS, WORDS, Instance, check,  # noqa
+                           convert, fixture, greedy_batch,
+                           kv_bytes_per_token, metrics, request)
 
 N = 8
 PROMPT_WORDS = 20
@@ -73,6 +78,37 @@ def compare(mode, got, ref):
           "the request run alone" % (mode, N - len(bad), N))
 
 
+def too_big(store, seq, ref):
+    """A kvd holding one request of ours: request 0 (as greedy_batch
+    makes it) and, beside it, one asking for 230 tokens (~256 rows: 2x the
+    pool)."""
+    inst = Instance(store, tag="kvw", kvd_args=["--budget", str(seq)],
+                    computed_args=["--compute", "reference", "--threads",
+                                   "1", "--max-running", str(N)])
+    inst.start(timeout_s=120)
+    out = {}
+
+    def big():
+        out["big"] = request(inst, "POST", "/v1/completions", {
+            "prompt": "big " + " ".join(WORDS[:20]), "max_tokens": 230,
+            "temperature": 0}, timeout=60)
+    try:
+        t = threading.Thread(target=big)
+        t.start()
+        small = greedy_batch(inst, 1, PROMPT_WORDS, MAX_TOKENS)
+        t.join()
+    finally:
+        inst.stop()
+    st, body = out["big"]
+    msg = json.dumps(body)
+    check(st == 503 and "KV pool exhausted" in msg and "pages" in msg and
+          "max_tokens" in msg, "too-big: a request the empty pool cannot "
+          "hold is refused, naming its pages and the pool's (HTTP %d: %s)"
+          % (st, msg[:300]))
+    check(small[0] == ref[0], "too-big: the request beside it answers as "
+          "run alone (%s)" % small[0][0][:80])
+
+
 def main():
     model = fixture("kjv-moe")
     os.environ["STRATA_LOG"] = "info"
@@ -111,6 +147,7 @@ def main():
                         e2k[0]["loss"]), shared / 2**20))
     print("info: shared: %d requests waited for KV pages" %
           m.get("strata_kv_admission_waits_total", 0))
+    too_big(store, seq, ref)
     if FAILS:
         print("%d checks failed" % len(FAILS))
         return 1
