@@ -54,7 +54,7 @@ uint64_t kv_pool_held_pages(struct kv_pool *p)
 int kv_pool_make_room_pinned(struct kv_pool *p, uint64_t need, uint32_t stamp,
 			     const char *what, struct st_diag *diag)
 {
-	uint64_t saved, eff;
+	uint64_t saved, eff, held;
 	int r = kv_pool_make_room(p, need, stamp, what, diag);
 
 	pthread_mutex_lock(&p->lock);
@@ -72,9 +72,17 @@ int kv_pool_make_room_pinned(struct kv_pool *p, uint64_t need, uint32_t stamp,
 	pthread_mutex_lock(&p->lock);
 	p->over_pages = saved;
 	if (r == 0) {
+		/* the limit must cover what is held and the room: held may
+		 * already be past it (a target that went down while the
+		 * pages could not go), when the free pages under it are 0
+		 * and a shortfall counted from them alone is too short */
+		held = p->lay.n_pages - p->n_free;
 		eff = kv_pool_free_locked(p);
 		if (eff < need)
-			p->over_pages += need - eff;
+			p->over_pages = ST_MAX(
+				p->over_pages + need - eff,
+				held + need > p->allowed_pages ?
+					held + need - p->allowed_pages : 0);
 	}
 	pthread_mutex_unlock(&p->lock);
 	return r;
@@ -189,7 +197,8 @@ void kv_budget_gauges(struct kv_pool *p, uint64_t now_ns, uint64_t recent_ns,
 		all = (uint64_t)kv_pages_for_rows(atomic_load(&e->n_rows), B) *
 		      ns;
 		spilled = __atomic_load_n(&e->n_spilled, __ATOMIC_ACQUIRE);
-		if (flags & KV_SEQ_F_PINNED)
+		/* without a spill file no page of a sequence can leave */
+		if ((flags & KV_SEQ_F_PINNED) || !p->lay.n_slots)
 			g->pinned += all > spilled ? all - spilled : 0;
 		if ((flags & KV_SEQ_F_PINNED) || p->mark[2 * i] == stamp ||
 		    now_ns - atomic_load(&e->last_use_ns) <= recent_ns)
@@ -264,5 +273,17 @@ double kv_budget_loss(const struct kv_budget_rates *r,
 		return KV_BUDGET_LOSS_NO_SPILL; /* nothing timed yet */
 	deficit = (double)ST_MIN(step, o->working_bytes - keep);
 	return deficit * per_byte * r->step_rate /
+	       ((double)step / KV_BUDGET_GIB);
+}
+
+double kv_budget_wait_gain(uint64_t wait_bytes, uint32_t n_reqs,
+			   uint64_t step)
+{
+	double share;
+
+	if (step == 0 || wait_bytes == 0 || n_reqs == 0)
+		return 0;
+	share = ST_MIN(1.0, (double)step / (double)wait_bytes);
+	return (double)n_reqs * KV_BUDGET_WAIT_NS_PER_S * share /
 	       ((double)step / KV_BUDGET_GIB);
 }

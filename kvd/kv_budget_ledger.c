@@ -113,8 +113,8 @@ void kv_ledger_tick(struct kv_server *s, uint64_t now)
 	struct kv_budget_gauges g;
 	struct kv_budget_obs o;
 	struct st_diag d = { "" };
-	uint64_t target, step, released;
-	uint32_t *q, nq;
+	uint64_t target, step, released, wait, grow;
+	uint32_t *q, nq, n_wait;
 
 	if (!s->ledger || !s->have_pool ||
 	    now - s->ledger_ns < KV_LEDGER_TICK_NS)
@@ -154,14 +154,20 @@ void kv_ledger_tick(struct kv_server *s, uint64_t now)
 	o.spill_bytes = p->stats.spill_bytes_total;
 	o.steps = p->reserves;
 	o.spilled_bytes = g.spilled * pb;
-	o.working_bytes = g.working * pb;
+	/* pages running requests of clients without spilling will still
+	 * take (KV_MSG_DEMAND) are working set too: they cannot wait */
+	wait = kv_clients_demand(&s->clients, now, &n_wait, &grow);
+	o.working_bytes = (g.working + grow) * pb;
 	o.target = target;
 	o.can_spill = p->spill.fd >= 0;
 	kv_budget_rates_update(&s->ledger_rates, &o);
 	rep.used = g.held * pb;
 	rep.pinned = g.pinned * pb;
 	rep.over = p->over_pages * pb; /* as kv_pool_set_allowed left it */
-	rep.gain = kv_budget_gain(&s->ledger_rates, &o, step);
+	/* restores of spilled pages saved, and requests waiting in
+	 * clients' queues for pages (spilling off: they wait, not fail) */
+	rep.gain = kv_budget_gain(&s->ledger_rates, &o, step) +
+		   kv_budget_wait_gain(wait * pb, n_wait, step);
 	rep.loss = kv_budget_loss(&s->ledger_rates, &o, step);
 	st_ledger_report(s->ledger, &rep);
 }

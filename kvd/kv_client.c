@@ -593,6 +593,22 @@ int kv_client_seq_truncate(struct kv_client *c, uint32_t seq,
 	return r;
 }
 
+int kv_client_demand(struct kv_client *c, uint64_t pages, uint32_t n_reqs,
+		     uint64_t grow, struct st_diag *diag)
+{
+	struct kv_msg_demand m = { pages, n_reqs, grow };
+	struct st_wbuf w;
+	int r;
+
+	st_wbuf_init(&w);
+	kv_proto_encode_demand(&w, &m);
+	pthread_mutex_lock(&c->lock);
+	r = rpc(c, KV_MSG_DEMAND, &w, NULL, NULL, NULL, diag);
+	pthread_mutex_unlock(&c->lock);
+	st_wbuf_fini(&w);
+	return r;
+}
+
 int kv_client_seq_free(struct kv_client *c, uint32_t seq)
 {
 	struct st_wbuf w;

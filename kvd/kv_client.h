@@ -439,6 +439,18 @@ int kv_client_ping(struct kv_client *c, int32_t *ret_pid,
 
 int kv_client_stats(struct kv_client *c, struct kv_stats *ret);
 
+/*
+ * Tells kvd how many KV pages n_reqs queued requests of this client wait
+ * for (0, 0: none) and how many its running requests may still take
+ * (grow; KV_MSG_DEMAND): under a shared memory budget kvd weighs the
+ * first as a gain of KV memory (kv_budget_wait_gain) and counts grow as
+ * working set (kv_budget_loss).  kvd forgets it after
+ * KV_DEMAND_STALE_NS (kv_daemon.h): send it again while it lasts.
+ * Errors: -ST_E_PROTO (a kvd that predates the message), rpc's.
+ */
+int kv_client_demand(struct kv_client *c, uint64_t pages, uint32_t n_reqs,
+		     uint64_t grow, struct st_diag *diag);
+
 /* Asks kvd to exit cleanly (it removes the pool). */
 int kv_client_shutdown(struct kv_client *c);
 

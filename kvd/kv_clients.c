@@ -151,6 +151,27 @@ static char proc_state(int32_t pid)
 	return p && p[1] == ' ' ? p[2] : 0;
 }
 
+uint64_t kv_clients_demand(const struct kv_clients *cl, uint64_t now_ns,
+			   uint32_t *ret_reqs, uint64_t *ret_grow)
+{
+	uint64_t n = 0, grow = 0;
+	uint32_t reqs = 0;
+
+	for (uint32_t i = 0; i < cl->n; i++) {
+		const struct kv_client_entry *e = &cl->v[i];
+
+		if (now_ns >= e->demand_ns &&
+		    now_ns - e->demand_ns <= KV_DEMAND_STALE_NS) {
+			n += e->demand_pages;
+			reqs += e->demand_reqs;
+			grow += e->demand_grow;
+		}
+	}
+	*ret_reqs = reqs;
+	*ret_grow = grow;
+	return n;
+}
+
 int kv_clients_dead(const struct kv_client_entry *e)
 {
 	char st;

@@ -626,6 +626,8 @@ int kv_cache_restore_group(struct kv_pool *p, uint32_t g, uint32_t stamp,
  * (running) sequences: when the room cannot be made within the limit but
  * can within the whole pool (the cap), the shortfall is granted as
  * over_pages (reported to the ledger as `over`) instead of failing.
+ * kv_seq_reserve uses it for pinned sequences and, without a spill file,
+ * for every sequence (none can leave the pool).
  *
  * kv_pool_release_free: when the pages not released are more than the
  * limit, gives the memory of every free page not yet released back to
@@ -645,7 +647,8 @@ uint64_t kv_pool_release_free(struct kv_pool *p);
 /* What the pool holds, in pages (kv_budget_gauges). */
 struct kv_budget_gauges {
 	uint64_t held;     /* not free */
-	uint64_t pinned;   /* resident pages of pinned sequences */
+	uint64_t pinned;   /* resident pages of pinned sequences (of every
+			    * sequence without a spill file) */
 	uint64_t working;  /* all pages (resident or spilled) of sequences
 			    * pinned, queued or used within recent_ns */
 	uint64_t spilled;  /* spill slots in use (sequences' and cached) */
@@ -692,6 +695,12 @@ void kv_budget_gauges(struct kv_pool *p, uint64_t now_ns, uint64_t recent_ns,
 #define KV_BUDGET_RECENT_NS 1000000000ull /* "recently used": 1 s */
 #define KV_BUDGET_GIB 1073741824.0
 #define KV_BUDGET_LOSS_NO_SPILL 1e15
+/* a request waiting in a client's queue for KV pages (KV_MSG_DEMAND)
+ * stalls the whole time: 1e9 ns per second each; KV_DEMAND_STALE_NS: a
+ * client's demand not said again within it is forgotten (the client gone
+ * or stuck) */
+#define KV_BUDGET_WAIT_NS_PER_S 1e9
+#define KV_DEMAND_STALE_NS 2000000000ull
 
 struct kv_budget_obs {
 	uint64_t now_ns;
@@ -718,6 +727,20 @@ double kv_budget_gain(const struct kv_budget_rates *r,
 double kv_budget_loss(const struct kv_budget_rates *r,
 		      const struct kv_budget_obs *o, uint64_t step);
 
+/*
+ * The gain of `step` bytes more for n_reqs requests waiting in clients'
+ * queues for wait_bytes (D) of KV pages (spilling off: they wait rather
+ * than fail, and kv_budget_gain is 0 as nothing is spilled), in the units
+ * and the form of kv_budget_gain:
+ *   gain = n_reqs x KV_BUDGET_WAIT_NS_PER_S x min(1, step / D)
+ *          / (step / GiB)
+ * the stall of the waiting requests, the share of it the step admits
+ * (their pages in proportion), per GiB.  0 when nothing waits or step is
+ * 0.  kv_ledger_tick reports kv_budget_gain + this.
+ */
+double kv_budget_wait_gain(uint64_t wait_bytes, uint32_t n_reqs,
+			   uint64_t step);
+
 /* ---- clients (kv_clients.c) -------------------------------------------- */
 
 struct kv_client_entry {
@@ -733,6 +756,11 @@ struct kv_client_entry {
 	uint8_t *last_reply;
 	size_t last_reply_len;
 	int adopted;                     /* rebuilt from a killed kvd's pool */
+	/* KV pages its queued requests wait for, how many requests, the
+	 * pages its running requests may still take (KV_MSG_DEMAND), and
+	 * when it said so (st_now_ns) */
+	uint64_t demand_pages, demand_grow, demand_ns;
+	uint32_t demand_reqs;
 };
 
 struct kv_clients {
@@ -742,6 +770,13 @@ struct kv_clients {
 };
 
 #define KV_MAX_CLIENTS 1024
+
+/* Pages the registered clients' queued requests wait for, and in
+ * *ret_reqs how many requests, in *ret_grow the pages their running
+ * requests may still take (their KV_MSG_DEMAND said within
+ * KV_DEMAND_STALE_NS of now). */
+uint64_t kv_clients_demand(const struct kv_clients *cl, uint64_t now_ns,
+			   uint32_t *ret_reqs, uint64_t *ret_grow);
 
 /* Empty registry; ids start at a random value so that a client of an
  * earlier kvd is not mistaken for a new one. */

@@ -732,7 +732,10 @@ int kv_seq_reserve(struct kv_pool *p, uint32_t client, uint32_t n,
 	}
 	if (need > kv_pool_free_pages(p)) {
 		/* a running sequence's step goes over the memory target
-		 * rather than fail (kv_budget.c) */
+		 * rather than fail (kv_budget.c); without a spill file every
+		 * sequence is as good as pinned: its pages never leave, and
+		 * its client admitted it within the target (issue 24) */
+		pinned |= !p->lay.n_slots;
 		r = pinned ? kv_pool_make_room_pinned(
 				     p, need, stamp, "this reservation", diag) :
 			     kv_pool_make_room(p, need, stamp,

@@ -833,6 +833,18 @@ static void handle_seq(struct kv_server *s, const struct st_msg_header *h,
 	case KV_MSG_PREFIX_AHEAD:
 		r = handle_prefix_ahead(s, c, p, len, rp);
 		break;
+	case KV_MSG_DEMAND: {
+		struct kv_msg_demand m;
+
+		r = kv_proto_decode_demand(p, len, &m, &rp->diag);
+		if (r == 0) {
+			c->demand_pages = m.pages;
+			c->demand_reqs = m.n_reqs;
+			c->demand_grow = m.grow;
+			c->demand_ns = st_now_ns();
+		}
+		break;
+	}
 	default:
 		r = -ST_E_PROTO;
 		break;
@@ -1005,6 +1017,7 @@ static void handle(struct kv_server *s, const uint8_t *buf, size_t len)
 	case KV_MSG_SEQ_RESIDENCY:
 	case KV_MSG_SESSION:
 	case KV_MSG_PREFIX_AHEAD:
+	case KV_MSG_DEMAND:
 		handle_seq(s, &h, c, p, plen, &rp);
 		break;
 	case KV_MSG_SEQ_DEVICE:

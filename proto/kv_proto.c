@@ -279,6 +279,27 @@ int kv_proto_decode_fork(const uint8_t *p, size_t len, struct kv_msg_fork *ret,
 	return 0;
 }
 
+void kv_proto_encode_demand(struct st_wbuf *w, const struct kv_msg_demand *m)
+{
+	st_wbuf_u64(w, m->pages);
+	st_wbuf_u32(w, m->n_reqs);
+	st_wbuf_u64(w, m->grow);
+}
+
+int kv_proto_decode_demand(const uint8_t *p, size_t len,
+			   struct kv_msg_demand *ret, struct st_diag *diag)
+{
+	struct st_rbuf r;
+
+	st_rbuf_init(&r, p, len);
+	if (st_rbuf_u64(&r, &ret->pages) || st_rbuf_u32(&r, &ret->n_reqs) ||
+	    st_rbuf_u64(&r, &ret->grow))
+		return short_payload("DEMAND", len, diag);
+	if (rbuf_end(&r, "DEMAND", diag) < 0)
+		return -ST_E_PROTO;
+	return 0;
+}
+
 void kv_proto_encode_truncate(struct st_wbuf *w,
 			      const struct kv_msg_truncate *m)
 {

@@ -41,6 +41,10 @@
  *                      requests, kv_prefix_keys; n_chains 0 drops the plan)
  *              reply   u32 n_spilled (groups kvd will restore),
  *                      u32 n_held (groups resident and held now)
+ *   KV_MSG_DEMAND      u64 pages, u32 n_reqs, u64 grow (KV pages the
+ *                      client's queued requests wait for, how many
+ *                      requests wait, and the pages its running requests
+ *                      may still take; all 0: none)   reply -
  *   KV_MSG_SEQ_DEVICE  u32 n, n x {u32 seq, u32 n_rows}  (kv_devpage.h)
  *              reply   u64 epoch, u32 n_pages, n_pages x {u32 page,
  *                      u32 slot, u64 key}
@@ -78,6 +82,10 @@ enum kv_msg_type {
 				  * ahead of their admission (issue 24); a
 				  * kvd that predates it answers
 				  * -ST_E_PROTO "unknown message type" */
+	KV_MSG_DEMAND,           /* pages queued requests wait for (issue
+				  * 24): weighed by kvd's share of a shared
+				  * memory budget (kv_budget_wait_gain); an
+				  * older kvd answers -ST_E_PROTO */
 
 	KV_EVT_EPOCH = ST_MSG_KV_FIRST + 0x40,
 	KV_EVT_SHUTDOWN,
@@ -315,6 +323,17 @@ int kv_proto_decode_entries(const char *what, const uint8_t *p, size_t len,
 void kv_proto_encode_fork(struct st_wbuf *w, const struct kv_msg_fork *m);
 int kv_proto_decode_fork(const uint8_t *p, size_t len, struct kv_msg_fork *ret,
 			 struct st_diag *diag);
+
+/* DEMAND: the pages and requests waiting, the running ones' growth
+ * (-ST_E_PROTO when the payload is short or long). */
+struct kv_msg_demand {
+	uint64_t pages;
+	uint32_t n_reqs;
+	uint64_t grow;
+};
+void kv_proto_encode_demand(struct st_wbuf *w, const struct kv_msg_demand *m);
+int kv_proto_decode_demand(const uint8_t *p, size_t len,
+			   struct kv_msg_demand *ret, struct st_diag *diag);
 
 /* SEQ_TRUNCATE: seq non-zero (-ST_E_PROTO otherwise). */
 void kv_proto_encode_truncate(struct st_wbuf *w,

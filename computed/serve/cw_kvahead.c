@@ -52,6 +52,7 @@ uint64_t cw_kvahead_cap(struct cw_kvahead *a)
 	a->known = 1;
 	a->n_streams = st.n_streams;
 	a->page_rows = st.page_rows;
+	a->spill = st.spill_budget_bytes > 0;
 	if (st.spill_budget_bytes == 0)
 		return a->cap_pages; /* nothing ever leaves: no cap */
 	pages = st.n_pages;
@@ -75,6 +76,62 @@ uint64_t cw_kvahead_pages(const struct cw_kvahead *a, uint64_t n_rows)
 		return 0;
 	return (uint64_t)a->n_streams *
 	       ((n_rows + a->page_rows - 1) / a->page_rows);
+}
+
+int cw_kvahead_room(struct cw_kvahead *a, uint64_t *ret_limit,
+		    uint64_t *ret_used, uint64_t *ret_pool)
+{
+	struct kv_stats st;
+	uint64_t limit;
+	int r;
+
+	(void)cw_kvahead_cap(a); /* geometry, spill budget */
+	if (!a->kv || !a->known || a->spill)
+		return 0;
+	r = kv_client_stats(a->kv, &st);
+	if (r < 0)
+		return r;
+	if (!st.n_pages || !st.page_bytes || st.spill_budget_bytes) {
+		a->known = 0; /* a restarted kvd: read its geometry again */
+		return 0;
+	}
+	limit = ST_MIN(st.n_pages, st.budget_bytes / st.page_bytes);
+	*ret_limit = limit;
+	*ret_used = st.pages_used;
+	*ret_pool = st.n_pages;
+	return 1;
+}
+
+int cw_kvahead_demand(struct cw_kvahead *a, uint64_t pages, uint32_t n_reqs,
+		      uint64_t grow, struct st_diag *diag)
+{
+	uint64_t now = st_now_ns();
+	int same, quiet, r;
+
+	if (!a->kv || a->demand_off)
+		return 0;
+	if (!pages)
+		n_reqs = 0;
+	same = pages == a->demand_sent && n_reqs == a->demand_reqs;
+	quiet = now - a->demand_ns < CW_KVAHEAD_DEMAND_NS;
+	if (same && (grow == a->demand_grow || quiet) &&
+	    (quiet || (!pages && !grow)))
+		return 0;
+	r = kv_client_demand(a->kv, pages, n_reqs, grow, diag);
+	if (r == -ST_E_PROTO) {
+		st_info("kvd does not take the KV demand of queued requests "
+			"(%s); its share of a memory budget does not weigh "
+			"it", diag->msg);
+		a->demand_off = 1;
+		return 0;
+	}
+	if (r < 0)
+		return r;
+	a->demand_sent = pages;
+	a->demand_reqs = n_reqs;
+	a->demand_grow = grow;
+	a->demand_ns = now;
+	return 0;
 }
 
 int cw_kvahead_ask(struct cw_kvahead *a, int n, const uint32_t *seqs,

@@ -12,6 +12,11 @@
  * evaluates the current one.  The cap is the same with restore-ahead off,
  * so that the two differ only in when pages come back.
  *
+ * Without a spill file there is no step cap: cw_sched admits a queued
+ * request only when kvd's pool holds its prompt and max_tokens beside
+ * the running ones' (cw_kvahead_room), and names the waiting demand to
+ * kvd (cw_kvahead_demand) for its share of a shared memory budget.
+ *
  * Scheduler thread only.
  */
 #ifndef CW_KVAHEAD_H
@@ -39,9 +44,21 @@ struct cw_kvahead {
 	 * the cap is read again every CW_KVAHEAD_SHARED_NS */
 	int shared;
 	uint64_t next_ns;
+	/* admission by pages without spilling (cw_kvahead_room) and the
+	 * demand waiting for them named to kvd (cw_kvahead_demand) */
+	int spill;                 /* kvd has a spill budget */
+	uint64_t demand_sent;      /* pages last named; 0: none */
+	uint32_t demand_reqs;      /* requests last named */
+	uint64_t demand_grow;      /* running requests' growth last named */
+	uint64_t demand_ns;        /* when */
+	int demand_off;            /* kvd predates KV_MSG_DEMAND */
 };
 
 #define CW_KVAHEAD_SHARED_NS 200000000ull
+/* the demand is named to kvd at most this often while only the running
+ * requests' growth changes, and again after it while not 0 (kvd forgets
+ * a client's demand after KV_DEMAND_STALE_NS, kv_daemon.h) */
+#define CW_KVAHEAD_DEMAND_NS 100000000ull
 
 /* Sets a up over kv (borrowed; NULL: no kvd, no cap) for lists of at
  * most max_seqs sequences; on: restore ahead.  0 or -ENOMEM. */
@@ -67,6 +84,35 @@ uint64_t cw_kvahead_cap(struct cw_kvahead *a);
 /* KV pages of a sequence holding n_rows rows (tokens) in every stream:
  * n_streams x ceil(n_rows / page_rows).  0 before the geometry is known. */
 uint64_t cw_kvahead_pages(const struct cw_kvahead *a, uint64_t n_rows);
+
+/*
+ * The admission budget when kvd never spills (issue 24: requests wait in
+ * the queue instead of failing with "KV pool exhausted"): one STATS; on
+ * success *ret_limit = the pages kvd's pool may hold now (n_pages, or
+ * under a shared memory budget the share its target allows: STATS
+ * budget_bytes / page_bytes), *ret_used = pages referenced by sequences
+ * (idle cached pages are not: kvd evicts them for room) and *ret_pool =
+ * the pool's pages (what the share may grow to), and returns 1.  Returns 0 when admission by pages does not apply (no kvd,
+ * geometry unknown, kvd may spill: the spill path's cap governs), or a
+ * negative code (kvd gone: the caller admits as before, kvd's own error
+ * then speaks).
+ */
+int cw_kvahead_room(struct cw_kvahead *a, uint64_t *ret_limit,
+		    uint64_t *ret_used, uint64_t *ret_pool);
+
+/*
+ * Names to kvd the KV pages n_reqs queued requests wait for (pages 0: none)
+ * and the pages the running requests may still take (grow: their prompt
+ * and max_tokens less what they hold), the demand kvd's share of a shared
+ * memory budget weighs (KV_MSG_DEMAND: kv_budget_wait_gain; grow counts
+ * as working set in its loss).  Sent when the waiting figures change, when
+ * only grow does at most every CW_KVAHEAD_DEMAND_NS, and again after it
+ * while not all 0; a no-op without kvd and from the first -ST_E_PROTO on
+ * (a kvd that predates the message: logged once).  0, or a negative code
+ * with diag (kvd gone: ignorable).
+ */
+int cw_kvahead_demand(struct cw_kvahead *a, uint64_t pages, uint32_t n_reqs,
+		      uint64_t grow, struct st_diag *diag);
 
 /*
  * Asks kvd to restore seqs[0..n) (n at most max_seqs) ahead of the step

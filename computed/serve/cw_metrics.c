@@ -192,6 +192,15 @@ void cw_metrics_kv_deferred(struct cw_metrics *m, int n)
 	pthread_mutex_unlock(&m->lock);
 }
 
+void cw_metrics_kv_admit_wait(struct cw_metrics *m, int new_wait,
+			      uint64_t pages)
+{
+	pthread_mutex_lock(&m->lock);
+	m->kv_admit_waits += (uint64_t)(new_wait > 0 ? new_wait : 0);
+	m->kv_admit_wait_pages = pages;
+	pthread_mutex_unlock(&m->lock);
+}
+
 /* A growing text buffer. */
 struct tbuf {
 	char *p;
@@ -354,7 +363,7 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 		      char **ret)
 {
 	struct tbuf b = { 0 };
-	uint64_t now = st_now_ns(), kv_pin[9];
+	uint64_t now = st_now_ns(), kv_pin[11];
 	double tps;
 
 	b.cap = 16384;
@@ -552,6 +561,8 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 	kv_pin[6] = m->kv_deferred_seqs;
 	kv_pin[7] = m->kv_admit_ahead_reqs;
 	kv_pin[8] = m->kv_admit_ahead_spilled;
+	kv_pin[9] = m->kv_admit_waits;
+	kv_pin[10] = m->kv_admit_wait_pages;
 	pthread_mutex_unlock(&m->lock);
 	tb_metric(&b, "strata_kv_pin_seconds_total", "counter",
 		  "time steps waited for kvd to pin their sequences",
@@ -575,6 +586,13 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 	tb_metric(&b, "strata_kv_restore_deferred_seqs_total", "counter",
 		  "sequences left to the next step while kvd restored them",
 		  (double)kv_pin[6]);
+	tb_metric(&b, "strata_kv_admission_waits_total", "counter",
+		  "requests that waited in the queue for KV pages (kvd "
+		  "without spilling: admitted once its free pages cover the "
+		  "prompt and max_tokens)", (double)kv_pin[9]);
+	tb_metric(&b, "strata_kv_admission_wait_pages", "gauge",
+		  "KV pages the queue's head waits for now",
+		  (double)kv_pin[10]);
 	tb_metric(&b, "strata_kv_admit_ahead_requests_total", "counter",
 		  "queued requests whose cached prefixes were named to kvd to "
 		  "restore ahead of their admission", (double)kv_pin[7]);

@@ -59,6 +59,10 @@ struct cw_metrics {
 	 * admission (cw_kvahead_ask_prefix), and the groups kvd found
 	 * spilled in those plans */
 	uint64_t kv_admit_ahead_reqs, kv_admit_ahead_spilled;
+	/* admission by KV pages without spilling (cw_sched.c): requests
+	 * that waited in the queue for pages, and the pages the queue's
+	 * head waits for now */
+	uint64_t kv_admit_waits, kv_admit_wait_pages;
 	/* tokens/s over a sliding window: two halves of window_ns */
 	uint64_t win_start_ns, win_tokens, prev_win_tokens, prev_win_ns;
 	/* the instance's run directory (not owned; NULL: none), where the
@@ -120,6 +124,11 @@ void cw_metrics_kv_admit_ahead(struct cw_metrics *m, int n_reqs,
 
 /* n sequences were left to the next step: kvd was still restoring them. */
 void cw_metrics_kv_deferred(struct cw_metrics *m, int n);
+
+/* new_wait queued requests began waiting for KV pages (each counted
+ * once); pages: what the queue waits for now (0: nothing). */
+void cw_metrics_kv_admit_wait(struct cw_metrics *m, int new_wait,
+			      uint64_t pages);
 
 /* Figures read from outside at render time. */
 struct cw_metrics_ext {

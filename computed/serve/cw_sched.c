@@ -45,6 +45,7 @@ struct cw_sched_req {
 	uint64_t *pkeys;
 	int n_pkeys, pkeys_done, named;
 	uint64_t named_turn;         /* the ask_admit that first named it */
+	int kv_waited;               /* waited for KV pages (counted once) */
 	struct cw_sched_req *next;   /* queue or running list */
 };
 
@@ -479,6 +480,85 @@ static int ask_admit(struct cw_sched *s)
 	return r > 0 ? r : 0;
 }
 
+/* KV pages queued request r takes by its end: its prompt and max_tokens
+ * (cut to the context as cw_gen_start cuts it), prefix-cache hits
+ * ignored (counted as new pages: an upper bound). */
+static uint64_t req_kv_pages(const struct cw_sched *s,
+			     const struct cw_sched_req *r)
+{
+	const int ctx = cw_model_config(s->model)->max_position_embeddings;
+	int64_t mt = ST_MAX(r->p.max_tokens, 0);
+
+	if (mt > (int64_t)ctx - (int64_t)r->n_ids)
+		mt = ST_MAX((int64_t)ctx - (int64_t)r->n_ids, 0);
+	return cw_kvahead_pages(&s->kva, (uint64_t)r->n_ids + (uint64_t)mt);
+}
+
+/* Does admission by KV pages apply (kvd known and without a spill file,
+ * not a V4 model, whose windowed and compressed streams it does not
+ * count)?  Scheduler thread. */
+static int kv_by_pages(struct cw_sched *s)
+{
+	(void)cw_kvahead_cap(&s->kva); /* kvd's geometry and spill budget */
+	return s->kv && s->kva.known && !s->kva.spill &&
+	       !cw_model_is_dsv4(s->model);
+}
+
+/* The KV pages the running requests may still take: per request, the
+ * pages of its prompt and max_tokens less those its sequence holds now
+ * (shared prefix pages count in both, so they cancel). */
+static uint64_t kv_growth(struct cw_sched *s)
+{
+	uint64_t growth = 0;
+
+	for (const struct cw_sched_req *q = s->running; q; q = q->next) {
+		int64_t rows;
+		uint64_t end, held;
+
+		if (!q->gen)
+			continue;
+		rows = kv_client_seq_rows(s->kv, cw_gen_seq(q->gen));
+		end = cw_kvahead_pages(&s->kva,
+				       (uint64_t)cw_gen_n_prompt(q->gen) +
+					       (uint64_t)q->max_tokens);
+		held = cw_kvahead_pages(&s->kva,
+					rows > 0 ? (uint64_t)rows : 0);
+		growth += end > held ? end - held : 0;
+	}
+	return growth;
+}
+
+/*
+ * Admission by KV pages when kvd never spills (issue 24): the pages a
+ * queued request may take now, kvd's limit less the pages in use less
+ * `growth` (kv_growth), and in *ret_pool the pool's pages.  1 with
+ * *ret_room, or 0 when kvd cannot be read (admissions as before: kvd's
+ * own error speaks).  Scheduler thread.
+ */
+static int kv_room(struct cw_sched *s, uint64_t growth, uint64_t *ret_room,
+		   uint64_t *ret_pool)
+{
+	uint64_t limit, used;
+
+	if (cw_kvahead_room(&s->kva, &limit, &used, ret_pool) <= 0)
+		return 0;
+	*ret_room = limit > used + growth ? limit - used - growth : 0;
+	return 1;
+}
+
+/* Fails queued request r (under s->lock), unlinked by the caller, with
+ * err and msg: its last event, and the scheduler's reference dropped. */
+static void fail_queued_locked(struct cw_sched *s, struct cw_sched_req *r,
+			       int err, const char *msg)
+{
+	struct cw_sched_event e = error_event(err, msg);
+
+	if (post_locked(s, r, &e, "") < 0)
+		r->done = 1; /* the consumer sees the end by time-out */
+	req_unref_locked(r);
+	pthread_cond_broadcast(&s->cond_out);
+}
+
 /* Evaluates the step's tokens; pins the sequences kvd may spill. */
 static int eval_step(struct cw_sched *s, struct cw_batch_tok *toks, int n,
 		     struct cw_sched_req **reqs, int n_reqs,
@@ -832,7 +912,10 @@ static void *sched_main(void *arg)
 	while (!s->stop) {
 		struct cw_sched_req *admits = NULL, **tail = &admits;
 		struct cw_sched_req *cancels[64];
-		int n_cancel = 0, hold = 0;
+		int n_cancel = 0, hold = 0, by_pages = 0, new_wait = 0;
+		int n_wait = 0, kv_pages;
+		uint64_t room = UINT64_MAX, wait_pages = 0, growth = 0, pool = 0;
+		struct st_diag dd = { "" };
 
 		/* a request that would be admitted now while others run is
 		 * named to kvd first: when its cached prefix is spilled, it
@@ -844,12 +927,70 @@ static void *sched_main(void *arg)
 			hold = ask_admit(s) > 0;
 			pthread_mutex_lock(&s->lock);
 		}
+		/* without spilling, a request is admitted only when kvd's
+		 * pool holds its pages beside the running ones' to their
+		 * end; the others wait in the queue (issue 24) */
+		pthread_mutex_unlock(&s->lock);
+		kv_pages = kv_by_pages(s); /* may ask kvd: not under the lock */
+		if (kv_pages)
+			growth = kv_growth(s);
+		pthread_mutex_lock(&s->lock);
+		if (kv_pages && s->queue_head &&
+		    s->n_running < s->o.max_running) {
+			pthread_mutex_unlock(&s->lock);
+			by_pages = kv_room(s, growth, &room, &pool);
+			pthread_mutex_lock(&s->lock);
+		}
 		/* admit */
 		while (s->queue_head && s->n_running < s->o.max_running) {
 			struct cw_sched_req *r = s->queue_head;
+			uint64_t need = by_pages ? req_kv_pages(s, r) : 0;
 
 			if (hold && r->named && r->named_turn == s->admit_turn)
 				break; /* the next turn admits it */
+			if (by_pages && need > pool) {
+				/* not even the whole pool would hold it */
+				char msg[sizeof(((struct cw_sched_event *)0)
+							->err_msg)];
+
+				snprintf(msg, sizeof(msg),
+					 "KV pool exhausted: the prompt (%zu "
+					 "tokens) and max_tokens (%lld) need "
+					 "%llu KV pages, kvd's pool holds %llu "
+					 "and spilling is off: lower max_tokens "
+					 "or raise kvd --budget (strata: "
+					 "--kv-budget, or --memory-budget)",
+					 r->n_ids,
+					 (long long)ST_MAX(r->p.max_tokens, 0),
+					 (unsigned long long)need,
+					 (unsigned long long)pool);
+				s->queue_head = r->next;
+				if (!s->queue_head)
+					s->queue_tail = NULL;
+				s->n_queued--;
+				r->next = NULL;
+				fail_queued_locked(s, r, -ST_E_BUDGET, msg);
+				continue;
+			}
+			/* alone (none running) it goes anyway: under a
+			 * shared budget its reservation goes over kvd's
+			 * share, which then grows */
+			if (by_pages && need > room && s->n_running > 0) {
+				/* the waiting demand: the queue's requests
+				 * the free places would take */
+				for (struct cw_sched_req *q = r;
+				     q && n_wait < s->o.max_running -
+							   s->n_running;
+				     q = q->next, n_wait++) {
+					wait_pages += req_kv_pages(s, q);
+					new_wait += !q->kv_waited;
+					q->kv_waited = 1;
+				}
+				wait_pages -= ST_MIN(wait_pages, room);
+				break;
+			}
+			room -= ST_MIN(room, need);
+			growth += need; /* admitted: its pages lie ahead */
 			s->queue_head = r->next;
 			if (!s->queue_head)
 				s->queue_tail = NULL;
@@ -860,6 +1001,13 @@ static void *sched_main(void *arg)
 			tail = &r->next;
 		}
 		pthread_mutex_unlock(&s->lock);
+		if (kv_pages && s->metrics)
+			cw_metrics_kv_admit_wait(s->metrics, new_wait,
+						 wait_pages);
+		if (kv_pages &&
+		    cw_kvahead_demand(&s->kva, wait_pages, (uint32_t)n_wait,
+				      growth, &dd) < 0)
+			st_debug("KV demand of queued requests: %s", dd.msg);
 		while (admits) {
 			struct cw_sched_req *r = admits;
 
@@ -886,8 +1034,9 @@ static void *sched_main(void *arg)
 
 			abs_deadline(&ts, 100);
 			pthread_mutex_lock(&s->lock);
-			if (!s->stop && !(s->queue_head &&
-					  s->n_running < s->o.max_running))
+			if (!s->stop && (wait_pages ||
+					 !(s->queue_head &&
+					   s->n_running < s->o.max_running)))
 				pthread_cond_timedwait(&s->cond_work, &s->lock,
 						       &ts);
 			continue;

@@ -2,7 +2,8 @@
  * test_kv_budget.c — the marginal value kvd reports to the memory ledger
  * (kv_budget.c; suite unit): on small synthetic cases whose figures are
  * worked out by hand below, the decayed restore rate, the gain of `step`
- * bytes more and the loss of `step` bytes less.
+ * bytes more and the loss of `step` bytes less; the gain of requests
+ * waiting for pages (KV_MSG_DEMAND) and the clients' demand it sums.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -111,12 +112,71 @@ static void test_loss(void **state)
 	assert_true(kv_budget_loss(&r, &o, GIB) == 0);
 }
 
+static void test_wait_gain(void **state)
+{
+	(void)state;
+	/* nothing waits, or no step: no gain */
+	assert_true(kv_budget_wait_gain(0, 0, GIB) == 0);
+	assert_true(kv_budget_wait_gain(GIB, 3, 0) == 0);
+	/* 2 requests wait for 4 GiB, a step of 1 GiB admits a quarter of
+	 * their 2e9 ns/s stall: 5e8 ns/s per GiB */
+	assert_true(fabs(kv_budget_wait_gain(4 * GIB, 2, GIB) - 5e8) < 1e-6);
+	/* a step of 512 MiB: an eighth, per half GiB: the same 5e8 */
+	assert_true(fabs(kv_budget_wait_gain(4 * GIB, 2, GIB / 2) - 5e8) <
+		    1e-6);
+	/* 3 requests wait for 64 MiB, a step of 1 GiB admits them all:
+	 * 3e9 ns/s per GiB */
+	assert_true(fabs(kv_budget_wait_gain(64 << 20, 3, GIB) - 3e9) < 1e-6);
+	/* a step of 1 MiB of those 64 MiB: 3e9 / 64 per 1/1024 GiB = 4.8e10
+	 * (small models: few bytes admit a request, worth much per GiB) */
+	assert_true(fabs(kv_budget_wait_gain(64 << 20, 3, 1 << 20) - 4.8e10) <
+		    1e-3);
+}
+
+static void test_clients_demand(void **state)
+{
+	struct kv_client_entry e[3];
+	struct kv_clients cl = { .v = e, .n = 3, .cap = 3 };
+	const uint64_t now = 100 * S_NS;
+	uint32_t reqs = 99;
+	uint64_t grow = 99;
+
+	(void)state;
+	memset(e, 0, sizeof(e));
+	assert_true(kv_clients_demand(&cl, now, &reqs, &grow) == 0 &&
+		    reqs == 0 && grow == 0);
+	e[0].demand_pages = 40;
+	e[0].demand_reqs = 4;
+	e[0].demand_ns = now - S_NS;
+	e[1].demand_pages = 2;
+	e[1].demand_reqs = 1;
+	e[1].demand_grow = 30;
+	e[1].demand_ns = now;
+	/* said too long ago: forgotten */
+	e[2].demand_pages = 1000;
+	e[2].demand_reqs = 10;
+	e[2].demand_grow = 7;
+	e[2].demand_ns = now - KV_DEMAND_STALE_NS - 1;
+	assert_true(kv_clients_demand(&cl, now, &reqs, &grow) == 42 &&
+		    reqs == 5 && grow == 30);
+	/* just within the time */
+	e[2].demand_ns = now - KV_DEMAND_STALE_NS;
+	assert_true(kv_clients_demand(&cl, now, &reqs, &grow) == 1042 &&
+		    reqs == 15 && grow == 37);
+	/* a stamp from the future (clock read before now) is not counted */
+	e[1].demand_ns = now + 1;
+	assert_true(kv_clients_demand(&cl, now, &reqs, &grow) == 1040 &&
+		    reqs == 14 && grow == 7);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rates),
 		cmocka_unit_test(test_gain),
 		cmocka_unit_test(test_loss),
+		cmocka_unit_test(test_wait_gain),
+		cmocka_unit_test(test_clients_demand),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

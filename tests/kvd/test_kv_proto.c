@@ -55,6 +55,11 @@ static int dec_truncate(const uint8_t *p, size_t n, void *o)
 	return kv_proto_decode_truncate(p, n, o, NULL);
 }
 
+static int dec_demand(const uint8_t *p, size_t n, void *o)
+{
+	return kv_proto_decode_demand(p, n, o, NULL);
+}
+
 static int dec_stats(const uint8_t *p, size_t n, void *o)
 {
 	return kv_proto_decode_stats(p, n, o);
@@ -280,6 +285,25 @@ static void test_seq_messages(void **state)
 		kv_proto_encode_truncate(&w, &t);
 		assert_int_equal(kv_proto_decode_truncate(w.data, w.len, &to,
 							  &d), -ST_E_PROTO);
+		st_wbuf_fini(&w);
+	}
+
+	{
+		/* DEMAND: u64 pages, u32 requests, u64 grow; longer is refused */
+		struct kv_msg_demand dm = { 0x1234567890ull, 7, 0x55 }, dmo;
+
+		st_wbuf_init(&w);
+		kv_proto_encode_demand(&w, &dm);
+		assert_int_equal(w.len, 20);
+		assert_int_equal(kv_proto_decode_demand(w.data, w.len, &dmo,
+							&d), 0);
+		assert_true(dmo.pages == 0x1234567890ull);
+		assert_int_equal(dmo.n_reqs, 7);
+		assert_true(dmo.grow == 0x55);
+		check_prefixes(&w, dec_demand, &dmo);
+		st_wbuf_u8(&w, 0);
+		assert_int_equal(kv_proto_decode_demand(w.data, w.len, &dmo,
+							&d), -ST_E_PROTO);
 		st_wbuf_fini(&w);
 	}
 

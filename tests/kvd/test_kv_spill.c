@@ -659,6 +659,53 @@ static void test_memory_target(void **state)
 	tpool_free(t);
 }
 
+/*
+ * Without a spill file (issue 24) no page of a sequence can leave: every
+ * sequence's pages count as pinned, and a reservation goes over a target
+ * that went down under the pages held (over_pages covers them all: a
+ * grant of the room alone left the allocation short), then the grant
+ * follows the pages as sequences go.
+ */
+static void test_memory_target_no_spill(void **state)
+{
+	const uint32_t rb[1] = { 1024 };
+	struct tpool *t = tpool_new(1, rb, 4, 32, 0, NSEQ, 64);
+	struct kv_pool *p = &t->p;
+	uint32_t seq[3];
+	struct st_diag d;
+
+	(void)state;
+	for (uint32_t i = 0; i < 3; i++) {
+		assert_int_equal(kv_seq_create(p, 1, 1, 0, 0, &seq[i], &d), 0);
+		assert_int_equal(reserve1(p, seq[i], 16, &d), 0);
+		write_rows(p, seq[i], 0, 16, i + 1);
+	}
+	assert_int_equal(pinned_now(p), 12);
+	/* the target drops to 6 pages under the 12 held: nothing can go */
+	kv_pool_set_allowed(p, 6, pinned_now(p));
+	assert_int_equal(kv_pool_shrink(p, &d), -ST_E_BUDGET);
+	assert_int_equal(kv_pool_held_pages(p), 12);
+	/* seq[0] grows by a page: over the target by all it holds */
+	if (reserve1(p, seq[0], 20, &d) < 0)
+		fail_msg("reserve over the target: %s", d.msg);
+	write_rows(p, seq[0], 16, 20, 1);
+	assert_int_equal(kv_pool_held_pages(p), 13);
+	assert_int_equal(p->over_pages, 7);
+	kv_pool_set_allowed(p, 6, pinned_now(p));
+	assert_int_equal(p->over_pages, 7);
+	/* seq[1] goes: the grant shrinks to what the others hold */
+	assert_int_equal(kv_seq_free(p, 1, seq[1], &d), 0);
+	kv_pool_set_allowed(p, 6, pinned_now(p));
+	assert_int_equal(p->over_pages, 3);
+	assert_int_equal(rows_differ(p, seq[0], 20, 1), 0);
+	assert_int_equal(rows_differ(p, seq[2], 16, 3), 0);
+	for (uint32_t i = 0; i < 3; i += 2)
+		assert_int_equal(kv_seq_free(p, 1, seq[i], &d), 0);
+	kv_pool_set_allowed(p, 6, pinned_now(p));
+	assert_int_equal(p->over_pages, 0);
+	tpool_free(t);
+}
+
 /* ---- prefix-cache groups ----------------------------------------------- */
 
 static void prompt(int32_t *ids, uint32_t n, uint32_t tag)
@@ -1153,6 +1200,7 @@ int main(void)
 		cmocka_unit_test(test_slot_reuse),
 		cmocka_unit_test(test_pinned_and_limits),
 		cmocka_unit_test(test_memory_target),
+		cmocka_unit_test(test_memory_target_no_spill),
 		cmocka_unit_test(test_cache_groups),
 		cmocka_unit_test(test_prefix_ahead),
 		cmocka_unit_test(test_adopt),

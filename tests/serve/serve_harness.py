@@ -288,10 +288,11 @@ def metrics(inst):
 
 
 def greedy_batch(inst, n, prompt_words, max_tokens, kill=None,
-                 kill_after=1.0):
+                 kill_after=1.0, alone=False):
     """n greedy /v1/completions at once (request i: "i" and prompt_words
     words of WORDS from 7 i on), logprobs 1; with kill ("kvd", "expertd")
-    that daemon is killed (SIGKILL) kill_after s in and started again.
+    that daemon is killed (SIGKILL) kill_after s in and started again;
+    alone: the same requests one after another instead (no kill).
     Returns per request (text, logprobs as sorted JSON, completion tokens),
     or ("HTTP <status> <body>", "", 0) for a failed one."""
     out = [None] * n
@@ -309,6 +310,10 @@ def greedy_batch(inst, n, prompt_words, max_tokens, kill=None,
         else:
             out[i] = ("HTTP %d %s" % (st, body), "", 0)
 
+    if alone:
+        for i in range(n):
+            client(i)
+        return out
     ts = [threading.Thread(target=client, args=(i,)) for i in range(n)]
     for t in ts:
         t.start()
