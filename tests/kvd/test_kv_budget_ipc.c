@@ -348,7 +348,8 @@ static void test_flip(void **state)
 
 /* Without --budget the KV floor is one sequence of the pool's longest
  * (16 pages per stream x 2 streams x 4 KiB); a --budget above
- * --memory-budget, and another --memory-budget than a live expertd's,
+ * --memory-budget, another --memory-budget than a live expertd's and
+ * --memory-budget 0,
  * are refused before anything starts. */
 static void test_floor(void **state)
 {
@@ -388,6 +389,9 @@ static void test_floor(void **state)
 		fail_msg("ledger: %s", d.msg);
 	assert_int_equal(kvd_run_expect_exit(k, k->run_dir, 5000), 1);
 	st_ledger_close(l);
+	/* 0 is refused (leaving the option out is the fixed --budget) */
+	k->extra[1] = "0";
+	assert_int_equal(kvd_run_expect_exit(k, k->run_dir, 5000), 2);
 }
 
 /* The least --memory-budget kvd names is both floors, its own one
