@@ -533,7 +533,7 @@ static int plan_shared(const struct st_plan_model *m,
 				   "one layer's top-k experts",
 				   st_format_bytes(sh->floor[1], c, sizeof(c)),
 				   o->kv_budget ? "--kv-budget" :
-				   "one sequence of kvd's longest",
+				   "one sequence of the model's context",
 				   st_format_bytes(sh->floor[0] + sh->floor[1],
 						   d, sizeof(d)),
 				   (unsigned long long)(sh->floor[0] +

@@ -61,7 +61,8 @@ static const struct opt opts[] = {
 	{ "max-rows-per-seq", OPT_U32,
 	  offsetof(struct kv_config, max_rows_per_seq), 0, 1,
 	  KV_MAX_ROWS_PER_SEQ, "32768",
-	  "rows (tokens) a sequence may hold in each stream" },
+	  "rows (tokens) a sequence may hold in each stream (strata up/run "
+	  "give the model's context, at most this default)" },
 	{ "test-proto-version", OPT_U32,
 	  offsetof(struct kv_config, test_proto_version), 0, 0, 65535, "0",
 	  "testing only: refuse clients as a kvd of protocol version N "

@@ -346,7 +346,7 @@ static void test_flip(void **state)
 	assert_int_equal(st_ledger_read(k->name, &v, &d), -ENOENT);
 }
 
-/* Without --budget the KV floor is one sequence of the pool's longest
+/* Without --budget the KV floor is one sequence of --max-rows-per-seq
  * (16 pages per stream x 2 streams x 4 KiB); a --budget above
  * --memory-budget, another --memory-budget than a live expertd's and
  * --memory-budget 0,
