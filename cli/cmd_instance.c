@@ -853,10 +853,10 @@ static void describe_superv(const struct st_superv_daemon *d, char *buf,
 }
 
 /* The shared memory budget of the instance (st_ledger.h) for status:
- * printed, or put in j as "memory" (j non-NULL).  Nothing when the
- * instance shares no budget; a ledger that cannot be read is said so. */
-/* The shared budget's section: v (the ledger read, NULL when it could
- * not be, r saying why: -ENOENT for none). */
+ * v, the ledger read (NULL when it could not be: r and why say why,
+ * -ENOENT when the instance shares no budget), printed, or put in j as
+ * "memory" (j non-NULL).  Nothing without a budget; a ledger that cannot
+ * be read is said so. */
 static void status_memory(const struct st_ledger_view *v, int r,
 			  const char *why, json_t *j)
 {
@@ -907,6 +907,7 @@ int cli_cmd_status(int argc, char **argv)
 		if (!j || !jd) {
 			json_decref(j);
 			json_decref(jd);
+			free(lv);
 			return 1;
 		}
 		json_object_set_new(j, "daemons", jd);
