@@ -18,7 +18,9 @@
 #include <unistd.h>
 
 #include "cw_client.h"
+#include "kv_pool.h"
 #include "st_daemon.h"
+#include "st_plan.h"
 #include "st_shm.h"
 #include "st_util.h"
 
@@ -295,6 +297,8 @@ void cli_instance_argv(struct cli_instance *inst, const char *daemon,
 		add_opt(argv, &a, "--remote-kv", inst->kv_remote);
 		add_opt(argv, &a, "--session-dir", inst->kv_session_dir);
 		add_opt(argv, &a, "--max-seqs", inst->max_seqs);
+		add_opt(argv, &a, "--max-rows-per-seq",
+			inst->max_rows_per_seq);
 	} else {
 		add_opt(argv, &a, "--kv-dtype", inst->kv_dtype);
 		add_opt(argv, &a, "--page-rows", inst->page_rows);
@@ -399,6 +403,20 @@ int cli_instance_exec(struct cli_instance *inst, const char *daemon,
 	return st_diag_set(diag, -errno, "exec %s: %s", exe, strerror(errno));
 }
 
+void cli_instance_kv_rows(struct cli_instance *inst)
+{
+	struct st_plan_model *m;
+	struct st_diag d = { "" };
+
+	if (inst->max_rows_per_seq[0] || !inst->store_dir[0])
+		return;
+	m = calloc(1, sizeof(*m));
+	if (m && st_plan_model_load(inst->store_dir, m, &d) == 0)
+		snprintf(inst->max_rows_per_seq, sizeof(inst->max_rows_per_seq),
+			 "%u", kv_rows_per_seq_for_context(m->max_context));
+	free(m);
+}
+
 int cli_instance_up(struct cli_instance *inst, int timeout_s,
 		    struct st_diag *diag)
 {
@@ -433,6 +451,7 @@ int cli_instance_up(struct cli_instance *inst, int timeout_s,
 				   "down --instance %s stops it", inst->name,
 				   r, inst->name);
 	}
+	cli_instance_kv_rows(inst);
 	/* expertd, then kvd, then computed, which connects to both */
 	from[0] = log_size(inst, "expertd");
 	from[1] = log_size(inst, "kvd");

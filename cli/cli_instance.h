@@ -28,6 +28,8 @@ struct cli_instance {
 	char numa[16];           /* every daemon's --numa, "" = no binding */
 	char loader_threads[16]; /* expertd --loader-threads, "" = default */
 	char max_seqs[16];       /* kvd --max-seqs, "" = default */
+	char max_rows_per_seq[16]; /* kvd --max-rows-per-seq, "" = the
+				    * model's context (cli_instance_kv_rows) */
 	char page_rows[16];      /* computed --page-rows, "" = default */
 	char threads[16];        /* computed --threads, "" = default */
 	char compute[16];        /* computed --compute (reference|fast) */
@@ -82,6 +84,16 @@ void cli_model_name_of(const char *dir, char *ret, size_t cap);
  * diag naming the daemon. */
 int cli_find_daemon(const char *name, char *buf, size_t len,
 		    struct st_diag *diag);
+
+/*
+ * Sets inst->max_rows_per_seq, when empty, to the context of the model in
+ * inst->store_dir (its config's max_position_embeddings, through
+ * kv_rows_per_seq_for_context): kvd then sizes a sequence, and its KV
+ * floor under --memory-budget, for what the model can use.  A config that
+ * cannot be read leaves it empty (kvd's default); the store's own checks
+ * say what is wrong with it when the daemons open it.
+ */
+void cli_instance_kv_rows(struct cli_instance *inst);
 
 /*
  * Starts expertd, kvd, then computed for inst (logs in <run_dir>/<d>.log),

@@ -28,14 +28,16 @@ int cli_check_memory(const char *memory, const char *host_floor,
 	}
 	if (st_parse_size(memory, &m) < 0) {
 		fprintf(stderr, "%s: --memory-budget '%s': not a size: give "
-			"bytes, e.g. 24GiB or 512MiB (0: no shared budget)\n",
-			who, memory);
+			"%s\n", who, memory, ST_SIZE_WORDS);
+		return 2;
+	}
+	if (!m) {
+		fprintf(stderr, "%s: --memory-budget %s: give a size, or leave "
+			"the option out to keep fixed budgets\n", who, memory);
 		return 2;
 	}
 	if (ret_bytes)
 		*ret_bytes = m;
-	if (!m)
-		return 0;
 	{
 		struct st_diag dg = { "" };
 
@@ -74,6 +76,35 @@ int cli_check_memory(const char *memory, const char *host_floor,
 		return 2;
 	}
 	return 0;
+}
+
+uint64_t cli_memory_kv_allowed(const struct st_ledger_view *v,
+			       uint64_t n_pages)
+{
+	uint64_t unit = v ? v->side[ST_LEDGER_KV].unit : 0;
+
+	if (!unit)
+		return n_pages;
+	return ST_MIN(v->side[ST_LEDGER_KV].target / unit, n_pages);
+}
+
+void cli_memory_kv_pages_text(const struct st_ledger_view *v, uint64_t used,
+			      uint64_t n_pages, char *ret, size_t cap)
+{
+	uint64_t allowed = cli_memory_kv_allowed(v, n_pages);
+	char a[32], b[32];
+
+	if (!v || !v->side[ST_LEDGER_KV].unit) {
+		snprintf(ret, cap, "%llu/%llu", (unsigned long long)used,
+			 (unsigned long long)n_pages);
+		return;
+	}
+	snprintf(ret, cap, "%llu/%llu (share %s of a pool of %llu pages made "
+		 "for %s)", (unsigned long long)used,
+		 (unsigned long long)allowed,
+		 st_format_bytes(v->side[ST_LEDGER_KV].target, a, sizeof(a)),
+		 (unsigned long long)n_pages,
+		 st_format_bytes(v->total, b, sizeof(b)));
 }
 
 static const char *kind_name(uint32_t kind)

@@ -22,7 +22,9 @@
  * (expertd's --host-budget: bytes, or a share of all experts that only
  * expertd can resolve, NULL or "": none) and kv_floor (kvd's --budget in
  * bytes, NULL or "": none).  M must be bytes (a share is refused: there
- * is no whole it could be a share of); "0" means no shared budget.  When
+ * is no whole it could be a share of) above 0 (a size that means 0 bytes
+ * is refused: leaving the option out is how to have no shared budget),
+ * in any suffix st_parse_size takes (the message lists them).  When
  * both floors are bytes, M must hold their sum (the message names the
  * minimum).  *ret_bytes (may be NULL) gets M.  Returns 0, or 2 after a
  * message "who: --memory-budget ...: ..." on stderr.
@@ -30,6 +32,25 @@
 int cli_check_memory(const char *memory, const char *host_floor,
 		     const char *kv_floor, const char *who,
 		     uint64_t *ret_bytes);
+
+/*
+ * KV pages kvd may hold now: under a shared budget (v not NULL, its kv
+ * side joined: unit, the page size, above 0) its share, the kv target in
+ * whole pages (kvd's allowed pages, kv_pool_set_allowed), at most n_pages;
+ * else the whole pool, n_pages.
+ */
+uint64_t cli_memory_kv_allowed(const struct st_ledger_view *v,
+			       uint64_t n_pages);
+
+/*
+ * "KV pages used/allowed" for strata status: "0/1024", or under a shared
+ * budget (v as cli_memory_kv_allowed) "0/512 (share 2.00 MiB of a pool
+ * of 25600 pages made for 100.00 MiB)": the share is kvd's (the ledger's
+ * kv target), the pool the sparse segment made for the whole budget.
+ * ret: cap bytes.
+ */
+void cli_memory_kv_pages_text(const struct st_ledger_view *v, uint64_t used,
+			      uint64_t n_pages, char *ret, size_t cap);
 
 /*
  * One logged move as text relative to now_ns (st_now_ns's clock):

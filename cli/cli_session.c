@@ -125,15 +125,9 @@ int cli_session_start(const struct cli_session_opts *o, int sigfd,
 		 o->host_budget ? o->host_budget : "");
 	snprintf(inst->kv_budget, sizeof(inst->kv_budget), "%s",
 		 o->kv_budget ? o->kv_budget : "");
-	{
-		/* checked by cli_check_memory; 0 in any spelling: none */
-		uint64_t mb = 0;
-
-		if (o->memory_budget)
-			st_parse_size(o->memory_budget, &mb);
-		snprintf(inst->memory_budget, sizeof(inst->memory_budget),
-			 "%s", mb ? o->memory_budget : "");
-	}
+	/* checked by cli_check_memory (a size above 0) */
+	snprintf(inst->memory_budget, sizeof(inst->memory_budget), "%s",
+		 o->memory_budget ? o->memory_budget : "");
 	snprintf(inst->kv_spill, sizeof(inst->kv_spill), "%s",
 		 o->kv_spill ? o->kv_spill : "");
 	snprintf(inst->kv_remote, sizeof(inst->kv_remote), "%s",

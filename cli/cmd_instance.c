@@ -321,14 +321,15 @@ static int parse(int argc, char **argv, const char *cmd,
 		uint64_t shared = 0;
 
 		/* a shared budget (memory.budget, a size st_iconf checked;
-		 * 0 in any spelling is none): the separate budgets become
-		 * floors, so only those asked for are passed (their
-		 * defaults, 100% and 1GiB, would be floors nobody chose) */
+		 * unset is none, 0 given is refused by cli_check_memory
+		 * below): the separate budgets become floors, so only those
+		 * asked for are passed (their defaults, 100% and 1GiB,
+		 * would be floors nobody chose) */
 		st_parse_size(st_iconf_get(conf, "memory.budget"), &shared);
 
 		copy(inst->store_dir, sizeof(inst->store_dir),
 		     st_iconf_get(conf, "model.store"));
-		if (shared)
+		if (st_iconf_is_set(conf, "memory.budget"))
 			copy(inst->memory_budget, sizeof(inst->memory_budget),
 			     st_iconf_get(conf, "memory.budget"));
 		if (!st_iconf_get_bool(conf, "experts.offload"))
@@ -852,26 +853,21 @@ static void describe_superv(const struct st_superv_daemon *d, char *buf,
 }
 
 /* The shared memory budget of the instance (st_ledger.h) for status:
- * printed, or put in j as "memory" (j non-NULL).  Nothing when the
- * instance shares no budget; a ledger that cannot be read is said so. */
-static void status_memory(const char *instance, json_t *j)
+ * v, the ledger read (NULL when it could not be: r and why say why,
+ * -ENOENT when the instance shares no budget), printed, or put in j as
+ * "memory" (j non-NULL).  Nothing without a budget; a ledger that cannot
+ * be read is said so. */
+static void status_memory(const struct st_ledger_view *v, int r,
+			  const char *why, json_t *j)
 {
-	struct st_ledger_view *v = malloc(sizeof(*v));
-	struct st_diag diag = { "" };
-	int r;
-
-	if (!v)
-		return;
-	r = st_ledger_read(instance, v, &diag);
-	if (r == 0 && j)
+	if (v && j)
 		json_object_set_new(j, "memory", cli_memory_json(v,
 								 st_now_ns()));
-	else if (r == 0)
+	else if (v)
 		cli_memory_print(stdout, "", v, st_now_ns());
 	else if (r != -ENOENT && !j)
 		printf("memory             the shared budget's ledger cannot "
-		       "be read: %s\n", diag.msg);
-	free(v);
+		       "be read: %s\n", why);
 }
 
 int cli_cmd_status(int argc, char **argv)
@@ -884,6 +880,9 @@ int cli_cmd_status(int argc, char **argv)
 	char url[160];
 	int timeout_s = 0, r, up = 0, have_sv, json = 0;
 	json_t *j = NULL, *jd = NULL;
+	struct st_ledger_view *lv;
+	struct st_diag ldiag = { "" };
+	int lr;
 
 	if (!conf)
 		return 1;
@@ -892,6 +891,14 @@ int cli_cmd_status(int argc, char **argv)
 	free(conf);
 	if (r)
 		return r;
+	/* the shared budget's ledger, if any: kvd's share of the KV pages
+	 * and the section after the daemons' figures */
+	lv = malloc(sizeof(*lv));
+	lr = lv ? st_ledger_read(inst.name, lv, &ldiag) : -ENOMEM;
+	if (lr < 0) {
+		free(lv);
+		lv = NULL;
+	}
 	if (json) {
 		/* --json: the same facts as one object on stdout */
 		j = json_pack("{s:s, s:s}", "instance", inst.name, "run_dir",
@@ -900,6 +907,7 @@ int cli_cmd_status(int argc, char **argv)
 		if (!j || !jd) {
 			json_decref(j);
 			json_decref(jd);
+			free(lv);
 			return 1;
 		}
 		json_object_set_new(j, "daemons", jd);
@@ -971,17 +979,21 @@ int cli_cmd_status(int argc, char **argv)
 
 		if (cw_client_open(inst.run_dir, 5000, &cw, &diag) == 0) {
 			if (!j && cw_client_stats(cw, &s) == 0) {
+				char kvp[160];
+
+				cli_memory_kv_pages_text(lv, s.kv_pages_used,
+							 s.kv_n_pages, kvp,
+							 sizeof(kvp));
 				printf("  generations %llu, prompt tokens %llu, "
 				       "generated %llu; experts hits %llu misses "
-				       "%llu evictions %llu; KV pages %llu/%llu\n",
+				       "%llu evictions %llu; KV pages %s\n",
 				       (unsigned long long)s.n_generations,
 				       (unsigned long long)s.prompt_tokens,
 				       (unsigned long long)s.generated_tokens,
 				       (unsigned long long)s.es_hits,
 				       (unsigned long long)s.es_misses,
 				       (unsigned long long)s.es_evictions,
-				       (unsigned long long)s.kv_pages_used,
-				       (unsigned long long)s.kv_n_pages);
+				       kvp);
 				{
 					/* tier figures since the daemons
 					 * started */
@@ -1012,6 +1024,22 @@ int cli_cmd_status(int argc, char **argv)
 					"kv_pages_used",
 					(json_int_t)s.kv_pages_used,
 					"kv_pages", (json_int_t)s.kv_n_pages));
+				{
+					/* kvd's share under a shared budget
+					 * (the pool otherwise) */
+					json_t *st = json_object_get(j,
+								     "stats");
+
+					json_object_set_new(st,
+						"kv_pages_allowed",
+						json_integer((json_int_t)
+						cli_memory_kv_allowed(lv,
+							s.kv_n_pages)));
+					json_object_set_new(st,
+						"kv_page_bytes",
+						json_integer((json_int_t)
+						s.kv_page_bytes));
+				}
 				if (s.io_on)
 					json_object_set_new(j, "io",
 							    cli_io_json(&s));
@@ -1021,7 +1049,8 @@ int cli_cmd_status(int argc, char **argv)
 	}
 	/* the shared budget next to the I/O queue: both are the two tier
 	 * daemons' shared segments, readable with any daemon down */
-	status_memory(inst.name, j);
+	status_memory(lv, lr, ldiag.msg, j);
+	free(lv);
 	if (j) {
 		json_object_set_new(j, "running", json_integer(up));
 		json_dumpf(j, stdout, JSON_COMPACT | JSON_REAL_PRECISION(10));

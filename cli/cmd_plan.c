@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli_cmds.h"
+#include "cli_memory.h"
 #include "cw_dsv.h"
 #include "cw_dsv_plan.h"
 #include "cw_kvrow.h"
@@ -335,13 +336,10 @@ int cli_cmd_plan(int argc, char **argv)
 				rc = bad("--kv-budget", optarg, "not a size");
 			break;
 		case 'M':
-			if (strchr(optarg, '%'))
-				rc = bad("--memory-budget", optarg, "a share "
-					 "is not accepted: give bytes of host "
-					 "memory (24GiB)");
-			else if (st_parse_size(optarg, &o.memory_budget) < 0)
-				rc = bad("--memory-budget", optarg, "not a size "
-					 "(24GiB)");
+			/* strata up's and run's checks and messages */
+			if (cli_check_memory(optarg, NULL, NULL, "strata plan",
+					     &o.memory_budget))
+				rc = 2;
 			break;
 		case 'A':
 			if (st_parse_size(optarg, &o.activations) < 0)

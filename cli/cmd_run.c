@@ -815,11 +815,24 @@ static void print_summary(const struct run_opts *o,
 		(unsigned long long)d.es_n_slots,
 		st_format_bytes(d.es_budget_bytes, a, sizeof(a)),
 		st_format_bytes(d.es_pool_bytes, b, sizeof(b)));
-	fprintf(stderr, "KV pages           %llu peak of %llu (%s each), %llu "
-		"in use now\n", (unsigned long long)d.kv_pages_peak,
-		(unsigned long long)d.kv_n_pages,
-		st_format_bytes(d.kv_page_bytes, a, sizeof(a)),
-		(unsigned long long)d.kv_pages_used);
+	if (mem && mem->side[ST_LEDGER_KV].unit) {
+		/* under a shared budget the pool is made for all of it:
+		 * kvd's share is what the pages may use */
+		char kvp[160];
+
+		cli_memory_kv_pages_text(mem, d.kv_pages_used, d.kv_n_pages,
+					 kvp, sizeof(kvp));
+		fprintf(stderr, "KV pages           %llu peak (%s each); in "
+			"use now %s\n", (unsigned long long)d.kv_pages_peak,
+			st_format_bytes(d.kv_page_bytes, a, sizeof(a)), kvp);
+	} else {
+		fprintf(stderr, "KV pages           %llu peak of %llu (%s "
+			"each), %llu in use now\n",
+			(unsigned long long)d.kv_pages_peak,
+			(unsigned long long)d.kv_n_pages,
+			st_format_bytes(d.kv_page_bytes, a, sizeof(a)),
+			(unsigned long long)d.kv_pages_used);
+	}
 	if (d.kv_bytes_per_token && !d.kv_formula_bytes_per_token) {
 		/* DeepSeek-V4 and V4.1 (it looks up Engram rows): the state
 		 * in kvd pages; rows vs pages (every stream's page is

@@ -57,7 +57,8 @@ static const struct st_iconf_knob knobs[] = {
 	{ "memory", "budget", ST_ICONF_SIZE, 0, 0, NULL, "0",
 	  "--memory-budget", 1, "one host memory budget shared by expertd's "
 	  "expert slots and kvd's KV pages, moved between them by measured "
-	  "value (0: none, each has its own); experts.host_budget and "
+	  "value (unset: none, each has its own; 0 is refused); "
+	  "experts.host_budget and "
 	  "kv.budget, when set, become each side's floor" },
 	{ "kv", "dtype", ST_ICONF_ENUM, 0, 0, "f32|f16|bf16|fp8", "f32",
 	  "--kv-dtype", 1, "KV rows: f32 (reference), f16, bf16, fp8 (E4M3)" },
@@ -243,8 +244,8 @@ static int check(const struct st_iconf_knob *k, const char *v,
 					   "64GiB, 512MiB, 1048576)",
 					   k->section, k->key, v);
 		return st_diag_set(diag, -EINVAL, "key %s.%s: '%s' is not a "
-				   "size (e.g. 64GiB, 512MiB, 1048576)",
-				   k->section, k->key, v);
+				   "size: give %s", k->section, k->key, v,
+				   ST_SIZE_WORDS);
 	case ST_ICONF_BUDGET:
 		if (st_parse_budget(v, &bytes, &pct) == 0 && pct <= 100.0 &&
 		    (bytes || pct > 0))

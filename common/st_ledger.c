@@ -137,24 +137,28 @@ static int join(struct st_ledger *l, const char *instance, uint64_t total,
 				st_format_bytes(total, b2, sizeof(b2)));
 		seg_reset(g, total);
 	}
+	/* the budget first: a floor above the total (and so above a cap
+	 * made for it) is a budget too small, whose least is named */
+	to = atomic_load(&other->cap) ? atomic_load(&other->floor) : 0;
+	if (floor > total || floor + to > total)
+		return st_diag_set(
+			diag, -ST_E_BUDGET,
+			"--memory-budget %s is below what the two sides need "
+			"at least: %s for %s plus %s for %s; give at least %s "
+			"(%" PRIu64 " bytes)",
+			st_format_bytes(total, b1, sizeof(b1)),
+			st_format_bytes(floor, b2, sizeof(b2)),
+			st_ledger_side_name(l->side),
+			st_format_bytes(to, b3, sizeof(b3)),
+			st_ledger_side_name(!l->side),
+			st_format_bytes(floor + to, b4, sizeof(b4)),
+			floor + to);
 	if (floor > cap)
 		return st_diag_set(diag, -ST_E_CONFIG,
 				   "the %s floor %s is above its cap %s",
 				   st_ledger_side_name(l->side),
 				   st_format_bytes(floor, b1, sizeof(b1)),
 				   st_format_bytes(cap, b2, sizeof(b2)));
-	to = atomic_load(&other->cap) ? atomic_load(&other->floor) : 0;
-	if (floor > total || floor + to > total)
-		return st_diag_set(
-			diag, -ST_E_BUDGET,
-			"--memory-budget %s is below what the two sides need "
-			"at least: %s for %s plus %s for %s; give at least %s",
-			st_format_bytes(total, b1, sizeof(b1)),
-			st_format_bytes(floor, b2, sizeof(b2)),
-			st_ledger_side_name(l->side),
-			st_format_bytes(to, b3, sizeof(b3)),
-			st_ledger_side_name(!l->side),
-			st_format_bytes(floor + to, b4, sizeof(b4)));
 	atomic_store(&me->floor, floor);
 	atomic_store(&me->cap, cap);
 	atomic_store(&me->unit, unit);

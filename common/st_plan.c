@@ -385,9 +385,11 @@ static uint64_t wformat_bytes(const struct st_wformat *f, uint64_t n)
 }
 
 /* KV pool geometry kvd would build for this plan (metadata bytes and
- * page bytes), with kvd's default max_seqs and rows per sequence.
- * ret_seq_bytes (may be NULL): the pages of one sequence of the pool's
- * longest (max_pages_per_seq in every stream), kvd's floor under
+ * page bytes), with kvd's default max_seqs and the rows per sequence
+ * strata up/run give it (the model's context; kvd's default when the
+ * config has none).  ret_seq_bytes (may be NULL): the pages of one
+ * sequence of that many rows in every stream (kv_layout_seq_bytes, not
+ * clamped to the pool made for kv_budget), kvd's floor under
  * --memory-budget without --budget (kvd/kv_budget_ledger.c). */
 static void kv_geometry(const struct st_plan_model *m,
 			const struct st_plan_opts *o, uint64_t kv_budget,
@@ -414,7 +416,8 @@ static void kv_geometry(const struct st_plan_model *m,
 			n++;
 		}
 	if (!n || kv_layout_compute(decl, n, o->page_rows, kv_budget, 64,
-				    32768, &lay, NULL) < 0)
+				    kv_rows_per_seq_for_context(
+					    m->max_context), &lay, NULL) < 0)
 		return;
 	/* kvd writes the tables up to the end of the page table when it
 	 * formats the pool (the padding before the page data stays
@@ -436,8 +439,7 @@ static void kv_geometry(const struct st_plan_model *m,
 	}
 	*ret_page_bytes = lay.page_bytes;
 	if (ret_seq_bytes)
-		*ret_seq_bytes = (uint64_t)lay.max_pages_per_seq *
-				 lay.n_streams * lay.page_bytes;
+		*ret_seq_bytes = kv_layout_seq_bytes(&lay);
 }
 
 /* Bytes of expertd's pool segment holding r->ram_warm of experts: records
@@ -508,12 +510,14 @@ static int plan_shared(const struct st_plan_model *m,
 	if (!sh->floor[0])
 		sh->floor[0] = r->record_bytes * (uint64_t)m->top_k;
 	{
-		/* kvd's: --budget in whole pages, or one sequence of its
-		 * pool's longest, the pool made for M (kvd sizes its
-		 * segment for its cap) */
+		/* kvd's: --budget in whole pages, or one sequence of the
+		 * model's context in every stream.  Neither depends on the
+		 * budget of the pool (kvd's is made for M): a pool of 1 TiB
+		 * gives them even where M holds fewer pages than streams */
 		uint64_t meta, priv, pb;
 
-		kv_geometry(m, o, M, &meta, &priv, &pb, &sh->floor[1]);
+		kv_geometry(m, o, 1ull << 40, &meta, &priv, &pb,
+			    &sh->floor[1]);
 		if (o->kv_budget)
 			sh->floor[1] = pb ? ST_ALIGN_UP(o->kv_budget, pb) :
 					    o->kv_budget;
@@ -529,7 +533,7 @@ static int plan_shared(const struct st_plan_model *m,
 				   "one layer's top-k experts",
 				   st_format_bytes(sh->floor[1], c, sizeof(c)),
 				   o->kv_budget ? "--kv-budget" :
-				   "one sequence of kvd's longest",
+				   "one sequence of the model's context",
 				   st_format_bytes(sh->floor[0] + sh->floor[1],
 						   d, sizeof(d)),
 				   (unsigned long long)(sh->floor[0] +

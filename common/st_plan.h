@@ -116,10 +116,11 @@ struct st_plan_daemons {
  * (kvd's pages), as st_ledger.h's sides.  All bytes.
  *   floor: --host-budget (whole records) or else top_k records (expertd's
  *          geometry check); --kv-budget (whole pages) or else kvd's: the
- *          pages of one
- *          sequence of its pool's longest (kvd's default 32768 rows per
- *          sequence, fewer when a pool made for M holds fewer), in every
- *          stream.
+ *          pages of one sequence of the model's context (the
+ *          --max-rows-per-seq strata up/run give kvd; kvd's default 32768
+ *          rows when the config has no max_position_embeddings) in every
+ *          stream, whatever M (so floor[0] + floor[1] is the least M, the
+ *          figure kvd names too).
  *   cap:   all experts' records, and M, each at most M.
  *   start: st_ledger_open's split as the launcher starts the daemons
  *          (expertd first): experts get M / 2 clamped to [floor, cap],

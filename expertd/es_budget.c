@@ -44,10 +44,13 @@ int es_budget_geom(const struct st_store *s, uint64_t store_id,
 				     "100%", ret, diag);
 	if (r < 0)
 		return r;
-	if (st_parse_size(mem_text, &m) < 0 || !m)
+	if (st_parse_size(mem_text, &m) < 0)
 		return st_diag_set(diag, -EINVAL, "--memory-budget '%s' is not "
-				   "a byte size (e.g. 6GiB, 512MiB, 1048576)",
-				   mem_text);
+				   "a size: give %s", mem_text, ST_SIZE_WORDS);
+	if (!m)
+		return st_diag_set(diag, -EINVAL, "--memory-budget %s: give a "
+				   "size, or leave the option out to keep the "
+				   "fixed --host-budget", mem_text);
 	n_keys = (uint64_t)ret->n_layers * ret->n_experts;
 	rb = ret->record_bytes;
 	floor_slots = host_text ? ret->n_slots : ret->top_k;

@@ -27,16 +27,16 @@ uint64_t kv_ledger_pool_budget(const struct kv_config *cfg)
 					  cfg->budget_bytes;
 }
 
-/* The floor: --budget when given, else one sequence of the pool's longest
- * (max_pages_per_seq pages in every stream); whole pages. */
+/* The floor: --budget when given, else one sequence of
+ * --max-rows-per-seq rows in every stream (kv_layout_seq_bytes: not
+ * clamped to the pool made for M, so that the least --memory-budget named
+ * does not depend on the M asked for); whole pages. */
 static uint64_t kv_floor(const struct kv_server *s)
 {
 	const struct kv_layout *l = &s->pool.lay;
-	uint64_t one = (uint64_t)l->max_pages_per_seq * l->n_streams *
-		       l->page_bytes;
 
 	if (!s->cfg.budget_given)
-		return one;
+		return kv_layout_seq_bytes(l);
 	return ST_ALIGN_UP(s->cfg.budget_bytes, l->page_bytes);
 }
 
@@ -51,7 +51,8 @@ int kv_ledger_join(struct kv_server *s, struct st_diag *diag)
 		return 0;
 	cap = ST_MIN(l->n_pages * l->page_bytes, m);
 	floor = kv_floor(s);
-	if (floor > cap)
+	/* a floor above M: st_ledger_open names the least M (both floors) */
+	if (floor > cap && floor <= m)
 		return st_diag_set(diag, -ST_E_CONFIG,
 				   "kvd --budget %s (the KV floor under "
 				   "--memory-budget) is more than the %s of "

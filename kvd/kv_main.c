@@ -51,17 +51,18 @@ static const struct opt opts[] = {
 	  "(default then: one sequence of --max-rows-per-seq rows)" },
 	{ "memory-budget", OPT_SIZE,
 	  offsetof(struct kv_config, memory_budget_bytes), 0, 0, UINT64_MAX,
-	  "0",
+	  NULL,
 	  "bytes of host memory shared with expertd's --memory-budget (the "
 	  "same value on both, e.g. 48GiB): the pool is made for all of it "
 	  "(sparse) and holds at most the share the instance's ledger gives "
-	  "it, moved by measured value; 0 = off (fixed --budget)" },
+	  "it, moved by measured value; left out: off (fixed --budget)" },
 	{ "max-seqs", OPT_U32, offsetof(struct kv_config, max_seqs), 0, 1,
 	  KV_MAX_SEQS, "64", "sequences that may be live at once" },
 	{ "max-rows-per-seq", OPT_U32,
 	  offsetof(struct kv_config, max_rows_per_seq), 0, 1,
 	  KV_MAX_ROWS_PER_SEQ, "32768",
-	  "rows (tokens) a sequence may hold in each stream" },
+	  "rows (tokens) a sequence may hold in each stream (strata up/run "
+	  "give the model's context, at most this default)" },
 	{ "test-proto-version", OPT_U32,
 	  offsetof(struct kv_config, test_proto_version), 0, 0, 65535, "0",
 	  "testing only: refuse clients as a kvd of protocol version N "
@@ -229,7 +230,20 @@ static int parse_args(int argc, char **argv, struct kv_config *cfg)
 				fprintf(stderr, " (%llu..%llu)",
 					(unsigned long long)o->min,
 					(unsigned long long)o->max);
+			else if (o->type == OPT_SIZE)
+				fprintf(stderr, ": give %s", ST_SIZE_WORDS);
+			else if (o->type == OPT_BUDGET)
+				fprintf(stderr, ": give %s, or a share of "
+					"physical memory (25%%)",
+					ST_SIZE_WORDS);
 			fprintf(stderr, "\n");
+			return -EINVAL;
+		}
+		if (!strcmp(o->name, "memory-budget") &&
+		    !cfg->memory_budget_bytes) {
+			fprintf(stderr, "kvd: --memory-budget %s: give a size, "
+				"or leave the option out to keep the fixed "
+				"--budget\n", val);
 			return -EINVAL;
 		}
 	}

@@ -95,6 +95,9 @@
 #define KV_SEQ_GEN_MAX 4095u
 #define KV_MAX_SEQS KV_SEQ_INDEX_MASK        /* 1048575 */
 #define KV_MAX_ROWS_PER_SEQ (1u << 30)
+/* kvd --max-rows-per-seq when none is given (strata up/run give the
+ * model's context: kv_rows_per_seq_for_context) */
+#define KV_DEFAULT_ROWS_PER_SEQ 32768u
 
 #define KV_POOL_INFO_OFF ST_SHM_HEADER_BYTES
 #define KV_POOL_STREAMS_OFF (ST_SHM_HEADER_BYTES + 256)
@@ -268,6 +271,30 @@ static inline uint32_t kv_entry_slot(uint32_t e)
 static inline uint32_t kv_pages_for_rows(uint32_t n_rows, uint32_t page_rows)
 {
 	return (uint32_t)(((uint64_t)n_rows + page_rows - 1) / page_rows);
+}
+
+/* kvd --max-rows-per-seq that strata up/run give for a model whose
+ * context is `context` tokens (config max_position_embeddings): a
+ * sequence holds at most one row per token in each stream, so the
+ * context, but at most KV_DEFAULT_ROWS_PER_SEQ (a longer context keeps
+ * kvd's default: the KV floor under --memory-budget is one such sequence
+ * in every stream, which at 1M tokens would be most of a machine);
+ * KV_DEFAULT_ROWS_PER_SEQ when the context is unknown (0 or less). */
+static inline uint32_t kv_rows_per_seq_for_context(int64_t context)
+{
+	if (context <= 0 || context > (int64_t)KV_DEFAULT_ROWS_PER_SEQ)
+		return KV_DEFAULT_ROWS_PER_SEQ;
+	return (uint32_t)context;
+}
+
+/* Bytes of page data one sequence of max_rows_per_seq rows holds in every
+ * stream: ceil(max_rows_per_seq / page_rows) pages per stream, whatever
+ * the budget (max_pages_per_seq is that clamped to the pool).  kvd's KV
+ * floor under --memory-budget without --budget, and strata plan's. */
+static inline uint64_t kv_layout_seq_bytes(const struct kv_layout *l)
+{
+	return (uint64_t)kv_pages_for_rows(l->max_rows_per_seq, l->page_rows) *
+	       l->n_streams * l->page_bytes;
 }
 
 /* Rows held by the last page of n_rows rows: ((n - 1) % page_rows) + 1, so

@@ -67,6 +67,8 @@ int st_parse_size(const char *text, uint64_t *ret_bytes)
 			{ "g", 1073741824.0 }, { "gib", 1073741824.0 }, { "gb", 1e9 },
 			{ "t", 1099511627776.0 }, { "tib", 1099511627776.0 },
 			{ "tb", 1e12 },
+			{ "p", 1125899906842624.0 },
+			{ "pib", 1125899906842624.0 }, { "pb", 1e15 },
 		};
 		size_t i;
 
@@ -125,11 +127,11 @@ int st_parse_budget(const char *text, uint64_t *ret_bytes, double *ret_percent)
 
 char *st_format_bytes(uint64_t bytes, char *buf, size_t len)
 {
-	static const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB" };
+	static const char *u[] = { "B", "KiB", "MiB", "GiB", "TiB", "PiB" };
 	double v = (double)bytes;
 	int i = 0;
 
-	while (v >= 1024 && i < 4) {
+	while (v >= 1024 && i < 5) {
 		v /= 1024;
 		i++;
 	}

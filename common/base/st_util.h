@@ -23,11 +23,18 @@ uint64_t st_now_ns(void);
 void st_sleep_ns(uint64_t ns);
 
 /*
- * Parses a byte size such as "1048576", "64MiB", "8GiB", "1.5G", "512k"
- * (k/M/G/T and KiB/MiB/GiB/TiB are powers of 1024; kB/MB/GB/TB powers of 1000).
+ * Parses a byte size such as "1048576", "64MiB", "8GiB", "1.5G", "512k",
+ * "1PiB" (k/M/G/T/P and KiB/MiB/GiB/TiB/PiB are powers of 1024;
+ * kB/MB/GB/TB/PB powers of 1000; case is ignored; up to 1.8e19 bytes).
  * Returns 0 and *ret_bytes, or -EINVAL on anything else.
  */
 int st_parse_size(const char *text, uint64_t *ret_bytes);
+
+/* The suffixes st_parse_size accepts, for messages: "not a size: give
+ * ST_SIZE_WORDS". */
+#define ST_SIZE_WORDS "a number of bytes with an optional suffix: K, M, G, " \
+	"T, P or KiB ... PiB (powers of 1024), kB, MB, GB, TB, PB (powers " \
+	"of 1000), e.g. 512MiB or 24GiB"
 
 /*
  * Parses a budget that is either a byte size (as st_parse_size) or a

@@ -1,8 +1,9 @@
 /*
  * test_memory_cli.c — the shared memory budget (`--memory-budget`,
  * common/st_ledger.h) outside the daemons:
- *   - cli_check_memory: bytes only, "0" = none, floors given in bytes
- *     must fit (the message names the least budget);
+ *   - cli_check_memory: bytes only (PiB too), 0 refused, floors given
+ *     in bytes must fit (the message names the least budget);
+ *   - kvd's share of the KV pages as strata status writes it;
  *   - cli_instance_argv: expertd and kvd get --memory-budget, the
  *     separate budgets only when given (floors), computed nothing;
  *   - the plan's shared section (st_plan_compute): floors, caps, the
@@ -26,6 +27,7 @@
 #include "cli_instance.h"
 #include "cli_memory.h"
 #include "cw_metrics.h"
+#include "kv_pool.h"
 #include "st_ledger.h"
 #include "st_plan.h"
 #include "st_util.h"
@@ -66,8 +68,23 @@ static void test_check(void)
 	uint64_t b = 1;
 
 	CHECK(check_mem(NULL, NULL, NULL, &b, msg, sizeof(msg)) == 0 && !b);
-	CHECK(check_mem("0", "1GiB", "1GiB", &b, msg, sizeof(msg)) == 0 &&
-	      !b);
+	/* 0 in any spelling: refused (leaving the option out is "none") */
+	CHECK(check_mem("0", "1GiB", "1GiB", &b, msg, sizeof(msg)) == 2 &&
+	      !b && strstr(msg, "test: --memory-budget 0: give a size, or "
+			   "leave the option out to keep fixed budgets"));
+	CHECK(check_mem("0GiB", NULL, NULL, &b, msg, sizeof(msg)) == 2 &&
+	      strstr(msg, "--memory-budget 0GiB: give a size"));
+	/* PiB and PB are sizes (then above this machine's memory); a
+	 * suffix that is none names those accepted */
+	CHECK(st_parse_size("1PiB", &b) == 0 && b == 1ull << 50);
+	CHECK(st_parse_size("2PB", &b) == 0 && b == 2000000000000000ull);
+	CHECK(st_parse_size("1.5p", &b) == 0 && b == 3ull << 49);
+	CHECK(check_mem("1PiB", NULL, NULL, &b, msg, sizeof(msg)) == 2 &&
+	      strstr(msg, "--memory-budget 1.00 PiB is more than this "
+			  "machine's memory"));
+	CHECK(check_mem("1XiB", NULL, NULL, &b, msg, sizeof(msg)) == 2 &&
+	      strstr(msg, "'1XiB': not a size: give a number of bytes") &&
+	      strstr(msg, "PiB") && strstr(msg, "PB"));
 	CHECK(check_mem("2GiB", NULL, NULL, &b, msg, sizeof(msg)) == 0 &&
 	      b == 2 * GiB);
 	/* a share: refused, saying so */
@@ -129,6 +146,20 @@ static void test_argv(void)
 	CHECK(v && !strcmp(v, "1GiB"));
 	cli_instance_argv(&in, "expertd", argv);
 	CHECK(!arg_of(argv, "--memory-budget"));
+	/* kvd's rows per sequence: the model's context when known
+	 * (cli_instance_kv_rows), else kvd's default (no option) */
+	CHECK(!arg_of(argv, "--max-rows-per-seq"));
+	cli_instance_argv(&in, "kvd", argv);
+	CHECK(!arg_of(argv, "--max-rows-per-seq"));
+	snprintf(in.max_rows_per_seq, sizeof(in.max_rows_per_seq), "256");
+	cli_instance_argv(&in, "kvd", argv);
+	v = arg_of(argv, "--max-rows-per-seq");
+	CHECK(v && !strcmp(v, "256"));
+	cli_instance_argv(&in, "computed", argv);
+	CHECK(!arg_of(argv, "--max-rows-per-seq"));
+	CHECK(kv_rows_per_seq_for_context(256) == 256);
+	CHECK(kv_rows_per_seq_for_context(0) == KV_DEFAULT_ROWS_PER_SEQ);
+	CHECK(kv_rows_per_seq_for_context(1 << 20) == KV_DEFAULT_ROWS_PER_SEQ);
 }
 
 static void test_plan(void)
@@ -201,6 +232,67 @@ static void test_plan(void)
 	o.kv_budget = 200 * MiB;
 	rc = st_plan_compute(&m, &o, &r, &d);
 	CHECK(rc == -ST_E_BUDGET && strstr(d.msg, "give at least"));
+
+	/* the KV floor is one sequence of the context whatever M: the
+	 * least named is the same for every M below it, and enough */
+	o.host_budget = 0;
+	o.kv_budget = 0;
+	{
+		const uint64_t least = 2 * rec + 32768 * kv_tok;
+		const uint64_t asks[3] = { 64 * MiB, least - 1 * MiB,
+					   least - 1 };
+		char want[64];
+
+		snprintf(want, sizeof(want), "(%llu bytes)",
+			 (unsigned long long)least);
+		for (int i = 0; i < 3; i++) {
+			o.memory_budget = asks[i];
+			rc = st_plan_compute(&m, &o, &r, &d);
+			CHECK(rc == -ST_E_BUDGET && strstr(d.msg, want));
+		}
+		o.memory_budget = least;
+		rc = st_plan_compute(&m, &o, &r, &d);
+		CHECK(rc == 0 && r.shared.floor[1] == 32768 * kv_tok &&
+		      r.shared.start[1] == 32768 * kv_tok);
+		/* a model of 256 tokens of context: kvd gets 256 rows a
+		 * sequence (strata up/run), the floor 256 tokens' rows */
+		m.max_context = 256;
+		o.memory_budget = 64 * MiB;
+		rc = st_plan_compute(&m, &o, &r, &d);
+		CHECK(rc == 0 && r.shared.floor[1] == 256 * kv_tok);
+		o.memory_budget = 2 * rec + 256 * kv_tok - 1;
+		rc = st_plan_compute(&m, &o, &r, &d);
+		snprintf(want, sizeof(want), "(%llu bytes)",
+			 (unsigned long long)(2 * rec + 256 * kv_tok));
+		CHECK(rc == -ST_E_BUDGET && strstr(d.msg, want));
+		m.max_context = 0;
+		o.memory_budget = M;
+	}
+}
+
+/* kvd's share of the KV pages as strata status shows it */
+static void test_kv_pages_text(void)
+{
+	static struct st_ledger_view v; /* large: not on the stack */
+	char t[256];
+
+	cli_memory_kv_pages_text(NULL, 3, 25600, t, sizeof(t));
+	CHECK(!strcmp(t, "3/25600"));
+	CHECK(cli_memory_kv_allowed(NULL, 25600) == 25600);
+	memset(&v, 0, sizeof(v));
+	v.total = 100 * MiB;
+	/* no kv side joined yet (unit 0): the pool */
+	cli_memory_kv_pages_text(&v, 0, 25600, t, sizeof(t));
+	CHECK(!strcmp(t, "0/25600"));
+	/* pages of 4 KiB, a share of 2 MiB + 100 bytes: 512 whole pages */
+	v.side[ST_LEDGER_KV].unit = 4096;
+	v.side[ST_LEDGER_KV].target = 2 * MiB + 100;
+	CHECK(cli_memory_kv_allowed(&v, 25600) == 512);
+	cli_memory_kv_pages_text(&v, 7, 25600, t, sizeof(t));
+	CHECK(!strcmp(t, "7/512 (share 2.00 MiB of a pool of 25600 pages "
+		      "made for 100.00 MiB)"));
+	/* a target beyond the pool (another geometry): the pool */
+	CHECK(cli_memory_kv_allowed(&v, 100) == 100);
 }
 
 /* Moves of each kind as text (hand-made: the arbiter makes these only
@@ -515,6 +607,7 @@ int main(void)
 	test_argv();
 	test_plan();
 	test_move_text();
+	test_kv_pages_text();
 	test_ledger_render();
 	if (failures)
 		printf("%d check(s) failed\n", failures);

@@ -3,15 +3,22 @@
 #  - strata up, run and plan list it in --help; a share ("50%"), a word,
 #    a budget above the machine's RAM and a budget below the floors given
 #    with it (--host-budget + --kv-budget) are refused (exit 2) before any
-#    daemon starts, the last naming the least budget; so is memory.budget
-#    = 50% in a config file;
+#    daemon starts, the last naming the least budget; so are 0 (in any
+#    spelling, flag or memory.budget), a suffix that is none (the message
+#    lists them) and memory.budget = 50% in a config file; 1PiB is a size;
+#  - strata plan names one least budget for every budget below it
+#    (top-k records + one sequence of the model's context of KV) and
+#    accepts it;
 #  - strata plan --memory-budget shows the floors, caps, starting split
 #    and ranges (the numbers are test_memory_cli's);
 #  - with daemons that take it (expertd and kvd --help list it; else this
 #    part is skipped, exit 77, after the checks above passed): strata up
 #    gives expertd and kvd "--memory-budget M" and no floor not asked for,
-#    strata status --json and computed's /metrics show the budget (M, both
-#    sides live, targets within it), strata run's JSON summary has it, and
+#    and kvd --max-rows-per-seq 256 (the model's context), strata status
+#    [--json] and computed's /metrics show the budget (M, both sides live,
+#    targets within it; KV pages as kvd's share of the pool), strata
+#    run's JSON summary has it, the least the plan named starts and
+#    serves while a byte less is refused naming it again, and
 #    a private strata run --memory-budget gives the greedy tokens of a run
 #    with the fixed budgets.
 set -u
@@ -48,6 +55,19 @@ refused "run --memory-budget lots" "not a size" \
 refused "up below the floors" "give at least 1.28 GiB (1375731712 bytes)" \
 	"$STRATA" up --model "$MODEL" --instance "$I" --run-dir "$R" \
 	--memory-budget 1GiB --host-budget 800MiB --kv-budget 512MiB
+refused "run --memory-budget 0" "--memory-budget 0: give a size, or leave the option out" \
+	"$STRATA" run --model "$MODEL" --memory-budget 0
+refused "up --memory-budget 0MiB" "--memory-budget 0MiB: give a size" \
+	"$STRATA" up --model "$MODEL" --instance "$I" --run-dir "$R" --memory-budget 0MiB
+refused "plan --memory-budget 0" "--memory-budget 0: give a size" \
+	"$STRATA" plan --model "$MODEL" --memory-budget 0
+printf '[memory]\nbudget = 0\n' >"$TMP/zero.conf"
+refused "memory.budget = 0" "--memory-budget 0: give a size" \
+	"$STRATA" up --config "$TMP/zero.conf" --model "$MODEL" --instance "$I" --run-dir "$R"
+refused "up --memory-budget 1PiB" "more than this machine's memory" \
+	"$STRATA" up --model "$MODEL" --instance "$I" --run-dir "$R" --memory-budget 1PiB
+refused "run --memory-budget 1XiB" "not a size: give .*PiB" \
+	"$STRATA" run --model "$MODEL" --memory-budget 1XiB
 refused "up --memory-budget 100TiB" "more than this machine's memory" \
 	"$STRATA" up --model "$MODEL" --instance "$I" --run-dir "$R" --memory-budget 100TiB
 refused "plan --memory-budget 100TiB" "more than this machine's memory" \
@@ -65,11 +85,25 @@ for p in "shared host budget 0.27 GB (256.00 MiB)" "starting split" \
 	 "experts range" "KV range"; do
 	grep -q "$p" "$TMP/plan" || { echo "FAIL: plan lacks '$p'"; cat "$TMP/plan"; fail=1; }
 done
-# 64 MiB is below kvd's floor on this model (one sequence of its longest)
-"$STRATA" plan --model "$MODEL" --memory-budget 64MiB >/dev/null 2>"$TMP/err"
-rc=$?
-[ $rc -eq 1 ] && grep -q "give at least 64.06 MiB" "$TMP/err" ||
-	{ echo "FAIL: plan --memory-budget 64MiB: rc $rc"; cat "$TMP/err"; fail=1; }
+# the least budget: top-k records + kvd's floor, one sequence of the
+# model's context (256 tokens: 16 pages of 16 rows in every stream), the
+# same figure whatever budget below it was asked for
+least_of() { sed -n 's/.*give at least [^(]*(\([0-9]*\) bytes).*/\1/p' "$1" | head -1; }
+LEAST=""
+for m in 100KiB 800KiB 64KiB; do
+	"$STRATA" plan --model "$MODEL" --memory-budget $m >/dev/null 2>"$TMP/err"
+	rc=$?
+	l=$(least_of "$TMP/err")
+	[ $rc -eq 1 ] && [ -n "$l" ] && [ -z "$LEAST" -o "$l" = "$LEAST" ] ||
+		{ echo "FAIL: plan --memory-budget $m: rc $rc, least '$l' (before: '$LEAST')"; cat "$TMP/err"; fail=1; }
+	LEAST=${LEAST:-$l}
+done
+# 80 KiB of experts (2 of kjv-moe's records) + 768 KiB of KV
+[ "$LEAST" = 868352 ] || { echo "FAIL: plan's least $LEAST, not 868352"; fail=1; }
+"$STRATA" plan --model "$MODEL" --memory-budget "$LEAST" >/dev/null 2>"$TMP/err" ||
+	{ echo "FAIL: plan --memory-budget $LEAST (the least it named)"; cat "$TMP/err"; fail=1; }
+"$STRATA" plan --model "$MODEL" --memory-budget 64MiB >/dev/null 2>"$TMP/err" ||
+	{ echo "FAIL: plan --memory-budget 64MiB"; cat "$TMP/err"; fail=1; }
 
 # the rest needs daemons that take the flag
 ES="$STRATA_BUILD_DIR/expertd/expertd"
@@ -93,6 +127,8 @@ for d in expertd kvd; do
 	[ "$(flag_of "$R/$d.args" --memory-budget)" = 256MiB ] ||
 		{ echo "FAIL: $d.args lacks --memory-budget 256MiB"; fail=1; }
 done
+[ "$(flag_of "$R/kvd.args" --max-rows-per-seq)" = 256 ] ||
+	{ echo "FAIL: kvd.args lacks --max-rows-per-seq 256 (the model's context)"; fail=1; }
 tr '\0' '\n' <"$R/kvd.args" | grep -qx -- "--budget" &&
 	{ echo "FAIL: kvd got a --budget floor nobody asked for"; fail=1; }
 tr '\0' '\n' <"$R/expertd.args" | grep -qx -- "--host-budget" &&
@@ -123,8 +159,18 @@ if ok and m["moves"] == 0:
                 print("FAIL: %s %s %d, the plan said %d" %
                       (s, k, m["sides"][s][k], p[s][pk]))
                 ok = False
+# KV pages: kvd's share (its target in whole pages), not the pool
+st = j.get("stats", {})
+if ok and not (st.get("kv_page_bytes") and st["kv_pages_allowed"] ==
+               m["sides"]["kv"]["target_bytes"] // st["kv_page_bytes"] and
+               st["kv_pages_allowed"] < st["kv_pages"]):
+    print("FAIL: status --json stats:", json.dumps(st))
+    ok = False
 sys.exit(0 if ok else 1)
 EOF
+"$STRATA" status --instance "$I" --run-dir "$R" >"$TMP/status.txt"
+grep -Eq "KV pages 0/[0-9]+ \(share [0-9.]+ MiB of a pool of [0-9]+ pages made for 256.00 MiB\)" "$TMP/status.txt" ||
+	{ echo "FAIL: status does not show kvd's share of the KV pages"; cat "$TMP/status.txt"; fail=1; }
 /usr/bin/python3 - "$PORT" <<'EOF' || fail=1
 import sys, urllib.request
 t = urllib.request.urlopen("http://127.0.0.1:%s/metrics" % sys.argv[1],
@@ -142,6 +188,25 @@ EOF
 tail -1 "$TMP/run.json" | /usr/bin/python3 -c 'import json,sys
 sys.exit(0 if json.load(sys.stdin).get("memory", {}).get("budget_bytes") == 256 << 20 else 1)' ||
 	{ echo "FAIL: run summary JSON lacks the memory budget"; tail -1 "$TMP/run.json"; fail=1; }
+"$STRATA" down --instance "$I" --run-dir "$R" >/dev/null 2>&1
+
+# the least the plan named starts; a byte less is refused by kvd naming
+# the same least (the model's least is under 1 MiB: a step of 1 MiB would
+# be below the experts' floor alone, refused by expertd)
+for m in $((LEAST - 1)) $((LEAST - 65536)); do
+	"$STRATA" up --store "$TMP/store" --instance "$I" --run-dir "$R" \
+		--memory-budget $m >"$TMP/up.log" 2>&1
+	rc=$?
+	[ $rc -ne 0 ] && [ "$(least_of "$TMP/up.log")" = "$LEAST" ] ||
+		{ echo "FAIL: strata up --memory-budget $m: rc $rc, not the least $LEAST"; tail -3 "$TMP/up.log"; fail=1; }
+	"$STRATA" down --instance "$I" --run-dir "$R" >/dev/null 2>&1
+done
+"$STRATA" up --store "$TMP/store" --instance "$I" --run-dir "$R" \
+	--memory-budget "$LEAST" >"$TMP/up.log" 2>&1 ||
+	{ echo "FAIL: strata up --memory-budget $LEAST (the least named)"; tail -3 "$TMP/up.log"; fail=1; }
+"$STRATA" run --instance "$I" --run-dir "$R" --max-tokens 4 --json \
+	--ignore-eos >"$TMP/run.json" 2>"$TMP/run.err" ||
+	{ echo "FAIL: strata run at the least budget"; tail -5 "$TMP/run.err"; fail=1; }
 "$STRATA" down --instance "$I" --run-dir "$R" >/dev/null 2>&1
 
 # greedy tokens as with fixed budgets

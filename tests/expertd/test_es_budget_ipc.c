@@ -461,8 +461,14 @@ static void test_bad_budgets(void **state)
 
 	assert_int_equal(es_h_run_fail(&H, err, sizeof(err),
 				       "--memory-budget", "lots", NULL), 1);
-	assert_non_null(strstr(err, "--memory-budget 'lots' is not a byte "
-				    "size"));
+	assert_non_null(strstr(err, "--memory-budget 'lots' is not a size: "
+				    "give a number of bytes"));
+	assert_non_null(strstr(err, "PiB"));
+	/* 0: refused, not "off" */
+	assert_int_equal(es_h_run_fail(&H, err, sizeof(err),
+				       "--memory-budget", "0", NULL), 1);
+	assert_non_null(strstr(err, "--memory-budget 0: give a size, or "
+				    "leave the option out"));
 	/* more than the machine's RAM */
 	assert_int_equal(es_h_run_fail(&H, err, sizeof(err),
 				       "--memory-budget", "100TiB", NULL), 1);

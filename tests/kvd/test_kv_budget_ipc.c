@@ -13,7 +13,8 @@
  * killed with SIGKILL while a shrink is due, started again: it adopts
  * pool and spill file, keeps its target and gets within it, and every row
  * reads back as written.  The floor: --budget, or one sequence's pages
- * without it; a --budget above --memory-budget is refused.
+ * without it; a --budget above --memory-budget is refused; the least
+ * --memory-budget kvd names is the same below it, and enough.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -345,9 +346,10 @@ static void test_flip(void **state)
 	assert_int_equal(st_ledger_read(k->name, &v, &d), -ENOENT);
 }
 
-/* Without --budget the KV floor is one sequence of the pool's longest
+/* Without --budget the KV floor is one sequence of --max-rows-per-seq
  * (16 pages per stream x 2 streams x 4 KiB); a --budget above
- * --memory-budget, and another --memory-budget than a live expertd's,
+ * --memory-budget, another --memory-budget than a live expertd's and
+ * --memory-budget 0,
  * are refused before anything starts. */
 static void test_floor(void **state)
 {
@@ -387,6 +389,60 @@ static void test_floor(void **state)
 		fail_msg("ledger: %s", d.msg);
 	assert_int_equal(kvd_run_expect_exit(k, k->run_dir, 5000), 1);
 	st_ledger_close(l);
+	/* 0 is refused (leaving the option out is the fixed --budget) */
+	k->extra[1] = "0";
+	assert_int_equal(kvd_run_expect_exit(k, k->run_dir, 5000), 2);
+}
+
+/* The least --memory-budget kvd names is both floors, its own one
+ * sequence of --max-rows-per-seq rows (64: 16 pages per stream x 2
+ * streams x 4 KiB = 128 KiB) whatever the pool made for M holds (100 KiB:
+ * 12 pages per stream, once named as 96 KiB + 64 KiB), plus the experts'
+ * 64 KiB: 192 KiB for every budget below it, and that one is accepted. */
+static void test_least(void **state)
+{
+	struct kvd_inst *k = *state;
+	static const char *asks[] = { "100KiB", "196607", "196608" };
+	struct st_ledger_view v;
+
+	k->budget[0] = 0;
+	for (int i = 0; i < 3; i++) {
+		struct st_ledger *l = NULL;
+		struct st_diag d = { { 0 } };
+		struct kv_client *c = NULL;
+		struct kv_stream_decl sd[2] = { { rb[0], 1, 0, 0 },
+						{ rb[1], 1, 0, 0 } };
+		uint64_t t = 0;
+		int r;
+
+		assert_int_equal(st_parse_size(asks[i], &t), 0);
+		if (st_ledger_open(&l, k->name, ST_LEDGER_EXPERTS, t, 64 * KIB,
+				   64 * KIB, 4 * KIB, &d) < 0)
+			fail_msg("ledger: %s", d.msg);
+		k->extra[1] = asks[i];
+		assert_int_equal(kvd_start(k, NULL), 0);
+		if (kv_client_open(k->run_dir, k->name, "budget-test",
+				   TIMEOUT_MS, &c, &d) < 0)
+			fail_msg("open: %s", d.msg);
+		r = kv_client_declare_model(c, 2, sd, 4, 0x52, &d);
+		if (i < 2) {
+			if (r == 0 || !strstr(d.msg, "give at least 192.00 KiB "
+					      "(196608 bytes)"))
+				fail_msg("--memory-budget %s: %d, %s", asks[i],
+					 r, d.msg);
+		} else {
+			if (r < 0)
+				fail_msg("--memory-budget %s (the least): %s",
+					 asks[i], d.msg);
+			st_ledger_view(l, &v);
+			assert_int_equal(v.side[ST_LEDGER_KV].floor, 128 * KIB);
+			assert_int_equal(v.side[ST_LEDGER_KV].target,
+					 128 * KIB);
+		}
+		kv_client_close(c);
+		assert_int_equal(WEXITSTATUS(kvd_kill(k, SIGTERM)), 0);
+		st_ledger_close(l);
+	}
 }
 
 int main(void)
@@ -394,6 +450,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_flip, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_floor, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_least, setup, teardown),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
