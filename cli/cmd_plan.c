@@ -145,7 +145,11 @@ static int apply_config(const struct st_iconf *c, struct st_plan_opts *o,
 	if (st_iconf_is_set(c, "experts.host_budget"))
 		st_parse_budget(st_iconf_get(c, "experts.host_budget"),
 				&o->host_budget, &o->host_budget_pct);
-	st_parse_size(st_iconf_get(c, "memory.budget"), &o->memory_budget);
+	/* checked as strata up checks it (0 and shares refused) */
+	if (st_iconf_is_set(c, "memory.budget") &&
+	    cli_check_memory(st_iconf_get(c, "memory.budget"), NULL, NULL,
+			     "strata plan", &o->memory_budget))
+		return -EINVAL;
 	if (st_iconf_is_set(c, "kv.budget") &&
 	    st_parse_budget(st_iconf_get(c, "kv.budget"), &v, &pct) == 0 && v)
 		o->kv_budget = v;
@@ -285,7 +289,10 @@ int cli_cmd_plan(int argc, char **argv)
 			free(conf);
 			return 2;
 		}
-		apply_config(conf, &o, &model);
+		if (apply_config(conf, &o, &model) < 0) {
+			free(conf);
+			return 2;
+		}
 		ctx_given = st_iconf_is_set(conf, "plan.context");
 	}
 	optind = 1;

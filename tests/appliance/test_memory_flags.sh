@@ -64,6 +64,8 @@ refused "plan --memory-budget 0" "--memory-budget 0: give a size" \
 printf '[memory]\nbudget = 0\n' >"$TMP/zero.conf"
 refused "memory.budget = 0" "--memory-budget 0: give a size" \
 	"$STRATA" up --config "$TMP/zero.conf" --model "$MODEL" --instance "$I" --run-dir "$R"
+refused "plan with memory.budget = 0" "--memory-budget 0: give a size" \
+	"$STRATA" plan --config "$TMP/zero.conf" --model "$MODEL"
 refused "up --memory-budget 1PiB" "more than this machine's memory" \
 	"$STRATA" up --model "$MODEL" --instance "$I" --run-dir "$R" --memory-budget 1PiB
 refused "run --memory-budget 1XiB" "not a size: give .*PiB" \
