@@ -30,7 +30,7 @@ GENESIS = tuple(("in the beginning god created the heaven and the earth "
 WORDS = GENESIS[:27]
 
 # Failed checks of this process, in order (check() appends; a test's
-# main() prints their count and exits 1 when any).  One list per process:
+# main() ends with `return finish()`).  One list per process:
 # a test importing another test's functions shares it.
 FAILS = []
 
@@ -44,6 +44,15 @@ def check(cond, what):
     if not cond:
         FAILS.append(what)
     return cond
+
+
+def finish():
+    """A test main()'s exit status: 1 after printing how many checks
+    failed, 0 when none did."""
+    if FAILS:
+        print("%d checks failed" % len(FAILS))
+        return 1
+    return 0
 
 
 def kv_bytes_per_token(model_dir):

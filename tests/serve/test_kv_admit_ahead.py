@@ -25,7 +25,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import (FAILS, GENESIS, Instance, check, convert,  # noqa
+from serve_harness import (GENESIS, Instance, check, finish, convert,  # noqa
                            fixture, metrics, request)
 
 PAGE_BYTES = 16 * 2 * 2 * 32 * 4   # page_rows x K and V of 2 heads, F32
@@ -165,10 +165,7 @@ def main():
                       "%s %r vs %r" % (k, got.get(k, ("",))[0][:60],
                                        ref[k][0][:60])
                       for k in REQS if k not in same)))
-    if FAILS:
-        print("%d checks failed" % len(FAILS))
-        return 1
-    return 0
+    return finish()
 
 
 if __name__ == "__main__":

@@ -16,7 +16,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import (FAILS, Instance, check, convert, greedy_batch,  # noqa
+from serve_harness import (Instance, check, finish, convert, greedy_batch,  # noqa
                            fixture, kv_bytes_per_token, metrics)
 
 N = 16
@@ -83,10 +83,7 @@ def main():
                   " (first differing: %r vs %r)" % (
                       next(got[i] for i in range(N) if i not in same)[0][:80],
                       next(ref[i] for i in range(N) if i not in same)[0][:80])))
-    if FAILS:
-        print("%d checks failed" % len(FAILS))
-        return 1
-    return 0
+    return finish()
 
 
 if __name__ == "__main__":

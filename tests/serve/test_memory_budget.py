@@ -23,7 +23,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from serve_harness import (FAILS, Instance, check, convert, greedy_batch,  # noqa
+from serve_harness import (Instance, check, finish, convert, greedy_batch,  # noqa
                            fixture, kv_bytes_per_token, metrics)
 
 N = 16
@@ -122,10 +122,7 @@ def main():
                 mode, spill / 2**20))
         else:
             print("info: %s: KV spilled %.2f MiB" % (mode, spill / 2**20))
-    if FAILS:
-        print("%d checks failed" % len(FAILS))
-        return 1
-    return 0
+    return finish()
 
 
 if __name__ == "__main__":
