@@ -482,13 +482,27 @@ void cli_instance_read_pids(struct cli_instance *inst)
 
 int cli_instance_state(const struct cli_instance *inst)
 {
-	int up = 0;
+	int up = 0, answered[3] = { 0 };
 
 	for (int i = 0; i < 3; i++) {
 		char ctl[4200];
 
 		st_run_path(inst->run_dir, k_daemons[i], "ctl", ctl, sizeof(ctl));
-		if (st_path_exists(ctl) && st_daemon_ping(ctl, 1000, NULL) == 0)
+		answered[i] = st_path_exists(ctl) &&
+			      st_daemon_ping(ctl, 1000, NULL) == 0;
+		up += answered[i];
+	}
+	/* some answered, some not: a daemon busy beyond a second (many
+	 * clients at once, a sanitizer build) is asked again for longer
+	 * before the instance is called partly running; a dead one refuses
+	 * the connection at once */
+	for (int i = 0; up > 0 && up < 3 && i < 3; i++) {
+		char ctl[4200];
+
+		if (answered[i])
+			continue;
+		st_run_path(inst->run_dir, k_daemons[i], "ctl", ctl, sizeof(ctl));
+		if (st_path_exists(ctl) && st_daemon_ping(ctl, 5000, NULL) == 0)
 			up++;
 	}
 	return up;

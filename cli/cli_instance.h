@@ -112,7 +112,9 @@ int cli_instance_up(struct cli_instance *inst, int timeout_s,
  */
 int cli_instance_down(struct cli_instance *inst);
 
-/* How many of the instance's three daemons answer PING (0..3). */
+/* How many of the instance's three daemons answer PING (0..3): within
+ * 1 s each, and where only some did, the others within 5 s more (a busy
+ * daemon is not a dead one; a dead one refuses at once). */
 int cli_instance_state(const struct cli_instance *inst);
 
 /*
