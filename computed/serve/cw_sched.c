@@ -480,18 +480,38 @@ static int ask_admit(struct cw_sched *s)
 	return r > 0 ? r : 0;
 }
 
-/* KV pages queued request r takes by its end: its prompt and max_tokens
- * (cut to the context as cw_gen_start cuts it), prefix-cache hits
- * ignored (counted as new pages: an upper bound). */
-static uint64_t req_kv_pages(const struct cw_sched *s,
-			     const struct cw_sched_req *r)
+/* KV rows a generation of n_prompt prompt tokens and max_tokens (cut to
+ * the context) writes by its end: the prompt and each sampled token but
+ * the last, which is never evaluated (cw_gen: a step's drafts stop one
+ * short of max_tokens too).  Counting the last one refused, at a page
+ * boundary, a request the pool holds (issue atk). */
+static uint64_t kv_rows_at_end(uint64_t n_prompt, uint64_t max_tokens)
+{
+	return n_prompt + (max_tokens > 0 ? max_tokens - 1 : 0);
+}
+
+/* max_tokens of queued request r as cw_gen_start cuts it to the
+ * context. */
+static int64_t req_max_tokens_cut(const struct cw_sched *s,
+				  const struct cw_sched_req *r)
 {
 	const int ctx = cw_model_config(s->model)->max_position_embeddings;
 	int64_t mt = ST_MAX(r->p.max_tokens, 0);
 
 	if (mt > (int64_t)ctx - (int64_t)r->n_ids)
 		mt = ST_MAX((int64_t)ctx - (int64_t)r->n_ids, 0);
-	return cw_kvahead_pages(&s->kva, (uint64_t)r->n_ids + (uint64_t)mt);
+	return mt;
+}
+
+/* KV pages queued request r takes by its end: kv_rows_at_end of its
+ * prompt and max_tokens (cut to the context), prefix-cache hits
+ * ignored (counted as new pages: an upper bound). */
+static uint64_t req_kv_pages(const struct cw_sched *s,
+			     const struct cw_sched_req *r)
+{
+	return cw_kvahead_pages(
+		&s->kva, kv_rows_at_end(r->n_ids,
+					(uint64_t)req_max_tokens_cut(s, r)));
 }
 
 /* Does admission by KV pages apply (kvd known and without a spill file,
@@ -505,8 +525,9 @@ static int kv_by_pages(struct cw_sched *s)
 }
 
 /* The KV pages the running requests may still take: per request, the
- * pages of its prompt and max_tokens less those its sequence holds now
- * (shared prefix pages count in both, so they cancel). */
+ * pages of kv_rows_at_end of its prompt and max_tokens less those its
+ * sequence holds now (shared prefix pages count in both, so they
+ * cancel). */
 static uint64_t kv_growth(struct cw_sched *s)
 {
 	uint64_t growth = 0;
@@ -518,9 +539,10 @@ static uint64_t kv_growth(struct cw_sched *s)
 		if (!q->gen)
 			continue;
 		rows = kv_client_seq_rows(s->kv, cw_gen_seq(q->gen));
-		end = cw_kvahead_pages(&s->kva,
-				       (uint64_t)cw_gen_n_prompt(q->gen) +
-					       (uint64_t)q->max_tokens);
+		end = cw_kvahead_pages(
+			&s->kva,
+			kv_rows_at_end((uint64_t)cw_gen_n_prompt(q->gen),
+				       (uint64_t)ST_MAX(q->max_tokens, 0)));
 		held = cw_kvahead_pages(&s->kva,
 					rows > 0 ? (uint64_t)rows : 0);
 		growth += end > held ? end - held : 0;
@@ -955,13 +977,18 @@ static void *sched_main(void *arg)
 
 				snprintf(msg, sizeof(msg),
 					 "KV pool exhausted: the prompt (%zu "
-					 "tokens) and max_tokens (%lld) need "
+					 "tokens) and max_tokens (%lld%s) need "
 					 "%llu KV pages, kvd's pool holds %llu "
 					 "and spilling is off: lower max_tokens "
-					 "or raise kvd --budget (strata: "
-					 "--kv-budget, or --memory-budget)",
+					 "(a chat request without it asks for "
+					 "the rest of the context) or raise "
+					 "kvd --budget (strata: --kv-budget, or "
+					 "--memory-budget)",
 					 r->n_ids,
-					 (long long)ST_MAX(r->p.max_tokens, 0),
+					 (long long)req_max_tokens_cut(s, r),
+					 req_max_tokens_cut(s, r) <
+							 r->p.max_tokens ?
+						 ", cut to the context" : "",
 					 (unsigned long long)need,
 					 (unsigned long long)pool);
 				s->queue_head = r->next;

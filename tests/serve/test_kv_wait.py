@@ -16,6 +16,12 @@ max_tokens each):
                not even the empty pool holds is answered 503 at once,
                naming the pages it needs and the pool's, while a request
                that fits, sent beside it, answers 200 as run alone.
+  boundary     a kvd of exactly 5 pages a stream (80 rows): a request
+               whose prompt and max_tokens - 1 fill the 80 rows (the last
+               sampled token is never evaluated, so its row never
+               written) answers 200 with all its tokens; one more
+               max_token is refused at once.  Before the fix the first
+               was refused too (its last token counted as a row).
 Before the fix the pressure run failed requests with HTTP 503 "KV pool
 exhausted" (STRATA_BUILD_DIR pointing at an older build shows it).
 """
@@ -109,6 +115,42 @@ def too_big(store, seq, ref):
           "run alone (%s)" % small[0][0][:80])
 
 
+def boundary(store, model):
+    """A kvd pool of exactly 5 pages a stream: max_tokens that fill its
+    80 rows with the prompt (less the last, unwritten token) is served;
+    one more is refused at once, naming the pages."""
+    rows = 5 * PAGE_ROWS
+    inst = Instance(store, tag="kvw", kvd_args=[
+        "--budget", str(rows * kv_bytes_per_token(model))],
+        computed_args=["--compute", "reference", "--threads", "1"])
+    inst.start(timeout_s=120)
+    prompt = " ".join(WORDS[:PROMPT_WORDS])
+    try:
+        st, body = request(inst, "POST", "/v1/completions", {
+            "prompt": prompt, "max_tokens": 1, "temperature": 0})
+        n = body["usage"]["prompt_tokens"] if st == 200 else 0
+        check(st == 200 and 0 < n < rows, "boundary: the probe answers "
+              "(HTTP %d, prompt of %d tokens)" % (st, n))
+        mt = rows - n + 1
+        st, body = request(inst, "POST", "/v1/completions", {
+            "prompt": prompt, "max_tokens": mt, "temperature": 0})
+        got = body["usage"]["completion_tokens"] if st == 200 else 0
+        check(st == 200 and got == mt, "boundary: %d prompt tokens and "
+              "max_tokens %d (%d rows written) in a pool of %d rows a "
+              "stream answer 200 with every token (HTTP %d, %d tokens: "
+              "%s)" % (n, mt, n + mt - 1, rows, st, got,
+                       json.dumps(body)[:200]))
+        st, body = request(inst, "POST", "/v1/completions", {
+            "prompt": prompt, "max_tokens": mt + 1, "temperature": 0})
+        msg = json.dumps(body)
+        check(st == 503 and "KV pool exhausted" in msg and
+              "max_tokens (%d)" % (mt + 1) in msg, "boundary: one more "
+              "max_token (%d rows) is refused at once (HTTP %d: %s)" % (
+                  n + mt, st, msg[:300]))
+    finally:
+        inst.stop()
+
+
 def main():
     model = fixture("kjv-moe")
     os.environ["STRATA_LOG"] = "info"
@@ -148,6 +190,7 @@ def main():
     print("info: shared: %d requests waited for KV pages" %
           m.get("strata_kv_admission_waits_total", 0))
     too_big(store, seq, ref)
+    boundary(store, model)
     if FAILS:
         print("%d checks failed" % len(FAILS))
         return 1
