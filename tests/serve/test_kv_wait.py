@@ -15,7 +15,10 @@ max_tokens each):
   too-big      a kvd holding one request: one whose prompt and max_tokens
                not even the empty pool holds is answered 503 at once,
                naming the pages it needs and the pool's, while a request
-               that fits, sent beside it, answers 200 as run alone.
+               that fits, sent beside it, answers 200 as run alone;
+               once kvd's pool is known such a request is refused at
+               submission, a stream too (HTTP 503, not 200 and an SSE
+               error event).
   boundary     a kvd of exactly 5 pages a stream (80 rows): a request
                whose prompt and max_tokens - 1 fill the 80 rows (the last
                sampled token is never evaluated, so its row never
@@ -103,8 +106,17 @@ def too_big(store, seq, ref):
         t.start()
         small = greedy_batch(inst, 1, PROMPT_WORDS, MAX_TOKENS)
         t.join()
+        # kvd's pool known by now: a stream is refused at submission,
+        # with the HTTP status (before: 200, then an SSE error event)
+        sst, sbody = request(inst, "POST", "/v1/completions", {
+            "prompt": "big " + " ".join(WORDS[:20]), "max_tokens": 230,
+            "temperature": 0, "stream": True}, timeout=60)
     finally:
         inst.stop()
+    check(sst == 503 and "KV pool exhausted" in json.dumps(sbody),
+          "too-big: a stream is answered HTTP 503 naming the pages, not "
+          "200 and an error event (HTTP %d: %s)" % (
+              sst, json.dumps(sbody)[:200]))
     st, body = out["big"]
     msg = json.dumps(body)
     check(st == 503 and "KV pool exhausted" in msg and "pages" in msg and
