@@ -33,7 +33,9 @@ int cli_check_memory(const char *memory, const char *host_floor,
 	}
 	if (!m) {
 		fprintf(stderr, "%s: --memory-budget %s: give a size, or leave "
-			"the option out to keep fixed budgets\n", who, memory);
+			"the option out to keep fixed budgets (in a config "
+			"file: delete or comment the [memory] budget line; "
+			"0 no longer means none)\n", who, memory);
 		return 2;
 	}
 	if (ret_bytes)

@@ -158,6 +158,15 @@ static int smaps_of(const void *p, int *advised, long long *huge)
 	return found ? 0 : -ENOENT;
 }
 
+const char *st_hugemem_why_not(size_t bytes)
+{
+	if (bytes < ST_HUGEMEM_MIN)
+		return "under 2 MiB: heap memory";
+	if (advice() != MADV_HUGEPAGE)
+		return "STRATA_HUGE_PAGES=0";
+	return NULL;
+}
+
 int st_hugemem_advised(const void *p)
 {
 	int advised, r;

@@ -55,6 +55,14 @@ int st_hugemem_read_file(const char *path, size_t bytes, void **ret,
 			 struct st_diag *diag);
 
 /*
+ * Why a buffer of st_hugemem_alloc of bytes is not huge-page advised: a
+ * static string ("under 2 MiB: heap memory" below ST_HUGEMEM_MIN,
+ * "STRATA_HUGE_PAGES=0" where the environment turns the advice off), or
+ * NULL when it is advised.  For log lines that say why 4 KiB pages.
+ */
+const char *st_hugemem_why_not(size_t bytes);
+
+/*
  * 1 if the mapping holding p is advised MADV_HUGEPAGE ("hg" in its
  * /proc/self/smaps VmFlags), 0 if not, negative errno if smaps cannot be
  * read or holds no mapping of p.  For tests and `status`.

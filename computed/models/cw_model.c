@@ -452,12 +452,13 @@ int cw_model_open(const char *store_dir, struct es_client *es,
 		uint64_t db = 0;
 		long long huge = 0;
 		int adv = cw_model_dense_pages(m, &db, &huge);
+		const char *why = adv == 0 ? st_hugemem_why_not(db) : NULL;
 
-		st_info("dense weights: %.1f MiB, %s (%.1f MiB in huge pages)",
-			(double)db / 1048576.0,
+		st_info("dense weights: %.1f MiB, %s%s%s (%.1f MiB in huge "
+			"pages)", (double)db / 1048576.0,
 			adv == 1 ? "huge pages advised" :
-			adv == 0 ? "4 KiB pages (STRATA_HUGE_PAGES=0)" :
-				   "page size unknown",
+			adv == 0 ? "4 KiB pages" : "page size unknown",
+			why ? ": " : "", why ? why : "",
 			(double)huge / 1048576.0);
 		r = verify_dense(m, diag);
 	}

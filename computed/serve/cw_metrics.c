@@ -591,7 +591,8 @@ int cw_metrics_render(struct cw_metrics *m, const struct cw_metrics_ext *x,
 		  "without spilling: admitted once its free pages cover the "
 		  "prompt and max_tokens)", (double)kv_pin[9]);
 	tb_metric(&b, "strata_kv_admission_wait_pages", "gauge",
-		  "KV pages the queue's head waits for now",
+		  "KV pages the queued requests the free places would take "
+		  "wait for now, beyond the room kvd has",
 		  (double)kv_pin[10]);
 	tb_metric(&b, "strata_kv_admit_ahead_requests_total", "counter",
 		  "queued requests whose cached prefixes were named to kvd to "

@@ -64,6 +64,11 @@ struct cw_sched {
 	pthread_mutex_t model_lock;  /* the forward pass */
 	struct cw_sched_req *queue_head, *queue_tail;
 	int n_queued, n_running;
+	/* kvd's pool as admission by KV pages last read it (pages, rows a
+	 * page, streams; pool 0: unknown or not by pages), for refusing at
+	 * submission a request not even the whole pool holds */
+	uint64_t kv_pool_pages;
+	uint32_t kv_page_rows, kv_streams;
 	int stop;
 	/* scheduler thread only */
 	struct cw_sched_req *running; /* in admission order */
@@ -480,18 +485,56 @@ static int ask_admit(struct cw_sched *s)
 	return r > 0 ? r : 0;
 }
 
-/* KV pages queued request r takes by its end: its prompt and max_tokens
- * (cut to the context as cw_gen_start cuts it), prefix-cache hits
- * ignored (counted as new pages: an upper bound). */
-static uint64_t req_kv_pages(const struct cw_sched *s,
-			     const struct cw_sched_req *r)
+/* KV rows a generation of n_prompt prompt tokens and max_tokens (cut to
+ * the context) writes by its end: the prompt and each sampled token but
+ * the last, which is never evaluated (cw_gen: a step's drafts stop one
+ * short of max_tokens too).  Counting the last one refused, at a page
+ * boundary, a request the pool holds (issue atk). */
+static uint64_t kv_rows_at_end(uint64_t n_prompt, uint64_t max_tokens)
+{
+	return n_prompt + (max_tokens > 0 ? max_tokens - 1 : 0);
+}
+
+/* max_tokens of queued request r as cw_gen_start cuts it to the
+ * context. */
+static int64_t req_max_tokens_cut(const struct cw_sched *s,
+				  const struct cw_sched_req *r)
 {
 	const int ctx = cw_model_config(s->model)->max_position_embeddings;
 	int64_t mt = ST_MAX(r->p.max_tokens, 0);
 
 	if (mt > (int64_t)ctx - (int64_t)r->n_ids)
 		mt = ST_MAX((int64_t)ctx - (int64_t)r->n_ids, 0);
-	return cw_kvahead_pages(&s->kva, (uint64_t)r->n_ids + (uint64_t)mt);
+	return mt;
+}
+
+/* KV pages queued request r takes by its end: kv_rows_at_end of its
+ * prompt and max_tokens (cut to the context), prefix-cache hits
+ * ignored (counted as new pages: an upper bound). */
+static uint64_t req_kv_pages(const struct cw_sched *s,
+			     const struct cw_sched_req *r)
+{
+	return cw_kvahead_pages(
+		&s->kva, kv_rows_at_end(r->n_ids,
+					(uint64_t)req_max_tokens_cut(s, r)));
+}
+
+/* The refusal of queued request r, whose need KV pages not even kvd's
+ * pool of pool pages holds (spilling off), into msg. */
+static void too_big_msg(const struct cw_sched *s, const struct cw_sched_req *r,
+			uint64_t need, uint64_t pool, char *msg, size_t cap)
+{
+	const int64_t mt = req_max_tokens_cut(s, r);
+
+	snprintf(msg, cap,
+		 "KV pool exhausted: the prompt (%zu tokens) and max_tokens "
+		 "(%lld%s) need %llu KV pages, kvd's pool holds %llu and "
+		 "spilling is off: lower max_tokens (a chat request without "
+		 "it asks for the rest of the context) or raise kvd --budget "
+		 "(strata: --kv-budget, or --memory-budget)",
+		 r->n_ids, (long long)mt,
+		 mt < r->p.max_tokens ? ", cut to the context" : "",
+		 (unsigned long long)need, (unsigned long long)pool);
 }
 
 /* Does admission by KV pages apply (kvd known and without a spill file,
@@ -505,8 +548,9 @@ static int kv_by_pages(struct cw_sched *s)
 }
 
 /* The KV pages the running requests may still take: per request, the
- * pages of its prompt and max_tokens less those its sequence holds now
- * (shared prefix pages count in both, so they cancel). */
+ * pages of kv_rows_at_end of its prompt and max_tokens less those its
+ * sequence holds now (shared prefix pages count in both, so they
+ * cancel). */
 static uint64_t kv_growth(struct cw_sched *s)
 {
 	uint64_t growth = 0;
@@ -518,9 +562,10 @@ static uint64_t kv_growth(struct cw_sched *s)
 		if (!q->gen)
 			continue;
 		rows = kv_client_seq_rows(s->kv, cw_gen_seq(q->gen));
-		end = cw_kvahead_pages(&s->kva,
-				       (uint64_t)cw_gen_n_prompt(q->gen) +
-					       (uint64_t)q->max_tokens);
+		end = cw_kvahead_pages(
+			&s->kva,
+			kv_rows_at_end((uint64_t)cw_gen_n_prompt(q->gen),
+				       (uint64_t)ST_MAX(q->max_tokens, 0)));
 		held = cw_kvahead_pages(&s->kva,
 					rows > 0 ? (uint64_t)rows : 0);
 		growth += end > held ? end - held : 0;
@@ -940,6 +985,11 @@ static void *sched_main(void *arg)
 			pthread_mutex_unlock(&s->lock);
 			by_pages = kv_room(s, growth, &room, &pool);
 			pthread_mutex_lock(&s->lock);
+			s->kv_pool_pages = by_pages ? pool : 0;
+			s->kv_page_rows = s->kva.page_rows;
+			s->kv_streams = s->kva.n_streams;
+		} else if (!kv_pages) {
+			s->kv_pool_pages = 0;
 		}
 		/* admit */
 		while (s->queue_head && s->n_running < s->o.max_running) {
@@ -953,17 +1003,7 @@ static void *sched_main(void *arg)
 				char msg[sizeof(((struct cw_sched_event *)0)
 							->err_msg)];
 
-				snprintf(msg, sizeof(msg),
-					 "KV pool exhausted: the prompt (%zu "
-					 "tokens) and max_tokens (%lld) need "
-					 "%llu KV pages, kvd's pool holds %llu "
-					 "and spilling is off: lower max_tokens "
-					 "or raise kvd --budget (strata: "
-					 "--kv-budget, or --memory-budget)",
-					 r->n_ids,
-					 (long long)ST_MAX(r->p.max_tokens, 0),
-					 (unsigned long long)need,
-					 (unsigned long long)pool);
+				too_big_msg(s, r, need, pool, msg, sizeof(msg));
 				s->queue_head = r->next;
 				if (!s->queue_head)
 					s->queue_tail = NULL;
@@ -1208,6 +1248,26 @@ int cw_sched_submit(struct cw_sched *s, const int32_t *ids, size_t n_ids,
 		req_free(r);
 		return st_diag_set(diag, -ST_E_PEERGONE,
 				   "computed is shutting down");
+	}
+	if (s->kv_pool_pages && s->kv_page_rows) {
+		/* not even kvd's whole pool holds it: refused now, not
+		 * after its wait in the queue (a stream gets the HTTP
+		 * status, not an error event after 200) */
+		struct cw_kvahead geo = { .page_rows = s->kv_page_rows,
+					  .n_streams = s->kv_streams };
+		uint64_t need = cw_kvahead_pages(
+			&geo, kv_rows_at_end(r->n_ids, (uint64_t)
+					     req_max_tokens_cut(s, r)));
+
+		if (need > s->kv_pool_pages) {
+			char msg[sizeof(diag->msg)];
+
+			too_big_msg(s, r, need, s->kv_pool_pages, msg,
+				    sizeof(msg));
+			pthread_mutex_unlock(&s->lock);
+			req_free(r);
+			return st_diag_set(diag, -ST_E_BUDGET, "%s", msg);
+		}
 	}
 	if (s->n_queued >= s->o.max_queued) {
 		pthread_mutex_unlock(&s->lock);

@@ -71,7 +71,8 @@ static void test_check(void)
 	/* 0 in any spelling: refused (leaving the option out is "none") */
 	CHECK(check_mem("0", "1GiB", "1GiB", &b, msg, sizeof(msg)) == 2 &&
 	      !b && strstr(msg, "test: --memory-budget 0: give a size, or "
-			   "leave the option out to keep fixed budgets"));
+			   "leave the option out to keep fixed budgets") &&
+	      strstr(msg, "delete or comment the [memory] budget line"));
 	CHECK(check_mem("0GiB", NULL, NULL, &b, msg, sizeof(msg)) == 2 &&
 	      strstr(msg, "--memory-budget 0GiB: give a size"));
 	/* PiB and PB are sizes (then above this machine's memory); a

@@ -6,6 +6,7 @@
 #    daemon starts, the last naming the least budget; so are 0 (in any
 #    spelling, flag or memory.budget), a suffix that is none (the message
 #    lists them) and memory.budget = 50% in a config file; 1PiB is a size;
+#    docs/strata.conf.example passes plan's checks (no budget = 0);
 #  - strata plan names one least budget for every budget below it
 #    (top-k records + one sequence of the model's context of KV) and
 #    accepts it;
@@ -64,8 +65,14 @@ refused "plan --memory-budget 0" "--memory-budget 0: give a size" \
 printf '[memory]\nbudget = 0\n' >"$TMP/zero.conf"
 refused "memory.budget = 0" "--memory-budget 0: give a size" \
 	"$STRATA" up --config "$TMP/zero.conf" --model "$MODEL" --instance "$I" --run-dir "$R"
-refused "plan with memory.budget = 0" "--memory-budget 0: give a size" \
+refused "plan with memory.budget = 0" "delete or comment the \[memory\] budget line" \
 	"$STRATA" plan --config "$TMP/zero.conf" --model "$MODEL"
+# the shipped example config (README: strata up --config
+# docs/strata.conf.example; the systemd units' template) names no shared
+# budget: its checks pass (it said "budget = 0" for none, refused since)
+"$STRATA" plan --config "$STRATA_SOURCE_DIR/docs/strata.conf.example" \
+	--model "$MODEL" >/dev/null 2>"$TMP/err" ||
+	{ echo "FAIL: plan --config docs/strata.conf.example: rc $?"; cat "$TMP/err"; fail=1; }
 refused "up --memory-budget 1PiB" "more than this machine's memory" \
 	"$STRATA" up --model "$MODEL" --instance "$I" --run-dir "$R" --memory-budget 1PiB
 refused "run --memory-budget 1XiB" "not a size: give .*PiB" \

@@ -97,6 +97,15 @@ static void test_env_off(void **state)
 	assert_int_equal(st_hugemem_advised(p), 0);
 	assert_int_equal(st_hugemem_huge_bytes(p), 0);
 	st_hugemem_free(p, n);
+	/* the reason log lines give: the environment only when it is set,
+	 * the size for a buffer under 2 MiB (computed's kjv-moe dense
+	 * weights, 1.6 MiB, were said to be off by STRATA_HUGE_PAGES=0) */
+	setenv("STRATA_HUGE_PAGES", "0", 1);
+	assert_string_equal(st_hugemem_why_not(n), "STRATA_HUGE_PAGES=0");
+	unsetenv("STRATA_HUGE_PAGES");
+	assert_null(st_hugemem_why_not(n));
+	assert_string_equal(st_hugemem_why_not(ST_HUGEMEM_MIN - 1),
+			    "under 2 MiB: heap memory");
 }
 
 static void test_small_malloc(void **state)

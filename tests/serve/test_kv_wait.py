@@ -15,7 +15,16 @@ max_tokens each):
   too-big      a kvd holding one request: one whose prompt and max_tokens
                not even the empty pool holds is answered 503 at once,
                naming the pages it needs and the pool's, while a request
-               that fits, sent beside it, answers 200 as run alone.
+               that fits, sent beside it, answers 200 as run alone;
+               once kvd's pool is known such a request is refused at
+               submission, a stream too (HTTP 503, not 200 and an SSE
+               error event).
+  boundary     a kvd of exactly 5 pages a stream (80 rows): a request
+               whose prompt and max_tokens - 1 fill the 80 rows (the last
+               sampled token is never evaluated, so its row never
+               written) answers 200 with all its tokens; one more
+               max_token is refused at once.  Before the fix the first
+               was refused too (its last token counted as a row).
 Before the fix the pressure run failed requests with HTTP 503 "KV pool
 exhausted" (STRATA_BUILD_DIR pointing at an older build shows it).
 """
@@ -97,8 +106,17 @@ def too_big(store, seq, ref):
         t.start()
         small = greedy_batch(inst, 1, PROMPT_WORDS, MAX_TOKENS)
         t.join()
+        # kvd's pool known by now: a stream is refused at submission,
+        # with the HTTP status (before: 200, then an SSE error event)
+        sst, sbody = request(inst, "POST", "/v1/completions", {
+            "prompt": "big " + " ".join(WORDS[:20]), "max_tokens": 230,
+            "temperature": 0, "stream": True}, timeout=60)
     finally:
         inst.stop()
+    check(sst == 503 and "KV pool exhausted" in json.dumps(sbody),
+          "too-big: a stream is answered HTTP 503 naming the pages, not "
+          "200 and an error event (HTTP %d: %s)" % (
+              sst, json.dumps(sbody)[:200]))
     st, body = out["big"]
     msg = json.dumps(body)
     check(st == 503 and "KV pool exhausted" in msg and "pages" in msg and
@@ -107,6 +125,42 @@ def too_big(store, seq, ref):
           % (st, msg[:300]))
     check(small[0] == ref[0], "too-big: the request beside it answers as "
           "run alone (%s)" % small[0][0][:80])
+
+
+def boundary(store, model):
+    """A kvd pool of exactly 5 pages a stream: max_tokens that fill its
+    80 rows with the prompt (less the last, unwritten token) is served;
+    one more is refused at once, naming the pages."""
+    rows = 5 * PAGE_ROWS
+    inst = Instance(store, tag="kvw", kvd_args=[
+        "--budget", str(rows * kv_bytes_per_token(model))],
+        computed_args=["--compute", "reference", "--threads", "1"])
+    inst.start(timeout_s=120)
+    prompt = " ".join(WORDS[:PROMPT_WORDS])
+    try:
+        st, body = request(inst, "POST", "/v1/completions", {
+            "prompt": prompt, "max_tokens": 1, "temperature": 0})
+        n = body["usage"]["prompt_tokens"] if st == 200 else 0
+        check(st == 200 and 0 < n < rows, "boundary: the probe answers "
+              "(HTTP %d, prompt of %d tokens)" % (st, n))
+        mt = rows - n + 1
+        st, body = request(inst, "POST", "/v1/completions", {
+            "prompt": prompt, "max_tokens": mt, "temperature": 0})
+        got = body["usage"]["completion_tokens"] if st == 200 else 0
+        check(st == 200 and got == mt, "boundary: %d prompt tokens and "
+              "max_tokens %d (%d rows written) in a pool of %d rows a "
+              "stream answer 200 with every token (HTTP %d, %d tokens: "
+              "%s)" % (n, mt, n + mt - 1, rows, st, got,
+                       json.dumps(body)[:200]))
+        st, body = request(inst, "POST", "/v1/completions", {
+            "prompt": prompt, "max_tokens": mt + 1, "temperature": 0})
+        msg = json.dumps(body)
+        check(st == 503 and "KV pool exhausted" in msg and
+              "max_tokens (%d)" % (mt + 1) in msg, "boundary: one more "
+              "max_token (%d rows) is refused at once (HTTP %d: %s)" % (
+                  n + mt, st, msg[:300]))
+    finally:
+        inst.stop()
 
 
 def main():
@@ -148,6 +202,7 @@ def main():
     print("info: shared: %d requests waited for KV pages" %
           m.get("strata_kv_admission_waits_total", 0))
     too_big(store, seq, ref)
+    boundary(store, model)
     return finish()
 
 
