@@ -123,9 +123,7 @@ int st_hugemem_read_file(const char *path, size_t bytes, void **ret,
 	return 0;
 }
 
-/* Finds p's mapping in /proc/self/smaps and reads its VmFlags "hg" bit
- * (*advised) and AnonHugePages in bytes (*huge).  0 or negative errno. */
-static int smaps_of(const void *p, int *advised, long long *huge)
+int st_hugemem_state(const void *p, int *advised, long long *huge)
 {
 	FILE *f = fopen("/proc/self/smaps", "re");
 	char line[512];
@@ -172,7 +170,7 @@ int st_hugemem_advised(const void *p)
 	int advised, r;
 	long long huge;
 
-	r = smaps_of(p, &advised, &huge);
+	r = st_hugemem_state(p, &advised, &huge);
 	return r < 0 ? r : advised;
 }
 
@@ -181,7 +179,7 @@ long long st_hugemem_huge_bytes(const void *p)
 	int advised, r;
 	long long huge;
 
-	r = smaps_of(p, &advised, &huge);
+	r = st_hugemem_state(p, &advised, &huge);
 	return r < 0 ? r : huge;
 }
 

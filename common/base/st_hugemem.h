@@ -63,6 +63,15 @@ int st_hugemem_read_file(const char *path, size_t bytes, void **ret,
 const char *st_hugemem_why_not(size_t bytes);
 
 /*
+ * Reads p's mapping in /proc/self/smaps once: *advised 1 when its VmFlags
+ * hold "hg" (MADV_HUGEPAGE), else 0; *huge its AnonHugePages in bytes.
+ * Returns 0, or negative errno when smaps cannot be read or holds no
+ * mapping of p.  st_hugemem_advised and st_hugemem_huge_bytes are its two
+ * halves.
+ */
+int st_hugemem_state(const void *p, int *advised, long long *huge);
+
+/*
  * 1 if the mapping holding p is advised MADV_HUGEPAGE ("hg" in its
  * /proc/self/smaps VmFlags), 0 if not, negative errno if smaps cannot be
  * read or holds no mapping of p.  For tests and `status`.

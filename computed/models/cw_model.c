@@ -763,16 +763,15 @@ int cw_model_dense_pages(const struct cw_model *m, uint64_t *ret_bytes,
 			 long long *ret_huge)
 {
 	long long huge;
-	int adv;
+	int adv, r;
 
 	if (m->dsv || !m->dense_map)
 		return -ENOTSUP;
-	adv = st_hugemem_advised(m->dense_map);
-	if (adv < 0)
-		return adv;
-	huge = st_hugemem_huge_bytes(m->dense_map);
+	r = st_hugemem_state(m->dense_map, &adv, &huge);
+	if (r < 0)
+		return r;
 	*ret_bytes = m->dense_len;
-	*ret_huge = huge < 0 ? 0 : huge;
+	*ret_huge = huge;
 	return adv;
 }
 
