@@ -8,12 +8,20 @@
 # Prints libFuzzer's final stats (number_of_executed_units); fails on any
 # crash, leak, sanitizer report or FUZZ_CHECK, keeping the input as
 # BUILD/fuzz-libfuzzer/crash-TARGET-*.  Exit 77 without clang's libFuzzer.
+# STRATA_FUZZ_JOBS=N (default 1) runs libFuzzer's fork mode with N worker
+# processes sharing one corpus; the runs count is then their total.
 set -u
 t=${1:?usage: run_libfuzzer.sh TARGET}
 src=${STRATA_SOURCE_DIR:?STRATA_SOURCE_DIR not set (run through meson test)}
 build=${STRATA_BUILD_DIR:?STRATA_BUILD_DIR not set}/fuzz-libfuzzer
 runs=${STRATA_FUZZ_RUNS:-10000000}
 cc=${STRATA_FUZZ_CC:-clang}
+jobs=${STRATA_FUZZ_JOBS:-1}
+case $jobs in
+''|*[!0-9]*|0) echo "STRATA_FUZZ_JOBS must be a positive integer, not '$jobs'"; exit 1 ;;
+esac
+fork=
+[ "$jobs" -gt 1 ] && fork=-fork=$jobs
 
 if ! command -v "$cc" >/dev/null 2>&1; then
 	echo "SKIP: $cc not found; libFuzzer runs need clang (apt-get install clang)"
@@ -47,12 +55,15 @@ mkdir -p "$build/corpus-$t" || exit 1
 # UBSan reports are findings: make them abort, like ASan's
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
-echo "fuzz_$t: $runs runs from $src/tests/fuzz/corpus/$t"
+echo "fuzz_$t: $runs runs from $src/tests/fuzz/corpus/$t${fork:+ ($jobs worker processes)}"
 log=$build/run-$t.log
-"$build/tree/tests/fuzz/fuzz_$t" -runs="$runs" -print_final_stats=1 \
+# shellcheck disable=SC2086 # $fork is empty or one word
+"$build/tree/tests/fuzz/fuzz_$t" $fork -runs="$runs" -print_final_stats=1 \
 	-rss_limit_mb=4096 -timeout=30 -artifact_prefix="$build/crash-$t-" \
 	"$build/corpus-$t" "$src/tests/fuzz/corpus/$t" >"$log" 2>&1
 rc=$?
 # the progress lines are many: keep the start, the end and any report
-grep -v '^#[0-9]*	\(NEW\|REDUCE\|pulse\)' "$log" | tail -60
+grep -v '^#[0-9]*\(	NEW\|	REDUCE\|	pulse\|: cov\)' "$log" | tail -60
+# fork mode: its last progress line has the total of executions
+[ -n "$fork" ] && grep '^#[0-9]*: cov' "$log" | tail -1
 exit $rc
