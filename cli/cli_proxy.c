@@ -6,7 +6,9 @@
  * unbounded buffering).  A connection whose reply is a 503 of ours reads
  * and drops what the client still sends, answers once some request bytes
  * came, then closes its writing side and lingers until the client closes
- * (or LINGER_MS), so that the client reads the answer instead of a reset. */
+ * (or LINGER_MS), so that the client reads the answer instead of a reset.
+ * When computed goes before the client sent a byte, the connection stays:
+ * its request is passed to the computed listening when it comes. */
 #include "cli_proxy.h"
 
 #include <arpa/inet.h>
@@ -89,6 +91,9 @@ struct px_conn {
 	struct px_side c, b; /* client; computed (backend) */
 	int connecting;      /* backend connect(2) in progress */
 	int awaiting;        /* client bytes came after computed's last */
+	int requested;       /* some client bytes came on this connection */
+	int reconnect;       /* computed went before any request came:
+			      * connect again when one comes */
 	int answer;          /* we answer 503 (computed gone or down) */
 	int cw_pid;          /* computed's pid when the client came */
 	int closing;         /* close once c's pending bytes are written */
@@ -296,6 +301,15 @@ static void backend_gone(struct cli_proxy *p, struct px_conn *c,
 	int same = !never_reached && c->cw_pid > 0 && cw == c->cw_pid &&
 		   st_pid_alive(cw);
 
+	if (!never_reached && !c->requested && !pending && !same) {
+		/* computed went (killed) while the client had not sent a
+		 * byte yet, e.g. between its connect and its request: the
+		 * request goes to the computed that runs when it comes (or
+		 * gets our 503), instead of a reset connection */
+		drop_backend(p, c);
+		c->reconnect = 1;
+		return;
+	}
 	if (!never_reached && !c->awaiting && resp_cut_clean(&c->resp)) {
 		/* an SSE stream computed's end cut between events: what it
 		 * sent, then our error event and the stream's end, so that
@@ -420,15 +434,32 @@ static int conns_of(const struct cli_proxy *p, const uint8_t key[16])
 	return n;
 }
 
-static void new_conn(struct cli_proxy *p)
+/* Starts c's connection to computed's private port (non-blocking); one
+ * refused at once is a computed that is not there (backend_gone). */
+static void backend_connect(struct cli_proxy *p, struct px_conn *c)
 {
 	struct sockaddr_in a = { .sin_family = AF_INET };
+	int r;
+
+	c->cw_pid = st_pidfile_read(p->run_dir, "computed");
+	a.sin_port = htons((uint16_t)p->private_port);
+	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	c->b.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	r = c->b.fd < 0 ? -1 : connect(c->b.fd, (struct sockaddr *)&a, sizeof(a));
+	if (r < 0 && c->b.fd >= 0 && errno == EINPROGRESS)
+		c->connecting = 1;
+	else if (r < 0)
+		backend_gone(p, c, 1);
+}
+
+static void new_conn(struct cli_proxy *p)
+{
 	struct sockaddr_storage peer;
 	socklen_t plen = sizeof(peer);
 	struct px_conn *c;
 	uint8_t key[16];
 	int fd = accept4(p->lfd, (struct sockaddr *)&peer, &plen,
-			 SOCK_NONBLOCK | SOCK_CLOEXEC), r;
+			 SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 	if (fd < 0)
 		return;
@@ -444,20 +475,12 @@ static void new_conn(struct cli_proxy *p)
 	}
 	c->c.fd = fd;
 	memcpy(c->peer, key, 16);
-	c->cw_pid = st_pidfile_read(p->run_dir, "computed");
 	c->next = p->conns;
 	if (p->conns)
 		p->conns->prev = c;
 	p->conns = c;
 	p->n_conns++;
-	a.sin_port = htons((uint16_t)p->private_port);
-	a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	c->b.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	r = c->b.fd < 0 ? -1 : connect(c->b.fd, (struct sockaddr *)&a, sizeof(a));
-	if (r < 0 && c->b.fd >= 0 && errno == EINPROGRESS)
-		c->connecting = 1;
-	else if (r < 0)
-		backend_gone(p, c, 1);
+	backend_connect(p, c);
 	update(p, c);
 }
 
@@ -511,9 +534,14 @@ static void on_client(struct cli_proxy *p, struct px_conn *c, uint32_t ev)
 			goto out;
 		}
 		c->awaiting = 1;
+		c->requested = 1;
 		if (!answering) {
 			c->c.len = (size_t)n;
 			c->c.off = 0;
+		}
+		if (c->reconnect) {
+			c->reconnect = 0;
+			backend_connect(p, c); /* refused: our 503 below */
 		}
 		queue_answer(p, c);
 	}

@@ -14,7 +14,11 @@
  *  - an interim "100 Continue" before the stream: the event still added;
  *  - with a computed pid file naming a live process (this one): the
  *    computed that took the stream lives and ended it (it stops): the
- *    event says computed_stopping instead.
+ *    event says computed_stopping instead;
+ *  - computed gone between a client's connect and its request (the
+ *    chaos test's BrokenPipeError): the request goes to the computed
+ *    listening when it comes, or gets a 503 computed_restarting when none
+ *    does; never a reset connection.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -106,6 +110,81 @@ static size_t read_all(int fd, char *buf, size_t cap)
 	}
 	buf[n] = 0;
 	return n;
+}
+
+/* accept(2) on lfd within 5 s; -1 when nothing came. */
+static int accept_within(int lfd)
+{
+	struct pollfd p = { .fd = lfd, .events = POLLIN };
+
+	if (poll(&p, 1, 5000) <= 0)
+		return -1;
+	return accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
+}
+
+/* A client connects, computed (the fake backend) ends before the request
+ * comes; then the request.  relisten: a computed listens again (it must
+ * get the request and its answer reach the client), else none (the
+ * client must get our 503).  Closes *lfd when !relisten. */
+static void run_gone_before_request(int front_port, int *lfd, int relisten)
+{
+	static const char req[] =
+		"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+		"Content-Length: 2\r\n\r\n{}";
+	static const char resp[] =
+		"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+		"Content-Length: 2\r\nConnection: close\r\n\r\n{}";
+	char got[8192], tmp[4096];
+	int c = connect_to(front_port), b = accept_within(*lfd), bad;
+	size_t n;
+
+	ST_TEST_CHECK(b >= 0);
+	if (!relisten) {
+		close(*lfd); /* no computed listens now */
+		*lfd = -1;
+	}
+	close(b); /* computed's end, as a kill -9 with no request */
+	st_sleep_ns(100000000ull);
+	if (send(c, req, sizeof(req) - 1, MSG_NOSIGNAL) !=
+	    (ssize_t)sizeof(req) - 1) {
+		printf("FAIL: gone before the request (%s): send: %s\n",
+		       relisten ? "a computed again" : "none", strerror(errno));
+		failures++;
+		close(c);
+		return;
+	}
+	if (relisten) {
+		size_t rl = 0;
+
+		b = accept_within(*lfd);
+		while (b >= 0 && rl < sizeof(req) - 1) {
+			ssize_t r = read(b, tmp, sizeof(tmp));
+
+			if (r <= 0)
+				break;
+			rl += (size_t)r;
+		}
+		if (b >= 0 && write(b, resp, sizeof(resp) - 1) < 0)
+			perror("write");
+		if (b >= 0)
+			close(b);
+		n = read_all(c, got, sizeof(got));
+		bad = b < 0 || rl != sizeof(req) - 1 || n != sizeof(resp) - 1 ||
+		      memcmp(got, resp, n);
+	} else {
+		n = read_all(c, got, sizeof(got));
+		bad = strncmp(got, "HTTP/1.1 503 ", 13) ||
+		      !strstr(got, "\"code\":\"computed_restarting\"");
+	}
+	close(c);
+	printf("%s: computed gone before the request came, %s (%zu bytes "
+	       "got)\n", bad ? "FAIL" : "ok",
+	       relisten ? "a computed listens again: it answers" :
+			  "none listens: 503 computed_restarting", n);
+	if (bad) {
+		printf("  got: %.*s\n", (int)ST_MIN(n, 1200), got);
+		failures++;
+	}
 }
 
 static void run_case(int front_port, int backend_lfd, const struct tcase *t)
@@ -232,11 +311,14 @@ int main(void)
 		run_case(front_port, lfd, &live);
 		st_pidfile_remove(run_dir, "computed");
 	}
+	run_gone_before_request(front_port, &lfd, 1);
+	run_gone_before_request(front_port, &lfd, 0);
 	ST_TEST_CHECK(cli_proxy_n_cut_streams(p) == 6);
 	printf("streams ended with the error event: %llu (want 6)\n",
 	       (unsigned long long)cli_proxy_n_cut_streams(p));
 	cli_proxy_destroy(p);
-	close(lfd);
+	if (lfd >= 0)
+		close(lfd);
 	rmdir(run_dir);
 	printf("%d failed\n", failures);
 	return failures ? 1 : 0;
