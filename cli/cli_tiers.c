@@ -89,6 +89,8 @@ int cli_tier_opt(struct cli_tier_args *t, int code, const char *arg)
 		return add(t->cw, &t->n_cw, "--lookahead-measure", NULL);
 	case CLI_OPT_EXACT_MATH:
 		return add(t->cw, &t->n_cw, "--exact-math", NULL);
+	case CLI_OPT_NO_OVERLAP:
+		return add(t->cw, &t->n_cw, "--no-expert-overlap", NULL);
 	default:
 		return 0;
 	}

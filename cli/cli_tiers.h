@@ -30,7 +30,7 @@ enum {
 	CLI_OPT_NO_PREFETCH, CLI_OPT_PREFETCH_DEPTH, CLI_OPT_ROUTE_TRACE,
 	CLI_OPT_ROUTE_RECORD, CLI_OPT_LA_MEASURE, CLI_OPT_NO_DIRECT,
 	CLI_OPT_LOADERS, CLI_OPT_ORACLE, CLI_OPT_HALF_LIFE, CLI_OPT_ADMIT,
-	CLI_OPT_EXACT_MATH,
+	CLI_OPT_EXACT_MATH, CLI_OPT_NO_OVERLAP,
 	CLI_OPT_ENGRAM_CACHE, /* last: callers take EVICT ... ENGRAM_CACHE */
 };
 
@@ -51,6 +51,7 @@ enum {
 	{ "lookahead-oracle", no_argument, NULL, CLI_OPT_ORACLE },           \
 	{ "stats-half-life", required_argument, NULL, CLI_OPT_HALF_LIFE },  \
 	{ "exact-math", no_argument, NULL, CLI_OPT_EXACT_MATH },             \
+	{ "no-expert-overlap", no_argument, NULL, CLI_OPT_NO_OVERLAP },      \
 	{ "engram-cache", required_argument, NULL, CLI_OPT_ENGRAM_CACHE }
 
 #define CLI_TIER_HELP \
@@ -66,6 +67,8 @@ enum {
 "  --no-prefetch        no prefetch hints (and expertd ignores them)\n" \
 "  --lookahead-measure  count look-ahead hits for 1..3 layers ahead\n" \
 "  --no-direct-io       read the store through the page cache\n" \
+"  --no-expert-overlap  compute a layer's experts after all are loaded\n" \
+"                       (default: each as it arrives; for comparisons)\n" \
 "  --loader-threads N   expertd reads in flight (default 4)\n" \
 "  --route-trace FILE   forced routing from a JSONL trace\n" \
 "  --route-record FILE  write the routing applied as a JSONL trace\n" \

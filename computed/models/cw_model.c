@@ -91,6 +91,7 @@ struct cw_model {
 	void *act_arg;
 	cw_expert_fn expert_fn;   /* device path of routed experts, or NULL */
 	cw_expert_sync_fn expert_sync; /* its completion, or NULL */
+	int no_expert_overlap;    /* cw_model_set_expert_overlap(m, 0) */
 	void *expert_arg;
 	/* device KV pages (cw_model_set_kvdev), NULL: host rows only */
 	struct cw_kvdev *kvdev;            /* borrowed */
@@ -618,6 +619,13 @@ void cw_model_set_expert_fn(struct cw_model *m, cw_expert_fn fn,
 	m->expert_fn = fn;
 	m->expert_sync = fn ? sync : NULL;
 	m->expert_arg = arg;
+}
+
+void cw_model_set_expert_overlap(struct cw_model *m, int on)
+{
+	m->no_expert_overlap = !on;
+	if (m->dsv)
+		cw_dsvserve_set_expert_overlap(m->dsv, on);
 }
 
 void cw_model_set_kvdev(struct cw_model *m, struct cw_kvdev *kvdev,
@@ -1158,6 +1166,7 @@ struct moe_job {
 				    * p0[gi + 1]) */
 	int gn, tpe;               /* experts, tasks per expert */
 	int K;
+	int pb;                    /* the job's first pair: ks.pairs[pb] */
 };
 
 static void moe_gate_up_task(void *arg, int task, int n_tasks)
@@ -1210,7 +1219,7 @@ static void moe_act_task(void *arg, int task, int n_tasks)
 {
 	const struct moe_job *j = arg;
 	struct cw_model *m = j->m;
-	const int p = m->ks.pairs[task];
+	const int p = m->ks.pairs[j->pb + task];
 	const size_t I = (size_t)m->cfg.expert_inter;
 
 	(void)n_tasks;
@@ -1277,19 +1286,20 @@ static int dev_expert(struct cw_model *m, int layer, int e,
 	return m->expert_fn(m->expert_arg, layer, e, rec, w, n, x, out) == 1;
 }
 
-/* The CPU passes (gate/up, SwiGLU, down) over the pairs of job j:
- * ks.pairs[j->p0[gi] .. j->p0[gi + 1]) for each expert gi of the group. */
+/* The CPU passes (gate/up, SwiGLU, down) over the np pairs of job j:
+ * ks.pairs[j->p0[gi] .. j->p0[gi + 1]) for each expert gi of the group,
+ * ks.pairs[j->pb .. j->pb + np) in all. */
 static void moe_cpu(struct cw_model *m, int layer, struct moe_job *j, int np)
 {
 	const int K = m->cfg.top_k, H = m->cfg.hidden_size;
 
-	j->tpe = (int)((m->ks.views[ST_EXPERT_GATE].rows + MOE_GU_ROWS - 1) /
+	j->tpe = (int)((j->w[ST_EXPERT_GATE].rows + MOE_GU_ROWS - 1) /
 		       MOE_GU_ROWS);
 	cw_threads_run(m->pool, moe_gate_up_task, j, j->gn * j->tpe);
-	/* tasks index ks.pairs[0 .. np) */
+	/* tasks index ks.pairs[pb .. pb + np) */
 	cw_threads_run(m->pool, moe_act_task, j, np);
 	if (m->act_fn) /* calibration observer, one caller thread */
-		for (int pi = 0; pi < np; pi++) {
+		for (int pi = j->pb; pi < j->pb + np; pi++) {
 			const int p = m->ks.pairs[pi];
 
 			m->act_fn(m->act_arg, layer, m->rexperts[p],
@@ -1297,7 +1307,7 @@ static void moe_cpu(struct cw_model *m, int layer, struct moe_job *j, int np)
 				  m->ks.a + (size_t)p * m->cfg.expert_inter,
 				  m->cfg.expert_inter);
 		}
-	j->tpe = (int)((m->ks.views[ST_EXPERT_DOWN].rows + MOE_DOWN_ROWS - 1) /
+	j->tpe = (int)((j->w[ST_EXPERT_DOWN].rows + MOE_DOWN_ROWS - 1) /
 		       MOE_DOWN_ROWS);
 	cw_threads_run(m->pool, moe_down_task, j, j->gn * j->tpe);
 }
@@ -1310,6 +1320,55 @@ static void expert_pairs(struct cw_model *m, int n, int e, int *np)
 			m->ks.pairs[(*np)++] = i;
 }
 
+/* One layer's experts computed one at a time as expertd hands each over
+ * (es_client_acquire_each): the resident ones at once, the shared expert
+ * while the misses load, each miss when its read completes.  Each expert
+ * writes only its own pairs' moe_out rows, which the caller sums in top-k
+ * order, so the result does not depend on the order of arrival. */
+struct moe_each {
+	struct cw_model *m;
+	int layer, n;
+	const int *p0;        /* [gn + 1]: expert gi's pairs ks.pairs[p0[gi] ..
+			       * p0[gi + 1]) */
+	int shared;           /* compute the shared expert at the misses */
+	int shared_r;         /* its result: 0, 1 once done, or negative */
+	struct st_diag *diag; /* shexp_layer's error */
+	uint64_t fn_ns;       /* time computing in the calls */
+	int n_done;           /* experts handed over so far */
+	int n_before_idle;    /* of them when the misses' wait began */
+};
+
+static int shexp_layer(struct cw_model *m, int layer, int n,
+		       struct st_diag *diag);
+
+static void moe_each_fn(void *arg, int gi, const uint8_t *rec)
+{
+	struct moe_each *e = arg;
+	struct cw_model *m = e->m;
+	uint64_t t0 = st_now_ns();
+
+	if (gi < 0) {
+		e->n_before_idle = e->n_done;
+		if (e->shared && e->shared_r == 0) {
+			int r = shexp_layer(m, e->layer, e->n, e->diag);
+
+			e->shared_r = r < 0 ? r : 1;
+		}
+	} else {
+		struct cw_wview *w = m->ks.views + 3 * gi;
+		struct moe_job j = { .m = m, .w = w, .p0 = e->p0 + gi,
+				     .gn = 1, .K = m->cfg.top_k,
+				     .pb = e->p0[gi] };
+
+		expert_views(m, e->layer, rec, w);
+		m->rs.expert_bytes += view_bytes(&w[0]) + view_bytes(&w[1]) +
+				      view_bytes(&w[2]);
+		moe_cpu(m, e->layer, &j, e->p0[gi + 1] - e->p0[gi]);
+		e->n_done++;
+	}
+	e->fn_ns += st_now_ns() - t0;
+}
+
 /* Computes every (token, k) expert output of one layer into m->moe_out,
  * acquiring experts from expertd in groups that fit its pool.  Experts on
  * the device are queued there first (cw_expert_fn), the others computed
@@ -1317,7 +1376,7 @@ static void expert_pairs(struct cw_model *m, int n, int e, int *np)
  * device experts (issue 10 overlap); if that fails they are computed on
  * the CPU as well. */
 static int moe_layer(struct cw_model *m, int layer, int n,
-		     struct st_diag *diag)
+		     int *ret_shared_done, struct st_diag *diag)
 {
 	const struct st_model_config *c = &m->cfg;
 	const int E = c->n_experts, K = c->top_k, H = c->hidden_size;
@@ -1344,6 +1403,44 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 	group_max = es_client_n_slots(m->es);
 	if (group_max > n_needed)
 		group_max = n_needed;
+	*ret_shared_done = 0;
+	if (!m->no_expert_overlap && !m->expert_fn && !m->act_fn &&
+	    group_max == n_needed) {
+		/* one group on the CPU: each expert as it comes */
+		struct moe_each e = { .m = m, .layer = layer, .n = n,
+				      .p0 = p0, .shared = m->cfg.shared_inter > 0,
+				      .diag = diag };
+		int np = 0, tries = 0;
+		uint64_t t0;
+
+		for (int gi = 0; gi < n_needed; gi++) {
+			p0[gi] = np;
+			expert_pairs(m, n, needed[gi], &np);
+		}
+		p0[n_needed] = np;
+		t0 = st_now_ns();
+		for (;;) {
+			e.n_done = 0;
+			r = es_client_acquire_each(m->es, layer, n_needed,
+						   needed, moe_each_fn, &e,
+						   diag);
+			if (r != -ST_E_BUSY || ++tries > 2000)
+				break;
+			st_sleep_ns(1000000); /* another client holds pins */
+		}
+		m->rs.expert_stall_ns += st_now_ns() - t0 - e.fn_ns;
+		if (r < 0)
+			return r;
+		/* misses came after the wait began: all but the last expert
+		 * were computed while one was still being read */
+		if (e.n_before_idle < n_needed)
+			m->rs.experts_early += (uint64_t)n_needed - 1;
+		es_client_release(m->es, layer, n_needed, needed);
+		if (e.shared_r < 0)
+			return e.shared_r;
+		*ret_shared_done = e.shared_r == 1;
+		return 0;
+	}
 	for (int g0 = 0; g0 < n_needed; g0 += group_max) {
 		int gn = ST_MIN(group_max, n_needed - g0), np = 0, n_dev = 0;
 		uint64_t t0 = st_now_ns();
@@ -1391,6 +1488,7 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 		j.p0 = p0;
 		j.gn = gn;
 		j.K = K;
+		j.pb = 0;
 		moe_cpu(m, layer, &j, np);
 		if (n_dev && m->expert_sync &&
 		    m->expert_sync(m->expert_arg) < 0) {
@@ -1702,6 +1800,7 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 	}
 	for (int l = 0; l < c->n_layers; l++) {
 		const struct cw_layer_w *L = &m->layers[l];
+		int shared_done = 0; /* moe_layer computed the shared expert */
 
 		cw_steptime_phase(m->tl, CW_PHASE_DENSE);
 		/* attention: q, k, v for every token (each weight read
@@ -1827,10 +1926,10 @@ int cw_model_eval_batch(struct cw_model *m, const struct cw_batch_tok *toks,
 		if (m->hooks.layer_routed)
 			m->hooks.layer_routed(m->hooks.arg, m, l, toks[0].pos, n,
 					      m->x, m->rexperts, K);
-		r = moe_layer(m, l, n, diag);
+		r = moe_layer(m, l, n, &shared_done, diag);
 		if (r < 0)
 			goto out;
-		if (c->shared_inter) {
+		if (c->shared_inter && !shared_done) {
 			r = shexp_layer(m, l, n, diag);
 			if (r < 0)
 				goto out;

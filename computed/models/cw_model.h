@@ -62,6 +62,10 @@ struct cw_read_stats {
 	uint64_t lm_head_bytes;
 	uint64_t tokens;        /* token positions computed */
 	uint64_t expert_stall_ns; /* time waiting in es_client_acquire */
+	/* experts computed before their layer's last miss arrived (expert
+	 * overlap, cw_model_set_expert_overlap): n - 1 for a layer of n
+	 * experts of which at least one was read; 0 with overlap off */
+	uint64_t experts_early;
 	/* attention KV rows read (one per (token, layer, row)): from a
 	 * device page (cw_model_set_kvdev), and from a host row */
 	uint64_t attn_rows_device, attn_rows_host;
@@ -130,6 +134,14 @@ void cw_model_set_kvdev(struct cw_model *m, struct cw_kvdev *kvdev,
 
 /* Sets (or clears with NULL) the expert input observer. */
 void cw_model_set_act_fn(struct cw_model *m, cw_act_fn fn, void *arg);
+
+/* Expert overlap (on by default): when a layer's experts fit expertd's
+ * pool in one group and run on the CPU, each is computed as soon as its
+ * slot is ready (es_client_acquire_each), the shared expert while the
+ * misses load; off, all are acquired first (es_client_acquire).  Results
+ * are bit-identical either way; only the time waited for experts moves.
+ * A DeepSeek-V4/V4.1 store: its model's switch (cw_dsv_set_expert_overlap). */
+void cw_model_set_expert_overlap(struct cw_model *m, int on);
 
 /* Sets (or clears with NULL) the device path of routed experts, with its
  * completion sync (NULL: fn computes synchronously) and their arg; ignored

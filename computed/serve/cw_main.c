@@ -65,6 +65,7 @@ struct cw_daemon {
 	int timeout_ms;
 	int connect_timeout_ms;
 	const char *numa;         /* --numa text, NULL: no binding */
+	int no_expert_overlap;    /* --no-expert-overlap */
 	struct es_client *es;
 	struct kv_client *kv;
 	struct cw_model *model;
@@ -122,6 +123,10 @@ static void usage(FILE *f)
 "  --exact-math           DeepSeek-V4/V4.1: none of the official code's\n"
 "                         quantization round trips (the fixtures' strict\n"
 "                         references); default: the official math\n"
+"  --no-expert-overlap    acquire a layer's experts all at once, then\n"
+"                         compute them (default: each as its slot is\n"
+"                         ready, the shared expert while misses load;\n"
+"                         the same results, for comparisons)\n"
 "  --page-rows N          KV rows per page (default 16)\n"
 "  --connect-timeout SEC  wait this long for expertd/kvd (default 30)\n"
 "  --restart-wait SEC     when expertd or kvd dies, wait this long for it to\n"
@@ -242,6 +247,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 		{ "speculate", required_argument, NULL, 0x30e },
 		{ "draft-max", required_argument, NULL, 0x30f },
 		{ "exact-math", no_argument, NULL, 0x310 },
+		{ "no-expert-overlap", no_argument, NULL, 0x311 },
 		{ "help", no_argument, NULL, 'h' },
 		{ "version", no_argument, NULL, 'V' },
 		{ 0 },
@@ -434,6 +440,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 			break;
 		}
 		case 0x310: d->mopts.exact_math = 1; break;
+		case 0x311: d->no_expert_overlap = 1; break;
 		case 'B': d->hopts.bind_addr = optarg; break;
 		case 'A': d->hopts.api_key = optarg; break;
 		case 'M': snprintf(d->model_name, sizeof(d->model_name), "%s", optarg); break;
@@ -1308,6 +1315,8 @@ int main(int argc, char **argv)
 		st_err("cannot open the model: %s", diag.msg);
 		goto out;
 	}
+	if (d->no_expert_overlap)
+		cw_model_set_expert_overlap(d->model, 0);
 	if (cw_model_is_dsv4(d->model)) {
 		int dsv_depth;
 

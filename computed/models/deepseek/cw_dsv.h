@@ -154,6 +154,8 @@ void cw_dsv_set_route_reports(struct cw_dsv_model *m, int on);
  *    (es_client_acquire_each), summed in the fixed top-k order, instead of
  *    after all top-k are ready.
  */
+/* The expert_overlap switch of cw_dsv_set_decode_overlap alone. */
+void cw_dsv_set_expert_overlap(struct cw_dsv_model *m, int on);
 void cw_dsv_set_decode_overlap(struct cw_dsv_model *m, int step_hints,
 			       int expert_overlap);
 

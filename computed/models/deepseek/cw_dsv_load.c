@@ -591,6 +591,11 @@ void cw_dsv_set_layer_hints(struct cw_dsv_model *m, int on)
 	m->no_layer_hints = !on;
 }
 
+void cw_dsv_set_expert_overlap(struct cw_dsv_model *m, int on)
+{
+	m->no_expert_overlap = !on;
+}
+
 void cw_dsv_set_decode_overlap(struct cw_dsv_model *m, int step_hints,
 			       int expert_overlap)
 {

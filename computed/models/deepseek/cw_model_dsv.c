@@ -276,6 +276,11 @@ int cw_dsvserve_set_prefetch_depth(struct cw_dsvserve *v, int depth)
 	return cw_dsv_set_prefetch_depth(v->dm, depth);
 }
 
+void cw_dsvserve_set_expert_overlap(struct cw_dsvserve *v, int on)
+{
+	cw_dsv_set_expert_overlap(v->dm, on);
+}
+
 void cw_dsvserve_read_stats(const struct cw_dsvserve *v,
 			    struct cw_read_stats *ret)
 {

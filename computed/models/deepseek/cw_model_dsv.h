@@ -134,6 +134,8 @@ int cw_dsvserve_eval_batch(struct cw_dsvserve *v,
 /* The model's gate look-ahead depth (the revision's set_prefetch_depth):
  * 0, or -EINVAL for depth outside [0, 8]. */
 int cw_dsvserve_set_prefetch_depth(struct cw_dsvserve *v, int depth);
+/* The model's expert overlap (cw_dsv_set_expert_overlap; on by default). */
+void cw_dsvserve_set_expert_overlap(struct cw_dsvserve *v, int on);
 /* Read statistics: tokens evaluated and expert bytes read (top_k records
  * of every layer per token), dense and head bytes, expertd stalls. */
 void cw_dsvserve_read_stats(const struct cw_dsvserve *v,
