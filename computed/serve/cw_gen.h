@@ -35,6 +35,11 @@ enum cw_finish {
 
 struct cw_gen_params {
 	int max_tokens;                   /* new tokens at most */
+	int max_tokens_auto;              /* max_tokens was not asked for
+					   * (a chat's "the rest of the
+					   * context"): the scheduler cuts it to
+					   * what kvd's pool holds when
+					   * spilling is off (cw_sched) */
 	struct cw_sampler_params sampler;
 	int n_stop;
 	const char *stop[CW_GEN_MAX_STOP]; /* copied by cw_gen_start */

@@ -260,6 +260,10 @@ static int parse_params(struct cw_api *api, json_t *j, int chat,
 	long long top_k = 0, n = 1, lp = 0, seed = -1;
 	json_t *x;
 
+	x = json_object_get(j, "max_tokens");
+	gp->max_tokens_auto = chat && (!x || json_is_null(x));
+	x = json_object_get(j, "max_completion_tokens");
+	gp->max_tokens_auto &= !x || json_is_null(x);
 	if (get_int(j, "max_tokens", 1, 1 << 30, &max_tokens, e) ||
 	    get_int(j, "max_completion_tokens", 1, 1 << 30, &max_tokens, e) ||
 	    get_num(j, "temperature", 0.0, 2.0, &temp, e) ||

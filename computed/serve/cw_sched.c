@@ -519,6 +519,27 @@ static uint64_t req_kv_pages(const struct cw_sched *s,
 					(uint64_t)req_max_tokens_cut(s, r)));
 }
 
+/* A request without max_tokens (r->p.max_tokens_auto: a chat's "the
+ * rest of the context") that kvd's whole pool of pool pages (geometry
+ * geo) would not hold: its max_tokens cut to what the pool holds for one
+ * sequence, so that it runs as with a context that short (finish_reason
+ * "length" there) instead of being refused.  Nothing when the prompt
+ * alone does not fit (refused as before). */
+static void cut_auto_max_tokens(const struct cw_sched *s,
+				struct cw_sched_req *r,
+				const struct cw_kvahead *geo, uint64_t pool)
+{
+	const uint64_t fit = pool / ST_MAX(geo->n_streams, 1) *
+			     geo->page_rows; /* rows of one sequence */
+
+	if (!r->p.max_tokens_auto || fit <= r->n_ids ||
+	    cw_kvahead_pages(geo, kv_rows_at_end(r->n_ids, (uint64_t)
+				     req_max_tokens_cut(s, r))) <= pool)
+		return;
+	r->p.max_tokens = (int)ST_MIN((uint64_t)ST_MAX(r->p.max_tokens, 1),
+				      fit - r->n_ids + 1);
+}
+
 /* The refusal of queued request r, whose need KV pages not even kvd's
  * pool of pool pages holds (spilling off), into msg. */
 static void too_big_msg(const struct cw_sched *s, const struct cw_sched_req *r,
@@ -529,8 +550,7 @@ static void too_big_msg(const struct cw_sched *s, const struct cw_sched_req *r,
 	snprintf(msg, cap,
 		 "KV pool exhausted: the prompt (%zu tokens) and max_tokens "
 		 "(%lld%s) need %llu KV pages, kvd's pool holds %llu and "
-		 "spilling is off: lower max_tokens (a chat request without "
-		 "it asks for the rest of the context) or raise kvd --budget "
+		 "spilling is off: lower max_tokens or raise kvd --budget "
 		 "(strata: --kv-budget, or --memory-budget)",
 		 r->n_ids, (long long)mt,
 		 mt < r->p.max_tokens ? ", cut to the context" : "",
@@ -994,7 +1014,12 @@ static void *sched_main(void *arg)
 		/* admit */
 		while (s->queue_head && s->n_running < s->o.max_running) {
 			struct cw_sched_req *r = s->queue_head;
-			uint64_t need = by_pages ? req_kv_pages(s, r) : 0;
+			uint64_t need = 0;
+
+			if (by_pages) {
+				cut_auto_max_tokens(s, r, &s->kva, pool);
+				need = req_kv_pages(s, r);
+			}
 
 			if (hold && r->named && r->named_turn == s->admit_turn)
 				break; /* the next turn admits it */
@@ -1255,10 +1280,12 @@ int cw_sched_submit(struct cw_sched *s, const int32_t *ids, size_t n_ids,
 		 * status, not an error event after 200) */
 		struct cw_kvahead geo = { .page_rows = s->kv_page_rows,
 					  .n_streams = s->kv_streams };
-		uint64_t need = cw_kvahead_pages(
+		uint64_t need;
+
+		cut_auto_max_tokens(s, r, &geo, s->kv_pool_pages);
+		need = cw_kvahead_pages(
 			&geo, kv_rows_at_end(r->n_ids, (uint64_t)
 					     req_max_tokens_cut(s, r)));
-
 		if (need > s->kv_pool_pages) {
 			char msg[sizeof(diag->msg)];
 

@@ -24,7 +24,9 @@ max_tokens each):
                sampled token is never evaluated, so its row never
                written) answers 200 with all its tokens; one more
                max_token is refused at once.  Before the fix the first
-               was refused too (its last token counted as a row).
+               was refused too (its last token counted as a row).  A chat
+               without max_tokens (the rest of the context, more than
+               the pool) is served up to what the pool holds.
 Before the fix the pressure run failed requests with HTTP 503 "KV pool
 exhausted" (STRATA_BUILD_DIR pointing at an older build shows it).
 """
@@ -159,6 +161,20 @@ def boundary(store, model):
               "max_tokens (%d)" % (mt + 1) in msg, "boundary: one more "
               "max_token (%d rows) is refused at once (HTTP %d: %s)" % (
                   n + mt, st, msg[:300]))
+        # a chat without max_tokens asks for the rest of the context
+        # (256 rows), more than the pool's 80: served up to what the pool
+        # holds, as with a shorter context (before: refused)
+        st, body = request(inst, "POST", "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": prompt}],
+            "temperature": 0})
+        u = body.get("usage", {}) if st == 200 else {}
+        fin = body["choices"][0]["finish_reason"] if st == 200 else None
+        nc, got = u.get("prompt_tokens", 0), u.get("completion_tokens", 0)
+        check(st == 200 and 0 < got <= rows - nc + 1 and
+              (fin != "length" or got == rows - nc + 1),
+              "boundary: a chat without max_tokens is served up to the "
+              "pool's %d rows (HTTP %d, %d prompt + %d tokens, finish "
+              "%s: %s)" % (rows, st, nc, got, fin, json.dumps(body)[:300]))
     finally:
         inst.stop()
 
