@@ -33,6 +33,9 @@
 
 #define PX_BUF 16384
 #define PX_LINGER_MS 2000
+/* A connection whose computed went before its request came waits this
+ * long for the request, then is closed as idle (no computed times it) */
+#define PX_RECONNECT_IDLE_MS 10000
 #define PX_MAX_CONNS 4096
 #define PX_TAIL 512 /* room after a full buffer for our SSE error event */
 
@@ -94,6 +97,7 @@ struct px_conn {
 	int requested;       /* some client bytes came on this connection */
 	int reconnect;       /* computed went before any request came:
 			      * connect again when one comes */
+	uint64_t idle_ns;    /* reconnect: close at this time (idle) */
 	int answer;          /* we answer 503 (computed gone or down) */
 	int cw_pid;          /* computed's pid when the client came */
 	int closing;         /* close once c's pending bytes are written */
@@ -308,6 +312,7 @@ static void backend_gone(struct cli_proxy *p, struct px_conn *c,
 		 * gets our 503), instead of a reset connection */
 		drop_backend(p, c);
 		c->reconnect = 1;
+		c->idle_ns = st_now_ns() + PX_RECONNECT_IDLE_MS * 1000000ull;
 		return;
 	}
 	if (!never_reached && !c->awaiting && resp_cut_clean(&c->resp)) {
@@ -635,7 +640,8 @@ static void *px_thread(void *arg)
 		now = st_now_ns();
 		for (struct px_conn *c = p->conns, *nx; c; c = nx) {
 			nx = c->next;
-			if (c->linger_ns && now > c->linger_ns)
+			if ((c->linger_ns && now > c->linger_ns) ||
+			    (c->reconnect && now > c->idle_ns))
 				conn_close(p, c);
 		}
 	}
