@@ -524,7 +524,8 @@ static uint64_t req_kv_pages(const struct cw_sched *s,
  * geo) would not hold: its max_tokens cut to what the pool holds for one
  * sequence, so that it runs as with a context that short (finish_reason
  * "length" there) instead of being refused.  Nothing when the prompt
- * alone does not fit (refused as before). */
+ * alone does not fit (refused as before); a prompt that fills the
+ * sequence's rows exactly gets one token. */
 static void cut_auto_max_tokens(const struct cw_sched *s,
 				struct cw_sched_req *r,
 				const struct cw_kvahead *geo, uint64_t pool)
@@ -532,7 +533,9 @@ static void cut_auto_max_tokens(const struct cw_sched *s,
 	const uint64_t fit = pool / ST_MAX(geo->n_streams, 1) *
 			     geo->page_rows; /* rows of one sequence */
 
-	if (!r->p.max_tokens_auto || fit <= r->n_ids ||
+	/* fit == n_ids: the prompt fills the rows, one token (its row
+	 * never written, kv_rows_at_end) still fits */
+	if (!r->p.max_tokens_auto || fit < r->n_ids ||
 	    cw_kvahead_pages(geo, kv_rows_at_end(r->n_ids, (uint64_t)
 				     req_max_tokens_cut(s, r))) <= pool)
 		return;
