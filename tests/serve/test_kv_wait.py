@@ -187,7 +187,8 @@ def exact_chat(inst, rows):
     """A chat without max_tokens whose prompt fills the pool's rows a
     stream exactly: one token fits (its row is never written), served
     with finish "length" (before: refused as a prompt the pool cannot
-    hold); a prompt one row longer is refused."""
+    hold); a prompt one row longer is refused, the message naming the
+    prompt (before: "lower max_tokens", which cannot help)."""
     words = (WORDS * 8)
     seen = {}
 
@@ -236,10 +237,13 @@ def exact_chat(inst, rows):
         st, body = request(inst, "POST", "/v1/chat/completions", {
             "messages": [{"role": "user", "content": seen[rows + 1]}],
             "temperature": 0})
-        check(st == 503 and "KV pool exhausted" in json.dumps(body),
+        msg = json.dumps(body)
+        check(st == 503 and "KV pool exhausted" in msg and
+              "alone" in msg and "shorten the prompt" in msg,
               "boundary: a chat prompt of %d tokens (one past the pool) "
-              "is refused (HTTP %d: %s)" % (rows + 1, st,
-                                            json.dumps(body)[:200]))
+              "is refused as a prompt too long for the pool, not with "
+              "advice to lower max_tokens (HTTP %d: %s)" % (
+                  rows + 1, st, msg[:300]))
 
 
 def main():
