@@ -7,8 +7,9 @@
  * and drops what the client still sends, answers once some request bytes
  * came, then closes its writing side and lingers until the client closes
  * (or LINGER_MS), so that the client reads the answer instead of a reset.
- * When computed goes before the client sent a byte, the connection stays:
- * its request is passed to the computed listening when it comes. */
+ * When computed goes (or is not there) before the client sent a byte, the
+ * connection stays: its request is passed to the computed listening when
+ * it comes; one without a request is closed after PX_RECONNECT_IDLE_MS. */
 #include "cli_proxy.h"
 
 #include <arpa/inet.h>
@@ -95,8 +96,9 @@ struct px_conn {
 	int connecting;      /* backend connect(2) in progress */
 	int awaiting;        /* client bytes came after computed's last */
 	int requested;       /* some client bytes came on this connection */
-	int reconnect;       /* computed went before any request came:
-			      * connect again when one comes */
+	int reconnect;       /* computed went (or was not there) before
+			      * any request came: connect again when one
+			      * comes */
 	uint64_t idle_ns;    /* reconnect: close at this time (idle) */
 	int answer;          /* we answer 503 (computed gone or down) */
 	int cw_pid;          /* computed's pid when the client came */
@@ -305,11 +307,12 @@ static void backend_gone(struct cli_proxy *p, struct px_conn *c,
 	int same = !never_reached && c->cw_pid > 0 && cw == c->cw_pid &&
 		   st_pid_alive(cw);
 
-	if (!never_reached && !c->requested && !pending && !same) {
-		/* computed went (killed) while the client had not sent a
-		 * byte yet, e.g. between its connect and its request: the
-		 * request goes to the computed that runs when it comes (or
-		 * gets our 503), instead of a reset connection */
+	if (!c->requested && !pending && !same) {
+		/* computed went (killed), or was not there, while the client
+		 * had not sent a byte yet, e.g. between its connect and its
+		 * request: the request goes to the computed that runs when
+		 * it comes (or gets our 503), instead of a reset connection
+		 * or a 503 fixed at the connect */
 		drop_backend(p, c);
 		c->reconnect = 1;
 		c->idle_ns = st_now_ns() + PX_RECONNECT_IDLE_MS * 1000000ull;

@@ -524,7 +524,8 @@ static uint64_t req_kv_pages(const struct cw_sched *s,
  * geo) would not hold: its max_tokens cut to what the pool holds for one
  * sequence, so that it runs as with a context that short (finish_reason
  * "length" there) instead of being refused.  Nothing when the prompt
- * alone does not fit (refused as before). */
+ * alone does not fit (refused as before); a prompt that fills the
+ * sequence's rows exactly gets one token. */
 static void cut_auto_max_tokens(const struct cw_sched *s,
 				struct cw_sched_req *r,
 				const struct cw_kvahead *geo, uint64_t pool)
@@ -532,7 +533,9 @@ static void cut_auto_max_tokens(const struct cw_sched *s,
 	const uint64_t fit = pool / ST_MAX(geo->n_streams, 1) *
 			     geo->page_rows; /* rows of one sequence */
 
-	if (!r->p.max_tokens_auto || fit <= r->n_ids ||
+	/* fit == n_ids: the prompt fills the rows, one token (its row
+	 * never written, kv_rows_at_end) still fits */
+	if (!r->p.max_tokens_auto || fit < r->n_ids ||
 	    cw_kvahead_pages(geo, kv_rows_at_end(r->n_ids, (uint64_t)
 				     req_max_tokens_cut(s, r))) <= pool)
 		return;
@@ -541,12 +544,26 @@ static void cut_auto_max_tokens(const struct cw_sched *s,
 }
 
 /* The refusal of queued request r, whose need KV pages not even kvd's
- * pool of pool pages holds (spilling off), into msg. */
+ * pool of pool pages (geometry geo) holds (spilling off), into msg; a
+ * prompt that alone needs more than the pool is named as such (lowering
+ * max_tokens cannot help it). */
 static void too_big_msg(const struct cw_sched *s, const struct cw_sched_req *r,
-			uint64_t need, uint64_t pool, char *msg, size_t cap)
+			const struct cw_kvahead *geo, uint64_t need,
+			uint64_t pool, char *msg, size_t cap)
 {
 	const int64_t mt = req_max_tokens_cut(s, r);
+	const uint64_t prompt_need = cw_kvahead_pages(geo, r->n_ids);
 
+	if (prompt_need > pool) {
+		snprintf(msg, cap,
+			 "KV pool exhausted: the prompt (%zu tokens) alone "
+			 "needs %llu KV pages, kvd's pool holds %llu and "
+			 "spilling is off: shorten the prompt or raise kvd "
+			 "--budget (strata: --kv-budget, or --memory-budget)",
+			 r->n_ids, (unsigned long long)prompt_need,
+			 (unsigned long long)pool);
+		return;
+	}
 	snprintf(msg, cap,
 		 "KV pool exhausted: the prompt (%zu tokens) and max_tokens "
 		 "(%lld%s) need %llu KV pages, kvd's pool holds %llu and "
@@ -1028,7 +1045,8 @@ static void *sched_main(void *arg)
 				char msg[sizeof(((struct cw_sched_event *)0)
 							->err_msg)];
 
-				too_big_msg(s, r, need, pool, msg, sizeof(msg));
+				too_big_msg(s, r, &s->kva, need, pool, msg,
+					    sizeof(msg));
 				s->queue_head = r->next;
 				if (!s->queue_head)
 					s->queue_tail = NULL;
@@ -1289,7 +1307,7 @@ int cw_sched_submit(struct cw_sched *s, const int32_t *ids, size_t n_ids,
 		if (need > s->kv_pool_pages) {
 			char msg[sizeof(diag->msg)];
 
-			too_big_msg(s, r, need, s->kv_pool_pages, msg,
+			too_big_msg(s, r, &geo, need, s->kv_pool_pages, msg,
 				    sizeof(msg));
 			pthread_mutex_unlock(&s->lock);
 			req_free(r);

@@ -18,7 +18,9 @@
  *  - computed gone between a client's connect and its request (the
  *    chaos test's BrokenPipeError): the request goes to the computed
  *    listening when it comes, or gets a 503 computed_restarting when none
- *    does; never a reset connection.
+ *    does; never a reset connection;
+ *  - a client connected while no computed listened, its request sent
+ *    once one listens again: the request reaches it (not a 503).
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -187,6 +189,57 @@ static void run_gone_before_request(int front_port, int *lfd, int relisten)
 	}
 }
 
+/* A client connects while no computed listens (between a kill and the
+ * restart), then a computed listens on the private port again, then the
+ * request comes: it must reach that computed and its answer the client
+ * (before: the front had fixed a 503 at the connect).  Opens *lfd. */
+static void run_connect_while_down(int front_port, int priv, int *lfd)
+{
+	static const char req[] =
+		"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+		"Content-Length: 2\r\n\r\n{}";
+	static const char resp[] =
+		"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+		"Content-Length: 2\r\nConnection: close\r\n\r\n{}";
+	char got[8192], tmp[4096];
+	int c = connect_to(front_port), b, bad;
+	size_t n, rl = 0;
+
+	st_sleep_ns(100000000ull); /* the front's connect is refused */
+	*lfd = listen_on(priv);    /* a restarted computed */
+	if (send(c, req, sizeof(req) - 1, MSG_NOSIGNAL) !=
+	    (ssize_t)sizeof(req) - 1) {
+		printf("FAIL: connect while down: send: %s\n",
+		       strerror(errno));
+		failures++;
+		close(c);
+		return;
+	}
+	b = accept_within(*lfd);
+	while (b >= 0 && rl < sizeof(req) - 1) {
+		ssize_t r = read(b, tmp, sizeof(tmp));
+
+		if (r <= 0)
+			break;
+		rl += (size_t)r;
+	}
+	if (b >= 0 && write(b, resp, sizeof(resp) - 1) < 0)
+		perror("write");
+	if (b >= 0)
+		close(b);
+	n = read_all(c, got, sizeof(got));
+	close(c);
+	bad = b < 0 || rl != sizeof(req) - 1 || n != sizeof(resp) - 1 ||
+	      memcmp(got, resp, n);
+	printf("%s: connected while no computed listened, the request came "
+	       "once one did: it answers (%zu bytes got)\n",
+	       bad ? "FAIL" : "ok", n);
+	if (bad) {
+		printf("  got: %.*s\n", (int)ST_MIN(n, 1200), got);
+		failures++;
+	}
+}
+
 static void run_case(int front_port, int backend_lfd, const struct tcase *t)
 {
 	static const char req[] =
@@ -313,6 +366,7 @@ int main(void)
 	}
 	run_gone_before_request(front_port, &lfd, 1);
 	run_gone_before_request(front_port, &lfd, 0);
+	run_connect_while_down(front_port, priv, &lfd);
 	ST_TEST_CHECK(cli_proxy_n_cut_streams(p) == 6);
 	printf("streams ended with the error event: %llu (want 6)\n",
 	       (unsigned long long)cli_proxy_n_cut_streams(p));

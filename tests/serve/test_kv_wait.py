@@ -26,12 +26,15 @@ max_tokens each):
                max_token is refused at once.  Before the fix the first
                was refused too (its last token counted as a row).  A chat
                without max_tokens (the rest of the context, more than
-               the pool) is served up to what the pool holds.
+               the pool) is served up to what the pool holds; one whose
+               prompt fills the pool exactly gets its one token
+               (before: refused).
 Before the fix the pressure run failed requests with HTTP 503 "KV pool
 exhausted" (STRATA_BUILD_DIR pointing at an older build shows it).
 """
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -175,8 +178,72 @@ def boundary(store, model):
               "boundary: a chat without max_tokens is served up to the "
               "pool's %d rows (HTTP %d, %d prompt + %d tokens, finish "
               "%s: %s)" % (rows, st, nc, got, fin, json.dumps(body)[:300]))
+        exact_chat(inst, rows)
     finally:
         inst.stop()
+
+
+def exact_chat(inst, rows):
+    """A chat without max_tokens whose prompt fills the pool's rows a
+    stream exactly: one token fits (its row is never written), served
+    with finish "length" (before: refused as a prompt the pool cannot
+    hold); a prompt one row longer is refused, the message naming the
+    prompt (before: "lower max_tokens", which cannot help)."""
+    words = (WORDS * 8)
+    seen = {}
+
+    def prompt_of(text):
+        st, body = request(inst, "POST", "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": text}],
+            "max_tokens": 1, "temperature": 0})
+        if st == 200:
+            return body["usage"]["prompt_tokens"]
+        # past the pool: the refusal names the prompt's tokens
+        m = re.search(r"the prompt \((\d+) tokens\)", json.dumps(body))
+        return int(m.group(1)) if st == 503 and m else None
+    # the shortest text whose chat prompt reaches rows (prompt tokens
+    # grow with the words), then texts around it for rows exactly
+    lo, hi = 1, len(words)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        n = prompt_of(" ".join(words[:mid]))
+        if n is not None:
+            seen[n] = " ".join(words[:mid])
+        if n is not None and n < rows:
+            lo = mid + 1
+        else:
+            hi = mid
+    for k in range(max(lo - 2, 1), lo + 4):
+        for tail in ("", ".", " i", " i."):
+            text = " ".join(words[:k]) + tail
+            n = prompt_of(text)
+            if n is not None:
+                seen.setdefault(n, text)
+    check(rows in seen, "boundary: a chat text of exactly %d prompt tokens "
+          "found (got %s)" % (rows, sorted(seen)[:20]))
+    if rows not in seen:
+        return
+    st, body = request(inst, "POST", "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": seen[rows]}],
+        "temperature": 0})
+    u = body.get("usage", {}) if st == 200 else {}
+    fin = body["choices"][0]["finish_reason"] if st == 200 else None
+    check(st == 200 and u.get("prompt_tokens") == rows and
+          u.get("completion_tokens") == 1 and fin == "length",
+          "boundary: a chat without max_tokens whose prompt fills the "
+          "pool's %d rows is served one token, finish length (HTTP %d: "
+          "%s)" % (rows, st, json.dumps(body)[:300]))
+    if rows + 1 in seen:
+        st, body = request(inst, "POST", "/v1/chat/completions", {
+            "messages": [{"role": "user", "content": seen[rows + 1]}],
+            "temperature": 0})
+        msg = json.dumps(body)
+        check(st == 503 and "KV pool exhausted" in msg and
+              "alone" in msg and "shorten the prompt" in msg,
+              "boundary: a chat prompt of %d tokens (one past the pool) "
+              "is refused as a prompt too long for the pool, not with "
+              "advice to lower max_tokens (HTTP %d: %s)" % (
+                  rows + 1, st, msg[:300]))
 
 
 def main():
