@@ -124,19 +124,44 @@ static int accept_within(int lfd)
 	return accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
 }
 
+/* The request the gone-computed cases send, and the fake computed's
+ * answer to it. */
+static const char k_req[] =
+	"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+	"Content-Length: 2\r\n\r\n{}";
+static const char k_resp[] =
+	"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+	"Content-Length: 2\r\nConnection: close\r\n\r\n{}";
+
+/* A fake computed on lfd takes one connection within 5 s, reads k_req
+ * from it, answers k_resp and closes.  1 when it read all of k_req. */
+static int backend_answer(int lfd)
+{
+	char tmp[4096];
+	size_t rl = 0;
+	int b = accept_within(lfd);
+
+	while (b >= 0 && rl < sizeof(k_req) - 1) {
+		ssize_t r = read(b, tmp, sizeof(tmp));
+
+		if (r <= 0)
+			break;
+		rl += (size_t)r;
+	}
+	if (b >= 0 && write(b, k_resp, sizeof(k_resp) - 1) < 0)
+		perror("write");
+	if (b >= 0)
+		close(b);
+	return b >= 0 && rl == sizeof(k_req) - 1;
+}
+
 /* A client connects, computed (the fake backend) ends before the request
  * comes; then the request.  relisten: a computed listens again (it must
  * get the request and its answer reach the client), else none (the
  * client must get our 503).  Closes *lfd when !relisten. */
 static void run_gone_before_request(int front_port, int *lfd, int relisten)
 {
-	static const char req[] =
-		"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
-		"Content-Length: 2\r\n\r\n{}";
-	static const char resp[] =
-		"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-		"Content-Length: 2\r\nConnection: close\r\n\r\n{}";
-	char got[8192], tmp[4096];
+	char got[8192];
 	int c = connect_to(front_port), b = accept_within(*lfd), bad;
 	size_t n;
 
@@ -147,8 +172,8 @@ static void run_gone_before_request(int front_port, int *lfd, int relisten)
 	}
 	close(b); /* computed's end, as a kill -9 with no request */
 	st_sleep_ns(100000000ull);
-	if (send(c, req, sizeof(req) - 1, MSG_NOSIGNAL) !=
-	    (ssize_t)sizeof(req) - 1) {
+	if (send(c, k_req, sizeof(k_req) - 1, MSG_NOSIGNAL) !=
+	    (ssize_t)sizeof(k_req) - 1) {
 		printf("FAIL: gone before the request (%s): send: %s\n",
 		       relisten ? "a computed again" : "none", strerror(errno));
 		failures++;
@@ -156,23 +181,11 @@ static void run_gone_before_request(int front_port, int *lfd, int relisten)
 		return;
 	}
 	if (relisten) {
-		size_t rl = 0;
+		int served = backend_answer(*lfd);
 
-		b = accept_within(*lfd);
-		while (b >= 0 && rl < sizeof(req) - 1) {
-			ssize_t r = read(b, tmp, sizeof(tmp));
-
-			if (r <= 0)
-				break;
-			rl += (size_t)r;
-		}
-		if (b >= 0 && write(b, resp, sizeof(resp) - 1) < 0)
-			perror("write");
-		if (b >= 0)
-			close(b);
 		n = read_all(c, got, sizeof(got));
-		bad = b < 0 || rl != sizeof(req) - 1 || n != sizeof(resp) - 1 ||
-		      memcmp(got, resp, n);
+		bad = !served || n != sizeof(k_resp) - 1 ||
+		      memcmp(got, k_resp, n);
 	} else {
 		n = read_all(c, got, sizeof(got));
 		bad = strncmp(got, "HTTP/1.1 503 ", 13) ||
@@ -195,42 +208,24 @@ static void run_gone_before_request(int front_port, int *lfd, int relisten)
  * (before: the front had fixed a 503 at the connect).  Opens *lfd. */
 static void run_connect_while_down(int front_port, int priv, int *lfd)
 {
-	static const char req[] =
-		"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
-		"Content-Length: 2\r\n\r\n{}";
-	static const char resp[] =
-		"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
-		"Content-Length: 2\r\nConnection: close\r\n\r\n{}";
-	char got[8192], tmp[4096];
-	int c = connect_to(front_port), b, bad;
-	size_t n, rl = 0;
+	char got[8192];
+	int c = connect_to(front_port), served, bad;
+	size_t n;
 
 	st_sleep_ns(100000000ull); /* the front's connect is refused */
 	*lfd = listen_on(priv);    /* a restarted computed */
-	if (send(c, req, sizeof(req) - 1, MSG_NOSIGNAL) !=
-	    (ssize_t)sizeof(req) - 1) {
+	if (send(c, k_req, sizeof(k_req) - 1, MSG_NOSIGNAL) !=
+	    (ssize_t)sizeof(k_req) - 1) {
 		printf("FAIL: connect while down: send: %s\n",
 		       strerror(errno));
 		failures++;
 		close(c);
 		return;
 	}
-	b = accept_within(*lfd);
-	while (b >= 0 && rl < sizeof(req) - 1) {
-		ssize_t r = read(b, tmp, sizeof(tmp));
-
-		if (r <= 0)
-			break;
-		rl += (size_t)r;
-	}
-	if (b >= 0 && write(b, resp, sizeof(resp) - 1) < 0)
-		perror("write");
-	if (b >= 0)
-		close(b);
+	served = backend_answer(*lfd);
 	n = read_all(c, got, sizeof(got));
 	close(c);
-	bad = b < 0 || rl != sizeof(req) - 1 || n != sizeof(resp) - 1 ||
-	      memcmp(got, resp, n);
+	bad = !served || n != sizeof(k_resp) - 1 || memcmp(got, k_resp, n);
 	printf("%s: connected while no computed listened, the request came "
 	       "once one did: it answers (%zu bytes got)\n",
 	       bad ? "FAIL" : "ok", n);
@@ -242,20 +237,17 @@ static void run_connect_while_down(int front_port, int priv, int *lfd)
 
 static void run_case(int front_port, int backend_lfd, const struct tcase *t)
 {
-	static const char req[] =
-		"POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
-		"Content-Length: 2\r\n\r\n{}";
 	char got[65536], tmp[4096];
 	size_t n, sent = strlen(t->resp), rl = 0;
 	int c = connect_to(front_port), b, one = 1, bad = 0;
 
-	if (write(c, req, sizeof(req) - 1) != (ssize_t)sizeof(req) - 1) {
+	if (write(c, k_req, sizeof(k_req) - 1) != (ssize_t)sizeof(k_req) - 1) {
 		perror("write");
 		exit(1);
 	}
 	b = accept4(backend_lfd, NULL, NULL, SOCK_CLOEXEC);
 	setsockopt(b, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	while (rl < sizeof(req) - 1) { /* the request, as the front passed it */
+	while (rl < sizeof(k_req) - 1) { /* the request, as the front passed it */
 		ssize_t r = read(b, tmp, sizeof(tmp));
 
 		if (r <= 0)
