@@ -10,6 +10,8 @@
 # BUILD/fuzz-libfuzzer/crash-TARGET-*.  Exit 77 without clang's libFuzzer.
 # STRATA_FUZZ_JOBS=N (default 1) runs libFuzzer's fork mode with N worker
 # processes sharing one corpus; the runs count is then their total.
+# STRATA_FUZZ_MAX_LEN=N caps an input's length in bytes (libFuzzer's
+# -max_len; unset, libFuzzer's own default, 4096 for a small corpus).
 set -u
 t=${1:?usage: run_libfuzzer.sh TARGET}
 src=${STRATA_SOURCE_DIR:?STRATA_SOURCE_DIR not set (run through meson test)}
@@ -22,6 +24,12 @@ case $jobs in
 esac
 fork=
 [ "$jobs" -gt 1 ] && fork=-fork=$jobs
+maxlen=${STRATA_FUZZ_MAX_LEN:-}
+case $maxlen in
+'') ;;
+*[!0-9]*|0) echo "STRATA_FUZZ_MAX_LEN must be a positive integer, not '$maxlen'"; exit 1 ;;
+*) maxlen=-max_len=$maxlen ;;
+esac
 
 if ! command -v "$cc" >/dev/null 2>&1; then
 	echo "SKIP: $cc not found; libFuzzer runs need clang (apt-get install clang)"
@@ -55,10 +63,10 @@ mkdir -p "$build/corpus-$t" || exit 1
 # UBSan reports are findings: make them abort, like ASan's
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
-echo "fuzz_$t: $runs runs from $src/tests/fuzz/corpus/$t${fork:+ ($jobs worker processes)}"
+echo "fuzz_$t: $runs runs from $src/tests/fuzz/corpus/$t${fork:+ ($jobs worker processes)}${maxlen:+ ($maxlen)}"
 log=$build/run-$t.log
-# shellcheck disable=SC2086 # $fork is empty or one word
-"$build/tree/tests/fuzz/fuzz_$t" $fork -runs="$runs" -print_final_stats=1 \
+# shellcheck disable=SC2086 # $fork and $maxlen are empty or one word
+"$build/tree/tests/fuzz/fuzz_$t" $fork $maxlen -runs="$runs" -print_final_stats=1 \
 	-rss_limit_mb=4096 -timeout=30 -artifact_prefix="$build/crash-$t-" \
 	"$build/corpus-$t" "$src/tests/fuzz/corpus/$t" >"$log" 2>&1
 rc=$?
