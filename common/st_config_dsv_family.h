@@ -32,7 +32,10 @@ struct st_dsv_config {
 	/* ---- every revision ---- */
 	int hidden_size;          /* D */
 	int n_layers;             /* num_hidden_layers (MTP / DSpark not counted) */
-	int n_nextn;              /* num_nextn_predict_layers (skipped) */
+	int n_nextn;              /* num_nextn_predict_layers: V4's MTP
+				   * block(s) mtp.N.* (V4.1: DSpark, skipped) */
+	int nextn_ratio;          /* compress_ratios[n_layers]: the first MTP
+				   * block's (0: window only, as released) */
 	int vocab_size;
 	int n_heads;              /* num_attention_heads */
 	int head_dim;             /* width of the single K=V latent and of a q head */

@@ -357,6 +357,12 @@ static int ratios(const json_t *t, int v41, const char *src,
 					   src, l);
 		c->compress_ratio[l] = (int)m;
 	}
+	if (c->n_nextn > 0) {
+		const json_t *e = json_array_get(cr, c->n_layers);
+
+		c->nextn_ratio = json_is_integer(e) ?
+					 (int)json_integer_value(e) : -1;
+	}
 	return 0;
 }
 

@@ -496,13 +496,14 @@ class Indexer:
         return out
 
 
-def attn_weights(a, m, layer):
+def attn_weights(a, m, layer, prefix=None):
     """The weights and shapes both revisions' Attention.__init__ load alike
     (model.py Attention.__init__: wq_a, q_norm, wq_b, wkv, kv_norm, wo_a in
     dtype=bfloat16, wo_b, attn_sink), set on a; returns (cfg, tensors,
-    prefix)."""
+    prefix).  prefix: the block's tensor prefix (default layers.N; the MTP
+    block's is mtp.K, its layer_id n_layers + K)."""
     c, st = m.cfg, m.st
-    p = f"layers.{layer}.attn"
+    p = (prefix or f"layers.{layer}") + ".attn"
     a.m = m
     a.ratio = c["compress_ratios"][layer]
     a.n_heads, a.hd = c["num_attention_heads"], c["head_dim"]
@@ -527,8 +528,8 @@ class Attention:
     or the indexer's top-k for ratio 4); sink softmax; inverse RoPE on the
     output; grouped wo_a (BF16 einsum, no act_quant) and wo_b."""
 
-    def __init__(self, m, layer):
-        c, st, p = attn_weights(self, m, layer)
+    def __init__(self, m, layer, prefix=None):
+        c, st, p = attn_weights(self, m, layer, prefix)
         # compress layers: compress_rope_theta with YaRN; window-only: rope_theta, no YaRN
         if self.ratio:
             self.freqs = precompute_freqs(m.rd, m.original_seq_len, m.compress_theta,
@@ -591,9 +592,9 @@ class MoE:
     route_scale.  Expert: w1/w3 (clamped SwiGLU), the routing weight applied
     before w2 (so before w2's act_quant); shared expert unweighted."""
 
-    def __init__(self, m, layer):
+    def __init__(self, m, layer, prefix=None):
         c, st = m.cfg, m.st
-        p = f"layers.{layer}.ffn"
+        p = (prefix or f"layers.{layer}") + ".ffn"
         self.m = m
         self.topk = c["num_experts_per_tok"]
         self.route_scale = c["routed_scaling_factor"]
@@ -671,15 +672,16 @@ class Block:
     """model.py Block: hc_pre -> attn_norm -> Attention -> hc_post, then
     hc_pre -> ffn_norm -> MoE -> hc_post, on hc_mult residual streams."""
 
-    def __init__(self, m, layer):
+    def __init__(self, m, layer, prefix=None):
         st = m.st
+        p = prefix or f"layers.{layer}"
         self.m = m
-        self.attn = Attention(m, layer)
-        self.ffn = MoE(m, layer)
-        self.attn_norm = st.get(f"layers.{layer}.attn_norm.weight")
-        self.ffn_norm = st.get(f"layers.{layer}.ffn_norm.weight")
-        self.hc = {k: (st.get(f"layers.{layer}.hc_{k}_fn"), st.get(f"layers.{layer}.hc_{k}_scale"),
-                       st.get(f"layers.{layer}.hc_{k}_base")) for k in ("attn", "ffn")}
+        self.attn = Attention(m, layer, prefix)
+        self.ffn = MoE(m, layer, prefix)
+        self.attn_norm = st.get(f"{p}.attn_norm.weight")
+        self.ffn_norm = st.get(f"{p}.ffn_norm.weight")
+        self.hc = {k: (st.get(f"{p}.hc_{k}_fn"), st.get(f"{p}.hc_{k}_scale"),
+                       st.get(f"{p}.hc_{k}_base")) for k in ("attn", "ffn")}
 
     def hc_pre(self, x, which):
         fn, scale, base = self.hc[which]
@@ -742,9 +744,11 @@ class Model:
     def reset(self):
         self.layers = [Block(self, i) for i in range(self.n_layers)]
 
-    def head_hc(self, x):
-        """ParallelHead.hc_head: pre = sigmoid(mixes * scale + base) + hc_eps."""
-        fn, scale, base = self.hc_head
+    def head_hc(self, x, params=None):
+        """ParallelHead.hc_head: pre = sigmoid(mixes * scale + base) + hc_eps
+        (params: (fn, scale, base), the model's own by default; MTPBlock
+        passes its hc_head_*)."""
+        fn, scale, base = params or self.hc_head
         s, hc, d = x.shape
         xf = x.reshape(s, hc * d)
         rs = 1 / np.sqrt(np.mean(xf * xf, axis=-1, keepdims=True) + self.eps)
@@ -760,8 +764,47 @@ class Model:
         h = np.repeat(self.embed[ids][:, None, :], self.hc_mult, axis=1)
         for layer in self.layers:
             h = layer.forward(h, start_pos, ids)
+        self.streams = h  # before hc_head: what MTPBlock.forward reads
         y = rms_norm(self.head_hc(h), self.norm, self.eps)
         return y @ self.head.T
+
+
+class MTPBlock(Block):
+    """model.py MTPBlock, layer_id n_layers + k, tensors mtp.k.*: a full
+    Block (compress_ratios[layer_id] = 0: window-only attention with the
+    main rope; learned routing, as layer_id >= num_hash_layers) whose input
+    is e_proj(enorm(embed(token))), the same for every stream, plus
+    h_proj(hnorm(x)) of each of the main model's hc_mult streams x (after
+    its last block, before hc_head) at the same position; the logits are the
+    shared head of norm(hc_head(streams)) with the block's own hc_head_*
+    and norm.  At position p, x is the main model's streams at p and the
+    token is the one at p + 1, so the logits predict the token at p + 2.
+    e_proj and h_proj are FP8 linears (act_quant on their inputs).  One
+    instance is one sequence (its Attention holds the window)."""
+
+    def __init__(self, m, k=0):
+        p = f"mtp.{k}"
+        super().__init__(m, m.n_layers + k, p)
+        st = m.st
+        self.e_proj = load_weight(st, p + ".e_proj", m)
+        self.h_proj = load_weight(st, p + ".h_proj", m)
+        self.enorm = st.get(p + ".enorm.weight")
+        self.hnorm = st.get(p + ".hnorm.weight")
+        self.norm = st.get(p + ".norm.weight")
+        self.hc_head = (st.get(p + ".hc_head_fn"), st.get(p + ".hc_head_scale"),
+                        st.get(p + ".hc_head_base"))
+
+    def forward(self, x, start_pos, ids):
+        """x [s, hc, D] streams at positions start_pos.., ids [s] the tokens
+        one position later.  Returns (logits [s, vocab], streams [s, hc, D]:
+        what a further draft step reads as x)."""
+        m = self.m
+        ids = np.asarray(ids, dtype=np.int64)
+        e = rms_norm(m.embed[ids], self.enorm, m.eps)
+        x = linear(e, self.e_proj)[:, None, :] + linear(rms_norm(x, self.hnorm, m.eps), self.h_proj)
+        x = super().forward(x, start_pos, ids)
+        y = rms_norm(m.head_hc(x, self.hc_head), self.norm, m.eps)
+        return y @ m.head.T, x
 
 
 # ---------------------------------------------------------------------------
@@ -1175,6 +1218,51 @@ def run_case(model, ids, steps, decode_all=False):
     return prompt, cont, cont_steps, dict(MARGINS)
 
 
+def run_mtp_case(model, ids, chain):
+    """The MTP block on a prompt ids[0..n): the main model token by token
+    (its streams at every position), the block teacher-forced at positions
+    0..n-2 (streams at i, token ids[i + 1]), then a draft chain of `chain`
+    steps after the prompt: at n - 1 the main model's streams and its greedy
+    token g0, then at each later position the block's own output streams
+    and its previous argmax (one MTP layer reused, as the serving engines
+    chain it).  The block evaluated on the whole prompt at once must give
+    the teacher-forced logits (1e-9).  Returns (summaries of positions
+    0..n-2, chain tokens [g0, d1, ..., d_chain], chain summaries, margins:
+    per position, of the main model's evaluation there and the block's)."""
+    global CUR_POS
+    MARGINS.clear()
+    model.reset()
+    n = len(ids)
+    streams, last = [], None
+    mtp = MTPBlock(model)
+    rows = []
+    for p, t in enumerate(ids):
+        CUR_POS = p
+        last = model.forward([t], p)[0]
+        streams.append(model.streams[0])
+        if p >= 1:
+            CUR_POS = p - 1
+            rows.append(mtp.forward(streams[p - 1][None], p - 1, [t])[0][0])
+        CUR_POS = None
+    toks = [int(np.argmax(last))]
+    steps = []
+    x = streams[-1][None]
+    for i in range(chain):
+        CUR_POS = n - 1 + i
+        lg, x = mtp.forward(x, n - 1 + i, [toks[-1]])
+        CUR_POS = None
+        st = summarize(lg[0])
+        st["pos"] = n - 1 + i
+        steps.append(st)
+        toks.append(st["argmax"])
+    if n >= 2:
+        whole = MTPBlock(model).forward(np.array(streams[:-1]), 0, ids[1:])[0]
+        diff = float(np.abs(whole - np.array(rows)).max())
+        if diff > 1e-9:
+            raise RuntimeError(f"MTP prefill and token-by-token logits differ by {diff:.3g}")
+    return [summarize(r) for r in rows], toks, steps, dict(MARGINS)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model_dir")
@@ -1185,6 +1273,9 @@ def main():
                     help="round trips off (checks the oracle against the fixture's strict reference)")
     ap.add_argument("--decode-all", action="store_true",
                     help="feed the prompt one token at a time too (checks prefill = decode)")
+    ap.add_argument("--mtp", type=int, default=0, metavar="K",
+                    help="the MTP block (mtp.0) instead: teacher-forced on each prompt, then a "
+                         "K-step draft chain (V4 only)")
     ap.add_argument("--no-act-trip", action="store_true",
                     help="no FP8 trip on linear inputs (checks the oracle against the V4.1 fixture's reference.json)")
     a = ap.parse_args()
@@ -1197,6 +1288,10 @@ def main():
     with open(os.path.join(a.model_dir, "config.json")) as f:
         v41 = "text_config" in json.load(f)
     model = Model41(a.model_dir) if v41 else Model(a.model_dir)
+    if a.mtp:
+        if v41:
+            sys.exit("--mtp: V4 only (the V4.1 fixture has no draft layers)")
+        return main_mtp(a, model, ref, want)
     out = {
         "generator": "scripts/dsv-oracle.py " + " ".join(sys.argv[1:]),
         "model": os.path.basename(os.path.normpath(a.model_dir)),
@@ -1232,6 +1327,42 @@ def main():
                              "greedy_continuation": cont, "continuation_steps": steps,
                              "fragile_positions": fragile})
         print(f"{case['name']}: {len(ids)} prompt tokens, continuation {cont}", file=sys.stderr)
+    with open(a.out, "w") as f:
+        json.dump(out, f, separators=(",", ":"))
+        f.write("\n")
+
+
+def main_mtp(a, model, ref, want):
+    """--mtp K: the MTP block's logits (run_mtp_case) per case."""
+    out = {
+        "generator": "scripts/dsv-oracle.py " + " ".join(sys.argv[1:]),
+        "model": os.path.basename(os.path.normpath(a.model_dir)),
+        "follows": "official DeepSeek-V4-Flash inference/model.py MTPBlock (layer_id n_layers, "
+                   "tensors mtp.0.*; upstream 60d8d70, index file id 70831076062) on the main "
+                   "model of the same file: round trips on, float64 otherwise",
+        "mtp": "per case: mtp_positions[i], i = 0..n-2: the block at position i on the main "
+               "model's streams at i and token ids[i+1] (predicts ids[i+2]); chain_tokens "
+               "[g0, d1, ..]: g0 the main model's greedy token after the prompt, d_j the argmax "
+               "of chain_steps[j-1]; chain_steps[j]: the block at position n-1+j on the main "
+               "model's streams at n-1 (j = 0) or its own output streams of step j-1, and "
+               "token chain_tokens[j]",
+        **({"check": "--exact: every round trip off (a check of the oracle, not the official math)"}
+           if a.exact else {}),
+        "fragile_positions": "per case, [position, margin]: positions where a rounding or top-k "
+                             "choice of the main model or of the block lies within a relative "
+                             f"margin below {FRAGILE_RECORD:g} of its boundary",
+        "cases": [],
+    }
+    for case in ref["cases"]:
+        if want and case["name"] not in want:
+            continue
+        ids = case["ids"][:case["n_prompt"]]
+        rows, toks, steps, margins = run_mtp_case(model, ids, a.mtp)
+        fragile = [[p, float("%.2g" % mg)] for p, mg in sorted(margins.items()) if mg < FRAGILE_RECORD]
+        out["cases"].append({"name": case["name"], "ids": ids, "mtp_positions": rows,
+                             "chain_tokens": toks, "chain_steps": steps,
+                             "fragile_positions": fragile})
+        print(f"{case['name']}: {len(ids)} prompt tokens, draft chain {toks}", file=sys.stderr)
     with open(a.out, "w") as f:
         json.dump(out, f, separators=(",", ":"))
         f.write("\n")

@@ -34,8 +34,9 @@ struct es_client;
  * E2M1 (low nibble = even element) with an F8_E8M0 ".scale" per 32 inputs
  * (V4.1 also accepts FP8 experts, detected from the dtype), BF16/F32
  * tensors; V4: I64 tid2eid in hash layers (ids checked < n_experts),
- * mtp.* skipped; V4.1: Engram tables F8_E4M3 [rows, head_dim] with
- * F8_E8M0 [rows, head_dim/32]; the vision tower, aligner, DSpark draft
+ * the MTP block mtp.0.* (cw_dsv_mtp_eval) where the config has one;
+ * V4.1: Engram tables F8_E4M3 [rows, head_dim] with F8_E8M0
+ * [rows, head_dim/32]; the vision tower, aligner, DSpark draft
  * layers (mtp.*), image_* and ffn.gate.bias_vl skipped by name
  * (text-only), any other tensor not used refused (-ST_E_FORMAT naming
  * it).  A scale byte 255 (E8M0 NaN) is refused as corrupt.
@@ -275,6 +276,46 @@ struct cw_dsv_debug {
 	int32_t *cand_blocks;
 };
 void cw_dsv_set_debug(struct cw_dsv_state *s, struct cw_dsv_debug *dbg);
+
+/*
+ * The streams after the last decoder layer (before hc_head: [hc_mult][D]
+ * floats per token) of the tokens of every later eval, token t of the
+ * eval's chunk into buf + t * hc_mult * D for t < rows (buf owned by the
+ * caller, must outlive its use; NULL or rows 0: off).  What V4's MTP block
+ * reads (cw_dsv_mtp_eval).
+ */
+void cw_dsv_set_streams_out(struct cw_dsv_state *s, float *buf, int rows);
+
+/* ---- V4's multi-token prediction block (cw_dsv_mtp.c) ---- */
+
+/* Whether m carries V4's MTP draft block: a V4 checkpoint with
+ * num_nextn_predict_layers > 0 and its mtp.0.* tensors, loaded by
+ * cw_dsv_load (a store keeps no mtp.*).  1 or 0. */
+int cw_dsv_has_mtp(const struct cw_dsv_model *m);
+
+/* Positions the MTP block may roll back (re-evaluate) behind the highest
+ * it evaluated: its window ring holds sliding_window + this many rows. */
+#define CW_DSV_MTP_SLACK 16
+
+/*
+ * V4's MTP block (official inference/model.py MTPBlock; cw_dsv_mtp.c) at
+ * position p of state s: input x [hc_mult][D], the main model's streams
+ * at p (cw_dsv_set_streams_out) or, chaining drafts, the block's own
+ * x_out of position p - 1; token: the token at p + 1.  logits [vocab]
+ * (NULL: skipped) predict the token at p + 2; x_out [hc_mult][D] (NULL:
+ * skipped) is what a further step at p + 1 takes as x.  The block keeps a
+ * window of its own per state, so p must be at most the number of
+ * positions it evaluated (each position reads the rows of the earlier
+ * ones) and at least the highest it evaluated + 1 - CW_DSV_MTP_SLACK;
+ * re-evaluating a position replaces its row (a draft chain rolled back,
+ * then re-run on the main model's accepted streams).  Independent of the
+ * main model's positions in s (its decoder-layer rows are never read or
+ * written).  Errors: -ST_E_UNSUPPORTED (no MTP block), -EINVAL (p or
+ * token out of range, with the reason), -ENOMEM, the MoE's.
+ */
+int cw_dsv_mtp_eval(const struct cw_dsv_model *m, struct cw_dsv_state *s,
+		    int64_t p, const float *x, int32_t token, float *logits,
+		    float *x_out, struct st_diag *diag);
 
 /* Times s's evals by phase on tl (cw_steptime.h: dense, experts, head;
  * borrowed, must outlive its use; NULL: off). */

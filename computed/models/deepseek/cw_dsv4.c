@@ -35,7 +35,7 @@ static float *srow(struct cw_dsv_state *s, int l, int kind, int64_t r,
 	struct cw_dsv_lstate *ls = &s->ls[l];
 	uint8_t *p;
 
-	if (!s->q.kv)
+	if (!s->q.kv || ls->local)
 		return ls->buf[kind] +
 		       (size_t)(ls->ring[kind] ? r % ls->ring[kind] : r) *
 			       ls->elems[kind];
@@ -320,17 +320,15 @@ out:
 	free(he);
 }
 
-/* The logits of one token: hc_head collapses the streams (P, the lagged
- * pre, is V4.1's). */
-static void head(const struct cw_dsv_model *m, const float *X,
-		 const float *P, float *logits)
+void cw_dsv4_head_with(const struct cw_dsv_model *m, const float *fn,
+		       const float *base, const float *scale,
+		       const float *norm, const float *X, float *logits)
 {
 	const struct st_dsv_config *c = &m->cfg;
 	int n = c->hc_mult, D = c->hidden_size, nd = n * D;
 	float pre[n], h[D];
 	double ss = 0.0, r;
 
-	(void)P;
 	for (int i = 0; i < nd; i++)
 		ss += (double)X[i] * X[i];
 	r = 1.0 / sqrt(ss / nd + c->rms_norm_eps);
@@ -338,15 +336,24 @@ static void head(const struct cw_dsv_model *m, const float *X,
 		double acc = 0.0;
 
 		for (int i = 0; i < nd; i++)
-			acc += (double)m->hc_head_fn[(size_t)k * nd + i] * X[i];
-		pre[k] = (float)(1.0 / (1.0 + exp(-(acc * r *
-						     m->hc_head_scale[0] +
-						     m->hc_head_base[k]))) +
+			acc += (double)fn[(size_t)k * nd + i] * X[i];
+		pre[k] = (float)(1.0 / (1.0 + exp(-(acc * r * scale[0] +
+						     base[k]))) +
 				 c->hc_eps);
 	}
 	cw_dsv_collapse(X, pre, n, D, h);
-	cw_dsv_rmsnorm(h, m->norm, D, c->rms_norm_eps, h);
+	cw_dsv_rmsnorm(h, norm, D, c->rms_norm_eps, h);
 	cw_dsv_lin(m, &m->head, h, logits);
+}
+
+/* The logits of one token: hc_head collapses the streams (P, the lagged
+ * pre, is V4.1's). */
+static void head(const struct cw_dsv_model *m, const float *X,
+		 const float *P, float *logits)
+{
+	(void)P;
+	cw_dsv4_head_with(m, m->hc_head_fn, m->hc_head_base,
+			  m->hc_head_scale, m->norm, X, logits);
 }
 
 

@@ -118,6 +118,9 @@ int cw_dsv_run(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 						   hc * D);
 		}
 	}
+	for (int t = 0; s->xout && t < n && t < s->xout_rows; t++)
+		memcpy(s->xout + (size_t)t * hc * D, ck.X + (size_t)t * hc * D,
+		       (size_t)hc * D * sizeof(float));
 	if (s->q.kv && s->q.row_missing)
 		goto out; /* cw_dsv_kv_end fails the eval */
 	cw_steptime_phase(s->tl, CW_PHASE_HEAD);

@@ -80,11 +80,23 @@ struct cw_dsv_layer {
 	float *eqk;
 };
 
+/* V4's multi-token prediction block mtp.0 (inference/model.py MTPBlock):
+ * the block itself is layers[n_layers] (window-only attention, learned
+ * routing); these are its own input and output weights. */
+struct cw_dsv_mtp {
+	struct cw_dsv_mat e_proj, h_proj;  /* [D][D], FP8 */
+	float *enorm, *hnorm, *norm;       /* [D] */
+	float *hc_head_fn, *hc_head_base, *hc_head_scale; /* [hc][hc D], [hc], [1] */
+};
+
 struct cw_dsv_model {
 	struct st_dsv_config cfg;      /* cfg.revision: which release */
 	float *embed, *norm;           /* [vocab][D], [D] */
 	struct cw_dsv_mat head;       /* [vocab][D] (fast mode: BF16) */
+	/* [n_layers + has_mtp]: the decoder layers, then the MTP block */
 	struct cw_dsv_layer *layers;
+	int has_mtp;                   /* V4 checkpoint with mtp.0.* loaded */
+	struct cw_dsv_mtp mtp;
 	double *freq_main, *freq_comp; /* [rope_dim/2] */
 	unsigned qat;                  /* CW_DSV4_QAT_* or CW_DSV41_QAT_* */
 	/* store mode (cw_dsv_load_store): the routed experts come from

@@ -22,6 +22,7 @@
 #include "st_config_dsv_family.h"
 #include "st_config_dsv41.h"
 #include "st_engram_hash.h"
+#include "st_log.h"
 #include "st_safetensors.h"
 #include "st_store.h"
 #include "st_util.h"
@@ -82,7 +83,8 @@ static int load_expert(struct cw_dsv_loader *ld, const char *prefix,
 	return cw_dsv_src_mxfp4(&ld->s, prefix, rows, cols, m);
 }
 
-static int load_experts(struct cw_dsv_loader *ld, int l,
+/* Block pfx's ("layers.N" or "mtp.K") routed experts. */
+static int load_experts(struct cw_dsv_loader *ld, const char *pfx,
 			struct cw_dsv_layer *L)
 {
 	const struct st_dsv_config *c = ld->c;
@@ -96,21 +98,33 @@ static int load_experts(struct cw_dsv_loader *ld, int l,
 	if (!L->ew1 || !L->ew2 || !L->ew3)
 		return st_diag_set(ld->s.diag, -ENOMEM, "out of memory");
 	for (int e = 0; e < E; e++) {
-		snprintf(p, sizeof(p), "layers.%d.ffn.experts.%d.w1", l, e);
+		snprintf(p, sizeof(p), "%s.ffn.experts.%d.w1", pfx, e);
 		if ((r = load_expert(ld, p, c->moe_inter, D, &L->ew1[e])) < 0)
 			return r;
-		snprintf(p, sizeof(p), "layers.%d.ffn.experts.%d.w2", l, e);
+		snprintf(p, sizeof(p), "%s.ffn.experts.%d.w2", pfx, e);
 		if ((r = load_expert(ld, p, D, c->moe_inter, &L->ew2[e])) < 0)
 			return r;
-		snprintf(p, sizeof(p), "layers.%d.ffn.experts.%d.w3", l, e);
+		snprintf(p, sizeof(p), "%s.ffn.experts.%d.w3", pfx, e);
 		if ((r = load_expert(ld, p, c->moe_inter, D, &L->ew3[e])) < 0)
 			return r;
 	}
 	return 0;
 }
 
-static int load_layer(struct cw_dsv_loader *ld, int l, struct cw_dsv_layer *L,
-		      int rows_per_pos)
+/* Tensor pfx.suffix (plain, cw_dsv_src_plain). */
+static int pvec(struct cw_dsv_loader *ld, const char *pfx, const char *suffix,
+		int64_t d0, int64_t d1, float **ret)
+{
+	char name[256];
+
+	snprintf(name, sizeof(name), "%s.%s", pfx, suffix);
+	return cw_dsv_src_plain(&ld->s, name, d0, d1, ret);
+}
+
+/* Block pfx ("layers.%d" of l, or V4's MTP block "mtp.0" as layer
+ * l = n_layers, window only) into L. */
+static int load_layer(struct cw_dsv_loader *ld, int l, const char *pfx,
+		      struct cw_dsv_layer *L, int rows_per_pos)
 {
 	const struct st_dsv_config *c = ld->c;
 	const int D = c->hidden_size, hc = c->hc_mult, E = c->n_experts;
@@ -119,39 +133,29 @@ static int load_layer(struct cw_dsv_loader *ld, int l, struct cw_dsv_layer *L,
 	char p[256];
 	int r;
 
-	L->ratio = c->compress_ratio[l];
+	L->ratio = l < c->n_layers ? c->compress_ratio[l] : c->nextn_ratio;
 	L->ei = -1;
 	L->kv_src = L->idx_src = -1;
 	if (c->revision == ST_DSV_REV_V41) {
 		L->kv_src = st_dsv41_kv_source_of(c, l);
 		L->idx_src = st_dsv41_index_source_of(c, l);
 	}
-	if ((r = cw_dsv_ld_vec(ld, "layers.%d.attn_norm.weight", l, D, -1,
-			       &L->attn_norm)) < 0 ||
-	    (r = cw_dsv_ld_vec(ld, "layers.%d.ffn_norm.weight", l, D, -1,
-			       &L->ffn_norm)) < 0 ||
-	    (r = cw_dsv_ld_vec(ld, "layers.%d.hc_attn_fn", l, nmu, hc * D,
-			       &L->hc_attn_fn)) < 0 ||
-	    (r = cw_dsv_ld_vec(ld, "layers.%d.hc_attn_base", l, nmu, -1,
-			       &L->hc_attn_base)) < 0 ||
-	    (r = cw_dsv_ld_vec(ld, "layers.%d.hc_attn_scale", l, 3, -1,
-			       &L->hc_attn_scale)) < 0 ||
-	    (r = cw_dsv_ld_vec(ld, "layers.%d.hc_ffn_fn", l, nmu, hc * D,
-			       &L->hc_ffn_fn)) < 0 ||
-	    (r = cw_dsv_ld_vec(ld, "layers.%d.hc_ffn_base", l, nmu, -1,
-			       &L->hc_ffn_base)) < 0 ||
-	    (r = cw_dsv_ld_vec(ld, "layers.%d.hc_ffn_scale", l, 3, -1,
-			       &L->hc_ffn_scale)) < 0 ||
-	    (r = cw_dsv_ld_vec(ld, "layers.%d.attn.q_norm.weight", l,
-			       c->q_lora_rank, -1, &L->q_norm)) < 0 ||
-	    (r = cw_dsv_ld_vec(ld, "layers.%d.attn.kv_norm.weight", l, hd, -1,
-			       &L->kv_norm)) < 0 ||
-	    (r = cw_dsv_ld_vec(ld, "layers.%d.attn.attn_sink", l, H, -1,
-			       &L->sink)) < 0)
+	if ((r = pvec(ld, pfx, "attn_norm.weight", D, -1, &L->attn_norm)) < 0 ||
+	    (r = pvec(ld, pfx, "ffn_norm.weight", D, -1, &L->ffn_norm)) < 0 ||
+	    (r = pvec(ld, pfx, "hc_attn_fn", nmu, hc * D, &L->hc_attn_fn)) < 0 ||
+	    (r = pvec(ld, pfx, "hc_attn_base", nmu, -1, &L->hc_attn_base)) < 0 ||
+	    (r = pvec(ld, pfx, "hc_attn_scale", 3, -1, &L->hc_attn_scale)) < 0 ||
+	    (r = pvec(ld, pfx, "hc_ffn_fn", nmu, hc * D, &L->hc_ffn_fn)) < 0 ||
+	    (r = pvec(ld, pfx, "hc_ffn_base", nmu, -1, &L->hc_ffn_base)) < 0 ||
+	    (r = pvec(ld, pfx, "hc_ffn_scale", 3, -1, &L->hc_ffn_scale)) < 0 ||
+	    (r = pvec(ld, pfx, "attn.q_norm.weight", c->q_lora_rank, -1,
+		      &L->q_norm)) < 0 ||
+	    (r = pvec(ld, pfx, "attn.kv_norm.weight", hd, -1, &L->kv_norm)) < 0 ||
+	    (r = pvec(ld, pfx, "attn.attn_sink", H, -1, &L->sink)) < 0)
 		return r;
 #define FP8(field, name, rows, cols)                                       \
 	do {                                                               \
-		snprintf(p, sizeof(p), "layers.%d.%s", l, name);           \
+		snprintf(p, sizeof(p), "%s.%s", pfx, name);                \
 		if ((r = cw_dsv_ld_fp8(ld, p, rows, cols, &L->field)) < 0) \
 			return r;                                          \
 	} while (0)
@@ -168,16 +172,16 @@ static int load_layer(struct cw_dsv_loader *ld, int l, struct cw_dsv_layer *L,
 		r = cw_dsv_load_attn_v41(ld, l, L);
 	else
 		r = cw_dsv_load_attn_v4(ld, l, L);
+	snprintf(p, sizeof(p), "%s.ffn.gate.weight", pfx);
 	if (r < 0 ||
-	    (r = cw_dsv_ld_mat_plain(ld, "layers.%d.ffn.gate.weight", l, E, D,
-				     &L->gate)) < 0)
+	    (r = cw_dsv_src_mat_plain(&ld->s, p, E, D, &L->gate)) < 0)
 		return r;
-	/* V4's first n_hash_layers route by token id (V4.1: none) */
+	/* V4's first n_hash_layers route by token id (V4.1: none; the MTP
+	 * block, layer n_layers, by score) */
 	if (l < c->n_hash_layers)
 		r = cw_dsv_load_tid2eid(ld, l, L);
 	else
-		r = cw_dsv_ld_vec(ld, "layers.%d.ffn.gate.bias", l, E, -1,
-				  &L->gate_bias);
+		r = pvec(ld, pfx, "ffn.gate.bias", E, -1, &L->gate_bias);
 	if (r < 0)
 		return r;
 	for (int i = 0; i < c->n_engram; i++) /* V4: none */
@@ -186,7 +190,45 @@ static int load_layer(struct cw_dsv_loader *ld, int l, struct cw_dsv_layer *L,
 			return r;
 	if (ld->s.st) /* routed experts: from expertd's pool at eval time */
 		return 0;
-	return load_experts(ld, l, L);
+	return load_experts(ld, pfx, L);
+}
+
+/* V4's MTP block mtp.0 as layers[n_layers] plus its own weights (m->mtp),
+ * from a checkpoint that has it (config num_nextn_predict_layers > 0 and
+ * mtp.0.e_proj present); a store keeps no mtp.* (not loaded, has_mtp 0).
+ * A block whose compress ratio is not 0 (none released) is not loaded
+ * either: it would need a compressor state this code does not keep. */
+static int load_mtp(struct cw_dsv_loader *ld, struct cw_dsv_model *m)
+{
+	const struct st_dsv_config *c = &m->cfg;
+	const int D = c->hidden_size, hc = c->hc_mult;
+	struct cw_dsv_mtp *t = &m->mtp;
+	int r;
+
+	if (c->revision != ST_DSV_REV_V4 || c->n_nextn < 1 || ld->s.st ||
+	    !st_checkpoint_find(ld->s.ck, "mtp.0.e_proj.weight"))
+		return 0;
+	if (c->nextn_ratio != 0) {
+		st_warn("%s: MTP block mtp.0 has compress ratio %d (only 0, window-only attention, is implemented): not loaded",
+			ld->s.family, c->nextn_ratio);
+		return 0;
+	}
+	if ((r = load_layer(ld, c->n_layers, "mtp.0", &m->layers[c->n_layers],
+			    0)) < 0 ||
+	    (r = cw_dsv_ld_fp8(ld, "mtp.0.e_proj", D, D, &t->e_proj)) < 0 ||
+	    (r = cw_dsv_ld_fp8(ld, "mtp.0.h_proj", D, D, &t->h_proj)) < 0 ||
+	    (r = pvec(ld, "mtp.0", "enorm.weight", D, -1, &t->enorm)) < 0 ||
+	    (r = pvec(ld, "mtp.0", "hnorm.weight", D, -1, &t->hnorm)) < 0 ||
+	    (r = pvec(ld, "mtp.0", "norm.weight", D, -1, &t->norm)) < 0 ||
+	    (r = pvec(ld, "mtp.0", "hc_head_fn", hc, hc * D,
+		      &t->hc_head_fn)) < 0 ||
+	    (r = pvec(ld, "mtp.0", "hc_head_base", hc, -1,
+		      &t->hc_head_base)) < 0 ||
+	    (r = pvec(ld, "mtp.0", "hc_head_scale", 1, -1,
+		      &t->hc_head_scale)) < 0)
+		return r;
+	m->has_mtp = 1;
+	return 0;
 }
 
 /* Tensors a V4.1 text-only model skips by name: the vision tower, the
@@ -207,8 +249,7 @@ static int skipped_v41(const char *name)
 
 /* Everything but the routed experts of a store (m->cfg set): global
  * tensors and every layer; a V4.1 checkpoint's tensors not used refused.
- * V4's mtp.* (num_nextn_predict_layers) is not read: MTP speculation is
- * not implemented. */
+ * V4's MTP block from a checkpoint (load_mtp). */
 static int load_model(struct cw_dsv_loader *ld, struct cw_dsv_model *m)
 {
 	const struct st_dsv_config *c = &m->cfg;
@@ -216,7 +257,7 @@ static int load_model(struct cw_dsv_loader *ld, struct cw_dsv_model *m)
 	int r;
 
 	ld->c = c;
-	m->layers = calloc(c->n_layers, sizeof(*m->layers));
+	m->layers = calloc(c->n_layers + 1, sizeof(*m->layers));
 	m->freq_main = calloc(c->rope_dim / 2 + 1, sizeof(double));
 	m->freq_comp = calloc(c->rope_dim / 2 + 1, sizeof(double));
 	if (!m->layers || !m->freq_main || !m->freq_comp)
@@ -238,10 +279,16 @@ static int load_model(struct cw_dsv_loader *ld, struct cw_dsv_model *m)
 	     (r = cw_dsv_src_plain(&ld->s, "hc_head_scale", 1, -1,
 				   &m->hc_head_scale)) < 0))
 		return r;
-	for (int l = 0; l < c->n_layers; l++)
-		if ((r = load_layer(ld, l, &m->layers[l],
+	for (int l = 0; l < c->n_layers; l++) {
+		char pfx[32];
+
+		snprintf(pfx, sizeof(pfx), "layers.%d", l);
+		if ((r = load_layer(ld, l, pfx, &m->layers[l],
 				    m->engram_rows_per_pos)) < 0)
 			return r;
+	}
+	if ((r = load_mtp(ld, m)) < 0)
+		return r;
 	for (int i = 0; ld->s.used && i < ld->s.ck->n_tensors; i++)
 		if (!ld->s.used[i] && !skipped_v41(ld->s.ck->tensors[i].name))
 			return st_diag_set(ld->s.diag, -ST_E_FORMAT,
@@ -478,9 +525,17 @@ void cw_dsv_free(struct cw_dsv_model *m)
 {
 	if (!m)
 		return;
-	for (int l = 0; m->layers && l < m->cfg.n_layers; l++)
+	for (int l = 0; m->layers && l <= m->cfg.n_layers; l++)
 		free_layer(&m->layers[l], m->cfg.n_experts);
 	free(m->layers);
+	cw_dsv_mat_free(&m->mtp.e_proj);
+	cw_dsv_mat_free(&m->mtp.h_proj);
+	free(m->mtp.enorm);
+	free(m->mtp.hnorm);
+	free(m->mtp.norm);
+	free(m->mtp.hc_head_fn);
+	free(m->mtp.hc_head_base);
+	free(m->mtp.hc_head_scale);
 	free(m->embed);
 	cw_dsv_mat_free(&m->head);
 	free(m->norm);

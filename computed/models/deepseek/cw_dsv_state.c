@@ -24,18 +24,20 @@ int cw_dsv_state_init(const struct cw_dsv_model *m, int max_tokens,
 	s->rev = c->revision == ST_DSV_REV_V41 ? &cw_dsv41_rev : &cw_dsv4_rev;
 	s->cap = max_tokens;
 	s->n_layers = c->n_layers;
+	s->n_ls = c->n_layers + (m->has_mtp ? 1 : 0);
 	s->q.kv = kv;
 	s->qat = m->qat;
 	/* a kvd state's history grows with it (cw_dsv_eval) */
 	s->tok_cap = kv ? 256 : max_tokens;
 	s->tokens = malloc((size_t)s->tok_cap * sizeof(int32_t));
-	s->ls = calloc(c->n_layers, sizeof(*s->ls));
+	s->ls = calloc(s->n_ls, sizeof(*s->ls));
 	if (!s->tokens || !s->ls || cw_dsv_run_init(m, &s->run) < 0)
 		goto nomem;
-	for (int l = 0; l < c->n_layers; l++)
+	for (int l = 0; l < s->n_ls; l++)
 		for (int k = 0; k < CW_DSV_MAX_STREAMS; k++)
 			s->ls[l].kvs[k] = -1;
-	if (s->rev->state_init(m, s, max_tokens) < 0)
+	if (s->rev->state_init(m, s, max_tokens) < 0 ||
+	    (m->has_mtp && cw_dsv_mtp_state_init(m, s) < 0))
 		goto nomem;
 	*ret = s;
 	return 0;
@@ -58,7 +60,7 @@ void cw_dsv_state_free(struct cw_dsv_state *s)
 	if (s->q.kv && s->q.seq)
 		kv_client_seq_free(s->q.kv, s->q.seq);
 	cw_dsv_run_fini(&s->run);
-	for (int l = 0; s->ls && l < s->n_layers; l++) {
+	for (int l = 0; s->ls && l < s->n_ls; l++) {
 		struct cw_dsv_lstate *ls = &s->ls[l];
 
 		for (int k = 0; k < CW_DSV_MAX_STREAMS; k++)
@@ -90,6 +92,12 @@ void cw_dsv_state_stats(const struct cw_dsv_state *s,
 void cw_dsv_set_debug(struct cw_dsv_state *s, struct cw_dsv_debug *dbg)
 {
 	s->dbg = dbg;
+}
+
+void cw_dsv_set_streams_out(struct cw_dsv_state *s, float *buf, int rows)
+{
+	s->xout = rows > 0 ? buf : NULL;
+	s->xout_rows = rows > 0 ? rows : 0;
 }
 
 void cw_dsv_set_steptime(struct cw_dsv_state *s, struct cw_steptime *tl)

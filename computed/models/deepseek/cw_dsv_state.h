@@ -62,6 +62,9 @@ enum {
  */
 struct cw_dsv_lstate {
 	int kvs[CW_DSV_MAX_STREAMS];
+	/* rows in buf even in a kvd state (V4's MTP block: its window ring
+	 * is process-local, never in kvd pages) */
+	int local;
 	/* ---- V4 ---- */
 	float *buf[CW_DSV_MAX_STREAMS];  /* process-local; NULL if absent */
 	int elems[CW_DSV_MAX_STREAMS];   /* floats per row */
@@ -80,6 +83,14 @@ struct cw_dsv_state {
 	const struct cw_dsv_rev *rev;  /* the model's revision's functions */
 	int len, cap;
 	int n_layers;
+	int n_ls;        /* entries of ls: n_layers, + 1 with V4's MTP block */
+	/* V4's MTP block (cw_dsv_mtp.c): its positions [0, mtp_len) hold
+	 * current window rows; mtp_hi: one past the highest it wrote */
+	int64_t mtp_len, mtp_hi;
+	/* cw_dsv_set_streams_out: the streams after the last layer of the
+	 * next evals' tokens, [xout_rows][hc][D] by place in the chunk */
+	float *xout;
+	int xout_rows;
 	int32_t *tokens; /* [tok_cap] the sequence's token ids (Engram) */
 	int tok_cap;
 	struct cw_dsv_lstate *ls;
@@ -149,6 +160,20 @@ struct cw_dsv_rev {
 };
 
 extern const struct cw_dsv_rev cw_dsv4_rev;   /* cw_dsv4.c */
+
+/* V4's head on streams X [hc][D] with the given hc_head weights (fn
+ * [hc][hc D], base [hc], scale [1]) and final norm [D]: sigmoid pre
+ * weights (+ hc_eps) on the RMS-scaled mixes, the collapse, the norm and
+ * the LM head into logits [vocab] (the model's head with its own
+ * weights; the MTP block's with its own). */
+void cw_dsv4_head_with(const struct cw_dsv_model *m, const float *fn,
+		       const float *base, const float *scale,
+		       const float *norm, const float *X, float *logits);
+
+/* V4's MTP block's window ring in s (process-local even in a kvd
+ * state): ls[n_layers], W + CW_DSV_MTP_SLACK rows.  0 or -ENOMEM. */
+int cw_dsv_mtp_state_init(const struct cw_dsv_model *m,
+			  struct cw_dsv_state *s);
 extern const struct cw_dsv_rev cw_dsv41_rev;  /* cw_dsv41.c */
 
 /* A state for at most max_tokens positions: process-local (kv NULL: the

@@ -1,0 +1,119 @@
+/*
+ * cw_dsv_mtp.c — DeepSeek-V4's multi-token prediction block (cw_dsv.h:
+ * cw_dsv_mtp_eval).  Semantics: the official V4-Flash inference/model.py
+ * MTPBlock (upstream 60d8d70, index file id 70831076062), as
+ * scripts/dsv-oracle.py transcribes it:
+ *
+ *   X[k] = e_proj(enorm(embed(token))) + h_proj(hnorm(x[k]))  k < hc_mult
+ *   X    = Block_{n_layers}(X)  (window-only attention, learned routing)
+ *   logits = head(norm(hc_head(X)))  with the block's own hc_head_* and
+ *                                    norm, the model's embed and head
+ *
+ * x are the main model's streams after its last layer (before hc_head)
+ * at position p and token the token at p + 1, so the logits predict the
+ * token at p + 2.  The block is the model's layers[n_layers]; its state is
+ * a window ring of its own in the sequence state (ls[n_layers]),
+ * process-local even when the decoder layers' rows live in kvd pages: a
+ * draft's state, rebuilt from the main model's streams, never a result's.
+ */
+#include "cw_dsv_state.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_steptime.h"
+
+int cw_dsv_has_mtp(const struct cw_dsv_model *m)
+{
+	return m->has_mtp;
+}
+
+int cw_dsv_mtp_state_init(const struct cw_dsv_model *m,
+			  struct cw_dsv_state *s)
+{
+	const struct st_dsv_config *c = &m->cfg;
+	struct cw_dsv_lstate *ls = &s->ls[c->n_layers];
+	int rows = c->sliding_window + CW_DSV_MTP_SLACK;
+
+	ls->local = 1;
+	ls->elems[CW_DSV_WINDOW] = c->head_dim;
+	ls->ring[CW_DSV_WINDOW] = rows;
+	ls->buf[CW_DSV_WINDOW] =
+		malloc((size_t)rows * c->head_dim * sizeof(float));
+	return ls->buf[CW_DSV_WINDOW] ? 0 : -ENOMEM;
+}
+
+/* The block's input streams X [hc][D] from the main model's x and the
+ * token's embedding. */
+static void mtp_input(const struct cw_dsv_model *m, const float *x,
+		      int32_t token, float *X)
+{
+	const struct st_dsv_config *c = &m->cfg;
+	const int D = c->hidden_size;
+	float e[D], ev[D], h[D];
+
+	cw_dsv_rmsnorm(m->embed + (size_t)token * D, m->mtp.enorm, D,
+		       c->rms_norm_eps, e);
+	cw_dsv_lin(m, &m->mtp.e_proj, e, ev);
+	for (int k = 0; k < c->hc_mult; k++) {
+		float *Xk = X + (size_t)k * D;
+
+		cw_dsv_rmsnorm(x + (size_t)k * D, m->mtp.hnorm, D,
+			       c->rms_norm_eps, h);
+		cw_dsv_lin(m, &m->mtp.h_proj, h, Xk);
+		for (int i = 0; i < D; i++)
+			Xk[i] += ev[i];
+	}
+}
+
+int cw_dsv_mtp_eval(const struct cw_dsv_model *m, struct cw_dsv_state *s,
+		    int64_t p, const float *x, int32_t token, float *logits,
+		    float *x_out, struct st_diag *diag)
+{
+	const struct st_dsv_config *c = &m->cfg;
+	const size_t nx = (size_t)c->hc_mult * c->hidden_size;
+	struct cw_dsv_chunk ck = { .n = 1, .p0 = p, .ids = &token };
+	struct cw_dsv_debug *dbg = s->dbg;
+	int r;
+
+	if (!m->has_mtp)
+		return st_diag_set(diag, -ST_E_UNSUPPORTED,
+				   "the model has no MTP block (a DeepSeek-V4 checkpoint with mtp.0.* tensors has one)");
+	if (p < 0 || p > s->mtp_len)
+		return st_diag_set(diag, -EINVAL,
+				   "MTP position %lld: the block has evaluated positions [0, %lld) only (each position needs every earlier one)",
+				   (long long)p, (long long)s->mtp_len);
+	if (p + CW_DSV_MTP_SLACK < s->mtp_hi)
+		return st_diag_set(diag, -EINVAL,
+				   "MTP position %lld: a roll-back of more than %d positions from %lld (its window ring keeps %d rows of slack)",
+				   (long long)p, CW_DSV_MTP_SLACK,
+				   (long long)s->mtp_hi, CW_DSV_MTP_SLACK);
+	if (token < 0 || token >= c->vocab_size)
+		return st_diag_set(diag, -EINVAL,
+				   "token id %d out of range [0, %d)", token,
+				   c->vocab_size);
+	ck.X = malloc(nx * sizeof(float));
+	if (!ck.X)
+		return st_diag_set(diag, -ENOMEM, "out of memory");
+	mtp_input(m, x, token, ck.X);
+	/* the debug record is indexed by decoder layer: not this block */
+	s->dbg = NULL;
+	r = s->rev->layer_token(m, s, c->n_layers, 0, &ck, diag);
+	s->dbg = dbg;
+	cw_steptime_phase(s->tl, CW_PHASE_NONE);
+	if (r == 0) {
+		s->mtp_len = p + 1;
+		if (s->mtp_hi < p + 1)
+			s->mtp_hi = p + 1;
+		if (logits)
+			cw_dsv4_head_with(m, m->mtp.hc_head_fn,
+					  m->mtp.hc_head_base,
+					  m->mtp.hc_head_scale, m->mtp.norm,
+					  ck.X, logits);
+		if (x_out)
+			memcpy(x_out, ck.X, nx * sizeof(float));
+	}
+	free(ck.X);
+	return r;
+}

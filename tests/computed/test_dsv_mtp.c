@@ -1,0 +1,280 @@
+/*
+ * test_dsv_mtp.c — DeepSeek-V4's MTP block (cw_dsv_mtp_eval, issue 22
+ * §1b) on the tiny-deepseek-v4 fixture, whose checkpoint carries an
+ * mtp.0.* block, against the independent oracle's output
+ * tests/data/dsv-oracle-v4-mtp.json (scripts/dsv-oracle.py --mtp 4: numpy
+ * float64 of the official inference/model.py MTPBlock; the fixture's own
+ * reference never reads the block).
+ *
+ * Per case, in order of position:
+ *  - teacher-forced: the prompt through the main model (its streams kept,
+ *    cw_dsv_set_streams_out), then the block at each position i < n - 1
+ *    on the streams at i and token ids[i + 1];
+ *  - a draft chain after the prompt: the block at n - 1 on the main
+ *    model's last streams and its greedy token, then at n, n + 1, ... on
+ *    its own output streams and the oracle's chain tokens;
+ * each position's top-10 logits and log-sum-exp within ORACLE_TIGHT, the
+ * chain's argmax the oracle's draft token, with the same allowance as the
+ * main model's oracle mode (test_dsv_reference.c, mode oracle): a first
+ * divergence only at or shortly after a rounding knife edge the oracle
+ * lists, loose bounds after it.  Also, independent of the oracle:
+ *  - roll-back: the block re-run at n - 1 after the chain gives the chain's
+ *    first logits bit for bit (its window ring keeps the earlier rows);
+ *  - refusals: a position past those evaluated, a roll-back beyond the
+ *    ring's slack, an out-of-range token, a model without the block
+ *    (tiny-deepseek-v41: its checkpoint has no MTP block).
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cw_dsv.h"
+#include "dsv_test_util.h"
+#include "st_error.h"
+#include "test_util.h"
+
+static int n_fail;
+
+#define ORACLE_TIGHT 1e-4
+#define ORACLE_FRAGILE 1e-6
+#define ORACLE_REACH 2
+#define ORACLE_AFTER_LOGIT 5.0
+#define ORACLE_AFTER_LSE 0.3
+#define ORACLE_GAP 0.02
+
+static void must(int r, const struct st_diag *d, const char *what)
+{
+	if (r < 0) {
+		fprintf(stderr, "%s: %s\n", what, d->msg);
+		exit(1);
+	}
+}
+
+/* Whether the case lists a knife edge (margin below ORACLE_FRAGILE) at p
+ * or up to ORACLE_REACH positions before it. */
+static int fragile_before(const json_t *cs, int p)
+{
+	const json_t *fr = json_object_get(cs, "fragile_positions"), *e;
+	size_t i;
+
+	json_array_foreach(fr, i, e) {
+		int q = (int)json_integer_value(json_array_get(e, 0));
+
+		if (q <= p && p - q <= ORACLE_REACH &&
+		    json_number_value(json_array_get(e, 1)) < ORACLE_FRAGILE)
+			return 1;
+	}
+	return 0;
+}
+
+/* Figures over all positions compared. */
+struct figs {
+	int n, diverged, top1_same, top1_total;
+	double max_tight; /* max |dlogit| before any divergence */
+};
+
+/* One position's logits lg[V] against record rec (position p of case cs);
+ * *div: the case's first divergent position so far (-1: none). */
+static void check_pos(const json_t *cs, const json_t *rec, const float *lg,
+		      int V, int p, const char *what, struct figs *f,
+		      int *div)
+{
+	const char *name = json_string_value(json_object_get(cs, "name"));
+	double dl, ds;
+	int am, ok;
+
+	CHECK(rec != NULL, "%s %s pos %d: no oracle record", name, what, p);
+	if (!rec)
+		return;
+	ok = dsvt_top1_ok(rec, lg, V, 2 * ORACLE_TIGHT, &am);
+	dsvt_dist_err(rec, lg, V, &dl, &ds);
+	f->n++;
+	f->top1_total++;
+	f->top1_same += ok;
+	CHECK(isfinite(dl) && isfinite(ds), "%s %s pos %d: not finite", name,
+	      what, p);
+	if (*div < 0 && (dl > ORACLE_TIGHT || ds > ORACLE_TIGHT || !ok)) {
+		*div = p;
+		f->diverged++;
+		printf("%s: %s leaves the oracle at position %d (max|dlogit| %.3g, |dlse| %.3g, argmax %s)\n",
+		       name, what, p, dl, ds, ok ? "equal" : "differs");
+		CHECK(fragile_before(cs, p),
+		      "%s %s pos %d: max|dlogit| %.3g, |dlse| %.3g, argmax %d, with no rounding knife edge at or up to %d positions before",
+		      name, what, p, dl, ds, am, ORACLE_REACH);
+	} else if (*div >= 0) {
+		CHECK(dl <= ORACLE_AFTER_LOGIT && ds <= ORACLE_AFTER_LSE,
+		      "%s %s pos %d (after the divergence at %d): max|dlogit| %.3g, |dlse| %.3g",
+		      name, what, p, *div, dl, ds);
+	} else if (dl > f->max_tight) {
+		f->max_tight = dl;
+	}
+}
+
+/* One oracle case: teacher-forced positions, the chain, the roll-back. */
+static void mtp_case(const struct cw_dsv_model *m, const json_t *cs,
+		     struct figs *f)
+{
+	const struct st_dsv_config *c = cw_dsv_config(m);
+	const int V = c->vocab_size, nx = c->hc_mult * c->hidden_size;
+	const char *name = json_string_value(json_object_get(cs, "name"));
+	const json_t *rows = json_object_get(cs, "mtp_positions");
+	const json_t *toks = json_object_get(cs, "chain_tokens");
+	const json_t *steps = json_object_get(cs, "chain_steps");
+	int n, K = (int)json_array_size(steps), div = -1;
+	int32_t *ids = dsvt_case_ids(cs, 0, &n, NULL);
+	float *X = malloc((size_t)n * nx * sizeof(float));
+	float *xa = malloc((size_t)nx * sizeof(float));
+	float *xb = malloc((size_t)nx * sizeof(float));
+	float *lg = malloc((size_t)V * sizeof(float));
+	float *first = malloc((size_t)V * sizeof(float));
+	struct cw_dsv_state *s;
+	struct st_diag d = { { 0 } };
+
+	if (!ids || !X || !xa || !xb || !lg || !first)
+		abort();
+	CHECK((int)json_array_size(rows) == n - 1 &&
+	      (int)json_array_size(toks) == K + 1 && K > 0,
+	      "%s: malformed oracle case", name);
+	must(cw_dsv_state_new(m, n + 1, &s), &d, "state");
+	cw_dsv_set_streams_out(s, X, n);
+	must(cw_dsv_eval(m, s, ids, n, 0, lg, &d), &d, name);
+	cw_dsv_set_streams_out(s, NULL, 0);
+	/* the chain starts from the main model's greedy token */
+	{
+		int32_t g0 = (int32_t)json_integer_value(json_array_get(toks, 0));
+
+		CHECK(dsvt_argmax(lg, V) == g0,
+		      "%s: main model's greedy token %d, oracle %d", name,
+		      dsvt_argmax(lg, V), g0);
+	}
+	for (int i = 0; i + 1 < n; i++) {
+		must(cw_dsv_mtp_eval(m, s, i, X + (size_t)i * nx, ids[i + 1],
+				     lg, NULL, &d), &d, name);
+		check_pos(cs, json_array_get(rows, i), lg, V, i,
+			  "teacher-forced", f, &div);
+	}
+	memcpy(xa, X + (size_t)(n - 1) * nx, (size_t)nx * sizeof(float));
+	for (int j = 0; j < K; j++) {
+		const json_t *st = json_array_get(steps, j);
+		int32_t tok = (int32_t)json_integer_value(json_array_get(toks, j));
+		int32_t next = (int32_t)json_integer_value(
+			json_array_get(toks, j + 1));
+		int p = n - 1 + j;
+
+		must(cw_dsv_mtp_eval(m, s, p, xa, tok, lg, xb, &d), &d, name);
+		if (j == 0)
+			memcpy(first, lg, (size_t)V * sizeof(float));
+		check_pos(cs, st, lg, V, p, "chain", f, &div);
+		if (div < 0 && json_number_value(json_object_get(
+				       st, "top1_minus_top2")) >= ORACLE_GAP)
+			CHECK(dsvt_argmax(lg, V) == next,
+			      "%s chain step %d: draft %d, oracle %d", name, j,
+			      dsvt_argmax(lg, V), next);
+		memcpy(xa, xb, (size_t)nx * sizeof(float));
+	}
+	/* roll back to n - 1: the rows the chain wrote past it are not read */
+	must(cw_dsv_mtp_eval(m, s, n - 1, X + (size_t)(n - 1) * nx,
+			     (int32_t)json_integer_value(json_array_get(toks, 0)),
+			     lg, NULL, &d), &d, name);
+	CHECK(!memcmp(lg, first, (size_t)V * sizeof(float)),
+	      "%s: the block re-run at %d after a %d-step chain differs (max %.3g)",
+	      name, n - 1, K, dsvt_max_abs_diff(lg, first, V, NULL));
+	cw_dsv_state_free(s);
+	free(first);
+	free(lg);
+	free(xb);
+	free(xa);
+	free(X);
+	free(ids);
+}
+
+/* The refusals cw_dsv_mtp_eval documents. */
+static void refusals(const struct cw_dsv_model *m)
+{
+	const struct st_dsv_config *c = cw_dsv_config(m);
+	const int nx = c->hc_mult * c->hidden_size;
+	float *x = calloc((size_t)nx, sizeof(float));
+	struct cw_dsv_state *s;
+	struct st_diag d = { { 0 } };
+	int r;
+
+	if (!x)
+		abort();
+	for (int i = 0; i < nx; i++)
+		x[i] = (float)((i % 7) - 3) * 0.25f;
+	must(cw_dsv_state_new(m, 8, &s), &d, "state");
+	r = cw_dsv_mtp_eval(m, s, 1, x, 5, NULL, NULL, &d);
+	CHECK(r == -EINVAL && strstr(d.msg, "[0, 0)"),
+	      "position 1 before 0: %d (%s)", r, d.msg);
+	r = cw_dsv_mtp_eval(m, s, 0, x, c->vocab_size, NULL, NULL, &d);
+	CHECK(r == -EINVAL && strstr(d.msg, "out of range"),
+	      "token = vocab: %d (%s)", r, d.msg);
+	for (int p = 0; p <= CW_DSV_MTP_SLACK + 1; p++)
+		must(cw_dsv_mtp_eval(m, s, p, x, 5 + p, NULL, NULL, &d), &d,
+		     "chain");
+	/* highest evaluated: SLACK + 1; position 1 rolls back SLACK + 1 */
+	r = cw_dsv_mtp_eval(m, s, 1, x, 5, NULL, NULL, &d);
+	CHECK(r == -EINVAL && strstr(d.msg, "roll-back"),
+	      "roll-back past the slack: %d (%s)", r, d.msg);
+	r = cw_dsv_mtp_eval(m, s, 2, x, 5, NULL, NULL, &d);
+	CHECK(r == 0, "roll-back within the slack: %d (%s)", r, d.msg);
+	cw_dsv_state_free(s);
+	free(x);
+}
+
+int main(void)
+{
+	char dir[4096], data[4200];
+	struct cw_dsv_model *m, *m41;
+	struct st_diag d = { { 0 } };
+	struct figs f = { 0 };
+	json_t *ref;
+	const json_t *cases, *cs;
+	const char *model;
+	size_t i;
+
+	st_test_fixture_model("tiny-deepseek-v4", dir, sizeof(dir));
+	must(cw_dsv_load(dir, ST_DSV_REV_V4, CW_COMPUTE_REFERENCE, &m, &d), &d,
+	     dir);
+	CHECK(cw_dsv_has_mtp(m) == 1, "tiny-deepseek-v4: MTP block not loaded");
+	if (!cw_dsv_has_mtp(m))
+		return dsvt_finish(n_fail);
+	snprintf(data, sizeof(data), "%s/tests/data", st_test_source_dir());
+	ref = dsvt_load_json(data, "dsv-oracle-v4-mtp.json");
+	cases = dsvt_cases(ref, "MTP oracle file");
+	model = json_string_value(json_object_get(ref, "model"));
+	CHECK(model && !strcmp(model, "tiny-deepseek-v4"),
+	      "oracle file is for %s", model ? model : "(none)");
+	CHECK(!json_object_get(ref, "check"), "oracle file made for a check");
+	printf("oracle: %s\n",
+	       json_string_value(json_object_get(ref, "generator")));
+	json_array_foreach(cases, i, cs)
+		mtp_case(m, cs, &f);
+	printf("MTP block vs the oracle: %d positions, max|dlogit| %.3g before any divergence, %d case(s) diverged at a knife edge, argmax equal at %d of %d\n",
+	       f.n, f.max_tight, f.diverged, f.top1_same, f.top1_total);
+	CHECK(f.n > 0 && f.top1_same * 10 >= f.top1_total * 9,
+	      "argmax equal at only %d of %d positions", f.top1_same,
+	      f.top1_total);
+	refusals(m);
+	json_decref(ref);
+	cw_dsv_free(m);
+	/* a model without the block */
+	st_test_fixture_model("tiny-deepseek-v41", dir, sizeof(dir));
+	must(cw_dsv_load(dir, ST_DSV_REV_V41, CW_COMPUTE_REFERENCE, &m41, &d),
+	     &d, dir);
+	CHECK(!cw_dsv_has_mtp(m41), "tiny-deepseek-v41: an MTP block?");
+	{
+		struct cw_dsv_state *s;
+		float x[1] = { 0 };
+		int r;
+
+		must(cw_dsv_state_new(m41, 4, &s), &d, "state");
+		r = cw_dsv_mtp_eval(m41, s, 0, x, 1, NULL, NULL, &d);
+		CHECK(r == -ST_E_UNSUPPORTED, "V4.1 model: %d (%s)", r, d.msg);
+		cw_dsv_state_free(s);
+	}
+	cw_dsv_free(m41);
+	return dsvt_finish(n_fail);
+}
