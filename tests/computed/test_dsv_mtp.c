@@ -252,7 +252,7 @@ int main(void)
 	       json_string_value(json_object_get(ref, "generator")));
 	json_array_foreach(cases, i, cs)
 		mtp_case(m, cs, &f);
-	printf("MTP block vs the oracle: %d positions, max|dlogit| %.3g before any divergence, %d case(s) diverged at a knife edge, argmax equal at %d of %d\n",
+	printf("MTP block vs the oracle: %d positions, max|dlogit| %.3g before any divergence, %d case(s) diverged (each must follow a knife edge), argmax equal at %d of %d\n",
 	       f.n, f.max_tight, f.diverged, f.top1_same, f.top1_total);
 	CHECK(f.n > 0 && f.top1_same * 10 >= f.top1_total * 9,
 	      "argmax equal at only %d of %d positions", f.top1_same,
