@@ -844,7 +844,11 @@ static int parse_experts(const struct mctx *c, json_t *root,
 		return bad(c, -ST_E_FORMAT, "experts: missing or not an object");
 	if ((r = get_int(c, ex, "experts", "n_layers", 1, MAX_LAYERS, &v)))
 		return r;
-	if (v != s->cfg.n_layers)
+	/* V4: the MTP block kept (strata convert since it keeps it) is one
+	 * more expert layer */
+	if (s->is_dsv4 && s->dsv4.n_nextn > 0 && v == s->cfg.n_layers + 1)
+		s->n_mtp = 1;
+	else if (v != s->cfg.n_layers)
 		return bad(c, -ST_E_FORMAT, "experts.n_layers: %lld, the config "
 			   "has %d layers", (long long)v, s->cfg.n_layers);
 	s->n_layers = (int)v;

@@ -49,7 +49,12 @@
  *             "tensors": [{"name", "dtype": "F32"|"BF16"|"F8_E4M3",
  *                          "shape": [..],
  *                          "offset", "bytes", "xxh3", "source_dtype"}]}
- *   "experts": {"n_layers", "n_experts",
+ *   "experts": {"n_layers"        the config's layers; a DeepSeek-V4
+ *                                store that kept the checkpoint's MTP
+ *                                block one more (its experts: the last
+ *                                layer; its other tensors mtp.0.* in
+ *                                dense.bin),
+ *               "n_experts",
  *               "record_bytes"   the largest record of any layer (the
  *                                slot size of expertd's pool),
  *               "record_align": 4096, "section_align": 64,
@@ -177,7 +182,9 @@ struct st_store {
 	struct st_dsv_config dsv4;     /* is_dsv4: the parsed config */
 	/* experts (4-bit codes in OCP nibble order; MXFP4 rows interleaved
 	 * where st_store_matrix.il_rows says so) */
-	int n_layers, n_experts;
+	int n_layers, n_experts;       /* expert layers (n_mtp included) */
+	int n_mtp;                     /* V4: expert layers of the MTP block
+					* after the config's layers (0, 1) */
 	uint64_t record_bytes;         /* largest layer record: slot size */
 	struct st_store_layer *layers; /* owned, [n_layers] */
 	char *policy_default;          /* owned, manifest experts.policy */

@@ -64,7 +64,9 @@ static int find_dsv4(struct conv *c, const char *name, enum st_dtype dt,
 }
 
 /* Every routed expert: w1 / w3 / w2 as I8 [rows, cols / 2] packed E2M1
- * plus .scale F8_E8M0 [rows, cols / 32]; marks them as expert tensors. */
+ * plus .scale F8_E8M0 [rows, cols / 32]; marks them as expert tensors.
+ * The expert layers are the decoder layers' and, with c->v4_mtp, the MTP
+ * block's (layer v4.n_layers, named mtp.0.ffn.experts.E.*). */
 static int check_experts_dsv4(struct conv *c)
 {
 	static const char *const wname[3] = { "w1", "w3", "w2" };
@@ -81,16 +83,23 @@ static int check_experts_dsv4(struct conv *c)
 				const struct st_store_matrix *x =
 					&c->layers[l].mat[m];
 				size_t k = ((size_t)l * E + e) * 3 + m;
-				char nm[256];
+				char nm[300];
 				int r;
 
-				snprintf(nm, sizeof(nm), "layers.%d.ffn.experts."
-					 "%d.%s.weight", l, e, wname[m]);
+				char pfx[32];
+
+				if (l < c->v4.n_layers || c->dsv41)
+					snprintf(pfx, sizeof(pfx), "layers.%d", l);
+				else
+					snprintf(pfx, sizeof(pfx), "mtp.%d",
+						 l - c->v4.n_layers);
+				snprintf(nm, sizeof(nm), "%s.ffn.experts."
+					 "%d.%s.weight", pfx, e, wname[m]);
 				if ((r = find_dsv4(c, nm, ST_DTYPE_I8, x->rows,
 						   x->cols / 2, &c->experts[k])))
 					return r;
-				snprintf(nm, sizeof(nm), "layers.%d.ffn.experts."
-					 "%d.%s.scale", l, e, wname[m]);
+				snprintf(nm, sizeof(nm), "%s.ffn.experts."
+					 "%d.%s.scale", pfx, e, wname[m]);
 				if ((r = find_dsv4(c, nm, ST_DTYPE_F8_E8M0,
 						   x->rows, x->cols /
 						   ST_MXFP4_BLOCK,
@@ -103,10 +112,11 @@ static int check_experts_dsv4(struct conv *c)
 	return 0;
 }
 
-/* Dense tensors: the MTP block (mtp.*) is skipped (marked like an expert
- * tensor, so write_dense passes over it); the rest must be BF16, F32,
- * I64 or F8_E4M3 with a NAME.scale F8_E8M0 [ceil(rows / bo), ceil(cols /
- * bi)] (bo, bi: quantization_config.weight_block_size). */
+/* Dense tensors: V4's MTP block (mtp.*) kept with c->v4_mtp, else
+ * skipped (marked like an expert tensor, so write_dense passes over it);
+ * the rest must be BF16, F32, I64 or F8_E4M3 with a NAME.scale F8_E8M0
+ * [ceil(rows / bo), ceil(cols / bi)] (bo, bi:
+ * quantization_config.weight_block_size). */
 static int check_dense_dsv4(struct conv *c)
 {
 	const int bo = c->v4.fp8_block[0], bi = c->v4.fp8_block[1];
@@ -138,7 +148,8 @@ static int check_dense_dsv4(struct conv *c)
 				break;
 			}
 		}
-		if (!strncmp(t->name, "mtp.", 4)) {
+		if (!strncmp(t->name, "mtp.", 4) &&
+		    (!c->v4_mtp || strncmp(t->name, "mtp.0.", 6))) {
 			c->is_expert[i] = 2;
 			continue;
 		}
@@ -228,8 +239,16 @@ int es_cv_check_all_dsv(struct conv *c, int v41)
 	int r;
 
 	if ((r = parse_config_dsv(c, v41)) || (r = check_opts_dsv4(c)) ||
-	    (r = es_cv_plan_layers(c)) ||
 	    (r = st_checkpoint_open(c->model_dir, &c->ck, c->diag)))
+		return r;
+	/* V4's MTP block (the first, window-only one, as released): its
+	 * experts become one more expert layer */
+	if (!v41 && c->v4.n_nextn > 0 && c->v4.nextn_ratio == 0 &&
+	    st_checkpoint_find(c->ck, "mtp.0.e_proj.weight")) {
+		c->v4_mtp = 1;
+		c->cfg.n_layers = c->v4.n_layers + 1;
+	}
+	if ((r = es_cv_plan_layers(c)))
 		return r;
 	c->is_expert = calloc((size_t)c->ck->n_tensors + 1, 1);
 	c->is_attn = calloc((size_t)c->ck->n_tensors + 1, 1);

@@ -77,6 +77,10 @@ struct conv {
 	/* DeepSeek-V4 (config model_type "deepseek_v4"): lossless store */
 	int dsv4;
 	struct st_dsv_config v4;
+	/* V4 with an MTP block (mtp.0.*) kept: its routed experts are the
+	 * store's expert layer v4.n_layers (cfg.n_layers counts it), its
+	 * other tensors go to dense.bin by name; 0: none (or skipped) */
+	int v4_mtp;
 	const struct st_tensor_info **v4_scales; /* like experts: E8M0 */
 	/* DeepSeek-V4.1 (model_type "deepseek_v41"): the V4 path plus the
 	 * Engram tables (es_convert_engram.c); dsv4 is set too */

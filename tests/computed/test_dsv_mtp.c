@@ -23,6 +23,11 @@
  *  - refusals: a position past those evaluated, a roll-back beyond the
  *    ring's slack, an out-of-range token, a model without the block
  *    (tiny-deepseek-v41: its checkpoint has no MTP block).
+ *
+ * Mode "store" (argv[1]): the fixture converted by strata convert (which
+ * keeps the block: its experts the store's last expert layer, served by a
+ * real expertd; its other tensors in dense.bin) gives the checkpoint's
+ * MTP logits and output streams bit for bit, teacher-forced and chained.
  */
 #include <errno.h>
 #include <math.h>
@@ -32,7 +37,11 @@
 
 #include "cw_dsv.h"
 #include "dsv_test_util.h"
+#include "es_client.h"
 #include "st_error.h"
+#include "st_store.h"
+#include "st_util.h"
+#include "test_daemons.h"
 #include "test_util.h"
 
 static int n_fail;
@@ -224,7 +233,121 @@ static void refusals(const struct cw_dsv_model *m)
 	free(x);
 }
 
-int main(void)
+/* The MTP block of ck (checkpoint) and sm (store) on ids[0..n):
+ * teacher-forced at every position, then a chain of 3 on each model's own
+ * argmax; logits and output streams bit-identical. */
+static void same_mtp(const struct cw_dsv_model *ck,
+		     const struct cw_dsv_model *sm, const int32_t *ids, int n,
+		     const char *name)
+{
+	const struct st_dsv_config *c = cw_dsv_config(ck);
+	const int V = c->vocab_size, nx = c->hc_mult * c->hidden_size;
+	const struct cw_dsv_model *mm[2] = { ck, sm };
+	struct cw_dsv_state *s[2];
+	float *X[2], *lg[2], *xo[2];
+	struct st_diag d = { { 0 } };
+	int cmp = 0;
+
+	for (int k = 0; k < 2; k++) {
+		X[k] = malloc((size_t)n * nx * sizeof(float));
+		lg[k] = malloc((size_t)V * sizeof(float));
+		xo[k] = malloc((size_t)nx * sizeof(float));
+		if (!X[k] || !lg[k] || !xo[k])
+			abort();
+		must(cw_dsv_state_new(mm[k], n + 4, &s[k]), &d, "state");
+		cw_dsv_set_streams_out(s[k], X[k], n);
+		must(cw_dsv_eval(mm[k], s[k], ids, n, 0, lg[k], &d), &d, name);
+	}
+	CHECK(!memcmp(X[0], X[1], (size_t)n * nx * sizeof(float)),
+	      "%s: main model streams differ", name);
+	for (int p = 0; p < n + 2; p++) {
+		int32_t tok = p + 1 < n ? ids[p + 1] : dsvt_argmax(lg[0], V);
+
+		for (int k = 0; k < 2; k++)
+			must(cw_dsv_mtp_eval(mm[k], s[k], p,
+					     p < n ? X[k] + (size_t)p * nx : xo[k],
+					     tok, lg[k], xo[k], &d), &d, name);
+		CHECK(!memcmp(lg[0], lg[1], (size_t)V * sizeof(float)) &&
+		      !memcmp(xo[0], xo[1], (size_t)nx * sizeof(float)),
+		      "%s MTP position %d: store %s differ (max|dlogit| %.3g)",
+		      name, p, "model's logits or streams",
+		      dsvt_max_abs_diff(lg[0], lg[1], V, NULL));
+		cmp++;
+		if (p == n - 1) /* the chain goes on from the block's streams */
+			memcpy(X[0] + (size_t)(n - 1) * nx, xo[0],
+			       (size_t)nx * sizeof(float));
+	}
+	printf("%s: MTP block from the store = from the checkpoint at %d positions (bit for bit)\n",
+	       name, cmp);
+	for (int k = 0; k < 2; k++) {
+		cw_dsv_state_free(s[k]);
+		free(X[k]);
+		free(lg[k]);
+		free(xo[k]);
+	}
+}
+
+/* Mode store: convert, serve through expertd, compare (same_mtp). */
+static int mode_store(const struct cw_dsv_model *ck, const char *dir)
+{
+	char tmp[4096], store[4200], msg[1024];
+	const char *args[] = { "--store", store, "--host-budget", "100%",
+			       NULL };
+	struct st_store *st = NULL;
+	struct st_test_inst inst;
+	struct es_client *es = NULL;
+	struct cw_dsv_model *sm = NULL;
+	struct st_diag d = { { 0 } };
+	json_t *ref;
+	const json_t *cases;
+	int r;
+
+	if (dsvt_convert_tmp(dir, tmp, sizeof(tmp), store, sizeof(store)))
+		return 1;
+	r = st_store_open(store, &st, &d);
+	CHECK(r == 0, "st_store_open: %s", d.msg);
+	if (r == 0) {
+		CHECK(st->n_mtp == 1 && st->n_layers == st->dsv4.n_layers + 1 &&
+		      st_store_find_dense(st, "mtp.0.e_proj.weight"),
+		      "store: MTP block not kept (n_mtp %d, %d expert layers)",
+		      st->n_mtp, st->n_layers);
+		st_store_close(st);
+	}
+	st_test_inst_init(&inst, "dsv4-mtp");
+	if (dsvt_expertd_open(&inst, args, &es, msg, sizeof(msg)) < 0) {
+		CHECK(0, "%s", msg);
+		goto out;
+	}
+	r = cw_dsv_load_store(store, es, ST_DSV_REV_V4, CW_COMPUTE_REFERENCE,
+			      &sm, &d);
+	CHECK(r == 0, "cw_dsv_load_store: %s", d.msg);
+	if (r == 0) {
+		CHECK(cw_dsv_has_mtp(sm), "store model: no MTP block");
+		ref = dsvt_load_json(dir, "reference.json");
+		cases = dsvt_cases(ref, "reference.json");
+		for (size_t i = 0; cw_dsv_has_mtp(sm) && i < json_array_size(cases);
+		     i += 2) {
+			const json_t *cs = json_array_get(cases, i);
+			int n;
+			int32_t *ids = dsvt_case_ids(cs, 0, &n, NULL);
+
+			if (!ids)
+				abort();
+			same_mtp(ck, sm, ids, n, json_string_value(
+				json_object_get(cs, "name")));
+			free(ids);
+		}
+		json_decref(ref);
+	}
+	cw_dsv_free(sm);
+out:
+	es_client_close(es);
+	st_test_inst_stop(&inst);
+	st_rm_rf(tmp);
+	return dsvt_finish(n_fail);
+}
+
+int main(int argc, char **argv)
 {
 	char dir[4096], data[4200];
 	struct cw_dsv_model *m, *m41;
@@ -241,6 +364,12 @@ int main(void)
 	CHECK(cw_dsv_has_mtp(m) == 1, "tiny-deepseek-v4: MTP block not loaded");
 	if (!cw_dsv_has_mtp(m))
 		return dsvt_finish(n_fail);
+	if (argc > 1 && !strcmp(argv[1], "store")) {
+		int r = mode_store(m, dir);
+
+		cw_dsv_free(m);
+		return r;
+	}
 	snprintf(data, sizeof(data), "%s/tests/data", st_test_source_dir());
 	ref = dsvt_load_json(data, "dsv-oracle-v4-mtp.json");
 	cases = dsvt_cases(ref, "MTP oracle file");

@@ -7,8 +7,10 @@
  *
  * v4: tiny-deepseek-v4: every expert record holds the checkpoint's E2M1
  * code bytes and E8M0 scale bytes at the offsets the manifest names, zero
- * elsewhere; every non-MTP dense tensor (FP8 E4M3 weights, E8M0 scales,
- * BF16, F32, I64 tid2eid) byte-equal in dense.bin; no mtp.* tensor;
+ * elsewhere, the MTP block's experts (mtp.0.ffn.experts.*) as the last
+ * expert layer (issue 22 §1b: the converter keeps the draft block); every
+ * other tensor (FP8 E4M3 weights, E8M0 scales, BF16, F32, I64 tid2eid,
+ * the MTP block's) byte-equal in dense.bin;
  * st_store_open / st_store_verify accept the store; a second convert is
  * byte-identical; options that would change the formats are refused; a
  * flipped byte fails verify.
@@ -145,8 +147,11 @@ static void test_open_and_geometry_v4(void **state)
 	cfg = json_load_file(path, 0, NULL);
 	assert_non_null(cfg);
 	assert_true(s->is_dsv4);
+	/* the decoder layers, then the MTP block (num_nextn_predict_layers 1) */
+	assert_int_equal(s->n_mtp, 1);
 	assert_int_equal(s->n_layers, json_integer_value(json_object_get(
-					      cfg, "num_hidden_layers")));
+					      cfg, "num_hidden_layers")) + 1);
+	assert_int_equal(s->cfg.n_layers, s->dsv4.n_layers);
 	assert_int_equal(s->n_experts, json_integer_value(json_object_get(
 					       cfg, "n_routed_experts")));
 	assert_int_equal(s->cfg.expert_inter, json_integer_value(
@@ -193,16 +198,21 @@ static void test_expert_records(void **state)
 					&s->layers[l].mat[m];
 				const uint8_t *w, *sc;
 				const char *dt = NULL;
-				char nm[128];
+				char nm[128], pfx[32];
 				size_t wl, sl;
 
-				snprintf(nm, sizeof(nm), "layers.%d.ffn.experts."
-					 "%d.%s.weight", l, e, wn[m]);
+				if (l < s->dsv4.n_layers)
+					snprintf(pfx, sizeof(pfx), "layers.%d", l);
+				else
+					snprintf(pfx, sizeof(pfx), "mtp.%d",
+						 l - s->dsv4.n_layers);
+				snprintf(nm, sizeof(nm), "%s.ffn.experts."
+					 "%d.%s.weight", pfx, e, wn[m]);
 				w = ck_tensor(&k, nm, &dt, &wl);
 				assert_non_null(w);
 				assert_string_equal(dt, "I8");
-				snprintf(nm, sizeof(nm), "layers.%d.ffn.experts."
-					 "%d.%s.scale", l, e, wn[m]);
+				snprintf(nm, sizeof(nm), "%s.ffn.experts."
+					 "%d.%s.scale", pfx, e, wn[m]);
 				sc = ck_tensor(&k, nm, &dt, &sl);
 				assert_non_null(sc);
 				assert_string_equal(dt, "F8_E8M0");
@@ -223,8 +233,9 @@ static void test_expert_records(void **state)
 	ck_close(&k);
 }
 
-/* Every checkpoint tensor that is neither a routed expert nor MTP is in
- * dense.bin with its own dtype and bytes; nothing else is. */
+/* Every checkpoint tensor that is not a routed expert (the MTP block's
+ * other tensors included) is in dense.bin with its own dtype and bytes;
+ * nothing else is. */
 static void test_dense_bytes(void **state)
 {
 	struct st_store *s = NULL;
@@ -234,6 +245,7 @@ static void test_dense_bytes(void **state)
 	json_t *v;
 	char path[4300], *dense;
 	size_t dlen, n_dense = 0, seen_fp8 = 0, seen_i64 = 0, seen_e8m0 = 0;
+	size_t seen_mtp = 0;
 
 	(void)state;
 	ck_open(&k, g_model);
@@ -249,11 +261,12 @@ static void test_dense_bytes(void **state)
 		if (!strcmp(key, "__metadata__"))
 			continue;
 		t = st_store_find_dense(s, key);
-		if (!strncmp(key, "mtp.", 4) || strstr(key, ".experts.")) {
+		if (strstr(key, ".experts.")) {
 			assert_null(t);
 			continue;
 		}
 		assert_non_null(t);
+		seen_mtp += !strncmp(key, "mtp.0.", 6);
 		src = ck_tensor(&k, key, &dt, &len);
 		assert_string_equal(st_dtype_traits(t->dtype)->name, dt);
 		assert_int_equal(t->n_bytes, len);
@@ -267,6 +280,9 @@ static void test_dense_bytes(void **state)
 	assert_int_equal(n_dense, (size_t)s->n_dense);
 	assert_true(seen_fp8 > 0 && seen_fp8 == seen_e8m0);
 	assert_int_equal(seen_i64, (size_t)s->dsv4.n_hash_layers);
+	/* attention, norms, mHC, router, shared expert, e/h_proj, hc_head */
+	assert_true(seen_mtp >= 30);
+	assert_non_null(st_store_find_dense(s, "mtp.0.e_proj.weight"));
 	free(dense);
 	st_store_close(s);
 	ck_close(&k);

@@ -289,8 +289,9 @@ void cw_dsv_set_streams_out(struct cw_dsv_state *s, float *buf, int rows);
 /* ---- V4's multi-token prediction block (cw_dsv_mtp.c) ---- */
 
 /* Whether m carries V4's MTP draft block: a V4 checkpoint with
- * num_nextn_predict_layers > 0 and its mtp.0.* tensors, loaded by
- * cw_dsv_load (a store keeps no mtp.*).  1 or 0. */
+ * num_nextn_predict_layers > 0 and its mtp.0.* tensors (cw_dsv_load), or
+ * a store converted from one (cw_dsv_load_store; expertd serves the
+ * block's experts as its last expert layer).  1 or 0. */
 int cw_dsv_has_mtp(const struct cw_dsv_model *m);
 
 /* Positions the MTP block may roll back (re-evaluate) behind the highest

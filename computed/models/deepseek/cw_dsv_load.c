@@ -195,7 +195,8 @@ static int load_layer(struct cw_dsv_loader *ld, int l, const char *pfx,
 
 /* V4's MTP block mtp.0 as layers[n_layers] plus its own weights (m->mtp),
  * from a checkpoint that has it (config num_nextn_predict_layers > 0 and
- * mtp.0.e_proj present); a store keeps no mtp.* (not loaded, has_mtp 0).
+ * mtp.0.e_proj present) or a store that kept it (st_store.n_mtp: its
+ * experts are the store's expert layer n_layers, served by expertd).
  * A block whose compress ratio is not 0 (none released) is not loaded
  * either: it would need a compressor state this code does not keep. */
 static int load_mtp(struct cw_dsv_loader *ld, struct cw_dsv_model *m)
@@ -205,8 +206,9 @@ static int load_mtp(struct cw_dsv_loader *ld, struct cw_dsv_model *m)
 	struct cw_dsv_mtp *t = &m->mtp;
 	int r;
 
-	if (c->revision != ST_DSV_REV_V4 || c->n_nextn < 1 || ld->s.st ||
-	    !st_checkpoint_find(ld->s.ck, "mtp.0.e_proj.weight"))
+	if (c->revision != ST_DSV_REV_V4 || c->n_nextn < 1 ||
+	    (ld->s.st ? ld->s.st->n_mtp < 1 :
+			!st_checkpoint_find(ld->s.ck, "mtp.0.e_proj.weight")))
 		return 0;
 	if (c->nextn_ratio != 0) {
 		st_warn("%s: MTP block mtp.0 has compress ratio %d (only 0, window-only attention, is implemented): not loaded",
