@@ -150,9 +150,10 @@ int cli_cmd_info(int argc, char **argv)
 
 		for (int m = 0; m < 3; m++)
 			st_wformat_name(&ly->mat[m].fmt, f[m], sizeof(f[m]));
-		printf("  layer %3d  gate %s, up %s, down %s; record %s\n", l,
+		printf("  layer %3d  gate %s, up %s, down %s; record %s%s\n", l,
 		       f[0], f[1], f[2],
-		       st_format_bytes(ly->record_bytes, a, sizeof(a)));
+		       st_format_bytes(ly->record_bytes, a, sizeof(a)),
+		       l >= s->cfg.n_layers ? " (MTP draft block)" : "");
 		expert_bytes += ly->record_bytes * (uint64_t)s->n_experts;
 		for (int m = 0; m < 3; m++)
 			params += (uint64_t)(ly->mat[m].rows * ly->mat[m].cols) *

@@ -8,7 +8,9 @@
  *    w2 (I8 [4096, 1024] + E8M0 [4096, 64]) = 13,369,344 B (doc 2.3);
  *    all experts = 43 x 256 records;
  *  - dense bytes = the doc's 2.3 tensor table summed tensor by tensor with
- *    its literal shapes (MTP skipped);
+ *    its literal shapes, plus the MTP block strata convert keeps (a
+ *    window-only block with a gate bias, e_proj and h_proj FP8 [4096,
+ *    4096], enorm, hnorm, norm, hc_head_* as the model's);
  *  - KV growth per token: BF16 rows 6,880 B (doc 2.6: 21 CSA layers x
  *    (1024 + 256) / 4 + 20 HCA layers x 1024 / 128); FP8 rows of 512 B +
  *    a 4-B scale (kvd's format): 21 x (516 + 132) / 4 + 20 x 516 / 128;
@@ -95,6 +97,9 @@ static uint64_t v4_flash_dense_by_table(void)
 		if (l >= 2)
 			sum += l % 2 == 0 ? csa : hca;
 	}
+	/* mtp.0 (num_nextn_predict_layers 1, compress ratio 0) */
+	sum += common + 256 * 4 + 2 * F8(4096, 4096, 32, 32) + 3 * 4096 * 2 +
+	       (4ull * 16384 + 4 + 1) * 4;
 	return sum;
 }
 

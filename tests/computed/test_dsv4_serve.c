@@ -318,7 +318,13 @@ int main(void)
 		CHECK(rs.tokens == total_tokens, "read stats: %llu tokens, "
 		      "expected %llu", (unsigned long long)rs.tokens,
 		      (unsigned long long)total_tokens);
-		CHECK(rs.expert_bytes == total_tokens * es_client_n_layers(es) *
+		/* every decoder layer's top-k; the MTP block, the store's
+		 * last expert layer, only when drafting */
+		CHECK(es_client_n_layers(es) == cw_dsv_config(ref)->n_layers + 1,
+		      "expertd: %d expert layers, the store keeps the MTP block",
+		      es_client_n_layers(es));
+		CHECK(rs.expert_bytes == total_tokens *
+				cw_dsv_config(ref)->n_layers *
 				cw_dsv_config(ref)->top_k *
 				es_client_record_bytes(es),
 		      "expert bytes %llu", (unsigned long long)rs.expert_bytes);

@@ -2,8 +2,10 @@
  * cw_dsv_plan.c — DeepSeek-V4-Flash and V4.1-Flash described for the
  * capacity planner (common/st_plan.h), exactly as strata stores and runs
  * them: dense weights in their checkpoint formats (FP8 E4M3 + E8M0 block
- * scales, BF16, F32, I64 tid2eid; MTP skipped), routed experts as the
- * store's MXFP4 records (st_store_layout), and the KV streams the forward
+ * scales, BF16, F32, I64 tid2eid; V4's MTP block's dense tensors too,
+ * as strata convert keeps them), routed experts as the store's MXFP4
+ * records (st_store_layout; the decoder layers', which decode reads; the
+ * MTP block's, read only to draft, are not counted), and the KV streams the forward
  * pass declares (cw_dsv_streams, DESIGN 3a).  V4.1 from its config read
  * by st_config_dsv41 (the one V4.1 config reader) and
  * MODEL_FAMILY_DEEPSEEK_V4.md section 3: its tensor list (3.2), its cache
@@ -32,9 +34,11 @@ static uint64_t fp8_bytes(uint64_t out, uint64_t in, int b0, int b1,
 					   ((in + b1 - 1) / b1));
 }
 
-/* V4 dense bytes as stored, or (params) parameter counts. */
-static void v4_dense(const struct st_dsv_config *c, int params,
-		     uint64_t *ret_dense, uint64_t *ret_attn)
+/* One V4 block's dense bytes as stored, or (params) parameter counts:
+ * attention of compress ratio `ratio` (its part into *ret_attn), norms,
+ * mHC mixers, router with tid2eid (hashed) or bias, shared expert. */
+static uint64_t v4_block_dense(const struct st_dsv_config *c, int ratio,
+			       int hashed, int params, uint64_t *ret_attn)
 {
 	const uint64_t D = c->hidden_size, V = c->vocab_size, hc = c->hc_mult;
 	const uint64_t H = c->n_heads, hd = c->head_dim, G = c->o_groups;
@@ -44,46 +48,63 @@ static void v4_dense(const struct st_dsv_config *c, int params,
 	const uint64_t B2 = params ? 1 : 2, B4 = params ? 1 : 4;
 	const uint64_t B8 = params ? 1 : 8;
 	const int b0 = c->fp8_block[0], b1 = c->fp8_block[1];
+	uint64_t dense = 0, a = 0;
+
+	/* attention: wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b,
+	 * attn_sink */
+	a += fp8_bytes(QR, D, b0, b1, params) + QR * B2;
+	a += fp8_bytes(H * hd, QR, b0, b1, params);
+	a += fp8_bytes(hd, D, b0, b1, params) + hd * B2;
+	a += fp8_bytes(G * R, H / G * hd, b0, b1, params);
+	a += fp8_bytes(D, G * R, b0, b1, params);
+	a += H * B4;
+	if (ratio) {
+		/* compressor: wkv, wgate (BF16), ape (F32), norm */
+		uint64_t cols = ratio == 4 ? 2 * hd : hd;
+
+		a += 2 * cols * D * B2 + (uint64_t)ratio * cols * B4 + hd * B2;
+	}
+	if (ratio == 4) {
+		/* indexer: wq_b (FP8), weights_proj (BF16), its compressor
+		 * (CSA-shaped, index_head_dim wide) */
+		uint64_t IH = c->index_n_heads, Id = c->index_head_dim;
+
+		a += fp8_bytes(IH * Id, QR, b0, b1, params) + IH * D * B2;
+		a += 2 * (2 * Id) * D * B2 + 4 * (2 * Id) * B4 + Id * B2;
+	}
+	*ret_attn += a;
+	dense += a;
+	/* norms, mHC mixers of both sites */
+	dense += 2 * D * B2 + 2 * (nmu * hc * D + nmu + 3) * B4;
+	/* router, bias or tid2eid, shared expert */
+	dense += E * D * B2;
+	dense += hashed ? V * K * B8 : E * B4;
+	dense += 2 * fp8_bytes(I, D, b0, b1, params) +
+		 fp8_bytes(D, I, b0, b1, params);
+	return dense;
+}
+
+/* V4 dense bytes as stored, or (params) parameter counts: the global
+ * tensors, every decoder layer, and the MTP block strata convert keeps
+ * (num_nextn_predict_layers > 0, window-only as released: the block plus
+ * e_proj, h_proj (FP8), enorm, hnorm, norm (BF16), hc_head_* (F32)). */
+static void v4_dense(const struct st_dsv_config *c, int params,
+		     uint64_t *ret_dense, uint64_t *ret_attn)
+{
+	const uint64_t D = c->hidden_size, V = c->vocab_size, hc = c->hc_mult;
+	const uint64_t B2 = params ? 1 : 2, B4 = params ? 1 : 4;
+	const int b0 = c->fp8_block[0], b1 = c->fp8_block[1];
 	uint64_t dense = 0, attn = 0;
 
 	/* embed, head (BF16), norm (BF16), hc_head_{fn,base,scale} (F32) */
 	dense += 2 * V * D * B2 + D * B2 + (hc * hc * D + hc + 1) * B4;
-	for (int l = 0; l < c->n_layers; l++) {
-		const int ratio = c->compress_ratio[l];
-		uint64_t a = 0;
-
-		/* attention: wq_a, q_norm, wq_b, wkv, kv_norm, wo_a, wo_b,
-		 * attn_sink */
-		a += fp8_bytes(QR, D, b0, b1, params) + QR * B2;
-		a += fp8_bytes(H * hd, QR, b0, b1, params);
-		a += fp8_bytes(hd, D, b0, b1, params) + hd * B2;
-		a += fp8_bytes(G * R, H / G * hd, b0, b1, params);
-		a += fp8_bytes(D, G * R, b0, b1, params);
-		a += H * B4;
-		if (ratio) {
-			/* compressor: wkv, wgate (BF16), ape (F32), norm */
-			uint64_t cols = ratio == 4 ? 2 * hd : hd;
-
-			a += 2 * cols * D * B2 + (uint64_t)ratio * cols * B4 +
-			     hd * B2;
-		}
-		if (ratio == 4) {
-			/* indexer: wq_b (FP8), weights_proj (BF16), its
-			 * compressor (CSA-shaped, index_head_dim wide) */
-			uint64_t IH = c->index_n_heads, Id = c->index_head_dim;
-
-			a += fp8_bytes(IH * Id, QR, b0, b1, params) + IH * D * B2;
-			a += 2 * (2 * Id) * D * B2 + 4 * (2 * Id) * B4 + Id * B2;
-		}
-		attn += a;
-		dense += a;
-		/* norms, mHC mixers of both sites */
-		dense += 2 * D * B2 + 2 * (nmu * hc * D + nmu + 3) * B4;
-		/* router, bias or tid2eid, shared expert */
-		dense += E * D * B2;
-		dense += l < c->n_hash_layers ? V * K * B8 : E * B4;
-		dense += 2 * fp8_bytes(I, D, b0, b1, params) +
-			 fp8_bytes(D, I, b0, b1, params);
+	for (int l = 0; l < c->n_layers; l++)
+		dense += v4_block_dense(c, c->compress_ratio[l],
+					l < c->n_hash_layers, params, &attn);
+	if (c->n_nextn > 0 && c->nextn_ratio == 0) {
+		dense += v4_block_dense(c, 0, 0, params, &attn);
+		dense += 2 * fp8_bytes(D, D, b0, b1, params) + 3 * D * B2 +
+			 (hc * hc * D + hc + 1) * B4;
 	}
 	*ret_dense = dense;
 	*ret_attn = attn;
@@ -407,7 +428,9 @@ void cw_dsv_plan_print_doc(const struct st_plan_model *m,
 			"  window 43 x 128 rows: 5.6 MB/seq in BF16    plan: %.2f MB "
 			"(this --kv-dtype), + %.2f MB compressor state\n"
 			"  checkpoint 148.66 GiB incl. ~3.4 GiB MTP    plan: %.2f GiB "
-			"experts + dense (MTP skipped)\n",
+			"experts + dense (the MTP block's dense kept; its experts,\n"
+			"                                              read only "
+			"to draft, not counted)\n",
 			(unsigned long long)r->record_bytes,
 			(double)r->experts_all / (1ull << 30),
 			r->kv_growth_per_token, (double)wb / 1e6,
