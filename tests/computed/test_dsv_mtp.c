@@ -24,6 +24,15 @@
  *    ring's slack, an out-of-range token, a model without the block
  *    (tiny-deepseek-v41: its checkpoint has no MTP block).
  *
+ * Mode "fast": the block in fast mode's data layout (FP8 e_proj / h_proj
+ * and block weights as E4M3 codes with expanded scales, the LM head
+ * BF16) on the exact backend (cw_backend_cpu), exact math on both sides
+ * (QAT off, as test_dsv_fast's layout check: the round trips' flips would
+ * amplify summation-order differences): at every teacher-forced position
+ * of every case, top-1 equal to reference mode's and max |delta logit| <=
+ * 1e-3 x the std of the reference logits (only float vs double summation
+ * differs), so a wrong offset, scale or layout fails.
+ *
  * Mode "store" (argv[1]): the fixture converted by strata convert (which
  * keeps the block: its experts the store's last expert layer, served by a
  * real expertd; its other tensors in dense.bin) gives the checkpoint's
@@ -35,6 +44,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cw_backend.h"
 #include "cw_dsv.h"
 #include "dsv_test_util.h"
 #include "es_client.h"
@@ -287,6 +297,77 @@ static void same_mtp(const struct cw_dsv_model *ck,
 	}
 }
 
+/* Mode fast (the header). */
+static int mode_fast(struct cw_dsv_model *ref, const char *dir)
+{
+	const struct st_dsv_config *c = cw_dsv_config(ref);
+	const int V = c->vocab_size, nx = c->hc_mult * c->hidden_size;
+	struct cw_dsv_model *fm = NULL;
+	struct cw_dsv_model *mm[2];
+	struct dsvt_cmp *cmp = calloc(1, sizeof(*cmp));
+	struct st_diag d = { { 0 } };
+	json_t *refj;
+	const json_t *cases, *cs;
+	size_t ci;
+
+	if (!cmp)
+		abort();
+	must(cw_dsv_load(dir, ST_DSV_REV_V4, CW_COMPUTE_FAST, &fm, &d), &d,
+	     "fast load");
+	CHECK(cw_dsv_has_mtp(fm), "fast mode: no MTP block");
+	CHECK(cw_dsv_set_backend(fm, cw_backend_cpu()) == 0 &&
+	      cw_dsv_set_qat(fm, 0) == 0 && cw_dsv_set_qat(ref, 0) == 0,
+	      "backend / QAT");
+	mm[0] = ref;
+	mm[1] = fm;
+	refj = dsvt_load_json(dir, "reference.json");
+	cases = dsvt_cases(refj, "reference.json");
+	json_array_foreach(cases, ci, cs) {
+		int n;
+		int32_t *ids = dsvt_case_ids(cs, 0, &n, NULL);
+		struct cw_dsv_state *s[2];
+		float *X[2], *lg[2];
+
+		if (!ids)
+			abort();
+		for (int k = 0; k < 2; k++) {
+			X[k] = malloc((size_t)n * nx * sizeof(float));
+			lg[k] = malloc((size_t)V * sizeof(float));
+			if (!X[k] || !lg[k])
+				abort();
+			must(cw_dsv_state_new(mm[k], n, &s[k]), &d, "state");
+			cw_dsv_set_streams_out(s[k], X[k], n);
+			must(cw_dsv_eval(mm[k], s[k], ids, n, 0, NULL, &d), &d,
+			     "eval");
+		}
+		for (int i = 0; i + 1 < n; i++) {
+			for (int k = 0; k < 2; k++)
+				must(cw_dsv_mtp_eval(mm[k], s[k], i,
+						     X[k] + (size_t)i * nx,
+						     ids[i + 1], lg[k], NULL,
+						     &d), &d, "MTP");
+			dsvt_compare_pos(cmp, lg[0], lg[1], V);
+		}
+		for (int k = 0; k < 2; k++) {
+			cw_dsv_state_free(s[k]);
+			free(X[k]);
+			free(lg[k]);
+		}
+		free(ids);
+	}
+	printf("MTP block, fast layout on the exact backend vs reference (exact math): %ld positions, top-1 equal %ld, worst max|dlogit| / std %.3g\n",
+	       cmp->n_pos, cmp->top1_same, cmp->worst_rel);
+	CHECK(cmp->n_pos > 0 && cmp->top1_same == cmp->n_pos,
+	      "top-1 equal at %ld of %ld positions", cmp->top1_same,
+	      cmp->n_pos);
+	CHECK(cmp->worst_rel <= 1e-3, "max|dlogit| / std %.3g > 1e-3",
+	      cmp->worst_rel);
+	json_decref(refj);
+	cw_dsv_free(fm);
+	free(cmp);
+	return dsvt_finish(n_fail);
+}
+
 /* Mode store: convert, serve through expertd, compare (same_mtp). */
 static int mode_store(const struct cw_dsv_model *ck, const char *dir)
 {
@@ -364,8 +445,10 @@ int main(int argc, char **argv)
 	CHECK(cw_dsv_has_mtp(m) == 1, "tiny-deepseek-v4: MTP block not loaded");
 	if (!cw_dsv_has_mtp(m))
 		return dsvt_finish(n_fail);
-	if (argc > 1 && !strcmp(argv[1], "store")) {
-		int r = mode_store(m, dir);
+	if (argc > 1 && (!strcmp(argv[1], "store") ||
+			 !strcmp(argv[1], "fast"))) {
+		int r = !strcmp(argv[1], "store") ? mode_store(m, dir) :
+						    mode_fast(m, dir);
 
 		cw_dsv_free(m);
 		return r;
