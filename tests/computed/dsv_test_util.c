@@ -282,6 +282,22 @@ void dsvt_compare_pos(struct dsvt_cmp *c, const float *a, const float *b,
 	c->n_pos++;
 }
 
+int dsvt_fragile_before(const json_t *cs, int p, int reach, double fragile)
+{
+	const json_t *fr = json_object_get(cs, "fragile_positions"), *e;
+	int best = -1;
+	size_t i;
+
+	json_array_foreach(fr, i, e) {
+		int q = (int)json_integer_value(json_array_get(e, 0));
+
+		if (q <= p && p - q <= reach && q > best &&
+		    json_number_value(json_array_get(e, 1)) < fragile)
+			best = q;
+	}
+	return best;
+}
+
 int dsvt_top1_ok(const json_t *rec, const float *lg, int V, double gap,
 		 int *ret_argmax)
 {

@@ -147,6 +147,14 @@ int dsvt_top1_ok(const json_t *rec, const float *lg, int V, double gap,
 		 int *ret_argmax);
 
 /*
+ * The latest position q in [p - reach, p] of an oracle case's
+ * "fragile_positions" ([position, margin] pairs: scripts/dsv-oracle.py)
+ * whose margin is below `fragile`, or -1: a rounding knife edge float32
+ * may decide the other way, at or shortly before position p.
+ */
+int dsvt_fragile_before(const json_t *cs, int p, int reach, double fragile);
+
+/*
  * A temp copy of the model directory dir in which `file` (JSON) lacks
  * the top-level key `key` (the reference files' optional blocks): every
  * other entry of dir is a symlink to the original.  The copy's path into

@@ -71,23 +71,6 @@ static void must(int r, const struct st_diag *d, const char *what)
 	}
 }
 
-/* Whether the case lists a knife edge (margin below ORACLE_FRAGILE) at p
- * or up to ORACLE_REACH positions before it. */
-static int fragile_before(const json_t *cs, int p)
-{
-	const json_t *fr = json_object_get(cs, "fragile_positions"), *e;
-	size_t i;
-
-	json_array_foreach(fr, i, e) {
-		int q = (int)json_integer_value(json_array_get(e, 0));
-
-		if (q <= p && p - q <= ORACLE_REACH &&
-		    json_number_value(json_array_get(e, 1)) < ORACLE_FRAGILE)
-			return 1;
-	}
-	return 0;
-}
-
 /* Figures over all positions compared. */
 struct figs {
 	int n, diverged, top1_same, top1_total;
@@ -119,7 +102,8 @@ static void check_pos(const json_t *cs, const json_t *rec, const float *lg,
 		f->diverged++;
 		printf("%s: %s leaves the oracle at position %d (max|dlogit| %.3g, |dlse| %.3g, argmax %s)\n",
 		       name, what, p, dl, ds, ok ? "equal" : "differs");
-		CHECK(fragile_before(cs, p),
+		CHECK(dsvt_fragile_before(cs, p, ORACLE_REACH,
+					  ORACLE_FRAGILE) >= 0,
 		      "%s %s pos %d: max|dlogit| %.3g, |dlse| %.3g, argmax %d, with no rounding knife edge at or up to %d positions before",
 		      name, what, p, dl, ds, am, ORACLE_REACH);
 	} else if (*div >= 0) {

@@ -1117,24 +1117,6 @@ static int mode_reference(struct cw_dsv_model *m, const char *dir, int v41,
 #define ORACLE_AFTER_LSE 0.3
 #define ORACLE_GAP 0.02
 
-/* The latest position q in [p - ORACLE_REACH, p] of the case's
- * "fragile_positions" whose margin is below ORACLE_FRAGILE, or -1. */
-static int oracle_fragile_before(const json_t *cs, int p)
-{
-	const json_t *fr = json_object_get(cs, "fragile_positions"), *e;
-	int best = -1;
-	size_t i;
-
-	json_array_foreach(fr, i, e) {
-		int q = (int)json_integer_value(json_array_get(e, 0));
-
-		if (q <= p && p - q <= ORACLE_REACH && q > best &&
-		    json_number_value(json_array_get(e, 1)) < ORACLE_FRAGILE)
-			best = q;
-	}
-	return best;
-}
-
 /* One position's logits lg[V] against the oracle's record rec: errors into
  * st; *div: the first divergent position so far (-1: none), set here
  * when this one diverges. */
@@ -1152,7 +1134,8 @@ static void oracle_pos(const json_t *cs, const json_t *rec, const float *lg,
 	CHECK(isfinite(dl) && isfinite(ds), "%s pos %d: logits not finite",
 	      name, p);
 	if (*div < 0 && (dl > ORACLE_TIGHT || ds > ORACLE_TIGHT || !ok)) {
-		int q = oracle_fragile_before(cs, p);
+		int q = dsvt_fragile_before(cs, p, ORACLE_REACH,
+					    ORACLE_FRAGILE);
 
 		*div = p;
 		printf("%s: leaves the oracle at position %d (max|dlogit| %.3g, |dlse| %.3g, argmax %s)",
