@@ -1263,6 +1263,25 @@ def run_mtp_case(model, ids, chain):
     return [summarize(r) for r in rows], toks, steps, dict(MARGINS)
 
 
+def write_cases(path, out, ref, want, one):
+    """For each case of ref (those named in want, or all): one(prompt ids)
+    gives (its fields, margins, a note for the log); the case goes to
+    out["cases"] with its name, ids and fragile positions (margins below
+    FRAGILE_RECORD); out is written to path as one line of JSON."""
+    for case in ref["cases"]:
+        if want and case["name"] not in want:
+            continue
+        ids = case["ids"][:case["n_prompt"]]
+        fields, margins, note = one(ids)
+        fragile = [[p, float("%.2g" % mg)] for p, mg in sorted(margins.items()) if mg < FRAGILE_RECORD]
+        out["cases"].append({"name": case["name"], "ids": ids, **fields,
+                             "fragile_positions": fragile})
+        print(f"{case['name']}: {len(ids)} prompt tokens, {note}", file=sys.stderr)
+    with open(path, "w") as f:
+        json.dump(out, f, separators=(",", ":"))
+        f.write("\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("model_dir")
@@ -1317,19 +1336,12 @@ def main():
                              "it the other way",
         "cases": [],
     }
-    for case in ref["cases"]:
-        if want and case["name"] not in want:
-            continue
-        ids = case["ids"][:case["n_prompt"]]
+    def one(ids):
         prompt, cont, steps, margins = run_case(model, ids, a.steps, a.decode_all)
-        fragile = [[p, float("%.2g" % mg)] for p, mg in sorted(margins.items()) if mg < FRAGILE_RECORD]
-        out["cases"].append({"name": case["name"], "ids": ids, "prompt_positions": prompt,
-                             "greedy_continuation": cont, "continuation_steps": steps,
-                             "fragile_positions": fragile})
-        print(f"{case['name']}: {len(ids)} prompt tokens, continuation {cont}", file=sys.stderr)
-    with open(a.out, "w") as f:
-        json.dump(out, f, separators=(",", ":"))
-        f.write("\n")
+        return ({"prompt_positions": prompt, "greedy_continuation": cont,
+                 "continuation_steps": steps}, margins, f"continuation {cont}")
+
+    write_cases(a.out, out, ref, want, one)
 
 
 def main_mtp(a, model, ref, want):
@@ -1353,19 +1365,12 @@ def main_mtp(a, model, ref, want):
                              f"margin below {FRAGILE_RECORD:g} of its boundary",
         "cases": [],
     }
-    for case in ref["cases"]:
-        if want and case["name"] not in want:
-            continue
-        ids = case["ids"][:case["n_prompt"]]
+    def one(ids):
         rows, toks, steps, margins = run_mtp_case(model, ids, a.mtp)
-        fragile = [[p, float("%.2g" % mg)] for p, mg in sorted(margins.items()) if mg < FRAGILE_RECORD]
-        out["cases"].append({"name": case["name"], "ids": ids, "mtp_positions": rows,
-                             "chain_tokens": toks, "chain_steps": steps,
-                             "fragile_positions": fragile})
-        print(f"{case['name']}: {len(ids)} prompt tokens, draft chain {toks}", file=sys.stderr)
-    with open(a.out, "w") as f:
-        json.dump(out, f, separators=(",", ":"))
-        f.write("\n")
+        return ({"mtp_positions": rows, "chain_tokens": toks, "chain_steps": steps},
+                margins, f"draft chain {toks}")
+
+    write_cases(a.out, out, ref, want, one)
 
 
 if __name__ == "__main__":
