@@ -147,6 +147,21 @@ int dsvt_top1_ok(const json_t *rec, const float *lg, int V, double gap,
 		 int *ret_argmax);
 
 /*
+ * The rule by which float32 logits are held to scripts/dsv-oracle.py's
+ * float64 ones (test_dsv_reference.c, mode oracle, says why and what was
+ * measured): each top-10 logit and the lse within TIGHT until a first
+ * divergence, which must lie at most REACH positions after a knife edge
+ * of margin below FRAGILE; after it within AFTER_LOGIT / AFTER_LSE;
+ * greedy ids compared while the oracle's top-2 gap is at least GAP.
+ */
+#define DSVT_ORACLE_TIGHT 1e-4
+#define DSVT_ORACLE_FRAGILE 1e-6
+#define DSVT_ORACLE_REACH 2
+#define DSVT_ORACLE_AFTER_LOGIT 5.0
+#define DSVT_ORACLE_AFTER_LSE 0.3
+#define DSVT_ORACLE_GAP 0.02
+
+/*
  * The latest position q in [p - reach, p] of an oracle case's
  * "fragile_positions" ([position, margin] pairs: scripts/dsv-oracle.py)
  * whose margin is below `fragile`, or -1: a rounding knife edge float32

@@ -13,7 +13,7 @@
  *  - a draft chain after the prompt: the block at n - 1 on the main
  *    model's last streams and its greedy token, then at n, n + 1, ... on
  *    its own output streams and the oracle's chain tokens;
- * each position's top-10 logits and log-sum-exp within ORACLE_TIGHT, the
+ * each position's top-10 logits and log-sum-exp within DSVT_ORACLE_TIGHT, the
  * chain's argmax the oracle's draft token, with the same allowance as the
  * main model's oracle mode (test_dsv_reference.c, mode oracle): a first
  * divergence only at or shortly after a rounding knife edge the oracle
@@ -56,13 +56,6 @@
 
 static int n_fail;
 
-#define ORACLE_TIGHT 1e-4
-#define ORACLE_FRAGILE 1e-6
-#define ORACLE_REACH 2
-#define ORACLE_AFTER_LOGIT 5.0
-#define ORACLE_AFTER_LSE 0.3
-#define ORACLE_GAP 0.02
-
 static void must(int r, const struct st_diag *d, const char *what)
 {
 	if (r < 0) {
@@ -90,24 +83,26 @@ static void check_pos(const json_t *cs, const json_t *rec, const float *lg,
 	CHECK(rec != NULL, "%s %s pos %d: no oracle record", name, what, p);
 	if (!rec)
 		return;
-	ok = dsvt_top1_ok(rec, lg, V, 2 * ORACLE_TIGHT, &am);
+	ok = dsvt_top1_ok(rec, lg, V, 2 * DSVT_ORACLE_TIGHT, &am);
 	dsvt_dist_err(rec, lg, V, &dl, &ds);
 	f->n++;
 	f->top1_total++;
 	f->top1_same += ok;
 	CHECK(isfinite(dl) && isfinite(ds), "%s %s pos %d: not finite", name,
 	      what, p);
-	if (*div < 0 && (dl > ORACLE_TIGHT || ds > ORACLE_TIGHT || !ok)) {
+	if (*div < 0 &&
+	    (dl > DSVT_ORACLE_TIGHT || ds > DSVT_ORACLE_TIGHT || !ok)) {
 		*div = p;
 		f->diverged++;
 		printf("%s: %s leaves the oracle at position %d (max|dlogit| %.3g, |dlse| %.3g, argmax %s)\n",
 		       name, what, p, dl, ds, ok ? "equal" : "differs");
-		CHECK(dsvt_fragile_before(cs, p, ORACLE_REACH,
-					  ORACLE_FRAGILE) >= 0,
+		CHECK(dsvt_fragile_before(cs, p, DSVT_ORACLE_REACH,
+					  DSVT_ORACLE_FRAGILE) >= 0,
 		      "%s %s pos %d: max|dlogit| %.3g, |dlse| %.3g, argmax %d, with no rounding knife edge at or up to %d positions before",
-		      name, what, p, dl, ds, am, ORACLE_REACH);
+		      name, what, p, dl, ds, am, DSVT_ORACLE_REACH);
 	} else if (*div >= 0) {
-		CHECK(dl <= ORACLE_AFTER_LOGIT && ds <= ORACLE_AFTER_LSE,
+		CHECK(dl <= DSVT_ORACLE_AFTER_LOGIT &&
+		      ds <= DSVT_ORACLE_AFTER_LSE,
 		      "%s %s pos %d (after the divergence at %d): max|dlogit| %.3g, |dlse| %.3g",
 		      name, what, p, *div, dl, ds);
 	} else if (dl > f->max_tight) {
@@ -170,8 +165,9 @@ static void mtp_case(const struct cw_dsv_model *m, const json_t *cs,
 		if (j == 0)
 			memcpy(first, lg, (size_t)V * sizeof(float));
 		check_pos(cs, st, lg, V, p, "chain", f, &div);
-		if (div < 0 && json_number_value(json_object_get(
-				       st, "top1_minus_top2")) >= ORACLE_GAP)
+		if (div < 0 &&
+		    json_number_value(json_object_get(st, "top1_minus_top2")) >=
+			    DSVT_ORACLE_GAP)
 			CHECK(dsvt_argmax(lg, V) == next,
 			      "%s chain step %d: draft %d, oracle %d", name, j,
 			      dsvt_argmax(lg, V), next);

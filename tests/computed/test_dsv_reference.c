@@ -1095,27 +1095,21 @@ static int mode_reference(struct cw_dsv_model *m, const char *dir, int v41,
  * 1.2e-6 (V4.1) of strata at every position.  The oracle lists such knife edges per case
  * ("fragile_positions", margin below 1e-5).  So, per case, in order of
  * position (prompt, then the teacher-forced continuation):
- *  - until the first position that is not within ORACLE_TIGHT (each top-10
+ *  - until the first position that is not within DSVT_ORACLE_TIGHT (each top-10
  *    logit and the lse) or whose argmax is not the oracle's top-1 (unless
- *    the oracle's top-2 is within 2 x ORACLE_TIGHT): every position;
- *  - that first divergence must lie at, or at most ORACLE_REACH positions
- *    after, a position whose oracle margin is below ORACLE_FRAGILE (a
+ *    the oracle's top-2 is within 2 x DSVT_ORACLE_TIGHT): every position;
+ *  - that first divergence must lie at, or at most DSVT_ORACLE_REACH positions
+ *    after, a position whose oracle margin is below DSVT_ORACLE_FRAGILE (a
  *    flip float32 can make; a flip moves its own position's logits, by
  *    0.224 and 0.309 in the two measured); anywhere else it is a semantic
  *    difference and fails;
- *  - after it, each top-10 logit within ORACLE_AFTER_LOGIT and the lse
- *    within ORACLE_AFTER_LSE (twice the measured reach of one flip);
+ *  - after it, each top-10 logit within DSVT_ORACLE_AFTER_LOGIT and the lse
+ *    within DSVT_ORACLE_AFTER_LSE (twice the measured reach of one flip);
  *  - greedy ids (teacher-forced and free-running) equal up to the first
- *    step whose oracle top1 - top2 gap is below ORACLE_GAP (excluded) or
+ *    step whose oracle top1 - top2 gap is below DSVT_ORACLE_GAP (excluded) or
  *    the divergence;
- *  - over all cases, the median max|dlogit| within ORACLE_TIGHT / 10.
+ *  - over all cases, the median max|dlogit| within DSVT_ORACLE_TIGHT / 10.
  */
-#define ORACLE_TIGHT 1e-4
-#define ORACLE_FRAGILE 1e-6
-#define ORACLE_REACH 2
-#define ORACLE_AFTER_LOGIT 5.0
-#define ORACLE_AFTER_LSE 0.3
-#define ORACLE_GAP 0.02
 
 /* One position's logits lg[V] against the oracle's record rec: errors into
  * st; *div: the first divergent position so far (-1: none), set here
@@ -1125,7 +1119,7 @@ static void oracle_pos(const json_t *cs, const json_t *rec, const float *lg,
 {
 	const char *name = json_string_value(json_object_get(cs, "name"));
 	double dl, ds;
-	int am, ok = dsvt_top1_ok(rec, lg, V, 2 * ORACLE_TIGHT, &am);
+	int am, ok = dsvt_top1_ok(rec, lg, V, 2 * DSVT_ORACLE_TIGHT, &am);
 
 	dsvt_dist_err(rec, lg, V, &dl, &ds);
 	stats_add(st, dl, ds);
@@ -1133,9 +1127,10 @@ static void oracle_pos(const json_t *cs, const json_t *rec, const float *lg,
 	st->top1_same += ok;
 	CHECK(isfinite(dl) && isfinite(ds), "%s pos %d: logits not finite",
 	      name, p);
-	if (*div < 0 && (dl > ORACLE_TIGHT || ds > ORACLE_TIGHT || !ok)) {
-		int q = dsvt_fragile_before(cs, p, ORACLE_REACH,
-					    ORACLE_FRAGILE);
+	if (*div < 0 &&
+	    (dl > DSVT_ORACLE_TIGHT || ds > DSVT_ORACLE_TIGHT || !ok)) {
+		int q = dsvt_fragile_before(cs, p, DSVT_ORACLE_REACH,
+					    DSVT_ORACLE_FRAGILE);
 
 		*div = p;
 		printf("%s: leaves the oracle at position %d (max|dlogit| %.3g, |dlse| %.3g, argmax %s)",
@@ -1144,9 +1139,11 @@ static void oracle_pos(const json_t *cs, const json_t *rec, const float *lg,
 			printf(": a rounding knife edge at position %d", q);
 		printf("\n");
 		CHECK(q >= 0, "%s pos %d: max|dlogit| %.3g, |dlse| %.3g, argmax %d, with no rounding within %g of a boundary at or up to %d positions before",
-		      name, p, dl, ds, am, ORACLE_FRAGILE, ORACLE_REACH);
+		      name, p, dl, ds, am, DSVT_ORACLE_FRAGILE,
+		      DSVT_ORACLE_REACH);
 	} else if (*div >= 0) {
-		CHECK(dl <= ORACLE_AFTER_LOGIT && ds <= ORACLE_AFTER_LSE,
+		CHECK(dl <= DSVT_ORACLE_AFTER_LOGIT &&
+		      ds <= DSVT_ORACLE_AFTER_LSE,
 		      "%s pos %d (after the divergence at %d): max|dlogit| %.3g, |dlse| %.3g",
 		      name, p, *div, dl, ds);
 	}
@@ -1194,7 +1191,7 @@ static void oracle_case(const struct cw_dsv_model *m, const json_t *cs,
 		}
 		/* compared while neither a near tie nor a divergence came */
 		if (json_number_value(json_object_get(stp, "top1_minus_top2")) <
-		    ORACLE_GAP)
+		    DSVT_ORACLE_GAP)
 			gap_ok = 0;
 		if (gap_ok && (div < 0 || div > n - 1 + i)) {
 			int32_t am = dsvt_argmax(lg, V);
@@ -1207,8 +1204,8 @@ static void oracle_case(const struct cw_dsv_model *m, const json_t *cs,
 	}
 	cw_dsv_state_free(s);
 	/* free-running: equal up to the gap rule or the divergence */
-	n = dsvt_free_greedy(m, ids, n, greedy, steps, ORACLE_GAP, lg, &same,
-			     &diff, &tok, &d);
+	n = dsvt_free_greedy(m, ids, n, greedy, steps, DSVT_ORACLE_GAP, lg,
+			     &same, &diff, &tok, &d);
 	CHECK(n >= 0, "%s: free-running greedy: %s", name, d.msg);
 	if (n >= 0) {
 		int np = (int)json_array_size(pp);
@@ -1219,7 +1216,7 @@ static void oracle_case(const struct cw_dsv_model *m, const json_t *cs,
 		 * the comparison stops) and after the divergence */
 		CHECK(diff < 0 || (div >= 0 && np - 1 + diff >= div) ||
 		      json_number_value(json_object_get(json_array_get(steps,
-				diff), "top1_minus_top2")) < ORACLE_GAP,
+				diff), "top1_minus_top2")) < DSVT_ORACLE_GAP,
 		      "%s free-running step %d: %d, oracle %d", name, diff,
 		      tok, diff < 0 ? -1 :
 		      (int)json_integer_value(json_array_get(greedy, diff)));
@@ -1257,14 +1254,14 @@ static int mode_oracle(struct cw_dsv_model *m, const char *fixture, int v41)
 		oracle_case(m, cs, &st, &g_same, &g_total);
 	report("official math vs the oracle", &st);
 	printf("greedy tokens: %d / %d equal, teacher-forced (compared up to the first step with top1-top2 < %g or the divergence)\n",
-	       g_same, g_total, ORACLE_GAP);
+	       g_same, g_total, DSVT_ORACLE_GAP);
 	printf("argmax equal to the oracle's top-1 (or its top-2 within %g) at %d of %d positions; free-running greedy ids equal %d of %d\n",
-	       2 * ORACLE_TIGHT, st.top1_same, st.top1_total, st.free_same,
+	       2 * DSVT_ORACLE_TIGHT, st.top1_same, st.top1_total, st.free_same,
 	       st.free_total);
 	CHECK(st.n > 0 && g_total > 0 && st.free_total > 0, "nothing compared");
-	CHECK(dsvt_median(st.dlogit, st.n) <= ORACLE_TIGHT / 10,
+	CHECK(dsvt_median(st.dlogit, st.n) <= DSVT_ORACLE_TIGHT / 10,
 	      "median max|dlogit| %.3g > %g", dsvt_median(st.dlogit, st.n),
-	      ORACLE_TIGHT / 10);
+	      DSVT_ORACLE_TIGHT / 10);
 	free(st.dlogit);
 	free(st.dlse);
 	json_decref(ref);
