@@ -210,7 +210,7 @@ static void refusals(const struct cw_dsv_model *m)
 	r = cw_dsv_mtp_eval(m, s, 0, x, c->vocab_size, NULL, NULL, &d);
 	CHECK(r == -EINVAL && strstr(d.msg, "out of range"),
 	      "token = vocab: %d (%s)", r, d.msg);
-	for (int p = 0; p <= CW_DSV_MTP_SLACK + 1; p++)
+	for (int p = 0; p <= CW_DSV_ROLLBACK_MAX + 1; p++)
 		must(cw_dsv_mtp_eval(m, s, p, x, 5 + p, NULL, NULL, &d), &d,
 		     "chain");
 	/* highest evaluated: SLACK + 1; position 1 rolls back SLACK + 1 */

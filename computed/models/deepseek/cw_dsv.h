@@ -228,6 +228,28 @@ int cw_dsv_state_new(const struct cw_dsv_model *m, int max_tokens,
 		     struct cw_dsv_state **ret);
 /* Frees a state (NULL is fine); a kvd state's sequence too. */
 void cw_dsv_state_free(struct cw_dsv_state *s);
+
+/* Positions a process-local state (and the MTP block's window) may be
+ * cut back behind the highest it evaluated: its fixed rings (window,
+ * compressor inputs) hold this many rows more than the math needs, so
+ * the rows a rejected draft overwrote are never ones a shorter sequence
+ * still reads. */
+#define CW_DSV_ROLLBACK_MAX 16
+
+/*
+ * Cuts a process-local V4 state back to its first len positions, as if
+ * the later ones had never been evaluated (the rejected tokens of a
+ * verified draft): the next eval continues at len, and its logits are
+ * bit-identical to those of a state that never saw the cut tokens.  The
+ * compressed and index rows the cut tokens emitted are rewritten when
+ * the same windows close again (rows are read by position only).  len
+ * must be at least the highest position the state evaluated + 1 -
+ * CW_DSV_ROLLBACK_MAX.  Errors: -EINVAL (len out of that range, with the
+ * reason), -ST_E_UNSUPPORTED (a kvd state: kvd frees windowed rows as a
+ * sequence grows and refuses to cut one back; a V4.1 state).
+ */
+int cw_dsv_state_truncate(struct cw_dsv_state *s, int len,
+			  struct st_diag *diag);
 /* Positions already evaluated. */
 int cw_dsv_state_len(const struct cw_dsv_state *s);
 /* The FFN counters of a state's evals since it was made. */
@@ -294,9 +316,6 @@ void cw_dsv_set_streams_out(struct cw_dsv_state *s, float *buf, int rows);
  * block's experts as its last expert layer).  1 or 0. */
 int cw_dsv_has_mtp(const struct cw_dsv_model *m);
 
-/* Positions the MTP block may roll back (re-evaluate) behind the highest
- * it evaluated: its window ring holds sliding_window + this many rows. */
-#define CW_DSV_MTP_SLACK 16
 
 /*
  * V4's MTP block (official inference/model.py MTPBlock; cw_dsv_mtp.c) at
@@ -307,7 +326,7 @@ int cw_dsv_has_mtp(const struct cw_dsv_model *m);
  * skipped) is what a further step at p + 1 takes as x.  The block keeps a
  * window of its own per state, so p must be at most the number of
  * positions it evaluated (each position reads the rows of the earlier
- * ones) and at least the highest it evaluated + 1 - CW_DSV_MTP_SLACK;
+ * ones) and at least the highest it evaluated + 1 - CW_DSV_ROLLBACK_MAX;
  * re-evaluating a position replaces its row (a draft chain rolled back,
  * then re-run on the main model's accepted streams).  Independent of the
  * main model's positions in s (its decoder-layer rows are never read or

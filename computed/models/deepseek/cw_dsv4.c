@@ -87,13 +87,16 @@ static int v4_state_init(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 		int ns = cw_dsv_streams(c, l, st);
 
 		for (int i = 0; i < ns; i++) {
+			/* process-local rings: CW_DSV_ROLLBACK_MAX rows of
+			 * slack (cw_dsv_state_truncate) */
+			int ring = st[i].fixed_rows + CW_DSV_ROLLBACK_MAX;
 			size_t rows = st[i].rows_den ?
 					      (size_t)max_tokens / st[i].rows_den + 1 :
-					      (size_t)st[i].fixed_rows;
+					      (size_t)ring;
 			int k = st[i].kind;
 
 			ls->elems[k] = st[i].row_elems;
-			ls->ring[k] = st[i].rows_den ? 0 : st[i].fixed_rows;
+			ls->ring[k] = st[i].rows_den ? 0 : ring;
 			ls->kvs[k] = kvs++;
 			widest = st[i].row_elems > widest ? st[i].row_elems :
 							    widest;

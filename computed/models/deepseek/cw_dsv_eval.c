@@ -192,6 +192,8 @@ int cw_dsv_eval(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 	}
 	if (r == 0) {
 		s->len += n;
+		if (s->hi < s->len)
+			s->hi = s->len;
 		/* V4.1: replayed window rows live outside the pages (the
 		 * pages hold other rows for them), and the CED shortcut
 		 * leaves window rows uncomputed: neither state's pages are

@@ -34,7 +34,7 @@ int cw_dsv_mtp_state_init(const struct cw_dsv_model *m,
 {
 	const struct st_dsv_config *c = &m->cfg;
 	struct cw_dsv_lstate *ls = &s->ls[c->n_layers];
-	int rows = c->sliding_window + CW_DSV_MTP_SLACK;
+	int rows = c->sliding_window + CW_DSV_ROLLBACK_MAX;
 
 	ls->local = 1;
 	ls->elems[CW_DSV_WINDOW] = c->head_dim;
@@ -84,11 +84,11 @@ int cw_dsv_mtp_eval(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 		return st_diag_set(diag, -EINVAL,
 				   "MTP position %lld: the block has evaluated positions [0, %lld) only (each position needs every earlier one)",
 				   (long long)p, (long long)s->mtp_len);
-	if (p + CW_DSV_MTP_SLACK < s->mtp_hi)
+	if (p + CW_DSV_ROLLBACK_MAX < s->mtp_hi)
 		return st_diag_set(diag, -EINVAL,
 				   "MTP position %lld: a roll-back of more than %d positions from %lld (its window ring keeps %d rows of slack)",
-				   (long long)p, CW_DSV_MTP_SLACK,
-				   (long long)s->mtp_hi, CW_DSV_MTP_SLACK);
+				   (long long)p, CW_DSV_ROLLBACK_MAX,
+				   (long long)s->mtp_hi, CW_DSV_ROLLBACK_MAX);
 	if (token < 0 || token >= c->vocab_size)
 		return st_diag_set(diag, -EINVAL,
 				   "token id %d out of range [0, %d)", token,

@@ -78,6 +78,27 @@ void cw_dsv_state_free(struct cw_dsv_state *s)
 	free(s);
 }
 
+int cw_dsv_state_truncate(struct cw_dsv_state *s, int len,
+			  struct st_diag *diag)
+{
+	if (s->q.kv)
+		return st_diag_set(diag, -ST_E_UNSUPPORTED,
+				   "cutting a sequence back: a kvd state's windowed streams lose the rows behind the window as it grows (a process-local state only)");
+	if (s->rev != &cw_dsv4_rev)
+		return st_diag_set(diag, -ST_E_UNSUPPORTED,
+				   "cutting a sequence back: DeepSeek-V4 states only (V4.1's rings keep no slack)");
+	if (len < 0 || len > s->len)
+		return st_diag_set(diag, -EINVAL,
+				   "cut to %d positions: the state holds %d",
+				   len, s->len);
+	if (len + CW_DSV_ROLLBACK_MAX < s->hi)
+		return st_diag_set(diag, -EINVAL,
+				   "cut to %d positions: more than %d behind the highest evaluated (%d)",
+				   len, CW_DSV_ROLLBACK_MAX, s->hi);
+	s->len = len;
+	return 0;
+}
+
 int cw_dsv_state_len(const struct cw_dsv_state *s)
 {
 	return s->len;

@@ -82,6 +82,8 @@ struct cw_dsv_rev;
 struct cw_dsv_state {
 	const struct cw_dsv_rev *rev;  /* the model's revision's functions */
 	int len, cap;
+	int hi;          /* one past the highest position evaluated (len,
+			  * or more after cw_dsv_state_truncate) */
 	int n_layers;
 	int n_ls;        /* entries of ls: n_layers, + 1 with V4's MTP block */
 	/* V4's MTP block (cw_dsv_mtp.c): its positions [0, mtp_len) hold
@@ -171,7 +173,7 @@ void cw_dsv4_head_with(const struct cw_dsv_model *m, const float *fn,
 		       const float *norm, const float *X, float *logits);
 
 /* V4's MTP block's window ring in s (process-local even in a kvd
- * state): ls[n_layers], W + CW_DSV_MTP_SLACK rows.  0 or -ENOMEM. */
+ * state): ls[n_layers], W + CW_DSV_ROLLBACK_MAX rows.  0 or -ENOMEM. */
 int cw_dsv_mtp_state_init(const struct cw_dsv_model *m,
 			  struct cw_dsv_state *s);
 extern const struct cw_dsv_rev cw_dsv41_rev;  /* cw_dsv41.c */
