@@ -1375,6 +1375,30 @@ static void moe_each_fn(void *arg, int gi, const uint8_t *rec)
  * on the CPU meanwhile, then one cw_expert_sync_fn completes the group's
  * device experts (issue 10 overlap); if that fails they are computed on
  * the CPU as well. */
+/* The n experts ids of layer from expertd: es_client_acquire into recs,
+ * or with e es_client_acquire_each computing each through moe_each_fn;
+ * retried every 1 ms, up to 2 s, while another client holds the pool's
+ * pins (-ST_E_BUSY).  es_client_acquire(_each)'s result. */
+static int acquire_retry(struct cw_model *m, int layer, int n,
+			 const int *ids, const uint8_t **recs,
+			 struct moe_each *e, struct st_diag *diag)
+{
+	int r;
+
+	for (int tries = 0;; tries++) {
+		if (e) {
+			e->n_done = 0;
+			r = es_client_acquire_each(m->es, layer, n, ids,
+						   moe_each_fn, e, diag);
+		} else {
+			r = es_client_acquire(m->es, layer, n, ids, recs, diag);
+		}
+		if (r != -ST_E_BUSY || tries >= 2000)
+			return r;
+		st_sleep_ns(1000000); /* another client holds pins */
+	}
+}
+
 static int moe_layer(struct cw_model *m, int layer, int n,
 		     int *ret_shared_done, struct st_diag *diag)
 {
@@ -1410,7 +1434,7 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 		struct moe_each e = { .m = m, .layer = layer, .n = n,
 				      .p0 = p0, .shared = m->cfg.shared_inter > 0,
 				      .diag = diag };
-		int np = 0, tries = 0;
+		int np = 0;
 		uint64_t t0;
 
 		for (int gi = 0; gi < n_needed; gi++) {
@@ -1419,15 +1443,7 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 		}
 		p0[n_needed] = np;
 		t0 = st_now_ns();
-		for (;;) {
-			e.n_done = 0;
-			r = es_client_acquire_each(m->es, layer, n_needed,
-						   needed, moe_each_fn, &e,
-						   diag);
-			if (r != -ST_E_BUSY || ++tries > 2000)
-				break;
-			st_sleep_ns(1000000); /* another client holds pins */
-		}
+		r = acquire_retry(m, layer, n_needed, needed, NULL, &e, diag);
 		m->rs.expert_stall_ns += st_now_ns() - t0 - e.fn_ns;
 		if (r < 0)
 			return r;
@@ -1444,16 +1460,9 @@ static int moe_layer(struct cw_model *m, int layer, int n,
 	for (int g0 = 0; g0 < n_needed; g0 += group_max) {
 		int gn = ST_MIN(group_max, n_needed - g0), np = 0, n_dev = 0;
 		uint64_t t0 = st_now_ns();
-		int tries = 0;
 		struct moe_job j;
 
-		for (;;) {
-			r = es_client_acquire(m->es, layer, gn, needed + g0,
-					      recs, diag);
-			if (r != -ST_E_BUSY || ++tries > 2000)
-				break;
-			st_sleep_ns(1000000); /* another client holds pins */
-		}
+		r = acquire_retry(m, layer, gn, needed + g0, recs, NULL, diag);
 		m->rs.expert_stall_ns += st_now_ns() - t0;
 		if (r < 0)
 			return r;
