@@ -25,12 +25,11 @@
 #include "cw_kvrow.h"
 #include "cw_model.h"
 #include "cw_sampler.h"
-#include "es_client.h"
 #include "es_convert.h"
 #include "kv_client.h"
 #include "st_hugemem.h"
+#include "serve_setup.h"
 #include "st_util.h"
-#include "test_daemons.h"
 #include "test_util.h"
 
 #define N_SEQ 16
@@ -53,33 +52,23 @@ int main(int argc, char **argv)
 {
 	const char *fixture = argc > 1 ? argv[1] : "tiny-qwen3moe";
 	const char *experts = argc > 2 ? argv[2] : "bf16";
-	char model_dir[4096], tmp[4096], store[4200];
-	const char *es_args[4] = { "--store", store, NULL };
 	const char *kv_args[4] = { "--budget", "256MiB", NULL };
 	struct cw_model_opts mo = { .kv_dtype = ST_DTYPE_F32, .page_rows = 16,
 				    .n_threads = 1 };
 	struct es_convert_opts o;
 	struct st_diag diag = { "" };
-	struct st_test_inst inst;
-	struct es_client *es = NULL;
-	struct kv_client *kv = NULL;
-	struct cw_model *m = NULL;
+	struct st_test_serve t;
+	struct es_client *es;
+	struct kv_client *kv;
+	struct cw_model *m;
 	static struct seqst s[N_SEQ];
 	struct cw_batch_tok toks[STEP_BUDGET + N_SEQ];
 	float *lg;
 	int vocab, r;
 
-	st_test_fixture_model(fixture, model_dir, sizeof(model_dir));
-	st_test_tmpdir(tmp, sizeof(tmp));
-	snprintf(store, sizeof(store), "%s/store", tmp);
 	es_convert_opts_init(&o);
 	o.expert_dtype = !strcmp(experts, "mxfp4") ? ST_DTYPE_MXFP4 :
 						      ST_DTYPE_BF16;
-	r = es_convert(model_dir, store, &o, &diag);
-	if (r < 0) {
-		printf("FAIL: convert: %s\n", diag.msg);
-		return 1;
-	}
 	if (argc > 3 && cw_kvrow_parse_dtype(argv[3], &mo.kv_dtype) < 0) {
 		printf("FAIL: bad KV dtype %s\n", argv[3]);
 		return 1;
@@ -88,21 +77,11 @@ int main(int argc, char **argv)
 		printf("FAIL: bad compute mode %s\n", argv[4]);
 		return 1;
 	}
-	st_test_inst_init(&inst, "bat");
-	if (st_test_daemon_start(&inst, "expertd", es_args, 30) < 0 ||
-	    st_test_daemon_start(&inst, "kvd", kv_args, 30) < 0)
+	if (st_test_serve_open(&t, fixture, &o, "bat", NULL, kv_args, &mo) < 0)
 		return 1;
-	r = es_client_open(inst.run_dir, inst.name, "test", 10000, &es, &diag);
-	if (!r)
-		r = kv_client_open(inst.run_dir, inst.name, "test", 10000, &kv,
-				   &diag);
-	if (!r)
-		r = cw_model_open(store, es, kv, &mo, &m, &diag);
-	if (r < 0) {
-		printf("FAIL: setup: %s\n", diag.msg);
-		st_test_inst_stop(&inst);
-		return 1;
-	}
+	es = t.es;
+	kv = t.kv;
+	m = t.m;
 	/* dense.bin in its own huge-page advised mapping from ST_HUGEMEM_MIN
 	 * bytes on (st_hugemem.h), in malloc's heap below */
 	{
@@ -114,7 +93,7 @@ int main(int argc, char **argv)
 			printf("FAIL: dense weights %llu bytes: advised %d, "
 			       "%lld bytes in huge pages\n",
 			       (unsigned long long)db, adv, huge);
-			st_test_inst_stop(&inst);
+			st_test_serve_close(&t);
 			return 1;
 		}
 	}
@@ -153,13 +132,14 @@ int main(int argc, char **argv)
 		int diffs = 0;
 
 		cw_model_close(m);
-		m = NULL;
+		m = t.m = NULL;
 		mo.n_threads = atoi(argv[5]);
-		r = cw_model_open(store, es, kv, &mo, &m, &diag);
+		r = cw_model_open(t.store, es, kv, &mo, &m, &diag);
+		t.m = m;
 		if (r < 0) {
 			printf("FAIL: reopen with %d threads: %s\n",
 			       mo.n_threads, diag.msg);
-			st_test_inst_stop(&inst);
+			st_test_serve_close(&t);
 			return 1;
 		}
 		for (int i = 0; i < N_SEQ; i++) {
@@ -307,10 +287,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < N_SEQ; i++)
 		free(s[i].ref);
 	free(lg);
-	cw_model_close(m);
-	kv_client_close(kv);
-	es_client_close(es);
-	st_test_inst_stop(&inst);
+	st_test_serve_close(&t);
 	printf("%s: %d failures\n", fixture, fails);
 	return fails ? 1 : 0;
 }

@@ -26,8 +26,7 @@
 #include "es_client.h"
 #include "es_convert.h"
 #include "kv_client.h"
-#include "st_util.h"
-#include "test_daemons.h"
+#include "serve_setup.h"
 #include "test_util.h"
 
 #define N_PROMPT 9
@@ -67,48 +66,30 @@ int main(int argc, char **argv)
 {
 	const char *fixture = argc > 1 ? argv[1] : "tiny-qwen3moe";
 	const char *experts = argc > 2 ? argv[2] : "bf16";
-	char model_dir[4096], tmp[4096], store[4200];
-	const char *es_args[] = { "--store", store, "--host-budget", "25%",
+	const char *es_args[] = { "--host-budget", "25%",
 				  "--test-load-delay-ms", "2", NULL };
 	const char *kv_args[] = { "--budget", "64MiB", NULL };
 	struct cw_model_opts mo = { .kv_dtype = ST_DTYPE_F32, .page_rows = 16,
 				    .n_threads = 1 };
 	struct es_convert_opts o;
 	struct st_diag diag = { "" };
-	struct st_test_inst inst;
-	struct es_client *es = NULL;
-	struct kv_client *kv = NULL;
-	struct cw_model *m = NULL;
+	struct st_test_serve t;
+	struct es_client *es;
+	struct kv_client *kv;
+	struct cw_model *m;
 	float *lg[3] = { NULL, NULL, NULL };
 	uint64_t early[3], loads[3];
 	int vocab, r;
 
-	st_test_fixture_model(fixture, model_dir, sizeof(model_dir));
-	st_test_tmpdir(tmp, sizeof(tmp));
-	snprintf(store, sizeof(store), "%s/store", tmp);
 	es_convert_opts_init(&o);
 	o.expert_dtype = !strcmp(experts, "mxfp4") ? ST_DTYPE_MXFP4 :
 						      ST_DTYPE_BF16;
-	r = es_convert(model_dir, store, &o, &diag);
-	if (r < 0) {
-		printf("FAIL: convert: %s\n", diag.msg);
+	if (st_test_serve_open(&t, fixture, &o, "ovl", es_args, kv_args,
+			       &mo) < 0)
 		return 1;
-	}
-	st_test_inst_init(&inst, "ovl");
-	if (st_test_daemon_start(&inst, "expertd", es_args, 30) < 0 ||
-	    st_test_daemon_start(&inst, "kvd", kv_args, 30) < 0)
-		return 1;
-	r = es_client_open(inst.run_dir, inst.name, "test", 10000, &es, &diag);
-	if (!r)
-		r = kv_client_open(inst.run_dir, inst.name, "test", 10000, &kv,
-				   &diag);
-	if (!r)
-		r = cw_model_open(store, es, kv, &mo, &m, &diag);
-	if (r < 0) {
-		printf("FAIL: setup: %s\n", diag.msg);
-		st_test_inst_stop(&inst);
-		return 1;
-	}
+	es = t.es;
+	kv = t.kv;
+	m = t.m;
 	vocab = cw_model_config(m)->vocab_size;
 	for (int pass = 0; pass < 3 && !fails; pass++) {
 		struct cw_read_stats s0, s1;
@@ -152,10 +133,7 @@ int main(int argc, char **argv)
 	}
 	for (int i = 0; i < 3; i++)
 		free(lg[i]);
-	cw_model_close(m);
-	kv_client_close(kv);
-	es_client_close(es);
-	st_test_inst_stop(&inst);
+	st_test_serve_close(&t);
 	printf("%s %s: %d failures\n", fixture, experts, fails);
 	return fails ? 1 : 0;
 }

@@ -40,12 +40,9 @@
 #include "cw_model.h"
 #include "cw_sampler.h"
 #include "cw_sched.h"
-#include "es_client.h"
-#include "es_convert.h"
 #include "kv_client.h"
 #include "st_tokenizer.h"
-#include "st_util.h"
-#include "test_daemons.h"
+#include "serve_setup.h"
 #include "test_util.h"
 
 #define MAX_NEW 48
@@ -283,17 +280,13 @@ static void chi2_model(const float *lg, int vocab, float temp, int draft,
 int main(int argc, char **argv)
 {
 	const char *fixture = argc > 1 ? argv[1] : "kjv-moe";
-	char model_dir[4096], tmp[4096], store[4200];
-	const char *es_args[4] = { "--store", store, NULL };
 	const char *kv_args[4] = { "--budget", "64MiB", NULL };
 	struct cw_model_opts mo = { .kv_dtype = ST_DTYPE_F32, .page_rows = 16,
 				    .n_threads = 1 };
 	struct cw_sampler_params greedy = { .temperature = 0.0f };
 	struct cw_sampler_params t08 = { .temperature = 0.8f, .seed = 7 };
-	struct es_convert_opts o;
 	struct st_diag diag = { "" };
-	struct st_test_inst inst;
-	struct es_client *es = NULL;
+	struct st_test_serve t;
 	struct env e = { 0 };
 	static struct run a, b, c;
 	float *lg0;
@@ -303,30 +296,15 @@ int main(int argc, char **argv)
 		printf("FAIL: bad compute mode %s\n", argv[2]);
 		return 1;
 	}
-	st_test_fixture_model(fixture, model_dir, sizeof(model_dir));
-	st_test_tmpdir(tmp, sizeof(tmp));
-	snprintf(store, sizeof(store), "%s/store", tmp);
-	es_convert_opts_init(&o);
-	r = es_convert(model_dir, store, &o, &diag);
-	if (r < 0) {
-		printf("FAIL: convert: %s\n", diag.msg);
+	if (st_test_serve_open(&t, fixture, NULL, "spg", NULL, kv_args,
+			       &mo) < 0)
 		return 1;
-	}
-	st_test_inst_init(&inst, "spg");
-	if (st_test_daemon_start(&inst, "expertd", es_args, 30) < 0 ||
-	    st_test_daemon_start(&inst, "kvd", kv_args, 30) < 0)
-		return 1;
-	r = es_client_open(inst.run_dir, inst.name, "test", 10000, &es, &diag);
-	if (!r)
-		r = kv_client_open(inst.run_dir, inst.name, "test", 10000,
-				   &e.kv, &diag);
-	if (!r)
-		r = cw_model_open(store, es, e.kv, &mo, &e.m, &diag);
-	if (!r)
-		r = st_tokenizer_load(store, &e.tok, &diag);
+	e.kv = t.kv;
+	e.m = t.m;
+	r = st_tokenizer_load(t.store, &e.tok, &diag);
 	if (r < 0) {
 		printf("FAIL: setup: %s\n", diag.msg);
-		st_test_inst_stop(&inst);
+		st_test_serve_close(&t);
 		return 1;
 	}
 	e.n_streams = cw_model_config(e.m)->n_layers;
@@ -407,10 +385,7 @@ int main(int argc, char **argv)
 out:
 	free(lg0);
 	st_tokenizer_free(e.tok);
-	cw_model_close(e.m);
-	kv_client_close(e.kv);
-	es_client_close(es);
-	st_test_inst_stop(&inst);
+	st_test_serve_close(&t);
 	if (fails) {
 		printf("%d failure(s)\n", fails);
 		return 1;
