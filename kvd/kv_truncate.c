@@ -4,7 +4,12 @@
  * rejected drafts are rolled back).  The sequence's n_rows becomes the new
  * length and every page past its last row is given back, so nothing of a
  * rejected token stays allocated; rows past the length in the kept partial
- * last page are garbage the next reservation's writes replace.
+ * last page are garbage the next reservation's writes replace.  A
+ * windowed stream frees the pages before n - W when the sequence grows
+ * from n rows, so a cut is possible only while the pages of the last W
+ * rows before the new length are still there: a cut back to at least the
+ * length before the last growth (what a verified draft step does) always
+ * is.
  */
 #include <errno.h>
 
@@ -45,14 +50,24 @@ int kv_seq_truncate(struct kv_pool *p, uint32_t client, uint32_t seq,
 				   "fewer than %u", seq, rows, n_rows);
 	if (n_rows == rows)
 		return 0;
-	/* a sliding window freed pages as the sequence grew: the rows a
-	 * shorter sequence's window needs may be gone */
+	/* a sliding window freed pages as the sequence grew: the window
+	 * of the shorter sequence must still be there */
 	for (uint32_t s = 0; s < p->lay.n_streams; s++)
-		if (p->streams[s].window_rows)
-			return st_diag_set(diag, -ST_E_UNSUPPORTED,
-					   "truncate: stream %u keeps a "
-					   "window of rows; windowed "
-					   "sequences cannot be cut back", s);
+		for (uint32_t pi = kv_window_dead_pages(&p->streams[s], B,
+							n_rows);
+		     p->streams[s].window_rows &&
+		     pi < kv_pages_for_rows(n_rows, B); pi++)
+			if (kv_table_get(p, (uint32_t)idx, s, pi) ==
+			    KV_PAGE_NONE)
+				return st_diag_set(
+					diag, -ST_E_LIMIT,
+					"truncate: sequence 0x%x to %u rows: "
+					"stream %u keeps a window of %u rows "
+					"and the rows of page %u were freed "
+					"as it grew; cut back at most to its "
+					"length before its last growth", seq,
+					n_rows, s, p->streams[s].window_rows,
+					pi);
 	have = kv_pages_for_rows(rows, B);
 	keep = kv_pages_for_rows(n_rows, B);
 	/* rows past n_rows must not be in the prefix cache: the pages

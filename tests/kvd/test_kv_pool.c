@@ -1390,6 +1390,48 @@ static void test_truncate(void **state)
 	tpool_free(t);
 }
 
+/* A windowed stream (W 6, pages of 4) grown 4, 8, 12, 16, 24 rows: the
+ * growth from 16 freed its pages 0-1 (rows before 10).  A cut to 20
+ * (after the length before the last growth) keeps its window (pages 3-4)
+ * and gives back page 5 of both streams; a cut to 12 would need page 1
+ * (rows 6..11 of the window): refused, nothing changed. */
+static void test_truncate_window(void **state)
+{
+	const uint32_t rb[2] = { 16, 16 };
+	struct tpool *t = tpool_new(2, rb, 4, 40, 8, 64);
+	uint32_t a;
+	struct st_diag d;
+
+	(void)state;
+	kv_pool_fini(&t->p);
+	t->streams[1].window_rows = 6;
+	memset(t->mem, 0, t->lay.total_bytes);
+	assert_int_equal(kv_pool_format(&t->p, t->mem, t->lay.total_bytes,
+					&t->lay, t->streams),
+			 0);
+	assert_int_equal(kv_seq_create(&t->p, 1, 11, 0, 0, &a, &d), 0);
+	for (uint32_t n = 4; n <= 16; n += 4)
+		assert_int_equal(reserve1(t, 1, a, n, &d), 0);
+	assert_int_equal(reserve1(t, 1, a, 24, &d), 0);
+	assert_int_equal(seq_pages(t, a, 1), 4);
+	assert_int_equal(used(t), 10);
+	assert_int_equal(kv_seq_truncate(&t->p, 1, a, 12, &d), -ST_E_LIMIT);
+	assert_non_null(strstr(d.msg, "window"));
+	assert_int_equal(atomic_load(&t->p.seqs[kv_seq_index(a)].n_rows), 24);
+	assert_int_equal(used(t), 10);
+	assert_int_equal(kv_seq_truncate(&t->p, 1, a, 20, &d), 0);
+	assert_int_equal(atomic_load(&t->p.seqs[kv_seq_index(a)].n_rows), 20);
+	assert_int_equal(seq_pages(t, a, 0), 5);
+	assert_int_equal(seq_pages(t, a, 1), 3);
+	assert_int_equal(used(t), 8);
+	/* grown again: the fresh page 5, and the window trim goes on */
+	assert_int_equal(reserve1(t, 1, a, 24, &d), 0);
+	assert_int_equal(seq_pages(t, a, 0), 6);
+	assert_int_equal(kv_seq_free(&t->p, 1, a, &d), 0);
+	assert_int_equal(used(t), 0);
+	tpool_free(t);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -1408,6 +1450,7 @@ int main(void)
 		cmocka_unit_test(test_cow),
 		cmocka_unit_test(test_cache_refcount_threads),
 		cmocka_unit_test(test_truncate),
+		cmocka_unit_test(test_truncate_window),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);
