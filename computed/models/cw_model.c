@@ -715,6 +715,28 @@ int cw_model_seq_create(struct cw_model *m, struct kv_client *kv,
 	return r;
 }
 
+int cw_model_can_verify_drafts(const struct cw_model *m)
+{
+	return !m->dsv || cw_dsvserve_can_truncate(m->dsv);
+}
+
+int cw_model_seq_truncate(struct cw_model *m, struct kv_client *kv,
+			  uint32_t seq, uint32_t n_rows, struct st_diag *diag)
+{
+	/* a V4 kvd state cuts its kvd sequence itself; a process-local one
+	 * has no rows in kvd */
+	if (m->dsv)
+		return cw_dsvserve_seq_truncate(m->dsv, seq, (int)n_rows, diag);
+	return kv_client_seq_truncate(kv, seq, n_rows, diag);
+}
+
+int cw_model_seq_publish_lag(struct cw_model *m, uint32_t seq, int lag,
+			     struct st_diag *diag)
+{
+	return m->dsv ? cw_dsvserve_seq_publish_lag(m->dsv, seq, lag, diag) :
+			0;
+}
+
 void cw_model_seq_destroy(struct cw_model *m, struct kv_client *kv,
 			  uint32_t seq)
 {

@@ -242,6 +242,30 @@ int cw_model_seq_create(struct cw_model *m, struct kv_client *kv,
  * sequence (kv, the client it was made with). */
 void cw_model_seq_destroy(struct cw_model *m, struct kv_client *kv,
 			  uint32_t seq);
+
+/* Whether a sequence can be cut back after a verified draft step
+ * (cw_model_seq_truncate): 1 for every family but DeepSeek-V4.1 (its
+ * state's rings keep no slack), 0 there. */
+int cw_model_can_verify_drafts(const struct cw_model *m);
+
+/*
+ * Cuts sequence seq back to n_rows positions (the rejected drafts of a
+ * verified step; kv: the client it was made with): the kvd sequence
+ * (kv_client_seq_truncate) and, for a DeepSeek-V4 store, the model's
+ * state with it (cw_dsv_state_truncate).  Not while it is evaluated.
+ * Errors: kv_client_seq_truncate's (-ST_E_LIMIT, -EPERM: a published
+ * row), cw_dsv_state_truncate's, -ST_E_UNSUPPORTED (V4.1).
+ */
+int cw_model_seq_truncate(struct cw_model *m, struct kv_client *kv,
+			  uint32_t seq, uint32_t n_rows, struct st_diag *diag);
+
+/* A sequence that verifies drafts of up to lag tokens: a DeepSeek-V4
+ * state, which publishes its own pages, holds its last lag positions past
+ * the prompt back from the prefix cache (cw_dsv_state_set_publish_lag);
+ * the other families publish through their caller: 0, nothing done.
+ * Errors: cw_dsvserve_seq_publish_lag's. */
+int cw_model_seq_publish_lag(struct cw_model *m, uint32_t seq, int lag,
+			     struct st_diag *diag);
 /* 1 for a DeepSeek-V4 or V4.1 store (no route hooks or probes: V4's
  * hash-routed layers' experts are hinted to expertd exactly instead,
  * V4.1's Engram rows prefetched; a V4 or V4.1 state is in kvd pages

@@ -134,6 +134,58 @@ int cw_seqtab_end(struct cw_seqtab *t, uint32_t seq)
 	return i;
 }
 
+/* seq's state (borrowed; the one stepping thread uses it), forgetting
+ * its last run; NULL when it has none. */
+static void *state_forget_run(struct cw_seqtab *t, uint32_t seq)
+{
+	void *st = NULL;
+	int i;
+
+	pthread_mutex_lock(&t->lock);
+	i = find_locked(t, seq);
+	if (i >= 0) {
+		st = t->ents[i].st;
+		t->ents[i].last_n = 0;
+	}
+	pthread_mutex_unlock(&t->lock);
+	return st;
+}
+
+int cw_seqtab_truncate(struct cw_seqtab *t, uint32_t seq, int len,
+		       struct st_diag *diag)
+{
+	void *st;
+
+	if (!t->ops->truncate)
+		return st_diag_set(diag, -ST_E_UNSUPPORTED,
+				   "%s state: cannot be cut back", t->ops->name);
+	st = state_forget_run(t, seq);
+	if (!st)
+		return st_diag_set(diag, -ST_E_NOTFOUND,
+				   "%s state of sequence 0x%x: none", t->ops->name,
+				   seq);
+	return t->ops->truncate(st, len, diag);
+}
+
+int cw_seqtab_publish_lag(struct cw_seqtab *t, uint32_t seq, int lag,
+			  struct st_diag *diag)
+{
+	void *st;
+
+	if (!t->ops->publish_lag)
+		return st_diag_set(diag, -ST_E_UNSUPPORTED,
+				   "%s state: no publish lag", t->ops->name);
+	st = state_forget_run(t, seq);
+	if (!st)
+		return st_diag_set(diag, -ST_E_NOTFOUND,
+				   "%s state of sequence 0x%x: none", t->ops->name,
+				   seq);
+	return t->ops->publish_lag(st, lag) < 0 ?
+		       st_diag_set(diag, -EINVAL, "publish lag %d out of range",
+				   lag) :
+		       0;
+}
+
 /* The state of seq ready for a run starting at pos: a process-local one
  * made lazily at position 0 (also when the id was reused without
  * cw_seqtab_end; never in place of a kvd state, whose sequence it is). */

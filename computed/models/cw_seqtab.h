@@ -45,6 +45,12 @@ struct cw_seqtab_ops {
 	 * last position (all_positions 0) or of every one (n x vocab) */
 	int (*eval)(const void *model, void *st, const int32_t *ids, int n,
 		    int all_positions, float *logits, struct st_diag *diag);
+	/* cuts the state back to len positions (rejected drafts), or NULL:
+	 * the family cannot */
+	int (*truncate)(void *st, int len, struct st_diag *diag);
+	/* holds the last lag positions past the prompt back from the
+	 * prefix cache (drafts not verified yet), or NULL */
+	int (*publish_lag)(void *st, int lag);
 };
 
 struct cw_seqtab_ent;
@@ -85,6 +91,17 @@ int cw_seqtab_begin(struct cw_seqtab *t, uint32_t seq, int max_tokens,
 /* Drops seq's state.  Returns 1 when that state was kvd-backed (freeing
  * it freed the kvd sequence), else 0. */
 int cw_seqtab_end(struct cw_seqtab *t, uint32_t seq);
+
+/* Cuts seq's state back to len positions (ops->truncate; the last run is
+ * forgotten, so it is no replay).  -ST_E_UNSUPPORTED (the family cannot),
+ * -ST_E_NOTFOUND (no state), the op's errors. */
+int cw_seqtab_truncate(struct cw_seqtab *t, uint32_t seq, int len,
+		       struct st_diag *diag);
+
+/* ops->publish_lag on seq's state: 0, -ST_E_UNSUPPORTED, -ST_E_NOTFOUND,
+ * the op's -EINVAL. */
+int cw_seqtab_publish_lag(struct cw_seqtab *t, uint32_t seq, int lag,
+			  struct st_diag *diag);
 
 /*
  * Evaluates a step (cw_model_eval_batch's contract): runs of one sequence

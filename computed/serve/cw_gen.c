@@ -131,9 +131,9 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
 		return st_diag_set(diag, -EINVAL, "draft_max must be 0..%d",
 				   CW_DRAFT_MAX);
 	}
-	/* a DeepSeek-V4/V4.1 state evaluates each position once (its
-	 * compressors and windows cannot be rolled back): no drafts */
-	g->draft_max = cw_model_is_dsv4(model) ? 0 : g->p.draft_max;
+	/* a DeepSeek-V4.1 state evaluates each position once (its rings
+	 * cannot be rolled back): no drafts */
+	g->draft_max = cw_model_can_verify_drafts(model) ? g->p.draft_max : 0;
 	g->draft_cur = g->draft_max;
 	g->price_on = g->p.draft_price && g->draft_max > 0 &&
 		      cw_draft_price_init(&g->price, g->draft_max) == 0;
@@ -185,6 +185,13 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
 	}
 	g->have_seq = 1;
 	g->n_done = (int)g->n_cached;
+	/* a V4 state publishes its own pages: not those of drafts */
+	if (g->draft_max > 0 &&
+	    (r = cw_model_seq_publish_lag(model, g->seq, g->draft_max,
+					  diag)) < 0) {
+		cw_gen_free(g);
+		return r;
+	}
 	{
 		/* without a spill budget nothing ever leaves the pool, so the
 		 * two pin/unpin round trips per step are not needed */
@@ -396,8 +403,8 @@ static int verify_step(struct cw_gen *g, int n, struct st_diag *diag)
 	if (cnt < n) {
 		/* rows base-1 .. base+cnt-2 hold the last sampled token and
 		 * the accepted drafts: the sequence is base + cnt - 1 rows */
-		r = kv_client_seq_truncate(g->kv, g->seq,
-					   (uint32_t)(base + cnt - 1), diag);
+		r = cw_model_seq_truncate(g->model, g->kv, g->seq,
+					  (uint32_t)(base + cnt - 1), diag);
 		if (r < 0)
 			return r;
 		g->spec.rollbacks++;

@@ -176,7 +176,7 @@ float *cw_gen_logits(struct cw_gen *g);
  * cw_sampler_verify on each in turn (the speculative sampling rule); the
  * first rejected position's token (or, all accepted, the next one) ends
  * the step.  The KV rows of rejected drafts are cut back in kvd
- * (kv_client_seq_truncate).  The first token is returned here, the others
+ * (cw_model_seq_truncate).  The first token is returned here, the others
  * are pending: take them with cw_gen_emit_pending before the next input.
  * Errors as cw_gen_step.
  */

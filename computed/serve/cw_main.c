@@ -1383,8 +1383,8 @@ int main(int argc, char **argv)
 	}
 	cw_metrics_init(&d->metrics);
 	d->metrics.run_dir = d->run_dir;
-	if (d->sopts.draft_max && cw_model_is_dsv4(d->model))
-		st_info("speculative decoding is off for this DeepSeek-V4 "
+	if (d->sopts.draft_max && !cw_model_can_verify_drafts(d->model))
+		st_info("speculative decoding is off for this DeepSeek-V4.1 "
 			"store: its state evaluates each position once, so "
 			"rejected drafts could not be rolled back");
 	if (!d->model_name[0]) {

@@ -12,6 +12,15 @@
  * depth in one place (several evals, then one cut).  Refusals: a cut
  * longer than the slack (also after an earlier cut: the highest position
  * evaluated counts), a length past the state's, a V4.1 state.
+ *
+ * Mode "kv": the same with the state in a real kvd's pages (rows by
+ * position; windowed streams trimmed as the sequence grows; the cut goes
+ * to kvd with kv_client_seq_truncate) in prefix mode with the publish lag
+ * a drafting generation sets (no drafted row published, so no cut is
+ * refused): bit-identical; then a second state with the same prompt maps
+ * the first one's published pages and goes on bit-identical too (no
+ * rejected token's row was cached); a cut whose window kvd freed is
+ * refused.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -20,7 +29,10 @@
 
 #include "cw_dsv.h"
 #include "dsv_test_util.h"
+#include "kv_client.h"
 #include "st_error.h"
+#include "st_util.h"
+#include "test_daemons.h"
 #include "test_util.h"
 
 static int n_fail;
@@ -34,9 +46,12 @@ static void must(int r, const struct st_diag *d, const char *what)
 }
 
 /* ids[0..n) with garbage drafts cut back before each real token; every
- * position's logits against ref (n x V). */
-static void drafts_cut(const struct cw_dsv_model *m, const int32_t *ids,
-		       int n, const float *ref, const char *name)
+ * position's logits against ref (n x V).  kv NULL: a process-local state;
+ * else one in kvd pages, in prefix mode for the first n_prompt ids, with
+ * the publish lag of a drafting generation. */
+static void drafts_cut(const struct cw_dsv_model *m, struct kv_client *kv,
+		       int n_prompt, const int32_t *ids, int n,
+		       const float *ref, const char *name)
 {
 	const int V = cw_dsv_config(m)->vocab_size;
 	struct cw_dsv_state *s;
@@ -49,11 +64,22 @@ static void drafts_cut(const struct cw_dsv_model *m, const int32_t *ids,
 
 	if (!lg)
 		abort();
-	must(cw_dsv_state_new(m, n + CW_DSV_ROLLBACK_MAX, &s), &d, "state");
+	if (kv) {
+		must(cw_dsv_state_new_kv(m, kv, ids, n_prompt, 0, &s, &d), &d,
+		     "kvd state");
+		must(cw_dsv_state_set_publish_lag(s, CW_DSV_ROLLBACK_MAX) == 0 ?
+			     0 : -EINVAL, &d, "lag");
+		CHECK(cw_dsv_state_len(s) == 0, "%s: a prefix hit (%d) before any publish",
+		      name, cw_dsv_state_len(s));
+	} else {
+		must(cw_dsv_state_new(m, n + CW_DSV_ROLLBACK_MAX, &s), &d,
+		     "state");
+	}
 	for (int p = 0; p < n; p++) {
 		int k = 1 + p % CW_DSV_ROLLBACK_MAX;
 
-		if (p > 0) { /* a rejected draft after position p - 1 */
+		/* past the prompt: a rejected draft after position p - 1 */
+		if (p > 0 && (!kv || p >= n_prompt)) {
 			for (int i = 0; i < k; i++)
 				junk[i] = (int32_t)(((unsigned)(dsvt_prand(&seed) +
 								1.0f) *
@@ -100,7 +126,73 @@ static void refusals(const struct cw_dsv_model *m, const int32_t *ids)
 	cw_dsv_state_free(s);
 }
 
-int main(void)
+/* Mode kv (the header): the longest case through kvd. */
+static int mode_kv(const struct cw_dsv_model *m, const struct dsvt_case *c)
+{
+	const int V = cw_dsv_config(m)->vocab_size, B = 16;
+	const char *args[] = { "--budget", "256MiB", NULL };
+	struct st_test_inst inst;
+	struct kv_client *kv = NULL;
+	struct cw_dsv_state *s;
+	struct st_diag d = { { 0 } };
+	float *ref = malloc((size_t)c->n * V * sizeof(float));
+	float *lg = malloc((size_t)V * sizeof(float));
+	int same = 0, r, len;
+
+	if (!ref || !lg)
+		abort();
+	must(cw_dsv_state_new(m, c->n, &s), &d, "state");
+	must(cw_dsv_eval(m, s, c->ids, c->n, 1, ref, &d), &d, c->name);
+	cw_dsv_state_free(s);
+	st_test_inst_init(&inst, "dsvcut");
+	if (st_test_daemon_start(&inst, "kvd", args, 30) < 0) {
+		CHECK(0, "kvd did not start");
+		goto out;
+	}
+	r = kv_client_open(inst.run_dir, inst.name, "dsv4", 20000, &kv, &d);
+	if (r == 0)
+		r = cw_dsv_kv_declare(m, kv, B, 0, &d);
+	CHECK(r == 0, "open/declare: %s", d.msg);
+	if (r)
+		goto out;
+	drafts_cut(m, kv, c->n_prompt, c->ids, c->n, ref, c->name);
+	/* the prompt's pages the first state published: mapped, and the
+	 * rest evaluated from there gives the same logits */
+	must(cw_dsv_state_new_kv(m, kv, c->ids, c->n_prompt, 0, &s, &d), &d,
+	     "second state");
+	len = cw_dsv_state_len(s);
+	CHECK(len > 0 && len % B == 0, "%s: prefix hit of %d tokens", c->name,
+	      len);
+	for (int p = len; p < c->n; p++) {
+		must(cw_dsv_eval(m, s, c->ids + p, 1, 0, lg, &d), &d, c->name);
+		same += !memcmp(lg, ref + (size_t)p * V, (size_t)V * sizeof(float));
+	}
+	printf("%s: a second state mapped %d prompt tokens; %d of %d later positions bit-identical\n",
+	       c->name, len, same, c->n - len);
+	CHECK(same == c->n - len, "%s: second state differs", c->name);
+	cw_dsv_state_free(s);
+	/* far back: the window pages kvd trimmed are gone */
+	must(cw_dsv_state_new_kv(m, kv, NULL, 0, 0, &s, &d), &d, "third state");
+	must(cw_dsv_eval(m, s, c->ids, 40, 0, NULL, &d), &d, "eval");
+	must(cw_dsv_eval(m, s, c->ids + 40, 40, 0, NULL, &d), &d, "eval");
+	r = cw_dsv_state_truncate(s, 10, &d);
+	CHECK(r == -ST_E_LIMIT && strstr(d.msg, "window"),
+	      "cut 70 back through a trimmed window: %d (%s)", r, d.msg);
+	CHECK(cw_dsv_state_len(s) == 80, "refused cut changed the length");
+	r = cw_dsv_state_truncate(s, 70, &d);
+	CHECK(r == 0 && cw_dsv_state_len(s) == 70,
+	      "cut back to the length before the last eval: %d (%s)", r, d.msg);
+	cw_dsv_state_free(s);
+out:
+	kv_client_close(kv);
+	st_test_inst_stop(&inst);
+	st_rm_rf(inst.run_dir);
+	free(ref);
+	free(lg);
+	return 0;
+}
+
+int main(int argc, char **argv)
 {
 	char dir[4096];
 	struct cw_dsv_model *m, *m41;
@@ -120,6 +212,13 @@ int main(void)
 	cases = dsvt_cases(ref, "reference.json");
 	nc = dsvt_cases_load(cases, 8, cs);
 	CHECK(nc >= 2, "reference.json: %d cases", nc);
+	if (argc > 1 && !strcmp(argv[1], "kv")) {
+		mode_kv(m, &cs[nc - 1]);
+		dsvt_cases_free(cs, nc);
+		json_decref(ref);
+		cw_dsv_free(m);
+		return dsvt_finish(n_fail);
+	}
 	/* the two longest (cases sorted shortest first) */
 	for (int i = nc - 2; i >= 0 && i < nc; i++) {
 		const int V = cw_dsv_config(m)->vocab_size;
@@ -132,7 +231,7 @@ int main(void)
 		must(cw_dsv_eval(m, s, cs[i].ids, cs[i].n, 1, all, &d), &d,
 		     cs[i].name);
 		cw_dsv_state_free(s);
-		drafts_cut(m, cs[i].ids, cs[i].n, all, cs[i].name);
+		drafts_cut(m, NULL, 0, cs[i].ids, cs[i].n, all, cs[i].name);
 		free(all);
 	}
 	refusals(m, cs[nc - 1].ids);

@@ -237,19 +237,33 @@ void cw_dsv_state_free(struct cw_dsv_state *s);
 #define CW_DSV_ROLLBACK_MAX 16
 
 /*
- * Cuts a process-local V4 state back to its first len positions, as if
- * the later ones had never been evaluated (the rejected tokens of a
- * verified draft): the next eval continues at len, and its logits are
- * bit-identical to those of a state that never saw the cut tokens.  The
- * compressed and index rows the cut tokens emitted are rewritten when
- * the same windows close again (rows are read by position only).  len
- * must be at least the highest position the state evaluated + 1 -
- * CW_DSV_ROLLBACK_MAX.  Errors: -EINVAL (len out of that range, with the
- * reason), -ST_E_UNSUPPORTED (a kvd state: kvd frees windowed rows as a
- * sequence grows and refuses to cut one back; a V4.1 state).
+ * Cuts a V4 state back to its first len positions, as if the later ones
+ * had never been evaluated (the rejected tokens of a verified draft): the
+ * next eval continues at len, and its logits are bit-identical to those
+ * of a state that never saw the cut tokens.  The compressed and index
+ * rows the cut tokens emitted are rewritten when the same windows close
+ * again (rows are read by position only).  A process-local state: len
+ * must be at least the highest position it evaluated + 1 -
+ * CW_DSV_ROLLBACK_MAX (its rings' slack).  A kvd state (rows by position,
+ * no ring) is cut in kvd too (kv_client_seq_truncate): kvd refuses a cut
+ * whose window rows it freed as the sequence grew (a cut to at least the
+ * length before the last eval never is) or one that would roll back a
+ * published row (cw_dsv_state_set_publish_lag keeps drafts unpublished).
+ * Errors: -EINVAL (len out of range, with the reason), -ST_E_UNSUPPORTED
+ * (a V4.1 state: its rings keep no slack), -ST_E_STALE (a kvd state whose
+ * earlier eval failed part way), kv_client_seq_truncate's.
  */
 int cw_dsv_state_truncate(struct cw_dsv_state *s, int len,
 			  struct st_diag *diag);
+
+/*
+ * A kvd state in prefix mode that verifies drafts: the positions past
+ * the prompt within `lag` of its length are not published (kvd refuses to
+ * cut a published row back); 0 (the default): every evaluated position
+ * is.  0, or -EINVAL for lag outside [0, CW_DSV_ROLLBACK_MAX].
+ */
+int cw_dsv_state_set_publish_lag(struct cw_dsv_state *s, int lag);
+
 /* Positions already evaluated. */
 int cw_dsv_state_len(const struct cw_dsv_state *s);
 /* The FFN counters of a state's evals since it was made. */

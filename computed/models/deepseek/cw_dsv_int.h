@@ -317,6 +317,8 @@ int cw_dsv_kv_end(struct cw_dsv_kvseq *q, int r, int from, int n,
 struct cw_dsv_prompt {
 	int32_t *ids;
 	int n_prompt, n, groups_published;
+	int lag;  /* positions past the prompt held back from publishing
+		   * (cw_dsv_state_set_publish_lag: drafts not verified yet) */
 	int ended;
 	uint32_t flags;
 };

@@ -194,13 +194,17 @@ void cw_dsv_kv_after_eval(struct kv_client *kv, uint32_t seq,
 {
 	const int B = (int)kv_client_page_rows(kv);
 	const int max = (int)KV_PROTO_MAX_IDS;
+	/* past the prompt, the last `lag` positions may be drafts a
+	 * verification cuts back: not published yet (kvd refuses to cut a
+	 * published row) */
+	const int lim = len - p->lag > p->n_prompt ? len - p->lag :
+			len < p->n_prompt ? len : p->n_prompt;
 	struct st_diag d = { { 0 } };
 
 	/* only rows computed from the prompt's own ids are published under
 	 * its keys (a different token ends the publishable prefix there);
-	 * past the prompt, every token the state was fed (decode feeds each
-	 * sampled token once: no rollback in this family) */
-	while (!p->ended && p->n < len && p->n < max) {
+	 * past the prompt, every token the state was fed and kept */
+	while (!p->ended && p->n < lim && p->n < max) {
 		if (p->n < p->n_prompt && tokens[p->n] != p->ids[p->n]) {
 			p->ended = 1;
 			break;

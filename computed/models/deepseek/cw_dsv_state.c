@@ -81,9 +81,8 @@ void cw_dsv_state_free(struct cw_dsv_state *s)
 int cw_dsv_state_truncate(struct cw_dsv_state *s, int len,
 			  struct st_diag *diag)
 {
-	if (s->q.kv)
-		return st_diag_set(diag, -ST_E_UNSUPPORTED,
-				   "cutting a sequence back: a kvd state's windowed streams lose the rows behind the window as it grows (a process-local state only)");
+	int r;
+
 	if (s->rev != &cw_dsv4_rev)
 		return st_diag_set(diag, -ST_E_UNSUPPORTED,
 				   "cutting a sequence back: DeepSeek-V4 states only (V4.1's rings keep no slack)");
@@ -91,10 +90,23 @@ int cw_dsv_state_truncate(struct cw_dsv_state *s, int len,
 		return st_diag_set(diag, -EINVAL,
 				   "cut to %d positions: the state holds %d",
 				   len, s->len);
-	if (len + CW_DSV_ROLLBACK_MAX < s->hi)
+	if (!s->q.kv && len + CW_DSV_ROLLBACK_MAX < s->hi)
 		return st_diag_set(diag, -EINVAL,
 				   "cut to %d positions: more than %d behind the highest evaluated (%d)",
 				   len, CW_DSV_ROLLBACK_MAX, s->hi);
+	if (s->q.kv) {
+		/* rows by position in kvd: kvd checks that the new window's
+		 * pages are still there and that no cut row was published */
+		if (s->q.failed)
+			return st_diag_set(diag, -ST_E_STALE,
+					   "cutting a sequence back: an earlier eval of it failed part way");
+		r = kv_client_seq_truncate(s->q.kv, s->q.seq, (uint32_t)len,
+					   diag);
+		if (r < 0)
+			return r;
+		if (s->pr.n > len)
+			s->pr.n = len;
+	}
 	s->len = len;
 	return 0;
 }
@@ -113,6 +125,14 @@ void cw_dsv_state_stats(const struct cw_dsv_state *s,
 void cw_dsv_set_debug(struct cw_dsv_state *s, struct cw_dsv_debug *dbg)
 {
 	s->dbg = dbg;
+}
+
+int cw_dsv_state_set_publish_lag(struct cw_dsv_state *s, int lag)
+{
+	if (lag < 0 || lag > CW_DSV_ROLLBACK_MAX)
+		return -EINVAL;
+	s->pr.lag = lag;
+	return 0;
 }
 
 void cw_dsv_set_streams_out(struct cw_dsv_state *s, float *buf, int rows)

@@ -112,9 +112,22 @@ static int tab_eval(const void *model, void *st, const int32_t *ids, int n,
 
 /* cw_seqtab's ops take the state alone for len, seq and free; the
  * revision's name for its messages. */
+static int tab_truncate(void *st, int len, struct st_diag *diag)
+{
+	return cw_dsv_state_truncate(st, len, diag);
+}
+
+static int tab_publish_lag(void *st, int lag)
+{
+	return cw_dsv_state_set_publish_lag(st, lag);
+}
+
+/* V4's state can be cut back (rejected drafts); V4.1's cannot yet (its
+ * rings keep no slack) */
 static const struct cw_seqtab_ops k_tab_ops[] = {
 	[CW_DSV_REV_V4] = { "V4", state_len, state_seq, state_free,
-			    tab_new_local, tab_eval },
+			    tab_new_local, tab_eval, tab_truncate,
+			    tab_publish_lag },
 	[CW_DSV_REV_V41] = { "V4.1", state_len, state_seq, state_free,
 			     tab_new_local, tab_eval },
 };
@@ -255,6 +268,23 @@ int cw_dsvserve_seq_begin(struct cw_dsvserve *v, uint32_t seq,
 int cw_dsvserve_seq_end(struct cw_dsvserve *v, uint32_t seq)
 {
 	return cw_seqtab_end(&v->tab, seq);
+}
+
+int cw_dsvserve_can_truncate(const struct cw_dsvserve *v)
+{
+	return v->tab.ops->truncate != NULL;
+}
+
+int cw_dsvserve_seq_truncate(struct cw_dsvserve *v, uint32_t seq, int len,
+			     struct st_diag *diag)
+{
+	return cw_seqtab_truncate(&v->tab, seq, len, diag);
+}
+
+int cw_dsvserve_seq_publish_lag(struct cw_dsvserve *v, uint32_t seq,
+				int lag, struct st_diag *diag)
+{
+	return cw_seqtab_publish_lag(&v->tab, seq, lag, diag);
 }
 
 int cw_dsvserve_eval_batch(struct cw_dsvserve *v,
