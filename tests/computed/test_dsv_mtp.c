@@ -33,6 +33,15 @@
  * 1e-3 x the std of the reference logits (only float vs double summation
  * differs), so a wrong offset, scale or layout fails.
  *
+ * Mode "draft": drafting with the block (cw_dsv_mtp_follow,
+ * cw_dsv_mtp_draft) on every case: the prompt evaluated in two chunks
+ * while the block follows gives the drafts of the oracle-checked chain
+ * (the block by hand: teacher-forced, then chained on its own streams),
+ * token for token; then a verify step (the greedy token and the drafts
+ * evaluated, all but one cut back) and the next drafts equal those of a
+ * state that evaluated only the kept tokens (the block's window is rebuilt
+ * on the accepted streams, nothing of a cut token remains).
+ *
  * Mode "store" (argv[1]): the fixture converted by strata convert (which
  * keeps the block: its experts the store's last expert layer, served by a
  * real expertd; its other tensors in dense.bin) gives the checkpoint's
@@ -277,6 +286,96 @@ static void same_mtp(const struct cw_dsv_model *ck,
 	}
 }
 
+/* The block by hand after evaluating ids[0..n) on a fresh state: k
+ * drafts after `next`. */
+static void hand_drafts(const struct cw_dsv_model *m, const int32_t *ids,
+			int n, int32_t next, int k, int32_t *out)
+{
+	const struct st_dsv_config *c = cw_dsv_config(m);
+	const int V = c->vocab_size, nx = c->hc_mult * c->hidden_size;
+	float *X = malloc((size_t)n * nx * sizeof(float));
+	float *xa = malloc((size_t)nx * sizeof(float));
+	float *lg = malloc((size_t)V * sizeof(float));
+	struct cw_dsv_state *s;
+	struct st_diag d = { { 0 } };
+
+	if (!X || !xa || !lg)
+		abort();
+	must(cw_dsv_state_new(m, n + k + 1, &s), &d, "state");
+	cw_dsv_set_streams_out(s, X, n);
+	must(cw_dsv_eval(m, s, ids, n, 0, NULL, &d), &d, "eval");
+	for (int p = 0; p + 1 < n; p++)
+		must(cw_dsv_mtp_eval(m, s, p, X + (size_t)p * nx, ids[p + 1],
+				     NULL, NULL, &d), &d, "MTP");
+	memcpy(xa, X + (size_t)(n - 1) * nx, (size_t)nx * sizeof(float));
+	for (int i = 0; i < k; i++) {
+		must(cw_dsv_mtp_eval(m, s, n - 1 + i, xa, i ? out[i - 1] : next,
+				     lg, xa, &d), &d, "chain");
+		out[i] = dsvt_argmax(lg, V);
+	}
+	cw_dsv_state_free(s);
+	free(X);
+	free(xa);
+	free(lg);
+}
+
+/* Mode draft (the header). */
+static int mode_draft(const struct cw_dsv_model *m, const char *dir)
+{
+	enum { K = 4 };
+	json_t *refj = dsvt_load_json(dir, "reference.json");
+	const json_t *cases = dsvt_cases(refj, "reference.json"), *cs;
+	struct st_diag d = { { 0 } };
+	int checked = 0;
+	size_t ci;
+
+	json_array_foreach(cases, ci, cs) {
+		int n, h;
+		int32_t *ids = dsvt_case_ids(cs, 1, &n, NULL);
+		int32_t got[K], want[K], seq[512];
+		struct cw_dsv_state *s;
+
+		if (!ids || n > 500)
+			abort();
+		/* after the prompt + 2 tokens, in two chunks */
+		h = n / 2;
+		must(cw_dsv_state_new(m, n + K + 2, &s), &d, "state");
+		CHECK(cw_dsv_mtp_draft(m, s, 1, K, got, &d) == -EINVAL,
+		      "drafts before following");
+		must(cw_dsv_mtp_follow(m, s), &d, "follow");
+		must(cw_dsv_eval(m, s, ids, h, 0, NULL, &d), &d, "eval");
+		must(cw_dsv_eval(m, s, ids + h, n - 1 - h, 0, NULL, &d), &d,
+		     "eval");
+		CHECK(cw_dsv_mtp_draft(m, s, ids[n - 1], K, got, &d) == K,
+		      "drafts: %s", d.msg);
+		hand_drafts(m, ids, n - 1, ids[n - 1], K, want);
+		CHECK(!memcmp(got, want, sizeof(got)),
+		      "case %zu: drafts %d %d %d %d, by hand %d %d %d %d", ci,
+		      got[0], got[1], got[2], got[3], want[0], want[1],
+		      want[2], want[3]);
+		/* a verify step: ids[n-1] and the drafts, one draft kept */
+		memcpy(seq, ids, (size_t)n * sizeof(int32_t));
+		memcpy(seq + n, got, sizeof(got));
+		must(cw_dsv_eval(m, s, seq + n - 1, 1 + K, 0, NULL, &d), &d,
+		     "verify");
+		must(cw_dsv_state_truncate(s, n + 1, &d), &d, "cut");
+		CHECK(cw_dsv_mtp_draft(m, s, 7, K, got, &d) == K, "drafts: %s",
+		      d.msg);
+		hand_drafts(m, seq, n + 1, 7, K, want);
+		CHECK(!memcmp(got, want, sizeof(got)),
+		      "case %zu after a cut: drafts %d %d %d %d, by hand %d %d %d %d",
+		      ci, got[0], got[1], got[2], got[3], want[0], want[1],
+		      want[2], want[3]);
+		cw_dsv_state_free(s);
+		free(ids);
+		checked++;
+	}
+	printf("MTP drafts: %d cases, drafts after the prompt and after a verify step's cut equal the block by hand\n",
+	       checked);
+	json_decref(refj);
+	return dsvt_finish(n_fail);
+}
+
 /* Mode fast (the header). */
 static int mode_fast(struct cw_dsv_model *ref, const char *dir)
 {
@@ -426,9 +525,10 @@ int main(int argc, char **argv)
 	if (!cw_dsv_has_mtp(m))
 		return dsvt_finish(n_fail);
 	if (argc > 1 && (!strcmp(argv[1], "store") ||
-			 !strcmp(argv[1], "fast"))) {
+			 !strcmp(argv[1], "fast") || !strcmp(argv[1], "draft"))) {
 		int r = !strcmp(argv[1], "store") ? mode_store(m, dir) :
-						    mode_fast(m, dir);
+			!strcmp(argv[1], "fast") ? mode_fast(m, dir) :
+						     mode_draft(m, dir);
 
 		cw_dsv_free(m);
 		return r;

@@ -351,6 +351,32 @@ int cw_dsv_mtp_eval(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 		    int64_t p, const float *x, int32_t token, float *logits,
 		    float *x_out, struct st_diag *diag);
 
+/*
+ * Drafting with the MTP block on state s (issue 22): from now on, after
+ * each eval the block is run teacher-forced on the evaluated positions but
+ * the last (their streams and next tokens; a prefix-cache hit's mapped
+ * positions it never saw: it starts after them), and the streams of the
+ * last CW_DSV_ROLLBACK_MAX + 1 positions are kept, so cw_dsv_mtp_draft
+ * can propose the next tokens.  Call before the first eval for the block
+ * to see the whole prompt.  0; -ST_E_UNSUPPORTED (no MTP block), -ENOMEM.
+ */
+int cw_dsv_mtp_follow(const struct cw_dsv_model *m, struct cw_dsv_state *s);
+
+/*
+ * Up to k (1..CW_DSV_ROLLBACK_MAX) draft tokens into out[k] after the
+ * state's last evaluated position P = len - 1, given `next`, the token
+ * sampled at P + 1 (not yet evaluated): the block at P on the main
+ * model's streams there and next, its argmax the first draft; then at
+ * P + i on its own output streams and the previous draft (greedy: the
+ * proposal is a point mass, as prompt-lookup's).  Needs
+ * cw_dsv_mtp_follow, and P among the positions whose streams the last
+ * eval kept (after a cut of at most CW_DSV_ROLLBACK_MAX it is).  Returns
+ * the drafts made (k), or -EINVAL (not following, P not kept, k or next
+ * out of range), -ENOMEM, the block's errors.
+ */
+int cw_dsv_mtp_draft(const struct cw_dsv_model *m, struct cw_dsv_state *s,
+		     int32_t next, int k, int32_t *out, struct st_diag *diag);
+
 /* Times s's evals by phase on tl (cw_steptime.h: dense, experts, head;
  * borrowed, must outlive its use; NULL: off). */
 struct cw_steptime;

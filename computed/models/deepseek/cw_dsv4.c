@@ -245,7 +245,13 @@ static void attention(const struct cw_dsv_model *m,
 	const struct st_dsv_config *c = &m->cfg;
 	int W = c->sliding_window;
 	int lo = p - W + 1 < 0 ? 0 : (int)(p - W + 1);
-	int n_win = (int)p - lo + 1, n_vis = 0, n_sel = 0;
+	int n_win, n_vis = 0, n_sel = 0;
+
+	/* the MTP block restarted at win_lo (cw_dsv_mtp_draft after a
+	 * prefix hit): no rows before it (0 for the decoder layers) */
+	if (lo < s->ls[l].win_lo)
+		lo = (int)s->ls[l].win_lo;
+	n_win = (int)p - lo + 1;
 
 	if (L->ratio)
 		n_vis = (int)((p + 1) / L->ratio);

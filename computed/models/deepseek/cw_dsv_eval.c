@@ -141,6 +141,7 @@ int cw_dsv_eval(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 		struct st_diag *diag)
 {
 	const struct st_dsv_config *c = &m->cfg;
+	float *mtp_x = NULL;
 	int r;
 
 	if (n < 1)
@@ -174,7 +175,31 @@ int cw_dsv_eval(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 		return r;
 	memcpy(s->tokens + s->len, ids, (size_t)n * sizeof(int32_t));
 	s->rev->before_eval(m, s, ids, n);
-	r = cw_dsv_run(m, s, ids, n, s->len, 0, all_positions, logits, diag);
+	if (s->mtp_follow) {
+		/* the chunk's streams for the MTP block (cw_dsv_mtp.c) */
+		float *user = s->xout;
+		int user_rows = s->xout_rows;
+		size_t nx = (size_t)c->hc_mult * c->hidden_size;
+
+		mtp_x = malloc((size_t)n * nx * sizeof(float));
+		if (!mtp_x) {
+			r = st_diag_set(diag, -ENOMEM, "out of memory");
+		} else {
+			s->xout = mtp_x;
+			s->xout_rows = n;
+			r = cw_dsv_run(m, s, ids, n, s->len, 0, all_positions,
+				       logits, diag);
+			s->xout = user;
+			s->xout_rows = user_rows;
+			for (int t = 0; r == 0 && user && t < n && t < user_rows;
+			     t++)
+				memcpy(user + (size_t)t * nx, mtp_x + t * nx,
+				       nx * sizeof(float));
+		}
+	} else {
+		r = cw_dsv_run(m, s, ids, n, s->len, 0, all_positions, logits,
+			       diag);
+	}
 	if (s->q.kv) {
 		int ok = r == 0 && !s->q.row_missing;
 
@@ -187,6 +212,9 @@ int cw_dsv_eval(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 		 * then a replay for the caller, not a second evaluation) */
 		if (ok && r < 0) {
 			s->len += n;
+			if (s->hi < s->len)
+				s->hi = s->len;
+			free(mtp_x);
 			return r;
 		}
 	}
@@ -194,6 +222,10 @@ int cw_dsv_eval(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 		s->len += n;
 		if (s->hi < s->len)
 			s->hi = s->len;
+		/* the MTP block follows (its failure is a draft's, not the
+		 * eval's: drafting stops for the state) */
+		if (mtp_x)
+			cw_dsv_mtp_after_eval(m, s, mtp_x, s->len - n, n);
 		/* V4.1: replayed window rows live outside the pages (the
 		 * pages hold other rows for them), and the CED shortcut
 		 * leaves window rows uncomputed: neither state's pages are
@@ -203,6 +235,7 @@ int cw_dsv_eval(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 					     s->tokens, s->len,
 					     !(s->ov_hi > 0 || s->ced));
 	}
+	free(mtp_x);
 	return r;
 }
 

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "cw_steptime.h"
+#include "st_log.h"
 
 int cw_dsv_has_mtp(const struct cw_dsv_model *m)
 {
@@ -67,9 +68,23 @@ static void mtp_input(const struct cw_dsv_model *m, const float *x,
 	}
 }
 
+/* The block at p (cw_dsv_mtp_eval's contract); gap: a p past the
+ * positions it evaluated restarts its window there (rows before p
+ * absent: a prefix-cache hit mapped positions it never saw). */
+static int mtp_step(const struct cw_dsv_model *m, struct cw_dsv_state *s,
+		    int64_t p, const float *x, int32_t token, float *logits,
+		    float *x_out, int gap, struct st_diag *diag);
+
 int cw_dsv_mtp_eval(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 		    int64_t p, const float *x, int32_t token, float *logits,
 		    float *x_out, struct st_diag *diag)
+{
+	return mtp_step(m, s, p, x, token, logits, x_out, 0, diag);
+}
+
+static int mtp_step(const struct cw_dsv_model *m, struct cw_dsv_state *s,
+		    int64_t p, const float *x, int32_t token, float *logits,
+		    float *x_out, int gap, struct st_diag *diag)
 {
 	const struct st_dsv_config *c = &m->cfg;
 	const size_t nx = (size_t)c->hc_mult * c->hidden_size;
@@ -80,6 +95,10 @@ int cw_dsv_mtp_eval(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 	if (!m->has_mtp)
 		return st_diag_set(diag, -ST_E_UNSUPPORTED,
 				   "the model has no MTP block (a DeepSeek-V4 checkpoint with mtp.0.* tensors has one)");
+	if (gap && p > s->mtp_len) {
+		s->ls[c->n_layers].win_lo = p;
+		s->mtp_len = s->mtp_hi = p;
+	}
 	if (p < 0 || p > s->mtp_len)
 		return st_diag_set(diag, -EINVAL,
 				   "MTP position %lld: the block has evaluated positions [0, %lld) only (each position needs every earlier one)",
@@ -116,4 +135,101 @@ int cw_dsv_mtp_eval(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 	}
 	free(ck.X);
 	return r;
+}
+
+int cw_dsv_mtp_follow(const struct cw_dsv_model *m, struct cw_dsv_state *s)
+{
+	const size_t nx = (size_t)m->cfg.hc_mult * m->cfg.hidden_size;
+
+	if (!m->has_mtp)
+		return -ST_E_UNSUPPORTED;
+	if (!s->keep) {
+		s->keep = malloc((CW_DSV_ROLLBACK_MAX + 1) * nx * sizeof(float));
+		if (!s->keep)
+			return -ENOMEM;
+	}
+	s->mtp_follow = 1;
+	return 0;
+}
+
+void cw_dsv_mtp_after_eval(const struct cw_dsv_model *m,
+			   struct cw_dsv_state *s, const float *x, int p0,
+			   int n)
+{
+	const size_t nx = (size_t)m->cfg.hc_mult * m->cfg.hidden_size;
+	const int end = p0 + n;
+	int from = end - (CW_DSV_ROLLBACK_MAX + 1) > p0 ?
+			   end - (CW_DSV_ROLLBACK_MAX + 1) : p0;
+	struct st_diag d = { { 0 } };
+
+	/* positions before p0 it never saw (a prefix hit): it starts at p0 */
+	if (s->mtp_true < p0)
+		s->mtp_true = p0;
+	for (int64_t q = s->mtp_true; q + 1 < end; q++) {
+		if (mtp_step(m, s, q, x + (size_t)(q - p0) * nx,
+			     s->tokens[q + 1], NULL, NULL, 1, &d) < 0) {
+			st_warn("MTP block: %s (drafts stop for this sequence; results are unaffected)",
+				d.msg);
+			s->mtp_follow = 0;
+			return;
+		}
+		s->mtp_true = q + 1;
+	}
+	memcpy(s->keep, x + (size_t)(from - p0) * nx,
+	       (size_t)(end - from) * nx * sizeof(float));
+	s->keep_from = from;
+	s->keep_n = end - from;
+}
+
+int cw_dsv_mtp_draft(const struct cw_dsv_model *m, struct cw_dsv_state *s,
+		     int32_t next, int k, int32_t *out, struct st_diag *diag)
+{
+	const struct st_dsv_config *c = &m->cfg;
+	const size_t nx = (size_t)c->hc_mult * c->hidden_size;
+	const int64_t p = (int64_t)s->len - 1;
+	float *lg = NULL, *xa = NULL, *xb = NULL;
+	int r = 0, i = 0;
+
+	if (!s->mtp_follow)
+		return st_diag_set(diag, -EINVAL,
+				   "MTP drafts: the block does not follow this sequence (cw_dsv_mtp_follow before its first eval)");
+	if (k < 1 || k > CW_DSV_ROLLBACK_MAX || p < 0 ||
+	    p < s->keep_from || p >= s->keep_from + s->keep_n)
+		return st_diag_set(diag, -EINVAL,
+				   "MTP drafts: %d tokens after position %lld (streams kept for [%lld, %lld))",
+				   k, (long long)p, (long long)s->keep_from,
+				   (long long)(s->keep_from + s->keep_n));
+	if (next < 0 || next >= c->vocab_size)
+		return st_diag_set(diag, -EINVAL,
+				   "token id %d out of range [0, %d)", next,
+				   c->vocab_size);
+	lg = malloc((size_t)c->vocab_size * sizeof(float));
+	xa = malloc(nx * sizeof(float));
+	xb = malloc(nx * sizeof(float));
+	if (!lg || !xa || !xb) {
+		r = st_diag_set(diag, -ENOMEM, "out of memory");
+		goto out;
+	}
+	memcpy(xa, s->keep + (size_t)(p - s->keep_from) * nx,
+	       nx * sizeof(float));
+	for (i = 0; i < k; i++) {
+		int32_t tok = i ? out[i - 1] : next;
+		int best = 0;
+
+		r = mtp_step(m, s, p + i, xa, tok, lg, xb, 1, diag);
+		if (r < 0)
+			break;
+		for (int v = 1; v < c->vocab_size; v++)
+			if (lg[v] > lg[best])
+				best = v;
+		out[i] = best;
+		memcpy(xa, xb, nx * sizeof(float));
+	}
+	if (i > 0 && s->mtp_true < p + 1)
+		s->mtp_true = p + 1; /* p saw its true next token */
+out:
+	free(lg);
+	free(xa);
+	free(xb);
+	return r < 0 ? r : i;
 }

@@ -75,6 +75,7 @@ void cw_dsv_state_free(struct cw_dsv_state *s)
 	free(s->dec);
 	free(s->zero_row);
 	free(s->pr.ids);
+	free(s->keep);
 	free(s);
 }
 
@@ -108,6 +109,9 @@ int cw_dsv_state_truncate(struct cw_dsv_state *s, int len,
 			s->pr.n = len;
 	}
 	s->len = len;
+	/* the block's rows past len - 2 used a cut token */
+	if (s->mtp_true > len - 1)
+		s->mtp_true = len > 0 ? len - 1 : 0;
 	return 0;
 }
 

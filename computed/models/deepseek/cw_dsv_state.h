@@ -89,6 +89,15 @@ struct cw_dsv_state {
 	/* V4's MTP block (cw_dsv_mtp.c): its positions [0, mtp_len) hold
 	 * current window rows; mtp_hi: one past the highest it wrote */
 	int64_t mtp_len, mtp_hi;
+	/* cw_dsv_mtp_follow: after each eval the block is run on the new
+	 * positions (teacher-forced); [0, mtp_true) are so evaluated; the
+	 * streams of the last eval's last rows (positions [keep_from,
+	 * keep_from + keep_n), at most CW_DSV_ROLLBACK_MAX + 1) kept for
+	 * cw_dsv_mtp_draft */
+	int mtp_follow;
+	int64_t mtp_true, keep_from;
+	int keep_n;
+	float *keep;
 	/* cw_dsv_set_streams_out: the streams after the last layer of the
 	 * next evals' tokens, [xout_rows][hc][D] by place in the chunk */
 	float *xout;
@@ -171,6 +180,15 @@ extern const struct cw_dsv_rev cw_dsv4_rev;   /* cw_dsv4.c */
 void cw_dsv4_head_with(const struct cw_dsv_model *m, const float *fn,
 		       const float *base, const float *scale,
 		       const float *norm, const float *X, float *logits);
+
+/* After a successful eval of positions [p0, p0 + n) with s->mtp_follow:
+ * the MTP block teacher-forced on those positions but the last (x: their
+ * streams, [n][hc][D]), the last rows' streams kept for cw_dsv_mtp_draft.
+ * A failure (-ENOMEM, expertd's) turns following off, warned once: drafts
+ * stop, the eval's results stand. */
+void cw_dsv_mtp_after_eval(const struct cw_dsv_model *m,
+			   struct cw_dsv_state *s, const float *x, int p0,
+			   int n);
 
 /* V4's MTP block's window ring in s (process-local even in a kvd
  * state): ls[n_layers], W + CW_DSV_ROLLBACK_MAX rows.  0 or -ENOMEM. */
