@@ -47,7 +47,7 @@ static void inst_usage(FILE *f, const char *cmd)
 	"                 [--dense-format bf16|f32] [--compute reference|fast]\n"
 	"                 [--http-port N] [--http-bind ADDR] [--max-running N]\n"
 	"                 [--max-queued N] [--max-step-tokens N]\n"
-	"                 [--speculate off|ngram|ngram:K|auto|auto:K]\n"
+	"                 [--speculate off|ngram|ngram:K|auto|auto:K|mtp|mtp:K]\n"
 	"                 [--chat-template auto|chatml|mixtral|deepseek|none]\n"
 	"                 [--model-name NAME] [--prefetch-depth D]\n"
 	"                 [--metrics-auth] [--http-request-timeout SEC]\n"

@@ -50,6 +50,7 @@ struct run_opts {
 	int draft_max;            /* --speculate / --draft-max; -1: computed's
 				   * default */
 	int draft_price;          /* --speculate auto[:K] */
+	int draft_mtp;            /* --speculate mtp[:K] */
 	char timeline_abs[4096];  /* its absolute path, for computed */
 };
 
@@ -90,9 +91,11 @@ static void run_usage(FILE *f)
 "  --speculate S        speculative decoding: off, ngram or ngram:K (up to\n"
 "                       K prompt-lookup draft tokens verified per step,\n"
 "                       1..16; ngram = ngram:4); greedy output unchanged;\n"
-"                       default: computed's (off); DeepSeek-V4/V4.1: off;\n"
+"                       default: computed's (off); DeepSeek-V4.1: off;\n"
 "                       auto or auto:K: the length (0..K) priced in step\n"
-"                       time and expert bytes, off where drafts do not pay\n"
+"                       time and expert bytes, off where drafts do not pay;\n"
+"                       mtp or mtp:K: drafts from the model's MTP block\n"
+"                       (a DeepSeek-V4 store converted with its mtp.0.*)\n"
 "  --draft-max K        the same as --speculate ngram:K (0 = off)\n"
 "Budgets and modes:\n"
 "  --host-budget B      expertd host pool: bytes (8GiB) or percent of all\n"
@@ -313,11 +316,12 @@ static int parse(struct run_opts *o, int argc, char **argv)
 		case 'E': o->ignore_eos = 1; break;
 		case 'N': o->no_prefix_cache = 1; break;
 		case 0x501: /* after cli_tiers.h's CLI_OPT_* */
-			if (cw_draft_parse_mode(optarg, &o->draft_max,
-						&o->draft_price) < 0) {
+			if (cw_draft_parse_src(optarg, &o->draft_max,
+					       &o->draft_price,
+					       &o->draft_mtp) < 0) {
 				fprintf(stderr, "strata run: --speculate '%s': "
-					"use off, ngram, ngram:K, auto or "
-					"auto:K (K 1..%d)\n",
+					"use off, ngram, ngram:K, auto, "
+					"auto:K, mtp or mtp:K (K 1..%d)\n",
 					optarg, CW_DRAFT_MAX);
 				return 2;
 			}
@@ -334,6 +338,7 @@ static int parse(struct run_opts *o, int argc, char **argv)
 			}
 			o->draft_max = (int)v;
 			o->draft_price = 0;
+			o->draft_mtp = 0;
 			break;
 		}
 		case 'L': o->keep_spec = optarg; break;
@@ -473,6 +478,8 @@ static int generate(struct cw_client *cw, const struct run_opts *o,
 		m.flags |= (uint32_t)(o->draft_max + 1) << CW_GEN_F_DRAFT_SHIFT;
 	if (o->draft_max > 0 && o->draft_price)
 		m.flags |= CW_GEN_F_DRAFT_PRICE;
+	if (o->draft_max > 0 && o->draft_mtp)
+		m.flags |= CW_GEN_F_DRAFT_MTP;
 	if (o->kv_private)
 		m.flags |= CW_GEN_F_KV_PRIVATE;
 	m.n_stop = (uint32_t)o->n_stop;

@@ -51,7 +51,8 @@ int cw_gen_start_msg_decode(const uint8_t *p, size_t len,
 	    m->temperature < 0 || m->temperature > 100 ||
 	    !isfinite(m->top_p) || m->top_p < 0 || m->top_p > 1 ||
 	    m->top_k < 0 || (m->flags & ~(31u | CW_GEN_F_DRAFT_MASK |
-				       CW_GEN_F_DRAFT_PRICE)) ||
+				       CW_GEN_F_DRAFT_PRICE |
+				       CW_GEN_F_DRAFT_MTP)) ||
 	    ((m->flags & CW_GEN_F_DRAFT_MASK) >> CW_GEN_F_DRAFT_SHIFT) >
 		    CW_PROTO_MAX_DRAFT + 1 ||
 	    m->max_tokens > (1u << 24))

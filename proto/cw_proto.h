@@ -68,6 +68,9 @@ enum cw_msg_type {
 /* With a draft length D >= 1 in bits 8..13: price it (up to D) in step
  * time and expert bytes (cw_draft_price.h) instead of the schedule. */
 #define CW_GEN_F_DRAFT_PRICE (1u << 14)
+/* With a draft length D >= 1: drafts from the model's MTP block
+ * (cw_draft_parse_src "mtp[:K]") instead of prompt lookup. */
+#define CW_GEN_F_DRAFT_MTP (1u << 15)
 
 struct cw_gen_start_msg {
 	uint32_t max_tokens;

@@ -730,6 +730,29 @@ int cw_model_seq_truncate(struct cw_model *m, struct kv_client *kv,
 	return kv_client_seq_truncate(kv, seq, n_rows, diag);
 }
 
+int cw_model_has_mtp(const struct cw_model *m)
+{
+	return m->dsv && cw_dsvserve_has_mtp(m->dsv);
+}
+
+int cw_model_seq_mtp_follow(struct cw_model *m, uint32_t seq,
+			    struct st_diag *diag)
+{
+	if (!cw_model_has_mtp(m))
+		return st_diag_set(diag, -ST_E_UNSUPPORTED,
+				   "--speculate mtp: the store has no MTP block to draft with (a DeepSeek-V4 checkpoint's mtp.0.*, kept by strata convert, has one); use ngram or auto");
+	return cw_dsvserve_seq_mtp_follow(m->dsv, seq, diag);
+}
+
+int cw_model_seq_mtp_draft(struct cw_model *m, uint32_t seq, int32_t next,
+			   int k, int32_t *out, struct st_diag *diag)
+{
+	if (!cw_model_has_mtp(m))
+		return st_diag_set(diag, -ST_E_UNSUPPORTED,
+				   "the store has no MTP block to draft with");
+	return cw_dsvserve_seq_mtp_draft(m->dsv, seq, next, k, out, diag);
+}
+
 int cw_model_seq_publish_lag(struct cw_model *m, uint32_t seq, int lag,
 			     struct st_diag *diag)
 {

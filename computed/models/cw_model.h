@@ -259,6 +259,20 @@ int cw_model_can_verify_drafts(const struct cw_model *m);
 int cw_model_seq_truncate(struct cw_model *m, struct kv_client *kv,
 			  uint32_t seq, uint32_t n_rows, struct st_diag *diag);
 
+/* 1 when the store has a multi-token-prediction block to draft with
+ * (DeepSeek-V4's mtp.0, kept by strata convert), else 0. */
+int cw_model_has_mtp(const struct cw_model *m);
+/* Drafting with the MTP block for sequence seq (of cw_model_seq_create):
+ * the block follows its evals from now on (call before the first).
+ * 0, -ST_E_UNSUPPORTED (no block), -ST_E_NOTFOUND, -ENOMEM. */
+int cw_model_seq_mtp_follow(struct cw_model *m, uint32_t seq,
+			    struct st_diag *diag);
+/* Up to k draft tokens into out after seq's last evaluated position and
+ * `next`, the token sampled after it (not yet evaluated).  Returns the
+ * count, -ST_E_UNSUPPORTED (no block), cw_dsv_mtp_draft's errors. */
+int cw_model_seq_mtp_draft(struct cw_model *m, uint32_t seq, int32_t next,
+			   int k, int32_t *out, struct st_diag *diag);
+
 /* A sequence that verifies drafts of up to lag tokens: a DeepSeek-V4
  * state, which publishes its own pages, holds its last lag positions past
  * the prompt back from the prefix cache (cw_dsv_state_set_publish_lag);

@@ -151,6 +151,19 @@ static void *state_forget_run(struct cw_seqtab *t, uint32_t seq)
 	return st;
 }
 
+void *cw_seqtab_get(struct cw_seqtab *t, uint32_t seq)
+{
+	void *st = NULL;
+	int i;
+
+	pthread_mutex_lock(&t->lock);
+	i = find_locked(t, seq);
+	if (i >= 0)
+		st = t->ents[i].st;
+	pthread_mutex_unlock(&t->lock);
+	return st;
+}
+
 int cw_seqtab_truncate(struct cw_seqtab *t, uint32_t seq, int len,
 		       struct st_diag *diag)
 {

@@ -98,6 +98,10 @@ int cw_seqtab_end(struct cw_seqtab *t, uint32_t seq);
 int cw_seqtab_truncate(struct cw_seqtab *t, uint32_t seq, int len,
 		       struct st_diag *diag);
 
+/* seq's state (borrowed: only the one thread that steps the sequences
+ * may use it, not while it is evaluated), or NULL. */
+void *cw_seqtab_get(struct cw_seqtab *t, uint32_t seq);
+
 /* ops->publish_lag on seq's state: 0, -ST_E_UNSUPPORTED, -ST_E_NOTFOUND,
  * the op's -EINVAL. */
 int cw_seqtab_publish_lag(struct cw_seqtab *t, uint32_t seq, int lag,

@@ -68,6 +68,30 @@ int cw_draft_parse(const char *spec, int *ret_draft_max)
 	return 0;
 }
 
+int cw_draft_parse_src(const char *spec, int *ret_draft_max, int *ret_priced,
+		       int *ret_mtp)
+{
+	char buf[32];
+	int r;
+
+	if (strcmp(spec, "mtp") && strncmp(spec, "mtp:", 4)) {
+		r = cw_draft_parse_mode(spec, ret_draft_max, ret_priced);
+		if (r == 0)
+			*ret_mtp = 0;
+		return r;
+	}
+	/* mtp[:K] reads as ngram[:K] */
+	if (strlen(spec) >= sizeof(buf) - 2)
+		return -EINVAL;
+	snprintf(buf, sizeof(buf), "ngram%s", spec + 3);
+	r = cw_draft_parse(buf, ret_draft_max);
+	if (r == 0) {
+		*ret_priced = 0;
+		*ret_mtp = 1;
+	}
+	return r;
+}
+
 int cw_draft_parse_mode(const char *spec, int *ret_draft_max,
 			int *ret_priced)
 {

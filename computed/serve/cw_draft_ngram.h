@@ -50,4 +50,13 @@ int cw_draft_parse(const char *spec, int *ret_draft_max);
 int cw_draft_parse_mode(const char *spec, int *ret_draft_max,
 			int *ret_priced);
 
+/*
+ * As cw_draft_parse_mode, also accepting "mtp" (CW_DRAFT_DEFAULT_K) and
+ * "mtp:K": drafts from the model's multi-token-prediction block
+ * (DeepSeek-V4's mtp.0; cw_model_has_mtp), *ret_mtp 1 (else 0; *ret_priced
+ * 0).  0 or -EINVAL.
+ */
+int cw_draft_parse_src(const char *spec, int *ret_draft_max, int *ret_priced,
+		       int *ret_mtp);
+
 #endif

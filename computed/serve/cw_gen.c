@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "cw_stopbuf.h"
+#include "st_log.h"
 #include "st_util.h"
 
 struct cw_gen {
@@ -45,6 +46,7 @@ struct cw_gen {
 	/* priced draft length (cw_draft_price.h), and the step's figures */
 	int price_on;
 	struct cw_draft_price price;
+	int mtp_failed;                  /* MTP drafts refused (warned once) */
 	int step_limit;                  /* the limit of the coming step */
 	uint64_t step_ns, step_bytes;    /* of the step being advanced */
 };
@@ -185,10 +187,13 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
 	}
 	g->have_seq = 1;
 	g->n_done = (int)g->n_cached;
-	/* a V4 state publishes its own pages: not those of drafts */
+	/* a V4 state publishes its own pages: not those of drafts; MTP
+	 * drafts: the block follows the sequence from its first eval */
 	if (g->draft_max > 0 &&
-	    (r = cw_model_seq_publish_lag(model, g->seq, g->draft_max,
-					  diag)) < 0) {
+	    ((r = cw_model_seq_publish_lag(model, g->seq, g->draft_max,
+					   diag)) < 0 ||
+	     (g->p.draft_mtp &&
+	      (r = cw_model_seq_mtp_follow(model, g->seq, diag)) < 0))) {
 		cw_gen_free(g);
 		return r;
 	}
@@ -285,8 +290,20 @@ static void propose_drafts(struct cw_gen *g)
 	g->step_limit = lim > 0 ? lim : 0;
 	if (lim <= 0)
 		return;
-	k = cw_draft_ngram(g->ids, len, CW_DRAFT_NGRAM_MIN, CW_DRAFT_NGRAM_MAX,
-			   lim, g->ids + len);
+	if (g->p.draft_mtp) {
+		/* the model's MTP block after the last evaluated position
+		 * and the token just sampled (a failure: no drafts) */
+		struct st_diag d = { { 0 } };
+
+		k = cw_model_seq_mtp_draft(g->model, g->seq, g->ids[len - 1],
+					   lim, g->ids + len, &d);
+		if (k < 0 && !g->mtp_failed++)
+			st_warn("MTP drafts: %s (this request goes on without)",
+				d.msg);
+	} else {
+		k = cw_draft_ngram(g->ids, len, CW_DRAFT_NGRAM_MIN,
+				   CW_DRAFT_NGRAM_MAX, lim, g->ids + len);
+	}
 	g->n_draft = k > 0 ? k : 0;
 }
 

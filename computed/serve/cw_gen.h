@@ -66,6 +66,10 @@ struct cw_gen_params {
 					   * the scheduler's default, off for
 					   * cw_gen itself); ignored (off)
 					   * for DeepSeek-V4/V4.1 stores */
+	int draft_mtp;                    /* 1: drafts from the model's MTP
+					   * block (cw_model_has_mtp; refused
+					   * without one) instead of prompt
+					   * lookup */
 	int draft_price;                  /* 1: the draft length is priced
 					   * instead (cw_draft_price.h:
 					   * 0..draft_max, 0 off with probes);

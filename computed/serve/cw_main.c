@@ -180,10 +180,12 @@ static void usage(FILE *f)
 "                         ngram:K (up to K prompt-lookup draft tokens\n"
 "                         verified per step, 1..16; ngram = ngram:4); greedy\n"
 "                         output unchanged, sampling keeps its distribution;\n"
-"                         DeepSeek-V4/V4.1 stores: always off; auto or\n"
+"                         DeepSeek-V4.1 stores: always off; auto or\n"
 "                         auto:K: the length (0..K) priced per request in\n"
 "                         step time and expert bytes, off where drafts do\n"
-"                         not pay, with periodic probes\n"
+"                         not pay, with periodic probes; mtp or mtp:K:\n"
+"                         drafts from the store's MTP block (DeepSeek-V4\n"
+"                         converted with its mtp.0.*; refused without)\n"
 "  --draft-max K          the same as --speculate ngram:K (0 = off)\n"
 "  --max-body BYTES       largest HTTP request body (default 1048576;\n"
 "                         larger get HTTP 413)\n"
@@ -416,11 +418,12 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 			break;
 		}
 		case 0x30e:
-			if (cw_draft_parse_mode(optarg, &d->sopts.draft_max,
-						&d->sopts.draft_price) < 0) {
+			if (cw_draft_parse_src(optarg, &d->sopts.draft_max,
+					       &d->sopts.draft_price,
+					       &d->sopts.draft_mtp) < 0) {
 				st_err("--speculate must be off, ngram, "
-				       "ngram:K, auto or auto:K (K 1..%d), "
-				       "not '%s'",
+				       "ngram:K, auto, auto:K, mtp or mtp:K "
+				       "(K 1..%d), not '%s'",
 				       CW_DRAFT_MAX, optarg);
 				return -EINVAL;
 			}
@@ -437,6 +440,7 @@ static int parse_args(struct cw_daemon *d, int argc, char **argv)
 			}
 			d->sopts.draft_max = (int)v;
 			d->sopts.draft_price = 0;
+			d->sopts.draft_mtp = 0;
 			break;
 		}
 		case 0x310: d->mopts.exact_math = 1; break;
@@ -575,6 +579,7 @@ static int handle_gen_start(struct cw_daemon *d, const struct st_msg_header *h,
 	gp.draft_max = (int)((m.flags & CW_GEN_F_DRAFT_MASK) >>
 			     CW_GEN_F_DRAFT_SHIFT) - 1; /* 0: default (-1) */
 	gp.draft_price = !!(m.flags & CW_GEN_F_DRAFT_PRICE);
+	gp.draft_mtp = !!(m.flags & CW_GEN_F_DRAFT_MTP);
 	gp.kv_private = !!(m.flags & CW_GEN_F_KV_PRIVATE);
 	r = st_tokenizer_encode(d->tok, m.prompt, strlen(m.prompt),
 				gp.add_special, gp.parse_special, &ids, &n_ids);
@@ -1387,6 +1392,14 @@ int main(int argc, char **argv)
 		st_info("speculative decoding is off for this DeepSeek-V4.1 "
 			"store: its state evaluates each position once, so "
 			"rejected drafts could not be rolled back");
+	if (d->sopts.draft_max && d->sopts.draft_mtp &&
+	    !cw_model_has_mtp(d->model)) {
+		st_err("--speculate mtp: this store has no MTP block (a "
+		       "DeepSeek-V4 checkpoint's mtp.0.*, kept by strata "
+		       "convert, has one); use ngram or auto");
+		r = -EINVAL;
+		goto out;
+	}
 	if (!d->model_name[0]) {
 		/* the store's name without ".strata" */
 		const char *base = strrchr(d->store_dir, '/');

@@ -1265,6 +1265,7 @@ int cw_sched_submit(struct cw_sched *s, const int32_t *ids, size_t n_ids,
 	if (r->p.draft_max == CW_DRAFT_DEFAULT) {
 		r->p.draft_max = s->o.draft_max;
 		r->p.draft_price = s->o.draft_price;
+		r->p.draft_mtp = s->o.draft_mtp;
 	}
 	r->max_pending = max_pending > 0 ? max_pending : 1;
 	r->ids = malloc(sizeof(int32_t) * n_ids);

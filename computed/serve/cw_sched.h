@@ -50,6 +50,7 @@ struct cw_sched_opts {
 			       * CW_DRAFT_DEFAULT (0: no speculation) */
 	int draft_price;      /* their draft length priced in step time and
 			       * expert bytes (cw_draft_price.h) */
+	int draft_mtp;        /* their drafts from the model's MTP block */
 	/* step timeline (issue 25; all borrowed, NULL: off): one TSV row
 	 * per step to `timeline` (cw_timeline.h), phases from `tl` (which
 	 * the caller also set on the model), expertd's counters from es */

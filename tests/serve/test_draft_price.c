@@ -197,6 +197,24 @@ static void test_parse(void)
 	      "autox accepted");
 	CHECK(cw_draft_parse_mode("auto:17", &k, &pr) == -EINVAL,
 	      "auto:17 accepted");
+	{
+		int mtp = -1;
+
+		CHECK(cw_draft_parse_src("mtp", &k, &pr, &mtp) == 0 &&
+			      k == CW_DRAFT_DEFAULT_K && pr == 0 && mtp == 1,
+		      "mtp: k %d priced %d mtp %d", k, pr, mtp);
+		CHECK(cw_draft_parse_src("mtp:2", &k, &pr, &mtp) == 0 &&
+			      k == 2 && mtp == 1, "mtp:2: k %d mtp %d", k, mtp);
+		CHECK(cw_draft_parse_src("auto:3", &k, &pr, &mtp) == 0 &&
+			      k == 3 && pr == 1 && mtp == 0,
+		      "auto:3: k %d priced %d mtp %d", k, pr, mtp);
+		CHECK(cw_draft_parse_src("mtp:0", &k, &pr, &mtp) == -EINVAL &&
+			      cw_draft_parse_src("mtp:17", &k, &pr, &mtp) ==
+				      -EINVAL &&
+			      cw_draft_parse_src("mtpx", &k, &pr, &mtp) ==
+				      -EINVAL,
+		      "mtp:0, mtp:17 or mtpx accepted");
+	}
 }
 
 /* /metrics: two ended generations' figures add up */

@@ -29,10 +29,11 @@
  *     (cw_dsv_state_truncate: windowed streams, prefix-cache publishing
  *     held back over the drafts).
  *
- * Usage: test_spec_gen FIXTURE [COMPUTE] (kjv-moe, tiny-mixtral,
+ * Usage: test_spec_gen FIXTURE [COMPUTE [mtp]] (kjv-moe, tiny-mixtral,
  * tiny-qwen3moe, tiny-deepseek-v4, tiny-deepseek-v41; reference (default)
  * or fast: its batched steps are bit-identical to one-token steps too,
- * DESIGN.md 6a).  Prints the acceptance figures.
+ * DESIGN.md 6a; mtp: the drafts from the store's MTP block instead of
+ * prompt lookup, tiny-deepseek-v4).  Prints the acceptance figures.
  */
 #include <math.h>
 #include <stdio.h>
@@ -79,6 +80,7 @@ struct env {
 	struct st_tokenizer *tok;
 	struct kv_client *kv;
 	int n_streams;
+	int mtp;  /* drafts from the store's MTP block (argv[3] "mtp") */
 };
 
 /* Pages kvd uses now (the test's only client: the generation's). */
@@ -97,6 +99,7 @@ static int generate(struct env *e, const struct cw_sampler_params *sp,
 				   .add_special = 1, .ignore_eos = 1,
 				   .logprobs = 1, .top_logprobs = 5,
 				   .draft_max = draft_max,
+				   .draft_mtp = e->mtp && draft_max > 0,
 				   .prefix_cache = 1 };
 	struct st_diag diag = { "" };
 	struct cw_gen *g = NULL;
@@ -178,7 +181,8 @@ static void sched_case(struct env *e, const struct run *ref)
 	for (int i = 0; !r && i < 4; i++) {
 		struct cw_gen_params p = { .max_tokens = MAX_NEW,
 					   .add_special = 1, .ignore_eos = 1,
-					   .draft_max = drafts[i] };
+					   .draft_max = drafts[i],
+					   .draft_mtp = e->mtp && drafts[i] > 0 };
 
 		r = cw_sched_submit(s, ids, n_ids, &p, 4, &req[i], &diag);
 	}
@@ -295,6 +299,7 @@ int main(int argc, char **argv)
 	float *lg0;
 	int vocab, r, same = 0;
 
+	e.mtp = argc > 3 && !strcmp(argv[3], "mtp");
 	if (argc > 2 && cw_compute_parse(argv[2], &mo.compute) < 0) {
 		printf("FAIL: bad compute mode %s\n", argv[2]);
 		return 1;

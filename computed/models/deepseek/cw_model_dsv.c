@@ -287,6 +287,44 @@ int cw_dsvserve_seq_publish_lag(struct cw_dsvserve *v, uint32_t seq,
 	return cw_seqtab_publish_lag(&v->tab, seq, lag, diag);
 }
 
+int cw_dsvserve_has_mtp(const struct cw_dsvserve *v)
+{
+	return cw_dsv_has_mtp(v->dm);
+}
+
+/* seq's state for the MTP calls: -ST_E_NOTFOUND with diag when none */
+static int mtp_state(struct cw_dsvserve *v, uint32_t seq,
+		     struct cw_dsv_state **ret, struct st_diag *diag)
+{
+	*ret = cw_seqtab_get(&v->tab, seq);
+	return *ret ? 0 :
+		      st_diag_set(diag, -ST_E_NOTFOUND,
+				  "MTP drafts: sequence 0x%x has no state", seq);
+}
+
+int cw_dsvserve_seq_mtp_follow(struct cw_dsvserve *v, uint32_t seq,
+			       struct st_diag *diag)
+{
+	struct cw_dsv_state *st;
+	int r = mtp_state(v, seq, &st, diag);
+
+	if (r == 0 && (r = cw_dsv_mtp_follow(v->dm, st)) < 0)
+		st_diag_set(diag, r, "MTP drafts: %s",
+			    r == -ENOMEM ? "out of memory" :
+					   "the store has no MTP block");
+	return r;
+}
+
+int cw_dsvserve_seq_mtp_draft(struct cw_dsvserve *v, uint32_t seq,
+			      int32_t next, int k, int32_t *out,
+			      struct st_diag *diag)
+{
+	struct cw_dsv_state *st;
+	int r = mtp_state(v, seq, &st, diag);
+
+	return r < 0 ? r : cw_dsv_mtp_draft(v->dm, st, next, k, out, diag);
+}
+
 int cw_dsvserve_eval_batch(struct cw_dsvserve *v,
 			   const struct cw_batch_tok *toks, int n,
 			   struct st_diag *diag)

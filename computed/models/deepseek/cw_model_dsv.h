@@ -127,6 +127,20 @@ int cw_dsvserve_seq_truncate(struct cw_dsvserve *v, uint32_t seq, int len,
 int cw_dsvserve_seq_publish_lag(struct cw_dsvserve *v, uint32_t seq,
 				int lag, struct st_diag *diag);
 
+/* Whether the store kept V4's MTP block (cw_dsv_has_mtp). */
+int cw_dsvserve_has_mtp(const struct cw_dsvserve *v);
+/* The MTP block follows seq's state (cw_dsv_mtp_follow; call before its
+ * first eval).  0, -ST_E_NOTFOUND (no state), -ST_E_UNSUPPORTED (no
+ * block), -ENOMEM. */
+int cw_dsvserve_seq_mtp_follow(struct cw_dsvserve *v, uint32_t seq,
+			       struct st_diag *diag);
+/* k drafts after seq's last evaluated position and the sampled token next
+ * (cw_dsv_mtp_draft): the count, or its errors, -ST_E_NOTFOUND.  The
+ * stepping thread, not during an eval. */
+int cw_dsvserve_seq_mtp_draft(struct cw_dsvserve *v, uint32_t seq,
+			      int32_t next, int k, int32_t *out,
+			      struct st_diag *diag);
+
 /*
  * cw_model_eval_batch for the family (toks validated by the caller: ids
  * in the vocabulary, positions in the context).  Each sequence's tokens
