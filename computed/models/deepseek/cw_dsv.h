@@ -377,6 +377,12 @@ int cw_dsv_mtp_follow(const struct cw_dsv_model *m, struct cw_dsv_state *s);
 int cw_dsv_mtp_draft(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 		     int32_t next, int k, int32_t *out, struct st_diag *diag);
 
+/* The MTP block's evaluations on s (each reads top_k routed experts of
+ * its layer) and LM-head rows it made (drafts) since the last call; the
+ * counts restart at 0.  What a server adds to its read figures. */
+void cw_dsv_mtp_take_counts(struct cw_dsv_state *s, uint64_t *ret_evals,
+			    uint64_t *ret_heads);
+
 /* Times s's evals by phase on tl (cw_steptime.h: dense, experts, head;
  * borrowed, must outlive its use; NULL: off). */
 struct cw_steptime;

@@ -122,6 +122,8 @@ static int mtp_step(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 	s->dbg = dbg;
 	cw_steptime_phase(s->tl, CW_PHASE_NONE);
 	if (r == 0) {
+		s->mtp_evals++;
+		s->mtp_heads += logits != NULL;
 		s->mtp_len = p + 1;
 		if (s->mtp_hi < p + 1)
 			s->mtp_hi = p + 1;
@@ -232,4 +234,12 @@ out:
 	free(xa);
 	free(xb);
 	return r < 0 ? r : i;
+}
+
+void cw_dsv_mtp_take_counts(struct cw_dsv_state *s, uint64_t *ret_evals,
+			    uint64_t *ret_heads)
+{
+	*ret_evals = s->mtp_evals;
+	*ret_heads = s->mtp_heads;
+	s->mtp_evals = s->mtp_heads = 0;
 }

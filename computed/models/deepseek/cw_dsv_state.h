@@ -95,6 +95,9 @@ struct cw_dsv_state {
 	 * keep_from + keep_n), at most CW_DSV_ROLLBACK_MAX + 1) kept for
 	 * cw_dsv_mtp_draft */
 	int mtp_follow;
+	/* the block's evaluations and LM-head rows since the last
+	 * cw_dsv_mtp_take_counts */
+	uint64_t mtp_evals, mtp_heads;
 	int64_t mtp_true, keep_from;
 	int keep_n;
 	float *keep;

@@ -93,6 +93,19 @@ static int tab_new_local(const void *model, int max_tokens, void **ret)
 				(struct cw_dsv_state **)ret);
 }
 
+/* The MTP block's reads on st since the last count into v's read
+ * figures: top_k expert records per block evaluation, the LM head per
+ * draft made (its dense weights, a decoder block's share, not counted). */
+static void mtp_count(struct cw_dsvserve *v, struct cw_dsv_state *st)
+{
+	uint64_t evals, heads;
+
+	cw_dsv_mtp_take_counts(st, &evals, &heads);
+	v->rs.expert_bytes += evals * (uint64_t)v->cfg->top_k *
+			      (v->es ? es_client_record_bytes(v->es) : 0);
+	v->rs.lm_head_bytes += heads * v->head_bytes;
+}
+
 static int tab_eval(const void *model, void *st, const int32_t *ids, int n,
 		    int all_positions, float *logits, struct st_diag *diag)
 {
@@ -107,6 +120,7 @@ static int tab_eval(const void *model, void *st, const int32_t *ids, int n,
 	/* the stall: time in es_client_acquire (the state's counter) */
 	cw_seqtab_count_eval(&v->rs, b - a, r >= 0, n, all_positions,
 			     v->dense_bytes, v->head_bytes);
+	mtp_count(v, st);
 	return r;
 }
 
@@ -322,7 +336,11 @@ int cw_dsvserve_seq_mtp_draft(struct cw_dsvserve *v, uint32_t seq,
 	struct cw_dsv_state *st;
 	int r = mtp_state(v, seq, &st, diag);
 
-	return r < 0 ? r : cw_dsv_mtp_draft(v->dm, st, next, k, out, diag);
+	if (r < 0)
+		return r;
+	r = cw_dsv_mtp_draft(v->dm, st, next, k, out, diag);
+	mtp_count(v, st);
+	return r;
 }
 
 int cw_dsvserve_eval_batch(struct cw_dsvserve *v,
