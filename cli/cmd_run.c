@@ -91,7 +91,7 @@ static void run_usage(FILE *f)
 "  --speculate S        speculative decoding: off, ngram or ngram:K (up to\n"
 "                       K prompt-lookup draft tokens verified per step,\n"
 "                       1..16; ngram = ngram:4); greedy output unchanged;\n"
-"                       default: computed's (off); DeepSeek-V4.1: off;\n"
+"                       default: computed's (off);\n"
 "                       auto or auto:K: the length (0..K) priced in step\n"
 "                       time and expert bytes, off where drafts do not pay;\n"
 "                       mtp or mtp:K: drafts from the model's MTP block\n"

@@ -244,8 +244,8 @@ void cw_model_seq_destroy(struct cw_model *m, struct kv_client *kv,
 			  uint32_t seq);
 
 /* Whether a sequence can be cut back after a verified draft step
- * (cw_model_seq_truncate): 1 for every family but DeepSeek-V4.1 (its
- * state's rings keep no slack), 0 there. */
+ * (cw_model_seq_truncate): 1 for every family served now (DeepSeek-V4
+ * and V4.1 included); 0 would keep drafts off. */
 int cw_model_can_verify_drafts(const struct cw_model *m);
 
 /*
@@ -254,7 +254,7 @@ int cw_model_can_verify_drafts(const struct cw_model *m);
  * (kv_client_seq_truncate) and, for a DeepSeek-V4 store, the model's
  * state with it (cw_dsv_state_truncate).  Not while it is evaluated.
  * Errors: kv_client_seq_truncate's (-ST_E_LIMIT, -EPERM: a published
- * row), cw_dsv_state_truncate's, -ST_E_UNSUPPORTED (V4.1).
+ * row), cw_dsv_state_truncate's.
  */
 int cw_model_seq_truncate(struct cw_model *m, struct kv_client *kv,
 			  uint32_t seq, uint32_t n_rows, struct st_diag *diag);

@@ -133,8 +133,7 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
 		return st_diag_set(diag, -EINVAL, "draft_max must be 0..%d",
 				   CW_DRAFT_MAX);
 	}
-	/* a DeepSeek-V4.1 state evaluates each position once (its rings
-	 * cannot be rolled back): no drafts */
+	/* drafts only where the model's sequences can be cut back */
 	g->draft_max = cw_model_can_verify_drafts(model) ? g->p.draft_max : 0;
 	g->draft_cur = g->draft_max;
 	g->price_on = g->p.draft_price && g->draft_max > 0 &&

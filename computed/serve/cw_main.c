@@ -180,10 +180,10 @@ static void usage(FILE *f)
 "                         ngram:K (up to K prompt-lookup draft tokens\n"
 "                         verified per step, 1..16; ngram = ngram:4); greedy\n"
 "                         output unchanged, sampling keeps its distribution;\n"
-"                         DeepSeek-V4.1 stores: always off; auto or\n"
-"                         auto:K: the length (0..K) priced per request in\n"
-"                         step time and expert bytes, off where drafts do\n"
-"                         not pay, with periodic probes; mtp or mtp:K:\n"
+"                         auto or auto:K: the length (0..K) priced per\n"
+"                         request in step time and expert bytes, off where\n"
+"                         drafts do not pay, with periodic probes; mtp or\n"
+"                         mtp:K:\n"
 "                         drafts from the store's MTP block (DeepSeek-V4\n"
 "                         converted with its mtp.0.*; refused without)\n"
 "  --draft-max K          the same as --speculate ngram:K (0 = off)\n"
@@ -1389,9 +1389,9 @@ int main(int argc, char **argv)
 	cw_metrics_init(&d->metrics);
 	d->metrics.run_dir = d->run_dir;
 	if (d->sopts.draft_max && !cw_model_can_verify_drafts(d->model))
-		st_info("speculative decoding is off for this DeepSeek-V4.1 "
-			"store: its state evaluates each position once, so "
-			"rejected drafts could not be rolled back");
+		st_info("speculative decoding is off for this store: its "
+			"sequences cannot be cut back, so rejected drafts "
+			"could not be rolled back");
 	if (d->sopts.draft_max && d->sopts.draft_mtp &&
 	    !cw_model_has_mtp(d->model)) {
 		st_err("--speculate mtp: this store has no MTP block (a "

@@ -1,7 +1,8 @@
 /*
- * test_dsv_truncate.c — cutting a DeepSeek-V4 process-local state back
- * (cw_dsv_state_truncate: the rejected tokens of a verified draft, issue
- * 22) on the tiny-deepseek-v4 fixture in reference mode, official math.
+ * test_dsv_truncate.c — cutting a DeepSeek-V4 or V4.1 process-local state
+ * back (cw_dsv_state_truncate: the rejected tokens of a verified draft,
+ * issue 22) on the tiny-deepseek-v4 / -v41 fixture in reference mode,
+ * official math.
  *
  * For the fixture's longest cases: the sequence evaluated with, before
  * every real token, 1..CW_DSV_ROLLBACK_MAX pseudo-random "rejected draft"
@@ -11,7 +12,9 @@
  * evaluated without them (one prefill).  The same with cuts of every
  * depth in one place (several evals, then one cut).  Refusals: a cut
  * longer than the slack (also after an earlier cut: the highest position
- * evaluated counts), a length past the state's, a V4.1 state.
+ * evaluated counts), a length past the state's; V4.1: a state with the
+ * CED prefill shortcut on.  Both revisions (argv[1] v4 or v41; V4.1's
+ * window and group rings keep the same slack).
  *
  * Mode "kv": the same with the state in a real kvd's pages (rows by
  * position; windowed streams trimmed as the sequence grows; the cut goes
@@ -192,27 +195,29 @@ out:
 	return 0;
 }
 
+/* Usage: test_dsv_truncate [v4|v41] [kv] */
 int main(int argc, char **argv)
 {
+	const int v41 = argc > 1 && !strcmp(argv[1], "v41");
+	const char *mode = argc > 2 ? argv[2] : "";
 	char dir[4096];
-	struct cw_dsv_model *m, *m41;
-	struct cw_dsv_state *s41;
+	struct cw_dsv_model *m;
+	struct cw_dsv_state *s;
 	struct st_diag d = { { 0 } };
 	json_t *ref;
 	const json_t *cases;
 	struct dsvt_case cs[8];
-	int nc;
-	int32_t one = 1;
-	int r;
+	int nc, r;
 
-	st_test_fixture_model("tiny-deepseek-v4", dir, sizeof(dir));
-	must(cw_dsv_load(dir, ST_DSV_REV_V4, CW_COMPUTE_REFERENCE, &m, &d), &d,
-	     dir);
+	st_test_fixture_model(v41 ? "tiny-deepseek-v41" : "tiny-deepseek-v4",
+			      dir, sizeof(dir));
+	must(cw_dsv_load(dir, v41 ? ST_DSV_REV_V41 : ST_DSV_REV_V4,
+			 CW_COMPUTE_REFERENCE, &m, &d), &d, dir);
 	ref = dsvt_load_json(dir, "reference.json");
 	cases = dsvt_cases(ref, "reference.json");
 	nc = dsvt_cases_load(cases, 8, cs);
 	CHECK(nc >= 2, "reference.json: %d cases", nc);
-	if (argc > 1 && !strcmp(argv[1], "kv")) {
+	if (!strcmp(mode, "kv")) {
 		mode_kv(m, &cs[nc - 1]);
 		dsvt_cases_free(cs, nc);
 		json_decref(ref);
@@ -223,7 +228,6 @@ int main(int argc, char **argv)
 	for (int i = nc - 2; i >= 0 && i < nc; i++) {
 		const int V = cw_dsv_config(m)->vocab_size;
 		float *all = malloc((size_t)cs[i].n * V * sizeof(float));
-		struct cw_dsv_state *s;
 
 		if (!all)
 			abort();
@@ -235,17 +239,19 @@ int main(int argc, char **argv)
 		free(all);
 	}
 	refusals(m, cs[nc - 1].ids);
+	if (v41) { /* the CED shortcut leaves rows uncomputed: no cut */
+		must(cw_dsv_state_new(m, 64, &s), &d, "state");
+		CHECK(cw_dsv41_set_ced_shortcut(s, CW_DSV41_CED_EXACT) == 0,
+		      "CED on");
+		must(cw_dsv_eval(m, s, cs[nc - 1].ids, 8, 0, NULL, &d), &d,
+		     "eval");
+		r = cw_dsv_state_truncate(s, 7, &d);
+		CHECK(r == -ST_E_UNSUPPORTED, "cut with CED on: %d (%s)", r,
+		      d.msg);
+		cw_dsv_state_free(s);
+	}
 	dsvt_cases_free(cs, nc);
 	json_decref(ref);
 	cw_dsv_free(m);
-	st_test_fixture_model("tiny-deepseek-v41", dir, sizeof(dir));
-	must(cw_dsv_load(dir, ST_DSV_REV_V41, CW_COMPUTE_REFERENCE, &m41, &d),
-	     &d, dir);
-	must(cw_dsv_state_new(m41, 8, &s41), &d, "state");
-	must(cw_dsv_eval(m41, s41, &one, 1, 0, NULL, &d), &d, "eval");
-	r = cw_dsv_state_truncate(s41, 0, &d);
-	CHECK(r == -ST_E_UNSUPPORTED, "V4.1 state cut: %d (%s)", r, d.msg);
-	cw_dsv_state_free(s41);
-	cw_dsv_free(m41);
 	return dsvt_finish(n_fail);
 }

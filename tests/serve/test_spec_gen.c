@@ -22,10 +22,8 @@
  *     and 4 and a step budget of 7 tokens (drafts are cut so that every
  *     decoding sequence keeps its token in each step): each one's greedy
  *     ids are those of 1;
- *  4. DeepSeek-V4.1 stores cannot verify drafts (their state evaluates
- *     each position once): draft_max falls back to 0 and the output is the
- *     plain greedy one.  DeepSeek-V4 stores verify them as the others do:
- *     their state in kvd pages is cut back with kvd's sequence
+ *  4. DeepSeek-V4 and V4.1 stores verify them as the others do: their
+ *     state in kvd pages is cut back with kvd's sequence
  *     (cw_dsv_state_truncate: windowed streams, prefix-cache publishing
  *     held back over the drafts).
  *
@@ -345,13 +343,6 @@ int main(int argc, char **argv)
 	       (unsigned long long)b.st.drafted,
 	       (unsigned long long)b.st.rollbacks,
 	       b.st.steps ? (double)(b.n - 1) / (double)b.st.steps : 0.0);
-	if (cw_model_is_dsv41(e.m)) {
-		/* 4: no drafts for V4.1 states */
-		CHECK(b.draft_max == 0 && b.st.spec_steps == 0,
-		      "a DeepSeek-V4.1 store verified drafts (draft_max %d)",
-		      b.draft_max);
-		goto out;
-	}
 	CHECK(b.n_cached > 0, "the run with drafts mapped no prompt page "
 	      "from the prefix cache");
 	CHECK(b.draft_max == DRAFT && b.st.spec_steps > 0 && b.st.drafted > 0,

@@ -64,12 +64,16 @@ static int v41_state_init(const struct cw_dsv_model *m,
 				return -ENOMEM;
 			continue;
 		}
-		ls->kv = malloc((size_t)W * hd * sizeof(float));
+		/* rings with CW_DSV_ROLLBACK_MAX rows of slack
+		 * (cw_dsv_state_truncate) */
+		ls->kv = malloc(((size_t)W + CW_DSV_ROLLBACK_MAX) * hd *
+				sizeof(float));
 		if (!ls->kv)
 			return -ENOMEM;
 		if (!c->kv_source[l])
 			continue;
-		ls->grp = malloc((size_t)mr * 2 * hd * sizeof(float));
+		ls->grp = malloc(((size_t)mr + CW_DSV_ROLLBACK_MAX) * 2 * hd *
+				 sizeof(float));
 		ls->crow = malloc(((size_t)max_tokens / mr + 1) * hd *
 				  sizeof(float));
 		ls->ikey = malloc(((size_t)max_tokens / mr + 1) *

@@ -82,7 +82,9 @@ float *cw_dsv41_row_begin(const struct cw_dsv_model *m,
 	struct cw_dsv_lstate *ls = &s->ls[l];
 
 	if (kind == CW_DSV41_S_WINDOW && (!s->q.kv || in_ov(s, r)))
-		return ls->kv + (size_t)(r % c->sliding_window) * c->head_dim;
+		return ls->kv + (size_t)(r % (c->sliding_window +
+					      CW_DSV_ROLLBACK_MAX)) *
+					c->head_dim;
 	if (s->q.kv)
 		return scratch;
 	return (kind == CW_DSV41_S_CROW ? ls->crow : ls->ikey) +
@@ -155,7 +157,8 @@ float *cw_dsv41_grp_slot(const struct cw_dsv_model *m,
 	uint8_t *q;
 
 	if (!s->q.kv)
-		return ls->grp + (size_t)(p % mr) * 2 * m->cfg.head_dim;
+		return ls->grp + (size_t)(p % (mr + CW_DSV_ROLLBACK_MAX)) * 2 *
+					 m->cfg.head_dim;
 	if (mr == 1)
 		return ls->grp;
 	q = prow(s, l, CW_DSV41_S_GROUP, p, write);

@@ -280,7 +280,8 @@ int cw_dsv41_replay(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 
 		for (int l = 0; l < s->n_layers; l++)
 			if (!s->ls[l].kv &&
-			    !(s->ls[l].kv = malloc((size_t)c->sliding_window *
+			    !(s->ls[l].kv = malloc(((size_t)c->sliding_window +
+						    CW_DSV_ROLLBACK_MAX) *
 						   c->head_dim *
 						   sizeof(float))))
 				return st_diag_set(diag, -ENOMEM,

@@ -84,9 +84,9 @@ int cw_dsv_state_truncate(struct cw_dsv_state *s, int len,
 {
 	int r;
 
-	if (s->rev != &cw_dsv4_rev)
+	if (s->ced || s->ov_hi > 0)
 		return st_diag_set(diag, -ST_E_UNSUPPORTED,
-				   "cutting a sequence back: DeepSeek-V4 states only (V4.1's rings keep no slack)");
+				   "cutting a sequence back: not with V4.1's CED shortcut or SWA replay");
 	if (len < 0 || len > s->len)
 		return st_diag_set(diag, -EINVAL,
 				   "cut to %d positions: the state holds %d",

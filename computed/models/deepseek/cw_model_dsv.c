@@ -136,14 +136,14 @@ static int tab_publish_lag(void *st, int lag)
 	return cw_dsv_state_set_publish_lag(st, lag);
 }
 
-/* V4's state can be cut back (rejected drafts); V4.1's cannot yet (its
- * rings keep no slack) */
+/* both revisions' states can be cut back (rejected drafts) */
 static const struct cw_seqtab_ops k_tab_ops[] = {
 	[CW_DSV_REV_V4] = { "V4", state_len, state_seq, state_free,
 			    tab_new_local, tab_eval, tab_truncate,
 			    tab_publish_lag },
 	[CW_DSV_REV_V41] = { "V4.1", state_len, state_seq, state_free,
-			     tab_new_local, tab_eval },
+			     tab_new_local, tab_eval, tab_truncate,
+			     tab_publish_lag },
 };
 
 int cw_dsvserve_open(enum cw_dsv_rev rev, const char *store_dir,

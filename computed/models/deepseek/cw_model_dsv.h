@@ -113,17 +113,16 @@ int cw_dsvserve_seq_begin(struct cw_dsvserve *v, uint32_t seq,
  * cw_dsvserve_seq_create), else 0 (the caller frees its kvd sequence). */
 int cw_dsvserve_seq_end(struct cw_dsvserve *v, uint32_t seq);
 
-/* Whether the revision's states can be cut back (V4: 1; V4.1: 0). */
+/* Whether the revision's states can be cut back (both: 1). */
 int cw_dsvserve_can_truncate(const struct cw_dsvserve *v);
 /* Cuts seq's state (and a kvd state's kvd sequence) back to len positions
  * (cw_dsv_state_truncate: a verified draft's rejected tokens).  Not while
- * it is evaluated.  -ST_E_UNSUPPORTED (V4.1), -ST_E_NOTFOUND (no state),
- * cw_dsv_state_truncate's. */
+ * it is evaluated.  -ST_E_NOTFOUND (no state), cw_dsv_state_truncate's. */
 int cw_dsvserve_seq_truncate(struct cw_dsvserve *v, uint32_t seq, int len,
 			     struct st_diag *diag);
 /* Holds the last lag positions past seq's prompt back from the prefix
- * cache (cw_dsv_state_set_publish_lag).  0, -ST_E_UNSUPPORTED (V4.1),
- * -ST_E_NOTFOUND, -EINVAL (lag outside [0, CW_DSV_ROLLBACK_MAX]). */
+ * cache (cw_dsv_state_set_publish_lag).  0, -ST_E_NOTFOUND, -EINVAL (lag
+ * outside [0, CW_DSV_ROLLBACK_MAX]). */
 int cw_dsvserve_seq_publish_lag(struct cw_dsvserve *v, uint32_t seq,
 				int lag, struct st_diag *diag);
 
