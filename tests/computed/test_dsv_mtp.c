@@ -35,9 +35,10 @@
  *
  * Mode "draft": drafting with the block (cw_dsv_mtp_follow,
  * cw_dsv_mtp_draft) on every case: the prompt evaluated in two chunks
- * while the block follows gives the drafts of the oracle-checked chain
- * (the block by hand: teacher-forced, then chained on its own streams),
- * token for token; then a verify step (the greedy token and the drafts
+ * while the block follows (making each position's window row alone)
+ * gives the drafts of the oracle-checked chain (the block by hand, each
+ * position evaluated in full: teacher-forced, then chained on its own
+ * streams), token for token; then a verify step (the greedy token and the drafts
  * evaluated, all but one cut back) and the next drafts equal those of a
  * state that evaluated only the kept tokens (the block's window is rebuilt
  * on the accepted streams, nothing of a cut token remains).
@@ -304,9 +305,11 @@ static void hand_drafts(const struct cw_dsv_model *m, const int32_t *ids,
 	must(cw_dsv_state_new(m, n + k + 1, &s), &d, "state");
 	cw_dsv_set_streams_out(s, X, n);
 	must(cw_dsv_eval(m, s, ids, n, 0, NULL, &d), &d, "eval");
+	/* every position in full (x_out asked: attention and experts run),
+	 * where following makes the window rows alone */
 	for (int p = 0; p + 1 < n; p++)
 		must(cw_dsv_mtp_eval(m, s, p, X + (size_t)p * nx, ids[p + 1],
-				     NULL, NULL, &d), &d, "MTP");
+				     NULL, xa, &d), &d, "MTP");
 	memcpy(xa, X + (size_t)(n - 1) * nx, (size_t)nx * sizeof(float));
 	for (int i = 0; i < k; i++) {
 		must(cw_dsv_mtp_eval(m, s, n - 1 + i, xa, i ? out[i - 1] : next,

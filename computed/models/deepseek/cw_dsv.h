@@ -337,7 +337,9 @@ int cw_dsv_has_mtp(const struct cw_dsv_model *m);
  * at p (cw_dsv_set_streams_out) or, chaining drafts, the block's own
  * x_out of position p - 1; token: the token at p + 1.  logits [vocab]
  * (NULL: skipped) predict the token at p + 2; x_out [hc_mult][D] (NULL:
- * skipped) is what a further step at p + 1 takes as x.  The block keeps a
+ * skipped) is what a further step at p + 1 takes as x.  Both NULL: only
+ * p's window row is made (it depends on p's input alone; no attention, no
+ * experts), all a later position needs of p.  The block keeps a
  * window of its own per state, so p must be at most the number of
  * positions it evaluated (each position reads the rows of the earlier
  * ones) and at least the highest it evaluated + 1 - CW_DSV_ROLLBACK_MAX;

@@ -457,6 +457,23 @@ static int v4_layer_token(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 	return 0;
 }
 
+int cw_dsv4_window_row(const struct cw_dsv_model *m, struct cw_dsv_state *s,
+		       int l, int64_t p, const float *X)
+{
+	const struct st_dsv_config *c = &m->cfg;
+	const struct cw_dsv_layer *L = &m->layers[l];
+	const int D = c->hidden_size, hc = c->hc_mult;
+	float pp[2 * hc + hc * hc], u[D], a[D];
+
+	cw_dsv_hc_pre(X, hc, D, L->hc_attn_fn, L->hc_attn_base,
+		       L->hc_attn_scale, c->hc_sinkhorn_iters, c->hc_eps,
+		       c->rms_norm_eps, pp, pp + hc, pp + 2 * hc);
+	cw_dsv_collapse(X, pp, hc, D, u);
+	cw_dsv_rmsnorm(u, L->attn_norm, D, c->rms_norm_eps, a);
+	cw_dsv_attn_kv(m, L, p, a, srow(s, l, CW_DSV_WINDOW, p, 1));
+	return s->q.row_missing && !s->ls[l].local ? -ST_E_STALE : 0;
+}
+
 const struct cw_dsv_rev cw_dsv4_rev = {
 	.state_init = v4_state_init,
 	.before_eval = v4_before_eval,

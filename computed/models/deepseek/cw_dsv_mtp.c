@@ -116,6 +116,19 @@ static int mtp_step(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 	if (!ck.X)
 		return st_diag_set(diag, -ENOMEM, "out of memory");
 	mtp_input(m, x, token, ck.X);
+	if (!logits && !x_out) {
+		/* nothing of p's output is wanted: its window row alone (it
+		 * depends on p's input only), no attention, no experts */
+		r = cw_dsv4_window_row(m, s, c->n_layers, p, ck.X);
+		free(ck.X);
+		if (r < 0)
+			return st_diag_set(diag, r, "MTP window row %lld",
+					   (long long)p);
+		s->mtp_len = p + 1;
+		if (s->mtp_hi < p + 1)
+			s->mtp_hi = p + 1;
+		return 0;
+	}
 	/* the debug record is indexed by decoder layer: not this block */
 	s->dbg = NULL;
 	r = s->rev->layer_token(m, s, c->n_layers, 0, &ck, diag);

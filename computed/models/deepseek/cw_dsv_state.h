@@ -175,6 +175,14 @@ struct cw_dsv_rev {
 
 extern const struct cw_dsv_rev cw_dsv4_rev;   /* cw_dsv4.c */
 
+/* V4's layer l's K=V window row of position p alone (its mHC pre,
+ * attn_norm, wkv, kv_norm, rope and QAT: what layer_token writes) from
+ * the layer's input streams X [hc][D]: the row depends on p's own input
+ * only.  The MTP block's catch-up over positions whose attention output
+ * is not needed.  0, or -ST_E_STALE (a kvd row not mapped). */
+int cw_dsv4_window_row(const struct cw_dsv_model *m, struct cw_dsv_state *s,
+		       int l, int64_t p, const float *X);
+
 /* V4's head on streams X [hc][D] with the given hc_head weights (fn
  * [hc][hc D], base [hc], scale [1]) and final norm [D]: sigmoid pre
  * weights (+ hc_eps) on the RMS-scaled mixes, the collapse, the norm and
