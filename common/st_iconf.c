@@ -107,12 +107,13 @@ static const struct st_iconf_knob knobs[] = {
 	{ "serve", "speculate", ST_ICONF_ENUM, 0, 0,
 	  "off|ngram|ngram:1|ngram:2|ngram:3|ngram:4|ngram:6|ngram:8|ngram:12|"
 	  "ngram:16|auto|auto:1|auto:2|auto:3|auto:4|auto:6|auto:8|auto:12|"
-	  "auto:16", "off", "--speculate", 1,
+	  "auto:16|mtp|mtp:1|mtp:2|mtp:3|mtp:4|mtp:6|mtp:8|mtp:12|mtp:16",
+	  "off", "--speculate", 1,
 	  "speculative decoding of requests that do not choose: ngram:K "
 	  "verifies up to K prompt-lookup draft tokens per step (ngram = "
 	  "ngram:4); auto:K prices the length (0..K) per request in step "
-	  "time and expert bytes; greedy output unchanged; "
-	  "DeepSeek-V4/V4.1: off" },
+	  "time and expert bytes; mtp:K drafts with a DeepSeek-V4 store's "
+	  "MTP block; greedy output unchanged; DeepSeek-V4.1: off" },
 	{ "serve", "chat_template", ST_ICONF_ENUM, 0, 0,
 	  "auto|chatml|mixtral|deepseek|plain|none", "auto", "--chat-template", 1,
 	  "chat template of /v1/chat/completions (auto: from the store's "

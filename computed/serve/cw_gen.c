@@ -133,6 +133,13 @@ int cw_gen_start_ids(struct cw_model *model, const struct st_tokenizer *tok,
 		return st_diag_set(diag, -EINVAL, "draft_max must be 0..%d",
 				   CW_DRAFT_MAX);
 	}
+	/* MTP drafts asked of a store without the block: refused (also
+	 * where drafts would go off below) */
+	if (g->p.draft_max > 0 && g->p.draft_mtp && !cw_model_has_mtp(model)) {
+		cw_gen_free(g);
+		return st_diag_set(diag, -ST_E_UNSUPPORTED,
+				   "--speculate mtp: the store has no MTP block to draft with (a DeepSeek-V4 checkpoint's mtp.0.*, kept by strata convert, has one); use ngram or auto");
+	}
 	/* drafts only where the model's sequences can be cut back */
 	g->draft_max = cw_model_can_verify_drafts(model) ? g->p.draft_max : 0;
 	g->draft_cur = g->draft_max;

@@ -239,6 +239,29 @@ static void test_bools(void **state)
 	free(c);
 }
 
+/* every --speculate value strata up forwards to computed is a valid
+ * serve.speculate, mtp[:K] included (strata up --speculate mtp was refused) */
+static void test_speculate_values(void **state)
+{
+	static const char *ok[] = { "off", "ngram", "ngram:4", "auto",
+				    "auto:16", "mtp", "mtp:1", "mtp:3",
+				    "mtp:16" };
+	static const char *bad[] = { "mtp:0", "mtp:", "mtp:17", "mtpx" };
+	struct st_iconf *c = conf_new();
+	struct st_diag d = { "" };
+
+	(void)state;
+	for (size_t i = 0; i < sizeof(ok) / sizeof(ok[0]); i++) {
+		assert_int_equal(st_iconf_set(c, "serve.speculate", ok[i], &d),
+				 0);
+		assert_string_equal(st_iconf_get(c, "serve.speculate"), ok[i]);
+	}
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		assert_int_equal(st_iconf_set(c, "serve.speculate", bad[i],
+					      &d), -EINVAL);
+	free(c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -246,6 +269,7 @@ int main(void)
 		cmocka_unit_test(test_errors),
 		cmocka_unit_test(test_flags_win),
 		cmocka_unit_test(test_bools),
+		cmocka_unit_test(test_speculate_values),
 	};
 
 	return cmocka_run_group_tests(tests, NULL, NULL);

@@ -317,6 +317,26 @@ int main(int argc, char **argv)
 	vocab = cw_model_config(e.m)->vocab_size;
 	lg0 = malloc(sizeof(float) * (size_t)vocab);
 
+	/* MTP drafts asked of a store without the block: refused, V4.1
+	 * (whose drafts go off) included, not silently run without drafts */
+	if (!cw_model_has_mtp(e.m)) {
+		struct cw_gen_params p = { .max_tokens = 4, .sampler = greedy,
+					   .add_special = 1, .draft_max = 3,
+					   .draft_mtp = 1 };
+		struct cw_gen *g = NULL;
+		struct st_diag d2 = { "" };
+
+		r = cw_gen_start(e.m, e.tok, e.kv, PROMPT, strlen(PROMPT), &p,
+				 &g, &d2);
+		CHECK(r == -ST_E_UNSUPPORTED && !g &&
+		      strstr(d2.msg, "no MTP block"),
+		      "--speculate mtp on a store without an MTP block: %d "
+		      "(%s), want -ST_E_UNSUPPORTED", r, d2.msg);
+		if (g)
+			cw_gen_free(g);
+		printf("%s: --speculate mtp refused (%s)\n", fixture, d2.msg);
+	}
+
 	/* 1, 2: greedy without and with drafts */
 	if (generate(&e, &greedy, 0, &a, lg0, vocab) < 0 ||
 	    generate(&e, &greedy, DRAFT, &b, NULL, vocab) < 0)
