@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "st_log.h"
+
 /* --- DeepSeek-V4: a lossless store of the official layout --------------- */
 
 /* The V4 store keeps the checkpoint's own formats; options that would
@@ -247,6 +249,19 @@ int es_cv_check_all_dsv(struct conv *c, int v41)
 	    st_checkpoint_find(c->ck, "mtp.0.e_proj.weight")) {
 		c->v4_mtp = 1;
 		c->cfg.n_layers = c->v4.n_layers + 1;
+	} else if (!v41) {
+		/* mtp.* tensors but no usable block: said, not silent */
+		for (int i = 0; i < c->ck->n_tensors; i++)
+			if (!strncmp(c->ck->tensors[i].name, "mtp.", 4)) {
+				st_warn("%s: the MTP block is not kept (%s); the store drafts without it (--speculate mtp refused)",
+					c->model_dir,
+					c->v4.n_nextn < 1 ?
+						"config.json has num_nextn_predict_layers 0" :
+					c->v4.nextn_ratio != 0 ?
+						"its compress ratio is not 0" :
+						"mtp.0.e_proj.weight is missing");
+				break;
+			}
 	}
 	if ((r = es_cv_plan_layers(c)))
 		return r;

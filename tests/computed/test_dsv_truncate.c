@@ -16,6 +16,11 @@
  * CED prefill shortcut on.  Both revisions (argv[1] v4 or v41; V4.1's
  * window and group rings keep the same slack).
  *
+ * Also verify steps as a generation runs them: after the prompt, each
+ * step evaluates the next real token with drafts whose first 0..3 are the
+ * real continuation (kept) and the rest junk (cut): every real position's
+ * logits bit for bit.
+ *
  * Mode "kv": the same with the state in a real kvd's pages (rows by
  * position; windowed streams trimmed as the sequence grows; the cut goes
  * to kvd with kv_client_seq_truncate) in prefix mode with the publish lag
@@ -102,6 +107,77 @@ static void drafts_cut(const struct cw_dsv_model *m, struct kv_client *kv,
 	free(lg);
 }
 
+/* Verify steps as cw_gen runs them after a prefill of the first n_prompt
+ * ids: each step evaluates the next real token followed by k drafts whose
+ * first a are the real continuation (accepted) and the rest junk
+ * (rejected), every position's logits at once; the real positions'
+ * logits must equal ref's, and the state is cut back to keep the accepted
+ * ones (a = 0..3, k = a..a+2 within 1..CW_DSV_ROLLBACK_MAX).  kv as
+ * drafts_cut. */
+static void verify_steps(const struct cw_dsv_model *m, struct kv_client *kv,
+			 int n_prompt, const int32_t *ids, int n,
+			 const float *ref, const char *name)
+{
+	const int V = cw_dsv_config(m)->vocab_size;
+	struct cw_dsv_state *s;
+	struct st_diag d = { { 0 } };
+	float *lg = malloc((size_t)(CW_DSV_ROLLBACK_MAX + 1) * V *
+			   sizeof(float));
+	int32_t in[CW_DSV_ROLLBACK_MAX + 1];
+	unsigned seed = 11;
+	int same = 0, compared = 0, accepted = 0, rejected = 0, steps = 0;
+
+	if (!lg)
+		abort();
+	if (kv) {
+		must(cw_dsv_state_new_kv(m, kv, ids, n_prompt, 0, &s, &d), &d,
+		     "kvd state");
+		CHECK(cw_dsv_state_set_publish_lag(s, CW_DSV_ROLLBACK_MAX) == 0,
+		      "lag");
+	} else {
+		must(cw_dsv_state_new(m, n + CW_DSV_ROLLBACK_MAX + 1, &s), &d,
+		     "state");
+	}
+	/* the prefill: its positions from the state's length (a prefix hit
+	 * maps some) */
+	must(cw_dsv_eval(m, s, ids + cw_dsv_state_len(s),
+			 n_prompt - 1 - cw_dsv_state_len(s), 0, NULL, &d), &d,
+	     "prefill");
+	for (int p = n_prompt - 1; p < n; steps++) {
+		int a = steps % 4, k;
+
+		if (a > n - 1 - p)
+			a = n - 1 - p;
+		k = a + steps % 3;
+		if (k < 1)
+			k = 1;
+		in[0] = ids[p];
+		for (int i = 1; i <= k; i++)
+			in[i] = i <= a ? ids[p + i] :
+				(int32_t)(((unsigned)(dsvt_prand(&seed) + 1.0f) *
+					   60000u) % (unsigned)V);
+		/* a junk draft equal to the real token would be accepted */
+		if (a < k && p + a + 1 < n && in[a + 1] == ids[p + a + 1])
+			in[a + 1] = (in[a + 1] + 1) % V;
+		must(cw_dsv_eval(m, s, in, 1 + k, 1, lg, &d), &d, "verify");
+		for (int i = 0; i <= a; i++, compared++)
+			same += !memcmp(lg + (size_t)i * V,
+					ref + (size_t)(p + i) * V,
+					(size_t)V * sizeof(float));
+		must(cw_dsv_state_truncate(s, p + 1 + a, &d), &d, "cut");
+		accepted += a;
+		rejected += k - a;
+		p += 1 + a;
+	}
+	printf("%s: %d verify steps, %d drafts accepted, %d cut back: %d of %d positions bit-identical\n",
+	       name, steps, accepted, rejected, same, compared);
+	CHECK(same == compared && compared == n - n_prompt + 1 && accepted > 0,
+	      "%s: %d of %d positions equal (%d expected), %d accepted", name,
+	      same, compared, n - n_prompt + 1, accepted);
+	cw_dsv_state_free(s);
+	free(lg);
+}
+
 /* The refusals of cw_dsv_state_truncate. */
 static void refusals(const struct cw_dsv_model *m, const int32_t *ids)
 {
@@ -159,6 +235,7 @@ static int mode_kv(const struct cw_dsv_model *m, const struct dsvt_case *c)
 	if (r)
 		goto out;
 	drafts_cut(m, kv, c->n_prompt, c->ids, c->n, ref, c->name);
+	verify_steps(m, kv, c->n_prompt, c->ids, c->n, ref, c->name);
 	/* the prompt's pages the first state published: mapped, and the
 	 * rest evaluated from there gives the same logits */
 	must(cw_dsv_state_new_kv(m, kv, c->ids, c->n_prompt, 0, &s, &d), &d,
@@ -236,6 +313,8 @@ int main(int argc, char **argv)
 		     cs[i].name);
 		cw_dsv_state_free(s);
 		drafts_cut(m, NULL, 0, cs[i].ids, cs[i].n, all, cs[i].name);
+		verify_steps(m, NULL, cs[i].n_prompt, cs[i].ids, cs[i].n, all,
+			     cs[i].name);
 		free(all);
 	}
 	refusals(m, cs[nc - 1].ids);
