@@ -164,35 +164,42 @@ void *cw_seqtab_get(struct cw_seqtab *t, uint32_t seq)
 	return st;
 }
 
-int cw_seqtab_truncate(struct cw_seqtab *t, uint32_t seq, int len,
-		       struct st_diag *diag)
+/* seq's state for an optional op (has: the op exists; what: for the
+ * message), its last run forgotten: 0, -ST_E_UNSUPPORTED or
+ * -ST_E_NOTFOUND with diag. */
+static int state_for_op(struct cw_seqtab *t, uint32_t seq, int has,
+			const char *what, void **ret, struct st_diag *diag)
 {
-	void *st;
-
-	if (!t->ops->truncate)
-		return st_diag_set(diag, -ST_E_UNSUPPORTED,
-				   "%s state: cannot be cut back", t->ops->name);
-	st = state_forget_run(t, seq);
-	if (!st)
+	if (!has)
+		return st_diag_set(diag, -ST_E_UNSUPPORTED, "%s state: %s",
+				   t->ops->name, what);
+	*ret = state_forget_run(t, seq);
+	if (!*ret)
 		return st_diag_set(diag, -ST_E_NOTFOUND,
 				   "%s state of sequence 0x%x: none", t->ops->name,
 				   seq);
-	return t->ops->truncate(st, len, diag);
+	return 0;
+}
+
+int cw_seqtab_truncate(struct cw_seqtab *t, uint32_t seq, int len,
+		       struct st_diag *diag)
+{
+	void *st = NULL;
+	int r = state_for_op(t, seq, t->ops->truncate != NULL,
+			     "cannot be cut back", &st, diag);
+
+	return r < 0 ? r : t->ops->truncate(st, len, diag);
 }
 
 int cw_seqtab_publish_lag(struct cw_seqtab *t, uint32_t seq, int lag,
 			  struct st_diag *diag)
 {
-	void *st;
+	void *st = NULL;
+	int r = state_for_op(t, seq, t->ops->publish_lag != NULL,
+			     "no publish lag", &st, diag);
 
-	if (!t->ops->publish_lag)
-		return st_diag_set(diag, -ST_E_UNSUPPORTED,
-				   "%s state: no publish lag", t->ops->name);
-	st = state_forget_run(t, seq);
-	if (!st)
-		return st_diag_set(diag, -ST_E_NOTFOUND,
-				   "%s state of sequence 0x%x: none", t->ops->name,
-				   seq);
+	if (r < 0)
+		return r;
 	return t->ops->publish_lag(st, lag) < 0 ?
 		       st_diag_set(diag, -EINVAL, "publish lag %d out of range",
 				   lag) :

@@ -53,6 +53,29 @@ static void must(int r, const struct st_diag *d, const char *what)
 	}
 }
 
+/* A state for ids[0..n) that drafts: kv NULL, process-local (room for
+ * n + CW_DSV_ROLLBACK_MAX + 1 positions); else in kvd pages, in prefix
+ * mode for ids[0..n_prompt), with the publish lag of a drafting
+ * generation. */
+static struct cw_dsv_state *draft_state(const struct cw_dsv_model *m,
+					struct kv_client *kv, int n_prompt,
+					const int32_t *ids, int n)
+{
+	struct cw_dsv_state *s;
+	struct st_diag d = { { 0 } };
+
+	if (kv) {
+		must(cw_dsv_state_new_kv(m, kv, ids, n_prompt, 0, &s, &d), &d,
+		     "kvd state");
+		CHECK(cw_dsv_state_set_publish_lag(s, CW_DSV_ROLLBACK_MAX) == 0,
+		      "lag");
+	} else {
+		must(cw_dsv_state_new(m, n + CW_DSV_ROLLBACK_MAX + 1, &s), &d,
+		     "state");
+	}
+	return s;
+}
+
 /* ids[0..n) with garbage drafts cut back before each real token; every
  * position's logits against ref (n x V).  kv NULL: a process-local state;
  * else one in kvd pages, in prefix mode for the first n_prompt ids, with
@@ -72,17 +95,10 @@ static void drafts_cut(const struct cw_dsv_model *m, struct kv_client *kv,
 
 	if (!lg)
 		abort();
-	if (kv) {
-		must(cw_dsv_state_new_kv(m, kv, ids, n_prompt, 0, &s, &d), &d,
-		     "kvd state");
-		must(cw_dsv_state_set_publish_lag(s, CW_DSV_ROLLBACK_MAX) == 0 ?
-			     0 : -EINVAL, &d, "lag");
-		CHECK(cw_dsv_state_len(s) == 0, "%s: a prefix hit (%d) before any publish",
-		      name, cw_dsv_state_len(s));
-	} else {
-		must(cw_dsv_state_new(m, n + CW_DSV_ROLLBACK_MAX, &s), &d,
-		     "state");
-	}
+	s = draft_state(m, kv, n_prompt, ids, n);
+	CHECK(cw_dsv_state_len(s) == 0,
+	      "%s: a prefix hit (%d) before any publish", name,
+	      cw_dsv_state_len(s));
 	for (int p = 0; p < n; p++) {
 		int k = 1 + p % CW_DSV_ROLLBACK_MAX;
 
@@ -129,15 +145,7 @@ static void verify_steps(const struct cw_dsv_model *m, struct kv_client *kv,
 
 	if (!lg)
 		abort();
-	if (kv) {
-		must(cw_dsv_state_new_kv(m, kv, ids, n_prompt, 0, &s, &d), &d,
-		     "kvd state");
-		CHECK(cw_dsv_state_set_publish_lag(s, CW_DSV_ROLLBACK_MAX) == 0,
-		      "lag");
-	} else {
-		must(cw_dsv_state_new(m, n + CW_DSV_ROLLBACK_MAX + 1, &s), &d,
-		     "state");
-	}
+	s = draft_state(m, kv, n_prompt, ids, n);
 	/* the prefill: its positions from the state's length (a prefix hit
 	 * maps some) */
 	must(cw_dsv_eval(m, s, ids + cw_dsv_state_len(s),
