@@ -134,9 +134,9 @@ int cw_seqtab_end(struct cw_seqtab *t, uint32_t seq)
 	return i;
 }
 
-/* seq's state (borrowed; the one stepping thread uses it), forgetting
- * its last run; NULL when it has none. */
-static void *state_forget_run(struct cw_seqtab *t, uint32_t seq)
+/* seq's state (borrowed; the one stepping thread uses it), NULL when it
+ * has none; forget: its last run is forgotten (no replay after it). */
+static void *lookup(struct cw_seqtab *t, uint32_t seq, int forget)
 {
 	void *st = NULL;
 	int i;
@@ -145,7 +145,8 @@ static void *state_forget_run(struct cw_seqtab *t, uint32_t seq)
 	i = find_locked(t, seq);
 	if (i >= 0) {
 		st = t->ents[i].st;
-		t->ents[i].last_n = 0;
+		if (forget)
+			t->ents[i].last_n = 0;
 	}
 	pthread_mutex_unlock(&t->lock);
 	return st;
@@ -153,15 +154,7 @@ static void *state_forget_run(struct cw_seqtab *t, uint32_t seq)
 
 void *cw_seqtab_get(struct cw_seqtab *t, uint32_t seq)
 {
-	void *st = NULL;
-	int i;
-
-	pthread_mutex_lock(&t->lock);
-	i = find_locked(t, seq);
-	if (i >= 0)
-		st = t->ents[i].st;
-	pthread_mutex_unlock(&t->lock);
-	return st;
+	return lookup(t, seq, 0);
 }
 
 /* seq's state for an optional op (has: the op exists; what: for the
@@ -173,7 +166,7 @@ static int state_for_op(struct cw_seqtab *t, uint32_t seq, int has,
 	if (!has)
 		return st_diag_set(diag, -ST_E_UNSUPPORTED, "%s state: %s",
 				   t->ops->name, what);
-	*ret = state_forget_run(t, seq);
+	*ret = lookup(t, seq, 1);
 	if (!*ret)
 		return st_diag_set(diag, -ST_E_NOTFOUND,
 				   "%s state of sequence 0x%x: none", t->ops->name,

@@ -53,6 +53,13 @@ static void must(int r, const struct st_diag *d, const char *what)
 	}
 }
 
+/* A pseudo-random token id below V (a junk draft). */
+static int32_t junk_token(unsigned *seed, int V)
+{
+	return (int32_t)(((unsigned)(dsvt_prand(seed) + 1.0f) * 60000u) %
+			 (unsigned)V);
+}
+
 /* A state for ids[0..n) that drafts: kv NULL, process-local (room for
  * n + CW_DSV_ROLLBACK_MAX + 1 positions); else in kvd pages, in prefix
  * mode for ids[0..n_prompt), with the publish lag of a drafting
@@ -105,9 +112,7 @@ static void drafts_cut(const struct cw_dsv_model *m, struct kv_client *kv,
 		/* past the prompt: a rejected draft after position p - 1 */
 		if (p > 0 && (!kv || p >= n_prompt)) {
 			for (int i = 0; i < k; i++)
-				junk[i] = (int32_t)(((unsigned)(dsvt_prand(&seed) +
-								1.0f) *
-						     60000u) % (unsigned)V);
+				junk[i] = junk_token(&seed, V);
 			must(cw_dsv_eval(m, s, junk, k, 1, lg, &d), &d, "draft");
 			must(cw_dsv_state_truncate(s, p, &d), &d, "cut");
 			cut += k;
@@ -161,9 +166,7 @@ static void verify_steps(const struct cw_dsv_model *m, struct kv_client *kv,
 			k = 1;
 		in[0] = ids[p];
 		for (int i = 1; i <= k; i++)
-			in[i] = i <= a ? ids[p + i] :
-				(int32_t)(((unsigned)(dsvt_prand(&seed) + 1.0f) *
-					   60000u) % (unsigned)V);
+			in[i] = i <= a ? ids[p + i] : junk_token(&seed, V);
 		/* a junk draft equal to the real token would be accepted */
 		if (a < k && p + a + 1 < n && in[a + 1] == ids[p + a + 1])
 			in[a + 1] = (in[a + 1] + 1) % V;

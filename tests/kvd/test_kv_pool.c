@@ -576,6 +576,18 @@ static void test_fork(void **state)
 
 /* ---- windowed streams ------------------------------------------------ */
 
+/* t formatted again with stream s keeping a window of w rows (a window
+ * changes no size: the same layout). */
+static void tpool_window(struct tpool *t, uint32_t s, uint32_t w)
+{
+	kv_pool_fini(&t->p);
+	t->streams[s].window_rows = w;
+	memset(t->mem, 0, t->lay.total_bytes);
+	assert_int_equal(kv_pool_format(&t->p, t->mem, t->lay.total_bytes,
+					&t->lay, t->streams),
+			 0);
+}
+
 /* Stream 0 keeps every row, stream 1 a window of 6 rows; pages of 4 rows.
  * A reservation that grows a sequence from n rows frees stream 1's pages
  * whose rows all lie before n - 6, unless shared; a fork that would need
@@ -592,13 +604,7 @@ static void test_window(void **state)
 	void *copy;
 
 	(void)state;
-	/* a window changes no size: the same layout, formatted again */
-	kv_pool_fini(&t->p);
-	t->streams[1].window_rows = 6;
-	memset(t->mem, 0, t->lay.total_bytes);
-	assert_int_equal(kv_pool_format(&t->p, t->mem, t->lay.total_bytes,
-					&t->lay, t->streams),
-			 0);
+	tpool_window(t, 1, 6);
 	assert_int_equal(kv_window_dead_pages(&t->streams[1], 4, 6), 0);
 	assert_int_equal(kv_window_dead_pages(&t->streams[1], 4, 10), 1);
 	assert_int_equal(kv_window_dead_pages(&t->streams[0], 4, 60), 0);
@@ -1403,12 +1409,7 @@ static void test_truncate_window(void **state)
 	struct st_diag d;
 
 	(void)state;
-	kv_pool_fini(&t->p);
-	t->streams[1].window_rows = 6;
-	memset(t->mem, 0, t->lay.total_bytes);
-	assert_int_equal(kv_pool_format(&t->p, t->mem, t->lay.total_bytes,
-					&t->lay, t->streams),
-			 0);
+	tpool_window(t, 1, 6);
 	assert_int_equal(kv_seq_create(&t->p, 1, 11, 0, 0, &a, &d), 0);
 	for (uint32_t n = 4; n <= 16; n += 4)
 		assert_int_equal(reserve1(t, 1, a, n, &d), 0);
