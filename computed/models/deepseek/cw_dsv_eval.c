@@ -175,30 +175,29 @@ int cw_dsv_eval(const struct cw_dsv_model *m, struct cw_dsv_state *s,
 		return r;
 	memcpy(s->tokens + s->len, ids, (size_t)n * sizeof(int32_t));
 	s->rev->before_eval(m, s, ids, n);
-	if (s->mtp_follow) {
-		/* the chunk's streams for the MTP block (cw_dsv_mtp.c) */
+	{
+		/* following, the MTP block (cw_dsv_mtp.c) takes every
+		 * position's streams: the run writes them to mtp_x, and the
+		 * caller's rows (cw_dsv_set_streams_out) are copied from it */
 		float *user = s->xout;
 		int user_rows = s->xout_rows;
 		size_t nx = (size_t)c->hc_mult * c->hidden_size;
 
-		mtp_x = malloc((size_t)n * nx * sizeof(float));
-		if (!mtp_x) {
-			r = st_diag_set(diag, -ENOMEM, "out of memory");
-		} else {
+		if (s->mtp_follow &&
+		    (mtp_x = malloc((size_t)n * nx * sizeof(float)))) {
 			s->xout = mtp_x;
 			s->xout_rows = n;
-			r = cw_dsv_run(m, s, ids, n, s->len, 0, all_positions,
-				       logits, diag);
-			s->xout = user;
-			s->xout_rows = user_rows;
-			for (int t = 0; r == 0 && user && t < n && t < user_rows;
-			     t++)
-				memcpy(user + (size_t)t * nx, mtp_x + t * nx,
-				       nx * sizeof(float));
 		}
-	} else {
-		r = cw_dsv_run(m, s, ids, n, s->len, 0, all_positions, logits,
-			       diag);
+		r = s->mtp_follow && !mtp_x ?
+			    st_diag_set(diag, -ENOMEM, "out of memory") :
+			    cw_dsv_run(m, s, ids, n, s->len, 0, all_positions,
+				       logits, diag);
+		s->xout = user;
+		s->xout_rows = user_rows;
+		for (int t = 0; r == 0 && mtp_x && user && t < n &&
+				t < user_rows; t++)
+			memcpy(user + (size_t)t * nx, mtp_x + (size_t)t * nx,
+			       nx * sizeof(float));
 	}
 	if (s->q.kv) {
 		int ok = r == 0 && !s->q.row_missing;
